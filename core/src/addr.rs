@@ -1,0 +1,159 @@
+//! Endpoint names and the address vector that turns them into peer handles.
+
+use std::collections::HashMap;
+use std::fmt;
+
+use slab::Slab;
+
+use crate::error::{Error, Result};
+
+/// A compact handle for a peer, of `fi_addr_t`'s size; handed out by
+/// [`AvTable::insert`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PeerAddr(pub u64);
+
+impl PeerAddr {
+    /// No particular peer: an any-source receive, or an unknown source in a
+    /// completion (libfabric's `FI_ADDR_UNSPEC` / `FI_ADDR_NOTAVAIL`).
+    pub const UNSPEC: PeerAddr = PeerAddr(u64::MAX);
+
+    /// Whether this is [`PeerAddr::UNSPEC`].
+    pub fn is_unspec(self) -> bool {
+        self == Self::UNSPEC
+    }
+}
+
+impl fmt::Display for PeerAddr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.is_unspec() {
+            f.write_str("unspec")
+        } else {
+            write!(f, "#{}", self.0)
+        }
+    }
+}
+
+/// An endpoint's name: opaque bytes a peer inserts into its address vector.
+///
+/// The first byte names the provider, so a name from another provider is
+/// refused at insert time rather than failing at first use.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Address {
+    len: u8,
+    bytes: [u8; Address::MAX_LEN],
+}
+
+impl Address {
+    /// The longest name any provider produces.
+    pub const MAX_LEN: usize = 32;
+
+    /// Wraps name bytes; fails when they are empty or longer than [`Address::MAX_LEN`].
+    pub fn new(name: &[u8]) -> Result<Address> {
+        if name.is_empty() || name.len() > Self::MAX_LEN {
+            return Err(Error::InvalidArgument("address length must be 1..=32 bytes"));
+        }
+        let mut bytes = [0; Self::MAX_LEN];
+        bytes[..name.len()].copy_from_slice(name);
+        Ok(Address { len: name.len() as u8, bytes })
+    }
+
+    /// The name bytes.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes[..self.len as usize]
+    }
+}
+
+impl fmt::Debug for Address {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Address(")?;
+        for b in self.as_bytes() {
+            write!(f, "{b:02x}")?;
+        }
+        f.write_str(")")
+    }
+}
+
+/// The table of peers an endpoint talks to: names in, compact handles out.
+///
+/// Inserting a name that is already present returns its existing handle, so a
+/// handle always stands for one name; removed handles are reused.
+#[derive(Debug, Default)]
+pub struct AvTable {
+    entries: Slab<Address>,
+    by_name: HashMap<Address, PeerAddr>,
+}
+
+impl AvTable {
+    /// An empty table.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Inserts a (provider-validated) name and returns its handle.
+    pub fn insert(&mut self, addr: Address) -> PeerAddr {
+        if let Some(&peer) = self.by_name.get(&addr) {
+            return peer;
+        }
+        let peer = PeerAddr(self.entries.insert(addr) as u64);
+        self.by_name.insert(addr, peer);
+        peer
+    }
+
+    /// Removes a handle; fails if it is not in the table.
+    pub fn remove(&mut self, peer: PeerAddr) -> Result<Address> {
+        let idx = usize::try_from(peer.0).map_err(|_| Error::AddressNotAvailable)?;
+        let addr = self.entries.try_remove(idx).ok_or(Error::AddressNotAvailable)?;
+        self.by_name.remove(&addr);
+        Ok(addr)
+    }
+
+    /// The name behind a handle.
+    pub fn lookup(&self, peer: PeerAddr) -> Option<&Address> {
+        self.entries.get(usize::try_from(peer.0).ok()?)
+    }
+
+    /// The handle of a name, or [`PeerAddr::UNSPEC`] when it was never inserted
+    /// (how a completion reports a source the user does not know).
+    pub fn reverse(&self, addr: &Address) -> PeerAddr {
+        self.by_name.get(addr).copied().unwrap_or(PeerAddr::UNSPEC)
+    }
+
+    /// Number of peers in the table.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether the table is empty.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn insert_is_idempotent_and_reversible() {
+        let mut av = AvTable::new();
+        let a = Address::new(b"alpha").unwrap();
+        let b = Address::new(b"beta").unwrap();
+        let pa = av.insert(a);
+        let pb = av.insert(b);
+        assert_ne!(pa, pb);
+        assert_eq!(av.insert(a), pa);
+        assert_eq!(av.reverse(&b), pb);
+        assert_eq!(av.lookup(pa), Some(&a));
+        av.remove(pa).unwrap();
+        assert_eq!(av.reverse(&a), PeerAddr::UNSPEC);
+        assert_eq!(av.remove(pa), Err(Error::AddressNotAvailable));
+        assert_eq!(av.lookup(PeerAddr::UNSPEC), None);
+    }
+
+    #[test]
+    fn bad_lengths_are_refused() {
+        assert!(Address::new(&[]).is_err());
+        assert!(Address::new(&[0; 33]).is_err());
+        assert_eq!(Address::new(&[7; 32]).unwrap().as_bytes().len(), 32);
+    }
+}

@@ -1,0 +1,231 @@
+//! Attributes: every tunable with its default, its `XFER_*` environment
+//! variable and its field.
+//!
+//! `from_env()` starts from the defaults and applies the environment; a value
+//! that does not parse is reported through `tracing` and ignored, never
+//! silently half-applied. [`Setting`] rows let `xfer-info` print the effective
+//! configuration.
+
+use std::str::FromStr;
+
+/// One effective setting, for display.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Setting {
+    /// The environment variable.
+    pub env: &'static str,
+    /// The effective value.
+    pub value: String,
+    /// What it controls.
+    pub doc: &'static str,
+}
+
+/// Reads `name` from the environment and parses it; logs and ignores bad values.
+pub fn env_value<T: FromStr>(name: &str) -> Option<T> {
+    let raw = std::env::var(name).ok()?;
+    match parse_size(&raw).and_then(|n| raw_to::<T>(&n.to_string())).or_else(|| raw_to(&raw)) {
+        Some(v) => Some(v),
+        None => {
+            tracing::warn!(var = name, value = %raw, "ignoring unparsable environment value");
+            None
+        }
+    }
+}
+
+fn raw_to<T: FromStr>(s: &str) -> Option<T> {
+    s.trim().parse().ok()
+}
+
+/// Parses sizes such as `4096`, `64k`, `1M`, `2g` (powers of 1024).
+pub fn parse_size(s: &str) -> Option<u64> {
+    let s = s.trim();
+    let (digits, mult) = match s.char_indices().last()? {
+        (i, 'k' | 'K') => (&s[..i], 1u64 << 10),
+        (i, 'm' | 'M') => (&s[..i], 1 << 20),
+        (i, 'g' | 'G') => (&s[..i], 1 << 30),
+        _ => (s, 1),
+    };
+    digits.parse::<u64>().ok()?.checked_mul(mult)
+}
+
+fn apply<T: FromStr>(field: &mut T, env: &str) {
+    if let Some(v) = env_value(env) {
+        *field = v;
+    }
+}
+
+/// Attributes of a domain.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct DomainAttr {
+    /// Force a provider by name (`tcp`, `verbs`); `None` picks the best available.
+    pub provider: Option<String>,
+}
+
+impl DomainAttr {
+    /// Defaults overridden by the environment.
+    pub fn from_env() -> Self {
+        DomainAttr { provider: std::env::var("XFER_PROVIDER").ok().filter(|p| !p.is_empty()) }
+    }
+
+    /// The effective settings.
+    pub fn settings(&self) -> Vec<Setting> {
+        vec![Setting {
+            env: "XFER_PROVIDER",
+            value: self.provider.clone().unwrap_or_else(|| "(auto)".into()),
+            doc: "provider to use instead of the automatic choice",
+        }]
+    }
+}
+
+/// Attributes of a completion queue.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CqAttr {
+    /// Entries preallocated; the queue grows past this rather than lose a
+    /// completion, but growing allocates.
+    pub size: usize,
+}
+
+impl Default for CqAttr {
+    fn default() -> Self {
+        CqAttr { size: 4096 }
+    }
+}
+
+impl CqAttr {
+    /// Defaults overridden by the environment.
+    pub fn from_env() -> Self {
+        let mut a = Self::default();
+        apply(&mut a.size, "XFER_CQ_SIZE");
+        a
+    }
+
+    /// The effective settings.
+    pub fn settings(&self) -> Vec<Setting> {
+        vec![Setting { env: "XFER_CQ_SIZE", value: self.size.to_string(), doc: "completion queue entries preallocated" }]
+    }
+}
+
+/// Attributes of an endpoint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EndpointAttr {
+    /// Messages longer than this use the rendezvous protocol; shorter ones
+    /// are sent eagerly.
+    pub rndv_threshold: usize,
+    /// Largest payload accepted by `inject`.
+    pub inject_size: usize,
+    /// Only operations that ask for a completion report success (libfabric's
+    /// `FI_SELECTIVE_COMPLETION`); errors are always reported.
+    pub selective_completion: bool,
+    /// TCP provider settings.
+    pub tcp: TcpAttr,
+}
+
+impl Default for EndpointAttr {
+    fn default() -> Self {
+        EndpointAttr { rndv_threshold: 64 << 10, inject_size: 4096, selective_completion: false, tcp: TcpAttr::default() }
+    }
+}
+
+impl EndpointAttr {
+    /// Defaults overridden by the environment.
+    pub fn from_env() -> Self {
+        let mut a = Self::default();
+        apply(&mut a.rndv_threshold, "XFER_RNDV_THRESHOLD");
+        apply(&mut a.inject_size, "XFER_INJECT_SIZE");
+        a.tcp = TcpAttr::from_env();
+        a
+    }
+
+    /// The effective settings.
+    pub fn settings(&self) -> Vec<Setting> {
+        let mut v = vec![
+            Setting {
+                env: "XFER_RNDV_THRESHOLD",
+                value: self.rndv_threshold.to_string(),
+                doc: "bytes above which messages use rendezvous instead of eager",
+            },
+            Setting { env: "XFER_INJECT_SIZE", value: self.inject_size.to_string(), doc: "largest inject payload" },
+        ];
+        v.extend(self.tcp.settings());
+        v
+    }
+}
+
+/// Settings of the TCP provider.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TcpAttr {
+    /// Address to listen on, `IP` or `IP:PORT`; `None` picks the first
+    /// non-loopback IPv4 interface, else 127.0.0.1, with an ephemeral port.
+    pub addr: Option<String>,
+    /// Milliseconds a connection attempt may take before its operations fail.
+    pub connect_timeout_ms: u64,
+    /// Milliseconds unacknowledged data may wait before the connection is
+    /// declared dead (`TCP_USER_TIMEOUT`); 0 keeps the kernel default.
+    pub user_timeout_ms: u64,
+    /// Socket send and receive buffer sizes in bytes; 0 keeps the kernel's.
+    pub sockbuf: usize,
+}
+
+impl Default for TcpAttr {
+    fn default() -> Self {
+        TcpAttr { addr: None, connect_timeout_ms: 10_000, user_timeout_ms: 30_000, sockbuf: 0 }
+    }
+}
+
+impl TcpAttr {
+    /// Defaults overridden by the environment.
+    pub fn from_env() -> Self {
+        let mut a = Self::default();
+        a.addr = std::env::var("XFER_TCP_ADDR").ok().filter(|s| !s.is_empty());
+        apply(&mut a.connect_timeout_ms, "XFER_TCP_CONNECT_TIMEOUT_MS");
+        apply(&mut a.user_timeout_ms, "XFER_TCP_USER_TIMEOUT_MS");
+        apply(&mut a.sockbuf, "XFER_TCP_SOCKBUF");
+        a
+    }
+
+    /// The effective settings.
+    pub fn settings(&self) -> Vec<Setting> {
+        vec![
+            Setting {
+                env: "XFER_TCP_ADDR",
+                value: self.addr.clone().unwrap_or_else(|| "(first non-loopback IPv4)".into()),
+                doc: "IP or IP:PORT the TCP endpoint listens on",
+            },
+            Setting {
+                env: "XFER_TCP_CONNECT_TIMEOUT_MS",
+                value: self.connect_timeout_ms.to_string(),
+                doc: "connection attempt timeout",
+            },
+            Setting {
+                env: "XFER_TCP_USER_TIMEOUT_MS",
+                value: self.user_timeout_ms.to_string(),
+                doc: "TCP_USER_TIMEOUT: unacknowledged data before a peer is declared dead",
+            },
+            Setting { env: "XFER_TCP_SOCKBUF", value: self.sockbuf.to_string(), doc: "SO_SNDBUF/SO_RCVBUF (0: kernel default)" },
+        ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse_with_suffixes() {
+        assert_eq!(parse_size("4096"), Some(4096));
+        assert_eq!(parse_size("64k"), Some(65536));
+        assert_eq!(parse_size("1M"), Some(1 << 20));
+        assert_eq!(parse_size("x"), None);
+        assert_eq!(parse_size("99999999999999999999g"), None);
+    }
+
+    #[test]
+    fn env_overrides_defaults() {
+        std::env::set_var("XFER_RNDV_THRESHOLD", "16k");
+        std::env::set_var("XFER_INJECT_SIZE", "not-a-number");
+        let a = EndpointAttr::from_env();
+        assert_eq!(a.rndv_threshold, 16 << 10);
+        assert_eq!(a.inject_size, EndpointAttr::default().inject_size);
+        std::env::remove_var("XFER_RNDV_THRESHOLD");
+        std::env::remove_var("XFER_INJECT_SIZE");
+    }
+}

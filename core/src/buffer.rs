@@ -1,0 +1,110 @@
+//! Buffers handed to operations.
+//!
+//! The transport reads or writes a buffer after the posting call returns, so
+//! the safe API takes buffers by value ([`Vec<u8>`]) and gives them back in the
+//! operation's completion: while in flight nobody else can touch them. Raw
+//! buffers carry the libfabric contract instead (valid and untouched until the
+//! completion) and can only be made with `unsafe`.
+
+/// A buffer owned by an operation while it is in flight.
+#[derive(Debug)]
+pub struct Buffer(Repr);
+
+#[derive(Debug)]
+enum Repr {
+    Owned(Vec<u8>),
+    Raw { ptr: *mut u8, len: usize },
+}
+
+// SAFETY: an owned Vec is Send; a raw buffer's creator promised (in
+// `Buffer::raw`) that the memory stays valid and is not accessed until the
+// operation completes, whichever thread drives progress.
+unsafe impl Send for Buffer {}
+
+impl Buffer {
+    /// A raw buffer of `len` bytes at `ptr`.
+    ///
+    /// # Safety
+    /// Until the operation's completion is reported (or, for an operation
+    /// without a completion, until the endpoint is closed), the memory must
+    /// stay valid, must not be read (for receives) or written (for either) by
+    /// anyone else, and `ptr` must be valid for `len` bytes. `ptr` may be
+    /// dangling when `len` is 0.
+    pub unsafe fn raw(ptr: *mut u8, len: usize) -> Buffer {
+        Buffer(Repr::Raw { ptr, len })
+    }
+
+    /// Length in bytes: what a send sends, or what a receive can hold.
+    pub fn len(&self) -> usize {
+        match &self.0 {
+            Repr::Owned(v) => v.len(),
+            Repr::Raw { len, .. } => *len,
+        }
+    }
+
+    /// Whether the buffer has no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The bytes, for the provider to send from.
+    pub fn as_slice(&self) -> &[u8] {
+        match &self.0 {
+            Repr::Owned(v) => v,
+            // SAFETY: `Buffer::raw`'s contract makes `ptr` valid for `len`
+            // bytes and unaliased while the operation holds the buffer.
+            Repr::Raw { ptr, len } if *len > 0 => unsafe { std::slice::from_raw_parts(*ptr, *len) },
+            Repr::Raw { .. } => &[],
+        }
+    }
+
+    /// The bytes, for the provider to receive into.
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        match &mut self.0 {
+            Repr::Owned(v) => v,
+            // SAFETY: as in `as_slice`; the contract also grants exclusive access.
+            Repr::Raw { ptr, len } if *len > 0 => unsafe { std::slice::from_raw_parts_mut(*ptr, *len) },
+            Repr::Raw { .. } => &mut [],
+        }
+    }
+
+    /// The owned vector back, or `None` for a raw buffer.
+    pub fn into_vec(self) -> Option<Vec<u8>> {
+        match self.0 {
+            Repr::Owned(v) => Some(v),
+            Repr::Raw { .. } => None,
+        }
+    }
+}
+
+impl From<Vec<u8>> for Buffer {
+    fn from(v: Vec<u8>) -> Self {
+        Buffer(Repr::Owned(v))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn owned_round_trip() {
+        let mut b = Buffer::from(vec![1, 2, 3]);
+        b.as_mut_slice()[0] = 9;
+        assert_eq!(b.as_slice(), &[9, 2, 3]);
+        assert_eq!(b.into_vec(), Some(vec![9, 2, 3]));
+    }
+
+    #[test]
+    fn raw_views_caller_memory() {
+        let mut mem = [0u8; 4];
+        // SAFETY: `mem` outlives `b` and is not touched while `b` lives.
+        let mut b = unsafe { Buffer::raw(mem.as_mut_ptr(), mem.len()) };
+        b.as_mut_slice().copy_from_slice(&[4, 3, 2, 1]);
+        assert!(b.into_vec().is_none());
+        assert_eq!(mem, [4, 3, 2, 1]);
+        // SAFETY: zero-length raw buffers may dangle.
+        let empty = unsafe { Buffer::raw(std::ptr::null_mut(), 0) };
+        assert!(empty.as_slice().is_empty());
+    }
+}

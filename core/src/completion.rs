@@ -1,0 +1,92 @@
+//! Completion entries: what an operation reports when it ends.
+
+use std::ops::{BitOr, BitOrAssign};
+
+use crate::addr::PeerAddr;
+use crate::error::Error;
+
+/// Flags of a completion. Bit values equal libfabric's `FI_*` flags, so the
+/// C ABI and the libfabric plug-in pass them through unchanged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
+pub struct Flags(pub u64);
+
+impl Flags {
+    /// A message (untagged) operation.
+    pub const MSG: Flags = Flags(1 << 1);
+    /// An RMA operation.
+    pub const RMA: Flags = Flags(1 << 2);
+    /// A tagged operation.
+    pub const TAGGED: Flags = Flags(1 << 3);
+    /// An RMA read.
+    pub const READ: Flags = Flags(1 << 8);
+    /// An RMA write.
+    pub const WRITE: Flags = Flags(1 << 9);
+    /// A receive.
+    pub const RECV: Flags = Flags(1 << 10);
+    /// A send.
+    pub const SEND: Flags = Flags(1 << 11);
+    /// The completion carries remote immediate data in `data`.
+    pub const REMOTE_CQ_DATA: Flags = Flags(1 << 24);
+
+    /// Whether every bit of `other` is set.
+    pub fn contains(self, other: Flags) -> bool {
+        self.0 & other.0 == other.0
+    }
+}
+
+impl BitOr for Flags {
+    type Output = Flags;
+    fn bitor(self, rhs: Flags) -> Flags {
+        Flags(self.0 | rhs.0)
+    }
+}
+
+impl BitOrAssign for Flags {
+    fn bitor_assign(&mut self, rhs: Flags) {
+        self.0 |= rhs.0;
+    }
+}
+
+/// One completed operation, successful or not (`fi_cq_tagged_entry` plus
+/// source address, error and the owned buffer coming back).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Completion {
+    /// The user context given when the operation was posted.
+    pub context: u64,
+    /// What kind of operation this was.
+    pub flags: Flags,
+    /// Bytes transferred (for a receive: bytes written into the buffer).
+    pub len: usize,
+    /// The message tag (receives of tagged messages).
+    pub tag: u64,
+    /// Immediate data, valid when `flags` has [`Flags::REMOTE_CQ_DATA`].
+    pub data: u64,
+    /// The sender of a received message, or [`PeerAddr::UNSPEC`] when it is
+    /// not in the address vector (or for sends).
+    pub src: PeerAddr,
+    /// `Ok` or the error that ended the operation.
+    pub result: Result<(), Error>,
+    /// The owned buffer given to the operation, handed back; `None` for raw
+    /// operations.
+    pub buf: Option<Vec<u8>>,
+}
+
+impl Completion {
+    /// An empty entry, for sizing the slice given to `poll`.
+    pub const EMPTY: Completion = Completion {
+        context: 0,
+        flags: Flags(0),
+        len: 0,
+        tag: 0,
+        data: 0,
+        src: PeerAddr::UNSPEC,
+        result: Ok(()),
+        buf: None,
+    };
+}
+
+impl Default for Completion {
+    fn default() -> Self {
+        Completion::EMPTY
+    }
+}

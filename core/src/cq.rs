@@ -1,0 +1,127 @@
+//! The completion queue handle: poll, blocking wait, and a descriptor for
+//! event loops.
+
+use std::collections::VecDeque;
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::attr::CqAttr;
+use crate::completion::Completion;
+use crate::domain::Shared;
+use crate::error::{Error, Result};
+use crate::sys::{Epoll, EMPTY_EVENT, READABLE};
+
+/// Longest single sleep of [`CompletionQueue::wait`], so that provider
+/// timers (connection timeouts) are checked even when no descriptor fires.
+const MAX_SLEEP: Duration = Duration::from_millis(20);
+
+/// Where operations report their completions, successful or not. Polling
+/// it drives progress of the endpoints bound to it. Cloning gives another
+/// handle to the same queue.
+#[derive(Clone)]
+pub struct CompletionQueue(Arc<Handle>);
+
+struct Handle {
+    shared: Arc<Shared>,
+    key: usize,
+    /// Holds every bound endpoint's wait descriptor; readable when any is.
+    epoll: Epoll,
+}
+
+impl CompletionQueue {
+    pub(crate) fn open(shared: Arc<Shared>, attr: &CqAttr) -> Result<CompletionQueue> {
+        let epoll = Epoll::new()?;
+        let mut st = shared.lock()?;
+        let key = st.cqs.insert(VecDeque::with_capacity(attr.size));
+        let bound = st.bound.insert(Vec::new());
+        debug_assert_eq!(key, bound, "cqs and bound slabs move in lockstep");
+        drop(st);
+        Ok(CompletionQueue(Arc::new(Handle { shared, key, epoll })))
+    }
+
+    pub(crate) fn shared(&self) -> &Arc<Shared> {
+        &self.0.shared
+    }
+
+    pub(crate) fn key(&self) -> usize {
+        self.0.key
+    }
+
+    pub(crate) fn watch(&self, fd: RawFd) -> Result<()> {
+        self.0.epoll.add(fd, READABLE, fd as u64)
+    }
+
+    pub(crate) fn unwatch(&self, fd: RawFd) {
+        if let Err(e) = self.0.epoll.delete(fd) {
+            tracing::debug!(fd, error = %e, "removing endpoint descriptor from completion queue");
+        }
+    }
+
+    /// Progresses the bound endpoints, then moves up to `out.len()`
+    /// completions into `out`; returns how many. Never blocks.
+    pub fn poll(&self, out: &mut [Completion]) -> Result<usize> {
+        let mut st = self.0.shared.lock()?;
+        st.progress_cq(self.0.key);
+        let ring = &mut st.cqs[self.0.key];
+        let n = ring.len().min(out.len());
+        for (slot, c) in out.iter_mut().zip(ring.drain(..n)) {
+            *slot = c;
+        }
+        Ok(n)
+    }
+
+    /// Like [`poll`](Self::poll) but blocks until at least one completion
+    /// is ready or `timeout` passes (`None`: forever), then fails with
+    /// [`Error::TimedOut`] (`fi_cq_sread`).
+    pub fn wait(&self, out: &mut [Completion], timeout: Option<Duration>) -> Result<usize> {
+        if out.is_empty() {
+            return Err(Error::InvalidArgument("wait needs room for at least one completion"));
+        }
+        let deadline = timeout.map(|t| Instant::now() + t);
+        loop {
+            let n = self.poll(out)?;
+            if n > 0 {
+                return Ok(n);
+            }
+            let sleep = match deadline {
+                Some(d) => match d.checked_duration_since(Instant::now()) {
+                    Some(left) if !left.is_zero() => left.min(MAX_SLEEP),
+                    _ => return Err(Error::TimedOut),
+                },
+                None => MAX_SLEEP,
+            };
+            let ms = sleep.as_millis().max(1) as i32;
+            self.0.epoll.wait(&mut [EMPTY_EVENT], ms)?;
+        }
+    }
+
+    /// Progresses, then tells whether it is safe to block on [`fd`](Self::fd):
+    /// `Ok(())` when no completion is ready, [`Error::Again`] when one is
+    /// (poll instead). Mirrors `fi_trywait`.
+    pub fn trywait(&self) -> Result<()> {
+        let mut st = self.0.shared.lock()?;
+        st.progress_cq(self.0.key);
+        if st.cqs[self.0.key].is_empty() {
+            Ok(())
+        } else {
+            Err(Error::Again)
+        }
+    }
+
+    /// A descriptor that becomes readable when a bound endpoint has work;
+    /// for event loops and async runtimes. Call [`trywait`](Self::trywait)
+    /// before blocking on it, and [`poll`](Self::poll) when it fires.
+    pub fn fd(&self) -> RawFd {
+        self.0.epoll.as_raw_fd()
+    }
+}
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        if let Ok(mut st) = self.shared.lock() {
+            st.cqs.remove(self.key);
+            st.bound.remove(self.key);
+        }
+    }
+}

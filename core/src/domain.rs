@@ -1,0 +1,120 @@
+//! The domain: the provider's shared resources and the one lock that
+//! serialises every object opened from it.
+//!
+//! Threading model: all handles are `Send + Sync`; every call locks its
+//! domain's mutex for its duration, which is uncontended when one thread
+//! drives a domain (the intended use, like a UCX worker). Threads that want
+//! parallelism open one domain each. Progress is manual: polling or waiting
+//! on a completion queue moves the data of the endpoints bound to it.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use slab::Slab;
+
+use crate::addr::AvTable;
+use crate::attr::{CqAttr, EndpointAttr};
+use crate::av::AddressVector;
+use crate::completion::Completion;
+use crate::cq::CompletionQueue;
+use crate::endpoint::Endpoint;
+use crate::error::{Error, Result};
+use crate::provider::{Ctx, DomainProvider, EndpointProvider};
+
+/// A domain: opens completion queues, address vectors and endpoints that
+/// share one provider instance.
+#[derive(Clone)]
+pub struct Domain {
+    shared: Arc<Shared>,
+}
+
+pub(crate) struct Shared {
+    state: Mutex<State>,
+    provider: &'static str,
+}
+
+pub(crate) struct State {
+    pub(crate) prov: Box<dyn DomainProvider>,
+    pub(crate) eps: Slab<EpSlot>,
+    pub(crate) cqs: Slab<VecDeque<Completion>>,
+    pub(crate) avs: Slab<AvTable>,
+    /// For each completion queue, the endpoints bound to it.
+    pub(crate) bound: Slab<Vec<usize>>,
+}
+
+pub(crate) struct EpSlot {
+    pub(crate) prov: Box<dyn EndpointProvider>,
+    pub(crate) cq: usize,
+    pub(crate) av: usize,
+}
+
+impl Shared {
+    pub(crate) fn lock(&self) -> Result<MutexGuard<'_, State>> {
+        self.state.lock().map_err(|_| Error::Internal("domain lock poisoned by an earlier panic"))
+    }
+}
+
+impl State {
+    /// Runs `f` on endpoint `ep` with its completion ring and address vector.
+    pub(crate) fn with_ep<R>(&mut self, ep: usize, f: impl FnOnce(&mut dyn EndpointProvider, &mut Ctx<'_>) -> R) -> R {
+        let slot = &mut self.eps[ep];
+        let mut cx = Ctx { cq: &mut self.cqs[slot.cq], av: &self.avs[slot.av] };
+        f(slot.prov.as_mut(), &mut cx)
+    }
+
+    /// Progresses every endpoint bound to completion queue `cq`.
+    pub(crate) fn progress_cq(&mut self, cq: usize) {
+        let ring = &mut self.cqs[cq];
+        for &ep in &self.bound[cq] {
+            let slot = &mut self.eps[ep];
+            let mut cx = Ctx { cq: &mut *ring, av: &self.avs[slot.av] };
+            slot.prov.progress(&mut cx);
+        }
+    }
+}
+
+impl Domain {
+    /// A domain over an opened provider (the `xfer` facade chooses one).
+    pub fn new(prov: Box<dyn DomainProvider>) -> Domain {
+        let provider = prov.name();
+        let state = State { prov, eps: Slab::new(), cqs: Slab::new(), avs: Slab::new(), bound: Slab::new() };
+        Domain { shared: Arc::new(Shared { state: Mutex::new(state), provider }) }
+    }
+
+    /// The provider's name.
+    pub fn provider(&self) -> &'static str {
+        self.shared.provider
+    }
+
+    /// Opens a completion queue.
+    pub fn cq(&self, attr: &CqAttr) -> Result<CompletionQueue> {
+        CompletionQueue::open(self.shared.clone(), attr)
+    }
+
+    /// Opens an address vector.
+    pub fn av(&self) -> Result<AddressVector> {
+        AddressVector::open(self.shared.clone())
+    }
+
+    /// Opens an endpoint whose completions go to `cq` and whose peers are
+    /// named in `av`; both must come from this domain.
+    pub fn endpoint(&self, cq: &CompletionQueue, av: &AddressVector, attr: &EndpointAttr) -> Result<Endpoint> {
+        if !Arc::ptr_eq(cq.shared(), &self.shared) || !Arc::ptr_eq(av.shared(), &self.shared) {
+            return Err(Error::InvalidArgument("completion queue and address vector must belong to this domain"));
+        }
+        let mut st = self.shared.lock()?;
+        let prov = st.prov.open_endpoint(attr)?;
+        let (name, fd) = (prov.name(), prov.wait_fd());
+        cq.watch(fd)?;
+        let key = st.eps.insert(EpSlot { prov, cq: cq.key(), av: av.key() });
+        st.bound[cq.key()].push(key);
+        drop(st);
+        Ok(Endpoint::new(self.shared.clone(), key, cq.clone(), av.clone(), name, fd))
+    }
+}
+
+impl std::fmt::Debug for Domain {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Domain").field("provider", &self.shared.provider).finish()
+    }
+}

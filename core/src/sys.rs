@@ -1,0 +1,109 @@
+//! The system calls core needs, each in one place: an epoll set for the
+//! completion queue's wait descriptor. Providers use [`Epoll`] too.
+
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+use crate::error::{Error, Result};
+
+/// Runs a libc call and turns `-1` into [`Error::Os`] with `errno`.
+#[macro_export]
+macro_rules! syscall {
+    ($fn: ident ( $($arg: expr),* $(,)* ) ) => {{
+        // SAFETY: the caller's arguments satisfy the libc function's contract;
+        // each call site states why in its own SAFETY comment.
+        let res = unsafe { libc::$fn($($arg, )*) };
+        if res == -1 {
+            Err($crate::error::Error::last_os_error())
+        } else {
+            Ok(res)
+        }
+    }};
+}
+
+/// An epoll instance; its descriptor is itself pollable, so sets nest.
+#[derive(Debug)]
+pub struct Epoll {
+    fd: OwnedFd,
+}
+
+/// Readiness for reading (and peer hang-up, which reads as end of file).
+pub const READABLE: u32 = (libc::EPOLLIN | libc::EPOLLRDHUP) as u32;
+/// Readiness for writing.
+pub const WRITABLE: u32 = libc::EPOLLOUT as u32;
+
+impl Epoll {
+    /// A new, empty, close-on-exec epoll set.
+    pub fn new() -> Result<Epoll> {
+        let fd = syscall!(epoll_create1(libc::EPOLL_CLOEXEC))?;
+        // SAFETY: epoll_create1 returned a fresh descriptor that nothing else owns.
+        Ok(Epoll { fd: unsafe { OwnedFd::from_raw_fd(fd) } })
+    }
+
+    fn ctl(&self, op: i32, fd: RawFd, events: u32, token: u64) -> Result<()> {
+        let mut ev = libc::epoll_event { events, u64: token };
+        // SAFETY: `ev` is a valid epoll_event for the duration of the call.
+        syscall!(epoll_ctl(self.fd.as_raw_fd(), op, fd, &mut ev)).map(drop)
+    }
+
+    /// Watches `fd` for `events`, reporting `token`.
+    pub fn add(&self, fd: RawFd, events: u32, token: u64) -> Result<()> {
+        self.ctl(libc::EPOLL_CTL_ADD, fd, events, token)
+    }
+
+    /// Changes the events watched on `fd`.
+    pub fn modify(&self, fd: RawFd, events: u32, token: u64) -> Result<()> {
+        self.ctl(libc::EPOLL_CTL_MOD, fd, events, token)
+    }
+
+    /// Stops watching `fd`.
+    pub fn delete(&self, fd: RawFd) -> Result<()> {
+        self.ctl(libc::EPOLL_CTL_DEL, fd, 0, 0)
+    }
+
+    /// Waits up to `timeout_ms` (0: do not block, -1: forever) and fills
+    /// `events`; returns how many are ready. An interrupted wait returns 0.
+    pub fn wait(&self, events: &mut [libc::epoll_event], timeout_ms: i32) -> Result<usize> {
+        let max = events.len().min(i32::MAX as usize) as i32;
+        // SAFETY: `events` is valid for `max` writable entries.
+        match syscall!(epoll_wait(self.fd.as_raw_fd(), events.as_mut_ptr(), max, timeout_ms)) {
+            Ok(n) => Ok(n as usize),
+            Err(Error::Os(libc::EINTR)) => Ok(0),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+impl AsRawFd for Epoll {
+    fn as_raw_fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+}
+
+/// An all-zero event array entry, for sizing wait buffers.
+pub const EMPTY_EVENT: libc::epoll_event = libc::epoll_event { events: 0, u64: 0 };
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nested_epoll_reports_readiness() {
+        let inner = Epoll::new().unwrap();
+        let outer = Epoll::new().unwrap();
+        outer.add(inner.as_raw_fd(), READABLE, 7).unwrap();
+        let mut evs = [EMPTY_EVENT; 4];
+        assert_eq!(outer.wait(&mut evs, 0).unwrap(), 0);
+        let mut fds = [0; 2];
+        // SAFETY: `fds` has room for the two descriptors pipe writes.
+        syscall!(pipe(fds.as_mut_ptr())).unwrap();
+        // SAFETY: pipe() returned two fresh descriptors owned from here on.
+        let (r, w) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        inner.add(r.as_raw_fd(), READABLE, 1).unwrap();
+        // SAFETY: writes one byte from a valid buffer to our pipe.
+        syscall!(write(w.as_raw_fd(), b"x".as_ptr().cast(), 1)).unwrap();
+        assert_eq!(outer.wait(&mut evs, 1000).unwrap(), 1);
+        assert_eq!({ evs[0].u64 }, 7);
+        inner.delete(r.as_raw_fd()).unwrap();
+        assert!(inner.delete(r.as_raw_fd()).is_err());
+    }
+}

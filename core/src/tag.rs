@@ -1,0 +1,527 @@
+//! Tag matching: the posted-receive and unexpected-message queues of one matching space.
+//!
+//! Both queues share one structure: entries live in a `slab::Slab` and are threaded on two intrusive
+//! doubly linked lists, a global one in insertion order and a per-peer one (any-source receives sit on
+//! the [`PeerAddr::UNSPEC`] list). Why: a matched entry is unlinked from the middle in O(1) without
+//! allocating; an arrival scans only its peer's receives plus the any-source ones and, as in libfabric's
+//! util_srx, the lower sequence number of the two candidates wins (post order across wildcards); a
+//! directed post scans only that peer's unexpected messages, while an any-source post walks the global
+//! list so its first hit is the earliest arrival. Scans within a list are linear: `ignore` masks rule
+//! out hashing by tag.
+
+use std::collections::HashMap;
+
+use slab::Slab;
+
+use crate::addr::PeerAddr;
+
+/// What a posted receive accepts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecvSpec {
+    /// Source to accept, or [`PeerAddr::UNSPEC`] for any source.
+    pub src: PeerAddr,
+    /// Tag to accept (bits set in `ignore` are not compared).
+    pub tag: u64,
+    /// Tag bits to ignore when matching.
+    pub ignore: u64,
+}
+
+impl RecvSpec {
+    /// Any source, tag 0, ignore 0: the spec used for untagged receives.
+    pub fn any() -> RecvSpec {
+        RecvSpec {
+            src: PeerAddr::UNSPEC,
+            tag: 0,
+            ignore: 0,
+        }
+    }
+
+    /// Whether a message from `src` carrying `tag` satisfies this spec.
+    pub fn matches(&self, src: PeerAddr, tag: u64) -> bool {
+        (self.src.is_unspec() || self.src == src) && (tag & !self.ignore) == (self.tag & !self.ignore)
+    }
+}
+
+/// A receive matched with an unexpected message.
+#[derive(Debug)]
+pub struct Matched<R, U> {
+    /// The receive that was posted.
+    pub recv: R,
+    /// The spec it was posted with.
+    pub spec: RecvSpec,
+    /// Source of the message.
+    pub src: PeerAddr,
+    /// Tag of the message.
+    pub tag: u64,
+    /// The queued unexpected message.
+    pub msg: U,
+}
+
+const NIL: usize = usize::MAX;
+
+#[derive(Clone, Copy)]
+struct Link {
+    prev: usize,
+    next: usize,
+}
+
+const UNLINKED: Link = Link { prev: NIL, next: NIL };
+
+#[derive(Clone, Copy)]
+struct Ends {
+    head: usize,
+    tail: usize,
+}
+
+impl Default for Ends {
+    fn default() -> Self {
+        Ends { head: NIL, tail: NIL }
+    }
+}
+
+/// Which intrusive list a link belongs to.
+#[derive(Clone, Copy)]
+enum Chain {
+    All,
+    Peer,
+}
+
+struct Node<T> {
+    /// Posted receives: their spec. Unexpected messages: their source and tag (`ignore` is 0, unused).
+    spec: RecvSpec,
+    seq: u64,
+    val: T,
+    all: Link,
+    peer: Link,
+}
+
+impl<T> Node<T> {
+    fn link(&mut self, chain: Chain) -> &mut Link {
+        match chain {
+            Chain::All => &mut self.all,
+            Chain::Peer => &mut self.peer,
+        }
+    }
+}
+
+/// Entries in insertion order, both globally and per peer (keyed by `spec.src`).
+struct Queue<T> {
+    nodes: Slab<Node<T>>,
+    all: Ends,
+    peers: HashMap<PeerAddr, Ends>,
+    next_seq: u64,
+}
+
+impl<T> Queue<T> {
+    fn new() -> Self {
+        Queue {
+            nodes: Slab::new(),
+            all: Ends::default(),
+            peers: HashMap::new(),
+            next_seq: 0,
+        }
+    }
+
+    fn push(&mut self, spec: RecvSpec, val: T) {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        let idx = self.nodes.insert(Node {
+            spec,
+            seq,
+            val,
+            all: UNLINKED,
+            peer: UNLINKED,
+        });
+        append(&mut self.nodes, &mut self.all, idx, Chain::All);
+        append(
+            &mut self.nodes,
+            self.peers.entry(spec.src).or_default(),
+            idx,
+            Chain::Peer,
+        );
+    }
+
+    fn remove(&mut self, idx: usize) -> Node<T> {
+        let node = self.nodes.remove(idx);
+        unlink(&mut self.nodes, &mut self.all, node.all, Chain::All);
+        if let Some(ends) = self.peers.get_mut(&node.spec.src) {
+            unlink(&mut self.nodes, ends, node.peer, Chain::Peer);
+        }
+        node
+    }
+
+    /// First entry satisfying `pred`, in insertion order: among all entries, or only those of one peer.
+    fn find(&self, peer: Option<PeerAddr>, mut pred: impl FnMut(&Node<T>) -> bool) -> Option<usize> {
+        let mut cur = match peer {
+            None => self.all.head,
+            Some(src) => self.peers.get(&src).map_or(NIL, |ends| ends.head),
+        };
+        while cur != NIL {
+            let node = &self.nodes[cur];
+            if pred(node) {
+                return Some(cur);
+            }
+            cur = if peer.is_some() { node.peer.next } else { node.all.next };
+        }
+        None
+    }
+}
+
+fn append<T>(nodes: &mut Slab<Node<T>>, ends: &mut Ends, idx: usize, chain: Chain) {
+    *nodes[idx].link(chain) = Link {
+        prev: ends.tail,
+        next: NIL,
+    };
+    match ends.tail {
+        NIL => ends.head = idx,
+        tail => nodes[tail].link(chain).next = idx,
+    }
+    ends.tail = idx;
+}
+
+fn unlink<T>(nodes: &mut Slab<Node<T>>, ends: &mut Ends, link: Link, chain: Chain) {
+    match link.prev {
+        NIL => ends.head = link.next,
+        prev => nodes[prev].link(chain).next = link.next,
+    }
+    match link.next {
+        NIL => ends.tail = link.prev,
+        next => nodes[next].link(chain).prev = link.prev,
+    }
+}
+
+/// Posted-receive and unexpected-message queues of one matching space (tagged or untagged).
+///
+/// `R` is the provider's posted-receive context, `U` its queued unexpected message.
+pub struct Matcher<R, U> {
+    posted: Queue<R>,
+    unexpected: Queue<U>,
+}
+
+impl<R, U> Default for Matcher<R, U> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<R, U> Matcher<R, U> {
+    /// An empty matcher.
+    pub fn new() -> Self {
+        Matcher {
+            posted: Queue::new(),
+            unexpected: Queue::new(),
+        }
+    }
+
+    /// A message from `src` with `tag` arrived: remove and return the earliest-posted receive that accepts it.
+    pub fn take_posted(&mut self, src: PeerAddr, tag: u64) -> Option<(RecvSpec, R)> {
+        let accepts = |n: &Node<R>| n.spec.matches(src, tag);
+        let directed = if src.is_unspec() {
+            None
+        } else {
+            self.posted.find(Some(src), accepts)
+        };
+        let any = self.posted.find(Some(PeerAddr::UNSPEC), accepts);
+        let idx = match (directed, any) {
+            (Some(d), Some(a)) if self.posted.nodes[a].seq < self.posted.nodes[d].seq => a,
+            (Some(d), _) => d,
+            (None, a) => a?,
+        };
+        let node = self.posted.remove(idx);
+        Some((node.spec, node.val))
+    }
+
+    /// Queue a message that matched no posted receive.
+    pub fn push_unexpected(&mut self, src: PeerAddr, tag: u64, msg: U) {
+        self.unexpected.push(RecvSpec { src, tag, ignore: 0 }, msg);
+    }
+
+    /// Post a receive: if an unexpected message matches, remove the earliest-arrived one and return it
+    /// together with the receive (the receive is NOT queued); otherwise queue the receive and return None.
+    pub fn post(&mut self, spec: RecvSpec, recv: R) -> Option<Matched<R, U>> {
+        match self.find_unexpected(&spec) {
+            Some(idx) => {
+                let node = self.unexpected.remove(idx);
+                Some(Matched {
+                    recv,
+                    spec,
+                    src: node.spec.src,
+                    tag: node.spec.tag,
+                    msg: node.val,
+                })
+            }
+            None => {
+                self.posted.push(spec, recv);
+                None
+            }
+        }
+    }
+
+    /// Look at (without removing) the earliest unexpected message a spec would match (for FI_PEEK).
+    pub fn peek_unexpected(&self, spec: &RecvSpec) -> Option<(PeerAddr, u64, &U)> {
+        let node = &self.unexpected.nodes[self.find_unexpected(spec)?];
+        Some((node.spec.src, node.spec.tag, &node.val))
+    }
+
+    fn find_unexpected(&self, spec: &RecvSpec) -> Option<usize> {
+        let peer = if spec.src.is_unspec() { None } else { Some(spec.src) };
+        self.unexpected.find(peer, |n| spec.matches(n.spec.src, n.spec.tag))
+    }
+
+    /// Remove the earliest-posted receive for which `pred` is true (cancel).
+    pub fn cancel_posted(&mut self, mut pred: impl FnMut(&R) -> bool) -> Option<(RecvSpec, R)> {
+        let idx = self.posted.find(None, |n| pred(&n.val))?;
+        let node = self.posted.remove(idx);
+        Some((node.spec, node.val))
+    }
+
+    /// Remove every unexpected message from `src` (the peer died / its connection was dropped),
+    /// in arrival order.
+    pub fn drain_unexpected_from(&mut self, src: PeerAddr) -> Vec<U> {
+        let mut out = Vec::new();
+        while let Some(idx) = self.unexpected.find(Some(src), |_| true) {
+            out.push(self.unexpected.remove(idx).val);
+        }
+        self.unexpected.peers.remove(&src);
+        out
+    }
+
+    /// Remove all posted receives, in post order (endpoint teardown).
+    pub fn drain_posted(&mut self) -> Vec<(RecvSpec, R)> {
+        let mut out = Vec::with_capacity(self.posted.nodes.len());
+        while let Some(idx) = self.posted.find(None, |_| true) {
+            let node = self.posted.remove(idx);
+            out.push((node.spec, node.val));
+        }
+        out
+    }
+
+    /// Number of queued posted receives.
+    pub fn posted_len(&self) -> usize {
+        self.posted.nodes.len()
+    }
+
+    /// Number of queued unexpected messages.
+    pub fn unexpected_len(&self) -> usize {
+        self.unexpected.nodes.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const P0: PeerAddr = PeerAddr(0);
+    const P1: PeerAddr = PeerAddr(1);
+    const ANY: PeerAddr = PeerAddr::UNSPEC;
+
+    fn spec(src: PeerAddr, tag: u64, ignore: u64) -> RecvSpec {
+        RecvSpec { src, tag, ignore }
+    }
+
+    fn parts<R, U>(m: Matched<R, U>) -> (R, RecvSpec, PeerAddr, u64, U) {
+        (m.recv, m.spec, m.src, m.tag, m.msg)
+    }
+
+    #[test]
+    fn exact_tag() {
+        let mut m = Matcher::<u32, ()>::new();
+        assert!(m.post(spec(P0, 7, 0), 1).is_none());
+        assert_eq!(m.take_posted(P0, 8), None);
+        assert_eq!(m.take_posted(P1, 7), None);
+        assert_eq!(m.take_posted(P0, 7), Some((spec(P0, 7, 0), 1)));
+        assert_eq!(m.posted_len(), 0);
+    }
+
+    #[test]
+    fn masked_tag() {
+        let mut m = Matcher::<u32, ()>::new();
+        m.post(spec(ANY, 0xAB00, 0xFF), 1);
+        assert_eq!(m.take_posted(P0, 0xAC42), None);
+        assert_eq!(m.take_posted(P1, 0xAB42).map(|x| x.1), Some(1));
+        assert!(RecvSpec::any().matches(P0, 0));
+        assert!(!RecvSpec::any().matches(P0, 1));
+    }
+
+    #[test]
+    fn post_order_across_any_and_directed() {
+        let mut m = Matcher::<u32, ()>::new();
+        m.post(spec(ANY, 5, 0), 1);
+        m.post(spec(P0, 5, 0), 2);
+        assert_eq!(m.take_posted(P0, 5).map(|x| x.1), Some(1));
+        assert_eq!(m.take_posted(P0, 5).map(|x| x.1), Some(2));
+
+        m.post(spec(P0, 5, 0), 3);
+        m.post(spec(ANY, 5, 0), 4);
+        assert_eq!(m.take_posted(P0, 5).map(|x| x.1), Some(3));
+        assert_eq!(m.take_posted(P0, 5).map(|x| x.1), Some(4));
+        assert_eq!(m.take_posted(P0, 5), None);
+    }
+
+    #[test]
+    fn unexpected_then_post() {
+        let mut m = Matcher::<u32, &str>::new();
+        m.push_unexpected(P1, 9, "a");
+        m.push_unexpected(P0, 9, "b");
+        m.push_unexpected(P0, 9, "c");
+        // Directed post skips the other peer's earlier message.
+        let got = m.post(spec(P0, 9, 0), 1).map(parts);
+        assert_eq!(got, Some((1, spec(P0, 9, 0), P0, 9, "b")));
+        // Any-source post takes the earliest arrival.
+        assert_eq!(m.post(spec(ANY, 9, 0), 2).map(|x| x.msg), Some("a"));
+        assert_eq!(m.post(spec(ANY, 9, 0), 3).map(|x| x.msg), Some("c"));
+        assert!(m.post(spec(ANY, 9, 0), 4).is_none());
+        assert_eq!((m.posted_len(), m.unexpected_len()), (1, 0));
+    }
+
+    #[test]
+    fn peek_does_not_remove() {
+        let mut m = Matcher::<u32, &str>::new();
+        m.push_unexpected(P1, 3, "x");
+        assert_eq!(m.peek_unexpected(&spec(P0, 3, 0)), None);
+        assert_eq!(m.peek_unexpected(&spec(ANY, 2, 1)), Some((P1, 3, &"x")));
+        assert_eq!(m.unexpected_len(), 1);
+    }
+
+    #[test]
+    fn cancel() {
+        let mut m = Matcher::<u32, ()>::new();
+        for (i, src) in [P0, ANY, P1, ANY].into_iter().enumerate() {
+            m.post(spec(src, 1, 0), i as u32);
+        }
+        assert_eq!(m.cancel_posted(|&r| r >= 1), Some((spec(ANY, 1, 0), 1)));
+        assert_eq!(m.cancel_posted(|&r| r == 9), None);
+        assert_eq!(m.take_posted(P1, 1).map(|x| x.1), Some(2));
+        assert_eq!(m.drain_posted(), vec![(spec(P0, 1, 0), 0), (spec(ANY, 1, 0), 3)]);
+        assert_eq!(m.posted_len(), 0);
+    }
+
+    #[test]
+    fn drain_from_peer() {
+        let mut m = Matcher::<u32, u32>::new();
+        for (i, src) in [P0, P1, P0, P1, P0].into_iter().enumerate() {
+            m.push_unexpected(src, 0, i as u32);
+        }
+        assert_eq!(m.drain_unexpected_from(P0), vec![0, 2, 4]);
+        assert_eq!(m.drain_unexpected_from(P0), Vec::<u32>::new());
+        assert_eq!(m.post(RecvSpec::any(), 9).map(|x| x.msg), Some(1));
+        assert_eq!(m.unexpected_len(), 1);
+    }
+
+    #[test]
+    fn edge_tags_and_masks() {
+        let mut m = Matcher::<u32, ()>::new();
+        m.post(spec(P0, u64::MAX, 0), 1);
+        assert_eq!(m.take_posted(P0, u64::MAX - 1), None);
+        assert_eq!(m.take_posted(P0, u64::MAX).map(|x| x.1), Some(1));
+        m.post(spec(ANY, 0, u64::MAX), 2);
+        assert_eq!(m.take_posted(P1, 0x1234).map(|x| x.1), Some(2));
+        m.push_unexpected(P1, u64::MAX, ());
+        assert!(m.post(spec(ANY, 0, u64::MAX), 3).is_some());
+        assert!(m.drain_posted().is_empty());
+        assert!(m.drain_unexpected_from(P1).is_empty());
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Post(RecvSpec),
+        Arrive(PeerAddr, u64),
+        Peek(RecvSpec),
+        Cancel(u32, u32),
+        DrainFrom(PeerAddr),
+        DrainPosted,
+    }
+
+    const TAGS: [u64; 5] = [0, 1, 2, 0xFF00, u64::MAX];
+    const IGNORES: [u64; 5] = [0, 1, 0xFF, 0xFFFF_FFFF_0000_0000, u64::MAX];
+
+    fn peer() -> impl Strategy<Value = PeerAddr> {
+        (0u64..4).prop_map(PeerAddr)
+    }
+
+    fn tag() -> impl Strategy<Value = u64> {
+        proptest::sample::select(&TAGS[..])
+    }
+
+    fn recv_spec() -> impl Strategy<Value = RecvSpec> {
+        let src = prop_oneof![peer(), Just(ANY)];
+        (src, tag(), proptest::sample::select(&IGNORES[..])).prop_map(|(src, tag, ignore)| RecvSpec {
+            src,
+            tag,
+            ignore,
+        })
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            6 => recv_spec().prop_map(Op::Post),
+            6 => (peer(), tag()).prop_map(|(s, t)| Op::Arrive(s, t)),
+            1 => recv_spec().prop_map(Op::Peek),
+            1 => (1u32..4, 0u32..4).prop_map(|(m, r)| Op::Cancel(m, r)),
+            1 => peer().prop_map(Op::DrainFrom),
+            1 => Just(Op::DrainPosted),
+        ]
+    }
+
+    /// Naive reference: posted receives in post order, unexpected messages in arrival order.
+    #[derive(Default)]
+    struct Model {
+        posted: Vec<(RecvSpec, u32)>,
+        unexpected: Vec<(PeerAddr, u64, u32)>,
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(500))]
+        #[test]
+        fn matches_naive_model(ops in proptest::collection::vec(op(), 1..120)) {
+            let mut m = Matcher::<u32, u32>::new();
+            let mut model = Model::default();
+            for (id, op) in (0u32..).zip(ops) {
+                match op {
+                    Op::Post(s) => {
+                        let got = m.post(s, id).map(parts);
+                        let want = match model.unexpected.iter().position(|u| s.matches(u.0, u.1)) {
+                            Some(i) => {
+                                let (src, tag, msg) = model.unexpected.remove(i);
+                                Some((id, s, src, tag, msg))
+                            }
+                            None => {
+                                model.posted.push((s, id));
+                                None
+                            }
+                        };
+                        prop_assert_eq!(got, want);
+                    }
+                    Op::Arrive(src, tag) => {
+                        let got = m.take_posted(src, tag);
+                        let want = model.posted.iter().position(|p| p.0.matches(src, tag)).map(|i| model.posted.remove(i));
+                        prop_assert_eq!(got, want);
+                        if got.is_none() {
+                            m.push_unexpected(src, tag, id);
+                            model.unexpected.push((src, tag, id));
+                        }
+                    }
+                    Op::Peek(s) => {
+                        let want = model.unexpected.iter().find(|u| s.matches(u.0, u.1)).map(|u| (u.0, u.1, &u.2));
+                        prop_assert_eq!(m.peek_unexpected(&s), want);
+                    }
+                    Op::Cancel(modulus, rem) => {
+                        let got = m.cancel_posted(|&r| r % modulus == rem);
+                        let want = model.posted.iter().position(|p| p.1 % modulus == rem).map(|i| model.posted.remove(i));
+                        prop_assert_eq!(got, want);
+                    }
+                    Op::DrainFrom(src) => {
+                        let (gone, kept): (Vec<_>, Vec<_>) = model.unexpected.drain(..).partition(|u| u.0 == src);
+                        model.unexpected = kept;
+                        let want: Vec<u32> = gone.into_iter().map(|u| u.2).collect();
+                        prop_assert_eq!(m.drain_unexpected_from(src), want);
+                    }
+                    Op::DrainPosted => prop_assert_eq!(m.drain_posted(), std::mem::take(&mut model.posted)),
+                }
+                prop_assert_eq!(m.posted_len(), model.posted.len());
+                prop_assert_eq!(m.unexpected_len(), model.unexpected.len());
+            }
+        }
+    }
+}

@@ -1,0 +1,160 @@
+//! One TCP connection: a queue of frames to write (resumable after partial
+//! writes) and a staging buffer of bytes read but not yet consumed. It moves
+//! bytes; what they mean is the endpoint's business (`endpoint.rs`).
+//!
+//! Connections are one-directional for data: each endpoint sends on the
+//! connection it opened to a peer and receives on the ones it accepted, so
+//! two peers that start sending to each other at the same moment simply open
+//! one connection each, with nothing to arbitrate (docs/PROTOCOL.md).
+
+use std::collections::VecDeque;
+use std::io::IoSlice;
+use std::time::Instant;
+
+use xfer_core::addr::Address;
+
+use crate::rx::Phase;
+use crate::sys::{Io, Socket};
+use crate::wire::HEADER_LEN;
+
+/// Size of the receive staging buffer; payloads larger than what is staged
+/// are read straight into the user's buffer.
+pub const STAGING: usize = 64 << 10;
+
+/// Which way data flows on a connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dir {
+    /// We connected: we write frames, and only read to notice the close.
+    Out,
+    /// We accepted: we read frames, and never write.
+    In,
+}
+
+/// Who is waiting for a frame to be written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Owner {
+    /// Nobody (a hello).
+    None,
+    /// The send operation with this key completes when the frame is written.
+    Send(usize),
+    /// The send with this key waits for a clear-to-send; fails if the frame cannot be written.
+    Rts(usize),
+    /// The rendezvous receive with this key waits for data; fails if the frame cannot be written.
+    Cts(usize),
+}
+
+/// Where a frame's payload comes from.
+#[derive(Debug)]
+pub enum Payload {
+    /// No payload.
+    None,
+    /// Bytes owned by the frame (hello names, injected data).
+    Owned(Vec<u8>),
+    /// `len` bytes from `offset` in the buffer of the send with this key.
+    Op { key: usize, offset: usize, len: usize },
+}
+
+/// A frame waiting to be written.
+#[derive(Debug)]
+pub struct TxFrame {
+    /// The encoded header.
+    pub hdr: [u8; HEADER_LEN],
+    /// Its payload.
+    pub payload: Payload,
+    /// Bytes of header plus payload already written.
+    pub written: usize,
+    /// Who is waiting for it.
+    pub owner: Owner,
+}
+
+/// Connection state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum State {
+    /// A non-blocking connect is under way since this instant.
+    Connecting(Instant),
+    /// Bytes flow.
+    Open,
+}
+
+/// One TCP connection.
+#[derive(Debug)]
+pub struct Conn {
+    /// The socket.
+    pub sock: Socket,
+    /// Which way data flows.
+    pub dir: Dir,
+    /// Connecting or open.
+    pub state: State,
+    /// Distinguishes this connection from a later one in the same slot.
+    pub serial: u64,
+    /// The peer's endpoint name (for incoming connections: once its hello arrived).
+    pub peer: Option<Address>,
+    /// Frames to write, oldest first.
+    pub txq: VecDeque<TxFrame>,
+    /// Whether epoll watches writability (only while `txq` is not empty).
+    pub want_write: bool,
+    /// Received bytes not yet consumed: `staging[start..end]`.
+    pub staging: Box<[u8]>,
+    /// Start of unconsumed bytes.
+    pub start: usize,
+    /// End of received bytes.
+    pub end: usize,
+    /// What the next received bytes are (incoming connections).
+    pub rx: Phase,
+}
+
+impl Conn {
+    /// A connection over `sock`.
+    pub fn new(sock: Socket, dir: Dir, state: State, serial: u64, peer: Option<Address>) -> Conn {
+        let staging = if dir == Dir::In { vec![0; STAGING] } else { vec![0; 64] }.into_boxed_slice();
+        Conn { sock, dir, state, serial, peer, txq: VecDeque::new(), want_write: false, staging, start: 0, end: 0, rx: Phase::Header }
+    }
+
+    /// Unconsumed received bytes.
+    pub fn staged(&self) -> &[u8] {
+        &self.staging[self.start..self.end]
+    }
+
+    /// Marks `n` staged bytes consumed.
+    pub fn consume(&mut self, n: usize) {
+        self.start += n;
+        if self.start == self.end {
+            self.start = 0;
+            self.end = 0;
+        }
+    }
+
+    /// Reads more bytes into the staging buffer, moving unconsumed bytes to
+    /// its front first when it is full.
+    pub fn fill(&mut self) -> xfer_core::Result<Io> {
+        if self.end == self.staging.len() {
+            self.staging.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
+            self.start = 0;
+        }
+        let io = self.sock.recv(&mut self.staging[self.end..])?;
+        if let Io::Done(n) = io {
+            self.end += n;
+        }
+        Ok(io)
+    }
+
+    /// Writes as much of a frame (`hdr` then `payload`) as the socket
+    /// takes, resuming at `*written`; true once all of it is written.
+    pub fn write_frame(sock: &Socket, hdr: &[u8], written: &mut usize, payload: &[u8]) -> xfer_core::Result<bool> {
+        let total = HEADER_LEN + payload.len();
+        while *written < total {
+            let w = *written;
+            let io = if w < HEADER_LEN {
+                sock.send(&[IoSlice::new(&hdr[w..]), IoSlice::new(payload)])?
+            } else {
+                sock.send(&[IoSlice::new(&payload[w - HEADER_LEN..])])?
+            };
+            match io {
+                Io::Done(n) => *written += n,
+                Io::WouldBlock => return Ok(false),
+            }
+        }
+        Ok(true)
+    }
+}

@@ -1,0 +1,777 @@
+//! The TCP endpoint: RDM semantics (reliable, connectionless to the user)
+//! over one-directional TCP connections made on first use.
+//!
+//! Protocol (docs/PROTOCOL.md): messages up to the rendezvous threshold go
+//! eagerly (header + payload); longer ones send a request-to-send, the
+//! receiver answers clear-to-send once a receive matched (saying how much it
+//! accepts), and the sender then streams the data, which lands straight in
+//! the receive buffer. Unexpected large messages therefore cost a header.
+//! Every length from the wire is checked before any buffer is touched; a
+//! peer that breaks the protocol loses its connection, nothing else.
+
+use std::collections::{HashMap, VecDeque};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::os::fd::{AsRawFd, RawFd};
+use std::time::{Duration, Instant};
+
+use slab::Slab;
+use xfer_core::addr::{Address, PeerAddr};
+use xfer_core::attr::EndpointAttr;
+use xfer_core::completion::Completion;
+use xfer_core::error::{Error, Result};
+use xfer_core::provider::{Ctx, EndpointProvider, RecvOp, Rejected, SendOp};
+use xfer_core::sys::{Epoll, EMPTY_EVENT, READABLE, WRITABLE};
+use xfer_core::tag::{Matched, Matcher, RecvSpec};
+
+use crate::complete::{self, Arrival};
+use crate::conn::{Conn, Dir, Owner, Payload, State, TxFrame};
+use crate::name::TcpName;
+use crate::rx::{EagerDest, EagerRx, Phase, RndvRx, Unexp};
+use crate::sys::{self, Io, Socket};
+use crate::wire::{Frame, HEADER_LEN, MAX_EAGER};
+
+/// Epoll token of the listening socket; connections use their slab key.
+const LISTENER: u64 = u64::MAX;
+/// Reads per connection per progress call, so one busy peer cannot starve others.
+const READS_PER_EVENT: usize = 16;
+/// Payload bytes at or above which a read goes straight into the user's buffer.
+const DIRECT_READ: usize = 4096;
+
+/// A send in flight: its payload is being written or waits for a clear-to-send.
+#[derive(Debug)]
+struct TxOp {
+    op: SendOp,
+    /// The outgoing connection (key, serial) it travels on.
+    conn: (usize, u64),
+    /// The destination's name, to check who answers.
+    dest: Address,
+    gen: u32,
+    /// Set once its rendezvous request is answered.
+    cleared: bool,
+}
+
+/// A TCP endpoint.
+pub struct TcpEndpoint {
+    attr: EndpointAttr,
+    name: Address,
+    listener: Socket,
+    epoll: Epoll,
+    events: Vec<libc::epoll_event>,
+    conns: Slab<Conn>,
+    outgoing: HashMap<Address, usize>,
+    connecting: usize,
+    serial: u64,
+    gen: u32,
+    sends: Slab<TxOp>,
+    rndv: Slab<RndvRx>,
+    tagged: Matcher<RecvOp, Unexp>,
+    untagged: Matcher<RecvOp, Unexp>,
+}
+
+fn token(key: usize, gen: u32) -> u64 {
+    (key as u64) | ((gen as u64) << 32)
+}
+
+fn untoken(t: u64) -> (usize, u32) {
+    ((t & 0xffff_ffff) as usize, (t >> 32) as u32)
+}
+
+/// The error an operation gets when its connection failed with `cause`.
+fn op_error(cause: &Error, peer: PeerAddr) -> Error {
+    match cause {
+        Error::Os(errno) => Error::PeerUnreachable { peer, errno: *errno },
+        Error::TimedOut => Error::PeerUnreachable { peer, errno: libc::ETIMEDOUT },
+        Error::PeerUnreachable { errno, .. } => Error::PeerUnreachable { peer, errno: *errno },
+        other => other.clone(),
+    }
+}
+
+fn listen_addr(attr: &EndpointAttr) -> Result<SocketAddr> {
+    let Some(text) = attr.tcp.addr.as_deref() else {
+        let ip = sys::first_external_ipv4().unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST));
+        return Ok(SocketAddr::new(ip, 0));
+    };
+    let addr = text
+        .parse::<SocketAddr>()
+        .or_else(|_| text.parse::<IpAddr>().map(|ip| SocketAddr::new(ip, 0)))
+        .map_err(|_| Error::InvalidArgument("XFER_TCP_ADDR must be IP or IP:PORT"))?;
+    if addr.ip().is_unspecified() {
+        return Err(Error::InvalidArgument("XFER_TCP_ADDR must name a concrete IP, not a wildcard"));
+    }
+    Ok(addr)
+}
+
+impl TcpEndpoint {
+    /// Opens an endpoint listening on the attribute's address.
+    pub fn open(attr: &EndpointAttr) -> Result<TcpEndpoint> {
+        if attr.rndv_threshold as u64 > MAX_EAGER || attr.inject_size as u64 > MAX_EAGER {
+            return Err(Error::InvalidArgument("rendezvous threshold and inject size must be at most 1 MiB"));
+        }
+        let listener = Socket::listen(&listen_addr(attr)?)?;
+        let tcp_name = TcpName { addr: listener.local_addr()?, nonce: sys::random_u64() };
+        let name = Address::new(&tcp_name.to_vec())?;
+        let epoll = Epoll::new()?;
+        epoll.add(listener.as_raw_fd(), READABLE, LISTENER)?;
+        tracing::debug!(name = %tcp_name, "tcp endpoint open");
+        Ok(TcpEndpoint {
+            attr: attr.clone(),
+            name,
+            listener,
+            epoll,
+            events: vec![EMPTY_EVENT; 64],
+            conns: Slab::new(),
+            outgoing: HashMap::new(),
+            connecting: 0,
+            serial: 0,
+            gen: 0,
+            sends: Slab::new(),
+            rndv: Slab::new(),
+            tagged: Matcher::new(),
+            untagged: Matcher::new(),
+        })
+    }
+
+    fn next_serial(&mut self) -> u64 {
+        self.serial += 1;
+        self.serial
+    }
+
+    fn next_gen(&mut self) -> u32 {
+        self.gen = self.gen.wrapping_add(1);
+        self.gen
+    }
+
+    fn matcher(&mut self, tagged: bool) -> &mut Matcher<RecvOp, Unexp> {
+        if tagged {
+            &mut self.tagged
+        } else {
+            &mut self.untagged
+        }
+    }
+
+    /// The outgoing connection to `dest`, connecting (and queueing a hello) on first use.
+    fn out_conn(&mut self, dest: &Address) -> Result<usize> {
+        if let Some(&id) = self.outgoing.get(dest) {
+            return Ok(id);
+        }
+        let name = TcpName::decode(dest.as_bytes()).map_err(|e| Error::Protocol(e.as_str()))?;
+        let sock = Socket::connect(&name.addr)?;
+        sock.tune(self.attr.tcp.user_timeout_ms, self.attr.tcp.sockbuf)?;
+        let serial = self.next_serial();
+        let mut conn = Conn::new(sock, Dir::Out, State::Connecting(Instant::now()), serial, Some(*dest));
+        let me = self.name.as_bytes().to_vec();
+        let hdr = Frame::Hello { name_len: me.len() as u8 }.to_bytes();
+        conn.txq.push_back(TxFrame { hdr, payload: Payload::Owned(me), written: 0, owner: Owner::None });
+        conn.want_write = true;
+        let fd = conn.sock.as_raw_fd();
+        let id = self.conns.insert(conn);
+        if let Err(e) = self.epoll.add(fd, READABLE | WRITABLE, id as u64) {
+            self.conns.remove(id);
+            return Err(e);
+        }
+        self.outgoing.insert(*dest, id);
+        self.connecting += 1;
+        tracing::debug!(peer = %name, "connecting");
+        Ok(id)
+    }
+
+    /// Writes queued frames of connection `id` until done or the socket is full.
+    fn flush(&mut self, cx: &mut Ctx<'_>, id: usize) {
+        let Some(conn) = self.conns.get_mut(id) else { return };
+        if conn.state != State::Open {
+            return;
+        }
+        loop {
+            let Some(TxFrame { hdr, payload, written, .. }) = conn.txq.front_mut() else { break };
+            let payload: &[u8] = match payload {
+                Payload::None => &[],
+                Payload::Owned(v) => v,
+                Payload::Op { key, offset, len } => &self.sends[*key].op.buf.as_slice()[*offset..*offset + *len],
+            };
+            match Conn::write_frame(&conn.sock, hdr, written, payload) {
+                Ok(true) => {
+                    if let Some(TxFrame { owner: Owner::Send(key), .. }) = conn.txq.pop_front() {
+                        let tx = self.sends.remove(key);
+                        complete::send(cx.cq, self.attr.selective_completion, tx.op, Ok(()));
+                    }
+                }
+                Ok(false) => break,
+                Err(e) => return self.fail_conn(cx, id, e),
+            }
+        }
+        let want = !conn.txq.is_empty();
+        if want != conn.want_write {
+            conn.want_write = want;
+            let events = if want { READABLE | WRITABLE } else { READABLE };
+            if let Err(e) = self.epoll.modify(conn.sock.as_raw_fd(), events, id as u64) {
+                self.fail_conn(cx, id, e);
+            }
+        }
+    }
+
+    /// Queues `frame` on connection `id` and writes what the socket takes.
+    fn queue(&mut self, cx: &mut Ctx<'_>, id: usize, frame: TxFrame) {
+        self.conns[id].txq.push_back(frame);
+        self.flush(cx, id);
+    }
+
+    /// Drops connection `id` and ends every operation that depended on it.
+    fn fail_conn(&mut self, cx: &mut Ctx<'_>, id: usize, cause: Error) {
+        let Some(mut conn) = self.conns.try_remove(id) else { return };
+        if let Err(e) = self.epoll.delete(conn.sock.as_raw_fd()) {
+            tracing::debug!(error = %e, "epoll delete of a failed connection");
+        }
+        if matches!(conn.state, State::Connecting(_)) {
+            self.connecting -= 1;
+        }
+        if let Some(peer) = conn.peer {
+            if conn.dir == Dir::Out && self.outgoing.get(&peer) == Some(&id) {
+                self.outgoing.remove(&peer);
+            }
+        }
+        let quiet = conn.dir == Dir::In && matches!(conn.rx, Phase::Header) && conn.staged().is_empty();
+        if quiet && matches!(cause, Error::PeerUnreachable { errno: 0, .. }) {
+            tracing::debug!(peer = ?conn.peer, "peer closed its connection");
+        } else {
+            tracing::warn!(peer = ?conn.peer, error = %cause, "connection failed");
+        }
+        let selective = self.attr.selective_completion;
+        for frame in conn.txq.drain(..) {
+            match frame.owner {
+                Owner::Send(key) | Owner::Rts(key) => {
+                    let tx = self.sends.remove(key);
+                    let err = op_error(&cause, tx.op.peer);
+                    complete::send(cx.cq, selective, tx.op, Err(err));
+                }
+                Owner::Cts(key) => self.fail_rndv(cx, key, &cause),
+                Owner::None => {}
+            }
+        }
+        let me = (id, conn.serial);
+        let waiting: Vec<usize> = self.sends.iter().filter(|(_, t)| t.conn == me).map(|(k, _)| k).collect();
+        for key in waiting {
+            let tx = self.sends.remove(key);
+            let err = op_error(&cause, tx.op.peer);
+            complete::send(cx.cq, selective, tx.op, Err(err));
+        }
+        match std::mem::take(&mut conn.rx) {
+            Phase::Eager(EagerRx { dest: EagerDest::Posted(op), src, .. }) => {
+                complete::recv_failed(cx.cq, op, op_error(&cause, src))
+            }
+            Phase::Data { key, .. } => self.fail_rndv(cx, key, &cause),
+            Phase::Eager(_) | Phase::Header => {}
+        }
+        let stranded: Vec<usize> = self.rndv.iter().filter(|(_, r)| r.conn == me).map(|(k, _)| k).collect();
+        for key in stranded {
+            self.fail_rndv(cx, key, &cause);
+        }
+    }
+
+    fn fail_rndv(&mut self, cx: &mut Ctx<'_>, key: usize, cause: &Error) {
+        if let Some(r) = self.rndv.try_remove(key) {
+            let err = op_error(cause, r.src);
+            complete::recv_failed(cx.cq, r.recv, err);
+        }
+    }
+
+    fn accept_all(&mut self) {
+        loop {
+            match self.listener.accept() {
+                Ok(Some(sock)) => {
+                    if let Err(e) = sock.tune(self.attr.tcp.user_timeout_ms, self.attr.tcp.sockbuf) {
+                        tracing::warn!(error = %e, "tuning accepted socket");
+                    }
+                    let serial = self.next_serial();
+                    let fd = sock.as_raw_fd();
+                    let id = self.conns.insert(Conn::new(sock, Dir::In, State::Open, serial, None));
+                    if let Err(e) = self.epoll.add(fd, READABLE, id as u64) {
+                        tracing::warn!(error = %e, "watching accepted socket");
+                        self.conns.remove(id);
+                    }
+                }
+                Ok(None) => return,
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept failed");
+                    return;
+                }
+            }
+        }
+    }
+
+    fn on_event(&mut self, cx: &mut Ctx<'_>, id: usize, events: u32) {
+        let Some(conn) = self.conns.get_mut(id) else { return };
+        match (conn.dir, conn.state) {
+            (Dir::Out, State::Connecting(_)) => {
+                if events & (WRITABLE | libc::EPOLLERR as u32 | libc::EPOLLHUP as u32) == 0 {
+                    return;
+                }
+                match conn.sock.take_error() {
+                    Ok(0) => {
+                        conn.state = State::Open;
+                        self.connecting -= 1;
+                        self.flush(cx, id);
+                    }
+                    Ok(errno) => self.fail_conn(cx, id, Error::Os(errno)),
+                    Err(e) => self.fail_conn(cx, id, e),
+                }
+            }
+            (Dir::Out, State::Open) => {
+                if events & (READABLE | libc::EPOLLERR as u32 | libc::EPOLLHUP as u32) != 0 {
+                    let mut probe = [0u8; 1];
+                    match conn.sock.recv(&mut probe) {
+                        Ok(Io::WouldBlock) => {}
+                        Ok(Io::Done(0)) => return self.fail_conn(cx, id, Error::PeerUnreachable { peer: PeerAddr::UNSPEC, errno: 0 }),
+                        Ok(Io::Done(_)) => return self.fail_conn(cx, id, Error::Protocol("data on a send-only connection")),
+                        Err(e) => return self.fail_conn(cx, id, e),
+                    }
+                }
+                if events & WRITABLE != 0 {
+                    self.flush(cx, id);
+                }
+            }
+            (Dir::In, _) => self.read_incoming(cx, id),
+        }
+    }
+
+    /// Reads and processes frames from incoming connection `id`.
+    fn read_incoming(&mut self, cx: &mut Ctx<'_>, id: usize) {
+        for _ in 0..READS_PER_EVENT {
+            if let Err(e) = self.consume(cx, id) {
+                return self.fail_conn(cx, id, e);
+            }
+            if !self.conns.contains(id) {
+                return;
+            }
+            let (io, asked) = match self.direct_target(id) {
+                Some((ptr_len, key_is_rndv)) => (self.read_direct(id, ptr_len, key_is_rndv), usize::MAX),
+                None => {
+                    let conn = &mut self.conns[id];
+                    let room = conn.staging.len() - conn.end + conn.start;
+                    (conn.fill(), room)
+                }
+            };
+            match io {
+                Ok(Io::WouldBlock) => break,
+                Ok(Io::Done(0)) => {
+                    let _ = self.consume(cx, id);
+                    return self.fail_conn(cx, id, Error::PeerUnreachable { peer: PeerAddr::UNSPEC, errno: 0 });
+                }
+                Ok(Io::Done(n)) => {
+                    if n < asked && asked != usize::MAX {
+                        // Short read: the socket is drained; epoll reports more.
+                        if let Err(e) = self.consume(cx, id) {
+                            return self.fail_conn(cx, id, e);
+                        }
+                        break;
+                    }
+                }
+                Err(e) => return self.fail_conn(cx, id, e),
+            }
+        }
+    }
+
+    /// When the next payload bytes may be read straight into user memory:
+    /// how many, and whether the target is a rendezvous receive.
+    fn direct_target(&self, id: usize) -> Option<(usize, bool)> {
+        let conn = &self.conns[id];
+        if !conn.staged().is_empty() {
+            return None;
+        }
+        let want = match &conn.rx {
+            Phase::Eager(EagerRx { dest: EagerDest::Posted(op), got, olen, .. }) => {
+                (op.buf.len().min(*olen).saturating_sub(*got), false)
+            }
+            Phase::Data { left, .. } => (*left, true),
+            _ => return None,
+        };
+        (want.0 >= DIRECT_READ).then_some(want)
+    }
+
+    fn read_direct(&mut self, id: usize, want: usize, rndv: bool) -> Result<Io> {
+        let conn = &mut self.conns[id];
+        let io;
+        match &mut conn.rx {
+            Phase::Eager(EagerRx { dest: EagerDest::Posted(op), got, .. }) if !rndv => {
+                io = conn.sock.recv(&mut op.buf.as_mut_slice()[*got..*got + want])?;
+                if let Io::Done(n) = io {
+                    *got += n;
+                }
+            }
+            Phase::Data { key, left } if rndv => {
+                let r = &mut self.rndv[*key];
+                io = conn.sock.recv(&mut r.recv.buf.as_mut_slice()[r.got..r.got + want])?;
+                if let Io::Done(n) = io {
+                    r.got += n;
+                    *left -= n;
+                }
+            }
+            _ => return Ok(Io::WouldBlock),
+        }
+        Ok(io)
+    }
+
+    /// Processes staged bytes of incoming connection `id` as far as they go.
+    fn consume(&mut self, cx: &mut Ctx<'_>, id: usize) -> Result<()> {
+        loop {
+            let Some(conn) = self.conns.get_mut(id) else { return Ok(()) };
+            match std::mem::take(&mut conn.rx) {
+                Phase::Header => {
+                    let staged = conn.staged();
+                    if staged.len() < HEADER_LEN {
+                        return Ok(());
+                    }
+                    let frame = Frame::parse(staged).map_err(|e| Error::Protocol(e.as_str()))?;
+                    if let Frame::Hello { name_len } = frame {
+                        let end = HEADER_LEN + name_len as usize;
+                        if staged.len() < end {
+                            return Ok(());
+                        }
+                        if conn.peer.is_some() {
+                            return Err(Error::Protocol("second hello on a connection"));
+                        }
+                        let name = TcpName::decode(&staged[HEADER_LEN..end]).map_err(|e| Error::Protocol(e.as_str()))?;
+                        conn.peer = Some(Address::new(&staged[HEADER_LEN..end])?);
+                        conn.consume(end);
+                        tracing::debug!(peer = %name, "peer connected");
+                        continue;
+                    }
+                    let Some(peer) = conn.peer else { return Err(Error::Protocol("first frame is not a hello")) };
+                    conn.consume(HEADER_LEN);
+                    let serial = conn.serial;
+                    let next = self.on_frame(cx, (id, serial), peer, frame)?;
+                    if let Some(conn) = self.conns.get_mut(id) {
+                        conn.rx = next;
+                    }
+                }
+                Phase::Eager(mut e) => {
+                    let staged = conn.staged();
+                    let take = staged.len().min(e.olen - e.got);
+                    match &mut e.dest {
+                        EagerDest::Posted(op) => {
+                            let buf = op.buf.as_mut_slice();
+                            let fit = buf.len().saturating_sub(e.got).min(take);
+                            buf[e.got..e.got + fit].copy_from_slice(&staged[..fit]);
+                        }
+                        EagerDest::Unexpected(v) => v.extend_from_slice(&staged[..take]),
+                    }
+                    e.got += take;
+                    conn.consume(take);
+                    if e.got < e.olen {
+                        conn.rx = Phase::Eager(e);
+                        return Ok(());
+                    }
+                    self.finish_eager(cx, e);
+                }
+                Phase::Data { key, left } => {
+                    let staged = conn.staged();
+                    let take = staged.len().min(left);
+                    let r = &mut self.rndv[key];
+                    r.recv.buf.as_mut_slice()[r.got..r.got + take].copy_from_slice(&staged[..take]);
+                    r.got += take;
+                    conn.consume(take);
+                    if take < left {
+                        conn.rx = Phase::Data { key, left: left - take };
+                        return Ok(());
+                    }
+                    if r.got == r.accepted {
+                        let r = self.rndv.remove(key);
+                        let a = Arrival { len: r.got, olen: r.olen, tag: r.tag, data: r.data, src: r.src };
+                        complete::recv(cx.cq, r.recv, a, None);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Handles a parsed header (hello excluded); returns what follows it.
+    fn on_frame(&mut self, cx: &mut Ctx<'_>, conn: (usize, u64), peer: Address, frame: Frame) -> Result<Phase> {
+        match frame {
+            Frame::Hello { .. } => Err(Error::Protocol("second hello on a connection")),
+            Frame::Eager { tag, data, len } => {
+                let src = cx.av.reverse(&peer);
+                let olen = len as usize; // bounded by MAX_EAGER in Frame::parse
+                let t = tag.unwrap_or(0);
+                let dest = match self.matcher(tag.is_some()).take_posted(src, t) {
+                    Some((_, op)) => EagerDest::Posted(op),
+                    None => EagerDest::Unexpected(Vec::with_capacity(olen)),
+                };
+                let e = EagerRx { tagged: tag.is_some(), tag: t, data, src, olen, got: 0, dest };
+                if olen == 0 {
+                    self.finish_eager(cx, e);
+                    return Ok(Phase::Header);
+                }
+                Ok(Phase::Eager(e))
+            }
+            Frame::Rts { tag, data, len, token } => {
+                let src = cx.av.reverse(&peer);
+                let t = tag.unwrap_or(0);
+                match self.matcher(tag.is_some()).take_posted(src, t) {
+                    Some((_, op)) => self.start_rndv(cx, op, conn, token, len, t, data, src),
+                    None => self.matcher(tag.is_some()).push_unexpected(src, t, Unexp::Rts { conn, token, len, data }),
+                }
+                Ok(Phase::Header)
+            }
+            Frame::Cts { token, rx_token, len } => {
+                let (key, gen) = untoken(token);
+                let tx = match self.sends.get_mut(key) {
+                    Some(tx) if tx.gen == gen && !tx.cleared && tx.dest == peer => tx,
+                    _ => return Err(Error::Protocol("clear-to-send for no pending rendezvous")),
+                };
+                let len = usize::try_from(len).ok().filter(|&l| l <= tx.op.buf.len());
+                let Some(len) = len else { return Err(Error::Protocol("clear-to-send longer than the message")) };
+                tx.cleared = true;
+                let out = tx.conn.0;
+                if len == 0 {
+                    let tx = self.sends.remove(key);
+                    complete::send(cx.cq, self.attr.selective_completion, tx.op, Ok(()));
+                } else {
+                    let hdr = Frame::Data { rx_token, offset: 0, len: len as u64 }.to_bytes();
+                    let payload = Payload::Op { key, offset: 0, len };
+                    self.queue(cx, out, TxFrame { hdr, payload, written: 0, owner: Owner::Send(key) });
+                }
+                Ok(Phase::Header)
+            }
+            Frame::Data { rx_token, offset, len } => {
+                let (key, gen) = untoken(rx_token);
+                let r = match self.rndv.get(key) {
+                    Some(r) if r.gen == gen && r.conn == conn => r,
+                    _ => return Err(Error::Protocol("data for no matched rendezvous receive")),
+                };
+                let end = offset.checked_add(len).filter(|&e| e <= r.accepted as u64);
+                if offset != r.got as u64 || end.is_none() {
+                    return Err(Error::Protocol("rendezvous data out of order or past the accepted length"));
+                }
+                Ok(Phase::Data { key, left: len as usize })
+            }
+        }
+    }
+
+    /// An eager message was read whole: complete its receive, or find one
+    /// posted meanwhile, or queue it as unexpected.
+    fn finish_eager(&mut self, cx: &mut Ctx<'_>, e: EagerRx) {
+        let a = Arrival { len: e.olen, olen: e.olen, tag: e.tag, data: e.data, src: e.src };
+        match e.dest {
+            EagerDest::Posted(op) => {
+                let len = op.buf.len().min(e.olen);
+                complete::recv(cx.cq, op, Arrival { len, ..a }, None);
+            }
+            EagerDest::Unexpected(payload) => match self.matcher(e.tagged).take_posted(e.src, e.tag) {
+                Some((_, op)) => deliver_unexpected(cx.cq, op, &payload, a),
+                None => self.matcher(e.tagged).push_unexpected(e.src, e.tag, Unexp::Eager { data: e.data, payload }),
+            },
+        }
+    }
+
+    /// A receive matched a rendezvous request: accept what fits, answer clear-to-send.
+    #[allow(clippy::too_many_arguments)]
+    fn start_rndv(
+        &mut self,
+        cx: &mut Ctx<'_>,
+        op: RecvOp,
+        conn: (usize, u64),
+        token: u64,
+        len: u64,
+        tag: u64,
+        data: Option<u64>,
+        src: PeerAddr,
+    ) {
+        let olen = usize::try_from(len).unwrap_or(usize::MAX);
+        let peer = match self.conns.get(conn.0) {
+            Some(c) if c.serial == conn.1 => c.peer,
+            _ => None,
+        };
+        let Some(peer) = peer else {
+            let err = Error::PeerUnreachable { peer: src, errno: 0 };
+            return complete::recv_failed(cx.cq, op, err);
+        };
+        let accepted = op.buf.len().min(olen);
+        let out = match self.out_conn(&peer) {
+            Ok(out) => out,
+            Err(e) => return complete::recv_failed(cx.cq, op, op_error(&e, src)),
+        };
+        let gen = self.next_gen();
+        let a = Arrival { len: 0, olen, tag, data, src };
+        let (owner, rx_token) = if accepted == 0 {
+            complete::recv(cx.cq, op, a, None);
+            (Owner::None, 0)
+        } else {
+            let key = self.rndv.insert(RndvRx { recv: op, conn, gen, olen, accepted, got: 0, tag, data, src });
+            (Owner::Cts(key), token_of(key, gen))
+        };
+        let hdr = Frame::Cts { token, rx_token, len: accepted as u64 }.to_bytes();
+        self.queue(cx, out, TxFrame { hdr, payload: Payload::None, written: 0, owner });
+    }
+
+    fn check_connect_timeouts(&mut self, cx: &mut Ctx<'_>) {
+        let limit = Duration::from_millis(self.attr.tcp.connect_timeout_ms);
+        let now = Instant::now();
+        let late: Vec<usize> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| matches!(c.state, State::Connecting(since) if now.duration_since(since) > limit))
+            .map(|(k, _)| k)
+            .collect();
+        for id in late {
+            self.fail_conn(cx, id, Error::TimedOut);
+        }
+    }
+
+    /// Writes an eager frame at once when the connection is idle; returns the
+    /// frame (with what was written) when it must wait in the queue.
+    fn try_send_now(&mut self, cx: &mut Ctx<'_>, id: usize, hdr: [u8; HEADER_LEN], payload: &[u8]) -> Option<TxFrame> {
+        let mut frame = TxFrame { hdr, payload: Payload::None, written: 0, owner: Owner::None };
+        let conn = &mut self.conns[id];
+        if conn.state != State::Open || !conn.txq.is_empty() {
+            return Some(frame);
+        }
+        match Conn::write_frame(&conn.sock, &frame.hdr, &mut frame.written, payload) {
+            Ok(true) => None,
+            Ok(false) => Some(frame),
+            Err(e) => {
+                self.fail_conn(cx, id, e);
+                Some(frame)
+            }
+        }
+    }
+}
+
+fn token_of(key: usize, gen: u32) -> u64 {
+    token(key, gen)
+}
+
+/// Copies an unexpected eager payload into a matched receive and completes it.
+fn deliver_unexpected(cq: &mut VecDeque<Completion>, mut op: RecvOp, payload: &[u8], a: Arrival) {
+    let buf = op.buf.as_mut_slice();
+    let len = buf.len().min(payload.len());
+    buf[..len].copy_from_slice(&payload[..len]);
+    complete::recv(cq, op, Arrival { len, ..a }, None);
+}
+
+impl EndpointProvider for TcpEndpoint {
+    fn name(&self) -> Address {
+        self.name
+    }
+
+    fn send(&mut self, cx: &mut Ctx<'_>, op: SendOp) -> std::result::Result<(), Rejected<SendOp>> {
+        let Some(dest) = cx.av.lookup(op.peer).copied() else {
+            return Err(Rejected::new(Error::AddressNotAvailable, op));
+        };
+        let id = match self.out_conn(&dest) {
+            Ok(id) => id,
+            Err(e) => return Err(Rejected::new(e, op)),
+        };
+        let len = op.buf.len();
+        let gen = self.next_gen();
+        let conn = (id, self.conns[id].serial);
+        if len <= self.attr.rndv_threshold {
+            let hdr = Frame::Eager { tag: op.tag, data: op.data, len: len as u64 }.to_bytes();
+            let Some(mut frame) = self.try_send_now(cx, id, hdr, op.buf.as_slice()) else {
+                complete::send(cx.cq, self.attr.selective_completion, op, Ok(()));
+                return Ok(());
+            };
+            let key = self.sends.insert(TxOp { op, conn, dest, gen, cleared: true });
+            frame.payload = Payload::Op { key, offset: 0, len };
+            frame.owner = Owner::Send(key);
+            match self.conns.get(id) {
+                Some(c) if c.serial == conn.1 => self.queue(cx, id, frame),
+                _ => {
+                    // The connection failed while writing: report the send's failure.
+                    let tx = self.sends.remove(key);
+                    let err = Error::PeerUnreachable { peer: tx.op.peer, errno: libc::ECONNRESET };
+                    complete::send(cx.cq, self.attr.selective_completion, tx.op, Err(err));
+                }
+            }
+        } else {
+            let (tag, data) = (op.tag, op.data);
+            let key = self.sends.insert(TxOp { op, conn, dest, gen, cleared: false });
+            let hdr = Frame::Rts { tag, data, len: len as u64, token: token(key, gen) }.to_bytes();
+            self.queue(cx, id, TxFrame { hdr, payload: Payload::None, written: 0, owner: Owner::Rts(key) });
+        }
+        Ok(())
+    }
+
+    fn inject(
+        &mut self,
+        cx: &mut Ctx<'_>,
+        peer: PeerAddr,
+        tag: Option<u64>,
+        data: Option<u64>,
+        payload: &[u8],
+    ) -> Result<()> {
+        if payload.len() > self.attr.inject_size {
+            return Err(Error::InvalidArgument("inject payload exceeds the endpoint's inject_size"));
+        }
+        let dest = cx.av.lookup(peer).copied().ok_or(Error::AddressNotAvailable)?;
+        let id = self.out_conn(&dest)?;
+        let hdr = Frame::Eager { tag, data, len: payload.len() as u64 }.to_bytes();
+        if let Some(mut frame) = self.try_send_now(cx, id, hdr, payload) {
+            if self.conns.contains(id) {
+                frame.payload = Payload::Owned(payload.to_vec());
+                self.queue(cx, id, frame);
+            } else {
+                return Err(Error::PeerUnreachable { peer, errno: libc::ECONNRESET });
+            }
+        }
+        Ok(())
+    }
+
+    fn recv(&mut self, cx: &mut Ctx<'_>, op: RecvOp) -> std::result::Result<(), Rejected<RecvOp>> {
+        let spec = if op.tagged { op.spec } else { RecvSpec { tag: 0, ignore: 0, ..op.spec } };
+        let Some(Matched { recv, src, tag, msg, .. }) = self.matcher(op.tagged).post(spec, op) else {
+            return Ok(());
+        };
+        match msg {
+            Unexp::Eager { data, payload } => {
+                let a = Arrival { len: 0, olen: payload.len(), tag, data, src };
+                deliver_unexpected(cx.cq, recv, &payload, a);
+            }
+            Unexp::Rts { conn, token, len, data } => self.start_rndv(cx, recv, conn, token, len, tag, data, src),
+        }
+        Ok(())
+    }
+
+    fn cancel(&mut self, cx: &mut Ctx<'_>, context: u64) -> Result<()> {
+        let found = match self.tagged.cancel_posted(|r| r.context == context) {
+            Some(hit) => Some(hit),
+            None => self.untagged.cancel_posted(|r| r.context == context),
+        };
+        let (_, op) = found.ok_or(Error::InvalidArgument("no posted receive with that context"))?;
+        complete::recv_failed(cx.cq, op, Error::Canceled);
+        Ok(())
+    }
+
+    fn progress(&mut self, cx: &mut Ctx<'_>) {
+        let n = match self.epoll.wait(&mut self.events, 0) {
+            Ok(n) => n,
+            Err(e) => {
+                tracing::error!(error = %e, "epoll_wait failed");
+                0
+            }
+        };
+        for i in 0..n {
+            let (tok, events) = (self.events[i].u64, self.events[i].events);
+            if tok == LISTENER {
+                self.accept_all();
+            } else {
+                self.on_event(cx, tok as usize, events);
+            }
+        }
+        if self.connecting > 0 {
+            self.check_connect_timeouts(cx);
+        }
+    }
+
+    fn wait_fd(&self) -> RawFd {
+        self.epoll.as_raw_fd()
+    }
+
+    fn close(&mut self, cx: &mut Ctx<'_>) {
+        let ids: Vec<usize> = self.conns.iter().map(|(k, _)| k).collect();
+        for id in ids {
+            self.fail_conn(cx, id, Error::Canceled);
+        }
+        for (_, op) in self.tagged.drain_posted().into_iter().chain(self.untagged.drain_posted()) {
+            complete::recv_failed(cx.cq, op, Error::Canceled);
+        }
+    }
+}

@@ -1,0 +1,97 @@
+//! Receive-side state: what an incoming connection is in the middle of,
+//! matched rendezvous receives, and unexpected messages.
+
+use xfer_core::addr::PeerAddr;
+use xfer_core::provider::RecvOp;
+
+/// What the bytes after the current position of an incoming connection are.
+#[derive(Debug, Default)]
+pub enum Phase {
+    /// The next frame header.
+    #[default]
+    Header,
+    /// The payload of an eager message.
+    Eager(EagerRx),
+    /// A rendezvous data chunk of `left` more bytes for the receive with this key.
+    Data {
+        /// Key in the endpoint's rendezvous table.
+        key: usize,
+        /// Payload bytes of this chunk not yet read.
+        left: usize,
+    },
+}
+
+/// An eager message being read.
+#[derive(Debug)]
+pub struct EagerRx {
+    /// Whether it is tagged.
+    pub tagged: bool,
+    /// Its tag (0 when untagged).
+    pub tag: u64,
+    /// Immediate data.
+    pub data: Option<u64>,
+    /// Sender's handle at arrival.
+    pub src: PeerAddr,
+    /// Message length.
+    pub olen: usize,
+    /// Payload bytes read so far.
+    pub got: usize,
+    /// Where the bytes go.
+    pub dest: EagerDest,
+}
+
+/// Where an eager payload lands.
+#[derive(Debug)]
+pub enum EagerDest {
+    /// Straight into a matched receive (bytes past its end are discarded).
+    Posted(RecvOp),
+    /// Into a buffer that joins the unexpected queue when complete.
+    Unexpected(Vec<u8>),
+}
+
+/// A message that arrived before a receive matched it.
+#[derive(Debug)]
+pub enum Unexp {
+    /// An eager message, kept whole (at most the eager limit).
+    Eager {
+        /// Immediate data.
+        data: Option<u64>,
+        /// The payload.
+        payload: Vec<u8>,
+    },
+    /// A rendezvous request: only the header is kept, so unexpected large
+    /// messages cost no payload memory.
+    Rts {
+        /// The incoming connection it came on, and its serial.
+        conn: (usize, u64),
+        /// The sender's token to echo in the clear-to-send.
+        token: u64,
+        /// Message length.
+        len: u64,
+        /// Immediate data.
+        data: Option<u64>,
+    },
+}
+
+/// A matched rendezvous receive waiting for its data.
+#[derive(Debug)]
+pub struct RndvRx {
+    /// The receive.
+    pub recv: RecvOp,
+    /// The incoming connection the data comes on, and its serial.
+    pub conn: (usize, u64),
+    /// Distinguishes this entry from later ones in the same slot.
+    pub gen: u32,
+    /// Message length the sender announced.
+    pub olen: usize,
+    /// Bytes the receiver accepted (at most its buffer).
+    pub accepted: usize,
+    /// Bytes arrived so far.
+    pub got: usize,
+    /// Tag (0 when untagged).
+    pub tag: u64,
+    /// Immediate data.
+    pub data: Option<u64>,
+    /// Sender's handle.
+    pub src: PeerAddr,
+}

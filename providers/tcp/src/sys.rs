@@ -1,0 +1,227 @@
+//! Every socket system call of the TCP provider, in one place. Everything
+//! above this module is safe code.
+
+use std::io::IoSlice;
+use std::mem::{size_of, MaybeUninit};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+use xfer_core::error::{Error, Result};
+use xfer_core::syscall;
+
+/// A non-blocking, close-on-exec TCP socket.
+#[derive(Debug)]
+pub struct Socket {
+    fd: OwnedFd,
+}
+
+/// Result of a non-blocking transfer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Io {
+    /// This many bytes moved (for a read, 0 means the peer closed).
+    Done(usize),
+    /// The socket is not ready.
+    WouldBlock,
+}
+
+fn raw_addr(addr: &SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
+    // SAFETY: sockaddr_storage is plain old data; all-zero is a valid value.
+    let mut storage: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let len = match addr {
+        SocketAddr::V4(a) => {
+            let sin = libc::sockaddr_in {
+                sin_family: libc::AF_INET as libc::sa_family_t,
+                sin_port: a.port().to_be(),
+                sin_addr: libc::in_addr { s_addr: u32::from_ne_bytes(a.ip().octets()) },
+                sin_zero: [0; 8],
+            };
+            // SAFETY: sockaddr_storage is larger than and aligned for sockaddr_in.
+            unsafe { std::ptr::write((&mut storage as *mut libc::sockaddr_storage).cast(), sin) };
+            size_of::<libc::sockaddr_in>()
+        }
+        SocketAddr::V6(a) => {
+            let sin6 = libc::sockaddr_in6 {
+                sin6_family: libc::AF_INET6 as libc::sa_family_t,
+                sin6_port: a.port().to_be(),
+                sin6_flowinfo: a.flowinfo(),
+                sin6_addr: libc::in6_addr { s6_addr: a.ip().octets() },
+                sin6_scope_id: a.scope_id(),
+            };
+            // SAFETY: sockaddr_storage is larger than and aligned for sockaddr_in6.
+            unsafe { std::ptr::write((&mut storage as *mut libc::sockaddr_storage).cast(), sin6) };
+            size_of::<libc::sockaddr_in6>()
+        }
+    };
+    (storage, len as libc::socklen_t)
+}
+
+fn from_raw_addr(storage: &libc::sockaddr_storage) -> Result<SocketAddr> {
+    match storage.ss_family as i32 {
+        libc::AF_INET => {
+            // SAFETY: the family says the storage holds a sockaddr_in.
+            let sin: libc::sockaddr_in = unsafe { std::ptr::read((storage as *const libc::sockaddr_storage).cast()) };
+            let ip = Ipv4Addr::from(sin.sin_addr.s_addr.to_ne_bytes());
+            Ok(SocketAddr::V4(SocketAddrV4::new(ip, u16::from_be(sin.sin_port))))
+        }
+        libc::AF_INET6 => {
+            // SAFETY: the family says the storage holds a sockaddr_in6.
+            let s: libc::sockaddr_in6 = unsafe { std::ptr::read((storage as *const libc::sockaddr_storage).cast()) };
+            let ip = Ipv6Addr::from(s.sin6_addr.s6_addr);
+            Ok(SocketAddr::V6(SocketAddrV6::new(ip, u16::from_be(s.sin6_port), s.sin6_flowinfo, s.sin6_scope_id)))
+        }
+        _ => Err(Error::NotSupported("address family")),
+    }
+}
+
+impl Socket {
+    fn new(addr: &SocketAddr) -> Result<Socket> {
+        let family = if addr.is_ipv4() { libc::AF_INET } else { libc::AF_INET6 };
+        let fd = syscall!(socket(family, libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC, 0))?;
+        // SAFETY: socket() returned a fresh descriptor that nothing else owns.
+        Ok(Socket { fd: unsafe { OwnedFd::from_raw_fd(fd) } })
+    }
+
+    /// A listening socket bound to `addr` (port 0: ephemeral).
+    pub fn listen(addr: &SocketAddr) -> Result<Socket> {
+        let s = Socket::new(addr)?;
+        s.set_int(libc::SOL_SOCKET, libc::SO_REUSEADDR, 1)?;
+        let (raw, len) = raw_addr(addr);
+        // SAFETY: `raw` holds a valid socket address of length `len`.
+        syscall!(bind(s.fd.as_raw_fd(), (&raw as *const libc::sockaddr_storage).cast(), len))?;
+        syscall!(listen(s.fd.as_raw_fd(), 1024))?;
+        Ok(s)
+    }
+
+    /// Starts connecting to `addr`; completion is signalled by writability,
+    /// then [`Socket::take_error`] tells the outcome.
+    pub fn connect(addr: &SocketAddr) -> Result<Socket> {
+        let s = Socket::new(addr)?;
+        let (raw, len) = raw_addr(addr);
+        // SAFETY: `raw` holds a valid socket address of length `len`.
+        match syscall!(connect(s.fd.as_raw_fd(), (&raw as *const libc::sockaddr_storage).cast(), len)) {
+            Ok(_) | Err(Error::Os(libc::EINPROGRESS)) => Ok(s),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Accepts one pending connection, if any.
+    pub fn accept(&self) -> Result<Option<Socket>> {
+        let flags = libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC;
+        // SAFETY: null address pointers ask accept4 not to report the peer.
+        match syscall!(accept4(self.fd.as_raw_fd(), std::ptr::null_mut(), std::ptr::null_mut(), flags)) {
+            // SAFETY: accept4 returned a fresh descriptor that nothing else owns.
+            Ok(fd) => Ok(Some(Socket { fd: unsafe { OwnedFd::from_raw_fd(fd) } })),
+            Err(Error::Os(libc::EAGAIN | libc::ECONNABORTED | libc::EINTR)) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The address the socket is bound to.
+    pub fn local_addr(&self) -> Result<SocketAddr> {
+        // SAFETY: all-zero is a valid sockaddr_storage.
+        let mut storage: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+        let mut len = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+        // SAFETY: `storage` and `len` describe a writable buffer of that size.
+        syscall!(getsockname(self.fd.as_raw_fd(), (&mut storage as *mut libc::sockaddr_storage).cast(), &mut len))?;
+        from_raw_addr(&storage)
+    }
+
+    fn set_int(&self, level: i32, name: i32, value: i32) -> Result<()> {
+        let len = size_of::<i32>() as libc::socklen_t;
+        // SAFETY: `value` is a valid i32 option value of length `len`.
+        syscall!(setsockopt(self.fd.as_raw_fd(), level, name, (&value as *const i32).cast(), len)).map(drop)
+    }
+
+    /// Disables Nagle, and sets the user timeout and buffer sizes (0 keeps defaults).
+    pub fn tune(&self, user_timeout_ms: u64, sockbuf: usize) -> Result<()> {
+        self.set_int(libc::IPPROTO_TCP, libc::TCP_NODELAY, 1)?;
+        if user_timeout_ms > 0 {
+            self.set_int(libc::IPPROTO_TCP, libc::TCP_USER_TIMEOUT, user_timeout_ms.min(i32::MAX as u64) as i32)?;
+        }
+        if sockbuf > 0 {
+            let size = sockbuf.min(i32::MAX as usize) as i32;
+            self.set_int(libc::SOL_SOCKET, libc::SO_SNDBUF, size)?;
+            self.set_int(libc::SOL_SOCKET, libc::SO_RCVBUF, size)?;
+        }
+        Ok(())
+    }
+
+    /// The pending socket error (the outcome of a connect), 0 if none.
+    pub fn take_error(&self) -> Result<i32> {
+        let mut err: i32 = 0;
+        let mut len = size_of::<i32>() as libc::socklen_t;
+        // SAFETY: `err` and `len` describe a writable i32.
+        syscall!(getsockopt(self.fd.as_raw_fd(), libc::SOL_SOCKET, libc::SO_ERROR, (&mut err as *mut i32).cast(), &mut len))?;
+        Ok(err)
+    }
+
+    /// Reads into `buf` without blocking.
+    pub fn recv(&self, buf: &mut [u8]) -> Result<Io> {
+        // SAFETY: `buf` is valid for `buf.len()` writable bytes.
+        match syscall!(recv(self.fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT)) {
+            Ok(n) => Ok(Io::Done(n as usize)),
+            Err(Error::Os(libc::EAGAIN | libc::EINTR)) => Ok(Io::WouldBlock),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Writes the slices in order without blocking and without SIGPIPE.
+    pub fn send(&self, bufs: &[IoSlice<'_>]) -> Result<Io> {
+        // SAFETY: all-zero is a valid msghdr (no name, no control data).
+        let mut msg: libc::msghdr = unsafe { MaybeUninit::zeroed().assume_init() };
+        // IoSlice is ABI-compatible with iovec (guaranteed by std on Unix).
+        msg.msg_iov = bufs.as_ptr() as *mut libc::iovec;
+        msg.msg_iovlen = bufs.len() as _;
+        let flags = libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL;
+        // SAFETY: `msg` points at `bufs`, valid readable iovecs for the call.
+        match syscall!(sendmsg(self.fd.as_raw_fd(), &msg, flags)) {
+            Ok(n) => Ok(Io::Done(n as usize)),
+            Err(Error::Os(libc::EAGAIN | libc::EINTR)) => Ok(Io::WouldBlock),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+impl AsRawFd for Socket {
+    fn as_raw_fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+}
+
+/// The first IPv4 address of an interface that is up and not loopback.
+pub fn first_external_ipv4() -> Option<IpAddr> {
+    let mut ifap: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: `ifap` receives a list that we free below.
+    syscall!(getifaddrs(&mut ifap)).ok()?;
+    let mut found = None;
+    let mut cur = ifap;
+    while !cur.is_null() {
+        // SAFETY: `cur` is a node of the list getifaddrs returned.
+        let ifa = unsafe { &*cur };
+        cur = ifa.ifa_next;
+        let up = ifa.ifa_flags & libc::IFF_UP as u32 != 0 && ifa.ifa_flags & libc::IFF_LOOPBACK as u32 == 0;
+        // SAFETY: a non-null ifa_addr points at a sockaddr whose family we check first.
+        if up && !ifa.ifa_addr.is_null() && unsafe { (*ifa.ifa_addr).sa_family } as i32 == libc::AF_INET {
+            // SAFETY: the family is AF_INET, so the address is a sockaddr_in.
+            let sin = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in) };
+            found = Some(IpAddr::V4(Ipv4Addr::from(sin.sin_addr.s_addr.to_ne_bytes())));
+            break;
+        }
+    }
+    // SAFETY: frees the list getifaddrs allocated, once.
+    unsafe { libc::freeifaddrs(ifap) };
+    found
+}
+
+/// Eight random bytes from the kernel.
+pub fn random_u64() -> u64 {
+    let mut v = [0u8; 8];
+    // SAFETY: `v` is a writable buffer of 8 bytes.
+    let n = unsafe { libc::getrandom(v.as_mut_ptr().cast(), v.len(), 0) };
+    if n != 8 {
+        // Fall back on time and pid; uniqueness, not secrecy, is what matters.
+        let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64);
+        return t.unwrap_or(0) ^ ((std::process::id() as u64) << 32);
+    }
+    u64::from_le_bytes(v)
+}

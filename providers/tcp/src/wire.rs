@@ -1,0 +1,971 @@
+//! The versioned TCP wire header.
+//!
+//! Every frame on a TCP connection starts with a fixed [`HEADER_LEN`]-byte,
+//! little-endian header, optionally followed by a payload:
+//!
+//! ```text
+//! offset size field
+//! 0      2    magic: bytes 0x78 0x66 ("xf")
+//! 2      1    version: 1
+//! 3      1    kind
+//! 4      4    flags (u32)
+//! 8      8    len (u64)
+//! 16     8    tag (u64)
+//! 24     8    data (u64)
+//! 32     8    id (u64)
+//! ```
+//!
+//! How each kind uses the fields is described on the variants of [`Frame`].
+//! A field a kind does not use must be zero: [`Frame::emit`] writes zero and
+//! [`Frame::parse`] rejects a nonzero value ([`WireError::NonZeroReserved`]).
+//! Flag bits other than [`flags::TAGGED`] and [`flags::CQ_DATA`], or any flag
+//! on a kind other than Eager and Rts, are rejected ([`WireError::BadFlags`]).
+//!
+//! # Two layers, as in smoltcp's `wire` module
+//!
+//! - [`Header`] is a view over a byte buffer with getters and setters for the
+//!   raw fields. [`Header::new_unchecked`] wraps any buffer; its getters and
+//!   setters panic if the buffer is shorter than [`HEADER_LEN`].
+//!   [`Header::new_checked`] checks the length once, and after it has passed
+//!   no getter or setter panics. It checks nothing else: the fields may hold
+//!   any values.
+//! - [`Frame`] is the parsed, validated header. [`Frame::parse`] never panics
+//!   for any input: short input is [`WireError::Truncated`], and every field
+//!   is checked (magic, version, kind, flags, unused fields, lengths). A frame
+//!   that parses is canonical: emitting it gives back the same 40 bytes.
+//!
+//! # Lengths from a peer
+//!
+//! `len` comes from the network, so it is validated before any buffer is
+//! sized or touched: [`Frame::parse`] rejects a Hello name length outside
+//! `1..=MAX_NAME` and an Eager length above [`MAX_EAGER`], so
+//! [`Frame::payload_len`] of a parsed Hello or Eager frame is safe to
+//! allocate or read. The lengths this module cannot judge alone (Rts total
+//! length, Cts accepted length, Data chunk offset and length) must be checked
+//! by the caller against its own state (the posted receive buffer, the Cts it
+//! granted) before any byte of payload is read or copied.
+
+use std::fmt;
+
+/// Length in bytes of every frame header.
+pub const HEADER_LEN: usize = 40;
+
+/// The wire version this module speaks.
+pub const VERSION: u8 = 1;
+
+/// The largest payload of an Eager frame; bigger messages go by rendezvous.
+pub const MAX_EAGER: u64 = 1 << 20;
+
+/// The largest endpoint name a Hello frame may carry.
+pub const MAX_NAME: u64 = 32;
+
+/// The magic field as read by [`Header::magic`]: the bytes `0x78 0x66`
+/// (`"xf"`) read little-endian.
+pub const MAGIC: u16 = u16::from_le_bytes(*b"xf");
+
+/// Frame kinds: the values of the `kind` field.
+pub mod kind {
+    /// First frame on every connection, from the connecting side; the
+    /// sender's endpoint name follows.
+    pub const HELLO: u8 = 1;
+    /// A whole message; its payload follows.
+    pub const EAGER: u8 = 2;
+    /// Rendezvous request-to-send; no payload.
+    pub const RTS: u8 = 3;
+    /// Rendezvous clear-to-send; no payload.
+    pub const CTS: u8 = 4;
+    /// A rendezvous payload chunk; the chunk follows.
+    pub const DATA: u8 = 5;
+}
+
+/// Bits of the `flags` field (valid on Eager and Rts only).
+pub mod flags {
+    /// The message is tagged: the `tag` field holds its tag.
+    pub const TAGGED: u32 = 1;
+    /// The message carries immediate data in the `data` field.
+    pub const CQ_DATA: u32 = 2;
+    /// Every defined bit.
+    pub const ALL: u32 = TAGGED | CQ_DATA;
+}
+
+/// Field offsets within the header.
+mod field {
+    pub type Field = core::ops::Range<usize>;
+
+    pub const MAGIC: Field = 0..2;
+    pub const VERSION: usize = 2;
+    pub const KIND: usize = 3;
+    pub const FLAGS: Field = 4..8;
+    pub const LEN: Field = 8..16;
+    pub const TAG: Field = 16..24;
+    pub const DATA: Field = 24..32;
+    pub const ID: Field = 32..40;
+}
+
+/// Why bytes are not a valid frame header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WireError {
+    /// Fewer than [`HEADER_LEN`] bytes.
+    Truncated,
+    /// The magic bytes are not `"xf"`.
+    BadMagic,
+    /// The version is not [`VERSION`].
+    UnsupportedVersion(u8),
+    /// The kind is not one of [`kind`].
+    UnknownKind(u8),
+    /// A flag bit that is undefined, or not valid for this kind, is set.
+    BadFlags,
+    /// A field this kind does not use is not zero.
+    NonZeroReserved,
+    /// The length is out of range for this kind.
+    BadLength,
+}
+
+impl WireError {
+    /// A short human-readable description.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            WireError::Truncated => "truncated frame header",
+            WireError::BadMagic => "bad frame magic",
+            WireError::UnsupportedVersion(_) => "unsupported wire version",
+            WireError::UnknownKind(_) => "unknown frame kind",
+            WireError::BadFlags => "invalid frame flags",
+            WireError::NonZeroReserved => "unused frame field is not zero",
+            WireError::BadLength => "frame length out of range",
+        }
+    }
+}
+
+impl fmt::Display for WireError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            WireError::UnsupportedVersion(v) => write!(f, "{} {}", self.as_str(), v),
+            WireError::UnknownKind(k) => write!(f, "{} {}", self.as_str(), k),
+            _ => f.write_str(self.as_str()),
+        }
+    }
+}
+
+impl std::error::Error for WireError {}
+
+/// Checked view over header bytes.
+///
+/// See the [module documentation](self) for when its accessors may panic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Header<T: AsRef<[u8]>> {
+    buffer: T,
+}
+
+fn read_u16(buf: &[u8], range: field::Field) -> u16 {
+    let mut b = [0u8; 2];
+    b.copy_from_slice(&buf[range]);
+    u16::from_le_bytes(b)
+}
+
+fn read_u32(buf: &[u8], range: field::Field) -> u32 {
+    let mut b = [0u8; 4];
+    b.copy_from_slice(&buf[range]);
+    u32::from_le_bytes(b)
+}
+
+fn read_u64(buf: &[u8], range: field::Field) -> u64 {
+    let mut b = [0u8; 8];
+    b.copy_from_slice(&buf[range]);
+    u64::from_le_bytes(b)
+}
+
+impl<T: AsRef<[u8]>> Header<T> {
+    /// Wraps a buffer without checking its length.
+    ///
+    /// Getters and setters panic if the buffer is shorter than
+    /// [`HEADER_LEN`]; use [`Header::new_checked`] for untrusted input.
+    pub fn new_unchecked(buffer: T) -> Self {
+        Header { buffer }
+    }
+
+    /// Wraps a buffer after checking it holds at least [`HEADER_LEN`] bytes.
+    ///
+    /// Only the length is checked; the field values may be anything.
+    pub fn new_checked(buffer: T) -> Result<Self, WireError> {
+        let header = Self::new_unchecked(buffer);
+        header.check_len()?;
+        Ok(header)
+    }
+
+    /// Checks that the buffer holds at least [`HEADER_LEN`] bytes.
+    pub fn check_len(&self) -> Result<(), WireError> {
+        if self.buffer.as_ref().len() < HEADER_LEN {
+            Err(WireError::Truncated)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Returns the wrapped buffer.
+    pub fn into_inner(self) -> T {
+        self.buffer
+    }
+
+    /// The magic field, read little-endian ([`MAGIC`] when valid).
+    pub fn magic(&self) -> u16 {
+        read_u16(self.buffer.as_ref(), field::MAGIC)
+    }
+
+    /// The version field.
+    pub fn version(&self) -> u8 {
+        self.buffer.as_ref()[field::VERSION]
+    }
+
+    /// The kind field (one of [`kind`] when valid).
+    pub fn kind(&self) -> u8 {
+        self.buffer.as_ref()[field::KIND]
+    }
+
+    /// The flags field (bits of [`flags`] when valid).
+    pub fn flags(&self) -> u32 {
+        read_u32(self.buffer.as_ref(), field::FLAGS)
+    }
+
+    /// The len field.
+    pub fn len(&self) -> u64 {
+        read_u64(self.buffer.as_ref(), field::LEN)
+    }
+
+    /// Whether the len field is zero.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The tag field.
+    pub fn tag(&self) -> u64 {
+        read_u64(self.buffer.as_ref(), field::TAG)
+    }
+
+    /// The data field.
+    pub fn data(&self) -> u64 {
+        read_u64(self.buffer.as_ref(), field::DATA)
+    }
+
+    /// The id field.
+    pub fn id(&self) -> u64 {
+        read_u64(self.buffer.as_ref(), field::ID)
+    }
+}
+
+impl<T: AsRef<[u8]> + AsMut<[u8]>> Header<T> {
+    /// Sets the magic field (little-endian).
+    pub fn set_magic(&mut self, value: u16) {
+        self.buffer.as_mut()[field::MAGIC].copy_from_slice(&value.to_le_bytes());
+    }
+
+    /// Sets the version field.
+    pub fn set_version(&mut self, value: u8) {
+        self.buffer.as_mut()[field::VERSION] = value;
+    }
+
+    /// Sets the kind field.
+    pub fn set_kind(&mut self, value: u8) {
+        self.buffer.as_mut()[field::KIND] = value;
+    }
+
+    /// Sets the flags field.
+    pub fn set_flags(&mut self, value: u32) {
+        self.buffer.as_mut()[field::FLAGS].copy_from_slice(&value.to_le_bytes());
+    }
+
+    /// Sets the len field.
+    pub fn set_len(&mut self, value: u64) {
+        self.buffer.as_mut()[field::LEN].copy_from_slice(&value.to_le_bytes());
+    }
+
+    /// Sets the tag field.
+    pub fn set_tag(&mut self, value: u64) {
+        self.buffer.as_mut()[field::TAG].copy_from_slice(&value.to_le_bytes());
+    }
+
+    /// Sets the data field.
+    pub fn set_data(&mut self, value: u64) {
+        self.buffer.as_mut()[field::DATA].copy_from_slice(&value.to_le_bytes());
+    }
+
+    /// Sets the id field.
+    pub fn set_id(&mut self, value: u64) {
+        self.buffer.as_mut()[field::ID].copy_from_slice(&value.to_le_bytes());
+    }
+}
+
+/// A parsed frame header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Frame {
+    /// First frame on every connection, from the connecting side. The
+    /// sender's endpoint name (`name_len` bytes, `1..=MAX_NAME`) follows.
+    ///
+    /// Wire: `len` = name_len; no flags; tag, data, id zero.
+    Hello {
+        /// Length of the endpoint name that follows.
+        name_len: u8,
+    },
+    /// A whole message; `len` payload bytes (at most [`MAX_EAGER`]) follow.
+    ///
+    /// Wire: flags [`flags::TAGGED`] iff `tag` is `Some`, [`flags::CQ_DATA`]
+    /// iff `data` is `Some`; tag, data (zero when absent), len; id zero.
+    Eager {
+        /// The tag of a tagged message, `None` if untagged.
+        tag: Option<u64>,
+        /// Immediate data, if any.
+        data: Option<u64>,
+        /// Payload length.
+        len: u64,
+    },
+    /// Rendezvous request-to-send; no payload.
+    ///
+    /// Wire: flags, tag and data as Eager; `len` = total message length;
+    /// `id` = token.
+    Rts {
+        /// The tag of a tagged message, `None` if untagged.
+        tag: Option<u64>,
+        /// Immediate data, if any.
+        data: Option<u64>,
+        /// Total message length.
+        len: u64,
+        /// The sender's token for this message.
+        token: u64,
+    },
+    /// Rendezvous clear-to-send; no payload.
+    ///
+    /// Wire: `id` = token, `tag` = rx_token, `len`; no flags; data zero.
+    Cts {
+        /// The sender's token, echoed from the Rts.
+        token: u64,
+        /// The receiver's token, to put in the Data frames.
+        rx_token: u64,
+        /// The number of bytes the receiver accepts.
+        len: u64,
+    },
+    /// A rendezvous payload chunk; `len` payload bytes follow.
+    ///
+    /// Wire: `id` = rx_token, `tag` = offset, `len`; no flags; data zero.
+    Data {
+        /// The receiver's token, from the Cts.
+        rx_token: u64,
+        /// Byte offset of this chunk within the message.
+        offset: u64,
+        /// Chunk length.
+        len: u64,
+    },
+}
+
+/// Turns a field guarded by a flag into an option; an unflagged field must be zero.
+fn optional(present: bool, value: u64) -> Result<Option<u64>, WireError> {
+    match (present, value) {
+        (true, v) => Ok(Some(v)),
+        (false, 0) => Ok(None),
+        (false, _) => Err(WireError::NonZeroReserved),
+    }
+}
+
+/// Requires every given field to be zero.
+fn zero(fields: &[u64]) -> Result<(), WireError> {
+    if fields.iter().all(|&v| v == 0) {
+        Ok(())
+    } else {
+        Err(WireError::NonZeroReserved)
+    }
+}
+
+/// Requires the flags to be a subset of `allowed`.
+fn check_flags(value: u32, allowed: u32) -> Result<(), WireError> {
+    if value & !allowed == 0 {
+        Ok(())
+    } else {
+        Err(WireError::BadFlags)
+    }
+}
+
+/// The flags word for an optional tag and optional immediate data.
+fn tag_data_flags(tag: Option<u64>, data: Option<u64>) -> u32 {
+    let mut value = 0;
+    if tag.is_some() {
+        value |= flags::TAGGED;
+    }
+    if data.is_some() {
+        value |= flags::CQ_DATA;
+    }
+    value
+}
+
+impl Frame {
+    /// Parses and validates a header from the first [`HEADER_LEN`] bytes of
+    /// `bytes` (extra bytes are ignored).
+    ///
+    /// Never panics. Checks, in this order: length ([`WireError::Truncated`]),
+    /// magic, version, kind, flags, unused fields, then the length field.
+    pub fn parse(bytes: &[u8]) -> Result<Frame, WireError> {
+        let h = Header::new_checked(bytes)?;
+        if h.magic() != MAGIC {
+            return Err(WireError::BadMagic);
+        }
+        if h.version() != VERSION {
+            return Err(WireError::UnsupportedVersion(h.version()));
+        }
+        let fl = h.flags();
+        match h.kind() {
+            kind::HELLO => {
+                check_flags(fl, 0)?;
+                zero(&[h.tag(), h.data(), h.id()])?;
+                if !(1..=MAX_NAME).contains(&h.len()) {
+                    return Err(WireError::BadLength);
+                }
+                let name_len = u8::try_from(h.len()).map_err(|_| WireError::BadLength)?;
+                Ok(Frame::Hello { name_len })
+            }
+            kind::EAGER => {
+                check_flags(fl, flags::ALL)?;
+                zero(&[h.id()])?;
+                let tag = optional(fl & flags::TAGGED != 0, h.tag())?;
+                let data = optional(fl & flags::CQ_DATA != 0, h.data())?;
+                if h.len() > MAX_EAGER {
+                    return Err(WireError::BadLength);
+                }
+                Ok(Frame::Eager {
+                    tag,
+                    data,
+                    len: h.len(),
+                })
+            }
+            kind::RTS => {
+                check_flags(fl, flags::ALL)?;
+                let tag = optional(fl & flags::TAGGED != 0, h.tag())?;
+                let data = optional(fl & flags::CQ_DATA != 0, h.data())?;
+                Ok(Frame::Rts {
+                    tag,
+                    data,
+                    len: h.len(),
+                    token: h.id(),
+                })
+            }
+            kind::CTS => {
+                check_flags(fl, 0)?;
+                zero(&[h.data()])?;
+                Ok(Frame::Cts {
+                    token: h.id(),
+                    rx_token: h.tag(),
+                    len: h.len(),
+                })
+            }
+            kind::DATA => {
+                check_flags(fl, 0)?;
+                zero(&[h.data()])?;
+                Ok(Frame::Data {
+                    rx_token: h.id(),
+                    offset: h.tag(),
+                    len: h.len(),
+                })
+            }
+            other => Err(WireError::UnknownKind(other)),
+        }
+    }
+
+    /// Checks the limits [`Frame::parse`] enforces that the type cannot
+    /// express: a Hello `name_len` in `1..=MAX_NAME` and an Eager `len` of
+    /// at most [`MAX_EAGER`] ([`WireError::BadLength`] otherwise).
+    pub fn check(&self) -> Result<(), WireError> {
+        match *self {
+            Frame::Hello { name_len } if name_len == 0 || u64::from(name_len) > MAX_NAME => Err(WireError::BadLength),
+            Frame::Eager { len, .. } if len > MAX_EAGER => Err(WireError::BadLength),
+            _ => Ok(()),
+        }
+    }
+
+    /// Writes all [`HEADER_LEN`] bytes of the header; unused fields are zero.
+    ///
+    /// Does not validate: a frame that fails [`Frame::check`] is written as
+    /// is, and the peer's [`Frame::parse`] will reject it.
+    pub fn emit(&self, out: &mut [u8; HEADER_LEN]) {
+        out.fill(0);
+        let mut h = Header::new_unchecked(out);
+        h.set_magic(MAGIC);
+        h.set_version(VERSION);
+        match *self {
+            Frame::Hello { name_len } => {
+                h.set_kind(kind::HELLO);
+                h.set_len(u64::from(name_len));
+            }
+            Frame::Eager { tag, data, len } => {
+                h.set_kind(kind::EAGER);
+                h.set_flags(tag_data_flags(tag, data));
+                h.set_len(len);
+                h.set_tag(tag.unwrap_or(0));
+                h.set_data(data.unwrap_or(0));
+            }
+            Frame::Rts { tag, data, len, token } => {
+                h.set_kind(kind::RTS);
+                h.set_flags(tag_data_flags(tag, data));
+                h.set_len(len);
+                h.set_tag(tag.unwrap_or(0));
+                h.set_data(data.unwrap_or(0));
+                h.set_id(token);
+            }
+            Frame::Cts { token, rx_token, len } => {
+                h.set_kind(kind::CTS);
+                h.set_len(len);
+                h.set_tag(rx_token);
+                h.set_id(token);
+            }
+            Frame::Data { rx_token, offset, len } => {
+                h.set_kind(kind::DATA);
+                h.set_len(len);
+                h.set_tag(offset);
+                h.set_id(rx_token);
+            }
+        }
+    }
+
+    /// The header as a new byte array (see [`Frame::emit`]).
+    pub fn to_bytes(&self) -> [u8; HEADER_LEN] {
+        let mut out = [0u8; HEADER_LEN];
+        self.emit(&mut out);
+        out
+    }
+
+    /// The number of payload bytes that follow this header on the stream:
+    /// `name_len` for Hello, `len` for Eager and Data, 0 otherwise.
+    pub fn payload_len(&self) -> u64 {
+        match *self {
+            Frame::Hello { name_len } => u64::from(name_len),
+            Frame::Eager { len, .. } | Frame::Data { len, .. } => len,
+            Frame::Rts { .. } | Frame::Cts { .. } => 0,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    // Golden headers, written out field by field.
+
+    const HELLO: [u8; HEADER_LEN] = [
+        0x78, 0x66, 0x01, 0x01, // magic, version, kind = Hello
+        0x00, 0x00, 0x00, 0x00, // flags
+        0x10, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, // len = 16
+        0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, // tag
+        0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, // data
+        0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, // id
+    ];
+
+    const EAGER: [u8; HEADER_LEN] = [
+        0x78, 0x66, 0x01, 0x02, // magic, version, kind = Eager
+        0x03, 0x00, 0x00, 0x00, // flags = TAGGED | CQ_DATA
+        0x00, 0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, // len = 256
+        0xef, 0xcd, 0xab, 0x89, 0x67, 0x45, 0x23, 0x01, // tag = 0x0123456789abcdef
+        0x2a, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, // data = 42
+        0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, // id
+    ];
+
+    const EAGER_PLAIN: [u8; HEADER_LEN] = [
+        0x78, 0x66, 0x01, 0x02, // magic, version, kind = Eager
+        0x00, 0x00, 0x00, 0x00, // flags = none
+        0x00, 0x00, 0x10, 0x00, 0x00, 0x00, 0x00, 0x00, // len = MAX_EAGER
+        0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, // tag
+        0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, // data
+        0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, // id
+    ];
+
+    const RTS: [u8; HEADER_LEN] = [
+        0x78, 0x66, 0x01, 0x03, // magic, version, kind = Rts
+        0x01, 0x00, 0x00, 0x00, // flags = TAGGED
+        0x00, 0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, // len = 1 << 32
+        0x07, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, // tag = 7
+        0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, // data
+        0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88, // id = token
+    ];
+
+    const CTS: [u8; HEADER_LEN] = [
+        0x78, 0x66, 0x01, 0x04, // magic, version, kind = Cts
+        0x00, 0x00, 0x00, 0x00, // flags
+        0x00, 0x00, 0x20, 0x00, 0x00, 0x00, 0x00, 0x00, // len = 2 MiB
+        0x09, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, // tag = rx_token 9
+        0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, // data
+        0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88, // id = token
+    ];
+
+    const DATA: [u8; HEADER_LEN] = [
+        0x78, 0x66, 0x01, 0x05, // magic, version, kind = Data
+        0x00, 0x00, 0x00, 0x00, // flags
+        0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x00, 0x00, // len = 64 KiB
+        0x00, 0x00, 0x10, 0x00, 0x00, 0x00, 0x00, 0x00, // tag = offset 1 MiB
+        0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, // data
+        0x09, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, // id = rx_token 9
+    ];
+
+    fn goldens() -> Vec<([u8; HEADER_LEN], Frame)> {
+        vec![
+            (HELLO, Frame::Hello { name_len: 16 }),
+            (
+                EAGER,
+                Frame::Eager {
+                    tag: Some(0x0123_4567_89ab_cdef),
+                    data: Some(42),
+                    len: 256,
+                },
+            ),
+            (
+                EAGER_PLAIN,
+                Frame::Eager {
+                    tag: None,
+                    data: None,
+                    len: MAX_EAGER,
+                },
+            ),
+            (
+                RTS,
+                Frame::Rts {
+                    tag: Some(7),
+                    data: None,
+                    len: 1 << 32,
+                    token: 0x8877_6655_4433_2211,
+                },
+            ),
+            (
+                CTS,
+                Frame::Cts {
+                    token: 0x8877_6655_4433_2211,
+                    rx_token: 9,
+                    len: 2 << 20,
+                },
+            ),
+            (
+                DATA,
+                Frame::Data {
+                    rx_token: 9,
+                    offset: 1 << 20,
+                    len: 64 << 10,
+                },
+            ),
+        ]
+    }
+
+    #[test]
+    fn golden_parse_and_emit() {
+        for (bytes, frame) in goldens() {
+            assert_eq!(Frame::parse(&bytes), Ok(frame), "{frame:?}");
+            assert_eq!(frame.to_bytes(), bytes, "{frame:?}");
+            let mut out = [0xffu8; HEADER_LEN];
+            frame.emit(&mut out);
+            assert_eq!(out, bytes, "emit overwrites every byte: {frame:?}");
+        }
+    }
+
+    #[test]
+    fn golden_header_getters() {
+        let h = Header::new_checked(&RTS[..]).unwrap();
+        assert_eq!(h.magic(), MAGIC);
+        assert_eq!(h.magic().to_le_bytes(), *b"xf");
+        assert_eq!(h.version(), VERSION);
+        assert_eq!(h.kind(), kind::RTS);
+        assert_eq!(h.flags(), flags::TAGGED);
+        assert_eq!(h.len(), 1 << 32);
+        assert!(!h.is_empty());
+        assert_eq!(h.tag(), 7);
+        assert_eq!(h.data(), 0);
+        assert_eq!(h.id(), 0x8877_6655_4433_2211);
+        assert_eq!(h.into_inner(), &RTS[..]);
+    }
+
+    #[test]
+    fn header_setters() {
+        let mut buf = [0u8; HEADER_LEN];
+        let mut h = Header::new_checked(&mut buf[..]).unwrap();
+        h.set_magic(MAGIC);
+        h.set_version(VERSION);
+        h.set_kind(kind::CTS);
+        h.set_flags(0);
+        h.set_len(2 << 20);
+        h.set_tag(9);
+        h.set_data(0);
+        h.set_id(0x8877_6655_4433_2211);
+        assert_eq!(buf, CTS);
+    }
+
+    #[test]
+    fn payload_len() {
+        assert_eq!(Frame::Hello { name_len: 28 }.payload_len(), 28);
+        assert_eq!(
+            Frame::Eager {
+                tag: None,
+                data: None,
+                len: 5
+            }
+            .payload_len(),
+            5
+        );
+        assert_eq!(
+            Frame::Rts {
+                tag: None,
+                data: None,
+                len: 5,
+                token: 1
+            }
+            .payload_len(),
+            0
+        );
+        assert_eq!(
+            Frame::Cts {
+                token: 1,
+                rx_token: 2,
+                len: 5
+            }
+            .payload_len(),
+            0
+        );
+        assert_eq!(
+            Frame::Data {
+                rx_token: 2,
+                offset: 0,
+                len: 5
+            }
+            .payload_len(),
+            5
+        );
+    }
+
+    #[test]
+    fn truncated() {
+        for n in 0..HEADER_LEN {
+            assert_eq!(Frame::parse(&HELLO[..n]), Err(WireError::Truncated), "{n} bytes");
+            assert_eq!(Header::new_checked(&HELLO[..n]).err(), Some(WireError::Truncated));
+        }
+        // Extra bytes after the header are ignored.
+        let mut long = HELLO.to_vec();
+        long.extend_from_slice(b"trailing payload");
+        assert_eq!(Frame::parse(&long), Ok(Frame::Hello { name_len: 16 }));
+    }
+
+    fn modified(base: [u8; HEADER_LEN], at: usize, bytes: &[u8]) -> [u8; HEADER_LEN] {
+        let mut b = base;
+        b[at..at + bytes.len()].copy_from_slice(bytes);
+        b
+    }
+
+    #[test]
+    fn bad_magic() {
+        assert_eq!(Frame::parse(&modified(HELLO, 0, b"fx")), Err(WireError::BadMagic));
+        assert_eq!(Frame::parse(&modified(HELLO, 1, &[0])), Err(WireError::BadMagic));
+        assert_eq!(Frame::parse(&[0u8; HEADER_LEN]), Err(WireError::BadMagic));
+    }
+
+    #[test]
+    fn unsupported_version() {
+        assert_eq!(
+            Frame::parse(&modified(EAGER, 2, &[0])),
+            Err(WireError::UnsupportedVersion(0))
+        );
+        assert_eq!(
+            Frame::parse(&modified(EAGER, 2, &[2])),
+            Err(WireError::UnsupportedVersion(2))
+        );
+    }
+
+    #[test]
+    fn unknown_kind() {
+        for k in [0u8, 6, 0x80, 0xff] {
+            assert_eq!(Frame::parse(&modified(EAGER, 3, &[k])), Err(WireError::UnknownKind(k)));
+        }
+    }
+
+    #[test]
+    fn bad_flags() {
+        // Undefined bits on Eager and Rts.
+        assert_eq!(Frame::parse(&modified(EAGER, 4, &[0x07])), Err(WireError::BadFlags));
+        assert_eq!(Frame::parse(&modified(RTS, 7, &[0x80])), Err(WireError::BadFlags));
+        // Any flag on the other kinds.
+        for base in [HELLO, CTS, DATA] {
+            assert_eq!(Frame::parse(&modified(base, 4, &[0x01])), Err(WireError::BadFlags));
+            assert_eq!(Frame::parse(&modified(base, 4, &[0x02])), Err(WireError::BadFlags));
+        }
+    }
+
+    #[test]
+    fn nonzero_reserved() {
+        // Hello: tag, data, id unused.
+        for at in [16, 24, 32] {
+            assert_eq!(
+                Frame::parse(&modified(HELLO, at, &[1])),
+                Err(WireError::NonZeroReserved)
+            );
+        }
+        // Eager: id unused; tag without TAGGED; data without CQ_DATA.
+        assert_eq!(
+            Frame::parse(&modified(EAGER, 39, &[1])),
+            Err(WireError::NonZeroReserved)
+        );
+        assert_eq!(
+            Frame::parse(&modified(EAGER_PLAIN, 16, &[1])),
+            Err(WireError::NonZeroReserved)
+        );
+        assert_eq!(
+            Frame::parse(&modified(EAGER_PLAIN, 31, &[1])),
+            Err(WireError::NonZeroReserved)
+        );
+        // Rts without CQ_DATA: data unused.
+        assert_eq!(Frame::parse(&modified(RTS, 24, &[1])), Err(WireError::NonZeroReserved));
+        // Rts untagged: tag unused.
+        assert_eq!(Frame::parse(&modified(RTS, 4, &[0])), Err(WireError::NonZeroReserved));
+        // Cts and Data: data unused.
+        assert_eq!(Frame::parse(&modified(CTS, 24, &[1])), Err(WireError::NonZeroReserved));
+        assert_eq!(Frame::parse(&modified(DATA, 24, &[1])), Err(WireError::NonZeroReserved));
+    }
+
+    #[test]
+    fn bad_length() {
+        assert_eq!(Frame::parse(&modified(HELLO, 8, &[0])), Err(WireError::BadLength));
+        assert_eq!(Frame::parse(&modified(HELLO, 8, &[33])), Err(WireError::BadLength));
+        assert_eq!(
+            Frame::parse(&modified(HELLO, 8, &[32])),
+            Ok(Frame::Hello { name_len: 32 })
+        );
+        assert_eq!(
+            Frame::parse(&modified(HELLO, 8, &[1])),
+            Ok(Frame::Hello { name_len: 1 })
+        );
+        // 256 + 1: the low byte alone would look valid.
+        assert_eq!(Frame::parse(&modified(HELLO, 8, &[1, 1])), Err(WireError::BadLength));
+        assert_eq!(Frame::parse(&modified(HELLO, 15, &[0x80])), Err(WireError::BadLength));
+        // Eager: MAX_EAGER + 1.
+        assert_eq!(Frame::parse(&modified(EAGER_PLAIN, 8, &[1])), Err(WireError::BadLength));
+        assert_eq!(
+            Frame::parse(&modified(EAGER_PLAIN, 8, &[0xff; 8])),
+            Err(WireError::BadLength)
+        );
+        // Rts, Cts and Data accept any length.
+        let max = u64::MAX.to_le_bytes();
+        assert!(Frame::parse(&modified(RTS, 8, &max)).is_ok());
+        assert!(Frame::parse(&modified(CTS, 8, &max)).is_ok());
+        assert!(Frame::parse(&modified(DATA, 8, &max)).is_ok());
+    }
+
+    #[test]
+    fn check_matches_parse_limits() {
+        assert_eq!(Frame::Hello { name_len: 0 }.check(), Err(WireError::BadLength));
+        assert_eq!(Frame::Hello { name_len: 33 }.check(), Err(WireError::BadLength));
+        assert_eq!(Frame::Hello { name_len: 32 }.check(), Ok(()));
+        assert_eq!(
+            Frame::Eager {
+                tag: None,
+                data: None,
+                len: MAX_EAGER + 1
+            }
+            .check(),
+            Err(WireError::BadLength)
+        );
+        assert_eq!(
+            Frame::Eager {
+                tag: None,
+                data: None,
+                len: MAX_EAGER
+            }
+            .check(),
+            Ok(())
+        );
+        // What emit writes for an invalid frame, parse rejects.
+        let bad = Frame::Hello { name_len: 0 };
+        assert_eq!(Frame::parse(&bad.to_bytes()), Err(WireError::BadLength));
+    }
+
+    #[test]
+    fn error_text() {
+        let all = [
+            WireError::Truncated,
+            WireError::BadMagic,
+            WireError::UnsupportedVersion(9),
+            WireError::UnknownKind(9),
+            WireError::BadFlags,
+            WireError::NonZeroReserved,
+            WireError::BadLength,
+        ];
+        let mut texts: Vec<&str> = all.iter().map(|e| e.as_str()).collect();
+        assert!(texts.iter().all(|t| !t.is_empty()));
+        texts.sort_unstable();
+        texts.dedup();
+        assert_eq!(texts.len(), all.len(), "each error has its own text");
+        assert_eq!(WireError::UnsupportedVersion(9).as_str(), "unsupported wire version");
+        assert_eq!(
+            WireError::UnsupportedVersion(9).to_string(),
+            "unsupported wire version 9"
+        );
+        assert_eq!(WireError::BadMagic.to_string(), "bad frame magic");
+        let boxed: Box<dyn std::error::Error> = Box::new(WireError::BadFlags);
+        assert_eq!(boxed.to_string(), WireError::BadFlags.as_str());
+    }
+
+    fn arb_frame() -> impl Strategy<Value = Frame> {
+        let opt = || proptest::option::of(any::<u64>());
+        prop_oneof![
+            (1..=MAX_NAME as u8).prop_map(|name_len| Frame::Hello { name_len }),
+            (opt(), opt(), 0..=MAX_EAGER).prop_map(|(tag, data, len)| Frame::Eager { tag, data, len }),
+            (opt(), opt(), any::<u64>(), any::<u64>()).prop_map(|(tag, data, len, token)| Frame::Rts {
+                tag,
+                data,
+                len,
+                token
+            }),
+            (any::<u64>(), any::<u64>(), any::<u64>()).prop_map(|(token, rx_token, len)| Frame::Cts {
+                token,
+                rx_token,
+                len
+            }),
+            (any::<u64>(), any::<u64>(), any::<u64>()).prop_map(|(rx_token, offset, len)| Frame::Data {
+                rx_token,
+                offset,
+                len
+            }),
+        ]
+    }
+
+    /// Parsing never panics, and whatever parses is canonical.
+    fn parse_is_canonical(bytes: &[u8]) -> Result<(), TestCaseError> {
+        if let Ok(frame) = Frame::parse(bytes) {
+            prop_assert!(bytes.len() >= HEADER_LEN);
+            prop_assert_eq!(&frame.to_bytes()[..], &bytes[..HEADER_LEN]);
+            prop_assert_eq!(frame.check(), Ok(()));
+        }
+        Ok(())
+    }
+
+    proptest! {
+        #[test]
+        fn roundtrip(frame in arb_frame()) {
+            prop_assert_eq!(frame.check(), Ok(()));
+            let bytes = frame.to_bytes();
+            prop_assert_eq!(Frame::parse(&bytes), Ok(frame));
+            let mut out = [0x5au8; HEADER_LEN];
+            frame.emit(&mut out);
+            prop_assert_eq!(out, bytes);
+        }
+
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..100)) {
+            parse_is_canonical(&bytes)?;
+        }
+
+        /// Valid headers with a few bytes changed, so parsing gets past the
+        /// magic and version checks.
+        #[test]
+        fn mutated_headers_never_panic(
+            frame in arb_frame(),
+            edits in proptest::collection::vec((0..HEADER_LEN, any::<u8>()), 0..4),
+            tail in proptest::collection::vec(any::<u8>(), 0..20),
+            cut in 0..=HEADER_LEN + 20,
+        ) {
+            let mut bytes = frame.to_bytes().to_vec();
+            for (at, value) in edits {
+                bytes[at] = value;
+            }
+            bytes.extend_from_slice(&tail);
+            bytes.truncate(cut);
+            parse_is_canonical(&bytes)?;
+        }
+    }
+}
