@@ -59,8 +59,8 @@ CLIENT_TIMEOUT=120   # hard bound on any client process
 READY_TIMEOUT=20     # seconds to wait for a server to be ready
 EXIT_TIMEOUT=10      # seconds to wait for a server to exit after its client
 
-FLOOR=target/release/tcp-floor
-XFER=target/release/xfer-perf
+FLOOR=${CARGO_TARGET_DIR:-target}/release/tcp-floor
+XFER=${CARGO_TARGET_DIR:-target}/release/xfer-perf
 
 WORK=$(mktemp -d /tmp/xfer-compare.XXXXXX)
 RAW="$WORK/raw"
@@ -322,6 +322,7 @@ fi_run() { # rep size iters
 
 join_by_comma() { local IFS=,; echo "$*"; }
 
+LOAD_START=$(cut -d" " -f1-3 /proc/loadavg)
 START=$SECONDS
 for ((rep = 1; rep <= REPS; rep++)); do
     log "repetition $rep/$REPS: latency"
@@ -348,6 +349,7 @@ for ((rep = 1; rep <= REPS; rep++)); do
     done
 done
 ELAPSED=$((SECONDS - START))
+LOAD_END=$(cut -d" " -f1-3 /proc/loadavg)
 
 # ------------------------------------------------------------------ report
 pkg_version() { dpkg-query -W -f='${Version}' "$1" 2>/dev/null || echo "not installed"; }
@@ -372,9 +374,10 @@ REPORT_RUSTC=$(rustc --version 2>/dev/null || echo unknown)
 REPORT_ELAPSED=$ELAPSED
 REPORT_SERVER_CPU=$SERVER_CPU
 REPORT_CLIENT_CPU=$CLIENT_CPU
+REPORT_LOAD="$LOAD_START at start, $LOAD_END at end"
 export REPORT_REPS REPORT_LAT_SIZES REPORT_BW_SIZES REPORT_LAT_ITERS REPORT_HAVE_XFER REPORT_HAVE_UCX \
     REPORT_HAVE_FI REPORT_XFER_NOTE REPORT_DATE REPORT_KERNEL REPORT_CPU REPORT_NCPU REPORT_UCX \
-    REPORT_FI REPORT_RUSTC REPORT_ELAPSED REPORT_SERVER_CPU REPORT_CLIENT_CPU
+    REPORT_FI REPORT_RUSTC REPORT_ELAPSED REPORT_SERVER_CPU REPORT_CLIENT_CPU REPORT_LOAD
 python3 - "$MANIFEST" "$CMDS" >"$OUT" <<'PY'
 import json, os, re, sys
 
@@ -387,7 +390,7 @@ lat_iters = int(E["REPORT_LAT_ITERS"])
 have = {"xfer": E["REPORT_HAVE_XFER"] == "1", "ucx": E["REPORT_HAVE_UCX"] == "1", "fi": E["REPORT_HAVE_FI"] == "1"}
 xfer_note = E["REPORT_XFER_NOTE"]
 meta = {k: E["REPORT_" + k.upper()] for k in
-        ("date", "kernel", "cpu", "ncpu", "ucx", "fi", "rustc", "elapsed", "server_cpu", "client_cpu")}
+        ("date", "kernel", "cpu", "ncpu", "ucx", "fi", "rustc", "elapsed", "server_cpu", "client_cpu", "load")}
 
 failures = []
 
@@ -499,9 +502,29 @@ def xfer_missing_note():
         p("")
         p(f"xfer-perf: {xfer_note}.")
 
+NOISY = 1.3
+noisy_seen = False
+
 def cell(tool, test, size, key, nd=2):
-    r, _ = median_run(tool, test, size, key)
-    return (fmt(r[key], nd), r[key]) if r else (missing(tool), None)
+    """Median figure as text (marked * when its runs spread by more than 30 %) and as a number."""
+    global noisy_seen
+    r, runs = median_run(tool, test, size, key)
+    if r is None:
+        return missing(tool), None
+    vals = [x[key] for x in runs]
+    mark = ""
+    if len(vals) > 1 and min(vals) > 0 and max(vals) / min(vals) > NOISY:
+        mark = " *"
+        noisy_seen = True
+    return fmt(r[key], nd) + mark, r[key]
+
+def noisy_note():
+    global noisy_seen
+    if noisy_seen:
+        p("")
+        p("\\* the runs behind this figure differ by more than 30 % (see the details table): "
+          "the machine was busy, so treat it with care or run again.")
+    noisy_seen = False
 
 def ratio(a, b):
     return f"{a / b:.2f}x" if a is not None and b else "n/a"
@@ -525,6 +548,7 @@ p(f"- Pinning: servers `taskset -c {meta['server_cpu']}`, clients `taskset -c {m
 p(f"- Repetitions: every measurement ran {reps} times, interleaved across tools; each figure is the "
   "**median run** (the run with the median p50 for latency, median MiB/s for bandwidth). "
   f"Whole comparison took {meta['elapsed']} s.")
+p(f"- Load average (1/5/15 min): {meta['load']}; other work on the machine shows up as spread between runs")
 p(f"- Latency: {lat_iters} timed iterations per size after a warm-up (fi_pingpong has no warm-up: see notes)")
 p("")
 p("## Latency: half round trip, microseconds")
@@ -537,6 +561,7 @@ for s in lat_sizes:
     uc, _ = cell("ucx", "lat", s, "p50_us")
     fi, _ = cell("fi", "lat", s, "avg_us")
     p(f"| {size_name(s)} | {fl} | {xf} | {ratio(xfv, flv)} | {uc} | {fi} |")
+noisy_note()
 xfer_missing_note()
 p("")
 p("Columns: floor = tcp-floor (raw non-blocking TCP, `TCP_NODELAY`, busy-polled `recv`), p50 of "
@@ -577,6 +602,7 @@ for s in bw_sizes:
     xf, xfv = cell("xfer", "bw", s, "mib_s", 1)
     uc, ucv = cell("ucx", "bw", s, "mib_s", 1)
     p(f"| {size_name(s)} | {fl} | {xf} | {uc} | {ratio(xfv, ucv)} |")
+noisy_note()
 xfer_missing_note()
 p("")
 p("Columns: floor = tcp-floor `bw` (one `send` per message, a 1-byte ack every 64 messages); "

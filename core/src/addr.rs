@@ -54,7 +54,10 @@ impl Address {
         }
         let mut bytes = [0; Self::MAX_LEN];
         bytes[..name.len()].copy_from_slice(name);
-        Ok(Address { len: name.len() as u8, bytes })
+        Ok(Address {
+            len: name.len() as u8,
+            bytes,
+        })
     }
 
     /// The name bytes.

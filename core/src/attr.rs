@@ -22,7 +22,10 @@ pub struct Setting {
 /// Reads `name` from the environment and parses it; logs and ignores bad values.
 pub fn env_value<T: FromStr>(name: &str) -> Option<T> {
     let raw = std::env::var(name).ok()?;
-    match parse_size(&raw).and_then(|n| raw_to::<T>(&n.to_string())).or_else(|| raw_to(&raw)) {
+    match parse_size(&raw)
+        .and_then(|n| raw_to::<T>(&n.to_string()))
+        .or_else(|| raw_to(&raw))
+    {
         Some(v) => Some(v),
         None => {
             tracing::warn!(var = name, value = %raw, "ignoring unparsable environment value");
@@ -63,7 +66,9 @@ pub struct DomainAttr {
 impl DomainAttr {
     /// Defaults overridden by the environment.
     pub fn from_env() -> Self {
-        DomainAttr { provider: std::env::var("XFER_PROVIDER").ok().filter(|p| !p.is_empty()) }
+        DomainAttr {
+            provider: std::env::var("XFER_PROVIDER").ok().filter(|p| !p.is_empty()),
+        }
     }
 
     /// The effective settings.
@@ -100,7 +105,11 @@ impl CqAttr {
 
     /// The effective settings.
     pub fn settings(&self) -> Vec<Setting> {
-        vec![Setting { env: "XFER_CQ_SIZE", value: self.size.to_string(), doc: "completion queue entries preallocated" }]
+        vec![Setting {
+            env: "XFER_CQ_SIZE",
+            value: self.size.to_string(),
+            doc: "completion queue entries preallocated",
+        }]
     }
 }
 
@@ -121,7 +130,12 @@ pub struct EndpointAttr {
 
 impl Default for EndpointAttr {
     fn default() -> Self {
-        EndpointAttr { rndv_threshold: 64 << 10, inject_size: 4096, selective_completion: false, tcp: TcpAttr::default() }
+        EndpointAttr {
+            rndv_threshold: 64 << 10,
+            inject_size: 4096,
+            selective_completion: false,
+            tcp: TcpAttr::default(),
+        }
     }
 }
 
@@ -143,7 +157,11 @@ impl EndpointAttr {
                 value: self.rndv_threshold.to_string(),
                 doc: "bytes above which messages use rendezvous instead of eager",
             },
-            Setting { env: "XFER_INJECT_SIZE", value: self.inject_size.to_string(), doc: "largest inject payload" },
+            Setting {
+                env: "XFER_INJECT_SIZE",
+                value: self.inject_size.to_string(),
+                doc: "largest inject payload",
+            },
         ];
         v.extend(self.tcp.settings());
         v
@@ -167,15 +185,22 @@ pub struct TcpAttr {
 
 impl Default for TcpAttr {
     fn default() -> Self {
-        TcpAttr { addr: None, connect_timeout_ms: 10_000, user_timeout_ms: 30_000, sockbuf: 0 }
+        TcpAttr {
+            addr: None,
+            connect_timeout_ms: 10_000,
+            user_timeout_ms: 30_000,
+            sockbuf: 0,
+        }
     }
 }
 
 impl TcpAttr {
     /// Defaults overridden by the environment.
     pub fn from_env() -> Self {
-        let mut a = Self::default();
-        a.addr = std::env::var("XFER_TCP_ADDR").ok().filter(|s| !s.is_empty());
+        let mut a = TcpAttr {
+            addr: std::env::var("XFER_TCP_ADDR").ok().filter(|s| !s.is_empty()),
+            ..Self::default()
+        };
         apply(&mut a.connect_timeout_ms, "XFER_TCP_CONNECT_TIMEOUT_MS");
         apply(&mut a.user_timeout_ms, "XFER_TCP_USER_TIMEOUT_MS");
         apply(&mut a.sockbuf, "XFER_TCP_SOCKBUF");
@@ -200,7 +225,11 @@ impl TcpAttr {
                 value: self.user_timeout_ms.to_string(),
                 doc: "TCP_USER_TIMEOUT: unacknowledged data before a peer is declared dead",
             },
-            Setting { env: "XFER_TCP_SOCKBUF", value: self.sockbuf.to_string(), doc: "SO_SNDBUF/SO_RCVBUF (0: kernel default)" },
+            Setting {
+                env: "XFER_TCP_SOCKBUF",
+                value: self.sockbuf.to_string(),
+                doc: "SO_SNDBUF/SO_RCVBUF (0: kernel default)",
+            },
         ]
     }
 }

@@ -46,12 +46,20 @@ impl AddressVector {
 
     /// The name behind a handle.
     pub fn lookup(&self, peer: PeerAddr) -> Result<Address> {
-        self.0.shared.lock()?.avs[self.0.key].lookup(peer).copied().ok_or(Error::AddressNotAvailable)
+        self.0.shared.lock()?.avs[self.0.key]
+            .lookup(peer)
+            .copied()
+            .ok_or(Error::AddressNotAvailable)
     }
 
     /// Number of peers.
     pub fn len(&self) -> Result<usize> {
         Ok(self.0.shared.lock()?.avs[self.0.key].len())
+    }
+
+    /// Whether no peer has been inserted.
+    pub fn is_empty(&self) -> Result<bool> {
+        Ok(self.len()? == 0)
     }
 }
 

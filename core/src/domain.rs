@@ -50,7 +50,9 @@ pub(crate) struct EpSlot {
 
 impl Shared {
     pub(crate) fn lock(&self) -> Result<MutexGuard<'_, State>> {
-        self.state.lock().map_err(|_| Error::Internal("domain lock poisoned by an earlier panic"))
+        self.state
+            .lock()
+            .map_err(|_| Error::Internal("domain lock poisoned by an earlier panic"))
     }
 }
 
@@ -58,7 +60,10 @@ impl State {
     /// Runs `f` on endpoint `ep` with its completion ring and address vector.
     pub(crate) fn with_ep<R>(&mut self, ep: usize, f: impl FnOnce(&mut dyn EndpointProvider, &mut Ctx<'_>) -> R) -> R {
         let slot = &mut self.eps[ep];
-        let mut cx = Ctx { cq: &mut self.cqs[slot.cq], av: &self.avs[slot.av] };
+        let mut cx = Ctx {
+            cq: &mut self.cqs[slot.cq],
+            av: &self.avs[slot.av],
+        };
         f(slot.prov.as_mut(), &mut cx)
     }
 
@@ -67,7 +72,10 @@ impl State {
         let ring = &mut self.cqs[cq];
         for &ep in &self.bound[cq] {
             let slot = &mut self.eps[ep];
-            let mut cx = Ctx { cq: &mut *ring, av: &self.avs[slot.av] };
+            let mut cx = Ctx {
+                cq: &mut *ring,
+                av: &self.avs[slot.av],
+            };
             slot.prov.progress(&mut cx);
         }
     }
@@ -77,8 +85,19 @@ impl Domain {
     /// A domain over an opened provider (the `xfer` facade chooses one).
     pub fn new(prov: Box<dyn DomainProvider>) -> Domain {
         let provider = prov.name();
-        let state = State { prov, eps: Slab::new(), cqs: Slab::new(), avs: Slab::new(), bound: Slab::new() };
-        Domain { shared: Arc::new(Shared { state: Mutex::new(state), provider }) }
+        let state = State {
+            prov,
+            eps: Slab::new(),
+            cqs: Slab::new(),
+            avs: Slab::new(),
+            bound: Slab::new(),
+        };
+        Domain {
+            shared: Arc::new(Shared {
+                state: Mutex::new(state),
+                provider,
+            }),
+        }
     }
 
     /// The provider's name.
@@ -100,21 +119,36 @@ impl Domain {
     /// named in `av`; both must come from this domain.
     pub fn endpoint(&self, cq: &CompletionQueue, av: &AddressVector, attr: &EndpointAttr) -> Result<Endpoint> {
         if !Arc::ptr_eq(cq.shared(), &self.shared) || !Arc::ptr_eq(av.shared(), &self.shared) {
-            return Err(Error::InvalidArgument("completion queue and address vector must belong to this domain"));
+            return Err(Error::InvalidArgument(
+                "completion queue and address vector must belong to this domain",
+            ));
         }
         let mut st = self.shared.lock()?;
         let prov = st.prov.open_endpoint(attr)?;
         let (name, fd) = (prov.name(), prov.wait_fd());
         cq.watch(fd)?;
-        let key = st.eps.insert(EpSlot { prov, cq: cq.key(), av: av.key() });
+        let key = st.eps.insert(EpSlot {
+            prov,
+            cq: cq.key(),
+            av: av.key(),
+        });
         st.bound[cq.key()].push(key);
         drop(st);
-        Ok(Endpoint::new(self.shared.clone(), key, cq.clone(), av.clone(), name, fd))
+        Ok(Endpoint::new(
+            self.shared.clone(),
+            key,
+            cq.clone(),
+            av.clone(),
+            name,
+            fd,
+        ))
     }
 }
 
 impl std::fmt::Debug for Domain {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Domain").field("provider", &self.shared.provider).finish()
+        f.debug_struct("Domain")
+            .field("provider", &self.shared.provider)
+            .finish()
     }
 }

@@ -35,7 +35,14 @@ impl Endpoint {
         name: Address,
         fd: std::os::fd::RawFd,
     ) -> Endpoint {
-        Endpoint { shared, key, cq, av, name, fd }
+        Endpoint {
+            shared,
+            key,
+            cq,
+            av,
+            name,
+            fd,
+        }
     }
 
     /// This endpoint's name; peers insert its bytes into their address vector.
@@ -72,13 +79,33 @@ impl Endpoint {
 
     /// Sends `buf` as an untagged message to `peer`.
     pub fn send(&self, peer: PeerAddr, buf: Vec<u8>, context: u64) -> std::result::Result<(), Rejected<Vec<u8>>> {
-        let op = SendOp { peer, tag: None, data: None, buf: buf.into(), context, completion: true };
+        let op = SendOp {
+            peer,
+            tag: None,
+            data: None,
+            buf: buf.into(),
+            context,
+            completion: true,
+        };
         self.post_send(op).map_err(give_back_send)
     }
 
     /// Sends `buf` as a message tagged `tag` to `peer`.
-    pub fn tsend(&self, peer: PeerAddr, tag: u64, buf: Vec<u8>, context: u64) -> std::result::Result<(), Rejected<Vec<u8>>> {
-        let op = SendOp { peer, tag: Some(tag), data: None, buf: buf.into(), context, completion: true };
+    pub fn tsend(
+        &self,
+        peer: PeerAddr,
+        tag: u64,
+        buf: Vec<u8>,
+        context: u64,
+    ) -> std::result::Result<(), Rejected<Vec<u8>>> {
+        let op = SendOp {
+            peer,
+            tag: Some(tag),
+            data: None,
+            buf: buf.into(),
+            context,
+            completion: true,
+        };
         self.post_send(op).map_err(give_back_send)
     }
 
@@ -86,7 +113,12 @@ impl Endpoint {
     /// source) into `buf`; the completion's `len` says how much arrived.
     pub fn recv(&self, src: PeerAddr, buf: Vec<u8>, context: u64) -> std::result::Result<(), Rejected<Vec<u8>>> {
         let spec = RecvSpec { src, tag: 0, ignore: 0 };
-        let op = RecvOp { spec, tagged: false, buf: buf.into(), context };
+        let op = RecvOp {
+            spec,
+            tagged: false,
+            buf: buf.into(),
+            context,
+        };
         self.post_recv(op).map_err(give_back_recv)
     }
 
@@ -101,19 +133,28 @@ impl Endpoint {
         context: u64,
     ) -> std::result::Result<(), Rejected<Vec<u8>>> {
         let spec = RecvSpec { src, tag, ignore };
-        let op = RecvOp { spec, tagged: true, buf: buf.into(), context };
+        let op = RecvOp {
+            spec,
+            tagged: true,
+            buf: buf.into(),
+            context,
+        };
         self.post_recv(op).map_err(give_back_recv)
     }
 
     /// Copies `payload` and sends it untagged; no completion is reported and
     /// `payload` may be reused at once. At most the endpoint's `inject_size`.
     pub fn inject(&self, peer: PeerAddr, payload: &[u8]) -> Result<()> {
-        self.shared.lock()?.with_ep(self.key, |ep, cx| ep.inject(cx, peer, None, None, payload))
+        self.shared
+            .lock()?
+            .with_ep(self.key, |ep, cx| ep.inject(cx, peer, None, None, payload))
     }
 
     /// Like [`inject`](Self::inject), tagged.
     pub fn tinject(&self, peer: PeerAddr, tag: u64, payload: &[u8]) -> Result<()> {
-        self.shared.lock()?.with_ep(self.key, |ep, cx| ep.inject(cx, peer, Some(tag), None, payload))
+        self.shared
+            .lock()?
+            .with_ep(self.key, |ep, cx| ep.inject(cx, peer, Some(tag), None, payload))
     }
 
     /// Cancels the posted receive whose context is `context`; it completes

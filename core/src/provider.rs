@@ -89,8 +89,14 @@ pub trait EndpointProvider: Send {
     /// Starts a send. Completions it causes go to `cx.cq`.
     fn send(&mut self, cx: &mut Ctx<'_>, op: SendOp) -> std::result::Result<(), Rejected<SendOp>>;
     /// Copies `payload` and sends it with no completion (`fi_inject`).
-    fn inject(&mut self, cx: &mut Ctx<'_>, peer: PeerAddr, tag: Option<u64>, data: Option<u64>, payload: &[u8])
-        -> Result<()>;
+    fn inject(
+        &mut self,
+        cx: &mut Ctx<'_>,
+        peer: PeerAddr,
+        tag: Option<u64>,
+        data: Option<u64>,
+        payload: &[u8],
+    ) -> Result<()>;
     /// Posts a receive.
     fn recv(&mut self, cx: &mut Ctx<'_>, op: RecvOp) -> std::result::Result<(), Rejected<RecvOp>>;
     /// Cancels the posted receive with this context; its completion reports

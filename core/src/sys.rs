@@ -5,19 +5,28 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
 use crate::error::{Error, Result};
 
-/// Runs a libc call and turns `-1` into [`Error::Os`] with `errno`.
-#[macro_export]
-macro_rules! syscall {
-    ($fn: ident ( $($arg: expr),* $(,)* ) ) => {{
-        // SAFETY: the caller's arguments satisfy the libc function's contract;
-        // each call site states why in its own SAFETY comment.
-        let res = unsafe { libc::$fn($($arg, )*) };
-        if res == -1 {
-            Err($crate::error::Error::last_os_error())
-        } else {
-            Ok(res)
-        }
-    }};
+/// A libc return value that signals failure with `-1` and `errno`.
+pub trait MinusOne: Copy + PartialEq {
+    /// The failure value.
+    const MINUS_ONE: Self;
+}
+
+impl MinusOne for i32 {
+    const MINUS_ONE: Self = -1;
+}
+
+impl MinusOne for isize {
+    const MINUS_ONE: Self = -1;
+}
+
+/// Turns a libc call's `-1` into [`Error::Os`] with `errno`; every other
+/// value is returned as is.
+pub fn cvt<T: MinusOne>(res: T) -> Result<T> {
+    if res == T::MINUS_ONE {
+        Err(Error::last_os_error())
+    } else {
+        Ok(res)
+    }
 }
 
 /// An epoll instance; its descriptor is itself pollable, so sets nest.
@@ -34,15 +43,17 @@ pub const WRITABLE: u32 = libc::EPOLLOUT as u32;
 impl Epoll {
     /// A new, empty, close-on-exec epoll set.
     pub fn new() -> Result<Epoll> {
-        let fd = syscall!(epoll_create1(libc::EPOLL_CLOEXEC))?;
+        let fd = cvt(unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) })?;
         // SAFETY: epoll_create1 returned a fresh descriptor that nothing else owns.
-        Ok(Epoll { fd: unsafe { OwnedFd::from_raw_fd(fd) } })
+        Ok(Epoll {
+            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+        })
     }
 
     fn ctl(&self, op: i32, fd: RawFd, events: u32, token: u64) -> Result<()> {
         let mut ev = libc::epoll_event { events, u64: token };
         // SAFETY: `ev` is a valid epoll_event for the duration of the call.
-        syscall!(epoll_ctl(self.fd.as_raw_fd(), op, fd, &mut ev)).map(drop)
+        cvt(unsafe { libc::epoll_ctl(self.fd.as_raw_fd(), op, fd, &mut ev) }).map(drop)
     }
 
     /// Watches `fd` for `events`, reporting `token`.
@@ -65,7 +76,7 @@ impl Epoll {
     pub fn wait(&self, events: &mut [libc::epoll_event], timeout_ms: i32) -> Result<usize> {
         let max = events.len().min(i32::MAX as usize) as i32;
         // SAFETY: `events` is valid for `max` writable entries.
-        match syscall!(epoll_wait(self.fd.as_raw_fd(), events.as_mut_ptr(), max, timeout_ms)) {
+        match cvt(unsafe { libc::epoll_wait(self.fd.as_raw_fd(), events.as_mut_ptr(), max, timeout_ms) }) {
             Ok(n) => Ok(n as usize),
             Err(Error::Os(libc::EINTR)) => Ok(0),
             Err(e) => Err(e),
@@ -95,12 +106,12 @@ mod tests {
         assert_eq!(outer.wait(&mut evs, 0).unwrap(), 0);
         let mut fds = [0; 2];
         // SAFETY: `fds` has room for the two descriptors pipe writes.
-        syscall!(pipe(fds.as_mut_ptr())).unwrap();
+        cvt(unsafe { libc::pipe(fds.as_mut_ptr()) }).unwrap();
         // SAFETY: pipe() returned two fresh descriptors owned from here on.
         let (r, w) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
         inner.add(r.as_raw_fd(), READABLE, 1).unwrap();
         // SAFETY: writes one byte from a valid buffer to our pipe.
-        syscall!(write(w.as_raw_fd(), b"x".as_ptr().cast(), 1)).unwrap();
+        cvt(unsafe { libc::write(w.as_raw_fd(), b"x".as_ptr().cast(), 1) }).unwrap();
         assert_eq!(outer.wait(&mut evs, 1000).unwrap(), 1);
         assert_eq!({ evs[0].u64 }, 7);
         inner.delete(r.as_raw_fd()).unwrap();

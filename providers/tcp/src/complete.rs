@@ -46,7 +46,10 @@ pub struct Arrival {
 pub fn recv(cq: &mut VecDeque<Completion>, op: RecvOp, a: Arrival, error: Option<Error>) {
     let result = match error {
         Some(e) => Err(e),
-        None if a.olen > a.len => Err(Error::Truncated { len: a.len, olen: a.olen }),
+        None if a.olen > a.len => Err(Error::Truncated {
+            len: a.len,
+            olen: a.olen,
+        }),
         None => Ok(()),
     };
     let mut flags = Flags::RECV | if op.tagged { Flags::TAGGED } else { Flags::MSG };
@@ -67,6 +70,12 @@ pub fn recv(cq: &mut VecDeque<Completion>, op: RecvOp, a: Arrival, error: Option
 
 /// Reports a receive that ended without data (cancelled, or its peer died).
 pub fn recv_failed(cq: &mut VecDeque<Completion>, op: RecvOp, error: Error) {
-    let a = Arrival { len: 0, olen: 0, tag: op.spec.tag, data: None, src: op.spec.src };
+    let a = Arrival {
+        len: 0,
+        olen: 0,
+        tag: op.spec.tag,
+        data: None,
+        src: op.spec.src,
+    };
     recv(cq, op, a, Some(error));
 }

@@ -107,7 +107,19 @@ impl Conn {
     /// A connection over `sock`.
     pub fn new(sock: Socket, dir: Dir, state: State, serial: u64, peer: Option<Address>) -> Conn {
         let staging = if dir == Dir::In { vec![0; STAGING] } else { vec![0; 64] }.into_boxed_slice();
-        Conn { sock, dir, state, serial, peer, txq: VecDeque::new(), want_write: false, staging, start: 0, end: 0, rx: Phase::Header }
+        Conn {
+            sock,
+            dir,
+            state,
+            serial,
+            peer,
+            txq: VecDeque::new(),
+            want_write: false,
+            staging,
+            start: 0,
+            end: 0,
+            rx: Phase::Header,
+        }
     }
 
     /// Unconsumed received bytes.

@@ -80,7 +80,10 @@ fn untoken(t: u64) -> (usize, u32) {
 fn op_error(cause: &Error, peer: PeerAddr) -> Error {
     match cause {
         Error::Os(errno) => Error::PeerUnreachable { peer, errno: *errno },
-        Error::TimedOut => Error::PeerUnreachable { peer, errno: libc::ETIMEDOUT },
+        Error::TimedOut => Error::PeerUnreachable {
+            peer,
+            errno: libc::ETIMEDOUT,
+        },
         Error::PeerUnreachable { errno, .. } => Error::PeerUnreachable { peer, errno: *errno },
         other => other.clone(),
     }
@@ -96,7 +99,9 @@ fn listen_addr(attr: &EndpointAttr) -> Result<SocketAddr> {
         .or_else(|_| text.parse::<IpAddr>().map(|ip| SocketAddr::new(ip, 0)))
         .map_err(|_| Error::InvalidArgument("XFER_TCP_ADDR must be IP or IP:PORT"))?;
     if addr.ip().is_unspecified() {
-        return Err(Error::InvalidArgument("XFER_TCP_ADDR must name a concrete IP, not a wildcard"));
+        return Err(Error::InvalidArgument(
+            "XFER_TCP_ADDR must name a concrete IP, not a wildcard",
+        ));
     }
     Ok(addr)
 }
@@ -105,10 +110,15 @@ impl TcpEndpoint {
     /// Opens an endpoint listening on the attribute's address.
     pub fn open(attr: &EndpointAttr) -> Result<TcpEndpoint> {
         if attr.rndv_threshold as u64 > MAX_EAGER || attr.inject_size as u64 > MAX_EAGER {
-            return Err(Error::InvalidArgument("rendezvous threshold and inject size must be at most 1 MiB"));
+            return Err(Error::InvalidArgument(
+                "rendezvous threshold and inject size must be at most 1 MiB",
+            ));
         }
         let listener = Socket::listen(&listen_addr(attr)?)?;
-        let tcp_name = TcpName { addr: listener.local_addr()?, nonce: sys::random_u64() };
+        let tcp_name = TcpName {
+            addr: listener.local_addr()?,
+            nonce: sys::random_u64(),
+        };
         let name = Address::new(&tcp_name.to_vec())?;
         let epoll = Epoll::new()?;
         epoll.add(listener.as_raw_fd(), READABLE, LISTENER)?;
@@ -160,8 +170,16 @@ impl TcpEndpoint {
         let serial = self.next_serial();
         let mut conn = Conn::new(sock, Dir::Out, State::Connecting(Instant::now()), serial, Some(*dest));
         let me = self.name.as_bytes().to_vec();
-        let hdr = Frame::Hello { name_len: me.len() as u8 }.to_bytes();
-        conn.txq.push_back(TxFrame { hdr, payload: Payload::Owned(me), written: 0, owner: Owner::None });
+        let hdr = Frame::Hello {
+            name_len: me.len() as u8,
+        }
+        .to_bytes();
+        conn.txq.push_back(TxFrame {
+            hdr,
+            payload: Payload::Owned(me),
+            written: 0,
+            owner: Owner::None,
+        });
         conn.want_write = true;
         let fd = conn.sock.as_raw_fd();
         let id = self.conns.insert(conn);
@@ -181,8 +199,10 @@ impl TcpEndpoint {
         if conn.state != State::Open {
             return;
         }
-        loop {
-            let Some(TxFrame { hdr, payload, written, .. }) = conn.txq.front_mut() else { break };
+        while let Some(TxFrame {
+            hdr, payload, written, ..
+        }) = conn.txq.front_mut()
+        {
             let payload: &[u8] = match payload {
                 Payload::None => &[],
                 Payload::Owned(v) => v,
@@ -190,7 +210,11 @@ impl TcpEndpoint {
             };
             match Conn::write_frame(&conn.sock, hdr, written, payload) {
                 Ok(true) => {
-                    if let Some(TxFrame { owner: Owner::Send(key), .. }) = conn.txq.pop_front() {
+                    if let Some(TxFrame {
+                        owner: Owner::Send(key),
+                        ..
+                    }) = conn.txq.pop_front()
+                    {
                         let tx = self.sends.remove(key);
                         complete::send(cx.cq, self.attr.selective_completion, tx.op, Ok(()));
                     }
@@ -217,7 +241,9 @@ impl TcpEndpoint {
 
     /// Drops connection `id` and ends every operation that depended on it.
     fn fail_conn(&mut self, cx: &mut Ctx<'_>, id: usize, cause: Error) {
-        let Some(mut conn) = self.conns.try_remove(id) else { return };
+        let Some(mut conn) = self.conns.try_remove(id) else {
+            return;
+        };
         if let Err(e) = self.epoll.delete(conn.sock.as_raw_fd()) {
             tracing::debug!(error = %e, "epoll delete of a failed connection");
         }
@@ -230,8 +256,9 @@ impl TcpEndpoint {
             }
         }
         let quiet = conn.dir == Dir::In && matches!(conn.rx, Phase::Header) && conn.staged().is_empty();
-        if quiet && matches!(cause, Error::PeerUnreachable { errno: 0, .. }) {
-            tracing::debug!(peer = ?conn.peer, "peer closed its connection");
+        let clean_close = quiet && matches!(cause, Error::PeerUnreachable { errno: 0, .. });
+        if clean_close || cause == Error::Canceled {
+            tracing::debug!(peer = ?conn.peer, reason = %cause, "connection closed");
         } else {
             tracing::warn!(peer = ?conn.peer, error = %cause, "connection failed");
         }
@@ -248,16 +275,23 @@ impl TcpEndpoint {
             }
         }
         let me = (id, conn.serial);
-        let waiting: Vec<usize> = self.sends.iter().filter(|(_, t)| t.conn == me).map(|(k, _)| k).collect();
+        let waiting: Vec<usize> = self
+            .sends
+            .iter()
+            .filter(|(_, t)| t.conn == me)
+            .map(|(k, _)| k)
+            .collect();
         for key in waiting {
             let tx = self.sends.remove(key);
             let err = op_error(&cause, tx.op.peer);
             complete::send(cx.cq, selective, tx.op, Err(err));
         }
         match std::mem::take(&mut conn.rx) {
-            Phase::Eager(EagerRx { dest: EagerDest::Posted(op), src, .. }) => {
-                complete::recv_failed(cx.cq, op, op_error(&cause, src))
-            }
+            Phase::Eager(EagerRx {
+                dest: EagerDest::Posted(op),
+                src,
+                ..
+            }) => complete::recv_failed(cx.cq, op, op_error(&cause, src)),
             Phase::Data { key, .. } => self.fail_rndv(cx, key, &cause),
             Phase::Eager(_) | Phase::Header => {}
         }
@@ -320,8 +354,19 @@ impl TcpEndpoint {
                     let mut probe = [0u8; 1];
                     match conn.sock.recv(&mut probe) {
                         Ok(Io::WouldBlock) => {}
-                        Ok(Io::Done(0)) => return self.fail_conn(cx, id, Error::PeerUnreachable { peer: PeerAddr::UNSPEC, errno: 0 }),
-                        Ok(Io::Done(_)) => return self.fail_conn(cx, id, Error::Protocol("data on a send-only connection")),
+                        Ok(Io::Done(0)) => {
+                            return self.fail_conn(
+                                cx,
+                                id,
+                                Error::PeerUnreachable {
+                                    peer: PeerAddr::UNSPEC,
+                                    errno: 0,
+                                },
+                            )
+                        }
+                        Ok(Io::Done(_)) => {
+                            return self.fail_conn(cx, id, Error::Protocol("data on a send-only connection"))
+                        }
                         Err(e) => return self.fail_conn(cx, id, e),
                     }
                 }
@@ -354,7 +399,14 @@ impl TcpEndpoint {
                 Ok(Io::WouldBlock) => break,
                 Ok(Io::Done(0)) => {
                     let _ = self.consume(cx, id);
-                    return self.fail_conn(cx, id, Error::PeerUnreachable { peer: PeerAddr::UNSPEC, errno: 0 });
+                    return self.fail_conn(
+                        cx,
+                        id,
+                        Error::PeerUnreachable {
+                            peer: PeerAddr::UNSPEC,
+                            errno: 0,
+                        },
+                    );
                 }
                 Ok(Io::Done(n)) => {
                     if n < asked && asked != usize::MAX {
@@ -378,9 +430,12 @@ impl TcpEndpoint {
             return None;
         }
         let want = match &conn.rx {
-            Phase::Eager(EagerRx { dest: EagerDest::Posted(op), got, olen, .. }) => {
-                (op.buf.len().min(*olen).saturating_sub(*got), false)
-            }
+            Phase::Eager(EagerRx {
+                dest: EagerDest::Posted(op),
+                got,
+                olen,
+                ..
+            }) => (op.buf.len().min(*olen).saturating_sub(*got), false),
             Phase::Data { left, .. } => (*left, true),
             _ => return None,
         };
@@ -391,7 +446,11 @@ impl TcpEndpoint {
         let conn = &mut self.conns[id];
         let io;
         match &mut conn.rx {
-            Phase::Eager(EagerRx { dest: EagerDest::Posted(op), got, .. }) if !rndv => {
+            Phase::Eager(EagerRx {
+                dest: EagerDest::Posted(op),
+                got,
+                ..
+            }) if !rndv => {
                 io = conn.sock.recv(&mut op.buf.as_mut_slice()[*got..*got + want])?;
                 if let Io::Done(n) = io {
                     *got += n;
@@ -413,7 +472,9 @@ impl TcpEndpoint {
     /// Processes staged bytes of incoming connection `id` as far as they go.
     fn consume(&mut self, cx: &mut Ctx<'_>, id: usize) -> Result<()> {
         loop {
-            let Some(conn) = self.conns.get_mut(id) else { return Ok(()) };
+            let Some(conn) = self.conns.get_mut(id) else {
+                return Ok(());
+            };
             match std::mem::take(&mut conn.rx) {
                 Phase::Header => {
                     let staged = conn.staged();
@@ -429,13 +490,16 @@ impl TcpEndpoint {
                         if conn.peer.is_some() {
                             return Err(Error::Protocol("second hello on a connection"));
                         }
-                        let name = TcpName::decode(&staged[HEADER_LEN..end]).map_err(|e| Error::Protocol(e.as_str()))?;
+                        let name =
+                            TcpName::decode(&staged[HEADER_LEN..end]).map_err(|e| Error::Protocol(e.as_str()))?;
                         conn.peer = Some(Address::new(&staged[HEADER_LEN..end])?);
                         conn.consume(end);
                         tracing::debug!(peer = %name, "peer connected");
                         continue;
                     }
-                    let Some(peer) = conn.peer else { return Err(Error::Protocol("first frame is not a hello")) };
+                    let Some(peer) = conn.peer else {
+                        return Err(Error::Protocol("first frame is not a hello"));
+                    };
                     conn.consume(HEADER_LEN);
                     let serial = conn.serial;
                     let next = self.on_frame(cx, (id, serial), peer, frame)?;
@@ -475,7 +539,13 @@ impl TcpEndpoint {
                     }
                     if r.got == r.accepted {
                         let r = self.rndv.remove(key);
-                        let a = Arrival { len: r.got, olen: r.olen, tag: r.tag, data: r.data, src: r.src };
+                        let a = Arrival {
+                            len: r.got,
+                            olen: r.olen,
+                            tag: r.tag,
+                            data: r.data,
+                            src: r.src,
+                        };
                         complete::recv(cx.cq, r.recv, a, None);
                     }
                 }
@@ -495,7 +565,15 @@ impl TcpEndpoint {
                     Some((_, op)) => EagerDest::Posted(op),
                     None => EagerDest::Unexpected(Vec::with_capacity(olen)),
                 };
-                let e = EagerRx { tagged: tag.is_some(), tag: t, data, src, olen, got: 0, dest };
+                let e = EagerRx {
+                    tagged: tag.is_some(),
+                    tag: t,
+                    data,
+                    src,
+                    olen,
+                    got: 0,
+                    dest,
+                };
                 if olen == 0 {
                     self.finish_eager(cx, e);
                     return Ok(Phase::Header);
@@ -507,7 +585,9 @@ impl TcpEndpoint {
                 let t = tag.unwrap_or(0);
                 match self.matcher(tag.is_some()).take_posted(src, t) {
                     Some((_, op)) => self.start_rndv(cx, op, conn, token, len, t, data, src),
-                    None => self.matcher(tag.is_some()).push_unexpected(src, t, Unexp::Rts { conn, token, len, data }),
+                    None => self
+                        .matcher(tag.is_some())
+                        .push_unexpected(src, t, Unexp::Rts { conn, token, len, data }),
                 }
                 Ok(Phase::Header)
             }
@@ -518,16 +598,32 @@ impl TcpEndpoint {
                     _ => return Err(Error::Protocol("clear-to-send for no pending rendezvous")),
                 };
                 let len = usize::try_from(len).ok().filter(|&l| l <= tx.op.buf.len());
-                let Some(len) = len else { return Err(Error::Protocol("clear-to-send longer than the message")) };
+                let Some(len) = len else {
+                    return Err(Error::Protocol("clear-to-send longer than the message"));
+                };
                 tx.cleared = true;
                 let out = tx.conn.0;
                 if len == 0 {
                     let tx = self.sends.remove(key);
                     complete::send(cx.cq, self.attr.selective_completion, tx.op, Ok(()));
                 } else {
-                    let hdr = Frame::Data { rx_token, offset: 0, len: len as u64 }.to_bytes();
+                    let hdr = Frame::Data {
+                        rx_token,
+                        offset: 0,
+                        len: len as u64,
+                    }
+                    .to_bytes();
                     let payload = Payload::Op { key, offset: 0, len };
-                    self.queue(cx, out, TxFrame { hdr, payload, written: 0, owner: Owner::Send(key) });
+                    self.queue(
+                        cx,
+                        out,
+                        TxFrame {
+                            hdr,
+                            payload,
+                            written: 0,
+                            owner: Owner::Send(key),
+                        },
+                    );
                 }
                 Ok(Phase::Header)
             }
@@ -539,9 +635,14 @@ impl TcpEndpoint {
                 };
                 let end = offset.checked_add(len).filter(|&e| e <= r.accepted as u64);
                 if offset != r.got as u64 || end.is_none() {
-                    return Err(Error::Protocol("rendezvous data out of order or past the accepted length"));
+                    return Err(Error::Protocol(
+                        "rendezvous data out of order or past the accepted length",
+                    ));
                 }
-                Ok(Phase::Data { key, left: len as usize })
+                Ok(Phase::Data {
+                    key,
+                    left: len as usize,
+                })
             }
         }
     }
@@ -549,7 +650,13 @@ impl TcpEndpoint {
     /// An eager message was read whole: complete its receive, or find one
     /// posted meanwhile, or queue it as unexpected.
     fn finish_eager(&mut self, cx: &mut Ctx<'_>, e: EagerRx) {
-        let a = Arrival { len: e.olen, olen: e.olen, tag: e.tag, data: e.data, src: e.src };
+        let a = Arrival {
+            len: e.olen,
+            olen: e.olen,
+            tag: e.tag,
+            data: e.data,
+            src: e.src,
+        };
         match e.dest {
             EagerDest::Posted(op) => {
                 let len = op.buf.len().min(e.olen);
@@ -557,7 +664,9 @@ impl TcpEndpoint {
             }
             EagerDest::Unexpected(payload) => match self.matcher(e.tagged).take_posted(e.src, e.tag) {
                 Some((_, op)) => deliver_unexpected(cx.cq, op, &payload, a),
-                None => self.matcher(e.tagged).push_unexpected(e.src, e.tag, Unexp::Eager { data: e.data, payload }),
+                None => self
+                    .matcher(e.tagged)
+                    .push_unexpected(e.src, e.tag, Unexp::Eager { data: e.data, payload }),
             },
         }
     }
@@ -590,16 +699,46 @@ impl TcpEndpoint {
             Err(e) => return complete::recv_failed(cx.cq, op, op_error(&e, src)),
         };
         let gen = self.next_gen();
-        let a = Arrival { len: 0, olen, tag, data, src };
+        let a = Arrival {
+            len: 0,
+            olen,
+            tag,
+            data,
+            src,
+        };
         let (owner, rx_token) = if accepted == 0 {
             complete::recv(cx.cq, op, a, None);
             (Owner::None, 0)
         } else {
-            let key = self.rndv.insert(RndvRx { recv: op, conn, gen, olen, accepted, got: 0, tag, data, src });
+            let key = self.rndv.insert(RndvRx {
+                recv: op,
+                conn,
+                gen,
+                olen,
+                accepted,
+                got: 0,
+                tag,
+                data,
+                src,
+            });
             (Owner::Cts(key), token_of(key, gen))
         };
-        let hdr = Frame::Cts { token, rx_token, len: accepted as u64 }.to_bytes();
-        self.queue(cx, out, TxFrame { hdr, payload: Payload::None, written: 0, owner });
+        let hdr = Frame::Cts {
+            token,
+            rx_token,
+            len: accepted as u64,
+        }
+        .to_bytes();
+        self.queue(
+            cx,
+            out,
+            TxFrame {
+                hdr,
+                payload: Payload::None,
+                written: 0,
+                owner,
+            },
+        );
     }
 
     fn check_connect_timeouts(&mut self, cx: &mut Ctx<'_>) {
@@ -619,7 +758,12 @@ impl TcpEndpoint {
     /// Writes an eager frame at once when the connection is idle; returns the
     /// frame (with what was written) when it must wait in the queue.
     fn try_send_now(&mut self, cx: &mut Ctx<'_>, id: usize, hdr: [u8; HEADER_LEN], payload: &[u8]) -> Option<TxFrame> {
-        let mut frame = TxFrame { hdr, payload: Payload::None, written: 0, owner: Owner::None };
+        let mut frame = TxFrame {
+            hdr,
+            payload: Payload::None,
+            written: 0,
+            owner: Owner::None,
+        };
         let conn = &mut self.conns[id];
         if conn.state != State::Open || !conn.txq.is_empty() {
             return Some(frame);
@@ -664,12 +808,23 @@ impl EndpointProvider for TcpEndpoint {
         let gen = self.next_gen();
         let conn = (id, self.conns[id].serial);
         if len <= self.attr.rndv_threshold {
-            let hdr = Frame::Eager { tag: op.tag, data: op.data, len: len as u64 }.to_bytes();
+            let hdr = Frame::Eager {
+                tag: op.tag,
+                data: op.data,
+                len: len as u64,
+            }
+            .to_bytes();
             let Some(mut frame) = self.try_send_now(cx, id, hdr, op.buf.as_slice()) else {
                 complete::send(cx.cq, self.attr.selective_completion, op, Ok(()));
                 return Ok(());
             };
-            let key = self.sends.insert(TxOp { op, conn, dest, gen, cleared: true });
+            let key = self.sends.insert(TxOp {
+                op,
+                conn,
+                dest,
+                gen,
+                cleared: true,
+            });
             frame.payload = Payload::Op { key, offset: 0, len };
             frame.owner = Owner::Send(key);
             match self.conns.get(id) {
@@ -677,15 +832,39 @@ impl EndpointProvider for TcpEndpoint {
                 _ => {
                     // The connection failed while writing: report the send's failure.
                     let tx = self.sends.remove(key);
-                    let err = Error::PeerUnreachable { peer: tx.op.peer, errno: libc::ECONNRESET };
+                    let err = Error::PeerUnreachable {
+                        peer: tx.op.peer,
+                        errno: libc::ECONNRESET,
+                    };
                     complete::send(cx.cq, self.attr.selective_completion, tx.op, Err(err));
                 }
             }
         } else {
             let (tag, data) = (op.tag, op.data);
-            let key = self.sends.insert(TxOp { op, conn, dest, gen, cleared: false });
-            let hdr = Frame::Rts { tag, data, len: len as u64, token: token(key, gen) }.to_bytes();
-            self.queue(cx, id, TxFrame { hdr, payload: Payload::None, written: 0, owner: Owner::Rts(key) });
+            let key = self.sends.insert(TxOp {
+                op,
+                conn,
+                dest,
+                gen,
+                cleared: false,
+            });
+            let hdr = Frame::Rts {
+                tag,
+                data,
+                len: len as u64,
+                token: token(key, gen),
+            }
+            .to_bytes();
+            self.queue(
+                cx,
+                id,
+                TxFrame {
+                    hdr,
+                    payload: Payload::None,
+                    written: 0,
+                    owner: Owner::Rts(key),
+                },
+            );
         }
         Ok(())
     }
@@ -699,30 +878,57 @@ impl EndpointProvider for TcpEndpoint {
         payload: &[u8],
     ) -> Result<()> {
         if payload.len() > self.attr.inject_size {
-            return Err(Error::InvalidArgument("inject payload exceeds the endpoint's inject_size"));
+            return Err(Error::InvalidArgument(
+                "inject payload exceeds the endpoint's inject_size",
+            ));
         }
         let dest = cx.av.lookup(peer).copied().ok_or(Error::AddressNotAvailable)?;
         let id = self.out_conn(&dest)?;
-        let hdr = Frame::Eager { tag, data, len: payload.len() as u64 }.to_bytes();
+        let hdr = Frame::Eager {
+            tag,
+            data,
+            len: payload.len() as u64,
+        }
+        .to_bytes();
         if let Some(mut frame) = self.try_send_now(cx, id, hdr, payload) {
             if self.conns.contains(id) {
                 frame.payload = Payload::Owned(payload.to_vec());
                 self.queue(cx, id, frame);
             } else {
-                return Err(Error::PeerUnreachable { peer, errno: libc::ECONNRESET });
+                return Err(Error::PeerUnreachable {
+                    peer,
+                    errno: libc::ECONNRESET,
+                });
             }
         }
         Ok(())
     }
 
     fn recv(&mut self, cx: &mut Ctx<'_>, op: RecvOp) -> std::result::Result<(), Rejected<RecvOp>> {
-        let spec = if op.tagged { op.spec } else { RecvSpec { tag: 0, ignore: 0, ..op.spec } };
-        let Some(Matched { recv, src, tag, msg, .. }) = self.matcher(op.tagged).post(spec, op) else {
+        let spec = if op.tagged {
+            op.spec
+        } else {
+            RecvSpec {
+                tag: 0,
+                ignore: 0,
+                ..op.spec
+            }
+        };
+        let Some(Matched {
+            recv, src, tag, msg, ..
+        }) = self.matcher(op.tagged).post(spec, op)
+        else {
             return Ok(());
         };
         match msg {
             Unexp::Eager { data, payload } => {
-                let a = Arrival { len: 0, olen: payload.len(), tag, data, src };
+                let a = Arrival {
+                    len: 0,
+                    olen: payload.len(),
+                    tag,
+                    data,
+                    src,
+                };
                 deliver_unexpected(cx.cq, recv, &payload, a);
             }
             Unexp::Rts { conn, token, len, data } => self.start_rndv(cx, recv, conn, token, len, tag, data, src),
@@ -770,7 +976,12 @@ impl EndpointProvider for TcpEndpoint {
         for id in ids {
             self.fail_conn(cx, id, Error::Canceled);
         }
-        for (_, op) in self.tagged.drain_posted().into_iter().chain(self.untagged.drain_posted()) {
+        for (_, op) in self
+            .tagged
+            .drain_posted()
+            .into_iter()
+            .chain(self.untagged.drain_posted())
+        {
             complete::recv_failed(cx.cq, op, Error::Canceled);
         }
     }

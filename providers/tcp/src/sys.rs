@@ -7,7 +7,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
 use xfer_core::error::{Error, Result};
-use xfer_core::syscall;
+use xfer_core::sys::cvt;
 
 /// A non-blocking, close-on-exec TCP socket.
 #[derive(Debug)]
@@ -32,7 +32,9 @@ fn raw_addr(addr: &SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
             let sin = libc::sockaddr_in {
                 sin_family: libc::AF_INET as libc::sa_family_t,
                 sin_port: a.port().to_be(),
-                sin_addr: libc::in_addr { s_addr: u32::from_ne_bytes(a.ip().octets()) },
+                sin_addr: libc::in_addr {
+                    s_addr: u32::from_ne_bytes(a.ip().octets()),
+                },
                 sin_zero: [0; 8],
             };
             // SAFETY: sockaddr_storage is larger than and aligned for sockaddr_in.
@@ -44,7 +46,9 @@ fn raw_addr(addr: &SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
                 sin6_family: libc::AF_INET6 as libc::sa_family_t,
                 sin6_port: a.port().to_be(),
                 sin6_flowinfo: a.flowinfo(),
-                sin6_addr: libc::in6_addr { s6_addr: a.ip().octets() },
+                sin6_addr: libc::in6_addr {
+                    s6_addr: a.ip().octets(),
+                },
                 sin6_scope_id: a.scope_id(),
             };
             // SAFETY: sockaddr_storage is larger than and aligned for sockaddr_in6.
@@ -67,7 +71,12 @@ fn from_raw_addr(storage: &libc::sockaddr_storage) -> Result<SocketAddr> {
             // SAFETY: the family says the storage holds a sockaddr_in6.
             let s: libc::sockaddr_in6 = unsafe { std::ptr::read((storage as *const libc::sockaddr_storage).cast()) };
             let ip = Ipv6Addr::from(s.sin6_addr.s6_addr);
-            Ok(SocketAddr::V6(SocketAddrV6::new(ip, u16::from_be(s.sin6_port), s.sin6_flowinfo, s.sin6_scope_id)))
+            Ok(SocketAddr::V6(SocketAddrV6::new(
+                ip,
+                u16::from_be(s.sin6_port),
+                s.sin6_flowinfo,
+                s.sin6_scope_id,
+            )))
         }
         _ => Err(Error::NotSupported("address family")),
     }
@@ -76,9 +85,11 @@ fn from_raw_addr(storage: &libc::sockaddr_storage) -> Result<SocketAddr> {
 impl Socket {
     fn new(addr: &SocketAddr) -> Result<Socket> {
         let family = if addr.is_ipv4() { libc::AF_INET } else { libc::AF_INET6 };
-        let fd = syscall!(socket(family, libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC, 0))?;
+        let fd = cvt(unsafe { libc::socket(family, libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC, 0) })?;
         // SAFETY: socket() returned a fresh descriptor that nothing else owns.
-        Ok(Socket { fd: unsafe { OwnedFd::from_raw_fd(fd) } })
+        Ok(Socket {
+            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+        })
     }
 
     /// A listening socket bound to `addr` (port 0: ephemeral).
@@ -87,8 +98,8 @@ impl Socket {
         s.set_int(libc::SOL_SOCKET, libc::SO_REUSEADDR, 1)?;
         let (raw, len) = raw_addr(addr);
         // SAFETY: `raw` holds a valid socket address of length `len`.
-        syscall!(bind(s.fd.as_raw_fd(), (&raw as *const libc::sockaddr_storage).cast(), len))?;
-        syscall!(listen(s.fd.as_raw_fd(), 1024))?;
+        cvt(unsafe { libc::bind(s.fd.as_raw_fd(), (&raw as *const libc::sockaddr_storage).cast(), len) })?;
+        cvt(unsafe { libc::listen(s.fd.as_raw_fd(), 1024) })?;
         Ok(s)
     }
 
@@ -98,7 +109,7 @@ impl Socket {
         let s = Socket::new(addr)?;
         let (raw, len) = raw_addr(addr);
         // SAFETY: `raw` holds a valid socket address of length `len`.
-        match syscall!(connect(s.fd.as_raw_fd(), (&raw as *const libc::sockaddr_storage).cast(), len)) {
+        match cvt(unsafe { libc::connect(s.fd.as_raw_fd(), (&raw as *const libc::sockaddr_storage).cast(), len) }) {
             Ok(_) | Err(Error::Os(libc::EINPROGRESS)) => Ok(s),
             Err(e) => Err(e),
         }
@@ -108,9 +119,11 @@ impl Socket {
     pub fn accept(&self) -> Result<Option<Socket>> {
         let flags = libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC;
         // SAFETY: null address pointers ask accept4 not to report the peer.
-        match syscall!(accept4(self.fd.as_raw_fd(), std::ptr::null_mut(), std::ptr::null_mut(), flags)) {
+        match cvt(unsafe { libc::accept4(self.fd.as_raw_fd(), std::ptr::null_mut(), std::ptr::null_mut(), flags) }) {
             // SAFETY: accept4 returned a fresh descriptor that nothing else owns.
-            Ok(fd) => Ok(Some(Socket { fd: unsafe { OwnedFd::from_raw_fd(fd) } })),
+            Ok(fd) => Ok(Some(Socket {
+                fd: unsafe { OwnedFd::from_raw_fd(fd) },
+            })),
             Err(Error::Os(libc::EAGAIN | libc::ECONNABORTED | libc::EINTR)) => Ok(None),
             Err(e) => Err(e),
         }
@@ -122,21 +135,31 @@ impl Socket {
         let mut storage: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
         let mut len = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
         // SAFETY: `storage` and `len` describe a writable buffer of that size.
-        syscall!(getsockname(self.fd.as_raw_fd(), (&mut storage as *mut libc::sockaddr_storage).cast(), &mut len))?;
+        cvt(unsafe {
+            libc::getsockname(
+                self.fd.as_raw_fd(),
+                (&mut storage as *mut libc::sockaddr_storage).cast(),
+                &mut len,
+            )
+        })?;
         from_raw_addr(&storage)
     }
 
     fn set_int(&self, level: i32, name: i32, value: i32) -> Result<()> {
         let len = size_of::<i32>() as libc::socklen_t;
         // SAFETY: `value` is a valid i32 option value of length `len`.
-        syscall!(setsockopt(self.fd.as_raw_fd(), level, name, (&value as *const i32).cast(), len)).map(drop)
+        cvt(unsafe { libc::setsockopt(self.fd.as_raw_fd(), level, name, (&value as *const i32).cast(), len) }).map(drop)
     }
 
     /// Disables Nagle, and sets the user timeout and buffer sizes (0 keeps defaults).
     pub fn tune(&self, user_timeout_ms: u64, sockbuf: usize) -> Result<()> {
         self.set_int(libc::IPPROTO_TCP, libc::TCP_NODELAY, 1)?;
         if user_timeout_ms > 0 {
-            self.set_int(libc::IPPROTO_TCP, libc::TCP_USER_TIMEOUT, user_timeout_ms.min(i32::MAX as u64) as i32)?;
+            self.set_int(
+                libc::IPPROTO_TCP,
+                libc::TCP_USER_TIMEOUT,
+                user_timeout_ms.min(i32::MAX as u64) as i32,
+            )?;
         }
         if sockbuf > 0 {
             let size = sockbuf.min(i32::MAX as usize) as i32;
@@ -151,14 +174,29 @@ impl Socket {
         let mut err: i32 = 0;
         let mut len = size_of::<i32>() as libc::socklen_t;
         // SAFETY: `err` and `len` describe a writable i32.
-        syscall!(getsockopt(self.fd.as_raw_fd(), libc::SOL_SOCKET, libc::SO_ERROR, (&mut err as *mut i32).cast(), &mut len))?;
+        cvt(unsafe {
+            libc::getsockopt(
+                self.fd.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_ERROR,
+                (&mut err as *mut i32).cast(),
+                &mut len,
+            )
+        })?;
         Ok(err)
     }
 
     /// Reads into `buf` without blocking.
     pub fn recv(&self, buf: &mut [u8]) -> Result<Io> {
         // SAFETY: `buf` is valid for `buf.len()` writable bytes.
-        match syscall!(recv(self.fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT)) {
+        match cvt(unsafe {
+            libc::recv(
+                self.fd.as_raw_fd(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+                libc::MSG_DONTWAIT,
+            )
+        }) {
             Ok(n) => Ok(Io::Done(n as usize)),
             Err(Error::Os(libc::EAGAIN | libc::EINTR)) => Ok(Io::WouldBlock),
             Err(e) => Err(e),
@@ -174,7 +212,7 @@ impl Socket {
         msg.msg_iovlen = bufs.len() as _;
         let flags = libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL;
         // SAFETY: `msg` points at `bufs`, valid readable iovecs for the call.
-        match syscall!(sendmsg(self.fd.as_raw_fd(), &msg, flags)) {
+        match cvt(unsafe { libc::sendmsg(self.fd.as_raw_fd(), &msg, flags) }) {
             Ok(n) => Ok(Io::Done(n as usize)),
             Err(Error::Os(libc::EAGAIN | libc::EINTR)) => Ok(Io::WouldBlock),
             Err(e) => Err(e),
@@ -192,7 +230,7 @@ impl AsRawFd for Socket {
 pub fn first_external_ipv4() -> Option<IpAddr> {
     let mut ifap: *mut libc::ifaddrs = std::ptr::null_mut();
     // SAFETY: `ifap` receives a list that we free below.
-    syscall!(getifaddrs(&mut ifap)).ok()?;
+    cvt(unsafe { libc::getifaddrs(&mut ifap) }).ok()?;
     let mut found = None;
     let mut cur = ifap;
     while !cur.is_null() {
@@ -220,7 +258,9 @@ pub fn random_u64() -> u64 {
     let n = unsafe { libc::getrandom(v.as_mut_ptr().cast(), v.len(), 0) };
     if n != 8 {
         // Fall back on time and pid; uniqueness, not secrecy, is what matters.
-        let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64);
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64);
         return t.unwrap_or(0) ^ ((std::process::id() as u64) << 32);
     }
     u64::from_le_bytes(v)

@@ -1,0 +1,106 @@
+//! A peer process killed mid-transfer: every operation to it completes with
+//! an error within a bounded time, nothing hangs, and the endpoint keeps
+//! serving other peers. The peer is this test binary re-executed
+//! (`child_peer`, ignored in normal runs) so it is a real, separate process.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{drive, expect, pattern, Node};
+use xfer::{Error, PeerAddr};
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn unhex(s: &str) -> Vec<u8> {
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).expect("hex"))
+        .collect()
+}
+
+/// The victim: posts one large receive, then polls lazily so transfers to it
+/// stall part-way; prints its name and runs until killed.
+#[test]
+#[ignore = "helper process for peer_killed_mid_transfer"]
+fn child_peer() {
+    let node = Node::new();
+    node.ep.trecv(PeerAddr::UNSPEC, 1, 0, vec![0; 64 << 20], 1).unwrap();
+    println!("CHILD-NAME {}", hex(node.ep.name().as_bytes()));
+    let mut out = vec![xfer::Completion::EMPTY; 16];
+    loop {
+        let _ = node.cq.poll(&mut out);
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn peer_killed_mid_transfer() {
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "child_peer", "--ignored", "--nocapture", "--test-threads=1"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn child");
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let name = loop {
+        let line = lines.next().expect("child output").expect("child line");
+        // The harness prints "test child_peer ... " before it, on the same line.
+        if let Some((_, n)) = line.split_once("CHILD-NAME ") {
+            break unhex(n.trim());
+        }
+    };
+    let mut a = Node::new();
+    let victim = a.av.insert(&name).unwrap();
+    let threshold = common::test_attr().rndv_threshold;
+    // One large matched message (stalls in the socket), eager ones, and
+    // unexpected rendezvous ones waiting for a clear-to-send.
+    a.ep.tsend(victim, 1, pattern(64 << 20, 1), 1000).unwrap();
+    for i in 0..50 {
+        a.ep.tsend(victim, 2, pattern(1024, i), i).unwrap();
+    }
+    for i in 50..60 {
+        a.ep.tsend(victim, 3, pattern(threshold * 4, i), i).unwrap();
+    }
+    let settle = Instant::now();
+    while settle.elapsed() < Duration::from_millis(500) {
+        a.poll();
+    }
+    assert!(
+        a.take(1000).is_none(),
+        "the 64 MiB send cannot have finished against a lazy reader"
+    );
+    child.kill().expect("kill child");
+    child.wait().unwrap();
+    let killed = Instant::now();
+    drive(&mut [&mut a], "all sends to the dead peer", |ns| ns[0].done.len() >= 61);
+    let bound = Duration::from_secs(10);
+    assert!(killed.elapsed() < bound, "errors took {:?}", killed.elapsed());
+    let big = a.take(1000).unwrap();
+    assert!(
+        matches!(big.result, Err(Error::PeerUnreachable { .. })),
+        "{:?}",
+        big.result
+    );
+    assert!(big.buf.is_some(), "the buffer comes back");
+    for i in 50..60 {
+        let c = a.take(i).unwrap();
+        assert!(
+            matches!(c.result, Err(Error::PeerUnreachable { .. })),
+            "rendezvous {i}: {:?}",
+            c.result
+        );
+    }
+    // Sends to the dead peer now fail fast instead of hanging.
+    a.ep.tsend(victim, 2, vec![1; 10], 2000).unwrap();
+    assert!(expect(&mut [&mut a], 0, 2000).result.is_err());
+    // The endpoint serves others.
+    let mut b = Node::new();
+    let pb = a.add(&b);
+    b.ep.trecv(PeerAddr::UNSPEC, 9, 0, vec![0; 100], 1).unwrap();
+    a.ep.tsend(pb, 9, pattern(100, 9), 3000).unwrap();
+    assert_eq!(expect(&mut [&mut a, &mut b], 1, 1).buf.unwrap(), pattern(100, 9));
+}

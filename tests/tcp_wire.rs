@@ -1,0 +1,256 @@
+//! Bad bytes on the TCP wire: a hostile or broken peer loses its own
+//! connection, with an error and no panic; everyone else keeps working.
+//! These speak the wire format by hand through plain sockets.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::time::Instant;
+
+use common::{expect, pattern, Node};
+use xfer::{Error, PeerAddr};
+use xfer_tcp::name::TcpName;
+use xfer_tcp::wire::{Frame, Header, HEADER_LEN, MAX_EAGER};
+
+fn addr_of(node: &Node) -> std::net::SocketAddr {
+    TcpName::decode(node.ep.name().as_bytes()).expect("tcp name").addr
+}
+
+/// A hello frame claiming the name of an endpoint listening at `listen`.
+fn hello(listen: std::net::SocketAddr) -> Vec<u8> {
+    let name = TcpName {
+        addr: listen,
+        nonce: 0x5eed,
+    }
+    .to_vec();
+    let mut out = Frame::Hello {
+        name_len: name.len() as u8,
+    }
+    .to_bytes()
+    .to_vec();
+    out.extend_from_slice(&name);
+    out
+}
+
+/// Polls `victim` until it closes the raw connection `s` (end of file or reset).
+fn assert_dropped(victim: &mut Node, s: &mut TcpStream) {
+    s.set_nonblocking(true).unwrap();
+    let start = Instant::now();
+    let mut buf = [0u8; 64];
+    loop {
+        victim.poll();
+        match s.read(&mut buf) {
+            Ok(0) => return,
+            Ok(n) => panic!("the victim wrote {n} bytes on a connection it accepted"),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(_) => return, // reset
+        }
+        assert!(start.elapsed() < common::DEADLINE, "hostile connection was not dropped");
+    }
+}
+
+/// After an attack, `victim` still exchanges messages with a good peer.
+fn still_works(victim: &mut Node) {
+    let mut good = Node::new();
+    let pv = good.add(victim);
+    victim.ep.trecv(PeerAddr::UNSPEC, 1, 0, vec![0; 32], 900).unwrap();
+    good.ep.tsend(pv, 1, pattern(32, 9), 901).unwrap();
+    let r = expect(&mut [victim, &mut good], 0, 900);
+    assert_eq!(r.result, Ok(()));
+    assert_eq!(r.buf.unwrap(), pattern(32, 9));
+}
+
+#[test]
+fn garbage_drops_only_that_connection() {
+    let mut v = Node::new();
+    let mut s = TcpStream::connect(addr_of(&v)).unwrap();
+    s.write_all(&pattern(500, 3)).unwrap();
+    assert_dropped(&mut v, &mut s);
+    still_works(&mut v);
+}
+
+#[test]
+fn oversized_eager_length_is_refused() {
+    let mut v = Node::new();
+    let mut s = TcpStream::connect(addr_of(&v)).unwrap();
+    let mut hdr = Frame::Eager {
+        tag: Some(1),
+        data: None,
+        len: 8,
+    }
+    .to_bytes();
+    Header::new_unchecked(&mut hdr[..]).set_len(MAX_EAGER + 1);
+    let mut bytes = hello("127.0.0.1:9".parse().unwrap());
+    bytes.extend_from_slice(&hdr);
+    s.write_all(&bytes).unwrap();
+    assert_dropped(&mut v, &mut s);
+    still_works(&mut v);
+}
+
+#[test]
+fn frame_before_hello_is_refused() {
+    let mut v = Node::new();
+    let mut s = TcpStream::connect(addr_of(&v)).unwrap();
+    s.write_all(
+        &Frame::Eager {
+            tag: None,
+            data: None,
+            len: 0,
+        }
+        .to_bytes(),
+    )
+    .unwrap();
+    assert_dropped(&mut v, &mut s);
+    still_works(&mut v);
+}
+
+#[test]
+fn connection_closed_mid_header() {
+    let mut v = Node::new();
+    let mut s = TcpStream::connect(addr_of(&v)).unwrap();
+    let mut bytes = hello("127.0.0.1:9".parse().unwrap());
+    bytes.extend_from_slice(
+        &Frame::Eager {
+            tag: Some(1),
+            data: None,
+            len: 8,
+        }
+        .to_bytes()[..HEADER_LEN / 2],
+    );
+    s.write_all(&bytes).unwrap();
+    drop(s);
+    for _ in 0..200 {
+        v.poll();
+    }
+    still_works(&mut v);
+}
+
+#[test]
+fn eager_message_cut_off_mid_payload_fails_its_receive() {
+    let mut v = Node::new();
+    v.ep.trecv(PeerAddr::UNSPEC, 1, 0, vec![0; 1000], 5).unwrap();
+    let mut s = TcpStream::connect(addr_of(&v)).unwrap();
+    let mut bytes = hello("127.0.0.1:9".parse().unwrap());
+    bytes.extend_from_slice(
+        &Frame::Eager {
+            tag: Some(1),
+            data: None,
+            len: 1000,
+        }
+        .to_bytes(),
+    );
+    bytes.extend_from_slice(&[7; 400]);
+    s.write_all(&bytes).unwrap();
+    drop(s);
+    let r = expect(&mut [&mut v], 0, 5);
+    assert!(matches!(r.result, Err(Error::PeerUnreachable { .. })), "{:?}", r.result);
+    still_works(&mut v);
+}
+
+/// A fake peer announces a rendezvous, reads the clear-to-send on its own
+/// listener, then misbehaves while sending the data.
+fn rendezvous_then(misbehave: impl FnOnce(&mut TcpStream, u64)) -> xfer::Completion {
+    let mut v = Node::new();
+    let fake_listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let len = 1u64 << 20;
+    v.ep.trecv(PeerAddr::UNSPEC, 3, 0, vec![0; len as usize], 6).unwrap();
+    let mut s = TcpStream::connect(addr_of(&v)).unwrap();
+    let mut bytes = hello(fake_listener.local_addr().unwrap());
+    bytes.extend_from_slice(
+        &Frame::Rts {
+            tag: Some(3),
+            data: None,
+            len,
+            token: 42,
+        }
+        .to_bytes(),
+    );
+    s.write_all(&bytes).unwrap();
+    fake_listener.set_nonblocking(true).unwrap();
+    let start = Instant::now();
+    let mut back = loop {
+        v.poll();
+        if let Ok((conn, _)) = fake_listener.accept() {
+            break conn;
+        }
+        assert!(
+            start.elapsed() < common::DEADLINE,
+            "no connection back for the clear-to-send"
+        );
+    };
+    back.set_nonblocking(true).unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 256];
+    while got.len() < 2 * HEADER_LEN + 16 {
+        v.poll();
+        if let Ok(n) = back.read(&mut buf) {
+            got.extend_from_slice(&buf[..n]);
+        }
+        assert!(start.elapsed() < common::DEADLINE, "no clear-to-send");
+    }
+    // The victim's hello (header + 16-byte name), then the clear-to-send.
+    let cts = Frame::parse(&got[HEADER_LEN + 16..]).unwrap();
+    let Frame::Cts {
+        token: 42,
+        rx_token,
+        len: accepted,
+    } = cts
+    else {
+        panic!("expected a CTS, got {cts:?}")
+    };
+    assert_eq!(accepted, len);
+    misbehave(&mut s, rx_token);
+    let r = expect(&mut [&mut v], 0, 6);
+    still_works(&mut v);
+    r
+}
+
+#[test]
+fn rendezvous_sender_dying_mid_data_fails_the_receive() {
+    let r = rendezvous_then(|s, rx_token| {
+        let mut b = Frame::Data {
+            rx_token,
+            offset: 0,
+            len: 1 << 20,
+        }
+        .to_bytes()
+        .to_vec();
+        b.extend_from_slice(&[1; 5000]);
+        s.write_all(&b).unwrap();
+        s.shutdown(std::net::Shutdown::Both).unwrap();
+    });
+    assert!(matches!(r.result, Err(Error::PeerUnreachable { .. })), "{:?}", r.result);
+}
+
+#[test]
+fn rendezvous_data_past_the_accepted_length_is_refused() {
+    let r = rendezvous_then(|s, rx_token| {
+        s.write_all(
+            &Frame::Data {
+                rx_token,
+                offset: 0,
+                len: (1 << 20) + 1,
+            }
+            .to_bytes(),
+        )
+        .unwrap();
+    });
+    assert!(matches!(r.result, Err(Error::Protocol(_))), "{:?}", r.result);
+}
+
+#[test]
+fn rendezvous_data_with_a_forged_token_is_refused() {
+    let r = rendezvous_then(|s, rx_token| {
+        s.write_all(
+            &Frame::Data {
+                rx_token: rx_token ^ (1 << 40),
+                offset: 0,
+                len: 10,
+            }
+            .to_bytes(),
+        )
+        .unwrap();
+    });
+    assert!(matches!(r.result, Err(Error::Protocol(_))), "{:?}", r.result);
+}
