@@ -183,6 +183,13 @@ fn truncation_eager_reports_both_lengths() {
     check_truncation(100);
 }
 
+/// The largest eager message cannot arrive in one read: truncation must
+/// hold across reads (a receive buffer shorter than what already came).
+#[test]
+fn truncation_largest_eager_reports_both_lengths() {
+    check_truncation(test_attr().rndv_threshold);
+}
+
 #[test]
 fn truncation_rendezvous_reports_both_lengths() {
     check_truncation(test_attr().rndv_threshold * 2);
@@ -328,6 +335,32 @@ fn simultaneous_first_sends_both_arrive() {
     b.ep.tsend(pa, 0, b"b->a!".to_vec(), 2).unwrap();
     assert_eq!(expect(&mut [&mut a, &mut b], 0, 1).buf.unwrap(), b"b->a!");
     assert_eq!(expect(&mut [&mut a, &mut b], 1, 1).buf.unwrap(), b"a->b!");
+}
+
+/// Messages that arrived before their sender was inserted into the address
+/// vector match receives directed at it once it is (MPI inserts lazily too).
+#[test]
+fn directed_receive_matches_messages_from_a_sender_inserted_later() {
+    let (mut a, mut b) = (Node::new(), Node::new());
+    let pb = a.add(&b);
+    let threshold = test_attr().rndv_threshold;
+    a.ep.tsend(pb, 4, pattern(16, 1), 1).unwrap();
+    a.ep.tsend(pb, 4, pattern(threshold * 2, 2), 2).unwrap();
+    a.ep.send(pb, pattern(8, 3), 3).unwrap();
+    drive(&mut [&mut a, &mut b], "sends handed over", |ns| ns[0].done.len() >= 2);
+    for _ in 0..100 {
+        b.poll();
+    }
+    let pa = b.add(&a);
+    b.ep.trecv(pa, 4, 0, vec![0; 16], 10).unwrap();
+    b.ep.trecv(pa, 4, 0, vec![0; threshold * 2], 11).unwrap();
+    b.ep.recv(pa, vec![0; 8], 12).unwrap();
+    for (ctx, seed, len) in [(10, 1, 16), (11, 2, threshold * 2), (12, 3, 8)] {
+        let r = expect(&mut [&mut a, &mut b], 1, ctx);
+        assert_eq!(r.result, Ok(()), "receive {ctx}");
+        assert_eq!(r.src, pa, "receive {ctx} reports the sender's handle");
+        assert_eq!(r.buf.unwrap(), pattern(len, seed));
+    }
 }
 
 #[test]

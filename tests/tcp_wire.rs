@@ -254,3 +254,61 @@ fn rendezvous_data_with_a_forged_token_is_refused() {
     });
     assert!(matches!(r.result, Err(Error::Protocol(_))), "{:?}", r.result);
 }
+
+/// A fake receiver answers our rendezvous with a clear-to-send for more
+/// bytes than the message has: the send ends with a protocol error instead
+/// of waiting forever, and the endpoint keeps working.
+#[test]
+fn clear_to_send_longer_than_the_message_fails_the_send() {
+    let mut v = Node::new();
+    let fake = TcpListener::bind("127.0.0.1:0").unwrap();
+    fake.set_nonblocking(true).unwrap();
+    let fake_name = TcpName {
+        addr: fake.local_addr().unwrap(),
+        nonce: 0x5eed,
+    }
+    .to_vec();
+    let peer = v.av.insert(&fake_name).unwrap();
+    let len = common::test_attr().rndv_threshold * 2;
+    v.ep.tsend(peer, 8, pattern(len, 8), 77).unwrap();
+    let start = Instant::now();
+    let mut from_victim = loop {
+        v.poll();
+        if let Ok((conn, _)) = fake.accept() {
+            break conn;
+        }
+        assert!(start.elapsed() < common::DEADLINE, "the victim never connected");
+    };
+    // Read the victim's hello and its request to send.
+    from_victim.set_nonblocking(false).unwrap();
+    let mut hdr = [0u8; HEADER_LEN];
+    from_victim.read_exact(&mut hdr).unwrap();
+    let Ok(Frame::Hello { name_len }) = Frame::parse(&hdr) else {
+        panic!("no hello first")
+    };
+    let mut name = vec![0u8; name_len as usize];
+    from_victim.read_exact(&mut name).unwrap();
+    from_victim.read_exact(&mut hdr).unwrap();
+    let Ok(Frame::Rts {
+        token, len: rts_len, ..
+    }) = Frame::parse(&hdr)
+    else {
+        panic!("no rendezvous request")
+    };
+    assert_eq!(rts_len, len as u64);
+    let mut to_victim = TcpStream::connect(addr_of(&v)).unwrap();
+    let mut bytes = hello(fake.local_addr().unwrap());
+    bytes.extend_from_slice(
+        &Frame::Cts {
+            token,
+            rx_token: 1,
+            len: rts_len + 1,
+        }
+        .to_bytes(),
+    );
+    to_victim.write_all(&bytes).unwrap();
+    let r = expect(&mut [&mut v], 0, 77);
+    assert!(matches!(r.result, Err(Error::Protocol(_))), "{:?}", r.result);
+    assert!(r.buf.is_some(), "the buffer comes back");
+    still_works(&mut v);
+}

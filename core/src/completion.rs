@@ -26,7 +26,7 @@ impl Flags {
     /// A send.
     pub const SEND: Flags = Flags(1 << 11);
     /// The completion carries remote immediate data in `data`.
-    pub const REMOTE_CQ_DATA: Flags = Flags(1 << 24);
+    pub const REMOTE_CQ_DATA: Flags = Flags(1 << 17);
 
     /// Whether every bit of `other` is set.
     pub fn contains(self, other: Flags) -> bool {

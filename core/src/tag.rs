@@ -179,6 +179,29 @@ fn append<T>(nodes: &mut Slab<Node<T>>, ends: &mut Ends, idx: usize, chain: Chai
     ends.tail = idx;
 }
 
+/// Links `idx` into a peer list so the list stays in sequence order.
+fn insert_by_seq<T>(nodes: &mut Slab<Node<T>>, ends: &mut Ends, idx: usize) {
+    let seq = nodes[idx].seq;
+    let mut after = ends.tail;
+    while after != NIL && nodes[after].seq > seq {
+        after = nodes[after].peer.prev;
+    }
+    let next = if after == NIL {
+        ends.head
+    } else {
+        nodes[after].peer.next
+    };
+    nodes[idx].peer = Link { prev: after, next };
+    match after {
+        NIL => ends.head = idx,
+        a => nodes[a].peer.next = idx,
+    }
+    match next {
+        NIL => ends.tail = idx,
+        n => nodes[n].peer.prev = idx,
+    }
+}
+
 fn unlink<T>(nodes: &mut Slab<Node<T>>, ends: &mut Ends, link: Link, chain: Chain) {
     match link.prev {
         NIL => ends.head = link.next,
@@ -284,6 +307,35 @@ impl<R, U> Matcher<R, U> {
         }
         self.unexpected.peers.remove(&src);
         out
+    }
+
+    /// Gives unexpected messages that arrived from a then-unknown source
+    /// ([`PeerAddr::UNSPEC`]) the handle `resolve` now finds for them, so a
+    /// receive directed at a peer inserted into the address vector after its
+    /// messages arrived still matches them (and reports their source).
+    /// Entries `resolve` still maps to `UNSPEC` stay. Cheap when there are none.
+    pub fn resolve_unknown(&mut self, mut resolve: impl FnMut(&U) -> PeerAddr) {
+        let q = &mut self.unexpected;
+        let Some(mut cur) = q.peers.get(&PeerAddr::UNSPEC).map(|e| e.head) else {
+            return;
+        };
+        while cur != NIL {
+            let next = q.nodes[cur].peer.next;
+            let src = resolve(&q.nodes[cur].val);
+            if !src.is_unspec() {
+                let link = q.nodes[cur].peer;
+                if let Some(ends) = q.peers.get_mut(&PeerAddr::UNSPEC) {
+                    unlink(&mut q.nodes, ends, link, Chain::Peer);
+                }
+                q.nodes[cur].spec.src = src;
+                let ends = q.peers.entry(src).or_default();
+                insert_by_seq(&mut q.nodes, ends, cur);
+            }
+            cur = next;
+        }
+        if q.peers.get(&PeerAddr::UNSPEC).is_some_and(|e| e.head == NIL) {
+            q.peers.remove(&PeerAddr::UNSPEC);
+        }
     }
 
     /// Remove all posted receives, in post order (endpoint teardown).
@@ -395,6 +447,32 @@ mod tests {
         assert_eq!(m.take_posted(P1, 1).map(|x| x.1), Some(2));
         assert_eq!(m.drain_posted(), vec![(spec(P0, 1, 0), 0), (spec(ANY, 1, 0), 3)]);
         assert_eq!(m.posted_len(), 0);
+    }
+
+    #[test]
+    fn resolve_unknown_sources_keeps_arrival_order() {
+        let mut m: Matcher<u32, (u64, &str)> = Matcher::new();
+        let (a, b) = (PeerAddr(1), PeerAddr(2));
+        m.push_unexpected(PeerAddr::UNSPEC, 5, (1, "a0"));
+        m.push_unexpected(PeerAddr::UNSPEC, 5, (2, "b0"));
+        m.push_unexpected(PeerAddr::UNSPEC, 5, (1, "a1"));
+        m.push_unexpected(a, 5, (1, "a2"));
+        m.push_unexpected(PeerAddr::UNSPEC, 5, (3, "c0"));
+        // Peer 1 becomes known: its two unknown messages move ahead of a2.
+        m.resolve_unknown(|&(from, _)| if from == 1 { a } else { PeerAddr::UNSPEC });
+        assert!(m.post(spec(b, 5, 0), 0).is_none());
+        assert!(m.cancel_posted(|_| true).is_some());
+        let names: Vec<_> = (0..3)
+            .map(|_| parts(m.post(spec(a, 5, 0), 0).unwrap()))
+            .map(|p| (p.2, p.4 .1))
+            .collect();
+        assert_eq!(names, vec![(a, "a0"), (a, "a1"), (a, "a2")]);
+        m.resolve_unknown(|&(from, _)| if from == 2 { b } else { PeerAddr::UNSPEC });
+        assert_eq!(parts(m.post(spec(b, 5, 0), 0).unwrap()).4 .1, "b0");
+        // Any-source receives still find what stays unknown.
+        let p = parts(m.post(spec(PeerAddr::UNSPEC, 5, 0), 0).unwrap());
+        assert_eq!((p.2, p.4 .1), (PeerAddr::UNSPEC, "c0"));
+        assert_eq!(m.unexpected_len(), 0);
     }
 
     #[test]

@@ -255,7 +255,10 @@ impl TcpEndpoint {
                 self.outgoing.remove(&peer);
             }
         }
-        let quiet = conn.dir == Dir::In && matches!(conn.rx, Phase::Header) && conn.staged().is_empty();
+        let quiet = match conn.dir {
+            Dir::In => matches!(conn.rx, Phase::Header) && conn.staged().is_empty(),
+            Dir::Out => conn.txq.is_empty() && !self.sends.iter().any(|(_, tx)| Some(tx.dest) == conn.peer),
+        };
         let clean_close = quiet && matches!(cause, Error::PeerUnreachable { errno: 0, .. });
         if clean_close || cause == Error::Canceled {
             tracing::debug!(peer = ?conn.peer, reason = %cause, "connection closed");
@@ -420,6 +423,11 @@ impl TcpEndpoint {
                 Err(e) => return self.fail_conn(cx, id, e),
             }
         }
+        // The last read's bytes (staged, or a finished direct read) must be
+        // processed now: epoll reports the socket again only if more arrive.
+        if let Err(e) = self.consume(cx, id) {
+            self.fail_conn(cx, id, e);
+        }
     }
 
     /// When the next payload bytes may be read straight into user memory:
@@ -513,8 +521,10 @@ impl TcpEndpoint {
                     match &mut e.dest {
                         EagerDest::Posted(op) => {
                             let buf = op.buf.as_mut_slice();
-                            let fit = buf.len().saturating_sub(e.got).min(take);
-                            buf[e.got..e.got + fit].copy_from_slice(&staged[..fit]);
+                            // Past the buffer's end (truncation) bytes are only counted.
+                            let start = e.got.min(buf.len());
+                            let fit = (buf.len() - start).min(take);
+                            buf[start..start + fit].copy_from_slice(&staged[..fit]);
                         }
                         EagerDest::Unexpected(v) => v.extend_from_slice(&staged[..take]),
                     }
@@ -570,6 +580,7 @@ impl TcpEndpoint {
                     tag: t,
                     data,
                     src,
+                    from: peer,
                     olen,
                     got: 0,
                     dest,
@@ -585,9 +596,17 @@ impl TcpEndpoint {
                 let t = tag.unwrap_or(0);
                 match self.matcher(tag.is_some()).take_posted(src, t) {
                     Some((_, op)) => self.start_rndv(cx, op, conn, token, len, t, data, src),
-                    None => self
-                        .matcher(tag.is_some())
-                        .push_unexpected(src, t, Unexp::Rts { conn, token, len, data }),
+                    None => self.matcher(tag.is_some()).push_unexpected(
+                        src,
+                        t,
+                        Unexp::Rts {
+                            from: peer,
+                            conn,
+                            token,
+                            len,
+                            data,
+                        },
+                    ),
                 }
                 Ok(Phase::Header)
             }
@@ -599,7 +618,12 @@ impl TcpEndpoint {
                 };
                 let len = usize::try_from(len).ok().filter(|&l| l <= tx.op.buf.len());
                 let Some(len) = len else {
-                    return Err(Error::Protocol("clear-to-send longer than the message"));
+                    // The send it names can never finish: drop the connection it
+                    // went out on as well, which ends it (and its siblings) with the error.
+                    let err = Error::Protocol("clear-to-send longer than the message");
+                    let out = tx.conn.0;
+                    self.fail_conn(cx, out, err.clone());
+                    return Err(err);
                 };
                 tx.cleared = true;
                 let out = tx.conn.0;
@@ -664,9 +688,15 @@ impl TcpEndpoint {
             }
             EagerDest::Unexpected(payload) => match self.matcher(e.tagged).take_posted(e.src, e.tag) {
                 Some((_, op)) => deliver_unexpected(cx.cq, op, &payload, a),
-                None => self
-                    .matcher(e.tagged)
-                    .push_unexpected(e.src, e.tag, Unexp::Eager { data: e.data, payload }),
+                None => self.matcher(e.tagged).push_unexpected(
+                    e.src,
+                    e.tag,
+                    Unexp::Eager {
+                        from: e.from,
+                        data: e.data,
+                        payload,
+                    },
+                ),
             },
         }
     }
@@ -914,14 +944,16 @@ impl EndpointProvider for TcpEndpoint {
                 ..op.spec
             }
         };
+        let matcher = self.matcher(op.tagged);
+        matcher.resolve_unknown(|u| cx.av.reverse(u.from()));
         let Some(Matched {
             recv, src, tag, msg, ..
-        }) = self.matcher(op.tagged).post(spec, op)
+        }) = matcher.post(spec, op)
         else {
             return Ok(());
         };
         match msg {
-            Unexp::Eager { data, payload } => {
+            Unexp::Eager { data, payload, .. } => {
                 let a = Arrival {
                     len: 0,
                     olen: payload.len(),
@@ -931,7 +963,9 @@ impl EndpointProvider for TcpEndpoint {
                 };
                 deliver_unexpected(cx.cq, recv, &payload, a);
             }
-            Unexp::Rts { conn, token, len, data } => self.start_rndv(cx, recv, conn, token, len, tag, data, src),
+            Unexp::Rts {
+                conn, token, len, data, ..
+            } => self.start_rndv(cx, recv, conn, token, len, tag, data, src),
         }
         Ok(())
     }

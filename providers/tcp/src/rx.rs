@@ -1,7 +1,7 @@
 //! Receive-side state: what an incoming connection is in the middle of,
 //! matched rendezvous receives, and unexpected messages.
 
-use xfer_core::addr::PeerAddr;
+use xfer_core::addr::{Address, PeerAddr};
 use xfer_core::provider::RecvOp;
 
 /// What the bytes after the current position of an incoming connection are.
@@ -32,6 +32,8 @@ pub struct EagerRx {
     pub data: Option<u64>,
     /// Sender's handle at arrival.
     pub src: PeerAddr,
+    /// Sender's name, to resolve `src` later if it was not known at arrival.
+    pub from: Address,
     /// Message length.
     pub olen: usize,
     /// Payload bytes read so far.
@@ -54,6 +56,8 @@ pub enum EagerDest {
 pub enum Unexp {
     /// An eager message, kept whole (at most the eager limit).
     Eager {
+        /// Sender's name.
+        from: Address,
         /// Immediate data.
         data: Option<u64>,
         /// The payload.
@@ -62,6 +66,8 @@ pub enum Unexp {
     /// A rendezvous request: only the header is kept, so unexpected large
     /// messages cost no payload memory.
     Rts {
+        /// Sender's name.
+        from: Address,
         /// The incoming connection it came on, and its serial.
         conn: (usize, u64),
         /// The sender's token to echo in the clear-to-send.
@@ -71,6 +77,15 @@ pub enum Unexp {
         /// Immediate data.
         data: Option<u64>,
     },
+}
+
+impl Unexp {
+    /// The sender's name.
+    pub fn from(&self) -> &Address {
+        match self {
+            Unexp::Eager { from, .. } | Unexp::Rts { from, .. } => from,
+        }
+    }
 }
 
 /// A matched rendezvous receive waiting for its data.

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Installs what building and testing xfer needs on a fresh Debian 12 machine,
+# skipping whatever is already there. Idempotent; needs root for apt-get.
+#   scripts/setup.sh          the Rust build (toolchain check, crates fetched)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_apt=()
+command -v cc >/dev/null || need_apt+=(gcc)
+command -v make >/dev/null || need_apt+=(make)
+command -v pkg-config >/dev/null || need_apt+=(pkg-config)
+if ((${#need_apt[@]})); then
+    echo "setup: installing ${need_apt[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq "${need_apt[@]}"
+fi
+
+if ! command -v cargo >/dev/null; then
+    echo "setup: no cargo on PATH; install Rust (rustup) first" >&2
+    exit 1
+fi
+cargo fetch --locked -q

@@ -1,0 +1,115 @@
+//! Streaming: the client keeps a window of messages in flight, the server
+//! acknowledges each window with a zero-length message once it has reposted
+//! its receives, so nothing ever waits unexpected (as `ucx_perftest tag_bw`
+//! measures the sender's rate).
+
+use std::time::Instant;
+
+use xfer::{Endpoint, PeerAddr};
+
+use crate::control::{ACK, ACK_TAG, DATA_TAG, RECV, SEND};
+use crate::driver::{self, pattern, Driver, Result};
+use crate::plan::Phase;
+
+/// Window sizes of the phase: the warm-up's rounds then the measured ones.
+fn rounds(p: &Phase) -> impl Iterator<Item = (bool, usize)> + '_ {
+    let split = |n: usize| (0..n.div_ceil(p.window)).map(move |r| (n - r * p.window).min(p.window));
+    split(p.warmup)
+        .map(|n| (false, n))
+        .chain(split(p.iters).map(|n| (true, n)))
+}
+
+/// The sending side: returns the seconds the measured rounds took.
+pub fn client(ep: &Endpoint, d: &mut Driver, peer: PeerAddr, p: &Phase) -> Result<f64> {
+    let tagged = p.test.tagged();
+    let mut bufs: Vec<Vec<u8>> = vec![pattern(p.size); p.window];
+    let mut start = None;
+    for (measured, n) in rounds(p) {
+        if measured && start.is_none() {
+            start = Some(Instant::now());
+        }
+        driver::recv(ep, true, peer, ACK_TAG, Vec::new(), ACK)?;
+        for _ in 0..n {
+            let b = bufs.pop().unwrap_or_default();
+            driver::send(ep, tagged, peer, DATA_TAG, b, SEND)?;
+        }
+        let (mut sent, mut acked) = (0, false);
+        while sent < n || !acked {
+            let mut c = d.next("streaming")?;
+            match c.context {
+                SEND => {
+                    sent += 1;
+                    bufs.push(driver::buf(&mut c)?);
+                }
+                ACK => acked = true,
+                other => return Err(format!("streaming: unexpected completion {other}")),
+            }
+        }
+    }
+    Ok(start.map_or(0.0, |s| s.elapsed().as_secs_f64()))
+}
+
+/// The receiving side; its first window is posted before it reports ready.
+pub struct Server {
+    bufs: Vec<Vec<u8>>,
+}
+
+impl Server {
+    pub fn prepare(ep: &Endpoint, peer: PeerAddr, p: &Phase) -> Result<Server> {
+        let mut s = Server {
+            bufs: vec![vec![0; p.size]; p.window],
+        };
+        if let Some((_, n)) = rounds(p).next() {
+            s.post(ep, peer, p, n)?;
+        }
+        Ok(s)
+    }
+
+    fn post(&mut self, ep: &Endpoint, peer: PeerAddr, p: &Phase, n: usize) -> Result<()> {
+        for _ in 0..n {
+            let b = self.bufs.pop().unwrap_or_else(|| vec![0; p.size]);
+            driver::recv(ep, p.test.tagged(), peer, DATA_TAG, b, RECV)?;
+        }
+        Ok(())
+    }
+
+    pub fn run(mut self, ep: &Endpoint, d: &mut Driver, peer: PeerAddr, p: &Phase) -> Result<()> {
+        let sizes: Vec<usize> = rounds(p).map(|(_, n)| n).collect();
+        let (mut first, mut acks_out) = (true, 0usize);
+        for (r, &n) in sizes.iter().enumerate() {
+            let mut got = 0;
+            while got < n {
+                let mut c = d.next("receiving a stream")?;
+                match c.context {
+                    RECV => {
+                        got += 1;
+                        let b = driver::buf(&mut c)?;
+                        if first && b != pattern(p.size) {
+                            return Err(format!(
+                                "{} {} B: received data differs from the pattern",
+                                p.test.name(),
+                                p.size
+                            ));
+                        }
+                        first = false;
+                        self.bufs.push(b);
+                    }
+                    ACK => acks_out -= 1,
+                    other => return Err(format!("receiving a stream: unexpected completion {other}")),
+                }
+            }
+            if let Some(&next) = sizes.get(r + 1) {
+                self.post(ep, peer, p, next)?;
+            }
+            driver::send(ep, true, peer, ACK_TAG, Vec::new(), ACK)?;
+            acks_out += 1;
+        }
+        while acks_out > 0 {
+            match d.next("finishing a stream")?.context {
+                ACK => acks_out -= 1,
+                other => return Err(format!("finishing a stream: unexpected completion {other}")),
+            }
+        }
+        Ok(())
+    }
+}

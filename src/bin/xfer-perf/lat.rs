@@ -1,0 +1,92 @@
+//! Ping-pong: the client sends, the server echoes, the client times the
+//! round trip and reports half of it (as `ib_send_lat` and `ucx_perftest`).
+
+use std::time::Instant;
+
+use xfer::{Endpoint, PeerAddr};
+
+use crate::control::{DATA_TAG, RECV, SEND};
+use crate::driver::{self, pattern, Driver, Result};
+use crate::plan::Phase;
+
+/// The timing side: returns one half-round-trip sample (µs) per measured iteration.
+pub fn client(ep: &Endpoint, d: &mut Driver, peer: PeerAddr, p: &Phase) -> Result<Vec<f64>> {
+    let tagged = p.test.tagged();
+    let mut sbuf = Some(pattern(p.size));
+    let mut rbuf = Some(vec![0u8; p.size]);
+    let mut samples = Vec::with_capacity(p.iters);
+    for i in 0..p.warmup + p.iters {
+        let t0 = Instant::now();
+        driver::recv(ep, tagged, peer, DATA_TAG, rbuf.take().unwrap_or_default(), RECV)?;
+        driver::send(ep, tagged, peer, DATA_TAG, sbuf.take().unwrap_or_default(), SEND)?;
+        while sbuf.is_none() || rbuf.is_none() {
+            let mut c = d.next("ping-pong")?;
+            match c.context {
+                SEND => sbuf = Some(driver::buf(&mut c)?),
+                RECV => rbuf = Some(driver::buf(&mut c)?),
+                other => return Err(format!("ping-pong: unexpected completion {other}")),
+            }
+        }
+        if i >= p.warmup {
+            samples.push(t0.elapsed().as_secs_f64() * 1e6 / 2.0);
+        }
+        if i == 0 && rbuf.as_deref() != Some(&pattern(p.size)[..]) {
+            return Err(format!(
+                "{} {} B: the echo differs from what was sent",
+                p.test.name(),
+                p.size
+            ));
+        }
+    }
+    Ok(samples)
+}
+
+/// The echoing side. Its receives are posted before it reports ready, so
+/// the client's first message is expected.
+pub struct Server {
+    spare: Vec<Vec<u8>>,
+}
+
+impl Server {
+    /// Posts the first receive of `p`.
+    pub fn prepare(ep: &Endpoint, peer: PeerAddr, p: &Phase) -> Result<Server> {
+        driver::recv(ep, p.test.tagged(), peer, DATA_TAG, vec![0; p.size], RECV)?;
+        Ok(Server {
+            spare: vec![vec![0; p.size]],
+        })
+    }
+
+    /// Echoes every message of `p` back to `peer`.
+    pub fn run(mut self, ep: &Endpoint, d: &mut Driver, peer: PeerAddr, p: &Phase) -> Result<()> {
+        let tagged = p.test.tagged();
+        let total = p.warmup + p.iters;
+        let (mut received, mut sent) = (0, 0);
+        while sent < total {
+            let mut c = d.next("echo")?;
+            let buf = driver::buf(&mut c)?;
+            match c.context {
+                SEND => {
+                    sent += 1;
+                    self.spare.push(buf);
+                }
+                RECV => {
+                    received += 1;
+                    if received == 1 && buf != pattern(p.size) {
+                        return Err(format!(
+                            "{} {} B: received data differs from the pattern",
+                            p.test.name(),
+                            p.size
+                        ));
+                    }
+                    if received < total {
+                        let next = self.spare.pop().unwrap_or_else(|| vec![0; p.size]);
+                        driver::recv(ep, tagged, peer, DATA_TAG, next, RECV)?;
+                    }
+                    driver::send(ep, tagged, peer, DATA_TAG, buf, SEND)?;
+                }
+                other => return Err(format!("echo: unexpected completion {other}")),
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,156 @@
+//! xfer-perf: ping-pong latency and streaming bandwidth over xfer, as
+//! `ib_send_lat`/`ib_send_bw` or `ucx_perftest` measure them.
+//!
+//! ```text
+//! xfer-perf                                 # both sides in this process, loopback
+//! xfer-perf server                          # prints `xfer-perf server: NAME`
+//! xfer-perf --test tag_lat client NAME      # in another process or host
+//! ```
+//!
+//! The client drives: it sends the server its name, then one control message
+//! per phase (test, size, iterations); the server prepares its receives,
+//! answers `ready`, and plays its part. Buffers are allocated once per phase
+//! and reused; the first message of every phase is checked byte for byte.
+//! Completions are busy-polled.
+
+mod bw;
+mod control;
+mod driver;
+mod lat;
+mod plan;
+mod report;
+mod stats;
+
+use std::sync::mpsc;
+
+use xfer::{CompletionQueue, Endpoint, EndpointAttr, PeerAddr};
+
+use control::{hear, say};
+use driver::{Driver, Result};
+use plan::{hex, unhex, Options, Phase, Role};
+use report::Report;
+
+/// One side's objects; the domain outlives the endpoint and queue.
+struct Side {
+    ep: Endpoint,
+    driver: Driver,
+    provider: String,
+    _domain: xfer::Domain,
+}
+
+fn open(attr: &EndpointAttr) -> Result<Side> {
+    let domain = xfer::open_default().map_err(|e| format!("opening a domain: {e}"))?;
+    let cq: CompletionQueue = domain
+        .cq(&xfer::CqAttr::from_env())
+        .map_err(|e| format!("opening a cq: {e}"))?;
+    let av = domain.av().map_err(|e| format!("opening an address vector: {e}"))?;
+    let ep = domain
+        .endpoint(&cq, &av, attr)
+        .map_err(|e| format!("opening an endpoint: {e}"))?;
+    Ok(Side {
+        ep,
+        driver: Driver::new(cq),
+        provider: domain.provider().to_string(),
+        _domain: domain,
+    })
+}
+
+/// Serves one client: hello, then phases until `done`.
+fn serve(side: &mut Side, announce: impl FnOnce(String)) -> Result<()> {
+    announce(hex(side.ep.name().as_bytes()));
+    let hello = hear(&side.ep, &mut side.driver, PeerAddr::UNSPEC)?;
+    let name = hello
+        .strip_prefix("hello ")
+        .ok_or_else(|| format!("expected hello, got {hello:?}"))?;
+    let peer = side
+        .ep
+        .av()
+        .insert(&unhex(name)?)
+        .map_err(|e| format!("client name: {e}"))?;
+    loop {
+        let msg = hear(&side.ep, &mut side.driver, peer)?;
+        if msg == "done" {
+            return say(&side.ep, &mut side.driver, peer, "bye");
+        }
+        let p = Phase::parse(&msg)?;
+        let (ep, d) = (&side.ep, &mut side.driver);
+        if p.test.is_latency() {
+            let s = lat::Server::prepare(ep, peer, &p)?;
+            say(ep, d, peer, "ready")?;
+            s.run(ep, d, peer, &p)?;
+        } else {
+            let s = bw::Server::prepare(ep, peer, &p)?;
+            say(ep, d, peer, "ready")?;
+            s.run(ep, d, peer, &p)?;
+        }
+    }
+}
+
+/// Runs every phase against the server named `server`, reporting each.
+fn drive(side: &mut Side, server: &[u8], opts: &Options) -> Result<()> {
+    let peer = side.ep.av().insert(server).map_err(|e| format!("server name: {e}"))?;
+    let (ep, d) = (&side.ep, &mut side.driver);
+    say(ep, d, peer, &format!("hello {}", hex(ep.name().as_bytes())))?;
+    let mut report = Report::new(opts.json, side.provider.clone());
+    for p in opts.phases() {
+        say(ep, d, peer, &p.to_string())?;
+        let answer = hear(ep, d, peer)?;
+        if answer != "ready" {
+            return Err(format!("server answered {answer:?} to {p}"));
+        }
+        if p.test.is_latency() {
+            let mut samples = lat::client(ep, d, peer, &p)?;
+            if let Some(l) = stats::latency(&mut samples) {
+                report.latency(&p, &l);
+            }
+        } else {
+            let secs = bw::client(ep, d, peer, &p)?;
+            report.bandwidth(&p, secs);
+        }
+    }
+    say(ep, d, peer, "done")?;
+    match hear(ep, d, peer)?.as_str() {
+        "bye" => Ok(()),
+        other => Err(format!("server answered {other:?} to done")),
+    }
+}
+
+fn run(opts: &Options) -> Result<()> {
+    let mut attr = EndpointAttr::from_env();
+    match &opts.role {
+        Role::Server => serve(&mut open(&attr)?, |name| println!("xfer-perf server: {name}")),
+        Role::Client(name) => drive(&mut open(&attr)?, name, opts),
+        Role::Local => {
+            // Both sides on loopback unless XFER_TCP_ADDR says otherwise.
+            attr.tcp.addr.get_or_insert_with(|| "127.0.0.1".into());
+            let (tx, rx) = mpsc::channel();
+            let server_attr = attr.clone();
+            let server = std::thread::spawn(move || {
+                let mut side = open(&server_attr)?;
+                serve(&mut side, |name| drop(tx.send(name)))
+            });
+            let name = match rx.recv() {
+                Ok(name) => name,
+                Err(_) => return server.join().unwrap_or_else(|_| Err("server thread panicked".into())),
+            };
+            let client = drive(&mut open(&attr)?, &unhex(&name)?, opts);
+            let server = server.join().unwrap_or_else(|_| Err("server thread panicked".into()));
+            client.and(server)
+        }
+    }
+}
+
+fn main() {
+    xfer::init_logging();
+    let opts = match Options::parse(std::env::args().skip(1)) {
+        Ok(o) => o,
+        Err(msg) => {
+            eprintln!("{msg}");
+            std::process::exit(2);
+        }
+    };
+    if let Err(msg) = run(&opts) {
+        eprintln!("xfer-perf: {msg}");
+        std::process::exit(1);
+    }
+}

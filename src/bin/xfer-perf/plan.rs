@@ -1,0 +1,271 @@
+//! What to measure: the command line, and the phase descriptions the client
+//! sends the server over the control channel.
+
+use std::fmt;
+
+/// The benchmarks xfer-perf runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Test {
+    /// Tagged ping-pong: half round-trip latency.
+    TagLat,
+    /// Tagged streaming: bandwidth and message rate.
+    TagBw,
+    /// Untagged ping-pong.
+    MsgLat,
+    /// Untagged streaming.
+    MsgBw,
+}
+
+impl Test {
+    pub const ALL: [Test; 4] = [Test::TagLat, Test::TagBw, Test::MsgLat, Test::MsgBw];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Test::TagLat => "tag_lat",
+            Test::TagBw => "tag_bw",
+            Test::MsgLat => "msg_lat",
+            Test::MsgBw => "msg_bw",
+        }
+    }
+
+    pub fn parse(s: &str) -> Result<Test, String> {
+        Test::ALL
+            .into_iter()
+            .find(|t| t.name() == s)
+            .ok_or_else(|| format!("unknown test {s:?}"))
+    }
+
+    pub fn tagged(self) -> bool {
+        matches!(self, Test::TagLat | Test::TagBw)
+    }
+
+    pub fn is_latency(self) -> bool {
+        matches!(self, Test::TagLat | Test::MsgLat)
+    }
+}
+
+/// One measurement: a test at one size. Sent from client to server as text.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Phase {
+    pub test: Test,
+    pub size: usize,
+    pub iters: usize,
+    pub warmup: usize,
+    /// Messages in flight per acknowledgement (bandwidth tests).
+    pub window: usize,
+}
+
+impl fmt::Display for Phase {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "phase {} {} {} {} {}",
+            self.test.name(),
+            self.size,
+            self.iters,
+            self.warmup,
+            self.window
+        )
+    }
+}
+
+impl Phase {
+    /// Parses what [`Display`](fmt::Display) wrote; the bytes come from a
+    /// peer, so every field is checked.
+    pub fn parse(s: &str) -> Result<Phase, String> {
+        let f: Vec<&str> = s.split(' ').collect();
+        let [_, test, size, iters, warmup, window] = f[..] else {
+            return Err(format!("malformed phase {s:?}"));
+        };
+        let num = |v: &str| {
+            v.parse::<usize>()
+                .map_err(|_| format!("bad number {v:?} in phase {s:?}"))
+        };
+        let p = Phase {
+            test: Test::parse(test)?,
+            size: num(size)?,
+            iters: num(iters)?,
+            warmup: num(warmup)?,
+            window: num(window)?,
+        };
+        if p.size > MAX_SIZE || p.window == 0 || p.iters == 0 {
+            return Err(format!("phase out of range: {s:?}"));
+        }
+        Ok(p)
+    }
+}
+
+/// Largest message size xfer-perf accepts.
+pub const MAX_SIZE: usize = 64 << 20;
+
+/// Where this process runs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Role {
+    Server,
+    Client(Vec<u8>),
+    Local,
+}
+
+/// The parsed command line.
+#[derive(Clone, Debug)]
+pub struct Options {
+    pub tests: Vec<Test>,
+    pub sizes: Vec<usize>,
+    pub iters: Option<usize>,
+    pub warmup: Option<usize>,
+    pub window: usize,
+    pub json: bool,
+    pub role: Role,
+}
+
+pub const USAGE: &str = "usage: xfer-perf [options] [local | server | client NAME]
+
+  local          both sides in this process (default)
+  server         print `xfer-perf server: NAME`, serve one client, exit
+  client NAME    run against the server whose name (hex) is NAME
+
+options:
+  --test LIST    tag_lat,tag_bw,msg_lat,msg_bw (default tag_lat,tag_bw)
+  --sizes LIST   message sizes, e.g. 1,64,4k,1M (default 1 B to --max-size, powers of 2)
+  --max-size N   largest default size (default 4M)
+  --iters N      measured iterations per size (default: scaled by size)
+  --warmup N     unmeasured iterations first (default: iters / 10)
+  --window N     messages in flight per acknowledgement in bandwidth tests (default 64)
+  --json         one JSON object per result line instead of a table
+
+Environment: every XFER_* setting (see xfer-info), e.g. XFER_PROVIDER, XFER_TCP_ADDR.";
+
+impl Options {
+    pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Options, String> {
+        let mut o = Options {
+            tests: vec![Test::TagLat, Test::TagBw],
+            sizes: Vec::new(),
+            iters: None,
+            warmup: None,
+            window: 64,
+            json: false,
+            role: Role::Local,
+        };
+        let mut max_size = 4 << 20;
+        let mut args = args.into_iter();
+        while let Some(a) = args.next() {
+            let mut value = || args.next().ok_or_else(|| format!("{a} needs a value"));
+            match a.as_str() {
+                "--test" => o.tests = value()?.split(',').map(Test::parse).collect::<Result<_, _>>()?,
+                "--sizes" => o.sizes = value()?.split(',').map(parse_size).collect::<Result<_, _>>()?,
+                "--max-size" => max_size = parse_size(&value()?)?,
+                "--iters" => o.iters = Some(parse_count(&value()?)?),
+                "--warmup" => o.warmup = Some(value()?.parse().map_err(|_| "bad --warmup")?),
+                "--window" => o.window = parse_count(&value()?)?,
+                "--json" => o.json = true,
+                "-h" | "--help" => return Err(USAGE.into()),
+                "local" => o.role = Role::Local,
+                "server" => o.role = Role::Server,
+                "client" => o.role = Role::Client(unhex(&value()?)?),
+                other => return Err(format!("unknown argument {other:?}\n\n{USAGE}")),
+            }
+        }
+        if o.sizes.is_empty() {
+            o.sizes = std::iter::successors(Some(1usize), |s| Some(s * 2))
+                .take_while(|&s| s <= max_size)
+                .collect();
+        }
+        if let Some(&s) = o.sizes.iter().find(|&&s| s > MAX_SIZE) {
+            return Err(format!("size {s} is above the limit of {MAX_SIZE}"));
+        }
+        Ok(o)
+    }
+
+    /// The phases the client runs, in order.
+    pub fn phases(&self) -> Vec<Phase> {
+        let mut v = Vec::new();
+        for &test in &self.tests {
+            for &size in &self.sizes {
+                let iters = self.iters.unwrap_or_else(|| default_iters(test, size));
+                let warmup = self.warmup.unwrap_or(iters / 10);
+                // Bound the memory a window pins to 64 MiB per side.
+                let window = self.window.min(((64 << 20) / size.max(1)).max(1));
+                v.push(Phase {
+                    test,
+                    size,
+                    iters,
+                    warmup,
+                    window,
+                });
+            }
+        }
+        v
+    }
+}
+
+/// Enough iterations for a stable figure without spending minutes on large sizes.
+fn default_iters(test: Test, size: usize) -> usize {
+    let (bytes, cap, floor) = if test.is_latency() {
+        (64 << 20, 10_000, 100)
+    } else {
+        (512 << 20, 100_000, 128)
+    };
+    (bytes / size.max(1)).clamp(floor, cap)
+}
+
+fn parse_count(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(n) if n > 0 => Ok(n),
+        _ => Err(format!("expected a positive count, got {s:?}")),
+    }
+}
+
+/// `64`, `4k`, `1M`, `1G` (powers of 1024).
+pub fn parse_size(s: &str) -> Result<usize, String> {
+    xfer::attr::parse_size(s)
+        .and_then(|v| usize::try_from(v).ok())
+        .ok_or_else(|| format!("bad size {s:?}"))
+}
+
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+pub fn unhex(s: &str) -> Result<Vec<u8>, String> {
+    let s = s.strip_prefix("0x").unwrap_or(s);
+    if s.len() % 2 != 0 || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(format!("{s:?} is not a hex endpoint name"));
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).map_err(|e| e.to_string()))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn phase_round_trips_and_rejects_garbage() {
+        let p = Phase {
+            test: Test::TagBw,
+            size: 4096,
+            iters: 10,
+            warmup: 1,
+            window: 64,
+        };
+        assert_eq!(Phase::parse(&p.to_string()), Ok(p));
+        assert!(Phase::parse("phase tag_bw 1 2").is_err());
+        assert!(Phase::parse("phase tag_bw x 1 1 1").is_err());
+        assert!(Phase::parse("phase nope 1 1 1 1").is_err());
+        assert!(Phase::parse(&format!("phase tag_lat {} 1 1 1", MAX_SIZE + 1)).is_err());
+    }
+
+    #[test]
+    fn options_defaults_and_sizes() {
+        let o = Options::parse(["--max-size", "1k"].map(String::from)).unwrap();
+        assert_eq!(o.sizes.len(), 11);
+        assert_eq!(o.role, Role::Local);
+        let o = Options::parse(["--sizes", "1,4k,1M", "client", "0aff"].map(String::from)).unwrap();
+        assert_eq!(o.sizes, vec![1, 4096, 1 << 20]);
+        assert_eq!(o.role, Role::Client(vec![0x0a, 0xff]));
+        assert!(Options::parse(["client", "xyz"].map(String::from)).is_err());
+        assert!(Options::parse(["--iters", "0"].map(String::from)).is_err());
+    }
+}

@@ -1,0 +1,74 @@
+//! Results on stdout: an aligned table, or one JSON object per line.
+
+use crate::plan::Phase;
+use crate::stats::Latency;
+
+pub struct Report {
+    pub json: bool,
+    pub provider: String,
+    header_for: Option<bool>,
+}
+
+impl Report {
+    pub fn new(json: bool, provider: String) -> Report {
+        Report {
+            json,
+            provider,
+            header_for: None,
+        }
+    }
+
+    pub fn latency(&mut self, p: &Phase, l: &Latency) {
+        if self.json {
+            println!(
+                "{{\"tool\":\"xfer-perf\",\"provider\":\"{}\",\"test\":\"{}\",\"size\":{},\"iters\":{},\"avg_us\":{:.3},\"p50_us\":{:.3},\"p99_us\":{:.3},\"max_us\":{:.3}}}",
+                self.provider, p.test.name(), p.size, p.iters, l.avg, l.p50, l.p99, l.max
+            );
+            return;
+        }
+        if self.header_for != Some(true) {
+            self.header_for = Some(true);
+            println!(
+                "\n{:<8} {:>10} {:>8} {:>10} {:>10} {:>10} {:>10}",
+                "test", "bytes", "iters", "avg_us", "p50_us", "p99_us", "max_us"
+            );
+        }
+        println!(
+            "{:<8} {:>10} {:>8} {:>10.2} {:>10.2} {:>10.2} {:>10.2}",
+            p.test.name(),
+            p.size,
+            p.iters,
+            l.avg,
+            l.p50,
+            l.p99,
+            l.max
+        );
+    }
+
+    pub fn bandwidth(&mut self, p: &Phase, secs: f64) {
+        let mib_s = (p.size as f64 * p.iters as f64) / secs / (1 << 20) as f64;
+        let rate = p.iters as f64 / secs;
+        if self.json {
+            println!(
+                "{{\"tool\":\"xfer-perf\",\"provider\":\"{}\",\"test\":\"{}\",\"size\":{},\"iters\":{},\"mib_s\":{:.3},\"msg_rate\":{:.1}}}",
+                self.provider, p.test.name(), p.size, p.iters, mib_s, rate
+            );
+            return;
+        }
+        if self.header_for != Some(false) {
+            self.header_for = Some(false);
+            println!(
+                "\n{:<8} {:>10} {:>8} {:>12} {:>12}",
+                "test", "bytes", "iters", "MiB/s", "msg/s"
+            );
+        }
+        println!(
+            "{:<8} {:>10} {:>8} {:>12.1} {:>12.0}",
+            p.test.name(),
+            p.size,
+            p.iters,
+            mib_s,
+            rate
+        );
+    }
+}

@@ -1,0 +1,265 @@
+//! The shipped programs run: `xfer-info` reports the TCP provider, and the
+//! `pingpong` example completes a ping-pong between two real processes on
+//! loopback. Every child is killed if the test fails or its deadline passes,
+//! so nothing hangs.
+
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// How long the ping-pong itself may take, once the example is built.
+const DEADLINE: Duration = Duration::from_secs(60);
+/// How long building the example may take (a cold build on a busy machine).
+const BUILD_DEADLINE: Duration = Duration::from_secs(600);
+
+/// A child process whose output is read by threads; killed when dropped.
+struct Proc {
+    what: String,
+    child: Child,
+    stdout: Receiver<String>,
+    stderr: Option<JoinHandle<String>>,
+}
+
+impl Proc {
+    fn spawn(what: &str, mut cmd: Command) -> Proc {
+        let mut child = cmd
+            .env("XFER_TCP_ADDR", "127.0.0.1")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawning {what}: {e}"));
+        let (tx, stdout) = mpsc::channel();
+        let out = child.stdout.take().expect("stdout is piped");
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut err = child.stderr.take().expect("stderr is piped");
+        let stderr = Some(std::thread::spawn(move || {
+            let mut text = String::new();
+            let _ = err.read_to_string(&mut text);
+            text
+        }));
+        Proc {
+            what: what.to_string(),
+            child,
+            stdout,
+            stderr,
+        }
+    }
+
+    /// `cargo <args>` in this package, with the environment of the test
+    /// (so the same target directory).
+    fn cargo(what: &str, args: &[&str]) -> Proc {
+        let mut cmd = Command::new(env!("CARGO"));
+        cmd.args(args).current_dir(env!("CARGO_MANIFEST_DIR"));
+        Proc::spawn(what, cmd)
+    }
+
+    /// `cargo run --quiet --example pingpong -- <args>`.
+    fn pingpong(what: &str, args: &[&str]) -> Proc {
+        let mut all = vec!["run", "--quiet", "--example", "pingpong", "--"];
+        all.extend_from_slice(args);
+        Proc::cargo(what, &all)
+    }
+
+    /// The next line of standard output; fails the test at `deadline`.
+    fn line(&mut self, deadline: Instant) -> String {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match self.stdout.recv_timeout(left) {
+            Ok(line) => line,
+            Err(e) => self.fail(&format!("no output line ({e:?})")),
+        }
+    }
+
+    /// Waits for the exit; returns the status, the rest of standard output
+    /// and all of standard error. Fails the test at `deadline`.
+    fn finish(mut self, deadline: Instant) -> (ExitStatus, Vec<String>, String) {
+        let status = loop {
+            match self.child.try_wait() {
+                Ok(Some(status)) => break status,
+                Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+                Ok(None) => self.fail("still running at the deadline"),
+                Err(e) => panic!("{}: waiting: {e}", self.what),
+            }
+        };
+        let mut lines = Vec::new();
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.stdout.recv_timeout(left) {
+                Ok(line) => lines.push(line),
+                Err(RecvTimeoutError::Disconnected) => break,
+                Err(RecvTimeoutError::Timeout) => panic!("{}: standard output never closed", self.what),
+            }
+        }
+        (status, lines, self.stderr())
+    }
+
+    /// Kills the child and fails the test, showing its standard error.
+    fn fail(&mut self, why: &str) -> ! {
+        let _ = self.child.kill();
+        let err = self.stderr();
+        panic!("{}: {why}; stderr:\n{err}", self.what)
+    }
+
+    /// All of standard error; call once the child has exited or been killed.
+    fn stderr(&mut self) -> String {
+        let _ = self.child.wait();
+        self.stderr.take().and_then(|h| h.join().ok()).unwrap_or_default()
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn xfer_info_lists_tcp() {
+    let deadline = Instant::now() + DEADLINE;
+    let text = Proc::spawn("xfer-info", Command::new(env!("CARGO_BIN_EXE_xfer-info")));
+    let (status, lines, err) = text.finish(deadline);
+    assert!(
+        status.success(),
+        "xfer-info failed: {status}\n{}\n{err}",
+        lines.join("\n")
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.trim_start().starts_with("tcp") && l.contains("available")),
+        "no tcp provider in:\n{}",
+        lines.join("\n")
+    );
+    assert!(
+        lines.iter().any(|l| l == "open_default() picks: tcp"),
+        "{}",
+        lines.join("\n")
+    );
+    assert!(lines
+        .iter()
+        .any(|l| l.contains("XFER_TCP_ADDR") && l.contains("127.0.0.1")));
+
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_xfer-info"));
+    cmd.arg("--json");
+    let (status, lines, err) = Proc::spawn("xfer-info --json", cmd).finish(deadline);
+    assert!(status.success(), "xfer-info --json failed: {status}\n{err}");
+    let json = lines.join("\n");
+    assert!(json.starts_with('{') && json.ends_with('}'), "{json}");
+    assert!(json.contains(r#""name": "tcp", "available": true"#), "{json}");
+    assert!(json.contains(r#""chosen": "tcp""#), "{json}");
+    assert!(json.contains(r#""error": null"#), "{json}");
+
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_xfer-info"));
+    cmd.arg("--no-such-flag");
+    let (status, _, err) = Proc::spawn("xfer-info --no-such-flag", cmd).finish(deadline);
+    assert_eq!(status.code(), Some(2), "{err}");
+    assert!(err.contains("usage"), "{err}");
+}
+
+#[test]
+fn pingpong_between_two_processes() {
+    // Build first, with its own deadline, so compile time does not count
+    // against the ping-pong's.
+    let build = Proc::cargo("building pingpong", &["build", "--quiet", "--example", "pingpong"]);
+    let (status, _, err) = build.finish(Instant::now() + BUILD_DEADLINE);
+    assert!(
+        status.success(),
+        "building the pingpong example failed: {status}\n{err}"
+    );
+
+    let deadline = Instant::now() + DEADLINE;
+    let mut server = Proc::pingpong("pingpong server", &["server"]);
+    let first = server.line(deadline);
+    let name = first
+        .strip_prefix("pingpong server: ")
+        .unwrap_or_else(|| panic!("unexpected first server line {first:?}"))
+        .to_string();
+
+    let client = Proc::pingpong("pingpong client", &["client", &name, "--iters", "100", "--size", "100"]);
+    let (status, lines, err) = client.finish(deadline);
+    assert!(status.success(), "client failed: {status}\n{}\n{err}", lines.join("\n"));
+    for mode in ["msg", "tagged"] {
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.starts_with(&format!("pingpong client: {mode} ")) && l.ends_with(" us")),
+            "no {mode} latency line in:\n{}",
+            lines.join("\n")
+        );
+    }
+
+    let (status, lines, err) = server.finish(deadline);
+    assert!(status.success(), "server failed: {status}\n{}\n{err}", lines.join("\n"));
+    assert_eq!(
+        lines.last().map(String::as_str),
+        Some("pingpong server: done, echoed 200 messages"),
+        "{}",
+        lines.join("\n")
+    );
+}
+
+#[test]
+fn pingpong_client_reports_bad_input() {
+    let deadline = Instant::now() + BUILD_DEADLINE;
+    let client = Proc::pingpong("pingpong client", &["client", "not-hex"]);
+    let (status, _, err) = client.finish(deadline);
+    assert_eq!(status.code(), Some(1), "{err}");
+    assert!(err.contains("pingpong: error:"), "{err}");
+}
+
+/// The number after `"key":` in a JSON line xfer-perf printed.
+fn json_number(line: &str, key: &str) -> f64 {
+    let at = line.find(&format!("\"{key}\":")).unwrap_or_else(|| panic!("no {key} in {line}"));
+    let rest = &line[at + key.len() + 3..];
+    let end = rest.find([',', '}']).unwrap_or(rest.len());
+    rest[..end].parse().unwrap_or_else(|_| panic!("{key} is not a number in {line}"))
+}
+
+#[test]
+fn xfer_perf_between_two_processes() {
+    let deadline = Instant::now() + DEADLINE;
+    let opts = ["--json", "--test", "tag_lat,tag_bw,msg_lat,msg_bw", "--sizes", "1,64k,1M", "--iters", "40"];
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_xfer-perf"));
+    cmd.args(opts).arg("server");
+    let mut server = Proc::spawn("xfer-perf server", cmd);
+    let first = server.line(deadline);
+    let name = first
+        .strip_prefix("xfer-perf server: ")
+        .unwrap_or_else(|| panic!("unexpected first server line {first:?}"))
+        .to_string();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_xfer-perf"));
+    cmd.args(opts).args(["client", &name]);
+    let (status, lines, err) = Proc::spawn("xfer-perf client", cmd).finish(deadline);
+    assert!(status.success(), "client failed: {status}\n{}\n{err}", lines.join("\n"));
+    let (status, _, err) = server.finish(deadline);
+    assert!(status.success(), "server failed: {status}\n{err}");
+    for test in ["tag_lat", "tag_bw", "msg_lat", "msg_bw"] {
+        for size in [1, 65536, 1 << 20] {
+            let key = format!("\"test\":\"{test}\",\"size\":{size},");
+            let line = lines.iter().find(|l| l.contains(&key)).unwrap_or_else(|| {
+                panic!("no {test} {size} result in:\n{}", lines.join("\n"));
+            });
+            let figure = if test.ends_with("lat") { "p50_us" } else { "mib_s" };
+            assert!(json_number(line, figure) > 0.0, "{line}");
+            assert_eq!(json_number(line, "iters"), 40.0, "{line}");
+        }
+    }
+}
+
+#[test]
+fn xfer_perf_refuses_a_bad_server_name() {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_xfer-perf"));
+    cmd.args(["client", "zz"]);
+    let (status, _, err) = Proc::spawn("xfer-perf client zz", cmd).finish(Instant::now() + DEADLINE);
+    assert_eq!(status.code(), Some(2), "{err}");
+    assert!(err.contains("not a hex endpoint name"), "{err}");
+}
