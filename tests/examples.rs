@@ -218,16 +218,28 @@ fn pingpong_client_reports_bad_input() {
 
 /// The number after `"key":` in a JSON line xfer-perf printed.
 fn json_number(line: &str, key: &str) -> f64 {
-    let at = line.find(&format!("\"{key}\":")).unwrap_or_else(|| panic!("no {key} in {line}"));
+    let at = line
+        .find(&format!("\"{key}\":"))
+        .unwrap_or_else(|| panic!("no {key} in {line}"));
     let rest = &line[at + key.len() + 3..];
     let end = rest.find([',', '}']).unwrap_or(rest.len());
-    rest[..end].parse().unwrap_or_else(|_| panic!("{key} is not a number in {line}"))
+    rest[..end]
+        .parse()
+        .unwrap_or_else(|_| panic!("{key} is not a number in {line}"))
 }
 
 #[test]
 fn xfer_perf_between_two_processes() {
     let deadline = Instant::now() + DEADLINE;
-    let opts = ["--json", "--test", "tag_lat,tag_bw,msg_lat,msg_bw", "--sizes", "1,64k,1M", "--iters", "40"];
+    let opts = [
+        "--json",
+        "--test",
+        "tag_lat,tag_bw,msg_lat,msg_bw",
+        "--sizes",
+        "1,64k,1M",
+        "--iters",
+        "40",
+    ];
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_xfer-perf"));
     cmd.args(opts).arg("server");
     let mut server = Proc::spawn("xfer-perf server", cmd);
