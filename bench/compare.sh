@@ -44,6 +44,8 @@ done
 cd "$ROOT"
 
 # ---------------------------------------------------------------- settings
+# xfer endpoints listen on loopback, like the peers they are compared with.
+export XFER_TCP_ADDR=${XFER_TCP_ADDR:-127.0.0.1}
 SERVER_CPU=${SERVER_CPU:-0}
 CLIENT_CPU=${CLIENT_CPU:-1}
 LAT_SIZES=(8 64 256)

@@ -148,15 +148,14 @@ fn eager_message_cut_off_mid_payload_fails_its_receive() {
     still_works(&mut v);
 }
 
-/// A fake peer announces a rendezvous, reads the clear-to-send on its own
-/// listener, then misbehaves while sending the data.
+/// A fake peer announces a rendezvous, reads the clear-to-send the victim
+/// answers on the same connection, then misbehaves while sending the data.
 fn rendezvous_then(misbehave: impl FnOnce(&mut TcpStream, u64)) -> xfer::Completion {
     let mut v = Node::new();
-    let fake_listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let len = 1u64 << 20;
     v.ep.trecv(PeerAddr::UNSPEC, 3, 0, vec![0; len as usize], 6).unwrap();
     let mut s = TcpStream::connect(addr_of(&v)).unwrap();
-    let mut bytes = hello(fake_listener.local_addr().unwrap());
+    let mut bytes = hello("127.0.0.1:9".parse().unwrap());
     bytes.extend_from_slice(
         &Frame::Rts {
             tag: Some(3),
@@ -167,30 +166,19 @@ fn rendezvous_then(misbehave: impl FnOnce(&mut TcpStream, u64)) -> xfer::Complet
         .to_bytes(),
     );
     s.write_all(&bytes).unwrap();
-    fake_listener.set_nonblocking(true).unwrap();
+    s.set_nonblocking(true).unwrap();
     let start = Instant::now();
-    let mut back = loop {
-        v.poll();
-        if let Ok((conn, _)) = fake_listener.accept() {
-            break conn;
-        }
-        assert!(
-            start.elapsed() < common::DEADLINE,
-            "no connection back for the clear-to-send"
-        );
-    };
-    back.set_nonblocking(true).unwrap();
     let mut got = Vec::new();
     let mut buf = [0u8; 256];
-    while got.len() < 2 * HEADER_LEN + 16 {
+    while got.len() < HEADER_LEN {
         v.poll();
-        if let Ok(n) = back.read(&mut buf) {
+        if let Ok(n) = s.read(&mut buf) {
             got.extend_from_slice(&buf[..n]);
         }
         assert!(start.elapsed() < common::DEADLINE, "no clear-to-send");
     }
-    // The victim's hello (header + 16-byte name), then the clear-to-send.
-    let cts = Frame::parse(&got[HEADER_LEN + 16..]).unwrap();
+    s.set_nonblocking(false).unwrap();
+    let cts = Frame::parse(&got).unwrap();
     let Frame::Cts {
         token: 42,
         rx_token,

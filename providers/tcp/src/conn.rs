@@ -106,7 +106,7 @@ pub struct Conn {
 impl Conn {
     /// A connection over `sock`.
     pub fn new(sock: Socket, dir: Dir, state: State, serial: u64, peer: Option<Address>) -> Conn {
-        let staging = if dir == Dir::In { vec![0; STAGING] } else { vec![0; 64] }.into_boxed_slice();
+        let staging = vec![0; STAGING].into_boxed_slice();
         Conn {
             sock,
             dir,

@@ -34,6 +34,8 @@ use crate::wire::{Frame, HEADER_LEN, MAX_EAGER};
 const LISTENER: u64 = u64::MAX;
 /// Reads per connection per progress call, so one busy peer cannot starve others.
 const READS_PER_EVENT: usize = 16;
+/// The cause recorded when a peer closes a connection in order (end of file).
+const CLOSED_BY_PEER: Error = Error::PeerUnreachable { peer: PeerAddr::UNSPEC, errno: 0 };
 /// Payload bytes at or above which a read goes straight into the user's buffer.
 const DIRECT_READ: usize = 4096;
 
@@ -41,7 +43,7 @@ const DIRECT_READ: usize = 4096;
 #[derive(Debug)]
 struct TxOp {
     op: SendOp,
-    /// The outgoing connection (key, serial) it travels on.
+    /// The connection (key, serial) it travels on.
     conn: (usize, u64),
     /// The destination's name, to check who answers.
     dest: Address,
@@ -58,7 +60,10 @@ pub struct TcpEndpoint {
     epoll: Epoll,
     events: Vec<libc::epoll_event>,
     conns: Slab<Conn>,
-    outgoing: HashMap<Address, usize>,
+    /// The connection our frames to each peer travel on: the one we opened,
+    /// or the one the peer opened if we had none. Fixed while it lives, so
+    /// our messages to a peer stay in order.
+    route: HashMap<Address, usize>,
     connecting: usize,
     serial: u64,
     gen: u32,
@@ -66,6 +71,9 @@ pub struct TcpEndpoint {
     rndv: Slab<RndvRx>,
     tagged: Matcher<RecvOp, Unexp>,
     untagged: Matcher<RecvOp, Unexp>,
+    /// The incoming connection that last carried data: read first on every
+    /// progress call, so a ping-pong skips the epoll round trip.
+    hot: Option<usize>,
 }
 
 fn token(key: usize, gen: u32) -> u64 {
@@ -130,7 +138,7 @@ impl TcpEndpoint {
             epoll,
             events: vec![EMPTY_EVENT; 64],
             conns: Slab::new(),
-            outgoing: HashMap::new(),
+            route: HashMap::new(),
             connecting: 0,
             serial: 0,
             gen: 0,
@@ -138,6 +146,7 @@ impl TcpEndpoint {
             rndv: Slab::new(),
             tagged: Matcher::new(),
             untagged: Matcher::new(),
+            hot: None,
         })
     }
 
@@ -159,9 +168,9 @@ impl TcpEndpoint {
         }
     }
 
-    /// The outgoing connection to `dest`, connecting (and queueing a hello) on first use.
+    /// The connection to `dest`, connecting (and queueing a hello) on first use.
     fn out_conn(&mut self, dest: &Address) -> Result<usize> {
-        if let Some(&id) = self.outgoing.get(dest) {
+        if let Some(&id) = self.route.get(dest) {
             return Ok(id);
         }
         let name = TcpName::decode(dest.as_bytes()).map_err(|e| Error::Protocol(e.as_str()))?;
@@ -187,7 +196,7 @@ impl TcpEndpoint {
             self.conns.remove(id);
             return Err(e);
         }
-        self.outgoing.insert(*dest, id);
+        self.route.insert(*dest, id);
         self.connecting += 1;
         tracing::debug!(peer = %name, "connecting");
         Ok(id)
@@ -251,19 +260,20 @@ impl TcpEndpoint {
             self.connecting -= 1;
         }
         if let Some(peer) = conn.peer {
-            if conn.dir == Dir::Out && self.outgoing.get(&peer) == Some(&id) {
-                self.outgoing.remove(&peer);
+            if self.route.get(&peer) == Some(&id) {
+                self.route.remove(&peer);
             }
         }
-        let quiet = match conn.dir {
-            Dir::In => matches!(conn.rx, Phase::Header) && conn.staged().is_empty(),
-            Dir::Out => conn.txq.is_empty() && !self.sends.iter().any(|(_, tx)| Some(tx.dest) == conn.peer),
-        };
+        let me = (id, conn.serial);
+        let quiet = matches!(conn.rx, Phase::Header)
+            && conn.staged().is_empty()
+            && conn.txq.is_empty()
+            && !self.sends.iter().any(|(_, tx)| tx.conn == me);
         let clean_close = quiet && matches!(cause, Error::PeerUnreachable { errno: 0, .. });
         if clean_close || cause == Error::Canceled {
-            tracing::debug!(peer = ?conn.peer, reason = %cause, "connection closed");
+            tracing::debug!(peer = ?conn.peer, opened_by = ?conn.dir, reason = %cause, "connection closed");
         } else {
-            tracing::warn!(peer = ?conn.peer, error = %cause, "connection failed");
+            tracing::warn!(peer = ?conn.peer, opened_by = ?conn.dir, error = %cause, "connection failed");
         }
         let selective = self.attr.selective_completion;
         for frame in conn.txq.drain(..) {
@@ -277,7 +287,6 @@ impl TcpEndpoint {
                 Owner::None => {}
             }
         }
-        let me = (id, conn.serial);
         let waiting: Vec<usize> = self
             .sends
             .iter()
@@ -337,8 +346,8 @@ impl TcpEndpoint {
 
     fn on_event(&mut self, cx: &mut Ctx<'_>, id: usize, events: u32) {
         let Some(conn) = self.conns.get_mut(id) else { return };
-        match (conn.dir, conn.state) {
-            (Dir::Out, State::Connecting(_)) => {
+        match conn.state {
+            State::Connecting(_) => {
                 if events & (WRITABLE | libc::EPOLLERR as u32 | libc::EPOLLHUP as u32) == 0 {
                     return;
                 }
@@ -352,36 +361,19 @@ impl TcpEndpoint {
                     Err(e) => self.fail_conn(cx, id, e),
                 }
             }
-            (Dir::Out, State::Open) => {
+            State::Open => {
                 if events & (READABLE | libc::EPOLLERR as u32 | libc::EPOLLHUP as u32) != 0 {
-                    let mut probe = [0u8; 1];
-                    match conn.sock.recv(&mut probe) {
-                        Ok(Io::WouldBlock) => {}
-                        Ok(Io::Done(0)) => {
-                            return self.fail_conn(
-                                cx,
-                                id,
-                                Error::PeerUnreachable {
-                                    peer: PeerAddr::UNSPEC,
-                                    errno: 0,
-                                },
-                            )
-                        }
-                        Ok(Io::Done(_)) => {
-                            return self.fail_conn(cx, id, Error::Protocol("data on a send-only connection"))
-                        }
-                        Err(e) => return self.fail_conn(cx, id, e),
-                    }
+                    self.hot = Some(id);
+                    self.read_incoming(cx, id);
                 }
                 if events & WRITABLE != 0 {
                     self.flush(cx, id);
                 }
             }
-            (Dir::In, _) => self.read_incoming(cx, id),
         }
     }
 
-    /// Reads and processes frames from incoming connection `id`.
+    /// Reads and processes the frames that arrived on connection `id`.
     fn read_incoming(&mut self, cx: &mut Ctx<'_>, id: usize) {
         for _ in 0..READS_PER_EVENT {
             if let Err(e) = self.consume(cx, id) {
@@ -402,14 +394,7 @@ impl TcpEndpoint {
                 Ok(Io::WouldBlock) => break,
                 Ok(Io::Done(0)) => {
                     let _ = self.consume(cx, id);
-                    return self.fail_conn(
-                        cx,
-                        id,
-                        Error::PeerUnreachable {
-                            peer: PeerAddr::UNSPEC,
-                            errno: 0,
-                        },
-                    );
+                    return self.fail_conn(cx, id, CLOSED_BY_PEER);
                 }
                 Ok(Io::Done(n)) => {
                     if n < asked && asked != usize::MAX {
@@ -500,8 +485,11 @@ impl TcpEndpoint {
                         }
                         let name =
                             TcpName::decode(&staged[HEADER_LEN..end]).map_err(|e| Error::Protocol(e.as_str()))?;
-                        conn.peer = Some(Address::new(&staged[HEADER_LEN..end])?);
+                        let peer = Address::new(&staged[HEADER_LEN..end])?;
+                        conn.peer = Some(peer);
                         conn.consume(end);
+                        // Answer on this connection unless we already opened our own.
+                        self.route.entry(peer).or_insert(id);
                         tracing::debug!(peer = %name, "peer connected");
                         continue;
                     }
@@ -981,6 +969,13 @@ impl EndpointProvider for TcpEndpoint {
     }
 
     fn progress(&mut self, cx: &mut Ctx<'_>) {
+        if let Some(id) = self.hot {
+            if self.conns.get(id).is_some_and(|c| c.state == State::Open) {
+                self.read_incoming(cx, id);
+            } else {
+                self.hot = None;
+            }
+        }
         let n = match self.epoll.wait(&mut self.events, 0) {
             Ok(n) => n,
             Err(e) => {
