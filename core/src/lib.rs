@@ -21,6 +21,7 @@ mod cq;
 mod domain;
 mod endpoint;
 pub mod error;
+pub mod mr;
 pub mod provider;
 pub mod sys;
 pub mod tag;

@@ -71,9 +71,6 @@ pub struct TcpEndpoint {
     rndv: Slab<RndvRx>,
     tagged: Matcher<RecvOp, Unexp>,
     untagged: Matcher<RecvOp, Unexp>,
-    /// The incoming connection that last carried data: read first on every
-    /// progress call, so a ping-pong skips the epoll round trip.
-    hot: Option<usize>,
 }
 
 fn token(key: usize, gen: u32) -> u64 {
@@ -146,7 +143,6 @@ impl TcpEndpoint {
             rndv: Slab::new(),
             tagged: Matcher::new(),
             untagged: Matcher::new(),
-            hot: None,
         })
     }
 
@@ -363,7 +359,6 @@ impl TcpEndpoint {
             }
             State::Open => {
                 if events & (READABLE | libc::EPOLLERR as u32 | libc::EPOLLHUP as u32) != 0 {
-                    self.hot = Some(id);
                     self.read_incoming(cx, id);
                 }
                 if events & WRITABLE != 0 {
@@ -969,13 +964,6 @@ impl EndpointProvider for TcpEndpoint {
     }
 
     fn progress(&mut self, cx: &mut Ctx<'_>) {
-        if let Some(id) = self.hot {
-            if self.conns.get(id).is_some_and(|c| c.state == State::Open) {
-                self.read_incoming(cx, id);
-            } else {
-                self.hot = None;
-            }
-        }
         let n = match self.epoll.wait(&mut self.events, 0) {
             Ok(n) => n,
             Err(e) => {
