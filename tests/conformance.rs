@@ -444,3 +444,33 @@ fn cq_wait_times_out_and_trywait_tells_readiness() {
     let n = a.cq.wait(&mut out, Some(common::DEADLINE)).unwrap();
     assert_eq!(n, 1);
 }
+
+/// A queue that was only busy-polled so far can still be blocked on: its
+/// descriptor becomes readable when a message for a bound endpoint arrives.
+#[test]
+fn cq_fd_wakes_a_blocked_caller_after_busy_polling() {
+    let mut a = Node::new();
+    let name = a.ep.name();
+    for _ in 0..10 {
+        a.poll();
+    }
+    a.ep.trecv(ANY, 7, 0, vec![0; 8], 1).unwrap();
+    let sender = std::thread::spawn(move || {
+        let mut b = Node::new();
+        let pa = b.av.insert(name.as_bytes()).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        b.ep.tsend(pa, 7, pattern(8, 7), 2).unwrap();
+        expect(&mut [&mut b], 0, 2).result
+    });
+    assert_eq!(a.cq.trywait(), Ok(()), "nothing has arrived yet");
+    let mut pfd = libc::pollfd {
+        fd: a.cq.fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: `pfd` is a valid pollfd for the duration of the call.
+    let n = unsafe { libc::poll(&mut pfd, 1, common::DEADLINE.as_millis() as i32) };
+    assert_eq!(n, 1, "the descriptor became readable");
+    assert_eq!(expect(&mut [&mut a], 0, 1).buf.unwrap(), pattern(8, 7));
+    assert_eq!(sender.join().unwrap(), Ok(()));
+}

@@ -3,6 +3,7 @@
 
 use std::collections::VecDeque;
 use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -27,6 +28,11 @@ struct Handle {
     key: usize,
     /// Holds every bound endpoint's wait descriptor; readable when any is.
     epoll: Epoll,
+    /// Whether the descriptors are in `epoll`: only once a program asks for
+    /// blocking (`wait`, `trywait`, `fd`), so busy-polling programs do not
+    /// pay a nested epoll wake-up per arriving message. Written under the
+    /// domain lock.
+    armed: AtomicBool,
 }
 
 impl CompletionQueue {
@@ -37,7 +43,12 @@ impl CompletionQueue {
         let bound = st.bound.insert(Vec::new());
         debug_assert_eq!(key, bound, "cqs and bound slabs move in lockstep");
         drop(st);
-        Ok(CompletionQueue(Arc::new(Handle { shared, key, epoll })))
+        Ok(CompletionQueue(Arc::new(Handle {
+            shared,
+            key,
+            epoll,
+            armed: AtomicBool::new(false),
+        })))
     }
 
     pub(crate) fn shared(&self) -> &Arc<Shared> {
@@ -48,11 +59,37 @@ impl CompletionQueue {
         self.0.key
     }
 
+    /// Adds a newly bound endpoint's descriptor if the queue is armed;
+    /// called with the domain lock held.
     pub(crate) fn watch(&self, fd: RawFd) -> Result<()> {
-        self.0.epoll.add(fd, READABLE, fd as u64)
+        if self.0.armed.load(Ordering::Acquire) {
+            self.0.epoll.add(fd, READABLE, fd as u64)?;
+        }
+        Ok(())
+    }
+
+    /// Puts every bound endpoint's descriptor into the queue's epoll set,
+    /// once, so that blocking on it sees their activity.
+    fn arm(&self) -> Result<()> {
+        if self.0.armed.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let st = self.0.shared.lock()?;
+        if self.0.armed.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        for &ep in &st.bound[self.0.key] {
+            let fd = st.eps[ep].prov.wait_fd();
+            self.0.epoll.add(fd, READABLE, fd as u64)?;
+        }
+        self.0.armed.store(true, Ordering::Release);
+        Ok(())
     }
 
     pub(crate) fn unwatch(&self, fd: RawFd) {
+        if !self.0.armed.load(Ordering::Acquire) {
+            return;
+        }
         if let Err(e) = self.0.epoll.delete(fd) {
             tracing::debug!(fd, error = %e, "removing endpoint descriptor from completion queue");
         }
@@ -78,6 +115,7 @@ impl CompletionQueue {
         if out.is_empty() {
             return Err(Error::InvalidArgument("wait needs room for at least one completion"));
         }
+        self.arm()?;
         let deadline = timeout.map(|t| Instant::now() + t);
         loop {
             let n = self.poll(out)?;
@@ -100,6 +138,7 @@ impl CompletionQueue {
     /// `Ok(())` when no completion is ready, [`Error::Again`] when one is
     /// (poll instead). Mirrors `fi_trywait`.
     pub fn trywait(&self) -> Result<()> {
+        self.arm()?;
         let mut st = self.0.shared.lock()?;
         st.progress_cq(self.0.key);
         if st.cqs[self.0.key].is_empty() {
@@ -113,6 +152,9 @@ impl CompletionQueue {
     /// for event loops and async runtimes. Call [`trywait`](Self::trywait)
     /// before blocking on it, and [`poll`](Self::poll) when it fires.
     pub fn fd(&self) -> RawFd {
+        if let Err(e) = self.arm() {
+            tracing::error!(error = %e, "arming the completion queue's descriptor; blocking on it may miss events");
+        }
         self.0.epoll.as_raw_fd()
     }
 }

@@ -34,8 +34,13 @@ use crate::wire::{Frame, HEADER_LEN, MAX_EAGER};
 const LISTENER: u64 = u64::MAX;
 /// Reads per connection per progress call, so one busy peer cannot starve others.
 const READS_PER_EVENT: usize = 16;
+/// With a hot connection, how many progress calls share one `epoll_wait`.
+const EPOLL_EVERY: u32 = 8;
 /// The cause recorded when a peer closes a connection in order (end of file).
-const CLOSED_BY_PEER: Error = Error::PeerUnreachable { peer: PeerAddr::UNSPEC, errno: 0 };
+const CLOSED_BY_PEER: Error = Error::PeerUnreachable {
+    peer: PeerAddr::UNSPEC,
+    errno: 0,
+};
 /// Payload bytes at or above which a read goes straight into the user's buffer.
 const DIRECT_READ: usize = 4096;
 
@@ -71,6 +76,16 @@ pub struct TcpEndpoint {
     rndv: Slab<RndvRx>,
     tagged: Matcher<RecvOp, Unexp>,
     untagged: Matcher<RecvOp, Unexp>,
+    /// The connection that last had data to read. Busy-polling reads it
+    /// directly and calls `epoll_wait` only every [`EPOLL_EVERY`] polls, so
+    /// a ping-pong's critical path has no epoll round trip (see
+    /// docs/PERFORMANCE.md).
+    hot: Option<usize>,
+    /// Progress calls since the last `epoll_wait`.
+    spins: u32,
+    /// Connections with frames queued for an unwritable socket: while any
+    /// exists, every progress call asks epoll (write readiness must not wait).
+    writing: usize,
 }
 
 fn token(key: usize, gen: u32) -> u64 {
@@ -143,6 +158,9 @@ impl TcpEndpoint {
             rndv: Slab::new(),
             tagged: Matcher::new(),
             untagged: Matcher::new(),
+            hot: None,
+            spins: 0,
+            writing: 0,
         })
     }
 
@@ -186,6 +204,7 @@ impl TcpEndpoint {
             owner: Owner::None,
         });
         conn.want_write = true;
+        self.writing += 1;
         let fd = conn.sock.as_raw_fd();
         let id = self.conns.insert(conn);
         if let Err(e) = self.epoll.add(fd, READABLE | WRITABLE, id as u64) {
@@ -231,6 +250,11 @@ impl TcpEndpoint {
         let want = !conn.txq.is_empty();
         if want != conn.want_write {
             conn.want_write = want;
+            if want {
+                self.writing += 1;
+            } else {
+                self.writing -= 1;
+            }
             let events = if want { READABLE | WRITABLE } else { READABLE };
             if let Err(e) = self.epoll.modify(conn.sock.as_raw_fd(), events, id as u64) {
                 self.fail_conn(cx, id, e);
@@ -254,6 +278,9 @@ impl TcpEndpoint {
         }
         if matches!(conn.state, State::Connecting(_)) {
             self.connecting -= 1;
+        }
+        if conn.want_write {
+            self.writing -= 1;
         }
         if let Some(peer) = conn.peer {
             if self.route.get(&peer) == Some(&id) {
@@ -359,6 +386,7 @@ impl TcpEndpoint {
             }
             State::Open => {
                 if events & (READABLE | libc::EPOLLERR as u32 | libc::EPOLLHUP as u32) != 0 {
+                    self.hot = Some(id);
                     self.read_incoming(cx, id);
                 }
                 if events & WRITABLE != 0 {
@@ -964,6 +992,18 @@ impl EndpointProvider for TcpEndpoint {
     }
 
     fn progress(&mut self, cx: &mut Ctx<'_>) {
+        if let Some(id) = self.hot {
+            if self.conns.get(id).is_some_and(|c| c.state == State::Open) {
+                self.read_incoming(cx, id);
+                self.spins += 1;
+                if self.spins < EPOLL_EVERY && self.writing == 0 && self.connecting == 0 {
+                    return;
+                }
+            } else {
+                self.hot = None;
+            }
+        }
+        self.spins = 0;
         let n = match self.epoll.wait(&mut self.events, 0) {
             Ok(n) => n,
             Err(e) => {
