@@ -17,8 +17,10 @@ pub fn client(ep: &Endpoint, d: &mut Driver, peer: PeerAddr, p: &Phase) -> Resul
     let mut samples = Vec::with_capacity(p.iters);
     for i in 0..p.warmup + p.iters {
         let t0 = Instant::now();
-        driver::recv(ep, tagged, peer, DATA_TAG, rbuf.take().unwrap_or_default(), RECV)?;
+        // Send first, as a raw ping-pong does: the echo cannot be back before
+        // the receive is posted, and if it were it would simply wait unexpected.
         driver::send(ep, tagged, peer, DATA_TAG, sbuf.take().unwrap_or_default(), SEND)?;
+        driver::recv(ep, tagged, peer, DATA_TAG, rbuf.take().unwrap_or_default(), RECV)?;
         while sbuf.is_none() || rbuf.is_none() {
             let mut c = d.next("ping-pong")?;
             match c.context {
@@ -41,8 +43,8 @@ pub fn client(ep: &Endpoint, d: &mut Driver, peer: PeerAddr, p: &Phase) -> Resul
     Ok(samples)
 }
 
-/// The echoing side. Its receives are posted before it reports ready, so
-/// the client's first message is expected.
+/// The echoing side. Its first receive is posted before it reports ready;
+/// each later one right after the echo is handed over.
 pub struct Server {
     spare: Vec<Vec<u8>>,
 }
@@ -78,11 +80,12 @@ impl Server {
                             p.size
                         ));
                     }
+                    // Echo first (the critical path), then repost.
+                    driver::send(ep, tagged, peer, DATA_TAG, buf, SEND)?;
                     if received < total {
                         let next = self.spare.pop().unwrap_or_else(|| vec![0; p.size]);
                         driver::recv(ep, tagged, peer, DATA_TAG, next, RECV)?;
                     }
-                    driver::send(ep, tagged, peer, DATA_TAG, buf, SEND)?;
                 }
                 other => return Err(format!("echo: unexpected completion {other}")),
             }
