@@ -4,7 +4,8 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: demo test setup build lint bench vm-smoke
+.PHONY: demo test setup build lint bench vm-smoke install
+PREFIX ?= /usr/local
 
 setup:
 	@scripts/setup.sh
@@ -18,7 +19,7 @@ demo: build
 
 test: setup
 	$(CARGO) build --locked --workspace --all-targets
-	$(CARGO) test --locked --workspace --all-targets
+	XFER_REQUIRE_VALGRIND=1 $(CARGO) test --locked --workspace --all-targets
 	$(CARGO) test --locked --workspace --doc
 	$(CARGO) test --locked --release --test conformance --test tcp_wire --test peer_death
 	@$(MAKE) --no-print-directory lint
@@ -41,3 +42,8 @@ lint:
 # Side-by-side loopback comparison with a raw TCP floor, UCX and libfabric (installs them).
 bench: build
 	bench/compare.sh
+
+# libxfer.so/.a, include/xfer.h and xfer.pc under $(PREFIX) (DESTDIR honoured).
+install:
+	$(CARGO) build --release --locked -p xfer-capi
+	PREFIX="$(PREFIX)" DESTDIR="$(DESTDIR)" capi/install.sh

@@ -9,6 +9,8 @@ need_apt=()
 command -v cc >/dev/null || need_apt+=(gcc)
 command -v make >/dev/null || need_apt+=(make)
 command -v pkg-config >/dev/null || need_apt+=(pkg-config)
+command -v nm >/dev/null || need_apt+=(binutils)
+command -v valgrind >/dev/null || need_apt+=(valgrind)   # the C ABI suite runs under memcheck
 if ((${#need_apt[@]})); then
     echo "setup: installing ${need_apt[*]}"
     export DEBIAN_FRONTEND=noninteractive

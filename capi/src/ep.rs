@@ -1,0 +1,643 @@
+//! Endpoints: names, message and tagged operations, inject, cancel.
+//!
+//! Posting calls take the caller's memory as it is (no copy): the buffer
+//! must stay valid, and untouched by the program, until the operation's
+//! completion has been polled from the CQ, or until the endpoint is closed
+//! (closing ends every outstanding operation with an `XFER_ECANCELED` entry
+//! and returns only once the library no longer touches any of them). Inject
+//! calls copy and return.
+
+use std::ffi::{c_char, c_int, c_void, CStr};
+use std::sync::Arc;
+
+use xfer_facade::{Buffer, Endpoint, EndpointAttr, PeerAddr, RecvOp, RecvSpec, SendOp};
+
+use crate::av::{av_of, copy_out, xfer_av_t};
+use crate::cq::{cq_of, xfer_cq_t, XFER_REMOTE_CQ_DATA, XFER_TAGGED};
+use crate::domain::{domain_of, xfer_domain_t};
+use crate::error::{guard, invalid, Fail, XFER_EBADF, XFER_EBADFLAGS, XFER_SUCCESS};
+use crate::handle::{self, Kind, Object};
+use crate::{context_in, xfer_addr_t};
+
+/// Operation flag: report this send's success with a completion. Only
+/// matters on an endpoint opened with `XFER_SELECTIVE_COMPLETION`; errors
+/// are always reported (`FI_COMPLETION`).
+pub const XFER_COMPLETION: u64 = 1u64 << 24;
+/// Operation flag: copy the payload and report no completion, as
+/// `xfer_ep_inject` does (`FI_INJECT`).
+pub const XFER_INJECT: u64 = 1u64 << 25;
+/// Endpoint flag: only sends posted with `XFER_COMPLETION` report success
+/// (`FI_SELECTIVE_COMPLETION`). Without it every operation completes.
+pub const XFER_SELECTIVE_COMPLETION: u64 = 1u64 << 59;
+
+/// An endpoint (opaque): reliable and connectionless (`FI_EP_RDM`);
+/// connections to peers are made on first use.
+pub struct xfer_ep_t {
+    _opaque: [u8; 0],
+}
+
+/// Endpoint attributes. Fill with `xfer_ep_attr_init` (the defaults with the
+/// `XFER_*` environment applied), change fields, pass to `xfer_ep_open`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct xfer_ep_attr_t {
+    /// `sizeof(xfer_ep_attr_t)`, set by `xfer_ep_attr_init`; lets later
+    /// versions grow the struct without breaking older programs.
+    pub size: usize,
+    /// `XFER_SELECTIVE_COMPLETION` or 0.
+    pub flags: u64,
+    /// Messages longer than this many bytes use rendezvous (`XFER_RNDV_THRESHOLD`).
+    pub rndv_threshold: usize,
+    /// Largest inject payload in bytes (`XFER_INJECT_SIZE`).
+    pub inject_size: usize,
+    /// TCP: `"IP"` or `"IP:PORT"` to listen on, read during `xfer_ep_open`
+    /// only; NULL or `""`: `XFER_TCP_ADDR`, else the first non-loopback IPv4
+    /// interface.
+    pub tcp_addr: *const c_char,
+    /// TCP: milliseconds a connection attempt may take (`XFER_TCP_CONNECT_TIMEOUT_MS`).
+    pub tcp_connect_timeout_ms: u64,
+    /// TCP: `TCP_USER_TIMEOUT` in milliseconds, 0 for the kernel's (`XFER_TCP_USER_TIMEOUT_MS`).
+    pub tcp_user_timeout_ms: u64,
+    /// TCP: socket buffer sizes in bytes, 0 for the kernel's (`XFER_TCP_SOCKBUF`).
+    pub tcp_sockbuf: usize,
+}
+
+/// A message for `xfer_ep_sendmsg` / `xfer_ep_recvmsg` (`fi_msg_tagged`
+/// with one buffer).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct xfer_msg_t {
+    /// The payload (send) or landing buffer (receive); may be NULL when `len` is 0.
+    pub buf: *mut c_void,
+    /// Its length in bytes.
+    pub len: usize,
+    /// Destination (send), or source filter (receive; `XFER_ADDR_UNSPEC`: any).
+    pub addr: xfer_addr_t,
+    /// The tag, with `XFER_TAGGED`.
+    pub tag: u64,
+    /// Receive with `XFER_TAGGED`: tag bits to ignore when matching.
+    pub ignore: u64,
+    /// Send with `XFER_REMOTE_CQ_DATA`: immediate data for the receiver.
+    pub data: u64,
+    /// Returned as `op_context` in the completion.
+    pub context: *mut c_void,
+}
+
+fn attr_from_rust(a: &EndpointAttr) -> xfer_ep_attr_t {
+    xfer_ep_attr_t {
+        size: std::mem::size_of::<xfer_ep_attr_t>(),
+        flags: if a.selective_completion {
+            XFER_SELECTIVE_COMPLETION
+        } else {
+            0
+        },
+        rndv_threshold: a.rndv_threshold,
+        inject_size: a.inject_size,
+        tcp_addr: std::ptr::null(),
+        tcp_connect_timeout_ms: a.tcp.connect_timeout_ms,
+        tcp_user_timeout_ms: a.tcp.user_timeout_ms,
+        tcp_sockbuf: a.tcp.sockbuf,
+    }
+}
+
+/// Fills `*attr` with the effective defaults: built-in values overridden by
+/// the `XFER_*` environment variables; `tcp_addr` is NULL.
+///
+/// Returns 0, or `XFER_EINVAL` when `attr` is NULL. Thread-safe.
+///
+/// # Safety
+/// `attr` must be NULL or point to writable memory for one `xfer_ep_attr_t`.
+#[no_mangle]
+pub unsafe extern "C" fn xfer_ep_attr_init(attr: *mut xfer_ep_attr_t) -> c_int {
+    guard("xfer_ep_attr_init", || {
+        if attr.is_null() {
+            return Err(invalid("xfer_ep_attr_init: attr is NULL"));
+        }
+        // SAFETY: non-null and writable for one struct by contract.
+        unsafe { attr.write(attr_from_rust(&EndpointAttr::from_env())) };
+        Ok(XFER_SUCCESS)
+    })
+}
+
+/// Reads a caller's attributes into the Rust form.
+///
+/// # Safety
+/// `attr` must point to a readable `size_t` and, when that equals
+/// `sizeof(xfer_ep_attr_t)`, to a whole readable struct whose `tcp_addr` is
+/// NULL or NUL-terminated.
+unsafe fn attr_to_rust(attr: *const xfer_ep_attr_t) -> Result<EndpointAttr, Fail> {
+    // SAFETY: the first field is readable by contract, whatever the version.
+    let size = unsafe { std::ptr::addr_of!((*attr).size).read() };
+    if size != std::mem::size_of::<xfer_ep_attr_t>() {
+        return Err(invalid(
+            "xfer_ep_open: attr->size is not sizeof(xfer_ep_attr_t); call xfer_ep_attr_init",
+        ));
+    }
+    // SAFETY: the size matches, so the whole struct is readable by contract.
+    let a = unsafe { attr.read() };
+    if a.flags & !XFER_SELECTIVE_COMPLETION != 0 {
+        return Err(Fail(XFER_EBADFLAGS));
+    }
+    let mut r = EndpointAttr::from_env();
+    r.selective_completion = a.flags & XFER_SELECTIVE_COMPLETION != 0;
+    r.rndv_threshold = a.rndv_threshold;
+    r.inject_size = a.inject_size;
+    r.tcp.connect_timeout_ms = a.tcp_connect_timeout_ms;
+    r.tcp.user_timeout_ms = a.tcp_user_timeout_ms;
+    r.tcp.sockbuf = a.tcp_sockbuf;
+    if !a.tcp_addr.is_null() {
+        // SAFETY: a non-null tcp_addr is NUL-terminated by contract.
+        let s = unsafe { CStr::from_ptr(a.tcp_addr) };
+        let s = s.to_str().map_err(|_| invalid("xfer_ep_open: tcp_addr is not UTF-8"))?;
+        if !s.is_empty() {
+            r.tcp.addr = Some(s.to_string());
+        }
+    }
+    Ok(r)
+}
+
+/// Opens an endpoint in `domain` whose completions go to `cq` and whose
+/// peers are named in `av` (both opened from the same domain), with
+/// attributes `attr` (NULL: the defaults and the environment). Stores the
+/// handle in `*out` (NULL on failure).
+///
+/// Returns 0; `XFER_EBADF` for a bad handle; `XFER_EINVAL` when `out` is
+/// NULL, `cq` or `av` belongs to another domain, `attr->size` is wrong or a
+/// value is out of range; `XFER_EBADFLAGS` for an unknown `attr->flags`
+/// bit; a negative errno when the provider cannot listen.
+/// Ownership: the caller closes it with `xfer_ep_close` before the CQ, AV
+/// and domain. Thread-safe.
+///
+/// # Safety
+/// `attr` must be NULL or point to an `xfer_ep_attr_t` set up by
+/// `xfer_ep_attr_init`; `out` must be NULL or point to writable memory for
+/// one pointer.
+#[no_mangle]
+pub unsafe extern "C" fn xfer_ep_open(
+    domain: *mut xfer_domain_t,
+    cq: *mut xfer_cq_t,
+    av: *mut xfer_av_t,
+    attr: *const xfer_ep_attr_t,
+    out: *mut *mut xfer_ep_t,
+) -> c_int {
+    guard("xfer_ep_open", || {
+        if out.is_null() {
+            return Err(invalid("xfer_ep_open: out is NULL"));
+        }
+        // SAFETY: `out` is non-null and valid for one pointer by contract.
+        unsafe { out.write(std::ptr::null_mut()) };
+        let (d, q, table) = (domain_of(domain)?, cq_of(cq)?, av_of(av)?);
+        let attr = if attr.is_null() {
+            EndpointAttr::from_env()
+        } else {
+            // SAFETY: a non-null `attr` follows attr_to_rust's contract.
+            unsafe { attr_to_rust(attr)? }
+        };
+        let ep = d.endpoint(&q, &table, &attr)?;
+        tracing::debug!(name = ?ep.name(), "endpoint opened through the C ABI");
+        let parents = [
+            (domain as usize as u64, Kind::Domain),
+            (cq as usize as u64, Kind::Cq),
+            (av as usize as u64, Kind::Av),
+        ];
+        let h = handle::insert(Object::Ep(Arc::new(ep)), &parents)?;
+        // SAFETY: as above.
+        unsafe { out.write(h as usize as *mut xfer_ep_t) };
+        Ok(XFER_SUCCESS)
+    })
+}
+
+/// Closes an endpoint. Its outstanding operations end with `XFER_ECANCELED`
+/// entries in its CQ (poll them to learn which); once this returns, the
+/// library no longer touches any buffer posted to it.
+///
+/// Returns 0, or `XFER_EBADF` for a bad or already closed handle.
+/// Thread-safe; closing while another thread posts to the same endpoint is
+/// a program error (that call may succeed or fail with `XFER_EBADF`).
+#[no_mangle]
+pub extern "C" fn xfer_ep_close(ep: *mut xfer_ep_t) -> c_int {
+    guard("xfer_ep_close", || {
+        drop(handle::remove(ep as usize as u64, Kind::Ep)?);
+        Ok(XFER_SUCCESS)
+    })
+}
+
+fn ep_of(h: *mut xfer_ep_t) -> Result<Arc<Endpoint>, Fail> {
+    match handle::get(h as usize as u64, Kind::Ep)? {
+        Object::Ep(ep) => Ok(ep),
+        _ => Err(Fail(XFER_EBADF)),
+    }
+}
+
+/// Copies the endpoint's name (opaque bytes, at most `XFER_NAME_MAX`) into
+/// `buf`, a buffer of `*len` bytes, and stores the name's length in `*len`
+/// (`fi_getname`). When `buf` is NULL or `*len` is too small, copies
+/// nothing, stores the length needed and returns `XFER_ETOOSMALL`. Peers
+/// pass these bytes to `xfer_av_insert`.
+///
+/// Returns 0; `XFER_ETOOSMALL`; `XFER_EBADF`; `XFER_EINVAL` when `len` is
+/// NULL. Thread-safe.
+///
+/// # Safety
+/// `len` must be NULL or point to a readable and writable `size_t`; `buf`
+/// must be NULL or writable for `*len` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn xfer_ep_getname(ep: *mut xfer_ep_t, buf: *mut c_void, len: *mut usize) -> c_int {
+    guard("xfer_ep_getname", || {
+        let e = ep_of(ep)?;
+        if len.is_null() {
+            return Err(invalid("xfer_ep_getname: len is NULL"));
+        }
+        // SAFETY: `buf` and `len` follow this function's contract.
+        unsafe { copy_out(e.name().as_bytes(), buf, len) }
+    })
+}
+
+/// Wraps a caller's buffer for an operation after checking what can be
+/// checked: NULL only with length 0, length within `isize::MAX`.
+///
+/// # Safety
+/// The libfabric contract: `buf` valid for `len` bytes and untouched until
+/// the completion.
+unsafe fn raw_buffer(buf: *const c_void, len: usize) -> Result<Buffer, Fail> {
+    if buf.is_null() && len > 0 {
+        return Err(invalid("buffer is NULL but its length is not 0"));
+    }
+    if len > isize::MAX as usize {
+        return Err(invalid("buffer length exceeds isize::MAX"));
+    }
+    // SAFETY: forwarded from this function's contract; a send's buffer is
+    // only read, so handing the core a `*mut` of const memory is sound.
+    Ok(unsafe { Buffer::raw(buf.cast_mut().cast::<u8>(), len) })
+}
+
+/// Shared body of every send.
+///
+/// # Safety
+/// As `raw_buffer`.
+#[allow(clippy::too_many_arguments)]
+unsafe fn post_send(
+    e: &Endpoint,
+    buf: *const c_void,
+    len: usize,
+    dest: xfer_addr_t,
+    tag: Option<u64>,
+    data: Option<u64>,
+    context: *mut c_void,
+    completion: bool,
+) -> Result<c_int, Fail> {
+    // SAFETY: forwarded from the caller's contract.
+    let buf = unsafe { raw_buffer(buf, len)? };
+    e.post_send(SendOp {
+        peer: PeerAddr(dest),
+        tag,
+        data,
+        buf,
+        context: context_in(context),
+        completion,
+    })?;
+    Ok(XFER_SUCCESS)
+}
+
+/// Shared body of every receive.
+///
+/// # Safety
+/// As `raw_buffer`, and `buf` is written.
+unsafe fn post_recv(
+    e: &Endpoint,
+    buf: *mut c_void,
+    len: usize,
+    src: xfer_addr_t,
+    tagged: Option<(u64, u64)>,
+    context: *mut c_void,
+) -> Result<c_int, Fail> {
+    // SAFETY: forwarded from the caller's contract.
+    let buf = unsafe { raw_buffer(buf, len)? };
+    let (tag, ignore) = tagged.unwrap_or((0, 0));
+    e.post_recv(RecvOp {
+        spec: RecvSpec {
+            src: PeerAddr(src),
+            tag,
+            ignore,
+        },
+        tagged: tagged.is_some(),
+        buf,
+        context: context_in(context),
+    })?;
+    Ok(XFER_SUCCESS)
+}
+
+/// Sends `len` bytes at `buf` as an untagged message to `dest` (`fi_send`).
+/// The completion (`XFER_SEND | XFER_MSG`) returns `context`.
+///
+/// Returns 0 when posted; `XFER_EBADF`; `XFER_EINVAL` for a NULL `buf` with
+/// a non-zero `len`; `XFER_EADDRNOTAVAIL` when `dest` is not in the AV.
+/// Failures after posting (peer unreachable) arrive as CQ entries.
+///
+/// # Safety
+/// `buf` must be valid for reading `len` bytes and must not be modified or
+/// freed until the completion is polled or the endpoint is closed.
+#[no_mangle]
+pub unsafe extern "C" fn xfer_ep_send(
+    ep: *mut xfer_ep_t,
+    buf: *const c_void,
+    len: usize,
+    dest: xfer_addr_t,
+    context: *mut c_void,
+) -> c_int {
+    guard("xfer_ep_send", || {
+        let e = ep_of(ep)?;
+        // SAFETY: forwarded from this function's contract.
+        unsafe { post_send(&e, buf, len, dest, None, None, context, true) }
+    })
+}
+
+/// Like `xfer_ep_send`, with immediate data `data` delivered in the
+/// receiver's completion (flag `XFER_REMOTE_CQ_DATA`) (`fi_senddata`).
+///
+/// # Safety
+/// As `xfer_ep_send`.
+#[no_mangle]
+pub unsafe extern "C" fn xfer_ep_senddata(
+    ep: *mut xfer_ep_t,
+    buf: *const c_void,
+    len: usize,
+    data: u64,
+    dest: xfer_addr_t,
+    context: *mut c_void,
+) -> c_int {
+    guard("xfer_ep_senddata", || {
+        let e = ep_of(ep)?;
+        // SAFETY: forwarded from this function's contract.
+        unsafe { post_send(&e, buf, len, dest, None, Some(data), context, true) }
+    })
+}
+
+/// Sends `len` bytes at `buf` as a message tagged `tag` to `dest`
+/// (`fi_tsend`). Returns as `xfer_ep_send`.
+///
+/// # Safety
+/// As `xfer_ep_send`.
+#[no_mangle]
+pub unsafe extern "C" fn xfer_ep_tsend(
+    ep: *mut xfer_ep_t,
+    buf: *const c_void,
+    len: usize,
+    dest: xfer_addr_t,
+    tag: u64,
+    context: *mut c_void,
+) -> c_int {
+    guard("xfer_ep_tsend", || {
+        let e = ep_of(ep)?;
+        // SAFETY: forwarded from this function's contract.
+        unsafe { post_send(&e, buf, len, dest, Some(tag), None, context, true) }
+    })
+}
+
+/// Like `xfer_ep_tsend`, with immediate data (`fi_tsenddata`).
+///
+/// # Safety
+/// As `xfer_ep_send`.
+#[no_mangle]
+pub unsafe extern "C" fn xfer_ep_tsenddata(
+    ep: *mut xfer_ep_t,
+    buf: *const c_void,
+    len: usize,
+    data: u64,
+    dest: xfer_addr_t,
+    tag: u64,
+    context: *mut c_void,
+) -> c_int {
+    guard("xfer_ep_tsenddata", || {
+        let e = ep_of(ep)?;
+        // SAFETY: forwarded from this function's contract.
+        unsafe { post_send(&e, buf, len, dest, Some(tag), Some(data), context, true) }
+    })
+}
+
+/// Posts a receive of an untagged message from `src` (`XFER_ADDR_UNSPEC`:
+/// any source) into `len` bytes at `buf` (`fi_recv`). Receives match
+/// arriving messages in the order they were posted. The completion
+/// (`XFER_RECV | XFER_MSG`) gives the length received and the sender; a
+/// longer message fills the buffer and completes with `err = XFER_ETRUNC`
+/// and `olen` set; nothing past `len` bytes is written.
+///
+/// Returns 0 when posted; `XFER_EBADF`; `XFER_EINVAL` for a NULL `buf` with
+/// a non-zero `len`.
+///
+/// # Safety
+/// `buf` must be valid for writing `len` bytes and must not be read,
+/// modified or freed until the completion is polled or the endpoint closed.
+#[no_mangle]
+pub unsafe extern "C" fn xfer_ep_recv(
+    ep: *mut xfer_ep_t,
+    buf: *mut c_void,
+    len: usize,
+    src: xfer_addr_t,
+    context: *mut c_void,
+) -> c_int {
+    guard("xfer_ep_recv", || {
+        let e = ep_of(ep)?;
+        // SAFETY: forwarded from this function's contract.
+        unsafe { post_recv(&e, buf, len, src, None, context) }
+    })
+}
+
+/// Posts a receive of a message whose tag equals `tag` in every bit not set
+/// in `ignore`, from `src` (`XFER_ADDR_UNSPEC`: any source) (`fi_trecv`).
+/// The completion's `tag` is the message's. Otherwise as `xfer_ep_recv`.
+///
+/// # Safety
+/// As `xfer_ep_recv`.
+#[no_mangle]
+pub unsafe extern "C" fn xfer_ep_trecv(
+    ep: *mut xfer_ep_t,
+    buf: *mut c_void,
+    len: usize,
+    src: xfer_addr_t,
+    tag: u64,
+    ignore: u64,
+    context: *mut c_void,
+) -> c_int {
+    guard("xfer_ep_trecv", || {
+        let e = ep_of(ep)?;
+        // SAFETY: forwarded from this function's contract.
+        unsafe { post_recv(&e, buf, len, src, Some((tag, ignore)), context) }
+    })
+}
+
+/// Copies `len` bytes at `buf` and sends them untagged to `dest`; reports
+/// no completion (only a failure to reach the peer is logged); `buf` may be
+/// reused at once (`fi_inject`).
+///
+/// Returns 0; `XFER_EBADF`; `XFER_EINVAL` for a NULL `buf` with a non-zero
+/// `len` or `len` above the endpoint's `inject_size`;
+/// `XFER_EADDRNOTAVAIL`.
+///
+/// # Safety
+/// `buf` must be valid for reading `len` bytes during the call.
+#[no_mangle]
+pub unsafe extern "C" fn xfer_ep_inject(
+    ep: *mut xfer_ep_t,
+    buf: *const c_void,
+    len: usize,
+    dest: xfer_addr_t,
+) -> c_int {
+    guard("xfer_ep_inject", || {
+        let e = ep_of(ep)?;
+        // SAFETY: forwarded from this function's contract.
+        unsafe { inject(&e, buf, len, dest, None) }
+    })
+}
+
+/// Like `xfer_ep_inject`, tagged `tag` (`fi_tinject`).
+///
+/// # Safety
+/// As `xfer_ep_inject`.
+#[no_mangle]
+pub unsafe extern "C" fn xfer_ep_tinject(
+    ep: *mut xfer_ep_t,
+    buf: *const c_void,
+    len: usize,
+    dest: xfer_addr_t,
+    tag: u64,
+) -> c_int {
+    guard("xfer_ep_tinject", || {
+        let e = ep_of(ep)?;
+        // SAFETY: forwarded from this function's contract.
+        unsafe { inject(&e, buf, len, dest, Some(tag)) }
+    })
+}
+
+/// # Safety
+/// `buf` valid for reading `len` bytes during the call.
+unsafe fn inject(
+    e: &Endpoint,
+    buf: *const c_void,
+    len: usize,
+    dest: xfer_addr_t,
+    tag: Option<u64>,
+) -> Result<c_int, Fail> {
+    if buf.is_null() && len > 0 {
+        return Err(invalid("inject: buffer is NULL but its length is not 0"));
+    }
+    if len > isize::MAX as usize {
+        return Err(invalid("inject: length exceeds isize::MAX"));
+    }
+    let payload: &[u8] = if len == 0 {
+        &[]
+    } else {
+        // SAFETY: non-null, readable for `len` <= isize::MAX bytes by
+        // contract, and only read during this call (inject copies).
+        unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), len) }
+    };
+    match tag {
+        Some(t) => e.tinject(PeerAddr(dest), t, payload)?,
+        None => e.inject(PeerAddr(dest), payload)?,
+    }
+    Ok(XFER_SUCCESS)
+}
+
+/// Posts a send described by `*msg` (`fi_sendmsg` / `fi_tsendmsg`).
+/// `flags` is a combination of:
+/// - `XFER_TAGGED`: a tagged send with `msg->tag` (else untagged);
+/// - `XFER_REMOTE_CQ_DATA`: deliver `msg->data` as immediate data;
+/// - `XFER_COMPLETION`: report success with a completion. On an endpoint
+///   opened with `XFER_SELECTIVE_COMPLETION`, a send without it reports
+///   only failure; on other endpoints every send completes;
+/// - `XFER_INJECT`: copy the payload and report no completion, as
+///   `xfer_ep_inject` (not with `XFER_REMOTE_CQ_DATA`).
+///
+/// Returns as `xfer_ep_send`, or `XFER_EBADFLAGS` for another flag or a
+/// combination not supported; `XFER_EINVAL` when `msg` is NULL. `*msg` is
+/// read during the call only.
+///
+/// # Safety
+/// `msg` must be NULL or point to a readable `xfer_msg_t` whose buffer
+/// follows `xfer_ep_send`'s rule (or `xfer_ep_inject`'s with `XFER_INJECT`).
+#[no_mangle]
+pub unsafe extern "C" fn xfer_ep_sendmsg(ep: *mut xfer_ep_t, msg: *const xfer_msg_t, flags: u64) -> c_int {
+    guard("xfer_ep_sendmsg", || {
+        const KNOWN: u64 = XFER_TAGGED | XFER_REMOTE_CQ_DATA | XFER_COMPLETION | XFER_INJECT;
+        let e = ep_of(ep)?;
+        if msg.is_null() {
+            return Err(invalid("xfer_ep_sendmsg: msg is NULL"));
+        }
+        if flags & !KNOWN != 0 || flags & (XFER_INJECT | XFER_REMOTE_CQ_DATA) == XFER_INJECT | XFER_REMOTE_CQ_DATA {
+            tracing::debug!(flags = format_args!("{flags:#x}"), "xfer_ep_sendmsg: unsupported flags");
+            return Err(Fail(XFER_EBADFLAGS));
+        }
+        // SAFETY: non-null and readable by contract.
+        let m = unsafe { msg.read() };
+        let tag = (flags & XFER_TAGGED != 0).then_some(m.tag);
+        if flags & XFER_INJECT != 0 {
+            // SAFETY: forwarded from this function's contract.
+            return unsafe { inject(&e, m.buf, m.len, m.addr, tag) };
+        }
+        let data = (flags & XFER_REMOTE_CQ_DATA != 0).then_some(m.data);
+        let completion = flags & XFER_COMPLETION != 0;
+        // SAFETY: forwarded from this function's contract.
+        unsafe { post_send(&e, m.buf, m.len, m.addr, tag, data, m.context, completion) }
+    })
+}
+
+/// Posts a receive described by `*msg` (`fi_recvmsg` / `fi_trecvmsg`):
+/// `XFER_TAGGED` in `flags` receives a tagged message matching `msg->tag`
+/// with `msg->ignore`, else an untagged one; `msg->addr` filters the source.
+/// `XFER_COMPLETION` is accepted and changes nothing (receives always
+/// complete). Returns as `xfer_ep_recv`, or `XFER_EBADFLAGS` for another
+/// flag; `XFER_EINVAL` when `msg` is NULL.
+///
+/// # Safety
+/// `msg` must be NULL or point to a readable `xfer_msg_t` whose buffer
+/// follows `xfer_ep_recv`'s rule.
+#[no_mangle]
+pub unsafe extern "C" fn xfer_ep_recvmsg(ep: *mut xfer_ep_t, msg: *const xfer_msg_t, flags: u64) -> c_int {
+    guard("xfer_ep_recvmsg", || {
+        let e = ep_of(ep)?;
+        if msg.is_null() {
+            return Err(invalid("xfer_ep_recvmsg: msg is NULL"));
+        }
+        if flags & !(XFER_TAGGED | XFER_COMPLETION) != 0 {
+            return Err(Fail(XFER_EBADFLAGS));
+        }
+        // SAFETY: non-null and readable by contract.
+        let m = unsafe { msg.read() };
+        let tagged = (flags & XFER_TAGGED != 0).then_some((m.tag, m.ignore));
+        // SAFETY: forwarded from this function's contract.
+        unsafe { post_recv(&e, m.buf, m.len, m.addr, tagged, m.context) }
+    })
+}
+
+/// Cancels the posted receive whose context is `context`; it completes with
+/// `err = XFER_ECANCELED` (`fi_cancel`). Sends cannot be cancelled.
+///
+/// Returns 0; `XFER_EBADF`; `XFER_EINVAL` when no receive with that context
+/// is waiting (it may have matched already). Thread-safe.
+#[no_mangle]
+pub extern "C" fn xfer_ep_cancel(ep: *mut xfer_ep_t, context: *mut c_void) -> c_int {
+    guard("xfer_ep_cancel", || {
+        ep_of(ep)?.cancel(context_in(context))?;
+        Ok(XFER_SUCCESS)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn attr_init_round_trips_the_rust_defaults() {
+        let mut a = std::mem::MaybeUninit::<xfer_ep_attr_t>::uninit();
+        // SAFETY: `a` is writable for one struct.
+        assert_eq!(unsafe { xfer_ep_attr_init(a.as_mut_ptr()) }, 0);
+        // SAFETY: initialised by the call above.
+        let a = unsafe { a.assume_init() };
+        // SAFETY: `a` is a whole struct with a NULL tcp_addr.
+        let r = unsafe { attr_to_rust(&a) }.unwrap();
+        assert_eq!(r, EndpointAttr::from_env());
+        let bad = xfer_ep_attr_t { size: 8, ..a };
+        // SAFETY: the size field is readable.
+        assert_eq!(unsafe { attr_to_rust(&bad) }.unwrap_err(), invalid("x"));
+    }
+}

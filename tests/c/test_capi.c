@@ -1,0 +1,1069 @@
+/*
+ * The C ABI test suite: libxfer driven through include/xfer.h only.
+ *
+ *   cc -std=c11 -Wall -Wextra -Werror -pthread tests/c/test_capi.c -Iinclude \
+ *      -Ltarget/release -lxfer -o test_capi
+ *   LD_LIBRARY_PATH=target/release ./test_capi            # every test
+ *   LD_LIBRARY_PATH=target/release ./test_capi truncation # one test
+ *
+ * capi/tests/c_suite.rs builds and runs it (natively, statically linked, and
+ * under valgrind memcheck). Endpoints listen on 127.0.0.1. The last line is
+ * "N passed, N failed"; the exit status is 0 only when nothing failed.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "xfer.h"
+
+/* ------------------------------------------------------------------ */
+/* A minimal harness                                                   */
+/* ------------------------------------------------------------------ */
+
+static int test_failed;
+
+#define CHECK(cond)                                                                  \
+    do {                                                                             \
+        if (!(cond)) {                                                               \
+            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
+            test_failed = 1;                                                         \
+        }                                                                            \
+    } while (0)
+
+/* `expr` must return exactly `want` (an XFER_E* code, 0 or a count). */
+#define CHECK_RC(expr, want)                                                          \
+    do {                                                                              \
+        int rc_ = (expr);                                                             \
+        int want_ = (want);                                                           \
+        if (rc_ != want_) {                                                           \
+            fprintf(stderr, "%s:%d: %s returned %d (%s), wanted %d (%s)\n", __FILE__, \
+                    __LINE__, #expr, rc_, xfer_strerror(rc_), want_,                  \
+                    xfer_strerror(want_));                                            \
+            test_failed = 1;                                                          \
+        }                                                                             \
+    } while (0)
+
+/* Stops the current test when `expr` fails (later steps depend on it). */
+#define REQUIRE_OK(expr)                                                              \
+    do {                                                                              \
+        int rc_ = (expr);                                                             \
+        if (rc_ != 0) {                                                               \
+            fprintf(stderr, "%s:%d: %s failed: %d (%s)\n", __FILE__, __LINE__, #expr, \
+                    rc_, xfer_strerror(rc_));                                         \
+            test_failed = 1;                                                          \
+            return;                                                                   \
+        }                                                                             \
+    } while (0)
+
+#define CTX(n) ((void *)(uintptr_t)(n))
+#define DEADLINE_MS 30000
+
+static double now_ms(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
+}
+
+/* ------------------------------------------------------------------ */
+/* Nodes: domain + cq + av + endpoint on loopback                      */
+/* ------------------------------------------------------------------ */
+
+#define STASH_MAX 512
+
+struct node {
+    xfer_domain_t *domain;
+    xfer_cq_t *cq;
+    xfer_av_t *av;
+    xfer_ep_t *ep;
+    uint8_t name[XFER_NAME_MAX];
+    size_t name_len;
+    /* Completions polled but not yet claimed by the test. */
+    xfer_cq_entry_t stash[STASH_MAX];
+    size_t stashed;
+};
+
+static int node_open_flags(struct node *n, uint64_t ep_flags)
+{
+    memset(n, 0, sizeof *n);
+    int rc = xfer_domain_open(NULL, &n->domain);
+    if (rc == 0)
+        rc = xfer_cq_open(n->domain, 0, &n->cq);
+    if (rc == 0)
+        rc = xfer_av_open(n->domain, &n->av);
+    if (rc == 0) {
+        xfer_ep_attr_t attr;
+        rc = xfer_ep_attr_init(&attr);
+        attr.tcp_addr = "127.0.0.1";
+        attr.flags = ep_flags;
+        if (rc == 0)
+            rc = xfer_ep_open(n->domain, n->cq, n->av, &attr, &n->ep);
+    }
+    if (rc == 0) {
+        n->name_len = sizeof n->name;
+        rc = xfer_ep_getname(n->ep, n->name, &n->name_len);
+    }
+    if (rc != 0)
+        fprintf(stderr, "node_open: %d (%s)\n", rc, xfer_strerror(rc));
+    return rc;
+}
+
+static int node_open(struct node *n)
+{
+    return node_open_flags(n, 0);
+}
+
+static void node_close(struct node *n)
+{
+    CHECK_RC(xfer_ep_close(n->ep), 0);
+    CHECK_RC(xfer_av_close(n->av), 0);
+    CHECK_RC(xfer_cq_close(n->cq), 0);
+    CHECK_RC(xfer_domain_close(n->domain), 0);
+}
+
+/* Inserts `peer`'s name into `n`'s AV. */
+static xfer_addr_t node_add(struct node *n, const struct node *peer)
+{
+    xfer_addr_t a = XFER_ADDR_UNSPEC;
+    CHECK_RC(xfer_av_insert(n->av, peer->name, peer->name_len, &a), 0);
+    return a;
+}
+
+static void node_poll(struct node *n)
+{
+    if (n->stashed == STASH_MAX) {
+        fprintf(stderr, "node_poll: stash full\n");
+        test_failed = 1;
+        return;
+    }
+    int rc = xfer_cq_poll(n->cq, n->stash + n->stashed, STASH_MAX - n->stashed);
+    if (rc < 0) {
+        fprintf(stderr, "xfer_cq_poll: %d (%s)\n", rc, xfer_strerror(rc));
+        test_failed = 1;
+        return;
+    }
+    n->stashed += (size_t)rc;
+}
+
+/* Takes the stashed completion with `ctx`, if any. */
+static int take(struct node *n, void *ctx, xfer_cq_entry_t *out)
+{
+    for (size_t i = 0; i < n->stashed; i++) {
+        if (n->stash[i].op_context == ctx) {
+            *out = n->stash[i];
+            memmove(n->stash + i, n->stash + i + 1, (n->stashed - i - 1) * sizeof *out);
+            n->stashed--;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* Polls every node until nodes[which] reports the completion of `ctx`. */
+static int expect(struct node **nodes, int count, int which, void *ctx, xfer_cq_entry_t *out)
+{
+    double end = now_ms() + DEADLINE_MS;
+    while (!take(nodes[which], ctx, out)) {
+        if (test_failed)
+            return 0; /* already reported; do not wait out the deadline */
+        if (now_ms() > end) {
+            fprintf(stderr, "expect: no completion for context %p within %d ms\n", ctx, DEADLINE_MS);
+            test_failed = 1;
+            return 0;
+        }
+        for (int i = 0; i < count; i++)
+            node_poll(nodes[i]);
+    }
+    return 1;
+}
+
+static void pattern(uint8_t *buf, size_t len, unsigned seed)
+{
+    for (size_t i = 0; i < len; i++)
+        buf[i] = (uint8_t)(i * 31 + seed * 7 + (i >> 8));
+}
+
+static int pattern_ok(const uint8_t *buf, size_t len, unsigned seed)
+{
+    for (size_t i = 0; i < len; i++)
+        if (buf[i] != (uint8_t)(i * 31 + seed * 7 + (i >> 8)))
+            return 0;
+    return 1;
+}
+
+/* ------------------------------------------------------------------ */
+/* Tests                                                                */
+/* ------------------------------------------------------------------ */
+
+static void test_version(void)
+{
+    CHECK(xfer_version() == XFER_VERSION);
+    CHECK(XFER_VERSION == ((XFER_VERSION_MAJOR << 16) | (XFER_VERSION_MINOR << 8) | XFER_VERSION_PATCH));
+    char want[32];
+    snprintf(want, sizeof want, "%d.%d.%d", XFER_VERSION_MAJOR, XFER_VERSION_MINOR, XFER_VERSION_PATCH);
+    CHECK(strcmp(xfer_version_string(), want) == 0);
+}
+
+static void test_strerror(void)
+{
+    const int codes[] = {XFER_SUCCESS, XFER_EIO, XFER_EBADF, XFER_EAGAIN, XFER_ENOMEM, XFER_EBUSY,
+                         XFER_EINVAL, XFER_ENODATA, XFER_EPROTO, XFER_EOPNOTSUPP,
+                         XFER_EADDRNOTAVAIL, XFER_ETIMEDOUT, XFER_EHOSTUNREACH, XFER_ECANCELED,
+                         XFER_EOTHER, XFER_ETOOSMALL, XFER_EBADFLAGS, XFER_ETRUNC};
+    for (size_t i = 0; i < sizeof codes / sizeof codes[0]; i++) {
+        const char *s = xfer_strerror(codes[i]);
+        CHECK(s != NULL && s[0] != '\0');
+        CHECK(s == xfer_strerror(-codes[i]));
+    }
+    CHECK(strcmp(xfer_strerror(XFER_ETRUNC), "Truncation error") == 0);
+    CHECK(strcmp(xfer_strerror(XFER_ETOOSMALL), "Provided buffer is too small") == 0);
+    CHECK(strcmp(xfer_strerror(-100000), "Unknown error") == 0);
+    CHECK(xfer_strerror(INT32_MIN) != NULL);
+    /* Codes equal minus the errno values they stand for. */
+    CHECK(XFER_EINVAL == -EINVAL && XFER_EAGAIN == -EAGAIN && XFER_ETIMEDOUT == -ETIMEDOUT);
+    CHECK(XFER_ECANCELED == -ECANCELED && XFER_EBADF == -EBADF && XFER_EBUSY == -EBUSY);
+}
+
+static void test_info(void)
+{
+    int n = xfer_info_count();
+    CHECK(n >= 1);
+    xfer_info_t info;
+    memset(&info, 0x55, sizeof info);
+    CHECK_RC(xfer_info_get(0, &info), 0);
+    CHECK(strcmp(info.name, "tcp") == 0);
+    CHECK(info.available == 1);
+    CHECK(memchr(info.detail, '\0', sizeof info.detail) != NULL);
+    CHECK_RC(xfer_info_get((size_t)n, &info), XFER_EINVAL);
+    CHECK_RC(xfer_info_get(0, NULL), XFER_EINVAL);
+}
+
+static void test_domain_open(void)
+{
+    xfer_domain_t *d = (xfer_domain_t *)0x1;
+    CHECK_RC(xfer_domain_open("no-such-provider", &d), XFER_ENODATA);
+    CHECK(d == NULL);
+    CHECK_RC(xfer_domain_open(NULL, NULL), XFER_EINVAL);
+    REQUIRE_OK(xfer_domain_open("tcp", &d));
+    const char *name = NULL;
+    CHECK_RC(xfer_domain_provider(d, &name), 0);
+    CHECK(name != NULL && strcmp(name, "tcp") == 0);
+    CHECK_RC(xfer_domain_provider(d, NULL), XFER_EINVAL);
+    CHECK_RC(xfer_domain_close(d), 0);
+}
+
+/* Every entry point refuses a value that is not a live handle of its kind. */
+static void check_bad_ep(xfer_ep_t *ep)
+{
+    uint8_t buf[16] = {0};
+    size_t len = sizeof buf;
+    xfer_msg_t msg = {buf, sizeof buf, 0, 0, 0, 0, NULL};
+    CHECK_RC(xfer_ep_close(ep), XFER_EBADF);
+    CHECK_RC(xfer_ep_getname(ep, buf, &len), XFER_EBADF);
+    CHECK_RC(xfer_ep_send(ep, buf, 1, 0, NULL), XFER_EBADF);
+    CHECK_RC(xfer_ep_recv(ep, buf, 1, XFER_ADDR_UNSPEC, NULL), XFER_EBADF);
+    CHECK_RC(xfer_ep_tsend(ep, buf, 1, 0, 1, NULL), XFER_EBADF);
+    CHECK_RC(xfer_ep_trecv(ep, buf, 1, XFER_ADDR_UNSPEC, 1, 0, NULL), XFER_EBADF);
+    CHECK_RC(xfer_ep_senddata(ep, buf, 1, 7, 0, NULL), XFER_EBADF);
+    CHECK_RC(xfer_ep_tsenddata(ep, buf, 1, 7, 0, 1, NULL), XFER_EBADF);
+    CHECK_RC(xfer_ep_inject(ep, buf, 1, 0), XFER_EBADF);
+    CHECK_RC(xfer_ep_tinject(ep, buf, 1, 0, 1), XFER_EBADF);
+    CHECK_RC(xfer_ep_sendmsg(ep, &msg, XFER_TAGGED), XFER_EBADF);
+    CHECK_RC(xfer_ep_recvmsg(ep, &msg, XFER_TAGGED), XFER_EBADF);
+    CHECK_RC(xfer_ep_cancel(ep, NULL), XFER_EBADF);
+}
+
+static void check_bad_cq(xfer_cq_t *cq)
+{
+    xfer_cq_entry_t e[2];
+    int fd = -1;
+    CHECK_RC(xfer_cq_close(cq), XFER_EBADF);
+    CHECK_RC(xfer_cq_poll(cq, e, 2), XFER_EBADF);
+    CHECK_RC(xfer_cq_wait(cq, e, 2, 0), XFER_EBADF);
+    CHECK_RC(xfer_cq_fd(cq, &fd), XFER_EBADF);
+    CHECK_RC(xfer_cq_trywait(cq), XFER_EBADF);
+}
+
+static void check_bad_av(xfer_av_t *av)
+{
+    uint8_t name[XFER_NAME_MAX];
+    size_t len = sizeof name, count = 0;
+    xfer_addr_t a;
+    memset(name, 1, sizeof name);
+    CHECK_RC(xfer_av_close(av), XFER_EBADF);
+    CHECK_RC(xfer_av_insert(av, name, 8, &a), XFER_EBADF);
+    CHECK_RC(xfer_av_remove(av, 0), XFER_EBADF);
+    CHECK_RC(xfer_av_lookup(av, 0, name, &len), XFER_EBADF);
+    CHECK_RC(xfer_av_count(av, &count), XFER_EBADF);
+}
+
+static void check_bad_domain(xfer_domain_t *d)
+{
+    xfer_cq_t *cq = NULL;
+    xfer_av_t *av = NULL;
+    const char *name;
+    CHECK_RC(xfer_domain_close(d), XFER_EBADF);
+    CHECK_RC(xfer_domain_provider(d, &name), XFER_EBADF);
+    CHECK_RC(xfer_cq_open(d, 0, &cq), XFER_EBADF);
+    CHECK(cq == NULL);
+    CHECK_RC(xfer_av_open(d, &av), XFER_EBADF);
+    CHECK(av == NULL);
+}
+
+static void test_bad_handles(void)
+{
+    struct node n;
+    REQUIRE_OK(node_open(&n));
+    int on_stack = 0;
+    void *on_heap = malloc(64);
+    memset(on_heap, 0xA5, 64); /* looks like a handle's magic byte, byte by byte */
+    void *bogus[] = {
+        NULL,
+        (void *)(uintptr_t)1,
+        (void *)(uintptr_t)0xdeadbeef,
+        (void *)(uintptr_t)0x7fff12345678,
+        (void *)(uintptr_t)UINTPTR_MAX,
+        (void *)(uintptr_t)0xA5A5A5A5A5A5A5A5ull,
+        &on_stack,
+        on_heap,
+        (void *)test_bad_handles,
+    };
+    for (size_t i = 0; i < sizeof bogus / sizeof bogus[0]; i++) {
+        check_bad_ep((xfer_ep_t *)bogus[i]);
+        check_bad_cq((xfer_cq_t *)bogus[i]);
+        check_bad_av((xfer_av_t *)bogus[i]);
+        check_bad_domain((xfer_domain_t *)bogus[i]);
+    }
+    free(on_heap);
+
+    /* Values with the right magic and kind but a bad slot or generation. */
+    check_bad_cq((xfer_cq_t *)((uintptr_t)n.cq ^ (1ull << 30)));
+    check_bad_cq((xfer_cq_t *)((uintptr_t)n.cq ^ 0x7));
+    check_bad_cq((xfer_cq_t *)((uintptr_t)n.cq | 0xFFFFFF));
+    check_bad_ep((xfer_ep_t *)((uintptr_t)n.ep + (1ull << 24)));
+
+    /* Handles of another kind. */
+    check_bad_ep((xfer_ep_t *)n.cq);
+    check_bad_ep((xfer_ep_t *)n.domain);
+    check_bad_cq((xfer_cq_t *)n.ep);
+    check_bad_cq((xfer_cq_t *)n.av);
+    check_bad_av((xfer_av_t *)n.cq);
+    check_bad_domain((xfer_domain_t *)n.ep);
+
+    /* Opening an endpoint from bad parents. */
+    xfer_ep_t *ep = (xfer_ep_t *)0x1;
+    CHECK_RC(xfer_ep_open(NULL, n.cq, n.av, NULL, &ep), XFER_EBADF);
+    CHECK(ep == NULL);
+    CHECK_RC(xfer_ep_open(n.domain, (xfer_cq_t *)n.av, n.av, NULL, &ep), XFER_EBADF);
+    CHECK_RC(xfer_ep_open(n.domain, n.cq, (xfer_av_t *)n.cq, NULL, &ep), XFER_EBADF);
+
+    /* Closed handles, double close, and a stale handle whose slot was reused. */
+    xfer_cq_t *cq2 = NULL, *cq3 = NULL;
+    REQUIRE_OK(xfer_cq_open(n.domain, 16, &cq2));
+    CHECK_RC(xfer_cq_close(cq2), 0);
+    check_bad_cq(cq2); /* includes the second close */
+    REQUIRE_OK(xfer_cq_open(n.domain, 16, &cq3));
+    check_bad_cq(cq2);
+    CHECK_RC(xfer_cq_trywait(cq3), 0);
+    CHECK_RC(xfer_cq_close(cq3), 0);
+
+    xfer_av_t *av2 = NULL;
+    REQUIRE_OK(xfer_av_open(n.domain, &av2));
+    CHECK_RC(xfer_av_close(av2), 0);
+    check_bad_av(av2);
+
+    struct node m;
+    REQUIRE_OK(node_open(&m));
+    xfer_ep_t *closed_ep = m.ep;
+    xfer_domain_t *closed_domain = m.domain;
+    node_close(&m);
+    check_bad_ep(closed_ep);
+    check_bad_domain(closed_domain);
+
+    /* The live node still works after all that. */
+    xfer_addr_t self = node_add(&n, &n);
+    uint8_t in[4] = {0}, out[4] = {1, 2, 3, 4};
+    CHECK_RC(xfer_ep_trecv(n.ep, in, sizeof in, XFER_ADDR_UNSPEC, 5, 0, CTX(1)), 0);
+    CHECK_RC(xfer_ep_tsend(n.ep, out, sizeof out, self, 5, CTX(2)), 0);
+    struct node *ns[] = {&n};
+    xfer_cq_entry_t e;
+    if (expect(ns, 1, 0, CTX(1), &e))
+        CHECK(e.err == 0 && e.len == 4 && memcmp(in, out, 4) == 0);
+    expect(ns, 1, 0, CTX(2), &e);
+    node_close(&n);
+}
+
+static void test_close_order(void)
+{
+    struct node n;
+    REQUIRE_OK(node_open(&n));
+    CHECK_RC(xfer_domain_close(n.domain), XFER_EBUSY);
+    CHECK_RC(xfer_cq_close(n.cq), XFER_EBUSY);
+    CHECK_RC(xfer_av_close(n.av), XFER_EBUSY);
+    /* Refused closes changed nothing. */
+    CHECK_RC(xfer_cq_trywait(n.cq), 0);
+    CHECK_RC(xfer_ep_close(n.ep), 0);
+    CHECK_RC(xfer_domain_close(n.domain), XFER_EBUSY);
+    CHECK_RC(xfer_cq_close(n.cq), 0);
+    CHECK_RC(xfer_domain_close(n.domain), XFER_EBUSY);
+    CHECK_RC(xfer_av_close(n.av), 0);
+    CHECK_RC(xfer_domain_close(n.domain), 0);
+    CHECK_RC(xfer_domain_close(n.domain), XFER_EBADF);
+}
+
+static void test_foreign_objects(void)
+{
+    struct node a, b;
+    REQUIRE_OK(node_open(&a));
+    REQUIRE_OK(node_open(&b));
+    xfer_ep_t *ep = NULL;
+    CHECK_RC(xfer_ep_open(a.domain, b.cq, a.av, NULL, &ep), XFER_EINVAL);
+    CHECK_RC(xfer_ep_open(a.domain, a.cq, b.av, NULL, &ep), XFER_EINVAL);
+    CHECK(ep == NULL);
+    node_close(&a);
+    node_close(&b);
+}
+
+static void test_bad_arguments(void)
+{
+    struct node n;
+    REQUIRE_OK(node_open(&n));
+    xfer_addr_t self = node_add(&n, &n);
+    uint8_t buf[64] = {0};
+    xfer_addr_t a;
+    xfer_cq_entry_t e[4];
+
+    /* Buffers: NULL with a length, lengths no memory can have. */
+    CHECK_RC(xfer_ep_send(n.ep, NULL, 5, self, NULL), XFER_EINVAL);
+    CHECK_RC(xfer_ep_tsend(n.ep, NULL, 5, self, 1, NULL), XFER_EINVAL);
+    CHECK_RC(xfer_ep_recv(n.ep, NULL, 5, XFER_ADDR_UNSPEC, NULL), XFER_EINVAL);
+    CHECK_RC(xfer_ep_trecv(n.ep, NULL, 5, XFER_ADDR_UNSPEC, 1, 0, NULL), XFER_EINVAL);
+    CHECK_RC(xfer_ep_send(n.ep, buf, SIZE_MAX, self, NULL), XFER_EINVAL);
+    CHECK_RC(xfer_ep_trecv(n.ep, buf, SIZE_MAX, XFER_ADDR_UNSPEC, 1, 0, NULL), XFER_EINVAL);
+    CHECK_RC(xfer_ep_inject(n.ep, NULL, 5, self), XFER_EINVAL);
+    CHECK_RC(xfer_ep_inject(n.ep, buf, SIZE_MAX, self), XFER_EINVAL);
+
+    /* Inject above the endpoint's limit. */
+    xfer_ep_attr_t attr;
+    REQUIRE_OK(xfer_ep_attr_init(&attr));
+    uint8_t *big = calloc(1, attr.inject_size + 1);
+    CHECK_RC(xfer_ep_tinject(n.ep, big, attr.inject_size + 1, self, 1), XFER_EINVAL);
+    free(big);
+
+    /* Unknown peers. */
+    CHECK_RC(xfer_ep_tsend(n.ep, buf, 4, 12345, 1, NULL), XFER_EADDRNOTAVAIL);
+    CHECK_RC(xfer_ep_inject(n.ep, buf, 4, XFER_ADDR_UNSPEC), XFER_EADDRNOTAVAIL);
+
+    /* Address vector input. */
+    CHECK_RC(xfer_av_insert(n.av, NULL, 8, &a), XFER_EINVAL);
+    CHECK_RC(xfer_av_insert(n.av, n.name, n.name_len, NULL), XFER_EINVAL);
+    CHECK_RC(xfer_av_insert(n.av, n.name, 0, &a), XFER_EINVAL);
+    CHECK_RC(xfer_av_insert(n.av, buf, XFER_NAME_MAX + 1, &a), XFER_EINVAL);
+    uint8_t garbage[8] = {0x01, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
+    CHECK_RC(xfer_av_insert(n.av, garbage, sizeof garbage, &a), XFER_EINVAL);
+    uint8_t other_provider[8] = {0x7f, 1, 2, 3, 4, 5, 6, 7};
+    CHECK_RC(xfer_av_insert(n.av, other_provider, sizeof other_provider, &a), XFER_EADDRNOTAVAIL);
+    CHECK_RC(xfer_av_remove(n.av, 999), XFER_EADDRNOTAVAIL);
+    CHECK_RC(xfer_av_count(n.av, NULL), XFER_EINVAL);
+    size_t count = 0;
+    CHECK_RC(xfer_av_count(n.av, &count), 0);
+    CHECK(count == 1);
+
+    /* Completion queue arguments. */
+    CHECK_RC(xfer_cq_poll(n.cq, NULL, 4), XFER_EINVAL);
+    CHECK_RC(xfer_cq_poll(n.cq, NULL, 0), 0);
+    CHECK_RC(xfer_cq_poll(n.cq, e, 0), 0);
+    CHECK_RC(xfer_cq_wait(n.cq, e, 0, 10), XFER_EINVAL);
+    CHECK_RC(xfer_cq_wait(n.cq, NULL, 4, 10), XFER_EINVAL);
+    CHECK_RC(xfer_cq_fd(n.cq, NULL), XFER_EINVAL);
+
+    /* Messages and flags. */
+    xfer_msg_t msg = {buf, 8, self, 1, 0, 0, NULL};
+    CHECK_RC(xfer_ep_sendmsg(n.ep, NULL, 0), XFER_EINVAL);
+    CHECK_RC(xfer_ep_recvmsg(n.ep, NULL, 0), XFER_EINVAL);
+    CHECK_RC(xfer_ep_sendmsg(n.ep, &msg, 1ull << 40), XFER_EBADFLAGS);
+    CHECK_RC(xfer_ep_sendmsg(n.ep, &msg, XFER_INJECT | XFER_REMOTE_CQ_DATA), XFER_EBADFLAGS);
+    CHECK_RC(xfer_ep_recvmsg(n.ep, &msg, XFER_REMOTE_CQ_DATA), XFER_EBADFLAGS);
+    CHECK_RC(xfer_ep_cancel(n.ep, CTX(424242)), XFER_EINVAL);
+
+    /* Endpoint attributes. */
+    xfer_ep_t *ep = NULL;
+    CHECK_RC(xfer_ep_attr_init(NULL), XFER_EINVAL);
+    CHECK_RC(xfer_ep_open(n.domain, n.cq, n.av, NULL, NULL), XFER_EINVAL);
+    attr.tcp_addr = "127.0.0.1";
+    xfer_ep_attr_t wrong = attr;
+    wrong.size = sizeof wrong - 8;
+    CHECK_RC(xfer_ep_open(n.domain, n.cq, n.av, &wrong, &ep), XFER_EINVAL);
+    wrong = attr;
+    wrong.flags = 1;
+    CHECK_RC(xfer_ep_open(n.domain, n.cq, n.av, &wrong, &ep), XFER_EBADFLAGS);
+    wrong = attr;
+    wrong.rndv_threshold = SIZE_MAX;
+    CHECK_RC(xfer_ep_open(n.domain, n.cq, n.av, &wrong, &ep), XFER_EINVAL);
+    wrong = attr;
+    wrong.tcp_addr = "not an address";
+    CHECK(xfer_ep_open(n.domain, n.cq, n.av, &wrong, &ep) < 0);
+    CHECK(ep == NULL);
+
+    /* Nothing above was posted: the queue stays empty. */
+    CHECK_RC(xfer_cq_poll(n.cq, e, 4), 0);
+    node_close(&n);
+}
+
+static void test_getname(void)
+{
+    struct node n;
+    REQUIRE_OK(node_open(&n));
+    size_t len = 0;
+    CHECK_RC(xfer_ep_getname(n.ep, NULL, &len), XFER_ETOOSMALL);
+    size_t need = len;
+    CHECK(need > 0 && need <= XFER_NAME_MAX && need == n.name_len);
+    CHECK_RC(xfer_ep_getname(n.ep, NULL, NULL), XFER_EINVAL);
+
+    uint8_t buf[XFER_NAME_MAX + 8];
+    memset(buf, 0xEE, sizeof buf);
+    len = need - 1;
+    CHECK_RC(xfer_ep_getname(n.ep, buf, &len), XFER_ETOOSMALL);
+    CHECK(len == need);
+    int untouched = 1;
+    for (size_t i = 0; i < sizeof buf; i++)
+        untouched &= buf[i] == 0xEE;
+    CHECK(untouched);
+
+    len = need;
+    CHECK_RC(xfer_ep_getname(n.ep, buf, &len), 0);
+    CHECK(len == need && memcmp(buf, n.name, need) == 0);
+    CHECK(buf[need] == 0xEE);
+    len = sizeof buf;
+    CHECK_RC(xfer_ep_getname(n.ep, buf, &len), 0);
+    CHECK(len == need);
+
+    /* The AV gives the same bytes back, with the same size protocol. */
+    xfer_addr_t self = node_add(&n, &n);
+    xfer_addr_t again = XFER_ADDR_UNSPEC;
+    CHECK_RC(xfer_av_insert(n.av, n.name, n.name_len, &again), 0);
+    CHECK(again == self);
+    uint8_t looked[XFER_NAME_MAX];
+    len = 1;
+    CHECK_RC(xfer_av_lookup(n.av, self, looked, &len), XFER_ETOOSMALL);
+    CHECK(len == need);
+    CHECK_RC(xfer_av_lookup(n.av, self, looked, &len), 0);
+    CHECK(memcmp(looked, n.name, need) == 0);
+    CHECK_RC(xfer_av_lookup(n.av, self, looked, NULL), XFER_EINVAL);
+    CHECK_RC(xfer_av_remove(n.av, self), 0);
+    len = sizeof looked;
+    CHECK_RC(xfer_av_lookup(n.av, self, looked, &len), XFER_EADDRNOTAVAIL);
+    CHECK_RC(xfer_av_remove(n.av, self), XFER_EADDRNOTAVAIL);
+    node_close(&n);
+}
+
+/* Every kind of operation between two endpoints of one process. */
+static void test_operations(void)
+{
+    struct node a, b;
+    REQUIRE_OK(node_open(&a));
+    REQUIRE_OK(node_open(&b));
+    struct node *ns[] = {&a, &b};
+    xfer_addr_t pb = node_add(&a, &b);
+    xfer_addr_t pa = node_add(&b, &a);
+    xfer_cq_entry_t e;
+    uint8_t out[256], in[8][256];
+    pattern(out, sizeof out, 3);
+    memset(in, 0, sizeof in);
+
+    /* Untagged, with the source reported. */
+    CHECK_RC(xfer_ep_recv(b.ep, in[0], sizeof in[0], XFER_ADDR_UNSPEC, CTX(10)), 0);
+    CHECK_RC(xfer_ep_send(a.ep, out, 100, pb, CTX(11)), 0);
+    if (expect(ns, 2, 1, CTX(10), &e)) {
+        CHECK(e.err == 0 && e.len == 100 && e.src == pa && e.buf == NULL);
+        CHECK(e.flags == (XFER_RECV | XFER_MSG));
+        CHECK(pattern_ok(in[0], 100, 3));
+    }
+    if (expect(ns, 2, 0, CTX(11), &e))
+        CHECK(e.err == 0 && e.flags == (XFER_SEND | XFER_MSG) && e.len == 100 && e.src == XFER_ADDR_UNSPEC);
+
+    /* Tagged with an ignore mask, and a directed receive. */
+    CHECK_RC(xfer_ep_trecv(b.ep, in[1], sizeof in[1], pa, 0xAB00, 0xFF, CTX(20)), 0);
+    CHECK_RC(xfer_ep_tsend(a.ep, out, 256, pb, 0xAB42, CTX(21)), 0);
+    if (expect(ns, 2, 1, CTX(20), &e)) {
+        CHECK(e.err == 0 && e.tag == 0xAB42 && e.len == 256 && e.src == pa);
+        CHECK(e.flags == (XFER_RECV | XFER_TAGGED));
+        CHECK(pattern_ok(in[1], 256, 3));
+    }
+    if (expect(ns, 2, 0, CTX(21), &e))
+        CHECK(e.flags == (XFER_SEND | XFER_TAGGED) && e.tag == 0xAB42);
+
+    /* Immediate data, untagged and tagged. */
+    CHECK_RC(xfer_ep_recv(b.ep, in[2], sizeof in[2], XFER_ADDR_UNSPEC, CTX(30)), 0);
+    CHECK_RC(xfer_ep_trecv(b.ep, in[3], sizeof in[3], XFER_ADDR_UNSPEC, 9, 0, CTX(31)), 0);
+    CHECK_RC(xfer_ep_senddata(a.ep, out, 16, 0xDA7A0001ull, pb, CTX(32)), 0);
+    CHECK_RC(xfer_ep_tsenddata(a.ep, out, 16, 0xDA7A0002ull, pb, 9, CTX(33)), 0);
+    if (expect(ns, 2, 1, CTX(30), &e))
+        CHECK((e.flags & XFER_REMOTE_CQ_DATA) && e.data == 0xDA7A0001ull && e.len == 16);
+    if (expect(ns, 2, 1, CTX(31), &e))
+        CHECK((e.flags & XFER_REMOTE_CQ_DATA) && e.data == 0xDA7A0002ull && e.tag == 9);
+    expect(ns, 2, 0, CTX(32), &e);
+    expect(ns, 2, 0, CTX(33), &e);
+
+    /* Inject: the buffer is reusable at once and no send completion comes. */
+    uint8_t small[32];
+    pattern(small, sizeof small, 5);
+    CHECK_RC(xfer_ep_trecv(b.ep, in[4], sizeof in[4], XFER_ADDR_UNSPEC, 4, 0, CTX(40)), 0);
+    CHECK_RC(xfer_ep_recv(b.ep, in[5], sizeof in[5], XFER_ADDR_UNSPEC, CTX(41)), 0);
+    CHECK_RC(xfer_ep_tinject(a.ep, small, sizeof small, pb, 4), 0);
+    memset(small, 0, sizeof small);
+    pattern(small, sizeof small, 6);
+    CHECK_RC(xfer_ep_inject(a.ep, small, sizeof small, pb), 0);
+    memset(small, 0, sizeof small);
+    if (expect(ns, 2, 1, CTX(40), &e))
+        CHECK(e.len == 32 && pattern_ok(in[4], 32, 5));
+    if (expect(ns, 2, 1, CTX(41), &e))
+        CHECK(e.len == 32 && pattern_ok(in[5], 32, 6));
+
+    /* Zero-length messages, with NULL buffers. */
+    CHECK_RC(xfer_ep_trecv(b.ep, NULL, 0, XFER_ADDR_UNSPEC, 0, 0, CTX(50)), 0);
+    CHECK_RC(xfer_ep_tsend(a.ep, NULL, 0, pb, 0, CTX(51)), 0);
+    if (expect(ns, 2, 1, CTX(50), &e))
+        CHECK(e.err == 0 && e.len == 0);
+    expect(ns, 2, 0, CTX(51), &e);
+
+    /* sendmsg / recvmsg, tagged, with data. */
+    xfer_msg_t rm = {in[6], sizeof in[6], XFER_ADDR_UNSPEC, 0x70, 0x0F, 0, CTX(60)};
+    xfer_msg_t sm = {out, 64, pb, 0x7A, 0, 0x5EED, CTX(61)};
+    CHECK_RC(xfer_ep_recvmsg(b.ep, &rm, XFER_TAGGED), 0);
+    CHECK_RC(xfer_ep_sendmsg(a.ep, &sm, XFER_TAGGED | XFER_REMOTE_CQ_DATA | XFER_COMPLETION), 0);
+    if (expect(ns, 2, 1, CTX(60), &e))
+        CHECK(e.tag == 0x7A && e.data == 0x5EED && e.len == 64 && pattern_ok(in[6], 64, 3));
+    expect(ns, 2, 0, CTX(61), &e);
+
+    /* sendmsg with XFER_INJECT reports nothing. */
+    CHECK_RC(xfer_ep_recv(b.ep, in[7], sizeof in[7], XFER_ADDR_UNSPEC, CTX(70)), 0);
+    xfer_msg_t im = {small, 8, pb, 0, 0, 0, CTX(71)};
+    CHECK_RC(xfer_ep_sendmsg(a.ep, &im, XFER_INJECT), 0);
+    expect(ns, 2, 1, CTX(70), &e);
+    for (int i = 0; i < 50; i++)
+        node_poll(&a);
+    CHECK(!take(&a, CTX(71), &e));
+
+    CHECK(a.stashed == 0 && b.stashed == 0);
+    node_close(&a);
+    node_close(&b);
+}
+
+static void test_selective_completion(void)
+{
+    struct node a, b;
+    REQUIRE_OK(node_open_flags(&a, XFER_SELECTIVE_COMPLETION));
+    REQUIRE_OK(node_open(&b));
+    struct node *ns[] = {&a, &b};
+    xfer_addr_t pb = node_add(&a, &b);
+    uint8_t in[2][8], quiet[8] = {1}, loud[8] = {2};
+    xfer_cq_entry_t e;
+    CHECK_RC(xfer_ep_trecv(b.ep, in[0], 8, XFER_ADDR_UNSPEC, 0, 0, CTX(1)), 0);
+    CHECK_RC(xfer_ep_trecv(b.ep, in[1], 8, XFER_ADDR_UNSPEC, 0, 0, CTX(2)), 0);
+    xfer_msg_t q = {quiet, 8, pb, 0, 0, 0, CTX(11)};
+    xfer_msg_t l = {loud, 8, pb, 0, 0, 0, CTX(12)};
+    CHECK_RC(xfer_ep_sendmsg(a.ep, &q, XFER_TAGGED), 0);
+    CHECK_RC(xfer_ep_sendmsg(a.ep, &l, XFER_TAGGED | XFER_COMPLETION), 0);
+    expect(ns, 2, 1, CTX(1), &e);
+    expect(ns, 2, 1, CTX(2), &e);
+    expect(ns, 2, 0, CTX(12), &e);
+    CHECK(!take(&a, CTX(11), &e));
+    node_close(&a);
+    node_close(&b);
+}
+
+static void test_cancel(void)
+{
+    struct node n;
+    REQUIRE_OK(node_open(&n));
+    struct node *ns[] = {&n};
+    uint8_t buf[8];
+    xfer_cq_entry_t e;
+    CHECK_RC(xfer_ep_trecv(n.ep, buf, sizeof buf, XFER_ADDR_UNSPEC, 1, 0, CTX(77)), 0);
+    CHECK_RC(xfer_ep_cancel(n.ep, CTX(77)), 0);
+    if (expect(ns, 1, 0, CTX(77), &e))
+        CHECK(e.err == XFER_ECANCELED && (e.flags & XFER_RECV) && e.len == 0);
+    CHECK_RC(xfer_ep_cancel(n.ep, CTX(77)), XFER_EINVAL);
+    node_close(&n);
+}
+
+static void test_cq_wait_and_fd(void)
+{
+    struct node n;
+    REQUIRE_OK(node_open(&n));
+    xfer_cq_entry_t e[4];
+    double t0 = now_ms();
+    CHECK_RC(xfer_cq_wait(n.cq, e, 4, 50), XFER_ETIMEDOUT);
+    CHECK(now_ms() - t0 >= 45);
+    CHECK_RC(xfer_cq_wait(n.cq, e, 4, 0), XFER_ETIMEDOUT);
+    CHECK_RC(xfer_cq_trywait(n.cq), 0);
+    int fd = -1;
+    CHECK_RC(xfer_cq_fd(n.cq, &fd), 0);
+    CHECK(fd >= 0);
+
+    xfer_addr_t self = node_add(&n, &n);
+    uint8_t in = 0, out = 42;
+    CHECK_RC(xfer_ep_trecv(n.ep, &in, 1, XFER_ADDR_UNSPEC, 0, 0, CTX(1)), 0);
+    CHECK_RC(xfer_ep_tsend(n.ep, &out, 1, self, 0, CTX(2)), 0);
+    int got = 0;
+    double end = now_ms() + DEADLINE_MS;
+    while (got < 2 && now_ms() < end) {
+        int rc = xfer_cq_wait(n.cq, e, 4, 1000);
+        if (rc > 0)
+            got += rc;
+        else
+            CHECK_RC(rc, XFER_ETIMEDOUT);
+    }
+    CHECK(got == 2 && in == 42);
+    node_close(&n);
+}
+
+/* A message longer than the receive buffer: XFER_ETRUNC with olen, nothing
+ * written past the buffer, the sender not blamed, the connection intact. */
+static void check_truncation(size_t size)
+{
+    struct node a, b;
+    REQUIRE_OK(node_open(&a));
+    REQUIRE_OK(node_open(&b));
+    struct node *ns[] = {&a, &b};
+    xfer_addr_t pb = node_add(&a, &b);
+    uint8_t landing[64];
+    memset(landing, 0xAA, sizeof landing);
+    uint8_t *msg = malloc(size);
+    pattern(msg, size, 9);
+    xfer_cq_entry_t e;
+    CHECK_RC(xfer_ep_trecv(b.ep, landing, 10, XFER_ADDR_UNSPEC, 9, 0, CTX(1)), 0);
+    CHECK_RC(xfer_ep_tsend(a.ep, msg, size, pb, 9, CTX(2)), 0);
+    if (expect(ns, 2, 1, CTX(1), &e)) {
+        CHECK_RC(e.err, XFER_ETRUNC);
+        CHECK(e.len == 10);
+        CHECK(e.olen == size - 10);
+        CHECK(e.tag == 9 && (e.flags & XFER_RECV));
+        CHECK(pattern_ok(landing, 10, 9));
+        int clean = 1;
+        for (size_t i = 10; i < sizeof landing; i++)
+            clean &= landing[i] == 0xAA;
+        CHECK(clean);
+    }
+    if (expect(ns, 2, 0, CTX(2), &e))
+        CHECK_RC(e.err, 0);
+    uint8_t next[4];
+    CHECK_RC(xfer_ep_trecv(b.ep, next, 4, XFER_ADDR_UNSPEC, 9, 0, CTX(3)), 0);
+    CHECK_RC(xfer_ep_tsend(a.ep, "next", 4, pb, 9, CTX(4)), 0);
+    if (expect(ns, 2, 1, CTX(3), &e))
+        CHECK(e.err == 0 && memcmp(next, "next", 4) == 0);
+    expect(ns, 2, 0, CTX(4), &e);
+    free(msg);
+    node_close(&a);
+    node_close(&b);
+}
+
+static void test_truncation(void)
+{
+    check_truncation(100);       /* eager */
+    check_truncation(200 << 10); /* rendezvous */
+}
+
+/* Closing an endpoint ends its outstanding operations with XFER_ECANCELED
+ * entries; afterwards its buffers are the program's again. */
+static void test_close_cancels(void)
+{
+    struct node a, b;
+    REQUIRE_OK(node_open(&a));
+    REQUIRE_OK(node_open(&b));
+    xfer_addr_t pb = node_add(&a, &b);
+    uint8_t *in = malloc(8);
+    size_t big_len = 1 << 20;
+    uint8_t *big = malloc(big_len);
+    memset(big, 1, big_len);
+    CHECK_RC(xfer_ep_trecv(a.ep, in, 8, XFER_ADDR_UNSPEC, 1, 0, CTX(1)), 0);
+    CHECK_RC(xfer_ep_tsend(a.ep, big, big_len, pb, 2, CTX(2)), 0); /* waits for a receive */
+    for (int i = 0; i < 20; i++) {
+        node_poll(&a);
+        node_poll(&b);
+    }
+    CHECK_RC(xfer_ep_close(a.ep), 0);
+    free(in);
+    free(big);
+    xfer_cq_entry_t e[8];
+    int got = 0, canceled = 0;
+    double end = now_ms() + DEADLINE_MS;
+    while (got < 2 && now_ms() < end) {
+        int rc = xfer_cq_poll(a.cq, e, 8);
+        CHECK(rc >= 0);
+        for (int i = 0; i < rc; i++)
+            canceled += e[i].err == XFER_ECANCELED;
+        got += rc > 0 ? rc : 0;
+    }
+    CHECK(got == 2 && canceled >= 1);
+    CHECK_RC(xfer_av_close(a.av), 0);
+    CHECK_RC(xfer_cq_close(a.cq), 0);
+    CHECK_RC(xfer_domain_close(a.domain), 0);
+    node_close(&b);
+}
+
+/* Another thread blocks in xfer_cq_wait while this one posts. */
+struct waiter {
+    xfer_cq_t *cq;
+    int rc;
+    xfer_cq_entry_t e;
+};
+
+static void *wait_thread(void *arg)
+{
+    struct waiter *w = arg;
+    w->rc = xfer_cq_wait(w->cq, &w->e, 1, DEADLINE_MS);
+    return NULL;
+}
+
+static void test_threads(void)
+{
+    struct node n;
+    REQUIRE_OK(node_open(&n));
+    xfer_addr_t self = node_add(&n, &n);
+    uint8_t in[4], out[4] = {9, 8, 7, 6};
+    CHECK_RC(xfer_ep_trecv(n.ep, in, 4, XFER_ADDR_UNSPEC, 3, 0, CTX(1)), 0);
+    struct waiter w = {n.cq, 0, {0}};
+    pthread_t t;
+    REQUIRE_OK(pthread_create(&t, NULL, wait_thread, &w));
+    usleep(50 * 1000);
+    /* Posting from this thread while the other waits on the same CQ. */
+    xfer_msg_t m = {out, 4, self, 3, 0, 0, CTX(2)};
+    CHECK_RC(xfer_ep_sendmsg(n.ep, &m, XFER_TAGGED | XFER_COMPLETION), 0);
+    pthread_join(t, NULL);
+    CHECK(w.rc == 1);
+    struct node *ns[] = {&n};
+    xfer_cq_entry_t e;
+    void *other = w.e.op_context == CTX(1) ? CTX(2) : CTX(1);
+    expect(ns, 1, 0, other, &e);
+    CHECK(memcmp(in, out, 4) == 0);
+    node_close(&n);
+}
+
+/* Closing a CQ while another thread hammers it: every call either works or
+ * fails with XFER_EBADF; nothing crashes (valgrind checks the memory). */
+struct hammer {
+    xfer_cq_t *cq;
+    atomic_int stop;
+    int bad;
+    atomic_long calls;
+};
+
+static void *hammer_thread(void *arg)
+{
+    struct hammer *h = arg;
+    xfer_cq_entry_t e[4];
+    int fd;
+    while (!atomic_load(&h->stop)) {
+        int rcs[3] = {xfer_cq_poll(h->cq, e, 4), xfer_cq_trywait(h->cq), xfer_cq_fd(h->cq, &fd)};
+        for (int i = 0; i < 3; i++)
+            if (rcs[i] != 0 && rcs[i] != XFER_EBADF)
+                h->bad++;
+        atomic_fetch_add(&h->calls, 1);
+    }
+    return NULL;
+}
+
+static void test_close_races_use(void)
+{
+    xfer_domain_t *d;
+    REQUIRE_OK(xfer_domain_open(NULL, &d));
+    for (int round = 0; round < 20; round++) {
+        struct hammer h = {.bad = 0};
+        atomic_init(&h.stop, 0);
+        atomic_init(&h.calls, 0);
+        REQUIRE_OK(xfer_cq_open(d, 16, &h.cq));
+        pthread_t t;
+        REQUIRE_OK(pthread_create(&t, NULL, hammer_thread, &h));
+        while (atomic_load(&h.calls) < 10)
+            usleep(100);
+        CHECK_RC(xfer_cq_close(h.cq), 0);
+        long at_close = atomic_load(&h.calls);
+        while (atomic_load(&h.calls) < at_close + 10)
+            usleep(100);
+        atomic_store(&h.stop, 1);
+        pthread_join(t, NULL);
+        CHECK(h.bad == 0);
+    }
+    CHECK_RC(xfer_domain_close(d), 0);
+}
+
+/* Tagged ping-pong between two processes: the child serves, the parent
+ * drives; names are exchanged over pipes. */
+#define PP_ROUNDS 40
+static const size_t pp_sizes[] = {0, 1, 64, 4096, 65535, 65537, 1 << 20};
+#define PP_NSIZES (sizeof pp_sizes / sizeof pp_sizes[0])
+
+static int read_full(int fd, void *buf, size_t len)
+{
+    uint8_t *p = buf;
+    while (len > 0) {
+        ssize_t r = read(fd, p, len);
+        if (r <= 0)
+            return -1;
+        p += r;
+        len -= (size_t)r;
+    }
+    return 0;
+}
+
+/* Waits for the completion of `ctx` on `n` alone; returns its err. */
+static int wait_one(struct node *n, void *ctx, xfer_cq_entry_t *out)
+{
+    struct node *ns[] = {n};
+    return expect(ns, 1, 0, ctx, out) ? out->err : XFER_ETIMEDOUT;
+}
+
+static int pp_server(int to_parent, int from_parent)
+{
+    struct node n;
+    if (node_open(&n) != 0)
+        return 1;
+    uint8_t peer_name[XFER_NAME_MAX];
+    size_t peer_len = 0;
+    if (write(to_parent, &n.name_len, sizeof n.name_len) != sizeof n.name_len ||
+        write(to_parent, n.name, n.name_len) != (ssize_t)n.name_len ||
+        read_full(from_parent, &peer_len, sizeof peer_len) != 0 || peer_len > sizeof peer_name ||
+        read_full(from_parent, peer_name, peer_len) != 0)
+        return 1;
+    xfer_addr_t parent;
+    if (xfer_av_insert(n.av, peer_name, peer_len, &parent) != 0)
+        return 1;
+    size_t max = pp_sizes[PP_NSIZES - 1];
+    uint8_t *buf = malloc(max);
+    xfer_cq_entry_t e;
+    int status = 0;
+    for (unsigned i = 0; i < PP_ROUNDS && status == 0; i++) {
+        size_t len = pp_sizes[i % PP_NSIZES];
+        if (xfer_ep_trecv(n.ep, buf, max, parent, i, 0, CTX(1)) != 0 || wait_one(&n, CTX(1), &e) != 0 ||
+            e.len != len || e.tag != i || e.src != parent || !pattern_ok(buf, len, i))
+            status = 2;
+        else if (xfer_ep_tsend(n.ep, buf, len, parent, i, CTX(2)) != 0 || wait_one(&n, CTX(2), &e) != 0)
+            status = 3;
+    }
+    free(buf);
+    node_close(&n);
+    return status != 0 ? status : test_failed;
+}
+
+static void test_pingpong_two_processes(void)
+{
+    int up[2], down[2];
+    REQUIRE_OK(pipe(up));
+    REQUIRE_OK(pipe(down));
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) {
+        test_failed = 1;
+        return;
+    }
+    if (pid == 0) {
+        close(up[0]);
+        close(down[1]);
+        int status = pp_server(up[1], down[0]);
+        close(up[1]);
+        close(down[0]);
+        exit(status);
+    }
+    close(up[1]);
+    close(down[0]);
+    struct node n;
+    int ok = node_open(&n) == 0;
+    uint8_t child_name[XFER_NAME_MAX];
+    size_t child_len = 0;
+    ok = ok && read_full(up[0], &child_len, sizeof child_len) == 0 && child_len <= sizeof child_name &&
+         read_full(up[0], child_name, child_len) == 0;
+    ok = ok && write(down[1], &n.name_len, sizeof n.name_len) == sizeof n.name_len &&
+         write(down[1], n.name, n.name_len) == (ssize_t)n.name_len;
+    CHECK(ok);
+    if (ok) {
+        xfer_addr_t child;
+        CHECK_RC(xfer_av_insert(n.av, child_name, child_len, &child), 0);
+        size_t max = pp_sizes[PP_NSIZES - 1];
+        uint8_t *out = malloc(max), *in = malloc(max);
+        xfer_cq_entry_t e;
+        for (unsigned i = 0; i < PP_ROUNDS && !test_failed; i++) {
+            size_t len = pp_sizes[i % PP_NSIZES];
+            pattern(out, len, i);
+            memset(in, 0, len);
+            CHECK_RC(xfer_ep_trecv(n.ep, in, max, child, i, 0, CTX(1)), 0);
+            CHECK_RC(xfer_ep_tsend(n.ep, out, len, child, i, CTX(2)), 0);
+            CHECK_RC(wait_one(&n, CTX(2), &e), 0);
+            CHECK_RC(wait_one(&n, CTX(1), &e), 0);
+            CHECK(e.len == len && e.tag == i && e.src == child);
+            CHECK(pattern_ok(in, len, i));
+        }
+        free(out);
+        free(in);
+    }
+    close(up[0]);
+    close(down[1]);
+    int status = 0;
+    CHECK(waitpid(pid, &status, 0) == pid);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        fprintf(stderr, "ping-pong server exited with status %d\n", status);
+    if (ok)
+        node_close(&n);
+}
+
+/* ------------------------------------------------------------------ */
+
+static const struct {
+    const char *name;
+    void (*run)(void);
+} tests[] = {
+    {"version", test_version},
+    {"strerror", test_strerror},
+    {"info", test_info},
+    {"domain_open", test_domain_open},
+    {"bad_handles", test_bad_handles},
+    {"close_order", test_close_order},
+    {"foreign_objects", test_foreign_objects},
+    {"bad_arguments", test_bad_arguments},
+    {"getname", test_getname},
+    {"operations", test_operations},
+    {"selective_completion", test_selective_completion},
+    {"cancel", test_cancel},
+    {"cq_wait_and_fd", test_cq_wait_and_fd},
+    {"truncation", test_truncation},
+    {"close_cancels", test_close_cancels},
+    {"threads", test_threads},
+    {"close_races_use", test_close_races_use},
+    {"pingpong_two_processes", test_pingpong_two_processes},
+};
+
+int main(int argc, char **argv)
+{
+    int passed = 0, failed = 0, ran = 0;
+    for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {
+        if (argc > 1 && strcmp(argv[1], tests[i].name) != 0)
+            continue;
+        ran++;
+        test_failed = 0;
+        double t0 = now_ms();
+        tests[i].run();
+        printf("test %-24s %s (%.0f ms)\n", tests[i].name, test_failed ? "FAILED" : "ok", now_ms() - t0);
+        fflush(stdout);
+        if (test_failed)
+            failed++;
+        else
+            passed++;
+    }
+    if (ran == 0) {
+        fprintf(stderr, "no test named %s\n", argv[1]);
+        return 2;
+    }
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed == 0 ? 0 : 1;
+}
