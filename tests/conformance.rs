@@ -5,7 +5,7 @@
 mod common;
 
 use common::{drive, expect, pattern, test_attr, Node};
-use xfer::{Buffer, Error, Flags, PeerAddr, RecvOp, RecvSpec, SendOp};
+use xfer::{Access, Buffer, Error, Flags, MemoryRegion, PeerAddr, RecvOp, RecvSpec, RemoteKey, RmaKind, RmaOp, SendOp};
 
 const ANY: PeerAddr = PeerAddr::UNSPEC;
 
@@ -473,4 +473,354 @@ fn cq_fd_wakes_a_blocked_caller_after_busy_polling() {
     assert_eq!(n, 1, "the descriptor became readable");
     assert_eq!(expect(&mut [&mut a], 0, 1).buf.unwrap(), pattern(8, 7));
     assert_eq!(sender.join().unwrap(), Ok(()));
+}
+
+// ---- RMA -------------------------------------------------------------------
+
+/// What a peer would get: the region's key packed to bytes and unpacked.
+fn rkey_of(mr: &MemoryRegion) -> RemoteKey {
+    RemoteKey::unpack(&mr.pack_rkey()).expect("unpack our own key")
+}
+
+/// `rkey` with another remote key value (a key the target never issued).
+fn forged(rkey: &RemoteKey) -> RemoteKey {
+    let mut bytes = rkey.pack();
+    bytes[24..32].copy_from_slice(&(rkey.key() ^ 0x5a5a_0000_0000_0000).to_le_bytes());
+    RemoteKey::unpack(&bytes).unwrap()
+}
+
+/// After a refused RMA: the connection still carries a message both ways.
+fn connection_still_works(a: &mut Node, b: &mut Node, ctx: u64) {
+    let pb = a.add(b);
+    b.ep.recv(ANY, vec![0; 8], ctx).unwrap();
+    a.ep.send(pb, b"still ok".to_vec(), ctx + 1).unwrap();
+    let r = expect(&mut [a, b], 1, ctx);
+    assert_eq!((r.result, &r.buf.unwrap()[..]), (Ok(()), &b"still ok"[..]));
+    assert_eq!(expect(&mut [a, b], 0, ctx + 1).result, Ok(()));
+}
+
+/// Expects completion `ctx` on `a` to be a remote-access error (-FI_EACCES).
+fn expect_refused(a: &mut Node, b: &mut Node, ctx: u64, kind: Flags) {
+    let c = expect(&mut [a, b], 0, ctx);
+    assert!(matches!(c.result, Err(Error::RemoteAccess(_))), "{:?}", c.result);
+    assert_eq!(c.result.unwrap_err().code(), -13);
+    assert!(c.flags.contains(Flags::RMA | kind));
+}
+
+#[test]
+fn rma_write_and_read_all_sizes_content_checked() {
+    let (mut a, mut b) = (Node::new(), Node::new());
+    let pb = a.add(&b);
+    for (i, size) in [1usize, 4096, 1 << 20, 16 << 20].into_iter().enumerate() {
+        let ctx = 10 * i as u64;
+        let mr = b
+            .domain
+            .register(vec![0; size], Access::REMOTE_READ | Access::REMOTE_WRITE)
+            .unwrap();
+        assert_eq!(mr.len(), size);
+        let rkey = rkey_of(&mr);
+        assert_eq!(
+            (rkey.addr(), rkey.len(), rkey.key()),
+            (mr.addr(), size as u64, mr.key())
+        );
+        a.ep.write(pb, pattern(size, ctx), &rkey, 0, ctx).unwrap();
+        let c = expect(&mut [&mut a, &mut b], 0, ctx);
+        assert_eq!(c.result, Ok(()), "write of {size} B");
+        assert!(c.flags.contains(Flags::RMA | Flags::WRITE));
+        assert_eq!((c.len, c.buf.unwrap().len()), (size, size));
+        assert!(
+            mr.to_vec().unwrap() == pattern(size, ctx),
+            "written content of {size} B"
+        );
+        mr.write_at(0, &pattern(size, ctx + 1)).unwrap();
+        a.ep.read(pb, vec![0; size], &rkey, 0, ctx + 2).unwrap();
+        let c = expect(&mut [&mut a, &mut b], 0, ctx + 2);
+        assert_eq!(c.result, Ok(()), "read of {size} B");
+        assert!(c.flags.contains(Flags::RMA | Flags::READ));
+        assert!(c.buf.unwrap() == pattern(size, ctx + 1), "read content of {size} B");
+        assert!(mr.into_inner().unwrap() == pattern(size, ctx + 1));
+    }
+    assert!(
+        b.done.is_empty(),
+        "plain RMA reports nothing at the target: {:?}",
+        b.done
+    );
+}
+
+#[test]
+fn rma_at_an_offset_touches_only_its_range() {
+    let (mut a, mut b) = (Node::new(), Node::new());
+    let pb = a.add(&b);
+    let mr = b.domain.register(vec![0xee; 4096], Access::all()).unwrap();
+    let rkey = rkey_of(&mr);
+    a.ep.write(pb, pattern(100, 3), &rkey, 1000, 1).unwrap();
+    assert_eq!(expect(&mut [&mut a, &mut b], 0, 1).result, Ok(()));
+    let mem = mr.to_vec().unwrap();
+    assert!(mem[..1000].iter().all(|&x| x == 0xee));
+    assert_eq!(&mem[1000..1100], &pattern(100, 3)[..]);
+    assert!(mem[1100..].iter().all(|&x| x == 0xee));
+    a.ep.read(pb, vec![0; 10], &rkey, 1095, 2).unwrap();
+    let c = expect(&mut [&mut a, &mut b], 0, 2);
+    assert_eq!(c.buf.unwrap(), [&pattern(100, 3)[95..], &[0xee; 5][..]].concat());
+}
+
+#[test]
+fn rma_write_with_immediate_data_completes_at_the_target() {
+    let (mut a, mut b) = (Node::new(), Node::new());
+    let pb = a.add(&b);
+    let pa = b.add(&a);
+    let mr = b.domain.register(vec![0; 64 << 10], Access::REMOTE_WRITE).unwrap();
+    let rkey = rkey_of(&mr);
+    // A posted receive is not consumed by the immediate data.
+    b.ep.recv(ANY, vec![0; 8], 77).unwrap();
+    for (ctx, size) in [(1u64, 0usize), (2, 16), (3, 64 << 10)] {
+        a.ep.write_data(pb, pattern(size, ctx), &rkey, 0, 0xDA7A + ctx, ctx)
+            .unwrap();
+        assert_eq!(expect(&mut [&mut a, &mut b], 0, ctx).result, Ok(()));
+        let t = expect(&mut [&mut a, &mut b], 1, 0);
+        assert_eq!(t.flags, Flags::RMA | Flags::REMOTE_WRITE | Flags::REMOTE_CQ_DATA);
+        assert_eq!((t.data, t.len, t.src, t.result), (0xDA7A + ctx, size, pa, Ok(())));
+        assert!(t.buf.is_none());
+        assert_eq!(&mr.to_vec().unwrap()[..size], &pattern(size, ctx)[..]);
+    }
+    a.ep.send(pb, b"msg".to_vec(), 9).unwrap();
+    let r = expect(&mut [&mut a, &mut b], 1, 77);
+    assert_eq!(&r.buf.unwrap()[..3], b"msg", "the receive was still posted");
+}
+
+#[test]
+fn rma_zero_length_write_and_read() {
+    let (mut a, mut b) = (Node::new(), Node::new());
+    let pb = a.add(&b);
+    let mr = b.domain.register(vec![7; 16], Access::all()).unwrap();
+    let rkey = rkey_of(&mr);
+    a.ep.write(pb, Vec::new(), &rkey, 16, 1).unwrap();
+    a.ep.read(pb, Vec::new(), &rkey, 0, 2).unwrap();
+    for ctx in [1, 2] {
+        let c = expect(&mut [&mut a, &mut b], 0, ctx);
+        assert_eq!((c.result, c.len), (Ok(()), 0));
+    }
+    let empty = b.domain.register(Vec::new(), Access::all()).unwrap();
+    a.ep.write(pb, Vec::new(), &rkey_of(&empty), 0, 3).unwrap();
+    assert_eq!(expect(&mut [&mut a, &mut b], 0, 3).result, Ok(()));
+    assert_eq!(mr.to_vec().unwrap(), vec![7; 16]);
+}
+
+#[test]
+fn rma_unknown_key_is_refused_and_the_connection_survives() {
+    let (mut a, mut b) = (Node::new(), Node::new());
+    let pb = a.add(&b);
+    let mr = b.domain.register(pattern(4096, 1), Access::all()).unwrap();
+    let bad = forged(&rkey_of(&mr));
+    a.ep.write(pb, vec![0; 4096], &bad, 0, 1).unwrap();
+    expect_refused(&mut a, &mut b, 1, Flags::WRITE);
+    a.ep.read(pb, vec![0; 64], &bad, 0, 2).unwrap();
+    expect_refused(&mut a, &mut b, 2, Flags::READ);
+    // A key that was deregistered is unknown too.
+    let gone = b.domain.register(vec![0; 64], Access::all()).unwrap();
+    let gone_key = rkey_of(&gone);
+    drop(gone);
+    a.ep.write(pb, vec![1; 64], &gone_key, 0, 3).unwrap();
+    expect_refused(&mut a, &mut b, 3, Flags::WRITE);
+    assert_eq!(mr.to_vec().unwrap(), pattern(4096, 1));
+    connection_still_works(&mut a, &mut b, 100);
+    a.ep.write(pb, vec![9; 8], &rkey_of(&mr), 0, 4).unwrap();
+    assert_eq!(expect(&mut [&mut a, &mut b], 0, 4).result, Ok(()));
+}
+
+#[test]
+fn rma_out_of_bounds_is_refused_and_memory_untouched() {
+    let (mut a, mut b) = (Node::new(), Node::new());
+    let pb = a.add(&b);
+    let mr = b.domain.register(pattern(4096, 2), Access::all()).unwrap();
+    let rkey = rkey_of(&mr);
+    a.ep.write(pb, vec![0; 16], &rkey, 4096 - 8, 1).unwrap();
+    expect_refused(&mut a, &mut b, 1, Flags::WRITE);
+    a.ep.write(pb, vec![0; 1], &rkey, 4096, 2).unwrap();
+    expect_refused(&mut a, &mut b, 2, Flags::WRITE);
+    a.ep.read(pb, vec![0; 4097], &rkey, 0, 3).unwrap();
+    expect_refused(&mut a, &mut b, 3, Flags::READ);
+    a.ep.read(pb, vec![0; 1], &rkey, u64::MAX - rkey.addr(), 4).unwrap();
+    expect_refused(&mut a, &mut b, 4, Flags::READ);
+    // A large refused write is read off the stream and discarded.
+    a.ep.write(pb, vec![0; 2 << 20], &rkey, 1, 5).unwrap();
+    expect_refused(&mut a, &mut b, 5, Flags::WRITE);
+    assert_eq!(mr.to_vec().unwrap(), pattern(4096, 2));
+    connection_still_works(&mut a, &mut b, 100);
+}
+
+#[test]
+fn rma_read_needs_remote_read_and_write_needs_remote_write() {
+    let (mut a, mut b) = (Node::new(), Node::new());
+    let pb = a.add(&b);
+    let write_only = b.domain.register(pattern(4096, 3), Access::REMOTE_WRITE).unwrap();
+    let read_only = b
+        .domain
+        .register(pattern(4096, 4), Access::REMOTE_READ | Access::LOCAL_WRITE)
+        .unwrap();
+    a.ep.read(pb, vec![0; 4096], &rkey_of(&write_only), 0, 1).unwrap();
+    expect_refused(&mut a, &mut b, 1, Flags::READ);
+    a.ep.write(pb, vec![0; 4096], &rkey_of(&read_only), 0, 2).unwrap();
+    expect_refused(&mut a, &mut b, 2, Flags::WRITE);
+    a.ep.write_data(pb, vec![0; 8], &rkey_of(&read_only), 0, 5, 3).unwrap();
+    expect_refused(&mut a, &mut b, 3, Flags::WRITE);
+    assert!(b.done.is_empty(), "a refused write reports nothing at the target");
+    assert_eq!(write_only.to_vec().unwrap(), pattern(4096, 3));
+    assert_eq!(read_only.to_vec().unwrap(), pattern(4096, 4));
+    connection_still_works(&mut a, &mut b, 100);
+    // What each region does allow still works.
+    a.ep.read(pb, vec![0; 4096], &rkey_of(&read_only), 0, 4).unwrap();
+    let c = expect(&mut [&mut a, &mut b], 0, 4);
+    assert_eq!((c.result, c.buf.unwrap()), (Ok(()), pattern(4096, 4)));
+}
+
+#[test]
+fn rma_inject_write_needs_no_completion() {
+    let (mut a, mut b) = (Node::new(), Node::new());
+    let pb = a.add(&b);
+    let mr = b.domain.register(vec![0; 256], Access::REMOTE_WRITE).unwrap();
+    let rkey = rkey_of(&mr);
+    // Refused silently: nothing comes back.
+    a.ep.inject_write(pb, &[1; 8], &forged(&rkey), 0).unwrap();
+    a.ep.inject_write(pb, &pattern(200, 5), &rkey, 56).unwrap();
+    drive(&mut [&mut a, &mut b], "injected bytes", |_| {
+        mr.to_vec().unwrap()[56..] == pattern(200, 5)[..]
+    });
+    let too_big = vec![0; test_attr().inject_size + 1];
+    assert!(matches!(
+        a.ep.inject_write(pb, &too_big, &rkey, 0),
+        Err(Error::InvalidArgument(_))
+    ));
+    connection_still_works(&mut a, &mut b, 100);
+    assert!(a.done.is_empty() && b.done.is_empty(), "{:?} {:?}", a.done, b.done);
+}
+
+#[test]
+fn rma_bad_api_input_is_refused_with_the_buffer() {
+    let (a, b) = (Node::new(), Node::new());
+    let pb = a.add(&b);
+    let mr = b.domain.register(vec![0; 64], Access::all()).unwrap();
+    let mut bytes = mr.pack_rkey();
+    bytes[3] = 0x7f; // another provider's key
+    let other = RemoteKey::unpack(&bytes).unwrap();
+    let r = a.ep.write(pb, vec![1, 2, 3], &other, 0, 1).unwrap_err();
+    assert!(matches!(r.error, Error::InvalidArgument(_)));
+    assert_eq!(r.op, vec![1, 2, 3]);
+    let r = a.ep.read(pb, vec![4; 4], &rkey_of(&mr), u64::MAX, 2).unwrap_err();
+    assert!(matches!(r.error, Error::InvalidArgument(_)));
+    assert_eq!(r.op, vec![4; 4]);
+    let r = a.ep.read(PeerAddr(999), vec![5], &rkey_of(&mr), 0, 3).unwrap_err();
+    assert_eq!((r.error, r.op), (Error::AddressNotAvailable, vec![5]));
+    let op = RmaOp {
+        peer: pb,
+        kind: RmaKind::Read,
+        buf: vec![0; 4].into(),
+        addr: mr.addr(),
+        key: mr.key(),
+        data: Some(1),
+        context: 4,
+        completion: true,
+    };
+    assert!(matches!(a.ep.post_rma(op), Err(r) if matches!(r.error, Error::InvalidArgument(_))));
+    assert!(matches!(
+        RemoteKey::unpack(&bytes[..10]),
+        Err(Error::InvalidArgument(_))
+    ));
+}
+
+#[test]
+fn rma_raw_region_and_raw_buffers() {
+    let (mut a, mut b) = (Node::new(), Node::new());
+    let pb = a.add(&b);
+    let mut target = vec![0u8; 1024];
+    // SAFETY: `target` outlives the region (dropped below before `target`)
+    // and is only reached through the region while it is registered.
+    let mr = unsafe { b.domain.register_raw(target.as_mut_ptr(), target.len(), Access::all()) }.unwrap();
+    let mut src = pattern(1024, 6);
+    // SAFETY: `src` is not touched until the completion below.
+    let buf = unsafe { Buffer::raw(src.as_mut_ptr(), src.len()) };
+    let op = RmaOp {
+        peer: pb,
+        kind: RmaKind::Write,
+        buf,
+        addr: mr.addr(),
+        key: mr.key(),
+        data: None,
+        context: 1,
+        completion: true,
+    };
+    a.ep.post_rma(op).unwrap();
+    let c = expect(&mut [&mut a, &mut b], 0, 1);
+    assert_eq!((c.result, c.buf), (Ok(()), None));
+    assert_eq!(mr.into_inner(), None, "a raw region owns no memory");
+    assert_eq!(target, src);
+}
+
+#[test]
+fn rma_region_dropped_mid_transfer_is_safe() {
+    let (mut a, mut b) = (Node::new(), Node::new());
+    let pb = a.add(&b);
+    let size = 16 << 20;
+    for (ctx, read) in [(1u64, false), (2, true)] {
+        let mr = b.domain.register(vec![0; size], Access::all()).unwrap();
+        let rkey = rkey_of(&mr);
+        if read {
+            a.ep.read(pb, vec![0; size], &rkey, 0, ctx).unwrap();
+        } else {
+            a.ep.write(pb, pattern(size, ctx), &rkey, 0, ctx).unwrap();
+        }
+        // Part of the way: the write's payload or the read's response is
+        // still in flight (16 MiB do not fit the socket buffers).
+        for _ in 0..3 {
+            a.poll();
+            b.poll();
+        }
+        drop(mr);
+        // Whatever point the transfer had reached, it ends (either way)
+        // without touching freed memory, and the endpoints keep working.
+        let c = expect(&mut [&mut a, &mut b], 0, ctx);
+        assert!(
+            matches!(
+                c.result,
+                Ok(()) | Err(Error::RemoteAccess(_)) | Err(Error::PeerUnreachable { .. })
+            ),
+            "{:?}",
+            c.result
+        );
+        connection_still_works(&mut a, &mut b, 100 + 10 * ctx);
+    }
+}
+
+#[test]
+fn rma_selective_completion_reports_only_what_was_asked_and_errors() {
+    let mut attr = test_attr();
+    attr.selective_completion = true;
+    let (mut a, mut b) = (Node::with_attr(&attr), Node::new());
+    let pb = a.add(&b);
+    let mr = b.domain.register(vec![0; 64], Access::REMOTE_WRITE).unwrap();
+    let quiet = |ctx: u64, key: u64| RmaOp {
+        peer: pb,
+        kind: RmaKind::Write,
+        buf: pattern(64, ctx).into(),
+        addr: mr.addr(),
+        key,
+        data: None,
+        context: ctx,
+        completion: false,
+    };
+    a.ep.post_rma(quiet(1, mr.key())).unwrap();
+    a.ep.post_rma(quiet(2, mr.key() ^ (1 << 40))).unwrap();
+    a.ep.post_rma(RmaOp {
+        completion: true,
+        ..quiet(3, mr.key())
+    })
+    .unwrap();
+    let c = expect(&mut [&mut a, &mut b], 0, 2);
+    assert!(
+        matches!(c.result, Err(Error::RemoteAccess(_))),
+        "errors are always reported"
+    );
+    assert_eq!(expect(&mut [&mut a, &mut b], 0, 3).result, Ok(()));
+    assert!(a.done.is_empty(), "the quiet success reported: {:?}", a.done);
+    assert_eq!(mr.to_vec().unwrap(), pattern(64, 3));
 }

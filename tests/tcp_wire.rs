@@ -9,9 +9,9 @@ use std::net::{TcpListener, TcpStream};
 use std::time::Instant;
 
 use common::{expect, pattern, Node};
-use xfer::{Error, PeerAddr};
+use xfer::{Access, Error, PeerAddr};
 use xfer_tcp::name::TcpName;
-use xfer_tcp::wire::{Frame, Header, HEADER_LEN, MAX_EAGER};
+use xfer_tcp::wire::{status, Frame, Header, HEADER_LEN, MAX_EAGER};
 
 fn addr_of(node: &Node) -> std::net::SocketAddr {
     TcpName::decode(node.ep.name().as_bytes()).expect("tcp name").addr
@@ -298,5 +298,112 @@ fn clear_to_send_longer_than_the_message_fails_the_send() {
     let r = expect(&mut [&mut v], 0, 77);
     assert!(matches!(r.result, Err(Error::Protocol(_))), "{:?}", r.result);
     assert!(r.buf.is_some(), "the buffer comes back");
+    still_works(&mut v);
+}
+
+/// Reads exactly `n` bytes from the raw socket `s`, polling `victim` meanwhile.
+fn read_polling(victim: &mut Node, s: &mut TcpStream, n: usize) -> Vec<u8> {
+    s.set_nonblocking(true).unwrap();
+    let start = Instant::now();
+    let mut out = vec![0u8; n];
+    let mut got = 0;
+    while got < n {
+        victim.poll();
+        match s.read(&mut out[got..]) {
+            Ok(0) => panic!("the victim closed the connection"),
+            Ok(k) => got += k,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(e) => panic!("read: {e}"),
+        }
+        assert!(start.elapsed() < common::DEADLINE, "no answer from the victim");
+    }
+    out
+}
+
+#[test]
+fn forged_rma_answer_drops_the_connection() {
+    let mut v = Node::new();
+    let mut s = TcpStream::connect(addr_of(&v)).unwrap();
+    let mut bytes = hello(s.local_addr().unwrap());
+    bytes.extend_from_slice(
+        &Frame::WriteAck {
+            token: 12345,
+            status: 0,
+        }
+        .to_bytes(),
+    );
+    s.write_all(&bytes).unwrap();
+    assert_dropped(&mut v, &mut s);
+    still_works(&mut v);
+}
+
+#[test]
+fn hostile_rma_requests_are_answered_and_checked() {
+    let mut v = Node::new();
+    let mr = v
+        .domain
+        .register(pattern(64, 1), Access::REMOTE_READ | Access::REMOTE_WRITE)
+        .unwrap();
+    let ro = v.domain.register(pattern(64, 2), Access::REMOTE_READ).unwrap();
+    let mut s = TcpStream::connect(addr_of(&v)).unwrap();
+    let mut bytes = hello(s.local_addr().unwrap());
+    let write = |key: u64, addr: u64, len: u64, token: u64| {
+        Frame::WriteReq {
+            key,
+            addr,
+            len,
+            token,
+            imm: false,
+        }
+        .to_bytes()
+    };
+    // Unknown key, past the end, wrapping, no write access: refused, payload discarded.
+    bytes.extend_from_slice(&write(mr.key() ^ (1 << 40), mr.addr(), 16, 1));
+    bytes.extend_from_slice(&[0xAA; 16]);
+    bytes.extend_from_slice(&write(mr.key(), mr.addr() + 60, 16, 2));
+    bytes.extend_from_slice(&[0xAA; 16]);
+    bytes.extend_from_slice(&write(mr.key(), u64::MAX - 3, 8, 3));
+    bytes.extend_from_slice(&[0xAA; 8]);
+    bytes.extend_from_slice(&write(ro.key(), ro.addr(), 4, 4));
+    bytes.extend_from_slice(&[0xAA; 4]);
+    // A good write and a good read on the same connection.
+    bytes.extend_from_slice(&write(mr.key(), mr.addr() + 8, 4, 5));
+    bytes.extend_from_slice(b"good");
+    bytes.extend_from_slice(
+        &Frame::ReadReq {
+            key: mr.key(),
+            addr: mr.addr() + 6,
+            len: 8,
+            token: 6,
+        }
+        .to_bytes(),
+    );
+    s.write_all(&bytes).unwrap();
+    let expected = [
+        (1, status::UNKNOWN_KEY),
+        (2, status::OUT_OF_BOUNDS),
+        (3, status::OUT_OF_BOUNDS),
+        (4, status::ACCESS_DENIED),
+        (5, status::OK),
+    ];
+    for (token, st) in expected {
+        let hdr = read_polling(&mut v, &mut s, HEADER_LEN);
+        assert_eq!(Frame::parse(&hdr), Ok(Frame::WriteAck { token, status: st }));
+    }
+    let hdr = read_polling(&mut v, &mut s, HEADER_LEN);
+    assert_eq!(
+        Frame::parse(&hdr),
+        Ok(Frame::ReadResp {
+            token: 6,
+            status: status::OK,
+            len: 8
+        })
+    );
+    let data = read_polling(&mut v, &mut s, 8);
+    let mut want = pattern(64, 1);
+    want[8..12].copy_from_slice(b"good");
+    assert_eq!(&data[..], &want[6..14]);
+    assert_eq!(mr.to_vec().unwrap(), want, "only the good write landed");
+    assert_eq!(ro.to_vec().unwrap(), pattern(64, 2));
     still_works(&mut v);
 }

@@ -25,6 +25,10 @@ impl Flags {
     pub const RECV: Flags = Flags(1 << 10);
     /// A send.
     pub const SEND: Flags = Flags(1 << 11);
+    /// The target side of a remote read (`FI_REMOTE_READ`).
+    pub const REMOTE_READ: Flags = Flags(1 << 12);
+    /// The target side of a remote write (`FI_REMOTE_WRITE`).
+    pub const REMOTE_WRITE: Flags = Flags(1 << 13);
     /// The completion carries remote immediate data in `data`.
     pub const REMOTE_CQ_DATA: Flags = Flags(1 << 17);
 

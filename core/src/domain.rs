@@ -19,7 +19,8 @@ use crate::completion::Completion;
 use crate::cq::CompletionQueue;
 use crate::endpoint::Endpoint;
 use crate::error::{Error, Result};
-use crate::provider::{Ctx, DomainProvider, EndpointProvider};
+use crate::mr::{Access, MemoryRegion};
+use crate::provider::{Ctx, DomainProvider, EndpointProvider, Rejected};
 
 /// A domain: opens completion queues, address vectors and endpoints that
 /// share one provider instance.
@@ -31,6 +32,8 @@ pub struct Domain {
 pub(crate) struct Shared {
     state: Mutex<State>,
     provider: &'static str,
+    /// The provider's id byte in packed remote keys.
+    pub(crate) provider_id: u8,
 }
 
 pub(crate) struct State {
@@ -63,6 +66,7 @@ impl State {
         let mut cx = Ctx {
             cq: &mut self.cqs[slot.cq],
             av: &self.avs[slot.av],
+            domain: self.prov.as_ref(),
         };
         f(slot.prov.as_mut(), &mut cx)
     }
@@ -75,6 +79,7 @@ impl State {
             let mut cx = Ctx {
                 cq: &mut *ring,
                 av: &self.avs[slot.av],
+                domain: self.prov.as_ref(),
             };
             slot.prov.progress(&mut cx);
         }
@@ -85,6 +90,7 @@ impl Domain {
     /// A domain over an opened provider (the `xfer` facade chooses one).
     pub fn new(prov: Box<dyn DomainProvider>) -> Domain {
         let provider = prov.name();
+        let provider_id = prov.provider_id();
         let state = State {
             prov,
             eps: Slab::new(),
@@ -96,6 +102,7 @@ impl Domain {
             shared: Arc::new(Shared {
                 state: Mutex::new(state),
                 provider,
+                provider_id,
             }),
         }
     }
@@ -142,6 +149,43 @@ impl Domain {
             name,
             fd,
         ))
+    }
+}
+
+impl Domain {
+    /// Registers `buf` for RMA with `access` and keeps it while registered;
+    /// [`MemoryRegion::into_inner`] gives it back. A refused registration
+    /// hands the buffer back in [`Rejected`].
+    pub fn register(&self, buf: Vec<u8>, access: Access) -> std::result::Result<MemoryRegion, Rejected<Vec<u8>>> {
+        let len = buf.len();
+        let ptr = Box::into_raw(buf.into_boxed_slice()) as *mut u8;
+        // SAFETY: the Box's memory is valid for `len` bytes and, being
+        // leaked, stays valid until the region frees it (`owned` = true).
+        match unsafe { MemoryRegion::new(self.shared.clone(), ptr, len, access, true) } {
+            Ok(mr) => Ok(mr),
+            Err(e) => {
+                let slice = std::ptr::slice_from_raw_parts_mut(ptr, len);
+                // SAFETY: registration failed, so nothing else refers to the
+                // leaked Box; rebuilding it once returns the memory.
+                let back = unsafe { Box::from_raw(slice) }.into_vec();
+                Err(Rejected::new(e, back))
+            }
+        }
+    }
+
+    /// Registers `len` bytes at `ptr` with `access` (`fi_mr_reg`).
+    ///
+    /// # Safety
+    /// `ptr` must be valid for reads and writes of `len` bytes until the
+    /// returned region is dropped. While it is registered, peers may read or
+    /// write it (as `access` allows) whenever this domain makes progress:
+    /// the caller must not hold Rust references to the memory across calls
+    /// into this domain, and must synchronise its own accesses with them
+    /// (or use [`MemoryRegion::read_at`] / [`MemoryRegion::write_at`]).
+    /// `ptr` may dangle when `len` is 0.
+    pub unsafe fn register_raw(&self, ptr: *mut u8, len: usize, access: Access) -> Result<MemoryRegion> {
+        // SAFETY: forwarded from this function's contract.
+        unsafe { MemoryRegion::new(self.shared.clone(), ptr, len, access, false) }
     }
 }
 

@@ -7,7 +7,8 @@ use crate::av::AddressVector;
 use crate::cq::CompletionQueue;
 use crate::domain::Shared;
 use crate::error::{Error, Result};
-use crate::provider::{RecvOp, Rejected, SendOp};
+use crate::mr::RemoteKey;
+use crate::provider::{RecvOp, Rejected, RmaKind, RmaOp, SendOp};
 use crate::tag::RecvSpec;
 
 /// A reliable, connectionless endpoint (libfabric's `FI_EP_RDM`): peers are
@@ -75,6 +76,109 @@ impl Endpoint {
             Ok(mut st) => st.with_ep(self.key, |ep, cx| ep.recv(cx, op)),
             Err(e) => Err(Rejected::new(e, op)),
         }
+    }
+
+    /// Posts an RMA operation described in full (immediate data, completion
+    /// request, raw buffers). A refused operation comes back whole.
+    pub fn post_rma(&self, op: RmaOp) -> std::result::Result<(), Rejected<RmaOp>> {
+        match self.shared.lock() {
+            Ok(mut st) => st.with_ep(self.key, |ep, cx| ep.rma(cx, op)),
+            Err(e) => Err(Rejected::new(e, op)),
+        }
+    }
+
+    /// The target address of `offset` bytes into `remote`, after checking
+    /// the key belongs to this endpoint's provider.
+    fn remote_addr(&self, remote: &RemoteKey, offset: u64) -> Result<u64> {
+        if remote.provider() != self.shared.provider_id {
+            return Err(Error::InvalidArgument("remote key of another provider"));
+        }
+        remote
+            .addr()
+            .checked_add(offset)
+            .ok_or(Error::InvalidArgument("remote offset overflows the address space"))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn rma_owned(
+        &self,
+        peer: PeerAddr,
+        kind: RmaKind,
+        buf: Vec<u8>,
+        remote: &RemoteKey,
+        offset: u64,
+        data: Option<u64>,
+        context: u64,
+    ) -> std::result::Result<(), Rejected<Vec<u8>>> {
+        let addr = match self.remote_addr(remote, offset) {
+            Ok(addr) => addr,
+            Err(e) => return Err(Rejected::new(e, buf)),
+        };
+        let op = RmaOp {
+            peer,
+            kind,
+            buf: buf.into(),
+            addr,
+            key: remote.key(),
+            data,
+            context,
+            completion: true,
+        };
+        self.post_rma(op)
+            .map_err(|r| Rejected::new(r.error, r.op.buf.into_vec().unwrap_or_default()))
+    }
+
+    /// Writes `buf` into the remote region `remote` at `offset` bytes from
+    /// its start (`fi_write`). The completion (`RMA|WRITE`) comes once the
+    /// target applied the write, or with [`Error::RemoteAccess`] if the
+    /// target refused it; `buf` comes back in it.
+    pub fn write(
+        &self,
+        peer: PeerAddr,
+        buf: Vec<u8>,
+        remote: &RemoteKey,
+        offset: u64,
+        context: u64,
+    ) -> std::result::Result<(), Rejected<Vec<u8>>> {
+        self.rma_owned(peer, RmaKind::Write, buf, remote, offset, None, context)
+    }
+
+    /// Like [`write`](Self::write), and the target's completion queue gets
+    /// an entry (`RMA|REMOTE_WRITE|REMOTE_CQ_DATA`) carrying `data`
+    /// (`fi_writedata`); it consumes no receive at the target.
+    pub fn write_data(
+        &self,
+        peer: PeerAddr,
+        buf: Vec<u8>,
+        remote: &RemoteKey,
+        offset: u64,
+        data: u64,
+        context: u64,
+    ) -> std::result::Result<(), Rejected<Vec<u8>>> {
+        self.rma_owned(peer, RmaKind::Write, buf, remote, offset, Some(data), context)
+    }
+
+    /// Reads `buf.len()` bytes of the remote region `remote` from `offset`
+    /// into `buf` (`fi_read`); the completion (`RMA|READ`) returns `buf`.
+    pub fn read(
+        &self,
+        peer: PeerAddr,
+        buf: Vec<u8>,
+        remote: &RemoteKey,
+        offset: u64,
+        context: u64,
+    ) -> std::result::Result<(), Rejected<Vec<u8>>> {
+        self.rma_owned(peer, RmaKind::Read, buf, remote, offset, None, context)
+    }
+
+    /// Copies `payload` and writes it to `remote` at `offset` with no
+    /// completion, even if the target refuses it (`fi_inject_write`). At most
+    /// the endpoint's `inject_size`.
+    pub fn inject_write(&self, peer: PeerAddr, payload: &[u8], remote: &RemoteKey, offset: u64) -> Result<()> {
+        let (addr, key) = (self.remote_addr(remote, offset)?, remote.key());
+        self.shared
+            .lock()?
+            .with_ep(self.key, |ep, cx| ep.inject_write(cx, peer, addr, key, None, payload))
     }
 
     /// Sends `buf` as an untagged message to `peer`.

@@ -54,6 +54,10 @@ pub enum Error {
     AddressNotAvailable,
     /// No provider could be opened; the text says why.
     NoProvider(String),
+    /// The target of an RMA operation refused it: unknown key, range outside
+    /// the region, or an access the region was not registered for. The
+    /// target's memory was not touched; the text says which check failed.
+    RemoteAccess(&'static str),
     /// xfer itself failed (a bug); the text says where. The object that
     /// reported it should be closed.
     Internal(&'static str),
@@ -74,6 +78,7 @@ impl Error {
             Error::NotSupported(_) => libc::EOPNOTSUPP,
             Error::AddressNotAvailable => libc::EADDRNOTAVAIL,
             Error::NoProvider(_) => libc::ENODATA,
+            Error::RemoteAccess(_) => libc::EACCES,
             Error::Internal(_) => libc::EIO,
         }
     }
@@ -107,6 +112,7 @@ impl fmt::Display for Error {
             Error::NotSupported(what) => write!(f, "not supported: {what}"),
             Error::AddressNotAvailable => f.write_str("address not available"),
             Error::NoProvider(why) => write!(f, "no provider available: {why}"),
+            Error::RemoteAccess(what) => write!(f, "remote access denied: {what}"),
             Error::Internal(what) => write!(f, "internal error: {what}"),
         }
     }
@@ -129,6 +135,7 @@ mod tests {
         assert_eq!(Error::Truncated { len: 1, olen: 2 }.code(), -265);
         assert_eq!(Error::Again.code(), -libc::EAGAIN);
         assert_eq!(Error::Canceled.code(), -libc::ECANCELED);
+        assert_eq!(Error::RemoteAccess("unknown remote key").code(), -13); // -FI_EACCES
     }
 
     #[test]

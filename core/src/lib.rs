@@ -35,5 +35,6 @@ pub use cq::CompletionQueue;
 pub use domain::Domain;
 pub use endpoint::Endpoint;
 pub use error::{Error, Result};
-pub use provider::{RecvOp, Rejected, SendOp};
+pub use mr::{Access, MemoryRegion, RemoteKey};
+pub use provider::{RecvOp, Rejected, RmaKind, RmaOp, SendOp};
 pub use tag::RecvSpec;

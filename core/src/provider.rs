@@ -14,6 +14,9 @@ use crate::attr::EndpointAttr;
 use crate::buffer::Buffer;
 use crate::completion::Completion;
 use crate::error::{Error, Result};
+use crate::mr::Access;
+#[cfg(doc)]
+use crate::mr::RemoteKey;
 use crate::tag::RecvSpec;
 
 /// A send (message or tagged) handed to a provider.
@@ -46,6 +49,50 @@ pub struct RecvOp {
     pub context: u64,
 }
 
+/// Which way an RMA operation moves data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RmaKind {
+    /// Local buffer to remote memory (`fi_write`).
+    Write,
+    /// Remote memory into the local buffer (`fi_read`).
+    Read,
+}
+
+/// An RMA operation handed to a provider: `buf.len()` bytes between the local
+/// buffer and the target's memory at `addr` in the region named by `key`
+/// (`fi_write`/`fi_read`'s `addr` and `key`).
+///
+/// [`Endpoint::write`](crate::Endpoint::write) and friends fill `addr` and
+/// `key` from a [`RemoteKey`] and an offset into its region.
+#[derive(Debug)]
+pub struct RmaOp {
+    /// The target.
+    pub peer: PeerAddr,
+    /// Write or read.
+    pub kind: RmaKind,
+    /// Local memory: the source of a write, the destination of a read.
+    pub buf: Buffer,
+    /// Target address of the first byte ([`RemoteKey::addr`] plus an offset).
+    pub addr: u64,
+    /// The target region's remote key ([`RemoteKey::key`]).
+    pub key: u64,
+    /// Immediate data for the target's completion (writes only).
+    pub data: Option<u64>,
+    /// Returned in the completion.
+    pub context: u64,
+    /// Report success with a completion (errors are always reported).
+    pub completion: bool,
+}
+
+/// The keys a provider gives a new registration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MrKeys {
+    /// The local descriptor (verbs: the lkey; TCP: the key-table key).
+    pub desc: u64,
+    /// The remote key peers name the region with.
+    pub key: u64,
+}
+
 /// An operation the provider refused, handed back with its buffer so no data
 /// is lost.
 #[derive(Debug)]
@@ -70,6 +117,9 @@ pub struct Ctx<'a> {
     pub cq: &'a mut VecDeque<Completion>,
     /// The endpoint's address vector.
     pub av: &'a AvTable,
+    /// The endpoint's domain, for software providers that serve remote
+    /// memory accesses themselves ([`DomainProvider::remote_target`]).
+    pub domain: &'a dyn DomainProvider,
 }
 
 /// One provider's domain: opens endpoints and validates names.
@@ -80,6 +130,30 @@ pub trait DomainProvider: Send {
     fn check_address(&self, bytes: &[u8]) -> Result<Address>;
     /// Opens an endpoint.
     fn open_endpoint(&mut self, attr: &EndpointAttr) -> Result<Box<dyn EndpointProvider>>;
+    /// The provider's id byte in packed remote keys (the same value as the
+    /// first byte of its endpoint names: `0x01` for TCP).
+    fn provider_id(&self) -> u8;
+    /// Registers `[addr, addr + len)` with `access` (`ibv_reg_mr`; for TCP
+    /// a key-table entry). The caller guarantees the memory stays valid
+    /// until [`deregister`](Self::deregister).
+    fn register(&mut self, addr: usize, len: usize, access: Access) -> Result<MrKeys> {
+        let _ = (addr, len, access);
+        Err(Error::NotSupported("memory registration"))
+    }
+    /// Ends the registration with this remote key; later accesses by peers
+    /// fail. Must not fail (log instead).
+    fn deregister(&mut self, key: u64) {
+        let _ = key;
+    }
+    /// For providers that serve RMA in software: checks that `key` names a
+    /// live registration granting `access` over `[addr, addr + len)` and
+    /// returns a pointer to `addr`. The pointer is valid for `len` bytes
+    /// while the domain lock is held (a registration is only removed under
+    /// it). The error is [`Error::RemoteAccess`] with the failed check.
+    fn remote_target(&self, key: u64, addr: u64, len: u64, access: Access) -> Result<*mut u8> {
+        let _ = (key, addr, len, access);
+        Err(Error::NotSupported("software RMA target"))
+    }
 }
 
 /// One provider's endpoint: reliable, connectionless to the user (RDM).
@@ -97,6 +171,27 @@ pub trait EndpointProvider: Send {
         data: Option<u64>,
         payload: &[u8],
     ) -> Result<()>;
+    /// Starts an RMA write or read. Its completion (flags `RMA|WRITE` or
+    /// `RMA|READ`) goes to `cx.cq` once the target has applied the write or
+    /// the read data has arrived.
+    fn rma(&mut self, cx: &mut Ctx<'_>, op: RmaOp) -> std::result::Result<(), Rejected<RmaOp>> {
+        let _ = cx;
+        Err(Rejected::new(Error::NotSupported("RMA"), op))
+    }
+    /// Copies `payload` and writes it to `addr` in the region `key` with no
+    /// completion, even on failure (`fi_inject_write`).
+    fn inject_write(
+        &mut self,
+        cx: &mut Ctx<'_>,
+        peer: PeerAddr,
+        addr: u64,
+        key: u64,
+        data: Option<u64>,
+        payload: &[u8],
+    ) -> Result<()> {
+        let _ = (cx, peer, addr, key, data, payload);
+        Err(Error::NotSupported("RMA"))
+    }
     /// Posts a receive.
     fn recv(&mut self, cx: &mut Ctx<'_>, op: RecvOp) -> std::result::Result<(), Rejected<RecvOp>>;
     /// Cancels the posted receive with this context; its completion reports

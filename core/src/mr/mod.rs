@@ -11,11 +11,14 @@
 //! - [`tree`]: the address-range map entries live in;
 //! - [`cache`]: lookups, reference counts, LRU, limits, invalidation;
 //! - [`unmap`]: the monitors, and what they do and do not catch;
+//! - [`region`]: [`MemoryRegion`] (what `Domain::register` returns) and
+//!   [`RemoteKey`] (packable to bytes for peers);
 //! - [`MrCacheAttr`]: limits with their `XFER_MR_CACHE_*` variables.
 
 mod access;
 mod attr;
 pub mod cache;
+pub mod region;
 pub mod tree;
 pub mod unmap;
 
@@ -25,4 +28,5 @@ mod tests;
 pub use access::Access;
 pub use attr::{MonitorKind, MrCacheAttr};
 pub use cache::{CacheRef, MrCache, MrCacheStats, Registrar};
+pub use region::{MemoryRegion, RemoteKey, RKEY_LEN};
 pub use unmap::{Events, ManualMonitor, Monitor, NoMonitor, Span, UffdMonitor};

@@ -5,7 +5,7 @@ use std::collections::VecDeque;
 use xfer_core::addr::PeerAddr;
 use xfer_core::completion::{Completion, Flags};
 use xfer_core::error::Error;
-use xfer_core::provider::{RecvOp, SendOp};
+use xfer_core::provider::{RecvOp, RmaKind, RmaOp, SendOp};
 
 /// Reports a finished send; a successful send that did not ask for a
 /// completion under selective completion reports nothing (its buffer is freed).
@@ -78,4 +78,41 @@ pub fn recv_failed(cq: &mut VecDeque<Completion>, op: RecvOp, error: Error) {
         src: op.spec.src,
     };
     recv(cq, op, a, Some(error));
+}
+
+/// Reports a finished RMA operation at the initiator (`RMA|WRITE` or
+/// `RMA|READ`); selective completion as for sends.
+pub fn rma(cq: &mut VecDeque<Completion>, selective: bool, op: RmaOp, result: Result<(), Error>) {
+    if result.is_ok() && selective && !op.completion {
+        return;
+    }
+    let kind = match op.kind {
+        RmaKind::Write => Flags::WRITE,
+        RmaKind::Read => Flags::READ,
+    };
+    cq.push_back(Completion {
+        context: op.context,
+        flags: Flags::RMA | kind,
+        len: op.buf.len(),
+        tag: 0,
+        data: 0,
+        src: PeerAddr::UNSPEC,
+        result,
+        buf: op.buf.into_vec(),
+    });
+}
+
+/// Reports a peer's write with immediate data at the target
+/// (`RMA|REMOTE_WRITE|REMOTE_CQ_DATA`); no receive is consumed.
+pub fn remote_write(cq: &mut VecDeque<Completion>, len: usize, data: u64, src: PeerAddr) {
+    cq.push_back(Completion {
+        context: 0,
+        flags: Flags::RMA | Flags::REMOTE_WRITE | Flags::REMOTE_CQ_DATA,
+        len,
+        tag: 0,
+        data,
+        src,
+        result: Ok(()),
+        buf: None,
+    });
 }

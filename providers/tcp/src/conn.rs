@@ -41,6 +41,9 @@ pub enum Owner {
     Rts(usize),
     /// The rendezvous receive with this key waits for data; fails if the frame cannot be written.
     Cts(usize),
+    /// The RMA operation with this key waits for the target's answer once the
+    /// frame is written; fails if it cannot be written.
+    Rma(usize),
 }
 
 /// Where a frame's payload comes from.
@@ -52,6 +55,13 @@ pub enum Payload {
     Owned(Vec<u8>),
     /// `len` bytes from `offset` in the buffer of the send with this key.
     Op { key: usize, offset: usize, len: usize },
+    /// The whole buffer of the RMA write with this key, after its immediate
+    /// data (when the write carries some).
+    Rma { key: usize, imm: Option<[u8; 8]> },
+    /// `len` registered bytes at `addr` of the local region `mr_key`: a read
+    /// response, sent straight from the region and checked again before
+    /// every write to the socket.
+    Region { mr_key: u64, addr: u64, len: u64 },
 }
 
 /// A frame waiting to be written.
@@ -151,17 +161,31 @@ impl Conn {
         Ok(io)
     }
 
-    /// Writes as much of a frame (`hdr` then `payload`) as the socket
-    /// takes, resuming at `*written`; true once all of it is written.
-    pub fn write_frame(sock: &Socket, hdr: &[u8], written: &mut usize, payload: &[u8]) -> xfer_core::Result<bool> {
-        let total = HEADER_LEN + payload.len();
+    /// Writes as much of a frame (`hdr`, then `ext`, then `payload`) as the
+    /// socket takes, resuming at `*written`; true once all of it is written.
+    pub fn write_frame(
+        sock: &Socket,
+        hdr: &[u8],
+        written: &mut usize,
+        ext: &[u8],
+        payload: &[u8],
+    ) -> xfer_core::Result<bool> {
+        debug_assert_eq!(hdr.len(), HEADER_LEN);
+        let total = hdr.len() + ext.len() + payload.len();
         while *written < total {
-            let w = *written;
-            let io = if w < HEADER_LEN {
-                sock.send(&[IoSlice::new(&hdr[w..]), IoSlice::new(payload)])?
-            } else {
-                sock.send(&[IoSlice::new(&payload[w - HEADER_LEN..])])?
-            };
+            let mut skip = *written;
+            let mut slices = [IoSlice::new(&[]), IoSlice::new(&[]), IoSlice::new(&[])];
+            let mut n = 0;
+            for part in [hdr, ext, payload] {
+                if skip >= part.len() {
+                    skip -= part.len();
+                    continue;
+                }
+                slices[n] = IoSlice::new(&part[skip..]);
+                skip = 0;
+                n += 1;
+            }
+            let io = sock.send(&slices[..n])?;
             match io {
                 Io::Done(n) => *written += n,
                 Io::WouldBlock => return Ok(false),

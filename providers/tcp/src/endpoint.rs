@@ -19,16 +19,18 @@ use xfer_core::addr::{Address, PeerAddr};
 use xfer_core::attr::EndpointAttr;
 use xfer_core::completion::Completion;
 use xfer_core::error::{Error, Result};
-use xfer_core::provider::{Ctx, EndpointProvider, RecvOp, Rejected, SendOp};
+use xfer_core::mr::Access;
+use xfer_core::provider::{Ctx, EndpointProvider, RecvOp, Rejected, RmaKind, RmaOp, SendOp};
 use xfer_core::sys::{Epoll, EMPTY_EVENT, READABLE, WRITABLE};
 use xfer_core::tag::{Matched, Matcher, RecvSpec};
 
 use crate::complete::{self, Arrival};
 use crate::conn::{Conn, Dir, Owner, Payload, State, TxFrame};
+use crate::keys::{status_error, status_of};
 use crate::name::TcpName;
-use crate::rx::{EagerDest, EagerRx, Phase, RndvRx, Unexp};
+use crate::rx::{EagerDest, EagerRx, Phase, RndvRx, Unexp, WriteRx};
 use crate::sys::{self, Io, Socket};
-use crate::wire::{Frame, HEADER_LEN, MAX_EAGER};
+use crate::wire::{status, Frame, HEADER_LEN, MAX_EAGER};
 
 /// Epoll token of the listening socket; connections use their slab key.
 const LISTENER: u64 = u64::MAX;
@@ -57,6 +59,31 @@ struct TxOp {
     cleared: bool,
 }
 
+/// An RMA operation in flight at the initiator: its request is queued or
+/// written, and it waits for the target's WriteAck or ReadResp.
+#[derive(Debug)]
+struct RmaTx {
+    op: RmaOp,
+    /// The connection (key, serial) its request travels on.
+    conn: (usize, u64),
+    /// The target's name, to check who answers.
+    dest: Address,
+    gen: u32,
+    /// Its request frame has been written whole (an answer before that is forged).
+    sent: bool,
+    /// Read data placed so far.
+    got: usize,
+}
+
+/// Where the next payload bytes of a connection may be read to directly.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Direct {
+    Eager,
+    Rndv,
+    RmaWrite,
+    ReadData,
+}
+
 /// A TCP endpoint.
 pub struct TcpEndpoint {
     attr: EndpointAttr,
@@ -74,6 +101,7 @@ pub struct TcpEndpoint {
     gen: u32,
     sends: Slab<TxOp>,
     rndv: Slab<RndvRx>,
+    rma: Slab<RmaTx>,
     tagged: Matcher<RecvOp, Unexp>,
     untagged: Matcher<RecvOp, Unexp>,
     /// The connection that last had data to read. Busy-polling reads it
@@ -156,6 +184,7 @@ impl TcpEndpoint {
             gen: 0,
             sends: Slab::new(),
             rndv: Slab::new(),
+            rma: Slab::new(),
             tagged: Matcher::new(),
             untagged: Matcher::new(),
             hot: None,
@@ -227,22 +256,45 @@ impl TcpEndpoint {
             hdr, payload, written, ..
         }) = conn.txq.front_mut()
         {
+            let mut ext: &[u8] = &[];
             let payload: &[u8] = match payload {
                 Payload::None => &[],
                 Payload::Owned(v) => v,
                 Payload::Op { key, offset, len } => &self.sends[*key].op.buf.as_slice()[*offset..*offset + *len],
+                Payload::Rma { key, imm } => {
+                    if let Some(b) = imm {
+                        ext = &b[..];
+                    }
+                    self.rma[*key].op.buf.as_slice()
+                }
+                Payload::Region { mr_key, addr, len } => {
+                    match cx.domain.remote_target(*mr_key, *addr, *len, Access::REMOTE_READ) {
+                        // SAFETY: `remote_target` checked that the live
+                        // registration covers `len` bytes at the pointer; it
+                        // stays registered while the domain lock is held,
+                        // which it is for this whole call.
+                        Ok(ptr) if *len > 0 => unsafe { std::slice::from_raw_parts(ptr, *len as usize) },
+                        Ok(_) => &[],
+                        Err(_) => {
+                            let err = Error::RemoteAccess(status::text(status::DEREGISTERED));
+                            return self.fail_conn(cx, id, err);
+                        }
+                    }
+                }
             };
-            match Conn::write_frame(&conn.sock, hdr, written, payload) {
-                Ok(true) => {
-                    if let Some(TxFrame {
-                        owner: Owner::Send(key),
-                        ..
-                    }) = conn.txq.pop_front()
-                    {
+            match Conn::write_frame(&conn.sock, hdr, written, ext, payload) {
+                Ok(true) => match conn.txq.pop_front().map(|f| f.owner) {
+                    Some(Owner::Send(key)) => {
                         let tx = self.sends.remove(key);
                         complete::send(cx.cq, self.attr.selective_completion, tx.op, Ok(()));
                     }
-                }
+                    Some(Owner::Rma(key)) => {
+                        if let Some(r) = self.rma.get_mut(key) {
+                            r.sent = true;
+                        }
+                    }
+                    _ => {}
+                },
                 Ok(false) => break,
                 Err(e) => return self.fail_conn(cx, id, e),
             }
@@ -307,8 +359,13 @@ impl TcpEndpoint {
                     complete::send(cx.cq, selective, tx.op, Err(err));
                 }
                 Owner::Cts(key) => self.fail_rndv(cx, key, &cause),
+                Owner::Rma(key) => self.fail_rma(cx, key, None, &cause),
                 Owner::None => {}
             }
+        }
+        let waiting: Vec<usize> = self.rma.iter().filter(|(_, r)| r.conn == me).map(|(k, _)| k).collect();
+        for key in waiting {
+            self.fail_rma(cx, key, None, &cause);
         }
         let waiting: Vec<usize> = self
             .sends
@@ -328,11 +385,21 @@ impl TcpEndpoint {
                 ..
             }) => complete::recv_failed(cx.cq, op, op_error(&cause, src)),
             Phase::Data { key, .. } => self.fail_rndv(cx, key, &cause),
-            Phase::Eager(_) | Phase::Header => {}
+            Phase::ReadData { key, gen, .. } => self.fail_rma(cx, key, Some(gen), &cause),
+            Phase::Eager(_) | Phase::Header | Phase::RmaWrite(_) => {}
         }
         let stranded: Vec<usize> = self.rndv.iter().filter(|(_, r)| r.conn == me).map(|(k, _)| k).collect();
         for key in stranded {
             self.fail_rndv(cx, key, &cause);
+        }
+    }
+
+    /// Fails the RMA operation `key` (if it still exists and, when given, has generation `gen`).
+    fn fail_rma(&mut self, cx: &mut Ctx<'_>, key: usize, gen: Option<u32>, cause: &Error) {
+        if self.rma.get(key).is_some_and(|r| gen.is_none() || gen == Some(r.gen)) {
+            let r = self.rma.remove(key);
+            let err = op_error(cause, r.op.peer);
+            complete::rma(cx.cq, self.attr.selective_completion, r.op, Err(err));
         }
     }
 
@@ -406,7 +473,7 @@ impl TcpEndpoint {
                 return;
             }
             let (io, asked) = match self.direct_target(id) {
-                Some((ptr_len, key_is_rndv)) => (self.read_direct(id, ptr_len, key_is_rndv), usize::MAX),
+                Some((want, kind)) => (self.read_direct(cx, id, want, kind), usize::MAX),
                 None => {
                     let conn = &mut self.conns[id];
                     let room = conn.staging.len() - conn.end + conn.start;
@@ -439,8 +506,8 @@ impl TcpEndpoint {
     }
 
     /// When the next payload bytes may be read straight into user memory:
-    /// how many, and whether the target is a rendezvous receive.
-    fn direct_target(&self, id: usize) -> Option<(usize, bool)> {
+    /// how many, and where they go.
+    fn direct_target(&self, id: usize) -> Option<(usize, Direct)> {
         let conn = &self.conns[id];
         if !conn.staged().is_empty() {
             return None;
@@ -451,28 +518,61 @@ impl TcpEndpoint {
                 got,
                 olen,
                 ..
-            }) => (op.buf.len().min(*olen).saturating_sub(*got), false),
-            Phase::Data { left, .. } => (*left, true),
+            }) => (op.buf.len().min(*olen).saturating_sub(*got), Direct::Eager),
+            Phase::Data { left, .. } => (*left, Direct::Rndv),
+            Phase::RmaWrite(w) if w.status == status::OK => {
+                (usize::try_from(w.len - w.got).unwrap_or(usize::MAX), Direct::RmaWrite)
+            }
+            Phase::ReadData { key, gen, left } if self.rma.get(*key).is_some_and(|r| r.gen == *gen) => {
+                (*left, Direct::ReadData)
+            }
             _ => return None,
         };
         (want.0 >= DIRECT_READ).then_some(want)
     }
 
-    fn read_direct(&mut self, id: usize, want: usize, rndv: bool) -> Result<Io> {
+    fn read_direct(&mut self, cx: &mut Ctx<'_>, id: usize, want: usize, kind: Direct) -> Result<Io> {
         let conn = &mut self.conns[id];
         let io;
         match &mut conn.rx {
+            Phase::RmaWrite(w) if kind == Direct::RmaWrite => {
+                let addr = w.addr + w.got; // within the checked region
+                let ptr = match cx.domain.remote_target(w.key, addr, want as u64, Access::REMOTE_WRITE) {
+                    Ok(ptr) => ptr,
+                    Err(_) => {
+                        // Deregistered mid-transfer: discard the rest (staged reads).
+                        w.status = status::DEREGISTERED;
+                        return Ok(Io::WouldBlock);
+                    }
+                };
+                // SAFETY: `remote_target` checked that a live registration
+                // allowing remote writes covers `want` bytes at `ptr`; it stays
+                // registered while the domain lock is held (this whole call).
+                let dest = unsafe { std::slice::from_raw_parts_mut(ptr, want) };
+                io = conn.sock.recv(dest)?;
+                if let Io::Done(n) = io {
+                    w.got += n as u64;
+                }
+            }
+            Phase::ReadData { key, left, .. } if kind == Direct::ReadData => {
+                let r = &mut self.rma[*key];
+                io = conn.sock.recv(&mut r.op.buf.as_mut_slice()[r.got..r.got + want])?;
+                if let Io::Done(n) = io {
+                    r.got += n;
+                    *left -= n;
+                }
+            }
             Phase::Eager(EagerRx {
                 dest: EagerDest::Posted(op),
                 got,
                 ..
-            }) if !rndv => {
+            }) if kind == Direct::Eager => {
                 io = conn.sock.recv(&mut op.buf.as_mut_slice()[*got..*got + want])?;
                 if let Io::Done(n) = io {
                     *got += n;
                 }
             }
-            Phase::Data { key, left } if rndv => {
+            Phase::Data { key, left } if kind == Direct::Rndv => {
                 let r = &mut self.rndv[*key];
                 io = conn.sock.recv(&mut r.recv.buf.as_mut_slice()[r.got..r.got + want])?;
                 if let Io::Done(n) = io {
@@ -519,9 +619,26 @@ impl TcpEndpoint {
                     let Some(peer) = conn.peer else {
                         return Err(Error::Protocol("first frame is not a hello"));
                     };
+                    // A write with immediate data: its 8 bytes come first.
+                    let mut imm = None;
+                    if let Frame::WriteReq { imm: true, .. } = frame {
+                        let Some(b) = staged.get(HEADER_LEN..HEADER_LEN + 8) else {
+                            return Ok(());
+                        };
+                        let mut word = [0u8; 8];
+                        word.copy_from_slice(b);
+                        imm = Some(u64::from_le_bytes(word));
+                        conn.consume(8);
+                    }
                     conn.consume(HEADER_LEN);
                     let serial = conn.serial;
-                    let next = self.on_frame(cx, (id, serial), peer, frame)?;
+                    let next = match frame {
+                        Frame::WriteReq { .. }
+                        | Frame::ReadReq { .. }
+                        | Frame::ReadResp { .. }
+                        | Frame::WriteAck { .. } => self.on_rma_frame(cx, peer, frame, imm)?,
+                        _ => self.on_frame(cx, (id, serial), peer, frame)?,
+                    };
                     if let Some(conn) = self.conns.get_mut(id) {
                         conn.rx = next;
                     }
@@ -546,6 +663,54 @@ impl TcpEndpoint {
                         return Ok(());
                     }
                     self.finish_eager(cx, e);
+                }
+                Phase::RmaWrite(mut w) => {
+                    let staged = conn.staged();
+                    let take = (staged.len() as u64).min(w.len - w.got) as usize;
+                    if w.status == status::OK && take > 0 {
+                        let addr = w.addr + w.got; // within the checked region
+                        match cx.domain.remote_target(w.key, addr, take as u64, Access::REMOTE_WRITE) {
+                            // SAFETY: `remote_target` checked that a live
+                            // registration allowing remote writes covers `take`
+                            // bytes at `ptr`; it stays registered while the
+                            // domain lock is held (this whole call), and the
+                            // staging buffer does not overlap registered memory.
+                            Ok(ptr) => unsafe { std::ptr::copy_nonoverlapping(staged.as_ptr(), ptr, take) },
+                            Err(_) => w.status = status::DEREGISTERED,
+                        }
+                    }
+                    w.got += take as u64;
+                    conn.consume(take);
+                    if w.got < w.len {
+                        conn.rx = Phase::RmaWrite(w);
+                        return Ok(());
+                    }
+                    self.finish_write(cx, w);
+                }
+                Phase::ReadData { key, gen, left } => {
+                    let staged = conn.staged();
+                    let take = staged.len().min(left);
+                    match self.rma.get_mut(key) {
+                        Some(r) if r.gen == gen => {
+                            r.op.buf.as_mut_slice()[r.got..r.got + take].copy_from_slice(&staged[..take]);
+                            r.got += take;
+                        }
+                        // The read failed meanwhile: its data is only discarded.
+                        _ => {}
+                    }
+                    conn.consume(take);
+                    if take < left {
+                        conn.rx = Phase::ReadData {
+                            key,
+                            gen,
+                            left: left - take,
+                        };
+                        return Ok(());
+                    }
+                    if self.rma.get(key).is_some_and(|r| r.gen == gen) {
+                        let r = self.rma.remove(key);
+                        complete::rma(cx.cq, self.attr.selective_completion, r.op, Ok(()));
+                    }
                 }
                 Phase::Data { key, left } => {
                     let staged = conn.staged();
@@ -578,6 +743,9 @@ impl TcpEndpoint {
     fn on_frame(&mut self, cx: &mut Ctx<'_>, conn: (usize, u64), peer: Address, frame: Frame) -> Result<Phase> {
         match frame {
             Frame::Hello { .. } => Err(Error::Protocol("second hello on a connection")),
+            Frame::WriteReq { .. } | Frame::ReadReq { .. } | Frame::ReadResp { .. } | Frame::WriteAck { .. } => {
+                Err(Error::Internal("RMA frame outside on_rma_frame"))
+            }
             Frame::Eager { tag, data, len } => {
                 let src = cx.av.reverse(&peer);
                 let olen = len as usize; // bounded by MAX_EAGER in Frame::parse
@@ -680,6 +848,208 @@ impl TcpEndpoint {
                 })
             }
         }
+    }
+
+    /// Handles an RMA frame (target: requests; initiator: answers); returns
+    /// what follows it. `imm` is a write's immediate data, already read.
+    fn on_rma_frame(&mut self, cx: &mut Ctx<'_>, peer: Address, frame: Frame, imm: Option<u64>) -> Result<Phase> {
+        match frame {
+            Frame::WriteReq {
+                key, addr, len, token, ..
+            } => {
+                let status = match cx.domain.remote_target(key, addr, len, Access::REMOTE_WRITE) {
+                    Ok(_) => status::OK,
+                    Err(e) => {
+                        tracing::debug!(key, addr, len, error = %e, "remote write refused");
+                        status_of(&e)
+                    }
+                };
+                let w = WriteRx {
+                    key,
+                    addr,
+                    len,
+                    got: 0,
+                    token,
+                    imm,
+                    status,
+                    peer,
+                };
+                if len == 0 {
+                    self.finish_write(cx, w);
+                    return Ok(Phase::Header);
+                }
+                Ok(Phase::RmaWrite(w))
+            }
+            Frame::ReadReq { key, addr, len, token } => {
+                let (status, payload, rlen) = match cx.domain.remote_target(key, addr, len, Access::REMOTE_READ) {
+                    Ok(_) if len > 0 => (status::OK, Payload::Region { mr_key: key, addr, len }, len),
+                    Ok(_) => (status::OK, Payload::None, 0),
+                    Err(e) => {
+                        tracing::debug!(key, addr, len, error = %e, "remote read refused");
+                        (status_of(&e), Payload::None, 0)
+                    }
+                };
+                let hdr = Frame::ReadResp {
+                    token,
+                    status,
+                    len: rlen,
+                }
+                .to_bytes();
+                self.answer(cx, &peer, hdr, payload);
+                Ok(Phase::Header)
+            }
+            Frame::WriteAck { token, status } => {
+                let key = self.answered(token, &peer, RmaKind::Write)?;
+                let r = self.rma.remove(key);
+                let result = if status == status::OK {
+                    Ok(())
+                } else {
+                    Err(status_error(status))
+                };
+                complete::rma(cx.cq, self.attr.selective_completion, r.op, result);
+                Ok(Phase::Header)
+            }
+            Frame::ReadResp { token, status, len } => {
+                let key = self.answered(token, &peer, RmaKind::Read)?;
+                if status != status::OK {
+                    let r = self.rma.remove(key);
+                    complete::rma(cx.cq, self.attr.selective_completion, r.op, Err(status_error(status)));
+                    return Ok(Phase::Header);
+                }
+                let r = &self.rma[key];
+                if len != r.op.buf.len() as u64 {
+                    let err = Error::Protocol("read response length differs from the request");
+                    self.fail_rma(cx, key, None, &err);
+                    return Err(err);
+                }
+                if len == 0 {
+                    let r = self.rma.remove(key);
+                    complete::rma(cx.cq, self.attr.selective_completion, r.op, Ok(()));
+                    return Ok(Phase::Header);
+                }
+                Ok(Phase::ReadData {
+                    key,
+                    gen: r.gen,
+                    left: len as usize,
+                })
+            }
+            _ => Err(Error::Internal("not an RMA frame")),
+        }
+    }
+
+    /// The RMA operation an answer's token names: it must exist, be of
+    /// `kind`, have gone to `peer`, and have its request written whole.
+    fn answered(&self, token: u64, peer: &Address, kind: RmaKind) -> Result<usize> {
+        let (key, gen) = untoken(token);
+        match self.rma.get(key) {
+            Some(r) if r.gen == gen && r.sent && r.dest == *peer && r.op.kind == kind => Ok(key),
+            _ => Err(Error::Protocol("RMA answer for no pending operation")),
+        }
+    }
+
+    /// Queues an answer frame to `peer` on our route to it; answers that
+    /// cannot be sent are logged (the initiator's connection failure ends
+    /// its operation).
+    fn answer(&mut self, cx: &mut Ctx<'_>, peer: &Address, hdr: [u8; HEADER_LEN], payload: Payload) {
+        match self.out_conn(peer) {
+            Ok(out) => self.queue(
+                cx,
+                out,
+                TxFrame {
+                    hdr,
+                    payload,
+                    written: 0,
+                    owner: Owner::None,
+                },
+            ),
+            Err(e) => tracing::warn!(error = %e, "cannot answer an RMA request"),
+        }
+    }
+
+    /// A peer's write was consumed whole: acknowledge it (unless it was an
+    /// inject) and report its immediate data.
+    fn finish_write(&mut self, cx: &mut Ctx<'_>, w: WriteRx) {
+        if w.status == status::OK {
+            if let Some(data) = w.imm {
+                let src = cx.av.reverse(&w.peer);
+                complete::remote_write(cx.cq, w.len as usize, data, src);
+            }
+        }
+        if w.token != 0 {
+            let hdr = Frame::WriteAck {
+                token: w.token,
+                status: w.status,
+            }
+            .to_bytes();
+            self.answer(cx, &w.peer, hdr, Payload::None);
+        }
+    }
+
+    /// Starts an RMA operation (see `EndpointProvider::rma`); a refusal gives the op back.
+    fn start_rma(&mut self, cx: &mut Ctx<'_>, op: RmaOp) -> std::result::Result<(), Rejected<RmaOp>> {
+        if op.kind == RmaKind::Read && op.data.is_some() {
+            return Err(Rejected::new(
+                Error::InvalidArgument("immediate data is for writes only"),
+                op,
+            ));
+        }
+        let Some(dest) = cx.av.lookup(op.peer).copied() else {
+            return Err(Rejected::new(Error::AddressNotAvailable, op));
+        };
+        let id = match self.out_conn(&dest) {
+            Ok(id) => id,
+            Err(e) => return Err(Rejected::new(e, op)),
+        };
+        let mut gen = self.next_gen();
+        if gen == 0 {
+            gen = self.next_gen(); // token 0 means "no answer wanted"
+        }
+        let (kind, len, data, rkey, addr) = (op.kind, op.buf.len() as u64, op.data, op.key, op.addr);
+        let conn = (id, self.conns[id].serial);
+        let key = self.rma.insert(RmaTx {
+            op,
+            conn,
+            dest,
+            gen,
+            sent: false,
+            got: 0,
+        });
+        let tok = token(key, gen);
+        let (hdr, payload) = match kind {
+            RmaKind::Write => (
+                Frame::WriteReq {
+                    key: rkey,
+                    addr,
+                    len,
+                    token: tok,
+                    imm: data.is_some(),
+                },
+                Payload::Rma {
+                    key,
+                    imm: data.map(u64::to_le_bytes),
+                },
+            ),
+            RmaKind::Read => (
+                Frame::ReadReq {
+                    key: rkey,
+                    addr,
+                    len,
+                    token: tok,
+                },
+                Payload::None,
+            ),
+        };
+        self.queue(
+            cx,
+            id,
+            TxFrame {
+                hdr: hdr.to_bytes(),
+                payload,
+                written: 0,
+                owner: Owner::Rma(key),
+            },
+        );
+        Ok(())
     }
 
     /// An eager message was read whole: complete its receive, or find one
@@ -809,7 +1179,7 @@ impl TcpEndpoint {
         if conn.state != State::Open || !conn.txq.is_empty() {
             return Some(frame);
         }
-        match Conn::write_frame(&conn.sock, &frame.hdr, &mut frame.written, payload) {
+        match Conn::write_frame(&conn.sock, &frame.hdr, &mut frame.written, &[], payload) {
             Ok(true) => None,
             Ok(false) => Some(frame),
             Err(e) => {
@@ -945,6 +1315,55 @@ impl EndpointProvider for TcpEndpoint {
         Ok(())
     }
 
+    fn rma(&mut self, cx: &mut Ctx<'_>, op: RmaOp) -> std::result::Result<(), Rejected<RmaOp>> {
+        self.start_rma(cx, op)
+    }
+
+    fn inject_write(
+        &mut self,
+        cx: &mut Ctx<'_>,
+        peer: PeerAddr,
+        addr: u64,
+        key: u64,
+        data: Option<u64>,
+        payload: &[u8],
+    ) -> Result<()> {
+        if payload.len() > self.attr.inject_size {
+            return Err(Error::InvalidArgument(
+                "inject payload exceeds the endpoint's inject_size",
+            ));
+        }
+        let dest = cx.av.lookup(peer).copied().ok_or(Error::AddressNotAvailable)?;
+        let id = self.out_conn(&dest)?;
+        let hdr = Frame::WriteReq {
+            key,
+            addr,
+            len: payload.len() as u64,
+            token: 0,
+            imm: data.is_some(),
+        }
+        .to_bytes();
+        let mut bytes = Vec::with_capacity(payload.len() + 8);
+        if let Some(d) = data {
+            bytes.extend_from_slice(&d.to_le_bytes());
+        }
+        bytes.extend_from_slice(payload);
+        let frame = TxFrame {
+            hdr,
+            payload: Payload::Owned(bytes),
+            written: 0,
+            owner: Owner::None,
+        };
+        self.queue(cx, id, frame);
+        if !self.conns.contains(id) {
+            return Err(Error::PeerUnreachable {
+                peer,
+                errno: libc::ECONNRESET,
+            });
+        }
+        Ok(())
+    }
+
     fn recv(&mut self, cx: &mut Ctx<'_>, op: RecvOp) -> std::result::Result<(), Rejected<RecvOp>> {
         let spec = if op.tagged {
             op.spec
@@ -1032,6 +1451,9 @@ impl EndpointProvider for TcpEndpoint {
         let ids: Vec<usize> = self.conns.iter().map(|(k, _)| k).collect();
         for id in ids {
             self.fail_conn(cx, id, Error::Canceled);
+        }
+        for r in self.rma.drain().collect::<Vec<_>>() {
+            complete::rma(cx.cq, self.attr.selective_completion, r.op, Err(Error::Canceled));
         }
         for (_, op) in self
             .tagged

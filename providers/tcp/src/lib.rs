@@ -9,6 +9,7 @@
 mod complete;
 mod conn;
 mod endpoint;
+mod keys;
 pub mod name;
 mod rx;
 mod sys;
@@ -17,19 +18,27 @@ pub mod wire;
 use xfer_core::addr::Address;
 use xfer_core::attr::EndpointAttr;
 use xfer_core::error::{Error, Result};
-use xfer_core::provider::{DomainProvider, EndpointProvider};
+use xfer_core::mr::Access;
+use xfer_core::provider::{DomainProvider, EndpointProvider, MrKeys};
 
 pub use endpoint::TcpEndpoint;
 
-/// The TCP provider's domain. It holds no shared resources: each endpoint
-/// owns its listening socket, connections and epoll set.
+/// The TCP provider's domain. Its one shared resource is the key table of
+/// memory registrations, which its endpoints consult (through
+/// `Ctx::domain`) to serve peers' RMA; each endpoint owns its listening
+/// socket, connections and epoll set.
 #[derive(Debug, Default)]
-pub struct TcpDomain;
+pub struct TcpDomain {
+    keys: keys::KeyTable,
+}
+
+/// The provider id of TCP: the first byte of its names and packed remote keys.
+pub const PROVIDER_ID: u8 = 0x01;
 
 impl TcpDomain {
     /// Opens the domain; TCP is always available.
     pub fn open() -> Result<TcpDomain> {
-        Ok(TcpDomain)
+        Ok(TcpDomain::default())
     }
 }
 
@@ -48,5 +57,21 @@ impl DomainProvider for TcpDomain {
 
     fn open_endpoint(&mut self, attr: &EndpointAttr) -> Result<Box<dyn EndpointProvider>> {
         Ok(Box::new(TcpEndpoint::open(attr)?))
+    }
+
+    fn provider_id(&self) -> u8 {
+        PROVIDER_ID
+    }
+
+    fn register(&mut self, addr: usize, len: usize, access: Access) -> Result<MrKeys> {
+        self.keys.insert(addr, len, access)
+    }
+
+    fn deregister(&mut self, key: u64) {
+        self.keys.remove(key);
+    }
+
+    fn remote_target(&self, key: u64, addr: u64, len: u64, access: Access) -> Result<*mut u8> {
+        self.keys.check(key, addr, len, access).map_err(keys::status_error)
     }
 }

@@ -19,6 +19,39 @@ pub enum Phase {
         /// Payload bytes of this chunk not yet read.
         left: usize,
     },
+    /// The payload of a peer's RMA write into our memory.
+    RmaWrite(WriteRx),
+    /// The data of a read response for our RMA read with this key and
+    /// generation (checked again per chunk: the read may have failed meanwhile).
+    ReadData {
+        /// Key in the endpoint's RMA table.
+        key: usize,
+        /// Its generation.
+        gen: u32,
+        /// Payload bytes not yet read.
+        left: usize,
+    },
+}
+
+/// A peer's RMA write being received (target side).
+#[derive(Debug)]
+pub struct WriteRx {
+    /// The region's remote key.
+    pub key: u64,
+    /// Target address of the first payload byte.
+    pub addr: u64,
+    /// Payload length.
+    pub len: u64,
+    /// Payload bytes consumed so far.
+    pub got: u64,
+    /// The initiator's token (0: no acknowledgement).
+    pub token: u64,
+    /// Immediate data for our completion queue.
+    pub imm: Option<u64>,
+    /// `wire::status` of the checks; not OK means the payload is discarded.
+    pub status: u64,
+    /// The initiator's name.
+    pub peer: Address,
 }
 
 /// An eager message being read.

@@ -76,6 +76,42 @@ pub mod kind {
     pub const CTS: u8 = 4;
     /// A rendezvous payload chunk; the chunk follows.
     pub const DATA: u8 = 5;
+    /// RMA write request; (immediate data and) the payload follow.
+    pub const WRITE_REQ: u8 = 6;
+    /// RMA read request; no payload.
+    pub const READ_REQ: u8 = 7;
+    /// RMA read response; the data follows when the status is 0.
+    pub const READ_RESP: u8 = 8;
+    /// RMA write acknowledgement; no payload.
+    pub const WRITE_ACK: u8 = 9;
+}
+
+/// Status of an RMA response (the `tag` field of ReadResp and WriteAck):
+/// which target-side check failed.
+pub mod status {
+    /// Applied.
+    pub const OK: u64 = 0;
+    /// The key names no live registration.
+    pub const UNKNOWN_KEY: u64 = 1;
+    /// The range is not inside the registration.
+    pub const OUT_OF_BOUNDS: u64 = 2;
+    /// The registration does not grant this access.
+    pub const ACCESS_DENIED: u64 = 3;
+    /// The registration went away while the payload was arriving.
+    pub const DEREGISTERED: u64 = 4;
+    /// The largest defined status.
+    pub const MAX: u64 = DEREGISTERED;
+
+    /// The text of a failed status, as carried by `Error::RemoteAccess`.
+    pub fn text(code: u64) -> &'static str {
+        match code {
+            UNKNOWN_KEY => "unknown remote key",
+            OUT_OF_BOUNDS => "range outside the remote region",
+            ACCESS_DENIED => "the remote region does not allow this access",
+            DEREGISTERED => "the remote region was deregistered during the transfer",
+            _ => "unknown status",
+        }
+    }
 }
 
 /// Bits of the `flags` field (valid on Eager and Rts only).
@@ -119,6 +155,8 @@ pub enum WireError {
     NonZeroReserved,
     /// The length is out of range for this kind.
     BadLength,
+    /// An RMA response status that is not one of [`status`].
+    BadStatus,
 }
 
 impl WireError {
@@ -132,6 +170,7 @@ impl WireError {
             WireError::BadFlags => "invalid frame flags",
             WireError::NonZeroReserved => "unused frame field is not zero",
             WireError::BadLength => "frame length out of range",
+            WireError::BadStatus => "unknown RMA status",
         }
     }
 }
@@ -353,6 +392,57 @@ pub enum Frame {
         /// Chunk length.
         len: u64,
     },
+    /// RMA write of `len` bytes at `addr` in the region `key`. With `imm`
+    /// (flag [`flags::CQ_DATA`]) 8 bytes of immediate data (LE) come first,
+    /// then the `len` payload bytes.
+    ///
+    /// Wire: flags `CQ_DATA`?; `len`; `tag` = addr; `data` = key; `id` =
+    /// token (0: no acknowledgement wanted, as for inject-write).
+    WriteReq {
+        /// The target's remote key.
+        key: u64,
+        /// Target address of the first byte.
+        addr: u64,
+        /// Payload length.
+        len: u64,
+        /// The initiator's token, echoed in the WriteAck; 0 for none.
+        token: u64,
+        /// Whether 8 bytes of immediate data precede the payload.
+        imm: bool,
+    },
+    /// RMA read of `len` bytes at `addr` in the region `key`; no payload.
+    ///
+    /// Wire: no flags; `len`; `tag` = addr; `data` = key; `id` = token.
+    ReadReq {
+        /// The target's remote key.
+        key: u64,
+        /// Target address of the first byte.
+        addr: u64,
+        /// Bytes to read.
+        len: u64,
+        /// The initiator's token, echoed in the ReadResp.
+        token: u64,
+    },
+    /// RMA read response: `len` bytes follow (0 unless `status` is OK).
+    ///
+    /// Wire: no flags; `len`; `tag` = status; data zero; `id` = token.
+    ReadResp {
+        /// The initiator's token, from the ReadReq.
+        token: u64,
+        /// One of [`status`].
+        status: u64,
+        /// Payload length.
+        len: u64,
+    },
+    /// RMA write acknowledgement: the write was applied (status OK) or refused.
+    ///
+    /// Wire: no flags; `len` zero; `tag` = status; data zero; `id` = token.
+    WriteAck {
+        /// The initiator's token, from the WriteReq.
+        token: u64,
+        /// One of [`status`].
+        status: u64,
+    },
 }
 
 /// Turns a field guarded by a flag into an option; an unflagged field must be zero.
@@ -462,6 +552,51 @@ impl Frame {
                     len: h.len(),
                 })
             }
+            kind::WRITE_REQ => {
+                check_flags(fl, flags::CQ_DATA)?;
+                Ok(Frame::WriteReq {
+                    key: h.data(),
+                    addr: h.tag(),
+                    len: h.len(),
+                    token: h.id(),
+                    imm: fl & flags::CQ_DATA != 0,
+                })
+            }
+            kind::READ_REQ => {
+                check_flags(fl, 0)?;
+                Ok(Frame::ReadReq {
+                    key: h.data(),
+                    addr: h.tag(),
+                    len: h.len(),
+                    token: h.id(),
+                })
+            }
+            kind::READ_RESP => {
+                check_flags(fl, 0)?;
+                zero(&[h.data()])?;
+                if h.tag() > status::MAX {
+                    return Err(WireError::BadStatus);
+                }
+                if h.tag() != status::OK && !h.is_empty() {
+                    return Err(WireError::BadLength);
+                }
+                Ok(Frame::ReadResp {
+                    token: h.id(),
+                    status: h.tag(),
+                    len: h.len(),
+                })
+            }
+            kind::WRITE_ACK => {
+                check_flags(fl, 0)?;
+                zero(&[h.data(), h.len()])?;
+                if h.tag() > status::MAX {
+                    return Err(WireError::BadStatus);
+                }
+                Ok(Frame::WriteAck {
+                    token: h.id(),
+                    status: h.tag(),
+                })
+            }
             other => Err(WireError::UnknownKind(other)),
         }
     }
@@ -473,6 +608,10 @@ impl Frame {
         match *self {
             Frame::Hello { name_len } if name_len == 0 || u64::from(name_len) > MAX_NAME => Err(WireError::BadLength),
             Frame::Eager { len, .. } if len > MAX_EAGER => Err(WireError::BadLength),
+            Frame::ReadResp { status, .. } | Frame::WriteAck { status, .. } if status > status::MAX => {
+                Err(WireError::BadStatus)
+            }
+            Frame::ReadResp { status, len, .. } if status != status::OK && len != 0 => Err(WireError::BadLength),
             _ => Ok(()),
         }
     }
@@ -518,6 +657,38 @@ impl Frame {
                 h.set_tag(offset);
                 h.set_id(rx_token);
             }
+            Frame::WriteReq {
+                key,
+                addr,
+                len,
+                token,
+                imm,
+            } => {
+                h.set_kind(kind::WRITE_REQ);
+                h.set_flags(if imm { flags::CQ_DATA } else { 0 });
+                h.set_len(len);
+                h.set_tag(addr);
+                h.set_data(key);
+                h.set_id(token);
+            }
+            Frame::ReadReq { key, addr, len, token } => {
+                h.set_kind(kind::READ_REQ);
+                h.set_len(len);
+                h.set_tag(addr);
+                h.set_data(key);
+                h.set_id(token);
+            }
+            Frame::ReadResp { token, status, len } => {
+                h.set_kind(kind::READ_RESP);
+                h.set_len(len);
+                h.set_tag(status);
+                h.set_id(token);
+            }
+            Frame::WriteAck { token, status } => {
+                h.set_kind(kind::WRITE_ACK);
+                h.set_tag(status);
+                h.set_id(token);
+            }
         }
     }
 
@@ -529,12 +700,14 @@ impl Frame {
     }
 
     /// The number of payload bytes that follow this header on the stream:
-    /// `name_len` for Hello, `len` for Eager and Data, 0 otherwise.
+    /// `name_len` for Hello, `len` for Eager, Data and ReadResp, `len`
+    /// plus 8 for a WriteReq with immediate data (saturating), 0 otherwise.
     pub fn payload_len(&self) -> u64 {
         match *self {
             Frame::Hello { name_len } => u64::from(name_len),
-            Frame::Eager { len, .. } | Frame::Data { len, .. } => len,
-            Frame::Rts { .. } | Frame::Cts { .. } => 0,
+            Frame::Eager { len, .. } | Frame::Data { len, .. } | Frame::ReadResp { len, .. } => len,
+            Frame::WriteReq { len, imm, .. } => len.saturating_add(if imm { 8 } else { 0 }),
+            Frame::Rts { .. } | Frame::Cts { .. } | Frame::ReadReq { .. } | Frame::WriteAck { .. } => 0,
         }
     }
 }
@@ -770,7 +943,7 @@ mod tests {
 
     #[test]
     fn unknown_kind() {
-        for k in [0u8, 6, 0x80, 0xff] {
+        for k in [0u8, 10, 0x80, 0xff] {
             assert_eq!(Frame::parse(&modified(EAGER, 3, &[k])), Err(WireError::UnknownKind(k)));
         }
     }
@@ -847,6 +1020,37 @@ mod tests {
     }
 
     #[test]
+    fn rma_frames_golden() {
+        let w = Frame::WriteReq {
+            key: 0x0102,
+            addr: 0x7f00_0000_1000,
+            len: 4096,
+            token: 9,
+            imm: true,
+        };
+        let b = w.to_bytes();
+        assert_eq!(b[3], kind::WRITE_REQ);
+        assert_eq!(b[4], flags::CQ_DATA as u8);
+        assert_eq!(&b[16..24], &0x7f00_0000_1000u64.to_le_bytes());
+        assert_eq!(&b[24..32], &0x0102u64.to_le_bytes());
+        assert_eq!(Frame::parse(&b), Ok(w));
+        assert_eq!(w.payload_len(), 4096 + 8);
+        // Tagged flag is not valid on RMA frames.
+        assert_eq!(Frame::parse(&modified(b, 4, &[0x03])), Err(WireError::BadFlags));
+        let ack = Frame::WriteAck { token: 9, status: 5 }.to_bytes();
+        assert_eq!(Frame::parse(&ack), Err(WireError::BadStatus));
+        let ack = Frame::WriteAck { token: 9, status: 3 }.to_bytes();
+        assert_eq!(Frame::parse(&modified(ack, 8, &[1])), Err(WireError::NonZeroReserved));
+        let bad = Frame::ReadResp {
+            token: 1,
+            status: status::UNKNOWN_KEY,
+            len: 4,
+        };
+        assert_eq!(Frame::parse(&bad.to_bytes()), Err(WireError::BadLength));
+        assert_eq!(bad.check(), Err(WireError::BadLength));
+    }
+
+    #[test]
     fn check_matches_parse_limits() {
         assert_eq!(Frame::Hello { name_len: 0 }.check(), Err(WireError::BadLength));
         assert_eq!(Frame::Hello { name_len: 33 }.check(), Err(WireError::BadLength));
@@ -884,6 +1088,7 @@ mod tests {
             WireError::BadFlags,
             WireError::NonZeroReserved,
             WireError::BadLength,
+            WireError::BadStatus,
         ];
         let mut texts: Vec<&str> = all.iter().map(|e| e.as_str()).collect();
         assert!(texts.iter().all(|t| !t.is_empty()));
@@ -921,6 +1126,24 @@ mod tests {
                 offset,
                 len
             }),
+            (any::<u64>(), any::<u64>(), any::<u64>(), any::<u64>(), any::<bool>()).prop_map(
+                |(key, addr, len, token, imm)| Frame::WriteReq {
+                    key,
+                    addr,
+                    len,
+                    token,
+                    imm
+                }
+            ),
+            (any::<u64>(), any::<u64>(), any::<u64>(), any::<u64>())
+                .prop_map(|(key, addr, len, token)| { Frame::ReadReq { key, addr, len, token } }),
+            (any::<u64>(), any::<u64>()).prop_map(|(token, len)| Frame::ReadResp {
+                token,
+                status: status::OK,
+                len
+            }),
+            (any::<u64>(), 1..=status::MAX).prop_map(|(token, status)| Frame::ReadResp { token, status, len: 0 }),
+            (any::<u64>(), 0..=status::MAX).prop_map(|(token, status)| Frame::WriteAck { token, status }),
         ]
     }
 

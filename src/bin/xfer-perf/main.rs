@@ -1,5 +1,6 @@
 //! xfer-perf: ping-pong latency and streaming bandwidth over xfer, as
-//! `ib_send_lat`/`ib_send_bw` or `ucx_perftest` measure them.
+//! `ib_send_lat`/`ib_send_bw` (and `ib_write_lat`/`ib_write_bw`/`ib_read_bw`
+//! for RMA) or `ucx_perftest` measure them.
 //!
 //! ```text
 //! xfer-perf                                 # both sides in this process, loopback
@@ -19,6 +20,7 @@ mod driver;
 mod lat;
 mod plan;
 mod report;
+mod rma;
 mod stats;
 
 use std::sync::mpsc;
@@ -35,7 +37,7 @@ struct Side {
     ep: Endpoint,
     driver: Driver,
     provider: String,
-    _domain: xfer::Domain,
+    domain: xfer::Domain,
 }
 
 fn open(attr: &EndpointAttr) -> Result<Side> {
@@ -51,7 +53,7 @@ fn open(attr: &EndpointAttr) -> Result<Side> {
         ep,
         driver: Driver::new(cq),
         provider: domain.provider().to_string(),
-        _domain: domain,
+        domain,
     })
 }
 
@@ -74,7 +76,9 @@ fn serve(side: &mut Side, announce: impl FnOnce(String)) -> Result<()> {
         }
         let p = Phase::parse(&msg)?;
         let (ep, d) = (&side.ep, &mut side.driver);
-        if p.test.is_latency() {
+        if p.test.is_rma() {
+            rma::serve(ep, d, &side.domain, peer, &p)?;
+        } else if p.test.is_latency() {
             let s = lat::Server::prepare(ep, peer, &p)?;
             say(ep, d, peer, "ready")?;
             s.run(ep, d, peer, &p)?;
@@ -95,6 +99,15 @@ fn drive(side: &mut Side, server: &[u8], opts: &Options) -> Result<()> {
     for p in opts.phases() {
         say(ep, d, peer, &p.to_string())?;
         let answer = hear(ep, d, peer)?;
+        if p.test.is_rma() {
+            let (mut samples, secs) = rma::client(ep, d, &side.domain, peer, &p, &answer)?;
+            if !p.test.is_latency() {
+                report.bandwidth(&p, secs);
+            } else if let Some(l) = stats::latency(&mut samples) {
+                report.latency(&p, &l);
+            }
+            continue;
+        }
         if answer != "ready" {
             return Err(format!("server answered {answer:?} to {p}"));
         }

@@ -14,10 +14,24 @@ pub enum Test {
     MsgLat,
     /// Untagged streaming.
     MsgBw,
+    /// Ping-pong of RMA writes with immediate data.
+    PutLat,
+    /// Streaming RMA writes.
+    PutBw,
+    /// Streaming RMA reads.
+    GetBw,
 }
 
 impl Test {
-    pub const ALL: [Test; 4] = [Test::TagLat, Test::TagBw, Test::MsgLat, Test::MsgBw];
+    pub const ALL: [Test; 7] = [
+        Test::TagLat,
+        Test::TagBw,
+        Test::MsgLat,
+        Test::MsgBw,
+        Test::PutLat,
+        Test::PutBw,
+        Test::GetBw,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -25,6 +39,9 @@ impl Test {
             Test::TagBw => "tag_bw",
             Test::MsgLat => "msg_lat",
             Test::MsgBw => "msg_bw",
+            Test::PutLat => "put_lat",
+            Test::PutBw => "put_bw",
+            Test::GetBw => "get_bw",
         }
     }
 
@@ -40,7 +57,11 @@ impl Test {
     }
 
     pub fn is_latency(self) -> bool {
-        matches!(self, Test::TagLat | Test::MsgLat)
+        matches!(self, Test::TagLat | Test::MsgLat | Test::PutLat)
+    }
+
+    pub fn is_rma(self) -> bool {
+        matches!(self, Test::PutLat | Test::PutBw | Test::GetBw)
     }
 }
 
@@ -125,7 +146,7 @@ pub const USAGE: &str = "usage: xfer-perf [options] [local | server | client NAM
   client NAME    run against the server whose name (hex) is NAME
 
 options:
-  --test LIST    tag_lat,tag_bw,msg_lat,msg_bw (default tag_lat,tag_bw)
+  --test LIST    tag_lat,tag_bw,msg_lat,msg_bw,put_lat,put_bw,get_bw (default tag_lat,tag_bw)
   --sizes LIST   message sizes, e.g. 1,64,4k,1M (default 1 B to --max-size, powers of 2)
   --max-size N   largest default size (default 4M)
   --iters N      measured iterations per size (default: scaled by size)

@@ -1,0 +1,170 @@
+//! RMA: `put_lat` (ping-pong of writes with immediate data, as
+//! `ib_write_lat`), `put_bw` and `get_bw` (a window of writes or reads into
+//! one region of the server, as `ib_write_bw`/`ib_read_bw`; the server
+//! only makes progress).
+//!
+//! Per phase: the server registers a region of the phase's size and answers
+//! `ready <packed rkey in hex>`; for `put_lat` the client then sends
+//! `rkey <hex>` for its own region. The client ends the phase with `end`;
+//! the server checks what landed in its region and answers `ok`.
+
+use std::time::Instant;
+
+use xfer::{Access, Domain, Endpoint, Flags, MemoryRegion, PeerAddr, RemoteKey};
+
+use crate::control::{hear, say, RECV, SEND};
+use crate::driver::{pattern, Driver, Result};
+use crate::plan::{hex, unhex, Phase, Test};
+
+/// Context of target-side completions (immediate data of a peer's write).
+const REMOTE: u64 = 0;
+
+fn register(domain: &Domain, buf: Vec<u8>) -> Result<MemoryRegion> {
+    domain
+        .register(buf, Access::REMOTE_READ | Access::REMOTE_WRITE)
+        .map_err(|r| format!("registering memory: {}", r.error))
+}
+
+fn rkey_from(text: &str, prefix: &str) -> Result<RemoteKey> {
+    let h = text
+        .strip_prefix(prefix)
+        .ok_or_else(|| format!("expected {prefix:?}, got {text:?}"))?;
+    RemoteKey::unpack(&unhex(h)?).map_err(|e| format!("remote key: {e}"))
+}
+
+fn post_err(e: xfer::Rejected<Vec<u8>>) -> String {
+    format!("posting an RMA operation: {}", e.error)
+}
+
+/// The server's part of one RMA phase.
+pub fn serve(ep: &Endpoint, d: &mut Driver, domain: &Domain, peer: PeerAddr, p: &Phase) -> Result<()> {
+    let init = if p.test == Test::GetBw {
+        pattern(p.size)
+    } else {
+        vec![0; p.size]
+    };
+    let mr = register(domain, init)?;
+    say(ep, d, peer, &format!("ready {}", hex(&mr.pack_rkey())))?;
+    if p.test == Test::PutLat {
+        let theirs = rkey_from(&hear(ep, d, peer)?, "rkey ")?;
+        let mut sbuf = Some(pattern(p.size));
+        for _ in 0..p.warmup + p.iters {
+            let mut remote = false;
+            while !remote {
+                let c = d.next("put ping-pong (server)")?;
+                match c.context {
+                    REMOTE if c.flags.contains(Flags::REMOTE_CQ_DATA) => remote = true,
+                    SEND => sbuf = c.buf,
+                    other => return Err(format!("put ping-pong: unexpected completion {other}")),
+                }
+            }
+            let b = sbuf.take().ok_or("put ping-pong: send buffer still in flight")?;
+            ep.write_data(peer, b, &theirs, 0, 1, SEND).map_err(post_err)?;
+        }
+        while sbuf.is_none() {
+            sbuf = d.next("put ping-pong (server)")?.buf;
+        }
+    }
+    let end = hear(ep, d, peer)?;
+    if end != "end" {
+        return Err(format!("expected end, got {end:?}"));
+    }
+    let ok = p.test == Test::GetBw || mr.to_vec().map_err(|e| e.to_string())? == pattern(p.size);
+    say(ep, d, peer, if ok { "ok" } else { "mismatch" })
+}
+
+/// The client's part: latency samples (µs) for `put_lat`, else the seconds
+/// the measured rounds took.
+pub fn client(
+    ep: &Endpoint,
+    d: &mut Driver,
+    domain: &Domain,
+    peer: PeerAddr,
+    p: &Phase,
+    ready: &str,
+) -> Result<(Vec<f64>, f64)> {
+    let theirs = rkey_from(ready, "ready ")?;
+    let out = match p.test {
+        Test::PutLat => (put_lat(ep, d, domain, peer, p, &theirs)?, 0.0),
+        _ => (Vec::new(), stream(ep, d, peer, p, &theirs)?),
+    };
+    say(ep, d, peer, "end")?;
+    match hear(ep, d, peer)?.as_str() {
+        "ok" => Ok(out),
+        other => Err(format!("{} {} B: server found {other:?}", p.test.name(), p.size)),
+    }
+}
+
+fn put_lat(
+    ep: &Endpoint,
+    d: &mut Driver,
+    domain: &Domain,
+    peer: PeerAddr,
+    p: &Phase,
+    theirs: &RemoteKey,
+) -> Result<Vec<f64>> {
+    let mine = register(domain, vec![0; p.size])?;
+    say(ep, d, peer, &format!("rkey {}", hex(&mine.pack_rkey())))?;
+    let mut sbuf = Some(pattern(p.size));
+    let mut samples = Vec::with_capacity(p.iters);
+    for i in 0..p.warmup + p.iters {
+        let t0 = Instant::now();
+        let b = sbuf.take().ok_or("put ping-pong: send buffer still in flight")?;
+        ep.write_data(peer, b, theirs, 0, 1, SEND).map_err(post_err)?;
+        let mut echoed = false;
+        while !echoed || sbuf.is_none() {
+            let c = d.next("put ping-pong")?;
+            match c.context {
+                REMOTE if c.flags.contains(Flags::REMOTE_CQ_DATA) => echoed = true,
+                SEND => sbuf = c.buf,
+                other => return Err(format!("put ping-pong: unexpected completion {other}")),
+            }
+        }
+        if i >= p.warmup {
+            samples.push(t0.elapsed().as_secs_f64() * 1e6 / 2.0);
+        }
+    }
+    if mine.to_vec().map_err(|e| e.to_string())? != pattern(p.size) {
+        return Err(format!("put_lat {} B: the echoed data differs", p.size));
+    }
+    Ok(samples)
+}
+
+fn stream(ep: &Endpoint, d: &mut Driver, peer: PeerAddr, p: &Phase, theirs: &RemoteKey) -> Result<f64> {
+    let read = p.test == Test::GetBw;
+    let fill = if read { vec![0; p.size] } else { pattern(p.size) };
+    let mut bufs: Vec<Vec<u8>> = vec![fill; p.window];
+    let (mut start, mut checked) = (None, false);
+    let total = p.warmup + p.iters;
+    let mut done = 0;
+    while done < total {
+        if done >= p.warmup && start.is_none() {
+            start = Some(Instant::now());
+        }
+        let n = p
+            .window
+            .min(if done < p.warmup { p.warmup - done } else { total - done });
+        for _ in 0..n {
+            let b = bufs.pop().unwrap_or_default();
+            let r = if read {
+                ep.read(peer, b, theirs, 0, RECV)
+            } else {
+                ep.write(peer, b, theirs, 0, SEND)
+            };
+            r.map_err(post_err)?;
+        }
+        for _ in 0..n {
+            let mut c = d.next(p.test.name())?;
+            let b = c.buf.take().ok_or("RMA completion without its buffer")?;
+            if read && !checked {
+                if b != pattern(p.size) {
+                    return Err(format!("get_bw {} B: read data differs from the pattern", p.size));
+                }
+                checked = true;
+            }
+            bufs.push(b);
+        }
+        done += n;
+    }
+    Ok(start.map_or(0.0, |s| s.elapsed().as_secs_f64()))
+}
