@@ -4,7 +4,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: demo test setup build lint bench vm-smoke install
+.PHONY: demo test setup build lint bench vm install
 PREFIX ?= /usr/local
 
 setup:
@@ -23,14 +23,14 @@ test: setup
 	$(CARGO) test --locked --workspace --doc
 	$(CARGO) test --locked --release --test conformance --test tcp_wire --test peer_death
 	@$(MAKE) --no-print-directory lint
-	@$(MAKE) --no-print-directory vm-smoke
+	@$(MAKE) --no-print-directory vm
 
 # The Soft-RoCE guest (tests/vm/): installs QEMU, a Debian kernel, rdma-core, perftest and
-# virtme-ng if missing, boots once, proves rxe0 carries RC traffic (ibv_rc_pingpong,
-# ib_send_lat). The verbs provider's tests will run in this same boot.
-vm-smoke:
+# virtme-ng if missing, then boots ONCE and runs everything that needs a real verbs stack:
+# the rxe smoke checks (ibv_rc_pingpong, ib_send_lat) and the xfer-verbs tests.
+vm:
 	bash tests/vm/setup.sh
-	tests/vm/run-guest.sh tests/vm/smoke.sh
+	bin=$$(tests/vm/build-verbs.sh) && tests/vm/run-guest.sh tests/vm/all.sh "$$bin"
 
 # Lints run when the toolchain has the components (they cannot be fetched offline).
 lint:

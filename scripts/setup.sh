@@ -11,6 +11,10 @@ command -v make >/dev/null || need_apt+=(make)
 command -v pkg-config >/dev/null || need_apt+=(pkg-config)
 command -v nm >/dev/null || need_apt+=(binutils)
 command -v valgrind >/dev/null || need_apt+=(valgrind)   # the C ABI suite runs under memcheck
+# rdma-sys (the verbs provider) runs bindgen against the rdma-core headers.
+for pkg in libibverbs-dev librdmacm-dev libclang-dev; do
+    dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
+done
 if ((${#need_apt[@]})); then
     echo "setup: installing ${need_apt[*]}"
     export DEBIAN_FRONTEND=noninteractive

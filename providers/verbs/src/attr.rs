@@ -1,0 +1,259 @@
+//! Tunables of the verbs provider, with their `XFER_VERBS_*` environment
+//! variables (the pattern of `xfer_core::attr`: defaults, `from_env`, and
+//! [`Setting`] rows for `xfer-info`).
+
+use std::str::FromStr;
+
+use xfer_core::attr::{env_value, Setting};
+
+/// Settings of the verbs provider.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VerbsAttr {
+    /// Device name (`mlx5_0`, `rxe0`); `None` takes the first device with an
+    /// active port.
+    pub device: Option<String>,
+    /// Port number (1-based).
+    pub port: u8,
+    /// GID index for the QP's address vector; `None` keeps the one rdma_cm
+    /// resolves from the IP address (the RoCE v2 IPv4-mapped GID on RoCE).
+    pub gid_index: Option<u8>,
+    /// A send is signaled at least every this many sends (clamped to the send
+    /// queue depth); unsignaled slots are reclaimed by the next signaled one.
+    pub signal_every: u32,
+    /// Send queue depth of each RC QP (work requests).
+    pub sq_depth: u32,
+    /// Inline payload asked for when creating a QP; the device may grant less
+    /// (the granted value is read back from the QP).
+    pub max_inline: u32,
+    /// Receive buffers in the domain's shared receive queue.
+    pub srq_size: u32,
+    /// The SRQ is refilled when fewer than this many receives are posted.
+    pub srq_low_watermark: u32,
+    /// Bytes per SRQ bounce buffer (the largest eager message).
+    pub srq_buf_size: u32,
+    /// RNR retries (7 = retry forever).
+    pub rnr_retry: u8,
+    /// Transport retries on timeout (at most 7).
+    pub retry_cnt: u8,
+    /// Local ACK timeout exponent: 4.096 µs * 2^timeout (0 = infinite).
+    pub timeout: u8,
+    /// Minimum RNR NAK timer code sent to peers (IB spec table, 12 = 0.64 ms).
+    pub min_rnr_timer: u8,
+    /// Path MTU in bytes; 0 uses the port's active MTU. Capped by the port.
+    pub path_mtu: u32,
+    /// Entries of each completion queue.
+    pub cq_size: u32,
+}
+
+impl Default for VerbsAttr {
+    fn default() -> Self {
+        VerbsAttr {
+            device: None,
+            port: 1,
+            gid_index: None,
+            signal_every: 16,
+            sq_depth: 256,
+            max_inline: 256,
+            srq_size: 1024,
+            srq_low_watermark: 256,
+            srq_buf_size: 8192,
+            rnr_retry: 7,
+            retry_cnt: 7,
+            timeout: 14,
+            min_rnr_timer: 12,
+            path_mtu: 0,
+            cq_size: 4096,
+        }
+    }
+}
+
+fn apply<T: FromStr>(field: &mut T, env: &str) {
+    if let Some(v) = env_value(env) {
+        *field = v;
+    }
+}
+
+impl VerbsAttr {
+    /// Defaults overridden by the environment.
+    pub fn from_env() -> Self {
+        let mut a = Self::default();
+        if let Ok(d) = std::env::var("XFER_VERBS_DEVICE") {
+            a.device = Some(d).filter(|d| !d.is_empty());
+        }
+        apply(&mut a.port, "XFER_VERBS_PORT");
+        if let Some(g) = env_value::<String>("XFER_VERBS_GID_INDEX") {
+            a.gid_index = match g.trim() {
+                "" | "auto" => None,
+                s => match s.parse() {
+                    Ok(i) => Some(i),
+                    Err(_) => {
+                        tracing::warn!(value = %g, "ignoring unparsable XFER_VERBS_GID_INDEX");
+                        a.gid_index
+                    }
+                },
+            };
+        }
+        apply(&mut a.signal_every, "XFER_VERBS_SIGNAL_EVERY");
+        apply(&mut a.sq_depth, "XFER_VERBS_SQ_DEPTH");
+        apply(&mut a.max_inline, "XFER_VERBS_MAX_INLINE");
+        apply(&mut a.srq_size, "XFER_VERBS_SRQ_SIZE");
+        apply(&mut a.srq_low_watermark, "XFER_VERBS_SRQ_LOW_WATERMARK");
+        apply(&mut a.srq_buf_size, "XFER_VERBS_SRQ_BUF_SIZE");
+        apply(&mut a.rnr_retry, "XFER_VERBS_RNR_RETRY");
+        apply(&mut a.retry_cnt, "XFER_VERBS_RETRY_CNT");
+        apply(&mut a.timeout, "XFER_VERBS_TIMEOUT");
+        apply(&mut a.min_rnr_timer, "XFER_VERBS_MIN_RNR_TIMER");
+        apply(&mut a.path_mtu, "XFER_VERBS_PATH_MTU");
+        apply(&mut a.cq_size, "XFER_VERBS_CQ_SIZE");
+        a.rnr_retry = a.rnr_retry.min(7);
+        a.retry_cnt = a.retry_cnt.min(7);
+        a.timeout = a.timeout.min(31);
+        a.min_rnr_timer = a.min_rnr_timer.min(31);
+        a.signal_every = a.signal_every.max(1);
+        a
+    }
+
+    /// The effective settings.
+    pub fn settings(&self) -> Vec<Setting> {
+        let row = |env, value: String, doc| Setting { env, value, doc };
+        vec![
+            row(
+                "XFER_VERBS_DEVICE",
+                self.device.clone().unwrap_or_else(|| "(first active)".into()),
+                "verbs device to open",
+            ),
+            row("XFER_VERBS_PORT", self.port.to_string(), "device port (1-based)"),
+            row(
+                "XFER_VERBS_GID_INDEX",
+                self.gid_index.map_or_else(|| "auto".into(), |g| g.to_string()),
+                "GID index of the QPs' address vector (auto: the one rdma_cm resolves)",
+            ),
+            row(
+                "XFER_VERBS_SIGNAL_EVERY",
+                self.signal_every.to_string(),
+                "signal a send completion at least every N sends",
+            ),
+            row(
+                "XFER_VERBS_SQ_DEPTH",
+                self.sq_depth.to_string(),
+                "send queue depth per QP",
+            ),
+            row(
+                "XFER_VERBS_MAX_INLINE",
+                self.max_inline.to_string(),
+                "inline bytes asked for per QP (the device may grant less)",
+            ),
+            row(
+                "XFER_VERBS_SRQ_SIZE",
+                self.srq_size.to_string(),
+                "receive buffers in the shared receive queue",
+            ),
+            row(
+                "XFER_VERBS_SRQ_LOW_WATERMARK",
+                self.srq_low_watermark.to_string(),
+                "refill the SRQ when fewer receives than this are posted",
+            ),
+            row(
+                "XFER_VERBS_SRQ_BUF_SIZE",
+                self.srq_buf_size.to_string(),
+                "bytes per SRQ bounce buffer",
+            ),
+            row(
+                "XFER_VERBS_RNR_RETRY",
+                self.rnr_retry.to_string(),
+                "RNR retries (7: infinite)",
+            ),
+            row(
+                "XFER_VERBS_RETRY_CNT",
+                self.retry_cnt.to_string(),
+                "transport retries (max 7)",
+            ),
+            row(
+                "XFER_VERBS_TIMEOUT",
+                self.timeout.to_string(),
+                "local ACK timeout exponent (4.096 us * 2^n)",
+            ),
+            row(
+                "XFER_VERBS_MIN_RNR_TIMER",
+                self.min_rnr_timer.to_string(),
+                "minimum RNR NAK timer code advertised to peers",
+            ),
+            row(
+                "XFER_VERBS_PATH_MTU",
+                if self.path_mtu == 0 {
+                    "(port active MTU)".into()
+                } else {
+                    self.path_mtu.to_string()
+                },
+                "path MTU in bytes, capped by the port",
+            ),
+            row(
+                "XFER_VERBS_CQ_SIZE",
+                self.cq_size.to_string(),
+                "completion queue entries",
+            ),
+        ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const VARS: [(&str, &str); 15] = [
+        ("XFER_VERBS_DEVICE", "rxe7"),
+        ("XFER_VERBS_PORT", "2"),
+        ("XFER_VERBS_GID_INDEX", "3"),
+        ("XFER_VERBS_SIGNAL_EVERY", "8"),
+        ("XFER_VERBS_SQ_DEPTH", "64"),
+        ("XFER_VERBS_MAX_INLINE", "128"),
+        ("XFER_VERBS_SRQ_SIZE", "2k"),
+        ("XFER_VERBS_SRQ_LOW_WATERMARK", "100"),
+        ("XFER_VERBS_SRQ_BUF_SIZE", "4k"),
+        ("XFER_VERBS_RNR_RETRY", "9"),
+        ("XFER_VERBS_RETRY_CNT", "5"),
+        ("XFER_VERBS_TIMEOUT", "18"),
+        ("XFER_VERBS_MIN_RNR_TIMER", "1"),
+        ("XFER_VERBS_PATH_MTU", "1024"),
+        ("XFER_VERBS_CQ_SIZE", "512"),
+    ];
+
+    #[test]
+    fn env_overrides_defaults() {
+        for (k, v) in VARS {
+            std::env::set_var(k, v);
+        }
+        let a = VerbsAttr::from_env();
+        for (k, _) in VARS {
+            std::env::remove_var(k);
+        }
+        assert_eq!(a.device.as_deref(), Some("rxe7"));
+        assert_eq!(a.port, 2);
+        assert_eq!(a.gid_index, Some(3));
+        assert_eq!(a.signal_every, 8);
+        assert_eq!(a.sq_depth, 64);
+        assert_eq!(a.max_inline, 128);
+        assert_eq!(a.srq_size, 2048);
+        assert_eq!(a.srq_low_watermark, 100);
+        assert_eq!(a.srq_buf_size, 4096);
+        assert_eq!(a.rnr_retry, 7, "clamped to 7");
+        assert_eq!(a.retry_cnt, 5);
+        assert_eq!(a.timeout, 18);
+        assert_eq!(a.min_rnr_timer, 1);
+        assert_eq!(a.path_mtu, 1024);
+        assert_eq!(a.cq_size, 512);
+        let s = a.settings();
+        assert_eq!(s.len(), 15);
+        assert!(s.iter().any(|s| s.env == "XFER_VERBS_GID_INDEX" && s.value == "3"));
+        assert!(s.iter().all(|s| s.env.starts_with("XFER_VERBS_")));
+    }
+
+    #[test]
+    fn defaults_are_sane() {
+        let a = VerbsAttr::default();
+        assert!(a.srq_low_watermark < a.srq_size);
+        assert!(a.signal_every <= a.sq_depth);
+        assert_eq!(a.gid_index, None);
+        assert!(a.settings().iter().any(|s| s.value == "auto"));
+    }
+}

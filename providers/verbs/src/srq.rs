@@ -1,0 +1,283 @@
+//! Shared receive queue with its registered bounce-buffer pool.
+//!
+//! Every RC QP of a domain receives through one SRQ, so receive memory does not
+//! grow with the number of peers. The pool is one page-aligned allocation of
+//! `size` buffers of `buf_size` bytes, registered once. A buffer is in one of
+//! three states: *posted* (the NIC may write it), *held* (its receive completed
+//! and the application reads it: [`Srq::take`], [`Srq::data`]) or *free*
+//! ([`Srq::release`]). [`Srq::refill`] posts the free buffers once fewer than
+//! `low_watermark` are posted, in batches of linked work requests.
+
+use std::alloc::{alloc_zeroed, dealloc, Layout};
+use std::sync::Arc;
+
+use rdma_sys::{ibv_create_srq, ibv_destroy_srq, ibv_post_srq_recv, ibv_recv_wr, ibv_sge, ibv_srq, ibv_srq_init_attr};
+use xfer_core::mr::Access;
+use xfer_core::{Error, Result};
+
+use crate::cq::Wc;
+use crate::mr::Mr;
+use crate::pd::Pd;
+use crate::sys::{check, last_os_error};
+
+/// Tag bit in the `wr_id` of SRQ receives, so receive completions are told
+/// apart from send completions even when the opcode is not valid (errors).
+pub const RECV_WR_TAG: u64 = 1 << 63;
+
+/// Work requests linked into one `ibv_post_srq_recv` call.
+const POST_BATCH: usize = 32;
+
+/// Size of an SRQ and its pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SrqConfig {
+    /// Receive buffers (and SRQ work requests).
+    pub size: u32,
+    /// Bytes per buffer.
+    pub buf_size: u32,
+    /// Refill when fewer than this many receives are posted.
+    pub low_watermark: u32,
+}
+
+impl SrqConfig {
+    /// The SRQ part of `attr`.
+    pub fn from_attr(attr: &crate::VerbsAttr) -> Self {
+        SrqConfig {
+            size: attr.srq_size,
+            buf_size: attr.srq_buf_size,
+            low_watermark: attr.srq_low_watermark,
+        }
+    }
+}
+
+/// The verbs objects, shared with every QP attached to the SRQ: the pool memory
+/// must outlive the SRQ (posted receives point into it), and the SRQ must
+/// outlive every QP using it.
+pub(crate) struct RawSrq {
+    srq: *mut ibv_srq,
+    mr: Option<Mr>,
+    base: *mut u8,
+    layout: Layout,
+}
+
+// SAFETY: ibv_srq is used only through thread-safe libibverbs calls; the pool
+// memory is accessed through Srq, which is not Sync.
+unsafe impl Send for RawSrq {}
+// SAFETY: QPs only read the srq pointer.
+unsafe impl Sync for RawSrq {}
+
+impl RawSrq {
+    pub(crate) fn as_ptr(&self) -> *mut ibv_srq {
+        self.srq
+    }
+}
+
+impl Drop for RawSrq {
+    fn drop(&mut self) {
+        // SAFETY: srq from ibv_create_srq; every QP attached holds this Arc, so
+        // none is left. Destroying it first means the NIC writes no more.
+        let rc = unsafe { ibv_destroy_srq(self.srq) };
+        if rc != 0 {
+            tracing::warn!(rc, "ibv_destroy_srq failed");
+        }
+        self.mr = None;
+        // SAFETY: base was allocated with this layout; nothing refers to it now.
+        unsafe { dealloc(self.base, self.layout) };
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum BufState {
+    Posted,
+    Held,
+    Free,
+}
+
+/// A shared receive queue with its bounce-buffer pool.
+pub struct Srq {
+    raw: Arc<RawSrq>,
+    cfg: SrqConfig,
+    state: Vec<BufState>,
+    free: Vec<u32>,
+    posted: u32,
+    refills: u64,
+}
+
+impl Srq {
+    /// Creates the SRQ and its pool on `pd`, and posts every buffer.
+    pub fn new(pd: &Arc<Pd>, cfg: SrqConfig) -> Result<Srq> {
+        if cfg.size == 0 || cfg.buf_size == 0 || cfg.low_watermark > cfg.size {
+            return Err(Error::InvalidArgument(
+                "srq size and buffer size must be > 0, watermark <= size",
+            ));
+        }
+        let bytes = (cfg.size as usize)
+            .checked_mul(cfg.buf_size as usize)
+            .ok_or(Error::InvalidArgument("srq pool too large"))?;
+        let layout = Layout::from_size_align(bytes, 4096).map_err(|_| Error::InvalidArgument("srq pool too large"))?;
+        // SAFETY: layout has a non-zero size.
+        let base = unsafe { alloc_zeroed(layout) };
+        if base.is_null() {
+            return Err(Error::Os(libc::ENOMEM));
+        }
+        // SAFETY: ibv_srq_init_attr is plain data; zero is valid.
+        let mut init: ibv_srq_init_attr = unsafe { std::mem::zeroed() };
+        init.attr.max_wr = cfg.size;
+        init.attr.max_sge = 1;
+        // SAFETY: pd valid; init is a valid in/out pointer.
+        let srq = unsafe { ibv_create_srq(pd.as_ptr(), &mut init) };
+        if srq.is_null() {
+            let e = last_os_error();
+            // SAFETY: base allocated above with layout, not shared.
+            unsafe { dealloc(base, layout) };
+            return Err(e);
+        }
+        let mut raw = RawSrq {
+            srq,
+            mr: None,
+            base,
+            layout,
+        };
+        raw.mr = Some(Mr::register(pd, base as usize, bytes, Access::LOCAL_WRITE)?);
+        let mut s = Srq {
+            raw: Arc::new(raw),
+            cfg,
+            state: vec![BufState::Free; cfg.size as usize],
+            free: (0..cfg.size).rev().collect(),
+            posted: 0,
+            refills: 0,
+        };
+        s.post_free()?;
+        Ok(s)
+    }
+
+    pub(crate) fn raw(&self) -> &Arc<RawSrq> {
+        &self.raw
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> SrqConfig {
+        self.cfg
+    }
+
+    /// Receives currently posted.
+    pub fn posted(&self) -> u32 {
+        self.posted
+    }
+
+    /// Times [`Srq::refill`] found the SRQ below the watermark and posted.
+    pub fn refills(&self) -> u64 {
+        self.refills
+    }
+
+    /// True if `wr_id` is one of this SRQ's receive work requests.
+    pub fn owns(&self, wr_id: u64) -> bool {
+        wr_id & RECV_WR_TAG != 0 && ((wr_id & !RECV_WR_TAG) as usize) < self.state.len()
+    }
+
+    /// Takes the buffer of a receive completion: it becomes *held* until
+    /// [`Srq::release`]. Returns its index.
+    pub fn take(&mut self, wc: &Wc) -> Result<u32> {
+        if !self.owns(wc.wr_id()) {
+            return Err(Error::InvalidArgument("completion is not a receive of this srq"));
+        }
+        let idx = (wc.wr_id() & !RECV_WR_TAG) as u32;
+        if self.state[idx as usize] != BufState::Posted {
+            return Err(Error::Internal("receive completion for a buffer that was not posted"));
+        }
+        self.state[idx as usize] = BufState::Held;
+        self.posted -= 1;
+        Ok(idx)
+    }
+
+    /// The first `len` bytes of held buffer `idx` (what the receive wrote).
+    pub fn data(&self, idx: u32, len: usize) -> Result<&[u8]> {
+        if self.state.get(idx as usize) != Some(&BufState::Held) {
+            return Err(Error::InvalidArgument("buffer is not held"));
+        }
+        if len > self.cfg.buf_size as usize {
+            return Err(Error::InvalidArgument("length exceeds the buffer"));
+        }
+        // SAFETY: the buffer is held: its receive completed and it is not posted,
+        // so the NIC does not write it; it lies within the pool allocation, which
+        // the Arc keeps alive for the borrow of self.
+        Ok(unsafe { std::slice::from_raw_parts(self.raw.base.add(idx as usize * self.cfg.buf_size as usize), len) })
+    }
+
+    /// Gives held buffer `idx` back to the pool (posted by the next refill).
+    pub fn release(&mut self, idx: u32) -> Result<()> {
+        match self.state.get(idx as usize) {
+            Some(BufState::Held) => {
+                self.state[idx as usize] = BufState::Free;
+                self.free.push(idx);
+                Ok(())
+            }
+            _ => Err(Error::InvalidArgument("buffer is not held")),
+        }
+    }
+
+    /// If fewer than the low watermark are posted, posts every free buffer.
+    /// Returns how many were posted.
+    pub fn refill(&mut self) -> Result<u32> {
+        if self.posted >= self.cfg.low_watermark || self.free.is_empty() {
+            return Ok(0);
+        }
+        self.refills += 1;
+        self.post_free()
+    }
+
+    fn post_free(&mut self) -> Result<u32> {
+        let lkey = self.raw.mr.as_ref().map_or(0, Mr::lkey);
+        let base = self.raw.base as u64;
+        let bsz = self.cfg.buf_size;
+        let mut total = 0;
+        while !self.free.is_empty() {
+            let n = self.free.len().min(POST_BATCH);
+            // SAFETY: plain data; zero is valid for both.
+            let mut sges: [ibv_sge; POST_BATCH] = unsafe { std::mem::zeroed() };
+            // SAFETY: as above.
+            let mut wrs: [ibv_recv_wr; POST_BATCH] = unsafe { std::mem::zeroed() };
+            let start = self.free.len() - n;
+            for (i, &idx) in self.free[start..].iter().enumerate() {
+                sges[i] = ibv_sge {
+                    addr: base + u64::from(idx) * u64::from(bsz),
+                    length: bsz,
+                    lkey,
+                };
+                wrs[i].wr_id = RECV_WR_TAG | u64::from(idx);
+                wrs[i].num_sge = 1;
+            }
+            let sp = sges.as_mut_ptr();
+            let wp = wrs.as_mut_ptr();
+            for i in 0..n {
+                // SAFETY: i < n <= POST_BATCH; pointers into the local arrays.
+                unsafe {
+                    (*wp.add(i)).sg_list = sp.add(i);
+                    (*wp.add(i)).next = if i + 1 < n { wp.add(i + 1) } else { std::ptr::null_mut() };
+                }
+            }
+            let mut bad: *mut ibv_recv_wr = std::ptr::null_mut();
+            // SAFETY: srq valid; the chain of n WRs and SGEs lives on this stack
+            // frame for the call (libibverbs copies them); the buffers are free
+            // pool buffers inside the registered MR.
+            let rc = unsafe { ibv_post_srq_recv(self.raw.srq, wp, &mut bad) };
+            let posted_now = if rc == 0 {
+                n
+            } else if bad.is_null() {
+                0
+            } else {
+                // SAFETY: bad points into wrs.
+                unsafe { bad.offset_from(wp) }.max(0) as usize
+            };
+            // WR i was built from free[start + i]: the first `posted_now` of them
+            // are posted now (all of them unless the post failed part-way).
+            for &idx in &self.free[start..start + posted_now] {
+                self.state[idx as usize] = BufState::Posted;
+            }
+            self.free.drain(start..start + posted_now);
+            self.posted += posted_now as u32;
+            total += posted_now as u32;
+            check(rc)?;
+        }
+        Ok(total)
+    }
+}
