@@ -1,0 +1,507 @@
+//! Inbound path of the TCP endpoint: reading connections, parsing frames,
+//! matching arrivals against posted receives, eager and rendezvous receives.
+
+use super::*;
+
+impl TcpEndpoint {
+    /// Reads and processes the frames that arrived on connection `id`.
+    pub(super) fn read_incoming(&mut self, cx: &mut Ctx<'_>, id: usize) {
+        for _ in 0..READS_PER_EVENT {
+            if let Err(e) = self.consume(cx, id) {
+                return self.fail_conn(cx, id, e);
+            }
+            if !self.conns.contains(id) {
+                return;
+            }
+            let (io, asked) = match self.direct_target(id) {
+                Some((want, kind)) => (self.read_direct(cx, id, want, kind), usize::MAX),
+                None => {
+                    let conn = &mut self.conns[id];
+                    let room = conn.staging.len() - conn.end + conn.start;
+                    (conn.fill(), room)
+                }
+            };
+            match io {
+                Ok(Io::WouldBlock) => break,
+                Ok(Io::Done(0)) => {
+                    let _ = self.consume(cx, id);
+                    return self.fail_conn(cx, id, CLOSED_BY_PEER);
+                }
+                Ok(Io::Done(n)) => {
+                    if n < asked && asked != usize::MAX {
+                        // Short read: the socket is drained; epoll reports more.
+                        if let Err(e) = self.consume(cx, id) {
+                            return self.fail_conn(cx, id, e);
+                        }
+                        break;
+                    }
+                }
+                Err(e) => return self.fail_conn(cx, id, e),
+            }
+        }
+        // The last read's bytes (staged, or a finished direct read) must be
+        // processed now: epoll reports the socket again only if more arrive.
+        if let Err(e) = self.consume(cx, id) {
+            self.fail_conn(cx, id, e);
+        }
+    }
+
+    /// When the next payload bytes may be read straight into user memory:
+    /// how many, and where they go.
+    pub(super) fn direct_target(&self, id: usize) -> Option<(usize, Direct)> {
+        let conn = &self.conns[id];
+        if !conn.staged().is_empty() {
+            return None;
+        }
+        let want = match &conn.rx {
+            Phase::Eager(EagerRx {
+                dest: EagerDest::Posted(op),
+                got,
+                olen,
+                ..
+            }) => (op.buf.len().min(*olen).saturating_sub(*got), Direct::Eager),
+            Phase::Data { left, .. } => (*left, Direct::Rndv),
+            Phase::RmaWrite(w) if w.status == status::OK => {
+                (usize::try_from(w.len - w.got).unwrap_or(usize::MAX), Direct::RmaWrite)
+            }
+            Phase::ReadData { key, gen, left } if self.rma.get(*key).is_some_and(|r| r.gen == *gen) => {
+                (*left, Direct::ReadData)
+            }
+            _ => return None,
+        };
+        (want.0 >= DIRECT_READ).then_some(want)
+    }
+
+    pub(super) fn read_direct(&mut self, cx: &mut Ctx<'_>, id: usize, want: usize, kind: Direct) -> Result<Io> {
+        let conn = &mut self.conns[id];
+        let io;
+        match &mut conn.rx {
+            Phase::RmaWrite(w) if kind == Direct::RmaWrite => {
+                let addr = w.addr + w.got; // within the checked region
+                let ptr = match cx.domain.remote_target(w.key, addr, want as u64, Access::REMOTE_WRITE) {
+                    Ok(ptr) => ptr,
+                    Err(_) => {
+                        // Deregistered mid-transfer: discard the rest (staged reads).
+                        w.status = status::DEREGISTERED;
+                        return Ok(Io::WouldBlock);
+                    }
+                };
+                // SAFETY: `remote_target` checked that a live registration
+                // allowing remote writes covers `want` bytes at `ptr`; it stays
+                // registered while the domain lock is held (this whole call).
+                let dest = unsafe { std::slice::from_raw_parts_mut(ptr, want) };
+                io = conn.sock.recv(dest)?;
+                if let Io::Done(n) = io {
+                    w.got += n as u64;
+                }
+            }
+            Phase::ReadData { key, left, .. } if kind == Direct::ReadData => {
+                let r = &mut self.rma[*key];
+                io = conn.sock.recv(&mut r.op.buf.as_mut_slice()[r.got..r.got + want])?;
+                if let Io::Done(n) = io {
+                    r.got += n;
+                    *left -= n;
+                }
+            }
+            Phase::Eager(EagerRx {
+                dest: EagerDest::Posted(op),
+                got,
+                ..
+            }) if kind == Direct::Eager => {
+                io = conn.sock.recv(&mut op.buf.as_mut_slice()[*got..*got + want])?;
+                if let Io::Done(n) = io {
+                    *got += n;
+                }
+            }
+            Phase::Data { key, left } if kind == Direct::Rndv => {
+                let r = &mut self.rndv[*key];
+                io = conn.sock.recv(&mut r.recv.buf.as_mut_slice()[r.got..r.got + want])?;
+                if let Io::Done(n) = io {
+                    r.got += n;
+                    *left -= n;
+                }
+            }
+            _ => return Ok(Io::WouldBlock),
+        }
+        Ok(io)
+    }
+
+    /// Processes staged bytes of incoming connection `id` as far as they go.
+    pub(super) fn consume(&mut self, cx: &mut Ctx<'_>, id: usize) -> Result<()> {
+        loop {
+            let Some(conn) = self.conns.get_mut(id) else {
+                return Ok(());
+            };
+            match std::mem::take(&mut conn.rx) {
+                Phase::Header => {
+                    let staged = conn.staged();
+                    if staged.len() < HEADER_LEN {
+                        return Ok(());
+                    }
+                    let frame = Frame::parse(staged).map_err(|e| Error::Protocol(e.as_str()))?;
+                    if let Frame::Hello { name_len } = frame {
+                        let end = HEADER_LEN + name_len as usize;
+                        if staged.len() < end {
+                            return Ok(());
+                        }
+                        if conn.peer.is_some() {
+                            return Err(Error::Protocol("second hello on a connection"));
+                        }
+                        let name =
+                            TcpName::decode(&staged[HEADER_LEN..end]).map_err(|e| Error::Protocol(e.as_str()))?;
+                        let peer = Address::new(&staged[HEADER_LEN..end])?;
+                        conn.peer = Some(peer);
+                        conn.consume(end);
+                        // Answer on this connection unless we already opened our own.
+                        self.route.entry(peer).or_insert(id);
+                        tracing::debug!(peer = %name, "peer connected");
+                        continue;
+                    }
+                    let Some(peer) = conn.peer else {
+                        return Err(Error::Protocol("first frame is not a hello"));
+                    };
+                    // A write with immediate data: its 8 bytes come first.
+                    let mut imm = None;
+                    if let Frame::WriteReq { imm: true, .. } = frame {
+                        let Some(b) = staged.get(HEADER_LEN..HEADER_LEN + 8) else {
+                            return Ok(());
+                        };
+                        let mut word = [0u8; 8];
+                        word.copy_from_slice(b);
+                        imm = Some(u64::from_le_bytes(word));
+                        conn.consume(8);
+                    }
+                    conn.consume(HEADER_LEN);
+                    let serial = conn.serial;
+                    let next = match frame {
+                        Frame::WriteReq { .. }
+                        | Frame::ReadReq { .. }
+                        | Frame::ReadResp { .. }
+                        | Frame::WriteAck { .. } => self.on_rma_frame(cx, peer, frame, imm)?,
+                        _ => self.on_frame(cx, (id, serial), peer, frame)?,
+                    };
+                    if let Some(conn) = self.conns.get_mut(id) {
+                        conn.rx = next;
+                    }
+                }
+                Phase::Eager(mut e) => {
+                    let staged = conn.staged();
+                    let take = staged.len().min(e.olen - e.got);
+                    match &mut e.dest {
+                        EagerDest::Posted(op) => {
+                            let buf = op.buf.as_mut_slice();
+                            // Past the buffer's end (truncation) bytes are only counted.
+                            let start = e.got.min(buf.len());
+                            let fit = (buf.len() - start).min(take);
+                            buf[start..start + fit].copy_from_slice(&staged[..fit]);
+                        }
+                        EagerDest::Unexpected(v) => v.extend_from_slice(&staged[..take]),
+                    }
+                    e.got += take;
+                    conn.consume(take);
+                    if e.got < e.olen {
+                        conn.rx = Phase::Eager(e);
+                        return Ok(());
+                    }
+                    self.finish_eager(cx, e);
+                }
+                Phase::RmaWrite(mut w) => {
+                    let staged = conn.staged();
+                    let take = (staged.len() as u64).min(w.len - w.got) as usize;
+                    if w.status == status::OK && take > 0 {
+                        let addr = w.addr + w.got; // within the checked region
+                        match cx.domain.remote_target(w.key, addr, take as u64, Access::REMOTE_WRITE) {
+                            // SAFETY: `remote_target` checked that a live
+                            // registration allowing remote writes covers `take`
+                            // bytes at `ptr`; it stays registered while the
+                            // domain lock is held (this whole call), and the
+                            // staging buffer does not overlap registered memory.
+                            Ok(ptr) => unsafe { std::ptr::copy_nonoverlapping(staged.as_ptr(), ptr, take) },
+                            Err(_) => w.status = status::DEREGISTERED,
+                        }
+                    }
+                    w.got += take as u64;
+                    conn.consume(take);
+                    if w.got < w.len {
+                        conn.rx = Phase::RmaWrite(w);
+                        return Ok(());
+                    }
+                    self.finish_write(cx, w);
+                }
+                Phase::ReadData { key, gen, left } => {
+                    let staged = conn.staged();
+                    let take = staged.len().min(left);
+                    match self.rma.get_mut(key) {
+                        Some(r) if r.gen == gen => {
+                            r.op.buf.as_mut_slice()[r.got..r.got + take].copy_from_slice(&staged[..take]);
+                            r.got += take;
+                        }
+                        // The read failed meanwhile: its data is only discarded.
+                        _ => {}
+                    }
+                    conn.consume(take);
+                    if take < left {
+                        conn.rx = Phase::ReadData {
+                            key,
+                            gen,
+                            left: left - take,
+                        };
+                        return Ok(());
+                    }
+                    if self.rma.get(key).is_some_and(|r| r.gen == gen) {
+                        let r = self.rma.remove(key);
+                        complete::rma(cx.cq, self.attr.selective_completion, r.op, Ok(()));
+                    }
+                }
+                Phase::Data { key, left } => {
+                    let staged = conn.staged();
+                    let take = staged.len().min(left);
+                    let r = &mut self.rndv[key];
+                    r.recv.buf.as_mut_slice()[r.got..r.got + take].copy_from_slice(&staged[..take]);
+                    r.got += take;
+                    conn.consume(take);
+                    if take < left {
+                        conn.rx = Phase::Data { key, left: left - take };
+                        return Ok(());
+                    }
+                    if r.got == r.accepted {
+                        let r = self.rndv.remove(key);
+                        let a = Arrival {
+                            len: r.got,
+                            olen: r.olen,
+                            tag: r.tag,
+                            data: r.data,
+                            src: r.src,
+                        };
+                        complete::recv(cx.cq, r.recv, a, None);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Handles a parsed header (hello excluded); returns what follows it.
+    pub(super) fn on_frame(
+        &mut self,
+        cx: &mut Ctx<'_>,
+        conn: (usize, u64),
+        peer: Address,
+        frame: Frame,
+    ) -> Result<Phase> {
+        match frame {
+            Frame::Hello { .. } => Err(Error::Protocol("second hello on a connection")),
+            Frame::WriteReq { .. } | Frame::ReadReq { .. } | Frame::ReadResp { .. } | Frame::WriteAck { .. } => {
+                Err(Error::Internal("RMA frame outside on_rma_frame"))
+            }
+            Frame::Eager { tag, data, len } => {
+                let src = cx.av.reverse(&peer);
+                let olen = len as usize; // bounded by MAX_EAGER in Frame::parse
+                let t = tag.unwrap_or(0);
+                let dest = match self.matcher(tag.is_some()).take_posted(src, t) {
+                    Some((_, op)) => EagerDest::Posted(op),
+                    None => EagerDest::Unexpected(Vec::with_capacity(olen)),
+                };
+                let e = EagerRx {
+                    tagged: tag.is_some(),
+                    tag: t,
+                    data,
+                    src,
+                    from: peer,
+                    olen,
+                    got: 0,
+                    dest,
+                };
+                if olen == 0 {
+                    self.finish_eager(cx, e);
+                    return Ok(Phase::Header);
+                }
+                Ok(Phase::Eager(e))
+            }
+            Frame::Rts { tag, data, len, token } => {
+                let src = cx.av.reverse(&peer);
+                let t = tag.unwrap_or(0);
+                match self.matcher(tag.is_some()).take_posted(src, t) {
+                    Some((_, op)) => self.start_rndv(cx, op, conn, token, len, t, data, src),
+                    None => self.matcher(tag.is_some()).push_unexpected(
+                        src,
+                        t,
+                        Unexp::Rts {
+                            from: peer,
+                            conn,
+                            token,
+                            len,
+                            data,
+                        },
+                    ),
+                }
+                Ok(Phase::Header)
+            }
+            Frame::Cts { token, rx_token, len } => {
+                let (key, gen) = untoken(token);
+                let tx = match self.sends.get_mut(key) {
+                    Some(tx) if tx.gen == gen && !tx.cleared && tx.dest == peer => tx,
+                    _ => return Err(Error::Protocol("clear-to-send for no pending rendezvous")),
+                };
+                let len = usize::try_from(len).ok().filter(|&l| l <= tx.op.buf.len());
+                let Some(len) = len else {
+                    // The send it names can never finish: drop the connection it
+                    // went out on as well, which ends it (and its siblings) with the error.
+                    let err = Error::Protocol("clear-to-send longer than the message");
+                    let out = tx.conn.0;
+                    self.fail_conn(cx, out, err.clone());
+                    return Err(err);
+                };
+                tx.cleared = true;
+                let out = tx.conn.0;
+                if len == 0 {
+                    let tx = self.sends.remove(key);
+                    complete::send(cx.cq, self.attr.selective_completion, tx.op, Ok(()));
+                } else {
+                    let hdr = Frame::Data {
+                        rx_token,
+                        offset: 0,
+                        len: len as u64,
+                    }
+                    .to_bytes();
+                    let payload = Payload::Op { key, offset: 0, len };
+                    self.queue(
+                        cx,
+                        out,
+                        TxFrame {
+                            hdr,
+                            payload,
+                            written: 0,
+                            owner: Owner::Send(key),
+                        },
+                    );
+                }
+                Ok(Phase::Header)
+            }
+            Frame::Data { rx_token, offset, len } => {
+                let (key, gen) = untoken(rx_token);
+                let r = match self.rndv.get(key) {
+                    Some(r) if r.gen == gen && r.conn == conn => r,
+                    _ => return Err(Error::Protocol("data for no matched rendezvous receive")),
+                };
+                let end = offset.checked_add(len).filter(|&e| e <= r.accepted as u64);
+                if offset != r.got as u64 || end.is_none() {
+                    return Err(Error::Protocol(
+                        "rendezvous data out of order or past the accepted length",
+                    ));
+                }
+                Ok(Phase::Data {
+                    key,
+                    left: len as usize,
+                })
+            }
+        }
+    }
+
+    /// An eager message was read whole: complete its receive, or find one
+    /// posted meanwhile, or queue it as unexpected.
+    pub(super) fn finish_eager(&mut self, cx: &mut Ctx<'_>, e: EagerRx) {
+        let a = Arrival {
+            len: e.olen,
+            olen: e.olen,
+            tag: e.tag,
+            data: e.data,
+            src: e.src,
+        };
+        match e.dest {
+            EagerDest::Posted(op) => {
+                let len = op.buf.len().min(e.olen);
+                complete::recv(cx.cq, op, Arrival { len, ..a }, None);
+            }
+            EagerDest::Unexpected(payload) => match self.matcher(e.tagged).take_posted(e.src, e.tag) {
+                Some((_, op)) => deliver_unexpected(cx.cq, op, &payload, a),
+                None => self.matcher(e.tagged).push_unexpected(
+                    e.src,
+                    e.tag,
+                    Unexp::Eager {
+                        from: e.from,
+                        data: e.data,
+                        payload,
+                    },
+                ),
+            },
+        }
+    }
+
+    /// A receive matched a rendezvous request: accept what fits, answer clear-to-send.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn start_rndv(
+        &mut self,
+        cx: &mut Ctx<'_>,
+        op: RecvOp,
+        conn: (usize, u64),
+        token: u64,
+        len: u64,
+        tag: u64,
+        data: Option<u64>,
+        src: PeerAddr,
+    ) {
+        let olen = usize::try_from(len).unwrap_or(usize::MAX);
+        let peer = match self.conns.get(conn.0) {
+            Some(c) if c.serial == conn.1 => c.peer,
+            _ => None,
+        };
+        let Some(peer) = peer else {
+            let err = Error::PeerUnreachable { peer: src, errno: 0 };
+            return complete::recv_failed(cx.cq, op, err);
+        };
+        let accepted = op.buf.len().min(olen);
+        let out = match self.out_conn(&peer) {
+            Ok(out) => out,
+            Err(e) => return complete::recv_failed(cx.cq, op, op_error(&e, src)),
+        };
+        let gen = self.next_gen();
+        let a = Arrival {
+            len: 0,
+            olen,
+            tag,
+            data,
+            src,
+        };
+        let (owner, rx_token) = if accepted == 0 {
+            complete::recv(cx.cq, op, a, None);
+            (Owner::None, 0)
+        } else {
+            let key = self.rndv.insert(RndvRx {
+                recv: op,
+                conn,
+                gen,
+                olen,
+                accepted,
+                got: 0,
+                tag,
+                data,
+                src,
+            });
+            (Owner::Cts(key), token_of(key, gen))
+        };
+        let hdr = Frame::Cts {
+            token,
+            rx_token,
+            len: accepted as u64,
+        }
+        .to_bytes();
+        self.queue(
+            cx,
+            out,
+            TxFrame {
+                hdr,
+                payload: Payload::None,
+                written: 0,
+                owner,
+            },
+        );
+    }
+}
+
+/// Copies an unexpected eager payload into a matched receive and completes it.
+pub(super) fn deliver_unexpected(cq: &mut VecDeque<Completion>, mut op: RecvOp, payload: &[u8], a: Arrival) {
+    let buf = op.buf.as_mut_slice();
+    let len = buf.len().min(payload.len());
+    buf[..len].copy_from_slice(&payload[..len]);
+    complete::recv(cq, op, Arrival { len, ..a }, None);
+}

@@ -1,0 +1,754 @@
+//! The TCP endpoint: RDM semantics (reliable, connectionless to the user)
+//! over TCP connections made on first use, one per pair of peers, used both
+//! ways. Submodules: `inbound` (reading and matching), `rma` (RMA requests
+//! and their target-side checks).
+//!
+//! Protocol (docs/PROTOCOL.md): messages up to the rendezvous threshold go
+//! eagerly (header + payload); longer ones send a request-to-send, the
+//! receiver answers clear-to-send once a receive matched (saying how much it
+//! accepts), and the sender then streams the data, which lands straight in
+//! the receive buffer. Unexpected large messages therefore cost a header.
+//! Every length from the wire is checked before any buffer is touched; a
+//! peer that breaks the protocol loses its connection, nothing else.
+
+use std::collections::{HashMap, VecDeque};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::os::fd::{AsRawFd, RawFd};
+use std::time::{Duration, Instant};
+
+use slab::Slab;
+use xfer_core::addr::{Address, PeerAddr};
+use xfer_core::attr::EndpointAttr;
+use xfer_core::completion::Completion;
+use xfer_core::error::{Error, Result};
+use xfer_core::mr::Access;
+use xfer_core::provider::{Ctx, EndpointProvider, RecvOp, Rejected, RmaKind, RmaOp, SendOp};
+use xfer_core::sys::{Epoll, EMPTY_EVENT, READABLE, WRITABLE};
+use xfer_core::tag::{Matched, Matcher, RecvSpec};
+
+use crate::complete::{self, Arrival};
+use crate::conn::{Conn, Dir, Owner, Payload, State, TxFrame};
+use crate::keys::{status_error, status_of};
+use crate::name::TcpName;
+use crate::rx::{EagerDest, EagerRx, Phase, RndvRx, Unexp, WriteRx};
+use crate::sys::{self, Io, Socket};
+use crate::wire::{status, Frame, HEADER_LEN, MAX_EAGER};
+
+mod inbound;
+mod rma;
+
+use inbound::deliver_unexpected;
+use rma::RmaTx;
+
+/// Epoll token of the listening socket; connections use their slab key.
+const LISTENER: u64 = u64::MAX;
+/// Reads per connection per progress call, so one busy peer cannot starve others.
+const READS_PER_EVENT: usize = 16;
+/// With a hot connection, how many progress calls share one `epoll_wait`.
+const EPOLL_EVERY: u32 = 8;
+/// The cause recorded when a peer closes a connection in order (end of file).
+const CLOSED_BY_PEER: Error = Error::PeerUnreachable {
+    peer: PeerAddr::UNSPEC,
+    errno: 0,
+};
+/// Payload bytes at or above which a read goes straight into the user's buffer.
+const DIRECT_READ: usize = 4096;
+
+/// A send in flight: its payload is being written or waits for a clear-to-send.
+#[derive(Debug)]
+struct TxOp {
+    op: SendOp,
+    /// The connection (key, serial) it travels on.
+    conn: (usize, u64),
+    /// The destination's name, to check who answers.
+    dest: Address,
+    gen: u32,
+    /// Set once its rendezvous request is answered.
+    cleared: bool,
+}
+
+/// Where the next payload bytes of a connection may be read to directly.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Direct {
+    Eager,
+    Rndv,
+    RmaWrite,
+    ReadData,
+}
+
+/// A TCP endpoint.
+pub struct TcpEndpoint {
+    attr: EndpointAttr,
+    name: Address,
+    listener: Socket,
+    epoll: Epoll,
+    events: Vec<libc::epoll_event>,
+    conns: Slab<Conn>,
+    /// The connection our frames to each peer travel on: the one we opened,
+    /// or the one the peer opened if we had none. Fixed while it lives, so
+    /// our messages to a peer stay in order.
+    route: HashMap<Address, usize>,
+    connecting: usize,
+    serial: u64,
+    gen: u32,
+    sends: Slab<TxOp>,
+    rndv: Slab<RndvRx>,
+    rma: Slab<RmaTx>,
+    tagged: Matcher<RecvOp, Unexp>,
+    untagged: Matcher<RecvOp, Unexp>,
+    /// The connection that last had data to read. Busy-polling reads it
+    /// directly and calls `epoll_wait` only every [`EPOLL_EVERY`] polls, so
+    /// a ping-pong's critical path has no epoll round trip (see
+    /// docs/PERFORMANCE.md).
+    hot: Option<usize>,
+    /// Progress calls since the last `epoll_wait`.
+    spins: u32,
+    /// Connections with frames queued for an unwritable socket: while any
+    /// exists, every progress call asks epoll (write readiness must not wait).
+    writing: usize,
+}
+
+fn token(key: usize, gen: u32) -> u64 {
+    (key as u64) | ((gen as u64) << 32)
+}
+
+fn untoken(t: u64) -> (usize, u32) {
+    ((t & 0xffff_ffff) as usize, (t >> 32) as u32)
+}
+
+/// The error an operation gets when its connection failed with `cause`.
+fn op_error(cause: &Error, peer: PeerAddr) -> Error {
+    match cause {
+        Error::Os(errno) => Error::PeerUnreachable { peer, errno: *errno },
+        Error::TimedOut => Error::PeerUnreachable {
+            peer,
+            errno: libc::ETIMEDOUT,
+        },
+        Error::PeerUnreachable { errno, .. } => Error::PeerUnreachable { peer, errno: *errno },
+        other => other.clone(),
+    }
+}
+
+fn listen_addr(attr: &EndpointAttr) -> Result<SocketAddr> {
+    let Some(text) = attr.tcp.addr.as_deref() else {
+        let ip = sys::first_external_ipv4().unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST));
+        return Ok(SocketAddr::new(ip, 0));
+    };
+    let addr = text
+        .parse::<SocketAddr>()
+        .or_else(|_| text.parse::<IpAddr>().map(|ip| SocketAddr::new(ip, 0)))
+        .map_err(|_| Error::InvalidArgument("XFER_TCP_ADDR must be IP or IP:PORT"))?;
+    if addr.ip().is_unspecified() {
+        return Err(Error::InvalidArgument(
+            "XFER_TCP_ADDR must name a concrete IP, not a wildcard",
+        ));
+    }
+    Ok(addr)
+}
+
+impl TcpEndpoint {
+    /// Opens an endpoint listening on the attribute's address.
+    pub fn open(attr: &EndpointAttr) -> Result<TcpEndpoint> {
+        if attr.rndv_threshold as u64 > MAX_EAGER || attr.inject_size as u64 > MAX_EAGER {
+            return Err(Error::InvalidArgument(
+                "rendezvous threshold and inject size must be at most 1 MiB",
+            ));
+        }
+        let listener = Socket::listen(&listen_addr(attr)?)?;
+        let tcp_name = TcpName {
+            addr: listener.local_addr()?,
+            nonce: sys::random_u64(),
+        };
+        let name = Address::new(&tcp_name.to_vec())?;
+        let epoll = Epoll::new()?;
+        epoll.add(listener.as_raw_fd(), READABLE, LISTENER)?;
+        tracing::debug!(name = %tcp_name, "tcp endpoint open");
+        Ok(TcpEndpoint {
+            attr: attr.clone(),
+            name,
+            listener,
+            epoll,
+            events: vec![EMPTY_EVENT; 64],
+            conns: Slab::new(),
+            route: HashMap::new(),
+            connecting: 0,
+            serial: 0,
+            gen: 0,
+            sends: Slab::new(),
+            rndv: Slab::new(),
+            rma: Slab::new(),
+            tagged: Matcher::new(),
+            untagged: Matcher::new(),
+            hot: None,
+            spins: 0,
+            writing: 0,
+        })
+    }
+
+    fn next_serial(&mut self) -> u64 {
+        self.serial += 1;
+        self.serial
+    }
+
+    fn next_gen(&mut self) -> u32 {
+        self.gen = self.gen.wrapping_add(1);
+        self.gen
+    }
+
+    fn matcher(&mut self, tagged: bool) -> &mut Matcher<RecvOp, Unexp> {
+        if tagged {
+            &mut self.tagged
+        } else {
+            &mut self.untagged
+        }
+    }
+
+    /// The connection to `dest`, connecting (and queueing a hello) on first use.
+    fn out_conn(&mut self, dest: &Address) -> Result<usize> {
+        if let Some(&id) = self.route.get(dest) {
+            return Ok(id);
+        }
+        let name = TcpName::decode(dest.as_bytes()).map_err(|e| Error::Protocol(e.as_str()))?;
+        let sock = Socket::connect(&name.addr)?;
+        sock.tune(self.attr.tcp.user_timeout_ms, self.attr.tcp.sockbuf)?;
+        let serial = self.next_serial();
+        let mut conn = Conn::new(sock, Dir::Out, State::Connecting(Instant::now()), serial, Some(*dest));
+        let me = self.name.as_bytes().to_vec();
+        let hdr = Frame::Hello {
+            name_len: me.len() as u8,
+        }
+        .to_bytes();
+        conn.txq.push_back(TxFrame {
+            hdr,
+            payload: Payload::Owned(me),
+            written: 0,
+            owner: Owner::None,
+        });
+        conn.want_write = true;
+        self.writing += 1;
+        let fd = conn.sock.as_raw_fd();
+        let id = self.conns.insert(conn);
+        if let Err(e) = self.epoll.add(fd, READABLE | WRITABLE, id as u64) {
+            self.conns.remove(id);
+            return Err(e);
+        }
+        self.route.insert(*dest, id);
+        self.connecting += 1;
+        tracing::debug!(peer = %name, "connecting");
+        Ok(id)
+    }
+
+    /// Writes queued frames of connection `id` until done or the socket is full.
+    fn flush(&mut self, cx: &mut Ctx<'_>, id: usize) {
+        let Some(conn) = self.conns.get_mut(id) else { return };
+        if conn.state != State::Open {
+            return;
+        }
+        while let Some(TxFrame {
+            hdr, payload, written, ..
+        }) = conn.txq.front_mut()
+        {
+            let mut ext: &[u8] = &[];
+            let payload: &[u8] = match payload {
+                Payload::None => &[],
+                Payload::Owned(v) => v,
+                Payload::Op { key, offset, len } => &self.sends[*key].op.buf.as_slice()[*offset..*offset + *len],
+                Payload::Rma { key, imm } => {
+                    if let Some(b) = imm {
+                        ext = &b[..];
+                    }
+                    self.rma[*key].op.buf.as_slice()
+                }
+                Payload::Region { mr_key, addr, len } => {
+                    match cx.domain.remote_target(*mr_key, *addr, *len, Access::REMOTE_READ) {
+                        // SAFETY: `remote_target` checked that the live
+                        // registration covers `len` bytes at the pointer; it
+                        // stays registered while the domain lock is held,
+                        // which it is for this whole call.
+                        Ok(ptr) if *len > 0 => unsafe { std::slice::from_raw_parts(ptr, *len as usize) },
+                        Ok(_) => &[],
+                        Err(_) => {
+                            let err = Error::RemoteAccess(status::text(status::DEREGISTERED));
+                            return self.fail_conn(cx, id, err);
+                        }
+                    }
+                }
+            };
+            match Conn::write_frame(&conn.sock, hdr, written, ext, payload) {
+                Ok(true) => match conn.txq.pop_front().map(|f| f.owner) {
+                    Some(Owner::Send(key)) => {
+                        let tx = self.sends.remove(key);
+                        complete::send(cx.cq, self.attr.selective_completion, tx.op, Ok(()));
+                    }
+                    Some(Owner::Rma(key)) => {
+                        if let Some(r) = self.rma.get_mut(key) {
+                            r.sent = true;
+                        }
+                    }
+                    _ => {}
+                },
+                Ok(false) => break,
+                Err(e) => return self.fail_conn(cx, id, e),
+            }
+        }
+        let want = !conn.txq.is_empty();
+        if want != conn.want_write {
+            conn.want_write = want;
+            if want {
+                self.writing += 1;
+            } else {
+                self.writing -= 1;
+            }
+            let events = if want { READABLE | WRITABLE } else { READABLE };
+            if let Err(e) = self.epoll.modify(conn.sock.as_raw_fd(), events, id as u64) {
+                self.fail_conn(cx, id, e);
+            }
+        }
+    }
+
+    /// Queues `frame` on connection `id` and writes what the socket takes.
+    fn queue(&mut self, cx: &mut Ctx<'_>, id: usize, frame: TxFrame) {
+        self.conns[id].txq.push_back(frame);
+        self.flush(cx, id);
+    }
+
+    /// Drops connection `id` and ends every operation that depended on it.
+    fn fail_conn(&mut self, cx: &mut Ctx<'_>, id: usize, cause: Error) {
+        let Some(mut conn) = self.conns.try_remove(id) else {
+            return;
+        };
+        if let Err(e) = self.epoll.delete(conn.sock.as_raw_fd()) {
+            tracing::debug!(error = %e, "epoll delete of a failed connection");
+        }
+        if matches!(conn.state, State::Connecting(_)) {
+            self.connecting -= 1;
+        }
+        if conn.want_write {
+            self.writing -= 1;
+        }
+        if let Some(peer) = conn.peer {
+            if self.route.get(&peer) == Some(&id) {
+                self.route.remove(&peer);
+            }
+        }
+        let me = (id, conn.serial);
+        let quiet = matches!(conn.rx, Phase::Header)
+            && conn.staged().is_empty()
+            && conn.txq.is_empty()
+            && !self.sends.iter().any(|(_, tx)| tx.conn == me);
+        let clean_close = quiet && matches!(cause, Error::PeerUnreachable { errno: 0, .. });
+        if clean_close || cause == Error::Canceled {
+            tracing::debug!(peer = ?conn.peer, opened_by = ?conn.dir, reason = %cause, "connection closed");
+        } else {
+            tracing::warn!(peer = ?conn.peer, opened_by = ?conn.dir, error = %cause, "connection failed");
+        }
+        let selective = self.attr.selective_completion;
+        for frame in conn.txq.drain(..) {
+            match frame.owner {
+                Owner::Send(key) | Owner::Rts(key) => {
+                    let tx = self.sends.remove(key);
+                    let err = op_error(&cause, tx.op.peer);
+                    complete::send(cx.cq, selective, tx.op, Err(err));
+                }
+                Owner::Cts(key) => self.fail_rndv(cx, key, &cause),
+                Owner::Rma(key) => self.fail_rma(cx, key, None, &cause),
+                Owner::None => {}
+            }
+        }
+        let waiting: Vec<usize> = self.rma.iter().filter(|(_, r)| r.conn == me).map(|(k, _)| k).collect();
+        for key in waiting {
+            self.fail_rma(cx, key, None, &cause);
+        }
+        let waiting: Vec<usize> = self
+            .sends
+            .iter()
+            .filter(|(_, t)| t.conn == me)
+            .map(|(k, _)| k)
+            .collect();
+        for key in waiting {
+            let tx = self.sends.remove(key);
+            let err = op_error(&cause, tx.op.peer);
+            complete::send(cx.cq, selective, tx.op, Err(err));
+        }
+        match std::mem::take(&mut conn.rx) {
+            Phase::Eager(EagerRx {
+                dest: EagerDest::Posted(op),
+                src,
+                ..
+            }) => complete::recv_failed(cx.cq, op, op_error(&cause, src)),
+            Phase::Data { key, .. } => self.fail_rndv(cx, key, &cause),
+            Phase::ReadData { key, gen, .. } => self.fail_rma(cx, key, Some(gen), &cause),
+            Phase::Eager(_) | Phase::Header | Phase::RmaWrite(_) => {}
+        }
+        let stranded: Vec<usize> = self.rndv.iter().filter(|(_, r)| r.conn == me).map(|(k, _)| k).collect();
+        for key in stranded {
+            self.fail_rndv(cx, key, &cause);
+        }
+    }
+
+    fn fail_rndv(&mut self, cx: &mut Ctx<'_>, key: usize, cause: &Error) {
+        if let Some(r) = self.rndv.try_remove(key) {
+            let err = op_error(cause, r.src);
+            complete::recv_failed(cx.cq, r.recv, err);
+        }
+    }
+
+    fn accept_all(&mut self) {
+        loop {
+            match self.listener.accept() {
+                Ok(Some(sock)) => {
+                    if let Err(e) = sock.tune(self.attr.tcp.user_timeout_ms, self.attr.tcp.sockbuf) {
+                        tracing::warn!(error = %e, "tuning accepted socket");
+                    }
+                    let serial = self.next_serial();
+                    let fd = sock.as_raw_fd();
+                    let id = self.conns.insert(Conn::new(sock, Dir::In, State::Open, serial, None));
+                    if let Err(e) = self.epoll.add(fd, READABLE, id as u64) {
+                        tracing::warn!(error = %e, "watching accepted socket");
+                        self.conns.remove(id);
+                    }
+                }
+                Ok(None) => return,
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept failed");
+                    return;
+                }
+            }
+        }
+    }
+
+    fn on_event(&mut self, cx: &mut Ctx<'_>, id: usize, events: u32) {
+        let Some(conn) = self.conns.get_mut(id) else { return };
+        match conn.state {
+            State::Connecting(_) => {
+                if events & (WRITABLE | libc::EPOLLERR as u32 | libc::EPOLLHUP as u32) == 0 {
+                    return;
+                }
+                match conn.sock.take_error() {
+                    Ok(0) => {
+                        conn.state = State::Open;
+                        self.connecting -= 1;
+                        self.flush(cx, id);
+                    }
+                    Ok(errno) => self.fail_conn(cx, id, Error::Os(errno)),
+                    Err(e) => self.fail_conn(cx, id, e),
+                }
+            }
+            State::Open => {
+                if events & (READABLE | libc::EPOLLERR as u32 | libc::EPOLLHUP as u32) != 0 {
+                    self.hot = Some(id);
+                    self.read_incoming(cx, id);
+                }
+                if events & WRITABLE != 0 {
+                    self.flush(cx, id);
+                }
+            }
+        }
+    }
+
+    fn check_connect_timeouts(&mut self, cx: &mut Ctx<'_>) {
+        let limit = Duration::from_millis(self.attr.tcp.connect_timeout_ms);
+        let now = Instant::now();
+        let late: Vec<usize> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| matches!(c.state, State::Connecting(since) if now.duration_since(since) > limit))
+            .map(|(k, _)| k)
+            .collect();
+        for id in late {
+            self.fail_conn(cx, id, Error::TimedOut);
+        }
+    }
+
+    /// Writes an eager frame at once when the connection is idle; returns the
+    /// frame (with what was written) when it must wait in the queue.
+    fn try_send_now(&mut self, cx: &mut Ctx<'_>, id: usize, hdr: [u8; HEADER_LEN], payload: &[u8]) -> Option<TxFrame> {
+        let mut frame = TxFrame {
+            hdr,
+            payload: Payload::None,
+            written: 0,
+            owner: Owner::None,
+        };
+        let conn = &mut self.conns[id];
+        if conn.state != State::Open || !conn.txq.is_empty() {
+            return Some(frame);
+        }
+        match Conn::write_frame(&conn.sock, &frame.hdr, &mut frame.written, &[], payload) {
+            Ok(true) => None,
+            Ok(false) => Some(frame),
+            Err(e) => {
+                self.fail_conn(cx, id, e);
+                Some(frame)
+            }
+        }
+    }
+}
+
+fn token_of(key: usize, gen: u32) -> u64 {
+    token(key, gen)
+}
+
+impl TcpEndpoint {
+    /// Checks an inject's size and returns the connection it goes out on.
+    fn inject_conn(&mut self, cx: &Ctx<'_>, peer: PeerAddr, len: usize) -> Result<usize> {
+        if len > self.attr.inject_size {
+            return Err(Error::InvalidArgument(
+                "inject payload exceeds the endpoint's inject_size",
+            ));
+        }
+        let dest = cx.av.lookup(peer).copied().ok_or(Error::AddressNotAvailable)?;
+        self.out_conn(&dest)
+    }
+}
+
+impl EndpointProvider for TcpEndpoint {
+    fn name(&self) -> Address {
+        self.name
+    }
+
+    fn send(&mut self, cx: &mut Ctx<'_>, op: SendOp) -> std::result::Result<(), Rejected<SendOp>> {
+        let Some(dest) = cx.av.lookup(op.peer).copied() else {
+            return Err(Rejected::new(Error::AddressNotAvailable, op));
+        };
+        let id = match self.out_conn(&dest) {
+            Ok(id) => id,
+            Err(e) => return Err(Rejected::new(e, op)),
+        };
+        let len = op.buf.len();
+        let gen = self.next_gen();
+        let conn = (id, self.conns[id].serial);
+        if len <= self.attr.rndv_threshold {
+            let hdr = Frame::Eager {
+                tag: op.tag,
+                data: op.data,
+                len: len as u64,
+            }
+            .to_bytes();
+            let Some(mut frame) = self.try_send_now(cx, id, hdr, op.buf.as_slice()) else {
+                complete::send(cx.cq, self.attr.selective_completion, op, Ok(()));
+                return Ok(());
+            };
+            let key = self.sends.insert(TxOp {
+                op,
+                conn,
+                dest,
+                gen,
+                cleared: true,
+            });
+            frame.payload = Payload::Op { key, offset: 0, len };
+            frame.owner = Owner::Send(key);
+            match self.conns.get(id) {
+                Some(c) if c.serial == conn.1 => self.queue(cx, id, frame),
+                _ => {
+                    // The connection failed while writing: report the send's failure.
+                    let tx = self.sends.remove(key);
+                    let err = Error::PeerUnreachable {
+                        peer: tx.op.peer,
+                        errno: libc::ECONNRESET,
+                    };
+                    complete::send(cx.cq, self.attr.selective_completion, tx.op, Err(err));
+                }
+            }
+        } else {
+            let (tag, data) = (op.tag, op.data);
+            let key = self.sends.insert(TxOp {
+                op,
+                conn,
+                dest,
+                gen,
+                cleared: false,
+            });
+            let hdr = Frame::Rts {
+                tag,
+                data,
+                len: len as u64,
+                token: token(key, gen),
+            }
+            .to_bytes();
+            self.queue(
+                cx,
+                id,
+                TxFrame {
+                    hdr,
+                    payload: Payload::None,
+                    written: 0,
+                    owner: Owner::Rts(key),
+                },
+            );
+        }
+        Ok(())
+    }
+
+    fn inject(
+        &mut self,
+        cx: &mut Ctx<'_>,
+        peer: PeerAddr,
+        tag: Option<u64>,
+        data: Option<u64>,
+        payload: &[u8],
+    ) -> Result<()> {
+        let id = self.inject_conn(cx, peer, payload.len())?;
+        let hdr = Frame::Eager {
+            tag,
+            data,
+            len: payload.len() as u64,
+        }
+        .to_bytes();
+        if let Some(mut frame) = self.try_send_now(cx, id, hdr, payload) {
+            if self.conns.contains(id) {
+                frame.payload = Payload::Owned(payload.to_vec());
+                self.queue(cx, id, frame);
+            } else {
+                return Err(Error::PeerUnreachable {
+                    peer,
+                    errno: libc::ECONNRESET,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    fn rma(&mut self, cx: &mut Ctx<'_>, op: RmaOp) -> std::result::Result<(), Rejected<RmaOp>> {
+        self.start_rma(cx, op)
+    }
+
+    fn inject_write(
+        &mut self,
+        cx: &mut Ctx<'_>,
+        peer: PeerAddr,
+        addr: u64,
+        key: u64,
+        data: Option<u64>,
+        payload: &[u8],
+    ) -> Result<()> {
+        let id = self.inject_conn(cx, peer, payload.len())?;
+        let hdr = Frame::WriteReq {
+            key,
+            addr,
+            len: payload.len() as u64,
+            token: 0,
+            imm: data.is_some(),
+        }
+        .to_bytes();
+        let mut bytes = Vec::with_capacity(payload.len() + 8);
+        if let Some(d) = data {
+            bytes.extend_from_slice(&d.to_le_bytes());
+        }
+        bytes.extend_from_slice(payload);
+        let frame = TxFrame {
+            hdr,
+            payload: Payload::Owned(bytes),
+            written: 0,
+            owner: Owner::None,
+        };
+        self.queue(cx, id, frame);
+        if !self.conns.contains(id) {
+            return Err(Error::PeerUnreachable {
+                peer,
+                errno: libc::ECONNRESET,
+            });
+        }
+        Ok(())
+    }
+
+    fn recv(&mut self, cx: &mut Ctx<'_>, op: RecvOp) -> std::result::Result<(), Rejected<RecvOp>> {
+        let spec = if op.tagged {
+            op.spec
+        } else {
+            RecvSpec {
+                tag: 0,
+                ignore: 0,
+                ..op.spec
+            }
+        };
+        let matcher = self.matcher(op.tagged);
+        matcher.resolve_unknown(|u| cx.av.reverse(u.from()));
+        let Some(Matched {
+            recv, src, tag, msg, ..
+        }) = matcher.post(spec, op)
+        else {
+            return Ok(());
+        };
+        match msg {
+            Unexp::Eager { data, payload, .. } => {
+                let a = Arrival {
+                    len: 0,
+                    olen: payload.len(),
+                    tag,
+                    data,
+                    src,
+                };
+                deliver_unexpected(cx.cq, recv, &payload, a);
+            }
+            Unexp::Rts {
+                conn, token, len, data, ..
+            } => self.start_rndv(cx, recv, conn, token, len, tag, data, src),
+        }
+        Ok(())
+    }
+
+    fn cancel(&mut self, cx: &mut Ctx<'_>, context: u64) -> Result<()> {
+        let found = match self.tagged.cancel_posted(|r| r.context == context) {
+            Some(hit) => Some(hit),
+            None => self.untagged.cancel_posted(|r| r.context == context),
+        };
+        let (_, op) = found.ok_or(Error::InvalidArgument("no posted receive with that context"))?;
+        complete::recv_failed(cx.cq, op, Error::Canceled);
+        Ok(())
+    }
+
+    fn progress(&mut self, cx: &mut Ctx<'_>) {
+        if let Some(id) = self.hot {
+            if self.conns.get(id).is_some_and(|c| c.state == State::Open) {
+                self.read_incoming(cx, id);
+                self.spins += 1;
+                if self.spins < EPOLL_EVERY && self.writing == 0 && self.connecting == 0 {
+                    return;
+                }
+            } else {
+                self.hot = None;
+            }
+        }
+        self.spins = 0;
+        let n = match self.epoll.wait(&mut self.events, 0) {
+            Ok(n) => n,
+            Err(e) => {
+                tracing::error!(error = %e, "epoll_wait failed");
+                0
+            }
+        };
+        for i in 0..n {
+            let (tok, events) = (self.events[i].u64, self.events[i].events);
+            if tok == LISTENER {
+                self.accept_all();
+            } else {
+                self.on_event(cx, tok as usize, events);
+            }
+        }
+        if self.connecting > 0 {
+            self.check_connect_timeouts(cx);
+        }
+    }
+
+    fn wait_fd(&self) -> RawFd {
+        self.epoll.as_raw_fd()
+    }
+
+    fn close(&mut self, cx: &mut Ctx<'_>) {
+        let ids: Vec<usize> = self.conns.iter().map(|(k, _)| k).collect();
+        for id in ids {
+            self.fail_conn(cx, id, Error::Canceled);
+        }
+        for r in self.rma.drain().collect::<Vec<_>>() {
+            complete::rma(cx.cq, self.attr.selective_completion, r.op, Err(Error::Canceled));
+        }
+        for (_, op) in self
+            .tagged
+            .drain_posted()
+            .into_iter()
+            .chain(self.untagged.drain_posted())
+        {
+            complete::recv_failed(cx.cq, op, Error::Canceled);
+        }
+    }
+}

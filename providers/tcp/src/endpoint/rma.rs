@@ -1,0 +1,239 @@
+//! RMA on the TCP endpoint: the initiator's requests and their answers, and
+//! the target's checks (key, bounds, access) before any byte is touched.
+
+use super::*;
+
+/// An RMA operation in flight at the initiator: its request is queued or
+/// written, and it waits for the target's WriteAck or ReadResp.
+#[derive(Debug)]
+pub(super) struct RmaTx {
+    pub(super) op: RmaOp,
+    /// The connection (key, serial) its request travels on.
+    pub(super) conn: (usize, u64),
+    /// The target's name, to check who answers.
+    pub(super) dest: Address,
+    pub(super) gen: u32,
+    /// Its request frame has been written whole (an answer before that is forged).
+    pub(super) sent: bool,
+    /// Read data placed so far.
+    pub(super) got: usize,
+}
+
+impl TcpEndpoint {
+    /// Fails the RMA operation `key` (if it still exists and, when given, has generation `gen`).
+    pub(super) fn fail_rma(&mut self, cx: &mut Ctx<'_>, key: usize, gen: Option<u32>, cause: &Error) {
+        if self.rma.get(key).is_some_and(|r| gen.is_none() || gen == Some(r.gen)) {
+            let r = self.rma.remove(key);
+            let err = op_error(cause, r.op.peer);
+            complete::rma(cx.cq, self.attr.selective_completion, r.op, Err(err));
+        }
+    }
+
+    /// Handles an RMA frame (target: requests; initiator: answers); returns
+    /// what follows it. `imm` is a write's immediate data, already read.
+    pub(super) fn on_rma_frame(
+        &mut self,
+        cx: &mut Ctx<'_>,
+        peer: Address,
+        frame: Frame,
+        imm: Option<u64>,
+    ) -> Result<Phase> {
+        match frame {
+            Frame::WriteReq {
+                key, addr, len, token, ..
+            } => {
+                let status = match cx.domain.remote_target(key, addr, len, Access::REMOTE_WRITE) {
+                    Ok(_) => status::OK,
+                    Err(e) => {
+                        tracing::debug!(key, addr, len, error = %e, "remote write refused");
+                        status_of(&e)
+                    }
+                };
+                let w = WriteRx {
+                    key,
+                    addr,
+                    len,
+                    got: 0,
+                    token,
+                    imm,
+                    status,
+                    peer,
+                };
+                if len == 0 {
+                    self.finish_write(cx, w);
+                    return Ok(Phase::Header);
+                }
+                Ok(Phase::RmaWrite(w))
+            }
+            Frame::ReadReq { key, addr, len, token } => {
+                let (status, payload, rlen) = match cx.domain.remote_target(key, addr, len, Access::REMOTE_READ) {
+                    Ok(_) if len > 0 => (status::OK, Payload::Region { mr_key: key, addr, len }, len),
+                    Ok(_) => (status::OK, Payload::None, 0),
+                    Err(e) => {
+                        tracing::debug!(key, addr, len, error = %e, "remote read refused");
+                        (status_of(&e), Payload::None, 0)
+                    }
+                };
+                let hdr = Frame::ReadResp {
+                    token,
+                    status,
+                    len: rlen,
+                }
+                .to_bytes();
+                self.answer(cx, &peer, hdr, payload);
+                Ok(Phase::Header)
+            }
+            Frame::WriteAck { token, status } => {
+                let key = self.answered(token, &peer, RmaKind::Write)?;
+                let r = self.rma.remove(key);
+                let result = if status == status::OK {
+                    Ok(())
+                } else {
+                    Err(status_error(status))
+                };
+                complete::rma(cx.cq, self.attr.selective_completion, r.op, result);
+                Ok(Phase::Header)
+            }
+            Frame::ReadResp { token, status, len } => {
+                let key = self.answered(token, &peer, RmaKind::Read)?;
+                if status != status::OK {
+                    let r = self.rma.remove(key);
+                    complete::rma(cx.cq, self.attr.selective_completion, r.op, Err(status_error(status)));
+                    return Ok(Phase::Header);
+                }
+                let r = &self.rma[key];
+                if len != r.op.buf.len() as u64 {
+                    let err = Error::Protocol("read response length differs from the request");
+                    self.fail_rma(cx, key, None, &err);
+                    return Err(err);
+                }
+                if len == 0 {
+                    let r = self.rma.remove(key);
+                    complete::rma(cx.cq, self.attr.selective_completion, r.op, Ok(()));
+                    return Ok(Phase::Header);
+                }
+                Ok(Phase::ReadData {
+                    key,
+                    gen: r.gen,
+                    left: len as usize,
+                })
+            }
+            _ => Err(Error::Internal("not an RMA frame")),
+        }
+    }
+
+    /// The RMA operation an answer's token names: it must exist, be of
+    /// `kind`, have gone to `peer`, and have its request written whole.
+    pub(super) fn answered(&self, token: u64, peer: &Address, kind: RmaKind) -> Result<usize> {
+        let (key, gen) = untoken(token);
+        match self.rma.get(key) {
+            Some(r) if r.gen == gen && r.sent && r.dest == *peer && r.op.kind == kind => Ok(key),
+            _ => Err(Error::Protocol("RMA answer for no pending operation")),
+        }
+    }
+
+    /// Queues an answer frame to `peer` on our route to it; answers that
+    /// cannot be sent are logged (the initiator's connection failure ends
+    /// its operation).
+    pub(super) fn answer(&mut self, cx: &mut Ctx<'_>, peer: &Address, hdr: [u8; HEADER_LEN], payload: Payload) {
+        match self.out_conn(peer) {
+            Ok(out) => self.queue(
+                cx,
+                out,
+                TxFrame {
+                    hdr,
+                    payload,
+                    written: 0,
+                    owner: Owner::None,
+                },
+            ),
+            Err(e) => tracing::warn!(error = %e, "cannot answer an RMA request"),
+        }
+    }
+
+    /// A peer's write was consumed whole: acknowledge it (unless it was an
+    /// inject) and report its immediate data.
+    pub(super) fn finish_write(&mut self, cx: &mut Ctx<'_>, w: WriteRx) {
+        if w.status == status::OK {
+            if let Some(data) = w.imm {
+                let src = cx.av.reverse(&w.peer);
+                complete::remote_write(cx.cq, w.len as usize, data, src);
+            }
+        }
+        if w.token != 0 {
+            let hdr = Frame::WriteAck {
+                token: w.token,
+                status: w.status,
+            }
+            .to_bytes();
+            self.answer(cx, &w.peer, hdr, Payload::None);
+        }
+    }
+
+    /// Starts an RMA operation (see `EndpointProvider::rma`); a refusal gives the op back.
+    pub(super) fn start_rma(&mut self, cx: &mut Ctx<'_>, op: RmaOp) -> std::result::Result<(), Rejected<RmaOp>> {
+        if op.kind == RmaKind::Read && op.data.is_some() {
+            return Err(Rejected::new(
+                Error::InvalidArgument("immediate data is for writes only"),
+                op,
+            ));
+        }
+        let Some(dest) = cx.av.lookup(op.peer).copied() else {
+            return Err(Rejected::new(Error::AddressNotAvailable, op));
+        };
+        let id = match self.out_conn(&dest) {
+            Ok(id) => id,
+            Err(e) => return Err(Rejected::new(e, op)),
+        };
+        let mut gen = self.next_gen();
+        if gen == 0 {
+            gen = self.next_gen(); // token 0 means "no answer wanted"
+        }
+        let (kind, len, data, rkey, addr) = (op.kind, op.buf.len() as u64, op.data, op.key, op.addr);
+        let conn = (id, self.conns[id].serial);
+        let key = self.rma.insert(RmaTx {
+            op,
+            conn,
+            dest,
+            gen,
+            sent: false,
+            got: 0,
+        });
+        let tok = token(key, gen);
+        let (hdr, payload) = match kind {
+            RmaKind::Write => (
+                Frame::WriteReq {
+                    key: rkey,
+                    addr,
+                    len,
+                    token: tok,
+                    imm: data.is_some(),
+                },
+                Payload::Rma {
+                    key,
+                    imm: data.map(u64::to_le_bytes),
+                },
+            ),
+            RmaKind::Read => (
+                Frame::ReadReq {
+                    key: rkey,
+                    addr,
+                    len,
+                    token: tok,
+                },
+                Payload::None,
+            ),
+        };
+        self.queue(
+            cx,
+            id,
+            TxFrame {
+                hdr: hdr.to_bytes(),
+                payload,
+                written: 0,
+                owner: Owner::Rma(key),
+            },
+        );
+        Ok(())
+    }
+}
