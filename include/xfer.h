@@ -8,18 +8,21 @@
  * xfer_cq_wait: a count) on success, or a negative XFER_E* code. The codes
  * are minus libfabric's FI_E* values; xfer_strerror() prints them.
  *
- * Handles. xfer_domain_t, xfer_cq_t, xfer_av_t and xfer_ep_t pointers are
+ * Handles. xfer_domain_t, xfer_cq_t, xfer_av_t, xfer_ep_t and xfer_mr_t pointers are
  * opaque handles the library never dereferences: they index a process-wide
  * table and carry a generation number. NULL, a closed handle (double close
  * included), a handle of another kind and any value that is not a handle
  * give XFER_EBADF instead of undefined behaviour. Close in libfabric's
- * order: endpoints, then AVs and CQs, then the domain; closing an object
- * that an open handle was opened from gives XFER_EBUSY.
+ * order: endpoints and MRs, then AVs and CQs, then the domain; closing an
+ * object that an open handle was opened from gives XFER_EBUSY. A remote key
+ * (xfer_rkey_t) is not a handle but a plain struct the caller owns.
  *
  * Buffers. Send and receive buffers are not copied: they must stay valid,
  * and untouched by the program, until the operation's completion has been
  * polled from its CQ, or until the endpoint is closed (which ends every
  * outstanding operation with an XFER_ECANCELED entry). Inject calls copy.
+ * Registered memory (xfer_mr_reg) must stay valid until xfer_mr_close;
+ * peers read and write it while this process makes progress.
  * Other pointer arguments are only used during the call. Invalid pointers
  * other than NULL cannot be detected.
  *
@@ -85,6 +88,18 @@
  * A send (`FI_SEND`).
  */
 #define XFER_SEND (1ull << 11)
+
+/**
+ * The target side of a peer's RMA read (`FI_REMOTE_READ`). Reads report
+ * nothing at the target today; the value is reserved for that.
+ */
+#define XFER_REMOTE_READ (1ull << 12)
+
+/**
+ * The target side of a peer's RMA write (`FI_REMOTE_WRITE`): an entry made
+ * by `xfer_ep_writedata` (with `XFER_RMA | XFER_REMOTE_CQ_DATA`).
+ */
+#define XFER_REMOTE_WRITE (1ull << 13)
 
 /**
  * The entry carries the sender's immediate data in `data` (`FI_REMOTE_CQ_DATA`).
@@ -162,6 +177,13 @@
 #define XFER_EAGAIN -11
 
 /**
+ * RMA refused by the target: unknown (e.g. deregistered) key, range
+ * outside the region, or access the region was not registered with
+ * (`FI_EACCES`). Reported in the initiator's completion.
+ */
+#define XFER_EACCES -13
+
+/**
  * Out of memory or out of handles.
  */
 #define XFER_ENOMEM -12
@@ -232,6 +254,27 @@
 #define XFER_ETRUNC -265
 
 /**
+ * Access right: the local side of RMA may write the region (a read's
+ * destination). Matters for RDMA providers only (`FI_READ` locally).
+ */
+#define XFER_MR_LOCAL_WRITE (1ull << 0)
+
+/**
+ * Access right: peers may read the region (`FI_REMOTE_READ`).
+ */
+#define XFER_MR_REMOTE_READ (1ull << 1)
+
+/**
+ * Access right: peers may write the region (`FI_REMOTE_WRITE`).
+ */
+#define XFER_MR_REMOTE_WRITE (1ull << 2)
+
+/**
+ * Length in bytes of a packed remote key (`xfer_mr_rkey_pack`).
+ */
+#define XFER_RKEY_PACKED_LEN 32
+
+/**
  * An address vector (opaque): the table of peers its endpoints talk to.
  */
 typedef struct xfer_av_t xfer_av_t;
@@ -254,6 +297,11 @@ typedef struct xfer_domain_t xfer_domain_t;
 typedef struct xfer_ep_t xfer_ep_t;
 
 /**
+ * A registered memory region (opaque handle), from `xfer_mr_reg`.
+ */
+typedef struct xfer_mr_t xfer_mr_t;
+
+/**
  * A peer's handle in an address vector (`fi_addr_t`).
  */
 typedef uint64_t xfer_addr_t;
@@ -270,12 +318,15 @@ typedef struct xfer_cq_entry_t {
     void *op_context;
     /**
      * What the operation was: `XFER_SEND` or `XFER_RECV`, with `XFER_MSG`
-     * or `XFER_TAGGED`, plus `XFER_REMOTE_CQ_DATA` when `data` is valid.
+     * or `XFER_TAGGED`; `XFER_RMA` with `XFER_WRITE` or `XFER_READ` (the
+     * initiator) or `XFER_REMOTE_WRITE` (the target of `xfer_ep_writedata`);
+     * plus `XFER_REMOTE_CQ_DATA` when `data` is valid.
      */
     uint64_t flags;
     /**
      * Bytes transferred. A send: the message length. A receive: the bytes
-     * written into the buffer (at most the buffer's length).
+     * written into the buffer (at most the buffer's length). RMA: the
+     * local buffer's length (the target of a write with data: bytes written).
      */
     size_t len;
     /**
@@ -407,6 +458,71 @@ typedef struct xfer_msg_t {
      */
     void *context;
 } xfer_msg_t;
+
+/**
+ * A peer's memory region as the initiator of RMA names it: filled by
+ * `xfer_rkey_unpack` from the bytes the target's `xfer_mr_rkey_pack` made.
+ *
+ * A plain struct owned by the caller: nothing to free, copy it freely, it
+ * is read only during the call it is passed to. It stays usable as long as
+ * the target keeps the region registered; after that, operations with it
+ * complete with `XFER_EACCES`.
+ */
+typedef struct xfer_rkey_t {
+    /**
+     * The region's start address in the target's memory.
+     */
+    uint64_t addr;
+    /**
+     * The region's length in bytes (informational: the target checks bounds).
+     */
+    uint64_t len;
+    /**
+     * The provider's remote key.
+     */
+    uint64_t key;
+    /**
+     * The id of the provider that registered it (1 = tcp); RMA with a key
+     * of another provider than the endpoint's is `XFER_EINVAL`.
+     */
+    uint32_t provider;
+} xfer_rkey_t;
+
+/**
+ * An RMA operation for `xfer_ep_writemsg` / `xfer_ep_readmsg`
+ * (`fi_msg_rma` with one local and one remote buffer).
+ */
+typedef struct xfer_rma_msg_t {
+    /**
+     * Local memory: the source of a write, the destination of a read; may
+     * be NULL when `len` is 0.
+     */
+    void *buf;
+    /**
+     * Bytes to transfer.
+     */
+    size_t len;
+    /**
+     * The target peer.
+     */
+    xfer_addr_t addr;
+    /**
+     * The target region (read during the call only).
+     */
+    const struct xfer_rkey_t *rkey;
+    /**
+     * Where in the target region the transfer starts, in bytes from its start.
+     */
+    uint64_t offset;
+    /**
+     * With `XFER_REMOTE_CQ_DATA`: immediate data for the target's completion.
+     */
+    uint64_t data;
+    /**
+     * Returned as `op_context` in the completion.
+     */
+    void *context;
+} xfer_rma_msg_t;
 
 /**
  * No particular peer: an any-source receive, or a completion whose sender is
@@ -873,6 +989,246 @@ int xfer_ep_cancel(struct xfer_ep_t *ep, void *context);
  * Never returns NULL.
  */
 const char *xfer_strerror(int code);
+
+/**
+ * Registers `len` bytes at `buf` in `domain` with the rights `access` (a
+ * combination of `XFER_MR_LOCAL_WRITE`, `XFER_MR_REMOTE_READ`,
+ * `XFER_MR_REMOTE_WRITE`) and stores the handle in `*out` (NULL on
+ * failure) (`fi_mr_reg`). Each call registers exactly this range with
+ * exactly these rights (no cache, no rounding to pages).
+ *
+ * Returns 0; `XFER_EBADF` for a bad domain; `XFER_EINVAL` when `buf` or
+ * `out` is NULL, `len` is 0 or above `PTRDIFF_MAX`; `XFER_EBADFLAGS` for an
+ * unknown `access` bit.
+ *
+ * Ownership and lifetime (libfabric's contract): the memory stays the
+ * caller's, is not copied, and must stay valid until `xfer_mr_close`
+ * returns. While registered, peers read and write it (as `access` allows)
+ * whenever the domain makes progress, i.e. during calls on this domain's
+ * CQs and endpoints; the caller's own accesses must not overlap those
+ * calls (single-threaded programs: read it between calls). Close the MR
+ * before the domain (`xfer_domain_close` gives `XFER_EBUSY` meanwhile).
+ * Thread-safe.
+ *
+ * # Safety
+ * `buf` must be valid for reads and writes of `len` bytes until
+ * `xfer_mr_close` returns; `out` must be NULL or writable for one pointer.
+ */
+int xfer_mr_reg(struct xfer_domain_t *domain,
+                void *buf,
+                size_t len,
+                uint64_t access,
+                struct xfer_mr_t **out);
+
+/**
+ * Deregisters a region (`fi_close` on an MR). When this returns, peers can
+ * no longer reach the memory (later RMA with its key completes with
+ * `XFER_EACCES` at the initiator) and the library never touches it again:
+ * the caller may free it.
+ *
+ * Never `XFER_EBUSY`: local RMA buffers are not tied to registrations, so
+ * nothing local can be using the region. A peer's read of the region that
+ * is being answered at that moment fails at that peer (its connection is
+ * dropped, as the answer's length is already on the wire); a peer's write
+ * is either applied before or refused after.
+ *
+ * Returns 0, or `XFER_EBADF` for a bad or already closed handle.
+ * Thread-safe; closing while another thread uses the same handle is a
+ * program error (that call fails with `XFER_EBADF` or completes first).
+ */
+int xfer_mr_close(struct xfer_mr_t *mr);
+
+/**
+ * Stores the region's remote key in `*key` (`fi_mr_key`). Peers need the
+ * whole packed key (`xfer_mr_rkey_pack`), not just this number.
+ *
+ * Returns 0; `XFER_EBADF`; `XFER_EINVAL` when `key` is NULL. Thread-safe.
+ *
+ * # Safety
+ * `key` must be NULL or writable for one `uint64_t`.
+ */
+int xfer_mr_key(struct xfer_mr_t *mr, uint64_t *key);
+
+/**
+ * Stores the region's local descriptor in `*desc` (`fi_mr_desc`; verbs:
+ * the lkey; tcp: equal to the key). The RMA calls take no descriptor yet:
+ * the tcp provider needs none.
+ *
+ * Returns 0; `XFER_EBADF`; `XFER_EINVAL` when `desc` is NULL. Thread-safe.
+ *
+ * # Safety
+ * `desc` must be NULL or writable for one `uint64_t`.
+ */
+int xfer_mr_desc(struct xfer_mr_t *mr, uint64_t *desc);
+
+/**
+ * Stores the region's start address (the `buf` it was registered with) in
+ * `*addr`. RMA calls address a peer's region by offset from its start.
+ *
+ * Returns 0; `XFER_EBADF`; `XFER_EINVAL` when `addr` is NULL. Thread-safe.
+ *
+ * # Safety
+ * `addr` must be NULL or writable for one `uint64_t`.
+ */
+int xfer_mr_addr(struct xfer_mr_t *mr, uint64_t *addr);
+
+/**
+ * Packs the region's remote key into `buf`, a buffer of `*len` bytes, and
+ * stores the packed length (`XFER_RKEY_PACKED_LEN`) in `*len`
+ * (`ucp_rkey_pack`; the bytes play the role of libfabric's raw key). When
+ * `buf` is NULL or `*len` is too small, copies nothing, stores the length
+ * needed and returns `XFER_ETOOSMALL`. Send the bytes to peers, which call
+ * `xfer_rkey_unpack`. They are position-independent and contain no
+ * pointer the peer dereferences.
+ *
+ * Returns 0; `XFER_ETOOSMALL`; `XFER_EBADF`; `XFER_EINVAL` when `len` is
+ * NULL. Thread-safe.
+ *
+ * # Safety
+ * `len` must be NULL or point to a readable and writable `size_t`; `buf`
+ * must be NULL or writable for `*len` bytes.
+ */
+int xfer_mr_rkey_pack(struct xfer_mr_t *mr, void *buf, size_t *len);
+
+/**
+ * Parses `len` bytes made by a peer's `xfer_mr_rkey_pack` into `*out`
+ * (`ucp_ep_rkey_unpack`, `fi_mr_map_raw`). The result is a plain struct
+ * owned by the caller: nothing to free. Needs no domain or endpoint; the
+ * provider is checked when the key is used.
+ *
+ * Returns 0, or `XFER_EINVAL` when `bytes` or `out` is NULL or the bytes
+ * are not a packed key (wrong length, magic, version, reserved bytes, or a
+ * region that wraps the address space); `*out` is then zeroed. Thread-safe.
+ *
+ * # Safety
+ * `bytes` must be NULL or readable for `len` bytes; `out` must be NULL or
+ * writable for one `xfer_rkey_t`.
+ */
+int xfer_rkey_unpack(const void *bytes, size_t len, struct xfer_rkey_t *out);
+
+/**
+ * Writes `len` bytes at `buf` into the peer `peer`'s region `*rkey`,
+ * starting `offset` bytes into it (`fi_write`). The completion
+ * (`XFER_RMA | XFER_WRITE`, `len`) returns `context` once the target
+ * applied the write, or carries `err = XFER_EACCES` when the target
+ * refused it (unknown or deregistered key, range outside the region, no
+ * `XFER_MR_REMOTE_WRITE`); the target's memory is then untouched.
+ *
+ * Returns 0 when posted; `XFER_EBADF`; `XFER_EINVAL` for a NULL `rkey`, a
+ * NULL `buf` with a non-zero `len`, a key of another provider or an
+ * offset overflowing the address; `XFER_EADDRNOTAVAIL` when `peer` is not
+ * in the AV. `*rkey` is read during the call only.
+ *
+ * # Safety
+ * `buf` must be valid for reading `len` bytes and must not be modified or
+ * freed until the completion is polled or the endpoint is closed; `rkey`
+ * must be NULL or point to a readable `xfer_rkey_t`.
+ */
+int xfer_ep_write(struct xfer_ep_t *ep,
+                  const void *buf,
+                  size_t len,
+                  xfer_addr_t peer,
+                  const struct xfer_rkey_t *rkey,
+                  uint64_t offset,
+                  void *context);
+
+/**
+ * Like `xfer_ep_write`, and the target's CQ gets an entry
+ * (`XFER_RMA | XFER_REMOTE_WRITE | XFER_REMOTE_CQ_DATA`) with `data`, the
+ * bytes written in `len`, the initiator in `src` and a NULL `op_context`,
+ * without consuming a posted receive (`fi_writedata`). A refused write
+ * reports nothing at the target.
+ *
+ * # Safety
+ * As `xfer_ep_write`.
+ */
+int xfer_ep_writedata(struct xfer_ep_t *ep,
+                      const void *buf,
+                      size_t len,
+                      uint64_t data,
+                      xfer_addr_t peer,
+                      const struct xfer_rkey_t *rkey,
+                      uint64_t offset,
+                      void *context);
+
+/**
+ * Reads `len` bytes of the peer `peer`'s region `*rkey`, from `offset`
+ * bytes into it, into `buf` (`fi_read`). The completion
+ * (`XFER_RMA | XFER_READ`, `len`) returns `context`, or carries
+ * `err = XFER_EACCES` when the target refused it (unknown key, range
+ * outside the region, no `XFER_MR_REMOTE_READ`); `buf` is then not
+ * meaningful. The target gets no completion.
+ *
+ * Returns as `xfer_ep_write`.
+ *
+ * # Safety
+ * `buf` must be valid for writing `len` bytes and must not be read,
+ * modified or freed until the completion is polled or the endpoint is
+ * closed; `rkey` must be NULL or point to a readable `xfer_rkey_t`.
+ */
+int xfer_ep_read(struct xfer_ep_t *ep,
+                 void *buf,
+                 size_t len,
+                 xfer_addr_t peer,
+                 const struct xfer_rkey_t *rkey,
+                 uint64_t offset,
+                 void *context);
+
+/**
+ * Copies `len` bytes at `buf` and writes them to the peer's region `*rkey`
+ * at `offset` (`fi_inject_write`): no completion, not even when the target
+ * refuses the write, and `buf` may be reused at once. To learn that the
+ * data arrived, follow with a write or read to the same peer and wait for
+ * its completion (operations to one peer are applied in order).
+ *
+ * Returns 0; `XFER_EBADF`; `XFER_EINVAL` as `xfer_ep_write`, or when
+ * `len` exceeds the endpoint's `inject_size`; `XFER_EADDRNOTAVAIL`.
+ *
+ * # Safety
+ * `buf` must be valid for reading `len` bytes during the call; `rkey` must
+ * be NULL or point to a readable `xfer_rkey_t`.
+ */
+int xfer_ep_inject_write(struct xfer_ep_t *ep,
+                         const void *buf,
+                         size_t len,
+                         xfer_addr_t peer,
+                         const struct xfer_rkey_t *rkey,
+                         uint64_t offset);
+
+/**
+ * Posts a write described by `*msg` (`fi_writemsg`). `flags` is a
+ * combination of:
+ * - `XFER_REMOTE_CQ_DATA`: deliver `msg->data` to the target's CQ, as
+ *   `xfer_ep_writedata`;
+ * - `XFER_COMPLETION`: report success with a completion. On an endpoint
+ *   opened with `XFER_SELECTIVE_COMPLETION` a write without it reports
+ *   only failure (including `XFER_EACCES`); on other endpoints every write
+ *   completes;
+ * - `XFER_INJECT`: copy the payload and report nothing, as
+ *   `xfer_ep_inject_write` (not with `XFER_REMOTE_CQ_DATA`).
+ *
+ * Returns as `xfer_ep_write`, or `XFER_EBADFLAGS` for another flag or an
+ * unsupported combination; `XFER_EINVAL` when `msg` is NULL. `*msg` and
+ * `*msg->rkey` are read during the call only.
+ *
+ * # Safety
+ * `msg` must be NULL or point to a readable `xfer_rma_msg_t` whose buffer
+ * follows `xfer_ep_write`'s rule (`xfer_ep_inject_write`'s with
+ * `XFER_INJECT`) and whose `rkey` is NULL or readable.
+ */
+int xfer_ep_writemsg(struct xfer_ep_t *ep, const struct xfer_rma_msg_t *msg, uint64_t flags);
+
+/**
+ * Posts a read described by `*msg` (`fi_readmsg`). `flags` may hold
+ * `XFER_COMPLETION` (as in `xfer_ep_writemsg`); any other flag is
+ * `XFER_EBADFLAGS` (reads carry no immediate data). Returns as
+ * `xfer_ep_read`; `XFER_EINVAL` when `msg` is NULL.
+ *
+ * # Safety
+ * `msg` must be NULL or point to a readable `xfer_rma_msg_t` whose buffer
+ * follows `xfer_ep_read`'s rule and whose `rkey` is NULL or readable.
+ */
+int xfer_ep_readmsg(struct xfer_ep_t *ep, const struct xfer_rma_msg_t *msg, uint64_t flags);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -24,6 +24,12 @@ pub const XFER_WRITE: u64 = 1u64 << 9;
 pub const XFER_RECV: u64 = 1u64 << 10;
 /// A send (`FI_SEND`).
 pub const XFER_SEND: u64 = 1u64 << 11;
+/// The target side of a peer's RMA read (`FI_REMOTE_READ`). Reads report
+/// nothing at the target today; the value is reserved for that.
+pub const XFER_REMOTE_READ: u64 = 1u64 << 12;
+/// The target side of a peer's RMA write (`FI_REMOTE_WRITE`): an entry made
+/// by `xfer_ep_writedata` (with `XFER_RMA | XFER_REMOTE_CQ_DATA`).
+pub const XFER_REMOTE_WRITE: u64 = 1u64 << 13;
 /// The entry carries the sender's immediate data in `data` (`FI_REMOTE_CQ_DATA`).
 pub const XFER_REMOTE_CQ_DATA: u64 = 1u64 << 17;
 
@@ -41,10 +47,13 @@ pub struct xfer_cq_entry_t {
     /// The `context` pointer given when the operation was posted.
     pub op_context: *mut c_void,
     /// What the operation was: `XFER_SEND` or `XFER_RECV`, with `XFER_MSG`
-    /// or `XFER_TAGGED`, plus `XFER_REMOTE_CQ_DATA` when `data` is valid.
+    /// or `XFER_TAGGED`; `XFER_RMA` with `XFER_WRITE` or `XFER_READ` (the
+    /// initiator) or `XFER_REMOTE_WRITE` (the target of `xfer_ep_writedata`);
+    /// plus `XFER_REMOTE_CQ_DATA` when `data` is valid.
     pub flags: u64,
     /// Bytes transferred. A send: the message length. A receive: the bytes
-    /// written into the buffer (at most the buffer's length).
+    /// written into the buffer (at most the buffer's length). RMA: the
+    /// local buffer's length (the target of a write with data: bytes written).
     pub len: usize,
     /// Always NULL (receives land in the buffer that was posted).
     pub buf: *mut c_void,
@@ -298,6 +307,8 @@ mod tests {
         assert_eq!(XFER_RECV, Flags::RECV.0);
         assert_eq!(XFER_SEND, Flags::SEND.0);
         assert_eq!(XFER_REMOTE_CQ_DATA, Flags::REMOTE_CQ_DATA.0);
+        assert_eq!(XFER_REMOTE_READ, Flags::REMOTE_READ.0);
+        assert_eq!(XFER_REMOTE_WRITE, Flags::REMOTE_WRITE.0);
     }
 
     #[test]

@@ -222,7 +222,7 @@ pub extern "C" fn xfer_ep_close(ep: *mut xfer_ep_t) -> c_int {
     })
 }
 
-fn ep_of(h: *mut xfer_ep_t) -> Result<Arc<Endpoint>, Fail> {
+pub(crate) fn ep_of(h: *mut xfer_ep_t) -> Result<Arc<Endpoint>, Fail> {
     match handle::get(h as usize as u64, Kind::Ep)? {
         Object::Ep(ep) => Ok(ep),
         _ => Err(Fail(XFER_EBADF)),
@@ -259,7 +259,7 @@ pub unsafe extern "C" fn xfer_ep_getname(ep: *mut xfer_ep_t, buf: *mut c_void, l
 /// # Safety
 /// The libfabric contract: `buf` valid for `len` bytes and untouched until
 /// the completion.
-unsafe fn raw_buffer(buf: *const c_void, len: usize) -> Result<Buffer, Fail> {
+pub(crate) unsafe fn raw_buffer(buf: *const c_void, len: usize) -> Result<Buffer, Fail> {
     if buf.is_null() && len > 0 {
         return Err(invalid("buffer is NULL but its length is not 0"));
     }

@@ -19,6 +19,10 @@ pub const XFER_EIO: c_int = -5;
 pub const XFER_EBADF: c_int = -9;
 /// Try again: a resource is busy or a completion is ready (`xfer_cq_trywait`).
 pub const XFER_EAGAIN: c_int = -11;
+/// RMA refused by the target: unknown (e.g. deregistered) key, range
+/// outside the region, or access the region was not registered with
+/// (`FI_EACCES`). Reported in the initiator's completion.
+pub const XFER_EACCES: c_int = -13;
 /// Out of memory or out of handles.
 pub const XFER_ENOMEM: c_int = -12;
 /// The object is still in use: close the handles opened from it first.
@@ -188,6 +192,7 @@ mod tests {
             (Error::AddressNotAvailable, XFER_EADDRNOTAVAIL),
             (Error::NoProvider("x".into()), XFER_ENODATA),
             (Error::Internal("x"), XFER_EIO),
+            (Error::RemoteAccess("x"), XFER_EACCES),
         ];
         for (e, c) in pairs {
             assert_eq!(e.code(), c, "{e:?}");

@@ -34,7 +34,7 @@
 
 use std::sync::{Arc, PoisonError, RwLock};
 
-use xfer_facade::{AddressVector, CompletionQueue, Domain, Endpoint};
+use xfer_facade::{AddressVector, CompletionQueue, Domain, Endpoint, MemoryRegion};
 
 use crate::error::{Fail, XFER_EBADF, XFER_EBUSY, XFER_ENOMEM};
 
@@ -54,6 +54,7 @@ pub(crate) enum Kind {
     Cq = 2,
     Av = 3,
     Ep = 4,
+    Mr = 5,
 }
 
 /// The Rust object behind a handle. Every variant is a cheap `Arc` clone.
@@ -63,6 +64,7 @@ pub(crate) enum Object {
     Cq(CompletionQueue),
     Av(AddressVector),
     Ep(Arc<Endpoint>),
+    Mr(Arc<MemoryRegion>),
 }
 
 impl Object {
@@ -72,6 +74,7 @@ impl Object {
             Object::Cq(_) => Kind::Cq,
             Object::Av(_) => Kind::Av,
             Object::Ep(_) => Kind::Ep,
+            Object::Mr(_) => Kind::Mr,
         }
     }
 }
@@ -190,6 +193,22 @@ pub(crate) fn get(raw: u64, kind: Kind) -> Result<Object, Fail> {
     let reg = REGISTRY.read().unwrap_or_else(PoisonError::into_inner);
     match reg.entry(raw, kind) {
         Some(e) => Ok(e.obj.clone()),
+        None => {
+            tracing::debug!(handle = format_args!("{raw:#x}"), ?kind, "bad handle");
+            Err(Fail(XFER_EBADF))
+        }
+    }
+}
+
+/// Runs `f` on the object behind `raw` (a live handle of `kind`) under the
+/// table's read lock, without cloning it. Memory regions are only reached
+/// this way, so the table holds their only reference and removing the
+/// handle deregisters the region at once. `f` must not block or call into
+/// the table.
+pub(crate) fn with<R>(raw: u64, kind: Kind, f: impl FnOnce(&Object) -> R) -> Result<R, Fail> {
+    let reg = REGISTRY.read().unwrap_or_else(PoisonError::into_inner);
+    match reg.entry(raw, kind) {
+        Some(e) => Ok(f(&e.obj)),
         None => {
             tracing::debug!(handle = format_args!("{raw:#x}"), ?kind, "bad handle");
             Err(Fail(XFER_EBADF))

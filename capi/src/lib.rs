@@ -20,6 +20,10 @@
 //!   stay valid and untouched until the operation's completion is polled
 //!   (libfabric's contract), or until its endpoint is closed. Inject calls
 //!   copy and return at once.
+//! - **Registered memory** (`xfer_mr_reg`) stays the caller's and must stay
+//!   valid until `xfer_mr_close` returns; peers reach it by RMA whenever the
+//!   domain makes progress. Remote keys (`xfer_rkey_t`) are plain structs
+//!   owned by the caller, not handles.
 //! - **Threads.** Every call may be made from any thread. All objects opened
 //!   from one domain share that domain's lock, held for the duration of each
 //!   call (but not while `xfer_cq_wait` sleeps); for parallelism open one
@@ -43,6 +47,8 @@ pub mod domain;
 pub mod ep;
 pub mod error;
 mod handle;
+pub mod mr;
+pub mod rma;
 
 use std::ffi::c_void;
 

@@ -1,5 +1,5 @@
-//! Builds the C test suite (`tests/c/test_capi.c`) and the C example
-//! (`examples/c/pingpong.c`) with the system C compiler against the freshly
+//! Builds the C test suite (`tests/c/test_capi.c`) and the C examples
+//! (`examples/c/pingpong.c`, `examples/c/rma.c`) with the system C compiler against the freshly
 //! built `libxfer`, and runs them: dynamically linked, statically linked, and
 //! under valgrind memcheck.
 //!
@@ -262,6 +262,56 @@ fn c_pingpong_example() {
     let status = server.wait().expect("wait for the server");
     assert!(status.success(), "pingpong server: {status}\n{rest}");
     assert!(rest.contains("200 rounds of 4096 bytes done"), "{rest}");
+}
+
+/// The RMA example builds with exactly the documented command and runs as
+/// two processes: the client gets, puts with immediate data, gets back.
+#[test]
+fn c_rma_example() {
+    let p = paths();
+    let exe = p.out_dir.join("rma");
+    let mut cc = Command::new("cc");
+    cc.current_dir(&p.root)
+        .args(["examples/c/rma.c", "-Iinclude"])
+        .arg(format!("-L{}", p.lib_dir.display()))
+        .args(["-lxfer", "-o"])
+        .arg(&exe);
+    check(&run(cc), "compiling examples/c/rma.c");
+
+    let mut server = dynamic(&exe)
+        .arg("server")
+        .env("XFER_TCP_ADDR", "127.0.0.1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start the rma server");
+    let mut lines = BufReader::new(server.stdout.take().unwrap());
+    let mut first = String::new();
+    lines.read_line(&mut first).expect("read the server's name");
+    let Some(name) = first.trim().strip_prefix("rma server: ").map(str::to_string) else {
+        let _ = server.kill();
+        panic!("unexpected first line {first:?}");
+    };
+
+    let client = run({
+        let mut c = dynamic(&exe);
+        c.args(["client", &name, "100000"]).env("XFER_TCP_ADDR", "127.0.0.1");
+        c
+    });
+    check(&client, "rma client");
+    let out = String::from_utf8_lossy(&client.stdout);
+    assert!(out.contains("got \"hello from the rma server\""), "{out}");
+    assert!(out.contains("put and got 100000 bytes"), "{out}");
+
+    let mut rest = String::new();
+    lines.read_to_string(&mut rest).expect("read the server's output");
+    let status = server.wait().expect("wait for the server");
+    assert!(status.success(), "rma server: {status}\n{rest}");
+    assert!(
+        rest.contains("client put 100000 bytes, immediate data 100000"),
+        "{rest}"
+    );
+    assert!(rest.contains("rma server: done"), "{rest}");
 }
 
 /// `capi/install.sh` lays out a prefix whose `xfer.pc` lets a C build find

@@ -1018,6 +1018,448 @@ static void test_pingpong_two_processes(void)
 }
 
 /* ------------------------------------------------------------------ */
+/* Memory registration and RMA                                          */
+/* ------------------------------------------------------------------ */
+
+#define MR_ALL (XFER_MR_LOCAL_WRITE | XFER_MR_REMOTE_READ | XFER_MR_REMOTE_WRITE)
+
+static void check_bad_mr(xfer_mr_t *mr)
+{
+    uint64_t v = 0;
+    uint8_t packed[XFER_RKEY_PACKED_LEN];
+    size_t len = sizeof packed;
+    CHECK_RC(xfer_mr_key(mr, &v), XFER_EBADF);
+    CHECK_RC(xfer_mr_desc(mr, &v), XFER_EBADF);
+    CHECK_RC(xfer_mr_addr(mr, &v), XFER_EBADF);
+    CHECK_RC(xfer_mr_rkey_pack(mr, packed, &len), XFER_EBADF);
+    CHECK_RC(xfer_mr_close(mr), XFER_EBADF);
+}
+
+/* Registration arguments, key queries, pack/unpack, close rules. */
+static void test_mr(void)
+{
+    struct node n;
+    REQUIRE_OK(node_open(&n));
+    uint8_t *buf = malloc(4096);
+    memset(buf, 0x5A, 4096);
+    xfer_mr_t *mr = (xfer_mr_t *)(uintptr_t)1;
+
+    /* Registration arguments. */
+    CHECK_RC(xfer_mr_reg(n.domain, NULL, 4096, MR_ALL, &mr), XFER_EINVAL);
+    CHECK(mr == NULL);
+    CHECK_RC(xfer_mr_reg(n.domain, buf, 0, MR_ALL, &mr), XFER_EINVAL);
+    CHECK_RC(xfer_mr_reg(n.domain, buf, SIZE_MAX, MR_ALL, &mr), XFER_EINVAL);
+    CHECK_RC(xfer_mr_reg(n.domain, buf, 4096, 1u << 3, &mr), XFER_EBADFLAGS);
+    CHECK_RC(xfer_mr_reg(n.domain, buf, 4096, XFER_MR_REMOTE_READ | (1ull << 40), &mr), XFER_EBADFLAGS);
+    CHECK_RC(xfer_mr_reg(n.domain, buf, 4096, MR_ALL, NULL), XFER_EINVAL);
+    CHECK_RC(xfer_mr_reg(NULL, buf, 4096, MR_ALL, &mr), XFER_EBADF);
+    CHECK_RC(xfer_mr_reg((xfer_domain_t *)n.cq, buf, 4096, MR_ALL, &mr), XFER_EBADF);
+    CHECK(mr == NULL);
+
+    REQUIRE_OK(xfer_mr_reg(n.domain, buf, 4096, MR_ALL, &mr));
+    uint64_t key = 0, desc = 0, addr = 0;
+    CHECK_RC(xfer_mr_key(mr, &key), 0);
+    CHECK_RC(xfer_mr_desc(mr, &desc), 0);
+    CHECK_RC(xfer_mr_addr(mr, &addr), 0);
+    CHECK(addr == (uint64_t)(uintptr_t)buf);
+    CHECK_RC(xfer_mr_key(mr, NULL), XFER_EINVAL);
+    CHECK_RC(xfer_mr_desc(mr, NULL), XFER_EINVAL);
+    CHECK_RC(xfer_mr_addr(mr, NULL), XFER_EINVAL);
+
+    /* Two registrations of one buffer get distinct keys. */
+    xfer_mr_t *mr2 = NULL;
+    uint64_t key2 = 0;
+    REQUIRE_OK(xfer_mr_reg(n.domain, buf, 100, XFER_MR_REMOTE_READ, &mr2));
+    CHECK_RC(xfer_mr_key(mr2, &key2), 0);
+    CHECK(key2 != key);
+    CHECK_RC(xfer_mr_close(mr2), 0);
+
+    /* Packing: the getname protocol. */
+    uint8_t packed[2 * XFER_RKEY_PACKED_LEN];
+    size_t len = 0;
+    CHECK_RC(xfer_mr_rkey_pack(mr, NULL, &len), XFER_ETOOSMALL);
+    CHECK(len == XFER_RKEY_PACKED_LEN);
+    len = XFER_RKEY_PACKED_LEN - 1;
+    CHECK_RC(xfer_mr_rkey_pack(mr, packed, &len), XFER_ETOOSMALL);
+    CHECK(len == XFER_RKEY_PACKED_LEN);
+    CHECK_RC(xfer_mr_rkey_pack(mr, packed, NULL), XFER_EINVAL);
+    len = sizeof packed;
+    CHECK_RC(xfer_mr_rkey_pack(mr, packed, &len), 0);
+    CHECK(len == XFER_RKEY_PACKED_LEN);
+
+    /* Unpacking. */
+    xfer_rkey_t k;
+    CHECK_RC(xfer_rkey_unpack(packed, XFER_RKEY_PACKED_LEN, &k), 0);
+    CHECK(k.addr == addr && k.len == 4096 && k.key == key && k.provider == n.name[0]);
+    for (size_t cut = 0; cut < XFER_RKEY_PACKED_LEN; cut++) {
+        k.key = 1;
+        CHECK_RC(xfer_rkey_unpack(packed, cut, &k), XFER_EINVAL);
+        CHECK(k.key == 0 && k.addr == 0 && k.len == 0);
+    }
+    CHECK_RC(xfer_rkey_unpack(packed, XFER_RKEY_PACKED_LEN + 1, &k), XFER_EINVAL);
+    CHECK_RC(xfer_rkey_unpack(NULL, XFER_RKEY_PACKED_LEN, &k), XFER_EINVAL);
+    CHECK_RC(xfer_rkey_unpack(packed, XFER_RKEY_PACKED_LEN, NULL), XFER_EINVAL);
+    uint8_t garbage[XFER_RKEY_PACKED_LEN];
+    memset(garbage, 0xA5, sizeof garbage);
+    CHECK_RC(xfer_rkey_unpack(garbage, sizeof garbage, &k), XFER_EINVAL);
+    for (size_t i = 0; i < 8; i++) { /* magic, version, reserved */
+        if (i == 3)
+            continue; /* the provider id is checked when the key is used */
+        memcpy(garbage, packed, sizeof garbage);
+        garbage[i] ^= 0x40;
+        CHECK_RC(xfer_rkey_unpack(garbage, sizeof garbage, &k), XFER_EINVAL);
+    }
+    memcpy(garbage, packed, sizeof garbage);
+    memset(garbage + 8, 0xFF, 8); /* addr near the top: addr + len wraps */
+    CHECK_RC(xfer_rkey_unpack(garbage, sizeof garbage, &k), XFER_EINVAL);
+
+    /* A domain with a registration cannot close; the MR closes once. */
+    xfer_domain_t *d2 = NULL;
+    xfer_mr_t *mr3 = NULL;
+    REQUIRE_OK(xfer_domain_open(NULL, &d2));
+    REQUIRE_OK(xfer_mr_reg(d2, buf, 64, XFER_MR_REMOTE_WRITE, &mr3));
+    CHECK_RC(xfer_domain_close(d2), XFER_EBUSY);
+    CHECK_RC(xfer_mr_close(mr3), 0);
+    CHECK_RC(xfer_mr_close(mr3), XFER_EBADF);
+    CHECK_RC(xfer_domain_close(d2), 0);
+
+    /* Bad handles: NULL, forged, other kinds, closed. */
+    check_bad_mr(NULL);
+    check_bad_mr((xfer_mr_t *)(uintptr_t)0xA5A5A5A5A5A5A5A5ull);
+    check_bad_mr((xfer_mr_t *)buf);
+    check_bad_mr((xfer_mr_t *)n.ep);
+    check_bad_mr((xfer_mr_t *)n.domain);
+    check_bad_mr(mr2);
+    CHECK_RC(xfer_ep_close((xfer_ep_t *)mr), XFER_EBADF);
+    CHECK_RC(xfer_domain_close((xfer_domain_t *)mr), XFER_EBADF);
+
+    CHECK_RC(xfer_mr_close(mr), 0);
+    CHECK_RC(xfer_mr_close(mr), XFER_EBADF);
+    check_bad_mr(mr);
+    free(buf);
+    node_close(&n);
+}
+
+/* RMA to oneself on an endpoint with selective completion: writemsg and
+ * readmsg report success only with XFER_COMPLETION, failures always. */
+static void test_rma_selective_completion(void)
+{
+    struct node n;
+    REQUIRE_OK(node_open_flags(&n, XFER_SELECTIVE_COMPLETION));
+    xfer_addr_t self = node_add(&n, &n);
+    uint8_t *region = calloc(1, 4096), out[64], in[64];
+    xfer_mr_t *mr = NULL;
+    REQUIRE_OK(xfer_mr_reg(n.domain, region, 4096, XFER_MR_REMOTE_READ | XFER_MR_REMOTE_WRITE, &mr));
+    uint8_t packed[XFER_RKEY_PACKED_LEN];
+    size_t len = sizeof packed;
+    xfer_rkey_t k, bad;
+    REQUIRE_OK(xfer_mr_rkey_pack(mr, packed, &len));
+    REQUIRE_OK(xfer_rkey_unpack(packed, len, &k));
+    bad = k;
+    bad.key ^= 0x5555;
+    xfer_cq_entry_t e;
+    struct node *ns[] = {&n};
+
+    pattern(out, sizeof out, 50);
+    xfer_rma_msg_t quiet = {out, sizeof out, self, &k, 100, 0, CTX(1)};
+    xfer_rma_msg_t loud = {out, sizeof out, self, &k, 200, 0, CTX(2)};
+    xfer_rma_msg_t refused = {out, sizeof out, self, &bad, 0, 0, CTX(3)};
+    xfer_rma_msg_t back = {in, sizeof in, self, &k, 100, 0, CTX(4)};
+    CHECK_RC(xfer_ep_writemsg(n.ep, &quiet, 0), 0);
+    CHECK_RC(xfer_ep_writemsg(n.ep, &loud, XFER_COMPLETION), 0);
+    CHECK_RC(xfer_ep_writemsg(n.ep, &refused, 0), 0);
+    CHECK(expect(ns, 1, 0, CTX(2), &e) && e.err == 0 && e.flags == (XFER_RMA | XFER_WRITE));
+    CHECK(expect(ns, 1, 0, CTX(3), &e) && e.err == XFER_EACCES);
+    CHECK_RC(xfer_ep_readmsg(n.ep, &back, XFER_COMPLETION), 0);
+    CHECK(expect(ns, 1, 0, CTX(4), &e) && e.err == 0 && e.flags == (XFER_RMA | XFER_READ));
+    CHECK(pattern_ok(in, sizeof in, 50)); /* the quiet write landed before */
+    node_poll(&n);
+    CHECK(!take(&n, CTX(1), &e));
+    /* The region holds both writes (read it between calls: single thread). */
+    CHECK(pattern_ok(region + 100, 64, 50) && pattern_ok(region + 200, 64, 50));
+    CHECK(region[99] == 0 && region[164] == 0 && region[0] == 0);
+
+    CHECK_RC(xfer_mr_close(mr), 0);
+    free(region);
+    node_close(&n);
+}
+
+/* Two processes: the child registers regions and serves, the parent does
+ * RMA on them. */
+#define RMA_A_LEN ((size_t)1 << 20) /* remote read + write */
+#define RMA_B_LEN ((size_t)4096)    /* remote write only */
+#define RMA_TAG_KEYS 100
+#define RMA_TAG_DONE 101
+#define RMA_DATA1 0xC0FFEE0001ull
+#define RMA_DATA2 0xC0FFEE0002ull
+#define RMA_DEADLINE_MS 240000 /* the whole parent side, under valgrind */
+
+/* Sends our name down `wfd`, reads the peer's from `rfd`, inserts it. */
+static int swap_names(struct node *n, int wfd, int rfd, xfer_addr_t *peer)
+{
+    uint8_t name[XFER_NAME_MAX];
+    size_t len = 0;
+    if (write(wfd, &n->name_len, sizeof n->name_len) != sizeof n->name_len ||
+        write(wfd, n->name, n->name_len) != (ssize_t)n->name_len || read_full(rfd, &len, sizeof len) != 0 ||
+        len > sizeof name || read_full(rfd, name, len) != 0)
+        return -1;
+    return xfer_av_insert(n->av, name, len, peer);
+}
+
+static int rma_target(int wfd, int rfd)
+{
+    struct node n;
+    if (node_open(&n) != 0)
+        return 10;
+    xfer_addr_t parent;
+    if (swap_names(&n, wfd, rfd, &parent) != 0)
+        return 11;
+    uint8_t *a = calloc(1, RMA_A_LEN), *b = malloc(RMA_B_LEN), *c = malloc(64);
+    pattern(b, RMA_B_LEN, 9);
+    xfer_mr_t *ma = NULL, *mb = NULL, *mc = NULL;
+    if (xfer_mr_reg(n.domain, a, RMA_A_LEN, XFER_MR_REMOTE_READ | XFER_MR_REMOTE_WRITE, &ma) != 0 ||
+        xfer_mr_reg(n.domain, b, RMA_B_LEN, XFER_MR_REMOTE_WRITE, &mb) != 0 ||
+        xfer_mr_reg(n.domain, c, 64, XFER_MR_REMOTE_READ | XFER_MR_REMOTE_WRITE, &mc) != 0)
+        return 12;
+    uint8_t keys[3 * XFER_RKEY_PACKED_LEN];
+    xfer_mr_t *mrs[] = {ma, mb, mc};
+    for (int i = 0; i < 3; i++) {
+        size_t len = XFER_RKEY_PACKED_LEN;
+        if (xfer_mr_rkey_pack(mrs[i], keys + i * XFER_RKEY_PACKED_LEN, &len) != 0)
+            return 13;
+    }
+    /* C's key is now unknown: the parent's RMA with it must be refused. */
+    if (xfer_mr_close(mc) != 0 || xfer_mr_close(mc) != XFER_EBADF)
+        return 14;
+
+    uint8_t done = 0;
+    xfer_cq_entry_t e;
+    int status = 0;
+    if (xfer_ep_trecv(n.ep, &done, 1, parent, RMA_TAG_DONE, 0, CTX(1)) != 0 ||
+        xfer_ep_tsend(n.ep, keys, sizeof keys, parent, RMA_TAG_KEYS, CTX(2)) != 0 || wait_one(&n, CTX(2), &e) != 0)
+        status = 15;
+    /* Serve the parent's RMA (progress comes from polling) until "done". */
+    double end = now_ms() + RMA_DEADLINE_MS;
+    while (status == 0 && !take(&n, CTX(1), &e)) {
+        if (now_ms() > end || test_failed)
+            status = 16;
+        node_poll(&n);
+    }
+    if (status == 0 && (e.err != 0 || done != 1))
+        status = 17;
+    /* The two writes with immediate data, in order. */
+    uint64_t want[] = {RMA_DATA1, RMA_DATA2};
+    size_t want_len[] = {256, 64};
+    for (int i = 0; i < 2 && status == 0; i++) {
+        if (!take(&n, NULL, &e)) {
+            fprintf(stderr, "rma target: no remote CQ data entry %d\n", i);
+            status = 18;
+        } else if (e.err != 0 || e.flags != (XFER_RMA | XFER_REMOTE_WRITE | XFER_REMOTE_CQ_DATA) ||
+                   e.data != want[i] || e.len != want_len[i] || e.src != parent) {
+            fprintf(stderr, "rma target: entry %d: err %d flags %#" PRIx64 " data %#" PRIx64 " len %zu\n", i, e.err,
+                    e.flags, e.data, e.len);
+            status = 19;
+        }
+    }
+    if (status == 0 && take(&n, NULL, &e))
+        status = 20; /* refused writes and plain writes report nothing here */
+    /* B refused every access: untouched. */
+    if (status == 0 && !pattern_ok(b, RMA_B_LEN, 9))
+        status = 21;
+    if (xfer_mr_close(mb) != 0 || xfer_mr_close(ma) != 0)
+        status = status ? status : 22;
+    node_close(&n);
+    free(a);
+    free(b);
+    free(c);
+    return status != 0 ? status : test_failed;
+}
+
+/* Posts nothing; waits for `ctx` and checks its flags and length. */
+static void rma_wait(struct node *n, void *ctx, int err, uint64_t flags, size_t len)
+{
+    xfer_cq_entry_t e;
+    CHECK_RC(wait_one(n, ctx, &e), err);
+    if (err == 0)
+        CHECK(e.flags == flags && e.len == len);
+}
+
+static void rma_initiator(struct node *n, xfer_addr_t child)
+{
+    uint8_t keys[3 * XFER_RKEY_PACKED_LEN];
+    xfer_cq_entry_t e;
+    REQUIRE_OK(xfer_ep_trecv(n->ep, keys, sizeof keys, child, RMA_TAG_KEYS, 0, CTX(1)));
+    CHECK_RC(wait_one(n, CTX(1), &e), 0);
+    CHECK(e.len == sizeof keys);
+    xfer_rkey_t ka, kb, kc;
+    REQUIRE_OK(xfer_rkey_unpack(keys, XFER_RKEY_PACKED_LEN, &ka));
+    REQUIRE_OK(xfer_rkey_unpack(keys + XFER_RKEY_PACKED_LEN, XFER_RKEY_PACKED_LEN, &kb));
+    REQUIRE_OK(xfer_rkey_unpack(keys + 2 * XFER_RKEY_PACKED_LEN, XFER_RKEY_PACKED_LEN, &kc));
+    CHECK(ka.len == RMA_A_LEN && kb.len == RMA_B_LEN && kc.len == 64);
+    CHECK(ka.provider == n->name[0]);
+
+    uint8_t *out = malloc(RMA_A_LEN), *in = malloc(RMA_A_LEN), *expect_a = malloc(RMA_A_LEN);
+    const uint64_t W = XFER_RMA | XFER_WRITE, R = XFER_RMA | XFER_READ;
+
+    /* Write, then read back: 1 B, 4 KiB, 1 MiB. */
+    static const size_t sizes[] = {1, 4096, RMA_A_LEN};
+    static const uint64_t offsets[] = {7, 3 * 4096, 0};
+    for (unsigned i = 0; i < 3 && !test_failed; i++) {
+        size_t len = sizes[i];
+        pattern(out, len, 20 + i);
+        CHECK_RC(xfer_ep_write(n->ep, out, len, child, &ka, offsets[i], CTX(10)), 0);
+        rma_wait(n, CTX(10), 0, W, len);
+        memset(in, 0, len);
+        CHECK_RC(xfer_ep_read(n->ep, in, len, child, &ka, offsets[i], CTX(11)), 0);
+        rma_wait(n, CTX(11), 0, R, len);
+        CHECK(pattern_ok(in, len, 20 + i));
+    }
+    pattern(expect_a, RMA_A_LEN, 22); /* A after the 1 MiB write */
+
+    /* Write with immediate data (the child checks its CQ entry). */
+    pattern(out, 256, 30);
+    CHECK_RC(xfer_ep_writedata(n->ep, out, 256, RMA_DATA1, child, &ka, 1000, CTX(12)), 0);
+    rma_wait(n, CTX(12), 0, W, 256);
+    memset(in, 0, 256);
+    CHECK_RC(xfer_ep_read(n->ep, in, 256, child, &ka, 1000, CTX(13)), 0);
+    rma_wait(n, CTX(13), 0, R, 256);
+    CHECK(pattern_ok(in, 256, 30));
+
+    /* Inject-write: no completion, the buffer is free at once; a read
+     * behind it on the same connection sees it. */
+    pattern(out, 16, 31);
+    CHECK_RC(xfer_ep_inject_write(n->ep, out, 16, child, &ka, 5000), 0);
+    memset(out, 0, 16);
+    CHECK_RC(xfer_ep_read(n->ep, in, 16, child, &ka, 5000, CTX(14)), 0);
+    rma_wait(n, CTX(14), 0, R, 16);
+    CHECK(pattern_ok(in, 16, 31));
+
+    /* The msg forms with flags. */
+    pattern(out, 64, 32);
+    xfer_rma_msg_t m = {out, 64, child, &ka, 2000, RMA_DATA2, CTX(15)};
+    CHECK_RC(xfer_ep_writemsg(n->ep, &m, XFER_COMPLETION | XFER_REMOTE_CQ_DATA), 0);
+    rma_wait(n, CTX(15), 0, W, 64);
+    xfer_rma_msg_t rm = {in, 64, child, &ka, 2000, 0, CTX(16)};
+    memset(in, 0, 64);
+    CHECK_RC(xfer_ep_readmsg(n->ep, &rm, XFER_COMPLETION), 0);
+    rma_wait(n, CTX(16), 0, R, 64);
+    CHECK(pattern_ok(in, 64, 32));
+    pattern(out, 8, 33);
+    xfer_rma_msg_t im = {out, 8, child, &ka, 3000, 0, NULL};
+    CHECK_RC(xfer_ep_writemsg(n->ep, &im, XFER_INJECT), 0);
+    CHECK_RC(xfer_ep_writemsg(n->ep, &m, XFER_TAGGED), XFER_EBADFLAGS);
+    CHECK_RC(xfer_ep_writemsg(n->ep, &m, XFER_INJECT | XFER_REMOTE_CQ_DATA), XFER_EBADFLAGS);
+    CHECK_RC(xfer_ep_readmsg(n->ep, &rm, XFER_REMOTE_CQ_DATA), XFER_EBADFLAGS);
+    CHECK_RC(xfer_ep_readmsg(n->ep, &rm, XFER_INJECT), XFER_EBADFLAGS);
+    CHECK_RC(xfer_ep_writemsg(n->ep, NULL, 0), XFER_EINVAL);
+    CHECK_RC(xfer_ep_readmsg(n->ep, NULL, 0), XFER_EINVAL);
+    CHECK_RC(xfer_ep_read(n->ep, in, 8, child, &ka, 3000, CTX(17)), 0);
+    rma_wait(n, CTX(17), 0, R, 8);
+    CHECK(pattern_ok(in, 8, 33));
+
+    /* Refused at the target: XFER_EACCES at the initiator, nothing changed. */
+    pattern(out, 64, 40);
+    CHECK_RC(xfer_ep_write(n->ep, out, 16, child, &kc, 0, CTX(20)), 0); /* deregistered key */
+    rma_wait(n, CTX(20), XFER_EACCES, 0, 0);
+    CHECK_RC(xfer_ep_read(n->ep, in, 16, child, &kc, 0, CTX(21)), 0);
+    rma_wait(n, CTX(21), XFER_EACCES, 0, 0);
+    CHECK_RC(xfer_ep_write(n->ep, out, 16, child, &ka, RMA_A_LEN - 8, CTX(22)), 0); /* straddles the end */
+    rma_wait(n, CTX(22), XFER_EACCES, 0, 0);
+    CHECK_RC(xfer_ep_read(n->ep, in, 1, child, &ka, RMA_A_LEN, CTX(23)), 0); /* just past it */
+    rma_wait(n, CTX(23), XFER_EACCES, 0, 0);
+    CHECK_RC(xfer_ep_writedata(n->ep, out, 16, 77, child, &ka, RMA_A_LEN - 8, CTX(24)), 0);
+    rma_wait(n, CTX(24), XFER_EACCES, 0, 0); /* and no entry at the target */
+    CHECK_RC(xfer_ep_read(n->ep, in, 16, child, &kb, 0, CTX(25)), 0); /* B: no remote read */
+    rma_wait(n, CTX(25), XFER_EACCES, 0, 0);
+    CHECK_RC(xfer_ep_write(n->ep, out, 16, child, &kb, RMA_B_LEN - 8, CTX(26)), 0);
+    rma_wait(n, CTX(26), XFER_EACCES, 0, 0);
+    CHECK_RC(xfer_ep_inject_write(n->ep, out, 16, child, &kc, 0), 0); /* refused silently */
+    /* A's tail is what the 1 MiB write left; the connection still works. */
+    memset(in, 0, 64);
+    CHECK_RC(xfer_ep_read(n->ep, in, 64, child, &ka, RMA_A_LEN - 64, CTX(27)), 0);
+    rma_wait(n, CTX(27), 0, R, 64);
+    CHECK(memcmp(in, expect_a + RMA_A_LEN - 64, 64) == 0);
+
+    /* Refused at once. */
+    xfer_rkey_t other = ka;
+    other.provider = 200;
+    xfer_rkey_t wraps = ka;
+    wraps.addr = UINT64_MAX;
+    xfer_ep_attr_t attr;
+    REQUIRE_OK(xfer_ep_attr_init(&attr));
+    uint8_t *big = calloc(1, attr.inject_size + 1);
+    CHECK_RC(xfer_ep_write(n->ep, out, 16, child, NULL, 0, CTX(30)), XFER_EINVAL);
+    CHECK_RC(xfer_ep_read(n->ep, in, 16, child, NULL, 0, CTX(30)), XFER_EINVAL);
+    CHECK_RC(xfer_ep_inject_write(n->ep, out, 16, child, NULL, 0), XFER_EINVAL);
+    CHECK_RC(xfer_ep_write(n->ep, out, 16, child, &other, 0, CTX(30)), XFER_EINVAL);
+    CHECK_RC(xfer_ep_inject_write(n->ep, out, 16, child, &other, 0), XFER_EINVAL);
+    CHECK_RC(xfer_ep_write(n->ep, out, 16, child, &wraps, 0, CTX(30)), XFER_EINVAL);
+    CHECK_RC(xfer_ep_read(n->ep, in, 16, child, &ka, UINT64_MAX, CTX(30)), XFER_EINVAL);
+    CHECK_RC(xfer_ep_write(n->ep, NULL, 16, child, &ka, 0, CTX(30)), XFER_EINVAL);
+    CHECK_RC(xfer_ep_read(n->ep, NULL, 16, child, &ka, 0, CTX(30)), XFER_EINVAL);
+    CHECK_RC(xfer_ep_read(n->ep, in, SIZE_MAX, child, &ka, 0, CTX(30)), XFER_EINVAL);
+    CHECK_RC(xfer_ep_inject_write(n->ep, NULL, 16, child, &ka, 0), XFER_EINVAL);
+    CHECK_RC(xfer_ep_inject_write(n->ep, big, attr.inject_size + 1, child, &ka, 0), XFER_EINVAL);
+    CHECK_RC(xfer_ep_write(n->ep, out, 16, 12345, &ka, 0, CTX(30)), XFER_EADDRNOTAVAIL);
+    CHECK_RC(xfer_ep_read(n->ep, in, 16, XFER_ADDR_UNSPEC, &ka, 0, CTX(30)), XFER_EADDRNOTAVAIL);
+    CHECK_RC(xfer_ep_write(NULL, out, 16, child, &ka, 0, CTX(30)), XFER_EBADF);
+    CHECK_RC(xfer_ep_read((xfer_ep_t *)n->cq, in, 16, child, &ka, 0, CTX(30)), XFER_EBADF);
+    CHECK_RC(xfer_ep_writedata(NULL, out, 16, 1, child, &ka, 0, CTX(30)), XFER_EBADF);
+    CHECK_RC(xfer_ep_inject_write(NULL, out, 16, child, &ka, 0), XFER_EBADF);
+    CHECK_RC(xfer_ep_writemsg(NULL, &m, 0), XFER_EBADF);
+    CHECK_RC(xfer_ep_readmsg(NULL, &rm, 0), XFER_EBADF);
+    free(big);
+    node_poll(n);
+    CHECK(!take(n, CTX(30), &e)); /* nothing refused at once completes */
+
+    uint8_t done = 1;
+    CHECK_RC(xfer_ep_tsend(n->ep, &done, 1, child, RMA_TAG_DONE, CTX(31)), 0);
+    CHECK_RC(wait_one(n, CTX(31), &e), 0);
+    free(out);
+    free(in);
+    free(expect_a);
+}
+
+static void test_rma_two_processes(void)
+{
+    int up[2], down[2];
+    REQUIRE_OK(pipe(up));
+    REQUIRE_OK(pipe(down));
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) {
+        test_failed = 1;
+        return;
+    }
+    if (pid == 0) {
+        close(up[0]);
+        close(down[1]);
+        int status = rma_target(up[1], down[0]);
+        close(up[1]);
+        close(down[0]);
+        exit(status);
+    }
+    close(up[1]);
+    close(down[0]);
+    struct node n;
+    int ok = node_open(&n) == 0;
+    xfer_addr_t child = XFER_ADDR_UNSPEC;
+    ok = ok && swap_names(&n, down[1], up[0], &child) == 0;
+    CHECK(ok);
+    if (ok)
+        rma_initiator(&n, child);
+    close(up[0]);
+    close(down[1]);
+    int status = 0;
+    CHECK(waitpid(pid, &status, 0) == pid);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        fprintf(stderr, "rma target exited with status %d\n", status);
+    if (ok)
+        node_close(&n);
+}
+
+/* ------------------------------------------------------------------ */
 
 static const struct {
     const char *name;
@@ -1041,6 +1483,9 @@ static const struct {
     {"threads", test_threads},
     {"close_races_use", test_close_races_use},
     {"pingpong_two_processes", test_pingpong_two_processes},
+    {"mr", test_mr},
+    {"rma_selective_completion", test_rma_selective_completion},
+    {"rma_two_processes", test_rma_two_processes},
 };
 
 int main(int argc, char **argv)
