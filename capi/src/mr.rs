@@ -66,19 +66,11 @@ impl xfer_rkey_t {
         }
     }
 
-    /// The Rust key with the same fields, through the documented packed
-    /// layout (the Rust `RemoteKey` has no other constructor); checks the
-    /// provider id fits and the region does not wrap.
+    /// The Rust key with the same fields; checks the provider id fits and
+    /// the region does not wrap.
     pub(crate) fn to_rust(self) -> Result<RemoteKey, Fail> {
         let provider = u8::try_from(self.provider).map_err(|_| invalid("rkey: provider id out of range"))?;
-        let mut bytes = [0u8; XFER_RKEY_PACKED_LEN];
-        bytes[0..2].copy_from_slice(b"xk");
-        bytes[2] = 1;
-        bytes[3] = provider;
-        bytes[8..16].copy_from_slice(&self.addr.to_le_bytes());
-        bytes[16..24].copy_from_slice(&self.len.to_le_bytes());
-        bytes[24..32].copy_from_slice(&self.key.to_le_bytes());
-        Ok(RemoteKey::unpack(&bytes)?)
+        Ok(RemoteKey::from_parts(provider, self.addr, self.len, self.key)?)
     }
 }
 

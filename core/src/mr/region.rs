@@ -49,6 +49,22 @@ pub struct RemoteKey {
 }
 
 impl RemoteKey {
+    /// A key from its fields, as a peer received them some other way than
+    /// [`pack`](Self::pack) (the C ABI's plain struct). A region that wraps
+    /// the address space is [`Error::InvalidArgument`]; whether the key is
+    /// valid is the target's check, as for unpacked keys.
+    pub fn from_parts(provider: u8, addr: u64, len: u64, key: u64) -> Result<RemoteKey> {
+        if addr.checked_add(len).is_none() {
+            return Err(Error::InvalidArgument("remote key: region wraps the address space"));
+        }
+        Ok(RemoteKey {
+            provider,
+            addr,
+            len,
+            key,
+        })
+    }
+
     /// The id of the provider that registered the region.
     pub fn provider(&self) -> u8 {
         self.provider
@@ -112,16 +128,7 @@ impl RemoteKey {
             b.copy_from_slice(&bytes[at..at + 8]);
             u64::from_le_bytes(b)
         };
-        let (addr, len, key) = (word(8), word(16), word(24));
-        if addr.checked_add(len).is_none() {
-            return Err(Error::InvalidArgument("remote key: region wraps the address space"));
-        }
-        Ok(RemoteKey {
-            provider: bytes[3],
-            addr,
-            len,
-            key,
-        })
+        RemoteKey::from_parts(bytes[3], word(8), word(16), word(24))
     }
 }
 
