@@ -55,6 +55,10 @@ fn peer_killed_mid_transfer() {
     };
     let mut a = Node::new();
     let victim = a.av.insert(&name).unwrap();
+    // Receives directed at the victim end with it; any-source ones stay posted.
+    a.ep.trecv(victim, 50, 0, vec![0; 16], 5000).unwrap();
+    a.ep.recv(victim, vec![0; 16], 5001).unwrap();
+    a.ep.trecv(PeerAddr::UNSPEC, 51, 0, vec![0; 16], 5002).unwrap();
     let threshold = common::test_attr().rndv_threshold;
     // One large matched message (stalls in the socket), eager ones, and
     // unexpected rendezvous ones waiting for a clear-to-send.
@@ -76,7 +80,9 @@ fn peer_killed_mid_transfer() {
     child.kill().expect("kill child");
     child.wait().unwrap();
     let killed = Instant::now();
-    drive(&mut [&mut a], "all sends to the dead peer", |ns| ns[0].done.len() >= 61);
+    drive(&mut [&mut a], "all operations on the dead peer", |ns| {
+        ns[0].done.len() >= 63
+    });
     let bound = Duration::from_secs(10);
     assert!(killed.elapsed() < bound, "errors took {:?}", killed.elapsed());
     let big = a.take(1000).unwrap();
@@ -94,6 +100,19 @@ fn peer_killed_mid_transfer() {
             c.result
         );
     }
+    for ctx in [5000, 5001] {
+        let r = a.take(ctx).unwrap();
+        assert!(
+            matches!(r.result, Err(Error::PeerUnreachable { .. })),
+            "directed receive {ctx}: {:?}",
+            r.result
+        );
+        assert_eq!(r.buf.map(|b| b.len()), Some(16), "the buffer comes back");
+    }
+    assert!(
+        a.take(5002).is_none(),
+        "an any-source receive does not depend on one peer"
+    );
     // Sends to the dead peer now fail fast instead of hanging.
     a.ep.tsend(victim, 2, vec![1; 10], 2000).unwrap();
     assert!(expect(&mut [&mut a], 0, 2000).result.is_err());

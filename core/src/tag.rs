@@ -338,6 +338,20 @@ impl<R, U> Matcher<R, U> {
         }
     }
 
+    /// Remove every posted receive directed at `src` (the peer is gone), in
+    /// post order; any-source receives stay.
+    pub fn drain_posted_from(&mut self, src: PeerAddr) -> Vec<(RecvSpec, R)> {
+        let mut out = Vec::new();
+        if src.is_unspec() {
+            return out;
+        }
+        while let Some(idx) = self.posted.find(Some(src), |_| true) {
+            let node = self.posted.remove(idx);
+            out.push((node.spec, node.val));
+        }
+        out
+    }
+
     /// Remove all posted receives, in post order (endpoint teardown).
     pub fn drain_posted(&mut self) -> Vec<(RecvSpec, R)> {
         let mut out = Vec::with_capacity(self.posted.nodes.len());
@@ -473,6 +487,22 @@ mod tests {
         let p = parts(m.post(spec(PeerAddr::UNSPEC, 5, 0), 0).unwrap());
         assert_eq!((p.2, p.4 .1), (PeerAddr::UNSPEC, "c0"));
         assert_eq!(m.unexpected_len(), 0);
+    }
+
+    #[test]
+    fn drain_posted_from_a_peer_keeps_the_rest() {
+        let mut m: Matcher<u32, ()> = Matcher::new();
+        let (a, b) = (PeerAddr(1), PeerAddr(2));
+        m.post(spec(a, 1, 0), 10);
+        m.post(spec(PeerAddr::UNSPEC, 1, 0), 11);
+        m.post(spec(b, 1, 0), 12);
+        m.post(spec(a, 2, 0), 13);
+        let gone: Vec<u32> = m.drain_posted_from(a).into_iter().map(|(_, r)| r).collect();
+        assert_eq!(gone, vec![10, 13]);
+        assert!(m.drain_posted_from(PeerAddr::UNSPEC).is_empty());
+        assert_eq!(m.posted_len(), 2);
+        assert_eq!(m.take_posted(a, 1).map(|(_, r)| r), Some(11));
+        assert_eq!(m.take_posted(b, 1).map(|(_, r)| r), Some(12));
     }
 
     #[test]

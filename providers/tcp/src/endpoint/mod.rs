@@ -384,6 +384,22 @@ impl TcpEndpoint {
         for key in stranded {
             self.fail_rndv(cx, key, &cause);
         }
+        // The last connection with a peer is gone: its endpoint is (a name
+        // never comes back), so receives directed at it can never match.
+        if let Some(peer) = conn.peer {
+            let src = cx.av.reverse(&peer);
+            let other = self.conns.iter().any(|(_, c)| c.peer == Some(peer));
+            if !other && cause != Error::Canceled {
+                let gone = self
+                    .tagged
+                    .drain_posted_from(src)
+                    .into_iter()
+                    .chain(self.untagged.drain_posted_from(src));
+                for (_, op) in gone {
+                    complete::recv_failed(cx.cq, op, op_error(&cause, src));
+                }
+            }
+        }
     }
 
     fn fail_rndv(&mut self, cx: &mut Ctx<'_>, key: usize, cause: &Error) {
