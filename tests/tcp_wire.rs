@@ -61,19 +61,22 @@ fn still_works(victim: &mut Node) {
     assert_eq!(r.buf.unwrap(), pattern(32, 9));
 }
 
-#[test]
-fn garbage_drops_only_that_connection() {
+/// A raw connection sends `bytes`: the victim drops it and keeps working.
+fn attack(bytes: &[u8]) {
     let mut v = Node::new();
     let mut s = TcpStream::connect(addr_of(&v)).unwrap();
-    s.write_all(&pattern(500, 3)).unwrap();
+    s.write_all(bytes).unwrap();
     assert_dropped(&mut v, &mut s);
     still_works(&mut v);
 }
 
 #[test]
+fn garbage_drops_only_that_connection() {
+    attack(&pattern(500, 3));
+}
+
+#[test]
 fn oversized_eager_length_is_refused() {
-    let mut v = Node::new();
-    let mut s = TcpStream::connect(addr_of(&v)).unwrap();
     let mut hdr = Frame::Eager {
         tag: Some(1),
         data: None,
@@ -83,26 +86,19 @@ fn oversized_eager_length_is_refused() {
     Header::new_unchecked(&mut hdr[..]).set_len(MAX_EAGER + 1);
     let mut bytes = hello("127.0.0.1:9".parse().unwrap());
     bytes.extend_from_slice(&hdr);
-    s.write_all(&bytes).unwrap();
-    assert_dropped(&mut v, &mut s);
-    still_works(&mut v);
+    attack(&bytes);
 }
 
 #[test]
 fn frame_before_hello_is_refused() {
-    let mut v = Node::new();
-    let mut s = TcpStream::connect(addr_of(&v)).unwrap();
-    s.write_all(
+    attack(
         &Frame::Eager {
             tag: None,
             data: None,
             len: 0,
         }
         .to_bytes(),
-    )
-    .unwrap();
-    assert_dropped(&mut v, &mut s);
-    still_works(&mut v);
+    );
 }
 
 #[test]
@@ -166,17 +162,7 @@ fn rendezvous_then(misbehave: impl FnOnce(&mut TcpStream, u64)) -> xfer::Complet
         .to_bytes(),
     );
     s.write_all(&bytes).unwrap();
-    s.set_nonblocking(true).unwrap();
-    let start = Instant::now();
-    let mut got = Vec::new();
-    let mut buf = [0u8; 256];
-    while got.len() < HEADER_LEN {
-        v.poll();
-        if let Ok(n) = s.read(&mut buf) {
-            got.extend_from_slice(&buf[..n]);
-        }
-        assert!(start.elapsed() < common::DEADLINE, "no clear-to-send");
-    }
+    let got = read_polling(&mut v, &mut s, HEADER_LEN);
     s.set_nonblocking(false).unwrap();
     let cts = Frame::parse(&got).unwrap();
     let Frame::Cts {

@@ -253,6 +253,32 @@ pub unsafe extern "C" fn xfer_ep_getname(ep: *mut xfer_ep_t, buf: *mut c_void, l
     })
 }
 
+/// The checks every caller buffer gets: NULL only with length 0, length
+/// within `isize::MAX` (the limit of a Rust slice).
+fn check_buffer(buf: *const c_void, len: usize) -> Result<(), Fail> {
+    if buf.is_null() && len > 0 {
+        return Err(invalid("buffer is NULL but its length is not 0"));
+    }
+    if len > isize::MAX as usize {
+        return Err(invalid("buffer length exceeds isize::MAX"));
+    }
+    Ok(())
+}
+
+/// A caller buffer read during the call only (inject copies it), checked
+/// as [`check_buffer`].
+///
+/// # Safety
+/// `buf` must be valid for reading `len` bytes for the lifetime `'a`.
+pub(crate) unsafe fn borrowed_bytes<'a>(buf: *const c_void, len: usize) -> Result<&'a [u8], Fail> {
+    check_buffer(buf, len)?;
+    if len == 0 {
+        return Ok(&[]);
+    }
+    // SAFETY: non-null, readable for `len` <= isize::MAX bytes by contract.
+    Ok(unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), len) })
+}
+
 /// Wraps a caller's buffer for an operation after checking what can be
 /// checked: NULL only with length 0, length within `isize::MAX`.
 ///
@@ -260,12 +286,7 @@ pub unsafe extern "C" fn xfer_ep_getname(ep: *mut xfer_ep_t, buf: *mut c_void, l
 /// The libfabric contract: `buf` valid for `len` bytes and untouched until
 /// the completion.
 pub(crate) unsafe fn raw_buffer(buf: *const c_void, len: usize) -> Result<Buffer, Fail> {
-    if buf.is_null() && len > 0 {
-        return Err(invalid("buffer is NULL but its length is not 0"));
-    }
-    if len > isize::MAX as usize {
-        return Err(invalid("buffer length exceeds isize::MAX"));
-    }
+    check_buffer(buf, len)?;
     // SAFETY: forwarded from this function's contract; a send's buffer is
     // only read, so handing the core a `*mut` of const memory is sound.
     Ok(unsafe { Buffer::raw(buf.cast_mut().cast::<u8>(), len) })
@@ -518,19 +539,8 @@ unsafe fn inject(
     dest: xfer_addr_t,
     tag: Option<u64>,
 ) -> Result<c_int, Fail> {
-    if buf.is_null() && len > 0 {
-        return Err(invalid("inject: buffer is NULL but its length is not 0"));
-    }
-    if len > isize::MAX as usize {
-        return Err(invalid("inject: length exceeds isize::MAX"));
-    }
-    let payload: &[u8] = if len == 0 {
-        &[]
-    } else {
-        // SAFETY: non-null, readable for `len` <= isize::MAX bytes by
-        // contract, and only read during this call (inject copies).
-        unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), len) }
-    };
+    // SAFETY: forwarded from the caller's contract; inject copies it.
+    let payload = unsafe { borrowed_bytes(buf, len)? };
     match tag {
         Some(t) => e.tinject(PeerAddr(dest), t, payload)?,
         None => e.inject(PeerAddr(dest), payload)?,

@@ -23,7 +23,7 @@ use xfer_facade::{Endpoint, PeerAddr, RemoteKey, RmaKind, RmaOp};
 
 use crate::context_in;
 use crate::cq::XFER_REMOTE_CQ_DATA;
-use crate::ep::{ep_of, raw_buffer, xfer_ep_t, XFER_COMPLETION, XFER_INJECT};
+use crate::ep::{borrowed_bytes, ep_of, raw_buffer, xfer_ep_t, XFER_COMPLETION, XFER_INJECT};
 use crate::error::{guard, invalid, Fail, XFER_EBADFLAGS, XFER_SUCCESS};
 use crate::mr::xfer_rkey_t;
 use crate::xfer_addr_t;
@@ -262,19 +262,8 @@ unsafe fn inject_write(
 ) -> Result<c_int, Fail> {
     // SAFETY: forwarded from the caller's contract.
     let key = unsafe { remote_key(e, rkey)? };
-    if buf.is_null() && len > 0 {
-        return Err(invalid("inject_write: buffer is NULL but its length is not 0"));
-    }
-    if len > isize::MAX as usize {
-        return Err(invalid("inject_write: length exceeds isize::MAX"));
-    }
-    let payload: &[u8] = if len == 0 {
-        &[]
-    } else {
-        // SAFETY: non-null, readable for `len` <= isize::MAX bytes by
-        // contract, and only read during this call (inject copies).
-        unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), len) }
-    };
+    // SAFETY: forwarded from the caller's contract; inject copies it.
+    let payload = unsafe { borrowed_bytes(buf, len)? };
     e.inject_write(PeerAddr(peer), payload, &key, offset)?;
     Ok(XFER_SUCCESS)
 }

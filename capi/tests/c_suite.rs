@@ -218,19 +218,21 @@ fn c_suite_under_valgrind() {
     assert!(stderr.contains("definitely lost: 0 bytes") || stderr.contains("no leaks are possible"));
 }
 
-/// The example builds with exactly the documented command and runs as two
-/// processes.
-#[test]
-fn c_pingpong_example() {
+/// Builds `examples/c/NAME.c` with exactly the documented command, starts
+/// `NAME server`, runs `NAME client SERVER-NAME client_args...` against it
+/// and returns the client's output, the server's remaining standard output
+/// and whether the server succeeded.
+fn run_example(name: &str, client_args: &[&str]) -> (Output, String, std::process::ExitStatus) {
     let p = paths();
-    let exe = p.out_dir.join("pingpong");
+    let exe = p.out_dir.join(name);
+    let source = format!("examples/c/{name}.c");
     let mut cc = Command::new("cc");
     cc.current_dir(&p.root)
-        .args(["examples/c/pingpong.c", "-Iinclude"])
+        .args([source.as_str(), "-Iinclude"])
         .arg(format!("-L{}", p.lib_dir.display()))
         .args(["-lxfer", "-o"])
         .arg(&exe);
-    check(&run(cc), "compiling examples/c/pingpong.c");
+    check(&run(cc), &format!("compiling {source}"));
 
     let mut server = dynamic(&exe)
         .arg("server")
@@ -238,28 +240,37 @@ fn c_pingpong_example() {
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
-        .expect("start the pingpong server");
+        .unwrap_or_else(|e| panic!("start the {name} server: {e}"));
     let mut lines = BufReader::new(server.stdout.take().unwrap());
     let mut first = String::new();
     lines.read_line(&mut first).expect("read the server's name");
-    let name = first
-        .trim()
-        .strip_prefix("pingpong server: ")
-        .unwrap_or_else(|| panic!("unexpected first line {first:?}"))
-        .to_string();
+    let prefix = format!("{name} server: ");
+    let Some(server_name) = first.trim().strip_prefix(prefix.as_str()).map(str::to_string) else {
+        let _ = server.kill();
+        panic!("unexpected first line {first:?}");
+    };
 
     let client = run({
         let mut c = dynamic(&exe);
-        c.args(["client", &name, "200", "4096"])
+        c.args(["client", &server_name])
+            .args(client_args)
             .env("XFER_TCP_ADDR", "127.0.0.1");
         c
     });
-    check(&client, "pingpong client");
-    assert!(String::from_utf8_lossy(&client.stdout).contains("200 rounds of 4096 bytes"));
+    check(&client, &format!("{name} client"));
 
     let mut rest = String::new();
     lines.read_to_string(&mut rest).expect("read the server's output");
     let status = server.wait().expect("wait for the server");
+    (client, rest, status)
+}
+
+/// The example builds with exactly the documented command and runs as two
+/// processes.
+#[test]
+fn c_pingpong_example() {
+    let (client, rest, status) = run_example("pingpong", &["200", "4096"]);
+    assert!(String::from_utf8_lossy(&client.stdout).contains("200 rounds of 4096 bytes"));
     assert!(status.success(), "pingpong server: {status}\n{rest}");
     assert!(rest.contains("200 rounds of 4096 bytes done"), "{rest}");
 }
@@ -268,44 +279,10 @@ fn c_pingpong_example() {
 /// two processes: the client gets, puts with immediate data, gets back.
 #[test]
 fn c_rma_example() {
-    let p = paths();
-    let exe = p.out_dir.join("rma");
-    let mut cc = Command::new("cc");
-    cc.current_dir(&p.root)
-        .args(["examples/c/rma.c", "-Iinclude"])
-        .arg(format!("-L{}", p.lib_dir.display()))
-        .args(["-lxfer", "-o"])
-        .arg(&exe);
-    check(&run(cc), "compiling examples/c/rma.c");
-
-    let mut server = dynamic(&exe)
-        .arg("server")
-        .env("XFER_TCP_ADDR", "127.0.0.1")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("start the rma server");
-    let mut lines = BufReader::new(server.stdout.take().unwrap());
-    let mut first = String::new();
-    lines.read_line(&mut first).expect("read the server's name");
-    let Some(name) = first.trim().strip_prefix("rma server: ").map(str::to_string) else {
-        let _ = server.kill();
-        panic!("unexpected first line {first:?}");
-    };
-
-    let client = run({
-        let mut c = dynamic(&exe);
-        c.args(["client", &name, "100000"]).env("XFER_TCP_ADDR", "127.0.0.1");
-        c
-    });
-    check(&client, "rma client");
+    let (client, rest, status) = run_example("rma", &["100000"]);
     let out = String::from_utf8_lossy(&client.stdout);
     assert!(out.contains("got \"hello from the rma server\""), "{out}");
     assert!(out.contains("put and got 100000 bytes"), "{out}");
-
-    let mut rest = String::new();
-    lines.read_to_string(&mut rest).expect("read the server's output");
-    let status = server.wait().expect("wait for the server");
     assert!(status.success(), "rma server: {status}\n{rest}");
     assert!(
         rest.contains("client put 100000 bytes, immediate data 100000"),

@@ -924,20 +924,67 @@ static int wait_one(struct node *n, void *ctx, xfer_cq_entry_t *out)
     return expect(ns, 1, 0, ctx, out) ? out->err : XFER_ETIMEDOUT;
 }
 
+static int swap_names(struct node *n, int wfd, int rfd, xfer_addr_t *peer)
+{
+    uint8_t name[XFER_NAME_MAX];
+    size_t len = 0;
+    if (write(wfd, &n->name_len, sizeof n->name_len) != sizeof n->name_len ||
+        write(wfd, n->name, n->name_len) != (ssize_t)n->name_len || read_full(rfd, &len, sizeof len) != 0 ||
+        len > sizeof name || read_full(rfd, name, len) != 0)
+        return -1;
+    return xfer_av_insert(n->av, name, len, peer);
+}
+
+/* Forks a child that runs body(write-to-parent fd, read-from-parent fd) and
+ * exits with its status; the parent gets the other two pipe ends. Returns
+ * the child's pid, or -1 (test failed) when the pipes or fork fail. */
+static pid_t fork_child(int (*body)(int, int), int *from_child, int *to_child)
+{
+    int up[2], down[2];
+    if (pipe(up) != 0 || pipe(down) != 0) {
+        test_failed = 1;
+        return -1;
+    }
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) {
+        test_failed = 1;
+        return -1;
+    }
+    if (pid == 0) {
+        close(up[0]);
+        close(down[1]);
+        int status = body(up[1], down[0]);
+        close(up[1]);
+        close(down[0]);
+        exit(status);
+    }
+    close(up[1]);
+    close(down[0]);
+    *from_child = up[0];
+    *to_child = down[1];
+    return pid;
+}
+
+/* Closes the parent's pipe ends and checks the child exited with 0. */
+static void reap_child(pid_t pid, int from_child, int to_child, const char *what)
+{
+    close(from_child);
+    close(to_child);
+    int status = 0;
+    CHECK(waitpid(pid, &status, 0) == pid);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        fprintf(stderr, "%s exited with status %d\n", what, status);
+}
+
 static int pp_server(int to_parent, int from_parent)
 {
     struct node n;
     if (node_open(&n) != 0)
         return 1;
-    uint8_t peer_name[XFER_NAME_MAX];
-    size_t peer_len = 0;
-    if (write(to_parent, &n.name_len, sizeof n.name_len) != sizeof n.name_len ||
-        write(to_parent, n.name, n.name_len) != (ssize_t)n.name_len ||
-        read_full(from_parent, &peer_len, sizeof peer_len) != 0 || peer_len > sizeof peer_name ||
-        read_full(from_parent, peer_name, peer_len) != 0)
-        return 1;
     xfer_addr_t parent;
-    if (xfer_av_insert(n.av, peer_name, peer_len, &parent) != 0)
+    if (swap_names(&n, to_parent, from_parent, &parent) != 0)
         return 1;
     size_t max = pp_sizes[PP_NSIZES - 1];
     uint8_t *buf = malloc(max);
@@ -958,37 +1005,16 @@ static int pp_server(int to_parent, int from_parent)
 
 static void test_pingpong_two_processes(void)
 {
-    int up[2], down[2];
-    REQUIRE_OK(pipe(up));
-    REQUIRE_OK(pipe(down));
-    fflush(NULL);
-    pid_t pid = fork();
-    if (pid < 0) {
-        test_failed = 1;
+    int from_child, to_child;
+    pid_t pid = fork_child(pp_server, &from_child, &to_child);
+    if (pid < 0)
         return;
-    }
-    if (pid == 0) {
-        close(up[0]);
-        close(down[1]);
-        int status = pp_server(up[1], down[0]);
-        close(up[1]);
-        close(down[0]);
-        exit(status);
-    }
-    close(up[1]);
-    close(down[0]);
     struct node n;
     int ok = node_open(&n) == 0;
-    uint8_t child_name[XFER_NAME_MAX];
-    size_t child_len = 0;
-    ok = ok && read_full(up[0], &child_len, sizeof child_len) == 0 && child_len <= sizeof child_name &&
-         read_full(up[0], child_name, child_len) == 0;
-    ok = ok && write(down[1], &n.name_len, sizeof n.name_len) == sizeof n.name_len &&
-         write(down[1], n.name, n.name_len) == (ssize_t)n.name_len;
+    xfer_addr_t child = XFER_ADDR_UNSPEC;
+    ok = ok && swap_names(&n, to_child, from_child, &child) == 0;
     CHECK(ok);
     if (ok) {
-        xfer_addr_t child;
-        CHECK_RC(xfer_av_insert(n.av, child_name, child_len, &child), 0);
         size_t max = pp_sizes[PP_NSIZES - 1];
         uint8_t *out = malloc(max), *in = malloc(max);
         xfer_cq_entry_t e;
@@ -1006,13 +1032,7 @@ static void test_pingpong_two_processes(void)
         free(out);
         free(in);
     }
-    close(up[0]);
-    close(down[1]);
-    int status = 0;
-    CHECK(waitpid(pid, &status, 0) == pid);
-    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-        fprintf(stderr, "ping-pong server exited with status %d\n", status);
+    reap_child(pid, from_child, to_child, "ping-pong server");
     if (ok)
         node_close(&n);
 }
@@ -1195,17 +1215,6 @@ static void test_rma_selective_completion(void)
 #define RMA_DEADLINE_MS 240000 /* the whole parent side, under valgrind */
 
 /* Sends our name down `wfd`, reads the peer's from `rfd`, inserts it. */
-static int swap_names(struct node *n, int wfd, int rfd, xfer_addr_t *peer)
-{
-    uint8_t name[XFER_NAME_MAX];
-    size_t len = 0;
-    if (write(wfd, &n->name_len, sizeof n->name_len) != sizeof n->name_len ||
-        write(wfd, n->name, n->name_len) != (ssize_t)n->name_len || read_full(rfd, &len, sizeof len) != 0 ||
-        len > sizeof name || read_full(rfd, name, len) != 0)
-        return -1;
-    return xfer_av_insert(n->av, name, len, peer);
-}
-
 static int rma_target(int wfd, int rfd)
 {
     struct node n;
@@ -1422,39 +1431,18 @@ static void rma_initiator(struct node *n, xfer_addr_t child)
 
 static void test_rma_two_processes(void)
 {
-    int up[2], down[2];
-    REQUIRE_OK(pipe(up));
-    REQUIRE_OK(pipe(down));
-    fflush(NULL);
-    pid_t pid = fork();
-    if (pid < 0) {
-        test_failed = 1;
+    int from_child, to_child;
+    pid_t pid = fork_child(rma_target, &from_child, &to_child);
+    if (pid < 0)
         return;
-    }
-    if (pid == 0) {
-        close(up[0]);
-        close(down[1]);
-        int status = rma_target(up[1], down[0]);
-        close(up[1]);
-        close(down[0]);
-        exit(status);
-    }
-    close(up[1]);
-    close(down[0]);
     struct node n;
     int ok = node_open(&n) == 0;
     xfer_addr_t child = XFER_ADDR_UNSPEC;
-    ok = ok && swap_names(&n, down[1], up[0], &child) == 0;
+    ok = ok && swap_names(&n, to_child, from_child, &child) == 0;
     CHECK(ok);
     if (ok)
         rma_initiator(&n, child);
-    close(up[0]);
-    close(down[1]);
-    int status = 0;
-    CHECK(waitpid(pid, &status, 0) == pid);
-    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-        fprintf(stderr, "rma target exited with status %d\n", status);
+    reap_child(pid, from_child, to_child, "rma target");
     if (ok)
         node_close(&n);
 }
