@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs what building and testing xfer needs on a fresh Debian 12 machine,
 # skipping whatever is already there. Idempotent; needs root for apt-get.
-#   scripts/setup.sh          the Rust build (toolchain check, crates fetched)
+# Covers the host build and tests: compiler, make, pkg-config, binutils, valgrind
+# (C suite), the rdma-core headers and libclang (rdma-sys), then fetches crates.
+# The Soft-RoCE guest's packages are tests/vm/setup.sh's job.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

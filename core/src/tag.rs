@@ -316,6 +316,9 @@ impl<R, U> Matcher<R, U> {
     /// Entries `resolve` still maps to `UNSPEC` stay. Cheap when there are none.
     pub fn resolve_unknown(&mut self, mut resolve: impl FnMut(&U) -> PeerAddr) {
         let q = &mut self.unexpected;
+        if q.nodes.is_empty() {
+            return; // the common case: no hash lookup on the posting path
+        }
         let Some(mut cur) = q.peers.get(&PeerAddr::UNSPEC).map(|e| e.head) else {
             return;
         };

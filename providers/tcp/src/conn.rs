@@ -1,11 +1,11 @@
 //! One TCP connection: a queue of frames to write (resumable after partial
 //! writes) and a staging buffer of bytes read but not yet consumed. It moves
-//! bytes; what they mean is the endpoint's business (`endpoint.rs`).
+//! bytes; what they mean is the endpoint's business (`endpoint/`).
 //!
-//! Connections are one-directional for data: each endpoint sends on the
-//! connection it opened to a peer and receives on the ones it accepted, so
-//! two peers that start sending to each other at the same moment simply open
-//! one connection each, with nothing to arbitrate (docs/PROTOCOL.md).
+//! Every connection carries frames both ways. An endpoint sends to a peer on
+//! its route: the connection it opened, or the one the peer opened if it had
+//! none; two peers that start sending to each other at the same moment each
+//! keep their own, with nothing to arbitrate (docs/PROTOCOL.md).
 
 use std::collections::VecDeque;
 use std::io::IoSlice;
@@ -21,12 +21,12 @@ use crate::wire::HEADER_LEN;
 /// are read straight into the user's buffer.
 pub const STAGING: usize = 64 << 10;
 
-/// Which way data flows on a connection.
+/// Who opened a connection (the opener sends the hello); data flows both ways.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Dir {
-    /// We connected: we write frames, and only read to notice the close.
+    /// We connected.
     Out,
-    /// We accepted: we read frames, and never write.
+    /// We accepted.
     In,
 }
 
@@ -97,7 +97,7 @@ pub struct Conn {
     pub state: State,
     /// Distinguishes this connection from a later one in the same slot.
     pub serial: u64,
-    /// The peer's endpoint name (for incoming connections: once its hello arrived).
+    /// The peer's endpoint name (on accepted connections: once its hello arrived).
     pub peer: Option<Address>,
     /// Frames to write, oldest first.
     pub txq: VecDeque<TxFrame>,
@@ -109,7 +109,7 @@ pub struct Conn {
     pub start: usize,
     /// End of received bytes.
     pub end: usize,
-    /// What the next received bytes are (incoming connections).
+    /// What the next received bytes are.
     pub rx: Phase,
 }
 

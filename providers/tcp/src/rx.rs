@@ -1,10 +1,10 @@
-//! Receive-side state: what an incoming connection is in the middle of,
+//! Receive-side state: what a connection's inbound bytes are in the middle of,
 //! matched rendezvous receives, and unexpected messages.
 
 use xfer_core::addr::{Address, PeerAddr};
 use xfer_core::provider::RecvOp;
 
-/// What the bytes after the current position of an incoming connection are.
+/// What the bytes after the current read position of a connection are.
 #[derive(Debug, Default)]
 pub enum Phase {
     /// The next frame header.
@@ -101,7 +101,7 @@ pub enum Unexp {
     Rts {
         /// Sender's name.
         from: Address,
-        /// The incoming connection it came on, and its serial.
+        /// The connection it came on, and its serial.
         conn: (usize, u64),
         /// The sender's token to echo in the clear-to-send.
         token: u64,
@@ -126,7 +126,7 @@ impl Unexp {
 pub struct RndvRx {
     /// The receive.
     pub recv: RecvOp,
-    /// The incoming connection the data comes on, and its serial.
+    /// The connection the data comes on, and its serial.
     pub conn: (usize, u64),
     /// Distinguishes this entry from later ones in the same slot.
     pub gen: u32,

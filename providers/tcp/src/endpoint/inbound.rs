@@ -5,7 +5,7 @@ use super::*;
 
 impl TcpEndpoint {
     /// Reads and processes the frames that arrived on connection `id`.
-    pub(super) fn read_incoming(&mut self, cx: &mut Ctx<'_>, id: usize) {
+    pub(super) fn read_inbound(&mut self, cx: &mut Ctx<'_>, id: usize) {
         for _ in 0..READS_PER_EVENT {
             if let Err(e) = self.consume(cx, id) {
                 return self.fail_conn(cx, id, e);
@@ -126,7 +126,7 @@ impl TcpEndpoint {
         Ok(io)
     }
 
-    /// Processes staged bytes of incoming connection `id` as far as they go.
+    /// Processes staged bytes of connection `id` as far as they go.
     pub(super) fn consume(&mut self, cx: &mut Ctx<'_>, id: usize) -> Result<()> {
         loop {
             let Some(conn) = self.conns.get_mut(id) else {

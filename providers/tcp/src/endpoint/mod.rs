@@ -453,7 +453,7 @@ impl TcpEndpoint {
             State::Open => {
                 if events & (READABLE | libc::EPOLLERR as u32 | libc::EPOLLHUP as u32) != 0 {
                     self.hot = Some(id);
-                    self.read_incoming(cx, id);
+                    self.read_inbound(cx, id);
                 }
                 if events & WRITABLE != 0 {
                     self.flush(cx, id);
@@ -716,7 +716,7 @@ impl EndpointProvider for TcpEndpoint {
     fn progress(&mut self, cx: &mut Ctx<'_>) {
         if let Some(id) = self.hot {
             if self.conns.get(id).is_some_and(|c| c.state == State::Open) {
-                self.read_incoming(cx, id);
+                self.read_inbound(cx, id);
                 self.spins += 1;
                 if self.spins < EPOLL_EVERY && self.writing == 0 && self.connecting == 0 {
                     return;
