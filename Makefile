@@ -4,7 +4,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: demo test setup build lint bench vm install
+.PHONY: demo test setup build lint bench vm bench-vm install
 PREFIX ?= /usr/local
 
 setup:
@@ -25,12 +25,33 @@ test: setup
 	@$(MAKE) --no-print-directory lint
 	@$(MAKE) --no-print-directory vm
 
-# The Soft-RoCE guest (tests/vm/): installs QEMU, a Debian kernel, rdma-core, perftest and
-# virtme-ng if missing, then boots ONCE and runs everything that needs a real verbs stack:
-# the rxe smoke checks (ibv_rc_pingpong, ib_send_lat) and the xfer-verbs tests.
+# The Soft-RoCE guest (tests/vm/): installs QEMU, a Debian kernel, rdma-core, perftest, UCX
+# and virtme-ng if missing, builds the test binaries on the host, then boots ONCE and runs
+# everything that needs a real verbs stack (tests/vm/all.sh): the rxe smoke checks, the
+# xfer-verbs tests, the conformance suite and peer_death over XFER_PROVIDER=verbs, xfer-info.
 vm:
 	bash tests/vm/setup.sh
-	bin=$$(tests/vm/build-verbs.sh) && tests/vm/run-guest.sh tests/vm/all.sh "$$bin"
+	bins=$$(tests/vm/build-verbs.sh --locked) && tests/vm/run-guest.sh tests/vm/all.sh $$bins
+
+# xfer-perf over verbs against perftest and UCX in one Soft-RoCE guest run
+# (bench/verbs-compare.sh); the report lands in bench/results/<date>-verbs.md.
+BENCH_VM_REPS ?= 5
+bench-vm:
+	bash tests/vm/setup.sh
+	@bins=$$(tests/vm/build-verbs.sh --only XFER_PERF,XFER_INFO --locked) || exit 1; \
+	perf=$$(sed -n 's/^XFER_PERF=//p' <<<"$$bins"); \
+	res=$$(mktemp -d /tmp/xfer-bench-vm.XXXXXX); \
+	note="host: load average $$(cut -d' ' -f1-3 /proc/loadavg) at start, $$(nproc) CPUs, $$(pgrep -c qemu-system || true) other QEMU process(es) running"; \
+	echo "bench-vm: $$note"; \
+	XFER_VM_RESULTS=$$res tests/vm/run-guest.sh bench/verbs-compare.sh --xfer-perf "$$perf" --reps $(BENCH_VM_REPS) \
+		--commit "$$(git describe --always --dirty 2>/dev/null || echo unknown)" --note "$$note"; \
+	rc=$$?; \
+	out=bench/results/$$(date +%F)-verbs.md; n=2; \
+	while [ -e "$$out" ]; do out=bench/results/$$(date +%F)-verbs-$$n.md; n=$$((n + 1)); done; \
+	if [ -s "$$res/verbs.md" ]; then cp "$$res/verbs.md" "$$out" && echo "bench-vm: report written to $$out"; \
+	else echo "bench-vm: the guest wrote no report (exit status $$rc)"; fi; \
+	rm -rf "$$res"; \
+	exit $$rc
 
 # Lints run when the toolchain has the components (they cannot be fetched offline).
 lint:

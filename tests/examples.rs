@@ -1,4 +1,5 @@
-//! The shipped programs run: `xfer-info` reports the TCP provider, and the
+//! The shipped programs run: `xfer-info` reports the providers (verbs, with
+//! why not when this machine has no usable device, then TCP), and the
 //! `pingpong` example completes a ping-pong between two real processes on
 //! loopback. Every child is killed if the test fails or its deadline passes,
 //! so nothing hangs.
@@ -139,8 +140,10 @@ fn xfer_info_lists_tcp() {
         "no tcp provider in:\n{}",
         lines.join("\n")
     );
+    let verbs = verbs_available(&lines);
+    let picks = if verbs == Some(true) { "verbs" } else { "tcp" };
     assert!(
-        lines.iter().any(|l| l == "open_default() picks: tcp"),
+        lines.iter().any(|l| l == &format!("open_default() picks: {picks}")),
         "{}",
         lines.join("\n")
     );
@@ -155,7 +158,7 @@ fn xfer_info_lists_tcp() {
     let json = lines.join("\n");
     assert!(json.starts_with('{') && json.ends_with('}'), "{json}");
     assert!(json.contains(r#""name": "tcp", "available": true"#), "{json}");
-    assert!(json.contains(r#""chosen": "tcp""#), "{json}");
+    assert!(json.contains(&format!(r#""chosen": "{picks}""#)), "{json}");
     assert!(json.contains(r#""error": null"#), "{json}");
 
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_xfer-info"));
@@ -163,6 +166,92 @@ fn xfer_info_lists_tcp() {
     let (status, _, err) = Proc::spawn("xfer-info --no-such-flag", cmd).finish(deadline);
     assert_eq!(status.code(), Some(2), "{err}");
     assert!(err.contains("usage"), "{err}");
+}
+
+/// Whether `xfer-info`'s provider list says verbs is available; `None` when
+/// it is not listed (built without the `verbs` feature).
+fn verbs_available(lines: &[String]) -> Option<bool> {
+    let at = |name: &str| {
+        lines
+            .iter()
+            .position(|l| l.trim_start().starts_with(&format!("{name} ")))
+    };
+    let verbs = at("verbs")?;
+    assert!(
+        at("tcp").is_some_and(|tcp| verbs < tcp),
+        "verbs is not listed before tcp:\n{}",
+        lines.join("\n")
+    );
+    Some(lines[verbs].split_whitespace().nth(1) == Some("available"))
+}
+
+#[test]
+fn xfer_info_says_why_verbs_is_unavailable() {
+    let deadline = Instant::now() + DEADLINE;
+    let (status, lines, err) = Proc::spawn("xfer-info", Command::new(env!("CARGO_BIN_EXE_xfer-info"))).finish(deadline);
+    assert!(status.success(), "xfer-info failed: {status}\n{err}");
+    match verbs_available(&lines) {
+        None => {
+            if cfg!(feature = "verbs") {
+                panic!("verbs not listed:\n{}", lines.join("\n"));
+            }
+            return;
+        }
+        Some(true) => {
+            eprintln!("this machine has a usable verbs device: nothing to check");
+            return;
+        }
+        Some(false) => {}
+    }
+    // `verbs  unavailable  <reason>`, and the device section repeats the
+    // probe's reason.
+    let line = lines.iter().find(|l| l.trim_start().starts_with("verbs ")).unwrap();
+    let reason = line
+        .trim_start()
+        .splitn(3, char::is_whitespace)
+        .nth(2)
+        .unwrap_or("")
+        .trim();
+    assert!(!reason.is_empty(), "no reason in {line:?}");
+    assert!(
+        lines.iter().any(|l| l.starts_with("verbs devices:")),
+        "no verbs devices section in:\n{}",
+        lines.join("\n")
+    );
+    assert!(
+        lines.iter().any(|l| l.contains("XFER_VERBS_ADDR")),
+        "no verbs settings in:\n{}",
+        lines.join("\n")
+    );
+
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_xfer-info"));
+    cmd.arg("--json");
+    let (status, lines, err) = Proc::spawn("xfer-info --json", cmd).finish(deadline);
+    assert!(status.success(), "xfer-info --json failed: {status}\n{err}");
+    let json = lines.join("\n");
+    assert!(
+        json.contains(r#""name": "verbs", "available": false, "detail": ""#),
+        "{json}"
+    );
+    assert!(
+        !json.contains(r#""name": "verbs", "available": false, "detail": """#),
+        "{json}"
+    );
+    assert!(json.contains(r#""chosen": "tcp""#), "{json}");
+    assert!(json.contains(r#""verbs": {"devices": ["#), "{json}");
+    assert!(json.contains(r#""env": "XFER_VERBS_DEVICE""#), "{json}");
+
+    // Forcing verbs where it cannot run is an error, with the reason.
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_xfer-info"));
+    cmd.env("XFER_PROVIDER", "verbs");
+    let (status, lines, err) = Proc::spawn("XFER_PROVIDER=verbs xfer-info", cmd).finish(deadline);
+    assert_eq!(status.code(), Some(1), "{}\n{err}", lines.join("\n"));
+    assert!(
+        lines.iter().any(|l| l == "open_default() picks: nothing"),
+        "{}",
+        lines.join("\n")
+    );
+    assert!(err.contains("xfer-info: error: opening a domain:"), "{err}");
 }
 
 #[test]

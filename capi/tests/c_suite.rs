@@ -43,6 +43,10 @@ fn paths() -> &'static Paths {
             .args(["build", "-p", "xfer-capi", "--lib", "--target-dir"])
             .arg(&target_dir)
             .current_dir(&root);
+        if !cfg!(feature = "verbs") {
+            // The library this test was built for: TCP-only.
+            build.arg("--no-default-features");
+        }
         match profile {
             "debug" => {}
             "release" => {
@@ -159,23 +163,20 @@ fn c_suite_dynamically_linked() {
 
 #[test]
 fn c_suite_statically_linked() {
-    // What `rustc --print native-static-libs` lists for libxfer.a.
-    let exe = compile(
-        "tests/c/test_capi.c",
-        "test_capi_static",
-        &[
-            "-Wl,-Bstatic",
-            "-lxfer",
-            "-Wl,-Bdynamic",
-            "-lgcc_s",
-            "-lutil",
-            "-lrt",
-            "-lpthread",
-            "-lm",
-            "-ldl",
-            "-lc",
-        ],
-    );
+    // What `rustc --print native-static-libs` lists for libxfer.a (rdma-core's
+    // libraries only with the verbs provider).
+    let verbs: &[&str] = if cfg!(feature = "verbs") {
+        &["-libverbs", "-lrdmacm"]
+    } else {
+        &[]
+    };
+    let link = [
+        &["-Wl,-Bstatic", "-lxfer", "-Wl,-Bdynamic"],
+        verbs,
+        &["-lgcc_s", "-lutil", "-lrt", "-lpthread", "-lm", "-ldl", "-lc"],
+    ]
+    .concat();
+    let exe = compile("tests/c/test_capi.c", "test_capi_static", &link);
     let ldd = run({
         let mut c = Command::new("ldd");
         c.arg(&exe);

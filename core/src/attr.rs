@@ -140,6 +140,16 @@ impl Default for EndpointAttr {
 }
 
 impl EndpointAttr {
+    /// Refuses an inject payload longer than `inject_size`.
+    pub fn check_inject(&self, len: usize) -> crate::error::Result<()> {
+        if len > self.inject_size {
+            return Err(crate::error::Error::InvalidArgument(
+                "inject payload exceeds the endpoint's inject_size",
+            ));
+        }
+        Ok(())
+    }
+
     /// Defaults overridden by the environment.
     pub fn from_env() -> Self {
         let mut a = Self::default();

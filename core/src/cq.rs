@@ -122,6 +122,9 @@ impl CompletionQueue {
             if n > 0 {
                 return Ok(n);
             }
+            if !self.prepare_wait()? {
+                continue; // completions arrived while arming
+            }
             let sleep = match deadline {
                 Some(d) => match d.checked_duration_since(Instant::now()) {
                     Some(left) if !left.is_zero() => left.min(MAX_SLEEP),
@@ -139,13 +142,23 @@ impl CompletionQueue {
     /// (poll instead). Mirrors `fi_trywait`.
     pub fn trywait(&self) -> Result<()> {
         self.arm()?;
-        let mut st = self.0.shared.lock()?;
-        st.progress_cq(self.0.key);
-        if st.cqs[self.0.key].is_empty() {
+        {
+            let mut st = self.0.shared.lock()?;
+            st.progress_cq(self.0.key);
+        }
+        if self.prepare_wait()? {
             Ok(())
         } else {
             Err(Error::Again)
         }
+    }
+
+    /// Lets the bound endpoints arm their events before a blocking wait;
+    /// true when no completion is ready (safe to block).
+    fn prepare_wait(&self) -> Result<bool> {
+        let mut st = self.0.shared.lock()?;
+        st.prepare_wait_cq(self.0.key);
+        Ok(st.cqs[self.0.key].is_empty())
     }
 
     /// A descriptor that becomes readable when a bound endpoint has work;

@@ -73,6 +73,15 @@ impl State {
 
     /// Progresses every endpoint bound to completion queue `cq`.
     pub(crate) fn progress_cq(&mut self, cq: usize) {
+        self.each_bound(cq, |ep, cx| ep.progress(cx));
+    }
+
+    /// Readies every endpoint bound to `cq` for a blocking wait.
+    pub(crate) fn prepare_wait_cq(&mut self, cq: usize) {
+        self.each_bound(cq, |ep, cx| ep.prepare_wait(cx));
+    }
+
+    fn each_bound(&mut self, cq: usize, mut f: impl FnMut(&mut dyn EndpointProvider, &mut Ctx<'_>)) {
         let ring = &mut self.cqs[cq];
         for &ep in &self.bound[cq] {
             let slot = &mut self.eps[ep];
@@ -81,7 +90,7 @@ impl State {
                 av: &self.avs[slot.av],
                 domain: self.prov.as_ref(),
             };
-            slot.prov.progress(&mut cx);
+            f(slot.prov.as_mut(), &mut cx);
         }
     }
 }

@@ -51,6 +51,14 @@ impl Endpoint {
         self.name
     }
 
+    /// The provider's counters for this endpoint (name, value): what paths
+    /// operations took, for tests and diagnostics. Empty when the provider
+    /// keeps none.
+    pub fn counters(&self) -> Result<Vec<(&'static str, u64)>> {
+        let st = self.shared.lock()?;
+        Ok(st.eps[self.key].prov.counters())
+    }
+
     /// The completion queue this endpoint reports to.
     pub fn cq(&self) -> &CompletionQueue {
         &self.cq
@@ -81,6 +89,12 @@ impl Endpoint {
     /// Posts an RMA operation described in full (immediate data, completion
     /// request, raw buffers). A refused operation comes back whole.
     pub fn post_rma(&self, op: RmaOp) -> std::result::Result<(), Rejected<RmaOp>> {
+        if op.kind == RmaKind::Read && op.data.is_some() {
+            return Err(Rejected::new(
+                Error::InvalidArgument("immediate data is for writes only"),
+                op,
+            ));
+        }
         match self.shared.lock() {
             Ok(mut st) => st.with_ep(self.key, |ep, cx| ep.rma(cx, op)),
             Err(e) => Err(Rejected::new(e, op)),

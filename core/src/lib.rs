@@ -16,6 +16,7 @@ pub mod addr;
 pub mod attr;
 mod av;
 pub mod buffer;
+pub mod complete;
 pub mod completion;
 mod cq;
 mod domain;

@@ -199,9 +199,22 @@ pub trait EndpointProvider: Send {
     fn cancel(&mut self, cx: &mut Ctx<'_>, context: u64) -> Result<()>;
     /// Moves data and produces completions; never blocks.
     fn progress(&mut self, cx: &mut Ctx<'_>);
-    /// A descriptor that becomes readable when `progress` has work to do.
+    /// A descriptor that becomes readable when `progress` has work to do
+    /// (once [`prepare_wait`](Self::prepare_wait) has been called).
     fn wait_fd(&self) -> RawFd;
+    /// Called before the program blocks on [`wait_fd`](Self::wait_fd): a
+    /// provider whose events must be armed (a verbs CQ's notification) arms
+    /// them here, and may move data (completions go to `cx.cq`, which the
+    /// caller checks before blocking). Busy-polling programs never get here,
+    /// so they pay nothing for events (`fi_trywait`).
+    fn prepare_wait(&mut self, cx: &mut Ctx<'_>) {
+        let _ = cx;
+    }
     /// Ends every outstanding operation with a cancelled completion and
     /// releases the endpoint's resources; called once, before drop.
     fn close(&mut self, cx: &mut Ctx<'_>);
+    /// The provider's counters (name, value), for tests and diagnostics.
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        Vec::new()
+    }
 }

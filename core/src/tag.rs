@@ -355,6 +355,11 @@ impl<R, U> Matcher<R, U> {
         out
     }
 
+    /// Whether a posted receive is directed at `src`.
+    pub fn has_posted_from(&self, src: PeerAddr) -> bool {
+        !src.is_unspec() && self.posted.peers.get(&src).is_some_and(|e| e.head != NIL)
+    }
+
     /// Remove all posted receives, in post order (endpoint teardown).
     pub fn drain_posted(&mut self) -> Vec<(RecvSpec, R)> {
         let mut out = Vec::with_capacity(self.posted.nodes.len());

@@ -2,8 +2,9 @@
 //!
 //! Lists the providers compiled in (in order of preference, whether each can
 //! run here and why), the one `xfer::open_default()` picks, the name of an
-//! endpoint opened on it, and every `XFER_*` setting with its effective value
-//! and default.
+//! endpoint opened on it, every verbs device with its limits, ports and GIDs
+//! (or why there are none), and every `XFER_*` setting with its effective
+//! value and default.
 //!
 //! ```text
 //! cargo run --bin xfer-info              # human-readable
@@ -20,6 +21,15 @@ use std::process::ExitCode;
 use xfer::{CqAttr, DomainAttr, EndpointAttr, ProviderInfo, Setting};
 
 const USAGE: &str = "usage: xfer-info [--json]";
+
+/// Everything the report shows.
+struct Report {
+    providers: Vec<ProviderInfo>,
+    opened: Opened,
+    /// The verbs devices, when the verbs provider is compiled in.
+    verbs: Option<verbs::Probe>,
+    rows: Vec<Row>,
+}
 
 /// One row of the settings table.
 struct Row {
@@ -58,14 +68,17 @@ fn main() -> ExitCode {
         }
     }
 
-    let providers = xfer::info();
-    let opened = open();
-    let rows = settings();
+    let report = Report {
+        providers: xfer::info(),
+        opened: open(),
+        verbs: verbs::probe(),
+        rows: settings(),
+    };
     let mut out = std::io::stdout().lock();
     let written = if json {
-        writeln!(out, "{}", to_json(&providers, &opened, &rows))
+        writeln!(out, "{}", to_json(&report))
     } else {
-        print_text(&mut out, &providers, &opened, &rows)
+        print_text(&mut out, &report)
     };
     // A reader that stops early (`xfer-info | head`) is not an error.
     if let Err(e) = written.and_then(|()| out.flush()) {
@@ -74,7 +87,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     }
-    match opened.endpoint {
+    match report.opened.endpoint {
         Ok(_) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("xfer-info: error: {e}");
@@ -112,6 +125,10 @@ fn endpoint_name(domain: &xfer::Domain) -> Result<Name, String> {
     let bytes = ep.name().as_bytes().to_vec();
     let text = match domain.provider() {
         "tcp" => xfer_tcp::name::TcpName::decode(&bytes).ok().map(|n| n.to_string()),
+        #[cfg(feature = "verbs")]
+        "verbs" => xfer_verbs::name::VerbsName::decode(&bytes)
+            .ok()
+            .map(|n| format!("verbs://{}#{:016x}", n.addr, n.nonce)),
         _ => None,
     };
     Ok(Name {
@@ -127,11 +144,13 @@ fn settings() -> Vec<Row> {
         DomainAttr::from_env().settings(),
         CqAttr::from_env().settings(),
         EndpointAttr::from_env().settings(), // includes the TCP provider's
+        verbs::settings(),
     ];
     let defaults: Vec<Setting> = [
         DomainAttr::default().settings(),
         CqAttr::default().settings(),
         EndpointAttr::default().settings(),
+        verbs::default_settings(),
     ]
     .concat();
     effective
@@ -147,7 +166,13 @@ fn settings() -> Vec<Row> {
         .collect()
 }
 
-fn print_text(out: &mut impl Write, providers: &[ProviderInfo], opened: &Opened, rows: &[Row]) -> std::io::Result<()> {
+fn print_text(out: &mut impl Write, report: &Report) -> std::io::Result<()> {
+    let Report {
+        providers,
+        opened,
+        verbs,
+        rows,
+    } = report;
     writeln!(out, "providers (in order of preference):")?;
     let width = providers.iter().map(|p| p.name.len()).max().unwrap_or(0);
     for p in providers {
@@ -174,6 +199,10 @@ fn print_text(out: &mut impl Write, providers: &[ProviderInfo], opened: &Opened,
         Err(e) => writeln!(out, "error:                {e}")?,
     }
     writeln!(out)?;
+    if let Some(probe) = verbs {
+        verbs::print_text(out, probe)?;
+        writeln!(out)?;
+    }
 
     writeln!(out, "settings (XFER_* environment variables):")?;
     let header = ["VARIABLE", "VALUE", "DEFAULT", "DESCRIPTION"];
@@ -194,7 +223,13 @@ fn print_text(out: &mut impl Write, providers: &[ProviderInfo], opened: &Opened,
     Ok(())
 }
 
-fn to_json(providers: &[ProviderInfo], opened: &Opened, rows: &[Row]) -> String {
+fn to_json(report: &Report) -> String {
+    let Report {
+        providers,
+        opened,
+        verbs,
+        rows,
+    } = report;
     let providers: Vec<String> = providers
         .iter()
         .map(|p| {
@@ -227,9 +262,10 @@ fn to_json(providers: &[ProviderInfo], opened: &Opened, rows: &[Row]) -> String 
             )
         })
         .collect();
+    let verbs = verbs.as_ref().map_or_else(|| "null".to_string(), verbs::to_json);
     format!(
         "{{\n  \"providers\": [\n    {}\n  ],\n  \"chosen\": {chosen},\n  \"endpoint\": {endpoint},\n  \
-         \"error\": {error},\n  \"settings\": [\n    {}\n  ]\n}}",
+         \"error\": {error},\n  \"verbs\": {verbs},\n  \"settings\": [\n    {}\n  ]\n}}",
         providers.join(",\n    "),
         settings.join(",\n    ")
     )
@@ -252,4 +288,308 @@ fn quote(s: &str) -> String {
     }
     out.push('"');
     out
+}
+
+/// The verbs section: devices, ports and GIDs, and the `XFER_VERBS_*` settings.
+#[cfg(feature = "verbs")]
+mod verbs {
+    use std::io::Write;
+
+    use xfer::Setting;
+    pub use xfer_verbs::Probe;
+    use xfer_verbs::VerbsAttr;
+
+    use super::quote;
+
+    /// Every device, or why there is none.
+    pub fn probe() -> Option<Probe> {
+        Some(xfer_verbs::probe())
+    }
+
+    /// The provider's settings rows, effective.
+    pub fn settings() -> Vec<Setting> {
+        VerbsAttr::from_env().settings()
+    }
+
+    /// The provider's settings rows, defaults.
+    pub fn default_settings() -> Vec<Setting> {
+        VerbsAttr::default().settings()
+    }
+
+    /// `ibv_port_state` as `ibv_devinfo` names it.
+    fn port_state(state: u32) -> &'static str {
+        match state {
+            0 => "NOP",
+            1 => "DOWN",
+            2 => "INIT",
+            3 => "ARMED",
+            4 => "ACTIVE",
+            5 => "ACTIVE_DEFER",
+            _ => "unknown",
+        }
+    }
+
+    /// A GID in the usual eight-group form, without its type.
+    fn gid_text(gid: &[u8; 16]) -> String {
+        let groups: Vec<String> = gid.chunks(2).map(|p| format!("{:02x}{:02x}", p[0], p[1])).collect();
+        groups.join(":")
+    }
+
+    pub fn print_text(out: &mut impl Write, probe: &Probe) -> std::io::Result<()> {
+        if probe.devices.is_empty() {
+            let why = probe.reason.as_deref().unwrap_or("no verbs devices");
+            return writeln!(out, "verbs devices: none ({why})");
+        }
+        writeln!(out, "verbs devices:")?;
+        for d in &probe.devices {
+            let a = &d.attr;
+            writeln!(out, "  {}", d.name)?;
+            writeln!(
+                out,
+                "    max_inline {}  max_qp {}  max_qp_wr {}  max_cqe {}  max_qp_rd_atom {}",
+                d.max_inline, a.max_qp, a.max_qp_wr, a.max_cqe, a.max_qp_rd_atom
+            )?;
+            writeln!(
+                out,
+                "    max_srq {}  max_srq_wr {}  max_sge {}  max_mr_size {}",
+                a.max_srq, a.max_srq_wr, a.max_sge, a.max_mr_size
+            )?;
+            for p in &d.ports {
+                let pa = &p.attr;
+                writeln!(
+                    out,
+                    "    port {}: {}  link layer {}  active MTU {} (max {})  max_msg_sz {}  lid {}",
+                    pa.port,
+                    port_state(pa.state),
+                    pa.link_layer,
+                    pa.active_mtu,
+                    pa.max_mtu,
+                    pa.max_msg_sz,
+                    pa.lid
+                )?;
+                if p.gids.is_empty() {
+                    writeln!(out, "      no GIDs")?;
+                }
+                for g in &p.gids {
+                    match g.ipv4() {
+                        Some(ip) => writeln!(out, "      gid {:3}  {g}  IPv4 {ip}", g.index)?,
+                        None => writeln!(out, "      gid {:3}  {g}", g.index)?,
+                    }
+                }
+            }
+        }
+        if let Some(why) = &probe.reason {
+            writeln!(out, "  (not listed: {why})")?;
+        }
+        Ok(())
+    }
+
+    pub fn to_json(probe: &Probe) -> String {
+        let devices: Vec<String> = probe
+            .devices
+            .iter()
+            .map(|d| {
+                let a = &d.attr;
+                let ports: Vec<String> = d
+                    .ports
+                    .iter()
+                    .map(|p| {
+                        let pa = &p.attr;
+                        let gids: Vec<String> = p
+                            .gids
+                            .iter()
+                            .map(|g| {
+                                format!(
+                                    r#"{{"index": {}, "gid": {}, "type": {}, "ipv4": {}}}"#,
+                                    g.index,
+                                    quote(&gid_text(&g.gid)),
+                                    quote(&g.kind),
+                                    g.ipv4().map_or_else(|| "null".to_string(), |ip| quote(&ip.to_string()))
+                                )
+                            })
+                            .collect();
+                        format!(
+                            concat!(
+                                r#"{{"port": {}, "state": {}, "active": {}, "link_layer": {}, "active_mtu": {}, "#,
+                                r#""max_mtu": {}, "max_msg_sz": {}, "lid": {}, "gids": [{}]}}"#
+                            ),
+                            pa.port,
+                            quote(port_state(pa.state)),
+                            pa.active,
+                            quote(pa.link_layer),
+                            pa.active_mtu,
+                            pa.max_mtu,
+                            pa.max_msg_sz,
+                            pa.lid,
+                            gids.join(", ")
+                        )
+                    })
+                    .collect();
+                format!(
+                    concat!(
+                        r#"{{"name": {}, "max_inline": {}, "max_qp": {}, "max_qp_wr": {}, "max_cqe": {}, "#,
+                        r#""max_qp_rd_atom": {}, "max_srq": {}, "max_srq_wr": {}, "max_sge": {}, "#,
+                        r#""max_mr_size": {}, "ports": [{}]}}"#
+                    ),
+                    quote(&d.name),
+                    d.max_inline,
+                    a.max_qp,
+                    a.max_qp_wr,
+                    a.max_cqe,
+                    a.max_qp_rd_atom,
+                    a.max_srq,
+                    a.max_srq_wr,
+                    a.max_sge,
+                    a.max_mr_size,
+                    ports.join(", ")
+                )
+            })
+            .collect();
+        let reason = probe.reason.as_deref().map_or_else(|| "null".to_string(), quote);
+        format!("{{\"devices\": [{}], \"reason\": {reason}}}", devices.join(", "))
+    }
+}
+
+/// Without the verbs provider: no devices section, no settings.
+#[cfg(not(feature = "verbs"))]
+mod verbs {
+    use std::io::Write;
+
+    use xfer::Setting;
+
+    /// Nothing to probe.
+    pub enum Probe {}
+
+    pub fn probe() -> Option<Probe> {
+        None
+    }
+
+    pub fn settings() -> Vec<Setting> {
+        Vec::new()
+    }
+
+    pub fn default_settings() -> Vec<Setting> {
+        Vec::new()
+    }
+
+    pub fn print_text(_: &mut impl Write, probe: &Probe) -> std::io::Result<()> {
+        match *probe {}
+    }
+
+    pub fn to_json(probe: &Probe) -> String {
+        match *probe {}
+    }
+}
+
+#[cfg(all(test, feature = "verbs"))]
+mod tests {
+    use xfer_verbs::device::PortInfo;
+    use xfer_verbs::{DeviceAttr, DeviceInfo, GidEntry, PortAttr, Probe};
+
+    fn probe() -> Probe {
+        let mut v2 = [0u8; 16];
+        v2[10..12].fill(0xff);
+        v2[12..].copy_from_slice(&[10, 0, 2, 15]);
+        let mut v1 = [0u8; 16];
+        v1[..2].copy_from_slice(&[0xfe, 0x80]);
+        Probe {
+            devices: vec![DeviceInfo {
+                name: "rxe0".into(),
+                attr: DeviceAttr {
+                    phys_port_cnt: 1,
+                    max_qp: 1000,
+                    max_qp_wr: 2000,
+                    max_sge: 32,
+                    max_cq: 3000,
+                    max_cqe: 4000,
+                    max_mr_size: 1 << 40,
+                    max_srq: 5000,
+                    max_srq_wr: 6000,
+                    max_srq_sge: 27,
+                    max_qp_rd_atom: 128,
+                    max_qp_init_rd_atom: 128,
+                },
+                max_inline: 240,
+                ports: vec![PortInfo {
+                    attr: PortAttr {
+                        port: 1,
+                        active: true,
+                        state: 4,
+                        link_layer: "Ethernet",
+                        active_mtu: 1024,
+                        max_mtu: 4096,
+                        gid_tbl_len: 16,
+                        lid: 0,
+                        max_msg_sz: 1 << 31,
+                    },
+                    gids: vec![
+                        GidEntry {
+                            index: 0,
+                            gid: v1,
+                            kind: "IB/RoCE v1".into(),
+                        },
+                        GidEntry {
+                            index: 1,
+                            gid: v2,
+                            kind: "RoCE v2".into(),
+                        },
+                    ],
+                }],
+            }],
+            reason: Some("mlx5_0: cannot open".into()),
+        }
+    }
+
+    #[test]
+    fn devices_ports_and_gids_as_text() {
+        let mut out = Vec::new();
+        super::verbs::print_text(&mut out, &probe()).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        for want in [
+            "verbs devices:\n  rxe0\n",
+            "max_inline 240",
+            "max_qp_wr 2000",
+            "max_cqe 4000",
+            "max_qp_rd_atom 128",
+            "max_srq 5000  max_srq_wr 6000",
+            "port 1: ACTIVE  link layer Ethernet  active MTU 1024 (max 4096)  max_msg_sz 2147483648",
+            "gid   0  fe80:0000:0000:0000:0000:0000:0000:0000 (IB/RoCE v1)\n",
+            "gid   1  0000:0000:0000:0000:0000:ffff:0a00:020f (RoCE v2)  IPv4 10.0.2.15\n",
+            "(not listed: mlx5_0: cannot open)",
+        ] {
+            assert!(text.contains(want), "no {want:?} in:\n{text}");
+        }
+
+        let mut out = Vec::new();
+        super::verbs::print_text(&mut out, &Probe::default()).unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "verbs devices: none (no verbs devices)\n"
+        );
+    }
+
+    #[test]
+    fn devices_ports_and_gids_as_json() {
+        let json = super::verbs::to_json(&probe());
+        for want in [
+            r#"{"devices": [{"name": "rxe0", "max_inline": 240, "#,
+            r#""max_qp_wr": 2000, "max_cqe": 4000, "max_qp_rd_atom": 128, "max_srq": 5000, "max_srq_wr": 6000, "#,
+            r#""ports": [{"port": 1, "state": "ACTIVE", "active": true, "link_layer": "Ethernet", "active_mtu": 1024, "#,
+            r#""max_msg_sz": 2147483648, "#,
+            r#"{"index": 0, "gid": "fe80:0000:0000:0000:0000:0000:0000:0000", "type": "IB/RoCE v1", "ipv4": null}"#,
+            r#"{"index": 1, "gid": "0000:0000:0000:0000:0000:ffff:0a00:020f", "type": "RoCE v2", "ipv4": "10.0.2.15"}"#,
+            r#"]}]}], "reason": "mlx5_0: cannot open"}"#,
+        ] {
+            assert!(json.contains(want), "no {want:?} in:\n{json}");
+        }
+        let depth = json.chars().try_fold(0i32, |d, c| {
+            let d = d + i32::from(c == '{' || c == '[') - i32::from(c == '}' || c == ']');
+            (d >= 0).then_some(d)
+        });
+        assert_eq!(depth, Some(0), "unbalanced: {json}");
+        assert_eq!(
+            super::verbs::to_json(&Probe::default()),
+            r#"{"devices": [], "reason": null}"#
+        );
+    }
 }

@@ -238,11 +238,21 @@ static void test_info(void)
     int n = xfer_info_count();
     CHECK(n >= 1);
     xfer_info_t info;
-    memset(&info, 0x55, sizeof info);
-    CHECK_RC(xfer_info_get(0, &info), 0);
-    CHECK(strcmp(info.name, "tcp") == 0);
-    CHECK(info.available == 1);
-    CHECK(memchr(info.detail, '\0', sizeof info.detail) != NULL);
+    int tcp = 0;
+    for (int i = 0; i < n; i++) {
+        memset(&info, 0x55, sizeof info);
+        CHECK_RC(xfer_info_get((size_t)i, &info), 0);
+        CHECK(memchr(info.name, '\0', sizeof info.name) != NULL);
+        CHECK(memchr(info.detail, '\0', sizeof info.detail) != NULL);
+        CHECK(info.detail[0] != '\0'); /* why it can or cannot run */
+        CHECK(info.available == 0 || info.available == 1);
+        if (strcmp(info.name, "tcp") == 0) {
+            tcp = 1;
+            CHECK(info.available == 1);
+            CHECK(i == n - 1); /* the fallback: least preferred */
+        }
+    }
+    CHECK(tcp);
     CHECK_RC(xfer_info_get((size_t)n, &info), XFER_EINVAL);
     CHECK_RC(xfer_info_get(0, NULL), XFER_EINVAL);
 }

@@ -1,28 +1,193 @@
 #!/usr/bin/env bash
 # Guest script: everything that needs the Soft-RoCE device, in ONE boot:
-# smoke.sh (the stack itself), then verbs.sh (xfer-verbs tests).
-#   bin=$(tests/vm/build-verbs.sh)
-#   tests/vm/run-guest.sh tests/vm/all.sh "$bin"
-# Runs every step even if one fails; exits nonzero if any failed.
+#   smoke        smoke.sh: rxe0 ACTIVE, ibv_rc_pingpong, ib_send_lat (the stack itself)
+#   verbs        verbs.sh on each xfer-verbs integration test binary (providers/verbs/tests/
+#                <name>.rs: rc, endpoint), reported as verbs_<name>
+#   conformance  the root crate's provider conformance suite over XFER_PROVIDER=verbs
+#   peer_death   tests/peer_death.rs over XFER_PROVIDER=verbs (a peer process killed)
+#   xfer_info    xfer-info with no XFER_PROVIDER/XFER_VERBS_DEVICE: must find rxe0 and
+#                pick verbs by itself
+# The binaries are built on the host by tests/vm/build-verbs.sh, whose KEY=PATH lines
+# are this script's arguments:
+#   tests/vm/run-guest.sh tests/vm/all.sh $(tests/vm/build-verbs.sh)
+# Runs every step even if one fails, each under its own timeout; prints one
+# "=== <step>: PASS|FAIL ..." line per step and a summary; exits nonzero if any failed.
+#
+# Knobs (set on the host: run-guest.sh forwards XFER_* variables into the guest):
+#   XFER_VM_STEPS        steps to run, space- or comma-separated (default: all, above order);
+#                        `verbs` runs every VERBS_* binary, `verbs_<name>` just that one
+#   XFER_VM_CONFORMANCE_THREADS  --test-threads for the conformance suite (default 2: 35
+#                        tests in ~9-10 s over rxe vs ~16 s with 1, both passing, measured)
+#   XFER_VM_TIMEOUT_VERBS / _CONFORMANCE / _PEER_DEATH / _XFER_INFO  per-step seconds
+#                        (defaults 240 per verbs binary / 240 / 120 / 60, 3-10x what they
+#                        took here; smoke.sh bounds its own commands)
+#   XFER_VM_TEST_ARGS    extra arguments for the conformance binary (e.g. a test name filter)
 set -u
 
+usage() {
+    echo "usage: all.sh KEY=PATH... (KEYs: VERBS_<NAME> CONFORMANCE PEER_DEATH XFER_INFO" \
+        "[XFER_PERF]; from tests/vm/build-verbs.sh on the host)" >&2
+}
 if [ "${XFER_IN_GUEST:-0}" != 1 ]; then
-    echo "all.sh: run this inside the guest: tests/vm/run-guest.sh $0 VERBS_TEST_BINARY" >&2
-    exit 2
-fi
-if [ $# -lt 1 ]; then
-    echo "all.sh: usage: all.sh VERBS_TEST_BINARY (from tests/vm/build-verbs.sh on the host)" >&2
+    echo "all.sh: run this inside the guest: tests/vm/run-guest.sh $0 \$(tests/vm/build-verbs.sh)" >&2
     exit 2
 fi
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+
+declare -A bin=()
+verbs_tests=() # names (lower case) of the VERBS_<NAME> binaries, in argument order
+for arg in "$@"; do
+    case $arg in
+    VERBS_?*=*)
+        name=${arg%%=*}
+        name=${name#VERBS_}
+        verbs_tests+=("${name,,}")
+        bin[${arg%%=*}]=${arg#*=}
+        ;;
+    CONFORMANCE=* | PEER_DEATH=* | XFER_PERF=* | XFER_INFO=*) bin[${arg%%=*}]=${arg#*=} ;;
+    *)
+        echo "all.sh: unexpected argument: $arg" >&2
+        usage
+        exit 2
+        ;;
+    esac
+done
+
+steps=${XFER_VM_STEPS:-smoke verbs conformance peer_death xfer_info}
+steps=${steps//,/ }
+# `verbs` stands for one step per VERBS_<NAME> binary given.
+expanded=
+for s in $steps; do
+    case $s in
+    verbs)
+        if [ ${#verbs_tests[@]} = 0 ]; then
+            expanded+=" verbs_" # fails: no binary given
+        else
+            for t in "${verbs_tests[@]}"; do expanded+=" verbs_$t"; done
+        fi
+        ;;
+    smoke | verbs_* | conformance | peer_death | xfer_info) expanded+=" $s" ;;
+    *)
+        echo "all.sh: unknown step '$s' in XFER_VM_STEPS (smoke verbs verbs_<name> conformance peer_death xfer_info)" >&2
+        exit 2
+        ;;
+    esac
+done
+steps=${expanded# }
+
+passed=()
 failed=()
+times=()
+result() { # STEP RC [DETAIL]
+    local step=$1 rc=$2 detail=${3:-}
+    times+=("$step $(($(date +%s) - step_start))s")
+    if [ "$rc" = 0 ]; then
+        passed+=("$step")
+        echo "=== $step: PASS"
+    else
+        failed+=("$step")
+        echo "=== $step: FAIL${detail:+ ($detail)}"
+    fi
+}
 
-bash "$here/smoke.sh" || failed+=(smoke)
-bash "$here/verbs.sh" "$@" || failed+=(verbs)
+# why RC SECONDS: a readable reason for a nonzero exit status of `timeout ... CMD`.
+why() {
+    case $1 in
+    124 | 137) echo "timed out after $2 s" ;;
+    *) echo "exit status $1" ;;
+    esac
+}
 
+# need KEY STEP: the binary for KEY, or a failure of STEP if it was not given.
+need() {
+    local path=${bin[$1]:-}
+    if [ -z "$path" ]; then
+        result "$2" 1 "no $1=PATH argument: build it with tests/vm/build-verbs.sh"
+        return 1
+    fi
+    if [ ! -x "$path" ]; then
+        result "$2" 1 "$1=$path is not executable"
+        return 1
+    fi
+}
+
+step_smoke() {
+    bash "$here/smoke.sh"
+    result smoke $?
+}
+
+# step_verbs NAME: one xfer-verbs integration test binary (VERBS_<NAME>).
+step_verbs() {
+    local name=$1 key step=verbs_$1
+    key=VERBS_${name^^}
+    if [ -z "$name" ]; then
+        result verbs 1 "no VERBS_<NAME>=PATH argument: build them with tests/vm/build-verbs.sh"
+        return
+    fi
+    need "$key" "$step" || return
+    XFER_VERBS_TEST_TIMEOUT=${XFER_VM_TIMEOUT_VERBS:-240} bash "$here/verbs.sh" "${bin[$key]}"
+    local rc=$?
+    result "$step" "$rc" "$(why "$rc" "${XFER_VM_TIMEOUT_VERBS:-240}")"
+}
+
+# run_test STEP KEY THREADS TIMEOUT [ARGS...]: a root-package test binary over verbs.
+run_test() {
+    local step=$1 key=$2 threads=$3 t=$4
+    shift 4
+    need "$key" "$step" || return
+    echo "+ XFER_PROVIDER=verbs timeout $t ${bin[$key]} --test-threads=$threads $*"
+    # timeout signals its whole process group, so helper processes the test spawned
+    # (peer_death's child_peer) go too.
+    XFER_PROVIDER=verbs timeout -k 10 "$t" "${bin[$key]}" --test-threads="$threads" "$@"
+    local rc=$?
+    result "$step" "$rc" "$(why "$rc" "$t")"
+}
+
+step_conformance() {
+    # shellcheck disable=SC2086  # XFER_VM_TEST_ARGS is a word list on purpose
+    run_test conformance CONFORMANCE "${XFER_VM_CONFORMANCE_THREADS:-2}" \
+        "${XFER_VM_TIMEOUT_CONFORMANCE:-240}" ${XFER_VM_TEST_ARGS:-}
+}
+
+step_peer_death() {
+    run_test peer_death PEER_DEATH 1 "${XFER_VM_TIMEOUT_PEER_DEATH:-120}"
+}
+
+step_xfer_info() {
+    need XFER_INFO xfer_info || return
+    local t=${XFER_VM_TIMEOUT_XFER_INFO:-60} out rc
+    # Nothing forced: xfer-info must find rxe0 and prefer verbs on its own.
+    echo "+ env -u XFER_PROVIDER -u XFER_VERBS_DEVICE timeout $t ${bin[XFER_INFO]}"
+    out=$(env -u XFER_PROVIDER -u XFER_VERBS_DEVICE timeout -k 5 "$t" "${bin[XFER_INFO]}" 2>&1)
+    rc=$?
+    printf '%s\n' "$out"
+    if [ "$rc" != 0 ]; then
+        result xfer_info "$rc" "$(why "$rc" "$t")"
+    elif ! grep -q '^open_default() picks: verbs' <<<"$out"; then
+        result xfer_info 1 "open_default() did not pick verbs: $(grep '^open_default() picks:' <<<"$out")"
+    elif ! grep -qw rxe0 <<<"$out"; then
+        result xfer_info 1 "rxe0 is not listed"
+    else
+        result xfer_info 0
+    fi
+}
+
+echo "all.sh: steps: $steps"
+for s in $steps; do
+    echo
+    echo "=== $s"
+    step_start=$(date +%s)
+    case $s in
+    verbs_*) step_verbs "${s#verbs_}" ;;
+    *) "step_$s" ;;
+    esac
+done
+
+echo
+echo "=== step times: $(IFS=,; echo "${times[*]}")" | sed 's/,/, /g'
 if [ ${#failed[@]} = 0 ]; then
-    echo "=== all: PASS (smoke, verbs)"
+    echo "=== all: PASS (${passed[*]})"
 else
-    echo "=== all: FAIL: ${failed[*]}"
+    echo "=== all: FAIL: ${failed[*]}${passed[*]:+ (passed: ${passed[*]})}"
 fi
 [ ${#failed[@]} = 0 ]

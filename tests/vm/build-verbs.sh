@@ -1,13 +1,145 @@
 #!/usr/bin/env bash
-# Host: build the xfer-verbs integration test binary (tests/rc.rs) without
-# running it and print its path, for tests/vm/verbs.sh / all.sh in the guest.
-# Honors CARGO_TARGET_DIR. Build output goes to stderr; only the path to stdout.
+# Host: build, without running, every binary the Soft-RoCE guest runs, and print one
+# KEY=PATH line per binary on stdout, for tests/vm/all.sh (which takes them as
+# arguments) and bench/verbs-compare.sh:
+#   VERBS_<NAME>=... each xfer-verbs integration test, providers/verbs/tests/<name>.rs
+#                    (debug; today VERBS_RC and VERBS_ENDPOINT)
+#   CONFORMANCE=...  root package tests/conformance.rs (release: TCG is ~10x slower)
+#   PEER_DEATH=...   root package tests/peer_death.rs (release)
+#   XFER_PERF=...    xfer-perf (release)
+#   XFER_INFO=...    xfer-info (release)
+# Build output goes to stderr. Honors CARGO_TARGET_DIR (the paths printed are cargo's
+# own). Fails, naming the build, if any build fails.
+#
+# usage: tests/vm/build-verbs.sh [--only KEY[,KEY...]] [CARGO_ARGS...]
+#   --only       build just these (e.g. --only XFER_PERF for bench/verbs-compare.sh);
+#                VERBS means every xfer-verbs integration test
+#   CARGO_ARGS   passed to every cargo invocation (e.g. --locked)
+# Environment:
+#   XFER_VM_FEATURES  cargo features for the root package's builds. Unset: `verbs` if
+#                     the root package has a feature of that name (the verbs provider
+#                     compiled in), else none. Set (even empty): exactly these.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
-bin=$(cargo test -p xfer-verbs --test rc --no-run --message-format=json "$@" |
-    grep -o '"executable":"[^"]*"' | sed 's/^"executable":"//; s/"$//' | tail -n 1)
-if [ -z "$bin" ] || [ ! -x "$bin" ]; then
-    echo "build-verbs: no test executable found" >&2
-    exit 1
+
+all_keys=(VERBS CONFORMANCE PEER_DEATH XFER_PERF XFER_INFO)
+want=("${all_keys[@]}")
+if [ "${1:-}" = --only ]; then
+    [ $# -ge 2 ] || { echo "build-verbs: --only needs KEY[,KEY...] (${all_keys[*]})" >&2; exit 2; }
+    IFS=, read -r -a want <<<"$2"
+    shift 2
+    for k in "${want[@]}"; do
+        case " ${all_keys[*]} " in
+        *" $k "*) ;;
+        *) echo "build-verbs: unknown key $k (known: ${all_keys[*]})" >&2; exit 2 ;;
+        esac
+    done
 fi
-echo "$bin"
+wants() { case " ${want[*]} " in *" $1 "*) return 0 ;; esac; return 1; }
+
+PY=$(command -v python3 || true)
+[ -n "$PY" ] || { echo "build-verbs: python3 is required (to read cargo's JSON)" >&2; exit 2; }
+
+# Features of the root package (xfer): the verbs provider may sit behind a `verbs` feature.
+if [ -n "${XFER_VM_FEATURES+set}" ]; then
+    features=$XFER_VM_FEATURES
+else
+    features=$(cargo metadata --no-deps --format-version 1 2>/dev/null | "$PY" -c '
+import json, sys
+try:
+    meta = json.load(sys.stdin)
+except ValueError:
+    sys.exit(0)
+for p in meta.get("packages", []):
+    if p["name"] == "xfer" and "verbs" in p.get("features", {}):
+        print("verbs")
+' || true)
+fi
+feature_args=()
+[ -n "$features" ] && feature_args=(--features "$features")
+echo "build-verbs: root package features: ${features:-(none)}" >&2
+
+# Filters cargo's --message-format=json on stdin: compiler
+# messages go to stderr as cargo would print them, and "kind name executable source" for
+# each built executable is appended to the file $1.
+filter_cargo_json() {
+    "$PY" -c '
+import json, sys
+with open(sys.argv[1], "a") as arts:
+    for line in sys.stdin:
+        try:
+            m = json.loads(line)
+        except ValueError:
+            sys.stderr.write(line)
+            continue
+        reason = m.get("reason")
+        if reason == "compiler-message":
+            sys.stderr.write(m["message"].get("rendered") or "")
+        elif reason == "compiler-artifact" and m.get("executable"):
+            t = m["target"]
+            arts.write("%s %s %s %s\n" % (t["kind"][0], t["name"], m["executable"], t["src_path"]))
+' "$1"
+}
+
+arts=$(mktemp /tmp/build-verbs.XXXXXX)
+trap 'rm -f "$arts"' EXIT
+# cargo_build WHAT CARGO_ARGS...: cargo's progress and errors on stderr, artifacts to $arts.
+cargo_build() {
+    local what=$1
+    shift
+    echo "build-verbs: cargo $*" >&2
+    if ! cargo "$@" --message-format=json | filter_cargo_json "$arts"; then
+        echo "build-verbs: FAILED to build $what (cargo $*)" >&2
+        exit 1
+    fi
+}
+
+if wants VERBS; then
+    cargo_build "the xfer-verbs integration tests" test -p xfer-verbs --test '*' --no-run "$@"
+fi
+tests=()
+wants CONFORMANCE && tests+=(--test conformance)
+wants PEER_DEATH && tests+=(--test peer_death)
+if [ ${#tests[@]} -gt 0 ]; then
+    cargo_build "the root package's tests (${tests[*]})" \
+        test --release -p xfer "${tests[@]}" --no-run "${feature_args[@]}" "$@"
+fi
+bins=()
+wants XFER_PERF && bins+=(--bin xfer-perf)
+wants XFER_INFO && bins+=(--bin xfer-info)
+if [ ${#bins[@]} -gt 0 ]; then
+    cargo_build "${bins[*]}" build --release -p xfer "${bins[@]}" "${feature_args[@]}" "$@"
+fi
+
+# key -> "kind name" of its artifact
+declare -A target=([CONFORMANCE]="test conformance" [PEER_DEATH]="test peer_death"
+    [XFER_PERF]="bin xfer-perf" [XFER_INFO]="bin xfer-info")
+out=()
+add() { # KEY PATH
+    if [ -z "$2" ] || [ ! -x "$2" ]; then
+        echo "build-verbs: no executable for $1 in cargo's output" >&2
+        exit 1
+    fi
+    case $2 in
+    *[[:space:]]*)
+        echo "build-verbs: $1 path contains whitespace, which all.sh's arguments cannot carry: $2" >&2
+        exit 1
+        ;;
+    esac
+    out+=("$1=$2")
+}
+for k in "${want[@]}"; do
+    if [ "$k" = VERBS ]; then
+        # Integration tests of xfer-verbs: test targets whose source is under providers/verbs/tests.
+        found=0
+        while read -r name path; do
+            add "VERBS_$(tr '[:lower:]-' '[:upper:]_' <<<"$name")" "$path"
+            found=1
+        done < <(awk '$1 == "test" && $4 ~ "/providers/verbs/tests/" { print $2, $3 }' "$arts" | sort -u)
+        [ "$found" = 1 ] || { echo "build-verbs: no xfer-verbs integration test in cargo's output" >&2; exit 1; }
+        continue
+    fi
+    path=$(awk -v t="${target[$k]}" '$1 " " $2 == t { p = $3 } END { print p }' "$arts")
+    add "$k" "$path"
+done
+printf '%s\n' "${out[@]}"

@@ -14,6 +14,9 @@
 #   XFER_VM_KERNEL   kernel image (default: newest /boot/vmlinuz-*-amd64)
 #   XFER_VM_MEMORY / XFER_VM_CPUS  (default 2G / 2)
 #   XFER_VM_VERBOSE=1  show the guest kernel's boot log
+#   XFER_VM_APPEND   extra kernel command line (default tsc=reliable; empty: none)
+# Every other XFER_* variable, RUST_BACKTRACE and RUST_LOG are passed on to SCRIPT.
+# Ctrl-C / TERM / HUP stop the guest too (exit 130 / 143 / 129).
 #
 # Exit status: SCRIPT's exit status, as the guest reported it in the results dir; or
 #   120  Soft-RoCE set-up failed in the guest
@@ -87,13 +90,28 @@ case $results in
     ;;
 esac
 # shellcheck disable=SC2317  # invoked by the EXIT trap
-cleanup() { [ "$keep" = 1 ] || rm -rf "$results"; }
+cleanup() {
+    [ -n "${ctl:-}" ] && rm -rf "$ctl"
+    [ "$keep" = 1 ] || rm -rf "$results"
+}
 trap cleanup EXIT
 
 XFER_GUEST_ARGV=("$script" "$@")
 XFER_GUEST_CWD=$PWD
 XFER_GUEST_PATH=$PATH
 declare -p XFER_GUEST_ARGV XFER_GUEST_CWD XFER_GUEST_PATH >"$results/guest.env"
+# The guest does not inherit this environment: forward the XFER_* settings (knobs of the
+# guest scripts, XFER_LOG, provider settings) and RUST_BACKTRACE/RUST_LOG. Not the
+# host-side knobs below; guest-init's own exports (XFER_VERBS_DEVICE, ...) win.
+forward=()
+for v in $(compgen -e); do
+    case $v in
+    XFER_VM_TIMEOUT | XFER_VM_RESULTS | XFER_VM_KERNEL | XFER_VM_MEMORY | XFER_VM_CPUS | XFER_VM_VERBOSE | \
+        XFER_VM_APPEND | XFER_GUEST_*) ;;
+    XFER_* | RUST_BACKTRACE | RUST_LOG) forward+=("$v") ;;
+    esac
+done
+[ ${#forward[@]} -gt 0 ] && declare -p "${forward[@]}" >>"$results/guest.env"
 
 timeout_s=${XFER_VM_TIMEOUT:-1500}
 vng_args=(
@@ -102,6 +120,11 @@ vng_args=(
     --rwdir "$results"
     --exec "'$here/guest-init.sh' '$results'"
 )
+# Extra kernel command line. tsc=reliable: under TCG the kernel otherwise finds the
+# vCPUs' TSCs "unsynchronized", falls back to the HPET clocksource, and every
+# clock_gettime() becomes an emulated HPET read of ~4 us instead of a vDSO rdtsc (~30 ns
+# here), which would distort any program that reads the clock per operation.
+for a in ${XFER_VM_APPEND-tsc=reliable}; do vng_args+=(--append "$a"); done
 [ "${XFER_VM_VERBOSE:-0}" = 1 ] && vng_args=(--verbose "${vng_args[@]}")
 
 echo "run-guest: booting $kver (TCG) for: ${XFER_GUEST_ARGV[*]}" >&2
@@ -110,9 +133,38 @@ start=$(date +%s)
 # Output goes through a pipe: QEMU re-opens its stdout, so when stdout is a regular file
 # it writes from offset 0 and overwrites what the shell wrote there (seen here). Through
 # `cat` the guest's console is streamed to our stdout as it comes.
-timeout --kill-after=30 "$timeout_s" "$vng" "${vng_args[@]}" </dev/null 2>&1 | cat
-vng_rc=${PIPESTATUS[0]}
+# `timeout` puts itself (and so vng and QEMU) in a process group of its own, which a
+# Ctrl-C or a TERM to this script does not reach: on INT/TERM/HUP we signal it ourselves
+# (it passes the signal on to vng and QEMU), so no guest outlives us. It runs in the
+# background so that the trap runs at once instead of after the guest exits.
+ctl=$(mktemp -d /tmp/xfer-vm-ctl.XXXXXX)
+(
+    timeout --kill-after=30 "$timeout_s" "$vng" "${vng_args[@]}" </dev/null 2>&1 &
+    echo $! >"$ctl/pid"
+    wait $!
+    echo $? >"$ctl/rc"
+) | cat &
+pipe=$!
+interrupted=
+# shellcheck disable=SC2317  # invoked by the traps
+stop_guest() {
+    interrupted=$1
+    [ -s "$ctl/pid" ] && kill -TERM "$(cat "$ctl/pid")" 2>/dev/null
+}
+trap 'stop_guest INT' INT
+trap 'stop_guest TERM' TERM
+trap 'stop_guest HUP' HUP
+# `wait` returns early when a trapped signal arrives: wait again until the guest is gone.
+wait "$pipe"
+while kill -0 "$pipe" 2>/dev/null; do wait "$pipe"; done
+trap - INT TERM HUP
+vng_rc=$(cat "$ctl/rc" 2>/dev/null || echo 143)
+rm -rf "$ctl"
 elapsed=$(($(date +%s) - start))
+if [ -n "$interrupted" ]; then
+    echo "run-guest: got SIG$interrupted; guest stopped (${elapsed}s)" >&2
+    exit $((128 + $(kill -l "$interrupted")))
+fi
 
 if [ -f "$results/exit_code" ]; then
     code=$(tr -d '[:space:]' <"$results/exit_code")

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Guest script: run the xfer-verbs integration tests (providers/verbs/tests/rc.rs)
+# Guest script: run one xfer-verbs integration test binary (providers/verbs/tests/*.rs)
 # against the guest's rxe device. The test binary is built on the HOST (the guest
 # cannot run cargo builds reliably) and passed as the first argument:
-#   bin=$(tests/vm/build-verbs.sh)
-#   tests/vm/run-guest.sh tests/vm/verbs.sh "$bin"
+#   bins=$(tests/vm/build-verbs.sh --only VERBS)   # VERBS_RC=..., VERBS_ENDPOINT=...
+#   tests/vm/run-guest.sh tests/vm/verbs.sh "$(sed -n 's/^VERBS_RC=//p' <<<"$bins")"
 # Extra arguments go to the test binary (e.g. a test name filter).
 set -u
 

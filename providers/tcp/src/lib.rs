@@ -6,7 +6,6 @@
 //! above it. The wire format is versioned ([`wire`], docs/PROTOCOL.md).
 #![deny(missing_docs)]
 
-mod complete;
 mod conn;
 mod endpoint;
 mod keys;

@@ -14,6 +14,10 @@ pub struct VerbsAttr {
     pub device: Option<String>,
     /// Port number (1-based).
     pub port: u8,
+    /// IPv4 address endpoints listen on (rdma_cm binds it, so it picks the
+    /// device); `None` takes the IPv4 address of the port's RoCE v2 GID.
+    /// Needed on InfiniBand (the IPoIB address) and iWARP.
+    pub addr: Option<std::net::Ipv4Addr>,
     /// GID index for the QP's address vector; `None` keeps the one rdma_cm
     /// resolves from the IP address (the RoCE v2 IPv4-mapped GID on RoCE).
     pub gid_index: Option<u8>,
@@ -33,9 +37,14 @@ pub struct VerbsAttr {
     pub srq_buf_size: u32,
     /// RNR retries (7 = retry forever).
     pub rnr_retry: u8,
-    /// Transport retries on timeout (at most 7).
+    /// Transport retries on timeout (at most 7). The default is 6, not 7:
+    /// Soft-RoCE (rxe) treats 7 as "retry forever" (like `rnr_retry`), so a
+    /// peer whose responder stalls would hang operations instead of failing
+    /// them after about `(retry_cnt + 1) * 4.096 us * 2^timeout`.
     pub retry_cnt: u8,
     /// Local ACK timeout exponent: 4.096 µs * 2^timeout (0 = infinite).
+    /// The default 18 (about 1 s, UCX's default too) rides out a loaded
+    /// peer; with 6 retries a silent peer is declared dead after about 7 s.
     pub timeout: u8,
     /// Minimum RNR NAK timer code sent to peers (IB spec table, 12 = 0.64 ms).
     pub min_rnr_timer: u8,
@@ -50,6 +59,7 @@ impl Default for VerbsAttr {
         VerbsAttr {
             device: None,
             port: 1,
+            addr: None,
             gid_index: None,
             signal_every: 16,
             sq_depth: 256,
@@ -58,8 +68,8 @@ impl Default for VerbsAttr {
             srq_low_watermark: 256,
             srq_buf_size: 8192,
             rnr_retry: 7,
-            retry_cnt: 7,
-            timeout: 14,
+            retry_cnt: 6,
+            timeout: 18,
             min_rnr_timer: 12,
             path_mtu: 0,
             cq_size: 4096,
@@ -81,6 +91,15 @@ impl VerbsAttr {
             a.device = Some(d).filter(|d| !d.is_empty());
         }
         apply(&mut a.port, "XFER_VERBS_PORT");
+        if let Some(ip) = env_value::<String>("XFER_VERBS_ADDR") {
+            match ip.trim() {
+                "" | "auto" => a.addr = None,
+                s => match s.parse() {
+                    Ok(ip) => a.addr = Some(ip),
+                    Err(_) => tracing::warn!(value = %ip, "ignoring unparsable XFER_VERBS_ADDR (an IPv4 address)"),
+                },
+            }
+        }
         if let Some(g) = env_value::<String>("XFER_VERBS_GID_INDEX") {
             a.gid_index = match g.trim() {
                 "" | "auto" => None,
@@ -123,6 +142,11 @@ impl VerbsAttr {
                 "verbs device to open",
             ),
             row("XFER_VERBS_PORT", self.port.to_string(), "device port (1-based)"),
+            row(
+                "XFER_VERBS_ADDR",
+                self.addr.map_or_else(|| "auto".into(), |a| a.to_string()),
+                "IPv4 address endpoints listen on (auto: the port's RoCE v2 GID address)",
+            ),
             row(
                 "XFER_VERBS_GID_INDEX",
                 self.gid_index.map_or_else(|| "auto".into(), |g| g.to_string()),
@@ -200,10 +224,11 @@ impl VerbsAttr {
 mod tests {
     use super::*;
 
-    const VARS: [(&str, &str); 15] = [
+    const VARS: [(&str, &str); 16] = [
         ("XFER_VERBS_DEVICE", "rxe7"),
         ("XFER_VERBS_PORT", "2"),
         ("XFER_VERBS_GID_INDEX", "3"),
+        ("XFER_VERBS_ADDR", "10.11.0.9"),
         ("XFER_VERBS_SIGNAL_EVERY", "8"),
         ("XFER_VERBS_SQ_DEPTH", "64"),
         ("XFER_VERBS_MAX_INLINE", "128"),
@@ -230,6 +255,7 @@ mod tests {
         assert_eq!(a.device.as_deref(), Some("rxe7"));
         assert_eq!(a.port, 2);
         assert_eq!(a.gid_index, Some(3));
+        assert_eq!(a.addr, Some(std::net::Ipv4Addr::new(10, 11, 0, 9)));
         assert_eq!(a.signal_every, 8);
         assert_eq!(a.sq_depth, 64);
         assert_eq!(a.max_inline, 128);
@@ -243,7 +269,7 @@ mod tests {
         assert_eq!(a.path_mtu, 1024);
         assert_eq!(a.cq_size, 512);
         let s = a.settings();
-        assert_eq!(s.len(), 15);
+        assert_eq!(s.len(), 16);
         assert!(s.iter().any(|s| s.env == "XFER_VERBS_GID_INDEX" && s.value == "3"));
         assert!(s.iter().all(|s| s.env.starts_with("XFER_VERBS_")));
     }

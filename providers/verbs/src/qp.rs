@@ -324,6 +324,15 @@ impl RcQp {
         }
     }
 
+    /// Moves the QP to the error state: the device stops accessing memory
+    /// for it and flushes its outstanding work requests.
+    pub fn to_error(&self) -> Result<()> {
+        // SAFETY: plain data; zero is valid.
+        let mut attr: ibv_qp_attr = unsafe { std::mem::zeroed() };
+        attr.qp_state = ibv_qp_state::IBV_QPS_ERR;
+        self.modify(&mut attr, ibv_qp_attr_mask::IBV_QP_STATE.0)
+    }
+
     /// Reads the effective attributes back (`ibv_query_qp`).
     pub fn query(&self) -> Result<QpInfo> {
         // SAFETY: plain data; zero is valid.
@@ -411,7 +420,7 @@ impl RcQp {
         let mut wr: ibv_send_wr = unsafe { std::mem::zeroed() };
         wr.wr_id = wr_id;
         wr.sg_list = &mut sge;
-        wr.num_sge = 1;
+        wr.num_sge = i32::from(sge.length > 0);
         wr.opcode = ibv_wr_opcode::IBV_WR_SEND;
         if let Some(imm) = imm {
             wr.opcode = ibv_wr_opcode::IBV_WR_SEND_WITH_IMM;
@@ -439,7 +448,7 @@ impl RcQp {
         let mut wr: ibv_send_wr = unsafe { std::mem::zeroed() };
         wr.wr_id = wr_id;
         wr.sg_list = &mut sge;
-        wr.num_sge = 1;
+        wr.num_sge = i32::from(sge.length > 0);
         wr.opcode = ibv_wr_opcode::IBV_WR_RDMA_WRITE;
         if let Some(imm) = imm {
             wr.opcode = ibv_wr_opcode::IBV_WR_RDMA_WRITE_WITH_IMM;
@@ -462,7 +471,7 @@ impl RcQp {
         let mut wr: ibv_send_wr = unsafe { std::mem::zeroed() };
         wr.wr_id = wr_id;
         wr.sg_list = &mut sge;
-        wr.num_sge = 1;
+        wr.num_sge = i32::from(sge.length > 0);
         wr.opcode = ibv_wr_opcode::IBV_WR_RDMA_READ;
         wr.wr.rdma.remote_addr = remote.addr;
         wr.wr.rdma.rkey = remote.rkey;

@@ -26,13 +26,13 @@ use xfer_core::provider::{Ctx, EndpointProvider, RecvOp, Rejected, RmaKind, RmaO
 use xfer_core::sys::{Epoll, EMPTY_EVENT, READABLE, WRITABLE};
 use xfer_core::tag::{Matched, Matcher, RecvSpec};
 
-use crate::complete::{self, Arrival};
 use crate::conn::{Conn, Dir, Owner, Payload, State, TxFrame};
 use crate::keys::{status_error, status_of};
 use crate::name::TcpName;
 use crate::rx::{EagerDest, EagerRx, Phase, RndvRx, Unexp, WriteRx};
 use crate::sys::{self, Io, Socket};
 use crate::wire::{status, Frame, HEADER_LEN, MAX_EAGER};
+use xfer_core::complete::{self, Arrival};
 
 mod inbound;
 mod rma;
@@ -507,11 +507,7 @@ fn token_of(key: usize, gen: u32) -> u64 {
 impl TcpEndpoint {
     /// Checks an inject's size and returns the connection it goes out on.
     fn inject_conn(&mut self, cx: &Ctx<'_>, peer: PeerAddr, len: usize) -> Result<usize> {
-        if len > self.attr.inject_size {
-            return Err(Error::InvalidArgument(
-                "inject payload exceeds the endpoint's inject_size",
-            ));
-        }
+        self.attr.check_inject(len)?;
         let dest = cx.av.lookup(peer).copied().ok_or(Error::AddressNotAvailable)?;
         self.out_conn(&dest)
     }
@@ -704,13 +700,7 @@ impl EndpointProvider for TcpEndpoint {
     }
 
     fn cancel(&mut self, cx: &mut Ctx<'_>, context: u64) -> Result<()> {
-        let found = match self.tagged.cancel_posted(|r| r.context == context) {
-            Some(hit) => Some(hit),
-            None => self.untagged.cancel_posted(|r| r.context == context),
-        };
-        let (_, op) = found.ok_or(Error::InvalidArgument("no posted receive with that context"))?;
-        complete::recv_failed(cx.cq, op, Error::Canceled);
-        Ok(())
+        complete::cancel(cx.cq, &mut self.tagged, &mut self.untagged, context)
     }
 
     fn progress(&mut self, cx: &mut Ctx<'_>) {

@@ -172,12 +172,6 @@ impl TcpEndpoint {
 
     /// Starts an RMA operation (see `EndpointProvider::rma`); a refusal gives the op back.
     pub(super) fn start_rma(&mut self, cx: &mut Ctx<'_>, op: RmaOp) -> std::result::Result<(), Rejected<RmaOp>> {
-        if op.kind == RmaKind::Read && op.data.is_some() {
-            return Err(Rejected::new(
-                Error::InvalidArgument("immediate data is for writes only"),
-                op,
-            ));
-        }
         let Some(dest) = cx.av.lookup(op.peer).copied() else {
             return Err(Rejected::new(Error::AddressNotAvailable, op));
         };

@@ -1,11 +1,12 @@
-//! Turning finished operations into completion entries.
+//! Turning finished operations into completion entries, for providers.
 
 use std::collections::VecDeque;
 
-use xfer_core::addr::PeerAddr;
-use xfer_core::completion::{Completion, Flags};
-use xfer_core::error::Error;
-use xfer_core::provider::{RecvOp, RmaKind, RmaOp, SendOp};
+use crate::addr::PeerAddr;
+use crate::completion::{Completion, Flags};
+use crate::error::Error;
+use crate::provider::{RecvOp, RmaKind, RmaOp, SendOp};
+use crate::tag::Matcher;
 
 /// Reports a finished send; a successful send that did not ask for a
 /// completion under selective completion reports nothing (its buffer is freed).
@@ -115,4 +116,22 @@ pub fn remote_write(cq: &mut VecDeque<Completion>, len: usize, data: u64, src: P
         result: Ok(()),
         buf: None,
     });
+}
+
+/// Cancels the posted receive with `context`, looking in the tagged
+/// matcher first, then the untagged one, and reports it `Canceled`
+/// (`EndpointProvider::cancel`).
+pub fn cancel<U, V>(
+    cq: &mut VecDeque<Completion>,
+    tagged: &mut Matcher<RecvOp, U>,
+    untagged: &mut Matcher<RecvOp, V>,
+    context: u64,
+) -> Result<(), Error> {
+    let found = match tagged.cancel_posted(|r| r.context == context) {
+        Some(hit) => Some(hit),
+        None => untagged.cancel_posted(|r| r.context == context),
+    };
+    let (_, op) = found.ok_or(Error::InvalidArgument("no posted receive with that context"))?;
+    recv_failed(cq, op, Error::Canceled);
+    Ok(())
 }

@@ -1,0 +1,573 @@
+//! The verbs endpoint: reliable and connectionless to the user (RDM), one RC
+//! queue pair per peer underneath, made on first use through rdma_cm.
+//!
+//! - [`connect`]: the rdma_cm state machine, driven from progress, including
+//!   two endpoints connecting to each other at once.
+//! - [`post`]: operations onto a queue pair (inline, copied or zero-copy
+//!   through the MR cache), or into the peer's queue while there is no room.
+//! - [`wc`]: work completions: retiring sends, receives out of the SRQ
+//!   (eager data, rendezvous RTS/FIN, write-data notices), flush errors.
+//!
+//! Every QP sends and receives through the endpoint's one completion queue
+//! and one SRQ, so receive memory does not grow with the number of peers.
+
+mod connect;
+mod pool;
+mod post;
+mod wc;
+
+use std::collections::{HashMap, VecDeque};
+use std::net::SocketAddrV4;
+use std::os::fd::RawFd;
+use std::sync::Arc;
+
+use slab::Slab;
+use xfer_core::addr::{Address, PeerAddr};
+use xfer_core::attr::EndpointAttr;
+use xfer_core::complete::{self, Arrival};
+use xfer_core::mr::CacheRef;
+use xfer_core::provider::{Ctx, EndpointProvider, RecvOp, Rejected, RmaOp, SendOp};
+use xfer_core::sys::{Epoll, EMPTY_EVENT, READABLE};
+use xfer_core::tag::Matcher;
+use xfer_core::{Error, Result};
+
+use crate::cm::{CmId, EventChannel};
+use crate::cq::Cq;
+use crate::domain::DomainRes;
+use crate::name::VerbsName;
+use crate::qp::{QpConfig, RcQp};
+use crate::srq::{Srq, SrqConfig};
+use crate::wire;
+use pool::SendPool;
+
+/// Polls between two looks at the descriptors (CM events, CQ events).
+const EPOLL_EVERY: u32 = 64;
+/// Work completions taken per `ibv_poll_cq`.
+const WC_BATCH: usize = 32;
+/// epoll tokens.
+const TOKEN_CQ: u64 = 1;
+const TOKEN_CM: u64 = 2;
+
+/// Counters, for tests and `xfer-info`.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct EndpointStats {
+    /// Sends that went inline.
+    pub inline_sends: u64,
+    /// Eager sends copied into a registered send buffer.
+    pub copied_sends: u64,
+    /// Rendezvous sends (RTS, then the receiver reads).
+    pub rndv_sends: u64,
+    /// Operations that waited in a peer's queue (no connection or no room).
+    pub queued: u64,
+    /// Connections established (either side).
+    pub connections: u64,
+    /// Connection requests refused because ours wins the tie-break.
+    pub tie_breaks: u64,
+    /// Times the SRQ was refilled.
+    pub srq_refills: u64,
+    /// Receive buffers posted now.
+    pub srq_posted: u32,
+    /// Largest number of send-queue slots in use on any QP.
+    pub max_sq_outstanding: u32,
+    /// Signaled sends posted.
+    pub signaled: u64,
+    /// Unsignaled sends posted.
+    pub unsignaled: u64,
+}
+
+/// An operation waiting for its peer's connection or for room.
+pub(crate) enum Tx {
+    /// A message send; `silent` for inject (no completion, even on error).
+    Send { op: SendOp, silent: bool },
+    /// An RMA operation; `silent` for inject-write.
+    Rma { op: RmaOp, silent: bool },
+    /// The receiver's side of a rendezvous: read the sender's buffer.
+    Read(Box<ReadJob>),
+    /// Tell a rendezvous sender we are done with its buffer.
+    Fin { id: u32, status: u32 },
+}
+
+/// A matched rendezvous receive waiting to read the sender's data.
+pub(crate) struct ReadJob {
+    pub(crate) recv: RecvOp,
+    pub(crate) arrival: Arrival,
+    /// The sender's operation id (echoed in the FIN).
+    pub(crate) id: u32,
+    pub(crate) raddr: u64,
+    pub(crate) rkey: u32,
+    /// The connection the RTS came on: the FIN goes back on it.
+    pub(crate) conn: usize,
+}
+
+/// What a posted work request stands for, until the send queue retires it.
+pub(crate) enum Wr {
+    /// An eager send (inline or copied into `slot`).
+    Eager {
+        op: SendOp,
+        silent: bool,
+        slot: Option<u32>,
+    },
+    /// A control message (RTS, FIN, write-data) or a tail signal.
+    Ctrl { slot: Option<u32> },
+    /// An RMA write or read of the user's buffer.
+    Rma {
+        op: RmaOp,
+        silent: bool,
+        mr: Option<CacheRef>,
+        slot: Option<u32>,
+    },
+    /// A rendezvous READ into the receive buffer.
+    Read { job: Box<ReadJob>, mr: Option<CacheRef> },
+}
+
+/// A rendezvous send whose RTS went out; it ends with the receiver's FIN.
+pub(crate) struct RndvSend {
+    pub(crate) op: SendOp,
+    pub(crate) mr: CacheRef,
+    pub(crate) conn: usize,
+}
+
+/// A message that arrived before its receive was posted.
+pub(crate) enum Unexpected {
+    /// A whole eager message, copied out of its bounce buffer.
+    Eager {
+        from: Address,
+        data: Option<u64>,
+        payload: Vec<u8>,
+    },
+    /// A rendezvous announcement: nothing is read until a receive matches.
+    Rts {
+        from: Address,
+        data: Option<u64>,
+        id: u32,
+        len: u64,
+        addr: u64,
+        rkey: u32,
+        conn: usize,
+    },
+}
+
+impl Unexpected {
+    fn from(&self) -> &Address {
+        match self {
+            Unexpected::Eager { from, .. } | Unexpected::Rts { from, .. } => from,
+        }
+    }
+}
+
+/// Where a connection is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum State {
+    /// Active: waiting for ADDR_RESOLVED.
+    Resolving,
+    /// Active: waiting for ROUTE_RESOLVED.
+    Routing,
+    /// Active: request sent, waiting for CONNECT_RESPONSE.
+    Connecting,
+    /// Passive: accepted, waiting for ESTABLISHED.
+    Accepting,
+    /// Carrying traffic.
+    Ready,
+    /// Failed or closed; kept until its QP number cannot be confused.
+    Dead,
+}
+
+/// One RC connection to a peer.
+pub(crate) struct Conn {
+    pub(crate) peer: Address,
+    pub(crate) state: State,
+    /// Whether we initiated it.
+    pub(crate) active: bool,
+    /// Created once the route is known (active) or at once (passive).
+    pub(crate) qp: Option<RcQp>,
+    /// Work requests on the send queue, oldest first (`ops` keys).
+    pub(crate) posted: VecDeque<usize>,
+    /// When it died (it is freed a while later).
+    pub(crate) dead_since: Option<std::time::Instant>,
+    // Dropped after the QP (field order): destroys the rdma_cm id.
+    pub(crate) id: CmId,
+}
+
+/// What the endpoint knows of one peer (by name).
+#[derive(Default)]
+pub(crate) struct Peer {
+    /// The connection carrying traffic to it, in whatever state.
+    pub(crate) conn: Option<usize>,
+    /// Operations waiting for the connection or for room, in post order.
+    pub(crate) queue: VecDeque<Tx>,
+    /// Connection attempts refused by the tie-break, for the retry timer.
+    pub(crate) retries: u32,
+    /// When to try connecting again (after a tie-break refusal).
+    pub(crate) retry_at: Option<std::time::Instant>,
+}
+
+/// The verbs endpoint.
+pub struct VerbsEndpoint {
+    res: Arc<DomainRes>,
+    attr: EndpointAttr,
+    name: VerbsName,
+    addr: Address,
+    qp_cfg: QpConfig,
+    /// Largest eager payload: what fits a bounce buffer after the header.
+    eager_max: usize,
+    peers: HashMap<Address, Peer>,
+    /// Peers with queued operations, to flush in progress.
+    backlog: Vec<Address>,
+    conns: Slab<Conn>,
+    by_qpn: HashMap<u32, usize>,
+    by_id: HashMap<usize, usize>,
+    /// Posted work requests by `wr_id`.
+    ops: Slab<Wr>,
+    /// Rendezvous sends waiting for their FIN, by id.
+    rndv: Slab<RndvSend>,
+    tagged: Matcher<RecvOp, Unexpected>,
+    untagged: Matcher<RecvOp, Unexpected>,
+    scratch: Vec<u8>,
+    /// Work completions of one `ibv_poll_cq`.
+    wcs: Vec<crate::cq::Wc>,
+    stats: EndpointStats,
+    spins: u32,
+    /// Connections not yet ready (progress looks at CM events every time).
+    connecting: u32,
+    /// Whether the CQ's notification is armed: only for a blocking wait
+    /// (`prepare_wait`), so busy polling costs no completion events.
+    notify_armed: bool,
+    // Verbs objects; the connections above (their QPs and ids) drop first.
+    pool: SendPool,
+    srq: Srq,
+    cq: Arc<Cq>,
+    /// Kept open: dropping it stops listening.
+    _listener: CmId,
+    chan: EventChannel,
+    epoll: Epoll,
+}
+
+impl VerbsEndpoint {
+    /// Opens an endpoint: CQ with channel, SRQ, send pool, rdma_cm listener
+    /// on the domain's address.
+    pub(crate) fn open(res: Arc<DomainRes>, attr: &EndpointAttr) -> Result<VerbsEndpoint> {
+        let va = &res.attr;
+        let cqe = va.cq_size.min(res.dev.max_cqe).max(64);
+        let cq = Cq::new(res.pd.context(), cqe, true)?;
+        let mut scfg = SrqConfig::from_attr(va);
+        scfg.size = scfg.size.min(res.dev.max_srq_wr).max(1);
+        scfg.low_watermark = scfg.low_watermark.min(scfg.size);
+        let srq = Srq::new(&res.pd, scfg)?;
+        let mut qp_cfg = QpConfig::from_attr(va);
+        qp_cfg.sq_depth = qp_cfg.sq_depth.min(res.dev.max_qp_wr).max(2);
+        let slot = scfg.buf_size as usize;
+        if slot < wire::RTS_LEN {
+            return Err(Error::InvalidArgument(
+                "XFER_VERBS_SRQ_BUF_SIZE is smaller than a control message",
+            ));
+        }
+        let pool = SendPool::new(&res.pd, qp_cfg.sq_depth.saturating_mul(2), slot)?;
+        let chan = EventChannel::new()?;
+        let listener = CmId::new(&chan)?;
+        listener.listen(SocketAddrV4::new(res.ip, 0), 1024)?;
+        let name = VerbsName {
+            addr: SocketAddrV4::new(res.ip, listener.src_port()),
+            nonce: nonce(),
+        };
+        let epoll = Epoll::new()?;
+        let cq_fd = cq.fd().ok_or(Error::Internal("CQ without a channel"))?;
+        epoll.add(cq_fd, READABLE, TOKEN_CQ)?;
+        epoll.add(chan.fd(), READABLE, TOKEN_CM)?;
+        let eager_max = (slot - wire::HDR).min(attr.rndv_threshold);
+        tracing::debug!(name = %name.addr, eager_max, sq = qp_cfg.sq_depth, srq = scfg.size, "verbs endpoint open");
+        Ok(VerbsEndpoint {
+            addr: name.address(),
+            name,
+            attr: attr.clone(),
+            qp_cfg,
+            eager_max,
+            peers: HashMap::new(),
+            backlog: Vec::new(),
+            conns: Slab::new(),
+            by_qpn: HashMap::new(),
+            by_id: HashMap::new(),
+            ops: Slab::new(),
+            rndv: Slab::new(),
+            tagged: Matcher::new(),
+            untagged: Matcher::new(),
+            scratch: Vec::with_capacity(slot),
+            wcs: Vec::new(),
+            stats: EndpointStats::default(),
+            spins: 0,
+            connecting: 0,
+            notify_armed: false,
+            pool,
+            srq,
+            cq,
+            _listener: listener,
+            chan,
+            epoll,
+            res,
+        })
+    }
+
+    /// Counters of this endpoint.
+    pub fn stats(&self) -> EndpointStats {
+        let mut s = self.stats;
+        s.srq_refills = self.srq.refills();
+        s.srq_posted = self.srq.posted();
+        for (_, c) in &self.conns {
+            if let Some(qp) = &c.qp {
+                let q = qp.stats();
+                s.max_sq_outstanding = s.max_sq_outstanding.max(q.max_outstanding);
+                s.signaled += q.signaled;
+                s.unsignaled += q.unsignaled;
+            }
+        }
+        s
+    }
+
+    fn matcher(&mut self, tagged: bool) -> &mut Matcher<RecvOp, Unexpected> {
+        if tagged {
+            &mut self.tagged
+        } else {
+            &mut self.untagged
+        }
+    }
+
+    /// The peer's name for an address-vector handle.
+    fn dest(cx: &Ctx<'_>, peer: PeerAddr) -> Result<Address> {
+        cx.av.lookup(peer).copied().ok_or(Error::AddressNotAvailable)
+    }
+
+    /// Whether a successful operation reports a completion.
+    fn wants_completion(&self, silent: bool, asked: bool) -> bool {
+        !silent && (asked || !self.attr.selective_completion)
+    }
+}
+
+fn nonce() -> u64 {
+    let mut b = [0u8; 8];
+    // SAFETY: b is valid for 8 writable bytes.
+    let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), b.len(), 0) };
+    if n == 8 {
+        u64::from_le_bytes(b)
+    } else {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        t ^ u64::from(std::process::id()) << 32
+    }
+}
+
+impl EndpointProvider for VerbsEndpoint {
+    fn name(&self) -> Address {
+        self.addr
+    }
+
+    fn send(&mut self, cx: &mut Ctx<'_>, op: SendOp) -> std::result::Result<(), Rejected<SendOp>> {
+        let dest = match Self::dest(cx, op.peer) {
+            Ok(d) => d,
+            Err(e) => return Err(Rejected::new(e, op)),
+        };
+        self.submit(cx, dest, Tx::Send { op, silent: false });
+        Ok(())
+    }
+
+    fn inject(
+        &mut self,
+        cx: &mut Ctx<'_>,
+        peer: PeerAddr,
+        tag: Option<u64>,
+        data: Option<u64>,
+        payload: &[u8],
+    ) -> Result<()> {
+        self.attr.check_inject(payload.len())?;
+        let dest = Self::dest(cx, peer)?;
+        let op = SendOp {
+            peer,
+            tag,
+            data,
+            buf: payload.to_vec().into(),
+            context: 0,
+            completion: false,
+        };
+        self.submit(cx, dest, Tx::Send { op, silent: true });
+        Ok(())
+    }
+
+    fn rma(&mut self, cx: &mut Ctx<'_>, op: RmaOp) -> std::result::Result<(), Rejected<RmaOp>> {
+        let dest = match Self::dest(cx, op.peer) {
+            Ok(d) => d,
+            Err(e) => return Err(Rejected::new(e, op)),
+        };
+        self.submit(cx, dest, Tx::Rma { op, silent: false });
+        Ok(())
+    }
+
+    fn inject_write(
+        &mut self,
+        cx: &mut Ctx<'_>,
+        peer: PeerAddr,
+        addr: u64,
+        key: u64,
+        data: Option<u64>,
+        payload: &[u8],
+    ) -> Result<()> {
+        self.attr.check_inject(payload.len())?;
+        let dest = Self::dest(cx, peer)?;
+        let op = RmaOp {
+            peer,
+            kind: xfer_core::RmaKind::Write,
+            buf: payload.to_vec().into(),
+            addr,
+            key,
+            data,
+            context: 0,
+            completion: false,
+        };
+        self.submit(cx, dest, Tx::Rma { op, silent: true });
+        Ok(())
+    }
+
+    fn recv(&mut self, cx: &mut Ctx<'_>, op: RecvOp) -> std::result::Result<(), Rejected<RecvOp>> {
+        let av = cx.av;
+        let m = self.matcher(op.tagged);
+        m.resolve_unknown(|u| av.reverse(u.from()));
+        if let Some(hit) = m.post(op.spec, op) {
+            self.deliver(cx, hit.recv, hit.src, hit.tag, hit.msg);
+        }
+        Ok(())
+    }
+
+    fn cancel(&mut self, cx: &mut Ctx<'_>, context: u64) -> Result<()> {
+        complete::cancel(cx.cq, &mut self.tagged, &mut self.untagged, context)
+    }
+
+    fn progress(&mut self, cx: &mut Ctx<'_>) {
+        // Busy polling stays in user space: the descriptors (CM events,
+        // completion-channel events) are looked at every EPOLL_EVERY polls,
+        // or every time while connections are being made.
+        self.poll_cq(cx);
+        self.spins += 1;
+        if self.spins >= EPOLL_EVERY || self.connecting > 0 {
+            self.spins = 0;
+            self.check_fds(cx);
+        }
+        if let Err(e) = self.srq.refill() {
+            tracing::warn!(error = %e, "refilling the shared receive queue");
+        }
+        self.flush_backlog(cx);
+    }
+
+    fn wait_fd(&self) -> RawFd {
+        use std::os::fd::AsRawFd;
+        self.epoll.as_raw_fd()
+    }
+
+    fn prepare_wait(&mut self, cx: &mut Ctx<'_>) {
+        self.check_fds(cx);
+        if !self.notify_armed {
+            match self.cq.req_notify(false) {
+                Ok(()) => self.notify_armed = true,
+                Err(e) => tracing::warn!(error = %e, "arming the completion queue"),
+            }
+        }
+        // Completions that came before the arming raise no event.
+        self.poll_cq(cx);
+        self.flush_backlog(cx);
+    }
+
+    fn close(&mut self, cx: &mut Ctx<'_>) {
+        self.shutdown(cx);
+    }
+
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        let s = self.stats();
+        vec![
+            ("inline_sends", s.inline_sends),
+            ("copied_sends", s.copied_sends),
+            ("rndv_sends", s.rndv_sends),
+            ("queued", s.queued),
+            ("connections", s.connections),
+            ("tie_breaks", s.tie_breaks),
+            ("srq_refills", s.srq_refills),
+            ("srq_posted", u64::from(s.srq_posted)),
+            ("max_sq_outstanding", u64::from(s.max_sq_outstanding)),
+            ("sq_depth", u64::from(self.qp_cfg.sq_depth)),
+            ("signaled", s.signaled),
+            ("unsignaled", s.unsignaled),
+        ]
+    }
+}
+
+impl VerbsEndpoint {
+    /// Looks at the CQ channel and the rdma_cm channel without blocking.
+    fn check_fds(&mut self, cx: &mut Ctx<'_>) {
+        let mut evs = [EMPTY_EVENT; 2];
+        let n = match self.epoll.wait(&mut evs, 0) {
+            Ok(n) => n,
+            Err(e) => {
+                tracing::warn!(error = %e, "epoll_wait on the verbs endpoint");
+                return;
+            }
+        };
+        for ev in &evs[..n] {
+            match ev.u64 {
+                TOKEN_CQ => {
+                    // Consume the event; the next blocking wait re-arms.
+                    match self.cq.wait_event(0) {
+                        Ok(true) => self.notify_armed = false,
+                        Ok(false) => {}
+                        Err(e) => tracing::warn!(error = %e, "reading the completion channel"),
+                    }
+                    self.poll_cq(cx);
+                }
+                TOKEN_CM => self.cm_events(cx),
+                _ => {}
+            }
+        }
+        self.retry_timers(cx);
+    }
+
+    /// Ends everything: QPs to error (no more DMA), then every operation
+    /// completes with `Canceled`.
+    fn shutdown(&mut self, cx: &mut Ctx<'_>) {
+        for (_, c) in self.conns.iter_mut() {
+            if let Some(qp) = &c.qp {
+                if let Err(e) = qp.to_error() {
+                    tracing::debug!(error = %e, "moving a QP to error at close");
+                }
+            }
+            if c.state == State::Ready {
+                let _ = c.id.disconnect();
+            }
+            c.state = State::Dead;
+        }
+        let keys: Vec<usize> = self.conns.iter().map(|(k, _)| k).collect();
+        for k in keys {
+            self.fail_posted(cx, k, Error::Canceled);
+        }
+        for (_, r) in std::mem::take(&mut self.rndv) {
+            self.release_mr(r.mr);
+            complete::send(cx.cq, false, r.op, Err(Error::Canceled));
+        }
+        let queued: Vec<Tx> = self.peers.values_mut().flat_map(|p| p.queue.drain(..)).collect();
+        for tx in queued {
+            self.fail_tx(cx, tx, Error::Canceled);
+        }
+        for (_, op) in self
+            .tagged
+            .drain_posted()
+            .into_iter()
+            .chain(self.untagged.drain_posted())
+        {
+            complete::recv_failed(cx.cq, op, Error::Canceled);
+        }
+    }
+}
+
+impl Drop for VerbsEndpoint {
+    fn drop(&mut self) {
+        // QPs first (they point at the SRQ, CQ and pool), then their ids.
+        for (_, c) in self.conns.iter_mut() {
+            c.qp = None;
+        }
+        self.conns.clear();
+    }
+}

@@ -1,0 +1,478 @@
+//! Operations onto a queue pair, or into the peer's queue while there is no
+//! connection or no room (send-queue slots, send buffers). A peer's
+//! operations go out in the order they were posted.
+//!
+//! How each goes (docs/PROTOCOL.md, "Verbs operations"):
+//! - eager send: header + payload inline when it fits `max_inline`, else
+//!   copied into a registered send buffer;
+//! - rendezvous send: the buffer is registered through the MR cache and an
+//!   RTS names it; the receiver READs it and answers with a FIN;
+//! - RMA: RDMA WRITE/READ straight from/into the user's buffer (MR cache),
+//!   a write with data followed by a write-data message (RC keeps the order).
+
+use xfer_core::addr::Address;
+use xfer_core::complete::{self, Arrival};
+use xfer_core::mr::{Access, CacheRef};
+use xfer_core::provider::{Ctx, RmaOp, SendOp};
+use xfer_core::{Error, RmaKind};
+
+use super::{ReadJob, RndvSend, State, Tx, VerbsEndpoint, Wr};
+use crate::qp::{RemoteBuf, Sge};
+use crate::wire::{self, Meta};
+
+/// Why an operation could not be posted now.
+pub(super) enum Blocked {
+    /// No send-queue slot or send buffer: retry after completions.
+    Room(Tx),
+    /// It ended (completed with an error, or was silently dropped).
+    Done,
+}
+
+impl VerbsEndpoint {
+    /// Posts `tx` to `dest` now if its connection is ready, nothing is
+    /// queued before it and there is room; else queues it (connecting first
+    /// if needed).
+    pub(super) fn submit(&mut self, cx: &mut Ctx<'_>, dest: Address, tx: Tx) {
+        let peer = self.peers.entry(dest).or_default();
+        let mut tx = tx;
+        if peer.queue.is_empty() {
+            if let Some(k) = peer.conn.filter(|&k| self.conns[k].state == State::Ready) {
+                match self.try_post(cx, k, tx) {
+                    Ok(()) | Err(Blocked::Done) => return,
+                    Err(Blocked::Room(back)) => tx = back,
+                }
+            }
+        }
+        self.stats.queued += 1;
+        let peer = self.peers.entry(dest).or_default();
+        peer.queue.push_back(tx);
+        let needs_conn = peer.conn.is_none() && peer.retry_at.is_none();
+        if !self.backlog.contains(&dest) {
+            self.backlog.push(dest);
+        }
+        if needs_conn {
+            self.start_connect(cx, dest);
+        }
+    }
+
+    /// Posts what peers have queued, as far as connections and room allow.
+    pub(super) fn flush_backlog(&mut self, cx: &mut Ctx<'_>) {
+        let mut i = 0;
+        while i < self.backlog.len() {
+            let dest = self.backlog[i];
+            let Some(k) = self.peers.get(&dest).and_then(|p| p.conn) else {
+                i += 1;
+                continue;
+            };
+            if self.conns[k].state != State::Ready {
+                i += 1;
+                continue;
+            }
+            let mut blocked = false;
+            while let Some(tx) = self.peers.get_mut(&dest).and_then(|p| p.queue.pop_front()) {
+                match self.try_post(cx, k, tx) {
+                    Ok(()) | Err(Blocked::Done) => {}
+                    Err(Blocked::Room(back)) => {
+                        if let Some(p) = self.peers.get_mut(&dest) {
+                            p.queue.push_front(back);
+                        }
+                        blocked = true;
+                        break;
+                    }
+                }
+                if self.conns.get(k).map(|c| c.state) != Some(State::Ready) {
+                    break;
+                }
+            }
+            if blocked {
+                // Unsignaled requests hold slots until a signaled one
+                // retires them: make sure one is coming.
+                self.signal_tail(k);
+                i += 1;
+            } else if self.peers.get(&dest).is_some_and(|p| !p.queue.is_empty()) {
+                i += 1;
+            } else {
+                self.backlog.swap_remove(i);
+            }
+        }
+    }
+
+    fn signal_tail(&mut self, k: usize) {
+        let key = self.ops.insert(Wr::Ctrl { slot: None });
+        let c = &mut self.conns[k];
+        let Some(qp) = c.qp.as_mut() else {
+            self.ops.remove(key);
+            return;
+        };
+        match qp.signal_tail(key as u64) {
+            Ok(true) => c.posted.push_back(key),
+            Ok(false) | Err(_) => {
+                self.ops.remove(key);
+            }
+        }
+    }
+
+    /// Whether connection `k`'s send queue has `n` free slots.
+    fn room(&self, k: usize, n: u32) -> bool {
+        self.conns[k]
+            .qp
+            .as_ref()
+            .is_some_and(|qp| qp.outstanding() + n <= qp.sq_depth())
+    }
+
+    fn max_inline(&self, k: usize) -> usize {
+        self.conns[k].qp.as_ref().map_or(0, |qp| qp.max_inline() as usize)
+    }
+
+    /// Posts one operation on ready connection `k`.
+    pub(super) fn try_post(&mut self, cx: &mut Ctx<'_>, k: usize, tx: Tx) -> Result<(), Blocked> {
+        match tx {
+            Tx::Send { op, silent } if op.buf.len() <= self.eager_max => self.post_eager(cx, k, op, silent),
+            Tx::Send { op, silent } => self.post_rts(cx, k, op, silent),
+            Tx::Rma { op, silent } => self.post_rma(cx, k, op, silent),
+            Tx::Read(job) => self.post_read(cx, k, job),
+            Tx::Fin { id, status } => {
+                let mut msg = [0u8; wire::FIN_LEN];
+                wire::fin(&mut msg, id, status);
+                self.post_ctrl(k, &msg, false)
+                    .map_err(|()| Blocked::Room(Tx::Fin { id, status }))
+            }
+        }
+    }
+
+    /// Sends a control message inline or from a send buffer, as a
+    /// [`Wr::Ctrl`]. `Err(())` when there is no room.
+    fn post_ctrl(&mut self, k: usize, msg: &[u8], signal: bool) -> Result<(), ()> {
+        if !self.room(k, 1) {
+            return Err(());
+        }
+        let inline = msg.len() <= self.max_inline(k);
+        let taken = if inline {
+            None
+        } else {
+            match self.pool.take(|b| {
+                b[..msg.len()].copy_from_slice(msg);
+                msg.len()
+            }) {
+                Some(t) => Some(t),
+                None => return Err(()),
+            }
+        };
+        let key = self.ops.insert(Wr::Ctrl {
+            slot: taken.map(|(s, _)| s),
+        });
+        let c = &mut self.conns[k];
+        let qp = c.qp.as_mut().ok_or(())?;
+        let posted = match taken {
+            None => qp.send_inline(key as u64, msg, None, signal),
+            // SAFETY: the slot stays untouched until the WR is retired
+            // (finish_wr gives it back then).
+            Some((_, sge)) => unsafe { qp.send(key as u64, sge, None, signal) },
+        };
+        match posted {
+            Ok(()) => {
+                c.posted.push_back(key);
+                Ok(())
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "posting a control message");
+                if let Wr::Ctrl { slot: Some(s) } = self.ops.remove(key) {
+                    self.pool.give(s);
+                }
+                Ok(()) // the connection is failing; its errors say so
+            }
+        }
+    }
+
+    fn post_eager(&mut self, cx: &mut Ctx<'_>, k: usize, op: SendOp, silent: bool) -> Result<(), Blocked> {
+        let len = op.buf.len();
+        let total = wire::HDR + len;
+        let inline = total <= self.max_inline(k);
+        if !self.room(k, 1) || (!inline && !self.pool.has_free()) {
+            return Err(Blocked::Room(Tx::Send { op, silent }));
+        }
+        let meta = Meta {
+            tag: op.tag,
+            data: op.data,
+        };
+        let signal = self.wants_completion(silent, op.completion);
+        let fill = |b: &mut [u8]| {
+            wire::eager(&mut b[..wire::HDR], meta);
+            b[wire::HDR..total].copy_from_slice(op.buf.as_slice());
+            total
+        };
+        let taken = if inline {
+            self.scratch.resize(total, 0);
+            fill(&mut self.scratch);
+            None
+        } else {
+            self.pool.take(fill)
+        };
+        let slot = taken.as_ref().map(|(s, _)| *s);
+        let key = self.ops.insert(Wr::Eager { op, silent, slot });
+        let c = &mut self.conns[k];
+        let Some(qp) = c.qp.as_mut() else {
+            return Err(Blocked::Done);
+        };
+        let posted = match taken {
+            None => qp.send_inline(key as u64, &self.scratch, None, signal),
+            // SAFETY: the slot stays untouched until the WR is retired.
+            Some((_, sge)) => unsafe { qp.send(key as u64, sge, None, signal) },
+        };
+        match posted {
+            Ok(()) => {
+                c.posted.push_back(key);
+                if inline {
+                    self.stats.inline_sends += 1;
+                } else {
+                    self.stats.copied_sends += 1;
+                }
+                Ok(())
+            }
+            Err(e) => {
+                self.finish_wr(cx, key, Err(e));
+                Err(Blocked::Done)
+            }
+        }
+    }
+
+    fn post_rts(&mut self, cx: &mut Ctx<'_>, k: usize, op: SendOp, silent: bool) -> Result<(), Blocked> {
+        if !self.room(k, 1) || (wire::RTS_LEN > self.max_inline(k) && !self.pool.has_free()) {
+            return Err(Blocked::Room(Tx::Send { op, silent }));
+        }
+        let ptr = op.buf.as_slice().as_ptr() as usize;
+        let len = op.buf.len();
+        let (mr, _, rkey) = match self.register(ptr, len, Access::REMOTE_READ) {
+            Ok(r) => r,
+            Err(e) => {
+                if !silent {
+                    complete::send(cx.cq, false, op, Err(e));
+                }
+                return Err(Blocked::Done);
+            }
+        };
+        let meta = Meta {
+            tag: op.tag,
+            data: op.data,
+        };
+        let id = self.rndv.insert(RndvSend { op, mr, conn: k });
+        let mut msg = [0u8; wire::RTS_LEN];
+        wire::rts(&mut msg, meta, id as u32, len as u64, ptr as u64, rkey);
+        match self.post_ctrl(k, &msg, false) {
+            Ok(()) => {
+                self.stats.rndv_sends += 1;
+                Ok(())
+            }
+            Err(()) => {
+                let r = self.rndv.remove(id);
+                self.release_mr(r.mr);
+                Err(Blocked::Room(Tx::Send { op: r.op, silent }))
+            }
+        }
+    }
+
+    fn post_rma(&mut self, cx: &mut Ctx<'_>, k: usize, op: RmaOp, silent: bool) -> Result<(), Blocked> {
+        let Ok(rkey) = u32::try_from(op.key) else {
+            // Verbs keys are 32 bits: this one was never issued by a target.
+            if !silent {
+                let e = Error::RemoteAccess("key was not issued by a verbs target");
+                complete::rma(cx.cq, false, op, Err(e));
+            }
+            return Err(Blocked::Done);
+        };
+        let len = op.buf.len();
+        let data_msg = op.data.filter(|_| op.kind == RmaKind::Write);
+        let needs = 1 + u32::from(data_msg.is_some());
+        // A write-data notice too long for inline takes a send buffer; an
+        // inject-write copies its payload into one unless that is taken.
+        let ctrl_slot = data_msg.is_some() && wire::WRITE_DATA_LEN > self.max_inline(k);
+        let copy = silent && len > 0 && len <= self.pool.slot_size() && !ctrl_slot;
+        if !self.room(k, needs) || ((copy || ctrl_slot) && !self.pool.has_free()) {
+            return Err(Blocked::Room(Tx::Rma { op, silent }));
+        }
+        let (local, mr, slot) = if len == 0 {
+            (
+                Sge {
+                    addr: 0,
+                    length: 0,
+                    lkey: 0,
+                },
+                None,
+                None,
+            )
+        } else if copy {
+            let src = op.buf.as_slice();
+            match self.pool.take(|b| {
+                b[..len].copy_from_slice(src);
+                len
+            }) {
+                Some((s, sge)) => (sge, None, Some(s)),
+                None => return Err(Blocked::Room(Tx::Rma { op, silent })),
+            }
+        } else {
+            let access = match op.kind {
+                RmaKind::Write => Access::empty(),
+                RmaKind::Read => Access::LOCAL_WRITE,
+            };
+            let ptr = op.buf.as_slice().as_ptr() as usize;
+            match self.register(ptr, len, access) {
+                Ok((r, lkey, _)) => (
+                    Sge {
+                        addr: ptr as u64,
+                        length: len as u32,
+                        lkey,
+                    },
+                    Some(r),
+                    None,
+                ),
+                Err(e) => {
+                    if !silent {
+                        complete::rma(cx.cq, false, op, Err(e));
+                    }
+                    return Err(Blocked::Done);
+                }
+            }
+        };
+        let (kind, signal) = (op.kind, self.wants_completion(silent, op.completion));
+        let remote = RemoteBuf { addr: op.addr, rkey };
+        let key = self.ops.insert(Wr::Rma { op, silent, mr, slot });
+        let c = &mut self.conns[k];
+        let Some(qp) = c.qp.as_mut() else {
+            return Err(Blocked::Done);
+        };
+        // SAFETY: `local` is a registered send slot or the user's buffer,
+        // registered through the MR cache and owned by the Wr until retired.
+        let posted = unsafe {
+            match kind {
+                RmaKind::Write => qp.write(key as u64, local, remote, None, signal),
+                RmaKind::Read => qp.read(key as u64, local, remote, signal),
+            }
+        };
+        tracing::trace!(
+            ?kind,
+            len,
+            addr = remote.addr,
+            rkey,
+            key,
+            ok = posted.is_ok(),
+            "RMA posted"
+        );
+        if let Err(e) = posted {
+            self.finish_wr(cx, key, Err(e));
+            return Err(Blocked::Done);
+        }
+        c.posted.push_back(key);
+        if let Some(data) = data_msg {
+            let mut msg = [0u8; wire::WRITE_DATA_LEN];
+            wire::write_data(&mut msg, data, len as u64);
+            if self.post_ctrl(k, &msg, false).is_err() {
+                tracing::warn!("no room for a write-data notice after its write");
+            }
+        }
+        Ok(())
+    }
+
+    fn post_read(&mut self, cx: &mut Ctx<'_>, k: usize, job: Box<ReadJob>) -> Result<(), Blocked> {
+        if !self.room(k, 1) {
+            return Err(Blocked::Room(Tx::Read(job)));
+        }
+        let mut job = job;
+        let len = job.arrival.len;
+        let ptr = job.recv.buf.as_mut_slice().as_mut_ptr() as usize;
+        let (mr, lkey) = match self.register(ptr, len, Access::LOCAL_WRITE) {
+            Ok((r, lkey, _)) => (r, lkey),
+            Err(e) => {
+                complete::recv(cx.cq, job.recv, job.arrival, Some(e));
+                let (id, peer) = (job.id, self.conns[k].peer);
+                self.submit(cx, peer, Tx::Fin { id, status: 1 });
+                return Err(Blocked::Done);
+            }
+        };
+        let local = Sge {
+            addr: ptr as u64,
+            length: len as u32,
+            lkey,
+        };
+        let remote = RemoteBuf {
+            addr: job.raddr,
+            rkey: job.rkey,
+        };
+        let key = self.ops.insert(Wr::Read { job, mr: Some(mr) });
+        let c = &mut self.conns[k];
+        let Some(qp) = c.qp.as_mut() else {
+            return Err(Blocked::Done);
+        };
+        // SAFETY: the receive buffer is registered and owned by the Wr (not
+        // read or written by anyone) until the READ is retired.
+        match unsafe { qp.read(key as u64, local, remote, true) } {
+            Ok(()) => {
+                c.posted.push_back(key);
+                Ok(())
+            }
+            Err(e) => {
+                self.finish_wr(cx, key, Err(e));
+                Err(Blocked::Done)
+            }
+        }
+    }
+
+    /// Registers `[ptr, ptr + len)` through the MR cache: the reference,
+    /// lkey and rkey.
+    fn register(&self, ptr: usize, len: usize, access: Access) -> xfer_core::Result<(CacheRef, u32, u32)> {
+        let mut cache = self.res.cache();
+        let r = cache.lookup(ptr, len, access)?;
+        match cache.handle(&r).map(|mr| (mr.lkey(), mr.rkey())) {
+            Some((l, rk)) => Ok((r, l, rk)),
+            None => {
+                let _ = cache.release(r);
+                Err(Error::Internal("MR cache entry without a registration"))
+            }
+        }
+    }
+
+    /// Drops a reference taken by [`register`](Self::register).
+    pub(super) fn release_mr(&self, r: CacheRef) {
+        if let Err(e) = self.res.cache().release(r) {
+            tracing::warn!(error = %e, "releasing an MR cache reference");
+        }
+    }
+
+    /// Ends a queued operation with `err`.
+    pub(super) fn fail_tx(&mut self, cx: &mut Ctx<'_>, tx: Tx, err: Error) {
+        match tx {
+            Tx::Send { op, silent: false } => complete::send(cx.cq, false, op, Err(err)),
+            Tx::Rma { op, silent: false } => complete::rma(cx.cq, false, op, Err(err)),
+            Tx::Read(job) => complete::recv(cx.cq, job.recv, job.arrival, Some(err)),
+            Tx::Send { .. } | Tx::Rma { .. } | Tx::Fin { .. } => {}
+        }
+    }
+
+    /// Starts the receiver's side of a rendezvous whose RTS matched `recv`.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn start_read(
+        &mut self,
+        cx: &mut Ctx<'_>,
+        recv: xfer_core::provider::RecvOp,
+        arrival: Arrival,
+        id: u32,
+        raddr: u64,
+        rkey: u32,
+        conn: usize,
+    ) {
+        let peer = self.conns[conn].peer;
+        if arrival.len == 0 {
+            complete::recv(cx.cq, recv, arrival, None);
+            self.submit(cx, peer, Tx::Fin { id, status: 0 });
+            return;
+        }
+        let job = Box::new(ReadJob {
+            recv,
+            arrival,
+            id,
+            raddr,
+            rkey,
+            conn,
+        });
+        self.submit(cx, peer, Tx::Read(job));
+    }
+}

@@ -1,0 +1,329 @@
+//! Work completions: send-queue retirement (selective signaling: one
+//! signaled completion retires the unsignaled requests before it), receives
+//! out of the SRQ, and errors (the failing request gets the mapped error,
+//! later ones the flush error, and the connection is retired).
+
+use xfer_core::addr::Address;
+use xfer_core::complete::{self, Arrival};
+use xfer_core::provider::{Ctx, RecvOp};
+use xfer_core::{Error, PeerAddr};
+
+use super::{State, Tx, Unexpected, VerbsEndpoint, Wr, WC_BATCH};
+use crate::cq::Wc;
+use crate::wire::Msg;
+
+/// `ibv_wc_status` values mapped to their own errors.
+const WC_LOC_PROT_ERR: u32 = 4;
+const WC_WR_FLUSH_ERR: u32 = 5;
+const WC_REM_INV_REQ_ERR: u32 = 9;
+const WC_REM_ACCESS_ERR: u32 = 10;
+const WC_RETRY_EXC_ERR: u32 = 12;
+const WC_RNR_RETRY_EXC_ERR: u32 = 13;
+
+/// The xfer error for a failed work completion (the device's status and
+/// vendor code are logged: provider detail).
+fn wc_error(wc: &Wc, peer: PeerAddr) -> Error {
+    tracing::debug!(
+        status = wc.status_str(),
+        vendor_err = wc.vendor_err(),
+        "work completion error"
+    );
+    match wc.status() {
+        WC_REM_ACCESS_ERR => Error::RemoteAccess("the target refused the key, bounds or access rights"),
+        WC_REM_INV_REQ_ERR => Error::RemoteAccess("the target refused the request"),
+        WC_LOC_PROT_ERR => Error::InvalidArgument("local buffer not covered by its registration"),
+        WC_WR_FLUSH_ERR => Error::PeerUnreachable {
+            peer,
+            errno: libc::ECONNRESET,
+        },
+        WC_RETRY_EXC_ERR | WC_RNR_RETRY_EXC_ERR => Error::PeerUnreachable {
+            peer,
+            errno: libc::ETIMEDOUT,
+        },
+        _ => Error::Os(libc::EIO),
+    }
+}
+
+impl VerbsEndpoint {
+    /// Handles every completion waiting in the CQ; returns how many.
+    pub(super) fn poll_cq(&mut self, cx: &mut Ctx<'_>) -> usize {
+        // The batch buffer is taken out of `self` for the loop (a pointer
+        // swap), so handlers can borrow the endpoint.
+        let mut wcs = std::mem::take(&mut self.wcs);
+        wcs.resize_with(WC_BATCH, Wc::default);
+        let mut total = 0;
+        loop {
+            let n = match self.cq.poll(&mut wcs) {
+                Ok(n) => n,
+                Err(e) => {
+                    tracing::warn!(error = %e, "ibv_poll_cq");
+                    break;
+                }
+            };
+            for wc in &wcs[..n] {
+                if self.srq.owns(wc.wr_id()) {
+                    self.on_recv(cx, wc);
+                } else {
+                    self.on_send(cx, wc);
+                }
+            }
+            total += n;
+            if n < WC_BATCH {
+                break;
+            }
+        }
+        self.wcs = wcs;
+        total
+    }
+
+    fn on_send(&mut self, cx: &mut Ctx<'_>, wc: &Wc) {
+        tracing::trace!(?wc, "send completion");
+        let Some(&k) = self.by_qpn.get(&wc.qp_num()) else {
+            tracing::debug!(qpn = wc.qp_num(), "send completion of an unknown QP");
+            return;
+        };
+        if self.conns[k].state == State::Dead {
+            return; // its work was ended when it died
+        }
+        if wc.is_ok() {
+            let n = match self.conns[k].qp.as_mut() {
+                Some(qp) => qp.complete_send(wc),
+                None => 0,
+            };
+            for _ in 0..n {
+                let Some(key) = self.conns[k].posted.pop_front() else {
+                    break;
+                };
+                self.finish_wr(cx, key, Ok(()));
+            }
+            return;
+        }
+        // Requests complete in order: those before the failed one succeeded.
+        let peer = cx.av.reverse(&self.conns[k].peer);
+        let failed = wc.wr_id() as usize;
+        while let Some(&key) = self.conns[k].posted.front() {
+            self.conns[k].posted.pop_front();
+            if key == failed {
+                self.finish_wr(cx, key, Err(wc_error(wc, peer)));
+                break;
+            }
+            self.finish_wr(cx, key, Ok(()));
+        }
+        let flush = Error::PeerUnreachable {
+            peer,
+            errno: libc::ECONNRESET,
+        };
+        // Later requests are flushed: ended with `flush`; queued work waits
+        // for a new connection.
+        self.conn_failed(cx, k, flush);
+    }
+
+    /// Ends posted request `key` with `result`, freeing what it held.
+    pub(super) fn finish_wr(&mut self, cx: &mut Ctx<'_>, key: usize, result: xfer_core::Result<()>) {
+        let selective = self.attr.selective_completion;
+        match self.ops.remove(key) {
+            Wr::Eager { op, silent, slot } => {
+                if let Some(s) = slot {
+                    self.pool.give(s);
+                }
+                if !silent {
+                    complete::send(cx.cq, selective, op, result);
+                }
+            }
+            Wr::Ctrl { slot } => {
+                if let Some(s) = slot {
+                    self.pool.give(s);
+                }
+            }
+            Wr::Rma { op, silent, mr, slot } => {
+                if let Some(s) = slot {
+                    self.pool.give(s);
+                }
+                if let Some(r) = mr {
+                    self.release_mr(r);
+                }
+                if !silent {
+                    complete::rma(cx.cq, selective, op, result);
+                }
+            }
+            Wr::Read { job, mr } => {
+                if let Some(r) = mr {
+                    self.release_mr(r);
+                }
+                let peer = self.conns.get(job.conn).map(|c| c.peer);
+                let ok = result.is_ok();
+                complete::recv(cx.cq, job.recv, job.arrival, result.err());
+                if let (true, Some(peer)) = (ok, peer) {
+                    self.submit(cx, peer, Tx::Fin { id: job.id, status: 0 });
+                }
+            }
+        }
+    }
+
+    /// Ends everything posted on connection `k` with `err`.
+    pub(super) fn fail_posted(&mut self, cx: &mut Ctx<'_>, k: usize, err: Error) {
+        while let Some(key) = self.conns[k].posted.pop_front() {
+            self.finish_wr(cx, key, Err(err.clone()));
+        }
+    }
+
+    fn on_recv(&mut self, cx: &mut Ctx<'_>, wc: &Wc) {
+        let idx = match self.srq.take(wc) {
+            Ok(i) => i,
+            Err(e) => {
+                tracing::warn!(error = %e, "receive completion");
+                return;
+            }
+        };
+        if wc.is_ok() {
+            match self.by_qpn.get(&wc.qp_num()).copied() {
+                Some(k) => match self.srq.data(idx, wc.byte_len() as usize) {
+                    Ok(bytes) => {
+                        let (ptr, len) = (bytes.as_ptr(), bytes.len());
+                        // SAFETY: the buffer is held (not posted: the device
+                        // does not write it) until the release below, and
+                        // the pool lives as long as `self.srq`, which
+                        // on_message does not replace.
+                        let bytes = unsafe { std::slice::from_raw_parts(ptr, len) };
+                        self.on_message(cx, k, bytes);
+                    }
+                    Err(e) => tracing::warn!(error = %e, "receive longer than its buffer"),
+                },
+                None => tracing::debug!(qpn = wc.qp_num(), "receive on an unknown QP dropped"),
+            }
+        } else if !wc.is_flush() {
+            tracing::debug!(status = wc.status_str(), "receive completion error");
+        }
+        if let Err(e) = self.srq.release(idx) {
+            tracing::warn!(error = %e, "releasing a receive buffer");
+        }
+    }
+
+    fn on_message(&mut self, cx: &mut Ctx<'_>, k: usize, bytes: &[u8]) {
+        let from = self.conns[k].peer;
+        let msg = match Msg::parse(bytes) {
+            Ok(m) => m,
+            Err(e) => {
+                tracing::warn!(peer = ?from, error = %e, "malformed message dropped");
+                return;
+            }
+        };
+        let src = cx.av.reverse(&from);
+        match msg {
+            Msg::Eager { meta, payload } => {
+                let tag = meta.tag.unwrap_or(0);
+                match self.matcher(meta.tag.is_some()).take_posted(src, tag) {
+                    Some((_, recv)) => copy_in(cx, recv, payload, tag, meta.data, src),
+                    None => {
+                        let u = Unexpected::Eager {
+                            from,
+                            data: meta.data,
+                            payload: payload.to_vec(),
+                        };
+                        self.matcher(meta.tag.is_some()).push_unexpected(src, tag, u);
+                    }
+                }
+            }
+            Msg::Rts {
+                meta,
+                id,
+                len,
+                addr,
+                rkey,
+            } => {
+                let tag = meta.tag.unwrap_or(0);
+                match self.matcher(meta.tag.is_some()).take_posted(src, tag) {
+                    Some((_, recv)) => {
+                        let arrival = arrival_of(&recv, len, tag, meta.data, src);
+                        self.start_read(cx, recv, arrival, id, addr, rkey, k);
+                    }
+                    None => {
+                        let u = Unexpected::Rts {
+                            from,
+                            data: meta.data,
+                            id,
+                            len,
+                            addr,
+                            rkey,
+                            conn: k,
+                        };
+                        self.matcher(meta.tag.is_some()).push_unexpected(src, tag, u);
+                    }
+                }
+            }
+            Msg::Fin { id, status } => self.on_fin(cx, from, id, status),
+            Msg::WriteData { data, len } => {
+                complete::remote_write(cx.cq, usize::try_from(len).unwrap_or(usize::MAX), data, src)
+            }
+        }
+    }
+
+    fn on_fin(&mut self, cx: &mut Ctx<'_>, from: Address, id: u32, status: u32) {
+        let ours = self
+            .rndv
+            .get(id as usize)
+            .is_some_and(|r| self.conns.get(r.conn).is_some_and(|c| c.peer == from));
+        if !ours {
+            tracing::warn!(peer = ?from, id, "FIN for no rendezvous of this peer dropped");
+            return;
+        }
+        let r = self.rndv.remove(id as usize);
+        self.release_mr(r.mr);
+        let result = if status == 0 {
+            Ok(())
+        } else {
+            Err(Error::Protocol("the receiver could not read the message"))
+        };
+        complete::send(cx.cq, self.attr.selective_completion, r.op, result);
+    }
+
+    /// A receive was posted and matched an unexpected message.
+    pub(super) fn deliver(&mut self, cx: &mut Ctx<'_>, recv: RecvOp, src: PeerAddr, tag: u64, msg: Unexpected) {
+        match msg {
+            Unexpected::Eager { data, payload, .. } => copy_in(cx, recv, &payload, tag, data, src),
+            Unexpected::Rts {
+                data,
+                id,
+                len,
+                addr,
+                rkey,
+                conn,
+                ..
+            } => {
+                let arrival = arrival_of(&recv, len, tag, data, src);
+                if self.conns.get(conn).is_some_and(|c| c.state != State::Dead) {
+                    self.start_read(cx, recv, arrival, id, addr, rkey, conn);
+                } else {
+                    // Its sender's connection died: the data is gone.
+                    let e = Error::PeerUnreachable { peer: src, errno: 0 };
+                    complete::recv(cx.cq, recv, arrival, Some(e));
+                }
+            }
+        }
+    }
+}
+
+fn arrival_of(recv: &RecvOp, olen: u64, tag: u64, data: Option<u64>, src: PeerAddr) -> Arrival {
+    let olen = usize::try_from(olen).unwrap_or(usize::MAX);
+    Arrival {
+        len: olen.min(recv.buf.len()),
+        olen,
+        tag,
+        data,
+        src,
+    }
+}
+
+/// Completes `recv` with an eager payload (truncated to its buffer).
+fn copy_in(cx: &mut Ctx<'_>, mut recv: RecvOp, payload: &[u8], tag: u64, data: Option<u64>, src: PeerAddr) {
+    let n = payload.len().min(recv.buf.len());
+    recv.buf.as_mut_slice()[..n].copy_from_slice(&payload[..n]);
+    let a = Arrival {
+        len: n,
+        olen: payload.len(),
+        tag,
+        data,
+        src,
+    };
+    complete::recv(cx.cq, recv, a, None);
+}

@@ -1,0 +1,263 @@
+//! What travels in the verbs provider's SEND messages (docs/PROTOCOL.md,
+//! "Verbs wire format"): a 24-byte header, then the body of its kind.
+//!
+//! ```text
+//! 0   u8   kind: 1 eager, 2 RTS, 3 FIN, 4 write-data
+//! 1   u8   flags: 1 tagged, 2 has immediate data
+//! 2   u16  version (1), little-endian like every field
+//! 4   u32  send id (RTS, FIN), else 0
+//! 8   u64  tag
+//! 16  u64  immediate data
+//! 24  ...  eager: the payload
+//!          RTS: u64 length, u64 address, u32 rkey, u32 0
+//!          FIN: u32 status (0 = read done), u32 0
+//!          write-data: u64 length written
+//! ```
+//!
+//! RDMA WRITE and READ carry no header: they move user bytes only. A peer's
+//! bytes are parsed by [`Msg::parse`], which never panics.
+
+use xfer_core::{Error, Result};
+
+/// Header length.
+pub const HDR: usize = 24;
+/// Wire version.
+pub const VERSION: u16 = 1;
+/// Length of an RTS message.
+pub const RTS_LEN: usize = HDR + 24;
+/// Length of a FIN message.
+pub const FIN_LEN: usize = HDR + 8;
+/// Length of a write-data message.
+pub const WRITE_DATA_LEN: usize = HDR + 8;
+
+const EAGER: u8 = 1;
+const RTS: u8 = 2;
+const FIN: u8 = 3;
+const WRITE_DATA: u8 = 4;
+const F_TAGGED: u8 = 1;
+const F_DATA: u8 = 2;
+
+/// Tag and immediate data of a message or RTS.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Meta {
+    /// `Some` for tagged messages.
+    pub tag: Option<u64>,
+    /// Immediate data.
+    pub data: Option<u64>,
+}
+
+/// A parsed message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Msg<'a> {
+    /// A whole small message.
+    Eager {
+        /// Tag and data.
+        meta: Meta,
+        /// The payload.
+        payload: &'a [u8],
+    },
+    /// Ready to send: the receiver reads `len` bytes at `addr` with `rkey`,
+    /// then answers with a FIN carrying `id`.
+    Rts {
+        /// Tag and data.
+        meta: Meta,
+        /// The sender's operation.
+        id: u32,
+        /// Message length.
+        len: u64,
+        /// Where the payload is in the sender's memory.
+        addr: u64,
+        /// Its remote key.
+        rkey: u32,
+    },
+    /// The receiver is done with the sender's buffer.
+    Fin {
+        /// The sender's operation.
+        id: u32,
+        /// 0 when the data was read; else why not.
+        status: u32,
+    },
+    /// An RDMA WRITE of `len` bytes just before this message carried
+    /// immediate data for the target's completion queue.
+    WriteData {
+        /// The data.
+        data: u64,
+        /// Bytes the write placed.
+        len: u64,
+    },
+}
+
+fn put_hdr(b: &mut [u8], kind: u8, meta: Meta, id: u32) {
+    let mut flags = 0;
+    if meta.tag.is_some() {
+        flags |= F_TAGGED;
+    }
+    if meta.data.is_some() {
+        flags |= F_DATA;
+    }
+    b[0] = kind;
+    b[1] = flags;
+    b[2..4].copy_from_slice(&VERSION.to_le_bytes());
+    b[4..8].copy_from_slice(&id.to_le_bytes());
+    b[8..16].copy_from_slice(&meta.tag.unwrap_or(0).to_le_bytes());
+    b[16..24].copy_from_slice(&meta.data.unwrap_or(0).to_le_bytes());
+}
+
+/// Writes an eager header into `b[..HDR]`; the payload goes after it.
+pub fn eager(b: &mut [u8], meta: Meta) {
+    put_hdr(b, EAGER, meta, 0);
+}
+
+/// Writes an RTS into `b[..RTS_LEN]`.
+pub fn rts(b: &mut [u8], meta: Meta, id: u32, len: u64, addr: u64, rkey: u32) {
+    put_hdr(b, RTS, meta, id);
+    b[24..32].copy_from_slice(&len.to_le_bytes());
+    b[32..40].copy_from_slice(&addr.to_le_bytes());
+    b[40..44].copy_from_slice(&rkey.to_le_bytes());
+    b[44..48].fill(0);
+}
+
+/// Writes a FIN into `b[..FIN_LEN]`.
+pub fn fin(b: &mut [u8], id: u32, status: u32) {
+    put_hdr(b, FIN, Meta { tag: None, data: None }, id);
+    b[24..28].copy_from_slice(&status.to_le_bytes());
+    b[28..32].fill(0);
+}
+
+/// Writes a write-data message into `b[..WRITE_DATA_LEN]`.
+pub fn write_data(b: &mut [u8], data: u64, len: u64) {
+    put_hdr(
+        b,
+        WRITE_DATA,
+        Meta {
+            tag: None,
+            data: Some(data),
+        },
+        0,
+    );
+    b[24..32].copy_from_slice(&len.to_le_bytes());
+}
+
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    let mut x = [0u8; 4];
+    x.copy_from_slice(&b[at..at + 4]);
+    u32::from_le_bytes(x)
+}
+
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    let mut x = [0u8; 8];
+    x.copy_from_slice(&b[at..at + 8]);
+    u64::from_le_bytes(x)
+}
+
+impl<'a> Msg<'a> {
+    /// Parses what a peer sent.
+    pub fn parse(b: &'a [u8]) -> Result<Msg<'a>> {
+        if b.len() < HDR {
+            return Err(Error::Protocol("verbs message shorter than its header"));
+        }
+        if u16::from_le_bytes([b[2], b[3]]) != VERSION {
+            return Err(Error::Protocol("verbs message of an unknown wire version"));
+        }
+        let flags = b[1];
+        if flags & !(F_TAGGED | F_DATA) != 0 {
+            return Err(Error::Protocol("verbs message with unknown flags"));
+        }
+        let meta = Meta {
+            tag: (flags & F_TAGGED != 0).then(|| u64_at(b, 8)),
+            data: (flags & F_DATA != 0).then(|| u64_at(b, 16)),
+        };
+        let id = u32_at(b, 4);
+        let need = |n: usize| {
+            if b.len() == n {
+                Ok(())
+            } else {
+                Err(Error::Protocol("verbs control message of the wrong length"))
+            }
+        };
+        match b[0] {
+            EAGER => Ok(Msg::Eager {
+                meta,
+                payload: &b[HDR..],
+            }),
+            RTS => {
+                need(RTS_LEN)?;
+                Ok(Msg::Rts {
+                    meta,
+                    id,
+                    len: u64_at(b, 24),
+                    addr: u64_at(b, 32),
+                    rkey: u32_at(b, 40),
+                })
+            }
+            FIN => {
+                need(FIN_LEN)?;
+                Ok(Msg::Fin {
+                    id,
+                    status: u32_at(b, 24),
+                })
+            }
+            WRITE_DATA => {
+                need(WRITE_DATA_LEN)?;
+                Ok(Msg::WriteData {
+                    data: u64_at(b, 16),
+                    len: u64_at(b, 24),
+                })
+            }
+            _ => Err(Error::Protocol("verbs message of an unknown kind")),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_kind_roundtrips() {
+        let meta = Meta {
+            tag: Some(7),
+            data: Some(9),
+        };
+        let mut b = [0u8; HDR + 3];
+        eager(&mut b, meta);
+        b[HDR..].copy_from_slice(b"abc");
+        assert_eq!(Msg::parse(&b), Ok(Msg::Eager { meta, payload: b"abc" }));
+        let mut r = [0u8; RTS_LEN];
+        rts(&mut r, meta, 5, 1 << 20, 0xdead_0000, 77);
+        assert_eq!(
+            Msg::parse(&r),
+            Ok(Msg::Rts {
+                meta,
+                id: 5,
+                len: 1 << 20,
+                addr: 0xdead_0000,
+                rkey: 77
+            })
+        );
+        let mut f = [0u8; FIN_LEN];
+        fin(&mut f, 5, 0);
+        assert_eq!(Msg::parse(&f), Ok(Msg::Fin { id: 5, status: 0 }));
+        let mut w = [0u8; WRITE_DATA_LEN];
+        write_data(&mut w, 42, 100);
+        assert_eq!(Msg::parse(&w), Ok(Msg::WriteData { data: 42, len: 100 }));
+    }
+
+    #[test]
+    fn hostile_bytes_are_errors() {
+        assert!(Msg::parse(&[]).is_err());
+        assert!(Msg::parse(&[1; HDR - 1]).is_err());
+        let mut b = [0u8; RTS_LEN];
+        rts(&mut b, Meta { tag: None, data: None }, 1, 1, 1, 1);
+        assert!(Msg::parse(&b[..RTS_LEN - 1]).is_err(), "short RTS");
+        let mut v = b;
+        v[2] = 9;
+        assert!(Msg::parse(&v).is_err(), "version");
+        v = b;
+        v[0] = 99;
+        assert!(Msg::parse(&v).is_err(), "kind");
+        v = b;
+        v[1] = 0x80;
+        assert!(Msg::parse(&v).is_err(), "flags");
+    }
+}

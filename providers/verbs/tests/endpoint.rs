@@ -1,0 +1,286 @@
+//! The verbs endpoint through the core API, against a real device
+//! (Soft-RoCE in the test guest). Provider-independent behaviour is covered
+//! by the root conformance suite (run with `XFER_PROVIDER=verbs` in the
+//! guest); these check the verbs-specific paths: inline sends, the send
+//! queue under selective signaling, the SRQ under a flood of unexpected
+//! messages from many peers, and a killed peer.
+//!
+//! Skips (passing) without a device unless `XFER_IN_GUEST=1` or
+//! `XFER_VERBS_REQUIRE=1`.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use xfer_core::attr::{CqAttr, EndpointAttr};
+use xfer_core::{Completion, CompletionQueue, Domain, Endpoint, Error, PeerAddr, SendOp};
+use xfer_verbs::{VerbsAttr, VerbsDomain};
+
+const DEADLINE: Duration = Duration::from_secs(120);
+const ANY: PeerAddr = PeerAddr::UNSPEC;
+
+fn required() -> bool {
+    std::env::var("XFER_IN_GUEST").is_ok_and(|v| v == "1")
+        || std::env::var("XFER_VERBS_REQUIRE").is_ok_and(|v| v == "1")
+}
+
+/// A domain on the device, or None (skip) without one.
+fn domain(attr: VerbsAttr) -> Option<Domain> {
+    match VerbsDomain::with_attr(attr) {
+        Ok(d) => Some(Domain::new(Box::new(d))),
+        Err(e) => {
+            assert!(!required(), "verbs device required: {e}");
+            eprintln!("SKIP: no verbs device ({e})");
+            None
+        }
+    }
+}
+
+struct Node {
+    cq: CompletionQueue,
+    av: xfer_core::AddressVector,
+    ep: Endpoint,
+    done: Vec<Completion>,
+    _domain: Domain,
+}
+
+impl Node {
+    fn new(attr: VerbsAttr, ep_attr: &EndpointAttr) -> Option<Node> {
+        let domain = domain(attr)?;
+        let cq = domain.cq(&CqAttr::default()).unwrap();
+        let av = domain.av().unwrap();
+        let ep = domain.endpoint(&cq, &av, ep_attr).unwrap();
+        Some(Node {
+            cq,
+            av,
+            ep,
+            done: Vec::new(),
+            _domain: domain,
+        })
+    }
+
+    fn add(&self, other: &Node) -> PeerAddr {
+        self.av.insert(other.ep.name().as_bytes()).unwrap()
+    }
+
+    fn poll(&mut self) -> usize {
+        let mut out = vec![Completion::EMPTY; 64];
+        let n = self.cq.poll(&mut out).unwrap();
+        self.done.extend(out.drain(..n));
+        n
+    }
+
+    fn counter(&self, name: &str) -> u64 {
+        let c: HashMap<_, _> = self.ep.counters().unwrap().into_iter().collect();
+        *c.get(name).unwrap_or_else(|| panic!("no counter {name}"))
+    }
+}
+
+fn drive(nodes: &mut [&mut Node], what: &str, mut done: impl FnMut(&mut [&mut Node]) -> bool) {
+    let start = Instant::now();
+    while !done(nodes) {
+        for n in nodes.iter_mut() {
+            n.poll();
+        }
+        assert!(start.elapsed() < DEADLINE, "timed out waiting for {what}");
+    }
+}
+
+fn pattern(len: usize, seed: u64) -> Vec<u8> {
+    (0..len).map(|i| (i as u64 * 13 + seed * 7) as u8).collect()
+}
+
+#[test]
+fn small_sends_go_inline_and_large_ones_by_rendezvous() {
+    let ea = EndpointAttr::default();
+    let (Some(mut a), Some(mut b)) = (
+        Node::new(VerbsAttr::from_env(), &ea),
+        Node::new(VerbsAttr::from_env(), &ea),
+    ) else {
+        return;
+    };
+    let pb = a.add(&b);
+    let sizes = [8usize, 100, 4000, 200_000];
+    for (i, &size) in sizes.iter().enumerate() {
+        b.ep.trecv(ANY, i as u64, 0, vec![0; size], i as u64).unwrap();
+        a.ep.tsend(pb, i as u64, pattern(size, i as u64), 100 + i as u64)
+            .unwrap();
+    }
+    drive(&mut [&mut a, &mut b], "4 messages", |n| {
+        n[0].done.len() == sizes.len() && n[1].done.len() == sizes.len()
+    });
+    for c in &b.done {
+        assert_eq!(c.result, Ok(()));
+        let i = c.context as usize;
+        assert_eq!(c.buf.as_deref(), Some(&pattern(sizes[i], i as u64)[..]), "message {i}");
+    }
+    assert!(a.counter("inline_sends") >= 1, "an 8-byte send went inline");
+    assert!(a.counter("copied_sends") >= 1, "a 4000-byte send was copied");
+    assert_eq!(a.counter("rndv_sends"), 1, "the 200 kB send used rendezvous");
+}
+
+#[test]
+fn unsignaled_sends_never_overflow_a_64_deep_send_queue() {
+    let n: u64 = std::env::var("XFER_VERBS_TEST_UNSIGNALED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(100_000);
+    let va = VerbsAttr {
+        sq_depth: 64,
+        signal_every: 16,
+        ..VerbsAttr::from_env()
+    };
+    let ea = EndpointAttr {
+        selective_completion: true,
+        ..EndpointAttr::default()
+    };
+    let (Some(mut a), Some(mut b)) = (Node::new(va.clone(), &ea), Node::new(va, &EndpointAttr::default())) else {
+        return;
+    };
+    let pb = a.add(&b);
+    let window = 512u64;
+    let (mut posted_recv, mut sent) = (0u64, 0u64);
+    let start = Instant::now();
+    while b.done.len() < n as usize {
+        while posted_recv < n && posted_recv < b.done.len() as u64 + window {
+            b.ep.trecv(ANY, 0, 0, vec![0; 16], posted_recv).unwrap();
+            posted_recv += 1;
+        }
+        while sent < n && sent < b.done.len() as u64 + 2 * window {
+            let op = SendOp {
+                peer: pb,
+                tag: Some(0),
+                data: None,
+                buf: sent.to_le_bytes().to_vec().into(),
+                context: sent,
+                completion: sent == n - 1,
+            };
+            a.ep.post_send(op).unwrap();
+            sent += 1;
+        }
+        a.poll();
+        b.poll();
+        assert!(start.elapsed() < DEADLINE, "{} of {n} arrived", b.done.len());
+    }
+    drive(&mut [&mut a, &mut b], "the last send's completion", |x| {
+        !x[0].done.is_empty()
+    });
+    assert_eq!(
+        a.done.len(),
+        1,
+        "only the send that asked reports: {:?}",
+        &a.done[..2.min(a.done.len())]
+    );
+    for (i, c) in b.done.iter().enumerate() {
+        assert_eq!(c.result, Ok(()));
+        assert_eq!(
+            c.buf.as_deref().map(|b| &b[..8]),
+            Some(&(i as u64).to_le_bytes()[..]),
+            "order"
+        );
+    }
+    let depth = a.counter("sq_depth");
+    assert_eq!(depth, 64);
+    assert!(a.counter("max_sq_outstanding") <= depth, "send queue overflowed");
+    assert!(a.counter("unsignaled") > n / 2, "most sends were unsignaled");
+}
+
+#[test]
+fn eight_peers_flooding_unexpected_messages_keep_the_srq_fed() {
+    let per_peer = 1250u64;
+    let peers = 8u64;
+    let total = (per_peer * peers) as usize;
+    let va = VerbsAttr {
+        srq_size: 256,
+        srq_low_watermark: 64,
+        ..VerbsAttr::from_env()
+    };
+    let ea = EndpointAttr::default();
+    let Some(mut rx) = Node::new(va.clone(), &ea) else {
+        return;
+    };
+    let mut senders: Vec<Node> = (0..peers).map(|_| Node::new(va.clone(), &ea).unwrap()).collect();
+    for (p, s) in senders.iter().enumerate() {
+        let dest = s.add(&rx);
+        for i in 0..per_peer {
+            let tag = (p as u64) << 32 | i;
+            s.ep.tsend(dest, tag, pattern(64, tag), tag).unwrap();
+        }
+    }
+    // Nothing is posted: every message arrives unexpected.
+    let start = Instant::now();
+    while senders.iter().map(|s| s.done.len()).sum::<usize>() < total {
+        for s in senders.iter_mut() {
+            s.poll();
+        }
+        rx.poll();
+        assert!(start.elapsed() < DEADLINE, "senders stalled");
+    }
+    for c in senders.iter().flat_map(|s| &s.done) {
+        assert_eq!(c.result, Ok(()), "send {:#x}", c.context);
+    }
+    assert!(rx.counter("srq_refills") > 0, "the SRQ was refilled");
+    for p in 0..peers {
+        for i in 0..per_peer {
+            let tag = p << 32 | i;
+            rx.ep.trecv(ANY, tag, 0, vec![0; 64], tag).unwrap();
+        }
+    }
+    drive(&mut [&mut rx], "10,000 receives", |n| n[0].done.len() == total);
+    for c in &rx.done {
+        assert_eq!(c.result, Ok(()));
+        assert_eq!(c.buf.as_deref(), Some(&pattern(64, c.context)[..]));
+    }
+}
+
+#[test]
+fn a_killed_peer_gives_errors_not_a_hang() {
+    let ea = EndpointAttr::default();
+    let Some(mut a) = Node::new(VerbsAttr::from_env(), &ea) else {
+        return;
+    };
+    // The peer lives in a child process that is killed mid-conversation.
+    let mut fds = [0i32; 2];
+    // SAFETY: fds is valid for two descriptors.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    // SAFETY: the child only uses async-signal-safe calls until it opens
+    // its own verbs objects (it execs nothing and never returns).
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0);
+    if pid == 0 {
+        let mut b = Node::new(VerbsAttr::from_env(), &ea).unwrap();
+        let name = b.ep.name();
+        // SAFETY: writing the name bytes to the pipe.
+        unsafe { libc::write(fds[1], name.as_bytes().as_ptr().cast(), name.as_bytes().len()) };
+        b.ep.trecv(ANY, 0, 0, vec![0; 8], 1).unwrap();
+        loop {
+            b.poll();
+        }
+    }
+    let mut name = [0u8; 64];
+    // SAFETY: reading into a local buffer.
+    let n = unsafe { libc::read(fds[0], name.as_mut_ptr().cast(), name.len()) };
+    assert!(n > 0);
+    let pb = a.av.insert(&name[..n as usize]).unwrap();
+    a.ep.tsend(pb, 0, b"hello".to_vec(), 1).unwrap();
+    drive(&mut [&mut a], "first send", |x| !x[0].done.is_empty());
+    assert_eq!(a.done[0].result, Ok(()));
+    // SAFETY: killing and reaping our own child.
+    unsafe {
+        libc::kill(pid, libc::SIGKILL);
+        libc::waitpid(pid, std::ptr::null_mut(), 0);
+    }
+    for i in 0..20u64 {
+        a.ep.tsend(pb, 0, vec![1; 64], 10 + i).unwrap();
+    }
+    a.ep.tsend(pb, 0, vec![2; 1 << 20], 99).unwrap();
+    drive(&mut [&mut a], "error completions", |x| x[0].done.len() == 22);
+    for c in &a.done[1..] {
+        assert!(
+            matches!(c.result, Err(Error::PeerUnreachable { .. }) | Ok(())),
+            "{:?}",
+            c.result
+        );
+        assert!(c.buf.is_some(), "the buffer comes back");
+    }
+    assert!(a.done[1..].iter().any(|c| c.result.is_err()), "the death was noticed");
+}
