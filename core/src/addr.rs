@@ -1,6 +1,5 @@
 //! Endpoint names and the address vector that turns them into peer handles.
 
-use std::collections::HashMap;
 use std::fmt;
 
 use slab::Slab;
@@ -83,7 +82,7 @@ impl fmt::Debug for Address {
 #[derive(Debug, Default)]
 pub struct AvTable {
     entries: Slab<Address>,
-    by_name: HashMap<Address, PeerAddr>,
+    by_name: crate::hash::FastMap<Address, PeerAddr>,
 }
 
 impl AvTable {

@@ -22,6 +22,7 @@ mod cq;
 mod domain;
 mod endpoint;
 pub mod error;
+pub mod hash;
 pub mod mr;
 pub mod provider;
 pub mod sys;

@@ -9,9 +9,9 @@
 //! list so its first hit is the earliest arrival. Scans within a list are linear: `ignore` masks rule
 //! out hashing by tag.
 
-use std::collections::HashMap;
-
 use slab::Slab;
+
+use crate::hash::FastMap;
 
 use crate::addr::PeerAddr;
 
@@ -108,7 +108,7 @@ impl<T> Node<T> {
 struct Queue<T> {
     nodes: Slab<Node<T>>,
     all: Ends,
-    peers: HashMap<PeerAddr, Ends>,
+    peers: FastMap<PeerAddr, Ends>,
     next_seq: u64,
 }
 
@@ -117,7 +117,7 @@ impl<T> Queue<T> {
         Queue {
             nodes: Slab::new(),
             all: Ends::default(),
-            peers: HashMap::new(),
+            peers: FastMap::default(),
             next_seq: 0,
         }
     }

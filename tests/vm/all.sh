@@ -144,6 +144,11 @@ run_test() {
 }
 
 step_conformance() {
+    # rxe treats a transport retry count of 7 (the default) as "forever": its
+    # responder stalls when a region is deregistered mid-READ
+    # (rma_region_dropped_mid_transfer_is_safe), and only a finite count turns
+    # that into an error. Real HCAs NAK such a READ at once.
+    export XFER_VERBS_RETRY_CNT=${XFER_VERBS_RETRY_CNT:-6}
     # shellcheck disable=SC2086  # XFER_VM_TEST_ARGS is a word list on purpose
     run_test conformance CONFORMANCE "${XFER_VM_CONFORMANCE_THREADS:-2}" \
         "${XFER_VM_TIMEOUT_CONFORMANCE:-240}" ${XFER_VM_TEST_ARGS:-}

@@ -37,14 +37,18 @@ pub struct VerbsAttr {
     pub srq_buf_size: u32,
     /// RNR retries (7 = retry forever).
     pub rnr_retry: u8,
-    /// Transport retries on timeout (at most 7). The default is 6, not 7:
-    /// Soft-RoCE (rxe) treats 7 as "retry forever" (like `rnr_retry`), so a
-    /// peer whose responder stalls would hang operations instead of failing
-    /// them after about `(retry_cnt + 1) * 4.096 us * 2^timeout`.
+    /// Transport retries on timeout (at most 7, the default, as in UCX and
+    /// librdmacm). Soft-RoCE (rxe) treats 7 as "retry forever" (like
+    /// `rnr_retry`): there a responder that stalls (rxe does when a region
+    /// is deregistered during an RDMA READ) hangs the operation instead of
+    /// failing it after `(retry_cnt + 1) * 4.096 us * 2^timeout`; 6 bounds
+    /// it, at the price of false failures when an emulated peer stalls for
+    /// seconds under load.
     pub retry_cnt: u8,
     /// Local ACK timeout exponent: 4.096 µs * 2^timeout (0 = infinite).
-    /// The default 18 (about 1 s, UCX's default too) rides out a loaded
-    /// peer; with 6 retries a silent peer is declared dead after about 7 s.
+    /// The default 14 (67 ms) recovers quickly from a dropped packet (rxe
+    /// drops under load and relies on retransmission; 18, about 1 s, made
+    /// an 8-peer flood crawl).
     pub timeout: u8,
     /// Minimum RNR NAK timer code sent to peers (IB spec table, 12 = 0.64 ms).
     pub min_rnr_timer: u8,
@@ -68,8 +72,8 @@ impl Default for VerbsAttr {
             srq_low_watermark: 256,
             srq_buf_size: 8192,
             rnr_retry: 7,
-            retry_cnt: 6,
-            timeout: 18,
+            retry_cnt: 7,
+            timeout: 14,
             min_rnr_timer: 12,
             path_mtu: 0,
             cq_size: 4096,

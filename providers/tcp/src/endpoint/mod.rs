@@ -11,7 +11,7 @@
 //! Every length from the wire is checked before any buffer is touched; a
 //! peer that breaks the protocol loses its connection, nothing else.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::os::fd::{AsRawFd, RawFd};
 use std::time::{Duration, Instant};
@@ -33,6 +33,7 @@ use crate::rx::{EagerDest, EagerRx, Phase, RndvRx, Unexp, WriteRx};
 use crate::sys::{self, Io, Socket};
 use crate::wire::{status, Frame, HEADER_LEN, MAX_EAGER};
 use xfer_core::complete::{self, Arrival};
+use xfer_core::hash::FastMap;
 
 mod inbound;
 mod rma;
@@ -87,7 +88,7 @@ pub struct TcpEndpoint {
     /// The connection our frames to each peer travel on: the one we opened,
     /// or the one the peer opened if we had none. Fixed while it lives, so
     /// our messages to a peer stay in order.
-    route: HashMap<Address, usize>,
+    route: FastMap<Address, usize>,
     connecting: usize,
     serial: u64,
     gen: u32,
@@ -170,7 +171,7 @@ impl TcpEndpoint {
             epoll,
             events: vec![EMPTY_EVENT; 64],
             conns: Slab::new(),
-            route: HashMap::new(),
+            route: FastMap::default(),
             connecting: 0,
             serial: 0,
             gen: 0,

@@ -16,7 +16,7 @@ mod pool;
 mod post;
 mod wc;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::net::SocketAddrV4;
 use std::os::fd::RawFd;
 use std::sync::Arc;
@@ -25,6 +25,7 @@ use slab::Slab;
 use xfer_core::addr::{Address, PeerAddr};
 use xfer_core::attr::EndpointAttr;
 use xfer_core::complete::{self, Arrival};
+use xfer_core::hash::FastMap;
 use xfer_core::mr::CacheRef;
 use xfer_core::provider::{Ctx, EndpointProvider, RecvOp, Rejected, RmaOp, SendOp};
 use xfer_core::sys::{Epoll, EMPTY_EVENT, READABLE};
@@ -210,12 +211,12 @@ pub struct VerbsEndpoint {
     qp_cfg: QpConfig,
     /// Largest eager payload: what fits a bounce buffer after the header.
     eager_max: usize,
-    peers: HashMap<Address, Peer>,
+    peers: FastMap<Address, Peer>,
     /// Peers with queued operations, to flush in progress.
     backlog: Vec<Address>,
     conns: Slab<Conn>,
-    by_qpn: HashMap<u32, usize>,
-    by_id: HashMap<usize, usize>,
+    by_qpn: FastMap<u32, usize>,
+    by_id: FastMap<usize, usize>,
     /// Posted work requests by `wr_id`.
     ops: Slab<Wr>,
     /// Rendezvous sends waiting for their FIN, by id.
@@ -281,11 +282,11 @@ impl VerbsEndpoint {
             attr: attr.clone(),
             qp_cfg,
             eager_max,
-            peers: HashMap::new(),
+            peers: FastMap::default(),
             backlog: Vec::new(),
             conns: Slab::new(),
-            by_qpn: HashMap::new(),
-            by_id: HashMap::new(),
+            by_qpn: FastMap::default(),
+            by_id: FastMap::default(),
             ops: Slab::new(),
             rndv: Slab::new(),
             tagged: Matcher::new(),
