@@ -149,7 +149,6 @@ pub fn init_logging() {
 /// Availability of the verbs provider, from a device probe.
 #[cfg(feature = "verbs")]
 mod verbs {
-    use xfer_verbs::device::PortInfo;
     use xfer_verbs::{DeviceInfo, Probe, VerbsAttr};
 
     use crate::ProviderInfo;
@@ -196,7 +195,7 @@ mod verbs {
                 why.push(format!("{}: port {} not active", dev.name, attr.port));
                 continue;
             }
-            match listen_ip(port, attr) {
+            match xfer_verbs::listen_ip(&port.gids, attr) {
                 Some(ip) => {
                     return Ok(format!(
                         "{} port {} ({}, MTU {}), listening on {ip}",
@@ -213,14 +212,6 @@ mod verbs {
             why.push(reason.clone());
         }
         Err(why.join("; "))
-    }
-
-    /// The address `VerbsDomain::open` listens on: configured, else the
-    /// IPv4 address of the port's RoCE v2 GID, else of any IPv4-mapped GID.
-    fn listen_ip(port: &PortInfo, attr: &VerbsAttr) -> Option<std::net::Ipv4Addr> {
-        attr.addr
-            .or_else(|| port.roce_v2_ipv4_gid().and_then(|g| g.ipv4()))
-            .or_else(|| port.gids.iter().find_map(|g| g.ipv4()))
     }
 }
 

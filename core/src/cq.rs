@@ -122,7 +122,7 @@ impl CompletionQueue {
             if n > 0 {
                 return Ok(n);
             }
-            if !self.prepare_wait()? {
+            if !self.0.shared.lock()?.ready_to_block(self.0.key) {
                 continue; // completions arrived while arming
             }
             let sleep = match deadline {
@@ -142,23 +142,13 @@ impl CompletionQueue {
     /// (poll instead). Mirrors `fi_trywait`.
     pub fn trywait(&self) -> Result<()> {
         self.arm()?;
-        {
-            let mut st = self.0.shared.lock()?;
-            st.progress_cq(self.0.key);
-        }
-        if self.prepare_wait()? {
+        let mut st = self.0.shared.lock()?;
+        st.progress_cq(self.0.key);
+        if st.ready_to_block(self.0.key) {
             Ok(())
         } else {
             Err(Error::Again)
         }
-    }
-
-    /// Lets the bound endpoints arm their events before a blocking wait;
-    /// true when no completion is ready (safe to block).
-    fn prepare_wait(&self) -> Result<bool> {
-        let mut st = self.0.shared.lock()?;
-        st.prepare_wait_cq(self.0.key);
-        Ok(st.cqs[self.0.key].is_empty())
     }
 
     /// A descriptor that becomes readable when a bound endpoint has work;

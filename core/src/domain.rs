@@ -76,9 +76,11 @@ impl State {
         self.each_bound(cq, |ep, cx| ep.progress(cx));
     }
 
-    /// Readies every endpoint bound to `cq` for a blocking wait.
-    pub(crate) fn prepare_wait_cq(&mut self, cq: usize) {
+    /// Lets every endpoint bound to `cq` arm its events before a blocking
+    /// wait; true when no completion is ready (safe to block).
+    pub(crate) fn ready_to_block(&mut self, cq: usize) -> bool {
         self.each_bound(cq, |ep, cx| ep.prepare_wait(cx));
+        self.cqs[cq].is_empty()
     }
 
     fn each_bound(&mut self, cq: usize, mut f: impl FnMut(&mut dyn EndpointProvider, &mut Ctx<'_>)) {

@@ -12,7 +12,7 @@ use xfer_core::mr::{Access, MrCache, MrCacheAttr};
 use xfer_core::provider::{DomainProvider, EndpointProvider, MrKeys};
 use xfer_core::{Error, Result};
 
-use crate::device::{device_names, Context, DeviceAttr};
+use crate::device::{device_names, Context, DeviceAttr, GidEntry};
 use crate::endpoint::VerbsEndpoint;
 use crate::mr::{Mr, VerbsRegistrar};
 use crate::name::{VerbsName, PROVIDER_ID};
@@ -83,23 +83,27 @@ fn choose_device(attr: &VerbsAttr) -> Result<Arc<Context>> {
     Err(Error::NoProvider(why.join("; ")))
 }
 
-/// The IPv4 address to listen on: configured, or the port's RoCE v2 GID's.
+/// The IPv4 address endpoints listen on, given the port's GIDs: configured
+/// (`XFER_VERBS_ADDR`), else that of the RoCE v2 IPv4-mapped GID, else of any
+/// IPv4-mapped GID. The facade's availability check uses the same rule.
+pub fn listen_ip(gids: &[GidEntry], attr: &VerbsAttr) -> Option<Ipv4Addr> {
+    attr.addr
+        .or_else(|| gids.iter().filter(|g| g.is_roce_v2()).find_map(GidEntry::ipv4))
+        .or_else(|| gids.iter().find_map(GidEntry::ipv4))
+}
+
+/// [`listen_ip`] for an opened device, or why there is none.
 fn choose_ip(ctx: &Context, attr: &VerbsAttr) -> Result<Ipv4Addr> {
     if let Some(ip) = attr.addr {
         return Ok(ip);
     }
-    let gids = ctx.gids(attr.port)?;
-    gids.iter()
-        .filter(|g| g.is_roce_v2())
-        .find_map(|g| g.ipv4())
-        .or_else(|| gids.iter().find_map(|g| g.ipv4()))
-        .ok_or_else(|| {
-            Error::NoProvider(format!(
-                "{} port {} has no IPv4 GID; set XFER_VERBS_ADDR to its IP (IPoIB) address",
-                ctx.name(),
-                attr.port
-            ))
-        })
+    listen_ip(&ctx.gids(attr.port)?, attr).ok_or_else(|| {
+        Error::NoProvider(format!(
+            "{} port {} has no IPv4 GID; set XFER_VERBS_ADDR to its IP (IPoIB) address",
+            ctx.name(),
+            attr.port
+        ))
+    })
 }
 
 impl VerbsDomain {

@@ -31,7 +31,7 @@ pub use attr::VerbsAttr;
 pub use cm::{CmConnection, CmListener};
 pub use cq::{CompletionChannel, Cq, Wc};
 pub use device::{probe, Context, DeviceAttr, DeviceInfo, GidEntry, PortAttr, Probe};
-pub use domain::VerbsDomain;
+pub use domain::{listen_ip, VerbsDomain};
 pub use endpoint::VerbsEndpoint;
 pub use mr::{Mr, VerbsRegistrar};
 pub use name::{VerbsName, PROVIDER_ID};

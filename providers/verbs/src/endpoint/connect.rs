@@ -313,7 +313,7 @@ impl VerbsEndpoint {
 
     /// Takes a connection out of service: QP to error, its posted work and
     /// rendezvous sends end with `err`.
-    fn retire_conn(&mut self, cx: &mut Ctx<'_>, k: usize, err: Error) {
+    pub(super) fn retire_conn(&mut self, cx: &mut Ctx<'_>, k: usize, err: Error) {
         let c = &mut self.conns[k];
         if c.state == State::Dead {
             return;

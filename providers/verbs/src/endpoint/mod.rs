@@ -529,24 +529,9 @@ impl VerbsEndpoint {
     /// Ends everything: QPs to error (no more DMA), then every operation
     /// completes with `Canceled`.
     fn shutdown(&mut self, cx: &mut Ctx<'_>) {
-        for (_, c) in self.conns.iter_mut() {
-            if let Some(qp) = &c.qp {
-                if let Err(e) = qp.to_error() {
-                    tracing::debug!(error = %e, "moving a QP to error at close");
-                }
-            }
-            if c.state == State::Ready {
-                let _ = c.id.disconnect();
-            }
-            c.state = State::Dead;
-        }
         let keys: Vec<usize> = self.conns.iter().map(|(k, _)| k).collect();
         for k in keys {
-            self.fail_posted(cx, k, Error::Canceled);
-        }
-        for (_, r) in std::mem::take(&mut self.rndv) {
-            self.release_mr(r.mr);
-            complete::send(cx.cq, false, r.op, Err(Error::Canceled));
+            self.retire_conn(cx, k, Error::Canceled);
         }
         let queued: Vec<Tx> = self.peers.values_mut().flat_map(|p| p.queue.drain(..)).collect();
         for tx in queued {
