@@ -127,6 +127,14 @@ vng_args=(
 for a in ${XFER_VM_APPEND-tsc=reliable}; do vng_args+=(--append "$a"); done
 [ "${XFER_VM_VERBOSE:-0}" = 1 ] && vng_args=(--verbose "${vng_args[@]}")
 
+# One guest at a time on this machine: two TCG guests on 2 cores starve each other and
+# every timing inside them. The lock is held (fd 9, inherited by vng and QEMU) until the
+# guest is gone; a second run-guest.sh waits here.
+exec 9>"${XFER_VM_LOCK:-/tmp/xfer-vm.lock}"
+if ! flock -n 9; then
+    echo "run-guest: another guest is running; waiting for it" >&2
+    flock 9
+fi
 echo "run-guest: booting $kver (TCG) for: ${XFER_GUEST_ARGV[*]}" >&2
 start=$(date +%s)
 # stdin from /dev/null: CI has none, and vng must not wait on a terminal.
