@@ -102,13 +102,9 @@ pub(crate) struct ReadJob {
 
 /// What a posted work request stands for, until the send queue retires it.
 pub(crate) enum Wr {
-    /// An eager send (inline or copied into `slot`).
-    Eager {
-        op: SendOp,
-        silent: bool,
-        slot: Option<u32>,
-    },
-    /// A control message (RTS, FIN, write-data) or a tail signal.
+    /// An eager send (already completed: its payload went inline or into
+    /// `slot`), a control message (RTS, FIN, write-data) or a tail signal:
+    /// only the send buffer, if any, waits for the send queue.
     Ctrl { slot: Option<u32> },
     /// An RMA write or read of the user's buffer.
     Rma {

@@ -195,7 +195,6 @@ impl VerbsEndpoint {
             tag: op.tag,
             data: op.data,
         };
-        let signal = self.wants_completion(silent, op.completion);
         let fill = |b: &mut [u8]| {
             wire::eager(&mut b[..wire::HDR], meta);
             b[wire::HDR..total].copy_from_slice(op.buf.as_slice());
@@ -209,19 +208,24 @@ impl VerbsEndpoint {
             self.pool.take(fill)
         };
         let slot = taken.as_ref().map(|(s, _)| *s);
-        let key = self.ops.insert(Wr::Eager { op, silent, slot });
+        let key = self.ops.insert(Wr::Ctrl { slot });
         let c = &mut self.conns[k];
-        let Some(qp) = c.qp.as_mut() else {
-            return Err(Blocked::Done);
-        };
-        let posted = match taken {
-            None => qp.send_inline(key as u64, &self.scratch, None, signal),
+        let selective = self.attr.selective_completion;
+        // The payload is in the WR or in our send buffer: the user's buffer
+        // is free now, so the send completes at once (FI_INJECT_COMPLETE, as
+        // on TCP) and the WR is signaled only when the QP needs it.
+        let posted = match (c.qp.as_mut(), taken) {
+            (None, _) => Err(Error::Internal("ready connection without a queue pair")),
+            (Some(qp), None) => qp.send_inline(key as u64, &self.scratch, None, false),
             // SAFETY: the slot stays untouched until the WR is retired.
-            Some((_, sge)) => unsafe { qp.send(key as u64, sge, None, signal) },
+            (Some(qp), Some((_, sge))) => unsafe { qp.send(key as u64, sge, None, false) },
         };
         match posted {
             Ok(()) => {
                 c.posted.push_back(key);
+                if !silent {
+                    complete::send(cx.cq, selective, op, Ok(()));
+                }
                 if inline {
                     self.stats.inline_sends += 1;
                 } else {
@@ -230,7 +234,10 @@ impl VerbsEndpoint {
                 Ok(())
             }
             Err(e) => {
-                self.finish_wr(cx, key, Err(e));
+                self.finish_wr(cx, key, Ok(()));
+                if !silent {
+                    complete::send(cx.cq, selective, op, Err(e));
+                }
                 Err(Blocked::Done)
             }
         }

@@ -122,14 +122,6 @@ impl VerbsEndpoint {
     pub(super) fn finish_wr(&mut self, cx: &mut Ctx<'_>, key: usize, result: xfer_core::Result<()>) {
         let selective = self.attr.selective_completion;
         match self.ops.remove(key) {
-            Wr::Eager { op, silent, slot } => {
-                if let Some(s) = slot {
-                    self.pool.give(s);
-                }
-                if !silent {
-                    complete::send(cx.cq, selective, op, result);
-                }
-            }
             Wr::Ctrl { slot } => {
                 if let Some(s) = slot {
                     self.pool.give(s);
