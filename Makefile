@@ -56,7 +56,7 @@ bench-vm:
 
 # cargo-fuzz targets over the decoders of peer bytes (docs/FUZZING.md): replays the
 # committed corpus and regression inputs, then fuzzes each target FUZZ_SECONDS (15).
-fuzz: setup
+fuzz:
 	scripts/fuzz.sh
 
 # Lints run when the toolchain has the components (they cannot be fetched offline).

@@ -16,10 +16,10 @@
 # FUZZ_LIBFUZZER (system: Debian's prebuilt libFuzzer, the default;
 # vendored: the copy libfuzzer-sys compiles, twice the build time).
 #
-# Installs what it needs when missing: cargo-fuzz (crates.io), Debian's
-# libfuzzer-14-dev, else a C++ compiler for the vendored libFuzzer. The
-# verbs targets need the rdma-core headers and libclang, as the workspace
-# does (scripts/setup.sh, which `make fuzz` runs first).
+# Installs what it needs when missing (Debian 12, as root): cargo-fuzz from
+# crates.io; Debian's libfuzzer-14-dev (else g++, for the vendored copy);
+# for the verbs targets, as for the workspace (scripts/setup.sh), the
+# rdma-core headers, libclang and pkg-config.
 #
 # cargo-fuzz passes nightly-only flags (-Zsanitizer); RUSTC_BOOTSTRAP=1 lets
 # the stable toolchain take them, for this script's cargo calls only.
@@ -40,10 +40,20 @@ apt_install() {
     apt-get update -qq && apt-get install -y -qq "$@" >/dev/null
 }
 
+need=()
+command -v cc >/dev/null || need+=(gcc)
+command -v pkg-config >/dev/null || need+=(pkg-config)
+for pkg in libibverbs-dev librdmacm-dev libclang-dev; do
+    dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
+done
 system_lib=/usr/lib/llvm-14/lib/libFuzzer.a
+if [[ $libfuzzer == system && -z ${CUSTOM_LIBFUZZER_PATH:-} && ! -f $system_lib ]]; then
+    need+=(libfuzzer-14-dev)
+fi
+((${#need[@]} == 0)) || apt_install "${need[@]}" || echo "fuzz: could not install ${need[*]}" >&2
+
 if [[ $libfuzzer == system && -z ${CUSTOM_LIBFUZZER_PATH:-} ]]; then
-    # libfuzzer-sys links a prebuilt libFuzzer instead of compiling its own.
-    [[ -f $system_lib ]] || apt_install libfuzzer-14-dev || true
+    # libfuzzer-sys links this prebuilt libFuzzer instead of compiling its own.
     if [[ -f $system_lib ]]; then
         export CUSTOM_LIBFUZZER_PATH=$system_lib
     else

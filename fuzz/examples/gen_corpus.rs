@@ -13,7 +13,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use xfer_core::RemoteKey;
-use xfer_fuzz::{setup, token, BIG, MR_BASE, MR_KEY, OUTBOUND, SEND_LEN, SMALL, TAG};
+use xfer_fuzz::{setup, token, BIG, BOTH, MR_BASE, MR_KEY, OUTBOUND, SEND_LEN, SMALL, SPLIT, TAG};
 use xfer_tcp::name::TcpName;
 use xfer_tcp::wire::{status, Frame, Header, HEADER_LEN, MAX_EAGER};
 use xfer_verbs::wire::{self as vwire, Meta, FIN_LEN, HDR, RTS_LEN, WRITE_DATA_LEN};
@@ -349,7 +349,7 @@ fn tcp_stream(root: &Path) -> usize {
     );
     out.put(
         "eager-big-chunked",
-        &stream(setup::TRECV | setup::BIG, 200, &[h, &big, &bytes(8192)]),
+        &stream(setup::TRECV | setup::BIG, 60, &[h, &big, &bytes(8192)]),
     );
     out.put(
         "eager-cut-off",
@@ -378,7 +378,7 @@ fn tcp_stream(root: &Path) -> usize {
     );
     out.put(
         "rndv-recv-chunked",
-        &stream(setup::TRECV | setup::BIG, 100, &[h, &rts, &data, &bytes(8192)]),
+        &stream(setup::TRECV | setup::BIG, 40, &[h, &rts, &data, &bytes(8192)]),
     );
     let half = |offset: u64| {
         f(Frame::Data {
@@ -454,7 +454,7 @@ fn tcp_stream(root: &Path) -> usize {
         "read-resp-big-chunked",
         &stream(
             setup::READ | setup::BIG,
-            255,
+            63,
             &[h, &resp(token(0, 1), status::OK, BIG), &bytes(BIG)],
         ),
     );
@@ -513,6 +513,41 @@ fn tcp_stream(root: &Path) -> usize {
     );
     out.put("outbound-hello", &stream(setup::WRITE, OUTBOUND, &[h]));
 
+    // Two connections from the same peer at once: a new one (before SPLIT)
+    // and the endpoint's own (after), chunks in turns.
+    out.put(
+        "both-read-resp-then-outbound-fails",
+        &stream(
+            setup::READ | setup::BIG,
+            BOTH | 20,
+            &[h, &resp(token(0, 1), status::OK, BIG), &bytes(BIG), SPLIT, &bytes(300)],
+        ),
+    );
+    out.put(
+        "both-rts-here-data-there",
+        &stream(
+            setup::TRECV | setup::BIG,
+            BOTH | 10,
+            &[h, &rts, &data, &bytes(8192), SPLIT, &data, &bytes(8192)],
+        ),
+    );
+    out.put(
+        "both-cts-and-eager",
+        &stream(
+            setup::SEND | setup::RECV,
+            BOTH | 5,
+            &[h, &cts(token(0, 1), SEND_LEN), SPLIT, &e, &bytes(32)],
+        ),
+    );
+    out.put(
+        "both-write-ack-twice",
+        &stream(
+            setup::WRITE,
+            BOTH,
+            &[h, &ack(token(0, 1), status::OK), SPLIT, &ack(token(0, 1), status::OK)],
+        ),
+    );
+
     // The peer's RMA into our registered region.
     let wreq = |addr: u64, len: usize, tok: u64, imm: bool| {
         f(Frame::WriteReq {
@@ -541,7 +576,7 @@ fn tcp_stream(root: &Path) -> usize {
     );
     out.put(
         "write-req-big-chunked",
-        &stream(0, 150, &[h, &wreq(MR_BASE, 8192, 5, false), &bytes(8192)]),
+        &stream(0, 50, &[h, &wreq(MR_BASE, 8192, 5, false), &bytes(8192)]),
     );
     out.put(
         "write-req-out-of-bounds",

@@ -10,11 +10,14 @@
 //!
 //! ```text
 //! byte 0   what the endpoint has waiting before the bytes arrive (bits of `setup`)
-//! byte 1   bit 7 (`OUTBOUND`): the stream goes over the connection the
-//!          endpoint opened to the harness (to send the `setup` operations;
-//!          its peer is known, no hello is due), else over a new one to the
-//!          endpoint; bits 0-6, n: 0 writes the stream at once, else in
-//!          chunks of 1..=8n bytes (at least 1/128 of the stream)
+//! byte 1   where the stream goes and in what pieces:
+//!          bit 7 (`OUTBOUND`): over the connection the endpoint opened to
+//!          the harness (to send the `setup` operations; its peer is known,
+//!          no hello is due), else over a new one to the endpoint;
+//!          bit 6 (`BOTH`): the stream up to the first `SPLIT` marker goes
+//!          over a new connection, the rest over the endpoint's, in turns;
+//!          bits 0-5, n: 0 writes each part at once, else in chunks of
+//!          1..=8n bytes (at least 1/128 of the part)
 //! rest     the byte stream, as a peer sends it
 //! ```
 //!
@@ -30,11 +33,13 @@
 //! also moves to a network namespace of its own with only a loopback
 //! interface, so its thousands of short connections (and their TIME_WAIT
 //! entries, capped there) never touch the host's port space. Without one,
-//! every connection ends with a reset, which leaves no TIME_WAIT behind. RMA requests can aim at a region
-//! registered at the fixed address `MR_BASE` with key `MR_KEY`, and
-//! answers can name the operations of `setup` by their tokens, which are
-//! deterministic for a fresh endpoint (`xfer_fuzz::token`; the corpus
-//! generator `examples/gen_corpus.rs` uses them).
+//! every connection ends with a reset, which leaves no TIME_WAIT behind.
+//!
+//! RMA requests can aim at a region registered at the fixed address
+//! `MR_BASE` with key `MR_KEY`, and answers can name the operations of
+//! `setup` by their tokens, which are deterministic for a fresh endpoint
+//! (`xfer_fuzz::token`; the corpus generator `examples/gen_corpus.rs` uses
+//! them).
 #![no_main]
 
 use std::io::{ErrorKind, Read};
@@ -46,7 +51,7 @@ use std::time::{Duration, Instant};
 use libfuzzer_sys::fuzz_target;
 use xfer_core::attr::{CqAttr, EndpointAttr};
 use xfer_core::{Access, Completion, Domain, PeerAddr, RemoteKey};
-use xfer_fuzz::{setup, BIG, MR_BASE, MR_KEY, MR_LEN, OUTBOUND, RNDV_THRESHOLD, SEND_LEN, SMALL, TAG};
+use xfer_fuzz::{setup, BIG, BOTH, MR_BASE, MR_KEY, MR_LEN, OUTBOUND, RNDV_THRESHOLD, SEND_LEN, SMALL, SPLIT, TAG};
 use xfer_tcp::name::TcpName;
 use xfer_tcp::wire::{Frame, HEADER_LEN};
 use xfer_tcp::TcpDomain;
@@ -347,49 +352,96 @@ fn run(data: &[u8]) {
     for _ in 0..4 {
         rig.pump();
     }
-    let (s, spare) = if chunking & OUTBOUND != 0 && !rig.back.is_empty() {
-        (rig.back.remove(0), Some(fresh))
-    } else {
-        (fresh, None)
-    };
-    s.set_nodelay(true).expect("nodelay");
-    let chunking = chunking & !OUTBOUND;
-
-    let mut rng = XorShift(0x9e37_79b9_7f4a_7c15 ^ u64::from(chunking));
-    let mut at = 0;
-    let mut open = true;
-    while at < stream.len() && open {
-        let n = if chunking == 0 {
-            stream.len() - at
-        } else {
-            // At most about 128 chunks, so long inputs stay fast.
-            let max = 8 * usize::from(chunking);
-            let floor = stream.len() / 128;
-            (1 + rng.next() as usize % max).max(floor).min(stream.len() - at)
+    // The lanes: the sockets the stream goes over, each with its part.
+    let mut spare = None;
+    let mut lanes: Vec<(TcpStream, Vec<u8>)> = if chunking & BOTH != 0 && !rig.back.is_empty() {
+        let (a, b) = match stream.windows(SPLIT.len()).position(|w| w == SPLIT) {
+            Some(at) => (stream[..at].to_vec(), stream[at + SPLIT.len()..].to_vec()),
+            None => (stream, Vec::new()),
         };
-        open = write_all(&mut rig, &s, &stream[at..at + n]);
-        at += n;
-        rig.pump();
+        vec![(fresh, a), (rig.back.remove(0), b)]
+    } else if chunking & OUTBOUND != 0 && !rig.back.is_empty() {
+        spare = Some(fresh);
+        vec![(rig.back.remove(0), stream)]
+    } else {
+        vec![(fresh, stream)]
+    };
+    let chunking = chunking & !(OUTBOUND | BOTH);
+    if verbose() {
+        for (i, (s, b)) in lanes.iter().enumerate() {
+            eprintln!(
+                "tcp_stream: lane {i}: {:?} -> {:?}, {} bytes",
+                s.local_addr(),
+                s.peer_addr(),
+                b.len()
+            );
+        }
+        eprintln!("tcp_stream: {} other connections from the endpoint", rig.back.len());
     }
-    for _ in 0..4 {
+
+    // Chunks go to the lanes in turn, the endpoint making progress between them.
+    let mut rng = XorShift(0x9e37_79b9_7f4a_7c15 ^ u64::from(chunking));
+    let mut pos = vec![0; lanes.len()];
+    let mut open = vec![true; lanes.len()];
+    loop {
+        let mut wrote = false;
+        for (i, (s, bytes)) in lanes.iter().enumerate() {
+            let left = bytes.len() - pos[i];
+            if !open[i] || left == 0 {
+                continue;
+            }
+            let n = if chunking == 0 {
+                left
+            } else {
+                // At most about 128 chunks, so long inputs stay fast.
+                let max = 8 * usize::from(chunking);
+                (1 + rng.next() as usize % max).max(bytes.len() / 128).min(left)
+            };
+            open[i] = write_all(&mut rig, s, &bytes[pos[i]..pos[i] + n]);
+            if verbose() {
+                eprintln!(
+                    "tcp_stream: lane {i}: {n} bytes at {}{}",
+                    pos[i],
+                    if open[i] { "" } else { ", closed" }
+                );
+            }
+            pos[i] += n;
+            rig.pump();
+            wrote = true;
+        }
+        if !wrote {
+            break;
+        }
+    }
+    // More progress calls than the endpoint's busy-polling of its hot
+    // connection skips epoll for (8), so every connection's bytes are read.
+    for _ in 0..10 {
         rig.pump();
     }
 
     if flags & setup::RESET != 0 {
-        reset_on_close(&s);
-        drop(s);
+        for (s, _) in lanes.drain(..) {
+            reset_on_close(&s);
+        }
     } else {
-        let _ = s.shutdown(Shutdown::Write);
-        // The endpoint reads the end of the stream and closes its side.
-        let mut s = s;
+        for (s, _) in &lanes {
+            let _ = s.shutdown(Shutdown::Write);
+        }
+        // The endpoint reads the end of each stream and closes its side.
         let mut sink = [0u8; 4096];
         for _ in 0..64 {
             rig.pump();
-            match s.read(&mut sink) {
-                Ok(0) => break,
-                Err(e) if e.kind() != ErrorKind::WouldBlock => break,
-                _ => {}
+            lanes.retain_mut(|(s, _)| match s.read(&mut sink) {
+                Ok(0) => false,
+                Err(e) => e.kind() == ErrorKind::WouldBlock,
+                Ok(_) => true,
+            });
+            if lanes.is_empty() {
+                break;
             }
+        }
+        for (s, _) in lanes.drain(..) {
+            reset_on_close(&s);
         }
     }
     // The endpoint's connections to the listener end with a reset too.

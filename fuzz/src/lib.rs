@@ -31,6 +31,15 @@ pub mod setup {
 /// `setup` operation needs the peer), not over a new one.
 pub const OUTBOUND: u8 = 0x80;
 
+/// Bit of a `tcp_stream` input's second byte: the stream is cut at the
+/// first [`SPLIT`]; the part before goes over a new connection, the part
+/// after over the endpoint's own connection to the harness, chunks of the
+/// two in turns.
+pub const BOTH: u8 = 0x40;
+
+/// Where a `BOTH` stream is cut.
+pub const SPLIT: &[u8] = b"\xff||\xff";
+
 /// The tag of the tagged receive and send.
 pub const TAG: u64 = 7;
 /// Small buffers.
