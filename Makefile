@@ -55,7 +55,7 @@ bench-vm:
 	exit $$rc
 
 # cargo-fuzz targets over the decoders of peer bytes (docs/FUZZING.md): replays the
-# committed corpus and regression inputs, then fuzzes each target FUZZ_SECONDS (15).
+# committed corpus and regression inputs, then fuzzes each target FUZZ_SECONDS (10).
 fuzz:
 	scripts/fuzz.sh
 

@@ -5,7 +5,7 @@
 # each for a bounded time. Exits nonzero on any crash; a new crashing input
 # is saved to fuzz/artifacts/<target>/ (commit it with the fix).
 #
-#   scripts/fuzz.sh                  every target, FUZZ_SECONDS (15) each
+#   scripts/fuzz.sh                  every target, FUZZ_SECONDS (10) each
 #   scripts/fuzz.sh tcp_stream rkey  only these
 #   FUZZ_SECONDS=600 scripts/fuzz.sh tcp_stream
 #   FUZZ_SECONDS=0 scripts/fuzz.sh   replay the corpus and regressions only
@@ -26,7 +26,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-seconds=${FUZZ_SECONDS:-15}
+seconds=${FUZZ_SECONDS:-10}
 sanitizer=${FUZZ_SANITIZER:-address}
 # Apart from the workspace's own builds: other flags, another lock file.
 target_dir=${FUZZ_TARGET_DIR:-${CARGO_TARGET_DIR:+$CARGO_TARGET_DIR/fuzz}}

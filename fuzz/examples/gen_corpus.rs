@@ -16,6 +16,7 @@ use xfer_core::RemoteKey;
 use xfer_fuzz::{setup, token, BIG, BOTH, MR_BASE, MR_KEY, OUTBOUND, SEND_LEN, SMALL, SPLIT, TAG};
 use xfer_tcp::name::TcpName;
 use xfer_tcp::wire::{status, Frame, Header, HEADER_LEN, MAX_EAGER};
+use xfer_verbs::fuzzing::{cm_private, CM_PRIVATE_LEN};
 use xfer_verbs::wire::{self as vwire, Meta, FIN_LEN, HDR, RTS_LEN, WRITE_DATA_LEN};
 use xfer_verbs::VerbsName;
 
@@ -290,6 +291,27 @@ fn verbs_msg(root: &Path) -> usize {
     out.put("version-2", &edit(rts.clone(), 2, &[2]));
     out.put("unknown-kind", &edit(rts.clone(), 0, &[9]));
     out.put("bad-flags", &edit(rts, 1, &[0x80]));
+    out.count
+}
+
+fn verbs_cm(root: &Path) -> usize {
+    let mut out = Out::new(root, "verbs_cm");
+    let name = VerbsName {
+        addr: "10.11.0.1:4791".parse().expect("addr"),
+        nonce: 0x0123_4567_89ab_cdef,
+    };
+    let req = cm_private(1, &name).to_vec();
+    out.put("request", &req);
+    out.put("accept", &cm_private(2, &name));
+    out.put("duplicate", &cm_private(3, &name));
+    let mut padded = req.clone();
+    padded.resize(56, 0); // rdma_cm pads connection private data to 56 bytes
+    out.put("request-padded", &padded);
+    out.put("short", &req[..CM_PRIVATE_LEN - 1]);
+    out.put("bad-magic", &edit(req.clone(), 0, b"FX"));
+    out.put("version-2", &edit(req.clone(), 2, &[2]));
+    out.put("tcp-name", &edit(req.clone(), 4, &[0x01]));
+    out.put("port-0", &edit(req, 10, &[0, 0]));
     out.count
 }
 
@@ -630,6 +652,7 @@ fn main() {
         ("rkey", rkey(&root)),
         ("verbs_name", verbs_name(&root)),
         ("verbs_msg", verbs_msg(&root)),
+        ("verbs_cm", verbs_cm(&root)),
     ];
     for (target, n) in counts {
         println!("{target}: {n} seeds in {}", root.join(target).display());
