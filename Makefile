@@ -4,7 +4,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: demo test setup build lint bench vm bench-vm install
+.PHONY: demo test setup build lint fuzz bench vm bench-vm install
 PREFIX ?= /usr/local
 
 setup:
@@ -22,6 +22,7 @@ test: setup
 	XFER_REQUIRE_VALGRIND=1 $(CARGO) test --locked --workspace --all-targets
 	$(CARGO) test --locked --workspace --doc
 	$(CARGO) test --locked --release --test conformance --test tcp_wire --test peer_death
+	@$(MAKE) --no-print-directory fuzz
 	@$(MAKE) --no-print-directory lint
 	@$(MAKE) --no-print-directory vm
 
@@ -52,6 +53,11 @@ bench-vm:
 	else echo "bench-vm: the guest wrote no report (exit status $$rc)"; fi; \
 	rm -rf "$$res"; \
 	exit $$rc
+
+# cargo-fuzz targets over the decoders of peer bytes (docs/FUZZING.md): replays the
+# committed corpus and regression inputs, then fuzzes each target FUZZ_SECONDS (10).
+fuzz:
+	scripts/fuzz.sh
 
 # Lints run when the toolchain has the components (they cannot be fetched offline).
 lint:

@@ -27,6 +27,31 @@ pub mod srq;
 mod sys;
 pub mod wire;
 
+/// Decoders of peer bytes that are otherwise private, for the fuzz targets
+/// in `fuzz/` (docs/FUZZING.md). Not part of the API.
+#[doc(hidden)]
+pub mod fuzzing {
+    use xfer_core::Address;
+
+    use crate::endpoint::connect;
+    use crate::name::VerbsName;
+
+    /// Length of the rdma_cm private data a verbs endpoint sends.
+    pub const CM_PRIVATE_LEN: usize = connect::PRIVATE_LEN;
+
+    /// The rdma_cm private data a verbs endpoint sends: magic, version,
+    /// `kind` (1 connection request, 2 accept, 3 duplicate refused) and its name.
+    pub fn cm_private(kind: u8, name: &VerbsName) -> [u8; CM_PRIVATE_LEN] {
+        connect::private(kind, name)
+    }
+
+    /// Parses a peer's rdma_cm private data (the CM may pad it): the kind
+    /// and the sender's name, `None` for anything else. Never panics.
+    pub fn parse_cm_private(p: &[u8]) -> Option<(u8, Address)> {
+        connect::parse_private(p)
+    }
+}
+
 pub use attr::VerbsAttr;
 pub use cm::{CmConnection, CmListener};
 pub use cq::{CompletionChannel, Cq, Wc};

@@ -40,9 +40,9 @@ const CM_VERSION: u8 = 1;
 const KIND_REQ: u8 = 1;
 const KIND_ACCEPT: u8 = 2;
 const KIND_DUP: u8 = 3;
-const PRIVATE_LEN: usize = 4 + NAME_LEN;
+pub(crate) const PRIVATE_LEN: usize = 4 + NAME_LEN;
 
-fn private(kind: u8, name: &VerbsName) -> [u8; PRIVATE_LEN] {
+pub(crate) fn private(kind: u8, name: &VerbsName) -> [u8; PRIVATE_LEN] {
     let mut p = [0u8; PRIVATE_LEN];
     p[..2].copy_from_slice(&MAGIC);
     p[2] = CM_VERSION;
@@ -52,7 +52,7 @@ fn private(kind: u8, name: &VerbsName) -> [u8; PRIVATE_LEN] {
 }
 
 /// The kind and sender of our private data (the CM may pad it).
-fn parse_private(p: &[u8]) -> Option<(u8, Address)> {
+pub(crate) fn parse_private(p: &[u8]) -> Option<(u8, Address)> {
     if p.len() < PRIVATE_LEN || p[..2] != MAGIC || p[2] != CM_VERSION {
         return None;
     }

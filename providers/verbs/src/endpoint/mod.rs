@@ -11,7 +11,7 @@
 //! Every QP sends and receives through the endpoint's one completion queue
 //! and one SRQ, so receive memory does not grow with the number of peers.
 
-mod connect;
+pub(crate) mod connect;
 mod pool;
 mod post;
 mod wc;

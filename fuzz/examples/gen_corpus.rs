@@ -1,0 +1,660 @@
+//! Writes the seed corpus of every fuzz target into `fuzz/corpus/<target>/`
+//! with the library's own encoders: valid encodings of every kind, and a
+//! few edge cases next to them. Run from `fuzz/` after a wire format change:
+//!
+//! ```text
+//! cargo run --example gen_corpus
+//! ```
+//!
+//! Seeds are named after what they hold; files libFuzzer added (hash names)
+//! are left alone.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use xfer_core::RemoteKey;
+use xfer_fuzz::{setup, token, BIG, BOTH, MR_BASE, MR_KEY, OUTBOUND, SEND_LEN, SMALL, SPLIT, TAG};
+use xfer_tcp::name::TcpName;
+use xfer_tcp::wire::{status, Frame, Header, HEADER_LEN, MAX_EAGER};
+use xfer_verbs::fuzzing::{cm_private, CM_PRIVATE_LEN};
+use xfer_verbs::wire::{self as vwire, Meta, FIN_LEN, HDR, RTS_LEN, WRITE_DATA_LEN};
+use xfer_verbs::VerbsName;
+
+struct Out {
+    dir: PathBuf,
+    count: usize,
+}
+
+impl Out {
+    fn new(root: &Path, target: &str) -> Out {
+        let dir = root.join(target);
+        std::fs::create_dir_all(&dir).expect("create corpus dir");
+        Out { dir, count: 0 }
+    }
+
+    fn put(&mut self, name: &str, bytes: &[u8]) {
+        std::fs::write(self.dir.join(format!("seed-{name}")), bytes).expect("write seed");
+        self.count += 1;
+    }
+}
+
+fn edit(mut bytes: Vec<u8>, at: usize, with: &[u8]) -> Vec<u8> {
+    bytes[at..at + with.len()].copy_from_slice(with);
+    bytes
+}
+
+fn every_frame() -> Vec<(&'static str, Frame)> {
+    vec![
+        ("hello", Frame::Hello { name_len: 16 }),
+        (
+            "eager-tagged-data",
+            Frame::Eager {
+                tag: Some(TAG),
+                data: Some(42),
+                len: 256,
+            },
+        ),
+        (
+            "eager-plain-max",
+            Frame::Eager {
+                tag: None,
+                data: None,
+                len: MAX_EAGER,
+            },
+        ),
+        (
+            "rts",
+            Frame::Rts {
+                tag: Some(TAG),
+                data: None,
+                len: 1 << 32,
+                token: token(3, 9),
+            },
+        ),
+        (
+            "cts",
+            Frame::Cts {
+                token: token(0, 1),
+                rx_token: token(0, 2),
+                len: 2 << 20,
+            },
+        ),
+        (
+            "data",
+            Frame::Data {
+                rx_token: token(0, 1),
+                offset: 1 << 20,
+                len: 64 << 10,
+            },
+        ),
+        (
+            "write-req-imm",
+            Frame::WriteReq {
+                key: MR_KEY,
+                addr: MR_BASE,
+                len: 4096,
+                token: 9,
+                imm: true,
+            },
+        ),
+        (
+            "read-req",
+            Frame::ReadReq {
+                key: MR_KEY,
+                addr: MR_BASE,
+                len: 4096,
+                token: 9,
+            },
+        ),
+        (
+            "read-resp",
+            Frame::ReadResp {
+                token: 9,
+                status: status::OK,
+                len: 4096,
+            },
+        ),
+        (
+            "read-resp-denied",
+            Frame::ReadResp {
+                token: 9,
+                status: status::ACCESS_DENIED,
+                len: 0,
+            },
+        ),
+        (
+            "write-ack",
+            Frame::WriteAck {
+                token: 9,
+                status: status::DEREGISTERED,
+            },
+        ),
+    ]
+}
+
+fn tcp_frame(root: &Path) -> usize {
+    let mut out = Out::new(root, "tcp_frame");
+    for (name, frame) in every_frame() {
+        out.put(name, &frame.to_bytes());
+    }
+    let eager = Frame::Eager {
+        tag: Some(1),
+        data: None,
+        len: 8,
+    }
+    .to_bytes()
+    .to_vec();
+    let mut trailing = eager.clone();
+    trailing.extend_from_slice(b"payload!");
+    out.put("trailing-payload", &trailing);
+    out.put("truncated", &eager[..HEADER_LEN - 1]);
+    out.put("empty", &[]);
+    out.put("bad-magic", &edit(eager.clone(), 0, b"fx"));
+    out.put("version-2", &edit(eager.clone(), 2, &[2]));
+    out.put("unknown-kind", &edit(eager.clone(), 3, &[10]));
+    out.put("undefined-flag", &edit(eager.clone(), 4, &[0x04]));
+    out.put("reserved-id", &edit(eager.clone(), 32, &[1]));
+    let mut h = Frame::Eager {
+        tag: None,
+        data: None,
+        len: 0,
+    }
+    .to_bytes();
+    Header::new_unchecked(&mut h[..]).set_len(MAX_EAGER + 1);
+    out.put("eager-too-long", &h);
+    let hello = Frame::Hello { name_len: 1 }.to_bytes().to_vec();
+    out.put("hello-len-0", &edit(hello.clone(), 8, &[0]));
+    out.put("hello-len-33", &edit(hello.clone(), 8, &[33]));
+    out.put("hello-len-257", &edit(hello, 8, &[1, 1]));
+    let ack = Frame::WriteAck { token: 1, status: 0 }.to_bytes().to_vec();
+    out.put("ack-bad-status", &edit(ack, 16, &[status::MAX as u8 + 1]));
+    out.count
+}
+
+fn rkey(root: &Path) -> usize {
+    let mut out = Out::new(root, "rkey");
+    let key = RemoteKey::from_parts(1, 0x7f00_1234_5000, 16 << 20, token(3, 7)).expect("key");
+    let packed = key.pack();
+    out.put("tcp", &packed);
+    out.put(
+        "verbs",
+        &RemoteKey::from_parts(2, 0x1000, 4096, 0x1234).expect("key").pack(),
+    );
+    out.put("empty-region", &RemoteKey::from_parts(1, 0, 0, 0).expect("key").pack());
+    out.put(
+        "top-of-memory",
+        &RemoteKey::from_parts(1, u64::MAX - 1, 1, 1).expect("key").pack(),
+    );
+    let mut wrap = packed.clone();
+    wrap[8..16].copy_from_slice(&(u64::MAX - 1).to_le_bytes());
+    out.put("wraps", &wrap);
+    out.put("truncated", &packed[..31]);
+    let mut long = packed.clone();
+    long.push(0);
+    out.put("trailing", &long);
+    out.put("bad-magic", &edit(packed.clone(), 0, b"kx"));
+    out.put("version-2", &edit(packed.clone(), 2, &[2]));
+    out.put("reserved", &edit(packed, 7, &[1]));
+    out.count
+}
+
+fn tcp_name(root: &Path) -> usize {
+    let mut out = Out::new(root, "tcp_name");
+    let v4 = TcpName {
+        addr: "10.0.0.1:5000".parse().expect("addr"),
+        nonce: 0x0123_4567_89ab_cdef,
+    }
+    .to_vec();
+    let v6 = TcpName {
+        addr: "[2001:db8::1]:443".parse().expect("addr"),
+        nonce: 1,
+    }
+    .to_vec();
+    out.put("v4", &v4);
+    out.put("v6", &v6);
+    out.put(
+        "v4-port-0",
+        &TcpName {
+            addr: "127.0.0.1:0".parse().expect("addr"),
+            nonce: 0,
+        }
+        .to_vec(),
+    );
+    out.put("v4-short", &v4[..v4.len() - 1]);
+    let mut long = v4.clone();
+    long.push(0);
+    out.put("v4-long", &long);
+    out.put("v4-labelled-v6", &edit(v4.clone(), 1, &[6]));
+    out.put("bad-family", &edit(v4.clone(), 1, &[5]));
+    out.put("verbs-name", &verbs_name_bytes());
+    out.put("tag-only", &v4[..1]);
+    out.put("max-len", &[0x01; 32]);
+    out.put("too-long", &[0x01; 33]);
+    out.count
+}
+
+fn verbs_name_bytes() -> Vec<u8> {
+    VerbsName {
+        addr: "10.11.0.1:4791".parse().expect("addr"),
+        nonce: 0x0123_4567_89ab_cdef,
+    }
+    .encode()
+    .to_vec()
+}
+
+fn verbs_name(root: &Path) -> usize {
+    let mut out = Out::new(root, "verbs_name");
+    let name = verbs_name_bytes();
+    out.put("v4", &name);
+    out.put("port-0", &edit(name.clone(), 6, &[0, 0]));
+    out.put("family-6", &edit(name.clone(), 1, &[6]));
+    out.put("short", &name[..name.len() - 1]);
+    let mut long = name.clone();
+    long.push(0);
+    out.put("long", &long);
+    out.put(
+        "tcp-name",
+        &TcpName {
+            addr: "10.0.0.1:5000".parse().expect("addr"),
+            nonce: 1,
+        }
+        .to_vec(),
+    );
+    out.put("tag-only", &name[..1]);
+    out.count
+}
+
+fn verbs_msg(root: &Path) -> usize {
+    let mut out = Out::new(root, "verbs_msg");
+    let meta = Meta {
+        tag: Some(TAG),
+        data: Some(42),
+    };
+    let mut eager = vec![0u8; HDR + 5];
+    vwire::eager(&mut eager, meta);
+    eager[HDR..].copy_from_slice(b"hello");
+    out.put("eager", &eager);
+    let mut empty = vec![0u8; HDR];
+    vwire::eager(&mut empty, Meta { tag: None, data: None });
+    out.put("eager-empty", &empty);
+    let mut rts = vec![0u8; RTS_LEN];
+    vwire::rts(&mut rts, meta, 5, 1 << 20, 0xdead_0000, 77);
+    out.put("rts", &rts);
+    let mut fin = vec![0u8; FIN_LEN];
+    vwire::fin(&mut fin, 5, 0);
+    out.put("fin", &fin);
+    let mut wd = vec![0u8; WRITE_DATA_LEN];
+    vwire::write_data(&mut wd, 42, 100);
+    out.put("write-data", &wd);
+    out.put("short", &rts[..HDR - 1]);
+    out.put("rts-short", &rts[..RTS_LEN - 1]);
+    out.put("version-2", &edit(rts.clone(), 2, &[2]));
+    out.put("unknown-kind", &edit(rts.clone(), 0, &[9]));
+    out.put("bad-flags", &edit(rts, 1, &[0x80]));
+    out.count
+}
+
+fn verbs_cm(root: &Path) -> usize {
+    let mut out = Out::new(root, "verbs_cm");
+    let name = VerbsName {
+        addr: "10.11.0.1:4791".parse().expect("addr"),
+        nonce: 0x0123_4567_89ab_cdef,
+    };
+    let req = cm_private(1, &name).to_vec();
+    out.put("request", &req);
+    out.put("accept", &cm_private(2, &name));
+    out.put("duplicate", &cm_private(3, &name));
+    let mut padded = req.clone();
+    padded.resize(56, 0); // rdma_cm pads connection private data to 56 bytes
+    out.put("request-padded", &padded);
+    out.put("short", &req[..CM_PRIVATE_LEN - 1]);
+    out.put("bad-magic", &edit(req.clone(), 0, b"FX"));
+    out.put("version-2", &edit(req.clone(), 2, &[2]));
+    out.put("tcp-name", &edit(req.clone(), 4, &[0x01]));
+    out.put("port-0", &edit(req, 10, &[0, 0]));
+    out.count
+}
+
+/// A `tcp_stream` input.
+fn stream(flags: u8, chunking: u8, parts: &[&[u8]]) -> Vec<u8> {
+    let mut v = vec![flags, chunking];
+    for p in parts {
+        v.extend_from_slice(p);
+    }
+    v
+}
+
+fn hello_from(addr: &str) -> Vec<u8> {
+    let addr: SocketAddr = addr.parse().expect("addr");
+    let name = TcpName { addr, nonce: 0x5eed }.to_vec();
+    let mut v = Frame::Hello {
+        name_len: name.len() as u8,
+    }
+    .to_bytes()
+    .to_vec();
+    v.extend_from_slice(&name);
+    v
+}
+
+fn tcp_stream(root: &Path) -> usize {
+    let mut out = Out::new(root, "tcp_stream");
+    // The harness points the hello's address at its own listener.
+    let hello = hello_from("127.0.0.1:9");
+    let h = hello.as_slice();
+    let f = |frame: Frame| frame.to_bytes().to_vec();
+    let eager = |tag: Option<u64>, data: Option<u64>, len: usize| {
+        f(Frame::Eager {
+            tag,
+            data,
+            len: len as u64,
+        })
+    };
+    let bytes = |n: usize| -> Vec<u8> { (0..n).map(|i| (i * 31 + 7) as u8).collect() };
+
+    out.put("hello", &stream(0, 0, &[h]));
+    out.put("hello-v6", &stream(0, 0, &[&hello_from("[::1]:9")]));
+    out.put("hello-chunked", &stream(0, 1, &[h]));
+    let e = eager(None, None, 32);
+    out.put("eager-recv", &stream(setup::RECV, 0, &[h, &e, &bytes(32)]));
+    out.put("eager-recv-chunked", &stream(setup::RECV, 3, &[h, &e, &bytes(32)]));
+    out.put("eager-unexpected-known", &stream(setup::KNOWN, 0, &[h, &e, &bytes(32)]));
+    let et = eager(Some(TAG), Some(42), 100);
+    out.put(
+        "eager-tagged-truncated",
+        &stream(setup::TRECV, 0, &[h, &et, &bytes(100)]),
+    );
+    out.put("eager-empty", &stream(setup::RECV, 0, &[h, &eager(None, None, 0)]));
+    let big = eager(Some(TAG), None, 8192);
+    out.put(
+        "eager-big-direct",
+        &stream(setup::TRECV | setup::BIG, 0, &[h, &big, &bytes(8192)]),
+    );
+    out.put(
+        "eager-big-chunked",
+        &stream(setup::TRECV | setup::BIG, 60, &[h, &big, &bytes(8192)]),
+    );
+    out.put(
+        "eager-cut-off",
+        &stream(setup::TRECV | setup::BIG, 0, &[h, &big, &bytes(1000)]),
+    );
+    out.put(
+        "eager-cut-off-reset",
+        &stream(setup::TRECV | setup::RESET, 0, &[h, &et, &bytes(10)]),
+    );
+
+    // Rendezvous to us: the first matched receive's rx_token is token(0, 1).
+    let rts = f(Frame::Rts {
+        tag: Some(TAG),
+        data: Some(5),
+        len: 8192,
+        token: 77,
+    });
+    let data = f(Frame::Data {
+        rx_token: token(0, 1),
+        offset: 0,
+        len: 8192,
+    });
+    out.put(
+        "rndv-recv",
+        &stream(setup::TRECV | setup::BIG, 0, &[h, &rts, &data, &bytes(8192)]),
+    );
+    out.put(
+        "rndv-recv-chunked",
+        &stream(setup::TRECV | setup::BIG, 40, &[h, &rts, &data, &bytes(8192)]),
+    );
+    let half = |offset: u64| {
+        f(Frame::Data {
+            rx_token: token(0, 1),
+            offset,
+            len: 4096,
+        })
+    };
+    out.put(
+        "rndv-recv-two-chunks",
+        &stream(
+            setup::TRECV | setup::BIG,
+            0,
+            &[h, &rts, &half(0), &bytes(4096), &half(4096), &bytes(4096)],
+        ),
+    );
+    // The small buffer accepts 64 bytes of the 8 KiB message.
+    let small = f(Frame::Data {
+        rx_token: token(0, 1),
+        offset: 0,
+        len: SMALL as u64,
+    });
+    out.put(
+        "rndv-recv-truncated",
+        &stream(setup::TRECV, 0, &[h, &rts, &small, &bytes(SMALL)]),
+    );
+    out.put("rndv-unexpected", &stream(0, 0, &[h, &rts]));
+    out.put(
+        "rndv-data-out-of-order",
+        &stream(setup::TRECV | setup::BIG, 0, &[h, &rts, &half(4096), &bytes(4096)]),
+    );
+
+    // Answers to our operations: send token(0, 1); read and write follow.
+    let cts = |tok: u64, len: usize| {
+        f(Frame::Cts {
+            token: tok,
+            rx_token: 99,
+            len: len as u64,
+        })
+    };
+    out.put("cts", &stream(setup::SEND, 0, &[h, &cts(token(0, 1), SEND_LEN)]));
+    out.put("cts-partial", &stream(setup::SEND, 0, &[h, &cts(token(0, 1), 100)]));
+    out.put("cts-zero", &stream(setup::SEND, 0, &[h, &cts(token(0, 1), 0)]));
+    out.put(
+        "cts-too-long",
+        &stream(setup::SEND, 0, &[h, &cts(token(0, 1), SEND_LEN + 1)]),
+    );
+    out.put("cts-unknown", &stream(setup::SEND, 0, &[h, &cts(token(0, 2), 1)]));
+    let resp = |tok: u64, st: u64, len: usize| {
+        f(Frame::ReadResp {
+            token: tok,
+            status: st,
+            len: len as u64,
+        })
+    };
+    out.put(
+        "read-resp",
+        &stream(
+            setup::READ,
+            0,
+            &[h, &resp(token(0, 1), status::OK, SMALL), &bytes(SMALL)],
+        ),
+    );
+    out.put(
+        "read-resp-big",
+        &stream(
+            setup::READ | setup::BIG,
+            0,
+            &[h, &resp(token(0, 1), status::OK, BIG), &bytes(BIG)],
+        ),
+    );
+    out.put(
+        "read-resp-big-chunked",
+        &stream(
+            setup::READ | setup::BIG,
+            63,
+            &[h, &resp(token(0, 1), status::OK, BIG), &bytes(BIG)],
+        ),
+    );
+    out.put(
+        "read-resp-denied",
+        &stream(setup::READ, 0, &[h, &resp(token(0, 1), status::ACCESS_DENIED, 0)]),
+    );
+    out.put(
+        "read-resp-wrong-len",
+        &stream(setup::READ, 0, &[h, &resp(token(0, 1), status::OK, 1), &bytes(1)]),
+    );
+    let ack = |tok: u64, st: u64| f(Frame::WriteAck { token: tok, status: st });
+    out.put(
+        "write-ack",
+        &stream(setup::WRITE, 0, &[h, &ack(token(0, 1), status::OK)]),
+    );
+    out.put(
+        "write-ack-refused",
+        &stream(setup::WRITE, 0, &[h, &ack(token(0, 1), status::OUT_OF_BOUNDS)]),
+    );
+    out.put(
+        "all-answers",
+        &stream(
+            setup::SEND | setup::READ | setup::WRITE,
+            7,
+            &[
+                h,
+                &cts(token(0, 1), SEND_LEN),
+                &resp(token(0, 2), status::OK, SMALL),
+                &bytes(SMALL),
+                &ack(token(1, 3), status::OK),
+            ],
+        ),
+    );
+
+    // The same answers on the endpoint's own connection to the peer (no hello).
+    out.put(
+        "outbound-cts",
+        &stream(setup::SEND, OUTBOUND, &[&cts(token(0, 1), SEND_LEN)]),
+    );
+    out.put(
+        "outbound-read-resp-chunked",
+        &stream(
+            setup::READ | setup::BIG,
+            OUTBOUND | 50,
+            &[&resp(token(0, 1), status::OK, BIG), &bytes(BIG)],
+        ),
+    );
+    out.put(
+        "outbound-write-ack-eager",
+        &stream(
+            setup::WRITE | setup::RECV,
+            OUTBOUND,
+            &[&ack(token(0, 1), status::OK), &e, &bytes(32)],
+        ),
+    );
+    out.put("outbound-hello", &stream(setup::WRITE, OUTBOUND, &[h]));
+
+    // Two connections from the same peer at once: a new one (before SPLIT)
+    // and the endpoint's own (after), chunks in turns.
+    out.put(
+        "both-read-resp-then-outbound-fails",
+        &stream(
+            setup::READ | setup::BIG,
+            BOTH | 20,
+            &[h, &resp(token(0, 1), status::OK, BIG), &bytes(BIG), SPLIT, &bytes(300)],
+        ),
+    );
+    out.put(
+        "both-rts-here-data-there",
+        &stream(
+            setup::TRECV | setup::BIG,
+            BOTH | 10,
+            &[h, &rts, &data, &bytes(8192), SPLIT, &data, &bytes(8192)],
+        ),
+    );
+    out.put(
+        "both-cts-and-eager",
+        &stream(
+            setup::SEND | setup::RECV,
+            BOTH | 5,
+            &[h, &cts(token(0, 1), SEND_LEN), SPLIT, &e, &bytes(32)],
+        ),
+    );
+    out.put(
+        "both-write-ack-twice",
+        &stream(
+            setup::WRITE,
+            BOTH,
+            &[h, &ack(token(0, 1), status::OK), SPLIT, &ack(token(0, 1), status::OK)],
+        ),
+    );
+
+    // The peer's RMA into our registered region.
+    let wreq = |addr: u64, len: usize, tok: u64, imm: bool| {
+        f(Frame::WriteReq {
+            key: MR_KEY,
+            addr,
+            len: len as u64,
+            token: tok,
+            imm,
+        })
+    };
+    out.put(
+        "write-req",
+        &stream(0, 0, &[h, &wreq(MR_BASE + 16, 100, 5, false), &bytes(100)]),
+    );
+    out.put(
+        "write-req-imm-known",
+        &stream(
+            setup::KNOWN,
+            0,
+            &[h, &wreq(MR_BASE, 100, 5, true), &42u64.to_le_bytes(), &bytes(100)],
+        ),
+    );
+    out.put(
+        "write-req-inject",
+        &stream(0, 0, &[h, &wreq(MR_BASE, 10, 0, false), &bytes(10)]),
+    );
+    out.put(
+        "write-req-big-chunked",
+        &stream(0, 50, &[h, &wreq(MR_BASE, 8192, 5, false), &bytes(8192)]),
+    );
+    out.put(
+        "write-req-out-of-bounds",
+        &stream(0, 0, &[h, &wreq(MR_BASE + 65530, 100, 5, false), &bytes(100)]),
+    );
+    let rreq = |addr: u64, len: u64| {
+        f(Frame::ReadReq {
+            key: MR_KEY,
+            addr,
+            len,
+            token: 6,
+        })
+    };
+    out.put("read-req", &stream(0, 0, &[h, &rreq(MR_BASE, 256)]));
+    out.put("read-req-big", &stream(0, 0, &[h, &rreq(MR_BASE, 64 << 10)]));
+    out.put("read-req-unknown-key", &stream(0, 0, &[h, &rreq(0, 1)]));
+
+    // Broken peers.
+    out.put("no-hello", &stream(setup::RECV, 0, &[&e, &bytes(32)]));
+    out.put("second-hello", &stream(0, 0, &[h, h]));
+    out.put("garbage", &stream(setup::RECV, 0, &[&bytes(200)]));
+    out.put("half-header", &stream(0, 0, &[h, &e[..HEADER_LEN / 2]]));
+    let mut bad_name = hello.clone();
+    bad_name[HEADER_LEN] = 0x02;
+    out.put("hello-verbs-name", &stream(0, 0, &[&bad_name]));
+    out.put(
+        "data-for-nobody",
+        &stream(
+            0,
+            0,
+            &[
+                h,
+                &f(Frame::Data {
+                    rx_token: 1,
+                    offset: 0,
+                    len: 4,
+                }),
+                &bytes(4),
+            ],
+        ),
+    );
+    out.count
+}
+
+fn main() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("corpus");
+    let counts = [
+        ("tcp_frame", tcp_frame(&root)),
+        ("tcp_stream", tcp_stream(&root)),
+        ("tcp_name", tcp_name(&root)),
+        ("rkey", rkey(&root)),
+        ("verbs_name", verbs_name(&root)),
+        ("verbs_msg", verbs_msg(&root)),
+        ("verbs_cm", verbs_cm(&root)),
+    ];
+    for (target, n) in counts {
+        println!("{target}: {n} seeds in {}", root.join(target).display());
+    }
+}

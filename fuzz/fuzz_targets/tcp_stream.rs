@@ -1,0 +1,460 @@
+//! The TCP endpoint's inbound path, end to end: a fresh endpoint on
+//! 127.0.0.1 accepts a connection from this harness, which writes the
+//! input to it as a peer would, split into chunks, while the endpoint makes
+//! progress. This is the code that consumes raw peer bytes
+//! (`endpoint/inbound.rs`: the staging buffer, `Frame::parse`, the hello's
+//! `TcpName::decode`, eager, rendezvous and RMA payload phases, direct
+//! reads into user memory) with the endpoint's real state behind it.
+//!
+//! Input layout:
+//!
+//! ```text
+//! byte 0   what the endpoint has waiting before the bytes arrive (bits of `setup`)
+//! byte 1   where the stream goes and in what pieces:
+//!          bit 7 (`OUTBOUND`): over the connection the endpoint opened to
+//!          the harness (to send the `setup` operations; its peer is known,
+//!          no hello is due), else over a new one to the endpoint;
+//!          bit 6 (`BOTH`): the stream up to the first `SPLIT` marker goes
+//!          over a new connection, the rest over the endpoint's, in turns;
+//!          bits 0-5, n: 0 writes each part at once, else in chunks of
+//!          1..=8n bytes (at least 1/128 of the part)
+//! rest     the byte stream, as a peer sends it
+//! ```
+//!
+//! Properties: no panic, whatever the bytes; every posted operation
+//! completes at most once, with its own buffer back and a length within it;
+//! the endpoint keeps reading (a peer that stops being read is a bug here).
+//!
+//! Network containment: the endpoint connects back to the peer whose name
+//! the stream's first hello carries (to answer a rendezvous or an RMA
+//! request). The harness rewrites that name's address to its own listener
+//! before sending, so the endpoint never connects anywhere else; the nonce
+//! and the rest of the stream are kept. When it may (root), the process
+//! also moves to a network namespace of its own with only a loopback
+//! interface, so its thousands of short connections (and their TIME_WAIT
+//! entries, capped there) never touch the host's port space. Without one,
+//! every connection ends with a reset, which leaves no TIME_WAIT behind.
+//!
+//! RMA requests can aim at a region registered at the fixed address
+//! `MR_BASE` with key `MR_KEY`, and answers can name the operations of
+//! `setup` by their tokens, which are deterministic for a fresh endpoint
+//! (`xfer_fuzz::token`; the corpus generator `examples/gen_corpus.rs` uses
+//! them).
+#![no_main]
+
+use std::io::{ErrorKind, Read};
+use std::net::{IpAddr, Ipv4Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use libfuzzer_sys::fuzz_target;
+use xfer_core::attr::{CqAttr, EndpointAttr};
+use xfer_core::{Access, Completion, Domain, PeerAddr, RemoteKey};
+use xfer_fuzz::{setup, BIG, BOTH, MR_BASE, MR_KEY, MR_LEN, OUTBOUND, RNDV_THRESHOLD, SEND_LEN, SMALL, SPLIT, TAG};
+use xfer_tcp::name::TcpName;
+use xfer_tcp::wire::{Frame, HEADER_LEN};
+use xfer_tcp::TcpDomain;
+
+/// How long the endpoint may leave the harness's bytes unread.
+const STALL: Duration = Duration::from_secs(5);
+
+/// The registered region: mapped once, never unmapped, so registering it
+/// in every input's domain is sound.
+fn region() -> usize {
+    static REGION: OnceLock<usize> = OnceLock::new();
+    *REGION.get_or_init(|| {
+        // SAFETY: an anonymous private mapping; MAP_FIXED_NOREPLACE never
+        // replaces an existing mapping (older kernels take it as a hint).
+        let p = unsafe {
+            libc::mmap(
+                MR_BASE as usize as *mut libc::c_void,
+                MR_LEN,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(p, libc::MAP_FAILED, "mmap of the fuzz region");
+        if p as usize as u64 != MR_BASE {
+            eprintln!("tcp_stream: the region is at {p:?}, not {MR_BASE:#x}: RMA seeds miss it");
+        }
+        p as usize
+    })
+}
+
+/// Moves the process to a new network namespace with loopback up and few
+/// TIME_WAIT entries allowed; false (and nothing changed) if it may not.
+fn isolate() -> bool {
+    static ISOLATED: OnceLock<bool> = OnceLock::new();
+    *ISOLATED.get_or_init(|| {
+        // SAFETY: plain system calls on values owned here.
+        let ok = unsafe {
+            if libc::unshare(libc::CLONE_NEWNET) != 0 {
+                false
+            } else {
+                let fd = libc::socket(libc::AF_INET, libc::SOCK_DGRAM, 0);
+                let mut req: libc::ifreq = std::mem::zeroed();
+                for (dst, src) in req.ifr_name.iter_mut().zip(b"lo\0") {
+                    *dst = *src as libc::c_char;
+                }
+                let up = fd >= 0 && libc::ioctl(fd, libc::SIOCGIFFLAGS, &mut req) == 0 && {
+                    req.ifr_ifru.ifru_flags |= (libc::IFF_UP | libc::IFF_RUNNING) as libc::c_short;
+                    libc::ioctl(fd, libc::SIOCSIFFLAGS, &req) == 0
+                };
+                if fd >= 0 {
+                    libc::close(fd);
+                }
+                assert!(up, "cannot bring up loopback in the new network namespace");
+                true
+            }
+        };
+        if ok {
+            // Each input's orderly close leaves a TIME_WAIT entry; beyond the
+            // cap the kernel drops them, so ephemeral ports never run out.
+            let _ = std::fs::write("/proc/sys/net/ipv4/tcp_max_tw_buckets", "1024");
+        }
+        eprintln!(
+            "tcp_stream: {}",
+            if ok {
+                "own network namespace, loopback only"
+            } else {
+                "no network namespace (not root?): host loopback, connections end with a reset"
+            }
+        );
+        ok
+    })
+}
+
+/// Whether `TCP_STREAM_VERBOSE` is set: print every completion, to see
+/// what a seed or a crashing input reaches.
+fn verbose() -> bool {
+    static VERBOSE: OnceLock<bool> = OnceLock::new();
+    *VERBOSE.get_or_init(|| std::env::var_os("TCP_STREAM_VERBOSE").is_some())
+}
+
+/// Makes closing `s` send a reset, not a FIN (no TIME_WAIT on either side).
+fn reset_on_close(s: &TcpStream) {
+    let linger = libc::linger {
+        l_onoff: 1,
+        l_linger: 0,
+    };
+    // SAFETY: a valid option value for an open socket.
+    unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            (&linger as *const libc::linger).cast(),
+            std::mem::size_of::<libc::linger>() as libc::socklen_t,
+        );
+    }
+}
+
+/// The small deterministic generator of chunk sizes.
+struct XorShift(u64);
+
+impl XorShift {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+/// Rewrites the address of the name in a leading hello to `listen` (IPv6
+/// names get the IPv4-mapped form of it, to keep their length) and returns
+/// the name bytes the endpoint will know the peer by.
+fn contain_hello(stream: &mut [u8], listen: SocketAddr) -> Vec<u8> {
+    if let Ok(Frame::Hello { name_len }) = Frame::parse(stream) {
+        let range = HEADER_LEN..HEADER_LEN + usize::from(name_len);
+        if let Some(bytes) = stream.get_mut(range) {
+            if let Ok(name) = TcpName::decode(bytes) {
+                let addr = match (name.addr, listen.ip()) {
+                    (SocketAddr::V6(_), IpAddr::V4(ip)) => {
+                        SocketAddr::new(IpAddr::V6(ip.to_ipv6_mapped()), listen.port())
+                    }
+                    _ => listen,
+                };
+                let safe = TcpName {
+                    addr,
+                    nonce: name.nonce,
+                }
+                .to_vec();
+                bytes.copy_from_slice(&safe);
+                return safe;
+            }
+        }
+    }
+    TcpName { addr: listen, nonce: 0 }.to_vec()
+}
+
+/// Everything one input runs against.
+struct Rig {
+    _domain: Domain,
+    cq: xfer_core::CompletionQueue,
+    /// Connections the endpoint opened to the harness's listener.
+    back: Vec<TcpStream>,
+    listener: TcpListener,
+    /// Completions seen, by context.
+    done: Vec<Completion>,
+    /// Buffer length of each posted operation, by context.
+    posted: Vec<(u64, usize)>,
+}
+
+impl Rig {
+    /// One round of progress: poll the endpoint, accept and drain what it
+    /// sent the harness's listener, check the completions.
+    fn pump(&mut self) {
+        let mut out = vec![Completion::EMPTY; 16];
+        let n = self.cq.poll(&mut out).expect("cq poll");
+        for c in out.drain(..n) {
+            if verbose() {
+                eprintln!("tcp_stream: completion {:?} len {} {:?}", c.context, c.len, c.result);
+            }
+            self.check(&c);
+            self.done.push(c);
+        }
+        while let Ok((s, _)) = self.listener.accept() {
+            s.set_nonblocking(true).expect("nonblocking");
+            self.back.push(s);
+        }
+        let mut sink = [0u8; 16 << 10];
+        self.back.retain_mut(|s| loop {
+            match s.read(&mut sink) {
+                Ok(0) => return false,
+                Ok(_) => continue,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return true,
+                Err(_) => return false,
+            }
+        });
+    }
+
+    fn check(&self, c: &Completion) {
+        if c.flags.contains(xfer_core::Flags::REMOTE_WRITE) {
+            return; // a peer's write with immediate data: no operation of ours
+        }
+        let Some(&(_, len)) = self.posted.iter().find(|(ctx, _)| *ctx == c.context) else {
+            panic!("completion for an operation never posted: {c:?}");
+        };
+        assert!(
+            !self
+                .done
+                .iter()
+                .any(|d| d.context == c.context && !d.flags.contains(xfer_core::Flags::REMOTE_WRITE)),
+            "operation {} completed twice",
+            c.context
+        );
+        assert_eq!(c.buf.as_ref().map(Vec::len), Some(len), "buffer back: {c:?}");
+        assert!(c.len <= len, "completion longer than its buffer: {c:?}");
+    }
+}
+
+/// Writes all of `bytes` to `s` (non-blocking, no SIGPIPE), making progress
+/// meanwhile; false once the endpoint closed the connection.
+fn write_all(rig: &mut Rig, s: &TcpStream, mut bytes: &[u8]) -> bool {
+    let start = Instant::now();
+    while !bytes.is_empty() {
+        // SAFETY: a valid buffer and an open socket.
+        let n = unsafe {
+            libc::send(
+                s.as_raw_fd(),
+                bytes.as_ptr().cast(),
+                bytes.len(),
+                libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,
+            )
+        };
+        if n > 0 {
+            bytes = &bytes[n as usize..];
+            continue;
+        }
+        let err = std::io::Error::last_os_error();
+        if n < 0 && err.kind() == ErrorKind::WouldBlock {
+            rig.pump();
+            assert!(start.elapsed() < STALL, "the endpoint stopped reading its peer");
+            continue;
+        }
+        return false; // reset or closed by the endpoint
+    }
+    true
+}
+
+fn run(data: &[u8]) {
+    let [flags, chunking, rest @ ..] = data else { return };
+    let (mut flags, chunking) = (*flags, *chunking);
+    if !isolate() {
+        flags |= setup::RESET;
+    }
+    let mut stream = rest.to_vec();
+
+    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("harness listener");
+    listener.set_nonblocking(true).expect("nonblocking");
+    let peer_name = contain_hello(&mut stream, listener.local_addr().expect("listener address"));
+
+    let domain = Domain::new(Box::new(TcpDomain::open().expect("tcp domain")));
+    let cq = domain.cq(&CqAttr::default()).expect("cq");
+    let av = domain.av().expect("av");
+    let mut attr = EndpointAttr {
+        rndv_threshold: RNDV_THRESHOLD,
+        ..EndpointAttr::default()
+    };
+    attr.tcp.addr = Some("127.0.0.1".into());
+    let ep = domain.endpoint(&cq, &av, &attr).expect("endpoint");
+    // SAFETY: the region is mapped for the whole process and never freed.
+    let mr = unsafe { domain.register_raw(region() as *mut u8, MR_LEN, Access::REMOTE_READ | Access::REMOTE_WRITE) }
+        .expect("register");
+    debug_assert_eq!(mr.key(), MR_KEY);
+
+    let mut rig = Rig {
+        _domain: domain,
+        cq,
+        back: Vec::new(),
+        listener,
+        done: Vec::new(),
+        posted: Vec::new(),
+    };
+    let buf_len = if flags & setup::BIG != 0 { BIG } else { SMALL };
+    let needs_peer = setup::SEND | setup::READ | setup::WRITE | setup::KNOWN;
+    let peer = if flags & needs_peer != 0 {
+        av.insert(&peer_name).expect("the contained name is valid")
+    } else {
+        PeerAddr::UNSPEC
+    };
+    // Tokens follow this order: send, read, write, then rendezvous receives.
+    let remote = RemoteKey::from_parts(xfer_tcp::PROVIDER_ID, 0x1000, 1 << 20, 0x42).expect("remote key");
+    if flags & setup::SEND != 0 {
+        ep.tsend(peer, TAG, vec![0x5a; SEND_LEN], 1).expect("send");
+        rig.posted.push((1, SEND_LEN));
+    }
+    if flags & setup::READ != 0 {
+        ep.read(peer, vec![0; buf_len], &remote, 0, 2).expect("read");
+        rig.posted.push((2, buf_len));
+    }
+    if flags & setup::WRITE != 0 {
+        ep.write(peer, vec![0xa5; buf_len], &remote, 0, 3).expect("write");
+        rig.posted.push((3, buf_len));
+    }
+    if flags & setup::TRECV != 0 {
+        ep.trecv(PeerAddr::UNSPEC, TAG, 0, vec![0; buf_len], 4).expect("trecv");
+        rig.posted.push((4, buf_len));
+    }
+    if flags & setup::RECV != 0 {
+        ep.recv(PeerAddr::UNSPEC, vec![0; buf_len], 5).expect("recv");
+        rig.posted.push((5, buf_len));
+    }
+
+    let target = TcpName::decode(ep.name().as_bytes()).expect("endpoint name").addr;
+    let fresh = TcpStream::connect(target).expect("connect to the endpoint");
+    fresh.set_nonblocking(true).expect("nonblocking");
+    // Let the endpoint accept, and write its own requests to the listener.
+    for _ in 0..4 {
+        rig.pump();
+    }
+    // The lanes: the sockets the stream goes over, each with its part.
+    let mut spare = None;
+    let mut lanes: Vec<(TcpStream, Vec<u8>)> = if chunking & BOTH != 0 && !rig.back.is_empty() {
+        let (a, b) = match stream.windows(SPLIT.len()).position(|w| w == SPLIT) {
+            Some(at) => (stream[..at].to_vec(), stream[at + SPLIT.len()..].to_vec()),
+            None => (stream, Vec::new()),
+        };
+        vec![(fresh, a), (rig.back.remove(0), b)]
+    } else if chunking & OUTBOUND != 0 && !rig.back.is_empty() {
+        spare = Some(fresh);
+        vec![(rig.back.remove(0), stream)]
+    } else {
+        vec![(fresh, stream)]
+    };
+    let chunking = chunking & !(OUTBOUND | BOTH);
+    if verbose() {
+        for (i, (s, b)) in lanes.iter().enumerate() {
+            eprintln!(
+                "tcp_stream: lane {i}: {:?} -> {:?}, {} bytes",
+                s.local_addr(),
+                s.peer_addr(),
+                b.len()
+            );
+        }
+        eprintln!("tcp_stream: {} other connections from the endpoint", rig.back.len());
+    }
+
+    // Chunks go to the lanes in turn, the endpoint making progress between them.
+    let mut rng = XorShift(0x9e37_79b9_7f4a_7c15 ^ u64::from(chunking));
+    let mut pos = vec![0; lanes.len()];
+    let mut open = vec![true; lanes.len()];
+    loop {
+        let mut wrote = false;
+        for (i, (s, bytes)) in lanes.iter().enumerate() {
+            let left = bytes.len() - pos[i];
+            if !open[i] || left == 0 {
+                continue;
+            }
+            let n = if chunking == 0 {
+                left
+            } else {
+                // At most about 128 chunks, so long inputs stay fast.
+                let max = 8 * usize::from(chunking);
+                (1 + rng.next() as usize % max).max(bytes.len() / 128).min(left)
+            };
+            open[i] = write_all(&mut rig, s, &bytes[pos[i]..pos[i] + n]);
+            if verbose() {
+                eprintln!(
+                    "tcp_stream: lane {i}: {n} bytes at {}{}",
+                    pos[i],
+                    if open[i] { "" } else { ", closed" }
+                );
+            }
+            pos[i] += n;
+            rig.pump();
+            wrote = true;
+        }
+        if !wrote {
+            break;
+        }
+    }
+    // More progress calls than the endpoint's busy-polling of its hot
+    // connection skips epoll for (8), so every connection's bytes are read.
+    for _ in 0..10 {
+        rig.pump();
+    }
+
+    if flags & setup::RESET != 0 {
+        for (s, _) in lanes.drain(..) {
+            reset_on_close(&s);
+        }
+    } else {
+        for (s, _) in &lanes {
+            let _ = s.shutdown(Shutdown::Write);
+        }
+        // The endpoint reads the end of each stream and closes its side.
+        let mut sink = [0u8; 4096];
+        for _ in 0..64 {
+            rig.pump();
+            lanes.retain_mut(|(s, _)| match s.read(&mut sink) {
+                Ok(0) => false,
+                Err(e) => e.kind() == ErrorKind::WouldBlock,
+                Ok(_) => true,
+            });
+            if lanes.is_empty() {
+                break;
+            }
+        }
+        for (s, _) in lanes.drain(..) {
+            reset_on_close(&s);
+        }
+    }
+    // The endpoint's connections to the listener end with a reset too.
+    for b in rig.back.drain(..).chain(spare) {
+        reset_on_close(&b);
+    }
+    for _ in 0..4 {
+        rig.pump();
+    }
+    drop(mr);
+    drop(ep);
+    drop(av);
+    drop(rig);
+}
+
+fuzz_target!(|data: &[u8]| run(data));
