@@ -162,6 +162,12 @@
 #define XFER_SUCCESS 0
 
 /**
+ * No such operation: `xfer_ep_cancel` found no posted receive with that
+ * context (`FI_ENOENT`, as `fi_cancel` returns).
+ */
+#define XFER_ENOENT -2
+
+/**
  * Internal error (a bug in xfer, or a panic caught at the C boundary).
  */
 #define XFER_EIO -5
@@ -252,6 +258,11 @@
  * The message was longer than the receive buffer (`FI_ETRUNC`).
  */
 #define XFER_ETRUNC -265
+
+/**
+ * The most elements one vector call takes (`iov_limit`).
+ */
+#define XFER_IOV_LIMIT 16
 
 /**
  * Access right: the local side of RMA may write the region (a read's
@@ -460,6 +471,21 @@ typedef struct xfer_msg_t {
 } xfer_msg_t;
 
 /**
+ * One element of a scatter-gather list: `len` bytes at `base`. The same
+ * layout as `struct iovec`, so an `iovec` array may be passed cast.
+ */
+typedef struct xfer_iov_t {
+    /**
+     * Start of the element; may be NULL when `len` is 0.
+     */
+    void *iov_base;
+    /**
+     * Its length in bytes.
+     */
+    size_t iov_len;
+} xfer_iov_t;
+
+/**
  * A peer's memory region as the initiator of RMA names it: filled by
  * `xfer_rkey_unpack` from the bytes the target's `xfer_mr_rkey_pack` made.
  *
@@ -482,8 +508,9 @@ typedef struct xfer_rkey_t {
      */
     uint64_t key;
     /**
-     * The id of the provider that registered it (1 = tcp); RMA with a key
-     * of another provider than the endpoint's is `XFER_EINVAL`.
+     * The id of the provider that registered it (1 = tcp, 2 = verbs; the
+     * first byte of its endpoints' names); RMA with a key of another
+     * provider than the endpoint's is `XFER_EINVAL`.
      */
     uint32_t provider;
 } xfer_rkey_t;
@@ -938,6 +965,32 @@ int xfer_ep_tinject(struct xfer_ep_t *ep,
                     uint64_t tag);
 
 /**
+ * Like `xfer_ep_inject`, with immediate data `data` delivered in the
+ * receiver's completion (flag `XFER_REMOTE_CQ_DATA`) (`fi_injectdata`).
+ *
+ * # Safety
+ * As `xfer_ep_inject`.
+ */
+int xfer_ep_injectdata(struct xfer_ep_t *ep,
+                       const void *buf,
+                       size_t len,
+                       uint64_t data,
+                       xfer_addr_t dest);
+
+/**
+ * Like `xfer_ep_tinject`, with immediate data (`fi_tinjectdata`).
+ *
+ * # Safety
+ * As `xfer_ep_inject`.
+ */
+int xfer_ep_tinjectdata(struct xfer_ep_t *ep,
+                        const void *buf,
+                        size_t len,
+                        uint64_t data,
+                        xfer_addr_t dest,
+                        uint64_t tag);
+
+/**
  * Posts a send described by `*msg` (`fi_sendmsg` / `fi_tsendmsg`).
  * `flags` is a combination of:
  * - `XFER_TAGGED`: a tagged send with `msg->tag` (else untagged);
@@ -946,11 +999,11 @@ int xfer_ep_tinject(struct xfer_ep_t *ep,
  *   opened with `XFER_SELECTIVE_COMPLETION`, a send without it reports
  *   only failure; on other endpoints every send completes;
  * - `XFER_INJECT`: copy the payload and report no completion, as
- *   `xfer_ep_inject` (not with `XFER_REMOTE_CQ_DATA`).
+ *   `xfer_ep_inject` (with `XFER_REMOTE_CQ_DATA`: `xfer_ep_injectdata`).
  *
- * Returns as `xfer_ep_send`, or `XFER_EBADFLAGS` for another flag or a
- * combination not supported; `XFER_EINVAL` when `msg` is NULL. `*msg` is
- * read during the call only.
+ * Returns as `xfer_ep_send` (`xfer_ep_inject` with `XFER_INJECT`), or
+ * `XFER_EBADFLAGS` for another flag; `XFER_EINVAL` when `msg` is NULL.
+ * `*msg` is read during the call only.
  *
  * # Safety
  * `msg` must be NULL or point to a readable `xfer_msg_t` whose buffer
@@ -976,8 +1029,9 @@ int xfer_ep_recvmsg(struct xfer_ep_t *ep, const struct xfer_msg_t *msg, uint64_t
  * Cancels the posted receive whose context is `context`; it completes with
  * `err = XFER_ECANCELED` (`fi_cancel`). Sends cannot be cancelled.
  *
- * Returns 0; `XFER_EBADF`; `XFER_EINVAL` when no receive with that context
- * is waiting (it may have matched already). Thread-safe.
+ * Returns 0; `XFER_EBADF`; `XFER_ENOENT` when no receive with that context
+ * is waiting (it matched or completed already, or was never posted), and
+ * then no completion is produced. Thread-safe.
  */
 int xfer_ep_cancel(struct xfer_ep_t *ep, void *context);
 
@@ -989,6 +1043,82 @@ int xfer_ep_cancel(struct xfer_ep_t *ep, void *context);
  * Never returns NULL.
  */
 const char *xfer_strerror(int code);
+
+/**
+ * Sends the `count` elements of `iov`, concatenated, as one untagged
+ * message to `dest` (`fi_sendv`). One element is sent from the caller's
+ * memory, which must then stay untouched until the completion (as
+ * `xfer_ep_send`); two or more are copied during the call and may be
+ * reused at once. The completion (`XFER_SEND | XFER_MSG`, `len` = the
+ * total) returns `context` either way.
+ *
+ * Returns as `xfer_ep_send`, and `XFER_EINVAL` when `count` exceeds
+ * `XFER_IOV_LIMIT`, `iov` is NULL with a non-zero `count`, an element is
+ * NULL with a non-zero length, or the total exceeds `PTRDIFF_MAX`. `iov`
+ * itself is read during the call only.
+ *
+ * # Safety
+ * `iov` must be NULL or readable for `count` elements, each readable for
+ * its length; with one element, that memory must stay valid and
+ * unmodified until the completion is polled or the endpoint is closed.
+ */
+int xfer_ep_sendv(struct xfer_ep_t *ep,
+                  const struct xfer_iov_t *iov,
+                  size_t count,
+                  xfer_addr_t dest,
+                  void *context);
+
+/**
+ * Like `xfer_ep_sendv`, tagged `tag` (`fi_tsendv`).
+ *
+ * # Safety
+ * As `xfer_ep_sendv`.
+ */
+int xfer_ep_tsendv(struct xfer_ep_t *ep,
+                   const struct xfer_iov_t *iov,
+                   size_t count,
+                   xfer_addr_t dest,
+                   uint64_t tag,
+                   void *context);
+
+/**
+ * Posts a receive of an untagged message from `src` into the `count`
+ * elements of `iov`, filled in order (`fi_recvv`). The completion is
+ * `xfer_ep_recv`'s, with `len` the bytes received in all; a message longer
+ * than the elements' total fills them and completes with `XFER_ETRUNC`.
+ * With two or more elements the message lands in a library buffer and is
+ * copied into the elements when the completion is polled
+ * (`xfer_cq_poll`/`xfer_cq_wait`).
+ *
+ * Returns as `xfer_ep_recv`, and `XFER_EINVAL` as `xfer_ep_sendv`. `iov`
+ * itself is read during the call only; `xfer_ep_cancel(context)` cancels
+ * it like any receive.
+ *
+ * # Safety
+ * `iov` must be NULL or readable for `count` elements; each element must
+ * be valid for writing its length and must not be read, modified or freed
+ * until the completion is polled or the endpoint is closed.
+ */
+int xfer_ep_recvv(struct xfer_ep_t *ep,
+                  const struct xfer_iov_t *iov,
+                  size_t count,
+                  xfer_addr_t src,
+                  void *context);
+
+/**
+ * Like `xfer_ep_recvv`, for a message whose tag equals `tag` in every bit
+ * not set in `ignore` (`fi_trecvv`).
+ *
+ * # Safety
+ * As `xfer_ep_recvv`.
+ */
+int xfer_ep_trecvv(struct xfer_ep_t *ep,
+                   const struct xfer_iov_t *iov,
+                   size_t count,
+                   xfer_addr_t src,
+                   uint64_t tag,
+                   uint64_t ignore,
+                   void *context);
 
 /**
  * Registers `len` bytes at `buf` in `domain` with the rights `access` (a
@@ -1196,6 +1326,23 @@ int xfer_ep_inject_write(struct xfer_ep_t *ep,
                          uint64_t offset);
 
 /**
+ * Like `xfer_ep_inject_write`, and the target's CQ gets the entry
+ * `xfer_ep_writedata` makes, with `data` (`fi_inject_writedata`). The
+ * initiator gets no completion; a refused write reports nothing on either
+ * side. Returns as `xfer_ep_inject_write`.
+ *
+ * # Safety
+ * As `xfer_ep_inject_write`.
+ */
+int xfer_ep_inject_writedata(struct xfer_ep_t *ep,
+                             const void *buf,
+                             size_t len,
+                             uint64_t data,
+                             xfer_addr_t peer,
+                             const struct xfer_rkey_t *rkey,
+                             uint64_t offset);
+
+/**
  * Posts a write described by `*msg` (`fi_writemsg`). `flags` is a
  * combination of:
  * - `XFER_REMOTE_CQ_DATA`: deliver `msg->data` to the target's CQ, as
@@ -1205,11 +1352,12 @@ int xfer_ep_inject_write(struct xfer_ep_t *ep,
  *   only failure (including `XFER_EACCES`); on other endpoints every write
  *   completes;
  * - `XFER_INJECT`: copy the payload and report nothing, as
- *   `xfer_ep_inject_write` (not with `XFER_REMOTE_CQ_DATA`).
+ *   `xfer_ep_inject_write` (with `XFER_REMOTE_CQ_DATA`:
+ *   `xfer_ep_inject_writedata`).
  *
- * Returns as `xfer_ep_write`, or `XFER_EBADFLAGS` for another flag or an
- * unsupported combination; `XFER_EINVAL` when `msg` is NULL. `*msg` and
- * `*msg->rkey` are read during the call only.
+ * Returns as `xfer_ep_write` (`xfer_ep_inject_write` with `XFER_INJECT`),
+ * or `XFER_EBADFLAGS` for another flag; `XFER_EINVAL` when `msg` is NULL.
+ * `*msg` and `*msg->rkey` are read during the call only.
  *
  * # Safety
  * `msg` must be NULL or point to a readable `xfer_rma_msg_t` whose buffer

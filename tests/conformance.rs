@@ -282,6 +282,41 @@ fn inject_needs_no_completion_and_respects_its_limit() {
 }
 
 #[test]
+fn inject_with_immediate_data_delivers_it() {
+    let (mut a, mut b) = (Node::new(), Node::new());
+    let pb = a.add(&b);
+    let pa = b.add(&a);
+    b.ep.recv(ANY, vec![0; 64], 1).unwrap();
+    b.ep.trecv(ANY, 6, 0, vec![0; 64], 2).unwrap();
+    let mut payload = pattern(48, 6);
+    a.ep.inject_data(pb, &payload, 0xDA7A_0001).unwrap();
+    payload.fill(0); // reusable at once
+    a.ep.tinject_data(pb, 6, &pattern(32, 7), 0xDA7A_0002).unwrap();
+    a.ep.tinject_data(pb, 6, &[], 0xDA7A_0003).unwrap();
+    b.ep.trecv(ANY, 6, 0, vec![0; 64], 3).unwrap();
+    let r = expect(&mut [&mut a, &mut b], 1, 1);
+    assert_eq!(r.flags, Flags::RECV | Flags::MSG | Flags::REMOTE_CQ_DATA);
+    assert_eq!((r.data, r.len, r.src), (0xDA7A_0001, 48, pa));
+    assert_eq!(&r.buf.unwrap()[..48], &pattern(48, 6)[..]);
+    let r = expect(&mut [&mut a, &mut b], 1, 2);
+    assert_eq!(r.flags, Flags::RECV | Flags::TAGGED | Flags::REMOTE_CQ_DATA);
+    assert_eq!((r.data, r.len, r.tag), (0xDA7A_0002, 32, 6));
+    assert_eq!(&r.buf.unwrap()[..32], &pattern(32, 7)[..]);
+    let r = expect(&mut [&mut a, &mut b], 1, 3);
+    assert_eq!((r.result, r.data, r.len), (Ok(()), 0xDA7A_0003, 0));
+    assert!(a.done.is_empty(), "inject reports no completion");
+    let too_big = vec![0; test_attr().inject_size + 1];
+    assert!(matches!(
+        a.ep.inject_data(pb, &too_big, 1),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert_eq!(
+        a.ep.tinject_data(PeerAddr(999), 6, &[1], 1),
+        Err(Error::AddressNotAvailable)
+    );
+}
+
+#[test]
 fn selective_completion_reports_only_what_was_asked() {
     let mut attr = test_attr();
     attr.selective_completion = true;
@@ -321,7 +356,21 @@ fn cancel_ends_a_posted_receive() {
     let r = expect(&mut [&mut a], 0, 77);
     assert_eq!(r.result, Err(Error::Canceled));
     assert_eq!(r.buf.unwrap().len(), 8, "the buffer comes back");
-    assert!(a.ep.cancel(77).is_err(), "cancelling twice fails");
+    // Nothing to cancel: ENOENT, as fi_cancel.
+    let again = a.ep.cancel(77).unwrap_err();
+    assert!(matches!(again, Error::NotFound(_)), "{again:?}");
+    assert_eq!(again.code(), -libc::ENOENT);
+    assert!(matches!(a.ep.cancel(12345), Err(Error::NotFound(_))), "never posted");
+    // A receive that already matched cannot be cancelled either.
+    let self_addr = a.add(&a);
+    a.ep.recv(ANY, vec![0; 8], 78).unwrap();
+    a.ep.send(self_addr, b"x".to_vec(), 79).unwrap();
+    expect(&mut [&mut a], 0, 78);
+    assert!(matches!(a.ep.cancel(78), Err(Error::NotFound(_))));
+    assert!(
+        a.done.iter().all(|c| c.context == 79),
+        "no completion for a failed cancel"
+    );
 }
 
 #[test]
@@ -693,6 +742,48 @@ fn rma_inject_write_needs_no_completion() {
     ));
     connection_still_works(&mut a, &mut b, 100);
     assert!(a.done.is_empty() && b.done.is_empty(), "{:?} {:?}", a.done, b.done);
+}
+
+#[test]
+fn rma_inject_write_with_data_completes_only_at_the_target() {
+    let (mut a, mut b) = (Node::new(), Node::new());
+    let pb = a.add(&b);
+    let pa = b.add(&a);
+    let mr = b.domain.register(vec![0; 256], Access::REMOTE_WRITE).unwrap();
+    let rkey = rkey_of(&mr);
+    let mut payload = pattern(100, 8);
+    a.ep.inject_write_data(pb, &payload, &rkey, 10, 0xDA7A_1234).unwrap();
+    payload.fill(0); // reusable at once
+    let t = expect(&mut [&mut a, &mut b], 1, 0);
+    assert_eq!(t.flags, Flags::RMA | Flags::REMOTE_WRITE | Flags::REMOTE_CQ_DATA);
+    assert_eq!((t.data, t.len, t.src, t.result), (0xDA7A_1234, 100, pa, Ok(())));
+    assert_eq!(&mr.to_vec().unwrap()[10..110], &pattern(100, 8)[..]);
+    assert!(a.done.is_empty(), "an inject-write reports nothing at the initiator");
+    let too_big = vec![0; test_attr().inject_size + 1];
+    assert!(matches!(
+        a.ep.inject_write_data(pb, &too_big, &rkey, 0, 1),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        a.ep.inject_write_data(pb, &[1], &rkey, u64::MAX, 1),
+        Err(Error::InvalidArgument(_))
+    ));
+}
+
+#[test]
+fn rma_keys_name_the_endpoint_provider() {
+    let (a, b) = (Node::new(), Node::new());
+    let mr = b.domain.register(vec![0; 64], Access::all()).unwrap();
+    let rkey = rkey_of(&mr);
+    assert_eq!(rkey.provider(), a.ep.provider_id());
+    assert_eq!(a.ep.name().as_bytes()[0], a.ep.provider_id());
+    assert_eq!(a.ep.remote_addr(&rkey, 5), Ok(rkey.addr() + 5));
+    let other = RemoteKey::from_parts(a.ep.provider_id() ^ 0x40, rkey.addr(), rkey.len(), rkey.key()).unwrap();
+    assert!(matches!(a.ep.remote_addr(&other, 0), Err(Error::InvalidArgument(_))));
+    assert!(matches!(
+        a.ep.remote_addr(&rkey, u64::MAX),
+        Err(Error::InvalidArgument(_))
+    ));
 }
 
 #[test]

@@ -196,6 +196,7 @@ unsafe fn drain(
             // entries by contract; `write` does not read the (possibly
             // uninitialised) destination.
             unsafe { entries.add(done + i).write(xfer_cq_entry_t::from_completion(c)) };
+            crate::iov::finish(c);
             *c = Completion::EMPTY;
         }
         done += n;

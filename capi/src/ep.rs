@@ -255,7 +255,7 @@ pub unsafe extern "C" fn xfer_ep_getname(ep: *mut xfer_ep_t, buf: *mut c_void, l
 
 /// The checks every caller buffer gets: NULL only with length 0, length
 /// within `isize::MAX` (the limit of a Rust slice).
-fn check_buffer(buf: *const c_void, len: usize) -> Result<(), Fail> {
+pub(crate) fn check_buffer(buf: *const c_void, len: usize) -> Result<(), Fail> {
     if buf.is_null() && len > 0 {
         return Err(invalid("buffer is NULL but its length is not 0"));
     }
@@ -292,23 +292,17 @@ pub(crate) unsafe fn raw_buffer(buf: *const c_void, len: usize) -> Result<Buffer
     Ok(unsafe { Buffer::raw(buf.cast_mut().cast::<u8>(), len) })
 }
 
-/// Shared body of every send.
-///
-/// # Safety
-/// As `raw_buffer`.
-#[allow(clippy::too_many_arguments)]
-unsafe fn post_send(
+/// Shared body of every send: posts `buf`, raw (the caller's memory, from
+/// [`raw_buffer`]) or owned (a copy).
+pub(crate) fn post_send(
     e: &Endpoint,
-    buf: *const c_void,
-    len: usize,
+    buf: Buffer,
     dest: xfer_addr_t,
     tag: Option<u64>,
     data: Option<u64>,
     context: *mut c_void,
     completion: bool,
 ) -> Result<c_int, Fail> {
-    // SAFETY: forwarded from the caller's contract.
-    let buf = unsafe { raw_buffer(buf, len)? };
     e.post_send(SendOp {
         peer: PeerAddr(dest),
         tag,
@@ -320,20 +314,15 @@ unsafe fn post_send(
     Ok(XFER_SUCCESS)
 }
 
-/// Shared body of every receive.
-///
-/// # Safety
-/// As `raw_buffer`, and `buf` is written.
-unsafe fn post_recv(
+/// Shared body of every receive into `buf`, raw or owned; `tagged` is
+/// `(tag, ignore)`.
+pub(crate) fn post_recv(
     e: &Endpoint,
-    buf: *mut c_void,
-    len: usize,
+    buf: Buffer,
     src: xfer_addr_t,
     tagged: Option<(u64, u64)>,
     context: *mut c_void,
 ) -> Result<c_int, Fail> {
-    // SAFETY: forwarded from the caller's contract.
-    let buf = unsafe { raw_buffer(buf, len)? };
     let (tag, ignore) = tagged.unwrap_or((0, 0));
     e.post_recv(RecvOp {
         spec: RecvSpec {
@@ -369,7 +358,8 @@ pub unsafe extern "C" fn xfer_ep_send(
     guard("xfer_ep_send", || {
         let e = ep_of(ep)?;
         // SAFETY: forwarded from this function's contract.
-        unsafe { post_send(&e, buf, len, dest, None, None, context, true) }
+        let buf = unsafe { raw_buffer(buf, len)? };
+        post_send(&e, buf, dest, None, None, context, true)
     })
 }
 
@@ -390,7 +380,8 @@ pub unsafe extern "C" fn xfer_ep_senddata(
     guard("xfer_ep_senddata", || {
         let e = ep_of(ep)?;
         // SAFETY: forwarded from this function's contract.
-        unsafe { post_send(&e, buf, len, dest, None, Some(data), context, true) }
+        let buf = unsafe { raw_buffer(buf, len)? };
+        post_send(&e, buf, dest, None, Some(data), context, true)
     })
 }
 
@@ -411,7 +402,8 @@ pub unsafe extern "C" fn xfer_ep_tsend(
     guard("xfer_ep_tsend", || {
         let e = ep_of(ep)?;
         // SAFETY: forwarded from this function's contract.
-        unsafe { post_send(&e, buf, len, dest, Some(tag), None, context, true) }
+        let buf = unsafe { raw_buffer(buf, len)? };
+        post_send(&e, buf, dest, Some(tag), None, context, true)
     })
 }
 
@@ -432,7 +424,8 @@ pub unsafe extern "C" fn xfer_ep_tsenddata(
     guard("xfer_ep_tsenddata", || {
         let e = ep_of(ep)?;
         // SAFETY: forwarded from this function's contract.
-        unsafe { post_send(&e, buf, len, dest, Some(tag), Some(data), context, true) }
+        let buf = unsafe { raw_buffer(buf, len)? };
+        post_send(&e, buf, dest, Some(tag), Some(data), context, true)
     })
 }
 
@@ -460,7 +453,8 @@ pub unsafe extern "C" fn xfer_ep_recv(
     guard("xfer_ep_recv", || {
         let e = ep_of(ep)?;
         // SAFETY: forwarded from this function's contract.
-        unsafe { post_recv(&e, buf, len, src, None, context) }
+        let buf = unsafe { raw_buffer(buf, len)? };
+        post_recv(&e, buf, src, None, context)
     })
 }
 
@@ -483,7 +477,8 @@ pub unsafe extern "C" fn xfer_ep_trecv(
     guard("xfer_ep_trecv", || {
         let e = ep_of(ep)?;
         // SAFETY: forwarded from this function's contract.
-        unsafe { post_recv(&e, buf, len, src, Some((tag, ignore)), context) }
+        let buf = unsafe { raw_buffer(buf, len)? };
+        post_recv(&e, buf, src, Some((tag, ignore)), context)
     })
 }
 
@@ -507,7 +502,7 @@ pub unsafe extern "C" fn xfer_ep_inject(
     guard("xfer_ep_inject", || {
         let e = ep_of(ep)?;
         // SAFETY: forwarded from this function's contract.
-        unsafe { inject(&e, buf, len, dest, None) }
+        unsafe { inject(&e, buf, len, dest, None, None) }
     })
 }
 
@@ -526,10 +521,52 @@ pub unsafe extern "C" fn xfer_ep_tinject(
     guard("xfer_ep_tinject", || {
         let e = ep_of(ep)?;
         // SAFETY: forwarded from this function's contract.
-        unsafe { inject(&e, buf, len, dest, Some(tag)) }
+        unsafe { inject(&e, buf, len, dest, Some(tag), None) }
     })
 }
 
+/// Like `xfer_ep_inject`, with immediate data `data` delivered in the
+/// receiver's completion (flag `XFER_REMOTE_CQ_DATA`) (`fi_injectdata`).
+///
+/// # Safety
+/// As `xfer_ep_inject`.
+#[no_mangle]
+pub unsafe extern "C" fn xfer_ep_injectdata(
+    ep: *mut xfer_ep_t,
+    buf: *const c_void,
+    len: usize,
+    data: u64,
+    dest: xfer_addr_t,
+) -> c_int {
+    guard("xfer_ep_injectdata", || {
+        let e = ep_of(ep)?;
+        // SAFETY: forwarded from this function's contract.
+        unsafe { inject(&e, buf, len, dest, None, Some(data)) }
+    })
+}
+
+/// Like `xfer_ep_tinject`, with immediate data (`fi_tinjectdata`).
+///
+/// # Safety
+/// As `xfer_ep_inject`.
+#[no_mangle]
+pub unsafe extern "C" fn xfer_ep_tinjectdata(
+    ep: *mut xfer_ep_t,
+    buf: *const c_void,
+    len: usize,
+    data: u64,
+    dest: xfer_addr_t,
+    tag: u64,
+) -> c_int {
+    guard("xfer_ep_tinjectdata", || {
+        let e = ep_of(ep)?;
+        // SAFETY: forwarded from this function's contract.
+        unsafe { inject(&e, buf, len, dest, Some(tag), Some(data)) }
+    })
+}
+
+/// Shared body of every inject.
+///
 /// # Safety
 /// `buf` valid for reading `len` bytes during the call.
 unsafe fn inject(
@@ -538,14 +575,35 @@ unsafe fn inject(
     len: usize,
     dest: xfer_addr_t,
     tag: Option<u64>,
+    data: Option<u64>,
 ) -> Result<c_int, Fail> {
     // SAFETY: forwarded from the caller's contract; inject copies it.
     let payload = unsafe { borrowed_bytes(buf, len)? };
-    match tag {
-        Some(t) => e.tinject(PeerAddr(dest), t, payload)?,
-        None => e.inject(PeerAddr(dest), payload)?,
+    let peer = PeerAddr(dest);
+    match (tag, data) {
+        (None, None) => e.inject(peer, payload)?,
+        (Some(t), None) => e.tinject(peer, t, payload)?,
+        (None, Some(d)) => e.inject_data(peer, payload, d)?,
+        (Some(t), Some(d)) => e.tinject_data(peer, t, payload, d)?,
     }
     Ok(XFER_SUCCESS)
+}
+
+/// Checks a `*msg` call's message pointer and flags (every bit in
+/// `known`), then reads the message.
+///
+/// # Safety
+/// `m` must be NULL or point to a readable `T`.
+pub(crate) unsafe fn read_msg<T>(what: &'static str, m: *const T, flags: u64, known: u64) -> Result<T, Fail> {
+    if m.is_null() {
+        return Err(invalid(what));
+    }
+    if flags & !known != 0 {
+        tracing::debug!(flags = format_args!("{flags:#x}"), call = what, "unsupported flags");
+        return Err(Fail(XFER_EBADFLAGS));
+    }
+    // SAFETY: non-null and readable by contract.
+    Ok(unsafe { m.read() })
 }
 
 /// Posts a send described by `*msg` (`fi_sendmsg` / `fi_tsendmsg`).
@@ -556,11 +614,11 @@ unsafe fn inject(
 ///   opened with `XFER_SELECTIVE_COMPLETION`, a send without it reports
 ///   only failure; on other endpoints every send completes;
 /// - `XFER_INJECT`: copy the payload and report no completion, as
-///   `xfer_ep_inject` (not with `XFER_REMOTE_CQ_DATA`).
+///   `xfer_ep_inject` (with `XFER_REMOTE_CQ_DATA`: `xfer_ep_injectdata`).
 ///
-/// Returns as `xfer_ep_send`, or `XFER_EBADFLAGS` for another flag or a
-/// combination not supported; `XFER_EINVAL` when `msg` is NULL. `*msg` is
-/// read during the call only.
+/// Returns as `xfer_ep_send` (`xfer_ep_inject` with `XFER_INJECT`), or
+/// `XFER_EBADFLAGS` for another flag; `XFER_EINVAL` when `msg` is NULL.
+/// `*msg` is read during the call only.
 ///
 /// # Safety
 /// `msg` must be NULL or point to a readable `xfer_msg_t` whose buffer
@@ -570,24 +628,18 @@ pub unsafe extern "C" fn xfer_ep_sendmsg(ep: *mut xfer_ep_t, msg: *const xfer_ms
     guard("xfer_ep_sendmsg", || {
         const KNOWN: u64 = XFER_TAGGED | XFER_REMOTE_CQ_DATA | XFER_COMPLETION | XFER_INJECT;
         let e = ep_of(ep)?;
-        if msg.is_null() {
-            return Err(invalid("xfer_ep_sendmsg: msg is NULL"));
-        }
-        if flags & !KNOWN != 0 || flags & (XFER_INJECT | XFER_REMOTE_CQ_DATA) == XFER_INJECT | XFER_REMOTE_CQ_DATA {
-            tracing::debug!(flags = format_args!("{flags:#x}"), "xfer_ep_sendmsg: unsupported flags");
-            return Err(Fail(XFER_EBADFLAGS));
-        }
-        // SAFETY: non-null and readable by contract.
-        let m = unsafe { msg.read() };
+        // SAFETY: forwarded from this function's contract.
+        let m = unsafe { read_msg("xfer_ep_sendmsg: msg is NULL", msg, flags, KNOWN)? };
         let tag = (flags & XFER_TAGGED != 0).then_some(m.tag);
+        let data = (flags & XFER_REMOTE_CQ_DATA != 0).then_some(m.data);
         if flags & XFER_INJECT != 0 {
             // SAFETY: forwarded from this function's contract.
-            return unsafe { inject(&e, m.buf, m.len, m.addr, tag) };
+            return unsafe { inject(&e, m.buf, m.len, m.addr, tag, data) };
         }
-        let data = (flags & XFER_REMOTE_CQ_DATA != 0).then_some(m.data);
         let completion = flags & XFER_COMPLETION != 0;
         // SAFETY: forwarded from this function's contract.
-        unsafe { post_send(&e, m.buf, m.len, m.addr, tag, data, m.context, completion) }
+        let buf = unsafe { raw_buffer(m.buf, m.len)? };
+        post_send(&e, buf, m.addr, tag, data, m.context, completion)
     })
 }
 
@@ -605,25 +657,28 @@ pub unsafe extern "C" fn xfer_ep_sendmsg(ep: *mut xfer_ep_t, msg: *const xfer_ms
 pub unsafe extern "C" fn xfer_ep_recvmsg(ep: *mut xfer_ep_t, msg: *const xfer_msg_t, flags: u64) -> c_int {
     guard("xfer_ep_recvmsg", || {
         let e = ep_of(ep)?;
-        if msg.is_null() {
-            return Err(invalid("xfer_ep_recvmsg: msg is NULL"));
-        }
-        if flags & !(XFER_TAGGED | XFER_COMPLETION) != 0 {
-            return Err(Fail(XFER_EBADFLAGS));
-        }
-        // SAFETY: non-null and readable by contract.
-        let m = unsafe { msg.read() };
+        // SAFETY: forwarded from this function's contract.
+        let m = unsafe {
+            read_msg(
+                "xfer_ep_recvmsg: msg is NULL",
+                msg,
+                flags,
+                XFER_TAGGED | XFER_COMPLETION,
+            )?
+        };
         let tagged = (flags & XFER_TAGGED != 0).then_some((m.tag, m.ignore));
         // SAFETY: forwarded from this function's contract.
-        unsafe { post_recv(&e, m.buf, m.len, m.addr, tagged, m.context) }
+        let buf = unsafe { raw_buffer(m.buf, m.len)? };
+        post_recv(&e, buf, m.addr, tagged, m.context)
     })
 }
 
 /// Cancels the posted receive whose context is `context`; it completes with
 /// `err = XFER_ECANCELED` (`fi_cancel`). Sends cannot be cancelled.
 ///
-/// Returns 0; `XFER_EBADF`; `XFER_EINVAL` when no receive with that context
-/// is waiting (it may have matched already). Thread-safe.
+/// Returns 0; `XFER_EBADF`; `XFER_ENOENT` when no receive with that context
+/// is waiting (it matched or completed already, or was never posted), and
+/// then no completion is produced. Thread-safe.
 #[no_mangle]
 pub extern "C" fn xfer_ep_cancel(ep: *mut xfer_ep_t, context: *mut c_void) -> c_int {
     guard("xfer_ep_cancel", || {

@@ -13,6 +13,9 @@ use xfer_facade::{Error, Rejected};
 
 /// Success.
 pub const XFER_SUCCESS: c_int = 0;
+/// No such operation: `xfer_ep_cancel` found no posted receive with that
+/// context (`FI_ENOENT`, as `fi_cancel` returns).
+pub const XFER_ENOENT: c_int = -2;
 /// Internal error (a bug in xfer, or a panic caught at the C boundary).
 pub const XFER_EIO: c_int = -5;
 /// Bad handle: `NULL`, already closed, of another kind, or not a handle at all.
@@ -189,6 +192,7 @@ mod tests {
             (Error::Again, XFER_EAGAIN),
             (Error::TimedOut, XFER_ETIMEDOUT),
             (Error::NotSupported("x"), XFER_EOPNOTSUPP),
+            (Error::NotFound("x"), XFER_ENOENT),
             (Error::AddressNotAvailable, XFER_EADDRNOTAVAIL),
             (Error::NoProvider("x".into()), XFER_ENODATA),
             (Error::Internal("x"), XFER_EIO),

@@ -47,6 +47,7 @@ pub mod domain;
 pub mod ep;
 pub mod error;
 mod handle;
+pub mod iov;
 pub mod mr;
 pub mod rma;
 

@@ -51,8 +51,9 @@ pub struct xfer_rkey_t {
     pub len: u64,
     /// The provider's remote key.
     pub key: u64,
-    /// The id of the provider that registered it (1 = tcp); RMA with a key
-    /// of another provider than the endpoint's is `XFER_EINVAL`.
+    /// The id of the provider that registered it (1 = tcp, 2 = verbs; the
+    /// first byte of its endpoints' names); RMA with a key of another
+    /// provider than the endpoint's is `XFER_EINVAL`.
     pub provider: u32,
 }
 

@@ -1,11 +1,14 @@
-//! RMA: write, write with immediate data, read, inject-write, and the
-//! `*msg` forms with flags (`fi_write`, `fi_writedata`, `fi_read`,
-//! `fi_inject_write`, `fi_writemsg`, `fi_readmsg`).
+//! RMA: write, write with immediate data, read, inject-write (with and
+//! without immediate data), and the `*msg` forms with flags (`fi_write`,
+//! `fi_writedata`, `fi_read`, `fi_inject_write`, `fi_inject_writedata`,
+//! `fi_writemsg`, `fi_readmsg`). Every call is the `*msg` form of one
+//! `xfer_rma_msg_t`, as in libfabric.
 //!
 //! The remote side is a peer's registered region, named by an `xfer_rkey_t`
 //! (from `xfer_rkey_unpack`) and an offset from its start. The local buffer
-//! needs no registration (the tcp provider copies through its socket) and
-//! follows the libfabric buffer contract, as sends and receives do.
+//! needs no registration (tcp copies through its socket, verbs registers it
+//! through its MR cache) and follows the libfabric buffer contract, as
+//! sends and receives do.
 //!
 //! Semantics (docs/ARCHITECTURE.md, decisions 17-21): a write completes at
 //! the initiator once the target applied it; the target checks the key,
@@ -23,8 +26,8 @@ use xfer_facade::{Endpoint, PeerAddr, RemoteKey, RmaKind, RmaOp};
 
 use crate::context_in;
 use crate::cq::XFER_REMOTE_CQ_DATA;
-use crate::ep::{borrowed_bytes, ep_of, raw_buffer, xfer_ep_t, XFER_COMPLETION, XFER_INJECT};
-use crate::error::{guard, invalid, Fail, XFER_EBADFLAGS, XFER_SUCCESS};
+use crate::ep::{borrowed_bytes, ep_of, raw_buffer, read_msg, xfer_ep_t, XFER_COMPLETION, XFER_INJECT};
+use crate::error::{guard, invalid, Fail, XFER_SUCCESS};
 use crate::mr::xfer_rkey_t;
 use crate::xfer_addr_t;
 
@@ -50,59 +53,87 @@ pub struct xfer_rma_msg_t {
     pub context: *mut c_void,
 }
 
-/// Reads the caller's key and checks it belongs to `e`'s provider.
-///
-/// # Safety
-/// `rkey` must be NULL or point to a readable `xfer_rkey_t`.
-unsafe fn remote_key(e: &Endpoint, rkey: *const xfer_rkey_t) -> Result<RemoteKey, Fail> {
-    if rkey.is_null() {
-        return Err(invalid("rma: rkey is NULL"));
-    }
-    // SAFETY: non-null and readable by contract.
-    let key = unsafe { rkey.read() }.to_rust()?;
-    // A provider's endpoint names start with its id (core/src/mr/region.rs).
-    if e.name().as_bytes().first() != Some(&key.provider()) {
-        return Err(invalid("rma: remote key of another provider"));
-    }
-    Ok(key)
-}
-
-/// Shared body of every RMA call that reports a completion.
-///
-/// # Safety
-/// `buf` valid for `len` bytes (written by a read) and untouched until the
-/// completion; `rkey` NULL or readable.
-#[allow(clippy::too_many_arguments)]
-unsafe fn post(
-    e: &Endpoint,
-    kind: RmaKind,
-    buf: *mut c_void,
+/// An RMA call's arguments as the `*msg` form carries them.
+fn msg(
+    buf: *const c_void,
     len: usize,
     peer: xfer_addr_t,
     rkey: *const xfer_rkey_t,
     offset: u64,
-    data: Option<u64>,
+    data: u64,
     context: *mut c_void,
+) -> xfer_rma_msg_t {
+    xfer_rma_msg_t {
+        buf: buf.cast_mut(),
+        len,
+        addr: peer,
+        rkey,
+        offset,
+        data,
+        context,
+    }
+}
+
+/// The target address and key `m` names, checked by the endpoint (a key of
+/// its own provider, an offset that does not overflow).
+///
+/// # Safety
+/// `m.rkey` must be NULL or point to a readable `xfer_rkey_t`.
+unsafe fn target(e: &Endpoint, m: &xfer_rma_msg_t) -> Result<(RemoteKey, u64), Fail> {
+    if m.rkey.is_null() {
+        return Err(invalid("rma: rkey is NULL"));
+    }
+    // SAFETY: non-null and readable by contract.
+    let key = unsafe { m.rkey.read() }.to_rust()?;
+    let addr = e.remote_addr(&key, m.offset)?;
+    Ok((key, addr))
+}
+
+/// Shared body of every RMA call that may report a completion; `data` is
+/// the immediate data of a write.
+///
+/// # Safety
+/// `m.buf` valid for `m.len` bytes (written by a read) and untouched until
+/// the completion; `m.rkey` NULL or readable.
+unsafe fn post(
+    e: &Endpoint,
+    kind: RmaKind,
+    m: &xfer_rma_msg_t,
+    data: Option<u64>,
     completion: bool,
 ) -> Result<c_int, Fail> {
     // SAFETY: forwarded from the caller's contract.
-    let key = unsafe { remote_key(e, rkey)? };
-    let addr = key
-        .addr()
-        .checked_add(offset)
-        .ok_or_else(|| invalid("rma: offset overflows the address space"))?;
+    let (key, addr) = unsafe { target(e, m)? };
     // SAFETY: forwarded from the caller's contract.
-    let buf = unsafe { raw_buffer(buf, len)? };
+    let buf = unsafe { raw_buffer(m.buf, m.len)? };
     e.post_rma(RmaOp {
-        peer: PeerAddr(peer),
+        peer: PeerAddr(m.addr),
         kind,
         buf,
         addr,
         key: key.key(),
         data,
-        context: context_in(context),
+        context: context_in(m.context),
         completion,
     })?;
+    Ok(XFER_SUCCESS)
+}
+
+/// Shared body of the inject-writes: copies the payload, no completion.
+///
+/// # Safety
+/// `m.buf` valid for reading `m.len` bytes during the call; `m.rkey` NULL
+/// or readable.
+unsafe fn inject_write(e: &Endpoint, m: &xfer_rma_msg_t, data: Option<u64>) -> Result<c_int, Fail> {
+    // SAFETY: forwarded from the caller's contract.
+    let (key, _) = unsafe { target(e, m)? };
+    // SAFETY: forwarded from the caller's contract; inject copies it.
+    let payload = unsafe { borrowed_bytes(m.buf, m.len)? };
+    let peer = PeerAddr(m.addr);
+    match data {
+        Some(d) => e.inject_write_data(peer, payload, &key, m.offset, d)?,
+        None => e.inject_write(peer, payload, &key, m.offset)?,
+    }
     Ok(XFER_SUCCESS)
 }
 
@@ -134,22 +165,10 @@ pub unsafe extern "C" fn xfer_ep_write(
 ) -> c_int {
     guard("xfer_ep_write", || {
         let e = ep_of(ep)?;
+        let m = msg(buf, len, peer, rkey, offset, 0, context);
         // SAFETY: forwarded from this function's contract; a write only
         // reads its buffer.
-        unsafe {
-            post(
-                &e,
-                RmaKind::Write,
-                buf.cast_mut(),
-                len,
-                peer,
-                rkey,
-                offset,
-                None,
-                context,
-                true,
-            )
-        }
+        unsafe { post(&e, RmaKind::Write, &m, None, true) }
     })
 }
 
@@ -174,21 +193,9 @@ pub unsafe extern "C" fn xfer_ep_writedata(
 ) -> c_int {
     guard("xfer_ep_writedata", || {
         let e = ep_of(ep)?;
+        let m = msg(buf, len, peer, rkey, offset, data, context);
         // SAFETY: forwarded from this function's contract.
-        unsafe {
-            post(
-                &e,
-                RmaKind::Write,
-                buf.cast_mut(),
-                len,
-                peer,
-                rkey,
-                offset,
-                Some(data),
-                context,
-                true,
-            )
-        }
+        unsafe { post(&e, RmaKind::Write, &m, Some(data), true) }
     })
 }
 
@@ -217,8 +224,9 @@ pub unsafe extern "C" fn xfer_ep_read(
 ) -> c_int {
     guard("xfer_ep_read", || {
         let e = ep_of(ep)?;
+        let m = msg(buf, len, peer, rkey, offset, 0, context);
         // SAFETY: forwarded from this function's contract.
-        unsafe { post(&e, RmaKind::Read, buf, len, peer, rkey, offset, None, context, true) }
+        unsafe { post(&e, RmaKind::Read, &m, None, true) }
     })
 }
 
@@ -245,27 +253,35 @@ pub unsafe extern "C" fn xfer_ep_inject_write(
 ) -> c_int {
     guard("xfer_ep_inject_write", || {
         let e = ep_of(ep)?;
+        let m = msg(buf, len, peer, rkey, offset, 0, std::ptr::null_mut());
         // SAFETY: forwarded from this function's contract.
-        unsafe { inject_write(&e, buf, len, peer, rkey, offset) }
+        unsafe { inject_write(&e, &m, None) }
     })
 }
 
+/// Like `xfer_ep_inject_write`, and the target's CQ gets the entry
+/// `xfer_ep_writedata` makes, with `data` (`fi_inject_writedata`). The
+/// initiator gets no completion; a refused write reports nothing on either
+/// side. Returns as `xfer_ep_inject_write`.
+///
 /// # Safety
 /// As `xfer_ep_inject_write`.
-unsafe fn inject_write(
-    e: &Endpoint,
+#[no_mangle]
+pub unsafe extern "C" fn xfer_ep_inject_writedata(
+    ep: *mut xfer_ep_t,
     buf: *const c_void,
     len: usize,
+    data: u64,
     peer: xfer_addr_t,
     rkey: *const xfer_rkey_t,
     offset: u64,
-) -> Result<c_int, Fail> {
-    // SAFETY: forwarded from the caller's contract.
-    let key = unsafe { remote_key(e, rkey)? };
-    // SAFETY: forwarded from the caller's contract; inject copies it.
-    let payload = unsafe { borrowed_bytes(buf, len)? };
-    e.inject_write(PeerAddr(peer), payload, &key, offset)?;
-    Ok(XFER_SUCCESS)
+) -> c_int {
+    guard("xfer_ep_inject_writedata", || {
+        let e = ep_of(ep)?;
+        let m = msg(buf, len, peer, rkey, offset, data, std::ptr::null_mut());
+        // SAFETY: forwarded from this function's contract.
+        unsafe { inject_write(&e, &m, Some(data)) }
+    })
 }
 
 /// Posts a write described by `*msg` (`fi_writemsg`). `flags` is a
@@ -277,11 +293,12 @@ unsafe fn inject_write(
 ///   only failure (including `XFER_EACCES`); on other endpoints every write
 ///   completes;
 /// - `XFER_INJECT`: copy the payload and report nothing, as
-///   `xfer_ep_inject_write` (not with `XFER_REMOTE_CQ_DATA`).
+///   `xfer_ep_inject_write` (with `XFER_REMOTE_CQ_DATA`:
+///   `xfer_ep_inject_writedata`).
 ///
-/// Returns as `xfer_ep_write`, or `XFER_EBADFLAGS` for another flag or an
-/// unsupported combination; `XFER_EINVAL` when `msg` is NULL. `*msg` and
-/// `*msg->rkey` are read during the call only.
+/// Returns as `xfer_ep_write` (`xfer_ep_inject_write` with `XFER_INJECT`),
+/// or `XFER_EBADFLAGS` for another flag; `XFER_EINVAL` when `msg` is NULL.
+/// `*msg` and `*msg->rkey` are read during the call only.
 ///
 /// # Safety
 /// `msg` must be NULL or point to a readable `xfer_rma_msg_t` whose buffer
@@ -292,38 +309,16 @@ pub unsafe extern "C" fn xfer_ep_writemsg(ep: *mut xfer_ep_t, msg: *const xfer_r
     guard("xfer_ep_writemsg", || {
         const KNOWN: u64 = XFER_REMOTE_CQ_DATA | XFER_COMPLETION | XFER_INJECT;
         let e = ep_of(ep)?;
-        if msg.is_null() {
-            return Err(invalid("xfer_ep_writemsg: msg is NULL"));
-        }
-        if flags & !KNOWN != 0 || flags & (XFER_INJECT | XFER_REMOTE_CQ_DATA) == XFER_INJECT | XFER_REMOTE_CQ_DATA {
-            tracing::debug!(
-                flags = format_args!("{flags:#x}"),
-                "xfer_ep_writemsg: unsupported flags"
-            );
-            return Err(Fail(XFER_EBADFLAGS));
-        }
-        // SAFETY: non-null and readable by contract.
-        let m = unsafe { msg.read() };
-        if flags & XFER_INJECT != 0 {
-            // SAFETY: forwarded from this function's contract.
-            return unsafe { inject_write(&e, m.buf, m.len, m.addr, m.rkey, m.offset) };
-        }
+        // SAFETY: forwarded from this function's contract.
+        let m = unsafe { read_msg("xfer_ep_writemsg: msg is NULL", msg, flags, KNOWN)? };
         let data = (flags & XFER_REMOTE_CQ_DATA != 0).then_some(m.data);
-        let completion = flags & XFER_COMPLETION != 0;
         // SAFETY: forwarded from this function's contract.
         unsafe {
-            post(
-                &e,
-                RmaKind::Write,
-                m.buf,
-                m.len,
-                m.addr,
-                m.rkey,
-                m.offset,
-                data,
-                m.context,
-                completion,
-            )
+            if flags & XFER_INJECT != 0 {
+                inject_write(&e, &m, data)
+            } else {
+                post(&e, RmaKind::Write, &m, data, flags & XFER_COMPLETION != 0)
+            }
         }
     })
 }
@@ -340,29 +335,9 @@ pub unsafe extern "C" fn xfer_ep_writemsg(ep: *mut xfer_ep_t, msg: *const xfer_r
 pub unsafe extern "C" fn xfer_ep_readmsg(ep: *mut xfer_ep_t, msg: *const xfer_rma_msg_t, flags: u64) -> c_int {
     guard("xfer_ep_readmsg", || {
         let e = ep_of(ep)?;
-        if msg.is_null() {
-            return Err(invalid("xfer_ep_readmsg: msg is NULL"));
-        }
-        if flags & !XFER_COMPLETION != 0 {
-            return Err(Fail(XFER_EBADFLAGS));
-        }
-        // SAFETY: non-null and readable by contract.
-        let m = unsafe { msg.read() };
-        let completion = flags & XFER_COMPLETION != 0;
         // SAFETY: forwarded from this function's contract.
-        unsafe {
-            post(
-                &e,
-                RmaKind::Read,
-                m.buf,
-                m.len,
-                m.addr,
-                m.rkey,
-                m.offset,
-                None,
-                m.context,
-                completion,
-            )
-        }
+        let m = unsafe { read_msg("xfer_ep_readmsg: msg is NULL", msg, flags, XFER_COMPLETION)? };
+        // SAFETY: forwarded from this function's contract.
+        unsafe { post(&e, RmaKind::Read, &m, None, flags & XFER_COMPLETION != 0) }
     })
 }

@@ -120,7 +120,8 @@ pub fn remote_write(cq: &mut VecDeque<Completion>, len: usize, data: u64, src: P
 
 /// Cancels the posted receive with `context`, looking in the tagged
 /// matcher first, then the untagged one, and reports it `Canceled`
-/// (`EndpointProvider::cancel`).
+/// (`EndpointProvider::cancel`). [`Error::NotFound`] when no posted receive
+/// has that context.
 pub fn cancel<U, V>(
     cq: &mut VecDeque<Completion>,
     tagged: &mut Matcher<RecvOp, U>,
@@ -131,7 +132,7 @@ pub fn cancel<U, V>(
         Some(hit) => Some(hit),
         None => untagged.cancel_posted(|r| r.context == context),
     };
-    let (_, op) = found.ok_or(Error::InvalidArgument("no posted receive with that context"))?;
+    let (_, op) = found.ok_or(Error::NotFound("no posted receive with that context"))?;
     recv_failed(cq, op, Error::Canceled);
     Ok(())
 }

@@ -51,6 +51,14 @@ impl Endpoint {
         self.name
     }
 
+    /// The id of this endpoint's provider (`0x01` tcp, `0x02` verbs): the
+    /// first byte of its names and the provider byte of the remote keys its
+    /// domain packs. A [`RemoteKey`] is usable here only when
+    /// [`RemoteKey::provider`] equals it.
+    pub fn provider_id(&self) -> u8 {
+        self.shared.provider_id
+    }
+
     /// The provider's counters for this endpoint (name, value): what paths
     /// operations took, for tests and diagnostics. Empty when the provider
     /// keeps none.
@@ -101,9 +109,12 @@ impl Endpoint {
         }
     }
 
-    /// The target address of `offset` bytes into `remote`, after checking
-    /// the key belongs to this endpoint's provider.
-    fn remote_addr(&self, remote: &RemoteKey, offset: u64) -> Result<u64> {
+    /// The target address of `offset` bytes into `remote` (what an
+    /// [`RmaOp`]'s `addr` holds), after checking the key belongs to this
+    /// endpoint's provider. [`Error::InvalidArgument`] for a key of another
+    /// provider or an offset that overflows the address space; bounds are
+    /// the target's check.
+    pub fn remote_addr(&self, remote: &RemoteKey, offset: u64) -> Result<u64> {
         if remote.provider() != self.shared.provider_id {
             return Err(Error::InvalidArgument("remote key of another provider"));
         }
@@ -189,10 +200,37 @@ impl Endpoint {
     /// completion, even if the target refuses it (`fi_inject_write`). At most
     /// the endpoint's `inject_size`.
     pub fn inject_write(&self, peer: PeerAddr, payload: &[u8], remote: &RemoteKey, offset: u64) -> Result<()> {
+        self.inject_rma(peer, payload, remote, offset, None)
+    }
+
+    /// Like [`inject_write`](Self::inject_write), and the target's
+    /// completion queue gets the `RMA|REMOTE_WRITE|REMOTE_CQ_DATA` entry
+    /// carrying `data` that [`write_data`](Self::write_data) makes
+    /// (`fi_inject_writedata`). The initiator gets no completion; a refused
+    /// write reports nothing on either side.
+    pub fn inject_write_data(
+        &self,
+        peer: PeerAddr,
+        payload: &[u8],
+        remote: &RemoteKey,
+        offset: u64,
+        data: u64,
+    ) -> Result<()> {
+        self.inject_rma(peer, payload, remote, offset, Some(data))
+    }
+
+    fn inject_rma(
+        &self,
+        peer: PeerAddr,
+        payload: &[u8],
+        remote: &RemoteKey,
+        offset: u64,
+        data: Option<u64>,
+    ) -> Result<()> {
         let (addr, key) = (self.remote_addr(remote, offset)?, remote.key());
         self.shared
             .lock()?
-            .with_ep(self.key, |ep, cx| ep.inject_write(cx, peer, addr, key, None, payload))
+            .with_ep(self.key, |ep, cx| ep.inject_write(cx, peer, addr, key, data, payload))
     }
 
     /// Sends `buf` as an untagged message to `peer`.
@@ -263,21 +301,35 @@ impl Endpoint {
     /// Copies `payload` and sends it untagged; no completion is reported and
     /// `payload` may be reused at once. At most the endpoint's `inject_size`.
     pub fn inject(&self, peer: PeerAddr, payload: &[u8]) -> Result<()> {
-        self.shared
-            .lock()?
-            .with_ep(self.key, |ep, cx| ep.inject(cx, peer, None, None, payload))
+        self.inject_msg(peer, None, None, payload)
     }
 
     /// Like [`inject`](Self::inject), tagged.
     pub fn tinject(&self, peer: PeerAddr, tag: u64, payload: &[u8]) -> Result<()> {
+        self.inject_msg(peer, Some(tag), None, payload)
+    }
+
+    /// Like [`inject`](Self::inject), with immediate data: the receive
+    /// completes with `REMOTE_CQ_DATA` and `data` (`fi_injectdata`).
+    pub fn inject_data(&self, peer: PeerAddr, payload: &[u8], data: u64) -> Result<()> {
+        self.inject_msg(peer, None, Some(data), payload)
+    }
+
+    /// Like [`tinject`](Self::tinject), with immediate data (`fi_tinjectdata`).
+    pub fn tinject_data(&self, peer: PeerAddr, tag: u64, payload: &[u8], data: u64) -> Result<()> {
+        self.inject_msg(peer, Some(tag), Some(data), payload)
+    }
+
+    fn inject_msg(&self, peer: PeerAddr, tag: Option<u64>, data: Option<u64>, payload: &[u8]) -> Result<()> {
         self.shared
             .lock()?
-            .with_ep(self.key, |ep, cx| ep.inject(cx, peer, Some(tag), None, payload))
+            .with_ep(self.key, |ep, cx| ep.inject(cx, peer, tag, data, payload))
     }
 
     /// Cancels the posted receive whose context is `context`; it completes
-    /// with [`Error::Canceled`]. Fails with [`Error::InvalidArgument`] when
-    /// no receive with that context is waiting (it may have matched already).
+    /// with [`Error::Canceled`]. Fails with [`Error::NotFound`] (`-FI_ENOENT`,
+    /// as `fi_cancel`) when no receive with that context is waiting: it may
+    /// have matched or completed already, or was never posted.
     pub fn cancel(&self, context: u64) -> Result<()> {
         self.shared.lock()?.with_ep(self.key, |ep, cx| ep.cancel(cx, context))
     }

@@ -49,6 +49,10 @@ pub enum Error {
     TimedOut,
     /// The provider does not implement this.
     NotSupported(&'static str),
+    /// The operation named does not exist (any more): e.g. no posted
+    /// receive has the context given to `cancel` (`FI_ENOENT`, as
+    /// `fi_cancel` returns). The text says what was looked for.
+    NotFound(&'static str),
     /// The address bytes are not a valid endpoint name for this provider, or
     /// the peer handle is not in the address vector.
     AddressNotAvailable,
@@ -76,6 +80,7 @@ impl Error {
             Error::Again => libc::EAGAIN,
             Error::TimedOut => libc::ETIMEDOUT,
             Error::NotSupported(_) => libc::EOPNOTSUPP,
+            Error::NotFound(_) => libc::ENOENT,
             Error::AddressNotAvailable => libc::EADDRNOTAVAIL,
             Error::NoProvider(_) => libc::ENODATA,
             Error::RemoteAccess(_) => libc::EACCES,
@@ -110,6 +115,7 @@ impl fmt::Display for Error {
             Error::Again => f.write_str("resource temporarily unavailable, try again"),
             Error::TimedOut => f.write_str("timed out"),
             Error::NotSupported(what) => write!(f, "not supported: {what}"),
+            Error::NotFound(what) => write!(f, "not found: {what}"),
             Error::AddressNotAvailable => f.write_str("address not available"),
             Error::NoProvider(why) => write!(f, "no provider available: {why}"),
             Error::RemoteAccess(what) => write!(f, "remote access denied: {what}"),
@@ -136,6 +142,7 @@ mod tests {
         assert_eq!(Error::Again.code(), -libc::EAGAIN);
         assert_eq!(Error::Canceled.code(), -libc::ECANCELED);
         assert_eq!(Error::RemoteAccess("unknown remote key").code(), -13); // -FI_EACCES
+        assert_eq!(Error::NotFound("no such receive").code(), -2); // -FI_ENOENT
     }
 
     #[test]

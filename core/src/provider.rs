@@ -195,7 +195,8 @@ pub trait EndpointProvider: Send {
     /// Posts a receive.
     fn recv(&mut self, cx: &mut Ctx<'_>, op: RecvOp) -> std::result::Result<(), Rejected<RecvOp>>;
     /// Cancels the posted receive with this context; its completion reports
-    /// [`Error::Canceled`]. Fails when no such receive is waiting.
+    /// [`Error::Canceled`]. Fails with [`Error::NotFound`] when no such
+    /// receive is waiting.
     fn cancel(&mut self, cx: &mut Ctx<'_>, context: u64) -> Result<()>;
     /// Moves data and produces completions; never blocks.
     fn progress(&mut self, cx: &mut Ctx<'_>);

@@ -7,6 +7,8 @@
 #   peer_death   tests/peer_death.rs over XFER_PROVIDER=verbs (a peer process killed)
 #   xfer_info    xfer-info with no XFER_PROVIDER/XFER_VERBS_DEVICE: must find rxe0 and
 #                pick verbs by itself
+#   c_suite      the C suite (tests/c/test_capi.c) over XFER_PROVIDER=verbs, then the C
+#                examples (pingpong, rma) as server and client processes over verbs
 # The binaries are built on the host by tests/vm/build-verbs.sh, whose KEY=PATH lines
 # are this script's arguments:
 #   tests/vm/run-guest.sh tests/vm/all.sh $(tests/vm/build-verbs.sh)
@@ -18,15 +20,15 @@
 #                        `verbs` runs every VERBS_* binary, `verbs_<name>` just that one
 #   XFER_VM_CONFORMANCE_THREADS  --test-threads for the conformance suite (default 2: 35
 #                        tests in ~9-10 s over rxe vs ~16 s with 1, both passing, measured)
-#   XFER_VM_TIMEOUT_VERBS / _CONFORMANCE / _PEER_DEATH / _XFER_INFO  per-step seconds
-#                        (defaults 240 per verbs binary / 240 / 120 / 60, 3-10x what they
-#                        took here; smoke.sh bounds its own commands)
+#   XFER_VM_TIMEOUT_VERBS / _CONFORMANCE / _PEER_DEATH / _XFER_INFO / _C_SUITE  per-step
+#                        seconds (defaults 240 per verbs binary / 240 / 120 / 60 / 300,
+#                        3-10x what they took here; smoke.sh bounds its own commands)
 #   XFER_VM_TEST_ARGS    extra arguments for the conformance binary (e.g. a test name filter)
 set -u
 
 usage() {
     echo "usage: all.sh KEY=PATH... (KEYs: VERBS_<NAME> CONFORMANCE PEER_DEATH XFER_INFO" \
-        "[XFER_PERF]; from tests/vm/build-verbs.sh on the host)" >&2
+        "C_SUITE [XFER_PERF]; from tests/vm/build-verbs.sh on the host)" >&2
 }
 if [ "${XFER_IN_GUEST:-0}" != 1 ]; then
     echo "all.sh: run this inside the guest: tests/vm/run-guest.sh $0 \$(tests/vm/build-verbs.sh)" >&2
@@ -44,7 +46,7 @@ for arg in "$@"; do
         verbs_tests+=("${name,,}")
         bin[${arg%%=*}]=${arg#*=}
         ;;
-    CONFORMANCE=* | PEER_DEATH=* | XFER_PERF=* | XFER_INFO=*) bin[${arg%%=*}]=${arg#*=} ;;
+    CONFORMANCE=* | PEER_DEATH=* | XFER_PERF=* | XFER_INFO=* | C_SUITE=*) bin[${arg%%=*}]=${arg#*=} ;;
     *)
         echo "all.sh: unexpected argument: $arg" >&2
         usage
@@ -53,7 +55,7 @@ for arg in "$@"; do
     esac
 done
 
-steps=${XFER_VM_STEPS:-smoke verbs conformance peer_death xfer_info}
+steps=${XFER_VM_STEPS:-smoke verbs conformance peer_death xfer_info c_suite}
 steps=${steps//,/ }
 # `verbs` stands for one step per VERBS_<NAME> binary given.
 expanded=
@@ -66,9 +68,9 @@ for s in $steps; do
             for t in "${verbs_tests[@]}"; do expanded+=" verbs_$t"; done
         fi
         ;;
-    smoke | verbs_* | conformance | peer_death | xfer_info) expanded+=" $s" ;;
+    smoke | verbs_* | conformance | peer_death | xfer_info | c_suite) expanded+=" $s" ;;
     *)
-        echo "all.sh: unknown step '$s' in XFER_VM_STEPS (smoke verbs verbs_<name> conformance peer_death xfer_info)" >&2
+        echo "all.sh: unknown step '$s' in XFER_VM_STEPS (smoke verbs verbs_<name> conformance peer_death xfer_info c_suite)" >&2
         exit 2
         ;;
     esac
@@ -98,7 +100,7 @@ why() {
     esac
 }
 
-# need KEY STEP: the binary for KEY, or a failure of STEP if it was not given.
+# need KEY STEP: the binary (or directory) for KEY, or a failure of STEP if it was not given.
 need() {
     local path=${bin[$1]:-}
     if [ -z "$path" ]; then
@@ -175,6 +177,65 @@ step_xfer_info() {
     else
         result xfer_info 0
     fi
+}
+
+# left DEADLINE: seconds until DEADLINE (epoch seconds), at least 1 (timeout 0 means none).
+left() {
+    local l=$(($1 - $(date +%s)))
+    [ "$l" -ge 1 ] || l=1
+    echo "$l"
+}
+
+# c_example NAME DEADLINE CLIENT_ARGS...: the C example NAME (in the C_SUITE directory) as
+# a server and a client process over verbs; prints both sides' output; fails unless both
+# exit 0. The server prints "NAME server: HEXNAME" first.
+c_example() {
+    local name=$1 deadline=$2 dir=${bin[C_SUITE]} out server_name server rc=0 i
+    shift 2
+    out=$(mktemp /tmp/c-example.XXXXXX)
+    timeout -k 5 "$(left "$deadline")" "$dir/$name" server >"$out" 2>&1 &
+    server=$!
+    for i in $(seq 1 300); do
+        server_name=$(sed -n "s/^$name server: \([0-9a-f]*\)\$/\1/p" "$out" | head -n 1)
+        [ -n "$server_name" ] && break
+        kill -0 "$server" 2>/dev/null || break
+        sleep 0.1
+    done
+    if [ -z "$server_name" ]; then
+        echo "c_suite: the $name server printed no name" >&2
+        rc=1
+    else
+        echo "+ $dir/$name client $server_name $*"
+        timeout -k 5 "$(left "$deadline")" "$dir/$name" client "$server_name" "$@" || rc=1
+    fi
+    wait "$server" || rc=1
+    sed "s/^/[$name server] /" "$out"
+    rm -f "$out"
+    return "$rc"
+}
+
+step_c_suite() {
+    need C_SUITE c_suite || return
+    local t=${XFER_VM_TIMEOUT_C_SUITE:-300} dir=${bin[C_SUITE]} log rc deadline
+    deadline=$(($(date +%s) + t))
+    log=$(mktemp /tmp/c-suite.XXXXXX)
+    # As for the conformance step: rxe must turn a stalled READ into an error.
+    echo "+ XFER_PROVIDER=verbs timeout $t $dir/test_capi"
+    XFER_PROVIDER=verbs XFER_VERBS_RETRY_CNT=${XFER_VERBS_RETRY_CNT:-6} \
+        timeout -k 10 "$t" "$dir/test_capi" 2>&1 | tee "$log"
+    rc=${PIPESTATUS[0]}
+    if [ "$rc" != 0 ]; then
+        result c_suite "$rc" "test_capi: $(why "$rc" "$t")"
+    elif ! grep -q '^provider: verbs$' "$log"; then
+        result c_suite 1 "test_capi did not run over verbs: $(grep '^provider:' "$log")"
+    elif ! XFER_PROVIDER=verbs c_example pingpong "$deadline" 200 4096; then
+        result c_suite 1 "the pingpong example failed"
+    elif ! XFER_PROVIDER=verbs c_example rma "$deadline" 100000; then
+        result c_suite 1 "the rma example failed"
+    else
+        result c_suite 0
+    fi
+    rm -f "$log"
 }
 
 echo "all.sh: steps: $steps"

@@ -8,6 +8,9 @@
 #   PEER_DEATH=...   root package tests/peer_death.rs (release)
 #   XFER_PERF=...    xfer-perf (release)
 #   XFER_INFO=...    xfer-info (release)
+#   C_SUITE=...      a directory holding libxfer.so (xfer-capi, release, with the verbs
+#                    provider) and, linked against it with rpath $ORIGIN, the C suite
+#                    tests/c/test_capi.c and the examples examples/c/pingpong.c, rma.c
 # Build output goes to stderr. Honors CARGO_TARGET_DIR (the paths printed are cargo's
 # own). Fails, naming the build, if any build fails.
 #
@@ -22,7 +25,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 
-all_keys=(VERBS CONFORMANCE PEER_DEATH XFER_PERF XFER_INFO)
+all_keys=(VERBS CONFORMANCE PEER_DEATH XFER_PERF XFER_INFO C_SUITE)
 want=("${all_keys[@]}")
 if [ "${1:-}" = --only ]; then
     [ $# -ge 2 ] || { echo "build-verbs: --only needs KEY[,KEY...] (${all_keys[*]})" >&2; exit 2; }
@@ -61,7 +64,8 @@ echo "build-verbs: root package features: ${features:-(none)}" >&2
 
 # Filters cargo's --message-format=json on stdin: compiler
 # messages go to stderr as cargo would print them, and "kind name executable source" for
-# each built executable is appended to the file $1.
+# each built executable ("cdylib name file.so source" for each shared library) is
+# appended to the file $1.
 filter_cargo_json() {
     "$PY" -c '
 import json, sys
@@ -78,6 +82,11 @@ with open(sys.argv[1], "a") as arts:
         elif reason == "compiler-artifact" and m.get("executable"):
             t = m["target"]
             arts.write("%s %s %s %s\n" % (t["kind"][0], t["name"], m["executable"], t["src_path"]))
+        elif reason == "compiler-artifact" and "cdylib" in m["target"]["kind"]:
+            t = m["target"]
+            for f in m.get("filenames", []):
+                if f.endswith(".so"):
+                    arts.write("cdylib %s %s %s\n" % (t["name"], f, t["src_path"]))
 ' "$1"
 }
 
@@ -110,6 +119,35 @@ wants XFER_INFO && bins+=(--bin xfer-info)
 if [ ${#bins[@]} -gt 0 ]; then
     cargo_build "${bins[*]}" build --release -p xfer "${bins[@]}" "${feature_args[@]}" "$@"
 fi
+if wants C_SUITE; then
+    # libxfer with its default features (the verbs provider included).
+    cargo_build "libxfer (xfer-capi)" build --release -p xfer-capi --lib "$@"
+fi
+
+# build_c_suite: copies libxfer.so into DIR (next to its libxfer.so) and compiles the C
+# suite and the C examples there against it, finding it at run time through $ORIGIN.
+# Prints DIR.
+build_c_suite() {
+    local so dir src out
+    so=$(awk '$1 == "cdylib" && $2 == "xfer" { p = $3 } END { print p }' "$arts")
+    if [ -z "$so" ] || [ ! -f "$so" ]; then
+        echo "build-verbs: no libxfer.so in cargo's output" >&2
+        exit 1
+    fi
+    dir=$(dirname "$so")/c-suite
+    mkdir -p "$dir"
+    cp -f "$so" "$dir/libxfer.so"
+    for src in tests/c/test_capi.c examples/c/pingpong.c examples/c/rma.c; do
+        out=$(basename "$src" .c)
+        echo "build-verbs: ${CC:-cc} $src -> $dir/$out" >&2
+        if ! "${CC:-cc}" -std=c11 -Wall -Wextra -Werror -pthread -g -O1 -Iinclude "$src" \
+            -L"$dir" -lxfer -Wl,-rpath,'$ORIGIN' -o "$dir/$out" >&2; then
+            echo "build-verbs: FAILED to compile $src" >&2
+            exit 1
+        fi
+    done
+    echo "$dir"
+}
 
 # key -> "kind name" of its artifact
 declare -A target=([CONFORMANCE]="test conformance" [PEER_DEATH]="test peer_death"
@@ -129,6 +167,17 @@ add() { # KEY PATH
     out+=("$1=$2")
 }
 for k in "${want[@]}"; do
+    if [ "$k" = C_SUITE ]; then
+        dir=$(build_c_suite)
+        case $dir in
+        *[[:space:]]*)
+            echo "build-verbs: C_SUITE path contains whitespace: $dir" >&2
+            exit 1
+            ;;
+        esac
+        out+=("C_SUITE=$dir")
+        continue
+    fi
     if [ "$k" = VERBS ]; then
         # Integration tests of xfer-verbs: test targets whose source is under providers/verbs/tests.
         found=0
