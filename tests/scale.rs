@@ -158,10 +158,10 @@ fn one_endpoint_with_many_peers() {
     hub.poll();
     let before = rss();
     let addrs: Vec<PeerAddr> = names.iter().map(|b| hub.av.insert(b).expect("insert")).collect();
-    for p in 0..n {
+    for (p, &addr) in addrs.iter().enumerate() {
         for i in 0..MSGS {
             hub.ep
-                .trecv(addrs[p], p as u64, 0, vec![0; LEN], seed(p, i))
+                .trecv(addr, p as u64, 0, vec![0; LEN], seed(p, i))
                 .expect("post receive");
         }
     }
