@@ -156,6 +156,7 @@ fn one_endpoint_with_many_peers() {
     assert_eq!(names.len(), n, "one name per peer");
     // Baseline: the hub exists, knows no peer, has no connection.
     hub.poll();
+    let counters_before = hub.ep.counters().expect("counters");
     let before = rss();
     let addrs: Vec<PeerAddr> = names.iter().map(|b| hub.av.insert(b).expect("insert")).collect();
     for (p, &addr) in addrs.iter().enumerate() {
@@ -197,6 +198,14 @@ fn one_endpoint_with_many_peers() {
         assert!(start.elapsed() < BOUND, "hub: {got} of {} messages", n * MSGS as usize);
     }
     let after = rss();
+    let counters_after = hub.ep.counters().expect("counters");
+    let recv_bytes = |cs: &[(&str, u64)]| cs.iter().find(|(k, _)| *k == "recv_buffer_bytes").map(|&(_, v)| v);
+    // Verbs: the receive buffers are the SRQ's, the same for 0 or n peers.
+    assert_eq!(
+        recv_bytes(&counters_before),
+        recv_bytes(&counters_after),
+        "receive memory grew with peers"
+    );
     // The peers exit once every answer arrived.
     let finished = Instant::now();
     let status = loop {
@@ -209,11 +218,14 @@ fn one_endpoint_with_many_peers() {
     assert!(status.success(), "peers failed: {status}");
     let per_peer = after.saturating_sub(before) / n as u64;
     println!(
-        "scale: {n} peers, {got} messages in {:.2?}; hub resident set {} KiB -> {} KiB: {} B per peer",
+        "scale: {n} peers, {got} messages in {:.2?}; hub resident set {} KiB -> {} KiB: {} B per peer; \
+         receive buffers {:?} B; counters {:?}",
         start.elapsed(),
         before / 1024,
         after / 1024,
-        per_peer
+        per_peer,
+        recv_bytes(&counters_after),
+        counters_after
     );
     // A loose bound that catches a per-peer buffer of the wrong order
     // (e.g. a whole rendezvous-sized allocation per connection).

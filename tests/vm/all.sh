@@ -5,6 +5,8 @@
 #                <name>.rs: rc, endpoint), reported as verbs_<name>
 #   conformance  the root crate's provider conformance suite over XFER_PROVIDER=verbs
 #   peer_death   tests/peer_death.rs over XFER_PROVIDER=verbs (a peer process killed)
+#   scale        tests/scale.rs over XFER_PROVIDER=verbs: one endpoint, XFER_SCALE_PEERS (32)
+#                peers; the hub's receive memory (its SRQ) must not grow with them
 #   xfer_info    xfer-info with no XFER_PROVIDER/XFER_VERBS_DEVICE: must find rxe0 and
 #                pick verbs by itself
 #   c_suite      the C suite (tests/c/test_capi.c) over XFER_PROVIDER=verbs, then the C
@@ -20,14 +22,14 @@
 #                        `verbs` runs every VERBS_* binary, `verbs_<name>` just that one
 #   XFER_VM_CONFORMANCE_THREADS  --test-threads for the conformance suite (default 2: 35
 #                        tests in ~9-10 s over rxe vs ~16 s with 1, both passing, measured)
-#   XFER_VM_TIMEOUT_VERBS / _CONFORMANCE / _PEER_DEATH / _XFER_INFO / _C_SUITE  per-step
-#                        seconds (defaults 240 per verbs binary / 240 / 120 / 60 / 300,
+#   XFER_VM_TIMEOUT_VERBS / _CONFORMANCE / _PEER_DEATH / _SCALE / _XFER_INFO / _C_SUITE  per-step
+#                        seconds (defaults 240 per verbs binary / 240 / 120 / 180 / 60 / 300,
 #                        3-10x what they took here; smoke.sh bounds its own commands)
 #   XFER_VM_TEST_ARGS    extra arguments for the conformance binary (e.g. a test name filter)
 set -u
 
 usage() {
-    echo "usage: all.sh KEY=PATH... (KEYs: VERBS_<NAME> CONFORMANCE PEER_DEATH XFER_INFO" \
+    echo "usage: all.sh KEY=PATH... (KEYs: VERBS_<NAME> CONFORMANCE PEER_DEATH SCALE XFER_INFO" \
         "C_SUITE [XFER_PERF]; from tests/vm/build-verbs.sh on the host)" >&2
 }
 if [ "${XFER_IN_GUEST:-0}" != 1 ]; then
@@ -46,7 +48,7 @@ for arg in "$@"; do
         verbs_tests+=("${name,,}")
         bin[${arg%%=*}]=${arg#*=}
         ;;
-    CONFORMANCE=* | PEER_DEATH=* | XFER_PERF=* | XFER_INFO=* | C_SUITE=*) bin[${arg%%=*}]=${arg#*=} ;;
+    CONFORMANCE=* | PEER_DEATH=* | SCALE=* | XFER_PERF=* | XFER_INFO=* | C_SUITE=*) bin[${arg%%=*}]=${arg#*=} ;;
     *)
         echo "all.sh: unexpected argument: $arg" >&2
         usage
@@ -55,7 +57,7 @@ for arg in "$@"; do
     esac
 done
 
-steps=${XFER_VM_STEPS:-smoke verbs conformance peer_death xfer_info c_suite}
+steps=${XFER_VM_STEPS:-smoke verbs conformance peer_death scale xfer_info c_suite}
 steps=${steps//,/ }
 # `verbs` stands for one step per VERBS_<NAME> binary given.
 expanded=
@@ -68,9 +70,9 @@ for s in $steps; do
             for t in "${verbs_tests[@]}"; do expanded+=" verbs_$t"; done
         fi
         ;;
-    smoke | verbs_* | conformance | peer_death | xfer_info | c_suite) expanded+=" $s" ;;
+    smoke | verbs_* | conformance | peer_death | scale | xfer_info | c_suite) expanded+=" $s" ;;
     *)
-        echo "all.sh: unknown step '$s' in XFER_VM_STEPS (smoke verbs verbs_<name> conformance peer_death xfer_info c_suite)" >&2
+        echo "all.sh: unknown step '$s' in XFER_VM_STEPS (smoke verbs verbs_<name> conformance peer_death scale xfer_info c_suite)" >&2
         exit 2
         ;;
     esac
@@ -158,6 +160,14 @@ step_conformance() {
 
 step_peer_death() {
     run_test peer_death PEER_DEATH 1 "${XFER_VM_TIMEOUT_PEER_DEATH:-120}"
+}
+
+step_scale() {
+    # Every peer endpoint of the child process has its own SRQ: keep them small
+    # (the hub's too; what is checked is that its receive memory stays fixed).
+    XFER_SCALE_PEERS=${XFER_SCALE_PEERS:-32} XFER_VERBS_SRQ_SIZE=${XFER_VERBS_SRQ_SIZE:-64} \
+        XFER_VERBS_SRQ_LOW_WATERMARK=${XFER_VERBS_SRQ_LOW_WATERMARK:-16} \
+        run_test scale SCALE 1 "${XFER_VM_TIMEOUT_SCALE:-180}" --nocapture
 }
 
 step_xfer_info() {

@@ -6,6 +6,7 @@
 #                    (debug; today VERBS_RC and VERBS_ENDPOINT)
 #   CONFORMANCE=...  root package tests/conformance.rs (release: TCG is ~10x slower)
 #   PEER_DEATH=...   root package tests/peer_death.rs (release)
+#   SCALE=...        root package tests/scale.rs (release)
 #   XFER_PERF=...    xfer-perf (release)
 #   XFER_INFO=...    xfer-info (release)
 #   C_SUITE=...      a directory holding libxfer.so (xfer-capi, release, with the verbs
@@ -25,7 +26,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 
-all_keys=(VERBS CONFORMANCE PEER_DEATH XFER_PERF XFER_INFO C_SUITE)
+all_keys=(VERBS CONFORMANCE PEER_DEATH SCALE XFER_PERF XFER_INFO C_SUITE)
 want=("${all_keys[@]}")
 if [ "${1:-}" = --only ]; then
     [ $# -ge 2 ] || { echo "build-verbs: --only needs KEY[,KEY...] (${all_keys[*]})" >&2; exit 2; }
@@ -109,6 +110,7 @@ fi
 tests=()
 wants CONFORMANCE && tests+=(--test conformance)
 wants PEER_DEATH && tests+=(--test peer_death)
+wants SCALE && tests+=(--test scale)
 if [ ${#tests[@]} -gt 0 ]; then
     cargo_build "the root package's tests (${tests[*]})" \
         test --release -p xfer "${tests[@]}" --no-run "${feature_args[@]}" "$@"
@@ -150,7 +152,7 @@ build_c_suite() {
 }
 
 # key -> "kind name" of its artifact
-declare -A target=([CONFORMANCE]="test conformance" [PEER_DEATH]="test peer_death"
+declare -A target=([CONFORMANCE]="test conformance" [PEER_DEATH]="test peer_death" [SCALE]="test scale"
     [XFER_PERF]="bin xfer-perf" [XFER_INFO]="bin xfer-info")
 out=()
 add() { # KEY PATH

@@ -485,6 +485,12 @@ impl EndpointProvider for VerbsEndpoint {
             ("tie_breaks", s.tie_breaks),
             ("srq_refills", s.srq_refills),
             ("srq_posted", u64::from(s.srq_posted)),
+            // Receive memory: the SRQ's buffers, fixed when the endpoint
+            // opens, whatever the number of peers.
+            ("recv_buffer_bytes", {
+                let c = self.srq.config();
+                u64::from(c.size) * u64::from(c.buf_size)
+            }),
             ("max_sq_outstanding", u64::from(s.max_sq_outstanding)),
             ("sq_depth", u64::from(self.qp_cfg.sq_depth)),
             ("signaled", s.signaled),
