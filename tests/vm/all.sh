@@ -5,6 +5,9 @@
 #                <name>.rs: rc, endpoint), reported as verbs_<name>
 #   conformance  the root crate's provider conformance suite over XFER_PROVIDER=verbs
 #   peer_death   tests/peer_death.rs over XFER_PROVIDER=verbs (a peer process killed)
+#   tcp_faults   tests/tcp_faults.rs: the TCP provider between two network namespaces
+#                joined by a veth pair, under netem loss/delay/reordering/duplication
+#                (the host kernel has no sch_netem), link down, SIGKILL and restart
 #   xfer_info    xfer-info with no XFER_PROVIDER/XFER_VERBS_DEVICE: must find rxe0 and
 #                pick verbs by itself
 # The binaries are built on the host by tests/vm/build-verbs.sh, whose KEY=PATH lines
@@ -18,14 +21,14 @@
 #                        `verbs` runs every VERBS_* binary, `verbs_<name>` just that one
 #   XFER_VM_CONFORMANCE_THREADS  --test-threads for the conformance suite (default 2: 35
 #                        tests in ~9-10 s over rxe vs ~16 s with 1, both passing, measured)
-#   XFER_VM_TIMEOUT_VERBS / _CONFORMANCE / _PEER_DEATH / _XFER_INFO  per-step seconds
-#                        (defaults 240 per verbs binary / 240 / 120 / 60, 3-10x what they
-#                        took here; smoke.sh bounds its own commands)
+#   XFER_VM_TIMEOUT_VERBS / _CONFORMANCE / _PEER_DEATH / _TCP_FAULTS / _XFER_INFO  per-step
+#                        seconds (defaults 240 per verbs binary / 240 / 120 / 300 / 60, 3-10x
+#                        what they took here; smoke.sh bounds its own commands)
 #   XFER_VM_TEST_ARGS    extra arguments for the conformance binary (e.g. a test name filter)
 set -u
 
 usage() {
-    echo "usage: all.sh KEY=PATH... (KEYs: VERBS_<NAME> CONFORMANCE PEER_DEATH XFER_INFO" \
+    echo "usage: all.sh KEY=PATH... (KEYs: VERBS_<NAME> CONFORMANCE PEER_DEATH TCP_FAULTS XFER_INFO" \
         "[XFER_PERF]; from tests/vm/build-verbs.sh on the host)" >&2
 }
 if [ "${XFER_IN_GUEST:-0}" != 1 ]; then
@@ -44,7 +47,7 @@ for arg in "$@"; do
         verbs_tests+=("${name,,}")
         bin[${arg%%=*}]=${arg#*=}
         ;;
-    CONFORMANCE=* | PEER_DEATH=* | XFER_PERF=* | XFER_INFO=*) bin[${arg%%=*}]=${arg#*=} ;;
+    CONFORMANCE=* | PEER_DEATH=* | TCP_FAULTS=* | XFER_PERF=* | XFER_INFO=*) bin[${arg%%=*}]=${arg#*=} ;;
     *)
         echo "all.sh: unexpected argument: $arg" >&2
         usage
@@ -53,7 +56,7 @@ for arg in "$@"; do
     esac
 done
 
-steps=${XFER_VM_STEPS:-smoke verbs conformance peer_death xfer_info}
+steps=${XFER_VM_STEPS:-smoke verbs conformance peer_death tcp_faults xfer_info}
 steps=${steps//,/ }
 # `verbs` stands for one step per VERBS_<NAME> binary given.
 expanded=
@@ -66,9 +69,9 @@ for s in $steps; do
             for t in "${verbs_tests[@]}"; do expanded+=" verbs_$t"; done
         fi
         ;;
-    smoke | verbs_* | conformance | peer_death | xfer_info) expanded+=" $s" ;;
+    smoke | verbs_* | conformance | peer_death | tcp_faults | xfer_info) expanded+=" $s" ;;
     *)
-        echo "all.sh: unknown step '$s' in XFER_VM_STEPS (smoke verbs verbs_<name> conformance peer_death xfer_info)" >&2
+        echo "all.sh: unknown step '$s' in XFER_VM_STEPS (smoke verbs verbs_<name> conformance peer_death tcp_faults xfer_info)" >&2
         exit 2
         ;;
     esac
@@ -156,6 +159,24 @@ step_conformance() {
 
 step_peer_death() {
     run_test peer_death PEER_DEATH 1 "${XFER_VM_TIMEOUT_PEER_DEATH:-120}"
+}
+
+# TCP, not verbs: two network namespaces joined by a veth pair, faults injected with tc and
+# ip (tests/tcp_faults.rs, docs/FAULTS.md). Here every case must really run: a missing
+# prerequisite (root, iproute2, the netem qdisc) fails instead of skipping.
+step_tcp_faults() {
+    need TCP_FAULTS tcp_faults || return
+    local t=${XFER_VM_TIMEOUT_TCP_FAULTS:-300} rc
+    # The kernel would load these on first use too; loading them up front makes a
+    # missing module a clear message here rather than a failed tc or ip command.
+    for m in veth sch_netem sch_tbf; do
+        modprobe "$m" || echo "tcp_faults: modprobe $m failed" >&2
+    done
+    echo "+ XFER_FAULTS_REQUIRE=1 XFER_FAULTS_REQUIRE_NETEM=1 timeout $t ${bin[TCP_FAULTS]} --test-threads=1 --nocapture"
+    XFER_FAULTS_REQUIRE=1 XFER_FAULTS_REQUIRE_NETEM=1 timeout -k 10 "$t" "${bin[TCP_FAULTS]}" \
+        --test-threads=1 --nocapture
+    rc=$?
+    result tcp_faults "$rc" "$(why "$rc" "$t")"
 }
 
 step_xfer_info() {

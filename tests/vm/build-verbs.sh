@@ -6,6 +6,8 @@
 #                    (debug; today VERBS_RC and VERBS_ENDPOINT)
 #   CONFORMANCE=...  root package tests/conformance.rs (release: TCG is ~10x slower)
 #   PEER_DEATH=...   root package tests/peer_death.rs (release)
+#   TCP_FAULTS=...   root package tests/tcp_faults.rs (release): TCP between two network
+#                    namespaces under netem, link down, SIGKILL and restart
 #   XFER_PERF=...    xfer-perf (release)
 #   XFER_INFO=...    xfer-info (release)
 # Build output goes to stderr. Honors CARGO_TARGET_DIR (the paths printed are cargo's
@@ -22,7 +24,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 
-all_keys=(VERBS CONFORMANCE PEER_DEATH XFER_PERF XFER_INFO)
+all_keys=(VERBS CONFORMANCE PEER_DEATH TCP_FAULTS XFER_PERF XFER_INFO)
 want=("${all_keys[@]}")
 if [ "${1:-}" = --only ]; then
     [ $# -ge 2 ] || { echo "build-verbs: --only needs KEY[,KEY...] (${all_keys[*]})" >&2; exit 2; }
@@ -100,6 +102,7 @@ fi
 tests=()
 wants CONFORMANCE && tests+=(--test conformance)
 wants PEER_DEATH && tests+=(--test peer_death)
+wants TCP_FAULTS && tests+=(--test tcp_faults)
 if [ ${#tests[@]} -gt 0 ]; then
     cargo_build "the root package's tests (${tests[*]})" \
         test --release -p xfer "${tests[@]}" --no-run "${feature_args[@]}" "$@"
@@ -113,7 +116,7 @@ fi
 
 # key -> "kind name" of its artifact
 declare -A target=([CONFORMANCE]="test conformance" [PEER_DEATH]="test peer_death"
-    [XFER_PERF]="bin xfer-perf" [XFER_INFO]="bin xfer-info")
+    [TCP_FAULTS]="test tcp_faults" [XFER_PERF]="bin xfer-perf" [XFER_INFO]="bin xfer-info")
 out=()
 add() { # KEY PATH
     if [ -z "$2" ] || [ ! -x "$2" ]; then
