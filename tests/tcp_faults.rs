@@ -338,13 +338,19 @@ impl Drop for Took {
     }
 }
 
+/// Says that a case did not run, and why, where a passing run shows it:
+/// written to stderr directly, past the test harness's output capture.
+fn skipped(line: &str) {
+    let _ = writeln!(std::io::stderr(), "{line}");
+}
+
 /// Returns from the test, saying why, when it cannot run here (or fails
 /// when `XFER_FAULTS_REQUIRE=1`).
 macro_rules! skip_unless_possible {
     ($name:expr) => {
         if let Some(why) = missing_prerequisite() {
             assert!(!required(), "{}: cannot run: {why}", $name);
-            println!("SKIP {}: {why}", $name);
+            skipped(&format!("SKIP {}: {why}", $name));
             return;
         }
     };
@@ -848,10 +854,10 @@ fn netem_loss_delay_reorder_duplicate() {
         if let Err(e) = net.qdisc(side, &netem) {
             let need = std::env::var("XFER_FAULTS_REQUIRE_NETEM").is_ok_and(|v| v == "1");
             assert!(!need, "netem is required here (XFER_FAULTS_REQUIRE_NETEM=1): {e}");
-            println!(
+            skipped(&format!(
                 "SKIP netem_loss_delay_reorder_duplicate: this kernel has no netem qdisc ({e}); \
                  it runs in the Soft-RoCE guest: make vm (step tcp_faults)"
-            );
+            ));
             return;
         }
     }
