@@ -17,8 +17,13 @@ fn addr_of(node: &Node) -> std::net::SocketAddr {
     TcpName::decode(node.ep.name().as_bytes()).expect("tcp name").addr
 }
 
-/// A hello frame claiming the name of an endpoint listening at `listen`.
-fn hello(listen: std::net::SocketAddr) -> Vec<u8> {
+fn nonce_of(node: &Node) -> u64 {
+    TcpName::decode(node.ep.name().as_bytes()).expect("tcp name").nonce
+}
+
+/// A hello frame to the endpoint whose nonce is `to`, claiming the name of
+/// an endpoint listening at `listen`.
+fn hello_to(listen: std::net::SocketAddr, to: u64) -> Vec<u8> {
     let name = TcpName {
         addr: listen,
         nonce: 0x5eed,
@@ -26,6 +31,7 @@ fn hello(listen: std::net::SocketAddr) -> Vec<u8> {
     .to_vec();
     let mut out = Frame::Hello {
         name_len: name.len() as u8,
+        to,
     }
     .to_bytes()
     .to_vec();
@@ -33,21 +39,56 @@ fn hello(listen: std::net::SocketAddr) -> Vec<u8> {
     out
 }
 
-/// Polls `victim` until it closes the raw connection `s` (end of file or reset).
+/// A hello frame that `victim` accepts, claiming the name of an endpoint
+/// listening at `listen`.
+fn hello(listen: std::net::SocketAddr, victim: &Node) -> Vec<u8> {
+    hello_to(listen, nonce_of(victim))
+}
+
+/// Polls `victim` until it closes the raw connection `s` (end of file or
+/// reset). It may have acknowledged a hello first, and written nothing else.
 fn assert_dropped(victim: &mut Node, s: &mut TcpStream) {
+    let wrote = drain_until_dropped(victim, s);
+    if !wrote.is_empty() {
+        let ack = Frame::HelloAck {
+            nonce: nonce_of(victim),
+        };
+        assert_eq!(
+            &wrote[..],
+            &ack.to_bytes()[..],
+            "the victim wrote {} bytes other than a hello acknowledgement",
+            wrote.len()
+        );
+    }
+}
+
+/// Polls `victim` until it closes the raw connection `s`; returns what it wrote.
+fn drain_until_dropped(victim: &mut Node, s: &mut TcpStream) -> Vec<u8> {
     s.set_nonblocking(true).unwrap();
     let start = Instant::now();
+    let mut wrote = Vec::new();
     let mut buf = [0u8; 64];
     loop {
         victim.poll();
         match s.read(&mut buf) {
-            Ok(0) => return,
-            Ok(n) => panic!("the victim wrote {n} bytes on a connection it accepted"),
+            Ok(0) => return wrote,
+            Ok(n) => wrote.extend_from_slice(&buf[..n]),
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-            Err(_) => return, // reset
+            Err(_) => return wrote, // reset
         }
         assert!(start.elapsed() < common::DEADLINE, "hostile connection was not dropped");
     }
+}
+
+/// Reads the victim's acknowledgement of our hello on `s`.
+fn expect_hello_ack(victim: &mut Node, s: &mut TcpStream) {
+    let got = read_polling(victim, s, HEADER_LEN);
+    assert_eq!(
+        Frame::parse(&got),
+        Ok(Frame::HelloAck {
+            nonce: nonce_of(victim)
+        })
+    );
 }
 
 /// After an attack, `victim` still exchanges messages with a good peer.
@@ -61,18 +102,18 @@ fn still_works(victim: &mut Node) {
     assert_eq!(r.buf.unwrap(), pattern(32, 9));
 }
 
-/// A raw connection sends `bytes`: the victim drops it and keeps working.
-fn attack(bytes: &[u8]) {
+/// A raw connection sends `bytes(victim)`: the victim drops it and keeps working.
+fn attack(bytes: impl FnOnce(&Node) -> Vec<u8>) {
     let mut v = Node::new();
     let mut s = TcpStream::connect(addr_of(&v)).unwrap();
-    s.write_all(bytes).unwrap();
+    s.write_all(&bytes(&v)).unwrap();
     assert_dropped(&mut v, &mut s);
     still_works(&mut v);
 }
 
 #[test]
 fn garbage_drops_only_that_connection() {
-    attack(&pattern(500, 3));
+    attack(|_| pattern(500, 3));
 }
 
 #[test]
@@ -84,28 +125,31 @@ fn oversized_eager_length_is_refused() {
     }
     .to_bytes();
     Header::new_unchecked(&mut hdr[..]).set_len(MAX_EAGER + 1);
-    let mut bytes = hello("127.0.0.1:9".parse().unwrap());
-    bytes.extend_from_slice(&hdr);
-    attack(&bytes);
+    attack(|v| {
+        let mut bytes = hello("127.0.0.1:9".parse().unwrap(), v);
+        bytes.extend_from_slice(&hdr);
+        bytes
+    });
 }
 
 #[test]
 fn frame_before_hello_is_refused() {
-    attack(
-        &Frame::Eager {
+    attack(|_| {
+        Frame::Eager {
             tag: None,
             data: None,
             len: 0,
         }
-        .to_bytes(),
-    );
+        .to_bytes()
+        .to_vec()
+    });
 }
 
 #[test]
 fn connection_closed_mid_header() {
     let mut v = Node::new();
     let mut s = TcpStream::connect(addr_of(&v)).unwrap();
-    let mut bytes = hello("127.0.0.1:9".parse().unwrap());
+    let mut bytes = hello("127.0.0.1:9".parse().unwrap(), &v);
     bytes.extend_from_slice(
         &Frame::Eager {
             tag: Some(1),
@@ -127,7 +171,7 @@ fn eager_message_cut_off_mid_payload_fails_its_receive() {
     let mut v = Node::new();
     v.ep.trecv(PeerAddr::UNSPEC, 1, 0, vec![0; 1000], 5).unwrap();
     let mut s = TcpStream::connect(addr_of(&v)).unwrap();
-    let mut bytes = hello("127.0.0.1:9".parse().unwrap());
+    let mut bytes = hello("127.0.0.1:9".parse().unwrap(), &v);
     bytes.extend_from_slice(
         &Frame::Eager {
             tag: Some(1),
@@ -151,7 +195,7 @@ fn rendezvous_then(misbehave: impl FnOnce(&mut TcpStream, u64)) -> xfer::Complet
     let len = 1u64 << 20;
     v.ep.trecv(PeerAddr::UNSPEC, 3, 0, vec![0; len as usize], 6).unwrap();
     let mut s = TcpStream::connect(addr_of(&v)).unwrap();
-    let mut bytes = hello("127.0.0.1:9".parse().unwrap());
+    let mut bytes = hello("127.0.0.1:9".parse().unwrap(), &v);
     bytes.extend_from_slice(
         &Frame::Rts {
             tag: Some(3),
@@ -162,6 +206,7 @@ fn rendezvous_then(misbehave: impl FnOnce(&mut TcpStream, u64)) -> xfer::Complet
         .to_bytes(),
     );
     s.write_all(&bytes).unwrap();
+    expect_hello_ack(&mut v, &mut s);
     let got = read_polling(&mut v, &mut s, HEADER_LEN);
     s.set_nonblocking(false).unwrap();
     let cts = Frame::parse(&got).unwrap();
@@ -253,16 +298,21 @@ fn clear_to_send_longer_than_the_message_fails_the_send() {
         }
         assert!(start.elapsed() < common::DEADLINE, "the victim never connected");
     };
-    // Read the victim's hello and its request to send.
+    // Read the victim's hello, acknowledge it, and read its request to send.
     from_victim.set_nonblocking(false).unwrap();
     let mut hdr = [0u8; HEADER_LEN];
     from_victim.read_exact(&mut hdr).unwrap();
-    let Ok(Frame::Hello { name_len }) = Frame::parse(&hdr) else {
-        panic!("no hello first")
+    let Ok(Frame::Hello { name_len, to: 0x5eed }) = Frame::parse(&hdr) else {
+        panic!("no hello to the fake's nonce first")
     };
     let mut name = vec![0u8; name_len as usize];
     from_victim.read_exact(&mut name).unwrap();
-    from_victim.read_exact(&mut hdr).unwrap();
+    from_victim
+        .write_all(&Frame::HelloAck { nonce: 0x5eed }.to_bytes())
+        .unwrap();
+    from_victim.set_nonblocking(true).unwrap();
+    let got = read_polling(&mut v, &mut from_victim, HEADER_LEN);
+    hdr.copy_from_slice(&got);
     let Ok(Frame::Rts {
         token, len: rts_len, ..
     }) = Frame::parse(&hdr)
@@ -271,7 +321,7 @@ fn clear_to_send_longer_than_the_message_fails_the_send() {
     };
     assert_eq!(rts_len, len as u64);
     let mut to_victim = TcpStream::connect(addr_of(&v)).unwrap();
-    let mut bytes = hello(fake.local_addr().unwrap());
+    let mut bytes = hello(fake.local_addr().unwrap(), &v);
     bytes.extend_from_slice(
         &Frame::Cts {
             token,
@@ -310,7 +360,7 @@ fn read_polling(victim: &mut Node, s: &mut TcpStream, n: usize) -> Vec<u8> {
 fn forged_rma_answer_drops_the_connection() {
     let mut v = Node::new();
     let mut s = TcpStream::connect(addr_of(&v)).unwrap();
-    let mut bytes = hello(s.local_addr().unwrap());
+    let mut bytes = hello(s.local_addr().unwrap(), &v);
     bytes.extend_from_slice(
         &Frame::WriteAck {
             token: 12345,
@@ -332,7 +382,7 @@ fn hostile_rma_requests_are_answered_and_checked() {
         .unwrap();
     let ro = v.domain.register(pattern(64, 2), Access::REMOTE_READ).unwrap();
     let mut s = TcpStream::connect(addr_of(&v)).unwrap();
-    let mut bytes = hello(s.local_addr().unwrap());
+    let mut bytes = hello(s.local_addr().unwrap(), &v);
     let write = |key: u64, addr: u64, len: u64, token: u64| {
         Frame::WriteReq {
             key,
@@ -365,6 +415,7 @@ fn hostile_rma_requests_are_answered_and_checked() {
         .to_bytes(),
     );
     s.write_all(&bytes).unwrap();
+    expect_hello_ack(&mut v, &mut s);
     let expected = [
         (1, status::UNKNOWN_KEY),
         (2, status::OUT_OF_BOUNDS),
@@ -391,5 +442,188 @@ fn hostile_rma_requests_are_answered_and_checked() {
     assert_eq!(&data[..], &want[6..14]);
     assert_eq!(mr.to_vec().unwrap(), want, "only the good write landed");
     assert_eq!(ro.to_vec().unwrap(), pattern(64, 2));
+    still_works(&mut v);
+}
+
+/// A hello naming another endpoint (an earlier one at the victim's address):
+/// the victim drops the connection without acknowledging it, and nothing
+/// sent behind it is delivered.
+#[test]
+fn hello_for_another_endpoint_is_refused() {
+    let mut v = Node::new();
+    v.ep.trecv(PeerAddr::UNSPEC, 5, 0, vec![0; 64], 1).unwrap();
+    let mut s = TcpStream::connect(addr_of(&v)).unwrap();
+    let mut bytes = hello_to(s.local_addr().unwrap(), nonce_of(&v) ^ 1);
+    bytes.extend_from_slice(
+        &Frame::Eager {
+            tag: Some(5),
+            data: None,
+            len: 4,
+        }
+        .to_bytes(),
+    );
+    bytes.extend_from_slice(b"lost");
+    s.write_all(&bytes).unwrap();
+    let wrote = drain_until_dropped(&mut v, &mut s);
+    assert!(
+        wrote.is_empty(),
+        "the victim answered a hello that was not for it: {wrote:?}"
+    );
+    assert!(
+        v.take(1).is_none(),
+        "a message meant for another endpoint was delivered"
+    );
+    still_works(&mut v);
+}
+
+/// Accepts the connection `v` opens to `fake` and reads its hello; returns
+/// the connection and the nonce the hello was addressed to.
+fn accept_victim(v: &mut Node, fake: &TcpListener) -> (TcpStream, u64) {
+    let start = Instant::now();
+    let mut s = loop {
+        v.poll();
+        if let Ok((conn, _)) = fake.accept() {
+            break conn;
+        }
+        assert!(start.elapsed() < common::DEADLINE, "the victim never connected");
+    };
+    let hdr = read_polling(v, &mut s, HEADER_LEN);
+    let Ok(Frame::Hello { name_len, to }) = Frame::parse(&hdr) else {
+        panic!("no hello first")
+    };
+    read_polling(v, &mut s, name_len as usize);
+    (s, to)
+}
+
+fn fake_peer() -> (TcpListener, Vec<u8>) {
+    let fake = TcpListener::bind("127.0.0.1:0").unwrap();
+    fake.set_nonblocking(true).unwrap();
+    let name = TcpName {
+        addr: fake.local_addr().unwrap(),
+        nonce: 0x5eed,
+    }
+    .to_vec();
+    (fake, name)
+}
+
+/// The victim writes nothing but its hello until the peer acknowledges it:
+/// a peer that closes instead (a new endpoint at an old address) gets none of
+/// the messages, and the victim's sends fail with "connection refused".
+#[test]
+fn nothing_is_sent_before_the_hello_is_acknowledged() {
+    let mut v = Node::new();
+    let (fake, name) = fake_peer();
+    let peer = v.av.insert(&name).unwrap();
+    let big = common::test_attr().rndv_threshold * 2;
+    v.ep.tsend(peer, 1, pattern(100, 1), 10).unwrap();
+    v.ep.tsend(peer, 1, pattern(big, 2), 11).unwrap();
+    v.ep.tinject(peer, 1, b"inject").unwrap();
+    let (mut s, to) = accept_victim(&mut v, &fake);
+    assert_eq!(to, 0x5eed, "the hello names the endpoint the victim dialled");
+    // A correct victim never writes more here; a wrong one would at once.
+    let start = Instant::now();
+    s.set_nonblocking(true).unwrap();
+    let mut buf = [0u8; 64];
+    while start.elapsed() < std::time::Duration::from_millis(300) {
+        v.poll();
+        match s.read(&mut buf) {
+            Ok(n) => panic!("the victim wrote {n} bytes before its hello was acknowledged"),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(e) => panic!("read: {e}"),
+        }
+    }
+    assert!(
+        v.take(10).is_none() && v.take(11).is_none(),
+        "nothing completes meanwhile"
+    );
+    drop(s);
+    for ctx in [10, 11] {
+        let c = expect(&mut [&mut v], 0, ctx);
+        assert_eq!(
+            c.result,
+            Err(Error::PeerUnreachable {
+                peer,
+                errno: libc::ECONNREFUSED
+            }),
+            "send {ctx}"
+        );
+        assert!(c.buf.is_some(), "the buffer comes back");
+    }
+    still_works(&mut v);
+}
+
+/// An acknowledgement with another nonce than the one dialled fails the
+/// connection and its operations; the victim keeps working.
+#[test]
+fn hello_acknowledged_by_another_endpoint_fails_the_send() {
+    let mut v = Node::new();
+    let (fake, name) = fake_peer();
+    let peer = v.av.insert(&name).unwrap();
+    v.ep.tsend(peer, 1, pattern(100, 1), 10).unwrap();
+    let (mut s, _) = accept_victim(&mut v, &fake);
+    s.write_all(&Frame::HelloAck { nonce: 0x5eee }.to_bytes()).unwrap();
+    let c = expect(&mut [&mut v], 0, 10);
+    assert!(matches!(c.result, Err(Error::Protocol(_))), "{:?}", c.result);
+    still_works(&mut v);
+}
+
+/// A rendezvous send fails with the connection its request went out on; the
+/// clear-to-send the peer had already sent on its own connection arrives
+/// after that. It is dropped, not taken for a protocol violation: the peer's
+/// connection and what follows on it are unharmed.
+#[test]
+fn clear_to_send_after_the_send_failed_is_dropped() {
+    let mut v = Node::new();
+    let (fake, name) = fake_peer();
+    let peer = v.av.insert(&name).unwrap();
+    let big = common::test_attr().rndv_threshold * 2;
+    v.ep.tsend(peer, 1, pattern(big, 1), 10).unwrap();
+    let (mut out, _) = accept_victim(&mut v, &fake);
+    out.write_all(&Frame::HelloAck { nonce: 0x5eed }.to_bytes()).unwrap();
+    let rts = read_polling(&mut v, &mut out, HEADER_LEN);
+    let Ok(Frame::Rts { token, .. }) = Frame::parse(&rts) else {
+        panic!("no rendezvous request")
+    };
+    // The fake's own connection to the victim, acknowledged.
+    let mut back = TcpStream::connect(addr_of(&v)).unwrap();
+    back.write_all(&hello(fake.local_addr().unwrap(), &v)).unwrap();
+    expect_hello_ack(&mut v, &mut back);
+    // The connection the request went out on dies; the send fails.
+    drop(out);
+    let c = expect(&mut [&mut v], 0, 10);
+    assert!(matches!(c.result, Err(Error::PeerUnreachable { .. })), "{:?}", c.result);
+    // The answer that crossed the failure, then a message, on the other connection.
+    let mut bytes = Frame::Cts {
+        token,
+        rx_token: 1,
+        len: big as u64,
+    }
+    .to_bytes()
+    .to_vec();
+    bytes.extend_from_slice(
+        &Frame::Eager {
+            tag: Some(2),
+            data: None,
+            len: 3,
+        }
+        .to_bytes(),
+    );
+    bytes.extend_from_slice(b"yes");
+    back.write_all(&bytes).unwrap();
+    v.ep.trecv(PeerAddr::UNSPEC, 2, 0, vec![0; 8], 20).unwrap();
+    let r = expect(&mut [&mut v], 0, 20);
+    assert_eq!(r.result, Ok(()));
+    assert_eq!(&r.buf.unwrap()[..3], b"yes");
+    // A second answer for the same token is a violation again.
+    back.write_all(
+        &Frame::Cts {
+            token,
+            rx_token: 1,
+            len: big as u64,
+        }
+        .to_bytes(),
+    )
+    .unwrap();
+    drain_until_dropped(&mut v, &mut back);
     still_works(&mut v);
 }

@@ -184,11 +184,20 @@ pub struct TcpAttr {
     /// Address to listen on, `IP` or `IP:PORT`; `None` picks the first
     /// non-loopback IPv4 interface, else 127.0.0.1, with an ephemeral port.
     pub addr: Option<String>,
-    /// Milliseconds a connection attempt may take before its operations fail.
+    /// Milliseconds a connection attempt may take before its operations
+    /// fail: the TCP connect and the peer's answer to our Hello.
     pub connect_timeout_ms: u64,
     /// Milliseconds unacknowledged data may wait before the connection is
     /// declared dead (`TCP_USER_TIMEOUT`); 0 keeps the kernel default.
     pub user_timeout_ms: u64,
+    /// Milliseconds of silence from a peer before a keepalive probe, and
+    /// between probes (`SO_KEEPALIVE`, `TCP_KEEPIDLE`, `TCP_KEEPINTVL`, in
+    /// whole seconds rounded up); 0 turns keepalive off. With it, a peer that
+    /// stops answering is declared dead even when we have nothing to send
+    /// (waiting for a message or a clear-to-send): after `user_timeout_ms`
+    /// but at least two probe periods of silence, or three unanswered probes
+    /// when `user_timeout_ms` is 0.
+    pub keepalive_ms: u64,
     /// Socket send and receive buffer sizes in bytes; 0 keeps the kernel's.
     pub sockbuf: usize,
 }
@@ -199,6 +208,7 @@ impl Default for TcpAttr {
             addr: None,
             connect_timeout_ms: 10_000,
             user_timeout_ms: 30_000,
+            keepalive_ms: 10_000,
             sockbuf: 0,
         }
     }
@@ -213,6 +223,7 @@ impl TcpAttr {
         };
         apply(&mut a.connect_timeout_ms, "XFER_TCP_CONNECT_TIMEOUT_MS");
         apply(&mut a.user_timeout_ms, "XFER_TCP_USER_TIMEOUT_MS");
+        apply(&mut a.keepalive_ms, "XFER_TCP_KEEPALIVE_MS");
         apply(&mut a.sockbuf, "XFER_TCP_SOCKBUF");
         a
     }
@@ -228,12 +239,17 @@ impl TcpAttr {
             Setting {
                 env: "XFER_TCP_CONNECT_TIMEOUT_MS",
                 value: self.connect_timeout_ms.to_string(),
-                doc: "connection attempt timeout",
+                doc: "connection attempt timeout (connect and hello handshake)",
             },
             Setting {
                 env: "XFER_TCP_USER_TIMEOUT_MS",
                 value: self.user_timeout_ms.to_string(),
                 doc: "TCP_USER_TIMEOUT: unacknowledged data before a peer is declared dead",
+            },
+            Setting {
+                env: "XFER_TCP_KEEPALIVE_MS",
+                value: self.keepalive_ms.to_string(),
+                doc: "keepalive probe period (0: off); a silent peer dies after the user timeout",
             },
             Setting {
                 env: "XFER_TCP_SOCKBUF",

@@ -7,6 +7,9 @@
 #   peer_death   tests/peer_death.rs over XFER_PROVIDER=verbs (a peer process killed)
 #   scale        tests/scale.rs over XFER_PROVIDER=verbs: one endpoint, XFER_SCALE_PEERS (32)
 #                peers; the hub's receive memory (its SRQ) must not grow with them
+#   tcp_faults   tests/tcp_faults.rs: the TCP provider between two network namespaces
+#                joined by a veth pair, under netem loss/delay/reordering/duplication
+#                (the host kernel has no sch_netem), link down, SIGKILL and restart
 #   xfer_info    xfer-info with no XFER_PROVIDER/XFER_VERBS_DEVICE: must find rxe0 and
 #                pick verbs by itself
 #   c_suite      the C suite (tests/c/test_capi.c) over XFER_PROVIDER=verbs, then the C
@@ -22,15 +25,15 @@
 #                        `verbs` runs every VERBS_* binary, `verbs_<name>` just that one
 #   XFER_VM_CONFORMANCE_THREADS  --test-threads for the conformance suite (default 2: 35
 #                        tests in ~9-10 s over rxe vs ~16 s with 1, both passing, measured)
-#   XFER_VM_TIMEOUT_VERBS / _CONFORMANCE / _PEER_DEATH / _SCALE / _XFER_INFO / _C_SUITE  per-step
-#                        seconds (defaults 240 per verbs binary / 240 / 120 / 180 / 60 / 300,
-#                        3-10x what they took here; smoke.sh bounds its own commands)
+#   XFER_VM_TIMEOUT_VERBS / _CONFORMANCE / _PEER_DEATH / _SCALE / _TCP_FAULTS / _XFER_INFO /
+#                        _C_SUITE  per-step seconds (defaults 240 per verbs binary / 240 / 120 /
+#                        180 / 300 / 60 / 300, 3-10x what they took here; smoke.sh bounds its own)
 #   XFER_VM_TEST_ARGS    extra arguments for the conformance binary (e.g. a test name filter)
 set -u
 
 usage() {
-    echo "usage: all.sh KEY=PATH... (KEYs: VERBS_<NAME> CONFORMANCE PEER_DEATH SCALE XFER_INFO" \
-        "C_SUITE [XFER_PERF]; from tests/vm/build-verbs.sh on the host)" >&2
+    echo "usage: all.sh KEY=PATH... (KEYs: VERBS_<NAME> CONFORMANCE PEER_DEATH SCALE TCP_FAULTS" \
+        "XFER_INFO C_SUITE [XFER_PERF]; from tests/vm/build-verbs.sh on the host)" >&2
 }
 if [ "${XFER_IN_GUEST:-0}" != 1 ]; then
     echo "all.sh: run this inside the guest: tests/vm/run-guest.sh $0 \$(tests/vm/build-verbs.sh)" >&2
@@ -48,7 +51,9 @@ for arg in "$@"; do
         verbs_tests+=("${name,,}")
         bin[${arg%%=*}]=${arg#*=}
         ;;
-    CONFORMANCE=* | PEER_DEATH=* | SCALE=* | XFER_PERF=* | XFER_INFO=* | C_SUITE=*) bin[${arg%%=*}]=${arg#*=} ;;
+    CONFORMANCE=* | PEER_DEATH=* | SCALE=* | TCP_FAULTS=* | XFER_PERF=* | XFER_INFO=* | C_SUITE=*)
+        bin[${arg%%=*}]=${arg#*=}
+        ;;
     *)
         echo "all.sh: unexpected argument: $arg" >&2
         usage
@@ -57,7 +62,7 @@ for arg in "$@"; do
     esac
 done
 
-steps=${XFER_VM_STEPS:-smoke verbs conformance peer_death scale xfer_info c_suite}
+steps=${XFER_VM_STEPS:-smoke verbs conformance peer_death scale tcp_faults xfer_info c_suite}
 steps=${steps//,/ }
 # `verbs` stands for one step per VERBS_<NAME> binary given.
 expanded=
@@ -70,9 +75,10 @@ for s in $steps; do
             for t in "${verbs_tests[@]}"; do expanded+=" verbs_$t"; done
         fi
         ;;
-    smoke | verbs_* | conformance | peer_death | scale | xfer_info | c_suite) expanded+=" $s" ;;
+    smoke | verbs_* | conformance | peer_death | scale | tcp_faults | xfer_info | c_suite) expanded+=" $s" ;;
     *)
-        echo "all.sh: unknown step '$s' in XFER_VM_STEPS (smoke verbs verbs_<name> conformance peer_death scale xfer_info c_suite)" >&2
+        echo "all.sh: unknown step '$s' in XFER_VM_STEPS (smoke verbs verbs_<name> conformance" \
+            "peer_death scale tcp_faults xfer_info c_suite)" >&2
         exit 2
         ;;
     esac
@@ -168,6 +174,24 @@ step_scale() {
     XFER_SCALE_PEERS=${XFER_SCALE_PEERS:-32} XFER_VERBS_SRQ_SIZE=${XFER_VERBS_SRQ_SIZE:-64} \
         XFER_VERBS_SRQ_LOW_WATERMARK=${XFER_VERBS_SRQ_LOW_WATERMARK:-16} \
         run_test scale SCALE 1 "${XFER_VM_TIMEOUT_SCALE:-180}" --nocapture
+}
+
+# TCP, not verbs: two network namespaces joined by a veth pair, faults injected with tc and
+# ip (tests/tcp_faults.rs, docs/FAULTS.md). Here every case must really run: a missing
+# prerequisite (root, iproute2, the netem qdisc) fails instead of skipping.
+step_tcp_faults() {
+    need TCP_FAULTS tcp_faults || return
+    local t=${XFER_VM_TIMEOUT_TCP_FAULTS:-300} rc
+    # The kernel would load these on first use too; loading them up front makes a
+    # missing module a clear message here rather than a failed tc or ip command.
+    for m in veth sch_netem sch_tbf; do
+        modprobe "$m" || echo "tcp_faults: modprobe $m failed" >&2
+    done
+    echo "+ XFER_FAULTS_REQUIRE=1 XFER_FAULTS_REQUIRE_NETEM=1 timeout $t ${bin[TCP_FAULTS]} --test-threads=1 --nocapture"
+    XFER_FAULTS_REQUIRE=1 XFER_FAULTS_REQUIRE_NETEM=1 timeout -k 10 "$t" "${bin[TCP_FAULTS]}" \
+        --test-threads=1 --nocapture
+    rc=$?
+    result tcp_faults "$rc" "$(why "$rc" "$t")"
 }
 
 step_xfer_info() {

@@ -33,8 +33,11 @@ pub enum Dir {
 /// Who is waiting for a frame to be written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Owner {
-    /// Nobody (a hello).
+    /// Nobody (an acknowledgement, an inject, an RMA answer).
     None,
+    /// Nobody, but it is the Hello: the one frame written before the
+    /// peer's HelloAck arrives.
+    Hello,
     /// The send operation with this key completes when the frame is written.
     Send(usize),
     /// The send with this key waits for a clear-to-send; fails if the frame cannot be written.
@@ -82,6 +85,10 @@ pub struct TxFrame {
 pub enum State {
     /// A non-blocking connect is under way since this instant.
     Connecting(Instant),
+    /// Connected (since the instant the connect started); our Hello is
+    /// written, nothing else until the peer's HelloAck says it is the
+    /// endpoint we meant.
+    Handshake(Instant),
     /// Bytes flow.
     Open,
 }

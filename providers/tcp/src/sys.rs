@@ -6,8 +6,13 @@ use std::mem::{size_of, MaybeUninit};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
+use xfer_core::attr::TcpAttr;
 use xfer_core::error::{Error, Result};
 use xfer_core::sys::cvt;
+
+/// Unanswered keepalive probes before a connection is dead, when no user
+/// timeout is set (with one, `TCP_USER_TIMEOUT` decides).
+const KEEPALIVE_PROBES: i32 = 3;
 
 /// A non-blocking, close-on-exec TCP socket.
 #[derive(Debug)]
@@ -151,18 +156,28 @@ impl Socket {
         cvt(unsafe { libc::setsockopt(self.fd.as_raw_fd(), level, name, (&value as *const i32).cast(), len) }).map(drop)
     }
 
-    /// Disables Nagle, and sets the user timeout and buffer sizes (0 keeps defaults).
-    pub fn tune(&self, user_timeout_ms: u64, sockbuf: usize) -> Result<()> {
+    /// Disables Nagle, and applies the user timeout, keepalive and buffer
+    /// sizes of `attr` (0 keeps the kernel's value, or keepalive off).
+    pub fn tune(&self, attr: &TcpAttr) -> Result<()> {
         self.set_int(libc::IPPROTO_TCP, libc::TCP_NODELAY, 1)?;
-        if user_timeout_ms > 0 {
+        if attr.user_timeout_ms > 0 {
             self.set_int(
                 libc::IPPROTO_TCP,
                 libc::TCP_USER_TIMEOUT,
-                user_timeout_ms.min(i32::MAX as u64) as i32,
+                attr.user_timeout_ms.min(i32::MAX as u64) as i32,
             )?;
         }
-        if sockbuf > 0 {
-            let size = sockbuf.min(i32::MAX as usize) as i32;
+        if attr.keepalive_ms > 0 {
+            // The kernel counts keepalive times in whole seconds, at most 32767.
+            let secs = attr.keepalive_ms.div_ceil(1000).clamp(1, 32767) as i32;
+            self.set_int(libc::SOL_SOCKET, libc::SO_KEEPALIVE, 1)?;
+            self.set_int(libc::IPPROTO_TCP, libc::TCP_KEEPIDLE, secs)?;
+            self.set_int(libc::IPPROTO_TCP, libc::TCP_KEEPINTVL, secs)?;
+            // Used only without a user timeout, which otherwise decides.
+            self.set_int(libc::IPPROTO_TCP, libc::TCP_KEEPCNT, KEEPALIVE_PROBES)?;
+        }
+        if attr.sockbuf > 0 {
+            let size = attr.sockbuf.min(i32::MAX as usize) as i32;
             self.set_int(libc::SOL_SOCKET, libc::SO_SNDBUF, size)?;
             self.set_int(libc::SOL_SOCKET, libc::SO_RCVBUF, size)?;
         }

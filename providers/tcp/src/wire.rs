@@ -68,6 +68,8 @@ pub mod kind {
     /// First frame on every connection, from the connecting side; the
     /// sender's endpoint name follows.
     pub const HELLO: u8 = 1;
+    /// The accepting side's answer to a Hello meant for it; no payload.
+    pub const HELLO_ACK: u8 = 10;
     /// A whole message; its payload follows.
     pub const EAGER: u8 = 2;
     /// Rendezvous request-to-send; no payload.
@@ -338,11 +340,26 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Header<T> {
 pub enum Frame {
     /// First frame on every connection, from the connecting side. The
     /// sender's endpoint name (`name_len` bytes, `1..=MAX_NAME`) follows.
+    /// `to` is the nonce of the name the sender dialled: an endpoint
+    /// accepts only a Hello carrying its own nonce, so nothing addressed to
+    /// an earlier incarnation at the same address reaches it.
     ///
-    /// Wire: `len` = name_len; no flags; tag, data, id zero.
+    /// Wire: `len` = name_len; `data` = to; no flags; tag, id zero.
     Hello {
         /// Length of the endpoint name that follows.
         name_len: u8,
+        /// The nonce of the destination's endpoint name.
+        to: u64,
+    },
+    /// The accepting side's answer to a Hello that named it; the first frame
+    /// it writes on the connection. The connecting side writes nothing but
+    /// its Hello before this arrives.
+    ///
+    /// Wire: `data` = the acceptor's nonce (equal to the Hello's `to`); no
+    /// flags; len, tag, id zero.
+    HelloAck {
+        /// The accepting endpoint's nonce.
+        nonce: u64,
     },
     /// A whole message; `len` payload bytes (at most [`MAX_EAGER`]) follow.
     ///
@@ -502,12 +519,17 @@ impl Frame {
         match h.kind() {
             kind::HELLO => {
                 check_flags(fl, 0)?;
-                zero(&[h.tag(), h.data(), h.id()])?;
+                zero(&[h.tag(), h.id()])?;
                 if !(1..=MAX_NAME).contains(&h.len()) {
                     return Err(WireError::BadLength);
                 }
                 let name_len = u8::try_from(h.len()).map_err(|_| WireError::BadLength)?;
-                Ok(Frame::Hello { name_len })
+                Ok(Frame::Hello { name_len, to: h.data() })
+            }
+            kind::HELLO_ACK => {
+                check_flags(fl, 0)?;
+                zero(&[h.len(), h.tag(), h.id()])?;
+                Ok(Frame::HelloAck { nonce: h.data() })
             }
             kind::EAGER => {
                 check_flags(fl, flags::ALL)?;
@@ -606,7 +628,9 @@ impl Frame {
     /// at most [`MAX_EAGER`] ([`WireError::BadLength`] otherwise).
     pub fn check(&self) -> Result<(), WireError> {
         match *self {
-            Frame::Hello { name_len } if name_len == 0 || u64::from(name_len) > MAX_NAME => Err(WireError::BadLength),
+            Frame::Hello { name_len, .. } if name_len == 0 || u64::from(name_len) > MAX_NAME => {
+                Err(WireError::BadLength)
+            }
             Frame::Eager { len, .. } if len > MAX_EAGER => Err(WireError::BadLength),
             Frame::ReadResp { status, .. } | Frame::WriteAck { status, .. } if status > status::MAX => {
                 Err(WireError::BadStatus)
@@ -626,9 +650,14 @@ impl Frame {
         h.set_magic(MAGIC);
         h.set_version(VERSION);
         match *self {
-            Frame::Hello { name_len } => {
+            Frame::Hello { name_len, to } => {
                 h.set_kind(kind::HELLO);
                 h.set_len(u64::from(name_len));
+                h.set_data(to);
+            }
+            Frame::HelloAck { nonce } => {
+                h.set_kind(kind::HELLO_ACK);
+                h.set_data(nonce);
             }
             Frame::Eager { tag, data, len } => {
                 h.set_kind(kind::EAGER);
@@ -704,10 +733,14 @@ impl Frame {
     /// plus 8 for a WriteReq with immediate data (saturating), 0 otherwise.
     pub fn payload_len(&self) -> u64 {
         match *self {
-            Frame::Hello { name_len } => u64::from(name_len),
+            Frame::Hello { name_len, .. } => u64::from(name_len),
             Frame::Eager { len, .. } | Frame::Data { len, .. } | Frame::ReadResp { len, .. } => len,
             Frame::WriteReq { len, imm, .. } => len.saturating_add(if imm { 8 } else { 0 }),
-            Frame::Rts { .. } | Frame::Cts { .. } | Frame::ReadReq { .. } | Frame::WriteAck { .. } => 0,
+            Frame::HelloAck { .. }
+            | Frame::Rts { .. }
+            | Frame::Cts { .. }
+            | Frame::ReadReq { .. }
+            | Frame::WriteAck { .. } => 0,
         }
     }
 }
@@ -724,7 +757,16 @@ mod tests {
         0x00, 0x00, 0x00, 0x00, // flags
         0x10, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, // len = 16
         0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, // tag
-        0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, // data
+        0xef, 0xcd, 0xab, 0x89, 0x67, 0x45, 0x23, 0x01, // data = to, nonce 0x0123456789abcdef
+        0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, // id
+    ];
+
+    const HELLO_ACK: [u8; HEADER_LEN] = [
+        0x78, 0x66, 0x01, 0x0a, // magic, version, kind = HelloAck
+        0x00, 0x00, 0x00, 0x00, // flags
+        0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, // len
+        0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, // tag
+        0xef, 0xcd, 0xab, 0x89, 0x67, 0x45, 0x23, 0x01, // data = nonce 0x0123456789abcdef
         0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, // id
     ];
 
@@ -775,7 +817,19 @@ mod tests {
 
     fn goldens() -> Vec<([u8; HEADER_LEN], Frame)> {
         vec![
-            (HELLO, Frame::Hello { name_len: 16 }),
+            (
+                HELLO,
+                Frame::Hello {
+                    name_len: 16,
+                    to: 0x0123_4567_89ab_cdef,
+                },
+            ),
+            (
+                HELLO_ACK,
+                Frame::HelloAck {
+                    nonce: 0x0123_4567_89ab_cdef,
+                },
+            ),
             (
                 EAGER,
                 Frame::Eager {
@@ -864,7 +918,8 @@ mod tests {
 
     #[test]
     fn payload_len() {
-        assert_eq!(Frame::Hello { name_len: 28 }.payload_len(), 28);
+        assert_eq!(Frame::Hello { name_len: 28, to: 1 }.payload_len(), 28);
+        assert_eq!(Frame::HelloAck { nonce: 1 }.payload_len(), 0);
         assert_eq!(
             Frame::Eager {
                 tag: None,
@@ -913,7 +968,13 @@ mod tests {
         // Extra bytes after the header are ignored.
         let mut long = HELLO.to_vec();
         long.extend_from_slice(b"trailing payload");
-        assert_eq!(Frame::parse(&long), Ok(Frame::Hello { name_len: 16 }));
+        assert_eq!(
+            Frame::parse(&long),
+            Ok(Frame::Hello {
+                name_len: 16,
+                to: 0x0123_4567_89ab_cdef
+            })
+        );
     }
 
     fn modified(base: [u8; HEADER_LEN], at: usize, bytes: &[u8]) -> [u8; HEADER_LEN] {
@@ -943,7 +1004,7 @@ mod tests {
 
     #[test]
     fn unknown_kind() {
-        for k in [0u8, 10, 0x80, 0xff] {
+        for k in [0u8, 11, 0x80, 0xff] {
             assert_eq!(Frame::parse(&modified(EAGER, 3, &[k])), Err(WireError::UnknownKind(k)));
         }
     }
@@ -954,7 +1015,7 @@ mod tests {
         assert_eq!(Frame::parse(&modified(EAGER, 4, &[0x07])), Err(WireError::BadFlags));
         assert_eq!(Frame::parse(&modified(RTS, 7, &[0x80])), Err(WireError::BadFlags));
         // Any flag on the other kinds.
-        for base in [HELLO, CTS, DATA] {
+        for base in [HELLO, HELLO_ACK, CTS, DATA] {
             assert_eq!(Frame::parse(&modified(base, 4, &[0x01])), Err(WireError::BadFlags));
             assert_eq!(Frame::parse(&modified(base, 4, &[0x02])), Err(WireError::BadFlags));
         }
@@ -962,10 +1023,16 @@ mod tests {
 
     #[test]
     fn nonzero_reserved() {
-        // Hello: tag, data, id unused.
-        for at in [16, 24, 32] {
+        // Hello: tag, id unused. HelloAck: len, tag, id unused.
+        for at in [16, 32] {
             assert_eq!(
                 Frame::parse(&modified(HELLO, at, &[1])),
+                Err(WireError::NonZeroReserved)
+            );
+        }
+        for at in [8, 16, 32] {
+            assert_eq!(
+                Frame::parse(&modified(HELLO_ACK, at, &[1])),
                 Err(WireError::NonZeroReserved)
             );
         }
@@ -997,11 +1064,17 @@ mod tests {
         assert_eq!(Frame::parse(&modified(HELLO, 8, &[33])), Err(WireError::BadLength));
         assert_eq!(
             Frame::parse(&modified(HELLO, 8, &[32])),
-            Ok(Frame::Hello { name_len: 32 })
+            Ok(Frame::Hello {
+                name_len: 32,
+                to: 0x0123_4567_89ab_cdef
+            })
         );
         assert_eq!(
             Frame::parse(&modified(HELLO, 8, &[1])),
-            Ok(Frame::Hello { name_len: 1 })
+            Ok(Frame::Hello {
+                name_len: 1,
+                to: 0x0123_4567_89ab_cdef
+            })
         );
         // 256 + 1: the low byte alone would look valid.
         assert_eq!(Frame::parse(&modified(HELLO, 8, &[1, 1])), Err(WireError::BadLength));
@@ -1052,9 +1125,9 @@ mod tests {
 
     #[test]
     fn check_matches_parse_limits() {
-        assert_eq!(Frame::Hello { name_len: 0 }.check(), Err(WireError::BadLength));
-        assert_eq!(Frame::Hello { name_len: 33 }.check(), Err(WireError::BadLength));
-        assert_eq!(Frame::Hello { name_len: 32 }.check(), Ok(()));
+        assert_eq!(Frame::Hello { name_len: 0, to: 0 }.check(), Err(WireError::BadLength));
+        assert_eq!(Frame::Hello { name_len: 33, to: 0 }.check(), Err(WireError::BadLength));
+        assert_eq!(Frame::Hello { name_len: 32, to: 0 }.check(), Ok(()));
         assert_eq!(
             Frame::Eager {
                 tag: None,
@@ -1074,7 +1147,7 @@ mod tests {
             Ok(())
         );
         // What emit writes for an invalid frame, parse rejects.
-        let bad = Frame::Hello { name_len: 0 };
+        let bad = Frame::Hello { name_len: 0, to: 7 };
         assert_eq!(Frame::parse(&bad.to_bytes()), Err(WireError::BadLength));
     }
 
@@ -1108,7 +1181,8 @@ mod tests {
     fn arb_frame() -> impl Strategy<Value = Frame> {
         let opt = || proptest::option::of(any::<u64>());
         prop_oneof![
-            (1..=MAX_NAME as u8).prop_map(|name_len| Frame::Hello { name_len }),
+            (1..=MAX_NAME as u8, any::<u64>()).prop_map(|(name_len, to)| Frame::Hello { name_len, to }),
+            any::<u64>().prop_map(|nonce| Frame::HelloAck { nonce }),
             (opt(), opt(), 0..=MAX_EAGER).prop_map(|(tag, data, len)| Frame::Eager { tag, data, len }),
             (opt(), opt(), any::<u64>(), any::<u64>()).prop_map(|(tag, data, len, token)| Frame::Rts {
                 tag,

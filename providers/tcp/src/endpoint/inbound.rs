@@ -25,7 +25,13 @@ impl TcpEndpoint {
                 Ok(Io::WouldBlock) => break,
                 Ok(Io::Done(0)) => {
                     let _ = self.consume(cx, id);
-                    return self.fail_conn(cx, id, CLOSED_BY_PEER);
+                    // Closed before it acknowledged our Hello: the endpoint we
+                    // dialled is not there (a new one at its address refused it).
+                    let refused = self
+                        .conns
+                        .get(id)
+                        .is_some_and(|c| matches!(c.state, State::Handshake(_)));
+                    return self.fail_conn(cx, id, if refused { REFUSED } else { CLOSED_BY_PEER });
                 }
                 Ok(Io::Done(n)) => {
                     if n < asked && asked != usize::MAX {
@@ -139,7 +145,7 @@ impl TcpEndpoint {
                         return Ok(());
                     }
                     let frame = Frame::parse(staged).map_err(|e| Error::Protocol(e.as_str()))?;
-                    if let Frame::Hello { name_len } = frame {
+                    if let Frame::Hello { name_len, to } = frame {
                         let end = HEADER_LEN + name_len as usize;
                         if staged.len() < end {
                             return Ok(());
@@ -149,13 +155,50 @@ impl TcpEndpoint {
                         }
                         let name =
                             TcpName::decode(&staged[HEADER_LEN..end]).map_err(|e| Error::Protocol(e.as_str()))?;
+                        if to != self.nonce {
+                            // Dialled by an old name of this address: what it
+                            // sends was meant for an earlier endpoint.
+                            tracing::info!(peer = %name, "hello for an earlier endpoint at this address refused");
+                            return Err(Error::Protocol("hello names an earlier endpoint at this address"));
+                        }
                         let peer = Address::new(&staged[HEADER_LEN..end])?;
                         conn.peer = Some(peer);
                         conn.consume(end);
                         // Answer on this connection unless we already opened our own.
                         self.route.entry(peer).or_insert(id);
                         tracing::debug!(peer = %name, "peer connected");
+                        // The first frame we write on it: the peer holds everything
+                        // else it has for us until this arrives.
+                        let hdr = Frame::HelloAck { nonce: self.nonce }.to_bytes();
+                        let ack = TxFrame {
+                            hdr,
+                            payload: Payload::None,
+                            written: 0,
+                            owner: Owner::None,
+                        };
+                        self.queue(cx, id, ack);
                         continue;
+                    }
+                    if let Frame::HelloAck { nonce } = frame {
+                        let dialled = match (conn.state, conn.peer) {
+                            (State::Handshake(_), Some(peer)) => TcpName::decode(peer.as_bytes()).ok(),
+                            _ => None,
+                        };
+                        let Some(dialled) = dialled else {
+                            return Err(Error::Protocol("hello acknowledgement out of place"));
+                        };
+                        if nonce != dialled.nonce {
+                            return Err(Error::Protocol("hello acknowledged by another endpoint"));
+                        }
+                        conn.consume(HEADER_LEN);
+                        conn.state = State::Open;
+                        self.connecting -= 1;
+                        tracing::debug!(peer = %dialled, "connected");
+                        self.flush(cx, id);
+                        continue;
+                    }
+                    if matches!(conn.state, State::Handshake(_)) {
+                        return Err(Error::Protocol("first frame is not a hello acknowledgement"));
                     }
                     let Some(peer) = conn.peer else {
                         return Err(Error::Protocol("first frame is not a hello"));
@@ -290,6 +333,7 @@ impl TcpEndpoint {
     ) -> Result<Phase> {
         match frame {
             Frame::Hello { .. } => Err(Error::Protocol("second hello on a connection")),
+            Frame::HelloAck { .. } => Err(Error::Protocol("hello acknowledgement out of place")),
             Frame::WriteReq { .. } | Frame::ReadReq { .. } | Frame::ReadResp { .. } | Frame::WriteAck { .. } => {
                 Err(Error::Internal("RMA frame outside on_rma_frame"))
             }
@@ -340,6 +384,12 @@ impl TcpEndpoint {
                 let (key, gen) = untoken(token);
                 let tx = match self.sends.get_mut(key) {
                     Some(tx) if tx.gen == gen && !tx.cleared && tx.dest == peer => tx,
+                    _ if self.abandoned.remove(&(peer, token)).is_some() => {
+                        // The send failed with the connection its Rts went out
+                        // on, after the peer had answered: not a violation.
+                        tracing::debug!("clear-to-send for a rendezvous send that already failed, dropped");
+                        return Ok(Phase::Header);
+                    }
                     _ => return Err(Error::Protocol("clear-to-send for no pending rendezvous")),
                 };
                 let len = usize::try_from(len).ok().filter(|&l| l <= tx.op.buf.len());

@@ -52,6 +52,12 @@ const CLOSED_BY_PEER: Error = Error::PeerUnreachable {
     peer: PeerAddr::UNSPEC,
     errno: 0,
 };
+/// The cause recorded when a peer closes a connection before acknowledging
+/// our Hello: the endpoint we dialled is gone (another may listen there now).
+const REFUSED: Error = Error::PeerUnreachable {
+    peer: PeerAddr::UNSPEC,
+    errno: libc::ECONNREFUSED,
+};
 /// Payload bytes at or above which a read goes straight into the user's buffer.
 const DIRECT_READ: usize = 4096;
 
@@ -81,6 +87,8 @@ enum Direct {
 pub struct TcpEndpoint {
     attr: EndpointAttr,
     name: Address,
+    /// Our name's nonce: a Hello must carry it to be accepted.
+    nonce: u64,
     listener: Socket,
     epoll: Epoll,
     events: Vec<libc::epoll_event>,
@@ -107,6 +115,11 @@ pub struct TcpEndpoint {
     /// Connections with frames queued for an unwritable socket: while any
     /// exists, every progress call asks epoll (write readiness must not wait).
     writing: usize,
+    /// Tokens of rendezvous sends to a peer that failed after their Rts went
+    /// out whole: a clear-to-send may still come back for them (on another
+    /// connection), and is then dropped instead of counted as a violation.
+    /// Forgotten when the Cts comes or the peer's last connection goes.
+    abandoned: FastMap<(Address, u64), ()>,
 }
 
 fn token(key: usize, gen: u32) -> u64 {
@@ -156,9 +169,10 @@ impl TcpEndpoint {
             ));
         }
         let listener = Socket::listen(&listen_addr(attr)?)?;
+        let nonce = sys::random_u64();
         let tcp_name = TcpName {
             addr: listener.local_addr()?,
-            nonce: sys::random_u64(),
+            nonce,
         };
         let name = Address::new(&tcp_name.to_vec())?;
         let epoll = Epoll::new()?;
@@ -167,6 +181,7 @@ impl TcpEndpoint {
         Ok(TcpEndpoint {
             attr: attr.clone(),
             name,
+            nonce,
             listener,
             epoll,
             events: vec![EMPTY_EVENT; 64],
@@ -183,6 +198,7 @@ impl TcpEndpoint {
             hot: None,
             spins: 0,
             writing: 0,
+            abandoned: FastMap::default(),
         })
     }
 
@@ -211,19 +227,20 @@ impl TcpEndpoint {
         }
         let name = TcpName::decode(dest.as_bytes()).map_err(|e| Error::Protocol(e.as_str()))?;
         let sock = Socket::connect(&name.addr)?;
-        sock.tune(self.attr.tcp.user_timeout_ms, self.attr.tcp.sockbuf)?;
+        sock.tune(&self.attr.tcp)?;
         let serial = self.next_serial();
         let mut conn = Conn::new(sock, Dir::Out, State::Connecting(Instant::now()), serial, Some(*dest));
         let me = self.name.as_bytes().to_vec();
         let hdr = Frame::Hello {
             name_len: me.len() as u8,
+            to: name.nonce,
         }
         .to_bytes();
         conn.txq.push_back(TxFrame {
             hdr,
             payload: Payload::Owned(me),
             written: 0,
-            owner: Owner::None,
+            owner: Owner::Hello,
         });
         conn.want_write = true;
         self.writing += 1;
@@ -242,13 +259,22 @@ impl TcpEndpoint {
     /// Writes queued frames of connection `id` until done or the socket is full.
     fn flush(&mut self, cx: &mut Ctx<'_>, id: usize) {
         let Some(conn) = self.conns.get_mut(id) else { return };
-        if conn.state != State::Open {
-            return;
-        }
+        // Before the peer's HelloAck only our Hello may go out.
+        let hello_only = match conn.state {
+            State::Open => false,
+            State::Handshake(_) => true,
+            State::Connecting(_) => return,
+        };
         while let Some(TxFrame {
-            hdr, payload, written, ..
+            hdr,
+            payload,
+            written,
+            owner,
         }) = conn.txq.front_mut()
         {
+            if hello_only && *owner != Owner::Hello {
+                break;
+            }
             let mut ext: &[u8] = &[];
             let payload: &[u8] = match payload {
                 Payload::None => &[],
@@ -292,7 +318,10 @@ impl TcpEndpoint {
                 Err(e) => return self.fail_conn(cx, id, e),
             }
         }
-        let want = !conn.txq.is_empty();
+        let want = match conn.txq.front() {
+            Some(f) => !hello_only || f.owner == Owner::Hello,
+            None => false,
+        };
         if want != conn.want_write {
             conn.want_write = want;
             if want {
@@ -321,7 +350,7 @@ impl TcpEndpoint {
         if let Err(e) = self.epoll.delete(conn.sock.as_raw_fd()) {
             tracing::debug!(error = %e, "epoll delete of a failed connection");
         }
-        if matches!(conn.state, State::Connecting(_)) {
+        if matches!(conn.state, State::Connecting(_) | State::Handshake(_)) {
             self.connecting -= 1;
         }
         if conn.want_write {
@@ -353,7 +382,7 @@ impl TcpEndpoint {
                 }
                 Owner::Cts(key) => self.fail_rndv(cx, key, &cause),
                 Owner::Rma(key) => self.fail_rma(cx, key, None, &cause),
-                Owner::None => {}
+                Owner::None | Owner::Hello => {}
             }
         }
         let waiting: Vec<usize> = self.rma.iter().filter(|(_, r)| r.conn == me).map(|(k, _)| k).collect();
@@ -368,6 +397,10 @@ impl TcpEndpoint {
             .collect();
         for key in waiting {
             let tx = self.sends.remove(key);
+            if !tx.cleared {
+                // Its Rts went out: a Cts may still come back on another connection.
+                self.abandoned.insert((tx.dest, token(key, tx.gen)), ());
+            }
             let err = op_error(&cause, tx.op.peer);
             complete::send(cx.cq, selective, tx.op, Err(err));
         }
@@ -390,6 +423,9 @@ impl TcpEndpoint {
         if let Some(peer) = conn.peer {
             let src = cx.av.reverse(&peer);
             let other = self.conns.iter().any(|(_, c)| c.peer == Some(peer));
+            if !other && !self.abandoned.is_empty() {
+                self.abandoned.retain(|(p, _), _| *p != peer);
+            }
             if !other && cause != Error::Canceled {
                 let gone = self
                     .tagged
@@ -414,7 +450,7 @@ impl TcpEndpoint {
         loop {
             match self.listener.accept() {
                 Ok(Some(sock)) => {
-                    if let Err(e) = sock.tune(self.attr.tcp.user_timeout_ms, self.attr.tcp.sockbuf) {
+                    if let Err(e) = sock.tune(&self.attr.tcp) {
                         tracing::warn!(error = %e, "tuning accepted socket");
                     }
                     let serial = self.next_serial();
@@ -443,15 +479,17 @@ impl TcpEndpoint {
                 }
                 match conn.sock.take_error() {
                     Ok(0) => {
-                        conn.state = State::Open;
-                        self.connecting -= 1;
+                        // Connected: send the Hello, then wait for its acknowledgement.
+                        if let State::Connecting(since) = conn.state {
+                            conn.state = State::Handshake(since);
+                        }
                         self.flush(cx, id);
                     }
                     Ok(errno) => self.fail_conn(cx, id, Error::Os(errno)),
                     Err(e) => self.fail_conn(cx, id, e),
                 }
             }
-            State::Open => {
+            State::Handshake(_) | State::Open => {
                 if events & (READABLE | libc::EPOLLERR as u32 | libc::EPOLLHUP as u32) != 0 {
                     self.hot = Some(id);
                     self.read_inbound(cx, id);
@@ -469,7 +507,10 @@ impl TcpEndpoint {
         let late: Vec<usize> = self
             .conns
             .iter()
-            .filter(|(_, c)| matches!(c.state, State::Connecting(since) if now.duration_since(since) > limit))
+            .filter(|(_, c)| match c.state {
+                State::Connecting(since) | State::Handshake(since) => now.duration_since(since) > limit,
+                State::Open => false,
+            })
             .map(|(k, _)| k)
             .collect();
         for id in late {
@@ -706,7 +747,11 @@ impl EndpointProvider for TcpEndpoint {
 
     fn progress(&mut self, cx: &mut Ctx<'_>) {
         if let Some(id) = self.hot {
-            if self.conns.get(id).is_some_and(|c| c.state == State::Open) {
+            if self
+                .conns
+                .get(id)
+                .is_some_and(|c| !matches!(c.state, State::Connecting(_)))
+            {
                 self.read_inbound(cx, id);
                 self.spins += 1;
                 if self.spins < EPOLL_EVERY && self.writing == 0 && self.connecting == 0 {
