@@ -338,7 +338,7 @@ fi_run() { # rep size iters
 SWEEP="$WORK/sweep.jsonl"
 xfer_sweep() {
     local slog="$RAW/xfer-sweep.server" name
-    local opts=(--json --test tag_lat,tag_bw)
+    local opts=(--json --test "tag_lat,tag_bw")
     start_server "$slog" -- "$XFER" "${opts[@]}" server
     local pid=$SERVER_PID
     record "" "taskset -c $SERVER_CPU $XFER ${opts[*]} server"
@@ -719,8 +719,9 @@ if [[ $DO_PLOT -eq 1 && -s $SWEEP ]]; then
 load average $LOAD_START at start, $LOAD_END at end; $(date -u +%F). Line: one xfer-perf sweep after the \
 interleaved runs; markers: medians of $REPS interleaved runs (fi_pingpong: average, setup taken out). bench/compare.sh"
     mkdir -p "$(dirname "$PLOT")"
-    if python3 "$ROOT/bench/plot.py" --out "$PLOT" --note "$plot_note" \
-        $([[ $INSTALL -eq 1 ]] || echo --no-install) "$SWEEP" "$PEERS" >&2; then
+    plot_args=(--out "$PLOT" --note "$plot_note")
+    [[ $INSTALL -eq 1 ]] || plot_args+=(--no-install)
+    if python3 "$ROOT/bench/plot.py" "${plot_args[@]}" "$SWEEP" "$PEERS" >&2; then
         {
             echo
             echo "## Plots"

@@ -249,7 +249,7 @@ ucx_run() { # rep test size iters warmup
 fi_run() { # rep iters
     local rep=$1 iters=$2
     local slog="$RAW/fi-n$iters-r$rep.server" clog="$RAW/fi-n$iters-r$rep.out" status=ok
-    command -v fi_pingpong >/dev/null || { echo "fi_pingpong not installed" >"$clog"; note fi lat "$rep" fail "$clog" - "iters=$iters"; return; }
+    command -v fi_pingpong >/dev/null || { echo "fi_pingpong not installed" >"$clog"; note "fi" lat "$rep" fail "$clog" - "iters=$iters"; return; }
     next_port
     local opts=(-p verbs -e msg -d "$DEV" -S "$LAT_SIZE" -I "$iters")
     record "taskset -c $SERVER_CPU fi_pingpong ${opts[*]} -B PORT"
@@ -263,7 +263,7 @@ fi_run() { # rep iters
         status=fail
     fi
     finish_server "$pid" || status=fail
-    note fi lat "$rep" "$status" "$clog" "$slog" "iters=$iters"
+    note "fi" lat "$rep" "$status" "$clog" "$slog" "iters=$iters"
 }
 
 xfer_run() { # rep test size iters warmup
