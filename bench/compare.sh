@@ -8,14 +8,20 @@
 # is repeated (3 times by default, interleaved across tools) and the median
 # run is reported. See bench/README.md for what each figure means.
 #
-# usage: bench/compare.sh [--out FILE] [--reps N] [--no-install] [--keep]
+# At the end, xfer-perf sweeps every size from 1 B to 4 MiB (tag_lat, tag_bw)
+# and bench/plot.py draws that sweep and the peers' medians against message
+# size (PREFIX-latency.png, PREFIX-bandwidth.png; matplotlib from pip).
+#
+# usage: bench/compare.sh [--out FILE] [--reps N] [--no-install] [--keep] [--plot PREFIX | --no-plot]
 
 set -euo pipefail
 
 usage() {
     cat <<'EOF'
-usage: bench/compare.sh [--out FILE] [--reps N] [--no-install] [--keep]
+usage: bench/compare.sh [--out FILE] [--reps N] [--no-install] [--keep] [--plot PREFIX | --no-plot]
   --out FILE     Markdown report path (default bench/results/loopback.md)
+  --plot PREFIX  plots to PREFIX-latency.png and PREFIX-bandwidth.png (default: FILE without .md)
+  --no-plot      no xfer-perf size sweep, no plots
   --reps N       repetitions of every measurement; the median run is reported (3)
   --no-install   do not apt-get install missing peers (their rows become "not available")
   --keep         keep the raw logs (their directory is printed)
@@ -29,6 +35,8 @@ OUT="$ROOT/bench/results/loopback.md"
 REPS=3
 INSTALL=1
 KEEP=0
+PLOT=
+DO_PLOT=1
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --out) [[ $# -ge 2 ]] || { usage >&2; exit 2; }
@@ -37,11 +45,15 @@ while [[ $# -gt 0 ]]; do
                 REPS=$2; shift 2 ;;
         --no-install) INSTALL=0; shift ;;
         --keep) KEEP=1; shift ;;
+        --plot) [[ $# -ge 2 ]] || { usage >&2; exit 2; }
+                PLOT=$(realpath -m -- "$2"); shift 2 ;;
+        --no-plot) DO_PLOT=0; shift ;;
         -h|--help) usage; exit 0 ;;
         *) echo "compare.sh: unknown argument $1" >&2; usage >&2; exit 2 ;;
     esac
 done
 cd "$ROOT"
+PLOT=${PLOT:-${OUT%.md}}
 
 # ---------------------------------------------------------------- settings
 # xfer endpoints listen on loopback, like the peers they are compared with.
@@ -322,6 +334,24 @@ fi_run() { # rep size iters
     note "fi" tag_lat "$size" "$rep" "$iters" "$status" "$clog"
 }
 
+# The sweep behind the plots: every default size (1 B to 4 MiB), default iterations.
+SWEEP="$WORK/sweep.jsonl"
+xfer_sweep() {
+    local slog="$RAW/xfer-sweep.server" name
+    local opts=(--json --test "tag_lat,tag_bw")
+    start_server "$slog" -- "$XFER" "${opts[@]}" server
+    local pid=$SERVER_PID
+    record "" "taskset -c $SERVER_CPU $XFER ${opts[*]} server"
+    if wait_line "$slog" '^xfer-perf server: [0-9A-Fa-fx]+' "$pid"; then
+        name=$(awk '/^xfer-perf server:/ { print $3; exit }' "$slog")
+        record "" "taskset -c $CLIENT_CPU $XFER ${opts[*]} client NAME"
+        run_client "$SWEEP" -- "$XFER" "${opts[@]}" client "$name" || log "the xfer-perf sweep failed"
+    else
+        log "the xfer-perf sweep's server did not start"
+    fi
+    finish_server "$pid"
+}
+
 join_by_comma() { local IFS=,; echo "$*"; }
 
 LOAD_START=$(cut -d" " -f1-3 /proc/loadavg)
@@ -350,6 +380,10 @@ for ((rep = 1; rep <= REPS; rep++)); do
         if [[ $HAVE_UCX -eq 1 ]]; then ucx_run "$rep" tag_bw "$size" "$iters" "$warmup"; fi
     done
 done
+if [[ $DO_PLOT -eq 1 && $HAVE_XFER -eq 1 ]]; then
+    log "xfer-perf size sweep for the plots"
+    xfer_sweep
+fi
 ELAPSED=$((SECONDS - START))
 LOAD_END=$(cut -d" " -f1-3 /proc/loadavg)
 
@@ -380,11 +414,12 @@ REPORT_LOAD="$LOAD_START at start, $LOAD_END at end"
 export REPORT_REPS REPORT_LAT_SIZES REPORT_BW_SIZES REPORT_LAT_ITERS REPORT_HAVE_XFER REPORT_HAVE_UCX \
     REPORT_HAVE_FI REPORT_XFER_NOTE REPORT_DATE REPORT_KERNEL REPORT_CPU REPORT_NCPU REPORT_UCX \
     REPORT_FI REPORT_RUSTC REPORT_ELAPSED REPORT_SERVER_CPU REPORT_CLIENT_CPU REPORT_LOAD
-python3 - "$MANIFEST" "$CMDS" >"$OUT" <<'PY'
+PEERS="$WORK/peers.jsonl"
+python3 - "$MANIFEST" "$CMDS" "$PEERS" >"$OUT" <<'PY'
 import json, os, re, sys
 
 E = os.environ
-manifest, cmds_file = sys.argv[1], sys.argv[2]
+manifest, cmds_file, peers_file = sys.argv[1], sys.argv[2], sys.argv[3]
 reps = int(E["REPORT_REPS"])
 lat_sizes = [int(x) for x in E["REPORT_LAT_SIZES"].split()]
 bw_sizes = [int(x) for x in E["REPORT_BW_SIZES"].split()]
@@ -537,6 +572,17 @@ def size_name(n):
             return f"{n // div} {unit}"
     return f"{n} B"
 
+# The peers' medians, as JSON lines for bench/plot.py.
+with open(peers_file, "w") as f:
+    for tool, label in (("xfer", "xfer-perf, interleaved runs"), ("floor", "tcp-floor"), ("ucx", "UCX tcp"),
+                        ("fi", "fi_pingpong tcp")):
+        for test, sizes, key, out_key in (("lat", lat_sizes, "p50_us" if tool != "fi" else "avg_us", "p50_us"),
+                                          ("bw", bw_sizes, "mib_s", "mib_s")):
+            for s in sizes:
+                r, _ = median_run(tool, test, s, key)
+                if r is not None:
+                    f.write(json.dumps({"label": label, "test": "tag_" + test, "size": s, out_key: r[key]}) + "\n")
+
 o = []
 p = o.append
 p("# xfer loopback comparison")
@@ -668,5 +714,25 @@ for line in open(cmds_file):
 p("```")
 print("\n".join(o))
 PY
+if [[ $DO_PLOT -eq 1 && -s $SWEEP ]]; then
+    plot_note="TCP loopback, server on CPU $SERVER_CPU, client on CPU $CLIENT_CPU; $CPU_MODEL, $(nproc) CPUs, \
+load average $LOAD_START at start, $LOAD_END at end; $(date -u +%F). Line: one xfer-perf sweep after the \
+interleaved runs; markers: medians of $REPS interleaved runs (fi_pingpong: average, setup taken out). bench/compare.sh"
+    mkdir -p "$(dirname "$PLOT")"
+    plot_args=(--out "$PLOT" --note "$plot_note")
+    [[ $INSTALL -eq 1 ]] || plot_args+=(--no-install)
+    if python3 "$ROOT/bench/plot.py" "${plot_args[@]}" "$SWEEP" "$PEERS" >&2; then
+        {
+            echo
+            echo "## Plots"
+            echo
+            echo "After the runs above, xfer-perf swept 1 B to 4 MiB alone (\`xfer-perf --json --test tag_lat,tag_bw\`,"
+            echo "default iterations, pinned as above); drawn as a line, with the medians above as markers:"
+            echo "\`${PLOT#"$ROOT"/}-latency.png\`, \`${PLOT#"$ROOT"/}-bandwidth.png\`."
+        } >>"$OUT"
+    else
+        log "no plots (bench/plot.py failed)"
+    fi
+fi
 cat "$OUT"
 log "report written to $OUT"

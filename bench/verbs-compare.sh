@@ -6,6 +6,8 @@
 #   perftest   ib_send_lat 8 B, ib_send_bw 64 KiB, ib_write_bw 64 KiB  (-d rxe0 -x GID)
 #   UCX        ucx_perftest tag_lat 8 B, tag_bw 64 KiB
 #              (UCX_TLS=rc_v,self UCX_NET_DEVICES=rxe0:1 UCX_UD_VERBS_ETH_DGID_CHECK=n)
+#   libfabric  fi_pingpong -p verbs -e msg 8 B (send/recv on an RC QP set up by rdma_cm;
+#              `-e rdm`, verbs;ofi_rxm, fails in fi_enable with EINVAL on rxe in 1.17.0)
 #   xfer       xfer-perf tag_lat 8 B, tag_bw 64 KiB with XFER_PROVIDER=verbs
 #
 # Every server runs under `taskset -c 0`, every client under `taskset -c 1`. Each
@@ -101,7 +103,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-for tool in taskset timeout ib_send_lat ib_send_bw ib_write_bw ucx_perftest; do
+for tool in taskset timeout ib_send_lat ib_send_bw ib_write_bw ucx_perftest fi_pingpong; do
     command -v "$tool" >/dev/null || log "$tool not found (tests/vm/setup.sh installs it): its cells will say n/a"
 done
 [[ -n $PY ]] || { log "python3 is required for the report"; exit 2; }
@@ -242,6 +244,28 @@ ucx_run() { # rep test size iters warmup
     note ucx "$test" "$rep" "$status" "$clog" "$slog" -
 }
 
+# fi_pingpong has no warm-up and times the connection setup too: each repetition also
+# runs it with -I 1, and the report takes that run's time out (as bench/compare.sh does).
+fi_run() { # rep iters
+    local rep=$1 iters=$2
+    local slog="$RAW/fi-n$iters-r$rep.server" clog="$RAW/fi-n$iters-r$rep.out" status=ok
+    command -v fi_pingpong >/dev/null || { echo "fi_pingpong not installed" >"$clog"; note "fi" lat "$rep" fail "$clog" - "iters=$iters"; return; }
+    next_port
+    local opts=(-p verbs -e msg -d "$DEV" -S "$LAT_SIZE" -I "$iters")
+    record "taskset -c $SERVER_CPU fi_pingpong ${opts[*]} -B PORT"
+    record "taskset -c $CLIENT_CPU fi_pingpong ${opts[*]} -P PORT $ADDR"
+    start_server "$slog" -- fi_pingpong "${opts[@]}" -B "$port"
+    local pid=$SERVER_PID
+    if wait_listening "$port" "$pid"; then
+        run_client "$clog" -- fi_pingpong "${opts[@]}" -P "$port" "$ADDR" || status=fail
+    else
+        { echo "server never listened on port $port; its output:"; cat "$slog"; } >"$clog"
+        status=fail
+    fi
+    finish_server "$pid" || status=fail
+    note "fi" lat "$rep" "$status" "$clog" "$slog" "iters=$iters"
+}
+
 xfer_run() { # rep test size iters warmup
     local rep=$1 test=$2 size=$3 iters=$4 warmup=$5
     local slog="$RAW/xfer-$test-r$rep.server" clog="$RAW/xfer-$test-r$rep.out" status=ok name
@@ -290,6 +314,8 @@ for ((rep = 1; rep <= REPS; rep++)); do
     # perftest sends nothing inline on rxe by default ("Max inline data: 0"); xfer, UCX do.
     perftest_run "$rep" ib_send_lat_inline ib_send_lat "$LAT_SIZE" "$LAT_ITERS" -I "$LAT_SIZE"
     ucx_run "$rep" tag_lat "$LAT_SIZE" "$LAT_ITERS" "$LAT_WARMUP"
+    fi_run "$rep" 1
+    fi_run "$rep" "$LAT_ITERS"
     [[ $HAVE_XFER = 1 ]] && xfer_run "$rep" tag_lat "$LAT_SIZE" "$LAT_ITERS" "$LAT_WARMUP"
     log "repetition $rep/$REPS: bandwidth ($BW_SIZE B, $BW_ITERS messages)"
     perftest_run "$rep" ib_send_bw ib_send_bw "$BW_SIZE" "$BW_ITERS"
@@ -308,8 +334,9 @@ R_CPU=$(awk -F: '/^model name/ { sub(/^[ \t]+/, "", $2); print $2; exit }' /proc
 R_PERFTEST=$(pkg_version perftest)
 R_UCX=$(pkg_version ucx-utils)
 R_RDMA=$(pkg_version rdma-core)
+R_FI=$(pkg_version libfabric-bin)
 R_MTU=$(ibv_devinfo -d "$DEV" 2>/dev/null | awk '/active_mtu/ { print $2; exit }')
-export R_DATE R_KERNEL R_NCPU R_CPU R_PERFTEST R_UCX R_RDMA R_MTU
+export R_DATE R_KERNEL R_NCPU R_CPU R_PERFTEST R_UCX R_RDMA R_FI R_MTU
 export R_REPS=$REPS R_LAT_SIZE=$LAT_SIZE R_BW_SIZE=$BW_SIZE R_LAT_ITERS=$LAT_ITERS R_BW_ITERS=$BW_ITERS
 export R_XFER_NOTE=$XFER_NOTE R_PROVIDER=$PROVIDER R_ELAPSED=$ELAPSED R_COMMIT=$COMMIT R_NOTE=$NOTE
 export R_DEV=$DEV R_GID=$GID R_ADDR=$ADDR R_SERVER_CPU=$SERVER_CPU R_CLIENT_CPU=$CLIENT_CPU
@@ -366,6 +393,14 @@ def ucx_final(text):
                 return {"iters": v[0], "p50_us": v[1], "avg_us": v[3], "mib_s": v[5], "msg_rate": v[7]}
     return None
 
+def fi_row(text):
+    # bytes #sent #ack total time MB/sec usec/xfer Mxfers/sec
+    for line in text.splitlines():
+        f = line.split()
+        if len(f) == 8 and f[4].endswith("s") and numbers(f[6]):
+            return {"time_s": float(f[4][:-1]), "usec_xfer": float(f[6])}
+    return None
+
 def xfer_json(text):
     for line in text.splitlines():
         line = line.strip()
@@ -376,7 +411,7 @@ def xfer_json(text):
                 pass
     return None
 
-results, failures = {}, []
+results, failures, fi_runs = {}, [], {}
 with open(manifest) as f:
     for line in f:
         tool, test, rep, status, clog, slog, extra = line.rstrip("\n").split("\t")
@@ -391,6 +426,11 @@ with open(manifest) as f:
                 r = perftest_bw(text)
             elif tool == "ucx":
                 r = ucx_final(text)
+            elif tool == "fi":
+                r = fi_row(text)
+                if r is not None:
+                    fi_runs[(int(rep), int(extra.split("=", 1)[1]))] = r
+                    continue
             elif tool == "xfer":
                 r = xfer_json(text)
                 if r is not None and r.get("provider") != provider:
@@ -407,6 +447,20 @@ with open(manifest) as f:
                 if stail:
                     tail += ["(server:)"] + stail
             failures.append((tool, test, rep, tail))
+
+# fi_pingpong: usec/xfer = elapsed / (2 iterations), half a round trip, but elapsed
+# includes the connection setup: half_rtt = (elapsed(N) - elapsed(1)) / (2 (N - 1)).
+for (rep, n), r in sorted(fi_runs.items()):
+    if n == 1:
+        continue
+    one = fi_runs.get((rep, 1))
+    d = {"raw_us": r["usec_xfer"], "iters": n, "rep": rep}
+    if one is not None:
+        d["setup_ms"] = one["usec_xfer"] * 2 / 1000.0
+        d["avg_us"] = (r["usec_xfer"] * 2 * n - one["usec_xfer"] * 2) / (2 * (n - 1))
+    else:
+        d["avg_us"] = r["usec_xfer"]
+    results.setdefault(("fi", "lat"), []).append(d)
 
 def median(key, field):
     runs = [r for r in results.get(key, []) if r.get(field) is not None]
@@ -435,16 +489,18 @@ def verdict(a, b, op, target):
 xl = ("xfer", "tag_lat"); xb = ("xfer", "tag_bw")
 il = ("ib_send_lat", "ib_send_lat"); ili = ("ib_send_lat_inline", "ib_send_lat"); isb = ("ib_send_bw", "ib_send_bw"); iwb = ("ib_write_bw", "ib_write_bw")
 ul = ("ucx", "tag_lat"); ub = ("ucx", "tag_bw")
+fl = ("fi", "lat")
 
 x_p50, i_p50, u_p50 = val(xl, "p50_us"), val(il, "p50_us"), val(ul, "p50_us")
 x_avg, i_avg, u_avg = val(xl, "avg_us"), val(il, "avg_us"), val(ul, "avg_us")
 ii_p50, ii_avg = val(ili, "p50_us"), val(ili, "avg_us")
+f_avg = val(fl, "avg_us")
 x_bw, is_bw, iw_bw, u_bw = val(xb, "mib_s"), val(isb, "mib_s"), val(iwb, "mib_s"), val(ub, "mib_s")
 
 o = []
 p = o.append
 xname = "xfer" if provider == "verbs" else f"xfer ({provider}!)"
-p("# xfer over verbs vs perftest and UCX (Soft-RoCE guest, TCG)")
+p("# xfer over verbs vs perftest, UCX and libfabric (Soft-RoCE guest, TCG)")
 p("")
 p(f"- Date: {E['R_DATE']}" + (f"; source {E['R_COMMIT']}" if E.get("R_COMMIT") else ""))
 p(f"- Guest: kernel `{E['R_KERNEL']}`, {E['R_NCPU']} vCPUs ({E['R_CPU']}, QEMU TCG: no KVM), "
@@ -452,7 +508,8 @@ p(f"- Guest: kernel `{E['R_KERNEL']}`, {E['R_NCPU']} vCPUs ({E['R_CPU']}, QEMU T
   f"active MTU {E['R_MTU'] or '?'}")
 if E.get("R_NOTE"):
     p(f"- {E['R_NOTE']}")
-p(f"- Packages: perftest {E['R_PERFTEST']}, ucx-utils {E['R_UCX']}, rdma-core {E['R_RDMA']}")
+p(f"- Packages: perftest {E['R_PERFTEST']}, ucx-utils {E['R_UCX']}, rdma-core {E['R_RDMA']}, "
+  f"libfabric-bin {E['R_FI']}")
 p(f"- Pinning: servers `taskset -c {E['R_SERVER_CPU']}`, clients `taskset -c {E['R_CLIENT_CPU']}`; "
   f"{reps} repetition(s), interleaved across tools; each figure is the median run. "
   f"Took {E['R_ELAPSED']} s.")
@@ -470,6 +527,8 @@ p(f"| latency {lat_size} B, avg µs | {fmt(i_avg)} | {fmt(u_avg)} | {fmt(x_avg)}
 p(f"| latency {lat_size} B, p50 µs, perftest inline (`-I {lat_size}`) | {fmt(ii_p50)} | | | "
   f"{ratio(x_p50, ii_p50)} | | |")
 p(f"| latency {lat_size} B, avg µs, perftest inline | {fmt(ii_avg)} | | | {ratio(x_avg, ii_avg)} | | |")
+p(f"| latency {lat_size} B, avg µs, **fi_pingpong** `-p verbs -e msg` in the perftest column | {fmt(f_avg)} | | "
+  f"{fmt(x_avg)} | {ratio(x_avg, f_avg)} | | |")
 p(f"| bandwidth {bw_size // 1024} KiB, MiB/s | {fmt(is_bw, 1)} | {fmt(u_bw, 1)} | {fmt(x_bw, 1)} | "
   f"{ratio(x_bw, is_bw)} | {verdict(x_bw, is_bw, '>=', 0.9)} | {ratio(x_bw, u_bw)} |")
 p(f"| RDMA write {bw_size // 1024} KiB, MiB/s | {fmt(iw_bw, 1)} (ib_write_bw) | | | {ratio(x_bw, iw_bw)} | | |")
@@ -481,7 +540,10 @@ p("perftest: `ib_send_lat` (latency: its t_typical, the median, and t_avg; perft
   "posts nothing inline on rxe unless asked, the inline rows ask with `-I`), `ib_send_bw` "
   "(bandwidth, BW average), `ib_write_bw` (the RDMA-write ceiling, for reference); "
   "UCX: `ucx_perftest tag_lat`/`tag_bw`, `Final:` line (p50 over the last 2048 iterations "
-  "only; average and bandwidth overall); xfer: `xfer-perf --json` `tag_lat` p50/avg over "
+  "only; average and bandwidth overall); libfabric: `fi_pingpong -p verbs -e msg` (untagged "
+  "send/recv on an RC QP connected by rdma_cm; `-e rdm`, verbs;ofi_rxm, fails in `fi_enable` with "
+  "EINVAL on rxe), an average over all iterations with the connection setup taken out "
+  "(each repetition also runs `-I 1`: (elapsed(N) - elapsed(1)) / (2 (N - 1))); xfer: `xfer-perf --json` `tag_lat` p50/avg over "
   "all timed iterations, `tag_bw` MiB/s. Latency is half a round trip everywhere; "
   "MiB = 2^20 bytes (perftest's and UCX's \"MB/sec\" are MiB/s). Targets: xfer latency "
   "<= 1.15x ib_send_lat, xfer bandwidth >= 0.9x ib_send_bw.")
@@ -494,6 +556,8 @@ rows = [("ib_send_lat", il, "p50_us", "p50 µs"), ("ib_send_lat", il, "avg_us", 
         ("ib_send_lat", il, "p99_us", "p99 µs"),
         ("ib_send_lat -I (inline)", ili, "p50_us", "p50 µs"), ("ib_send_lat -I (inline)", ili, "avg_us", "avg µs"),
         ("UCX", ul, "p50_us", "p50 µs"), ("UCX", ul, "avg_us", "avg µs"),
+        ("fi_pingpong -e msg", fl, "avg_us", "avg µs"), ("fi_pingpong -e msg", fl, "raw_us", "raw avg µs (setup in)"),
+        ("fi_pingpong -e msg", fl, "setup_ms", "setup ms"),
         ("xfer-perf", xl, "p50_us", "p50 µs"), ("xfer-perf", xl, "avg_us", "avg µs"),
         ("xfer-perf", xl, "p99_us", "p99 µs"),
         ("ib_send_bw", isb, "mib_s", "MiB/s"), ("ib_write_bw", iwb, "mib_s", "MiB/s"),
@@ -504,6 +568,7 @@ for label, key, field, what in rows:
     per = ", ".join(fmt(x[field], nd) + (" (c)" if x.get("cycles") else "")
                     for x in sorted(runs, key=lambda x: x["rep"]))
     test = key[1] if key[0] in ("ucx", "xfer") else ""
+    nd = 0 if field == "setup_ms" else nd
     p(f"| {label} | {test} | {what} | {fmt(r[field] if r else None, nd)} | {per} |")
 # Ratios within each repetition (the tools of one repetition ran seconds apart, so they
 # share the host's conditions more than runs of different repetitions do).
@@ -521,6 +586,7 @@ p("|---|---:|---|")
 for label, a, b, field in (("xfer / ib_send_lat, p50", xl, il, "p50_us"),
                            ("xfer / ib_send_lat -I, p50", xl, ili, "p50_us"),
                            ("xfer / UCX tag_lat, p50", xl, ul, "p50_us"),
+                           ("xfer / fi_pingpong, avg", xl, fl, "avg_us"),
                            ("xfer / ib_send_bw, MiB/s", xb, isb, "mib_s"),
                            ("xfer / UCX tag_bw, MiB/s", xb, ub, "mib_s")):
     med, per = per_rep(a, b, field)

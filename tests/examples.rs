@@ -364,3 +364,52 @@ fn xfer_perf_refuses_a_bad_server_name() {
     assert_eq!(status.code(), Some(2), "{err}");
     assert!(err.contains("not a hex endpoint name"), "{err}");
 }
+
+/// `--progress` puts a progress line on standard error once the run has lasted
+/// two intervals; standard output keeps only the JSON results. Without it, and
+/// with standard error not a terminal, there is no such line.
+#[test]
+fn xfer_perf_progress_line() {
+    let deadline = Instant::now() + DEADLINE;
+    let run = |extra: &[&str]| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_xfer-perf"));
+        cmd.args([
+            "--json",
+            "--test",
+            "tag_lat,tag_bw",
+            "--sizes",
+            "64k",
+            "--iters",
+            "5000",
+        ])
+        .args(extra);
+        let (status, lines, err) = Proc::spawn("xfer-perf local", cmd).finish(deadline);
+        assert!(
+            status.success(),
+            "xfer-perf failed: {status}\n{}\n{err}",
+            lines.join("\n")
+        );
+        assert_eq!(lines.len(), 2, "{}", lines.join("\n"));
+        for line in &lines {
+            assert!(
+                line.starts_with("{\"tool\":\"xfer-perf\"") && line.ends_with('}'),
+                "{line}"
+            );
+        }
+        err
+    };
+    let err = run(&["--progress=0.02"]);
+    let progress: Vec<&str> = err.lines().filter(|l| l.starts_with("xfer-perf: [")).collect();
+    assert!(
+        progress
+            .iter()
+            .any(|l| l.starts_with("xfer-perf: [1/2] tag_lat 65536 B: ") && l.contains("/5500 iterations, ")),
+        "no tag_lat progress line in:\n{err}"
+    );
+    assert!(!err.contains('\r'), "stderr is not a terminal, yet:\n{err:?}");
+    let err = run(&[]);
+    assert!(
+        !err.contains("iterations"),
+        "a progress line without --progress:\n{err}"
+    );
+}

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install what the Soft-RoCE guest (tests/vm/run-guest.sh), rdma-sys builds and the verbs
-# comparison (bench/verbs-compare.sh: perftest, UCX's ucx_perftest) need.
+# comparison (bench/verbs-compare.sh: perftest, UCX's ucx_perftest, libfabric's fi_pingpong) need.
 # Idempotent and non-interactive; skips apt-get entirely when everything is present.
 # Debian 12, run as root. See /work/shared/TESTING.md (shared/TESTING.md) for the recipe.
 set -euo pipefail
@@ -8,7 +8,7 @@ set -euo pipefail
 APT_PKGS=(
     qemu-system-x86 linux-image-amd64
     rdma-core ibverbs-providers ibverbs-utils libibverbs-dev librdmacm-dev rdmacm-utils
-    perftest ucx-utils busybox-static libclang-dev clang pkg-config
+    perftest ucx-utils libfabric-bin busybox-static libclang-dev clang pkg-config
     iproute2 kmod util-linux
 )
 

@@ -10,6 +10,7 @@ use xfer::{Endpoint, PeerAddr};
 use crate::control::{ACK, ACK_TAG, DATA_TAG, RECV, SEND};
 use crate::driver::{self, pattern, Driver, Result};
 use crate::plan::Phase;
+use crate::progress::Progress;
 
 /// Window sizes of the phase: the warm-up's rounds then the measured ones.
 fn rounds(p: &Phase) -> impl Iterator<Item = (bool, usize)> + '_ {
@@ -20,10 +21,10 @@ fn rounds(p: &Phase) -> impl Iterator<Item = (bool, usize)> + '_ {
 }
 
 /// The sending side: returns the seconds the measured rounds took.
-pub fn client(ep: &Endpoint, d: &mut Driver, peer: PeerAddr, p: &Phase) -> Result<f64> {
+pub fn client(ep: &Endpoint, d: &mut Driver, peer: PeerAddr, p: &Phase, prog: &mut Progress) -> Result<f64> {
     let tagged = p.test.tagged();
     let mut bufs: Vec<Vec<u8>> = vec![pattern(p.size); p.window];
-    let mut start = None;
+    let (mut start, mut done) = (None, 0);
     for (measured, n) in rounds(p) {
         if measured && start.is_none() {
             start = Some(Instant::now());
@@ -45,6 +46,8 @@ pub fn client(ep: &Endpoint, d: &mut Driver, peer: PeerAddr, p: &Phase) -> Resul
                 other => return Err(format!("streaming: unexpected completion {other}")),
             }
         }
+        done += n;
+        prog.tick(done);
     }
     Ok(start.map_or(0.0, |s| s.elapsed().as_secs_f64()))
 }

@@ -8,9 +8,10 @@ use xfer::{Endpoint, PeerAddr};
 use crate::control::{DATA_TAG, RECV, SEND};
 use crate::driver::{self, pattern, Driver, Result};
 use crate::plan::Phase;
+use crate::progress::Progress;
 
 /// The timing side: returns one half-round-trip sample (µs) per measured iteration.
-pub fn client(ep: &Endpoint, d: &mut Driver, peer: PeerAddr, p: &Phase) -> Result<Vec<f64>> {
+pub fn client(ep: &Endpoint, d: &mut Driver, peer: PeerAddr, p: &Phase, prog: &mut Progress) -> Result<Vec<f64>> {
     let tagged = p.test.tagged();
     let mut sbuf = Some(pattern(p.size));
     let mut rbuf = Some(vec![0u8; p.size]);
@@ -32,6 +33,7 @@ pub fn client(ep: &Endpoint, d: &mut Driver, peer: PeerAddr, p: &Phase) -> Resul
         if i >= p.warmup {
             samples.push(t0.elapsed().as_secs_f64() * 1e6 / 2.0);
         }
+        prog.tick(i + 1);
         if i == 0 && rbuf.as_deref() != Some(&pattern(p.size)[..]) {
             return Err(format!(
                 "{} {} B: the echo differs from what was sent",

@@ -19,6 +19,7 @@ mod control;
 mod driver;
 mod lat;
 mod plan;
+mod progress;
 mod report;
 mod rma;
 mod stats;
@@ -30,6 +31,7 @@ use xfer::{CompletionQueue, Endpoint, EndpointAttr, PeerAddr};
 use control::{hear, say};
 use driver::{Driver, Result};
 use plan::{hex, unhex, Options, Phase, Role};
+use progress::Progress;
 use report::Report;
 
 /// One side's objects; the domain outlives the endpoint and queue.
@@ -96,11 +98,17 @@ fn drive(side: &mut Side, server: &[u8], opts: &Options) -> Result<()> {
     let (ep, d) = (&side.ep, &mut side.driver);
     say(ep, d, peer, &format!("hello {}", hex(ep.name().as_bytes())))?;
     let mut report = Report::new(opts.json, side.provider.clone());
-    for p in opts.phases() {
+    let mut progress = Progress::new(progress_interval(opts));
+    let phases = opts.phases();
+    for (i, p) in phases.iter().enumerate() {
+        let p = *p;
         say(ep, d, peer, &p.to_string())?;
         let answer = hear(ep, d, peer)?;
+        progress.phase(&p, i + 1, phases.len());
+        let prog = &mut progress;
         if p.test.is_rma() {
-            let (mut samples, secs) = rma::client(ep, d, &side.domain, peer, &p, &answer)?;
+            let (mut samples, secs) = rma::client(ep, d, &side.domain, peer, &p, &answer, prog)?;
+            prog.clear();
             if !p.test.is_latency() {
                 report.bandwidth(&p, secs);
             } else if let Some(l) = stats::latency(&mut samples) {
@@ -112,12 +120,14 @@ fn drive(side: &mut Side, server: &[u8], opts: &Options) -> Result<()> {
             return Err(format!("server answered {answer:?} to {p}"));
         }
         if p.test.is_latency() {
-            let mut samples = lat::client(ep, d, peer, &p)?;
+            let mut samples = lat::client(ep, d, peer, &p, prog)?;
+            prog.clear();
             if let Some(l) = stats::latency(&mut samples) {
                 report.latency(&p, &l);
             }
         } else {
-            let secs = bw::client(ep, d, peer, &p)?;
+            let secs = bw::client(ep, d, peer, &p, prog)?;
+            prog.clear();
             report.bandwidth(&p, secs);
         }
     }
@@ -126,6 +136,16 @@ fn drive(side: &mut Side, server: &[u8], opts: &Options) -> Result<()> {
         "bye" => Ok(()),
         other => Err(format!("server answered {other:?} to done")),
     }
+}
+
+/// The progress line's interval: asked for, or 1 s when standard error is a
+/// terminal and results are a table; `None` for no line.
+fn progress_interval(opts: &Options) -> Option<std::time::Duration> {
+    use std::io::IsTerminal;
+    let secs = opts
+        .progress
+        .or_else(|| (!opts.json && std::io::stderr().is_terminal()).then_some(1.0))?;
+    Some(std::time::Duration::from_secs_f64(secs))
 }
 
 fn run(opts: &Options) -> Result<()> {

@@ -136,6 +136,8 @@ pub struct Options {
     pub warmup: Option<usize>,
     pub window: usize,
     pub json: bool,
+    /// `--progress[=SECS]`: the interval of the progress line, forced on.
+    pub progress: Option<f64>,
     pub role: Role,
 }
 
@@ -153,6 +155,8 @@ options:
   --warmup N     unmeasured iterations first (default: iters / 10)
   --window N     messages in flight per acknowledgement in bandwidth tests (default 64)
   --json         one JSON object per result line instead of a table
+  --progress[=S] a progress line on stderr every S seconds (default 1) once the run has
+                 lasted 2 S; on by default when stderr is a terminal, unless --json
 
 Environment: every XFER_* setting (see xfer-info), e.g. XFER_PROVIDER, XFER_TCP_ADDR.";
 
@@ -165,6 +169,7 @@ impl Options {
             warmup: None,
             window: 64,
             json: false,
+            progress: None,
             role: Role::Local,
         };
         let mut max_size = 4 << 20;
@@ -179,6 +184,14 @@ impl Options {
                 "--warmup" => o.warmup = Some(value()?.parse().map_err(|_| "bad --warmup")?),
                 "--window" => o.window = parse_count(&value()?)?,
                 "--json" => o.json = true,
+                "--progress" => o.progress = Some(1.0),
+                _ if a.starts_with("--progress=") => {
+                    let v = &a["--progress=".len()..];
+                    match v.parse::<f64>() {
+                        Ok(s) if s > 0.0 && s < 1e6 => o.progress = Some(s),
+                        _ => return Err(format!("bad --progress interval {v:?}")),
+                    }
+                }
                 "-h" | "--help" => return Err(USAGE.into()),
                 "local" => o.role = Role::Local,
                 "server" => o.role = Role::Server,
@@ -288,5 +301,15 @@ mod tests {
         assert_eq!(o.role, Role::Client(vec![0x0a, 0xff]));
         assert!(Options::parse(["client", "xyz"].map(String::from)).is_err());
         assert!(Options::parse(["--iters", "0"].map(String::from)).is_err());
+        assert_eq!(
+            Options::parse(["--progress"].map(String::from)).unwrap().progress,
+            Some(1.0)
+        );
+        assert_eq!(
+            Options::parse(["--progress=0.5"].map(String::from)).unwrap().progress,
+            Some(0.5)
+        );
+        assert!(Options::parse(["--progress=0"].map(String::from)).is_err());
+        assert_eq!(Options::parse(Vec::<String>::new()).unwrap().progress, None);
     }
 }

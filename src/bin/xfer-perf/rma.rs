@@ -15,6 +15,7 @@ use xfer::{Access, Domain, Endpoint, Flags, MemoryRegion, PeerAddr, RemoteKey};
 use crate::control::{hear, say, RECV, SEND};
 use crate::driver::{pattern, Driver, Result};
 use crate::plan::{hex, unhex, Phase, Test};
+use crate::progress::Progress;
 
 /// Context of target-side completions (immediate data of a peer's write).
 const REMOTE: u64 = 0;
@@ -82,11 +83,12 @@ pub fn client(
     peer: PeerAddr,
     p: &Phase,
     ready: &str,
+    prog: &mut Progress,
 ) -> Result<(Vec<f64>, f64)> {
     let theirs = rkey_from(ready, "ready ")?;
     let out = match p.test {
-        Test::PutLat => (put_lat(ep, d, domain, peer, p, &theirs)?, 0.0),
-        _ => (Vec::new(), stream(ep, d, peer, p, &theirs)?),
+        Test::PutLat => (put_lat(ep, d, domain, peer, p, &theirs, prog)?, 0.0),
+        _ => (Vec::new(), stream(ep, d, peer, p, &theirs, prog)?),
     };
     say(ep, d, peer, "end")?;
     match hear(ep, d, peer)?.as_str() {
@@ -102,6 +104,7 @@ fn put_lat(
     peer: PeerAddr,
     p: &Phase,
     theirs: &RemoteKey,
+    prog: &mut Progress,
 ) -> Result<Vec<f64>> {
     let mine = register(domain, vec![0; p.size])?;
     say(ep, d, peer, &format!("rkey {}", hex(&mine.pack_rkey())))?;
@@ -123,6 +126,7 @@ fn put_lat(
         if i >= p.warmup {
             samples.push(t0.elapsed().as_secs_f64() * 1e6 / 2.0);
         }
+        prog.tick(i + 1);
     }
     if mine.to_vec().map_err(|e| e.to_string())? != pattern(p.size) {
         return Err(format!("put_lat {} B: the echoed data differs", p.size));
@@ -130,7 +134,14 @@ fn put_lat(
     Ok(samples)
 }
 
-fn stream(ep: &Endpoint, d: &mut Driver, peer: PeerAddr, p: &Phase, theirs: &RemoteKey) -> Result<f64> {
+fn stream(
+    ep: &Endpoint,
+    d: &mut Driver,
+    peer: PeerAddr,
+    p: &Phase,
+    theirs: &RemoteKey,
+    prog: &mut Progress,
+) -> Result<f64> {
     let read = p.test == Test::GetBw;
     let fill = if read { vec![0; p.size] } else { pattern(p.size) };
     let mut bufs: Vec<Vec<u8>> = vec![fill; p.window];
@@ -165,6 +176,7 @@ fn stream(ep: &Endpoint, d: &mut Driver, peer: PeerAddr, p: &Phase, theirs: &Rem
             bufs.push(b);
         }
         done += n;
+        prog.tick(done);
     }
     Ok(start.map_or(0.0, |s| s.elapsed().as_secs_f64()))
 }
