@@ -293,3 +293,45 @@ fn a_killed_peer_gives_errors_not_a_hang() {
     }
     assert!(a.done[1..].iter().any(|c| c.result.is_err()), "the death was noticed");
 }
+
+#[test]
+fn a_name_of_an_earlier_endpoint_at_the_same_address_is_refused() {
+    let ea = EndpointAttr::default();
+    let (Some(mut a), Some(mut b)) = (
+        Node::new(VerbsAttr::from_env(), &ea),
+        Node::new(VerbsAttr::from_env(), &ea),
+    ) else {
+        return;
+    };
+    // b's address and port with another nonce: the name an earlier process
+    // listening there would have had.
+    let mut stale = b.ep.name().as_bytes().to_vec();
+    stale[8] ^= 0xff;
+    let old = a.av.insert(&stale).unwrap();
+    b.ep.trecv(ANY, 7, 0, vec![0; 64], 1).unwrap();
+    a.ep.tsend(old, 7, pattern(64, 1), 10).unwrap();
+    a.ep.tsend(old, 7, pattern(300_000, 2), 11).unwrap();
+    drive(&mut [&mut a, &mut b], "the sends to the stale name", |n| {
+        n[0].done.len() == 2
+    });
+    for c in &a.done {
+        assert!(
+            matches!(c.result, Err(Error::PeerUnreachable { errno, .. }) if errno == libc::ECONNREFUSED),
+            "send {} to a stale name: {:?}",
+            c.context,
+            c.result
+        );
+    }
+    assert!(
+        b.done.is_empty(),
+        "the new endpoint got something meant for the old one"
+    );
+    // The real name still works, and gets the receive b posted.
+    let pb = a.add(&b);
+    a.ep.tsend(pb, 7, pattern(64, 3), 12).unwrap();
+    drive(&mut [&mut a, &mut b], "a send to the real name", |n| {
+        !n[1].done.is_empty()
+    });
+    assert_eq!(b.done[0].result, Ok(()));
+    assert_eq!(b.done[0].buf.as_deref(), Some(&pattern(64, 3)[..]));
+}

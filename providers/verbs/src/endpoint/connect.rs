@@ -41,6 +41,8 @@ const KIND_REQ: u8 = 1;
 const KIND_ACCEPT: u8 = 2;
 const KIND_DUP: u8 = 3;
 pub(crate) const PRIVATE_LEN: usize = 4 + NAME_LEN;
+/// A request adds the 8-byte nonce of the endpoint it is meant for.
+pub(crate) const REQUEST_LEN: usize = PRIVATE_LEN + 8;
 
 pub(crate) fn private(kind: u8, name: &VerbsName) -> [u8; PRIVATE_LEN] {
     let mut p = [0u8; PRIVATE_LEN];
@@ -49,6 +51,22 @@ pub(crate) fn private(kind: u8, name: &VerbsName) -> [u8; PRIVATE_LEN] {
     p[3] = kind;
     p[4..].copy_from_slice(&name.encode());
     p
+}
+
+/// A connection request's private data: [`private`] followed by the nonce
+/// of the endpoint it is meant for, so that a process restarted at the same
+/// address refuses what was meant for its previous incarnation.
+pub(crate) fn private_request(name: &VerbsName, to: u64) -> [u8; REQUEST_LEN] {
+    let mut p = [0u8; REQUEST_LEN];
+    p[..PRIVATE_LEN].copy_from_slice(&private(KIND_REQ, name));
+    p[PRIVATE_LEN..].copy_from_slice(&to.to_le_bytes());
+    p
+}
+
+/// The nonce a connection request is meant for (`None`: too short).
+pub(crate) fn request_target(p: &[u8]) -> Option<u64> {
+    let b = p.get(PRIVATE_LEN..REQUEST_LEN)?;
+    Some(u64::from_le_bytes(b.try_into().ok()?))
 }
 
 /// The kind and sender of our private data (the CM may pad it).
@@ -142,7 +160,8 @@ impl VerbsEndpoint {
             }
             (State::Routing, cm::RDMA_CM_EVENT_ROUTE_RESOLVED) => {
                 let qp = self.new_qp()?;
-                self.conns[k].id.connect(&qp, &private(KIND_REQ, &self.name))?;
+                let to = VerbsName::decode(self.conns[k].peer.as_bytes())?.nonce;
+                self.conns[k].id.connect(&qp, &private_request(&self.name, to))?;
                 self.by_qpn.insert(qp.qp_num(), k);
                 let c = &mut self.conns[k];
                 c.qp = Some(qp);
@@ -236,6 +255,15 @@ impl VerbsEndpoint {
             }
             return;
         };
+        if request_target(ev.private_data()) != Some(self.name.nonce) {
+            // Meant for an earlier endpoint at this address: the sender gets
+            // ECONNREFUSED, and nothing meant for that one is delivered here.
+            tracing::debug!(peer = ?from, "connection request for another endpoint refused");
+            if let Err(e) = id.reject(&[]) {
+                tracing::debug!(error = %e, "refusing a request for another endpoint");
+            }
+            return;
+        }
         let itself = from == self.addr;
         let existing = if itself {
             None
