@@ -846,6 +846,22 @@ int xfer_ep_close(struct xfer_ep_t *ep);
 int xfer_ep_getname(struct xfer_ep_t *ep, void *buf, size_t *len);
 
 /**
+ * Reads the provider counter `name` (a NUL-terminated string, e.g.
+ * `"inline_sends"` on verbs) of `ep` into `*value`: which paths operations
+ * took, for tests and diagnostics (the Rust `Endpoint::counters`). The
+ * verbs provider keeps counters; TCP keeps none.
+ *
+ * Returns 0; `XFER_ENOENT` when the provider has no counter of that name;
+ * `XFER_EBADF`; `XFER_EINVAL` when `name` or `value` is NULL or `name` is
+ * not UTF-8. Thread-safe.
+ *
+ * # Safety
+ * `name` must be NULL or a NUL-terminated string; `value` must be NULL or
+ * writable for one `uint64_t`.
+ */
+int xfer_ep_counter(struct xfer_ep_t *ep, const char *name, uint64_t *value);
+
+/**
  * Sends `len` bytes at `buf` as an untagged message to `dest` (`fi_send`).
  * The completion (`XFER_SEND | XFER_MSG`) returns `context`.
  *

@@ -15,7 +15,7 @@ use xfer_facade::{Buffer, Endpoint, EndpointAttr, PeerAddr, RecvOp, RecvSpec, Se
 use crate::av::{av_of, copy_out, xfer_av_t};
 use crate::cq::{cq_of, xfer_cq_t, XFER_REMOTE_CQ_DATA, XFER_TAGGED};
 use crate::domain::{domain_of, xfer_domain_t};
-use crate::error::{guard, invalid, Fail, XFER_EBADF, XFER_EBADFLAGS, XFER_SUCCESS};
+use crate::error::{guard, invalid, Fail, XFER_EBADF, XFER_EBADFLAGS, XFER_ENOENT, XFER_SUCCESS};
 use crate::handle::{self, Kind, Object};
 use crate::{context_in, xfer_addr_t};
 
@@ -250,6 +250,37 @@ pub unsafe extern "C" fn xfer_ep_getname(ep: *mut xfer_ep_t, buf: *mut c_void, l
         }
         // SAFETY: `buf` and `len` follow this function's contract.
         unsafe { copy_out(e.name().as_bytes(), buf, len) }
+    })
+}
+
+/// Reads the provider counter `name` (a NUL-terminated string, e.g.
+/// `"inline_sends"` on verbs) of `ep` into `*value`: which paths operations
+/// took, for tests and diagnostics (the Rust `Endpoint::counters`). The
+/// verbs provider keeps counters; TCP keeps none.
+///
+/// Returns 0; `XFER_ENOENT` when the provider has no counter of that name;
+/// `XFER_EBADF`; `XFER_EINVAL` when `name` or `value` is NULL or `name` is
+/// not UTF-8. Thread-safe.
+///
+/// # Safety
+/// `name` must be NULL or a NUL-terminated string; `value` must be NULL or
+/// writable for one `uint64_t`.
+#[no_mangle]
+pub unsafe extern "C" fn xfer_ep_counter(ep: *mut xfer_ep_t, name: *const c_char, value: *mut u64) -> c_int {
+    guard("xfer_ep_counter", || {
+        let e = ep_of(ep)?;
+        if name.is_null() || value.is_null() {
+            return Err(invalid("xfer_ep_counter: name or value is NULL"));
+        }
+        // SAFETY: `name` is non-null and NUL-terminated by contract.
+        let name = unsafe { CStr::from_ptr(name) }
+            .to_str()
+            .map_err(|_| invalid("xfer_ep_counter: name is not UTF-8"))?;
+        let found = e.counters()?.into_iter().find(|(k, _)| *k == name);
+        let (_, v) = found.ok_or(Fail(XFER_ENOENT))?;
+        // SAFETY: `value` is non-null and writable by contract.
+        unsafe { value.write(v) };
+        Ok(XFER_SUCCESS)
     })
 }
 

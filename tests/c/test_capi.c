@@ -608,6 +608,39 @@ static void test_getname(void)
 }
 
 /* Every kind of operation between two endpoints of one process. */
+/* Provider counters: verbs keeps them (an 8-byte send goes inline), TCP keeps none. */
+static void test_counters(void)
+{
+    struct node a, b;
+    REQUIRE_OK(node_open(&a));
+    REQUIRE_OK(node_open(&b));
+    struct node *ns[] = {&a, &b};
+    xfer_addr_t pb = node_add(&a, &b);
+    xfer_cq_entry_t e;
+    uint8_t out[8] = {1, 2, 3, 4, 5, 6, 7, 8}, in[8];
+    uint64_t v = 0;
+    CHECK_RC(xfer_ep_recv(b.ep, in, sizeof in, XFER_ADDR_UNSPEC, CTX(1)), 0);
+    CHECK_RC(xfer_ep_send(a.ep, out, sizeof out, pb, CTX(2)), 0);
+    if (expect(ns, 2, 1, CTX(1), &e))
+        CHECK(e.err == 0 && memcmp(in, out, sizeof out) == 0);
+    if (on_tcp()) {
+        CHECK_RC(xfer_ep_counter(a.ep, "inline_sends", &v), XFER_ENOENT);
+    } else {
+        CHECK_RC(xfer_ep_counter(a.ep, "inline_sends", &v), 0);
+        CHECK(v >= 1);
+        CHECK_RC(xfer_ep_counter(a.ep, "connections", &v), 0);
+        CHECK(v >= 1);
+    }
+    CHECK_RC(xfer_ep_counter(a.ep, "no_such_counter", &v), XFER_ENOENT);
+    CHECK_RC(xfer_ep_counter(a.ep, NULL, &v), XFER_EINVAL);
+    CHECK_RC(xfer_ep_counter(a.ep, "inline_sends", NULL), XFER_EINVAL);
+    CHECK_RC(xfer_ep_counter(NULL, "inline_sends", &v), XFER_EBADF);
+    const char bad_utf8[] = {(char)0xff, 0};
+    CHECK_RC(xfer_ep_counter(a.ep, bad_utf8, &v), XFER_EINVAL);
+    node_close(&a);
+    node_close(&b);
+}
+
 static void test_operations(void)
 {
     struct node a, b;
@@ -1673,6 +1706,7 @@ static const struct {
     {"bad_arguments", test_bad_arguments},
     {"getname", test_getname},
     {"operations", test_operations},
+    {"counters", test_counters},
     {"selective_completion", test_selective_completion},
     {"iov", test_iov},
     {"cancel", test_cancel},
