@@ -11,6 +11,7 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::process::Command;
 
 use xfer_core::RemoteKey;
 use xfer_fuzz::{setup, token, BIG, BOTH, MR_BASE, MR_KEY, OUTBOUND, SEND_LEN, SMALL, SPLIT, TAG};
@@ -23,18 +24,64 @@ use xfer_verbs::VerbsName;
 struct Out {
     dir: PathBuf,
     count: usize,
+    /// Conversations (`tcp_stream` seeds) and what the harness must print
+    /// for each in verbose mode: the completion it is meant to reach.
+    convs: Vec<(PathBuf, Vec<&'static str>)>,
 }
 
 impl Out {
     fn new(root: &Path, target: &str) -> Out {
         let dir = root.join(target);
         std::fs::create_dir_all(&dir).expect("create corpus dir");
-        Out { dir, count: 0 }
+        // Seeds of an earlier run that this one no longer writes go.
+        for entry in std::fs::read_dir(&dir).expect("read corpus dir") {
+            let path = entry.expect("corpus entry").path();
+            if path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("seed-"))
+            {
+                std::fs::remove_file(&path).expect("remove an old seed");
+            }
+        }
+        Out {
+            dir,
+            count: 0,
+            convs: Vec::new(),
+        }
     }
 
     fn put(&mut self, name: &str, bytes: &[u8]) {
         std::fs::write(self.dir.join(format!("seed-{name}")), bytes).expect("write seed");
         self.count += 1;
+    }
+
+    /// A `tcp_stream` seed meant to reach `expect` (lines of the harness's
+    /// verbose output, as substrings).
+    fn conv(&mut self, name: &str, expect: &[&'static str], bytes: &[u8]) {
+        self.put(name, bytes);
+        self.convs
+            .push((self.dir.join(format!("seed-{name}")), expect.to_vec()));
+    }
+
+    /// Runs every conversation through the built `tcp_stream` harness and
+    /// checks that it reaches what it is meant to; the failures.
+    fn check(&self, bin: &Path) -> Vec<String> {
+        let mut failed = Vec::new();
+        for (path, expect) in &self.convs {
+            let out = Command::new(bin)
+                .arg("-runs=1")
+                .arg(path)
+                .env("TCP_STREAM_VERBOSE", "1")
+                .output()
+                .expect("run the tcp_stream harness");
+            let log = String::from_utf8_lossy(&out.stderr);
+            let missing: Vec<_> = expect.iter().filter(|e| !log.contains(*e)).collect();
+            if !out.status.success() || !missing.is_empty() {
+                failed.push(format!("{}: {} missing {missing:?}", path.display(), out.status));
+            }
+        }
+        failed
     }
 }
 
@@ -45,7 +92,14 @@ fn edit(mut bytes: Vec<u8>, at: usize, with: &[u8]) -> Vec<u8> {
 
 fn every_frame() -> Vec<(&'static str, Frame)> {
     vec![
-        ("hello", Frame::Hello { name_len: 16 }),
+        (
+            "hello",
+            Frame::Hello {
+                name_len: 16,
+                to: 0x0123_4567_89ab_cdef,
+            },
+        ),
+        ("hello-ack", Frame::HelloAck { nonce: 0x5eed }),
         (
             "eager-tagged-data",
             Frame::Eager {
@@ -151,7 +205,7 @@ fn tcp_frame(root: &Path) -> usize {
     out.put("empty", &[]);
     out.put("bad-magic", &edit(eager.clone(), 0, b"fx"));
     out.put("version-2", &edit(eager.clone(), 2, &[2]));
-    out.put("unknown-kind", &edit(eager.clone(), 3, &[10]));
+    out.put("unknown-kind", &edit(eager.clone(), 3, &[11]));
     out.put("undefined-flag", &edit(eager.clone(), 4, &[0x04]));
     out.put("reserved-id", &edit(eager.clone(), 32, &[1]));
     let mut h = Frame::Eager {
@@ -162,10 +216,15 @@ fn tcp_frame(root: &Path) -> usize {
     .to_bytes();
     Header::new_unchecked(&mut h[..]).set_len(MAX_EAGER + 1);
     out.put("eager-too-long", &h);
-    let hello = Frame::Hello { name_len: 1 }.to_bytes().to_vec();
+    let hello = Frame::Hello { name_len: 1, to: 1 }.to_bytes().to_vec();
     out.put("hello-len-0", &edit(hello.clone(), 8, &[0]));
     out.put("hello-len-33", &edit(hello.clone(), 8, &[33]));
-    out.put("hello-len-257", &edit(hello, 8, &[1, 1]));
+    out.put("hello-len-257", &edit(hello.clone(), 8, &[1, 1]));
+    out.put("hello-tagged", &edit(hello, 16, &[1]));
+    let hello_ack = Frame::HelloAck { nonce: 1 }.to_bytes().to_vec();
+    out.put("hello-ack-len-1", &edit(hello_ack.clone(), 8, &[1]));
+    out.put("hello-ack-flag", &edit(hello_ack.clone(), 4, &[0x01]));
+    out.put("hello-ack-id", &edit(hello_ack, 32, &[1]));
     let ack = Frame::WriteAck { token: 1, status: 0 }.to_bytes().to_vec();
     out.put("ack-bad-status", &edit(ack, 16, &[status::MAX as u8 + 1]));
     out.count
@@ -324,11 +383,14 @@ fn stream(flags: u8, chunking: u8, parts: &[&[u8]]) -> Vec<u8> {
     v
 }
 
-fn hello_from(addr: &str) -> Vec<u8> {
+/// A hello from a peer at `addr`. The harness xors the endpoint's nonce
+/// into `to`: 0 names the endpoint under test, anything else an earlier one.
+fn hello_from(addr: &str, to: u64) -> Vec<u8> {
     let addr: SocketAddr = addr.parse().expect("addr");
     let name = TcpName { addr, nonce: 0x5eed }.to_vec();
     let mut v = Frame::Hello {
         name_len: name.len() as u8,
+        to,
     }
     .to_bytes()
     .to_vec();
@@ -336,10 +398,10 @@ fn hello_from(addr: &str) -> Vec<u8> {
     v
 }
 
-fn tcp_stream(root: &Path) -> usize {
+fn tcp_stream(root: &Path) -> Out {
     let mut out = Out::new(root, "tcp_stream");
     // The harness points the hello's address at its own listener.
-    let hello = hello_from("127.0.0.1:9");
+    let hello = hello_from("127.0.0.1:9", 0);
     let h = hello.as_slice();
     let f = |frame: Frame| frame.to_bytes().to_vec();
     let eager = |tag: Option<u64>, data: Option<u64>, len: usize| {
@@ -351,26 +413,51 @@ fn tcp_stream(root: &Path) -> usize {
     };
     let bytes = |n: usize| -> Vec<u8> { (0..n).map(|i| (i * 31 + 7) as u8).collect() };
 
-    out.put("hello", &stream(0, 0, &[h]));
-    out.put("hello-v6", &stream(0, 0, &[&hello_from("[::1]:9")]));
-    out.put("hello-chunked", &stream(0, 1, &[h]));
+    out.conv("hello", &["answered its HelloAck"], &stream(0, 0, &[h]));
+    out.conv(
+        "hello-v6",
+        &["answered its HelloAck"],
+        &stream(0, 0, &[&hello_from("[::1]:9", 0)]),
+    );
+    // Meant for an earlier endpoint at this address: refused.
+    out.conv(
+        "hello-earlier-endpoint",
+        &["answered no HelloAck"],
+        &stream(setup::RECV, 0, &[&hello_from("127.0.0.1:9", 1), &eager(None, None, 0)]),
+    );
+    out.conv("hello-chunked", &["answered its HelloAck"], &stream(0, 1, &[h]));
     let e = eager(None, None, 32);
-    out.put("eager-recv", &stream(setup::RECV, 0, &[h, &e, &bytes(32)]));
-    out.put("eager-recv-chunked", &stream(setup::RECV, 3, &[h, &e, &bytes(32)]));
+    out.conv(
+        "eager-recv",
+        &["completion 5 len 32 Ok"],
+        &stream(setup::RECV, 0, &[h, &e, &bytes(32)]),
+    );
+    out.conv(
+        "eager-recv-chunked",
+        &["completion 5 len 32 Ok"],
+        &stream(setup::RECV, 3, &[h, &e, &bytes(32)]),
+    );
     out.put("eager-unexpected-known", &stream(setup::KNOWN, 0, &[h, &e, &bytes(32)]));
     let et = eager(Some(TAG), Some(42), 100);
-    out.put(
+    out.conv(
         "eager-tagged-truncated",
+        &["completion 4 len 64 Err(Truncated"],
         &stream(setup::TRECV, 0, &[h, &et, &bytes(100)]),
     );
-    out.put("eager-empty", &stream(setup::RECV, 0, &[h, &eager(None, None, 0)]));
+    out.conv(
+        "eager-empty",
+        &["completion 5 len 0 Ok"],
+        &stream(setup::RECV, 0, &[h, &eager(None, None, 0)]),
+    );
     let big = eager(Some(TAG), None, 8192);
-    out.put(
+    out.conv(
         "eager-big-direct",
+        &["completion 4 len 8192 Ok"],
         &stream(setup::TRECV | setup::BIG, 0, &[h, &big, &bytes(8192)]),
     );
-    out.put(
+    out.conv(
         "eager-big-chunked",
+        &["completion 4 len 8192 Ok"],
         &stream(setup::TRECV | setup::BIG, 60, &[h, &big, &bytes(8192)]),
     );
     out.put(
@@ -394,12 +481,14 @@ fn tcp_stream(root: &Path) -> usize {
         offset: 0,
         len: 8192,
     });
-    out.put(
+    out.conv(
         "rndv-recv",
+        &["completion 4 len 8192 Ok"],
         &stream(setup::TRECV | setup::BIG, 0, &[h, &rts, &data, &bytes(8192)]),
     );
-    out.put(
+    out.conv(
         "rndv-recv-chunked",
+        &["completion 4 len 8192 Ok"],
         &stream(setup::TRECV | setup::BIG, 40, &[h, &rts, &data, &bytes(8192)]),
     );
     let half = |offset: u64| {
@@ -409,8 +498,9 @@ fn tcp_stream(root: &Path) -> usize {
             len: 4096,
         })
     };
-    out.put(
+    out.conv(
         "rndv-recv-two-chunks",
+        &["completion 4 len 8192 Ok"],
         &stream(
             setup::TRECV | setup::BIG,
             0,
@@ -423,8 +513,9 @@ fn tcp_stream(root: &Path) -> usize {
         offset: 0,
         len: SMALL as u64,
     });
-    out.put(
+    out.conv(
         "rndv-recv-truncated",
+        &["completion 4 len 64 Err(Truncated"],
         &stream(setup::TRECV, 0, &[h, &rts, &small, &bytes(SMALL)]),
     );
     out.put("rndv-unexpected", &stream(0, 0, &[h, &rts]));
@@ -441,9 +532,21 @@ fn tcp_stream(root: &Path) -> usize {
             len: len as u64,
         })
     };
-    out.put("cts", &stream(setup::SEND, 0, &[h, &cts(token(0, 1), SEND_LEN)]));
-    out.put("cts-partial", &stream(setup::SEND, 0, &[h, &cts(token(0, 1), 100)]));
-    out.put("cts-zero", &stream(setup::SEND, 0, &[h, &cts(token(0, 1), 0)]));
+    out.conv(
+        "cts",
+        &["completion 1 len 8192 Ok", "answered its HelloAck"],
+        &stream(setup::SEND, 0, &[h, &cts(token(0, 1), SEND_LEN)]),
+    );
+    out.conv(
+        "cts-partial",
+        &["completion 1 len 8192 Ok"],
+        &stream(setup::SEND, 0, &[h, &cts(token(0, 1), 100)]),
+    );
+    out.conv(
+        "cts-zero",
+        &["completion 1 len 8192 Ok"],
+        &stream(setup::SEND, 0, &[h, &cts(token(0, 1), 0)]),
+    );
     out.put(
         "cts-too-long",
         &stream(setup::SEND, 0, &[h, &cts(token(0, 1), SEND_LEN + 1)]),
@@ -456,32 +559,36 @@ fn tcp_stream(root: &Path) -> usize {
             len: len as u64,
         })
     };
-    out.put(
+    out.conv(
         "read-resp",
+        &["completion 2 len 64 Ok"],
         &stream(
             setup::READ,
             0,
             &[h, &resp(token(0, 1), status::OK, SMALL), &bytes(SMALL)],
         ),
     );
-    out.put(
+    out.conv(
         "read-resp-big",
+        &["completion 2 len 16384 Ok"],
         &stream(
             setup::READ | setup::BIG,
             0,
             &[h, &resp(token(0, 1), status::OK, BIG), &bytes(BIG)],
         ),
     );
-    out.put(
+    out.conv(
         "read-resp-big-chunked",
+        &["completion 2 len 16384 Ok"],
         &stream(
             setup::READ | setup::BIG,
             63,
             &[h, &resp(token(0, 1), status::OK, BIG), &bytes(BIG)],
         ),
     );
-    out.put(
+    out.conv(
         "read-resp-denied",
+        &["completion 2 len 64 Err(RemoteAccess"],
         &stream(setup::READ, 0, &[h, &resp(token(0, 1), status::ACCESS_DENIED, 0)]),
     );
     out.put(
@@ -489,16 +596,23 @@ fn tcp_stream(root: &Path) -> usize {
         &stream(setup::READ, 0, &[h, &resp(token(0, 1), status::OK, 1), &bytes(1)]),
     );
     let ack = |tok: u64, st: u64| f(Frame::WriteAck { token: tok, status: st });
-    out.put(
+    out.conv(
         "write-ack",
+        &["completion 3 len 64 Ok"],
         &stream(setup::WRITE, 0, &[h, &ack(token(0, 1), status::OK)]),
     );
-    out.put(
+    out.conv(
         "write-ack-refused",
+        &["completion 3 len 64 Err(RemoteAccess"],
         &stream(setup::WRITE, 0, &[h, &ack(token(0, 1), status::OUT_OF_BOUNDS)]),
     );
-    out.put(
+    out.conv(
         "all-answers",
+        &[
+            "completion 1 len 8192 Ok",
+            "completion 2 len 64 Ok",
+            "completion 3 len 64 Ok",
+        ],
         &stream(
             setup::SEND | setup::READ | setup::WRITE,
             7,
@@ -513,20 +627,23 @@ fn tcp_stream(root: &Path) -> usize {
     );
 
     // The same answers on the endpoint's own connection to the peer (no hello).
-    out.put(
+    out.conv(
         "outbound-cts",
+        &["completion 1 len 8192 Ok"],
         &stream(setup::SEND, OUTBOUND, &[&cts(token(0, 1), SEND_LEN)]),
     );
-    out.put(
+    out.conv(
         "outbound-read-resp-chunked",
+        &["completion 2 len 16384 Ok"],
         &stream(
             setup::READ | setup::BIG,
             OUTBOUND | 50,
             &[&resp(token(0, 1), status::OK, BIG), &bytes(BIG)],
         ),
     );
-    out.put(
+    out.conv(
         "outbound-write-ack-eager",
+        &["completion 3 len 64 Ok", "completion 5 len 32 Ok"],
         &stream(
             setup::WRITE | setup::RECV,
             OUTBOUND,
@@ -534,35 +651,46 @@ fn tcp_stream(root: &Path) -> usize {
         ),
     );
     out.put("outbound-hello", &stream(setup::WRITE, OUTBOUND, &[h]));
+    // The harness acknowledged the endpoint's hello already: a second one.
+    let hack = |nonce: u64| f(Frame::HelloAck { nonce });
+    out.conv(
+        "outbound-second-hello-ack",
+        &["hello acknowledgement out of place"],
+        &stream(setup::WRITE, OUTBOUND, &[&hack(0x5eed)]),
+    );
 
     // Two connections from the same peer at once: a new one (before SPLIT)
     // and the endpoint's own (after), chunks in turns.
-    out.put(
+    out.conv(
         "both-read-resp-then-outbound-fails",
+        &["completion 2 len 16384 Ok"],
         &stream(
             setup::READ | setup::BIG,
             BOTH | 20,
             &[h, &resp(token(0, 1), status::OK, BIG), &bytes(BIG), SPLIT, &bytes(300)],
         ),
     );
-    out.put(
+    out.conv(
         "both-rts-here-data-there",
+        &["completion 4 len 8192 Ok"],
         &stream(
             setup::TRECV | setup::BIG,
             BOTH | 10,
             &[h, &rts, &data, &bytes(8192), SPLIT, &data, &bytes(8192)],
         ),
     );
-    out.put(
+    out.conv(
         "both-cts-and-eager",
+        &["completion 1 len 8192 Ok", "completion 5 len 32 Ok"],
         &stream(
             setup::SEND | setup::RECV,
             BOTH | 5,
             &[h, &cts(token(0, 1), SEND_LEN), SPLIT, &e, &bytes(32)],
         ),
     );
-    out.put(
+    out.conv(
         "both-write-ack-twice",
+        &["completion 3 len 64 Ok"],
         &stream(
             setup::WRITE,
             BOTH,
@@ -580,12 +708,14 @@ fn tcp_stream(root: &Path) -> usize {
             imm,
         })
     };
-    out.put(
+    out.conv(
         "write-req",
+        &["answered its HelloAck"],
         &stream(0, 0, &[h, &wreq(MR_BASE + 16, 100, 5, false), &bytes(100)]),
     );
-    out.put(
+    out.conv(
         "write-req-imm-known",
+        &["completion 0 len 100 Ok"],
         &stream(
             setup::KNOWN,
             0,
@@ -612,13 +742,23 @@ fn tcp_stream(root: &Path) -> usize {
             token: 6,
         })
     };
-    out.put("read-req", &stream(0, 0, &[h, &rreq(MR_BASE, 256)]));
-    out.put("read-req-big", &stream(0, 0, &[h, &rreq(MR_BASE, 64 << 10)]));
+    out.conv(
+        "read-req",
+        &["answered its HelloAck"],
+        &stream(0, 0, &[h, &rreq(MR_BASE, 256)]),
+    );
+    out.conv(
+        "read-req-big",
+        &["answered its HelloAck"],
+        &stream(0, 0, &[h, &rreq(MR_BASE, 64 << 10)]),
+    );
     out.put("read-req-unknown-key", &stream(0, 0, &[h, &rreq(0, 1)]));
 
     // Broken peers.
     out.put("no-hello", &stream(setup::RECV, 0, &[&e, &bytes(32)]));
     out.put("second-hello", &stream(0, 0, &[h, h]));
+    out.put("hello-ack-to-acceptor", &stream(0, 0, &[h, &hack(0x5eed)]));
+    out.put("hello-ack-first", &stream(setup::RECV, 0, &[&hack(0)]));
     out.put("garbage", &stream(setup::RECV, 0, &[&bytes(200)]));
     out.put("half-header", &stream(0, 0, &[h, &e[..HEADER_LEN / 2]]));
     let mut bad_name = hello.clone();
@@ -640,14 +780,15 @@ fn tcp_stream(root: &Path) -> usize {
             ],
         ),
     );
-    out.count
+    out
 }
 
 fn main() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("corpus");
+    let conversations = tcp_stream(&root);
     let counts = [
         ("tcp_frame", tcp_frame(&root)),
-        ("tcp_stream", tcp_stream(&root)),
+        ("tcp_stream", conversations.count),
         ("tcp_name", tcp_name(&root)),
         ("rkey", rkey(&root)),
         ("verbs_name", verbs_name(&root)),
@@ -657,4 +798,51 @@ fn main() {
     for (target, n) in counts {
         println!("{target}: {n} seeds in {}", root.join(target).display());
     }
+
+    // Every conversation must still reach its completion (after a protocol
+    // change, a seed that no longer passes the handshake reaches nothing).
+    if std::env::var_os("GEN_CORPUS_CHECK").is_some_and(|v| v == "0") {
+        println!("tcp_stream: conversations not checked (GEN_CORPUS_CHECK=0)");
+        return;
+    }
+    let bin = harness();
+    if !bin.is_file() {
+        eprintln!(
+            "gen_corpus: no tcp_stream harness at {} to check the conversations with: build it \
+             (scripts/fuzz.sh, or cargo fuzz build) or name it in TCP_STREAM_BIN, then run again \
+             (GEN_CORPUS_CHECK=0 skips the check)",
+            bin.display()
+        );
+        std::process::exit(2);
+    }
+    let failed = conversations.check(&bin);
+    if !failed.is_empty() {
+        for f in &failed {
+            eprintln!("gen_corpus: conversation does not reach its completion: {f}");
+        }
+        std::process::exit(1);
+    }
+    println!(
+        "tcp_stream: {} conversations reach their completions ({})",
+        conversations.convs.len(),
+        bin.display()
+    );
+}
+
+/// The built `tcp_stream` harness: `TCP_STREAM_BIN`, else where
+/// `scripts/fuzz.sh` builds it.
+fn harness() -> PathBuf {
+    if let Some(bin) = std::env::var_os("TCP_STREAM_BIN") {
+        return bin.into();
+    }
+    let fuzz = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dir = match std::env::var_os("FUZZ_TARGET_DIR") {
+        Some(d) => PathBuf::from(d),
+        None => match std::env::var_os("CARGO_TARGET_DIR") {
+            Some(d) => PathBuf::from(d).join("fuzz"),
+            None => fuzz.join("target"),
+        },
+    };
+    let host = format!("{}-unknown-linux-gnu", std::env::consts::ARCH);
+    dir.join(host).join("release").join("tcp_stream")
 }

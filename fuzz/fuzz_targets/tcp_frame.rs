@@ -14,7 +14,8 @@ use xfer_tcp::wire::{Frame, Header, HEADER_LEN, MAX_EAGER, MAX_NAME};
 /// A frame as structured input (the library's `Frame` has no `Arbitrary`).
 #[derive(Arbitrary, Debug)]
 enum AnyFrame {
-    Hello(u8),
+    Hello(u8, u64),
+    HelloAck(u64),
     Eager(Option<u64>, Option<u64>, u64),
     Rts(Option<u64>, Option<u64>, u64, u64),
     Cts(u64, u64, u64),
@@ -28,7 +29,8 @@ enum AnyFrame {
 impl AnyFrame {
     fn frame(&self) -> Frame {
         match *self {
-            AnyFrame::Hello(name_len) => Frame::Hello { name_len },
+            AnyFrame::Hello(name_len, to) => Frame::Hello { name_len, to },
+            AnyFrame::HelloAck(nonce) => Frame::HelloAck { nonce },
             AnyFrame::Eager(tag, data, len) => Frame::Eager { tag, data, len },
             AnyFrame::Rts(tag, data, len, token) => Frame::Rts { tag, data, len, token },
             AnyFrame::Cts(token, rx_token, len) => Frame::Cts { token, rx_token, len },
@@ -56,7 +58,8 @@ fuzz_target!(|data: &[u8]| {
             assert_eq!(frame.check(), Ok(()), "{frame:?}");
             // The lengths a receiver sizes buffers from are bounded.
             match frame {
-                Frame::Hello { name_len } => assert!((1..=MAX_NAME).contains(&u64::from(name_len))),
+                Frame::Hello { name_len, .. } => assert!((1..=MAX_NAME).contains(&u64::from(name_len))),
+                Frame::HelloAck { .. } => assert_eq!(frame.payload_len(), 0),
                 Frame::Eager { len, .. } => assert!(len <= MAX_EAGER),
                 _ => {}
             }

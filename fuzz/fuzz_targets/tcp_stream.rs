@@ -13,7 +13,8 @@
 //! byte 1   where the stream goes and in what pieces:
 //!          bit 7 (`OUTBOUND`): over the connection the endpoint opened to
 //!          the harness (to send the `setup` operations; its peer is known,
-//!          no hello is due), else over a new one to the endpoint;
+//!          the handshake is done, no hello is due), else over a new one to
+//!          the endpoint;
 //!          bit 6 (`BOTH`): the stream up to the first `SPLIT` marker goes
 //!          over a new connection, the rest over the endpoint's, in turns;
 //!          bits 0-5, n: 0 writes each part at once, else in chunks of
@@ -23,13 +24,26 @@
 //!
 //! Properties: no panic, whatever the bytes; every posted operation
 //! completes at most once, with its own buffer back and a length within it;
-//! the endpoint keeps reading (a peer that stops being read is a bug here).
+//! the endpoint keeps reading (a peer that stops being read is a bug here);
+//! the first bytes it writes on a connection it accepted are a HelloAck with
+//! its own nonce; on a connection it opened, a Hello naming the nonce it
+//! dialled and its own name, and nothing else until the harness's HelloAck.
 //!
-//! Network containment: the endpoint connects back to the peer whose name
-//! the stream's first hello carries (to answer a rendezvous or an RMA
-//! request). The harness rewrites that name's address to its own listener
-//! before sending, so the endpoint never connects anywhere else; the nonce
-//! and the rest of the stream are kept. When it may (root), the process
+//! Handshake: the endpoint refuses a Hello whose `to` is not its own nonce,
+//! which is random. The harness xors the endpoint's nonce into the `to` of
+//! the stream's leading hello, so a stream's `to` of 0 means "this
+//! endpoint" (what the seeds use) and anything else an earlier endpoint at
+//! the same address (refused). The endpoint's answer, a HelloAck, arrives
+//! on the same connection. When the endpoint connects to the harness
+//! (operations of `setup` that need the peer), the harness reads its Hello
+//! and answers with a HelloAck before anything else: the endpoint writes
+//! nothing else until then, and an `OUTBOUND` stream goes after it.
+//!
+//! Network containment: the endpoint knows the peer by the name the
+//! stream's first hello carries (the `setup` operations go to it). The
+//! harness rewrites that name's address to its own listener before sending,
+//! so the endpoint never connects anywhere else; the name's nonce and the
+//! rest of the stream are kept. When it may (root), the process
 //! also moves to a network namespace of its own with only a loopback
 //! interface, so its thousands of short connections (and their TIME_WAIT
 //! entries, capped there) never touch the host's port space. Without one,
@@ -52,7 +66,7 @@ use libfuzzer_sys::fuzz_target;
 use xfer_core::attr::{CqAttr, EndpointAttr};
 use xfer_core::{Access, Completion, Domain, PeerAddr, RemoteKey};
 use xfer_fuzz::{setup, BIG, BOTH, MR_BASE, MR_KEY, MR_LEN, OUTBOUND, RNDV_THRESHOLD, SEND_LEN, SMALL, SPLIT, TAG};
-use xfer_tcp::name::TcpName;
+use xfer_tcp::name::{self, TcpName};
 use xfer_tcp::wire::{Frame, HEADER_LEN};
 use xfer_tcp::TcpDomain;
 
@@ -165,10 +179,17 @@ impl XorShift {
 }
 
 /// Rewrites the address of the name in a leading hello to `listen` (IPv6
-/// names get the IPv4-mapped form of it, to keep their length) and returns
-/// the name bytes the endpoint will know the peer by.
-fn contain_hello(stream: &mut [u8], listen: SocketAddr) -> Vec<u8> {
-    if let Ok(Frame::Hello { name_len }) = Frame::parse(stream) {
+/// names get the IPv4-mapped form of it, to keep their length), xors the
+/// endpoint's `nonce` into its `to` (0 becomes the endpoint's own), and
+/// returns the name bytes the endpoint will know the peer by.
+fn contain_hello(stream: &mut [u8], listen: SocketAddr, nonce: u64) -> Vec<u8> {
+    if let Ok(Frame::Hello { name_len, to }) = Frame::parse(stream) {
+        let hdr = Frame::Hello {
+            name_len,
+            to: to ^ nonce,
+        }
+        .to_bytes();
+        stream[..HEADER_LEN].copy_from_slice(&hdr);
         let range = HEADER_LEN..HEADER_LEN + usize::from(name_len);
         if let Some(bytes) = stream.get_mut(range) {
             if let Ok(name) = TcpName::decode(bytes) {
@@ -191,13 +212,105 @@ fn contain_hello(stream: &mut [u8], listen: SocketAddr) -> Vec<u8> {
     TcpName { addr: listen, nonce: 0 }.to_vec()
 }
 
+/// A connection the endpoint opened to the harness's listener.
+struct Back {
+    s: TcpStream,
+    /// The endpoint's hello, as far as it arrived.
+    hello: Vec<u8>,
+    /// Whether the harness answered it with a HelloAck.
+    acked: bool,
+}
+
+impl Back {
+    /// Reads the endpoint's hello as it arrives, checks it, and answers it
+    /// with a HelloAck carrying the nonce it dialled; false once the
+    /// connection ended.
+    fn handshake(&mut self, me: &[u8], dialled: u64) -> bool {
+        loop {
+            let want = match Frame::parse(&self.hello) {
+                _ if self.hello.len() < HEADER_LEN => HEADER_LEN,
+                Ok(Frame::Hello { name_len, to }) => {
+                    assert_eq!(to, dialled, "the endpoint's hello names another nonce than it dialled");
+                    HEADER_LEN + usize::from(name_len)
+                }
+                other => panic!("the endpoint's first frame is not a hello: {other:?}"),
+            };
+            if self.hello.len() == want {
+                assert_eq!(
+                    &self.hello[HEADER_LEN..],
+                    me,
+                    "the endpoint's hello carries another name"
+                );
+                let ack = Frame::HelloAck { nonce: dialled }.to_bytes();
+                // SAFETY: a valid buffer and an open socket.
+                let n = unsafe {
+                    libc::send(
+                        self.s.as_raw_fd(),
+                        ack.as_ptr().cast(),
+                        ack.len(),
+                        libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,
+                    )
+                };
+                // Nothing else was written on it: 40 bytes fit.
+                self.acked = n == ack.len() as isize;
+                return self.acked;
+            }
+            let mut buf = [0u8; HEADER_LEN + name::MAX_LEN];
+            match self.s.read(&mut buf[..want - self.hello.len()]) {
+                Ok(0) => return false,
+                Ok(n) => self.hello.extend_from_slice(&buf[..n]),
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return true,
+                Err(_) => return false,
+            }
+        }
+    }
+}
+
+/// A socket the stream goes over, with its part.
+struct Lane {
+    s: TcpStream,
+    bytes: Vec<u8>,
+    /// The endpoint accepted it (the harness connected): the endpoint's
+    /// first bytes on it, as far as they arrived, up to a header's length.
+    accepted: Option<Vec<u8>>,
+}
+
+impl Lane {
+    /// Reads what the endpoint wrote; false once it closed its side. On an
+    /// accepted connection the first frame must be `ack`.
+    fn read(&mut self, ack: &[u8]) -> bool {
+        let mut sink = [0u8; 16 << 10];
+        loop {
+            match self.s.read(&mut sink) {
+                Ok(0) => return false,
+                Ok(n) => {
+                    if let Some(head) = &mut self.accepted {
+                        let take = (HEADER_LEN - head.len()).min(n);
+                        head.extend_from_slice(&sink[..take]);
+                        assert_eq!(
+                            head[..],
+                            ack[..head.len()],
+                            "the endpoint's first frame on an accepted connection is not its HelloAck"
+                        );
+                    }
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return true,
+                Err(_) => return false,
+            }
+        }
+    }
+}
+
 /// Everything one input runs against.
 struct Rig {
     _domain: Domain,
     cq: xfer_core::CompletionQueue,
     /// Connections the endpoint opened to the harness's listener.
-    back: Vec<TcpStream>,
+    back: Vec<Back>,
     listener: TcpListener,
+    /// The endpoint's name, and the nonce of the peer name it was given.
+    me: Vec<u8>,
+    dialled: u64,
     /// Completions seen, by context.
     done: Vec<Completion>,
     /// Buffer length of each posted operation, by context.
@@ -219,11 +332,24 @@ impl Rig {
         }
         while let Ok((s, _)) = self.listener.accept() {
             s.set_nonblocking(true).expect("nonblocking");
-            self.back.push(s);
+            self.back.push(Back {
+                s,
+                hello: Vec::new(),
+                acked: false,
+            });
         }
         let mut sink = [0u8; 16 << 10];
-        self.back.retain_mut(|s| loop {
-            match s.read(&mut sink) {
+        let (me, dialled) = (&self.me, self.dialled);
+        self.back.retain_mut(|b| loop {
+            if !b.acked {
+                if !b.handshake(me, dialled) {
+                    return false;
+                }
+                if !b.acked {
+                    return true;
+                }
+            }
+            match b.s.read(&mut sink) {
                 Ok(0) => return false,
                 Ok(_) => continue,
                 Err(e) if e.kind() == ErrorKind::WouldBlock => return true,
@@ -291,7 +417,6 @@ fn run(data: &[u8]) {
 
     let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("harness listener");
     listener.set_nonblocking(true).expect("nonblocking");
-    let peer_name = contain_hello(&mut stream, listener.local_addr().expect("listener address"));
 
     let domain = Domain::new(Box::new(TcpDomain::open().expect("tcp domain")));
     let cq = domain.cq(&CqAttr::default()).expect("cq");
@@ -302,6 +427,12 @@ fn run(data: &[u8]) {
     };
     attr.tcp.addr = Some("127.0.0.1".into());
     let ep = domain.endpoint(&cq, &av, &attr).expect("endpoint");
+    let me = ep.name().as_bytes().to_vec();
+    let my_name = TcpName::decode(&me).expect("endpoint name");
+    let listen = listener.local_addr().expect("listener address");
+    let peer_name = contain_hello(&mut stream, listen, my_name.nonce);
+    let dialled = TcpName::decode(&peer_name).expect("the contained name").nonce;
+    let ack = Frame::HelloAck { nonce: my_name.nonce }.to_bytes();
     // SAFETY: the region is mapped for the whole process and never freed.
     let mr = unsafe { domain.register_raw(region() as *mut u8, MR_LEN, Access::REMOTE_READ | Access::REMOTE_WRITE) }
         .expect("register");
@@ -312,6 +443,8 @@ fn run(data: &[u8]) {
         cq,
         back: Vec::new(),
         listener,
+        me,
+        dialled,
         done: Vec::new(),
         posted: Vec::new(),
     };
@@ -345,35 +478,57 @@ fn run(data: &[u8]) {
         rig.posted.push((5, buf_len));
     }
 
-    let target = TcpName::decode(ep.name().as_bytes()).expect("endpoint name").addr;
-    let fresh = TcpStream::connect(target).expect("connect to the endpoint");
+    let fresh = TcpStream::connect(my_name.addr).expect("connect to the endpoint");
     fresh.set_nonblocking(true).expect("nonblocking");
-    // Let the endpoint accept, and write its own requests to the listener.
-    for _ in 0..4 {
+    // Let the endpoint accept and, if an operation needs the peer, connect
+    // to the listener; the harness answers its hello, then the endpoint
+    // writes its own requests. (Unless those operations failed already.)
+    let peer_ops = rig.posted.iter().filter(|(c, _)| (1..=3).contains(c)).count();
+    let start = Instant::now();
+    let mut after = 0;
+    while after < 4 {
         rig.pump();
+        let failed = rig.done.iter().filter(|d| (1..=3).contains(&d.context)).count();
+        if failed == peer_ops || rig.back.iter().any(|b| b.acked) {
+            after += 1;
+        }
+        assert!(
+            start.elapsed() < STALL,
+            "the endpoint never completed its handshake with the harness"
+        );
     }
+    let accepted = |s: TcpStream, bytes: Vec<u8>| Lane {
+        s,
+        bytes,
+        accepted: Some(Vec::new()),
+    };
+    let own = |b: Back, bytes: Vec<u8>| Lane {
+        s: b.s,
+        bytes,
+        accepted: None,
+    };
     // The lanes: the sockets the stream goes over, each with its part.
     let mut spare = None;
-    let mut lanes: Vec<(TcpStream, Vec<u8>)> = if chunking & BOTH != 0 && !rig.back.is_empty() {
+    let mut lanes: Vec<Lane> = if chunking & BOTH != 0 && !rig.back.is_empty() {
         let (a, b) = match stream.windows(SPLIT.len()).position(|w| w == SPLIT) {
             Some(at) => (stream[..at].to_vec(), stream[at + SPLIT.len()..].to_vec()),
             None => (stream, Vec::new()),
         };
-        vec![(fresh, a), (rig.back.remove(0), b)]
+        vec![accepted(fresh, a), own(rig.back.remove(0), b)]
     } else if chunking & OUTBOUND != 0 && !rig.back.is_empty() {
         spare = Some(fresh);
-        vec![(rig.back.remove(0), stream)]
+        vec![own(rig.back.remove(0), stream)]
     } else {
-        vec![(fresh, stream)]
+        vec![accepted(fresh, stream)]
     };
     let chunking = chunking & !(OUTBOUND | BOTH);
     if verbose() {
-        for (i, (s, b)) in lanes.iter().enumerate() {
+        for (i, l) in lanes.iter().enumerate() {
             eprintln!(
                 "tcp_stream: lane {i}: {:?} -> {:?}, {} bytes",
-                s.local_addr(),
-                s.peer_addr(),
-                b.len()
+                l.s.local_addr(),
+                l.s.peer_addr(),
+                l.bytes.len()
             );
         }
         eprintln!("tcp_stream: {} other connections from the endpoint", rig.back.len());
@@ -385,7 +540,7 @@ fn run(data: &[u8]) {
     let mut open = vec![true; lanes.len()];
     loop {
         let mut wrote = false;
-        for (i, (s, bytes)) in lanes.iter().enumerate() {
+        for (i, Lane { s, bytes, .. }) in lanes.iter().enumerate() {
             let left = bytes.len() - pos[i];
             if !open[i] || left == 0 {
                 continue;
@@ -418,35 +573,45 @@ fn run(data: &[u8]) {
     for _ in 0..10 {
         rig.pump();
     }
+    for l in &mut lanes {
+        l.read(&ack);
+    }
+    if verbose() {
+        for (i, l) in lanes.iter().enumerate() {
+            if let Some(head) = &l.accepted {
+                let got = if head.len() == HEADER_LEN {
+                    "its HelloAck"
+                } else {
+                    "no HelloAck (yet)"
+                };
+                eprintln!("tcp_stream: lane {i}: the endpoint answered {got}");
+            }
+        }
+    }
 
     if flags & setup::RESET != 0 {
-        for (s, _) in lanes.drain(..) {
-            reset_on_close(&s);
+        for l in lanes.drain(..) {
+            reset_on_close(&l.s);
         }
     } else {
-        for (s, _) in &lanes {
-            let _ = s.shutdown(Shutdown::Write);
+        for l in &lanes {
+            let _ = l.s.shutdown(Shutdown::Write);
         }
         // The endpoint reads the end of each stream and closes its side.
-        let mut sink = [0u8; 4096];
         for _ in 0..64 {
             rig.pump();
-            lanes.retain_mut(|(s, _)| match s.read(&mut sink) {
-                Ok(0) => false,
-                Err(e) => e.kind() == ErrorKind::WouldBlock,
-                Ok(_) => true,
-            });
+            lanes.retain_mut(|l| l.read(&ack));
             if lanes.is_empty() {
                 break;
             }
         }
-        for (s, _) in lanes.drain(..) {
-            reset_on_close(&s);
+        for l in lanes.drain(..) {
+            reset_on_close(&l.s);
         }
     }
     // The endpoint's connections to the listener end with a reset too.
-    for b in rig.back.drain(..).chain(spare) {
-        reset_on_close(&b);
+    for s in rig.back.drain(..).map(|b| b.s).chain(spare) {
+        reset_on_close(&s);
     }
     for _ in 0..4 {
         rig.pump();
