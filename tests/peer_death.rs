@@ -9,19 +9,8 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{drive, expect, pattern, Node};
+use common::{drive, expect, hex, pattern, unhex, Node};
 use xfer::{Error, PeerAddr};
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn unhex(s: &str) -> Vec<u8> {
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).expect("hex"))
-        .collect()
-}
 
 /// The victim: posts one large receive, then polls lazily so transfers to it
 /// stall part-way; prints its name and runs until killed.

@@ -15,7 +15,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{pattern, test_attr, Node};
+use common::{hex, pattern, test_attr, unhex, Node};
 use xfer::{Completion, PeerAddr};
 
 /// Messages each peer sends to the hub.
@@ -31,17 +31,6 @@ fn peers() -> usize {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(512)
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn unhex(s: &str) -> Vec<u8> {
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).expect("hex"))
-        .collect()
 }
 
 /// Resident set size of this process, bytes (`VmRSS`).

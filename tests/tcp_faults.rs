@@ -796,6 +796,27 @@ fn env_secs(name: &str, default: u64) -> Duration {
     Duration::from_secs(std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default))
 }
 
+/// Two workers on a slow (8 Mbit/s) link, each sending `n` messages to the
+/// other, with the transfer under way (a few arrived, most outstanding):
+/// `(net, a, b, a's handle at b, b's handle at a, n)`.
+fn transfer_under_way() -> (Net, Worker, Worker, u64, u64, u32) {
+    let net = Net::new();
+    net.rate_limit("8mbit");
+    let mut a = Worker::spawn(&net, 0, "A", IP[0], FAST_TIMEOUTS);
+    let mut b = Worker::spawn(&net, 1, "B", IP[1], FAST_TIMEOUTS);
+    let pa = b.peer(&a.name.clone());
+    let pb = a.peer(&b.name.clone());
+    let n = 24;
+    exchange(&mut a, pb, 1, &mut b, pa, 2, n);
+    wait_until(
+        &mut [&mut a, &mut b],
+        Duration::from_secs(60),
+        "the transfer to start",
+        |ws| ws[1].recvs_ok(1) >= 4 && ws[0].recvs_ok(2) >= 4,
+    );
+    (net, a, b, pa, pb, n)
+}
+
 /// A and B each post `n` receives directed at the other and send `n`
 /// messages to the other, all at once: A sends stream `sa` to its handle
 /// `a_to_b` for B, B sends stream `sb` to its handle `b_to_a` for A.
@@ -915,20 +936,7 @@ fn netem_loss_delay_reorder_duplicate() {
 fn link_down_mid_transfer() {
     skip_unless_possible!("link_down_mid_transfer");
     let _took = Took("link_down_mid_transfer", Instant::now());
-    let net = Net::new();
-    net.rate_limit("8mbit");
-    let mut a = Worker::spawn(&net, 0, "A", IP[0], FAST_TIMEOUTS);
-    let mut b = Worker::spawn(&net, 1, "B", IP[1], FAST_TIMEOUTS);
-    let pa = b.peer(&a.name.clone());
-    let pb = a.peer(&b.name.clone());
-    let n = 24;
-    exchange(&mut a, pb, 1, &mut b, pa, 2, n);
-    wait_until(
-        &mut [&mut a, &mut b],
-        Duration::from_secs(60),
-        "the transfer to start",
-        |ws| ws[1].recvs_ok(1) >= 4 && ws[0].recvs_ok(2) >= 4,
-    );
+    let (net, mut a, mut b, pa, pb, n) = transfer_under_way();
     net.link(0, false);
     let down = Instant::now();
     exchange_done(
@@ -996,20 +1004,7 @@ fn link_down_mid_transfer() {
 fn peer_sigkill_mid_transfer() {
     skip_unless_possible!("peer_sigkill_mid_transfer");
     let _took = Took("peer_sigkill_mid_transfer", Instant::now());
-    let net = Net::new();
-    net.rate_limit("8mbit");
-    let mut a = Worker::spawn(&net, 0, "A", IP[0], FAST_TIMEOUTS);
-    let mut b = Worker::spawn(&net, 1, "B", IP[1], FAST_TIMEOUTS);
-    let pa = b.peer(&a.name.clone());
-    let pb = a.peer(&b.name.clone());
-    let n = 24;
-    exchange(&mut a, pb, 1, &mut b, pa, 2, n);
-    wait_until(
-        &mut [&mut a, &mut b],
-        Duration::from_secs(60),
-        "the transfer to start",
-        |ws| ws[1].recvs_ok(1) >= 4 && ws[0].recvs_ok(2) >= 4,
-    );
+    let (net, mut a, mut b, _, _, n) = transfer_under_way();
     let killed = Instant::now();
     b.kill();
     let nn = n as usize;

@@ -96,3 +96,16 @@ pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
         .map(|i| (i as u64).wrapping_mul(31).wrapping_add(seed.wrapping_mul(7919)) as u8)
         .collect()
 }
+
+/// Bytes as lower-case hex (names passed between test processes).
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The bytes of a hex string written by [`hex`].
+pub fn unhex(s: &str) -> Vec<u8> {
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).expect("hex"))
+        .collect()
+}
