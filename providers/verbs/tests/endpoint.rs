@@ -75,6 +75,14 @@ impl Node {
     }
 }
 
+/// Two nodes with the environment's verbs settings; `None` without a device.
+fn pair(ea: &EndpointAttr) -> Option<(Node, Node)> {
+    Some((
+        Node::new(VerbsAttr::from_env(), ea)?,
+        Node::new(VerbsAttr::from_env(), ea)?,
+    ))
+}
+
 fn drive(nodes: &mut [&mut Node], what: &str, mut done: impl FnMut(&mut [&mut Node]) -> bool) {
     let start = Instant::now();
     while !done(nodes) {
@@ -92,10 +100,7 @@ fn pattern(len: usize, seed: u64) -> Vec<u8> {
 #[test]
 fn small_sends_go_inline_and_large_ones_by_rendezvous() {
     let ea = EndpointAttr::default();
-    let (Some(mut a), Some(mut b)) = (
-        Node::new(VerbsAttr::from_env(), &ea),
-        Node::new(VerbsAttr::from_env(), &ea),
-    ) else {
+    let Some((mut a, mut b)) = pair(&ea) else {
         return;
     };
     let pb = a.add(&b);
@@ -297,10 +302,7 @@ fn a_killed_peer_gives_errors_not_a_hang() {
 #[test]
 fn a_name_of_an_earlier_endpoint_at_the_same_address_is_refused() {
     let ea = EndpointAttr::default();
-    let (Some(mut a), Some(mut b)) = (
-        Node::new(VerbsAttr::from_env(), &ea),
-        Node::new(VerbsAttr::from_env(), &ea),
-    ) else {
+    let Some((mut a, mut b)) = pair(&ea) else {
         return;
     };
     // b's address and port with another nonce: the name an earlier process
