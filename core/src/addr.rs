@@ -120,6 +120,15 @@ impl AvTable {
         self.by_name.get(addr).copied().unwrap_or(PeerAddr::UNSPEC)
     }
 
+    /// [`reverse`](Self::reverse) with a guess: `hint` when it still names
+    /// `addr` (one index and a compare, no hashing), else the lookup.
+    pub fn reverse_hinted(&self, addr: &Address, hint: PeerAddr) -> PeerAddr {
+        match self.lookup(hint) {
+            Some(a) if a == addr => hint,
+            _ => self.reverse(addr),
+        }
+    }
+
     /// Number of peers in the table.
     pub fn len(&self) -> usize {
         self.entries.len()

@@ -108,6 +108,10 @@ impl<T> Node<T> {
 struct Queue<T> {
     nodes: Slab<Node<T>>,
     all: Ends,
+    /// The per-peer list of [`PeerAddr::UNSPEC`] (any-source receives,
+    /// messages from unknown senders), kept out of the map: every arrival
+    /// looks at it.
+    any: Ends,
     peers: FastMap<PeerAddr, Ends>,
     next_seq: u64,
 }
@@ -117,6 +121,7 @@ impl<T> Queue<T> {
         Queue {
             nodes: Slab::new(),
             all: Ends::default(),
+            any: Ends::default(),
             peers: FastMap::default(),
             next_seq: 0,
         }
@@ -133,18 +138,29 @@ impl<T> Queue<T> {
             peer: UNLINKED,
         });
         append(&mut self.nodes, &mut self.all, idx, Chain::All);
-        append(
-            &mut self.nodes,
-            self.peers.entry(spec.src).or_default(),
-            idx,
-            Chain::Peer,
-        );
+        let ends = match spec.src.is_unspec() {
+            true => &mut self.any,
+            false => self.peers.entry(spec.src).or_default(),
+        };
+        append(&mut self.nodes, ends, idx, Chain::Peer);
+    }
+
+    /// The per-peer list of `src`, if it was ever used.
+    fn ends(&self, src: PeerAddr) -> Option<&Ends> {
+        match src.is_unspec() {
+            true => Some(&self.any),
+            false => self.peers.get(&src),
+        }
     }
 
     fn remove(&mut self, idx: usize) -> Node<T> {
         let node = self.nodes.remove(idx);
         unlink(&mut self.nodes, &mut self.all, node.all, Chain::All);
-        if let Some(ends) = self.peers.get_mut(&node.spec.src) {
+        let ends = match node.spec.src.is_unspec() {
+            true => Some(&mut self.any),
+            false => self.peers.get_mut(&node.spec.src),
+        };
+        if let Some(ends) = ends {
             unlink(&mut self.nodes, ends, node.peer, Chain::Peer);
         }
         node
@@ -152,9 +168,12 @@ impl<T> Queue<T> {
 
     /// First entry satisfying `pred`, in insertion order: among all entries, or only those of one peer.
     fn find(&self, peer: Option<PeerAddr>, mut pred: impl FnMut(&Node<T>) -> bool) -> Option<usize> {
+        if self.nodes.is_empty() {
+            return None;
+        }
         let mut cur = match peer {
             None => self.all.head,
-            Some(src) => self.peers.get(&src).map_or(NIL, |ends| ends.head),
+            Some(src) => self.ends(src).map_or(NIL, |ends| ends.head),
         };
         while cur != NIL {
             let node = &self.nodes[cur];
@@ -305,7 +324,9 @@ impl<R, U> Matcher<R, U> {
         while let Some(idx) = self.unexpected.find(Some(src), |_| true) {
             out.push(self.unexpected.remove(idx).val);
         }
-        self.unexpected.peers.remove(&src);
+        if !src.is_unspec() {
+            self.unexpected.peers.remove(&src);
+        }
         out
     }
 
@@ -319,25 +340,18 @@ impl<R, U> Matcher<R, U> {
         if q.nodes.is_empty() {
             return; // the common case: no hash lookup on the posting path
         }
-        let Some(mut cur) = q.peers.get(&PeerAddr::UNSPEC).map(|e| e.head) else {
-            return;
-        };
+        let mut cur = q.any.head;
         while cur != NIL {
             let next = q.nodes[cur].peer.next;
             let src = resolve(&q.nodes[cur].val);
             if !src.is_unspec() {
                 let link = q.nodes[cur].peer;
-                if let Some(ends) = q.peers.get_mut(&PeerAddr::UNSPEC) {
-                    unlink(&mut q.nodes, ends, link, Chain::Peer);
-                }
+                unlink(&mut q.nodes, &mut q.any, link, Chain::Peer);
                 q.nodes[cur].spec.src = src;
                 let ends = q.peers.entry(src).or_default();
                 insert_by_seq(&mut q.nodes, ends, cur);
             }
             cur = next;
-        }
-        if q.peers.get(&PeerAddr::UNSPEC).is_some_and(|e| e.head == NIL) {
-            q.peers.remove(&PeerAddr::UNSPEC);
         }
     }
 
@@ -357,7 +371,7 @@ impl<R, U> Matcher<R, U> {
 
     /// Whether a posted receive is directed at `src`.
     pub fn has_posted_from(&self, src: PeerAddr) -> bool {
-        !src.is_unspec() && self.posted.peers.get(&src).is_some_and(|e| e.head != NIL)
+        !src.is_unspec() && self.posted.ends(src).is_some_and(|e| e.head != NIL)
     }
 
     /// Remove all posted receives, in post order (endpoint teardown).

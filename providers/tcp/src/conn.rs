@@ -11,7 +11,7 @@ use std::collections::VecDeque;
 use std::io::IoSlice;
 use std::time::Instant;
 
-use xfer_core::addr::Address;
+use xfer_core::addr::{Address, PeerAddr};
 
 use crate::rx::Phase;
 use crate::sys::{Io, Socket};
@@ -106,6 +106,9 @@ pub struct Conn {
     pub serial: u64,
     /// The peer's endpoint name (on accepted connections: once its hello arrived).
     pub peer: Option<Address>,
+    /// The peer's handle in the address vector when last looked up (a hint:
+    /// checked against the table on every use).
+    pub src_hint: PeerAddr,
     /// Frames to write, oldest first.
     pub txq: VecDeque<TxFrame>,
     /// Whether epoll watches writability (only while `txq` is not empty).
@@ -130,6 +133,7 @@ impl Conn {
             state,
             serial,
             peer,
+            src_hint: PeerAddr::UNSPEC,
             txq: VecDeque::new(),
             want_write: false,
             staging,

@@ -138,6 +138,10 @@ impl TcpEndpoint {
             let Some(conn) = self.conns.get_mut(id) else {
                 return Ok(());
             };
+            if conn.start == conn.end && matches!(conn.rx, Phase::Header) {
+                // Nothing staged and no phase to finish: the common empty poll.
+                return Ok(());
+            }
             match std::mem::take(&mut conn.rx) {
                 Phase::Header => {
                     let staged = conn.staged();
@@ -223,30 +227,24 @@ impl TcpEndpoint {
                         | Frame::WriteAck { .. } => self.on_rma_frame(cx, peer, frame, imm)?,
                         _ => self.on_frame(cx, (id, serial), peer, frame)?,
                     };
-                    if let Some(conn) = self.conns.get_mut(id) {
-                        conn.rx = next;
+                    match next {
+                        // Its payload is usually staged already: copy it now.
+                        Phase::Eager(e) => {
+                            if !self.eager_bytes(cx, id, e) {
+                                return Ok(());
+                            }
+                        }
+                        next => {
+                            if let Some(conn) = self.conns.get_mut(id) {
+                                conn.rx = next;
+                            }
+                        }
                     }
                 }
-                Phase::Eager(mut e) => {
-                    let staged = conn.staged();
-                    let take = staged.len().min(e.olen - e.got);
-                    match &mut e.dest {
-                        EagerDest::Posted(op) => {
-                            let buf = op.buf.as_mut_slice();
-                            // Past the buffer's end (truncation) bytes are only counted.
-                            let start = e.got.min(buf.len());
-                            let fit = (buf.len() - start).min(take);
-                            buf[start..start + fit].copy_from_slice(&staged[..fit]);
-                        }
-                        EagerDest::Unexpected(v) => v.extend_from_slice(&staged[..take]),
-                    }
-                    e.got += take;
-                    conn.consume(take);
-                    if e.got < e.olen {
-                        conn.rx = Phase::Eager(e);
+                Phase::Eager(e) => {
+                    if !self.eager_bytes(cx, id, e) {
                         return Ok(());
                     }
-                    self.finish_eager(cx, e);
                 }
                 Phase::RmaWrite(mut w) => {
                     let staged = conn.staged();
@@ -323,6 +321,51 @@ impl TcpEndpoint {
         }
     }
 
+    /// Copies the staged payload bytes of eager message `e` on connection
+    /// `id`; finishes it once whole (true), or parks it as the connection's
+    /// phase until more bytes arrive (false: nothing more is staged).
+    pub(super) fn eager_bytes(&mut self, cx: &mut Ctx<'_>, id: usize, mut e: EagerRx) -> bool {
+        let Some(conn) = self.conns.get_mut(id) else {
+            if let EagerDest::Posted(op) = e.dest {
+                let err = Error::PeerUnreachable {
+                    peer: e.src,
+                    errno: libc::ECONNRESET,
+                };
+                complete::recv_failed(cx.cq, op, err);
+            }
+            return false;
+        };
+        let staged = conn.staged();
+        let take = staged.len().min(e.olen - e.got);
+        match &mut e.dest {
+            EagerDest::Posted(op) => {
+                let buf = op.buf.as_mut_slice();
+                // Past the buffer's end (truncation) bytes are only counted.
+                let start = e.got.min(buf.len());
+                let fit = (buf.len() - start).min(take);
+                buf[start..start + fit].copy_from_slice(&staged[..fit]);
+            }
+            EagerDest::Unexpected(v) => v.extend_from_slice(&staged[..take]),
+        }
+        e.got += take;
+        conn.consume(take);
+        if e.got < e.olen {
+            conn.rx = Phase::Eager(e);
+            return false;
+        }
+        self.finish_eager(cx, e);
+        true
+    }
+
+    /// The address-vector handle of `peer`, the peer of connection `id`.
+    fn src_of(&mut self, cx: &Ctx<'_>, id: usize, peer: &Address) -> PeerAddr {
+        let Some(conn) = self.conns.get_mut(id) else {
+            return cx.av.reverse(peer);
+        };
+        conn.src_hint = cx.av.reverse_hinted(peer, conn.src_hint);
+        conn.src_hint
+    }
+
     /// Handles a parsed header (hello excluded); returns what follows it.
     pub(super) fn on_frame(
         &mut self,
@@ -338,7 +381,7 @@ impl TcpEndpoint {
                 Err(Error::Internal("RMA frame outside on_rma_frame"))
             }
             Frame::Eager { tag, data, len } => {
-                let src = cx.av.reverse(&peer);
+                let src = self.src_of(cx, conn.0, &peer);
                 let olen = len as usize; // bounded by MAX_EAGER in Frame::parse
                 let t = tag.unwrap_or(0);
                 let dest = match self.matcher(tag.is_some()).take_posted(src, t) {
@@ -362,7 +405,7 @@ impl TcpEndpoint {
                 Ok(Phase::Eager(e))
             }
             Frame::Rts { tag, data, len, token } => {
-                let src = cx.av.reverse(&peer);
+                let src = self.src_of(cx, conn.0, &peer);
                 let t = tag.unwrap_or(0);
                 match self.matcher(tag.is_some()).take_posted(src, t) {
                     Some((_, op)) => self.start_rndv(cx, op, conn, token, len, t, data, src),

@@ -58,6 +58,8 @@ const REFUSED: Error = Error::PeerUnreachable {
     peer: PeerAddr::UNSPEC,
     errno: libc::ECONNREFUSED,
 };
+/// Address-vector handles below this get a route hint (a dense table).
+const ROUTE_HINTS: u64 = 1 << 16;
 /// Payload bytes at or above which a read goes straight into the user's buffer.
 const DIRECT_READ: usize = 4096;
 
@@ -97,6 +99,10 @@ pub struct TcpEndpoint {
     /// or the one the peer opened if we had none. Fixed while it lives, so
     /// our messages to a peer stay in order.
     route: FastMap<Address, usize>,
+    /// Per address-vector handle (below [`ROUTE_HINTS`]): the connection
+    /// (key, serial) `route` gave for it last; valid while that connection
+    /// lives and still leads to the handle's name.
+    route_hint: Vec<(usize, u64)>,
     connecting: usize,
     serial: u64,
     gen: u32,
@@ -187,6 +193,7 @@ impl TcpEndpoint {
             events: vec![EMPTY_EVENT; 64],
             conns: Slab::new(),
             route: FastMap::default(),
+            route_hint: Vec::new(),
             connecting: 0,
             serial: 0,
             gen: 0,
@@ -218,6 +225,29 @@ impl TcpEndpoint {
         } else {
             &mut self.untagged
         }
+    }
+
+    /// The connection to `peer`, whose name is `dest`: the hinted one when
+    /// it still holds, else [`out_conn`](Self::out_conn).
+    fn route_to(&mut self, peer: PeerAddr, dest: &Address) -> Result<usize> {
+        let idx = peer.0 as usize;
+        if let Some(&(id, serial)) = self.route_hint.get(idx) {
+            if self
+                .conns
+                .get(id)
+                .is_some_and(|c| c.serial == serial && c.peer.as_ref() == Some(dest))
+            {
+                return Ok(id);
+            }
+        }
+        let id = self.out_conn(dest)?;
+        if peer.0 < ROUTE_HINTS {
+            if self.route_hint.len() <= idx {
+                self.route_hint.resize(idx + 1, (usize::MAX, 0));
+            }
+            self.route_hint[idx] = (id, self.conns[id].serial);
+        }
+        Ok(id)
     }
 
     /// The connection to `dest`, connecting (and queueing a hello) on first use.
@@ -551,7 +581,7 @@ impl TcpEndpoint {
     fn inject_conn(&mut self, cx: &Ctx<'_>, peer: PeerAddr, len: usize) -> Result<usize> {
         self.attr.check_inject(len)?;
         let dest = cx.av.lookup(peer).copied().ok_or(Error::AddressNotAvailable)?;
-        self.out_conn(&dest)
+        self.route_to(peer, &dest)
     }
 }
 
@@ -564,7 +594,7 @@ impl EndpointProvider for TcpEndpoint {
         let Some(dest) = cx.av.lookup(op.peer).copied() else {
             return Err(Rejected::new(Error::AddressNotAvailable, op));
         };
-        let id = match self.out_conn(&dest) {
+        let id = match self.route_to(op.peer, &dest) {
             Ok(id) => id,
             Err(e) => return Err(Rejected::new(e, op)),
         };

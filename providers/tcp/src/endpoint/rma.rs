@@ -175,7 +175,7 @@ impl TcpEndpoint {
         let Some(dest) = cx.av.lookup(op.peer).copied() else {
             return Err(Rejected::new(Error::AddressNotAvailable, op));
         };
-        let id = match self.out_conn(&dest) {
+        let id = match self.route_to(op.peer, &dest) {
             Ok(id) => id,
             Err(e) => return Err(Rejected::new(e, op)),
         };

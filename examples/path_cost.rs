@@ -1,0 +1,131 @@
+//! The cost of xfer's small-message path, without the noise of waiting:
+//! a tagged ping-pong between two endpoints of one process, driven by one
+//! thread. Loopback TCP delivers within the sending call, so almost every
+//! poll finds its message and an instruction count (callgrind) of
+//! [`measured`] divided by the iterations is the software cost of one
+//! round trip: two sends, two receives, their completions.
+//!
+//! ```text
+//! cargo build --release --example path_cost
+//! valgrind --tool=callgrind --toggle-collect='path_cost::measured*' \
+//!     target/release/examples/path_cost [ITERS] [SIZE]
+//! ```
+//!
+//! It prints the polls that found nothing, so a count polluted by waiting
+//! shows as such (docs/PERFORMANCE.md, "Software cost of the small-message path").
+
+use xfer::{Completion, CompletionQueue, CqAttr, Endpoint, EndpointAttr, PeerAddr};
+
+const TAG: u64 = 7;
+const SEND: u64 = 1;
+const RECV: u64 = 2;
+
+struct Side {
+    ep: Endpoint,
+    cq: CompletionQueue,
+    peer: PeerAddr,
+    sbuf: Option<Vec<u8>>,
+    rbuf: Option<Vec<u8>>,
+}
+
+/// Polls `s` once, taking back the buffers its completions carry; returns how many.
+fn drain(s: &mut Side, out: &mut [Completion]) -> Result<usize, String> {
+    let n = s.cq.poll(out).map_err(|e| e.to_string())?;
+    for c in &mut out[..n] {
+        c.result
+            .clone()
+            .map_err(|e| format!("operation {} failed: {e}", c.context))?;
+        match c.context {
+            SEND => s.sbuf = c.buf.take(),
+            RECV => s.rbuf = c.buf.take(),
+            other => return Err(format!("unexpected completion {other}")),
+        }
+    }
+    Ok(n)
+}
+
+/// Polls `s` until the buffers asked for are back, progressing `other` too
+/// whenever `s` finds nothing (connection set-up needs both); returns the
+/// empty polls.
+fn reap(s: &mut Side, other: &mut Side, out: &mut [Completion], send: bool, recv: bool) -> Result<u64, String> {
+    let mut empty = 0;
+    while (recv && s.rbuf.is_none()) || (send && s.sbuf.is_none()) {
+        if drain(s, out)? == 0 {
+            empty += 1;
+            drain(other, out)?;
+        }
+    }
+    Ok(empty)
+}
+
+fn send(s: &mut Side) -> Result<(), String> {
+    let b = s.sbuf.take().ok_or("send buffer in flight")?;
+    s.ep.tsend(s.peer, TAG, b, SEND).map_err(|r| r.error.to_string())
+}
+
+fn recv(s: &mut Side) -> Result<(), String> {
+    let b = s.rbuf.take().ok_or("receive buffer in flight")?;
+    s.ep.trecv(s.peer, TAG, 0, b, RECV).map_err(|r| r.error.to_string())
+}
+
+/// `iters` round trips from `a` to `b` and back; returns the empty polls.
+#[inline(never)]
+fn measured(a: &mut Side, b: &mut Side, iters: u64, out: &mut [Completion]) -> Result<u64, String> {
+    let mut empty = 0;
+    for _ in 0..iters {
+        send(a)?;
+        recv(a)?;
+        empty += reap(b, a, out, false, true)?;
+        send(b)?;
+        recv(b)?;
+        empty += reap(a, b, out, true, true)?;
+        // b's send completed when it was written; take it back.
+        empty += reap(b, a, out, true, false)?;
+    }
+    Ok(empty)
+}
+
+fn run() -> Result<(), String> {
+    let mut args = std::env::args().skip(1);
+    let iters: u64 = args.next().map_or(Ok(100_000), |v| v.parse()).map_err(|_| "ITERS")?;
+    let size: usize = args.next().map_or(Ok(64), |v| v.parse()).map_err(|_| "SIZE")?;
+    let domain = xfer::open_default().map_err(|e| e.to_string())?;
+    let mut attr = EndpointAttr::from_env();
+    attr.tcp.addr.get_or_insert_with(|| "127.0.0.1".into());
+    let open = || -> Result<(Endpoint, CompletionQueue), String> {
+        let cq = domain.cq(&CqAttr::from_env()).map_err(|e| e.to_string())?;
+        let av = domain.av().map_err(|e| e.to_string())?;
+        let ep = domain.endpoint(&cq, &av, &attr).map_err(|e| e.to_string())?;
+        Ok((ep, cq))
+    };
+    let (ea, ca) = open()?;
+    let (eb, cb) = open()?;
+    let pa = ea.av().insert(eb.name().as_bytes()).map_err(|e| e.to_string())?;
+    let pb = eb.av().insert(ea.name().as_bytes()).map_err(|e| e.to_string())?;
+    let side = |ep, cq, peer| Side {
+        ep,
+        cq,
+        peer,
+        sbuf: Some(vec![0x5a; size]),
+        rbuf: Some(vec![0; size]),
+    };
+    let (mut a, mut b) = (side(ea, ca, pa), side(eb, cb, pb));
+    let mut out: Vec<Completion> = (0..16).map(|_| Completion::default()).collect();
+    recv(&mut b)?;
+    // Connect and warm up outside the measured function.
+    measured(&mut a, &mut b, 1000, &mut out)?;
+    let empty = measured(&mut a, &mut b, iters, &mut out)?;
+    println!(
+        "path_cost: {iters} round trips of {size} B over {}, {empty} empty polls ({:.3} per round trip)",
+        domain.provider(),
+        empty as f64 / iters as f64
+    );
+    Ok(())
+}
+
+fn main() {
+    if let Err(e) = run() {
+        eprintln!("path_cost: {e}");
+        std::process::exit(1);
+    }
+}
