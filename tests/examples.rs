@@ -356,6 +356,31 @@ fn xfer_perf_between_two_processes() {
     }
 }
 
+/// `--buffers per-op` (an owned buffer per operation) and the default shared
+/// buffer both stream and check the pattern, in one process; the JSON line
+/// names the mode and the window.
+#[test]
+fn xfer_perf_buffer_modes() {
+    let deadline = Instant::now() + DEADLINE;
+    for mode in ["shared", "per-op"] {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_xfer-perf"));
+        cmd.args(["--json", "--test", "tag_bw,put_bw,get_bw", "--sizes", "64,256k"])
+            .args(["--iters", "100", "--window", "8", "--buffers", mode]);
+        let (status, lines, err) = Proc::spawn("xfer-perf", cmd).finish(deadline);
+        assert!(status.success(), "{mode}: {status}\n{}\n{err}", lines.join("\n"));
+        assert_eq!(lines.len(), 6, "{mode}: {}", lines.join("\n"));
+        for line in &lines {
+            assert!(line.contains(&format!("\"window\":8,\"buffers\":\"{mode}\"")), "{line}");
+            assert!(json_number(line, "mib_s") > 0.0, "{line}");
+        }
+    }
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_xfer-perf"));
+    cmd.args(["--buffers", "some"]);
+    let (status, _, err) = Proc::spawn("xfer-perf --buffers some", cmd).finish(deadline);
+    assert_eq!(status.code(), Some(2), "{err}");
+    assert!(err.contains("unknown buffer mode"), "{err}");
+}
+
 #[test]
 fn xfer_perf_refuses_a_bad_server_name() {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_xfer-perf"));

@@ -1,7 +1,7 @@
 //! Streaming: the client keeps a window of messages in flight, the server
 //! acknowledges each window with a zero-length message once it has reposted
 //! its receives, so nothing ever waits unexpected (as `ucx_perftest tag_bw`
-//! measures the sender's rate).
+//! measures the sender's rate). Buffers: [`crate::pool`].
 
 use std::time::Instant;
 
@@ -10,6 +10,7 @@ use xfer::{Endpoint, PeerAddr};
 use crate::control::{ACK, ACK_TAG, DATA_TAG, RECV, SEND};
 use crate::driver::{self, pattern, Driver, Result};
 use crate::plan::Phase;
+use crate::pool::Pool;
 use crate::progress::Progress;
 
 /// Window sizes of the phase: the warm-up's rounds then the measured ones.
@@ -22,8 +23,8 @@ fn rounds(p: &Phase) -> impl Iterator<Item = (bool, usize)> + '_ {
 
 /// The sending side: returns the seconds the measured rounds took.
 pub fn client(ep: &Endpoint, d: &mut Driver, peer: PeerAddr, p: &Phase, prog: &mut Progress) -> Result<f64> {
-    let tagged = p.test.tagged();
-    let mut bufs: Vec<Vec<u8>> = vec![pattern(p.size); p.window];
+    let tag = p.test.tagged().then_some(DATA_TAG);
+    let mut pool = Pool::new(p.buffers, p.window, pattern(p.size));
     let (mut start, mut done) = (None, 0);
     for (measured, n) in rounds(p) {
         if measured && start.is_none() {
@@ -31,8 +32,7 @@ pub fn client(ep: &Endpoint, d: &mut Driver, peer: PeerAddr, p: &Phase, prog: &m
         }
         driver::recv(ep, true, peer, ACK_TAG, Vec::new(), ACK)?;
         for _ in 0..n {
-            let b = bufs.pop().unwrap_or_default();
-            driver::send(ep, tagged, peer, DATA_TAG, b, SEND)?;
+            pool.send(ep, tag, peer, SEND, p.size)?;
         }
         let (mut sent, mut acked) = (0, false);
         while sent < n || !acked {
@@ -40,7 +40,7 @@ pub fn client(ep: &Endpoint, d: &mut Driver, peer: PeerAddr, p: &Phase, prog: &m
             match c.context {
                 SEND => {
                     sent += 1;
-                    bufs.push(driver::buf(&mut c)?);
+                    pool.complete(&mut c)?;
                 }
                 ACK => acked = true,
                 other => return Err(format!("streaming: unexpected completion {other}")),
@@ -54,13 +54,13 @@ pub fn client(ep: &Endpoint, d: &mut Driver, peer: PeerAddr, p: &Phase, prog: &m
 
 /// The receiving side; its first window is posted before it reports ready.
 pub struct Server {
-    bufs: Vec<Vec<u8>>,
+    pool: Pool,
 }
 
 impl Server {
     pub fn prepare(ep: &Endpoint, peer: PeerAddr, p: &Phase) -> Result<Server> {
         let mut s = Server {
-            bufs: vec![vec![0; p.size]; p.window],
+            pool: Pool::new(p.buffers, p.window, vec![0; p.size]),
         };
         if let Some((_, n)) = rounds(p).next() {
             s.post(ep, peer, p, n)?;
@@ -69,9 +69,9 @@ impl Server {
     }
 
     fn post(&mut self, ep: &Endpoint, peer: PeerAddr, p: &Phase, n: usize) -> Result<()> {
+        let tag = p.test.tagged().then_some(DATA_TAG);
         for _ in 0..n {
-            let b = self.bufs.pop().unwrap_or_else(|| vec![0; p.size]);
-            driver::recv(ep, p.test.tagged(), peer, DATA_TAG, b, RECV)?;
+            self.pool.recv(ep, tag, peer, RECV, p.size)?;
         }
         Ok(())
     }
@@ -86,16 +86,16 @@ impl Server {
                 match c.context {
                     RECV => {
                         got += 1;
-                        let b = driver::buf(&mut c)?;
-                        if first && b != pattern(p.size) {
-                            return Err(format!(
-                                "{} {} B: received data differs from the pattern",
-                                p.test.name(),
-                                p.size
-                            ));
+                        if let Some(b) = self.pool.complete(&mut c)?.filter(|_| first) {
+                            if b != pattern(p.size) {
+                                return Err(format!(
+                                    "{} {} B: received data differs from the pattern",
+                                    p.test.name(),
+                                    p.size
+                                ));
+                            }
+                            first = false;
                         }
-                        first = false;
-                        self.bufs.push(b);
                     }
                     ACK => acks_out -= 1,
                     other => return Err(format!("receiving a stream: unexpected completion {other}")),

@@ -19,6 +19,7 @@ mod control;
 mod driver;
 mod lat;
 mod plan;
+mod pool;
 mod progress;
 mod report;
 mod rma;

@@ -3,6 +3,8 @@
 
 use std::fmt;
 
+use crate::pool::Buffers;
+
 /// The benchmarks xfer-perf runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Test {
@@ -74,18 +76,21 @@ pub struct Phase {
     pub warmup: usize,
     /// Messages in flight per acknowledgement (bandwidth tests).
     pub window: usize,
+    /// Where a streaming window's buffers come from.
+    pub buffers: Buffers,
 }
 
 impl fmt::Display for Phase {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "phase {} {} {} {} {}",
+            "phase {} {} {} {} {} {}",
             self.test.name(),
             self.size,
             self.iters,
             self.warmup,
-            self.window
+            self.window,
+            self.buffers.name()
         )
     }
 }
@@ -95,7 +100,7 @@ impl Phase {
     /// peer, so every field is checked.
     pub fn parse(s: &str) -> Result<Phase, String> {
         let f: Vec<&str> = s.split(' ').collect();
-        let [_, test, size, iters, warmup, window] = f[..] else {
+        let [_, test, size, iters, warmup, window, buffers] = f[..] else {
             return Err(format!("malformed phase {s:?}"));
         };
         let num = |v: &str| {
@@ -108,6 +113,7 @@ impl Phase {
             iters: num(iters)?,
             warmup: num(warmup)?,
             window: num(window)?,
+            buffers: Buffers::parse(buffers)?,
         };
         if p.size > MAX_SIZE || p.window == 0 || p.iters == 0 {
             return Err(format!("phase out of range: {s:?}"));
@@ -135,6 +141,7 @@ pub struct Options {
     pub iters: Option<usize>,
     pub warmup: Option<usize>,
     pub window: usize,
+    pub buffers: Buffers,
     pub json: bool,
     /// `--progress[=SECS]`: the interval of the progress line, forced on.
     pub progress: Option<f64>,
@@ -154,6 +161,9 @@ options:
   --iters N      measured iterations per size (default: scaled by size)
   --warmup N     unmeasured iterations first (default: iters / 10)
   --window N     messages in flight per acknowledgement in bandwidth tests (default 64)
+  --buffers M    bandwidth tests: `shared` (default): one buffer per side for every
+                 message in flight, as ucx_perftest and ib_send_bw; `per-op`: a buffer
+                 per message through the safe API (at most 64 MiB per side in flight)
   --json         one JSON object per result line instead of a table
   --progress[=S] a progress line on stderr every S seconds (default 1) once the run has
                  lasted 2 S; on by default when stderr is a terminal, unless --json
@@ -168,6 +178,7 @@ impl Options {
             iters: None,
             warmup: None,
             window: 64,
+            buffers: Buffers::Shared,
             json: false,
             progress: None,
             role: Role::Local,
@@ -183,6 +194,7 @@ impl Options {
                 "--iters" => o.iters = Some(parse_count(&value()?)?),
                 "--warmup" => o.warmup = Some(value()?.parse().map_err(|_| "bad --warmup")?),
                 "--window" => o.window = parse_count(&value()?)?,
+                "--buffers" => o.buffers = Buffers::parse(&value()?)?,
                 "--json" => o.json = true,
                 "--progress" => o.progress = Some(1.0),
                 _ if a.starts_with("--progress=") => {
@@ -217,14 +229,18 @@ impl Options {
             for &size in &self.sizes {
                 let iters = self.iters.unwrap_or_else(|| default_iters(test, size));
                 let warmup = self.warmup.unwrap_or(iters / 10);
-                // Bound the memory a window pins to 64 MiB per side.
-                let window = self.window.min(((64 << 20) / size.max(1)).max(1));
+                // Bound the memory a window of owned buffers pins to 64 MiB per side.
+                let window = match self.buffers {
+                    Buffers::Shared => self.window,
+                    Buffers::PerOp => self.window.min(((64 << 20) / size.max(1)).max(1)),
+                };
                 v.push(Phase {
                     test,
                     size,
                     iters,
                     warmup,
                     window,
+                    buffers: self.buffers,
                 });
             }
         }
@@ -283,12 +299,25 @@ mod tests {
             iters: 10,
             warmup: 1,
             window: 64,
+            buffers: Buffers::PerOp,
         };
         assert_eq!(Phase::parse(&p.to_string()), Ok(p));
+        assert_eq!(
+            Phase::parse(
+                &Phase {
+                    buffers: Buffers::Shared,
+                    ..p
+                }
+                .to_string()
+            )
+            .map(|p| p.buffers),
+            Ok(Buffers::Shared)
+        );
+        assert!(Phase::parse("phase tag_bw 1 1 1 1 none").is_err());
         assert!(Phase::parse("phase tag_bw 1 2").is_err());
-        assert!(Phase::parse("phase tag_bw x 1 1 1").is_err());
-        assert!(Phase::parse("phase nope 1 1 1 1").is_err());
-        assert!(Phase::parse(&format!("phase tag_lat {} 1 1 1", MAX_SIZE + 1)).is_err());
+        assert!(Phase::parse("phase tag_bw x 1 1 1 shared").is_err());
+        assert!(Phase::parse("phase nope 1 1 1 1 shared").is_err());
+        assert!(Phase::parse(&format!("phase tag_lat {} 1 1 1 shared", MAX_SIZE + 1)).is_err());
     }
 
     #[test]

@@ -50,8 +50,8 @@ impl Report {
         let rate = p.iters as f64 / secs;
         if self.json {
             println!(
-                "{{\"tool\":\"xfer-perf\",\"provider\":\"{}\",\"test\":\"{}\",\"size\":{},\"iters\":{},\"mib_s\":{:.3},\"msg_rate\":{:.1}}}",
-                self.provider, p.test.name(), p.size, p.iters, mib_s, rate
+                "{{\"tool\":\"xfer-perf\",\"provider\":\"{}\",\"test\":\"{}\",\"size\":{},\"iters\":{},\"window\":{},\"buffers\":\"{}\",\"mib_s\":{:.3},\"msg_rate\":{:.1}}}",
+                self.provider, p.test.name(), p.size, p.iters, p.window, p.buffers.name(), mib_s, rate
             );
             return;
         }

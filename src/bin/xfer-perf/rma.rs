@@ -10,11 +10,12 @@
 
 use std::time::Instant;
 
-use xfer::{Access, Domain, Endpoint, Flags, MemoryRegion, PeerAddr, RemoteKey};
+use xfer::{Access, Domain, Endpoint, Flags, MemoryRegion, PeerAddr, RemoteKey, RmaKind};
 
 use crate::control::{hear, say, RECV, SEND};
 use crate::driver::{pattern, Driver, Result};
 use crate::plan::{hex, unhex, Phase, Test};
+use crate::pool::Pool;
 use crate::progress::Progress;
 
 /// Context of target-side completions (immediate data of a peer's write).
@@ -144,7 +145,8 @@ fn stream(
 ) -> Result<f64> {
     let read = p.test == Test::GetBw;
     let fill = if read { vec![0; p.size] } else { pattern(p.size) };
-    let mut bufs: Vec<Vec<u8>> = vec![fill; p.window];
+    let mut pool = Pool::new(p.buffers, p.window, fill);
+    let kind = if read { RmaKind::Read } else { RmaKind::Write };
     let (mut start, mut checked) = (None, false);
     let total = p.warmup + p.iters;
     let mut done = 0;
@@ -156,24 +158,16 @@ fn stream(
             .window
             .min(if done < p.warmup { p.warmup - done } else { total - done });
         for _ in 0..n {
-            let b = bufs.pop().unwrap_or_default();
-            let r = if read {
-                ep.read(peer, b, theirs, 0, RECV)
-            } else {
-                ep.write(peer, b, theirs, 0, SEND)
-            };
-            r.map_err(post_err)?;
+            pool.rma(ep, kind, peer, theirs, if read { RECV } else { SEND }, p.size)?;
         }
         for _ in 0..n {
             let mut c = d.next(p.test.name())?;
-            let b = c.buf.take().ok_or("RMA completion without its buffer")?;
-            if read && !checked {
+            if let Some(b) = pool.complete(&mut c)?.filter(|_| read && !checked) {
                 if b != pattern(p.size) {
                     return Err(format!("get_bw {} B: read data differs from the pattern", p.size));
                 }
                 checked = true;
             }
-            bufs.push(b);
         }
         done += n;
         prog.tick(done);
