@@ -381,6 +381,34 @@ fn xfer_perf_buffer_modes() {
     assert!(err.contains("unknown buffer mode"), "{err}");
 }
 
+/// A short soak: mixed traffic between two processes, every payload checked,
+/// both sides' counts equal, memory and descriptors sampled; a bad argument
+/// is refused. (The 10-minute run is a benchmark: docs/SOAK.md.)
+#[test]
+fn xfer_soak_short_run_passes() {
+    let deadline = Instant::now() + DEADLINE;
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_xfer-soak"));
+    cmd.args(["--seconds", "3", "--every", "1"]);
+    let (status, lines, err) = Proc::spawn("xfer-soak", cmd).finish(deadline);
+    let out = lines.join("\n");
+    assert!(status.success(), "{status}\n{out}\n{err}");
+    let verdict = lines.last().map_or("", |l| l.as_str());
+    assert!(verdict.starts_with("xfer-soak: PASS ops="), "{out}");
+    assert!(lines.iter().filter(|l| l.starts_with("t=")).count() >= 3, "{out}");
+    let ops: u64 = verdict["xfer-soak: PASS ops=".len()..]
+        .split(' ')
+        .next()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    assert!(ops > 20, "{out}");
+
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_xfer-soak"));
+    cmd.args(["--seconds", "x"]);
+    let (status, _, err) = Proc::spawn("xfer-soak --seconds x", cmd).finish(deadline);
+    assert_eq!(status.code(), Some(2), "{err}");
+    assert!(err.contains("not a number"), "{err}");
+}
+
 #[test]
 fn xfer_perf_refuses_a_bad_server_name() {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_xfer-perf"));
