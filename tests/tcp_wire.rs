@@ -627,3 +627,73 @@ fn clear_to_send_after_the_send_failed_is_dropped() {
     drain_until_dropped(&mut v, &mut back);
     still_works(&mut v);
 }
+
+/// An RMA write and an RMA read fail with the connection their requests went
+/// out on; the answers the peer had already sent on its own connection come
+/// after that (the read's with its data). They are dropped, not taken for
+/// protocol violations: that connection and what follows on it are unharmed,
+/// and a second answer for the same token is a violation again.
+#[test]
+fn rma_answer_after_the_operation_failed_is_dropped() {
+    for read in [false, true] {
+        let mut v = Node::new();
+        let (fake, name) = fake_peer();
+        let peer = v.av.insert(&name).unwrap();
+        let len = 300;
+        let rkey = xfer::RemoteKey::from_parts(v.ep.provider_id(), 0x10000, 4096, 77).unwrap();
+        if read {
+            v.ep.read(peer, vec![0; len], &rkey, 0, 10).unwrap();
+        } else {
+            v.ep.write(peer, pattern(len, 1), &rkey, 0, 10).unwrap();
+        }
+        let (mut out, _) = accept_victim(&mut v, &fake);
+        out.write_all(&Frame::HelloAck { nonce: 0x5eed }.to_bytes()).unwrap();
+        let req = read_polling(&mut v, &mut out, HEADER_LEN);
+        let token = match Frame::parse(&req) {
+            Ok(Frame::ReadReq { token, .. }) if read => token,
+            Ok(Frame::WriteReq { token, .. }) if !read => {
+                read_polling(&mut v, &mut out, len);
+                token
+            }
+            other => panic!("no RMA request: {other:?}"),
+        };
+        let mut back = TcpStream::connect(addr_of(&v)).unwrap();
+        back.write_all(&hello(fake.local_addr().unwrap(), &v)).unwrap();
+        expect_hello_ack(&mut v, &mut back);
+        drop(out);
+        let c = expect(&mut [&mut v], 0, 10);
+        assert!(matches!(c.result, Err(Error::PeerUnreachable { .. })), "{:?}", c.result);
+        let answer = |token| -> Vec<u8> {
+            if !read {
+                return Frame::WriteAck { token, status: 0 }.to_bytes().to_vec();
+            }
+            let mut b = Frame::ReadResp {
+                token,
+                status: 0,
+                len: len as u64,
+            }
+            .to_bytes()
+            .to_vec();
+            b.extend_from_slice(&pattern(len, 2));
+            b
+        };
+        let mut bytes = answer(token);
+        bytes.extend_from_slice(
+            &Frame::Eager {
+                tag: Some(2),
+                data: None,
+                len: 3,
+            }
+            .to_bytes(),
+        );
+        bytes.extend_from_slice(b"yes");
+        back.write_all(&bytes).unwrap();
+        v.ep.trecv(PeerAddr::UNSPEC, 2, 0, vec![0; 8], 20).unwrap();
+        let r = expect(&mut [&mut v], 0, 20);
+        assert_eq!(r.result, Ok(()), "read {read}");
+        assert_eq!(&r.buf.unwrap()[..3], b"yes", "read {read}");
+        back.write_all(&answer(token)).unwrap();
+        drain_until_dropped(&mut v, &mut back);
+        still_works(&mut v);
+    }
+}

@@ -425,16 +425,16 @@ impl TcpEndpoint {
             }
             Frame::Cts { token, rx_token, len } => {
                 let (key, gen) = untoken(token);
-                let tx = match self.sends.get_mut(key) {
-                    Some(tx) if tx.gen == gen && !tx.cleared && tx.dest == peer => tx,
-                    _ if self.abandoned.remove(&(peer, token)).is_some() => {
-                        // The send failed with the connection its Rts went out
-                        // on, after the peer had answered: not a violation.
-                        tracing::debug!("clear-to-send for a rendezvous send that already failed, dropped");
+                let pending = |tx: &TxOp| tx.gen == gen && !tx.cleared && tx.dest == peer;
+                if !self.sends.get(key).is_some_and(pending) {
+                    // The send failed with the connection its Rts went out
+                    // on, after the peer had answered: not a violation.
+                    if self.take_abandoned(&peer, token, |a| a == Abandoned::Cts) {
                         return Ok(Phase::Header);
                     }
-                    _ => return Err(Error::Protocol("clear-to-send for no pending rendezvous")),
-                };
+                    return Err(Error::Protocol("clear-to-send for no pending rendezvous"));
+                }
+                let tx = &mut self.sends[key];
                 let len = usize::try_from(len).ok().filter(|&l| l <= tx.op.buf.len());
                 let Some(len) = len else {
                     // The send it names can never finish: drop the connection it

@@ -121,11 +121,23 @@ pub struct TcpEndpoint {
     /// Connections with frames queued for an unwritable socket: while any
     /// exists, every progress call asks epoll (write readiness must not wait).
     writing: usize,
-    /// Tokens of rendezvous sends to a peer that failed after their Rts went
-    /// out whole: a clear-to-send may still come back for them (on another
-    /// connection), and is then dropped instead of counted as a violation.
-    /// Forgotten when the Cts comes or the peer's last connection goes.
-    abandoned: FastMap<(Address, u64), ()>,
+    /// Tokens of rendezvous sends and RMA operations to a peer that failed
+    /// with the connection their request went out on, after it went out
+    /// whole: the peer's answer may still come on another connection, and is
+    /// then dropped instead of counted as a violation. Forgotten when the
+    /// answer comes or the peer's last connection goes.
+    abandoned: FastMap<(Address, u64), Abandoned>,
+}
+
+/// The answer an abandoned token may still get.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Abandoned {
+    /// A clear-to-send for a rendezvous send.
+    Cts,
+    /// A write's acknowledgement.
+    WriteAck,
+    /// A read's response, with this many bytes of data.
+    ReadResp { len: u64 },
 }
 
 fn token(key: usize, gen: u32) -> u64 {
@@ -207,6 +219,24 @@ impl TcpEndpoint {
             writing: 0,
             abandoned: FastMap::default(),
         })
+    }
+
+    /// Forgets `peer`'s abandoned `token` if the answer that came `fits`
+    /// what it waits for; true then (the answer is dropped), false when the
+    /// token was not abandoned so (a protocol violation).
+    fn take_abandoned(&mut self, peer: &Address, token: u64, fits: impl FnOnce(Abandoned) -> bool) -> bool {
+        let Some(&waits) = self.abandoned.get(&(*peer, token)) else {
+            return false;
+        };
+        if !fits(waits) {
+            return false;
+        }
+        self.abandoned.remove(&(*peer, token));
+        tracing::debug!(
+            ?waits,
+            "answer for an operation that already failed with its connection, dropped"
+        );
+        true
     }
 
     fn next_serial(&mut self) -> u64 {
@@ -417,6 +447,17 @@ impl TcpEndpoint {
         }
         let waiting: Vec<usize> = self.rma.iter().filter(|(_, r)| r.conn == me).map(|(k, _)| k).collect();
         for key in waiting {
+            let r = &self.rma[key];
+            if r.sent {
+                // The target has the request: its answer may come on its own connection.
+                let answer = match r.op.kind {
+                    RmaKind::Write => Abandoned::WriteAck,
+                    RmaKind::Read => Abandoned::ReadResp {
+                        len: r.op.buf.len() as u64,
+                    },
+                };
+                self.abandoned.insert((r.dest, token(key, r.gen)), answer);
+            }
             self.fail_rma(cx, key, None, &cause);
         }
         let waiting: Vec<usize> = self
@@ -429,7 +470,7 @@ impl TcpEndpoint {
             let tx = self.sends.remove(key);
             if !tx.cleared {
                 // Its Rts went out: a Cts may still come back on another connection.
-                self.abandoned.insert((tx.dest, token(key, tx.gen)), ());
+                self.abandoned.insert((tx.dest, token(key, tx.gen)), Abandoned::Cts);
             }
             let err = op_error(&cause, tx.op.peer);
             complete::send(cx.cq, selective, tx.op, Err(err));

@@ -84,7 +84,9 @@ impl TcpEndpoint {
                 Ok(Phase::Header)
             }
             Frame::WriteAck { token, status } => {
-                let key = self.answered(token, &peer, RmaKind::Write)?;
+                let Some(key) = self.answered(token, &peer, Abandoned::WriteAck)? else {
+                    return Ok(Phase::Header);
+                };
                 let r = self.rma.remove(key);
                 let result = if status == status::OK {
                     Ok(())
@@ -95,7 +97,21 @@ impl TcpEndpoint {
                 Ok(Phase::Header)
             }
             Frame::ReadResp { token, status, len } => {
-                let key = self.answered(token, &peer, RmaKind::Read)?;
+                // Data follows only an OK status.
+                let data = if status == status::OK { len } else { 0 };
+                let Some(key) = self.answered(token, &peer, Abandoned::ReadResp { len: data })? else {
+                    // Its data is read and discarded: no operation has this
+                    // token now, and `answered` checked the length.
+                    let (key, gen) = untoken(token);
+                    return Ok(match data {
+                        0 => Phase::Header,
+                        _ => Phase::ReadData {
+                            key,
+                            gen,
+                            left: data as usize,
+                        },
+                    });
+                };
                 if status != status::OK {
                     let r = self.rma.remove(key);
                     complete::rma(cx.cq, self.attr.selective_completion, r.op, Err(status_error(status)));
@@ -122,13 +138,30 @@ impl TcpEndpoint {
         }
     }
 
-    /// The RMA operation an answer's token names: it must exist, be of
-    /// `kind`, have gone to `peer`, and have its request written whole.
-    pub(super) fn answered(&self, token: u64, peer: &Address, kind: RmaKind) -> Result<usize> {
+    /// The RMA operation an answer's token names: it must exist, be of the
+    /// kind `answer` answers, have gone to `peer`, and have its request
+    /// written whole. `None`: the operation failed with the connection its
+    /// request went out on after the target had it, and the answer fits what
+    /// it asked (a read's data as long as the request, or an error status);
+    /// the answer is then dropped.
+    pub(super) fn answered(&mut self, token: u64, peer: &Address, answer: Abandoned) -> Result<Option<usize>> {
         let (key, gen) = untoken(token);
-        match self.rma.get(key) {
-            Some(r) if r.gen == gen && r.sent && r.dest == *peer && r.op.kind == kind => Ok(key),
-            _ => Err(Error::Protocol("RMA answer for no pending operation")),
+        let kind = match answer {
+            Abandoned::ReadResp { .. } => RmaKind::Read,
+            _ => RmaKind::Write,
+        };
+        let pending = |r: &RmaTx| r.gen == gen && r.sent && r.dest == *peer && r.op.kind == kind;
+        if self.rma.get(key).is_some_and(pending) {
+            return Ok(Some(key));
+        }
+        let fits = |waits| match (waits, answer) {
+            // An error status carries no data (its length is 0).
+            (Abandoned::ReadResp { len }, Abandoned::ReadResp { len: got }) => got == len || got == 0,
+            (waits, answer) => waits == answer,
+        };
+        match self.take_abandoned(peer, token, fits) {
+            true => Ok(None),
+            false => Err(Error::Protocol("RMA answer for no pending operation")),
         }
     }
 
