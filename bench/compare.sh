@@ -66,6 +66,11 @@ LAT_WARMUP=${LAT_WARMUP:-2000}
 BW_SIZES=(65536 1048576 4194304)
 # Messages per bandwidth run: about 1.2-2 GiB per size, ~0.3-1 s on loopback.
 declare -A BW_ITERS=([65536]=20000 [1048576]=2000 [4194304]=500)
+# Small-message rate: 8 B streamed with at most 64 messages in flight (the floor's and
+# xfer-perf's default window; UCX's -O).
+RATE_SIZE=8
+RATE_ITERS=${RATE_ITERS:-200000}
+RATE_WINDOW=64
 # UCX on the loopback device only (by default it also opens lanes on eth0).
 UCX_ENV=("UCX_TLS=tcp,self" "UCX_NET_DEVICES=lo")
 SERVER_TIMEOUT=180   # hard bound on any server process
@@ -298,13 +303,14 @@ xfer_run() { # rep test sizes iters warmup tag
     note xfer "$test" "$sizes" "$rep" - "$status" "$clog"
 }
 
-ucx_run() { # rep test size iters warmup
+ucx_run() { # rep test size iters warmup [extra client options...]
     local rep=$1 test=$2 size=$3 iters=$4 warmup=$5
+    local extra=("${@:6}")
     local slog="$RAW/ucx-$test-$size-r$rep.server" clog="$RAW/ucx-$test-$size-r$rep.out" status=ok port
     port=$(free_port)
     start_server "$slog" "${UCX_ENV[@]}" -- ucx_perftest -p "$port"
     local pid=$SERVER_PID
-    local copts=(127.0.0.1 -p "$port" -t "$test" -s "$size" -n "$iters" -w "$warmup")
+    local copts=(127.0.0.1 -p "$port" -t "$test" -s "$size" -n "$iters" -w "$warmup" "${extra[@]}")
     record "$port" "${UCX_ENV[*]} taskset -c $SERVER_CPU ucx_perftest -p $port"
     record "$port" "${UCX_ENV[*]} taskset -c $CLIENT_CPU ucx_perftest ${copts[*]}"
     if wait_listening "$port" "$pid"; then
@@ -379,6 +385,11 @@ for ((rep = 1; rep <= REPS; rep++)); do
         if [[ $HAVE_XFER -eq 1 ]]; then xfer_run "$rep" tag_bw "$size" "$iters" "$warmup" "bw-$size"; fi
         if [[ $HAVE_UCX -eq 1 ]]; then ucx_run "$rep" tag_bw "$size" "$iters" "$warmup"; fi
     done
+    log "repetition $rep/$REPS: message rate"
+    warmup=$((RATE_ITERS / 10))
+    floor_run "$rep" bw "$RATE_SIZE" "$RATE_ITERS" "$warmup" rate
+    if [[ $HAVE_XFER -eq 1 ]]; then xfer_run "$rep" tag_bw "$RATE_SIZE" "$RATE_ITERS" "$warmup" rate; fi
+    if [[ $HAVE_UCX -eq 1 ]]; then ucx_run "$rep" tag_bw "$RATE_SIZE" "$RATE_ITERS" "$warmup" -O "$RATE_WINDOW"; fi
 done
 if [[ $DO_PLOT -eq 1 && $HAVE_XFER -eq 1 ]]; then
     log "xfer-perf size sweep for the plots"
@@ -395,6 +406,8 @@ mkdir -p "$(dirname "$OUT")"
 REPORT_REPS=$REPS
 REPORT_LAT_SIZES="${LAT_SIZES[*]}"
 REPORT_BW_SIZES="${BW_SIZES[*]}"
+REPORT_RATE_SIZE=$RATE_SIZE
+REPORT_RATE_WINDOW=$RATE_WINDOW
 REPORT_LAT_ITERS=$LAT_ITERS
 REPORT_HAVE_XFER=$HAVE_XFER
 REPORT_HAVE_UCX=$HAVE_UCX
@@ -411,7 +424,7 @@ REPORT_ELAPSED=$ELAPSED
 REPORT_SERVER_CPU=$SERVER_CPU
 REPORT_CLIENT_CPU=$CLIENT_CPU
 REPORT_LOAD="$LOAD_START at start, $LOAD_END at end"
-export REPORT_REPS REPORT_LAT_SIZES REPORT_BW_SIZES REPORT_LAT_ITERS REPORT_HAVE_XFER REPORT_HAVE_UCX \
+export REPORT_REPS REPORT_LAT_SIZES REPORT_BW_SIZES REPORT_RATE_SIZE REPORT_RATE_WINDOW REPORT_LAT_ITERS REPORT_HAVE_XFER REPORT_HAVE_UCX \
     REPORT_HAVE_FI REPORT_XFER_NOTE REPORT_DATE REPORT_KERNEL REPORT_CPU REPORT_NCPU REPORT_UCX \
     REPORT_FI REPORT_RUSTC REPORT_ELAPSED REPORT_SERVER_CPU REPORT_CLIENT_CPU REPORT_LOAD
 PEERS="$WORK/peers.jsonl"
@@ -423,6 +436,8 @@ manifest, cmds_file, peers_file = sys.argv[1], sys.argv[2], sys.argv[3]
 reps = int(E["REPORT_REPS"])
 lat_sizes = [int(x) for x in E["REPORT_LAT_SIZES"].split()]
 bw_sizes = [int(x) for x in E["REPORT_BW_SIZES"].split()]
+rate_size = int(E["REPORT_RATE_SIZE"])
+rate_window = int(E["REPORT_RATE_WINDOW"])
 lat_iters = int(E["REPORT_LAT_ITERS"])
 have = {"xfer": E["REPORT_HAVE_XFER"] == "1", "ucx": E["REPORT_HAVE_UCX"] == "1", "fi": E["REPORT_HAVE_FI"] == "1"}
 xfer_note = E["REPORT_XFER_NOTE"]
@@ -670,6 +685,21 @@ for s in bw_sizes:
         per = ", ".join(fmt(x["mib_s"], 1) for x in sorted(runs, key=lambda x: x["rep"]))
         p(f"| {size_name(s)} | {label} | {int(r.get('iters', 0))} | {fmt(r['mib_s'], 1)} | "
           f"{fmt(r.get('msg_rate'), 0)} | {per} |")
+p("")
+p(f"## Message rate: {size_name(rate_size)} messages, at most {rate_window} in flight")
+p("")
+p("| tool | msg/s (median run) | per run | xfer/tool |")
+p("|---|---:|---|---:|")
+_, xrate = cell("xfer", "bw", rate_size, "msg_rate", 0)
+for tool, label in (("floor", "floor"), ("xfer", "xfer-perf"), ("ucx", "UCX")):
+    text, v = cell(tool, "bw", rate_size, "msg_rate", 0)
+    _, runs = median_run(tool, "bw", rate_size, "msg_rate")
+    per = ", ".join(fmt(x["msg_rate"], 0) for x in sorted(runs, key=lambda x: x["rep"]))
+    p(f"| {label} | {text} | {per} | {ratio(xrate, v) if tool != 'xfer' else ''} |")
+noisy_note()
+p("")
+p(f"Columns: floor = tcp-floor `bw` with a 1-byte ack every {rate_window} messages; xfer = xfer-perf "
+  f"`tag_bw` (window {rate_window}); UCX = `ucx_perftest tag_bw -O {rate_window}` overall message rate.")
 p("")
 p("## Notes")
 p("")
