@@ -668,7 +668,7 @@ for s in bw_sizes:
 noisy_note()
 xfer_missing_note()
 p("")
-p("Columns: floor = tcp-floor `bw` (one `send` per message, a 1-byte ack every 64 messages); "
+p("Columns: floor = tcp-floor `bw` (one `send` per message, a 1-byte ack every 64 messages, two windows in flight); "
   "xfer = xfer-perf `tag_bw`; UCX = `ucx_perftest tag_bw` overall bandwidth (UCX prints MB/s "
   "meaning 2^20 bytes/s, so it is used as is).")
 p("")
@@ -698,7 +698,7 @@ for tool, label in (("floor", "floor"), ("xfer", "xfer-perf"), ("ucx", "UCX")):
     p(f"| {label} | {text} | {per} | {ratio(xrate, v) if tool != 'xfer' else ''} |")
 noisy_note()
 p("")
-p(f"Columns: floor = tcp-floor `bw` with a 1-byte ack every {rate_window} messages; xfer = xfer-perf "
+p(f"Columns: floor = tcp-floor `bw` with a 1-byte ack every {rate_window} messages (two windows in flight); xfer = xfer-perf "
   f"`tag_bw` (window {rate_window}); UCX = `ucx_perftest tag_bw -O {rate_window}` overall message rate.")
 p("")
 p("## Notes")

@@ -13,9 +13,9 @@
 //!   back; each iteration is timed with [`Instant`] and half of the round trip
 //!   is one sample. Reported: average, p50, p99 and max in microseconds.
 //! * `bw`: the client streams `iters` messages of `size` bytes (one `send`
-//!   per message) in windows of `window` messages and waits for a one-byte ack
-//!   from the server after each window, like `ucx_perftest tag_bw` or
-//!   `ib_send_bw`. The server drains the stream with large reads. Reported:
+//!   per message) in windows of `window` messages; the server sends a one-byte
+//!   ack after each window, and the client waits for it before sending the
+//!   window after next (two windows in flight, so the stream never drains). The server drains the stream with large reads. Reported:
 //!   MiB/s (1 MiB = 1048576 bytes) and messages per second.
 //!
 //! ```text
@@ -39,6 +39,10 @@ use std::time::{Duration, Instant};
 
 /// Sizes run when `--sizes` is not given.
 const DEFAULT_SIZES: &[usize] = &[8, 64, 256, 1024, 4096, 65536, 1_048_576];
+/// Windows the bandwidth test's client may have sent and not seen
+/// acknowledged (xfer-perf streams the same way): the stream never drains
+/// between windows, and the server can still size its work by window.
+const WINDOWS_IN_FLIGHT: u64 = 2;
 /// Default window of the bandwidth test, in messages.
 const DEFAULT_WINDOW: u64 = 64;
 /// Largest message accepted, so a bad header cannot make the server allocate
@@ -473,18 +477,26 @@ fn server_lat(fd: RawFd, h: &Header) -> io::Result<()> {
     Ok(())
 }
 
-/// Streams `count` messages in windows, waiting for the one-byte ack after
-/// each window.
+/// Streams `count` messages in windows, at most [`WINDOWS_IN_FLIGHT`]
+/// windows unacknowledged: before sending a window it waits for the ack of
+/// the one that many windows back, and at the end for every ack.
 fn stream_windows(fd: RawFd, tx: &[u8], count: u64, window: u64) -> io::Result<()> {
     let mut ack = [0u8; 1];
-    let mut left = count;
+    let (mut left, mut unacked) = (count, 0);
     while left > 0 {
+        if unacked == WINDOWS_IN_FLIGHT {
+            recv_exact(fd, &mut ack)?;
+            unacked -= 1;
+        }
         let n = left.min(window);
         for _ in 0..n {
             send_all(fd, tx)?;
         }
-        recv_exact(fd, &mut ack)?;
+        unacked += 1;
         left -= n;
+    }
+    for _ in 0..unacked {
+        recv_exact(fd, &mut ack)?;
     }
     Ok(())
 }

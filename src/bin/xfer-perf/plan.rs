@@ -160,7 +160,8 @@ options:
   --max-size N   largest default size (default 4M)
   --iters N      measured iterations per size (default: scaled by size)
   --warmup N     unmeasured iterations first (default: iters / 10)
-  --window N     messages in flight per acknowledgement in bandwidth tests (default 64)
+  --window N     messages per acknowledgement in bandwidth tests (default 64; two
+                 windows in flight)
   --buffers M    bandwidth tests: `shared` (default): one buffer per side for every
                  message in flight, as ucx_perftest and ib_send_bw; `per-op`: a buffer
                  per message through the safe API (at most 64 MiB per side in flight)
@@ -229,10 +230,11 @@ impl Options {
             for &size in &self.sizes {
                 let iters = self.iters.unwrap_or_else(|| default_iters(test, size));
                 let warmup = self.warmup.unwrap_or(iters / 10);
-                // Bound the memory a window of owned buffers pins to 64 MiB per side.
+                // Bound the memory owned buffers pin to 64 MiB per side (two
+                // windows in flight, bw::WINDOWS_IN_FLIGHT).
                 let window = match self.buffers {
                     Buffers::Shared => self.window,
-                    Buffers::PerOp => self.window.min(((64 << 20) / size.max(1)).max(1)),
+                    Buffers::PerOp => self.window.min(((32 << 20) / size.max(1)).max(1)),
                 };
                 v.push(Phase {
                     test,
