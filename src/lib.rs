@@ -44,6 +44,8 @@ pub use xfer_core::{
 /// A domain (from xfer-core); open one with [`open`] or [`open_default`].
 pub use xfer_core::Domain;
 
+#[cfg(feature = "async")]
+pub mod aio;
 pub mod choice;
 pub use choice::{Candidate, ProviderChoice, Verdict};
 

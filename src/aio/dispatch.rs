@@ -1,0 +1,319 @@
+//! The runtime-agnostic core: a completion queue's completions routed to the
+//! futures waiting for them, by operation context.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::task::{Context, Poll, Wake, Waker};
+
+use slab::Slab;
+
+use super::reactor::Reactor;
+use crate::{Completion, CompletionQueue, Error, Result};
+
+/// The high 16 bits of every context the async layer gives an operation;
+/// completions whose context lacks them go to [`Dispatcher::next_completion`].
+pub const CONTEXT_TAG: u64 = 0xa5f0 << 48;
+const KEY_MASK: u64 = (1 << 48) - 1;
+
+/// Completions taken from the queue per [`Dispatcher::drive`] round.
+const BATCH: usize = 16;
+/// Rounds of progress a future makes in one poll before yielding to the
+/// runtime, so that a flood of other completions cannot starve it.
+const BUDGET: usize = 32;
+
+/// Where an operation is.
+enum Slot {
+    /// Posted; the waker of the future waiting for it, if it has polled.
+    Waiting(Option<Waker>),
+    /// Its completion arrived and waits for its future.
+    Done(Completion),
+    /// Its future was dropped: the completion, when it comes, frees the buffer.
+    Abandoned,
+}
+
+struct State {
+    slots: Slab<Slot>,
+    /// Completions of operations the async layer did not post.
+    raw: VecDeque<Completion>,
+    raw_waker: Option<Waker>,
+    /// Wakers of [`Dispatcher::progress`] tasks.
+    progress: Vec<Waker>,
+}
+
+/// Routes the completions of one completion queue to the futures of the
+/// operations posted through it ([`super::AsyncEndpoint`]).
+///
+/// Whoever polls drives: a future that finds its operation unfinished polls
+/// the queue, hands every completion to its operation's slot and wakes that
+/// operation's future. When the queue has nothing, it checks
+/// [`CompletionQueue::trywait`] and asks the [`Reactor`] to wake it when the
+/// queue's descriptor becomes readable; that wakes every waiting future
+/// (each re-checks and drives). Completions of operations posted outside the
+/// async layer (contexts without [`CONTEXT_TAG`]) queue for
+/// [`next_completion`](Self::next_completion); they accumulate until taken.
+pub struct Dispatcher {
+    reactor: Box<dyn Reactor>,
+    cq: CompletionQueue,
+    state: Mutex<State>,
+    /// Given to the reactor: wakes every waiting future.
+    fd_waker: Waker,
+}
+
+/// Wakes the waiters of a dispatcher when its queue's descriptor fires.
+struct FdWake(Weak<Dispatcher>);
+
+impl Wake for FdWake {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        let Some(d) = self.0.upgrade() else { return };
+        let wakers: Vec<Waker> = match d.lock() {
+            Ok(mut st) => {
+                let st = &mut *st;
+                let ops = st.slots.iter_mut().filter_map(|(_, s)| match s {
+                    Slot::Waiting(w) => w.take(),
+                    _ => None,
+                });
+                ops.chain(st.raw_waker.take()).chain(st.progress.drain(..)).collect()
+            }
+            Err(_) => return,
+        };
+        wakers.into_iter().for_each(Waker::wake);
+    }
+}
+
+impl Dispatcher {
+    /// A dispatcher for `cq`, woken by `reactor` (which watches `cq.fd()`).
+    pub fn new(cq: CompletionQueue, reactor: impl Reactor) -> Arc<Dispatcher> {
+        Arc::new_cyclic(|me| Dispatcher {
+            reactor: Box::new(reactor),
+            cq,
+            state: Mutex::new(State {
+                slots: Slab::new(),
+                raw: VecDeque::new(),
+                raw_waker: None,
+                progress: Vec::new(),
+            }),
+            fd_waker: Waker::from(Arc::new(FdWake(me.clone()))),
+        })
+    }
+
+    /// The completion queue it drives.
+    pub fn cq(&self) -> &CompletionQueue {
+        &self.cq
+    }
+
+    /// Operations posted through it whose completion has not been taken or
+    /// freed yet, including those whose future was dropped.
+    pub fn in_flight(&self) -> usize {
+        self.lock().map_or(0, |st| st.slots.len())
+    }
+
+    /// Of [`in_flight`](Self::in_flight), those whose future was dropped:
+    /// their buffers are still the transport's, freed when their
+    /// completion (done or cancelled) arrives.
+    pub fn abandoned(&self) -> usize {
+        self.lock().map_or(0, |st| {
+            st.slots.iter().filter(|(_, s)| matches!(s, Slot::Abandoned)).count()
+        })
+    }
+
+    fn lock(&self) -> Result<MutexGuard<'_, State>> {
+        self.state
+            .lock()
+            .map_err(|_| Error::Internal("async dispatcher lock poisoned by an earlier panic"))
+    }
+
+    /// Reserves a slot; the context to post the operation with.
+    pub(crate) fn reserve(&self) -> Result<u64> {
+        let key = self.lock()?.slots.insert(Slot::Waiting(None));
+        Ok(CONTEXT_TAG | key as u64)
+    }
+
+    /// Frees the slot of an operation the provider refused.
+    pub(crate) fn release(&self, context: u64) {
+        if let Ok(mut st) = self.lock() {
+            st.slots.try_remove(key(context));
+        }
+    }
+
+    /// Marks the operation's future gone. Returns whether it was still
+    /// waiting (so a receive should be cancelled); a completion already
+    /// there is dropped now, with its buffer.
+    pub(crate) fn abandon(&self, context: u64) -> bool {
+        let Ok(mut st) = self.lock() else { return false };
+        let k = key(context);
+        match st.slots.get_mut(k) {
+            Some(slot @ Slot::Waiting(_)) => {
+                *slot = Slot::Abandoned;
+                true
+            }
+            Some(Slot::Done(_)) => {
+                st.slots.remove(k);
+                false
+            }
+            _ => false,
+        }
+    }
+
+    /// Polls the queue once and routes what it got; how many completions.
+    pub fn drive(&self) -> Result<usize> {
+        let mut batch = [Completion::EMPTY; BATCH];
+        let n = self.cq.poll(&mut batch)?;
+        if n == 0 {
+            return Ok(0);
+        }
+        let mut wake: [Option<Waker>; BATCH + 1] = Default::default();
+        {
+            let mut st = self.lock()?;
+            for (c, w) in batch[..n].iter_mut().zip(&mut wake) {
+                *w = st.route(std::mem::take(c));
+            }
+            if !st.raw.is_empty() {
+                wake[BATCH] = st.raw_waker.take();
+            }
+        }
+        wake.into_iter().flatten().for_each(Waker::wake);
+        Ok(n)
+    }
+
+    /// Polls for the completion of the operation posted with `context`:
+    /// drives the queue, and when nothing is left to do registers the
+    /// waker with the reactor.
+    pub(crate) fn poll_op(&self, context: u64, cx: &mut Context<'_>) -> Poll<Result<Completion>> {
+        self.poll_with(cx, |st, waker| {
+            let k = key(context);
+            match st.slots.get_mut(k) {
+                Some(Slot::Done(_)) => match st.slots.remove(k) {
+                    Slot::Done(c) => Some(Ok(c)),
+                    _ => Some(Err(Error::Internal("async slot changed under its lock"))),
+                },
+                Some(Slot::Waiting(w)) => {
+                    if !w.as_ref().is_some_and(|w| w.will_wake(waker)) {
+                        *w = Some(waker.clone());
+                    }
+                    None
+                }
+                _ => Some(Err(Error::Internal("async operation polled after it ended"))),
+            }
+        })
+    }
+
+    /// Polls for the next completion of an operation posted outside the
+    /// async layer (context without [`CONTEXT_TAG`]): remote writes with
+    /// data, raw posts on endpoints bound to the same queue.
+    pub fn poll_completion(&self, cx: &mut Context<'_>) -> Poll<Result<Completion>> {
+        self.poll_with(cx, |st, waker| match st.raw.pop_front() {
+            Some(c) => Some(Ok(c)),
+            None => {
+                st.raw_waker = Some(waker.clone());
+                None
+            }
+        })
+    }
+
+    /// The next completion [`poll_completion`](Self::poll_completion) gives.
+    /// Cancel-safe: a completion is only taken when this returns.
+    pub async fn next_completion(&self) -> Result<Completion> {
+        std::future::poll_fn(|cx| self.poll_completion(cx)).await
+    }
+
+    /// Drives the queue whenever its descriptor fires, until the queue
+    /// fails (the error). For a side that must progress with no operation
+    /// of its own waiting: an RMA target on a provider that serves RMA in
+    /// software (TCP), a sender whose send futures were dropped, a
+    /// connection to be accepted. Spawn it as a task; it is cancel-safe.
+    pub async fn progress(&self) -> Error {
+        let r = std::future::poll_fn(|cx| {
+            self.poll_with(cx, |st, waker| {
+                if !st.progress.iter().any(|w| w.will_wake(waker)) {
+                    st.progress.push(waker.clone());
+                }
+                None::<Result<()>>
+            })
+        })
+        .await;
+        r.err().unwrap_or(Error::Internal("progress ended without an error"))
+    }
+
+    /// The drive loop shared by operations and the completion stream: `take`
+    /// returns the result, or registers the waker and returns `None`.
+    fn poll_with<T>(
+        &self,
+        cx: &mut Context<'_>,
+        mut take: impl FnMut(&mut State, &Waker) -> Option<Result<T>>,
+    ) -> Poll<Result<T>> {
+        for _ in 0..BUDGET {
+            match self.lock() {
+                Ok(mut st) => {
+                    if let Some(r) = take(&mut st, cx.waker()) {
+                        return Poll::Ready(r);
+                    }
+                }
+                Err(e) => return Poll::Ready(Err(e)),
+            }
+            match self.drive() {
+                Ok(0) => {}
+                Ok(_) => continue,
+                Err(e) => return Poll::Ready(Err(e)),
+            }
+            match self.cq.trywait() {
+                Ok(()) => {}
+                Err(Error::Again) => continue,
+                Err(e) => return Poll::Ready(Err(e)),
+            }
+            match self.reactor.poll_readable(&mut Context::from_waker(&self.fd_waker)) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Ok(())) => continue,
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e.into())),
+            }
+        }
+        cx.waker().wake_by_ref();
+        Poll::Pending
+    }
+}
+
+impl State {
+    /// Hands `c` to its operation's slot (returning the waker to wake) or
+    /// to the raw queue.
+    fn route(&mut self, c: Completion) -> Option<Waker> {
+        if c.context & !KEY_MASK != CONTEXT_TAG {
+            self.raw.push_back(c);
+            return None;
+        }
+        let k = key(c.context);
+        match self.slots.get_mut(k) {
+            Some(Slot::Waiting(w)) => {
+                let w = w.take();
+                self.slots[k] = Slot::Done(c);
+                w
+            }
+            Some(Slot::Abandoned) => {
+                // The transport is done with the buffer: free it now.
+                self.slots.remove(k);
+                None
+            }
+            Some(Slot::Done(_)) | None => {
+                tracing::error!(
+                    context = c.context,
+                    "completion for no waiting async operation; dropped"
+                );
+                None
+            }
+        }
+    }
+}
+
+fn key(context: u64) -> usize {
+    (context & KEY_MASK) as usize
+}
+
+impl std::fmt::Debug for Dispatcher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Dispatcher")
+            .field("in_flight", &self.in_flight())
+            .finish_non_exhaustive()
+    }
+}
