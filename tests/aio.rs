@@ -163,6 +163,18 @@ async fn ping_pong_tagged_and_untagged() {
 
 #[tokio::test(flavor = "current_thread")]
 async fn many_concurrent_operations() {
+    many_concurrent().await;
+}
+
+/// The same on two worker threads: tasks drive the queues from both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_concurrent_operations_on_two_threads() {
+    for _ in 0..4 {
+        many_concurrent().await;
+    }
+}
+
+async fn many_concurrent() {
     let (a, b) = pair().await;
     const N: u64 = 256;
     let mut tasks = JoinSet::new();

@@ -13,7 +13,10 @@ use crate::{Completion, CompletionQueue, Error, Result};
 /// The high 16 bits of every context the async layer gives an operation;
 /// completions whose context lacks them go to [`Dispatcher::next_completion`].
 pub const CONTEXT_TAG: u64 = 0xa5f0 << 48;
-const KEY_MASK: u64 = (1 << 48) - 1;
+/// Below the tag: a 16-bit generation, then the slot's key (32 bits), so a
+/// context is not reused while an older holder of its slot may still name it.
+const ID_MASK: u64 = (1 << 48) - 1;
+const KEY_MASK: u64 = (1 << 32) - 1;
 
 /// Completions taken from the queue per [`Dispatcher::drive`] round.
 const BATCH: usize = 16;
@@ -32,7 +35,10 @@ enum Slot {
 }
 
 struct State {
-    slots: Slab<Slot>,
+    /// Each operation's full context and slot.
+    slots: Slab<(u64, Slot)>,
+    /// Generation of the next context.
+    generation: u16,
     /// Completions of operations the async layer did not post.
     raw: VecDeque<Completion>,
     raw_waker: Option<Waker>,
@@ -72,7 +78,7 @@ impl Wake for FdWake {
         let wakers: Vec<Waker> = match d.lock() {
             Ok(mut st) => {
                 let st = &mut *st;
-                let ops = st.slots.iter_mut().filter_map(|(_, s)| match s {
+                let ops = st.slots.iter_mut().filter_map(|(_, (_, s))| match s {
                     Slot::Waiting(w) => w.take(),
                     _ => None,
                 });
@@ -92,6 +98,7 @@ impl Dispatcher {
             cq,
             state: Mutex::new(State {
                 slots: Slab::new(),
+                generation: 0,
                 raw: VecDeque::new(),
                 raw_waker: None,
                 progress: Vec::new(),
@@ -116,7 +123,10 @@ impl Dispatcher {
     /// completion (done or cancelled) arrives.
     pub fn abandoned(&self) -> usize {
         self.lock().map_or(0, |st| {
-            st.slots.iter().filter(|(_, s)| matches!(s, Slot::Abandoned)).count()
+            st.slots
+                .iter()
+                .filter(|(_, (_, s))| matches!(s, Slot::Abandoned))
+                .count()
         })
     }
 
@@ -128,14 +138,24 @@ impl Dispatcher {
 
     /// Reserves a slot; the context to post the operation with.
     pub(crate) fn reserve(&self) -> Result<u64> {
-        let key = self.lock()?.slots.insert(Slot::Waiting(None));
-        Ok(CONTEXT_TAG | key as u64)
+        let mut st = self.lock()?;
+        let entry = st.slots.vacant_entry();
+        let key = entry.key() as u64;
+        if key > KEY_MASK {
+            return Err(Error::Again);
+        }
+        let context = CONTEXT_TAG | u64::from(st.generation) << 32 | key;
+        st.slots.insert((context, Slot::Waiting(None)));
+        st.generation = st.generation.wrapping_add(1);
+        Ok(context)
     }
 
     /// Frees the slot of an operation the provider refused.
     pub(crate) fn release(&self, context: u64) {
         if let Ok(mut st) = self.lock() {
-            st.slots.try_remove(key(context));
+            if st.slot(context).is_some() {
+                st.slots.remove(key(context));
+            }
         }
     }
 
@@ -144,14 +164,13 @@ impl Dispatcher {
     /// there is dropped now, with its buffer.
     pub(crate) fn abandon(&self, context: u64) -> bool {
         let Ok(mut st) = self.lock() else { return false };
-        let k = key(context);
-        match st.slots.get_mut(k) {
+        match st.slot(context) {
             Some(slot @ Slot::Waiting(_)) => {
                 *slot = Slot::Abandoned;
                 true
             }
             Some(Slot::Done(_)) => {
-                st.slots.remove(k);
+                st.slots.remove(key(context));
                 false
             }
             _ => false,
@@ -183,21 +202,18 @@ impl Dispatcher {
     /// drives the queue, and when nothing is left to do registers the
     /// waker with the reactor.
     pub(crate) fn poll_op(&self, context: u64, cx: &mut Context<'_>) -> Poll<Result<Completion>> {
-        self.poll_with(cx, |st, waker| {
-            let k = key(context);
-            match st.slots.get_mut(k) {
-                Some(Slot::Done(_)) => match st.slots.remove(k) {
-                    Slot::Done(c) => Some(Ok(c)),
-                    _ => Some(Err(Error::Internal("async slot changed under its lock"))),
-                },
-                Some(Slot::Waiting(w)) => {
-                    if !w.as_ref().is_some_and(|w| w.will_wake(waker)) {
-                        *w = Some(waker.clone());
-                    }
-                    None
+        self.poll_with(cx, |st, waker| match st.slot(context) {
+            Some(Slot::Done(_)) => match st.slots.remove(key(context)).1 {
+                Slot::Done(c) => Some(Ok(c)),
+                _ => Some(Err(Error::Internal("async slot changed under its lock"))),
+            },
+            Some(Slot::Waiting(w)) => {
+                if !w.as_ref().is_some_and(|w| w.will_wake(waker)) {
+                    *w = Some(waker.clone());
                 }
-                _ => Some(Err(Error::Internal("async operation polled after it ended"))),
+                None
             }
+            _ => Some(Err(Error::Internal("async operation polled after it ended"))),
         })
     }
 
@@ -279,20 +295,21 @@ impl State {
     /// Hands `c` to its operation's slot (returning the waker to wake) or
     /// to the raw queue.
     fn route(&mut self, c: Completion) -> Option<Waker> {
-        if c.context & !KEY_MASK != CONTEXT_TAG {
+        if c.context & !ID_MASK != CONTEXT_TAG {
             self.raw.push_back(c);
             return None;
         }
-        let k = key(c.context);
-        match self.slots.get_mut(k) {
-            Some(Slot::Waiting(w)) => {
-                let w = w.take();
-                self.slots[k] = Slot::Done(c);
+        match self.slot(c.context) {
+            Some(slot @ Slot::Waiting(_)) => {
+                let Slot::Waiting(w) = std::mem::replace(slot, Slot::Abandoned) else {
+                    return None;
+                };
+                *slot = Slot::Done(c);
                 w
             }
             Some(Slot::Abandoned) => {
                 // The transport is done with the buffer: free it now.
-                self.slots.remove(k);
+                self.slots.remove(key(c.context));
                 None
             }
             Some(Slot::Done(_)) | None => {
@@ -302,6 +319,16 @@ impl State {
                 );
                 None
             }
+        }
+    }
+}
+
+impl State {
+    /// The slot of the operation posted with `context`, if it still has one.
+    fn slot(&mut self, context: u64) -> Option<&mut Slot> {
+        match self.slots.get_mut(key(context)) {
+            Some((c, slot)) if *c == context => Some(slot),
+            _ => None,
         }
     }
 }
