@@ -57,16 +57,21 @@ struct Side {
 }
 
 async fn pair() -> (Arc<Side>, Arc<Side>) {
+    pair_with(&common::test_attr()).await
+}
+
+/// A pair whose second side has `attr_b`.
+async fn pair_with(attr_b: &xfer::EndpointAttr) -> (Arc<Side>, Arc<Side>) {
     xfer::init_logging();
-    let open = || {
+    let open = |attr: &xfer::EndpointAttr| {
         let domain = xfer::open_default().expect("open domain");
         let cq = domain.cq(&xfer::CqAttr::default()).expect("cq");
         let av = domain.av().expect("av");
-        let ep = domain.endpoint(&cq, &av, &common::test_attr()).expect("endpoint");
+        let ep = domain.endpoint(&cq, &av, attr).expect("endpoint");
         let ep = AsyncEndpoint::new(ep, aio::tokio::dispatcher(&cq).expect("dispatcher")).expect("async endpoint");
         (domain, ep)
     };
-    let ((da, a), (db, b)) = (open(), open());
+    let ((da, a), (db, b)) = (open(&common::test_attr()), open(attr_b));
     let pa = b
         .endpoint()
         .av()
@@ -403,4 +408,54 @@ async fn an_endpoint_of_another_queue_is_refused() {
     let ep = domain.endpoint(&cq1, &av, &common::test_attr()).expect("endpoint");
     let r = AsyncEndpoint::new(ep, aio::tokio::dispatcher(&cq2).expect("dispatcher"));
     assert!(matches!(r, Err(Error::InvalidArgument(_))), "{r:?}");
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn at_max_outstanding_posting_fails_with_again_and_async_operations_wait() {
+    const MAX: u64 = 4;
+    let attr = xfer::EndpointAttr {
+        max_outstanding: MAX as usize,
+        ..common::test_attr()
+    };
+    let (a, b) = pair_with(&attr).await;
+    let raw = b.ep.endpoint();
+    for i in 0..MAX {
+        raw.trecv(b.peer, i, 0, vec![0; 16], i)
+            .expect("a receive within the bound");
+    }
+    assert_eq!(raw.outstanding().expect("outstanding"), MAX as usize);
+    let refused = raw
+        .trecv(b.peer, MAX, 0, vec![7; 16], MAX)
+        .expect_err("one past the bound");
+    assert_eq!(refused.error, Error::Again);
+    assert_eq!(refused.op, vec![7; 16], "the buffer comes back");
+
+    // The async receive waits for room instead, then gets its message.
+    let waiting = tokio::spawn({
+        let b = b.clone();
+        async move {
+            let (got, buf) = b.ep.trecv(b.peer, MAX, 0, vec![0; 16]).await;
+            buf[..got.expect("trecv after waiting").len].to_vec()
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(!waiting.is_finished(), "posted past the bound");
+    for i in (0..=MAX).rev() {
+        within("a send", a.ep.tsend(a.peer, i, pattern(i, 16)))
+            .await
+            .0
+            .expect("tsend");
+    }
+    assert_eq!(
+        within("the waiting receive", waiting).await.expect("task"),
+        pattern(MAX, 16)
+    );
+    for _ in 0..MAX {
+        let c = within("a raw receive", b.ep.dispatcher().next_completion())
+            .await
+            .expect("next");
+        assert_eq!(c.buf.as_deref(), Some(&pattern(c.context, 16)[..]));
+    }
+    assert_eq!(raw.outstanding().expect("outstanding"), 0);
+    settle(&[&a, &b]).await;
 }

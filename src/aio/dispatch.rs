@@ -44,6 +44,11 @@ struct State {
     raw_waker: Option<Waker>,
     /// Wakers of [`Dispatcher::progress`] tasks.
     progress: Vec<Waker>,
+    /// Completions routed so far; operations refused with [`Error::Again`]
+    /// wait for it to change.
+    routed: u64,
+    /// Wakers of operations waiting for capacity.
+    capacity: Vec<Waker>,
 }
 
 /// Routes the completions of one completion queue to the futures of the
@@ -82,7 +87,8 @@ impl Wake for FdWake {
                     Slot::Waiting(w) => w.take(),
                     _ => None,
                 });
-                ops.chain(st.raw_waker.take()).chain(st.progress.drain(..)).collect()
+                let others = st.raw_waker.take().into_iter().chain(st.progress.drain(..));
+                ops.chain(others).chain(st.capacity.drain(..)).collect()
             }
             Err(_) => return,
         };
@@ -102,6 +108,8 @@ impl Dispatcher {
                 raw: VecDeque::new(),
                 raw_waker: None,
                 progress: Vec::new(),
+                routed: 0,
+                capacity: Vec::new(),
             }),
             fd_waker: Waker::from(Arc::new(FdWake(me.clone()))),
         })
@@ -185,7 +193,7 @@ impl Dispatcher {
             return Ok(0);
         }
         let mut wake: [Option<Waker>; BATCH + 1] = Default::default();
-        {
+        let capacity = {
             let mut st = self.lock()?;
             for (c, w) in batch[..n].iter_mut().zip(&mut wake) {
                 *w = st.route(std::mem::take(c));
@@ -193,8 +201,10 @@ impl Dispatcher {
             if !st.raw.is_empty() {
                 wake[BATCH] = st.raw_waker.take();
             }
-        }
-        wake.into_iter().flatten().for_each(Waker::wake);
+            st.routed += n as u64;
+            std::mem::take(&mut st.capacity)
+        };
+        wake.into_iter().flatten().chain(capacity).for_each(Waker::wake);
         Ok(n)
     }
 
@@ -234,6 +244,30 @@ impl Dispatcher {
     /// Cancel-safe: a completion is only taken when this returns.
     pub async fn next_completion(&self) -> Result<Completion> {
         std::future::poll_fn(|cx| self.poll_completion(cx)).await
+    }
+
+    /// How many completions were routed so far; taken before posting, so
+    /// that an operation refused with [`Error::Again`] can wait for the
+    /// next one ([`capacity`](Self::capacity)).
+    pub(crate) fn routed(&self) -> u64 {
+        self.lock().map_or(0, |st| st.routed)
+    }
+
+    /// Waits (driving) until a completion was routed after `seen` was read:
+    /// an endpoint at its `max_outstanding` may then have room.
+    pub(crate) async fn capacity(&self, seen: u64) -> Result<()> {
+        std::future::poll_fn(|cx| {
+            self.poll_with(cx, |st, waker| {
+                if st.routed != seen {
+                    return Some(Ok(()));
+                }
+                if !st.capacity.iter().any(|w| w.will_wake(waker)) {
+                    st.capacity.push(waker.clone());
+                }
+                None
+            })
+        })
+        .await
     }
 
     /// Drives the queue whenever its descriptor fires, until the queue

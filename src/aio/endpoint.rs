@@ -116,20 +116,34 @@ impl AsyncEndpoint {
 
     /// Posts with a fresh context and waits for the completion: the
     /// completion (its buffer taken out) and the buffer.
+    /// An endpoint at its `max_outstanding` refuses with [`Error::Again`]:
+    /// then this waits for a completion and posts again.
     async fn run(
         &self,
         recv: bool,
-        buf: Vec<u8>,
-        post: impl FnOnce(u64, Vec<u8>) -> Result<(), Rejected<Vec<u8>>>,
+        mut buf: Vec<u8>,
+        post: impl Fn(u64, Vec<u8>) -> Result<(), Rejected<Vec<u8>>>,
     ) -> BufResult<Completion> {
-        let context = match self.disp.reserve() {
-            Ok(cx) => cx,
-            Err(e) => return (Err(e), buf),
+        let context = loop {
+            let context = match self.disp.reserve() {
+                Ok(cx) => cx,
+                Err(e) => return (Err(e), buf),
+            };
+            let seen = self.disp.routed();
+            match post(context, buf) {
+                Ok(()) => break context,
+                Err(r) => {
+                    self.disp.release(context);
+                    if r.error != Error::Again {
+                        return (Err(r.error), r.op);
+                    }
+                    buf = r.op;
+                }
+            }
+            if let Err(e) = self.disp.capacity(seen).await {
+                return (Err(e), buf);
+            }
         };
-        if let Err(r) = post(context, buf) {
-            self.disp.release(context);
-            return (Err(r.error), r.op);
-        }
         let op = Op {
             disp: &self.disp,
             ep: &self.ep,
