@@ -459,3 +459,37 @@ async fn at_max_outstanding_posting_fails_with_again_and_async_operations_wait()
     assert_eq!(raw.outstanding().expect("outstanding"), 0);
     settle(&[&a, &b]).await;
 }
+
+#[tokio::test(flavor = "current_thread")]
+async fn teardown_with_operations_in_flight_returns_promptly() {
+    for a_first in [true, false] {
+        let (a, b) = pair().await;
+        let mut tasks = JoinSet::new();
+        for i in 0..500u64 {
+            let b = b.clone();
+            tasks.spawn(async move {
+                let _ = b.ep.trecv(b.peer, 1 << 32 | i, 0, vec![0; 64]).await;
+            });
+        }
+        for i in 0..64u64 {
+            // Rendezvous sends to receives never posted: they stay in flight.
+            let a = a.clone();
+            tasks.spawn(async move {
+                let _ = a.ep.tsend(a.peer, i, pattern(i, LARGE)).await;
+            });
+        }
+        for _ in 0..20 {
+            tokio::task::yield_now().await;
+        }
+        let start = std::time::Instant::now();
+        tasks.shutdown().await;
+        let (first, second) = if a_first { (a, b) } else { (b, a) };
+        drop(first);
+        drop(second);
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "teardown took {:?}",
+            start.elapsed()
+        );
+    }
+}
