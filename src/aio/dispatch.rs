@@ -98,6 +98,7 @@ impl Wake for FdWake {
 
 impl Dispatcher {
     /// A dispatcher for `cq`, woken by `reactor` (which watches `cq.fd()`).
+    /// One per queue: two would take each other's completions.
     pub fn new(cq: CompletionQueue, reactor: impl Reactor) -> Arc<Dispatcher> {
         Arc::new_cyclic(|me| Dispatcher {
             reactor: Box::new(reactor),
