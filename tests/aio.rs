@@ -493,3 +493,31 @@ async fn teardown_with_operations_in_flight_returns_promptly() {
         );
     }
 }
+
+#[tokio::test(flavor = "current_thread")]
+async fn dropped_rma_futures_still_happen_and_free_their_buffers_at_completion() {
+    let (a, b) = pair().await;
+    let d = b.ep.dispatcher().clone();
+    let progress = tokio::spawn(async move { d.progress().await });
+    let mr = b
+        .domain
+        .register(vec![0u8; 8 * 1024], Access::REMOTE_READ | Access::REMOTE_WRITE)
+        .expect("register");
+    let key = mr.remote_key();
+    for i in 0..8u64 {
+        let mut w = Box::pin(a.ep.write(a.peer, pattern(i, 1024), &key, i * 1024));
+        let _ = poll_once(&mut w);
+        drop(w);
+        let mut r = Box::pin(a.ep.read(a.peer, vec![0; 1024], &key, 0));
+        let _ = poll_once(&mut r);
+        drop(r);
+    }
+    settle(&[&a, &b]).await;
+    assert_eq!(a.ep.dispatcher().abandoned(), 0);
+    let region = mr.to_vec().expect("region");
+    for i in 0..8u64 {
+        let at = i as usize * 1024;
+        assert_eq!(&region[at..at + 1024], &pattern(i, 1024)[..], "write {i}");
+    }
+    progress.abort();
+}
