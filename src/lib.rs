@@ -44,6 +44,11 @@ pub use xfer_core::{
 /// A domain (from xfer-core); open one with [`open`] or [`open_default`].
 pub use xfer_core::Domain;
 
+#[cfg(feature = "async")]
+pub mod aio;
+pub mod choice;
+pub use choice::{Candidate, ProviderChoice, Verdict};
+
 /// One provider as the facade sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProviderInfo {
@@ -81,51 +86,37 @@ pub fn info() -> Vec<ProviderInfo> {
     all
 }
 
-fn open_named(name: &str) -> Result<Domain> {
+/// Opens the built-in provider `name` (one of [`PROVIDERS`]).
+fn open_named(name: &'static str) -> Result<Domain> {
     match name {
         #[cfg(feature = "verbs")]
         "verbs" => Ok(Domain::new(Box::new(xfer_verbs::VerbsDomain::open()?))),
         "tcp" => Ok(Domain::new(Box::new(xfer_tcp::TcpDomain::open()?))),
-        #[cfg(not(feature = "verbs"))]
-        "verbs" => Err(Error::NoProvider(format!(
-            "provider \"verbs\" not compiled in (xfer built without its `verbs` feature; built in: {})",
-            PROVIDERS.join(", ")
-        ))),
-        other => Err(Error::NoProvider(format!(
-            "unknown provider {other:?} (built in: {})",
-            PROVIDERS.join(", ")
-        ))),
+        _ => Err(Error::Internal("open_named: provider not built")),
     }
 }
 
 /// Opens a domain on the provider `attr` names, or else the first available
 /// in order of preference (see [`info`]); an available provider that fails
 /// to open is skipped for the next one. The choice and the reasons for
-/// skipping others are logged through `tracing`.
+/// skipping others are logged through `tracing` ([`open_report`] returns them).
 pub fn open(attr: &DomainAttr) -> Result<Domain> {
-    if let Some(name) = &attr.provider {
-        tracing::info!(provider = %name, "provider forced by XFER_PROVIDER");
-        return open_named(name);
-    }
-    let mut why = Vec::new();
-    for p in info() {
-        if !p.available {
-            tracing::debug!(provider = p.name, reason = %p.detail, "provider skipped");
-            why.push(format!("{}: {}", p.name, p.detail));
-            continue;
-        }
-        match open_named(p.name) {
-            Ok(d) => {
-                tracing::info!(provider = p.name, "provider chosen");
-                return Ok(d);
-            }
-            Err(e) => {
-                tracing::warn!(provider = p.name, error = %e, "provider available but failed to open; trying the next");
-                why.push(format!("{}: {e}", p.name));
-            }
-        }
-    }
-    Err(Error::NoProvider(why.join("; ")))
+    open_report(attr).0
+}
+
+/// [`open`], and the report of its choice: the provider opened and why each
+/// other one was not (unavailable and why, failed to open, outranked by a
+/// preferred one, not the one `XFER_PROVIDER` asked for, not built).
+///
+/// ```
+/// let (domain, choice) = xfer::open_report(&xfer::DomainAttr::from_env());
+/// let domain = domain?;
+/// assert_eq!(choice.chosen, Some(domain.provider()));
+/// println!("{} chosen; not chosen: {}", domain.provider(), choice.why_not());
+/// # Ok::<(), xfer::Error>(())
+/// ```
+pub fn open_report(attr: &DomainAttr) -> (Result<Domain>, ProviderChoice) {
+    choice::choose(attr.provider.as_deref(), &info(), open_named)
 }
 
 /// [`open`] with attributes from the environment (`XFER_PROVIDER`).
@@ -229,6 +220,36 @@ mod tests {
         };
         assert!(msg.contains("\"nope\""), "{msg}");
         assert!(msg.contains(&format!("built in: {}", PROVIDERS.join(", "))), "{msg}");
+    }
+
+    #[test]
+    fn open_report_names_the_provider_opened_and_why_not_the_others() {
+        let (domain, choice) = open_report(&DomainAttr {
+            provider: Some("tcp".into()),
+        });
+        assert_eq!(domain.expect("tcp opens").provider(), "tcp");
+        assert_eq!(choice.chosen, Some("tcp"));
+        assert_eq!(choice.forced.as_deref(), Some("tcp"));
+        let want = if cfg!(feature = "verbs") {
+            Verdict::NotRequested("tcp".into())
+        } else {
+            Verdict::NotBuilt("verbs")
+        };
+        assert_eq!(choice.verdict("verbs"), Some(&want));
+
+        // Unforced: whatever was chosen, every other provider says why not.
+        let (domain, choice) = open_report(&DomainAttr { provider: None });
+        assert_eq!(choice.chosen, Some(domain.expect("a provider opens").provider()));
+        for c in &choice.candidates {
+            let expected = match (&c.verdict, info().iter().find(|p| p.name == c.name)) {
+                (Verdict::Chosen(_), Some(p)) => p.available,
+                (Verdict::Unavailable(why), Some(p)) => !p.available && why == &p.detail,
+                (Verdict::Outranked(_) | Verdict::Failed(_), Some(p)) => p.available,
+                (Verdict::NotBuilt(_), None) => true,
+                _ => false,
+            };
+            assert!(expected, "{}: {}", c.name, c.verdict);
+        }
     }
 
     #[test]

@@ -206,13 +206,14 @@ fn xfer_info_says_why_verbs_is_unavailable() {
     // `verbs  unavailable  <reason>`, and the device section repeats the
     // probe's reason.
     let line = lines.iter().find(|l| l.trim_start().starts_with("verbs ")).unwrap();
-    let reason = line
-        .trim_start()
-        .splitn(3, char::is_whitespace)
-        .nth(2)
-        .unwrap_or("")
-        .trim();
+    let reason = line.split_once("unavailable").map_or("", |(_, r)| r.trim());
     assert!(!reason.is_empty(), "no reason in {line:?}");
+    // The choice report repeats it as the reason verbs was not chosen.
+    assert!(
+        lines.iter().any(|l| l == &format!("  verbs  unavailable: {reason}")),
+        "no verdict on verbs in:\n{}",
+        lines.join("\n")
+    );
     assert!(
         lines.iter().any(|l| l.starts_with("verbs devices:")),
         "no verbs devices section in:\n{}",
@@ -238,7 +239,22 @@ fn xfer_info_says_why_verbs_is_unavailable() {
         "{json}"
     );
     assert!(json.contains(r#""chosen": "tcp""#), "{json}");
+    assert!(
+        json.contains(r#""why": [{"name": "verbs", "verdict": "unavailable: "#),
+        "{json}"
+    );
     assert!(json.contains(r#""verbs": {"devices": ["#), "{json}");
+
+    // Forcing tcp: verbs was not requested.
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_xfer-info"));
+    cmd.env("XFER_PROVIDER", "tcp");
+    let (status, lines, err) = Proc::spawn("XFER_PROVIDER=tcp xfer-info", cmd).finish(deadline);
+    assert!(status.success(), "{err}");
+    assert!(
+        lines.iter().any(|l| l == "  verbs  not requested (XFER_PROVIDER=tcp)"),
+        "{}",
+        lines.join("\n")
+    );
     assert!(json.contains(r#""env": "XFER_VERBS_DEVICE""#), "{json}");
 
     // Forcing verbs where it cannot run is an error, with the reason.

@@ -124,6 +124,11 @@ pub struct EndpointAttr {
     /// Only operations that ask for a completion report success (libfabric's
     /// `FI_SELECTIVE_COMPLETION`); errors are always reported.
     pub selective_completion: bool,
+    /// Most operations that report a completion (receives, and sends and
+    /// RMA unless unsignaled under selective completion) the endpoint keeps
+    /// outstanding; posting one more fails with `Error::Again` until a
+    /// completion comes. 0: unbounded.
+    pub max_outstanding: usize,
     /// TCP provider settings.
     pub tcp: TcpAttr,
 }
@@ -134,6 +139,7 @@ impl Default for EndpointAttr {
             rndv_threshold: 64 << 10,
             inject_size: 4096,
             selective_completion: false,
+            max_outstanding: 0,
             tcp: TcpAttr::default(),
         }
     }
@@ -155,6 +161,7 @@ impl EndpointAttr {
         let mut a = Self::default();
         apply(&mut a.rndv_threshold, "XFER_RNDV_THRESHOLD");
         apply(&mut a.inject_size, "XFER_INJECT_SIZE");
+        apply(&mut a.max_outstanding, "XFER_MAX_OUTSTANDING");
         a.tcp = TcpAttr::from_env();
         a
     }
@@ -171,6 +178,11 @@ impl EndpointAttr {
                 env: "XFER_INJECT_SIZE",
                 value: self.inject_size.to_string(),
                 doc: "largest inject payload",
+            },
+            Setting {
+                env: "XFER_MAX_OUTSTANDING",
+                value: self.max_outstanding.to_string(),
+                doc: "operations with completions an endpoint keeps in flight before posting fails with EAGAIN (0: unbounded)",
             },
         ];
         v.extend(self.tcp.settings());

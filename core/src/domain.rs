@@ -15,7 +15,7 @@ use slab::Slab;
 use crate::addr::AvTable;
 use crate::attr::{CqAttr, EndpointAttr};
 use crate::av::AddressVector;
-use crate::completion::Completion;
+use crate::completion::{Completion, Flags};
 use crate::cq::CompletionQueue;
 use crate::endpoint::Endpoint;
 use crate::error::{Error, Result};
@@ -49,6 +49,12 @@ pub(crate) struct EpSlot {
     pub(crate) prov: Box<dyn EndpointProvider>,
     pub(crate) cq: usize,
     pub(crate) av: usize,
+    /// Operations posted that will report a completion and have not yet.
+    pub(crate) outstanding: usize,
+    /// `EndpointAttr::max_outstanding` (0: unbounded).
+    pub(crate) limit: usize,
+    /// `EndpointAttr::selective_completion`.
+    pub(crate) selective: bool,
 }
 
 impl Shared {
@@ -63,12 +69,44 @@ impl State {
     /// Runs `f` on endpoint `ep` with its completion ring and address vector.
     pub(crate) fn with_ep<R>(&mut self, ep: usize, f: impl FnOnce(&mut dyn EndpointProvider, &mut Ctx<'_>) -> R) -> R {
         let slot = &mut self.eps[ep];
+        let ring = &mut self.cqs[slot.cq];
+        let before = ring.len();
         let mut cx = Ctx {
-            cq: &mut self.cqs[slot.cq],
+            cq: &mut *ring,
             av: &self.avs[slot.av],
             domain: self.prov.as_ref(),
         };
-        f(slot.prov.as_mut(), &mut cx)
+        let r = f(slot.prov.as_mut(), &mut cx);
+        slot.outstanding = slot.outstanding.saturating_sub(own_completions(ring, before));
+        r
+    }
+
+    /// [`with_ep`](Self::with_ep) for a posting call; `counted`: the
+    /// operation will report a completion, so it counts as outstanding
+    /// (from before the call, as it may complete inside it) unless refused.
+    pub(crate) fn post<T>(
+        &mut self,
+        ep: usize,
+        counted: bool,
+        f: impl FnOnce(&mut dyn EndpointProvider, &mut Ctx<'_>) -> std::result::Result<(), Rejected<T>>,
+    ) -> std::result::Result<(), Rejected<T>> {
+        self.eps[ep].outstanding += usize::from(counted);
+        let r = self.with_ep(ep, f);
+        if counted && r.is_err() {
+            let slot = &mut self.eps[ep];
+            slot.outstanding = slot.outstanding.saturating_sub(1);
+        }
+        r
+    }
+
+    /// [`Error::Again`] when endpoint `ep` has `max_outstanding` operations
+    /// in flight.
+    pub(crate) fn admit(&self, ep: usize) -> Result<()> {
+        let slot = &self.eps[ep];
+        if slot.limit != 0 && slot.outstanding >= slot.limit {
+            return Err(Error::Again);
+        }
+        Ok(())
     }
 
     /// Progresses every endpoint bound to completion queue `cq`.
@@ -87,14 +125,24 @@ impl State {
         let ring = &mut self.cqs[cq];
         for &ep in &self.bound[cq] {
             let slot = &mut self.eps[ep];
+            let before = ring.len();
             let mut cx = Ctx {
                 cq: &mut *ring,
                 av: &self.avs[slot.av],
                 domain: self.prov.as_ref(),
             };
             f(slot.prov.as_mut(), &mut cx);
+            slot.outstanding = slot.outstanding.saturating_sub(own_completions(ring, before));
         }
     }
+}
+
+/// Completions added to `ring` since it held `before`, of the endpoint's
+/// own operations (not a peer's remote write).
+fn own_completions(ring: &VecDeque<Completion>, before: usize) -> usize {
+    ring.range(before.min(ring.len())..)
+        .filter(|c| !c.flags.contains(Flags::REMOTE_WRITE))
+        .count()
 }
 
 impl Domain {
@@ -149,6 +197,9 @@ impl Domain {
             prov,
             cq: cq.key(),
             av: av.key(),
+            outstanding: 0,
+            limit: attr.max_outstanding,
+            selective: attr.selective_completion,
         });
         st.bound[cq.key()].push(key);
         drop(st);

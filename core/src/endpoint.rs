@@ -78,20 +78,38 @@ impl Endpoint {
     }
 
     /// Posts a send described in full (tag, immediate data, completion
-    /// request, raw buffers). A refused send comes back whole.
+    /// request, raw buffers). A refused send comes back whole; with
+    /// [`Error::Again`] when the endpoint has `max_outstanding` operations
+    /// in flight (poll the queue, then retry).
     pub fn post_send(&self, op: SendOp) -> std::result::Result<(), Rejected<SendOp>> {
-        match self.shared.lock() {
-            Ok(mut st) => st.with_ep(self.key, |ep, cx| ep.send(cx, op)),
-            Err(e) => Err(Rejected::new(e, op)),
+        let mut st = match self.shared.lock() {
+            Ok(st) => st,
+            Err(e) => return Err(Rejected::new(e, op)),
+        };
+        let counted = op.completion || !st.eps[self.key].selective;
+        if let (true, Err(e)) = (counted, st.admit(self.key)) {
+            return Err(Rejected::new(e, op));
         }
+        st.post(self.key, counted, |ep, cx| ep.send(cx, op))
     }
 
-    /// Posts a receive described in full. A refused receive comes back whole.
+    /// Posts a receive described in full. A refused receive comes back
+    /// whole; [`Error::Again`] as for [`post_send`](Self::post_send).
     pub fn post_recv(&self, op: RecvOp) -> std::result::Result<(), Rejected<RecvOp>> {
-        match self.shared.lock() {
-            Ok(mut st) => st.with_ep(self.key, |ep, cx| ep.recv(cx, op)),
-            Err(e) => Err(Rejected::new(e, op)),
+        let mut st = match self.shared.lock() {
+            Ok(st) => st,
+            Err(e) => return Err(Rejected::new(e, op)),
+        };
+        if let Err(e) = st.admit(self.key) {
+            return Err(Rejected::new(e, op));
         }
+        st.post(self.key, true, |ep, cx| ep.recv(cx, op))
+    }
+
+    /// Operations in flight that will report a completion (what
+    /// `EndpointAttr::max_outstanding` bounds).
+    pub fn outstanding(&self) -> Result<usize> {
+        Ok(self.shared.lock()?.eps[self.key].outstanding)
     }
 
     /// Posts an RMA operation described in full (immediate data, completion
@@ -103,10 +121,15 @@ impl Endpoint {
                 op,
             ));
         }
-        match self.shared.lock() {
-            Ok(mut st) => st.with_ep(self.key, |ep, cx| ep.rma(cx, op)),
-            Err(e) => Err(Rejected::new(e, op)),
+        let mut st = match self.shared.lock() {
+            Ok(st) => st,
+            Err(e) => return Err(Rejected::new(e, op)),
+        };
+        let counted = op.completion || !st.eps[self.key].selective;
+        if let (true, Err(e)) = (counted, st.admit(self.key)) {
+            return Err(Rejected::new(e, op));
         }
+        st.post(self.key, counted, |ep, cx| ep.rma(cx, op))
     }
 
     /// The target address of `offset` bytes into `remote` (what an

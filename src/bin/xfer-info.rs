@@ -1,7 +1,8 @@
 //! `xfer-info`: what xfer sees on this machine, like libfabric's `fi_info`.
 //!
 //! Lists the providers compiled in (in order of preference, whether each can
-//! run here and why), the one `xfer::open_default()` picks, the name of an
+//! run here and why), the one `xfer::open_default()` picks and why not each
+//! other one (`xfer::open_report`), the name of an
 //! endpoint opened on it, every verbs device with its limits, ports and GIDs
 //! (or why there are none), and every `XFER_*` setting with its effective
 //! value and default.
@@ -18,7 +19,7 @@
 use std::io::Write;
 use std::process::ExitCode;
 
-use xfer::{CqAttr, DomainAttr, EndpointAttr, ProviderInfo, Setting};
+use xfer::{CqAttr, DomainAttr, EndpointAttr, ProviderChoice, ProviderInfo, Setting};
 
 const USAGE: &str = "usage: xfer-info [--json]";
 
@@ -37,10 +38,11 @@ struct Row {
     default: String,
 }
 
-/// What `open_default` gave: the provider it picked, if any, and the name
-/// of an endpoint opened on it, or why that failed.
+/// What `open_default` gave: the provider it picked, if any, why not each
+/// other one, and the name of an endpoint opened on it, or why that failed.
 struct Opened {
     provider: Option<&'static str>,
+    choice: ProviderChoice,
     endpoint: Result<Name, String>,
 }
 
@@ -99,17 +101,20 @@ fn main() -> ExitCode {
 /// Opens a domain, completion queue, address vector and endpoint the way an
 /// application would, with attributes from the environment.
 fn open() -> Opened {
-    let domain = match xfer::open_default() {
+    let (domain, choice) = xfer::open_report(&DomainAttr::from_env());
+    let domain = match domain {
         Ok(d) => d,
         Err(e) => {
             return Opened {
                 provider: None,
+                choice,
                 endpoint: Err(format!("opening a domain: {e}")),
             }
         }
     };
     Opened {
         provider: Some(domain.provider()),
+        choice,
         endpoint: endpoint_name(&domain),
     }
 }
@@ -189,6 +194,10 @@ fn print_text(out: &mut impl Write, report: &Report) -> std::io::Result<()> {
         Some(p) => writeln!(out, "open_default() picks: {p}{forced}")?,
         None => writeln!(out, "open_default() picks: nothing")?,
     }
+    writeln!(out, "why:")?;
+    for line in opened.choice.to_string().lines() {
+        writeln!(out, "  {line}")?;
+    }
     match &opened.endpoint {
         Ok(name) => {
             writeln!(out, "endpoint name:        {}", name.hex)?;
@@ -242,6 +251,18 @@ fn to_json(report: &Report) -> String {
         })
         .collect();
     let chosen = opened.provider.map_or_else(|| "null".to_string(), quote);
+    let why: Vec<String> = opened
+        .choice
+        .candidates
+        .iter()
+        .map(|c| {
+            format!(
+                r#"{{"name": {}, "verdict": {}}}"#,
+                quote(c.name),
+                quote(&c.verdict.to_string())
+            )
+        })
+        .collect();
     let (endpoint, error) = match &opened.endpoint {
         Ok(name) => {
             let text = name.text.as_deref().map_or_else(|| "null".to_string(), quote);
@@ -264,9 +285,10 @@ fn to_json(report: &Report) -> String {
         .collect();
     let verbs = verbs.as_ref().map_or_else(|| "null".to_string(), verbs::to_json);
     format!(
-        "{{\n  \"providers\": [\n    {}\n  ],\n  \"chosen\": {chosen},\n  \"endpoint\": {endpoint},\n  \
+        "{{\n  \"providers\": [\n    {}\n  ],\n  \"chosen\": {chosen},\n  \"why\": [{}],\n  \"endpoint\": {endpoint},\n  \
          \"error\": {error},\n  \"verbs\": {verbs},\n  \"settings\": [\n    {}\n  ]\n}}",
         providers.join(",\n    "),
+        why.join(", "),
         settings.join(",\n    ")
     )
 }

@@ -10,6 +10,8 @@
 #   tcp_faults   tests/tcp_faults.rs: the TCP provider between two network namespaces
 #                joined by a veth pair, under netem loss/delay/reordering/duplication
 #                (the host kernel has no sch_netem), link down, SIGKILL and restart
+#   aio          tests/aio.rs over XFER_PROVIDER=verbs: the async layer's futures, dropped
+#                futures (cancelled receives, sends that still deliver), RMA futures
 #   xfer_info    xfer-info with no XFER_PROVIDER/XFER_VERBS_DEVICE: must find rxe0 and
 #                pick verbs by itself
 #   c_suite      the C suite (tests/c/test_capi.c) over XFER_PROVIDER=verbs, then the C
@@ -25,14 +27,15 @@
 #                        `verbs` runs every VERBS_* binary, `verbs_<name>` just that one
 #   XFER_VM_CONFORMANCE_THREADS  --test-threads for the conformance suite (default 2: 35
 #                        tests in ~9-10 s over rxe vs ~16 s with 1, both passing, measured)
-#   XFER_VM_TIMEOUT_VERBS / _CONFORMANCE / _PEER_DEATH / _SCALE / _TCP_FAULTS / _XFER_INFO /
-#                        _C_SUITE  per-step seconds (defaults 240 per verbs binary / 240 / 120 /
-#                        180 / 300 / 60 / 300, 3-10x what they took here; smoke.sh bounds its own)
+#   XFER_VM_TIMEOUT_VERBS / _CONFORMANCE / _PEER_DEATH / _SCALE / _TCP_FAULTS / _AIO /
+#                        _XFER_INFO / _C_SUITE  per-step seconds (defaults 240 per verbs binary /
+#                        240 / 120 / 180 / 300 / 180 / 60 / 300, 3-10x what they took here;
+#                        smoke.sh bounds its own)
 #   XFER_VM_TEST_ARGS    extra arguments for the conformance binary (e.g. a test name filter)
 set -u
 
 usage() {
-    echo "usage: all.sh KEY=PATH... (KEYs: VERBS_<NAME> CONFORMANCE PEER_DEATH SCALE TCP_FAULTS" \
+    echo "usage: all.sh KEY=PATH... (KEYs: VERBS_<NAME> CONFORMANCE PEER_DEATH SCALE TCP_FAULTS AIO" \
         "XFER_INFO C_SUITE [XFER_PERF]; from tests/vm/build-verbs.sh on the host)" >&2
 }
 if [ "${XFER_IN_GUEST:-0}" != 1 ]; then
@@ -51,7 +54,7 @@ for arg in "$@"; do
         verbs_tests+=("${name,,}")
         bin[${arg%%=*}]=${arg#*=}
         ;;
-    CONFORMANCE=* | PEER_DEATH=* | SCALE=* | TCP_FAULTS=* | XFER_PERF=* | XFER_INFO=* | C_SUITE=*)
+    CONFORMANCE=* | PEER_DEATH=* | SCALE=* | TCP_FAULTS=* | AIO=* | XFER_PERF=* | XFER_INFO=* | C_SUITE=*)
         bin[${arg%%=*}]=${arg#*=}
         ;;
     *)
@@ -62,7 +65,7 @@ for arg in "$@"; do
     esac
 done
 
-steps=${XFER_VM_STEPS:-smoke verbs conformance peer_death scale tcp_faults xfer_info c_suite}
+steps=${XFER_VM_STEPS:-smoke verbs conformance peer_death scale tcp_faults aio xfer_info c_suite}
 steps=${steps//,/ }
 # `verbs` stands for one step per VERBS_<NAME> binary given.
 expanded=
@@ -75,10 +78,10 @@ for s in $steps; do
             for t in "${verbs_tests[@]}"; do expanded+=" verbs_$t"; done
         fi
         ;;
-    smoke | verbs_* | conformance | peer_death | scale | tcp_faults | xfer_info | c_suite) expanded+=" $s" ;;
+    smoke | verbs_* | conformance | peer_death | scale | tcp_faults | aio | xfer_info | c_suite) expanded+=" $s" ;;
     *)
         echo "all.sh: unknown step '$s' in XFER_VM_STEPS (smoke verbs verbs_<name> conformance" \
-            "peer_death scale tcp_faults xfer_info c_suite)" >&2
+            "peer_death scale tcp_faults aio xfer_info c_suite)" >&2
         exit 2
         ;;
     esac
@@ -166,6 +169,10 @@ step_conformance() {
 
 step_peer_death() {
     run_test peer_death PEER_DEATH 1 "${XFER_VM_TIMEOUT_PEER_DEATH:-120}"
+}
+
+step_aio() {
+    run_test aio AIO 1 "${XFER_VM_TIMEOUT_AIO:-180}"
 }
 
 step_scale() {

@@ -1,0 +1,381 @@
+//! The runtime-agnostic core: a completion queue's completions routed to the
+//! futures waiting for them, by operation context.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::task::{Context, Poll, Wake, Waker};
+
+use slab::Slab;
+
+use super::reactor::Reactor;
+use crate::{Completion, CompletionQueue, Error, Result};
+
+/// The high 16 bits of every context the async layer gives an operation;
+/// completions whose context lacks them go to [`Dispatcher::next_completion`].
+pub const CONTEXT_TAG: u64 = 0xa5f0 << 48;
+/// Below the tag: a 16-bit generation, then the slot's key (32 bits), so a
+/// context is not reused while an older holder of its slot may still name it.
+const ID_MASK: u64 = (1 << 48) - 1;
+const KEY_MASK: u64 = (1 << 32) - 1;
+
+/// Completions taken from the queue per [`Dispatcher::drive`] round.
+const BATCH: usize = 16;
+/// Rounds of progress a future makes in one poll before yielding to the
+/// runtime, so that a flood of other completions cannot starve it.
+const BUDGET: usize = 32;
+
+/// Where an operation is.
+enum Slot {
+    /// Posted; the waker of the future waiting for it, if it has polled.
+    Waiting(Option<Waker>),
+    /// Its completion arrived and waits for its future.
+    Done(Completion),
+    /// Its future was dropped: the completion, when it comes, frees the buffer.
+    Abandoned,
+}
+
+struct State {
+    /// Each operation's full context and slot.
+    slots: Slab<(u64, Slot)>,
+    /// Generation of the next context.
+    generation: u16,
+    /// Completions of operations the async layer did not post.
+    raw: VecDeque<Completion>,
+    raw_waker: Option<Waker>,
+    /// Wakers of [`Dispatcher::progress`] tasks.
+    progress: Vec<Waker>,
+    /// Completions routed so far; operations refused with [`Error::Again`]
+    /// wait for it to change.
+    routed: u64,
+    /// Wakers of operations waiting for capacity.
+    capacity: Vec<Waker>,
+}
+
+/// Routes the completions of one completion queue to the futures of the
+/// operations posted through it ([`super::AsyncEndpoint`]).
+///
+/// Whoever polls drives: a future that finds its operation unfinished polls
+/// the queue, hands every completion to its operation's slot and wakes that
+/// operation's future. When the queue has nothing, it checks
+/// [`CompletionQueue::trywait`] and asks the [`Reactor`] to wake it when the
+/// queue's descriptor becomes readable; that wakes every waiting future
+/// (each re-checks and drives). Completions of operations posted outside the
+/// async layer (contexts without [`CONTEXT_TAG`]) queue for
+/// [`next_completion`](Self::next_completion); they accumulate until taken.
+pub struct Dispatcher {
+    reactor: Box<dyn Reactor>,
+    cq: CompletionQueue,
+    state: Mutex<State>,
+    /// Given to the reactor: wakes every waiting future.
+    fd_waker: Waker,
+}
+
+/// Wakes the waiters of a dispatcher when its queue's descriptor fires.
+struct FdWake(Weak<Dispatcher>);
+
+impl Wake for FdWake {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        let Some(d) = self.0.upgrade() else { return };
+        let wakers: Vec<Waker> = match d.lock() {
+            Ok(mut st) => {
+                let st = &mut *st;
+                let ops = st.slots.iter_mut().filter_map(|(_, (_, s))| match s {
+                    Slot::Waiting(w) => w.take(),
+                    _ => None,
+                });
+                let others = st.raw_waker.take().into_iter().chain(st.progress.drain(..));
+                ops.chain(others).chain(st.capacity.drain(..)).collect()
+            }
+            Err(_) => return,
+        };
+        wakers.into_iter().for_each(Waker::wake);
+    }
+}
+
+impl Dispatcher {
+    /// A dispatcher for `cq`, woken by `reactor` (which watches `cq.fd()`).
+    /// One per queue: two would take each other's completions.
+    pub fn new(cq: CompletionQueue, reactor: impl Reactor) -> Arc<Dispatcher> {
+        Arc::new_cyclic(|me| Dispatcher {
+            reactor: Box::new(reactor),
+            cq,
+            state: Mutex::new(State {
+                slots: Slab::new(),
+                generation: 0,
+                raw: VecDeque::new(),
+                raw_waker: None,
+                progress: Vec::new(),
+                routed: 0,
+                capacity: Vec::new(),
+            }),
+            fd_waker: Waker::from(Arc::new(FdWake(me.clone()))),
+        })
+    }
+
+    /// The completion queue it drives.
+    pub fn cq(&self) -> &CompletionQueue {
+        &self.cq
+    }
+
+    /// Operations posted through it whose completion has not been taken or
+    /// freed yet, including those whose future was dropped.
+    pub fn in_flight(&self) -> usize {
+        self.lock().map_or(0, |st| st.slots.len())
+    }
+
+    /// Of [`in_flight`](Self::in_flight), those whose future was dropped:
+    /// their buffers are still the transport's, freed when their
+    /// completion (done or cancelled) arrives.
+    pub fn abandoned(&self) -> usize {
+        self.lock().map_or(0, |st| {
+            st.slots
+                .iter()
+                .filter(|(_, (_, s))| matches!(s, Slot::Abandoned))
+                .count()
+        })
+    }
+
+    fn lock(&self) -> Result<MutexGuard<'_, State>> {
+        self.state
+            .lock()
+            .map_err(|_| Error::Internal("async dispatcher lock poisoned by an earlier panic"))
+    }
+
+    /// Reserves a slot; the context to post the operation with.
+    pub(crate) fn reserve(&self) -> Result<u64> {
+        let mut st = self.lock()?;
+        let entry = st.slots.vacant_entry();
+        let key = entry.key() as u64;
+        if key > KEY_MASK {
+            return Err(Error::Again);
+        }
+        let context = CONTEXT_TAG | u64::from(st.generation) << 32 | key;
+        st.slots.insert((context, Slot::Waiting(None)));
+        st.generation = st.generation.wrapping_add(1);
+        Ok(context)
+    }
+
+    /// Frees the slot of an operation the provider refused.
+    pub(crate) fn release(&self, context: u64) {
+        if let Ok(mut st) = self.lock() {
+            if st.slot(context).is_some() {
+                st.slots.remove(key(context));
+            }
+        }
+    }
+
+    /// Marks the operation's future gone. Returns whether it was still
+    /// waiting (so a receive should be cancelled); a completion already
+    /// there is dropped now, with its buffer.
+    pub(crate) fn abandon(&self, context: u64) -> bool {
+        let Ok(mut st) = self.lock() else { return false };
+        match st.slot(context) {
+            Some(slot @ Slot::Waiting(_)) => {
+                *slot = Slot::Abandoned;
+                true
+            }
+            Some(Slot::Done(_)) => {
+                st.slots.remove(key(context));
+                false
+            }
+            _ => false,
+        }
+    }
+
+    /// Polls the queue once and routes what it got; how many completions.
+    pub fn drive(&self) -> Result<usize> {
+        let mut batch = [Completion::EMPTY; BATCH];
+        let n = self.cq.poll(&mut batch)?;
+        if n == 0 {
+            return Ok(0);
+        }
+        let mut wake: [Option<Waker>; BATCH + 1] = Default::default();
+        let capacity = {
+            let mut st = self.lock()?;
+            for (c, w) in batch[..n].iter_mut().zip(&mut wake) {
+                *w = st.route(std::mem::take(c));
+            }
+            if !st.raw.is_empty() {
+                wake[BATCH] = st.raw_waker.take();
+            }
+            st.routed += n as u64;
+            std::mem::take(&mut st.capacity)
+        };
+        wake.into_iter().flatten().chain(capacity).for_each(Waker::wake);
+        Ok(n)
+    }
+
+    /// Polls for the completion of the operation posted with `context`:
+    /// drives the queue, and when nothing is left to do registers the
+    /// waker with the reactor.
+    pub(crate) fn poll_op(&self, context: u64, cx: &mut Context<'_>) -> Poll<Result<Completion>> {
+        self.poll_with(cx, |st, waker| match st.slot(context) {
+            Some(Slot::Done(_)) => match st.slots.remove(key(context)).1 {
+                Slot::Done(c) => Some(Ok(c)),
+                _ => Some(Err(Error::Internal("async slot changed under its lock"))),
+            },
+            Some(Slot::Waiting(w)) => {
+                if !w.as_ref().is_some_and(|w| w.will_wake(waker)) {
+                    *w = Some(waker.clone());
+                }
+                None
+            }
+            _ => Some(Err(Error::Internal("async operation polled after it ended"))),
+        })
+    }
+
+    /// Polls for the next completion of an operation posted outside the
+    /// async layer (context without [`CONTEXT_TAG`]): remote writes with
+    /// data, raw posts on endpoints bound to the same queue.
+    pub fn poll_completion(&self, cx: &mut Context<'_>) -> Poll<Result<Completion>> {
+        self.poll_with(cx, |st, waker| match st.raw.pop_front() {
+            Some(c) => Some(Ok(c)),
+            None => {
+                st.raw_waker = Some(waker.clone());
+                None
+            }
+        })
+    }
+
+    /// The next completion [`poll_completion`](Self::poll_completion) gives.
+    /// Cancel-safe: a completion is only taken when this returns.
+    pub async fn next_completion(&self) -> Result<Completion> {
+        std::future::poll_fn(|cx| self.poll_completion(cx)).await
+    }
+
+    /// How many completions were routed so far; taken before posting, so
+    /// that an operation refused with [`Error::Again`] can wait for the
+    /// next one ([`capacity`](Self::capacity)).
+    pub(crate) fn routed(&self) -> u64 {
+        self.lock().map_or(0, |st| st.routed)
+    }
+
+    /// Waits (driving) until a completion was routed after `seen` was read:
+    /// an endpoint at its `max_outstanding` may then have room.
+    pub(crate) async fn capacity(&self, seen: u64) -> Result<()> {
+        std::future::poll_fn(|cx| {
+            self.poll_with(cx, |st, waker| {
+                if st.routed != seen {
+                    return Some(Ok(()));
+                }
+                if !st.capacity.iter().any(|w| w.will_wake(waker)) {
+                    st.capacity.push(waker.clone());
+                }
+                None
+            })
+        })
+        .await
+    }
+
+    /// Drives the queue whenever its descriptor fires, until the queue
+    /// fails (the error). For a side that must progress with no operation
+    /// of its own waiting: an RMA target on a provider that serves RMA in
+    /// software (TCP), a sender whose send futures were dropped, a
+    /// connection to be accepted. Spawn it as a task; it is cancel-safe.
+    pub async fn progress(&self) -> Error {
+        let r = std::future::poll_fn(|cx| {
+            self.poll_with(cx, |st, waker| {
+                if !st.progress.iter().any(|w| w.will_wake(waker)) {
+                    st.progress.push(waker.clone());
+                }
+                None::<Result<()>>
+            })
+        })
+        .await;
+        r.err().unwrap_or(Error::Internal("progress ended without an error"))
+    }
+
+    /// The drive loop shared by operations and the completion stream: `take`
+    /// returns the result, or registers the waker and returns `None`.
+    fn poll_with<T>(
+        &self,
+        cx: &mut Context<'_>,
+        mut take: impl FnMut(&mut State, &Waker) -> Option<Result<T>>,
+    ) -> Poll<Result<T>> {
+        for _ in 0..BUDGET {
+            match self.lock() {
+                Ok(mut st) => {
+                    if let Some(r) = take(&mut st, cx.waker()) {
+                        return Poll::Ready(r);
+                    }
+                }
+                Err(e) => return Poll::Ready(Err(e)),
+            }
+            match self.drive() {
+                Ok(0) => {}
+                Ok(_) => continue,
+                Err(e) => return Poll::Ready(Err(e)),
+            }
+            match self.cq.trywait() {
+                Ok(()) => {}
+                Err(Error::Again) => continue,
+                Err(e) => return Poll::Ready(Err(e)),
+            }
+            match self.reactor.poll_readable(&mut Context::from_waker(&self.fd_waker)) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Ok(())) => continue,
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e.into())),
+            }
+        }
+        cx.waker().wake_by_ref();
+        Poll::Pending
+    }
+}
+
+impl State {
+    /// Hands `c` to its operation's slot (returning the waker to wake) or
+    /// to the raw queue.
+    fn route(&mut self, c: Completion) -> Option<Waker> {
+        if c.context & !ID_MASK != CONTEXT_TAG {
+            self.raw.push_back(c);
+            return None;
+        }
+        match self.slot(c.context) {
+            Some(slot @ Slot::Waiting(_)) => {
+                let Slot::Waiting(w) = std::mem::replace(slot, Slot::Abandoned) else {
+                    return None;
+                };
+                *slot = Slot::Done(c);
+                w
+            }
+            Some(Slot::Abandoned) => {
+                // The transport is done with the buffer: free it now.
+                self.slots.remove(key(c.context));
+                None
+            }
+            Some(Slot::Done(_)) | None => {
+                tracing::error!(
+                    context = c.context,
+                    "completion for no waiting async operation; dropped"
+                );
+                None
+            }
+        }
+    }
+}
+
+impl State {
+    /// The slot of the operation posted with `context`, if it still has one.
+    fn slot(&mut self, context: u64) -> Option<&mut Slot> {
+        match self.slots.get_mut(key(context)) {
+            Some((c, slot)) if *c == context => Some(slot),
+            _ => None,
+        }
+    }
+}
+
+fn key(context: u64) -> usize {
+    (context & KEY_MASK) as usize
+}
+
+impl std::fmt::Debug for Dispatcher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Dispatcher")
+            .field("in_flight", &self.in_flight())
+            .finish_non_exhaustive()
+    }
+}

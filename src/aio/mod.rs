@@ -1,0 +1,68 @@
+//! Async operations (cargo feature `async`; `tokio` adds the tokio driver).
+//!
+//! A runtime-agnostic core on the completion queue's descriptor, and one
+//! small driver per runtime:
+//! - [`Dispatcher`]: owns a [`CompletionQueue`](crate::CompletionQueue) and
+//!   routes each completion, by the context the async layer gave its
+//!   operation, to the future waiting for it. Whoever polls drives progress;
+//!   when there is nothing to do it checks `trywait` and asks its
+//!   [`Reactor`] to wake it when the queue's descriptor is readable.
+//! - [`Reactor`]: what a runtime provides (readiness of one descriptor and
+//!   a periodic tick). [`tokio::TokioReactor`] is tokio's; another runtime
+//!   implements the trait in a few lines.
+//! - [`AsyncEndpoint`]: `send`, `tsend`, `recv`, `trecv`, `write`, `read` as
+//!   futures resolving to a [`BufResult`]: the result and the buffer back.
+//! - [`Dispatcher::next_completion`] / [`Dispatcher::poll_completion`]: the
+//!   stream of the queue's other completions (remote writes with data, raw
+//!   posts), for users who want raw completions
+//!   (`futures::stream::poll_fn(|cx| d.poll_completion(cx))` makes it a
+//!   `Stream`).
+//!
+//! # Cancel safety
+//!
+//! Dropping a future (or timing it out) never lets the transport touch freed
+//! memory. The safe API already moves the buffer into the operation; the
+//! transport gives it back only in the operation's completion. A dropped
+//! future marks its operation abandoned and the dispatcher frees the buffer
+//! when that completion arrives, never earlier:
+//!
+//! | operation | dropped before its first poll | dropped after posting |
+//! |---|---|---|
+//! | `recv`, `trecv` | nothing posted; buffer freed | receive cancelled; its `Canceled` completion frees the buffer; later messages go to later receives. If it had matched already, the message is consumed and the buffer freed once the data landed |
+//! | `send`, `tsend` | nothing posted | the message is still sent; buffer freed at its completion (or error, or endpoint close) |
+//! | `write`, `read` | nothing posted | the RMA still happens; buffer freed at its completion |
+//!
+//! A future whose completion already arrived but was not taken frees its
+//! buffer when dropped. [`Dispatcher::abandoned`] counts operations whose
+//! buffers still wait for their completion.
+//!
+//! # Progress
+//!
+//! Progress stays manual: data moves while some future on the queue is
+//! polled. A side with nothing of its own to await (an RMA target on TCP,
+//! which serves accesses in software; a sender whose futures were dropped;
+//! a listener waiting for connections) spawns [`Dispatcher::progress`].
+//!
+//! # Contexts and sharing a queue
+//!
+//! Operations posted through the async layer carry contexts whose high 16
+//! bits are [`CONTEXT_TAG`]; raw operations on endpoints bound to the same
+//! queue must not use such contexts. A waiting future is woken when its
+//! completion is routed or when the descriptor fires (every waiting future
+//! then re-checks; one of them drives).
+//!
+//! # Threading
+//!
+//! Handles are `Send + Sync`; futures borrow their [`AsyncEndpoint`], which
+//! tasks share through an `Arc`. Progress happens in whichever task polls.
+
+mod dispatch;
+mod endpoint;
+mod op;
+mod reactor;
+#[cfg(feature = "tokio")]
+pub mod tokio;
+
+pub use dispatch::{Dispatcher, CONTEXT_TAG};
+pub use endpoint::{AsyncEndpoint, BufResult, Received};
+pub use reactor::Reactor;

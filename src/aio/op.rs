@@ -1,0 +1,51 @@
+//! One posted operation as a future, and what dropping it does.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use super::Dispatcher;
+use crate::{Completion, Endpoint, Error, Result};
+
+/// Resolves to the completion of the operation posted with `context`.
+///
+/// Dropped before that, it leaves the operation to the transport, which
+/// keeps the buffer until the operation's completion (or cancellation)
+/// arrives; the dispatcher frees it then. A receive is cancelled first.
+pub(crate) struct Op<'a> {
+    pub(crate) disp: &'a Dispatcher,
+    pub(crate) ep: &'a Endpoint,
+    pub(crate) context: u64,
+    /// A receive: cancelled when dropped unfinished.
+    pub(crate) recv: bool,
+    pub(crate) done: bool,
+}
+
+impl Future for Op<'_> {
+    type Output = Result<Completion>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let r = std::task::ready!(self.disp.poll_op(self.context, cx));
+        // An error of the queue leaves the operation in flight: Drop abandons it.
+        self.done = r.is_ok();
+        Poll::Ready(r)
+    }
+}
+
+impl Drop for Op<'_> {
+    fn drop(&mut self) {
+        if self.done || !self.disp.abandon(self.context) || !self.recv {
+            return;
+        }
+        match self.ep.cancel(self.context) {
+            // Cancelled (its completion is queued), or already matched and
+            // completing: either way its completion frees the buffer.
+            Ok(()) | Err(Error::NotFound(_)) => {}
+            Err(e) => tracing::warn!(error = %e, "cancelling a dropped receive"),
+        }
+        // Reap the cancellation now rather than at the next poll.
+        if let Err(e) = self.disp.drive() {
+            tracing::debug!(error = %e, "driving the queue after a dropped receive");
+        }
+    }
+}

@@ -1,0 +1,523 @@
+//! The async layer (`xfer::aio`, tokio driver) over real endpoints: ping-pong,
+//! many operations at once, futures dropped at each point of their life
+//! (never polled, posted, completed but not taken) under load, a timed-out
+//! receive, RMA futures and the stream of raw completions.
+//!
+//! The test binary's allocator poisons freed memory (0xdd), so a buffer freed
+//! while the transport still used it would show as poisoned bytes at the
+//! receiver, and a dropped receive written into after its buffer was freed
+//! would corrupt a later allocation's pattern.
+
+mod common;
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, Wake, Waker};
+use std::time::Duration;
+
+use tokio::task::JoinSet;
+use xfer::aio::{self, AsyncEndpoint};
+use xfer::{Access, Domain, Error, PeerAddr};
+
+/// Fills every freed block with 0xdd before returning it.
+struct Poison;
+
+// SAFETY: forwards to `System`; the fill writes only the block being freed,
+// which the caller owns (`layout.size()` bytes at `ptr`).
+unsafe impl GlobalAlloc for Poison {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: same contract as ours.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: `ptr` is a live block of `layout.size()` bytes being freed.
+        unsafe {
+            std::ptr::write_bytes(ptr, 0xdd, layout.size());
+            System.dealloc(ptr, layout)
+        }
+    }
+}
+
+#[global_allocator]
+static ALLOC: Poison = Poison;
+
+const DEADLINE: Duration = Duration::from_secs(30);
+/// Above the TCP provider's default rendezvous threshold (64 KiB): the
+/// sender's buffer is read after the send was posted.
+const LARGE: usize = 256 * 1024;
+
+/// One endpoint on its own domain, with the handle of the other side.
+struct Side {
+    ep: AsyncEndpoint,
+    peer: PeerAddr,
+    domain: Domain,
+}
+
+async fn pair() -> (Arc<Side>, Arc<Side>) {
+    pair_with(&common::test_attr()).await
+}
+
+/// A pair whose second side has `attr_b`.
+async fn pair_with(attr_b: &xfer::EndpointAttr) -> (Arc<Side>, Arc<Side>) {
+    xfer::init_logging();
+    let open = |attr: &xfer::EndpointAttr| {
+        let domain = xfer::open_default().expect("open domain");
+        let cq = domain.cq(&xfer::CqAttr::default()).expect("cq");
+        let av = domain.av().expect("av");
+        let ep = domain.endpoint(&cq, &av, attr).expect("endpoint");
+        let ep = AsyncEndpoint::new(ep, aio::tokio::dispatcher(&cq).expect("dispatcher")).expect("async endpoint");
+        (domain, ep)
+    };
+    let ((da, a), (db, b)) = (open(&common::test_attr()), open(attr_b));
+    let pa = b
+        .endpoint()
+        .av()
+        .insert(a.endpoint().name().as_bytes())
+        .expect("insert a");
+    let pb = a
+        .endpoint()
+        .av()
+        .insert(b.endpoint().name().as_bytes())
+        .expect("insert b");
+    let a = Side {
+        ep: a,
+        peer: pb,
+        domain: da,
+    };
+    let b = Side {
+        ep: b,
+        peer: pa,
+        domain: db,
+    };
+    (Arc::new(a), Arc::new(b))
+}
+
+/// `len` bytes of a pattern that names `seed`.
+fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    (0..len).map(|i| (seed as usize * 31 + i * 7) as u8 | 1).collect()
+}
+
+async fn within<F: Future>(what: &str, f: F) -> F::Output {
+    tokio::time::timeout(DEADLINE, f)
+        .await
+        .unwrap_or_else(|_| panic!("timed out: {what}"))
+}
+
+struct Noop;
+impl Wake for Noop {
+    fn wake(self: Arc<Self>) {}
+}
+
+/// Polls `f` once (posting its operation), with a waker that does nothing.
+fn poll_once<F: Future>(f: &mut Pin<Box<F>>) -> Poll<F::Output> {
+    let waker = Waker::from(Arc::new(Noop));
+    f.as_mut().poll(&mut Context::from_waker(&waker))
+}
+
+/// Both sides' dispatchers have no operation left and none abandoned.
+async fn settle(sides: &[&Side]) {
+    within("every buffer given back", async {
+        loop {
+            for s in sides {
+                s.ep.dispatcher().drive().expect("drive");
+            }
+            if sides.iter().all(|s| s.ep.dispatcher().in_flight() == 0) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn ping_pong_tagged_and_untagged() {
+    let (a, b) = pair().await;
+    let mut buf = vec![0u8; 64];
+    for i in 0..200u64 {
+        let msg = pattern(i, (i as usize % 64) + 1);
+        let (sent, recv) = within("a round trip", async {
+            tokio::join!(
+                a.ep.tsend(a.peer, i, msg.clone()),
+                b.ep.trecv(b.peer, i, 0, std::mem::take(&mut buf))
+            )
+        })
+        .await;
+        assert_eq!(sent.0.expect("tsend"), msg.len());
+        assert_eq!(sent.1, msg, "the send's buffer comes back");
+        let (got, back) = recv;
+        let got = got.expect("trecv");
+        assert_eq!((got.len, got.tag, got.src, got.data), (msg.len(), i, b.peer, None));
+        assert_eq!(&back[..got.len], &msg[..]);
+        buf = back;
+
+        // And back, untagged.
+        let (sent, recv) = within("the reply", async {
+            tokio::join!(b.ep.send(b.peer, msg.clone()), a.ep.recv(PeerAddr::UNSPEC, vec![0; 64]))
+        })
+        .await;
+        sent.0.expect("send");
+        let (got, back) = recv;
+        assert_eq!(&back[..got.expect("recv").len], &msg[..]);
+    }
+    settle(&[&a, &b]).await;
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn many_concurrent_operations() {
+    many_concurrent().await;
+}
+
+/// The same on two worker threads: tasks drive the queues from both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_concurrent_operations_on_two_threads() {
+    for _ in 0..4 {
+        many_concurrent().await;
+    }
+}
+
+async fn many_concurrent() {
+    let (a, b) = pair().await;
+    const N: u64 = 256;
+    let mut tasks = JoinSet::new();
+    for i in 0..N {
+        let b = b.clone();
+        tasks.spawn(async move {
+            let len = if i % 16 == 0 { LARGE } else { 100 + i as usize };
+            let (got, buf) = b.ep.trecv(b.peer, i, 0, vec![0; LARGE]).await;
+            let got = got.expect("trecv");
+            assert_eq!(got.tag, i);
+            assert_eq!(&buf[..got.len], &pattern(i, len)[..], "message {i}");
+        });
+    }
+    for i in (0..N).rev() {
+        let a = a.clone();
+        tasks.spawn(async move {
+            let len = if i % 16 == 0 { LARGE } else { 100 + i as usize };
+            let (sent, _) = a.ep.tsend(a.peer, i, pattern(i, len)).await;
+            assert_eq!(sent.expect("tsend"), len);
+        });
+    }
+    within("all operations", async {
+        while let Some(r) = tasks.join_next().await {
+            r.expect("task");
+        }
+    })
+    .await;
+    settle(&[&a, &b]).await;
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn timed_out_receive_is_cancelled_and_the_endpoint_still_works() {
+    let (a, b) = pair().await;
+    let waited = tokio::time::timeout(Duration::from_millis(50), b.ep.trecv(b.peer, 5, 0, vec![0xee; 32])).await;
+    assert!(waited.is_err(), "nothing was sent");
+    // Its cancellation was reaped when the future was dropped.
+    assert_eq!(b.ep.dispatcher().abandoned(), 0);
+    assert_eq!(b.ep.dispatcher().in_flight(), 0);
+
+    let (sent, (got, buf)) = within("after the timeout", async {
+        tokio::join!(
+            a.ep.tsend(a.peer, 5, b"after".to_vec()),
+            b.ep.trecv(b.peer, 5, 0, vec![0; 32])
+        )
+    })
+    .await;
+    sent.0.expect("tsend");
+    assert_eq!(&buf[..got.expect("the later receive gets the message").len], b"after");
+    settle(&[&a, &b]).await;
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn dropped_receives_at_every_point_under_load() {
+    let (a, b) = pair().await;
+    const LOAD: u64 = 2000;
+    const TAG_LOAD: u64 = 1 << 40;
+    const TAG: u64 = 7;
+
+    // Load: a stream of messages on another tag, both ways of the pair busy.
+    let mut load = JoinSet::new();
+    {
+        let (a, b) = (a.clone(), b.clone());
+        load.spawn(async move {
+            for i in 0..LOAD {
+                a.ep.tsend(a.peer, TAG_LOAD, pattern(i, 512))
+                    .await
+                    .0
+                    .expect("load send");
+            }
+        });
+        load.spawn(async move {
+            for i in 0..LOAD {
+                let (got, buf) = b.ep.trecv(b.peer, TAG_LOAD, 0, vec![0; 512]).await;
+                assert_eq!(&buf[..got.expect("load recv").len], &pattern(i, 512)[..]);
+            }
+        });
+    }
+
+    // Receives on TAG dropped never polled, posted (polled once), or after
+    // waiting a while: none may take a message sent afterwards.
+    for round in 0..300u32 {
+        let mut f = Box::pin(b.ep.trecv(b.peer, TAG, 0, vec![0xee; LARGE]));
+        match round % 3 {
+            0 => {}
+            1 => assert!(poll_once(&mut f).is_pending()),
+            _ => assert!(tokio::time::timeout(Duration::from_micros(200), &mut f).await.is_err()),
+        }
+        drop(f);
+        if round % 50 == 0 {
+            tokio::task::yield_now().await;
+        }
+    }
+    assert_eq!(
+        b.ep.dispatcher().abandoned(),
+        0,
+        "every dropped receive was cancelled and reaped"
+    );
+
+    // Messages on TAG go to the receives posted now, in order.
+    for i in 0..8u64 {
+        let len = if i % 2 == 0 { LARGE } else { 300 };
+        let (sent, (got, buf)) = within("a receive after the drops", async {
+            tokio::join!(
+                a.ep.tsend(a.peer, TAG, pattern(100 + i, len)),
+                b.ep.trecv(b.peer, TAG, 0, vec![0; LARGE])
+            )
+        })
+        .await;
+        sent.0.expect("tsend");
+        let got = got.expect("trecv");
+        assert_eq!(&buf[..got.len], &pattern(100 + i, len)[..], "message {i}");
+        assert!(buf[got.len..].iter().all(|&x| x == 0), "written past the message");
+    }
+
+    // Completed but never taken: the receive matches, its completion is
+    // routed by another operation's progress, then its future is dropped.
+    let mut early = Box::pin(b.ep.trecv(b.peer, TAG + 1, 0, vec![0; 64]));
+    assert!(poll_once(&mut early).is_pending());
+    within("a message behind the early one", async {
+        a.ep.tsend(a.peer, TAG + 1, b"early".to_vec()).await.0.expect("tsend");
+        a.ep.tsend(a.peer, TAG + 2, b"later".to_vec()).await.0.expect("tsend");
+        b.ep.trecv(b.peer, TAG + 2, 0, vec![0; 64]).await.0.expect("trecv")
+    })
+    .await;
+    drop(early);
+
+    within("the load", async {
+        while let Some(r) = load.join_next().await {
+            r.expect("load task");
+        }
+    })
+    .await;
+    settle(&[&a, &b]).await;
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn dropped_sends_still_deliver_intact() {
+    let (a, b) = pair().await;
+    // Nothing of the sender's own waits once its futures are dropped: a
+    // progress task serves the rendezvous reads.
+    let d = a.ep.dispatcher().clone();
+    let progress = tokio::spawn(async move { d.progress().await });
+    const N: u64 = 16;
+    // Posted, then dropped: the transport keeps the buffer until it is
+    // sent; freed early, the receiver would see the allocator's poison.
+    for i in 0..N {
+        let len = if i % 2 == 0 { LARGE } else { 1000 };
+        let mut f = Box::pin(a.ep.tsend(a.peer, i, pattern(i, len)));
+        let _ = poll_once(&mut f);
+        drop(f);
+        // Another allocation of that size, to reuse a block freed too soon.
+        let scratch = vec![0x55u8; len];
+        std::hint::black_box(&scratch);
+    }
+    // Never polled: never sent.
+    drop(a.ep.tsend(a.peer, 99, b"never".to_vec()));
+
+    for i in 0..N {
+        let len = if i % 2 == 0 { LARGE } else { 1000 };
+        let (got, buf) = within("a dropped send's message", b.ep.trecv(b.peer, i, 0, vec![0; LARGE])).await;
+        let got = got.expect("trecv");
+        assert_eq!(got.len, len);
+        assert!(
+            buf[..len] == pattern(i, len)[..],
+            "message {i} corrupted (first bytes {:02x?})",
+            &buf[..8]
+        );
+    }
+    let nothing = tokio::time::timeout(Duration::from_millis(100), b.ep.trecv(b.peer, 99, 0, vec![0; 8])).await;
+    assert!(nothing.is_err(), "a send never polled was sent");
+    settle(&[&a, &b]).await;
+    progress.abort();
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn rma_futures_and_raw_completions() {
+    let (a, b) = pair().await;
+    let mr = b
+        .domain
+        .register(vec![0u8; 4096], Access::REMOTE_READ | Access::REMOTE_WRITE)
+        .expect("register");
+    let key = mr.remote_key();
+    // The TCP target serves RMA in software: it progresses in its own task.
+    let d = b.ep.dispatcher().clone();
+    let progress = tokio::spawn(async move { d.progress().await });
+
+    let (n, back) = within("write", a.ep.write(a.peer, pattern(1, 1000), &key, 100)).await;
+    assert_eq!(n.expect("write"), 1000);
+    assert_eq!(back, pattern(1, 1000));
+    let (n, got) = within("read", a.ep.read(a.peer, vec![0; 1000], &key, 100)).await;
+    assert_eq!(n.expect("read"), 1000);
+    assert_eq!(got, pattern(1, 1000));
+
+    // Out of bounds: the error and the buffer.
+    let (r, back) = within("a refused write", a.ep.write(a.peer, vec![1; 64], &key, 4090)).await;
+    assert!(matches!(r, Err(Error::RemoteAccess(_))), "{r:?}");
+    assert_eq!(back, vec![1; 64]);
+
+    // A raw operation on the same queue, and the target's write-data entry,
+    // come through the completion stream.
+    a.ep.endpoint()
+        .write_data(a.peer, vec![2; 8], &key, 0, 0xfeed, 42)
+        .expect("write_data");
+    let c = within("the raw completion", a.ep.dispatcher().next_completion())
+        .await
+        .expect("next");
+    assert_eq!(c.context, 42);
+    c.result.expect("write_data");
+    let c = within("the target's completion", b.ep.dispatcher().next_completion())
+        .await
+        .expect("next");
+    assert_eq!((c.data, c.len), (0xfeed, 8));
+    assert_eq!(mr.to_vec().expect("region")[..8], [2; 8]);
+    settle(&[&a, &b]).await;
+    progress.abort();
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn an_endpoint_of_another_queue_is_refused() {
+    let domain = xfer::open_default().expect("open domain");
+    let (cq1, cq2) = (
+        domain.cq(&xfer::CqAttr::default()).expect("cq"),
+        domain.cq(&xfer::CqAttr::default()).expect("cq"),
+    );
+    let av = domain.av().expect("av");
+    let ep = domain.endpoint(&cq1, &av, &common::test_attr()).expect("endpoint");
+    let r = AsyncEndpoint::new(ep, aio::tokio::dispatcher(&cq2).expect("dispatcher"));
+    assert!(matches!(r, Err(Error::InvalidArgument(_))), "{r:?}");
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn at_max_outstanding_posting_fails_with_again_and_async_operations_wait() {
+    const MAX: u64 = 4;
+    let attr = xfer::EndpointAttr {
+        max_outstanding: MAX as usize,
+        ..common::test_attr()
+    };
+    let (a, b) = pair_with(&attr).await;
+    let raw = b.ep.endpoint();
+    for i in 0..MAX {
+        raw.trecv(b.peer, i, 0, vec![0; 16], i)
+            .expect("a receive within the bound");
+    }
+    assert_eq!(raw.outstanding().expect("outstanding"), MAX as usize);
+    let refused = raw
+        .trecv(b.peer, MAX, 0, vec![7; 16], MAX)
+        .expect_err("one past the bound");
+    assert_eq!(refused.error, Error::Again);
+    assert_eq!(refused.op, vec![7; 16], "the buffer comes back");
+
+    // The async receive waits for room instead, then gets its message.
+    let waiting = tokio::spawn({
+        let b = b.clone();
+        async move {
+            let (got, buf) = b.ep.trecv(b.peer, MAX, 0, vec![0; 16]).await;
+            buf[..got.expect("trecv after waiting").len].to_vec()
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(!waiting.is_finished(), "posted past the bound");
+    for i in (0..=MAX).rev() {
+        within("a send", a.ep.tsend(a.peer, i, pattern(i, 16)))
+            .await
+            .0
+            .expect("tsend");
+    }
+    assert_eq!(
+        within("the waiting receive", waiting).await.expect("task"),
+        pattern(MAX, 16)
+    );
+    for _ in 0..MAX {
+        let c = within("a raw receive", b.ep.dispatcher().next_completion())
+            .await
+            .expect("next");
+        assert_eq!(c.buf.as_deref(), Some(&pattern(c.context, 16)[..]));
+    }
+    assert_eq!(raw.outstanding().expect("outstanding"), 0);
+    settle(&[&a, &b]).await;
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn teardown_with_operations_in_flight_returns_promptly() {
+    for a_first in [true, false] {
+        let (a, b) = pair().await;
+        let mut tasks = JoinSet::new();
+        for i in 0..500u64 {
+            let b = b.clone();
+            tasks.spawn(async move {
+                let _ = b.ep.trecv(b.peer, 1 << 32 | i, 0, vec![0; 64]).await;
+            });
+        }
+        for i in 0..64u64 {
+            // Rendezvous sends to receives never posted: they stay in flight.
+            let a = a.clone();
+            tasks.spawn(async move {
+                let _ = a.ep.tsend(a.peer, i, pattern(i, LARGE)).await;
+            });
+        }
+        for _ in 0..20 {
+            tokio::task::yield_now().await;
+        }
+        let start = std::time::Instant::now();
+        tasks.shutdown().await;
+        let (first, second) = if a_first { (a, b) } else { (b, a) };
+        drop(first);
+        drop(second);
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "teardown took {:?}",
+            start.elapsed()
+        );
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn dropped_rma_futures_still_happen_and_free_their_buffers_at_completion() {
+    let (a, b) = pair().await;
+    let d = b.ep.dispatcher().clone();
+    let progress = tokio::spawn(async move { d.progress().await });
+    let mr = b
+        .domain
+        .register(vec![0u8; 8 * 1024], Access::REMOTE_READ | Access::REMOTE_WRITE)
+        .expect("register");
+    let key = mr.remote_key();
+    for i in 0..8u64 {
+        let mut w = Box::pin(a.ep.write(a.peer, pattern(i, 1024), &key, i * 1024));
+        let _ = poll_once(&mut w);
+        drop(w);
+        let mut r = Box::pin(a.ep.read(a.peer, vec![0; 1024], &key, 0));
+        let _ = poll_once(&mut r);
+        drop(r);
+    }
+    settle(&[&a, &b]).await;
+    assert_eq!(a.ep.dispatcher().abandoned(), 0);
+    let region = mr.to_vec().expect("region");
+    for i in 0..8u64 {
+        let at = i as usize * 1024;
+        assert_eq!(&region[at..at + 1024], &pattern(i, 1024)[..], "write {i}");
+    }
+    progress.abort();
+}
