@@ -77,7 +77,9 @@ impl State {
             domain: self.prov.as_ref(),
         };
         let r = f(slot.prov.as_mut(), &mut cx);
-        slot.outstanding = slot.outstanding.saturating_sub(own_completions(ring, before));
+        if slot.limit != 0 {
+            slot.outstanding = slot.outstanding.saturating_sub(own_completions(ring, before));
+        }
         r
     }
 
@@ -90,6 +92,9 @@ impl State {
         counted: bool,
         f: impl FnOnce(&mut dyn EndpointProvider, &mut Ctx<'_>) -> std::result::Result<(), Rejected<T>>,
     ) -> std::result::Result<(), Rejected<T>> {
+        if self.eps[ep].limit == 0 {
+            return self.with_ep(ep, f); // unbounded: nothing is counted
+        }
         self.eps[ep].outstanding += usize::from(counted);
         let r = self.with_ep(ep, f);
         if counted && r.is_err() {
@@ -132,7 +137,9 @@ impl State {
                 domain: self.prov.as_ref(),
             };
             f(slot.prov.as_mut(), &mut cx);
-            slot.outstanding = slot.outstanding.saturating_sub(own_completions(ring, before));
+            if slot.limit != 0 {
+                slot.outstanding = slot.outstanding.saturating_sub(own_completions(ring, before));
+            }
         }
     }
 }

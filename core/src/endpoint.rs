@@ -106,10 +106,14 @@ impl Endpoint {
         st.post(self.key, true, |ep, cx| ep.recv(cx, op))
     }
 
-    /// Operations in flight that will report a completion (what
-    /// `EndpointAttr::max_outstanding` bounds).
-    pub fn outstanding(&self) -> Result<usize> {
-        Ok(self.shared.lock()?.eps[self.key].outstanding)
+    /// Operations in flight that will report a completion, on an endpoint
+    /// with an `EndpointAttr::max_outstanding` bound (what it bounds);
+    /// `None` on an unbounded endpoint, which counts nothing (its data path
+    /// pays nothing for the bound it does not have).
+    pub fn outstanding(&self) -> Result<Option<usize>> {
+        let st = self.shared.lock()?;
+        let slot = &st.eps[self.key];
+        Ok((slot.limit != 0).then_some(slot.outstanding))
     }
 
     /// Posts an RMA operation described in full (immediate data, completion
