@@ -449,7 +449,7 @@ fn xfer_perf_progress_line() {
             "--sizes",
             "64k",
             "--iters",
-            "5000",
+            "1000",
         ])
         .args(extra);
         let (status, lines, err) = Proc::spawn("xfer-perf local", cmd).finish(deadline);
@@ -472,7 +472,7 @@ fn xfer_perf_progress_line() {
     assert!(
         progress
             .iter()
-            .any(|l| l.starts_with("xfer-perf: [1/2] tag_lat 65536 B: ") && l.contains("/5500 iterations, ")),
+            .any(|l| l.starts_with("xfer-perf: [1/2] tag_lat 65536 B: ") && l.contains("/1100 iterations, ")),
         "no tag_lat progress line in:\n{err}"
     );
     assert!(!err.contains('\r'), "stderr is not a terminal, yet:\n{err:?}");
