@@ -30,7 +30,7 @@ fn main() {
         .default_enum_style(bindgen::EnumVariation::Consts)
         .prepend_enum_name(false)
         .size_t_is_usize(true)
-        .layout_tests(true)
+        .layout_tests(false)
         .derive_default(true)
         .parse_callbacks(Box::new(Flags64))
         .generate()
