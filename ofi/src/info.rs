@@ -25,15 +25,18 @@ pub const CAPS: u64 = PRIMARY_CAPS | SECONDARY_CAPS;
 pub const MAX_MSG_SIZE: usize = 1 << 30;
 /// Immediate data bytes (`fi_senddata`).
 pub const CQ_DATA_SIZE: usize = 8;
-/// Transmit operation flags xfer honours (`FI_TRANSMIT_COMPLETE`: an eager
-/// send completes once handed to the reliable transport, a rendezvous send
-/// once the receiver pulled it). `FI_DELIVERY_COMPLETE` is refused.
-pub const TX_OP_FLAGS: u64 = fi::FI_INJECT
-    | fi::FI_COMPLETION
-    | fi::FI_INJECT_COMPLETE
-    | fi::FI_TRANSMIT_COMPLETE
-    | fi::FI_REMOTE_CQ_DATA
-    | fi::FI_MORE;
+/// Transmit operation flags an application may ask for as defaults
+/// (`tx_attr->op_flags`). A send completes with `FI_INJECT_COMPLETE`
+/// semantics (docs/PROTOCOL.md: no acknowledgement comes back from the
+/// target), so `FI_TRANSMIT_COMPLETE` and `FI_DELIVERY_COMPLETE` are refused.
+pub const TX_OP_FLAGS: u64 =
+    fi::FI_INJECT | fi::FI_COMPLETION | fi::FI_INJECT_COMPLETE | fi::FI_REMOTE_CQ_DATA | fi::FI_MORE;
+/// Flags accepted on one `fi_sendmsg`/`fi_tsendmsg`: [`TX_OP_FLAGS`] and
+/// `FI_TRANSMIT_COMPLETE`, which fi_pingpong puts on its last message. xfer
+/// completes that send like any other (inject-complete: the weaker
+/// guarantee, documented in docs/OFI.md until xfer's wire carries an
+/// acknowledgement); `FI_DELIVERY_COMPLETE` is refused.
+pub const MSG_TX_FLAGS: u64 = TX_OP_FLAGS | fi::FI_TRANSMIT_COMPLETE;
 /// Receive operation flags xfer honours.
 pub const RX_OP_FLAGS: u64 = fi::FI_COMPLETION | fi::FI_MORE;
 /// Message ordering: sends to one peer arrive in order (one TCP connection,
@@ -135,7 +138,9 @@ pub fn select(h: &Hints, provider: &str, limits: Limits) -> Result<Offer, &'stat
         return Err("progress is manual (the application's CQ reads drive it)");
     }
     if h.tx_op_flags & !TX_OP_FLAGS != 0 || h.rx_op_flags & !RX_OP_FLAGS != 0 {
-        return Err("operation flags xfer does not honour (FI_DELIVERY_COMPLETE, FI_MULTI_RECV, ...)");
+        return Err(
+            "operation flags xfer does not honour (FI_TRANSMIT_COMPLETE, FI_DELIVERY_COMPLETE, FI_MULTI_RECV, ...)",
+        );
     }
     if (h.tx_msg_order | h.rx_msg_order) & !MSG_ORDER != 0 {
         return Err("message ordering beyond FI_ORDER_SAS");
@@ -278,7 +283,7 @@ fn build(version: u32, offer: &Offer) -> Option<*mut fi::fi_info> {
     tx.caps = caps & (PRIMARY_CAPS | fi::FI_SEND);
     tx.msg_order = MSG_ORDER;
     tx.comp_order = fi::FI_ORDER_NONE;
-    tx.op_flags = fi::FI_TRANSMIT_COMPLETE;
+    tx.op_flags = fi::FI_INJECT_COMPLETE;
     tx.inject_size = l.inject_size;
     tx.size = l.queue_size;
     tx.iov_limit = 1;

@@ -6,7 +6,8 @@
  * Covers: fi_av_insert of several names at once, tagged any-source and
  * directed receives (fi_cq_readfrom source addresses), truncation through
  * fi_cq_readerr with both lengths, inject and injectdata, cancel
- * (FI_ECANCELED), and calls xfer refuses (-FI_ENOSYS, -FI_ENODATA, -FI_EBUSY).
+ * (FI_ECANCELED), fi_tsendmsg flags, and calls xfer refuses (-FI_ENOSYS,
+ * -FI_ENODATA, -FI_EBADFLAGS, -FI_EBUSY).
  */
 #include <rdma/fabric.h>
 #include <rdma/fi_cm.h>
@@ -263,6 +264,22 @@ int main(void)
 	MUST(fi_recv(c->ep, r7, sizeof(r7), NULL, FI_ADDR_UNSPEC, CTX(13)));
 	struct got g8 = wait_for(2, CTX(13));
 	CHECK(g8.err == 0 && !strcmp(r7, "late"), "unexpected message: %s", r7);
+
+	/* *msg calls: FI_INJECT copies and still completes, FI_REMOTE_CQ_DATA
+	 * carries the data; FI_DELIVERY_COMPLETE is refused, not claimed. */
+	char r8[8] = {0}, sbuf[8] = "msg";
+	struct iovec iov = {.iov_base = sbuf, .iov_len = 4};
+	struct fi_msg_tagged tm = {
+		.msg_iov = &iov, .iov_count = 1, .addr = c->addr, .tag = 12, .context = CTX(14), .data = 77,
+	};
+	MUST(fi_trecv(c->ep, r8, sizeof(r8), NULL, FI_ADDR_UNSPEC, 12, 0, CTX(15)));
+	MUST(fi_tsendmsg(b->ep, &tm, FI_INJECT | FI_REMOTE_CQ_DATA | FI_COMPLETION));
+	memset(sbuf, 'x', 4);
+	wait_for(1, CTX(14));
+	struct got g9 = wait_for(2, CTX(15));
+	CHECK(g9.err == 0 && !strcmp(r8, "msg") && g9.e.data == 77 && (g9.e.flags & FI_REMOTE_CQ_DATA),
+	      "tsendmsg: %s data %lu", r8, (unsigned long)g9.e.data);
+	CHECK(fi_tsendmsg(b->ep, &tm, FI_DELIVERY_COMPLETE) == -FI_EBADFLAGS, "FI_DELIVERY_COMPLETE accepted");
 
 	/* What xfer does not offer returns -FI_ENOSYS; close order is enforced. */
 	CHECK(fi_write(c->ep, big, 8, NULL, a->addr, 0, 0, NULL) == -FI_ENOSYS, "fi_write");
