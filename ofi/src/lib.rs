@@ -30,7 +30,7 @@ pub mod fi;
 pub mod name;
 
 use std::ffi::c_char;
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicPtr, Ordering};
 
 /// The provider's name (`fi_info -p xfer`, `FI_PROVIDER=xfer`).
 pub const PROVIDER_NAME: &str = "xfer";
@@ -40,37 +40,47 @@ pub const PROVIDER_VERSION: u32 = fi::version(0, 1);
 
 static NAME: &[u8] = b"xfer\0";
 
-/// The one `fi_provider`, allocated on first use: libfabric writes into its
-/// `context`, so it cannot be an immutable static.
-struct Provider(*mut fi::fi_provider);
+/// The one `fi_provider`, allocated by [`fi_prov_ini`] and freed by its
+/// `cleanup`, which libfabric calls before it unloads the library: libfabric
+/// writes into its `context`, so it cannot be an immutable static.
+static PROVIDER: AtomicPtr<fi::fi_provider> = AtomicPtr::new(std::ptr::null_mut());
 
-// SAFETY: the pointer is written once, then only handed to libfabric,
-// which serialises its own accesses to the structure.
-unsafe impl Send for Provider {}
-// SAFETY: as above.
-unsafe impl Sync for Provider {}
-
-static PROVIDER: OnceLock<Provider> = OnceLock::new();
-
-unsafe extern "C" fn cleanup() {}
+/// libfabric's last call into the provider (`fi_fini`, before `dlclose`).
+unsafe extern "C" fn cleanup() {
+    entry::guard((), || {
+        let p = PROVIDER.swap(std::ptr::null_mut(), Ordering::AcqRel);
+        if !p.is_null() {
+            // SAFETY: made by Box::into_raw in fi_prov_ini; libfabric no
+            // longer uses it once it calls cleanup.
+            drop(unsafe { Box::from_raw(p) });
+        }
+    })
+}
 
 /// The entry point libfabric looks up after `dlopen`ing the provider.
 #[no_mangle]
 pub extern "C" fn fi_prov_ini() -> *mut fi::fi_provider {
     entry::guard(std::ptr::null_mut(), || {
-        PROVIDER
-            .get_or_init(|| {
-                let p = fi::fi_provider {
-                    version: PROVIDER_VERSION,
-                    fi_version: fi::API_VERSION,
-                    context: Default::default(),
-                    name: NAME.as_ptr().cast::<c_char>(),
-                    getinfo: Some(info::getinfo),
-                    fabric: Some(fabric::open),
-                    cleanup: Some(cleanup),
-                };
-                Provider(Box::into_raw(Box::new(p)))
-            })
-            .0
+        let current = PROVIDER.load(Ordering::Acquire);
+        if !current.is_null() {
+            return current;
+        }
+        let p = Box::into_raw(Box::new(fi::fi_provider {
+            version: PROVIDER_VERSION,
+            fi_version: fi::API_VERSION,
+            context: Default::default(),
+            name: NAME.as_ptr().cast::<c_char>(),
+            getinfo: Some(info::getinfo),
+            fabric: Some(fabric::open),
+            cleanup: Some(cleanup),
+        }));
+        match PROVIDER.compare_exchange(std::ptr::null_mut(), p, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => p,
+            Err(other) => {
+                // SAFETY: ours, never published.
+                drop(unsafe { Box::from_raw(p) });
+                other
+            }
+        }
     })
 }

@@ -2,24 +2,30 @@
 #![allow(dead_code)]
 
 use std::path::PathBuf;
+use std::sync::OnceLock;
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
 
-/// The directory holding libxfer_fi.so for this test build
-/// (`target/<profile>/`, the parent of the test binary's `deps/`).
+/// A directory holding only the libxfer_fi.so of this test build, for
+/// `FI_PROVIDER_PATH`. `cargo test` leaves the fresh library in
+/// `target/<profile>/deps/` (the `target/<profile>/` copy is only updated by
+/// `cargo build`), so it is copied from there into `target/<profile>/ofi-test/`
+/// (through a temporary name and a rename: concurrent tests never see half a file).
 pub fn provider_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("test binary path");
-    let dir = exe
-        .parent()
-        .and_then(|deps| deps.parent())
-        .expect("test binary lives in target/<profile>/deps")
-        .to_path_buf();
-    assert!(
-        dir.join("libxfer_fi.so").exists(),
-        "{} has no libxfer_fi.so: build the xfer-ofi crate (cargo build -p xfer-ofi)",
-        dir.display()
-    );
-    dir
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let exe = std::env::current_exe().expect("test binary path");
+        let deps = exe.parent().expect("test binary lives in target/<profile>/deps");
+        let lib = deps.join("libxfer_fi.so");
+        assert!(lib.exists(), "{} missing: cargo test -p xfer-ofi builds it", lib.display());
+        let dir = deps.parent().expect("target/<profile>").join("ofi-test");
+        std::fs::create_dir_all(&dir).expect("creating target/<profile>/ofi-test");
+        let tmp = dir.join(format!("libxfer_fi.so.{}.tmp", std::process::id()));
+        std::fs::copy(&lib, &tmp).expect("copying libxfer_fi.so");
+        std::fs::rename(&tmp, dir.join("libxfer_fi.so")).expect("renaming libxfer_fi.so");
+        dir
+    })
+    .clone()
 }
 
 /// A command with the environment that makes libfabric load xfer and xfer
