@@ -156,14 +156,15 @@ fn entry_size(format: u32) -> usize {
 impl CqCore {
     /// Adds an endpoint being enabled; its completions are polled from here.
     pub(crate) fn attach(&self, ep: &Arc<EpCore>, fd: std::os::fd::RawFd) -> Result<(), Error> {
+        let mut eps = lock(&self.eps);
+        eps.retain(|e| e.strong_count() > 0);
+        if eps.iter().any(|e| std::ptr::eq(e.as_ptr(), Arc::as_ptr(ep))) {
+            return Ok(()); // bound for both transmit and receive
+        }
         if let Some(w) = &self.wait {
             w.epoll.add(fd, xfer_core::sys::READABLE, 1)?;
         }
-        let mut eps = lock(&self.eps);
-        eps.retain(|e| e.strong_count() > 0);
-        if !eps.iter().any(|e| std::ptr::eq(e.as_ptr(), Arc::as_ptr(ep))) {
-            eps.push(Arc::downgrade(ep));
-        }
+        eps.push(Arc::downgrade(ep));
         Ok(())
     }
 

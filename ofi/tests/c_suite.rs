@@ -18,7 +18,7 @@ fn build(name: &str) -> std::path::PathBuf {
     let exe = common::provider_dir().join(name);
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
     let out = Command::new(&cc)
-        .args(["-Wall", "-Wextra", "-Werror", "-O1", "-g"])
+        .args(["-Wall", "-Wextra", "-Werror", "-O1", "-g", "-pthread"])
         .arg(&src)
         .arg("-o")
         .arg(&exe)

@@ -6,7 +6,8 @@
  * Covers: fi_av_insert of several names at once, tagged any-source and
  * directed receives (fi_cq_readfrom source addresses), truncation through
  * fi_cq_readerr with both lengths, inject and injectdata, cancel
- * (FI_ECANCELED), fi_tsendmsg flags, and calls xfer refuses (-FI_ENOSYS,
+ * (FI_ECANCELED), fi_tsendmsg flags, blocking reads (fi_cq_sread, the FI_GETWAIT
+ * fd after fi_trywait), and calls xfer refuses (-FI_ENOSYS,
  * -FI_ENODATA, -FI_EBADFLAGS, -FI_EBUSY).
  */
 #include <rdma/fabric.h>
@@ -18,6 +19,8 @@
 #include <rdma/fi_rma.h>
 #include <rdma/fi_tagged.h>
 
+#include <poll.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -137,6 +140,41 @@ static void expect_nothing(int i, const char *what)
 static int ctx[32]; /* distinct addresses used as operation contexts */
 #define CTX(n) ((void *)&ctx[n])
 
+/* A sender thread: sends after a pause (so the receiver is blocked by then)
+ * and drives its own endpoint until the send completes. */
+struct sender {
+	struct node *from;
+	fi_addr_t to;
+	uint64_t tag;
+	void *context;
+	int ok;
+};
+
+static void *send_later(void *arg)
+{
+	struct sender *s = arg;
+	struct timespec pause = {.tv_nsec = 200 * 1000 * 1000};
+	nanosleep(&pause, NULL);
+	if (fi_tsend(s->from->ep, "wake", 5, NULL, s->to, s->tag, s->context))
+		return NULL;
+	time_t end = time(NULL) + 10;
+	while (time(NULL) < end) {
+		struct fi_cq_tagged_entry e;
+		if (fi_cq_read(s->from->cq, &e, 1) == 1 && e.op_context == s->context) {
+			s->ok = 1;
+			break;
+		}
+	}
+	return NULL;
+}
+
+static double now(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
 int main(void)
 {
 	struct fi_info *hints = fi_allocinfo(), *info = NULL;
@@ -165,7 +203,9 @@ int main(void)
 	char names[NEP][64];
 	size_t namelen = 0;
 	for (int i = 0; i < NEP; i++) {
-		struct fi_cq_attr cq_attr = {.format = FI_CQ_FORMAT_TAGGED, .wait_obj = FI_WAIT_NONE};
+		/* C, the receiver, blocks on its CQ in the sread test below. */
+		struct fi_cq_attr cq_attr = {.format = FI_CQ_FORMAT_TAGGED,
+					     .wait_obj = i == 2 ? FI_WAIT_FD : FI_WAIT_NONE};
 		MUST(fi_cq_open(domain, &cq_attr, &nodes[i].cq, NULL));
 		MUST(fi_endpoint(domain, info, &nodes[i].ep, NULL));
 		CHECK(fi_getname(&nodes[i].ep->fid, names[i], &(size_t){64}) == -FI_EOPBADSTATE,
@@ -254,6 +294,37 @@ int main(void)
 	struct got g7 = wait_for(2, CTX(11));
 	CHECK(g7.err == FI_ECANCELED, "cancel err %d", g7.err);
 	CHECK(fi_cancel(&c->ep->fid, CTX(11)) == -FI_ENOENT, "second fi_cancel");
+
+	/* Blocking reads: fi_cq_sread times out with -FI_EAGAIN when nothing comes,
+	 * and returns the entry another thread's message completes; the CQ's wait
+	 * fd (FI_GETWAIT) becomes readable once fi_trywait said it may be waited on. */
+	struct fi_cq_tagged_entry te;
+	double t0 = now();
+	CHECK(fi_cq_sread(c->cq, &te, 1, NULL, 100) == -FI_EAGAIN, "sread with nothing to read");
+	CHECK(now() - t0 >= 0.09, "sread returned after %.3f s, before its 100 ms timeout", now() - t0);
+	char r9[8] = {0};
+	MUST(fi_trecv(c->ep, r9, sizeof(r9), NULL, FI_ADDR_UNSPEC, 21, 0, CTX(16)));
+	struct sender s1 = {.from = b, .to = c->addr, .tag = 21, .context = CTX(17)};
+	pthread_t th;
+	pthread_create(&th, NULL, send_later, &s1);
+	ssize_t sr = fi_cq_sread(c->cq, &te, 1, NULL, 10000);
+	pthread_join(th, NULL);
+	CHECK(s1.ok, "sender thread's send did not complete");
+	CHECK(sr == 1 && te.op_context == CTX(16) && !strcmp(r9, "wake"), "sread: %zd, %s", sr, r9);
+	int fd = -1;
+	CHECK(fi_control(&c->cq->fid, FI_GETWAIT, &fd) == 0 && fd >= 0, "FI_GETWAIT: fd %d", fd);
+	char r10[8] = {0};
+	MUST(fi_trecv(c->ep, r10, sizeof(r10), NULL, FI_ADDR_UNSPEC, 22, 0, CTX(18)));
+	struct fid *fids[1] = {&c->cq->fid};
+	CHECK(fi_trywait(fabric, fids, 1) == 0, "fi_trywait on an empty CQ");
+	struct sender s2 = {.from = b, .to = c->addr, .tag = 22, .context = CTX(19)};
+	pthread_create(&th, NULL, send_later, &s2);
+	struct pollfd pfd = {.fd = fd, .events = POLLIN};
+	int pr = poll(&pfd, 1, 10000);
+	CHECK(pr == 1, "the wait fd did not become readable: poll = %d", pr);
+	struct got g10 = wait_for(2, CTX(18));
+	pthread_join(th, NULL);
+	CHECK(s2.ok && g10.err == 0 && !strcmp(r10, "wake"), "fd wait: %s", r10);
 
 	/* Unexpected message: sent before its receive is posted. */
 	char r7[8] = {0};

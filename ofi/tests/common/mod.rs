@@ -2,8 +2,8 @@
 #![allow(dead_code)]
 
 use std::path::PathBuf;
-use std::sync::OnceLock;
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 /// A directory holding only the libxfer_fi.so of this test build, for
@@ -17,7 +17,11 @@ pub fn provider_dir() -> PathBuf {
         let exe = std::env::current_exe().expect("test binary path");
         let deps = exe.parent().expect("test binary lives in target/<profile>/deps");
         let lib = deps.join("libxfer_fi.so");
-        assert!(lib.exists(), "{} missing: cargo test -p xfer-ofi builds it", lib.display());
+        assert!(
+            lib.exists(),
+            "{} missing: cargo test -p xfer-ofi builds it",
+            lib.display()
+        );
         let dir = deps.parent().expect("target/<profile>").join("ofi-test");
         std::fs::create_dir_all(&dir).expect("creating target/<profile>/ofi-test");
         let tmp = dir.join(format!("libxfer_fi.so.{}.tmp", std::process::id()));
