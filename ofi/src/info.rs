@@ -62,11 +62,13 @@ pub struct Hints {
     pub tx_caps: u64,
     pub tx_op_flags: u64,
     pub tx_msg_order: u64,
+    pub tx_comp_order: u64,
     pub tx_inject_size: usize,
     pub tx_iov_limit: usize,
     pub rx_caps: u64,
     pub rx_op_flags: u64,
     pub rx_msg_order: u64,
+    pub rx_comp_order: u64,
     pub rx_iov_limit: usize,
     pub rx_total_buffered_recv: usize,
     pub src_addr: bool,
@@ -144,6 +146,9 @@ pub fn select(h: &Hints, provider: &str, limits: Limits) -> Result<Offer, &'stat
     }
     if (h.tx_msg_order | h.rx_msg_order) & !MSG_ORDER != 0 {
         return Err("message ordering beyond FI_ORDER_SAS");
+    }
+    if (h.tx_comp_order | h.rx_comp_order) != fi::FI_ORDER_NONE {
+        return Err("completion ordering (an eager send may complete before an earlier rendezvous one)");
     }
     if h.tx_inject_size > limits.inject_size {
         return Err("inject_size above XFER_INJECT_SIZE");
@@ -229,6 +234,7 @@ pub(crate) unsafe fn read_hints(info: &fi::fi_info) -> Hints {
         h.tx_caps = tx.caps;
         h.tx_op_flags = tx.op_flags;
         h.tx_msg_order = tx.msg_order;
+        h.tx_comp_order = tx.comp_order;
         h.tx_inject_size = tx.inject_size;
         h.tx_iov_limit = tx.iov_limit;
     }
@@ -236,6 +242,7 @@ pub(crate) unsafe fn read_hints(info: &fi::fi_info) -> Hints {
         h.rx_caps = rx.caps;
         h.rx_op_flags = rx.op_flags;
         h.rx_msg_order = rx.msg_order;
+        h.rx_comp_order = rx.comp_order;
         h.rx_iov_limit = rx.iov_limit;
         h.rx_total_buffered_recv = rx.total_buffered_recv;
     }
@@ -359,6 +366,8 @@ pub(crate) unsafe extern "C" fn getinfo(
                 }
             };
             let Some(new) = build(version, &offer) else {
+                // SAFETY: `head` is null or the list this call allocated.
+                unsafe { fi::fi_freeinfo(head) };
                 return -(libc::ENOMEM);
             };
             match tail.is_null() {
