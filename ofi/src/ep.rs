@@ -24,6 +24,7 @@ struct Bound {
     tx: Option<Arc<CqCore>>,
     rx: Option<Arc<CqCore>>,
     tx_selective: bool,
+    rx_selective: bool,
 }
 
 /// An enabled endpoint: the xfer objects and where its completions go.
@@ -33,6 +34,7 @@ pub(crate) struct Enabled {
     tx: Option<Arc<CqCore>>,
     rx: Option<Arc<CqCore>>,
     tx_selective: bool,
+    rx_selective: bool,
     inject_size: usize,
     _av: Arc<AvCore>,
 }
@@ -42,6 +44,7 @@ pub(crate) struct EpCore {
     domain: Arc<DomainCore>,
     caps: u64,
     tx_op_flags: u64,
+    rx_op_flags: u64,
     bound: Mutex<Bound>,
     enabled: OnceLock<Enabled>,
 }
@@ -123,6 +126,8 @@ pub(crate) struct Recv {
     pub(crate) buf: *mut c_void,
     pub(crate) len: usize,
     pub(crate) context: *mut c_void,
+    /// `*msg` flags, or the endpoint's default receive flags.
+    pub(crate) flags: Option<u64>,
 }
 
 impl EpCore {
@@ -223,6 +228,11 @@ impl EpCore {
         }
         if r.buf.is_null() && r.len > 0 {
             return scode(-(libc::EINVAL));
+        }
+        // Every xfer receive completes: under FI_SELECTIVE_COMPLETION a
+        // receive that asks for no completion cannot be honoured.
+        if en.rx_selective && r.flags.unwrap_or(self.rx_op_flags) & fi::FI_COMPLETION == 0 {
+            return scode(fi::err(fi::FI_EBADFLAGS));
         }
         let src = match self.caps & fi::FI_DIRECTED_RECV {
             0 => PeerAddr::UNSPEC,
@@ -334,10 +344,13 @@ pub(crate) unsafe extern "C" fn open(
         }
         // SAFETY: as above.
         let tx_op_flags = unsafe { info.tx_attr.as_ref() }.map_or(0, |tx| tx.op_flags);
+        // SAFETY: as above.
+        let rx_op_flags = unsafe { info.rx_attr.as_ref() }.map_or(0, |rx| rx.op_flags);
         let core = EpCore {
             domain,
             caps,
             tx_op_flags,
+            rx_op_flags,
             bound: Mutex::new(Bound::default()),
             enabled: OnceLock::new(),
         };
@@ -362,8 +375,9 @@ pub(crate) unsafe extern "C" fn open(
     })
 }
 
-/// `fi_ep_bind`: an AV, CQs with `FI_TRANSMIT` and/or `FI_RECV`
-/// (`FI_SELECTIVE_COMPLETION` on transmit), an EQ (which will stay empty).
+/// `fi_ep_bind`: an AV, CQs with `FI_TRANSMIT` and/or `FI_RECV` (and
+/// `FI_SELECTIVE_COMPLETION`: on receives, only those that ask for a
+/// completion are accepted), an EQ (which will stay empty).
 /// Counters: `-FI_ENOSYS`.
 unsafe extern "C" fn bind(fid: *mut fi::fid, bfid: *mut fi::fid, flags: u64) -> c_int {
     guard(PANIC, || {
@@ -387,15 +401,13 @@ unsafe extern "C" fn bind(fid: *mut fi::fid, bfid: *mut fi::fid, flags: u64) -> 
                 if !Arc::ptr_eq(&cq.domain, &ep.domain) || flags & (fi::FI_TRANSMIT | fi::FI_RECV) == 0 {
                     return -(libc::EINVAL);
                 }
-                if flags & fi::FI_SELECTIVE_COMPLETION != 0 && flags & fi::FI_RECV != 0 {
-                    return -(libc::ENOSYS); // every xfer receive completes
-                }
                 if flags & fi::FI_TRANSMIT != 0 {
                     b.tx = Some(cq.clone());
                     b.tx_selective = flags & fi::FI_SELECTIVE_COMPLETION != 0;
                 }
                 if flags & fi::FI_RECV != 0 {
                     b.rx = Some(cq);
+                    b.rx_selective = flags & fi::FI_SELECTIVE_COMPLETION != 0;
                 }
                 0
             }
@@ -456,6 +468,7 @@ fn enable(ep: &Arc<EpCore>) -> c_int {
         tx: b.tx.clone(),
         rx: b.rx.clone(),
         tx_selective: b.tx_selective,
+        rx_selective: b.rx_selective,
         inject_size: attr.inject_size,
         _av: av,
     };

@@ -39,6 +39,10 @@ pub const TX_OP_FLAGS: u64 =
 pub const MSG_TX_FLAGS: u64 = TX_OP_FLAGS | fi::FI_TRANSMIT_COMPLETE;
 /// Receive operation flags xfer honours.
 pub const RX_OP_FLAGS: u64 = fi::FI_COMPLETION | fi::FI_MORE;
+/// Tag format offered when the application names none: 64 one-bit fields
+/// (libfabric's internal `FI_TAG_GENERIC`), i.e. all 64 tag bits with any
+/// ignore mask, which is what xfer's matcher supports.
+pub const TAG_GENERIC: u64 = 0xAAAA_AAAA_AAAA_AAAA;
 /// Message ordering: sends to one peer arrive in order (one TCP connection,
 /// one RC QP per peer).
 pub const MSG_ORDER: u64 = fi::FI_ORDER_SAS;
@@ -51,6 +55,7 @@ pub struct Hints {
     pub ep_type: u32,
     pub protocol: u32,
     pub max_msg_size: usize,
+    pub mem_tag_format: u64,
     pub tx_ctx_cnt: usize,
     pub rx_ctx_cnt: usize,
     pub domain_name: Option<String>,
@@ -96,6 +101,9 @@ impl Limits {
 #[derive(Debug, Clone)]
 pub struct Offer {
     pub provider: String,
+    pub tx_op_flags: u64,
+    pub rx_op_flags: u64,
+    pub mem_tag_format: u64,
     pub caps: u64,
     pub av_type: u32,
     pub limits: Limits,
@@ -173,6 +181,15 @@ pub fn select(h: &Hints, provider: &str, limits: Limits) -> Result<Offer, &'stat
     };
     Ok(Offer {
         provider: provider.to_string(),
+        // The defaults asked for (FI_COMPLETION for selective completion),
+        // and the completion level xfer's sends give.
+        tx_op_flags: h.tx_op_flags | fi::FI_INJECT_COMPLETE,
+        rx_op_flags: h.rx_op_flags,
+        // Any field layout of up to 64 bits is a set of masks xfer matches.
+        mem_tag_format: match h.mem_tag_format {
+            0 => TAG_GENERIC,
+            asked => asked,
+        },
         caps: primary | SECONDARY_CAPS,
         av_type: if h.av_type == fi::FI_AV_MAP {
             fi::FI_AV_MAP
@@ -215,6 +232,7 @@ pub(crate) unsafe fn read_hints(info: &fi::fi_info) -> Hints {
         h.ep_type = ep.type_;
         h.protocol = ep.protocol;
         h.max_msg_size = ep.max_msg_size;
+        h.mem_tag_format = ep.mem_tag_format;
         h.tx_ctx_cnt = ep.tx_ctx_cnt;
         h.rx_ctx_cnt = ep.rx_ctx_cnt;
     }
@@ -290,11 +308,12 @@ fn build(version: u32, offer: &Offer) -> Option<*mut fi::fi_info> {
     tx.caps = caps & (PRIMARY_CAPS | fi::FI_SEND);
     tx.msg_order = MSG_ORDER;
     tx.comp_order = fi::FI_ORDER_NONE;
-    tx.op_flags = fi::FI_INJECT_COMPLETE;
+    tx.op_flags = offer.tx_op_flags;
     tx.inject_size = l.inject_size;
     tx.size = l.queue_size;
     tx.iov_limit = 1;
     rx.caps = caps & (PRIMARY_CAPS | fi::FI_RECV | fi::FI_DIRECTED_RECV | fi::FI_SOURCE);
+    rx.op_flags = offer.rx_op_flags;
     rx.msg_order = MSG_ORDER;
     rx.comp_order = fi::FI_ORDER_NONE;
     rx.size = l.queue_size;
@@ -304,7 +323,7 @@ fn build(version: u32, offer: &Offer) -> Option<*mut fi::fi_info> {
     ep.max_msg_size = MAX_MSG_SIZE;
     ep.tx_ctx_cnt = 1;
     ep.rx_ctx_cnt = 1;
-    ep.mem_tag_format = 0;
+    ep.mem_tag_format = offer.mem_tag_format;
     dom.name = c_string(&offer.provider);
     dom.threading = fi::FI_THREAD_SAFE;
     dom.control_progress = fi::FI_PROGRESS_MANUAL;

@@ -62,6 +62,7 @@ unsafe extern "C" fn recv(
             buf,
             len,
             context,
+            flags: None,
         })
     })
 }
@@ -83,6 +84,7 @@ unsafe extern "C" fn recvv(
                 buf,
                 len,
                 context,
+                flags: None,
             }),
             Err(e) => e,
         }
@@ -106,6 +108,7 @@ unsafe extern "C" fn recvmsg(ep: *mut fi::fid_ep, msg: *const fi::fi_msg, flags:
                 buf,
                 len,
                 context: m.context,
+                flags: Some(flags),
             }),
             Err(e) => e,
         }

@@ -42,6 +42,7 @@ unsafe extern "C" fn trecv(
             buf,
             len,
             context,
+            flags: None,
         })
     })
 }
@@ -66,6 +67,7 @@ unsafe extern "C" fn trecvv(
                 buf,
                 len,
                 context,
+                flags: None,
             }),
             Err(e) => e,
         }
@@ -89,6 +91,7 @@ unsafe extern "C" fn trecvmsg(ep: *mut fi::fid_ep, msg: *const fi::fi_msg_tagged
                 buf,
                 len,
                 context: m.context,
+                flags: Some(flags),
             }),
             Err(e) => e,
         }
