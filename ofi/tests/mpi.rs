@@ -33,6 +33,7 @@ fn netpipe_over_the_ofi_mtl() {
         .arg("-x")
         .arg(format!("FI_PROVIDER_PATH={}", dir.display()))
         .args(["NPopenmpi", "-u", "65536"])
+        .current_dir(std::env::temp_dir()) // NetPIPE writes np.out where it runs
         .spawn()
         .expect("mpirun not found: apt-get install openmpi-bin netpipe-openmpi");
     let out = wait_output(child, "mpirun NPopenmpi", Duration::from_secs(600));
