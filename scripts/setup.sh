@@ -2,7 +2,8 @@
 # Installs what building and testing xfer needs on a fresh Debian 12 machine,
 # skipping whatever is already there. Idempotent; needs root for apt-get.
 # Covers the host build and tests: compiler, make, pkg-config, binutils, valgrind
-# (C suite), the rdma-core headers and libclang (rdma-sys), then fetches crates.
+# (C suite), the rdma-core headers and libclang (rdma-sys), libfabric's headers and
+# tools (ofi/), then fetches crates.
 # The Soft-RoCE guest's packages are tests/vm/setup.sh's job.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,8 +14,10 @@ command -v make >/dev/null || need_apt+=(make)
 command -v pkg-config >/dev/null || need_apt+=(pkg-config)
 command -v nm >/dev/null || need_apt+=(binutils)
 command -v valgrind >/dev/null || need_apt+=(valgrind)   # the C ABI suite runs under memcheck
-# rdma-sys (the verbs provider) runs bindgen against the rdma-core headers.
-for pkg in libibverbs-dev librdmacm-dev libclang-dev; do
+# rdma-sys (the verbs provider) runs bindgen against the rdma-core headers;
+# xfer-ofi (ofi/) runs it against libfabric's, and its tests run libfabric's
+# own fi_info and fi_pingpong (libfabric-bin) over libxfer_fi.so.
+for pkg in libibverbs-dev librdmacm-dev libclang-dev libfabric-dev libfabric-bin; do
     dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
 done
 if ((${#need_apt[@]})); then

@@ -16,6 +16,8 @@
 #                pick verbs by itself
 #   c_suite      the C suite (tests/c/test_capi.c) over XFER_PROVIDER=verbs, then the C
 #                examples (pingpong, rma) as server and client processes over verbs
+#   ofi          libfabric's fi_info and fi_pingpong (-e rdm, -m msg and -m tagged, two
+#                processes) over libxfer_fi.so's verbs domain (docs/OFI.md)
 # The binaries are built on the host by tests/vm/build-verbs.sh, whose KEY=PATH lines
 # are this script's arguments:
 #   tests/vm/run-guest.sh tests/vm/all.sh $(tests/vm/build-verbs.sh)
@@ -28,15 +30,15 @@
 #   XFER_VM_CONFORMANCE_THREADS  --test-threads for the conformance suite (default 2: 35
 #                        tests in ~9-10 s over rxe vs ~16 s with 1, both passing, measured)
 #   XFER_VM_TIMEOUT_VERBS / _CONFORMANCE / _PEER_DEATH / _SCALE / _TCP_FAULTS / _AIO /
-#                        _XFER_INFO / _C_SUITE  per-step seconds (defaults 240 per verbs binary /
-#                        240 / 120 / 180 / 300 / 180 / 60 / 300, 3-10x what they took here;
-#                        smoke.sh bounds its own)
+#                        _XFER_INFO / _C_SUITE / _OFI  per-step seconds (defaults 240 per verbs
+#                        binary / 240 / 120 / 180 / 300 / 180 / 60 / 300 / 300, 3-10x what they
+#                        took here; smoke.sh bounds its own)
 #   XFER_VM_TEST_ARGS    extra arguments for the conformance binary (e.g. a test name filter)
 set -u
 
 usage() {
     echo "usage: all.sh KEY=PATH... (KEYs: VERBS_<NAME> CONFORMANCE PEER_DEATH SCALE TCP_FAULTS AIO" \
-        "XFER_INFO C_SUITE [XFER_PERF]; from tests/vm/build-verbs.sh on the host)" >&2
+        "XFER_INFO C_SUITE OFI [XFER_PERF]; from tests/vm/build-verbs.sh on the host)" >&2
 }
 if [ "${XFER_IN_GUEST:-0}" != 1 ]; then
     echo "all.sh: run this inside the guest: tests/vm/run-guest.sh $0 \$(tests/vm/build-verbs.sh)" >&2
@@ -54,7 +56,7 @@ for arg in "$@"; do
         verbs_tests+=("${name,,}")
         bin[${arg%%=*}]=${arg#*=}
         ;;
-    CONFORMANCE=* | PEER_DEATH=* | SCALE=* | TCP_FAULTS=* | AIO=* | XFER_PERF=* | XFER_INFO=* | C_SUITE=*)
+    CONFORMANCE=* | PEER_DEATH=* | SCALE=* | TCP_FAULTS=* | AIO=* | XFER_PERF=* | XFER_INFO=* | C_SUITE=* | OFI=*)
         bin[${arg%%=*}]=${arg#*=}
         ;;
     *)
@@ -65,7 +67,7 @@ for arg in "$@"; do
     esac
 done
 
-steps=${XFER_VM_STEPS:-smoke verbs conformance peer_death scale tcp_faults aio xfer_info c_suite}
+steps=${XFER_VM_STEPS:-smoke verbs conformance peer_death scale tcp_faults aio xfer_info c_suite ofi}
 steps=${steps//,/ }
 # `verbs` stands for one step per VERBS_<NAME> binary given.
 expanded=
@@ -78,10 +80,10 @@ for s in $steps; do
             for t in "${verbs_tests[@]}"; do expanded+=" verbs_$t"; done
         fi
         ;;
-    smoke | verbs_* | conformance | peer_death | scale | tcp_faults | aio | xfer_info | c_suite) expanded+=" $s" ;;
+    smoke | verbs_* | conformance | peer_death | scale | tcp_faults | aio | xfer_info | c_suite | ofi) expanded+=" $s" ;;
     *)
         echo "all.sh: unknown step '$s' in XFER_VM_STEPS (smoke verbs verbs_<name> conformance" \
-            "peer_death scale tcp_faults aio xfer_info c_suite)" >&2
+            "peer_death scale tcp_faults aio xfer_info c_suite ofi)" >&2
         exit 2
         ;;
     esac
@@ -279,6 +281,50 @@ step_c_suite() {
     rm -f "$log"
 }
 
+# listening PORT: whether a TCP socket listens on PORT (without connecting to it: a probe
+# connection would be taken for fi_pingpong's peer).
+listening() {
+    grep -qE "^ *[0-9]+: [0-9A-F]+:$(printf '%04X' "$1") [0-9A-F]+:[0-9A-F]+ 0A " /proc/net/tcp
+}
+# ofi_pingpong MODE PORT DEADLINE: fi_pingpong -p xfer -d verbs -e rdm -m MODE as a server
+# and a client process, control connection on XFER_RDMA_ADDR:PORT; fails unless both exit 0.
+ofi_pingpong() {
+    local mode=$1 port=$2 deadline=$3 out server rc=0 i
+    local args=(-p xfer -d verbs -e rdm -m "$mode" -I 100 -c)
+    out=$(mktemp /tmp/ofi-server.XXXXXX)
+    echo "+ fi_pingpong ${args[*]} -B $port & fi_pingpong ${args[*]} -P $port $XFER_RDMA_ADDR"
+    timeout -k 5 "$(left "$deadline")" fi_pingpong "${args[@]}" -B "$port" >"$out" 2>&1 &
+    server=$!
+    for i in $(seq 1 300); do
+        listening "$port" && break
+        kill -0 "$server" 2>/dev/null || break
+        sleep 0.1
+    done
+    timeout -k 5 "$(left "$deadline")" fi_pingpong "${args[@]}" -P "$port" "$XFER_RDMA_ADDR" || rc=1
+    wait "$server" || rc=1
+    sed "s/^/[fi_pingpong server] /" "$out"
+    rm -f "$out"
+    return "$rc"
+}
+step_ofi() {
+    need OFI ofi || return
+    local t=${XFER_VM_TIMEOUT_OFI:-300} deadline out
+    deadline=$(($(date +%s) + t))
+    export FI_PROVIDER_PATH=${bin[OFI]} FI_PROVIDER=xfer
+    echo "+ FI_PROVIDER_PATH=$FI_PROVIDER_PATH fi_info -p xfer"
+    out=$(timeout -k 5 60 fi_info -p xfer 2>&1)
+    printf '%s\n' "$out"
+    if ! grep -q 'domain: verbs' <<<"$out"; then
+        result ofi 1 "fi_info -p xfer lists no verbs domain"
+    elif ! ofi_pingpong msg 47601 "$deadline"; then
+        result ofi 1 "fi_pingpong -m msg failed"
+    elif ! ofi_pingpong tagged 47602 "$deadline"; then
+        result ofi 1 "fi_pingpong -m tagged failed"
+    else
+        result ofi 0
+    fi
+    unset FI_PROVIDER_PATH FI_PROVIDER
+}
 echo "all.sh: steps: $steps"
 for s in $steps; do
     echo

@@ -15,6 +15,8 @@
 #   C_SUITE=...      a directory holding libxfer.so (xfer-capi, release, with the verbs
 #                    provider) and, linked against it with rpath $ORIGIN, the C suite
 #                    tests/c/test_capi.c and the examples examples/c/pingpong.c, rma.c
+#   OFI=...          a directory holding only libxfer_fi.so (xfer-ofi, release, with the
+#                    verbs provider): the FI_PROVIDER_PATH for libfabric's fi_pingpong
 # Build output goes to stderr. Honors CARGO_TARGET_DIR (the paths printed are cargo's
 # own). Fails, naming the build, if any build fails.
 #
@@ -29,7 +31,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 
-all_keys=(VERBS CONFORMANCE PEER_DEATH SCALE TCP_FAULTS AIO XFER_PERF XFER_INFO C_SUITE)
+all_keys=(VERBS CONFORMANCE PEER_DEATH SCALE TCP_FAULTS AIO XFER_PERF XFER_INFO C_SUITE OFI)
 want=("${all_keys[@]}")
 if [ "${1:-}" = --only ]; then
     [ $# -ge 2 ] || { echo "build-verbs: --only needs KEY[,KEY...] (${all_keys[*]})" >&2; exit 2; }
@@ -130,6 +132,25 @@ if wants C_SUITE; then
     # libxfer with its default features (the verbs provider included).
     cargo_build "libxfer (xfer-capi)" build --release -p xfer-capi --lib "$@"
 fi
+if wants OFI; then
+    # libxfer_fi with its default features (the verbs provider included).
+    cargo_build "libxfer_fi (xfer-ofi)" build --release -p xfer-ofi --lib "$@"
+fi
+
+# build_ofi: copies libxfer_fi.so alone into a directory (libfabric loads every *fi.so of
+# an FI_PROVIDER_PATH directory) and prints it.
+build_ofi() {
+    local so dir
+    so=$(awk '$1 == "cdylib" && $2 == "xfer_fi" { p = $3 } END { print p }' "$arts")
+    if [ -z "$so" ] || [ ! -f "$so" ]; then
+        echo "build-verbs: no libxfer_fi.so in cargo's output" >&2
+        exit 1
+    fi
+    dir=$(dirname "$so")/ofi-provider
+    mkdir -p "$dir"
+    cp -f "$so" "$dir/libxfer_fi.so"
+    echo "$dir"
+}
 
 # build_c_suite: copies libxfer.so into DIR (next to its libxfer.so) and compiles the C
 # suite and the C examples there against it, finding it at run time through $ORIGIN.
@@ -174,6 +195,17 @@ add() { # KEY PATH
     out+=("$1=$2")
 }
 for k in "${want[@]}"; do
+    if [ "$k" = OFI ]; then
+        dir=$(build_ofi)
+        case $dir in
+        *[[:space:]]*)
+            echo "build-verbs: OFI path contains whitespace: $dir" >&2
+            exit 1
+            ;;
+        esac
+        out+=("OFI=$dir")
+        continue
+    fi
     if [ "$k" = C_SUITE ]; then
         dir=$(build_c_suite)
         case $dir in

@@ -1,0 +1,272 @@
+//! The address vector (`fi_av_open`): an xfer [`AddressVector`]. Names are
+//! [`name::NAME_LEN`] bytes each; `fi_addr_t` values are xfer's
+//! [`PeerAddr`](xfer_facade::PeerAddr)s, handed out in insertion order
+//! (`FI_AV_TABLE`; `FI_AV_MAP` gets the same values).
+
+use std::ffi::{c_char, c_int, c_void};
+use std::fmt::Write as _;
+use std::sync::Arc;
+
+use xfer_facade::AddressVector;
+
+use crate::domain::{self, DomainCore};
+use crate::entry::{self, enosys, guard, put, Core, Obj, PANIC};
+use crate::fi;
+use crate::name::{self, NAME_LEN};
+
+/// An address vector's state, shared with the endpoints bound to it.
+pub(crate) struct AvCore {
+    pub(crate) domain: Arc<DomainCore>,
+    /// The xfer address vector.
+    pub(crate) xfer: AddressVector,
+}
+
+/// An address vector object.
+pub(crate) struct AvObj(pub(crate) Arc<AvCore>);
+
+impl Core for AvObj {
+    type Fid = fi::fid_av;
+    const CLASS: u32 = fi::FI_CLASS_AV;
+    const MAGIC: u64 = 0x7866_6572_6176_5f5f; // "xferav__"
+}
+
+static OPS: fi::fi_ops = fi::fi_ops {
+    size: std::mem::size_of::<fi::fi_ops>(),
+    close: Some(close),
+    bind: Some(entry::no_bind),
+    control: Some(entry::no_control),
+    ops_open: Some(entry::no_ops_open),
+    tostr: Some(entry::no_tostr),
+    ops_set: Some(entry::no_ops_set),
+};
+
+static AV_OPS: fi::fi_ops_av = fi::fi_ops_av {
+    size: std::mem::size_of::<fi::fi_ops_av>(),
+    insert: Some(insert),
+    insertsvc: Some(no_insertsvc),
+    insertsym: Some(no_insertsym),
+    remove: Some(remove),
+    lookup: Some(lookup),
+    straddr: Some(straddr),
+    av_set: Some(no_av_set),
+};
+
+enosys! {
+    no_insertsvc(*mut fi::fid_av, *const c_char, *const c_char, *mut fi::fi_addr_t, u64, *mut c_void) -> c_int;
+    no_insertsym(*mut fi::fid_av, *const c_char, usize, *const c_char, usize, *mut fi::fi_addr_t, u64, *mut c_void) -> c_int;
+    no_av_set(*mut fi::fid_av, *mut fi::fi_av_set_attr, *mut *mut fi::fid_av_set, *mut c_void) -> c_int;
+}
+
+/// `fi_av_open`. Named (shared) AVs, `FI_EVENT` and `rx_ctx_bits` are
+/// refused with `-FI_ENOSYS`.
+pub(crate) unsafe extern "C" fn open(
+    domain: *mut fi::fid_domain,
+    attr: *mut fi::fi_av_attr,
+    av: *mut *mut fi::fid_av,
+    context: *mut c_void,
+) -> c_int {
+    guard(PANIC, || {
+        // SAFETY: libfabric passes our domain.
+        let Some(domain) = (unsafe { domain::get(domain) }) else {
+            return -(libc::EINVAL);
+        };
+        // SAFETY: the application's attributes (required by fi_av_open).
+        let Some(attr) = (unsafe { attr.as_ref() }) else {
+            return -(libc::EINVAL);
+        };
+        if ![fi::FI_AV_UNSPEC, fi::FI_AV_MAP, fi::FI_AV_TABLE].contains(&attr.type_) {
+            return -(libc::EINVAL);
+        }
+        if !attr.name.is_null() || attr.flags & fi::FI_EVENT != 0 || attr.rx_ctx_bits != 0 {
+            return -(libc::ENOSYS);
+        }
+        let xfer = match domain.xfer.av() {
+            Ok(av) => av,
+            Err(e) => return entry::code(&e),
+        };
+        let fid = fi::fid_av {
+            fid: entry::fid(fi::FI_CLASS_AV, context, &OPS),
+            ops: entry::ops(&AV_OPS),
+        };
+        let obj = Obj::into_raw(fid, AvObj(Arc::new(AvCore { domain, xfer })));
+        // SAFETY: the application's out pointer.
+        if !unsafe { put(av, obj) } {
+            // SAFETY: just made, never shared.
+            drop(unsafe { Obj::<AvObj>::take(obj.cast()) });
+            return -(libc::EINVAL);
+        }
+        0
+    })
+}
+
+/// The address vector behind `fid`.
+///
+/// # Safety
+/// `fid` is null or a live fid.
+pub(crate) unsafe fn get(fid: *const fi::fid) -> Option<Arc<AvCore>> {
+    // SAFETY: forwarded.
+    unsafe { Obj::<AvObj>::get(fid) }.map(|o| o.core.0.clone())
+}
+
+/// `fi_av_insert`: `count` names of [`NAME_LEN`] bytes; returns how many
+/// were inserted. A name that is not valid gets `FI_ADDR_NOTAVAIL`.
+unsafe extern "C" fn insert(
+    av: *mut fi::fid_av,
+    addr: *const c_void,
+    count: usize,
+    fi_addr: *mut fi::fi_addr_t,
+    _flags: u64,
+    _context: *mut c_void,
+) -> c_int {
+    guard(PANIC, || {
+        // SAFETY: libfabric passes the application's fid_av.
+        let Some(av) = (unsafe { get(av.cast()) }) else {
+            return -(libc::EINVAL);
+        };
+        if count == 0 {
+            return 0;
+        }
+        let Some(total) = count.checked_mul(NAME_LEN) else {
+            return -(libc::EINVAL);
+        };
+        if addr.is_null() || c_int::try_from(count).is_err() {
+            return -(libc::EINVAL);
+        }
+        // SAFETY: fi_av_insert's contract: `count` names of the provider's size.
+        let bytes = unsafe { std::slice::from_raw_parts(addr.cast::<u8>(), total) };
+        let mut inserted = 0;
+        for (i, one) in bytes.chunks_exact(NAME_LEN).enumerate() {
+            let peer = match name::decode(one).map(|n| av.xfer.insert(n)) {
+                Some(Ok(peer)) => {
+                    inserted += 1;
+                    peer.0
+                }
+                Some(Err(e)) => {
+                    tracing::debug!(error = %e, "fi_av_insert: name refused");
+                    fi::FI_ADDR_UNSPEC
+                }
+                None => fi::FI_ADDR_UNSPEC,
+            };
+            if !fi_addr.is_null() {
+                // SAFETY: the caller's array has `count` entries.
+                unsafe { fi_addr.add(i).write(peer) };
+            }
+        }
+        inserted
+    })
+}
+
+unsafe extern "C" fn remove(av: *mut fi::fid_av, fi_addr: *mut fi::fi_addr_t, count: usize, _flags: u64) -> c_int {
+    guard(PANIC, || {
+        // SAFETY: libfabric passes the application's fid_av.
+        let Some(av) = (unsafe { get(av.cast()) }) else {
+            return -(libc::EINVAL);
+        };
+        if count > 0 && fi_addr.is_null() {
+            return -(libc::EINVAL);
+        }
+        let mut ret = 0;
+        for i in 0..count {
+            // SAFETY: the caller's array has `count` entries.
+            let peer = unsafe { fi_addr.add(i).read() };
+            if let Err(e) = av.xfer.remove(xfer_facade::PeerAddr(peer)) {
+                ret = entry::code(&e);
+            }
+        }
+        ret
+    })
+}
+
+unsafe extern "C" fn lookup(
+    av: *mut fi::fid_av,
+    fi_addr: fi::fi_addr_t,
+    addr: *mut c_void,
+    addrlen: *mut usize,
+) -> c_int {
+    guard(PANIC, || {
+        // SAFETY: libfabric passes the application's fid_av.
+        let Some(av) = (unsafe { get(av.cast()) }) else {
+            return -(libc::EINVAL);
+        };
+        if addrlen.is_null() {
+            return -(libc::EINVAL);
+        }
+        let name = match av.xfer.lookup(xfer_facade::PeerAddr(fi_addr)) {
+            Ok(a) => name::encode(&a),
+            Err(e) => return entry::code(&e),
+        };
+        // SAFETY: checked non-null; the caller's in/out length.
+        unsafe { copy_out(&name, addr, addrlen) }
+    })
+}
+
+/// Copies `bytes` to `out` (capacity `*len`), sets `*len` to their length;
+/// `-FI_ETOOSMALL` when they did not all fit.
+///
+/// # Safety
+/// `len` is valid; `out` is null or valid for `*len` bytes.
+pub(crate) unsafe fn copy_out(bytes: &[u8], out: *mut c_void, len: *mut usize) -> c_int {
+    // SAFETY: the caller's contract.
+    let room = unsafe { *len };
+    if !out.is_null() {
+        let n = room.min(bytes.len());
+        // SAFETY: `out` holds `room` >= n bytes.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), out.cast::<u8>(), n) };
+    }
+    // SAFETY: the caller's contract.
+    unsafe { put(len, bytes.len()) };
+    if room < bytes.len() || out.is_null() {
+        fi::err(fi::FI_ETOOSMALL)
+    } else {
+        0
+    }
+}
+
+/// `fi_av_straddr`: `xfer://` and the name in hex.
+unsafe extern "C" fn straddr(
+    _av: *mut fi::fid_av,
+    addr: *const c_void,
+    buf: *mut c_char,
+    len: *mut usize,
+) -> *const c_char {
+    guard(std::ptr::null(), || {
+        if addr.is_null() || buf.is_null() || len.is_null() {
+            return std::ptr::null();
+        }
+        // SAFETY: an address of this provider is NAME_LEN bytes.
+        let bytes = unsafe { std::slice::from_raw_parts(addr.cast::<u8>(), NAME_LEN) };
+        let mut s = String::from("xfer://");
+        for b in name::decode(bytes).unwrap_or(&[]) {
+            let _ = write!(s, "{b:02x}");
+        }
+        s.push('\0');
+        // SAFETY: checked non-null; the caller's buffer of *len bytes.
+        let room = unsafe { *len };
+        if room > 0 {
+            let n = room.min(s.len());
+            // SAFETY: `buf` holds `room` >= n bytes; the last written byte becomes NUL.
+            unsafe {
+                std::ptr::copy_nonoverlapping(s.as_ptr(), buf.cast::<u8>(), n);
+                *buf.add(n - 1) = 0;
+            }
+        }
+        // SAFETY: checked non-null.
+        unsafe { *len = s.len() };
+        buf
+    })
+}
+
+unsafe extern "C" fn close(fid: *mut fi::fid) -> c_int {
+    guard(PANIC, || {
+        // SAFETY: libfabric passes the fid being closed.
+        let Some(obj) = (unsafe { Obj::<AvObj>::get(fid) }) else {
+            return -(libc::EBADF);
+        };
+        if Arc::strong_count(&obj.core.0) > 1 {
+            return -(libc::EBUSY);
+        }
+        // SAFETY: checked above; no longer in use.
+        drop(unsafe { Obj::<AvObj>::take(fid) });
+        0
+    })
+}

@@ -1,0 +1,544 @@
+//! The completion queue (`fi_cq_open`): libfabric entries routed out of the
+//! xfer completion queues of the endpoints bound to it.
+//!
+//! Each enabled endpoint owns one xfer [`CompletionQueue`](xfer_facade::CompletionQueue);
+//! reading any libfabric CQ bound to it polls it (which drives xfer's
+//! progress) and routes each completion to the endpoint's transmit or
+//! receive CQ by its flags, so an endpoint may bind one CQ for both or two
+//! as fi_pingpong does. Errors queue in order with the successes; the read
+//! that meets one returns `-FI_EAVAIL`, and `fi_cq_readerr` takes it.
+
+use std::collections::VecDeque;
+use std::ffi::{c_char, c_int, c_void};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::{Duration, Instant};
+
+use xfer_facade::{Completion, Error};
+
+use crate::domain::{self, DomainCore};
+use crate::entry::{self, enosys, guard, put, scode, Core, Obj, PANIC};
+use crate::ep::EpCore;
+use crate::fi;
+
+/// Longest sleep of one `fi_cq_sread` wait, so xfer's timers (connection
+/// timeouts) are looked at even when no descriptor fires.
+const MAX_SLEEP: Duration = Duration::from_millis(20);
+
+/// One completion as libfabric reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Entry {
+    pub(crate) context: u64,
+    pub(crate) flags: u64,
+    pub(crate) len: usize,
+    pub(crate) data: u64,
+    pub(crate) tag: u64,
+    pub(crate) src: u64,
+    /// `(err, olen)` for an error entry: the positive `FI_E*` number and,
+    /// for a truncation, the bytes that did not fit.
+    pub(crate) error: Option<(i32, usize)>,
+}
+
+impl Entry {
+    /// The libfabric form of an xfer completion. A truncated receive
+    /// reports the bytes delivered in `len` and the bytes discarded in
+    /// `olen`, as fi_cq(3) defines them.
+    pub(crate) fn from_xfer(c: &Completion) -> Entry {
+        let error = match &c.result {
+            Ok(()) => None,
+            Err(Error::Truncated { len, olen }) => Some((fi::FI_ETRUNC as i32, olen.saturating_sub(*len))),
+            Err(e) => Some((-e.code(), 0)),
+        };
+        Entry {
+            context: c.context,
+            flags: c.flags.0,
+            len: c.len,
+            data: c.data,
+            tag: c.tag,
+            src: c.src.0,
+            error,
+        }
+    }
+}
+
+/// What a blocking read sleeps on: every bound endpoint's xfer CQ
+/// descriptor plus an eventfd other CQs poke when they route entries here.
+struct Wait {
+    epoll: xfer_core::sys::Epoll,
+    event: OwnedFd,
+}
+
+impl Wait {
+    fn new() -> Result<Wait, Error> {
+        let epoll = xfer_core::sys::Epoll::new()?;
+        // SAFETY: plain syscall; the result is checked before use.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(Error::last_os_error());
+        }
+        // SAFETY: a new descriptor that nothing else owns.
+        let event = unsafe { OwnedFd::from_raw_fd(fd) };
+        epoll.add(event.as_raw_fd(), xfer_core::sys::READABLE, 0)?;
+        Ok(Wait { epoll, event })
+    }
+
+    fn poke(&self) {
+        let one = 1u64.to_ne_bytes();
+        // SAFETY: writes 8 bytes from a live buffer to our eventfd.
+        let _ = unsafe { libc::write(self.event.as_raw_fd(), one.as_ptr().cast(), 8) };
+    }
+
+    fn reset(&self) {
+        let mut buf = [0u8; 8];
+        // SAFETY: reads at most 8 bytes into a live buffer (non-blocking).
+        let _ = unsafe { libc::read(self.event.as_raw_fd(), buf.as_mut_ptr().cast(), 8) };
+    }
+}
+
+/// A completion queue's state, shared with the endpoints bound to it.
+pub(crate) struct CqCore {
+    pub(crate) domain: Arc<DomainCore>,
+    api_version: u32,
+    format: u32,
+    wait: Option<Wait>,
+    queue: Mutex<VecDeque<Entry>>,
+    eps: Mutex<Vec<Weak<EpCore>>>,
+}
+
+/// A completion queue object.
+pub(crate) struct CqObj(pub(crate) Arc<CqCore>);
+
+impl Core for CqObj {
+    type Fid = fi::fid_cq;
+    const CLASS: u32 = fi::FI_CLASS_CQ;
+    const MAGIC: u64 = 0x7866_6572_6371_5f5f; // "xfercq__"
+}
+
+static OPS: fi::fi_ops = fi::fi_ops {
+    size: std::mem::size_of::<fi::fi_ops>(),
+    close: Some(close),
+    bind: Some(entry::no_bind),
+    control: Some(control),
+    ops_open: Some(entry::no_ops_open),
+    tostr: Some(entry::no_tostr),
+    ops_set: Some(entry::no_ops_set),
+};
+
+static CQ_OPS: fi::fi_ops_cq = fi::fi_ops_cq {
+    size: std::mem::size_of::<fi::fi_ops_cq>(),
+    read: Some(read),
+    readfrom: Some(readfrom),
+    readerr: Some(readerr),
+    sread: Some(sread),
+    sreadfrom: Some(sreadfrom),
+    signal: Some(no_signal),
+    strerror: Some(strerror),
+};
+
+enosys! {
+    no_signal(*mut fi::fid_cq) -> c_int;
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Bytes of one entry in `format` (each format extends the previous one).
+fn entry_size(format: u32) -> usize {
+    match format {
+        fi::FI_CQ_FORMAT_MSG => std::mem::size_of::<fi::fi_cq_msg_entry>(),
+        fi::FI_CQ_FORMAT_DATA => std::mem::size_of::<fi::fi_cq_data_entry>(),
+        fi::FI_CQ_FORMAT_TAGGED => std::mem::size_of::<fi::fi_cq_tagged_entry>(),
+        _ => std::mem::size_of::<fi::fi_cq_entry>(),
+    }
+}
+
+impl CqCore {
+    /// Adds an endpoint being enabled; its completions are polled from here.
+    pub(crate) fn attach(&self, ep: &Arc<EpCore>, fd: std::os::fd::RawFd) -> Result<(), Error> {
+        let mut eps = lock(&self.eps);
+        eps.retain(|e| e.strong_count() > 0);
+        if eps.iter().any(|e| std::ptr::eq(e.as_ptr(), Arc::as_ptr(ep))) {
+            return Ok(()); // bound for both transmit and receive
+        }
+        if let Some(w) = &self.wait {
+            w.epoll.add(fd, xfer_core::sys::READABLE, 1)?;
+        }
+        eps.push(Arc::downgrade(ep));
+        Ok(())
+    }
+
+    /// Whether this CQ wants a blocking wait's descriptor (not `FI_WAIT_NONE`).
+    pub(crate) fn waits(&self) -> bool {
+        self.wait.is_some()
+    }
+
+    /// Queues an entry routed here; `poke` wakes a waiter of this CQ.
+    pub(crate) fn push(&self, e: Entry, poke: bool) {
+        lock(&self.queue).push_back(e);
+        if let (true, Some(w)) = (poke, &self.wait) {
+            w.poke();
+        }
+    }
+
+    fn progress(&self) {
+        let eps = lock(&self.eps);
+        for ep in eps.iter().filter_map(Weak::upgrade) {
+            ep.progress(self);
+        }
+    }
+
+    /// Up to `count` successful entries into `buf` (and their sources into
+    /// `src`); `-FI_EAVAIL` when an error is next, `-FI_EAGAIN` when empty.
+    fn read(&self, buf: *mut c_void, count: usize, src: *mut fi::fi_addr_t) -> isize {
+        if buf.is_null() && count > 0 {
+            return scode(-(libc::EINVAL));
+        }
+        self.progress();
+        let size = entry_size(self.format);
+        let mut q = lock(&self.queue);
+        let mut n = 0;
+        while n < count {
+            let Some(e) = q.front().copied() else { break };
+            if e.error.is_some() {
+                break;
+            }
+            q.pop_front();
+            let full = fi::fi_cq_tagged_entry {
+                op_context: e.context as usize as *mut c_void,
+                flags: e.flags,
+                len: e.len,
+                buf: std::ptr::null_mut(),
+                data: e.data,
+                tag: e.tag,
+            };
+            // SAFETY: the caller's buffer holds `count` entries of the CQ's
+            // format, a prefix of fi_cq_tagged_entry; `src` is null or holds
+            // `count` addresses.
+            unsafe {
+                let dst = buf.cast::<u8>().add(n * size);
+                std::ptr::copy_nonoverlapping((&full as *const fi::fi_cq_tagged_entry).cast::<u8>(), dst, size);
+                if !src.is_null() {
+                    src.add(n).write(e.src);
+                }
+            }
+            n += 1;
+        }
+        if n > 0 {
+            return n as isize;
+        }
+        match q.front() {
+            Some(_) => scode(fi::err(fi::FI_EAVAIL)),
+            None => {
+                if let Some(w) = &self.wait {
+                    w.reset();
+                }
+                scode(-(libc::EAGAIN))
+            }
+        }
+    }
+
+    /// Takes the error entry at the head into `out`.
+    fn readerr(&self, out: *mut fi::fi_cq_err_entry) -> isize {
+        if out.is_null() {
+            return scode(-(libc::EINVAL));
+        }
+        let mut q = lock(&self.queue);
+        let Some(
+            e @ Entry {
+                error: Some((err, olen)),
+                ..
+            },
+        ) = q.front().copied()
+        else {
+            return scode(-(libc::EAGAIN));
+        };
+        q.pop_front();
+        // SAFETY: the caller's entry; before API 1.5 it ends after
+        // `err_data` (no `err_data_size`), so fields are written one by one.
+        unsafe {
+            use std::ptr::addr_of_mut;
+            addr_of_mut!((*out).op_context).write(e.context as usize as *mut c_void);
+            addr_of_mut!((*out).flags).write(e.flags);
+            addr_of_mut!((*out).len).write(e.len);
+            addr_of_mut!((*out).buf).write(std::ptr::null_mut());
+            addr_of_mut!((*out).data).write(e.data);
+            addr_of_mut!((*out).tag).write(e.tag);
+            addr_of_mut!((*out).olen).write(olen);
+            addr_of_mut!((*out).err).write(err);
+            addr_of_mut!((*out).prov_errno).write(err);
+            if self.api_version >= fi::version(1, 5) {
+                // No provider detail beyond prov_errno: no err_data.
+                addr_of_mut!((*out).err_data_size).write(0);
+            } else {
+                addr_of_mut!((*out).err_data).write(std::ptr::null_mut());
+            }
+        }
+        1
+    }
+
+    /// Makes every bound endpoint ready for a blocking wait: false when an
+    /// entry is already there (read instead).
+    fn ready_to_block(&self) -> bool {
+        if !lock(&self.queue).is_empty() {
+            return false;
+        }
+        let eps = lock(&self.eps);
+        eps.iter().filter_map(Weak::upgrade).all(|ep| ep.ready_to_block())
+    }
+
+    fn sread(&self, buf: *mut c_void, count: usize, src: *mut fi::fi_addr_t, timeout: c_int) -> isize {
+        let deadline = (timeout >= 0).then(|| Instant::now() + Duration::from_millis(timeout as u64));
+        loop {
+            let r = self.read(buf, count, src);
+            if r != scode(-(libc::EAGAIN)) {
+                return r;
+            }
+            let left = match deadline {
+                Some(d) => d.saturating_duration_since(Instant::now()),
+                None => MAX_SLEEP,
+            };
+            if left.is_zero() {
+                return scode(-(libc::EAGAIN));
+            }
+            let Some(w) = &self.wait else {
+                std::thread::yield_now(); // FI_WAIT_NONE: nothing to sleep on
+                continue;
+            };
+            if !self.ready_to_block() {
+                continue;
+            }
+            let ms = left.min(MAX_SLEEP).as_millis().max(1) as i32;
+            if let Err(e) = w.epoll.wait(&mut [xfer_core::sys::EMPTY_EVENT; 4], ms) {
+                return scode(entry::code(&e));
+            }
+        }
+    }
+}
+
+/// `fi_cq_open`: formats context, msg, data and tagged (unspec: context);
+/// wait objects none, unspec and fd (`FI_GETWAIT` gives an epoll fd).
+pub(crate) unsafe extern "C" fn open(
+    domain: *mut fi::fid_domain,
+    attr: *mut fi::fi_cq_attr,
+    cq: *mut *mut fi::fid_cq,
+    context: *mut c_void,
+) -> c_int {
+    guard(PANIC, || {
+        // SAFETY: libfabric passes our domain.
+        let Some(domain) = (unsafe { domain::get(domain) }) else {
+            return -(libc::EINVAL);
+        };
+        // SAFETY: the application's attributes (required by fi_cq_open).
+        let Some(attr) = (unsafe { attr.as_ref() }) else {
+            return -(libc::EINVAL);
+        };
+        let format = match attr.format {
+            fi::FI_CQ_FORMAT_UNSPEC => fi::FI_CQ_FORMAT_CONTEXT,
+            f @ (fi::FI_CQ_FORMAT_CONTEXT | fi::FI_CQ_FORMAT_MSG | fi::FI_CQ_FORMAT_DATA | fi::FI_CQ_FORMAT_TAGGED) => {
+                f
+            }
+            _ => return -(libc::ENOSYS),
+        };
+        let wait = match attr.wait_obj {
+            fi::FI_WAIT_NONE => None,
+            fi::FI_WAIT_UNSPEC | fi::FI_WAIT_FD => match Wait::new() {
+                Ok(w) => Some(w),
+                Err(e) => return entry::code(&e),
+            },
+            _ => return -(libc::ENOSYS),
+        };
+        let core = CqCore {
+            api_version: domain.api_version,
+            domain,
+            format,
+            wait,
+            queue: Mutex::new(VecDeque::with_capacity(attr.size.clamp(16, 1 << 16))),
+            eps: Mutex::new(Vec::new()),
+        };
+        let fid = fi::fid_cq {
+            fid: entry::fid(fi::FI_CLASS_CQ, context, &OPS),
+            ops: entry::ops(&CQ_OPS),
+        };
+        let obj = Obj::into_raw(fid, CqObj(Arc::new(core)));
+        // SAFETY: the application's out pointer.
+        if !unsafe { put(cq, obj) } {
+            // SAFETY: just made, never shared.
+            drop(unsafe { Obj::<CqObj>::take(obj.cast()) });
+            return -(libc::EINVAL);
+        }
+        0
+    })
+}
+
+/// The completion queue behind `fid`.
+///
+/// # Safety
+/// `fid` is null or a live fid.
+pub(crate) unsafe fn get(fid: *const fi::fid) -> Option<Arc<CqCore>> {
+    // SAFETY: forwarded.
+    unsafe { Obj::<CqObj>::get(fid) }.map(|o| o.core.0.clone())
+}
+
+fn with_cq(cq: *mut fi::fid_cq, f: impl FnOnce(&CqCore) -> isize) -> isize {
+    guard(scode(PANIC), || {
+        // SAFETY: libfabric passes the application's fid_cq.
+        match unsafe { get(cq.cast()) } {
+            Some(cq) => f(&cq),
+            None => scode(-(libc::EINVAL)),
+        }
+    })
+}
+
+unsafe extern "C" fn read(cq: *mut fi::fid_cq, buf: *mut c_void, count: usize) -> isize {
+    with_cq(cq, |cq| cq.read(buf, count, std::ptr::null_mut()))
+}
+
+unsafe extern "C" fn readfrom(cq: *mut fi::fid_cq, buf: *mut c_void, count: usize, src: *mut fi::fi_addr_t) -> isize {
+    with_cq(cq, |cq| cq.read(buf, count, src))
+}
+
+unsafe extern "C" fn readerr(cq: *mut fi::fid_cq, buf: *mut fi::fi_cq_err_entry, _flags: u64) -> isize {
+    with_cq(cq, |cq| cq.readerr(buf))
+}
+
+unsafe extern "C" fn sread(
+    cq: *mut fi::fid_cq,
+    buf: *mut c_void,
+    count: usize,
+    _cond: *const c_void,
+    timeout: c_int,
+) -> isize {
+    with_cq(cq, |cq| cq.sread(buf, count, std::ptr::null_mut(), timeout))
+}
+
+unsafe extern "C" fn sreadfrom(
+    cq: *mut fi::fid_cq,
+    buf: *mut c_void,
+    count: usize,
+    src: *mut fi::fi_addr_t,
+    _cond: *const c_void,
+    timeout: c_int,
+) -> isize {
+    with_cq(cq, |cq| cq.sread(buf, count, src, timeout))
+}
+
+/// libfabric's text for `-err` (copied into `buf` when one is given).
+pub(crate) fn error_text(err: c_int, buf: *mut c_char, len: usize) -> *const c_char {
+    // SAFETY: fi_strerror returns a static string for any number.
+    let text = unsafe { fi::fi_strerror(err) };
+    if buf.is_null() || len == 0 || text.is_null() {
+        return text;
+    }
+    // SAFETY: a NUL-terminated static string.
+    let bytes = unsafe { std::ffi::CStr::from_ptr(text) }.to_bytes();
+    let n = bytes.len().min(len - 1);
+    // SAFETY: `buf` holds `len` > n bytes.
+    unsafe {
+        std::ptr::copy_nonoverlapping(bytes.as_ptr(), buf.cast::<u8>(), n);
+        *buf.add(n) = 0;
+    }
+    buf
+}
+
+unsafe extern "C" fn strerror(
+    _cq: *mut fi::fid_cq,
+    prov_errno: c_int,
+    _err_data: *const c_void,
+    buf: *mut c_char,
+    len: usize,
+) -> *const c_char {
+    guard(std::ptr::null(), || error_text(prov_errno, buf, len))
+}
+
+unsafe extern "C" fn control(fid: *mut fi::fid, command: c_int, arg: *mut c_void) -> c_int {
+    guard(PANIC, || {
+        // SAFETY: libfabric passes the application's fid.
+        let Some(cq) = (unsafe { get(fid) }) else {
+            return -(libc::EINVAL);
+        };
+        let Some(w) = &cq.wait else {
+            return -(libc::ENODATA);
+        };
+        match command as u32 {
+            // SAFETY: FI_GETWAIT's argument is an int for a wait fd.
+            fi::FI_GETWAIT if unsafe { put(arg.cast::<c_int>(), w.epoll.as_raw_fd()) } => 0,
+            // SAFETY: FI_GETWAITOBJ's argument is an enum fi_wait_obj.
+            fi::FI_GETWAITOBJ if unsafe { put(arg.cast::<fi::fi_wait_obj>(), fi::FI_WAIT_FD) } => 0,
+            fi::FI_GETWAIT | fi::FI_GETWAITOBJ => -(libc::EINVAL),
+            _ => -(libc::ENOSYS),
+        }
+    })
+}
+
+/// `fi_trywait` on the fabric: 0 when every CQ in `fids` may be blocked on,
+/// `-FI_EAGAIN` when one has entries to read first.
+pub(crate) unsafe extern "C" fn trywait(_fabric: *mut fi::fid_fabric, fids: *mut *mut fi::fid, count: c_int) -> c_int {
+    guard(PANIC, || {
+        if fids.is_null() || count < 0 {
+            return -(libc::EINVAL);
+        }
+        for i in 0..count as usize {
+            // SAFETY: the caller's array holds `count` fids.
+            let fid = unsafe { *fids.add(i) };
+            // SAFETY: a live fid of the application's.
+            let Some(cq) = (unsafe { get(fid) }) else {
+                return -(libc::EINVAL);
+            };
+            cq.progress();
+            if !cq.ready_to_block() {
+                return -(libc::EAGAIN);
+            }
+        }
+        0
+    })
+}
+
+unsafe extern "C" fn close(fid: *mut fi::fid) -> c_int {
+    guard(PANIC, || {
+        // SAFETY: libfabric passes the fid being closed.
+        let Some(obj) = (unsafe { Obj::<CqObj>::get(fid) }) else {
+            return -(libc::EBADF);
+        };
+        if Arc::strong_count(&obj.core.0) > 1 {
+            return -(libc::EBUSY);
+        }
+        // SAFETY: checked above; no longer in use.
+        drop(unsafe { Obj::<CqObj>::take(fid) });
+        0
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use xfer_facade::{Flags, PeerAddr};
+
+    #[test]
+    fn truncation_reports_the_discarded_bytes_as_olen() {
+        let c = Completion {
+            context: 7,
+            flags: Flags::RECV | Flags::TAGGED,
+            len: 4,
+            src: PeerAddr(3),
+            result: Err(Error::Truncated { len: 4, olen: 10 }),
+            ..Completion::EMPTY
+        };
+        let e = Entry::from_xfer(&c);
+        assert_eq!(e.error, Some((fi::FI_ETRUNC as i32, 6)));
+        assert_eq!((e.len, e.src, e.context), (4, 3, 7));
+        let c = Completion {
+            result: Err(Error::Canceled),
+            ..Completion::EMPTY
+        };
+        assert_eq!(Entry::from_xfer(&c).error, Some((libc::ECANCELED, 0)));
+    }
+
+    #[test]
+    fn entry_formats_are_prefixes() {
+        assert_eq!(entry_size(fi::FI_CQ_FORMAT_CONTEXT), 8);
+        assert_eq!(entry_size(fi::FI_CQ_FORMAT_MSG), 24);
+        assert_eq!(entry_size(fi::FI_CQ_FORMAT_DATA), 40);
+        assert_eq!(entry_size(fi::FI_CQ_FORMAT_TAGGED), 48);
+    }
+}

@@ -1,0 +1,148 @@
+//! The domain (`fi_domain`): one xfer [`Domain`] on the xfer provider the
+//! fi_info names (`domain_attr->name`: `tcp` or `verbs`).
+
+use std::ffi::{c_int, c_void, CStr};
+use std::sync::Arc;
+
+use xfer_facade::{Domain, DomainAttr};
+
+use crate::entry::{self, enosys, guard, put, Core, Obj, PANIC};
+use crate::fabric::{self, Fabric};
+use crate::fi;
+
+/// A domain's state, shared with its AVs, CQs and endpoints.
+pub(crate) struct DomainCore {
+    _fabric: Arc<Fabric>,
+    /// The xfer domain every child maps onto.
+    pub(crate) xfer: Domain,
+    /// The libfabric API version the application asked for (`fi_fabric`).
+    pub(crate) api_version: u32,
+}
+
+/// A domain object.
+pub(crate) struct DomainObj(pub(crate) Arc<DomainCore>);
+
+impl Core for DomainObj {
+    type Fid = fi::fid_domain;
+    const CLASS: u32 = fi::FI_CLASS_DOMAIN;
+    const MAGIC: u64 = 0x7866_6572_646f_6d5f; // "xferdom_"
+}
+
+static OPS: fi::fi_ops = fi::fi_ops {
+    size: std::mem::size_of::<fi::fi_ops>(),
+    close: Some(close),
+    bind: Some(entry::no_bind),
+    control: Some(entry::no_control),
+    ops_open: Some(entry::no_ops_open),
+    tostr: Some(entry::no_tostr),
+    ops_set: Some(entry::no_ops_set),
+};
+
+static DOMAIN_OPS: fi::fi_ops_domain = fi::fi_ops_domain {
+    size: std::mem::size_of::<fi::fi_ops_domain>(),
+    av_open: Some(crate::av::open),
+    cq_open: Some(crate::cq::open),
+    endpoint: Some(crate::ep::open),
+    scalable_ep: Some(no_scalable_ep),
+    cntr_open: Some(no_cntr_open),
+    poll_open: Some(no_poll_open),
+    stx_ctx: Some(no_stx_ctx),
+    srx_ctx: Some(no_srx_ctx),
+    query_atomic: Some(no_query_atomic),
+    query_collective: Some(no_query_collective),
+    endpoint2: Some(no_endpoint2),
+};
+
+static MR_OPS: fi::fi_ops_mr = fi::fi_ops_mr {
+    size: std::mem::size_of::<fi::fi_ops_mr>(),
+    reg: Some(no_reg),
+    regv: Some(no_regv),
+    regattr: Some(no_regattr),
+};
+
+enosys! {
+    no_scalable_ep(*mut fi::fid_domain, *mut fi::fi_info, *mut *mut fi::fid_ep, *mut c_void) -> c_int;
+    no_cntr_open(*mut fi::fid_domain, *mut fi::fi_cntr_attr, *mut *mut fi::fid_cntr, *mut c_void) -> c_int;
+    no_poll_open(*mut fi::fid_domain, *mut fi::fi_poll_attr, *mut *mut fi::fid_poll) -> c_int;
+    no_stx_ctx(*mut fi::fid_domain, *mut fi::fi_tx_attr, *mut *mut fi::fid_stx, *mut c_void) -> c_int;
+    no_srx_ctx(*mut fi::fid_domain, *mut fi::fi_rx_attr, *mut *mut fi::fid_ep, *mut c_void) -> c_int;
+    no_query_atomic(*mut fi::fid_domain, fi::fi_datatype, fi::fi_op, *mut fi::fi_atomic_attr, u64) -> c_int;
+    no_query_collective(*mut fi::fid_domain, fi::fi_collective_op, *mut fi::fi_collective_attr, u64) -> c_int;
+    no_endpoint2(*mut fi::fid_domain, *mut fi::fi_info, *mut *mut fi::fid_ep, u64, *mut c_void) -> c_int;
+    no_reg(*mut fi::fid, *const c_void, usize, u64, u64, u64, u64, *mut *mut fi::fid_mr, *mut c_void) -> c_int;
+    no_regv(*mut fi::fid, *const fi::iovec, usize, u64, u64, u64, u64, *mut *mut fi::fid_mr, *mut c_void) -> c_int;
+    no_regattr(*mut fi::fid, *const fi::fi_mr_attr, u64, *mut *mut fi::fid_mr) -> c_int;
+}
+
+/// `fi_domain`: opens the xfer provider named by `info->domain_attr->name`.
+pub(crate) unsafe extern "C" fn open(
+    fabric: *mut fi::fid_fabric,
+    info: *mut fi::fi_info,
+    domain: *mut *mut fi::fid_domain,
+    context: *mut c_void,
+) -> c_int {
+    guard(PANIC, || {
+        // SAFETY: libfabric passes our fabric.
+        let Some((fabric, api_version)) = (unsafe { fabric::get(fabric) }) else {
+            return -(libc::EINVAL);
+        };
+        // SAFETY: the application's fi_info, valid with its attributes.
+        let Some(attr) = (unsafe { info.as_ref().and_then(|i| i.domain_attr.as_ref()) }) else {
+            return -(libc::EINVAL);
+        };
+        let provider = match attr.name.is_null() {
+            true => None,
+            // SAFETY: a C string from our fi_getinfo or the application.
+            false => Some(unsafe { CStr::from_ptr(attr.name) }.to_string_lossy().into_owned()),
+        };
+        let xfer = match xfer_facade::open(&DomainAttr { provider }) {
+            Ok(d) => d,
+            Err(e) => {
+                tracing::warn!(error = %e, "fi_domain: opening the xfer domain");
+                return entry::code(&e);
+            }
+        };
+        let core = DomainCore {
+            _fabric: fabric,
+            xfer,
+            api_version,
+        };
+        let fid = fi::fid_domain {
+            fid: entry::fid(fi::FI_CLASS_DOMAIN, context, &OPS),
+            ops: entry::ops(&DOMAIN_OPS),
+            mr: entry::ops(&MR_OPS),
+        };
+        let obj = Obj::into_raw(fid, DomainObj(Arc::new(core)));
+        // SAFETY: the application's out pointer.
+        if !unsafe { put(domain, obj) } {
+            // SAFETY: just made, never shared.
+            drop(unsafe { Obj::<DomainObj>::take(obj.cast()) });
+            return -(libc::EINVAL);
+        }
+        0
+    })
+}
+
+/// The domain behind `fid`.
+///
+/// # Safety
+/// `fid` is null or a live fid.
+pub(crate) unsafe fn get(fid: *mut fi::fid_domain) -> Option<Arc<DomainCore>> {
+    // SAFETY: forwarded.
+    unsafe { Obj::<DomainObj>::get(fid.cast()) }.map(|o| o.core.0.clone())
+}
+
+unsafe extern "C" fn close(fid: *mut fi::fid) -> c_int {
+    guard(PANIC, || {
+        // SAFETY: libfabric passes the fid being closed.
+        let Some(obj) = (unsafe { Obj::<DomainObj>::get(fid) }) else {
+            return -(libc::EBADF);
+        };
+        if Arc::strong_count(&obj.core.0) > 1 {
+            return -(libc::EBUSY);
+        }
+        // SAFETY: checked above; no longer in use.
+        drop(unsafe { Obj::<DomainObj>::take(fid) });
+        0
+    })
+}

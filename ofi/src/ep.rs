@@ -1,0 +1,548 @@
+//! The endpoint (`fi_endpoint`, `FI_EP_RDM`): bound to an AV and one or two
+//! CQs, then `fi_enable` opens the xfer [`Endpoint`] (with its own xfer
+//! completion queue) that every data call maps onto.
+
+use std::ffi::{c_int, c_void};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use xfer_facade::{
+    Buffer, Completion, CompletionQueue, CqAttr, Endpoint, EndpointAttr, PeerAddr, RecvOp, RecvSpec, SendOp,
+};
+
+use crate::av::{self, AvCore};
+use crate::cq::{self, CqCore, Entry};
+use crate::domain::{self, DomainCore};
+use crate::entry::{self, enosys, guard, scode, Core, Obj, PANIC};
+use crate::fi;
+use crate::info::{CAPS, MAX_MSG_SIZE};
+use crate::name;
+
+/// What was bound before `fi_enable`.
+#[derive(Default)]
+struct Bound {
+    av: Option<Arc<AvCore>>,
+    tx: Option<Arc<CqCore>>,
+    rx: Option<Arc<CqCore>>,
+    tx_selective: bool,
+    rx_selective: bool,
+}
+
+/// An enabled endpoint: the xfer objects and where its completions go.
+pub(crate) struct Enabled {
+    pub(crate) ep: Endpoint,
+    pub(crate) cq: CompletionQueue,
+    tx: Option<Arc<CqCore>>,
+    rx: Option<Arc<CqCore>>,
+    tx_selective: bool,
+    rx_selective: bool,
+    inject_size: usize,
+    _av: Arc<AvCore>,
+}
+
+/// An endpoint's state.
+pub(crate) struct EpCore {
+    domain: Arc<DomainCore>,
+    caps: u64,
+    tx_op_flags: u64,
+    rx_op_flags: u64,
+    bound: Mutex<Bound>,
+    enabled: OnceLock<Enabled>,
+}
+
+/// An endpoint object.
+pub(crate) struct EpObj(pub(crate) Arc<EpCore>);
+
+impl Core for EpObj {
+    type Fid = fi::fid_ep;
+    const CLASS: u32 = fi::FI_CLASS_EP;
+    const MAGIC: u64 = 0x7866_6572_6570_5f5f; // "xferep__"
+}
+
+static OPS: fi::fi_ops = fi::fi_ops {
+    size: std::mem::size_of::<fi::fi_ops>(),
+    close: Some(close),
+    bind: Some(bind),
+    control: Some(control),
+    ops_open: Some(entry::no_ops_open),
+    tostr: Some(entry::no_tostr),
+    ops_set: Some(entry::no_ops_set),
+};
+
+static EP_OPS: fi::fi_ops_ep = fi::fi_ops_ep {
+    size: std::mem::size_of::<fi::fi_ops_ep>(),
+    cancel: Some(cancel),
+    getopt: Some(getopt),
+    setopt: Some(setopt),
+    tx_ctx: Some(no_tx_ctx),
+    rx_ctx: Some(no_rx_ctx),
+    rx_size_left: Some(no_size_left),
+    tx_size_left: Some(no_size_left),
+};
+
+static CM_OPS: fi::fi_ops_cm = fi::fi_ops_cm {
+    size: std::mem::size_of::<fi::fi_ops_cm>(),
+    setname: Some(no_setname),
+    getname: Some(getname),
+    getpeer: Some(no_getpeer),
+    connect: Some(no_connect),
+    listen: Some(no_listen),
+    accept: Some(no_accept),
+    reject: Some(no_reject),
+    shutdown: Some(no_shutdown),
+    join: Some(no_join),
+};
+
+enosys! {
+    no_tx_ctx(*mut fi::fid_ep, c_int, *mut fi::fi_tx_attr, *mut *mut fi::fid_ep, *mut c_void) -> c_int;
+    no_rx_ctx(*mut fi::fid_ep, c_int, *mut fi::fi_rx_attr, *mut *mut fi::fid_ep, *mut c_void) -> c_int;
+    no_size_left(*mut fi::fid_ep) -> isize;
+    no_setname(fi::fid_t, *mut c_void, usize) -> c_int;
+    no_getpeer(*mut fi::fid_ep, *mut c_void, *mut usize) -> c_int;
+    no_connect(*mut fi::fid_ep, *const c_void, *const c_void, usize) -> c_int;
+    no_listen(*mut fi::fid_pep) -> c_int;
+    no_accept(*mut fi::fid_ep, *const c_void, usize) -> c_int;
+    no_reject(*mut fi::fid_pep, fi::fid_t, *const c_void, usize) -> c_int;
+    no_shutdown(*mut fi::fid_ep, u64) -> c_int;
+    no_join(*mut fi::fid_ep, *const c_void, u64, *mut *mut fi::fid_mc, *mut c_void) -> c_int;
+}
+
+/// A send as the libfabric calls describe it.
+pub(crate) struct Send {
+    pub(crate) peer: u64,
+    pub(crate) tag: Option<u64>,
+    pub(crate) data: Option<u64>,
+    pub(crate) buf: *const c_void,
+    pub(crate) len: usize,
+    pub(crate) context: *mut c_void,
+    /// `*msg` flags, or the endpoint's default transmit flags.
+    pub(crate) flags: Option<u64>,
+}
+
+/// A receive as the libfabric calls describe it.
+pub(crate) struct Recv {
+    pub(crate) src: u64,
+    /// `Some((tag, ignore))` for a tagged receive.
+    pub(crate) tag: Option<(u64, u64)>,
+    pub(crate) buf: *mut c_void,
+    pub(crate) len: usize,
+    pub(crate) context: *mut c_void,
+    /// `*msg` flags, or the endpoint's default receive flags.
+    pub(crate) flags: Option<u64>,
+}
+
+impl EpCore {
+    /// Polls the endpoint's xfer completions and routes each to its
+    /// transmit or receive CQ (`from` is the CQ being read: others are poked).
+    pub(crate) fn progress(&self, from: &CqCore) {
+        let Some(en) = self.enabled.get() else { return };
+        let mut buf: [Completion; 16] = std::array::from_fn(|_| Completion::EMPTY);
+        loop {
+            let n = match en.cq.poll(&mut buf) {
+                Ok(n) => n,
+                Err(e) => {
+                    tracing::error!(error = %e, "polling the xfer completion queue");
+                    return;
+                }
+            };
+            for c in &buf[..n] {
+                let to = if c.flags.contains(xfer_facade::Flags::RECV) {
+                    &en.rx
+                } else {
+                    &en.tx
+                };
+                match to {
+                    Some(cq) => cq.push(Entry::from_xfer(c), !std::ptr::eq(Arc::as_ptr(cq), from)),
+                    None => tracing::warn!(flags = c.flags.0, "completion with no CQ bound for it; dropped"),
+                }
+            }
+            if n < buf.len() {
+                return;
+            }
+        }
+    }
+
+    /// Arms the xfer CQ for a blocking wait: false when completions are ready.
+    pub(crate) fn ready_to_block(&self) -> bool {
+        match self.enabled.get() {
+            Some(en) => en.cq.trywait().is_ok(),
+            None => true,
+        }
+    }
+
+    /// Posts a send (`fi_send`, `fi_tsend`, `*data`, `*msg`).
+    pub(crate) fn send(&self, s: Send) -> isize {
+        let Some(en) = self.enabled.get() else {
+            return scode(fi::err(fi::FI_EOPBADSTATE));
+        };
+        let cap = if s.tag.is_some() { fi::FI_TAGGED } else { fi::FI_MSG };
+        if self.caps & cap == 0 {
+            return scode(-(libc::EOPNOTSUPP));
+        }
+        if en.tx.is_none() {
+            return scode(fi::err(fi::FI_ENOCQ));
+        }
+        if s.len > MAX_MSG_SIZE {
+            return scode(-(libc::EMSGSIZE));
+        }
+        if s.buf.is_null() && s.len > 0 {
+            return scode(-(libc::EINVAL));
+        }
+        let flags = s.flags.unwrap_or(self.tx_op_flags);
+        let buf = if flags & fi::FI_INJECT != 0 {
+            if s.len > en.inject_size {
+                return scode(-(libc::EMSGSIZE));
+            }
+            // SAFETY: checked non-null for len > 0; the caller's buffer.
+            Buffer::from(unsafe { bytes(s.buf, s.len) }.to_vec())
+        } else {
+            // SAFETY: libfabric's contract: the buffer stays valid and
+            // untouched until the send's completion (or the endpoint closes).
+            unsafe { Buffer::raw(s.buf as *mut u8, s.len) }
+        };
+        let op = SendOp {
+            peer: PeerAddr(s.peer),
+            tag: s.tag,
+            data: s.data,
+            buf,
+            context: s.context as usize as u64,
+            completion: !en.tx_selective || flags & fi::FI_COMPLETION != 0,
+        };
+        match en.ep.post_send(op) {
+            Ok(()) => 0,
+            Err(r) => scode(entry::code(&r.error)),
+        }
+    }
+
+    /// Posts a receive (`fi_recv`, `fi_trecv`, `*msg`). Without
+    /// `FI_DIRECTED_RECV` the source address is ignored, as fi_msg(3) says.
+    pub(crate) fn recv(&self, r: Recv) -> isize {
+        let Some(en) = self.enabled.get() else {
+            return scode(fi::err(fi::FI_EOPBADSTATE));
+        };
+        let cap = if r.tag.is_some() { fi::FI_TAGGED } else { fi::FI_MSG };
+        if self.caps & cap == 0 {
+            return scode(-(libc::EOPNOTSUPP));
+        }
+        if en.rx.is_none() {
+            return scode(fi::err(fi::FI_ENOCQ));
+        }
+        if r.buf.is_null() && r.len > 0 {
+            return scode(-(libc::EINVAL));
+        }
+        // Every xfer receive completes: under FI_SELECTIVE_COMPLETION a
+        // receive that asks for no completion cannot be honoured.
+        if en.rx_selective && r.flags.unwrap_or(self.rx_op_flags) & fi::FI_COMPLETION == 0 {
+            return scode(fi::err(fi::FI_EBADFLAGS));
+        }
+        let src = match self.caps & fi::FI_DIRECTED_RECV {
+            0 => PeerAddr::UNSPEC,
+            _ => PeerAddr(r.src),
+        };
+        let (tag, ignore) = r.tag.unwrap_or((0, 0));
+        let op = RecvOp {
+            spec: RecvSpec { src, tag, ignore },
+            tagged: r.tag.is_some(),
+            // SAFETY: libfabric's contract: the buffer stays valid and
+            // untouched until the receive's completion.
+            buf: unsafe { Buffer::raw(r.buf.cast::<u8>(), r.len) },
+            context: r.context as usize as u64,
+        };
+        match en.ep.post_recv(op) {
+            Ok(()) => 0,
+            Err(r) => scode(entry::code(&r.error)),
+        }
+    }
+
+    /// `fi_inject`, `fi_tinject`, `fi_injectdata`, `fi_tinjectdata`: copied,
+    /// no completion.
+    pub(crate) fn inject(
+        &self,
+        peer: u64,
+        tag: Option<u64>,
+        data: Option<u64>,
+        buf: *const c_void,
+        len: usize,
+    ) -> isize {
+        let Some(en) = self.enabled.get() else {
+            return scode(fi::err(fi::FI_EOPBADSTATE));
+        };
+        let cap = if tag.is_some() { fi::FI_TAGGED } else { fi::FI_MSG };
+        if self.caps & cap == 0 {
+            return scode(-(libc::EOPNOTSUPP));
+        }
+        if len > en.inject_size {
+            return scode(-(libc::EMSGSIZE));
+        }
+        if buf.is_null() && len > 0 {
+            return scode(-(libc::EINVAL));
+        }
+        // SAFETY: checked non-null for len > 0; the caller's buffer.
+        let payload = unsafe { bytes(buf, len) };
+        let peer = PeerAddr(peer);
+        let r = match (tag, data) {
+            (None, None) => en.ep.inject(peer, payload),
+            (Some(t), None) => en.ep.tinject(peer, t, payload),
+            (None, Some(d)) => en.ep.inject_data(peer, payload, d),
+            (Some(t), Some(d)) => en.ep.tinject_data(peer, t, payload, d),
+        };
+        match r {
+            Ok(()) => 0,
+            Err(e) => scode(entry::code(&e)),
+        }
+    }
+}
+
+/// The bytes of a C buffer.
+///
+/// # Safety
+/// `buf` is valid for `len` bytes, or `len` is 0.
+unsafe fn bytes<'a>(buf: *const c_void, len: usize) -> &'a [u8] {
+    match len {
+        0 => &[],
+        // SAFETY: the caller's contract.
+        _ => unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), len) },
+    }
+}
+
+/// Runs `f` on the endpoint behind `ep` (`-FI_EINVAL` when it is not one).
+pub(crate) fn with_ep(ep: *mut fi::fid_ep, f: impl FnOnce(&EpCore) -> isize) -> isize {
+    guard(scode(PANIC), || {
+        // SAFETY: libfabric passes the application's fid_ep.
+        match unsafe { Obj::<EpObj>::get(ep.cast()) } {
+            Some(obj) => f(&obj.core.0),
+            None => scode(-(libc::EINVAL)),
+        }
+    })
+}
+
+/// `fi_endpoint`: `FI_EP_RDM` only, with the fi_info's capabilities (all of
+/// xfer's when it names none).
+pub(crate) unsafe extern "C" fn open(
+    domain: *mut fi::fid_domain,
+    info: *mut fi::fi_info,
+    ep: *mut *mut fi::fid_ep,
+    context: *mut c_void,
+) -> c_int {
+    guard(PANIC, || {
+        // SAFETY: libfabric passes our domain.
+        let Some(domain) = (unsafe { domain::get(domain) }) else {
+            return -(libc::EINVAL);
+        };
+        // SAFETY: the application's fi_info, attributes null or valid.
+        let Some(info) = (unsafe { info.as_ref() }) else {
+            return -(libc::EINVAL);
+        };
+        // SAFETY: as above.
+        if let Some(ep_attr) = unsafe { info.ep_attr.as_ref() } {
+            if ep_attr.type_ != fi::FI_EP_RDM && ep_attr.type_ != fi::FI_EP_UNSPEC {
+                return -(libc::EINVAL);
+            }
+        }
+        let caps = if info.caps == 0 { CAPS } else { info.caps };
+        if caps & !CAPS != 0 {
+            return -(libc::ENODATA);
+        }
+        // SAFETY: as above.
+        let tx_op_flags = unsafe { info.tx_attr.as_ref() }.map_or(0, |tx| tx.op_flags);
+        // SAFETY: as above.
+        let rx_op_flags = unsafe { info.rx_attr.as_ref() }.map_or(0, |rx| rx.op_flags);
+        let core = EpCore {
+            domain,
+            caps,
+            tx_op_flags,
+            rx_op_flags,
+            bound: Mutex::new(Bound::default()),
+            enabled: OnceLock::new(),
+        };
+        let fid = fi::fid_ep {
+            fid: entry::fid(fi::FI_CLASS_EP, context, &OPS),
+            ops: entry::ops(&EP_OPS),
+            cm: entry::ops(&CM_OPS),
+            msg: entry::ops(&crate::msg::OPS),
+            rma: entry::ops(&crate::unsupported::RMA_OPS),
+            tagged: entry::ops(&crate::tagged::OPS),
+            atomic: entry::ops(&crate::unsupported::ATOMIC_OPS),
+            collective: entry::ops(&crate::unsupported::COLLECTIVE_OPS),
+        };
+        let obj = Obj::into_raw(fid, EpObj(Arc::new(core)));
+        // SAFETY: the application's out pointer.
+        if !unsafe { entry::put(ep, obj) } {
+            // SAFETY: just made, never shared.
+            drop(unsafe { Obj::<EpObj>::take(obj.cast()) });
+            return -(libc::EINVAL);
+        }
+        0
+    })
+}
+
+/// `fi_ep_bind`: an AV, CQs with `FI_TRANSMIT` and/or `FI_RECV` (and
+/// `FI_SELECTIVE_COMPLETION`: on receives, only those that ask for a
+/// completion are accepted), an EQ (which will stay empty).
+/// Counters: `-FI_ENOSYS`.
+unsafe extern "C" fn bind(fid: *mut fi::fid, bfid: *mut fi::fid, flags: u64) -> c_int {
+    guard(PANIC, || {
+        // SAFETY: libfabric passes the application's fids.
+        let (Some(obj), false) = (unsafe { Obj::<EpObj>::get(fid) }, bfid.is_null()) else {
+            return -(libc::EINVAL);
+        };
+        let ep = &obj.core.0;
+        if ep.enabled.get().is_some() {
+            return fi::err(fi::FI_EOPBADSTATE);
+        }
+        let mut b = ep.bound.lock().unwrap_or_else(|p| p.into_inner());
+        // SAFETY: non-null, a live fid.
+        let class = unsafe { (*bfid).fclass } as u32;
+        match class {
+            fi::FI_CLASS_CQ => {
+                // SAFETY: a live fid.
+                let Some(cq) = (unsafe { cq::get(bfid) }) else {
+                    return -(libc::EINVAL);
+                };
+                if !Arc::ptr_eq(&cq.domain, &ep.domain) || flags & (fi::FI_TRANSMIT | fi::FI_RECV) == 0 {
+                    return -(libc::EINVAL);
+                }
+                if flags & fi::FI_TRANSMIT != 0 {
+                    b.tx = Some(cq.clone());
+                    b.tx_selective = flags & fi::FI_SELECTIVE_COMPLETION != 0;
+                }
+                if flags & fi::FI_RECV != 0 {
+                    b.rx = Some(cq);
+                    b.rx_selective = flags & fi::FI_SELECTIVE_COMPLETION != 0;
+                }
+                0
+            }
+            fi::FI_CLASS_AV => {
+                // SAFETY: a live fid.
+                let Some(av) = (unsafe { av::get(bfid) }) else {
+                    return -(libc::EINVAL);
+                };
+                if !Arc::ptr_eq(&av.domain, &ep.domain) {
+                    return -(libc::EINVAL);
+                }
+                b.av = Some(av);
+                0
+            }
+            fi::FI_CLASS_EQ => 0,
+            _ => -(libc::ENOSYS),
+        }
+    })
+}
+
+/// `fi_enable`: opens the xfer endpoint on the bound AV.
+fn enable(ep: &Arc<EpCore>) -> c_int {
+    let b = ep.bound.lock().unwrap_or_else(|p| p.into_inner());
+    if ep.enabled.get().is_some() {
+        return 0;
+    }
+    let Some(av) = b.av.clone() else {
+        return fi::err(fi::FI_ENOAV);
+    };
+    if b.tx.is_none() && b.rx.is_none() {
+        return fi::err(fi::FI_ENOCQ);
+    }
+    let xcq = match ep.domain.xfer.cq(&CqAttr::from_env()) {
+        Ok(cq) => cq,
+        Err(e) => return entry::code(&e),
+    };
+    let attr = EndpointAttr {
+        selective_completion: b.tx_selective,
+        ..EndpointAttr::from_env()
+    };
+    let xep = match ep.domain.xfer.endpoint(&xcq, &av.xfer, &attr) {
+        Ok(e) => e,
+        Err(e) => {
+            tracing::warn!(error = %e, "fi_enable: opening the xfer endpoint");
+            return entry::code(&e);
+        }
+    };
+    let waits = b.tx.iter().chain(b.rx.iter()).any(|cq| cq.waits());
+    let fd = if waits { xcq.fd() } else { -1 };
+    for cq in b.tx.iter().chain(b.rx.iter()) {
+        if let Err(e) = cq.attach(ep, fd) {
+            return entry::code(&e);
+        }
+    }
+    let en = Enabled {
+        ep: xep,
+        cq: xcq,
+        tx: b.tx.clone(),
+        rx: b.rx.clone(),
+        tx_selective: b.tx_selective,
+        rx_selective: b.rx_selective,
+        inject_size: attr.inject_size,
+        _av: av,
+    };
+    let _ = ep.enabled.set(en);
+    tracing::debug!(name = ?ep.enabled.get().map(|e| e.ep.name()), "endpoint enabled");
+    0
+}
+
+unsafe extern "C" fn control(fid: *mut fi::fid, command: c_int, _arg: *mut c_void) -> c_int {
+    guard(PANIC, || {
+        // SAFETY: libfabric passes the application's fid.
+        let Some(obj) = (unsafe { Obj::<EpObj>::get(fid) }) else {
+            return -(libc::EINVAL);
+        };
+        match command as u32 {
+            fi::FI_ENABLE => enable(&obj.core.0),
+            _ => -(libc::ENOSYS),
+        }
+    })
+}
+
+/// `fi_getname`: the enabled endpoint's name ([`name::NAME_LEN`] bytes).
+unsafe extern "C" fn getname(fid: fi::fid_t, addr: *mut c_void, addrlen: *mut usize) -> c_int {
+    guard(PANIC, || {
+        // SAFETY: libfabric passes the application's fid.
+        let Some(obj) = (unsafe { Obj::<EpObj>::get(fid) }) else {
+            return -(libc::EINVAL);
+        };
+        if addrlen.is_null() {
+            return -(libc::EINVAL);
+        }
+        let Some(en) = obj.core.0.enabled.get() else {
+            return fi::err(fi::FI_EOPBADSTATE);
+        };
+        // SAFETY: checked non-null; the caller's buffer of *addrlen bytes.
+        unsafe { av::copy_out(&name::encode(&en.ep.name()), addr, addrlen) }
+    })
+}
+
+/// `fi_cancel`: the posted receive with this context completes with
+/// `FI_ECANCELED` (read through `fi_cq_readerr`); `-FI_ENOENT` when none waits.
+unsafe extern "C" fn cancel(fid: fi::fid_t, context: *mut c_void) -> isize {
+    with_ep(fid.cast(), |ep| match ep.enabled.get() {
+        Some(en) => match en.ep.cancel(context as usize as u64) {
+            Ok(()) => 0,
+            Err(e) => scode(entry::code(&e)),
+        },
+        None => scode(fi::err(fi::FI_EOPBADSTATE)),
+    })
+}
+
+unsafe extern "C" fn getopt(
+    _fid: fi::fid_t,
+    _level: c_int,
+    _name: c_int,
+    _val: *mut c_void,
+    _len: *mut usize,
+) -> c_int {
+    -(libc::ENOPROTOOPT)
+}
+
+unsafe extern "C" fn setopt(_fid: fi::fid_t, _level: c_int, _name: c_int, _val: *const c_void, _len: usize) -> c_int {
+    -(libc::ENOPROTOOPT)
+}
+
+unsafe extern "C" fn close(fid: *mut fi::fid) -> c_int {
+    guard(PANIC, || {
+        // SAFETY: libfabric passes the fid being closed, no longer in use.
+        match unsafe { Obj::<EpObj>::take(fid) } {
+            Some(obj) => {
+                drop(obj);
+                0
+            }
+            None => -(libc::EBADF),
+        }
+    })
+}

@@ -1,0 +1,487 @@
+//! `fi_getinfo`: one `fi_info` per usable xfer provider (verbs when a device
+//! is usable, then tcp), each refused when the hints ask for something xfer
+//! cannot do.
+
+use std::ffi::{c_char, c_int, CStr};
+
+use xfer_facade::{CqAttr, EndpointAttr};
+
+use crate::entry::{guard, PANIC};
+use crate::fi;
+use crate::name;
+
+/// The fabric name every fi_info carries.
+pub const FABRIC_NAME: &str = "xfer";
+
+/// Primary capabilities: messages and tagged messages.
+pub const PRIMARY_CAPS: u64 = fi::FI_MSG | fi::FI_TAGGED;
+/// Secondary capabilities, always on.
+pub const SECONDARY_CAPS: u64 =
+    fi::FI_SEND | fi::FI_RECV | fi::FI_DIRECTED_RECV | fi::FI_SOURCE | fi::FI_LOCAL_COMM | fi::FI_REMOTE_COMM;
+/// Everything an endpoint can be asked for.
+pub const CAPS: u64 = PRIMARY_CAPS | SECONDARY_CAPS;
+/// Largest message (xfer's rendezvous carries 64-bit lengths; verbs devices
+/// cap a single RDMA READ at 2 GiB, so stay below).
+pub const MAX_MSG_SIZE: usize = 1 << 30;
+/// Immediate data bytes (`fi_senddata`).
+pub const CQ_DATA_SIZE: usize = 8;
+/// Transmit operation flags an application may ask for as defaults
+/// (`tx_attr->op_flags`). A send completes with `FI_INJECT_COMPLETE`
+/// semantics (docs/PROTOCOL.md: no acknowledgement comes back from the
+/// target), so `FI_TRANSMIT_COMPLETE` and `FI_DELIVERY_COMPLETE` are refused.
+pub const TX_OP_FLAGS: u64 =
+    fi::FI_INJECT | fi::FI_COMPLETION | fi::FI_INJECT_COMPLETE | fi::FI_REMOTE_CQ_DATA | fi::FI_MORE;
+/// Flags accepted on one `fi_sendmsg`/`fi_tsendmsg`: [`TX_OP_FLAGS`] and
+/// `FI_TRANSMIT_COMPLETE`, which fi_pingpong puts on its last message. xfer
+/// completes that send like any other (inject-complete: the weaker
+/// guarantee, documented in docs/OFI.md until xfer's wire carries an
+/// acknowledgement); `FI_DELIVERY_COMPLETE` is refused.
+pub const MSG_TX_FLAGS: u64 = TX_OP_FLAGS | fi::FI_TRANSMIT_COMPLETE;
+/// Receive operation flags xfer honours.
+pub const RX_OP_FLAGS: u64 = fi::FI_COMPLETION | fi::FI_MORE;
+/// Tag format offered when the application names none: 64 one-bit fields
+/// (libfabric's internal `FI_TAG_GENERIC`), i.e. all 64 tag bits with any
+/// ignore mask, which is what xfer's matcher supports.
+pub const TAG_GENERIC: u64 = 0xAAAA_AAAA_AAAA_AAAA;
+/// Message ordering: sends to one peer arrive in order (one TCP connection,
+/// one RC QP per peer).
+pub const MSG_ORDER: u64 = fi::FI_ORDER_SAS;
+
+/// What the application asked for, read once out of its `fi_info`.
+#[derive(Debug, Default, Clone)]
+pub struct Hints {
+    pub caps: u64,
+    pub addr_format: u32,
+    pub ep_type: u32,
+    pub protocol: u32,
+    pub max_msg_size: usize,
+    pub mem_tag_format: u64,
+    pub tx_ctx_cnt: usize,
+    pub rx_ctx_cnt: usize,
+    pub domain_name: Option<String>,
+    pub fabric_name: Option<String>,
+    pub av_type: u32,
+    pub cq_data_size: usize,
+    pub control_progress: u32,
+    pub data_progress: u32,
+    pub tx_caps: u64,
+    pub tx_op_flags: u64,
+    pub tx_msg_order: u64,
+    pub tx_comp_order: u64,
+    pub tx_inject_size: usize,
+    pub tx_iov_limit: usize,
+    pub rx_caps: u64,
+    pub rx_op_flags: u64,
+    pub rx_msg_order: u64,
+    pub rx_comp_order: u64,
+    pub rx_iov_limit: usize,
+    pub rx_total_buffered_recv: usize,
+    pub src_addr: bool,
+    pub dest_addr: Option<Vec<u8>>,
+}
+
+/// Limits of the endpoints xfer opens, from the `XFER_*` environment.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub inject_size: usize,
+    pub queue_size: usize,
+}
+
+impl Limits {
+    /// The effective settings.
+    pub fn from_env() -> Limits {
+        Limits {
+            inject_size: EndpointAttr::from_env().inject_size,
+            queue_size: CqAttr::from_env().size,
+        }
+    }
+}
+
+/// What one fi_info offers.
+#[derive(Debug, Clone)]
+pub struct Offer {
+    pub provider: String,
+    pub tx_op_flags: u64,
+    pub rx_op_flags: u64,
+    pub mem_tag_format: u64,
+    pub caps: u64,
+    pub av_type: u32,
+    pub limits: Limits,
+    pub dest_addr: Option<Vec<u8>>,
+}
+
+/// Checks `hints` against what xfer's provider `provider` can do: the offer,
+/// or the first reason it cannot honour them.
+pub fn select(h: &Hints, provider: &str, limits: Limits) -> Result<Offer, &'static str> {
+    if h.ep_type != fi::FI_EP_UNSPEC && h.ep_type != fi::FI_EP_RDM {
+        return Err("only FI_EP_RDM endpoints");
+    }
+    if h.caps & !CAPS != 0 || (h.tx_caps | h.rx_caps) & !CAPS != 0 {
+        return Err("capabilities beyond FI_MSG, FI_TAGGED and their secondary caps (no RMA, atomics, multi-recv, triggered ops)");
+    }
+    if h.addr_format != fi::FI_FORMAT_UNSPEC {
+        return Err("xfer names are their own format (FI_FORMAT_UNSPEC)");
+    }
+    if h.protocol != fi::FI_PROTO_UNSPEC {
+        return Err("no libfabric wire protocol: xfer speaks its own");
+    }
+    if h.max_msg_size > MAX_MSG_SIZE {
+        return Err("max_msg_size above 1 GiB");
+    }
+    if h.tx_ctx_cnt > 1 || h.rx_ctx_cnt > 1 {
+        return Err("scalable or shared contexts");
+    }
+    if h.domain_name.as_deref().is_some_and(|d| d != provider) {
+        return Err("another domain named");
+    }
+    if h.fabric_name.as_deref().is_some_and(|f| f != FABRIC_NAME) {
+        return Err("another fabric named");
+    }
+    if ![fi::FI_AV_UNSPEC, fi::FI_AV_MAP, fi::FI_AV_TABLE].contains(&h.av_type) {
+        return Err("unknown address vector type");
+    }
+    if h.cq_data_size > CQ_DATA_SIZE {
+        return Err("more than 8 bytes of immediate data");
+    }
+    let manual = [fi::FI_PROGRESS_UNSPEC, fi::FI_PROGRESS_MANUAL];
+    if !manual.contains(&h.control_progress) || !manual.contains(&h.data_progress) {
+        return Err("progress is manual (the application's CQ reads drive it)");
+    }
+    if h.tx_op_flags & !TX_OP_FLAGS != 0 || h.rx_op_flags & !RX_OP_FLAGS != 0 {
+        return Err(
+            "operation flags xfer does not honour (FI_TRANSMIT_COMPLETE, FI_DELIVERY_COMPLETE, FI_MULTI_RECV, ...)",
+        );
+    }
+    if (h.tx_msg_order | h.rx_msg_order) & !MSG_ORDER != 0 {
+        return Err("message ordering beyond FI_ORDER_SAS");
+    }
+    if (h.tx_comp_order | h.rx_comp_order) != fi::FI_ORDER_NONE {
+        return Err("completion ordering (an eager send may complete before an earlier rendezvous one)");
+    }
+    if h.tx_inject_size > limits.inject_size {
+        return Err("inject_size above XFER_INJECT_SIZE");
+    }
+    if h.tx_iov_limit > 1 || h.rx_iov_limit > 1 {
+        return Err("scatter-gather lists (iov_limit is 1)");
+    }
+    if h.rx_total_buffered_recv > 0 {
+        return Err("FI_BUFFERED_RECV");
+    }
+    if h.src_addr {
+        return Err("a source address (xfer endpoints listen where XFER_TCP_ADDR / XFER_VERBS_ADDR say)");
+    }
+    if let Some(dest) = &h.dest_addr {
+        if name::decode(dest).is_none() {
+            return Err("dest_addr is not an xfer name");
+        }
+    }
+    let primary = match h.caps & PRIMARY_CAPS {
+        0 => PRIMARY_CAPS,
+        asked => asked,
+    };
+    Ok(Offer {
+        provider: provider.to_string(),
+        // The defaults asked for (FI_COMPLETION for selective completion),
+        // and the completion level xfer's sends give.
+        tx_op_flags: h.tx_op_flags | fi::FI_INJECT_COMPLETE,
+        rx_op_flags: h.rx_op_flags,
+        // Any field layout of up to 64 bits is a set of masks xfer matches.
+        mem_tag_format: match h.mem_tag_format {
+            0 => TAG_GENERIC,
+            asked => asked,
+        },
+        caps: primary | SECONDARY_CAPS,
+        av_type: if h.av_type == fi::FI_AV_MAP {
+            fi::FI_AV_MAP
+        } else {
+            fi::FI_AV_TABLE
+        },
+        limits,
+        dest_addr: h.dest_addr.clone(),
+    })
+}
+
+/// Reads a C string field.
+///
+/// # Safety
+/// `s` is null or a NUL-terminated string.
+unsafe fn string(s: *const c_char) -> Option<String> {
+    // SAFETY: the caller's contract.
+    (!s.is_null()).then(|| unsafe { CStr::from_ptr(s) }.to_string_lossy().into_owned())
+}
+
+/// Snapshots the application's hints.
+///
+/// # Safety
+/// `info` is a valid `fi_info` whose attribute pointers are null or valid
+/// (as `fi_allocinfo` makes them).
+pub(crate) unsafe fn read_hints(info: &fi::fi_info) -> Hints {
+    let mut h = Hints {
+        caps: info.caps,
+        addr_format: info.addr_format,
+        src_addr: !info.src_addr.is_null() && info.src_addrlen > 0,
+        ..Hints::default()
+    };
+    if !info.dest_addr.is_null() && info.dest_addrlen > 0 {
+        // SAFETY: the application's dest_addr holds dest_addrlen bytes.
+        let bytes = unsafe { std::slice::from_raw_parts(info.dest_addr.cast::<u8>(), info.dest_addrlen) };
+        h.dest_addr = Some(bytes.to_vec());
+    }
+    // SAFETY (all derefs below): attribute pointers are null or valid.
+    if let Some(ep) = unsafe { info.ep_attr.as_ref() } {
+        h.ep_type = ep.type_;
+        h.protocol = ep.protocol;
+        h.max_msg_size = ep.max_msg_size;
+        h.mem_tag_format = ep.mem_tag_format;
+        h.tx_ctx_cnt = ep.tx_ctx_cnt;
+        h.rx_ctx_cnt = ep.rx_ctx_cnt;
+    }
+    if let Some(d) = unsafe { info.domain_attr.as_ref() } {
+        // SAFETY: name is null or a C string.
+        h.domain_name = unsafe { string(d.name) };
+        h.av_type = d.av_type;
+        h.cq_data_size = d.cq_data_size;
+        h.control_progress = d.control_progress;
+        h.data_progress = d.data_progress;
+    }
+    if let Some(f) = unsafe { info.fabric_attr.as_ref() } {
+        // SAFETY: name is null or a C string.
+        h.fabric_name = unsafe { string(f.name) };
+    }
+    if let Some(tx) = unsafe { info.tx_attr.as_ref() } {
+        h.tx_caps = tx.caps;
+        h.tx_op_flags = tx.op_flags;
+        h.tx_msg_order = tx.msg_order;
+        h.tx_comp_order = tx.comp_order;
+        h.tx_inject_size = tx.inject_size;
+        h.tx_iov_limit = tx.iov_limit;
+    }
+    if let Some(rx) = unsafe { info.rx_attr.as_ref() } {
+        h.rx_caps = rx.caps;
+        h.rx_op_flags = rx.op_flags;
+        h.rx_msg_order = rx.msg_order;
+        h.rx_comp_order = rx.comp_order;
+        h.rx_iov_limit = rx.iov_limit;
+        h.rx_total_buffered_recv = rx.total_buffered_recv;
+    }
+    h
+}
+
+/// `strdup` into libfabric's allocator (it frees fi_info strings).
+fn c_string(s: &str) -> *mut c_char {
+    let c = std::ffi::CString::new(s).unwrap_or_default();
+    // SAFETY: `c` is a valid C string; strdup copies it.
+    unsafe { libc::strdup(c.as_ptr()) }
+}
+
+/// Allocates an fi_info (through libfabric, which frees it) describing `offer`.
+fn build(version: u32, offer: &Offer) -> Option<*mut fi::fi_info> {
+    // SAFETY: fi_dupinfo(NULL) allocates a zeroed fi_info with every
+    // attribute struct allocated (what fi_allocinfo does).
+    let info = unsafe { fi::fi_dupinfo(std::ptr::null()) };
+    // SAFETY: non-null results of fi_dupinfo are valid and ours.
+    let i = unsafe { info.as_mut() }?;
+    let (caps, l) = (offer.caps, offer.limits);
+    i.caps = caps;
+    i.mode = 0;
+    i.addr_format = fi::FI_FORMAT_UNSPEC;
+    if let Some(dest) = &offer.dest_addr {
+        // SAFETY: malloc'd copy; fi_freeinfo frees dest_addr.
+        let p = unsafe { libc::malloc(dest.len()) }.cast::<u8>();
+        if !p.is_null() {
+            // SAFETY: `p` holds dest.len() bytes.
+            unsafe { std::ptr::copy_nonoverlapping(dest.as_ptr(), p, dest.len()) };
+            i.dest_addr = p.cast();
+            i.dest_addrlen = dest.len();
+        }
+    }
+    // SAFETY (all derefs below): fi_dupinfo allocated every attribute.
+    let (tx, rx, ep, dom, fab) = unsafe {
+        (
+            i.tx_attr.as_mut()?,
+            i.rx_attr.as_mut()?,
+            i.ep_attr.as_mut()?,
+            i.domain_attr.as_mut()?,
+            i.fabric_attr.as_mut()?,
+        )
+    };
+    tx.caps = caps & (PRIMARY_CAPS | fi::FI_SEND);
+    tx.msg_order = MSG_ORDER;
+    tx.comp_order = fi::FI_ORDER_NONE;
+    tx.op_flags = offer.tx_op_flags;
+    tx.inject_size = l.inject_size;
+    tx.size = l.queue_size;
+    tx.iov_limit = 1;
+    rx.caps = caps & (PRIMARY_CAPS | fi::FI_RECV | fi::FI_DIRECTED_RECV | fi::FI_SOURCE);
+    rx.op_flags = offer.rx_op_flags;
+    rx.msg_order = MSG_ORDER;
+    rx.comp_order = fi::FI_ORDER_NONE;
+    rx.size = l.queue_size;
+    rx.iov_limit = 1;
+    ep.type_ = fi::FI_EP_RDM;
+    ep.protocol = fi::FI_PROTO_UNSPEC;
+    ep.max_msg_size = MAX_MSG_SIZE;
+    ep.tx_ctx_cnt = 1;
+    ep.rx_ctx_cnt = 1;
+    ep.mem_tag_format = offer.mem_tag_format;
+    dom.name = c_string(&offer.provider);
+    dom.threading = fi::FI_THREAD_SAFE;
+    dom.control_progress = fi::FI_PROGRESS_MANUAL;
+    dom.data_progress = fi::FI_PROGRESS_MANUAL;
+    dom.resource_mgmt = fi::FI_RM_ENABLED;
+    dom.av_type = offer.av_type;
+    dom.mr_mode = if version < fi::version(1, 5) {
+        fi::FI_MR_SCALABLE as c_int
+    } else {
+        0
+    };
+    dom.cq_data_size = CQ_DATA_SIZE;
+    dom.cq_cnt = 1024;
+    dom.ep_cnt = 1024;
+    dom.tx_ctx_cnt = 1024;
+    dom.rx_ctx_cnt = 1024;
+    dom.max_ep_tx_ctx = 1;
+    dom.max_ep_rx_ctx = 1;
+    dom.mr_iov_limit = 1;
+    dom.caps = fi::FI_LOCAL_COMM | fi::FI_REMOTE_COMM;
+    fab.name = c_string(FABRIC_NAME);
+    fab.prov_version = crate::PROVIDER_VERSION;
+    fab.api_version = version;
+    Some(info)
+}
+
+/// The provider's `getinfo`: an fi_info per usable xfer provider that can
+/// honour `hints`, in xfer's order of preference; `-FI_ENODATA` when none.
+pub(crate) unsafe extern "C" fn getinfo(
+    version: u32,
+    node: *const c_char,
+    service: *const c_char,
+    flags: u64,
+    hints: *const fi::fi_info,
+    info: *mut *mut fi::fi_info,
+) -> c_int {
+    guard(PANIC, || {
+        if info.is_null() {
+            return fi::err(libc::EINVAL as u32);
+        }
+        if !node.is_null() || !service.is_null() || flags & fi::FI_SOURCE != 0 {
+            tracing::debug!("fi_getinfo: node/service/FI_SOURCE not supported: xfer names come from fi_getname");
+            return -(libc::ENODATA);
+        }
+        // SAFETY: libfabric passes null or a valid fi_info.
+        let h = match unsafe { hints.as_ref() } {
+            // SAFETY: a valid fi_info from the application.
+            Some(hints) => unsafe { read_hints(hints) },
+            None => Hints::default(),
+        };
+        let limits = Limits::from_env();
+        let (mut head, mut tail): (*mut fi::fi_info, *mut fi::fi_info) = (std::ptr::null_mut(), std::ptr::null_mut());
+        for p in xfer_facade::info().into_iter().filter(|p| p.available) {
+            let offer = match select(&h, p.name, limits) {
+                Ok(o) => o,
+                Err(why) => {
+                    tracing::debug!(provider = p.name, why, "fi_getinfo: hints refused");
+                    continue;
+                }
+            };
+            let Some(new) = build(version, &offer) else {
+                // SAFETY: `head` is null or the list this call allocated.
+                unsafe { fi::fi_freeinfo(head) };
+                return -(libc::ENOMEM);
+            };
+            match tail.is_null() {
+                true => head = new,
+                // SAFETY: `tail` is the last fi_info we allocated.
+                false => unsafe { (*tail).next = new },
+            }
+            tail = new;
+        }
+        if head.is_null() {
+            return -(libc::ENODATA);
+        }
+        // SAFETY: checked non-null above.
+        unsafe { *info = head };
+        0
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const L: Limits = Limits {
+        inject_size: 4096,
+        queue_size: 4096,
+    };
+
+    #[test]
+    fn pingpong_hints_are_accepted() {
+        let h = Hints {
+            caps: fi::FI_TAGGED,
+            ep_type: fi::FI_EP_RDM,
+            ..Hints::default()
+        };
+        let o = select(&h, "tcp", L).unwrap();
+        assert_eq!(o.caps & PRIMARY_CAPS, fi::FI_TAGGED, "only the primary caps asked for");
+        assert_eq!(o.av_type, fi::FI_AV_TABLE);
+        assert!(select(&Hints::default(), "tcp", L).unwrap().caps & fi::FI_MSG != 0);
+    }
+
+    #[test]
+    fn what_xfer_cannot_do_is_refused() {
+        let refuse = |h: Hints| select(&h, "tcp", L).unwrap_err();
+        refuse(Hints {
+            ep_type: fi::FI_EP_MSG,
+            ..Hints::default()
+        });
+        refuse(Hints {
+            caps: fi::FI_RMA,
+            ..Hints::default()
+        });
+        refuse(Hints {
+            caps: fi::FI_MSG | fi::FI_MULTI_RECV,
+            ..Hints::default()
+        });
+        refuse(Hints {
+            addr_format: fi::FI_SOCKADDR_IN,
+            ..Hints::default()
+        });
+        refuse(Hints {
+            domain_name: Some("verbs".into()),
+            ..Hints::default()
+        });
+        refuse(Hints {
+            data_progress: fi::FI_PROGRESS_AUTO,
+            ..Hints::default()
+        });
+        refuse(Hints {
+            tx_op_flags: fi::FI_DELIVERY_COMPLETE,
+            ..Hints::default()
+        });
+        refuse(Hints {
+            tx_inject_size: 1 << 20,
+            ..Hints::default()
+        });
+        refuse(Hints {
+            tx_iov_limit: 4,
+            ..Hints::default()
+        });
+        refuse(Hints {
+            cq_data_size: 16,
+            ..Hints::default()
+        });
+        refuse(Hints {
+            dest_addr: Some(vec![0; 3]),
+            ..Hints::default()
+        });
+        assert!(select(
+            &Hints {
+                domain_name: Some("tcp".into()),
+                ..Hints::default()
+            },
+            "tcp",
+            L
+        )
+        .is_ok());
+    }
+}

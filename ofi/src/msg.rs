@@ -1,0 +1,223 @@
+//! `fi_ops_msg`: untagged messages, each mapped onto the xfer endpoint's
+//! `post_send` / `post_recv` / `inject*` (see [`crate::ep`]).
+
+use std::ffi::c_void;
+
+use crate::entry::scode;
+use crate::ep::{with_ep, Recv, Send};
+use crate::fi;
+use crate::info::{MSG_TX_FLAGS, RX_OP_FLAGS};
+
+/// The table every endpoint's `msg` points to.
+pub(crate) static OPS: fi::fi_ops_msg = fi::fi_ops_msg {
+    size: std::mem::size_of::<fi::fi_ops_msg>(),
+    recv: Some(recv),
+    recvv: Some(recvv),
+    recvmsg: Some(recvmsg),
+    send: Some(send),
+    sendv: Some(sendv),
+    sendmsg: Some(sendmsg),
+    inject: Some(inject),
+    senddata: Some(senddata),
+    injectdata: Some(injectdata),
+};
+
+/// The one buffer of an I/O vector (`iov_limit` is 1): `(null, 0)` for an
+/// empty vector, `-FI_EINVAL` for more than one element.
+///
+/// # Safety
+/// `iov` is null or valid for `count` elements.
+pub(crate) unsafe fn one_iov(iov: *const fi::iovec, count: usize) -> Result<(*mut c_void, usize), isize> {
+    match count {
+        0 => Ok((std::ptr::null_mut(), 0)),
+        1 if !iov.is_null() => {
+            // SAFETY: non-null and valid for one element.
+            let v = unsafe { &*iov };
+            Ok((v.iov_base, v.iov_len))
+        }
+        _ => Err(scode(-(libc::EINVAL))),
+    }
+}
+
+/// `-FI_EBADFLAGS` unless every bit of `flags` is in `allowed`.
+pub(crate) fn check_flags(flags: u64, allowed: u64) -> Result<(), isize> {
+    match flags & !allowed {
+        0 => Ok(()),
+        _ => Err(scode(fi::err(fi::FI_EBADFLAGS))),
+    }
+}
+
+unsafe extern "C" fn recv(
+    ep: *mut fi::fid_ep,
+    buf: *mut c_void,
+    len: usize,
+    _desc: *mut c_void,
+    src: fi::fi_addr_t,
+    context: *mut c_void,
+) -> isize {
+    with_ep(ep, |ep| {
+        ep.recv(Recv {
+            src,
+            tag: None,
+            buf,
+            len,
+            context,
+            flags: None,
+        })
+    })
+}
+
+unsafe extern "C" fn recvv(
+    ep: *mut fi::fid_ep,
+    iov: *const fi::iovec,
+    _desc: *mut *mut c_void,
+    count: usize,
+    src: fi::fi_addr_t,
+    context: *mut c_void,
+) -> isize {
+    with_ep(ep, |ep| {
+        // SAFETY: the caller's vector of `count` elements.
+        match unsafe { one_iov(iov, count) } {
+            Ok((buf, len)) => ep.recv(Recv {
+                src,
+                tag: None,
+                buf,
+                len,
+                context,
+                flags: None,
+            }),
+            Err(e) => e,
+        }
+    })
+}
+
+unsafe extern "C" fn recvmsg(ep: *mut fi::fid_ep, msg: *const fi::fi_msg, flags: u64) -> isize {
+    with_ep(ep, |ep| {
+        // SAFETY: null or the caller's message.
+        let Some(m) = (unsafe { msg.as_ref() }) else {
+            return scode(-(libc::EINVAL));
+        };
+        if let Err(e) = check_flags(flags, RX_OP_FLAGS) {
+            return e;
+        }
+        // SAFETY: the message's vector of iov_count elements.
+        match unsafe { one_iov(m.msg_iov, m.iov_count) } {
+            Ok((buf, len)) => ep.recv(Recv {
+                src: m.addr,
+                tag: None,
+                buf,
+                len,
+                context: m.context,
+                flags: Some(flags),
+            }),
+            Err(e) => e,
+        }
+    })
+}
+
+unsafe extern "C" fn send(
+    ep: *mut fi::fid_ep,
+    buf: *const c_void,
+    len: usize,
+    _desc: *mut c_void,
+    dest: fi::fi_addr_t,
+    context: *mut c_void,
+) -> isize {
+    with_ep(ep, |ep| {
+        ep.send(Send {
+            peer: dest,
+            tag: None,
+            data: None,
+            buf,
+            len,
+            context,
+            flags: None,
+        })
+    })
+}
+
+unsafe extern "C" fn sendv(
+    ep: *mut fi::fid_ep,
+    iov: *const fi::iovec,
+    _desc: *mut *mut c_void,
+    count: usize,
+    dest: fi::fi_addr_t,
+    context: *mut c_void,
+) -> isize {
+    with_ep(ep, |ep| {
+        // SAFETY: the caller's vector of `count` elements.
+        match unsafe { one_iov(iov, count) } {
+            Ok((buf, len)) => ep.send(Send {
+                peer: dest,
+                tag: None,
+                data: None,
+                buf,
+                len,
+                context,
+                flags: None,
+            }),
+            Err(e) => e,
+        }
+    })
+}
+
+unsafe extern "C" fn sendmsg(ep: *mut fi::fid_ep, msg: *const fi::fi_msg, flags: u64) -> isize {
+    with_ep(ep, |ep| {
+        // SAFETY: null or the caller's message.
+        let Some(m) = (unsafe { msg.as_ref() }) else {
+            return scode(-(libc::EINVAL));
+        };
+        if let Err(e) = check_flags(flags, MSG_TX_FLAGS) {
+            return e;
+        }
+        // SAFETY: the message's vector of iov_count elements.
+        match unsafe { one_iov(m.msg_iov, m.iov_count) } {
+            Ok((buf, len)) => ep.send(Send {
+                peer: m.addr,
+                tag: None,
+                data: (flags & fi::FI_REMOTE_CQ_DATA != 0).then_some(m.data),
+                buf,
+                len,
+                context: m.context,
+                flags: Some(flags),
+            }),
+            Err(e) => e,
+        }
+    })
+}
+
+unsafe extern "C" fn inject(ep: *mut fi::fid_ep, buf: *const c_void, len: usize, dest: fi::fi_addr_t) -> isize {
+    with_ep(ep, |ep| ep.inject(dest, None, None, buf, len))
+}
+
+unsafe extern "C" fn senddata(
+    ep: *mut fi::fid_ep,
+    buf: *const c_void,
+    len: usize,
+    _desc: *mut c_void,
+    data: u64,
+    dest: fi::fi_addr_t,
+    context: *mut c_void,
+) -> isize {
+    with_ep(ep, |ep| {
+        ep.send(Send {
+            peer: dest,
+            tag: None,
+            data: Some(data),
+            buf,
+            len,
+            context,
+            flags: None,
+        })
+    })
+}
+
+unsafe extern "C" fn injectdata(
+    ep: *mut fi::fid_ep,
+    buf: *const c_void,
+    len: usize,
+    data: u64,
+    dest: fi::fi_addr_t,
+) -> isize {
+    with_ep(ep, |ep| ep.inject(dest, None, Some(data), buf, len))
+}

@@ -1,0 +1,218 @@
+//! `fi_ops_tagged`: tagged messages (64-bit tag, ignore mask, directed or
+//! any-source receive), mapped like [`crate::msg`]. `FI_PEEK`, `FI_CLAIM`
+//! and `FI_DISCARD` are refused with `-FI_EBADFLAGS`.
+
+use std::ffi::c_void;
+
+use crate::entry::scode;
+use crate::ep::{with_ep, Recv, Send};
+use crate::fi;
+use crate::info::{MSG_TX_FLAGS, RX_OP_FLAGS};
+use crate::msg::{check_flags, one_iov};
+
+/// The table every endpoint's `tagged` points to.
+pub(crate) static OPS: fi::fi_ops_tagged = fi::fi_ops_tagged {
+    size: std::mem::size_of::<fi::fi_ops_tagged>(),
+    recv: Some(trecv),
+    recvv: Some(trecvv),
+    recvmsg: Some(trecvmsg),
+    send: Some(tsend),
+    sendv: Some(tsendv),
+    sendmsg: Some(tsendmsg),
+    inject: Some(tinject),
+    senddata: Some(tsenddata),
+    injectdata: Some(tinjectdata),
+};
+
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn trecv(
+    ep: *mut fi::fid_ep,
+    buf: *mut c_void,
+    len: usize,
+    _desc: *mut c_void,
+    src: fi::fi_addr_t,
+    tag: u64,
+    ignore: u64,
+    context: *mut c_void,
+) -> isize {
+    with_ep(ep, |ep| {
+        ep.recv(Recv {
+            src,
+            tag: Some((tag, ignore)),
+            buf,
+            len,
+            context,
+            flags: None,
+        })
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn trecvv(
+    ep: *mut fi::fid_ep,
+    iov: *const fi::iovec,
+    _desc: *mut *mut c_void,
+    count: usize,
+    src: fi::fi_addr_t,
+    tag: u64,
+    ignore: u64,
+    context: *mut c_void,
+) -> isize {
+    with_ep(ep, |ep| {
+        // SAFETY: the caller's vector of `count` elements.
+        match unsafe { one_iov(iov, count) } {
+            Ok((buf, len)) => ep.recv(Recv {
+                src,
+                tag: Some((tag, ignore)),
+                buf,
+                len,
+                context,
+                flags: None,
+            }),
+            Err(e) => e,
+        }
+    })
+}
+
+unsafe extern "C" fn trecvmsg(ep: *mut fi::fid_ep, msg: *const fi::fi_msg_tagged, flags: u64) -> isize {
+    with_ep(ep, |ep| {
+        // SAFETY: null or the caller's message.
+        let Some(m) = (unsafe { msg.as_ref() }) else {
+            return scode(-(libc::EINVAL));
+        };
+        if let Err(e) = check_flags(flags, RX_OP_FLAGS) {
+            return e;
+        }
+        // SAFETY: the message's vector of iov_count elements.
+        match unsafe { one_iov(m.msg_iov, m.iov_count) } {
+            Ok((buf, len)) => ep.recv(Recv {
+                src: m.addr,
+                tag: Some((m.tag, m.ignore)),
+                buf,
+                len,
+                context: m.context,
+                flags: Some(flags),
+            }),
+            Err(e) => e,
+        }
+    })
+}
+
+unsafe extern "C" fn tsend(
+    ep: *mut fi::fid_ep,
+    buf: *const c_void,
+    len: usize,
+    _desc: *mut c_void,
+    dest: fi::fi_addr_t,
+    tag: u64,
+    context: *mut c_void,
+) -> isize {
+    with_ep(ep, |ep| {
+        ep.send(Send {
+            peer: dest,
+            tag: Some(tag),
+            data: None,
+            buf,
+            len,
+            context,
+            flags: None,
+        })
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn tsendv(
+    ep: *mut fi::fid_ep,
+    iov: *const fi::iovec,
+    _desc: *mut *mut c_void,
+    count: usize,
+    dest: fi::fi_addr_t,
+    tag: u64,
+    context: *mut c_void,
+) -> isize {
+    with_ep(ep, |ep| {
+        // SAFETY: the caller's vector of `count` elements.
+        match unsafe { one_iov(iov, count) } {
+            Ok((buf, len)) => ep.send(Send {
+                peer: dest,
+                tag: Some(tag),
+                data: None,
+                buf,
+                len,
+                context,
+                flags: None,
+            }),
+            Err(e) => e,
+        }
+    })
+}
+
+unsafe extern "C" fn tsendmsg(ep: *mut fi::fid_ep, msg: *const fi::fi_msg_tagged, flags: u64) -> isize {
+    with_ep(ep, |ep| {
+        // SAFETY: null or the caller's message.
+        let Some(m) = (unsafe { msg.as_ref() }) else {
+            return scode(-(libc::EINVAL));
+        };
+        if let Err(e) = check_flags(flags, MSG_TX_FLAGS) {
+            return e;
+        }
+        // SAFETY: the message's vector of iov_count elements.
+        match unsafe { one_iov(m.msg_iov, m.iov_count) } {
+            Ok((buf, len)) => ep.send(Send {
+                peer: m.addr,
+                tag: Some(m.tag),
+                data: (flags & fi::FI_REMOTE_CQ_DATA != 0).then_some(m.data),
+                buf,
+                len,
+                context: m.context,
+                flags: Some(flags),
+            }),
+            Err(e) => e,
+        }
+    })
+}
+
+unsafe extern "C" fn tinject(
+    ep: *mut fi::fid_ep,
+    buf: *const c_void,
+    len: usize,
+    dest: fi::fi_addr_t,
+    tag: u64,
+) -> isize {
+    with_ep(ep, |ep| ep.inject(dest, Some(tag), None, buf, len))
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn tsenddata(
+    ep: *mut fi::fid_ep,
+    buf: *const c_void,
+    len: usize,
+    _desc: *mut c_void,
+    data: u64,
+    dest: fi::fi_addr_t,
+    tag: u64,
+    context: *mut c_void,
+) -> isize {
+    with_ep(ep, |ep| {
+        ep.send(Send {
+            peer: dest,
+            tag: Some(tag),
+            data: Some(data),
+            buf,
+            len,
+            context,
+            flags: None,
+        })
+    })
+}
+
+unsafe extern "C" fn tinjectdata(
+    ep: *mut fi::fid_ep,
+    buf: *const c_void,
+    len: usize,
+    data: u64,
+    dest: fi::fi_addr_t,
+    tag: u64,
+) -> isize {
+    with_ep(ep, |ep| ep.inject(dest, Some(tag), Some(data), buf, len))
+}
