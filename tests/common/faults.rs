@@ -123,6 +123,15 @@ pub fn worker() {
         .map(|s| s.parse().expect("size"))
         .collect();
     let max_size = sizes.iter().copied().max().unwrap_or(0);
+    // Libraries keep some descriptors for the life of the process once a
+    // first domain opened them (librdmacm: one per verbs device): open and
+    // close one first, so the count compared at `close` is xfer's own.
+    {
+        let d = xfer::open(&DomainAttr::from_env()).expect("open domain");
+        let cq = d.cq(&CqAttr::default()).expect("open cq");
+        let av = d.av().expect("open av");
+        drop(d.endpoint(&cq, &av, &EndpointAttr::from_env()).expect("open endpoint"));
+    }
     let fds_before = fd_count();
     let domain = xfer::open(&DomainAttr::from_env()).expect("open domain");
     let cq = domain.cq(&CqAttr::default()).expect("open cq");
@@ -341,6 +350,17 @@ impl WorkerState {
             && bytes == want.as_slice()
             && c.flags.contains(Flags::REMOTE_CQ_DATA)
             && c.data == fnv1a(bytes);
+        if !good {
+            let at = bytes.iter().zip(&want).position(|(x, y)| x != y);
+            eprintln!(
+                "bad message {got_stream}/{seq}: len {} (want {}), first wrong byte at {at:?}, flags {:?}, data {:#x} (checksum {:#x})",
+                c.len,
+                want.len(),
+                c.flags,
+                c.data,
+                fnv1a(bytes)
+            );
+        }
         let verdict = if good { "good" } else { "bad" };
         say(format_args!(
             "R {stream} {idx} ok {got_stream} {seq} {} {verdict}",

@@ -10,6 +10,8 @@
 #   tcp_faults   tests/tcp_faults.rs: the TCP provider between two network namespaces
 #                joined by a veth pair, under netem loss/delay/reordering/duplication
 #                (the host kernel has no sch_netem), link down, SIGKILL and restart
+#   verbs_faults tests/verbs_faults.rs: the verbs provider between two rxe devices on a
+#                veth pair, under 5% netem loss and with the link taken down
 #   xfer_info    xfer-info with no XFER_PROVIDER/XFER_VERBS_DEVICE: must find rxe0 and
 #                pick verbs by itself
 #   c_suite      the C suite (tests/c/test_capi.c) over XFER_PROVIDER=verbs, then the C
@@ -25,15 +27,16 @@
 #                        `verbs` runs every VERBS_* binary, `verbs_<name>` just that one
 #   XFER_VM_CONFORMANCE_THREADS  --test-threads for the conformance suite (default 2: 35
 #                        tests in ~9-10 s over rxe vs ~16 s with 1, both passing, measured)
-#   XFER_VM_TIMEOUT_VERBS / _CONFORMANCE / _PEER_DEATH / _SCALE / _TCP_FAULTS / _XFER_INFO /
-#                        _C_SUITE  per-step seconds (defaults 240 per verbs binary / 240 / 120 /
-#                        180 / 300 / 60 / 300, 3-10x what they took here; smoke.sh bounds its own)
+#   XFER_VM_TIMEOUT_VERBS / _CONFORMANCE / _PEER_DEATH / _SCALE / _TCP_FAULTS / _VERBS_FAULTS /
+#                        _XFER_INFO / _C_SUITE  per-step seconds (defaults 240 per verbs binary /
+#                        240 / 120 / 180 / 300 / 300 / 60 / 300, 3-10x what they took here;
+#                        smoke.sh bounds its own)
 #   XFER_VM_TEST_ARGS    extra arguments for the conformance binary (e.g. a test name filter)
 set -u
 
 usage() {
     echo "usage: all.sh KEY=PATH... (KEYs: VERBS_<NAME> CONFORMANCE PEER_DEATH SCALE TCP_FAULTS" \
-        "XFER_INFO C_SUITE [XFER_PERF]; from tests/vm/build-verbs.sh on the host)" >&2
+        "VERBS_FAULTS XFER_INFO C_SUITE [XFER_PERF]; from tests/vm/build-verbs.sh on the host)" >&2
 }
 if [ "${XFER_IN_GUEST:-0}" != 1 ]; then
     echo "all.sh: run this inside the guest: tests/vm/run-guest.sh $0 \$(tests/vm/build-verbs.sh)" >&2
@@ -45,13 +48,13 @@ declare -A bin=()
 verbs_tests=() # names (lower case) of the VERBS_<NAME> binaries, in argument order
 for arg in "$@"; do
     case $arg in
+    CONFORMANCE=* | PEER_DEATH=* | SCALE=* | TCP_FAULTS=* | VERBS_FAULTS=* | XFER_PERF=* | XFER_INFO=* | C_SUITE=*)
+        bin[${arg%%=*}]=${arg#*=}
+        ;;
     VERBS_?*=*)
         name=${arg%%=*}
         name=${name#VERBS_}
         verbs_tests+=("${name,,}")
-        bin[${arg%%=*}]=${arg#*=}
-        ;;
-    CONFORMANCE=* | PEER_DEATH=* | SCALE=* | TCP_FAULTS=* | XFER_PERF=* | XFER_INFO=* | C_SUITE=*)
         bin[${arg%%=*}]=${arg#*=}
         ;;
     *)
@@ -62,7 +65,7 @@ for arg in "$@"; do
     esac
 done
 
-steps=${XFER_VM_STEPS:-smoke verbs conformance peer_death scale tcp_faults xfer_info c_suite}
+steps=${XFER_VM_STEPS:-smoke verbs conformance peer_death scale tcp_faults verbs_faults xfer_info c_suite}
 steps=${steps//,/ }
 # `verbs` stands for one step per VERBS_<NAME> binary given.
 expanded=
@@ -78,7 +81,7 @@ for s in $steps; do
     smoke | verbs_* | conformance | peer_death | scale | tcp_faults | xfer_info | c_suite) expanded+=" $s" ;;
     *)
         echo "all.sh: unknown step '$s' in XFER_VM_STEPS (smoke verbs verbs_<name> conformance" \
-            "peer_death scale tcp_faults xfer_info c_suite)" >&2
+            "peer_death scale tcp_faults verbs_faults xfer_info c_suite)" >&2
         exit 2
         ;;
     esac
@@ -194,6 +197,21 @@ step_tcp_faults() {
     result tcp_faults "$rc" "$(why "$rc" "$t")"
 }
 
+# Verbs between two rxe devices on a veth pair, under netem loss and link down
+# (tests/verbs_faults.rs, docs/FAULTS.md); every case must really run here.
+step_verbs_faults() {
+    need VERBS_FAULTS verbs_faults || return
+    local t=${XFER_VM_TIMEOUT_VERBS_FAULTS:-300} rc
+    for m in veth sch_netem; do
+        modprobe "$m" || echo "verbs_faults: modprobe $m failed" >&2
+    done
+    echo "+ XFER_FAULTS_REQUIRE=1 XFER_FAULTS_REQUIRE_NETEM=1 timeout $t ${bin[VERBS_FAULTS]} --test-threads=1 --nocapture"
+    XFER_FAULTS_REQUIRE=1 XFER_FAULTS_REQUIRE_NETEM=1 timeout -k 10 "$t" "${bin[VERBS_FAULTS]}" \
+        --test-threads=1 --nocapture
+    rc=$?
+    result verbs_faults "$rc" "$(why "$rc" "$t")"
+}
+
 step_xfer_info() {
     need XFER_INFO xfer_info || return
     local t=${XFER_VM_TIMEOUT_XFER_INFO:-60} out rc
@@ -278,6 +296,7 @@ for s in $steps; do
     echo "=== $s"
     step_start=$(date +%s)
     case $s in
+    verbs_faults) step_verbs_faults ;; # a root-package test, not an xfer-verbs binary
     verbs_*) step_verbs "${s#verbs_}" ;;
     *) "step_$s" ;;
     esac

@@ -9,6 +9,8 @@
 #   SCALE=...        root package tests/scale.rs (release)
 #   TCP_FAULTS=...   root package tests/tcp_faults.rs (release): TCP between two network
 #                    namespaces under netem, link down, SIGKILL and restart
+#   VERBS_FAULTS=... root package tests/verbs_faults.rs (release): verbs between two rxe
+#                    devices on a veth pair under netem loss and link down
 #   XFER_PERF=...    xfer-perf (release)
 #   XFER_INFO=...    xfer-info (release)
 #   C_SUITE=...      a directory holding libxfer.so (xfer-capi, release, with the verbs
@@ -28,7 +30,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 
-all_keys=(VERBS CONFORMANCE PEER_DEATH SCALE TCP_FAULTS XFER_PERF XFER_INFO C_SUITE)
+all_keys=(VERBS CONFORMANCE PEER_DEATH SCALE TCP_FAULTS VERBS_FAULTS XFER_PERF XFER_INFO C_SUITE)
 want=("${all_keys[@]}")
 if [ "${1:-}" = --only ]; then
     [ $# -ge 2 ] || { echo "build-verbs: --only needs KEY[,KEY...] (${all_keys[*]})" >&2; exit 2; }
@@ -114,6 +116,7 @@ wants CONFORMANCE && tests+=(--test conformance)
 wants PEER_DEATH && tests+=(--test peer_death)
 wants SCALE && tests+=(--test scale)
 wants TCP_FAULTS && tests+=(--test tcp_faults)
+wants VERBS_FAULTS && tests+=(--test verbs_faults)
 if [ ${#tests[@]} -gt 0 ]; then
     cargo_build "the root package's tests (${tests[*]})" \
         test --release -p xfer "${tests[@]}" --no-run "${feature_args[@]}" "$@"
@@ -156,7 +159,7 @@ build_c_suite() {
 
 # key -> "kind name" of its artifact
 declare -A target=([CONFORMANCE]="test conformance" [PEER_DEATH]="test peer_death" [SCALE]="test scale"
-    [TCP_FAULTS]="test tcp_faults" [XFER_PERF]="bin xfer-perf" [XFER_INFO]="bin xfer-info")
+    [TCP_FAULTS]="test tcp_faults" [VERBS_FAULTS]="test verbs_faults" [XFER_PERF]="bin xfer-perf" [XFER_INFO]="bin xfer-info")
 out=()
 add() { # KEY PATH
     if [ -z "$2" ] || [ ! -x "$2" ]; then
