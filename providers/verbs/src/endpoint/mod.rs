@@ -196,6 +196,9 @@ pub(crate) struct Conn {
     pub(crate) qp: Option<RcQp>,
     /// Work requests on the send queue, oldest first (`ops` keys).
     pub(crate) posted: VecDeque<usize>,
+    /// When it was created (its establishment is bounded by
+    /// `connect_timeout_ms`).
+    pub(crate) since: std::time::Instant,
     /// When it died (it is freed a while later).
     pub(crate) dead_since: Option<std::time::Instant>,
     // Dropped after the QP (field order): destroys the rdma_cm id.
