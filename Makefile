@@ -30,8 +30,9 @@ test: setup
 # and virtme-ng if missing, builds the test binaries on the host, then boots ONCE and runs
 # everything that needs a real verbs stack (tests/vm/all.sh): the rxe smoke checks, the
 # xfer-verbs tests, the conformance suite, peer_death and scale over XFER_PROVIDER=verbs,
-# xfer-info, the C suite and C examples over verbs, and tests/tcp_faults.rs, whose netem
-# case needs the guest kernel's sch_netem.
+# xfer-info, the C suite and C examples over verbs, tests/tcp_faults.rs, whose netem
+# case needs the guest kernel's sch_netem, and tests/verbs_faults.rs (two rxe devices on a
+# veth pair: netem loss, link down).
 vm:
 	bash tests/vm/setup.sh
 	bins=$$(tests/vm/build-verbs.sh --locked) && tests/vm/run-guest.sh tests/vm/all.sh $$bins

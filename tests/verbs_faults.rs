@@ -569,12 +569,8 @@ fn link_down_mid_transfer() {
     b.check_received_in_order(1);
     let bound = link_down_bound();
     assert!(took < bound, "operations took {took:?} to fail, more than {bound:?}");
-    // Not checked: talking again once the link is back. Each side started a
-    // new connection when its old one failed (work was queued or receives
-    // awaited); with the link down its request goes unanswered, and rdma_cm
-    // retries it for about 100 s (RDMA_CM_EVENT_UNREACHABLE, measured 71 and
-    // 104 s) while new operations to the peer queue behind it. The provider
-    // has no connect timeout of its own yet (docs/FAULTS.md, known limits).
+    // Not checked: talking again once the link is back (docs/FAULTS.md,
+    // known limits).
     a.close();
     b.close();
 }
