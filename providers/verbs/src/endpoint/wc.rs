@@ -5,7 +5,7 @@
 
 use xfer_core::complete::{self, Arrival};
 use xfer_core::provider::{Ctx, RecvOp};
-use xfer_core::{Error, PeerAddr};
+use xfer_core::{Error, PeerAddr, RmaKind};
 
 use super::{State, Tx, Unexpected, VerbsEndpoint, Wr, WC_BATCH};
 use crate::cq::Wc;
@@ -93,13 +93,21 @@ impl VerbsEndpoint {
             };
             // rxe (seen on Linux 6.1) reports work requests that a QP in the
             // error state never executed as successful: a READ "done" left
-            // its receive buffer unwritten. A READ or signaled RMA is only
-            // taken as done while the QP is not in error (one ibv_query_qp
-            // per such completion); otherwise the connection has failed.
+            // its receive buffer unwritten. A READ (rendezvous or RMA) is
+            // only taken as done while the QP is not in error (one
+            // ibv_query_qp per such completion); otherwise the connection
+            // has failed. A READ that did complete just before a later
+            // request failed (the QP was already in error when polled) is
+            // reported failed too: an error, never bad data. Writes are not
+            // checked: the C suite's write followed by a refused one is a
+            // real success polled after the QP went to error, and the two
+            // cases cannot be told apart here.
             let covered = self.conns[k].posted.iter().take(n as usize);
-            let data = covered
-                .clone()
-                .any(|&key| matches!(self.ops.get(key), Some(Wr::Read { .. } | Wr::Rma { .. })));
+            let data = covered.clone().any(|&key| match self.ops.get(key) {
+                Some(Wr::Read { .. }) => true,
+                Some(Wr::Rma { op, .. }) => op.kind == RmaKind::Read,
+                _ => false,
+            });
             if data && self.conns[k].qp.as_ref().is_some_and(RcQp::in_error) {
                 let flush = Error::PeerUnreachable {
                     peer: cx.av.reverse(&self.conns[k].peer),
