@@ -57,8 +57,10 @@ pub struct VerbsAttr {
     /// Entries of each completion queue.
     pub cq_size: u32,
     /// A connection not established after this many milliseconds fails
-    /// (`ETIMEDOUT`), and the operations waiting for it with it (0: rdma_cm's
-    /// own retries, about 100 s on rxe when the peer's link is down).
+    /// (`ETIMEDOUT`), and the operations waiting for it with it. 0 (the
+    /// default): rdma_cm's own retries bound it, about 100 s on rxe when the
+    /// peer's link is down. Not too short on lossy links: connection set-up
+    /// packets lost there are resent by the CM after seconds.
     pub connect_timeout_ms: u64,
 }
 
@@ -81,7 +83,7 @@ impl Default for VerbsAttr {
             min_rnr_timer: 12,
             path_mtu: 0,
             cq_size: 4096,
-            connect_timeout_ms: 10_000,
+            connect_timeout_ms: 0,
         }
     }
 }
@@ -229,7 +231,7 @@ impl VerbsAttr {
             row(
                 "XFER_VERBS_CONNECT_TIMEOUT_MS",
                 self.connect_timeout_ms.to_string(),
-                "connection establishment timeout (0: rdma_cm's own)",
+                "connection establishment timeout in ms (0: rdma_cm's own)",
             ),
         ]
     }
