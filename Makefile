@@ -31,8 +31,8 @@ test: setup
 # everything that needs a real verbs stack (tests/vm/all.sh): the rxe smoke checks, the
 # xfer-verbs tests, the conformance suite, peer_death and scale over XFER_PROVIDER=verbs,
 # xfer-info, the C suite and C examples over verbs, libfabric's fi_pingpong over libxfer_fi.so's
-# verbs domain (ofi/), and tests/tcp_faults.rs, whose netem
-# case needs the guest kernel's sch_netem.
+# verbs domain (ofi/), tests/tcp_faults.rs, whose netem case needs the guest kernel's
+# sch_netem, and tests/verbs_faults.rs (two rxe devices on a veth pair: netem loss, link down).
 vm:
 	bash tests/vm/setup.sh
 	bins=$$(tests/vm/build-verbs.sh --locked) && tests/vm/run-guest.sh tests/vm/all.sh $$bins

@@ -10,6 +10,8 @@
 #   TCP_FAULTS=...   root package tests/tcp_faults.rs (release): TCP between two network
 #                    namespaces under netem, link down, SIGKILL and restart
 #   AIO=...          root package tests/aio.rs (release): the async layer (xfer::aio, tokio)
+#   VERBS_FAULTS=... root package tests/verbs_faults.rs (release): verbs between two rxe
+#                    devices on a veth pair under netem loss and link down
 #   XFER_PERF=...    xfer-perf (release)
 #   XFER_INFO=...    xfer-info (release)
 #   C_SUITE=...      a directory holding libxfer.so (xfer-capi, release, with the verbs
@@ -31,7 +33,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 
-all_keys=(VERBS CONFORMANCE PEER_DEATH SCALE TCP_FAULTS AIO XFER_PERF XFER_INFO C_SUITE OFI)
+all_keys=(VERBS CONFORMANCE PEER_DEATH SCALE TCP_FAULTS AIO VERBS_FAULTS XFER_PERF XFER_INFO C_SUITE OFI)
 want=("${all_keys[@]}")
 if [ "${1:-}" = --only ]; then
     [ $# -ge 2 ] || { echo "build-verbs: --only needs KEY[,KEY...] (${all_keys[*]})" >&2; exit 2; }
@@ -118,6 +120,7 @@ wants PEER_DEATH && tests+=(--test peer_death)
 wants SCALE && tests+=(--test scale)
 wants TCP_FAULTS && tests+=(--test tcp_faults)
 wants AIO && tests+=(--test aio)
+wants VERBS_FAULTS && tests+=(--test verbs_faults)
 if [ ${#tests[@]} -gt 0 ]; then
     cargo_build "the root package's tests (${tests[*]})" \
         test --release -p xfer "${tests[@]}" --no-run "${feature_args[@]}" "$@"
@@ -179,7 +182,7 @@ build_c_suite() {
 
 # key -> "kind name" of its artifact
 declare -A target=([CONFORMANCE]="test conformance" [PEER_DEATH]="test peer_death" [SCALE]="test scale"
-    [TCP_FAULTS]="test tcp_faults" [AIO]="test aio" [XFER_PERF]="bin xfer-perf" [XFER_INFO]="bin xfer-info")
+    [TCP_FAULTS]="test tcp_faults" [AIO]="test aio" [VERBS_FAULTS]="test verbs_faults" [XFER_PERF]="bin xfer-perf" [XFER_INFO]="bin xfer-info")
 out=()
 add() { # KEY PATH
     if [ -z "$2" ] || [ ! -x "$2" ]; then

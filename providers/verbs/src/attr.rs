@@ -56,6 +56,12 @@ pub struct VerbsAttr {
     pub path_mtu: u32,
     /// Entries of each completion queue.
     pub cq_size: u32,
+    /// A connection not established after this many milliseconds fails
+    /// (`ETIMEDOUT`), and the operations waiting for it with it. 0 (the
+    /// default): rdma_cm's own retries bound it, about 100 s on rxe when the
+    /// peer's link is down. Not too short on lossy links: connection set-up
+    /// packets lost there are resent by the CM after seconds.
+    pub connect_timeout_ms: u64,
 }
 
 impl Default for VerbsAttr {
@@ -77,6 +83,7 @@ impl Default for VerbsAttr {
             min_rnr_timer: 12,
             path_mtu: 0,
             cq_size: 4096,
+            connect_timeout_ms: 0,
         }
     }
 }
@@ -128,6 +135,7 @@ impl VerbsAttr {
         apply(&mut a.min_rnr_timer, "XFER_VERBS_MIN_RNR_TIMER");
         apply(&mut a.path_mtu, "XFER_VERBS_PATH_MTU");
         apply(&mut a.cq_size, "XFER_VERBS_CQ_SIZE");
+        apply(&mut a.connect_timeout_ms, "XFER_VERBS_CONNECT_TIMEOUT_MS");
         a.rnr_retry = a.rnr_retry.min(7);
         a.retry_cnt = a.retry_cnt.min(7);
         a.timeout = a.timeout.min(31);
@@ -220,6 +228,11 @@ impl VerbsAttr {
                 self.cq_size.to_string(),
                 "completion queue entries",
             ),
+            row(
+                "XFER_VERBS_CONNECT_TIMEOUT_MS",
+                self.connect_timeout_ms.to_string(),
+                "connection establishment timeout in ms (0: rdma_cm's own)",
+            ),
         ]
     }
 }
@@ -228,7 +241,7 @@ impl VerbsAttr {
 mod tests {
     use super::*;
 
-    const VARS: [(&str, &str); 16] = [
+    const VARS: [(&str, &str); 17] = [
         ("XFER_VERBS_DEVICE", "rxe7"),
         ("XFER_VERBS_PORT", "2"),
         ("XFER_VERBS_GID_INDEX", "3"),
@@ -245,6 +258,7 @@ mod tests {
         ("XFER_VERBS_MIN_RNR_TIMER", "1"),
         ("XFER_VERBS_PATH_MTU", "1024"),
         ("XFER_VERBS_CQ_SIZE", "512"),
+        ("XFER_VERBS_CONNECT_TIMEOUT_MS", "2500"),
     ];
 
     #[test]
@@ -272,8 +286,9 @@ mod tests {
         assert_eq!(a.min_rnr_timer, 1);
         assert_eq!(a.path_mtu, 1024);
         assert_eq!(a.cq_size, 512);
+        assert_eq!(a.connect_timeout_ms, 2500);
         let s = a.settings();
-        assert_eq!(s.len(), 16);
+        assert_eq!(s.len(), 17);
         assert!(s.iter().any(|s| s.env == "XFER_VERBS_GID_INDEX" && s.value == "3"));
         assert!(s.iter().all(|s| s.env.starts_with("XFER_VERBS_")));
     }

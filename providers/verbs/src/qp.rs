@@ -333,6 +333,19 @@ impl RcQp {
         self.modify(&mut attr, ibv_qp_attr_mask::IBV_QP_STATE.0)
     }
 
+    /// Whether the QP is in the error state (`ibv_query_qp`; false when
+    /// the query fails).
+    pub fn in_error(&self) -> bool {
+        // SAFETY: plain data; zero is valid.
+        let mut attr: ibv_qp_attr = unsafe { std::mem::zeroed() };
+        // SAFETY: as above.
+        let mut init: ibv_qp_init_attr = unsafe { std::mem::zeroed() };
+        let mask = ibv_qp_attr_mask::IBV_QP_STATE.0 as libc::c_int;
+        // SAFETY: qp valid; out-pointers valid for the call.
+        let ok = unsafe { ibv_query_qp(self.qp, &mut attr, mask, &mut init) } == 0;
+        ok && attr.qp_state == ibv_qp_state::IBV_QPS_ERR
+    }
+
     /// Reads the effective attributes back (`ibv_query_qp`).
     pub fn query(&self) -> Result<QpInfo> {
         // SAFETY: plain data; zero is valid.

@@ -109,6 +109,7 @@ impl VerbsEndpoint {
             active,
             qp,
             posted: Default::default(),
+            since: Instant::now(),
             dead_since: None,
             id,
         });
@@ -417,6 +418,24 @@ impl VerbsEndpoint {
             p.retry_at = None;
             if p.conn.is_none() && !p.queue.is_empty() {
                 self.start_connect(cx, dest);
+            }
+        }
+        // Connections not established in time fail, and what waits for them.
+        let limit = Duration::from_millis(self.res.attr.connect_timeout_ms);
+        if !limit.is_zero() && self.connecting > 0 {
+            let late: Vec<usize> = self
+                .conns
+                .iter()
+                .filter(|(_, c)| !matches!(c.state, State::Ready | State::Dead) && now.duration_since(c.since) > limit)
+                .map(|(k, _)| k)
+                .collect();
+            for k in late {
+                tracing::debug!(peer = ?self.conns[k].peer, state = ?self.conns[k].state, "connection not established in time");
+                let e = Error::PeerUnreachable {
+                    peer: cx.av.reverse(&self.conns[k].peer),
+                    errno: libc::ETIMEDOUT,
+                };
+                self.conn_failed(cx, k, e);
             }
         }
         let graves: Vec<usize> = self

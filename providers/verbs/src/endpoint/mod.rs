@@ -84,8 +84,9 @@ pub(crate) enum Tx {
     Rma { op: RmaOp, silent: bool },
     /// The receiver's side of a rendezvous: read the sender's buffer.
     Read(Box<ReadJob>),
-    /// Tell a rendezvous sender we are done with its buffer.
-    Fin { id: u32, status: u32 },
+    /// Tell a rendezvous sender we are done with its buffer, on `conn`,
+    /// the connection its RTS came on (dropped if that one is gone).
+    Fin { id: u32, status: u32, conn: usize },
 }
 
 /// A matched rendezvous receive waiting to read the sender's data.
@@ -96,7 +97,9 @@ pub(crate) struct ReadJob {
     pub(crate) id: u32,
     pub(crate) raddr: u64,
     pub(crate) rkey: u32,
-    /// The connection the RTS came on: the FIN goes back on it.
+    /// The connection the RTS came on: the READ and the FIN go on it, and
+    /// on no other (the sender fails the rendezvous when that connection
+    /// dies, and may reuse its buffer and operation id).
     pub(crate) conn: usize,
 }
 
@@ -112,9 +115,23 @@ pub(crate) enum Wr {
         silent: bool,
         mr: Option<CacheRef>,
         slot: Option<u32>,
+        /// Posted signaled.
+        signaled: bool,
     },
     /// A rendezvous READ into the receive buffer.
     Read { job: Box<ReadJob>, mr: Option<CacheRef> },
+}
+
+impl Wr {
+    /// Whether it was posted signaled, so that its success has a completion
+    /// of its own (rendezvous READs always; RMA when a completion is due).
+    pub(crate) fn signaled(&self) -> bool {
+        match self {
+            Wr::Ctrl { .. } => false,
+            Wr::Rma { signaled, .. } => *signaled,
+            Wr::Read { .. } => true,
+        }
+    }
 }
 
 /// A rendezvous send whose RTS went out; it ends with the receiver's FIN.
@@ -179,6 +196,9 @@ pub(crate) struct Conn {
     pub(crate) qp: Option<RcQp>,
     /// Work requests on the send queue, oldest first (`ops` keys).
     pub(crate) posted: VecDeque<usize>,
+    /// When it was created (its establishment is bounded by
+    /// `connect_timeout_ms`).
+    pub(crate) since: std::time::Instant,
     /// When it died (it is freed a while later).
     pub(crate) dead_since: Option<std::time::Instant>,
     // Dropped after the QP (field order): destroys the rdma_cm id.

@@ -130,12 +130,30 @@ impl VerbsEndpoint {
             Tx::Send { op, silent } if op.buf.len() <= self.eager_max => self.post_eager(cx, k, op, silent),
             Tx::Send { op, silent } => self.post_rts(cx, k, op, silent),
             Tx::Rma { op, silent } => self.post_rma(cx, k, op, silent),
+            // A rendezvous belongs to the connection its RTS came on: once
+            // that one died, the sender has failed the send and may have
+            // reused its buffer (and id), so reading it, or acknowledging
+            // it, over a newer connection would deliver or complete the
+            // wrong data.
+            Tx::Read(job) if job.conn != k => {
+                let peer = cx.av.reverse(&self.conns[k].peer);
+                let e = Error::PeerUnreachable {
+                    peer,
+                    errno: libc::ECONNRESET,
+                };
+                complete::recv(cx.cq, job.recv, job.arrival, Some(e));
+                Err(Blocked::Done)
+            }
             Tx::Read(job) => self.post_read(cx, k, job),
-            Tx::Fin { id, status } => {
+            Tx::Fin { id, conn, .. } if conn != k => {
+                tracing::debug!(id, "FIN for a rendezvous of a dead connection dropped");
+                Err(Blocked::Done)
+            }
+            Tx::Fin { id, status, conn } => {
                 let mut msg = [0u8; wire::FIN_LEN];
                 wire::fin(&mut msg, id, status);
                 self.post_ctrl(k, &msg, false)
-                    .map_err(|()| Blocked::Room(Tx::Fin { id, status }))
+                    .map_err(|()| Blocked::Room(Tx::Fin { id, status, conn }))
             }
         }
     }
@@ -342,7 +360,13 @@ impl VerbsEndpoint {
         };
         let (kind, signal) = (op.kind, self.wants_completion(silent, op.completion));
         let remote = RemoteBuf { addr: op.addr, rkey };
-        let key = self.ops.insert(Wr::Rma { op, silent, mr, slot });
+        let key = self.ops.insert(Wr::Rma {
+            op,
+            silent,
+            mr,
+            slot,
+            signaled: signal,
+        });
         let c = &mut self.conns[k];
         let Some(qp) = c.qp.as_mut() else {
             return Err(Blocked::Done);
@@ -391,7 +415,7 @@ impl VerbsEndpoint {
             Err(e) => {
                 complete::recv(cx.cq, job.recv, job.arrival, Some(e));
                 let (id, peer) = (job.id, self.conns[k].peer);
-                self.submit(cx, peer, Tx::Fin { id, status: 1 });
+                self.submit(cx, peer, Tx::Fin { id, status: 1, conn: k });
                 return Err(Blocked::Done);
             }
         };
@@ -469,7 +493,7 @@ impl VerbsEndpoint {
         let peer = self.conns[conn].peer;
         if arrival.len == 0 {
             complete::recv(cx.cq, recv, arrival, None);
-            self.submit(cx, peer, Tx::Fin { id, status: 0 });
+            self.submit(cx, peer, Tx::Fin { id, status: 0, conn });
             return;
         }
         let job = Box::new(ReadJob {

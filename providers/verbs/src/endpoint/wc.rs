@@ -3,16 +3,17 @@
 //! out of the SRQ, and errors (the failing request gets the mapped error,
 //! later ones the flush error, and the connection is retired).
 
-use xfer_core::addr::Address;
 use xfer_core::complete::{self, Arrival};
 use xfer_core::provider::{Ctx, RecvOp};
-use xfer_core::{Error, PeerAddr};
+use xfer_core::{Error, PeerAddr, RmaKind};
 
 use super::{State, Tx, Unexpected, VerbsEndpoint, Wr, WC_BATCH};
 use crate::cq::Wc;
+use crate::qp::RcQp;
 use crate::wire::Msg;
 
 /// `ibv_wc_status` values mapped to their own errors.
+const WC_LOC_QP_OP_ERR: u32 = 2;
 const WC_LOC_PROT_ERR: u32 = 4;
 const WC_WR_FLUSH_ERR: u32 = 5;
 const WC_REM_INV_REQ_ERR: u32 = 9;
@@ -90,6 +91,32 @@ impl VerbsEndpoint {
                 Some(qp) => qp.complete_send(wc),
                 None => 0,
             };
+            // rxe (seen on Linux 6.1) reports work requests that a QP in the
+            // error state never executed as successful: a READ "done" left
+            // its receive buffer unwritten. A READ (rendezvous or RMA) is
+            // only taken as done while the QP is not in error (one
+            // ibv_query_qp per such completion); otherwise the connection
+            // has failed. A READ that did complete just before a later
+            // request failed (the QP was already in error when polled) is
+            // reported failed too: an error, never bad data. Writes are not
+            // checked: the C suite's write followed by a refused one is a
+            // real success polled after the QP went to error, and the two
+            // cases cannot be told apart here.
+            let covered = self.conns[k].posted.iter().take(n as usize);
+            let data = covered.clone().any(|&key| match self.ops.get(key) {
+                Some(Wr::Read { .. }) => true,
+                Some(Wr::Rma { op, .. }) => op.kind == RmaKind::Read,
+                _ => false,
+            });
+            if data && self.conns[k].qp.as_ref().is_some_and(RcQp::in_error) {
+                let flush = Error::PeerUnreachable {
+                    peer: cx.av.reverse(&self.conns[k].peer),
+                    errno: libc::ECONNRESET,
+                };
+                tracing::debug!(qpn = wc.qp_num(), "success completion from a QP in the error state");
+                self.conn_failed(cx, k, flush);
+                return;
+            }
             for _ in 0..n {
                 let Some(key) = self.conns[k].posted.pop_front() else {
                     break;
@@ -98,21 +125,46 @@ impl VerbsEndpoint {
             }
             return;
         }
-        // Requests complete in order: those before the failed one succeeded.
         let peer = cx.av.reverse(&self.conns[k].peer);
-        let failed = wc.wr_id() as usize;
-        while let Some(&key) = self.conns[k].posted.front() {
-            self.conns[k].posted.pop_front();
-            if key == failed {
-                self.finish_wr(cx, key, Err(wc_error(wc, peer)));
-                break;
-            }
-            self.finish_wr(cx, key, Ok(()));
-        }
         let flush = Error::PeerUnreachable {
             peer,
             errno: libc::ECONNRESET,
         };
+        let mut err = wc_error(wc, peer);
+        if wc.status() == WC_LOC_QP_OP_ERR && !self.port_active() {
+            // rxe's answer to a packet it cannot route: the link went down.
+            err = Error::PeerUnreachable {
+                peer,
+                errno: libc::ENETDOWN,
+            };
+        }
+        // Requests complete in order: the unsignaled ones before the failed
+        // one succeeded. A signaled one still here never reported its own
+        // completion, which would have come first: it did not succeed (rxe
+        // was seen to flush a later request first, and a READ taken as done
+        // delivered a receive buffer it never wrote).
+        let failed = wc.wr_id() as usize;
+        let mut undone = 0;
+        while let Some(&key) = self.conns[k].posted.front() {
+            self.conns[k].posted.pop_front();
+            if key == failed {
+                self.finish_wr(cx, key, Err(err));
+                break;
+            }
+            if self.ops.get(key).is_some_and(Wr::signaled) {
+                undone += 1;
+                self.finish_wr(cx, key, Err(flush.clone()));
+            } else {
+                self.finish_wr(cx, key, Ok(()));
+            }
+        }
+        if undone > 0 {
+            tracing::debug!(
+                undone,
+                status = wc.status_str(),
+                "signaled requests before a failed one had not completed"
+            );
+        }
         // Later requests are flushed: ended with `flush`; queued work waits
         // for a new connection.
         self.conn_failed(cx, k, flush);
@@ -127,7 +179,9 @@ impl VerbsEndpoint {
                     self.pool.give(s);
                 }
             }
-            Wr::Rma { op, silent, mr, slot } => {
+            Wr::Rma {
+                op, silent, mr, slot, ..
+            } => {
                 if let Some(s) = slot {
                     self.pool.give(s);
                 }
@@ -146,10 +200,21 @@ impl VerbsEndpoint {
                 let ok = result.is_ok();
                 complete::recv(cx.cq, job.recv, job.arrival, result.err());
                 if let (true, Some(peer)) = (ok, peer) {
-                    self.submit(cx, peer, Tx::Fin { id: job.id, status: 0 });
+                    let fin = Tx::Fin {
+                        id: job.id,
+                        status: 0,
+                        conn: job.conn,
+                    };
+                    self.submit(cx, peer, fin);
                 }
             }
         }
+    }
+
+    /// Whether the endpoint's port is up (when it cannot be queried: yes).
+    fn port_active(&self) -> bool {
+        let port = self.res.attr.port;
+        self.res.pd.context().query_port(port).map_or(true, |p| p.active)
     }
 
     /// Ends everything posted on connection `k` with `err`.
@@ -243,20 +308,19 @@ impl VerbsEndpoint {
                     }
                 }
             }
-            Msg::Fin { id, status } => self.on_fin(cx, from, id, status),
+            Msg::Fin { id, status } => self.on_fin(cx, k, id, status),
             Msg::WriteData { data, len } => {
                 complete::remote_write(cx.cq, usize::try_from(len).unwrap_or(usize::MAX), data, src)
             }
         }
     }
 
-    fn on_fin(&mut self, cx: &mut Ctx<'_>, from: Address, id: u32, status: u32) {
-        let ours = self
-            .rndv
-            .get(id as usize)
-            .is_some_and(|r| self.conns.get(r.conn).is_some_and(|c| c.peer == from));
-        if !ours {
-            tracing::warn!(peer = ?from, id, "FIN for no rendezvous of this peer dropped");
+    /// A FIN on connection `k`: it ends rendezvous `id` only if that one's
+    /// RTS went out on `k` (ids are reused once a rendezvous ends, and one
+    /// that died with an older connection must not be completed by it).
+    fn on_fin(&mut self, cx: &mut Ctx<'_>, k: usize, id: u32, status: u32) {
+        if !self.rndv.get(id as usize).is_some_and(|r| r.conn == k) {
+            tracing::warn!(peer = ?self.conns[k].peer, id, "FIN for no rendezvous of this connection dropped");
             return;
         }
         let r = self.rndv.remove(id as usize);
