@@ -17,6 +17,7 @@
 mod bw;
 mod control;
 mod driver;
+mod hex;
 mod lat;
 mod plan;
 mod pool;
@@ -31,7 +32,8 @@ use xfer::{CompletionQueue, Endpoint, EndpointAttr, PeerAddr};
 
 use control::{hear, say};
 use driver::{Driver, Result};
-use plan::{hex, unhex, Options, Phase, Role};
+use hex::{hex, unhex};
+use plan::{Options, Phase, Role};
 use progress::Progress;
 use report::Report;
 

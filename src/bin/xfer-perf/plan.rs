@@ -3,6 +3,7 @@
 
 use std::fmt;
 
+use crate::hex::unhex;
 use crate::pool::Buffers;
 
 /// The benchmarks xfer-perf runs.
@@ -272,21 +273,6 @@ pub fn parse_size(s: &str) -> Result<usize, String> {
     xfer::attr::parse_size(s)
         .and_then(|v| usize::try_from(v).ok())
         .ok_or_else(|| format!("bad size {s:?}"))
-}
-
-pub fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-pub fn unhex(s: &str) -> Result<Vec<u8>, String> {
-    let s = s.strip_prefix("0x").unwrap_or(s);
-    if s.len() % 2 != 0 || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return Err(format!("{s:?} is not a hex endpoint name"));
-    }
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).map_err(|e| e.to_string()))
-        .collect()
 }
 
 #[cfg(test)]

@@ -14,7 +14,8 @@ use xfer::{Access, Domain, Endpoint, Flags, MemoryRegion, PeerAddr, RemoteKey, R
 
 use crate::control::{hear, say, RECV, SEND};
 use crate::driver::{pattern, Driver, Result};
-use crate::plan::{hex, unhex, Phase, Test};
+use crate::hex::{hex, unhex};
+use crate::plan::{Phase, Test};
 use crate::pool::Pool;
 use crate::progress::Progress;
 

@@ -16,6 +16,8 @@
 //! The provider is the default one (`XFER_PROVIDER` chooses); TCP listens on
 //! 127.0.0.1 unless `XFER_TCP_ADDR` says otherwise.
 
+#[path = "../xfer-perf/hex.rs"]
+mod hex;
 mod peer;
 mod sample;
 mod traffic;
@@ -26,6 +28,7 @@ use std::time::{Duration, Instant};
 
 use xfer::{Completion, CompletionQueue, Domain, Endpoint, EndpointAttr, PeerAddr, RemoteKey};
 
+use hex::{hex, unhex};
 use sample::{rss_slack, usage, Usage};
 use traffic::{check, fill, Op, Rng, INJECT, MAX_MSG, WINDOW};
 
@@ -49,20 +52,6 @@ fn open() -> Result<Side> {
         .endpoint(&cq, &av, &attr)
         .map_err(|e| format!("opening an endpoint: {e}"))?;
     Ok(Side { ep, cq, av, domain })
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn unhex(s: &str) -> Result<Vec<u8>> {
-    if s.len() % 2 != 0 || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return Err(format!("{s:?} is not hex"));
-    }
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).map_err(|e| e.to_string()))
-        .collect()
 }
 
 /// A buffer of `len` bytes whose pages are all resident already, so that

@@ -10,8 +10,9 @@ use std::time::{Duration, Instant};
 
 use xfer::{Access, Completion, Flags, PeerAddr};
 
+use crate::hex::{hex, unhex};
 use crate::traffic::{check, INJECT, MAX_MSG, REGION, WINDOW};
-use crate::{hex, open, touched, unhex, Result};
+use crate::{open, touched, Result};
 
 const RECV: u64 = 1;
 const SEND: u64 = 2;
