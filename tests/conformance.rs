@@ -847,6 +847,101 @@ fn rma_raw_region_and_raw_buffers() {
     assert_eq!(target, src);
 }
 
+/// The endpoint's registration-cache lookups (hits + misses), where its
+/// provider has a cache (verbs); `None` elsewhere.
+fn cache_lookups(n: &Node) -> Option<u64> {
+    let c = n.ep.counters().unwrap();
+    let get = |k: &str| c.iter().find(|(name, _)| *name == k).map(|&(_, v)| v);
+    Some(get("mr_cache_hits")? + get("mr_cache_misses")?)
+}
+
+#[test]
+fn region_buffers_are_the_local_side_of_rma_and_messages() {
+    let (mut a, mut b) = (Node::new(), Node::new());
+    let (pb, pa) = (a.add(&b), b.add(&a));
+    // Above the rendezvous threshold, so that messages too need registered
+    // memory on verbs.
+    let size = 1 << 20;
+    let local = a.domain.register(pattern(size, 1), Access::all()).unwrap();
+    let target = b
+        .domain
+        .register(vec![0; size], Access::REMOTE_READ | Access::REMOTE_WRITE)
+        .unwrap();
+    let inbox = b.domain.register(vec![0; size], Access::LOCAL_WRITE).unwrap();
+    let rkey = rkey_of(&target);
+    let before = (cache_lookups(&a), cache_lookups(&b));
+    let rma = |buf, kind, context| RmaOp {
+        peer: pb,
+        kind,
+        buf,
+        addr: rkey.addr(),
+        key: rkey.key(),
+        data: None,
+        context,
+        completion: true,
+    };
+
+    // Write from the region, then read back into it.
+    // SAFETY: `local` outlives the operation and is not touched until its
+    // completion, which `expect` waits for.
+    let buf = unsafe { local.buffer(0, size) }.unwrap();
+    assert!(buf
+        .local_desc()
+        .is_some_and(|d| d.desc == local.desc() && d.key == local.key()));
+    a.ep.post_rma(rma(buf, RmaKind::Write, 1)).unwrap();
+    assert_eq!(expect(&mut [&mut a, &mut b], 0, 1).result, Ok(()));
+    assert!(target.to_vec().unwrap() == pattern(size, 1), "written from the region");
+    target.write_at(0, &pattern(size, 2)).unwrap();
+    // SAFETY: as above.
+    let buf = unsafe { local.buffer(0, size) }.unwrap();
+    a.ep.post_rma(rma(buf, RmaKind::Read, 2)).unwrap();
+    assert_eq!(expect(&mut [&mut a, &mut b], 0, 2).result, Ok(()));
+    assert!(local.to_vec().unwrap() == pattern(size, 2), "read into the region");
+
+    // A tagged message from one region into another.
+    let recv = RecvOp {
+        spec: RecvSpec {
+            src: pa,
+            tag: 9,
+            ignore: 0,
+        },
+        tagged: true,
+        // SAFETY: `inbox` outlives the receive, untouched until it completes.
+        buf: unsafe { inbox.buffer(0, size) }.unwrap(),
+        context: 3,
+    };
+    b.ep.post_recv(recv).unwrap();
+    let send = SendOp {
+        peer: pb,
+        tag: Some(9),
+        data: None,
+        // SAFETY: as above.
+        buf: unsafe { local.buffer(0, size) }.unwrap(),
+        context: 4,
+        completion: true,
+    };
+    a.ep.post_send(send).unwrap();
+    let c = expect(&mut [&mut a, &mut b], 1, 3);
+    assert_eq!((c.result, c.len, c.buf), (Ok(()), size, None));
+    assert_eq!(expect(&mut [&mut a, &mut b], 0, 4).result, Ok(()));
+    assert!(inbox.to_vec().unwrap() == pattern(size, 2), "message between regions");
+
+    // Verbs used the regions' keys, not its registration cache.
+    assert_eq!((cache_lookups(&a), cache_lookups(&b)), before);
+
+    // Ranges outside the region, and regions of another domain, are refused.
+    // SAFETY: refused before any buffer is made.
+    let e = unsafe { local.buffer(size - 1, 2) }.unwrap_err();
+    assert!(matches!(e, Error::InvalidArgument(_)), "{e:?}");
+    let c = Node::new();
+    let foreign = c.domain.register(vec![0; 64], Access::all()).unwrap();
+    // SAFETY: the operation is refused at posting (checked below).
+    let buf = unsafe { foreign.buffer(0, 64) }.unwrap();
+    let r = a.ep.post_rma(rma(buf, RmaKind::Write, 5)).unwrap_err();
+    assert!(matches!(r.error, Error::InvalidArgument(_)), "{:?}", r.error);
+    connection_still_works(&mut a, &mut b, 10);
+}
+
 #[test]
 fn rma_region_dropped_mid_transfer_is_safe() {
     let (mut a, mut b) = (Node::new(), Node::new());

@@ -4,7 +4,12 @@
 //! the safe API takes buffers by value ([`Vec<u8>`]) and gives them back in the
 //! operation's completion: while in flight nobody else can touch them. Raw
 //! buffers carry the libfabric contract instead (valid and untouched until the
-//! completion) and can only be made with `unsafe`.
+//! completion) and can only be made with `unsafe`. A raw buffer made from
+//! a [`MemoryRegion`](crate::mr::MemoryRegion) also carries the region's
+//! keys ([`LocalDesc`], libfabric's `desc`), so a provider that needs
+//! registered memory uses them instead of its registration cache.
+
+use crate::mr::Access;
 
 /// A buffer owned by an operation while it is in flight.
 #[derive(Debug)]
@@ -13,7 +18,27 @@ pub struct Buffer(Repr);
 #[derive(Debug)]
 enum Repr {
     Owned(Vec<u8>),
-    Raw { ptr: *mut u8, len: usize },
+    Raw {
+        ptr: *mut u8,
+        len: usize,
+        /// Boxed: most raw buffers have none, and operations move buffers
+        /// around on the data path.
+        desc: Option<Box<LocalDesc>>,
+    },
+}
+
+/// The registration a raw buffer lies in (libfabric's `desc`): what a
+/// provider needs to hand the memory to a NIC without registering it again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LocalDesc {
+    /// The region's local descriptor ([`MemoryRegion::desc`](crate::mr::MemoryRegion::desc); verbs: the lkey).
+    pub desc: u64,
+    /// The region's remote key (verbs: the rkey).
+    pub key: u64,
+    /// The rights the region was registered with.
+    pub access: Access,
+    /// Identifies the domain that registered it (checked at posting).
+    pub(crate) domain: usize,
 }
 
 // SAFETY: an owned Vec is Send; a raw buffer's creator promised (in
@@ -31,7 +56,29 @@ impl Buffer {
     /// anyone else, and `ptr` must be valid for `len` bytes. `ptr` may be
     /// dangling when `len` is 0.
     pub unsafe fn raw(ptr: *mut u8, len: usize) -> Buffer {
-        Buffer(Repr::Raw { ptr, len })
+        Buffer(Repr::Raw { ptr, len, desc: None })
+    }
+
+    /// A raw buffer inside a registered region, carrying its keys.
+    ///
+    /// # Safety
+    /// As for [`raw`](Self::raw); `desc` must describe a live registration
+    /// covering `[ptr, ptr + len)`.
+    pub(crate) unsafe fn raw_in(ptr: *mut u8, len: usize, desc: LocalDesc) -> Buffer {
+        Buffer(Repr::Raw {
+            ptr,
+            len,
+            desc: Some(Box::new(desc)),
+        })
+    }
+
+    /// The registration the buffer lies in, for a buffer made by
+    /// [`MemoryRegion::buffer`](crate::mr::MemoryRegion::buffer).
+    pub fn local_desc(&self) -> Option<LocalDesc> {
+        match &self.0 {
+            Repr::Raw { desc, .. } => desc.as_deref().copied(),
+            Repr::Owned(_) => None,
+        }
     }
 
     /// Length in bytes: what a send sends, or what a receive can hold.
@@ -53,7 +100,7 @@ impl Buffer {
             Repr::Owned(v) => v,
             // SAFETY: `Buffer::raw`'s contract makes `ptr` valid for `len`
             // bytes and unaliased while the operation holds the buffer.
-            Repr::Raw { ptr, len } if *len > 0 => unsafe { std::slice::from_raw_parts(*ptr, *len) },
+            Repr::Raw { ptr, len, .. } if *len > 0 => unsafe { std::slice::from_raw_parts(*ptr, *len) },
             Repr::Raw { .. } => &[],
         }
     }
@@ -63,7 +110,7 @@ impl Buffer {
         match &mut self.0 {
             Repr::Owned(v) => v,
             // SAFETY: as in `as_slice`; the contract also grants exclusive access.
-            Repr::Raw { ptr, len } if *len > 0 => unsafe { std::slice::from_raw_parts_mut(*ptr, *len) },
+            Repr::Raw { ptr, len, .. } if *len > 0 => unsafe { std::slice::from_raw_parts_mut(*ptr, *len) },
             Repr::Raw { .. } => &mut [],
         }
     }
