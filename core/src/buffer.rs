@@ -21,10 +21,17 @@ enum Repr {
     Raw {
         ptr: *mut u8,
         len: usize,
-        /// Boxed: most raw buffers have none, and operations move buffers
-        /// around on the data path.
-        desc: Option<Box<LocalDesc>>,
     },
+    /// Raw memory inside a registered region. Boxed, so that a buffer stays
+    /// three words: operations move buffers around on the data path.
+    InRegion(Box<InRegion>),
+}
+
+#[derive(Debug)]
+struct InRegion {
+    ptr: *mut u8,
+    len: usize,
+    desc: LocalDesc,
 }
 
 /// The registration a raw buffer lies in (libfabric's `desc`): what a
@@ -56,7 +63,7 @@ impl Buffer {
     /// anyone else, and `ptr` must be valid for `len` bytes. `ptr` may be
     /// dangling when `len` is 0.
     pub unsafe fn raw(ptr: *mut u8, len: usize) -> Buffer {
-        Buffer(Repr::Raw { ptr, len, desc: None })
+        Buffer(Repr::Raw { ptr, len })
     }
 
     /// A raw buffer inside a registered region, carrying its keys.
@@ -65,19 +72,34 @@ impl Buffer {
     /// As for [`raw`](Self::raw); `desc` must describe a live registration
     /// covering `[ptr, ptr + len)`.
     pub(crate) unsafe fn raw_in(ptr: *mut u8, len: usize, desc: LocalDesc) -> Buffer {
-        Buffer(Repr::Raw {
-            ptr,
-            len,
-            desc: Some(Box::new(desc)),
-        })
+        Buffer(Repr::InRegion(Box::new(InRegion { ptr, len, desc })))
     }
 
     /// The registration the buffer lies in, for a buffer made by
     /// [`MemoryRegion::buffer`](crate::mr::MemoryRegion::buffer).
     pub fn local_desc(&self) -> Option<LocalDesc> {
         match &self.0 {
-            Repr::Raw { desc, .. } => desc.as_deref().copied(),
+            Repr::InRegion(r) => Some(r.desc),
+            _ => None,
+        }
+    }
+
+    /// The domain of the region the buffer lies in (what posting checks).
+    #[inline]
+    pub(crate) fn region_domain(&self) -> Option<usize> {
+        match &self.0 {
+            Repr::InRegion(r) => Some(r.desc.domain),
+            _ => None,
+        }
+    }
+
+    /// Pointer and length of raw memory (`None` for an owned vector).
+    #[inline]
+    fn raw_parts(&self) -> Option<(*mut u8, usize)> {
+        match &self.0 {
             Repr::Owned(_) => None,
+            Repr::Raw { ptr, len } => Some((*ptr, *len)),
+            Repr::InRegion(r) => Some((r.ptr, r.len)),
         }
     }
 
@@ -86,6 +108,7 @@ impl Buffer {
         match &self.0 {
             Repr::Owned(v) => v.len(),
             Repr::Raw { len, .. } => *len,
+            Repr::InRegion(r) => r.len,
         }
     }
 
@@ -96,22 +119,26 @@ impl Buffer {
 
     /// The bytes, for the provider to send from.
     pub fn as_slice(&self) -> &[u8] {
-        match &self.0 {
-            Repr::Owned(v) => v,
-            // SAFETY: `Buffer::raw`'s contract makes `ptr` valid for `len`
-            // bytes and unaliased while the operation holds the buffer.
-            Repr::Raw { ptr, len, .. } if *len > 0 => unsafe { std::slice::from_raw_parts(*ptr, *len) },
-            Repr::Raw { .. } => &[],
+        if let Repr::Owned(v) = &self.0 {
+            return v;
+        }
+        match self.raw_parts() {
+            // SAFETY: `Buffer::raw`'s (or `raw_in`'s) contract makes `ptr`
+            // valid for `len` bytes and unaliased while the operation holds
+            // the buffer.
+            Some((ptr, len)) if len > 0 => unsafe { std::slice::from_raw_parts(ptr, len) },
+            _ => &[],
         }
     }
 
     /// The bytes, for the provider to receive into.
     pub fn as_mut_slice(&mut self) -> &mut [u8] {
-        match &mut self.0 {
-            Repr::Owned(v) => v,
+        let raw = self.raw_parts();
+        match (&mut self.0, raw) {
+            (Repr::Owned(v), _) => v,
             // SAFETY: as in `as_slice`; the contract also grants exclusive access.
-            Repr::Raw { ptr, len, .. } if *len > 0 => unsafe { std::slice::from_raw_parts_mut(*ptr, *len) },
-            Repr::Raw { .. } => &mut [],
+            (_, Some((ptr, len))) if len > 0 => unsafe { std::slice::from_raw_parts_mut(ptr, len) },
+            _ => &mut [],
         }
     }
 
@@ -119,7 +146,7 @@ impl Buffer {
     pub fn into_vec(self) -> Option<Vec<u8>> {
         match self.0 {
             Repr::Owned(v) => Some(v),
-            Repr::Raw { .. } => None,
+            _ => None,
         }
     }
 }
@@ -140,6 +167,11 @@ mod tests {
         b.as_mut_slice()[0] = 9;
         assert_eq!(b.as_slice(), &[9, 2, 3]);
         assert_eq!(b.into_vec(), Some(vec![9, 2, 3]));
+    }
+
+    #[test]
+    fn a_buffer_is_three_words() {
+        assert_eq!(std::mem::size_of::<Buffer>(), 3 * std::mem::size_of::<usize>());
     }
 
     #[test]

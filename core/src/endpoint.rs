@@ -148,9 +148,10 @@ impl Endpoint {
 
     /// A buffer carrying a region's keys must come from this endpoint's
     /// domain: another domain's keys mean nothing to this one's NIC context.
+    #[inline]
     fn check_desc(&self, buf: &Buffer) -> Result<()> {
-        match buf.local_desc() {
-            Some(d) if d.domain != Arc::as_ptr(&self.shared) as usize => {
+        match buf.region_domain() {
+            Some(d) if d != Arc::as_ptr(&self.shared) as usize => {
                 Err(Error::InvalidArgument("memory region of another domain"))
             }
             _ => Ok(()),

@@ -100,6 +100,7 @@ fn every_frame() -> Vec<(&'static str, Frame)> {
             },
         ),
         ("hello-ack", Frame::HelloAck { nonce: 0x5eed }),
+        ("credit", Frame::Credit { bytes: 1 << 20 }),
         (
             "eager-tagged-data",
             Frame::Eager {

@@ -353,7 +353,7 @@ impl TcpEndpoint {
             conn.rx = Phase::Eager(e);
             return false;
         }
-        self.finish_eager(cx, e);
+        self.finish_eager(cx, id, e);
         true
     }
 
@@ -376,11 +376,16 @@ impl TcpEndpoint {
     ) -> Result<Phase> {
         match frame {
             Frame::Hello { .. } => Err(Error::Protocol("second hello on a connection")),
+            Frame::Credit { bytes } => {
+                self.on_credit(conn.0, bytes)?;
+                Ok(Phase::Header)
+            }
             Frame::HelloAck { .. } => Err(Error::Protocol("hello acknowledgement out of place")),
             Frame::WriteReq { .. } | Frame::ReadReq { .. } | Frame::ReadResp { .. } | Frame::WriteAck { .. } => {
                 Err(Error::Internal("RMA frame outside on_rma_frame"))
             }
             Frame::Eager { tag, data, len } => {
+                self.charge_eager(conn.0, len)?;
                 let src = self.src_of(cx, conn.0, &peer);
                 let olen = len as usize; // bounded by MAX_EAGER in Frame::parse
                 let t = tag.unwrap_or(0);
@@ -399,7 +404,7 @@ impl TcpEndpoint {
                     dest,
                 };
                 if olen == 0 {
-                    self.finish_eager(cx, e);
+                    self.finish_eager(cx, conn.0, e);
                     return Ok(Phase::Header);
                 }
                 Ok(Phase::Eager(e))
@@ -492,7 +497,10 @@ impl TcpEndpoint {
 
     /// An eager message was read whole: complete its receive, or find one
     /// posted meanwhile, or queue it as unexpected.
-    pub(super) fn finish_eager(&mut self, cx: &mut Ctx<'_>, e: EagerRx) {
+    /// `id` is the connection it came on, which is alive (its bytes were
+    /// just read).
+    pub(super) fn finish_eager(&mut self, cx: &mut Ctx<'_>, id: usize, e: EagerRx) {
+        let conn = (id, self.conns.get(id).map_or(0, |c| c.serial));
         let a = Arrival {
             len: e.olen,
             olen: e.olen,
@@ -504,18 +512,26 @@ impl TcpEndpoint {
             EagerDest::Posted(op) => {
                 let len = op.buf.len().min(e.olen);
                 complete::recv(cx.cq, op, Arrival { len, ..a }, None);
+                self.earn_credit(cx, conn, e.olen);
             }
             EagerDest::Unexpected(payload) => match self.matcher(e.tagged).take_posted(e.src, e.tag) {
-                Some((_, op)) => deliver_unexpected(cx.cq, op, &payload, a),
-                None => self.matcher(e.tagged).push_unexpected(
-                    e.src,
-                    e.tag,
-                    Unexp::Eager {
-                        from: e.from,
-                        data: e.data,
-                        payload,
-                    },
-                ),
+                Some((_, op)) => {
+                    deliver_unexpected(cx.cq, op, &payload, a);
+                    self.earn_credit(cx, conn, e.olen);
+                }
+                None => {
+                    self.unexpected_bytes += payload.len();
+                    self.matcher(e.tagged).push_unexpected(
+                        e.src,
+                        e.tag,
+                        Unexp::Eager {
+                            from: e.from,
+                            conn,
+                            data: e.data,
+                            payload,
+                        },
+                    );
+                }
             },
         }
     }
