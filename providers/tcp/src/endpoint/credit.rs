@@ -86,17 +86,19 @@ impl TcpEndpoint {
         }
     }
 
-    /// An eager message of `len` bytes that came on `conn` (key, serial)
-    /// was consumed: its cost is owed back to the peer, and returned once a
-    /// quarter of the budget is owed. Nothing if the connection is gone.
+    /// An eager message of `len` bytes that came on connection `id` (of
+    /// `serial` if given, else the live one being read) was consumed: its
+    /// cost is owed back to the peer, and returned once a quarter of the
+    /// budget is owed. Nothing if the connection is gone.
     #[inline]
-    pub(super) fn earn_credit(&mut self, cx: &mut Ctx<'_>, conn: (usize, u64), len: usize) {
-        let Some(c) = self.conns.get_mut(conn.0).filter(|c| c.serial == conn.1) else {
+    pub(super) fn earn_credit(&mut self, cx: &mut Ctx<'_>, id: usize, serial: Option<u64>, len: usize) {
+        let Some(c) = self.conns.get_mut(id) else { return };
+        if serial.is_some_and(|s| s != c.serial) {
             return;
-        };
+        }
         c.rx_owed += eager_cost(len as u64);
         if c.rx_owed >= self.budget.threshold || !c.granted {
-            self.return_credit(cx, conn.0);
+            self.return_credit(cx, id);
         }
     }
 

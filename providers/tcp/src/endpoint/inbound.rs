@@ -500,7 +500,6 @@ impl TcpEndpoint {
     /// `id` is the connection it came on, which is alive (its bytes were
     /// just read).
     pub(super) fn finish_eager(&mut self, cx: &mut Ctx<'_>, id: usize, e: EagerRx) {
-        let conn = (id, self.conns.get(id).map_or(0, |c| c.serial));
         let a = Arrival {
             len: e.olen,
             olen: e.olen,
@@ -512,14 +511,15 @@ impl TcpEndpoint {
             EagerDest::Posted(op) => {
                 let len = op.buf.len().min(e.olen);
                 complete::recv(cx.cq, op, Arrival { len, ..a }, None);
-                self.earn_credit(cx, conn, e.olen);
+                self.earn_credit(cx, id, None, e.olen);
             }
             EagerDest::Unexpected(payload) => match self.matcher(e.tagged).take_posted(e.src, e.tag) {
                 Some((_, op)) => {
                     deliver_unexpected(cx.cq, op, &payload, a);
-                    self.earn_credit(cx, conn, e.olen);
+                    self.earn_credit(cx, id, None, e.olen);
                 }
                 None => {
+                    let conn = (id, self.conns.get(id).map_or(0, |c| c.serial));
                     self.unexpected_bytes += payload.len();
                     self.matcher(e.tagged).push_unexpected(
                         e.src,

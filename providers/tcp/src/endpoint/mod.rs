@@ -823,7 +823,7 @@ impl EndpointProvider for TcpEndpoint {
                 };
                 deliver_unexpected(cx.cq, recv, &payload, a);
                 self.unexpected_bytes -= payload.len();
-                self.earn_credit(cx, conn, payload.len());
+                self.earn_credit(cx, conn.0, Some(conn.1), payload.len());
             }
             Unexp::Rts {
                 conn, token, len, data, ..
