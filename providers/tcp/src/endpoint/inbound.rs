@@ -132,8 +132,19 @@ impl TcpEndpoint {
         Ok(io)
     }
 
-    /// Processes staged bytes of connection `id` as far as they go.
+    /// Processes staged bytes of connection `id` as far as they go. The
+    /// common empty case (nothing staged, no frame half-read) is decided
+    /// here, inlined, without entering the large frame loop.
+    #[inline]
     pub(super) fn consume(&mut self, cx: &mut Ctx<'_>, id: usize) -> Result<()> {
+        match self.conns.get(id) {
+            Some(c) if c.start != c.end || !matches!(c.rx, Phase::Header) => self.consume_frames(cx, id),
+            _ => Ok(()),
+        }
+    }
+
+    /// The frame loop behind [`consume`](Self::consume).
+    fn consume_frames(&mut self, cx: &mut Ctx<'_>, id: usize) -> Result<()> {
         loop {
             let Some(conn) = self.conns.get_mut(id) else {
                 return Ok(());
