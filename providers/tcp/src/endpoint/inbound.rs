@@ -400,8 +400,35 @@ impl TcpEndpoint {
                 let src = self.src_of(cx, conn.0, &peer);
                 let olen = len as usize; // bounded by MAX_EAGER in Frame::parse
                 let t = tag.unwrap_or(0);
+                let arrival = Arrival {
+                    len: olen,
+                    olen,
+                    tag: t,
+                    data,
+                    src,
+                };
                 let dest = match self.matcher(tag.is_some()).take_posted(src, t) {
-                    Some((_, op)) => EagerDest::Posted(op),
+                    Some((_, mut op)) => {
+                        // The common small message: its payload is staged
+                        // whole, so it is copied and completed right here.
+                        let Some(c) = self.conns.get_mut(conn.0).filter(|c| c.staged().len() >= olen) else {
+                            return Ok(Phase::Eager(EagerRx {
+                                tagged: tag.is_some(),
+                                tag: t,
+                                data,
+                                src,
+                                from: peer,
+                                olen,
+                                got: 0,
+                                dest: EagerDest::Posted(op),
+                            }));
+                        };
+                        let fit = op.buf.len().min(olen);
+                        op.buf.as_mut_slice()[..fit].copy_from_slice(&c.staged()[..fit]);
+                        c.consume(olen);
+                        self.complete_posted(cx, conn.0, op, arrival);
+                        return Ok(Phase::Header);
+                    }
                     None => EagerDest::Unexpected(Vec::with_capacity(olen)),
                 };
                 let e = EagerRx {
@@ -506,6 +533,14 @@ impl TcpEndpoint {
         }
     }
 
+    /// An eager message of `a.olen` bytes that came on the live connection
+    /// `id` is in `op`'s buffer (what fits): completes it, earns its credit.
+    fn complete_posted(&mut self, cx: &mut Ctx<'_>, id: usize, op: RecvOp, a: Arrival) {
+        let len = op.buf.len().min(a.olen);
+        complete::recv(cx.cq, op, Arrival { len, ..a }, None);
+        self.earn_credit(cx, id, None, a.olen);
+    }
+
     /// An eager message was read whole: complete its receive, or find one
     /// posted meanwhile, or queue it as unexpected.
     /// `id` is the connection it came on, which is alive (its bytes were
@@ -519,11 +554,7 @@ impl TcpEndpoint {
             src: e.src,
         };
         match e.dest {
-            EagerDest::Posted(op) => {
-                let len = op.buf.len().min(e.olen);
-                complete::recv(cx.cq, op, Arrival { len, ..a }, None);
-                self.earn_credit(cx, id, None, e.olen);
-            }
+            EagerDest::Posted(op) => self.complete_posted(cx, id, op, a),
             EagerDest::Unexpected(payload) => match self.matcher(e.tagged).take_posted(e.src, e.tag) {
                 Some((_, op)) => {
                     deliver_unexpected(cx.cq, op, &payload, a);
