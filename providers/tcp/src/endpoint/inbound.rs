@@ -143,6 +143,67 @@ impl TcpEndpoint {
         }
     }
 
+    /// A Hello or HelloAck at the head of connection `id`'s staged bytes
+    /// (off the data path): true once handled, false while the Hello's name
+    /// is not all staged.
+    #[cold]
+    fn handshake_frame(&mut self, cx: &mut Ctx<'_>, id: usize, frame: Frame) -> Result<bool> {
+        let conn = &mut self.conns[id];
+        let staged = conn.staged();
+        if let Frame::Hello { name_len, to } = frame {
+            let end = HEADER_LEN + name_len as usize;
+            if staged.len() < end {
+                return Ok(false);
+            }
+            if conn.peer.is_some() {
+                return Err(Error::Protocol("second hello on a connection"));
+            }
+            let name = TcpName::decode(&staged[HEADER_LEN..end]).map_err(|e| Error::Protocol(e.as_str()))?;
+            if to != self.nonce {
+                // Dialled by an old name of this address: what it
+                // sends was meant for an earlier endpoint.
+                tracing::info!(peer = %name, "hello for an earlier endpoint at this address refused");
+                return Err(Error::Protocol("hello names an earlier endpoint at this address"));
+            }
+            let peer = Address::new(&staged[HEADER_LEN..end])?;
+            conn.peer = Some(peer);
+            conn.consume(end);
+            // Answer on this connection unless we already opened our own.
+            self.route.entry(peer).or_insert(id);
+            tracing::debug!(peer = %name, "peer connected");
+            // The first frame we write on it: the peer holds everything
+            // else it has for us until this arrives.
+            let hdr = Frame::HelloAck { nonce: self.nonce }.to_bytes();
+            let ack = TxFrame {
+                hdr,
+                payload: Payload::None,
+                written: 0,
+                owner: Owner::None,
+            };
+            self.queue(cx, id, ack);
+            return Ok(true);
+        }
+        if let Frame::HelloAck { nonce } = frame {
+            let dialled = match (conn.state, conn.peer) {
+                (State::Handshake(_), Some(peer)) => TcpName::decode(peer.as_bytes()).ok(),
+                _ => None,
+            };
+            let Some(dialled) = dialled else {
+                return Err(Error::Protocol("hello acknowledgement out of place"));
+            };
+            if nonce != dialled.nonce {
+                return Err(Error::Protocol("hello acknowledged by another endpoint"));
+            }
+            conn.consume(HEADER_LEN);
+            conn.state = State::Open;
+            self.connecting -= 1;
+            tracing::debug!(peer = %dialled, "connected");
+            self.flush(cx, id);
+            return Ok(true);
+        }
+        Ok(false)
+    }
+
     /// The frame loop behind [`consume`](Self::consume).
     fn consume_frames(&mut self, cx: &mut Ctx<'_>, id: usize) -> Result<()> {
         loop {
@@ -160,58 +221,13 @@ impl TcpEndpoint {
                         return Ok(());
                     }
                     let frame = Frame::parse(staged).map_err(|e| Error::Protocol(e.as_str()))?;
-                    if let Frame::Hello { name_len, to } = frame {
-                        let end = HEADER_LEN + name_len as usize;
-                        if staged.len() < end {
-                            return Ok(());
+                    if let Frame::Hello { .. } | Frame::HelloAck { .. } = frame {
+                        match self.handshake_frame(cx, id, frame)? {
+                            true => continue,
+                            false => return Ok(()),
                         }
-                        if conn.peer.is_some() {
-                            return Err(Error::Protocol("second hello on a connection"));
-                        }
-                        let name =
-                            TcpName::decode(&staged[HEADER_LEN..end]).map_err(|e| Error::Protocol(e.as_str()))?;
-                        if to != self.nonce {
-                            // Dialled by an old name of this address: what it
-                            // sends was meant for an earlier endpoint.
-                            tracing::info!(peer = %name, "hello for an earlier endpoint at this address refused");
-                            return Err(Error::Protocol("hello names an earlier endpoint at this address"));
-                        }
-                        let peer = Address::new(&staged[HEADER_LEN..end])?;
-                        conn.peer = Some(peer);
-                        conn.consume(end);
-                        // Answer on this connection unless we already opened our own.
-                        self.route.entry(peer).or_insert(id);
-                        tracing::debug!(peer = %name, "peer connected");
-                        // The first frame we write on it: the peer holds everything
-                        // else it has for us until this arrives.
-                        let hdr = Frame::HelloAck { nonce: self.nonce }.to_bytes();
-                        let ack = TxFrame {
-                            hdr,
-                            payload: Payload::None,
-                            written: 0,
-                            owner: Owner::None,
-                        };
-                        self.queue(cx, id, ack);
-                        continue;
                     }
-                    if let Frame::HelloAck { nonce } = frame {
-                        let dialled = match (conn.state, conn.peer) {
-                            (State::Handshake(_), Some(peer)) => TcpName::decode(peer.as_bytes()).ok(),
-                            _ => None,
-                        };
-                        let Some(dialled) = dialled else {
-                            return Err(Error::Protocol("hello acknowledgement out of place"));
-                        };
-                        if nonce != dialled.nonce {
-                            return Err(Error::Protocol("hello acknowledged by another endpoint"));
-                        }
-                        conn.consume(HEADER_LEN);
-                        conn.state = State::Open;
-                        self.connecting -= 1;
-                        tracing::debug!(peer = %dialled, "connected");
-                        self.flush(cx, id);
-                        continue;
-                    }
+                    let conn = &mut self.conns[id];
                     if matches!(conn.state, State::Handshake(_)) {
                         return Err(Error::Protocol("first frame is not a hello acknowledgement"));
                     }
@@ -221,7 +237,7 @@ impl TcpEndpoint {
                     // A write with immediate data: its 8 bytes come first.
                     let mut imm = None;
                     if let Frame::WriteReq { imm: true, .. } = frame {
-                        let Some(b) = staged.get(HEADER_LEN..HEADER_LEN + 8) else {
+                        let Some(b) = conn.staged().get(HEADER_LEN..HEADER_LEN + 8) else {
                             return Ok(());
                         };
                         let mut word = [0u8; 8];
@@ -245,6 +261,8 @@ impl TcpEndpoint {
                                 return Ok(());
                             }
                         }
+                        // `rx` was left at Header by the take above.
+                        Phase::Header => {}
                         next => {
                             if let Some(conn) = self.conns.get_mut(id) {
                                 conn.rx = next;
