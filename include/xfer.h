@@ -433,6 +433,20 @@ typedef struct xfer_ep_attr_t {
      * TCP: socket buffer sizes in bytes, 0 for the kernel's (`XFER_TCP_SOCKBUF`).
      */
     size_t tcp_sockbuf;
+    /**
+     * TCP: keepalive probe period in milliseconds, 0 for none (`XFER_TCP_KEEPALIVE_MS`).
+     */
+    uint64_t tcp_keepalive_ms;
+    /**
+     * TCP: eager bytes each peer may have in flight to this endpoint, what a
+     * receiver that posts no receives holds per peer (`XFER_TCP_EAGER_CREDIT`).
+     */
+    size_t tcp_eager_credit;
+    /**
+     * Operations with a completion in flight at most, 0 for no bound; one
+     * more is refused with `XFER_EAGAIN` (`XFER_MAX_OUTSTANDING`).
+     */
+    size_t max_outstanding;
 } xfer_ep_attr_t;
 
 /**

@@ -60,6 +60,14 @@ pub struct xfer_ep_attr_t {
     pub tcp_user_timeout_ms: u64,
     /// TCP: socket buffer sizes in bytes, 0 for the kernel's (`XFER_TCP_SOCKBUF`).
     pub tcp_sockbuf: usize,
+    /// TCP: keepalive probe period in milliseconds, 0 for none (`XFER_TCP_KEEPALIVE_MS`).
+    pub tcp_keepalive_ms: u64,
+    /// TCP: eager bytes each peer may have in flight to this endpoint, what a
+    /// receiver that posts no receives holds per peer (`XFER_TCP_EAGER_CREDIT`).
+    pub tcp_eager_credit: usize,
+    /// Operations with a completion in flight at most, 0 for no bound; one
+    /// more is refused with `XFER_EAGAIN` (`XFER_MAX_OUTSTANDING`).
+    pub max_outstanding: usize,
 }
 
 /// A message for `xfer_ep_sendmsg` / `xfer_ep_recvmsg` (`fi_msg_tagged`
@@ -97,6 +105,9 @@ fn attr_from_rust(a: &EndpointAttr) -> xfer_ep_attr_t {
         tcp_connect_timeout_ms: a.tcp.connect_timeout_ms,
         tcp_user_timeout_ms: a.tcp.user_timeout_ms,
         tcp_sockbuf: a.tcp.sockbuf,
+        tcp_keepalive_ms: a.tcp.keepalive_ms,
+        tcp_eager_credit: a.tcp.eager_credit,
+        max_outstanding: a.max_outstanding,
     }
 }
 
@@ -145,6 +156,9 @@ unsafe fn attr_to_rust(attr: *const xfer_ep_attr_t) -> Result<EndpointAttr, Fail
     r.tcp.connect_timeout_ms = a.tcp_connect_timeout_ms;
     r.tcp.user_timeout_ms = a.tcp_user_timeout_ms;
     r.tcp.sockbuf = a.tcp_sockbuf;
+    r.tcp.keepalive_ms = a.tcp_keepalive_ms;
+    r.tcp.eager_credit = a.tcp_eager_credit;
+    r.max_outstanding = a.max_outstanding;
     if !a.tcp_addr.is_null() {
         // SAFETY: a non-null tcp_addr is NUL-terminated by contract.
         let s = unsafe { CStr::from_ptr(a.tcp_addr) };

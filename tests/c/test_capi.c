@@ -783,6 +783,35 @@ static void test_selective_completion(void)
     node_close(&b);
 }
 
+/* attr.max_outstanding bounds the operations in flight: one more is
+ * XFER_EAGAIN until a completion comes. The other fields added with it are
+ * filled from the defaults. */
+static void test_max_outstanding(void)
+{
+    struct node n;
+    memset(&n, 0, sizeof n);
+    REQUIRE_OK(xfer_domain_open(NULL, &n.domain));
+    REQUIRE_OK(xfer_cq_open(n.domain, 0, &n.cq));
+    REQUIRE_OK(xfer_av_open(n.domain, &n.av));
+    xfer_ep_attr_t attr;
+    REQUIRE_OK(xfer_ep_attr_init(&attr));
+    CHECK(attr.max_outstanding == 0 || getenv("XFER_MAX_OUTSTANDING") != NULL);
+    CHECK(attr.tcp_eager_credit > 0);
+    attr.tcp_addr = "127.0.0.1";
+    attr.max_outstanding = 2;
+    REQUIRE_OK(xfer_ep_open(n.domain, n.cq, n.av, &attr, &n.ep));
+    uint8_t buf[3][8];
+    CHECK_RC(xfer_ep_trecv(n.ep, buf[0], 8, XFER_ADDR_UNSPEC, 1, 0, CTX(1)), 0);
+    CHECK_RC(xfer_ep_trecv(n.ep, buf[1], 8, XFER_ADDR_UNSPEC, 1, 0, CTX(2)), 0);
+    CHECK_RC(xfer_ep_trecv(n.ep, buf[2], 8, XFER_ADDR_UNSPEC, 1, 0, CTX(3)), XFER_EAGAIN);
+    CHECK_RC(xfer_ep_cancel(n.ep, CTX(1)), 0);
+    struct node *ns[] = {&n};
+    xfer_cq_entry_t e;
+    expect(ns, 1, 0, CTX(1), &e);
+    CHECK_RC(xfer_ep_trecv(n.ep, buf[2], 8, XFER_ADDR_UNSPEC, 1, 0, CTX(3)), 0);
+    node_close(&n);
+}
+
 /* Scatter-gather sends and receives: one element is the buffer itself, more
  * go through a copy (sends at post time, receives at poll time). */
 static void test_iov(void)
@@ -1708,6 +1737,7 @@ static const struct {
     {"operations", test_operations},
     {"counters", test_counters},
     {"selective_completion", test_selective_completion},
+    {"max_outstanding", test_max_outstanding},
     {"iov", test_iov},
     {"cancel", test_cancel},
     {"cq_wait_and_fd", test_cq_wait_and_fd},
