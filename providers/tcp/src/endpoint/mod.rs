@@ -35,10 +35,12 @@ use crate::wire::{status, Frame, HEADER_LEN, MAX_EAGER};
 use xfer_core::complete::{self, Arrival};
 use xfer_core::hash::FastMap;
 
+mod batch;
 mod credit;
 mod inbound;
 mod rma;
 
+use batch::Batch;
 use inbound::deliver_unexpected;
 use rma::RmaTx;
 
@@ -328,7 +330,9 @@ impl TcpEndpoint {
         Ok(id)
     }
 
-    /// Writes queued frames of connection `id` until done or the socket is full.
+    /// Writes queued frames of connection `id` until done or the socket is
+    /// full: several at a time while they can go together (`batch`), else
+    /// one by one.
     fn flush(&mut self, cx: &mut Ctx<'_>, id: usize) {
         let Some(conn) = self.conns.get_mut(id) else { return };
         // Before the peer's HelloAck only our Hello may go out.
@@ -337,6 +341,21 @@ impl TcpEndpoint {
             State::Handshake(_) => true,
             State::Connecting(_) => return,
         };
+        let mut full = false;
+        if !hello_only && conn.txq.len() > 1 {
+            loop {
+                match self.write_batch(cx, id) {
+                    Batch::Sent => {}
+                    Batch::Full => {
+                        full = true;
+                        break;
+                    }
+                    Batch::Single => break,
+                    Batch::Failed => return,
+                }
+            }
+        }
+        let Some(conn) = self.conns.get_mut(id) else { return };
         while let Some(TxFrame {
             hdr,
             payload,
@@ -344,7 +363,7 @@ impl TcpEndpoint {
             owner,
         }) = conn.txq.front_mut()
         {
-            if hello_only && *owner != Owner::Hello {
+            if full || (hello_only && *owner != Owner::Hello) {
                 break;
             }
             let mut ext: &[u8] = &[];

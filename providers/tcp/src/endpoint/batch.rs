@@ -1,0 +1,100 @@
+//! Writing several queued frames with one `sendmsg`.
+//!
+//! Frames queue on a connection while its socket is full; when it drains,
+//! writing them one system call each would cost a call per small message
+//! exactly when the receiver is the bottleneck. A batch gathers up to
+//! [`BATCH`] frames (header, immediate data and payload slices) into one
+//! `sendmsg` and retires every frame the kernel took whole.
+
+use std::io::IoSlice;
+
+use super::*;
+
+/// Frames written by one `sendmsg` at most (three slices each).
+const BATCH: usize = 32;
+
+/// What one batch did.
+pub(super) enum Batch {
+    /// Every frame of the batch went out; more may be queued.
+    Sent,
+    /// The socket took part of the batch (or nothing): wait for writability.
+    Full,
+    /// Fewer than two frames can be batched: write the front one alone.
+    Single,
+    /// The connection failed (and is gone).
+    Failed,
+}
+
+/// The immediate-data and payload bytes of a queued frame, `None` for a frame
+/// whose bytes must be checked first (a read response from a region).
+fn frame_bytes<'a>(sends: &'a Slab<TxOp>, rma: &'a Slab<RmaTx>, p: &'a Payload) -> Option<(&'a [u8], &'a [u8])> {
+    match p {
+        Payload::None => Some((&[], &[])),
+        Payload::Owned(v) => Some((&[], v)),
+        Payload::Op { key, offset, len } => Some((&[], &sends[*key].op.buf.as_slice()[*offset..*offset + *len])),
+        Payload::Rma { key, imm } => Some((imm.as_ref().map_or(&[][..], |b| &b[..]), rma[*key].op.buf.as_slice())),
+        Payload::Region { .. } => None,
+    }
+}
+
+impl TcpEndpoint {
+    /// Writes the frames at the front of connection `id`'s queue with one
+    /// `sendmsg`, if at least two can go together.
+    pub(super) fn write_batch(&mut self, cx: &mut Ctx<'_>, id: usize) -> Batch {
+        let Some(conn) = self.conns.get_mut(id) else {
+            return Batch::Failed;
+        };
+        let mut slices = [IoSlice::new(&[]); 3 * BATCH];
+        let mut left = [0usize; BATCH];
+        let (mut n, mut frames) = (0, 0);
+        for f in conn.txq.iter().take(BATCH) {
+            let Some((ext, payload)) = frame_bytes(&self.sends, &self.rma, &f.payload) else {
+                break;
+            };
+            let mut skip = f.written;
+            for part in [&f.hdr[..], ext, payload] {
+                if skip >= part.len() {
+                    skip -= part.len();
+                    continue;
+                }
+                slices[n] = IoSlice::new(&part[skip..]);
+                skip = 0;
+                n += 1;
+            }
+            left[frames] = f.hdr.len() + ext.len() + payload.len() - f.written;
+            frames += 1;
+        }
+        if frames < 2 {
+            return Batch::Single;
+        }
+        let mut sent = match conn.sock.send(&slices[..n]) {
+            Ok(Io::Done(sent)) => sent,
+            Ok(Io::WouldBlock) => return Batch::Full,
+            Err(e) => {
+                self.fail_conn(cx, id, e);
+                return Batch::Failed;
+            }
+        };
+        for &rest in &left[..frames] {
+            let Some(f) = conn.txq.front_mut() else { break };
+            if sent < rest {
+                f.written += sent;
+                return Batch::Full;
+            }
+            sent -= rest;
+            match conn.txq.pop_front().map(|f| f.owner) {
+                Some(Owner::Send(key)) => {
+                    let tx = self.sends.remove(key);
+                    complete::send(cx.cq, self.attr.selective_completion, tx.op, Ok(()));
+                }
+                Some(Owner::Rma(key)) => {
+                    if let Some(r) = self.rma.get_mut(key) {
+                        r.sent = true;
+                    }
+                }
+                _ => {}
+            }
+        }
+        Batch::Sent
+    }
+}
