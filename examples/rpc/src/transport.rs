@@ -1,6 +1,7 @@
 //! One RPC connection as tarpc's transport: a `Stream` of received messages
 //! and a `Sink` of messages to send, on [`AsyncEndpoint`] tagged messages.
 
+use std::collections::VecDeque;
 use std::io;
 use std::marker::PhantomData;
 use std::pin::Pin;
@@ -46,9 +47,11 @@ fn io_err(e: xfer::Error) -> io::Error {
 /// A tarpc transport over one xfer connection (see [`crate::wire`]):
 /// `Stream<Item = io::Result<In>>` and `Sink<Out, Error = io::Error>`.
 ///
-/// Every message is one tagged xfer message when it encodes to less than
-/// [`FRAME_MAX`] bytes; larger ones go as a `LARGE` frame and a `BODY`
-/// message of their own tag, into a receive of exactly their size.
+/// Messages written between two flushes go in one tagged xfer message (a
+/// `DATA` frame of at most [`FRAME_MAX`] bytes), as tokio's framed writers
+/// batch them into one write; a message too large for a frame goes as a
+/// `LARGE` frame and a `BODY` message of its own tag, into a receive of
+/// exactly its size.
 /// Closing the sink sends `CLOSE`; the peer's stream ends after every
 /// message sent before it. Dropping the transport cancels its posted
 /// receives; sends already posted still complete (the async layer's cancel
@@ -68,16 +71,24 @@ pub struct Transport<In, Out> {
     /// The frame count of the peer's `CLOSE`.
     close_after: Option<u64>,
     spare: Vec<Vec<u8>>,
+    /// Messages of a received frame not yet yielded.
+    ready: VecDeque<In>,
     /// The stream ended (peer closed, or an error was returned).
     ended: bool,
 
     sends: FuturesUnordered<SendFut>,
+    /// The `DATA` frame being filled (empty: none).
+    batch: Vec<u8>,
     frames_out: u64,
     next_seq: u32,
     closed: bool,
 
     _types: PhantomData<fn(Out) -> In>,
 }
+
+// Nothing in it is pinned: its futures are boxed, decoded messages are moved
+// out by value.
+impl<In, Out> Unpin for Transport<In, Out> {}
 
 impl<In, Out> Transport<In, Out> {
     /// A transport to `peer`, receiving tags of connection `local` and
@@ -94,8 +105,10 @@ impl<In, Out> Transport<In, Out> {
             frames_in: 0,
             close_after: None,
             spare: Vec::new(),
+            ready: VecDeque::new(),
             ended: false,
             sends: FuturesUnordered::new(),
+            batch: Vec::new(),
             frames_out: 0,
             next_seq: 0,
             closed: false,
@@ -135,6 +148,15 @@ impl<In, Out> Transport<In, Out> {
             .push(Box::pin(async move { ep.tsend(peer, tag, buf).await.0.map(drop) }));
     }
 
+    /// Sends the `DATA` frame being filled, if any.
+    fn send_batch(&mut self) {
+        if !self.batch.is_empty() {
+            let frame = std::mem::take(&mut self.batch);
+            self.send(wire::tag(FRAME, self.remote, 0), frame);
+            self.frames_out += 1;
+        }
+    }
+
     fn fail<T>(&mut self, e: io::Error) -> Poll<Option<io::Result<T>>> {
         self.ended = true;
         Poll::Ready(Some(Err(e)))
@@ -155,6 +177,9 @@ impl<In: DeserializeOwned, Out> Stream for Transport<In, Out> {
         loop {
             if me.ended {
                 return Poll::Ready(None);
+            }
+            if let Some(item) = me.ready.pop_front() {
+                return Poll::Ready(Some(Ok(item)));
             }
             match me.close_after {
                 Some(n) if n == me.frames_in && me.bodies_pending == 0 => {
@@ -187,26 +212,26 @@ impl<In: DeserializeOwned, Out> Stream for Transport<In, Out> {
                         Err(e) => Err(e),
                         Ok(Frame::Data(bytes)) => {
                             me.frames_in += 1;
-                            Ok(Some(decode(bytes)))
+                            wire::messages(bytes).try_for_each(|m| {
+                                me.ready.push_back(decode(m?)?);
+                                Ok(())
+                            })
                         }
                         Ok(Frame::Large { seq, len }) => {
                             me.frames_in += 1;
-                            me.post_body(seq, len).map(|()| None)
+                            me.post_body(seq, len)
                         }
                         Ok(Frame::Close { sent }) => {
                             tracing::debug!(conn = me.local, sent, got = me.frames_in, "rpc: peer closed");
                             me.close_after = Some(sent);
-                            Ok(None)
+                            Ok(())
                         }
                     };
                     if me.spare.len() < RECV_WINDOW {
                         me.spare.push(buf);
                     }
-                    match out {
-                        Err(e) => return me.fail(e),
-                        Ok(Some(Err(e))) => return me.fail(e),
-                        Ok(Some(Ok(item))) => return Poll::Ready(Some(Ok(item))),
-                        Ok(None) => {}
+                    if let Err(e) = out {
+                        return me.fail(e);
                     }
                 }
                 Got::Body((r, buf)) => {
@@ -247,25 +272,34 @@ impl<In, Out: Serialize> Sink<Out> for Transport<In, Out> {
         if me.closed {
             return Err(io::Error::new(io::ErrorKind::BrokenPipe, "rpc transport closed"));
         }
-        let mut buf = vec![wire::DATA];
-        codec()
-            .serialize_into(&mut buf, &item)
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
-        if buf.len() <= FRAME_MAX {
-            me.send(wire::tag(FRAME, me.remote, 0), buf);
+        let bad = |e| io::Error::new(io::ErrorKind::InvalidInput, e);
+        let size = codec().serialized_size(&item).map_err(bad)? as usize;
+        if 1 + wire::PER_MESSAGE + size <= FRAME_MAX {
+            if me.batch.len() + wire::PER_MESSAGE + size > FRAME_MAX {
+                me.send_batch();
+            }
+            if me.batch.is_empty() {
+                me.batch.reserve(FRAME_MAX);
+                me.batch.push(wire::DATA);
+            }
+            wire::push_len(&mut me.batch, size);
+            codec().serialize_into(&mut me.batch, &item).map_err(bad)?;
         } else {
-            buf.remove(0);
+            me.send_batch();
+            let mut body = Vec::with_capacity(size);
+            codec().serialize_into(&mut body, &item).map_err(bad)?;
             let seq = me.next_seq;
             me.next_seq = seq.wrapping_add(1);
-            me.send(wire::tag(FRAME, me.remote, 0), wire::large(seq, buf.len()));
-            me.send(wire::tag(BODY, me.remote, seq), buf);
+            me.send(wire::tag(FRAME, me.remote, 0), wire::large(seq, body.len()));
+            me.send(wire::tag(BODY, me.remote, seq), body);
+            me.frames_out += 1;
         }
-        me.frames_out += 1;
         Ok(())
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let me = self.get_mut();
+        me.send_batch();
         while let Some(r) = ready!(me.sends.poll_next_unpin(cx)) {
             r.map_err(io_err)?;
         }
@@ -274,6 +308,7 @@ impl<In, Out: Serialize> Sink<Out> for Transport<In, Out> {
 
     fn poll_close(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         if !self.closed {
+            self.send_batch();
             tracing::debug!(conn = self.local, sent = self.frames_out, "rpc: closing");
             self.closed = true;
             let (tag, frame) = (wire::tag(FRAME, self.remote, 0), wire::close(self.frames_out));

@@ -11,8 +11,9 @@
 //! | `FRAME` | `FRAME << 56 \| conn << 32` | a frame, at most [`FRAME_MAX`] bytes |
 //! | `BODY` | `BODY << 56 \| conn << 32 \| seq` | a large message's encoded bytes |
 //!
-//! A frame's first byte says what it holds: [`DATA`] (one encoded message
-//! follows), [`LARGE`] (the message is in the `BODY` message with sequence
+//! A frame's first byte says what it holds: [`DATA`] (one or more encoded
+//! messages follow, each as its length (u32 LE) and its bytes: what a sender
+//! wrote between two flushes, as tokio's framed writers batch them), [`LARGE`] (the message is in the `BODY` message with sequence
 //! number `seq` (u32 LE), `len` (u64 LE) bytes long) or [`CLOSE`] (the
 //! sender sent `n` (u64 LE) `DATA`/`LARGE` frames before it and will send no
 //! more).
@@ -57,7 +58,7 @@ pub fn tag(kind: u64, conn: u32, seq: u32) -> u64 {
 /// What a received frame holds.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Frame<'a> {
-    /// An encoded message.
+    /// Encoded messages, each behind its length ([`messages`]).
     Data(&'a [u8]),
     /// A message in the `BODY` message `seq`, `len` bytes.
     Large { seq: u32, len: u64 },
@@ -91,6 +92,42 @@ pub fn parse(frame: &[u8]) -> io::Result<Frame<'_>> {
         }
         k => Err(bad(&format!("unknown kind {k}"))),
     }
+}
+
+/// The bytes a `DATA` frame needs per message besides the message.
+pub const PER_MESSAGE: usize = 4;
+
+/// The messages of a `DATA` frame's payload; an error at the first
+/// malformed length.
+pub fn messages(mut data: &[u8]) -> impl Iterator<Item = io::Result<&[u8]>> {
+    std::iter::from_fn(move || {
+        if data.is_empty() {
+            return None;
+        }
+        let Some((len, rest)) = data.split_first_chunk::<4>() else {
+            data = &[];
+            return Some(Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "rpc frame: short length",
+            )));
+        };
+        let len = u32::from_le_bytes(*len) as usize;
+        if len > rest.len() {
+            data = &[];
+            return Some(Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "rpc frame: message past its end",
+            )));
+        }
+        let (msg, rest) = rest.split_at(len);
+        data = rest;
+        Some(Ok(msg))
+    })
+}
+
+/// Appends a message's length to a `DATA` frame being built.
+pub fn push_len(frame: &mut Vec<u8>, len: usize) {
+    frame.extend_from_slice(&(len as u32).to_le_bytes());
 }
 
 /// A `LARGE` frame.
@@ -127,6 +164,19 @@ mod tests {
         assert!(parse(&large(1, MESSAGE_MAX as usize + 1)).is_err());
         assert!(parse(&[CLOSE, 0]).is_err());
         assert!(parse(&[9]).is_err());
+    }
+
+    #[test]
+    fn data_frames_hold_several_messages() {
+        let mut f = Vec::new();
+        for m in [&b"ab"[..], b"", b"xyz"] {
+            push_len(&mut f, m.len());
+            f.extend_from_slice(m);
+        }
+        let got: Vec<&[u8]> = messages(&f).collect::<io::Result<_>>().unwrap();
+        assert_eq!(got, [&b"ab"[..], b"", b"xyz"]);
+        assert!(messages(&f[..f.len() - 1]).any(|m| m.is_err()));
+        assert!(messages(&[1, 0]).any(|m| m.is_err()));
     }
 
     #[test]
