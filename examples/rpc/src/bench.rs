@@ -7,9 +7,25 @@ use futures::StreamExt;
 
 use crate::{ctx, CalcClient};
 
-/// `add` calls one at a time: the round-trip times' p50 and p99 in
-/// microseconds, after `warmup` calls.
-pub async fn latency(client: &CalcClient, warmup: usize, iters: usize) -> Result<(f64, f64), String> {
+/// Round-trip times of calls made one at a time.
+#[derive(Clone, Copy, Debug)]
+pub struct Latency {
+    /// Median, microseconds.
+    pub p50: f64,
+    /// 99th percentile, microseconds.
+    pub p99: f64,
+    /// The slowest call, microseconds.
+    pub max: f64,
+    /// Calls slower than [`SLOW`].
+    pub slow: usize,
+}
+
+/// What [`Latency::slow`] counts: calls slower than the async layer's reactor
+/// tick (50 ms), which only a wake-up lost to the tick would explain.
+pub const SLOW: Duration = Duration::from_millis(40);
+
+/// `add` calls one at a time, timed after `warmup` calls.
+pub async fn latency(client: &CalcClient, warmup: usize, iters: usize) -> Result<Latency, String> {
     let mut times = Vec::with_capacity(iters);
     for i in 0..(warmup + iters) as u64 {
         let start = Instant::now();
@@ -22,7 +38,10 @@ pub async fn latency(client: &CalcClient, warmup: usize, iters: usize) -> Result
             times.push(took);
         }
     }
-    Ok(percentiles(&mut times))
+    let slow = times.iter().filter(|&&t| t > SLOW).count();
+    let (p50, p99) = percentiles(&mut times);
+    let max = times.last().map_or(0.0, |t| t.as_secs_f64() * 1e6);
+    Ok(Latency { p50, p99, max, slow })
 }
 
 /// p50 and p99 of `times`, in microseconds.

@@ -291,10 +291,17 @@ fn run_bench(o: &Opts) -> Res<()> {
         );
         for rep in 1..=o.reps {
             for (what, c, out) in [("xfer", &x, &mut xs), ("tokio TCP", &t, &mut ts)] {
-                let (p50, p99) = bench::latency(c, warmup, o.iters).await?;
+                let l = bench::latency(c, warmup, o.iters).await?;
                 let rate = bench::rate(c, o.outstanding, o.calls).await?;
-                println!("  rep {rep} {what:>10}: p50 {p50:8.2} us  p99 {p99:8.2} us  {rate:10.0} calls/s");
-                out.push((p50, p99, rate));
+                println!(
+                    "  rep {rep} {what:>10}: p50 {:8.2} us  p99 {:8.2} us  {rate:10.0} calls/s  (max {:.0} us, {} over {} ms)",
+                    l.p50,
+                    l.p99,
+                    l.max,
+                    l.slow,
+                    bench::SLOW.as_millis()
+                );
+                out.push((l.p50, l.p99, rate));
             }
         }
         let (xm, tm) = (medians(&xs), medians(&ts));
