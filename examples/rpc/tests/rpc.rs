@@ -82,7 +82,12 @@ impl Proc {
         let start = Instant::now();
         loop {
             if let Some(status) = self.child.try_wait().expect("try_wait") {
-                let rest = self.stdout.try_iter().collect();
+                // The reader thread may still hold lines: take them until it
+                // sees the pipe close.
+                let mut rest = Vec::new();
+                while let Ok(line) = self.stdout.recv_timeout(Duration::from_secs(10)) {
+                    rest.push(line);
+                }
                 return (status, rest);
             }
             if start.elapsed() > DEADLINE {
