@@ -49,6 +49,14 @@ struct State {
     routed: u64,
     /// Wakers of operations waiting for capacity.
     capacity: Vec<Waker>,
+    /// Counts what may have put completions in the queue without a drive
+    /// seeing them: the descriptor firing (or the reactor's tick), a post
+    /// or a cancel through the async layer.
+    events: u64,
+    /// `Some(events)` as it was when a poller found the queue empty and
+    /// the reactor armed: while `events` still has that value, a waiting
+    /// operation need not drive the queue again (nothing can have arrived).
+    armed: Option<u64>,
 }
 
 /// Routes the completions of one completion queue to the futures of the
@@ -83,6 +91,7 @@ impl Wake for FdWake {
         let wakers: Vec<Waker> = match d.lock() {
             Ok(mut st) => {
                 let st = &mut *st;
+                st.events = st.events.wrapping_add(1);
                 let ops = st.slots.iter_mut().filter_map(|(_, (_, s))| match s {
                     Slot::Waiting(w) => w.take(),
                     _ => None,
@@ -111,6 +120,8 @@ impl Dispatcher {
                 progress: Vec::new(),
                 routed: 0,
                 capacity: Vec::new(),
+                events: 0,
+                armed: None,
             }),
             fd_waker: Waker::from(Arc::new(FdWake(me.clone()))),
         })
@@ -157,6 +168,15 @@ impl Dispatcher {
         st.slots.insert((context, Slot::Waiting(None)));
         st.generation = st.generation.wrapping_add(1);
         Ok(context)
+    }
+
+    /// Records that the provider was called in a way that may have queued
+    /// completions without the descriptor firing (a post, a cancel), so
+    /// the next waiting operation drives the queue.
+    pub(crate) fn stirred(&self) {
+        if let Ok(mut st) = self.lock() {
+            st.events = st.events.wrapping_add(1);
+        }
     }
 
     /// Frees the slot of an operation the provider refused.
@@ -213,7 +233,7 @@ impl Dispatcher {
     /// drives the queue, and when nothing is left to do registers the
     /// waker with the reactor.
     pub(crate) fn poll_op(&self, context: u64, cx: &mut Context<'_>) -> Poll<Result<Completion>> {
-        self.poll_with(cx, |st, waker| match st.slot(context) {
+        self.poll_with(cx, true, |st, waker| match st.slot(context) {
             Some(Slot::Done(_)) => match st.slots.remove(key(context)).1 {
                 Slot::Done(c) => Some(Ok(c)),
                 _ => Some(Err(Error::Internal("async slot changed under its lock"))),
@@ -232,7 +252,7 @@ impl Dispatcher {
     /// async layer (context without [`CONTEXT_TAG`]): remote writes with
     /// data, raw posts on endpoints bound to the same queue.
     pub fn poll_completion(&self, cx: &mut Context<'_>) -> Poll<Result<Completion>> {
-        self.poll_with(cx, |st, waker| match st.raw.pop_front() {
+        self.poll_with(cx, false, |st, waker| match st.raw.pop_front() {
             Some(c) => Some(Ok(c)),
             None => {
                 st.raw_waker = Some(waker.clone());
@@ -258,7 +278,7 @@ impl Dispatcher {
     /// an endpoint at its `max_outstanding` may then have room.
     pub(crate) async fn capacity(&self, seen: u64) -> Result<()> {
         std::future::poll_fn(|cx| {
-            self.poll_with(cx, |st, waker| {
+            self.poll_with(cx, false, |st, waker| {
                 if st.routed != seen {
                     return Some(Ok(()));
                 }
@@ -278,7 +298,7 @@ impl Dispatcher {
     /// connection to be accepted. Spawn it as a task; it is cancel-safe.
     pub async fn progress(&self) -> Error {
         let r = std::future::poll_fn(|cx| {
-            self.poll_with(cx, |st, waker| {
+            self.poll_with(cx, false, |st, waker| {
                 if !st.progress.iter().any(|w| w.will_wake(waker)) {
                     st.progress.push(waker.clone());
                 }
@@ -291,20 +311,36 @@ impl Dispatcher {
 
     /// The drive loop shared by operations and the completion stream: `take`
     /// returns the result, or registers the waker and returns `None`.
+    ///
+    /// With `may_skip` (operation futures), a poller that finds its result
+    /// not there does not drive when another poller found the queue empty
+    /// and armed the reactor since the last event that could have queued
+    /// a completion (`State::armed`): that event wakes every waiter, so
+    /// this one is woken too. One descriptor event then costs one or two
+    /// drives, not one per waiting future (each drive and `trywait` makes
+    /// the provider progress: a `recv` per TCP connection). The raw
+    /// completion stream, capacity waits and progress tasks always drive,
+    /// so completions of raw posts (which the descriptor does not signal
+    /// when they complete inside the posting call) are found.
     fn poll_with<T>(
         &self,
         cx: &mut Context<'_>,
+        may_skip: bool,
         mut take: impl FnMut(&mut State, &Waker) -> Option<Result<T>>,
     ) -> Poll<Result<T>> {
         for _ in 0..BUDGET {
-            match self.lock() {
+            let events = match self.lock() {
                 Ok(mut st) => {
                     if let Some(r) = take(&mut st, cx.waker()) {
                         return Poll::Ready(r);
                     }
+                    if may_skip && st.armed == Some(st.events) {
+                        return Poll::Pending;
+                    }
+                    st.events
                 }
                 Err(e) => return Poll::Ready(Err(e)),
-            }
+            };
             match self.drive() {
                 Ok(0) => {}
                 Ok(_) => continue,
@@ -316,7 +352,14 @@ impl Dispatcher {
                 Err(e) => return Poll::Ready(Err(e)),
             }
             match self.reactor.poll_readable(&mut Context::from_waker(&self.fd_waker)) {
-                Poll::Pending => return Poll::Pending,
+                Poll::Pending => {
+                    // Empty when `events` was read, and armed: until the next
+                    // event, waiting operations need not drive.
+                    if let Ok(mut st) = self.lock() {
+                        st.armed = Some(events);
+                    }
+                    return Poll::Pending;
+                }
                 Poll::Ready(Ok(())) => continue,
                 Poll::Ready(Err(e)) => return Poll::Ready(Err(e.into())),
             }

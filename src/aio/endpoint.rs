@@ -131,7 +131,12 @@ impl AsyncEndpoint {
             };
             let seen = self.disp.routed();
             match post(context, buf) {
-                Ok(()) => break context,
+                Ok(()) => {
+                    // It may have completed inside the call, which the
+                    // descriptor does not signal: the next poll drives.
+                    self.disp.stirred();
+                    break context;
+                }
                 Err(r) => {
                     self.disp.release(context);
                     if r.error != Error::Again {

@@ -49,7 +49,14 @@
 //! bits are [`CONTEXT_TAG`]; raw operations on endpoints bound to the same
 //! queue must not use such contexts. A waiting future is woken when its
 //! completion is routed or when the descriptor fires (every waiting future
-//! then re-checks; one of them drives).
+//! then re-checks; one of them drives). Once a poller has found the queue
+//! empty and armed the reactor, other waiting futures do not drive again
+//! until the descriptor fires or an operation is posted or cancelled
+//! through the async layer. A raw post on an endpoint bound to the same
+//! queue may complete operations inside the call (the provider progresses
+//! there) without the descriptor firing: call [`Dispatcher::drive`] after it
+//! (`next_completion` drives too), or those futures wait for the next
+//! descriptor event or reactor tick.
 //!
 //! # Threading
 //!

@@ -37,7 +37,10 @@ impl Drop for Op<'_> {
         if self.done || !self.disp.abandon(self.context) || !self.recv {
             return;
         }
-        match self.ep.cancel(self.context) {
+        let cancelled = self.ep.cancel(self.context);
+        // The cancellation's completion is queued inside the call.
+        self.disp.stirred();
+        match cancelled {
             // Cancelled (its completion is queued), or already matched and
             // completing: either way its completion frees the buffer.
             Ok(()) | Err(Error::NotFound(_)) => {}

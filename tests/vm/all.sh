@@ -12,6 +12,9 @@
 #                (the host kernel has no sch_netem), link down, SIGKILL and restart
 #   aio          tests/aio.rs over XFER_PROVIDER=verbs: the async layer's futures, dropped
 #                futures (cancelled receives, sends that still deliver), RMA futures
+#   rpc          examples/rpc/tests/rpc.rs over XFER_PROVIDER=verbs: tarpc over xfer, a server
+#                and a client process with every call checked (0 B to 1 MiB), one-process
+#                mode, a short benchmark run against tarpc on tokio TCP (loopback)
 #   verbs_faults tests/verbs_faults.rs: the verbs provider between two rxe devices on a
 #                veth pair under 5% netem loss; the link-down case only with
 #                XFER_VM_VERBS_FAULTS_LINK_DOWN=1 (it hangs in about 1 run of 6: no RC keepalive)
@@ -32,15 +35,15 @@
 #                        `verbs` runs every VERBS_* binary, `verbs_<name>` just that one
 #   XFER_VM_CONFORMANCE_THREADS  --test-threads for the conformance suite (default 2: 35
 #                        tests in ~9-10 s over rxe vs ~16 s with 1, both passing, measured)
-#   XFER_VM_TIMEOUT_VERBS / _CONFORMANCE / _PEER_DEATH / _SCALE / _TCP_FAULTS / _AIO /
+#   XFER_VM_TIMEOUT_VERBS / _CONFORMANCE / _PEER_DEATH / _SCALE / _TCP_FAULTS / _AIO / _RPC /
 #                        _VERBS_FAULTS / _XFER_INFO / _C_SUITE / _OFI  per-step seconds (defaults
-#                        240 per verbs binary / 240 / 120 / 180 / 300 / 180 / 300 / 60 / 300 / 300,
+#                        240 per verbs binary / 240 / 120 / 180 / 300 / 180 / 120 / 300 / 60 / 300 / 300,
 #                        3-10x what they took here; smoke.sh bounds its own)
 #   XFER_VM_TEST_ARGS    extra arguments for the conformance binary (e.g. a test name filter)
 set -u
 
 usage() {
-    echo "usage: all.sh KEY=PATH... (KEYs: VERBS_<NAME> CONFORMANCE PEER_DEATH SCALE TCP_FAULTS AIO" \
+    echo "usage: all.sh KEY=PATH... (KEYs: VERBS_<NAME> CONFORMANCE PEER_DEATH SCALE TCP_FAULTS AIO RPC" \
         "VERBS_FAULTS XFER_INFO C_SUITE OFI [XFER_PERF]; from tests/vm/build-verbs.sh on the host)" >&2
 }
 if [ "${XFER_IN_GUEST:-0}" != 1 ]; then
@@ -53,7 +56,7 @@ declare -A bin=()
 verbs_tests=() # names (lower case) of the VERBS_<NAME> binaries, in argument order
 for arg in "$@"; do
     case $arg in
-    CONFORMANCE=* | PEER_DEATH=* | SCALE=* | TCP_FAULTS=* | AIO=* | VERBS_FAULTS=* | XFER_PERF=* | XFER_INFO=* | C_SUITE=* | OFI=*)
+    CONFORMANCE=* | PEER_DEATH=* | SCALE=* | TCP_FAULTS=* | AIO=* | RPC=* | VERBS_FAULTS=* | XFER_PERF=* | XFER_INFO=* | C_SUITE=* | OFI=*)
         bin[${arg%%=*}]=${arg#*=}
         ;;
     VERBS_?*=*)
@@ -70,7 +73,7 @@ for arg in "$@"; do
     esac
 done
 
-steps=${XFER_VM_STEPS:-smoke verbs conformance peer_death scale tcp_faults aio verbs_faults xfer_info c_suite ofi}
+steps=${XFER_VM_STEPS:-smoke verbs conformance peer_death scale tcp_faults aio rpc verbs_faults xfer_info c_suite ofi}
 steps=${steps//,/ }
 # `verbs` stands for one step per VERBS_<NAME> binary given.
 expanded=
@@ -83,10 +86,10 @@ for s in $steps; do
             for t in "${verbs_tests[@]}"; do expanded+=" verbs_$t"; done
         fi
         ;;
-    smoke | verbs_* | conformance | peer_death | scale | tcp_faults | aio | xfer_info | c_suite | ofi) expanded+=" $s" ;;
+    smoke | verbs_* | conformance | peer_death | scale | tcp_faults | aio | rpc | xfer_info | c_suite | ofi) expanded+=" $s" ;;
     *)
         echo "all.sh: unknown step '$s' in XFER_VM_STEPS (smoke verbs verbs_<name> conformance" \
-            "peer_death scale tcp_faults aio verbs_faults xfer_info c_suite ofi)" >&2
+            "peer_death scale tcp_faults aio rpc verbs_faults xfer_info c_suite ofi)" >&2
         exit 2
         ;;
     esac
@@ -178,6 +181,12 @@ step_peer_death() {
 
 step_aio() {
     run_test aio AIO 1 "${XFER_VM_TIMEOUT_AIO:-180}"
+}
+
+# tarpc over xfer: the test spawns the xfer-rpc server and client (XFER_PROVIDER=verbs is
+# inherited; they must report verbs); its tokio TCP baseline uses loopback.
+step_rpc() {
+    run_test rpc RPC 1 "${XFER_VM_TIMEOUT_RPC:-120}" --nocapture
 }
 
 step_scale() {

@@ -10,6 +10,9 @@
 #   TCP_FAULTS=...   root package tests/tcp_faults.rs (release): TCP between two network
 #                    namespaces under netem, link down, SIGKILL and restart
 #   AIO=...          root package tests/aio.rs (release): the async layer (xfer::aio, tokio)
+#   RPC=...          xfer-rpc's tests/rpc.rs (release; examples/rpc): tarpc over xfer, the
+#                    xfer-rpc server and client processes (the test runs the xfer-rpc binary
+#                    cargo built beside it)
 #   VERBS_FAULTS=... root package tests/verbs_faults.rs (release): verbs between two rxe
 #                    devices on a veth pair under netem loss and link down
 #   XFER_PERF=...    xfer-perf (release)
@@ -33,7 +36,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 
-all_keys=(VERBS CONFORMANCE PEER_DEATH SCALE TCP_FAULTS AIO VERBS_FAULTS XFER_PERF XFER_INFO C_SUITE OFI)
+all_keys=(VERBS CONFORMANCE PEER_DEATH SCALE TCP_FAULTS AIO RPC VERBS_FAULTS XFER_PERF XFER_INFO C_SUITE OFI)
 want=("${all_keys[@]}")
 if [ "${1:-}" = --only ]; then
     [ $# -ge 2 ] || { echo "build-verbs: --only needs KEY[,KEY...] (${all_keys[*]})" >&2; exit 2; }
@@ -125,6 +128,10 @@ if [ ${#tests[@]} -gt 0 ]; then
     cargo_build "the root package's tests (${tests[*]})" \
         test --release -p xfer "${tests[@]}" --no-run "${feature_args[@]}" "$@"
 fi
+if wants RPC; then
+    # xfer-rpc depends on xfer with its default features (the verbs provider included).
+    cargo_build "xfer-rpc's tests (--test rpc)" test --release -p xfer-rpc --test rpc --no-run "$@"
+fi
 bins=()
 wants XFER_PERF && bins+=(--bin xfer-perf)
 wants XFER_INFO && bins+=(--bin xfer-info)
@@ -182,7 +189,7 @@ build_c_suite() {
 
 # key -> "kind name" of its artifact
 declare -A target=([CONFORMANCE]="test conformance" [PEER_DEATH]="test peer_death" [SCALE]="test scale"
-    [TCP_FAULTS]="test tcp_faults" [AIO]="test aio" [VERBS_FAULTS]="test verbs_faults" [XFER_PERF]="bin xfer-perf" [XFER_INFO]="bin xfer-info")
+    [TCP_FAULTS]="test tcp_faults" [AIO]="test aio" [RPC]="test rpc" [VERBS_FAULTS]="test verbs_faults" [XFER_PERF]="bin xfer-perf" [XFER_INFO]="bin xfer-info")
 out=()
 add() { # KEY PATH
     if [ -z "$2" ] || [ ! -x "$2" ]; then

@@ -1,0 +1,71 @@
+//! The benchmark's two measures, the same for any transport: small-call
+//! latency (one call at a time) and call rate with many outstanding.
+
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+
+use crate::{ctx, CalcClient};
+
+/// Round-trip times of calls made one at a time.
+#[derive(Clone, Copy, Debug)]
+pub struct Latency {
+    /// Median, microseconds.
+    pub p50: f64,
+    /// 99th percentile, microseconds.
+    pub p99: f64,
+    /// The slowest call, microseconds.
+    pub max: f64,
+    /// Calls slower than [`SLOW`].
+    pub slow: usize,
+}
+
+/// What [`Latency::slow`] counts: calls slower than the async layer's reactor
+/// tick (50 ms), which only a wake-up lost to the tick would explain.
+pub const SLOW: Duration = Duration::from_millis(40);
+
+/// `add` calls one at a time, timed after `warmup` calls.
+pub async fn latency(client: &CalcClient, warmup: usize, iters: usize) -> Result<Latency, String> {
+    let mut times = Vec::with_capacity(iters);
+    for i in 0..(warmup + iters) as u64 {
+        let start = Instant::now();
+        let got = client.add(ctx(), i, 1).await.map_err(|e| format!("add: {e}"))?;
+        let took = start.elapsed();
+        if got != i + 1 {
+            return Err(format!("add({i}, 1) = {got}"));
+        }
+        if i as usize >= warmup {
+            times.push(took);
+        }
+    }
+    let slow = times.iter().filter(|&&t| t > SLOW).count();
+    let (p50, p99) = percentiles(&mut times);
+    let max = times.last().map_or(0.0, |t| t.as_secs_f64() * 1e6);
+    Ok(Latency { p50, p99, max, slow })
+}
+
+/// p50 and p99 of `times`, in microseconds.
+pub fn percentiles(times: &mut [Duration]) -> (f64, f64) {
+    if times.is_empty() {
+        return (0.0, 0.0);
+    }
+    times.sort_unstable();
+    let at = |q: usize| times[(times.len() * q / 100).min(times.len() - 1)].as_secs_f64() * 1e6;
+    (at(50), at(99))
+}
+
+/// `calls` `add` calls with `outstanding` in flight at once: calls per second.
+pub async fn rate(client: &CalcClient, outstanding: usize, calls: usize) -> Result<f64, String> {
+    let start = Instant::now();
+    let mut results = futures::stream::iter(0..calls as u64)
+        .map(|i| async move { (i, client.add(ctx(), i, 1).await) })
+        .buffer_unordered(outstanding.max(1));
+    while let Some((i, r)) = results.next().await {
+        match r {
+            Ok(got) if got == i + 1 => {}
+            Ok(got) => return Err(format!("add({i}, 1) = {got}")),
+            Err(e) => return Err(format!("add: {e}")),
+        }
+    }
+    Ok(calls as f64 / start.elapsed().as_secs_f64())
+}

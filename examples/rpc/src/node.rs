@@ -1,0 +1,161 @@
+//! One xfer endpoint of a process, and RPC connections over it: `connect`
+//! on the client, `accept`/`incoming` on the server.
+
+use std::io;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::Stream;
+use xfer::aio::{self, AsyncEndpoint};
+use xfer::{Address, PeerAddr};
+
+use crate::transport::Transport;
+use crate::wire::{self, ACCEPT, CONN_MAX, HELLO, KIND_ONLY, VERSION};
+
+/// How long `connect` waits for the server's `ACCEPT`.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A process's xfer endpoint (domain, completion queue with its async
+/// dispatcher, address vector), shared by all its RPC connections, which
+/// the tags tell apart ([`crate::wire`]).
+pub struct Node {
+    ep: Arc<AsyncEndpoint>,
+    domain: xfer::Domain,
+    next_conn: AtomicU32,
+}
+
+fn io_err(e: xfer::Error) -> io::Error {
+    io::Error::other(e)
+}
+
+impl Node {
+    /// Opens the default provider (`XFER_PROVIDER`) with attributes from
+    /// the `XFER_*` environment; call within a tokio runtime.
+    pub fn open() -> xfer::Result<Arc<Node>> {
+        let domain = xfer::open_default()?;
+        let cq = domain.cq(&xfer::CqAttr::from_env())?;
+        let av = domain.av()?;
+        let ep = domain.endpoint(&cq, &av, &xfer::EndpointAttr::from_env())?;
+        let ep = Arc::new(AsyncEndpoint::new(ep, aio::tokio::dispatcher(&cq)?)?);
+        Ok(Arc::new(Node {
+            ep,
+            domain,
+            next_conn: AtomicU32::new(1),
+        }))
+    }
+
+    /// The endpoint's name, which clients give [`connect`](Self::connect).
+    pub fn name(&self) -> Vec<u8> {
+        self.ep.endpoint().name().as_bytes().to_vec()
+    }
+
+    /// The provider the domain opened (`tcp`, `verbs`).
+    pub fn provider(&self) -> &'static str {
+        self.domain.provider()
+    }
+
+    /// The async endpoint, for its dispatcher's counts.
+    pub fn endpoint(&self) -> &Arc<AsyncEndpoint> {
+        &self.ep
+    }
+
+    fn conn_id(&self) -> io::Result<u32> {
+        let id = self.next_conn.fetch_add(1, Ordering::Relaxed);
+        if id == 0 || id > CONN_MAX {
+            return Err(io::Error::other("connection ids exhausted"));
+        }
+        Ok(id)
+    }
+
+    /// Opens a connection to the server whose endpoint name is `server`:
+    /// sends a `HELLO`, waits for the `ACCEPT`.
+    pub async fn connect<In, Out>(&self, server: &[u8]) -> io::Result<Transport<In, Out>> {
+        let peer = self.ep.endpoint().av().insert(server).map_err(io_err)?;
+        let local = self.conn_id()?;
+        let mut hello = vec![VERSION];
+        hello.extend_from_slice(&local.to_le_bytes());
+        hello.extend_from_slice(&self.name());
+        let accept = self
+            .ep
+            .trecv(PeerAddr::UNSPEC, wire::tag(ACCEPT, local, 0), 0, vec![0; 4]);
+        let hello = self.ep.tsend(peer, wire::tag(HELLO, 0, 0), hello);
+        let both = async { futures::join!(accept, hello) };
+        let ((got, buf), (sent, _)) = tokio::time::timeout(CONNECT_TIMEOUT, both)
+            .await
+            .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "no ACCEPT from the server"))?;
+        sent.map_err(io_err)?;
+        let got = got.map_err(io_err)?;
+        let remote = buf[..got.len]
+            .first_chunk::<4>()
+            .map(|b| u32::from_le_bytes(*b))
+            .filter(|&id| id != 0 && id <= CONN_MAX)
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "malformed ACCEPT"))?;
+        tracing::debug!(local, remote, "rpc connection open");
+        Ok(Transport::new(self.ep.clone(), peer, local, remote))
+    }
+
+    /// Waits for the next client's `HELLO`, answers it and returns the
+    /// connection. Malformed hellos are logged and skipped.
+    pub async fn accept<In, Out>(&self) -> io::Result<Transport<In, Out>> {
+        loop {
+            let (got, buf) = self
+                .ep
+                .trecv(
+                    PeerAddr::UNSPEC,
+                    wire::tag(HELLO, 0, 0),
+                    KIND_ONLY,
+                    vec![0; 5 + Address::MAX_LEN],
+                )
+                .await;
+            let hello = match got {
+                Ok(got) => &buf[..got.len],
+                Err(xfer::Error::Truncated { .. }) => {
+                    tracing::warn!("rpc: a HELLO too long; ignored");
+                    continue;
+                }
+                Err(e) => return Err(io_err(e)),
+            };
+            let Some((&VERSION, rest)) = hello.split_first() else {
+                tracing::warn!("rpc: a HELLO of another version; ignored");
+                continue;
+            };
+            let Some((remote, name)) = rest.split_first_chunk::<4>() else {
+                tracing::warn!("rpc: a short HELLO; ignored");
+                continue;
+            };
+            let remote = u32::from_le_bytes(*remote);
+            let peer = match self.ep.endpoint().av().insert(name) {
+                Ok(p) if remote != 0 && remote <= CONN_MAX => p,
+                Ok(_) => {
+                    tracing::warn!(remote, "rpc: a HELLO with a bad connection id; ignored");
+                    continue;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "rpc: a HELLO with a bad endpoint name; ignored");
+                    continue;
+                }
+            };
+            let local = self.conn_id()?;
+            let (sent, _) = self
+                .ep
+                .tsend(peer, wire::tag(ACCEPT, remote, 0), local.to_le_bytes().to_vec())
+                .await;
+            if let Err(e) = sent {
+                tracing::warn!(error = %e, "rpc: answering a HELLO failed");
+                continue;
+            }
+            tracing::debug!(local, remote, "rpc connection accepted");
+            return Ok(Transport::new(self.ep.clone(), peer, local, remote));
+        }
+    }
+
+    /// [`accept`](Self::accept) as a stream of connections, as tarpc's
+    /// TCP listener gives them.
+    pub fn incoming<In, Out>(self: Arc<Self>) -> impl Stream<Item = io::Result<Transport<In, Out>>> {
+        futures::stream::unfold(self, |node| async move {
+            let conn = node.accept().await;
+            Some((conn, node))
+        })
+    }
+}

@@ -1,0 +1,319 @@
+//! One RPC connection as tarpc's transport: a `Stream` of received messages
+//! and a `Sink` of messages to send, on [`AsyncEndpoint`] tagged messages.
+
+use std::collections::VecDeque;
+use std::io;
+use std::marker::PhantomData;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{ready, Context, Poll};
+
+use bincode::Options;
+use futures::stream::FuturesUnordered;
+use futures::{Future, Sink, Stream, StreamExt};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use xfer::aio::{AsyncEndpoint, BufResult, Received};
+use xfer::PeerAddr;
+
+use crate::wire::{self, Frame, BODY, FRAME, FRAME_MAX, MESSAGE_MAX};
+
+/// Frame receives kept posted per connection. Messages beyond them wait in
+/// the provider's unexpected queue until the next receive is posted.
+pub const RECV_WINDOW: usize = 4;
+/// Sends in flight before `poll_ready` waits for one to complete.
+pub const SENDS_MAX: usize = 128;
+
+type RecvFut = Pin<Box<dyn Future<Output = Got> + Send>>;
+type SendFut = Pin<Box<dyn Future<Output = xfer::Result<()>> + Send>>;
+
+/// A completed receive: a frame, or the body of a large message.
+enum Got {
+    Frame(BufResult<Received>),
+    Body(BufResult<Received>),
+}
+
+/// The codec: bincode 1 with its default options, as tarpc's TCP transport
+/// uses through tokio-serde's `Bincode` (varint integers, little-endian),
+/// with a size limit on what the peer sent.
+fn codec() -> impl Options {
+    bincode::DefaultOptions::new().with_limit(MESSAGE_MAX)
+}
+
+fn io_err(e: xfer::Error) -> io::Error {
+    io::Error::other(e)
+}
+
+/// A tarpc transport over one xfer connection (see [`crate::wire`]):
+/// `Stream<Item = io::Result<In>>` and `Sink<Out, Error = io::Error>`.
+///
+/// Messages written between two flushes go in one tagged xfer message (a
+/// `DATA` frame of at most [`FRAME_MAX`] bytes), as tokio's framed writers
+/// batch them into one write; a message too large for a frame goes as a
+/// `LARGE` frame and a `BODY` message of its own tag, into a receive of
+/// exactly its size.
+/// Closing the sink sends `CLOSE`; the peer's stream ends after every
+/// message sent before it. Dropping the transport cancels its posted
+/// receives; sends already posted still complete (the async layer's cancel
+/// safety).
+pub struct Transport<In, Out> {
+    ep: Arc<AsyncEndpoint>,
+    peer: PeerAddr,
+    /// Our id of the connection: the tags of what we receive.
+    local: u32,
+    /// The peer's id of it: the tags of what we send.
+    remote: u32,
+
+    recvs: FuturesUnordered<RecvFut>,
+    frames_posted: usize,
+    bodies_pending: usize,
+    frames_in: u64,
+    /// The frame count of the peer's `CLOSE`.
+    close_after: Option<u64>,
+    spare: Vec<Vec<u8>>,
+    /// Messages of a received frame not yet yielded.
+    ready: VecDeque<In>,
+    /// The stream ended (peer closed, or an error was returned).
+    ended: bool,
+
+    sends: FuturesUnordered<SendFut>,
+    /// The `DATA` frame being filled (empty: none).
+    batch: Vec<u8>,
+    frames_out: u64,
+    next_seq: u32,
+    closed: bool,
+
+    _types: PhantomData<fn(Out) -> In>,
+}
+
+// Nothing in it is pinned: its futures are boxed, decoded messages are moved
+// out by value.
+impl<In, Out> Unpin for Transport<In, Out> {}
+
+impl<In, Out> Transport<In, Out> {
+    /// A transport to `peer`, receiving tags of connection `local` and
+    /// sending with tags of connection `remote`.
+    pub(crate) fn new(ep: Arc<AsyncEndpoint>, peer: PeerAddr, local: u32, remote: u32) -> Self {
+        Transport {
+            ep,
+            peer,
+            local,
+            remote,
+            recvs: FuturesUnordered::new(),
+            frames_posted: 0,
+            bodies_pending: 0,
+            frames_in: 0,
+            close_after: None,
+            spare: Vec::new(),
+            ready: VecDeque::new(),
+            ended: false,
+            sends: FuturesUnordered::new(),
+            batch: Vec::new(),
+            frames_out: 0,
+            next_seq: 0,
+            closed: false,
+            _types: PhantomData,
+        }
+    }
+
+    /// The peer's handle in the endpoint's address vector.
+    pub fn peer(&self) -> PeerAddr {
+        self.peer
+    }
+
+    fn post_frame(&mut self) {
+        let ep = self.ep.clone();
+        let buf = self.spare.pop().unwrap_or_else(|| vec![0; FRAME_MAX]);
+        let tag = wire::tag(FRAME, self.local, 0);
+        self.recvs.push(Box::pin(async move {
+            Got::Frame(ep.trecv(PeerAddr::UNSPEC, tag, 0, buf).await)
+        }));
+        self.frames_posted += 1;
+    }
+
+    fn post_body(&mut self, seq: u32, len: u64) -> io::Result<()> {
+        let len = usize::try_from(len).map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "body too large"))?;
+        let ep = self.ep.clone();
+        let tag = wire::tag(BODY, self.local, seq);
+        self.recvs.push(Box::pin(async move {
+            Got::Body(ep.trecv(PeerAddr::UNSPEC, tag, 0, vec![0; len]).await)
+        }));
+        self.bodies_pending += 1;
+        Ok(())
+    }
+
+    fn send(&mut self, tag: u64, buf: Vec<u8>) {
+        let (ep, peer) = (self.ep.clone(), self.peer);
+        self.sends
+            .push(Box::pin(async move { ep.tsend(peer, tag, buf).await.0.map(drop) }));
+    }
+
+    /// Sends the `DATA` frame being filled, if any.
+    fn send_batch(&mut self) {
+        if !self.batch.is_empty() {
+            let frame = std::mem::take(&mut self.batch);
+            self.send(wire::tag(FRAME, self.remote, 0), frame);
+            self.frames_out += 1;
+        }
+    }
+
+    fn fail<T>(&mut self, e: io::Error) -> Poll<Option<io::Result<T>>> {
+        self.ended = true;
+        Poll::Ready(Some(Err(e)))
+    }
+}
+
+fn decode<In: DeserializeOwned>(bytes: &[u8]) -> io::Result<In> {
+    codec()
+        .deserialize(bytes)
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+}
+
+impl<In: DeserializeOwned, Out> Stream for Transport<In, Out> {
+    type Item = io::Result<In>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<io::Result<In>>> {
+        let me = self.get_mut();
+        loop {
+            if me.ended {
+                return Poll::Ready(None);
+            }
+            if let Some(item) = me.ready.pop_front() {
+                return Poll::Ready(Some(Ok(item)));
+            }
+            match me.close_after {
+                Some(n) if n == me.frames_in && me.bodies_pending == 0 => {
+                    me.ended = true;
+                    return Poll::Ready(None);
+                }
+                Some(_) => {}
+                None => {
+                    while me.frames_posted < RECV_WINDOW {
+                        me.post_frame();
+                    }
+                }
+            }
+            let got = match ready!(me.recvs.poll_next_unpin(cx)) {
+                Some(got) => got,
+                None => {
+                    let e = io::Error::new(io::ErrorKind::InvalidData, "peer closed before all its frames arrived");
+                    return me.fail(e);
+                }
+            };
+            match got {
+                Got::Frame((r, buf)) => {
+                    me.frames_posted -= 1;
+                    let len = match r {
+                        Ok(got) => got.len,
+                        Err(e) => return me.fail(io_err(e)),
+                    };
+                    let frame = wire::parse(&buf[..len]);
+                    let out = match frame {
+                        Err(e) => Err(e),
+                        Ok(Frame::Data(bytes)) => {
+                            me.frames_in += 1;
+                            wire::messages(bytes).try_for_each(|m| {
+                                me.ready.push_back(decode(m?)?);
+                                Ok(())
+                            })
+                        }
+                        Ok(Frame::Large { seq, len }) => {
+                            me.frames_in += 1;
+                            me.post_body(seq, len)
+                        }
+                        Ok(Frame::Close { sent }) => {
+                            tracing::debug!(conn = me.local, sent, got = me.frames_in, "rpc: peer closed");
+                            me.close_after = Some(sent);
+                            Ok(())
+                        }
+                    };
+                    if me.spare.len() < RECV_WINDOW {
+                        me.spare.push(buf);
+                    }
+                    if let Err(e) = out {
+                        return me.fail(e);
+                    }
+                }
+                Got::Body((r, buf)) => {
+                    me.bodies_pending -= 1;
+                    match r {
+                        Ok(got) if got.len == buf.len() => match decode(&buf) {
+                            Ok(item) => return Poll::Ready(Some(Ok(item))),
+                            Err(e) => return me.fail(e),
+                        },
+                        Ok(got) => {
+                            let e = format!("body of {} bytes, announced {}", got.len, buf.len());
+                            return me.fail(io::Error::new(io::ErrorKind::InvalidData, e));
+                        }
+                        Err(e) => return me.fail(io_err(e)),
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl<In, Out: Serialize> Sink<Out> for Transport<In, Out> {
+    type Error = io::Error;
+
+    fn poll_ready(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let me = self.get_mut();
+        while me.sends.len() >= SENDS_MAX {
+            match ready!(me.sends.poll_next_unpin(cx)) {
+                Some(r) => r.map_err(io_err)?,
+                None => break,
+            }
+        }
+        Poll::Ready(Ok(()))
+    }
+
+    fn start_send(self: Pin<&mut Self>, item: Out) -> io::Result<()> {
+        let me = self.get_mut();
+        if me.closed {
+            return Err(io::Error::new(io::ErrorKind::BrokenPipe, "rpc transport closed"));
+        }
+        let bad = |e| io::Error::new(io::ErrorKind::InvalidInput, e);
+        let size = codec().serialized_size(&item).map_err(bad)? as usize;
+        if 1 + wire::PER_MESSAGE + size <= FRAME_MAX {
+            if me.batch.len() + wire::PER_MESSAGE + size > FRAME_MAX {
+                me.send_batch();
+            }
+            if me.batch.is_empty() {
+                me.batch.reserve(FRAME_MAX);
+                me.batch.push(wire::DATA);
+            }
+            wire::push_len(&mut me.batch, size);
+            codec().serialize_into(&mut me.batch, &item).map_err(bad)?;
+        } else {
+            me.send_batch();
+            let mut body = Vec::with_capacity(size);
+            codec().serialize_into(&mut body, &item).map_err(bad)?;
+            let seq = me.next_seq;
+            me.next_seq = seq.wrapping_add(1);
+            me.send(wire::tag(FRAME, me.remote, 0), wire::large(seq, body.len()));
+            me.send(wire::tag(BODY, me.remote, seq), body);
+            me.frames_out += 1;
+        }
+        Ok(())
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let me = self.get_mut();
+        me.send_batch();
+        while let Some(r) = ready!(me.sends.poll_next_unpin(cx)) {
+            r.map_err(io_err)?;
+        }
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_close(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        if !self.closed {
+            self.send_batch();
+            tracing::debug!(conn = self.local, sent = self.frames_out, "rpc: closing");
+            self.closed = true;
+            let (tag, frame) = (wire::tag(FRAME, self.remote, 0), wire::close(self.frames_out));
+            self.send(tag, frame);
+        }
+        self.poll_flush(cx)
+    }
+}
