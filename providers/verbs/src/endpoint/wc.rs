@@ -179,6 +179,11 @@ impl VerbsEndpoint {
                     self.pool.give(s);
                 }
             }
+            Wr::Probe => {
+                if let Err(e) = result {
+                    tracing::debug!(error = %e, "keepalive probe failed");
+                }
+            }
             Wr::Rma {
                 op, silent, mr, slot, ..
             } => {
@@ -212,7 +217,7 @@ impl VerbsEndpoint {
     }
 
     /// Whether the endpoint's port is up (when it cannot be queried: yes).
-    fn port_active(&self) -> bool {
+    pub(super) fn port_active(&self) -> bool {
         let port = self.res.attr.port;
         self.res.pd.context().query_port(port).map_or(true, |p| p.active)
     }
