@@ -131,12 +131,13 @@ impl VerbsEndpoint {
             errno: libc::ECONNRESET,
         };
         let mut err = wc_error(wc, peer);
-        if wc.status() == WC_LOC_QP_OP_ERR && !self.port_active() {
-            // rxe's answer to a packet it cannot route: the link went down.
-            err = Error::PeerUnreachable {
-                peer,
-                errno: libc::ENETDOWN,
-            };
+        if wc.status() == WC_LOC_QP_OP_ERR {
+            // rxe's answer to a packet it cannot send: no route, or the
+            // device refused it (the link went down; the port may still
+            // show active for a moment). Either way this connection can
+            // no longer reach the peer.
+            let errno = if self.port_active() { libc::EIO } else { libc::ENETDOWN };
+            err = Error::PeerUnreachable { peer, errno };
         }
         // Requests complete in order: the unsignaled ones before the failed
         // one succeeded. A signaled one still here never reported its own
