@@ -611,7 +611,12 @@ fn link_down_mid_transfer() {
             .filter(|f| f.starts_with(&format!("send {mine}/")) || f.starts_with(&format!("recv {theirs}/")))
             .collect();
         assert!(failed.is_empty(), "{}: after the link came back: {failed:?}", w.label);
-        assert_eq!(w.recvs_ok(theirs), m as usize, "{}: receives after the link came back", w.label);
+        assert_eq!(
+            w.recvs_ok(theirs),
+            m as usize,
+            "{}: receives after the link came back",
+            w.label
+        );
         w.check_received_in_order(theirs);
     }
     a.close();
