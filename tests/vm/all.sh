@@ -16,8 +16,8 @@
 #                and a client process with every call checked (0 B to 1 MiB), one-process
 #                mode, a short benchmark run against tarpc on tokio TCP (loopback)
 #   verbs_faults tests/verbs_faults.rs: the verbs provider between two rxe devices on a
-#                veth pair under 5% netem loss; the link-down case only with
-#                XFER_VM_VERBS_FAULTS_LINK_DOWN=1 (it hangs in about 1 run of 6: no RC keepalive)
+#                veth pair under 5% netem loss, and with the link taken down mid-transfer
+#                and brought back (RC keepalive, docs/FAULTS.md)
 #   xfer_info    xfer-info with no XFER_PROVIDER/XFER_VERBS_DEVICE: must find rxe0 and
 #                pick verbs by itself
 #   c_suite      the C suite (tests/c/test_capi.c) over XFER_PROVIDER=verbs, then the C
@@ -223,18 +223,9 @@ step_verbs_faults() {
     for m in veth sch_netem; do
         modprobe "$m" || echo "verbs_faults: modprobe $m failed" >&2
     done
-    # The link-down case hangs in about 1 run of 6 (the side whose link went down has only
-    # rendezvous sends waiting for the peer's FIN, no work request that could fail: RC
-    # needs a keepalive, docs/FAULTS.md); it runs only when asked for.
-    local skip=(--skip link_down_mid_transfer)
-    if [ "${XFER_VM_VERBS_FAULTS_LINK_DOWN:-0}" = 1 ]; then
-        skip=()
-    else
-        echo "verbs_faults: link_down_mid_transfer not run (XFER_VM_VERBS_FAULTS_LINK_DOWN=1 runs it)"
-    fi
-    echo "+ XFER_FAULTS_REQUIRE=1 XFER_FAULTS_REQUIRE_NETEM=1 timeout $t ${bin[VERBS_FAULTS]} --test-threads=1 --nocapture ${skip[*]}"
+    echo "+ XFER_FAULTS_REQUIRE=1 XFER_FAULTS_REQUIRE_NETEM=1 timeout $t ${bin[VERBS_FAULTS]} --test-threads=1 --nocapture"
     XFER_FAULTS_REQUIRE=1 XFER_FAULTS_REQUIRE_NETEM=1 timeout -k 10 "$t" "${bin[VERBS_FAULTS]}" \
-        --test-threads=1 --nocapture "${skip[@]}"
+        --test-threads=1 --nocapture
     rc=$?
     result verbs_faults "$rc" "$(why "$rc" "$t")"
 }

@@ -62,6 +62,16 @@ pub struct VerbsAttr {
     /// peer's link is down. Not too short on lossy links: connection set-up
     /// packets lost there are resent by the CM after seconds.
     pub connect_timeout_ms: u64,
+    /// Keepalive interval in milliseconds (0: off). While operations wait
+    /// on a peer (rendezvous sends for the receiver's FIN, receives
+    /// directed at it, unsignaled work) and its connection has no signaled
+    /// work request in flight, a signaled zero-length RDMA WRITE is posted
+    /// this often: on a dead link it ends in "retry exceeded" and the
+    /// waiting operations fail, instead of waiting forever. The peer's
+    /// device answers it, not its process, so a slow peer is not affected.
+    /// The same ticks query the local port: seen down on two in a row, it
+    /// ends the connections with waiting work (`ENETDOWN`).
+    pub keepalive_ms: u64,
 }
 
 impl Default for VerbsAttr {
@@ -84,6 +94,7 @@ impl Default for VerbsAttr {
             path_mtu: 0,
             cq_size: 4096,
             connect_timeout_ms: 0,
+            keepalive_ms: 1000,
         }
     }
 }
@@ -136,6 +147,7 @@ impl VerbsAttr {
         apply(&mut a.path_mtu, "XFER_VERBS_PATH_MTU");
         apply(&mut a.cq_size, "XFER_VERBS_CQ_SIZE");
         apply(&mut a.connect_timeout_ms, "XFER_VERBS_CONNECT_TIMEOUT_MS");
+        apply(&mut a.keepalive_ms, "XFER_VERBS_KEEPALIVE_MS");
         a.rnr_retry = a.rnr_retry.min(7);
         a.retry_cnt = a.retry_cnt.min(7);
         a.timeout = a.timeout.min(31);
@@ -233,6 +245,11 @@ impl VerbsAttr {
                 self.connect_timeout_ms.to_string(),
                 "connection establishment timeout in ms (0: rdma_cm's own)",
             ),
+            row(
+                "XFER_VERBS_KEEPALIVE_MS",
+                self.keepalive_ms.to_string(),
+                "keepalive probe interval in ms while operations wait on a peer (0: off)",
+            ),
         ]
     }
 }
@@ -241,7 +258,7 @@ impl VerbsAttr {
 mod tests {
     use super::*;
 
-    const VARS: [(&str, &str); 17] = [
+    const VARS: [(&str, &str); 18] = [
         ("XFER_VERBS_DEVICE", "rxe7"),
         ("XFER_VERBS_PORT", "2"),
         ("XFER_VERBS_GID_INDEX", "3"),
@@ -259,6 +276,7 @@ mod tests {
         ("XFER_VERBS_PATH_MTU", "1024"),
         ("XFER_VERBS_CQ_SIZE", "512"),
         ("XFER_VERBS_CONNECT_TIMEOUT_MS", "2500"),
+        ("XFER_VERBS_KEEPALIVE_MS", "250"),
     ];
 
     #[test]
@@ -287,8 +305,9 @@ mod tests {
         assert_eq!(a.path_mtu, 1024);
         assert_eq!(a.cq_size, 512);
         assert_eq!(a.connect_timeout_ms, 2500);
+        assert_eq!(a.keepalive_ms, 250);
         let s = a.settings();
-        assert_eq!(s.len(), 17);
+        assert_eq!(s.len(), 18);
         assert!(s.iter().any(|s| s.env == "XFER_VERBS_GID_INDEX" && s.value == "3"));
         assert!(s.iter().all(|s| s.env.starts_with("XFER_VERBS_")));
     }

@@ -269,6 +269,13 @@ impl RcQp {
         self.outstanding
     }
 
+    /// Signaled work requests posted whose completion has not yet been
+    /// handed to [`RcQp::complete_send`]: while there is one, the QP will
+    /// produce a completion (success, or an error such as retry exceeded).
+    pub fn signaled_in_flight(&self) -> u32 {
+        self.retire_len as u32
+    }
+
     /// Send-side counters.
     pub fn stats(&self) -> QpStats {
         self.stats
@@ -490,6 +497,23 @@ impl RcQp {
         wr.wr.rdma.rkey = remote.rkey;
         // SAFETY: the caller keeps `local` valid until completion.
         unsafe { self.post(&mut wr, signal) }
+    }
+
+    /// Posts a signaled zero-length RDMA WRITE whatever the tail: a probe
+    /// that needs nothing of the peer but its device (no memory is
+    /// accessed, no receive consumed, IB spec C9-88) and ends in an error
+    /// completion (retry exceeded) when the peer cannot be reached. It
+    /// retires the unsignaled requests before it, like
+    /// [`RcQp::signal_tail`]. Fails with `Error::Again` when the send
+    /// queue is full.
+    pub fn probe(&mut self, wr_id: u64) -> Result<()> {
+        // SAFETY: plain data; zero is valid.
+        let mut wr: ibv_send_wr = unsafe { std::mem::zeroed() };
+        wr.wr_id = wr_id;
+        wr.num_sge = 0;
+        wr.opcode = ibv_wr_opcode::IBV_WR_RDMA_WRITE;
+        // SAFETY: no buffer is referenced (zero SGEs, zero length).
+        unsafe { self.post(&mut wr, true) }
     }
 
     /// Unsignaled work requests posted since the last signaled one: their

@@ -3,7 +3,8 @@
 //! by the root conformance suite (run with `XFER_PROVIDER=verbs` in the
 //! guest); these check the verbs-specific paths: inline sends, the send
 //! queue under selective signaling, the SRQ under a flood of unexpected
-//! messages from many peers, and a killed peer.
+//! messages from many peers, a killed peer, and keepalive probes to a
+//! slow one.
 //!
 //! Skips (passing) without a device unless `XFER_IN_GUEST=1` or
 //! `XFER_VERBS_REQUIRE=1`.
@@ -336,4 +337,49 @@ fn a_name_of_an_earlier_endpoint_at_the_same_address_is_refused() {
     });
     assert_eq!(b.done[0].result, Ok(()));
     assert_eq!(b.done[0].buf.as_deref(), Some(&pattern(64, 3)[..]));
+}
+
+/// A rendezvous send waits for a receiver whose process does nothing for
+/// a while: keepalive probes go out (its device answers them), none of
+/// them reaches the completion queue, and the connection survives: the
+/// send completes once the receive is posted.
+#[test]
+fn keepalive_probes_leave_a_slow_peer_connected() {
+    let va = VerbsAttr {
+        keepalive_ms: 50,
+        ..VerbsAttr::from_env()
+    };
+    let ea = EndpointAttr::default();
+    let (Some(mut a), Some(mut b)) = (Node::new(va.clone(), &ea), Node::new(va, &ea)) else {
+        return;
+    };
+    let pb = a.add(&b);
+    b.ep.trecv(ANY, 1, 0, vec![0; 8], 1).unwrap();
+    a.ep.tsend(pb, 1, pattern(8, 1), 1).unwrap();
+    drive(&mut [&mut a, &mut b], "the first message", |n| {
+        n[0].done.len() == 1 && n[1].done.len() == 1
+    });
+    let before = a.counter("keepalive_probes");
+    a.ep.tsend(pb, 2, pattern(200_000, 2), 2).unwrap();
+    // Only a progresses: b is a slow peer.
+    let quiet = Instant::now() + Duration::from_secs(1);
+    while Instant::now() < quiet {
+        a.poll();
+    }
+    assert_eq!(
+        a.done.len(),
+        1,
+        "the rendezvous send waits for its receiver: {:?}",
+        a.done
+    );
+    let probes = a.counter("keepalive_probes") - before;
+    assert!(probes >= 3, "{probes} keepalive probes in 1 s at 50 ms");
+    b.ep.trecv(ANY, 2, 0, vec![0; 200_000], 2).unwrap();
+    drive(&mut [&mut a, &mut b], "the rendezvous", |n| {
+        n[0].done.len() == 2 && n[1].done.len() == 2
+    });
+    assert_eq!(a.done[1].result, Ok(()), "the send after the probes");
+    assert_eq!(b.done[1].result, Ok(()));
+    assert_eq!(b.done[1].buf.as_deref(), Some(&pattern(200_000, 2)[..]));
+    assert_eq!(a.counter("connections"), 1, "no reconnection");
 }

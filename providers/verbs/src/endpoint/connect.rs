@@ -310,7 +310,8 @@ impl VerbsEndpoint {
     }
 
     /// A connection failed: its operations end with `err`; queued ones
-    /// wait for a new connection if this one had been working, else fail.
+    /// wait for a new connection if this one had been working and the
+    /// port is up, else fail.
     pub(super) fn conn_failed(&mut self, cx: &mut Ctx<'_>, k: usize, err: Error) {
         let was_ready = self.conns[k].state == State::Ready;
         if self.conns[k].state == State::Dead {
@@ -330,12 +331,15 @@ impl VerbsEndpoint {
         if !queued && !awaited {
             return;
         }
-        if was_ready {
+        if was_ready && self.port_active() {
             // Queued work goes out on a new connection; receives directed at
             // the peer wait for it too. If the peer is gone, connecting
             // fails and fail_peer ends both.
             self.start_connect(cx, peer);
         } else {
+            // Not while our own port is down: that attempt would wait out
+            // the outage, or the connect timeout, and the operations
+            // posted once the link is back would queue behind it.
             self.fail_peer(cx, peer, err);
         }
     }

@@ -7,11 +7,14 @@
 //!   through the MR cache), or into the peer's queue while there is no room.
 //! - [`wc`]: work completions: retiring sends, receives out of the SRQ
 //!   (eager data, rendezvous RTS/FIN, write-data notices), flush errors.
+//! - [`keepalive`]: probes connections on which operations wait for a
+//!   quiet peer, so that a dead link ends them.
 //!
 //! Every QP sends and receives through the endpoint's one completion queue
 //! and one SRQ, so receive memory does not grow with the number of peers.
 
 pub(crate) mod connect;
+mod keepalive;
 mod pool;
 mod post;
 mod wc;
@@ -74,6 +77,11 @@ pub struct EndpointStats {
     pub signaled: u64,
     /// Unsignaled sends posted.
     pub unsignaled: u64,
+    /// Keepalive probes posted (zero-length RDMA WRITEs).
+    pub keepalive_probes: u64,
+    /// Connections with waiting work ended by the keepalive because the
+    /// local port stayed down.
+    pub keepalive_port_down: u64,
 }
 
 /// An operation waiting for its peer's connection or for room.
@@ -120,6 +128,9 @@ pub(crate) enum Wr {
     },
     /// A rendezvous READ into the receive buffer.
     Read { job: Box<ReadJob>, mr: Option<CacheRef> },
+    /// A keepalive probe (signaled zero-length RDMA WRITE): its completion
+    /// is nobody's.
+    Probe,
 }
 
 impl Wr {
@@ -129,7 +140,7 @@ impl Wr {
         match self {
             Wr::Ctrl { .. } => false,
             Wr::Rma { signaled, .. } => *signaled,
-            Wr::Read { .. } => true,
+            Wr::Read { .. } | Wr::Probe => true,
         }
     }
 }
@@ -247,6 +258,12 @@ pub struct VerbsEndpoint {
     spins: u32,
     /// Connections not yet ready (progress looks at CM events every time).
     connecting: u32,
+    /// Keepalive interval (`None`: off) and when connections are next
+    /// looked at for it.
+    keepalive_every: Option<std::time::Duration>,
+    keepalive_at: std::time::Instant,
+    /// Consecutive keepalive ticks that found the port down.
+    port_down_ticks: u32,
     /// Whether the CQ's notification is armed: only for a blocking wait
     /// (`prepare_wait`), so busy polling costs no completion events.
     notify_armed: bool,
@@ -313,6 +330,9 @@ impl VerbsEndpoint {
             stats: EndpointStats::default(),
             spins: 0,
             connecting: 0,
+            keepalive_every: Some(std::time::Duration::from_millis(va.keepalive_ms)).filter(|d| !d.is_zero()),
+            keepalive_at: std::time::Instant::now(),
+            port_down_ticks: 0,
             notify_armed: false,
             pool,
             srq,
@@ -517,6 +537,8 @@ impl EndpointProvider for VerbsEndpoint {
             ("sq_depth", u64::from(self.qp_cfg.sq_depth)),
             ("signaled", s.signaled),
             ("unsignaled", s.unsignaled),
+            ("keepalive_probes", s.keepalive_probes),
+            ("keepalive_port_down", s.keepalive_port_down),
             // The domain's registration cache (shared by its endpoints):
             // user buffers of rendezvous and RMA without a region's keys.
             ("mr_cache_hits", cache.hits),
@@ -552,6 +574,7 @@ impl VerbsEndpoint {
             }
         }
         self.retry_timers(cx);
+        self.keepalive(cx);
     }
 
     /// Ends everything: QPs to error (no more DMA), then every operation

@@ -131,12 +131,13 @@ impl VerbsEndpoint {
             errno: libc::ECONNRESET,
         };
         let mut err = wc_error(wc, peer);
-        if wc.status() == WC_LOC_QP_OP_ERR && !self.port_active() {
-            // rxe's answer to a packet it cannot route: the link went down.
-            err = Error::PeerUnreachable {
-                peer,
-                errno: libc::ENETDOWN,
-            };
+        if wc.status() == WC_LOC_QP_OP_ERR {
+            // rxe's answer to a packet it cannot send: no route, or the
+            // device refused it (the link went down; the port may still
+            // show active for a moment). Either way this connection can
+            // no longer reach the peer.
+            let errno = if self.port_active() { libc::EIO } else { libc::ENETDOWN };
+            err = Error::PeerUnreachable { peer, errno };
         }
         // Requests complete in order: the unsignaled ones before the failed
         // one succeeded. A signaled one still here never reported its own
@@ -179,6 +180,11 @@ impl VerbsEndpoint {
                     self.pool.give(s);
                 }
             }
+            Wr::Probe => {
+                if let Err(e) = result {
+                    tracing::debug!(error = %e, "keepalive probe failed");
+                }
+            }
             Wr::Rma {
                 op, silent, mr, slot, ..
             } => {
@@ -208,7 +214,7 @@ impl VerbsEndpoint {
     }
 
     /// Whether the endpoint's port is up (when it cannot be queried: yes).
-    fn port_active(&self) -> bool {
+    pub(super) fn port_active(&self) -> bool {
         let port = self.res.attr.port;
         self.res.pd.context().query_port(port).map_or(true, |p| p.active)
     }
