@@ -5,8 +5,10 @@
 use std::ffi::{c_int, c_void};
 use std::sync::{Arc, Mutex, OnceLock};
 
+use xfer_core::hash::FastMap;
 use xfer_facade::{
-    Buffer, Completion, CompletionQueue, CqAttr, Endpoint, EndpointAttr, PeerAddr, RecvOp, RecvSpec, SendOp,
+    Buffer, Claim, Completion, CompletionQueue, CqAttr, Endpoint, EndpointAttr, Peeked, PeerAddr, RecvOp, RecvSpec,
+    SendOp,
 };
 
 use crate::av::{self, AvCore};
@@ -32,7 +34,7 @@ pub(crate) struct Enabled {
     pub(crate) ep: Endpoint,
     pub(crate) cq: CompletionQueue,
     tx: Option<Arc<CqCore>>,
-    rx: Option<Arc<CqCore>>,
+    pub(crate) rx: Option<Arc<CqCore>>,
     tx_selective: bool,
     rx_selective: bool,
     inject_size: usize,
@@ -47,6 +49,8 @@ pub(crate) struct EpCore {
     rx_op_flags: u64,
     bound: Mutex<Bound>,
     enabled: OnceLock<Enabled>,
+    /// Messages claimed by `FI_PEEK | FI_CLAIM`, by the peek's context.
+    pub(crate) claims: Mutex<FastMap<u64, (Claim, Peeked)>>,
 }
 
 /// An endpoint object.
@@ -145,6 +149,9 @@ impl EpCore {
                 }
             };
             for c in &buf[..n] {
+                if c.context == crate::peek::discard_context() {
+                    continue; // a claimed message received into nothing (FI_DISCARD)
+                }
                 let to = if c.flags.contains(xfer_facade::Flags::RECV) {
                     &en.rx
                 } else {
@@ -216,28 +223,14 @@ impl EpCore {
     /// Posts a receive (`fi_recv`, `fi_trecv`, `*msg`). Without
     /// `FI_DIRECTED_RECV` the source address is ignored, as fi_msg(3) says.
     pub(crate) fn recv(&self, r: Recv) -> isize {
-        let Some(en) = self.enabled.get() else {
-            return scode(fi::err(fi::FI_EOPBADSTATE));
+        let en = match self.rx_ready(r.tag.is_some(), r.flags) {
+            Ok(en) => en,
+            Err(e) => return e,
         };
-        let cap = if r.tag.is_some() { fi::FI_TAGGED } else { fi::FI_MSG };
-        if self.caps & cap == 0 {
-            return scode(-(libc::EOPNOTSUPP));
-        }
-        if en.rx.is_none() {
-            return scode(fi::err(fi::FI_ENOCQ));
-        }
         if r.buf.is_null() && r.len > 0 {
             return scode(-(libc::EINVAL));
         }
-        // Every xfer receive completes: under FI_SELECTIVE_COMPLETION a
-        // receive that asks for no completion cannot be honoured.
-        if en.rx_selective && r.flags.unwrap_or(self.rx_op_flags) & fi::FI_COMPLETION == 0 {
-            return scode(fi::err(fi::FI_EBADFLAGS));
-        }
-        let src = match self.caps & fi::FI_DIRECTED_RECV {
-            0 => PeerAddr::UNSPEC,
-            _ => PeerAddr(r.src),
-        };
+        let src = self.source(r.src);
         let (tag, ignore) = r.tag.unwrap_or((0, 0));
         let op = RecvOp {
             spec: RecvSpec { src, tag, ignore },
@@ -250,6 +243,35 @@ impl EpCore {
         match en.ep.post_recv(op) {
             Ok(()) => 0,
             Err(r) => scode(entry::code(&r.error)),
+        }
+    }
+
+    /// The enabled endpoint, if it can take a receive (tagged or not) with
+    /// these `*msg` flags (`None`: the endpoint's default receive flags).
+    pub(crate) fn rx_ready(&self, tagged: bool, flags: Option<u64>) -> Result<&Enabled, isize> {
+        let Some(en) = self.enabled.get() else {
+            return Err(scode(fi::err(fi::FI_EOPBADSTATE)));
+        };
+        let cap = if tagged { fi::FI_TAGGED } else { fi::FI_MSG };
+        if self.caps & cap == 0 {
+            return Err(scode(-(libc::EOPNOTSUPP)));
+        }
+        if en.rx.is_none() {
+            return Err(scode(fi::err(fi::FI_ENOCQ)));
+        }
+        // Every xfer receive completes: under FI_SELECTIVE_COMPLETION a
+        // receive that asks for no completion cannot be honoured.
+        if en.rx_selective && flags.unwrap_or(self.rx_op_flags) & fi::FI_COMPLETION == 0 {
+            return Err(scode(fi::err(fi::FI_EBADFLAGS)));
+        }
+        Ok(en)
+    }
+
+    /// A receive's source: ignored without `FI_DIRECTED_RECV`, as fi_msg(3) says.
+    pub(crate) fn source(&self, src: fi::fi_addr_t) -> PeerAddr {
+        match self.caps & fi::FI_DIRECTED_RECV {
+            0 => PeerAddr::UNSPEC,
+            _ => PeerAddr(src),
         }
     }
 
@@ -353,6 +375,7 @@ pub(crate) unsafe extern "C" fn open(
             rx_op_flags,
             bound: Mutex::new(Bound::default()),
             enabled: OnceLock::new(),
+            claims: Mutex::new(FastMap::default()),
         };
         let fid = fi::fid_ep {
             fid: entry::fid(fi::FI_CLASS_EP, context, &OPS),

@@ -22,6 +22,7 @@ mod eq;
 mod fabric;
 mod info;
 mod msg;
+mod peek;
 mod tagged;
 mod unsupported;
 

@@ -6,7 +6,8 @@
  * Covers: fi_av_insert of several names at once, tagged any-source and
  * directed receives (fi_cq_readfrom source addresses), truncation through
  * fi_cq_readerr with both lengths, inject and injectdata, cancel
- * (FI_ECANCELED), fi_tsendmsg flags, blocking reads (fi_cq_sread, the FI_GETWAIT
+ * (FI_ECANCELED), FI_PEEK / FI_CLAIM / FI_DISCARD probes (eager and
+ * rendezvous messages), fi_tsendmsg flags, blocking reads (fi_cq_sread, the FI_GETWAIT
  * fd after fi_trywait), and calls xfer refuses (-FI_ENOSYS,
  * -FI_ENODATA, -FI_EBADFLAGS, -FI_EBUSY).
  */
@@ -137,7 +138,7 @@ static void expect_nothing(int i, const char *what)
 	      what, nodes[i].n, nodes[i].n ? nodes[i].stash[0].e.op_context : NULL);
 }
 
-static int ctx[32]; /* distinct addresses used as operation contexts */
+static int ctx[48]; /* distinct addresses used as operation contexts */
 #define CTX(n) ((void *)&ctx[n])
 
 /* A sender thread: sends after a pause (so the receiver is blocked by then)
@@ -166,6 +167,37 @@ static void *send_later(void *arg)
 		}
 	}
 	return NULL;
+}
+
+/* fi_trecvmsg with probe flags on node `i` (no buffer unless given). */
+static ssize_t probe(int i, uint64_t flags, fi_addr_t src, uint64_t tag, void *buf, size_t len, void *context)
+{
+	struct iovec iov = {.iov_base = buf, .iov_len = len};
+	struct fi_msg_tagged m = {
+		.msg_iov = buf ? &iov : NULL, .iov_count = buf ? 1 : 0, .addr = src, .tag = tag, .context = context,
+	};
+	return fi_trecvmsg(nodes[i].ep, &m, flags);
+}
+
+/* One peek (with `flags`) on node `i`, and its answer. */
+static struct got peek_once(int i, uint64_t flags, fi_addr_t src, uint64_t tag, void *context)
+{
+	MUST(probe(i, flags, src, tag, NULL, 0, context));
+	return wait_for(i, context);
+}
+
+/* Peeks (with `flags`) on node `i` until a message matches, 10 s at most:
+ * the answer for the first peek that did not report FI_ENOMSG. */
+static struct got peek_until(int i, uint64_t flags, fi_addr_t src, uint64_t tag, void *context)
+{
+	time_t end = time(NULL) + 10;
+	while (time(NULL) < end) {
+		struct got g = peek_once(i, flags, src, tag, context);
+		if (g.err != FI_ENOMSG)
+			return g;
+	}
+	fprintf(stderr, "FATAL: no message for tag %lu came to node %d\n", (unsigned long)tag, i);
+	exit(2);
 }
 
 static double now(void)
@@ -294,6 +326,60 @@ int main(void)
 	struct got g7 = wait_for(2, CTX(11));
 	CHECK(g7.err == FI_ECANCELED, "cancel err %d", g7.err);
 	CHECK(fi_cancel(&c->ep->fid, CTX(11)) == -FI_ENOENT, "second fi_cancel");
+
+	/* FI_PEEK, FI_CLAIM, FI_DISCARD (Open MPI's MPI_Iprobe, MPI_Improbe and
+	 * MPI_Imrecv). A peek that finds nothing reports FI_ENOMSG through
+	 * fi_cq_readerr; one that finds a message reports its length, tag, data
+	 * and source without receiving it. */
+	struct got p0 = peek_once(2, FI_PEEK | FI_COMPLETION, FI_ADDR_UNSPEC, 41, CTX(24));
+	CHECK(p0.err == FI_ENOMSG && p0.e.tag == 41, "peek with nothing there: err %d", p0.err);
+	MUST(fi_tsenddata(b->ep, "peek-me", 8, NULL, 5, c->addr, 41, CTX(25)));
+	wait_for(1, CTX(25));
+	struct got p1 = peek_until(2, FI_PEEK | FI_COMPLETION, FI_ADDR_UNSPEC, 41, CTX(24));
+	CHECK(p1.err == 0 && p1.e.len == 8 && p1.e.tag == 41 && p1.src == b->addr && p1.e.data == 5 &&
+		      (p1.e.flags & (FI_TAGGED | FI_RECV | FI_REMOTE_CQ_DATA)) == (FI_TAGGED | FI_RECV | FI_REMOTE_CQ_DATA),
+	      "peek: err %d len %zu tag %lu src %lu data %lu", p1.err, p1.e.len, (unsigned long)p1.e.tag,
+	      (unsigned long)p1.src, (unsigned long)p1.e.data);
+	struct got p2 = peek_once(2, FI_PEEK, a->addr, 41, CTX(24));
+	CHECK(p2.err == FI_ENOMSG, "a peek directed at A found B's message: err %d", p2.err);
+	/* Claim it: a receive posted now does not take it; the claiming receive does. */
+	struct got p3 = peek_until(2, FI_PEEK | FI_CLAIM, b->addr, 41, CTX(26));
+	CHECK(p3.err == 0 && p3.e.len == 8 && p3.src == b->addr, "peek|claim: err %d len %zu", p3.err, p3.e.len);
+	char r13[16] = {0}, r14[16] = {0};
+	MUST(fi_trecv(c->ep, r13, sizeof(r13), NULL, FI_ADDR_UNSPEC, 41, 0, CTX(27)));
+	expect_nothing(2, "a receive matched a claimed message");
+	CHECK(fi_cancel(&c->ep->fid, CTX(27)) == 0, "cancelling the receive");
+	CHECK(wait_for(2, CTX(27)).err == FI_ECANCELED, "cancelled receive");
+	MUST(probe(2, FI_CLAIM, FI_ADDR_UNSPEC, 41, r14, sizeof(r14), CTX(26)));
+	struct got p4 = wait_for(2, CTX(26));
+	CHECK(p4.err == 0 && p4.e.len == 8 && !strcmp(r14, "peek-me") && p4.e.data == 5 && p4.src == b->addr,
+	      "claimed receive: err %d %s", p4.err, r14);
+	CHECK(probe(2, FI_CLAIM, FI_ADDR_UNSPEC, 41, r14, sizeof(r14), CTX(26)) == -FI_EINVAL, "claiming twice");
+	CHECK(probe(2, FI_DISCARD, FI_ADDR_UNSPEC, 41, NULL, 0, CTX(26)) == -FI_EBADFLAGS, "FI_DISCARD alone");
+	/* Claim then discard a rendezvous message: the sender's send completes,
+	 * the receiver's discard reports length 0, and the next message with the
+	 * tag is the one a receive gets. */
+	static char huge[1 << 20];
+	memset(huge, 'h', sizeof(huge));
+	MUST(fi_tsend(nodes[0].ep, huge, sizeof(huge), NULL, c->addr, 42, CTX(28)));
+	struct got p5 = peek_until(2, FI_PEEK | FI_CLAIM, FI_ADDR_UNSPEC, 42, CTX(29));
+	CHECK(p5.err == 0 && p5.e.len == sizeof(huge) && p5.src == nodes[0].addr, "rendezvous peek: len %zu", p5.e.len);
+	MUST(probe(2, FI_CLAIM | FI_DISCARD, FI_ADDR_UNSPEC, 42, NULL, 0, CTX(29)));
+	struct got p6 = wait_for(2, CTX(29));
+	CHECK(p6.err == 0 && p6.e.len == 0 && p6.e.tag == 42, "claim|discard: err %d len %zu", p6.err, p6.e.len);
+	CHECK(wait_for(0, CTX(28)).err == 0, "the discarded rendezvous send did not complete");
+	/* FI_PEEK | FI_DISCARD: found, reported, dropped. */
+	MUST(fi_tsend(b->ep, "gone", 5, NULL, c->addr, 42, CTX(30)));
+	wait_for(1, CTX(30));
+	struct got p7 = peek_until(2, FI_PEEK | FI_DISCARD, FI_ADDR_UNSPEC, 42, CTX(31));
+	CHECK(p7.err == 0 && p7.e.len == 5 && p7.src == b->addr, "peek|discard: err %d len %zu", p7.err, p7.e.len);
+	MUST(fi_tsend(b->ep, "after", 6, NULL, c->addr, 42, CTX(32)));
+	wait_for(1, CTX(32));
+	char r15[16] = {0};
+	MUST(fi_trecv(c->ep, r15, sizeof(r15), NULL, FI_ADDR_UNSPEC, 42, 0, CTX(33)));
+	struct got p8 = wait_for(2, CTX(33));
+	CHECK(p8.err == 0 && !strcmp(r15, "after"), "after the discards a receive got %s", r15);
+	expect_nothing(2, "completions of discarded messages");
 
 	/* Blocking reads: fi_cq_sread times out with -FI_EAGAIN when nothing comes,
 	 * and returns the entry another thread's message completes; the CQ's wait
