@@ -3,6 +3,7 @@
 //! completion queue) that every data call maps onto.
 
 use std::ffi::{c_int, c_void};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use xfer_core::hash::FastMap;
@@ -39,6 +40,23 @@ pub(crate) struct Enabled {
     rx_selective: bool,
     inject_size: usize,
     _av: Arc<AvCore>,
+    /// The xfer provider underneath (`tcp`, `verbs`).
+    provider: &'static str,
+    /// Completions routed, sends and receives: logged when the endpoint
+    /// closes, so a run can show that xfer carried its traffic.
+    sent: AtomicU64,
+    received: AtomicU64,
+}
+
+impl Drop for Enabled {
+    fn drop(&mut self) {
+        tracing::info!(
+            provider = self.provider,
+            sends = self.sent.load(Ordering::Relaxed),
+            receives = self.received.load(Ordering::Relaxed),
+            "xfer endpoint closed"
+        );
+    }
 }
 
 /// An endpoint's state.
@@ -153,8 +171,10 @@ impl EpCore {
                     continue; // a claimed message received into nothing (FI_DISCARD)
                 }
                 let to = if c.flags.contains(xfer_facade::Flags::RECV) {
+                    en.received.fetch_add(1, Ordering::Relaxed);
                     &en.rx
                 } else {
+                    en.sent.fetch_add(1, Ordering::Relaxed);
                     &en.tx
                 };
                 match to {
@@ -494,6 +514,9 @@ fn enable(ep: &Arc<EpCore>) -> c_int {
         rx_selective: b.rx_selective,
         inject_size: attr.inject_size,
         _av: av,
+        provider: ep.domain.xfer.provider(),
+        sent: AtomicU64::new(0),
+        received: AtomicU64::new(0),
     };
     let _ = ep.enabled.set(en);
     tracing::debug!(name = ?ep.enabled.get().map(|e| e.ep.name()), "endpoint enabled");
