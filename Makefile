@@ -30,8 +30,8 @@ test: setup
 # and virtme-ng if missing, builds the test binaries on the host, then boots ONCE and runs
 # everything that needs a real verbs stack (tests/vm/all.sh): the rxe smoke checks, the
 # xfer-verbs tests, the conformance suite, peer_death and scale over XFER_PROVIDER=verbs,
-# xfer-info, the C suite and C examples over verbs, libfabric's fi_pingpong over libxfer_fi.so's
-# verbs domain (ofi/), tests/tcp_faults.rs, whose netem case needs the guest kernel's
+# xfer-info, the C suite and C examples over verbs, libfabric's fi_pingpong and Open MPI (an MPI
+# correctness program, NetPIPE) over libxfer_fi.so's verbs domain (ofi/), tests/tcp_faults.rs, whose netem case needs the guest kernel's
 # sch_netem, and tests/verbs_faults.rs (two rxe devices on a veth pair: netem loss, link down).
 vm:
 	bash tests/vm/setup.sh

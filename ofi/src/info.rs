@@ -4,7 +4,7 @@
 
 use std::ffi::{c_char, c_int, CStr};
 
-use xfer_facade::{CqAttr, EndpointAttr};
+use xfer_facade::{CqAttr, DomainAttr, EndpointAttr};
 
 use crate::entry::{guard, PANIC};
 use crate::fi;
@@ -350,8 +350,22 @@ fn build(version: u32, offer: &Offer) -> Option<*mut fi::fi_info> {
     Some(info)
 }
 
-/// The provider's `getinfo`: an fi_info per usable xfer provider that can
-/// honour `hints`, in xfer's order of preference; `-FI_ENODATA` when none.
+/// Whether xfer provider `name` gets an fi_info: every usable one, or only
+/// the one `XFER_PROVIDER` forces. Open MPI 4.1 treats fi_infos of one
+/// libfabric provider with alike attributes as NICs of one fabric and spreads
+/// its ranks over them by local rank (`opal_mca_common_ofi_select_provider`):
+/// with verbs and tcp both listed, ranks would land on providers that cannot
+/// reach each other, so `XFER_PROVIDER` must be able to leave one entry.
+fn offered(forced: Option<&str>, name: &str) -> bool {
+    match forced {
+        None => true,
+        Some(f) => f == name,
+    }
+}
+
+/// The provider's `getinfo`: an fi_info per usable xfer provider (only the
+/// one `XFER_PROVIDER` names, when set) that can honour `hints`, in xfer's
+/// order of preference; `-FI_ENODATA` when none.
 pub(crate) unsafe extern "C" fn getinfo(
     version: u32,
     node: *const c_char,
@@ -375,8 +389,10 @@ pub(crate) unsafe extern "C" fn getinfo(
             None => Hints::default(),
         };
         let limits = Limits::from_env();
+        let forced = DomainAttr::from_env().provider;
         let (mut head, mut tail): (*mut fi::fi_info, *mut fi::fi_info) = (std::ptr::null_mut(), std::ptr::null_mut());
-        for p in xfer_facade::info().into_iter().filter(|p| p.available) {
+        let usable = xfer_facade::info().into_iter().filter(|p| p.available);
+        for p in usable.filter(|p| offered(forced.as_deref(), p.name)) {
             let offer = match select(&h, p.name, limits) {
                 Ok(o) => o,
                 Err(why) => {
@@ -413,6 +429,13 @@ mod tests {
         inject_size: 4096,
         queue_size: 4096,
     };
+
+    #[test]
+    fn xfer_provider_leaves_one_entry() {
+        assert!(offered(None, "verbs") && offered(None, "tcp"));
+        assert!(offered(Some("tcp"), "tcp"));
+        assert!(!offered(Some("tcp"), "verbs"));
+    }
 
     #[test]
     fn pingpong_hints_are_accepted() {

@@ -113,6 +113,7 @@ fn xfer_carried(out: &Output, np: usize) {
         "one closed xfer endpoint per rank expected:\n{stderr}"
     );
     for line in closed {
+        eprintln!("{line}");
         assert!(
             line.contains(&format!("provider=\"{provider}\"")),
             "not over {provider}: {line}"
