@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use xfer_core::hash::FastMap;
 use xfer_facade::{
-    Buffer, Claim, Completion, CompletionQueue, CqAttr, Endpoint, EndpointAttr, Peeked, PeerAddr, RecvOp, RecvSpec,
-    SendOp,
+    Buffer, Claim, Completion, CompletionQueue, CqAttr, Endpoint, EndpointAttr, Flags, Peeked, PeerAddr, RecvOp,
+    RecvSpec, SendOp,
 };
 
 use crate::av::{self, AvCore};
@@ -36,9 +36,9 @@ pub(crate) struct Enabled {
     pub(crate) cq: CompletionQueue,
     tx: Option<Arc<CqCore>>,
     pub(crate) rx: Option<Arc<CqCore>>,
-    tx_selective: bool,
+    pub(crate) tx_selective: bool,
     rx_selective: bool,
-    inject_size: usize,
+    pub(crate) inject_size: usize,
     _av: Arc<AvCore>,
     /// The xfer provider underneath (`tcp`, `verbs`).
     provider: &'static str,
@@ -63,7 +63,7 @@ impl Drop for Enabled {
 pub(crate) struct EpCore {
     domain: Arc<DomainCore>,
     caps: u64,
-    tx_op_flags: u64,
+    pub(crate) tx_op_flags: u64,
     rx_op_flags: u64,
     bound: Mutex<Bound>,
     enabled: OnceLock<Enabled>,
@@ -170,7 +170,10 @@ impl EpCore {
                 if c.context == crate::peek::discard_context() {
                     continue; // a claimed message received into nothing (FI_DISCARD)
                 }
-                let to = if c.flags.contains(xfer_facade::Flags::RECV) {
+                // Receives and the target's side of a write with data go to
+                // the receive CQ (fi_cq(3): FI_REMOTE_WRITE completions are
+                // the receiver's).
+                let to = if c.flags.contains(Flags::RECV) || c.flags.contains(Flags::REMOTE_WRITE) {
                     en.received.fetch_add(1, Ordering::Relaxed);
                     &en.rx
                 } else {
@@ -198,16 +201,11 @@ impl EpCore {
 
     /// Posts a send (`fi_send`, `fi_tsend`, `*data`, `*msg`).
     pub(crate) fn send(&self, s: Send) -> isize {
-        let Some(en) = self.enabled.get() else {
-            return scode(fi::err(fi::FI_EOPBADSTATE));
-        };
         let cap = if s.tag.is_some() { fi::FI_TAGGED } else { fi::FI_MSG };
-        if self.caps & cap == 0 {
-            return scode(-(libc::EOPNOTSUPP));
-        }
-        if en.tx.is_none() {
-            return scode(fi::err(fi::FI_ENOCQ));
-        }
+        let en = match self.tx_ready(cap) {
+            Ok(en) => en,
+            Err(e) => return e,
+        };
         if s.len > MAX_MSG_SIZE {
             return scode(-(libc::EMSGSIZE));
         }
@@ -264,6 +262,20 @@ impl EpCore {
             Ok(()) => 0,
             Err(r) => scode(entry::code(&r.error)),
         }
+    }
+
+    /// The enabled endpoint, if it has capability `cap` and a transmit CQ.
+    pub(crate) fn tx_ready(&self, cap: u64) -> Result<&Enabled, isize> {
+        let Some(en) = self.enabled.get() else {
+            return Err(scode(fi::err(fi::FI_EOPBADSTATE)));
+        };
+        if self.caps & cap == 0 {
+            return Err(scode(-(libc::EOPNOTSUPP)));
+        }
+        if en.tx.is_none() {
+            return Err(scode(fi::err(fi::FI_ENOCQ)));
+        }
+        Ok(en)
     }
 
     /// The enabled endpoint, if it can take a receive (tagged or not) with
@@ -338,7 +350,7 @@ impl EpCore {
 ///
 /// # Safety
 /// `buf` is valid for `len` bytes, or `len` is 0.
-unsafe fn bytes<'a>(buf: *const c_void, len: usize) -> &'a [u8] {
+pub(crate) unsafe fn bytes<'a>(buf: *const c_void, len: usize) -> &'a [u8] {
     match len {
         0 => &[],
         // SAFETY: the caller's contract.
@@ -402,7 +414,7 @@ pub(crate) unsafe extern "C" fn open(
             ops: entry::ops(&EP_OPS),
             cm: entry::ops(&CM_OPS),
             msg: entry::ops(&crate::msg::OPS),
-            rma: entry::ops(&crate::unsupported::RMA_OPS),
+            rma: entry::ops(&crate::rma::OPS),
             tagged: entry::ops(&crate::tagged::OPS),
             atomic: entry::ops(&crate::unsupported::ATOMIC_OPS),
             collective: entry::ops(&crate::unsupported::COLLECTIVE_OPS),

@@ -7,7 +7,8 @@
  * directed receives (fi_cq_readfrom source addresses), truncation through
  * fi_cq_readerr with both lengths, inject and injectdata, cancel
  * (FI_ECANCELED), FI_PEEK / FI_CLAIM / FI_DISCARD probes (eager and
- * rendezvous messages), fi_tsendmsg flags, blocking reads (fi_cq_sread, the FI_GETWAIT
+ * rendezvous messages), RMA (fi_mr_reg, read, write, writedata, inject_write,
+ * writemsg; bad key, out of bounds, no right), fi_tsendmsg flags, blocking reads (fi_cq_sread, the FI_GETWAIT
  * fd after fi_trywait), and calls xfer refuses (-FI_ENOSYS,
  * -FI_ENODATA, -FI_EBADFLAGS, -FI_EBUSY).
  */
@@ -71,12 +72,15 @@ struct node {
 };
 
 static struct node nodes[NEP];
+/* The nodes progress() reads: `nodes`, or the RMA section's own. */
+static struct node *cur = nodes;
+static int ncur = NEP;
 
 /* Reads every CQ (each read drives its endpoint's progress) into the stashes. */
 static void progress(void)
 {
-	for (int i = 0; i < NEP; i++) {
-		struct node *nd = &nodes[i];
+	for (int i = 0; i < ncur; i++) {
+		struct node *nd = &cur[i];
 		struct fi_cq_tagged_entry e[8];
 		fi_addr_t src[8];
 		ssize_t r = fi_cq_readfrom(nd->cq, e, 8, src);
@@ -112,7 +116,7 @@ static void progress(void)
 static struct got wait_for(int i, void *ctx)
 {
 	time_t end = time(NULL) + 10;
-	struct node *nd = &nodes[i];
+	struct node *nd = &cur[i];
 	while (time(NULL) < end) {
 		progress();
 		for (int k = 0; k < nd->n; k++) {
@@ -134,8 +138,8 @@ static void expect_nothing(int i, const char *what)
 {
 	for (int k = 0; k < 200; k++)
 		progress();
-	CHECK(nodes[i].n == 0, "%s: %d unexpected completion(s), first context %p",
-	      what, nodes[i].n, nodes[i].n ? nodes[i].stash[0].e.op_context : NULL);
+	CHECK(cur[i].n == 0, "%s: %d unexpected completion(s), first context %p",
+	      what, cur[i].n, cur[i].n ? cur[i].stash[0].e.op_context : NULL);
 }
 
 static int ctx[48]; /* distinct addresses used as operation contexts */
@@ -176,7 +180,7 @@ static ssize_t probe(int i, uint64_t flags, fi_addr_t src, uint64_t tag, void *b
 	struct fi_msg_tagged m = {
 		.msg_iov = buf ? &iov : NULL, .iov_count = buf ? 1 : 0, .addr = src, .tag = tag, .context = context,
 	};
-	return fi_trecvmsg(nodes[i].ep, &m, flags);
+	return fi_trecvmsg(cur[i].ep, &m, flags);
 }
 
 /* One peek (with `flags`) on node `i`, and its answer. */
@@ -207,6 +211,128 @@ static double now(void)
 	return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
 }
 
+/* RMA on its own domain (FI_RMA asked, with FI_MR_VIRT_ADDR | FI_MR_ALLOCATED |
+ * FI_MR_PROV_KEY): X reads and writes memory Y registered. fi_write, fi_read,
+ * fi_writedata (Y's receive CQ gets the data), fi_inject_write, fi_writemsg;
+ * a bad key, a range past the region's end and a write into a region
+ * registered for remote reads only fail with FI_EACCES at X. */
+static char target[4096], readonly[64], big_rma[1 << 16];
+
+static void rma_section(struct fid_fabric *fabric)
+{
+	struct fi_info *hints = fi_allocinfo(), *info = NULL;
+	hints->ep_attr->type = FI_EP_RDM;
+	hints->caps = FI_MSG | FI_TAGGED | FI_RMA;
+	hints->domain_attr->name = strdup("tcp");
+	hints->domain_attr->mr_mode = FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
+	hints->fabric_attr->prov_name = strdup("xfer");
+	MUST(fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, hints, &info));
+	uint64_t rcaps = FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
+	CHECK((info->caps & rcaps) == rcaps, "RMA caps %lx", (unsigned long)info->caps);
+	CHECK(info->domain_attr->mr_mode == (FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY), "mr_mode %x",
+	      info->domain_attr->mr_mode);
+	struct fid_domain *domain;
+	struct fid_av *av;
+	MUST(fi_domain(fabric, info, &domain, NULL));
+	struct fi_av_attr av_attr = {.type = FI_AV_TABLE};
+	MUST(fi_av_open(domain, &av_attr, &av, NULL));
+	static struct node rn[2];
+	char names[2][64];
+	for (int i = 0; i < 2; i++) {
+		struct fi_cq_attr cq_attr = {.format = FI_CQ_FORMAT_TAGGED};
+		MUST(fi_cq_open(domain, &cq_attr, &rn[i].cq, NULL));
+		MUST(fi_endpoint(domain, info, &rn[i].ep, NULL));
+		MUST(fi_ep_bind(rn[i].ep, &av->fid, 0));
+		MUST(fi_ep_bind(rn[i].ep, &rn[i].cq->fid, FI_TRANSMIT | FI_RECV));
+		MUST(fi_enable(rn[i].ep));
+		size_t len = sizeof(names[i]);
+		MUST(fi_getname(&rn[i].ep->fid, names[i], &len));
+		CHECK(fi_av_insert(av, names[i], 1, &rn[i].addr, 0, NULL) == 1, "inserting RMA endpoint %d", i);
+	}
+	cur = rn;
+	ncur = 2;
+	struct node *x = &rn[0], *y = &rn[1];
+
+	struct fid_mr *mr, *ro, *bad;
+	MUST(fi_mr_reg(domain, target, sizeof(target), FI_REMOTE_READ | FI_REMOTE_WRITE, 0, 0, 0, &mr, NULL));
+	MUST(fi_mr_reg(domain, readonly, sizeof(readonly), FI_REMOTE_READ, 0, 0, 0, &ro, NULL));
+	struct iovec two[2] = {{target, 8}, {readonly, 8}};
+	CHECK(fi_mr_regv(domain, two, 2, FI_REMOTE_READ, 0, 0, 0, &bad, NULL) == -FI_EINVAL, "fi_mr_regv of 2 segments");
+	uint64_t key = fi_mr_key(mr), base = (uint64_t)(uintptr_t)target;
+
+	/* fi_write, then fi_read of what it wrote. */
+	char out[1000], back[1000];
+	for (int i = 0; i < 1000; i++)
+		out[i] = (char)(i * 7 + 1);
+	MUST(fi_write(x->ep, out, sizeof(out), NULL, y->addr, base + 100, key, CTX(34)));
+	struct got w = wait_for(0, CTX(34));
+	CHECK(w.err == 0 && (w.e.flags & (FI_RMA | FI_WRITE)) == (FI_RMA | FI_WRITE), "fi_write: err %d flags %lx", w.err,
+	      (unsigned long)w.e.flags);
+	CHECK(!memcmp(target + 100, out, sizeof(out)), "fi_write did not land in the target region");
+	MUST(fi_read(x->ep, back, sizeof(back), fi_mr_desc(mr), y->addr, base + 100, key, CTX(35)));
+	struct got r = wait_for(0, CTX(35));
+	CHECK(r.err == 0 && (r.e.flags & (FI_RMA | FI_READ)) == (FI_RMA | FI_READ) && !memcmp(back, out, sizeof(out)),
+	      "fi_read: err %d", r.err);
+
+	/* fi_writedata: the target's receive CQ reports the data. */
+	MUST(fi_writedata(x->ep, "with-data", 10, NULL, 0xfeed, y->addr, base + 1200, key, CTX(36)));
+	CHECK(wait_for(0, CTX(36)).err == 0, "fi_writedata");
+	struct got t = wait_for(1, NULL);
+	CHECK(t.err == 0 && (t.e.flags & (FI_REMOTE_WRITE | FI_REMOTE_CQ_DATA)) == (FI_REMOTE_WRITE | FI_REMOTE_CQ_DATA) &&
+		      t.e.data == 0xfeed,
+	      "target side of fi_writedata: err %d flags %lx data %lx", t.err, (unsigned long)t.e.flags,
+	      (unsigned long)t.e.data);
+	CHECK(!strcmp(target + 1200, "with-data"), "fi_writedata wrote %s", target + 1200);
+
+	/* fi_inject_write: no completion at all; the bytes land. */
+	MUST(fi_inject_write(x->ep, "inj-w", 6, y->addr, base + 2000, key));
+	for (time_t end = time(NULL) + 10; time(NULL) < end && strcmp(target + 2000, "inj-w");)
+		progress();
+	CHECK(!strcmp(target + 2000, "inj-w"), "fi_inject_write did not land");
+	expect_nothing(0, "fi_inject_write completions");
+
+	/* fi_writemsg with FI_INJECT: the buffer may be reused at once. */
+	char msgbuf[8] = "wmsg";
+	struct iovec miov = {msgbuf, 5};
+	struct fi_rma_iov rio = {.addr = base + 3000, .len = 5, .key = key};
+	struct fi_msg_rma wm = {.msg_iov = &miov, .iov_count = 1, .addr = y->addr, .rma_iov = &rio, .rma_iov_count = 1,
+				.context = CTX(37)};
+	MUST(fi_writemsg(x->ep, &wm, FI_INJECT | FI_COMPLETION));
+	memset(msgbuf, 'x', 5);
+	CHECK(wait_for(0, CTX(37)).err == 0 && !strcmp(target + 3000, "wmsg"), "fi_writemsg wrote %s", target + 3000);
+
+	/* What the target refuses: a bad key, past the region's end, a region
+	 * that allows remote reads only. Each fails at the initiator. */
+	MUST(fi_write(x->ep, out, 16, NULL, y->addr, base, key + 0x1234567, CTX(38)));
+	struct got e1 = wait_for(0, CTX(38));
+	CHECK(e1.err == FI_EACCES, "bad key: err %d", e1.err);
+	MUST(fi_read(x->ep, back, 100, NULL, y->addr, base + sizeof(target) - 10, key, CTX(39)));
+	struct got e2 = wait_for(0, CTX(39));
+	CHECK(e2.err == FI_EACCES, "read past the region's end: err %d", e2.err);
+	MUST(fi_write(x->ep, out, 8, NULL, y->addr, (uint64_t)(uintptr_t)readonly, fi_mr_key(ro), CTX(40)));
+	struct got e3 = wait_for(0, CTX(40));
+	CHECK(e3.err == FI_EACCES, "write into a read-only region: err %d", e3.err);
+	MUST(fi_read(x->ep, back, 8, NULL, y->addr, (uint64_t)(uintptr_t)readonly, fi_mr_key(ro), CTX(41)));
+	CHECK(wait_for(0, CTX(41)).err == 0, "read of a read-only region");
+	CHECK(fi_inject_write(x->ep, big_rma, sizeof(big_rma), y->addr, base, key) == -FI_EMSGSIZE,
+	      "fi_inject_write above inject_size");
+	expect_nothing(1, "completions at the target of plain writes and reads");
+
+	CHECK(fi_close(&domain->fid) == -FI_EBUSY, "closing a domain with registered memory");
+	MUST(fi_close(&mr->fid));
+	MUST(fi_close(&ro->fid));
+	for (int i = 0; i < 2; i++) {
+		MUST(fi_close(&rn[i].ep->fid));
+		MUST(fi_close(&rn[i].cq->fid));
+	}
+	MUST(fi_close(&av->fid));
+	MUST(fi_close(&domain->fid));
+	cur = nodes;
+	ncur = NEP;
+	fi_freeinfo(info);
+	fi_freeinfo(hints);
+}
+
 int main(void)
 {
 	struct fi_info *hints = fi_allocinfo(), *info = NULL;
@@ -218,11 +344,18 @@ int main(void)
 	CHECK(!strcmp(info->fabric_attr->prov_name, "xfer"), "provider %s", info->fabric_attr->prov_name);
 	CHECK(info->caps & FI_DIRECTED_RECV, "no FI_DIRECTED_RECV");
 
-	/* What xfer cannot do is refused. */
+	/* What xfer cannot do is refused: RMA with local registration only
+	 * (xfer's RMA needs FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY),
+	 * atomics. */
 	struct fi_info *rma = fi_dupinfo(hints), *none = NULL;
 	rma->caps |= FI_RMA;
-	CHECK(fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, rma, &none) == -FI_ENODATA, "FI_RMA accepted");
+	rma->domain_attr->mr_mode = FI_MR_LOCAL;
+	CHECK(fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, rma, &none) == -FI_ENODATA, "FI_RMA with FI_MR_LOCAL accepted");
+	rma->caps = FI_ATOMIC;
+	rma->domain_attr->mr_mode = 0;
+	CHECK(fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, rma, &none) == -FI_ENODATA, "FI_ATOMIC accepted");
 	fi_freeinfo(rma);
+	CHECK(!(info->caps & FI_RMA), "FI_RMA offered without being asked for");
 
 	struct fid_fabric *fabric;
 	struct fid_domain *domain;
@@ -488,13 +621,16 @@ int main(void)
 	      "tsendmsg: %s data %lu", r8, (unsigned long)g9.e.data);
 	CHECK(fi_tsendmsg(b->ep, &tm, FI_DELIVERY_COMPLETE) == -FI_EBADFLAGS, "FI_DELIVERY_COMPLETE accepted");
 
-	/* What xfer does not offer returns -FI_ENOSYS; close order is enforced. */
-	CHECK(fi_write(c->ep, big, 8, NULL, a->addr, 0, 0, NULL) == -FI_ENOSYS, "fi_write");
+	/* What xfer does not offer returns -FI_ENOSYS, what the endpoint was not
+	 * opened for -FI_EOPNOTSUPP; close order is enforced. */
+	CHECK(fi_write(c->ep, big, 8, NULL, a->addr, 0, 0, NULL) == -FI_EOPNOTSUPP, "fi_write without FI_RMA");
 	struct fid_cntr *cntr;
 	struct fi_cntr_attr cntr_attr = {0};
 	CHECK(fi_cntr_open(domain, &cntr_attr, &cntr, NULL) == -FI_ENOSYS, "fi_cntr_open");
 	CHECK(fi_close(&domain->fid) == -FI_EBUSY, "closing a domain in use");
 	CHECK(fi_close(&c->cq->fid) == -FI_EBUSY, "closing a bound CQ");
+
+	rma_section(fabric);
 
 	for (int i = 0; i < NEP; i++) {
 		MUST(fi_close(&nodes[i].ep->fid));
