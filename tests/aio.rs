@@ -521,3 +521,10 @@ async fn dropped_rma_futures_still_happen_and_free_their_buffers_at_completion()
     }
     progress.abort();
 }
+
+/// Every test above again under valgrind memcheck (over TCP): no invalid
+/// access after a dropped future, no definite leak (about a minute).
+#[test]
+fn the_tests_above_under_memcheck() {
+    common::memcheck::rerun_self("under_memcheck");
+}

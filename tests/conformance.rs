@@ -850,6 +850,178 @@ fn rma_raw_region_and_raw_buffers() {
     assert_eq!(target, src);
 }
 
+/// The endpoint's registration-cache lookups (hits + misses), where its
+/// provider has a cache (verbs); `None` elsewhere.
+fn cache_lookups(n: &Node) -> Option<u64> {
+    let c = n.ep.counters().unwrap();
+    let get = |k: &str| c.iter().find(|(name, _)| *name == k).map(|&(_, v)| v);
+    Some(get("mr_cache_hits")? + get("mr_cache_misses")?)
+}
+
+#[test]
+fn region_buffers_are_the_local_side_of_rma_and_messages() {
+    let (mut a, mut b) = (Node::new(), Node::new());
+    let (pb, pa) = (a.add(&b), b.add(&a));
+    // Above the rendezvous threshold, so that messages too need registered
+    // memory on verbs.
+    let size = 1 << 20;
+    let local = a.domain.register(pattern(size, 1), Access::all()).unwrap();
+    let target = b
+        .domain
+        .register(vec![0; size], Access::REMOTE_READ | Access::REMOTE_WRITE)
+        .unwrap();
+    let inbox = b.domain.register(vec![0; size], Access::LOCAL_WRITE).unwrap();
+    let rkey = rkey_of(&target);
+    let before = (cache_lookups(&a), cache_lookups(&b));
+    let rma = |buf, kind, context| RmaOp {
+        peer: pb,
+        kind,
+        buf,
+        addr: rkey.addr(),
+        key: rkey.key(),
+        data: None,
+        context,
+        completion: true,
+    };
+
+    // Write from the region, then read back into it.
+    // SAFETY: `local` outlives the operation and is not touched until its
+    // completion, which `expect` waits for.
+    let buf = unsafe { local.buffer(0, size) }.unwrap();
+    assert!(buf
+        .local_desc()
+        .is_some_and(|d| d.desc == local.desc() && d.key == local.key()));
+    a.ep.post_rma(rma(buf, RmaKind::Write, 1)).unwrap();
+    assert_eq!(expect(&mut [&mut a, &mut b], 0, 1).result, Ok(()));
+    assert!(target.to_vec().unwrap() == pattern(size, 1), "written from the region");
+    target.write_at(0, &pattern(size, 2)).unwrap();
+    // SAFETY: as above.
+    let buf = unsafe { local.buffer(0, size) }.unwrap();
+    a.ep.post_rma(rma(buf, RmaKind::Read, 2)).unwrap();
+    assert_eq!(expect(&mut [&mut a, &mut b], 0, 2).result, Ok(()));
+    assert!(local.to_vec().unwrap() == pattern(size, 2), "read into the region");
+
+    // A tagged message from one region into another.
+    let recv = RecvOp {
+        spec: RecvSpec {
+            src: pa,
+            tag: 9,
+            ignore: 0,
+        },
+        tagged: true,
+        // SAFETY: `inbox` outlives the receive, untouched until it completes.
+        buf: unsafe { inbox.buffer(0, size) }.unwrap(),
+        context: 3,
+    };
+    b.ep.post_recv(recv).unwrap();
+    let send = SendOp {
+        peer: pb,
+        tag: Some(9),
+        data: None,
+        // SAFETY: as above.
+        buf: unsafe { local.buffer(0, size) }.unwrap(),
+        context: 4,
+        completion: true,
+    };
+    a.ep.post_send(send).unwrap();
+    let c = expect(&mut [&mut a, &mut b], 1, 3);
+    assert_eq!((c.result, c.len, c.buf), (Ok(()), size, None));
+    assert_eq!(expect(&mut [&mut a, &mut b], 0, 4).result, Ok(()));
+    assert!(inbox.to_vec().unwrap() == pattern(size, 2), "message between regions");
+
+    // Verbs used the regions' keys, not its registration cache.
+    assert_eq!((cache_lookups(&a), cache_lookups(&b)), before);
+
+    // Ranges outside the region, and regions of another domain, are refused.
+    // SAFETY: refused before any buffer is made.
+    let e = unsafe { local.buffer(size - 1, 2) }.unwrap_err();
+    assert!(matches!(e, Error::InvalidArgument(_)), "{e:?}");
+    let c = Node::new();
+    let foreign = c.domain.register(vec![0; 64], Access::all()).unwrap();
+    // SAFETY: the operation is refused at posting (checked below).
+    let buf = unsafe { foreign.buffer(0, 64) }.unwrap();
+    let r = a.ep.post_rma(rma(buf, RmaKind::Write, 5)).unwrap_err();
+    assert!(matches!(r.error, Error::InvalidArgument(_)), "{:?}", r.error);
+    connection_still_works(&mut a, &mut b, 10);
+}
+
+/// Anonymous memory of `len` bytes filled with `fill`, at `at` if given
+/// (`MAP_FIXED_NOREPLACE`); `None` if `at` is taken.
+fn map_filled(at: Option<usize>, len: usize, fill: u8) -> Option<usize> {
+    let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | at.map_or(0, |_| libc::MAP_FIXED_NOREPLACE);
+    // SAFETY: a fresh anonymous mapping; with NOREPLACE nothing mapped is replaced.
+    let p = unsafe {
+        libc::mmap(
+            at.unwrap_or(0) as *mut libc::c_void,
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            flags,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED || at.is_some_and(|a| a != p as usize) {
+        return None;
+    }
+    // SAFETY: `p` is a writable mapping of `len` bytes that this test owns.
+    unsafe { std::ptr::write_bytes(p as *mut u8, fill, len) };
+    Some(p as usize)
+}
+
+/// Writes `len` bytes at `addr` (raw memory) to the start of `rkey`'s region.
+fn write_from_raw(a: &mut Node, b: &mut Node, pb: PeerAddr, rkey: &RemoteKey, addr: usize, len: usize, ctx: u64) {
+    // SAFETY: the mapping stays untouched and mapped until the completion
+    // that `expect` waits for.
+    let buf = unsafe { Buffer::raw(addr as *mut u8, len) };
+    let op = RmaOp {
+        peer: pb,
+        kind: RmaKind::Write,
+        buf,
+        addr: rkey.addr(),
+        key: rkey.key(),
+        data: None,
+        context: ctx,
+        completion: true,
+    };
+    a.ep.post_rma(op).unwrap();
+    assert_eq!(expect(&mut [a, b], 0, ctx).result, Ok(()));
+}
+
+/// The registration cache's classic corruption: memory freed and mapped
+/// again at the same address must not be sent from a stale registration
+/// (verbs pins pages at registration; TCP copies at send time).
+#[test]
+fn rma_from_memory_unmapped_and_mapped_again_sends_the_new_contents() {
+    let (mut a, mut b) = (Node::new(), Node::new());
+    let pb = a.add(&b);
+    let len = 256 << 10;
+    let target = b.domain.register(vec![0; len], Access::REMOTE_WRITE).unwrap();
+    let rkey = rkey_of(&target);
+    let addr = map_filled(None, len, 0xaa).expect("mmap");
+    write_from_raw(&mut a, &mut b, pb, &rkey, addr, len, 1);
+    assert!(target.to_vec().unwrap().iter().all(|&x| x == 0xaa));
+    // Again from the same memory: a cache hit where there is a cache.
+    write_from_raw(&mut a, &mut b, pb, &rkey, addr, len, 2);
+    let before = cache_lookups(&a);
+
+    // SAFETY: unmaps only the mapping made above, no longer in use.
+    assert_eq!(unsafe { libc::munmap(addr as *mut libc::c_void, len) }, 0);
+    let Some(again) = map_filled(Some(addr), len, 0x55) else {
+        eprintln!("skipping the rest: {addr:#x} was taken by another thread between munmap and mmap");
+        return;
+    };
+    write_from_raw(&mut a, &mut b, pb, &rkey, again, len, 3);
+    assert!(
+        target.to_vec().unwrap().iter().all(|&x| x == 0x55),
+        "the old contents arrived: a stale registration was used"
+    );
+    if let Some(n) = before {
+        assert_eq!(cache_lookups(&a), Some(n + 1), "the write went through the cache");
+    }
+    // SAFETY: the mapping is no longer in use.
+    assert_eq!(unsafe { libc::munmap(again as *mut libc::c_void, len) }, 0);
+}
+
 #[test]
 fn rma_region_dropped_mid_transfer_is_safe() {
     let (mut a, mut b) = (Node::new(), Node::new());

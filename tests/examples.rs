@@ -339,7 +339,7 @@ fn xfer_perf_between_two_processes() {
     let opts = [
         "--json",
         "--test",
-        "tag_lat,tag_bw,msg_lat,msg_bw,put_lat,put_bw,get_bw",
+        "tag_lat,tag_bw,msg_lat,msg_bw,put_lat,get_lat,put_bw,get_bw",
         "--sizes",
         "1,64k,1M",
         "--iters",
@@ -359,7 +359,9 @@ fn xfer_perf_between_two_processes() {
     assert!(status.success(), "client failed: {status}\n{}\n{err}", lines.join("\n"));
     let (status, _, err) = server.finish(deadline);
     assert!(status.success(), "server failed: {status}\n{err}");
-    for test in ["tag_lat", "tag_bw", "msg_lat", "msg_bw", "put_lat", "put_bw", "get_bw"] {
+    for test in [
+        "tag_lat", "tag_bw", "msg_lat", "msg_bw", "put_lat", "get_lat", "put_bw", "get_bw",
+    ] {
         for size in [1, 65536, 1 << 20] {
             let key = format!("\"test\":\"{test}\",\"size\":{size},");
             let line = lines.iter().find(|l| l.contains(&key)).unwrap_or_else(|| {

@@ -11,7 +11,7 @@ use std::time::Instant;
 use common::{expect, pattern, Node};
 use xfer::{Access, Error, PeerAddr};
 use xfer_tcp::name::TcpName;
-use xfer_tcp::wire::{status, Frame, Header, HEADER_LEN, MAX_EAGER};
+use xfer_tcp::wire::{eager_cost, status, Frame, Header, CREDIT_INIT, HEADER_LEN, MAX_EAGER};
 
 fn addr_of(node: &Node) -> std::net::SocketAddr {
     TcpName::decode(node.ep.name().as_bytes()).expect("tcp name").addr
@@ -130,6 +130,34 @@ fn oversized_eager_length_is_refused() {
         bytes.extend_from_slice(&hdr);
         bytes
     });
+}
+
+/// A peer that sends more eager bytes than it was granted (the initial
+/// credit: no receive was posted, so nothing was returned) loses its
+/// connection; what it sent within the credit was kept.
+#[test]
+fn eager_beyond_the_credit_is_refused() {
+    let len: usize = 64 << 10;
+    let first = eager_cost(len as u64) as usize;
+    assert!(first <= CREDIT_INIT as usize && 2 * first > CREDIT_INIT as usize);
+    let mut v = Node::new();
+    let mut s = TcpStream::connect(addr_of(&v)).unwrap();
+    let mut bytes = hello("127.0.0.1:9".parse().unwrap(), &v);
+    for seed in 0..2 {
+        let hdr = Frame::Eager {
+            tag: Some(1),
+            data: None,
+            len: len as u64,
+        };
+        bytes.extend_from_slice(&hdr.to_bytes());
+        bytes.extend_from_slice(&pattern(len, seed));
+    }
+    s.write_all(&bytes).unwrap();
+    assert_dropped(&mut v, &mut s);
+    v.ep.trecv(PeerAddr::UNSPEC, 1, 0, vec![0; len], 3).unwrap();
+    let c = expect(&mut [&mut v], 0, 3);
+    assert!(c.buf.unwrap() == pattern(len, 0), "the message within the credit");
+    still_works(&mut v);
 }
 
 #[test]

@@ -212,6 +212,13 @@ pub struct TcpAttr {
     pub keepalive_ms: u64,
     /// Socket send and receive buffer sizes in bytes; 0 keeps the kernel's.
     pub sockbuf: usize,
+    /// Bytes of eager messages each peer may have in flight to this
+    /// endpoint, unexpected ones included: what a slow receiver buffers per
+    /// connection at most (payload plus 40 bytes a message). A sender out
+    /// of credit sends by rendezvous (its buffer waits for the receive) and
+    /// an inject fails with [`Error::Again`](crate::Error::Again). Raised to
+    /// the protocol's initial credit (128 KiB) if below it.
+    pub eager_credit: usize,
 }
 
 impl Default for TcpAttr {
@@ -222,6 +229,7 @@ impl Default for TcpAttr {
             user_timeout_ms: 30_000,
             keepalive_ms: 10_000,
             sockbuf: 0,
+            eager_credit: 4 << 20,
         }
     }
 }
@@ -237,6 +245,7 @@ impl TcpAttr {
         apply(&mut a.user_timeout_ms, "XFER_TCP_USER_TIMEOUT_MS");
         apply(&mut a.keepalive_ms, "XFER_TCP_KEEPALIVE_MS");
         apply(&mut a.sockbuf, "XFER_TCP_SOCKBUF");
+        apply(&mut a.eager_credit, "XFER_TCP_EAGER_CREDIT");
         a
     }
 
@@ -267,6 +276,11 @@ impl TcpAttr {
                 env: "XFER_TCP_SOCKBUF",
                 value: self.sockbuf.to_string(),
                 doc: "SO_SNDBUF/SO_RCVBUF (0: kernel default)",
+            },
+            Setting {
+                env: "XFER_TCP_EAGER_CREDIT",
+                value: self.eager_credit.to_string(),
+                doc: "eager bytes a peer may have in flight to us (what a slow receiver buffers)",
             },
         ]
     }

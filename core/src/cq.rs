@@ -102,8 +102,10 @@ impl CompletionQueue {
         st.progress_cq(self.0.key);
         let ring = &mut st.cqs[self.0.key];
         let n = ring.len().min(out.len());
-        for (slot, c) in out.iter_mut().zip(ring.drain(..n)) {
-            *slot = c;
+        for slot in &mut out[..n] {
+            if let Some(c) = ring.pop_front() {
+                *slot = c;
+            }
         }
         Ok(n)
     }

@@ -84,6 +84,9 @@ impl Endpoint {
     /// [`Error::Again`] when the endpoint has `max_outstanding` operations
     /// in flight (poll the queue, then retry).
     pub fn post_send(&self, op: SendOp) -> std::result::Result<(), Rejected<SendOp>> {
+        if let Err(e) = self.check_desc(&op.buf) {
+            return Err(Rejected::new(e, op));
+        }
         let mut st = match self.shared.lock() {
             Ok(st) => st,
             Err(e) => return Err(Rejected::new(e, op)),
@@ -98,6 +101,9 @@ impl Endpoint {
     /// Posts a receive described in full. A refused receive comes back
     /// whole; [`Error::Again`] as for [`post_send`](Self::post_send).
     pub fn post_recv(&self, op: RecvOp) -> std::result::Result<(), Rejected<RecvOp>> {
+        if let Err(e) = self.check_desc(&op.buf) {
+            return Err(Rejected::new(e, op));
+        }
         let mut st = match self.shared.lock() {
             Ok(st) => st,
             Err(e) => return Err(Rejected::new(e, op)),
@@ -188,6 +194,9 @@ impl Endpoint {
                 op,
             ));
         }
+        if let Err(e) = self.check_desc(&op.buf) {
+            return Err(Rejected::new(e, op));
+        }
         let mut st = match self.shared.lock() {
             Ok(st) => st,
             Err(e) => return Err(Rejected::new(e, op)),
@@ -197,6 +206,18 @@ impl Endpoint {
             return Err(Rejected::new(e, op));
         }
         st.post(self.key, counted, |ep, cx| ep.rma(cx, op))
+    }
+
+    /// A buffer carrying a region's keys must come from this endpoint's
+    /// domain: another domain's keys mean nothing to this one's NIC context.
+    #[inline]
+    fn check_desc(&self, buf: &Buffer) -> Result<()> {
+        match buf.region_domain() {
+            Some(d) if d != Arc::as_ptr(&self.shared) as usize => {
+                Err(Error::InvalidArgument("memory region of another domain"))
+            }
+            _ => Ok(()),
+        }
     }
 
     /// The target address of `offset` bytes into `remote` (what an

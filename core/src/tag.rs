@@ -105,6 +105,55 @@ impl<T> Node<T> {
     }
 }
 
+/// Handles below this have their per-peer list in a dense table (address
+/// vectors hand out small handles); larger ones go to a hash map.
+const DENSE_PEERS: u64 = 1 << 16;
+
+/// The per-peer list ends of one queue, by peer handle.
+#[derive(Default)]
+struct PeerLists {
+    dense: Vec<Ends>,
+    sparse: FastMap<PeerAddr, Ends>,
+}
+
+impl PeerLists {
+    #[inline]
+    fn get(&self, src: PeerAddr) -> Option<&Ends> {
+        match src.0 < DENSE_PEERS {
+            true => self.dense.get(src.0 as usize),
+            false => self.sparse.get(&src),
+        }
+    }
+
+    #[inline]
+    fn get_mut(&mut self, src: PeerAddr) -> Option<&mut Ends> {
+        match src.0 < DENSE_PEERS {
+            true => self.dense.get_mut(src.0 as usize),
+            false => self.sparse.get_mut(&src),
+        }
+    }
+
+    /// The ends for `src`, made empty if it had none.
+    #[inline]
+    fn entry(&mut self, src: PeerAddr) -> &mut Ends {
+        if src.0 >= DENSE_PEERS {
+            return self.sparse.entry(src).or_default();
+        }
+        let i = src.0 as usize;
+        if i >= self.dense.len() {
+            self.dense.resize(i + 1, Ends::default());
+        }
+        &mut self.dense[i]
+    }
+
+    /// Forgets `src`'s (empty) list.
+    fn forget(&mut self, src: PeerAddr) {
+        if src.0 >= DENSE_PEERS {
+            self.sparse.remove(&src);
+        }
+    }
+}
+
 /// Entries in insertion order, both globally and per peer (keyed by `spec.src`).
 struct Queue<T> {
     nodes: Slab<Node<T>>,
@@ -113,7 +162,7 @@ struct Queue<T> {
     /// messages from unknown senders), kept out of the map: every arrival
     /// looks at it.
     any: Ends,
-    peers: FastMap<PeerAddr, Ends>,
+    peers: PeerLists,
     next_seq: u64,
 }
 
@@ -123,7 +172,7 @@ impl<T> Queue<T> {
             nodes: Slab::new(),
             all: Ends::default(),
             any: Ends::default(),
-            peers: FastMap::default(),
+            peers: PeerLists::default(),
             next_seq: 0,
         }
     }
@@ -141,7 +190,7 @@ impl<T> Queue<T> {
         append(&mut self.nodes, &mut self.all, idx, Chain::All);
         let ends = match spec.src.is_unspec() {
             true => &mut self.any,
-            false => self.peers.entry(spec.src).or_default(),
+            false => self.peers.entry(spec.src),
         };
         append(&mut self.nodes, ends, idx, Chain::Peer);
     }
@@ -150,7 +199,7 @@ impl<T> Queue<T> {
     fn ends(&self, src: PeerAddr) -> Option<&Ends> {
         match src.is_unspec() {
             true => Some(&self.any),
-            false => self.peers.get(&src),
+            false => self.peers.get(src),
         }
     }
 
@@ -159,7 +208,7 @@ impl<T> Queue<T> {
         unlink(&mut self.nodes, &mut self.all, node.all, Chain::All);
         let ends = match node.spec.src.is_unspec() {
             true => Some(&mut self.any),
-            false => self.peers.get_mut(&node.spec.src),
+            false => self.peers.get_mut(node.spec.src),
         };
         if let Some(ends) = ends {
             unlink(&mut self.nodes, ends, node.peer, Chain::Peer);
@@ -392,7 +441,7 @@ impl<R, U> Matcher<R, U> {
             out.push(self.unexpected.remove(idx).val);
         }
         if !src.is_unspec() {
-            self.unexpected.peers.remove(&src);
+            self.unexpected.peers.forget(src);
         }
         out
     }
@@ -415,7 +464,7 @@ impl<R, U> Matcher<R, U> {
                 let link = q.nodes[cur].peer;
                 unlink(&mut q.nodes, &mut q.any, link, Chain::Peer);
                 q.nodes[cur].spec.src = src;
-                let ends = q.peers.entry(src).or_default();
+                let ends = q.peers.entry(src);
                 insert_by_seq(&mut q.nodes, ends, cur);
             }
             cur = next;

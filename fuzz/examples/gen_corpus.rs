@@ -100,6 +100,7 @@ fn every_frame() -> Vec<(&'static str, Frame)> {
             },
         ),
         ("hello-ack", Frame::HelloAck { nonce: 0x5eed }),
+        ("credit", Frame::Credit { bytes: 1 << 20 }),
         (
             "eager-tagged-data",
             Frame::Eager {
@@ -459,6 +460,15 @@ fn tcp_stream(root: &Path) -> Out {
         "eager-big-chunked",
         &["completion 4 len 8192 Ok"],
         &stream(setup::TRECV | setup::BIG, 60, &[h, &big, &bytes(8192)]),
+    );
+    // Eager credit: a grant from the peer, and a peer spending more than the
+    // initial credit on messages nobody received (dropped).
+    out.put("credit-grant", &stream(0, 0, &[h, &f(Frame::Credit { bytes: 1 << 20 })]));
+    let max = eager(None, None, 64 << 10);
+    let max_bytes = bytes(64 << 10);
+    out.put(
+        "credit-overspent",
+        &stream(setup::KNOWN, 0, &[h, &max, &max_bytes, &max, &max_bytes]),
     );
     out.put(
         "eager-cut-off",

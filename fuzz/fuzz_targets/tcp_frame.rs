@@ -24,6 +24,7 @@ enum AnyFrame {
     ReadReq(u64, u64, u64, u64),
     ReadResp(u64, u64, u64),
     WriteAck(u64, u64),
+    Credit(u64),
 }
 
 impl AnyFrame {
@@ -45,6 +46,7 @@ impl AnyFrame {
             AnyFrame::ReadReq(key, addr, len, token) => Frame::ReadReq { key, addr, len, token },
             AnyFrame::ReadResp(token, status, len) => Frame::ReadResp { token, status, len },
             AnyFrame::WriteAck(token, status) => Frame::WriteAck { token, status },
+            AnyFrame::Credit(bytes) => Frame::Credit { bytes },
         }
     }
 }

@@ -111,3 +111,4 @@ pub fn unhex(s: &str) -> Vec<u8> {
 }
 
 pub mod faults;
+pub mod memcheck;

@@ -29,6 +29,7 @@
 use std::sync::Arc;
 
 use super::access::Access;
+use crate::buffer::{Buffer, LocalDesc};
 use crate::domain::Shared;
 use crate::error::{Error, Result};
 
@@ -194,6 +195,33 @@ impl MemoryRegion {
     /// The local descriptor (verbs: lkey; TCP: the key-table key).
     pub fn desc(&self) -> u64 {
         self.desc
+    }
+
+    /// `len` bytes of the region from `offset`, as a raw buffer that
+    /// carries the region's keys ([`LocalDesc`]): as the local side of a
+    /// send, receive, write or read, a provider that needs registered memory
+    /// (verbs) uses this registration instead of its cache
+    /// (libfabric's `desc`). [`Error::InvalidArgument`] for a range outside
+    /// the region; posting it on an endpoint of another domain is
+    /// [`Error::InvalidArgument`] too.
+    ///
+    /// # Safety
+    /// As for [`Buffer::raw`]: the region must outlive the operation, and
+    /// the range must not be accessed (by [`read_at`](Self::read_at),
+    /// [`write_at`](Self::write_at), peers' RMA or another operation
+    /// writing it) until the operation's completion is reported.
+    pub unsafe fn buffer(&self, offset: usize, len: usize) -> Result<Buffer> {
+        self.check_range(offset, len)?;
+        let desc = LocalDesc {
+            desc: self.desc,
+            key: self.key,
+            access: self.access,
+            domain: Arc::as_ptr(&self.shared) as usize,
+        };
+        // SAFETY: the range is inside the region (checked), valid while it is
+        // registered; the caller keeps it registered and untouched until the
+        // operation completes.
+        Ok(unsafe { Buffer::raw_in(self.ptr.add(offset), len, desc) })
     }
 
     /// The remote key peers name this region with.

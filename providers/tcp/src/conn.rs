@@ -15,7 +15,7 @@ use xfer_core::addr::{Address, PeerAddr};
 
 use crate::rx::Phase;
 use crate::sys::{Io, Socket};
-use crate::wire::HEADER_LEN;
+use crate::wire::{CREDIT_INIT, HEADER_LEN};
 
 /// Size of the receive staging buffer; payloads larger than what is staged
 /// are read straight into the user's buffer.
@@ -121,6 +121,16 @@ pub struct Conn {
     pub end: usize,
     /// What the next received bytes are.
     pub rx: Phase,
+    /// Eager credit (bytes, [`crate::wire::eager_cost`]) we may still spend
+    /// on this connection; the peer grants more with Credit frames.
+    pub tx_credit: u64,
+    /// Eager credit the peer may still spend: an Eager frame beyond it is a
+    /// violation.
+    pub rx_credit: u64,
+    /// Credit of eager messages consumed (matched) and not yet returned.
+    pub rx_owed: u64,
+    /// Whether the budget beyond the initial credit was granted yet.
+    pub granted: bool,
 }
 
 impl Conn {
@@ -140,6 +150,10 @@ impl Conn {
             start: 0,
             end: 0,
             rx: Phase::Header,
+            tx_credit: CREDIT_INIT,
+            rx_credit: CREDIT_INIT,
+            rx_owed: 0,
+            granted: false,
         }
     }
 

@@ -91,6 +91,8 @@ pub enum Unexp {
     Eager {
         /// Sender's name.
         from: Address,
+        /// The connection it came on (key, serial), to return its credit to.
+        conn: (usize, u64),
         /// Immediate data.
         data: Option<u64>,
         /// The payload.

@@ -59,6 +59,18 @@ pub const MAX_EAGER: u64 = 1 << 20;
 /// The largest endpoint name a Hello frame may carry.
 pub const MAX_NAME: u64 = 32;
 
+/// Eager credit each side of a new connection starts with (bytes): what
+/// either may send as Eager frames before the peer grants more with Credit
+/// frames. Room for one largest default eager message (64 KiB) and its
+/// header, twice.
+pub const CREDIT_INIT: u64 = 128 << 10;
+
+/// What an Eager frame costs of the sender's credit: its payload plus a
+/// header's worth, so that a flood of empty messages is bounded too.
+pub fn eager_cost(len: u64) -> u64 {
+    len.saturating_add(HEADER_LEN as u64)
+}
+
 /// The magic field as read by [`Header::magic`]: the bytes `0x78 0x66`
 /// (`"xf"`) read little-endian.
 pub const MAGIC: u16 = u16::from_le_bytes(*b"xf");
@@ -84,6 +96,8 @@ pub mod kind {
     pub const READ_REQ: u8 = 7;
     /// RMA read response; the data follows when the status is 0.
     pub const READ_RESP: u8 = 8;
+    /// Eager credit returned to the sender; no payload.
+    pub const CREDIT: u8 = 11;
     /// RMA write acknowledgement; no payload.
     pub const WRITE_ACK: u8 = 9;
 }
@@ -460,6 +474,14 @@ pub enum Frame {
         /// One of [`status`].
         status: u64,
     },
+    /// Eager credit granted to the peer: it may send `bytes` more of Eager
+    /// frames (counted by [`eager_cost`]) on this connection.
+    ///
+    /// Wire: no flags; `len` = bytes (non-zero); tag, data, id zero.
+    Credit {
+        /// Credit granted, in bytes.
+        bytes: u64,
+    },
 }
 
 /// Turns a field guarded by a flag into an option; an unflagged field must be zero.
@@ -619,6 +641,14 @@ impl Frame {
                     status: h.tag(),
                 })
             }
+            kind::CREDIT => {
+                check_flags(fl, 0)?;
+                zero(&[h.tag(), h.data(), h.id()])?;
+                if h.is_empty() {
+                    return Err(WireError::BadLength);
+                }
+                Ok(Frame::Credit { bytes: h.len() })
+            }
             other => Err(WireError::UnknownKind(other)),
         }
     }
@@ -636,6 +666,7 @@ impl Frame {
                 Err(WireError::BadStatus)
             }
             Frame::ReadResp { status, len, .. } if status != status::OK && len != 0 => Err(WireError::BadLength),
+            Frame::Credit { bytes: 0 } => Err(WireError::BadLength),
             _ => Ok(()),
         }
     }
@@ -718,6 +749,10 @@ impl Frame {
                 h.set_tag(status);
                 h.set_id(token);
             }
+            Frame::Credit { bytes } => {
+                h.set_kind(kind::CREDIT);
+                h.set_len(bytes);
+            }
         }
     }
 
@@ -740,7 +775,8 @@ impl Frame {
             | Frame::Rts { .. }
             | Frame::Cts { .. }
             | Frame::ReadReq { .. }
-            | Frame::WriteAck { .. } => 0,
+            | Frame::WriteAck { .. }
+            | Frame::Credit { .. } => 0,
         }
     }
 }
@@ -1004,7 +1040,7 @@ mod tests {
 
     #[test]
     fn unknown_kind() {
-        for k in [0u8, 11, 0x80, 0xff] {
+        for k in [0u8, 12, 0x80, 0xff] {
             assert_eq!(Frame::parse(&modified(EAGER, 3, &[k])), Err(WireError::UnknownKind(k)));
         }
     }
@@ -1019,6 +1055,26 @@ mod tests {
             assert_eq!(Frame::parse(&modified(base, 4, &[0x01])), Err(WireError::BadFlags));
             assert_eq!(Frame::parse(&modified(base, 4, &[0x02])), Err(WireError::BadFlags));
         }
+    }
+
+    #[test]
+    fn credit_frames() {
+        let credit = Frame::Credit { bytes: 1 << 20 }.to_bytes();
+        assert_eq!(&credit[..4], &[0x78, 0x66, 0x01, kind::CREDIT]);
+        assert_eq!(&credit[8..16], &(1u64 << 20).to_le_bytes());
+        assert!(credit[4..8].iter().chain(&credit[16..]).all(|&b| b == 0));
+        assert_eq!(Frame::parse(&credit), Ok(Frame::Credit { bytes: 1 << 20 }));
+        assert_eq!(Frame::parse(&modified(credit, 8, &[0; 8])), Err(WireError::BadLength));
+        assert_eq!(Frame::Credit { bytes: 0 }.check(), Err(WireError::BadLength));
+        for at in [16, 24, 32] {
+            assert_eq!(
+                Frame::parse(&modified(credit, at, &[1])),
+                Err(WireError::NonZeroReserved)
+            );
+        }
+        assert_eq!(Frame::parse(&modified(credit, 4, &[1])), Err(WireError::BadFlags));
+        assert_eq!(eager_cost(0), HEADER_LEN as u64);
+        assert_eq!(eager_cost(u64::MAX), u64::MAX);
     }
 
     #[test]
@@ -1183,6 +1239,7 @@ mod tests {
         prop_oneof![
             (1..=MAX_NAME as u8, any::<u64>()).prop_map(|(name_len, to)| Frame::Hello { name_len, to }),
             any::<u64>().prop_map(|nonce| Frame::HelloAck { nonce }),
+            (1..=u64::MAX).prop_map(|bytes| Frame::Credit { bytes }),
             (opt(), opt(), 0..=MAX_EAGER).prop_map(|(tag, data, len)| Frame::Eager { tag, data, len }),
             (opt(), opt(), any::<u64>(), any::<u64>()).prop_map(|(tag, data, len, token)| Frame::Rts {
                 tag,

@@ -35,6 +35,11 @@ pub struct Mr {
     mr: *mut ibv_mr,
     addr: usize,
     len: usize,
+    /// Copied out of `*mr` at registration: a registration-cache hit then
+    /// reads the keys from the cache entry instead of chasing the pointer
+    /// into rdma-core's allocation (one dependent cache miss less).
+    lkey: u32,
+    rkey: u32,
     _pd: Arc<Pd>,
 }
 
@@ -57,10 +62,14 @@ impl Mr {
         if mr.is_null() {
             return Err(last_os_error());
         }
+        // SAFETY: ibv_reg_mr returned a valid MR, alive until ibv_dereg_mr.
+        let (lkey, rkey) = unsafe { ((*mr).lkey, (*mr).rkey) };
         Ok(Mr {
             mr,
             addr,
             len,
+            lkey,
+            rkey,
             _pd: pd.clone(),
         })
     }
@@ -72,14 +81,12 @@ impl Mr {
 
     /// Local key (for scatter/gather entries).
     pub fn lkey(&self) -> u32 {
-        // SAFETY: mr is valid for our lifetime.
-        unsafe { (*self.mr).lkey }
+        self.lkey
     }
 
     /// Remote key (for peers' RMA).
     pub fn rkey(&self) -> u32 {
-        // SAFETY: mr is valid for our lifetime.
-        unsafe { (*self.mr).rkey }
+        self.rkey
     }
 
     /// Start of the registered range.

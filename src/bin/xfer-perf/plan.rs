@@ -19,6 +19,8 @@ pub enum Test {
     MsgBw,
     /// Ping-pong of RMA writes with immediate data.
     PutLat,
+    /// One RMA read at a time: its completion time, a full round trip.
+    GetLat,
     /// Streaming RMA writes.
     PutBw,
     /// Streaming RMA reads.
@@ -26,12 +28,13 @@ pub enum Test {
 }
 
 impl Test {
-    pub const ALL: [Test; 7] = [
+    pub const ALL: [Test; 8] = [
         Test::TagLat,
         Test::TagBw,
         Test::MsgLat,
         Test::MsgBw,
         Test::PutLat,
+        Test::GetLat,
         Test::PutBw,
         Test::GetBw,
     ];
@@ -43,6 +46,7 @@ impl Test {
             Test::MsgLat => "msg_lat",
             Test::MsgBw => "msg_bw",
             Test::PutLat => "put_lat",
+            Test::GetLat => "get_lat",
             Test::PutBw => "put_bw",
             Test::GetBw => "get_bw",
         }
@@ -60,11 +64,11 @@ impl Test {
     }
 
     pub fn is_latency(self) -> bool {
-        matches!(self, Test::TagLat | Test::MsgLat | Test::PutLat)
+        matches!(self, Test::TagLat | Test::MsgLat | Test::PutLat | Test::GetLat)
     }
 
     pub fn is_rma(self) -> bool {
-        matches!(self, Test::PutLat | Test::PutBw | Test::GetBw)
+        matches!(self, Test::PutLat | Test::GetLat | Test::PutBw | Test::GetBw)
     }
 }
 
@@ -156,7 +160,9 @@ pub const USAGE: &str = "usage: xfer-perf [options] [local | server | client NAM
   client NAME    run against the server whose name (hex) is NAME
 
 options:
-  --test LIST    tag_lat,tag_bw,msg_lat,msg_bw,put_lat,put_bw,get_bw (default tag_lat,tag_bw)
+  --test LIST    tag_lat,tag_bw,msg_lat,msg_bw,put_lat,get_lat,put_bw,get_bw
+                 (default tag_lat,tag_bw); get_lat is one read's round trip
+                 (as ib_read_lat), the other latencies half a round trip
   --sizes LIST   message sizes, e.g. 1,64,4k,1M (default 1 B to --max-size, powers of 2)
   --max-size N   largest default size (default 4M)
   --iters N      measured iterations per size (default: scaled by size)

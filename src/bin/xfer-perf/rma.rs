@@ -1,7 +1,8 @@
 //! RMA: `put_lat` (ping-pong of writes with immediate data, as
-//! `ib_write_lat`), `put_bw` and `get_bw` (a window of writes or reads into
-//! one region of the server, as `ib_write_bw`/`ib_read_bw`; the server
-//! only makes progress).
+//! `ib_write_lat`), `get_lat` (one read at a time, its whole round trip, as
+//! `ib_read_lat`), `put_bw` and `get_bw` (a window of writes or reads into
+//! one region of the server, as `ib_write_bw`/`ib_read_bw`). For every test
+//! but `put_lat` the server only makes progress.
 //!
 //! Per phase: the server registers a region of the phase's size and answers
 //! `ready <packed rkey in hex>`; for `put_lat` the client then sends
@@ -41,11 +42,8 @@ fn post_err(e: xfer::Rejected<Vec<u8>>) -> String {
 
 /// The server's part of one RMA phase.
 pub fn serve(ep: &Endpoint, d: &mut Driver, domain: &Domain, peer: PeerAddr, p: &Phase) -> Result<()> {
-    let init = if p.test == Test::GetBw {
-        pattern(p.size)
-    } else {
-        vec![0; p.size]
-    };
+    let reads = matches!(p.test, Test::GetBw | Test::GetLat);
+    let init = if reads { pattern(p.size) } else { vec![0; p.size] };
     let mr = register(domain, init)?;
     say(ep, d, peer, &format!("ready {}", hex(&mr.pack_rkey())))?;
     if p.test == Test::PutLat {
@@ -72,7 +70,7 @@ pub fn serve(ep: &Endpoint, d: &mut Driver, domain: &Domain, peer: PeerAddr, p: 
     if end != "end" {
         return Err(format!("expected end, got {end:?}"));
     }
-    let ok = p.test == Test::GetBw || mr.to_vec().map_err(|e| e.to_string())? == pattern(p.size);
+    let ok = reads || mr.to_vec().map_err(|e| e.to_string())? == pattern(p.size);
     say(ep, d, peer, if ok { "ok" } else { "mismatch" })
 }
 
@@ -90,6 +88,7 @@ pub fn client(
     let theirs = rkey_from(ready, "ready ")?;
     let out = match p.test {
         Test::PutLat => (put_lat(ep, d, domain, peer, p, &theirs, prog)?, 0.0),
+        Test::GetLat => (get_lat(ep, d, peer, p, &theirs, prog)?, 0.0),
         _ => (Vec::new(), stream(ep, d, peer, p, &theirs, prog)?),
     };
     say(ep, d, peer, "end")?;
@@ -132,6 +131,38 @@ fn put_lat(
     }
     if mine.to_vec().map_err(|e| e.to_string())? != pattern(p.size) {
         return Err(format!("put_lat {} B: the echoed data differs", p.size));
+    }
+    Ok(samples)
+}
+
+fn get_lat(
+    ep: &Endpoint,
+    d: &mut Driver,
+    peer: PeerAddr,
+    p: &Phase,
+    theirs: &RemoteKey,
+    prog: &mut Progress,
+) -> Result<Vec<f64>> {
+    let mut rbuf = Some(vec![0; p.size]);
+    let mut samples = Vec::with_capacity(p.iters);
+    for i in 0..p.warmup + p.iters {
+        let t0 = Instant::now();
+        let b = rbuf.take().ok_or("get latency: read buffer still in flight")?;
+        ep.read(peer, b, theirs, 0, RECV).map_err(post_err)?;
+        while rbuf.is_none() {
+            let c = d.next("get latency")?;
+            match c.context {
+                RECV => rbuf = c.buf,
+                other => return Err(format!("get latency: unexpected completion {other}")),
+            }
+        }
+        if i >= p.warmup {
+            samples.push(t0.elapsed().as_secs_f64() * 1e6);
+        }
+        prog.tick(i + 1);
+    }
+    if rbuf.as_deref() != Some(&pattern(p.size)[..]) {
+        return Err(format!("get_lat {} B: read data differs from the pattern", p.size));
     }
     Ok(samples)
 }

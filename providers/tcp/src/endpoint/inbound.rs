@@ -132,8 +132,80 @@ impl TcpEndpoint {
         Ok(io)
     }
 
-    /// Processes staged bytes of connection `id` as far as they go.
+    /// Processes staged bytes of connection `id` as far as they go. The
+    /// common empty case (nothing staged, no frame half-read) is decided
+    /// here, inlined, without entering the large frame loop.
+    #[inline]
     pub(super) fn consume(&mut self, cx: &mut Ctx<'_>, id: usize) -> Result<()> {
+        match self.conns.get(id) {
+            Some(c) if c.start != c.end || !matches!(c.rx, Phase::Header) => self.consume_frames(cx, id),
+            _ => Ok(()),
+        }
+    }
+
+    /// A Hello or HelloAck at the head of connection `id`'s staged bytes
+    /// (off the data path): true once handled, false while the Hello's name
+    /// is not all staged.
+    #[cold]
+    fn handshake_frame(&mut self, cx: &mut Ctx<'_>, id: usize, frame: Frame) -> Result<bool> {
+        let conn = &mut self.conns[id];
+        let staged = conn.staged();
+        if let Frame::Hello { name_len, to } = frame {
+            let end = HEADER_LEN + name_len as usize;
+            if staged.len() < end {
+                return Ok(false);
+            }
+            if conn.peer.is_some() {
+                return Err(Error::Protocol("second hello on a connection"));
+            }
+            let name = TcpName::decode(&staged[HEADER_LEN..end]).map_err(|e| Error::Protocol(e.as_str()))?;
+            if to != self.nonce {
+                // Dialled by an old name of this address: what it
+                // sends was meant for an earlier endpoint.
+                tracing::info!(peer = %name, "hello for an earlier endpoint at this address refused");
+                return Err(Error::Protocol("hello names an earlier endpoint at this address"));
+            }
+            let peer = Address::new(&staged[HEADER_LEN..end])?;
+            conn.peer = Some(peer);
+            conn.consume(end);
+            // Answer on this connection unless we already opened our own.
+            self.route.entry(peer).or_insert(id);
+            tracing::debug!(peer = %name, "peer connected");
+            // The first frame we write on it: the peer holds everything
+            // else it has for us until this arrives.
+            let hdr = Frame::HelloAck { nonce: self.nonce }.to_bytes();
+            let ack = TxFrame {
+                hdr,
+                payload: Payload::None,
+                written: 0,
+                owner: Owner::None,
+            };
+            self.queue(cx, id, ack);
+            return Ok(true);
+        }
+        if let Frame::HelloAck { nonce } = frame {
+            let dialled = match (conn.state, conn.peer) {
+                (State::Handshake(_), Some(peer)) => TcpName::decode(peer.as_bytes()).ok(),
+                _ => None,
+            };
+            let Some(dialled) = dialled else {
+                return Err(Error::Protocol("hello acknowledgement out of place"));
+            };
+            if nonce != dialled.nonce {
+                return Err(Error::Protocol("hello acknowledged by another endpoint"));
+            }
+            conn.consume(HEADER_LEN);
+            conn.state = State::Open;
+            self.connecting -= 1;
+            tracing::debug!(peer = %dialled, "connected");
+            self.flush(cx, id);
+            return Ok(true);
+        }
+        Ok(false)
+    }
+
+    /// The frame loop behind [`consume`](Self::consume).
+    fn consume_frames(&mut self, cx: &mut Ctx<'_>, id: usize) -> Result<()> {
         loop {
             let Some(conn) = self.conns.get_mut(id) else {
                 return Ok(());
@@ -149,58 +221,13 @@ impl TcpEndpoint {
                         return Ok(());
                     }
                     let frame = Frame::parse(staged).map_err(|e| Error::Protocol(e.as_str()))?;
-                    if let Frame::Hello { name_len, to } = frame {
-                        let end = HEADER_LEN + name_len as usize;
-                        if staged.len() < end {
-                            return Ok(());
+                    if let Frame::Hello { .. } | Frame::HelloAck { .. } = frame {
+                        match self.handshake_frame(cx, id, frame)? {
+                            true => continue,
+                            false => return Ok(()),
                         }
-                        if conn.peer.is_some() {
-                            return Err(Error::Protocol("second hello on a connection"));
-                        }
-                        let name =
-                            TcpName::decode(&staged[HEADER_LEN..end]).map_err(|e| Error::Protocol(e.as_str()))?;
-                        if to != self.nonce {
-                            // Dialled by an old name of this address: what it
-                            // sends was meant for an earlier endpoint.
-                            tracing::info!(peer = %name, "hello for an earlier endpoint at this address refused");
-                            return Err(Error::Protocol("hello names an earlier endpoint at this address"));
-                        }
-                        let peer = Address::new(&staged[HEADER_LEN..end])?;
-                        conn.peer = Some(peer);
-                        conn.consume(end);
-                        // Answer on this connection unless we already opened our own.
-                        self.route.entry(peer).or_insert(id);
-                        tracing::debug!(peer = %name, "peer connected");
-                        // The first frame we write on it: the peer holds everything
-                        // else it has for us until this arrives.
-                        let hdr = Frame::HelloAck { nonce: self.nonce }.to_bytes();
-                        let ack = TxFrame {
-                            hdr,
-                            payload: Payload::None,
-                            written: 0,
-                            owner: Owner::None,
-                        };
-                        self.queue(cx, id, ack);
-                        continue;
                     }
-                    if let Frame::HelloAck { nonce } = frame {
-                        let dialled = match (conn.state, conn.peer) {
-                            (State::Handshake(_), Some(peer)) => TcpName::decode(peer.as_bytes()).ok(),
-                            _ => None,
-                        };
-                        let Some(dialled) = dialled else {
-                            return Err(Error::Protocol("hello acknowledgement out of place"));
-                        };
-                        if nonce != dialled.nonce {
-                            return Err(Error::Protocol("hello acknowledged by another endpoint"));
-                        }
-                        conn.consume(HEADER_LEN);
-                        conn.state = State::Open;
-                        self.connecting -= 1;
-                        tracing::debug!(peer = %dialled, "connected");
-                        self.flush(cx, id);
-                        continue;
-                    }
+                    let conn = &mut self.conns[id];
                     if matches!(conn.state, State::Handshake(_)) {
                         return Err(Error::Protocol("first frame is not a hello acknowledgement"));
                     }
@@ -210,7 +237,7 @@ impl TcpEndpoint {
                     // A write with immediate data: its 8 bytes come first.
                     let mut imm = None;
                     if let Frame::WriteReq { imm: true, .. } = frame {
-                        let Some(b) = staged.get(HEADER_LEN..HEADER_LEN + 8) else {
+                        let Some(b) = conn.staged().get(HEADER_LEN..HEADER_LEN + 8) else {
                             return Ok(());
                         };
                         let mut word = [0u8; 8];
@@ -234,6 +261,8 @@ impl TcpEndpoint {
                                 return Ok(());
                             }
                         }
+                        // `rx` was left at Header by the take above.
+                        Phase::Header => {}
                         next => {
                             if let Some(conn) = self.conns.get_mut(id) {
                                 conn.rx = next;
@@ -353,7 +382,7 @@ impl TcpEndpoint {
             conn.rx = Phase::Eager(e);
             return false;
         }
-        self.finish_eager(cx, e);
+        self.finish_eager(cx, id, e);
         true
     }
 
@@ -376,16 +405,48 @@ impl TcpEndpoint {
     ) -> Result<Phase> {
         match frame {
             Frame::Hello { .. } => Err(Error::Protocol("second hello on a connection")),
+            Frame::Credit { bytes } => {
+                self.on_credit(conn.0, bytes)?;
+                Ok(Phase::Header)
+            }
             Frame::HelloAck { .. } => Err(Error::Protocol("hello acknowledgement out of place")),
             Frame::WriteReq { .. } | Frame::ReadReq { .. } | Frame::ReadResp { .. } | Frame::WriteAck { .. } => {
                 Err(Error::Internal("RMA frame outside on_rma_frame"))
             }
             Frame::Eager { tag, data, len } => {
+                self.charge_eager(conn.0, len)?;
                 let src = self.src_of(cx, conn.0, &peer);
                 let olen = len as usize; // bounded by MAX_EAGER in Frame::parse
                 let t = tag.unwrap_or(0);
+                let arrival = Arrival {
+                    len: olen,
+                    olen,
+                    tag: t,
+                    data,
+                    src,
+                };
                 let dest = match self.matcher(tag.is_some()).take_posted(src, t) {
-                    Some((_, op)) => EagerDest::Posted(op),
+                    Some((_, mut op)) => {
+                        // The common small message: its payload is staged
+                        // whole, so it is copied and completed right here.
+                        let Some(c) = self.conns.get_mut(conn.0).filter(|c| c.staged().len() >= olen) else {
+                            return Ok(Phase::Eager(EagerRx {
+                                tagged: tag.is_some(),
+                                tag: t,
+                                data,
+                                src,
+                                from: peer,
+                                olen,
+                                got: 0,
+                                dest: EagerDest::Posted(op),
+                            }));
+                        };
+                        let fit = op.buf.len().min(olen);
+                        op.buf.as_mut_slice()[..fit].copy_from_slice(&c.staged()[..fit]);
+                        c.consume(olen);
+                        self.complete_posted(cx, conn.0, op, arrival);
+                        return Ok(Phase::Header);
+                    }
                     None => EagerDest::Unexpected(Vec::with_capacity(olen)),
                 };
                 let e = EagerRx {
@@ -399,7 +460,7 @@ impl TcpEndpoint {
                     dest,
                 };
                 if olen == 0 {
-                    self.finish_eager(cx, e);
+                    self.finish_eager(cx, conn.0, e);
                     return Ok(Phase::Header);
                 }
                 Ok(Phase::Eager(e))
@@ -490,9 +551,19 @@ impl TcpEndpoint {
         }
     }
 
+    /// An eager message of `a.olen` bytes that came on the live connection
+    /// `id` is in `op`'s buffer (what fits): completes it, earns its credit.
+    fn complete_posted(&mut self, cx: &mut Ctx<'_>, id: usize, op: RecvOp, a: Arrival) {
+        let len = op.buf.len().min(a.olen);
+        complete::recv(cx.cq, op, Arrival { len, ..a }, None);
+        self.earn_credit(cx, id, None, a.olen);
+    }
+
     /// An eager message was read whole: complete its receive, or find one
     /// posted meanwhile, or queue it as unexpected.
-    pub(super) fn finish_eager(&mut self, cx: &mut Ctx<'_>, e: EagerRx) {
+    /// `id` is the connection it came on, which is alive (its bytes were
+    /// just read).
+    pub(super) fn finish_eager(&mut self, cx: &mut Ctx<'_>, id: usize, e: EagerRx) {
         let a = Arrival {
             len: e.olen,
             olen: e.olen,
@@ -501,21 +572,26 @@ impl TcpEndpoint {
             src: e.src,
         };
         match e.dest {
-            EagerDest::Posted(op) => {
-                let len = op.buf.len().min(e.olen);
-                complete::recv(cx.cq, op, Arrival { len, ..a }, None);
-            }
+            EagerDest::Posted(op) => self.complete_posted(cx, id, op, a),
             EagerDest::Unexpected(payload) => match self.matcher(e.tagged).take_posted(e.src, e.tag) {
-                Some((_, op)) => deliver_unexpected(cx.cq, op, &payload, a),
-                None => self.matcher(e.tagged).push_unexpected(
-                    e.src,
-                    e.tag,
-                    Unexp::Eager {
-                        from: e.from,
-                        data: e.data,
-                        payload,
-                    },
-                ),
+                Some((_, op)) => {
+                    deliver_unexpected(cx.cq, op, &payload, a);
+                    self.earn_credit(cx, id, None, e.olen);
+                }
+                None => {
+                    let conn = (id, self.conns.get(id).map_or(0, |c| c.serial));
+                    self.unexpected_bytes += payload.len();
+                    self.matcher(e.tagged).push_unexpected(
+                        e.src,
+                        e.tag,
+                        Unexp::Eager {
+                            from: e.from,
+                            conn,
+                            data: e.data,
+                            payload,
+                        },
+                    );
+                }
             },
         }
     }

@@ -36,6 +36,7 @@ use crate::wire::{status, Frame, HEADER_LEN, MAX_EAGER};
 use xfer_core::complete::{self, Arrival};
 use xfer_core::hash::FastMap;
 
+mod credit;
 mod inbound;
 mod rma;
 
@@ -128,6 +129,14 @@ pub struct TcpEndpoint {
     /// then dropped instead of counted as a violation. Forgotten when the
     /// answer comes or the peer's last connection goes.
     abandoned: FastMap<(Address, u64), Abandoned>,
+    /// Messages no larger than the rendezvous threshold sent by rendezvous
+    /// because the connection's eager credit ran out (`credit`).
+    credit_stalls: u64,
+    /// What we grant each connection's peer (`TcpAttr::eager_credit`).
+    budget: credit::Budget,
+    /// Payload bytes of unexpected eager messages held (bounded by the
+    /// eager credit granted to each connection).
+    unexpected_bytes: usize,
 }
 
 /// The answer an abandoned token may still get.
@@ -219,6 +228,9 @@ impl TcpEndpoint {
             spins: 0,
             writing: 0,
             abandoned: FastMap::default(),
+            credit_stalls: 0,
+            budget: credit::Budget::new(attr.tcp.eager_credit),
+            unexpected_bytes: 0,
         })
     }
 
@@ -261,7 +273,9 @@ impl TcpEndpoint {
     /// Gives `recv` the unexpected message it matched (or claimed).
     fn deliver(&mut self, cx: &mut Ctx<'_>, recv: RecvOp, src: PeerAddr, tag: u64, msg: Unexp) {
         match msg {
-            Unexp::Eager { data, payload, .. } => {
+            Unexp::Eager {
+                data, payload, conn, ..
+            } => {
                 let a = Arrival {
                     len: 0,
                     olen: payload.len(),
@@ -270,6 +284,8 @@ impl TcpEndpoint {
                     src,
                 };
                 deliver_unexpected(cx.cq, recv, &payload, a);
+                self.unexpected_bytes -= payload.len();
+                self.earn_credit(cx, conn.0, Some(conn.1), payload.len());
             }
             Unexp::Rts {
                 conn, token, len, data, ..
@@ -662,7 +678,7 @@ impl EndpointProvider for TcpEndpoint {
         let len = op.buf.len();
         let gen = self.next_gen();
         let conn = (id, self.conns[id].serial);
-        if len <= self.attr.rndv_threshold {
+        if len <= self.attr.rndv_threshold && self.spend_credit(id, len) {
             let hdr = Frame::Eager {
                 tag: op.tag,
                 data: op.data,
@@ -733,6 +749,10 @@ impl EndpointProvider for TcpEndpoint {
         payload: &[u8],
     ) -> Result<()> {
         let id = self.inject_conn(cx, peer, payload.len())?;
+        if !self.spend_credit(id, payload.len()) {
+            // No buffer of the caller's to wait in by rendezvous.
+            return Err(Error::Again);
+        }
         let hdr = Frame::Eager {
             tag,
             data,
@@ -835,6 +855,14 @@ impl EndpointProvider for TcpEndpoint {
             }
             None => Err(Rejected::new(Error::NotFound("no such claimed message"), op)),
         }
+    }
+
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        vec![
+            ("connections", self.conns.len() as u64),
+            ("credit_stalls", self.credit_stalls),
+            ("unexpected_bytes", self.unexpected_bytes as u64),
+        ]
     }
 
     fn cancel(&mut self, cx: &mut Ctx<'_>, context: u64) -> Result<()> {

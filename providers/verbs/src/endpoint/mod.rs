@@ -138,7 +138,8 @@ impl Wr {
 /// A rendezvous send whose RTS went out; it ends with the receiver's FIN.
 pub(crate) struct RndvSend {
     pub(crate) op: SendOp,
-    pub(crate) mr: CacheRef,
+    /// `None` when the buffer came with its region's keys.
+    pub(crate) mr: Option<CacheRef>,
     pub(crate) conn: usize,
 }
 
@@ -526,6 +527,7 @@ impl EndpointProvider for VerbsEndpoint {
 
     fn counters(&self) -> Vec<(&'static str, u64)> {
         let s = self.stats();
+        let cache = self.res.cache().stats();
         vec![
             ("inline_sends", s.inline_sends),
             ("copied_sends", s.copied_sends),
@@ -545,6 +547,10 @@ impl EndpointProvider for VerbsEndpoint {
             ("sq_depth", u64::from(self.qp_cfg.sq_depth)),
             ("signaled", s.signaled),
             ("unsignaled", s.unsignaled),
+            // The domain's registration cache (shared by its endpoints):
+            // user buffers of rendezvous and RMA without a region's keys.
+            ("mr_cache_hits", cache.hits),
+            ("mr_cache_misses", cache.misses),
         ]
     }
 }

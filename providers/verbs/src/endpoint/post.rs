@@ -14,6 +14,7 @@ use xfer_core::addr::Address;
 use xfer_core::complete::{self, Arrival};
 use xfer_core::mr::{Access, CacheRef};
 use xfer_core::provider::{Ctx, RmaOp, SendOp};
+use xfer_core::LocalDesc;
 use xfer_core::{Error, RmaKind};
 
 use super::{ReadJob, RndvSend, State, Tx, VerbsEndpoint, Wr};
@@ -267,7 +268,7 @@ impl VerbsEndpoint {
         }
         let ptr = op.buf.as_slice().as_ptr() as usize;
         let len = op.buf.len();
-        let (mr, _, rkey) = match self.register(ptr, len, Access::REMOTE_READ) {
+        let (mr, _, rkey) = match self.register(ptr, len, Access::REMOTE_READ, op.buf.local_desc()) {
             Ok(r) => r,
             Err(e) => {
                 if !silent {
@@ -340,14 +341,14 @@ impl VerbsEndpoint {
                 RmaKind::Read => Access::LOCAL_WRITE,
             };
             let ptr = op.buf.as_slice().as_ptr() as usize;
-            match self.register(ptr, len, access) {
+            match self.register(ptr, len, access, op.buf.local_desc()) {
                 Ok((r, lkey, _)) => (
                     Sge {
                         addr: ptr as u64,
                         length: len as u32,
                         lkey,
                     },
-                    Some(r),
+                    r,
                     None,
                 ),
                 Err(e) => {
@@ -410,7 +411,7 @@ impl VerbsEndpoint {
         let mut job = job;
         let len = job.arrival.len;
         let ptr = job.recv.buf.as_mut_slice().as_mut_ptr() as usize;
-        let (mr, lkey) = match self.register(ptr, len, Access::LOCAL_WRITE) {
+        let (mr, lkey) = match self.register(ptr, len, Access::LOCAL_WRITE, job.recv.buf.local_desc()) {
             Ok((r, lkey, _)) => (r, lkey),
             Err(e) => {
                 complete::recv(cx.cq, job.recv, job.arrival, Some(e));
@@ -428,7 +429,7 @@ impl VerbsEndpoint {
             addr: job.raddr,
             rkey: job.rkey,
         };
-        let key = self.ops.insert(Wr::Read { job, mr: Some(mr) });
+        let key = self.ops.insert(Wr::Read { job, mr });
         let c = &mut self.conns[k];
         let Some(qp) = c.qp.as_mut() else {
             return Err(Blocked::Done);
@@ -447,13 +448,24 @@ impl VerbsEndpoint {
         }
     }
 
-    /// Registers `[ptr, ptr + len)` through the MR cache: the reference,
-    /// lkey and rkey.
-    fn register(&self, ptr: usize, len: usize, access: Access) -> xfer_core::Result<(CacheRef, u32, u32)> {
+    /// The lkey and rkey of `[ptr, ptr + len)`: the keys of the region the
+    /// buffer came from (`desc`) when it grants `access`, else a registration
+    /// from the MR cache, whose reference comes along.
+    fn register(
+        &self,
+        ptr: usize,
+        len: usize,
+        access: Access,
+        desc: Option<LocalDesc>,
+    ) -> xfer_core::Result<(Option<CacheRef>, u32, u32)> {
+        if let Some(d) = desc.filter(|d| d.access.contains(access)) {
+            // Verbs keys are 32 bits; MrKeys widened them losslessly.
+            return Ok((None, d.desc as u32, d.key as u32));
+        }
         let mut cache = self.res.cache();
         let r = cache.lookup(ptr, len, access)?;
         match cache.handle(&r).map(|mr| (mr.lkey(), mr.rkey())) {
-            Some((l, rk)) => Ok((r, l, rk)),
+            Some((l, rk)) => Ok((Some(r), l, rk)),
             None => {
                 let _ = cache.release(r);
                 Err(Error::Internal("MR cache entry without a registration"))
@@ -462,7 +474,8 @@ impl VerbsEndpoint {
     }
 
     /// Drops a reference taken by [`register`](Self::register).
-    pub(super) fn release_mr(&self, r: CacheRef) {
+    pub(super) fn release_mr(&self, r: Option<CacheRef>) {
+        let Some(r) = r else { return };
         if let Err(e) = self.res.cache().release(r) {
             tracing::warn!(error = %e, "releasing an MR cache reference");
         }

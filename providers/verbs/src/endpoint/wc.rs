@@ -185,17 +185,13 @@ impl VerbsEndpoint {
                 if let Some(s) = slot {
                     self.pool.give(s);
                 }
-                if let Some(r) = mr {
-                    self.release_mr(r);
-                }
+                self.release_mr(mr);
                 if !silent {
                     complete::rma(cx.cq, selective, op, result);
                 }
             }
             Wr::Read { job, mr } => {
-                if let Some(r) = mr {
-                    self.release_mr(r);
-                }
+                self.release_mr(mr);
                 let peer = self.conns.get(job.conn).map(|c| c.peer);
                 let ok = result.is_ok();
                 complete::recv(cx.cq, job.recv, job.arrival, result.err());

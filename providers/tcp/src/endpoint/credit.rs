@@ -1,0 +1,129 @@
+//! Eager credit: how much a peer may send us as Eager frames, so that a
+//! receiver that posts no receives buffers a bounded amount per connection
+//! (docs/PROTOCOL.md, "Eager credit").
+//!
+//! Each side of a connection starts with [`CREDIT_INIT`] to spend. An Eager
+//! frame costs [`eager_cost`] of the sender's credit. The receiver earns the
+//! cost back when the message is consumed (read into a matched receive, or
+//! later taken by a posted receive) and returns it in a Credit frame once a
+//! quarter of its budget (`TcpAttr::eager_credit`) is owed; its first
+//! Credit frame also grants the budget beyond the initial credit. Granting
+//! at the first consumption rather than at the handshake writes nothing
+//! extra while a connection is being set up, and a receiver that never
+//! posts a receive holds at most the initial credit from each peer. A sender without enough credit sends the message by rendezvous
+//! instead, so its payload waits in the sender's buffer until a receive
+//! matches; an inject, which has no buffer to wait in, fails with
+//! [`Error::Again`].
+
+use xfer_core::error::{Error, Result};
+use xfer_core::provider::Ctx;
+
+use super::TcpEndpoint;
+use crate::conn::{Owner, Payload, TxFrame};
+use crate::wire::{eager_cost, Frame, CREDIT_INIT};
+
+/// What an endpoint grants each peer in all, and how much it lets accrue
+/// before returning it.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Budget {
+    total: u64,
+    threshold: u64,
+}
+
+impl Budget {
+    /// The budget of `TcpAttr::eager_credit` bytes (at least the initial credit).
+    pub(super) fn new(eager_credit: usize) -> Budget {
+        let total = (eager_credit as u64).max(CREDIT_INIT);
+        Budget {
+            total,
+            threshold: (total / 4).max(1),
+        }
+    }
+}
+
+impl TcpEndpoint {
+    fn grant(&mut self, cx: &mut Ctx<'_>, id: usize, bytes: u64) {
+        let Some(conn) = self.conns.get_mut(id) else { return };
+        conn.rx_credit = conn.rx_credit.saturating_add(bytes);
+        let frame = TxFrame {
+            hdr: Frame::Credit { bytes }.to_bytes(),
+            payload: Payload::None,
+            written: 0,
+            owner: Owner::None,
+        };
+        self.queue(cx, id, frame);
+    }
+
+    /// Spends the credit an eager message of `len` bytes needs on connection
+    /// `id`; false (nothing spent) if there is not enough.
+    #[inline]
+    pub(super) fn spend_credit(&mut self, id: usize, len: usize) -> bool {
+        let cost = eager_cost(len as u64);
+        match self.conns.get_mut(id) {
+            Some(c) if c.tx_credit >= cost => {
+                c.tx_credit -= cost;
+                true
+            }
+            _ => {
+                self.credit_stalls += 1;
+                false
+            }
+        }
+    }
+
+    /// An Eager frame of `len` bytes arrived on connection `id`: charges the
+    /// peer's credit; a peer that overspends breaks the protocol.
+    #[inline]
+    pub(super) fn charge_eager(&mut self, id: usize, len: u64) -> Result<()> {
+        let cost = eager_cost(len);
+        match self.conns.get_mut(id) {
+            Some(c) if c.rx_credit >= cost => {
+                c.rx_credit -= cost;
+                Ok(())
+            }
+            Some(_) => Err(Error::Protocol("eager message beyond the granted credit")),
+            None => Ok(()),
+        }
+    }
+
+    /// An eager message of `len` bytes that came on connection `id` (of
+    /// `serial` if given, else the live one being read) was consumed: its
+    /// cost is owed back to the peer, and returned once a quarter of the
+    /// budget is owed. Nothing if the connection is gone.
+    #[inline]
+    pub(super) fn earn_credit(&mut self, cx: &mut Ctx<'_>, id: usize, serial: Option<u64>, len: usize) {
+        let Some(c) = self.conns.get_mut(id) else { return };
+        if serial.is_some_and(|s| s != c.serial) {
+            return;
+        }
+        c.rx_owed += eager_cost(len as u64);
+        if c.rx_owed >= self.budget.threshold || !c.granted {
+            self.return_credit(cx, id);
+        }
+    }
+
+    /// Sends what connection `id` owes its peer (with, the first time, the
+    /// budget beyond the initial credit) if that reached the threshold.
+    #[cold]
+    fn return_credit(&mut self, cx: &mut Ctx<'_>, id: usize) {
+        let Some(c) = self.conns.get_mut(id) else { return };
+        if !c.granted {
+            c.granted = true;
+            c.rx_owed += self.budget.total - CREDIT_INIT;
+        }
+        if c.rx_owed >= self.budget.threshold {
+            let owed = std::mem::take(&mut c.rx_owed);
+            self.grant(cx, id, owed);
+        }
+    }
+
+    /// The peer granted `bytes` more on connection `id`.
+    pub(super) fn on_credit(&mut self, id: usize, bytes: u64) -> Result<()> {
+        let Some(c) = self.conns.get_mut(id) else { return Ok(()) };
+        c.tx_credit = c
+            .tx_credit
+            .checked_add(bytes)
+            .ok_or(Error::Protocol("eager credit overflows"))?;
+        Ok(())
+    }
+}

@@ -1,0 +1,132 @@
+//! A fast sender against a receiver that posts no receives: what the
+//! receiver holds stays within the eager credit it grants, the sender falls
+//! back to rendezvous (its buffers wait with it) and its injects meet
+//! `Error::Again`; once the receives come, everything arrives, in order.
+//! The TCP provider's eager credit (docs/PROTOCOL.md, "Eager credit");
+//! skipped on a provider without it.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{expect, pattern, test_attr, Node};
+use xfer::Error;
+
+const BUDGET: usize = 256 << 10;
+const MSG: usize = 4096;
+const COUNT: u64 = 2000;
+
+fn counter(n: &Node, name: &str) -> Option<u64> {
+    let c = n.ep.counters().expect("counters");
+    c.iter().find(|(k, _)| *k == name).map(|&(_, v)| v)
+}
+
+/// A node whose peers may have at most [`BUDGET`] eager bytes in flight to it.
+fn node() -> Node {
+    let mut attr = test_attr();
+    attr.tcp.eager_credit = BUDGET;
+    Node::with_attr(&attr)
+}
+
+/// Polls both nodes for `time`, checking the receiver's unexpected bytes
+/// after every poll; returns the largest seen.
+fn churn(tx: &mut Node, rx: &mut Node, time: Duration) -> u64 {
+    let (start, mut most) = (Instant::now(), 0);
+    while start.elapsed() < time {
+        tx.poll();
+        rx.poll();
+        most = most.max(counter(rx, "unexpected_bytes").unwrap_or(0));
+    }
+    most
+}
+
+#[test]
+fn slow_receiver_holds_at_most_its_credit_and_loses_nothing() {
+    let (mut tx, mut rx) = (node(), node());
+    if counter(&rx, "unexpected_bytes").is_none() {
+        eprintln!("skipping: this provider has no eager credit");
+        return;
+    }
+    let to_rx = tx.add(&rx);
+    let from_tx = rx.add(&tx);
+    // 8 MB of eager-sized messages, 32 times the credit, nothing posted.
+    for i in 0..COUNT {
+        tx.ep.tsend(to_rx, 5, pattern(MSG, i), i).unwrap();
+    }
+    let most = churn(&mut tx, &mut rx, Duration::from_millis(500));
+    assert!(most > 0, "some messages went eager");
+    assert!(most <= BUDGET as u64, "receiver held {most} B of unexpected messages");
+    assert!(
+        counter(&tx, "credit_stalls").unwrap() > 0,
+        "the sender ran out of credit"
+    );
+    let early = tx.done.len();
+    assert!(
+        early < COUNT as usize,
+        "sends waiting for receives cannot all be done: {early}"
+    );
+
+    // The receives come: every message arrives, in order, intact.
+    for i in 0..COUNT {
+        rx.ep.trecv(from_tx, 5, 0, vec![0; MSG], 100_000 + i).unwrap();
+    }
+    for i in 0..COUNT {
+        let c = expect(&mut [&mut tx, &mut rx], 1, 100_000 + i);
+        assert_eq!(c.result, Ok(()), "message {i}");
+        assert!(
+            c.buf.unwrap() == pattern(MSG, i),
+            "message {i} arrived intact and in order"
+        );
+    }
+    for i in 0..COUNT {
+        assert_eq!(expect(&mut [&mut tx, &mut rx], 0, i).result, Ok(()), "send {i}");
+    }
+    assert_eq!(counter(&rx, "unexpected_bytes"), Some(0));
+}
+
+#[test]
+fn injects_meet_again_at_the_credit_and_resume_after_receives() {
+    let (mut tx, mut rx) = (node(), node());
+    if counter(&rx, "unexpected_bytes").is_none() {
+        eprintln!("skipping: this provider has no eager credit");
+        return;
+    }
+    let to_rx = tx.add(&rx);
+    let from_tx = rx.add(&tx);
+    let mut sent = 0u64;
+    let limit = 10 * (BUDGET / MSG) as u64;
+    loop {
+        match tx.ep.tinject(to_rx, 9, &pattern(MSG, sent)) {
+            Ok(()) => sent += 1,
+            Err(Error::Again) => break,
+            Err(e) => panic!("inject {sent}: {e}"),
+        }
+        tx.poll();
+        rx.poll();
+        assert!(sent < limit, "{sent} injects and no Again: nothing bounds the sender");
+    }
+    assert!(sent > 0);
+    let most = churn(&mut tx, &mut rx, Duration::from_millis(200));
+    assert!(most <= BUDGET as u64, "receiver held {most} B");
+    // Still out of credit while nothing is received.
+    assert_eq!(tx.ep.tinject(to_rx, 9, &pattern(MSG, 0)), Err(Error::Again));
+
+    for i in 0..sent {
+        rx.ep.trecv(from_tx, 9, 0, vec![0; MSG], i).unwrap();
+        let c = expect(&mut [&mut tx, &mut rx], 1, i);
+        assert!(
+            c.buf.unwrap() == pattern(MSG, i),
+            "inject {i} arrived intact and in order"
+        );
+    }
+    // The credit came back: injecting works again.
+    let start = Instant::now();
+    while tx.ep.tinject(to_rx, 9, &pattern(MSG, sent)) == Err(Error::Again) {
+        tx.poll();
+        rx.poll();
+        assert!(start.elapsed() < common::DEADLINE, "credit never returned");
+    }
+    rx.ep.trecv(from_tx, 9, 0, vec![0; MSG], sent).unwrap();
+    let c = expect(&mut [&mut tx, &mut rx], 1, sent);
+    assert!(c.buf.unwrap() == pattern(MSG, sent));
+}
