@@ -3,7 +3,7 @@
 # skipping whatever is already there. Idempotent; needs root for apt-get.
 # Covers the host build and tests: compiler, make, pkg-config, binutils, valgrind
 # (C suite), the rdma-core headers and libclang (rdma-sys), libfabric's headers and
-# tools (ofi/), then fetches crates.
+# tools (ofi/), Open MPI and NetPIPE (ofi/tests/mpi.rs), then fetches crates.
 # The Soft-RoCE guest's packages are tests/vm/setup.sh's job.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,7 +17,10 @@ command -v valgrind >/dev/null || need_apt+=(valgrind)   # the C ABI suite runs 
 # rdma-sys (the verbs provider) runs bindgen against the rdma-core headers;
 # xfer-ofi (ofi/) runs it against libfabric's, and its tests run libfabric's
 # own fi_info and fi_pingpong (libfabric-bin) over libxfer_fi.so.
-for pkg in libibverbs-dev librdmacm-dev libclang-dev libfabric-dev libfabric-bin; do
+# ofi/tests/mpi.rs runs Open MPI over libxfer_fi.so: mpirun (openmpi-bin), mpicc and
+# mpi.h for its correctness program (libopenmpi-dev), NetPIPE (netpipe-openmpi).
+for pkg in libibverbs-dev librdmacm-dev libclang-dev libfabric-dev libfabric-bin \
+    openmpi-bin libopenmpi-dev netpipe-openmpi; do
     dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
 done
 if ((${#need_apt[@]})); then

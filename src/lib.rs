@@ -35,7 +35,7 @@
 pub use xfer_core::attr::{self, Setting};
 pub use xfer_core::provider;
 pub use xfer_core::tag;
-pub use xfer_core::{Access, LocalDesc, MemoryRegion, RemoteKey, RmaKind, RmaOp};
+pub use xfer_core::{Access, Claim, LocalDesc, MemoryRegion, Peeked, RemoteKey, RmaKind, RmaOp};
 pub use xfer_core::{
     Address, AddressVector, Buffer, Completion, CompletionQueue, CqAttr, DomainAttr, Endpoint, EndpointAttr, Error,
     Flags, PeerAddr, RecvOp, RecvSpec, Rejected, Result, SendOp, TcpAttr,

@@ -5,7 +5,10 @@
 mod common;
 
 use common::{drive, expect, pattern, test_attr, Node};
-use xfer::{Access, Buffer, Error, Flags, MemoryRegion, PeerAddr, RecvOp, RecvSpec, RemoteKey, RmaKind, RmaOp, SendOp};
+use xfer::{
+    Access, Buffer, Claim, Error, Flags, MemoryRegion, Peeked, PeerAddr, RecvOp, RecvSpec, RemoteKey, RmaKind, RmaOp,
+    SendOp,
+};
 
 const ANY: PeerAddr = PeerAddr::UNSPEC;
 
@@ -1086,4 +1089,91 @@ fn rma_selective_completion_reports_only_what_was_asked_and_errors() {
     assert_eq!(expect(&mut [&mut a, &mut b], 0, 3).result, Ok(()));
     assert!(a.done.is_empty(), "the quiet success reported: {:?}", a.done);
     assert_eq!(mr.to_vec().unwrap(), pattern(64, 3));
+}
+
+/// Polls `a` and peeks (or claims) on `b` until `probe` finds a message.
+fn probe_until<T>(a: &mut Node, b: &Node, mut probe: impl FnMut(&Node) -> Option<T>) -> T {
+    let start = std::time::Instant::now();
+    loop {
+        a.poll();
+        if let Some(found) = probe(b) {
+            return found;
+        }
+        assert!(
+            start.elapsed() < common::DEADLINE,
+            "timed out waiting for a message to peek"
+        );
+    }
+}
+
+/// `FI_PEEK` / `FI_CLAIM` (MPI's probes): a peek reports an unexpected
+/// message (source, tag, length, data) without receiving it; a claimed one
+/// is out of matching until its claim receives it; a claim received into an
+/// empty buffer drops the message, and a rendezvous sender still completes.
+#[test]
+fn peek_and_claim_unexpected_messages() {
+    let (mut a, mut b) = (Node::new(), Node::new());
+    let pb = a.add(&b);
+    let pa = b.add(&a);
+    let big = test_attr().rndv_threshold * 4;
+    assert_eq!(b.ep.peek(ANY, 5, 0).unwrap(), None, "nothing sent yet");
+    let op = SendOp {
+        peer: pb,
+        tag: Some(5),
+        data: Some(7),
+        buf: pattern(100, 1).into(),
+        context: 101,
+        completion: true,
+    };
+    a.ep.post_send(op).unwrap();
+    a.ep.tsend(pb, 6, pattern(big, 2), 102).unwrap();
+    let want = Peeked {
+        src: pa,
+        tag: 5,
+        len: 100,
+        data: Some(7),
+    };
+    assert_eq!(probe_until(&mut a, &b, |b| b.ep.peek(ANY, 5, 0).unwrap()), want);
+    assert_eq!(b.ep.peek(pa, 5, 0).unwrap(), Some(want), "a peek does not consume");
+    assert_eq!(b.ep.peek(ANY, 4, 0).unwrap(), None, "another tag");
+    assert_eq!(b.ep.peek(ANY, 4, 1).unwrap(), Some(want), "ignore mask");
+
+    let (p, claim) = b.ep.claim(pa, 5, 0).unwrap().expect("claim the eager message");
+    assert_eq!(p, want);
+    assert_eq!(
+        b.ep.peek(ANY, 5, 0).unwrap(),
+        None,
+        "a claimed message is out of matching"
+    );
+    b.ep.trecv(ANY, 5, 0, vec![0; 100], 1).unwrap();
+    for _ in 0..100 {
+        a.poll();
+        b.poll();
+    }
+    assert!(b.take(1).is_none(), "a receive matched a claimed message");
+    b.ep.cancel(1).unwrap();
+    assert_eq!(expect(&mut [&mut a, &mut b], 1, 1).result, Err(Error::Canceled));
+    b.ep.post_claimed(claim, vec![0; 128].into(), 2).unwrap();
+    let r = expect(&mut [&mut a, &mut b], 1, 2);
+    assert_eq!((r.result, r.len, r.tag, r.src, r.data), (Ok(()), 100, 5, pa, 7));
+    assert!(r.flags.contains(Flags::TAGGED | Flags::RECV | Flags::REMOTE_CQ_DATA));
+    assert_eq!(&r.buf.unwrap()[..100], &pattern(100, 1)[..]);
+
+    // A rendezvous message claimed, then dropped into an empty buffer.
+    let (p, claim) = probe_until(&mut a, &b, |b| b.ep.claim(ANY, 6, 0).unwrap());
+    assert_eq!((p.src, p.tag, p.len, p.data), (pa, 6, big, None));
+    b.ep.post_claimed(claim, Vec::new().into(), 3).unwrap();
+    let r = expect(&mut [&mut a, &mut b], 1, 3);
+    assert_eq!(r.result, Err(Error::Truncated { len: 0, olen: big }));
+    assert_eq!(
+        expect(&mut [&mut a, &mut b], 0, 102).result,
+        Ok(()),
+        "the sender completes"
+    );
+    let stale = b.ep.post_claimed(Claim::new(999), Vec::new().into(), 4).unwrap_err();
+    assert!(matches!(stale.error, Error::NotFound(_)), "{:?}", stale.error);
+    // The connection still carries messages.
+    b.ep.trecv(ANY, 6, 0, vec![0; 4], 5).unwrap();
+    a.ep.tsend(pb, 6, b"next".to_vec(), 103).unwrap();
+    assert_eq!(expect(&mut [&mut a, &mut b], 1, 5).buf.unwrap(), b"next");
 }

@@ -9,6 +9,7 @@ use crate::cq::CompletionQueue;
 use crate::domain::Shared;
 use crate::error::{Error, Result};
 use crate::mr::RemoteKey;
+use crate::peek::{Claim, Peeked};
 use crate::provider::{RecvOp, Rejected, RmaKind, RmaOp, SendOp};
 use crate::tag::RecvSpec;
 
@@ -111,6 +112,67 @@ impl Endpoint {
             return Err(Rejected::new(e, op));
         }
         st.post(self.key, true, |ep, cx| ep.recv(cx, op))
+    }
+
+    /// What a tagged receive from `src` for `tag` (bits in `ignore` not
+    /// compared) posted now would match among the messages that already
+    /// arrived unexpected, without receiving it (`FI_PEEK`, `MPI_Iprobe`).
+    /// Drives progress first; `None` when nothing matches (it never waits).
+    pub fn peek(&self, src: PeerAddr, tag: u64, ignore: u64) -> Result<Option<Peeked>> {
+        let spec = RecvSpec { src, tag, ignore };
+        let found = self.probe(spec, false)?;
+        Ok(found.map(|(p, _)| p))
+    }
+
+    /// Like [`peek`](Self::peek), and the message found is taken out of
+    /// matching (`FI_PEEK | FI_CLAIM`, `MPI_Improbe`): no receive matches it
+    /// any more; [`post_claimed`](Self::post_claimed) with the claim receives
+    /// it. To drop it, receive it into an empty buffer (the completion is a
+    /// truncation).
+    pub fn claim(&self, src: PeerAddr, tag: u64, ignore: u64) -> Result<Option<(Peeked, Claim)>> {
+        let spec = RecvSpec { src, tag, ignore };
+        match self.probe(spec, true)? {
+            Some((p, Some(c))) => Ok(Some((p, c))),
+            Some((_, None)) => Err(Error::Internal("a claiming peek returned no claim")),
+            None => Ok(None),
+        }
+    }
+
+    fn probe(&self, spec: RecvSpec, claim: bool) -> Result<Option<(Peeked, Option<Claim>)>> {
+        self.shared.lock()?.with_ep(self.key, |ep, cx| {
+            ep.progress(cx);
+            ep.peek(cx, spec, claim)
+        })
+    }
+
+    /// Receives the message `claim` names into `buf` (`FI_CLAIM`,
+    /// `MPI_Imrecv`); the completion is a tagged receive's, with `context`.
+    /// A refused receive comes back with its claim and buffer:
+    /// [`Error::NotFound`] for a claim this endpoint does not hold,
+    /// [`Error::Again`] as for [`post_recv`](Self::post_recv).
+    pub fn post_claimed(
+        &self,
+        claim: Claim,
+        buf: Buffer,
+        context: u64,
+    ) -> std::result::Result<(), Rejected<(Claim, Buffer)>> {
+        let id = claim.id();
+        let op = RecvOp {
+            spec: RecvSpec::any(),
+            tagged: true,
+            buf,
+            context,
+        };
+        let back = |r: Rejected<RecvOp>| Rejected::new(r.error, (Claim::new(id), r.op.buf));
+        let mut st = match self.shared.lock() {
+            Ok(st) => st,
+            Err(e) => return Err(Rejected::new(e, (claim, op.buf))),
+        };
+        if let Err(e) = st.admit(self.key) {
+            return Err(Rejected::new(e, (claim, op.buf)));
+        }
+        st.post(self.key, true, |ep, cx| ep.recv_claimed(cx, claim, op))
+            .map_err(back)
     }
 
     /// Operations in flight that will report a completion, on an endpoint

@@ -17,6 +17,7 @@ use crate::error::{Error, Result};
 use crate::mr::Access;
 #[cfg(doc)]
 use crate::mr::RemoteKey;
+use crate::peek::{Claim, Peeked};
 use crate::tag::RecvSpec;
 
 /// A send (message or tagged) handed to a provider.
@@ -194,6 +195,27 @@ pub trait EndpointProvider: Send {
     }
     /// Posts a receive.
     fn recv(&mut self, cx: &mut Ctx<'_>, op: RecvOp) -> std::result::Result<(), Rejected<RecvOp>>;
+    /// Looks for the earliest unexpected tagged message `spec` matches
+    /// (`FI_PEEK`), after giving messages from then-unknown senders the
+    /// handles the address vector now has for them. With `claim` the message
+    /// is taken out of matching (`FI_PEEK | FI_CLAIM`) and the claim returned
+    /// for [`recv_claimed`](Self::recv_claimed). Never waits.
+    fn peek(&mut self, cx: &mut Ctx<'_>, spec: RecvSpec, claim: bool) -> Result<Option<(Peeked, Option<Claim>)>> {
+        let _ = (cx, spec, claim);
+        Err(Error::NotSupported("peek"))
+    }
+    /// Receives the message `claim` names into `op`'s buffer, as a posted
+    /// receive that matched it would (`FI_CLAIM`); `op.spec` is not used.
+    /// [`Error::NotFound`] when this endpoint holds no such claim.
+    fn recv_claimed(
+        &mut self,
+        cx: &mut Ctx<'_>,
+        claim: Claim,
+        op: RecvOp,
+    ) -> std::result::Result<(), Rejected<RecvOp>> {
+        let _ = (cx, claim);
+        Err(Rejected::new(Error::NotSupported("peek"), op))
+    }
     /// Cancels the posted receive with this context; its completion reports
     /// [`Error::Canceled`]. Fails with [`Error::NotFound`] when no such
     /// receive is waiting.

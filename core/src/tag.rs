@@ -14,6 +14,7 @@ use slab::Slab;
 use crate::hash::FastMap;
 
 use crate::addr::PeerAddr;
+use crate::peek::{Claim, Peeked};
 
 /// What a posted receive accepts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -287,6 +288,20 @@ fn unlink<T>(nodes: &mut Slab<Node<T>>, ends: &mut Ends, link: Link, chain: Chai
 pub struct Matcher<R, U> {
     posted: Queue<R>,
     unexpected: Queue<U>,
+    /// Messages taken out of matching by a claim, by claim number.
+    claimed: FastMap<u64, Claimed<U>>,
+    next_claim: u64,
+}
+
+/// A claimed message: out of the unexpected queue, waiting for its receive.
+#[derive(Debug)]
+pub struct Claimed<U> {
+    /// Source of the message.
+    pub src: PeerAddr,
+    /// Tag of the message.
+    pub tag: u64,
+    /// The message.
+    pub msg: U,
 }
 
 impl<R, U> Default for Matcher<R, U> {
@@ -301,6 +316,8 @@ impl<R, U> Matcher<R, U> {
         Matcher {
             posted: Queue::new(),
             unexpected: Queue::new(),
+            claimed: FastMap::default(),
+            next_claim: 0,
         }
     }
 
@@ -352,6 +369,56 @@ impl<R, U> Matcher<R, U> {
     pub fn peek_unexpected(&self, spec: &RecvSpec) -> Option<(PeerAddr, u64, &U)> {
         let node = &self.unexpected.nodes[self.find_unexpected(spec)?];
         Some((node.spec.src, node.spec.tag, &node.val))
+    }
+
+    /// `FI_PEEK` (and `FI_CLAIM` with `claim`): what the earliest unexpected
+    /// message `spec` matches would report, `describe` giving its length and
+    /// immediate data. With `claim` the message leaves the unexpected queue
+    /// for [`take_claimed`](Self::take_claimed), under the returned claim.
+    pub fn probe(
+        &mut self,
+        spec: &RecvSpec,
+        claim: bool,
+        describe: impl FnOnce(&U) -> (usize, Option<u64>),
+    ) -> Option<(Peeked, Option<Claim>)> {
+        let idx = self.find_unexpected(spec)?;
+        let node = &self.unexpected.nodes[idx];
+        let (len, data) = describe(&node.val);
+        let peeked = Peeked {
+            src: node.spec.src,
+            tag: node.spec.tag,
+            len,
+            data,
+        };
+        if !claim {
+            return Some((peeked, None));
+        }
+        let node = self.unexpected.remove(idx);
+        let id = self.next_claim;
+        self.next_claim += 1;
+        let msg = Claimed {
+            src: node.spec.src,
+            tag: node.spec.tag,
+            msg: node.val,
+        };
+        self.claimed.insert(id, msg);
+        Some((peeked, Some(Claim::new(id))))
+    }
+
+    /// The message a [`probe`](Self::probe) claimed, removed; `None` for a
+    /// claim this matcher does not hold (already taken, or another's).
+    pub fn take_claimed(&mut self, claim: &Claim) -> Option<Claimed<U>> {
+        self.claimed.remove(&claim.id())
+    }
+
+    /// Removes every claimed message (endpoint teardown).
+    pub fn drain_claimed(&mut self) -> Vec<Claimed<U>> {
+        self.claimed.drain().map(|(_, c)| c).collect()
+    }
+
+    /// Number of claimed messages not yet received.
+    pub fn claimed_len(&self) -> usize {
+        self.claimed.len()
     }
 
     fn find_unexpected(&self, spec: &RecvSpec) -> Option<usize> {
@@ -519,6 +586,35 @@ mod tests {
         assert_eq!(m.peek_unexpected(&spec(P0, 3, 0)), None);
         assert_eq!(m.peek_unexpected(&spec(ANY, 2, 1)), Some((P1, 3, &"x")));
         assert_eq!(m.unexpected_len(), 1);
+    }
+
+    #[test]
+    fn probe_peeks_and_claims() {
+        let mut m = Matcher::<u32, &str>::new();
+        m.push_unexpected(P1, 3, "x");
+        m.push_unexpected(P0, 3, "yy");
+        let describe = |u: &&str| (u.len(), Some(7));
+        let want = Peeked {
+            src: P1,
+            tag: 3,
+            len: 1,
+            data: Some(7),
+        };
+        assert_eq!(m.probe(&spec(ANY, 3, 0), false, describe), Some((want, None)));
+        assert_eq!(m.probe(&spec(ANY, 4, 0), true, describe), None);
+        let (p, c) = m.probe(&spec(P0, 3, 0), true, describe).unwrap();
+        assert_eq!((p.src, p.len), (P0, 2));
+        let c = c.unwrap();
+        // Claimed: no receive or peek finds it any more.
+        assert_eq!(m.unexpected_len(), 1);
+        assert!(m.post(spec(P0, 3, 0), 1).is_none());
+        assert_eq!(m.cancel_posted(|_| true).map(|x| x.1), Some(1));
+        let got = m.take_claimed(&c).unwrap();
+        assert_eq!((got.src, got.tag, got.msg), (P0, 3, "yy"));
+        assert!(m.take_claimed(&c).is_none());
+        assert_eq!(m.claimed_len(), 0);
+        // The other one is still there for a receive.
+        assert_eq!(m.post(spec(ANY, 3, 0), 2).map(|x| x.msg), Some("x"));
     }
 
     #[test]

@@ -53,13 +53,6 @@ static DOMAIN_OPS: fi::fi_ops_domain = fi::fi_ops_domain {
     endpoint2: Some(no_endpoint2),
 };
 
-static MR_OPS: fi::fi_ops_mr = fi::fi_ops_mr {
-    size: std::mem::size_of::<fi::fi_ops_mr>(),
-    reg: Some(no_reg),
-    regv: Some(no_regv),
-    regattr: Some(no_regattr),
-};
-
 enosys! {
     no_scalable_ep(*mut fi::fid_domain, *mut fi::fi_info, *mut *mut fi::fid_ep, *mut c_void) -> c_int;
     no_cntr_open(*mut fi::fid_domain, *mut fi::fi_cntr_attr, *mut *mut fi::fid_cntr, *mut c_void) -> c_int;
@@ -69,9 +62,6 @@ enosys! {
     no_query_atomic(*mut fi::fid_domain, fi::fi_datatype, fi::fi_op, *mut fi::fi_atomic_attr, u64) -> c_int;
     no_query_collective(*mut fi::fid_domain, fi::fi_collective_op, *mut fi::fi_collective_attr, u64) -> c_int;
     no_endpoint2(*mut fi::fid_domain, *mut fi::fi_info, *mut *mut fi::fid_ep, u64, *mut c_void) -> c_int;
-    no_reg(*mut fi::fid, *const c_void, usize, u64, u64, u64, u64, *mut *mut fi::fid_mr, *mut c_void) -> c_int;
-    no_regv(*mut fi::fid, *const fi::iovec, usize, u64, u64, u64, u64, *mut *mut fi::fid_mr, *mut c_void) -> c_int;
-    no_regattr(*mut fi::fid, *const fi::fi_mr_attr, u64, *mut *mut fi::fid_mr) -> c_int;
 }
 
 /// `fi_domain`: opens the xfer provider named by `info->domain_attr->name`.
@@ -110,7 +100,7 @@ pub(crate) unsafe extern "C" fn open(
         let fid = fi::fid_domain {
             fid: entry::fid(fi::FI_CLASS_DOMAIN, context, &OPS),
             ops: entry::ops(&DOMAIN_OPS),
-            mr: entry::ops(&MR_OPS),
+            mr: entry::ops(&crate::mr::MR_OPS),
         };
         let obj = Obj::into_raw(fid, DomainObj(Arc::new(core)));
         // SAFETY: the application's out pointer.

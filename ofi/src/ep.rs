@@ -3,10 +3,13 @@
 //! completion queue) that every data call maps onto.
 
 use std::ffi::{c_int, c_void};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
+use xfer_core::hash::FastMap;
 use xfer_facade::{
-    Buffer, Completion, CompletionQueue, CqAttr, Endpoint, EndpointAttr, PeerAddr, RecvOp, RecvSpec, SendOp,
+    Buffer, Claim, Completion, CompletionQueue, CqAttr, Endpoint, EndpointAttr, Flags, Peeked, PeerAddr, RecvOp,
+    RecvSpec, SendOp,
 };
 
 use crate::av::{self, AvCore};
@@ -32,21 +35,40 @@ pub(crate) struct Enabled {
     pub(crate) ep: Endpoint,
     pub(crate) cq: CompletionQueue,
     tx: Option<Arc<CqCore>>,
-    rx: Option<Arc<CqCore>>,
-    tx_selective: bool,
+    pub(crate) rx: Option<Arc<CqCore>>,
+    pub(crate) tx_selective: bool,
     rx_selective: bool,
-    inject_size: usize,
+    pub(crate) inject_size: usize,
     _av: Arc<AvCore>,
+    /// The xfer provider underneath (`tcp`, `verbs`).
+    provider: &'static str,
+    /// Completions routed, sends and receives: logged when the endpoint
+    /// closes, so a run can show that xfer carried its traffic.
+    sent: AtomicU64,
+    received: AtomicU64,
+}
+
+impl Drop for Enabled {
+    fn drop(&mut self) {
+        tracing::info!(
+            provider = self.provider,
+            sends = self.sent.load(Ordering::Relaxed),
+            receives = self.received.load(Ordering::Relaxed),
+            "xfer endpoint closed"
+        );
+    }
 }
 
 /// An endpoint's state.
 pub(crate) struct EpCore {
     domain: Arc<DomainCore>,
     caps: u64,
-    tx_op_flags: u64,
+    pub(crate) tx_op_flags: u64,
     rx_op_flags: u64,
     bound: Mutex<Bound>,
     enabled: OnceLock<Enabled>,
+    /// Messages claimed by `FI_PEEK | FI_CLAIM`, by the peek's context.
+    pub(crate) claims: Mutex<FastMap<u64, (Claim, Peeked)>>,
 }
 
 /// An endpoint object.
@@ -145,9 +167,17 @@ impl EpCore {
                 }
             };
             for c in &buf[..n] {
-                let to = if c.flags.contains(xfer_facade::Flags::RECV) {
+                if c.context == crate::peek::discard_context() {
+                    continue; // a claimed message received into nothing (FI_DISCARD)
+                }
+                // Receives and the target's side of a write with data go to
+                // the receive CQ (fi_cq(3): FI_REMOTE_WRITE completions are
+                // the receiver's).
+                let to = if c.flags.contains(Flags::RECV) || c.flags.contains(Flags::REMOTE_WRITE) {
+                    en.received.fetch_add(1, Ordering::Relaxed);
                     &en.rx
                 } else {
+                    en.sent.fetch_add(1, Ordering::Relaxed);
                     &en.tx
                 };
                 match to {
@@ -171,16 +201,11 @@ impl EpCore {
 
     /// Posts a send (`fi_send`, `fi_tsend`, `*data`, `*msg`).
     pub(crate) fn send(&self, s: Send) -> isize {
-        let Some(en) = self.enabled.get() else {
-            return scode(fi::err(fi::FI_EOPBADSTATE));
-        };
         let cap = if s.tag.is_some() { fi::FI_TAGGED } else { fi::FI_MSG };
-        if self.caps & cap == 0 {
-            return scode(-(libc::EOPNOTSUPP));
-        }
-        if en.tx.is_none() {
-            return scode(fi::err(fi::FI_ENOCQ));
-        }
+        let en = match self.tx_ready(cap) {
+            Ok(en) => en,
+            Err(e) => return e,
+        };
         if s.len > MAX_MSG_SIZE {
             return scode(-(libc::EMSGSIZE));
         }
@@ -216,28 +241,14 @@ impl EpCore {
     /// Posts a receive (`fi_recv`, `fi_trecv`, `*msg`). Without
     /// `FI_DIRECTED_RECV` the source address is ignored, as fi_msg(3) says.
     pub(crate) fn recv(&self, r: Recv) -> isize {
-        let Some(en) = self.enabled.get() else {
-            return scode(fi::err(fi::FI_EOPBADSTATE));
+        let en = match self.rx_ready(r.tag.is_some(), r.flags) {
+            Ok(en) => en,
+            Err(e) => return e,
         };
-        let cap = if r.tag.is_some() { fi::FI_TAGGED } else { fi::FI_MSG };
-        if self.caps & cap == 0 {
-            return scode(-(libc::EOPNOTSUPP));
-        }
-        if en.rx.is_none() {
-            return scode(fi::err(fi::FI_ENOCQ));
-        }
         if r.buf.is_null() && r.len > 0 {
             return scode(-(libc::EINVAL));
         }
-        // Every xfer receive completes: under FI_SELECTIVE_COMPLETION a
-        // receive that asks for no completion cannot be honoured.
-        if en.rx_selective && r.flags.unwrap_or(self.rx_op_flags) & fi::FI_COMPLETION == 0 {
-            return scode(fi::err(fi::FI_EBADFLAGS));
-        }
-        let src = match self.caps & fi::FI_DIRECTED_RECV {
-            0 => PeerAddr::UNSPEC,
-            _ => PeerAddr(r.src),
-        };
+        let src = self.source(r.src);
         let (tag, ignore) = r.tag.unwrap_or((0, 0));
         let op = RecvOp {
             spec: RecvSpec { src, tag, ignore },
@@ -250,6 +261,49 @@ impl EpCore {
         match en.ep.post_recv(op) {
             Ok(()) => 0,
             Err(r) => scode(entry::code(&r.error)),
+        }
+    }
+
+    /// The enabled endpoint, if it has capability `cap` and a transmit CQ.
+    pub(crate) fn tx_ready(&self, cap: u64) -> Result<&Enabled, isize> {
+        let Some(en) = self.enabled.get() else {
+            return Err(scode(fi::err(fi::FI_EOPBADSTATE)));
+        };
+        if self.caps & cap == 0 {
+            return Err(scode(-(libc::EOPNOTSUPP)));
+        }
+        if en.tx.is_none() {
+            return Err(scode(fi::err(fi::FI_ENOCQ)));
+        }
+        Ok(en)
+    }
+
+    /// The enabled endpoint, if it can take a receive (tagged or not) with
+    /// these `*msg` flags (`None`: the endpoint's default receive flags).
+    pub(crate) fn rx_ready(&self, tagged: bool, flags: Option<u64>) -> Result<&Enabled, isize> {
+        let Some(en) = self.enabled.get() else {
+            return Err(scode(fi::err(fi::FI_EOPBADSTATE)));
+        };
+        let cap = if tagged { fi::FI_TAGGED } else { fi::FI_MSG };
+        if self.caps & cap == 0 {
+            return Err(scode(-(libc::EOPNOTSUPP)));
+        }
+        if en.rx.is_none() {
+            return Err(scode(fi::err(fi::FI_ENOCQ)));
+        }
+        // Every xfer receive completes: under FI_SELECTIVE_COMPLETION a
+        // receive that asks for no completion cannot be honoured.
+        if en.rx_selective && flags.unwrap_or(self.rx_op_flags) & fi::FI_COMPLETION == 0 {
+            return Err(scode(fi::err(fi::FI_EBADFLAGS)));
+        }
+        Ok(en)
+    }
+
+    /// A receive's source: ignored without `FI_DIRECTED_RECV`, as fi_msg(3) says.
+    pub(crate) fn source(&self, src: fi::fi_addr_t) -> PeerAddr {
+        match self.caps & fi::FI_DIRECTED_RECV {
+            0 => PeerAddr::UNSPEC,
+            _ => PeerAddr(src),
         }
     }
 
@@ -296,7 +350,7 @@ impl EpCore {
 ///
 /// # Safety
 /// `buf` is valid for `len` bytes, or `len` is 0.
-unsafe fn bytes<'a>(buf: *const c_void, len: usize) -> &'a [u8] {
+pub(crate) unsafe fn bytes<'a>(buf: *const c_void, len: usize) -> &'a [u8] {
     match len {
         0 => &[],
         // SAFETY: the caller's contract.
@@ -353,13 +407,14 @@ pub(crate) unsafe extern "C" fn open(
             rx_op_flags,
             bound: Mutex::new(Bound::default()),
             enabled: OnceLock::new(),
+            claims: Mutex::new(FastMap::default()),
         };
         let fid = fi::fid_ep {
             fid: entry::fid(fi::FI_CLASS_EP, context, &OPS),
             ops: entry::ops(&EP_OPS),
             cm: entry::ops(&CM_OPS),
             msg: entry::ops(&crate::msg::OPS),
-            rma: entry::ops(&crate::unsupported::RMA_OPS),
+            rma: entry::ops(&crate::rma::OPS),
             tagged: entry::ops(&crate::tagged::OPS),
             atomic: entry::ops(&crate::unsupported::ATOMIC_OPS),
             collective: entry::ops(&crate::unsupported::COLLECTIVE_OPS),
@@ -471,6 +526,9 @@ fn enable(ep: &Arc<EpCore>) -> c_int {
         rx_selective: b.rx_selective,
         inject_size: attr.inject_size,
         _av: av,
+        provider: ep.domain.xfer.provider(),
+        sent: AtomicU64::new(0),
+        received: AtomicU64::new(0),
     };
     let _ = ep.enabled.set(en);
     tracing::debug!(name = ?ep.enabled.get().map(|e| e.ep.name()), "endpoint enabled");

@@ -4,7 +4,7 @@
 
 use std::ffi::{c_char, c_int, CStr};
 
-use xfer_facade::{CqAttr, EndpointAttr};
+use xfer_facade::{CqAttr, DomainAttr, EndpointAttr};
 
 use crate::entry::{guard, PANIC};
 use crate::fi;
@@ -18,8 +18,17 @@ pub const PRIMARY_CAPS: u64 = fi::FI_MSG | fi::FI_TAGGED;
 /// Secondary capabilities, always on.
 pub const SECONDARY_CAPS: u64 =
     fi::FI_SEND | fi::FI_RECV | fi::FI_DIRECTED_RECV | fi::FI_SOURCE | fi::FI_LOCAL_COMM | fi::FI_REMOTE_COMM;
+/// RMA (`fi_read`, `fi_write`, `fi_writedata`, `fi_inject_write*` onto
+/// xfer's RMA), offered only when asked for: it needs the memory
+/// registration mode [`MR_MODE_RMA`].
+pub const RMA_CAPS: u64 = fi::FI_RMA | fi::FI_READ | fi::FI_WRITE | fi::FI_REMOTE_READ | fi::FI_REMOTE_WRITE;
 /// Everything an endpoint can be asked for.
-pub const CAPS: u64 = PRIMARY_CAPS | SECONDARY_CAPS;
+pub const CAPS: u64 = PRIMARY_CAPS | SECONDARY_CAPS | RMA_CAPS;
+/// Registration mode with RMA: remote addresses are virtual addresses, keys
+/// are xfer's (`fi_mr_key`), registered memory must be allocated. No
+/// `FI_MR_LOCAL`: local buffers need no descriptor (xfer registers what it
+/// must itself).
+pub const MR_MODE_RMA: u64 = fi::FI_MR_VIRT_ADDR | fi::FI_MR_ALLOCATED | fi::FI_MR_PROV_KEY;
 /// Largest message (xfer's rendezvous carries 64-bit lengths; verbs devices
 /// cap a single RDMA READ at 2 GiB, so stay below).
 pub const MAX_MSG_SIZE: usize = 1 << 30;
@@ -78,6 +87,7 @@ pub struct Hints {
     pub rx_total_buffered_recv: usize,
     pub src_addr: bool,
     pub dest_addr: Option<Vec<u8>>,
+    pub mr_mode: i32,
 }
 
 /// Limits of the endpoints xfer opens, from the `XFER_*` environment.
@@ -108,6 +118,8 @@ pub struct Offer {
     pub av_type: u32,
     pub limits: Limits,
     pub dest_addr: Option<Vec<u8>>,
+    /// RMA asked for (and its registration mode accepted).
+    pub rma: bool,
 }
 
 /// Checks `hints` against what xfer's provider `provider` can do: the offer,
@@ -117,7 +129,7 @@ pub fn select(h: &Hints, provider: &str, limits: Limits) -> Result<Offer, &'stat
         return Err("only FI_EP_RDM endpoints");
     }
     if h.caps & !CAPS != 0 || (h.tx_caps | h.rx_caps) & !CAPS != 0 {
-        return Err("capabilities beyond FI_MSG, FI_TAGGED and their secondary caps (no RMA, atomics, multi-recv, triggered ops)");
+        return Err("capabilities beyond FI_MSG, FI_TAGGED, FI_RMA and their secondary caps (no atomics, multi-recv, triggered ops)");
     }
     if h.addr_format != fi::FI_FORMAT_UNSPEC {
         return Err("xfer names are their own format (FI_FORMAT_UNSPEC)");
@@ -175,6 +187,11 @@ pub fn select(h: &Hints, provider: &str, limits: Limits) -> Result<Offer, &'stat
             return Err("dest_addr is not an xfer name");
         }
     }
+    let rma = (h.caps | h.tx_caps | h.rx_caps) & RMA_CAPS != 0;
+    let mr_mode = h.mr_mode as u64;
+    if rma && !(mr_mode == 0 || mr_mode == u64::from(fi::FI_MR_BASIC) || mr_mode & MR_MODE_RMA == MR_MODE_RMA) {
+        return Err("RMA needs FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY (or FI_MR_BASIC)");
+    }
     let primary = match h.caps & PRIMARY_CAPS {
         0 => PRIMARY_CAPS,
         asked => asked,
@@ -190,7 +207,7 @@ pub fn select(h: &Hints, provider: &str, limits: Limits) -> Result<Offer, &'stat
             0 => TAG_GENERIC,
             asked => asked,
         },
-        caps: primary | SECONDARY_CAPS,
+        caps: primary | SECONDARY_CAPS | if rma { RMA_CAPS } else { 0 },
         av_type: if h.av_type == fi::FI_AV_MAP {
             fi::FI_AV_MAP
         } else {
@@ -198,6 +215,7 @@ pub fn select(h: &Hints, provider: &str, limits: Limits) -> Result<Offer, &'stat
         },
         limits,
         dest_addr: h.dest_addr.clone(),
+        rma,
     })
 }
 
@@ -243,6 +261,7 @@ pub(crate) unsafe fn read_hints(info: &fi::fi_info) -> Hints {
         h.cq_data_size = d.cq_data_size;
         h.control_progress = d.control_progress;
         h.data_progress = d.data_progress;
+        h.mr_mode = d.mr_mode;
     }
     if let Some(f) = unsafe { info.fabric_attr.as_ref() } {
         // SAFETY: name is null or a C string.
@@ -305,14 +324,21 @@ fn build(version: u32, offer: &Offer) -> Option<*mut fi::fi_info> {
             i.fabric_attr.as_mut()?,
         )
     };
-    tx.caps = caps & (PRIMARY_CAPS | fi::FI_SEND);
+    tx.caps = caps & (PRIMARY_CAPS | fi::FI_SEND | fi::FI_RMA | fi::FI_READ | fi::FI_WRITE);
     tx.msg_order = MSG_ORDER;
     tx.comp_order = fi::FI_ORDER_NONE;
     tx.op_flags = offer.tx_op_flags;
     tx.inject_size = l.inject_size;
     tx.size = l.queue_size;
     tx.iov_limit = 1;
-    rx.caps = caps & (PRIMARY_CAPS | fi::FI_RECV | fi::FI_DIRECTED_RECV | fi::FI_SOURCE);
+    rx.caps = caps
+        & (PRIMARY_CAPS
+            | fi::FI_RECV
+            | fi::FI_DIRECTED_RECV
+            | fi::FI_SOURCE
+            | fi::FI_RMA
+            | fi::FI_REMOTE_READ
+            | fi::FI_REMOTE_WRITE);
     rx.op_flags = offer.rx_op_flags;
     rx.msg_order = MSG_ORDER;
     rx.comp_order = fi::FI_ORDER_NONE;
@@ -330,11 +356,13 @@ fn build(version: u32, offer: &Offer) -> Option<*mut fi::fi_info> {
     dom.data_progress = fi::FI_PROGRESS_MANUAL;
     dom.resource_mgmt = fi::FI_RM_ENABLED;
     dom.av_type = offer.av_type;
-    dom.mr_mode = if version < fi::version(1, 5) {
-        fi::FI_MR_SCALABLE as c_int
-    } else {
-        0
+    dom.mr_mode = match (offer.rma, version < fi::version(1, 5)) {
+        (true, true) => fi::FI_MR_BASIC as c_int,
+        (true, false) => MR_MODE_RMA as c_int,
+        (false, true) => fi::FI_MR_SCALABLE as c_int,
+        (false, false) => 0,
     };
+    dom.mr_key_size = std::mem::size_of::<u64>();
     dom.cq_data_size = CQ_DATA_SIZE;
     dom.cq_cnt = 1024;
     dom.ep_cnt = 1024;
@@ -350,8 +378,22 @@ fn build(version: u32, offer: &Offer) -> Option<*mut fi::fi_info> {
     Some(info)
 }
 
-/// The provider's `getinfo`: an fi_info per usable xfer provider that can
-/// honour `hints`, in xfer's order of preference; `-FI_ENODATA` when none.
+/// Whether xfer provider `name` gets an fi_info: every usable one, or only
+/// the one `XFER_PROVIDER` forces. Open MPI 4.1 treats fi_infos of one
+/// libfabric provider with alike attributes as NICs of one fabric and spreads
+/// its ranks over them by local rank (`opal_mca_common_ofi_select_provider`):
+/// with verbs and tcp both listed, ranks would land on providers that cannot
+/// reach each other, so `XFER_PROVIDER` must be able to leave one entry.
+fn offered(forced: Option<&str>, name: &str) -> bool {
+    match forced {
+        None => true,
+        Some(f) => f == name,
+    }
+}
+
+/// The provider's `getinfo`: an fi_info per usable xfer provider (only the
+/// one `XFER_PROVIDER` names, when set) that can honour `hints`, in xfer's
+/// order of preference; `-FI_ENODATA` when none.
 pub(crate) unsafe extern "C" fn getinfo(
     version: u32,
     node: *const c_char,
@@ -375,8 +417,10 @@ pub(crate) unsafe extern "C" fn getinfo(
             None => Hints::default(),
         };
         let limits = Limits::from_env();
+        let forced = DomainAttr::from_env().provider;
         let (mut head, mut tail): (*mut fi::fi_info, *mut fi::fi_info) = (std::ptr::null_mut(), std::ptr::null_mut());
-        for p in xfer_facade::info().into_iter().filter(|p| p.available) {
+        let usable = xfer_facade::info().into_iter().filter(|p| p.available);
+        for p in usable.filter(|p| offered(forced.as_deref(), p.name)) {
             let offer = match select(&h, p.name, limits) {
                 Ok(o) => o,
                 Err(why) => {
@@ -415,6 +459,13 @@ mod tests {
     };
 
     #[test]
+    fn xfer_provider_leaves_one_entry() {
+        assert!(offered(None, "verbs") && offered(None, "tcp"));
+        assert!(offered(Some("tcp"), "tcp"));
+        assert!(!offered(Some("tcp"), "verbs"));
+    }
+
+    #[test]
     fn pingpong_hints_are_accepted() {
         let h = Hints {
             caps: fi::FI_TAGGED,
@@ -435,9 +486,21 @@ mod tests {
             ..Hints::default()
         });
         refuse(Hints {
-            caps: fi::FI_RMA,
+            caps: fi::FI_ATOMIC,
             ..Hints::default()
         });
+        refuse(Hints {
+            caps: fi::FI_RMA,
+            mr_mode: fi::FI_MR_LOCAL as i32,
+            ..Hints::default()
+        });
+        let rma = |mr_mode: u64| Hints {
+            caps: fi::FI_RMA | fi::FI_TAGGED,
+            mr_mode: mr_mode as i32,
+            ..Hints::default()
+        };
+        assert!(select(&rma(MR_MODE_RMA | fi::FI_MR_LOCAL), "tcp", L).is_ok_and(|o| o.rma));
+        assert!(select(&rma(0), "tcp", L).is_ok_and(|o| o.rma && o.caps & RMA_CAPS == RMA_CAPS));
         refuse(Hints {
             caps: fi::FI_MSG | fi::FI_MULTI_RECV,
             ..Hints::default()

@@ -4,7 +4,8 @@
 //! loads it from `FI_PROVIDER_PATH` and lists it as provider `xfer`, with
 //! one fi_info per usable xfer provider (`domain` `verbs` when a device is
 //! usable, then `tcp`). `FI_EP_RDM` endpoints carry `FI_MSG` and
-//! `FI_TAGGED` with `FI_DIRECTED_RECV` and `FI_SOURCE`; every call maps onto
+//! `FI_TAGGED` with `FI_DIRECTED_RECV` and `FI_SOURCE` (and `FI_PEEK` /
+//! `FI_CLAIM` probes), and `FI_RMA` when asked for; every call maps onto
 //! xfer's own Rust API ([`xfer_facade`]), so the wire is xfer's.
 //!
 //! The libfabric structures come from the installed headers through
@@ -21,7 +22,10 @@ mod ep;
 mod eq;
 mod fabric;
 mod info;
+mod mr;
 mod msg;
+mod peek;
+mod rma;
 mod tagged;
 mod unsupported;
 

@@ -1,6 +1,6 @@
 //! `fi_ops_tagged`: tagged messages (64-bit tag, ignore mask, directed or
-//! any-source receive), mapped like [`crate::msg`]. `FI_PEEK`, `FI_CLAIM`
-//! and `FI_DISCARD` are refused with `-FI_EBADFLAGS`.
+//! any-source receive), mapped like [`crate::msg`]. `fi_trecvmsg` with
+//! `FI_PEEK`, `FI_CLAIM` or `FI_DISCARD` goes to [`crate::peek`].
 
 use std::ffi::c_void;
 
@@ -9,6 +9,7 @@ use crate::ep::{with_ep, Recv, Send};
 use crate::fi;
 use crate::info::{MSG_TX_FLAGS, RX_OP_FLAGS};
 use crate::msg::{check_flags, one_iov};
+use crate::peek::{Probe, PROBE_FLAGS};
 
 /// The table every endpoint's `tagged` points to.
 pub(crate) static OPS: fi::fi_ops_tagged = fi::fi_ops_tagged {
@@ -80,11 +81,20 @@ unsafe extern "C" fn trecvmsg(ep: *mut fi::fid_ep, msg: *const fi::fi_msg_tagged
         let Some(m) = (unsafe { msg.as_ref() }) else {
             return scode(-(libc::EINVAL));
         };
-        if let Err(e) = check_flags(flags, RX_OP_FLAGS) {
+        if let Err(e) = check_flags(flags, RX_OP_FLAGS | PROBE_FLAGS) {
             return e;
         }
         // SAFETY: the message's vector of iov_count elements.
         match unsafe { one_iov(m.msg_iov, m.iov_count) } {
+            Ok((buf, len)) if flags & PROBE_FLAGS != 0 => ep.probe(Probe {
+                src: m.addr,
+                tag: m.tag,
+                ignore: m.ignore,
+                buf,
+                len,
+                context: m.context,
+                flags,
+            }),
             Ok((buf, len)) => ep.recv(Recv {
                 src: m.addr,
                 tag: Some((m.tag, m.ignore)),

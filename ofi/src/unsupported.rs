@@ -1,37 +1,11 @@
-//! RMA, atomics and collectives: not offered by this increment (fi_getinfo
-//! refuses `FI_RMA`, `FI_ATOMIC`, `FI_COLLECTIVE`), and every call returns
-//! `-FI_ENOSYS` rather than crash a program that calls one anyway.
+//! Atomics and collectives: not offered (fi_getinfo refuses `FI_ATOMIC`,
+//! `FI_COLLECTIVE`), and every call returns `-FI_ENOSYS` rather than crash a
+//! program that calls one anyway.
 
 use std::ffi::{c_int, c_void};
 
 use crate::entry::enosys;
 use crate::fi::*;
-
-enosys! {
-    rma_read(*mut fid_ep, *mut c_void, usize, *mut c_void, fi_addr_t, u64, u64, *mut c_void) -> isize;
-    rma_readv(*mut fid_ep, *const iovec, *mut *mut c_void, usize, fi_addr_t, u64, u64, *mut c_void) -> isize;
-    rma_readmsg(*mut fid_ep, *const fi_msg_rma, u64) -> isize;
-    rma_write(*mut fid_ep, *const c_void, usize, *mut c_void, fi_addr_t, u64, u64, *mut c_void) -> isize;
-    rma_writev(*mut fid_ep, *const iovec, *mut *mut c_void, usize, fi_addr_t, u64, u64, *mut c_void) -> isize;
-    rma_writemsg(*mut fid_ep, *const fi_msg_rma, u64) -> isize;
-    rma_inject(*mut fid_ep, *const c_void, usize, fi_addr_t, u64, u64) -> isize;
-    rma_writedata(*mut fid_ep, *const c_void, usize, *mut c_void, u64, fi_addr_t, u64, u64, *mut c_void) -> isize;
-    rma_injectdata(*mut fid_ep, *const c_void, usize, u64, fi_addr_t, u64, u64) -> isize;
-}
-
-/// `fi_ops_rma`: every entry `-FI_ENOSYS`.
-pub(crate) static RMA_OPS: fi_ops_rma = fi_ops_rma {
-    size: std::mem::size_of::<fi_ops_rma>(),
-    read: Some(rma_read),
-    readv: Some(rma_readv),
-    readmsg: Some(rma_readmsg),
-    write: Some(rma_write),
-    writev: Some(rma_writev),
-    writemsg: Some(rma_writemsg),
-    inject: Some(rma_inject),
-    writedata: Some(rma_writedata),
-    injectdata: Some(rma_injectdata),
-};
 
 enosys! {
     atomic_write(*mut fid_ep, *const c_void, usize, *mut c_void, fi_addr_t, u64, u64, fi_datatype, fi_op, *mut c_void) -> isize;

@@ -70,12 +70,22 @@ fn fi_info_lists_xfer() {
         String::from_utf8_lossy(&out.stdout)
     );
     let out = fi_command("fi_info")
-        .args(["-p", "xfer", "-c", "FI_RMA"])
+        .args(["-p", "xfer", "-c", "FI_ATOMIC"])
         .output()
         .expect("fi_info");
     assert!(
         !out.status.success(),
-        "FI_RMA accepted:\n{}",
+        "FI_ATOMIC accepted:\n{}",
         String::from_utf8_lossy(&out.stdout)
     );
+    // RMA when asked for, with the registration mode it needs.
+    let out = fi_command("fi_info")
+        .args(["-p", "xfer", "-c", "FI_RMA", "-v"])
+        .output()
+        .expect("fi_info");
+    check("fi_info -p xfer -c FI_RMA", &out);
+    let text = String::from_utf8_lossy(&out.stdout);
+    for want in ["FI_RMA", "FI_REMOTE_WRITE", "FI_MR_VIRT_ADDR", "FI_MR_PROV_KEY"] {
+        assert!(text.contains(want), "no {want}:\n{text}");
+    }
 }

@@ -24,6 +24,10 @@
 #                examples (pingpong, rma) as server and client processes over verbs
 #   ofi          libfabric's fi_info and fi_pingpong (-e rdm, -m msg and -m tagged, two
 #                processes) over libxfer_fi.so's verbs domain (docs/OFI.md)
+#   mpi          ofi/tests/mpi.rs over XFER_PROVIDER=verbs: Open MPI (pml cm, mtl ofi, provider
+#                xfer) running mpi_check on 4 ranks (to XFER_MPI_MAX_BYTES, 16 MiB) and
+#                NPopenmpi on 2 (to XFER_MPI_NETPIPE_MAX, 64 KiB here), each rank's xfer
+#                endpoint logged as verbs and as having carried receives
 # The binaries are built on the host by tests/vm/build-verbs.sh, whose KEY=PATH lines
 # are this script's arguments:
 #   tests/vm/run-guest.sh tests/vm/all.sh $(tests/vm/build-verbs.sh)
@@ -36,15 +40,15 @@
 #   XFER_VM_CONFORMANCE_THREADS  --test-threads for the conformance suite (default 2: 35
 #                        tests in ~9-10 s over rxe vs ~16 s with 1, both passing, measured)
 #   XFER_VM_TIMEOUT_VERBS / _CONFORMANCE / _PEER_DEATH / _SCALE / _TCP_FAULTS / _AIO / _RPC /
-#                        _VERBS_FAULTS / _XFER_INFO / _C_SUITE / _OFI  per-step seconds (defaults
-#                        240 per verbs binary / 240 / 120 / 180 / 300 / 180 / 120 / 300 / 60 / 300 / 300,
+#                        _VERBS_FAULTS / _XFER_INFO / _C_SUITE / _OFI / _MPI  per-step seconds (defaults
+#                        240 per verbs binary / 240 / 120 / 180 / 300 / 180 / 120 / 300 / 60 / 300 / 300 / 400,
 #                        3-10x what they took here; smoke.sh bounds its own)
 #   XFER_VM_TEST_ARGS    extra arguments for the conformance binary (e.g. a test name filter)
 set -u
 
 usage() {
     echo "usage: all.sh KEY=PATH... (KEYs: VERBS_<NAME> CONFORMANCE PEER_DEATH SCALE TCP_FAULTS AIO RPC" \
-        "VERBS_FAULTS XFER_INFO C_SUITE OFI [XFER_PERF]; from tests/vm/build-verbs.sh on the host)" >&2
+        "VERBS_FAULTS XFER_INFO C_SUITE OFI MPI [XFER_PERF]; from tests/vm/build-verbs.sh on the host)" >&2
 }
 if [ "${XFER_IN_GUEST:-0}" != 1 ]; then
     echo "all.sh: run this inside the guest: tests/vm/run-guest.sh $0 \$(tests/vm/build-verbs.sh)" >&2
@@ -56,7 +60,7 @@ declare -A bin=()
 verbs_tests=() # names (lower case) of the VERBS_<NAME> binaries, in argument order
 for arg in "$@"; do
     case $arg in
-    CONFORMANCE=* | PEER_DEATH=* | SCALE=* | TCP_FAULTS=* | AIO=* | RPC=* | VERBS_FAULTS=* | XFER_PERF=* | XFER_INFO=* | C_SUITE=* | OFI=*)
+    CONFORMANCE=* | PEER_DEATH=* | SCALE=* | TCP_FAULTS=* | AIO=* | RPC=* | VERBS_FAULTS=* | XFER_PERF=* | XFER_INFO=* | C_SUITE=* | OFI=* | MPI=*)
         bin[${arg%%=*}]=${arg#*=}
         ;;
     VERBS_?*=*)
@@ -73,7 +77,7 @@ for arg in "$@"; do
     esac
 done
 
-steps=${XFER_VM_STEPS:-smoke verbs conformance peer_death scale tcp_faults aio rpc verbs_faults xfer_info c_suite ofi}
+steps=${XFER_VM_STEPS:-smoke verbs conformance peer_death scale tcp_faults aio rpc verbs_faults xfer_info c_suite ofi mpi}
 steps=${steps//,/ }
 # `verbs` stands for one step per VERBS_<NAME> binary given.
 expanded=
@@ -86,10 +90,10 @@ for s in $steps; do
             for t in "${verbs_tests[@]}"; do expanded+=" verbs_$t"; done
         fi
         ;;
-    smoke | verbs_* | conformance | peer_death | scale | tcp_faults | aio | rpc | xfer_info | c_suite | ofi) expanded+=" $s" ;;
+    smoke | verbs_* | conformance | peer_death | scale | tcp_faults | aio | rpc | xfer_info | c_suite | ofi | mpi) expanded+=" $s" ;;
     *)
         echo "all.sh: unknown step '$s' in XFER_VM_STEPS (smoke verbs verbs_<name> conformance" \
-            "peer_death scale tcp_faults aio rpc verbs_faults xfer_info c_suite ofi)" >&2
+            "peer_death scale tcp_faults aio rpc verbs_faults xfer_info c_suite ofi mpi)" >&2
         exit 2
         ;;
     esac
@@ -351,6 +355,19 @@ step_ofi() {
         result ofi 0
     fi
     unset FI_PROVIDER_PATH FI_PROVIDER
+}
+# Open MPI over libxfer_fi.so's verbs domain: the test binary (ofi/tests/mpi.rs) runs
+# mpirun itself and checks every rank's xfer endpoint carried its traffic over verbs.
+# 4 ranks on the guest's 2 vCPUs under TCG (--oversubscribe); NetPIPE's sweep kept short.
+step_mpi() {
+    need MPI mpi || return
+    local t=${XFER_VM_TIMEOUT_MPI:-400} dir=${bin[MPI]} rc
+    echo "+ XFER_PROVIDER=verbs XFER_OFI_TEST_DIR=$dir timeout $t $dir/mpi-test --test-threads=1 --nocapture"
+    XFER_PROVIDER=verbs XFER_OFI_TEST_DIR=$dir \
+        XFER_MPI_MAX_BYTES=${XFER_MPI_MAX_BYTES:-16777216} XFER_MPI_NETPIPE_MAX=${XFER_MPI_NETPIPE_MAX:-65536} \
+        timeout -k 10 "$t" "$dir/mpi-test" --test-threads=1 --nocapture
+    rc=$?
+    result mpi "$rc" "$(why "$rc" "$t")"
 }
 echo "all.sh: steps: $steps"
 for s in $steps; do

@@ -22,6 +22,9 @@
 #                    tests/c/test_capi.c and the examples examples/c/pingpong.c, rma.c
 #   OFI=...          a directory holding only libxfer_fi.so (xfer-ofi, release, with the
 #                    verbs provider): the FI_PROVIDER_PATH for libfabric's fi_pingpong
+#   MPI=...          a directory holding libxfer_fi.so (release), ofi/tests/mpi.rs's test
+#                    binary as `mpi-test` and ofi/tests/c/mpi_check.c compiled with mpicc
+#                    as `mpi_check` (the test's XFER_OFI_TEST_DIR)
 # Build output goes to stderr. Honors CARGO_TARGET_DIR (the paths printed are cargo's
 # own). Fails, naming the build, if any build fails.
 #
@@ -36,7 +39,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 
-all_keys=(VERBS CONFORMANCE PEER_DEATH SCALE TCP_FAULTS AIO RPC VERBS_FAULTS XFER_PERF XFER_INFO C_SUITE OFI)
+all_keys=(VERBS CONFORMANCE PEER_DEATH SCALE TCP_FAULTS AIO RPC VERBS_FAULTS XFER_PERF XFER_INFO C_SUITE OFI MPI)
 want=("${all_keys[@]}")
 if [ "${1:-}" = --only ]; then
     [ $# -ge 2 ] || { echo "build-verbs: --only needs KEY[,KEY...] (${all_keys[*]})" >&2; exit 2; }
@@ -146,6 +149,32 @@ if wants OFI; then
     # libxfer_fi with its default features (the verbs provider included).
     cargo_build "libxfer_fi (xfer-ofi)" build --release -p xfer-ofi --lib "$@"
 fi
+if wants MPI; then
+    cargo_build "ofi/tests/mpi.rs (xfer-ofi)" test --release -p xfer-ofi --test mpi --no-run "$@"
+fi
+
+# build_mpi: a directory with libxfer_fi.so, the mpi test binary (as mpi-test) and
+# mpi_check compiled with mpicc; prints it.
+build_mpi() {
+    local so exe dir
+    so=$(awk '$1 == "cdylib" && $2 == "xfer_fi" { p = $3 } END { print p }' "$arts")
+    exe=$(awk '$1 == "test" && $2 == "mpi" && $4 ~ "/ofi/tests/mpi.rs$" { p = $3 } END { print p }' "$arts")
+    if [ -z "$so" ] || [ ! -f "$so" ] || [ -z "$exe" ] || [ ! -x "$exe" ]; then
+        echo "build-verbs: no libxfer_fi.so or ofi/tests/mpi.rs binary in cargo's output" >&2
+        exit 1
+    fi
+    dir=$(dirname "$exe")/../ofi-mpi
+    mkdir -p "$dir"
+    dir=$(cd "$dir" && pwd)
+    cp -f "$so" "$dir/libxfer_fi.so"
+    cp -f "$exe" "$dir/mpi-test"
+    echo "build-verbs: mpicc ofi/tests/c/mpi_check.c -> $dir/mpi_check" >&2
+    if ! mpicc -Wall -Wextra -Werror -O1 -g ofi/tests/c/mpi_check.c -o "$dir/mpi_check" >&2; then
+        echo "build-verbs: FAILED to compile ofi/tests/c/mpi_check.c (libopenmpi-dev)" >&2
+        exit 1
+    fi
+    echo "$dir"
+}
 
 # build_ofi: copies libxfer_fi.so alone into a directory (libfabric loads every *fi.so of
 # an FI_PROVIDER_PATH directory) and prints it.
@@ -214,6 +243,17 @@ for k in "${want[@]}"; do
             ;;
         esac
         out+=("OFI=$dir")
+        continue
+    fi
+    if [ "$k" = MPI ]; then
+        dir=$(build_mpi)
+        case $dir in
+        *[[:space:]]*)
+            echo "build-verbs: MPI path contains whitespace: $dir" >&2
+            exit 1
+            ;;
+        esac
+        out+=("MPI=$dir")
         continue
     fi
     if [ "$k" = C_SUITE ]; then

@@ -10,6 +10,7 @@ APT_PKGS=(
     rdma-core ibverbs-providers ibverbs-utils libibverbs-dev librdmacm-dev rdmacm-utils
     perftest ucx-utils libfabric-bin busybox-static libclang-dev clang pkg-config
     iproute2 kmod util-linux
+    openmpi-bin libopenmpi-dev netpipe-openmpi # step mpi: Open MPI over libxfer_fi.so
 )
 
 SUDO=""

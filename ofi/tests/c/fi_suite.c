@@ -6,7 +6,9 @@
  * Covers: fi_av_insert of several names at once, tagged any-source and
  * directed receives (fi_cq_readfrom source addresses), truncation through
  * fi_cq_readerr with both lengths, inject and injectdata, cancel
- * (FI_ECANCELED), fi_tsendmsg flags, blocking reads (fi_cq_sread, the FI_GETWAIT
+ * (FI_ECANCELED), FI_PEEK / FI_CLAIM / FI_DISCARD probes (eager and
+ * rendezvous messages), RMA (fi_mr_reg, read, write, writedata, inject_write,
+ * writemsg; bad key, out of bounds, no right), fi_tsendmsg flags, blocking reads (fi_cq_sread, the FI_GETWAIT
  * fd after fi_trywait), and calls xfer refuses (-FI_ENOSYS,
  * -FI_ENODATA, -FI_EBADFLAGS, -FI_EBUSY).
  */
@@ -70,12 +72,15 @@ struct node {
 };
 
 static struct node nodes[NEP];
+/* The nodes progress() reads: `nodes`, or the RMA section's own. */
+static struct node *cur = nodes;
+static int ncur = NEP;
 
 /* Reads every CQ (each read drives its endpoint's progress) into the stashes. */
 static void progress(void)
 {
-	for (int i = 0; i < NEP; i++) {
-		struct node *nd = &nodes[i];
+	for (int i = 0; i < ncur; i++) {
+		struct node *nd = &cur[i];
 		struct fi_cq_tagged_entry e[8];
 		fi_addr_t src[8];
 		ssize_t r = fi_cq_readfrom(nd->cq, e, 8, src);
@@ -111,7 +116,7 @@ static void progress(void)
 static struct got wait_for(int i, void *ctx)
 {
 	time_t end = time(NULL) + 10;
-	struct node *nd = &nodes[i];
+	struct node *nd = &cur[i];
 	while (time(NULL) < end) {
 		progress();
 		for (int k = 0; k < nd->n; k++) {
@@ -133,11 +138,11 @@ static void expect_nothing(int i, const char *what)
 {
 	for (int k = 0; k < 200; k++)
 		progress();
-	CHECK(nodes[i].n == 0, "%s: %d unexpected completion(s), first context %p",
-	      what, nodes[i].n, nodes[i].n ? nodes[i].stash[0].e.op_context : NULL);
+	CHECK(cur[i].n == 0, "%s: %d unexpected completion(s), first context %p",
+	      what, cur[i].n, cur[i].n ? cur[i].stash[0].e.op_context : NULL);
 }
 
-static int ctx[32]; /* distinct addresses used as operation contexts */
+static int ctx[48]; /* distinct addresses used as operation contexts */
 #define CTX(n) ((void *)&ctx[n])
 
 /* A sender thread: sends after a pause (so the receiver is blocked by then)
@@ -168,11 +173,164 @@ static void *send_later(void *arg)
 	return NULL;
 }
 
+/* fi_trecvmsg with probe flags on node `i` (no buffer unless given). */
+static ssize_t probe(int i, uint64_t flags, fi_addr_t src, uint64_t tag, void *buf, size_t len, void *context)
+{
+	struct iovec iov = {.iov_base = buf, .iov_len = len};
+	struct fi_msg_tagged m = {
+		.msg_iov = buf ? &iov : NULL, .iov_count = buf ? 1 : 0, .addr = src, .tag = tag, .context = context,
+	};
+	return fi_trecvmsg(cur[i].ep, &m, flags);
+}
+
+/* One peek (with `flags`) on node `i`, and its answer. */
+static struct got peek_once(int i, uint64_t flags, fi_addr_t src, uint64_t tag, void *context)
+{
+	MUST(probe(i, flags, src, tag, NULL, 0, context));
+	return wait_for(i, context);
+}
+
+/* Peeks (with `flags`) on node `i` until a message matches, 10 s at most:
+ * the answer for the first peek that did not report FI_ENOMSG. */
+static struct got peek_until(int i, uint64_t flags, fi_addr_t src, uint64_t tag, void *context)
+{
+	time_t end = time(NULL) + 10;
+	while (time(NULL) < end) {
+		struct got g = peek_once(i, flags, src, tag, context);
+		if (g.err != FI_ENOMSG)
+			return g;
+	}
+	fprintf(stderr, "FATAL: no message for tag %lu came to node %d\n", (unsigned long)tag, i);
+	exit(2);
+}
+
 static double now(void)
 {
 	struct timespec t;
 	clock_gettime(CLOCK_MONOTONIC, &t);
 	return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+/* RMA on its own domain (FI_RMA asked, with FI_MR_VIRT_ADDR | FI_MR_ALLOCATED |
+ * FI_MR_PROV_KEY): X reads and writes memory Y registered. fi_write, fi_read,
+ * fi_writedata (Y's receive CQ gets the data), fi_inject_write, fi_writemsg;
+ * a bad key, a range past the region's end and a write into a region
+ * registered for remote reads only fail with FI_EACCES at X. */
+static char target[4096], readonly[64], big_rma[1 << 16];
+
+static void rma_section(struct fid_fabric *fabric)
+{
+	struct fi_info *hints = fi_allocinfo(), *info = NULL;
+	hints->ep_attr->type = FI_EP_RDM;
+	hints->caps = FI_MSG | FI_TAGGED | FI_RMA;
+	hints->domain_attr->name = strdup("tcp");
+	hints->domain_attr->mr_mode = FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
+	hints->fabric_attr->prov_name = strdup("xfer");
+	MUST(fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, hints, &info));
+	uint64_t rcaps = FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
+	CHECK((info->caps & rcaps) == rcaps, "RMA caps %lx", (unsigned long)info->caps);
+	CHECK(info->domain_attr->mr_mode == (FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY), "mr_mode %x",
+	      info->domain_attr->mr_mode);
+	struct fid_domain *domain;
+	struct fid_av *av;
+	MUST(fi_domain(fabric, info, &domain, NULL));
+	struct fi_av_attr av_attr = {.type = FI_AV_TABLE};
+	MUST(fi_av_open(domain, &av_attr, &av, NULL));
+	static struct node rn[2];
+	char names[2][64];
+	for (int i = 0; i < 2; i++) {
+		struct fi_cq_attr cq_attr = {.format = FI_CQ_FORMAT_TAGGED};
+		MUST(fi_cq_open(domain, &cq_attr, &rn[i].cq, NULL));
+		MUST(fi_endpoint(domain, info, &rn[i].ep, NULL));
+		MUST(fi_ep_bind(rn[i].ep, &av->fid, 0));
+		MUST(fi_ep_bind(rn[i].ep, &rn[i].cq->fid, FI_TRANSMIT | FI_RECV));
+		MUST(fi_enable(rn[i].ep));
+		size_t len = sizeof(names[i]);
+		MUST(fi_getname(&rn[i].ep->fid, names[i], &len));
+		CHECK(fi_av_insert(av, names[i], 1, &rn[i].addr, 0, NULL) == 1, "inserting RMA endpoint %d", i);
+	}
+	cur = rn;
+	ncur = 2;
+	struct node *x = &rn[0], *y = &rn[1];
+
+	struct fid_mr *mr, *ro, *bad;
+	MUST(fi_mr_reg(domain, target, sizeof(target), FI_REMOTE_READ | FI_REMOTE_WRITE, 0, 0, 0, &mr, NULL));
+	MUST(fi_mr_reg(domain, readonly, sizeof(readonly), FI_REMOTE_READ, 0, 0, 0, &ro, NULL));
+	struct iovec two[2] = {{target, 8}, {readonly, 8}};
+	CHECK(fi_mr_regv(domain, two, 2, FI_REMOTE_READ, 0, 0, 0, &bad, NULL) == -FI_EINVAL, "fi_mr_regv of 2 segments");
+	uint64_t key = fi_mr_key(mr), base = (uint64_t)(uintptr_t)target;
+
+	/* fi_write, then fi_read of what it wrote. */
+	char out[1000], back[1000];
+	for (int i = 0; i < 1000; i++)
+		out[i] = (char)(i * 7 + 1);
+	MUST(fi_write(x->ep, out, sizeof(out), NULL, y->addr, base + 100, key, CTX(34)));
+	struct got w = wait_for(0, CTX(34));
+	CHECK(w.err == 0 && (w.e.flags & (FI_RMA | FI_WRITE)) == (FI_RMA | FI_WRITE), "fi_write: err %d flags %lx", w.err,
+	      (unsigned long)w.e.flags);
+	CHECK(!memcmp(target + 100, out, sizeof(out)), "fi_write did not land in the target region");
+	MUST(fi_read(x->ep, back, sizeof(back), fi_mr_desc(mr), y->addr, base + 100, key, CTX(35)));
+	struct got r = wait_for(0, CTX(35));
+	CHECK(r.err == 0 && (r.e.flags & (FI_RMA | FI_READ)) == (FI_RMA | FI_READ) && !memcmp(back, out, sizeof(out)),
+	      "fi_read: err %d", r.err);
+
+	/* fi_writedata: the target's receive CQ reports the data. */
+	MUST(fi_writedata(x->ep, "with-data", 10, NULL, 0xfeed, y->addr, base + 1200, key, CTX(36)));
+	CHECK(wait_for(0, CTX(36)).err == 0, "fi_writedata");
+	struct got t = wait_for(1, NULL);
+	CHECK(t.err == 0 && (t.e.flags & (FI_REMOTE_WRITE | FI_REMOTE_CQ_DATA)) == (FI_REMOTE_WRITE | FI_REMOTE_CQ_DATA) &&
+		      t.e.data == 0xfeed,
+	      "target side of fi_writedata: err %d flags %lx data %lx", t.err, (unsigned long)t.e.flags,
+	      (unsigned long)t.e.data);
+	CHECK(!strcmp(target + 1200, "with-data"), "fi_writedata wrote %s", target + 1200);
+
+	/* fi_inject_write: no completion at all; the bytes land. */
+	MUST(fi_inject_write(x->ep, "inj-w", 6, y->addr, base + 2000, key));
+	for (time_t end = time(NULL) + 10; time(NULL) < end && strcmp(target + 2000, "inj-w");)
+		progress();
+	CHECK(!strcmp(target + 2000, "inj-w"), "fi_inject_write did not land");
+	expect_nothing(0, "fi_inject_write completions");
+
+	/* fi_writemsg with FI_INJECT: the buffer may be reused at once. */
+	char msgbuf[8] = "wmsg";
+	struct iovec miov = {msgbuf, 5};
+	struct fi_rma_iov rio = {.addr = base + 3000, .len = 5, .key = key};
+	struct fi_msg_rma wm = {.msg_iov = &miov, .iov_count = 1, .addr = y->addr, .rma_iov = &rio, .rma_iov_count = 1,
+				.context = CTX(37)};
+	MUST(fi_writemsg(x->ep, &wm, FI_INJECT | FI_COMPLETION));
+	memset(msgbuf, 'x', 5);
+	CHECK(wait_for(0, CTX(37)).err == 0 && !strcmp(target + 3000, "wmsg"), "fi_writemsg wrote %s", target + 3000);
+
+	/* What the target refuses: a bad key, past the region's end, a region
+	 * that allows remote reads only. Each fails at the initiator. */
+	MUST(fi_write(x->ep, out, 16, NULL, y->addr, base, key + 0x1234567, CTX(38)));
+	struct got e1 = wait_for(0, CTX(38));
+	CHECK(e1.err == FI_EACCES, "bad key: err %d", e1.err);
+	MUST(fi_read(x->ep, back, 100, NULL, y->addr, base + sizeof(target) - 10, key, CTX(39)));
+	struct got e2 = wait_for(0, CTX(39));
+	CHECK(e2.err == FI_EACCES, "read past the region's end: err %d", e2.err);
+	MUST(fi_write(x->ep, out, 8, NULL, y->addr, (uint64_t)(uintptr_t)readonly, fi_mr_key(ro), CTX(40)));
+	struct got e3 = wait_for(0, CTX(40));
+	CHECK(e3.err == FI_EACCES, "write into a read-only region: err %d", e3.err);
+	MUST(fi_read(x->ep, back, 8, NULL, y->addr, (uint64_t)(uintptr_t)readonly, fi_mr_key(ro), CTX(41)));
+	CHECK(wait_for(0, CTX(41)).err == 0, "read of a read-only region");
+	CHECK(fi_inject_write(x->ep, big_rma, sizeof(big_rma), y->addr, base, key) == -FI_EMSGSIZE,
+	      "fi_inject_write above inject_size");
+	expect_nothing(1, "completions at the target of plain writes and reads");
+
+	CHECK(fi_close(&domain->fid) == -FI_EBUSY, "closing a domain with registered memory");
+	MUST(fi_close(&mr->fid));
+	MUST(fi_close(&ro->fid));
+	for (int i = 0; i < 2; i++) {
+		MUST(fi_close(&rn[i].ep->fid));
+		MUST(fi_close(&rn[i].cq->fid));
+	}
+	MUST(fi_close(&av->fid));
+	MUST(fi_close(&domain->fid));
+	cur = nodes;
+	ncur = NEP;
+	fi_freeinfo(info);
+	fi_freeinfo(hints);
 }
 
 int main(void)
@@ -186,11 +344,18 @@ int main(void)
 	CHECK(!strcmp(info->fabric_attr->prov_name, "xfer"), "provider %s", info->fabric_attr->prov_name);
 	CHECK(info->caps & FI_DIRECTED_RECV, "no FI_DIRECTED_RECV");
 
-	/* What xfer cannot do is refused. */
+	/* What xfer cannot do is refused: RMA with local registration only
+	 * (xfer's RMA needs FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY),
+	 * atomics. */
 	struct fi_info *rma = fi_dupinfo(hints), *none = NULL;
 	rma->caps |= FI_RMA;
-	CHECK(fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, rma, &none) == -FI_ENODATA, "FI_RMA accepted");
+	rma->domain_attr->mr_mode = FI_MR_LOCAL;
+	CHECK(fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, rma, &none) == -FI_ENODATA, "FI_RMA with FI_MR_LOCAL accepted");
+	rma->caps = FI_ATOMIC;
+	rma->domain_attr->mr_mode = 0;
+	CHECK(fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, rma, &none) == -FI_ENODATA, "FI_ATOMIC accepted");
 	fi_freeinfo(rma);
+	CHECK(!(info->caps & FI_RMA), "FI_RMA offered without being asked for");
 
 	struct fid_fabric *fabric;
 	struct fid_domain *domain;
@@ -294,6 +459,60 @@ int main(void)
 	struct got g7 = wait_for(2, CTX(11));
 	CHECK(g7.err == FI_ECANCELED, "cancel err %d", g7.err);
 	CHECK(fi_cancel(&c->ep->fid, CTX(11)) == -FI_ENOENT, "second fi_cancel");
+
+	/* FI_PEEK, FI_CLAIM, FI_DISCARD (Open MPI's MPI_Iprobe, MPI_Improbe and
+	 * MPI_Imrecv). A peek that finds nothing reports FI_ENOMSG through
+	 * fi_cq_readerr; one that finds a message reports its length, tag, data
+	 * and source without receiving it. */
+	struct got p0 = peek_once(2, FI_PEEK | FI_COMPLETION, FI_ADDR_UNSPEC, 41, CTX(24));
+	CHECK(p0.err == FI_ENOMSG && p0.e.tag == 41, "peek with nothing there: err %d", p0.err);
+	MUST(fi_tsenddata(b->ep, "peek-me", 8, NULL, 5, c->addr, 41, CTX(25)));
+	wait_for(1, CTX(25));
+	struct got p1 = peek_until(2, FI_PEEK | FI_COMPLETION, FI_ADDR_UNSPEC, 41, CTX(24));
+	CHECK(p1.err == 0 && p1.e.len == 8 && p1.e.tag == 41 && p1.src == b->addr && p1.e.data == 5 &&
+		      (p1.e.flags & (FI_TAGGED | FI_RECV | FI_REMOTE_CQ_DATA)) == (FI_TAGGED | FI_RECV | FI_REMOTE_CQ_DATA),
+	      "peek: err %d len %zu tag %lu src %lu data %lu", p1.err, p1.e.len, (unsigned long)p1.e.tag,
+	      (unsigned long)p1.src, (unsigned long)p1.e.data);
+	struct got p2 = peek_once(2, FI_PEEK, a->addr, 41, CTX(24));
+	CHECK(p2.err == FI_ENOMSG, "a peek directed at A found B's message: err %d", p2.err);
+	/* Claim it: a receive posted now does not take it; the claiming receive does. */
+	struct got p3 = peek_until(2, FI_PEEK | FI_CLAIM, b->addr, 41, CTX(26));
+	CHECK(p3.err == 0 && p3.e.len == 8 && p3.src == b->addr, "peek|claim: err %d len %zu", p3.err, p3.e.len);
+	char r13[16] = {0}, r14[16] = {0};
+	MUST(fi_trecv(c->ep, r13, sizeof(r13), NULL, FI_ADDR_UNSPEC, 41, 0, CTX(27)));
+	expect_nothing(2, "a receive matched a claimed message");
+	CHECK(fi_cancel(&c->ep->fid, CTX(27)) == 0, "cancelling the receive");
+	CHECK(wait_for(2, CTX(27)).err == FI_ECANCELED, "cancelled receive");
+	MUST(probe(2, FI_CLAIM, FI_ADDR_UNSPEC, 41, r14, sizeof(r14), CTX(26)));
+	struct got p4 = wait_for(2, CTX(26));
+	CHECK(p4.err == 0 && p4.e.len == 8 && !strcmp(r14, "peek-me") && p4.e.data == 5 && p4.src == b->addr,
+	      "claimed receive: err %d %s", p4.err, r14);
+	CHECK(probe(2, FI_CLAIM, FI_ADDR_UNSPEC, 41, r14, sizeof(r14), CTX(26)) == -FI_EINVAL, "claiming twice");
+	CHECK(probe(2, FI_DISCARD, FI_ADDR_UNSPEC, 41, NULL, 0, CTX(26)) == -FI_EBADFLAGS, "FI_DISCARD alone");
+	/* Claim then discard a rendezvous message: the sender's send completes,
+	 * the receiver's discard reports length 0, and the next message with the
+	 * tag is the one a receive gets. */
+	static char huge[1 << 20];
+	memset(huge, 'h', sizeof(huge));
+	MUST(fi_tsend(nodes[0].ep, huge, sizeof(huge), NULL, c->addr, 42, CTX(28)));
+	struct got p5 = peek_until(2, FI_PEEK | FI_CLAIM, FI_ADDR_UNSPEC, 42, CTX(29));
+	CHECK(p5.err == 0 && p5.e.len == sizeof(huge) && p5.src == nodes[0].addr, "rendezvous peek: len %zu", p5.e.len);
+	MUST(probe(2, FI_CLAIM | FI_DISCARD, FI_ADDR_UNSPEC, 42, NULL, 0, CTX(29)));
+	struct got p6 = wait_for(2, CTX(29));
+	CHECK(p6.err == 0 && p6.e.len == 0 && p6.e.tag == 42, "claim|discard: err %d len %zu", p6.err, p6.e.len);
+	CHECK(wait_for(0, CTX(28)).err == 0, "the discarded rendezvous send did not complete");
+	/* FI_PEEK | FI_DISCARD: found, reported, dropped. */
+	MUST(fi_tsend(b->ep, "gone", 5, NULL, c->addr, 42, CTX(30)));
+	wait_for(1, CTX(30));
+	struct got p7 = peek_until(2, FI_PEEK | FI_DISCARD, FI_ADDR_UNSPEC, 42, CTX(31));
+	CHECK(p7.err == 0 && p7.e.len == 5 && p7.src == b->addr, "peek|discard: err %d len %zu", p7.err, p7.e.len);
+	MUST(fi_tsend(b->ep, "after", 6, NULL, c->addr, 42, CTX(32)));
+	wait_for(1, CTX(32));
+	char r15[16] = {0};
+	MUST(fi_trecv(c->ep, r15, sizeof(r15), NULL, FI_ADDR_UNSPEC, 42, 0, CTX(33)));
+	struct got p8 = wait_for(2, CTX(33));
+	CHECK(p8.err == 0 && !strcmp(r15, "after"), "after the discards a receive got %s", r15);
+	expect_nothing(2, "completions of discarded messages");
 
 	/* Blocking reads: fi_cq_sread times out with -FI_EAGAIN when nothing comes,
 	 * and returns the entry another thread's message completes; the CQ's wait
@@ -402,13 +621,16 @@ int main(void)
 	      "tsendmsg: %s data %lu", r8, (unsigned long)g9.e.data);
 	CHECK(fi_tsendmsg(b->ep, &tm, FI_DELIVERY_COMPLETE) == -FI_EBADFLAGS, "FI_DELIVERY_COMPLETE accepted");
 
-	/* What xfer does not offer returns -FI_ENOSYS; close order is enforced. */
-	CHECK(fi_write(c->ep, big, 8, NULL, a->addr, 0, 0, NULL) == -FI_ENOSYS, "fi_write");
+	/* What xfer does not offer returns -FI_ENOSYS, what the endpoint was not
+	 * opened for -FI_EOPNOTSUPP; close order is enforced. */
+	CHECK(fi_write(c->ep, big, 8, NULL, a->addr, 0, 0, NULL) == -FI_EOPNOTSUPP, "fi_write without FI_RMA");
 	struct fid_cntr *cntr;
 	struct fi_cntr_attr cntr_attr = {0};
 	CHECK(fi_cntr_open(domain, &cntr_attr, &cntr, NULL) == -FI_ENOSYS, "fi_cntr_open");
 	CHECK(fi_close(&domain->fid) == -FI_EBUSY, "closing a domain in use");
 	CHECK(fi_close(&c->cq->fid) == -FI_EBUSY, "closing a bound CQ");
+
+	rma_section(fabric);
 
 	for (int i = 0; i < NEP; i++) {
 		MUST(fi_close(&nodes[i].ep->fid));

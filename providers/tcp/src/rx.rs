@@ -121,6 +121,14 @@ impl Unexp {
             Unexp::Eager { from, .. } | Unexp::Rts { from, .. } => from,
         }
     }
+
+    /// Length and immediate data, for a peek.
+    pub fn describe(&self) -> (usize, Option<u64>) {
+        match self {
+            Unexp::Eager { data, payload, .. } => (payload.len(), *data),
+            Unexp::Rts { len, data, .. } => (usize::try_from(*len).unwrap_or(usize::MAX), *data),
+        }
+    }
 }
 
 /// A matched rendezvous receive waiting for its data.

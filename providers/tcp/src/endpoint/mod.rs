@@ -22,6 +22,7 @@ use xfer_core::attr::EndpointAttr;
 use xfer_core::completion::Completion;
 use xfer_core::error::{Error, Result};
 use xfer_core::mr::Access;
+use xfer_core::peek::{Claim, Peeked};
 use xfer_core::provider::{Ctx, EndpointProvider, RecvOp, Rejected, RmaKind, RmaOp, SendOp};
 use xfer_core::sys::{Epoll, EMPTY_EVENT, READABLE, WRITABLE};
 use xfer_core::tag::{Matched, Matcher, RecvSpec};
@@ -268,6 +269,29 @@ impl TcpEndpoint {
             &mut self.tagged
         } else {
             &mut self.untagged
+        }
+    }
+
+    /// Gives `recv` the unexpected message it matched (or claimed).
+    fn deliver(&mut self, cx: &mut Ctx<'_>, recv: RecvOp, src: PeerAddr, tag: u64, msg: Unexp) {
+        match msg {
+            Unexp::Eager {
+                data, payload, conn, ..
+            } => {
+                let a = Arrival {
+                    len: 0,
+                    olen: payload.len(),
+                    tag,
+                    data,
+                    src,
+                };
+                deliver_unexpected(cx.cq, recv, &payload, a);
+                self.unexpected_bytes -= payload.len();
+                self.earn_credit(cx, conn.0, Some(conn.1), payload.len());
+            }
+            Unexp::Rts {
+                conn, token, len, data, ..
+            } => self.start_rndv(cx, recv, conn, token, len, tag, data, src),
         }
     }
 
@@ -823,32 +847,33 @@ impl EndpointProvider for TcpEndpoint {
         };
         let matcher = self.matcher(op.tagged);
         matcher.resolve_unknown(|u| cx.av.reverse(u.from()));
-        let Some(Matched {
+        if let Some(Matched {
             recv, src, tag, msg, ..
         }) = matcher.post(spec, op)
-        else {
-            return Ok(());
-        };
-        match msg {
-            Unexp::Eager {
-                data, payload, conn, ..
-            } => {
-                let a = Arrival {
-                    len: 0,
-                    olen: payload.len(),
-                    tag,
-                    data,
-                    src,
-                };
-                deliver_unexpected(cx.cq, recv, &payload, a);
-                self.unexpected_bytes -= payload.len();
-                self.earn_credit(cx, conn.0, Some(conn.1), payload.len());
-            }
-            Unexp::Rts {
-                conn, token, len, data, ..
-            } => self.start_rndv(cx, recv, conn, token, len, tag, data, src),
+        {
+            self.deliver(cx, recv, src, tag, msg);
         }
         Ok(())
+    }
+
+    fn peek(&mut self, cx: &mut Ctx<'_>, spec: RecvSpec, claim: bool) -> Result<Option<(Peeked, Option<Claim>)>> {
+        self.tagged.resolve_unknown(|u| cx.av.reverse(u.from()));
+        Ok(self.tagged.probe(&spec, claim, Unexp::describe))
+    }
+
+    fn recv_claimed(
+        &mut self,
+        cx: &mut Ctx<'_>,
+        claim: Claim,
+        op: RecvOp,
+    ) -> std::result::Result<(), Rejected<RecvOp>> {
+        match self.tagged.take_claimed(&claim) {
+            Some(c) => {
+                self.deliver(cx, op, c.src, c.tag, c.msg);
+                Ok(())
+            }
+            None => Err(Rejected::new(Error::NotFound("no such claimed message"), op)),
+        }
     }
 
     fn counters(&self) -> Vec<(&'static str, u64)> {

@@ -30,9 +30,10 @@ use xfer_core::attr::EndpointAttr;
 use xfer_core::complete::{self, Arrival};
 use xfer_core::hash::FastMap;
 use xfer_core::mr::CacheRef;
+use xfer_core::peek::{Claim, Peeked};
 use xfer_core::provider::{Ctx, EndpointProvider, RecvOp, Rejected, RmaOp, SendOp};
 use xfer_core::sys::{Epoll, EMPTY_EVENT, READABLE};
-use xfer_core::tag::Matcher;
+use xfer_core::tag::{Matcher, RecvSpec};
 use xfer_core::{Error, Result};
 
 use crate::cm::{CmId, EventChannel};
@@ -177,6 +178,14 @@ impl Unexpected {
     fn from(&self) -> &Address {
         match self {
             Unexpected::Eager { from, .. } | Unexpected::Rts { from, .. } => from,
+        }
+    }
+
+    /// Length and immediate data, for a peek.
+    fn describe(&self) -> (usize, Option<u64>) {
+        match self {
+            Unexpected::Eager { data, payload, .. } => (payload.len(), *data),
+            Unexpected::Rts { len, data, .. } => (usize::try_from(*len).unwrap_or(usize::MAX), *data),
         }
     }
 }
@@ -471,6 +480,27 @@ impl EndpointProvider for VerbsEndpoint {
             self.deliver(cx, hit.recv, hit.src, hit.tag, hit.msg);
         }
         Ok(())
+    }
+
+    fn peek(&mut self, cx: &mut Ctx<'_>, spec: RecvSpec, claim: bool) -> Result<Option<(Peeked, Option<Claim>)>> {
+        let av = cx.av;
+        self.tagged.resolve_unknown(|u| av.reverse(u.from()));
+        Ok(self.tagged.probe(&spec, claim, Unexpected::describe))
+    }
+
+    fn recv_claimed(
+        &mut self,
+        cx: &mut Ctx<'_>,
+        claim: Claim,
+        op: RecvOp,
+    ) -> std::result::Result<(), Rejected<RecvOp>> {
+        match self.tagged.take_claimed(&claim) {
+            Some(c) => {
+                self.deliver(cx, op, c.src, c.tag, c.msg);
+                Ok(())
+            }
+            None => Err(Rejected::new(Error::NotFound("no such claimed message"), op)),
+        }
     }
 
     fn cancel(&mut self, cx: &mut Ctx<'_>, context: u64) -> Result<()> {

@@ -1,0 +1,193 @@
+//! Memory registration (`fi_mr_reg`, `fi_mr_regv`, `fi_mr_regattr`) onto
+//! xfer's [`Domain::register_raw`]: the region's key is xfer's remote key
+//! (`FI_MR_PROV_KEY`), peers address it by virtual address
+//! (`FI_MR_VIRT_ADDR`), and `fi_mr_desc` is null (no `FI_MR_LOCAL`: local
+//! buffers of RMA calls need no descriptor). Closing the region
+//! deregisters it; the domain cannot close while regions of it are open.
+//!
+//! [`Domain::register_raw`]: xfer_facade::Domain::register_raw
+
+use std::ffi::{c_int, c_void};
+use std::sync::Arc;
+
+use xfer_facade::{Access, MemoryRegion};
+
+use crate::domain::{self, DomainCore};
+use crate::entry::{self, guard, put, Core, Obj, PANIC};
+use crate::fi;
+
+/// A registered region.
+pub(crate) struct MrObj {
+    _region: MemoryRegion,
+    _domain: Arc<DomainCore>,
+}
+
+impl Core for MrObj {
+    type Fid = fi::fid_mr;
+    const CLASS: u32 = fi::FI_CLASS_MR;
+    const MAGIC: u64 = 0x7866_6572_6d72_5f5f; // "xfermr__"
+}
+
+static OPS: fi::fi_ops = fi::fi_ops {
+    size: std::mem::size_of::<fi::fi_ops>(),
+    close: Some(close),
+    bind: Some(entry::no_bind),
+    control: Some(entry::no_control),
+    ops_open: Some(entry::no_ops_open),
+    tostr: Some(entry::no_tostr),
+    ops_set: Some(entry::no_ops_set),
+};
+
+/// The domain's `fi_ops_mr`.
+pub(crate) static MR_OPS: fi::fi_ops_mr = fi::fi_ops_mr {
+    size: std::mem::size_of::<fi::fi_ops_mr>(),
+    reg: Some(reg),
+    regv: Some(regv),
+    regattr: Some(regattr),
+};
+
+/// What peers may do with the region: `FI_REMOTE_READ` / `FI_REMOTE_WRITE`
+/// (none asked: both, as fi_mr(3) says for an access of 0); local rights
+/// are implied.
+fn access(flags: u64) -> Access {
+    let remote = flags & (fi::FI_REMOTE_READ | fi::FI_REMOTE_WRITE);
+    let mut a = Access::LOCAL_WRITE;
+    if remote == 0 || remote & fi::FI_REMOTE_READ != 0 {
+        a |= Access::REMOTE_READ;
+    }
+    if remote == 0 || remote & fi::FI_REMOTE_WRITE != 0 {
+        a |= Access::REMOTE_WRITE;
+    }
+    a
+}
+
+/// Registers `len` bytes at `buf` for `domain` and hands out the `fid_mr`.
+fn register(
+    domain: *mut fi::fid,
+    buf: *const c_void,
+    len: usize,
+    flags_access: u64,
+    flags: u64,
+    mr: *mut *mut fi::fid_mr,
+    context: *mut c_void,
+) -> c_int {
+    // SAFETY: libfabric passes the application's domain fid.
+    let Some(domain) = (unsafe { domain::get(domain.cast()) }) else {
+        return -(libc::EINVAL);
+    };
+    if mr.is_null() || (buf.is_null() && len > 0) {
+        return -(libc::EINVAL);
+    }
+    if flags != 0 {
+        return fi::err(fi::FI_EBADFLAGS);
+    }
+    // SAFETY: fi_mr_reg's contract: the application keeps the memory
+    // allocated and registered until it closes the region, and libfabric's
+    // RMA model lets peers access it whenever the domain makes progress.
+    let region = match unsafe { domain.xfer.register_raw(buf as *mut u8, len, access(flags_access)) } {
+        Ok(r) => r,
+        Err(e) => return entry::code(&e),
+    };
+    let fid = fi::fid_mr {
+        fid: entry::fid(fi::FI_CLASS_MR, context, &OPS),
+        mem_desc: std::ptr::null_mut(),
+        key: region.key(),
+    };
+    let obj = Obj::into_raw(
+        fid,
+        MrObj {
+            _region: region,
+            _domain: domain,
+        },
+    );
+    // SAFETY: the application's out pointer, checked non-null.
+    if !unsafe { put(mr, obj) } {
+        // SAFETY: just made, never shared.
+        drop(unsafe { Obj::<MrObj>::take(obj.cast()) });
+        return -(libc::EINVAL);
+    }
+    0
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn reg(
+    fid: *mut fi::fid,
+    buf: *const c_void,
+    len: usize,
+    access: u64,
+    _offset: u64,
+    _requested_key: u64,
+    flags: u64,
+    mr: *mut *mut fi::fid_mr,
+    context: *mut c_void,
+) -> c_int {
+    guard(PANIC, || register(fid, buf, len, access, flags, mr, context))
+}
+
+/// The one element of a registration vector (`mr_iov_limit` is 1).
+///
+/// # Safety
+/// `iov` is null or valid for `count` elements.
+unsafe fn one(iov: *const fi::iovec, count: usize) -> Option<(*const c_void, usize)> {
+    match count {
+        // SAFETY: non-null and valid for one element by the caller's contract.
+        1 if !iov.is_null() => Some(unsafe { ((*iov).iov_base as *const c_void, (*iov).iov_len) }),
+        _ => None,
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn regv(
+    fid: *mut fi::fid,
+    iov: *const fi::iovec,
+    count: usize,
+    access: u64,
+    _offset: u64,
+    _requested_key: u64,
+    flags: u64,
+    mr: *mut *mut fi::fid_mr,
+    context: *mut c_void,
+) -> c_int {
+    guard(PANIC, || {
+        // SAFETY: the caller's vector of `count` elements.
+        match unsafe { one(iov, count) } {
+            Some((buf, len)) => register(fid, buf, len, access, flags, mr, context),
+            None => -(libc::EINVAL),
+        }
+    })
+}
+
+unsafe extern "C" fn regattr(
+    fid: *mut fi::fid,
+    attr: *const fi::fi_mr_attr,
+    flags: u64,
+    mr: *mut *mut fi::fid_mr,
+) -> c_int {
+    guard(PANIC, || {
+        // SAFETY: null or the application's attributes.
+        let Some(a) = (unsafe { attr.as_ref() }) else {
+            return -(libc::EINVAL);
+        };
+        if a.iface != fi::FI_HMEM_SYSTEM {
+            return -(libc::ENOSYS);
+        }
+        // SAFETY: the attributes' vector of iov_count elements.
+        match unsafe { one(a.mr_iov, a.iov_count) } {
+            Some((buf, len)) => register(fid, buf, len, a.access, flags, mr, a.context),
+            None => -(libc::EINVAL),
+        }
+    })
+}
+
+unsafe extern "C" fn close(fid: *mut fi::fid) -> c_int {
+    guard(PANIC, || {
+        // SAFETY: libfabric passes the fid being closed, no longer in use.
+        match unsafe { Obj::<MrObj>::take(fid) } {
+            Some(obj) => {
+                drop(obj);
+                0
+            }
+            None => -(libc::EBADF),
+        }
+    })
+}

@@ -1,0 +1,366 @@
+//! `fi_ops_rma`: `fi_read`, `fi_write`, `fi_writedata`, `fi_inject_write`,
+//! `fi_inject_writedata` and their `v`/`msg` forms, mapped onto xfer's RMA
+//! ([`Endpoint::post_rma`], [`Endpoint::inject_write`],
+//! [`Endpoint::inject_write_data`]). Remote memory is named as fi_rma(3)
+//! says under `FI_MR_VIRT_ADDR | FI_MR_PROV_KEY`: the target's virtual
+//! address and the key `fi_mr_key` gave there, which are exactly an
+//! [`RmaOp`]'s `addr` and `key`. The target checks both (a bad key, a range
+//! outside the region or a right the region lacks fail the operation with
+//! `FI_EACCES` at the initiator). A write completes once the target applied
+//! it; `fi_writedata` also puts a `FI_RMA | FI_REMOTE_WRITE |
+//! FI_REMOTE_CQ_DATA` entry with the data on the target's receive CQ.
+//!
+//! [`Endpoint::post_rma`]: xfer_facade::Endpoint::post_rma
+//! [`Endpoint::inject_write`]: xfer_facade::Endpoint::inject_write
+//! [`Endpoint::inject_write_data`]: xfer_facade::Endpoint::inject_write_data
+
+use std::ffi::c_void;
+
+use xfer_facade::{Buffer, PeerAddr, RemoteKey, RmaKind, RmaOp};
+
+use crate::entry::{self, scode};
+use crate::ep::{bytes, with_ep, EpCore};
+use crate::fi;
+use crate::info::MAX_MSG_SIZE;
+use crate::msg::{check_flags, one_iov};
+
+/// The table every endpoint's `rma` points to.
+pub(crate) static OPS: fi::fi_ops_rma = fi::fi_ops_rma {
+    size: std::mem::size_of::<fi::fi_ops_rma>(),
+    read: Some(read),
+    readv: Some(readv),
+    readmsg: Some(readmsg),
+    write: Some(write),
+    writev: Some(writev),
+    writemsg: Some(writemsg),
+    inject: Some(inject),
+    writedata: Some(writedata),
+    injectdata: Some(injectdata),
+};
+
+/// Flags a `fi_writemsg` may carry. A write completes when the target has
+/// applied it, which is every completion level libfabric names.
+const WRITE_FLAGS: u64 = fi::FI_COMPLETION
+    | fi::FI_INJECT
+    | fi::FI_REMOTE_CQ_DATA
+    | fi::FI_INJECT_COMPLETE
+    | fi::FI_TRANSMIT_COMPLETE
+    | fi::FI_DELIVERY_COMPLETE
+    | fi::FI_MORE;
+/// Flags a `fi_readmsg` may carry.
+const READ_FLAGS: u64 = fi::FI_COMPLETION | fi::FI_MORE;
+
+/// An RMA operation as the libfabric calls describe it.
+pub(crate) struct Rma {
+    peer: fi::fi_addr_t,
+    kind: RmaKind,
+    buf: *mut c_void,
+    len: usize,
+    addr: u64,
+    key: u64,
+    data: Option<u64>,
+    context: *mut c_void,
+    /// `*msg` flags, or the endpoint's default transmit flags.
+    flags: Option<u64>,
+}
+
+impl EpCore {
+    /// Posts a read or write (`fi_read`, `fi_write`, `fi_writedata`, `*v`, `*msg`).
+    fn rma(&self, r: Rma) -> isize {
+        let en = match self.tx_ready(fi::FI_RMA) {
+            Ok(en) => en,
+            Err(e) => return e,
+        };
+        if r.len > MAX_MSG_SIZE {
+            return scode(-(libc::EMSGSIZE));
+        }
+        if r.buf.is_null() && r.len > 0 {
+            return scode(-(libc::EINVAL));
+        }
+        let flags = r.flags.unwrap_or(self.tx_op_flags);
+        let buf = if r.kind == RmaKind::Write && flags & fi::FI_INJECT != 0 {
+            if r.len > en.inject_size {
+                return scode(-(libc::EMSGSIZE));
+            }
+            // SAFETY: checked non-null for len > 0; the caller's buffer.
+            Buffer::from(unsafe { bytes(r.buf, r.len) }.to_vec())
+        } else {
+            // SAFETY: libfabric's contract: the buffer stays valid (and, for
+            // a read, untouched) until the operation's completion.
+            unsafe { Buffer::raw(r.buf.cast::<u8>(), r.len) }
+        };
+        let op = RmaOp {
+            peer: PeerAddr(r.peer),
+            kind: r.kind,
+            buf,
+            addr: r.addr,
+            key: r.key,
+            data: r.data,
+            context: r.context as usize as u64,
+            completion: !en.tx_selective || flags & fi::FI_COMPLETION != 0,
+        };
+        match en.ep.post_rma(op) {
+            Ok(()) => 0,
+            Err(rej) => scode(entry::code(&rej.error)),
+        }
+    }
+
+    /// `fi_inject_write`, `fi_inject_writedata`: copied, no completion.
+    fn inject_write(
+        &self,
+        peer: fi::fi_addr_t,
+        buf: *const c_void,
+        len: usize,
+        addr: u64,
+        key: u64,
+        data: Option<u64>,
+    ) -> isize {
+        let en = match self.tx_ready(fi::FI_RMA) {
+            Ok(en) => en,
+            Err(e) => return e,
+        };
+        if len > en.inject_size {
+            return scode(-(libc::EMSGSIZE));
+        }
+        if buf.is_null() && len > 0 {
+            return scode(-(libc::EINVAL));
+        }
+        let remote = match RemoteKey::from_parts(en.ep.provider_id(), addr, len as u64, key) {
+            Ok(k) => k,
+            Err(e) => return scode(entry::code(&e)),
+        };
+        // SAFETY: checked non-null for len > 0; the caller's buffer.
+        let payload = unsafe { bytes(buf, len) };
+        let r = match data {
+            None => en.ep.inject_write(PeerAddr(peer), payload, &remote, 0),
+            Some(d) => en.ep.inject_write_data(PeerAddr(peer), payload, &remote, 0, d),
+        };
+        match r {
+            Ok(()) => 0,
+            Err(e) => scode(entry::code(&e)),
+        }
+    }
+}
+
+/// The one remote segment of an `fi_msg_rma` (`rma_iov_limit` is 1).
+///
+/// # Safety
+/// `rma_iov` is null or valid for `count` elements.
+unsafe fn one_rma_iov(rma_iov: *const fi::fi_rma_iov, count: usize) -> Option<fi::fi_rma_iov> {
+    match count {
+        // SAFETY: non-null and valid for one element by the caller's contract.
+        1 if !rma_iov.is_null() => Some(unsafe { *rma_iov }),
+        _ => None,
+    }
+}
+
+/// An `fi_readmsg` / `fi_writemsg` as an [`Rma`].
+///
+/// # Safety
+/// `msg` is null or the caller's message, its vectors valid for their counts.
+unsafe fn from_msg(msg: *const fi::fi_msg_rma, kind: RmaKind, flags: u64) -> Result<Rma, isize> {
+    // SAFETY: null or the caller's message.
+    let m = unsafe { msg.as_ref() }.ok_or(scode(-(libc::EINVAL)))?;
+    let allowed = if kind == RmaKind::Write {
+        WRITE_FLAGS
+    } else {
+        READ_FLAGS
+    };
+    check_flags(flags, allowed)?;
+    // SAFETY: the message's vectors, by the caller's contract.
+    let (buf, len) = unsafe { one_iov(m.msg_iov, m.iov_count) }?;
+    // SAFETY: as above.
+    let remote = unsafe { one_rma_iov(m.rma_iov, m.rma_iov_count) }.ok_or(scode(-(libc::EINVAL)))?;
+    if remote.len < len {
+        return Err(scode(-(libc::EINVAL)));
+    }
+    Ok(Rma {
+        peer: m.addr,
+        kind,
+        buf,
+        len,
+        addr: remote.addr,
+        key: remote.key,
+        data: (flags & fi::FI_REMOTE_CQ_DATA != 0).then_some(m.data),
+        context: m.context,
+        flags: Some(flags),
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn read(
+    ep: *mut fi::fid_ep,
+    buf: *mut c_void,
+    len: usize,
+    _desc: *mut c_void,
+    src: fi::fi_addr_t,
+    addr: u64,
+    key: u64,
+    context: *mut c_void,
+) -> isize {
+    with_ep(ep, |ep| {
+        ep.rma(Rma {
+            peer: src,
+            kind: RmaKind::Read,
+            buf,
+            len,
+            addr,
+            key,
+            data: None,
+            context,
+            flags: None,
+        })
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn readv(
+    ep: *mut fi::fid_ep,
+    iov: *const fi::iovec,
+    _desc: *mut *mut c_void,
+    count: usize,
+    src: fi::fi_addr_t,
+    addr: u64,
+    key: u64,
+    context: *mut c_void,
+) -> isize {
+    with_ep(ep, |ep| {
+        // SAFETY: the caller's vector of `count` elements.
+        match unsafe { one_iov(iov, count) } {
+            Ok((buf, len)) => ep.rma(Rma {
+                peer: src,
+                kind: RmaKind::Read,
+                buf,
+                len,
+                addr,
+                key,
+                data: None,
+                context,
+                flags: None,
+            }),
+            Err(e) => e,
+        }
+    })
+}
+
+unsafe extern "C" fn readmsg(ep: *mut fi::fid_ep, msg: *const fi::fi_msg_rma, flags: u64) -> isize {
+    // SAFETY: the caller's message.
+    with_ep(ep, |ep| match unsafe { from_msg(msg, RmaKind::Read, flags) } {
+        Ok(r) => ep.rma(r),
+        Err(e) => e,
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn write(
+    ep: *mut fi::fid_ep,
+    buf: *const c_void,
+    len: usize,
+    _desc: *mut c_void,
+    dest: fi::fi_addr_t,
+    addr: u64,
+    key: u64,
+    context: *mut c_void,
+) -> isize {
+    with_ep(ep, |ep| {
+        ep.rma(Rma {
+            peer: dest,
+            kind: RmaKind::Write,
+            buf: buf as *mut c_void,
+            len,
+            addr,
+            key,
+            data: None,
+            context,
+            flags: None,
+        })
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn writev(
+    ep: *mut fi::fid_ep,
+    iov: *const fi::iovec,
+    _desc: *mut *mut c_void,
+    count: usize,
+    dest: fi::fi_addr_t,
+    addr: u64,
+    key: u64,
+    context: *mut c_void,
+) -> isize {
+    with_ep(ep, |ep| {
+        // SAFETY: the caller's vector of `count` elements.
+        match unsafe { one_iov(iov, count) } {
+            Ok((buf, len)) => ep.rma(Rma {
+                peer: dest,
+                kind: RmaKind::Write,
+                buf,
+                len,
+                addr,
+                key,
+                data: None,
+                context,
+                flags: None,
+            }),
+            Err(e) => e,
+        }
+    })
+}
+
+unsafe extern "C" fn writemsg(ep: *mut fi::fid_ep, msg: *const fi::fi_msg_rma, flags: u64) -> isize {
+    // SAFETY: the caller's message.
+    with_ep(ep, |ep| match unsafe { from_msg(msg, RmaKind::Write, flags) } {
+        Ok(r) => ep.rma(r),
+        Err(e) => e,
+    })
+}
+
+unsafe extern "C" fn inject(
+    ep: *mut fi::fid_ep,
+    buf: *const c_void,
+    len: usize,
+    dest: fi::fi_addr_t,
+    addr: u64,
+    key: u64,
+) -> isize {
+    with_ep(ep, |ep| ep.inject_write(dest, buf, len, addr, key, None))
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn writedata(
+    ep: *mut fi::fid_ep,
+    buf: *const c_void,
+    len: usize,
+    _desc: *mut c_void,
+    data: u64,
+    dest: fi::fi_addr_t,
+    addr: u64,
+    key: u64,
+    context: *mut c_void,
+) -> isize {
+    with_ep(ep, |ep| {
+        ep.rma(Rma {
+            peer: dest,
+            kind: RmaKind::Write,
+            buf: buf as *mut c_void,
+            len,
+            addr,
+            key,
+            data: Some(data),
+            context,
+            flags: None,
+        })
+    })
+}
+
+unsafe extern "C" fn injectdata(
+    ep: *mut fi::fid_ep,
+    buf: *const c_void,
+    len: usize,
+    data: u64,
+    dest: fi::fi_addr_t,
+    addr: u64,
+    key: u64,
+) -> isize {
+    with_ep(ep, |ep| ep.inject_write(dest, buf, len, addr, key, Some(data)))
+}
