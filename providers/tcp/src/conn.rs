@@ -198,18 +198,8 @@ impl Conn {
         debug_assert_eq!(hdr.len(), HEADER_LEN);
         let total = hdr.len() + ext.len() + payload.len();
         while *written < total {
-            let mut skip = *written;
-            let mut slices = [IoSlice::new(&[]), IoSlice::new(&[]), IoSlice::new(&[])];
-            let mut n = 0;
-            for part in [hdr, ext, payload] {
-                if skip >= part.len() {
-                    skip -= part.len();
-                    continue;
-                }
-                slices[n] = IoSlice::new(&part[skip..]);
-                skip = 0;
-                n += 1;
-            }
+            let mut slices = [IoSlice::new(&[]); 3];
+            let n = unwritten([hdr, ext, payload], *written, &mut slices);
             let io = sock.send(&slices[..n])?;
             match io {
                 Io::Done(n) => *written += n,
@@ -218,4 +208,21 @@ impl Conn {
         }
         Ok(true)
     }
+}
+
+/// Fills `out` with the parts of a frame (header, immediate data, payload)
+/// from byte `written` on, skipping empty and written ones; returns how many
+/// slices it filled (at most three).
+pub fn unwritten<'a>(parts: [&'a [u8]; 3], written: usize, out: &mut [IoSlice<'a>]) -> usize {
+    let (mut skip, mut n) = (written, 0);
+    for part in parts {
+        if skip >= part.len() {
+            skip -= part.len();
+            continue;
+        }
+        out[n] = IoSlice::new(&part[skip..]);
+        skip = 0;
+        n += 1;
+    }
+    n
 }

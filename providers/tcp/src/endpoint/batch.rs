@@ -9,6 +9,7 @@
 use std::io::IoSlice;
 
 use super::*;
+use crate::conn::unwritten;
 
 /// Frames written by one `sendmsg` at most (three slices each).
 const BATCH: usize = 32;
@@ -27,7 +28,11 @@ pub(super) enum Batch {
 
 /// The immediate-data and payload bytes of a queued frame, `None` for a frame
 /// whose bytes must be checked first (a read response from a region).
-fn frame_bytes<'a>(sends: &'a Slab<TxOp>, rma: &'a Slab<RmaTx>, p: &'a Payload) -> Option<(&'a [u8], &'a [u8])> {
+pub(super) fn frame_bytes<'a>(
+    sends: &'a Slab<TxOp>,
+    rma: &'a Slab<RmaTx>,
+    p: &'a Payload,
+) -> Option<(&'a [u8], &'a [u8])> {
     match p {
         Payload::None => Some((&[], &[])),
         Payload::Owned(v) => Some((&[], v)),
@@ -51,16 +56,7 @@ impl TcpEndpoint {
             let Some((ext, payload)) = frame_bytes(&self.sends, &self.rma, &f.payload) else {
                 break;
             };
-            let mut skip = f.written;
-            for part in [&f.hdr[..], ext, payload] {
-                if skip >= part.len() {
-                    skip -= part.len();
-                    continue;
-                }
-                slices[n] = IoSlice::new(&part[skip..]);
-                skip = 0;
-                n += 1;
-            }
+            n += unwritten([&f.hdr[..], ext, payload], f.written, &mut slices[n..]);
             left[frames] = f.hdr.len() + ext.len() + payload.len() - f.written;
             frames += 1;
         }
@@ -82,19 +78,39 @@ impl TcpEndpoint {
                 return Batch::Full;
             }
             sent -= rest;
-            match conn.txq.pop_front().map(|f| f.owner) {
-                Some(Owner::Send(key)) => {
-                    let tx = self.sends.remove(key);
-                    complete::send(cx.cq, self.attr.selective_completion, tx.op, Ok(()));
-                }
-                Some(Owner::Rma(key)) => {
-                    if let Some(r) = self.rma.get_mut(key) {
-                        r.sent = true;
-                    }
-                }
-                _ => {}
+            if let Some(f) = conn.txq.pop_front() {
+                written_whole(
+                    &mut self.sends,
+                    &mut self.rma,
+                    cx,
+                    self.attr.selective_completion,
+                    f.owner,
+                );
             }
         }
         Batch::Sent
+    }
+}
+
+/// A frame left the queue written whole: a send's eager frame or last data
+/// chunk completes it, an RMA request's is marked sent.
+pub(super) fn written_whole(
+    sends: &mut Slab<TxOp>,
+    rma: &mut Slab<RmaTx>,
+    cx: &mut Ctx<'_>,
+    selective: bool,
+    owner: Owner,
+) {
+    match owner {
+        Owner::Send(key) => {
+            let tx = sends.remove(key);
+            complete::send(cx.cq, selective, tx.op, Ok(()));
+        }
+        Owner::Rma(key) => {
+            if let Some(r) = rma.get_mut(key) {
+                r.sent = true;
+            }
+        }
+        _ => {}
     }
 }

@@ -390,45 +390,31 @@ impl TcpEndpoint {
             if full || (hello_only && *owner != Owner::Hello) {
                 break;
             }
-            let mut ext: &[u8] = &[];
-            let payload: &[u8] = match payload {
-                Payload::None => &[],
-                Payload::Owned(v) => v,
-                Payload::Op { key, offset, len } => &self.sends[*key].op.buf.as_slice()[*offset..*offset + *len],
-                Payload::Rma { key, imm } => {
-                    if let Some(b) = imm {
-                        ext = &b[..];
-                    }
-                    self.rma[*key].op.buf.as_slice()
-                }
+            let (ext, payload): (&[u8], &[u8]) = match payload {
                 Payload::Region { mr_key, addr, len } => {
                     match cx.domain.remote_target(*mr_key, *addr, *len, Access::REMOTE_READ) {
                         // SAFETY: `remote_target` checked that the live
                         // registration covers `len` bytes at the pointer; it
                         // stays registered while the domain lock is held,
                         // which it is for this whole call.
-                        Ok(ptr) if *len > 0 => unsafe { std::slice::from_raw_parts(ptr, *len as usize) },
-                        Ok(_) => &[],
+                        Ok(ptr) if *len > 0 => (&[], unsafe { std::slice::from_raw_parts(ptr, *len as usize) }),
+                        Ok(_) => (&[], &[]),
                         Err(_) => {
                             let err = Error::RemoteAccess(status::text(status::DEREGISTERED));
                             return self.fail_conn(cx, id, err);
                         }
                     }
                 }
+                // Every other kind has its bytes at hand.
+                other => batch::frame_bytes(&self.sends, &self.rma, other).unwrap_or_default(),
             };
             match Conn::write_frame(&conn.sock, hdr, written, ext, payload) {
-                Ok(true) => match conn.txq.pop_front().map(|f| f.owner) {
-                    Some(Owner::Send(key)) => {
-                        let tx = self.sends.remove(key);
-                        complete::send(cx.cq, self.attr.selective_completion, tx.op, Ok(()));
+                Ok(true) => {
+                    if let Some(f) = conn.txq.pop_front() {
+                        let selective = self.attr.selective_completion;
+                        batch::written_whole(&mut self.sends, &mut self.rma, cx, selective, f.owner);
                     }
-                    Some(Owner::Rma(key)) => {
-                        if let Some(r) = self.rma.get_mut(key) {
-                            r.sent = true;
-                        }
-                    }
-                    _ => {}
-                },
+                }
                 Ok(false) => break,
                 Err(e) => return self.fail_conn(cx, id, e),
             }
