@@ -10,7 +10,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{expect, pattern, test_attr, Node};
-use xfer::Error;
+use xfer::{Error, PeerAddr};
 
 const BUDGET: usize = 256 << 10;
 const MSG: usize = 4096;
@@ -28,6 +28,19 @@ fn node() -> Node {
     Node::with_attr(&attr)
 }
 
+/// A sender and a receiver that know each other, with each one's handle of
+/// the other; `None` (skipped, with a message) on a provider without eager
+/// credit.
+fn pair() -> Option<(Node, Node, PeerAddr, PeerAddr)> {
+    let (tx, rx) = (node(), node());
+    if counter(&rx, "unexpected_bytes").is_none() {
+        eprintln!("skipping: this provider has no eager credit");
+        return None;
+    }
+    let (to_rx, from_tx) = (tx.add(&rx), rx.add(&tx));
+    Some((tx, rx, to_rx, from_tx))
+}
+
 /// Polls both nodes for `time`, checking the receiver's unexpected bytes
 /// after every poll; returns the largest seen.
 fn churn(tx: &mut Node, rx: &mut Node, time: Duration) -> u64 {
@@ -42,13 +55,9 @@ fn churn(tx: &mut Node, rx: &mut Node, time: Duration) -> u64 {
 
 #[test]
 fn slow_receiver_holds_at_most_its_credit_and_loses_nothing() {
-    let (mut tx, mut rx) = (node(), node());
-    if counter(&rx, "unexpected_bytes").is_none() {
-        eprintln!("skipping: this provider has no eager credit");
+    let Some((mut tx, mut rx, to_rx, from_tx)) = pair() else {
         return;
-    }
-    let to_rx = tx.add(&rx);
-    let from_tx = rx.add(&tx);
+    };
     // 8 MB of eager-sized messages, 32 times the credit, nothing posted.
     for i in 0..COUNT {
         tx.ep.tsend(to_rx, 5, pattern(MSG, i), i).unwrap();
@@ -86,13 +95,9 @@ fn slow_receiver_holds_at_most_its_credit_and_loses_nothing() {
 
 #[test]
 fn injects_meet_again_at_the_credit_and_resume_after_receives() {
-    let (mut tx, mut rx) = (node(), node());
-    if counter(&rx, "unexpected_bytes").is_none() {
-        eprintln!("skipping: this provider has no eager credit");
+    let Some((mut tx, mut rx, to_rx, from_tx)) = pair() else {
         return;
-    }
-    let to_rx = tx.add(&rx);
-    let from_tx = rx.add(&tx);
+    };
     let mut sent = 0u64;
     let limit = 10 * (BUDGET / MSG) as u64;
     loop {

@@ -418,35 +418,26 @@ impl TcpEndpoint {
                 let src = self.src_of(cx, conn.0, &peer);
                 let olen = len as usize; // bounded by MAX_EAGER in Frame::parse
                 let t = tag.unwrap_or(0);
-                let arrival = Arrival {
-                    len: olen,
-                    olen,
-                    tag: t,
-                    data,
-                    src,
-                };
                 let dest = match self.matcher(tag.is_some()).take_posted(src, t) {
-                    Some((_, mut op)) => {
+                    Some((_, mut op)) => match self.conns.get_mut(conn.0).filter(|c| c.staged().len() >= olen) {
                         // The common small message: its payload is staged
                         // whole, so it is copied and completed right here.
-                        let Some(c) = self.conns.get_mut(conn.0).filter(|c| c.staged().len() >= olen) else {
-                            return Ok(Phase::Eager(EagerRx {
-                                tagged: tag.is_some(),
+                        Some(c) => {
+                            let fit = op.buf.len().min(olen);
+                            op.buf.as_mut_slice()[..fit].copy_from_slice(&c.staged()[..fit]);
+                            c.consume(olen);
+                            let arrival = Arrival {
+                                len: olen,
+                                olen,
                                 tag: t,
                                 data,
                                 src,
-                                from: peer,
-                                olen,
-                                got: 0,
-                                dest: EagerDest::Posted(op),
-                            }));
-                        };
-                        let fit = op.buf.len().min(olen);
-                        op.buf.as_mut_slice()[..fit].copy_from_slice(&c.staged()[..fit]);
-                        c.consume(olen);
-                        self.complete_posted(cx, conn.0, op, arrival);
-                        return Ok(Phase::Header);
-                    }
+                            };
+                            self.complete_posted(cx, conn.0, op, arrival);
+                            return Ok(Phase::Header);
+                        }
+                        None => EagerDest::Posted(op),
+                    },
                     None => EagerDest::Unexpected(Vec::with_capacity(olen)),
                 };
                 let e = EagerRx {
