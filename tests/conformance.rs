@@ -1153,6 +1153,18 @@ fn peek_and_claim_unexpected_messages() {
     assert!(b.take(1).is_none(), "a receive matched a claimed message");
     b.ep.cancel(1).unwrap();
     assert_eq!(expect(&mut [&mut a, &mut b], 1, 1).result, Err(Error::Canceled));
+    // A region of another domain is refused, and the claim comes back.
+    let c = Node::new();
+    let foreign = c.domain.register(vec![0; 128], Access::all()).unwrap();
+    // SAFETY: the receive is refused at posting (checked below).
+    let buf = unsafe { foreign.buffer(0, 128) }.unwrap();
+    let refused = b.ep.post_claimed(claim, buf, 2).unwrap_err();
+    assert!(
+        matches!(refused.error, Error::InvalidArgument(_)),
+        "{:?}",
+        refused.error
+    );
+    let claim = refused.op.0;
     b.ep.post_claimed(claim, vec![0; 128].into(), 2).unwrap();
     let r = expect(&mut [&mut a, &mut b], 1, 2);
     assert_eq!((r.result, r.len, r.tag, r.src, r.data), (Ok(()), 100, 5, pa, 7));

@@ -10,7 +10,7 @@ use crate::domain::Shared;
 use crate::error::{Error, Result};
 use crate::mr::RemoteKey;
 use crate::peek::{Claim, Peeked};
-use crate::provider::{RecvOp, Rejected, RmaKind, RmaOp, SendOp};
+use crate::provider::{Ctx, EndpointProvider, RecvOp, Rejected, RmaKind, RmaOp, SendOp};
 use crate::tag::RecvSpec;
 
 /// A reliable, connectionless endpoint (libfabric's `FI_EP_RDM`): peers are
@@ -84,34 +84,46 @@ impl Endpoint {
     /// [`Error::Again`] when the endpoint has `max_outstanding` operations
     /// in flight (poll the queue, then retry).
     pub fn post_send(&self, op: SendOp) -> std::result::Result<(), Rejected<SendOp>> {
-        if let Err(e) = self.check_desc(&op.buf) {
-            return Err(Rejected::new(e, op));
-        }
-        let mut st = match self.shared.lock() {
-            Ok(st) => st,
-            Err(e) => return Err(Rejected::new(e, op)),
-        };
-        let counted = op.completion || !st.eps[self.key].selective;
-        if let (true, Err(e)) = (counted, st.admit(self.key)) {
-            return Err(Rejected::new(e, op));
-        }
-        st.post(self.key, counted, |ep, cx| ep.send(cx, op))
+        let (region, completion) = (op.buf.region_domain(), op.completion);
+        self.submit(op, region, completion, |ep, cx, op| ep.send(cx, op))
     }
 
     /// Posts a receive described in full. A refused receive comes back
     /// whole; [`Error::Again`] as for [`post_send`](Self::post_send).
     pub fn post_recv(&self, op: RecvOp) -> std::result::Result<(), Rejected<RecvOp>> {
-        if let Err(e) = self.check_desc(&op.buf) {
-            return Err(Rejected::new(e, op));
+        let region = op.buf.region_domain();
+        self.submit(op, region, true, |ep, cx, op| ep.recv(cx, op))
+    }
+
+    /// The posting path every operation takes: a buffer of another domain's
+    /// region refused, the `max_outstanding` bound admitted for an operation
+    /// that will report a completion (`completion` asked, or every one
+    /// without selective completion), then `f` under the domain lock. A
+    /// refused operation comes back whole.
+    #[inline]
+    fn submit<T>(
+        &self,
+        op: T,
+        region: Option<usize>,
+        completion: bool,
+        f: impl FnOnce(&mut dyn EndpointProvider, &mut Ctx<'_>, T) -> std::result::Result<(), Rejected<T>>,
+    ) -> std::result::Result<(), Rejected<T>> {
+        if region.is_some_and(|d| d != Arc::as_ptr(&self.shared) as usize) {
+            // Another domain's keys mean nothing to this one's NIC context.
+            return Err(Rejected::new(
+                Error::InvalidArgument("memory region of another domain"),
+                op,
+            ));
         }
         let mut st = match self.shared.lock() {
             Ok(st) => st,
             Err(e) => return Err(Rejected::new(e, op)),
         };
-        if let Err(e) = st.admit(self.key) {
+        let counted = completion || !st.eps[self.key].selective;
+        if let (true, Err(e)) = (counted, st.admit(self.key)) {
             return Err(Rejected::new(e, op));
         }
-        st.post(self.key, true, |ep, cx| ep.recv(cx, op))
+        st.post(self.key, counted, |ep, cx| f(ep, cx, op))
     }
 
     /// What a tagged receive from `src` for `tag` (bits in `ignore` not
@@ -163,16 +175,12 @@ impl Endpoint {
             buf,
             context,
         };
-        let back = |r: Rejected<RecvOp>| Rejected::new(r.error, (Claim::new(id), r.op.buf));
-        let mut st = match self.shared.lock() {
-            Ok(st) => st,
-            Err(e) => return Err(Rejected::new(e, (claim, op.buf))),
-        };
-        if let Err(e) = st.admit(self.key) {
-            return Err(Rejected::new(e, (claim, op.buf)));
-        }
-        st.post(self.key, true, |ep, cx| ep.recv_claimed(cx, claim, op))
-            .map_err(back)
+        let region = op.buf.region_domain();
+        self.submit((claim, op), region, true, |ep, cx, (claim, op)| {
+            ep.recv_claimed(cx, claim, op)
+                .map_err(|r| Rejected::new(r.error, (Claim::new(id), r.op)))
+        })
+        .map_err(|r| Rejected::new(r.error, (r.op.0, r.op.1.buf)))
     }
 
     /// Operations in flight that will report a completion, on an endpoint
@@ -194,30 +202,8 @@ impl Endpoint {
                 op,
             ));
         }
-        if let Err(e) = self.check_desc(&op.buf) {
-            return Err(Rejected::new(e, op));
-        }
-        let mut st = match self.shared.lock() {
-            Ok(st) => st,
-            Err(e) => return Err(Rejected::new(e, op)),
-        };
-        let counted = op.completion || !st.eps[self.key].selective;
-        if let (true, Err(e)) = (counted, st.admit(self.key)) {
-            return Err(Rejected::new(e, op));
-        }
-        st.post(self.key, counted, |ep, cx| ep.rma(cx, op))
-    }
-
-    /// A buffer carrying a region's keys must come from this endpoint's
-    /// domain: another domain's keys mean nothing to this one's NIC context.
-    #[inline]
-    fn check_desc(&self, buf: &Buffer) -> Result<()> {
-        match buf.region_domain() {
-            Some(d) if d != Arc::as_ptr(&self.shared) as usize => {
-                Err(Error::InvalidArgument("memory region of another domain"))
-            }
-            _ => Ok(()),
-        }
+        let (region, completion) = (op.buf.region_domain(), op.completion);
+        self.submit(op, region, completion, |ep, cx, op| ep.rma(cx, op))
     }
 
     /// The target address of `offset` bytes into `remote` (what an
