@@ -75,20 +75,12 @@ unsafe extern "C" fn recvv(
     src: fi::fi_addr_t,
     context: *mut c_void,
 ) -> isize {
-    with_ep(ep, |ep| {
-        // SAFETY: the caller's vector of `count` elements.
-        match unsafe { one_iov(iov, count) } {
-            Ok((buf, len)) => ep.recv(Recv {
-                src,
-                tag: None,
-                buf,
-                len,
-                context,
-                flags: None,
-            }),
-            Err(e) => e,
-        }
-    })
+    // SAFETY: the caller's vector of `count` elements; its one buffer is
+    // passed on under `recv`'s contract.
+    match unsafe { one_iov(iov, count) } {
+        Ok((buf, len)) => unsafe { recv(ep, buf, len, std::ptr::null_mut(), src, context) },
+        Err(e) => e,
+    }
 }
 
 unsafe extern "C" fn recvmsg(ep: *mut fi::fid_ep, msg: *const fi::fi_msg, flags: u64) -> isize {
@@ -144,21 +136,12 @@ unsafe extern "C" fn sendv(
     dest: fi::fi_addr_t,
     context: *mut c_void,
 ) -> isize {
-    with_ep(ep, |ep| {
-        // SAFETY: the caller's vector of `count` elements.
-        match unsafe { one_iov(iov, count) } {
-            Ok((buf, len)) => ep.send(Send {
-                peer: dest,
-                tag: None,
-                data: None,
-                buf,
-                len,
-                context,
-                flags: None,
-            }),
-            Err(e) => e,
-        }
-    })
+    // SAFETY: the caller's vector of `count` elements; its one buffer is
+    // passed on under `send`'s contract.
+    match unsafe { one_iov(iov, count) } {
+        Ok((buf, len)) => unsafe { send(ep, buf, len, std::ptr::null_mut(), dest, context) },
+        Err(e) => e,
+    }
 }
 
 unsafe extern "C" fn sendmsg(ep: *mut fi::fid_ep, msg: *const fi::fi_msg, flags: u64) -> isize {

@@ -224,23 +224,12 @@ unsafe extern "C" fn readv(
     key: u64,
     context: *mut c_void,
 ) -> isize {
-    with_ep(ep, |ep| {
-        // SAFETY: the caller's vector of `count` elements.
-        match unsafe { one_iov(iov, count) } {
-            Ok((buf, len)) => ep.rma(Rma {
-                peer: src,
-                kind: RmaKind::Read,
-                buf,
-                len,
-                addr,
-                key,
-                data: None,
-                context,
-                flags: None,
-            }),
-            Err(e) => e,
-        }
-    })
+    // SAFETY: the caller's vector of `count` elements; its one buffer is
+    // passed on under `read`'s contract.
+    match unsafe { one_iov(iov, count) } {
+        Ok((buf, len)) => unsafe { read(ep, buf, len, std::ptr::null_mut(), src, addr, key, context) },
+        Err(e) => e,
+    }
 }
 
 unsafe extern "C" fn readmsg(ep: *mut fi::fid_ep, msg: *const fi::fi_msg_rma, flags: u64) -> isize {
@@ -288,23 +277,12 @@ unsafe extern "C" fn writev(
     key: u64,
     context: *mut c_void,
 ) -> isize {
-    with_ep(ep, |ep| {
-        // SAFETY: the caller's vector of `count` elements.
-        match unsafe { one_iov(iov, count) } {
-            Ok((buf, len)) => ep.rma(Rma {
-                peer: dest,
-                kind: RmaKind::Write,
-                buf,
-                len,
-                addr,
-                key,
-                data: None,
-                context,
-                flags: None,
-            }),
-            Err(e) => e,
-        }
-    })
+    // SAFETY: the caller's vector of `count` elements; its one buffer is
+    // passed on under `write`'s contract.
+    match unsafe { one_iov(iov, count) } {
+        Ok((buf, len)) => unsafe { write(ep, buf, len, std::ptr::null_mut(), dest, addr, key, context) },
+        Err(e) => e,
+    }
 }
 
 unsafe extern "C" fn writemsg(ep: *mut fi::fid_ep, msg: *const fi::fi_msg_rma, flags: u64) -> isize {

@@ -59,20 +59,12 @@ unsafe extern "C" fn trecvv(
     ignore: u64,
     context: *mut c_void,
 ) -> isize {
-    with_ep(ep, |ep| {
-        // SAFETY: the caller's vector of `count` elements.
-        match unsafe { one_iov(iov, count) } {
-            Ok((buf, len)) => ep.recv(Recv {
-                src,
-                tag: Some((tag, ignore)),
-                buf,
-                len,
-                context,
-                flags: None,
-            }),
-            Err(e) => e,
-        }
-    })
+    // SAFETY: the caller's vector of `count` elements; its one buffer is
+    // passed on under `trecv`'s contract.
+    match unsafe { one_iov(iov, count) } {
+        Ok((buf, len)) => unsafe { trecv(ep, buf, len, std::ptr::null_mut(), src, tag, ignore, context) },
+        Err(e) => e,
+    }
 }
 
 unsafe extern "C" fn trecvmsg(ep: *mut fi::fid_ep, msg: *const fi::fi_msg_tagged, flags: u64) -> isize {
@@ -140,21 +132,12 @@ unsafe extern "C" fn tsendv(
     tag: u64,
     context: *mut c_void,
 ) -> isize {
-    with_ep(ep, |ep| {
-        // SAFETY: the caller's vector of `count` elements.
-        match unsafe { one_iov(iov, count) } {
-            Ok((buf, len)) => ep.send(Send {
-                peer: dest,
-                tag: Some(tag),
-                data: None,
-                buf,
-                len,
-                context,
-                flags: None,
-            }),
-            Err(e) => e,
-        }
-    })
+    // SAFETY: the caller's vector of `count` elements; its one buffer is
+    // passed on under `tsend`'s contract.
+    match unsafe { one_iov(iov, count) } {
+        Ok((buf, len)) => unsafe { tsend(ep, buf, len, std::ptr::null_mut(), dest, tag, context) },
+        Err(e) => e,
+    }
 }
 
 unsafe extern "C" fn tsendmsg(ep: *mut fi::fid_ep, msg: *const fi::fi_msg_tagged, flags: u64) -> isize {

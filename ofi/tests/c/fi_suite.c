@@ -318,6 +318,31 @@ static void rma_section(struct fid_fabric *fabric)
 	      "fi_inject_write above inject_size");
 	expect_nothing(1, "completions at the target of plain writes and reads");
 
+	/* The one-element I/O vector forms of RMA, messages and tagged messages;
+	 * a vector of two is refused. */
+	struct iovec wv = {out, 32}, rv = {back, 32};
+	MUST(fi_writev(x->ep, &wv, NULL, 1, y->addr, base + 3100, key, CTX(42)));
+	CHECK(wait_for(0, CTX(42)).err == 0 && !memcmp(target + 3100, out, 32), "fi_writev");
+	memset(back, 0, 32);
+	MUST(fi_readv(x->ep, &rv, NULL, 1, y->addr, base + 3100, key, CTX(43)));
+	CHECK(wait_for(0, CTX(43)).err == 0 && !memcmp(back, out, 32), "fi_readv");
+	char vin[2][16] = {{0}}, smsg[] = "msg-v", stag[] = "tag-v";
+	struct iovec rin = {vin[0], 16}, tin = {vin[1], 16}, sm = {smsg, 6}, st = {stag, 6};
+	MUST(fi_recvv(y->ep, &rin, NULL, 1, FI_ADDR_UNSPEC, CTX(44)));
+	MUST(fi_trecvv(y->ep, &tin, NULL, 1, FI_ADDR_UNSPEC, 9, 0, CTX(45)));
+	MUST(fi_sendv(x->ep, &sm, NULL, 1, y->addr, CTX(46)));
+	MUST(fi_tsendv(x->ep, &st, NULL, 1, y->addr, 9, CTX(47)));
+	CHECK(wait_for(1, CTX(44)).err == 0 && !strcmp(vin[0], "msg-v"), "fi_sendv / fi_recvv");
+	CHECK(wait_for(1, CTX(45)).err == 0 && !strcmp(vin[1], "tag-v"), "fi_tsendv / fi_trecvv");
+	CHECK(wait_for(0, CTX(46)).err == 0 && wait_for(0, CTX(47)).err == 0, "fi_sendv / fi_tsendv completions");
+	struct iovec pair[2] = {{out, 8}, {out + 8, 8}};
+	CHECK(fi_sendv(x->ep, pair, NULL, 2, y->addr, CTX(46)) == -FI_EINVAL, "fi_sendv of 2 elements");
+	CHECK(fi_tsendv(x->ep, pair, NULL, 2, y->addr, 9, CTX(47)) == -FI_EINVAL, "fi_tsendv of 2 elements");
+	CHECK(fi_writev(x->ep, pair, NULL, 2, y->addr, base, key, CTX(42)) == -FI_EINVAL, "fi_writev of 2 elements");
+	CHECK(fi_readv(x->ep, pair, NULL, 2, y->addr, base, key, CTX(43)) == -FI_EINVAL, "fi_readv of 2 elements");
+	CHECK(fi_recvv(y->ep, pair, NULL, 2, FI_ADDR_UNSPEC, CTX(44)) == -FI_EINVAL, "fi_recvv of 2 elements");
+	CHECK(fi_trecvv(y->ep, pair, NULL, 2, FI_ADDR_UNSPEC, 9, 0, CTX(45)) == -FI_EINVAL, "fi_trecvv of 2 elements");
+
 	CHECK(fi_close(&domain->fid) == -FI_EBUSY, "closing a domain with registered memory");
 	MUST(fi_close(&mr->fid));
 	MUST(fi_close(&ro->fid));
