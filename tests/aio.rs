@@ -10,36 +10,15 @@
 
 mod common;
 
-use std::alloc::{GlobalAlloc, Layout, System};
+use common::poison::{poll_once, Poison};
+
 use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll, Wake, Waker};
 use std::time::Duration;
 
 use tokio::task::JoinSet;
 use xfer::aio::{self, AsyncEndpoint};
 use xfer::{Access, Domain, Error, PeerAddr};
-
-/// Fills every freed block with 0xdd before returning it.
-struct Poison;
-
-// SAFETY: forwards to `System`; the fill writes only the block being freed,
-// which the caller owns (`layout.size()` bytes at `ptr`).
-unsafe impl GlobalAlloc for Poison {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: same contract as ours.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: `ptr` is a live block of `layout.size()` bytes being freed.
-        unsafe {
-            std::ptr::write_bytes(ptr, 0xdd, layout.size());
-            System.dealloc(ptr, layout)
-        }
-    }
-}
 
 #[global_allocator]
 static ALLOC: Poison = Poison;
@@ -104,17 +83,6 @@ async fn within<F: Future>(what: &str, f: F) -> F::Output {
     tokio::time::timeout(DEADLINE, f)
         .await
         .unwrap_or_else(|_| panic!("timed out: {what}"))
-}
-
-struct Noop;
-impl Wake for Noop {
-    fn wake(self: Arc<Self>) {}
-}
-
-/// Polls `f` once (posting its operation), with a waker that does nothing.
-fn poll_once<F: Future>(f: &mut Pin<Box<F>>) -> Poll<F::Output> {
-    let waker = Waker::from(Arc::new(Noop));
-    f.as_mut().poll(&mut Context::from_waker(&waker))
 }
 
 /// Both sides' dispatchers have no operation left and none abandoned.

@@ -22,35 +22,14 @@
 
 mod common;
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::future::Future;
-use std::pin::Pin;
+use common::poison::{noop_waker, poll_once, Poison};
+
 use std::sync::Arc;
-use std::task::{Context, Poll, Wake, Waker};
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use xfer::aio::{self, AsyncEndpoint, Dispatcher};
 use xfer::{Completion, CompletionQueue};
-
-/// Fills every freed block with 0xdd before returning it.
-struct Poison;
-
-// SAFETY: forwards to `System`; the fill writes only the block being freed,
-// which the caller owns (`layout.size()` bytes at `ptr`).
-unsafe impl GlobalAlloc for Poison {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: same contract as ours.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: `ptr` is a live block of `layout.size()` bytes being freed.
-        unsafe {
-            std::ptr::write_bytes(ptr, 0xdd, layout.size());
-            System.dealloc(ptr, layout)
-        }
-    }
-}
 
 #[global_allocator]
 static ALLOC: Poison = Poison;
@@ -65,17 +44,6 @@ const ASYNC_RECVS: u64 = 100;
 const LARGE: usize = 256 * 1024;
 /// How long one drop may take.
 const DROP_LIMIT: Duration = Duration::from_secs(5);
-
-struct Noop;
-impl Wake for Noop {
-    fn wake(self: Arc<Self>) {}
-}
-
-/// Polls `f` once (posting its operation), with a waker that does nothing.
-fn poll_once<F: Future>(f: &mut Pin<Box<F>>) -> Poll<F::Output> {
-    let waker = Waker::from(Arc::new(Noop));
-    f.as_mut().poll(&mut Context::from_waker(&waker))
-}
 
 /// The objects of side `a`, each dropped at its turn.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -132,7 +100,7 @@ impl Seen {
 /// one (its raw stream), else from the queue.
 fn take(a: &SideA, seen: &mut Seen) {
     if let Some(d) = &a.disp {
-        let waker = Waker::from(Arc::new(Noop));
+        let waker = noop_waker();
         let mut cx = Context::from_waker(&waker);
         while let Poll::Ready(r) = d.poll_completion(&mut cx) {
             seen.add(&r.expect("raw completion"));

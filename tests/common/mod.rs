@@ -112,3 +112,4 @@ pub fn unhex(s: &str) -> Vec<u8> {
 
 pub mod faults;
 pub mod memcheck;
+pub mod poison;
