@@ -30,15 +30,7 @@ impl Core for AvObj {
     const MAGIC: u64 = 0x7866_6572_6176_5f5f; // "xferav__"
 }
 
-static OPS: fi::fi_ops = fi::fi_ops {
-    size: std::mem::size_of::<fi::fi_ops>(),
-    close: Some(close),
-    bind: Some(entry::no_bind),
-    control: Some(entry::no_control),
-    ops_open: Some(entry::no_ops_open),
-    tostr: Some(entry::no_tostr),
-    ops_set: Some(entry::no_ops_set),
-};
+static OPS: fi::fi_ops = entry::close_only_ops(close);
 
 static AV_OPS: fi::fi_ops_av = fi::fi_ops_av {
     size: std::mem::size_of::<fi::fi_ops_av>(),

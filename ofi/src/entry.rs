@@ -151,3 +151,17 @@ enosys! {
     no_tostr(*const fi::fid, *mut libc::c_char, usize) -> libc::c_int;
     no_ops_set(*mut fi::fid, *const libc::c_char, u64, *mut libc::c_void, *mut libc::c_void) -> libc::c_int;
 }
+
+/// The `fi_ops` of an object whose only generic operation is `close`
+/// (everything else `-FI_ENOSYS`).
+pub(crate) const fn close_only_ops(close: unsafe extern "C" fn(*mut fi::fid) -> libc::c_int) -> fi::fi_ops {
+    fi::fi_ops {
+        size: std::mem::size_of::<fi::fi_ops>(),
+        close: Some(close),
+        bind: Some(no_bind),
+        control: Some(no_control),
+        ops_open: Some(no_ops_open),
+        tostr: Some(no_tostr),
+        ops_set: Some(no_ops_set),
+    }
+}

@@ -28,15 +28,7 @@ impl Core for MrObj {
     const MAGIC: u64 = 0x7866_6572_6d72_5f5f; // "xfermr__"
 }
 
-static OPS: fi::fi_ops = fi::fi_ops {
-    size: std::mem::size_of::<fi::fi_ops>(),
-    close: Some(close),
-    bind: Some(entry::no_bind),
-    control: Some(entry::no_control),
-    ops_open: Some(entry::no_ops_open),
-    tostr: Some(entry::no_tostr),
-    ops_set: Some(entry::no_ops_set),
-};
+static OPS: fi::fi_ops = entry::close_only_ops(close);
 
 /// The domain's `fi_ops_mr`.
 pub(crate) static MR_OPS: fi::fi_ops_mr = fi::fi_ops_mr {
