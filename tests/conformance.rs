@@ -527,6 +527,72 @@ fn cq_fd_wakes_a_blocked_caller_after_busy_polling() {
     assert_eq!(sender.join().unwrap(), Ok(()));
 }
 
+/// A connection busy-polled through a long exchange (long enough for the TCP
+/// provider to read it without epoll, decision 57) still wakes a caller that
+/// then blocks: through `wait`, and through the descriptor after `trywait`.
+#[test]
+fn blocking_after_a_long_busy_polled_exchange_still_wakes() {
+    const ROUNDS: u64 = 300;
+    let mut a = Node::new();
+    let name = a.ep.name();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let peer = std::thread::spawn(move || {
+        let mut b = Node::new();
+        let pa = b.av.insert(name.as_bytes()).unwrap();
+        tx.send(b.ep.name()).unwrap();
+        // Echo ROUNDS messages, busy-polled on both sides.
+        for i in 0..ROUNDS {
+            b.ep.trecv(pa, 1, 0, vec![0; 8], 2 * i).unwrap();
+            let got = expect(&mut [&mut b], 0, 2 * i);
+            b.ep.tsend(pa, 1, got.buf.unwrap(), 2 * i + 1).unwrap();
+        }
+        // Then two messages, each after the other side has blocked.
+        for i in 0..2 {
+            std::thread::sleep(std::time::Duration::from_millis(150));
+            b.ep.tsend(pa, 2, pattern(8, i), 10_000 + i).unwrap();
+            expect(&mut [&mut b], 0, 10_000 + i);
+        }
+        drive(&mut [&mut b], "echo send completions", |ns| {
+            ns[0].done.len() >= ROUNDS as usize
+        });
+    });
+    let pb = a.av.insert(rx.recv().unwrap().as_bytes()).unwrap();
+    for i in 0..ROUNDS {
+        a.ep.trecv(pb, 1, 0, vec![0; 8], 2 * i).unwrap();
+        a.ep.tsend(pb, 1, pattern(8, i), 2 * i + 1).unwrap();
+        assert_eq!(expect(&mut [&mut a], 0, 2 * i).buf.unwrap(), pattern(8, i));
+    }
+    let mut out = vec![xfer::Completion::EMPTY; 4];
+    let mut wait_for = |a: &mut Node, ctx: u64, by_fd: bool| loop {
+        if let Some(c) = a.take(ctx) {
+            return c;
+        }
+        if by_fd {
+            if a.cq.trywait() == Ok(()) {
+                let mut pfd = libc::pollfd {
+                    fd: a.cq.fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                };
+                // SAFETY: `pfd` is a valid pollfd for the duration of the call.
+                let n = unsafe { libc::poll(&mut pfd, 1, common::DEADLINE.as_millis() as i32) };
+                assert_eq!(n, 1, "the descriptor became readable");
+            }
+            a.poll();
+        } else {
+            let n =
+                a.cq.wait(&mut out, Some(common::DEADLINE))
+                    .expect("woken before the deadline");
+            a.done.extend(out[..n].iter_mut().map(std::mem::take));
+        }
+    };
+    a.ep.trecv(pb, 2, 0, vec![0; 8], 20_000).unwrap();
+    assert_eq!(wait_for(&mut a, 20_000, false).buf.unwrap(), pattern(8, 0));
+    a.ep.trecv(pb, 2, 0, vec![0; 8], 20_001).unwrap();
+    assert_eq!(wait_for(&mut a, 20_001, true).buf.unwrap(), pattern(8, 1));
+    peer.join().unwrap();
+}
+
 // ---- RMA -------------------------------------------------------------------
 
 /// What a peer would get: the region's key packed to bytes and unpacked.

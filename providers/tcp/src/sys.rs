@@ -218,6 +218,17 @@ impl Socket {
         }
     }
 
+    /// Writes `buf` without blocking and without SIGPIPE.
+    pub fn send_flat(&self, buf: &[u8]) -> Result<Io> {
+        let flags = libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL;
+        // SAFETY: `buf` is valid for `buf.len()` readable bytes.
+        match cvt(unsafe { libc::send(self.fd.as_raw_fd(), buf.as_ptr().cast(), buf.len(), flags) }) {
+            Ok(n) => Ok(Io::Done(n as usize)),
+            Err(Error::Os(libc::EAGAIN | libc::EINTR)) => Ok(Io::WouldBlock),
+            Err(e) => Err(e),
+        }
+    }
+
     /// Writes the slices in order without blocking and without SIGPIPE.
     pub fn send(&self, bufs: &[IoSlice<'_>]) -> Result<Io> {
         // SAFETY: all-zero is a valid msghdr (no name, no control data).
