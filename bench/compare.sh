@@ -388,7 +388,7 @@ for ((rep = 1; rep <= REPS; rep++)); do
     log "repetition $rep/$REPS: message rate"
     warmup=$((RATE_ITERS / 10))
     floor_run "$rep" bw "$RATE_SIZE" "$RATE_ITERS" "$warmup" rate
-    if [[ $HAVE_XFER -eq 1 ]]; then xfer_run "$rep" tag_bw "$RATE_SIZE" "$RATE_ITERS" "$warmup" rate; fi
+    if [[ $HAVE_XFER -eq 1 ]]; then xfer_run "$rep" tag_rate "$RATE_SIZE" "$RATE_ITERS" "$warmup" rate; fi
     if [[ $HAVE_UCX -eq 1 ]]; then ucx_run "$rep" tag_bw "$RATE_SIZE" "$RATE_ITERS" "$warmup" -O "$RATE_WINDOW"; fi
 done
 if [[ $DO_PLOT -eq 1 && $HAVE_XFER -eq 1 ]]; then
@@ -699,7 +699,8 @@ for tool, label in (("floor", "floor"), ("xfer", "xfer-perf"), ("ucx", "UCX")):
 noisy_note()
 p("")
 p(f"Columns: floor = tcp-floor `bw` with a 1-byte ack every {rate_window} messages (two windows in flight); xfer = xfer-perf "
-  f"`tag_bw` (window {rate_window}); UCX = `ucx_perftest tag_bw -O {rate_window}` overall message rate.")
+  f"`tag_rate` (at most {rate_window} sends in flight, {rate_window} receives posted, the clock stopped by the receiver's word "
+  f"that the last message arrived); UCX = `ucx_perftest tag_bw -O {rate_window}` overall message rate.")
 p("")
 p("## Notes")
 p("")

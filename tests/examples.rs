@@ -339,7 +339,7 @@ fn xfer_perf_between_two_processes() {
     let opts = [
         "--json",
         "--test",
-        "tag_lat,tag_bw,msg_lat,msg_bw,put_lat,get_lat,put_bw,get_bw",
+        "tag_lat,tag_bw,tag_rate,msg_lat,msg_bw,put_lat,get_lat,put_bw,get_bw",
         "--sizes",
         "1,64k,1M",
         "--iters",
@@ -360,7 +360,7 @@ fn xfer_perf_between_two_processes() {
     let (status, _, err) = server.finish(deadline);
     assert!(status.success(), "server failed: {status}\n{err}");
     for test in [
-        "tag_lat", "tag_bw", "msg_lat", "msg_bw", "put_lat", "get_lat", "put_bw", "get_bw",
+        "tag_lat", "tag_bw", "tag_rate", "msg_lat", "msg_bw", "put_lat", "get_lat", "put_bw", "get_bw",
     ] {
         for size in [1, 65536, 1 << 20] {
             let key = format!("\"test\":\"{test}\",\"size\":{size},");
@@ -382,11 +382,17 @@ fn xfer_perf_buffer_modes() {
     let deadline = Instant::now() + DEADLINE;
     for mode in ["shared", "per-op"] {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_xfer-perf"));
-        cmd.args(["--json", "--test", "tag_bw,put_bw,get_bw", "--sizes", "64,256k"])
-            .args(["--iters", "100", "--window", "8", "--buffers", mode]);
+        cmd.args([
+            "--json",
+            "--test",
+            "tag_bw,tag_rate,put_bw,get_bw",
+            "--sizes",
+            "64,256k",
+        ])
+        .args(["--iters", "100", "--window", "8", "--buffers", mode]);
         let (status, lines, err) = Proc::spawn("xfer-perf", cmd).finish(deadline);
         assert!(status.success(), "{mode}: {status}\n{}\n{err}", lines.join("\n"));
-        assert_eq!(lines.len(), 6, "{mode}: {}", lines.join("\n"));
+        assert_eq!(lines.len(), 8, "{mode}: {}", lines.join("\n"));
         for line in &lines {
             assert!(line.contains(&format!("\"window\":8,\"buffers\":\"{mode}\"")), "{line}");
             assert!(json_number(line, "mib_s") > 0.0, "{line}");

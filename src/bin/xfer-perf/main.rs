@@ -22,6 +22,7 @@ mod lat;
 mod plan;
 mod pool;
 mod progress;
+mod rate;
 mod report;
 mod rma;
 mod stats;
@@ -33,7 +34,7 @@ use xfer::{CompletionQueue, Endpoint, EndpointAttr, PeerAddr};
 use control::{hear, say};
 use driver::{Driver, Result};
 use hex::{hex, unhex};
-use plan::{Options, Phase, Role};
+use plan::{Options, Phase, Role, Test};
 use progress::Progress;
 use report::Report;
 
@@ -87,6 +88,10 @@ fn serve(side: &mut Side, announce: impl FnOnce(String)) -> Result<()> {
             let s = lat::Server::prepare(ep, peer, &p)?;
             say(ep, d, peer, "ready")?;
             s.run(ep, d, peer, &p)?;
+        } else if p.test == Test::TagRate {
+            let s = rate::Server::prepare(ep, peer, &p)?;
+            say(ep, d, peer, "ready")?;
+            s.run(ep, d, peer, &p)?;
         } else {
             let s = bw::Server::prepare(ep, peer, &p)?;
             say(ep, d, peer, "ready")?;
@@ -129,7 +134,10 @@ fn drive(side: &mut Side, server: &[u8], opts: &Options) -> Result<()> {
                 report.latency(&p, &l);
             }
         } else {
-            let secs = bw::client(ep, d, peer, &p, prog)?;
+            let secs = match p.test {
+                Test::TagRate => rate::client(ep, d, peer, &p, prog)?,
+                _ => bw::client(ep, d, peer, &p, prog)?,
+            };
             prog.clear();
             report.bandwidth(&p, secs);
         }

@@ -13,6 +13,8 @@ pub enum Test {
     TagLat,
     /// Tagged streaming: bandwidth and message rate.
     TagBw,
+    /// Tagged message rate with a bound on sends in flight (`ucx_perftest -O`).
+    TagRate,
     /// Untagged ping-pong.
     MsgLat,
     /// Untagged streaming.
@@ -28,9 +30,10 @@ pub enum Test {
 }
 
 impl Test {
-    pub const ALL: [Test; 8] = [
+    pub const ALL: [Test; 9] = [
         Test::TagLat,
         Test::TagBw,
+        Test::TagRate,
         Test::MsgLat,
         Test::MsgBw,
         Test::PutLat,
@@ -43,6 +46,7 @@ impl Test {
         match self {
             Test::TagLat => "tag_lat",
             Test::TagBw => "tag_bw",
+            Test::TagRate => "tag_rate",
             Test::MsgLat => "msg_lat",
             Test::MsgBw => "msg_bw",
             Test::PutLat => "put_lat",
@@ -60,7 +64,7 @@ impl Test {
     }
 
     pub fn tagged(self) -> bool {
-        matches!(self, Test::TagLat | Test::TagBw)
+        matches!(self, Test::TagLat | Test::TagBw | Test::TagRate)
     }
 
     pub fn is_latency(self) -> bool {
@@ -160,15 +164,17 @@ pub const USAGE: &str = "usage: xfer-perf [options] [local | server | client NAM
   client NAME    run against the server whose name (hex) is NAME
 
 options:
-  --test LIST    tag_lat,tag_bw,msg_lat,msg_bw,put_lat,get_lat,put_bw,get_bw
+  --test LIST    tag_lat,tag_bw,tag_rate,msg_lat,msg_bw,put_lat,get_lat,put_bw,get_bw
                  (default tag_lat,tag_bw); get_lat is one read's round trip
-                 (as ib_read_lat), the other latencies half a round trip
+                 (as ib_read_lat), the other latencies half a round trip;
+                 tag_rate keeps --window sends in flight and --window receives
+                 posted, acknowledging only the last message (ucx_perftest -O)
   --sizes LIST   message sizes, e.g. 1,64,4k,1M (default 1 B to --max-size, powers of 2)
   --max-size N   largest default size (default 4M)
   --iters N      measured iterations per size (default: scaled by size)
   --warmup N     unmeasured iterations first (default: iters / 10)
   --window N     messages per acknowledgement in bandwidth tests (default 64; two
-                 windows in flight)
+                 windows in flight); tag_rate: sends in flight
   --buffers M    bandwidth tests: `shared` (default): one buffer per side for every
                  message in flight, as ucx_perftest and ib_send_bw; `per-op`: a buffer
                  per message through the safe API (at most 64 MiB per side in flight)
