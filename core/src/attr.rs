@@ -219,6 +219,13 @@ pub struct TcpAttr {
     /// an inject fails with [`Error::Again`](crate::Error::Again). Raised to
     /// the protocol's initial credit (128 KiB) if below it.
     pub eager_credit: usize,
+    /// Small eager frames (payload at most 4 KiB) posted in a burst, that
+    /// is after another was written and before the endpoint's next progress
+    /// call, wait in the connection's queue until that call, a blocking
+    /// wait, or until this many are queued, and then go out together in one
+    /// `sendmsg`; 0 writes every frame when it is posted. The first frame of
+    /// a burst is always written at once (ARCHITECTURE.md decision 58).
+    pub coalesce: usize,
 }
 
 impl Default for TcpAttr {
@@ -230,6 +237,7 @@ impl Default for TcpAttr {
             keepalive_ms: 10_000,
             sockbuf: 0,
             eager_credit: 4 << 20,
+            coalesce: 32,
         }
     }
 }
@@ -246,6 +254,7 @@ impl TcpAttr {
         apply(&mut a.keepalive_ms, "XFER_TCP_KEEPALIVE_MS");
         apply(&mut a.sockbuf, "XFER_TCP_SOCKBUF");
         apply(&mut a.eager_credit, "XFER_TCP_EAGER_CREDIT");
+        apply(&mut a.coalesce, "XFER_TCP_COALESCE");
         a
     }
 
@@ -281,6 +290,11 @@ impl TcpAttr {
                 env: "XFER_TCP_EAGER_CREDIT",
                 value: self.eager_credit.to_string(),
                 doc: "eager bytes a peer may have in flight to us (what a slow receiver buffers)",
+            },
+            Setting {
+                env: "XFER_TCP_COALESCE",
+                value: self.coalesce.to_string(),
+                doc: "small sends posted in a burst wait for the next poll or this many, then share a sendmsg (0: off)",
             },
         ]
     }

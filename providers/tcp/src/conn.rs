@@ -131,6 +131,9 @@ pub struct Conn {
     pub rx_owed: u64,
     /// Whether the budget beyond the initial credit was granted yet.
     pub granted: bool,
+    /// Whether frames wait in `txq` for the end of a burst of sends
+    /// (listed in the endpoint's `deferred`).
+    pub deferred: bool,
 }
 
 impl Conn {
@@ -154,6 +157,7 @@ impl Conn {
             rx_credit: CREDIT_INIT,
             rx_owed: 0,
             granted: false,
+            deferred: false,
         }
     }
 

@@ -37,6 +37,7 @@ use xfer_core::complete::{self, Arrival};
 use xfer_core::hash::FastMap;
 
 mod batch;
+mod burst;
 mod credit;
 mod hot;
 mod inbound;
@@ -147,6 +148,13 @@ pub struct TcpEndpoint {
     unexpected_bytes: usize,
     /// Scratch for a small frame written in one piece (`try_send_now`).
     flat: Vec<u8>,
+    /// A small eager frame was written since the last progress call: the
+    /// next ones wait for the rest of the burst (`burst`).
+    burst: bool,
+    /// Connections with frames held back for the burst.
+    deferred: Vec<usize>,
+    /// Frames held back for the rest of their burst, in all.
+    coalesced: u64,
 }
 
 /// The answer an abandoned token may still get.
@@ -244,6 +252,9 @@ impl TcpEndpoint {
             budget: credit::Budget::new(attr.tcp.eager_credit),
             unexpected_bytes: 0,
             flat: Vec::with_capacity(HEADER_LEN + FLAT_SEND),
+            burst: false,
+            deferred: Vec::new(),
+            coalesced: 0,
         })
     }
 
@@ -666,6 +677,9 @@ impl TcpEndpoint {
             return Some(frame);
         }
         if payload.len() <= FLAT_SEND {
+            if self.burst && self.attr.tcp.coalesce > 0 {
+                return Some(frame); // held for the rest of the burst (`burst`)
+            }
             // One contiguous copy and `send`: measured 0.2 µs cheaper per
             // message than `sendmsg` of header and payload slices
             // (docs/PERFORMANCE.md), far more than the copy costs.
@@ -682,6 +696,7 @@ impl TcpEndpoint {
                 }
             }
             if frame.written == flat.len() {
+                self.burst = true;
                 return None;
             }
         }
@@ -747,7 +762,7 @@ impl EndpointProvider for TcpEndpoint {
             frame.payload = Payload::Op { key, offset: 0, len };
             frame.owner = Owner::Send(key);
             match self.conns.get(id) {
-                Some(c) if c.serial == conn.1 => self.queue(cx, id, frame),
+                Some(c) if c.serial == conn.1 => self.queue_eager(cx, id, frame),
                 _ => {
                     // The connection failed while writing: report the send's failure.
                     let tx = self.sends.remove(key);
@@ -810,7 +825,7 @@ impl EndpointProvider for TcpEndpoint {
         if let Some(mut frame) = self.try_send_now(cx, id, hdr, payload) {
             if self.conns.contains(id) {
                 frame.payload = Payload::Owned(payload.to_vec());
-                self.queue(cx, id, frame);
+                self.queue_eager(cx, id, frame);
             } else {
                 return Err(Error::PeerUnreachable {
                     peer,
@@ -908,6 +923,7 @@ impl EndpointProvider for TcpEndpoint {
     fn counters(&self) -> Vec<(&'static str, u64)> {
         vec![
             ("connections", self.conns.len() as u64),
+            ("coalesced", self.coalesced),
             ("credit_stalls", self.credit_stalls),
             ("unexpected_bytes", self.unexpected_bytes as u64),
         ]
@@ -918,6 +934,7 @@ impl EndpointProvider for TcpEndpoint {
     }
 
     fn progress(&mut self, cx: &mut Ctx<'_>) {
+        self.end_burst(cx);
         if self.poll_hot(cx) {
             return;
         }
@@ -947,11 +964,15 @@ impl EndpointProvider for TcpEndpoint {
     }
 
     fn prepare_wait(&mut self, cx: &mut Ctx<'_>) {
+        // Nothing may wait for a progress call that sleeping would not make.
+        self.end_burst(cx);
         // A detached hot connection would raise no event while we sleep.
         self.attach_hot(cx);
     }
 
     fn close(&mut self, cx: &mut Ctx<'_>) {
+        // What was posted goes out, as it would have without coalescing.
+        self.end_burst(cx);
         let ids: Vec<usize> = self.conns.iter().map(|(k, _)| k).collect();
         for id in ids {
             self.fail_conn(cx, id, Error::Canceled);

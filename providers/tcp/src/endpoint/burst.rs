@@ -1,0 +1,60 @@
+//! Coalescing small sends posted in a burst (ARCHITECTURE.md decision 58).
+//!
+//! The first small eager frame after a progress call is written at once, so
+//! a ping-pong's latency is untouched. The ones posted after it, before the
+//! next progress call, wait in their connection's queue: the next progress
+//! call, a blocking wait (`prepare_wait`) or the [`TcpAttr::coalesce`]th
+//! queued frame writes them together, many frames to one `sendmsg`
+//! (`batch`). A stream of small messages then costs a system call per batch
+//! instead of one per message, the cost that bounds the message rate.
+//!
+//! [`TcpAttr::coalesce`]: xfer_core::attr::TcpAttr::coalesce
+
+use super::*;
+
+impl TcpEndpoint {
+    /// Whether a small frame posted now should wait for the rest of its burst.
+    #[inline]
+    pub(super) fn in_burst(&self) -> bool {
+        self.burst && self.attr.tcp.coalesce > 0
+    }
+
+    /// Queues an eager frame that was not written whole: behind a burst it
+    /// waits (up to [`TcpAttr::coalesce`](xfer_core::attr::TcpAttr::coalesce)
+    /// frames), otherwise it goes out as far as the socket takes.
+    pub(super) fn queue_eager(&mut self, cx: &mut Ctx<'_>, id: usize, frame: TxFrame) {
+        let coalesce = self.attr.tcp.coalesce;
+        let burst = self.in_burst();
+        let conn = &mut self.conns[id];
+        conn.txq.push_back(frame);
+        if burst && conn.state == State::Open && conn.txq.len() < coalesce {
+            self.coalesced += 1;
+            if !conn.deferred {
+                conn.deferred = true;
+                self.deferred.push(id);
+            }
+            return;
+        }
+        self.flush(cx, id);
+    }
+
+    /// Writes every connection's frames held back for its burst, and ends
+    /// the burst: the next small frame is written when it is posted.
+    #[inline]
+    pub(super) fn end_burst(&mut self, cx: &mut Ctx<'_>) {
+        self.burst = false;
+        if self.deferred.is_empty() {
+            return;
+        }
+        let ids = std::mem::take(&mut self.deferred);
+        for &id in &ids {
+            if let Some(conn) = self.conns.get_mut(id) {
+                conn.deferred = false;
+                self.flush(cx, id);
+            }
+        }
+        // Keep the allocation for the next burst.
+        self.deferred = ids;
+        self.deferred.clear();
+    }
+}
