@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{drive, expect, pattern, test_attr, Node};
+use common::{drive, expect, pattern, Node};
 use xfer::PeerAddr;
 
 const BURST: u64 = 200;
