@@ -100,14 +100,16 @@ impl CompletionQueue {
     pub fn poll(&self, out: &mut [Completion]) -> Result<usize> {
         let mut st = self.0.shared.lock()?;
         st.progress_cq(self.0.key);
-        let ring = &mut st.cqs[self.0.key];
-        let n = ring.len().min(out.len());
-        for slot in &mut out[..n] {
-            if let Some(c) = ring.pop_front() {
-                *slot = c;
-            }
-        }
-        Ok(n)
+        Ok(take_queued(&mut st.cqs[self.0.key], out))
+    }
+
+    /// Moves up to `out.len()` completions already in the queue into `out`
+    /// without progressing the bound endpoints: what posting calls (and
+    /// earlier progress) produced. No system call; for event-driven callers
+    /// that progress only when the descriptor fires (the async layer).
+    pub fn poll_queued(&self, out: &mut [Completion]) -> Result<usize> {
+        let mut st = self.0.shared.lock()?;
+        Ok(take_queued(&mut st.cqs[self.0.key], out))
     }
 
     /// Like [`poll`](Self::poll) but blocks until at least one completion
@@ -139,13 +141,17 @@ impl CompletionQueue {
         }
     }
 
-    /// Progresses, then tells whether it is safe to block on [`fd`](Self::fd):
-    /// `Ok(())` when no completion is ready, [`Error::Again`] when one is
-    /// (poll instead). Mirrors `fi_trywait`.
+    /// Tells whether it is safe to block on [`fd`](Self::fd): `Ok(())` when
+    /// no completion is ready, [`Error::Again`] when one is (poll instead).
+    /// Mirrors `fi_trywait`. Each bound endpoint first prepares to sleep
+    /// (`EndpointProvider::prepare_wait`: a verbs CQ is armed and polled,
+    /// TCP writes what a burst held back and puts every connection in its
+    /// epoll set) but connections are not read: whatever waits in them makes
+    /// the descriptor readable, so the caller wakes at once (decision 59).
+    /// [`poll`](Self::poll) when it fires.
     pub fn trywait(&self) -> Result<()> {
         self.arm()?;
         let mut st = self.0.shared.lock()?;
-        st.progress_cq(self.0.key);
         if st.ready_to_block(self.0.key) {
             Ok(())
         } else {
@@ -162,6 +168,18 @@ impl CompletionQueue {
         }
         self.0.epoll.as_raw_fd()
     }
+}
+
+/// Moves up to `out.len()` completions from the front of `ring` into `out`.
+#[inline]
+fn take_queued(ring: &mut VecDeque<Completion>, out: &mut [Completion]) -> usize {
+    let n = ring.len().min(out.len());
+    for slot in &mut out[..n] {
+        if let Some(c) = ring.pop_front() {
+            *slot = c;
+        }
+    }
+    n
 }
 
 impl Drop for Handle {

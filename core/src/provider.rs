@@ -228,8 +228,12 @@ pub trait EndpointProvider: Send {
     /// Called before the program blocks on [`wait_fd`](Self::wait_fd): a
     /// provider whose events must be armed (a verbs CQ's notification) arms
     /// them here, and may move data (completions go to `cx.cq`, which the
-    /// caller checks before blocking). Busy-polling programs never get here,
-    /// so they pay nothing for events (`fi_trywait`).
+    /// caller checks before blocking). `trywait` calls it without a
+    /// [`progress`](Self::progress) first, so anything that would leave the
+    /// peer or the descriptor waiting on us (held-back frames, receive
+    /// buffers to repost, a connection outside the epoll set) is settled
+    /// here. Busy-polling programs never get here, so they pay nothing for
+    /// events (`fi_trywait`).
     fn prepare_wait(&mut self, cx: &mut Ctx<'_>) {
         let _ = cx;
     }

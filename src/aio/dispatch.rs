@@ -57,6 +57,13 @@ struct State {
     /// the reactor armed: while `events` still has that value, a waiting
     /// operation need not drive the queue again (nothing can have arrived).
     armed: Option<u64>,
+    /// Times the descriptor fired (or the reactor ticked, or found it
+    /// readable): what may have brought work only provider progress finds.
+    fired: u64,
+    /// `fired` as it was at the last drive that progressed the endpoints:
+    /// while equal, a drive only takes what posting calls queued
+    /// (decision 59).
+    progressed: u64,
 }
 
 /// Routes the completions of one completion queue to the futures of the
@@ -92,6 +99,7 @@ impl Wake for FdWake {
             Ok(mut st) => {
                 let st = &mut *st;
                 st.events = st.events.wrapping_add(1);
+                st.fired = st.fired.wrapping_add(1);
                 let ops = st.slots.iter_mut().filter_map(|(_, (_, s))| match s {
                     Slot::Waiting(w) => w.take(),
                     _ => None,
@@ -122,6 +130,8 @@ impl Dispatcher {
                 capacity: Vec::new(),
                 events: 0,
                 armed: None,
+                fired: 0,
+                progressed: 0,
             }),
             fd_waker: Waker::from(Arc::new(FdWake(me.clone()))),
         })
@@ -208,8 +218,18 @@ impl Dispatcher {
 
     /// Polls the queue once and routes what it got; how many completions.
     pub fn drive(&self) -> Result<usize> {
+        self.route_batch(true)
+    }
+
+    /// Takes a batch of completions, progressing the endpoints first only
+    /// when `progress` (else just what is queued: no system call), and
+    /// routes them; how many.
+    fn route_batch(&self, progress: bool) -> Result<usize> {
         let mut batch = [Completion::EMPTY; BATCH];
-        let n = self.cq.poll(&mut batch)?;
+        let n = match progress {
+            true => self.cq.poll(&mut batch)?,
+            false => self.cq.poll_queued(&mut batch)?,
+        };
         if n == 0 {
             return Ok(0);
         }
@@ -329,7 +349,7 @@ impl Dispatcher {
         mut take: impl FnMut(&mut State, &Waker) -> Option<Result<T>>,
     ) -> Poll<Result<T>> {
         for _ in 0..BUDGET {
-            let events = match self.lock() {
+            let (events, progress) = match self.lock() {
                 Ok(mut st) => {
                     if let Some(r) = take(&mut st, cx.waker()) {
                         return Poll::Ready(r);
@@ -337,11 +357,17 @@ impl Dispatcher {
                     if may_skip && st.armed == Some(st.events) {
                         return Poll::Pending;
                     }
-                    st.events
+                    // Without a descriptor event since the last progress,
+                    // only posting calls can have added completions, and
+                    // they are queued already; `trywait` below progresses
+                    // before anyone parks.
+                    let progress = st.fired != st.progressed;
+                    st.progressed = st.fired;
+                    (st.events, progress)
                 }
                 Err(e) => return Poll::Ready(Err(e)),
             };
-            match self.drive() {
+            match self.route_batch(progress) {
                 Ok(0) => {}
                 Ok(_) => continue,
                 Err(e) => return Poll::Ready(Err(e)),
@@ -360,7 +386,13 @@ impl Dispatcher {
                     }
                     return Poll::Pending;
                 }
-                Poll::Ready(Ok(())) => continue,
+                Poll::Ready(Ok(())) => {
+                    // Readable already: what made it so needs progress.
+                    if let Ok(mut st) = self.lock() {
+                        st.fired = st.fired.wrapping_add(1);
+                    }
+                    continue;
+                }
                 Poll::Ready(Err(e)) => return Poll::Ready(Err(e.into())),
             }
         }

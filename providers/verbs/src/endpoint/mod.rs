@@ -538,6 +538,11 @@ impl EndpointProvider for VerbsEndpoint {
         }
         // Completions that came before the arming raise no event.
         self.poll_cq(cx);
+        // `trywait` does not progress first: the receives its completions
+        // freed go back before we sleep, or senders would meet RNR.
+        if let Err(e) = self.srq.refill() {
+            tracing::warn!(error = %e, "refilling the shared receive queue");
+        }
         self.flush_backlog(cx);
     }
 
