@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{drive, expect, pattern, Node};
+use common::{drive, expect, pattern, wait_readable, Node};
 use xfer::PeerAddr;
 
 const BURST: u64 = 200;
@@ -99,15 +99,9 @@ fn a_burst_goes_out_when_the_sender_blocks() {
             }
         }
         if a.cq.trywait().is_ok() {
-            let mut pfd = libc::pollfd {
-                fd: a.cq.fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            };
             // Sleeps until the receiver is done (it sends nothing back, so
             // nothing wakes this side first) or the deadline.
-            // SAFETY: `pfd` is a valid pollfd for the duration of the call.
-            unsafe { libc::poll(&mut pfd, 1, common::DEADLINE.as_millis() as i32) };
+            wait_readable(a.cq.fd(), common::DEADLINE);
         }
         rx.recv().ok();
         a

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{drive, expect, pattern, test_attr, Node};
+use common::{drive, expect, pattern, test_attr, wait_readable, Node};
 use xfer::{
     Access, Buffer, Claim, Error, Flags, MemoryRegion, Peeked, PeerAddr, RecvOp, RecvSpec, RemoteKey, RmaKind, RmaOp,
     SendOp,
@@ -515,14 +515,10 @@ fn cq_fd_wakes_a_blocked_caller_after_busy_polling() {
         expect(&mut [&mut b], 0, 2).result
     });
     assert_eq!(a.cq.trywait(), Ok(()), "nothing has arrived yet");
-    let mut pfd = libc::pollfd {
-        fd: a.cq.fd(),
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: `pfd` is a valid pollfd for the duration of the call.
-    let n = unsafe { libc::poll(&mut pfd, 1, common::DEADLINE.as_millis() as i32) };
-    assert_eq!(n, 1, "the descriptor became readable");
+    assert!(
+        wait_readable(a.cq.fd(), common::DEADLINE),
+        "the descriptor became readable"
+    );
     assert_eq!(expect(&mut [&mut a], 0, 1).buf.unwrap(), pattern(8, 7));
     assert_eq!(sender.join().unwrap(), Ok(()));
 }
@@ -569,14 +565,10 @@ fn blocking_after_a_long_busy_polled_exchange_still_wakes() {
         }
         if by_fd {
             if a.cq.trywait() == Ok(()) {
-                let mut pfd = libc::pollfd {
-                    fd: a.cq.fd(),
-                    events: libc::POLLIN,
-                    revents: 0,
-                };
-                // SAFETY: `pfd` is a valid pollfd for the duration of the call.
-                let n = unsafe { libc::poll(&mut pfd, 1, common::DEADLINE.as_millis() as i32) };
-                assert_eq!(n, 1, "the descriptor became readable");
+                assert!(
+                    wait_readable(a.cq.fd(), common::DEADLINE),
+                    "the descriptor became readable"
+                );
             }
             a.poll();
         } else {

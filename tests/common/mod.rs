@@ -113,3 +113,16 @@ pub fn unhex(s: &str) -> Vec<u8> {
 pub mod faults;
 pub mod memcheck;
 pub mod poison;
+
+/// Blocks in `poll(2)` until `fd` is readable or `timeout` passes; whether
+/// it became readable.
+#[allow(dead_code)] // not every test binary blocks on a descriptor
+pub fn wait_readable(fd: std::os::fd::RawFd, timeout: Duration) -> bool {
+    let mut pfd = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: `pfd` is a valid pollfd for the duration of the call.
+    unsafe { libc::poll(&mut pfd, 1, timeout.as_millis().min(i32::MAX as u128) as i32) == 1 }
+}
