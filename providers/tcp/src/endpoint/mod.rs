@@ -672,12 +672,13 @@ impl TcpEndpoint {
             written: 0,
             owner: Owner::None,
         };
+        let hold = self.in_burst();
         let conn = &mut self.conns[id];
         if conn.state != State::Open || !conn.txq.is_empty() {
             return Some(frame);
         }
         if payload.len() <= FLAT_SEND {
-            if self.burst && self.attr.tcp.coalesce > 0 {
+            if hold {
                 return Some(frame); // held for the rest of the burst (`burst`)
             }
             // One contiguous copy and `send`: measured 0.2 µs cheaper per
