@@ -429,6 +429,41 @@ async fn at_max_outstanding_posting_fails_with_again_and_async_operations_wait()
 }
 
 #[tokio::test(flavor = "current_thread")]
+async fn at_max_outstanding_per_peer_async_sends_wait_for_that_peer() {
+    let attr = xfer::EndpointAttr {
+        max_outstanding_per_peer: 1,
+        ..common::test_attr()
+    };
+    let (a, b) = pair_with(&attr).await;
+    // Rendezvous sends to a receiver that posts nothing yet: the first stays
+    // in flight, the second waits for room.
+    let sends: Vec<_> = (0..2u64)
+        .map(|i| {
+            let b = b.clone();
+            tokio::spawn(async move { b.ep.tsend(b.peer, i, pattern(i, LARGE)).await.0 })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let raw = b.ep.endpoint();
+    assert_eq!(raw.outstanding_to(b.peer).expect("outstanding_to"), Some(1));
+    assert!(sends.iter().any(|t| !t.is_finished()), "both sends went past the bound");
+    let refused = raw
+        .tsend(b.peer, 9, vec![9; LARGE], 9)
+        .expect_err("a raw send past the bound");
+    assert_eq!(refused.error, Error::Again);
+    for i in 0..2u64 {
+        let (got, buf) = within("a receive", a.ep.trecv(a.peer, i, 0, vec![0; LARGE])).await;
+        assert_eq!(got.expect("trecv").len, LARGE);
+        assert_eq!(buf, pattern(i, LARGE), "message {i}");
+    }
+    for t in sends {
+        within("a send", t).await.expect("task").expect("tsend");
+    }
+    assert_eq!(raw.outstanding_to(b.peer).expect("outstanding_to"), Some(0));
+    settle(&[&a, &b]).await;
+}
+
+#[tokio::test(flavor = "current_thread")]
 async fn teardown_with_operations_in_flight_returns_promptly() {
     for a_first in [true, false] {
         let (a, b) = pair().await;

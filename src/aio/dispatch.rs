@@ -275,7 +275,8 @@ impl Dispatcher {
     }
 
     /// Waits (driving) until a completion was routed after `seen` was read:
-    /// an endpoint at its `max_outstanding` may then have room.
+    /// an endpoint at its `max_outstanding` (or a peer at its
+    /// `max_outstanding_per_peer`) may then have room.
     pub(crate) async fn capacity(&self, seen: u64) -> Result<()> {
         std::future::poll_fn(|cx| {
             self.poll_with(cx, false, |st, waker| {
