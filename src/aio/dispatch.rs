@@ -206,8 +206,29 @@ impl Dispatcher {
         }
     }
 
-    /// Polls the queue once and routes what it got; how many completions.
+    /// Polls the queue and routes what it got, until the queue is empty (or
+    /// [`BUDGET`] rounds went by); how many completions.
+    ///
+    /// Draining matters: completions left in the queue raise no descriptor
+    /// event, and waiting operations do not drive a queue found empty since
+    /// the last event (decision 39), so a burst larger than one round would
+    /// otherwise wait for the next event. A queue still not empty after the
+    /// budget wakes every waiter, as an event does, so one of them goes on.
     pub fn drive(&self) -> Result<usize> {
+        let mut total = 0;
+        for _ in 0..BUDGET {
+            let n = self.drive_once()?;
+            total += n;
+            if n < BATCH {
+                return Ok(total);
+            }
+        }
+        self.fd_waker.wake_by_ref();
+        Ok(total)
+    }
+
+    /// One round of [`drive`](Self::drive): at most [`BATCH`] completions.
+    fn drive_once(&self) -> Result<usize> {
         let mut batch = [Completion::EMPTY; BATCH];
         let n = self.cq.poll(&mut batch)?;
         if n == 0 {

@@ -137,10 +137,12 @@ impl VerbsEndpoint {
                 self.post_eager(cx, k, op, silent)
             }
             Tx::Send { op, silent } => {
-                if op.buf.len() <= self.eager_max {
+                let stalled = op.buf.len() <= self.eager_max;
+                let r = self.post_rts(cx, k, op, silent);
+                if stalled && r.is_ok() {
                     self.stats.credit_stalls += 1;
                 }
-                self.post_rts(cx, k, op, silent)
+                r
             }
             Tx::Rma { op, silent } => self.post_rma(cx, k, op, silent),
             // A rendezvous belongs to the connection its RTS came on: once
