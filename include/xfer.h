@@ -447,6 +447,12 @@ typedef struct xfer_ep_attr_t {
      * more is refused with `XFER_EAGAIN` (`XFER_MAX_OUTSTANDING`).
      */
     size_t max_outstanding;
+    /**
+     * Sends and RMA with a completion in flight to any one peer at most, 0
+     * for no bound; one more to that peer is refused with `XFER_EAGAIN`
+     * (`XFER_MAX_OUTSTANDING_PER_PEER`).
+     */
+    size_t max_outstanding_per_peer;
 } xfer_ep_attr_t;
 
 /**

@@ -14,6 +14,7 @@ use common::poison::{poll_once, Poison};
 
 use std::future::Future;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
 use tokio::task::JoinSet;
@@ -425,6 +426,88 @@ async fn at_max_outstanding_posting_fails_with_again_and_async_operations_wait()
         assert_eq!(c.buf.as_deref(), Some(&pattern(c.context, 16)[..]));
     }
     assert_eq!(raw.outstanding().expect("outstanding"), Some(0));
+    settle(&[&a, &b]).await;
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn at_max_outstanding_per_peer_async_sends_wait_for_that_peer() {
+    let attr = xfer::EndpointAttr {
+        max_outstanding_per_peer: 1,
+        ..common::test_attr()
+    };
+    let (a, b) = pair_with(&attr).await;
+    // Rendezvous sends to a receiver that posts nothing yet: the first stays
+    // in flight, the second waits for room.
+    let sends: Vec<_> = (0..2u64)
+        .map(|i| {
+            let b = b.clone();
+            tokio::spawn(async move { b.ep.tsend(b.peer, i, pattern(i, LARGE)).await.0 })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let raw = b.ep.endpoint();
+    assert_eq!(raw.outstanding_to(b.peer).expect("outstanding_to"), Some(1));
+    assert!(sends.iter().any(|t| !t.is_finished()), "both sends went past the bound");
+    let refused = raw
+        .tsend(b.peer, 9, vec![9; LARGE], 9)
+        .expect_err("a raw send past the bound");
+    assert_eq!(refused.error, Error::Again);
+    for i in 0..2u64 {
+        let (got, buf) = within("a receive", a.ep.trecv(a.peer, i, 0, vec![0; LARGE])).await;
+        assert_eq!(got.expect("trecv").len, LARGE);
+        assert_eq!(buf, pattern(i, LARGE), "message {i}");
+    }
+    for t in sends {
+        within("a send", t).await.expect("task").expect("tsend");
+    }
+    assert_eq!(raw.outstanding_to(b.peer).expect("outstanding_to"), Some(0));
+    settle(&[&a, &b]).await;
+}
+
+/// More completions than one round of the dispatcher takes arrive at once,
+/// and one `drive()` (what a raw poster calls) routes them: every waiting
+/// future finds its own at its next poll, with no descriptor event in
+/// between (the waiters skip driving a queue found empty, decision 39, so
+/// completions left in the queue would wait for the next event or tick).
+#[tokio::test(flavor = "current_thread")]
+async fn one_drive_routes_a_burst_larger_than_its_batch() {
+    const N: u64 = 40;
+    let (a, b) = pair().await;
+    // A first message makes the connection.
+    let (r, s) = tokio::join!(
+        b.ep.trecv(b.peer, 1 << 40, 0, vec![0; 8]),
+        a.ep.tsend(a.peer, 1 << 40, vec![1; 8])
+    );
+    r.0.expect("warm-up receive");
+    s.0.expect("warm-up send");
+    let mut recvs: Vec<_> = (0..N)
+        .map(|i| Box::pin(b.ep.trecv(b.peer, i, 0, vec![0; 16])))
+        .collect();
+    for f in &mut recvs {
+        assert!(poll_once(f).is_pending(), "nothing sent yet");
+    }
+    for i in 0..N {
+        a.ep.endpoint().tsend(a.peer, i, pattern(i, 16), i).expect("raw send");
+    }
+    // Without yielding to the runtime (so no descriptor event reaches b's
+    // dispatcher): give the messages time to reach b (a progresses, for
+    // what waited to be sent), then drive b once.
+    let start = std::time::Instant::now();
+    while start.elapsed() < Duration::from_millis(200) {
+        a.ep.dispatcher().drive().expect("drive a");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let routed = b.ep.dispatcher().drive().expect("drive b");
+    eprintln!("one drive routed {routed} completions");
+    for (i, f) in recvs.iter_mut().enumerate() {
+        match poll_once(f) {
+            Poll::Ready((got, buf)) => {
+                assert_eq!(got.expect("trecv").len, 16);
+                assert_eq!(buf, pattern(i as u64, 16), "message {i}");
+            }
+            Poll::Pending => panic!("receive {i} of {N} still pending after the drive that found its message"),
+        }
+    }
     settle(&[&a, &b]).await;
 }
 

@@ -1247,3 +1247,66 @@ fn peek_and_claim_unexpected_messages() {
     a.ep.tsend(pb, 6, b"next".to_vec(), 103).unwrap();
     assert_eq!(expect(&mut [&mut a, &mut b], 1, 5).buf.unwrap(), b"next");
 }
+
+/// `max_outstanding_per_peer`: a send to a peer with that many in flight is
+/// refused with `Again` (the buffer handed back) while another peer still
+/// takes sends; a completion makes room. Rendezvous sends to a receiver that
+/// posts nothing stay in flight; RMA counts too, and completions name the peer.
+#[test]
+fn per_peer_bound_refuses_only_the_full_peer() {
+    let attr = xfer::EndpointAttr {
+        max_outstanding_per_peer: 2,
+        ..test_attr()
+    };
+    let mut a = Node::with_attr(&attr);
+    let (mut b, mut c) = (Node::new(), Node::new());
+    let (pb, pc) = (a.add(&b), a.add(&c));
+    let big = 1 << 20;
+    assert_eq!(
+        Node::new().ep.outstanding_to(pb).unwrap(),
+        None,
+        "unbounded: nothing counted"
+    );
+    a.ep.tsend(pb, 1, pattern(big, 1), 1).unwrap();
+    a.ep.tsend(pb, 2, pattern(big, 2), 2).unwrap();
+    let refused = a.ep.tsend(pb, 3, pattern(big, 3), 3).expect_err("a third to b");
+    assert_eq!(refused.error, Error::Again);
+    assert_eq!(refused.op, pattern(big, 3), "the buffer comes back");
+    a.ep.tsend(pc, 4, pattern(big, 4), 4).expect("c has room");
+    assert_eq!(a.ep.outstanding_to(pb).unwrap(), Some(2));
+    assert_eq!(a.ep.outstanding_to(pc).unwrap(), Some(1));
+    assert_eq!(a.ep.outstanding().unwrap(), None, "no endpoint bound");
+
+    b.ep.trecv(ANY, 1, 0, vec![0; big], 11).unwrap();
+    let s = expect(&mut [&mut a, &mut b, &mut c], 0, 1);
+    assert_eq!((s.result, s.src), (Ok(()), pb), "a send's completion names its peer");
+    a.ep.tsend(pb, 3, pattern(big, 3), 3).expect("room after a completion");
+    for tag in [2, 3] {
+        b.ep.trecv(ANY, tag, 0, vec![0; big], 10 + tag).unwrap();
+    }
+    c.ep.trecv(ANY, 4, 0, vec![0; big], 14).unwrap();
+    for tag in 1..=3 {
+        let r = expect(&mut [&mut a, &mut b, &mut c], 1, 10 + tag);
+        assert_eq!(r.result, Ok(()));
+        assert_eq!(r.buf.unwrap(), pattern(big, tag), "message {tag}");
+    }
+    assert_eq!(
+        expect(&mut [&mut a, &mut b, &mut c], 2, 14).buf.unwrap(),
+        pattern(big, 4)
+    );
+    for ctx in 2..=4 {
+        assert_eq!(expect(&mut [&mut a, &mut b, &mut c], 0, ctx).result, Ok(()));
+    }
+    assert_eq!(a.ep.outstanding_to(pb).unwrap(), Some(0));
+
+    // RMA is counted per peer as well, and its completion names the peer.
+    let mr = b.domain.register(vec![0; 4096], Access::all()).unwrap();
+    let rkey = rkey_of(&mr);
+    a.ep.write(pb, pattern(64, 5), &rkey, 0, 21).unwrap();
+    a.ep.read(pb, vec![0; 64], &rkey, 0, 22).unwrap();
+    let w = expect(&mut [&mut a, &mut b, &mut c], 0, 21);
+    assert_eq!((w.result, w.src), (Ok(()), pb));
+    let r = expect(&mut [&mut a, &mut b, &mut c], 0, 22);
+    assert_eq!((r.src, r.buf.unwrap()), (pb, pattern(64, 5)));
+    assert_eq!(a.ep.outstanding_to(pb).unwrap(), Some(0));
+}

@@ -151,6 +151,18 @@ fn xfer_info_lists_tcp() {
         .iter()
         .any(|l| l.contains("XFER_TCP_ADDR") && l.contains("127.0.0.1")));
 
+    // Settings show their effective value next to the default.
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_xfer-info"));
+    cmd.env("XFER_MAX_OUTSTANDING_PER_PEER", "8");
+    let (status, lines, err) = Proc::spawn("xfer-info (per-peer bound set)", cmd).finish(deadline);
+    assert!(status.success(), "{err}");
+    let row: Vec<&str> = lines
+        .iter()
+        .find(|l| l.trim_start().starts_with("XFER_MAX_OUTSTANDING_PER_PEER "))
+        .map(|l| l.split_whitespace().take(3).collect())
+        .unwrap_or_default();
+    assert_eq!(row, ["XFER_MAX_OUTSTANDING_PER_PEER", "8", "0"], "{}", lines.join("\n"));
+
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_xfer-info"));
     cmd.arg("--json");
     let (status, lines, err) = Proc::spawn("xfer-info --json", cmd).finish(deadline);

@@ -1,7 +1,8 @@
 //! Deterministic teardown (issue 10): an endpoint with thousands of
 //! operations in flight, torn down by dropping its objects (domain,
 //! completion queue, address vector, async endpoint, dispatcher) in every
-//! one of the 120 orders, over the default provider (TCP on the host).
+//! one of the 120 orders, over the default provider (TCP on the host; the
+//! Soft-RoCE guest's `teardown` step runs it over verbs).
 //!
 //! In flight when the teardown starts, on side `a`:
 //! - 1,000 raw tagged receives nothing matches;

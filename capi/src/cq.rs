@@ -99,7 +99,7 @@ impl xfer_cq_entry_t {
             buf: std::ptr::null_mut(),
             data: c.data,
             tag: c.tag,
-            src: c.src.0,
+            src: c.received_from().0,
             err,
             prov_errno,
             olen,

@@ -68,6 +68,10 @@ pub struct xfer_ep_attr_t {
     /// Operations with a completion in flight at most, 0 for no bound; one
     /// more is refused with `XFER_EAGAIN` (`XFER_MAX_OUTSTANDING`).
     pub max_outstanding: usize,
+    /// Sends and RMA with a completion in flight to any one peer at most, 0
+    /// for no bound; one more to that peer is refused with `XFER_EAGAIN`
+    /// (`XFER_MAX_OUTSTANDING_PER_PEER`).
+    pub max_outstanding_per_peer: usize,
 }
 
 /// A message for `xfer_ep_sendmsg` / `xfer_ep_recvmsg` (`fi_msg_tagged`
@@ -108,6 +112,7 @@ fn attr_from_rust(a: &EndpointAttr) -> xfer_ep_attr_t {
         tcp_keepalive_ms: a.tcp.keepalive_ms,
         tcp_eager_credit: a.tcp.eager_credit,
         max_outstanding: a.max_outstanding,
+        max_outstanding_per_peer: a.max_outstanding_per_peer,
     }
 }
 
@@ -159,6 +164,7 @@ unsafe fn attr_to_rust(attr: *const xfer_ep_attr_t) -> Result<EndpointAttr, Fail
     r.tcp.keepalive_ms = a.tcp_keepalive_ms;
     r.tcp.eager_credit = a.tcp_eager_credit;
     r.max_outstanding = a.max_outstanding;
+    r.max_outstanding_per_peer = a.max_outstanding_per_peer;
     if !a.tcp_addr.is_null() {
         // SAFETY: a non-null tcp_addr is NUL-terminated by contract.
         let s = unsafe { CStr::from_ptr(a.tcp_addr) };

@@ -129,6 +129,11 @@ pub struct EndpointAttr {
     /// outstanding; posting one more fails with `Error::Again` until a
     /// completion comes. 0: unbounded.
     pub max_outstanding: usize,
+    /// Most sends and RMA operations that report a completion the endpoint
+    /// keeps outstanding to any one peer; posting one more to that peer
+    /// fails with `Error::Again` until one of them completes (receives are
+    /// not per peer: `max_outstanding` bounds them). 0: unbounded.
+    pub max_outstanding_per_peer: usize,
     /// TCP provider settings.
     pub tcp: TcpAttr,
 }
@@ -140,6 +145,7 @@ impl Default for EndpointAttr {
             inject_size: 4096,
             selective_completion: false,
             max_outstanding: 0,
+            max_outstanding_per_peer: 0,
             tcp: TcpAttr::default(),
         }
     }
@@ -162,6 +168,7 @@ impl EndpointAttr {
         apply(&mut a.rndv_threshold, "XFER_RNDV_THRESHOLD");
         apply(&mut a.inject_size, "XFER_INJECT_SIZE");
         apply(&mut a.max_outstanding, "XFER_MAX_OUTSTANDING");
+        apply(&mut a.max_outstanding_per_peer, "XFER_MAX_OUTSTANDING_PER_PEER");
         a.tcp = TcpAttr::from_env();
         a
     }
@@ -183,6 +190,11 @@ impl EndpointAttr {
                 env: "XFER_MAX_OUTSTANDING",
                 value: self.max_outstanding.to_string(),
                 doc: "operations with completions an endpoint keeps in flight before posting fails with EAGAIN (0: unbounded)",
+            },
+            Setting {
+                env: "XFER_MAX_OUTSTANDING_PER_PEER",
+                value: self.max_outstanding_per_peer.to_string(),
+                doc: "sends and RMA with completions an endpoint keeps in flight to one peer before posting to it fails with EAGAIN (0: unbounded)",
             },
         ];
         v.extend(self.tcp.settings());

@@ -21,7 +21,7 @@ pub fn send(cq: &mut VecDeque<Completion>, selective: bool, op: SendOp, result: 
         len: op.buf.len(),
         tag: op.tag.unwrap_or(0),
         data: 0,
-        src: PeerAddr::UNSPEC,
+        src: op.peer,
         result,
         buf: op.buf.into_vec(),
     });
@@ -97,7 +97,7 @@ pub fn rma(cq: &mut VecDeque<Completion>, selective: bool, op: RmaOp, result: Re
         len: op.buf.len(),
         tag: 0,
         data: 0,
-        src: PeerAddr::UNSPEC,
+        src: op.peer,
         result,
         buf: op.buf.into_vec(),
     });

@@ -66,7 +66,8 @@ pub struct Completion {
     /// Immediate data, valid when `flags` has [`Flags::REMOTE_CQ_DATA`].
     pub data: u64,
     /// The sender of a received message, or [`PeerAddr::UNSPEC`] when it is
-    /// not in the address vector (or for sends).
+    /// not in the address vector; for a send or an RMA operation, the peer
+    /// it was posted to (what the per-peer bound counts by).
     pub src: PeerAddr,
     /// `Ok` or the error that ended the operation.
     pub result: Result<(), Error>,
@@ -87,6 +88,19 @@ impl Completion {
         result: Ok(()),
         buf: None,
     };
+}
+
+impl Completion {
+    /// The source address libfabric reports (`fi_cq_readfrom`): the sender
+    /// of a receive or of a peer's write with data, [`PeerAddr::UNSPEC`]
+    /// for the endpoint's own sends and RMA (whose `src` names their peer).
+    pub fn received_from(&self) -> PeerAddr {
+        if self.flags.contains(Flags::RECV) || self.flags.contains(Flags::REMOTE_WRITE) {
+            self.src
+        } else {
+            PeerAddr::UNSPEC
+        }
+    }
 }
 
 impl Default for Completion {

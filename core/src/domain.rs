@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use slab::Slab;
 
-use crate::addr::AvTable;
+use crate::addr::{AvTable, PeerAddr};
 use crate::attr::{CqAttr, EndpointAttr};
 use crate::av::AddressVector;
 use crate::completion::{Completion, Flags};
@@ -49,10 +49,19 @@ pub(crate) struct EpSlot {
     pub(crate) prov: Box<dyn EndpointProvider>,
     pub(crate) cq: usize,
     pub(crate) av: usize,
-    /// Operations posted that will report a completion and have not yet.
+    /// Operations posted that will report a completion and have not yet
+    /// (kept only while `counting`).
     pub(crate) outstanding: usize,
     /// `EndpointAttr::max_outstanding` (0: unbounded).
     pub(crate) limit: usize,
+    /// `EndpointAttr::max_outstanding_per_peer` (0: unbounded).
+    pub(crate) peer_limit: usize,
+    /// Sends and RMA that will report a completion, per peer handle
+    /// (kept only with a `peer_limit`).
+    pub(crate) per_peer: Vec<u32>,
+    /// Either bound is set: posts and completions are counted. Without one
+    /// the data path counts nothing.
+    pub(crate) counting: bool,
     /// `EndpointAttr::selective_completion`.
     pub(crate) selective: bool,
 }
@@ -77,39 +86,48 @@ impl State {
             domain: self.prov.as_ref(),
         };
         let r = f(slot.prov.as_mut(), &mut cx);
-        if slot.limit != 0 {
-            slot.outstanding = slot.outstanding.saturating_sub(own_completions(ring, before));
+        if slot.counting {
+            slot.settle(ring, before);
         }
         r
     }
 
     /// [`with_ep`](Self::with_ep) for a posting call; `counted`: the
     /// operation will report a completion, so it counts as outstanding
-    /// (from before the call, as it may complete inside it) unless refused.
+    /// (from before the call, as it may complete inside it; to `peer` too
+    /// for a send or RMA) unless refused.
     pub(crate) fn post<T>(
         &mut self,
         ep: usize,
         counted: bool,
+        peer: Option<PeerAddr>,
         f: impl FnOnce(&mut dyn EndpointProvider, &mut Ctx<'_>) -> std::result::Result<(), Rejected<T>>,
     ) -> std::result::Result<(), Rejected<T>> {
-        if self.eps[ep].limit == 0 {
+        if !self.eps[ep].counting || !counted {
             return self.with_ep(ep, f); // unbounded: nothing is counted
         }
-        self.eps[ep].outstanding += usize::from(counted);
+        let peer = peer.and_then(|p| self.eps[ep].peer_slot(p));
+        self.eps[ep].count(peer, true);
         let r = self.with_ep(ep, f);
-        if counted && r.is_err() {
-            let slot = &mut self.eps[ep];
-            slot.outstanding = slot.outstanding.saturating_sub(1);
+        if r.is_err() {
+            self.eps[ep].count(peer, false);
         }
         r
     }
 
     /// [`Error::Again`] when endpoint `ep` has `max_outstanding` operations
-    /// in flight.
-    pub(crate) fn admit(&self, ep: usize) -> Result<()> {
+    /// in flight, or (`peer`: a send or RMA) `max_outstanding_per_peer` to
+    /// that peer.
+    pub(crate) fn admit(&self, ep: usize, peer: Option<PeerAddr>) -> Result<()> {
         let slot = &self.eps[ep];
         if slot.limit != 0 && slot.outstanding >= slot.limit {
             return Err(Error::Again);
+        }
+        if let (true, Some(p)) = (slot.peer_limit != 0, peer) {
+            let n = slot.per_peer.get(p.0 as usize).copied().unwrap_or(0);
+            if n as usize >= slot.peer_limit {
+                return Err(Error::Again);
+            }
         }
         Ok(())
     }
@@ -137,19 +155,58 @@ impl State {
                 domain: self.prov.as_ref(),
             };
             f(slot.prov.as_mut(), &mut cx);
-            if slot.limit != 0 {
-                slot.outstanding = slot.outstanding.saturating_sub(own_completions(ring, before));
+            if slot.counting {
+                slot.settle(ring, before);
             }
         }
     }
 }
 
-/// Completions added to `ring` since it held `before`, of the endpoint's
-/// own operations (not a peer's remote write).
-fn own_completions(ring: &VecDeque<Completion>, before: usize) -> usize {
-    ring.range(before.min(ring.len())..)
-        .filter(|c| !c.flags.contains(Flags::REMOTE_WRITE))
-        .count()
+/// Peer handles beyond this many are not counted per peer (an address
+/// vector this large is not a use the bound is for; the provider refuses a
+/// handle it does not know anyway).
+const PEER_SLOTS_MAX: u64 = 1 << 20;
+
+impl EpSlot {
+    /// The per-peer counter index of `peer`, when per-peer bounds are kept.
+    fn peer_slot(&mut self, peer: PeerAddr) -> Option<usize> {
+        if self.peer_limit == 0 || peer.0 >= PEER_SLOTS_MAX {
+            return None;
+        }
+        let i = peer.0 as usize;
+        if i >= self.per_peer.len() {
+            self.per_peer.resize(i + 1, 0);
+        }
+        Some(i)
+    }
+
+    /// One operation more (`up`) or less in flight, on the endpoint and on
+    /// peer counter `peer`.
+    fn count(&mut self, peer: Option<usize>, up: bool) {
+        if up {
+            self.outstanding += 1;
+        } else {
+            self.outstanding = self.outstanding.saturating_sub(1);
+        }
+        if let Some(n) = peer.and_then(|i| self.per_peer.get_mut(i)) {
+            *n = if up { n.saturating_add(1) } else { n.saturating_sub(1) };
+        }
+    }
+
+    /// Takes the completions added to `ring` since it held `before` off the
+    /// counts: each of the endpoint's own operations (not a peer's remote
+    /// write) off `outstanding`, and a send's or RMA's off its peer's (the
+    /// completion's `src` names the peer).
+    fn settle(&mut self, ring: &VecDeque<Completion>, before: usize) {
+        for c in ring.range(before.min(ring.len())..) {
+            if c.flags.contains(Flags::REMOTE_WRITE) {
+                continue;
+            }
+            let peer = (!c.flags.contains(Flags::RECV) && self.peer_limit != 0 && c.src.0 < PEER_SLOTS_MAX)
+                .then_some(c.src.0 as usize);
+            self.count(peer, false);
+        }
+    }
 }
 
 impl Domain {
@@ -206,6 +263,9 @@ impl Domain {
             av: av.key(),
             outstanding: 0,
             limit: attr.max_outstanding,
+            peer_limit: attr.max_outstanding_per_peer,
+            per_peer: Vec::new(),
+            counting: attr.max_outstanding != 0 || attr.max_outstanding_per_peer != 0,
             selective: attr.selective_completion,
         });
         st.bound[cq.key()].push(key);

@@ -82,30 +82,33 @@ impl Endpoint {
     /// Posts a send described in full (tag, immediate data, completion
     /// request, raw buffers). A refused send comes back whole; with
     /// [`Error::Again`] when the endpoint has `max_outstanding` operations
-    /// in flight (poll the queue, then retry).
+    /// in flight, or `max_outstanding_per_peer` to `op.peer` (poll the
+    /// queue, then retry).
     pub fn post_send(&self, op: SendOp) -> std::result::Result<(), Rejected<SendOp>> {
-        let (region, completion) = (op.buf.region_domain(), op.completion);
-        self.submit(op, region, completion, |ep, cx, op| ep.send(cx, op))
+        let (region, completion, peer) = (op.buf.region_domain(), op.completion, op.peer);
+        self.submit(op, region, completion, Some(peer), |ep, cx, op| ep.send(cx, op))
     }
 
     /// Posts a receive described in full. A refused receive comes back
     /// whole; [`Error::Again`] as for [`post_send`](Self::post_send).
     pub fn post_recv(&self, op: RecvOp) -> std::result::Result<(), Rejected<RecvOp>> {
         let region = op.buf.region_domain();
-        self.submit(op, region, true, |ep, cx, op| ep.recv(cx, op))
+        self.submit(op, region, true, None, |ep, cx, op| ep.recv(cx, op))
     }
 
     /// The posting path every operation takes: a buffer of another domain's
-    /// region refused, the `max_outstanding` bound admitted for an operation
-    /// that will report a completion (`completion` asked, or every one
-    /// without selective completion), then `f` under the domain lock. A
-    /// refused operation comes back whole.
+    /// region refused, the `max_outstanding` bound (and, for a send or RMA
+    /// to `peer`, `max_outstanding_per_peer`) admitted for an operation that
+    /// will report a completion (`completion` asked, or every one without
+    /// selective completion), then `f` under the domain lock. A refused
+    /// operation comes back whole.
     #[inline]
     fn submit<T>(
         &self,
         op: T,
         region: Option<usize>,
         completion: bool,
+        peer: Option<PeerAddr>,
         f: impl FnOnce(&mut dyn EndpointProvider, &mut Ctx<'_>, T) -> std::result::Result<(), Rejected<T>>,
     ) -> std::result::Result<(), Rejected<T>> {
         if region.is_some_and(|d| d != Arc::as_ptr(&self.shared) as usize) {
@@ -120,10 +123,10 @@ impl Endpoint {
             Err(e) => return Err(Rejected::new(e, op)),
         };
         let counted = completion || !st.eps[self.key].selective;
-        if let (true, Err(e)) = (counted, st.admit(self.key)) {
+        if let (true, Err(e)) = (counted, st.admit(self.key, peer)) {
             return Err(Rejected::new(e, op));
         }
-        st.post(self.key, counted, |ep, cx| f(ep, cx, op))
+        st.post(self.key, counted, peer, |ep, cx| f(ep, cx, op))
     }
 
     /// What a tagged receive from `src` for `tag` (bits in `ignore` not
@@ -176,7 +179,7 @@ impl Endpoint {
             context,
         };
         let region = op.buf.region_domain();
-        self.submit((claim, op), region, true, |ep, cx, (claim, op)| {
+        self.submit((claim, op), region, true, None, |ep, cx, (claim, op)| {
             ep.recv_claimed(cx, claim, op)
                 .map_err(|r| Rejected::new(r.error, (Claim::new(id), r.op)))
         })
@@ -193,6 +196,19 @@ impl Endpoint {
         Ok((slot.limit != 0).then_some(slot.outstanding))
     }
 
+    /// Sends and RMA operations to `peer` in flight that will report a
+    /// completion, on an endpoint with an
+    /// `EndpointAttr::max_outstanding_per_peer` bound; `None` on an endpoint
+    /// without one (nothing is counted per peer).
+    pub fn outstanding_to(&self, peer: PeerAddr) -> Result<Option<usize>> {
+        let st = self.shared.lock()?;
+        let slot = &st.eps[self.key];
+        Ok((slot.peer_limit != 0).then(|| {
+            let i = usize::try_from(peer.0).unwrap_or(usize::MAX);
+            slot.per_peer.get(i).map_or(0, |&n| n as usize)
+        }))
+    }
+
     /// Posts an RMA operation described in full (immediate data, completion
     /// request, raw buffers). A refused operation comes back whole.
     pub fn post_rma(&self, op: RmaOp) -> std::result::Result<(), Rejected<RmaOp>> {
@@ -202,8 +218,8 @@ impl Endpoint {
                 op,
             ));
         }
-        let (region, completion) = (op.buf.region_domain(), op.completion);
-        self.submit(op, region, completion, |ep, cx, op| ep.rma(cx, op))
+        let (region, completion, peer) = (op.buf.region_domain(), op.completion, op.peer);
+        self.submit(op, region, completion, Some(peer), |ep, cx, op| ep.rma(cx, op))
     }
 
     /// The target address of `offset` bytes into `remote` (what an

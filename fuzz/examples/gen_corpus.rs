@@ -18,7 +18,7 @@ use xfer_fuzz::{setup, token, BIG, BOTH, MR_BASE, MR_KEY, OUTBOUND, SEND_LEN, SM
 use xfer_tcp::name::TcpName;
 use xfer_tcp::wire::{status, Frame, Header, HEADER_LEN, MAX_EAGER};
 use xfer_verbs::fuzzing::{cm_private, CM_PRIVATE_LEN};
-use xfer_verbs::wire::{self as vwire, Meta, FIN_LEN, HDR, RTS_LEN, WRITE_DATA_LEN};
+use xfer_verbs::wire::{self as vwire, Meta, CREDIT_LEN, FIN_LEN, HDR, RTS_LEN, WRITE_DATA_LEN};
 use xfer_verbs::VerbsName;
 
 struct Out {
@@ -346,6 +346,9 @@ fn verbs_msg(root: &Path) -> usize {
     let mut wd = vec![0u8; WRITE_DATA_LEN];
     vwire::write_data(&mut wd, 42, 100);
     out.put("write-data", &wd);
+    let mut credit = vec![0u8; CREDIT_LEN];
+    vwire::credit(&mut credit, 16, 1 << 20);
+    out.put("credit", &credit);
     out.put("short", &rts[..HDR - 1]);
     out.put("rts-short", &rts[..RTS_LEN - 1]);
     out.put("version-2", &edit(rts.clone(), 2, &[2]));
@@ -369,7 +372,7 @@ fn verbs_cm(root: &Path) -> usize {
     out.put("request-padded", &padded);
     out.put("short", &req[..CM_PRIVATE_LEN - 1]);
     out.put("bad-magic", &edit(req.clone(), 0, b"FX"));
-    out.put("version-2", &edit(req.clone(), 2, &[2]));
+    out.put("version-9", &edit(req.clone(), 2, &[9]));
     out.put("tcp-name", &edit(req.clone(), 4, &[0x01]));
     out.put("port-0", &edit(req, 10, &[0, 0]));
     out.count

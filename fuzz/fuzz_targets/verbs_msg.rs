@@ -10,7 +10,7 @@
 use libfuzzer_sys::arbitrary::{self, Arbitrary, Unstructured};
 use libfuzzer_sys::fuzz_target;
 use xfer_core::Error;
-use xfer_verbs::wire::{self, Meta, Msg, FIN_LEN, HDR, RTS_LEN, WRITE_DATA_LEN};
+use xfer_verbs::wire::{self, Meta, Msg, CREDIT_LEN, FIN_LEN, HDR, RTS_LEN, WRITE_DATA_LEN};
 
 /// A message as structured input.
 #[derive(Arbitrary, Debug)]
@@ -19,6 +19,7 @@ enum AnyMsg {
     Rts(Option<u64>, Option<u64>, u32, u64, u64, u32),
     Fin(u32, u32),
     WriteData(u64, u64),
+    Credit(u32, u64),
 }
 
 /// The bytes the provider's encoders make for `msg`.
@@ -51,6 +52,11 @@ fn encode(msg: &Msg<'_>) -> Vec<u8> {
             wire::write_data(&mut b, data, len);
             b
         }
+        Msg::Credit { msgs, bytes } => {
+            let mut b = vec![0u8; CREDIT_LEN];
+            wire::credit(&mut b, msgs, bytes);
+            b
+        }
     }
 }
 
@@ -80,6 +86,7 @@ fuzz_target!(|data: &[u8]| {
             },
             AnyMsg::Fin(id, status) => Msg::Fin { id, status },
             AnyMsg::WriteData(data, len) => Msg::WriteData { data, len },
+            AnyMsg::Credit(msgs, bytes) => Msg::Credit { msgs, bytes },
         };
         assert_eq!(Msg::parse(&encode(&msg)), Ok(msg));
     }

@@ -55,7 +55,7 @@ impl Entry {
             len: c.len,
             data: c.data,
             tag: c.tag,
-            src: c.src.0,
+            src: c.received_from().0,
             error,
         }
     }

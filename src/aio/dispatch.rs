@@ -216,15 +216,37 @@ impl Dispatcher {
         }
     }
 
-    /// Polls the queue once and routes what it got; how many completions.
+    /// Polls the queue and routes what it got, until the queue is empty (or
+    /// [`BUDGET`] rounds went by); how many completions.
+    ///
+    /// Draining matters: completions left in the queue raise no descriptor
+    /// event, and waiting operations do not drive a queue found empty since
+    /// the last event (decision 39), so a burst larger than one round would
+    /// otherwise wait for the next event. A queue still not empty after the
+    /// budget wakes every waiter, as an event does, so one of them goes on.
     pub fn drive(&self) -> Result<usize> {
-        self.route_batch(true)
+        self.drain(true)
     }
 
-    /// Takes a batch of completions, progressing the endpoints first only
-    /// when `progress` (else just what is queued: no system call), and
-    /// routes them; how many.
-    fn route_batch(&self, progress: bool) -> Result<usize> {
+    /// [`drive`](Self::drive), progressing the endpoints first only when
+    /// `progress` (else taking just what is queued: no system call,
+    /// decision 59). Only the first round progresses: later ones take what
+    /// it left.
+    fn drain(&self, progress: bool) -> Result<usize> {
+        let mut total = 0;
+        for round in 0..BUDGET {
+            let n = self.drive_once(progress && round == 0)?;
+            total += n;
+            if n < BATCH {
+                return Ok(total);
+            }
+        }
+        self.fd_waker.wake_by_ref();
+        Ok(total)
+    }
+
+    /// One round of [`drain`](Self::drain): at most [`BATCH`] completions.
+    fn drive_once(&self, progress: bool) -> Result<usize> {
         let mut batch = [Completion::EMPTY; BATCH];
         let n = match progress {
             true => self.cq.poll(&mut batch)?,
@@ -295,7 +317,8 @@ impl Dispatcher {
     }
 
     /// Waits (driving) until a completion was routed after `seen` was read:
-    /// an endpoint at its `max_outstanding` may then have room.
+    /// an endpoint at its `max_outstanding` (or a peer at its
+    /// `max_outstanding_per_peer`) may then have room.
     pub(crate) async fn capacity(&self, seen: u64) -> Result<()> {
         std::future::poll_fn(|cx| {
             self.poll_with(cx, false, |st, waker| {
@@ -359,15 +382,16 @@ impl Dispatcher {
                     }
                     // Without a descriptor event since the last progress,
                     // only posting calls can have added completions, and
-                    // they are queued already; `trywait` below progresses
-                    // before anyone parks.
+                    // they are queued already; before anyone parks,
+                    // `trywait` settles what must not wait for a sleeper
+                    // and the descriptor reports the rest.
                     let progress = st.fired != st.progressed;
                     st.progressed = st.fired;
                     (st.events, progress)
                 }
                 Err(e) => return Poll::Ready(Err(e)),
             };
-            match self.route_batch(progress) {
+            match self.drain(progress) {
                 Ok(0) => {}
                 Ok(_) => continue,
                 Err(e) => return Poll::Ready(Err(e)),

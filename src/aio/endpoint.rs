@@ -116,8 +116,9 @@ impl AsyncEndpoint {
 
     /// Posts with a fresh context and waits for the completion: the
     /// completion (its buffer taken out) and the buffer.
-    /// An endpoint at its `max_outstanding` refuses with [`Error::Again`]:
-    /// then this waits for a completion and posts again.
+    /// An endpoint at its `max_outstanding` (or, for a send or RMA, at its
+    /// `max_outstanding_per_peer` to that peer) refuses with
+    /// [`Error::Again`]: then this waits for a completion and posts again.
     async fn run(
         &self,
         recv: bool,

@@ -105,7 +105,9 @@ struct node {
     size_t stashed;
 };
 
-static int node_open_flags(struct node *n, uint64_t ep_flags)
+/* Opens a node whose endpoint has `ep_flags` and a per-peer bound of
+ * `per_peer` (0: none). */
+static int node_open_with(struct node *n, uint64_t ep_flags, size_t per_peer)
 {
     memset(n, 0, sizeof *n);
     int rc = xfer_domain_open(NULL, &n->domain);
@@ -118,6 +120,7 @@ static int node_open_flags(struct node *n, uint64_t ep_flags)
         rc = xfer_ep_attr_init(&attr);
         attr.tcp_addr = "127.0.0.1";
         attr.flags = ep_flags;
+        attr.max_outstanding_per_peer = per_peer;
         if (rc == 0)
             rc = xfer_ep_open(n->domain, n->cq, n->av, &attr, &n->ep);
     }
@@ -128,6 +131,11 @@ static int node_open_flags(struct node *n, uint64_t ep_flags)
     if (rc != 0)
         fprintf(stderr, "node_open: %d (%s)\n", rc, xfer_strerror(rc));
     return rc;
+}
+
+static int node_open_flags(struct node *n, uint64_t ep_flags)
+{
+    return node_open_with(n, ep_flags, 0);
 }
 
 static int node_open(struct node *n)
@@ -810,6 +818,53 @@ static void test_max_outstanding(void)
     expect(ns, 1, 0, CTX(1), &e);
     CHECK_RC(xfer_ep_trecv(n.ep, buf[2], 8, XFER_ADDR_UNSPEC, 1, 0, CTX(3)), 0);
     node_close(&n);
+}
+
+/* attr.max_outstanding_per_peer bounds the sends in flight to one peer: one
+ * more to that peer is XFER_EAGAIN until one of them completes, while another
+ * peer still takes sends. Rendezvous sends to receivers that post nothing stay
+ * in flight. */
+static void test_max_outstanding_per_peer(void)
+{
+    xfer_ep_attr_t attr;
+    REQUIRE_OK(xfer_ep_attr_init(&attr));
+    CHECK(attr.max_outstanding_per_peer == 0 || getenv("XFER_MAX_OUTSTANDING_PER_PEER") != NULL);
+    struct node a, b, c;
+    REQUIRE_OK(node_open_with(&a, 0, 2));
+    REQUIRE_OK(node_open(&b));
+    REQUIRE_OK(node_open(&c));
+    struct node *ns[] = {&a, &b, &c};
+    xfer_addr_t pb = node_add(&a, &b), pc = node_add(&a, &c);
+    size_t big = 200 << 10;
+    uint8_t *src = malloc(big), *dst = malloc(4 * big);
+    REQUIRE_OK(src != NULL && dst != NULL ? 0 : XFER_ENOMEM);
+    pattern(src, big, 5);
+    CHECK_RC(xfer_ep_tsend(a.ep, src, big, pb, 1, CTX(1)), 0);
+    CHECK_RC(xfer_ep_tsend(a.ep, src, big, pb, 2, CTX(2)), 0);
+    CHECK_RC(xfer_ep_tsend(a.ep, src, big, pb, 3, CTX(3)), XFER_EAGAIN);
+    CHECK_RC(xfer_ep_tsend(a.ep, src, big, pc, 4, CTX(4)), 0);
+    xfer_cq_entry_t e;
+    CHECK_RC(xfer_ep_trecv(b.ep, dst, big, XFER_ADDR_UNSPEC, 1, 0, CTX(11)), 0);
+    if (expect(ns, 3, 0, CTX(1), &e))
+        CHECK(e.err == 0 && e.flags == (XFER_SEND | XFER_TAGGED));
+    CHECK_RC(xfer_ep_tsend(a.ep, src, big, pb, 3, CTX(3)), 0);
+    CHECK_RC(xfer_ep_trecv(b.ep, dst + big, big, XFER_ADDR_UNSPEC, 2, 0, CTX(12)), 0);
+    CHECK_RC(xfer_ep_trecv(b.ep, dst + 2 * big, big, XFER_ADDR_UNSPEC, 3, 0, CTX(13)), 0);
+    CHECK_RC(xfer_ep_trecv(c.ep, dst + 3 * big, big, XFER_ADDR_UNSPEC, 4, 0, CTX(14)), 0);
+    for (int i = 0; i < 3; i++)
+        if (expect(ns, 3, 1, CTX(11 + i), &e))
+            CHECK(e.err == 0 && e.len == big && e.tag == (uint64_t)(i + 1) && pattern_ok(dst + i * big, big, 5));
+    if (expect(ns, 3, 2, CTX(14), &e))
+        CHECK(e.err == 0 && pattern_ok(dst + 3 * big, big, 5));
+    expect(ns, 3, 0, CTX(2), &e);
+    expect(ns, 3, 0, CTX(3), &e);
+    if (expect(ns, 3, 0, CTX(4), &e))
+        CHECK(e.err == 0);
+    free(src);
+    free(dst);
+    node_close(&a);
+    node_close(&b);
+    node_close(&c);
 }
 
 /* Scatter-gather sends and receives: one element is the buffer itself, more
@@ -1738,6 +1793,7 @@ static const struct {
     {"counters", test_counters},
     {"selective_completion", test_selective_completion},
     {"max_outstanding", test_max_outstanding},
+    {"max_outstanding_per_peer", test_max_outstanding_per_peer},
     {"iov", test_iov},
     {"cancel", test_cancel},
     {"cq_wait_and_fd", test_cq_wait_and_fd},

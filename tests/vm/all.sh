@@ -12,6 +12,12 @@
 #                (the host kernel has no sch_netem), link down, SIGKILL and restart
 #   aio          tests/aio.rs over XFER_PROVIDER=verbs: the async layer's futures, dropped
 #                futures (cancelled receives, sends that still deliver), RMA futures
+#   flow_control tests/flow_control.rs over XFER_PROVIDER=verbs with XFER_VERBS_EAGER_CREDIT=256k:
+#                thousands of 4 KiB sends to a receiver that posts nothing (and for a while
+#                does not even poll): its unexpected bytes stay within the credit, rxe0
+#                reports no RNR NAK (rcvd_rnr_err), then everything arrives once, in order
+#   teardown     tests/teardown.rs over XFER_PROVIDER=verbs: 120 drop orders of domain, CQ,
+#                AV, async endpoint and dispatcher with thousands of operations in flight
 #   rpc          examples/rpc/tests/rpc.rs over XFER_PROVIDER=verbs: tarpc over xfer, a server
 #                and a client process with every call checked (0 B to 1 MiB), one-process
 #                mode, a short benchmark run against tarpc on tokio TCP (loopback)
@@ -39,15 +45,16 @@
 #                        `verbs` runs every VERBS_* binary, `verbs_<name>` just that one
 #   XFER_VM_CONFORMANCE_THREADS  --test-threads for the conformance suite (default 2: 35
 #                        tests in ~9-10 s over rxe vs ~16 s with 1, both passing, measured)
-#   XFER_VM_TIMEOUT_VERBS / _CONFORMANCE / _PEER_DEATH / _SCALE / _TCP_FAULTS / _AIO / _RPC /
-#                        _VERBS_FAULTS / _XFER_INFO / _C_SUITE / _OFI / _MPI  per-step seconds (defaults
-#                        240 per verbs binary / 240 / 120 / 180 / 300 / 180 / 120 / 300 / 60 / 300 / 300 / 400,
+#   XFER_VM_TIMEOUT_VERBS / _CONFORMANCE / _PEER_DEATH / _SCALE / _TCP_FAULTS / _AIO /
+#                        _FLOW_CONTROL / _TEARDOWN / _RPC / _VERBS_FAULTS / _XFER_INFO / _C_SUITE /
+#                        _OFI / _MPI  per-step seconds (defaults 240 per verbs binary / 240 / 120 /
+#                        180 / 300 / 180 / 120 / 300 / 120 / 300 / 60 / 300 / 300 / 400,
 #                        3-10x what they took here; smoke.sh bounds its own)
 #   XFER_VM_TEST_ARGS    extra arguments for the conformance binary (e.g. a test name filter)
 set -u
 
 usage() {
-    echo "usage: all.sh KEY=PATH... (KEYs: VERBS_<NAME> CONFORMANCE PEER_DEATH SCALE TCP_FAULTS AIO RPC" \
+    echo "usage: all.sh KEY=PATH... (KEYs: VERBS_<NAME> CONFORMANCE PEER_DEATH SCALE TCP_FAULTS AIO FLOW_CONTROL TEARDOWN RPC" \
         "VERBS_FAULTS XFER_INFO C_SUITE OFI MPI [XFER_PERF]; from tests/vm/build-verbs.sh on the host)" >&2
 }
 if [ "${XFER_IN_GUEST:-0}" != 1 ]; then
@@ -60,7 +67,7 @@ declare -A bin=()
 verbs_tests=() # names (lower case) of the VERBS_<NAME> binaries, in argument order
 for arg in "$@"; do
     case $arg in
-    CONFORMANCE=* | PEER_DEATH=* | SCALE=* | TCP_FAULTS=* | AIO=* | RPC=* | VERBS_FAULTS=* | XFER_PERF=* | XFER_INFO=* | C_SUITE=* | OFI=* | MPI=*)
+    CONFORMANCE=* | PEER_DEATH=* | SCALE=* | TCP_FAULTS=* | AIO=* | FLOW_CONTROL=* | TEARDOWN=* | RPC=* | VERBS_FAULTS=* | XFER_PERF=* | XFER_INFO=* | C_SUITE=* | OFI=* | MPI=*)
         bin[${arg%%=*}]=${arg#*=}
         ;;
     VERBS_?*=*)
@@ -77,7 +84,7 @@ for arg in "$@"; do
     esac
 done
 
-steps=${XFER_VM_STEPS:-smoke verbs conformance peer_death scale tcp_faults aio rpc verbs_faults xfer_info c_suite ofi mpi}
+steps=${XFER_VM_STEPS:-smoke verbs conformance peer_death scale tcp_faults aio flow_control teardown rpc verbs_faults xfer_info c_suite ofi mpi}
 steps=${steps//,/ }
 # `verbs` stands for one step per VERBS_<NAME> binary given.
 expanded=
@@ -90,10 +97,10 @@ for s in $steps; do
             for t in "${verbs_tests[@]}"; do expanded+=" verbs_$t"; done
         fi
         ;;
-    smoke | verbs_* | conformance | peer_death | scale | tcp_faults | aio | rpc | xfer_info | c_suite | ofi | mpi) expanded+=" $s" ;;
+    smoke | verbs_* | conformance | peer_death | scale | tcp_faults | aio | flow_control | teardown | rpc | xfer_info | c_suite | ofi | mpi) expanded+=" $s" ;;
     *)
         echo "all.sh: unknown step '$s' in XFER_VM_STEPS (smoke verbs verbs_<name> conformance" \
-            "peer_death scale tcp_faults aio rpc verbs_faults xfer_info c_suite ofi mpi)" >&2
+            "peer_death scale tcp_faults aio flow_control teardown rpc verbs_faults xfer_info c_suite ofi mpi)" >&2
         exit 2
         ;;
     esac
@@ -185,6 +192,15 @@ step_peer_death() {
 
 step_aio() {
     run_test aio AIO 1 "${XFER_VM_TIMEOUT_AIO:-180}"
+}
+
+step_flow_control() {
+    # The budget the test checks the receiver's unexpected bytes against.
+    XFER_VERBS_EAGER_CREDIT=256k run_test flow_control FLOW_CONTROL 1 "${XFER_VM_TIMEOUT_FLOW_CONTROL:-120}" --nocapture
+}
+
+step_teardown() {
+    run_test teardown TEARDOWN 1 "${XFER_VM_TIMEOUT_TEARDOWN:-300}" --nocapture
 }
 
 # tarpc over xfer: the test spawns the xfer-rpc server and client (XFER_PROVIDER=verbs is

@@ -10,6 +10,10 @@
 #   TCP_FAULTS=...   root package tests/tcp_faults.rs (release): TCP between two network
 #                    namespaces under netem, link down, SIGKILL and restart
 #   AIO=...          root package tests/aio.rs (release): the async layer (xfer::aio, tokio)
+#   FLOW_CONTROL=... root package tests/flow_control.rs (release): a fast sender against a
+#                    receiver that posts nothing (verbs credit: bounded memory, no RNR)
+#   TEARDOWN=...     root package tests/teardown.rs (release): every drop order with
+#                    thousands of operations in flight
 #   RPC=...          xfer-rpc's tests/rpc.rs (release; examples/rpc): tarpc over xfer, the
 #                    xfer-rpc server and client processes (the test runs the xfer-rpc binary
 #                    cargo built beside it)
@@ -39,7 +43,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 
-all_keys=(VERBS CONFORMANCE PEER_DEATH SCALE TCP_FAULTS AIO RPC VERBS_FAULTS XFER_PERF XFER_INFO C_SUITE OFI MPI)
+all_keys=(VERBS CONFORMANCE PEER_DEATH SCALE TCP_FAULTS AIO FLOW_CONTROL TEARDOWN RPC VERBS_FAULTS XFER_PERF XFER_INFO C_SUITE OFI MPI)
 want=("${all_keys[@]}")
 if [ "${1:-}" = --only ]; then
     [ $# -ge 2 ] || { echo "build-verbs: --only needs KEY[,KEY...] (${all_keys[*]})" >&2; exit 2; }
@@ -126,6 +130,8 @@ wants PEER_DEATH && tests+=(--test peer_death)
 wants SCALE && tests+=(--test scale)
 wants TCP_FAULTS && tests+=(--test tcp_faults)
 wants AIO && tests+=(--test aio)
+wants FLOW_CONTROL && tests+=(--test flow_control)
+wants TEARDOWN && tests+=(--test teardown)
 wants VERBS_FAULTS && tests+=(--test verbs_faults)
 if [ ${#tests[@]} -gt 0 ]; then
     cargo_build "the root package's tests (${tests[*]})" \
@@ -218,7 +224,7 @@ build_c_suite() {
 
 # key -> "kind name" of its artifact
 declare -A target=([CONFORMANCE]="test conformance" [PEER_DEATH]="test peer_death" [SCALE]="test scale"
-    [TCP_FAULTS]="test tcp_faults" [AIO]="test aio" [RPC]="test rpc" [VERBS_FAULTS]="test verbs_faults" [XFER_PERF]="bin xfer-perf" [XFER_INFO]="bin xfer-info")
+    [TCP_FAULTS]="test tcp_faults" [AIO]="test aio" [FLOW_CONTROL]="test flow_control" [TEARDOWN]="test teardown" [RPC]="test rpc" [VERBS_FAULTS]="test verbs_faults" [XFER_PERF]="bin xfer-perf" [XFER_INFO]="bin xfer-info")
 out=()
 add() { # KEY PATH
     if [ -z "$2" ] || [ ! -x "$2" ]; then

@@ -72,6 +72,18 @@ pub struct VerbsAttr {
     /// The same ticks query the local port: seen down on two in a row, it
     /// ends the connections with waiting work (`ENETDOWN`).
     pub keepalive_ms: u64,
+    /// Messages (SENDs, each taking one of the receiver's SRQ buffers) a peer
+    /// may have in flight to an endpoint before the endpoint says it has
+    /// reposted their buffers (at least 16, the credit every connection
+    /// starts with). With peers x (this + 5) <= `srq_size` the SRQ cannot run
+    /// dry, so no RNR NAK is ever sent (docs/PROTOCOL-VERBS.md, "Credit").
+    pub credit_msgs: u32,
+    /// Eager bytes each peer may have in flight to an endpoint, unexpected
+    /// ones included: what a receiver that posts no receives holds per peer
+    /// (at most 128 KiB, the initial credit, until it consumes a message).
+    /// Out of credit, a send goes by rendezvous and an inject fails with
+    /// `Again`.
+    pub eager_credit: u64,
 }
 
 impl Default for VerbsAttr {
@@ -95,6 +107,8 @@ impl Default for VerbsAttr {
             cq_size: 4096,
             connect_timeout_ms: 0,
             keepalive_ms: 1000,
+            credit_msgs: 64,
+            eager_credit: 4 << 20,
         }
     }
 }
@@ -148,6 +162,8 @@ impl VerbsAttr {
         apply(&mut a.cq_size, "XFER_VERBS_CQ_SIZE");
         apply(&mut a.connect_timeout_ms, "XFER_VERBS_CONNECT_TIMEOUT_MS");
         apply(&mut a.keepalive_ms, "XFER_VERBS_KEEPALIVE_MS");
+        apply(&mut a.credit_msgs, "XFER_VERBS_CREDIT_MSGS");
+        apply(&mut a.eager_credit, "XFER_VERBS_EAGER_CREDIT");
         a.rnr_retry = a.rnr_retry.min(7);
         a.retry_cnt = a.retry_cnt.min(7);
         a.timeout = a.timeout.min(31);
@@ -250,6 +266,16 @@ impl VerbsAttr {
                 self.keepalive_ms.to_string(),
                 "keepalive probe interval in ms while operations wait on a peer (0: off)",
             ),
+            row(
+                "XFER_VERBS_CREDIT_MSGS",
+                self.credit_msgs.to_string(),
+                "messages a peer may have in flight to an endpoint's SRQ (at least 16)",
+            ),
+            row(
+                "XFER_VERBS_EAGER_CREDIT",
+                self.eager_credit.to_string(),
+                "eager bytes a peer may have in flight to an endpoint, unexpected ones included (at least 128 KiB)",
+            ),
         ]
     }
 }
@@ -258,7 +284,7 @@ impl VerbsAttr {
 mod tests {
     use super::*;
 
-    const VARS: [(&str, &str); 18] = [
+    const VARS: [(&str, &str); 20] = [
         ("XFER_VERBS_DEVICE", "rxe7"),
         ("XFER_VERBS_PORT", "2"),
         ("XFER_VERBS_GID_INDEX", "3"),
@@ -277,6 +303,8 @@ mod tests {
         ("XFER_VERBS_CQ_SIZE", "512"),
         ("XFER_VERBS_CONNECT_TIMEOUT_MS", "2500"),
         ("XFER_VERBS_KEEPALIVE_MS", "250"),
+        ("XFER_VERBS_CREDIT_MSGS", "32"),
+        ("XFER_VERBS_EAGER_CREDIT", "256k"),
     ];
 
     #[test]
@@ -306,8 +334,10 @@ mod tests {
         assert_eq!(a.cq_size, 512);
         assert_eq!(a.connect_timeout_ms, 2500);
         assert_eq!(a.keepalive_ms, 250);
+        assert_eq!(a.credit_msgs, 32);
+        assert_eq!(a.eager_credit, 256 << 10);
         let s = a.settings();
-        assert_eq!(s.len(), 18);
+        assert_eq!(s.len(), 20);
         assert!(s.iter().any(|s| s.env == "XFER_VERBS_GID_INDEX" && s.value == "3"));
         assert!(s.iter().all(|s| s.env.starts_with("XFER_VERBS_")));
     }

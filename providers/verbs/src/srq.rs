@@ -225,6 +225,16 @@ impl Srq {
         self.post_free()
     }
 
+    /// Posts every free buffer, whatever the watermark: before credit for
+    /// them is returned to a peer, so that the credit never names a buffer
+    /// the device cannot use. Returns how many were posted.
+    pub fn post_all(&mut self) -> Result<u32> {
+        if self.free.is_empty() {
+            return Ok(0);
+        }
+        self.post_free()
+    }
+
     fn post_free(&mut self) -> Result<u32> {
         let lkey = self.raw.mr.as_ref().map_or(0, Mr::lkey);
         let base = self.raw.base as u64;

@@ -2,7 +2,7 @@
 //! "Verbs wire format"): a 24-byte header, then the body of its kind.
 //!
 //! ```text
-//! 0   u8   kind: 1 eager, 2 RTS, 3 FIN, 4 write-data
+//! 0   u8   kind: 1 eager, 2 RTS, 3 FIN, 4 write-data, 5 credit
 //! 1   u8   flags: 1 tagged, 2 has immediate data
 //! 2   u16  version (1), little-endian like every field
 //! 4   u32  send id (RTS, FIN), else 0
@@ -12,6 +12,7 @@
 //!          RTS: u64 length, u64 address, u32 rkey, u32 0
 //!          FIN: u32 status (0 = read done), u32 0
 //!          write-data: u64 length written
+//!          credit: u32 messages, u32 0, u64 eager bytes (granted back)
 //! ```
 //!
 //! RDMA WRITE and READ carry no header: they move user bytes only. A peer's
@@ -29,11 +30,14 @@ pub const RTS_LEN: usize = HDR + 24;
 pub const FIN_LEN: usize = HDR + 8;
 /// Length of a write-data message.
 pub const WRITE_DATA_LEN: usize = HDR + 8;
+/// Length of a credit message.
+pub const CREDIT_LEN: usize = HDR + 16;
 
 const EAGER: u8 = 1;
 const RTS: u8 = 2;
 const FIN: u8 = 3;
 const WRITE_DATA: u8 = 4;
+const CREDIT: u8 = 5;
 const F_TAGGED: u8 = 1;
 const F_DATA: u8 = 2;
 
@@ -84,6 +88,14 @@ pub enum Msg<'a> {
         data: u64,
         /// Bytes the write placed.
         len: u64,
+    },
+    /// The receiver grants more credit: `msgs` more messages (its receive
+    /// buffers, reposted) and `bytes` more eager bytes.
+    Credit {
+        /// Messages.
+        msgs: u32,
+        /// Eager bytes.
+        bytes: u64,
     },
 }
 
@@ -136,6 +148,14 @@ pub fn write_data(b: &mut [u8], data: u64, len: u64) {
         0,
     );
     b[24..32].copy_from_slice(&len.to_le_bytes());
+}
+
+/// Writes a credit message into `b[..CREDIT_LEN]`.
+pub fn credit(b: &mut [u8], msgs: u32, bytes: u64) {
+    put_hdr(b, CREDIT, Meta { tag: None, data: None }, 0);
+    b[24..28].copy_from_slice(&msgs.to_le_bytes());
+    b[28..32].fill(0);
+    b[32..40].copy_from_slice(&bytes.to_le_bytes());
 }
 
 fn u32_at(b: &[u8], at: usize) -> u32 {
@@ -204,6 +224,13 @@ impl<'a> Msg<'a> {
                     len: u64_at(b, 24),
                 })
             }
+            CREDIT => {
+                need(CREDIT_LEN)?;
+                Ok(Msg::Credit {
+                    msgs: u32_at(b, 24),
+                    bytes: u64_at(b, 32),
+                })
+            }
             _ => Err(Error::Protocol("verbs message of an unknown kind")),
         }
     }
@@ -241,6 +268,16 @@ mod tests {
         let mut w = [0u8; WRITE_DATA_LEN];
         write_data(&mut w, 42, 100);
         assert_eq!(Msg::parse(&w), Ok(Msg::WriteData { data: 42, len: 100 }));
+        let mut c = [0u8; CREDIT_LEN];
+        credit(&mut c, 16, 1 << 20);
+        assert_eq!(
+            Msg::parse(&c),
+            Ok(Msg::Credit {
+                msgs: 16,
+                bytes: 1 << 20
+            })
+        );
+        assert!(Msg::parse(&c[..CREDIT_LEN - 1]).is_err(), "short credit");
     }
 
     #[test]

@@ -36,7 +36,7 @@ const MAX_RETRIES: u32 = 100;
 const GRAVE: Duration = Duration::from_secs(5);
 
 const MAGIC: [u8; 2] = *b"XF";
-const CM_VERSION: u8 = 1;
+const CM_VERSION: u8 = 2;
 const KIND_REQ: u8 = 1;
 const KIND_ACCEPT: u8 = 2;
 const KIND_DUP: u8 = 3;
@@ -103,6 +103,7 @@ impl VerbsEndpoint {
     fn add_conn(&mut self, peer: Address, id: CmId, qp: Option<RcQp>, active: bool, state: State) -> usize {
         let idp = id.as_ptr() as usize;
         let qpn = qp.as_ref().map(RcQp::qp_num);
+        let serial = self.next_serial();
         let key = self.conns.insert(Conn {
             peer,
             state,
@@ -111,6 +112,8 @@ impl VerbsEndpoint {
             posted: Default::default(),
             since: Instant::now(),
             dead_since: None,
+            credit: super::Credit::default(),
+            serial,
             id,
         });
         self.by_id.insert(idp, key);

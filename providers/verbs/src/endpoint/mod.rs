@@ -9,15 +9,20 @@
 //!   (eager data, rendezvous RTS/FIN, write-data notices), flush errors.
 //! - [`keepalive`]: probes connections on which operations wait for a
 //!   quiet peer, so that a dead link ends them.
+//! - [`credit`]: what a peer may send us (messages: our SRQ buffers;
+//!   eager bytes: what we hold unexpected), and its return.
 //!
 //! Every QP sends and receives through the endpoint's one completion queue
 //! and one SRQ, so receive memory does not grow with the number of peers.
 
 pub(crate) mod connect;
+mod credit;
 mod keepalive;
 mod pool;
 mod post;
 mod wc;
+
+pub(crate) use credit::Credit;
 
 use std::collections::VecDeque;
 use std::net::SocketAddrV4;
@@ -83,6 +88,16 @@ pub struct EndpointStats {
     /// Connections with waiting work ended by the keepalive because the
     /// local port stayed down.
     pub keepalive_port_down: u64,
+    /// Eager-sized sends that went by rendezvous, and injects refused with
+    /// `Again`, for want of eager credit.
+    pub credit_stalls: u64,
+    /// Times an operation found its connection out of message credit (it
+    /// waits in the peer's queue; counted per attempt).
+    pub credit_waits: u64,
+    /// Credit messages sent.
+    pub credit_returns: u64,
+    /// Eager payload bytes held now in unexpected messages.
+    pub unexpected_bytes: u64,
 }
 
 /// An operation waiting for its peer's connection or for room.
@@ -156,11 +171,13 @@ pub(crate) struct RndvSend {
 
 /// A message that arrived before its receive was posted.
 pub(crate) enum Unexpected {
-    /// A whole eager message, copied out of its bounce buffer.
+    /// A whole eager message, copied out of its bounce buffer; `conn`: the
+    /// connection (key, serial) whose eager credit it holds.
     Eager {
         from: Address,
         data: Option<u64>,
         payload: Vec<u8>,
+        conn: (usize, u64),
     },
     /// A rendezvous announcement: nothing is read until a receive matches.
     Rts {
@@ -222,6 +239,10 @@ pub(crate) struct Conn {
     pub(crate) since: std::time::Instant,
     /// When it died (it is freed a while later).
     pub(crate) dead_since: Option<std::time::Instant>,
+    /// Flow control both ways ([`credit`]).
+    pub(crate) credit: Credit,
+    /// Tells this connection from a later one under the same slab key.
+    pub(crate) serial: u64,
     // Dropped after the QP (field order): destroys the rdma_cm id.
     pub(crate) id: CmId,
 }
@@ -276,6 +297,14 @@ pub struct VerbsEndpoint {
     /// Whether the CQ's notification is armed: only for a blocking wait
     /// (`prepare_wait`), so busy polling costs no completion events.
     notify_armed: bool,
+    /// `XFER_VERBS_CREDIT_MSGS` and `XFER_VERBS_EAGER_CREDIT`, at least the
+    /// initial credit.
+    credit_msgs: u32,
+    eager_credit: u64,
+    /// Connections we owe credit to.
+    owing: Vec<usize>,
+    /// The next connection's serial.
+    serials: u64,
     // Verbs objects; the connections above (their QPs and ids) drop first.
     pool: SendPool,
     srq: Srq,
@@ -343,6 +372,10 @@ impl VerbsEndpoint {
             keepalive_at: std::time::Instant::now(),
             port_down_ticks: 0,
             notify_armed: false,
+            credit_msgs: va.credit_msgs.max(credit::INIT_MSGS),
+            eager_credit: va.eager_credit.max(credit::INIT_BYTES),
+            owing: Vec::new(),
+            serials: 0,
             pool,
             srq,
             cq,
@@ -426,6 +459,7 @@ impl EndpointProvider for VerbsEndpoint {
     ) -> Result<()> {
         self.attr.check_inject(payload.len())?;
         let dest = Self::dest(cx, peer)?;
+        self.inject_credit(dest, payload.len())?;
         let op = SendOp {
             peer,
             tag,
@@ -520,6 +554,9 @@ impl EndpointProvider for VerbsEndpoint {
         if let Err(e) = self.srq.refill() {
             tracing::warn!(error = %e, "refilling the shared receive queue");
         }
+        if !self.owing.is_empty() {
+            self.return_credit();
+        }
         self.flush_backlog(cx);
     }
 
@@ -542,6 +579,10 @@ impl EndpointProvider for VerbsEndpoint {
         // freed go back before we sleep, or senders would meet RNR.
         if let Err(e) = self.srq.refill() {
             tracing::warn!(error = %e, "refilling the shared receive queue");
+        }
+        if !self.owing.is_empty() {
+            // A sender out of credit would wait for us while we block.
+            self.return_credit();
         }
         self.flush_backlog(cx);
     }
@@ -574,6 +615,10 @@ impl EndpointProvider for VerbsEndpoint {
             ("unsignaled", s.unsignaled),
             ("keepalive_probes", s.keepalive_probes),
             ("keepalive_port_down", s.keepalive_port_down),
+            ("credit_stalls", s.credit_stalls),
+            ("credit_waits", s.credit_waits),
+            ("credit_returns", s.credit_returns),
+            ("unexpected_bytes", s.unexpected_bytes),
             // The domain's registration cache (shared by its endpoints):
             // user buffers of rendezvous and RMA without a region's keys.
             ("mr_cache_hits", cache.hits),

@@ -125,11 +125,25 @@ impl VerbsEndpoint {
         self.conns[k].qp.as_ref().map_or(0, |qp| qp.max_inline() as usize)
     }
 
-    /// Posts one operation on ready connection `k`.
+    /// Posts one operation on ready connection `k`. An eager-sized send
+    /// without the byte credit for it goes by rendezvous; anything that
+    /// takes a receive buffer at the peer waits for message credit.
     pub(super) fn try_post(&mut self, cx: &mut Ctx<'_>, k: usize, tx: Tx) -> Result<(), Blocked> {
+        if !self.has_msg_credit(k, &tx) {
+            return Err(Blocked::Room(tx));
+        }
         match tx {
-            Tx::Send { op, silent } if op.buf.len() <= self.eager_max => self.post_eager(cx, k, op, silent),
-            Tx::Send { op, silent } => self.post_rts(cx, k, op, silent),
+            Tx::Send { op, silent } if op.buf.len() <= self.eager_max && self.has_byte_credit(k, op.buf.len()) => {
+                self.post_eager(cx, k, op, silent)
+            }
+            Tx::Send { op, silent } => {
+                let stalled = op.buf.len() <= self.eager_max;
+                let r = self.post_rts(cx, k, op, silent);
+                if stalled && r.is_ok() {
+                    self.stats.credit_stalls += 1;
+                }
+                r
+            }
             Tx::Rma { op, silent } => self.post_rma(cx, k, op, silent),
             // A rendezvous belongs to the connection its RTS came on: once
             // that one died, the sender has failed the send and may have
@@ -153,15 +167,16 @@ impl VerbsEndpoint {
             Tx::Fin { id, status, conn } => {
                 let mut msg = [0u8; wire::FIN_LEN];
                 wire::fin(&mut msg, id, status);
-                self.post_ctrl(k, &msg, false)
+                self.post_ctrl(k, &msg, false, true)
                     .map_err(|()| Blocked::Room(Tx::Fin { id, status, conn }))
             }
         }
     }
 
     /// Sends a control message inline or from a send buffer, as a
-    /// [`Wr::Ctrl`]. `Err(())` when there is no room.
-    fn post_ctrl(&mut self, k: usize, msg: &[u8], signal: bool) -> Result<(), ()> {
+    /// [`Wr::Ctrl`]; `spend`: it costs a message credit (all but credit
+    /// messages). `Err(())` when there is no room.
+    pub(super) fn post_ctrl(&mut self, k: usize, msg: &[u8], signal: bool, spend: bool) -> Result<(), ()> {
         if !self.room(k, 1) {
             return Err(());
         }
@@ -191,6 +206,9 @@ impl VerbsEndpoint {
         match posted {
             Ok(()) => {
                 c.posted.push_back(key);
+                if spend {
+                    self.spend(k, 0);
+                }
                 Ok(())
             }
             Err(e) => {
@@ -242,6 +260,7 @@ impl VerbsEndpoint {
         match posted {
             Ok(()) => {
                 c.posted.push_back(key);
+                self.spend(k, super::credit::eager_cost(len));
                 if !silent {
                     complete::send(cx.cq, selective, op, Ok(()));
                 }
@@ -284,7 +303,7 @@ impl VerbsEndpoint {
         let id = self.rndv.insert(RndvSend { op, mr, conn: k });
         let mut msg = [0u8; wire::RTS_LEN];
         wire::rts(&mut msg, meta, id as u32, len as u64, ptr as u64, rkey);
-        match self.post_ctrl(k, &msg, false) {
+        match self.post_ctrl(k, &msg, false, true) {
             Ok(()) => {
                 self.stats.rndv_sends += 1;
                 Ok(())
@@ -397,7 +416,7 @@ impl VerbsEndpoint {
         if let Some(data) = data_msg {
             let mut msg = [0u8; wire::WRITE_DATA_LEN];
             wire::write_data(&mut msg, data, len as u64);
-            if self.post_ctrl(k, &msg, false).is_err() {
+            if self.post_ctrl(k, &msg, false, true).is_err() {
                 tracing::warn!("no room for a write-data notice after its write");
             }
         }

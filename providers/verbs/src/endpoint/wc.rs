@@ -7,6 +7,7 @@ use xfer_core::complete::{self, Arrival};
 use xfer_core::provider::{Ctx, RecvOp};
 use xfer_core::{Error, PeerAddr, RmaKind};
 
+use super::credit::eager_cost;
 use super::{State, Tx, Unexpected, VerbsEndpoint, Wr, WC_BATCH};
 use crate::cq::Wc;
 use crate::qp::RcQp;
@@ -234,6 +235,8 @@ impl VerbsEndpoint {
                 return;
             }
         };
+        // The connection whose peer spent a message credit on this buffer.
+        let mut credited = None;
         if wc.is_ok() {
             match self.by_qpn.get(&wc.qp_num()).copied() {
                 Some(k) => match self.srq.data(idx, wc.byte_len() as usize) {
@@ -244,7 +247,9 @@ impl VerbsEndpoint {
                         // the pool lives as long as `self.srq`, which
                         // on_message does not replace.
                         let bytes = unsafe { std::slice::from_raw_parts(ptr, len) };
-                        self.on_message(cx, k, bytes);
+                        if self.on_message(cx, k, bytes) {
+                            credited = Some(k);
+                        }
                     }
                     Err(e) => tracing::warn!(error = %e, "receive longer than its buffer"),
                 },
@@ -256,15 +261,20 @@ impl VerbsEndpoint {
         if let Err(e) = self.srq.release(idx) {
             tracing::warn!(error = %e, "releasing a receive buffer");
         }
+        if let Some(k) = credited {
+            self.owe(k, 1, 0);
+        }
     }
 
-    fn on_message(&mut self, cx: &mut Ctx<'_>, k: usize, bytes: &[u8]) {
+    /// Handles one message from connection `k`'s peer; false for a credit
+    /// message (the one kind that costs the peer no credit).
+    fn on_message(&mut self, cx: &mut Ctx<'_>, k: usize, bytes: &[u8]) -> bool {
         let from = self.conns[k].peer;
         let msg = match Msg::parse(bytes) {
             Ok(m) => m,
             Err(e) => {
                 tracing::warn!(peer = ?from, error = %e, "malformed message dropped");
-                return;
+                return true;
             }
         };
         let src = cx.av.reverse(&from);
@@ -272,12 +282,17 @@ impl VerbsEndpoint {
             Msg::Eager { meta, payload } => {
                 let tag = meta.tag.unwrap_or(0);
                 match self.matcher(meta.tag.is_some()).take_posted(src, tag) {
-                    Some((_, recv)) => copy_in(cx, recv, payload, tag, meta.data, src),
+                    Some((_, recv)) => {
+                        copy_in(cx, recv, payload, tag, meta.data, src);
+                        self.owe(k, 0, eager_cost(payload.len()));
+                    }
                     None => {
+                        self.stats.unexpected_bytes += payload.len() as u64;
                         let u = Unexpected::Eager {
                             from,
                             data: meta.data,
                             payload: payload.to_vec(),
+                            conn: (k, self.conns[k].serial),
                         };
                         self.matcher(meta.tag.is_some()).push_unexpected(src, tag, u);
                     }
@@ -314,7 +329,12 @@ impl VerbsEndpoint {
             Msg::WriteData { data, len } => {
                 complete::remote_write(cx.cq, usize::try_from(len).unwrap_or(usize::MAX), data, src)
             }
+            Msg::Credit { msgs, bytes } => {
+                self.on_credit(k, msgs, bytes);
+                return false;
+            }
         }
+        true
     }
 
     /// A FIN on connection `k`: it ends rendezvous `id` only if that one's
@@ -338,7 +358,12 @@ impl VerbsEndpoint {
     /// A receive was posted and matched an unexpected message.
     pub(super) fn deliver(&mut self, cx: &mut Ctx<'_>, recv: RecvOp, src: PeerAddr, tag: u64, msg: Unexpected) {
         match msg {
-            Unexpected::Eager { data, payload, .. } => copy_in(cx, recv, &payload, tag, data, src),
+            Unexpected::Eager {
+                data, payload, conn, ..
+            } => {
+                copy_in(cx, recv, &payload, tag, data, src);
+                self.consumed(conn, payload.len());
+            }
             Unexpected::Rts {
                 data,
                 id,

@@ -1,0 +1,219 @@
+//! Credit (docs/PROTOCOL-VERBS.md, "Credit"; ARCHITECTURE.md decision 44):
+//! per connection and direction, what the sender may still send.
+//!
+//! - Messages: every SEND but a credit message takes one of the receiver's
+//!   SRQ buffers. The receiver gives them back once the buffers are posted
+//!   again, so a sender never has more than `XFER_VERBS_CREDIT_MSGS` of them
+//!   in the receiver's SRQ; peers x (that + 5) within the SRQ's size, and the
+//!   SRQ never runs dry (no RNR NAK). Out of message credit, an operation
+//!   waits in the peer's queue.
+//! - Eager bytes (payload + header): what the receiver may have to hold
+//!   unexpected. Earned back when the message is consumed by a receive. Out
+//!   of byte credit, a send goes by rendezvous (its buffer waits with the
+//!   sender) and an inject fails with `Again`.
+//!
+//! Both start at [`INIT_MSGS`] / [`INIT_BYTES`] without any exchange; the
+//! receiver's first return also grants the rest of its budget. Returns go in
+//! a credit message (kind 5), which costs no credit itself, once a quarter
+//! of a budget is owed.
+
+use xfer_core::addr::Address;
+use xfer_core::{Error, Result};
+
+use super::{State, Tx, VerbsEndpoint};
+use crate::wire;
+
+/// Messages a new connection may send before any credit message.
+pub(crate) const INIT_MSGS: u32 = 16;
+/// Eager bytes a new connection may send before any credit message.
+pub(crate) const INIT_BYTES: u64 = 128 << 10;
+
+/// One connection's credit, both directions.
+#[derive(Debug)]
+pub(crate) struct Credit {
+    /// Messages we may still send.
+    pub(crate) msgs: u32,
+    /// Eager bytes we may still send.
+    pub(crate) bytes: u64,
+    /// Messages received whose buffers we will repost and report.
+    owed_msgs: u32,
+    /// Eager bytes consumed that we will report.
+    owed_bytes: u64,
+    /// Whether the budget beyond the initial credit was granted (messages,
+    /// bytes).
+    granted_msgs: bool,
+    granted_bytes: bool,
+    /// In the endpoint's `owing` list.
+    listed: bool,
+}
+
+impl Default for Credit {
+    fn default() -> Self {
+        Credit {
+            msgs: INIT_MSGS,
+            bytes: INIT_BYTES,
+            owed_msgs: 0,
+            owed_bytes: 0,
+            granted_msgs: false,
+            granted_bytes: false,
+            listed: false,
+        }
+    }
+}
+
+/// What an eager message of `len` payload bytes costs.
+pub(crate) fn eager_cost(len: usize) -> u64 {
+    (len + wire::HDR) as u64
+}
+
+impl Tx {
+    /// Whether posting it sends a message that takes a receive buffer on
+    /// connection `k`'s peer (a FIN of another connection is dropped).
+    fn takes_a_buffer(&self, k: usize) -> bool {
+        match self {
+            Tx::Send { .. } => true,
+            Tx::Fin { conn, .. } => *conn == k,
+            Tx::Rma { op, .. } => op.data.is_some() && op.kind == xfer_core::RmaKind::Write,
+            Tx::Read(_) => false,
+        }
+    }
+}
+
+impl VerbsEndpoint {
+    /// A serial for a new connection.
+    pub(super) fn next_serial(&mut self) -> u64 {
+        self.serials += 1;
+        self.serials
+    }
+
+    /// `Again` for an inject of `len` bytes to `dest` that the credit at
+    /// hand would not let out behind what is already queued for the peer
+    /// (the initial credit while the connection is being made): an inject
+    /// has no buffer of the caller's to wait in, so it neither falls back
+    /// to rendezvous nor queues without bound.
+    pub(super) fn inject_credit(&mut self, dest: Address, len: usize) -> Result<()> {
+        let peer = self.peers.get(&dest);
+        let queued = peer.map_or(0, |p| p.queue.len() as u64);
+        let ready = peer
+            .and_then(|p| p.conn)
+            .map(|k| &self.conns[k])
+            .filter(|c| c.state == State::Ready);
+        let (msgs, bytes) = ready.map_or((INIT_MSGS, INIT_BYTES), |c| (c.credit.msgs, c.credit.bytes));
+        let eager = len <= self.eager_max;
+        if queued >= u64::from(msgs) || (eager && bytes < eager_cost(len).saturating_mul(queued + 1)) {
+            self.stats.credit_stalls += 1;
+            return Err(Error::Again);
+        }
+        Ok(())
+    }
+
+    /// Whether `tx` may go out on connection `k` as far as message credit
+    /// goes (counted in `credit_waits` when not).
+    pub(super) fn has_msg_credit(&mut self, k: usize, tx: &Tx) -> bool {
+        if !tx.takes_a_buffer(k) || self.conns[k].credit.msgs > 0 {
+            return true;
+        }
+        self.stats.credit_waits += 1;
+        false
+    }
+
+    /// Whether an eager send of `len` bytes fits connection `k`'s byte credit.
+    pub(super) fn has_byte_credit(&self, k: usize, len: usize) -> bool {
+        self.conns[k].credit.bytes >= eager_cost(len)
+    }
+
+    /// A message went out on `k`: one message and `bytes` eager bytes spent.
+    pub(super) fn spend(&mut self, k: usize, bytes: u64) {
+        let c = &mut self.conns[k].credit;
+        c.msgs = c.msgs.saturating_sub(1);
+        c.bytes = c.bytes.saturating_sub(bytes);
+    }
+
+    /// We owe connection `k`'s peer `msgs` messages and `bytes` eager bytes.
+    pub(super) fn owe(&mut self, k: usize, msgs: u32, bytes: u64) {
+        let Some(c) = self.conns.get_mut(k) else { return };
+        c.credit.owed_msgs = c.credit.owed_msgs.saturating_add(msgs);
+        c.credit.owed_bytes = c.credit.owed_bytes.saturating_add(bytes);
+        if !c.credit.listed {
+            c.credit.listed = true;
+            self.owing.push(k);
+        }
+    }
+
+    /// The eager bytes of an unexpected message were consumed: owed to the
+    /// connection it came on, if that one still lives.
+    pub(super) fn consumed(&mut self, conn: (usize, u64), len: usize) {
+        self.stats.unexpected_bytes = self.stats.unexpected_bytes.saturating_sub(len as u64);
+        if self
+            .conns
+            .get(conn.0)
+            .is_some_and(|c| c.serial == conn.1 && c.state != State::Dead)
+        {
+            self.owe(conn.0, 0, eager_cost(len));
+        }
+    }
+
+    /// A credit message arrived on `k`: the peer granted more.
+    pub(super) fn on_credit(&mut self, k: usize, msgs: u32, bytes: u64) {
+        let c = &mut self.conns[k];
+        c.credit.msgs = c.credit.msgs.saturating_add(msgs);
+        c.credit.bytes = c.credit.bytes.saturating_add(bytes);
+        let dest = c.peer;
+        // Operations waiting for it sit in the peer's queue.
+        if self.peers.get(&dest).is_some_and(|p| !p.queue.is_empty()) && !self.backlog.contains(&dest) {
+            self.backlog.push(dest);
+        }
+    }
+
+    /// Sends a credit message on every ready connection owed a quarter of
+    /// a budget, or its first grant; the buffers are posted again first.
+    pub(super) fn return_credit(&mut self) {
+        let (w, b) = (self.credit_msgs, self.eager_credit);
+        let mut reposted = false;
+        let mut i = 0;
+        while i < self.owing.len() {
+            let k = self.owing[i];
+            let Some(c) = self.conns.get(k).filter(|c| c.state != State::Dead) else {
+                if let Some(c) = self.conns.get_mut(k) {
+                    c.credit.listed = false;
+                }
+                self.owing.swap_remove(i);
+                continue;
+            };
+            let cr = &c.credit;
+            let due = cr.owed_msgs >= (w / 4).max(1)
+                || cr.owed_bytes >= b / 4
+                || (!cr.granted_msgs && cr.owed_msgs > 0)
+                || (!cr.granted_bytes && cr.owed_bytes > 0);
+            if c.state != State::Ready || !due {
+                i += 1;
+                continue;
+            }
+            if !reposted {
+                // The credit names buffers: they must be on the SRQ first.
+                if let Err(e) = self.srq.post_all() {
+                    tracing::warn!(error = %e, "reposting receive buffers");
+                    return;
+                }
+                reposted = true;
+            }
+            let msgs = cr.owed_msgs + if cr.granted_msgs { 0 } else { w - INIT_MSGS };
+            let grant_bytes = !cr.granted_bytes && cr.owed_bytes > 0;
+            let bytes = cr.owed_bytes + if grant_bytes { b - INIT_BYTES } else { 0 };
+            let mut msg = [0u8; wire::CREDIT_LEN];
+            wire::credit(&mut msg, msgs, bytes);
+            if self.post_ctrl(k, &msg, false, false).is_err() {
+                i += 1; // no room now: the next progress tries again
+                continue;
+            }
+            self.stats.credit_returns += 1;
+            let cr = &mut self.conns[k].credit;
+            cr.owed_msgs = 0;
+            cr.owed_bytes = 0;
+            cr.granted_msgs = true;
+            cr.granted_bytes |= grant_bytes;
+            cr.listed = false;
+            self.owing.swap_remove(i);
+        }
+    }
+}
