@@ -453,6 +453,12 @@ typedef struct xfer_ep_attr_t {
      * (`XFER_MAX_OUTSTANDING_PER_PEER`).
      */
     size_t max_outstanding_per_peer;
+    /**
+     * TCP: small sends posted after another and before the next poll that
+     * wait for it (or for this many) and then share one `sendmsg`; 0 writes
+     * each when posted (`XFER_TCP_COALESCE`).
+     */
+    size_t tcp_coalesce;
 } xfer_ep_attr_t;
 
 /**

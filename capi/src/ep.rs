@@ -72,6 +72,10 @@ pub struct xfer_ep_attr_t {
     /// for no bound; one more to that peer is refused with `XFER_EAGAIN`
     /// (`XFER_MAX_OUTSTANDING_PER_PEER`).
     pub max_outstanding_per_peer: usize,
+    /// TCP: small sends posted after another and before the next poll that
+    /// wait for it (or for this many) and then share one `sendmsg`; 0 writes
+    /// each when posted (`XFER_TCP_COALESCE`).
+    pub tcp_coalesce: usize,
 }
 
 /// A message for `xfer_ep_sendmsg` / `xfer_ep_recvmsg` (`fi_msg_tagged`
@@ -113,6 +117,7 @@ fn attr_from_rust(a: &EndpointAttr) -> xfer_ep_attr_t {
         tcp_eager_credit: a.tcp.eager_credit,
         max_outstanding: a.max_outstanding,
         max_outstanding_per_peer: a.max_outstanding_per_peer,
+        tcp_coalesce: a.tcp.coalesce,
     }
 }
 
@@ -165,6 +170,7 @@ unsafe fn attr_to_rust(attr: *const xfer_ep_attr_t) -> Result<EndpointAttr, Fail
     r.tcp.eager_credit = a.tcp_eager_credit;
     r.max_outstanding = a.max_outstanding;
     r.max_outstanding_per_peer = a.max_outstanding_per_peer;
+    r.tcp.coalesce = a.tcp_coalesce;
     if !a.tcp_addr.is_null() {
         // SAFETY: a non-null tcp_addr is NUL-terminated by contract.
         let s = unsafe { CStr::from_ptr(a.tcp_addr) };
