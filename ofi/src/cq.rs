@@ -11,7 +11,8 @@
 use std::collections::VecDeque;
 use std::ffi::{c_char, c_int, c_void};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use xfer_facade::{Completion, Error};
@@ -63,9 +64,12 @@ impl Entry {
 
 /// What a blocking read sleeps on: every bound endpoint's xfer CQ
 /// descriptor plus an eventfd other CQs poke when they route entries here.
+/// `poked` keeps the eventfd's system calls off the busy-polling path: it is
+/// written once until a read finds the queue empty and resets it.
 struct Wait {
     epoll: xfer_core::sys::Epoll,
     event: OwnedFd,
+    poked: AtomicBool,
 }
 
 impl Wait {
@@ -79,19 +83,77 @@ impl Wait {
         // SAFETY: a new descriptor that nothing else owns.
         let event = unsafe { OwnedFd::from_raw_fd(fd) };
         epoll.add(event.as_raw_fd(), xfer_core::sys::READABLE, 0)?;
-        Ok(Wait { epoll, event })
+        Ok(Wait {
+            epoll,
+            event,
+            poked: AtomicBool::new(false),
+        })
     }
 
     fn poke(&self) {
+        if self.poked.swap(true, Ordering::AcqRel) {
+            return; // already readable
+        }
         let one = 1u64.to_ne_bytes();
         // SAFETY: writes 8 bytes from a live buffer to our eventfd.
         let _ = unsafe { libc::write(self.event.as_raw_fd(), one.as_ptr().cast(), 8) };
     }
 
     fn reset(&self) {
+        if !self.poked.swap(false, Ordering::AcqRel) {
+            return;
+        }
         let mut buf = [0u8; 8];
         // SAFETY: reads at most 8 bytes into a live buffer (non-blocking).
         let _ = unsafe { libc::read(self.event.as_raw_fd(), buf.as_mut_ptr().cast(), 8) };
+    }
+}
+
+/// Where a read puts what it takes: the caller's array of `count` entries
+/// in the CQ's format and, for `fi_cq_readfrom`, its source addresses.
+pub(crate) struct Out {
+    buf: *mut u8,
+    size: usize,
+    count: usize,
+    src: *mut fi::fi_addr_t,
+    /// Entries written so far.
+    n: usize,
+    /// An error entry was queued during this read: later entries queue
+    /// behind it instead of overtaking it.
+    blocked: bool,
+}
+
+impl Out {
+    /// Writes a successful entry if there is room and no error is ahead of it.
+    pub(crate) fn put(&mut self, e: &Entry) -> bool {
+        if self.n == self.count || self.blocked {
+            return false;
+        }
+        let full = fi::fi_cq_tagged_entry {
+            op_context: e.context as usize as *mut c_void,
+            flags: e.flags,
+            len: e.len,
+            buf: std::ptr::null_mut(),
+            data: e.data,
+            tag: e.tag,
+        };
+        // SAFETY: the caller's buffer holds `count` entries of `size` bytes
+        // (the CQ's format, a prefix of fi_cq_tagged_entry) and n < count;
+        // `src` is null or holds `count` addresses.
+        unsafe {
+            let dst = self.buf.add(self.n * self.size);
+            std::ptr::copy_nonoverlapping((&full as *const fi::fi_cq_tagged_entry).cast::<u8>(), dst, self.size);
+            if !self.src.is_null() {
+                self.src.add(self.n).write(e.src);
+            }
+        }
+        self.n += 1;
+        true
+    }
+
+    /// Marks that an error entry was queued for this CQ.
+    pub(crate) fn block(&mut self) {
+        self.blocked = true;
     }
 }
 
@@ -102,7 +164,10 @@ pub(crate) struct CqCore {
     format: u32,
     wait: Option<Wait>,
     queue: Mutex<VecDeque<Entry>>,
-    eps: Mutex<Vec<Weak<EpCore>>>,
+    /// Entries in `queue`, read without its lock: most reads find none.
+    queued: AtomicUsize,
+    /// The enabled endpoints bound to it (held until they close).
+    eps: Mutex<Vec<Arc<EpCore>>>,
 }
 
 /// A completion queue object.
@@ -155,17 +220,23 @@ fn entry_size(format: u32) -> usize {
 
 impl CqCore {
     /// Adds an endpoint being enabled; its completions are polled from here.
+    /// The CQ holds the endpoint until [`detach`](Self::detach) (its
+    /// `fi_close`), so a read need not upgrade a weak reference per endpoint.
     pub(crate) fn attach(&self, ep: &Arc<EpCore>, fd: std::os::fd::RawFd) -> Result<(), Error> {
         let mut eps = lock(&self.eps);
-        eps.retain(|e| e.strong_count() > 0);
-        if eps.iter().any(|e| std::ptr::eq(e.as_ptr(), Arc::as_ptr(ep))) {
+        if eps.iter().any(|e| Arc::ptr_eq(e, ep)) {
             return Ok(()); // bound for both transmit and receive
         }
         if let Some(w) = &self.wait {
             w.epoll.add(fd, xfer_core::sys::READABLE, 1)?;
         }
-        eps.push(Arc::downgrade(ep));
+        eps.push(ep.clone());
         Ok(())
+    }
+
+    /// Removes an endpoint being closed (or whose enabling failed).
+    pub(crate) fn detach(&self, ep: &EpCore) {
+        lock(&self.eps).retain(|e| !std::ptr::eq(Arc::as_ptr(e), ep));
     }
 
     /// Whether this CQ wants a blocking wait's descriptor (not `FI_WAIT_NONE`).
@@ -175,67 +246,85 @@ impl CqCore {
 
     /// Queues an entry routed here; `poke` wakes a waiter of this CQ.
     pub(crate) fn push(&self, e: Entry, poke: bool) {
-        lock(&self.queue).push_back(e);
+        let mut q = lock(&self.queue);
+        q.push_back(e);
+        self.queued.store(q.len(), Ordering::Release);
+        drop(q);
         if let (true, Some(w)) = (poke, &self.wait) {
             w.poke();
         }
     }
 
-    fn progress(&self) {
+    /// Polls every bound endpoint; entries for this CQ go into `out` when
+    /// one is given and has room, the rest to their CQs' queues.
+    fn progress(&self, mut out: Option<&mut Out>) {
         let eps = lock(&self.eps);
-        for ep in eps.iter().filter_map(Weak::upgrade) {
-            ep.progress(self);
+        for ep in eps.iter() {
+            ep.progress(self, out.as_deref_mut());
         }
+    }
+
+    /// Moves queued successes into `out`; true when an error entry is next.
+    fn take_queued(&self, out: &mut Out) -> bool {
+        if self.queued.load(Ordering::Acquire) == 0 {
+            return false;
+        }
+        let mut q = lock(&self.queue);
+        let mut error = false;
+        while let Some(e) = q.front() {
+            if e.error.is_some() {
+                error = true;
+                break;
+            }
+            if !out.put(e) {
+                break;
+            }
+            q.pop_front();
+        }
+        self.queued.store(q.len(), Ordering::Release);
+        error
     }
 
     /// Up to `count` successful entries into `buf` (and their sources into
     /// `src`); `-FI_EAVAIL` when an error is next, `-FI_EAGAIN` when empty.
+    /// Entries queued earlier (routed here by another CQ's read, or behind
+    /// an error) come first; then the endpoints are polled and what they
+    /// complete for this CQ is written straight into `buf`.
     fn read(&self, buf: *mut c_void, count: usize, src: *mut fi::fi_addr_t) -> isize {
         if buf.is_null() && count > 0 {
             return scode(-(libc::EINVAL));
         }
-        self.progress();
-        let size = entry_size(self.format);
-        let mut q = lock(&self.queue);
-        let mut n = 0;
-        while n < count {
-            let Some(e) = q.front().copied() else { break };
-            if e.error.is_some() {
-                break;
-            }
-            q.pop_front();
-            let full = fi::fi_cq_tagged_entry {
-                op_context: e.context as usize as *mut c_void,
-                flags: e.flags,
-                len: e.len,
-                buf: std::ptr::null_mut(),
-                data: e.data,
-                tag: e.tag,
+        let mut out = Out {
+            buf: buf.cast(),
+            size: entry_size(self.format),
+            count,
+            src,
+            n: 0,
+            blocked: false,
+        };
+        if self.take_queued(&mut out) {
+            return match out.n {
+                0 => scode(fi::err(fi::FI_EAVAIL)),
+                n => n as isize,
             };
-            // SAFETY: the caller's buffer holds `count` entries of the CQ's
-            // format, a prefix of fi_cq_tagged_entry; `src` is null or holds
-            // `count` addresses.
-            unsafe {
-                let dst = buf.cast::<u8>().add(n * size);
-                std::ptr::copy_nonoverlapping((&full as *const fi::fi_cq_tagged_entry).cast::<u8>(), dst, size);
-                if !src.is_null() {
-                    src.add(n).write(e.src);
-                }
-            }
-            n += 1;
         }
-        if n > 0 {
-            return n as isize;
+        if out.n < count {
+            self.progress(Some(&mut out));
         }
-        match q.front() {
-            Some(_) => scode(fi::err(fi::FI_EAVAIL)),
-            None => {
-                if let Some(w) = &self.wait {
-                    w.reset();
-                }
-                scode(-(libc::EAGAIN))
-            }
+        if out.n > 0 {
+            return out.n as isize;
         }
+        if self.queued.load(Ordering::Acquire) > 0 {
+            // An error routed during the poll (or by another thread).
+            return match self.take_queued(&mut out) {
+                true => scode(fi::err(fi::FI_EAVAIL)),
+                false => out.n as isize,
+            };
+        }
+        if let Some(w) = &self.wait {
+            w.reset();
+        }
+        scode(-(libc::EAGAIN))
     }
 
     /// Takes the error entry at the head into `out`.
@@ -254,6 +343,8 @@ impl CqCore {
             return scode(-(libc::EAGAIN));
         };
         q.pop_front();
+        self.queued.store(q.len(), Ordering::Release);
+        drop(q);
         // SAFETY: the caller's entry; before API 1.5 it ends after
         // `err_data` (no `err_data_size`), so fields are written one by one.
         unsafe {
@@ -280,11 +371,11 @@ impl CqCore {
     /// Makes every bound endpoint ready for a blocking wait: false when an
     /// entry is already there (read instead).
     fn ready_to_block(&self) -> bool {
-        if !lock(&self.queue).is_empty() {
+        if self.queued.load(Ordering::Acquire) > 0 {
             return false;
         }
         let eps = lock(&self.eps);
-        eps.iter().filter_map(Weak::upgrade).all(|ep| ep.ready_to_block())
+        eps.iter().all(|ep| ep.ready_to_block())
     }
 
     fn sread(&self, buf: *mut c_void, count: usize, src: *mut fi::fi_addr_t, timeout: c_int) -> isize {
@@ -354,6 +445,7 @@ pub(crate) unsafe extern "C" fn open(
             format,
             wait,
             queue: Mutex::new(VecDeque::with_capacity(attr.size.clamp(16, 1 << 16))),
+            queued: AtomicUsize::new(0),
             eps: Mutex::new(Vec::new()),
         };
         let fid = fi::fid_cq {
@@ -382,9 +474,10 @@ pub(crate) unsafe fn get(fid: *const fi::fid) -> Option<Arc<CqCore>> {
 
 fn with_cq(cq: *mut fi::fid_cq, f: impl FnOnce(&CqCore) -> isize) -> isize {
     guard(scode(PANIC), || {
-        // SAFETY: libfabric passes the application's fid_cq.
-        match unsafe { get(cq.cast()) } {
-            Some(cq) => f(&cq),
+        // SAFETY: libfabric passes the application's fid_cq, open for the
+        // whole call (fi_close's contract), so no reference is taken.
+        match unsafe { Obj::<CqObj>::get(cq.cast()) } {
+            Some(obj) => f(&obj.core.0),
             None => scode(-(libc::EINVAL)),
         }
     })
@@ -485,7 +578,7 @@ pub(crate) unsafe extern "C" fn trywait(_fabric: *mut fi::fid_fabric, fids: *mut
             let Some(cq) = (unsafe { get(fid) }) else {
                 return -(libc::EINVAL);
             };
-            cq.progress();
+            cq.progress(None);
             if !cq.ready_to_block() {
                 return -(libc::EAGAIN);
             }

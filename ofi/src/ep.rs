@@ -3,7 +3,6 @@
 //! completion queue) that every data call maps onto.
 
 use std::ffi::{c_int, c_void};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use xfer_core::hash::FastMap;
@@ -13,12 +12,15 @@ use xfer_facade::{
 };
 
 use crate::av::{self, AvCore};
-use crate::cq::{self, CqCore, Entry};
+use crate::cq::{self, CqCore, Entry, Out};
 use crate::domain::{self, DomainCore};
 use crate::entry::{self, enosys, guard, scode, Core, Obj, PANIC};
 use crate::fi;
 use crate::info::{CAPS, MAX_MSG_SIZE};
 use crate::name;
+
+/// Completions taken from the xfer CQ per poll.
+const POLL_BATCH: usize = 16;
 
 /// What was bound before `fi_enable`.
 #[derive(Default)]
@@ -39,21 +41,32 @@ pub(crate) struct Enabled {
     pub(crate) tx_selective: bool,
     rx_selective: bool,
     pub(crate) inject_size: usize,
+    /// What the xfer CQ is polled into and the routing counts, under one
+    /// lock that also keeps two threads from routing this endpoint at once.
+    router: Mutex<Router>,
     _av: Arc<AvCore>,
     /// The xfer provider underneath (`tcp`, `verbs`).
     provider: &'static str,
+}
+
+/// An enabled endpoint's routing state.
+struct Router {
+    /// The completions of one poll, kept between reads: a fresh array of
+    /// completions to fill and drop cost more than the poll itself.
+    scratch: Vec<Completion>,
     /// Completions routed, sends and receives: logged when the endpoint
     /// closes, so a run can show that xfer carried its traffic.
-    sent: AtomicU64,
-    received: AtomicU64,
+    sent: u64,
+    received: u64,
 }
 
 impl Drop for Enabled {
     fn drop(&mut self) {
+        let r = self.router.get_mut().unwrap_or_else(|p| p.into_inner());
         tracing::info!(
             provider = self.provider,
-            sends = self.sent.load(Ordering::Relaxed),
-            receives = self.received.load(Ordering::Relaxed),
+            sends = r.sent,
+            receives = r.received,
             "xfer endpoint closed"
         );
     }
@@ -154,19 +167,26 @@ pub(crate) struct Recv {
 
 impl EpCore {
     /// Polls the endpoint's xfer completions and routes each to its
-    /// transmit or receive CQ (`from` is the CQ being read: others are poked).
-    pub(crate) fn progress(&self, from: &CqCore) {
+    /// transmit or receive CQ. `from` is the CQ being read: its successes go
+    /// straight into `out` while it has room (the read's own array), the
+    /// rest to the CQs' queues; other CQs are poked.
+    pub(crate) fn progress(&self, from: &CqCore, mut out: Option<&mut Out>) {
         let Some(en) = self.enabled.get() else { return };
-        let mut buf: [Completion; 16] = std::array::from_fn(|_| Completion::EMPTY);
+        let mut router = en.router.lock().unwrap_or_else(|p| p.into_inner());
+        let Router {
+            scratch,
+            sent,
+            received,
+        } = &mut *router;
         loop {
-            let n = match en.cq.poll(&mut buf) {
+            let n = match en.cq.poll(&mut scratch[..]) {
                 Ok(n) => n,
                 Err(e) => {
                     tracing::error!(error = %e, "polling the xfer completion queue");
                     return;
                 }
             };
-            for c in &buf[..n] {
+            for c in &scratch[..n] {
                 if c.context == crate::peek::discard_context() {
                     continue; // a claimed message received into nothing (FI_DISCARD)
                 }
@@ -174,18 +194,28 @@ impl EpCore {
                 // the receive CQ (fi_cq(3): FI_REMOTE_WRITE completions are
                 // the receiver's).
                 let to = if c.flags.contains(Flags::RECV) || c.flags.contains(Flags::REMOTE_WRITE) {
-                    en.received.fetch_add(1, Ordering::Relaxed);
+                    *received += 1;
                     &en.rx
                 } else {
-                    en.sent.fetch_add(1, Ordering::Relaxed);
+                    *sent += 1;
                     &en.tx
                 };
-                match to {
-                    Some(cq) => cq.push(Entry::from_xfer(c), !std::ptr::eq(Arc::as_ptr(cq), from)),
-                    None => tracing::warn!(flags = c.flags.0, "completion with no CQ bound for it; dropped"),
+                let Some(cq) = to else {
+                    tracing::warn!(flags = c.flags.0, "completion with no CQ bound for it; dropped");
+                    continue;
+                };
+                let e = Entry::from_xfer(c);
+                let mine = std::ptr::eq(Arc::as_ptr(cq), from);
+                if let (true, Some(o)) = (mine, out.as_deref_mut()) {
+                    if e.error.is_some() {
+                        o.block();
+                    } else if o.put(&e) {
+                        continue;
+                    }
                 }
+                cq.push(e, !mine);
             }
-            if n < buf.len() {
+            if n < scratch.len() {
                 return;
             }
         }
@@ -514,6 +544,9 @@ fn enable(ep: &Arc<EpCore>) -> c_int {
     let fd = if waits { xcq.fd() } else { -1 };
     for cq in b.tx.iter().chain(b.rx.iter()) {
         if let Err(e) = cq.attach(ep, fd) {
+            for cq in b.tx.iter().chain(b.rx.iter()) {
+                cq.detach(ep);
+            }
             return entry::code(&e);
         }
     }
@@ -525,10 +558,13 @@ fn enable(ep: &Arc<EpCore>) -> c_int {
         tx_selective: b.tx_selective,
         rx_selective: b.rx_selective,
         inject_size: attr.inject_size,
+        router: Mutex::new(Router {
+            scratch: vec![Completion::EMPTY; POLL_BATCH],
+            sent: 0,
+            received: 0,
+        }),
         _av: av,
         provider: ep.domain.xfer.provider(),
-        sent: AtomicU64::new(0),
-        received: AtomicU64::new(0),
     };
     let _ = ep.enabled.set(en);
     tracing::debug!(name = ?ep.enabled.get().map(|e| e.ep.name()), "endpoint enabled");
@@ -597,6 +633,12 @@ unsafe extern "C" fn close(fid: *mut fi::fid) -> c_int {
         // SAFETY: libfabric passes the fid being closed, no longer in use.
         match unsafe { Obj::<EpObj>::take(fid) } {
             Some(obj) => {
+                let ep = &obj.core.0;
+                if let Some(en) = ep.enabled.get() {
+                    for cq in en.tx.iter().chain(en.rx.iter()) {
+                        cq.detach(ep); // its CQs held it for their reads
+                    }
+                }
                 drop(obj);
                 0
             }
