@@ -166,6 +166,10 @@ pub(crate) struct CqCore {
     queue: Mutex<VecDeque<Entry>>,
     /// Entries in `queue`, read without its lock: most reads find none.
     queued: AtomicUsize,
+    /// The last read returned entries and had room for more: it emptied
+    /// the endpoints' xfer CQs, so the next read returns `-FI_EAGAIN`
+    /// without polling them again (decision 50).
+    drained: AtomicBool,
     /// The enabled endpoints bound to it (held until they close).
     eps: Mutex<Vec<Arc<EpCore>>>,
 }
@@ -289,7 +293,8 @@ impl CqCore {
     /// `src`); `-FI_EAVAIL` when an error is next, `-FI_EAGAIN` when empty.
     /// Entries queued earlier (routed here by another CQ's read, or behind
     /// an error) come first; then the endpoints are polled and what they
-    /// complete for this CQ is written straight into `buf`.
+    /// complete for this CQ is written straight into `buf`. A read right
+    /// after one that emptied the endpoints does not poll (decision 50).
     fn read(&self, buf: *mut c_void, count: usize, src: *mut fi::fi_addr_t) -> isize {
         if buf.is_null() && count > 0 {
             return scode(-(libc::EINVAL));
@@ -308,10 +313,17 @@ impl CqCore {
                 n => n as isize,
             };
         }
+        // Open MPI's ofi MTL reads until -FI_EAGAIN after every read that
+        // found something: polling again at once would cost a receive system
+        // call per message, on the way to the reply (decision 50).
+        if out.n == 0 && self.drained.load(Ordering::Acquire) && self.drained.swap(false, Ordering::AcqRel) {
+            return scode(-(libc::EAGAIN));
+        }
         if out.n < count {
             self.progress(Some(&mut out));
         }
         if out.n > 0 {
+            self.drained.store(out.n < count, Ordering::Release);
             return out.n as isize;
         }
         if self.queued.load(Ordering::Acquire) > 0 {
@@ -446,6 +458,7 @@ pub(crate) unsafe extern "C" fn open(
             wait,
             queue: Mutex::new(VecDeque::with_capacity(attr.size.clamp(16, 1 << 16))),
             queued: AtomicUsize::new(0),
+            drained: AtomicBool::new(false),
             eps: Mutex::new(Vec::new()),
         };
         let fid = fi::fid_cq {
