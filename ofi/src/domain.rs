@@ -17,6 +17,9 @@ pub(crate) struct DomainCore {
     pub(crate) xfer: Domain,
     /// The libfabric API version the application asked for (`fi_fabric`).
     pub(crate) api_version: u32,
+    /// The domain was opened with `FI_MR_LOCAL`: data calls take the
+    /// `fi_mr_desc` of their buffers into account.
+    pub(crate) mr_local: bool,
 }
 
 /// A domain object.
@@ -88,6 +91,7 @@ pub(crate) unsafe extern "C" fn open(
             _fabric: fabric,
             xfer,
             api_version,
+            mr_local: attr.mr_mode as u64 & fi::FI_MR_LOCAL != 0 && api_version >= fi::version(1, 5),
         };
         let fid = fi::fid_domain {
             fid: entry::fid(fi::FI_CLASS_DOMAIN, context, &OPS),

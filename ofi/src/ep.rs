@@ -148,6 +148,8 @@ pub(crate) struct Send {
     pub(crate) data: Option<u64>,
     pub(crate) buf: *const c_void,
     pub(crate) len: usize,
+    /// The buffer's `fi_mr_desc` (used under `FI_MR_LOCAL`), or null.
+    pub(crate) desc: *mut c_void,
     pub(crate) context: *mut c_void,
     /// `*msg` flags, or the endpoint's default transmit flags.
     pub(crate) flags: Option<u64>,
@@ -160,6 +162,8 @@ pub(crate) struct Recv {
     pub(crate) tag: Option<(u64, u64)>,
     pub(crate) buf: *mut c_void,
     pub(crate) len: usize,
+    /// The buffer's `fi_mr_desc` (used under `FI_MR_LOCAL`), or null.
+    pub(crate) desc: *mut c_void,
     pub(crate) context: *mut c_void,
     /// `*msg` flags, or the endpoint's default receive flags.
     pub(crate) flags: Option<u64>,
@@ -251,8 +255,12 @@ impl EpCore {
             Buffer::from(unsafe { bytes(s.buf, s.len) }.to_vec())
         } else {
             // SAFETY: libfabric's contract: the buffer stays valid and
-            // untouched until the send's completion (or the endpoint closes).
-            unsafe { Buffer::raw(s.buf as *mut u8, s.len) }
+            // untouched until the send's completion (or the endpoint
+            // closes), and so does the region `desc` names.
+            match unsafe { self.buffer(s.buf as *mut c_void, s.len, s.desc) } {
+                Ok(b) => b,
+                Err(e) => return e,
+            }
         };
         let op = SendOp {
             peer: PeerAddr(s.peer),
@@ -280,18 +288,47 @@ impl EpCore {
         }
         let src = self.source(r.src);
         let (tag, ignore) = r.tag.unwrap_or((0, 0));
+        // SAFETY: libfabric's contract: the buffer stays valid and untouched
+        // until the receive's completion, and so does the region `desc` names.
+        let buf = match unsafe { self.buffer(r.buf, r.len, r.desc) } {
+            Ok(b) => b,
+            Err(e) => return e,
+        };
         let op = RecvOp {
             spec: RecvSpec { src, tag, ignore },
             tagged: r.tag.is_some(),
-            // SAFETY: libfabric's contract: the buffer stays valid and
-            // untouched until the receive's completion.
-            buf: unsafe { Buffer::raw(r.buf.cast::<u8>(), r.len) },
+            buf,
             context: r.context as usize as u64,
         };
         match en.ep.post_recv(op) {
             Ok(()) => 0,
             Err(r) => scode(entry::code(&r.error)),
         }
+    }
+
+    /// The xfer buffer for `len` bytes at `buf`. Under `FI_MR_LOCAL` a
+    /// `desc` from `fi_mr_desc` makes it a buffer of that region (its keys
+    /// travel with it: verbs uses them instead of its registration cache,
+    /// decision 41); a `desc` that is not one of this plug-in's regions, or
+    /// a range outside it, is `-FI_EINVAL`. Without `FI_MR_LOCAL`, or with
+    /// a null `desc`, a raw buffer.
+    ///
+    /// # Safety
+    /// As [`Buffer::raw`]: the memory (and the region) stay valid and
+    /// untouched until the operation completes.
+    pub(crate) unsafe fn buffer(&self, buf: *mut c_void, len: usize, desc: *mut c_void) -> Result<Buffer, isize> {
+        if desc.is_null() || !self.domain.mr_local {
+            // SAFETY: the caller's contract.
+            return Ok(unsafe { Buffer::raw(buf.cast::<u8>(), len) });
+        }
+        // SAFETY: under FI_MR_LOCAL a non-null desc is what fi_mr_desc gave
+        // (fi_mr(3)): the fid of a live region, checked by class and magic.
+        let Some(region) = (unsafe { crate::mr::region(desc) }) else {
+            return Err(scode(-(libc::EINVAL)));
+        };
+        let offset = (buf as usize).wrapping_sub(region.addr() as usize);
+        // SAFETY: the caller's contract; `buffer` checks the range.
+        unsafe { region.buffer(offset, len) }.map_err(|e| scode(entry::code(&e)))
     }
 
     /// The enabled endpoint, if it has capability `cap` and a transmit CQ.
@@ -614,18 +651,53 @@ unsafe extern "C" fn cancel(fid: fi::fid_t, context: *mut c_void) -> isize {
     })
 }
 
-unsafe extern "C" fn getopt(
-    _fid: fi::fid_t,
-    _level: c_int,
-    _name: c_int,
-    _val: *mut c_void,
-    _len: *mut usize,
-) -> c_int {
-    -(libc::ENOPROTOOPT)
+/// `fi_getopt` (level `FI_OPT_ENDPOINT`): `FI_OPT_CM_DATA_SIZE` is 0 (RDM
+/// endpoints have no connection management to carry data); the options of
+/// capabilities xfer does not offer (`FI_OPT_MIN_MULTI_RECV` of
+/// `FI_MULTI_RECV`, `FI_OPT_BUFFERED_*` of `FI_BUFFERED_RECV`) and the rest
+/// are `-FI_ENOPROTOOPT`, as libfabric's providers answer an option they
+/// do not have.
+unsafe extern "C" fn getopt(fid: fi::fid_t, level: c_int, name: c_int, val: *mut c_void, len: *mut usize) -> c_int {
+    guard(PANIC, || {
+        // SAFETY: libfabric passes the application's fid.
+        if unsafe { Obj::<EpObj>::get(fid) }.is_none() {
+            return -(libc::EINVAL);
+        }
+        if level as u32 != fi::FI_OPT_ENDPOINT {
+            return -(libc::ENOPROTOOPT);
+        }
+        match name as u32 {
+            fi::FI_OPT_CM_DATA_SIZE => {
+                if val.is_null() || len.is_null() {
+                    return -(libc::EINVAL);
+                }
+                // SAFETY: checked non-null; the caller's length.
+                let room = unsafe { *len };
+                // SAFETY: as above.
+                unsafe { *len = std::mem::size_of::<usize>() };
+                if room < std::mem::size_of::<usize>() {
+                    return fi::err(fi::FI_ETOOSMALL);
+                }
+                // SAFETY: the caller's buffer holds at least a size_t.
+                unsafe { val.cast::<usize>().write_unaligned(0) };
+                0
+            }
+            _ => -(libc::ENOPROTOOPT),
+        }
+    })
 }
 
-unsafe extern "C" fn setopt(_fid: fi::fid_t, _level: c_int, _name: c_int, _val: *const c_void, _len: usize) -> c_int {
-    -(libc::ENOPROTOOPT)
+/// `fi_setopt`: nothing to set. `FI_OPT_CM_DATA_SIZE` is read-only and the
+/// other options belong to capabilities xfer does not offer:
+/// `-FI_ENOPROTOOPT`.
+unsafe extern "C" fn setopt(fid: fi::fid_t, _level: c_int, _name: c_int, _val: *const c_void, _len: usize) -> c_int {
+    guard(PANIC, || {
+        // SAFETY: libfabric passes the application's fid.
+        match unsafe { Obj::<EpObj>::get(fid) } {
+            Some(_) => -(libc::ENOPROTOOPT),
+            None => -(libc::EINVAL),
+        }
+    })
 }
 
 unsafe extern "C" fn close(fid: *mut fi::fid) -> c_int {

@@ -45,6 +45,8 @@ pub(crate) struct Probe {
     /// The buffer of a claiming receive (`FI_CLAIM` without `FI_PEEK`).
     pub(crate) buf: *mut c_void,
     pub(crate) len: usize,
+    /// The buffer's `fi_mr_desc` (used under `FI_MR_LOCAL`), or null.
+    pub(crate) desc: *mut c_void,
     pub(crate) context: *mut c_void,
     pub(crate) flags: u64,
 }
@@ -82,8 +84,15 @@ impl EpCore {
             return scode(-(libc::EINVAL));
         }
         // SAFETY: libfabric's contract: the buffer stays valid and untouched
-        // until the receive's completion.
-        let buf = unsafe { Buffer::raw(p.buf.cast::<u8>(), p.len) };
+        // until the receive's completion, and so does the region `desc` names.
+        let buf = match unsafe { self.buffer(p.buf, p.len, p.desc) } {
+            Ok(b) => b,
+            Err(e) => {
+                let mut claims = self.claims.lock().unwrap_or_else(|e| e.into_inner());
+                claims.insert(context, (claim, peeked));
+                return e;
+            }
+        };
         match en.ep.post_claimed(claim, buf, context) {
             Ok(()) => 0,
             Err(r) => {

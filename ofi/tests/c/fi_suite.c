@@ -76,40 +76,45 @@ static struct node nodes[NEP];
 static struct node *cur = nodes;
 static int ncur = NEP;
 
-/* Reads every CQ (each read drives its endpoint's progress) into the stashes. */
+/* Reads node i's CQ (which drives its endpoint's progress) into its stash. */
+static void progress_node(int i)
+{
+	struct node *nd = &cur[i];
+	struct fi_cq_tagged_entry e[8];
+	fi_addr_t src[8];
+	ssize_t r = fi_cq_readfrom(nd->cq, e, 8, src);
+	for (ssize_t k = 0; k < r && nd->n < STASH; k++) {
+		nd->stash[nd->n].e = e[k];
+		nd->stash[nd->n].src = src[k];
+		nd->stash[nd->n].err = 0;
+		nd->n++;
+	}
+	if (r == -FI_EAVAIL && nd->n < STASH) {
+		struct fi_cq_err_entry err = {0};
+		MUST(fi_cq_readerr(nd->cq, &err, 0));
+		struct got *g = &nd->stash[nd->n++];
+		memset(g, 0, sizeof(*g));
+		g->e.op_context = err.op_context;
+		g->e.flags = err.flags;
+		g->e.len = err.len;
+		g->e.tag = err.tag;
+		g->e.data = err.data;
+		g->src = FI_ADDR_NOTAVAIL;
+		g->err = err.err;
+		g->olen = err.olen;
+		const char *text = fi_cq_strerror(nd->cq, err.prov_errno, err.err_data, NULL, 0);
+		CHECK(text && *text, "fi_cq_strerror gave no text");
+	} else if (r < 0 && r != -FI_EAGAIN) {
+		fprintf(stderr, "FATAL: fi_cq_readfrom = %zd\n", r);
+		exit(2);
+	}
+}
+
+/* Reads every CQ into the stashes. */
 static void progress(void)
 {
-	for (int i = 0; i < ncur; i++) {
-		struct node *nd = &cur[i];
-		struct fi_cq_tagged_entry e[8];
-		fi_addr_t src[8];
-		ssize_t r = fi_cq_readfrom(nd->cq, e, 8, src);
-		for (ssize_t k = 0; k < r && nd->n < STASH; k++) {
-			nd->stash[nd->n].e = e[k];
-			nd->stash[nd->n].src = src[k];
-			nd->stash[nd->n].err = 0;
-			nd->n++;
-		}
-		if (r == -FI_EAVAIL && nd->n < STASH) {
-			struct fi_cq_err_entry err = {0};
-			MUST(fi_cq_readerr(nd->cq, &err, 0));
-			struct got *g = &nd->stash[nd->n++];
-			memset(g, 0, sizeof(*g));
-			g->e.op_context = err.op_context;
-			g->e.flags = err.flags;
-			g->e.len = err.len;
-			g->e.tag = err.tag;
-			g->e.data = err.data;
-			g->src = FI_ADDR_NOTAVAIL;
-			g->err = err.err;
-			g->olen = err.olen;
-			const char *text = fi_cq_strerror(nd->cq, err.prov_errno, err.err_data, NULL, 0);
-			CHECK(text && *text, "fi_cq_strerror gave no text");
-		} else if (r < 0 && r != -FI_EAGAIN) {
-			fprintf(stderr, "FATAL: fi_cq_readfrom = %zd\n", r);
-			exit(2);
-		}
-	}
+	for (int i = 0; i < ncur; i++)
+		progress_node(i);
 }
 
 /* Waits (10 s at most) for the completion of `ctx` on node `i` and takes it. */
@@ -218,12 +223,20 @@ static double now(void)
  * registered for remote reads only fail with FI_EACCES at X. */
 static char target[4096], readonly[64], big_rma[1 << 16];
 
+/* The xfer provider to run on: XFER_SUITE_DOMAIN (the Soft-RoCE guest sets
+ * "verbs"), tcp by default. */
+static const char *domain_name(void)
+{
+	const char *d = getenv("XFER_SUITE_DOMAIN");
+	return d && *d ? d : "tcp";
+}
+
 static void rma_section(struct fid_fabric *fabric)
 {
 	struct fi_info *hints = fi_allocinfo(), *info = NULL;
 	hints->ep_attr->type = FI_EP_RDM;
 	hints->caps = FI_MSG | FI_TAGGED | FI_RMA;
-	hints->domain_attr->name = strdup("tcp");
+	hints->domain_attr->name = strdup(domain_name());
 	hints->domain_attr->mr_mode = FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
 	hints->fabric_attr->prov_name = strdup("xfer");
 	MUST(fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, hints, &info));
@@ -231,6 +244,14 @@ static void rma_section(struct fid_fabric *fabric)
 	CHECK((info->caps & rcaps) == rcaps, "RMA caps %lx", (unsigned long)info->caps);
 	CHECK(info->domain_attr->mr_mode == (FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY), "mr_mode %x",
 	      info->domain_attr->mr_mode);
+	/* Listing FI_MR_LOCAL gets it (the data calls below then pass their
+	 * buffers' fi_mr_desc, which xfer uses: decision 51). */
+	fi_freeinfo(info);
+	hints->domain_attr->mr_mode |= FI_MR_LOCAL;
+	MUST(fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, hints, &info));
+	CHECK(info->domain_attr->mr_mode == (FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY | FI_MR_LOCAL),
+	      "mr_mode with FI_MR_LOCAL listed: %x", info->domain_attr->mr_mode);
+	CHECK(info->tx_attr->rma_iov_limit == 1, "rma_iov_limit %zu", info->tx_attr->rma_iov_limit);
 	struct fid_domain *domain;
 	struct fid_av *av;
 	MUST(fi_domain(fabric, info, &domain, NULL));
@@ -260,19 +281,37 @@ static void rma_section(struct fid_fabric *fabric)
 	CHECK(fi_mr_regv(domain, two, 2, FI_REMOTE_READ, 0, 0, 0, &bad, NULL) == -FI_EINVAL, "fi_mr_regv of 2 segments");
 	uint64_t key = fi_mr_key(mr), base = (uint64_t)(uintptr_t)target;
 
-	/* fi_write, then fi_read of what it wrote. */
-	char out[1000], back[1000];
+	/* fi_write, then fi_read of what it wrote, from and into registered
+	 * local buffers named by their fi_mr_desc (FI_MR_LOCAL). */
+	static char out[1000], back[1000];
+	struct fid_mr *lmr;
+	MUST(fi_mr_reg(domain, out, sizeof(out), FI_SEND | FI_WRITE, 0, 0, 0, &lmr,
+		       NULL));
+	struct fid_mr *bmr;
+	MUST(fi_mr_reg(domain, back, sizeof(back), FI_RECV | FI_READ, 0, 0, 0, &bmr, NULL));
+	void *odesc = fi_mr_desc(lmr), *bdesc = fi_mr_desc(bmr);
+	CHECK(odesc && bdesc && odesc != bdesc, "fi_mr_desc: %p %p", odesc, bdesc);
 	for (int i = 0; i < 1000; i++)
 		out[i] = (char)(i * 7 + 1);
-	MUST(fi_write(x->ep, out, sizeof(out), NULL, y->addr, base + 100, key, CTX(34)));
+	MUST(fi_write(x->ep, out, sizeof(out), odesc, y->addr, base + 100, key, CTX(34)));
 	struct got w = wait_for(0, CTX(34));
 	CHECK(w.err == 0 && (w.e.flags & (FI_RMA | FI_WRITE)) == (FI_RMA | FI_WRITE), "fi_write: err %d flags %lx", w.err,
 	      (unsigned long)w.e.flags);
 	CHECK(!memcmp(target + 100, out, sizeof(out)), "fi_write did not land in the target region");
-	MUST(fi_read(x->ep, back, sizeof(back), fi_mr_desc(mr), y->addr, base + 100, key, CTX(35)));
+	MUST(fi_read(x->ep, back, sizeof(back), bdesc, y->addr, base + 100, key, CTX(35)));
 	struct got r = wait_for(0, CTX(35));
 	CHECK(r.err == 0 && (r.e.flags & (FI_RMA | FI_READ)) == (FI_RMA | FI_READ) && !memcmp(back, out, sizeof(out)),
 	      "fi_read: err %d", r.err);
+	/* A desc that does not cover the buffer, or is no region at all, is refused. */
+	CHECK(fi_write(x->ep, back, 8, odesc, y->addr, base, key, CTX(34)) == -FI_EINVAL, "desc of another region");
+	CHECK(fi_write(x->ep, out + 990, 20, odesc, y->addr, base, key, CTX(34)) == -FI_EINVAL, "desc shorter than the buffer");
+	CHECK(fi_write(x->ep, out, 8, &av->fid, y->addr, base, key, CTX(34)) == -FI_EINVAL, "an AV as a desc");
+	/* Tagged messages with descs: sent from one region, received into another. */
+	memset(back, 0, 64);
+	MUST(fi_trecv(y->ep, back, 64, bdesc, x->addr, 77, 0, CTX(48)));
+	MUST(fi_tsend(x->ep, out, 64, odesc, y->addr, 77, CTX(49)));
+	CHECK(wait_for(1, CTX(48)).err == 0 && !memcmp(back, out, 64), "tagged message between registered buffers");
+	CHECK(wait_for(0, CTX(49)).err == 0, "tagged send from a registered buffer");
 
 	/* fi_writedata: the target's receive CQ reports the data. */
 	MUST(fi_writedata(x->ep, "with-data", 10, NULL, 0xfeed, y->addr, base + 1200, key, CTX(36)));
@@ -346,6 +385,8 @@ static void rma_section(struct fid_fabric *fabric)
 	CHECK(fi_close(&domain->fid) == -FI_EBUSY, "closing a domain with registered memory");
 	MUST(fi_close(&mr->fid));
 	MUST(fi_close(&ro->fid));
+	MUST(fi_close(&lmr->fid));
+	MUST(fi_close(&bmr->fid));
 	for (int i = 0; i < 2; i++) {
 		MUST(fi_close(&rn[i].ep->fid));
 		MUST(fi_close(&rn[i].cq->fid));
@@ -363,7 +404,7 @@ int main(void)
 	struct fi_info *hints = fi_allocinfo(), *info = NULL;
 	hints->ep_attr->type = FI_EP_RDM;
 	hints->caps = FI_MSG | FI_TAGGED | FI_DIRECTED_RECV | FI_SOURCE;
-	hints->domain_attr->name = strdup("tcp");
+	hints->domain_attr->name = strdup(domain_name());
 	hints->fabric_attr->prov_name = strdup("xfer");
 	MUST(fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, hints, &info));
 	CHECK(!strcmp(info->fabric_attr->prov_name, "xfer"), "provider %s", info->fabric_attr->prov_name);
@@ -380,6 +421,28 @@ int main(void)
 	rma->domain_attr->mr_mode = 0;
 	CHECK(fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, rma, &none) == -FI_ENODATA, "FI_ATOMIC accepted");
 	fi_freeinfo(rma);
+	/* Hints refused at fi_getinfo rather than failing later: an unknown
+	 * threading level, 16-byte keys, provider error data, several remote
+	 * segments per RMA. A threading level xfer satisfies is returned as asked. */
+	struct fi_info *h2 = fi_dupinfo(hints), *got = NULL;
+	h2->domain_attr->threading = (enum fi_threading)99;
+	CHECK(fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, h2, &none) == -FI_ENODATA, "unknown threading accepted");
+	h2->domain_attr->threading = FI_THREAD_DOMAIN;
+	h2->domain_attr->mr_key_size = 16;
+	CHECK(fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, h2, &none) == -FI_ENODATA, "16-byte keys accepted");
+	h2->domain_attr->mr_key_size = 0;
+	h2->domain_attr->max_err_data = 64;
+	CHECK(fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, h2, &none) == -FI_ENODATA, "error data accepted");
+	h2->domain_attr->max_err_data = 0;
+	h2->tx_attr->rma_iov_limit = 4;
+	CHECK(fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, h2, &none) == -FI_ENODATA, "rma_iov_limit 4 accepted");
+	h2->tx_attr->rma_iov_limit = 0;
+	h2->rx_attr->size = 1 << 20;
+	MUST(fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, h2, &got));
+	CHECK(got->domain_attr->threading == FI_THREAD_DOMAIN && got->rx_attr->size >= (1 << 20),
+	      "threading %d rx size %zu", (int)got->domain_attr->threading, got->rx_attr->size);
+	fi_freeinfo(got);
+	fi_freeinfo(h2);
 	CHECK(!(info->caps & FI_RMA), "FI_RMA offered without being asked for");
 
 	struct fid_fabric *fabric;
@@ -476,6 +539,44 @@ int main(void)
 	char big[8192] = {0};
 	CHECK(fi_inject(b->ep, big, sizeof(big), c->addr) == -FI_EMSGSIZE, "inject above inject_size");
 	expect_nothing(1, "inject completions at the sender");
+
+	/* A read that emptied the endpoint's queue is followed by one that does
+	 * not poll (-FI_EAGAIN at once: Open MPI reads until then after every
+	 * hit); the read after that polls again and finds what came meanwhile. */
+	char d1[8] = {0}, d2[8] = {0};
+	MUST(fi_trecv(b->ep, d1, sizeof(d1), NULL, FI_ADDR_UNSPEC, 51, 0, CTX(50)));
+	MUST(fi_trecv(b->ep, d2, sizeof(d2), NULL, FI_ADDR_UNSPEC, 52, 0, CTX(51)));
+	MUST(fi_tinject(nodes[0].ep, "d1", 3, b->addr, 51));
+	struct fi_cq_tagged_entry de[8];
+	ssize_t dn = -FI_EAGAIN;
+	for (time_t end = time(NULL) + 10; dn == -FI_EAGAIN && time(NULL) < end;) {
+		dn = fi_cq_read(b->cq, de, 8);
+		if (dn == -FI_EAGAIN)
+			progress_node(0); /* A connects to B */
+	}
+	CHECK(dn == 1 && de[0].op_context == CTX(50) && !strcmp(d1, "d1"), "first message: %zd", dn);
+	MUST(fi_tinject(nodes[0].ep, "d2", 3, b->addr, 52));
+	CHECK(fi_cq_read(b->cq, de, 8) == -FI_EAGAIN, "the read right after a draining one polled");
+	CHECK(wait_for(1, CTX(51)).err == 0 && !strcmp(d2, "d2"), "second message: %s", d2);
+
+	/* fi_getopt / fi_setopt: FI_OPT_CM_DATA_SIZE is 0 (no connection
+	 * management on RDM) and read-only; FI_OPT_MIN_MULTI_RECV belongs to
+	 * FI_MULTI_RECV, which xfer does not offer: -FI_ENOPROTOOPT. */
+	size_t optval = 99, optlen = sizeof(optval);
+	CHECK(fi_getopt(&c->ep->fid, FI_OPT_ENDPOINT, FI_OPT_CM_DATA_SIZE, &optval, &optlen) == 0 && optval == 0 &&
+		      optlen == sizeof(size_t),
+	      "FI_OPT_CM_DATA_SIZE: %zu (%zu bytes)", optval, optlen);
+	optlen = 1;
+	CHECK(fi_getopt(&c->ep->fid, FI_OPT_ENDPOINT, FI_OPT_CM_DATA_SIZE, &optval, &optlen) == -FI_ETOOSMALL &&
+		      optlen == sizeof(size_t),
+	      "FI_OPT_CM_DATA_SIZE into one byte");
+	optlen = sizeof(optval);
+	CHECK(fi_setopt(&c->ep->fid, FI_OPT_ENDPOINT, FI_OPT_CM_DATA_SIZE, &optval, optlen) == -FI_ENOPROTOOPT,
+	      "setting FI_OPT_CM_DATA_SIZE");
+	CHECK(fi_getopt(&c->ep->fid, FI_OPT_ENDPOINT, FI_OPT_MIN_MULTI_RECV, &optval, &optlen) == -FI_ENOPROTOOPT,
+	      "getting FI_OPT_MIN_MULTI_RECV");
+	CHECK(fi_setopt(&c->ep->fid, FI_OPT_ENDPOINT, FI_OPT_MIN_MULTI_RECV, &optval, optlen) == -FI_ENOPROTOOPT,
+	      "setting FI_OPT_MIN_MULTI_RECV");
 
 	/* Cancel: the receive completes with FI_ECANCELED; a second cancel finds nothing. */
 	char r6[8];
