@@ -62,18 +62,18 @@ impl Entry {
     }
 }
 
-/// What a blocking read sleeps on: every bound endpoint's xfer CQ
-/// descriptor plus an eventfd other CQs poke when they route entries here.
-/// `poked` keeps the eventfd's system calls off the busy-polling path: it is
-/// written once until a read finds the queue empty and resets it.
-struct Wait {
+/// What a blocking read (or counter wait) sleeps on: every bound endpoint's
+/// xfer CQ descriptor plus an eventfd others poke when they route entries
+/// (or counts) here. `poked` keeps the eventfd's system calls off the
+/// busy-polling path: it is written once until a reader resets it.
+pub(crate) struct Wait {
     epoll: xfer_core::sys::Epoll,
     event: OwnedFd,
     poked: AtomicBool,
 }
 
 impl Wait {
-    fn new() -> Result<Wait, Error> {
+    pub(crate) fn new() -> Result<Wait, Error> {
         let epoll = xfer_core::sys::Epoll::new()?;
         // SAFETY: plain syscall; the result is checked before use.
         let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
@@ -90,7 +90,23 @@ impl Wait {
         })
     }
 
-    fn poke(&self) {
+    /// Adds a bound endpoint's xfer CQ descriptor.
+    pub(crate) fn watch(&self, fd: std::os::fd::RawFd) -> Result<(), Error> {
+        self.epoll.add(fd, xfer_core::sys::READABLE, 1)
+    }
+
+    /// The descriptor a `FI_GETWAIT` caller blocks on.
+    pub(crate) fn fd(&self) -> std::os::fd::RawFd {
+        self.epoll.as_raw_fd()
+    }
+
+    /// Sleeps until a watched descriptor fires or `ms` pass.
+    pub(crate) fn sleep(&self, ms: i32) -> Result<(), Error> {
+        self.epoll.wait(&mut [xfer_core::sys::EMPTY_EVENT; 4], ms).map(|_| ())
+    }
+
+    /// Makes the eventfd readable (once until [`reset`](Self::reset)).
+    pub(crate) fn poke(&self) {
         if self.poked.swap(true, Ordering::AcqRel) {
             return; // already readable
         }
@@ -99,7 +115,8 @@ impl Wait {
         let _ = unsafe { libc::write(self.event.as_raw_fd(), one.as_ptr().cast(), 8) };
     }
 
-    fn reset(&self) {
+    /// Drains the eventfd if it was poked.
+    pub(crate) fn reset(&self) {
         if !self.poked.swap(false, Ordering::AcqRel) {
             return;
         }
@@ -232,7 +249,7 @@ impl CqCore {
             return Ok(()); // bound for both transmit and receive
         }
         if let Some(w) = &self.wait {
-            w.epoll.add(fd, xfer_core::sys::READABLE, 1)?;
+            w.watch(fd)?;
         }
         eps.push(ep.clone());
         Ok(())
@@ -264,7 +281,7 @@ impl CqCore {
     fn progress(&self, mut out: Option<&mut Out>) {
         let eps = lock(&self.eps);
         for ep in eps.iter() {
-            ep.progress(self, out.as_deref_mut());
+            ep.progress(Some(self), out.as_deref_mut());
         }
     }
 
@@ -412,7 +429,7 @@ impl CqCore {
                 continue;
             }
             let ms = left.min(MAX_SLEEP).as_millis().max(1) as i32;
-            if let Err(e) = w.epoll.wait(&mut [xfer_core::sys::EMPTY_EVENT; 4], ms) {
+            if let Err(e) = w.sleep(ms) {
                 return scode(entry::code(&e));
             }
         }
@@ -568,7 +585,7 @@ unsafe extern "C" fn control(fid: *mut fi::fid, command: c_int, arg: *mut c_void
         };
         match command as u32 {
             // SAFETY: FI_GETWAIT's argument is an int for a wait fd.
-            fi::FI_GETWAIT if unsafe { put(arg.cast::<c_int>(), w.epoll.as_raw_fd()) } => 0,
+            fi::FI_GETWAIT if unsafe { put(arg.cast::<c_int>(), w.fd()) } => 0,
             // SAFETY: FI_GETWAITOBJ's argument is an enum fi_wait_obj.
             fi::FI_GETWAITOBJ if unsafe { put(arg.cast::<fi::fi_wait_obj>(), fi::FI_WAIT_FD) } => 0,
             fi::FI_GETWAIT | fi::FI_GETWAITOBJ => -(libc::EINVAL),

@@ -39,7 +39,7 @@ static DOMAIN_OPS: fi::fi_ops_domain = fi::fi_ops_domain {
     cq_open: Some(crate::cq::open),
     endpoint: Some(crate::ep::open),
     scalable_ep: Some(no_scalable_ep),
-    cntr_open: Some(no_cntr_open),
+    cntr_open: Some(crate::cntr::open),
     poll_open: Some(no_poll_open),
     stx_ctx: Some(no_stx_ctx),
     srx_ctx: Some(no_srx_ctx),
@@ -50,7 +50,6 @@ static DOMAIN_OPS: fi::fi_ops_domain = fi::fi_ops_domain {
 
 enosys! {
     no_scalable_ep(*mut fi::fid_domain, *mut fi::fi_info, *mut *mut fi::fid_ep, *mut c_void) -> c_int;
-    no_cntr_open(*mut fi::fid_domain, *mut fi::fi_cntr_attr, *mut *mut fi::fid_cntr, *mut c_void) -> c_int;
     no_poll_open(*mut fi::fid_domain, *mut fi::fi_poll_attr, *mut *mut fi::fid_poll) -> c_int;
     no_stx_ctx(*mut fi::fid_domain, *mut fi::fi_tx_attr, *mut *mut fi::fid_stx, *mut c_void) -> c_int;
     no_srx_ctx(*mut fi::fid_domain, *mut fi::fi_rx_attr, *mut *mut fi::fid_ep, *mut c_void) -> c_int;

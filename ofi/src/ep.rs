@@ -12,6 +12,7 @@ use xfer_facade::{
 };
 
 use crate::av::{self, AvCore};
+use crate::cntr::{self, CntrCore};
 use crate::cq::{self, CqCore, Entry, Out};
 use crate::domain::{self, DomainCore};
 use crate::entry::{self, enosys, guard, scode, Core, Obj, PANIC};
@@ -30,6 +31,40 @@ struct Bound {
     rx: Option<Arc<CqCore>>,
     tx_selective: bool,
     rx_selective: bool,
+    counters: Counters,
+}
+
+/// The counters bound to an endpoint, by the operations they count.
+#[derive(Default, Clone)]
+pub(crate) struct Counters {
+    pub(crate) send: Option<Arc<CntrCore>>,
+    recv: Option<Arc<CntrCore>>,
+    pub(crate) write: Option<Arc<CntrCore>>,
+    pub(crate) read: Option<Arc<CntrCore>>,
+}
+
+impl Counters {
+    /// The counter a completion with these flags counts on (none for the
+    /// target's side of a write: remote counters need `FI_RMA_EVENT`).
+    fn for_completion(&self, flags: Flags) -> Option<&Arc<CntrCore>> {
+        if flags.contains(Flags::REMOTE_WRITE) {
+            None
+        } else if flags.contains(Flags::RECV) {
+            self.recv.as_ref()
+        } else if flags.contains(Flags::RMA) {
+            match flags.contains(Flags::READ) {
+                true => self.read.as_ref(),
+                false => self.write.as_ref(),
+            }
+        } else {
+            self.send.as_ref()
+        }
+    }
+
+    /// Every counter bound (one may appear more than once).
+    fn all(&self) -> impl Iterator<Item = &Arc<CntrCore>> {
+        [&self.send, &self.recv, &self.write, &self.read].into_iter().flatten()
+    }
 }
 
 /// An enabled endpoint: the xfer objects and where its completions go.
@@ -41,6 +76,8 @@ pub(crate) struct Enabled {
     pub(crate) tx_selective: bool,
     rx_selective: bool,
     pub(crate) inject_size: usize,
+    /// The counters bound (fi_cntr), fed by the router.
+    pub(crate) counters: Counters,
     /// What the xfer CQ is polled into and the routing counts, under one
     /// lock that also keeps two threads from routing this endpoint at once.
     router: Mutex<Router>,
@@ -170,11 +207,12 @@ pub(crate) struct Recv {
 }
 
 impl EpCore {
-    /// Polls the endpoint's xfer completions and routes each to its
-    /// transmit or receive CQ. `from` is the CQ being read: its successes go
-    /// straight into `out` while it has room (the read's own array), the
-    /// rest to the CQs' queues; other CQs are poked.
-    pub(crate) fn progress(&self, from: &CqCore, mut out: Option<&mut Out>) {
+    /// Polls the endpoint's xfer completions, counts each on its counter
+    /// and routes it to its transmit or receive CQ. `from` is the CQ being
+    /// read (none for a counter's read): its successes go straight into
+    /// `out` while it has room (the read's own array), the rest to the CQs'
+    /// queues; other CQs are poked.
+    pub(crate) fn progress(&self, from: Option<&CqCore>, mut out: Option<&mut Out>) {
         let Some(en) = self.enabled.get() else { return };
         let mut router = en.router.lock().unwrap_or_else(|p| p.into_inner());
         let Router {
@@ -194,6 +232,12 @@ impl EpCore {
                 if c.context == crate::peek::discard_context() {
                     continue; // a claimed message received into nothing (FI_DISCARD)
                 }
+                if let Some(k) = en.counters.for_completion(c.flags) {
+                    k.hit(c.result.is_ok());
+                }
+                if c.context == crate::cntr::counted_context() {
+                    continue; // posted for its counter only (no FI_COMPLETION)
+                }
                 // Receives and the target's side of a write with data go to
                 // the receive CQ (fi_cq(3): FI_REMOTE_WRITE completions are
                 // the receiver's).
@@ -209,7 +253,7 @@ impl EpCore {
                     continue;
                 };
                 let e = Entry::from_xfer(c);
-                let mine = std::ptr::eq(Arc::as_ptr(cq), from);
+                let mine = from.is_some_and(|f| std::ptr::eq(Arc::as_ptr(cq), f));
                 if let (true, Some(o)) = (mine, out.as_deref_mut()) {
                     if e.error.is_some() {
                         o.block();
@@ -262,13 +306,14 @@ impl EpCore {
                 Err(e) => return e,
             }
         };
+        let (context, completion) = en.completion(s.context, flags, en.counters.send.is_some());
         let op = SendOp {
             peer: PeerAddr(s.peer),
             tag: s.tag,
             data: s.data,
             buf,
-            context: s.context as usize as u64,
-            completion: !en.tx_selective || flags & fi::FI_COMPLETION != 0,
+            context,
+            completion,
         };
         match en.ep.post_send(op) {
             Ok(()) => 0,
@@ -407,8 +452,31 @@ impl EpCore {
             (Some(t), Some(d)) => en.ep.tinject_data(peer, t, payload, d),
         };
         match r {
-            Ok(()) => 0,
+            Ok(()) => {
+                if let Some(k) = &en.counters.send {
+                    k.hit(true); // copied: an inject's completion
+                }
+                0
+            }
             Err(e) => scode(entry::code(&e)),
+        }
+    }
+}
+
+impl Enabled {
+    /// The xfer context and completion request of a send or RMA with these
+    /// flags: its own context and a completion, unless the transmit CQ is
+    /// selective and `FI_COMPLETION` is not asked; then no completion, or,
+    /// when a counter counts it (`counted`), a completion with the
+    /// [`counted_context`](crate::cntr::counted_context) that the router
+    /// counts and drops.
+    pub(crate) fn completion(&self, context: *mut c_void, flags: u64, counted: bool) -> (u64, bool) {
+        if !self.tx_selective || flags & fi::FI_COMPLETION != 0 {
+            (context as usize as u64, true)
+        } else if counted {
+            (crate::cntr::counted_context(), true)
+        } else {
+            (context as usize as u64, false)
         }
     }
 }
@@ -545,9 +613,42 @@ unsafe extern "C" fn bind(fid: *mut fi::fid, bfid: *mut fi::fid, flags: u64) -> 
                 0
             }
             fi::FI_CLASS_EQ => 0,
+            fi::FI_CLASS_CNTR => {
+                // SAFETY: a live fid.
+                let Some(k) = (unsafe { cntr::get(bfid) }) else {
+                    return -(libc::EINVAL);
+                };
+                let kinds = fi::FI_SEND | fi::FI_RECV | fi::FI_WRITE | fi::FI_READ;
+                // Remote counters need FI_RMA_EVENT, which xfer does not offer.
+                if !Arc::ptr_eq(&k.domain, &ep.domain) || flags == 0 || flags & !kinds != 0 {
+                    return -(libc::EINVAL);
+                }
+                let c = &mut b.counters;
+                for (bit, slot) in [
+                    (fi::FI_SEND, &mut c.send),
+                    (fi::FI_RECV, &mut c.recv),
+                    (fi::FI_WRITE, &mut c.write),
+                    (fi::FI_READ, &mut c.read),
+                ] {
+                    if flags & bit != 0 {
+                        *slot = Some(k.clone());
+                    }
+                }
+                0
+            }
             _ => -(libc::ENOSYS),
         }
     })
+}
+
+/// Takes `ep` out of the CQs and counters that drive it.
+fn detach<'a>(ep: &EpCore, cqs: impl Iterator<Item = &'a Arc<CqCore>>, counters: &Counters) {
+    for cq in cqs {
+        cq.detach(ep);
+    }
+    for k in counters.all() {
+        k.detach(ep);
+    }
 }
 
 /// `fi_enable`: opens the xfer endpoint on the bound AV.
@@ -577,15 +678,16 @@ fn enable(ep: &Arc<EpCore>) -> c_int {
             return entry::code(&e);
         }
     };
-    let waits = b.tx.iter().chain(b.rx.iter()).any(|cq| cq.waits());
+    let waits = b.tx.iter().chain(b.rx.iter()).any(|cq| cq.waits()) || b.counters.all().any(|k| k.waits());
     let fd = if waits { xcq.fd() } else { -1 };
-    for cq in b.tx.iter().chain(b.rx.iter()) {
-        if let Err(e) = cq.attach(ep, fd) {
-            for cq in b.tx.iter().chain(b.rx.iter()) {
-                cq.detach(ep);
-            }
-            return entry::code(&e);
-        }
+    let attached =
+        b.tx.iter()
+            .chain(b.rx.iter())
+            .try_for_each(|cq| cq.attach(ep, fd))
+            .and_then(|()| b.counters.all().try_for_each(|k| k.attach(ep, fd)));
+    if let Err(e) = attached {
+        detach(ep, b.tx.iter().chain(b.rx.iter()), &b.counters);
+        return entry::code(&e);
     }
     let en = Enabled {
         ep: xep,
@@ -595,6 +697,7 @@ fn enable(ep: &Arc<EpCore>) -> c_int {
         tx_selective: b.tx_selective,
         rx_selective: b.rx_selective,
         inject_size: attr.inject_size,
+        counters: b.counters.clone(),
         router: Mutex::new(Router {
             scratch: vec![Completion::EMPTY; POLL_BATCH],
             sent: 0,
@@ -707,9 +810,8 @@ unsafe extern "C" fn close(fid: *mut fi::fid) -> c_int {
             Some(obj) => {
                 let ep = &obj.core.0;
                 if let Some(en) = ep.enabled.get() {
-                    for cq in en.tx.iter().chain(en.rx.iter()) {
-                        cq.detach(ep); // its CQs held it for their reads
-                    }
+                    // Its CQs and counters held it for their reads.
+                    detach(ep, en.tx.iter().chain(en.rx.iter()), &en.counters);
                 }
                 drop(obj);
                 0

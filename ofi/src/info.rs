@@ -32,7 +32,7 @@ pub const CAPS: u64 = PRIMARY_CAPS | SECONDARY_CAPS | RMA_CAPS;
 pub const MR_MODE_RMA: u64 = fi::FI_MR_VIRT_ADDR | fi::FI_MR_ALLOCATED | fi::FI_MR_PROV_KEY;
 /// Remote keys are 8 bytes.
 pub const MR_KEY_SIZE: usize = 8;
-/// CQs, endpoints and contexts a domain offers (`domain_attr->*_cnt`).
+/// CQs, counters, endpoints and contexts a domain offers (`domain_attr->*_cnt`).
 pub const DOMAIN_OBJECTS: usize = 1024;
 /// Threading levels an application may ask for: xfer's objects are
 /// thread-safe, which satisfies each.
@@ -243,8 +243,8 @@ pub fn select(h: &Hints, provider: &str, limits: Limits) -> Result<Offer, &'stat
     if h.max_ep_tx_ctx > 1 || h.max_ep_rx_ctx > 1 || h.shared_ctx > 0 {
         return Err("several or shared contexts per endpoint");
     }
-    if h.cntr_cnt > 0 {
-        return Err("counters (fi_cntr_open)");
+    if h.cntr_cnt > DOMAIN_OBJECTS {
+        return Err("more than 1024 counters per domain");
     }
     if h.domain_caps & !DOMAIN_CAPS != 0 {
         return Err("domain capabilities beyond FI_LOCAL_COMM and FI_REMOTE_COMM (no shared AV)");
@@ -472,6 +472,7 @@ fn build(version: u32, offer: &Offer) -> Option<*mut fi::fi_info> {
     dom.max_ep_tx_ctx = 1;
     dom.max_ep_rx_ctx = 1;
     dom.mr_iov_limit = 1;
+    dom.cntr_cnt = DOMAIN_OBJECTS;
     dom.caps = DOMAIN_CAPS;
     fab.name = c_string(FABRIC_NAME);
     fab.prov_version = crate::PROVIDER_VERSION;
@@ -674,7 +675,7 @@ mod tests {
                 ..Hints::default()
             },
             Hints {
-                cntr_cnt: 1,
+                cntr_cnt: 4096,
                 ..Hints::default()
             },
             Hints {

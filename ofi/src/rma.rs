@@ -95,6 +95,11 @@ impl EpCore {
                 Err(e) => return e,
             }
         };
+        let counter = match r.kind {
+            RmaKind::Read => &en.counters.read,
+            _ => &en.counters.write,
+        };
+        let (context, completion) = en.completion(r.context, flags, counter.is_some());
         let op = RmaOp {
             peer: PeerAddr(r.peer),
             kind: r.kind,
@@ -102,8 +107,8 @@ impl EpCore {
             addr: r.addr,
             key: r.key,
             data: r.data,
-            context: r.context as usize as u64,
-            completion: !en.tx_selective || flags & fi::FI_COMPLETION != 0,
+            context,
+            completion,
         };
         match en.ep.post_rma(op) {
             Ok(()) => 0,
@@ -142,7 +147,12 @@ impl EpCore {
             Some(d) => en.ep.inject_write_data(PeerAddr(peer), payload, &remote, 0, d),
         };
         match r {
-            Ok(()) => 0,
+            Ok(()) => {
+                if let Some(k) = &en.counters.write {
+                    k.hit(true); // copied and sent: an inject's completion
+                }
+                0
+            }
             Err(e) => scode(entry::code(&e)),
         }
     }

@@ -221,6 +221,116 @@ static double now(void)
  * fi_writedata (Y's receive CQ gets the data), fi_inject_write, fi_writemsg;
  * a bad key, a range past the region's end and a write into a region
  * registered for remote reads only fail with FI_EACCES at X. */
+/* Counters (fi_cntr): an endpoint E bound to a transmit counter (FI_SEND,
+ * with an fd wait object) and a receive counter (FI_RECV), and to a CQ with
+ * FI_SELECTIVE_COMPLETION, so that sends without FI_COMPLETION show on the
+ * counter only. Successes and errors count apart; waits drive progress. */
+static void cntr_section(struct fid_domain *domain, struct fid_av *av, struct fi_info *info)
+{
+	struct node *b = &nodes[1], *c = &nodes[2];
+	struct fid_cntr *tx, *rx;
+	struct fi_cntr_attr tx_attr = {.events = FI_CNTR_EVENTS_COMP, .wait_obj = FI_WAIT_FD};
+	struct fi_cntr_attr rx_attr = {.events = FI_CNTR_EVENTS_COMP, .wait_obj = FI_WAIT_NONE};
+	MUST(fi_cntr_open(domain, &tx_attr, &tx, NULL));
+	MUST(fi_cntr_open(domain, &rx_attr, &rx, NULL));
+	int wfd = -1;
+	CHECK(fi_control(&tx->fid, FI_GETWAIT, &wfd) == 0 && wfd >= 0, "counter FI_GETWAIT: %d", wfd);
+	struct fid_ep *e;
+	struct fid_cq *ecq;
+	struct fi_cq_attr eattr = {.format = FI_CQ_FORMAT_TAGGED};
+	MUST(fi_cq_open(domain, &eattr, &ecq, NULL));
+	MUST(fi_endpoint(domain, info, &e, NULL));
+	MUST(fi_ep_bind(e, &av->fid, 0));
+	MUST(fi_ep_bind(e, &ecq->fid, FI_TRANSMIT | FI_RECV | FI_SELECTIVE_COMPLETION));
+	CHECK(fi_ep_bind(e, &tx->fid, FI_REMOTE_WRITE) == -FI_EINVAL, "a remote counter without FI_RMA_EVENT");
+	MUST(fi_ep_bind(e, &tx->fid, FI_SEND));
+	MUST(fi_ep_bind(e, &rx->fid, FI_RECV));
+	MUST(fi_enable(e));
+	char ename[64];
+	size_t elen = sizeof(ename);
+	MUST(fi_getname(&e->fid, ename, &elen));
+	fi_addr_t eaddr;
+	CHECK(fi_av_insert(av, ename, 1, &eaddr, 0, NULL) == 1, "inserting E's name");
+
+	/* Three sends without FI_COMPLETION: counted, not reported on the CQ. */
+	char in[3][8] = {{0}};
+	for (int k = 0; k < 3; k++)
+		MUST(fi_trecv(c->ep, in[k], sizeof(in[k]), NULL, FI_ADDR_UNSPEC, 61, 0, CTX(52 + k)));
+	for (int k = 0; k < 3; k++)
+		MUST(fi_tsend(e, "cnt", 4, NULL, c->addr, 61, NULL));
+	/* fi_cntr_read drives E (which connects to C), progress() the others. */
+	for (time_t end = time(NULL) + 10; (fi_cntr_read(tx) < 3 || c->n < 3) && time(NULL) < end;)
+		progress();
+	for (int k = 0; k < 3; k++)
+		CHECK(wait_for(2, CTX(52 + k)).err == 0 && !strcmp(in[k], "cnt"), "counted send %d", k);
+	CHECK(fi_cntr_read(tx) == 3 && fi_cntr_readerr(tx) == 0, "send counter %lu (errors %lu)",
+	      (unsigned long)fi_cntr_read(tx), (unsigned long)fi_cntr_readerr(tx));
+	struct fi_cq_tagged_entry ce;
+	CHECK(fi_cq_read(ecq, &ce, 1) == -FI_EAGAIN, "a send without FI_COMPLETION reached the CQ");
+	/* An inject counts at once; fi_cntr_wait (driving E alone) sees a send
+	 * complete; waiting for more than will come times out. */
+	MUST(fi_tinject(e, "inj", 4, c->addr, 62));
+	CHECK(fi_cntr_read(tx) == 4, "send counter after an inject: %lu", (unsigned long)fi_cntr_read(tx));
+	MUST(fi_tsend(e, "five", 5, NULL, c->addr, 62, NULL));
+	CHECK(fi_cntr_wait(tx, 5, 5000) == 0, "fi_cntr_wait for the fifth send");
+	CHECK(fi_cntr_wait(tx, 6, 50) == -FI_ETIMEDOUT, "fi_cntr_wait past what will come");
+	char sink[2][8];
+	MUST(fi_trecv(c->ep, sink[0], 8, NULL, FI_ADDR_UNSPEC, 62, 0, CTX(55)));
+	MUST(fi_trecv(c->ep, sink[1], 8, NULL, FI_ADDR_UNSPEC, 62, 0, CTX(56)));
+	wait_for(2, CTX(55));
+	wait_for(2, CTX(56));
+
+	/* Receives count on the receive counter (and complete on the CQ: they
+	 * ask for it); a truncated one counts as an error, which ends a wait
+	 * with -FI_EAVAIL. */
+	char r[2][8] = {{0}}, tiny[4];
+	struct iovec riov[2] = {{r[0], 8}, {r[1], 8}};
+	for (int k = 0; k < 2; k++) {
+		struct fi_msg_tagged m = {.msg_iov = &riov[k], .iov_count = 1, .addr = FI_ADDR_UNSPEC, .tag = 63,
+					  .context = CTX(57 + k)};
+		MUST(fi_trecvmsg(e, &m, FI_COMPLETION));
+	}
+	MUST(fi_tsend(b->ep, "r0", 3, NULL, eaddr, 63, CTX(59)));
+	MUST(fi_tsend(b->ep, "r1", 3, NULL, eaddr, 63, CTX(60)));
+	/* B connects to E: fi_cntr_read drives E, progress() B. */
+	for (time_t end = time(NULL) + 10; fi_cntr_read(rx) < 2 && time(NULL) < end;)
+		progress();
+	wait_for(1, CTX(59));
+	wait_for(1, CTX(60));
+	CHECK(fi_cntr_wait(rx, 2, 5000) == 0 && !strcmp(r[0], "r0") && !strcmp(r[1], "r1"), "receive counter: %lu",
+	      (unsigned long)fi_cntr_read(rx));
+	int on_cq = 0;
+	for (int k = 0; k < 100 && on_cq < 2; k++)
+		on_cq += fi_cq_read(ecq, &ce, 1) == 1;
+	CHECK(on_cq == 2, "receives on E's CQ: %d", on_cq);
+	struct iovec tiov = {tiny, sizeof(tiny)};
+	struct fi_msg_tagged tm = {.msg_iov = &tiov, .iov_count = 1, .addr = FI_ADDR_UNSPEC, .tag = 64, .context = CTX(61)};
+	MUST(fi_trecvmsg(e, &tm, FI_COMPLETION));
+	MUST(fi_tsend(b->ep, "too-long", 9, NULL, eaddr, 64, CTX(62)));
+	wait_for(1, CTX(62));
+	CHECK(fi_cntr_wait(rx, 3, 5000) == -FI_EAVAIL && fi_cntr_readerr(rx) == 1 && fi_cntr_read(rx) == 2,
+	      "truncation on the receive counter: %lu ok, %lu errors", (unsigned long)fi_cntr_read(rx),
+	      (unsigned long)fi_cntr_readerr(rx));
+	struct fi_cq_err_entry cerr = {0};
+	CHECK(fi_cq_read(ecq, &ce, 1) == -FI_EAVAIL && fi_cq_readerr(ecq, &cerr, 0) == 1 && cerr.err == FI_ETRUNC,
+	      "the truncation on E's CQ");
+
+	/* Set and add, for values and errors. */
+	MUST(fi_cntr_set(tx, 10));
+	MUST(fi_cntr_add(tx, 5));
+	MUST(fi_cntr_adderr(tx, 2));
+	CHECK(fi_cntr_read(tx) == 15 && fi_cntr_readerr(tx) == 2, "set/add: %lu, %lu", (unsigned long)fi_cntr_read(tx),
+	      (unsigned long)fi_cntr_readerr(tx));
+	MUST(fi_cntr_seterr(tx, 0));
+	CHECK(fi_cntr_readerr(tx) == 0, "seterr");
+
+	CHECK(fi_close(&tx->fid) == -FI_EBUSY, "closing a counter bound to an open endpoint");
+	MUST(fi_close(&e->fid));
+	MUST(fi_close(&ecq->fid));
+	MUST(fi_close(&tx->fid));
+	MUST(fi_close(&rx->fid));
+}
+
 static char target[4096], readonly[64], big_rma[1 << 16];
 
 /* The xfer provider to run on: XFER_SUITE_DOMAIN (the Soft-RoCE guest sets
@@ -408,6 +518,7 @@ int main(void)
 	hints->fabric_attr->prov_name = strdup("xfer");
 	MUST(fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, hints, &info));
 	CHECK(!strcmp(info->fabric_attr->prov_name, "xfer"), "provider %s", info->fabric_attr->prov_name);
+	printf("fi_suite: domain %s\n", info->domain_attr->name);
 	CHECK(info->caps & FI_DIRECTED_RECV, "no FI_DIRECTED_RECV");
 
 	/* What xfer cannot do is refused: RMA with local registration only
@@ -750,9 +861,7 @@ int main(void)
 	/* What xfer does not offer returns -FI_ENOSYS, what the endpoint was not
 	 * opened for -FI_EOPNOTSUPP; close order is enforced. */
 	CHECK(fi_write(c->ep, big, 8, NULL, a->addr, 0, 0, NULL) == -FI_EOPNOTSUPP, "fi_write without FI_RMA");
-	struct fid_cntr *cntr;
-	struct fi_cntr_attr cntr_attr = {0};
-	CHECK(fi_cntr_open(domain, &cntr_attr, &cntr, NULL) == -FI_ENOSYS, "fi_cntr_open");
+	cntr_section(domain, av, info);
 	CHECK(fi_close(&domain->fid) == -FI_EBUSY, "closing a domain in use");
 	CHECK(fi_close(&c->cq->fid) == -FI_EBUSY, "closing a bound CQ");
 
