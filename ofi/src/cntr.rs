@@ -18,12 +18,12 @@
 use std::ffi::{c_int, c_void};
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::cq::Wait;
+use crate::cq::{Driven, Wait};
 use crate::domain::{self, DomainCore};
-use crate::entry::{self, guard, put, Core, Obj, PANIC};
+use crate::entry::{self, guard, Core, Obj, PANIC};
 use crate::ep::EpCore;
 use crate::fi;
 
@@ -46,9 +46,8 @@ pub(crate) struct CntrCore {
     value: AtomicU64,
     errors: AtomicU64,
     wait: Option<Wait>,
-    /// The enabled endpoints bound to it (held until they close), which
-    /// its reads and waits drive.
-    eps: Mutex<Vec<Arc<EpCore>>>,
+    /// The enabled endpoints bound to it, which its reads and waits drive.
+    pub(crate) eps: Driven,
 }
 
 /// A counter object.
@@ -60,15 +59,7 @@ impl Core for CntrObj {
     const MAGIC: u64 = 0x7866_6572_636e_7472; // "xfercntr"
 }
 
-static OPS: fi::fi_ops = fi::fi_ops {
-    size: std::mem::size_of::<fi::fi_ops>(),
-    close: Some(close),
-    bind: Some(entry::no_bind),
-    control: Some(control),
-    ops_open: Some(entry::no_ops_open),
-    tostr: Some(entry::no_tostr),
-    ops_set: Some(entry::no_ops_set),
-};
+static OPS: fi::fi_ops = entry::ops_with_control(close, control);
 
 static CNTR_OPS: fi::fi_ops_cntr = fi::fi_ops_cntr {
     size: std::mem::size_of::<fi::fi_ops_cntr>(),
@@ -81,28 +72,11 @@ static CNTR_OPS: fi::fi_ops_cntr = fi::fi_ops_cntr {
     seterr: Some(seterr),
 };
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 impl CntrCore {
     /// Adds an endpoint being enabled (`fd`: its xfer CQ's descriptor, for
     /// waits).
     pub(crate) fn attach(&self, ep: &Arc<EpCore>, fd: RawFd) -> Result<(), xfer_facade::Error> {
-        let mut eps = lock(&self.eps);
-        if eps.iter().any(|e| Arc::ptr_eq(e, ep)) {
-            return Ok(()); // bound for several kinds
-        }
-        if let Some(w) = &self.wait {
-            w.watch(fd)?;
-        }
-        eps.push(ep.clone());
-        Ok(())
-    }
-
-    /// Removes an endpoint being closed (or whose enabling failed).
-    pub(crate) fn detach(&self, ep: &EpCore) {
-        lock(&self.eps).retain(|e| !std::ptr::eq(Arc::as_ptr(e), ep));
+        self.eps.attach(ep, self.wait.as_ref(), fd)
     }
 
     /// Whether the counter has a wait object (its waits sleep on the
@@ -123,13 +97,9 @@ impl CntrCore {
     }
 
     fn progress(&self) {
-        for ep in lock(&self.eps).iter() {
+        for ep in self.eps.eps().iter() {
             ep.progress(None, None);
         }
-    }
-
-    fn ready_to_block(&self) -> bool {
-        lock(&self.eps).iter().all(|ep| ep.ready_to_block())
     }
 
     /// `fi_cntr_wait`: 0 once the count reaches `threshold`, `-FI_EAVAIL`
@@ -164,7 +134,7 @@ impl CntrCore {
                 continue;
             };
             w.reset();
-            if done().is_some() || !self.ready_to_block() {
+            if done().is_some() || !self.eps.ready_to_block() {
                 continue;
             }
             let ms = left.min(MAX_SLEEP).as_millis().max(1) as i32;
@@ -193,33 +163,23 @@ pub(crate) unsafe extern "C" fn open(
         if attr.events != fi::FI_CNTR_EVENTS_COMP || attr.flags != 0 {
             return -(libc::ENOSYS);
         }
-        let wait = match attr.wait_obj {
-            fi::FI_WAIT_NONE => None,
-            fi::FI_WAIT_UNSPEC | fi::FI_WAIT_FD => match Wait::new() {
-                Ok(w) => Some(w),
-                Err(e) => return entry::code(&e),
-            },
-            _ => return -(libc::ENOSYS),
+        let wait = match Wait::for_object(attr.wait_obj) {
+            Ok(w) => w,
+            Err(e) => return e,
         };
         let core = CntrCore {
             domain,
             value: AtomicU64::new(0),
             errors: AtomicU64::new(0),
             wait,
-            eps: Mutex::new(Vec::new()),
+            eps: Driven::default(),
         };
         let fid = fi::fid_cntr {
             fid: entry::fid(fi::FI_CLASS_CNTR, context, &OPS),
             ops: entry::ops(&CNTR_OPS),
         };
-        let obj = Obj::into_raw(fid, CntrObj(Arc::new(core)));
         // SAFETY: the application's out pointer.
-        if !unsafe { put(cntr, obj) } {
-            // SAFETY: just made, never shared.
-            drop(unsafe { Obj::<CntrObj>::take(obj.cast()) });
-            return -(libc::EINVAL);
-        }
-        0
+        unsafe { entry::hand_out(cntr, fid, CntrObj(Arc::new(core))) }
     })
 }
 
@@ -260,41 +220,36 @@ unsafe extern "C" fn readerr(cntr: *mut fi::fid_cntr) -> u64 {
     })
 }
 
-unsafe extern "C" fn add(cntr: *mut fi::fid_cntr, value: u64) -> c_int {
+/// Changes the counts (`fi_cntr_add`, `set`, `adderr`, `seterr`) and wakes
+/// a waiter to look at them.
+fn change(cntr: *mut fi::fid_cntr, f: impl FnOnce(&CntrCore)) -> c_int {
     with_cntr(cntr, -(libc::EINVAL), |c| {
-        c.value.fetch_add(value, Ordering::AcqRel);
+        f(c);
         if let Some(w) = &c.wait {
             w.poke();
         }
         0
+    })
+}
+
+unsafe extern "C" fn add(cntr: *mut fi::fid_cntr, value: u64) -> c_int {
+    change(cntr, |c| {
+        c.value.fetch_add(value, Ordering::AcqRel);
     })
 }
 
 unsafe extern "C" fn set(cntr: *mut fi::fid_cntr, value: u64) -> c_int {
-    with_cntr(cntr, -(libc::EINVAL), |c| {
-        c.value.store(value, Ordering::Release);
-        if let Some(w) = &c.wait {
-            w.poke();
-        }
-        0
-    })
+    change(cntr, |c| c.value.store(value, Ordering::Release))
 }
 
 unsafe extern "C" fn adderr(cntr: *mut fi::fid_cntr, value: u64) -> c_int {
-    with_cntr(cntr, -(libc::EINVAL), |c| {
+    change(cntr, |c| {
         c.errors.fetch_add(value, Ordering::AcqRel);
-        if let Some(w) = &c.wait {
-            w.poke();
-        }
-        0
     })
 }
 
 unsafe extern "C" fn seterr(cntr: *mut fi::fid_cntr, value: u64) -> c_int {
-    with_cntr(cntr, -(libc::EINVAL), |c| {
-        c.errors.store(value, Ordering::Release);
-        0
-    })
+    change(cntr, |c| c.errors.store(value, Ordering::Release))
 }
 
 unsafe extern "C" fn wait(cntr: *mut fi::fid_cntr, threshold: u64, timeout: c_int) -> c_int {
@@ -307,31 +262,10 @@ unsafe extern "C" fn control(fid: *mut fi::fid, command: c_int, arg: *mut c_void
         let Some(obj) = (unsafe { Obj::<CntrObj>::get(fid) }) else {
             return -(libc::EINVAL);
         };
-        let Some(w) = &obj.core.0.wait else {
-            return -(libc::ENODATA);
-        };
-        match command as u32 {
-            // SAFETY: FI_GETWAIT's argument is an int for a wait fd.
-            fi::FI_GETWAIT if unsafe { put(arg.cast::<c_int>(), w.fd()) } => 0,
-            // SAFETY: FI_GETWAITOBJ's argument is an enum fi_wait_obj.
-            fi::FI_GETWAITOBJ if unsafe { put(arg.cast::<fi::fi_wait_obj>(), fi::FI_WAIT_FD) } => 0,
-            fi::FI_GETWAIT | fi::FI_GETWAITOBJ => -(libc::EINVAL),
-            _ => -(libc::ENOSYS),
-        }
+        Wait::control(obj.core.0.wait.as_ref(), command, arg)
     })
 }
 
 unsafe extern "C" fn close(fid: *mut fi::fid) -> c_int {
-    guard(PANIC, || {
-        // SAFETY: libfabric passes the fid being closed.
-        let Some(obj) = (unsafe { Obj::<CntrObj>::get(fid) }) else {
-            return -(libc::EBADF);
-        };
-        if Arc::strong_count(&obj.core.0) > 1 {
-            return -(libc::EBUSY);
-        }
-        // SAFETY: checked above; no longer in use.
-        drop(unsafe { Obj::<CntrObj>::take(fid) });
-        0
-    })
+    entry::close_unless_used::<CntrObj>(fid, |o| Arc::strong_count(&o.0) > 1)
 }

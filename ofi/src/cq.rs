@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use xfer_facade::{Completion, Error};
 
 use crate::domain::{self, DomainCore};
-use crate::entry::{self, enosys, guard, put, scode, Core, Obj, PANIC};
+use crate::entry::{self, enosys, guard, lock, put, scode, Core, Obj, PANIC};
 use crate::ep::EpCore;
 use crate::fi;
 
@@ -126,6 +126,72 @@ impl Wait {
     }
 }
 
+impl Wait {
+    /// The wait object `wait_obj` asks for: none for `FI_WAIT_NONE`, an fd
+    /// for `FI_WAIT_UNSPEC` and `FI_WAIT_FD`; `-FI_ENOSYS` for the others.
+    pub(crate) fn for_object(wait_obj: fi::fi_wait_obj) -> Result<Option<Wait>, c_int> {
+        match wait_obj {
+            fi::FI_WAIT_NONE => Ok(None),
+            fi::FI_WAIT_UNSPEC | fi::FI_WAIT_FD => Wait::new().map(Some).map_err(|e| entry::code(&e)),
+            _ => Err(-(libc::ENOSYS)),
+        }
+    }
+
+    /// `fi_control` of a CQ or counter with this wait object: `FI_GETWAIT`
+    /// (the epoll fd), `FI_GETWAITOBJ` (`FI_WAIT_FD`); `-FI_ENODATA` without one.
+    pub(crate) fn control(wait: Option<&Wait>, command: c_int, arg: *mut c_void) -> c_int {
+        let Some(w) = wait else {
+            return -(libc::ENODATA);
+        };
+        match command as u32 {
+            // SAFETY: FI_GETWAIT's argument is an int for a wait fd.
+            fi::FI_GETWAIT if unsafe { put(arg.cast::<c_int>(), w.fd()) } => 0,
+            // SAFETY: FI_GETWAITOBJ's argument is an enum fi_wait_obj.
+            fi::FI_GETWAITOBJ if unsafe { put(arg.cast::<fi::fi_wait_obj>(), fi::FI_WAIT_FD) } => 0,
+            fi::FI_GETWAIT | fi::FI_GETWAITOBJ => -(libc::EINVAL),
+            _ => -(libc::ENOSYS),
+        }
+    }
+}
+
+/// The enabled endpoints a CQ or counter drives: held until their
+/// `fi_close` detaches them, so a read need not upgrade a weak reference
+/// per endpoint (decision 53).
+#[derive(Default)]
+pub(crate) struct Driven(Mutex<Vec<Arc<EpCore>>>);
+
+impl Driven {
+    /// Adds an endpoint being enabled, and its xfer CQ descriptor `fd` to
+    /// `wait` (once, when it is bound for several kinds).
+    pub(crate) fn attach(&self, ep: &Arc<EpCore>, wait: Option<&Wait>, fd: std::os::fd::RawFd) -> Result<(), Error> {
+        let mut eps = lock(&self.0);
+        if eps.iter().any(|e| Arc::ptr_eq(e, ep)) {
+            return Ok(());
+        }
+        if let Some(w) = wait {
+            w.watch(fd)?;
+        }
+        eps.push(ep.clone());
+        Ok(())
+    }
+
+    /// Removes an endpoint being closed (or whose enabling failed).
+    pub(crate) fn detach(&self, ep: &EpCore) {
+        lock(&self.0).retain(|e| !std::ptr::eq(Arc::as_ptr(e), ep));
+    }
+
+    /// The endpoints, locked.
+    pub(crate) fn eps(&self) -> MutexGuard<'_, Vec<Arc<EpCore>>> {
+        lock(&self.0)
+    }
+
+    /// Arms every endpoint's xfer CQ for a blocking wait: false when one
+    /// has completions ready.
+    pub(crate) fn ready_to_block(&self) -> bool {
+        self.eps().iter().all(|ep| ep.ready_to_block())
+    }
+}
+
 /// Where a read puts what it takes: the caller's array of `count` entries
 /// in the CQ's format and, for `fi_cq_readfrom`, its source addresses.
 pub(crate) struct Out {
@@ -187,8 +253,8 @@ pub(crate) struct CqCore {
     /// the endpoints' xfer CQs, so the next read returns `-FI_EAGAIN`
     /// without polling them again (decision 50).
     drained: AtomicBool,
-    /// The enabled endpoints bound to it (held until they close).
-    eps: Mutex<Vec<Arc<EpCore>>>,
+    /// The enabled endpoints bound to it.
+    pub(crate) eps: Driven,
 }
 
 /// A completion queue object.
@@ -200,15 +266,7 @@ impl Core for CqObj {
     const MAGIC: u64 = 0x7866_6572_6371_5f5f; // "xfercq__"
 }
 
-static OPS: fi::fi_ops = fi::fi_ops {
-    size: std::mem::size_of::<fi::fi_ops>(),
-    close: Some(close),
-    bind: Some(entry::no_bind),
-    control: Some(control),
-    ops_open: Some(entry::no_ops_open),
-    tostr: Some(entry::no_tostr),
-    ops_set: Some(entry::no_ops_set),
-};
+static OPS: fi::fi_ops = entry::ops_with_control(close, control);
 
 static CQ_OPS: fi::fi_ops_cq = fi::fi_ops_cq {
     size: std::mem::size_of::<fi::fi_ops_cq>(),
@@ -225,10 +283,6 @@ enosys! {
     no_signal(*mut fi::fid_cq) -> c_int;
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 /// Bytes of one entry in `format` (each format extends the previous one).
 fn entry_size(format: u32) -> usize {
     match format {
@@ -241,23 +295,8 @@ fn entry_size(format: u32) -> usize {
 
 impl CqCore {
     /// Adds an endpoint being enabled; its completions are polled from here.
-    /// The CQ holds the endpoint until [`detach`](Self::detach) (its
-    /// `fi_close`), so a read need not upgrade a weak reference per endpoint.
     pub(crate) fn attach(&self, ep: &Arc<EpCore>, fd: std::os::fd::RawFd) -> Result<(), Error> {
-        let mut eps = lock(&self.eps);
-        if eps.iter().any(|e| Arc::ptr_eq(e, ep)) {
-            return Ok(()); // bound for both transmit and receive
-        }
-        if let Some(w) = &self.wait {
-            w.watch(fd)?;
-        }
-        eps.push(ep.clone());
-        Ok(())
-    }
-
-    /// Removes an endpoint being closed (or whose enabling failed).
-    pub(crate) fn detach(&self, ep: &EpCore) {
-        lock(&self.eps).retain(|e| !std::ptr::eq(Arc::as_ptr(e), ep));
+        self.eps.attach(ep, self.wait.as_ref(), fd)
     }
 
     /// Whether this CQ wants a blocking wait's descriptor (not `FI_WAIT_NONE`).
@@ -279,8 +318,7 @@ impl CqCore {
     /// Polls every bound endpoint; entries for this CQ go into `out` when
     /// one is given and has room, the rest to their CQs' queues.
     fn progress(&self, mut out: Option<&mut Out>) {
-        let eps = lock(&self.eps);
-        for ep in eps.iter() {
+        for ep in self.eps.eps().iter() {
             ep.progress(Some(self), out.as_deref_mut());
         }
     }
@@ -403,8 +441,7 @@ impl CqCore {
         if self.queued.load(Ordering::Acquire) > 0 {
             return false;
         }
-        let eps = lock(&self.eps);
-        eps.iter().all(|ep| ep.ready_to_block())
+        self.eps.ready_to_block()
     }
 
     fn sread(&self, buf: *mut c_void, count: usize, src: *mut fi::fi_addr_t, timeout: c_int) -> isize {
@@ -460,13 +497,9 @@ pub(crate) unsafe extern "C" fn open(
             }
             _ => return -(libc::ENOSYS),
         };
-        let wait = match attr.wait_obj {
-            fi::FI_WAIT_NONE => None,
-            fi::FI_WAIT_UNSPEC | fi::FI_WAIT_FD => match Wait::new() {
-                Ok(w) => Some(w),
-                Err(e) => return entry::code(&e),
-            },
-            _ => return -(libc::ENOSYS),
+        let wait = match Wait::for_object(attr.wait_obj) {
+            Ok(w) => w,
+            Err(e) => return e,
         };
         let core = CqCore {
             api_version: domain.api_version,
@@ -476,20 +509,14 @@ pub(crate) unsafe extern "C" fn open(
             queue: Mutex::new(VecDeque::with_capacity(attr.size.clamp(16, 1 << 16))),
             queued: AtomicUsize::new(0),
             drained: AtomicBool::new(false),
-            eps: Mutex::new(Vec::new()),
+            eps: Driven::default(),
         };
         let fid = fi::fid_cq {
             fid: entry::fid(fi::FI_CLASS_CQ, context, &OPS),
             ops: entry::ops(&CQ_OPS),
         };
-        let obj = Obj::into_raw(fid, CqObj(Arc::new(core)));
         // SAFETY: the application's out pointer.
-        if !unsafe { put(cq, obj) } {
-            // SAFETY: just made, never shared.
-            drop(unsafe { Obj::<CqObj>::take(obj.cast()) });
-            return -(libc::EINVAL);
-        }
-        0
+        unsafe { entry::hand_out(cq, fid, CqObj(Arc::new(core))) }
     })
 }
 
@@ -580,17 +607,7 @@ unsafe extern "C" fn control(fid: *mut fi::fid, command: c_int, arg: *mut c_void
         let Some(cq) = (unsafe { get(fid) }) else {
             return -(libc::EINVAL);
         };
-        let Some(w) = &cq.wait else {
-            return -(libc::ENODATA);
-        };
-        match command as u32 {
-            // SAFETY: FI_GETWAIT's argument is an int for a wait fd.
-            fi::FI_GETWAIT if unsafe { put(arg.cast::<c_int>(), w.fd()) } => 0,
-            // SAFETY: FI_GETWAITOBJ's argument is an enum fi_wait_obj.
-            fi::FI_GETWAITOBJ if unsafe { put(arg.cast::<fi::fi_wait_obj>(), fi::FI_WAIT_FD) } => 0,
-            fi::FI_GETWAIT | fi::FI_GETWAITOBJ => -(libc::EINVAL),
-            _ => -(libc::ENOSYS),
-        }
+        Wait::control(cq.wait.as_ref(), command, arg)
     })
 }
 
@@ -618,18 +635,7 @@ pub(crate) unsafe extern "C" fn trywait(_fabric: *mut fi::fid_fabric, fids: *mut
 }
 
 unsafe extern "C" fn close(fid: *mut fi::fid) -> c_int {
-    guard(PANIC, || {
-        // SAFETY: libfabric passes the fid being closed.
-        let Some(obj) = (unsafe { Obj::<CqObj>::get(fid) }) else {
-            return -(libc::EBADF);
-        };
-        if Arc::strong_count(&obj.core.0) > 1 {
-            return -(libc::EBUSY);
-        }
-        // SAFETY: checked above; no longer in use.
-        drop(unsafe { Obj::<CqObj>::take(fid) });
-        0
-    })
+    entry::close_unless_used::<CqObj>(fid, |o| Arc::strong_count(&o.0) > 1)
 }
 
 #[cfg(test)]

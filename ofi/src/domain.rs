@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use xfer_facade::{Domain, DomainAttr};
 
-use crate::entry::{self, enosys, guard, put, Core, Obj, PANIC};
+use crate::entry::{self, enosys, guard, Core, Obj, PANIC};
 use crate::fabric::{self, Fabric};
 use crate::fi;
 
@@ -97,14 +97,8 @@ pub(crate) unsafe extern "C" fn open(
             ops: entry::ops(&DOMAIN_OPS),
             mr: entry::ops(&crate::mr::MR_OPS),
         };
-        let obj = Obj::into_raw(fid, DomainObj(Arc::new(core)));
         // SAFETY: the application's out pointer.
-        if !unsafe { put(domain, obj) } {
-            // SAFETY: just made, never shared.
-            drop(unsafe { Obj::<DomainObj>::take(obj.cast()) });
-            return -(libc::EINVAL);
-        }
-        0
+        unsafe { entry::hand_out(domain, fid, DomainObj(Arc::new(core))) }
     })
 }
 
@@ -118,16 +112,5 @@ pub(crate) unsafe fn get(fid: *mut fi::fid_domain) -> Option<Arc<DomainCore>> {
 }
 
 unsafe extern "C" fn close(fid: *mut fi::fid) -> c_int {
-    guard(PANIC, || {
-        // SAFETY: libfabric passes the fid being closed.
-        let Some(obj) = (unsafe { Obj::<DomainObj>::get(fid) }) else {
-            return -(libc::EBADF);
-        };
-        if Arc::strong_count(&obj.core.0) > 1 {
-            return -(libc::EBUSY);
-        }
-        // SAFETY: checked above; no longer in use.
-        drop(unsafe { Obj::<DomainObj>::take(fid) });
-        0
-    })
+    entry::close_unless_used::<DomainObj>(fid, |o| Arc::strong_count(&o.0) > 1)
 }

@@ -15,7 +15,7 @@ use crate::av::{self, AvCore};
 use crate::cntr::{self, CntrCore};
 use crate::cq::{self, CqCore, Entry, Out};
 use crate::domain::{self, DomainCore};
-use crate::entry::{self, enosys, guard, scode, Core, Obj, PANIC};
+use crate::entry::{self, enosys, guard, lock, scode, Core, Obj, PANIC};
 use crate::fi;
 use crate::info::{CAPS, MAX_MSG_SIZE};
 use crate::name;
@@ -214,7 +214,7 @@ impl EpCore {
     /// queues; other CQs are poked.
     pub(crate) fn progress(&self, from: Option<&CqCore>, mut out: Option<&mut Out>) {
         let Some(en) = self.enabled.get() else { return };
-        let mut router = en.router.lock().unwrap_or_else(|p| p.into_inner());
+        let mut router = lock(&en.router);
         let Router {
             scratch,
             sent,
@@ -554,14 +554,8 @@ pub(crate) unsafe extern "C" fn open(
             atomic: entry::ops(&crate::unsupported::ATOMIC_OPS),
             collective: entry::ops(&crate::unsupported::COLLECTIVE_OPS),
         };
-        let obj = Obj::into_raw(fid, EpObj(Arc::new(core)));
         // SAFETY: the application's out pointer.
-        if !unsafe { entry::put(ep, obj) } {
-            // SAFETY: just made, never shared.
-            drop(unsafe { Obj::<EpObj>::take(obj.cast()) });
-            return -(libc::EINVAL);
-        }
-        0
+        unsafe { entry::hand_out(ep, fid, EpObj(Arc::new(core))) }
     })
 }
 
@@ -579,7 +573,7 @@ unsafe extern "C" fn bind(fid: *mut fi::fid, bfid: *mut fi::fid, flags: u64) -> 
         if ep.enabled.get().is_some() {
             return fi::err(fi::FI_EOPBADSTATE);
         }
-        let mut b = ep.bound.lock().unwrap_or_else(|p| p.into_inner());
+        let mut b = lock(&ep.bound);
         // SAFETY: non-null, a live fid.
         let class = unsafe { (*bfid).fclass } as u32;
         match class {
@@ -644,16 +638,16 @@ unsafe extern "C" fn bind(fid: *mut fi::fid, bfid: *mut fi::fid, flags: u64) -> 
 /// Takes `ep` out of the CQs and counters that drive it.
 fn detach<'a>(ep: &EpCore, cqs: impl Iterator<Item = &'a Arc<CqCore>>, counters: &Counters) {
     for cq in cqs {
-        cq.detach(ep);
+        cq.eps.detach(ep);
     }
     for k in counters.all() {
-        k.detach(ep);
+        k.eps.detach(ep);
     }
 }
 
 /// `fi_enable`: opens the xfer endpoint on the bound AV.
 fn enable(ep: &Arc<EpCore>) -> c_int {
-    let b = ep.bound.lock().unwrap_or_else(|p| p.into_inner());
+    let b = lock(&ep.bound);
     if ep.enabled.get().is_some() {
         return 0;
     }

@@ -22,7 +22,7 @@ use std::ffi::c_void;
 use xfer_facade::{Buffer, Claim, Peeked};
 
 use crate::cq::Entry;
-use crate::entry::{self, scode};
+use crate::entry::{self, lock, scode};
 use crate::ep::{Enabled, EpCore};
 use crate::fi;
 
@@ -67,7 +67,7 @@ impl EpCore {
         if p.flags & fi::FI_CLAIM == 0 {
             return scode(fi::err(fi::FI_EBADFLAGS)); // FI_DISCARD alone
         }
-        let claimed = self.claims.lock().unwrap_or_else(|e| e.into_inner()).remove(&context);
+        let claimed = lock(&self.claims).remove(&context);
         let Some((claim, peeked)) = claimed else {
             return scode(-(libc::EINVAL)); // no peek claimed a message with this context
         };
@@ -88,8 +88,7 @@ impl EpCore {
         let buf = match unsafe { self.buffer(p.buf, p.len, p.desc) } {
             Ok(b) => b,
             Err(e) => {
-                let mut claims = self.claims.lock().unwrap_or_else(|e| e.into_inner());
-                claims.insert(context, (claim, peeked));
+                lock(&self.claims).insert(context, (claim, peeked));
                 return e;
             }
         };
@@ -97,10 +96,7 @@ impl EpCore {
             Ok(()) => 0,
             Err(r) => {
                 let (claim, _) = r.op;
-                self.claims
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .insert(context, (claim, peeked));
+                lock(&self.claims).insert(context, (claim, peeked));
                 scode(entry::code(&r.error))
             }
         }
@@ -130,10 +126,7 @@ impl EpCore {
                 report(en, context, Some(peeked), p.tag);
             }
             Some((peeked, Some(c))) => {
-                self.claims
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .insert(context, (c, peeked));
+                lock(&self.claims).insert(context, (c, peeked));
                 report(en, context, Some(peeked), p.tag);
             }
         }

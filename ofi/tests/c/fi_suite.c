@@ -28,6 +28,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "must.h"
+
 static int failures;
 
 #define CHECK(cond, ...)                                                   \
@@ -38,17 +40,6 @@ static int failures;
 			fprintf(stderr, __VA_ARGS__);                      \
 			fprintf(stderr, "\n");                             \
 			failures++;                                        \
-		}                                                          \
-	} while (0)
-
-#define MUST(call)                                                         \
-	do {                                                               \
-		long _r = (long)(call);                                    \
-		if (_r < 0) {                                              \
-			fprintf(stderr, "FATAL %s:%d: %s = %ld (%s)\n",     \
-				__FILE__, __LINE__, #call, _r,             \
-				fi_strerror((int)-_r));                    \
-			exit(2);                                           \
 		}                                                          \
 	} while (0)
 
@@ -221,6 +212,30 @@ static double now(void)
  * fi_writedata (Y's receive CQ gets the data), fi_inject_write, fi_writemsg;
  * a bad key, a range past the region's end and a write into a region
  * registered for remote reads only fail with FI_EACCES at X. */
+/* Opens an endpoint with a CQ of its own bound with FI_SELECTIVE_COMPLETION
+ * and, when given, counters for FI_SEND (tx) and FI_RECV (rx); enables it and
+ * inserts its name into `av`. Returns its address. */
+static fi_addr_t open_selective(struct fid_domain *domain, struct fid_av *av, struct fi_info *info,
+				struct fid_cntr *tx, struct fid_cntr *rx, struct fid_ep **ep, struct fid_cq **cq)
+{
+	struct fi_cq_attr attr = {.format = FI_CQ_FORMAT_TAGGED};
+	MUST(fi_cq_open(domain, &attr, cq, NULL));
+	MUST(fi_endpoint(domain, info, ep, NULL));
+	MUST(fi_ep_bind(*ep, &av->fid, 0));
+	MUST(fi_ep_bind(*ep, &(*cq)->fid, FI_TRANSMIT | FI_RECV | FI_SELECTIVE_COMPLETION));
+	if (tx)
+		MUST(fi_ep_bind(*ep, &tx->fid, FI_SEND));
+	if (rx)
+		MUST(fi_ep_bind(*ep, &rx->fid, FI_RECV));
+	MUST(fi_enable(*ep));
+	char name[64];
+	size_t len = sizeof(name);
+	MUST(fi_getname(&(*ep)->fid, name, &len));
+	fi_addr_t addr = FI_ADDR_NOTAVAIL;
+	CHECK(fi_av_insert(av, name, 1, &addr, 0, NULL) == 1, "inserting a selective endpoint's name");
+	return addr;
+}
+
 /* Counters (fi_cntr): an endpoint E bound to a transmit counter (FI_SEND,
  * with an fd wait object) and a receive counter (FI_RECV), and to a CQ with
  * FI_SELECTIVE_COMPLETION, so that sends without FI_COMPLETION show on the
@@ -236,21 +251,11 @@ static void cntr_section(struct fid_domain *domain, struct fid_av *av, struct fi
 	int wfd = -1;
 	CHECK(fi_control(&tx->fid, FI_GETWAIT, &wfd) == 0 && wfd >= 0, "counter FI_GETWAIT: %d", wfd);
 	struct fid_ep *e;
-	struct fid_cq *ecq;
-	struct fi_cq_attr eattr = {.format = FI_CQ_FORMAT_TAGGED};
-	MUST(fi_cq_open(domain, &eattr, &ecq, NULL));
 	MUST(fi_endpoint(domain, info, &e, NULL));
-	MUST(fi_ep_bind(e, &av->fid, 0));
-	MUST(fi_ep_bind(e, &ecq->fid, FI_TRANSMIT | FI_RECV | FI_SELECTIVE_COMPLETION));
 	CHECK(fi_ep_bind(e, &tx->fid, FI_REMOTE_WRITE) == -FI_EINVAL, "a remote counter without FI_RMA_EVENT");
-	MUST(fi_ep_bind(e, &tx->fid, FI_SEND));
-	MUST(fi_ep_bind(e, &rx->fid, FI_RECV));
-	MUST(fi_enable(e));
-	char ename[64];
-	size_t elen = sizeof(ename);
-	MUST(fi_getname(&e->fid, ename, &elen));
-	fi_addr_t eaddr;
-	CHECK(fi_av_insert(av, ename, 1, &eaddr, 0, NULL) == 1, "inserting E's name");
+	MUST(fi_close(&e->fid));
+	struct fid_cq *ecq;
+	fi_addr_t eaddr = open_selective(domain, av, info, tx, rx, &e, &ecq);
 
 	/* Three sends without FI_COMPLETION: counted, not reported on the CQ. */
 	char in[3][8] = {{0}};
@@ -788,17 +793,7 @@ int main(void)
 	 * since every xfer receive completes. */
 	struct fid_ep *d;
 	struct fid_cq *dcq;
-	struct fi_cq_attr dattr = {.format = FI_CQ_FORMAT_TAGGED};
-	MUST(fi_cq_open(domain, &dattr, &dcq, NULL));
-	MUST(fi_endpoint(domain, info, &d, NULL));
-	MUST(fi_ep_bind(d, &av->fid, 0));
-	MUST(fi_ep_bind(d, &dcq->fid, FI_TRANSMIT | FI_RECV | FI_SELECTIVE_COMPLETION));
-	MUST(fi_enable(d));
-	char dname[64];
-	size_t dlen = sizeof(dname);
-	MUST(fi_getname(&d->fid, dname, &dlen));
-	fi_addr_t daddr;
-	CHECK(fi_av_insert(av, dname, 1, &daddr, 0, NULL) == 1, "inserting a fourth name");
+	fi_addr_t daddr = open_selective(domain, av, info, NULL, NULL, &d, &dcq);
 	char r11[8] = {0}, r12[8] = {0}, sel[8] = "sel";
 	CHECK(fi_trecv(d, r11, sizeof(r11), NULL, FI_ADDR_UNSPEC, 31, 0, CTX(20)) == -FI_EBADFLAGS,
 	      "selective receive without FI_COMPLETION accepted");

@@ -33,16 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MUST(call)                                                         \
-	do {                                                               \
-		long _r = (long)(call);                                    \
-		if (_r < 0) {                                              \
-			fprintf(stderr, "FATAL %s:%d: %s = %ld (%s)\n",     \
-				__FILE__, __LINE__, #call, _r,             \
-				fi_strerror((int)-_r));                    \
-			exit(2);                                           \
-		}                                                          \
-	} while (0)
+#include "must.h"
 
 #define TAG 7
 #define MAXSIZE 4096
