@@ -7,8 +7,9 @@
 //! counter bound for its kind, successes and errors apart. Operations that
 //! report nothing to a CQ are counted too: an inject at its call (the data is
 //! copied, which is its completion), and, under `FI_SELECTIVE_COMPLETION`, a
-//! send or RMA without `FI_COMPLETION` is posted with a completion that the
-//! router counts and drops ([`counted_context`]). Progress is manual, as for
+//! send or RMA without `FI_COMPLETION` is posted with a completion marked
+//! [`SILENT`](crate::ep::SILENT), which the router counts and drops unless it
+//! failed. Progress is manual, as for
 //! CQs: `fi_cntr_read` and `fi_cntr_wait` drive the bound endpoints.
 //! Remote counters (`FI_REMOTE_WRITE`, `FI_REMOTE_READ`) need
 //! `FI_RMA_EVENT`, which xfer does not offer: binding them is `-FI_EINVAL`.
@@ -30,15 +31,6 @@ use crate::fi;
 /// Longest sleep of one `fi_cntr_wait` wait, so xfer's timers are looked at
 /// even when no descriptor fires.
 const MAX_SLEEP: Duration = Duration::from_millis(20);
-
-static COUNTED_MARK: u8 = 0;
-
-/// The context of operations posted only so that a counter sees them: the
-/// address of a static of ours, which no application context can equal. The
-/// router counts their completions and reports nothing to a CQ.
-pub(crate) fn counted_context() -> u64 {
-    std::ptr::addr_of!(COUNTED_MARK) as usize as u64
-}
 
 /// A counter's state, shared with the endpoints bound to it.
 pub(crate) struct CntrCore {

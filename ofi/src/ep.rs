@@ -20,6 +20,15 @@ use crate::fi;
 use crate::info::{CAPS, MAX_MSG_SIZE};
 use crate::name;
 
+/// The bit an operation's xfer context carries when the application asked
+/// for no completion (`FI_SELECTIVE_COMPLETION` without `FI_COMPLETION`) but
+/// xfer must still report it: every receive, and sends and RMA a counter
+/// counts. The router counts such a completion, reports it with the
+/// application's context if it failed (libfabric reports errors always),
+/// and drops it otherwise (decision 55). On selective endpoints a context
+/// with this bit set is refused (`-FI_EINVAL`): no user-space pointer has it.
+pub(crate) const SILENT: u64 = 1 << 63;
+
 /// Completions taken from the xfer CQ per poll.
 const POLL_BATCH: usize = 16;
 
@@ -235,8 +244,9 @@ impl EpCore {
                 if let Some(k) = en.counters.for_completion(c.flags) {
                     k.hit(c.result.is_ok());
                 }
-                if c.context == crate::cntr::counted_context() {
-                    continue; // posted for its counter only (no FI_COMPLETION)
+                let silent = en.selective() && c.context & SILENT != 0;
+                if silent && c.result.is_ok() {
+                    continue; // no FI_COMPLETION asked: counted only
                 }
                 // Receives and the target's side of a write with data go to
                 // the receive CQ (fi_cq(3): FI_REMOTE_WRITE completions are
@@ -252,7 +262,10 @@ impl EpCore {
                     tracing::warn!(flags = c.flags.0, "completion with no CQ bound for it; dropped");
                     continue;
                 };
-                let e = Entry::from_xfer(c);
+                let mut e = Entry::from_xfer(c);
+                if silent {
+                    e.context &= !SILENT; // a failure is reported with the application's context
+                }
                 let mine = from.is_some_and(|f| std::ptr::eq(Arc::as_ptr(cq), f));
                 if let (true, Some(o)) = (mine, out.as_deref_mut()) {
                     if e.error.is_some() {
@@ -306,7 +319,10 @@ impl EpCore {
                 Err(e) => return e,
             }
         };
-        let (context, completion) = en.completion(s.context, flags, en.counters.send.is_some());
+        let (context, completion) = match en.completion(s.context, flags, en.counters.send.is_some()) {
+            Ok(c) => c,
+            Err(e) => return e,
+        };
         let op = SendOp {
             peer: PeerAddr(s.peer),
             tag: s.tag,
@@ -324,13 +340,17 @@ impl EpCore {
     /// Posts a receive (`fi_recv`, `fi_trecv`, `*msg`). Without
     /// `FI_DIRECTED_RECV` the source address is ignored, as fi_msg(3) says.
     pub(crate) fn recv(&self, r: Recv) -> isize {
-        let en = match self.rx_ready(r.tag.is_some(), r.flags) {
+        let en = match self.rx_ready(r.tag.is_some()) {
             Ok(en) => en,
             Err(e) => return e,
         };
         if r.buf.is_null() && r.len > 0 {
             return scode(-(libc::EINVAL));
         }
+        let context = match en.recv_context(r.context, r.flags.unwrap_or(self.rx_op_flags)) {
+            Ok(c) => c,
+            Err(e) => return e,
+        };
         let src = self.source(r.src);
         let (tag, ignore) = r.tag.unwrap_or((0, 0));
         // SAFETY: libfabric's contract: the buffer stays valid and untouched
@@ -343,7 +363,7 @@ impl EpCore {
             spec: RecvSpec { src, tag, ignore },
             tagged: r.tag.is_some(),
             buf,
-            context: r.context as usize as u64,
+            context,
         };
         match en.ep.post_recv(op) {
             Ok(()) => 0,
@@ -390,9 +410,8 @@ impl EpCore {
         Ok(en)
     }
 
-    /// The enabled endpoint, if it can take a receive (tagged or not) with
-    /// these `*msg` flags (`None`: the endpoint's default receive flags).
-    pub(crate) fn rx_ready(&self, tagged: bool, flags: Option<u64>) -> Result<&Enabled, isize> {
+    /// The enabled endpoint, if it can take a receive (tagged or not).
+    pub(crate) fn rx_ready(&self, tagged: bool) -> Result<&Enabled, isize> {
         let Some(en) = self.enabled.get() else {
             return Err(scode(fi::err(fi::FI_EOPBADSTATE)));
         };
@@ -402,11 +421,6 @@ impl EpCore {
         }
         if en.rx.is_none() {
             return Err(scode(fi::err(fi::FI_ENOCQ)));
-        }
-        // Every xfer receive completes: under FI_SELECTIVE_COMPLETION a
-        // receive that asks for no completion cannot be honoured.
-        if en.rx_selective && flags.unwrap_or(self.rx_op_flags) & fi::FI_COMPLETION == 0 {
-            return Err(scode(fi::err(fi::FI_EBADFLAGS)));
         }
         Ok(en)
     }
@@ -464,19 +478,46 @@ impl EpCore {
 }
 
 impl Enabled {
+    /// Whether either CQ was bound with `FI_SELECTIVE_COMPLETION` (only then
+    /// can a completion carry [`SILENT`]).
+    pub(crate) fn selective(&self) -> bool {
+        self.tx_selective || self.rx_selective
+    }
+
     /// The xfer context and completion request of a send or RMA with these
     /// flags: its own context and a completion, unless the transmit CQ is
-    /// selective and `FI_COMPLETION` is not asked; then no completion, or,
-    /// when a counter counts it (`counted`), a completion with the
-    /// [`counted_context`](crate::cntr::counted_context) that the router
-    /// counts and drops.
-    pub(crate) fn completion(&self, context: *mut c_void, flags: u64, counted: bool) -> (u64, bool) {
-        if !self.tx_selective || flags & fi::FI_COMPLETION != 0 {
-            (context as usize as u64, true)
+    /// selective and `FI_COMPLETION` is not asked; then no completion (xfer
+    /// still reports a failure), or, when a counter counts it (`counted`), a
+    /// completion marked [`SILENT`].
+    pub(crate) fn completion(&self, context: *mut c_void, flags: u64, counted: bool) -> Result<(u64, bool), isize> {
+        let ctx = self.checked(context)?;
+        Ok(if !self.tx_selective || flags & fi::FI_COMPLETION != 0 {
+            (ctx, true)
         } else if counted {
-            (crate::cntr::counted_context(), true)
+            (ctx | SILENT, true)
         } else {
-            (context as usize as u64, false)
+            (ctx, false)
+        })
+    }
+
+    /// The xfer context of a receive with these flags: marked [`SILENT`]
+    /// when the receive CQ is selective and `FI_COMPLETION` is not asked
+    /// (every xfer receive completes; the router drops it unless it failed).
+    pub(crate) fn recv_context(&self, context: *mut c_void, flags: u64) -> Result<u64, isize> {
+        let ctx = self.checked(context)?;
+        Ok(match self.rx_selective && flags & fi::FI_COMPLETION == 0 {
+            true => ctx | SILENT,
+            false => ctx,
+        })
+    }
+
+    /// An application context as xfer's, refused on a selective endpoint
+    /// when it has the [`SILENT`] bit.
+    fn checked(&self, context: *mut c_void) -> Result<u64, isize> {
+        let ctx = context as usize as u64;
+        match self.selective() && ctx & SILENT != 0 {
+            true => Err(scode(-(libc::EINVAL))),
+            false => Ok(ctx),
         }
     }
 }
@@ -740,7 +781,14 @@ unsafe extern "C" fn getname(fid: fi::fid_t, addr: *mut c_void, addrlen: *mut us
 /// `FI_ECANCELED` (read through `fi_cq_readerr`); `-FI_ENOENT` when none waits.
 unsafe extern "C" fn cancel(fid: fi::fid_t, context: *mut c_void) -> isize {
     with_ep(fid.cast(), |ep| match ep.enabled.get() {
+        // A receive posted without FI_COMPLETION carries the SILENT bit.
         Some(en) => match en.ep.cancel(context as usize as u64) {
+            Err(xfer_facade::Error::NotFound(_)) if en.rx_selective => {
+                match en.ep.cancel(context as usize as u64 | SILENT) {
+                    Ok(()) => 0,
+                    Err(e) => scode(entry::code(&e)),
+                }
+            }
             Ok(()) => 0,
             Err(e) => scode(entry::code(&e)),
         },

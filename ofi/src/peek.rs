@@ -56,7 +56,7 @@ impl EpCore {
     /// or `FI_DISCARD`), or `FI_CLAIM` (optionally with `FI_DISCARD`) for a
     /// message an earlier peek claimed with the same context.
     pub(crate) fn probe(&self, p: Probe) -> isize {
-        let en = match self.rx_ready(true, Some(p.flags)) {
+        let en = match self.rx_ready(true) {
             Ok(en) => en,
             Err(e) => return e,
         };
@@ -85,14 +85,16 @@ impl EpCore {
         }
         // SAFETY: libfabric's contract: the buffer stays valid and untouched
         // until the receive's completion, and so does the region `desc` names.
-        let buf = match unsafe { self.buffer(p.buf, p.len, p.desc) } {
+        let posted = unsafe { self.buffer(p.buf, p.len, p.desc) }
+            .and_then(|buf| en.recv_context(p.context, p.flags).map(|ctx| (buf, ctx)));
+        let (buf, xctx) = match posted {
             Ok(b) => b,
             Err(e) => {
                 lock(&self.claims).insert(context, (claim, peeked));
                 return e;
             }
         };
-        match en.ep.post_claimed(claim, buf, context) {
+        match en.ep.post_claimed(claim, buf, xctx) {
             Ok(()) => 0,
             Err(r) => {
                 let (claim, _) = r.op;

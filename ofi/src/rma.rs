@@ -99,7 +99,10 @@ impl EpCore {
             RmaKind::Read => &en.counters.read,
             _ => &en.counters.write,
         };
-        let (context, completion) = en.completion(r.context, flags, counter.is_some());
+        let (context, completion) = match en.completion(r.context, flags, counter.is_some()) {
+            Ok(c) => c,
+            Err(e) => return e,
+        };
         let op = RmaOp {
             peer: PeerAddr(r.peer),
             kind: r.kind,

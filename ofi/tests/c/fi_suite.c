@@ -138,7 +138,7 @@ static void expect_nothing(int i, const char *what)
 	      what, cur[i].n, cur[i].n ? cur[i].stash[0].e.op_context : NULL);
 }
 
-static int ctx[48]; /* distinct addresses used as operation contexts */
+static int ctx[80]; /* distinct addresses used as operation contexts */
 #define CTX(n) ((void *)&ctx[n])
 
 /* A sender thread: sends after a pause (so the receiver is blocked by then)
@@ -319,6 +319,25 @@ static void cntr_section(struct fid_domain *domain, struct fid_av *av, struct fi
 	struct fi_cq_err_entry cerr = {0};
 	CHECK(fi_cq_read(ecq, &ce, 1) == -FI_EAVAIL && fi_cq_readerr(ecq, &cerr, 0) == 1 && cerr.err == FI_ETRUNC,
 	      "the truncation on E's CQ");
+	/* A receive without FI_COMPLETION counts too (and reaches no CQ); a
+	 * truncated one is reported with its context. */
+	char quiet[8] = {0};
+	MUST(fi_trecv(e, quiet, sizeof(quiet), NULL, FI_ADDR_UNSPEC, 65, 0, CTX(66)));
+	MUST(fi_tsend(b->ep, "q", 2, NULL, eaddr, 65, CTX(67)));
+	wait_for(1, CTX(67));
+	CHECK(fi_cntr_wait(rx, 3, 5000) == 0 && !strcmp(quiet, "q"), "receive without FI_COMPLETION counted: %lu",
+	      (unsigned long)fi_cntr_read(rx));
+	CHECK(fi_cq_read(ecq, &ce, 1) == -FI_EAGAIN, "a receive without FI_COMPLETION reached the CQ");
+	MUST(fi_trecv(e, tiny, sizeof(tiny), NULL, FI_ADDR_UNSPEC, 66, 0, CTX(68)));
+	MUST(fi_tsend(b->ep, "too-long", 9, NULL, eaddr, 66, CTX(69)));
+	wait_for(1, CTX(69));
+	ssize_t er = -FI_EAGAIN;
+	for (time_t end = time(NULL) + 10; er == -FI_EAGAIN && time(NULL) < end;)
+		er = fi_cq_read(ecq, &ce, 1);
+	memset(&cerr, 0, sizeof(cerr));
+	CHECK(er == -FI_EAVAIL && fi_cq_readerr(ecq, &cerr, 0) == 1 && cerr.err == FI_ETRUNC &&
+		      cerr.op_context == CTX(68) && fi_cntr_readerr(rx) == 2,
+	      "truncated receive without FI_COMPLETION: %zd, err %d, context %p", er, cerr.err, cerr.op_context);
 
 	/* Set and add, for values and errors. */
 	MUST(fi_cntr_set(tx, 10));
@@ -795,8 +814,6 @@ int main(void)
 	struct fid_cq *dcq;
 	fi_addr_t daddr = open_selective(domain, av, info, NULL, NULL, &d, &dcq);
 	char r11[8] = {0}, r12[8] = {0}, sel[8] = "sel";
-	CHECK(fi_trecv(d, r11, sizeof(r11), NULL, FI_ADDR_UNSPEC, 31, 0, CTX(20)) == -FI_EBADFLAGS,
-	      "selective receive without FI_COMPLETION accepted");
 	struct iovec riov = {.iov_base = r11, .iov_len = sizeof(r11)};
 	struct fi_msg_tagged rm = {.msg_iov = &riov, .iov_count = 1, .addr = FI_ADDR_UNSPEC, .tag = 31, .context = CTX(20)};
 	MUST(fi_trecvmsg(d, &rm, FI_COMPLETION));
@@ -824,6 +841,36 @@ int main(void)
 	CHECK(d_recv == 1 && !strcmp(r11, "to-d"), "selective receive: %d completion(s), %s", d_recv, r11);
 	CHECK(d_send == 0, "a send without FI_COMPLETION completed");
 	CHECK(g11.err == 0 && !strcmp(r12, "sel"), "selective send delivered %s", r12);
+	/* A receive without FI_COMPLETION: the message lands, nothing is
+	 * reported; cancelled, it reports FI_ECANCELED with its own context
+	 * (errors are always reported). */
+	char r16[8] = {0}, r17[8];
+	MUST(fi_trecv(d, r16, sizeof(r16), NULL, FI_ADDR_UNSPEC, 33, 0, CTX(63)));
+	MUST(fi_tsend(b->ep, "quiet", 6, NULL, daddr, 33, CTX(64)));
+	int d_quiet = 0;
+	for (time_t end = time(NULL) + 10; time(NULL) < end && strcmp(r16, "quiet");) {
+		struct fi_cq_tagged_entry de;
+		if (fi_cq_read(dcq, &de, 1) == 1)
+			d_quiet++;
+		progress();
+	}
+	wait_for(1, CTX(64));
+	for (int k = 0; k < 100; k++) {
+		struct fi_cq_tagged_entry de;
+		if (fi_cq_read(dcq, &de, 1) == 1)
+			d_quiet++;
+	}
+	CHECK(!strcmp(r16, "quiet") && d_quiet == 0, "receive without FI_COMPLETION: %s, %d completion(s)", r16, d_quiet);
+	MUST(fi_trecv(d, r17, sizeof(r17), NULL, FI_ADDR_UNSPEC, 34, 0, CTX(65)));
+	CHECK(fi_cancel(&d->fid, CTX(65)) == 0, "cancelling a receive without FI_COMPLETION");
+	struct fi_cq_err_entry dce = {0};
+	struct fi_cq_tagged_entry dte;
+	ssize_t dr = -FI_EAGAIN;
+	for (int k = 0; k < 1000 && dr == -FI_EAGAIN; k++)
+		dr = fi_cq_read(dcq, &dte, 1);
+	CHECK(dr == -FI_EAVAIL && fi_cq_readerr(dcq, &dce, 0) == 1 && dce.err == FI_ECANCELED &&
+		      dce.op_context == CTX(65),
+	      "its cancellation: %zd, err %d, context %p", dr, dce.err, dce.op_context);
 	MUST(fi_close(&d->fid));
 	MUST(fi_close(&dcq->fid));
 
