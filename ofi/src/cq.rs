@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use xfer_facade::{Completion, Error};
 
 use crate::domain::{self, DomainCore};
-use crate::entry::{self, enosys, guard, lock, put, scode, Core, Obj, PANIC};
+use crate::entry::{self, guard, lock, put, scode, Core, Obj, PANIC};
 use crate::ep::EpCore;
 use crate::fi;
 
@@ -253,6 +253,9 @@ pub(crate) struct CqCore {
     /// the endpoints' xfer CQs, so the next read returns `-FI_EAGAIN`
     /// without polling them again (decision 50).
     drained: AtomicBool,
+    /// `fi_cq_signal` was called: the next `fi_cq_sread` that finds nothing
+    /// returns `-FI_ECANCELED` instead of waiting.
+    signaled: AtomicBool,
     /// The enabled endpoints bound to it.
     pub(crate) eps: Driven,
 }
@@ -275,13 +278,9 @@ static CQ_OPS: fi::fi_ops_cq = fi::fi_ops_cq {
     readerr: Some(readerr),
     sread: Some(sread),
     sreadfrom: Some(sreadfrom),
-    signal: Some(no_signal),
+    signal: Some(signal),
     strerror: Some(strerror),
 };
-
-enosys! {
-    no_signal(*mut fi::fid_cq) -> c_int;
-}
 
 /// Bytes of one entry in `format` (each format extends the previous one).
 fn entry_size(format: u32) -> usize {
@@ -451,6 +450,9 @@ impl CqCore {
             if r != scode(-(libc::EAGAIN)) {
                 return r;
             }
+            if self.signaled.swap(false, Ordering::AcqRel) {
+                return scode(-(libc::ECANCELED)); // fi_cq_signal
+            }
             let left = match deadline {
                 Some(d) => d.saturating_duration_since(Instant::now()),
                 None => MAX_SLEEP,
@@ -509,6 +511,7 @@ pub(crate) unsafe extern "C" fn open(
             queue: Mutex::new(VecDeque::with_capacity(attr.size.clamp(16, 1 << 16))),
             queued: AtomicUsize::new(0),
             drained: AtomicBool::new(false),
+            signaled: AtomicBool::new(false),
             eps: Driven::default(),
         };
         let fid = fi::fid_cq {
@@ -546,6 +549,18 @@ unsafe extern "C" fn read(cq: *mut fi::fid_cq, buf: *mut c_void, count: usize) -
 
 unsafe extern "C" fn readfrom(cq: *mut fi::fid_cq, buf: *mut c_void, count: usize, src: *mut fi::fi_addr_t) -> isize {
     with_cq(cq, |cq| cq.read(buf, count, src))
+}
+
+/// `fi_cq_signal`: a thread blocked in `fi_cq_sread` on this CQ (or the next
+/// one to block) returns `-FI_ECANCELED` once it finds nothing to read.
+unsafe extern "C" fn signal(cq: *mut fi::fid_cq) -> c_int {
+    with_cq(cq, |cq| {
+        cq.signaled.store(true, Ordering::Release);
+        if let Some(w) = &cq.wait {
+            w.poke(); // wakes the sleeper
+        }
+        0
+    }) as c_int
 }
 
 unsafe extern "C" fn readerr(cq: *mut fi::fid_cq, buf: *mut fi::fi_cq_err_entry, _flags: u64) -> isize {

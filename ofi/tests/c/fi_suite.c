@@ -169,6 +169,15 @@ static void *send_later(void *arg)
 	return NULL;
 }
 
+/* Calls fi_cq_signal on a CQ after 200 ms. */
+static void *signal_later(void *cq)
+{
+	struct timespec pause = {.tv_nsec = 200 * 1000 * 1000};
+	nanosleep(&pause, NULL);
+	MUST(fi_cq_signal((struct fid_cq *)cq));
+	return NULL;
+}
+
 /* fi_trecvmsg with probe flags on node `i` (no buffer unless given). */
 static ssize_t probe(int i, uint64_t flags, fi_addr_t src, uint64_t tag, void *buf, size_t len, void *context)
 {
@@ -806,6 +815,16 @@ int main(void)
 	pthread_join(th, NULL);
 	struct got g10 = wait_for(2, CTX(18));
 	CHECK(s2.ok && g10.err == 0 && !strcmp(r10, "wake"), "fd wait: %s", r10);
+	/* fi_cq_signal: a thread blocked in fi_cq_sread returns -FI_ECANCELED
+	 * (not the timeout's -FI_EAGAIN); a signal with nobody blocked ends the
+	 * next sread that finds nothing. */
+	pthread_create(&th, NULL, signal_later, c->cq);
+	ssize_t sg = fi_cq_sread(c->cq, &te, 1, NULL, 10000);
+	pthread_join(th, NULL);
+	CHECK(sg == -FI_ECANCELED, "sread woken by fi_cq_signal: %zd", sg);
+	MUST(fi_cq_signal(c->cq));
+	CHECK(fi_cq_sread(c->cq, &te, 1, NULL, 10000) == -FI_ECANCELED, "sread after an earlier fi_cq_signal");
+	CHECK(fi_cq_sread(c->cq, &te, 1, NULL, 50) == -FI_EAGAIN, "the signal is consumed once");
 
 	/* FI_SELECTIVE_COMPLETION (as Open MPI binds its CQ): a send without
 	 * FI_COMPLETION reports nothing; a receive must ask for its completion,
