@@ -80,14 +80,8 @@ pub(crate) unsafe extern "C" fn open(
             fid: entry::fid(fi::FI_CLASS_AV, context, &OPS),
             ops: entry::ops(&AV_OPS),
         };
-        let obj = Obj::into_raw(fid, AvObj(Arc::new(AvCore { domain, xfer })));
         // SAFETY: the application's out pointer.
-        if !unsafe { put(av, obj) } {
-            // SAFETY: just made, never shared.
-            drop(unsafe { Obj::<AvObj>::take(obj.cast()) });
-            return -(libc::EINVAL);
-        }
-        0
+        unsafe { entry::hand_out(av, fid, AvObj(Arc::new(AvCore { domain, xfer }))) }
     })
 }
 
@@ -249,16 +243,5 @@ unsafe extern "C" fn straddr(
 }
 
 unsafe extern "C" fn close(fid: *mut fi::fid) -> c_int {
-    guard(PANIC, || {
-        // SAFETY: libfabric passes the fid being closed.
-        let Some(obj) = (unsafe { Obj::<AvObj>::get(fid) }) else {
-            return -(libc::EBADF);
-        };
-        if Arc::strong_count(&obj.core.0) > 1 {
-            return -(libc::EBUSY);
-        }
-        // SAFETY: checked above; no longer in use.
-        drop(unsafe { Obj::<AvObj>::take(fid) });
-        0
-    })
+    entry::close_unless_used::<AvObj>(fid, |o| Arc::strong_count(&o.0) > 1)
 }

@@ -11,13 +11,14 @@
 use std::collections::VecDeque;
 use std::ffi::{c_char, c_int, c_void};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use xfer_facade::{Completion, Error};
 
 use crate::domain::{self, DomainCore};
-use crate::entry::{self, enosys, guard, put, scode, Core, Obj, PANIC};
+use crate::entry::{self, guard, lock, put, scode, Core, Obj, PANIC};
 use crate::ep::EpCore;
 use crate::fi;
 
@@ -61,15 +62,18 @@ impl Entry {
     }
 }
 
-/// What a blocking read sleeps on: every bound endpoint's xfer CQ
-/// descriptor plus an eventfd other CQs poke when they route entries here.
-struct Wait {
+/// What a blocking read (or counter wait) sleeps on: every bound endpoint's
+/// xfer CQ descriptor plus an eventfd others poke when they route entries
+/// (or counts) here. `poked` keeps the eventfd's system calls off the
+/// busy-polling path: it is written once until a reader resets it.
+pub(crate) struct Wait {
     epoll: xfer_core::sys::Epoll,
     event: OwnedFd,
+    poked: AtomicBool,
 }
 
 impl Wait {
-    fn new() -> Result<Wait, Error> {
+    pub(crate) fn new() -> Result<Wait, Error> {
         let epoll = xfer_core::sys::Epoll::new()?;
         // SAFETY: plain syscall; the result is checked before use.
         let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
@@ -79,19 +83,160 @@ impl Wait {
         // SAFETY: a new descriptor that nothing else owns.
         let event = unsafe { OwnedFd::from_raw_fd(fd) };
         epoll.add(event.as_raw_fd(), xfer_core::sys::READABLE, 0)?;
-        Ok(Wait { epoll, event })
+        Ok(Wait {
+            epoll,
+            event,
+            poked: AtomicBool::new(false),
+        })
     }
 
-    fn poke(&self) {
+    /// Adds a bound endpoint's xfer CQ descriptor.
+    pub(crate) fn watch(&self, fd: std::os::fd::RawFd) -> Result<(), Error> {
+        self.epoll.add(fd, xfer_core::sys::READABLE, 1)
+    }
+
+    /// The descriptor a `FI_GETWAIT` caller blocks on.
+    pub(crate) fn fd(&self) -> std::os::fd::RawFd {
+        self.epoll.as_raw_fd()
+    }
+
+    /// Sleeps until a watched descriptor fires or `ms` pass.
+    pub(crate) fn sleep(&self, ms: i32) -> Result<(), Error> {
+        self.epoll.wait(&mut [xfer_core::sys::EMPTY_EVENT; 4], ms).map(|_| ())
+    }
+
+    /// Makes the eventfd readable (once until [`reset`](Self::reset)).
+    pub(crate) fn poke(&self) {
+        if self.poked.swap(true, Ordering::AcqRel) {
+            return; // already readable
+        }
         let one = 1u64.to_ne_bytes();
         // SAFETY: writes 8 bytes from a live buffer to our eventfd.
         let _ = unsafe { libc::write(self.event.as_raw_fd(), one.as_ptr().cast(), 8) };
     }
 
-    fn reset(&self) {
+    /// Drains the eventfd if it was poked.
+    pub(crate) fn reset(&self) {
+        if !self.poked.swap(false, Ordering::AcqRel) {
+            return;
+        }
         let mut buf = [0u8; 8];
         // SAFETY: reads at most 8 bytes into a live buffer (non-blocking).
         let _ = unsafe { libc::read(self.event.as_raw_fd(), buf.as_mut_ptr().cast(), 8) };
+    }
+}
+
+impl Wait {
+    /// The wait object `wait_obj` asks for: none for `FI_WAIT_NONE`, an fd
+    /// for `FI_WAIT_UNSPEC` and `FI_WAIT_FD`; `-FI_ENOSYS` for the others.
+    pub(crate) fn for_object(wait_obj: fi::fi_wait_obj) -> Result<Option<Wait>, c_int> {
+        match wait_obj {
+            fi::FI_WAIT_NONE => Ok(None),
+            fi::FI_WAIT_UNSPEC | fi::FI_WAIT_FD => Wait::new().map(Some).map_err(|e| entry::code(&e)),
+            _ => Err(-(libc::ENOSYS)),
+        }
+    }
+
+    /// `fi_control` of a CQ or counter with this wait object: `FI_GETWAIT`
+    /// (the epoll fd), `FI_GETWAITOBJ` (`FI_WAIT_FD`); `-FI_ENODATA` without one.
+    pub(crate) fn control(wait: Option<&Wait>, command: c_int, arg: *mut c_void) -> c_int {
+        let Some(w) = wait else {
+            return -(libc::ENODATA);
+        };
+        match command as u32 {
+            // SAFETY: FI_GETWAIT's argument is an int for a wait fd.
+            fi::FI_GETWAIT if unsafe { put(arg.cast::<c_int>(), w.fd()) } => 0,
+            // SAFETY: FI_GETWAITOBJ's argument is an enum fi_wait_obj.
+            fi::FI_GETWAITOBJ if unsafe { put(arg.cast::<fi::fi_wait_obj>(), fi::FI_WAIT_FD) } => 0,
+            fi::FI_GETWAIT | fi::FI_GETWAITOBJ => -(libc::EINVAL),
+            _ => -(libc::ENOSYS),
+        }
+    }
+}
+
+/// The enabled endpoints a CQ or counter drives: held until their
+/// `fi_close` detaches them, so a read need not upgrade a weak reference
+/// per endpoint (decision 53).
+#[derive(Default)]
+pub(crate) struct Driven(Mutex<Vec<Arc<EpCore>>>);
+
+impl Driven {
+    /// Adds an endpoint being enabled, and its xfer CQ descriptor `fd` to
+    /// `wait` (once, when it is bound for several kinds).
+    pub(crate) fn attach(&self, ep: &Arc<EpCore>, wait: Option<&Wait>, fd: std::os::fd::RawFd) -> Result<(), Error> {
+        let mut eps = lock(&self.0);
+        if eps.iter().any(|e| Arc::ptr_eq(e, ep)) {
+            return Ok(());
+        }
+        if let Some(w) = wait {
+            w.watch(fd)?;
+        }
+        eps.push(ep.clone());
+        Ok(())
+    }
+
+    /// Removes an endpoint being closed (or whose enabling failed).
+    pub(crate) fn detach(&self, ep: &EpCore) {
+        lock(&self.0).retain(|e| !std::ptr::eq(Arc::as_ptr(e), ep));
+    }
+
+    /// The endpoints, locked.
+    pub(crate) fn eps(&self) -> MutexGuard<'_, Vec<Arc<EpCore>>> {
+        lock(&self.0)
+    }
+
+    /// Arms every endpoint's xfer CQ for a blocking wait: false when one
+    /// has completions ready.
+    pub(crate) fn ready_to_block(&self) -> bool {
+        self.eps().iter().all(|ep| ep.ready_to_block())
+    }
+}
+
+/// Where a read puts what it takes: the caller's array of `count` entries
+/// in the CQ's format and, for `fi_cq_readfrom`, its source addresses.
+pub(crate) struct Out {
+    buf: *mut u8,
+    size: usize,
+    count: usize,
+    src: *mut fi::fi_addr_t,
+    /// Entries written so far.
+    n: usize,
+    /// An error entry was queued during this read: later entries queue
+    /// behind it instead of overtaking it.
+    blocked: bool,
+}
+
+impl Out {
+    /// Writes a successful entry if there is room and no error is ahead of it.
+    pub(crate) fn put(&mut self, e: &Entry) -> bool {
+        if self.n == self.count || self.blocked {
+            return false;
+        }
+        let full = fi::fi_cq_tagged_entry {
+            op_context: e.context as usize as *mut c_void,
+            flags: e.flags,
+            len: e.len,
+            buf: std::ptr::null_mut(),
+            data: e.data,
+            tag: e.tag,
+        };
+        // SAFETY: the caller's buffer holds `count` entries of `size` bytes
+        // (the CQ's format, a prefix of fi_cq_tagged_entry) and n < count;
+        // `src` is null or holds `count` addresses.
+        unsafe {
+            let dst = self.buf.add(self.n * self.size);
+            std::ptr::copy_nonoverlapping((&full as *const fi::fi_cq_tagged_entry).cast::<u8>(), dst, self.size);
+            if !self.src.is_null() {
+                self.src.add(self.n).write(e.src);
+            }
+        }
+        self.n += 1;
+        true
+    }
+
+    /// Marks that an error entry was queued for this CQ.
+    pub(crate) fn block(&mut self) {
+        self.blocked = true;
     }
 }
 
@@ -102,7 +247,17 @@ pub(crate) struct CqCore {
     format: u32,
     wait: Option<Wait>,
     queue: Mutex<VecDeque<Entry>>,
-    eps: Mutex<Vec<Weak<EpCore>>>,
+    /// Entries in `queue`, read without its lock: most reads find none.
+    queued: AtomicUsize,
+    /// The last read returned entries and had room for more: it emptied
+    /// the endpoints' xfer CQs, so the next read returns `-FI_EAGAIN`
+    /// without polling them again (decision 50).
+    drained: AtomicBool,
+    /// `fi_cq_signal` was called: the next `fi_cq_sread` that finds nothing
+    /// returns `-FI_ECANCELED` instead of waiting.
+    signaled: AtomicBool,
+    /// The enabled endpoints bound to it.
+    pub(crate) eps: Driven,
 }
 
 /// A completion queue object.
@@ -114,15 +269,7 @@ impl Core for CqObj {
     const MAGIC: u64 = 0x7866_6572_6371_5f5f; // "xfercq__"
 }
 
-static OPS: fi::fi_ops = fi::fi_ops {
-    size: std::mem::size_of::<fi::fi_ops>(),
-    close: Some(close),
-    bind: Some(entry::no_bind),
-    control: Some(control),
-    ops_open: Some(entry::no_ops_open),
-    tostr: Some(entry::no_tostr),
-    ops_set: Some(entry::no_ops_set),
-};
+static OPS: fi::fi_ops = entry::ops_with_control(close, control);
 
 static CQ_OPS: fi::fi_ops_cq = fi::fi_ops_cq {
     size: std::mem::size_of::<fi::fi_ops_cq>(),
@@ -131,17 +278,9 @@ static CQ_OPS: fi::fi_ops_cq = fi::fi_ops_cq {
     readerr: Some(readerr),
     sread: Some(sread),
     sreadfrom: Some(sreadfrom),
-    signal: Some(no_signal),
+    signal: Some(signal),
     strerror: Some(strerror),
 };
-
-enosys! {
-    no_signal(*mut fi::fid_cq) -> c_int;
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
 
 /// Bytes of one entry in `format` (each format extends the previous one).
 fn entry_size(format: u32) -> usize {
@@ -156,16 +295,7 @@ fn entry_size(format: u32) -> usize {
 impl CqCore {
     /// Adds an endpoint being enabled; its completions are polled from here.
     pub(crate) fn attach(&self, ep: &Arc<EpCore>, fd: std::os::fd::RawFd) -> Result<(), Error> {
-        let mut eps = lock(&self.eps);
-        eps.retain(|e| e.strong_count() > 0);
-        if eps.iter().any(|e| std::ptr::eq(e.as_ptr(), Arc::as_ptr(ep))) {
-            return Ok(()); // bound for both transmit and receive
-        }
-        if let Some(w) = &self.wait {
-            w.epoll.add(fd, xfer_core::sys::READABLE, 1)?;
-        }
-        eps.push(Arc::downgrade(ep));
-        Ok(())
+        self.eps.attach(ep, self.wait.as_ref(), fd)
     }
 
     /// Whether this CQ wants a blocking wait's descriptor (not `FI_WAIT_NONE`).
@@ -175,67 +305,92 @@ impl CqCore {
 
     /// Queues an entry routed here; `poke` wakes a waiter of this CQ.
     pub(crate) fn push(&self, e: Entry, poke: bool) {
-        lock(&self.queue).push_back(e);
+        let mut q = lock(&self.queue);
+        q.push_back(e);
+        self.queued.store(q.len(), Ordering::Release);
+        drop(q);
         if let (true, Some(w)) = (poke, &self.wait) {
             w.poke();
         }
     }
 
-    fn progress(&self) {
-        let eps = lock(&self.eps);
-        for ep in eps.iter().filter_map(Weak::upgrade) {
-            ep.progress(self);
+    /// Polls every bound endpoint; entries for this CQ go into `out` when
+    /// one is given and has room, the rest to their CQs' queues.
+    fn progress(&self, mut out: Option<&mut Out>) {
+        for ep in self.eps.eps().iter() {
+            ep.progress(Some(self), out.as_deref_mut());
         }
+    }
+
+    /// Moves queued successes into `out`; true when an error entry is next.
+    fn take_queued(&self, out: &mut Out) -> bool {
+        if self.queued.load(Ordering::Acquire) == 0 {
+            return false;
+        }
+        let mut q = lock(&self.queue);
+        let mut error = false;
+        while let Some(e) = q.front() {
+            if e.error.is_some() {
+                error = true;
+                break;
+            }
+            if !out.put(e) {
+                break;
+            }
+            q.pop_front();
+        }
+        self.queued.store(q.len(), Ordering::Release);
+        error
     }
 
     /// Up to `count` successful entries into `buf` (and their sources into
     /// `src`); `-FI_EAVAIL` when an error is next, `-FI_EAGAIN` when empty.
+    /// Entries queued earlier (routed here by another CQ's read, or behind
+    /// an error) come first; then the endpoints are polled and what they
+    /// complete for this CQ is written straight into `buf`. A read right
+    /// after one that emptied the endpoints does not poll (decision 50).
     fn read(&self, buf: *mut c_void, count: usize, src: *mut fi::fi_addr_t) -> isize {
         if buf.is_null() && count > 0 {
             return scode(-(libc::EINVAL));
         }
-        self.progress();
-        let size = entry_size(self.format);
-        let mut q = lock(&self.queue);
-        let mut n = 0;
-        while n < count {
-            let Some(e) = q.front().copied() else { break };
-            if e.error.is_some() {
-                break;
-            }
-            q.pop_front();
-            let full = fi::fi_cq_tagged_entry {
-                op_context: e.context as usize as *mut c_void,
-                flags: e.flags,
-                len: e.len,
-                buf: std::ptr::null_mut(),
-                data: e.data,
-                tag: e.tag,
+        let mut out = Out {
+            buf: buf.cast(),
+            size: entry_size(self.format),
+            count,
+            src,
+            n: 0,
+            blocked: false,
+        };
+        if self.take_queued(&mut out) {
+            return match out.n {
+                0 => scode(fi::err(fi::FI_EAVAIL)),
+                n => n as isize,
             };
-            // SAFETY: the caller's buffer holds `count` entries of the CQ's
-            // format, a prefix of fi_cq_tagged_entry; `src` is null or holds
-            // `count` addresses.
-            unsafe {
-                let dst = buf.cast::<u8>().add(n * size);
-                std::ptr::copy_nonoverlapping((&full as *const fi::fi_cq_tagged_entry).cast::<u8>(), dst, size);
-                if !src.is_null() {
-                    src.add(n).write(e.src);
-                }
-            }
-            n += 1;
         }
-        if n > 0 {
-            return n as isize;
+        // Open MPI's ofi MTL reads until -FI_EAGAIN after every read that
+        // found something: polling again at once would cost a receive system
+        // call per message, on the way to the reply (decision 50).
+        if out.n == 0 && self.drained.load(Ordering::Acquire) && self.drained.swap(false, Ordering::AcqRel) {
+            return scode(-(libc::EAGAIN));
         }
-        match q.front() {
-            Some(_) => scode(fi::err(fi::FI_EAVAIL)),
-            None => {
-                if let Some(w) = &self.wait {
-                    w.reset();
-                }
-                scode(-(libc::EAGAIN))
-            }
+        if out.n < count {
+            self.progress(Some(&mut out));
         }
+        if out.n > 0 {
+            self.drained.store(out.n < count, Ordering::Release);
+            return out.n as isize;
+        }
+        if self.queued.load(Ordering::Acquire) > 0 {
+            // An error routed during the poll (or by another thread).
+            return match self.take_queued(&mut out) {
+                true => scode(fi::err(fi::FI_EAVAIL)),
+                false => out.n as isize,
+            };
+        }
+        if let Some(w) = &self.wait {
+            w.reset();
+        }
+        scode(-(libc::EAGAIN))
     }
 
     /// Takes the error entry at the head into `out`.
@@ -254,6 +409,8 @@ impl CqCore {
             return scode(-(libc::EAGAIN));
         };
         q.pop_front();
+        self.queued.store(q.len(), Ordering::Release);
+        drop(q);
         // SAFETY: the caller's entry; before API 1.5 it ends after
         // `err_data` (no `err_data_size`), so fields are written one by one.
         unsafe {
@@ -280,11 +437,10 @@ impl CqCore {
     /// Makes every bound endpoint ready for a blocking wait: false when an
     /// entry is already there (read instead).
     fn ready_to_block(&self) -> bool {
-        if !lock(&self.queue).is_empty() {
+        if self.queued.load(Ordering::Acquire) > 0 {
             return false;
         }
-        let eps = lock(&self.eps);
-        eps.iter().filter_map(Weak::upgrade).all(|ep| ep.ready_to_block())
+        self.eps.ready_to_block()
     }
 
     fn sread(&self, buf: *mut c_void, count: usize, src: *mut fi::fi_addr_t, timeout: c_int) -> isize {
@@ -293,6 +449,9 @@ impl CqCore {
             let r = self.read(buf, count, src);
             if r != scode(-(libc::EAGAIN)) {
                 return r;
+            }
+            if self.signaled.swap(false, Ordering::AcqRel) {
+                return scode(-(libc::ECANCELED)); // fi_cq_signal
             }
             let left = match deadline {
                 Some(d) => d.saturating_duration_since(Instant::now()),
@@ -309,7 +468,7 @@ impl CqCore {
                 continue;
             }
             let ms = left.min(MAX_SLEEP).as_millis().max(1) as i32;
-            if let Err(e) = w.epoll.wait(&mut [xfer_core::sys::EMPTY_EVENT; 4], ms) {
+            if let Err(e) = w.sleep(ms) {
                 return scode(entry::code(&e));
             }
         }
@@ -340,13 +499,9 @@ pub(crate) unsafe extern "C" fn open(
             }
             _ => return -(libc::ENOSYS),
         };
-        let wait = match attr.wait_obj {
-            fi::FI_WAIT_NONE => None,
-            fi::FI_WAIT_UNSPEC | fi::FI_WAIT_FD => match Wait::new() {
-                Ok(w) => Some(w),
-                Err(e) => return entry::code(&e),
-            },
-            _ => return -(libc::ENOSYS),
+        let wait = match Wait::for_object(attr.wait_obj) {
+            Ok(w) => w,
+            Err(e) => return e,
         };
         let core = CqCore {
             api_version: domain.api_version,
@@ -354,20 +509,17 @@ pub(crate) unsafe extern "C" fn open(
             format,
             wait,
             queue: Mutex::new(VecDeque::with_capacity(attr.size.clamp(16, 1 << 16))),
-            eps: Mutex::new(Vec::new()),
+            queued: AtomicUsize::new(0),
+            drained: AtomicBool::new(false),
+            signaled: AtomicBool::new(false),
+            eps: Driven::default(),
         };
         let fid = fi::fid_cq {
             fid: entry::fid(fi::FI_CLASS_CQ, context, &OPS),
             ops: entry::ops(&CQ_OPS),
         };
-        let obj = Obj::into_raw(fid, CqObj(Arc::new(core)));
         // SAFETY: the application's out pointer.
-        if !unsafe { put(cq, obj) } {
-            // SAFETY: just made, never shared.
-            drop(unsafe { Obj::<CqObj>::take(obj.cast()) });
-            return -(libc::EINVAL);
-        }
-        0
+        unsafe { entry::hand_out(cq, fid, CqObj(Arc::new(core))) }
     })
 }
 
@@ -382,9 +534,10 @@ pub(crate) unsafe fn get(fid: *const fi::fid) -> Option<Arc<CqCore>> {
 
 fn with_cq(cq: *mut fi::fid_cq, f: impl FnOnce(&CqCore) -> isize) -> isize {
     guard(scode(PANIC), || {
-        // SAFETY: libfabric passes the application's fid_cq.
-        match unsafe { get(cq.cast()) } {
-            Some(cq) => f(&cq),
+        // SAFETY: libfabric passes the application's fid_cq, open for the
+        // whole call (fi_close's contract), so no reference is taken.
+        match unsafe { Obj::<CqObj>::get(cq.cast()) } {
+            Some(obj) => f(&obj.core.0),
             None => scode(-(libc::EINVAL)),
         }
     })
@@ -396,6 +549,18 @@ unsafe extern "C" fn read(cq: *mut fi::fid_cq, buf: *mut c_void, count: usize) -
 
 unsafe extern "C" fn readfrom(cq: *mut fi::fid_cq, buf: *mut c_void, count: usize, src: *mut fi::fi_addr_t) -> isize {
     with_cq(cq, |cq| cq.read(buf, count, src))
+}
+
+/// `fi_cq_signal`: a thread blocked in `fi_cq_sread` on this CQ (or the next
+/// one to block) returns `-FI_ECANCELED` once it finds nothing to read.
+unsafe extern "C" fn signal(cq: *mut fi::fid_cq) -> c_int {
+    with_cq(cq, |cq| {
+        cq.signaled.store(true, Ordering::Release);
+        if let Some(w) = &cq.wait {
+            w.poke(); // wakes the sleeper
+        }
+        0
+    }) as c_int
 }
 
 unsafe extern "C" fn readerr(cq: *mut fi::fid_cq, buf: *mut fi::fi_cq_err_entry, _flags: u64) -> isize {
@@ -457,17 +622,7 @@ unsafe extern "C" fn control(fid: *mut fi::fid, command: c_int, arg: *mut c_void
         let Some(cq) = (unsafe { get(fid) }) else {
             return -(libc::EINVAL);
         };
-        let Some(w) = &cq.wait else {
-            return -(libc::ENODATA);
-        };
-        match command as u32 {
-            // SAFETY: FI_GETWAIT's argument is an int for a wait fd.
-            fi::FI_GETWAIT if unsafe { put(arg.cast::<c_int>(), w.epoll.as_raw_fd()) } => 0,
-            // SAFETY: FI_GETWAITOBJ's argument is an enum fi_wait_obj.
-            fi::FI_GETWAITOBJ if unsafe { put(arg.cast::<fi::fi_wait_obj>(), fi::FI_WAIT_FD) } => 0,
-            fi::FI_GETWAIT | fi::FI_GETWAITOBJ => -(libc::EINVAL),
-            _ => -(libc::ENOSYS),
-        }
+        Wait::control(cq.wait.as_ref(), command, arg)
     })
 }
 
@@ -485,7 +640,7 @@ pub(crate) unsafe extern "C" fn trywait(_fabric: *mut fi::fid_fabric, fids: *mut
             let Some(cq) = (unsafe { get(fid) }) else {
                 return -(libc::EINVAL);
             };
-            cq.progress();
+            cq.progress(None);
             if !cq.ready_to_block() {
                 return -(libc::EAGAIN);
             }
@@ -495,18 +650,7 @@ pub(crate) unsafe extern "C" fn trywait(_fabric: *mut fi::fid_fabric, fids: *mut
 }
 
 unsafe extern "C" fn close(fid: *mut fi::fid) -> c_int {
-    guard(PANIC, || {
-        // SAFETY: libfabric passes the fid being closed.
-        let Some(obj) = (unsafe { Obj::<CqObj>::get(fid) }) else {
-            return -(libc::EBADF);
-        };
-        if Arc::strong_count(&obj.core.0) > 1 {
-            return -(libc::EBUSY);
-        }
-        // SAFETY: checked above; no longer in use.
-        drop(unsafe { Obj::<CqObj>::take(fid) });
-        0
-    })
+    entry::close_unless_used::<CqObj>(fid, |o| Arc::strong_count(&o.0) > 1)
 }
 
 #[cfg(test)]

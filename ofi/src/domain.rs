@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use xfer_facade::{Domain, DomainAttr};
 
-use crate::entry::{self, enosys, guard, put, Core, Obj, PANIC};
+use crate::entry::{self, enosys, guard, Core, Obj, PANIC};
 use crate::fabric::{self, Fabric};
 use crate::fi;
 
@@ -17,6 +17,9 @@ pub(crate) struct DomainCore {
     pub(crate) xfer: Domain,
     /// The libfabric API version the application asked for (`fi_fabric`).
     pub(crate) api_version: u32,
+    /// The domain was opened with `FI_MR_LOCAL`: data calls take the
+    /// `fi_mr_desc` of their buffers into account.
+    pub(crate) mr_local: bool,
 }
 
 /// A domain object.
@@ -36,7 +39,7 @@ static DOMAIN_OPS: fi::fi_ops_domain = fi::fi_ops_domain {
     cq_open: Some(crate::cq::open),
     endpoint: Some(crate::ep::open),
     scalable_ep: Some(no_scalable_ep),
-    cntr_open: Some(no_cntr_open),
+    cntr_open: Some(crate::cntr::open),
     poll_open: Some(no_poll_open),
     stx_ctx: Some(no_stx_ctx),
     srx_ctx: Some(no_srx_ctx),
@@ -47,7 +50,6 @@ static DOMAIN_OPS: fi::fi_ops_domain = fi::fi_ops_domain {
 
 enosys! {
     no_scalable_ep(*mut fi::fid_domain, *mut fi::fi_info, *mut *mut fi::fid_ep, *mut c_void) -> c_int;
-    no_cntr_open(*mut fi::fid_domain, *mut fi::fi_cntr_attr, *mut *mut fi::fid_cntr, *mut c_void) -> c_int;
     no_poll_open(*mut fi::fid_domain, *mut fi::fi_poll_attr, *mut *mut fi::fid_poll) -> c_int;
     no_stx_ctx(*mut fi::fid_domain, *mut fi::fi_tx_attr, *mut *mut fi::fid_stx, *mut c_void) -> c_int;
     no_srx_ctx(*mut fi::fid_domain, *mut fi::fi_rx_attr, *mut *mut fi::fid_ep, *mut c_void) -> c_int;
@@ -88,20 +90,15 @@ pub(crate) unsafe extern "C" fn open(
             _fabric: fabric,
             xfer,
             api_version,
+            mr_local: attr.mr_mode as u64 & fi::FI_MR_LOCAL != 0 && api_version >= fi::version(1, 5),
         };
         let fid = fi::fid_domain {
             fid: entry::fid(fi::FI_CLASS_DOMAIN, context, &OPS),
             ops: entry::ops(&DOMAIN_OPS),
             mr: entry::ops(&crate::mr::MR_OPS),
         };
-        let obj = Obj::into_raw(fid, DomainObj(Arc::new(core)));
         // SAFETY: the application's out pointer.
-        if !unsafe { put(domain, obj) } {
-            // SAFETY: just made, never shared.
-            drop(unsafe { Obj::<DomainObj>::take(obj.cast()) });
-            return -(libc::EINVAL);
-        }
-        0
+        unsafe { entry::hand_out(domain, fid, DomainObj(Arc::new(core))) }
     })
 }
 
@@ -115,16 +112,5 @@ pub(crate) unsafe fn get(fid: *mut fi::fid_domain) -> Option<Arc<DomainCore>> {
 }
 
 unsafe extern "C" fn close(fid: *mut fi::fid) -> c_int {
-    guard(PANIC, || {
-        // SAFETY: libfabric passes the fid being closed.
-        let Some(obj) = (unsafe { Obj::<DomainObj>::get(fid) }) else {
-            return -(libc::EBADF);
-        };
-        if Arc::strong_count(&obj.core.0) > 1 {
-            return -(libc::EBUSY);
-        }
-        // SAFETY: checked above; no longer in use.
-        drop(unsafe { Obj::<DomainObj>::take(fid) });
-        0
-    })
+    entry::close_unless_used::<DomainObj>(fid, |o| Arc::strong_count(&o.0) > 1)
 }

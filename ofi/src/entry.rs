@@ -20,6 +20,29 @@ pub(crate) fn guard<R>(on_panic: R, f: impl FnOnce() -> R) -> R {
     }
 }
 
+/// Locks `m`, going on with the data of a thread that panicked holding it
+/// (every lock here guards state that stays consistent between statements).
+pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// `fi_close` of an object other objects may hold: `-FI_EBUSY` while
+/// `in_use` says they do (libfabric's close order), else it is dropped.
+pub(crate) fn close_unless_used<T: Core>(fid: *mut fi::fid, in_use: impl Fn(&T) -> bool) -> libc::c_int {
+    guard(PANIC, || {
+        // SAFETY: libfabric passes the fid being closed.
+        let Some(obj) = (unsafe { Obj::<T>::get(fid) }) else {
+            return -(libc::EBADF);
+        };
+        if in_use(&obj.core) {
+            return -(libc::EBUSY);
+        }
+        // SAFETY: checked above; the application no longer uses it.
+        drop(unsafe { Obj::<T>::take(fid) });
+        0
+    })
+}
+
 /// `-FI_EIO`, what a caught panic returns.
 pub(crate) const PANIC: i32 = -(libc::EIO);
 
@@ -103,6 +126,23 @@ impl<T: Core> Obj<T> {
     }
 }
 
+/// Moves a new object to the heap and writes its descriptor through `out`
+/// (the application's out pointer: null or valid for a write); 0, or
+/// `-FI_EINVAL` (the object dropped) when `out` is null.
+///
+/// # Safety
+/// `out` is null or valid for a write of a pointer.
+pub(crate) unsafe fn hand_out<T: Core>(out: *mut *mut T::Fid, fid: T::Fid, core: T) -> libc::c_int {
+    let obj = Obj::into_raw(fid, core);
+    // SAFETY: the caller's contract.
+    if !unsafe { put(out, obj) } {
+        // SAFETY: just made by into_raw, never shared.
+        drop(unsafe { Obj::<T>::take(obj.cast()) });
+        return -(libc::EINVAL);
+    }
+    0
+}
+
 /// A `struct fid` header for a new object.
 pub(crate) fn fid(class: u32, context: *mut libc::c_void, ops: &'static fi::fi_ops) -> fi::fid {
     fi::fid {
@@ -155,11 +195,20 @@ enosys! {
 /// The `fi_ops` of an object whose only generic operation is `close`
 /// (everything else `-FI_ENOSYS`).
 pub(crate) const fn close_only_ops(close: unsafe extern "C" fn(*mut fi::fid) -> libc::c_int) -> fi::fi_ops {
+    ops_with_control(close, no_control)
+}
+
+/// The `fi_ops` of an object with `close` and `control` (a CQ or counter:
+/// `FI_GETWAIT`), everything else `-FI_ENOSYS`.
+pub(crate) const fn ops_with_control(
+    close: unsafe extern "C" fn(*mut fi::fid) -> libc::c_int,
+    control: unsafe extern "C" fn(*mut fi::fid, libc::c_int, *mut libc::c_void) -> libc::c_int,
+) -> fi::fi_ops {
     fi::fi_ops {
         size: std::mem::size_of::<fi::fi_ops>(),
         close: Some(close),
         bind: Some(no_bind),
-        control: Some(no_control),
+        control: Some(control),
         ops_open: Some(no_ops_open),
         tostr: Some(no_tostr),
         ops_set: Some(no_ops_set),

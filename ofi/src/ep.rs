@@ -3,7 +3,6 @@
 //! completion queue) that every data call maps onto.
 
 use std::ffi::{c_int, c_void};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use xfer_core::hash::FastMap;
@@ -13,12 +12,25 @@ use xfer_facade::{
 };
 
 use crate::av::{self, AvCore};
-use crate::cq::{self, CqCore, Entry};
+use crate::cntr::{self, CntrCore};
+use crate::cq::{self, CqCore, Entry, Out};
 use crate::domain::{self, DomainCore};
-use crate::entry::{self, enosys, guard, scode, Core, Obj, PANIC};
+use crate::entry::{self, enosys, guard, lock, scode, Core, Obj, PANIC};
 use crate::fi;
 use crate::info::{CAPS, MAX_MSG_SIZE};
 use crate::name;
+
+/// The bit an operation's xfer context carries when the application asked
+/// for no completion (`FI_SELECTIVE_COMPLETION` without `FI_COMPLETION`) but
+/// xfer must still report it: every receive, and sends and RMA a counter
+/// counts. The router counts such a completion, reports it with the
+/// application's context if it failed (libfabric reports errors always),
+/// and drops it otherwise (decision 55). On selective endpoints a context
+/// with this bit set is refused (`-FI_EINVAL`): no user-space pointer has it.
+pub(crate) const SILENT: u64 = 1 << 63;
+
+/// Completions taken from the xfer CQ per poll.
+const POLL_BATCH: usize = 16;
 
 /// What was bound before `fi_enable`.
 #[derive(Default)]
@@ -28,6 +40,40 @@ struct Bound {
     rx: Option<Arc<CqCore>>,
     tx_selective: bool,
     rx_selective: bool,
+    counters: Counters,
+}
+
+/// The counters bound to an endpoint, by the operations they count.
+#[derive(Default, Clone)]
+pub(crate) struct Counters {
+    pub(crate) send: Option<Arc<CntrCore>>,
+    recv: Option<Arc<CntrCore>>,
+    pub(crate) write: Option<Arc<CntrCore>>,
+    pub(crate) read: Option<Arc<CntrCore>>,
+}
+
+impl Counters {
+    /// The counter a completion with these flags counts on (none for the
+    /// target's side of a write: remote counters need `FI_RMA_EVENT`).
+    fn for_completion(&self, flags: Flags) -> Option<&Arc<CntrCore>> {
+        if flags.contains(Flags::REMOTE_WRITE) {
+            None
+        } else if flags.contains(Flags::RECV) {
+            self.recv.as_ref()
+        } else if flags.contains(Flags::RMA) {
+            match flags.contains(Flags::READ) {
+                true => self.read.as_ref(),
+                false => self.write.as_ref(),
+            }
+        } else {
+            self.send.as_ref()
+        }
+    }
+
+    /// Every counter bound (one may appear more than once).
+    fn all(&self) -> impl Iterator<Item = &Arc<CntrCore>> {
+        [&self.send, &self.recv, &self.write, &self.read].into_iter().flatten()
+    }
 }
 
 /// An enabled endpoint: the xfer objects and where its completions go.
@@ -39,21 +85,34 @@ pub(crate) struct Enabled {
     pub(crate) tx_selective: bool,
     rx_selective: bool,
     pub(crate) inject_size: usize,
+    /// The counters bound (fi_cntr), fed by the router.
+    pub(crate) counters: Counters,
+    /// What the xfer CQ is polled into and the routing counts, under one
+    /// lock that also keeps two threads from routing this endpoint at once.
+    router: Mutex<Router>,
     _av: Arc<AvCore>,
     /// The xfer provider underneath (`tcp`, `verbs`).
     provider: &'static str,
+}
+
+/// An enabled endpoint's routing state.
+struct Router {
+    /// The completions of one poll, kept between reads: a fresh array of
+    /// completions to fill and drop cost more than the poll itself.
+    scratch: Vec<Completion>,
     /// Completions routed, sends and receives: logged when the endpoint
     /// closes, so a run can show that xfer carried its traffic.
-    sent: AtomicU64,
-    received: AtomicU64,
+    sent: u64,
+    received: u64,
 }
 
 impl Drop for Enabled {
     fn drop(&mut self) {
+        let r = self.router.get_mut().unwrap_or_else(|p| p.into_inner());
         tracing::info!(
             provider = self.provider,
-            sends = self.sent.load(Ordering::Relaxed),
-            receives = self.received.load(Ordering::Relaxed),
+            sends = r.sent,
+            receives = r.received,
             "xfer endpoint closed"
         );
     }
@@ -135,6 +194,8 @@ pub(crate) struct Send {
     pub(crate) data: Option<u64>,
     pub(crate) buf: *const c_void,
     pub(crate) len: usize,
+    /// The buffer's `fi_mr_desc` (used under `FI_MR_LOCAL`), or null.
+    pub(crate) desc: *mut c_void,
     pub(crate) context: *mut c_void,
     /// `*msg` flags, or the endpoint's default transmit flags.
     pub(crate) flags: Option<u64>,
@@ -147,45 +208,75 @@ pub(crate) struct Recv {
     pub(crate) tag: Option<(u64, u64)>,
     pub(crate) buf: *mut c_void,
     pub(crate) len: usize,
+    /// The buffer's `fi_mr_desc` (used under `FI_MR_LOCAL`), or null.
+    pub(crate) desc: *mut c_void,
     pub(crate) context: *mut c_void,
     /// `*msg` flags, or the endpoint's default receive flags.
     pub(crate) flags: Option<u64>,
 }
 
 impl EpCore {
-    /// Polls the endpoint's xfer completions and routes each to its
-    /// transmit or receive CQ (`from` is the CQ being read: others are poked).
-    pub(crate) fn progress(&self, from: &CqCore) {
+    /// Polls the endpoint's xfer completions, counts each on its counter
+    /// and routes it to its transmit or receive CQ. `from` is the CQ being
+    /// read (none for a counter's read): its successes go straight into
+    /// `out` while it has room (the read's own array), the rest to the CQs'
+    /// queues; other CQs are poked.
+    pub(crate) fn progress(&self, from: Option<&CqCore>, mut out: Option<&mut Out>) {
         let Some(en) = self.enabled.get() else { return };
-        let mut buf: [Completion; 16] = std::array::from_fn(|_| Completion::EMPTY);
+        let mut router = lock(&en.router);
+        let Router {
+            scratch,
+            sent,
+            received,
+        } = &mut *router;
         loop {
-            let n = match en.cq.poll(&mut buf) {
+            let n = match en.cq.poll(&mut scratch[..]) {
                 Ok(n) => n,
                 Err(e) => {
                     tracing::error!(error = %e, "polling the xfer completion queue");
                     return;
                 }
             };
-            for c in &buf[..n] {
+            for c in &scratch[..n] {
                 if c.context == crate::peek::discard_context() {
                     continue; // a claimed message received into nothing (FI_DISCARD)
+                }
+                if let Some(k) = en.counters.for_completion(c.flags) {
+                    k.hit(c.result.is_ok());
+                }
+                let silent = en.selective() && c.context & SILENT != 0;
+                if silent && c.result.is_ok() {
+                    continue; // no FI_COMPLETION asked: counted only
                 }
                 // Receives and the target's side of a write with data go to
                 // the receive CQ (fi_cq(3): FI_REMOTE_WRITE completions are
                 // the receiver's).
                 let to = if c.flags.contains(Flags::RECV) || c.flags.contains(Flags::REMOTE_WRITE) {
-                    en.received.fetch_add(1, Ordering::Relaxed);
+                    *received += 1;
                     &en.rx
                 } else {
-                    en.sent.fetch_add(1, Ordering::Relaxed);
+                    *sent += 1;
                     &en.tx
                 };
-                match to {
-                    Some(cq) => cq.push(Entry::from_xfer(c), !std::ptr::eq(Arc::as_ptr(cq), from)),
-                    None => tracing::warn!(flags = c.flags.0, "completion with no CQ bound for it; dropped"),
+                let Some(cq) = to else {
+                    tracing::warn!(flags = c.flags.0, "completion with no CQ bound for it; dropped");
+                    continue;
+                };
+                let mut e = Entry::from_xfer(c);
+                if silent {
+                    e.context &= !SILENT; // a failure is reported with the application's context
                 }
+                let mine = from.is_some_and(|f| std::ptr::eq(Arc::as_ptr(cq), f));
+                if let (true, Some(o)) = (mine, out.as_deref_mut()) {
+                    if e.error.is_some() {
+                        o.block();
+                    } else if o.put(&e) {
+                        continue;
+                    }
+                }
+                cq.push(e, !mine);
             }
-            if n < buf.len() {
+            if n < scratch.len() {
                 return;
             }
         }
@@ -221,16 +312,24 @@ impl EpCore {
             Buffer::from(unsafe { bytes(s.buf, s.len) }.to_vec())
         } else {
             // SAFETY: libfabric's contract: the buffer stays valid and
-            // untouched until the send's completion (or the endpoint closes).
-            unsafe { Buffer::raw(s.buf as *mut u8, s.len) }
+            // untouched until the send's completion (or the endpoint
+            // closes), and so does the region `desc` names.
+            match unsafe { self.buffer(s.buf as *mut c_void, s.len, s.desc) } {
+                Ok(b) => b,
+                Err(e) => return e,
+            }
+        };
+        let (context, completion) = match en.completion(s.context, flags, en.counters.send.is_some()) {
+            Ok(c) => c,
+            Err(e) => return e,
         };
         let op = SendOp {
             peer: PeerAddr(s.peer),
             tag: s.tag,
             data: s.data,
             buf,
-            context: s.context as usize as u64,
-            completion: !en.tx_selective || flags & fi::FI_COMPLETION != 0,
+            context,
+            completion,
         };
         match en.ep.post_send(op) {
             Ok(()) => 0,
@@ -241,27 +340,60 @@ impl EpCore {
     /// Posts a receive (`fi_recv`, `fi_trecv`, `*msg`). Without
     /// `FI_DIRECTED_RECV` the source address is ignored, as fi_msg(3) says.
     pub(crate) fn recv(&self, r: Recv) -> isize {
-        let en = match self.rx_ready(r.tag.is_some(), r.flags) {
+        let en = match self.rx_ready(r.tag.is_some()) {
             Ok(en) => en,
             Err(e) => return e,
         };
         if r.buf.is_null() && r.len > 0 {
             return scode(-(libc::EINVAL));
         }
+        let context = match en.recv_context(r.context, r.flags.unwrap_or(self.rx_op_flags)) {
+            Ok(c) => c,
+            Err(e) => return e,
+        };
         let src = self.source(r.src);
         let (tag, ignore) = r.tag.unwrap_or((0, 0));
+        // SAFETY: libfabric's contract: the buffer stays valid and untouched
+        // until the receive's completion, and so does the region `desc` names.
+        let buf = match unsafe { self.buffer(r.buf, r.len, r.desc) } {
+            Ok(b) => b,
+            Err(e) => return e,
+        };
         let op = RecvOp {
             spec: RecvSpec { src, tag, ignore },
             tagged: r.tag.is_some(),
-            // SAFETY: libfabric's contract: the buffer stays valid and
-            // untouched until the receive's completion.
-            buf: unsafe { Buffer::raw(r.buf.cast::<u8>(), r.len) },
-            context: r.context as usize as u64,
+            buf,
+            context,
         };
         match en.ep.post_recv(op) {
             Ok(()) => 0,
             Err(r) => scode(entry::code(&r.error)),
         }
+    }
+
+    /// The xfer buffer for `len` bytes at `buf`. Under `FI_MR_LOCAL` a
+    /// `desc` from `fi_mr_desc` makes it a buffer of that region (its keys
+    /// travel with it: verbs uses them instead of its registration cache,
+    /// decision 41); a `desc` that is not one of this plug-in's regions, or
+    /// a range outside it, is `-FI_EINVAL`. Without `FI_MR_LOCAL`, or with
+    /// a null `desc`, a raw buffer.
+    ///
+    /// # Safety
+    /// As [`Buffer::raw`]: the memory (and the region) stay valid and
+    /// untouched until the operation completes.
+    pub(crate) unsafe fn buffer(&self, buf: *mut c_void, len: usize, desc: *mut c_void) -> Result<Buffer, isize> {
+        if desc.is_null() || !self.domain.mr_local {
+            // SAFETY: the caller's contract.
+            return Ok(unsafe { Buffer::raw(buf.cast::<u8>(), len) });
+        }
+        // SAFETY: under FI_MR_LOCAL a non-null desc is what fi_mr_desc gave
+        // (fi_mr(3)): the fid of a live region, checked by class and magic.
+        let Some(region) = (unsafe { crate::mr::region(desc) }) else {
+            return Err(scode(-(libc::EINVAL)));
+        };
+        let offset = (buf as usize).wrapping_sub(region.addr() as usize);
+        // SAFETY: the caller's contract; `buffer` checks the range.
+        unsafe { region.buffer(offset, len) }.map_err(|e| scode(entry::code(&e)))
     }
 
     /// The enabled endpoint, if it has capability `cap` and a transmit CQ.
@@ -278,9 +410,8 @@ impl EpCore {
         Ok(en)
     }
 
-    /// The enabled endpoint, if it can take a receive (tagged or not) with
-    /// these `*msg` flags (`None`: the endpoint's default receive flags).
-    pub(crate) fn rx_ready(&self, tagged: bool, flags: Option<u64>) -> Result<&Enabled, isize> {
+    /// The enabled endpoint, if it can take a receive (tagged or not).
+    pub(crate) fn rx_ready(&self, tagged: bool) -> Result<&Enabled, isize> {
         let Some(en) = self.enabled.get() else {
             return Err(scode(fi::err(fi::FI_EOPBADSTATE)));
         };
@@ -290,11 +421,6 @@ impl EpCore {
         }
         if en.rx.is_none() {
             return Err(scode(fi::err(fi::FI_ENOCQ)));
-        }
-        // Every xfer receive completes: under FI_SELECTIVE_COMPLETION a
-        // receive that asks for no completion cannot be honoured.
-        if en.rx_selective && flags.unwrap_or(self.rx_op_flags) & fi::FI_COMPLETION == 0 {
-            return Err(scode(fi::err(fi::FI_EBADFLAGS)));
         }
         Ok(en)
     }
@@ -340,8 +466,58 @@ impl EpCore {
             (Some(t), Some(d)) => en.ep.tinject_data(peer, t, payload, d),
         };
         match r {
-            Ok(()) => 0,
+            Ok(()) => {
+                if let Some(k) = &en.counters.send {
+                    k.hit(true); // copied: an inject's completion
+                }
+                0
+            }
             Err(e) => scode(entry::code(&e)),
+        }
+    }
+}
+
+impl Enabled {
+    /// Whether either CQ was bound with `FI_SELECTIVE_COMPLETION` (only then
+    /// can a completion carry [`SILENT`]).
+    pub(crate) fn selective(&self) -> bool {
+        self.tx_selective || self.rx_selective
+    }
+
+    /// The xfer context and completion request of a send or RMA with these
+    /// flags: its own context and a completion, unless the transmit CQ is
+    /// selective and `FI_COMPLETION` is not asked; then no completion (xfer
+    /// still reports a failure), or, when a counter counts it (`counted`), a
+    /// completion marked [`SILENT`].
+    pub(crate) fn completion(&self, context: *mut c_void, flags: u64, counted: bool) -> Result<(u64, bool), isize> {
+        let ctx = self.checked(context)?;
+        Ok(if !self.tx_selective || flags & fi::FI_COMPLETION != 0 {
+            (ctx, true)
+        } else if counted {
+            (ctx | SILENT, true)
+        } else {
+            (ctx, false)
+        })
+    }
+
+    /// The xfer context of a receive with these flags: marked [`SILENT`]
+    /// when the receive CQ is selective and `FI_COMPLETION` is not asked
+    /// (every xfer receive completes; the router drops it unless it failed).
+    pub(crate) fn recv_context(&self, context: *mut c_void, flags: u64) -> Result<u64, isize> {
+        let ctx = self.checked(context)?;
+        Ok(match self.rx_selective && flags & fi::FI_COMPLETION == 0 {
+            true => ctx | SILENT,
+            false => ctx,
+        })
+    }
+
+    /// An application context as xfer's, refused on a selective endpoint
+    /// when it has the [`SILENT`] bit.
+    fn checked(&self, context: *mut c_void) -> Result<u64, isize> {
+        let ctx = context as usize as u64;
+        match self.selective() && ctx & SILENT != 0 {
+            true => Err(scode(-(libc::EINVAL))),
+            false => Ok(ctx),
         }
     }
 }
@@ -419,14 +595,8 @@ pub(crate) unsafe extern "C" fn open(
             atomic: entry::ops(&crate::unsupported::ATOMIC_OPS),
             collective: entry::ops(&crate::unsupported::COLLECTIVE_OPS),
         };
-        let obj = Obj::into_raw(fid, EpObj(Arc::new(core)));
         // SAFETY: the application's out pointer.
-        if !unsafe { entry::put(ep, obj) } {
-            // SAFETY: just made, never shared.
-            drop(unsafe { Obj::<EpObj>::take(obj.cast()) });
-            return -(libc::EINVAL);
-        }
-        0
+        unsafe { entry::hand_out(ep, fid, EpObj(Arc::new(core))) }
     })
 }
 
@@ -444,7 +614,7 @@ unsafe extern "C" fn bind(fid: *mut fi::fid, bfid: *mut fi::fid, flags: u64) -> 
         if ep.enabled.get().is_some() {
             return fi::err(fi::FI_EOPBADSTATE);
         }
-        let mut b = ep.bound.lock().unwrap_or_else(|p| p.into_inner());
+        let mut b = lock(&ep.bound);
         // SAFETY: non-null, a live fid.
         let class = unsafe { (*bfid).fclass } as u32;
         match class {
@@ -478,14 +648,47 @@ unsafe extern "C" fn bind(fid: *mut fi::fid, bfid: *mut fi::fid, flags: u64) -> 
                 0
             }
             fi::FI_CLASS_EQ => 0,
+            fi::FI_CLASS_CNTR => {
+                // SAFETY: a live fid.
+                let Some(k) = (unsafe { cntr::get(bfid) }) else {
+                    return -(libc::EINVAL);
+                };
+                let kinds = fi::FI_SEND | fi::FI_RECV | fi::FI_WRITE | fi::FI_READ;
+                // Remote counters need FI_RMA_EVENT, which xfer does not offer.
+                if !Arc::ptr_eq(&k.domain, &ep.domain) || flags == 0 || flags & !kinds != 0 {
+                    return -(libc::EINVAL);
+                }
+                let c = &mut b.counters;
+                for (bit, slot) in [
+                    (fi::FI_SEND, &mut c.send),
+                    (fi::FI_RECV, &mut c.recv),
+                    (fi::FI_WRITE, &mut c.write),
+                    (fi::FI_READ, &mut c.read),
+                ] {
+                    if flags & bit != 0 {
+                        *slot = Some(k.clone());
+                    }
+                }
+                0
+            }
             _ => -(libc::ENOSYS),
         }
     })
 }
 
+/// Takes `ep` out of the CQs and counters that drive it.
+fn detach<'a>(ep: &EpCore, cqs: impl Iterator<Item = &'a Arc<CqCore>>, counters: &Counters) {
+    for cq in cqs {
+        cq.eps.detach(ep);
+    }
+    for k in counters.all() {
+        k.eps.detach(ep);
+    }
+}
+
 /// `fi_enable`: opens the xfer endpoint on the bound AV.
 fn enable(ep: &Arc<EpCore>) -> c_int {
-    let b = ep.bound.lock().unwrap_or_else(|p| p.into_inner());
+    let b = lock(&ep.bound);
     if ep.enabled.get().is_some() {
         return 0;
     }
@@ -510,12 +713,16 @@ fn enable(ep: &Arc<EpCore>) -> c_int {
             return entry::code(&e);
         }
     };
-    let waits = b.tx.iter().chain(b.rx.iter()).any(|cq| cq.waits());
+    let waits = b.tx.iter().chain(b.rx.iter()).any(|cq| cq.waits()) || b.counters.all().any(|k| k.waits());
     let fd = if waits { xcq.fd() } else { -1 };
-    for cq in b.tx.iter().chain(b.rx.iter()) {
-        if let Err(e) = cq.attach(ep, fd) {
-            return entry::code(&e);
-        }
+    let attached =
+        b.tx.iter()
+            .chain(b.rx.iter())
+            .try_for_each(|cq| cq.attach(ep, fd))
+            .and_then(|()| b.counters.all().try_for_each(|k| k.attach(ep, fd)));
+    if let Err(e) = attached {
+        detach(ep, b.tx.iter().chain(b.rx.iter()), &b.counters);
+        return entry::code(&e);
     }
     let en = Enabled {
         ep: xep,
@@ -525,10 +732,14 @@ fn enable(ep: &Arc<EpCore>) -> c_int {
         tx_selective: b.tx_selective,
         rx_selective: b.rx_selective,
         inject_size: attr.inject_size,
+        counters: b.counters.clone(),
+        router: Mutex::new(Router {
+            scratch: vec![Completion::EMPTY; POLL_BATCH],
+            sent: 0,
+            received: 0,
+        }),
         _av: av,
         provider: ep.domain.xfer.provider(),
-        sent: AtomicU64::new(0),
-        received: AtomicU64::new(0),
     };
     let _ = ep.enabled.set(en);
     tracing::debug!(name = ?ep.enabled.get().map(|e| e.ep.name()), "endpoint enabled");
@@ -570,7 +781,14 @@ unsafe extern "C" fn getname(fid: fi::fid_t, addr: *mut c_void, addrlen: *mut us
 /// `FI_ECANCELED` (read through `fi_cq_readerr`); `-FI_ENOENT` when none waits.
 unsafe extern "C" fn cancel(fid: fi::fid_t, context: *mut c_void) -> isize {
     with_ep(fid.cast(), |ep| match ep.enabled.get() {
+        // A receive posted without FI_COMPLETION carries the SILENT bit.
         Some(en) => match en.ep.cancel(context as usize as u64) {
+            Err(xfer_facade::Error::NotFound(_)) if en.rx_selective => {
+                match en.ep.cancel(context as usize as u64 | SILENT) {
+                    Ok(()) => 0,
+                    Err(e) => scode(entry::code(&e)),
+                }
+            }
             Ok(()) => 0,
             Err(e) => scode(entry::code(&e)),
         },
@@ -578,18 +796,53 @@ unsafe extern "C" fn cancel(fid: fi::fid_t, context: *mut c_void) -> isize {
     })
 }
 
-unsafe extern "C" fn getopt(
-    _fid: fi::fid_t,
-    _level: c_int,
-    _name: c_int,
-    _val: *mut c_void,
-    _len: *mut usize,
-) -> c_int {
-    -(libc::ENOPROTOOPT)
+/// `fi_getopt` (level `FI_OPT_ENDPOINT`): `FI_OPT_CM_DATA_SIZE` is 0 (RDM
+/// endpoints have no connection management to carry data); the options of
+/// capabilities xfer does not offer (`FI_OPT_MIN_MULTI_RECV` of
+/// `FI_MULTI_RECV`, `FI_OPT_BUFFERED_*` of `FI_BUFFERED_RECV`) and the rest
+/// are `-FI_ENOPROTOOPT`, as libfabric's providers answer an option they
+/// do not have.
+unsafe extern "C" fn getopt(fid: fi::fid_t, level: c_int, name: c_int, val: *mut c_void, len: *mut usize) -> c_int {
+    guard(PANIC, || {
+        // SAFETY: libfabric passes the application's fid.
+        if unsafe { Obj::<EpObj>::get(fid) }.is_none() {
+            return -(libc::EINVAL);
+        }
+        if level as u32 != fi::FI_OPT_ENDPOINT {
+            return -(libc::ENOPROTOOPT);
+        }
+        match name as u32 {
+            fi::FI_OPT_CM_DATA_SIZE => {
+                if val.is_null() || len.is_null() {
+                    return -(libc::EINVAL);
+                }
+                // SAFETY: checked non-null; the caller's length.
+                let room = unsafe { *len };
+                // SAFETY: as above.
+                unsafe { *len = std::mem::size_of::<usize>() };
+                if room < std::mem::size_of::<usize>() {
+                    return fi::err(fi::FI_ETOOSMALL);
+                }
+                // SAFETY: the caller's buffer holds at least a size_t.
+                unsafe { val.cast::<usize>().write_unaligned(0) };
+                0
+            }
+            _ => -(libc::ENOPROTOOPT),
+        }
+    })
 }
 
-unsafe extern "C" fn setopt(_fid: fi::fid_t, _level: c_int, _name: c_int, _val: *const c_void, _len: usize) -> c_int {
-    -(libc::ENOPROTOOPT)
+/// `fi_setopt`: nothing to set. `FI_OPT_CM_DATA_SIZE` is read-only and the
+/// other options belong to capabilities xfer does not offer:
+/// `-FI_ENOPROTOOPT`.
+unsafe extern "C" fn setopt(fid: fi::fid_t, _level: c_int, _name: c_int, _val: *const c_void, _len: usize) -> c_int {
+    guard(PANIC, || {
+        // SAFETY: libfabric passes the application's fid.
+        match unsafe { Obj::<EpObj>::get(fid) } {
+            Some(_) => -(libc::ENOPROTOOPT),
+            None => -(libc::EINVAL),
+        }
+    })
 }
 
 unsafe extern "C" fn close(fid: *mut fi::fid) -> c_int {
@@ -597,6 +850,11 @@ unsafe extern "C" fn close(fid: *mut fi::fid) -> c_int {
         // SAFETY: libfabric passes the fid being closed, no longer in use.
         match unsafe { Obj::<EpObj>::take(fid) } {
             Some(obj) => {
+                let ep = &obj.core.0;
+                if let Some(en) = ep.enabled.get() {
+                    // Its CQs and counters held it for their reads.
+                    detach(ep, en.tx.iter().chain(en.rx.iter()), &en.counters);
+                }
                 drop(obj);
                 0
             }

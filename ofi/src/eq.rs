@@ -7,7 +7,7 @@ use std::ffi::{c_char, c_int, c_void};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::entry::{self, enosys, guard, put, scode, Core, Obj, PANIC};
+use crate::entry::{self, enosys, guard, scode, Core, Obj, PANIC};
 use crate::fabric::{self, Fabric};
 use crate::fi;
 
@@ -59,14 +59,8 @@ pub(crate) unsafe extern "C" fn open(
             fid: entry::fid(fi::FI_CLASS_EQ, context, &OPS),
             ops: entry::ops(&EQ_OPS),
         };
-        let obj = Obj::into_raw(fid, EqObj { _fabric: fabric });
         // SAFETY: the application's out pointer.
-        if !unsafe { put(eq, obj) } {
-            // SAFETY: just made, never shared.
-            drop(unsafe { Obj::<EqObj>::take(obj.cast()) });
-            return -(libc::EINVAL);
-        }
-        0
+        unsafe { entry::hand_out(eq, fid, EqObj { _fabric: fabric }) }
     })
 }
 

@@ -4,7 +4,7 @@ use std::ffi::{c_int, c_void, CStr};
 use std::sync::Arc;
 
 use crate::domain;
-use crate::entry::{self, enosys, guard, put, Core, Obj, PANIC};
+use crate::entry::{self, enosys, guard, Core, Obj, PANIC};
 use crate::eq;
 use crate::fi;
 use crate::info::FABRIC_NAME;
@@ -64,14 +64,8 @@ pub(crate) unsafe extern "C" fn open(
             ops: entry::ops(&FABRIC_OPS),
             api_version: attr.api_version,
         };
-        let obj = Obj::into_raw(fid, FabricObj(Arc::new(Fabric)));
-        // SAFETY: libfabric passes a valid out pointer.
-        if !unsafe { put(fabric, obj) } {
-            // SAFETY: just made by into_raw, never shared.
-            drop(unsafe { Obj::<FabricObj>::take(obj.cast()) });
-            return -(libc::EINVAL);
-        }
-        0
+        // SAFETY: the application's out pointer.
+        unsafe { entry::hand_out(fabric, fid, FabricObj(Arc::new(Fabric))) }
     })
 }
 
@@ -88,16 +82,5 @@ pub(crate) unsafe fn get(fid: *mut fi::fid_fabric) -> Option<(Arc<Fabric>, u32)>
 }
 
 unsafe extern "C" fn close(fid: *mut fi::fid) -> c_int {
-    guard(PANIC, || {
-        // SAFETY: libfabric passes the fid being closed.
-        let Some(obj) = (unsafe { Obj::<FabricObj>::get(fid) }) else {
-            return -(libc::EBADF);
-        };
-        if Arc::strong_count(&obj.core.0) > 1 {
-            return -(libc::EBUSY);
-        }
-        // SAFETY: checked above; the application no longer uses it.
-        drop(unsafe { Obj::<FabricObj>::take(fid) });
-        0
-    })
+    entry::close_unless_used::<FabricObj>(fid, |o| Arc::strong_count(&o.0) > 1)
 }

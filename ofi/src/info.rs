@@ -25,10 +25,27 @@ pub const RMA_CAPS: u64 = fi::FI_RMA | fi::FI_READ | fi::FI_WRITE | fi::FI_REMOT
 /// Everything an endpoint can be asked for.
 pub const CAPS: u64 = PRIMARY_CAPS | SECONDARY_CAPS | RMA_CAPS;
 /// Registration mode with RMA: remote addresses are virtual addresses, keys
-/// are xfer's (`fi_mr_key`), registered memory must be allocated. No
-/// `FI_MR_LOCAL`: local buffers need no descriptor (xfer registers what it
-/// must itself).
+/// are xfer's (`fi_mr_key`), registered memory must be allocated.
+/// `FI_MR_LOCAL` is added only when the application lists it (local buffers
+/// need no descriptor: xfer registers what it must itself; with it, the
+/// data calls use the `desc` they are given, decision 51).
 pub const MR_MODE_RMA: u64 = fi::FI_MR_VIRT_ADDR | fi::FI_MR_ALLOCATED | fi::FI_MR_PROV_KEY;
+/// Remote keys are 8 bytes.
+pub const MR_KEY_SIZE: usize = 8;
+/// CQs, counters, endpoints and contexts a domain offers (`domain_attr->*_cnt`).
+pub const DOMAIN_OBJECTS: usize = 1024;
+/// Threading levels an application may ask for: xfer's objects are
+/// thread-safe, which satisfies each.
+const THREADING: [u32; 6] = [
+    fi::FI_THREAD_UNSPEC,
+    fi::FI_THREAD_SAFE,
+    fi::FI_THREAD_FID,
+    fi::FI_THREAD_DOMAIN,
+    fi::FI_THREAD_COMPLETION,
+    fi::FI_THREAD_ENDPOINT,
+];
+/// Domain capabilities (`domain_attr->caps`).
+pub const DOMAIN_CAPS: u64 = fi::FI_LOCAL_COMM | fi::FI_REMOTE_COMM;
 /// Largest message (xfer's rendezvous carries 64-bit lengths; verbs devices
 /// cap a single RDMA READ at 2 GiB, so stay below).
 pub const MAX_MSG_SIZE: usize = 1 << 30;
@@ -88,6 +105,24 @@ pub struct Hints {
     pub src_addr: bool,
     pub dest_addr: Option<Vec<u8>>,
     pub mr_mode: i32,
+    pub threading: u32,
+    pub mr_key_size: usize,
+    /// The largest of the domain's object counts asked for (`cq_cnt`,
+    /// `ep_cnt`, `tx_ctx_cnt`, `rx_ctx_cnt`).
+    pub domain_objects: usize,
+    pub max_ep_tx_ctx: usize,
+    pub max_ep_rx_ctx: usize,
+    /// `max_ep_stx_ctx` + `max_ep_srx_ctx`: shared contexts asked for.
+    pub shared_ctx: usize,
+    pub cntr_cnt: usize,
+    pub domain_caps: u64,
+    pub auth_key: bool,
+    pub max_err_data: usize,
+    /// The largest `max_order_{raw,war,waw}_size` asked for.
+    pub max_order_size: usize,
+    pub rma_iov_limit: usize,
+    pub tx_size: usize,
+    pub rx_size: usize,
 }
 
 /// Limits of the endpoints xfer opens, from the `XFER_*` environment.
@@ -120,6 +155,15 @@ pub struct Offer {
     pub dest_addr: Option<Vec<u8>>,
     /// RMA asked for (and its registration mode accepted).
     pub rma: bool,
+    /// `FI_MR_LOCAL` in the registration mode returned (RMA only, when
+    /// the application listed it).
+    pub mr_local: bool,
+    /// The threading level returned: the one asked for, else `FI_THREAD_SAFE`.
+    pub threading: u32,
+    /// Transmit and receive queue sizes returned: the sizes asked for when
+    /// larger than xfer's defaults (xfer's queues grow, decision 15).
+    pub tx_size: usize,
+    pub rx_size: usize,
 }
 
 /// Checks `hints` against what xfer's provider `provider` can do: the offer,
@@ -187,6 +231,36 @@ pub fn select(h: &Hints, provider: &str, limits: Limits) -> Result<Offer, &'stat
             return Err("dest_addr is not an xfer name");
         }
     }
+    if !THREADING.contains(&h.threading) {
+        return Err("unknown threading level");
+    }
+    if h.mr_key_size > MR_KEY_SIZE {
+        return Err("remote keys are 8 bytes");
+    }
+    if h.domain_objects > DOMAIN_OBJECTS {
+        return Err("more than 1024 CQs, endpoints or contexts per domain");
+    }
+    if h.max_ep_tx_ctx > 1 || h.max_ep_rx_ctx > 1 || h.shared_ctx > 0 {
+        return Err("several or shared contexts per endpoint");
+    }
+    if h.cntr_cnt > DOMAIN_OBJECTS {
+        return Err("more than 1024 counters per domain");
+    }
+    if h.domain_caps & !DOMAIN_CAPS != 0 {
+        return Err("domain capabilities beyond FI_LOCAL_COMM and FI_REMOTE_COMM (no shared AV)");
+    }
+    if h.auth_key {
+        return Err("authorization keys");
+    }
+    if h.max_err_data > 0 {
+        return Err("provider error data (fi_cq_readerr's err_data is empty)");
+    }
+    if h.max_order_size > 0 {
+        return Err("RMA ordering (max_order_*_size)");
+    }
+    if h.rma_iov_limit > 1 {
+        return Err("several remote segments per RMA (rma_iov_limit is 1)");
+    }
     let rma = (h.caps | h.tx_caps | h.rx_caps) & RMA_CAPS != 0;
     let mr_mode = h.mr_mode as u64;
     if rma && !(mr_mode == 0 || mr_mode == u64::from(fi::FI_MR_BASIC) || mr_mode & MR_MODE_RMA == MR_MODE_RMA) {
@@ -216,6 +290,13 @@ pub fn select(h: &Hints, provider: &str, limits: Limits) -> Result<Offer, &'stat
         limits,
         dest_addr: h.dest_addr.clone(),
         rma,
+        mr_local: rma && mr_mode & fi::FI_MR_LOCAL != 0,
+        threading: match h.threading {
+            fi::FI_THREAD_UNSPEC => fi::FI_THREAD_SAFE,
+            asked => asked,
+        },
+        tx_size: h.tx_size.max(limits.queue_size),
+        rx_size: h.rx_size.max(limits.queue_size),
     })
 }
 
@@ -253,6 +334,11 @@ pub(crate) unsafe fn read_hints(info: &fi::fi_info) -> Hints {
         h.mem_tag_format = ep.mem_tag_format;
         h.tx_ctx_cnt = ep.tx_ctx_cnt;
         h.rx_ctx_cnt = ep.rx_ctx_cnt;
+        h.max_order_size = ep
+            .max_order_raw_size
+            .max(ep.max_order_war_size)
+            .max(ep.max_order_waw_size);
+        h.auth_key |= ep.auth_key_size > 0;
     }
     if let Some(d) = unsafe { info.domain_attr.as_ref() } {
         // SAFETY: name is null or a C string.
@@ -262,6 +348,16 @@ pub(crate) unsafe fn read_hints(info: &fi::fi_info) -> Hints {
         h.control_progress = d.control_progress;
         h.data_progress = d.data_progress;
         h.mr_mode = d.mr_mode;
+        h.threading = d.threading;
+        h.mr_key_size = d.mr_key_size;
+        h.domain_objects = d.cq_cnt.max(d.ep_cnt).max(d.tx_ctx_cnt).max(d.rx_ctx_cnt);
+        h.max_ep_tx_ctx = d.max_ep_tx_ctx;
+        h.max_ep_rx_ctx = d.max_ep_rx_ctx;
+        h.shared_ctx = d.max_ep_stx_ctx.saturating_add(d.max_ep_srx_ctx);
+        h.cntr_cnt = d.cntr_cnt;
+        h.domain_caps = d.caps;
+        h.auth_key |= d.auth_key_size > 0;
+        h.max_err_data = d.max_err_data;
     }
     if let Some(f) = unsafe { info.fabric_attr.as_ref() } {
         // SAFETY: name is null or a C string.
@@ -274,6 +370,8 @@ pub(crate) unsafe fn read_hints(info: &fi::fi_info) -> Hints {
         h.tx_comp_order = tx.comp_order;
         h.tx_inject_size = tx.inject_size;
         h.tx_iov_limit = tx.iov_limit;
+        h.rma_iov_limit = tx.rma_iov_limit;
+        h.tx_size = tx.size;
     }
     if let Some(rx) = unsafe { info.rx_attr.as_ref() } {
         h.rx_caps = rx.caps;
@@ -282,6 +380,7 @@ pub(crate) unsafe fn read_hints(info: &fi::fi_info) -> Hints {
         h.rx_comp_order = rx.comp_order;
         h.rx_iov_limit = rx.iov_limit;
         h.rx_total_buffered_recv = rx.total_buffered_recv;
+        h.rx_size = rx.size;
     }
     h
 }
@@ -329,8 +428,9 @@ fn build(version: u32, offer: &Offer) -> Option<*mut fi::fi_info> {
     tx.comp_order = fi::FI_ORDER_NONE;
     tx.op_flags = offer.tx_op_flags;
     tx.inject_size = l.inject_size;
-    tx.size = l.queue_size;
+    tx.size = offer.tx_size;
     tx.iov_limit = 1;
+    tx.rma_iov_limit = usize::from(offer.rma);
     rx.caps = caps
         & (PRIMARY_CAPS
             | fi::FI_RECV
@@ -342,7 +442,7 @@ fn build(version: u32, offer: &Offer) -> Option<*mut fi::fi_info> {
     rx.op_flags = offer.rx_op_flags;
     rx.msg_order = MSG_ORDER;
     rx.comp_order = fi::FI_ORDER_NONE;
-    rx.size = l.queue_size;
+    rx.size = offer.rx_size;
     rx.iov_limit = 1;
     ep.type_ = fi::FI_EP_RDM;
     ep.protocol = fi::FI_PROTO_UNSPEC;
@@ -351,27 +451,29 @@ fn build(version: u32, offer: &Offer) -> Option<*mut fi::fi_info> {
     ep.rx_ctx_cnt = 1;
     ep.mem_tag_format = offer.mem_tag_format;
     dom.name = c_string(&offer.provider);
-    dom.threading = fi::FI_THREAD_SAFE;
+    dom.threading = offer.threading;
     dom.control_progress = fi::FI_PROGRESS_MANUAL;
     dom.data_progress = fi::FI_PROGRESS_MANUAL;
     dom.resource_mgmt = fi::FI_RM_ENABLED;
     dom.av_type = offer.av_type;
+    let local = if offer.mr_local { fi::FI_MR_LOCAL } else { 0 };
     dom.mr_mode = match (offer.rma, version < fi::version(1, 5)) {
         (true, true) => fi::FI_MR_BASIC as c_int,
-        (true, false) => MR_MODE_RMA as c_int,
+        (true, false) => (MR_MODE_RMA | local) as c_int,
         (false, true) => fi::FI_MR_SCALABLE as c_int,
         (false, false) => 0,
     };
-    dom.mr_key_size = std::mem::size_of::<u64>();
+    dom.mr_key_size = MR_KEY_SIZE;
     dom.cq_data_size = CQ_DATA_SIZE;
-    dom.cq_cnt = 1024;
-    dom.ep_cnt = 1024;
-    dom.tx_ctx_cnt = 1024;
-    dom.rx_ctx_cnt = 1024;
+    dom.cq_cnt = DOMAIN_OBJECTS;
+    dom.ep_cnt = DOMAIN_OBJECTS;
+    dom.tx_ctx_cnt = DOMAIN_OBJECTS;
+    dom.rx_ctx_cnt = DOMAIN_OBJECTS;
     dom.max_ep_tx_ctx = 1;
     dom.max_ep_rx_ctx = 1;
     dom.mr_iov_limit = 1;
-    dom.caps = fi::FI_LOCAL_COMM | fi::FI_REMOTE_COMM;
+    dom.cntr_cnt = DOMAIN_OBJECTS;
+    dom.caps = DOMAIN_CAPS;
     fab.name = c_string(FABRIC_NAME);
     fab.prov_version = crate::PROVIDER_VERSION;
     fab.api_version = version;
@@ -546,5 +648,99 @@ mod tests {
             L
         )
         .is_ok());
+    }
+
+    #[test]
+    fn domain_and_size_hints_are_honoured_or_refused() {
+        let refuse = |h: Hints| select(&h, "tcp", L).unwrap_err();
+        for h in [
+            Hints {
+                threading: 99,
+                ..Hints::default()
+            },
+            Hints {
+                mr_key_size: 16,
+                ..Hints::default()
+            },
+            Hints {
+                domain_objects: 4096,
+                ..Hints::default()
+            },
+            Hints {
+                max_ep_tx_ctx: 2,
+                ..Hints::default()
+            },
+            Hints {
+                shared_ctx: 1,
+                ..Hints::default()
+            },
+            Hints {
+                cntr_cnt: 4096,
+                ..Hints::default()
+            },
+            Hints {
+                domain_caps: fi::FI_SHARED_AV,
+                ..Hints::default()
+            },
+            Hints {
+                auth_key: true,
+                ..Hints::default()
+            },
+            Hints {
+                max_err_data: 64,
+                ..Hints::default()
+            },
+            Hints {
+                max_order_size: 8,
+                ..Hints::default()
+            },
+            Hints {
+                caps: fi::FI_RMA,
+                rma_iov_limit: 2,
+                ..Hints::default()
+            },
+        ] {
+            refuse(h);
+        }
+        let o = select(
+            &Hints {
+                threading: fi::FI_THREAD_DOMAIN,
+                mr_key_size: 8,
+                domain_objects: 16,
+                tx_size: 1 << 20,
+                rx_size: 1,
+                ..Hints::default()
+            },
+            "tcp",
+            L,
+        )
+        .unwrap();
+        assert_eq!(o.threading, fi::FI_THREAD_DOMAIN, "the level asked for");
+        assert_eq!(
+            (o.tx_size, o.rx_size),
+            (1 << 20, L.queue_size),
+            "the larger of asked and default"
+        );
+        assert_eq!(
+            select(&Hints::default(), "tcp", L).unwrap().threading,
+            fi::FI_THREAD_SAFE
+        );
+    }
+
+    #[test]
+    fn mr_local_only_with_rma_and_when_listed() {
+        let local = fi::FI_MR_LOCAL;
+        let h = |caps: u64, mr_mode: u64| Hints {
+            caps,
+            mr_mode: mr_mode as i32,
+            ..Hints::default()
+        };
+        assert!(select(&h(fi::FI_RMA, MR_MODE_RMA | local), "tcp", L).unwrap().mr_local);
+        assert!(!select(&h(fi::FI_RMA, MR_MODE_RMA), "tcp", L).unwrap().mr_local);
+        assert!(
+            !select(&h(fi::FI_TAGGED, MR_MODE_RMA | local), "tcp", L)
+                .unwrap()
+                .mr_local
+        );
     }
 }

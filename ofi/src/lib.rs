@@ -16,6 +16,7 @@
 #![deny(missing_docs)]
 
 mod av;
+mod cntr;
 mod cq;
 mod domain;
 mod ep;

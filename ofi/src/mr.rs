@@ -1,9 +1,11 @@
 //! Memory registration (`fi_mr_reg`, `fi_mr_regv`, `fi_mr_regattr`) onto
 //! xfer's [`Domain::register_raw`]: the region's key is xfer's remote key
 //! (`FI_MR_PROV_KEY`), peers address it by virtual address
-//! (`FI_MR_VIRT_ADDR`), and `fi_mr_desc` is null (no `FI_MR_LOCAL`: local
-//! buffers of RMA calls need no descriptor). Closing the region
-//! deregisters it; the domain cannot close while regions of it are open.
+//! (`FI_MR_VIRT_ADDR`), and `fi_mr_desc` is the region's own `fid`: on a
+//! domain opened with `FI_MR_LOCAL` the data calls turn a buffer and its
+//! `desc` into a [`MemoryRegion::buffer`] (decision 41), elsewhere `desc` is
+//! ignored. Closing the region deregisters it; the domain cannot close while
+//! regions of it are open.
 //!
 //! [`Domain::register_raw`]: xfer_facade::Domain::register_raw
 
@@ -18,8 +20,19 @@ use crate::fi;
 
 /// A registered region.
 pub(crate) struct MrObj {
-    _region: MemoryRegion,
+    region: MemoryRegion,
     _domain: Arc<DomainCore>,
+}
+
+/// The region behind a `desc` from `fi_mr_desc`, or `None` when `desc` is
+/// not one of ours.
+///
+/// # Safety
+/// `desc` is null or points to a live `struct fid` (what `fi_mr_desc`
+/// returned, for a region not yet closed).
+pub(crate) unsafe fn region<'a>(desc: *mut c_void) -> Option<&'a MemoryRegion> {
+    // SAFETY: forwarded.
+    unsafe { Obj::<MrObj>::get(desc.cast()) }.map(|o| &o.core.region)
 }
 
 impl Core for MrObj {
@@ -88,10 +101,13 @@ fn register(
     let obj = Obj::into_raw(
         fid,
         MrObj {
-            _region: region,
+            region,
             _domain: domain,
         },
     );
+    // SAFETY: just made by into_raw, not shared yet: fi_mr_desc gives the
+    // region's own fid, which the data calls turn back into it.
+    unsafe { (*obj).mem_desc = obj.cast() };
     // SAFETY: the application's out pointer, checked non-null.
     if !unsafe { put(mr, obj) } {
         // SAFETY: just made, never shared.

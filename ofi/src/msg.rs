@@ -22,18 +22,29 @@ pub(crate) static OPS: fi::fi_ops_msg = fi::fi_ops_msg {
     injectdata: Some(injectdata),
 };
 
-/// The one buffer of an I/O vector (`iov_limit` is 1): `(null, 0)` for an
-/// empty vector, `-FI_EINVAL` for more than one element.
+/// The one buffer of an I/O vector (`iov_limit` is 1) and its descriptor
+/// (null when `desc` is): `(null, 0, null)` for an empty vector,
+/// `-FI_EINVAL` for more than one element.
 ///
 /// # Safety
-/// `iov` is null or valid for `count` elements.
-pub(crate) unsafe fn one_iov(iov: *const fi::iovec, count: usize) -> Result<(*mut c_void, usize), isize> {
+/// `iov` is null or valid for `count` elements, and so is `desc`.
+pub(crate) unsafe fn one_iov(
+    iov: *const fi::iovec,
+    desc: *mut *mut c_void,
+    count: usize,
+) -> Result<(*mut c_void, usize, *mut c_void), isize> {
     match count {
-        0 => Ok((std::ptr::null_mut(), 0)),
+        0 => Ok((std::ptr::null_mut(), 0, std::ptr::null_mut())),
         1 if !iov.is_null() => {
             // SAFETY: non-null and valid for one element.
             let v = unsafe { &*iov };
-            Ok((v.iov_base, v.iov_len))
+            // SAFETY: null or valid for one element.
+            let d = if desc.is_null() {
+                std::ptr::null_mut()
+            } else {
+                unsafe { *desc }
+            };
+            Ok((v.iov_base, v.iov_len, d))
         }
         _ => Err(scode(-(libc::EINVAL))),
     }
@@ -51,7 +62,7 @@ unsafe extern "C" fn recv(
     ep: *mut fi::fid_ep,
     buf: *mut c_void,
     len: usize,
-    _desc: *mut c_void,
+    desc: *mut c_void,
     src: fi::fi_addr_t,
     context: *mut c_void,
 ) -> isize {
@@ -61,6 +72,7 @@ unsafe extern "C" fn recv(
             tag: None,
             buf,
             len,
+            desc,
             context,
             flags: None,
         })
@@ -70,15 +82,15 @@ unsafe extern "C" fn recv(
 unsafe extern "C" fn recvv(
     ep: *mut fi::fid_ep,
     iov: *const fi::iovec,
-    _desc: *mut *mut c_void,
+    desc: *mut *mut c_void,
     count: usize,
     src: fi::fi_addr_t,
     context: *mut c_void,
 ) -> isize {
-    // SAFETY: the caller's vector of `count` elements; its one buffer is
+    // SAFETY: the caller's vectors of `count` elements; the one buffer is
     // passed on under `recv`'s contract.
-    match unsafe { one_iov(iov, count) } {
-        Ok((buf, len)) => unsafe { recv(ep, buf, len, std::ptr::null_mut(), src, context) },
+    match unsafe { one_iov(iov, desc, count) } {
+        Ok((buf, len, desc)) => unsafe { recv(ep, buf, len, desc, src, context) },
         Err(e) => e,
     }
 }
@@ -93,12 +105,13 @@ unsafe extern "C" fn recvmsg(ep: *mut fi::fid_ep, msg: *const fi::fi_msg, flags:
             return e;
         }
         // SAFETY: the message's vector of iov_count elements.
-        match unsafe { one_iov(m.msg_iov, m.iov_count) } {
-            Ok((buf, len)) => ep.recv(Recv {
+        match unsafe { one_iov(m.msg_iov, m.desc, m.iov_count) } {
+            Ok((buf, len, desc)) => ep.recv(Recv {
                 src: m.addr,
                 tag: None,
                 buf,
                 len,
+                desc,
                 context: m.context,
                 flags: Some(flags),
             }),
@@ -111,7 +124,7 @@ unsafe extern "C" fn send(
     ep: *mut fi::fid_ep,
     buf: *const c_void,
     len: usize,
-    _desc: *mut c_void,
+    desc: *mut c_void,
     dest: fi::fi_addr_t,
     context: *mut c_void,
 ) -> isize {
@@ -122,6 +135,7 @@ unsafe extern "C" fn send(
             data: None,
             buf,
             len,
+            desc,
             context,
             flags: None,
         })
@@ -131,15 +145,15 @@ unsafe extern "C" fn send(
 unsafe extern "C" fn sendv(
     ep: *mut fi::fid_ep,
     iov: *const fi::iovec,
-    _desc: *mut *mut c_void,
+    desc: *mut *mut c_void,
     count: usize,
     dest: fi::fi_addr_t,
     context: *mut c_void,
 ) -> isize {
-    // SAFETY: the caller's vector of `count` elements; its one buffer is
+    // SAFETY: the caller's vectors of `count` elements; the one buffer is
     // passed on under `send`'s contract.
-    match unsafe { one_iov(iov, count) } {
-        Ok((buf, len)) => unsafe { send(ep, buf, len, std::ptr::null_mut(), dest, context) },
+    match unsafe { one_iov(iov, desc, count) } {
+        Ok((buf, len, desc)) => unsafe { send(ep, buf, len, desc, dest, context) },
         Err(e) => e,
     }
 }
@@ -154,13 +168,14 @@ unsafe extern "C" fn sendmsg(ep: *mut fi::fid_ep, msg: *const fi::fi_msg, flags:
             return e;
         }
         // SAFETY: the message's vector of iov_count elements.
-        match unsafe { one_iov(m.msg_iov, m.iov_count) } {
-            Ok((buf, len)) => ep.send(Send {
+        match unsafe { one_iov(m.msg_iov, m.desc, m.iov_count) } {
+            Ok((buf, len, desc)) => ep.send(Send {
                 peer: m.addr,
                 tag: None,
                 data: (flags & fi::FI_REMOTE_CQ_DATA != 0).then_some(m.data),
                 buf,
                 len,
+                desc,
                 context: m.context,
                 flags: Some(flags),
             }),
@@ -177,7 +192,7 @@ unsafe extern "C" fn senddata(
     ep: *mut fi::fid_ep,
     buf: *const c_void,
     len: usize,
-    _desc: *mut c_void,
+    desc: *mut c_void,
     data: u64,
     dest: fi::fi_addr_t,
     context: *mut c_void,
@@ -189,6 +204,7 @@ unsafe extern "C" fn senddata(
             data: Some(data),
             buf,
             len,
+            desc,
             context,
             flags: None,
         })

@@ -22,7 +22,7 @@ use std::ffi::c_void;
 use xfer_facade::{Buffer, Claim, Peeked};
 
 use crate::cq::Entry;
-use crate::entry::{self, scode};
+use crate::entry::{self, lock, scode};
 use crate::ep::{Enabled, EpCore};
 use crate::fi;
 
@@ -45,6 +45,8 @@ pub(crate) struct Probe {
     /// The buffer of a claiming receive (`FI_CLAIM` without `FI_PEEK`).
     pub(crate) buf: *mut c_void,
     pub(crate) len: usize,
+    /// The buffer's `fi_mr_desc` (used under `FI_MR_LOCAL`), or null.
+    pub(crate) desc: *mut c_void,
     pub(crate) context: *mut c_void,
     pub(crate) flags: u64,
 }
@@ -54,7 +56,7 @@ impl EpCore {
     /// or `FI_DISCARD`), or `FI_CLAIM` (optionally with `FI_DISCARD`) for a
     /// message an earlier peek claimed with the same context.
     pub(crate) fn probe(&self, p: Probe) -> isize {
-        let en = match self.rx_ready(true, Some(p.flags)) {
+        let en = match self.rx_ready(true) {
             Ok(en) => en,
             Err(e) => return e,
         };
@@ -65,7 +67,7 @@ impl EpCore {
         if p.flags & fi::FI_CLAIM == 0 {
             return scode(fi::err(fi::FI_EBADFLAGS)); // FI_DISCARD alone
         }
-        let claimed = self.claims.lock().unwrap_or_else(|e| e.into_inner()).remove(&context);
+        let claimed = lock(&self.claims).remove(&context);
         let Some((claim, peeked)) = claimed else {
             return scode(-(libc::EINVAL)); // no peek claimed a message with this context
         };
@@ -82,16 +84,21 @@ impl EpCore {
             return scode(-(libc::EINVAL));
         }
         // SAFETY: libfabric's contract: the buffer stays valid and untouched
-        // until the receive's completion.
-        let buf = unsafe { Buffer::raw(p.buf.cast::<u8>(), p.len) };
-        match en.ep.post_claimed(claim, buf, context) {
+        // until the receive's completion, and so does the region `desc` names.
+        let posted = unsafe { self.buffer(p.buf, p.len, p.desc) }
+            .and_then(|buf| en.recv_context(p.context, p.flags).map(|ctx| (buf, ctx)));
+        let (buf, xctx) = match posted {
+            Ok(b) => b,
+            Err(e) => {
+                lock(&self.claims).insert(context, (claim, peeked));
+                return e;
+            }
+        };
+        match en.ep.post_claimed(claim, buf, xctx) {
             Ok(()) => 0,
             Err(r) => {
                 let (claim, _) = r.op;
-                self.claims
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .insert(context, (claim, peeked));
+                lock(&self.claims).insert(context, (claim, peeked));
                 scode(entry::code(&r.error))
             }
         }
@@ -121,10 +128,7 @@ impl EpCore {
                 report(en, context, Some(peeked), p.tag);
             }
             Some((peeked, Some(c))) => {
-                self.claims
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .insert(context, (c, peeked));
+                lock(&self.claims).insert(context, (c, peeked));
                 report(en, context, Some(peeked), p.tag);
             }
         }

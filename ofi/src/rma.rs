@@ -56,6 +56,8 @@ pub(crate) struct Rma {
     kind: RmaKind,
     buf: *mut c_void,
     len: usize,
+    /// The local buffer's `fi_mr_desc` (used under `FI_MR_LOCAL`).
+    desc: *mut c_void,
     addr: u64,
     key: u64,
     data: Option<u64>,
@@ -86,8 +88,20 @@ impl EpCore {
             Buffer::from(unsafe { bytes(r.buf, r.len) }.to_vec())
         } else {
             // SAFETY: libfabric's contract: the buffer stays valid (and, for
-            // a read, untouched) until the operation's completion.
-            unsafe { Buffer::raw(r.buf.cast::<u8>(), r.len) }
+            // a read, untouched) until the operation's completion, and so
+            // does the region `desc` names.
+            match unsafe { self.buffer(r.buf, r.len, r.desc) } {
+                Ok(b) => b,
+                Err(e) => return e,
+            }
+        };
+        let counter = match r.kind {
+            RmaKind::Read => &en.counters.read,
+            _ => &en.counters.write,
+        };
+        let (context, completion) = match en.completion(r.context, flags, counter.is_some()) {
+            Ok(c) => c,
+            Err(e) => return e,
         };
         let op = RmaOp {
             peer: PeerAddr(r.peer),
@@ -96,8 +110,8 @@ impl EpCore {
             addr: r.addr,
             key: r.key,
             data: r.data,
-            context: r.context as usize as u64,
-            completion: !en.tx_selective || flags & fi::FI_COMPLETION != 0,
+            context,
+            completion,
         };
         match en.ep.post_rma(op) {
             Ok(()) => 0,
@@ -136,7 +150,12 @@ impl EpCore {
             Some(d) => en.ep.inject_write_data(PeerAddr(peer), payload, &remote, 0, d),
         };
         match r {
-            Ok(()) => 0,
+            Ok(()) => {
+                if let Some(k) = &en.counters.write {
+                    k.hit(true); // copied and sent: an inject's completion
+                }
+                0
+            }
             Err(e) => scode(entry::code(&e)),
         }
     }
@@ -168,7 +187,7 @@ unsafe fn from_msg(msg: *const fi::fi_msg_rma, kind: RmaKind, flags: u64) -> Res
     };
     check_flags(flags, allowed)?;
     // SAFETY: the message's vectors, by the caller's contract.
-    let (buf, len) = unsafe { one_iov(m.msg_iov, m.iov_count) }?;
+    let (buf, len, desc) = unsafe { one_iov(m.msg_iov, m.desc, m.iov_count) }?;
     // SAFETY: as above.
     let remote = unsafe { one_rma_iov(m.rma_iov, m.rma_iov_count) }.ok_or(scode(-(libc::EINVAL)))?;
     if remote.len < len {
@@ -179,6 +198,7 @@ unsafe fn from_msg(msg: *const fi::fi_msg_rma, kind: RmaKind, flags: u64) -> Res
         kind,
         buf,
         len,
+        desc,
         addr: remote.addr,
         key: remote.key,
         data: (flags & fi::FI_REMOTE_CQ_DATA != 0).then_some(m.data),
@@ -192,7 +212,7 @@ unsafe extern "C" fn read(
     ep: *mut fi::fid_ep,
     buf: *mut c_void,
     len: usize,
-    _desc: *mut c_void,
+    desc: *mut c_void,
     src: fi::fi_addr_t,
     addr: u64,
     key: u64,
@@ -204,6 +224,7 @@ unsafe extern "C" fn read(
             kind: RmaKind::Read,
             buf,
             len,
+            desc,
             addr,
             key,
             data: None,
@@ -217,17 +238,17 @@ unsafe extern "C" fn read(
 unsafe extern "C" fn readv(
     ep: *mut fi::fid_ep,
     iov: *const fi::iovec,
-    _desc: *mut *mut c_void,
+    desc: *mut *mut c_void,
     count: usize,
     src: fi::fi_addr_t,
     addr: u64,
     key: u64,
     context: *mut c_void,
 ) -> isize {
-    // SAFETY: the caller's vector of `count` elements; its one buffer is
+    // SAFETY: the caller's vectors of `count` elements; the one buffer is
     // passed on under `read`'s contract.
-    match unsafe { one_iov(iov, count) } {
-        Ok((buf, len)) => unsafe { read(ep, buf, len, std::ptr::null_mut(), src, addr, key, context) },
+    match unsafe { one_iov(iov, desc, count) } {
+        Ok((buf, len, desc)) => unsafe { read(ep, buf, len, desc, src, addr, key, context) },
         Err(e) => e,
     }
 }
@@ -245,7 +266,7 @@ unsafe extern "C" fn write(
     ep: *mut fi::fid_ep,
     buf: *const c_void,
     len: usize,
-    _desc: *mut c_void,
+    desc: *mut c_void,
     dest: fi::fi_addr_t,
     addr: u64,
     key: u64,
@@ -257,6 +278,7 @@ unsafe extern "C" fn write(
             kind: RmaKind::Write,
             buf: buf as *mut c_void,
             len,
+            desc,
             addr,
             key,
             data: None,
@@ -270,17 +292,17 @@ unsafe extern "C" fn write(
 unsafe extern "C" fn writev(
     ep: *mut fi::fid_ep,
     iov: *const fi::iovec,
-    _desc: *mut *mut c_void,
+    desc: *mut *mut c_void,
     count: usize,
     dest: fi::fi_addr_t,
     addr: u64,
     key: u64,
     context: *mut c_void,
 ) -> isize {
-    // SAFETY: the caller's vector of `count` elements; its one buffer is
+    // SAFETY: the caller's vectors of `count` elements; the one buffer is
     // passed on under `write`'s contract.
-    match unsafe { one_iov(iov, count) } {
-        Ok((buf, len)) => unsafe { write(ep, buf, len, std::ptr::null_mut(), dest, addr, key, context) },
+    match unsafe { one_iov(iov, desc, count) } {
+        Ok((buf, len, desc)) => unsafe { write(ep, buf, len, desc, dest, addr, key, context) },
         Err(e) => e,
     }
 }
@@ -309,7 +331,7 @@ unsafe extern "C" fn writedata(
     ep: *mut fi::fid_ep,
     buf: *const c_void,
     len: usize,
-    _desc: *mut c_void,
+    desc: *mut c_void,
     data: u64,
     dest: fi::fi_addr_t,
     addr: u64,
@@ -322,6 +344,7 @@ unsafe extern "C" fn writedata(
             kind: RmaKind::Write,
             buf: buf as *mut c_void,
             len,
+            desc,
             addr,
             key,
             data: Some(data),

@@ -30,7 +30,7 @@ unsafe extern "C" fn trecv(
     ep: *mut fi::fid_ep,
     buf: *mut c_void,
     len: usize,
-    _desc: *mut c_void,
+    desc: *mut c_void,
     src: fi::fi_addr_t,
     tag: u64,
     ignore: u64,
@@ -42,6 +42,7 @@ unsafe extern "C" fn trecv(
             tag: Some((tag, ignore)),
             buf,
             len,
+            desc,
             context,
             flags: None,
         })
@@ -52,17 +53,17 @@ unsafe extern "C" fn trecv(
 unsafe extern "C" fn trecvv(
     ep: *mut fi::fid_ep,
     iov: *const fi::iovec,
-    _desc: *mut *mut c_void,
+    desc: *mut *mut c_void,
     count: usize,
     src: fi::fi_addr_t,
     tag: u64,
     ignore: u64,
     context: *mut c_void,
 ) -> isize {
-    // SAFETY: the caller's vector of `count` elements; its one buffer is
+    // SAFETY: the caller's vectors of `count` elements; the one buffer is
     // passed on under `trecv`'s contract.
-    match unsafe { one_iov(iov, count) } {
-        Ok((buf, len)) => unsafe { trecv(ep, buf, len, std::ptr::null_mut(), src, tag, ignore, context) },
+    match unsafe { one_iov(iov, desc, count) } {
+        Ok((buf, len, desc)) => unsafe { trecv(ep, buf, len, desc, src, tag, ignore, context) },
         Err(e) => e,
     }
 }
@@ -77,21 +78,23 @@ unsafe extern "C" fn trecvmsg(ep: *mut fi::fid_ep, msg: *const fi::fi_msg_tagged
             return e;
         }
         // SAFETY: the message's vector of iov_count elements.
-        match unsafe { one_iov(m.msg_iov, m.iov_count) } {
-            Ok((buf, len)) if flags & PROBE_FLAGS != 0 => ep.probe(Probe {
+        match unsafe { one_iov(m.msg_iov, m.desc, m.iov_count) } {
+            Ok((buf, len, desc)) if flags & PROBE_FLAGS != 0 => ep.probe(Probe {
                 src: m.addr,
                 tag: m.tag,
                 ignore: m.ignore,
                 buf,
                 len,
+                desc,
                 context: m.context,
                 flags,
             }),
-            Ok((buf, len)) => ep.recv(Recv {
+            Ok((buf, len, desc)) => ep.recv(Recv {
                 src: m.addr,
                 tag: Some((m.tag, m.ignore)),
                 buf,
                 len,
+                desc,
                 context: m.context,
                 flags: Some(flags),
             }),
@@ -104,7 +107,7 @@ unsafe extern "C" fn tsend(
     ep: *mut fi::fid_ep,
     buf: *const c_void,
     len: usize,
-    _desc: *mut c_void,
+    desc: *mut c_void,
     dest: fi::fi_addr_t,
     tag: u64,
     context: *mut c_void,
@@ -116,6 +119,7 @@ unsafe extern "C" fn tsend(
             data: None,
             buf,
             len,
+            desc,
             context,
             flags: None,
         })
@@ -126,16 +130,16 @@ unsafe extern "C" fn tsend(
 unsafe extern "C" fn tsendv(
     ep: *mut fi::fid_ep,
     iov: *const fi::iovec,
-    _desc: *mut *mut c_void,
+    desc: *mut *mut c_void,
     count: usize,
     dest: fi::fi_addr_t,
     tag: u64,
     context: *mut c_void,
 ) -> isize {
-    // SAFETY: the caller's vector of `count` elements; its one buffer is
+    // SAFETY: the caller's vectors of `count` elements; the one buffer is
     // passed on under `tsend`'s contract.
-    match unsafe { one_iov(iov, count) } {
-        Ok((buf, len)) => unsafe { tsend(ep, buf, len, std::ptr::null_mut(), dest, tag, context) },
+    match unsafe { one_iov(iov, desc, count) } {
+        Ok((buf, len, desc)) => unsafe { tsend(ep, buf, len, desc, dest, tag, context) },
         Err(e) => e,
     }
 }
@@ -150,13 +154,14 @@ unsafe extern "C" fn tsendmsg(ep: *mut fi::fid_ep, msg: *const fi::fi_msg_tagged
             return e;
         }
         // SAFETY: the message's vector of iov_count elements.
-        match unsafe { one_iov(m.msg_iov, m.iov_count) } {
-            Ok((buf, len)) => ep.send(Send {
+        match unsafe { one_iov(m.msg_iov, m.desc, m.iov_count) } {
+            Ok((buf, len, desc)) => ep.send(Send {
                 peer: m.addr,
                 tag: Some(m.tag),
                 data: (flags & fi::FI_REMOTE_CQ_DATA != 0).then_some(m.data),
                 buf,
                 len,
+                desc,
                 context: m.context,
                 flags: Some(flags),
             }),
@@ -180,7 +185,7 @@ unsafe extern "C" fn tsenddata(
     ep: *mut fi::fid_ep,
     buf: *const c_void,
     len: usize,
-    _desc: *mut c_void,
+    desc: *mut c_void,
     data: u64,
     dest: fi::fi_addr_t,
     tag: u64,
@@ -193,6 +198,7 @@ unsafe extern "C" fn tsenddata(
             data: Some(data),
             buf,
             len,
+            desc,
             context,
             flags: None,
         })

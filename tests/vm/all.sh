@@ -29,7 +29,8 @@
 #   c_suite      the C suite (tests/c/test_capi.c) over XFER_PROVIDER=verbs, then the C
 #                examples (pingpong, rma) as server and client processes over verbs
 #   ofi          libfabric's fi_info and fi_pingpong (-e rdm, -m msg and -m tagged, two
-#                processes) over libxfer_fi.so's verbs domain (docs/OFI.md)
+#                processes) over libxfer_fi.so's verbs domain (docs/OFI.md), then the
+#                libfabric C suite ofi/tests/c/fi_suite.c over it (RMA with FI_MR_LOCAL)
 #   mpi          ofi/tests/mpi.rs over XFER_PROVIDER=verbs: Open MPI (pml cm, mtl ofi, provider
 #                xfer) running mpi_check on 4 ranks (to XFER_MPI_MAX_BYTES, 16 MiB) and
 #                NPopenmpi on 2 (to XFER_MPI_NETPIPE_MAX, 64 KiB here), each rank's xfer
@@ -353,6 +354,12 @@ ofi_pingpong() {
     rm -f "$out"
     return "$rc"
 }
+# ofi_suite DEADLINE: ofi/tests/c/fi_suite.c over xfer's verbs domain (messages, probes,
+# blocking reads, then RMA with FI_MR_LOCAL descriptors); fails unless it passes.
+ofi_suite() {
+    echo "+ XFER_PROVIDER=verbs XFER_SUITE_DOMAIN=verbs ${bin[OFI]}/fi_suite"
+    XFER_PROVIDER=verbs XFER_SUITE_DOMAIN=verbs timeout -k 5 "$(left "$1")" "${bin[OFI]}/fi_suite"
+}
 step_ofi() {
     need OFI ofi || return
     local t=${XFER_VM_TIMEOUT_OFI:-300} deadline out
@@ -367,6 +374,8 @@ step_ofi() {
         result ofi 1 "fi_pingpong -m msg failed"
     elif ! ofi_pingpong tagged 47602 "$deadline"; then
         result ofi 1 "fi_pingpong -m tagged failed"
+    elif ! ofi_suite "$deadline"; then
+        result ofi 1 "the libfabric C suite (fi_suite) failed over verbs"
     else
         result ofi 0
     fi

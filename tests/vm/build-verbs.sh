@@ -24,8 +24,10 @@
 #   C_SUITE=...      a directory holding libxfer.so (xfer-capi, release, with the verbs
 #                    provider) and, linked against it with rpath $ORIGIN, the C suite
 #                    tests/c/test_capi.c and the examples examples/c/pingpong.c, rma.c
-#   OFI=...          a directory holding only libxfer_fi.so (xfer-ofi, release, with the
-#                    verbs provider): the FI_PROVIDER_PATH for libfabric's fi_pingpong
+#   OFI=...          a directory holding libxfer_fi.so (xfer-ofi, release, with the verbs
+#                    provider), the FI_PROVIDER_PATH for libfabric's fi_pingpong, and
+#                    ofi/tests/c/fi_suite.c compiled against libfabric as `fi_suite`
+#                    (libfabric loads only files whose names end in fi.so from there)
 #   MPI=...          a directory holding libxfer_fi.so (release), ofi/tests/mpi.rs's test
 #                    binary as `mpi-test` and ofi/tests/c/mpi_check.c compiled with mpicc
 #                    as `mpi_check` (the test's XFER_OFI_TEST_DIR)
@@ -182,8 +184,9 @@ build_mpi() {
     echo "$dir"
 }
 
-# build_ofi: copies libxfer_fi.so alone into a directory (libfabric loads every *fi.so of
-# an FI_PROVIDER_PATH directory) and prints it.
+# build_ofi: copies libxfer_fi.so into a directory (libfabric loads every *fi.so of an
+# FI_PROVIDER_PATH directory, nothing else), compiles the libfabric C suite there and
+# prints it.
 build_ofi() {
     local so dir
     so=$(awk '$1 == "cdylib" && $2 == "xfer_fi" { p = $3 } END { print p }' "$arts")
@@ -194,6 +197,11 @@ build_ofi() {
     dir=$(dirname "$so")/ofi-provider
     mkdir -p "$dir"
     cp -f "$so" "$dir/libxfer_fi.so"
+    echo "build-verbs: ${CC:-cc} ofi/tests/c/fi_suite.c -> $dir/fi_suite" >&2
+    if ! "${CC:-cc}" -Wall -Wextra -Werror -O1 -g -pthread ofi/tests/c/fi_suite.c -o "$dir/fi_suite" -lfabric >&2; then
+        echo "build-verbs: FAILED to compile ofi/tests/c/fi_suite.c (libfabric-dev)" >&2
+        exit 1
+    fi
     echo "$dir"
 }
 

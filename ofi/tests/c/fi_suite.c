@@ -28,6 +28,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "must.h"
+
 static int failures;
 
 #define CHECK(cond, ...)                                                   \
@@ -38,17 +40,6 @@ static int failures;
 			fprintf(stderr, __VA_ARGS__);                      \
 			fprintf(stderr, "\n");                             \
 			failures++;                                        \
-		}                                                          \
-	} while (0)
-
-#define MUST(call)                                                         \
-	do {                                                               \
-		long _r = (long)(call);                                    \
-		if (_r < 0) {                                              \
-			fprintf(stderr, "FATAL %s:%d: %s = %ld (%s)\n",     \
-				__FILE__, __LINE__, #call, _r,             \
-				fi_strerror((int)-_r));                    \
-			exit(2);                                           \
 		}                                                          \
 	} while (0)
 
@@ -76,40 +67,45 @@ static struct node nodes[NEP];
 static struct node *cur = nodes;
 static int ncur = NEP;
 
-/* Reads every CQ (each read drives its endpoint's progress) into the stashes. */
+/* Reads node i's CQ (which drives its endpoint's progress) into its stash. */
+static void progress_node(int i)
+{
+	struct node *nd = &cur[i];
+	struct fi_cq_tagged_entry e[8];
+	fi_addr_t src[8];
+	ssize_t r = fi_cq_readfrom(nd->cq, e, 8, src);
+	for (ssize_t k = 0; k < r && nd->n < STASH; k++) {
+		nd->stash[nd->n].e = e[k];
+		nd->stash[nd->n].src = src[k];
+		nd->stash[nd->n].err = 0;
+		nd->n++;
+	}
+	if (r == -FI_EAVAIL && nd->n < STASH) {
+		struct fi_cq_err_entry err = {0};
+		MUST(fi_cq_readerr(nd->cq, &err, 0));
+		struct got *g = &nd->stash[nd->n++];
+		memset(g, 0, sizeof(*g));
+		g->e.op_context = err.op_context;
+		g->e.flags = err.flags;
+		g->e.len = err.len;
+		g->e.tag = err.tag;
+		g->e.data = err.data;
+		g->src = FI_ADDR_NOTAVAIL;
+		g->err = err.err;
+		g->olen = err.olen;
+		const char *text = fi_cq_strerror(nd->cq, err.prov_errno, err.err_data, NULL, 0);
+		CHECK(text && *text, "fi_cq_strerror gave no text");
+	} else if (r < 0 && r != -FI_EAGAIN) {
+		fprintf(stderr, "FATAL: fi_cq_readfrom = %zd\n", r);
+		exit(2);
+	}
+}
+
+/* Reads every CQ into the stashes. */
 static void progress(void)
 {
-	for (int i = 0; i < ncur; i++) {
-		struct node *nd = &cur[i];
-		struct fi_cq_tagged_entry e[8];
-		fi_addr_t src[8];
-		ssize_t r = fi_cq_readfrom(nd->cq, e, 8, src);
-		for (ssize_t k = 0; k < r && nd->n < STASH; k++) {
-			nd->stash[nd->n].e = e[k];
-			nd->stash[nd->n].src = src[k];
-			nd->stash[nd->n].err = 0;
-			nd->n++;
-		}
-		if (r == -FI_EAVAIL && nd->n < STASH) {
-			struct fi_cq_err_entry err = {0};
-			MUST(fi_cq_readerr(nd->cq, &err, 0));
-			struct got *g = &nd->stash[nd->n++];
-			memset(g, 0, sizeof(*g));
-			g->e.op_context = err.op_context;
-			g->e.flags = err.flags;
-			g->e.len = err.len;
-			g->e.tag = err.tag;
-			g->e.data = err.data;
-			g->src = FI_ADDR_NOTAVAIL;
-			g->err = err.err;
-			g->olen = err.olen;
-			const char *text = fi_cq_strerror(nd->cq, err.prov_errno, err.err_data, NULL, 0);
-			CHECK(text && *text, "fi_cq_strerror gave no text");
-		} else if (r < 0 && r != -FI_EAGAIN) {
-			fprintf(stderr, "FATAL: fi_cq_readfrom = %zd\n", r);
-			exit(2);
-		}
-	}
+	for (int i = 0; i < ncur; i++)
+		progress_node(i);
 }
 
 /* Waits (10 s at most) for the completion of `ctx` on node `i` and takes it. */
@@ -142,7 +138,7 @@ static void expect_nothing(int i, const char *what)
 	      what, cur[i].n, cur[i].n ? cur[i].stash[0].e.op_context : NULL);
 }
 
-static int ctx[48]; /* distinct addresses used as operation contexts */
+static int ctx[80]; /* distinct addresses used as operation contexts */
 #define CTX(n) ((void *)&ctx[n])
 
 /* A sender thread: sends after a pause (so the receiver is blocked by then)
@@ -170,6 +166,15 @@ static void *send_later(void *arg)
 			break;
 		}
 	}
+	return NULL;
+}
+
+/* Calls fi_cq_signal on a CQ after 200 ms. */
+static void *signal_later(void *cq)
+{
+	struct timespec pause = {.tv_nsec = 200 * 1000 * 1000};
+	nanosleep(&pause, NULL);
+	MUST(fi_cq_signal((struct fid_cq *)cq));
 	return NULL;
 }
 
@@ -216,14 +221,165 @@ static double now(void)
  * fi_writedata (Y's receive CQ gets the data), fi_inject_write, fi_writemsg;
  * a bad key, a range past the region's end and a write into a region
  * registered for remote reads only fail with FI_EACCES at X. */
+/* Opens an endpoint with a CQ of its own bound with FI_SELECTIVE_COMPLETION
+ * and, when given, counters for FI_SEND (tx) and FI_RECV (rx); enables it and
+ * inserts its name into `av`. Returns its address. */
+static fi_addr_t open_selective(struct fid_domain *domain, struct fid_av *av, struct fi_info *info,
+				struct fid_cntr *tx, struct fid_cntr *rx, struct fid_ep **ep, struct fid_cq **cq)
+{
+	struct fi_cq_attr attr = {.format = FI_CQ_FORMAT_TAGGED};
+	MUST(fi_cq_open(domain, &attr, cq, NULL));
+	MUST(fi_endpoint(domain, info, ep, NULL));
+	MUST(fi_ep_bind(*ep, &av->fid, 0));
+	MUST(fi_ep_bind(*ep, &(*cq)->fid, FI_TRANSMIT | FI_RECV | FI_SELECTIVE_COMPLETION));
+	if (tx)
+		MUST(fi_ep_bind(*ep, &tx->fid, FI_SEND));
+	if (rx)
+		MUST(fi_ep_bind(*ep, &rx->fid, FI_RECV));
+	MUST(fi_enable(*ep));
+	char name[64];
+	size_t len = sizeof(name);
+	MUST(fi_getname(&(*ep)->fid, name, &len));
+	fi_addr_t addr = FI_ADDR_NOTAVAIL;
+	CHECK(fi_av_insert(av, name, 1, &addr, 0, NULL) == 1, "inserting a selective endpoint's name");
+	return addr;
+}
+
+/* Counters (fi_cntr): an endpoint E bound to a transmit counter (FI_SEND,
+ * with an fd wait object) and a receive counter (FI_RECV), and to a CQ with
+ * FI_SELECTIVE_COMPLETION, so that sends without FI_COMPLETION show on the
+ * counter only. Successes and errors count apart; waits drive progress. */
+static void cntr_section(struct fid_domain *domain, struct fid_av *av, struct fi_info *info)
+{
+	struct node *b = &nodes[1], *c = &nodes[2];
+	struct fid_cntr *tx, *rx;
+	struct fi_cntr_attr tx_attr = {.events = FI_CNTR_EVENTS_COMP, .wait_obj = FI_WAIT_FD};
+	struct fi_cntr_attr rx_attr = {.events = FI_CNTR_EVENTS_COMP, .wait_obj = FI_WAIT_NONE};
+	MUST(fi_cntr_open(domain, &tx_attr, &tx, NULL));
+	MUST(fi_cntr_open(domain, &rx_attr, &rx, NULL));
+	int wfd = -1;
+	CHECK(fi_control(&tx->fid, FI_GETWAIT, &wfd) == 0 && wfd >= 0, "counter FI_GETWAIT: %d", wfd);
+	struct fid_ep *e;
+	MUST(fi_endpoint(domain, info, &e, NULL));
+	CHECK(fi_ep_bind(e, &tx->fid, FI_REMOTE_WRITE) == -FI_EINVAL, "a remote counter without FI_RMA_EVENT");
+	MUST(fi_close(&e->fid));
+	struct fid_cq *ecq;
+	fi_addr_t eaddr = open_selective(domain, av, info, tx, rx, &e, &ecq);
+
+	/* Three sends without FI_COMPLETION: counted, not reported on the CQ. */
+	char in[3][8] = {{0}};
+	for (int k = 0; k < 3; k++)
+		MUST(fi_trecv(c->ep, in[k], sizeof(in[k]), NULL, FI_ADDR_UNSPEC, 61, 0, CTX(52 + k)));
+	for (int k = 0; k < 3; k++)
+		MUST(fi_tsend(e, "cnt", 4, NULL, c->addr, 61, NULL));
+	/* fi_cntr_read drives E (which connects to C), progress() the others. */
+	for (time_t end = time(NULL) + 10; (fi_cntr_read(tx) < 3 || c->n < 3) && time(NULL) < end;)
+		progress();
+	for (int k = 0; k < 3; k++)
+		CHECK(wait_for(2, CTX(52 + k)).err == 0 && !strcmp(in[k], "cnt"), "counted send %d", k);
+	CHECK(fi_cntr_read(tx) == 3 && fi_cntr_readerr(tx) == 0, "send counter %lu (errors %lu)",
+	      (unsigned long)fi_cntr_read(tx), (unsigned long)fi_cntr_readerr(tx));
+	struct fi_cq_tagged_entry ce;
+	CHECK(fi_cq_read(ecq, &ce, 1) == -FI_EAGAIN, "a send without FI_COMPLETION reached the CQ");
+	/* An inject counts at once; fi_cntr_wait (driving E alone) sees a send
+	 * complete; waiting for more than will come times out. */
+	MUST(fi_tinject(e, "inj", 4, c->addr, 62));
+	CHECK(fi_cntr_read(tx) == 4, "send counter after an inject: %lu", (unsigned long)fi_cntr_read(tx));
+	MUST(fi_tsend(e, "five", 5, NULL, c->addr, 62, NULL));
+	CHECK(fi_cntr_wait(tx, 5, 5000) == 0, "fi_cntr_wait for the fifth send");
+	CHECK(fi_cntr_wait(tx, 6, 50) == -FI_ETIMEDOUT, "fi_cntr_wait past what will come");
+	char sink[2][8];
+	MUST(fi_trecv(c->ep, sink[0], 8, NULL, FI_ADDR_UNSPEC, 62, 0, CTX(55)));
+	MUST(fi_trecv(c->ep, sink[1], 8, NULL, FI_ADDR_UNSPEC, 62, 0, CTX(56)));
+	wait_for(2, CTX(55));
+	wait_for(2, CTX(56));
+
+	/* Receives count on the receive counter (and complete on the CQ: they
+	 * ask for it); a truncated one counts as an error, which ends a wait
+	 * with -FI_EAVAIL. */
+	char r[2][8] = {{0}}, tiny[4];
+	struct iovec riov[2] = {{r[0], 8}, {r[1], 8}};
+	for (int k = 0; k < 2; k++) {
+		struct fi_msg_tagged m = {.msg_iov = &riov[k], .iov_count = 1, .addr = FI_ADDR_UNSPEC, .tag = 63,
+					  .context = CTX(57 + k)};
+		MUST(fi_trecvmsg(e, &m, FI_COMPLETION));
+	}
+	MUST(fi_tsend(b->ep, "r0", 3, NULL, eaddr, 63, CTX(59)));
+	MUST(fi_tsend(b->ep, "r1", 3, NULL, eaddr, 63, CTX(60)));
+	/* B connects to E: fi_cntr_read drives E, progress() B. */
+	for (time_t end = time(NULL) + 10; fi_cntr_read(rx) < 2 && time(NULL) < end;)
+		progress();
+	wait_for(1, CTX(59));
+	wait_for(1, CTX(60));
+	CHECK(fi_cntr_wait(rx, 2, 5000) == 0 && !strcmp(r[0], "r0") && !strcmp(r[1], "r1"), "receive counter: %lu",
+	      (unsigned long)fi_cntr_read(rx));
+	int on_cq = 0;
+	for (int k = 0; k < 100 && on_cq < 2; k++)
+		on_cq += fi_cq_read(ecq, &ce, 1) == 1;
+	CHECK(on_cq == 2, "receives on E's CQ: %d", on_cq);
+	struct iovec tiov = {tiny, sizeof(tiny)};
+	struct fi_msg_tagged tm = {.msg_iov = &tiov, .iov_count = 1, .addr = FI_ADDR_UNSPEC, .tag = 64, .context = CTX(61)};
+	MUST(fi_trecvmsg(e, &tm, FI_COMPLETION));
+	MUST(fi_tsend(b->ep, "too-long", 9, NULL, eaddr, 64, CTX(62)));
+	wait_for(1, CTX(62));
+	CHECK(fi_cntr_wait(rx, 3, 5000) == -FI_EAVAIL && fi_cntr_readerr(rx) == 1 && fi_cntr_read(rx) == 2,
+	      "truncation on the receive counter: %lu ok, %lu errors", (unsigned long)fi_cntr_read(rx),
+	      (unsigned long)fi_cntr_readerr(rx));
+	struct fi_cq_err_entry cerr = {0};
+	CHECK(fi_cq_read(ecq, &ce, 1) == -FI_EAVAIL && fi_cq_readerr(ecq, &cerr, 0) == 1 && cerr.err == FI_ETRUNC,
+	      "the truncation on E's CQ");
+	/* A receive without FI_COMPLETION counts too (and reaches no CQ); a
+	 * truncated one is reported with its context. */
+	char quiet[8] = {0};
+	MUST(fi_trecv(e, quiet, sizeof(quiet), NULL, FI_ADDR_UNSPEC, 65, 0, CTX(66)));
+	MUST(fi_tsend(b->ep, "q", 2, NULL, eaddr, 65, CTX(67)));
+	wait_for(1, CTX(67));
+	CHECK(fi_cntr_wait(rx, 3, 5000) == 0 && !strcmp(quiet, "q"), "receive without FI_COMPLETION counted: %lu",
+	      (unsigned long)fi_cntr_read(rx));
+	CHECK(fi_cq_read(ecq, &ce, 1) == -FI_EAGAIN, "a receive without FI_COMPLETION reached the CQ");
+	MUST(fi_trecv(e, tiny, sizeof(tiny), NULL, FI_ADDR_UNSPEC, 66, 0, CTX(68)));
+	MUST(fi_tsend(b->ep, "too-long", 9, NULL, eaddr, 66, CTX(69)));
+	wait_for(1, CTX(69));
+	ssize_t er = -FI_EAGAIN;
+	for (time_t end = time(NULL) + 10; er == -FI_EAGAIN && time(NULL) < end;)
+		er = fi_cq_read(ecq, &ce, 1);
+	memset(&cerr, 0, sizeof(cerr));
+	CHECK(er == -FI_EAVAIL && fi_cq_readerr(ecq, &cerr, 0) == 1 && cerr.err == FI_ETRUNC &&
+		      cerr.op_context == CTX(68) && fi_cntr_readerr(rx) == 2,
+	      "truncated receive without FI_COMPLETION: %zd, err %d, context %p", er, cerr.err, cerr.op_context);
+
+	/* Set and add, for values and errors. */
+	MUST(fi_cntr_set(tx, 10));
+	MUST(fi_cntr_add(tx, 5));
+	MUST(fi_cntr_adderr(tx, 2));
+	CHECK(fi_cntr_read(tx) == 15 && fi_cntr_readerr(tx) == 2, "set/add: %lu, %lu", (unsigned long)fi_cntr_read(tx),
+	      (unsigned long)fi_cntr_readerr(tx));
+	MUST(fi_cntr_seterr(tx, 0));
+	CHECK(fi_cntr_readerr(tx) == 0, "seterr");
+
+	CHECK(fi_close(&tx->fid) == -FI_EBUSY, "closing a counter bound to an open endpoint");
+	MUST(fi_close(&e->fid));
+	MUST(fi_close(&ecq->fid));
+	MUST(fi_close(&tx->fid));
+	MUST(fi_close(&rx->fid));
+}
+
 static char target[4096], readonly[64], big_rma[1 << 16];
+
+/* The xfer provider to run on: XFER_SUITE_DOMAIN (the Soft-RoCE guest sets
+ * "verbs"), tcp by default. */
+static const char *domain_name(void)
+{
+	const char *d = getenv("XFER_SUITE_DOMAIN");
+	return d && *d ? d : "tcp";
+}
 
 static void rma_section(struct fid_fabric *fabric)
 {
 	struct fi_info *hints = fi_allocinfo(), *info = NULL;
 	hints->ep_attr->type = FI_EP_RDM;
 	hints->caps = FI_MSG | FI_TAGGED | FI_RMA;
-	hints->domain_attr->name = strdup("tcp");
+	hints->domain_attr->name = strdup(domain_name());
 	hints->domain_attr->mr_mode = FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
 	hints->fabric_attr->prov_name = strdup("xfer");
 	MUST(fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, hints, &info));
@@ -231,6 +387,14 @@ static void rma_section(struct fid_fabric *fabric)
 	CHECK((info->caps & rcaps) == rcaps, "RMA caps %lx", (unsigned long)info->caps);
 	CHECK(info->domain_attr->mr_mode == (FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY), "mr_mode %x",
 	      info->domain_attr->mr_mode);
+	/* Listing FI_MR_LOCAL gets it (the data calls below then pass their
+	 * buffers' fi_mr_desc, which xfer uses: decision 51). */
+	fi_freeinfo(info);
+	hints->domain_attr->mr_mode |= FI_MR_LOCAL;
+	MUST(fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, hints, &info));
+	CHECK(info->domain_attr->mr_mode == (FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY | FI_MR_LOCAL),
+	      "mr_mode with FI_MR_LOCAL listed: %x", info->domain_attr->mr_mode);
+	CHECK(info->tx_attr->rma_iov_limit == 1, "rma_iov_limit %zu", info->tx_attr->rma_iov_limit);
 	struct fid_domain *domain;
 	struct fid_av *av;
 	MUST(fi_domain(fabric, info, &domain, NULL));
@@ -260,19 +424,37 @@ static void rma_section(struct fid_fabric *fabric)
 	CHECK(fi_mr_regv(domain, two, 2, FI_REMOTE_READ, 0, 0, 0, &bad, NULL) == -FI_EINVAL, "fi_mr_regv of 2 segments");
 	uint64_t key = fi_mr_key(mr), base = (uint64_t)(uintptr_t)target;
 
-	/* fi_write, then fi_read of what it wrote. */
-	char out[1000], back[1000];
+	/* fi_write, then fi_read of what it wrote, from and into registered
+	 * local buffers named by their fi_mr_desc (FI_MR_LOCAL). */
+	static char out[1000], back[1000];
+	struct fid_mr *lmr;
+	MUST(fi_mr_reg(domain, out, sizeof(out), FI_SEND | FI_WRITE, 0, 0, 0, &lmr,
+		       NULL));
+	struct fid_mr *bmr;
+	MUST(fi_mr_reg(domain, back, sizeof(back), FI_RECV | FI_READ, 0, 0, 0, &bmr, NULL));
+	void *odesc = fi_mr_desc(lmr), *bdesc = fi_mr_desc(bmr);
+	CHECK(odesc && bdesc && odesc != bdesc, "fi_mr_desc: %p %p", odesc, bdesc);
 	for (int i = 0; i < 1000; i++)
 		out[i] = (char)(i * 7 + 1);
-	MUST(fi_write(x->ep, out, sizeof(out), NULL, y->addr, base + 100, key, CTX(34)));
+	MUST(fi_write(x->ep, out, sizeof(out), odesc, y->addr, base + 100, key, CTX(34)));
 	struct got w = wait_for(0, CTX(34));
 	CHECK(w.err == 0 && (w.e.flags & (FI_RMA | FI_WRITE)) == (FI_RMA | FI_WRITE), "fi_write: err %d flags %lx", w.err,
 	      (unsigned long)w.e.flags);
 	CHECK(!memcmp(target + 100, out, sizeof(out)), "fi_write did not land in the target region");
-	MUST(fi_read(x->ep, back, sizeof(back), fi_mr_desc(mr), y->addr, base + 100, key, CTX(35)));
+	MUST(fi_read(x->ep, back, sizeof(back), bdesc, y->addr, base + 100, key, CTX(35)));
 	struct got r = wait_for(0, CTX(35));
 	CHECK(r.err == 0 && (r.e.flags & (FI_RMA | FI_READ)) == (FI_RMA | FI_READ) && !memcmp(back, out, sizeof(out)),
 	      "fi_read: err %d", r.err);
+	/* A desc that does not cover the buffer, or is no region at all, is refused. */
+	CHECK(fi_write(x->ep, back, 8, odesc, y->addr, base, key, CTX(34)) == -FI_EINVAL, "desc of another region");
+	CHECK(fi_write(x->ep, out + 990, 20, odesc, y->addr, base, key, CTX(34)) == -FI_EINVAL, "desc shorter than the buffer");
+	CHECK(fi_write(x->ep, out, 8, &av->fid, y->addr, base, key, CTX(34)) == -FI_EINVAL, "an AV as a desc");
+	/* Tagged messages with descs: sent from one region, received into another. */
+	memset(back, 0, 64);
+	MUST(fi_trecv(y->ep, back, 64, bdesc, x->addr, 77, 0, CTX(48)));
+	MUST(fi_tsend(x->ep, out, 64, odesc, y->addr, 77, CTX(49)));
+	CHECK(wait_for(1, CTX(48)).err == 0 && !memcmp(back, out, 64), "tagged message between registered buffers");
+	CHECK(wait_for(0, CTX(49)).err == 0, "tagged send from a registered buffer");
 
 	/* fi_writedata: the target's receive CQ reports the data. */
 	MUST(fi_writedata(x->ep, "with-data", 10, NULL, 0xfeed, y->addr, base + 1200, key, CTX(36)));
@@ -346,6 +528,8 @@ static void rma_section(struct fid_fabric *fabric)
 	CHECK(fi_close(&domain->fid) == -FI_EBUSY, "closing a domain with registered memory");
 	MUST(fi_close(&mr->fid));
 	MUST(fi_close(&ro->fid));
+	MUST(fi_close(&lmr->fid));
+	MUST(fi_close(&bmr->fid));
 	for (int i = 0; i < 2; i++) {
 		MUST(fi_close(&rn[i].ep->fid));
 		MUST(fi_close(&rn[i].cq->fid));
@@ -363,10 +547,11 @@ int main(void)
 	struct fi_info *hints = fi_allocinfo(), *info = NULL;
 	hints->ep_attr->type = FI_EP_RDM;
 	hints->caps = FI_MSG | FI_TAGGED | FI_DIRECTED_RECV | FI_SOURCE;
-	hints->domain_attr->name = strdup("tcp");
+	hints->domain_attr->name = strdup(domain_name());
 	hints->fabric_attr->prov_name = strdup("xfer");
 	MUST(fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, hints, &info));
 	CHECK(!strcmp(info->fabric_attr->prov_name, "xfer"), "provider %s", info->fabric_attr->prov_name);
+	printf("fi_suite: domain %s\n", info->domain_attr->name);
 	CHECK(info->caps & FI_DIRECTED_RECV, "no FI_DIRECTED_RECV");
 
 	/* What xfer cannot do is refused: RMA with local registration only
@@ -380,6 +565,28 @@ int main(void)
 	rma->domain_attr->mr_mode = 0;
 	CHECK(fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, rma, &none) == -FI_ENODATA, "FI_ATOMIC accepted");
 	fi_freeinfo(rma);
+	/* Hints refused at fi_getinfo rather than failing later: an unknown
+	 * threading level, 16-byte keys, provider error data, several remote
+	 * segments per RMA. A threading level xfer satisfies is returned as asked. */
+	struct fi_info *h2 = fi_dupinfo(hints), *got = NULL;
+	h2->domain_attr->threading = (enum fi_threading)99;
+	CHECK(fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, h2, &none) == -FI_ENODATA, "unknown threading accepted");
+	h2->domain_attr->threading = FI_THREAD_DOMAIN;
+	h2->domain_attr->mr_key_size = 16;
+	CHECK(fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, h2, &none) == -FI_ENODATA, "16-byte keys accepted");
+	h2->domain_attr->mr_key_size = 0;
+	h2->domain_attr->max_err_data = 64;
+	CHECK(fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, h2, &none) == -FI_ENODATA, "error data accepted");
+	h2->domain_attr->max_err_data = 0;
+	h2->tx_attr->rma_iov_limit = 4;
+	CHECK(fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, h2, &none) == -FI_ENODATA, "rma_iov_limit 4 accepted");
+	h2->tx_attr->rma_iov_limit = 0;
+	h2->rx_attr->size = 1 << 20;
+	MUST(fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, h2, &got));
+	CHECK(got->domain_attr->threading == FI_THREAD_DOMAIN && got->rx_attr->size >= (1 << 20),
+	      "threading %d rx size %zu", (int)got->domain_attr->threading, got->rx_attr->size);
+	fi_freeinfo(got);
+	fi_freeinfo(h2);
 	CHECK(!(info->caps & FI_RMA), "FI_RMA offered without being asked for");
 
 	struct fid_fabric *fabric;
@@ -477,6 +684,44 @@ int main(void)
 	CHECK(fi_inject(b->ep, big, sizeof(big), c->addr) == -FI_EMSGSIZE, "inject above inject_size");
 	expect_nothing(1, "inject completions at the sender");
 
+	/* A read that emptied the endpoint's queue is followed by one that does
+	 * not poll (-FI_EAGAIN at once: Open MPI reads until then after every
+	 * hit); the read after that polls again and finds what came meanwhile. */
+	char d1[8] = {0}, d2[8] = {0};
+	MUST(fi_trecv(b->ep, d1, sizeof(d1), NULL, FI_ADDR_UNSPEC, 51, 0, CTX(50)));
+	MUST(fi_trecv(b->ep, d2, sizeof(d2), NULL, FI_ADDR_UNSPEC, 52, 0, CTX(51)));
+	MUST(fi_tinject(nodes[0].ep, "d1", 3, b->addr, 51));
+	struct fi_cq_tagged_entry de[8];
+	ssize_t dn = -FI_EAGAIN;
+	for (time_t end = time(NULL) + 10; dn == -FI_EAGAIN && time(NULL) < end;) {
+		dn = fi_cq_read(b->cq, de, 8);
+		if (dn == -FI_EAGAIN)
+			progress_node(0); /* A connects to B */
+	}
+	CHECK(dn == 1 && de[0].op_context == CTX(50) && !strcmp(d1, "d1"), "first message: %zd", dn);
+	MUST(fi_tinject(nodes[0].ep, "d2", 3, b->addr, 52));
+	CHECK(fi_cq_read(b->cq, de, 8) == -FI_EAGAIN, "the read right after a draining one polled");
+	CHECK(wait_for(1, CTX(51)).err == 0 && !strcmp(d2, "d2"), "second message: %s", d2);
+
+	/* fi_getopt / fi_setopt: FI_OPT_CM_DATA_SIZE is 0 (no connection
+	 * management on RDM) and read-only; FI_OPT_MIN_MULTI_RECV belongs to
+	 * FI_MULTI_RECV, which xfer does not offer: -FI_ENOPROTOOPT. */
+	size_t optval = 99, optlen = sizeof(optval);
+	CHECK(fi_getopt(&c->ep->fid, FI_OPT_ENDPOINT, FI_OPT_CM_DATA_SIZE, &optval, &optlen) == 0 && optval == 0 &&
+		      optlen == sizeof(size_t),
+	      "FI_OPT_CM_DATA_SIZE: %zu (%zu bytes)", optval, optlen);
+	optlen = 1;
+	CHECK(fi_getopt(&c->ep->fid, FI_OPT_ENDPOINT, FI_OPT_CM_DATA_SIZE, &optval, &optlen) == -FI_ETOOSMALL &&
+		      optlen == sizeof(size_t),
+	      "FI_OPT_CM_DATA_SIZE into one byte");
+	optlen = sizeof(optval);
+	CHECK(fi_setopt(&c->ep->fid, FI_OPT_ENDPOINT, FI_OPT_CM_DATA_SIZE, &optval, optlen) == -FI_ENOPROTOOPT,
+	      "setting FI_OPT_CM_DATA_SIZE");
+	CHECK(fi_getopt(&c->ep->fid, FI_OPT_ENDPOINT, FI_OPT_MIN_MULTI_RECV, &optval, &optlen) == -FI_ENOPROTOOPT,
+	      "getting FI_OPT_MIN_MULTI_RECV");
+	CHECK(fi_setopt(&c->ep->fid, FI_OPT_ENDPOINT, FI_OPT_MIN_MULTI_RECV, &optval, optlen) == -FI_ENOPROTOOPT,
+	      "setting FI_OPT_MIN_MULTI_RECV");
+
 	/* Cancel: the receive completes with FI_ECANCELED; a second cancel finds nothing. */
 	char r6[8];
 	MUST(fi_trecv(c->ep, r6, sizeof(r6), NULL, FI_ADDR_UNSPEC, 99, 0, CTX(11)));
@@ -570,26 +815,24 @@ int main(void)
 	pthread_join(th, NULL);
 	struct got g10 = wait_for(2, CTX(18));
 	CHECK(s2.ok && g10.err == 0 && !strcmp(r10, "wake"), "fd wait: %s", r10);
+	/* fi_cq_signal: a thread blocked in fi_cq_sread returns -FI_ECANCELED
+	 * (not the timeout's -FI_EAGAIN); a signal with nobody blocked ends the
+	 * next sread that finds nothing. */
+	pthread_create(&th, NULL, signal_later, c->cq);
+	ssize_t sg = fi_cq_sread(c->cq, &te, 1, NULL, 10000);
+	pthread_join(th, NULL);
+	CHECK(sg == -FI_ECANCELED, "sread woken by fi_cq_signal: %zd", sg);
+	MUST(fi_cq_signal(c->cq));
+	CHECK(fi_cq_sread(c->cq, &te, 1, NULL, 10000) == -FI_ECANCELED, "sread after an earlier fi_cq_signal");
+	CHECK(fi_cq_sread(c->cq, &te, 1, NULL, 50) == -FI_EAGAIN, "the signal is consumed once");
 
 	/* FI_SELECTIVE_COMPLETION (as Open MPI binds its CQ): a send without
 	 * FI_COMPLETION reports nothing; a receive must ask for its completion,
 	 * since every xfer receive completes. */
 	struct fid_ep *d;
 	struct fid_cq *dcq;
-	struct fi_cq_attr dattr = {.format = FI_CQ_FORMAT_TAGGED};
-	MUST(fi_cq_open(domain, &dattr, &dcq, NULL));
-	MUST(fi_endpoint(domain, info, &d, NULL));
-	MUST(fi_ep_bind(d, &av->fid, 0));
-	MUST(fi_ep_bind(d, &dcq->fid, FI_TRANSMIT | FI_RECV | FI_SELECTIVE_COMPLETION));
-	MUST(fi_enable(d));
-	char dname[64];
-	size_t dlen = sizeof(dname);
-	MUST(fi_getname(&d->fid, dname, &dlen));
-	fi_addr_t daddr;
-	CHECK(fi_av_insert(av, dname, 1, &daddr, 0, NULL) == 1, "inserting a fourth name");
+	fi_addr_t daddr = open_selective(domain, av, info, NULL, NULL, &d, &dcq);
 	char r11[8] = {0}, r12[8] = {0}, sel[8] = "sel";
-	CHECK(fi_trecv(d, r11, sizeof(r11), NULL, FI_ADDR_UNSPEC, 31, 0, CTX(20)) == -FI_EBADFLAGS,
-	      "selective receive without FI_COMPLETION accepted");
 	struct iovec riov = {.iov_base = r11, .iov_len = sizeof(r11)};
 	struct fi_msg_tagged rm = {.msg_iov = &riov, .iov_count = 1, .addr = FI_ADDR_UNSPEC, .tag = 31, .context = CTX(20)};
 	MUST(fi_trecvmsg(d, &rm, FI_COMPLETION));
@@ -617,6 +860,36 @@ int main(void)
 	CHECK(d_recv == 1 && !strcmp(r11, "to-d"), "selective receive: %d completion(s), %s", d_recv, r11);
 	CHECK(d_send == 0, "a send without FI_COMPLETION completed");
 	CHECK(g11.err == 0 && !strcmp(r12, "sel"), "selective send delivered %s", r12);
+	/* A receive without FI_COMPLETION: the message lands, nothing is
+	 * reported; cancelled, it reports FI_ECANCELED with its own context
+	 * (errors are always reported). */
+	char r16[8] = {0}, r17[8];
+	MUST(fi_trecv(d, r16, sizeof(r16), NULL, FI_ADDR_UNSPEC, 33, 0, CTX(63)));
+	MUST(fi_tsend(b->ep, "quiet", 6, NULL, daddr, 33, CTX(64)));
+	int d_quiet = 0;
+	for (time_t end = time(NULL) + 10; time(NULL) < end && strcmp(r16, "quiet");) {
+		struct fi_cq_tagged_entry de;
+		if (fi_cq_read(dcq, &de, 1) == 1)
+			d_quiet++;
+		progress();
+	}
+	wait_for(1, CTX(64));
+	for (int k = 0; k < 100; k++) {
+		struct fi_cq_tagged_entry de;
+		if (fi_cq_read(dcq, &de, 1) == 1)
+			d_quiet++;
+	}
+	CHECK(!strcmp(r16, "quiet") && d_quiet == 0, "receive without FI_COMPLETION: %s, %d completion(s)", r16, d_quiet);
+	MUST(fi_trecv(d, r17, sizeof(r17), NULL, FI_ADDR_UNSPEC, 34, 0, CTX(65)));
+	CHECK(fi_cancel(&d->fid, CTX(65)) == 0, "cancelling a receive without FI_COMPLETION");
+	struct fi_cq_err_entry dce = {0};
+	struct fi_cq_tagged_entry dte;
+	ssize_t dr = -FI_EAGAIN;
+	for (int k = 0; k < 1000 && dr == -FI_EAGAIN; k++)
+		dr = fi_cq_read(dcq, &dte, 1);
+	CHECK(dr == -FI_EAVAIL && fi_cq_readerr(dcq, &dce, 0) == 1 && dce.err == FI_ECANCELED &&
+		      dce.op_context == CTX(65),
+	      "its cancellation: %zd, err %d, context %p", dr, dce.err, dce.op_context);
 	MUST(fi_close(&d->fid));
 	MUST(fi_close(&dcq->fid));
 
@@ -649,9 +922,7 @@ int main(void)
 	/* What xfer does not offer returns -FI_ENOSYS, what the endpoint was not
 	 * opened for -FI_EOPNOTSUPP; close order is enforced. */
 	CHECK(fi_write(c->ep, big, 8, NULL, a->addr, 0, 0, NULL) == -FI_EOPNOTSUPP, "fi_write without FI_RMA");
-	struct fid_cntr *cntr;
-	struct fi_cntr_attr cntr_attr = {0};
-	CHECK(fi_cntr_open(domain, &cntr_attr, &cntr, NULL) == -FI_ENOSYS, "fi_cntr_open");
+	cntr_section(domain, av, info);
 	CHECK(fi_close(&domain->fid) == -FI_EBUSY, "closing a domain in use");
 	CHECK(fi_close(&c->cq->fid) == -FI_EBUSY, "closing a bound CQ");
 
