@@ -487,7 +487,7 @@ fn xfer_perf_progress_line() {
         }
         err
     };
-    let err = run(&["--progress=0.02"]);
+    let err = run(&["--progress=0.002"]);
     let progress: Vec<&str> = err.lines().filter(|l| l.starts_with("xfer-perf: [")).collect();
     assert!(
         progress

@@ -524,7 +524,13 @@ fn accept_victim(v: &mut Node, fake: &TcpListener) -> (TcpStream, u64) {
 }
 
 fn fake_peer() -> (TcpListener, Vec<u8>) {
-    let fake = TcpListener::bind("127.0.0.1:0").unwrap();
+    fake_peer_at("127.0.0.1")
+}
+
+/// A fake peer listening on `ip` (names compare by address first: one on
+/// 127.0.0.2 has a greater name than a node on 127.0.0.1).
+fn fake_peer_at(ip: &str) -> (TcpListener, Vec<u8>) {
+    let fake = TcpListener::bind((ip, 0)).unwrap();
     fake.set_nonblocking(true).unwrap();
     let name = TcpName {
         addr: fake.local_addr().unwrap(),
@@ -724,4 +730,73 @@ fn rma_answer_after_the_operation_failed_is_dropped() {
         drain_until_dropped(&mut v, &mut back);
         still_works(&mut v);
     }
+}
+
+/// The fake peer dials `v` as well (a crossed first contact) with a hello
+/// claiming `fake`'s name; returns that connection once `v` acknowledged it.
+fn cross(v: &mut Node, fake: &TcpListener) -> TcpStream {
+    let mut theirs = TcpStream::connect(addr_of(v)).unwrap();
+    theirs
+        .write_all(&hello_to(fake.local_addr().unwrap(), nonce_of(v)))
+        .unwrap();
+    expect_hello_ack(v, &mut theirs);
+    theirs
+}
+
+fn connections(v: &Node) -> u64 {
+    let c = v.ep.counters().unwrap();
+    c.iter().find(|(k, _)| *k == "connections").map(|&(_, n)| n).unwrap()
+}
+
+/// Crossed first contact, our name the greater: the message waiting on our
+/// connection (only our hello went out on it) moves behind the acknowledgement
+/// on the peer's connection, and ours closes having carried nothing else.
+#[test]
+fn crossed_first_contact_the_greater_name_takes_the_peers_connection() {
+    let mut attr = common::test_attr();
+    attr.tcp.addr = Some("127.0.0.2".into());
+    let mut v = Node::with_attr(&attr);
+    let (fake, name) = fake_peer_at("127.0.0.1");
+    let peer = v.av.insert(&name).unwrap();
+    v.ep.tsend(peer, 1, pattern(100, 1), 10).unwrap();
+    let (mut own, _) = accept_victim(&mut v, &fake);
+    let mut theirs = cross(&mut v, &fake);
+    let hdr = read_polling(&mut v, &mut theirs, HEADER_LEN);
+    assert_eq!(
+        Frame::parse(&hdr),
+        Ok(Frame::Eager {
+            tag: Some(1),
+            data: None,
+            len: 100
+        })
+    );
+    assert_eq!(read_polling(&mut v, &mut theirs, 100), pattern(100, 1));
+    assert_eq!(expect(&mut [&mut v], 0, 10).result, Ok(()));
+    assert!(
+        drain_until_dropped(&mut v, &mut own).is_empty(),
+        "nothing but the hello on ours"
+    );
+    assert_eq!(connections(&v), 1);
+    // Later messages take the same connection.
+    v.ep.tsend(peer, 2, pattern(8, 2), 11).unwrap();
+    let hdr = read_polling(&mut v, &mut theirs, HEADER_LEN);
+    assert!(matches!(Frame::parse(&hdr), Ok(Frame::Eager { tag: Some(2), .. })));
+}
+
+/// Crossed first contact, our name the smaller: we keep our connection (the
+/// peer gives its own up); our message waits there for the acknowledgement.
+#[test]
+fn crossed_first_contact_the_smaller_name_keeps_its_connection() {
+    let mut v = Node::new();
+    let (fake, name) = fake_peer_at("127.0.0.2");
+    let peer = v.av.insert(&name).unwrap();
+    v.ep.tsend(peer, 1, pattern(100, 1), 10).unwrap();
+    let (mut own, _) = accept_victim(&mut v, &fake);
+    let _theirs = cross(&mut v, &fake);
+    own.write_all(&Frame::HelloAck { nonce: 0x5eed }.to_bytes()).unwrap();
+    let hdr = read_polling(&mut v, &mut own, HEADER_LEN);
+    assert!(matches!(Frame::parse(&hdr), Ok(Frame::Eager { tag: Some(1), .. })));
+    assert_eq!(read_polling(&mut v, &mut own, 100), pattern(100, 1));
+    assert_eq!(expect(&mut [&mut v], 0, 10).result, Ok(()));
+    assert_eq!(connections(&v), 2, "the peer's connection stays until it gives it up");
 }

@@ -169,7 +169,7 @@ impl TcpEndpoint {
             conn.peer = Some(peer);
             conn.consume(end);
             // Answer on this connection unless we already opened our own.
-            self.route.entry(peer).or_insert(id);
+            let own = *self.route.entry(peer).or_insert(id);
             tracing::debug!(peer = %name, "peer connected");
             // The first frame we write on it: the peer holds everything
             // else it has for us until this arrives.
@@ -181,6 +181,9 @@ impl TcpEndpoint {
                 owner: Owner::None,
             };
             self.queue(cx, id, ack);
+            if own != id && self.conns.contains(id) {
+                self.resolve_crossing(cx, peer, own, id);
+            }
             return Ok(true);
         }
         if let Frame::HelloAck { nonce } = frame {

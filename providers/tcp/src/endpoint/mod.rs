@@ -32,13 +32,14 @@ use crate::keys::{status_error, status_of};
 use crate::name::TcpName;
 use crate::rx::{EagerDest, EagerRx, Phase, RndvRx, Unexp, WriteRx};
 use crate::sys::{self, Io, Socket};
-use crate::wire::{status, Frame, HEADER_LEN, MAX_EAGER};
+use crate::wire::{status, Frame, CREDIT_INIT, HEADER_LEN, MAX_EAGER};
 use xfer_core::complete::{self, Arrival};
 use xfer_core::hash::FastMap;
 
 mod batch;
 mod burst;
 mod credit;
+mod crossed;
 mod hot;
 mod inbound;
 mod rma;
@@ -490,9 +491,11 @@ impl TcpEndpoint {
         if conn.want_write {
             self.writing -= 1;
         }
+        let mut routed = false;
         if let Some(peer) = conn.peer {
             if self.route.get(&peer) == Some(&id) {
                 self.route.remove(&peer);
+                routed = true;
             }
         }
         let me = (id, conn.serial);
@@ -501,7 +504,14 @@ impl TcpEndpoint {
             && conn.txq.is_empty()
             && !self.sends.iter().any(|(_, tx)| tx.conn == me);
         let clean_close = quiet && matches!(cause, Error::PeerUnreachable { errno: 0, .. });
-        if clean_close || cause == Error::Canceled {
+        // A spare connection (a crossed first contact's, given up by the
+        // peer) ends however its socket says: nothing rode on it.
+        let spare = quiet
+            && !routed
+            && conn
+                .peer
+                .is_some_and(|p| self.conns.iter().any(|(_, c)| c.peer == Some(p)));
+        if clean_close || spare || cause == Error::Canceled {
             tracing::debug!(peer = ?conn.peer, opened_by = ?conn.dir, reason = %cause, "connection closed");
         } else {
             tracing::warn!(peer = ?conn.peer, opened_by = ?conn.dir, error = %cause, "connection failed");
