@@ -4,8 +4,9 @@
 //!
 //! Every connection carries frames both ways. An endpoint sends to a peer on
 //! its route: the connection it opened, or the one the peer opened if it had
-//! none; two peers that start sending to each other at the same moment each
-//! keep their own, with nothing to arbitrate (docs/PROTOCOL.md).
+//! none; when two peers dial each other at once, the greater name gives its
+//! own up while only its Hello went out on it (`endpoint/crossed.rs`,
+//! docs/PROTOCOL.md).
 
 use std::collections::VecDeque;
 use std::io::IoSlice;
