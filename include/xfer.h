@@ -730,9 +730,11 @@ int xfer_cq_wait(struct xfer_cq_t *cq,
 int xfer_cq_fd(struct xfer_cq_t *cq, int *fd);
 
 /**
- * Progresses, then tells whether it is safe to block on `xfer_cq_fd`:
- * 0 when nothing is ready, `XFER_EAGAIN` when a completion is ready (poll
- * instead), like `fi_trywait`. `XFER_EBADF` for a bad handle. Thread-safe.
+ * Prepares the bound endpoints to sleep (held-back sends written, events
+ * armed), then tells whether it is safe to block on `xfer_cq_fd`: 0 when
+ * nothing is ready, `XFER_EAGAIN` when a completion is ready (poll
+ * instead), like `fi_trywait`. Data waiting in connections is not read: it
+ * makes the descriptor readable. `XFER_EBADF` for a bad handle. Thread-safe.
  */
 int xfer_cq_trywait(struct xfer_cq_t *cq);
 

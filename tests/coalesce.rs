@@ -17,6 +17,16 @@ fn coalesced(n: &Node) -> Option<u64> {
     c.iter().find(|(k, _)| *k == "coalesced").map(|&(_, v)| v)
 }
 
+/// Two nodes that know each other, connected by a first message (frames are
+/// held only on an open connection); `None` (skipped) without coalescing.
+fn connected() -> Option<(Node, Node, PeerAddr, PeerAddr)> {
+    let (mut a, mut b, pb, pa) = pair()?;
+    b.ep.trecv(pa, 1, 0, vec![0; 8], 0).unwrap();
+    a.ep.tsend(pb, 1, pattern(8, 0), 0).unwrap();
+    expect(&mut [&mut a, &mut b], 1, 0);
+    Some((a, b, pb, pa))
+}
+
 /// Two nodes that know each other; `None` (skipped) without coalescing.
 fn pair() -> Option<(Node, Node, PeerAddr, PeerAddr)> {
     let (a, b) = (Node::new(), Node::new());
@@ -30,11 +40,9 @@ fn pair() -> Option<(Node, Node, PeerAddr, PeerAddr)> {
 
 #[test]
 fn a_burst_is_coalesced_and_arrives_whole_in_order() {
-    let Some((mut a, mut b, pb, pa)) = pair() else { return };
-    // Connect first: frames are held only on an open connection.
-    b.ep.trecv(pa, 1, 0, vec![0; 8], 0).unwrap();
-    a.ep.tsend(pb, 1, pattern(8, 0), 0).unwrap();
-    expect(&mut [&mut a, &mut b], 1, 0);
+    let Some((mut a, mut b, pb, pa)) = connected() else {
+        return;
+    };
     let before = coalesced(&a).unwrap();
     for i in 0..BURST {
         b.ep.trecv(pa, 2, 0, vec![0; 64], 1_000 + i).unwrap();
@@ -60,10 +68,9 @@ fn a_burst_is_coalesced_and_arrives_whole_in_order() {
 
 #[test]
 fn a_ping_pong_coalesces_nothing() {
-    let Some((mut a, mut b, pb, pa)) = pair() else { return };
-    b.ep.trecv(pa, 1, 0, vec![0; 8], 0).unwrap();
-    a.ep.tsend(pb, 1, pattern(8, 0), 0).unwrap();
-    expect(&mut [&mut a, &mut b], 1, 0);
+    let Some((mut a, mut b, pb, pa)) = connected() else {
+        return;
+    };
     let before = (coalesced(&a).unwrap(), coalesced(&b).unwrap());
     for i in 1..=100u64 {
         b.ep.trecv(pa, 1, 0, vec![0; 8], 2 * i).unwrap();

@@ -282,9 +282,11 @@ pub unsafe extern "C" fn xfer_cq_fd(cq: *mut xfer_cq_t, fd: *mut c_int) -> c_int
     })
 }
 
-/// Progresses, then tells whether it is safe to block on `xfer_cq_fd`:
-/// 0 when nothing is ready, `XFER_EAGAIN` when a completion is ready (poll
-/// instead), like `fi_trywait`. `XFER_EBADF` for a bad handle. Thread-safe.
+/// Prepares the bound endpoints to sleep (held-back sends written, events
+/// armed), then tells whether it is safe to block on `xfer_cq_fd`: 0 when
+/// nothing is ready, `XFER_EAGAIN` when a completion is ready (poll
+/// instead), like `fi_trywait`. Data waiting in connections is not read: it
+/// makes the descriptor readable. `XFER_EBADF` for a bad handle. Thread-safe.
 #[no_mangle]
 pub extern "C" fn xfer_cq_trywait(cq: *mut xfer_cq_t) -> c_int {
     guard("xfer_cq_trywait", || {
