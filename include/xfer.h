@@ -459,6 +459,11 @@ typedef struct xfer_ep_attr_t {
      * each when posted (`XFER_TCP_COALESCE`).
      */
     size_t tcp_coalesce;
+    /**
+     * TCP: send buffer in bytes of connections within this host when
+     * `tcp_sockbuf` is 0; 0 for the kernel's autotuning (`XFER_TCP_LOCAL_SNDBUF`).
+     */
+    size_t tcp_local_sndbuf;
 } xfer_ep_attr_t;
 
 /**

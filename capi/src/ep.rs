@@ -76,6 +76,9 @@ pub struct xfer_ep_attr_t {
     /// wait for it (or for this many) and then share one `sendmsg`; 0 writes
     /// each when posted (`XFER_TCP_COALESCE`).
     pub tcp_coalesce: usize,
+    /// TCP: send buffer in bytes of connections within this host when
+    /// `tcp_sockbuf` is 0; 0 for the kernel's autotuning (`XFER_TCP_LOCAL_SNDBUF`).
+    pub tcp_local_sndbuf: usize,
 }
 
 /// A message for `xfer_ep_sendmsg` / `xfer_ep_recvmsg` (`fi_msg_tagged`
@@ -118,6 +121,7 @@ fn attr_from_rust(a: &EndpointAttr) -> xfer_ep_attr_t {
         max_outstanding: a.max_outstanding,
         max_outstanding_per_peer: a.max_outstanding_per_peer,
         tcp_coalesce: a.tcp.coalesce,
+        tcp_local_sndbuf: a.tcp.local_sndbuf,
     }
 }
 
@@ -171,6 +175,7 @@ unsafe fn attr_to_rust(attr: *const xfer_ep_attr_t) -> Result<EndpointAttr, Fail
     r.max_outstanding = a.max_outstanding;
     r.max_outstanding_per_peer = a.max_outstanding_per_peer;
     r.tcp.coalesce = a.tcp_coalesce;
+    r.tcp.local_sndbuf = a.tcp_local_sndbuf;
     if !a.tcp_addr.is_null() {
         // SAFETY: a non-null tcp_addr is NUL-terminated by contract.
         let s = unsafe { CStr::from_ptr(a.tcp_addr) };

@@ -224,6 +224,11 @@ pub struct TcpAttr {
     pub keepalive_ms: u64,
     /// Socket send and receive buffer sizes in bytes; 0 keeps the kernel's.
     pub sockbuf: usize,
+    /// Send buffer in bytes of a connection that stays on this host
+    /// (loopback, or to this host's own address), when `sockbuf` is 0: a
+    /// small one keeps the bytes in flight in the cache (ARCHITECTURE.md
+    /// decision 61); 0 keeps the kernel's autotuning.
+    pub local_sndbuf: usize,
     /// Bytes of eager messages each peer may have in flight to this
     /// endpoint, unexpected ones included: what a slow receiver buffers per
     /// connection at most (payload plus 40 bytes a message). A sender out
@@ -248,6 +253,7 @@ impl Default for TcpAttr {
             user_timeout_ms: 30_000,
             keepalive_ms: 10_000,
             sockbuf: 0,
+            local_sndbuf: 256 << 10,
             eager_credit: 4 << 20,
             coalesce: 32,
         }
@@ -265,6 +271,7 @@ impl TcpAttr {
         apply(&mut a.user_timeout_ms, "XFER_TCP_USER_TIMEOUT_MS");
         apply(&mut a.keepalive_ms, "XFER_TCP_KEEPALIVE_MS");
         apply(&mut a.sockbuf, "XFER_TCP_SOCKBUF");
+        apply(&mut a.local_sndbuf, "XFER_TCP_LOCAL_SNDBUF");
         apply(&mut a.eager_credit, "XFER_TCP_EAGER_CREDIT");
         apply(&mut a.coalesce, "XFER_TCP_COALESCE");
         a
@@ -297,6 +304,11 @@ impl TcpAttr {
                 env: "XFER_TCP_SOCKBUF",
                 value: self.sockbuf.to_string(),
                 doc: "SO_SNDBUF/SO_RCVBUF (0: kernel default)",
+            },
+            Setting {
+                env: "XFER_TCP_LOCAL_SNDBUF",
+                value: self.local_sndbuf.to_string(),
+                doc: "SO_SNDBUF of connections within this host when XFER_TCP_SOCKBUF is 0 (0: autotuning)",
             },
             Setting {
                 env: "XFER_TCP_EAGER_CREDIT",

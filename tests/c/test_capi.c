@@ -878,6 +878,7 @@ static void test_tcp_coalesce(void)
     xfer_ep_attr_t attr;
     REQUIRE_OK(xfer_ep_attr_init(&attr));
     CHECK(attr.tcp_coalesce == 32 || getenv("XFER_TCP_COALESCE") != NULL);
+    CHECK(attr.tcp_local_sndbuf == 256 << 10 || getenv("XFER_TCP_LOCAL_SNDBUF") != NULL);
     for (size_t coalesce = 0; coalesce <= 32; coalesce += 32) {
         struct node a, b;
         REQUIRE_OK(node_open_with(&a, 0, 0, coalesce));

@@ -150,6 +150,46 @@ impl Socket {
         from_raw_addr(&storage)
     }
 
+    /// The address of the connected peer.
+    pub fn peer_addr(&self) -> Result<SocketAddr> {
+        // SAFETY: all-zero is a valid sockaddr_storage.
+        let mut storage: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+        let mut len = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+        // SAFETY: `storage` and `len` describe a writable buffer of that size.
+        cvt(unsafe {
+            libc::getpeername(
+                self.fd.as_raw_fd(),
+                (&mut storage as *mut libc::sockaddr_storage).cast(),
+                &mut len,
+            )
+        })?;
+        from_raw_addr(&storage)
+    }
+
+    /// Whether a connection to `peer` stays on this host: a loopback
+    /// address, or the address the socket is bound to.
+    fn same_host(&self, peer: &SocketAddr) -> bool {
+        peer.ip().is_loopback() || self.local_addr().is_ok_and(|l| l.ip() == peer.ip())
+    }
+
+    /// An integer socket option's value.
+    #[cfg(test)]
+    fn get_int(&self, level: i32, name: i32) -> Result<i32> {
+        let mut value: i32 = 0;
+        let mut len = size_of::<i32>() as libc::socklen_t;
+        // SAFETY: `value` and `len` describe a writable i32.
+        cvt(unsafe {
+            libc::getsockopt(
+                self.fd.as_raw_fd(),
+                level,
+                name,
+                (&mut value as *mut i32).cast(),
+                &mut len,
+            )
+        })?;
+        Ok(value)
+    }
+
     fn set_int(&self, level: i32, name: i32, value: i32) -> Result<()> {
         let len = size_of::<i32>() as libc::socklen_t;
         // SAFETY: `value` is a valid i32 option value of length `len`.
@@ -157,8 +197,11 @@ impl Socket {
     }
 
     /// Disables Nagle, and applies the user timeout, keepalive and buffer
-    /// sizes of `attr` (0 keeps the kernel's value, or keepalive off).
-    pub fn tune(&self, attr: &TcpAttr) -> Result<()> {
+    /// sizes of `attr` (0 keeps the kernel's value, or keepalive off) to a
+    /// connection to `peer` (`None`: the connected peer's address). Without
+    /// `sockbuf`, a connection that stays on this host gets a send buffer of
+    /// `local_sndbuf` (decision 61).
+    pub fn tune(&self, attr: &TcpAttr, peer: Option<SocketAddr>) -> Result<()> {
         self.set_int(libc::IPPROTO_TCP, libc::TCP_NODELAY, 1)?;
         if attr.user_timeout_ms > 0 {
             self.set_int(
@@ -180,6 +223,15 @@ impl Socket {
             let size = attr.sockbuf.min(i32::MAX as usize) as i32;
             self.set_int(libc::SOL_SOCKET, libc::SO_SNDBUF, size)?;
             self.set_int(libc::SOL_SOCKET, libc::SO_RCVBUF, size)?;
+        } else if attr.local_sndbuf > 0 {
+            let peer = match peer {
+                Some(p) => p,
+                None => self.peer_addr()?,
+            };
+            if self.same_host(&peer) {
+                let size = attr.local_sndbuf.min(i32::MAX as usize) as i32;
+                self.set_int(libc::SOL_SOCKET, libc::SO_SNDBUF, size)?;
+            }
         }
         Ok(())
     }
@@ -290,4 +342,54 @@ pub fn random_u64() -> u64 {
         return t.unwrap_or(0) ^ ((std::process::id() as u64) << 32);
     }
     u64::from_le_bytes(v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The send buffer the kernel reports for both ends of a loopback
+    /// connection tuned with `attr` (it doubles what was set).
+    fn sndbufs(attr: &TcpAttr) -> (i32, i32) {
+        let listener = Socket::listen(&"127.0.0.1:0".parse().unwrap()).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let out = Socket::connect(&addr).unwrap();
+        out.tune(attr, Some(addr)).unwrap();
+        let accepted = loop {
+            if let Some(s) = listener.accept().unwrap() {
+                break s;
+            }
+        };
+        accepted.tune(attr, None).unwrap();
+        let get = |s: &Socket| s.get_int(libc::SOL_SOCKET, libc::SO_SNDBUF).unwrap();
+        (get(&out), get(&accepted))
+    }
+
+    #[test]
+    fn connections_within_the_host_get_the_local_send_buffer() {
+        let attr = TcpAttr {
+            local_sndbuf: 256 << 10,
+            ..TcpAttr::default()
+        };
+        assert_eq!(sndbufs(&attr), (512 << 10, 512 << 10));
+        let auto = sndbufs(&TcpAttr {
+            local_sndbuf: 0,
+            ..TcpAttr::default()
+        });
+        assert!(auto.0 != 512 << 10 && auto.1 != 512 << 10, "autotuned: {auto:?}");
+        // `sockbuf` wins over it.
+        let both = sndbufs(&TcpAttr {
+            sockbuf: 64 << 10,
+            ..attr
+        });
+        assert_eq!(both, (128 << 10, 128 << 10));
+    }
+
+    #[test]
+    fn a_remote_address_is_not_on_this_host() {
+        let s = Socket::listen(&"127.0.0.1:0".parse().unwrap()).unwrap();
+        assert!(s.same_host(&"127.0.0.1:9".parse().unwrap()));
+        assert!(s.same_host(&"[::1]:9".parse().unwrap()));
+        assert!(!s.same_host(&"192.0.2.1:9".parse().unwrap()));
+    }
 }

@@ -348,7 +348,7 @@ impl TcpEndpoint {
         }
         let name = TcpName::decode(dest.as_bytes()).map_err(|e| Error::Protocol(e.as_str()))?;
         let sock = Socket::connect(&name.addr)?;
-        sock.tune(&self.attr.tcp)?;
+        sock.tune(&self.attr.tcp, Some(name.addr))?;
         let serial = self.next_serial();
         let mut conn = Conn::new(sock, Dir::Out, State::Connecting(Instant::now()), serial, Some(*dest));
         let me = self.name.as_bytes().to_vec();
@@ -605,7 +605,7 @@ impl TcpEndpoint {
         loop {
             match self.listener.accept() {
                 Ok(Some(sock)) => {
-                    if let Err(e) = sock.tune(&self.attr.tcp) {
+                    if let Err(e) = sock.tune(&self.attr.tcp, None) {
                         tracing::warn!(error = %e, "tuning accepted socket");
                     }
                     let serial = self.next_serial();
