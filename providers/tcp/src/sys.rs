@@ -136,28 +136,26 @@ impl Socket {
 
     /// The address the socket is bound to.
     pub fn local_addr(&self) -> Result<SocketAddr> {
-        // SAFETY: all-zero is a valid sockaddr_storage.
-        let mut storage: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-        let mut len = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-        // SAFETY: `storage` and `len` describe a writable buffer of that size.
-        cvt(unsafe {
-            libc::getsockname(
-                self.fd.as_raw_fd(),
-                (&mut storage as *mut libc::sockaddr_storage).cast(),
-                &mut len,
-            )
-        })?;
-        from_raw_addr(&storage)
+        self.addr_by(libc::getsockname)
     }
 
     /// The address of the connected peer.
     pub fn peer_addr(&self) -> Result<SocketAddr> {
+        self.addr_by(libc::getpeername)
+    }
+
+    /// The address `query` (`getsockname` or `getpeername`) reports.
+    fn addr_by(
+        &self,
+        query: unsafe extern "C" fn(libc::c_int, *mut libc::sockaddr, *mut libc::socklen_t) -> libc::c_int,
+    ) -> Result<SocketAddr> {
         // SAFETY: all-zero is a valid sockaddr_storage.
         let mut storage: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
         let mut len = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-        // SAFETY: `storage` and `len` describe a writable buffer of that size.
+        // SAFETY: `storage` and `len` describe a writable buffer of that size,
+        // and `query` writes at most `len` bytes there.
         cvt(unsafe {
-            libc::getpeername(
+            query(
                 self.fd.as_raw_fd(),
                 (&mut storage as *mut libc::sockaddr_storage).cast(),
                 &mut len,
