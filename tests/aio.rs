@@ -511,6 +511,140 @@ async fn one_drive_routes_a_burst_larger_than_its_batch() {
     settle(&[&a, &b]).await;
 }
 
+/// Nanoseconds the calling thread has run on a CPU (`schedstat`).
+fn thread_cpu_ns() -> u64 {
+    let stat = std::fs::read_to_string("/proc/thread-self/schedstat").expect("schedstat");
+    stat.split_whitespace()
+        .next()
+        .and_then(|v| v.parse().ok())
+        .expect("schedstat's first field")
+}
+
+/// With a spin window (decision 67) both sides keep polling instead of
+/// parking: every message still arrives intact, in order, on one thread
+/// and on two; and the window ends: a receive left waiting parks, so the
+/// thread does not burn a CPU while nothing comes.
+#[tokio::test(flavor = "current_thread")]
+async fn spinning_exchanges_complete_and_an_idle_wait_parks() {
+    spinning_exchanges(500).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spinning_exchanges_complete_on_two_threads() {
+    spinning_exchanges(0).await;
+}
+
+const SPIN: Duration = Duration::from_millis(2);
+
+/// Spinning ping-pongs; then, if `idle_ms`, a receive that waits that long
+/// for nothing must cost the thread under a tenth of it.
+async fn spinning_exchanges(idle_ms: u64) {
+    let (a, b) = pair().await;
+    for s in [&a, &b] {
+        s.ep.dispatcher().set_spin(SPIN);
+        assert_eq!(s.ep.dispatcher().spin(), SPIN);
+    }
+    let echo = {
+        let b = b.clone();
+        tokio::spawn(async move {
+            let mut buf = vec![0u8; 64];
+            for i in 0..500u64 {
+                let (got, back) = b.ep.trecv(b.peer, i, 0, buf).await;
+                let len = got.expect("echo trecv").len;
+                let (sent, back) = b.ep.tsend(b.peer, i, back[..len].to_vec()).await;
+                sent.expect("echo tsend");
+                buf = back;
+                buf.resize(64, 0);
+            }
+        })
+    };
+    for i in 0..500u64 {
+        let msg = pattern(i, (i as usize % 64) + 1);
+        let (sent, recv) = within("a spinning round trip", async {
+            tokio::join!(
+                a.ep.tsend(a.peer, i, msg.clone()),
+                a.ep.trecv(a.peer, i, 0, vec![0; 64])
+            )
+        })
+        .await;
+        sent.0.expect("tsend");
+        let (got, back) = recv;
+        assert_eq!(&back[..got.expect("trecv").len], &msg[..], "echo {i}");
+    }
+    within("the echo task", echo).await.expect("echo task");
+    if idle_ms > 0 {
+        let before = thread_cpu_ns();
+        let wait = tokio::time::timeout(
+            Duration::from_millis(idle_ms),
+            a.ep.trecv(a.peer, 1 << 40, 0, vec![0; 8]),
+        );
+        assert!(wait.await.is_err(), "nothing was sent");
+        let used = Duration::from_nanos(thread_cpu_ns() - before);
+        assert!(
+            used < Duration::from_millis(idle_ms / 10),
+            "waiting {idle_ms} ms for nothing with a {SPIN:?} spin window cost {used:?} of CPU"
+        );
+    }
+    settle(&[&a, &b]).await;
+}
+
+/// A message on a second connection arrives promptly while another
+/// connection is hot (read without asking epoll, and out of the epoll set
+/// after 64 busy reads, decision 57): the descriptor event it raises is the
+/// only one it gets (tokio registers the queue's descriptor edge-triggered),
+/// so what the wake-up's progress leaves unread must not wait for the
+/// reactor's 50 ms tick.
+#[tokio::test(flavor = "current_thread")]
+async fn a_message_on_a_cold_connection_is_not_left_behind_the_hot_one() {
+    let (s, a) = pair().await;
+    let (s, b) = (s.clone(), {
+        // A third endpoint, known to `s`.
+        let domain = xfer::open_default().expect("open domain");
+        let cq = domain.cq(&xfer::CqAttr::default()).expect("cq");
+        let av = domain.av().expect("av");
+        let ep = domain.endpoint(&cq, &av, &common::test_attr()).expect("endpoint");
+        let ep = AsyncEndpoint::new(ep, aio::tokio::dispatcher(&cq).expect("dispatcher")).expect("async endpoint");
+        let peer = av.insert(s.ep.endpoint().name().as_bytes()).expect("insert s");
+        Arc::new(Side { ep, peer, domain })
+    });
+    let echo = |from: &Arc<Side>, tag: u64| {
+        let (from, s) = (from.clone(), s.clone());
+        async move {
+            let (r, sent) = tokio::join!(
+                s.ep.trecv(PeerAddr::UNSPEC, tag, 0, vec![0; 8]),
+                from.ep.tsend(from.peer, tag, vec![7; 8])
+            );
+            r.0.expect("trecv at s");
+            sent.0.expect("tsend to s");
+        }
+    };
+    within("b's first message", echo(&b, 1)).await;
+    for round in 0..5u64 {
+        for i in 0..100 {
+            within("a's messages", echo(&a, 2 + i)).await;
+        }
+        // `s` waits for b alone; b's message raises one event.
+        let tag = 1 << 40 | round;
+        let s2 = s.clone();
+        let waiting = tokio::spawn(async move {
+            let (r, _) = s2.ep.trecv(PeerAddr::UNSPEC, tag, 0, vec![0; 8]).await;
+            r.expect("trecv of b's message");
+            std::time::Instant::now()
+        });
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        let (sent, _) = b.ep.tsend(b.peer, tag, vec![9; 8]).await;
+        sent.expect("b's tsend");
+        let sent_at = std::time::Instant::now();
+        let got_at = within("b's message", waiting).await.expect("receiving task");
+        let took = got_at.saturating_duration_since(sent_at);
+        assert!(
+            took < Duration::from_millis(40),
+            "round {round}: b's message took {took:?} to complete at s"
+        );
+    }
+    settle(&[&s, &a, &b]).await;
+}
+
 #[tokio::test(flavor = "current_thread")]
 async fn teardown_with_operations_in_flight_returns_promptly() {
     for a_first in [true, false] {

@@ -145,10 +145,11 @@ impl CompletionQueue {
     /// no completion is ready, [`Error::Again`] when one is (poll instead).
     /// Mirrors `fi_trywait`. Each bound endpoint first prepares to sleep
     /// (`EndpointProvider::prepare_wait`: a verbs CQ is armed and polled,
-    /// TCP writes what a burst held back and puts every connection in its
-    /// epoll set) but connections are not read: whatever waits in them makes
-    /// the descriptor readable, so the caller wakes at once (decision 59).
-    /// [`poll`](Self::poll) when it fires.
+    /// TCP writes what a burst held back, puts every connection in its
+    /// epoll set and serves those epoll reports ready), without the
+    /// speculative reads of a progress call (decisions 59, 66): afterwards
+    /// only new activity makes the descriptor readable, so an edge-triggered
+    /// waiter misses nothing. [`poll`](Self::poll) when it fires.
     pub fn trywait(&self) -> Result<()> {
         self.arm()?;
         let mut st = self.0.shared.lock()?;

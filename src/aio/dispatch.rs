@@ -4,6 +4,7 @@
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::task::{Context, Poll, Wake, Waker};
+use std::time::{Duration, Instant};
 
 use slab::Slab;
 
@@ -64,6 +65,11 @@ struct State {
     /// while equal, a drive only takes what posting calls queued
     /// (decision 59).
     progressed: u64,
+    /// How long after the last routed completion a waiting operation keeps
+    /// polling instead of parking (zero: never; decision 67).
+    spin: Duration,
+    /// When the last completion was routed (kept only while `spin` is set).
+    active: Option<Instant>,
 }
 
 /// Routes the completions of one completion queue to the futures of the
@@ -132,6 +138,8 @@ impl Dispatcher {
                 armed: None,
                 fired: 0,
                 progressed: 0,
+                spin: spin_from_env(),
+                active: None,
             }),
             fd_waker: Waker::from(Arc::new(FdWake(me.clone()))),
         })
@@ -140,6 +148,24 @@ impl Dispatcher {
     /// The completion queue it drives.
     pub fn cq(&self) -> &CompletionQueue {
         &self.cq
+    }
+
+    /// Sets the spin window (default `XFER_AIO_SPIN_US`, else zero): for
+    /// this long after a completion was routed, an operation that finds
+    /// nothing to do does not park on the queue's descriptor but yields to
+    /// the runtime, woken again at once, and polls the endpoints when it
+    /// runs next. It trades a CPU busy while waiting for the wake-up
+    /// latency of a sleeping thread (decision 67). Zero parks at once.
+    pub fn set_spin(&self, window: Duration) {
+        if let Ok(mut st) = self.lock() {
+            st.spin = window;
+            st.active = None;
+        }
+    }
+
+    /// The spin window ([`set_spin`](Self::set_spin)).
+    pub fn spin(&self) -> Duration {
+        self.lock().map_or(Duration::ZERO, |st| st.spin)
     }
 
     /// Operations posted through it whose completion has not been taken or
@@ -265,6 +291,9 @@ impl Dispatcher {
                 wake[BATCH] = st.raw_waker.take();
             }
             st.routed += n as u64;
+            if !st.spin.is_zero() {
+                st.active = Some(Instant::now());
+            }
             std::mem::take(&mut st.capacity)
         };
         wake.into_iter().flatten().chain(capacity).for_each(Waker::wake);
@@ -391,10 +420,17 @@ impl Dispatcher {
                 }
                 Err(e) => return Poll::Ready(Err(e)),
             };
+            if progress {
+                self.consume_readiness();
+            }
             match self.drain(progress) {
                 Ok(0) => {}
                 Ok(_) => continue,
                 Err(e) => return Poll::Ready(Err(e)),
+            }
+            if self.keep_spinning() {
+                self.reactor.yield_soon(cx);
+                return Poll::Pending;
             }
             match self.cq.trywait() {
                 Ok(()) => {}
@@ -422,6 +458,37 @@ impl Dispatcher {
         }
         cx.waker().wake_by_ref();
         Poll::Pending
+    }
+}
+
+impl Dispatcher {
+    /// Takes the reactor's readiness that the progress about to be made
+    /// covers, so that the next [`Reactor::poll_readable`] reports only
+    /// what arrives after it. Without this, the event that woke the
+    /// waiters was reported once more after they had progressed, and cost
+    /// every wake-up a second progress: a `recv` returning `EAGAIN` per
+    /// message on TCP (decision 66). Nothing is lost: whatever arrives once
+    /// the readiness is taken raises a new event.
+    /// Whether a poller that found nothing should yield and poll again
+    /// rather than park: inside the spin window after the last routed
+    /// completion. If so, its next poll progresses the endpoints (as after
+    /// a descriptor event) and other waiters do not skip driving.
+    fn keep_spinning(&self) -> bool {
+        let Ok(mut st) = self.lock() else { return false };
+        let within = match st.active {
+            Some(at) => !st.spin.is_zero() && at.elapsed() < st.spin,
+            None => false,
+        };
+        if within {
+            st.fired = st.fired.wrapping_add(1);
+            st.events = st.events.wrapping_add(1);
+        }
+        within
+    }
+
+    fn consume_readiness(&self) {
+        // Pending registers the queue's own waker, as parking would.
+        let _ = self.reactor.poll_readable(&mut Context::from_waker(&self.fd_waker));
     }
 }
 
@@ -464,6 +531,21 @@ impl State {
             Some((c, slot)) if *c == context => Some(slot),
             _ => None,
         }
+    }
+}
+
+/// The spin window `XFER_AIO_SPIN_US` asks for (microseconds; absent or
+/// unparsable: zero, with a warning for the latter).
+fn spin_from_env() -> Duration {
+    match std::env::var("XFER_AIO_SPIN_US") {
+        Ok(v) => match v.trim().parse::<u64>() {
+            Ok(us) => Duration::from_micros(us),
+            Err(_) => {
+                tracing::warn!(value = %v, "XFER_AIO_SPIN_US is not a number of microseconds; not spinning");
+                Duration::ZERO
+            }
+        },
+        Err(_) => Duration::ZERO,
     }
 }
 

@@ -7,7 +7,13 @@
 //! xfer-rpc client NAME-HEX [--tcp ADDR]      every call checked, over xfer (and tokio TCP)
 //! xfer-rpc local                             server and client in one process
 //! xfer-rpc bench [--iters N] [--calls N] [--outstanding N] [--reps N] [--tcp ADDR]
+//!                [--spin US] [--only xfer|spin|tcp]
 //! ```
+//!
+//! The bench measures three rows in turn: tarpc over xfer as the `XFER_*`
+//! environment configures it, over xfer with the async layer's spin window
+//! at `--spin` microseconds on both sides (default 50; 0 leaves the row out),
+//! and over tokio TCP.
 //!
 //! The provider and its settings come from the `XFER_*` environment
 //! (`XFER_PROVIDER=verbs`, `XFER_TCP_ADDR=127.0.0.1`, ...).
@@ -30,7 +36,8 @@ type Res<T> = Result<T, String>;
 const USAGE: &str = "usage: xfer-rpc server [--tcp ADDR] [--conns N]
        xfer-rpc client NAME-HEX [--tcp ADDR]
        xfer-rpc local
-       xfer-rpc bench [--iters N] [--calls N] [--outstanding N] [--reps N] [--tcp ADDR]";
+       xfer-rpc bench [--iters N] [--calls N] [--outstanding N] [--reps N] [--tcp ADDR]
+                      [--spin US] [--only xfer|spin|tcp]";
 
 /// Options after the mode.
 struct Opts {
@@ -40,6 +47,10 @@ struct Opts {
     calls: usize,
     outstanding: usize,
     reps: usize,
+    /// The spin window of the bench's second xfer row, microseconds (0: no such row).
+    spin: u64,
+    /// Bench one row only (`xfer`, `spin` or `tcp`), for profiling.
+    only: Option<String>,
 }
 
 fn main() -> ExitCode {
@@ -86,6 +97,8 @@ fn parse(mut args: &[String]) -> Res<Opts> {
         calls: 200_000,
         outstanding: 64,
         reps: 3,
+        spin: 50,
+        only: None,
     };
     while let [flag, value, rest @ ..] = args {
         let n = || value.parse::<usize>().map_err(|e| format!("{flag} {value:?}: {e}"));
@@ -96,6 +109,8 @@ fn parse(mut args: &[String]) -> Res<Opts> {
             "--calls" => o.calls = n()?.max(1),
             "--outstanding" => o.outstanding = n()?.max(1),
             "--reps" => o.reps = n()?.max(1),
+            "--spin" => o.spin = n()? as u64,
+            "--only" if ["xfer", "spin", "tcp"].contains(&value.as_str()) => o.only = Some(value.clone()),
             _ => return Err(format!("unknown option {flag}\n{USAGE}")),
         }
         args = rest;
@@ -234,10 +249,15 @@ impl Drop for ServerProc {
     }
 }
 
-/// Starts `xfer-rpc server --tcp ADDR` and reads its xfer name and TCP address.
-fn spawn_server(tcp: &str) -> Res<(ServerProc, String, Vec<u8>, SocketAddr)> {
+/// Starts `xfer-rpc server --tcp ADDR` (with `XFER_AIO_SPIN_US` set to
+/// `spin_us` if given) and reads its xfer name and TCP address.
+fn spawn_server(tcp: &str, spin_us: Option<u64>) -> Res<(ServerProc, String, Vec<u8>, SocketAddr)> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let mut child = Command::new(exe)
+    let mut cmd = Command::new(exe);
+    if let Some(us) = spin_us {
+        cmd.env("XFER_AIO_SPIN_US", us.to_string());
+    }
+    let mut child = cmd
         .args(["server", "--tcp", tcp])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -271,7 +291,12 @@ fn spawn_server(tcp: &str) -> Res<(ServerProc, String, Vec<u8>, SocketAddr)> {
 }
 
 fn run_bench(o: &Opts) -> Res<()> {
-    let (_server, provider, name, addr) = spawn_server(o.tcp.as_deref().unwrap_or("127.0.0.1:0"))?;
+    let (server, provider, name, addr) = spawn_server(o.tcp.as_deref().unwrap_or("127.0.0.1:0"), None)?;
+    // The spin row's server: a process of its own, spinning on its side too.
+    let spinner = match o.spin {
+        0 => None,
+        us => Some(spawn_server("127.0.0.1:0", Some(us))?),
+    };
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -279,9 +304,16 @@ fn run_bench(o: &Opts) -> Res<()> {
     rt.block_on(async {
         let node = open()?;
         let x = xfer_client(&node, &name).await?;
+        let spun = match &spinner {
+            Some((proc_, _, name, _)) => {
+                let node = open()?;
+                node.endpoint().dispatcher().set_spin(Duration::from_micros(o.spin));
+                Some((xfer_client(&node, name).await?, proc_.0.id(), node))
+            }
+            None => None,
+        };
         let t = tcp_client(&addr.to_string()).await?;
         let warmup = o.iters / 10 + 1;
-        let (mut xs, mut ts) = (Vec::new(), Vec::new());
         println!(
             "xfer-rpc bench: tarpc add() calls, client and server in two processes; xfer provider {provider}, tokio TCP to {addr}"
         );
@@ -289,12 +321,22 @@ fn run_bench(o: &Opts) -> Res<()> {
             "  latency: {} calls one at a time; rate: {} calls with {} outstanding; {} rep(s), alternating",
             o.iters, o.calls, o.outstanding, o.reps
         );
+        let spin_label = format!("xfer spin {}us", o.spin);
+        let mut rows = vec![("xfer".to_string(), "xfer", &x, server.0.id(), Vec::new())];
+        if let Some((c, pid, _)) = &spun {
+            rows.push((spin_label, "spin", c, *pid, Vec::new()));
+        }
+        rows.push(("tokio TCP".to_string(), "tcp", &t, server.0.id(), Vec::new()));
+        rows.retain(|r| o.only.as_deref().is_none_or(|only| only == r.1));
         for rep in 1..=o.reps {
-            for (what, c, out) in [("xfer", &x, &mut xs), ("tokio TCP", &t, &mut ts)] {
-                let l = bench::latency(c, warmup, o.iters).await?;
+            for (what, _, c, pid, out) in &mut rows {
+                let l = bench::latency(c, *pid, warmup, o.iters).await?;
                 let rate = bench::rate(c, o.outstanding, o.calls).await?;
+                let cpu = l.cpu.map_or(String::new(), |(me, peer)| {
+                    format!(", cpu/call client {me:.1} us server {peer:.1} us")
+                });
                 println!(
-                    "  rep {rep} {what:>10}: p50 {:8.2} us  p99 {:8.2} us  {rate:10.0} calls/s  (max {:.0} us, {} over {} ms)",
+                    "  rep {rep} {what:>15}: p50 {:8.2} us  p99 {:8.2} us  {rate:10.0} calls/s  (max {:.0} us, {} over {} ms{cpu})",
                     l.p50,
                     l.p99,
                     l.max,
@@ -304,15 +346,20 @@ fn run_bench(o: &Opts) -> Res<()> {
                 out.push((l.p50, l.p99, rate));
             }
         }
-        let (xm, tm) = (medians(&xs), medians(&ts));
-        println!("  median   {:>10}: p50 {:8.2} us  p99 {:8.2} us  {:10.0} calls/s", "xfer", xm.0, xm.1, xm.2);
-        println!("  median   {:>10}: p50 {:8.2} us  p99 {:8.2} us  {:10.0} calls/s", "tokio TCP", tm.0, tm.1, tm.2);
-        println!(
-            "  xfer / tokio TCP: p50 {:.2}x  p99 {:.2}x  rate {:.2}x",
-            xm.0 / tm.0,
-            xm.1 / tm.1,
-            xm.2 / tm.2
-        );
+        let medians: Vec<_> = rows.iter().map(|(what, key, .., out)| (what, *key, medians(out))).collect();
+        for (what, _, m) in &medians {
+            println!("  median   {what:>15}: p50 {:8.2} us  p99 {:8.2} us  {:10.0} calls/s", m.0, m.1, m.2);
+        }
+        if let Some((_, _, tm)) = medians.iter().find(|r| r.1 == "tcp") {
+            for (what, _, m) in medians.iter().filter(|r| r.1 != "tcp") {
+                println!(
+                    "  {what} / tokio TCP: p50 {:.2}x  p99 {:.2}x  rate {:.2}x",
+                    m.0 / tm.0,
+                    m.1 / tm.1,
+                    m.2 / tm.2
+                );
+            }
+        }
         Ok(())
     })
 }

@@ -67,6 +67,30 @@ impl TcpEndpoint {
         self.spins < EPOLL_EVERY && self.writing == 0 && self.connecting == 0
     }
 
+    /// Asks epoll which connections (and the listener) are ready and serves
+    /// them; restarts the count of hot-only progress calls.
+    pub(super) fn poll_ready(&mut self, cx: &mut Ctx<'_>) {
+        self.spins = 0;
+        let n = match self.epoll.wait(&mut self.events, 0) {
+            Ok(n) => n,
+            Err(e) => {
+                tracing::error!(error = %e, "epoll_wait failed");
+                0
+            }
+        };
+        for i in 0..n {
+            let (tok, events) = (self.events[i].u64, self.events[i].events);
+            if tok == LISTENER {
+                self.accept_all();
+            } else {
+                self.on_event(cx, tok as usize, events);
+            }
+        }
+        if self.connecting > 0 {
+            self.check_connect_timeouts(cx);
+        }
+    }
+
     /// Takes the hot connection out of the epoll set, unless it waits for
     /// write readiness (or is gone).
     fn detach_hot(&mut self) {

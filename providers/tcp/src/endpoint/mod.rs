@@ -949,25 +949,7 @@ impl EndpointProvider for TcpEndpoint {
         if self.poll_hot(cx) {
             return;
         }
-        self.spins = 0;
-        let n = match self.epoll.wait(&mut self.events, 0) {
-            Ok(n) => n,
-            Err(e) => {
-                tracing::error!(error = %e, "epoll_wait failed");
-                0
-            }
-        };
-        for i in 0..n {
-            let (tok, events) = (self.events[i].u64, self.events[i].events);
-            if tok == LISTENER {
-                self.accept_all();
-            } else {
-                self.on_event(cx, tok as usize, events);
-            }
-        }
-        if self.connecting > 0 {
-            self.check_connect_timeouts(cx);
-        }
+        self.poll_ready(cx);
     }
 
     fn wait_fd(&self) -> RawFd {
@@ -979,6 +961,11 @@ impl EndpointProvider for TcpEndpoint {
         self.end_burst(cx);
         // A detached hot connection would raise no event while we sleep.
         self.attach_hot(cx);
+        // Progress calls since the last `epoll_wait` may have read the hot
+        // connection only, or stopped at a read budget. What they left raised
+        // its event already, and an edge-triggered waiter on the descriptor
+        // (tokio's reactor) sees no second one: serve it now (decision 66).
+        self.poll_ready(cx);
     }
 
     fn close(&mut self, cx: &mut Ctx<'_>) {
