@@ -2,6 +2,7 @@
 //! futures waiting for them, by operation context.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
@@ -20,7 +21,7 @@ const ID_MASK: u64 = (1 << 48) - 1;
 const KEY_MASK: u64 = (1 << 32) - 1;
 
 /// Completions taken from the queue per [`Dispatcher::drive`] round.
-const BATCH: usize = 16;
+const BATCH: usize = 4;
 /// Rounds of progress a future makes in one poll before yielding to the
 /// runtime, so that a flood of other completions cannot starve it.
 const BUDGET: usize = 32;
@@ -65,6 +66,10 @@ struct State {
     /// while equal, a drive only takes what posting calls queued
     /// (decision 59).
     progressed: u64,
+    /// The operation whose poll last armed the reactor: an event wakes it
+    /// alone (it drives and routes, waking whose completions came), unless
+    /// it is gone or the previous event was not served (decision 68).
+    driver: Option<u64>,
     /// How long after the last routed completion a waiting operation keeps
     /// polling instead of parking (zero: never; decision 67).
     spin: Duration,
@@ -87,8 +92,11 @@ pub struct Dispatcher {
     reactor: Box<dyn Reactor>,
     cq: CompletionQueue,
     state: Mutex<State>,
-    /// Given to the reactor: wakes every waiting future.
+    /// Given to the reactor: wakes the driver, or every waiting future.
     fd_waker: Waker,
+    /// Whether a spin window is set (`State::spin` non-zero): read without
+    /// the lock on every park.
+    spinning: AtomicBool,
 }
 
 /// Wakes the waiters of a dispatcher when its queue's descriptor fires.
@@ -101,21 +109,38 @@ impl Wake for FdWake {
 
     fn wake_by_ref(self: &Arc<Self>) {
         let Some(d) = self.0.upgrade() else { return };
-        let wakers: Vec<Waker> = match d.lock() {
+        // Collected under the lock, woken after it; the first few without
+        // an allocation (an event usually wakes a handful).
+        let mut first: [Option<Waker>; 8] = Default::default();
+        let mut more = Vec::new();
+        match d.lock() {
             Ok(mut st) => {
                 let st = &mut *st;
+                // The previous event served (a progress since), and its
+                // driver still waiting: it alone drives this one.
+                let served = st.fired == st.progressed;
                 st.events = st.events.wrapping_add(1);
                 st.fired = st.fired.wrapping_add(1);
-                let ops = st.slots.iter_mut().filter_map(|(_, (_, s))| match s {
-                    Slot::Waiting(w) => w.take(),
-                    _ => None,
-                });
-                let others = st.raw_waker.take().into_iter().chain(st.progress.drain(..));
-                ops.chain(others).chain(st.capacity.drain(..)).collect()
+                let driver = st.driver.take().filter(|_| served).and_then(|c| st.waiter(c));
+                if driver.is_some() {
+                    first[0] = driver;
+                } else {
+                    let ops = st.slots.iter_mut().filter_map(|(_, (_, s))| match s {
+                        Slot::Waiting(w) => w.take(),
+                        _ => None,
+                    });
+                    let others = st.raw_waker.take().into_iter().chain(st.progress.drain(..));
+                    for (i, w) in ops.chain(others).chain(st.capacity.drain(..)).enumerate() {
+                        match first.get_mut(i) {
+                            Some(slot) => *slot = Some(w),
+                            None => more.push(w),
+                        }
+                    }
+                }
             }
             Err(_) => return,
-        };
-        wakers.into_iter().for_each(Waker::wake);
+        }
+        first.into_iter().flatten().chain(more).for_each(Waker::wake);
     }
 }
 
@@ -123,6 +148,7 @@ impl Dispatcher {
     /// A dispatcher for `cq`, woken by `reactor` (which watches `cq.fd()`).
     /// One per queue: two would take each other's completions.
     pub fn new(cq: CompletionQueue, reactor: impl Reactor) -> Arc<Dispatcher> {
+        let spin = spin_from_env();
         Arc::new_cyclic(|me| Dispatcher {
             reactor: Box::new(reactor),
             cq,
@@ -138,10 +164,12 @@ impl Dispatcher {
                 armed: None,
                 fired: 0,
                 progressed: 0,
-                spin: spin_from_env(),
+                driver: None,
+                spin,
                 active: None,
             }),
             fd_waker: Waker::from(Arc::new(FdWake(me.clone()))),
+            spinning: AtomicBool::new(!spin.is_zero()),
         })
     }
 
@@ -160,6 +188,7 @@ impl Dispatcher {
         if let Ok(mut st) = self.lock() {
             st.spin = window;
             st.active = None;
+            self.spinning.store(!window.is_zero(), Ordering::Relaxed);
         }
     }
 
@@ -192,8 +221,11 @@ impl Dispatcher {
             .map_err(|_| Error::Internal("async dispatcher lock poisoned by an earlier panic"))
     }
 
-    /// Reserves a slot; the context to post the operation with.
-    pub(crate) fn reserve(&self) -> Result<u64> {
+    /// Reserves a slot: the context to post the operation with, and the
+    /// count of completions routed so far (taken before posting, so that
+    /// an operation refused with [`Error::Again`] can wait for the next
+    /// one, [`capacity`](Self::capacity)).
+    pub(crate) fn reserve(&self) -> Result<(u64, u64)> {
         let mut st = self.lock()?;
         let entry = st.slots.vacant_entry();
         let key = entry.key() as u64;
@@ -203,12 +235,14 @@ impl Dispatcher {
         let context = CONTEXT_TAG | u64::from(st.generation) << 32 | key;
         st.slots.insert((context, Slot::Waiting(None)));
         st.generation = st.generation.wrapping_add(1);
-        Ok(context)
+        Ok((context, st.routed))
     }
 
     /// Records that the provider was called in a way that may have queued
-    /// completions without the descriptor firing (a post, a cancel), so
-    /// the next waiting operation drives the queue.
+    /// completions without the descriptor firing (a cancel), so the next
+    /// waiting operation drives the queue. A post needs none: its
+    /// operation's first poll, right after it, takes what it queued
+    /// ([`poll_op`](Self::poll_op) with `posted`).
     pub(crate) fn stirred(&self) {
         if let Ok(mut st) = self.lock() {
             st.events = st.events.wrapping_add(1);
@@ -251,24 +285,25 @@ impl Dispatcher {
     /// otherwise wait for the next event. A queue still not empty after the
     /// budget wakes every waiter, as an event does, so one of them goes on.
     pub fn drive(&self) -> Result<usize> {
-        self.drain(true)
+        self.drain(true).map(|(n, _)| n)
     }
 
     /// [`drive`](Self::drive), progressing the endpoints first only when
     /// `progress` (else taking just what is queued: no system call,
     /// decision 59). Only the first round progresses: later ones take what
-    /// it left.
-    fn drain(&self, progress: bool) -> Result<usize> {
+    /// it left. Also tells whether it emptied the queue (else the budget
+    /// ran out).
+    fn drain(&self, progress: bool) -> Result<(usize, bool)> {
         let mut total = 0;
         for round in 0..BUDGET {
             let n = self.drive_once(progress && round == 0)?;
             total += n;
             if n < BATCH {
-                return Ok(total);
+                return Ok((total, true));
             }
         }
         self.fd_waker.wake_by_ref();
-        Ok(total)
+        Ok((total, false))
     }
 
     /// One round of [`drain`](Self::drain): at most [`BATCH`] completions.
@@ -302,9 +337,10 @@ impl Dispatcher {
 
     /// Polls for the completion of the operation posted with `context`:
     /// drives the queue, and when nothing is left to do registers the
-    /// waker with the reactor.
-    pub(crate) fn poll_op(&self, context: u64, cx: &mut Context<'_>) -> Poll<Result<Completion>> {
-        self.poll_with(cx, true, |st, waker| match st.slot(context) {
+    /// waker with the reactor. `posted`: the first poll after posting,
+    /// which always takes what the posting call queued (for any operation).
+    pub(crate) fn poll_op(&self, context: u64, posted: bool, cx: &mut Context<'_>) -> Poll<Result<Completion>> {
+        self.poll_with(cx, !posted, Some(context), |st, waker| match st.slot(context) {
             Some(Slot::Done(_)) => match st.slots.remove(key(context)).1 {
                 Slot::Done(c) => Some(Ok(c)),
                 _ => Some(Err(Error::Internal("async slot changed under its lock"))),
@@ -323,7 +359,7 @@ impl Dispatcher {
     /// async layer (context without [`CONTEXT_TAG`]): remote writes with
     /// data, raw posts on endpoints bound to the same queue.
     pub fn poll_completion(&self, cx: &mut Context<'_>) -> Poll<Result<Completion>> {
-        self.poll_with(cx, false, |st, waker| match st.raw.pop_front() {
+        self.poll_with(cx, false, None, |st, waker| match st.raw.pop_front() {
             Some(c) => Some(Ok(c)),
             None => {
                 st.raw_waker = Some(waker.clone());
@@ -338,19 +374,12 @@ impl Dispatcher {
         std::future::poll_fn(|cx| self.poll_completion(cx)).await
     }
 
-    /// How many completions were routed so far; taken before posting, so
-    /// that an operation refused with [`Error::Again`] can wait for the
-    /// next one ([`capacity`](Self::capacity)).
-    pub(crate) fn routed(&self) -> u64 {
-        self.lock().map_or(0, |st| st.routed)
-    }
-
     /// Waits (driving) until a completion was routed after `seen` was read:
     /// an endpoint at its `max_outstanding` (or a peer at its
     /// `max_outstanding_per_peer`) may then have room.
     pub(crate) async fn capacity(&self, seen: u64) -> Result<()> {
         std::future::poll_fn(|cx| {
-            self.poll_with(cx, false, |st, waker| {
+            self.poll_with(cx, false, None, |st, waker| {
                 if st.routed != seen {
                     return Some(Ok(()));
                 }
@@ -370,7 +399,7 @@ impl Dispatcher {
     /// connection to be accepted. Spawn it as a task; it is cancel-safe.
     pub async fn progress(&self) -> Error {
         let r = std::future::poll_fn(|cx| {
-            self.poll_with(cx, false, |st, waker| {
+            self.poll_with(cx, false, None, |st, waker| {
                 if !st.progress.iter().any(|w| w.will_wake(waker)) {
                     st.progress.push(waker.clone());
                 }
@@ -398,8 +427,13 @@ impl Dispatcher {
         &self,
         cx: &mut Context<'_>,
         may_skip: bool,
+        driver: Option<u64>,
         mut take: impl FnMut(&mut State, &Waker) -> Option<Result<T>>,
     ) -> Poll<Result<T>> {
+        // This poll emptied the queue and nothing progressed since: only
+        // another operation's post can have queued anything, and that
+        // operation's first poll takes it.
+        let mut emptied = false;
         for _ in 0..BUDGET {
             let (events, progress) = match self.lock() {
                 Ok(mut st) => {
@@ -423,10 +457,15 @@ impl Dispatcher {
             if progress {
                 self.consume_readiness();
             }
-            match self.drain(progress) {
-                Ok(0) => {}
-                Ok(_) => continue,
-                Err(e) => return Poll::Ready(Err(e)),
+            if progress || !emptied {
+                match self.drain(progress) {
+                    Ok((0, _)) => {}
+                    Ok((_, all)) => {
+                        emptied = all;
+                        continue;
+                    }
+                    Err(e) => return Poll::Ready(Err(e)),
+                }
             }
             if self.keep_spinning() {
                 self.reactor.yield_soon(cx);
@@ -434,7 +473,11 @@ impl Dispatcher {
             }
             match self.cq.trywait() {
                 Ok(()) => {}
-                Err(Error::Again) => continue,
+                Err(Error::Again) => {
+                    // Preparing to sleep queued completions.
+                    emptied = false;
+                    continue;
+                }
                 Err(e) => return Poll::Ready(Err(e)),
             }
             match self.reactor.poll_readable(&mut Context::from_waker(&self.fd_waker)) {
@@ -443,6 +486,7 @@ impl Dispatcher {
                     // event, waiting operations need not drive.
                     if let Ok(mut st) = self.lock() {
                         st.armed = Some(events);
+                        st.driver = driver;
                     }
                     return Poll::Pending;
                 }
@@ -462,18 +506,14 @@ impl Dispatcher {
 }
 
 impl Dispatcher {
-    /// Takes the reactor's readiness that the progress about to be made
-    /// covers, so that the next [`Reactor::poll_readable`] reports only
-    /// what arrives after it. Without this, the event that woke the
-    /// waiters was reported once more after they had progressed, and cost
-    /// every wake-up a second progress: a `recv` returning `EAGAIN` per
-    /// message on TCP (decision 66). Nothing is lost: whatever arrives once
-    /// the readiness is taken raises a new event.
     /// Whether a poller that found nothing should yield and poll again
     /// rather than park: inside the spin window after the last routed
     /// completion. If so, its next poll progresses the endpoints (as after
     /// a descriptor event) and other waiters do not skip driving.
     fn keep_spinning(&self) -> bool {
+        if !self.spinning.load(Ordering::Relaxed) {
+            return false;
+        }
         let Ok(mut st) = self.lock() else { return false };
         let within = match st.active {
             Some(at) => !st.spin.is_zero() && at.elapsed() < st.spin,
@@ -486,9 +526,16 @@ impl Dispatcher {
         within
     }
 
+    /// Takes the reactor's readiness that the progress about to be made
+    /// covers, so that the next [`Reactor::poll_readable`] reports only
+    /// what arrives after it. Without this, the event that woke the
+    /// waiters was reported once more after they had progressed, and cost
+    /// every wake-up a second progress: a `recv` returning `EAGAIN` per
+    /// message on TCP (decision 66). Nothing is lost: whatever arrives once
+    /// the readiness is taken raises a new event.
     fn consume_readiness(&self) {
         // Pending registers the queue's own waker, as parking would.
-        let _ = self.reactor.poll_readable(&mut Context::from_waker(&self.fd_waker));
+        self.reactor.take_readable(&mut Context::from_waker(&self.fd_waker));
     }
 }
 
@@ -525,6 +572,15 @@ impl State {
 }
 
 impl State {
+    /// The waker of the operation posted with `context`, taken, if it is
+    /// still waiting and has polled.
+    fn waiter(&mut self, context: u64) -> Option<Waker> {
+        match self.slot(context) {
+            Some(Slot::Waiting(w)) => w.take(),
+            _ => None,
+        }
+    }
+
     /// The slot of the operation posted with `context`, if it still has one.
     fn slot(&mut self, context: u64) -> Option<&mut Slot> {
         match self.slots.get_mut(key(context)) {

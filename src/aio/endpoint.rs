@@ -126,18 +126,15 @@ impl AsyncEndpoint {
         post: impl Fn(u64, Vec<u8>) -> Result<(), Rejected<Vec<u8>>>,
     ) -> BufResult<Completion> {
         let context = loop {
-            let context = match self.disp.reserve() {
-                Ok(cx) => cx,
+            let (context, seen) = match self.disp.reserve() {
+                Ok(r) => r,
                 Err(e) => return (Err(e), buf),
             };
-            let seen = self.disp.routed();
             match post(context, buf) {
-                Ok(()) => {
-                    // It may have completed inside the call, which the
-                    // descriptor does not signal: the next poll drives.
-                    self.disp.stirred();
-                    break context;
-                }
+                // It (or another operation) may have completed inside the
+                // call, which the descriptor does not signal: the op's
+                // first poll, next, takes what the call queued.
+                Ok(()) => break context,
                 Err(r) => {
                     self.disp.release(context);
                     if r.error != Error::Again {
@@ -155,6 +152,7 @@ impl AsyncEndpoint {
             ep: &self.ep,
             context,
             recv,
+            posted: true,
             done: false,
         };
         match op.await {

@@ -18,6 +18,8 @@ pub(crate) struct Op<'a> {
     pub(crate) context: u64,
     /// A receive: cancelled when dropped unfinished.
     pub(crate) recv: bool,
+    /// Not polled since it was posted.
+    pub(crate) posted: bool,
     pub(crate) done: bool,
 }
 
@@ -25,7 +27,8 @@ impl Future for Op<'_> {
     type Output = Result<Completion>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let r = std::task::ready!(self.disp.poll_op(self.context, cx));
+        let posted = std::mem::take(&mut self.posted);
+        let r = std::task::ready!(self.disp.poll_op(self.context, posted, cx));
         // An error of the queue leaves the operation in flight: Drop abandons it.
         self.done = r.is_ok();
         Poll::Ready(r)

@@ -19,6 +19,15 @@ pub trait Reactor: Send + Sync + 'static {
     /// with `cx`'s waker woken at the next such event.
     fn poll_readable(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>>;
 
+    /// Takes the descriptor's readiness, if it is readable, without
+    /// waiting for it: the dispatcher is about to poll the queue for what
+    /// made it so. The default is [`poll_readable`](Self::poll_readable)
+    /// with its result dropped; a reactor whose `poll_readable` also polls
+    /// a timer may skip that here.
+    fn take_readable(&self, cx: &mut Context<'_>) {
+        let _ = self.poll_readable(cx);
+    }
+
     /// Has the task of `cx` polled again soon, after the runtime had a
     /// chance to run its other ready tasks and check its I/O: how an
     /// operation spinning inside the dispatcher's spin window yields

@@ -80,6 +80,14 @@ impl Reactor for TokioReactor {
         Poll::Pending
     }
 
+    /// The descriptor's readiness only; the tick timer waits for the
+    /// next `poll_readable`.
+    fn take_readable(&self, cx: &mut Context<'_>) {
+        if let Poll::Ready(Ok(mut ready)) = self.fd.poll_read_ready(cx) {
+            ready.clear_ready();
+        }
+    }
+
     /// Through `tokio::task::yield_now`: tokio runs the task again after it
     /// has polled its I/O driver and the `block_on` future (a plain wake-up
     /// would leave the latter waiting for 61 other task polls; decision 67).

@@ -3,17 +3,20 @@
 //! transport (docs/RPC.md, docs/PERFORMANCE.md).
 //!
 //! ```text
-//! xfer-rpc server [--tcp ADDR] [--conns N]   prints its endpoint name (hex), serves
+//! xfer-rpc server [--tcp ADDR] [--conns N] [--cpu N]   prints its endpoint name (hex), serves
 //! xfer-rpc client NAME-HEX [--tcp ADDR]      every call checked, over xfer (and tokio TCP)
 //! xfer-rpc local                             server and client in one process
 //! xfer-rpc bench [--iters N] [--calls N] [--outstanding N] [--reps N] [--tcp ADDR]
-//!                [--spin US] [--only xfer|spin|tcp]
+//!                [--spin US] [--only xfer|spin|tcp] [--cpus S,C|none]
 //! ```
 //!
 //! The bench measures three rows in turn: tarpc over xfer as the `XFER_*`
 //! environment configures it, over xfer with the async layer's spin window
 //! at `--spin` microseconds on both sides (default 50; 0 leaves the row out),
-//! and over tokio TCP.
+//! and over tokio TCP. The server process runs on CPU `S` and the client on
+//! CPU `C` (default 0,1 when there are two; `none` leaves placement to the
+//! scheduler, which may put both on one CPU: blocking wake-ups are then
+//! cheaper and spinning is much slower).
 //!
 //! The provider and its settings come from the `XFER_*` environment
 //! (`XFER_PROVIDER=verbs`, `XFER_TCP_ADDR=127.0.0.1`, ...).
@@ -33,11 +36,11 @@ use xfer_rpc::{bench, check, serve, CalcClient, Node, ServerIn, ServerOut};
 
 type Res<T> = Result<T, String>;
 
-const USAGE: &str = "usage: xfer-rpc server [--tcp ADDR] [--conns N]
+const USAGE: &str = "usage: xfer-rpc server [--tcp ADDR] [--conns N] [--cpu N]
        xfer-rpc client NAME-HEX [--tcp ADDR]
        xfer-rpc local
        xfer-rpc bench [--iters N] [--calls N] [--outstanding N] [--reps N] [--tcp ADDR]
-                      [--spin US] [--only xfer|spin|tcp]";
+                      [--spin US] [--only xfer|spin|tcp] [--cpus S,C|none]";
 
 /// Options after the mode.
 struct Opts {
@@ -51,6 +54,10 @@ struct Opts {
     spin: u64,
     /// Bench one row only (`xfer`, `spin` or `tcp`), for profiling.
     only: Option<String>,
+    /// The CPU this process runs on (`server --cpu`).
+    cpu: Option<usize>,
+    /// The bench's server and client CPUs.
+    cpus: Option<(usize, usize)>,
 }
 
 fn main() -> ExitCode {
@@ -99,6 +106,8 @@ fn parse(mut args: &[String]) -> Res<Opts> {
         reps: 3,
         spin: 50,
         only: None,
+        cpu: None,
+        cpus: default_cpus(),
     };
     while let [flag, value, rest @ ..] = args {
         let n = || value.parse::<usize>().map_err(|e| format!("{flag} {value:?}: {e}"));
@@ -110,6 +119,13 @@ fn parse(mut args: &[String]) -> Res<Opts> {
             "--outstanding" => o.outstanding = n()?.max(1),
             "--reps" => o.reps = n()?.max(1),
             "--spin" => o.spin = n()? as u64,
+            "--cpu" => o.cpu = Some(n()?),
+            "--cpus" if value == "none" => o.cpus = None,
+            "--cpus" => {
+                let bad = || format!("--cpus {value:?}: want SERVER,CLIENT or none");
+                let (a, b) = value.split_once(',').ok_or_else(bad)?;
+                o.cpus = Some((a.parse().map_err(|_| bad())?, b.parse().map_err(|_| bad())?));
+            }
             "--only" if ["xfer", "spin", "tcp"].contains(&value.as_str()) => o.only = Some(value.clone()),
             _ => return Err(format!("unknown option {flag}\n{USAGE}")),
         }
@@ -127,6 +143,9 @@ fn open() -> Res<Arc<Node>> {
 
 /// Serves over xfer and, with `--tcp`, over tarpc's tokio TCP transport.
 async fn server(o: &Opts) -> Res<()> {
+    if let Some(cpu) = o.cpu {
+        pin_to(cpu)?;
+    }
     let node = open()?;
     println!(
         "xfer-rpc server: provider {}, name {}",
@@ -249,16 +268,51 @@ impl Drop for ServerProc {
     }
 }
 
+/// CPUs 0 and 1 for the bench's server and client, when this process may
+/// run on both.
+fn default_cpus() -> Option<(usize, usize)> {
+    // SAFETY: `set` is a plain bit set that sched_getaffinity fills in; the
+    // size passed is its own.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            return None;
+        }
+        (libc::CPU_ISSET(0, &set) && libc::CPU_ISSET(1, &set)).then_some((0, 1))
+    }
+}
+
+/// Restricts this process (its current threads and those it starts later)
+/// to `cpu`.
+fn pin_to(cpu: usize) -> Res<()> {
+    if cpu >= libc::CPU_SETSIZE as usize {
+        return Err(format!("CPU {cpu} out of range"));
+    }
+    // SAFETY: as in `default_cpus`; `cpu` is below CPU_SETSIZE, checked above.
+    let rc = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set)
+    };
+    match rc {
+        0 => Ok(()),
+        _ => Err(format!("pinning to CPU {cpu}: {}", io::Error::last_os_error())),
+    }
+}
+
 /// Starts `xfer-rpc server --tcp ADDR` (with `XFER_AIO_SPIN_US` set to
 /// `spin_us` if given) and reads its xfer name and TCP address.
-fn spawn_server(tcp: &str, spin_us: Option<u64>) -> Res<(ServerProc, String, Vec<u8>, SocketAddr)> {
+fn spawn_server(tcp: &str, spin_us: Option<u64>, cpu: Option<usize>) -> Res<(ServerProc, String, Vec<u8>, SocketAddr)> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let mut cmd = Command::new(exe);
     if let Some(us) = spin_us {
         cmd.env("XFER_AIO_SPIN_US", us.to_string());
     }
+    cmd.args(["server", "--tcp", tcp]);
+    if let Some(cpu) = cpu {
+        cmd.args(["--cpu", &cpu.to_string()]);
+    }
     let mut child = cmd
-        .args(["server", "--tcp", tcp])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .spawn()
@@ -291,12 +345,16 @@ fn spawn_server(tcp: &str, spin_us: Option<u64>) -> Res<(ServerProc, String, Vec
 }
 
 fn run_bench(o: &Opts) -> Res<()> {
-    let (server, provider, name, addr) = spawn_server(o.tcp.as_deref().unwrap_or("127.0.0.1:0"), None)?;
+    let server_cpu = o.cpus.map(|c| c.0);
+    let (server, provider, name, addr) = spawn_server(o.tcp.as_deref().unwrap_or("127.0.0.1:0"), None, server_cpu)?;
     // The spin row's server: a process of its own, spinning on its side too.
     let spinner = match o.spin {
         0 => None,
-        us => Some(spawn_server("127.0.0.1:0", Some(us))?),
+        us => Some(spawn_server("127.0.0.1:0", Some(us), server_cpu)?),
     };
+    if let Some((_, cpu)) = o.cpus {
+        pin_to(cpu)?;
+    }
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -317,8 +375,11 @@ fn run_bench(o: &Opts) -> Res<()> {
         println!(
             "xfer-rpc bench: tarpc add() calls, client and server in two processes; xfer provider {provider}, tokio TCP to {addr}"
         );
+        let placement = o.cpus.map_or("placed by the scheduler".to_string(), |(s, c)| {
+            format!("server on CPU {s}, client on CPU {c}")
+        });
         println!(
-            "  latency: {} calls one at a time; rate: {} calls with {} outstanding; {} rep(s), alternating",
+            "  latency: {} calls one at a time; rate: {} calls with {} outstanding; {} rep(s), alternating; {placement}",
             o.iters, o.calls, o.outstanding, o.reps
         );
         let spin_label = format!("xfer spin {}us", o.spin);

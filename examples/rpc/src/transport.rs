@@ -25,7 +25,10 @@ pub const RECV_WINDOW: usize = 4;
 pub const SENDS_MAX: usize = 128;
 
 type RecvFut = Pin<Box<dyn Future<Output = Got> + Send>>;
-type SendFut = Pin<Box<dyn Future<Output = xfer::Result<()>> + Send>>;
+type SendFut = Pin<Box<dyn Future<Output = BufResult<usize>> + Send>>;
+
+/// Frame buffers kept for reuse after their send completed.
+const SPARE_FRAMES: usize = 4;
 
 /// A completed receive: a frame, or the body of a large message.
 enum Got {
@@ -79,6 +82,8 @@ pub struct Transport<In, Out> {
     sends: FuturesUnordered<SendFut>,
     /// The `DATA` frame being filled (empty: none).
     batch: Vec<u8>,
+    /// Buffers of sent frames, for the next ones.
+    spare_out: Vec<Vec<u8>>,
     frames_out: u64,
     next_seq: u32,
     closed: bool,
@@ -109,6 +114,7 @@ impl<In, Out> Transport<In, Out> {
             ended: false,
             sends: FuturesUnordered::new(),
             batch: Vec::new(),
+            spare_out: Vec::new(),
             frames_out: 0,
             next_seq: 0,
             closed: false,
@@ -144,8 +150,23 @@ impl<In, Out> Transport<In, Out> {
 
     fn send(&mut self, tag: u64, buf: Vec<u8>) {
         let (ep, peer) = (self.ep.clone(), self.peer);
-        self.sends
-            .push(Box::pin(async move { ep.tsend(peer, tag, buf).await.0.map(drop) }));
+        self.sends.push(Box::pin(async move { ep.tsend(peer, tag, buf).await }));
+    }
+
+    /// Takes the result of a completed send, keeping a frame-sized buffer
+    /// for the next frame.
+    fn sent(&mut self, (r, mut buf): BufResult<usize>) -> io::Result<()> {
+        if buf.capacity() == FRAME_MAX && self.spare_out.len() < SPARE_FRAMES {
+            buf.clear();
+            self.spare_out.push(buf);
+        }
+        r.map(drop).map_err(io_err)
+    }
+
+    /// Starts a `DATA` frame in `batch`.
+    fn open_batch(&mut self) {
+        self.batch = self.spare_out.pop().unwrap_or_else(|| Vec::with_capacity(FRAME_MAX));
+        self.batch.push(wire::DATA);
     }
 
     /// Sends the `DATA` frame being filled, if any.
@@ -260,7 +281,7 @@ impl<In, Out: Serialize> Sink<Out> for Transport<In, Out> {
         let me = self.get_mut();
         while me.sends.len() >= SENDS_MAX {
             match ready!(me.sends.poll_next_unpin(cx)) {
-                Some(r) => r.map_err(io_err)?,
+                Some(r) => me.sent(r)?,
                 None => break,
             }
         }
@@ -272,26 +293,36 @@ impl<In, Out: Serialize> Sink<Out> for Transport<In, Out> {
         if me.closed {
             return Err(io::Error::new(io::ErrorKind::BrokenPipe, "rpc transport closed"));
         }
-        let bad = |e| io::Error::new(io::ErrorKind::InvalidInput, e);
-        let size = codec().serialized_size(&item).map_err(bad)? as usize;
+        // Encoded once, straight into the frame behind a length written
+        // once its size is known.
+        let fresh = me.batch.is_empty();
+        if fresh {
+            me.open_batch();
+        }
+        let at = me.batch.len();
+        wire::push_len(&mut me.batch, 0);
+        if let Err(e) = codec().serialize_into(&mut me.batch, &item) {
+            me.batch.truncate(if fresh { 0 } else { at });
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, e));
+        }
+        let size = me.batch.len() - at - wire::PER_MESSAGE;
+        if me.batch.len() <= FRAME_MAX {
+            wire::set_len(&mut me.batch, at, size);
+            return Ok(());
+        }
+        // It does not fit: out of this frame, into the next or a body.
+        let encoded = me.batch.split_off(at + wire::PER_MESSAGE);
+        me.batch.truncate(if fresh { 0 } else { at });
+        me.send_batch();
         if 1 + wire::PER_MESSAGE + size <= FRAME_MAX {
-            if me.batch.len() + wire::PER_MESSAGE + size > FRAME_MAX {
-                me.send_batch();
-            }
-            if me.batch.is_empty() {
-                me.batch.reserve(FRAME_MAX);
-                me.batch.push(wire::DATA);
-            }
+            me.open_batch();
             wire::push_len(&mut me.batch, size);
-            codec().serialize_into(&mut me.batch, &item).map_err(bad)?;
+            me.batch.extend_from_slice(&encoded);
         } else {
-            me.send_batch();
-            let mut body = Vec::with_capacity(size);
-            codec().serialize_into(&mut body, &item).map_err(bad)?;
             let seq = me.next_seq;
             me.next_seq = seq.wrapping_add(1);
-            me.send(wire::tag(FRAME, me.remote, 0), wire::large(seq, body.len()));
-            me.send(wire::tag(BODY, me.remote, seq), body);
+            me.send(wire::tag(FRAME, me.remote, 0), wire::large(seq, encoded.len()));
+            me.send(wire::tag(BODY, me.remote, seq), encoded);
             me.frames_out += 1;
         }
         Ok(())
@@ -301,7 +332,7 @@ impl<In, Out: Serialize> Sink<Out> for Transport<In, Out> {
         let me = self.get_mut();
         me.send_batch();
         while let Some(r) = ready!(me.sends.poll_next_unpin(cx)) {
-            r.map_err(io_err)?;
+            me.sent(r)?;
         }
         Poll::Ready(Ok(()))
     }

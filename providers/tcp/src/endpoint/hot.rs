@@ -71,6 +71,7 @@ impl TcpEndpoint {
     /// them; restarts the count of hot-only progress calls.
     pub(super) fn poll_ready(&mut self, cx: &mut Ctx<'_>) {
         self.spins = 0;
+        self.unread = false;
         let n = match self.epoll.wait(&mut self.events, 0) {
             Ok(n) => n,
             Err(e) => {

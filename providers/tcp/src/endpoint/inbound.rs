@@ -6,7 +6,12 @@ use super::*;
 impl TcpEndpoint {
     /// Reads and processes the frames that arrived on connection `id`.
     pub(super) fn read_inbound(&mut self, cx: &mut Ctx<'_>, id: usize) {
-        for _ in 0..READS_PER_EVENT {
+        for round in 0..=READS_PER_EVENT {
+            if round == READS_PER_EVENT {
+                // Out of budget, perhaps not drained: no new event will say so.
+                self.unread = true;
+                break;
+            }
             if let Err(e) = self.consume(cx, id) {
                 return self.fail_conn(cx, id, e);
             }

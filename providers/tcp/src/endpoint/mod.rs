@@ -130,6 +130,9 @@ pub struct TcpEndpoint {
     hot_streak: u32,
     /// Progress calls since the last `epoll_wait`.
     spins: u32,
+    /// A read since the last `epoll_wait` stopped at its budget with the
+    /// socket perhaps not drained: `prepare_wait` must ask epoll.
+    unread: bool,
     /// Connections with frames queued for an unwritable socket: while any
     /// exists, every progress call asks epoll (write readiness must not wait).
     writing: usize,
@@ -247,6 +250,7 @@ impl TcpEndpoint {
             detached: false,
             hot_streak: 0,
             spins: 0,
+            unread: false,
             writing: 0,
             abandoned: FastMap::default(),
             credit_stalls: 0,
@@ -965,7 +969,9 @@ impl EndpointProvider for TcpEndpoint {
         // connection only, or stopped at a read budget. What they left raised
         // its event already, and an edge-triggered waiter on the descriptor
         // (tokio's reactor) sees no second one: serve it now (decision 66).
-        self.poll_ready(cx);
+        if self.spins != 0 || self.unread {
+            self.poll_ready(cx);
+        }
     }
 
     fn close(&mut self, cx: &mut Ctx<'_>) {
