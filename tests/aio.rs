@@ -645,6 +645,44 @@ async fn a_message_on_a_cold_connection_is_not_left_behind_the_hot_one() {
     settle(&[&s, &a, &b]).await;
 }
 
+/// A descriptor event wakes only the operation that last armed the reactor
+/// (decision 68). If that future is never polled again (its task kept it
+/// but stopped polling it), the others wait at most for the reactor's next
+/// tick (50 ms), which wakes every waiter because the event went unserved.
+#[tokio::test(flavor = "current_thread")]
+async fn a_driver_never_polled_again_delays_the_others_by_at_most_a_tick() {
+    let (a, b) = pair().await;
+    // A first message makes the connection.
+    let (r, s) = tokio::join!(b.ep.trecv(b.peer, 1, 0, vec![0; 8]), a.ep.tsend(a.peer, 1, vec![1; 8]));
+    r.0.expect("warm-up receive");
+    s.0.expect("warm-up send");
+    for round in 0..3u64 {
+        let b2 = b.clone();
+        let waiting = tokio::spawn(async move {
+            let (r, _) = b2.ep.trecv(b2.peer, 2 << 8 | round, 0, vec![0; 8]).await;
+            r.expect("the awaited receive");
+            std::time::Instant::now()
+        });
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        // Posted and polled last: the driver. Its (no-op) waker is all an
+        // event wakes; it is not polled again.
+        let mut stuck = Box::pin(b.ep.trecv(b.peer, 3 << 8 | round, 0, vec![0; 8]));
+        assert!(poll_once(&mut stuck).is_pending());
+        let (sent, _) = a.ep.tsend(a.peer, 2 << 8 | round, vec![2; 8]).await;
+        sent.expect("tsend");
+        let sent_at = std::time::Instant::now();
+        let got_at = within("the awaited receive", waiting).await.expect("receiving task");
+        let took = got_at.saturating_duration_since(sent_at);
+        assert!(
+            took < Duration::from_millis(500),
+            "round {round}: the awaited receive took {took:?} behind a driver never polled"
+        );
+        eprintln!("round {round}: {took:?}");
+        drop(stuck);
+    }
+    settle(&[&a, &b]).await;
+}
+
 #[tokio::test(flavor = "current_thread")]
 async fn teardown_with_operations_in_flight_returns_promptly() {
     for a_first in [true, false] {

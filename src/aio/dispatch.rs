@@ -84,8 +84,9 @@ struct State {
 /// the queue, hands every completion to its operation's slot and wakes that
 /// operation's future. When the queue has nothing, it checks
 /// [`CompletionQueue::trywait`] and asks the [`Reactor`] to wake it when the
-/// queue's descriptor becomes readable; that wakes every waiting future
-/// (each re-checks and drives). Completions of operations posted outside the
+/// queue's descriptor becomes readable; that wakes the operation that armed
+/// it last (it drives and routes), or every waiting future when that one is
+/// gone or did not serve the previous event (decision 68). Completions of operations posted outside the
 /// async layer (contexts without [`CONTEXT_TAG`]) queue for
 /// [`next_completion`](Self::next_completion); they accumulate until taken.
 pub struct Dispatcher {
@@ -99,7 +100,8 @@ pub struct Dispatcher {
     spinning: AtomicBool,
 }
 
-/// Wakes the waiters of a dispatcher when its queue's descriptor fires.
+/// Wakes a dispatcher's driver (or, failing one, every waiter) when its
+/// queue's descriptor fires or the reactor ticks.
 struct FdWake(Weak<Dispatcher>);
 
 impl Wake for FdWake {
