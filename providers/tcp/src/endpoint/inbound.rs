@@ -423,49 +423,7 @@ impl TcpEndpoint {
             Frame::WriteReq { .. } | Frame::ReadReq { .. } | Frame::ReadResp { .. } | Frame::WriteAck { .. } => {
                 Err(Error::Internal("RMA frame outside on_rma_frame"))
             }
-            Frame::Eager { tag, data, len } => {
-                self.charge_eager(conn.0, len)?;
-                let src = self.src_of(cx, conn.0, &peer);
-                let olen = len as usize; // bounded by MAX_EAGER in Frame::parse
-                let t = tag.unwrap_or(0);
-                let dest = match self.matcher(tag.is_some()).take_posted(src, t) {
-                    Some((_, mut op)) => match self.conns.get_mut(conn.0).filter(|c| c.staged().len() >= olen) {
-                        // The common small message: its payload is staged
-                        // whole, so it is copied and completed right here.
-                        Some(c) => {
-                            let fit = op.buf.len().min(olen);
-                            op.buf.as_mut_slice()[..fit].copy_from_slice(&c.staged()[..fit]);
-                            c.consume(olen);
-                            let arrival = Arrival {
-                                len: olen,
-                                olen,
-                                tag: t,
-                                data,
-                                src,
-                            };
-                            self.complete_posted(cx, conn.0, op, arrival);
-                            return Ok(Phase::Header);
-                        }
-                        None => EagerDest::Posted(op),
-                    },
-                    None => EagerDest::Unexpected(Vec::with_capacity(olen)),
-                };
-                let e = EagerRx {
-                    tagged: tag.is_some(),
-                    tag: t,
-                    data,
-                    src,
-                    from: peer,
-                    olen,
-                    got: 0,
-                    dest,
-                };
-                if olen == 0 {
-                    self.finish_eager(cx, conn.0, e);
-                    return Ok(Phase::Header);
-                }
-                Ok(Phase::Eager(e))
-            }
+            Frame::Eager { tag, data, len } => self.on_eager(cx, conn.0, peer, tag, data, len),
             Frame::Rts { tag, data, len, token } => {
                 let src = self.src_of(cx, conn.0, &peer);
                 let t = tag.unwrap_or(0);

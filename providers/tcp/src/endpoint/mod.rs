@@ -40,6 +40,7 @@ mod batch;
 mod burst;
 mod credit;
 mod crossed;
+mod eager;
 mod hot;
 mod inbound;
 mod rma;
