@@ -10,7 +10,10 @@ impl TcpEndpoint {
     /// [`MAX_EAGER`] in `Frame::parse`) was consumed on the live connection
     /// `id`, whose peer is `peer`: charges the peer's credit, matches a
     /// posted receive and, when the payload is all staged, delivers it;
-    /// returns what the connection's next bytes are.
+    /// otherwise copies what is staged and parks the rest as the
+    /// connection's [`Phase::Eager`]. True when the message was finished
+    /// (the frame loop goes on), false when its payload is still to come.
+    /// Nothing large is returned, so the common case moves no receive state.
     pub(super) fn on_eager(
         &mut self,
         cx: &mut Ctx<'_>,
@@ -19,7 +22,7 @@ impl TcpEndpoint {
         tag: Option<u64>,
         data: Option<u64>,
         len: u64,
-    ) -> Result<Phase> {
+    ) -> Result<bool> {
         // Live: the caller has just consumed the header from it.
         let conn = &mut self.conns[id];
         credit::charge(conn, len)?;
@@ -52,7 +55,7 @@ impl TcpEndpoint {
                 if due {
                     self.return_credit(cx, id);
                 }
-                return Ok(Phase::Header);
+                return Ok(true);
             }
             Some((_, op)) => EagerDest::Posted(op),
             None => EagerDest::Unexpected(Vec::with_capacity(olen)),
@@ -69,8 +72,8 @@ impl TcpEndpoint {
         };
         if olen == 0 {
             self.finish_eager(cx, id, e);
-            return Ok(Phase::Header);
+            return Ok(true);
         }
-        Ok(Phase::Eager(e))
+        Ok(self.eager_bytes(cx, id, e))
     }
 }

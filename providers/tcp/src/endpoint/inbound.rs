@@ -241,21 +241,19 @@ impl TcpEndpoint {
         }
         conn.consume(HEADER_LEN);
         let serial = conn.serial;
+        if let Frame::Eager { tag, data, len } = frame {
+            return self.on_eager(cx, id, peer, tag, data, len);
+        }
         let next = match frame {
             Frame::WriteReq { .. } | Frame::ReadReq { .. } | Frame::ReadResp { .. } | Frame::WriteAck { .. } => {
                 self.on_rma_frame(cx, peer, frame, imm)?
             }
             _ => self.on_frame(cx, (id, serial), peer, frame)?,
         };
-        match next {
-            // Its payload is usually staged already: copy it now.
-            Phase::Eager(e) => return Ok(self.eager_bytes(cx, id, e)),
-            // `rx` is still Header.
-            Phase::Header => {}
-            next => {
-                if let Some(conn) = self.conns.get_mut(id) {
-                    conn.rx = next;
-                }
+        // `rx` is still Header; a frame with more to read sets what follows.
+        if !matches!(next, Phase::Header) {
+            if let Some(conn) = self.conns.get_mut(id) {
+                conn.rx = next;
             }
         }
         Ok(true)
@@ -423,7 +421,7 @@ impl TcpEndpoint {
             Frame::WriteReq { .. } | Frame::ReadReq { .. } | Frame::ReadResp { .. } | Frame::WriteAck { .. } => {
                 Err(Error::Internal("RMA frame outside on_rma_frame"))
             }
-            Frame::Eager { tag, data, len } => self.on_eager(cx, conn.0, peer, tag, data, len),
+            Frame::Eager { .. } => Err(Error::Internal("Eager frame outside on_eager")),
             Frame::Rts { tag, data, len, token } => {
                 let src = self.src_of(cx, conn.0, &peer);
                 let t = tag.unwrap_or(0);
