@@ -463,12 +463,18 @@ impl<R, U> Matcher<R, U> {
     /// ([`PeerAddr::UNSPEC`]) the handle `resolve` now finds for them, so a
     /// receive directed at a peer inserted into the address vector after its
     /// messages arrived still matches them (and reports their source).
-    /// Entries `resolve` still maps to `UNSPEC` stay. Cheap when there are none.
-    pub fn resolve_unknown(&mut self, mut resolve: impl FnMut(&U) -> PeerAddr) {
-        let q = &mut self.unexpected;
-        if q.nodes.is_empty() {
-            return; // the common case: no hash lookup on the posting path
+    /// Entries `resolve` still maps to `UNSPEC` stay. Cheap when there are
+    /// none: that check is inlined into the posting path, the walk is not.
+    #[inline]
+    pub fn resolve_unknown(&mut self, resolve: impl FnMut(&U) -> PeerAddr) {
+        if self.unexpected.any.head != NIL {
+            self.resolve_unknown_walk(resolve);
         }
+    }
+
+    /// The walk behind [`resolve_unknown`](Self::resolve_unknown).
+    fn resolve_unknown_walk(&mut self, mut resolve: impl FnMut(&U) -> PeerAddr) {
+        let q = &mut self.unexpected;
         let mut cur = q.any.head;
         while cur != NIL {
             let next = q.nodes[cur].peer.next;
