@@ -136,7 +136,9 @@ impl State {
         Ok(())
     }
 
-    /// Progresses every endpoint bound to completion queue `cq`.
+    /// Progresses every endpoint bound to completion queue `cq`. Inlined
+    /// into `CompletionQueue::poll`, which calls it on every poll.
+    #[inline]
     pub(crate) fn progress_cq(&mut self, cq: usize) {
         self.each_bound(cq, |ep, cx| ep.progress(cx));
     }
@@ -148,6 +150,7 @@ impl State {
         self.cqs[cq].is_empty()
     }
 
+    #[inline]
     fn each_bound(&mut self, cq: usize, mut f: impl FnMut(&mut dyn EndpointProvider, &mut Ctx<'_>)) {
         let ring = &mut self.cqs[cq];
         for &ep in &self.bound[cq] {
