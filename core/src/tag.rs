@@ -177,6 +177,7 @@ impl<T> Queue<T> {
         }
     }
 
+    #[inline]
     fn push(&mut self, spec: RecvSpec, val: T) {
         let seq = self.next_seq;
         self.next_seq += 1;
@@ -359,6 +360,7 @@ impl<R, U> Matcher<R, U> {
 
     /// Post a receive: if an unexpected message matches, remove the earliest-arrived one and return it
     /// together with the receive (the receive is NOT queued); otherwise queue the receive and return None.
+    #[inline]
     pub fn post(&mut self, spec: RecvSpec, recv: R) -> Option<Matched<R, U>> {
         match self.find_unexpected(&spec) {
             Some(idx) => {
