@@ -76,6 +76,9 @@ impl Shared {
 
 impl State {
     /// Runs `f` on endpoint `ep` with its completion ring and address vector.
+    /// Always inlined: a posting call's operation and its refusal are large
+    /// values, copied once more at every call boundary they cross.
+    #[inline(always)]
     pub(crate) fn with_ep<R>(&mut self, ep: usize, f: impl FnOnce(&mut dyn EndpointProvider, &mut Ctx<'_>) -> R) -> R {
         let slot = &mut self.eps[ep];
         let ring = &mut self.cqs[slot.cq];
@@ -95,7 +98,8 @@ impl State {
     /// [`with_ep`](Self::with_ep) for a posting call; `counted`: the
     /// operation will report a completion, so it counts as outstanding
     /// (from before the call, as it may complete inside it; to `peer` too
-    /// for a send or RMA) unless refused.
+    /// for a send or RMA) unless refused. Inlined as `with_ep` is.
+    #[inline(always)]
     pub(crate) fn post<T>(
         &mut self,
         ep: usize,
@@ -132,7 +136,9 @@ impl State {
         Ok(())
     }
 
-    /// Progresses every endpoint bound to completion queue `cq`.
+    /// Progresses every endpoint bound to completion queue `cq`. Inlined
+    /// into `CompletionQueue::poll`, which calls it on every poll.
+    #[inline]
     pub(crate) fn progress_cq(&mut self, cq: usize) {
         self.each_bound(cq, |ep, cx| ep.progress(cx));
     }
@@ -144,6 +150,7 @@ impl State {
         self.cqs[cq].is_empty()
     }
 
+    #[inline]
     fn each_bound(&mut self, cq: usize, mut f: impl FnMut(&mut dyn EndpointProvider, &mut Ctx<'_>)) {
         let ring = &mut self.cqs[cq];
         for &ep in &self.bound[cq] {

@@ -89,8 +89,13 @@ impl Error {
     }
 
     /// The error of the last failed system call.
+    #[inline]
     pub fn last_os_error() -> Error {
-        Error::Os(std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO))
+        // SAFETY: `__errno_location` returns the calling thread's errno
+        // slot, valid for the thread's lifetime. Read directly: the
+        // `std::io::Error` round trip cost a construction and a drop on
+        // every `EAGAIN` of a busy poll.
+        Error::Os(unsafe { *libc::__errno_location() })
     }
 }
 

@@ -177,6 +177,7 @@ impl<T> Queue<T> {
         }
     }
 
+    #[inline]
     fn push(&mut self, spec: RecvSpec, val: T) {
         let seq = self.next_seq;
         self.next_seq += 1;
@@ -203,6 +204,7 @@ impl<T> Queue<T> {
         }
     }
 
+    #[inline]
     fn remove(&mut self, idx: usize) -> Node<T> {
         let node = self.nodes.remove(idx);
         unlink(&mut self.nodes, &mut self.all, node.all, Chain::All);
@@ -322,7 +324,21 @@ impl<R, U> Matcher<R, U> {
     }
 
     /// A message from `src` with `tag` arrived: remove and return the earliest-posted receive that accepts it.
+    ///
+    /// Inlined (with the removal) into the provider's arrival path, so the
+    /// receive moves from its slot straight to where the caller keeps it;
+    /// the search stays out of line.
+    #[inline]
     pub fn take_posted(&mut self, src: PeerAddr, tag: u64) -> Option<(RecvSpec, R)> {
+        let idx = self.posted_match(src, tag)?;
+        let node = self.posted.remove(idx);
+        Some((node.spec, node.val))
+    }
+
+    /// The slab index of the earliest-posted receive accepting a message
+    /// from `src` with `tag`: the first match on `src`'s list or on the
+    /// any-source list, whichever was posted first.
+    fn posted_match(&self, src: PeerAddr, tag: u64) -> Option<usize> {
         let accepts = |n: &Node<R>| n.spec.matches(src, tag);
         let directed = if src.is_unspec() {
             None
@@ -330,13 +346,11 @@ impl<R, U> Matcher<R, U> {
             self.posted.find(Some(src), accepts)
         };
         let any = self.posted.find(Some(PeerAddr::UNSPEC), accepts);
-        let idx = match (directed, any) {
-            (Some(d), Some(a)) if self.posted.nodes[a].seq < self.posted.nodes[d].seq => a,
-            (Some(d), _) => d,
-            (None, a) => a?,
-        };
-        let node = self.posted.remove(idx);
-        Some((node.spec, node.val))
+        match (directed, any) {
+            (Some(d), Some(a)) if self.posted.nodes[a].seq < self.posted.nodes[d].seq => Some(a),
+            (Some(d), _) => Some(d),
+            (None, a) => a,
+        }
     }
 
     /// Queue a message that matched no posted receive.
@@ -346,6 +360,7 @@ impl<R, U> Matcher<R, U> {
 
     /// Post a receive: if an unexpected message matches, remove the earliest-arrived one and return it
     /// together with the receive (the receive is NOT queued); otherwise queue the receive and return None.
+    #[inline]
     pub fn post(&mut self, spec: RecvSpec, recv: R) -> Option<Matched<R, U>> {
         match self.find_unexpected(&spec) {
             Some(idx) => {
@@ -450,12 +465,18 @@ impl<R, U> Matcher<R, U> {
     /// ([`PeerAddr::UNSPEC`]) the handle `resolve` now finds for them, so a
     /// receive directed at a peer inserted into the address vector after its
     /// messages arrived still matches them (and reports their source).
-    /// Entries `resolve` still maps to `UNSPEC` stay. Cheap when there are none.
-    pub fn resolve_unknown(&mut self, mut resolve: impl FnMut(&U) -> PeerAddr) {
-        let q = &mut self.unexpected;
-        if q.nodes.is_empty() {
-            return; // the common case: no hash lookup on the posting path
+    /// Entries `resolve` still maps to `UNSPEC` stay. Cheap when there are
+    /// none: that check is inlined into the posting path, the walk is not.
+    #[inline]
+    pub fn resolve_unknown(&mut self, resolve: impl FnMut(&U) -> PeerAddr) {
+        if self.unexpected.any.head != NIL {
+            self.resolve_unknown_walk(resolve);
         }
+    }
+
+    /// The walk behind [`resolve_unknown`](Self::resolve_unknown).
+    fn resolve_unknown_walk(&mut self, mut resolve: impl FnMut(&U) -> PeerAddr) {
+        let q = &mut self.unexpected;
         let mut cur = q.any.head;
         while cur != NIL {
             let next = q.nodes[cur].peer.next;

@@ -163,11 +163,13 @@ impl Conn {
     }
 
     /// Unconsumed received bytes.
+    #[inline]
     pub fn staged(&self) -> &[u8] {
         &self.staging[self.start..self.end]
     }
 
     /// Marks `n` staged bytes consumed.
+    #[inline]
     pub fn consume(&mut self, n: usize) {
         self.start += n;
         if self.start == self.end {

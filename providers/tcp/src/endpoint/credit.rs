@@ -19,7 +19,7 @@ use xfer_core::error::{Error, Result};
 use xfer_core::provider::Ctx;
 
 use super::TcpEndpoint;
-use crate::conn::{Owner, Payload, TxFrame};
+use crate::conn::{Conn, Owner, Payload, TxFrame};
 use crate::wire::{eager_cost, Frame, CREDIT_INIT};
 
 /// What an endpoint grants each peer in all, and how much it lets accrue
@@ -39,6 +39,28 @@ impl Budget {
             threshold: (total / 4).max(1),
         }
     }
+}
+
+/// An Eager frame of `len` bytes arrived on `conn`: charges the peer's
+/// credit; a peer that overspends breaks the protocol.
+#[inline]
+pub(super) fn charge(conn: &mut Conn, len: u64) -> Result<()> {
+    let cost = eager_cost(len);
+    if conn.rx_credit < cost {
+        return Err(Error::Protocol("eager message beyond the granted credit"));
+    }
+    conn.rx_credit -= cost;
+    Ok(())
+}
+
+/// An eager message of `len` bytes that came on `conn` was consumed: its
+/// cost is owed back to the peer. True when the connection should return
+/// credit now ([`TcpEndpoint::return_credit`]): a quarter of the budget is
+/// owed, or the budget beyond the initial credit was not granted yet.
+#[inline]
+pub(super) fn owe(conn: &mut Conn, budget: &Budget, len: usize) -> bool {
+    conn.rx_owed += eager_cost(len as u64);
+    conn.rx_owed >= budget.threshold || !conn.granted
 }
 
 impl TcpEndpoint {
@@ -71,21 +93,6 @@ impl TcpEndpoint {
         }
     }
 
-    /// An Eager frame of `len` bytes arrived on connection `id`: charges the
-    /// peer's credit; a peer that overspends breaks the protocol.
-    #[inline]
-    pub(super) fn charge_eager(&mut self, id: usize, len: u64) -> Result<()> {
-        let cost = eager_cost(len);
-        match self.conns.get_mut(id) {
-            Some(c) if c.rx_credit >= cost => {
-                c.rx_credit -= cost;
-                Ok(())
-            }
-            Some(_) => Err(Error::Protocol("eager message beyond the granted credit")),
-            None => Ok(()),
-        }
-    }
-
     /// An eager message of `len` bytes that came on connection `id` (of
     /// `serial` if given, else the live one being read) was consumed: its
     /// cost is owed back to the peer, and returned once a quarter of the
@@ -96,8 +103,7 @@ impl TcpEndpoint {
         if serial.is_some_and(|s| s != c.serial) {
             return;
         }
-        c.rx_owed += eager_cost(len as u64);
-        if c.rx_owed >= self.budget.threshold || !c.granted {
+        if owe(c, &self.budget, len) {
             self.return_credit(cx, id);
         }
     }
@@ -105,7 +111,7 @@ impl TcpEndpoint {
     /// Sends what connection `id` owes its peer (with, the first time, the
     /// budget beyond the initial credit) if that reached the threshold.
     #[cold]
-    fn return_credit(&mut self, cx: &mut Ctx<'_>, id: usize) {
+    pub(super) fn return_credit(&mut self, cx: &mut Ctx<'_>, id: usize) {
         let Some(c) = self.conns.get_mut(id) else { return };
         if !c.granted {
             c.granted = true;

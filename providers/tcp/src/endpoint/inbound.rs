@@ -5,16 +5,15 @@ use super::*;
 
 impl TcpEndpoint {
     /// Reads and processes the frames that arrived on connection `id`.
+    ///
+    /// Whatever is staged is processed first, then after every read, so a
+    /// read that finds nothing (the socket drained) leaves nothing behind:
+    /// epoll reports the socket again only if more arrives.
     pub(super) fn read_inbound(&mut self, cx: &mut Ctx<'_>, id: usize) {
-        for round in 0..=READS_PER_EVENT {
-            if round == READS_PER_EVENT {
-                // Out of budget, perhaps not drained: no new event will say so.
-                self.unread = true;
-                break;
-            }
-            if let Err(e) = self.consume(cx, id) {
-                return self.fail_conn(cx, id, e);
-            }
+        if let Err(e) = self.consume(cx, id) {
+            return self.fail_conn(cx, id, e);
+        }
+        for _ in 0..READS_PER_EVENT {
             if !self.conns.contains(id) {
                 return;
             }
@@ -27,7 +26,7 @@ impl TcpEndpoint {
                 }
             };
             match io {
-                Ok(Io::WouldBlock) => break,
+                Ok(Io::WouldBlock) => return,
                 Ok(Io::Done(0)) => {
                     let _ = self.consume(cx, id);
                     // Closed before it acknowledged our Hello: the endpoint we
@@ -39,22 +38,21 @@ impl TcpEndpoint {
                     return self.fail_conn(cx, id, if refused { REFUSED } else { CLOSED_BY_PEER });
                 }
                 Ok(Io::Done(n)) => {
+                    // The read's bytes (staged, or a finished direct read)
+                    // are processed before the next read.
+                    if let Err(e) = self.consume(cx, id) {
+                        return self.fail_conn(cx, id, e);
+                    }
                     if n < asked && asked != usize::MAX {
                         // Short read: the socket is drained; epoll reports more.
-                        if let Err(e) = self.consume(cx, id) {
-                            return self.fail_conn(cx, id, e);
-                        }
-                        break;
+                        return;
                     }
                 }
                 Err(e) => return self.fail_conn(cx, id, e),
             }
         }
-        // The last read's bytes (staged, or a finished direct read) must be
-        // processed now: epoll reports the socket again only if more arrive.
-        if let Err(e) = self.consume(cx, id) {
-            self.fail_conn(cx, id, e);
-        }
+        // Out of budget, perhaps not drained: no new event will say so.
+        self.unread = true;
     }
 
     /// When the next payload bytes may be read straight into user memory:
@@ -140,7 +138,7 @@ impl TcpEndpoint {
     /// Processes staged bytes of connection `id` as far as they go. The
     /// common empty case (nothing staged, no frame half-read) is decided
     /// here, inlined, without entering the large frame loop.
-    #[inline]
+    #[inline(always)]
     pub(super) fn consume(&mut self, cx: &mut Ctx<'_>, id: usize) -> Result<()> {
         match self.conns.get(id) {
             Some(c) if c.start != c.end || !matches!(c.rx, Phase::Header) => self.consume_frames(cx, id),
@@ -212,72 +210,76 @@ impl TcpEndpoint {
         Ok(false)
     }
 
-    /// The frame loop behind [`consume`](Self::consume).
+    /// The frame header at the head of connection `id`'s staged bytes, and
+    /// whatever of its payload is staged too: true when a frame was handled
+    /// (the loop goes on), false when it is not all staged yet.
+    #[inline(always)]
+    fn header(&mut self, cx: &mut Ctx<'_>, id: usize) -> Result<bool> {
+        let conn = &mut self.conns[id];
+        let staged = conn.staged();
+        if staged.len() < HEADER_LEN {
+            return Ok(false);
+        }
+        let frame = Frame::parse(staged).map_err(|e| Error::Protocol(e.as_str()))?;
+        if let Frame::Hello { .. } | Frame::HelloAck { .. } = frame {
+            return self.handshake_frame(cx, id, frame);
+        }
+        if matches!(conn.state, State::Handshake(_)) {
+            return Err(Error::Protocol("first frame is not a hello acknowledgement"));
+        }
+        let Some(peer) = conn.peer else {
+            return Err(Error::Protocol("first frame is not a hello"));
+        };
+        // A write with immediate data: its 8 bytes come first.
+        let mut imm = None;
+        if let Frame::WriteReq { imm: true, .. } = frame {
+            let Some(b) = conn.staged().get(HEADER_LEN..HEADER_LEN + 8) else {
+                return Ok(false);
+            };
+            let mut word = [0u8; 8];
+            word.copy_from_slice(b);
+            imm = Some(u64::from_le_bytes(word));
+            conn.consume(8);
+        }
+        conn.consume(HEADER_LEN);
+        let serial = conn.serial;
+        if let Frame::Eager { tag, data, len } = frame {
+            return self.on_eager(cx, id, peer, tag, data, len);
+        }
+        let next = match frame {
+            Frame::WriteReq { .. } | Frame::ReadReq { .. } | Frame::ReadResp { .. } | Frame::WriteAck { .. } => {
+                self.on_rma_frame(cx, peer, frame, imm)?
+            }
+            _ => self.on_frame(cx, (id, serial), peer, frame)?,
+        };
+        // `rx` is still Header; a frame with more to read sets what follows.
+        if !matches!(next, Phase::Header) {
+            if let Some(conn) = self.conns.get_mut(id) {
+                conn.rx = next;
+            }
+        }
+        Ok(true)
+    }
+
+    /// The frame loop behind [`consume`](Self::consume); kept out of line so
+    /// that the empty check inlines into its callers.
+    #[inline(never)]
     fn consume_frames(&mut self, cx: &mut Ctx<'_>, id: usize) -> Result<()> {
         loop {
             let Some(conn) = self.conns.get_mut(id) else {
                 return Ok(());
             };
-            if conn.start == conn.end && matches!(conn.rx, Phase::Header) {
-                // Nothing staged and no phase to finish: the common empty poll.
-                return Ok(());
+            // A header is read in place: the phase is moved out (and back)
+            // only when a frame's payload is under way.
+            if matches!(conn.rx, Phase::Header) {
+                if !self.header(cx, id)? {
+                    return Ok(());
+                }
+                continue;
             }
             match std::mem::take(&mut conn.rx) {
-                Phase::Header => {
-                    let staged = conn.staged();
-                    if staged.len() < HEADER_LEN {
-                        return Ok(());
-                    }
-                    let frame = Frame::parse(staged).map_err(|e| Error::Protocol(e.as_str()))?;
-                    if let Frame::Hello { .. } | Frame::HelloAck { .. } = frame {
-                        match self.handshake_frame(cx, id, frame)? {
-                            true => continue,
-                            false => return Ok(()),
-                        }
-                    }
-                    let conn = &mut self.conns[id];
-                    if matches!(conn.state, State::Handshake(_)) {
-                        return Err(Error::Protocol("first frame is not a hello acknowledgement"));
-                    }
-                    let Some(peer) = conn.peer else {
-                        return Err(Error::Protocol("first frame is not a hello"));
-                    };
-                    // A write with immediate data: its 8 bytes come first.
-                    let mut imm = None;
-                    if let Frame::WriteReq { imm: true, .. } = frame {
-                        let Some(b) = conn.staged().get(HEADER_LEN..HEADER_LEN + 8) else {
-                            return Ok(());
-                        };
-                        let mut word = [0u8; 8];
-                        word.copy_from_slice(b);
-                        imm = Some(u64::from_le_bytes(word));
-                        conn.consume(8);
-                    }
-                    conn.consume(HEADER_LEN);
-                    let serial = conn.serial;
-                    let next = match frame {
-                        Frame::WriteReq { .. }
-                        | Frame::ReadReq { .. }
-                        | Frame::ReadResp { .. }
-                        | Frame::WriteAck { .. } => self.on_rma_frame(cx, peer, frame, imm)?,
-                        _ => self.on_frame(cx, (id, serial), peer, frame)?,
-                    };
-                    match next {
-                        // Its payload is usually staged already: copy it now.
-                        Phase::Eager(e) => {
-                            if !self.eager_bytes(cx, id, e) {
-                                return Ok(());
-                            }
-                        }
-                        // `rx` was left at Header by the take above.
-                        Phase::Header => {}
-                        next => {
-                            if let Some(conn) = self.conns.get_mut(id) {
-                                conn.rx = next;
-                            }
-                        }
-                    }
-                }
+                // Not reached (checked above); the next turn reads the header.
+                Phase::Header => {}
                 Phase::Eager(e) => {
                     if !self.eager_bytes(cx, id, e) {
                         return Ok(());
@@ -421,49 +423,7 @@ impl TcpEndpoint {
             Frame::WriteReq { .. } | Frame::ReadReq { .. } | Frame::ReadResp { .. } | Frame::WriteAck { .. } => {
                 Err(Error::Internal("RMA frame outside on_rma_frame"))
             }
-            Frame::Eager { tag, data, len } => {
-                self.charge_eager(conn.0, len)?;
-                let src = self.src_of(cx, conn.0, &peer);
-                let olen = len as usize; // bounded by MAX_EAGER in Frame::parse
-                let t = tag.unwrap_or(0);
-                let dest = match self.matcher(tag.is_some()).take_posted(src, t) {
-                    Some((_, mut op)) => match self.conns.get_mut(conn.0).filter(|c| c.staged().len() >= olen) {
-                        // The common small message: its payload is staged
-                        // whole, so it is copied and completed right here.
-                        Some(c) => {
-                            let fit = op.buf.len().min(olen);
-                            op.buf.as_mut_slice()[..fit].copy_from_slice(&c.staged()[..fit]);
-                            c.consume(olen);
-                            let arrival = Arrival {
-                                len: olen,
-                                olen,
-                                tag: t,
-                                data,
-                                src,
-                            };
-                            self.complete_posted(cx, conn.0, op, arrival);
-                            return Ok(Phase::Header);
-                        }
-                        None => EagerDest::Posted(op),
-                    },
-                    None => EagerDest::Unexpected(Vec::with_capacity(olen)),
-                };
-                let e = EagerRx {
-                    tagged: tag.is_some(),
-                    tag: t,
-                    data,
-                    src,
-                    from: peer,
-                    olen,
-                    got: 0,
-                    dest,
-                };
-                if olen == 0 {
-                    self.finish_eager(cx, conn.0, e);
-                    return Ok(Phase::Header);
-                }
-                Ok(Phase::Eager(e))
-            }
+            Frame::Eager { .. } => Err(Error::Internal("Eager frame outside on_eager")),
             Frame::Rts { tag, data, len, token } => {
                 let src = self.src_of(cx, conn.0, &peer);
                 let t = tag.unwrap_or(0);
