@@ -24,7 +24,9 @@ pub struct Latency {
 }
 
 /// Nanoseconds process `pid` ran on a CPU so far, all its threads together
-/// (the first field of each thread's `schedstat`).
+/// (the first field of each thread's `schedstat`). A thread running right
+/// now is counted up to its last scheduler tick, so a short run of a
+/// process that never sleeps (spinning) reads low.
 pub fn cpu_ns(pid: u32) -> Option<u64> {
     let mut total = 0;
     for task in std::fs::read_dir(format!("/proc/{pid}/task")).ok()? {

@@ -24,16 +24,17 @@ pub const RECV_WINDOW: usize = 4;
 /// Sends in flight before `poll_ready` waits for one to complete.
 pub const SENDS_MAX: usize = 128;
 
-type RecvFut = Pin<Box<dyn Future<Output = Got> + Send>>;
+type RecvFut = Pin<Box<dyn Future<Output = BufResult<Received>> + Send>>;
 type SendFut = Pin<Box<dyn Future<Output = BufResult<usize>> + Send>>;
 
 /// Frame buffers kept for reuse after their send completed.
 const SPARE_FRAMES: usize = 4;
 
-/// A completed receive: a frame, or the body of a large message.
-enum Got {
-    Frame(BufResult<Received>),
-    Body(BufResult<Received>),
+/// A posted frame receive: still waiting, or done (when its first poll,
+/// right after posting, found a message already there).
+enum Posted {
+    Waiting(RecvFut),
+    Done(BufResult<Received>),
 }
 
 /// The codec: bincode 1 with its default options, as tarpc's TCP transport
@@ -67,9 +68,14 @@ pub struct Transport<In, Out> {
     /// The peer's id of it: the tags of what we send.
     remote: u32,
 
-    recvs: FuturesUnordered<RecvFut>,
-    frames_posted: usize,
-    bodies_pending: usize,
+    /// Frame receives in posting order. Identical receives match arrivals
+    /// in posting order, so only the first is polled: the others complete
+    /// after it (a wake-up of theirs polls the transport, which looks at
+    /// the first).
+    frames: VecDeque<Posted>,
+    /// Receives of large messages' bodies, each of its own tag, completing
+    /// in any order.
+    bodies: FuturesUnordered<RecvFut>,
     frames_in: u64,
     /// The frame count of the peer's `CLOSE`.
     close_after: Option<u64>,
@@ -104,9 +110,8 @@ impl<In, Out> Transport<In, Out> {
             peer,
             local,
             remote,
-            recvs: FuturesUnordered::new(),
-            frames_posted: 0,
-            bodies_pending: 0,
+            frames: VecDeque::with_capacity(RECV_WINDOW),
+            bodies: FuturesUnordered::new(),
             frames_in: 0,
             close_after: None,
             spare: Vec::new(),
@@ -127,25 +132,59 @@ impl<In, Out> Transport<In, Out> {
         self.peer
     }
 
-    fn post_frame(&mut self) {
+    /// Posts a frame receive (its first poll posts it).
+    fn post_frame(&mut self, cx: &mut Context<'_>) {
         let ep = self.ep.clone();
         let buf = self.spare.pop().unwrap_or_else(|| vec![0; FRAME_MAX]);
         let tag = wire::tag(FRAME, self.local, 0);
-        self.recvs.push(Box::pin(async move {
-            Got::Frame(ep.trecv(PeerAddr::UNSPEC, tag, 0, buf).await)
-        }));
-        self.frames_posted += 1;
+        let mut f: RecvFut = Box::pin(async move { ep.trecv(PeerAddr::UNSPEC, tag, 0, buf).await });
+        self.frames.push_back(match f.as_mut().poll(cx) {
+            Poll::Ready(got) => Posted::Done(got),
+            Poll::Pending => Posted::Waiting(f),
+        });
     }
 
     fn post_body(&mut self, seq: u32, len: u64) -> io::Result<()> {
         let len = usize::try_from(len).map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "body too large"))?;
         let ep = self.ep.clone();
         let tag = wire::tag(BODY, self.local, seq);
-        self.recvs.push(Box::pin(async move {
-            Got::Body(ep.trecv(PeerAddr::UNSPEC, tag, 0, vec![0; len]).await)
+        self.bodies.push(Box::pin(async move {
+            ep.trecv(PeerAddr::UNSPEC, tag, 0, vec![0; len]).await
         }));
-        self.bodies_pending += 1;
         Ok(())
+    }
+
+    /// The first frame receive's result, once it has one.
+    fn poll_frame(&mut self, cx: &mut Context<'_>) -> Poll<Option<BufResult<Received>>> {
+        let got = match self.frames.front_mut() {
+            None => return Poll::Ready(None),
+            Some(Posted::Waiting(f)) => ready!(f.as_mut().poll(cx)),
+            Some(Posted::Done(_)) => match self.frames.pop_front() {
+                Some(Posted::Done(got)) => return Poll::Ready(Some(got)),
+                _ => return Poll::Ready(None),
+            },
+        };
+        self.frames.pop_front();
+        Poll::Ready(Some(got))
+    }
+
+    /// A large message whose body arrived: decoded.
+    fn body(&mut self, (r, buf): BufResult<Received>) -> Option<io::Result<In>>
+    where
+        In: DeserializeOwned,
+    {
+        let out = match r {
+            Ok(got) if got.len == buf.len() => decode(&buf),
+            Ok(got) => {
+                let e = format!("body of {} bytes, announced {}", got.len, buf.len());
+                Err(io::Error::new(io::ErrorKind::InvalidData, e))
+            }
+            Err(e) => Err(io_err(e)),
+        };
+        if out.is_err() {
+            self.ended = true;
+        }
+        Some(out)
     }
 
     fn send(&mut self, tag: u64, buf: Vec<u8>) {
@@ -203,72 +242,59 @@ impl<In: DeserializeOwned, Out> Stream for Transport<In, Out> {
                 return Poll::Ready(Some(Ok(item)));
             }
             match me.close_after {
-                Some(n) if n == me.frames_in && me.bodies_pending == 0 => {
+                Some(n) if n == me.frames_in && me.bodies.is_empty() => {
                     me.ended = true;
                     return Poll::Ready(None);
                 }
                 Some(_) => {}
                 None => {
-                    while me.frames_posted < RECV_WINDOW {
-                        me.post_frame();
+                    while me.frames.len() < RECV_WINDOW {
+                        me.post_frame(cx);
                     }
                 }
             }
-            let got = match ready!(me.recvs.poll_next_unpin(cx)) {
-                Some(got) => got,
-                None => {
+            if !me.bodies.is_empty() {
+                if let Poll::Ready(Some(got)) = me.bodies.poll_next_unpin(cx) {
+                    return Poll::Ready(me.body(got));
+                }
+            }
+            let (r, buf) = match me.poll_frame(cx) {
+                Poll::Ready(Some(got)) => got,
+                Poll::Ready(None) if !me.bodies.is_empty() => return Poll::Pending,
+                Poll::Ready(None) => {
                     let e = io::Error::new(io::ErrorKind::InvalidData, "peer closed before all its frames arrived");
                     return me.fail(e);
                 }
+                Poll::Pending => return Poll::Pending,
             };
-            match got {
-                Got::Frame((r, buf)) => {
-                    me.frames_posted -= 1;
-                    let len = match r {
-                        Ok(got) => got.len,
-                        Err(e) => return me.fail(io_err(e)),
-                    };
-                    let frame = wire::parse(&buf[..len]);
-                    let out = match frame {
-                        Err(e) => Err(e),
-                        Ok(Frame::Data(bytes)) => {
-                            me.frames_in += 1;
-                            wire::messages(bytes).try_for_each(|m| {
-                                me.ready.push_back(decode(m?)?);
-                                Ok(())
-                            })
-                        }
-                        Ok(Frame::Large { seq, len }) => {
-                            me.frames_in += 1;
-                            me.post_body(seq, len)
-                        }
-                        Ok(Frame::Close { sent }) => {
-                            tracing::debug!(conn = me.local, sent, got = me.frames_in, "rpc: peer closed");
-                            me.close_after = Some(sent);
-                            Ok(())
-                        }
-                    };
-                    if me.spare.len() < RECV_WINDOW {
-                        me.spare.push(buf);
-                    }
-                    if let Err(e) = out {
-                        return me.fail(e);
-                    }
+            let len = match r {
+                Ok(got) => got.len,
+                Err(e) => return me.fail(io_err(e)),
+            };
+            let out = match wire::parse(&buf[..len]) {
+                Err(e) => Err(e),
+                Ok(Frame::Data(bytes)) => {
+                    me.frames_in += 1;
+                    wire::messages(bytes).try_for_each(|m| {
+                        me.ready.push_back(decode(m?)?);
+                        Ok(())
+                    })
                 }
-                Got::Body((r, buf)) => {
-                    me.bodies_pending -= 1;
-                    match r {
-                        Ok(got) if got.len == buf.len() => match decode(&buf) {
-                            Ok(item) => return Poll::Ready(Some(Ok(item))),
-                            Err(e) => return me.fail(e),
-                        },
-                        Ok(got) => {
-                            let e = format!("body of {} bytes, announced {}", got.len, buf.len());
-                            return me.fail(io::Error::new(io::ErrorKind::InvalidData, e));
-                        }
-                        Err(e) => return me.fail(io_err(e)),
-                    }
+                Ok(Frame::Large { seq, len }) => {
+                    me.frames_in += 1;
+                    me.post_body(seq, len)
                 }
+                Ok(Frame::Close { sent }) => {
+                    tracing::debug!(conn = me.local, sent, got = me.frames_in, "rpc: peer closed");
+                    me.close_after = Some(sent);
+                    Ok(())
+                }
+            };
+            if me.spare.len() < RECV_WINDOW {
+                me.spare.push(buf);
+            }
+            if let Err(e) = out {
+                return me.fail(e);
             }
         }
     }
