@@ -588,6 +588,18 @@ async fn spinning_exchanges(idle_ms: u64) {
     settle(&[&a, &b]).await;
 }
 
+/// Sends with `send`, then waits for `receiving` (a task resolving to the
+/// instant its receive completed): how long after the send that was.
+async fn delivery_time(
+    receiving: tokio::task::JoinHandle<std::time::Instant>,
+    send: impl Future<Output = aio::BufResult<usize>>,
+) -> Duration {
+    send.await.0.expect("tsend");
+    let sent_at = std::time::Instant::now();
+    let got_at = within("the receive", receiving).await.expect("receiving task");
+    got_at.saturating_duration_since(sent_at)
+}
+
 /// A message on a second connection arrives promptly while another
 /// connection is hot (read without asking epoll, and out of the epoll set
 /// after 64 busy reads, decision 57): the descriptor event it raises is the
@@ -632,11 +644,7 @@ async fn a_message_on_a_cold_connection_is_not_left_behind_the_hot_one() {
             std::time::Instant::now()
         });
         tokio::time::sleep(Duration::from_millis(5)).await;
-        let (sent, _) = b.ep.tsend(b.peer, tag, vec![9; 8]).await;
-        sent.expect("b's tsend");
-        let sent_at = std::time::Instant::now();
-        let got_at = within("b's message", waiting).await.expect("receiving task");
-        let took = got_at.saturating_duration_since(sent_at);
+        let took = delivery_time(waiting, b.ep.tsend(b.peer, tag, vec![9; 8])).await;
         assert!(
             took < Duration::from_millis(40),
             "round {round}: b's message took {took:?} to complete at s"
@@ -668,11 +676,7 @@ async fn a_driver_never_polled_again_delays_the_others_by_at_most_a_tick() {
         // event wakes; it is not polled again.
         let mut stuck = Box::pin(b.ep.trecv(b.peer, 3 << 8 | round, 0, vec![0; 8]));
         assert!(poll_once(&mut stuck).is_pending());
-        let (sent, _) = a.ep.tsend(a.peer, 2 << 8 | round, vec![2; 8]).await;
-        sent.expect("tsend");
-        let sent_at = std::time::Instant::now();
-        let got_at = within("the awaited receive", waiting).await.expect("receiving task");
-        let took = got_at.saturating_duration_since(sent_at);
+        let took = delivery_time(waiting, a.ep.tsend(a.peer, 2 << 8 | round, vec![2; 8])).await;
         assert!(
             took < Duration::from_millis(500),
             "round {round}: the awaited receive took {took:?} behind a driver never polled"
