@@ -581,6 +581,17 @@ def noisy_note():
 def ratio(a, b):
     return f"{a / b:.2f}x" if a is not None and b else "n/a"
 
+def rep_ratios(tool, base, test, size, key):
+    """xfer-style ratio within each repetition (the two ran back to back, in the same
+    machine state), as "median (min-max)": robust when the machine's speed changes
+    between repetitions, which a ratio of two medians is not."""
+    a = {r["rep"]: r[key] for r in results.get((tool, test, size), []) if key in r}
+    b = {r["rep"]: r[key] for r in results.get((base, test, size), []) if key in r}
+    rs = sorted(a[k] / b[k] for k in a if k in b and b[k])
+    if not rs:
+        return "n/a"
+    return f"{rs[(len(rs) - 1) // 2]:.2f}x ({rs[0]:.2f}-{rs[-1]:.2f})"
+
 def size_name(n):
     for unit, div in (("MiB", 1 << 20), ("KiB", 1 << 10)):
         if n >= div and n % div == 0:
@@ -616,18 +627,23 @@ p(f"- Latency: {lat_iters} timed iterations per size after a warm-up (fi_pingpon
 p("")
 p("## Latency: half round trip, microseconds")
 p("")
-p("| size | floor p50 | xfer p50 | xfer/floor | UCX | fi_pingpong |")
-p("|---:|---:|---:|---:|---:|---:|")
+p("| size | floor p50 | xfer p50 | xfer/floor | per repetition | UCX | fi_pingpong |")
+p("|---:|---:|---:|---:|---:|---:|---:|")
 for s in lat_sizes:
     fl, flv = cell("floor", "lat", s, "p50_us")
     xf, xfv = cell("xfer", "lat", s, "p50_us")
     uc, _ = cell("ucx", "lat", s, "p50_us")
     fi, _ = cell("fi", "lat", s, "avg_us")
-    p(f"| {size_name(s)} | {fl} | {xf} | {ratio(xfv, flv)} | {uc} | {fi} |")
+    per = rep_ratios("xfer", "floor", "lat", s, "p50_us")
+    p(f"| {size_name(s)} | {fl} | {xf} | {ratio(xfv, flv)} | {per} | {uc} | {fi} |")
 noisy_note()
 xfer_missing_note()
 p("")
-p("Columns: floor = tcp-floor (raw non-blocking TCP, `TCP_NODELAY`, busy-polled `recv`), p50 of "
+p("Columns: xfer/floor = the two medians' ratio; per repetition = xfer's p50 over the floor's "
+  "in the same repetition, median (min-max) over the repetitions: the machine's speed can change "
+  "between repetitions, so the two medians may come from different states of it.")
+p("")
+p("Tools: floor = tcp-floor (raw non-blocking TCP, `TCP_NODELAY`, busy-polled `recv`), p50 of "
   "per-iteration samples; xfer = xfer-perf `tag_lat`, p50; UCX = `ucx_perftest tag_lat` 50th "
   "percentile (UCX takes it over the last 2048 iterations only); fi_pingpong = average over all "
   "iterations (it prints no percentile), with the connection setup it times taken out.")
