@@ -258,11 +258,23 @@ async fn local() -> Res<()> {
     Ok(())
 }
 
-/// A server child killed when dropped.
+/// A server child stopped when dropped: `SIGTERM` (a profiler it runs
+/// under then writes its data), `SIGKILL` if it is still there after 10 s.
 struct ServerProc(Child);
 
 impl Drop for ServerProc {
     fn drop(&mut self) {
+        if let Ok(pid) = libc::pid_t::try_from(self.0.id()) {
+            // SAFETY: signals our own child, which has not been waited for,
+            // so the pid still names it.
+            unsafe { libc::kill(pid, libc::SIGTERM) };
+            for _ in 0..1000 {
+                if matches!(self.0.try_wait(), Ok(Some(_))) {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
