@@ -34,7 +34,7 @@ pub struct Claim(u64);
 
 impl Claim {
     /// A claim with the number a provider's matcher gave it
-    /// ([`crate::tag::Matcher::claim_unexpected`]).
+    /// ([`crate::tag::Matcher::probe`]).
     pub fn new(id: u64) -> Claim {
         Claim(id)
     }

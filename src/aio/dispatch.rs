@@ -279,7 +279,7 @@ impl Dispatcher {
     }
 
     /// Polls the queue and routes what it got, until the queue is empty (or
-    /// 32 rounds went by); how many completions.
+    /// its budget of rounds ran out); how many completions.
     ///
     /// Draining matters: completions left in the queue raise no descriptor
     /// event, and waiting operations do not drive a queue found empty since
