@@ -84,6 +84,11 @@ pub struct VerbsAttr {
     /// Out of credit, a send goes by rendezvous and an inject fails with
     /// `Again`.
     pub eager_credit: u64,
+    /// Fault injection for tests: the endpoint sends past the credit its
+    /// peers granted, as a broken or hostile peer would, so that the
+    /// receiving side's enforcement can be checked
+    /// (`XFER_VERBS_FAULT_IGNORE_CREDIT=1`). Never set it otherwise.
+    pub fault_ignore_credit: bool,
 }
 
 impl Default for VerbsAttr {
@@ -109,6 +114,7 @@ impl Default for VerbsAttr {
             keepalive_ms: 1000,
             credit_msgs: 64,
             eager_credit: 4 << 20,
+            fault_ignore_credit: false,
         }
     }
 }
@@ -164,6 +170,9 @@ impl VerbsAttr {
         apply(&mut a.keepalive_ms, "XFER_VERBS_KEEPALIVE_MS");
         apply(&mut a.credit_msgs, "XFER_VERBS_CREDIT_MSGS");
         apply(&mut a.eager_credit, "XFER_VERBS_EAGER_CREDIT");
+        if let Some(v) = env_value::<String>("XFER_VERBS_FAULT_IGNORE_CREDIT") {
+            a.fault_ignore_credit = matches!(v.as_str(), "1" | "true" | "yes");
+        }
         a.rnr_retry = a.rnr_retry.min(7);
         a.retry_cnt = a.retry_cnt.min(7);
         a.timeout = a.timeout.min(31);
@@ -276,6 +285,11 @@ impl VerbsAttr {
                 self.eager_credit.to_string(),
                 "eager bytes a peer may have in flight to an endpoint, unexpected ones included (at least 128 KiB)",
             ),
+            row(
+                "XFER_VERBS_FAULT_IGNORE_CREDIT",
+                u8::from(self.fault_ignore_credit).to_string(),
+                "fault injection for tests: send past the peers' credit (never set otherwise)",
+            ),
         ]
     }
 }
@@ -284,7 +298,7 @@ impl VerbsAttr {
 mod tests {
     use super::*;
 
-    const VARS: [(&str, &str); 20] = [
+    const VARS: [(&str, &str); 21] = [
         ("XFER_VERBS_DEVICE", "rxe7"),
         ("XFER_VERBS_PORT", "2"),
         ("XFER_VERBS_GID_INDEX", "3"),
@@ -305,6 +319,7 @@ mod tests {
         ("XFER_VERBS_KEEPALIVE_MS", "250"),
         ("XFER_VERBS_CREDIT_MSGS", "32"),
         ("XFER_VERBS_EAGER_CREDIT", "256k"),
+        ("XFER_VERBS_FAULT_IGNORE_CREDIT", "1"),
     ];
 
     #[test]
@@ -336,8 +351,9 @@ mod tests {
         assert_eq!(a.keepalive_ms, 250);
         assert_eq!(a.credit_msgs, 32);
         assert_eq!(a.eager_credit, 256 << 10);
+        assert!(a.fault_ignore_credit);
         let s = a.settings();
-        assert_eq!(s.len(), 20);
+        assert_eq!(s.len(), 21);
         assert!(s.iter().any(|s| s.env == "XFER_VERBS_GID_INDEX" && s.value == "3"));
         assert!(s.iter().all(|s| s.env.starts_with("XFER_VERBS_")));
     }

@@ -16,6 +16,12 @@
 //! receiver's first return also grants the rest of its budget. Returns go in
 //! a credit message (kind 5), which costs no credit itself, once a quarter
 //! of a budget is owed.
+//!
+//! The receiver enforces it: it counts what it granted (the initial credit,
+//! then every credit message as it posts it) against what arrives, and a
+//! message past that ends the connection as a protocol violation
+//! (`credit_violations`; decision 69): a peer that ignores credit would
+//! otherwise drain the SRQ that every peer shares.
 
 use xfer_core::addr::Address;
 use xfer_core::{Error, Result};
@@ -45,6 +51,11 @@ pub(crate) struct Credit {
     granted_bytes: bool,
     /// In the endpoint's `owing` list.
     listed: bool,
+    /// What the peer may still send us: messages and eager bytes granted
+    /// (counted when the credit message is posted, before the peer can
+    /// use it) and not yet received.
+    peer_msgs: u64,
+    peer_bytes: u64,
 }
 
 impl Default for Credit {
@@ -57,6 +68,8 @@ impl Default for Credit {
             granted_msgs: false,
             granted_bytes: false,
             listed: false,
+            peer_msgs: u64::from(INIT_MSGS),
+            peer_bytes: INIT_BYTES,
         }
     }
 }
@@ -100,7 +113,8 @@ impl VerbsEndpoint {
             .filter(|c| c.state == State::Ready);
         let (msgs, bytes) = ready.map_or((INIT_MSGS, INIT_BYTES), |c| (c.credit.msgs, c.credit.bytes));
         let eager = len <= self.eager_max;
-        if queued >= u64::from(msgs) || (eager && bytes < eager_cost(len).saturating_mul(queued + 1)) {
+        let short = queued >= u64::from(msgs) || (eager && bytes < eager_cost(len).saturating_mul(queued + 1));
+        if short && !self.res.attr.fault_ignore_credit {
             self.stats.credit_stalls += 1;
             return Err(Error::Again);
         }
@@ -110,7 +124,7 @@ impl VerbsEndpoint {
     /// Whether `tx` may go out on connection `k` as far as message credit
     /// goes (counted in `credit_waits` when not).
     pub(super) fn has_msg_credit(&mut self, k: usize, tx: &Tx) -> bool {
-        if !tx.takes_a_buffer(k) || self.conns[k].credit.msgs > 0 {
+        if !tx.takes_a_buffer(k) || self.conns[k].credit.msgs > 0 || self.res.attr.fault_ignore_credit {
             return true;
         }
         self.stats.credit_waits += 1;
@@ -119,7 +133,19 @@ impl VerbsEndpoint {
 
     /// Whether an eager send of `len` bytes fits connection `k`'s byte credit.
     pub(super) fn has_byte_credit(&self, k: usize, len: usize) -> bool {
-        self.conns[k].credit.bytes >= eager_cost(len)
+        self.conns[k].credit.bytes >= eager_cost(len) || self.res.attr.fault_ignore_credit
+    }
+
+    /// A message that costs credit arrived on `k` (`bytes` of them eager):
+    /// false when the peer had no such credit left (a protocol violation).
+    pub(super) fn charge_peer(&mut self, k: usize, bytes: u64) -> bool {
+        let c = &mut self.conns[k].credit;
+        if c.peer_msgs == 0 || c.peer_bytes < bytes {
+            return false;
+        }
+        c.peer_msgs -= 1;
+        c.peer_bytes -= bytes;
+        true
     }
 
     /// A message went out on `k`: one message and `bytes` eager bytes spent.
@@ -213,6 +239,8 @@ impl VerbsEndpoint {
             cr.granted_msgs = true;
             cr.granted_bytes |= grant_bytes;
             cr.listed = false;
+            cr.peer_msgs = cr.peer_msgs.saturating_add(u64::from(msgs));
+            cr.peer_bytes = cr.peer_bytes.saturating_add(bytes);
             self.owing.swap_remove(i);
         }
     }

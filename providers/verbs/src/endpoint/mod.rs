@@ -96,6 +96,8 @@ pub struct EndpointStats {
     pub credit_waits: u64,
     /// Credit messages sent.
     pub credit_returns: u64,
+    /// Connections closed because their peer sent past its credit.
+    pub credit_violations: u64,
     /// Eager payload bytes held now in unexpected messages.
     pub unexpected_bytes: u64,
 }
@@ -618,6 +620,7 @@ impl EndpointProvider for VerbsEndpoint {
             ("credit_stalls", s.credit_stalls),
             ("credit_waits", s.credit_waits),
             ("credit_returns", s.credit_returns),
+            ("credit_violations", s.credit_violations),
             ("unexpected_bytes", s.unexpected_bytes),
             // The domain's registration cache (shared by its endpoints):
             // user buffers of rendezvous and RMA without a region's keys.

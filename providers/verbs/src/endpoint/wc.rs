@@ -277,6 +277,17 @@ impl VerbsEndpoint {
                 return true;
             }
         };
+        let cost = match &msg {
+            Msg::Credit { .. } => None,
+            Msg::Eager { payload, .. } => Some(eager_cost(payload.len())),
+            _ => Some(0),
+        };
+        if cost.is_some_and(|bytes| !self.charge_peer(k, bytes)) {
+            self.stats.credit_violations += 1;
+            tracing::warn!(peer = ?from, "peer sent past its credit; connection closed");
+            self.conn_failed(cx, k, Error::Protocol("peer sent past its credit"));
+            return false;
+        }
         let src = cx.av.reverse(&from);
         match msg {
             Msg::Eager { meta, payload } => {
