@@ -60,12 +60,14 @@
 //!
 //! # Spinning
 //!
-//! [`Dispatcher::set_spin`] (`XFER_AIO_SPIN_US`, default off): for a window
-//! after each completion, a future with nothing to do yields to the runtime
-//! and polls again instead of parking on the descriptor, which saves the
-//! wake-up of a sleeping thread per message (about 3x lower latency for a
-//! small RPC here) while keeping a CPU busy. Use it when each process has a
-//! CPU of its own. A raw post on an endpoint bound to the same
+//! [`Dispatcher::set_spin`] (`XFER_AIO_SPIN_US`, default 50 µs, 0 off): for a
+//! window after each completion, a future with nothing to do yields to the
+//! runtime and polls again instead of parking on the descriptor, which saves
+//! the wake-up of a sleeping thread per message (about 3x lower latency for
+//! a small RPC here) while keeping a CPU busy during the window. An idle
+//! program (no completions) does not spin; spinning that does not pay (the
+//! window runs out, or the process is preempted while it spins, as when it
+//! shares a CPU with its peer) backs off for 20 ms. A raw post on an endpoint bound to the same
 //! queue may complete operations inside the call (the provider progresses
 //! there) without the descriptor firing: call [`Dispatcher::drive`] after it
 //! (`next_completion` drives too), or those futures wait for the next
@@ -80,9 +82,10 @@ mod dispatch;
 mod endpoint;
 mod op;
 mod reactor;
+mod spin;
 #[cfg(feature = "tokio")]
 pub mod tokio;
 
-pub use dispatch::{Dispatcher, CONTEXT_TAG};
+pub use dispatch::{Dispatcher, CONTEXT_TAG, DEFAULT_SPIN};
 pub use endpoint::{AsyncEndpoint, BufResult, Received};
 pub use reactor::Reactor;

@@ -7,16 +7,17 @@
 //! xfer-rpc client NAME-HEX [--tcp ADDR]      every call checked, over xfer (and tokio TCP)
 //! xfer-rpc local                             server and client in one process
 //! xfer-rpc bench [--iters N] [--calls N] [--outstanding N] [--reps N] [--tcp ADDR]
-//!                [--spin US] [--only xfer|spin|tcp] [--cpus S,C|none]
+//!                [--spin US|none] [--only xfer|second|tcp] [--cpus S,C|none]
 //! ```
 //!
 //! The bench measures three rows in turn: tarpc over xfer as the `XFER_*`
-//! environment configures it, over xfer with the async layer's spin window
-//! at `--spin` microseconds on both sides (default 50; 0 leaves the row out),
-//! and over tokio TCP. The server process runs on CPU `S` and the client on
-//! CPU `C` (default 0,1 when there are two; `none` leaves placement to the
-//! scheduler, which may put both on one CPU: blocking wake-ups are then
-//! cheaper and spinning is much slower).
+//! environment configures it (by default the async layer spins 50 µs after
+//! each completion), over xfer with the spin window at `--spin`
+//! microseconds on both sides (default 0: parking at once; `none` leaves
+//! the row out), and over tokio TCP. The server process runs on CPU `S` and
+//! the client on CPU `C` (default 0,1 when there are two; `none` leaves
+//! placement to the scheduler, which may put both on one CPU: blocking
+//! wake-ups are then cheaper, and spinning backs off).
 //!
 //! The provider and its settings come from the `XFER_*` environment
 //! (`XFER_PROVIDER=verbs`, `XFER_TCP_ADDR=127.0.0.1`, ...).
@@ -40,7 +41,7 @@ const USAGE: &str = "usage: xfer-rpc server [--tcp ADDR] [--conns N] [--cpu N]
        xfer-rpc client NAME-HEX [--tcp ADDR]
        xfer-rpc local
        xfer-rpc bench [--iters N] [--calls N] [--outstanding N] [--reps N] [--tcp ADDR]
-                      [--spin US] [--only xfer|spin|tcp] [--cpus S,C|none]";
+                      [--spin US|none] [--only xfer|second|tcp] [--cpus S,C|none]";
 
 /// Options after the mode.
 struct Opts {
@@ -50,9 +51,10 @@ struct Opts {
     calls: usize,
     outstanding: usize,
     reps: usize,
-    /// The spin window of the bench's second xfer row, microseconds (0: no such row).
-    spin: u64,
-    /// Bench one row only (`xfer`, `spin` or `tcp`), for profiling.
+    /// The spin window of the bench's second xfer row, microseconds (`None`:
+    /// no such row).
+    spin: Option<u64>,
+    /// Bench one row only (`xfer`, `second` or `tcp`), for profiling.
     only: Option<String>,
     /// The CPU this process runs on (`server --cpu`).
     cpu: Option<usize>,
@@ -104,7 +106,7 @@ fn parse(mut args: &[String]) -> Res<Opts> {
         calls: 200_000,
         outstanding: 64,
         reps: 3,
-        spin: 50,
+        spin: Some(0),
         only: None,
         cpu: None,
         cpus: default_cpus(),
@@ -118,7 +120,8 @@ fn parse(mut args: &[String]) -> Res<Opts> {
             "--calls" => o.calls = n()?.max(1),
             "--outstanding" => o.outstanding = n()?.max(1),
             "--reps" => o.reps = n()?.max(1),
-            "--spin" => o.spin = n()? as u64,
+            "--spin" if value == "none" => o.spin = None,
+            "--spin" => o.spin = Some(n()? as u64),
             "--cpu" => o.cpu = Some(n()?),
             "--cpus" if value == "none" => o.cpus = None,
             "--cpus" => {
@@ -126,7 +129,7 @@ fn parse(mut args: &[String]) -> Res<Opts> {
                 let (a, b) = value.split_once(',').ok_or_else(bad)?;
                 o.cpus = Some((a.parse().map_err(|_| bad())?, b.parse().map_err(|_| bad())?));
             }
-            "--only" if ["xfer", "spin", "tcp"].contains(&value.as_str()) => o.only = Some(value.clone()),
+            "--only" if ["xfer", "second", "tcp"].contains(&value.as_str()) => o.only = Some(value.clone()),
             _ => return Err(format!("unknown option {flag}\n{USAGE}")),
         }
         args = rest;
@@ -359,10 +362,10 @@ fn spawn_server(tcp: &str, spin_us: Option<u64>, cpu: Option<usize>) -> Res<(Ser
 fn run_bench(o: &Opts) -> Res<()> {
     let server_cpu = o.cpus.map(|c| c.0);
     let (server, provider, name, addr) = spawn_server(o.tcp.as_deref().unwrap_or("127.0.0.1:0"), None, server_cpu)?;
-    // The spin row's server: a process of its own, spinning on its side too.
-    let spinner = match o.spin {
-        0 => None,
-        us => Some(spawn_server("127.0.0.1:0", Some(us), server_cpu)?),
+    // The second row's server: a process of its own, with the same window.
+    let second = match o.spin {
+        None => None,
+        Some(us) => Some(spawn_server("127.0.0.1:0", Some(us), server_cpu)?),
     };
     if let Some((_, cpu)) = o.cpus {
         pin_to(cpu)?;
@@ -374,13 +377,13 @@ fn run_bench(o: &Opts) -> Res<()> {
     rt.block_on(async {
         let node = open()?;
         let x = xfer_client(&node, &name).await?;
-        let spun = match &spinner {
-            Some((proc_, _, name, _)) => {
+        let spun = match (&second, o.spin) {
+            (Some((proc_, _, name, _)), Some(us)) => {
                 let node = open()?;
-                node.endpoint().dispatcher().set_spin(Duration::from_micros(o.spin));
+                node.endpoint().dispatcher().set_spin(Duration::from_micros(us));
                 Some((xfer_client(&node, name).await?, proc_.0.id(), node))
             }
-            None => None,
+            _ => None,
         };
         let t = tcp_client(&addr.to_string()).await?;
         let warmup = o.iters / 10 + 1;
@@ -394,10 +397,14 @@ fn run_bench(o: &Opts) -> Res<()> {
             "  latency: {} calls one at a time; rate: {} calls with {} outstanding; {} rep(s), alternating; {placement}",
             o.iters, o.calls, o.outstanding, o.reps
         );
-        let spin_label = format!("xfer spin {}us", o.spin);
-        let mut rows = vec![("xfer".to_string(), "xfer", &x, server.0.id(), Vec::new())];
+        let second_label = match o.spin {
+            Some(0) => "xfer parking".to_string(),
+            us => format!("xfer spin {}us", us.unwrap_or(0)),
+        };
+        let first_label = format!("xfer spin {}us", node.endpoint().dispatcher().spin().as_micros());
+        let mut rows = vec![(first_label, "xfer", &x, server.0.id(), Vec::new())];
         if let Some((c, pid, _)) = &spun {
-            rows.push((spin_label, "spin", c, *pid, Vec::new()));
+            rows.push((second_label, "second", c, *pid, Vec::new()));
         }
         rows.push(("tokio TCP".to_string(), "tcp", &t, server.0.id(), Vec::new()));
         rows.retain(|r| o.only.as_deref().is_none_or(|only| only == r.1));

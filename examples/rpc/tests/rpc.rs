@@ -165,8 +165,12 @@ fn bench_mode_runs() {
     let args = ["bench", "--iters", "200", "--calls", "2000", "--reps", "1"];
     let out = Proc::spawn("xfer-rpc bench", &args).succeeds();
     println!("{}", out.join("\n"));
-    assert!(
-        out.iter().any(|l| l.starts_with("  xfer / tokio TCP: p50 ")),
-        "no ratio line: {out:?}"
-    );
+    // The default row (the async layer's default spin window), parking,
+    // and tokio TCP, each with its ratio to tokio TCP.
+    for row in ["xfer spin 50us", "xfer parking"] {
+        assert!(
+            out.iter().any(|l| l.starts_with(&format!("  {row} / tokio TCP: p50 "))),
+            "no ratio line for {row}: {out:?}"
+        );
+    }
 }
