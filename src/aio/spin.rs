@@ -137,15 +137,20 @@ mod tests {
         assert!(!spin(Duration::ZERO).keep(t0), "zero: never");
     }
 
+    /// A completion at `*now`, then a spin whose window runs out.
+    fn spin_out(s: &mut Spin, now: &mut Instant) {
+        s.routed(*now);
+        assert!(s.keep(*now), "spinning after a completion");
+        *now += W;
+        assert!(!s.keep(*now), "the window ran out: a miss");
+    }
+
     #[test]
     fn spins_that_do_not_pay_turn_spinning_off_for_a_while() {
         let mut now = Instant::now();
         let mut s = spin(W);
         for _ in 0..MISSES {
-            s.routed(now);
-            assert!(s.keep(now));
-            now += W;
-            assert!(!s.keep(now), "the window ran out: a miss");
+            spin_out(&mut s, &mut now);
         }
         s.routed(now);
         assert!(!s.keep(now), "backed off");
@@ -160,12 +165,11 @@ mod tests {
         let mut s = spin(W);
         // One miss in 8: never 4 in 16.
         for round in 0..200u32 {
-            s.routed(now);
-            assert!(s.keep(now), "round {round}");
             if round % 8 == 0 {
-                now += W;
-                assert!(!s.keep(now), "a miss");
+                spin_out(&mut s, &mut now);
             } else {
+                s.routed(now);
+                assert!(s.keep(now), "round {round}");
                 now += W / 2; // the completion comes while spinning
             }
         }
