@@ -56,6 +56,21 @@ fn apply<T: FromStr>(field: &mut T, env: &str) {
     }
 }
 
+/// A yes/no setting from the environment: `1`, `true`, `yes` or `on`, and
+/// `0`, `false`, `no` or `off` (any case); `None` when unset or anything
+/// else (with a warning for the latter).
+pub fn env_flag(name: &str) -> Option<bool> {
+    let v = std::env::var(name).ok()?;
+    match v.trim().to_ascii_lowercase().as_str() {
+        "1" | "true" | "yes" | "on" => Some(true),
+        "0" | "false" | "no" | "off" => Some(false),
+        _ => {
+            tracing::warn!(name, value = %v, "not a yes/no value; the default applies");
+            None
+        }
+    }
+}
+
 /// Attributes of a domain.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct DomainAttr {
@@ -169,6 +184,9 @@ impl EndpointAttr {
         apply(&mut a.inject_size, "XFER_INJECT_SIZE");
         apply(&mut a.max_outstanding, "XFER_MAX_OUTSTANDING");
         apply(&mut a.max_outstanding_per_peer, "XFER_MAX_OUTSTANDING_PER_PEER");
+        if let Some(v) = env_flag("XFER_SELECTIVE_COMPLETION") {
+            a.selective_completion = v;
+        }
         a.tcp = TcpAttr::from_env();
         a
     }
@@ -185,6 +203,11 @@ impl EndpointAttr {
                 env: "XFER_INJECT_SIZE",
                 value: self.inject_size.to_string(),
                 doc: "largest inject payload",
+            },
+            Setting {
+                env: "XFER_SELECTIVE_COMPLETION",
+                value: u8::from(self.selective_completion).to_string(),
+                doc: "1: only operations that ask for a completion report success (errors always do)",
             },
             Setting {
                 env: "XFER_MAX_OUTSTANDING",
@@ -341,10 +364,22 @@ mod tests {
     fn env_overrides_defaults() {
         std::env::set_var("XFER_RNDV_THRESHOLD", "16k");
         std::env::set_var("XFER_INJECT_SIZE", "not-a-number");
+        std::env::set_var("XFER_SELECTIVE_COMPLETION", "Yes");
         let a = EndpointAttr::from_env();
         assert_eq!(a.rndv_threshold, 16 << 10);
         assert_eq!(a.inject_size, EndpointAttr::default().inject_size);
+        assert!(a.selective_completion);
+        assert!(a
+            .settings()
+            .iter()
+            .any(|s| s.env == "XFER_SELECTIVE_COMPLETION" && s.value == "1"));
+        std::env::set_var("XFER_SELECTIVE_COMPLETION", "maybe");
+        assert!(
+            !EndpointAttr::from_env().selective_completion,
+            "not a yes/no: the default"
+        );
         std::env::remove_var("XFER_RNDV_THRESHOLD");
         std::env::remove_var("XFER_INJECT_SIZE");
+        std::env::remove_var("XFER_SELECTIVE_COMPLETION");
     }
 }

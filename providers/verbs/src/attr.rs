@@ -4,7 +4,7 @@
 
 use std::str::FromStr;
 
-use xfer_core::attr::{env_value, Setting};
+use xfer_core::attr::{env_flag, env_value, Setting};
 
 /// Settings of the verbs provider.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -170,8 +170,8 @@ impl VerbsAttr {
         apply(&mut a.keepalive_ms, "XFER_VERBS_KEEPALIVE_MS");
         apply(&mut a.credit_msgs, "XFER_VERBS_CREDIT_MSGS");
         apply(&mut a.eager_credit, "XFER_VERBS_EAGER_CREDIT");
-        if let Some(v) = env_value::<String>("XFER_VERBS_FAULT_IGNORE_CREDIT") {
-            a.fault_ignore_credit = matches!(v.as_str(), "1" | "true" | "yes");
+        if let Some(v) = env_flag("XFER_VERBS_FAULT_IGNORE_CREDIT") {
+            a.fault_ignore_credit = v;
         }
         a.rnr_retry = a.rnr_retry.min(7);
         a.retry_cnt = a.retry_cnt.min(7);
