@@ -283,9 +283,14 @@ impl VerbsEndpoint {
             _ => Some(0),
         };
         if cost.is_some_and(|bytes| !self.charge_peer(k, bytes)) {
-            self.stats.credit_violations += 1;
-            tracing::warn!(peer = ?from, "peer sent past its credit; connection closed");
-            self.conn_failed(cx, k, Error::Protocol("peer sent past its credit"));
+            // Dropped. The connection ends at the first such message; the
+            // others of it that a poll brings after that are dropped too
+            // (its credit stays spent: a dead connection grants none).
+            if self.conns[k].state != State::Dead {
+                self.stats.credit_violations += 1;
+                tracing::warn!(peer = ?from, "peer sent past its credit; connection closed");
+                self.conn_failed(cx, k, Error::Protocol("peer sent past its credit"));
+            }
             return false;
         }
         let src = cx.av.reverse(&from);
