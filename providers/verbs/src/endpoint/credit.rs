@@ -137,10 +137,13 @@ impl VerbsEndpoint {
     }
 
     /// A message that costs credit arrived on `k` (`bytes` of them eager):
-    /// false when the peer had no such credit left (a protocol violation).
+    /// false when the peer had no such credit left (a protocol violation),
+    /// and then for everything after it on `k`.
     pub(super) fn charge_peer(&mut self, k: usize, bytes: u64) -> bool {
         let c = &mut self.conns[k].credit;
         if c.peer_msgs == 0 || c.peer_bytes < bytes {
+            c.peer_msgs = 0;
+            c.peer_bytes = 0;
             return false;
         }
         c.peer_msgs -= 1;
