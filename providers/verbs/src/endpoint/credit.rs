@@ -113,8 +113,7 @@ impl VerbsEndpoint {
             .filter(|c| c.state == State::Ready);
         let (msgs, bytes) = ready.map_or((INIT_MSGS, INIT_BYTES), |c| (c.credit.msgs, c.credit.bytes));
         let eager = len <= self.eager_max;
-        let short = queued >= u64::from(msgs) || (eager && bytes < eager_cost(len).saturating_mul(queued + 1));
-        if short && !self.res.attr.fault_ignore_credit {
+        if queued >= u64::from(msgs) || (eager && bytes < eager_cost(len).saturating_mul(queued + 1)) {
             self.stats.credit_stalls += 1;
             return Err(Error::Again);
         }
@@ -124,7 +123,7 @@ impl VerbsEndpoint {
     /// Whether `tx` may go out on connection `k` as far as message credit
     /// goes (counted in `credit_waits` when not).
     pub(super) fn has_msg_credit(&mut self, k: usize, tx: &Tx) -> bool {
-        if !tx.takes_a_buffer(k) || self.conns[k].credit.msgs > 0 || self.res.attr.fault_ignore_credit {
+        if !tx.takes_a_buffer(k) || self.conns[k].credit.msgs > 0 {
             return true;
         }
         self.stats.credit_waits += 1;
@@ -133,7 +132,7 @@ impl VerbsEndpoint {
 
     /// Whether an eager send of `len` bytes fits connection `k`'s byte credit.
     pub(super) fn has_byte_credit(&self, k: usize, len: usize) -> bool {
-        self.conns[k].credit.bytes >= eager_cost(len) || self.res.attr.fault_ignore_credit
+        self.conns[k].credit.bytes >= eager_cost(len)
     }
 
     /// A message that costs credit arrived on `k` (`bytes` of them eager):
@@ -151,8 +150,13 @@ impl VerbsEndpoint {
         true
     }
 
-    /// A message went out on `k`: one message and `bytes` eager bytes spent.
+    /// A message went out on `k`: one message and `bytes` eager bytes spent
+    /// (none under `fault_ignore_credit`: the endpoint then never runs out,
+    /// and sends past what its peer granted).
     pub(super) fn spend(&mut self, k: usize, bytes: u64) {
+        if self.res.attr.fault_ignore_credit {
+            return;
+        }
         let c = &mut self.conns[k].credit;
         c.msgs = c.msgs.saturating_sub(1);
         c.bytes = c.bytes.saturating_sub(bytes);
