@@ -591,19 +591,11 @@ impl State {
     }
 }
 
-/// The spin window `XFER_AIO_SPIN_US` asks for (microseconds; absent or
-/// unparsable: zero, with a warning for the latter).
+/// The spin window `XFER_AIO_SPIN_US` asks for, in microseconds, parsed as
+/// every `XFER_*` setting is ([`crate::attr::env_value`]); absent or
+/// unparsable (logged): [`DEFAULT_SPIN`].
 fn spin_from_env() -> Duration {
-    match std::env::var("XFER_AIO_SPIN_US") {
-        Ok(v) => match v.trim().parse::<u64>() {
-            Ok(us) => Duration::from_micros(us),
-            Err(_) => {
-                tracing::warn!(value = %v, "XFER_AIO_SPIN_US is not a number of microseconds; the default spin window");
-                DEFAULT_SPIN
-            }
-        },
-        Err(_) => DEFAULT_SPIN,
-    }
+    crate::attr::env_value::<u64>("XFER_AIO_SPIN_US").map_or(DEFAULT_SPIN, Duration::from_micros)
 }
 
 fn key(context: u64) -> usize {
