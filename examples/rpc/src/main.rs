@@ -365,7 +365,7 @@ fn run_bench(o: &Opts) -> Res<()> {
     // The second row's server: a process of its own, with the same window.
     let second = match o.spin {
         None => None,
-        Some(us) => Some(spawn_server("127.0.0.1:0", Some(us), server_cpu)?),
+        Some(us) => Some((spawn_server("127.0.0.1:0", Some(us), server_cpu)?, us)),
     };
     if let Some((_, cpu)) = o.cpus {
         pin_to(cpu)?;
@@ -377,13 +377,13 @@ fn run_bench(o: &Opts) -> Res<()> {
     rt.block_on(async {
         let node = open()?;
         let x = xfer_client(&node, &name).await?;
-        let spun = match (&second, o.spin) {
-            (Some((proc_, _, name, _)), Some(us)) => {
+        let spun = match &second {
+            Some(((proc_, _, name, _), us)) => {
                 let node = open()?;
-                node.endpoint().dispatcher().set_spin(Duration::from_micros(us));
+                node.endpoint().dispatcher().set_spin(Duration::from_micros(*us));
                 Some((xfer_client(&node, name).await?, proc_.0.id(), node))
             }
-            _ => None,
+            None => None,
         };
         let t = tcp_client(&addr.to_string()).await?;
         let warmup = o.iters / 10 + 1;
@@ -397,14 +397,9 @@ fn run_bench(o: &Opts) -> Res<()> {
             "  latency: {} calls one at a time; rate: {} calls with {} outstanding; {} rep(s), alternating; {placement}",
             o.iters, o.calls, o.outstanding, o.reps
         );
-        let second_label = match o.spin {
-            Some(0) => "xfer parking".to_string(),
-            us => format!("xfer spin {}us", us.unwrap_or(0)),
-        };
-        let first_label = format!("xfer spin {}us", node.endpoint().dispatcher().spin().as_micros());
-        let mut rows = vec![(first_label, "xfer", &x, server.0.id(), Vec::new())];
-        if let Some((c, pid, _)) = &spun {
-            rows.push((second_label, "second", c, *pid, Vec::new()));
+        let mut rows = vec![(label(&node), "xfer", &x, server.0.id(), Vec::new())];
+        if let Some((c, pid, node)) = &spun {
+            rows.push((label(node), "second", c, *pid, Vec::new()));
         }
         rows.push(("tokio TCP".to_string(), "tcp", &t, server.0.id(), Vec::new()));
         rows.retain(|r| o.only.as_deref().is_none_or(|only| only == r.1));
@@ -442,6 +437,14 @@ fn run_bench(o: &Opts) -> Res<()> {
         }
         Ok(())
     })
+}
+
+/// A bench row's name: how the client's async layer waits.
+fn label(node: &Node) -> String {
+    match node.endpoint().dispatcher().spin().as_micros() {
+        0 => "xfer parking".to_string(),
+        us => format!("xfer spin {us}us"),
+    }
 }
 
 /// The per-column medians of `(p50, p99, rate)` rows.
