@@ -13,6 +13,11 @@
 //!
 //! It prints the polls that found nothing, so a count polluted by waiting
 //! shows as such (docs/PERFORMANCE.md, "Software cost of the small-message path").
+//!
+//! Then it polls one side `ITERS` times with nothing arriving ([`idle`]):
+//! `--toggle-collect='path_cost::idle*'` counts what a busy-polling loop
+//! spends per turn around its `recv` that finds nothing, the time a message
+//! arriving waits for on average (half a turn).
 
 use xfer::{Completion, CompletionQueue, CqAttr, Endpoint, EndpointAttr, PeerAddr};
 
@@ -85,6 +90,17 @@ fn measured(a: &mut Side, b: &mut Side, iters: u64, out: &mut [Completion]) -> R
     Ok(empty)
 }
 
+/// Polls `cq` `n` times while nothing arrives; every poll must find nothing.
+#[inline(never)]
+fn idle(cq: &CompletionQueue, out: &mut [Completion], n: u64) -> Result<(), String> {
+    for _ in 0..n {
+        if cq.poll(out).map_err(|e| e.to_string())? != 0 {
+            return Err("a completion while idle".into());
+        }
+    }
+    Ok(())
+}
+
 fn run() -> Result<(), String> {
     let mut args = std::env::args().skip(1);
     let iters: u64 = args.next().map_or(Ok(100_000), |v| v.parse()).map_err(|_| "ITERS")?;
@@ -115,8 +131,11 @@ fn run() -> Result<(), String> {
     // Connect and warm up outside the measured function.
     measured(&mut a, &mut b, 1000, &mut out)?;
     let empty = measured(&mut a, &mut b, iters, &mut out)?;
+    // b has the next iteration's receive posted and its connection hot: it
+    // now polls for a message that does not come.
+    idle(&b.cq, &mut out, iters)?;
     println!(
-        "path_cost: {iters} round trips of {size} B over {}, {empty} empty polls ({:.3} per round trip)",
+        "path_cost: {iters} round trips of {size} B over {}, {empty} empty polls ({:.3} per round trip); then {iters} idle polls",
         domain.provider(),
         empty as f64 / iters as f64
     );

@@ -1,16 +1,15 @@
 //! Turning finished operations into completion entries, for providers.
 
-use std::collections::VecDeque;
-
 use crate::addr::PeerAddr;
 use crate::completion::{Completion, Flags};
 use crate::error::Error;
 use crate::provider::{RecvOp, RmaKind, RmaOp, SendOp};
+use crate::sink::Sink;
 use crate::tag::Matcher;
 
 /// Reports a finished send; a successful send that did not ask for a
 /// completion under selective completion reports nothing (its buffer is freed).
-pub fn send(cq: &mut VecDeque<Completion>, selective: bool, op: SendOp, result: Result<(), Error>) {
+pub fn send(cq: &mut Sink<'_>, selective: bool, op: SendOp, result: Result<(), Error>) {
     if result.is_ok() && selective && !op.completion {
         return;
     }
@@ -44,7 +43,7 @@ pub struct Arrival {
 
 /// Reports a finished receive: truncated when the message was longer than
 /// what was written, `error` when it failed.
-pub fn recv(cq: &mut VecDeque<Completion>, op: RecvOp, a: Arrival, error: Option<Error>) {
+pub fn recv(cq: &mut Sink<'_>, op: RecvOp, a: Arrival, error: Option<Error>) {
     let result = match error {
         Some(e) => Err(e),
         None if a.olen > a.len => Err(Error::Truncated {
@@ -70,7 +69,7 @@ pub fn recv(cq: &mut VecDeque<Completion>, op: RecvOp, a: Arrival, error: Option
 }
 
 /// Reports a receive that ended without data (cancelled, or its peer died).
-pub fn recv_failed(cq: &mut VecDeque<Completion>, op: RecvOp, error: Error) {
+pub fn recv_failed(cq: &mut Sink<'_>, op: RecvOp, error: Error) {
     let a = Arrival {
         len: 0,
         olen: 0,
@@ -83,7 +82,7 @@ pub fn recv_failed(cq: &mut VecDeque<Completion>, op: RecvOp, error: Error) {
 
 /// Reports a finished RMA operation at the initiator (`RMA|WRITE` or
 /// `RMA|READ`); selective completion as for sends.
-pub fn rma(cq: &mut VecDeque<Completion>, selective: bool, op: RmaOp, result: Result<(), Error>) {
+pub fn rma(cq: &mut Sink<'_>, selective: bool, op: RmaOp, result: Result<(), Error>) {
     if result.is_ok() && selective && !op.completion {
         return;
     }
@@ -105,7 +104,7 @@ pub fn rma(cq: &mut VecDeque<Completion>, selective: bool, op: RmaOp, result: Re
 
 /// Reports a peer's write with immediate data at the target
 /// (`RMA|REMOTE_WRITE|REMOTE_CQ_DATA`); no receive is consumed.
-pub fn remote_write(cq: &mut VecDeque<Completion>, len: usize, data: u64, src: PeerAddr) {
+pub fn remote_write(cq: &mut Sink<'_>, len: usize, data: u64, src: PeerAddr) {
     cq.push_back(Completion {
         context: 0,
         flags: Flags::RMA | Flags::REMOTE_WRITE | Flags::REMOTE_CQ_DATA,
@@ -123,7 +122,7 @@ pub fn remote_write(cq: &mut VecDeque<Completion>, len: usize, data: u64, src: P
 /// (`EndpointProvider::cancel`). [`Error::NotFound`] when no posted receive
 /// has that context.
 pub fn cancel<U, V>(
-    cq: &mut VecDeque<Completion>,
+    cq: &mut Sink<'_>,
     tagged: &mut Matcher<RecvOp, U>,
     untagged: &mut Matcher<RecvOp, V>,
     context: u64,

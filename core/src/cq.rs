@@ -99,8 +99,11 @@ impl CompletionQueue {
     /// completions into `out`; returns how many. Never blocks.
     pub fn poll(&self, out: &mut [Completion]) -> Result<usize> {
         let mut st = self.0.shared.lock()?;
-        st.progress_cq(self.0.key);
-        Ok(take_queued(&mut st.cqs[self.0.key], out))
+        // What earlier calls queued comes first; what progress completes now
+        // goes straight into the rest of `out` (decision 71).
+        let mut filled = take_queued(&mut st.cqs[self.0.key], out);
+        st.progress_cq(self.0.key, out, &mut filled);
+        Ok(filled)
     }
 
     /// Moves up to `out.len()` completions already in the queue into `out`

@@ -21,6 +21,7 @@ use crate::endpoint::Endpoint;
 use crate::error::{Error, Result};
 use crate::mr::{Access, MemoryRegion};
 use crate::provider::{Ctx, DomainProvider, EndpointProvider, Rejected};
+use crate::sink::Sink;
 
 /// A domain: opens completion queues, address vectors and endpoints that
 /// share one provider instance.
@@ -81,16 +82,16 @@ impl State {
     #[inline(always)]
     pub(crate) fn with_ep<R>(&mut self, ep: usize, f: impl FnOnce(&mut dyn EndpointProvider, &mut Ctx<'_>) -> R) -> R {
         let slot = &mut self.eps[ep];
-        let ring = &mut self.cqs[slot.cq];
-        let before = ring.len();
+        let mut filled = 0;
         let mut cx = Ctx {
-            cq: &mut *ring,
+            cq: Sink::new(&mut [], &mut filled, &mut self.cqs[slot.cq]),
             av: &self.avs[slot.av],
             domain: self.prov.as_ref(),
         };
+        let before = cx.cq.mark();
         let r = f(slot.prov.as_mut(), &mut cx);
         if slot.counting {
-            slot.settle(ring, before);
+            slot.settle(cx.cq.since(before));
         }
         r
     }
@@ -136,34 +137,42 @@ impl State {
         Ok(())
     }
 
-    /// Progresses every endpoint bound to completion queue `cq`. Inlined
-    /// into `CompletionQueue::poll`, which calls it on every poll.
+    /// Progresses every endpoint bound to completion queue `cq`; what they
+    /// complete fills `out` from slot `*filled` (then the queue's ring, which
+    /// must be empty unless `out` is full). Inlined into
+    /// `CompletionQueue::poll`, which calls it on every poll.
     #[inline]
-    pub(crate) fn progress_cq(&mut self, cq: usize) {
-        self.each_bound(cq, |ep, cx| ep.progress(cx));
+    pub(crate) fn progress_cq(&mut self, cq: usize, out: &mut [Completion], filled: &mut usize) {
+        self.each_bound(cq, out, filled, |ep, cx| ep.progress(cx));
     }
 
     /// Lets every endpoint bound to `cq` arm its events before a blocking
     /// wait; true when no completion is ready (safe to block).
     pub(crate) fn ready_to_block(&mut self, cq: usize) -> bool {
-        self.each_bound(cq, |ep, cx| ep.prepare_wait(cx));
+        self.each_bound(cq, &mut [], &mut 0, |ep, cx| ep.prepare_wait(cx));
         self.cqs[cq].is_empty()
     }
 
     #[inline]
-    fn each_bound(&mut self, cq: usize, mut f: impl FnMut(&mut dyn EndpointProvider, &mut Ctx<'_>)) {
-        let ring = &mut self.cqs[cq];
+    fn each_bound(
+        &mut self,
+        cq: usize,
+        out: &mut [Completion],
+        filled: &mut usize,
+        mut f: impl FnMut(&mut dyn EndpointProvider, &mut Ctx<'_>),
+    ) {
+        let mut sink = Sink::new(out, filled, &mut self.cqs[cq]);
         for &ep in &self.bound[cq] {
             let slot = &mut self.eps[ep];
-            let before = ring.len();
+            let before = sink.mark();
             let mut cx = Ctx {
-                cq: &mut *ring,
+                cq: sink.reborrow(),
                 av: &self.avs[slot.av],
                 domain: self.prov.as_ref(),
             };
             f(slot.prov.as_mut(), &mut cx);
             if slot.counting {
-                slot.settle(ring, before);
+                slot.settle(sink.since(before));
             }
         }
     }
@@ -204,8 +213,8 @@ impl EpSlot {
     /// counts: each of the endpoint's own operations (not a peer's remote
     /// write) off `outstanding`, and a send's or RMA's off its peer's (the
     /// completion's `src` names the peer).
-    fn settle(&mut self, ring: &VecDeque<Completion>, before: usize) {
-        for c in ring.range(before.min(ring.len())..) {
+    fn settle<'c>(&mut self, produced: impl Iterator<Item = &'c Completion>) {
+        for c in produced {
             if c.flags.contains(Flags::REMOTE_WRITE) {
                 continue;
             }

@@ -26,6 +26,7 @@ pub mod hash;
 pub mod mr;
 pub mod peek;
 pub mod provider;
+pub mod sink;
 pub mod sys;
 pub mod tag;
 

@@ -6,18 +6,17 @@
 //! providers embed. Every call happens with the domain's lock held, so
 //! providers need no locking of their own.
 
-use std::collections::VecDeque;
 use std::os::fd::RawFd;
 
 use crate::addr::{Address, AvTable, PeerAddr};
 use crate::attr::EndpointAttr;
 use crate::buffer::Buffer;
-use crate::completion::Completion;
 use crate::error::{Error, Result};
 use crate::mr::Access;
 #[cfg(doc)]
 use crate::mr::RemoteKey;
 use crate::peek::{Claim, Peeked};
+use crate::sink::Sink;
 use crate::tag::RecvSpec;
 
 /// A send (message or tagged) handed to a provider.
@@ -111,11 +110,12 @@ impl<T> Rejected<T> {
     }
 }
 
-/// What a provider may touch during a call: the completion ring of the
-/// endpoint's queue and the endpoint's address vector.
+/// What a provider may touch during a call: where the completions it
+/// produces go, and the endpoint's address vector.
 pub struct Ctx<'a> {
-    /// Completions produced by this call.
-    pub cq: &'a mut VecDeque<Completion>,
+    /// Completions produced by this call: the polling caller's array, then
+    /// the endpoint's completion queue.
+    pub cq: Sink<'a>,
     /// The endpoint's address vector.
     pub av: &'a AvTable,
     /// The endpoint's domain, for software providers that serve remote

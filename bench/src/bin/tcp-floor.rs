@@ -18,9 +18,15 @@
 //!   window after next (two windows in flight, so the stream never drains). The server drains the stream with large reads. Reported:
 //!   MiB/s (1 MiB = 1048576 bytes) and messages per second.
 //!
+//! `--think NS` (latency test) makes the side given it busy-wait NS
+//! nanoseconds between receiving a message and sending the next: the user
+//! space a transport spends per turnaround, added to the floor on purpose, to
+//! show how the floor's latency answers to it (docs/PERFORMANCE.md, "What
+//! bounds the TCP latency ratio").
+//!
 //! ```text
 //! tcp-floor [--test lat|bw] [--sizes 8,64,1024] [--iters N] [--warmup N]
-//!           [--window N] [--json] server [--port P] [--bind ADDR]
+//!           [--window N] [--think NS] [--json] server [--port P] [--bind ADDR]
 //! tcp-floor [same options] client HOST:PORT
 //! tcp-floor [same options] local
 //! ```
@@ -115,6 +121,8 @@ struct Opts {
     window: u64,
     /// One JSON object per line instead of a table.
     json: bool,
+    /// Latency test: busy-waiting between receiving and sending, per turnaround.
+    think: Think,
     /// Server, client or local.
     mode: Mode,
 }
@@ -219,6 +227,8 @@ options:
                      64 KiB; bw: 100000 below 64 KiB, 1000 from 64 KiB)
   --warmup N         untimed iterations per size (iters/10, at most 1000)
   --window N         bw: messages per ack (64)
+  --think NS         lat: busy-wait NS nanoseconds before each send of this
+                     side (a transport's user-space work per turnaround) (0)
   --json             one JSON object per line per size
   --port P           server: port to listen on, 0 = ephemeral (0)
   --bind ADDR        server: address to bind (127.0.0.1)";
@@ -255,6 +265,7 @@ fn parse_args(args: &[String]) -> Result<Opts, UsageError> {
     let mut warmup = None;
     let mut window = DEFAULT_WINDOW;
     let mut json = false;
+    let mut think = Think::default();
     let mut port = 0u16;
     let mut bind = "127.0.0.1".to_string();
     let mut positional = Vec::new();
@@ -299,6 +310,7 @@ fn parse_args(args: &[String]) -> Result<Opts, UsageError> {
                 }
             }
             "--json" => json = true,
+            "--think" => think = Think(Duration::from_nanos(parse_count("--think", &value("--think")?)?)),
             "--port" | "-p" => {
                 let v = value("--port")?;
                 port = v.parse().map_err(|_| UsageError(format!("--port: bad port {v:?}")))?;
@@ -325,6 +337,7 @@ fn parse_args(args: &[String]) -> Result<Opts, UsageError> {
         warmup,
         window,
         json,
+        think,
         mode,
     })
 }
@@ -447,19 +460,37 @@ fn lat_stats(mut samples: Vec<f64>) -> LatStats {
     }
 }
 
+/// Busy work between receiving a message and sending the next one (`--think`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Think(Duration);
+
+impl Think {
+    /// Spins on the clock for the think time (nothing when it is zero).
+    #[inline]
+    fn spin(self) {
+        if self.0.is_zero() {
+            return;
+        }
+        let start = Instant::now();
+        while start.elapsed() < self.0 {}
+    }
+}
+
 /// Client side of the latency test: warm-up, then `h.iters` timed
 /// round trips.
-fn client_lat(fd: RawFd, h: &Header) -> io::Result<LatStats> {
+fn client_lat(fd: RawFd, h: &Header, think: Think) -> io::Result<LatStats> {
     let size = h.size as usize;
     let tx = vec![0xa5u8; size];
     let mut rx = vec![0u8; size];
     for _ in 0..h.warmup {
+        think.spin();
         send_all(fd, &tx)?;
         recv_exact(fd, &mut rx)?;
     }
     let mut samples = Vec::with_capacity(h.iters as usize);
     for _ in 0..h.iters {
         let t0 = Instant::now();
+        think.spin();
         send_all(fd, &tx)?;
         recv_exact(fd, &mut rx)?;
         samples.push(t0.elapsed().as_secs_f64() * 1e6 / 2.0);
@@ -468,10 +499,11 @@ fn client_lat(fd: RawFd, h: &Header) -> io::Result<LatStats> {
 }
 
 /// Server side of the latency test: echo `h.warmup + h.iters` messages.
-fn server_lat(fd: RawFd, h: &Header) -> io::Result<()> {
+fn server_lat(fd: RawFd, h: &Header, think: Think) -> io::Result<()> {
     let mut buf = vec![0u8; h.size as usize];
     for _ in 0..h.warmup + h.iters {
         recv_exact(fd, &mut buf)?;
+        think.spin();
         send_all(fd, &buf)?;
     }
     Ok(())
@@ -531,7 +563,7 @@ fn server_bw(fd: RawFd, h: &Header) -> io::Result<()> {
 }
 
 /// Serves one connected client until it sends the end-of-session header.
-fn serve(stream: TcpStream) -> io::Result<()> {
+fn serve(stream: TcpStream, think: Think) -> io::Result<()> {
     tune(&stream)?;
     let fd = stream.as_raw_fd();
     loop {
@@ -540,7 +572,7 @@ fn serve(stream: TcpStream) -> io::Result<()> {
         let h = Header::decode(&hb)?;
         match h.test {
             0 => return Ok(()),
-            1 => server_lat(fd, &h)?,
+            1 => server_lat(fd, &h, think)?,
             _ => server_bw(fd, &h)?,
         }
     }
@@ -579,12 +611,13 @@ struct Reporter {
 
 impl Reporter {
     /// Prints one latency result.
-    fn lat(&mut self, size: u64, iters: u64, s: &LatStats) {
+    fn lat(&mut self, size: u64, iters: u64, think: Think, s: &LatStats) {
         if self.json {
             println!(
-                "{{\"tool\":\"tcp-floor\",\"test\":\"{}\",\"size\":{size},\"iters\":{iters},\
+                "{{\"tool\":\"tcp-floor\",\"test\":\"{}\",\"size\":{size},\"iters\":{iters},\"think_ns\":{},\
                  \"avg_us\":{:.3},\"p50_us\":{:.3},\"p99_us\":{:.3},\"max_us\":{:.3}}}",
                 Test::Lat.name(),
+                think.0.as_nanos(),
                 s.avg,
                 s.p50,
                 s.p99,
@@ -648,7 +681,7 @@ fn run_client(stream: TcpStream, opts: &Opts) -> io::Result<()> {
         };
         send_all(fd, &h.encode())?;
         match opts.test {
-            Test::Lat => out.lat(h.size, iters, &client_lat(fd, &h)?),
+            Test::Lat => out.lat(h.size, iters, opts.think, &client_lat(fd, &h, opts.think)?),
             Test::Bw => out.bw(h.size, iters, &client_bw(fd, &h)?),
         }
     }
@@ -671,17 +704,18 @@ fn run(opts: &Opts) -> io::Result<()> {
             io::stdout().flush()?;
             let (stream, _) = listener.accept()?;
             drop(listener);
-            serve(stream)
+            serve(stream, opts.think)
         }
         Mode::Client(addr) => run_client(connect(addr)?, opts),
         Mode::Local => {
+            let think = opts.think;
             let listener = listen("127.0.0.1", 0)?;
             let port = listener.local_addr()?.port();
             let server = thread::Builder::new()
                 .name("tcp-floor-server".into())
                 .spawn(move || -> io::Result<()> {
                     let (stream, _) = listener.accept()?;
-                    serve(stream)
+                    serve(stream, think)
                 })?;
             let client = run_client(connect(&format!("127.0.0.1:{port}"))?, opts);
             let served = server.join().map_err(|_| io::Error::other("server thread panicked"))?;
@@ -748,6 +782,19 @@ mod tests {
         assert!(parse_args(&args("client")).is_err());
         assert!(parse_args(&args("--sizes 0 local")).is_err());
         assert!(parse_args(&args("--test foo local")).is_err());
+        assert_eq!(o.think, Think::default());
+        let o = parse_args(&args("--think 150 local")).unwrap();
+        assert_eq!(o.think, Think(Duration::from_nanos(150)));
+        assert!(parse_args(&args("--think x local")).is_err());
+    }
+
+    #[test]
+    fn think_waits_at_least_its_time() {
+        let t = Instant::now();
+        Think(Duration::from_micros(200)).spin();
+        assert!(t.elapsed() >= Duration::from_micros(200));
+        // Zero returns at once (no clock read needed to prove it: it does not hang).
+        Think::default().spin();
     }
 
     #[test]
@@ -779,6 +826,7 @@ mod tests {
                 warmup: Some(5),
                 window: 7,
                 json: true,
+                think: Think(Duration::from_nanos(100)),
                 mode: Mode::Local,
             };
             run(&opts).unwrap();

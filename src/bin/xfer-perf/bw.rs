@@ -65,11 +65,11 @@ pub fn client(ep: &Endpoint, d: &mut Driver, peer: PeerAddr, p: &Phase, prog: &m
 /// Takes the client's next completion: a send's (its buffer back to the
 /// pool) or a window's acknowledgement.
 fn collect(d: &mut Driver, pool: &mut Pool, sending: &mut usize, acked: &mut usize) -> Result<()> {
-    let mut c = d.next("streaming")?;
+    let c = d.next("streaming")?;
     match c.context {
         SEND => {
             *sending -= 1;
-            pool.complete(&mut c)?;
+            pool.complete(c)?;
         }
         ACK => *acked += 1,
         other => return Err(format!("streaming: unexpected completion {other}")),
@@ -107,11 +107,11 @@ impl Server {
         for (r, &n) in sizes.iter().enumerate() {
             let mut got = 0;
             while got < n {
-                let mut c = d.next("receiving a stream")?;
+                let c = d.next("receiving a stream")?;
                 match c.context {
                     RECV => {
                         got += 1;
-                        if let Some(b) = self.pool.complete(&mut c)?.filter(|_| first) {
+                        if let Some(b) = self.pool.complete(c)?.filter(|_| first) {
                             if b != pattern(p.size) {
                                 return Err(format!(
                                     "{} {} B: received data differs from the pattern",

@@ -43,5 +43,5 @@ fn expect(d: &mut Driver, ctx: u64, what: &str) -> Result<xfer::Completion> {
     if c.context != ctx {
         return Err(format!("{what}: unexpected completion {} (wanted {ctx})", c.context));
     }
-    Ok(c)
+    Ok(std::mem::take(c))
 }

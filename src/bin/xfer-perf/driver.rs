@@ -28,12 +28,13 @@ impl Driver {
         }
     }
 
-    /// The next completion; a failed operation is an error naming `what`.
-    pub fn next(&mut self, what: &str) -> Result<Completion> {
+    /// The next completion, in place in the polled array (no copy on the
+    /// timed path); a failed operation is an error naming `what`.
+    pub fn next(&mut self, what: &str) -> Result<&mut Completion> {
         if self.next == self.filled {
             self.fill(what)?;
         }
-        let c = std::mem::take(&mut self.out[self.next]);
+        let c = &mut self.out[self.next];
         self.next += 1;
         match &c.result {
             Ok(()) => Ok(c),
@@ -54,6 +55,10 @@ impl Driver {
                 self.filled = n;
                 return Ok(());
             }
+            // As the raw floor does after each `EAGAIN`: a CPU sharing its
+            // core with the peer's (SMT) gets the pipeline back while this
+            // one spins (docs/PERFORMANCE.md, session 8).
+            std::hint::spin_loop();
             spins = spins.wrapping_add(1);
             // Reading the clock on every empty poll would slow the spin.
             if spins % 4096 == 0 && start.elapsed() > STALL {

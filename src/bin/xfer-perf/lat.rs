@@ -23,10 +23,10 @@ pub fn client(ep: &Endpoint, d: &mut Driver, peer: PeerAddr, p: &Phase, prog: &m
         driver::send(ep, tagged, peer, DATA_TAG, sbuf.take().unwrap_or_default(), SEND)?;
         driver::recv(ep, tagged, peer, DATA_TAG, rbuf.take().unwrap_or_default(), RECV)?;
         while sbuf.is_none() || rbuf.is_none() {
-            let mut c = d.next("ping-pong")?;
+            let c = d.next("ping-pong")?;
             match c.context {
-                SEND => sbuf = Some(driver::buf(&mut c)?),
-                RECV => rbuf = Some(driver::buf(&mut c)?),
+                SEND => sbuf = Some(driver::buf(c)?),
+                RECV => rbuf = Some(driver::buf(c)?),
                 other => return Err(format!("ping-pong: unexpected completion {other}")),
             }
         }
@@ -66,8 +66,8 @@ impl Server {
         let total = p.warmup + p.iters;
         let (mut received, mut sent) = (0, 0);
         while sent < total {
-            let mut c = d.next("echo")?;
-            let buf = driver::buf(&mut c)?;
+            let c = d.next("echo")?;
+            let buf = driver::buf(c)?;
             match c.context {
                 SEND => {
                     sent += 1;

@@ -42,11 +42,11 @@ pub fn client(ep: &Endpoint, d: &mut Driver, peer: PeerAddr, p: &Phase, prog: &m
 
 /// Takes the client's next completion: a send's or the final acknowledgement.
 fn collect(d: &mut Driver, pool: &mut Pool, in_flight: &mut usize, acked: &mut bool) -> Result<()> {
-    let mut c = d.next("message rate")?;
+    let c = d.next("message rate")?;
     match c.context {
         SEND => {
             *in_flight -= 1;
-            pool.complete(&mut c)?;
+            pool.complete(c)?;
         }
         ACK => *acked = true,
         other => return Err(format!("message rate: unexpected completion {other}")),
@@ -83,12 +83,12 @@ impl Server {
         let total = p.warmup + p.iters;
         let mut got = 0;
         while got < total {
-            let mut c = d.next("receiving at rate")?;
+            let c = d.next("receiving at rate")?;
             if c.context != RECV {
                 return Err(format!("receiving at rate: unexpected completion {}", c.context));
             }
             got += 1;
-            if let Some(b) = self.pool.complete(&mut c)?.filter(|_| got == 1) {
+            if let Some(b) = self.pool.complete(c)?.filter(|_| got == 1) {
                 if b != pattern(p.size) {
                     return Err(format!(
                         "{} {} B: received data differs from the pattern",

@@ -55,7 +55,7 @@ pub fn serve(ep: &Endpoint, d: &mut Driver, domain: &Domain, peer: PeerAddr, p: 
                 let c = d.next("put ping-pong (server)")?;
                 match c.context {
                     REMOTE if c.flags.contains(Flags::REMOTE_CQ_DATA) => remote = true,
-                    SEND => sbuf = c.buf,
+                    SEND => sbuf = c.buf.take(),
                     other => return Err(format!("put ping-pong: unexpected completion {other}")),
                 }
             }
@@ -63,7 +63,7 @@ pub fn serve(ep: &Endpoint, d: &mut Driver, domain: &Domain, peer: PeerAddr, p: 
             ep.write_data(peer, b, &theirs, 0, 1, SEND).map_err(post_err)?;
         }
         while sbuf.is_none() {
-            sbuf = d.next("put ping-pong (server)")?.buf;
+            sbuf = d.next("put ping-pong (server)")?.buf.take();
         }
     }
     let end = hear(ep, d, peer)?;
@@ -120,7 +120,7 @@ fn put_lat(
             let c = d.next("put ping-pong")?;
             match c.context {
                 REMOTE if c.flags.contains(Flags::REMOTE_CQ_DATA) => echoed = true,
-                SEND => sbuf = c.buf,
+                SEND => sbuf = c.buf.take(),
                 other => return Err(format!("put ping-pong: unexpected completion {other}")),
             }
         }
@@ -152,7 +152,7 @@ fn get_lat(
         while rbuf.is_none() {
             let c = d.next("get latency")?;
             match c.context {
-                RECV => rbuf = c.buf,
+                RECV => rbuf = c.buf.take(),
                 other => return Err(format!("get latency: unexpected completion {other}")),
             }
         }
@@ -193,8 +193,8 @@ fn stream(
             pool.rma(ep, kind, peer, theirs, if read { RECV } else { SEND }, p.size)?;
         }
         for _ in 0..n {
-            let mut c = d.next(p.test.name())?;
-            if let Some(b) = pool.complete(&mut c)?.filter(|_| read && !checked) {
+            let c = d.next(p.test.name())?;
+            if let Some(b) = pool.complete(c)?.filter(|_| read && !checked) {
                 if b != pattern(p.size) {
                     return Err(format!("get_bw {} B: read data differs from the pattern", p.size));
                 }

@@ -104,7 +104,7 @@ pub(super) fn written_whole(
     match owner {
         Owner::Send(key) => {
             let tx = sends.remove(key);
-            complete::send(cx.cq, selective, tx.op, Ok(()));
+            complete::send(&mut cx.cq, selective, tx.op, Ok(()));
         }
         Owner::Rma(key) => {
             if let Some(r) = rma.get_mut(key) {

@@ -51,7 +51,7 @@ impl TcpEndpoint {
                     data,
                     src,
                 };
-                complete::recv(cx.cq, op, a, None);
+                complete::recv(&mut cx.cq, op, a, None);
                 if due {
                     self.return_credit(cx, id);
                 }

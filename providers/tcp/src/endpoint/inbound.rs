@@ -330,7 +330,7 @@ impl TcpEndpoint {
                     }
                     if self.rma.get(key).is_some_and(|r| r.gen == gen) {
                         let r = self.rma.remove(key);
-                        complete::rma(cx.cq, self.attr.selective_completion, r.op, Ok(()));
+                        complete::rma(&mut cx.cq, self.attr.selective_completion, r.op, Ok(()));
                     }
                 }
                 Phase::Data { key, left } => {
@@ -353,7 +353,7 @@ impl TcpEndpoint {
                             data: r.data,
                             src: r.src,
                         };
-                        complete::recv(cx.cq, r.recv, a, None);
+                        complete::recv(&mut cx.cq, r.recv, a, None);
                     }
                 }
             }
@@ -370,7 +370,7 @@ impl TcpEndpoint {
                     peer: e.src,
                     errno: libc::ECONNRESET,
                 };
-                complete::recv_failed(cx.cq, op, err);
+                complete::recv_failed(&mut cx.cq, op, err);
             }
             return false;
         };
@@ -468,7 +468,7 @@ impl TcpEndpoint {
                 let out = tx.conn.0;
                 if len == 0 {
                     let tx = self.sends.remove(key);
-                    complete::send(cx.cq, self.attr.selective_completion, tx.op, Ok(()));
+                    complete::send(&mut cx.cq, self.attr.selective_completion, tx.op, Ok(()));
                 } else {
                     let hdr = Frame::Data {
                         rx_token,
@@ -514,7 +514,7 @@ impl TcpEndpoint {
     /// `id` is in `op`'s buffer (what fits): completes it, earns its credit.
     fn complete_posted(&mut self, cx: &mut Ctx<'_>, id: usize, op: RecvOp, a: Arrival) {
         let len = op.buf.len().min(a.olen);
-        complete::recv(cx.cq, op, Arrival { len, ..a }, None);
+        complete::recv(&mut cx.cq, op, Arrival { len, ..a }, None);
         self.earn_credit(cx, id, None, a.olen);
     }
 
@@ -534,7 +534,7 @@ impl TcpEndpoint {
             EagerDest::Posted(op) => self.complete_posted(cx, id, op, a),
             EagerDest::Unexpected(payload) => match self.matcher(e.tagged).take_posted(e.src, e.tag) {
                 Some((_, op)) => {
-                    deliver_unexpected(cx.cq, op, &payload, a);
+                    deliver_unexpected(&mut cx.cq, op, &payload, a);
                     self.earn_credit(cx, id, None, e.olen);
                 }
                 None => {
@@ -575,12 +575,12 @@ impl TcpEndpoint {
         };
         let Some(peer) = peer else {
             let err = Error::PeerUnreachable { peer: src, errno: 0 };
-            return complete::recv_failed(cx.cq, op, err);
+            return complete::recv_failed(&mut cx.cq, op, err);
         };
         let accepted = op.buf.len().min(olen);
         let out = match self.out_conn(&peer) {
             Ok(out) => out,
-            Err(e) => return complete::recv_failed(cx.cq, op, op_error(&e, src)),
+            Err(e) => return complete::recv_failed(&mut cx.cq, op, op_error(&e, src)),
         };
         let gen = self.next_gen();
         let a = Arrival {
@@ -591,7 +591,7 @@ impl TcpEndpoint {
             src,
         };
         let (owner, rx_token) = if accepted == 0 {
-            complete::recv(cx.cq, op, a, None);
+            complete::recv(&mut cx.cq, op, a, None);
             (Owner::None, 0)
         } else {
             let key = self.rndv.insert(RndvRx {
@@ -627,7 +627,7 @@ impl TcpEndpoint {
 }
 
 /// Copies an unexpected eager payload into a matched receive and completes it.
-pub(super) fn deliver_unexpected(cq: &mut VecDeque<Completion>, mut op: RecvOp, payload: &[u8], a: Arrival) {
+pub(super) fn deliver_unexpected(cq: &mut Sink<'_>, mut op: RecvOp, payload: &[u8], a: Arrival) {
     let buf = op.buf.as_mut_slice();
     let len = buf.len().min(payload.len());
     buf[..len].copy_from_slice(&payload[..len]);

@@ -11,7 +11,6 @@
 //! Every length from the wire is checked before any buffer is touched; a
 //! peer that breaks the protocol loses its connection, nothing else.
 
-use std::collections::VecDeque;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::os::fd::{AsRawFd, RawFd};
 use std::time::{Duration, Instant};
@@ -19,11 +18,11 @@ use std::time::{Duration, Instant};
 use slab::Slab;
 use xfer_core::addr::{Address, PeerAddr};
 use xfer_core::attr::EndpointAttr;
-use xfer_core::completion::Completion;
 use xfer_core::error::{Error, Result};
 use xfer_core::mr::Access;
 use xfer_core::peek::{Claim, Peeked};
 use xfer_core::provider::{Ctx, EndpointProvider, RecvOp, Rejected, RmaKind, RmaOp, SendOp};
+use xfer_core::sink::Sink;
 use xfer_core::sys::{Epoll, EMPTY_EVENT, READABLE, WRITABLE};
 use xfer_core::tag::{Matched, Matcher, RecvSpec};
 
@@ -314,7 +313,7 @@ impl TcpEndpoint {
                     data,
                     src,
                 };
-                deliver_unexpected(cx.cq, recv, &payload, a);
+                deliver_unexpected(&mut cx.cq, recv, &payload, a);
                 self.unexpected_bytes -= payload.len();
                 self.earn_credit(cx, conn.0, Some(conn.1), payload.len());
             }
@@ -528,7 +527,7 @@ impl TcpEndpoint {
                 Owner::Send(key) | Owner::Rts(key) => {
                     let tx = self.sends.remove(key);
                     let err = op_error(&cause, tx.op.peer);
-                    complete::send(cx.cq, selective, tx.op, Err(err));
+                    complete::send(&mut cx.cq, selective, tx.op, Err(err));
                 }
                 Owner::Cts(key) => self.fail_rndv(cx, key, &cause),
                 Owner::Rma(key) => self.fail_rma(cx, key, None, &cause),
@@ -563,14 +562,14 @@ impl TcpEndpoint {
                 self.abandoned.insert((tx.dest, token(key, tx.gen)), Abandoned::Cts);
             }
             let err = op_error(&cause, tx.op.peer);
-            complete::send(cx.cq, selective, tx.op, Err(err));
+            complete::send(&mut cx.cq, selective, tx.op, Err(err));
         }
         match std::mem::take(&mut conn.rx) {
             Phase::Eager(EagerRx {
                 dest: EagerDest::Posted(op),
                 src,
                 ..
-            }) => complete::recv_failed(cx.cq, op, op_error(&cause, src)),
+            }) => complete::recv_failed(&mut cx.cq, op, op_error(&cause, src)),
             Phase::Data { key, .. } => self.fail_rndv(cx, key, &cause),
             Phase::ReadData { key, gen, .. } => self.fail_rma(cx, key, Some(gen), &cause),
             Phase::Eager(_) | Phase::Header | Phase::RmaWrite(_) => {}
@@ -594,7 +593,7 @@ impl TcpEndpoint {
                     .into_iter()
                     .chain(self.untagged.drain_posted_from(src));
                 for (_, op) in gone {
-                    complete::recv_failed(cx.cq, op, op_error(&cause, src));
+                    complete::recv_failed(&mut cx.cq, op, op_error(&cause, src));
                 }
             }
         }
@@ -603,7 +602,7 @@ impl TcpEndpoint {
     fn fail_rndv(&mut self, cx: &mut Ctx<'_>, key: usize, cause: &Error) {
         if let Some(r) = self.rndv.try_remove(key) {
             let err = op_error(cause, r.src);
-            complete::recv_failed(cx.cq, r.recv, err);
+            complete::recv_failed(&mut cx.cq, r.recv, err);
         }
     }
 
@@ -763,7 +762,7 @@ impl EndpointProvider for TcpEndpoint {
             }
             .to_bytes();
             let Some(written) = self.try_send_now(cx, id, &hdr, op.buf.as_slice()) else {
-                complete::send(cx.cq, self.attr.selective_completion, op, Ok(()));
+                complete::send(&mut cx.cq, self.attr.selective_completion, op, Ok(()));
                 return Ok(());
             };
             let key = self.sends.insert(TxOp {
@@ -788,7 +787,7 @@ impl EndpointProvider for TcpEndpoint {
                         peer: tx.op.peer,
                         errno: libc::ECONNRESET,
                     };
-                    complete::send(cx.cq, self.attr.selective_completion, tx.op, Err(err));
+                    complete::send(&mut cx.cq, self.attr.selective_completion, tx.op, Err(err));
                 }
             }
         } else {
@@ -953,7 +952,7 @@ impl EndpointProvider for TcpEndpoint {
     }
 
     fn cancel(&mut self, cx: &mut Ctx<'_>, context: u64) -> Result<()> {
-        complete::cancel(cx.cq, &mut self.tagged, &mut self.untagged, context)
+        complete::cancel(&mut cx.cq, &mut self.tagged, &mut self.untagged, context)
     }
 
     fn progress(&mut self, cx: &mut Ctx<'_>) {
@@ -990,7 +989,7 @@ impl EndpointProvider for TcpEndpoint {
             self.fail_conn(cx, id, Error::Canceled);
         }
         for r in self.rma.drain().collect::<Vec<_>>() {
-            complete::rma(cx.cq, self.attr.selective_completion, r.op, Err(Error::Canceled));
+            complete::rma(&mut cx.cq, self.attr.selective_completion, r.op, Err(Error::Canceled));
         }
         for (_, op) in self
             .tagged
@@ -998,7 +997,7 @@ impl EndpointProvider for TcpEndpoint {
             .into_iter()
             .chain(self.untagged.drain_posted())
         {
-            complete::recv_failed(cx.cq, op, Error::Canceled);
+            complete::recv_failed(&mut cx.cq, op, Error::Canceled);
         }
     }
 }

@@ -25,7 +25,7 @@ impl TcpEndpoint {
         if self.rma.get(key).is_some_and(|r| gen.is_none() || gen == Some(r.gen)) {
             let r = self.rma.remove(key);
             let err = op_error(cause, r.op.peer);
-            complete::rma(cx.cq, self.attr.selective_completion, r.op, Err(err));
+            complete::rma(&mut cx.cq, self.attr.selective_completion, r.op, Err(err));
         }
     }
 
@@ -93,7 +93,7 @@ impl TcpEndpoint {
                 } else {
                     Err(status_error(status))
                 };
-                complete::rma(cx.cq, self.attr.selective_completion, r.op, result);
+                complete::rma(&mut cx.cq, self.attr.selective_completion, r.op, result);
                 Ok(Phase::Header)
             }
             Frame::ReadResp { token, status, len } => {
@@ -114,7 +114,12 @@ impl TcpEndpoint {
                 };
                 if status != status::OK {
                     let r = self.rma.remove(key);
-                    complete::rma(cx.cq, self.attr.selective_completion, r.op, Err(status_error(status)));
+                    complete::rma(
+                        &mut cx.cq,
+                        self.attr.selective_completion,
+                        r.op,
+                        Err(status_error(status)),
+                    );
                     return Ok(Phase::Header);
                 }
                 let r = &self.rma[key];
@@ -125,7 +130,7 @@ impl TcpEndpoint {
                 }
                 if len == 0 {
                     let r = self.rma.remove(key);
-                    complete::rma(cx.cq, self.attr.selective_completion, r.op, Ok(()));
+                    complete::rma(&mut cx.cq, self.attr.selective_completion, r.op, Ok(()));
                     return Ok(Phase::Header);
                 }
                 Ok(Phase::ReadData {
@@ -190,7 +195,7 @@ impl TcpEndpoint {
         if w.status == status::OK {
             if let Some(data) = w.imm {
                 let src = cx.av.reverse(&w.peer);
-                complete::remote_write(cx.cq, w.len as usize, data, src);
+                complete::remote_write(&mut cx.cq, w.len as usize, data, src);
             }
         }
         if w.token != 0 {

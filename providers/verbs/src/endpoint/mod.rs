@@ -540,7 +540,7 @@ impl EndpointProvider for VerbsEndpoint {
     }
 
     fn cancel(&mut self, cx: &mut Ctx<'_>, context: u64) -> Result<()> {
-        complete::cancel(cx.cq, &mut self.tagged, &mut self.untagged, context)
+        complete::cancel(&mut cx.cq, &mut self.tagged, &mut self.untagged, context)
     }
 
     fn progress(&mut self, cx: &mut Ctx<'_>) {
@@ -677,7 +677,7 @@ impl VerbsEndpoint {
             .into_iter()
             .chain(self.untagged.drain_posted())
         {
-            complete::recv_failed(cx.cq, op, Error::Canceled);
+            complete::recv_failed(&mut cx.cq, op, Error::Canceled);
         }
     }
 }

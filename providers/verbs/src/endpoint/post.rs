@@ -156,7 +156,7 @@ impl VerbsEndpoint {
                     peer,
                     errno: libc::ECONNRESET,
                 };
-                complete::recv(cx.cq, job.recv, job.arrival, Some(e));
+                complete::recv(&mut cx.cq, job.recv, job.arrival, Some(e));
                 Err(Blocked::Done)
             }
             Tx::Read(job) => self.post_read(cx, k, job),
@@ -262,7 +262,7 @@ impl VerbsEndpoint {
                 c.posted.push_back(key);
                 self.spend(k, super::credit::eager_cost(len));
                 if !silent {
-                    complete::send(cx.cq, selective, op, Ok(()));
+                    complete::send(&mut cx.cq, selective, op, Ok(()));
                 }
                 if inline {
                     self.stats.inline_sends += 1;
@@ -274,7 +274,7 @@ impl VerbsEndpoint {
             Err(e) => {
                 self.finish_wr(cx, key, Ok(()));
                 if !silent {
-                    complete::send(cx.cq, selective, op, Err(e));
+                    complete::send(&mut cx.cq, selective, op, Err(e));
                 }
                 Err(Blocked::Done)
             }
@@ -291,7 +291,7 @@ impl VerbsEndpoint {
             Ok(r) => r,
             Err(e) => {
                 if !silent {
-                    complete::send(cx.cq, false, op, Err(e));
+                    complete::send(&mut cx.cq, false, op, Err(e));
                 }
                 return Err(Blocked::Done);
             }
@@ -321,7 +321,7 @@ impl VerbsEndpoint {
             // Verbs keys are 32 bits: this one was never issued by a target.
             if !silent {
                 let e = Error::RemoteAccess("key was not issued by a verbs target");
-                complete::rma(cx.cq, false, op, Err(e));
+                complete::rma(&mut cx.cq, false, op, Err(e));
             }
             return Err(Blocked::Done);
         };
@@ -372,7 +372,7 @@ impl VerbsEndpoint {
                 ),
                 Err(e) => {
                     if !silent {
-                        complete::rma(cx.cq, false, op, Err(e));
+                        complete::rma(&mut cx.cq, false, op, Err(e));
                     }
                     return Err(Blocked::Done);
                 }
@@ -433,7 +433,7 @@ impl VerbsEndpoint {
         let (mr, lkey) = match self.register(ptr, len, Access::LOCAL_WRITE, job.recv.buf.local_desc()) {
             Ok((r, lkey, _)) => (r, lkey),
             Err(e) => {
-                complete::recv(cx.cq, job.recv, job.arrival, Some(e));
+                complete::recv(&mut cx.cq, job.recv, job.arrival, Some(e));
                 let (id, peer) = (job.id, self.conns[k].peer);
                 self.submit(cx, peer, Tx::Fin { id, status: 1, conn: k });
                 return Err(Blocked::Done);
@@ -503,9 +503,9 @@ impl VerbsEndpoint {
     /// Ends a queued operation with `err`.
     pub(super) fn fail_tx(&mut self, cx: &mut Ctx<'_>, tx: Tx, err: Error) {
         match tx {
-            Tx::Send { op, silent: false } => complete::send(cx.cq, false, op, Err(err)),
-            Tx::Rma { op, silent: false } => complete::rma(cx.cq, false, op, Err(err)),
-            Tx::Read(job) => complete::recv(cx.cq, job.recv, job.arrival, Some(err)),
+            Tx::Send { op, silent: false } => complete::send(&mut cx.cq, false, op, Err(err)),
+            Tx::Rma { op, silent: false } => complete::rma(&mut cx.cq, false, op, Err(err)),
+            Tx::Read(job) => complete::recv(&mut cx.cq, job.recv, job.arrival, Some(err)),
             Tx::Send { .. } | Tx::Rma { .. } | Tx::Fin { .. } => {}
         }
     }
@@ -524,7 +524,7 @@ impl VerbsEndpoint {
     ) {
         let peer = self.conns[conn].peer;
         if arrival.len == 0 {
-            complete::recv(cx.cq, recv, arrival, None);
+            complete::recv(&mut cx.cq, recv, arrival, None);
             self.submit(cx, peer, Tx::Fin { id, status: 0, conn });
             return;
         }

@@ -194,14 +194,14 @@ impl VerbsEndpoint {
                 }
                 self.release_mr(mr);
                 if !silent {
-                    complete::rma(cx.cq, selective, op, result);
+                    complete::rma(&mut cx.cq, selective, op, result);
                 }
             }
             Wr::Read { job, mr } => {
                 self.release_mr(mr);
                 let peer = self.conns.get(job.conn).map(|c| c.peer);
                 let ok = result.is_ok();
-                complete::recv(cx.cq, job.recv, job.arrival, result.err());
+                complete::recv(&mut cx.cq, job.recv, job.arrival, result.err());
                 if let (true, Some(peer)) = (ok, peer) {
                     let fin = Tx::Fin {
                         id: job.id,
@@ -343,7 +343,7 @@ impl VerbsEndpoint {
             }
             Msg::Fin { id, status } => self.on_fin(cx, k, id, status),
             Msg::WriteData { data, len } => {
-                complete::remote_write(cx.cq, usize::try_from(len).unwrap_or(usize::MAX), data, src)
+                complete::remote_write(&mut cx.cq, usize::try_from(len).unwrap_or(usize::MAX), data, src)
             }
             Msg::Credit { msgs, bytes } => {
                 self.on_credit(k, msgs, bytes);
@@ -368,7 +368,7 @@ impl VerbsEndpoint {
         } else {
             Err(Error::Protocol("the receiver could not read the message"))
         };
-        complete::send(cx.cq, self.attr.selective_completion, r.op, result);
+        complete::send(&mut cx.cq, self.attr.selective_completion, r.op, result);
     }
 
     /// A receive was posted and matched an unexpected message.
@@ -395,7 +395,7 @@ impl VerbsEndpoint {
                 } else {
                     // Its sender's connection died: the data is gone.
                     let e = Error::PeerUnreachable { peer: src, errno: 0 };
-                    complete::recv(cx.cq, recv, arrival, Some(e));
+                    complete::recv(&mut cx.cq, recv, arrival, Some(e));
                 }
             }
         }
@@ -424,5 +424,5 @@ fn copy_in(cx: &mut Ctx<'_>, mut recv: RecvOp, payload: &[u8], tag: u64, data: O
         data,
         src,
     };
-    complete::recv(cx.cq, recv, a, None);
+    complete::recv(&mut cx.cq, recv, a, None);
 }
