@@ -97,6 +97,7 @@ impl CompletionQueue {
 
     /// Progresses the bound endpoints, then moves up to `out.len()`
     /// completions into `out`; returns how many. Never blocks.
+    #[inline(always)]
     pub fn poll(&self, out: &mut [Completion]) -> Result<usize> {
         let mut st = self.0.shared.lock()?;
         // What earlier calls queued comes first; what progress completes now

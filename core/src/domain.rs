@@ -141,7 +141,7 @@ impl State {
     /// complete fills `out` from slot `*filled` (then the queue's ring, which
     /// must be empty unless `out` is full). Inlined into
     /// `CompletionQueue::poll`, which calls it on every poll.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn progress_cq(&mut self, cq: usize, out: &mut [Completion], filled: &mut usize) {
         self.each_bound(cq, out, filled, |ep, cx| ep.progress(cx));
     }
@@ -153,7 +153,7 @@ impl State {
         self.cqs[cq].is_empty()
     }
 
-    #[inline]
+    #[inline(always)]
     fn each_bound(
         &mut self,
         cq: usize,

@@ -180,6 +180,7 @@ impl Conn {
 
     /// Reads more bytes into the staging buffer, moving unconsumed bytes to
     /// its front first when it is full.
+    #[inline(always)]
     pub fn fill(&mut self) -> xfer_core::Result<Io> {
         if self.end == self.staging.len() {
             self.staging.copy_within(self.start..self.end, 0);

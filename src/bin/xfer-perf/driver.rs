@@ -30,6 +30,7 @@ impl Driver {
 
     /// The next completion, in place in the polled array (no copy on the
     /// timed path); a failed operation is an error naming `what`.
+    #[inline(always)]
     pub fn next(&mut self, what: &str) -> Result<&mut Completion> {
         if self.next == self.filled {
             self.fill(what)?;
@@ -42,6 +43,7 @@ impl Driver {
         }
     }
 
+    #[inline(always)]
     fn fill(&mut self, what: &str) -> Result<()> {
         let start = Instant::now();
         let mut spins = 0u32;

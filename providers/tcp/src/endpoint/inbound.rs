@@ -9,6 +9,7 @@ impl TcpEndpoint {
     /// Whatever is staged is processed first, then after every read, so a
     /// read that finds nothing (the socket drained) leaves nothing behind:
     /// epoll reports the socket again only if more arrives.
+    #[inline(always)]
     pub(super) fn read_inbound(&mut self, cx: &mut Ctx<'_>, id: usize) {
         if let Err(e) = self.consume(cx, id) {
             return self.fail_conn(cx, id, e);
