@@ -22,11 +22,15 @@
 //! nanoseconds between receiving a message and sending the next: the user
 //! space a transport spends per turnaround, added to the floor on purpose, to
 //! show how the floor's latency answers to it (docs/PERFORMANCE.md, "What
-//! bounds the TCP latency ratio").
+//! bounds the TCP latency ratio"). `--frames N` makes it wait for each
+//! message from N nested function calls deeper: a library's call depth
+//! between its caller's loop and the `recv`, whose returns after the system
+//! call are what that costs (docs/PERFORMANCE.md, "Call depth across the
+//! `recv`").
 //!
 //! ```text
 //! tcp-floor [--test lat|bw] [--sizes 8,64,1024] [--iters N] [--warmup N]
-//!           [--window N] [--think NS] [--json] server [--port P] [--bind ADDR]
+//!           [--window N] [--think NS] [--frames N] [--json] server [--port P] [--bind ADDR]
 //! tcp-floor [same options] client HOST:PORT
 //! tcp-floor [same options] local
 //! ```
@@ -56,6 +60,8 @@ const DEFAULT_WINDOW: u64 = 64;
 const MAX_SIZE: u64 = 1 << 30;
 /// Magic number opening every test header ("XFTF" little endian).
 const MAGIC: u32 = 0x4654_4658;
+/// Deepest `--frames`.
+const MAX_FRAMES: u32 = 64;
 /// Length of the encoded [`Header`].
 const HEADER_LEN: usize = 40;
 /// Size of the buffer the bandwidth receiver drains the stream into (at least).
@@ -123,6 +129,8 @@ struct Opts {
     json: bool,
     /// Latency test: busy-waiting between receiving and sending, per turnaround.
     think: Think,
+    /// Latency test: nested calls between the loop and the receive.
+    frames: u32,
     /// Server, client or local.
     mode: Mode,
 }
@@ -229,6 +237,8 @@ options:
   --window N         bw: messages per ack (64)
   --think NS         lat: busy-wait NS nanoseconds before each send of this
                      side (a transport's user-space work per turnaround) (0)
+  --frames N         lat: wait for each message N nested (not inlined)
+                     function calls deep, as a library would (0)
   --json             one JSON object per line per size
   --port P           server: port to listen on, 0 = ephemeral (0)
   --bind ADDR        server: address to bind (127.0.0.1)";
@@ -266,6 +276,7 @@ fn parse_args(args: &[String]) -> Result<Opts, UsageError> {
     let mut window = DEFAULT_WINDOW;
     let mut json = false;
     let mut think = Think::default();
+    let mut frames = 0u32;
     let mut port = 0u16;
     let mut bind = "127.0.0.1".to_string();
     let mut positional = Vec::new();
@@ -310,6 +321,14 @@ fn parse_args(args: &[String]) -> Result<Opts, UsageError> {
                 }
             }
             "--json" => json = true,
+            "--frames" => {
+                let v = value("--frames")?;
+                frames = v
+                    .parse()
+                    .ok()
+                    .filter(|n| *n <= MAX_FRAMES)
+                    .ok_or_else(|| UsageError(format!("--frames: a number up to {MAX_FRAMES}, not {v:?}")))?;
+            }
             "--think" => think = Think(Duration::from_nanos(parse_count("--think", &value("--think")?)?)),
             "--port" | "-p" => {
                 let v = value("--port")?;
@@ -338,6 +357,7 @@ fn parse_args(args: &[String]) -> Result<Opts, UsageError> {
         window,
         json,
         think,
+        frames,
         mode,
     })
 }
@@ -460,6 +480,29 @@ fn lat_stats(mut samples: Vec<f64>) -> LatStats {
     }
 }
 
+/// [`recv_exact`] from `frames` nested calls deeper (`--frames`): each level
+/// is a real frame (never inlined, and it uses the result after the call, so
+/// it is no tail call).
+/// The latency test's receive: inline unless `--frames` asks for depth.
+#[inline(always)]
+fn recv_lat(frames: u32, fd: RawFd, buf: &mut [u8]) -> io::Result<()> {
+    if frames == 0 {
+        recv_exact(fd, buf)
+    } else {
+        recv_nested(frames - 1, fd, buf)
+    }
+}
+
+#[inline(never)]
+fn recv_nested(frames: u32, fd: RawFd, buf: &mut [u8]) -> io::Result<()> {
+    if frames == 0 {
+        return recv_exact(fd, buf);
+    }
+    let r = recv_nested(frames - 1, fd, buf);
+    std::hint::black_box(&r);
+    r
+}
+
 /// Busy work between receiving a message and sending the next one (`--think`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 struct Think(Duration);
@@ -478,31 +521,31 @@ impl Think {
 
 /// Client side of the latency test: warm-up, then `h.iters` timed
 /// round trips.
-fn client_lat(fd: RawFd, h: &Header, think: Think) -> io::Result<LatStats> {
+fn client_lat(fd: RawFd, h: &Header, think: Think, frames: u32) -> io::Result<LatStats> {
     let size = h.size as usize;
     let tx = vec![0xa5u8; size];
     let mut rx = vec![0u8; size];
     for _ in 0..h.warmup {
         think.spin();
         send_all(fd, &tx)?;
-        recv_exact(fd, &mut rx)?;
+        recv_lat(frames, fd, &mut rx)?;
     }
     let mut samples = Vec::with_capacity(h.iters as usize);
     for _ in 0..h.iters {
         let t0 = Instant::now();
         think.spin();
         send_all(fd, &tx)?;
-        recv_exact(fd, &mut rx)?;
+        recv_lat(frames, fd, &mut rx)?;
         samples.push(t0.elapsed().as_secs_f64() * 1e6 / 2.0);
     }
     Ok(lat_stats(samples))
 }
 
 /// Server side of the latency test: echo `h.warmup + h.iters` messages.
-fn server_lat(fd: RawFd, h: &Header, think: Think) -> io::Result<()> {
+fn server_lat(fd: RawFd, h: &Header, think: Think, frames: u32) -> io::Result<()> {
     let mut buf = vec![0u8; h.size as usize];
     for _ in 0..h.warmup + h.iters {
-        recv_exact(fd, &mut buf)?;
+        recv_lat(frames, fd, &mut buf)?;
         think.spin();
         send_all(fd, &buf)?;
     }
@@ -563,7 +606,7 @@ fn server_bw(fd: RawFd, h: &Header) -> io::Result<()> {
 }
 
 /// Serves one connected client until it sends the end-of-session header.
-fn serve(stream: TcpStream, think: Think) -> io::Result<()> {
+fn serve(stream: TcpStream, think: Think, frames: u32) -> io::Result<()> {
     tune(&stream)?;
     let fd = stream.as_raw_fd();
     loop {
@@ -572,7 +615,7 @@ fn serve(stream: TcpStream, think: Think) -> io::Result<()> {
         let h = Header::decode(&hb)?;
         match h.test {
             0 => return Ok(()),
-            1 => server_lat(fd, &h, think)?,
+            1 => server_lat(fd, &h, think, frames)?,
             _ => server_bw(fd, &h)?,
         }
     }
@@ -681,7 +724,7 @@ fn run_client(stream: TcpStream, opts: &Opts) -> io::Result<()> {
         };
         send_all(fd, &h.encode())?;
         match opts.test {
-            Test::Lat => out.lat(h.size, iters, opts.think, &client_lat(fd, &h, opts.think)?),
+            Test::Lat => out.lat(h.size, iters, opts.think, &client_lat(fd, &h, opts.think, opts.frames)?),
             Test::Bw => out.bw(h.size, iters, &client_bw(fd, &h)?),
         }
     }
@@ -704,18 +747,18 @@ fn run(opts: &Opts) -> io::Result<()> {
             io::stdout().flush()?;
             let (stream, _) = listener.accept()?;
             drop(listener);
-            serve(stream, opts.think)
+            serve(stream, opts.think, opts.frames)
         }
         Mode::Client(addr) => run_client(connect(addr)?, opts),
         Mode::Local => {
-            let think = opts.think;
+            let (think, frames) = (opts.think, opts.frames);
             let listener = listen("127.0.0.1", 0)?;
             let port = listener.local_addr()?.port();
             let server = thread::Builder::new()
                 .name("tcp-floor-server".into())
                 .spawn(move || -> io::Result<()> {
                     let (stream, _) = listener.accept()?;
-                    serve(stream, think)
+                    serve(stream, think, frames)
                 })?;
             let client = run_client(connect(&format!("127.0.0.1:{port}"))?, opts);
             let served = server.join().map_err(|_| io::Error::other("server thread panicked"))?;
@@ -786,6 +829,8 @@ mod tests {
         let o = parse_args(&args("--think 150 local")).unwrap();
         assert_eq!(o.think, Think(Duration::from_nanos(150)));
         assert!(parse_args(&args("--think x local")).is_err());
+        assert_eq!(parse_args(&args("--frames 6 local")).unwrap().frames, 6);
+        assert!(parse_args(&args("--frames 65 local")).is_err());
     }
 
     #[test]
@@ -827,6 +872,7 @@ mod tests {
                 window: 7,
                 json: true,
                 think: Think(Duration::from_nanos(100)),
+                frames: 3,
                 mode: Mode::Local,
             };
             run(&opts).unwrap();
