@@ -1286,6 +1286,106 @@ int xfer_mr_rkey_pack(struct xfer_mr_t *mr, void *buf, size_t *len);
 int xfer_rkey_unpack(const void *bytes, size_t len, struct xfer_rkey_t *out);
 
 /**
+ * Sends the `len` bytes at `offset` in region `mr` as an untagged message to
+ * `dest` (`fi_send` with the region's `desc`). Returns as `xfer_ep_send`,
+ * and `XFER_EINVAL` when the range is not inside the region or the region
+ * belongs to another domain; `XFER_EBADF` for a bad `ep` or `mr`.
+ *
+ * # Safety
+ * The range must not be modified until the completion is polled or the
+ * endpoint is closed, and `mr` must stay open until then.
+ */
+int xfer_ep_send_mr(struct xfer_ep_t *ep,
+                    struct xfer_mr_t *mr,
+                    uint64_t offset,
+                    size_t len,
+                    xfer_addr_t dest,
+                    void *context);
+
+/**
+ * Like `xfer_ep_send_mr`, tagged `tag` (`fi_tsend` with a `desc`).
+ *
+ * # Safety
+ * As `xfer_ep_send_mr`.
+ */
+int xfer_ep_tsend_mr(struct xfer_ep_t *ep,
+                     struct xfer_mr_t *mr,
+                     uint64_t offset,
+                     size_t len,
+                     xfer_addr_t dest,
+                     uint64_t tag,
+                     void *context);
+
+/**
+ * Receives an untagged message from `src` (`XFER_ADDR_UNSPEC`: any) into
+ * the `len` bytes at `offset` in region `mr` (`fi_recv` with a `desc`).
+ * Returns as `xfer_ep_recv`, and as `xfer_ep_send_mr` for the region.
+ *
+ * # Safety
+ * The range must not be accessed until the completion is polled or the
+ * endpoint is closed, and `mr` must stay open until then.
+ */
+int xfer_ep_recv_mr(struct xfer_ep_t *ep,
+                    struct xfer_mr_t *mr,
+                    uint64_t offset,
+                    size_t len,
+                    xfer_addr_t src,
+                    void *context);
+
+/**
+ * Like `xfer_ep_recv_mr`, for a message whose tag equals `tag` outside the
+ * bits set in `ignore` (`fi_trecv` with a `desc`).
+ *
+ * # Safety
+ * As `xfer_ep_recv_mr`.
+ */
+int xfer_ep_trecv_mr(struct xfer_ep_t *ep,
+                     struct xfer_mr_t *mr,
+                     uint64_t offset,
+                     size_t len,
+                     xfer_addr_t src,
+                     uint64_t tag,
+                     uint64_t ignore,
+                     void *context);
+
+/**
+ * Writes the `len` bytes at `offset` in region `mr` into the peer's region
+ * `*rkey`, `roffset` bytes into it (`fi_write` with a `desc`). Returns and
+ * completes as `xfer_ep_write`, and as `xfer_ep_send_mr` for the region.
+ *
+ * # Safety
+ * As `xfer_ep_send_mr`; `rkey` must be NULL or point to a readable
+ * `xfer_rkey_t`.
+ */
+int xfer_ep_write_mr(struct xfer_ep_t *ep,
+                     struct xfer_mr_t *mr,
+                     uint64_t offset,
+                     size_t len,
+                     xfer_addr_t peer,
+                     const struct xfer_rkey_t *rkey,
+                     uint64_t roffset,
+                     void *context);
+
+/**
+ * Reads `len` bytes of the peer's region `*rkey`, from `roffset` bytes into
+ * it, into the `len` bytes at `offset` in region `mr` (`fi_read` with a
+ * `desc`). Returns and completes as `xfer_ep_read`, and as
+ * `xfer_ep_send_mr` for the region.
+ *
+ * # Safety
+ * As `xfer_ep_recv_mr`; `rkey` must be NULL or point to a readable
+ * `xfer_rkey_t`.
+ */
+int xfer_ep_read_mr(struct xfer_ep_t *ep,
+                    struct xfer_mr_t *mr,
+                    uint64_t offset,
+                    size_t len,
+                    xfer_addr_t peer,
+                    const struct xfer_rkey_t *rkey,
+                    uint64_t roffset,
+                    void *context);
+
+/**
  * Writes `len` bytes at `buf` into the peer `peer`'s region `*rkey`,
  * starting `offset` bytes into it (`fi_write`). The completion
  * (`XFER_RMA | XFER_WRITE`, `len`) returns `context` once the target

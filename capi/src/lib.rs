@@ -49,6 +49,7 @@ pub mod error;
 mod handle;
 pub mod iov;
 pub mod mr;
+pub mod region;
 pub mod rma;
 
 use std::ffi::c_void;

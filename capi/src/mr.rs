@@ -159,7 +159,7 @@ pub extern "C" fn xfer_mr_close(mr: *mut xfer_mr_t) -> c_int {
 }
 
 /// Runs `f` on the region behind a handle, under the handle table's lock.
-fn with_mr<R>(mr: *mut xfer_mr_t, f: impl FnOnce(&MemoryRegion) -> R) -> Result<R, Fail> {
+pub(crate) fn with_mr<R>(mr: *mut xfer_mr_t, f: impl FnOnce(&MemoryRegion) -> R) -> Result<R, Fail> {
     handle::with(mr as usize as u64, Kind::Mr, |obj| match obj {
         Object::Mr(m) => Ok(f(m)),
         _ => Err(Fail(XFER_EBADF)),

@@ -22,7 +22,7 @@
 
 use std::ffi::{c_int, c_void};
 
-use xfer_facade::{Endpoint, PeerAddr, RemoteKey, RmaKind, RmaOp};
+use xfer_facade::{Buffer, Endpoint, PeerAddr, RemoteKey, RmaKind, RmaOp};
 
 use crate::context_in;
 use crate::cq::XFER_REMOTE_CQ_DATA;
@@ -54,7 +54,7 @@ pub struct xfer_rma_msg_t {
 }
 
 /// An RMA call's arguments as the `*msg` form carries them.
-fn msg(
+pub(crate) fn msg(
     buf: *const c_void,
     len: usize,
     peer: xfer_addr_t,
@@ -103,9 +103,26 @@ unsafe fn post(
     completion: bool,
 ) -> Result<c_int, Fail> {
     // SAFETY: forwarded from the caller's contract.
-    let (key, addr) = unsafe { target(e, m)? };
-    // SAFETY: forwarded from the caller's contract.
     let buf = unsafe { raw_buffer(m.buf, m.len)? };
+    // SAFETY: forwarded from the caller's contract.
+    unsafe { post_buffer(e, kind, m, buf, data, completion) }
+}
+
+/// [`post`] with the local buffer given (raw, or in a registered region):
+/// `m` names the target and context; its `buf` is not used.
+///
+/// # Safety
+/// `buf`'s memory untouched until the completion; `m.rkey` NULL or readable.
+pub(crate) unsafe fn post_buffer(
+    e: &Endpoint,
+    kind: RmaKind,
+    m: &xfer_rma_msg_t,
+    buf: Buffer,
+    data: Option<u64>,
+    completion: bool,
+) -> Result<c_int, Fail> {
+    // SAFETY: forwarded from the caller's contract.
+    let (key, addr) = unsafe { target(e, m)? };
     e.post_rma(RmaOp {
         peer: PeerAddr(m.addr),
         kind,

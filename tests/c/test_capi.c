@@ -1522,6 +1522,100 @@ static void test_mr(void)
     node_close(&n);
 }
 
+/* Operations whose local buffer is a range of a registered region (the
+ * region handle and an offset: libfabric's desc): messages tagged and not,
+ * small and large, and RMA both ways, between two nodes; ranges outside their
+ * region, another domain's region and bad handles are refused at posting. */
+static void test_region_ops(void)
+{
+    enum { LEN = 16384 };
+    struct node a, b;
+    REQUIRE_OK(node_open(&a));
+    REQUIRE_OK(node_open(&b));
+    struct node *ns[] = {&a, &b};
+    xfer_addr_t pb = node_add(&a, &b);
+    xfer_addr_t pa = node_add(&b, &a);
+    uint8_t *abuf = calloc(1, LEN), *bbuf = calloc(1, LEN);
+    xfer_mr_t *amr = NULL, *bmr = NULL;
+    REQUIRE_OK(xfer_mr_reg(a.domain, abuf, LEN, MR_ALL, &amr));
+    REQUIRE_OK(xfer_mr_reg(b.domain, bbuf, LEN, MR_ALL, &bmr));
+    xfer_cq_entry_t e;
+
+    /* Tagged: A's bytes 100..1100 into B's 3000..4000. */
+    pattern(abuf + 100, 1000, 11);
+    CHECK_RC(xfer_ep_trecv_mr(b.ep, bmr, 3000, 1000, pa, 0x42, 0, CTX(1)), 0);
+    CHECK_RC(xfer_ep_tsend_mr(a.ep, amr, 100, 1000, pb, 0x42, CTX(2)), 0);
+    if (expect(ns, 2, 1, CTX(1), &e)) {
+        CHECK(e.err == 0 && e.len == 1000 && e.tag == 0x42 && e.src == pa);
+        CHECK(e.flags == (XFER_RECV | XFER_TAGGED));
+        CHECK(pattern_ok(bbuf + 3000, 1000, 11));
+    }
+    if (expect(ns, 2, 0, CTX(2), &e))
+        CHECK(e.err == 0 && e.flags == (XFER_SEND | XFER_TAGGED) && e.len == 1000);
+
+    /* Untagged, the whole region (past the eager size: rendezvous on tcp). */
+    pattern(abuf, LEN, 12);
+    CHECK_RC(xfer_ep_recv_mr(b.ep, bmr, 0, LEN, XFER_ADDR_UNSPEC, CTX(3)), 0);
+    CHECK_RC(xfer_ep_send_mr(a.ep, amr, 0, LEN, pb, CTX(4)), 0);
+    if (expect(ns, 2, 1, CTX(3), &e)) {
+        CHECK(e.err == 0 && e.len == LEN && e.flags == (XFER_RECV | XFER_MSG));
+        CHECK(pattern_ok(bbuf, LEN, 12));
+    }
+    expect(ns, 2, 0, CTX(4), &e);
+
+    /* RMA: A writes its 0..512 into B's region at 1024, then reads B's
+     * 8192..8704 into its own region at 2048. */
+    uint8_t packed[XFER_RKEY_PACKED_LEN];
+    size_t plen = sizeof packed;
+    xfer_rkey_t k;
+    REQUIRE_OK(xfer_mr_rkey_pack(bmr, packed, &plen));
+    REQUIRE_OK(xfer_rkey_unpack(packed, plen, &k));
+    pattern(abuf, 512, 13);
+    CHECK_RC(xfer_ep_write_mr(a.ep, amr, 0, 512, pb, &k, 1024, CTX(5)), 0);
+    if (expect(ns, 2, 0, CTX(5), &e)) {
+        CHECK(e.err == 0 && e.flags == (XFER_RMA | XFER_WRITE) && e.len == 512);
+        CHECK(pattern_ok(bbuf + 1024, 512, 13));
+    }
+    pattern(bbuf + 8192, 512, 14);
+    memset(abuf + 2048, 0, 512);
+    CHECK_RC(xfer_ep_read_mr(a.ep, amr, 2048, 512, pb, &k, 8192, CTX(6)), 0);
+    if (expect(ns, 2, 0, CTX(6), &e)) {
+        CHECK(e.err == 0 && e.flags == (XFER_RMA | XFER_READ) && e.len == 512);
+        CHECK(pattern_ok(abuf + 2048, 512, 14));
+    }
+
+    /* Refused when posted: nothing reaches the CQ. */
+    CHECK_RC(xfer_ep_send_mr(a.ep, amr, LEN - 10, 11, pb, CTX(7)), XFER_EINVAL);
+    CHECK_RC(xfer_ep_send_mr(a.ep, amr, UINT64_MAX, 1, pb, CTX(7)), XFER_EINVAL);
+    CHECK_RC(xfer_ep_tsend_mr(a.ep, amr, 1, SIZE_MAX, pb, 1, CTX(7)), XFER_EINVAL);
+    CHECK_RC(xfer_ep_recv_mr(a.ep, amr, LEN + 1, 0, pb, CTX(7)), XFER_EINVAL);
+    CHECK_RC(xfer_ep_trecv_mr(a.ep, amr, 0, LEN + 1, pb, 0, 0, CTX(7)), XFER_EINVAL);
+    CHECK_RC(xfer_ep_read_mr(a.ep, amr, LEN, 1, pb, &k, 0, CTX(7)), XFER_EINVAL);
+    CHECK_RC(xfer_ep_write_mr(a.ep, amr, 0, 16, pb, NULL, 0, CTX(7)), XFER_EINVAL);
+    /* B's region on A's endpoint: another domain's registration. */
+    CHECK_RC(xfer_ep_tsend_mr(a.ep, bmr, 0, 16, pb, 1, CTX(7)), XFER_EINVAL);
+    CHECK_RC(xfer_ep_write_mr(a.ep, bmr, 0, 16, pb, &k, 0, CTX(7)), XFER_EINVAL);
+    /* Bad handles. */
+    CHECK_RC(xfer_ep_send_mr(a.ep, NULL, 0, 16, pb, CTX(7)), XFER_EBADF);
+    CHECK_RC(xfer_ep_send_mr(a.ep, (xfer_mr_t *)a.ep, 0, 16, pb, CTX(7)), XFER_EBADF);
+    CHECK_RC(xfer_ep_recv_mr(a.ep, (xfer_mr_t *)(uintptr_t)0xA5A5A5A5A5A5A5A5ull, 0, 16, pb, CTX(7)), XFER_EBADF);
+    CHECK_RC(xfer_ep_send_mr(NULL, amr, 0, 16, pb, CTX(7)), XFER_EBADF);
+    CHECK_RC(xfer_ep_read_mr((xfer_ep_t *)amr, amr, 0, 16, pb, &k, 0, CTX(7)), XFER_EBADF);
+    for (int i = 0; i < 20; i++) {
+        node_poll(&a);
+        node_poll(&b);
+    }
+    CHECK(!take(&a, CTX(7), &e) && !take(&b, CTX(7), &e));
+
+    CHECK_RC(xfer_mr_close(amr), 0);
+    CHECK_RC(xfer_mr_close(bmr), 0);
+    CHECK_RC(xfer_ep_send_mr(a.ep, amr, 0, 16, pb, CTX(7)), XFER_EBADF); /* closed */
+    node_close(&a);
+    node_close(&b);
+    free(abuf);
+    free(bbuf);
+}
+
 /* RMA to oneself on an endpoint with selective completion: writemsg and
  * readmsg report success only with XFER_COMPLETION, failures always. */
 static void test_rma_selective_completion(void)
@@ -1856,6 +1950,7 @@ static const struct {
     {"close_races_use", test_close_races_use},
     {"pingpong_two_processes", test_pingpong_two_processes},
     {"mr", test_mr},
+    {"region_ops", test_region_ops},
     {"rma_selective_completion", test_rma_selective_completion},
     {"rma_two_processes", test_rma_two_processes},
 };

@@ -449,6 +449,7 @@ fn send_queue_full_is_again_not_overflow() {
     let name = dev.name.clone();
     let (port_tx, port_rx) = mpsc::channel();
     let (go_tx, go_rx) = mpsc::channel::<()>();
+    let (done_tx, done_rx) = mpsc::channel::<()>();
     let server_name = name.clone();
     // The server does not poll its CQ until told: the client's queue fills,
     // receives pile up in the SRQ (no RNR while it has buffers).
@@ -467,6 +468,11 @@ fn send_queue_full_is_again_not_overflow() {
             assert_eq!(side.srq.data(idx, len).unwrap(), &seq.to_le_bytes());
             side.done_with(idx);
         }
+        // The client's last sends are unsignaled and retired by a signaled
+        // zero-length RDMA WRITE after them: this QP must live to acknowledge
+        // it. (Destroyed at once, the write went unanswered and the client
+        // waited out its 20 s for the completion: one CI run in five.)
+        done_rx.recv_timeout(Duration::from_secs(60)).expect("client drained");
     });
     let _ = port;
     let addr = port_rx.recv_timeout(Duration::from_secs(30)).unwrap();
@@ -501,5 +507,6 @@ fn send_queue_full_is_again_not_overflow() {
     side.drain_sends(qp);
     assert_eq!((qp.outstanding(), qp.unsignaled_tail()), (0, 0));
     assert!(qp.stats().max_outstanding <= SQ_DEPTH);
+    done_tx.send(()).unwrap();
     server.join().expect("server");
 }
