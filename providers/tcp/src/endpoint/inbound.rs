@@ -9,6 +9,9 @@ impl TcpEndpoint {
     /// Whatever is staged is processed first, then after every read, so a
     /// read that finds nothing (the socket drained) leaves nothing behind:
     /// epoll reports the socket again only if more arrives.
+    ///
+    /// Inlined, with the read under it, so that no frame but `progress`
+    /// spans the busy poll's `recv` (decision 72).
     #[inline(always)]
     pub(super) fn read_inbound(&mut self, cx: &mut Ctx<'_>, id: usize) {
         if let Err(e) = self.consume(cx, id) {
