@@ -21,9 +21,9 @@ pub struct Sink<'a> {
     ring: &'a mut VecDeque<Completion>,
 }
 
-/// A position in a sink, to see what was produced after it ([`Sink::since`]).
+/// A position in a sink, to see what was produced after it (`Sink::since`).
 #[derive(Clone, Copy, Debug)]
-pub struct Mark {
+pub(crate) struct Mark {
     filled: usize,
     queued: usize,
 }
