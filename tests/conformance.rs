@@ -71,6 +71,62 @@ fn untagged_messages_keep_order_and_report_source() {
 }
 
 #[test]
+fn a_small_poll_array_takes_completions_in_the_order_they_were_produced() {
+    // Completions a poll produces go straight into its array, and what does
+    // not fit waits in the queue: a later poll must hand those out first,
+    // then what it produces itself, in order (decision 71). Two waves: the
+    // second arrives while the first still waits in the queue.
+    let (mut a, mut b) = (Node::new(), Node::new());
+    let pb = a.add(&b);
+    let wave = 20u64;
+    for i in 0..2 * wave {
+        b.ep.recv(ANY, vec![0; 64], i).unwrap();
+    }
+    let (mut received, mut sent) = (Vec::new(), Vec::new());
+    let mut take = |node: &mut Node, width: usize, received: &mut Vec<u64>, sent: &mut Vec<u64>| {
+        let mut out = vec![xfer::Completion::EMPTY; width];
+        let got = node.cq.poll(&mut out).expect("poll");
+        assert!(got <= width);
+        for c in &out[..got] {
+            assert_eq!(c.result, Ok(()));
+            if c.flags.contains(Flags::RECV) {
+                assert_eq!(&c.buf.as_deref().unwrap()[..c.len], &pattern(16, c.context)[..]);
+                received.push(c.context);
+            } else {
+                sent.push(c.context - 1_000);
+            }
+        }
+        got
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    for w in 0..2 {
+        for i in w * wave..(w + 1) * wave {
+            a.ep.send(pb, pattern(16, i), 1_000 + i).unwrap();
+        }
+        // The sender writes what its burst held back (and, first, connects);
+        // one receive completion comes out, the rest of the wave stays queued.
+        while take(&mut b, 1, &mut received, &mut sent) == 0 {
+            assert!(std::time::Instant::now() < deadline, "wave {w} never arrived");
+            take(&mut a, 64, &mut received, &mut sent);
+        }
+    }
+    for (width, i) in [1usize, 3, 2, 5].into_iter().cycle().zip(0u32..) {
+        if received.len() == 2 * wave as usize && sent.len() == 2 * wave as usize {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "completions missing: {received:?} {sent:?}"
+        );
+        let node = if i % 2 == 0 { &mut b } else { &mut a };
+        take(node, width, &mut received, &mut sent);
+    }
+    let order: Vec<u64> = (0..2 * wave).collect();
+    assert_eq!(received, order, "receive completions out of order");
+    assert_eq!(sent, order, "send completions out of order");
+}
+
+#[test]
 fn tag_masks_select_messages() {
     let (mut a, mut b) = (Node::new(), Node::new());
     let pb = a.add(&b);
