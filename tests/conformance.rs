@@ -83,7 +83,7 @@ fn a_small_poll_array_takes_completions_in_the_order_they_were_produced() {
         b.ep.recv(ANY, vec![0; 64], i).unwrap();
     }
     let (mut received, mut sent) = (Vec::new(), Vec::new());
-    let mut take = |node: &mut Node, width: usize, received: &mut Vec<u64>, sent: &mut Vec<u64>| {
+    let take = |node: &mut Node, width: usize, received: &mut Vec<u64>, sent: &mut Vec<u64>| {
         let mut out = vec![xfer::Completion::EMPTY; width];
         let got = node.cq.poll(&mut out).expect("poll");
         assert!(got <= width);
