@@ -66,6 +66,67 @@ fn a_burst_is_coalesced_and_arrives_whole_in_order() {
     });
 }
 
+/// A burst of eager messages from past the flat-copy size (4 KiB) up to the
+/// rendezvous threshold: held and written in batches (partly behind a full
+/// socket), every message arrives whole and in order.
+#[test]
+fn a_burst_of_4_to_64_kib_messages_arrives_whole_in_order() {
+    let Some((mut a, mut b, pb, pa)) = connected() else {
+        return;
+    };
+    let eager_max = common::test_attr().rndv_threshold;
+    let size = |i: u64| 4097 + (i as usize * 7919) % (eager_max - 4097);
+    let burst = 64u64; // about 2.2 MiB: within the eager credit granted below
+                       // The receiver grants its full credit budget on its first message; let
+                       // that grant reach the sender, which otherwise has only the initial
+                       // 128 KiB and sends the rest of the burst by rendezvous.
+    for _ in 0..200 {
+        a.poll();
+        b.poll();
+    }
+    for i in 0..burst {
+        b.ep.trecv(pa, 4, 0, vec![0; eager_max], 2_000 + i).unwrap();
+    }
+    for i in 0..burst {
+        a.ep.tsend(pb, 4, pattern(size(i), i), 2_000 + i).unwrap();
+    }
+    for i in 0..burst {
+        let r = expect(&mut [&mut a, &mut b], 1, 2_000 + i);
+        assert_eq!(r.len, size(i));
+        assert_eq!(&r.buf.unwrap()[..size(i)], &pattern(size(i), i)[..], "message {i}");
+    }
+}
+
+/// The frames after a burst's first wait for the sender's next progress
+/// call whatever their size (8 KiB here, past the 4 KiB flat copy): until
+/// then the receiver sees only the first.
+#[test]
+fn larger_eager_messages_wait_for_the_burst_too() {
+    let Some((mut a, mut b, pb, pa)) = connected() else {
+        return;
+    };
+    for i in 0..3 {
+        b.ep.trecv(pa, 5, 0, vec![0; 8192], 3_000 + i).unwrap();
+    }
+    for i in 0..3 {
+        a.ep.tsend(pb, 5, pattern(8192, i), 3_000 + i).unwrap();
+    }
+    let start = std::time::Instant::now();
+    while start.elapsed() < std::time::Duration::from_millis(50) {
+        b.poll();
+    }
+    let arrived: Vec<u64> = b.done.iter().map(|c| c.context).collect();
+    assert_eq!(
+        arrived,
+        [3_000],
+        "only the burst's first frame goes out before the sender's progress"
+    );
+    for i in 0..3 {
+        let r = expect(&mut [&mut a, &mut b], 1, 3_000 + i);
+        assert_eq!(r.buf.unwrap(), pattern(8192, i), "message {i}");
+    }
+}
+
 #[test]
 fn a_ping_pong_coalesces_nothing() {
     let Some((mut a, mut b, pb, pa)) = connected() else {

@@ -1,19 +1,20 @@
-//! Coalescing small sends posted in a burst (ARCHITECTURE.md decision 58).
+//! Coalescing eager sends posted in a burst (ARCHITECTURE.md decision 58).
 //!
-//! The first small eager frame after a progress call is written at once, so
-//! a ping-pong's latency is untouched. The ones posted after it, before the
+//! The first eager frame after a progress call is written at once, so a
+//! ping-pong's latency is untouched. The ones posted after it, before the
 //! next progress call, wait in their connection's queue: the next progress
 //! call, a blocking wait (`prepare_wait`) or the [`TcpAttr::coalesce`]th
 //! queued frame writes them together, many frames to one `sendmsg`
-//! (`batch`). A stream of small messages then costs a system call per batch
-//! instead of one per message, the cost that bounds the message rate.
+//! (`batch`). A stream of messages then costs a system call per batch
+//! instead of one per message: the cost that bounds the rate of small
+//! messages, and the bandwidth of 8-64 KiB ones.
 //!
 //! [`TcpAttr::coalesce`]: xfer_core::attr::TcpAttr::coalesce
 
 use super::*;
 
 impl TcpEndpoint {
-    /// Whether a small frame posted now should wait for the rest of its burst.
+    /// Whether an eager frame posted now should wait for the rest of its burst.
     #[inline]
     pub(super) fn in_burst(&self) -> bool {
         self.burst && self.attr.tcp.coalesce > 0

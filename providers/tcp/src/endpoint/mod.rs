@@ -688,11 +688,13 @@ impl TcpEndpoint {
         if conn.state != State::Open || !conn.txq.is_empty() {
             return Some(0);
         }
+        if hold {
+            // Held for the rest of the burst (`burst`), whatever its size: a
+            // stream of 8-64 KiB messages then shares system calls too.
+            return Some(0);
+        }
         let mut written = 0;
         if payload.len() <= FLAT_SEND {
-            if hold {
-                return Some(0); // held for the rest of the burst (`burst`)
-            }
             // One contiguous copy and `send`: measured 0.2 µs cheaper per
             // message than `sendmsg` of header and payload slices
             // (docs/PERFORMANCE.md), far more than the copy costs.
@@ -715,7 +717,10 @@ impl TcpEndpoint {
         }
         let conn = &mut self.conns[id];
         match Conn::write_frame(&conn.sock, hdr, &mut written, &[], payload) {
-            Ok(true) => None,
+            Ok(true) => {
+                self.burst = true;
+                None
+            }
             Ok(false) => Some(written),
             Err(e) => {
                 self.fail_conn(cx, id, e);
