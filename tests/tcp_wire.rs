@@ -800,3 +800,61 @@ fn crossed_first_contact_the_smaller_name_keeps_its_connection() {
     assert_eq!(expect(&mut [&mut v], 0, 10).result, Ok(()));
     assert_eq!(connections(&v), 2, "the peer's connection stays until it gives it up");
 }
+
+/// Requests to send posted in a burst wait for it, as eager frames do: with
+/// the connection open and no progress call after the posts, only the
+/// first request reaches the wire; the next progress call writes the others
+/// (together), in order.
+#[test]
+fn requests_to_send_posted_in_a_burst_wait_for_the_next_progress() {
+    let mut v = Node::new();
+    let (fake, name) = fake_peer();
+    let peer = v.av.insert(&name).unwrap();
+    v.ep.tsend(peer, 1, pattern(100, 1), 10).unwrap();
+    let (mut s, _) = accept_victim(&mut v, &fake);
+    s.write_all(&Frame::HelloAck { nonce: 0x5eed }.to_bytes()).unwrap();
+    // The eager message that opened the connection.
+    let hdr = read_polling(&mut v, &mut s, HEADER_LEN);
+    assert!(matches!(Frame::parse(&hdr), Ok(Frame::Eager { len: 100, .. })));
+    read_polling(&mut v, &mut s, 100);
+    expect(&mut [&mut v], 0, 10);
+    let big = common::test_attr().rndv_threshold * 2;
+    for i in 0..3u64 {
+        v.ep.tsend(peer, 2, pattern(big, i), 20 + i).unwrap();
+    }
+    // No progress call on the victim: only the first request is written.
+    let mut got = Vec::new();
+    let start = Instant::now();
+    let mut buf = [0u8; 256];
+    while start.elapsed() < std::time::Duration::from_millis(100) {
+        match s.read(&mut buf) {
+            Ok(0) => panic!("the victim closed the connection"),
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(e) => panic!("read: {e}"),
+        }
+    }
+    assert_eq!(
+        got.len(),
+        HEADER_LEN,
+        "one request to send before the next progress call"
+    );
+    let mut tokens = Vec::new();
+    let Ok(Frame::Rts { token, len, .. }) = Frame::parse(&got) else {
+        panic!("not a request to send")
+    };
+    assert_eq!(len, big as u64);
+    tokens.push(token);
+    // The next progress call writes the rest of the burst.
+    let rest = read_polling(&mut v, &mut s, 2 * HEADER_LEN);
+    for h in rest.chunks(HEADER_LEN) {
+        let Ok(Frame::Rts { token, len, .. }) = Frame::parse(h) else {
+            panic!("not a request to send")
+        };
+        assert_eq!(len, big as u64);
+        tokens.push(token);
+    }
+    let mut unique = tokens.clone();
+    unique.dedup();
+    assert_eq!(unique.len(), 3, "three distinct requests: {tokens:?}");
+}

@@ -7,7 +7,9 @@
 //! queued frame writes them together, many frames to one `sendmsg`
 //! (`batch`). A stream of messages then costs a system call per batch
 //! instead of one per message: the cost that bounds the rate of small
-//! messages, and the bandwidth of 8-64 KiB ones.
+//! messages, and the bandwidth of 8-64 KiB ones. Requests to send wait for
+//! their burst the same way, and frames a progress call queues (answers to
+//! what it read) are written together when the call ends (decision 73).
 //!
 //! [`TcpAttr::coalesce`]: xfer_core::attr::TcpAttr::coalesce
 
@@ -30,13 +32,22 @@ impl TcpEndpoint {
         conn.txq.push_back(frame);
         if burst && conn.state == State::Open && conn.txq.len() < coalesce {
             self.coalesced += 1;
+            self.defer(id);
+            return;
+        }
+        self.flush(cx, id);
+    }
+
+    /// Connection `id` has frames to write at the end of the burst or of
+    /// the progress call under way.
+    #[inline]
+    pub(super) fn defer(&mut self, id: usize) {
+        if let Some(conn) = self.conns.get_mut(id) {
             if !conn.deferred {
                 conn.deferred = true;
                 self.deferred.push(id);
             }
-            return;
         }
-        self.flush(cx, id);
     }
 
     /// Writes every connection's frames held back for its burst, and ends

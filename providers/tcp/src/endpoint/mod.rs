@@ -153,9 +153,12 @@ pub struct TcpEndpoint {
     /// Scratch for a small frame written in one piece (`try_send_now`):
     /// room for a header and [`FLAT_SEND`] payload bytes.
     flat: Box<[u8]>,
-    /// A small eager frame was written since the last progress call: the
-    /// next ones wait for the rest of the burst (`burst`).
+    /// An eager frame was written since the last progress call: the next
+    /// ones wait for the rest of the burst (`burst`).
     burst: bool,
+    /// A progress call is under way: frames it queues (clear-to-send, data,
+    /// credit) are written together when it ends (`burst`).
+    progressing: bool,
     /// Connections with frames held back for the burst.
     deferred: Vec<usize>,
     /// Frames held back for the rest of their burst, in all.
@@ -259,6 +262,7 @@ impl TcpEndpoint {
             unexpected_bytes: 0,
             flat: vec![0; HEADER_LEN + FLAT_SEND].into_boxed_slice(),
             burst: false,
+            progressing: false,
             deferred: Vec::new(),
             coalesced: 0,
         })
@@ -469,10 +473,16 @@ impl TcpEndpoint {
         }
     }
 
-    /// Queues `frame` on connection `id` and writes what the socket takes.
+    /// Queues `frame` on connection `id` and writes what the socket takes;
+    /// during a progress call, when that call ends, with whatever else it
+    /// queued (`burst`).
     fn queue(&mut self, cx: &mut Ctx<'_>, id: usize, frame: TxFrame) {
         self.conns[id].txq.push_back(frame);
-        self.flush(cx, id);
+        if self.progressing {
+            self.defer(id);
+        } else {
+            self.flush(cx, id);
+        }
     }
 
     /// Drops connection `id` and ends every operation that depended on it.
@@ -811,16 +821,18 @@ impl EndpointProvider for TcpEndpoint {
                 token: token(key, gen),
             }
             .to_bytes();
-            self.queue(
-                cx,
-                id,
-                TxFrame {
-                    hdr,
-                    payload: Payload::None,
-                    written: 0,
-                    owner: Owner::Rts(key),
-                },
-            );
+            let frame = TxFrame {
+                hdr,
+                payload: Payload::None,
+                written: 0,
+                owner: Owner::Rts(key),
+            };
+            // A request to send waits for its burst as an eager frame does
+            // (a stream of large messages then shares system calls); the
+            // first after a progress call goes at once and starts one.
+            let open = self.conns[id].state == State::Open;
+            self.queue_eager(cx, id, frame);
+            self.burst |= open;
         }
         Ok(())
     }
@@ -962,10 +974,13 @@ impl EndpointProvider for TcpEndpoint {
 
     fn progress(&mut self, cx: &mut Ctx<'_>) {
         self.end_burst(cx);
-        if self.poll_hot(cx) {
-            return;
+        self.progressing = true;
+        if !self.poll_hot(cx) {
+            self.poll_ready(cx);
         }
-        self.poll_ready(cx);
+        self.progressing = false;
+        // What this call queued (answers to a read's frames) goes out together.
+        self.end_burst(cx);
     }
 
     fn wait_fd(&self) -> RawFd {
