@@ -33,6 +33,39 @@ unsafe fn region_buffer(mr: *mut xfer_mr_t, offset: u64, len: usize) -> Result<B
     Ok(with_mr(mr, |m| unsafe { m.buffer(offset, len) })??)
 }
 
+/// Where an RMA operation's remote side is.
+struct Remote {
+    peer: xfer_addr_t,
+    rkey: *const xfer_rkey_t,
+    offset: u64,
+}
+
+/// Shared body of `xfer_ep_write_mr` and `xfer_ep_read_mr`, reported as `name`.
+///
+/// # Safety
+/// As those functions: the range untouched (a write: unmodified) until the
+/// completion, `mr` open until then, `at.rkey` NULL or readable.
+#[allow(clippy::too_many_arguments)]
+unsafe fn rma(
+    name: &'static str,
+    kind: RmaKind,
+    ep: *mut xfer_ep_t,
+    mr: *mut xfer_mr_t,
+    offset: u64,
+    len: usize,
+    at: Remote,
+    context: *mut c_void,
+) -> c_int {
+    guard(name, || {
+        let e = ep_of(ep)?;
+        // SAFETY: forwarded from this function's contract.
+        let buf = unsafe { region_buffer(mr, offset, len)? };
+        let m = msg(std::ptr::null(), len, at.peer, at.rkey, at.offset, 0, context);
+        // SAFETY: `at.rkey` is NULL or readable by contract.
+        unsafe { post_buffer(&e, kind, &m, buf, None, true) }
+    })
+}
+
 /// Sends the `len` bytes at `offset` in region `mr` as an untagged message to
 /// `dest` (`fi_send` with the region's `desc`). Returns as `xfer_ep_send`,
 /// and `XFER_EINVAL` when the range is not inside the region or the region
@@ -146,14 +179,13 @@ pub unsafe extern "C" fn xfer_ep_write_mr(
     roffset: u64,
     context: *mut c_void,
 ) -> c_int {
-    guard("xfer_ep_write_mr", || {
-        let e = ep_of(ep)?;
-        // SAFETY: forwarded from this function's contract.
-        let buf = unsafe { region_buffer(mr, offset, len)? };
-        let m = msg(std::ptr::null(), len, peer, rkey, roffset, 0, context);
-        // SAFETY: `rkey` is NULL or readable by contract.
-        unsafe { post_buffer(&e, RmaKind::Write, &m, buf, None, true) }
-    })
+    let at = Remote {
+        peer,
+        rkey,
+        offset: roffset,
+    };
+    // SAFETY: forwarded from this function's contract.
+    unsafe { rma("xfer_ep_write_mr", RmaKind::Write, ep, mr, offset, len, at, context) }
 }
 
 /// Reads `len` bytes of the peer's region `*rkey`, from `roffset` bytes into
@@ -175,12 +207,11 @@ pub unsafe extern "C" fn xfer_ep_read_mr(
     roffset: u64,
     context: *mut c_void,
 ) -> c_int {
-    guard("xfer_ep_read_mr", || {
-        let e = ep_of(ep)?;
-        // SAFETY: forwarded from this function's contract.
-        let buf = unsafe { region_buffer(mr, offset, len)? };
-        let m = msg(std::ptr::null(), len, peer, rkey, roffset, 0, context);
-        // SAFETY: `rkey` is NULL or readable by contract.
-        unsafe { post_buffer(&e, RmaKind::Read, &m, buf, None, true) }
-    })
+    let at = Remote {
+        peer,
+        rkey,
+        offset: roffset,
+    };
+    // SAFETY: forwarded from this function's contract.
+    unsafe { rma("xfer_ep_read_mr", RmaKind::Read, ep, mr, offset, len, at, context) }
 }
