@@ -91,11 +91,7 @@ impl Error {
     /// The error of the last failed system call.
     #[inline]
     pub fn last_os_error() -> Error {
-        // SAFETY: `__errno_location` returns the calling thread's errno
-        // slot, valid for the thread's lifetime. Read directly: the
-        // `std::io::Error` round trip cost a construction and a drop on
-        // every `EAGAIN` of a busy poll.
-        Error::Os(unsafe { *libc::__errno_location() })
+        Error::Os(crate::sys::errno())
     }
 }
 

@@ -19,6 +19,16 @@ impl MinusOne for isize {
     const MINUS_ONE: Self = -1;
 }
 
+/// The calling thread's `errno`: the number of the last failed system call.
+#[inline]
+pub fn errno() -> i32 {
+    // SAFETY: `__errno_location` returns the calling thread's errno slot,
+    // valid for the thread's lifetime. Read directly: the `std::io::Error`
+    // round trip cost a construction and a drop on every `EAGAIN` of a busy
+    // poll.
+    unsafe { *libc::__errno_location() }
+}
+
 /// Turns a libc call's `-1` into [`Error::Os`] with `errno`; every other
 /// value is returned as is.
 pub fn cvt<T: MinusOne>(res: T) -> Result<T> {

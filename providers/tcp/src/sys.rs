@@ -8,7 +8,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
 use xfer_core::attr::TcpAttr;
 use xfer_core::error::{Error, Result};
-use xfer_core::sys::cvt;
+use xfer_core::sys::{cvt, errno};
 
 /// Unanswered keepalive probes before a connection is dead, when no user
 /// timeout is set (with one, `TCP_USER_TIMEOUT` decides).
@@ -68,19 +68,24 @@ unsafe fn syscall6(nr: libc::c_long, args: [usize; 6]) -> isize {
     // SAFETY: forwarded unchanged; the caller vouches for the call.
     let n = unsafe { libc::syscall(nr, args[0], args[1], args[2], args[3], args[4], args[5]) };
     if n < 0 {
-        -(std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO) as isize)
+        -(errno() as isize)
     } else {
         n as isize
     }
 }
 
-/// Maps a raw transfer result to [`Io`]: `EAGAIN` and `EINTR` are "not ready".
+/// A non-blocking transfer's result as [`Io`]: `n` bytes moved, or on a
+/// negative `n` the failure whose number `errno` gives, where `EAGAIN` and
+/// `EINTR` are "not ready". The one mapping of every transfer call (a raw
+/// system call's negated result, or libc's [`errno`]).
 #[inline(always)]
-fn io_result(n: isize) -> Result<Io> {
-    match n {
-        n if n >= 0 => Ok(Io::Done(n as usize)),
-        n if n == -(libc::EAGAIN as isize) || n == -(libc::EINTR as isize) => Ok(Io::WouldBlock),
-        n => Err(Error::Os(-n as i32)),
+fn io_result(n: isize, errno: impl FnOnce() -> i32) -> Result<Io> {
+    if n >= 0 {
+        return Ok(Io::Done(n as usize));
+    }
+    match errno() {
+        libc::EAGAIN | libc::EINTR => Ok(Io::WouldBlock),
+        e => Err(Error::Os(e)),
     }
 }
 
@@ -328,18 +333,16 @@ impl Socket {
         ];
         // SAFETY: recvfrom(2) writes at most `buf.len()` bytes into `buf`,
         // valid and writable for that long; the null address asks for none.
-        io_result(unsafe { syscall6(libc::SYS_recvfrom, args) })
+        let n = unsafe { syscall6(libc::SYS_recvfrom, args) };
+        io_result(n, || -n as i32)
     }
 
     /// Writes `buf` without blocking and without SIGPIPE.
     pub fn send_flat(&self, buf: &[u8]) -> Result<Io> {
         let flags = libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL;
         // SAFETY: `buf` is valid for `buf.len()` readable bytes.
-        match cvt(unsafe { libc::send(self.fd.as_raw_fd(), buf.as_ptr().cast(), buf.len(), flags) }) {
-            Ok(n) => Ok(Io::Done(n as usize)),
-            Err(Error::Os(libc::EAGAIN | libc::EINTR)) => Ok(Io::WouldBlock),
-            Err(e) => Err(e),
-        }
+        let n = unsafe { libc::send(self.fd.as_raw_fd(), buf.as_ptr().cast(), buf.len(), flags) };
+        io_result(n, errno)
     }
 
     /// Writes the slices in order without blocking and without SIGPIPE.
@@ -351,11 +354,8 @@ impl Socket {
         msg.msg_iovlen = bufs.len() as _;
         let flags = libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL;
         // SAFETY: `msg` points at `bufs`, valid readable iovecs for the call.
-        match cvt(unsafe { libc::sendmsg(self.fd.as_raw_fd(), &msg, flags) }) {
-            Ok(n) => Ok(Io::Done(n as usize)),
-            Err(Error::Os(libc::EAGAIN | libc::EINTR)) => Ok(Io::WouldBlock),
-            Err(e) => Err(e),
-        }
+        let n = unsafe { libc::sendmsg(self.fd.as_raw_fd(), &msg, flags) };
+        io_result(n, errno)
     }
 }
 
