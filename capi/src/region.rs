@@ -17,7 +17,7 @@ use xfer_facade::{Buffer, RmaKind};
 use crate::ep::{ep_of, post_recv, post_send, xfer_ep_t};
 use crate::error::{guard, invalid, Fail};
 use crate::mr::{with_mr, xfer_mr_t, xfer_rkey_t};
-use crate::rma::{msg, post_buffer};
+use crate::rma::{msg, post_buffer, xfer_rma_msg_t};
 use crate::xfer_addr_t;
 
 /// The `len` bytes at `offset` in region `mr`, as an operation's buffer.
@@ -33,35 +33,26 @@ unsafe fn region_buffer(mr: *mut xfer_mr_t, offset: u64, len: usize) -> Result<B
     Ok(with_mr(mr, |m| unsafe { m.buffer(offset, len) })??)
 }
 
-/// Where an RMA operation's remote side is.
-struct Remote {
-    peer: xfer_addr_t,
-    rkey: *const xfer_rkey_t,
-    offset: u64,
-}
-
-/// Shared body of `xfer_ep_write_mr` and `xfer_ep_read_mr`, reported as `name`.
+/// Shared body of `xfer_ep_write_mr` and `xfer_ep_read_mr`, reported as
+/// `name`: the `m.len` bytes at `offset` in region `mr` are the local side of
+/// the operation `m` describes (its `buf` unused).
 ///
 /// # Safety
 /// As those functions: the range untouched (a write: unmodified) until the
-/// completion, `mr` open until then, `at.rkey` NULL or readable.
-#[allow(clippy::too_many_arguments)]
+/// completion, `mr` open until then, `m.rkey` NULL or readable.
 unsafe fn rma(
     name: &'static str,
     kind: RmaKind,
     ep: *mut xfer_ep_t,
     mr: *mut xfer_mr_t,
     offset: u64,
-    len: usize,
-    at: Remote,
-    context: *mut c_void,
+    m: xfer_rma_msg_t,
 ) -> c_int {
     guard(name, || {
         let e = ep_of(ep)?;
         // SAFETY: forwarded from this function's contract.
-        let buf = unsafe { region_buffer(mr, offset, len)? };
-        let m = msg(std::ptr::null(), len, at.peer, at.rkey, at.offset, 0, context);
-        // SAFETY: `at.rkey` is NULL or readable by contract.
+        let buf = unsafe { region_buffer(mr, offset, m.len)? };
+        // SAFETY: `m.rkey` is NULL or readable by contract.
         unsafe { post_buffer(&e, kind, &m, buf, None, true) }
     })
 }
@@ -179,13 +170,9 @@ pub unsafe extern "C" fn xfer_ep_write_mr(
     roffset: u64,
     context: *mut c_void,
 ) -> c_int {
-    let at = Remote {
-        peer,
-        rkey,
-        offset: roffset,
-    };
+    let m = msg(std::ptr::null(), len, peer, rkey, roffset, 0, context);
     // SAFETY: forwarded from this function's contract.
-    unsafe { rma("xfer_ep_write_mr", RmaKind::Write, ep, mr, offset, len, at, context) }
+    unsafe { rma("xfer_ep_write_mr", RmaKind::Write, ep, mr, offset, m) }
 }
 
 /// Reads `len` bytes of the peer's region `*rkey`, from `roffset` bytes into
@@ -207,11 +194,7 @@ pub unsafe extern "C" fn xfer_ep_read_mr(
     roffset: u64,
     context: *mut c_void,
 ) -> c_int {
-    let at = Remote {
-        peer,
-        rkey,
-        offset: roffset,
-    };
+    let m = msg(std::ptr::null(), len, peer, rkey, roffset, 0, context);
     // SAFETY: forwarded from this function's contract.
-    unsafe { rma("xfer_ep_read_mr", RmaKind::Read, ep, mr, offset, len, at, context) }
+    unsafe { rma("xfer_ep_read_mr", RmaKind::Read, ep, mr, offset, m) }
 }
