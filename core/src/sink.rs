@@ -65,17 +65,6 @@ impl<'a> Sink<'a> {
         }
     }
 
-    /// Completions produced so far and not yet handed out: in the caller's
-    /// array, then in the queue.
-    pub fn len(&self) -> usize {
-        (*self.filled).min(self.out.len()) + self.ring.len()
-    }
-
-    /// Whether no completion is waiting, in the array or the queue.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
     /// The current position.
     pub(crate) fn mark(&self) -> Mark {
         Mark {
@@ -114,7 +103,6 @@ mod tests {
         for c in 1..=3 {
             sink.reborrow().push_back(entry(c));
         }
-        assert_eq!(sink.len(), 3);
         assert_eq!(sink.since(m).map(|c| c.context).collect::<Vec<_>>(), [1, 2, 3]);
         let later = sink.mark();
         sink.push_back(entry(4));
@@ -129,7 +117,6 @@ mod tests {
         let (mut filled, mut ring) = (0, VecDeque::new());
         let mut sink = Sink::new(&mut [], &mut filled, &mut ring);
         sink.push_back(entry(7));
-        assert!(!sink.is_empty());
         assert_eq!(filled, 0);
         assert_eq!(ring.len(), 1);
     }
