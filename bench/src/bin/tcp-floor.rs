@@ -127,10 +127,8 @@ struct Opts {
     window: u64,
     /// One JSON object per line instead of a table.
     json: bool,
-    /// Latency test: busy-waiting between receiving and sending, per turnaround.
-    think: Think,
-    /// Latency test: nested calls between the loop and the receive.
-    frames: u32,
+    /// Latency test: what this side adds to the floor (`--think`, `--frames`).
+    added: Added,
     /// Server, client or local.
     mode: Mode,
 }
@@ -275,8 +273,7 @@ fn parse_args(args: &[String]) -> Result<Opts, UsageError> {
     let mut warmup = None;
     let mut window = DEFAULT_WINDOW;
     let mut json = false;
-    let mut think = Think::default();
-    let mut frames = 0u32;
+    let mut added = Added::default();
     let mut port = 0u16;
     let mut bind = "127.0.0.1".to_string();
     let mut positional = Vec::new();
@@ -323,13 +320,13 @@ fn parse_args(args: &[String]) -> Result<Opts, UsageError> {
             "--json" => json = true,
             "--frames" => {
                 let v = value("--frames")?;
-                frames = v
+                added.frames = v
                     .parse()
                     .ok()
                     .filter(|n| *n <= MAX_FRAMES)
                     .ok_or_else(|| UsageError(format!("--frames: a number up to {MAX_FRAMES}, not {v:?}")))?;
             }
-            "--think" => think = Think(Duration::from_nanos(parse_count("--think", &value("--think")?)?)),
+            "--think" => added.think = Duration::from_nanos(parse_count("--think", &value("--think")?)?),
             "--port" | "-p" => {
                 let v = value("--port")?;
                 port = v.parse().map_err(|_| UsageError(format!("--port: bad port {v:?}")))?;
@@ -356,8 +353,7 @@ fn parse_args(args: &[String]) -> Result<Opts, UsageError> {
         warmup,
         window,
         json,
-        think,
-        frames,
+        added,
         mode,
     })
 }
@@ -480,19 +476,41 @@ fn lat_stats(mut samples: Vec<f64>) -> LatStats {
     }
 }
 
-/// [`recv_exact`] from `frames` nested calls deeper (`--frames`): each level
-/// is a real frame (never inlined, and it uses the result after the call, so
-/// it is no tail call).
-/// The latency test's receive: inline unless `--frames` asks for depth.
-#[inline(always)]
-fn recv_lat(frames: u32, fd: RawFd, buf: &mut [u8]) -> io::Result<()> {
-    if frames == 0 {
-        recv_exact(fd, buf)
-    } else {
-        recv_nested(frames - 1, fd, buf)
+/// What the latency test adds to the floor on purpose, on the side given
+/// it: `--think` and `--frames`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Added {
+    /// Busy work between receiving a message and sending the next one.
+    think: Duration,
+    /// Nested calls between the loop and the receive.
+    frames: u32,
+}
+
+impl Added {
+    /// Spins on the clock for the think time (nothing when it is zero).
+    #[inline]
+    fn spin(self) {
+        if self.think.is_zero() {
+            return;
+        }
+        let start = Instant::now();
+        while start.elapsed() < self.think {}
+    }
+
+    /// The latency test's receive: inline unless `frames` asks for depth.
+    #[inline(always)]
+    fn recv(self, fd: RawFd, buf: &mut [u8]) -> io::Result<()> {
+        if self.frames == 0 {
+            recv_exact(fd, buf)
+        } else {
+            recv_nested(self.frames - 1, fd, buf)
+        }
     }
 }
 
+/// [`recv_exact`] from `frames` more nested calls: each level is a real
+/// frame (never inlined, and it uses the result after the call, so it is no
+/// tail call).
 #[inline(never)]
 fn recv_nested(frames: u32, fd: RawFd, buf: &mut [u8]) -> io::Result<()> {
     if frames == 0 {
@@ -503,50 +521,34 @@ fn recv_nested(frames: u32, fd: RawFd, buf: &mut [u8]) -> io::Result<()> {
     r
 }
 
-/// Busy work between receiving a message and sending the next one (`--think`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-struct Think(Duration);
-
-impl Think {
-    /// Spins on the clock for the think time (nothing when it is zero).
-    #[inline]
-    fn spin(self) {
-        if self.0.is_zero() {
-            return;
-        }
-        let start = Instant::now();
-        while start.elapsed() < self.0 {}
-    }
-}
-
 /// Client side of the latency test: warm-up, then `h.iters` timed
 /// round trips.
-fn client_lat(fd: RawFd, h: &Header, think: Think, frames: u32) -> io::Result<LatStats> {
+fn client_lat(fd: RawFd, h: &Header, added: Added) -> io::Result<LatStats> {
     let size = h.size as usize;
     let tx = vec![0xa5u8; size];
     let mut rx = vec![0u8; size];
     for _ in 0..h.warmup {
-        think.spin();
+        added.spin();
         send_all(fd, &tx)?;
-        recv_lat(frames, fd, &mut rx)?;
+        added.recv(fd, &mut rx)?;
     }
     let mut samples = Vec::with_capacity(h.iters as usize);
     for _ in 0..h.iters {
         let t0 = Instant::now();
-        think.spin();
+        added.spin();
         send_all(fd, &tx)?;
-        recv_lat(frames, fd, &mut rx)?;
+        added.recv(fd, &mut rx)?;
         samples.push(t0.elapsed().as_secs_f64() * 1e6 / 2.0);
     }
     Ok(lat_stats(samples))
 }
 
 /// Server side of the latency test: echo `h.warmup + h.iters` messages.
-fn server_lat(fd: RawFd, h: &Header, think: Think, frames: u32) -> io::Result<()> {
+fn server_lat(fd: RawFd, h: &Header, added: Added) -> io::Result<()> {
     let mut buf = vec![0u8; h.size as usize];
     for _ in 0..h.warmup + h.iters {
-        recv_lat(frames, fd, &mut buf)?;
-        think.spin();
+        added.recv(fd, &mut buf)?;
+        added.spin();
         send_all(fd, &buf)?;
     }
     Ok(())
@@ -606,7 +608,7 @@ fn server_bw(fd: RawFd, h: &Header) -> io::Result<()> {
 }
 
 /// Serves one connected client until it sends the end-of-session header.
-fn serve(stream: TcpStream, think: Think, frames: u32) -> io::Result<()> {
+fn serve(stream: TcpStream, added: Added) -> io::Result<()> {
     tune(&stream)?;
     let fd = stream.as_raw_fd();
     loop {
@@ -615,7 +617,7 @@ fn serve(stream: TcpStream, think: Think, frames: u32) -> io::Result<()> {
         let h = Header::decode(&hb)?;
         match h.test {
             0 => return Ok(()),
-            1 => server_lat(fd, &h, think, frames)?,
+            1 => server_lat(fd, &h, added)?,
             _ => server_bw(fd, &h)?,
         }
     }
@@ -654,13 +656,14 @@ struct Reporter {
 
 impl Reporter {
     /// Prints one latency result.
-    fn lat(&mut self, size: u64, iters: u64, think: Think, s: &LatStats) {
+    fn lat(&mut self, size: u64, iters: u64, added: Added, s: &LatStats) {
         if self.json {
             println!(
-                "{{\"tool\":\"tcp-floor\",\"test\":\"{}\",\"size\":{size},\"iters\":{iters},\"think_ns\":{},\
+                "{{\"tool\":\"tcp-floor\",\"test\":\"{}\",\"size\":{size},\"iters\":{iters},\"think_ns\":{},\"frames\":{},\
                  \"avg_us\":{:.3},\"p50_us\":{:.3},\"p99_us\":{:.3},\"max_us\":{:.3}}}",
                 Test::Lat.name(),
-                think.0.as_nanos(),
+                added.think.as_nanos(),
+                added.frames,
                 s.avg,
                 s.p50,
                 s.p99,
@@ -724,7 +727,7 @@ fn run_client(stream: TcpStream, opts: &Opts) -> io::Result<()> {
         };
         send_all(fd, &h.encode())?;
         match opts.test {
-            Test::Lat => out.lat(h.size, iters, opts.think, &client_lat(fd, &h, opts.think, opts.frames)?),
+            Test::Lat => out.lat(h.size, iters, opts.added, &client_lat(fd, &h, opts.added)?),
             Test::Bw => out.bw(h.size, iters, &client_bw(fd, &h)?),
         }
     }
@@ -747,18 +750,18 @@ fn run(opts: &Opts) -> io::Result<()> {
             io::stdout().flush()?;
             let (stream, _) = listener.accept()?;
             drop(listener);
-            serve(stream, opts.think, opts.frames)
+            serve(stream, opts.added)
         }
         Mode::Client(addr) => run_client(connect(addr)?, opts),
         Mode::Local => {
-            let (think, frames) = (opts.think, opts.frames);
+            let added = opts.added;
             let listener = listen("127.0.0.1", 0)?;
             let port = listener.local_addr()?.port();
             let server = thread::Builder::new()
                 .name("tcp-floor-server".into())
                 .spawn(move || -> io::Result<()> {
                     let (stream, _) = listener.accept()?;
-                    serve(stream, think, frames)
+                    serve(stream, added)
                 })?;
             let client = run_client(connect(&format!("127.0.0.1:{port}"))?, opts);
             let served = server.join().map_err(|_| io::Error::other("server thread panicked"))?;
@@ -825,21 +828,25 @@ mod tests {
         assert!(parse_args(&args("client")).is_err());
         assert!(parse_args(&args("--sizes 0 local")).is_err());
         assert!(parse_args(&args("--test foo local")).is_err());
-        assert_eq!(o.think, Think::default());
+        assert_eq!(o.added, Added::default());
         let o = parse_args(&args("--think 150 local")).unwrap();
-        assert_eq!(o.think, Think(Duration::from_nanos(150)));
+        assert_eq!(o.added.think, Duration::from_nanos(150));
         assert!(parse_args(&args("--think x local")).is_err());
-        assert_eq!(parse_args(&args("--frames 6 local")).unwrap().frames, 6);
+        assert_eq!(parse_args(&args("--frames 6 local")).unwrap().added.frames, 6);
         assert!(parse_args(&args("--frames 65 local")).is_err());
     }
 
     #[test]
     fn think_waits_at_least_its_time() {
         let t = Instant::now();
-        Think(Duration::from_micros(200)).spin();
+        let added = Added {
+            think: Duration::from_micros(200),
+            frames: 0,
+        };
+        added.spin();
         assert!(t.elapsed() >= Duration::from_micros(200));
         // Zero returns at once (no clock read needed to prove it: it does not hang).
-        Think::default().spin();
+        Added::default().spin();
     }
 
     #[test]
@@ -871,8 +878,10 @@ mod tests {
                 warmup: Some(5),
                 window: 7,
                 json: true,
-                think: Think(Duration::from_nanos(100)),
-                frames: 3,
+                added: Added {
+                    think: Duration::from_nanos(100),
+                    frames: 3,
+                },
                 mode: Mode::Local,
             };
             run(&opts).unwrap();
