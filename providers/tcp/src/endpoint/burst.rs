@@ -22,9 +22,10 @@ impl TcpEndpoint {
         self.burst && self.attr.tcp.coalesce > 0
     }
 
-    /// Queues an eager frame that was not written whole: behind a burst it
-    /// waits (up to [`TcpAttr::coalesce`](xfer_core::attr::TcpAttr::coalesce)
-    /// frames), otherwise it goes out as far as the socket takes.
+    /// Queues an eager frame that was not written whole, or a request to
+    /// send: behind a burst it waits (up to
+    /// [`TcpAttr::coalesce`](xfer_core::attr::TcpAttr::coalesce) frames),
+    /// otherwise it goes out as far as the socket takes.
     pub(super) fn queue_eager(&mut self, cx: &mut Ctx<'_>, id: usize, frame: TxFrame) {
         let coalesce = self.attr.tcp.coalesce;
         let burst = self.in_burst();
@@ -32,22 +33,10 @@ impl TcpEndpoint {
         conn.txq.push_back(frame);
         if burst && conn.state == State::Open && conn.txq.len() < coalesce {
             self.coalesced += 1;
-            self.defer(id);
+            defer(&mut self.deferred, conn, id);
             return;
         }
         self.flush(cx, id);
-    }
-
-    /// Connection `id` has frames to write at the end of the burst or of
-    /// the progress call under way.
-    #[inline]
-    pub(super) fn defer(&mut self, id: usize) {
-        if let Some(conn) = self.conns.get_mut(id) {
-            if !conn.deferred {
-                conn.deferred = true;
-                self.deferred.push(id);
-            }
-        }
     }
 
     /// Writes every connection's frames held back for its burst, and ends
@@ -68,5 +57,15 @@ impl TcpEndpoint {
         // Keep the allocation for the next burst.
         self.deferred = ids;
         self.deferred.clear();
+    }
+}
+
+/// Connection `id` (`conn`) has frames to write at the end of the burst or
+/// of the progress call under way: listed once in `deferred`.
+#[inline]
+pub(super) fn defer(deferred: &mut Vec<usize>, conn: &mut Conn, id: usize) {
+    if !conn.deferred {
+        conn.deferred = true;
+        deferred.push(id);
     }
 }

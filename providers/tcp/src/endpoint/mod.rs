@@ -159,7 +159,8 @@ pub struct TcpEndpoint {
     /// A progress call is under way: frames it queues (clear-to-send, data,
     /// credit) are written together when it ends (`burst`).
     progressing: bool,
-    /// Connections with frames held back for the burst.
+    /// Connections with frames held back for the burst, or for the end of
+    /// the progress call under way.
     deferred: Vec<usize>,
     /// Frames held back for the rest of their burst, in all.
     coalesced: u64,
@@ -477,9 +478,10 @@ impl TcpEndpoint {
     /// during a progress call, when that call ends, with whatever else it
     /// queued (`burst`).
     fn queue(&mut self, cx: &mut Ctx<'_>, id: usize, frame: TxFrame) {
-        self.conns[id].txq.push_back(frame);
+        let conn = &mut self.conns[id];
+        conn.txq.push_back(frame);
         if self.progressing {
-            self.defer(id);
+            burst::defer(&mut self.deferred, conn, id);
         } else {
             self.flush(cx, id);
         }
