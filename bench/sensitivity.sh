@@ -50,13 +50,18 @@ trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$LOGS"' EXIT
 
 p50() { grep -o '"p50_us":[0-9.]*' | head -1 | cut -d: -f2; }
 
-# Starts a server in the background, logging to $LOGS/srv; waits for its
-# first line (the port or the endpoint name) and prints its last word.
+# Starts a server as a job of this shell, logging to $LOGS/srv; waits for its
+# first whole line (the port or the endpoint name) and sets READY to its last
+# word. Called in the same shell as the client and the `wait` after it (not in
+# a command substitution of its own, whose job the caller could not wait for).
 serve() {
     : >"$LOGS/srv"
     timeout 120 taskset -c "$SERVER_CPU" "$@" >"$LOGS/srv" 2>&1 &
     for _ in $(seq 200); do
-        [[ -s "$LOGS/srv" ]] && { head -1 "$LOGS/srv" | awk '{print $NF}'; return; }
+        if [[ $(wc -l <"$LOGS/srv") -ge 1 ]]; then
+            READY=$(head -1 "$LOGS/srv" | awk '{print $NF}')
+            return
+        fi
         sleep 0.05
     done
     echo "sensitivity.sh: server did not start: $*" >&2
@@ -64,18 +69,16 @@ serve() {
 }
 
 floor() { # tcp-floor options for both sides
-    local port
-    port=$(serve "$FLOOR" --json --sizes "$SIZE" --iters "$ITERS" "$@" server --port 0)
+    serve "$FLOOR" --json --sizes "$SIZE" --iters "$ITERS" "$@" server --port 0
     timeout 120 taskset -c "$CLIENT_CPU" "$FLOOR" --json --sizes "$SIZE" --iters "$ITERS" "$@" \
-        client "127.0.0.1:$port" | p50
+        client "127.0.0.1:$READY" | p50
     wait
 }
 
 xfer() {
-    local name
-    name=$(serve "$XPERF" --json --test tag_lat --sizes "$SIZE" --iters "$ITERS" server)
+    serve "$XPERF" --json --test tag_lat --sizes "$SIZE" --iters "$ITERS" server
     timeout 120 taskset -c "$CLIENT_CPU" "$XPERF" --json --test tag_lat --sizes "$SIZE" --iters "$ITERS" \
-        client "$name" | p50
+        client "$READY" | p50
     wait
 }
 
