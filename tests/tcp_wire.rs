@@ -855,6 +855,7 @@ fn requests_to_send_posted_in_a_burst_wait_for_the_next_progress() {
         tokens.push(token);
     }
     let mut unique = tokens.clone();
+    unique.sort_unstable();
     unique.dedup();
     assert_eq!(unique.len(), 3, "three distinct requests: {tokens:?}");
 }
