@@ -360,6 +360,9 @@ mod verbs {
     pub fn print_text(out: &mut impl Write, probe: &Probe) -> std::io::Result<()> {
         if probe.devices.is_empty() {
             let why = probe.reason.as_deref().unwrap_or("no verbs devices");
+            if !probe.loaded {
+                return writeln!(out, "verbs devices: none (no rdma-core: {why})");
+            }
             return writeln!(out, "verbs devices: none ({why})");
         }
         writeln!(out, "verbs devices:")?;
@@ -468,7 +471,11 @@ mod verbs {
             })
             .collect();
         let reason = probe.reason.as_deref().map_or_else(|| "null".to_string(), quote);
-        format!("{{\"devices\": [{}], \"reason\": {reason}}}", devices.join(", "))
+        format!(
+            "{{\"devices\": [{}], \"reason\": {reason}, \"rdma_core\": {}}}",
+            devices.join(", "),
+            probe.loaded
+        )
     }
 }
 
@@ -515,6 +522,7 @@ mod tests {
         let mut v1 = [0u8; 16];
         v1[..2].copy_from_slice(&[0xfe, 0x80]);
         Probe {
+            loaded: true,
             devices: vec![DeviceInfo {
                 name: "rxe0".into(),
                 attr: DeviceAttr {
@@ -583,10 +591,25 @@ mod tests {
         }
 
         let mut out = Vec::new();
-        super::verbs::print_text(&mut out, &Probe::default()).unwrap();
+        let no_devices = Probe {
+            loaded: true,
+            ..Probe::default()
+        };
+        super::verbs::print_text(&mut out, &no_devices).unwrap();
         assert_eq!(
             String::from_utf8(out).unwrap(),
             "verbs devices: none (no verbs devices)\n"
+        );
+
+        let mut out = Vec::new();
+        let no_rdma_core = Probe {
+            reason: Some("libibverbs.so.1: cannot open shared object file".into()),
+            ..Probe::default()
+        };
+        super::verbs::print_text(&mut out, &no_rdma_core).unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "verbs devices: none (no rdma-core: libibverbs.so.1: cannot open shared object file)\n"
         );
     }
 
@@ -600,7 +623,7 @@ mod tests {
             r#""max_msg_sz": 2147483648, "#,
             r#"{"index": 0, "gid": "fe80:0000:0000:0000:0000:0000:0000:0000", "type": "IB/RoCE v1", "ipv4": null}"#,
             r#"{"index": 1, "gid": "0000:0000:0000:0000:0000:ffff:0a00:020f", "type": "RoCE v2", "ipv4": "10.0.2.15"}"#,
-            r#"]}]}], "reason": "mlx5_0: cannot open"}"#,
+            r#"]}]}], "reason": "mlx5_0: cannot open", "rdma_core": true}"#,
         ] {
             assert!(json.contains(want), "no {want:?} in:\n{json}");
         }
@@ -611,7 +634,7 @@ mod tests {
         assert_eq!(depth, Some(0), "unbalanced: {json}");
         assert_eq!(
             super::verbs::to_json(&Probe::default()),
-            r#"{"devices": [], "reason": null}"#
+            r#"{"devices": [], "reason": null, "rdma_core": false}"#
         );
     }
 }
