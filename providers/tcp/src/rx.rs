@@ -3,6 +3,7 @@
 
 use xfer_core::addr::{Address, PeerAddr};
 use xfer_core::provider::RecvOp;
+use xfer_core::rdm::Unexpected;
 
 /// What the bytes after the current read position of a connection are.
 #[derive(Debug, Default)]
@@ -114,16 +115,14 @@ pub enum Unexp {
     },
 }
 
-impl Unexp {
-    /// The sender's name.
-    pub fn from(&self) -> &Address {
+impl Unexpected for Unexp {
+    fn from(&self) -> &Address {
         match self {
             Unexp::Eager { from, .. } | Unexp::Rts { from, .. } => from,
         }
     }
 
-    /// Length and immediate data, for a peek.
-    pub fn describe(&self) -> (usize, Option<u64>) {
+    fn describe(&self) -> (usize, Option<u64>) {
         match self {
             Unexp::Eager { data, payload, .. } => (payload.len(), *data),
             Unexp::Rts { len, data, .. } => (usize::try_from(*len).unwrap_or(usize::MAX), *data),

@@ -30,11 +30,7 @@ impl TcpEndpoint {
         let src = conn.src_hint;
         let olen = len as usize;
         let t = tag.unwrap_or(0);
-        let matcher = if tag.is_some() {
-            &mut self.tagged
-        } else {
-            &mut self.untagged
-        };
+        let matcher = self.recvs.matcher(tag.is_some());
         let dest = match matcher.take_posted(src, t) {
             // The common small message: its payload is staged whole, so it
             // is copied and completed right here.

@@ -22,9 +22,10 @@ use xfer_core::error::{Error, Result};
 use xfer_core::mr::Access;
 use xfer_core::peek::{Claim, Peeked};
 use xfer_core::provider::{Ctx, EndpointProvider, RecvOp, Rejected, RmaKind, RmaOp, SendOp};
+use xfer_core::rdm::Receives;
 use xfer_core::sink::Sink;
 use xfer_core::sys::{Epoll, EMPTY_EVENT, READABLE, WRITABLE};
-use xfer_core::tag::{Matched, Matcher, RecvSpec};
+use xfer_core::tag::{Matched, RecvSpec};
 
 use crate::conn::{Conn, Dir, Owner, Payload, State, TxFrame};
 use crate::keys::{status_error, status_of};
@@ -117,8 +118,8 @@ pub struct TcpEndpoint {
     sends: Slab<TxOp>,
     rndv: Slab<RndvRx>,
     rma: Slab<RmaTx>,
-    tagged: Matcher<RecvOp, Unexp>,
-    untagged: Matcher<RecvOp, Unexp>,
+    /// Posted and unexpected receives, tagged and untagged (core's RDM layer).
+    recvs: Receives<Unexp>,
     /// The connection that last had data to read (`hot`). Busy-polling
     /// reads it directly and calls `epoll_wait` only every
     /// [`hot::EPOLL_EVERY`] polls, so a ping-pong's critical path has no
@@ -249,8 +250,7 @@ impl TcpEndpoint {
             sends: Slab::new(),
             rndv: Slab::new(),
             rma: Slab::new(),
-            tagged: Matcher::new(),
-            untagged: Matcher::new(),
+            recvs: Receives::new(),
             hot: None,
             detached: false,
             hot_streak: 0,
@@ -295,14 +295,6 @@ impl TcpEndpoint {
     fn next_gen(&mut self) -> u32 {
         self.gen = self.gen.wrapping_add(1);
         self.gen
-    }
-
-    fn matcher(&mut self, tagged: bool) -> &mut Matcher<RecvOp, Unexp> {
-        if tagged {
-            &mut self.tagged
-        } else {
-            &mut self.untagged
-        }
     }
 
     /// Gives `recv` the unexpected message it matched (or claimed).
@@ -599,12 +591,7 @@ impl TcpEndpoint {
                 self.abandoned.retain(|(p, _), _| *p != peer);
             }
             if !other && cause != Error::Canceled {
-                let gone = self
-                    .tagged
-                    .drain_posted_from(src)
-                    .into_iter()
-                    .chain(self.untagged.drain_posted_from(src));
-                for (_, op) in gone {
+                for op in self.recvs.drain_posted_from(src) {
                     complete::recv_failed(&mut cx.cq, op, op_error(&cause, src));
                 }
             }
@@ -921,20 +908,9 @@ impl EndpointProvider for TcpEndpoint {
     }
 
     fn recv(&mut self, cx: &mut Ctx<'_>, op: RecvOp) -> std::result::Result<(), Rejected<RecvOp>> {
-        let spec = if op.tagged {
-            op.spec
-        } else {
-            RecvSpec {
-                tag: 0,
-                ignore: 0,
-                ..op.spec
-            }
-        };
-        let matcher = self.matcher(op.tagged);
-        matcher.resolve_unknown(|u| cx.av.reverse(u.from()));
         if let Some(Matched {
             recv, src, tag, msg, ..
-        }) = matcher.post(spec, op)
+        }) = self.recvs.post(cx.av, op)
         {
             self.deliver(cx, recv, src, tag, msg);
         }
@@ -942,8 +918,7 @@ impl EndpointProvider for TcpEndpoint {
     }
 
     fn peek(&mut self, cx: &mut Ctx<'_>, spec: RecvSpec, claim: bool) -> Result<Option<(Peeked, Option<Claim>)>> {
-        self.tagged.resolve_unknown(|u| cx.av.reverse(u.from()));
-        Ok(self.tagged.probe(&spec, claim, Unexp::describe))
+        Ok(self.recvs.peek(cx.av, spec, claim))
     }
 
     fn recv_claimed(
@@ -952,12 +927,12 @@ impl EndpointProvider for TcpEndpoint {
         claim: Claim,
         op: RecvOp,
     ) -> std::result::Result<(), Rejected<RecvOp>> {
-        match self.tagged.take_claimed(&claim) {
-            Some(c) => {
+        match self.recvs.take_claimed(&claim) {
+            Ok(c) => {
                 self.deliver(cx, op, c.src, c.tag, c.msg);
                 Ok(())
             }
-            None => Err(Rejected::new(Error::NotFound("no such claimed message"), op)),
+            Err(e) => Err(Rejected::new(e, op)),
         }
     }
 
@@ -971,7 +946,7 @@ impl EndpointProvider for TcpEndpoint {
     }
 
     fn cancel(&mut self, cx: &mut Ctx<'_>, context: u64) -> Result<()> {
-        complete::cancel(&mut cx.cq, &mut self.tagged, &mut self.untagged, context)
+        self.recvs.cancel(&mut cx.cq, context)
     }
 
     fn progress(&mut self, cx: &mut Ctx<'_>) {
@@ -1013,12 +988,7 @@ impl EndpointProvider for TcpEndpoint {
         for r in self.rma.drain().collect::<Vec<_>>() {
             complete::rma(&mut cx.cq, self.attr.selective_completion, r.op, Err(Error::Canceled));
         }
-        for (_, op) in self
-            .tagged
-            .drain_posted()
-            .into_iter()
-            .chain(self.untagged.drain_posted())
-        {
+        for op in self.recvs.drain_posted() {
             complete::recv_failed(&mut cx.cq, op, Error::Canceled);
         }
     }

@@ -37,8 +37,9 @@ use xfer_core::hash::FastMap;
 use xfer_core::mr::CacheRef;
 use xfer_core::peek::{Claim, Peeked};
 use xfer_core::provider::{Ctx, EndpointProvider, RecvOp, Rejected, RmaOp, SendOp};
+use xfer_core::rdm::Receives;
 use xfer_core::sys::{Epoll, EMPTY_EVENT, READABLE};
-use xfer_core::tag::{Matcher, RecvSpec};
+use xfer_core::tag::RecvSpec;
 use xfer_core::{Error, Result};
 
 use crate::cm::{CmId, EventChannel};
@@ -193,14 +194,13 @@ pub(crate) enum Unexpected {
     },
 }
 
-impl Unexpected {
+impl xfer_core::rdm::Unexpected for Unexpected {
     fn from(&self) -> &Address {
         match self {
             Unexpected::Eager { from, .. } | Unexpected::Rts { from, .. } => from,
         }
     }
 
-    /// Length and immediate data, for a peek.
     fn describe(&self) -> (usize, Option<u64>) {
         match self {
             Unexpected::Eager { data, payload, .. } => (payload.len(), *data),
@@ -281,8 +281,8 @@ pub struct VerbsEndpoint {
     ops: Slab<Wr>,
     /// Rendezvous sends waiting for their FIN, by id.
     rndv: Slab<RndvSend>,
-    tagged: Matcher<RecvOp, Unexpected>,
-    untagged: Matcher<RecvOp, Unexpected>,
+    /// Posted and unexpected receives, tagged and untagged (core's RDM layer).
+    recvs: Receives<Unexpected>,
     scratch: Vec<u8>,
     /// Work completions of one `ibv_poll_cq`.
     wcs: Vec<crate::cq::Wc>,
@@ -363,8 +363,7 @@ impl VerbsEndpoint {
             by_id: FastMap::default(),
             ops: Slab::new(),
             rndv: Slab::new(),
-            tagged: Matcher::new(),
-            untagged: Matcher::new(),
+            recvs: Receives::new(),
             scratch: Vec::with_capacity(slot),
             wcs: Vec::new(),
             stats: EndpointStats::default(),
@@ -402,14 +401,6 @@ impl VerbsEndpoint {
             }
         }
         s
-    }
-
-    fn matcher(&mut self, tagged: bool) -> &mut Matcher<RecvOp, Unexpected> {
-        if tagged {
-            &mut self.tagged
-        } else {
-            &mut self.untagged
-        }
     }
 
     /// The peer's name for an address-vector handle.
@@ -509,19 +500,14 @@ impl EndpointProvider for VerbsEndpoint {
     }
 
     fn recv(&mut self, cx: &mut Ctx<'_>, op: RecvOp) -> std::result::Result<(), Rejected<RecvOp>> {
-        let av = cx.av;
-        let m = self.matcher(op.tagged);
-        m.resolve_unknown(|u| av.reverse(u.from()));
-        if let Some(hit) = m.post(op.spec, op) {
+        if let Some(hit) = self.recvs.post(cx.av, op) {
             self.deliver(cx, hit.recv, hit.src, hit.tag, hit.msg);
         }
         Ok(())
     }
 
     fn peek(&mut self, cx: &mut Ctx<'_>, spec: RecvSpec, claim: bool) -> Result<Option<(Peeked, Option<Claim>)>> {
-        let av = cx.av;
-        self.tagged.resolve_unknown(|u| av.reverse(u.from()));
-        Ok(self.tagged.probe(&spec, claim, Unexpected::describe))
+        Ok(self.recvs.peek(cx.av, spec, claim))
     }
 
     fn recv_claimed(
@@ -530,17 +516,17 @@ impl EndpointProvider for VerbsEndpoint {
         claim: Claim,
         op: RecvOp,
     ) -> std::result::Result<(), Rejected<RecvOp>> {
-        match self.tagged.take_claimed(&claim) {
-            Some(c) => {
+        match self.recvs.take_claimed(&claim) {
+            Ok(c) => {
                 self.deliver(cx, op, c.src, c.tag, c.msg);
                 Ok(())
             }
-            None => Err(Rejected::new(Error::NotFound("no such claimed message"), op)),
+            Err(e) => Err(Rejected::new(e, op)),
         }
     }
 
     fn cancel(&mut self, cx: &mut Ctx<'_>, context: u64) -> Result<()> {
-        complete::cancel(&mut cx.cq, &mut self.tagged, &mut self.untagged, context)
+        self.recvs.cancel(&mut cx.cq, context)
     }
 
     fn progress(&mut self, cx: &mut Ctx<'_>) {
@@ -671,12 +657,7 @@ impl VerbsEndpoint {
         for tx in queued {
             self.fail_tx(cx, tx, Error::Canceled);
         }
-        for (_, op) in self
-            .tagged
-            .drain_posted()
-            .into_iter()
-            .chain(self.untagged.drain_posted())
-        {
+        for op in self.recvs.drain_posted() {
             complete::recv_failed(&mut cx.cq, op, Error::Canceled);
         }
     }

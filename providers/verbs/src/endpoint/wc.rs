@@ -297,7 +297,7 @@ impl VerbsEndpoint {
         match msg {
             Msg::Eager { meta, payload } => {
                 let tag = meta.tag.unwrap_or(0);
-                match self.matcher(meta.tag.is_some()).take_posted(src, tag) {
+                match self.recvs.matcher(meta.tag.is_some()).take_posted(src, tag) {
                     Some((_, recv)) => {
                         copy_in(cx, recv, payload, tag, meta.data, src);
                         self.owe(k, 0, eager_cost(payload.len()));
@@ -310,7 +310,7 @@ impl VerbsEndpoint {
                             payload: payload.to_vec(),
                             conn: (k, self.conns[k].serial),
                         };
-                        self.matcher(meta.tag.is_some()).push_unexpected(src, tag, u);
+                        self.recvs.matcher(meta.tag.is_some()).push_unexpected(src, tag, u);
                     }
                 }
             }
@@ -322,7 +322,7 @@ impl VerbsEndpoint {
                 rkey,
             } => {
                 let tag = meta.tag.unwrap_or(0);
-                match self.matcher(meta.tag.is_some()).take_posted(src, tag) {
+                match self.recvs.matcher(meta.tag.is_some()).take_posted(src, tag) {
                     Some((_, recv)) => {
                         let arrival = arrival_of(&recv, len, tag, meta.data, src);
                         self.start_read(cx, recv, arrival, id, addr, rkey, k);
@@ -337,7 +337,7 @@ impl VerbsEndpoint {
                             rkey,
                             conn: k,
                         };
-                        self.matcher(meta.tag.is_some()).push_unexpected(src, tag, u);
+                        self.recvs.matcher(meta.tag.is_some()).push_unexpected(src, tag, u);
                     }
                 }
             }

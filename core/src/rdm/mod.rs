@@ -1,0 +1,12 @@
+//! The reliable-messaging (RDM) layer every transport shares, in libfabric's
+//! util/rxm and UCX's UCP role: what the user's operations mean, whichever
+//! transport moves the bytes. It moves into core one piece at a time
+//! (docs/ARCHITECTURE.md, "Layers"); what is here is written once and used by
+//! every provider.
+//!
+//! - [`Receives`]: an endpoint's posted and unexpected receives, tagged and
+//!   untagged, their matching in post order, peek/claim and cancel.
+
+pub mod receives;
+
+pub use receives::{Receives, Unexpected};
