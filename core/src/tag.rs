@@ -530,6 +530,12 @@ impl<R, U> Matcher<R, U> {
         self.posted.nodes.len()
     }
 
+    /// Bytes one queued unexpected message's slot takes, besides what the
+    /// message owns.
+    pub const fn unexpected_slot() -> usize {
+        std::mem::size_of::<Node<U>>()
+    }
+
     /// Number of queued unexpected messages.
     pub fn unexpected_len(&self) -> usize {
         self.unexpected.nodes.len()

@@ -5,8 +5,13 @@
 //! every provider.
 //!
 //! - [`Receives`]: an endpoint's posted and unexpected receives, tagged and
-//!   untagged, their matching in post order, peek/claim and cancel.
+//!   untagged, their matching in post order, peek/claim and cancel, and what
+//!   the unexpected ones hold ([`Held`]).
+//! - [`Unexpected`]: a message kept for a later receive, the same on every
+//!   transport but for its rendezvous handle.
 
 pub mod receives;
+pub mod unexpected;
 
-pub use receives::{Receives, Unexpected};
+pub use receives::Receives;
+pub use unexpected::{Held, Unexpected};

@@ -11,9 +11,10 @@
 //!   matches it once the sender is in the address vector;
 //! - peek and claim look at tagged messages only (`fi_trecvmsg` with
 //!   `FI_PEEK`/`FI_CLAIM`);
-//! - cancel looks for the context among tagged receives first, then untagged.
+//! - cancel looks for the context among tagged receives first, then untagged;
+//! - what unexpected messages hold is counted as they come and go ([`Held`]).
 
-use crate::addr::{Address, AvTable, PeerAddr};
+use crate::addr::{AvTable, PeerAddr};
 use crate::complete;
 use crate::error::{Error, Result};
 use crate::peek::{Claim, Peeked};
@@ -21,39 +22,37 @@ use crate::provider::RecvOp;
 use crate::sink::Sink;
 use crate::tag::{Claimed, Matched, Matcher, RecvSpec};
 
-/// What a transport keeps of a message no receive was waiting for.
-pub trait Unexpected {
-    /// The sender's name (to find its handle once it is inserted).
-    fn from(&self) -> &Address;
-    /// The message's length and immediate data, for a peek.
-    fn describe(&self) -> (usize, Option<u64>);
+use super::unexpected::{Held, Unexpected};
+
+/// The posted and unexpected receives of one endpoint; `H` is the
+/// transport's handle on an unexpected rendezvous message's data.
+pub struct Receives<H> {
+    tagged: Matcher<RecvOp, Unexpected<H>>,
+    untagged: Matcher<RecvOp, Unexpected<H>>,
+    held: Held,
 }
 
-/// The posted and unexpected receives of one endpoint.
-pub struct Receives<U> {
-    tagged: Matcher<RecvOp, U>,
-    untagged: Matcher<RecvOp, U>,
-}
-
-impl<U> Default for Receives<U> {
+impl<H> Default for Receives<H> {
     fn default() -> Self {
         Receives {
             tagged: Matcher::new(),
             untagged: Matcher::new(),
+            held: Held::default(),
         }
     }
 }
 
-impl<U: Unexpected> Receives<U> {
+impl<H> Receives<H> {
+    /// Bytes of one unexpected message's slot, besides its payload.
+    const SLOT: usize = Matcher::<RecvOp, Unexpected<H>>::unexpected_slot();
+
     /// No receives.
     pub fn new() -> Self {
         Self::default()
     }
 
-    /// The matching space of tagged (`true`) or untagged messages, for the
-    /// transport's arrivals.
     #[inline]
-    pub fn matcher(&mut self, tagged: bool) -> &mut Matcher<RecvOp, U> {
+    fn space(&mut self, tagged: bool) -> &mut Matcher<RecvOp, Unexpected<H>> {
         if tagged {
             &mut self.tagged
         } else {
@@ -61,10 +60,29 @@ impl<U: Unexpected> Receives<U> {
         }
     }
 
+    /// A message from `src` with `tag` arrived: the earliest-posted receive
+    /// that accepts it, taken with its spec, if any (the transport delivers
+    /// into it). The pair is the matcher's own, handed on without a move.
+    #[inline]
+    pub fn take_posted(&mut self, tagged: bool, src: PeerAddr, tag: u64) -> Option<(RecvSpec, RecvOp)> {
+        self.space(tagged).take_posted(src, tag)
+    }
+
+    /// A message no posted receive accepted: kept for a later one.
+    pub fn arrive(&mut self, tagged: bool, src: PeerAddr, tag: u64, msg: Unexpected<H>) {
+        self.held.add(&msg, Self::SLOT);
+        self.space(tagged).push_unexpected(src, tag, msg);
+    }
+
+    /// What the unexpected messages hold now.
+    pub fn held(&self) -> Held {
+        self.held
+    }
+
     /// Posts `op`: the earliest unexpected message it matches, taken, with
     /// the receive (the caller delivers it); else the receive waits.
     #[inline]
-    pub fn post(&mut self, av: &AvTable, op: RecvOp) -> Option<Matched<RecvOp, U>> {
+    pub fn post(&mut self, av: &AvTable, op: RecvOp) -> Option<Matched<RecvOp, Unexpected<H>>> {
         let spec = if op.tagged {
             op.spec
         } else {
@@ -74,23 +92,28 @@ impl<U: Unexpected> Receives<U> {
                 ..op.spec
             }
         };
-        let m = self.matcher(op.tagged);
+        let m = self.space(op.tagged);
         m.resolve_unknown(|u| av.reverse(u.from()));
-        m.post(spec, op)
+        let hit = m.post(spec, op)?;
+        self.held.remove(&hit.msg, Self::SLOT);
+        Some(hit)
     }
 
     /// `FI_PEEK` (and `FI_CLAIM` with `claim`) among unexpected tagged
     /// messages.
     pub fn peek(&mut self, av: &AvTable, spec: RecvSpec, claim: bool) -> Option<(Peeked, Option<Claim>)> {
         self.tagged.resolve_unknown(|u| av.reverse(u.from()));
-        self.tagged.probe(&spec, claim, U::describe)
+        self.tagged.probe(&spec, claim, Unexpected::describe)
     }
 
     /// The message `claim` took out of matching, or [`Error::NotFound`].
-    pub fn take_claimed(&mut self, claim: &Claim) -> Result<Claimed<U>> {
-        self.tagged
+    pub fn take_claimed(&mut self, claim: &Claim) -> Result<Claimed<Unexpected<H>>> {
+        let c = self
+            .tagged
             .take_claimed(claim)
-            .ok_or(Error::NotFound("no such claimed message"))
+            .ok_or(Error::NotFound("no such claimed message"))?;
+        self.held.remove(&c.msg, Self::SLOT);
+        Ok(c)
     }
 
     /// Cancels the posted receive with `context`: its completion reports
@@ -129,16 +152,15 @@ impl<U: Unexpected> Receives<U> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::addr::Address;
     use crate::completion::Completion;
 
-    struct Msg(Address);
-
-    impl Unexpected for Msg {
-        fn from(&self) -> &Address {
-            &self.0
-        }
-        fn describe(&self) -> (usize, Option<u64>) {
-            (7, None)
+    fn eager<H>(from: &Address, len: usize) -> Unexpected<H> {
+        Unexpected::Eager {
+            from: *from,
+            conn: (0, 0),
+            data: None,
+            payload: vec![1; len],
         }
     }
 
@@ -155,8 +177,8 @@ mod tests {
     fn an_untagged_receive_ignores_the_tag_in_its_spec() {
         let av = AvTable::default();
         let name = Address::new(&[1, 2, 3]).unwrap();
-        let mut rx: Receives<Msg> = Receives::new();
-        rx.matcher(false).push_unexpected(PeerAddr::UNSPEC, 0, Msg(name));
+        let mut rx: Receives<()> = Receives::new();
+        rx.arrive(false, PeerAddr::UNSPEC, 0, eager(&name, 3));
         let hit = rx.post(&av, recv(PeerAddr::UNSPEC, 5, 0, false, 1));
         assert!(
             hit.is_some(),
@@ -166,19 +188,19 @@ mod tests {
         // Posted first, then the message arrives: the transport looks for
         // tag 0, which the receive's spec now carries.
         assert!(rx.post(&av, recv(PeerAddr::UNSPEC, 5, 0, false, 2)).is_none());
-        assert!(rx.matcher(false).take_posted(PeerAddr::UNSPEC, 0).is_some());
+        assert!(rx.take_posted(false, PeerAddr::UNSPEC, 0).is_some());
 
         // A tagged receive still compares tags, and never sees untagged messages.
-        rx.matcher(false).push_unexpected(PeerAddr::UNSPEC, 0, Msg(name));
+        rx.arrive(false, PeerAddr::UNSPEC, 0, eager(&name, 3));
         assert!(rx.post(&av, recv(PeerAddr::UNSPEC, 0, 0, true, 3)).is_none());
-        assert!(rx.matcher(true).take_posted(PeerAddr::UNSPEC, 5).is_none());
+        assert!(rx.take_posted(true, PeerAddr::UNSPEC, 5).is_none());
     }
 
     #[test]
     fn cancel_and_drain_cover_both_spaces() {
         let av = AvTable::default();
         let peer = PeerAddr(4);
-        let mut rx: Receives<Msg> = Receives::new();
+        let mut rx: Receives<()> = Receives::new();
         assert!(rx.post(&av, recv(peer, 1, 0, true, 10)).is_none());
         assert!(rx.post(&av, recv(peer, 0, 0, false, 11)).is_none());
         assert!(rx.post(&av, recv(PeerAddr::UNSPEC, 0, 0, false, 12)).is_none());
@@ -204,5 +226,46 @@ mod tests {
         assert!(!rx.has_posted_from(peer));
         let rest: Vec<u64> = rx.drain_posted().iter().map(|op| op.context).collect();
         assert_eq!(rest, [12]);
+    }
+
+    #[test]
+    fn what_unexpected_messages_hold_is_counted_in_and_out() {
+        let av = AvTable::default();
+        let name = Address::new(&[9]).unwrap();
+        let mut rx: Receives<u64> = Receives::new();
+        assert_eq!(rx.held(), Held::default());
+        rx.arrive(true, PeerAddr::UNSPEC, 1, eager(&name, 100));
+        rx.arrive(
+            true,
+            PeerAddr::UNSPEC,
+            2,
+            Unexpected::Rts {
+                from: name,
+                len: 1 << 20,
+                data: None,
+                handle: 7,
+            },
+        );
+        let h = rx.held();
+        assert_eq!((h.entries, h.payload), (2, 100));
+        let slot = Matcher::<RecvOp, Unexpected<u64>>::unexpected_slot();
+        assert!(h.bytes >= 2 * slot + 100, "{h:?}: entries cost their slots");
+
+        // Claimed, it is still held until received.
+        let spec = RecvSpec {
+            src: PeerAddr::UNSPEC,
+            tag: 2,
+            ignore: 0,
+        };
+        let (_, claim) = rx.peek(&av, spec, true).expect("the request is there");
+        assert_eq!(rx.held().entries, 2);
+        rx.take_claimed(&claim.expect("claimed")).expect("held");
+        assert_eq!(rx.held().entries, 1);
+
+        let hit = rx
+            .post(&av, recv(PeerAddr::UNSPEC, 1, 0, true, 1))
+            .expect("the eager message");
+        assert_eq!(hit.msg.payload_len(), 100);
+        assert_eq!(rx.held(), Held::default(), "everything received: nothing held");
     }
 }

@@ -22,7 +22,7 @@ use xfer_core::error::{Error, Result};
 use xfer_core::mr::Access;
 use xfer_core::peek::{Claim, Peeked};
 use xfer_core::provider::{Ctx, EndpointProvider, RecvOp, Rejected, RmaKind, RmaOp, SendOp};
-use xfer_core::rdm::Receives;
+use xfer_core::rdm::{Receives, Unexpected};
 use xfer_core::sink::Sink;
 use xfer_core::sys::{Epoll, EMPTY_EVENT, READABLE, WRITABLE};
 use xfer_core::tag::{Matched, RecvSpec};
@@ -30,7 +30,7 @@ use xfer_core::tag::{Matched, RecvSpec};
 use crate::conn::{Conn, Dir, Owner, Payload, State, TxFrame};
 use crate::keys::{status_error, status_of};
 use crate::name::TcpName;
-use crate::rx::{EagerDest, EagerRx, Phase, RndvRx, Unexp, WriteRx};
+use crate::rx::{EagerDest, EagerRx, Phase, RndvRx, RtsTicket, Unexp, WriteRx};
 use crate::sys::{self, Io, Socket};
 use crate::wire::{status, Frame, CREDIT_INIT, HEADER_LEN, MAX_EAGER};
 use xfer_core::complete::{self, Arrival};
@@ -119,7 +119,7 @@ pub struct TcpEndpoint {
     rndv: Slab<RndvRx>,
     rma: Slab<RmaTx>,
     /// Posted and unexpected receives, tagged and untagged (core's RDM layer).
-    recvs: Receives<Unexp>,
+    recvs: Receives<RtsTicket>,
     /// The connection that last had data to read (`hot`). Busy-polling
     /// reads it directly and calls `epoll_wait` only every
     /// [`hot::EPOLL_EVERY`] polls, so a ping-pong's critical path has no
@@ -148,9 +148,6 @@ pub struct TcpEndpoint {
     credit_stalls: u64,
     /// What we grant each connection's peer (`TcpAttr::eager_credit`).
     budget: credit::Budget,
-    /// Payload bytes of unexpected eager messages held (bounded by the
-    /// eager credit granted to each connection).
-    unexpected_bytes: usize,
     /// Scratch for a small frame written in one piece (`try_send_now`):
     /// room for a header and [`FLAT_SEND`] payload bytes.
     flat: Box<[u8]>,
@@ -260,7 +257,6 @@ impl TcpEndpoint {
             abandoned: FastMap::default(),
             credit_stalls: 0,
             budget: credit::Budget::new(attr.tcp.eager_credit),
-            unexpected_bytes: 0,
             flat: vec![0; HEADER_LEN + FLAT_SEND].into_boxed_slice(),
             burst: false,
             progressing: false,
@@ -300,7 +296,7 @@ impl TcpEndpoint {
     /// Gives `recv` the unexpected message it matched (or claimed).
     fn deliver(&mut self, cx: &mut Ctx<'_>, recv: RecvOp, src: PeerAddr, tag: u64, msg: Unexp) {
         match msg {
-            Unexp::Eager {
+            Unexpected::Eager {
                 data, payload, conn, ..
             } => {
                 let a = Arrival {
@@ -311,11 +307,13 @@ impl TcpEndpoint {
                     src,
                 };
                 deliver_unexpected(&mut cx.cq, recv, &payload, a);
-                self.unexpected_bytes -= payload.len();
                 self.earn_credit(cx, conn.0, Some(conn.1), payload.len());
             }
-            Unexp::Rts {
-                conn, token, len, data, ..
+            Unexpected::Rts {
+                len,
+                data,
+                handle: RtsTicket { conn, token },
+                ..
             } => self.start_rndv(cx, recv, conn, token, len, tag, data, src),
         }
     }
@@ -941,7 +939,9 @@ impl EndpointProvider for TcpEndpoint {
             ("connections", self.conns.len() as u64),
             ("coalesced", self.coalesced),
             ("credit_stalls", self.credit_stalls),
-            ("unexpected_bytes", self.unexpected_bytes as u64),
+            ("unexpected_bytes", self.recvs.held().payload as u64),
+            ("unexpected_entries", self.recvs.held().entries as u64),
+            ("unexpected_memory", self.recvs.held().bytes as u64),
         ]
     }
 

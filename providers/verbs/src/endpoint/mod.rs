@@ -99,8 +99,6 @@ pub struct EndpointStats {
     pub credit_returns: u64,
     /// Connections closed because their peer sent past its credit.
     pub credit_violations: u64,
-    /// Eager payload bytes held now in unexpected messages.
-    pub unexpected_bytes: u64,
 }
 
 /// An operation waiting for its peer's connection or for room.
@@ -172,42 +170,19 @@ pub(crate) struct RndvSend {
     pub(crate) conn: usize,
 }
 
-/// A message that arrived before its receive was posted.
-pub(crate) enum Unexpected {
-    /// A whole eager message, copied out of its bounce buffer; `conn`: the
-    /// connection (key, serial) whose eager credit it holds.
-    Eager {
-        from: Address,
-        data: Option<u64>,
-        payload: Vec<u8>,
-        conn: (usize, u64),
-    },
-    /// A rendezvous announcement: nothing is read until a receive matches.
-    Rts {
-        from: Address,
-        data: Option<u64>,
-        id: u32,
-        len: u64,
-        addr: u64,
-        rkey: u32,
-        conn: usize,
-    },
+/// What a verbs endpoint needs to read an unexpected rendezvous message
+/// once a receive matches it: the sender's buffer and key, the rendezvous id
+/// to finish, and the connection the request came on.
+pub(crate) struct RtsTicket {
+    pub(crate) id: u32,
+    pub(crate) addr: u64,
+    pub(crate) rkey: u32,
+    pub(crate) conn: usize,
 }
 
-impl xfer_core::rdm::Unexpected for Unexpected {
-    fn from(&self) -> &Address {
-        match self {
-            Unexpected::Eager { from, .. } | Unexpected::Rts { from, .. } => from,
-        }
-    }
-
-    fn describe(&self) -> (usize, Option<u64>) {
-        match self {
-            Unexpected::Eager { data, payload, .. } => (payload.len(), *data),
-            Unexpected::Rts { len, data, .. } => (usize::try_from(*len).unwrap_or(usize::MAX), *data),
-        }
-    }
-}
+/// A message that arrived before its receive was posted (core's entry, with
+/// the verbs rendezvous ticket).
+pub(crate) type Unexpected = xfer_core::rdm::Unexpected<RtsTicket>;
 
 /// Where a connection is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -282,7 +257,7 @@ pub struct VerbsEndpoint {
     /// Rendezvous sends waiting for their FIN, by id.
     rndv: Slab<RndvSend>,
     /// Posted and unexpected receives, tagged and untagged (core's RDM layer).
-    recvs: Receives<Unexpected>,
+    recvs: Receives<RtsTicket>,
     scratch: Vec<u8>,
     /// Work completions of one `ibv_poll_cq`.
     wcs: Vec<crate::cq::Wc>,
@@ -607,7 +582,9 @@ impl EndpointProvider for VerbsEndpoint {
             ("credit_waits", s.credit_waits),
             ("credit_returns", s.credit_returns),
             ("credit_violations", s.credit_violations),
-            ("unexpected_bytes", s.unexpected_bytes),
+            ("unexpected_bytes", self.recvs.held().payload as u64),
+            ("unexpected_entries", self.recvs.held().entries as u64),
+            ("unexpected_memory", self.recvs.held().bytes as u64),
             // The domain's registration cache (shared by its endpoints):
             // user buffers of rendezvous and RMA without a region's keys.
             ("mr_cache_hits", cache.hits),
