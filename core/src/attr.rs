@@ -309,7 +309,9 @@ impl TcpAttr {
     pub fn from_env() -> Self {
         let mut a = TcpAttr {
             addr: std::env::var("XFER_TCP_ADDR").ok().filter(|s| !s.is_empty()),
-            iface: std::env::var("XFER_TCP_IFACE").map(|s| iface_list(&s)).unwrap_or_default(),
+            iface: std::env::var("XFER_TCP_IFACE")
+                .map(|s| iface_list(&s))
+                .unwrap_or_default(),
             ..Self::default()
         };
         apply(&mut a.connect_timeout_ms, "XFER_TCP_CONNECT_TIMEOUT_MS");
@@ -337,7 +339,8 @@ impl TcpAttr {
                 } else {
                     self.iface.join(",")
                 },
-                doc: "interfaces to listen on, first usable wins (automatic: first up, not loopback or container bridge)",
+                doc:
+                    "interfaces to listen on, first usable wins (automatic: first up, not loopback or container bridge)",
             },
             Setting {
                 env: "XFER_TCP_CONNECT_TIMEOUT_MS",

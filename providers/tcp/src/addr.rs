@@ -63,7 +63,9 @@ pub fn parse(text: &str) -> Result<AddrSpec, &'static str> {
     };
     let (ip, zone) = match host.split_once('%') {
         Some((ip, zone)) => {
-            let ip: Ipv6Addr = ip.parse().map_err(|_| "XFER_TCP_ADDR: only an IPv6 address has a zone (%eth0)")?;
+            let ip: Ipv6Addr = ip
+                .parse()
+                .map_err(|_| "XFER_TCP_ADDR: only an IPv6 address has a zone (%eth0)")?;
             (IpAddr::V6(ip), Some(zone_of(zone)?))
         }
         None => (host.parse::<IpAddr>().map_err(|_| FORMS)?, None),
@@ -81,7 +83,8 @@ fn port(text: &str) -> Result<u16, &'static str> {
     if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
         return Err(FORMS);
     }
-    text.parse().map_err(|_| "XFER_TCP_ADDR: the port must be at most 65535")
+    text.parse()
+        .map_err(|_| "XFER_TCP_ADDR: the port must be at most 65535")
 }
 
 fn zone_of(text: &str) -> Result<Zone, &'static str> {
@@ -167,7 +170,10 @@ mod tests {
         ] {
             assert!(parse(bad).is_err(), "{bad:?} was accepted: {:?}", parse(bad));
         }
-        assert_eq!(parse("10.0.0.1:65536"), Err("XFER_TCP_ADDR: the port must be at most 65535"));
+        assert_eq!(
+            parse("10.0.0.1:65536"),
+            Err("XFER_TCP_ADDR: the port must be at most 65535")
+        );
         for wildcard in ["0.0.0.0", "0.0.0.0:5000", "::", "[::]:5000"] {
             assert_eq!(
                 parse(wildcard),
@@ -175,6 +181,9 @@ mod tests {
                 "{wildcard}"
             );
         }
-        assert!(parse("x").unwrap_err().contains("[::1]:5000"), "the error lists the forms");
+        assert!(
+            parse("x").unwrap_err().contains("[::1]:5000"),
+            "the error lists the forms"
+        );
     }
 }

@@ -134,9 +134,7 @@ impl fmt::Display for Verdict {
             Verdict::Down => f.write_str("not used: down"),
             Verdict::NoCarrier => f.write_str("not used: up, but no carrier"),
             Verdict::Loopback => f.write_str("not used: loopback, used only when no other interface is"),
-            Verdict::Container => {
-                f.write_str("not used: a container or VM network (XFER_TCP_IFACE can name it)")
-            }
+            Verdict::Container => f.write_str("not used: a container or VM network (XFER_TCP_IFACE can name it)"),
             Verdict::NoAddress => f.write_str("not used: no usable address (link-local needs XFER_TCP_IFACE)"),
             Verdict::Later(first) => write!(f, "not used: usable, but {first} comes first"),
             Verdict::Ipv4Preferred(v4) => write!(f, "not used: IPv6 only, and IPv4 on {v4} is preferred"),
@@ -163,7 +161,18 @@ pub struct Choice {
 /// own network.
 pub fn is_container_link(name: &str) -> bool {
     const PREFIXES: [&str; 13] = [
-        "docker", "virbr", "vnet", "veth", "cni", "podman", "lxc", "lxd", "cali", "flannel", "cilium", "weave",
+        "docker",
+        "virbr",
+        "vnet",
+        "veth",
+        "cni",
+        "podman",
+        "lxc",
+        "lxd",
+        "cali",
+        "flannel",
+        "cilium",
+        "weave",
         "kube-bridge",
     ];
     let docker_network = name
@@ -542,7 +551,11 @@ mod tests {
 
     #[test]
     fn automatic_takes_ipv4_on_any_interface_before_ipv6() {
-        let host = vec![lo(), up("eth0", 2, &["2001:db8::1/64"]), up("eth1", 3, &["10.1.0.1/16"])];
+        let host = vec![
+            lo(),
+            up("eth0", 2, &["2001:db8::1/64"]),
+            up("eth1", 3, &["10.1.0.1/16"]),
+        ];
         let c = choose(&host, &attr(None, &[]));
         assert_eq!(listen(&c), ("10.1.0.1:0".into(), Some("eth1"), Rule::Ipv4));
         assert_eq!(c.verdicts[1], Verdict::Ipv4Preferred("eth1".into()));
@@ -668,7 +681,11 @@ mod tests {
 
     #[test]
     fn zones_resolve_against_the_interfaces() {
-        let host = vec![lo(), up("eth0", 4, &["fe80::1/64"]), up("eth1", 5, &["fe80::1/64", "fe80::2/64"])];
+        let host = vec![
+            lo(),
+            up("eth0", 4, &["fe80::1/64"]),
+            up("eth1", 5, &["fe80::1/64", "fe80::2/64"]),
+        ];
         let at = |text: &str| choose(&host, &attr(Some(text), &[])).listen.map(|l| l.addr.to_string());
         assert_eq!(at("fe80::1%eth1"), Ok("[fe80::1%5]:0".into()));
         assert_eq!(at("[fe80::1%eth0]:99"), Ok("[fe80::1%4]:99".into()));
@@ -706,7 +723,18 @@ mod tests {
         ] {
             assert!(is_container_link(name), "{name}");
         }
-        for name in ["eth0", "ens3", "enp1s0f0", "ib0", "br0", "br-lan", "br-0123456789", "bond0", "lo", "wlan0"] {
+        for name in [
+            "eth0",
+            "ens3",
+            "enp1s0f0",
+            "ib0",
+            "br0",
+            "br-lan",
+            "br-0123456789",
+            "bond0",
+            "lo",
+            "wlan0",
+        ] {
             assert!(!is_container_link(name), "{name}");
         }
     }

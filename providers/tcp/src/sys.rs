@@ -509,6 +509,7 @@ mod tests {
         let v4 = lo.addrs.iter().find(|a| a.ip == IpAddr::V4(Ipv4Addr::LOCALHOST));
         assert_eq!(v4.map(|a| a.prefix), Some(8), "{lo:?}");
         let mut names: Vec<&str> = all.iter().map(|i| i.name.as_str()).collect();
+        names.sort_unstable();
         names.dedup();
         assert_eq!(names.len(), all.len(), "one entry per interface: {names:?}");
     }
