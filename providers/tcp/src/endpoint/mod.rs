@@ -222,14 +222,20 @@ fn listen_addr(attr: &EndpointAttr) -> Result<SocketAddr> {
 
 /// The address to dial for a peer's name: a link-local IPv6 one (names carry
 /// no zone, zones are local to each host) through the zone this endpoint
-/// listens in, which is then on the same link.
-fn dial_addr(peer: SocketAddr, own_zone: u32) -> SocketAddr {
+/// listens in, which is then on the same link; an endpoint that listens on
+/// no link-local address cannot tell which link that is.
+fn dial_addr(peer: SocketAddr, own_zone: u32) -> Result<SocketAddr> {
     match peer {
         SocketAddr::V6(mut a) if a.ip().is_unicast_link_local() && a.scope_id() == 0 => {
+            if own_zone == 0 {
+                return Err(Error::InvalidArgument(
+                    "a link-local IPv6 peer is reachable only from an endpoint listening on a link-local address",
+                ));
+            }
             a.set_scope_id(own_zone);
-            SocketAddr::V6(a)
+            Ok(SocketAddr::V6(a))
         }
-        other => other,
+        other => Ok(other),
     }
 }
 
@@ -369,7 +375,7 @@ impl TcpEndpoint {
             return Ok(id);
         }
         let name = TcpName::decode(dest.as_bytes()).map_err(|e| Error::Protocol(e.as_str()))?;
-        let addr = dial_addr(name.addr, self.zone);
+        let addr = dial_addr(name.addr, self.zone)?;
         let sock = Socket::connect(&addr)?;
         sock.tune(&self.attr.tcp, Some(addr))?;
         let serial = self.next_serial();
@@ -1011,6 +1017,22 @@ impl EndpointProvider for TcpEndpoint {
         }
         for op in self.recvs.drain_posted() {
             complete::recv_failed(&mut cx.cq, op, Error::Canceled);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::dial_addr;
+
+    #[test]
+    fn link_local_peers_are_dialled_through_our_own_zone() {
+        let peer = "[fe80::2]:7".parse().unwrap();
+        assert_eq!(dial_addr(peer, 3).unwrap().to_string(), "[fe80::2%3]:7");
+        assert!(dial_addr(peer, 0).is_err(), "no zone of ours to dial it through");
+        for other in ["10.0.0.1:7", "[2001:db8::1]:7", "[fe80::2%5]:7"] {
+            let a = other.parse().unwrap();
+            assert_eq!(dial_addr(a, 3).unwrap(), a);
         }
     }
 }
