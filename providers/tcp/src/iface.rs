@@ -185,8 +185,13 @@ fn v4_link_local(ip: &IpAddr) -> bool {
     matches!(ip, IpAddr::V4(v4) if v4.is_link_local())
 }
 
+/// A link-local unicast IPv6 address (`fe80::/10`): it needs a zone.
+pub fn is_link_local_v6(ip: &Ipv6Addr) -> bool {
+    ip.segments()[0] & 0xffc0 == 0xfe80
+}
+
 fn v6_link_local(ip: &IpAddr) -> bool {
-    matches!(ip, IpAddr::V6(v6) if v6.is_unicast_link_local())
+    matches!(ip, IpAddr::V6(v6) if is_link_local_v6(v6))
 }
 
 /// An IPv4 address other than loopback and link-local.
@@ -212,7 +217,7 @@ fn listed_addr(i: &Interface) -> Option<SocketAddr> {
 /// `ip:port`, with `scope` as the zone of a link-local IPv6 address.
 fn socket_addr(ip: IpAddr, port: u16, scope: u32) -> SocketAddr {
     match ip {
-        IpAddr::V6(v6) if v6.is_unicast_link_local() => SocketAddr::V6(SocketAddrV6::new(v6, port, 0, scope)),
+        IpAddr::V6(v6) if is_link_local_v6(&v6) => SocketAddr::V6(SocketAddrV6::new(v6, port, 0, scope)),
         ip => SocketAddr::new(ip, port),
     }
 }
@@ -699,6 +704,19 @@ mod tests {
         assert_eq!(c.verdicts, [Verdict::AddrSet, Verdict::AddrSet, Verdict::Used]);
         assert_eq!(at("[::1]:5"), Ok("[::1]:5".into()));
         assert_eq!(at("::1"), Ok("[::1]:0".into()));
+    }
+
+    #[test]
+    fn link_local_is_fe80_slash_10() {
+        for (ip, want) in [
+            ("fe80::1", true),
+            ("febf::1", true),
+            ("fec0::1", false),
+            ("fe7f::1", false),
+            ("::1", false),
+        ] {
+            assert_eq!(is_link_local_v6(&ip.parse().unwrap()), want, "{ip}");
+        }
     }
 
     #[test]

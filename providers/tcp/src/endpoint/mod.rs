@@ -226,7 +226,7 @@ fn listen_addr(attr: &EndpointAttr) -> Result<SocketAddr> {
 /// no link-local address cannot tell which link that is.
 fn dial_addr(peer: SocketAddr, own_zone: u32) -> Result<SocketAddr> {
     match peer {
-        SocketAddr::V6(mut a) if a.ip().is_unicast_link_local() && a.scope_id() == 0 => {
+        SocketAddr::V6(mut a) if iface::is_link_local_v6(a.ip()) && a.scope_id() == 0 => {
             if own_zone == 0 {
                 return Err(Error::InvalidArgument(
                     "a link-local IPv6 peer is reachable only from an endpoint listening on a link-local address",
