@@ -117,8 +117,10 @@ pub enum Verdict {
     Loopback,
     /// A container or VM network by its name: not used unless listed.
     Container,
-    /// No address of the kind needed (none, or only link-local ones).
+    /// No IPv4 or IPv6 address at all.
     NoAddress,
+    /// Only link-local addresses, which the automatic choice does not take.
+    LinkLocalOnly,
     /// Usable, but this interface comes first.
     Later(String),
     /// Has global IPv6 only, and this interface has IPv4, which is preferred.
@@ -135,7 +137,10 @@ impl fmt::Display for Verdict {
             Verdict::NoCarrier => f.write_str("not used: up, but no carrier"),
             Verdict::Loopback => f.write_str("not used: loopback, used only when no other interface is"),
             Verdict::Container => f.write_str("not used: a container or VM network (XFER_TCP_IFACE can name it)"),
-            Verdict::NoAddress => f.write_str("not used: no usable address (link-local needs XFER_TCP_IFACE)"),
+            Verdict::NoAddress => f.write_str("not used: no address"),
+            Verdict::LinkLocalOnly => {
+                f.write_str("not used: link-local addresses only (used when XFER_TCP_IFACE names it)")
+            }
             Verdict::Later(first) => write!(f, "not used: usable, but {first} comes first"),
             Verdict::Ipv4Preferred(v4) => write!(f, "not used: IPv6 only, and IPv4 on {v4} is preferred"),
         }
@@ -404,7 +409,8 @@ fn automatic(ifaces: &[Interface]) -> (Result<Listen>, Vec<Verdict>) {
                     Rule::Ipv4 if i.addrs.iter().any(routable_v4) => Verdict::Later(first),
                     Rule::Ipv4 if i.addrs.iter().any(global_v6) => Verdict::Ipv4Preferred(first),
                     Rule::Ipv6 if i.addrs.iter().any(global_v6) => Verdict::Later(first),
-                    _ => Verdict::NoAddress,
+                    _ if i.addrs.is_empty() => Verdict::NoAddress,
+                    _ => Verdict::LinkLocalOnly,
                 }
             }
         })
@@ -580,7 +586,7 @@ mod tests {
             c.verdicts,
             [
                 Verdict::Loopback,
-                Verdict::NoAddress,
+                Verdict::LinkLocalOnly,
                 Verdict::Used,
                 Verdict::Later("eth1".into())
             ]
@@ -604,7 +610,7 @@ mod tests {
             [
                 Verdict::Used,
                 Verdict::NoCarrier,
-                Verdict::NoAddress,
+                Verdict::LinkLocalOnly,
                 Verdict::Container
             ]
         );
@@ -772,6 +778,7 @@ mod tests {
             Verdict::Loopback,
             Verdict::Container,
             Verdict::NoAddress,
+            Verdict::LinkLocalOnly,
             Verdict::Ipv4Preferred("eth0".into()),
         ] {
             assert!(v.to_string().starts_with("not used: "), "{v}");
