@@ -3,14 +3,16 @@
 //! Lists the providers compiled in (in order of preference, whether each can
 //! run here and why), the one `xfer::open_default()` picks and why not each
 //! other one (`xfer::open_report`), the name of an
-//! endpoint opened on it, every verbs device with its limits, ports and GIDs
-//! (or why there are none), and every `XFER_*` setting with its effective
-//! value and default.
+//! endpoint opened on it, every network interface with its state, kind and
+//! addresses and whether the TCP provider listens on it (and why not), every
+//! verbs device with its limits, ports and GIDs (or why there are none), and
+//! every `XFER_*` setting with its effective value and default.
 //!
 //! ```text
 //! cargo run --bin xfer-info              # human-readable
 //! cargo run --bin xfer-info -- --json    # one JSON object, for scripts
 //! XFER_TCP_ADDR=127.0.0.1 xfer-info      # see the effect of a setting
+//! XFER_TCP_IFACE=eth1 xfer-info          # which interface TCP would listen on, and why
 //! ```
 //!
 //! Exit status: 0 when an endpoint could be opened, 1 when not (the report
@@ -23,10 +25,15 @@ use xfer::{CqAttr, DomainAttr, EndpointAttr, ProviderChoice, ProviderInfo, Setti
 
 const USAGE: &str = "usage: xfer-info [--json]";
 
+#[path = "xfer-info/tcp.rs"]
+mod tcp;
+
 /// Everything the report shows.
 struct Report {
     providers: Vec<ProviderInfo>,
     opened: Opened,
+    /// The network interfaces and the TCP provider's choice among them.
+    tcp: tcp::Section,
     /// The verbs devices, when the verbs provider is compiled in.
     verbs: Option<verbs::Probe>,
     rows: Vec<Row>,
@@ -73,6 +80,7 @@ fn main() -> ExitCode {
     let report = Report {
         providers: xfer::info(),
         opened: open(),
+        tcp: tcp::section(),
         verbs: verbs::probe(),
         rows: settings(),
     };
@@ -175,6 +183,7 @@ fn print_text(out: &mut impl Write, report: &Report) -> std::io::Result<()> {
     let Report {
         providers,
         opened,
+        tcp,
         verbs,
         rows,
     } = report;
@@ -208,6 +217,8 @@ fn print_text(out: &mut impl Write, report: &Report) -> std::io::Result<()> {
         Err(e) => writeln!(out, "error:                {e}")?,
     }
     writeln!(out)?;
+    tcp::print_text(out, tcp)?;
+    writeln!(out)?;
     if let Some(probe) = verbs {
         verbs::print_text(out, probe)?;
         writeln!(out)?;
@@ -236,6 +247,7 @@ fn to_json(report: &Report) -> String {
     let Report {
         providers,
         opened,
+        tcp,
         verbs,
         rows,
     } = report;
@@ -284,9 +296,10 @@ fn to_json(report: &Report) -> String {
         })
         .collect();
     let verbs = verbs.as_ref().map_or_else(|| "null".to_string(), verbs::to_json);
+    let tcp = tcp::to_json(tcp);
     format!(
         "{{\n  \"providers\": [\n    {}\n  ],\n  \"chosen\": {chosen},\n  \"why\": [{}],\n  \"endpoint\": {endpoint},\n  \
-         \"error\": {error},\n  \"verbs\": {verbs},\n  \"settings\": [\n    {}\n  ]\n}}",
+         \"error\": {error},\n  \"tcp\": {tcp},\n  \"verbs\": {verbs},\n  \"settings\": [\n    {}\n  ]\n}}",
         providers.join(",\n    "),
         why.join(", "),
         settings.join(",\n    ")

@@ -11,7 +11,7 @@
 //! Every length from the wire is checked before any buffer is touched; a
 //! peer that breaks the protocol loses its connection, nothing else.
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, RawFd};
 use std::time::{Duration, Instant};
 
@@ -28,6 +28,7 @@ use xfer_core::sys::{Epoll, EMPTY_EVENT, READABLE, WRITABLE};
 use xfer_core::tag::{Matched, RecvSpec};
 
 use crate::conn::{Conn, Dir, Owner, Payload, State, TxFrame};
+use crate::iface;
 use crate::keys::{status_error, status_of};
 use crate::name::TcpName;
 use crate::rx::{EagerDest, EagerRx, Phase, RndvRx, RtsTicket, Unexp, WriteRx};
@@ -101,6 +102,9 @@ pub struct TcpEndpoint {
     /// Our name's nonce: a Hello must carry it to be accepted.
     nonce: u64,
     listener: Socket,
+    /// The zone (interface index) of a link-local IPv6 listening address,
+    /// else 0: link-local peers are dialled through it.
+    zone: u32,
     epoll: Epoll,
     events: Vec<libc::epoll_event>,
     conns: Slab<Conn>,
@@ -196,21 +200,40 @@ fn op_error(cause: &Error, peer: PeerAddr) -> Error {
     }
 }
 
+/// Where an endpoint with `attr` listens (iface.rs has the rules). Without
+/// the host's interface list, an explicit address still works and the
+/// automatic choice falls back to loopback.
 fn listen_addr(attr: &EndpointAttr) -> Result<SocketAddr> {
-    let Some(text) = attr.tcp.addr.as_deref() else {
-        let ip = sys::first_external_ipv4().unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST));
-        return Ok(SocketAddr::new(ip, 0));
-    };
-    let addr = text
-        .parse::<SocketAddr>()
-        .or_else(|_| text.parse::<IpAddr>().map(|ip| SocketAddr::new(ip, 0)))
-        .map_err(|_| Error::InvalidArgument("XFER_TCP_ADDR must be IP or IP:PORT"))?;
-    if addr.ip().is_unspecified() {
-        return Err(Error::InvalidArgument(
-            "XFER_TCP_ADDR must name a concrete IP, not a wildcard",
-        ));
+    let ifaces = iface::interfaces().unwrap_or_else(|e| {
+        tracing::warn!(error = %e, "listing the network interfaces failed");
+        Vec::new()
+    });
+    let choice = iface::choose(&ifaces, &attr.tcp);
+    if !choice.missing.is_empty() {
+        tracing::debug!(missing = ?choice.missing, "XFER_TCP_IFACE names interfaces this host does not have");
     }
-    Ok(addr)
+    let listen = choice.listen?;
+    tracing::debug!(addr = %listen.addr, iface = ?listen.iface, rule = %listen.rule, "tcp listen address");
+    Ok(listen.addr)
+}
+
+/// The address to dial for a peer's name: a link-local IPv6 one (names carry
+/// no zone, zones are local to each host) through the zone this endpoint
+/// listens in, which is then on the same link; an endpoint that listens on
+/// no link-local address cannot tell which link that is.
+fn dial_addr(peer: SocketAddr, own_zone: u32) -> Result<SocketAddr> {
+    match peer {
+        SocketAddr::V6(mut a) if iface::is_link_local_v6(a.ip()) && a.scope_id() == 0 => {
+            if own_zone == 0 {
+                return Err(Error::InvalidArgument(
+                    "a link-local IPv6 peer is reachable only from an endpoint listening on a link-local address",
+                ));
+            }
+            a.set_scope_id(own_zone);
+            Ok(SocketAddr::V6(a))
+        }
+        other => Ok(other),
+    }
 }
 
 impl TcpEndpoint {
@@ -223,10 +246,12 @@ impl TcpEndpoint {
         }
         let listener = Socket::listen(&listen_addr(attr)?)?;
         let nonce = sys::random_u64();
-        let tcp_name = TcpName {
-            addr: listener.local_addr()?,
-            nonce,
+        let bound = listener.local_addr()?;
+        let zone = match bound {
+            SocketAddr::V6(a) => a.scope_id(),
+            SocketAddr::V4(_) => 0,
         };
+        let tcp_name = TcpName { addr: bound, nonce };
         let name = Address::new(&tcp_name.to_vec())?;
         let epoll = Epoll::new()?;
         epoll.add(listener.as_raw_fd(), READABLE, LISTENER)?;
@@ -236,6 +261,7 @@ impl TcpEndpoint {
             name,
             nonce,
             listener,
+            zone,
             epoll,
             events: vec![EMPTY_EVENT; 64],
             conns: Slab::new(),
@@ -347,8 +373,9 @@ impl TcpEndpoint {
             return Ok(id);
         }
         let name = TcpName::decode(dest.as_bytes()).map_err(|e| Error::Protocol(e.as_str()))?;
-        let sock = Socket::connect(&name.addr)?;
-        sock.tune(&self.attr.tcp, Some(name.addr))?;
+        let addr = dial_addr(name.addr, self.zone)?;
+        let sock = Socket::connect(&addr)?;
+        sock.tune(&self.attr.tcp, Some(addr))?;
         let serial = self.next_serial();
         let mut conn = Conn::new(sock, Dir::Out, State::Connecting(Instant::now()), serial, Some(*dest));
         let me = self.name.as_bytes().to_vec();
@@ -990,6 +1017,22 @@ impl EndpointProvider for TcpEndpoint {
         }
         for op in self.recvs.drain_posted() {
             complete::recv_failed(&mut cx.cq, op, Error::Canceled);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::dial_addr;
+
+    #[test]
+    fn link_local_peers_are_dialled_through_our_own_zone() {
+        let peer = "[fe80::2]:7".parse().unwrap();
+        assert_eq!(dial_addr(peer, 3).unwrap().to_string(), "[fe80::2%3]:7");
+        assert!(dial_addr(peer, 0).is_err(), "no zone of ours to dial it through");
+        for other in ["10.0.0.1:7", "[2001:db8::1]:7", "[fe80::2%5]:7"] {
+            let a = other.parse().unwrap();
+            assert_eq!(dial_addr(a, 3).unwrap(), a);
         }
     }
 }
