@@ -30,6 +30,10 @@ pub struct Receives<H> {
     tagged: Matcher<RecvOp, Unexpected<H>>,
     untagged: Matcher<RecvOp, Unexpected<H>>,
     held: Held,
+    /// Per space (untagged, tagged): the address vector's
+    /// [`AvTable::inserted`] when its messages from unknown senders were
+    /// last looked up there; until it changes, none of them can resolve.
+    resolved_at: [u64; 2],
 }
 
 impl<H> Default for Receives<H> {
@@ -38,6 +42,7 @@ impl<H> Default for Receives<H> {
             tagged: Matcher::new(),
             untagged: Matcher::new(),
             held: Held::default(),
+            resolved_at: [0; 2],
         }
     }
 }
@@ -68,6 +73,18 @@ impl<H> Receives<H> {
         self.space(tagged).take_posted(src, tag)
     }
 
+    /// Gives messages of `tagged`'s space from then-unknown senders the
+    /// handles `av` now has for them, when names were inserted since the
+    /// last look: a post does not walk them while the table is unchanged.
+    #[inline]
+    fn resolve(&mut self, av: &AvTable, tagged: bool) {
+        let seen = &mut self.resolved_at[usize::from(tagged)];
+        if *seen != av.inserted() {
+            *seen = av.inserted();
+            self.space(tagged).resolve_unknown(|u| av.reverse(u.from()));
+        }
+    }
+
     /// A message no posted receive accepted: kept for a later one.
     pub fn arrive(&mut self, tagged: bool, src: PeerAddr, tag: u64, msg: Unexpected<H>) {
         self.held.add(&msg, Self::SLOT);
@@ -92,9 +109,8 @@ impl<H> Receives<H> {
                 ..op.spec
             }
         };
-        let m = self.space(op.tagged);
-        m.resolve_unknown(|u| av.reverse(u.from()));
-        let hit = m.post(spec, op)?;
+        self.resolve(av, op.tagged);
+        let hit = self.space(op.tagged).post(spec, op)?;
         self.held.remove(&hit.msg, Self::SLOT);
         Some(hit)
     }
@@ -102,7 +118,7 @@ impl<H> Receives<H> {
     /// `FI_PEEK` (and `FI_CLAIM` with `claim`) among unexpected tagged
     /// messages.
     pub fn peek(&mut self, av: &AvTable, spec: RecvSpec, claim: bool) -> Option<(Peeked, Option<Claim>)> {
-        self.tagged.resolve_unknown(|u| av.reverse(u.from()));
+        self.resolve(av, true);
         self.tagged.probe(&spec, claim, Unexpected::describe)
     }
 
@@ -267,5 +283,27 @@ mod tests {
             .expect("the eager message");
         assert_eq!(hit.msg.payload_len(), 100);
         assert_eq!(rx.held(), Held::default(), "everything received: nothing held");
+    }
+
+    #[test]
+    fn a_sender_inserted_after_its_messages_is_matched_by_a_directed_receive() {
+        let mut av = AvTable::default();
+        let early = Address::new(&[1]).unwrap();
+        let late = Address::new(&[2]).unwrap();
+        let pe = av.insert(early);
+        let mut rx: Receives<()> = Receives::new();
+        rx.arrive(true, PeerAddr::UNSPEC, 3, eager(&late, 1));
+        // The table has not changed since: still unknown, so a receive
+        // directed at the early peer does not take it.
+        assert!(rx.post(&av, recv(pe, 3, 0, true, 1)).is_none());
+        let pl = av.insert(late);
+        let hit = rx
+            .post(&av, recv(pl, 3, 0, true, 2))
+            .expect("resolved once the sender is in the table");
+        assert_eq!(hit.src, pl);
+        // A repeated insert changes nothing.
+        let before = av.inserted();
+        assert_eq!(av.insert(late), pl);
+        assert_eq!(av.inserted(), before);
     }
 }
