@@ -141,6 +141,12 @@ impl<T> Node<T> {
     }
 }
 
+#[cfg(test)]
+thread_local! {
+    /// Entries the searches of this thread looked at (tests of search cost).
+    static VISITED: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
 /// Buckets of a queue's first table.
 const MIN_BUCKETS_LOG2: u32 = 6;
 
@@ -372,6 +378,8 @@ impl<T> Queue<T> {
         };
         while cur != NIL {
             let node = &self.nodes[cur as usize];
+            #[cfg(test)]
+            VISITED.with(|v| v.set(v.get() + 1));
             if pred(node) {
                 return Some(cur as usize);
             }
@@ -386,6 +394,8 @@ impl<T> Queue<T> {
         let mut cur = ends.head;
         while cur != NIL {
             let node = &self.nodes[cur as usize];
+            #[cfg(test)]
+            VISITED.with(|v| v.set(v.get() + 1));
             if pred(node) {
                 return Some(cur as usize);
             }
@@ -737,6 +747,8 @@ mod tests {
 
     const P0: PeerAddr = PeerAddr(0);
     const P1: PeerAddr = PeerAddr(1);
+    const P2: PeerAddr = PeerAddr(2);
+    const P3: PeerAddr = PeerAddr(3);
     const ANY: PeerAddr = PeerAddr::UNSPEC;
 
     fn spec(src: PeerAddr, tag: u64, ignore: u64) -> RecvSpec {
@@ -1115,5 +1127,38 @@ mod tests {
             }
             prop_assert_eq!(m.unexpected_len(), 0);
         }
+    }
+
+    /// Entries looked at by the searches `f` makes.
+    fn visits(f: impl FnOnce()) -> u64 {
+        VISITED.with(|v| v.set(0));
+        f();
+        VISITED.with(|v| v.get())
+    }
+
+    #[test]
+    fn searches_do_not_walk_a_million_unrelated_entries() {
+        const N: u64 = 1_000_000;
+        let mut m = Matcher::<u64, u64>::new();
+        for i in 0..N {
+            // Unexpected messages from four peers and from unknown senders.
+            let src = if i % 5 == 4 { ANY } else { PeerAddr(i % 4) };
+            m.push_unexpected(src, 1 << 32 | i, i);
+        }
+        for i in 0..N {
+            assert!(m.post(spec(PeerAddr(i % 4), 1 << 40 | i, 0), i).is_none());
+        }
+        m.push_unexpected(P1, 7, N);
+        let hit = visits(|| assert_eq!(m.post(spec(ANY, 7, 0), 0).map(|x| x.msg), Some(N)));
+        assert!(hit <= 4, "an any-source post looked at {hit} entries");
+        let hit = visits(|| assert_eq!(m.post(spec(P1, 1 << 32 | 5, 0), 0).map(|x| x.msg), Some(5)));
+        assert!(hit <= 4, "a directed post looked at {hit} entries");
+        let miss = visits(|| assert!(m.post(spec(P2, 99, 0), 1).is_none()));
+        assert!(miss <= 4, "a post that matches nothing looked at {miss} entries");
+        assert_eq!(m.cancel_posted(|&r| r == 1).map(|x| x.1), Some(1));
+        let hit = visits(|| assert_eq!(m.take_posted(P2, 1 << 40 | 6).map(|x| x.1), Some(6)));
+        assert!(hit <= 4, "an arrival looked at {hit} entries");
+        let miss = visits(|| assert_eq!(m.take_posted(P3, 12345), None));
+        assert!(miss <= 4, "an arrival that matches nothing looked at {miss} entries");
     }
 }
