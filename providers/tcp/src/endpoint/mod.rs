@@ -28,7 +28,7 @@ use xfer_core::tag::{Matched, Matcher, RecvSpec};
 
 use crate::conn::{Conn, Dir, Owner, Payload, State, TxFrame};
 use crate::keys::{status_error, status_of};
-use crate::name::TcpName;
+use crate::name::{TcpName, ANY_NONCE};
 use crate::rx::{EagerDest, EagerRx, Phase, RndvRx, Unexp, WriteRx};
 use crate::sys::{self, Io, Socket};
 use crate::wire::{status, Frame, CREDIT_INIT, HEADER_LEN, MAX_EAGER};
@@ -207,12 +207,25 @@ fn listen_addr(attr: &EndpointAttr) -> Result<SocketAddr> {
         .parse::<SocketAddr>()
         .or_else(|_| text.parse::<IpAddr>().map(|ip| SocketAddr::new(ip, 0)))
         .map_err(|_| Error::InvalidArgument("XFER_TCP_ADDR must be IP or IP:PORT"))?;
-    if addr.ip().is_unspecified() {
+    if addr.ip().is_unspecified() && addr.port() == 0 {
         return Err(Error::InvalidArgument(
-            "XFER_TCP_ADDR must name a concrete IP, not a wildcard",
+            "XFER_TCP_ADDR may be a wildcard IP only with a port (0.0.0.0:PORT)",
         ));
     }
     Ok(addr)
+}
+
+/// The address an endpoint's name carries for a listener bound to `bound`:
+/// a wildcard listener (`0.0.0.0:PORT`, every interface) is named by the
+/// address an endpoint without `XFER_TCP_ADDR` would listen on, with its port.
+fn named_addr(bound: SocketAddr) -> SocketAddr {
+    match bound.ip().is_unspecified() {
+        true => SocketAddr::new(
+            sys::first_external_ipv4().unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST)),
+            bound.port(),
+        ),
+        false => bound,
+    }
 }
 
 impl TcpEndpoint {
@@ -223,10 +236,12 @@ impl TcpEndpoint {
                 "rendezvous threshold and inject size must be at most 1 MiB",
             ));
         }
-        let listener = Socket::listen(&listen_addr(attr)?)?;
-        let nonce = sys::random_u64();
+        let at = listen_addr(attr)?;
+        let listener = Socket::listen(&at).inspect_err(|e| tracing::warn!(addr = %at, error = %e, "tcp listen"))?;
+        // Never the reserved nonce 0 ("whoever listens there", name.rs).
+        let nonce = sys::random_u64().max(1);
         let tcp_name = TcpName {
-            addr: listener.local_addr()?,
+            addr: named_addr(listener.local_addr()?),
             nonce,
         };
         let name = Address::new(&tcp_name.to_vec())?;
