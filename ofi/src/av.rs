@@ -94,8 +94,10 @@ pub(crate) unsafe fn get(fid: *const fi::fid) -> Option<Arc<AvCore>> {
     unsafe { Obj::<AvObj>::get(fid) }.map(|o| o.core.0.clone())
 }
 
-/// `fi_av_insert`: `count` names of [`NAME_LEN`] bytes; returns how many
-/// were inserted. A name that is not valid gets `FI_ADDR_NOTAVAIL`.
+/// `fi_av_insert`: `count` addresses in the domain's format ([`NAME_LEN`]
+/// bytes each, or `sockaddr_in`/`sockaddr_in6`: the TCP endpoint listening
+/// there); returns how many were inserted. One that is not valid gets
+/// `FI_ADDR_NOTAVAIL`.
 unsafe extern "C" fn insert(
     av: *mut fi::fid_av,
     addr: *const c_void,
@@ -112,7 +114,8 @@ unsafe extern "C" fn insert(
         if count == 0 {
             return 0;
         }
-        let Some(total) = count.checked_mul(NAME_LEN) else {
+        let format = av.domain.format;
+        let Some(total) = count.checked_mul(format.len()) else {
             return -(libc::EINVAL);
         };
         if addr.is_null() || c_int::try_from(count).is_err() {
@@ -121,8 +124,8 @@ unsafe extern "C" fn insert(
         // SAFETY: fi_av_insert's contract: `count` names of the provider's size.
         let bytes = unsafe { std::slice::from_raw_parts(addr.cast::<u8>(), total) };
         let mut inserted = 0;
-        for (i, one) in bytes.chunks_exact(NAME_LEN).enumerate() {
-            let peer = match name::decode(one).map(|n| av.xfer.insert(n)) {
+        for (i, one) in bytes.chunks_exact(format.len()).enumerate() {
+            let peer = match format.decode(one).map(|n| av.xfer.insert(n.as_bytes())) {
                 Some(Ok(peer)) => {
                     inserted += 1;
                     peer.0
@@ -178,7 +181,10 @@ unsafe extern "C" fn lookup(
             return -(libc::EINVAL);
         }
         let name = match av.xfer.lookup(xfer_facade::PeerAddr(fi_addr)) {
-            Ok(a) => name::encode(&a),
+            Ok(a) => match av.domain.format.encode(&a) {
+                Some(bytes) => bytes,
+                None => return -(libc::EINVAL),
+            },
             Err(e) => return entry::code(&e),
         };
         // SAFETY: checked non-null; the caller's in/out length.

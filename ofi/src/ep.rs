@@ -17,8 +17,7 @@ use crate::cq::{self, CqCore, Entry, Out};
 use crate::domain::{self, DomainCore};
 use crate::entry::{self, enosys, guard, lock, scode, Core, Obj, PANIC};
 use crate::fi;
-use crate::info::{CAPS, MAX_MSG_SIZE};
-use crate::name;
+use crate::info::{CAPS, IMPLIED_CAPS, MAX_MSG_SIZE, PRIMARY_CAPS};
 
 /// The bit an operation's xfer context carries when the application asked
 /// for no completion (`FI_SELECTIVE_COMPLETION` without `FI_COMPLETION`) but
@@ -28,6 +27,10 @@ use crate::name;
 /// and drops it otherwise (decision 55). On selective endpoints a context
 /// with this bit set is refused (`-FI_EINVAL`): no user-space pointer has it.
 pub(crate) const SILENT: u64 = 1 << 63;
+
+/// The capabilities of an endpoint opened from an fi_info that names none:
+/// messages and tagged messages both ways, no directed receives.
+const DEFAULT_CAPS: u64 = PRIMARY_CAPS | fi::FI_SEND | fi::FI_RECV | IMPLIED_CAPS;
 
 /// Completions taken from the xfer CQ per poll.
 const POLL_BATCH: usize = 16;
@@ -122,6 +125,9 @@ impl Drop for Enabled {
 pub(crate) struct EpCore {
     domain: Arc<DomainCore>,
     caps: u64,
+    /// Where the endpoint listens (`info->src_addr`, from `fi_getinfo`'s
+    /// node and service with `FI_SOURCE`); else where xfer's settings say.
+    listen: Option<std::net::SocketAddr>,
     pub(crate) tx_op_flags: u64,
     rx_op_flags: u64,
     bound: Mutex<Bound>,
@@ -568,10 +574,21 @@ pub(crate) unsafe extern "C" fn open(
                 return -(libc::EINVAL);
             }
         }
-        let caps = if info.caps == 0 { CAPS } else { info.caps };
+        let caps = if info.caps == 0 { DEFAULT_CAPS } else { info.caps };
         if caps & !CAPS != 0 {
             return -(libc::ENODATA);
         }
+        let listen = match (info.src_addr.is_null(), info.src_addrlen) {
+            (false, n) if n > 0 => {
+                // SAFETY: the application's src_addr holds src_addrlen bytes.
+                let bytes = unsafe { std::slice::from_raw_parts(info.src_addr.cast::<u8>(), n) };
+                match domain.format.listen_addr(bytes) {
+                    Some(at) if domain.xfer.provider() == "tcp" => Some(at),
+                    _ => return -(libc::EINVAL),
+                }
+            }
+            _ => None,
+        };
         // SAFETY: as above.
         let tx_op_flags = unsafe { info.tx_attr.as_ref() }.map_or(0, |tx| tx.op_flags);
         // SAFETY: as above.
@@ -579,6 +596,7 @@ pub(crate) unsafe extern "C" fn open(
         let core = EpCore {
             domain,
             caps,
+            listen,
             tx_op_flags,
             rx_op_flags,
             bound: Mutex::new(Bound::default()),
@@ -702,14 +720,20 @@ fn enable(ep: &Arc<EpCore>) -> c_int {
         Ok(cq) => cq,
         Err(e) => return entry::code(&e),
     };
-    let attr = EndpointAttr {
+    let mut attr = EndpointAttr {
         selective_completion: b.tx_selective,
         ..EndpointAttr::from_env()
     };
+    if let Some(at) = ep.listen {
+        attr.tcp.addr = Some(at.to_string());
+    }
     let xep = match ep.domain.xfer.endpoint(&xcq, &av.xfer, &attr) {
         Ok(e) => e,
         Err(e) => {
-            tracing::warn!(error = %e, "fi_enable: opening the xfer endpoint");
+            match ep.listen {
+                Some(at) => tracing::warn!(error = %e, %at, "fi_enable: cannot listen on the source address"),
+                None => tracing::warn!(error = %e, "fi_enable: opening the xfer endpoint"),
+            }
             return entry::code(&e);
         }
     };
@@ -759,7 +783,8 @@ unsafe extern "C" fn control(fid: *mut fi::fid, command: c_int, _arg: *mut c_voi
     })
 }
 
-/// `fi_getname`: the enabled endpoint's name ([`name::NAME_LEN`] bytes).
+/// `fi_getname`: the enabled endpoint's name in the domain's address
+/// format ([`crate::name::NAME_LEN`] bytes, or a `sockaddr_in`/`sockaddr_in6`).
 unsafe extern "C" fn getname(fid: fi::fid_t, addr: *mut c_void, addrlen: *mut usize) -> c_int {
     guard(PANIC, || {
         // SAFETY: libfabric passes the application's fid.
@@ -772,8 +797,11 @@ unsafe extern "C" fn getname(fid: fi::fid_t, addr: *mut c_void, addrlen: *mut us
         let Some(en) = obj.core.0.enabled.get() else {
             return fi::err(fi::FI_EOPBADSTATE);
         };
+        let Some(bytes) = obj.core.0.domain.format.encode(&en.ep.name()) else {
+            return -(libc::EINVAL);
+        };
         // SAFETY: checked non-null; the caller's buffer of *addrlen bytes.
-        unsafe { av::copy_out(&name::encode(&en.ep.name()), addr, addrlen) }
+        unsafe { av::copy_out(&bytes, addr, addrlen) }
     })
 }
 

@@ -15,6 +15,7 @@
 //! return `-FI_ENOSYS`. docs/OFI.md lists each call and what it maps to.
 #![deny(missing_docs)]
 
+mod addr;
 mod av;
 mod cntr;
 mod cq;
