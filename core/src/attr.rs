@@ -230,6 +230,8 @@ impl EndpointAttr {
 pub struct TcpAttr {
     /// Address to listen on, `IP` or `IP:PORT`; `None` picks the first
     /// non-loopback IPv4 interface, else 127.0.0.1, with an ephemeral port.
+    /// A wildcard IP needs a port (`0.0.0.0:PORT`): it listens on every
+    /// interface, and the endpoint's name carries the address `None` picks.
     pub addr: Option<String>,
     /// Milliseconds a connection attempt may take before its operations
     /// fail: the TCP connect and the peer's answer to our Hello.
