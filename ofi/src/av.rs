@@ -9,10 +9,11 @@ use std::sync::Arc;
 
 use xfer_facade::AddressVector;
 
+use crate::addr::{self, Format};
 use crate::domain::{self, DomainCore};
 use crate::entry::{self, enosys, guard, put, Core, Obj, PANIC};
 use crate::fi;
-use crate::name::{self, NAME_LEN};
+use crate::name;
 
 /// An address vector's state, shared with the endpoints bound to it.
 pub(crate) struct AvCore {
@@ -35,7 +36,7 @@ static OPS: fi::fi_ops = entry::close_only_ops(close);
 static AV_OPS: fi::fi_ops_av = fi::fi_ops_av {
     size: std::mem::size_of::<fi::fi_ops_av>(),
     insert: Some(insert),
-    insertsvc: Some(no_insertsvc),
+    insertsvc: Some(insertsvc),
     insertsym: Some(no_insertsym),
     remove: Some(remove),
     lookup: Some(lookup),
@@ -44,7 +45,6 @@ static AV_OPS: fi::fi_ops_av = fi::fi_ops_av {
 };
 
 enosys! {
-    no_insertsvc(*mut fi::fid_av, *const c_char, *const c_char, *mut fi::fi_addr_t, u64, *mut c_void) -> c_int;
     no_insertsym(*mut fi::fid_av, *const c_char, usize, *const c_char, usize, *mut fi::fi_addr_t, u64, *mut c_void) -> c_int;
     no_av_set(*mut fi::fid_av, *mut fi::fi_av_set_attr, *mut *mut fi::fid_av_set, *mut c_void) -> c_int;
 }
@@ -94,7 +94,7 @@ pub(crate) unsafe fn get(fid: *const fi::fid) -> Option<Arc<AvCore>> {
     unsafe { Obj::<AvObj>::get(fid) }.map(|o| o.core.0.clone())
 }
 
-/// `fi_av_insert`: `count` addresses in the domain's format ([`NAME_LEN`]
+/// `fi_av_insert`: `count` addresses in the domain's format ([`name::NAME_LEN`]
 /// bytes each, or `sockaddr_in`/`sockaddr_in6`: the TCP endpoint listening
 /// there); returns how many were inserted. One that is not valid gets
 /// `FI_ADDR_NOTAVAIL`.
@@ -142,6 +142,59 @@ unsafe extern "C" fn insert(
             }
         }
         inserted
+    })
+}
+
+/// `fi_av_insertsvc`: the TCP endpoint listening at `node` (an IP or a
+/// host name) and `service` (a port number); returns 1. A node that does
+/// not resolve or a service that is not a port `-FI_EINVAL`; on a verbs
+/// domain `-FI_ENOSYS` (verbs peers have no service).
+unsafe extern "C" fn insertsvc(
+    av: *mut fi::fid_av,
+    node: *const c_char,
+    service: *const c_char,
+    fi_addr: *mut fi::fi_addr_t,
+    _flags: u64,
+    _context: *mut c_void,
+) -> c_int {
+    guard(PANIC, || {
+        // SAFETY: libfabric passes the application's fid_av.
+        let Some(av) = (unsafe { get(av.cast()) }) else {
+            return -(libc::EINVAL);
+        };
+        if av.domain.xfer.provider() != "tcp" {
+            return -(libc::ENOSYS);
+        }
+        if node.is_null() || service.is_null() {
+            return -(libc::EINVAL);
+        }
+        // SAFETY: non-null C strings from the application.
+        let (node, service) = unsafe {
+            (
+                std::ffi::CStr::from_ptr(node).to_string_lossy(),
+                std::ffi::CStr::from_ptr(service).to_string_lossy(),
+            )
+        };
+        let dest = match addr::resolve(Some(&node), Some(&service), false, None) {
+            Ok(r) => r.dest.and_then(addr::any_listener),
+            Err(why) => {
+                tracing::debug!(%node, %service, why, "fi_av_insertsvc refused");
+                None
+            }
+        };
+        let Some(name) = dest else {
+            return -(libc::EINVAL);
+        };
+        match av.xfer.insert(name.as_bytes()) {
+            Ok(peer) => {
+                if !fi_addr.is_null() {
+                    // SAFETY: the caller's fi_addr_t.
+                    unsafe { fi_addr.write(peer.0) };
+                }
+                1
+            }
+            Err(e) => entry::code(&e),
+        }
     })
 }
 
@@ -214,9 +267,11 @@ pub(crate) unsafe fn copy_out(bytes: &[u8], out: *mut c_void, len: *mut usize) -
     }
 }
 
-/// `fi_av_straddr`: `xfer://` and the name in hex.
+/// `fi_av_straddr`: in xfer's format `xfer://` and the name in hex; a
+/// socket address as libfabric prints one (`fi_sockaddr_in://IP:PORT`,
+/// `fi_sockaddr_in6://[IP]:PORT`).
 unsafe extern "C" fn straddr(
-    _av: *mut fi::fid_av,
+    av: *mut fi::fid_av,
     addr: *const c_void,
     buf: *mut c_char,
     len: *mut usize,
@@ -225,12 +280,22 @@ unsafe extern "C" fn straddr(
         if addr.is_null() || buf.is_null() || len.is_null() {
             return std::ptr::null();
         }
-        // SAFETY: an address of this provider is NAME_LEN bytes.
-        let bytes = unsafe { std::slice::from_raw_parts(addr.cast::<u8>(), NAME_LEN) };
-        let mut s = String::from("xfer://");
-        for b in name::decode(bytes).unwrap_or(&[]) {
-            let _ = write!(s, "{b:02x}");
-        }
+        // SAFETY: libfabric passes the application's fid_av.
+        let format = unsafe { get(av.cast()) }.map_or(Format::Xfer, |av| av.domain.format);
+        // SAFETY: an address of the AV's format is format.len() bytes.
+        let bytes = unsafe { std::slice::from_raw_parts(addr.cast::<u8>(), format.len()) };
+        let mut s = match (format, addr::from_sockaddr(bytes)) {
+            (Format::Xfer, _) => {
+                let mut s = String::from("xfer://");
+                for b in name::decode(bytes).unwrap_or(&[]) {
+                    let _ = write!(s, "{b:02x}");
+                }
+                s
+            }
+            (Format::Inet, Some(at)) => format!("fi_sockaddr_in://{at}"),
+            (Format::Inet6, Some(at)) => format!("fi_sockaddr_in6://{at}"),
+            (_, None) => String::from("fi_sockaddr://?"),
+        };
         s.push('\0');
         // SAFETY: checked non-null; the caller's buffer of *len bytes.
         let room = unsafe { *len };

@@ -174,6 +174,9 @@ pub struct Offer {
     /// `FI_MR_LOCAL` in the registration mode returned (RMA only, when
     /// the application listed it).
     pub mr_local: bool,
+    /// The old registration mode asked for (`FI_MR_BASIC`, or
+    /// `FI_MR_SCALABLE` without RMA), returned as asked.
+    pub old_mr_mode: Option<u32>,
     /// The threading level returned: the one asked for, else `FI_THREAD_SAFE`.
     pub threading: u32,
     /// Transmit and receive queue sizes returned: the sizes asked for when
@@ -297,7 +300,13 @@ pub fn select(h: &Hints, provider: &str, limits: Limits) -> Result<Offer, &'stat
     }
     let rma = (h.caps | h.tx_caps | h.rx_caps) & RMA_CAPS != 0;
     let mr_mode = h.mr_mode as u64;
-    if rma && !(mr_mode == 0 || mr_mode == u64::from(fi::FI_MR_BASIC) || mr_mode & MR_MODE_RMA == MR_MODE_RMA) {
+    let old_form = [fi::FI_MR_BASIC, fi::FI_MR_SCALABLE]
+        .into_iter()
+        .find(|&m| mr_mode == u64::from(m));
+    if rma && old_form == Some(fi::FI_MR_SCALABLE) {
+        return Err("FI_MR_SCALABLE: remote addresses are offsets and keys the application's; xfer's are virtual addresses and its own keys");
+    }
+    if rma && !(mr_mode == 0 || old_form.is_some() || mr_mode & MR_MODE_RMA == MR_MODE_RMA) {
         return Err("RMA needs FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY (or FI_MR_BASIC)");
     }
     let primary = match h.caps & PRIMARY_CAPS {
@@ -326,7 +335,8 @@ pub fn select(h: &Hints, provider: &str, limits: Limits) -> Result<Offer, &'stat
         src,
         dest,
         rma,
-        mr_local: rma && mr_mode & fi::FI_MR_LOCAL != 0,
+        mr_local: rma && old_form.is_none() && mr_mode & fi::FI_MR_LOCAL != 0,
+        old_mr_mode: old_form,
         threading: match h.threading {
             fi::FI_THREAD_UNSPEC => fi::FI_THREAD_SAFE,
             asked => asked,
@@ -516,11 +526,12 @@ fn build(version: u32, offer: &Offer) -> Option<*mut fi::fi_info> {
     dom.resource_mgmt = fi::FI_RM_ENABLED;
     dom.av_type = offer.av_type;
     let local = if offer.mr_local { fi::FI_MR_LOCAL } else { 0 };
-    dom.mr_mode = match (offer.rma, version < fi::version(1, 5)) {
-        (true, true) => fi::FI_MR_BASIC as c_int,
-        (true, false) => (MR_MODE_RMA | local) as c_int,
-        (false, true) => fi::FI_MR_SCALABLE as c_int,
-        (false, false) => 0,
+    dom.mr_mode = match (offer.old_mr_mode, offer.rma, version < fi::version(1, 5)) {
+        (Some(old), _, _) => old as c_int,
+        (None, true, true) => fi::FI_MR_BASIC as c_int,
+        (None, true, false) => (MR_MODE_RMA | local) as c_int,
+        (None, false, true) => fi::FI_MR_SCALABLE as c_int,
+        (None, false, false) => 0,
     };
     dom.mr_key_size = MR_KEY_SIZE;
     dom.cq_data_size = CQ_DATA_SIZE;
@@ -876,6 +887,21 @@ mod tests {
             select(&Hints::default(), "tcp", L).unwrap().threading,
             fi::FI_THREAD_SAFE
         );
+    }
+
+    #[test]
+    fn old_registration_modes_are_honoured() {
+        let h = |caps: u64, mr_mode: u32| Hints {
+            caps,
+            mr_mode: mr_mode as i32,
+            ..Hints::default()
+        };
+        let o = select(&h(fi::FI_RMA, fi::FI_MR_BASIC), "tcp", L).unwrap();
+        assert_eq!((o.rma, o.old_mr_mode, o.mr_local), (true, Some(fi::FI_MR_BASIC), false));
+        let o = select(&h(fi::FI_MSG, fi::FI_MR_SCALABLE), "tcp", L).unwrap();
+        assert_eq!(o.old_mr_mode, Some(fi::FI_MR_SCALABLE));
+        assert!(select(&h(fi::FI_RMA, fi::FI_MR_SCALABLE), "tcp", L).is_err());
+        assert_eq!(select(&h(fi::FI_RMA, 0), "tcp", L).unwrap().old_mr_mode, None);
     }
 
     #[test]

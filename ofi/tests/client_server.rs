@@ -65,9 +65,13 @@ struct Server {
 }
 
 impl Server {
-    /// Starts `fi_cs server PORT N` and waits for its "ready" line.
-    fn start(prov: Prov, port: u16, clients: usize) -> Result<Server, String> {
-        let mut child = fi_cs(prov, &["server", &port.to_string(), &clients.to_string()])
+    /// Starts `fi_cs server PORT N` (with `extra` arguments) and waits for
+    /// its "ready" line.
+    fn start(prov: Prov, port: u16, clients: usize, extra: &[&str]) -> Result<Server, String> {
+        let (port, clients) = (port.to_string(), clients.to_string());
+        let mut args = vec!["server", &port, &clients];
+        args.extend(extra);
+        let mut child = fi_cs(prov, &args)
             .spawn()
             .map_err(|e| format!("spawning the server: {e}"))?;
         let out = child.stdout.take().expect("piped stdout");
@@ -152,13 +156,22 @@ fn run(prov: Prov, what: &str, args: &[&str]) -> Result<Output, String> {
     }
 }
 
+/// A client of the server on `port` (with `extra` arguments).
+fn client_with(prov: Prov, port: u16, id: usize, extra: &[&str]) -> Result<Output, String> {
+    let (port, id_s) = (port.to_string(), id.to_string());
+    let mut args = vec!["client", "127.0.0.1", &port, &id_s];
+    args.extend(extra);
+    let out = run(prov, &format!("client {id}"), &args)?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    match text.contains(&format!("client {id} done")) {
+        true => Ok(out),
+        false => Err(format!("client {id}: {text}")),
+    }
+}
+
 /// A client of the server on `port`.
 fn client(prov: Prov, port: u16, id: usize) -> Result<Output, String> {
-    run(
-        prov,
-        &format!("client {id}"),
-        &["client", "127.0.0.1", &port.to_string(), &id.to_string()],
-    )
+    client_with(prov, port, id, &[])
 }
 
 /// Runs `scenario` over tcp, then over xfer: xfer must pass; a tcp failure
@@ -183,15 +196,28 @@ fn both(name: &str, scenario: impl Fn(Prov) -> Result<(), String>) {
 fn clients_in_turn_against_one_server() {
     both("clients_in_turn", |prov| {
         let port = free_port();
-        let server = Server::start(prov, port, 3)?;
+        let server = Server::start(prov, port, 3, &[])?;
         for id in 1..=3 {
-            let out = client(prov, port, id)?;
-            let text = String::from_utf8_lossy(&out.stdout);
-            if !text.contains(&format!("client {id} done")) {
-                return Err(format!("client {id}: {text}"));
-            }
+            client(prov, port, id)?;
         }
         server.finish(3)
+    });
+}
+
+/// The same with `FI_SOCKADDR_IN` addresses on both sides: `src_addr` and
+/// `dest_addr` are `sockaddr_in`s of the port, `fi_av_straddr` prints
+/// `fi_sockaddr_in://127.0.0.1:PORT`, the client reaches the server through
+/// `fi_av_insertsvc`, and the server answers each client at the
+/// `sockaddr_in` its `fi_getname` gave.
+#[test]
+fn clients_in_turn_with_sockaddr_in() {
+    both("clients_in_turn_sockaddr_in", |prov| {
+        let port = free_port();
+        let server = Server::start(prov, port, 2, &["in"])?;
+        for id in 1..=2 {
+            client_with(prov, port, id, &["in"])?;
+        }
+        server.finish(2)
     });
 }
 
@@ -201,7 +227,7 @@ fn clients_in_turn_against_one_server() {
 fn service_in_use_is_a_clear_error() {
     both("service_in_use", |prov| {
         let port = free_port();
-        let server = Server::start(prov, port, 1)?;
+        let server = Server::start(prov, port, 1, &[])?;
         let out = run(prov, "second server", &["inuse", &port.to_string()])?;
         eprintln!("{prov:?}: {}", String::from_utf8_lossy(&out.stdout).trim());
         client(prov, port, 1)?;
@@ -215,8 +241,8 @@ fn service_in_use_is_a_clear_error() {
 fn two_servers_on_different_services() {
     both("two_servers", |prov| {
         let (a, b) = (free_port(), free_port());
-        let sa = Server::start(prov, a, 1)?;
-        let sb = Server::start(prov, b, 1)?;
+        let sa = Server::start(prov, a, 1, &[])?;
+        let sb = Server::start(prov, b, 1, &[])?;
         let ca = std::thread::spawn(move || client(prov, a, 1).map(drop));
         client(prov, b, 2)?;
         ca.join().map_err(|_| "client thread panicked".to_string())??;

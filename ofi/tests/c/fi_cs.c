@@ -7,10 +7,15 @@
  * FI_PROVIDER selects (the tests run it over xfer and over libfabric's
  * own tcp provider).
  *
- *   fi_cs server PORT NCLIENTS   serve NCLIENTS clients one after another
- *   fi_cs client HOST PORT ID    one client
+ *   fi_cs server PORT NCLIENTS [in]   serve NCLIENTS clients one after another
+ *   fi_cs client HOST PORT ID [in]    one client
  *   fi_cs inuse PORT             a second server on PORT: must fail with
  *                                -FI_EADDRINUSE (exit 0), at any call
+ *
+ * With `in` both sides ask for FI_SOCKADDR_IN addresses: src_addr,
+ * dest_addr and fi_getname are struct sockaddr_in, fi_av_straddr prints
+ * fi_sockaddr_in://127.0.0.1:PORT, and the client reaches the server
+ * through fi_av_insertsvc(HOST, PORT).
  *
  * Slots of the server's buffer: 0 a client's name, 1 the ack, 2 the go,
  * 3.. the data, the last the bye. Per client the server: receives its name on a receive posted while the
@@ -28,6 +33,8 @@
 #include <rdma/fi_errno.h>
 #include <rdma/fi_tagged.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -66,10 +73,14 @@ struct node {
 	char buf[(NDATA + 4) * MSG_MAX];
 };
 
+static int sockaddr_in;
+
 static struct fi_info *hints(void)
 {
 	struct fi_info *h = fi_allocinfo();
 	CHECK(h != NULL, "fi_allocinfo");
+	if (sockaddr_in)
+		h->addr_format = FI_SOCKADDR_IN;
 	h->ep_attr->type = FI_EP_RDM;
 	h->caps = FI_MSG | FI_TAGGED;
 	h->mode = FI_CONTEXT;
@@ -199,6 +210,12 @@ static int server(const char *port, int nclients)
 	MUST(fi_getinfo(FI_VERSION(1, 17), NULL, port, FI_SOURCE, h, &n.info));
 	fi_freeinfo(h);
 	CHECK(n.info->src_addr != NULL && n.info->src_addrlen > 0, "fi_getinfo(FI_SOURCE) set no src_addr");
+	if (sockaddr_in) {
+		struct sockaddr_in *sin = n.info->src_addr;
+		CHECK(n.info->addr_format == FI_SOCKADDR_IN && n.info->src_addrlen == sizeof(*sin) &&
+			      sin->sin_family == AF_INET && ntohs(sin->sin_port) == atoi(port),
+		      "src_addr is not a sockaddr_in for port %s", port);
+	}
 	printf("server: provider %s, caps %s\n", n.info->fabric_attr->prov_name,
 	       n.info->caps & FI_DIRECTED_RECV ? "with FI_DIRECTED_RECV" : "without FI_DIRECTED_RECV");
 	int ret = open_all(&n, &what);
@@ -284,6 +301,19 @@ static int client(const char *host, const char *port, uint32_t id)
 	fi_addr_t server;
 	ret = fi_av_insert(n.av, n.info->dest_addr, 1, &server, 0, NULL);
 	CHECK(ret == 1, "fi_av_insert(info->dest_addr) = %d", ret);
+	if (sockaddr_in) {
+		struct sockaddr_in *sin = n.info->dest_addr;
+		char str[128], want[64];
+		size_t slen = sizeof(str);
+		CHECK(n.info->addr_format == FI_SOCKADDR_IN && n.info->dest_addrlen == sizeof(*sin) &&
+			      sin->sin_family == AF_INET && ntohs(sin->sin_port) == atoi(port),
+		      "dest_addr is not a sockaddr_in for port %s", port);
+		CHECK(fi_av_straddr(n.av, n.info->dest_addr, str, &slen) == str, "fi_av_straddr");
+		snprintf(want, sizeof(want), "fi_sockaddr_in://%s:%s", host, port);
+		CHECK(!strcmp(str, want) && slen == strlen(want) + 1, "fi_av_straddr: '%s' (%zu)", str, slen);
+		ret = fi_av_insertsvc(n.av, host, port, &server, 0, NULL);
+		CHECK(ret == 1, "fi_av_insertsvc(%s, %s) = %d", host, port, ret);
+	}
 
 	/* Slot 0: our name. 1: ack, then bye. 2..: data and go. */
 	size_t len = MSG_MAX - sizeof(id);
@@ -335,9 +365,10 @@ static int inuse(const char *port)
 int main(int argc, char **argv)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
-	if (argc == 4 && !strcmp(argv[1], "server"))
+	sockaddr_in = !strcmp(argv[argc - 1], "in");
+	if (argc == 4 + sockaddr_in && !strcmp(argv[1], "server"))
 		return server(argv[2], atoi(argv[3]));
-	if (argc == 5 && !strcmp(argv[1], "client"))
+	if (argc == 5 + sockaddr_in && !strcmp(argv[1], "client"))
 		return client(argv[2], argv[3], (uint32_t)atoi(argv[4]));
 	if (argc == 3 && !strcmp(argv[1], "inuse"))
 		return inuse(argv[2]);
