@@ -27,30 +27,39 @@ enum Prov {
     Xfer,
 }
 
-/// fi_cs.c compiled once into target/<profile>/ofi-test/.
+/// ofi/tests/c/`name`.c compiled into target/<profile>/ofi-test/ofi_`name`.
+fn compile(name: &str) -> PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/c/{name}.c"));
+    let exe = common::provider_dir().join(format!("ofi_{name}"));
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let out = Command::new(&cc)
+        .args(["-Wall", "-Wextra", "-Werror", "-O1", "-g"])
+        .arg(&src)
+        .arg("-o")
+        .arg(&exe)
+        .arg("-lfabric")
+        .output()
+        .expect("running the C compiler");
+    check(&format!("compiling {name}.c (needs libfabric-dev)"), &out);
+    exe
+}
+
+/// fi_cs.c compiled once.
 fn exe() -> &'static Path {
     static EXE: OnceLock<PathBuf> = OnceLock::new();
-    EXE.get_or_init(|| {
-        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/fi_cs.c");
-        let exe = common::provider_dir().join("ofi_fi_cs");
-        let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-        let out = Command::new(&cc)
-            .args(["-Wall", "-Wextra", "-Werror", "-O1", "-g"])
-            .arg(&src)
-            .arg("-o")
-            .arg(&exe)
-            .arg("-lfabric")
-            .output()
-            .expect("running the C compiler");
-        check("compiling fi_cs.c (needs libfabric-dev)", &out);
-        exe
-    })
+    EXE.get_or_init(|| compile("fi_cs"))
 }
 
 /// fi_cs with `args` over `prov`.
 fn fi_cs(prov: Prov, args: &[&str]) -> Command {
-    let mut cmd = fi_command(exe().to_str().expect("utf-8 path"));
+    let mut cmd = on(prov, exe());
     cmd.args(args);
+    cmd
+}
+
+/// `exe` with the environment that selects `prov`.
+fn on(prov: Prov, exe: &Path) -> Command {
+    let mut cmd = fi_command(exe.to_str().expect("utf-8 path"));
     if prov == Prov::Tcp {
         cmd.env("FI_PROVIDER", "tcp").env("FI_TCP_IFACE", "lo");
     }
@@ -248,5 +257,25 @@ fn two_servers_on_different_services() {
         ca.join().map_err(|_| "client thread panicked".to_string())??;
         sa.finish(1)?;
         sb.finish(1)
+    });
+}
+
+/// ofi/tests/c/fi_hints.c: capabilities as asked (no `FI_DIRECTED_RECV`
+/// added), `FI_MR_BASIC` returned as asked with RMA, `src_addr` from node
+/// and service with `FI_SOURCE` (and from a service alone), `dest_addr`
+/// without it, and `fi_getname` of the endpoint opened from the source
+/// fi_info at that address, in `FI_SOCKADDR_IN`.
+#[test]
+fn hints_are_answered_as_asked() {
+    let exe = compile("fi_hints");
+    both("hints", |prov| {
+        let mut cmd = on(prov, &exe);
+        cmd.arg(free_port().to_string());
+        let out = wait_output(cmd.spawn().map_err(|e| e.to_string())?, "fi_hints", LIMIT);
+        let text = String::from_utf8_lossy(&out.stdout);
+        match out.status.success() && text.contains("all hints checked") {
+            true => Ok(()),
+            false => Err(format!("{text}\n{}", String::from_utf8_lossy(&out.stderr))),
+        }
     });
 }
