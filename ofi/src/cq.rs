@@ -258,6 +258,8 @@ pub(crate) struct CqCore {
     signaled: AtomicBool,
     /// The enabled endpoints bound to it.
     pub(crate) eps: Driven,
+    /// The wait set it belongs to (`FI_WAIT_SET`), kept open while it does.
+    _set: Option<Arc<crate::wait::WaitSetCore>>,
 }
 
 /// A completion queue object.
@@ -301,6 +303,18 @@ impl CqCore {
     /// Whether this CQ wants a blocking wait's descriptor (not `FI_WAIT_NONE`).
     pub(crate) fn waits(&self) -> bool {
         self.wait.is_some()
+    }
+
+    /// Whether a read would find something (a wait set's or poll set's
+    /// question): the bound endpoints are driven first, their entries for
+    /// this CQ queued; the wait object is reset before, so that a later
+    /// completion wakes its sleepers again.
+    pub(crate) fn ready(&self) -> bool {
+        if let Some(w) = &self.wait {
+            w.reset();
+        }
+        self.progress(None);
+        !self.ready_to_block()
     }
 
     /// Queues an entry routed here; `poke` wakes a waiter of this CQ.
@@ -499,11 +513,11 @@ pub(crate) unsafe extern "C" fn open(
             }
             _ => return -(libc::ENOSYS),
         };
-        let wait = match Wait::for_object(attr.wait_obj) {
+        let (wait, set) = match crate::wait::object(attr.wait_obj, attr.wait_set) {
             Ok(w) => w,
             Err(e) => return e,
         };
-        let core = CqCore {
+        let core = Arc::new(CqCore {
             api_version: domain.api_version,
             domain,
             format,
@@ -513,13 +527,19 @@ pub(crate) unsafe extern "C" fn open(
             drained: AtomicBool::new(false),
             signaled: AtomicBool::new(false),
             eps: Driven::default(),
-        };
+            _set: set.clone(),
+        });
+        if let (Some(set), Some(w)) = (set, &core.wait) {
+            if let Err(e) = set.add(crate::wait::Member::Cq(Arc::downgrade(&core)), w.fd()) {
+                return e;
+            }
+        }
         let fid = fi::fid_cq {
             fid: entry::fid(fi::FI_CLASS_CQ, context, &OPS),
             ops: entry::ops(&CQ_OPS),
         };
         // SAFETY: the application's out pointer.
-        unsafe { entry::hand_out(cq, fid, CqObj(Arc::new(core))) }
+        unsafe { entry::hand_out(cq, fid, CqObj(core)) }
     })
 }
 
@@ -626,8 +646,10 @@ unsafe extern "C" fn control(fid: *mut fi::fid, command: c_int, arg: *mut c_void
     })
 }
 
-/// `fi_trywait` on the fabric: 0 when every CQ in `fids` may be blocked on,
-/// `-FI_EAGAIN` when one has entries to read first.
+/// `fi_trywait` on the fabric: 0 when every CQ, counter, EQ or wait set in
+/// `fids` may be blocked on, `-FI_EAGAIN` when one has something to read
+/// first (a counter: when its counts changed since its wait object was
+/// last reset by a read, wait or poll).
 pub(crate) unsafe extern "C" fn trywait(_fabric: *mut fi::fid_fabric, fids: *mut *mut fi::fid, count: c_int) -> c_int {
     guard(PANIC, || {
         if fids.is_null() || count < 0 {
@@ -637,12 +659,10 @@ pub(crate) unsafe extern "C" fn trywait(_fabric: *mut fi::fid_fabric, fids: *mut
             // SAFETY: the caller's array holds `count` fids.
             let fid = unsafe { *fids.add(i) };
             // SAFETY: a live fid of the application's.
-            let Some(cq) = (unsafe { get(fid) }) else {
-                return -(libc::EINVAL);
-            };
-            cq.progress(None);
-            if !cq.ready_to_block() {
-                return -(libc::EAGAIN);
+            match unsafe { crate::wait::try_wait(fid) } {
+                Some(true) => {}
+                Some(false) => return -(libc::EAGAIN),
+                None => return -(libc::EINVAL),
             }
         }
         0

@@ -44,7 +44,7 @@ static DOMAIN_OPS: fi::fi_ops_domain = fi::fi_ops_domain {
     endpoint: Some(crate::ep::open),
     scalable_ep: Some(no_scalable_ep),
     cntr_open: Some(crate::cntr::open),
-    poll_open: Some(no_poll_open),
+    poll_open: Some(crate::wait::poll_open),
     stx_ctx: Some(no_stx_ctx),
     srx_ctx: Some(no_srx_ctx),
     query_atomic: Some(no_query_atomic),
@@ -54,7 +54,6 @@ static DOMAIN_OPS: fi::fi_ops_domain = fi::fi_ops_domain {
 
 enosys! {
     no_scalable_ep(*mut fi::fid_domain, *mut fi::fi_info, *mut *mut fi::fid_ep, *mut c_void) -> c_int;
-    no_poll_open(*mut fi::fid_domain, *mut fi::fi_poll_attr, *mut *mut fi::fid_poll) -> c_int;
     no_stx_ctx(*mut fi::fid_domain, *mut fi::fi_tx_attr, *mut *mut fi::fid_stx, *mut c_void) -> c_int;
     no_srx_ctx(*mut fi::fid_domain, *mut fi::fi_rx_attr, *mut *mut fi::fid_ep, *mut c_void) -> c_int;
     no_query_atomic(*mut fi::fid_domain, fi::fi_datatype, fi::fi_op, *mut fi::fi_atomic_attr, u64) -> c_int;

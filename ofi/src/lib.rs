@@ -30,6 +30,7 @@ mod peek;
 mod rma;
 mod tagged;
 mod unsupported;
+mod wait;
 
 pub(crate) mod entry;
 pub mod fi;
