@@ -18,6 +18,7 @@ use crate::domain::{self, DomainCore};
 use crate::entry::{self, enosys, guard, lock, scode, Core, Obj, PANIC};
 use crate::fi;
 use crate::info::{CAPS, IMPLIED_CAPS, MAX_MSG_SIZE, PRIMARY_CAPS};
+use crate::iov::{Scatters, SCATTER};
 
 /// The bit an operation's xfer context carries when the application asked
 /// for no completion (`FI_SELECTIVE_COMPLETION` without `FI_COMPLETION`) but
@@ -83,6 +84,9 @@ impl Counters {
 pub(crate) struct Enabled {
     pub(crate) ep: Endpoint,
     pub(crate) cq: CompletionQueue,
+    /// Receives into several buffers, staged (dropped after `ep`: xfer
+    /// writes into their staging buffers until then).
+    scatters: Scatters,
     tx: Option<Arc<CqCore>>,
     pub(crate) rx: Option<Arc<CqCore>>,
     pub(crate) tx_selective: bool,
@@ -205,6 +209,9 @@ pub(crate) struct Send {
     pub(crate) context: *mut c_void,
     /// `*msg` flags, or the endpoint's default transmit flags.
     pub(crate) flags: Option<u64>,
+    /// Several buffers (`iov_count` > 1; `buf` is then null and `len`
+    /// their total): gathered into a copy.
+    pub(crate) segs: Vec<(*mut c_void, usize)>,
 }
 
 /// A receive as the libfabric calls describe it.
@@ -219,6 +226,9 @@ pub(crate) struct Recv {
     pub(crate) context: *mut c_void,
     /// `*msg` flags, or the endpoint's default receive flags.
     pub(crate) flags: Option<u64>,
+    /// Several buffers (`iov_count` > 1; `buf` is then null and `len`
+    /// their total): received through a staging buffer.
+    pub(crate) segs: Vec<(*mut c_void, usize)>,
 }
 
 impl EpCore {
@@ -247,6 +257,14 @@ impl EpCore {
                 if c.context == crate::peek::discard_context() {
                     continue; // a claimed message received into nothing (FI_DISCARD)
                 }
+                // A receive into several buffers: scatter it, then it is the
+                // application's (SILENT stays where it was).
+                let app = match c.context & SCATTER {
+                    // SAFETY: the receive's segments are valid until its
+                    // completion, which this is.
+                    0 => None,
+                    _ => unsafe { en.scatters.finish(c.context & !SILENT, c.len) }.map(|a| a | (c.context & SILENT)),
+                };
                 if let Some(k) = en.counters.for_completion(c.flags) {
                     k.hit(c.result.is_ok());
                 }
@@ -269,6 +287,9 @@ impl EpCore {
                     continue;
                 };
                 let mut e = Entry::from_xfer(c);
+                if let Some(app) = app {
+                    e.context = app;
+                }
                 if silent {
                     e.context &= !SILENT; // a failure is reported with the application's context
                 }
@@ -306,11 +327,17 @@ impl EpCore {
         if s.len > MAX_MSG_SIZE {
             return scode(-(libc::EMSGSIZE));
         }
-        if s.buf.is_null() && s.len > 0 {
+        if s.buf.is_null() && s.len > 0 && s.segs.is_empty() {
             return scode(-(libc::EINVAL));
         }
         let flags = s.flags.unwrap_or(self.tx_op_flags);
-        let buf = if flags & fi::FI_INJECT != 0 {
+        let buf = if !s.segs.is_empty() {
+            if flags & fi::FI_INJECT != 0 && s.len > en.inject_size {
+                return scode(-(libc::EMSGSIZE));
+            }
+            // SAFETY: libfabric's contract: each element is valid for its length.
+            Buffer::from(unsafe { crate::iov::gather(&s.segs) })
+        } else if flags & fi::FI_INJECT != 0 {
             if s.len > en.inject_size {
                 return scode(-(libc::EMSGSIZE));
             }
@@ -350,20 +377,32 @@ impl EpCore {
             Ok(en) => en,
             Err(e) => return e,
         };
-        if r.buf.is_null() && r.len > 0 {
+        if r.buf.is_null() && r.len > 0 && r.segs.is_empty() {
             return scode(-(libc::EINVAL));
         }
-        let context = match en.recv_context(r.context, r.flags.unwrap_or(self.rx_op_flags)) {
+        let mut context = match en.recv_context(r.context, r.flags.unwrap_or(self.rx_op_flags)) {
             Ok(c) => c,
             Err(e) => return e,
         };
         let src = self.source(r.src);
         let (tag, ignore) = r.tag.unwrap_or((0, 0));
-        // SAFETY: libfabric's contract: the buffer stays valid and untouched
-        // until the receive's completion, and so does the region `desc` names.
-        let buf = match unsafe { self.buffer(r.buf, r.len, r.desc) } {
-            Ok(b) => b,
-            Err(e) => return e,
+        let mut staged = None;
+        let buf = if r.segs.is_empty() {
+            // SAFETY: libfabric's contract: the buffer stays valid and untouched
+            // until the receive's completion, and so does the region `desc` names.
+            match unsafe { self.buffer(r.buf, r.len, r.desc) } {
+                Ok(b) => b,
+                Err(e) => return e,
+            }
+        } else {
+            // The router copies the staging buffer into the segments and
+            // reports the application's context (SILENT kept on the token).
+            let (token, ptr, total) = en.scatters.stage(context & !SILENT, &r.segs);
+            context = token | (context & SILENT);
+            staged = Some(token);
+            // SAFETY: the staging buffer lives in `scatters` until the
+            // receive completes (or the endpoint is gone).
+            unsafe { Buffer::raw(ptr, total) }
         };
         let op = RecvOp {
             spec: RecvSpec { src, tag, ignore },
@@ -373,7 +412,12 @@ impl EpCore {
         };
         match en.ep.post_recv(op) {
             Ok(()) => 0,
-            Err(r) => scode(entry::code(&r.error)),
+            Err(r) => {
+                if let Some(token) = staged {
+                    en.scatters.forget(token);
+                }
+                scode(entry::code(&r.error))
+            }
         }
     }
 
@@ -757,6 +801,7 @@ fn enable(ep: &Arc<EpCore>) -> c_int {
         rx_selective: b.rx_selective,
         inject_size: attr.inject_size,
         counters: b.counters.clone(),
+        scatters: Scatters::default(),
         router: Mutex::new(Router {
             scratch: vec![Completion::EMPTY; POLL_BATCH],
             sent: 0,
@@ -809,17 +854,28 @@ unsafe extern "C" fn getname(fid: fi::fid_t, addr: *mut c_void, addrlen: *mut us
 /// `FI_ECANCELED` (read through `fi_cq_readerr`); `-FI_ENOENT` when none waits.
 unsafe extern "C" fn cancel(fid: fi::fid_t, context: *mut c_void) -> isize {
     with_ep(fid.cast(), |ep| match ep.enabled.get() {
-        // A receive posted without FI_COMPLETION carries the SILENT bit.
-        Some(en) => match en.ep.cancel(context as usize as u64) {
-            Err(xfer_facade::Error::NotFound(_)) if en.rx_selective => {
-                match en.ep.cancel(context as usize as u64 | SILENT) {
-                    Ok(()) => 0,
-                    Err(e) => scode(entry::code(&e)),
+        Some(en) => {
+            let ctx = context as usize as u64;
+            // A receive posted without FI_COMPLETION carries the SILENT bit,
+            // one into several buffers a staging token.
+            let mut tried = vec![ctx];
+            if en.rx_selective {
+                tried.push(ctx | SILENT);
+            }
+            for token in en.scatters.tokens_of(ctx) {
+                tried.push(token);
+                tried.push(token | SILENT);
+            }
+            let mut last = scode(-(libc::ENOENT));
+            for c in tried {
+                match en.ep.cancel(c) {
+                    Ok(()) => return 0,
+                    Err(xfer_facade::Error::NotFound(_)) => {}
+                    Err(e) => last = scode(entry::code(&e)),
                 }
             }
-            Ok(()) => 0,
-            Err(e) => scode(entry::code(&e)),
-        },
+            last
+        }
         None => scode(fi::err(fi::FI_EOPBADSTATE)),
     })
 }

@@ -10,6 +10,7 @@ use xfer_facade::{Address, CqAttr, DomainAttr, EndpointAttr};
 use crate::addr::{self, Format, Resolved};
 use crate::entry::{guard, PANIC};
 use crate::fi;
+use crate::iov::IOV_LIMIT;
 
 /// The fabric name every fi_info carries.
 pub const FABRIC_NAME: &str = "xfer";
@@ -240,8 +241,8 @@ pub fn select(h: &Hints, provider: &str, limits: Limits) -> Result<Offer, &'stat
     if h.tx_inject_size > limits.inject_size {
         return Err("inject_size above XFER_INJECT_SIZE");
     }
-    if h.tx_iov_limit > 1 || h.rx_iov_limit > 1 {
-        return Err("scatter-gather lists (iov_limit is 1)");
+    if h.tx_iov_limit > IOV_LIMIT || h.rx_iov_limit > IOV_LIMIT {
+        return Err("more than 4 buffers per message (iov_limit is 4)");
     }
     if h.rx_total_buffered_recv > 0 {
         return Err("FI_BUFFERED_RECV");
@@ -498,7 +499,7 @@ fn build(version: u32, offer: &Offer) -> Option<*mut fi::fi_info> {
     tx.op_flags = offer.tx_op_flags;
     tx.inject_size = l.inject_size;
     tx.size = offer.tx_size;
-    tx.iov_limit = 1;
+    tx.iov_limit = IOV_LIMIT;
     tx.rma_iov_limit = usize::from(offer.rma);
     rx.caps = caps
         & (PRIMARY_CAPS
@@ -512,7 +513,7 @@ fn build(version: u32, offer: &Offer) -> Option<*mut fi::fi_info> {
     rx.msg_order = MSG_ORDER;
     rx.comp_order = fi::FI_ORDER_NONE;
     rx.size = offer.rx_size;
-    rx.iov_limit = 1;
+    rx.iov_limit = IOV_LIMIT;
     ep.type_ = fi::FI_EP_RDM;
     ep.protocol = fi::FI_PROTO_UNSPEC;
     ep.max_msg_size = MAX_MSG_SIZE;
@@ -790,9 +791,18 @@ mod tests {
             ..Hints::default()
         });
         refuse(Hints {
-            tx_iov_limit: 4,
+            tx_iov_limit: 5,
             ..Hints::default()
         });
+        assert!(select(
+            &Hints {
+                rx_iov_limit: 4,
+                ..Hints::default()
+            },
+            "tcp",
+            L
+        )
+        .is_ok());
         refuse(Hints {
             cq_data_size: 16,
             ..Hints::default()

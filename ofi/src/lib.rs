@@ -24,6 +24,7 @@ mod ep;
 mod eq;
 mod fabric;
 mod info;
+mod iov;
 mod mr;
 mod msg;
 mod peek;

@@ -313,3 +313,24 @@ fn one_program(prov: Prov, exe: &Path, args: &[&str], want: &[&str]) -> Result<(
         )),
     }
 }
+
+/// ofi/tests/c/fi_iov.c: `iov_limit` of at least 3 both ways; `fi_sendv`
+/// of two buffers into `fi_recvv` of three and `fi_tsendmsg` of three into
+/// `fi_trecvmsg` of two (bytes in order across the buffers, the total
+/// length, tag and context); a truncated `fi_recvv` (`FI_ETRUNC`, nothing
+/// written past the buffers; over xfer `len` 8 scattered and `olen` 4); a
+/// cancelled `fi_recvv` (`FI_ECANCELED` with its context).
+#[test]
+fn messages_of_several_buffers() {
+    let exe = compile("fi_iov");
+    both("iov", |prov| {
+        let want = [
+            "sendv into recvv checked",
+            "tsendmsg into trecvmsg checked",
+            "truncated recvv checked",
+            "cancelled recvv checked",
+            "all vectors checked",
+        ];
+        one_program(prov, &exe, &[], &want)
+    });
+}
