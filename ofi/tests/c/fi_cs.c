@@ -12,10 +12,12 @@
  *   fi_cs inuse PORT             a second server on PORT: must fail with
  *                                -FI_EADDRINUSE (exit 0), at any call
  *
- * With `in` both sides ask for FI_SOCKADDR_IN addresses: src_addr,
- * dest_addr and fi_getname are struct sockaddr_in, fi_av_straddr prints
- * fi_sockaddr_in://127.0.0.1:PORT, and the client reaches the server
- * through fi_av_insertsvc(HOST, PORT).
+ * With `in` both sides ask for FI_SOCKADDR_IN addresses and FI_SOURCE:
+ * src_addr, dest_addr and fi_getname are struct sockaddr_in,
+ * fi_av_straddr prints fi_sockaddr_in://127.0.0.1:PORT, the client reaches
+ * the server through fi_av_insertsvc(HOST, PORT), and the server's
+ * fi_cq_readfrom gives each data message the AV entry it made from the
+ * client's sockaddr_in.
  *
  * Slots of the server's buffer: 0 a client's name, 1 the ack, 2 the go,
  * 3.. the data, the last the bye. Per client the server: receives its name on a receive posted while the
@@ -79,8 +81,10 @@ static struct fi_info *hints(void)
 {
 	struct fi_info *h = fi_allocinfo();
 	CHECK(h != NULL, "fi_allocinfo");
-	if (sockaddr_in)
+	if (sockaddr_in) {
 		h->addr_format = FI_SOCKADDR_IN;
+		h->caps |= FI_SOURCE;
+	}
 	h->ep_attr->type = FI_EP_RDM;
 	h->caps = FI_MSG | FI_TAGGED;
 	h->mode = FI_CONTEXT;
@@ -141,11 +145,13 @@ static double now(void)
 /* Reads one completion (bounded wait); an error entry ends the program
  * unless it is `want_err` for context `err_ctx`. Returns 1 for an error
  * entry that was expected. */
+static fi_addr_t last_src;
+
 static int next(struct node *n, struct fi_cq_tagged_entry *e, int want_err, void *err_ctx)
 {
 	double end = now() + WAIT_SEC;
 	for (;;) {
-		ssize_t r = fi_cq_read(n->cq, e, 1);
+		ssize_t r = fi_cq_readfrom(n->cq, e, 1, &last_src);
 		if (r == 1)
 			return 0;
 		if (r == -FI_EAVAIL) {
@@ -257,6 +263,10 @@ static int server(const char *port, int nclients)
 			snprintf(want, sizeof(want), "data %u.%d", id, k);
 			CHECK(e.tag == TAG_DATA && e.len == strlen(want) + 1 && !strcmp(slot_ptr(&n, 3 + k), want),
 			      "data message %d of client %u: '%s' (%zu bytes)", k, id, (char *)slot_ptr(&n, 3 + k), e.len);
+			/* FI_SOURCE (asked for with sockaddr_in): the client's
+			 * entry, inserted from its sockaddr_in. */
+			CHECK(!sockaddr_in || last_src == peer, "data message %d of client %u from %#llx, not %#llx", k,
+			      id, (unsigned long long)last_src, (unsigned long long)peer);
 		}
 		/* A receive nothing matches, cancelled. */
 		MUST(fi_trecv(n.ep, slot_ptr(&n, 3), MSG_MAX, n.desc, FI_ADDR_UNSPEC, TAG_NEVER, 0, &ctx[NDATA + 4]));
@@ -279,6 +289,9 @@ static int server(const char *port, int nclients)
 			CHECK(e.flags & FI_SEND, "completion other than a send");
 			sends--;
 		}
+		/* Done with this client: its address leaves the AV (the next
+		 * client may get the same ephemeral port, so the same sockaddr). */
+		MUST(fi_av_remove(n.av, &peer, 1, 0));
 		printf("served client %u\n", id);
 		fflush(stdout);
 	}
@@ -299,9 +312,10 @@ static int client(const char *host, const char *port, uint32_t id)
 	int ret = open_all(&n, &what);
 	CHECK(ret == 0, "%s = %d (%s)", what, ret, fi_strerror(-ret));
 	fi_addr_t server;
-	ret = fi_av_insert(n.av, n.info->dest_addr, 1, &server, 0, NULL);
-	CHECK(ret == 1, "fi_av_insert(info->dest_addr) = %d", ret);
-	if (sockaddr_in) {
+	if (!sockaddr_in) {
+		ret = fi_av_insert(n.av, n.info->dest_addr, 1, &server, 0, NULL);
+		CHECK(ret == 1, "fi_av_insert(info->dest_addr) = %d", ret);
+	} else {
 		struct sockaddr_in *sin = n.info->dest_addr;
 		char str[128], want[64];
 		size_t slen = sizeof(str);

@@ -403,9 +403,9 @@ impl TcpEndpoint {
     /// The address-vector handle of `peer`, the peer of connection `id`.
     fn src_of(&mut self, cx: &Ctx<'_>, id: usize, peer: &Address) -> PeerAddr {
         let Some(conn) = self.conns.get_mut(id) else {
-            return cx.av.reverse(peer);
+            return reverse(cx.av, peer);
         };
-        conn.src_hint = cx.av.reverse_hinted(peer, conn.src_hint);
+        conn.src_hint = reverse_hinted(cx.av, peer, conn.src_hint);
         conn.src_hint
     }
 

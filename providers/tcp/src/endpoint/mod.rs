@@ -16,7 +16,7 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::time::{Duration, Instant};
 
 use slab::Slab;
-use xfer_core::addr::{Address, PeerAddr};
+use xfer_core::addr::{Address, AvTable, PeerAddr};
 use xfer_core::attr::EndpointAttr;
 use xfer_core::error::{Error, Result};
 use xfer_core::mr::Access;
@@ -213,6 +213,39 @@ fn listen_addr(attr: &EndpointAttr) -> Result<SocketAddr> {
         ));
     }
     Ok(addr)
+}
+
+/// The address-vector handle of `peer`: its own name's, else, for a peer
+/// inserted by IP and port only (a name with [`ANY_NONCE`]), that entry's.
+fn reverse(av: &AvTable, peer: &Address) -> PeerAddr {
+    match av.reverse(peer) {
+        p if p.is_unspec() => any_form(peer).map_or(p, |a| av.reverse(&a)),
+        p => p,
+    }
+}
+
+/// [`reverse`] with a guess (`AvTable::reverse_hinted`): `hint` when it
+/// names `peer` or its [`ANY_NONCE`] form.
+fn reverse_hinted(av: &AvTable, peer: &Address, hint: PeerAddr) -> PeerAddr {
+    match av.lookup(hint) {
+        Some(a) if a == peer => hint,
+        Some(a) if any_form(peer).as_ref() == Some(a) => hint,
+        _ => reverse(av, peer),
+    }
+}
+
+/// `peer`'s name with [`ANY_NONCE`]: how an address vector names it when
+/// it was inserted by IP and port.
+fn any_form(peer: &Address) -> Option<Address> {
+    let name = TcpName::decode(peer.as_bytes()).ok()?;
+    Address::new(
+        &TcpName {
+            nonce: ANY_NONCE,
+            ..name
+        }
+        .to_vec(),
+    )
+    .ok()
 }
 
 /// The address an endpoint's name carries for a listener bound to `bound`:
@@ -608,7 +641,7 @@ impl TcpEndpoint {
         // The last connection with a peer is gone: its endpoint is (a name
         // never comes back), so receives directed at it can never match.
         if let Some(peer) = conn.peer {
-            let src = cx.av.reverse(&peer);
+            let src = reverse(cx.av, &peer);
             let other = self.conns.iter().any(|(_, c)| c.peer == Some(peer));
             if !other && !self.abandoned.is_empty() {
                 self.abandoned.retain(|(p, _), _| *p != peer);
@@ -946,7 +979,7 @@ impl EndpointProvider for TcpEndpoint {
             }
         };
         let matcher = self.matcher(op.tagged);
-        matcher.resolve_unknown(|u| cx.av.reverse(u.from()));
+        matcher.resolve_unknown(|u| reverse(cx.av, u.from()));
         if let Some(Matched {
             recv, src, tag, msg, ..
         }) = matcher.post(spec, op)
@@ -957,7 +990,7 @@ impl EndpointProvider for TcpEndpoint {
     }
 
     fn peek(&mut self, cx: &mut Ctx<'_>, spec: RecvSpec, claim: bool) -> Result<Option<(Peeked, Option<Claim>)>> {
-        self.tagged.resolve_unknown(|u| cx.av.reverse(u.from()));
+        self.tagged.resolve_unknown(|u| reverse(cx.av, u.from()));
         Ok(self.tagged.probe(&spec, claim, Unexp::describe))
     }
 
