@@ -35,6 +35,9 @@ pub(crate) struct Entry {
     pub(crate) data: u64,
     pub(crate) tag: u64,
     pub(crate) src: u64,
+    /// Where the data landed (`buf`): set for messages of a multi-receive
+    /// buffer, else 0.
+    pub(crate) buf: u64,
     /// `(err, olen)` for an error entry: the positive `FI_E*` number and,
     /// for a truncation, the bytes that did not fit.
     pub(crate) error: Option<(i32, usize)>,
@@ -57,6 +60,7 @@ impl Entry {
             data: c.data,
             tag: c.tag,
             src: c.received_from().0,
+            buf: 0,
             error,
         }
     }
@@ -216,7 +220,7 @@ impl Out {
             op_context: e.context as usize as *mut c_void,
             flags: e.flags,
             len: e.len,
-            buf: std::ptr::null_mut(),
+            buf: e.buf as usize as *mut c_void,
             data: e.data,
             tag: e.tag,
         };
@@ -432,7 +436,7 @@ impl CqCore {
             addr_of_mut!((*out).op_context).write(e.context as usize as *mut c_void);
             addr_of_mut!((*out).flags).write(e.flags);
             addr_of_mut!((*out).len).write(e.len);
-            addr_of_mut!((*out).buf).write(std::ptr::null_mut());
+            addr_of_mut!((*out).buf).write(e.buf as usize as *mut c_void);
             addr_of_mut!((*out).data).write(e.data);
             addr_of_mut!((*out).tag).write(e.tag);
             addr_of_mut!((*out).olen).write(olen);

@@ -19,6 +19,7 @@ use crate::entry::{self, enosys, guard, lock, scode, Core, Obj, PANIC};
 use crate::fi;
 use crate::info::{CAPS, IMPLIED_CAPS, MAX_MSG_SIZE, PRIMARY_CAPS};
 use crate::iov::{Scatters, SCATTER};
+use crate::multi::{Multis, MULTI};
 
 /// The bit an operation's xfer context carries when the application asked
 /// for no completion (`FI_SELECTIVE_COMPLETION` without `FI_COMPLETION`) but
@@ -87,6 +88,8 @@ pub(crate) struct Enabled {
     /// Receives into several buffers, staged (dropped after `ep`: xfer
     /// writes into their staging buffers until then).
     scatters: Scatters,
+    /// Multi-receive buffers posted.
+    multis: Multis,
     tx: Option<Arc<CqCore>>,
     pub(crate) rx: Option<Arc<CqCore>>,
     pub(crate) tx_selective: bool,
@@ -129,6 +132,9 @@ impl Drop for Enabled {
 pub(crate) struct EpCore {
     domain: Arc<DomainCore>,
     caps: u64,
+    /// `FI_OPT_MIN_MULTI_RECV`: a multi-receive buffer with less free space
+    /// is released.
+    min_multi_recv: std::sync::atomic::AtomicUsize,
     /// Where the endpoint listens (`info->src_addr`, from `fi_getinfo`'s
     /// node and service with `FI_SOURCE`); else where xfer's settings say.
     listen: Option<std::net::SocketAddr>,
@@ -257,13 +263,23 @@ impl EpCore {
                 if c.context == crate::peek::discard_context() {
                     continue; // a claimed message received into nothing (FI_DISCARD)
                 }
-                // A receive into several buffers: scatter it, then it is the
-                // application's (SILENT stays where it was).
-                let app = match c.context & SCATTER {
+                // A receive into several buffers, or of a multi-receive
+                // buffer: its token becomes the application's context
+                // (SILENT stays where it was), where it landed and whether
+                // it released its buffer.
+                let mut at = 0;
+                let mut released = 0;
+                let app = if c.context & MULTI != 0 {
+                    self.multi_step(en, c).map(|s| {
+                        (at, released) = (s.at, if s.released { fi::FI_MULTI_RECV } else { 0 });
+                        s.app | (c.context & SILENT)
+                    })
+                } else if c.context & SCATTER != 0 {
                     // SAFETY: the receive's segments are valid until its
                     // completion, which this is.
-                    0 => None,
-                    _ => unsafe { en.scatters.finish(c.context & !SILENT, c.len) }.map(|a| a | (c.context & SILENT)),
+                    unsafe { en.scatters.finish(c.context & !SILENT, c.len) }.map(|a| a | (c.context & SILENT))
+                } else {
+                    None
                 };
                 if let Some(k) = en.counters.for_completion(c.flags) {
                     k.hit(c.result.is_ok());
@@ -289,6 +305,8 @@ impl EpCore {
                 let mut e = Entry::from_xfer(c);
                 if let Some(app) = app {
                     e.context = app;
+                    e.buf = at;
+                    e.flags |= released;
                 }
                 if silent {
                     e.context &= !SILENT; // a failure is reported with the application's context
@@ -307,6 +325,35 @@ impl EpCore {
                 return;
             }
         }
+    }
+
+    /// A message of a multi-receive buffer completed: posts the next
+    /// receive into the rest of the buffer unless it is released (or the
+    /// post fails, which releases it).
+    fn multi_step(&self, en: &Enabled, c: &Completion) -> Option<crate::multi::Step> {
+        let token = c.context & !SILENT;
+        let min = self.min_multi_recv.load(std::sync::atomic::Ordering::Relaxed);
+        let mut step = en.multis.advance(token, c.len, c.result.is_ok(), min)?;
+        if let Some(rest) = step.rest.take() {
+            let op = RecvOp {
+                spec: RecvSpec {
+                    src: rest.src,
+                    tag: 0,
+                    ignore: 0,
+                },
+                tagged: false,
+                // SAFETY: the application's multi-receive buffer, valid
+                // until its release (libfabric's contract).
+                buf: unsafe { Buffer::raw(rest.buf, rest.len) },
+                context: c.context,
+            };
+            if let Err(r) = en.ep.post_recv(op) {
+                tracing::warn!(error = %r.error, "re-posting a multi-receive buffer; released");
+                en.multis.release(token);
+                step.released = true;
+            }
+        }
+        Some(step)
     }
 
     /// Arms the xfer CQ for a blocking wait: false when completions are ready.
@@ -387,7 +434,23 @@ impl EpCore {
         let src = self.source(r.src);
         let (tag, ignore) = r.tag.unwrap_or((0, 0));
         let mut staged = None;
-        let buf = if r.segs.is_empty() {
+        let mut multi = None;
+        // A default FI_MULTI_RECV (rx_attr->op_flags) is for untagged receives.
+        let default = match r.tag {
+            Some(_) => self.rx_op_flags & !fi::FI_MULTI_RECV,
+            None => self.rx_op_flags,
+        };
+        let buf = if r.flags.unwrap_or(default) & fi::FI_MULTI_RECV != 0 {
+            if self.caps & fi::FI_MULTI_RECV == 0 || r.tag.is_some() || !r.segs.is_empty() {
+                return scode(-(libc::EINVAL));
+            }
+            let (token, rest) = en.multis.start(context & !SILENT, r.buf, r.len, src);
+            context = token | (context & SILENT);
+            multi = Some(token);
+            // SAFETY: libfabric's contract: the buffer is the provider's
+            // until the completion that releases it.
+            unsafe { Buffer::raw(rest.buf, rest.len) }
+        } else if r.segs.is_empty() {
             // SAFETY: libfabric's contract: the buffer stays valid and untouched
             // until the receive's completion, and so does the region `desc` names.
             match unsafe { self.buffer(r.buf, r.len, r.desc) } {
@@ -415,6 +478,9 @@ impl EpCore {
             Err(r) => {
                 if let Some(token) = staged {
                     en.scatters.forget(token);
+                }
+                if let Some(token) = multi {
+                    en.multis.release(token);
                 }
                 scode(entry::code(&r.error))
             }
@@ -640,6 +706,7 @@ pub(crate) unsafe extern "C" fn open(
         let core = EpCore {
             domain,
             caps,
+            min_multi_recv: std::sync::atomic::AtomicUsize::new(crate::multi::DEFAULT_MIN),
             listen,
             tx_op_flags,
             rx_op_flags,
@@ -802,6 +869,7 @@ fn enable(ep: &Arc<EpCore>) -> c_int {
         inject_size: attr.inject_size,
         counters: b.counters.clone(),
         scatters: Scatters::default(),
+        multis: Multis::default(),
         router: Mutex::new(Router {
             scratch: vec![Completion::EMPTY; POLL_BATCH],
             sent: 0,
@@ -862,7 +930,7 @@ unsafe extern "C" fn cancel(fid: fi::fid_t, context: *mut c_void) -> isize {
             if en.rx_selective {
                 tried.push(ctx | SILENT);
             }
-            for token in en.scatters.tokens_of(ctx) {
+            for token in en.scatters.tokens_of(ctx).into_iter().chain(en.multis.tokens_of(ctx)) {
                 tried.push(token);
                 tried.push(token | SILENT);
             }
@@ -881,21 +949,39 @@ unsafe extern "C" fn cancel(fid: fi::fid_t, context: *mut c_void) -> isize {
 }
 
 /// `fi_getopt` (level `FI_OPT_ENDPOINT`): `FI_OPT_CM_DATA_SIZE` is 0 (RDM
-/// endpoints have no connection management to carry data); the options of
-/// capabilities xfer does not offer (`FI_OPT_MIN_MULTI_RECV` of
-/// `FI_MULTI_RECV`, `FI_OPT_BUFFERED_*` of `FI_BUFFERED_RECV`) and the rest
+/// endpoints have no connection management to carry data);
+/// `FI_OPT_MIN_MULTI_RECV` on endpoints with `FI_MULTI_RECV` (elsewhere
+/// `-FI_ENOPROTOOPT`); the options of capabilities xfer does not offer
+/// (`FI_OPT_BUFFERED_*` of `FI_BUFFERED_RECV`) and the rest
 /// are `-FI_ENOPROTOOPT`, as libfabric's providers answer an option they
 /// do not have.
 unsafe extern "C" fn getopt(fid: fi::fid_t, level: c_int, name: c_int, val: *mut c_void, len: *mut usize) -> c_int {
     guard(PANIC, || {
         // SAFETY: libfabric passes the application's fid.
-        if unsafe { Obj::<EpObj>::get(fid) }.is_none() {
+        let Some(obj) = (unsafe { Obj::<EpObj>::get(fid) }) else {
             return -(libc::EINVAL);
-        }
+        };
+        let ep = &obj.core.0;
         if level as u32 != fi::FI_OPT_ENDPOINT {
             return -(libc::ENOPROTOOPT);
         }
         match name as u32 {
+            fi::FI_OPT_MIN_MULTI_RECV if ep.caps & fi::FI_MULTI_RECV != 0 => {
+                if val.is_null() || len.is_null() {
+                    return -(libc::EINVAL);
+                }
+                // SAFETY: checked non-null; the caller's length.
+                let room = unsafe { *len };
+                // SAFETY: as above.
+                unsafe { *len = std::mem::size_of::<usize>() };
+                if room < std::mem::size_of::<usize>() {
+                    return fi::err(fi::FI_ETOOSMALL);
+                }
+                let v = ep.min_multi_recv.load(std::sync::atomic::Ordering::Relaxed);
+                // SAFETY: the caller's buffer holds at least a size_t.
+                unsafe { val.cast::<usize>().write_unaligned(v) };
+                0
+            }
             fi::FI_OPT_CM_DATA_SIZE => {
                 if val.is_null() || len.is_null() {
                     return -(libc::EINVAL);
@@ -916,15 +1002,29 @@ unsafe extern "C" fn getopt(fid: fi::fid_t, level: c_int, name: c_int, val: *mut
     })
 }
 
-/// `fi_setopt`: nothing to set. `FI_OPT_CM_DATA_SIZE` is read-only and the
-/// other options belong to capabilities xfer does not offer:
+/// `fi_setopt`: `FI_OPT_MIN_MULTI_RECV` on endpoints with `FI_MULTI_RECV`
+/// (a `size_t`; `-FI_EINVAL` shorter). `FI_OPT_CM_DATA_SIZE` is read-only
+/// and the other options belong to capabilities xfer does not offer:
 /// `-FI_ENOPROTOOPT`.
-unsafe extern "C" fn setopt(fid: fi::fid_t, _level: c_int, _name: c_int, _val: *const c_void, _len: usize) -> c_int {
+unsafe extern "C" fn setopt(fid: fi::fid_t, level: c_int, name: c_int, val: *const c_void, len: usize) -> c_int {
     guard(PANIC, || {
         // SAFETY: libfabric passes the application's fid.
-        match unsafe { Obj::<EpObj>::get(fid) } {
-            Some(_) => -(libc::ENOPROTOOPT),
-            None => -(libc::EINVAL),
+        let Some(obj) = (unsafe { Obj::<EpObj>::get(fid) }) else {
+            return -(libc::EINVAL);
+        };
+        let ep = &obj.core.0;
+        let multi = ep.caps & fi::FI_MULTI_RECV != 0;
+        match (level as u32, name as u32) {
+            (fi::FI_OPT_ENDPOINT, fi::FI_OPT_MIN_MULTI_RECV) if multi => {
+                if val.is_null() || len < std::mem::size_of::<usize>() {
+                    return -(libc::EINVAL);
+                }
+                // SAFETY: checked: the caller's value holds a size_t.
+                let v = unsafe { val.cast::<usize>().read_unaligned() };
+                ep.min_multi_recv.store(v, std::sync::atomic::Ordering::Relaxed);
+                0
+            }
+            _ => -(libc::ENOPROTOOPT),
         }
     })
 }

@@ -22,8 +22,13 @@ pub const PRIMARY_CAPS: u64 = fi::FI_MSG | fi::FI_TAGGED;
 /// `FI_SOURCE` is a promise about every completion, so neither is added
 /// unasked (fi_getinfo(3): only capabilities that change nothing for the
 /// application may be added).
-pub const SECONDARY_CAPS: u64 =
-    fi::FI_SEND | fi::FI_RECV | fi::FI_DIRECTED_RECV | fi::FI_SOURCE | fi::FI_LOCAL_COMM | fi::FI_REMOTE_COMM;
+pub const SECONDARY_CAPS: u64 = fi::FI_SEND
+    | fi::FI_RECV
+    | fi::FI_DIRECTED_RECV
+    | fi::FI_SOURCE
+    | fi::FI_MULTI_RECV
+    | fi::FI_LOCAL_COMM
+    | fi::FI_REMOTE_COMM;
 /// Secondary capabilities added whether asked or not: both directions when
 /// the application names neither, and both kinds of peer (harmless).
 pub const IMPLIED_CAPS: u64 = fi::FI_LOCAL_COMM | fi::FI_REMOTE_COMM;
@@ -73,7 +78,7 @@ pub const TX_OP_FLAGS: u64 =
 /// acknowledgement); `FI_DELIVERY_COMPLETE` is refused.
 pub const MSG_TX_FLAGS: u64 = TX_OP_FLAGS | fi::FI_TRANSMIT_COMPLETE;
 /// Receive operation flags xfer honours.
-pub const RX_OP_FLAGS: u64 = fi::FI_COMPLETION | fi::FI_MORE;
+pub const RX_OP_FLAGS: u64 = fi::FI_COMPLETION | fi::FI_MORE | fi::FI_MULTI_RECV;
 /// Tag format offered when the application names none: 64 one-bit fields
 /// (libfabric's internal `FI_TAG_GENERIC`), i.e. all 64 tag bits with any
 /// ignore mask, which is what xfer's matcher supports.
@@ -193,7 +198,9 @@ pub fn select(h: &Hints, provider: &str, limits: Limits) -> Result<Offer, &'stat
         return Err("only FI_EP_RDM endpoints");
     }
     if h.caps & !CAPS != 0 || (h.tx_caps | h.rx_caps) & !CAPS != 0 {
-        return Err("capabilities beyond FI_MSG, FI_TAGGED, FI_RMA and their secondary caps (no atomics, multi-recv, triggered ops)");
+        return Err(
+            "capabilities beyond FI_MSG, FI_TAGGED, FI_RMA and their secondary caps (no atomics, triggered ops)",
+        );
     }
     let Some(format) = Format::of(h.addr_format) else {
         return Err("address formats: xfer names (FI_FORMAT_UNSPEC), FI_SOCKADDR_IN, FI_SOCKADDR_IN6");
@@ -228,9 +235,7 @@ pub fn select(h: &Hints, provider: &str, limits: Limits) -> Result<Offer, &'stat
         return Err("progress is manual (the application's CQ reads drive it)");
     }
     if h.tx_op_flags & !TX_OP_FLAGS != 0 || h.rx_op_flags & !RX_OP_FLAGS != 0 {
-        return Err(
-            "operation flags xfer does not honour (FI_TRANSMIT_COMPLETE, FI_DELIVERY_COMPLETE, FI_MULTI_RECV, ...)",
-        );
+        return Err("operation flags xfer does not honour (FI_TRANSMIT_COMPLETE, FI_DELIVERY_COMPLETE, ...)");
     }
     if (h.tx_msg_order | h.rx_msg_order) & !MSG_ORDER != 0 {
         return Err("message ordering beyond FI_ORDER_SAS");
@@ -506,6 +511,7 @@ fn build(version: u32, offer: &Offer) -> Option<*mut fi::fi_info> {
             | fi::FI_RECV
             | fi::FI_DIRECTED_RECV
             | fi::FI_SOURCE
+            | fi::FI_MULTI_RECV
             | fi::FI_RMA
             | fi::FI_REMOTE_READ
             | fi::FI_REMOTE_WRITE);
@@ -767,7 +773,7 @@ mod tests {
         assert!(select(&rma(MR_MODE_RMA | fi::FI_MR_LOCAL), "tcp", L).is_ok_and(|o| o.rma));
         assert!(select(&rma(0), "tcp", L).is_ok_and(|o| o.rma && o.caps & RMA_CAPS == RMA_CAPS));
         refuse(Hints {
-            caps: fi::FI_MSG | fi::FI_MULTI_RECV,
+            caps: fi::FI_MSG | fi::FI_TRIGGER,
             ..Hints::default()
         });
         refuse(Hints {

@@ -27,6 +27,7 @@ mod info;
 mod iov;
 mod mr;
 mod msg;
+mod multi;
 mod peek;
 mod rma;
 mod tagged;

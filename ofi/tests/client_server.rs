@@ -334,3 +334,23 @@ fn messages_of_several_buffers() {
         one_program(prov, &exe, &[], &want)
     });
 }
+
+/// ofi/tests/c/fi_multi.c: `FI_MULTI_RECV` offered; `FI_OPT_MIN_MULTI_RECV`
+/// set to 100 and read back; one 1024-byte buffer posted with
+/// `fi_recvmsg(FI_MULTI_RECV)` takes eleven 90-byte messages, each reported
+/// with the buffer's context, its length and `buf` where it landed (inside
+/// the buffer, after the previous one, its bytes intact), and is released
+/// (`FI_MULTI_RECV`) with the eleventh, when less than 100 bytes are left;
+/// a second buffer, cancelled, reports `FI_ECANCELED` with its context.
+#[test]
+fn multi_receive_buffers() {
+    let exe = compile("fi_multi");
+    both("multi_recv", |prov| {
+        let want = [
+            "multi-receive buffer checked",
+            "cancelled multi-receive checked",
+            "all multi-receives checked",
+        ];
+        one_program(prov, &exe, &[], &want)
+    });
+}
