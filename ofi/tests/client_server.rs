@@ -354,3 +354,41 @@ fn multi_receive_buffers() {
         one_program(prov, &exe, &[], &want)
     });
 }
+
+/// fi_wait.c, fi_iov.c and fi_multi.c over xfer under valgrind memcheck
+/// (as `c_suite_under_valgrind`): the staged and multi-receive buffers, the
+/// EQ, wait and poll sets make no invalid access and leak nothing. Skipped
+/// without valgrind unless `XFER_REQUIRE_VALGRIND` is set.
+#[test]
+fn waits_vectors_and_multi_receives_under_valgrind() {
+    if !Command::new("valgrind")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+    {
+        assert!(
+            std::env::var_os("XFER_REQUIRE_VALGRIND").is_none(),
+            "XFER_REQUIRE_VALGRIND is set but valgrind is not installed"
+        );
+        eprintln!("valgrind not installed: the memcheck runs are skipped");
+        return;
+    }
+    let supp = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/valgrind.supp");
+    for name in ["fi_wait", "fi_iov", "fi_multi"] {
+        let exe = compile(name);
+        let mut cmd = fi_command("valgrind");
+        cmd.args([
+            "--tool=memcheck",
+            "--error-exitcode=1",
+            "--leak-check=full",
+            "--errors-for-leak-kinds=definite",
+            "--keep-debuginfo=yes",
+        ])
+        .arg(format!("--suppressions={}", supp.display()))
+        .arg(&exe);
+        let out = wait_output(cmd.spawn().expect("running valgrind"), name, Duration::from_secs(600));
+        check(&format!("{name} under valgrind"), &out);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains("ERROR SUMMARY: 0 errors"), "{name}: {stderr}");
+    }
+}
