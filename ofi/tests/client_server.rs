@@ -12,7 +12,7 @@ use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output};
 use std::sync::mpsc;
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use common::{check, fi_command, free_port, wait_output};
@@ -27,8 +27,21 @@ enum Prov {
     Xfer,
 }
 
-/// ofi/tests/c/`name`.c compiled into target/<profile>/ofi-test/ofi_`name`.
+/// ofi/tests/c/`name`.c compiled into target/<profile>/ofi-test/ofi_`name`,
+/// once per test binary (tests of one program run in parallel: a second
+/// compilation would rewrite the file under a running one).
 fn compile(name: &str) -> PathBuf {
+    static BUILT: Mutex<Vec<(String, PathBuf)>> = Mutex::new(Vec::new());
+    let mut built = BUILT.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some((_, exe)) = built.iter().find(|(n, _)| n == name) {
+        return exe.clone();
+    }
+    let exe = compile_now(name);
+    built.push((name.to_string(), exe.clone()));
+    exe
+}
+
+fn compile_now(name: &str) -> PathBuf {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/c/{name}.c"));
     let exe = common::provider_dir().join(format!("ofi_{name}"));
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
