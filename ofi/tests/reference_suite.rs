@@ -1,10 +1,17 @@
-//! ofi/tests/c/fi_cs.c: a libfabric client and server as such programs are
-//! commonly written (fi_getinfo with node, service and FI_SOURCE;
-//! info->dest_addr into the AV; names exchanged in band), run as separate
-//! processes over loopback, each scenario first over libfabric's own `tcp`
-//! provider (the reference: `FI_PROVIDER=tcp`, `FI_TCP_IFACE=lo` so that
-//! its server listens on loopback) and then over xfer. Where tcp passes,
-//! xfer must pass; xfer must pass every scenario.
+//! libfabric programs written the way such programs commonly are, each
+//! run first over libfabric's own `tcp` provider (the reference:
+//! `FI_PROVIDER=tcp`, `FI_TCP_IFACE=lo` so that its servers listen on
+//! loopback) and then over xfer, which must pass; where the reference
+//! fails the test says so and does not fail on it.
+//!
+//! - ofi/tests/c/fi_cs.c: a client and a server as separate processes
+//!   (fi_getinfo with node, service and FI_SOURCE; info->dest_addr into the
+//!   AV; names exchanged in band; clients in turn, a service in use, two
+//!   servers, FI_SOCKADDR_IN);
+//! - fi_hints.c: what fi_getinfo answers to common hints;
+//! - fi_wait.c: event queues, wait sets, poll sets, wait fds;
+//! - fi_iov.c: messages of several buffers;
+//! - fi_multi.c: multi-receive buffers.
 
 mod common;
 
