@@ -1,7 +1,9 @@
 //! Addresses as libfabric programs give them: `node` and `service` to
 //! `fi_getinfo` (fi_getinfo(3): the source with `FI_SOURCE`, else the
-//! destination), `src_addr`/`dest_addr` in xfer's name format or as a
-//! `struct sockaddr_in`/`sockaddr_in6` (`FI_SOCKADDR_IN`, `FI_SOCKADDR_IN6`).
+//! destination), `src_addr`/`dest_addr` in xfer's name format, as a
+//! `struct sockaddr_in`/`sockaddr_in6` (`FI_SOCKADDR_IN`, `FI_SOCKADDR_IN6`)
+//! or as a string (`FI_ADDR_STR`: `xfer://` and the name in hex, or
+//! `fi_sockaddr_in://IP:PORT`, `fi_sockaddr_in6://[IP]:PORT`).
 //!
 //! A destination known only by IP and port becomes the TCP name of
 //! whichever endpoint listens there (nonce [`ANY_NONCE`], providers/tcp's
@@ -25,6 +27,9 @@ pub enum Format {
     Inet,
     /// `struct sockaddr_in6` (`FI_SOCKADDR_IN6`).
     Inet6,
+    /// NUL-terminated strings (`FI_ADDR_STR`); `fi_av_insert` takes an
+    /// array of `char *`.
+    Str,
 }
 
 impl Format {
@@ -35,6 +40,7 @@ impl Format {
             fi::FI_FORMAT_UNSPEC => Some(Format::Xfer),
             fi::FI_SOCKADDR_IN => Some(Format::Inet),
             fi::FI_SOCKADDR_IN6 => Some(Format::Inet6),
+            fi::FI_ADDR_STR => Some(Format::Str),
             _ => None,
         }
     }
@@ -45,15 +51,18 @@ impl Format {
             Format::Xfer => fi::FI_FORMAT_UNSPEC,
             Format::Inet => fi::FI_SOCKADDR_IN,
             Format::Inet6 => fi::FI_SOCKADDR_IN6,
+            Format::Str => fi::FI_ADDR_STR,
         }
     }
 
-    /// Bytes of one address in this format (what `fi_av_insert` steps by).
+    /// Bytes of one address in this format (what `fi_av_insert` steps
+    /// by); 0 for strings, which end at their NUL.
     pub fn len(self) -> usize {
         match self {
             Format::Xfer => NAME_LEN,
             Format::Inet => std::mem::size_of::<libc::sockaddr_in>(),
             Format::Inet6 => std::mem::size_of::<libc::sockaddr_in6>(),
+            Format::Str => 0,
         }
     }
 
@@ -63,6 +72,10 @@ impl Format {
         match self {
             Format::Xfer => name::decode(bytes).and_then(|n| Address::new(n).ok()),
             Format::Inet | Format::Inet6 => any_listener(from_sockaddr(bytes)?),
+            Format::Str => match parse_str(bytes)? {
+                Parsed::Name(a) => Some(a),
+                Parsed::Socket(at) => any_listener(at),
+            },
         }
     }
 
@@ -75,6 +88,14 @@ impl Format {
                 let sa = TcpName::decode(addr.as_bytes()).ok()?.addr;
                 (sa.is_ipv4() == (self == Format::Inet)).then(|| to_sockaddr(sa))
             }
+            // A peer known by IP and port reads as libfabric prints one.
+            Format::Str => Some(
+                match TcpName::decode(addr.as_bytes()) {
+                    Ok(n) if n.nonce == ANY_NONCE => format!("{}\0", socket_string(n.addr)),
+                    _ => format!("{}\0", xfer_string(addr)),
+                }
+                .into_bytes(),
+            ),
         }
     }
 
@@ -85,6 +106,10 @@ impl Format {
         match self {
             Format::Xfer => TcpName::decode(name::decode(bytes)?).ok().map(|n| n.addr),
             Format::Inet | Format::Inet6 => from_sockaddr(bytes),
+            Format::Str => match parse_str(bytes)? {
+                Parsed::Name(a) => TcpName::decode(a.as_bytes()).ok().map(|n| n.addr),
+                Parsed::Socket(at) => Some(at),
+            },
         }
     }
 
@@ -93,8 +118,59 @@ impl Format {
         match self {
             Format::Xfer => self.encode(&any_listener(at)?),
             Format::Inet | Format::Inet6 => (at.is_ipv4() == (self == Format::Inet)).then(|| to_sockaddr(at)),
+            Format::Str => Some(format!("{}\0", socket_string(at)).into_bytes()),
         }
     }
+}
+
+/// An address string's meaning.
+enum Parsed {
+    /// `xfer://` and an xfer name in hex.
+    Name(Address),
+    /// `fi_sockaddr_in://IP:PORT` or `fi_sockaddr_in6://[IP]:PORT`.
+    Socket(SocketAddr),
+}
+
+/// Parses an `FI_ADDR_STR` address (up to its NUL or the end of `bytes`).
+fn parse_str(bytes: &[u8]) -> Option<Parsed> {
+    let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
+    let text = std::str::from_utf8(bytes.get(..end)?).ok()?;
+    if let Some(hex) = text.strip_prefix("xfer://") {
+        if hex.len() % 2 != 0 || hex.len() > 2 * Address::MAX_LEN {
+            return None;
+        }
+        let raw: Option<Vec<u8>> = (0..hex.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
+            .collect();
+        return Address::new(&raw?).ok().map(Parsed::Name);
+    }
+    let rest = text
+        .strip_prefix("fi_sockaddr_in://")
+        .or_else(|| text.strip_prefix("fi_sockaddr_in6://"))?;
+    rest.parse::<SocketAddr>().ok().map(Parsed::Socket)
+}
+
+/// `xfer://` and the name in hex (`fi_av_straddr`, `FI_ADDR_STR` names).
+pub fn xfer_string(addr: &Address) -> String {
+    let mut s = String::from("xfer://");
+    for b in addr.as_bytes() {
+        s.push_str(&format!("{b:02x}"));
+    }
+    s
+}
+
+/// A socket address as libfabric prints one.
+pub fn socket_string(at: SocketAddr) -> String {
+    match at {
+        SocketAddr::V4(_) => format!("fi_sockaddr_in://{at}"),
+        SocketAddr::V6(_) => format!("fi_sockaddr_in6://{at}"),
+    }
+}
+
+/// Whether `node` is an `FI_ADDR_STR` address rather than a host name.
+pub fn is_str(node: &str) -> bool {
+    node.contains("://")
 }
 
 /// The TCP name of whichever endpoint listens at `at`.
@@ -169,6 +245,8 @@ pub struct Resolved {
     pub src: Option<SocketAddr>,
     /// The peer's address (without `FI_SOURCE`).
     pub dest: Option<SocketAddr>,
+    /// The peer's full name, when `node` is an `FI_ADDR_STR` `xfer://` name.
+    pub dest_name: Option<Address>,
 }
 
 /// Resolves `node` and `service`: with `FI_SOURCE` (`source`) the address
@@ -185,6 +263,20 @@ pub fn resolve(
 ) -> Result<Resolved, &'static str> {
     if node.is_none() && service.is_none() {
         return Ok(Resolved::default());
+    }
+    if let Some(text) = node.filter(|n| is_str(n)) {
+        // An FI_ADDR_STR address as node (fi_getinfo(3)): no service.
+        let bytes = text.as_bytes();
+        return match source {
+            true => Ok(Resolved {
+                src: Some(Format::Str.listen_addr(bytes).ok_or("node is not an address string")?),
+                ..Resolved::default()
+            }),
+            false => Ok(Resolved {
+                dest_name: Some(Format::Str.decode(bytes).ok_or("node is not an address string")?),
+                ..Resolved::default()
+            }),
+        };
     }
     let port = match service {
         None => 0,
@@ -203,7 +295,7 @@ pub fn resolve(
         }
         return Ok(Resolved {
             src: Some(SocketAddr::new(ip, port)),
-            dest: None,
+            ..Resolved::default()
         });
     }
     if port == 0 {
@@ -211,8 +303,8 @@ pub fn resolve(
     }
     let ip = ip.unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST));
     Ok(Resolved {
-        src: None,
         dest: Some(SocketAddr::new(ip, port)),
+        ..Resolved::default()
     })
 }
 
@@ -270,5 +362,24 @@ mod tests {
         let src = Format::Xfer.source(at).unwrap();
         assert_eq!(Format::Xfer.listen_addr(&src), Some(at));
         assert_eq!(Format::Inet.listen_addr(&sin), Some(at));
+        assert_eq!(Format::Str.encode(&name).unwrap(), b"fi_sockaddr_in://127.0.0.1:9228\0");
+        let own = Address::new(&TcpName { addr: at, nonce: 5 }.to_vec()).unwrap();
+        let s = Format::Str.encode(&own).unwrap();
+        assert!(s.starts_with(b"xfer://01047f000001") && s.ends_with(b"\0"));
+        assert_eq!(Format::Str.decode(&s), Some(own));
+        assert_eq!(Format::Str.listen_addr(&s), Some(at));
+        assert_eq!(Format::Str.source(at).unwrap(), b"fi_sockaddr_in://127.0.0.1:9228\0");
+        assert_eq!(Format::Str.decode(b"fi_sockaddr_in://127.0.0.1:9228"), Some(name));
+        for bad in [
+            &b"xfer://0"[..],
+            b"xfer://zz",
+            b"tcp://1.2.3.4:5",
+            b"fi_sockaddr_in://nonsense",
+            b"\xff",
+        ] {
+            assert_eq!(Format::Str.decode(bad), None, "{bad:?}");
+        }
+        let r = resolve(Some("fi_sockaddr_in://127.0.0.1:9228"), None, false, None).unwrap();
+        assert_eq!(r.dest_name, Some(name));
     }
 }

@@ -13,7 +13,7 @@ use crate::addr::{self, Format};
 use crate::domain::{self, DomainCore};
 use crate::entry::{self, enosys, guard, put, Core, Obj, PANIC};
 use crate::fi;
-use crate::name;
+use crate::name::{self, NAME_LEN};
 
 /// An address vector's state, shared with the endpoints bound to it.
 pub(crate) struct AvCore {
@@ -115,16 +115,27 @@ unsafe extern "C" fn insert(
             return 0;
         }
         let format = av.domain.format;
-        let Some(total) = count.checked_mul(format.len()) else {
-            return -(libc::EINVAL);
-        };
-        if addr.is_null() || c_int::try_from(count).is_err() {
+        if addr.is_null() || c_int::try_from(count).is_err() || count.checked_mul(NAME_LEN).is_none() {
             return -(libc::EINVAL);
         }
-        // SAFETY: fi_av_insert's contract: `count` names of the provider's size.
-        let bytes = unsafe { std::slice::from_raw_parts(addr.cast::<u8>(), total) };
+        let names: Vec<&[u8]> = match format {
+            // SAFETY: fi_av(3): with FI_ADDR_STR, `addr` is an array of
+            // `count` C strings (a null one is an invalid address).
+            Format::Str => unsafe { std::slice::from_raw_parts(addr.cast::<*const c_char>(), count) }
+                .iter()
+                .map(|&p| match p.is_null() {
+                    true => &[][..],
+                    // SAFETY: a C string of the application's.
+                    false => unsafe { std::ffi::CStr::from_ptr(p) }.to_bytes(),
+                })
+                .collect(),
+            // SAFETY: fi_av_insert's contract: `count` addresses of the format's size.
+            _ => unsafe { std::slice::from_raw_parts(addr.cast::<u8>(), count * format.len()) }
+                .chunks_exact(format.len())
+                .collect(),
+        };
         let mut inserted = 0;
-        for (i, one) in bytes.chunks_exact(format.len()).enumerate() {
+        for (i, one) in names.into_iter().enumerate() {
             let peer = match format.decode(one).map(|n| av.xfer.insert(n.as_bytes())) {
                 Some(Ok(peer)) => {
                     inserted += 1;
@@ -146,7 +157,8 @@ unsafe extern "C" fn insert(
 }
 
 /// `fi_av_insertsvc`: the TCP endpoint listening at `node` (an IP or a
-/// host name) and `service` (a port number); returns 1. A node that does
+/// host name) and `service` (a port number), or at `node` alone when it is
+/// an `FI_ADDR_STR` address; returns 1. A node that does
 /// not resolve or a service that is not a port `-FI_EINVAL`; on a verbs
 /// domain `-FI_ENOSYS` (verbs peers have no service).
 unsafe extern "C" fn insertsvc(
@@ -165,20 +177,24 @@ unsafe extern "C" fn insertsvc(
         if av.domain.xfer.provider() != "tcp" {
             return -(libc::ENOSYS);
         }
-        if node.is_null() || service.is_null() {
+        if node.is_null() {
             return -(libc::EINVAL);
         }
-        // SAFETY: non-null C strings from the application.
+        // SAFETY: C strings (or a null service) from the application.
         let (node, service) = unsafe {
             (
                 std::ffi::CStr::from_ptr(node).to_string_lossy(),
-                std::ffi::CStr::from_ptr(service).to_string_lossy(),
+                (!service.is_null()).then(|| std::ffi::CStr::from_ptr(service).to_string_lossy()),
             )
         };
-        let dest = match addr::resolve(Some(&node), Some(&service), false, None) {
-            Ok(r) => r.dest.and_then(addr::any_listener),
+        // An FI_ADDR_STR address as node goes without a service (fi_av(3)).
+        if service.is_none() != addr::is_str(&node) {
+            return -(libc::EINVAL);
+        }
+        let dest = match addr::resolve(Some(&node), service.as_deref(), false, None) {
+            Ok(r) => r.dest_name.or_else(|| r.dest.and_then(addr::any_listener)),
             Err(why) => {
-                tracing::debug!(%node, %service, why, "fi_av_insertsvc refused");
+                tracing::debug!(%node, ?service, why, "fi_av_insertsvc refused");
                 None
             }
         };
@@ -282,9 +298,14 @@ unsafe extern "C" fn straddr(
         }
         // SAFETY: libfabric passes the application's fid_av.
         let format = unsafe { get(av.cast()) }.map_or(Format::Xfer, |av| av.domain.format);
-        // SAFETY: an address of the AV's format is format.len() bytes.
-        let bytes = unsafe { std::slice::from_raw_parts(addr.cast::<u8>(), format.len()) };
+        let bytes = match format {
+            // SAFETY: an FI_ADDR_STR address is a C string.
+            Format::Str => unsafe { std::ffi::CStr::from_ptr(addr.cast::<c_char>()) }.to_bytes(),
+            // SAFETY: an address of the AV's format is format.len() bytes.
+            _ => unsafe { std::slice::from_raw_parts(addr.cast::<u8>(), format.len()) },
+        };
         let mut s = match (format, addr::from_sockaddr(bytes)) {
+            (Format::Str, _) => String::from_utf8_lossy(bytes).into_owned(),
             (Format::Xfer, _) => {
                 let mut s = String::from("xfer://");
                 for b in name::decode(bytes).unwrap_or(&[]) {

@@ -258,6 +258,7 @@ pub fn select(h: &Hints, provider: &str, limits: Limits) -> Result<Offer, &'stat
         (None, None) => None,
     };
     let dest = match (h.node.dest, &h.dest_addr) {
+        _ if h.node.dest_name.is_some() => h.node.dest_name,
         (Some(at), _) => Some(addr::any_listener(at).ok_or("destination address")?),
         (None, Some(bytes)) => Some(
             format

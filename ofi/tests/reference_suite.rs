@@ -250,6 +250,22 @@ fn clients_in_turn_with_sockaddr_in() {
     });
 }
 
+/// The same with `FI_ADDR_STR` addresses on both sides: `src_addr` and
+/// `dest_addr` are strings naming the port, `fi_av_insert` takes arrays of
+/// strings, `fi_av_straddr` gives the string back and `fi_av_insertsvc`
+/// takes it as node without a service.
+#[test]
+fn clients_in_turn_with_address_strings() {
+    both("clients_in_turn_addr_str", |prov| {
+        let port = free_port();
+        let server = Server::start(prov, port, 2, &["str"])?;
+        for id in 1..=2 {
+            client_with(prov, port, id, &["str"])?;
+        }
+        server.finish(2)
+    });
+}
+
 /// A second server on a service in use fails with `-FI_EADDRINUSE` (at
 /// whichever call opens the listener), and the first goes on serving.
 #[test]

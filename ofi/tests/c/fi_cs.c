@@ -7,8 +7,8 @@
  * FI_PROVIDER selects (the tests run it over xfer and over libfabric's
  * own tcp provider).
  *
- *   fi_cs server PORT NCLIENTS [in]   serve NCLIENTS clients one after another
- *   fi_cs client HOST PORT ID [in]    one client
+ *   fi_cs server PORT NCLIENTS [in|str]   serve NCLIENTS clients in turn
+ *   fi_cs client HOST PORT ID [in|str]    one client
  *   fi_cs inuse PORT             a second server on PORT: must fail with
  *                                -FI_EADDRINUSE (exit 0), at any call
  *
@@ -17,7 +17,11 @@
  * fi_av_straddr prints fi_sockaddr_in://127.0.0.1:PORT, the client reaches
  * the server through fi_av_insertsvc(HOST, PORT), and the server's
  * fi_cq_readfrom gives each data message the AV entry it made from the
- * client's sockaddr_in.
+ * client's sockaddr_in. With `str` both sides ask for FI_ADDR_STR: src_addr
+ * and dest_addr are strings naming the port, fi_av_insert takes arrays of
+ * strings (the server's dest_addr, each client's fi_getname),
+ * fi_av_straddr gives the string back, and fi_av_insertsvc takes it as
+ * node without a service.
  *
  * Slots of the server's buffer: 0 a client's name, 1 the ack, 2 the go,
  * 3.. the data, the last the bye. Per client the server: receives its name on a receive posted while the
@@ -75,7 +79,7 @@ struct node {
 	char buf[(NDATA + 4) * MSG_MAX];
 };
 
-static int sockaddr_in;
+static int sockaddr_in, addr_str;
 
 static struct fi_info *hints(void)
 {
@@ -85,6 +89,8 @@ static struct fi_info *hints(void)
 		h->addr_format = FI_SOCKADDR_IN;
 		h->caps |= FI_SOURCE;
 	}
+	if (addr_str)
+		h->addr_format = FI_ADDR_STR;
 	h->ep_attr->type = FI_EP_RDM;
 	h->caps = FI_MSG | FI_TAGGED;
 	h->mode = FI_CONTEXT;
@@ -216,6 +222,9 @@ static int server(const char *port, int nclients)
 	MUST(fi_getinfo(FI_VERSION(1, 17), NULL, port, FI_SOURCE, h, &n.info));
 	fi_freeinfo(h);
 	CHECK(n.info->src_addr != NULL && n.info->src_addrlen > 0, "fi_getinfo(FI_SOURCE) set no src_addr");
+	if (addr_str)
+		CHECK(n.info->addr_format == FI_ADDR_STR && strstr(n.info->src_addr, port), "src_addr '%s' names no port %s",
+		      (char *)n.info->src_addr, port);
 	if (sockaddr_in) {
 		struct sockaddr_in *sin = n.info->src_addr;
 		CHECK(n.info->addr_format == FI_SOCKADDR_IN && n.info->src_addrlen == sizeof(*sin) &&
@@ -244,7 +253,9 @@ static int server(const char *port, int nclients)
 		uint32_t id;
 		memcpy(&id, slot_ptr(&n, 0), sizeof(id));
 		fi_addr_t peer;
-		ret = fi_av_insert(n.av, (char *)slot_ptr(&n, 0) + sizeof(id), 1, &peer, 0, NULL);
+		char *name = (char *)slot_ptr(&n, 0) + sizeof(id);
+		/* FI_ADDR_STR: fi_av_insert takes an array of strings. */
+		ret = addr_str ? fi_av_insert(n.av, &name, 1, &peer, 0, NULL) : fi_av_insert(n.av, name, 1, &peer, 0, NULL);
 		CHECK(ret == 1, "fi_av_insert of client %u's name = %d", id, ret);
 
 		/* The four data messages and the go are sent after the ack:
@@ -312,7 +323,17 @@ static int client(const char *host, const char *port, uint32_t id)
 	int ret = open_all(&n, &what);
 	CHECK(ret == 0, "%s = %d (%s)", what, ret, fi_strerror(-ret));
 	fi_addr_t server;
-	if (!sockaddr_in) {
+	if (addr_str) {
+		char *dest = n.info->dest_addr, str[256];
+		size_t slen = sizeof(str);
+		CHECK(n.info->addr_format == FI_ADDR_STR && strstr(dest, port), "dest_addr '%s' names no port %s", dest,
+		      port);
+		ret = fi_av_insert(n.av, &dest, 1, &server, 0, NULL);
+		CHECK(ret == 1, "fi_av_insert(&info->dest_addr) = %d", ret);
+		CHECK(fi_av_straddr(n.av, dest, str, &slen) == str && !strcmp(str, dest), "fi_av_straddr '%s'", str);
+		ret = fi_av_insertsvc(n.av, dest, NULL, &server, 0, NULL);
+		CHECK(ret == 1, "fi_av_insertsvc(%s, NULL) = %d", dest, ret);
+	} else if (!sockaddr_in) {
 		ret = fi_av_insert(n.av, n.info->dest_addr, 1, &server, 0, NULL);
 		CHECK(ret == 1, "fi_av_insert(info->dest_addr) = %d", ret);
 	} else {
@@ -380,9 +401,11 @@ int main(int argc, char **argv)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	sockaddr_in = !strcmp(argv[argc - 1], "in");
-	if (argc == 4 + sockaddr_in && !strcmp(argv[1], "server"))
+	addr_str = !strcmp(argv[argc - 1], "str");
+	int extra = sockaddr_in || addr_str;
+	if (argc == 4 + extra && !strcmp(argv[1], "server"))
 		return server(argv[2], atoi(argv[3]));
-	if (argc == 5 + sockaddr_in && !strcmp(argv[1], "client"))
+	if (argc == 5 + extra && !strcmp(argv[1], "client"))
 		return client(argv[2], argv[3], (uint32_t)atoi(argv[4]));
 	if (argc == 3 && !strcmp(argv[1], "inuse"))
 		return inuse(argv[2]);
