@@ -416,9 +416,10 @@ typedef struct xfer_ep_attr_t {
      */
     size_t inject_size;
     /**
-     * TCP: `"IP"` or `"IP:PORT"` to listen on, read during `xfer_ep_open`
-     * only; NULL or `""`: `XFER_TCP_ADDR`, else the first non-loopback IPv4
-     * interface.
+     * TCP: `"IP"` or `"IP:PORT"` to listen on (`"0.0.0.0:PORT"`: every
+     * interface, the name carrying the default address), read during
+     * `xfer_ep_open` only; NULL or `""`: `XFER_TCP_ADDR`, else the first
+     * non-loopback IPv4 interface.
      */
     const char *tcp_addr;
     /**

@@ -50,9 +50,10 @@ pub struct xfer_ep_attr_t {
     pub rndv_threshold: usize,
     /// Largest inject payload in bytes (`XFER_INJECT_SIZE`).
     pub inject_size: usize,
-    /// TCP: `"IP"` or `"IP:PORT"` to listen on, read during `xfer_ep_open`
-    /// only; NULL or `""`: `XFER_TCP_ADDR`, else the first non-loopback IPv4
-    /// interface.
+    /// TCP: `"IP"` or `"IP:PORT"` to listen on (`"0.0.0.0:PORT"`: every
+    /// interface, the name carrying the default address), read during
+    /// `xfer_ep_open` only; NULL or `""`: `XFER_TCP_ADDR`, else the first
+    /// non-loopback IPv4 interface.
     pub tcp_addr: *const c_char,
     /// TCP: milliseconds a connection attempt may take (`XFER_TCP_CONNECT_TIMEOUT_MS`).
     pub tcp_connect_timeout_ms: u64,
