@@ -264,22 +264,10 @@ impl EpCore {
                     continue; // a claimed message received into nothing (FI_DISCARD)
                 }
                 // A receive into several buffers, or of a multi-receive
-                // buffer: its token becomes the application's context
-                // (SILENT stays where it was), where it landed and whether
-                // it released its buffer.
-                let mut at = 0;
-                let mut released = 0;
-                let app = if c.context & MULTI != 0 {
-                    self.multi_step(en, c).map(|s| {
-                        (at, released) = (s.at, if s.released { fi::FI_MULTI_RECV } else { 0 });
-                        s.app | (c.context & SILENT)
-                    })
-                } else if c.context & SCATTER != 0 {
-                    // SAFETY: the receive's segments are valid until its
-                    // completion, which this is.
-                    unsafe { en.scatters.finish(c.context & !SILENT, c.len) }.map(|a| a | (c.context & SILENT))
-                } else {
-                    None
+                // buffer: its token becomes the application's context.
+                let app = match c.context & (MULTI | SCATTER) {
+                    0 => None,
+                    _ => self.unstage(en, c),
                 };
                 if let Some(k) = en.counters.for_completion(c.flags) {
                     k.hit(c.result.is_ok());
@@ -303,7 +291,7 @@ impl EpCore {
                     continue;
                 };
                 let mut e = Entry::from_xfer(c);
-                if let Some(app) = app {
+                if let Some((app, at, released)) = app {
                     e.context = app;
                     e.buf = at;
                     e.flags |= released;
@@ -325,6 +313,24 @@ impl EpCore {
                 return;
             }
         }
+    }
+
+    /// The application's context (SILENT kept where it was), where the data
+    /// landed and `FI_MULTI_RECV` when it released its buffer, for a
+    /// completion whose context is a staging or multi-receive token; `None`
+    /// when it is no live token.
+    #[cold]
+    fn unstage(&self, en: &Enabled, c: &Completion) -> Option<(u64, u64, u64)> {
+        let silent = c.context & SILENT;
+        if c.context & MULTI != 0 {
+            let s = self.multi_step(en, c)?;
+            let released = if s.released { fi::FI_MULTI_RECV } else { 0 };
+            return Some((s.app | silent, s.at, released));
+        }
+        // SAFETY: the receive's segments are valid until its completion,
+        // which this is.
+        let app = unsafe { en.scatters.finish(c.context & !SILENT, c.len) }?;
+        Some((app | silent, 0, 0))
     }
 
     /// A message of a multi-receive buffer completed: posts the next
@@ -427,45 +433,21 @@ impl EpCore {
         if r.buf.is_null() && r.len > 0 && r.segs.is_empty() {
             return scode(-(libc::EINVAL));
         }
-        let mut context = match en.recv_context(r.context, r.flags.unwrap_or(self.rx_op_flags)) {
+        let flags = r.flags.unwrap_or(self.rx_op_flags);
+        let context = match en.recv_context(r.context, flags) {
             Ok(c) => c,
             Err(e) => return e,
         };
         let src = self.source(r.src);
+        if !r.segs.is_empty() || flags & fi::FI_MULTI_RECV != 0 {
+            return self.recv_staged(en, r, flags, context, src);
+        }
         let (tag, ignore) = r.tag.unwrap_or((0, 0));
-        let mut staged = None;
-        let mut multi = None;
-        // A default FI_MULTI_RECV (rx_attr->op_flags) is for untagged receives.
-        let default = match r.tag {
-            Some(_) => self.rx_op_flags & !fi::FI_MULTI_RECV,
-            None => self.rx_op_flags,
-        };
-        let buf = if r.flags.unwrap_or(default) & fi::FI_MULTI_RECV != 0 {
-            if self.caps & fi::FI_MULTI_RECV == 0 || r.tag.is_some() || !r.segs.is_empty() {
-                return scode(-(libc::EINVAL));
-            }
-            let (token, rest) = en.multis.start(context & !SILENT, r.buf, r.len, src);
-            context = token | (context & SILENT);
-            multi = Some(token);
-            // SAFETY: libfabric's contract: the buffer is the provider's
-            // until the completion that releases it.
-            unsafe { Buffer::raw(rest.buf, rest.len) }
-        } else if r.segs.is_empty() {
-            // SAFETY: libfabric's contract: the buffer stays valid and untouched
-            // until the receive's completion, and so does the region `desc` names.
-            match unsafe { self.buffer(r.buf, r.len, r.desc) } {
-                Ok(b) => b,
-                Err(e) => return e,
-            }
-        } else {
-            // The router copies the staging buffer into the segments and
-            // reports the application's context (SILENT kept on the token).
-            let (token, ptr, total) = en.scatters.stage(context & !SILENT, &r.segs);
-            context = token | (context & SILENT);
-            staged = Some(token);
-            // SAFETY: the staging buffer lives in `scatters` until the
-            // receive completes (or the endpoint is gone).
-            unsafe { Buffer::raw(ptr, total) }
+        // SAFETY: libfabric's contract: the buffer stays valid and untouched
+        // until the receive's completion, and so does the region `desc` names.
+        let buf = match unsafe { self.buffer(r.buf, r.len, r.desc) } {
+            Ok(b) => b,
+            Err(e) => return e,
         };
         let op = RecvOp {
             spec: RecvSpec { src, tag, ignore },
@@ -475,14 +457,53 @@ impl EpCore {
         };
         match en.ep.post_recv(op) {
             Ok(()) => 0,
-            Err(r) => {
-                if let Some(token) = staged {
-                    en.scatters.forget(token);
-                }
-                if let Some(token) = multi {
-                    en.multis.release(token);
-                }
-                scode(entry::code(&r.error))
+            Err(r) => scode(entry::code(&r.error)),
+        }
+    }
+
+    /// A receive into several buffers (staged, [`Scatters`]) or into a
+    /// multi-receive buffer ([`Multis`]): its xfer context is a token the
+    /// router maps back to `context`.
+    #[cold]
+    fn recv_staged(&self, en: &Enabled, r: Recv, flags: u64, context: u64, src: PeerAddr) -> isize {
+        let silent = context & SILENT;
+        // A default FI_MULTI_RECV (rx_attr->op_flags) is for untagged receives.
+        let multi = flags & fi::FI_MULTI_RECV != 0 && (r.tag.is_none() || r.flags.is_some());
+        if r.segs.is_empty() && !multi {
+            return self.recv(Recv {
+                flags: Some(flags & !fi::FI_MULTI_RECV),
+                ..r
+            });
+        }
+        let (token, buf, release): (u64, Buffer, fn(&Enabled, u64)) = if multi {
+            if self.caps & fi::FI_MULTI_RECV == 0 || r.tag.is_some() || !r.segs.is_empty() {
+                return scode(-(libc::EINVAL));
+            }
+            let (token, rest) = en.multis.start(context & !SILENT, r.buf, r.len, src);
+            // SAFETY: libfabric's contract: the buffer is the provider's
+            // until the completion that releases it.
+            (token, unsafe { Buffer::raw(rest.buf, rest.len) }, |en, t| {
+                en.multis.release(t)
+            })
+        } else {
+            // The router copies the staging buffer into the segments.
+            let (token, ptr, total) = en.scatters.stage(context & !SILENT, &r.segs);
+            // SAFETY: the staging buffer lives in `scatters` until the
+            // receive completes (or the endpoint is gone).
+            (token, unsafe { Buffer::raw(ptr, total) }, |en, t| en.scatters.forget(t))
+        };
+        let (tag, ignore) = r.tag.unwrap_or((0, 0));
+        let op = RecvOp {
+            spec: RecvSpec { src, tag, ignore },
+            tagged: r.tag.is_some(),
+            buf,
+            context: token | silent,
+        };
+        match en.ep.post_recv(op) {
+            Ok(()) => 0,
+            Err(e) => {
+                release(en, token);
+                scode(entry::code(&e.error))
             }
         }
     }

@@ -226,9 +226,18 @@ fn reverse(av: &AvTable, peer: &Address) -> PeerAddr {
 
 /// [`reverse`] with a guess (`AvTable::reverse_hinted`): `hint` when it
 /// names `peer` or its [`ANY_NONCE`] form.
+#[inline]
 fn reverse_hinted(av: &AvTable, peer: &Address, hint: PeerAddr) -> PeerAddr {
     match av.lookup(hint) {
         Some(a) if a == peer => hint,
+        other => reverse_missed(av, peer, hint, other),
+    }
+}
+
+/// [`reverse_hinted`] when the hint does not name `peer` itself.
+#[cold]
+fn reverse_missed(av: &AvTable, peer: &Address, hint: PeerAddr, hinted: Option<&Address>) -> PeerAddr {
+    match hinted {
         Some(a) if any_form(peer).as_ref() == Some(a) => hint,
         _ => reverse(av, peer),
     }
