@@ -266,6 +266,31 @@ fn clients_in_turn_with_address_strings() {
     });
 }
 
+/// Names exchanged out of band, as fi_pingpong and Open MPI do: the
+/// server takes an ephemeral port (service "0") and prints its
+/// `fi_getname` in hex; two clients in turn get it on their command line
+/// and `fi_av_insert` it, with no node or service.
+#[test]
+fn clients_in_turn_with_out_of_band_names() {
+    both("out_of_band", |prov| {
+        let mut server = Server::start(prov, 0, 2, &[])?;
+        let name = server
+            .seen
+            .iter()
+            .find_map(|l| l.strip_prefix("name "))
+            .ok_or("no name line")?
+            .to_string();
+        for id in 1..=2 {
+            let id_s = id.to_string();
+            let out = run(prov, &format!("client {id}"), &["client", "-", &name, &id_s])?;
+            if !String::from_utf8_lossy(&out.stdout).contains(&format!("client {id} done")) {
+                return Err(server.fail(&format!("client {id} did not finish")));
+            }
+        }
+        server.finish(2)
+    });
+}
+
 /// A second server on a service in use fails with `-FI_EADDRINUSE` (at
 /// whichever call opens the listener), and the first goes on serving.
 #[test]

@@ -9,6 +9,8 @@
  *
  *   fi_cs server PORT NCLIENTS [in|str]   serve NCLIENTS clients in turn
  *   fi_cs client HOST PORT ID [in|str]    one client
+ *   fi_cs client - HEXNAME ID            one client given the server's name
+ *                                        (its "name" line) out of band
  *   fi_cs inuse PORT             a second server on PORT: must fail with
  *                                -FI_EADDRINUSE (exit 0), at any call
  *
@@ -239,6 +241,11 @@ static int server(const char *port, int nclients)
 	size_t len = sizeof(name);
 	MUST(fi_getname(&n.ep->fid, name, &len));
 	CHECK(len > 0 && len <= sizeof(name), "fi_getname length %zu", len);
+	/* The name, for clients that get it out of band. */
+	printf("name ");
+	for (size_t i = 0; i < len; i++)
+		printf("%02x", (unsigned char)name[i]);
+	printf("\n");
 	printf("ready\n");
 	fflush(stdout);
 
@@ -317,13 +324,23 @@ static int client(const char *host, const char *port, uint32_t id)
 	struct node n = {0};
 	struct fi_info *h = hints();
 	const char *what;
-	MUST(fi_getinfo(FI_VERSION(1, 17), host, port, 0, h, &n.info));
+	/* host "-": the server's name came out of band, in hex in `port`. */
+	int oob = !strcmp(host, "-");
+	MUST(fi_getinfo(FI_VERSION(1, 17), oob ? NULL : host, oob ? NULL : port, 0, h, &n.info));
 	fi_freeinfo(h);
-	CHECK(n.info->dest_addr != NULL && n.info->dest_addrlen > 0, "fi_getinfo(node, service) set no dest_addr");
+	CHECK(oob || (n.info->dest_addr != NULL && n.info->dest_addrlen > 0), "fi_getinfo(node, service) set no dest_addr");
 	int ret = open_all(&n, &what);
 	CHECK(ret == 0, "%s = %d (%s)", what, ret, fi_strerror(-ret));
 	fi_addr_t server;
-	if (addr_str) {
+	if (oob) {
+		unsigned char name[256];
+		size_t nlen = strlen(port) / 2;
+		CHECK(nlen > 0 && nlen <= sizeof(name), "name of %zu bytes", nlen);
+		for (size_t i = 0; i < nlen; i++)
+			CHECK(sscanf(port + 2 * i, "%2hhx", &name[i]) == 1, "hex name");
+		ret = fi_av_insert(n.av, name, 1, &server, 0, NULL);
+		CHECK(ret == 1, "fi_av_insert of the out-of-band name = %d", ret);
+	} else if (addr_str) {
 		char *dest = n.info->dest_addr, str[256];
 		size_t slen = sizeof(str);
 		CHECK(n.info->addr_format == FI_ADDR_STR && strstr(dest, port), "dest_addr '%s' names no port %s", dest,
