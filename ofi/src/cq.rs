@@ -371,6 +371,16 @@ impl CqCore {
         if buf.is_null() && count > 0 {
             return scode(-(libc::EINVAL));
         }
+        if count == 0 {
+            // `fi_cq_read(cq, NULL, 0)`: the idiom that drives progress
+            // without taking anything (libfabric's util CQs do the same):
+            // what completes is queued; 0 when entries wait.
+            self.progress(None);
+            return match self.queued.load(Ordering::Acquire) {
+                0 => scode(-(libc::EAGAIN)),
+                _ => 0,
+            };
+        }
         let mut out = Out {
             buf: buf.cast(),
             size: entry_size(self.format),

@@ -11,7 +11,8 @@
 //! - fi_hints.c: what fi_getinfo answers to common hints;
 //! - fi_wait.c: event queues, wait sets, poll sets, wait fds;
 //! - fi_iov.c: messages of several buffers;
-//! - fi_multi.c: multi-receive buffers.
+//! - fi_multi.c: multi-receive buffers;
+//! - fi_rma.c: RMA with counters and remote CQ data.
 
 mod common;
 
@@ -416,7 +417,7 @@ fn multi_receive_buffers() {
     });
 }
 
-/// fi_wait.c, fi_iov.c and fi_multi.c over xfer under valgrind memcheck
+/// fi_wait.c, fi_iov.c, fi_multi.c and fi_rma.c over xfer under valgrind memcheck
 /// (as `c_suite_under_valgrind`): the staged and multi-receive buffers, the
 /// EQ, wait and poll sets make no invalid access and leak nothing. Skipped
 /// without valgrind unless `XFER_REQUIRE_VALGRIND` is set.
@@ -435,7 +436,7 @@ fn waits_vectors_and_multi_receives_under_valgrind() {
         return;
     }
     let supp = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/valgrind.supp");
-    for name in ["fi_wait", "fi_iov", "fi_multi"] {
+    for name in ["fi_wait", "fi_iov", "fi_multi", "fi_rma"] {
         let exe = compile(name);
         let mut cmd = fi_command("valgrind");
         cmd.args([
@@ -452,4 +453,19 @@ fn waits_vectors_and_multi_receives_under_valgrind() {
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(stderr.contains("ERROR SUMMARY: 0 errors"), "{name}: {stderr}");
     }
+}
+
+/// ofi/tests/c/fi_rma.c: `FI_RMA` with `FI_MR_LOCAL` descriptors and the
+/// registration mode each provider returns (virtual addresses or offsets);
+/// `fi_write`, `fi_read` and `fi_writedata` of 1000 bytes with a write and
+/// a read counter on the initiator, the bytes landing in the target's
+/// memory (the target driven by `fi_cq_read(cq, NULL, 0)`), and the
+/// target's CQ getting `FI_REMOTE_WRITE | FI_REMOTE_CQ_DATA` with the data.
+#[test]
+fn rma_with_counters() {
+    let exe = compile("fi_rma");
+    both("rma", |prov| {
+        let want = ["write checked", "read checked", "writedata checked", "all rma checked"];
+        one_program(prov, &exe, &[], &want)
+    });
 }
