@@ -720,6 +720,15 @@ pub(crate) unsafe extern "C" fn open(
             }
             _ => None,
         };
+        if let Some(at) = listen.filter(|a| a.port() != 0) {
+            // A service in use is reported here, where libfabric's socket
+            // providers report it, rather than only at fi_enable (which
+            // still fails if the port is taken in between).
+            if let Err(e) = std::net::TcpListener::bind(at) {
+                tracing::warn!(%at, error = %e, "fi_endpoint: cannot listen on the source address");
+                return -e.raw_os_error().unwrap_or(libc::EADDRINUSE);
+            }
+        }
         // SAFETY: as above.
         let tx_op_flags = unsafe { info.tx_attr.as_ref() }.map_or(0, |tx| tx.op_flags);
         // SAFETY: as above.
