@@ -417,9 +417,10 @@ typedef struct xfer_ep_attr_t {
     size_t inject_size;
     /**
      * TCP: the address to listen on (`"10.0.0.1"`, `"10.0.0.1:5000"`,
-     * `"::1"`, `"[::1]:5000"`, `"fe80::1%eth0"`), read during `xfer_ep_open`
-     * only; NULL or `""`: `XFER_TCP_ADDR`, else the interface choice
-     * (`tcp_iface`).
+     * `"::1"`, `"[::1]:5000"`, `"fe80::1%eth0"`; `"0.0.0.0:PORT"`: every
+     * interface, the name carrying the automatic choice's address), read
+     * during `xfer_ep_open` only; NULL or `""`: `XFER_TCP_ADDR`, else the
+     * interface choice (`tcp_iface`).
      */
     const char *tcp_addr;
     /**

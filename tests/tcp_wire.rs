@@ -859,3 +859,37 @@ fn requests_to_send_posted_in_a_burst_wait_for_the_next_progress() {
     unique.dedup();
     assert_eq!(unique.len(), 3, "three distinct requests: {tokens:?}");
 }
+
+/// A name with nonce 0 stands for whichever endpoint listens at its
+/// address (how libfabric programs name a peer by node and service): the
+/// endpoint there accepts the Hello, its answer is accepted whatever its
+/// nonce, and a message from a peer known only by such a name is reported
+/// from that entry; the answer back goes out over the same name.
+#[test]
+fn a_name_with_nonce_zero_reaches_whoever_listens_there() {
+    let (mut a, mut b) = (Node::new(), Node::new());
+    let any = |n: &Node| {
+        TcpName {
+            addr: addr_of(n),
+            nonce: xfer_tcp::name::ANY_NONCE,
+        }
+        .to_vec()
+    };
+    let b_at_a = a.av.insert(&any(&b)).unwrap();
+    let a_at_b = b.av.insert(&any(&a)).unwrap();
+    b.ep.trecv(PeerAddr::UNSPEC, 3, 0, vec![0; 32], 1).unwrap();
+    a.ep.tsend(b_at_a, 3, pattern(32, 4), 2).unwrap();
+    let r = expect(&mut [&mut b, &mut a], 0, 1);
+    assert_eq!(r.result, Ok(()));
+    assert_eq!(r.buf.unwrap(), pattern(32, 4));
+    assert_eq!(r.src, a_at_b, "the source is the entry of a's address");
+    a.ep.trecv(b_at_a, 5, 0, vec![0; 32], 3).unwrap();
+    b.ep.tsend(a_at_b, 5, pattern(32, 6), 4).unwrap();
+    let r = expect(&mut [&mut a, &mut b], 0, 3);
+    assert_eq!(
+        r.result,
+        Ok(()),
+        "a receive directed at the nonce-0 entry gets b's answer"
+    );
+    assert_eq!((r.buf.unwrap(), r.src), (pattern(32, 6), b_at_a));
+}

@@ -52,9 +52,10 @@ pub struct xfer_ep_attr_t {
     /// Largest inject payload in bytes (`XFER_INJECT_SIZE`).
     pub inject_size: usize,
     /// TCP: the address to listen on (`"10.0.0.1"`, `"10.0.0.1:5000"`,
-    /// `"::1"`, `"[::1]:5000"`, `"fe80::1%eth0"`), read during `xfer_ep_open`
-    /// only; NULL or `""`: `XFER_TCP_ADDR`, else the interface choice
-    /// (`tcp_iface`).
+    /// `"::1"`, `"[::1]:5000"`, `"fe80::1%eth0"`; `"0.0.0.0:PORT"`: every
+    /// interface, the name carrying the automatic choice's address), read
+    /// during `xfer_ep_open` only; NULL or `""`: `XFER_TCP_ADDR`, else the
+    /// interface choice (`tcp_iface`).
     pub tcp_addr: *const c_char,
     /// TCP: milliseconds a connection attempt may take (`XFER_TCP_CONNECT_TIMEOUT_MS`).
     pub tcp_connect_timeout_ms: u64,

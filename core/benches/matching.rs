@@ -75,7 +75,7 @@ fn post_behind_unexpected(n: u64, rounds: usize, known: bool) -> f64 {
         }
         let start = Instant::now();
         for i in 0..BATCH {
-            let hit = rx.post(&av, recv(PeerAddr::UNSPEC, r * BATCH + i));
+            let hit = rx.post(&av, recv(PeerAddr::UNSPEC, r * BATCH + i), AvTable::reverse);
             black_box(hit.expect("its message is there"));
         }
         samples.push(start.elapsed().as_nanos() as f64 / BATCH as f64);
@@ -87,13 +87,17 @@ fn arrival_behind_posted(n: u64, rounds: usize) -> f64 {
     let av = AvTable::default();
     let mut rx: Receives<()> = Receives::new();
     for i in 0..n {
-        assert!(rx.post(&av, recv(PeerAddr::UNSPEC, OTHER + i)).is_none());
+        assert!(rx
+            .post(&av, recv(PeerAddr::UNSPEC, OTHER + i), AvTable::reverse)
+            .is_none());
     }
     let src = PeerAddr(3);
     let mut samples = Vec::with_capacity(rounds);
     for r in 0..rounds as u64 {
         for i in 0..BATCH {
-            assert!(rx.post(&av, recv(PeerAddr::UNSPEC, r * BATCH + i)).is_none());
+            assert!(rx
+                .post(&av, recv(PeerAddr::UNSPEC, r * BATCH + i), AvTable::reverse)
+                .is_none());
         }
         let start = Instant::now();
         for i in 0..BATCH {

@@ -230,10 +230,13 @@ impl EndpointAttr {
 pub struct TcpAttr {
     /// Address to listen on: `1.2.3.4`, `1.2.3.4:PORT`, `::1`, `[::1]`,
     /// `[::1]:PORT`, a link-local IPv6 address with its zone (`fe80::1%eth0`,
-    /// `[fe80::1%eth0]:PORT`); without a port, an ephemeral one. `None`: the
-    /// interface choice (`iface`, else automatic: the first interface that is
-    /// up and neither loopback nor a container or VM bridge, by its IPv4
-    /// address, else by a global IPv6 one; else 127.0.0.1).
+    /// `[fe80::1%eth0]:PORT`); without a port, an ephemeral one. A wildcard
+    /// IP needs a port (`0.0.0.0:PORT`, `[::]:PORT`): it listens on every
+    /// interface, and the endpoint's name carries the address the automatic
+    /// choice takes. `None`: the interface choice (`iface`, else automatic:
+    /// the first interface that is up and neither loopback nor a container or
+    /// VM bridge, by its IPv4 address, else by a global IPv6 one; else
+    /// 127.0.0.1).
     pub addr: Option<String>,
     /// Interfaces to listen on, by name, in order of preference (as
     /// `FI_TCP_IFACE`, `UCX_NET_DEVICES`, Open MPI's `btl_tcp_if_include`):

@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use xfer_facade::AddressVector;
 
+use crate::addr::{self, Format};
 use crate::domain::{self, DomainCore};
 use crate::entry::{self, enosys, guard, put, Core, Obj, PANIC};
 use crate::fi;
@@ -35,7 +36,7 @@ static OPS: fi::fi_ops = entry::close_only_ops(close);
 static AV_OPS: fi::fi_ops_av = fi::fi_ops_av {
     size: std::mem::size_of::<fi::fi_ops_av>(),
     insert: Some(insert),
-    insertsvc: Some(no_insertsvc),
+    insertsvc: Some(insertsvc),
     insertsym: Some(no_insertsym),
     remove: Some(remove),
     lookup: Some(lookup),
@@ -44,7 +45,6 @@ static AV_OPS: fi::fi_ops_av = fi::fi_ops_av {
 };
 
 enosys! {
-    no_insertsvc(*mut fi::fid_av, *const c_char, *const c_char, *mut fi::fi_addr_t, u64, *mut c_void) -> c_int;
     no_insertsym(*mut fi::fid_av, *const c_char, usize, *const c_char, usize, *mut fi::fi_addr_t, u64, *mut c_void) -> c_int;
     no_av_set(*mut fi::fid_av, *mut fi::fi_av_set_attr, *mut *mut fi::fid_av_set, *mut c_void) -> c_int;
 }
@@ -94,8 +94,10 @@ pub(crate) unsafe fn get(fid: *const fi::fid) -> Option<Arc<AvCore>> {
     unsafe { Obj::<AvObj>::get(fid) }.map(|o| o.core.0.clone())
 }
 
-/// `fi_av_insert`: `count` names of [`NAME_LEN`] bytes; returns how many
-/// were inserted. A name that is not valid gets `FI_ADDR_NOTAVAIL`.
+/// `fi_av_insert`: `count` addresses in the domain's format ([`name::NAME_LEN`]
+/// bytes each, or `sockaddr_in`/`sockaddr_in6`: the TCP endpoint listening
+/// there); returns how many were inserted. One that is not valid gets
+/// `FI_ADDR_NOTAVAIL`.
 unsafe extern "C" fn insert(
     av: *mut fi::fid_av,
     addr: *const c_void,
@@ -112,17 +114,29 @@ unsafe extern "C" fn insert(
         if count == 0 {
             return 0;
         }
-        let Some(total) = count.checked_mul(NAME_LEN) else {
-            return -(libc::EINVAL);
-        };
-        if addr.is_null() || c_int::try_from(count).is_err() {
+        let format = av.domain.format;
+        if addr.is_null() || c_int::try_from(count).is_err() || count.checked_mul(NAME_LEN).is_none() {
             return -(libc::EINVAL);
         }
-        // SAFETY: fi_av_insert's contract: `count` names of the provider's size.
-        let bytes = unsafe { std::slice::from_raw_parts(addr.cast::<u8>(), total) };
+        let names: Vec<&[u8]> = match format {
+            // SAFETY: fi_av(3): with FI_ADDR_STR, `addr` is an array of
+            // `count` C strings (a null one is an invalid address).
+            Format::Str => unsafe { std::slice::from_raw_parts(addr.cast::<*const c_char>(), count) }
+                .iter()
+                .map(|&p| match p.is_null() {
+                    true => &[][..],
+                    // SAFETY: a C string of the application's.
+                    false => unsafe { std::ffi::CStr::from_ptr(p) }.to_bytes(),
+                })
+                .collect(),
+            // SAFETY: fi_av_insert's contract: `count` addresses of the format's size.
+            _ => unsafe { std::slice::from_raw_parts(addr.cast::<u8>(), count * format.len()) }
+                .chunks_exact(format.len())
+                .collect(),
+        };
         let mut inserted = 0;
-        for (i, one) in bytes.chunks_exact(NAME_LEN).enumerate() {
-            let peer = match name::decode(one).map(|n| av.xfer.insert(n)) {
+        for (i, one) in names.into_iter().enumerate() {
+            let peer = match format.decode(one).map(|n| av.xfer.insert(n.as_bytes())) {
                 Some(Ok(peer)) => {
                     inserted += 1;
                     peer.0
@@ -139,6 +153,64 @@ unsafe extern "C" fn insert(
             }
         }
         inserted
+    })
+}
+
+/// `fi_av_insertsvc`: the TCP endpoint listening at `node` (an IP or a
+/// host name) and `service` (a port number), or at `node` alone when it is
+/// an `FI_ADDR_STR` address; returns 1. A node that does
+/// not resolve or a service that is not a port `-FI_EINVAL`; on a verbs
+/// domain `-FI_ENOSYS` (verbs peers have no service).
+unsafe extern "C" fn insertsvc(
+    av: *mut fi::fid_av,
+    node: *const c_char,
+    service: *const c_char,
+    fi_addr: *mut fi::fi_addr_t,
+    _flags: u64,
+    _context: *mut c_void,
+) -> c_int {
+    guard(PANIC, || {
+        // SAFETY: libfabric passes the application's fid_av.
+        let Some(av) = (unsafe { get(av.cast()) }) else {
+            return -(libc::EINVAL);
+        };
+        if av.domain.xfer.provider() != "tcp" {
+            return -(libc::ENOSYS);
+        }
+        if node.is_null() {
+            return -(libc::EINVAL);
+        }
+        // SAFETY: C strings (or a null service) from the application.
+        let (node, service) = unsafe {
+            (
+                std::ffi::CStr::from_ptr(node).to_string_lossy(),
+                (!service.is_null()).then(|| std::ffi::CStr::from_ptr(service).to_string_lossy()),
+            )
+        };
+        // An FI_ADDR_STR address as node goes without a service (fi_av(3)).
+        if service.is_none() != addr::is_str(&node) {
+            return -(libc::EINVAL);
+        }
+        let dest = match addr::resolve(Some(&node), service.as_deref(), false, None) {
+            Ok(r) => r.dest_name.or_else(|| r.dest.and_then(addr::any_listener)),
+            Err(why) => {
+                tracing::debug!(%node, ?service, why, "fi_av_insertsvc refused");
+                None
+            }
+        };
+        let Some(name) = dest else {
+            return -(libc::EINVAL);
+        };
+        match av.xfer.insert(name.as_bytes()) {
+            Ok(peer) => {
+                if !fi_addr.is_null() {
+                    // SAFETY: the caller's fi_addr_t.
+                    unsafe { fi_addr.write(peer.0) };
+                }
+                1
+            }
+            Err(e) => entry::code(&e),
+        }
     })
 }
 
@@ -178,7 +250,10 @@ unsafe extern "C" fn lookup(
             return -(libc::EINVAL);
         }
         let name = match av.xfer.lookup(xfer_facade::PeerAddr(fi_addr)) {
-            Ok(a) => name::encode(&a),
+            Ok(a) => match av.domain.format.encode(&a) {
+                Some(bytes) => bytes,
+                None => return -(libc::EINVAL),
+            },
             Err(e) => return entry::code(&e),
         };
         // SAFETY: checked non-null; the caller's in/out length.
@@ -208,9 +283,11 @@ pub(crate) unsafe fn copy_out(bytes: &[u8], out: *mut c_void, len: *mut usize) -
     }
 }
 
-/// `fi_av_straddr`: `xfer://` and the name in hex.
+/// `fi_av_straddr`: in xfer's format `xfer://` and the name in hex; a
+/// socket address as libfabric prints one (`fi_sockaddr_in://IP:PORT`,
+/// `fi_sockaddr_in6://[IP]:PORT`).
 unsafe extern "C" fn straddr(
-    _av: *mut fi::fid_av,
+    av: *mut fi::fid_av,
     addr: *const c_void,
     buf: *mut c_char,
     len: *mut usize,
@@ -219,12 +296,27 @@ unsafe extern "C" fn straddr(
         if addr.is_null() || buf.is_null() || len.is_null() {
             return std::ptr::null();
         }
-        // SAFETY: an address of this provider is NAME_LEN bytes.
-        let bytes = unsafe { std::slice::from_raw_parts(addr.cast::<u8>(), NAME_LEN) };
-        let mut s = String::from("xfer://");
-        for b in name::decode(bytes).unwrap_or(&[]) {
-            let _ = write!(s, "{b:02x}");
-        }
+        // SAFETY: libfabric passes the application's fid_av.
+        let format = unsafe { get(av.cast()) }.map_or(Format::Xfer, |av| av.domain.format);
+        let bytes = match format {
+            // SAFETY: an FI_ADDR_STR address is a C string.
+            Format::Str => unsafe { std::ffi::CStr::from_ptr(addr.cast::<c_char>()) }.to_bytes(),
+            // SAFETY: an address of the AV's format is format.len() bytes.
+            _ => unsafe { std::slice::from_raw_parts(addr.cast::<u8>(), format.len()) },
+        };
+        let mut s = match (format, addr::from_sockaddr(bytes)) {
+            (Format::Str, _) => String::from_utf8_lossy(bytes).into_owned(),
+            (Format::Xfer, _) => {
+                let mut s = String::from("xfer://");
+                for b in name::decode(bytes).unwrap_or(&[]) {
+                    let _ = write!(s, "{b:02x}");
+                }
+                s
+            }
+            (Format::Inet, Some(at)) => format!("fi_sockaddr_in://{at}"),
+            (Format::Inet6, Some(at)) => format!("fi_sockaddr_in6://{at}"),
+            (_, None) => String::from("fi_sockaddr://?"),
+        };
         s.push('\0');
         // SAFETY: checked non-null; the caller's buffer of *len bytes.
         let room = unsafe { *len };

@@ -40,6 +40,8 @@ pub(crate) struct CntrCore {
     wait: Option<Wait>,
     /// The enabled endpoints bound to it, which its reads and waits drive.
     pub(crate) eps: Driven,
+    /// The wait set it belongs to (`FI_WAIT_SET`), kept open while it does.
+    _set: Option<Arc<crate::wait::WaitSetCore>>,
 }
 
 /// A counter object.
@@ -86,6 +88,15 @@ impl CntrCore {
         if let Some(w) = &self.wait {
             w.poke();
         }
+    }
+
+    /// The counts (completed, failed) after driving the bound endpoints.
+    pub(crate) fn counts(&self) -> (u64, u64) {
+        if let Some(w) = &self.wait {
+            w.reset();
+        }
+        self.progress();
+        (self.value.load(Ordering::Acquire), self.errors.load(Ordering::Acquire))
     }
 
     fn progress(&self) {
@@ -155,23 +166,30 @@ pub(crate) unsafe extern "C" fn open(
         if attr.events != fi::FI_CNTR_EVENTS_COMP || attr.flags != 0 {
             return -(libc::ENOSYS);
         }
-        let wait = match Wait::for_object(attr.wait_obj) {
+        let (wait, set) = match crate::wait::object(attr.wait_obj, attr.wait_set) {
             Ok(w) => w,
             Err(e) => return e,
         };
-        let core = CntrCore {
+        let core = Arc::new(CntrCore {
             domain,
             value: AtomicU64::new(0),
             errors: AtomicU64::new(0),
             wait,
             eps: Driven::default(),
-        };
+            _set: set.clone(),
+        });
+        if let (Some(set), Some(w)) = (set, &core.wait) {
+            let m = crate::wait::Member::Cntr(Arc::downgrade(&core), core.counts());
+            if let Err(e) = set.add(m, w.fd()) {
+                return e;
+            }
+        }
         let fid = fi::fid_cntr {
             fid: entry::fid(fi::FI_CLASS_CNTR, context, &OPS),
             ops: entry::ops(&CNTR_OPS),
         };
         // SAFETY: the application's out pointer.
-        unsafe { entry::hand_out(cntr, fid, CntrObj(Arc::new(core))) }
+        unsafe { entry::hand_out(cntr, fid, CntrObj(core)) }
     })
 }
 

@@ -35,6 +35,9 @@ pub(crate) struct Entry {
     pub(crate) data: u64,
     pub(crate) tag: u64,
     pub(crate) src: u64,
+    /// Where the data landed (`buf`): set for messages of a multi-receive
+    /// buffer, else 0.
+    pub(crate) buf: u64,
     /// `(err, olen)` for an error entry: the positive `FI_E*` number and,
     /// for a truncation, the bytes that did not fit.
     pub(crate) error: Option<(i32, usize)>,
@@ -57,6 +60,7 @@ impl Entry {
             data: c.data,
             tag: c.tag,
             src: c.received_from().0,
+            buf: 0,
             error,
         }
     }
@@ -216,7 +220,7 @@ impl Out {
             op_context: e.context as usize as *mut c_void,
             flags: e.flags,
             len: e.len,
-            buf: std::ptr::null_mut(),
+            buf: e.buf as usize as *mut c_void,
             data: e.data,
             tag: e.tag,
         };
@@ -258,6 +262,8 @@ pub(crate) struct CqCore {
     signaled: AtomicBool,
     /// The enabled endpoints bound to it.
     pub(crate) eps: Driven,
+    /// The wait set it belongs to (`FI_WAIT_SET`), kept open while it does.
+    _set: Option<Arc<crate::wait::WaitSetCore>>,
 }
 
 /// A completion queue object.
@@ -301,6 +307,18 @@ impl CqCore {
     /// Whether this CQ wants a blocking wait's descriptor (not `FI_WAIT_NONE`).
     pub(crate) fn waits(&self) -> bool {
         self.wait.is_some()
+    }
+
+    /// Whether a read would find something (a wait set's or poll set's
+    /// question): the bound endpoints are driven first, their entries for
+    /// this CQ queued; the wait object is reset before, so that a later
+    /// completion wakes its sleepers again.
+    pub(crate) fn ready(&self) -> bool {
+        if let Some(w) = &self.wait {
+            w.reset();
+        }
+        self.progress(None);
+        !self.ready_to_block()
     }
 
     /// Queues an entry routed here; `poke` wakes a waiter of this CQ.
@@ -352,6 +370,16 @@ impl CqCore {
     fn read(&self, buf: *mut c_void, count: usize, src: *mut fi::fi_addr_t) -> isize {
         if buf.is_null() && count > 0 {
             return scode(-(libc::EINVAL));
+        }
+        if count == 0 {
+            // `fi_cq_read(cq, NULL, 0)`: the idiom that drives progress
+            // without taking anything (libfabric's util CQs do the same):
+            // what completes is queued; 0 when entries wait.
+            self.progress(None);
+            return match self.queued.load(Ordering::Acquire) {
+                0 => scode(-(libc::EAGAIN)),
+                _ => 0,
+            };
         }
         let mut out = Out {
             buf: buf.cast(),
@@ -418,7 +446,7 @@ impl CqCore {
             addr_of_mut!((*out).op_context).write(e.context as usize as *mut c_void);
             addr_of_mut!((*out).flags).write(e.flags);
             addr_of_mut!((*out).len).write(e.len);
-            addr_of_mut!((*out).buf).write(std::ptr::null_mut());
+            addr_of_mut!((*out).buf).write(e.buf as usize as *mut c_void);
             addr_of_mut!((*out).data).write(e.data);
             addr_of_mut!((*out).tag).write(e.tag);
             addr_of_mut!((*out).olen).write(olen);
@@ -499,11 +527,11 @@ pub(crate) unsafe extern "C" fn open(
             }
             _ => return -(libc::ENOSYS),
         };
-        let wait = match Wait::for_object(attr.wait_obj) {
+        let (wait, set) = match crate::wait::object(attr.wait_obj, attr.wait_set) {
             Ok(w) => w,
             Err(e) => return e,
         };
-        let core = CqCore {
+        let core = Arc::new(CqCore {
             api_version: domain.api_version,
             domain,
             format,
@@ -513,13 +541,19 @@ pub(crate) unsafe extern "C" fn open(
             drained: AtomicBool::new(false),
             signaled: AtomicBool::new(false),
             eps: Driven::default(),
-        };
+            _set: set.clone(),
+        });
+        if let (Some(set), Some(w)) = (set, &core.wait) {
+            if let Err(e) = set.add(crate::wait::Member::Cq(Arc::downgrade(&core)), w.fd()) {
+                return e;
+            }
+        }
         let fid = fi::fid_cq {
             fid: entry::fid(fi::FI_CLASS_CQ, context, &OPS),
             ops: entry::ops(&CQ_OPS),
         };
         // SAFETY: the application's out pointer.
-        unsafe { entry::hand_out(cq, fid, CqObj(Arc::new(core))) }
+        unsafe { entry::hand_out(cq, fid, CqObj(core)) }
     })
 }
 
@@ -626,8 +660,10 @@ unsafe extern "C" fn control(fid: *mut fi::fid, command: c_int, arg: *mut c_void
     })
 }
 
-/// `fi_trywait` on the fabric: 0 when every CQ in `fids` may be blocked on,
-/// `-FI_EAGAIN` when one has entries to read first.
+/// `fi_trywait` on the fabric: 0 when every CQ, counter, EQ or wait set in
+/// `fids` may be blocked on, `-FI_EAGAIN` when one has something to read
+/// first (a counter: when its counts changed since its wait object was
+/// last reset by a read, wait or poll).
 pub(crate) unsafe extern "C" fn trywait(_fabric: *mut fi::fid_fabric, fids: *mut *mut fi::fid, count: c_int) -> c_int {
     guard(PANIC, || {
         if fids.is_null() || count < 0 {
@@ -637,12 +673,10 @@ pub(crate) unsafe extern "C" fn trywait(_fabric: *mut fi::fid_fabric, fids: *mut
             // SAFETY: the caller's array holds `count` fids.
             let fid = unsafe { *fids.add(i) };
             // SAFETY: a live fid of the application's.
-            let Some(cq) = (unsafe { get(fid) }) else {
-                return -(libc::EINVAL);
-            };
-            cq.progress(None);
-            if !cq.ready_to_block() {
-                return -(libc::EAGAIN);
+            match unsafe { crate::wait::try_wait(fid) } {
+                Some(true) => {}
+                Some(false) => return -(libc::EAGAIN),
+                None => return -(libc::EINVAL),
             }
         }
         0

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use xfer_facade::{Domain, DomainAttr};
 
+use crate::addr::Format;
 use crate::entry::{self, enosys, guard, Core, Obj, PANIC};
 use crate::fabric::{self, Fabric};
 use crate::fi;
@@ -20,6 +21,9 @@ pub(crate) struct DomainCore {
     /// The domain was opened with `FI_MR_LOCAL`: data calls take the
     /// `fi_mr_desc` of their buffers into account.
     pub(crate) mr_local: bool,
+    /// The fi_info's address format: of the names `fi_av_insert` reads and
+    /// `fi_getname`, `fi_av_lookup` write.
+    pub(crate) format: Format,
 }
 
 /// A domain object.
@@ -40,7 +44,7 @@ static DOMAIN_OPS: fi::fi_ops_domain = fi::fi_ops_domain {
     endpoint: Some(crate::ep::open),
     scalable_ep: Some(no_scalable_ep),
     cntr_open: Some(crate::cntr::open),
-    poll_open: Some(no_poll_open),
+    poll_open: Some(crate::wait::poll_open),
     stx_ctx: Some(no_stx_ctx),
     srx_ctx: Some(no_srx_ctx),
     query_atomic: Some(no_query_atomic),
@@ -50,7 +54,6 @@ static DOMAIN_OPS: fi::fi_ops_domain = fi::fi_ops_domain {
 
 enosys! {
     no_scalable_ep(*mut fi::fid_domain, *mut fi::fi_info, *mut *mut fi::fid_ep, *mut c_void) -> c_int;
-    no_poll_open(*mut fi::fid_domain, *mut fi::fi_poll_attr, *mut *mut fi::fid_poll) -> c_int;
     no_stx_ctx(*mut fi::fid_domain, *mut fi::fi_tx_attr, *mut *mut fi::fid_stx, *mut c_void) -> c_int;
     no_srx_ctx(*mut fi::fid_domain, *mut fi::fi_rx_attr, *mut *mut fi::fid_ep, *mut c_void) -> c_int;
     no_query_atomic(*mut fi::fid_domain, fi::fi_datatype, fi::fi_op, *mut fi::fi_atomic_attr, u64) -> c_int;
@@ -74,6 +77,10 @@ pub(crate) unsafe extern "C" fn open(
         let Some(attr) = (unsafe { info.as_ref().and_then(|i| i.domain_attr.as_ref()) }) else {
             return -(libc::EINVAL);
         };
+        // SAFETY: as above (checked non-null).
+        let Some(format) = Format::of(unsafe { (*info).addr_format }) else {
+            return -(libc::EINVAL);
+        };
         let provider = match attr.name.is_null() {
             true => None,
             // SAFETY: a C string from our fi_getinfo or the application.
@@ -91,6 +98,7 @@ pub(crate) unsafe extern "C" fn open(
             xfer,
             api_version,
             mr_local: attr.mr_mode as u64 & fi::FI_MR_LOCAL != 0 && api_version >= fi::version(1, 5),
+            format,
         };
         let fid = fi::fid_domain {
             fid: entry::fid(fi::FI_CLASS_DOMAIN, context, &OPS),

@@ -17,8 +17,9 @@ use crate::cq::{self, CqCore, Entry, Out};
 use crate::domain::{self, DomainCore};
 use crate::entry::{self, enosys, guard, lock, scode, Core, Obj, PANIC};
 use crate::fi;
-use crate::info::{CAPS, MAX_MSG_SIZE};
-use crate::name;
+use crate::info::{CAPS, IMPLIED_CAPS, MAX_MSG_SIZE, PRIMARY_CAPS};
+use crate::iov::{Scatters, SCATTER};
+use crate::multi::{Multis, MULTI};
 
 /// The bit an operation's xfer context carries when the application asked
 /// for no completion (`FI_SELECTIVE_COMPLETION` without `FI_COMPLETION`) but
@@ -28,6 +29,10 @@ use crate::name;
 /// and drops it otherwise (decision 55). On selective endpoints a context
 /// with this bit set is refused (`-FI_EINVAL`): no user-space pointer has it.
 pub(crate) const SILENT: u64 = 1 << 63;
+
+/// The capabilities of an endpoint opened from an fi_info that names none:
+/// messages and tagged messages both ways, no directed receives.
+const DEFAULT_CAPS: u64 = PRIMARY_CAPS | fi::FI_SEND | fi::FI_RECV | IMPLIED_CAPS;
 
 /// Completions taken from the xfer CQ per poll.
 const POLL_BATCH: usize = 16;
@@ -80,6 +85,11 @@ impl Counters {
 pub(crate) struct Enabled {
     pub(crate) ep: Endpoint,
     pub(crate) cq: CompletionQueue,
+    /// Receives into several buffers, staged (dropped after `ep`: xfer
+    /// writes into their staging buffers until then).
+    scatters: Scatters,
+    /// Multi-receive buffers posted.
+    multis: Multis,
     tx: Option<Arc<CqCore>>,
     pub(crate) rx: Option<Arc<CqCore>>,
     pub(crate) tx_selective: bool,
@@ -122,6 +132,12 @@ impl Drop for Enabled {
 pub(crate) struct EpCore {
     domain: Arc<DomainCore>,
     caps: u64,
+    /// `FI_OPT_MIN_MULTI_RECV`: a multi-receive buffer with less free space
+    /// is released.
+    min_multi_recv: std::sync::atomic::AtomicUsize,
+    /// Where the endpoint listens (`info->src_addr`, from `fi_getinfo`'s
+    /// node and service with `FI_SOURCE`); else where xfer's settings say.
+    listen: Option<std::net::SocketAddr>,
     pub(crate) tx_op_flags: u64,
     rx_op_flags: u64,
     bound: Mutex<Bound>,
@@ -199,6 +215,9 @@ pub(crate) struct Send {
     pub(crate) context: *mut c_void,
     /// `*msg` flags, or the endpoint's default transmit flags.
     pub(crate) flags: Option<u64>,
+    /// Several buffers (`iov_count` > 1; `buf` is then null and `len`
+    /// their total): gathered into a copy.
+    pub(crate) segs: Vec<(*mut c_void, usize)>,
 }
 
 /// A receive as the libfabric calls describe it.
@@ -213,6 +232,9 @@ pub(crate) struct Recv {
     pub(crate) context: *mut c_void,
     /// `*msg` flags, or the endpoint's default receive flags.
     pub(crate) flags: Option<u64>,
+    /// Several buffers (`iov_count` > 1; `buf` is then null and `len`
+    /// their total): received through a staging buffer.
+    pub(crate) segs: Vec<(*mut c_void, usize)>,
 }
 
 impl EpCore {
@@ -241,6 +263,12 @@ impl EpCore {
                 if c.context == crate::peek::discard_context() {
                     continue; // a claimed message received into nothing (FI_DISCARD)
                 }
+                // A receive into several buffers, or of a multi-receive
+                // buffer: its token becomes the application's context.
+                let app = match c.context & (MULTI | SCATTER) {
+                    0 => None,
+                    _ => self.unstage(en, c),
+                };
                 if let Some(k) = en.counters.for_completion(c.flags) {
                     k.hit(c.result.is_ok());
                 }
@@ -263,6 +291,11 @@ impl EpCore {
                     continue;
                 };
                 let mut e = Entry::from_xfer(c);
+                if let Some((app, at, released)) = app {
+                    e.context = app;
+                    e.buf = at;
+                    e.flags |= released;
+                }
                 if silent {
                     e.context &= !SILENT; // a failure is reported with the application's context
                 }
@@ -280,6 +313,53 @@ impl EpCore {
                 return;
             }
         }
+    }
+
+    /// The application's context (SILENT kept where it was), where the data
+    /// landed and `FI_MULTI_RECV` when it released its buffer, for a
+    /// completion whose context is a staging or multi-receive token; `None`
+    /// when it is no live token.
+    #[cold]
+    fn unstage(&self, en: &Enabled, c: &Completion) -> Option<(u64, u64, u64)> {
+        let silent = c.context & SILENT;
+        if c.context & MULTI != 0 {
+            let s = self.multi_step(en, c)?;
+            let released = if s.released { fi::FI_MULTI_RECV } else { 0 };
+            return Some((s.app | silent, s.at, released));
+        }
+        // SAFETY: the receive's segments are valid until its completion,
+        // which this is.
+        let app = unsafe { en.scatters.finish(c.context & !SILENT, c.len) }?;
+        Some((app | silent, 0, 0))
+    }
+
+    /// A message of a multi-receive buffer completed: posts the next
+    /// receive into the rest of the buffer unless it is released (or the
+    /// post fails, which releases it).
+    fn multi_step(&self, en: &Enabled, c: &Completion) -> Option<crate::multi::Step> {
+        let token = c.context & !SILENT;
+        let min = self.min_multi_recv.load(std::sync::atomic::Ordering::Relaxed);
+        let mut step = en.multis.advance(token, c.len, c.result.is_ok(), min)?;
+        if let Some(rest) = step.rest.take() {
+            let op = RecvOp {
+                spec: RecvSpec {
+                    src: rest.src,
+                    tag: 0,
+                    ignore: 0,
+                },
+                tagged: false,
+                // SAFETY: the application's multi-receive buffer, valid
+                // until its release (libfabric's contract).
+                buf: unsafe { Buffer::raw(rest.buf, rest.len) },
+                context: c.context,
+            };
+            if let Err(r) = en.ep.post_recv(op) {
+                tracing::warn!(error = %r.error, "re-posting a multi-receive buffer; released");
+                en.multis.release(token);
+                step.released = true;
+            }
+        }
+        Some(step)
     }
 
     /// Arms the xfer CQ for a blocking wait: false when completions are ready.
@@ -300,11 +380,17 @@ impl EpCore {
         if s.len > MAX_MSG_SIZE {
             return scode(-(libc::EMSGSIZE));
         }
-        if s.buf.is_null() && s.len > 0 {
+        if s.buf.is_null() && s.len > 0 && s.segs.is_empty() {
             return scode(-(libc::EINVAL));
         }
         let flags = s.flags.unwrap_or(self.tx_op_flags);
-        let buf = if flags & fi::FI_INJECT != 0 {
+        let buf = if !s.segs.is_empty() {
+            if flags & fi::FI_INJECT != 0 && s.len > en.inject_size {
+                return scode(-(libc::EMSGSIZE));
+            }
+            // SAFETY: libfabric's contract: each element is valid for its length.
+            Buffer::from(unsafe { crate::iov::gather(&s.segs) })
+        } else if flags & fi::FI_INJECT != 0 {
             if s.len > en.inject_size {
                 return scode(-(libc::EMSGSIZE));
             }
@@ -344,14 +430,18 @@ impl EpCore {
             Ok(en) => en,
             Err(e) => return e,
         };
-        if r.buf.is_null() && r.len > 0 {
+        if r.buf.is_null() && r.len > 0 && r.segs.is_empty() {
             return scode(-(libc::EINVAL));
         }
-        let context = match en.recv_context(r.context, r.flags.unwrap_or(self.rx_op_flags)) {
+        let flags = r.flags.unwrap_or(self.rx_op_flags);
+        let context = match en.recv_context(r.context, flags) {
             Ok(c) => c,
             Err(e) => return e,
         };
         let src = self.source(r.src);
+        if !r.segs.is_empty() || flags & fi::FI_MULTI_RECV != 0 {
+            return self.recv_staged(en, r, flags, context, src);
+        }
         let (tag, ignore) = r.tag.unwrap_or((0, 0));
         // SAFETY: libfabric's contract: the buffer stays valid and untouched
         // until the receive's completion, and so does the region `desc` names.
@@ -368,6 +458,53 @@ impl EpCore {
         match en.ep.post_recv(op) {
             Ok(()) => 0,
             Err(r) => scode(entry::code(&r.error)),
+        }
+    }
+
+    /// A receive into several buffers (staged, [`Scatters`]) or into a
+    /// multi-receive buffer ([`Multis`]): its xfer context is a token the
+    /// router maps back to `context`.
+    #[cold]
+    fn recv_staged(&self, en: &Enabled, r: Recv, flags: u64, context: u64, src: PeerAddr) -> isize {
+        let silent = context & SILENT;
+        // A default FI_MULTI_RECV (rx_attr->op_flags) is for untagged receives.
+        let multi = flags & fi::FI_MULTI_RECV != 0 && (r.tag.is_none() || r.flags.is_some());
+        if r.segs.is_empty() && !multi {
+            return self.recv(Recv {
+                flags: Some(flags & !fi::FI_MULTI_RECV),
+                ..r
+            });
+        }
+        let (token, buf, release): (u64, Buffer, fn(&Enabled, u64)) = if multi {
+            if self.caps & fi::FI_MULTI_RECV == 0 || r.tag.is_some() || !r.segs.is_empty() {
+                return scode(-(libc::EINVAL));
+            }
+            let (token, rest) = en.multis.start(context & !SILENT, r.buf, r.len, src);
+            // SAFETY: libfabric's contract: the buffer is the provider's
+            // until the completion that releases it.
+            (token, unsafe { Buffer::raw(rest.buf, rest.len) }, |en, t| {
+                en.multis.release(t)
+            })
+        } else {
+            // The router copies the staging buffer into the segments.
+            let (token, ptr, total) = en.scatters.stage(context & !SILENT, &r.segs);
+            // SAFETY: the staging buffer lives in `scatters` until the
+            // receive completes (or the endpoint is gone).
+            (token, unsafe { Buffer::raw(ptr, total) }, |en, t| en.scatters.forget(t))
+        };
+        let (tag, ignore) = r.tag.unwrap_or((0, 0));
+        let op = RecvOp {
+            spec: RecvSpec { src, tag, ignore },
+            tagged: r.tag.is_some(),
+            buf,
+            context: token | silent,
+        };
+        match en.ep.post_recv(op) {
+            Ok(()) => 0,
+            Err(e) => {
+                release(en, token);
+                scode(entry::code(&e.error))
+            }
         }
     }
 
@@ -568,9 +705,29 @@ pub(crate) unsafe extern "C" fn open(
                 return -(libc::EINVAL);
             }
         }
-        let caps = if info.caps == 0 { CAPS } else { info.caps };
+        let caps = if info.caps == 0 { DEFAULT_CAPS } else { info.caps };
         if caps & !CAPS != 0 {
             return -(libc::ENODATA);
+        }
+        let listen = match (info.src_addr.is_null(), info.src_addrlen) {
+            (false, n) if n > 0 => {
+                // SAFETY: the application's src_addr holds src_addrlen bytes.
+                let bytes = unsafe { std::slice::from_raw_parts(info.src_addr.cast::<u8>(), n) };
+                match domain.format.listen_addr(bytes) {
+                    Some(at) if domain.xfer.provider() == "tcp" => Some(at),
+                    _ => return -(libc::EINVAL),
+                }
+            }
+            _ => None,
+        };
+        if let Some(at) = listen.filter(|a| a.port() != 0) {
+            // A service in use is reported here, where libfabric's socket
+            // providers report it, rather than only at fi_enable (which
+            // still fails if the port is taken in between).
+            if let Err(e) = std::net::TcpListener::bind(at) {
+                tracing::warn!(%at, error = %e, "fi_endpoint: cannot listen on the source address");
+                return -e.raw_os_error().unwrap_or(libc::EADDRINUSE);
+            }
         }
         // SAFETY: as above.
         let tx_op_flags = unsafe { info.tx_attr.as_ref() }.map_or(0, |tx| tx.op_flags);
@@ -579,6 +736,8 @@ pub(crate) unsafe extern "C" fn open(
         let core = EpCore {
             domain,
             caps,
+            min_multi_recv: std::sync::atomic::AtomicUsize::new(crate::multi::DEFAULT_MIN),
+            listen,
             tx_op_flags,
             rx_op_flags,
             bound: Mutex::new(Bound::default()),
@@ -702,14 +861,20 @@ fn enable(ep: &Arc<EpCore>) -> c_int {
         Ok(cq) => cq,
         Err(e) => return entry::code(&e),
     };
-    let attr = EndpointAttr {
+    let mut attr = EndpointAttr {
         selective_completion: b.tx_selective,
         ..EndpointAttr::from_env()
     };
+    if let Some(at) = ep.listen {
+        attr.tcp.addr = Some(at.to_string());
+    }
     let xep = match ep.domain.xfer.endpoint(&xcq, &av.xfer, &attr) {
         Ok(e) => e,
         Err(e) => {
-            tracing::warn!(error = %e, "fi_enable: opening the xfer endpoint");
+            match ep.listen {
+                Some(at) => tracing::warn!(error = %e, %at, "fi_enable: cannot listen on the source address"),
+                None => tracing::warn!(error = %e, "fi_enable: opening the xfer endpoint"),
+            }
             return entry::code(&e);
         }
     };
@@ -733,6 +898,8 @@ fn enable(ep: &Arc<EpCore>) -> c_int {
         rx_selective: b.rx_selective,
         inject_size: attr.inject_size,
         counters: b.counters.clone(),
+        scatters: Scatters::default(),
+        multis: Multis::default(),
         router: Mutex::new(Router {
             scratch: vec![Completion::EMPTY; POLL_BATCH],
             sent: 0,
@@ -759,7 +926,8 @@ unsafe extern "C" fn control(fid: *mut fi::fid, command: c_int, _arg: *mut c_voi
     })
 }
 
-/// `fi_getname`: the enabled endpoint's name ([`name::NAME_LEN`] bytes).
+/// `fi_getname`: the enabled endpoint's name in the domain's address
+/// format ([`crate::name::NAME_LEN`] bytes, or a `sockaddr_in`/`sockaddr_in6`).
 unsafe extern "C" fn getname(fid: fi::fid_t, addr: *mut c_void, addrlen: *mut usize) -> c_int {
     guard(PANIC, || {
         // SAFETY: libfabric passes the application's fid.
@@ -772,8 +940,11 @@ unsafe extern "C" fn getname(fid: fi::fid_t, addr: *mut c_void, addrlen: *mut us
         let Some(en) = obj.core.0.enabled.get() else {
             return fi::err(fi::FI_EOPBADSTATE);
         };
+        let Some(bytes) = obj.core.0.domain.format.encode(&en.ep.name()) else {
+            return -(libc::EINVAL);
+        };
         // SAFETY: checked non-null; the caller's buffer of *addrlen bytes.
-        unsafe { av::copy_out(&name::encode(&en.ep.name()), addr, addrlen) }
+        unsafe { av::copy_out(&bytes, addr, addrlen) }
     })
 }
 
@@ -781,37 +952,66 @@ unsafe extern "C" fn getname(fid: fi::fid_t, addr: *mut c_void, addrlen: *mut us
 /// `FI_ECANCELED` (read through `fi_cq_readerr`); `-FI_ENOENT` when none waits.
 unsafe extern "C" fn cancel(fid: fi::fid_t, context: *mut c_void) -> isize {
     with_ep(fid.cast(), |ep| match ep.enabled.get() {
-        // A receive posted without FI_COMPLETION carries the SILENT bit.
-        Some(en) => match en.ep.cancel(context as usize as u64) {
-            Err(xfer_facade::Error::NotFound(_)) if en.rx_selective => {
-                match en.ep.cancel(context as usize as u64 | SILENT) {
-                    Ok(()) => 0,
-                    Err(e) => scode(entry::code(&e)),
+        Some(en) => {
+            let ctx = context as usize as u64;
+            // A receive posted without FI_COMPLETION carries the SILENT bit,
+            // one into several buffers a staging token.
+            let mut tried = vec![ctx];
+            if en.rx_selective {
+                tried.push(ctx | SILENT);
+            }
+            for token in en.scatters.tokens_of(ctx).into_iter().chain(en.multis.tokens_of(ctx)) {
+                tried.push(token);
+                tried.push(token | SILENT);
+            }
+            let mut last = scode(-(libc::ENOENT));
+            for c in tried {
+                match en.ep.cancel(c) {
+                    Ok(()) => return 0,
+                    Err(xfer_facade::Error::NotFound(_)) => {}
+                    Err(e) => last = scode(entry::code(&e)),
                 }
             }
-            Ok(()) => 0,
-            Err(e) => scode(entry::code(&e)),
-        },
+            last
+        }
         None => scode(fi::err(fi::FI_EOPBADSTATE)),
     })
 }
 
 /// `fi_getopt` (level `FI_OPT_ENDPOINT`): `FI_OPT_CM_DATA_SIZE` is 0 (RDM
-/// endpoints have no connection management to carry data); the options of
-/// capabilities xfer does not offer (`FI_OPT_MIN_MULTI_RECV` of
-/// `FI_MULTI_RECV`, `FI_OPT_BUFFERED_*` of `FI_BUFFERED_RECV`) and the rest
+/// endpoints have no connection management to carry data);
+/// `FI_OPT_MIN_MULTI_RECV` on endpoints with `FI_MULTI_RECV` (elsewhere
+/// `-FI_ENOPROTOOPT`); the options of capabilities xfer does not offer
+/// (`FI_OPT_BUFFERED_*` of `FI_BUFFERED_RECV`) and the rest
 /// are `-FI_ENOPROTOOPT`, as libfabric's providers answer an option they
 /// do not have.
 unsafe extern "C" fn getopt(fid: fi::fid_t, level: c_int, name: c_int, val: *mut c_void, len: *mut usize) -> c_int {
     guard(PANIC, || {
         // SAFETY: libfabric passes the application's fid.
-        if unsafe { Obj::<EpObj>::get(fid) }.is_none() {
+        let Some(obj) = (unsafe { Obj::<EpObj>::get(fid) }) else {
             return -(libc::EINVAL);
-        }
+        };
+        let ep = &obj.core.0;
         if level as u32 != fi::FI_OPT_ENDPOINT {
             return -(libc::ENOPROTOOPT);
         }
         match name as u32 {
+            fi::FI_OPT_MIN_MULTI_RECV if ep.caps & fi::FI_MULTI_RECV != 0 => {
+                if val.is_null() || len.is_null() {
+                    return -(libc::EINVAL);
+                }
+                // SAFETY: checked non-null; the caller's length.
+                let room = unsafe { *len };
+                // SAFETY: as above.
+                unsafe { *len = std::mem::size_of::<usize>() };
+                if room < std::mem::size_of::<usize>() {
+                    return fi::err(fi::FI_ETOOSMALL);
+                }
+                let v = ep.min_multi_recv.load(std::sync::atomic::Ordering::Relaxed);
+                // SAFETY: the caller's buffer holds at least a size_t.
+                unsafe { val.cast::<usize>().write_unaligned(v) };
+                0
+            }
             fi::FI_OPT_CM_DATA_SIZE => {
                 if val.is_null() || len.is_null() {
                     return -(libc::EINVAL);
@@ -832,15 +1032,29 @@ unsafe extern "C" fn getopt(fid: fi::fid_t, level: c_int, name: c_int, val: *mut
     })
 }
 
-/// `fi_setopt`: nothing to set. `FI_OPT_CM_DATA_SIZE` is read-only and the
-/// other options belong to capabilities xfer does not offer:
+/// `fi_setopt`: `FI_OPT_MIN_MULTI_RECV` on endpoints with `FI_MULTI_RECV`
+/// (a `size_t`; `-FI_EINVAL` shorter). `FI_OPT_CM_DATA_SIZE` is read-only
+/// and the other options belong to capabilities xfer does not offer:
 /// `-FI_ENOPROTOOPT`.
-unsafe extern "C" fn setopt(fid: fi::fid_t, _level: c_int, _name: c_int, _val: *const c_void, _len: usize) -> c_int {
+unsafe extern "C" fn setopt(fid: fi::fid_t, level: c_int, name: c_int, val: *const c_void, len: usize) -> c_int {
     guard(PANIC, || {
         // SAFETY: libfabric passes the application's fid.
-        match unsafe { Obj::<EpObj>::get(fid) } {
-            Some(_) => -(libc::ENOPROTOOPT),
-            None => -(libc::EINVAL),
+        let Some(obj) = (unsafe { Obj::<EpObj>::get(fid) }) else {
+            return -(libc::EINVAL);
+        };
+        let ep = &obj.core.0;
+        let multi = ep.caps & fi::FI_MULTI_RECV != 0;
+        match (level as u32, name as u32) {
+            (fi::FI_OPT_ENDPOINT, fi::FI_OPT_MIN_MULTI_RECV) if multi => {
+                if val.is_null() || len < std::mem::size_of::<usize>() {
+                    return -(libc::EINVAL);
+                }
+                // SAFETY: checked: the caller's value holds a size_t.
+                let v = unsafe { val.cast::<usize>().read_unaligned() };
+                ep.min_multi_recv.store(v, std::sync::atomic::Ordering::Relaxed);
+                0
+            }
+            _ => -(libc::ENOPROTOOPT),
         }
     })
 }

@@ -29,14 +29,13 @@ static FABRIC_OPS: fi::fi_ops_fabric = fi::fi_ops_fabric {
     domain: Some(domain::open),
     passive_ep: Some(no_passive_ep),
     eq_open: Some(eq::open),
-    wait_open: Some(no_wait_open),
+    wait_open: Some(crate::wait::open),
     trywait: Some(crate::cq::trywait),
     domain2: Some(no_domain2),
 };
 
 enosys! {
     no_passive_ep(*mut fi::fid_fabric, *mut fi::fi_info, *mut *mut fi::fid_pep, *mut c_void) -> c_int;
-    no_wait_open(*mut fi::fid_fabric, *mut fi::fi_wait_attr, *mut *mut fi::fid_wait) -> c_int;
     no_domain2(*mut fi::fid_fabric, *mut fi::fi_info, *mut *mut fi::fid_domain, u64, *mut c_void) -> c_int;
 }
 

@@ -3,21 +3,35 @@
 //! cannot do.
 
 use std::ffi::{c_char, c_int, CStr};
+use std::net::{IpAddr, SocketAddr};
 
-use xfer_facade::{CqAttr, DomainAttr, EndpointAttr};
+use xfer_facade::{Address, CqAttr, DomainAttr, EndpointAttr};
 
+use crate::addr::{self, Format, Resolved};
 use crate::entry::{guard, PANIC};
 use crate::fi;
-use crate::name;
+use crate::iov::IOV_LIMIT;
 
 /// The fabric name every fi_info carries.
 pub const FABRIC_NAME: &str = "xfer";
 
 /// Primary capabilities: messages and tagged messages.
 pub const PRIMARY_CAPS: u64 = fi::FI_MSG | fi::FI_TAGGED;
-/// Secondary capabilities, always on.
-pub const SECONDARY_CAPS: u64 =
-    fi::FI_SEND | fi::FI_RECV | fi::FI_DIRECTED_RECV | fi::FI_SOURCE | fi::FI_LOCAL_COMM | fi::FI_REMOTE_COMM;
+/// Secondary capabilities xfer offers when they are asked for:
+/// `FI_DIRECTED_RECV` changes what a receive's address means and
+/// `FI_SOURCE` is a promise about every completion, so neither is added
+/// unasked (fi_getinfo(3): only capabilities that change nothing for the
+/// application may be added).
+pub const SECONDARY_CAPS: u64 = fi::FI_SEND
+    | fi::FI_RECV
+    | fi::FI_DIRECTED_RECV
+    | fi::FI_SOURCE
+    | fi::FI_MULTI_RECV
+    | fi::FI_LOCAL_COMM
+    | fi::FI_REMOTE_COMM;
+/// Secondary capabilities added whether asked or not: both directions when
+/// the application names neither, and both kinds of peer (harmless).
+pub const IMPLIED_CAPS: u64 = fi::FI_LOCAL_COMM | fi::FI_REMOTE_COMM;
 /// RMA (`fi_read`, `fi_write`, `fi_writedata`, `fi_inject_write*` onto
 /// xfer's RMA), offered only when asked for: it needs the memory
 /// registration mode [`MR_MODE_RMA`].
@@ -64,7 +78,7 @@ pub const TX_OP_FLAGS: u64 =
 /// acknowledgement); `FI_DELIVERY_COMPLETE` is refused.
 pub const MSG_TX_FLAGS: u64 = TX_OP_FLAGS | fi::FI_TRANSMIT_COMPLETE;
 /// Receive operation flags xfer honours.
-pub const RX_OP_FLAGS: u64 = fi::FI_COMPLETION | fi::FI_MORE;
+pub const RX_OP_FLAGS: u64 = fi::FI_COMPLETION | fi::FI_MORE | fi::FI_MULTI_RECV;
 /// Tag format offered when the application names none: 64 one-bit fields
 /// (libfabric's internal `FI_TAG_GENERIC`), i.e. all 64 tag bits with any
 /// ignore mask, which is what xfer's matcher supports.
@@ -102,8 +116,10 @@ pub struct Hints {
     pub rx_comp_order: u64,
     pub rx_iov_limit: usize,
     pub rx_total_buffered_recv: usize,
-    pub src_addr: bool,
+    pub src_addr: Option<Vec<u8>>,
     pub dest_addr: Option<Vec<u8>>,
+    /// What `fi_getinfo`'s `node` and `service` name.
+    pub node: Resolved,
     pub mr_mode: i32,
     pub threading: u32,
     pub mr_key_size: usize,
@@ -152,12 +168,21 @@ pub struct Offer {
     pub caps: u64,
     pub av_type: u32,
     pub limits: Limits,
-    pub dest_addr: Option<Vec<u8>>,
+    /// The address format of `src_addr`, `dest_addr`, `fi_getname` and
+    /// `fi_av_insert`.
+    pub format: Format,
+    /// The address the endpoint listens on, when one was named.
+    pub src: Option<SocketAddr>,
+    /// The peer named by `dest_addr` or `node`/`service`.
+    pub dest: Option<Address>,
     /// RMA asked for (and its registration mode accepted).
     pub rma: bool,
     /// `FI_MR_LOCAL` in the registration mode returned (RMA only, when
     /// the application listed it).
     pub mr_local: bool,
+    /// The old registration mode asked for (`FI_MR_BASIC`, or
+    /// `FI_MR_SCALABLE` without RMA), returned as asked.
+    pub old_mr_mode: Option<u32>,
     /// The threading level returned: the one asked for, else `FI_THREAD_SAFE`.
     pub threading: u32,
     /// Transmit and receive queue sizes returned: the sizes asked for when
@@ -173,10 +198,16 @@ pub fn select(h: &Hints, provider: &str, limits: Limits) -> Result<Offer, &'stat
         return Err("only FI_EP_RDM endpoints");
     }
     if h.caps & !CAPS != 0 || (h.tx_caps | h.rx_caps) & !CAPS != 0 {
-        return Err("capabilities beyond FI_MSG, FI_TAGGED, FI_RMA and their secondary caps (no atomics, multi-recv, triggered ops)");
+        return Err(
+            "capabilities beyond FI_MSG, FI_TAGGED, FI_RMA and their secondary caps (no atomics, triggered ops)",
+        );
     }
-    if h.addr_format != fi::FI_FORMAT_UNSPEC {
-        return Err("xfer names are their own format (FI_FORMAT_UNSPEC)");
+    let Some(format) = Format::of(h.addr_format) else {
+        return Err("address formats: xfer names (FI_FORMAT_UNSPEC), FI_SOCKADDR_IN, FI_SOCKADDR_IN6");
+    };
+    let tcp = provider == "tcp";
+    if format != Format::Xfer && !tcp {
+        return Err("socket address formats are the TCP provider's");
     }
     if h.protocol != fi::FI_PROTO_UNSPEC {
         return Err("no libfabric wire protocol: xfer speaks its own");
@@ -204,9 +235,7 @@ pub fn select(h: &Hints, provider: &str, limits: Limits) -> Result<Offer, &'stat
         return Err("progress is manual (the application's CQ reads drive it)");
     }
     if h.tx_op_flags & !TX_OP_FLAGS != 0 || h.rx_op_flags & !RX_OP_FLAGS != 0 {
-        return Err(
-            "operation flags xfer does not honour (FI_TRANSMIT_COMPLETE, FI_DELIVERY_COMPLETE, FI_MULTI_RECV, ...)",
-        );
+        return Err("operation flags xfer does not honour (FI_TRANSMIT_COMPLETE, FI_DELIVERY_COMPLETE, ...)");
     }
     if (h.tx_msg_order | h.rx_msg_order) & !MSG_ORDER != 0 {
         return Err("message ordering beyond FI_ORDER_SAS");
@@ -217,19 +246,34 @@ pub fn select(h: &Hints, provider: &str, limits: Limits) -> Result<Offer, &'stat
     if h.tx_inject_size > limits.inject_size {
         return Err("inject_size above XFER_INJECT_SIZE");
     }
-    if h.tx_iov_limit > 1 || h.rx_iov_limit > 1 {
-        return Err("scatter-gather lists (iov_limit is 1)");
+    if h.tx_iov_limit > IOV_LIMIT || h.rx_iov_limit > IOV_LIMIT {
+        return Err("more than 4 buffers per message (iov_limit is 4)");
     }
     if h.rx_total_buffered_recv > 0 {
         return Err("FI_BUFFERED_RECV");
     }
-    if h.src_addr {
-        return Err("a source address (xfer endpoints listen where XFER_TCP_ADDR / XFER_VERBS_ADDR say)");
+    let src = match (h.node.src, &h.src_addr) {
+        (Some(at), _) => Some(at),
+        (None, Some(bytes)) => Some(format.listen_addr(bytes).ok_or("src_addr is not a TCP address")?),
+        (None, None) => None,
+    };
+    let dest = match (h.node.dest, &h.dest_addr) {
+        _ if h.node.dest_name.is_some() => h.node.dest_name,
+        (Some(at), _) => Some(addr::any_listener(at).ok_or("destination address")?),
+        (None, Some(bytes)) => Some(
+            format
+                .decode(bytes)
+                .ok_or("dest_addr is not an address of its format")?,
+        ),
+        (None, None) => None,
+    };
+    if !tcp && (src.is_some() || h.node.dest.is_some()) {
+        return Err("node, service and src_addr name TCP addresses (verbs listens where XFER_VERBS_ADDR says)");
     }
-    if let Some(dest) = &h.dest_addr {
-        if name::decode(dest).is_none() {
-            return Err("dest_addr is not an xfer name");
-        }
+    if format == Format::Inet6 && src.is_some_and(|a| a.is_ipv4())
+        || format == Format::Inet && src.is_some_and(|a| a.is_ipv6())
+    {
+        return Err("the source address is not of the address format asked for");
     }
     if !THREADING.contains(&h.threading) {
         return Err("unknown threading level");
@@ -263,7 +307,13 @@ pub fn select(h: &Hints, provider: &str, limits: Limits) -> Result<Offer, &'stat
     }
     let rma = (h.caps | h.tx_caps | h.rx_caps) & RMA_CAPS != 0;
     let mr_mode = h.mr_mode as u64;
-    if rma && !(mr_mode == 0 || mr_mode == u64::from(fi::FI_MR_BASIC) || mr_mode & MR_MODE_RMA == MR_MODE_RMA) {
+    let old_form = [fi::FI_MR_BASIC, fi::FI_MR_SCALABLE]
+        .into_iter()
+        .find(|&m| mr_mode == u64::from(m));
+    if rma && old_form == Some(fi::FI_MR_SCALABLE) {
+        return Err("FI_MR_SCALABLE: remote addresses are offsets and keys the application's; xfer's are virtual addresses and its own keys");
+    }
+    if rma && !(mr_mode == 0 || old_form.is_some() || mr_mode & MR_MODE_RMA == MR_MODE_RMA) {
         return Err("RMA needs FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY (or FI_MR_BASIC)");
     }
     let primary = match h.caps & PRIMARY_CAPS {
@@ -281,16 +331,19 @@ pub fn select(h: &Hints, provider: &str, limits: Limits) -> Result<Offer, &'stat
             0 => TAG_GENERIC,
             asked => asked,
         },
-        caps: primary | SECONDARY_CAPS | if rma { RMA_CAPS } else { 0 },
+        caps: primary | secondary(h.caps) | if rma { RMA_CAPS } else { 0 },
         av_type: if h.av_type == fi::FI_AV_MAP {
             fi::FI_AV_MAP
         } else {
             fi::FI_AV_TABLE
         },
         limits,
-        dest_addr: h.dest_addr.clone(),
+        format,
+        src,
+        dest,
         rma,
-        mr_local: rma && mr_mode & fi::FI_MR_LOCAL != 0,
+        mr_local: rma && old_form.is_none() && mr_mode & fi::FI_MR_LOCAL != 0,
+        old_mr_mode: old_form,
         threading: match h.threading {
             fi::FI_THREAD_UNSPEC => fi::FI_THREAD_SAFE,
             asked => asked,
@@ -298,6 +351,16 @@ pub fn select(h: &Hints, provider: &str, limits: Limits) -> Result<Offer, &'stat
         tx_size: h.tx_size.max(limits.queue_size),
         rx_size: h.rx_size.max(limits.queue_size),
     })
+}
+
+/// The secondary capabilities returned for `asked`: those asked for, both
+/// directions when none is named, and [`IMPLIED_CAPS`].
+fn secondary(asked: u64) -> u64 {
+    let dirs = match asked & (fi::FI_SEND | fi::FI_RECV) {
+        0 => fi::FI_SEND | fi::FI_RECV,
+        some => some,
+    };
+    (asked & SECONDARY_CAPS) | dirs | IMPLIED_CAPS
 }
 
 /// Reads a C string field.
@@ -318,9 +381,13 @@ pub(crate) unsafe fn read_hints(info: &fi::fi_info) -> Hints {
     let mut h = Hints {
         caps: info.caps,
         addr_format: info.addr_format,
-        src_addr: !info.src_addr.is_null() && info.src_addrlen > 0,
         ..Hints::default()
     };
+    if !info.src_addr.is_null() && info.src_addrlen > 0 {
+        // SAFETY: the application's src_addr holds src_addrlen bytes.
+        let bytes = unsafe { std::slice::from_raw_parts(info.src_addr.cast::<u8>(), info.src_addrlen) };
+        h.src_addr = Some(bytes.to_vec());
+    }
     if !info.dest_addr.is_null() && info.dest_addrlen > 0 {
         // SAFETY: the application's dest_addr holds dest_addrlen bytes.
         let bytes = unsafe { std::slice::from_raw_parts(info.dest_addr.cast::<u8>(), info.dest_addrlen) };
@@ -392,6 +459,19 @@ fn c_string(s: &str) -> *mut c_char {
     unsafe { libc::strdup(c.as_ptr()) }
 }
 
+/// A `malloc`'d copy of `bytes` and its length (null and 0 when out of
+/// memory): fi_freeinfo frees `src_addr` and `dest_addr`.
+fn malloc_copy(bytes: &[u8]) -> (*mut std::ffi::c_void, usize) {
+    // SAFETY: a fresh allocation of bytes.len() bytes, or null.
+    let p = unsafe { libc::malloc(bytes.len()) }.cast::<u8>();
+    if p.is_null() {
+        return (std::ptr::null_mut(), 0);
+    }
+    // SAFETY: `p` holds bytes.len() bytes.
+    unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), p, bytes.len()) };
+    (p.cast(), bytes.len())
+}
+
 /// Allocates an fi_info (through libfabric, which frees it) describing `offer`.
 fn build(version: u32, offer: &Offer) -> Option<*mut fi::fi_info> {
     // SAFETY: fi_dupinfo(NULL) allocates a zeroed fi_info with every
@@ -402,16 +482,12 @@ fn build(version: u32, offer: &Offer) -> Option<*mut fi::fi_info> {
     let (caps, l) = (offer.caps, offer.limits);
     i.caps = caps;
     i.mode = 0;
-    i.addr_format = fi::FI_FORMAT_UNSPEC;
-    if let Some(dest) = &offer.dest_addr {
-        // SAFETY: malloc'd copy; fi_freeinfo frees dest_addr.
-        let p = unsafe { libc::malloc(dest.len()) }.cast::<u8>();
-        if !p.is_null() {
-            // SAFETY: `p` holds dest.len() bytes.
-            unsafe { std::ptr::copy_nonoverlapping(dest.as_ptr(), p, dest.len()) };
-            i.dest_addr = p.cast();
-            i.dest_addrlen = dest.len();
-        }
+    i.addr_format = offer.format.code();
+    if let Some(src) = offer.src.and_then(|at| offer.format.source(at)) {
+        (i.src_addr, i.src_addrlen) = malloc_copy(&src);
+    }
+    if let Some(dest) = offer.dest.and_then(|a| offer.format.encode(&a)) {
+        (i.dest_addr, i.dest_addrlen) = malloc_copy(&dest);
     }
     // SAFETY (all derefs below): fi_dupinfo allocated every attribute.
     let (tx, rx, ep, dom, fab) = unsafe {
@@ -429,13 +505,14 @@ fn build(version: u32, offer: &Offer) -> Option<*mut fi::fi_info> {
     tx.op_flags = offer.tx_op_flags;
     tx.inject_size = l.inject_size;
     tx.size = offer.tx_size;
-    tx.iov_limit = 1;
+    tx.iov_limit = IOV_LIMIT;
     tx.rma_iov_limit = usize::from(offer.rma);
     rx.caps = caps
         & (PRIMARY_CAPS
             | fi::FI_RECV
             | fi::FI_DIRECTED_RECV
             | fi::FI_SOURCE
+            | fi::FI_MULTI_RECV
             | fi::FI_RMA
             | fi::FI_REMOTE_READ
             | fi::FI_REMOTE_WRITE);
@@ -443,7 +520,7 @@ fn build(version: u32, offer: &Offer) -> Option<*mut fi::fi_info> {
     rx.msg_order = MSG_ORDER;
     rx.comp_order = fi::FI_ORDER_NONE;
     rx.size = offer.rx_size;
-    rx.iov_limit = 1;
+    rx.iov_limit = IOV_LIMIT;
     ep.type_ = fi::FI_EP_RDM;
     ep.protocol = fi::FI_PROTO_UNSPEC;
     ep.max_msg_size = MAX_MSG_SIZE;
@@ -457,11 +534,12 @@ fn build(version: u32, offer: &Offer) -> Option<*mut fi::fi_info> {
     dom.resource_mgmt = fi::FI_RM_ENABLED;
     dom.av_type = offer.av_type;
     let local = if offer.mr_local { fi::FI_MR_LOCAL } else { 0 };
-    dom.mr_mode = match (offer.rma, version < fi::version(1, 5)) {
-        (true, true) => fi::FI_MR_BASIC as c_int,
-        (true, false) => (MR_MODE_RMA | local) as c_int,
-        (false, true) => fi::FI_MR_SCALABLE as c_int,
-        (false, false) => 0,
+    dom.mr_mode = match (offer.old_mr_mode, offer.rma, version < fi::version(1, 5)) {
+        (Some(old), _, _) => old as c_int,
+        (None, true, true) => fi::FI_MR_BASIC as c_int,
+        (None, true, false) => (MR_MODE_RMA | local) as c_int,
+        (None, false, true) => fi::FI_MR_SCALABLE as c_int,
+        (None, false, false) => 0,
     };
     dom.mr_key_size = MR_KEY_SIZE;
     dom.cq_data_size = CQ_DATA_SIZE;
@@ -478,6 +556,17 @@ fn build(version: u32, offer: &Offer) -> Option<*mut fi::fi_info> {
     fab.prov_version = crate::PROVIDER_VERSION;
     fab.api_version = version;
     Some(info)
+}
+
+/// The IP a server given only a service listens on: `XFER_TCP_ADDR`'s when
+/// it is set (the interface the user chose for xfer), else none: every
+/// interface (`0.0.0.0`), as libfabric's socket providers bind.
+fn default_ip() -> Option<IpAddr> {
+    let text = EndpointAttr::from_env().tcp.addr?;
+    text.parse::<SocketAddr>()
+        .map(|a| a.ip())
+        .or_else(|_| text.parse::<IpAddr>())
+        .ok()
 }
 
 /// Whether xfer provider `name` gets an fi_info: every usable one, or only
@@ -508,15 +597,26 @@ pub(crate) unsafe extern "C" fn getinfo(
         if info.is_null() {
             return fi::err(libc::EINVAL as u32);
         }
-        if !node.is_null() || !service.is_null() || flags & fi::FI_SOURCE != 0 {
-            tracing::debug!("fi_getinfo: node/service/FI_SOURCE not supported: xfer names come from fi_getname");
-            return -(libc::ENODATA);
-        }
         // SAFETY: libfabric passes null or a valid fi_info.
-        let h = match unsafe { hints.as_ref() } {
+        let mut h = match unsafe { hints.as_ref() } {
             // SAFETY: a valid fi_info from the application.
             Some(hints) => unsafe { read_hints(hints) },
             None => Hints::default(),
+        };
+        // SAFETY: libfabric passes null or the application's C strings.
+        let (node, service) = unsafe { (string(node), string(service)) };
+        let resolved = addr::resolve(
+            node.as_deref(),
+            service.as_deref(),
+            flags & fi::FI_SOURCE != 0,
+            default_ip(),
+        );
+        h.node = match resolved {
+            Ok(r) => r,
+            Err(why) => {
+                tracing::debug!(?node, ?service, why, "fi_getinfo: node/service refused");
+                return -(libc::ENODATA);
+            }
         };
         let limits = Limits::from_env();
         let forced = DomainAttr::from_env().provider;
@@ -581,6 +681,76 @@ mod tests {
     }
 
     #[test]
+    fn capabilities_are_what_was_asked_for() {
+        let caps = |asked: u64| {
+            select(
+                &Hints {
+                    caps: asked,
+                    ..Hints::default()
+                },
+                "tcp",
+                L,
+            )
+            .unwrap()
+            .caps
+        };
+        let plain = caps(fi::FI_MSG);
+        assert_eq!(
+            plain & (fi::FI_DIRECTED_RECV | fi::FI_SOURCE),
+            0,
+            "not asked: not added"
+        );
+        assert_eq!(
+            plain & (fi::FI_SEND | fi::FI_RECV),
+            fi::FI_SEND | fi::FI_RECV,
+            "both directions"
+        );
+        assert_eq!(
+            caps(fi::FI_MSG | fi::FI_SEND) & (fi::FI_SEND | fi::FI_RECV),
+            fi::FI_SEND
+        );
+        let directed = caps(fi::FI_TAGGED | fi::FI_DIRECTED_RECV | fi::FI_SOURCE);
+        assert_eq!(
+            directed & (fi::FI_DIRECTED_RECV | fi::FI_SOURCE),
+            fi::FI_DIRECTED_RECV | fi::FI_SOURCE
+        );
+    }
+
+    #[test]
+    fn node_and_service_give_source_and_destination() {
+        let server = Hints {
+            node: addr::resolve(None, Some("9228"), true, None).unwrap(),
+            ..Hints::default()
+        };
+        let o = select(&server, "tcp", L).unwrap();
+        assert_eq!(o.src, Some("0.0.0.0:9228".parse().unwrap()));
+        assert!(
+            select(&server, "verbs", L).is_err(),
+            "verbs has no service to listen on"
+        );
+        let client = Hints {
+            node: addr::resolve(Some("127.0.0.1"), Some("9228"), false, None).unwrap(),
+            ..Hints::default()
+        };
+        let o = select(&client, "tcp", L).unwrap();
+        assert_eq!(o.dest, addr::any_listener("127.0.0.1:9228".parse().unwrap()));
+        let sin = Hints {
+            addr_format: fi::FI_SOCKADDR_IN,
+            src_addr: Some(addr::to_sockaddr("127.0.0.1:7".parse().unwrap())),
+            ..Hints::default()
+        };
+        assert_eq!(
+            select(&sin, "tcp", L).unwrap().src,
+            Some("127.0.0.1:7".parse().unwrap())
+        );
+        let six = Hints {
+            addr_format: fi::FI_SOCKADDR_IN6,
+            ..sin
+        };
+        assert!(select(&six, "tcp", L).is_err(), "an IPv4 source in an IPv6 format");
+    }
+
+    #[test]
     fn what_xfer_cannot_do_is_refused() {
         let refuse = |h: Hints| select(&h, "tcp", L).unwrap_err();
         refuse(Hints {
@@ -604,11 +774,11 @@ mod tests {
         assert!(select(&rma(MR_MODE_RMA | fi::FI_MR_LOCAL), "tcp", L).is_ok_and(|o| o.rma));
         assert!(select(&rma(0), "tcp", L).is_ok_and(|o| o.rma && o.caps & RMA_CAPS == RMA_CAPS));
         refuse(Hints {
-            caps: fi::FI_MSG | fi::FI_MULTI_RECV,
+            caps: fi::FI_MSG | fi::FI_TRIGGER,
             ..Hints::default()
         });
         refuse(Hints {
-            addr_format: fi::FI_SOCKADDR_IN,
+            addr_format: fi::FI_SOCKADDR,
             ..Hints::default()
         });
         refuse(Hints {
@@ -628,9 +798,18 @@ mod tests {
             ..Hints::default()
         });
         refuse(Hints {
-            tx_iov_limit: 4,
+            tx_iov_limit: 5,
             ..Hints::default()
         });
+        assert!(select(
+            &Hints {
+                rx_iov_limit: 4,
+                ..Hints::default()
+            },
+            "tcp",
+            L
+        )
+        .is_ok());
         refuse(Hints {
             cq_data_size: 16,
             ..Hints::default()
@@ -725,6 +904,21 @@ mod tests {
             select(&Hints::default(), "tcp", L).unwrap().threading,
             fi::FI_THREAD_SAFE
         );
+    }
+
+    #[test]
+    fn old_registration_modes_are_honoured() {
+        let h = |caps: u64, mr_mode: u32| Hints {
+            caps,
+            mr_mode: mr_mode as i32,
+            ..Hints::default()
+        };
+        let o = select(&h(fi::FI_RMA, fi::FI_MR_BASIC), "tcp", L).unwrap();
+        assert_eq!((o.rma, o.old_mr_mode, o.mr_local), (true, Some(fi::FI_MR_BASIC), false));
+        let o = select(&h(fi::FI_MSG, fi::FI_MR_SCALABLE), "tcp", L).unwrap();
+        assert_eq!(o.old_mr_mode, Some(fi::FI_MR_SCALABLE));
+        assert!(select(&h(fi::FI_RMA, fi::FI_MR_SCALABLE), "tcp", L).is_err());
+        assert_eq!(select(&h(fi::FI_RMA, 0), "tcp", L).unwrap().old_mr_mode, None);
     }
 
     #[test]

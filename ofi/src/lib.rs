@@ -4,7 +4,7 @@
 //! loads it from `FI_PROVIDER_PATH` and lists it as provider `xfer`, with
 //! one fi_info per usable xfer provider (`domain` `verbs` when a device is
 //! usable, then `tcp`). `FI_EP_RDM` endpoints carry `FI_MSG` and
-//! `FI_TAGGED` with `FI_DIRECTED_RECV` and `FI_SOURCE` (and `FI_PEEK` /
+//! `FI_TAGGED` (with `FI_DIRECTED_RECV` and `FI_SOURCE` when asked for, and `FI_PEEK` /
 //! `FI_CLAIM` probes), and `FI_RMA` when asked for; every call maps onto
 //! xfer's own Rust API ([`xfer_facade`]), so the wire is xfer's.
 //!
@@ -15,6 +15,7 @@
 //! return `-FI_ENOSYS`. docs/OFI.md lists each call and what it maps to.
 #![deny(missing_docs)]
 
+mod addr;
 mod av;
 mod cntr;
 mod cq;
@@ -23,12 +24,15 @@ mod ep;
 mod eq;
 mod fabric;
 mod info;
+mod iov;
 mod mr;
 mod msg;
+mod multi;
 mod peek;
 mod rma;
 mod tagged;
 mod unsupported;
+mod wait;
 
 pub(crate) mod entry;
 pub mod fi;

@@ -7,6 +7,7 @@ use crate::entry::scode;
 use crate::ep::{with_ep, Recv, Send};
 use crate::fi;
 use crate::info::{MSG_TX_FLAGS, RX_OP_FLAGS};
+use crate::iov;
 
 /// The table every endpoint's `msg` points to.
 pub(crate) static OPS: fi::fi_ops_msg = fi::fi_ops_msg {
@@ -22,8 +23,8 @@ pub(crate) static OPS: fi::fi_ops_msg = fi::fi_ops_msg {
     injectdata: Some(injectdata),
 };
 
-/// The one buffer of an I/O vector (`iov_limit` is 1) and its descriptor
-/// (null when `desc` is): `(null, 0, null)` for an empty vector,
+/// The one buffer of an I/O vector and its descriptor (RMA's
+/// `rma_iov_limit` is 1): `(null, 0, null)` for an empty vector,
 /// `-FI_EINVAL` for more than one element.
 ///
 /// # Safety
@@ -33,21 +34,8 @@ pub(crate) unsafe fn one_iov(
     desc: *mut *mut c_void,
     count: usize,
 ) -> Result<(*mut c_void, usize, *mut c_void), isize> {
-    match count {
-        0 => Ok((std::ptr::null_mut(), 0, std::ptr::null_mut())),
-        1 if !iov.is_null() => {
-            // SAFETY: non-null and valid for one element.
-            let v = unsafe { &*iov };
-            // SAFETY: null or valid for one element.
-            let d = if desc.is_null() {
-                std::ptr::null_mut()
-            } else {
-                unsafe { *desc }
-            };
-            Ok((v.iov_base, v.iov_len, d))
-        }
-        _ => Err(scode(-(libc::EINVAL))),
-    }
+    // SAFETY: forwarded.
+    unsafe { iov::iovs(iov, desc, count) }.and_then(iov::Bufs::one)
 }
 
 /// `-FI_EBADFLAGS` unless every bit of `flags` is in `allowed`.
@@ -75,6 +63,7 @@ unsafe extern "C" fn recv(
             desc,
             context,
             flags: None,
+            segs: Vec::new(),
         })
     })
 }
@@ -89,8 +78,19 @@ unsafe extern "C" fn recvv(
 ) -> isize {
     // SAFETY: the caller's vectors of `count` elements; the one buffer is
     // passed on under `recv`'s contract.
-    match unsafe { one_iov(iov, desc, count) } {
-        Ok((buf, len, desc)) => unsafe { recv(ep, buf, len, desc, src, context) },
+    match unsafe { iov::iovs(iov, desc, count) }.map(iov::split) {
+        Ok((buf, len, desc, segs)) => with_ep(ep, |ep| {
+            ep.recv(Recv {
+                src,
+                tag: None,
+                buf,
+                len,
+                desc,
+                context,
+                flags: None,
+                segs,
+            })
+        }),
         Err(e) => e,
     }
 }
@@ -105,8 +105,8 @@ unsafe extern "C" fn recvmsg(ep: *mut fi::fid_ep, msg: *const fi::fi_msg, flags:
             return e;
         }
         // SAFETY: the message's vector of iov_count elements.
-        match unsafe { one_iov(m.msg_iov, m.desc, m.iov_count) } {
-            Ok((buf, len, desc)) => ep.recv(Recv {
+        match unsafe { iov::iovs(m.msg_iov, m.desc, m.iov_count) }.map(iov::split) {
+            Ok((buf, len, desc, segs)) => ep.recv(Recv {
                 src: m.addr,
                 tag: None,
                 buf,
@@ -114,6 +114,7 @@ unsafe extern "C" fn recvmsg(ep: *mut fi::fid_ep, msg: *const fi::fi_msg, flags:
                 desc,
                 context: m.context,
                 flags: Some(flags),
+                segs,
             }),
             Err(e) => e,
         }
@@ -138,6 +139,7 @@ unsafe extern "C" fn send(
             desc,
             context,
             flags: None,
+            segs: Vec::new(),
         })
     })
 }
@@ -152,8 +154,20 @@ unsafe extern "C" fn sendv(
 ) -> isize {
     // SAFETY: the caller's vectors of `count` elements; the one buffer is
     // passed on under `send`'s contract.
-    match unsafe { one_iov(iov, desc, count) } {
-        Ok((buf, len, desc)) => unsafe { send(ep, buf, len, desc, dest, context) },
+    match unsafe { iov::iovs(iov, desc, count) }.map(iov::split) {
+        Ok((buf, len, desc, segs)) => with_ep(ep, |ep| {
+            ep.send(Send {
+                peer: dest,
+                tag: None,
+                data: None,
+                buf,
+                len,
+                desc,
+                context,
+                flags: None,
+                segs,
+            })
+        }),
         Err(e) => e,
     }
 }
@@ -168,8 +182,8 @@ unsafe extern "C" fn sendmsg(ep: *mut fi::fid_ep, msg: *const fi::fi_msg, flags:
             return e;
         }
         // SAFETY: the message's vector of iov_count elements.
-        match unsafe { one_iov(m.msg_iov, m.desc, m.iov_count) } {
-            Ok((buf, len, desc)) => ep.send(Send {
+        match unsafe { iov::iovs(m.msg_iov, m.desc, m.iov_count) }.map(iov::split) {
+            Ok((buf, len, desc, segs)) => ep.send(Send {
                 peer: m.addr,
                 tag: None,
                 data: (flags & fi::FI_REMOTE_CQ_DATA != 0).then_some(m.data),
@@ -178,6 +192,7 @@ unsafe extern "C" fn sendmsg(ep: *mut fi::fid_ep, msg: *const fi::fi_msg, flags:
                 desc,
                 context: m.context,
                 flags: Some(flags),
+                segs,
             }),
             Err(e) => e,
         }
@@ -207,6 +222,7 @@ unsafe extern "C" fn senddata(
             desc,
             context,
             flags: None,
+            segs: Vec::new(),
         })
     })
 }

@@ -155,6 +155,7 @@ fn report(en: &Enabled, context: u64, found: Option<Peeked>, tag: u64) {
             data: p.data.unwrap_or(0),
             tag: p.tag,
             src: p.src.0,
+            buf: 0,
             error: None,
         },
         None => Entry {
@@ -164,6 +165,7 @@ fn report(en: &Enabled, context: u64, found: Option<Peeked>, tag: u64) {
             data: 0,
             tag,
             src: fi::FI_ADDR_UNSPEC,
+            buf: 0,
             error: Some((fi::FI_ENOMSG, 0)),
         },
     };

@@ -8,7 +8,8 @@ use crate::entry::scode;
 use crate::ep::{with_ep, Recv, Send};
 use crate::fi;
 use crate::info::{MSG_TX_FLAGS, RX_OP_FLAGS};
-use crate::msg::{check_flags, one_iov};
+use crate::iov;
+use crate::msg::check_flags;
 use crate::peek::{Probe, PROBE_FLAGS};
 
 /// The table every endpoint's `tagged` points to.
@@ -45,6 +46,7 @@ unsafe extern "C" fn trecv(
             desc,
             context,
             flags: None,
+            segs: Vec::new(),
         })
     })
 }
@@ -62,8 +64,19 @@ unsafe extern "C" fn trecvv(
 ) -> isize {
     // SAFETY: the caller's vectors of `count` elements; the one buffer is
     // passed on under `trecv`'s contract.
-    match unsafe { one_iov(iov, desc, count) } {
-        Ok((buf, len, desc)) => unsafe { trecv(ep, buf, len, desc, src, tag, ignore, context) },
+    match unsafe { iov::iovs(iov, desc, count) }.map(iov::split) {
+        Ok((buf, len, desc, segs)) => with_ep(ep, |ep| {
+            ep.recv(Recv {
+                src,
+                tag: Some((tag, ignore)),
+                buf,
+                len,
+                desc,
+                context,
+                flags: None,
+                segs,
+            })
+        }),
         Err(e) => e,
     }
 }
@@ -78,8 +91,9 @@ unsafe extern "C" fn trecvmsg(ep: *mut fi::fid_ep, msg: *const fi::fi_msg_tagged
             return e;
         }
         // SAFETY: the message's vector of iov_count elements.
-        match unsafe { one_iov(m.msg_iov, m.desc, m.iov_count) } {
-            Ok((buf, len, desc)) if flags & PROBE_FLAGS != 0 => ep.probe(Probe {
+        match unsafe { iov::iovs(m.msg_iov, m.desc, m.iov_count) }.map(iov::split) {
+            Ok((.., segs)) if flags & PROBE_FLAGS != 0 && !segs.is_empty() => scode(-(libc::EINVAL)),
+            Ok((buf, len, desc, _)) if flags & PROBE_FLAGS != 0 => ep.probe(Probe {
                 src: m.addr,
                 tag: m.tag,
                 ignore: m.ignore,
@@ -89,7 +103,7 @@ unsafe extern "C" fn trecvmsg(ep: *mut fi::fid_ep, msg: *const fi::fi_msg_tagged
                 context: m.context,
                 flags,
             }),
-            Ok((buf, len, desc)) => ep.recv(Recv {
+            Ok((buf, len, desc, segs)) => ep.recv(Recv {
                 src: m.addr,
                 tag: Some((m.tag, m.ignore)),
                 buf,
@@ -97,6 +111,7 @@ unsafe extern "C" fn trecvmsg(ep: *mut fi::fid_ep, msg: *const fi::fi_msg_tagged
                 desc,
                 context: m.context,
                 flags: Some(flags),
+                segs,
             }),
             Err(e) => e,
         }
@@ -122,6 +137,7 @@ unsafe extern "C" fn tsend(
             desc,
             context,
             flags: None,
+            segs: Vec::new(),
         })
     })
 }
@@ -138,8 +154,20 @@ unsafe extern "C" fn tsendv(
 ) -> isize {
     // SAFETY: the caller's vectors of `count` elements; the one buffer is
     // passed on under `tsend`'s contract.
-    match unsafe { one_iov(iov, desc, count) } {
-        Ok((buf, len, desc)) => unsafe { tsend(ep, buf, len, desc, dest, tag, context) },
+    match unsafe { iov::iovs(iov, desc, count) }.map(iov::split) {
+        Ok((buf, len, desc, segs)) => with_ep(ep, |ep| {
+            ep.send(Send {
+                peer: dest,
+                tag: Some(tag),
+                data: None,
+                buf,
+                len,
+                desc,
+                context,
+                flags: None,
+                segs,
+            })
+        }),
         Err(e) => e,
     }
 }
@@ -154,8 +182,8 @@ unsafe extern "C" fn tsendmsg(ep: *mut fi::fid_ep, msg: *const fi::fi_msg_tagged
             return e;
         }
         // SAFETY: the message's vector of iov_count elements.
-        match unsafe { one_iov(m.msg_iov, m.desc, m.iov_count) } {
-            Ok((buf, len, desc)) => ep.send(Send {
+        match unsafe { iov::iovs(m.msg_iov, m.desc, m.iov_count) }.map(iov::split) {
+            Ok((buf, len, desc, segs)) => ep.send(Send {
                 peer: m.addr,
                 tag: Some(m.tag),
                 data: (flags & fi::FI_REMOTE_CQ_DATA != 0).then_some(m.data),
@@ -164,6 +192,7 @@ unsafe extern "C" fn tsendmsg(ep: *mut fi::fid_ep, msg: *const fi::fi_msg_tagged
                 desc,
                 context: m.context,
                 flags: Some(flags),
+                segs,
             }),
             Err(e) => e,
         }
@@ -201,6 +230,7 @@ unsafe extern "C" fn tsenddata(
             desc,
             context,
             flags: None,
+            segs: Vec::new(),
         })
     })
 }

@@ -14,7 +14,7 @@
 //! - cancel looks for the context among tagged receives first, then untagged;
 //! - what unexpected messages hold is counted as they come and go ([`Held`]).
 
-use crate::addr::{AvTable, PeerAddr};
+use crate::addr::{Address, AvTable, PeerAddr};
 use crate::complete;
 use crate::error::{Error, Result};
 use crate::peek::{Claim, Peeked};
@@ -74,14 +74,15 @@ impl<H> Receives<H> {
     }
 
     /// Gives messages of `tagged`'s space from then-unknown senders the
-    /// handles `av` now has for them, when names were inserted since the
-    /// last look: a post does not walk them while the table is unchanged.
+    /// handles `av` now has for them (`reverse`: the transport's look-up of
+    /// a sender's name), when names were inserted since the last look: a post
+    /// does not walk them while the table is unchanged.
     #[inline]
-    fn resolve(&mut self, av: &AvTable, tagged: bool) {
+    fn resolve(&mut self, av: &AvTable, tagged: bool, reverse: impl Fn(&AvTable, &Address) -> PeerAddr) {
         let seen = &mut self.resolved_at[usize::from(tagged)];
         if *seen != av.inserted() {
             *seen = av.inserted();
-            self.space(tagged).resolve_unknown(|u| av.reverse(u.from()));
+            self.space(tagged).resolve_unknown(|u| reverse(av, u.from()));
         }
     }
 
@@ -98,8 +99,15 @@ impl<H> Receives<H> {
 
     /// Posts `op`: the earliest unexpected message it matches, taken, with
     /// the receive (the caller delivers it); else the receive waits.
+    /// `reverse` is how the transport finds a sender's handle by its name
+    /// (`AvTable::reverse`, or a transport's looser look-up).
     #[inline]
-    pub fn post(&mut self, av: &AvTable, op: RecvOp) -> Option<Matched<RecvOp, Unexpected<H>>> {
+    pub fn post(
+        &mut self,
+        av: &AvTable,
+        op: RecvOp,
+        reverse: impl Fn(&AvTable, &Address) -> PeerAddr,
+    ) -> Option<Matched<RecvOp, Unexpected<H>>> {
         let spec = if op.tagged {
             op.spec
         } else {
@@ -109,7 +117,7 @@ impl<H> Receives<H> {
                 ..op.spec
             }
         };
-        self.resolve(av, op.tagged);
+        self.resolve(av, op.tagged, reverse);
         let hit = self.space(op.tagged).post(spec, op)?;
         self.held.remove(&hit.msg, Self::SLOT);
         Some(hit)
@@ -117,8 +125,14 @@ impl<H> Receives<H> {
 
     /// `FI_PEEK` (and `FI_CLAIM` with `claim`) among unexpected tagged
     /// messages.
-    pub fn peek(&mut self, av: &AvTable, spec: RecvSpec, claim: bool) -> Option<(Peeked, Option<Claim>)> {
-        self.resolve(av, true);
+    pub fn peek(
+        &mut self,
+        av: &AvTable,
+        spec: RecvSpec,
+        claim: bool,
+        reverse: impl Fn(&AvTable, &Address) -> PeerAddr,
+    ) -> Option<(Peeked, Option<Claim>)> {
+        self.resolve(av, true, reverse);
         self.tagged.probe(&spec, claim, Unexpected::describe)
     }
 
@@ -168,8 +182,11 @@ impl<H> Receives<H> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::addr::Address;
     use crate::completion::Completion;
+
+    fn exact(av: &AvTable, name: &Address) -> PeerAddr {
+        av.reverse(name)
+    }
 
     fn eager<H>(from: &Address, len: usize) -> Unexpected<H> {
         Unexpected::Eager {
@@ -195,7 +212,7 @@ mod tests {
         let name = Address::new(&[1, 2, 3]).unwrap();
         let mut rx: Receives<()> = Receives::new();
         rx.arrive(false, PeerAddr::UNSPEC, 0, eager(&name, 3));
-        let hit = rx.post(&av, recv(PeerAddr::UNSPEC, 5, 0, false, 1));
+        let hit = rx.post(&av, recv(PeerAddr::UNSPEC, 5, 0, false, 1), exact);
         assert!(
             hit.is_some(),
             "an untagged receive with tag 5 takes an untagged message"
@@ -203,12 +220,12 @@ mod tests {
 
         // Posted first, then the message arrives: the transport looks for
         // tag 0, which the receive's spec now carries.
-        assert!(rx.post(&av, recv(PeerAddr::UNSPEC, 5, 0, false, 2)).is_none());
+        assert!(rx.post(&av, recv(PeerAddr::UNSPEC, 5, 0, false, 2), exact).is_none());
         assert!(rx.take_posted(false, PeerAddr::UNSPEC, 0).is_some());
 
         // A tagged receive still compares tags, and never sees untagged messages.
         rx.arrive(false, PeerAddr::UNSPEC, 0, eager(&name, 3));
-        assert!(rx.post(&av, recv(PeerAddr::UNSPEC, 0, 0, true, 3)).is_none());
+        assert!(rx.post(&av, recv(PeerAddr::UNSPEC, 0, 0, true, 3), exact).is_none());
         assert!(rx.take_posted(true, PeerAddr::UNSPEC, 5).is_none());
     }
 
@@ -217,9 +234,9 @@ mod tests {
         let av = AvTable::default();
         let peer = PeerAddr(4);
         let mut rx: Receives<()> = Receives::new();
-        assert!(rx.post(&av, recv(peer, 1, 0, true, 10)).is_none());
-        assert!(rx.post(&av, recv(peer, 0, 0, false, 11)).is_none());
-        assert!(rx.post(&av, recv(PeerAddr::UNSPEC, 0, 0, false, 12)).is_none());
+        assert!(rx.post(&av, recv(peer, 1, 0, true, 10), exact).is_none());
+        assert!(rx.post(&av, recv(peer, 0, 0, false, 11), exact).is_none());
+        assert!(rx.post(&av, recv(PeerAddr::UNSPEC, 0, 0, false, 12), exact).is_none());
         assert!(rx.has_posted_from(peer));
 
         let mut ring = std::collections::VecDeque::new();
@@ -273,13 +290,13 @@ mod tests {
             tag: 2,
             ignore: 0,
         };
-        let (_, claim) = rx.peek(&av, spec, true).expect("the request is there");
+        let (_, claim) = rx.peek(&av, spec, true, exact).expect("the request is there");
         assert_eq!(rx.held().entries, 2);
         rx.take_claimed(&claim.expect("claimed")).expect("held");
         assert_eq!(rx.held().entries, 1);
 
         let hit = rx
-            .post(&av, recv(PeerAddr::UNSPEC, 1, 0, true, 1))
+            .post(&av, recv(PeerAddr::UNSPEC, 1, 0, true, 1), exact)
             .expect("the eager message");
         assert_eq!(hit.msg.payload_len(), 100);
         assert_eq!(rx.held(), Held::default(), "everything received: nothing held");
@@ -295,10 +312,10 @@ mod tests {
         rx.arrive(true, PeerAddr::UNSPEC, 3, eager(&late, 1));
         // The table has not changed since: still unknown, so a receive
         // directed at the early peer does not take it.
-        assert!(rx.post(&av, recv(pe, 3, 0, true, 1)).is_none());
+        assert!(rx.post(&av, recv(pe, 3, 0, true, 1), exact).is_none());
         let pl = av.insert(late);
         let hit = rx
-            .post(&av, recv(pl, 3, 0, true, 2))
+            .post(&av, recv(pl, 3, 0, true, 2), exact)
             .expect("resolved once the sender is in the table");
         assert_eq!(hit.src, pl);
         // A repeated insert changes nothing.

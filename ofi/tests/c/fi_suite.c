@@ -518,12 +518,14 @@ static void rma_section(struct fid_fabric *fabric)
 	CHECK(wait_for(1, CTX(45)).err == 0 && !strcmp(vin[1], "tag-v"), "fi_tsendv / fi_trecvv");
 	CHECK(wait_for(0, CTX(46)).err == 0 && wait_for(0, CTX(47)).err == 0, "fi_sendv / fi_tsendv completions");
 	struct iovec pair[2] = {{out, 8}, {out + 8, 8}};
-	CHECK(fi_sendv(x->ep, pair, NULL, 2, y->addr, CTX(46)) == -FI_EINVAL, "fi_sendv of 2 elements");
-	CHECK(fi_tsendv(x->ep, pair, NULL, 2, y->addr, 9, CTX(47)) == -FI_EINVAL, "fi_tsendv of 2 elements");
+	struct iovec five[5] = {{out, 2}, {out + 2, 2}, {out + 4, 2}, {out + 6, 2}, {out + 8, 2}};
+	/* Messages take up to iov_limit (4) buffers (ofi/tests/c/fi_iov.c), RMA one. */
+	CHECK(fi_sendv(x->ep, five, NULL, 5, y->addr, CTX(46)) == -FI_EINVAL, "fi_sendv of 5 elements");
+	CHECK(fi_tsendv(x->ep, five, NULL, 5, y->addr, 9, CTX(47)) == -FI_EINVAL, "fi_tsendv of 5 elements");
 	CHECK(fi_writev(x->ep, pair, NULL, 2, y->addr, base, key, CTX(42)) == -FI_EINVAL, "fi_writev of 2 elements");
 	CHECK(fi_readv(x->ep, pair, NULL, 2, y->addr, base, key, CTX(43)) == -FI_EINVAL, "fi_readv of 2 elements");
-	CHECK(fi_recvv(y->ep, pair, NULL, 2, FI_ADDR_UNSPEC, CTX(44)) == -FI_EINVAL, "fi_recvv of 2 elements");
-	CHECK(fi_trecvv(y->ep, pair, NULL, 2, FI_ADDR_UNSPEC, 9, 0, CTX(45)) == -FI_EINVAL, "fi_trecvv of 2 elements");
+	CHECK(fi_recvv(y->ep, five, NULL, 5, FI_ADDR_UNSPEC, CTX(44)) == -FI_EINVAL, "fi_recvv of 5 elements");
+	CHECK(fi_trecvv(y->ep, five, NULL, 5, FI_ADDR_UNSPEC, 9, 0, CTX(45)) == -FI_EINVAL, "fi_trecvv of 5 elements");
 
 	CHECK(fi_close(&domain->fid) == -FI_EBUSY, "closing a domain with registered memory");
 	MUST(fi_close(&mr->fid));

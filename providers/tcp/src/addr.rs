@@ -12,8 +12,10 @@
 //! | `fe80::1%eth0`, `fe80::1%2` | IPv6 with its zone: an interface name or index |
 //! | `[fe80::1%eth0]:5000` | the same with a port |
 //!
-//! Wildcards (`0.0.0.0`, `::`) are refused: an endpoint's name is the
-//! address it listens on, and peers cannot dial a wildcard.
+//! A wildcard (`0.0.0.0:5000`, `[::]:5000`) needs a port: the endpoint
+//! listens on every interface and its name carries the address the
+//! automatic choice takes, with that port (peers cannot dial a wildcard). A
+//! wildcard without a port is refused: nobody could find the endpoint.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
@@ -73,8 +75,8 @@ pub fn parse(text: &str) -> Result<AddrSpec, &'static str> {
     if text.starts_with('[') && ip.is_ipv4() {
         return Err("XFER_TCP_ADDR: brackets hold an IPv6 address; write an IPv4 one as 10.0.0.1:5000");
     }
-    if ip.is_unspecified() {
-        return Err("XFER_TCP_ADDR must name a concrete IP, not a wildcard");
+    if ip.is_unspecified() && port == 0 {
+        return Err("XFER_TCP_ADDR may be a wildcard IP only with a port (0.0.0.0:PORT)");
     }
     Ok(AddrSpec { ip, port, zone })
 }
@@ -174,10 +176,12 @@ mod tests {
             parse("10.0.0.1:65536"),
             Err("XFER_TCP_ADDR: the port must be at most 65535")
         );
-        for wildcard in ["0.0.0.0", "0.0.0.0:5000", "::", "[::]:5000"] {
+        assert_eq!(ok("0.0.0.0:5000"), (IpAddr::V4(Ipv4Addr::UNSPECIFIED), 5000, None));
+        assert_eq!(ok("[::]:5000"), (IpAddr::V6(Ipv6Addr::UNSPECIFIED), 5000, None));
+        for wildcard in ["0.0.0.0", "::", "[::]", "0.0.0.0:0"] {
             assert_eq!(
                 parse(wildcard),
-                Err("XFER_TCP_ADDR must name a concrete IP, not a wildcard"),
+                Err("XFER_TCP_ADDR may be a wildcard IP only with a port (0.0.0.0:PORT)"),
                 "{wildcard}"
             );
         }

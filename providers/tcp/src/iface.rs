@@ -310,7 +310,8 @@ fn by_addr(ifaces: &[Interface], text: &str, listed: &[String]) -> (Result<Liste
         })
         .collect();
     let listen = addr.and_then(|addr| {
-        if !listed.is_empty() && !holder.is_some_and(|h| listed.contains(&h.name)) {
+        let wildcard = addr.ip().is_unspecified();
+        if !wildcard && !listed.is_empty() && !holder.is_some_and(|h| listed.contains(&h.name)) {
             return Err(Error::InvalidArgument(
                 "XFER_TCP_ADDR is not an address of an interface XFER_TCP_IFACE lists",
             ));

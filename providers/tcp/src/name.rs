@@ -13,7 +13,11 @@
 //!
 //! An IPv4 name is [`V4_LEN`] (16) bytes, an IPv6 name [`V6_LEN`] (28).
 //! The nonce is random per endpoint incarnation, so a restarted process at
-//! the same IP and port has a different name.
+//! the same IP and port has a different name. Nonce 0 ([`ANY_NONCE`]) is
+//! never an endpoint's own: a name carrying it means "whichever endpoint
+//! listens at this address" (a peer known by IP and port only, as a
+//! libfabric `fi_getinfo(node, service)` or `sockaddr_in` names it), and the
+//! endpoint there accepts it in place of its own.
 //!
 //! IPv6 flow information and scope id are not part of the name: they are
 //! dropped by [`TcpName::encode`] and zero after [`TcpName::decode`].
@@ -30,6 +34,10 @@ pub const PROVIDER_TAG: u8 = 0x01;
 
 /// The largest endpoint name of any provider.
 pub const MAX_LEN: usize = 32;
+
+/// The nonce of a name that stands for whichever endpoint listens at its
+/// address; no endpoint has it as its own.
+pub const ANY_NONCE: u64 = 0;
 
 /// Length of a TCP name holding an IPv4 address.
 pub const V4_LEN: usize = 2 + 4 + 2 + 8;

@@ -26,7 +26,7 @@ impl TcpEndpoint {
         // Live: the caller has just consumed the header from it.
         let conn = &mut self.conns[id];
         credit::charge(conn, len)?;
-        conn.src_hint = cx.av.reverse_hinted(&peer, conn.src_hint);
+        conn.src_hint = reverse_hinted(cx.av, &peer, conn.src_hint);
         let src = conn.src_hint;
         let olen = len as usize;
         let t = tag.unwrap_or(0);

@@ -166,7 +166,7 @@ impl TcpEndpoint {
                 return Err(Error::Protocol("second hello on a connection"));
             }
             let name = TcpName::decode(&staged[HEADER_LEN..end]).map_err(|e| Error::Protocol(e.as_str()))?;
-            if to != self.nonce {
+            if to != self.nonce && to != ANY_NONCE {
                 // Dialled by an old name of this address: what it
                 // sends was meant for an earlier endpoint.
                 tracing::info!(peer = %name, "hello for an earlier endpoint at this address refused");
@@ -201,7 +201,7 @@ impl TcpEndpoint {
             let Some(dialled) = dialled else {
                 return Err(Error::Protocol("hello acknowledgement out of place"));
             };
-            if nonce != dialled.nonce {
+            if nonce != dialled.nonce && dialled.nonce != ANY_NONCE {
                 return Err(Error::Protocol("hello acknowledged by another endpoint"));
             }
             conn.consume(HEADER_LEN);
@@ -403,9 +403,9 @@ impl TcpEndpoint {
     /// The address-vector handle of `peer`, the peer of connection `id`.
     fn src_of(&mut self, cx: &Ctx<'_>, id: usize, peer: &Address) -> PeerAddr {
         let Some(conn) = self.conns.get_mut(id) else {
-            return cx.av.reverse(peer);
+            return reverse(cx.av, peer);
         };
-        conn.src_hint = cx.av.reverse_hinted(peer, conn.src_hint);
+        conn.src_hint = reverse_hinted(cx.av, peer, conn.src_hint);
         conn.src_hint
     }
 

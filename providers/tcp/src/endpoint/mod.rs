@@ -11,13 +11,13 @@
 //! Every length from the wire is checked before any buffer is touched; a
 //! peer that breaks the protocol loses its connection, nothing else.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::os::fd::{AsRawFd, RawFd};
 use std::time::{Duration, Instant};
 
 use slab::Slab;
-use xfer_core::addr::{Address, PeerAddr};
-use xfer_core::attr::EndpointAttr;
+use xfer_core::addr::{Address, AvTable, PeerAddr};
+use xfer_core::attr::{EndpointAttr, TcpAttr};
 use xfer_core::error::{Error, Result};
 use xfer_core::mr::Access;
 use xfer_core::peek::{Claim, Peeked};
@@ -30,7 +30,7 @@ use xfer_core::tag::{Matched, RecvSpec};
 use crate::conn::{Conn, Dir, Owner, Payload, State, TxFrame};
 use crate::iface;
 use crate::keys::{status_error, status_of};
-use crate::name::TcpName;
+use crate::name::{TcpName, ANY_NONCE};
 use crate::rx::{EagerDest, EagerRx, Phase, RndvRx, RtsTicket, Unexp, WriteRx};
 use crate::sys::{self, Io, Socket};
 use crate::wire::{status, Frame, CREDIT_INIT, HEADER_LEN, MAX_EAGER};
@@ -200,15 +200,11 @@ fn op_error(cause: &Error, peer: PeerAddr) -> Error {
     }
 }
 
-/// Where an endpoint with `attr` listens (iface.rs has the rules). Without
-/// the host's interface list, an explicit address still works and the
-/// automatic choice falls back to loopback.
-fn listen_addr(attr: &EndpointAttr) -> Result<SocketAddr> {
-    let ifaces = iface::interfaces().unwrap_or_else(|e| {
-        tracing::warn!(error = %e, "listing the network interfaces failed");
-        Vec::new()
-    });
-    let choice = iface::choose(&ifaces, &attr.tcp);
+/// Where an endpoint with `attr` listens on a host with `ifaces` (iface.rs
+/// has the rules). Without the host's interface list, an explicit address
+/// still works and the automatic choice falls back to loopback.
+fn listen_addr(attr: &EndpointAttr, ifaces: &[iface::Interface]) -> Result<SocketAddr> {
+    let choice = iface::choose(ifaces, &attr.tcp);
     if !choice.missing.is_empty() {
         tracing::debug!(missing = ?choice.missing, "XFER_TCP_IFACE names interfaces this host does not have");
     }
@@ -236,6 +232,69 @@ fn dial_addr(peer: SocketAddr, own_zone: u32) -> Result<SocketAddr> {
     }
 }
 
+/// The address-vector handle of `peer`: its own name's, else, for a peer
+/// inserted by IP and port only (a name with [`ANY_NONCE`]), that entry's.
+fn reverse(av: &AvTable, peer: &Address) -> PeerAddr {
+    match av.reverse(peer) {
+        p if p.is_unspec() => any_form(peer).map_or(p, |a| av.reverse(&a)),
+        p => p,
+    }
+}
+
+/// [`reverse`] with a guess (`AvTable::reverse_hinted`): `hint` when it
+/// names `peer` or its [`ANY_NONCE`] form.
+#[inline]
+fn reverse_hinted(av: &AvTable, peer: &Address, hint: PeerAddr) -> PeerAddr {
+    match av.lookup(hint) {
+        Some(a) if a == peer => hint,
+        other => reverse_missed(av, peer, hint, other),
+    }
+}
+
+/// [`reverse_hinted`] when the hint does not name `peer` itself.
+#[cold]
+fn reverse_missed(av: &AvTable, peer: &Address, hint: PeerAddr, hinted: Option<&Address>) -> PeerAddr {
+    match hinted {
+        Some(a) if any_form(peer).as_ref() == Some(a) => hint,
+        _ => reverse(av, peer),
+    }
+}
+
+/// `peer`'s name with [`ANY_NONCE`]: how an address vector names it when
+/// it was inserted by IP and port.
+fn any_form(peer: &Address) -> Option<Address> {
+    let name = TcpName::decode(peer.as_bytes()).ok()?;
+    Address::new(
+        &TcpName {
+            nonce: ANY_NONCE,
+            ..name
+        }
+        .to_vec(),
+    )
+    .ok()
+}
+
+/// The address an endpoint's name carries for a listener bound to `bound`:
+/// a wildcard listener (`0.0.0.0:PORT` or `[::]:PORT`, every interface) is
+/// named by the address the automatic choice takes (of the listener's
+/// family, else that family's loopback), with the listener's port.
+fn named_addr(bound: SocketAddr, ifaces: &[iface::Interface], attr: &TcpAttr) -> SocketAddr {
+    if !bound.ip().is_unspecified() {
+        return bound;
+    }
+    let auto = TcpAttr {
+        addr: None,
+        ..attr.clone()
+    };
+    let ip = match (iface::choose(ifaces, &auto).listen, bound) {
+        (Ok(l), SocketAddr::V4(_)) if l.addr.is_ipv4() => l.addr.ip(),
+        (Ok(l), SocketAddr::V6(_)) if l.addr.is_ipv6() => l.addr.ip(),
+        (_, SocketAddr::V4(_)) => IpAddr::V4(Ipv4Addr::LOCALHOST),
+        (_, SocketAddr::V6(_)) => IpAddr::V6(Ipv6Addr::LOCALHOST),
+    };
+    SocketAddr::new(ip, bound.port())
+}
+
 impl TcpEndpoint {
     /// Opens an endpoint listening on the attribute's address.
     pub fn open(attr: &EndpointAttr) -> Result<TcpEndpoint> {
@@ -244,14 +303,23 @@ impl TcpEndpoint {
                 "rendezvous threshold and inject size must be at most 1 MiB",
             ));
         }
-        let listener = Socket::listen(&listen_addr(attr)?)?;
-        let nonce = sys::random_u64();
+        let ifaces = iface::interfaces().unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "listing the network interfaces failed");
+            Vec::new()
+        });
+        let at = listen_addr(attr, &ifaces)?;
+        let listener = Socket::listen(&at).inspect_err(|e| tracing::warn!(addr = %at, error = %e, "tcp listen"))?;
+        // Never the reserved nonce 0 ("whoever listens there", name.rs).
+        let nonce = sys::random_u64().max(1);
         let bound = listener.local_addr()?;
         let zone = match bound {
             SocketAddr::V6(a) => a.scope_id(),
             SocketAddr::V4(_) => 0,
         };
-        let tcp_name = TcpName { addr: bound, nonce };
+        let tcp_name = TcpName {
+            addr: named_addr(bound, &ifaces, &attr.tcp),
+            nonce,
+        };
         let name = Address::new(&tcp_name.to_vec())?;
         let epoll = Epoll::new()?;
         epoll.add(listener.as_raw_fd(), READABLE, LISTENER)?;
@@ -610,7 +678,7 @@ impl TcpEndpoint {
         // The last connection with a peer is gone: its endpoint is (a name
         // never comes back), so receives directed at it can never match.
         if let Some(peer) = conn.peer {
-            let src = cx.av.reverse(&peer);
+            let src = reverse(cx.av, &peer);
             let other = self.conns.iter().any(|(_, c)| c.peer == Some(peer));
             if !other && !self.abandoned.is_empty() {
                 self.abandoned.retain(|(p, _), _| *p != peer);
@@ -935,7 +1003,7 @@ impl EndpointProvider for TcpEndpoint {
     fn recv(&mut self, cx: &mut Ctx<'_>, op: RecvOp) -> std::result::Result<(), Rejected<RecvOp>> {
         if let Some(Matched {
             recv, src, tag, msg, ..
-        }) = self.recvs.post(cx.av, op)
+        }) = self.recvs.post(cx.av, op, reverse)
         {
             self.deliver(cx, recv, src, tag, msg);
         }
@@ -943,7 +1011,7 @@ impl EndpointProvider for TcpEndpoint {
     }
 
     fn peek(&mut self, cx: &mut Ctx<'_>, spec: RecvSpec, claim: bool) -> Result<Option<(Peeked, Option<Claim>)>> {
-        Ok(self.recvs.peek(cx.av, spec, claim))
+        Ok(self.recvs.peek(cx.av, spec, claim, reverse))
     }
 
     fn recv_claimed(

@@ -194,7 +194,7 @@ impl TcpEndpoint {
     pub(super) fn finish_write(&mut self, cx: &mut Ctx<'_>, w: WriteRx) {
         if w.status == status::OK {
             if let Some(data) = w.imm {
-                let src = cx.av.reverse(&w.peer);
+                let src = reverse(cx.av, &w.peer);
                 complete::remote_write(&mut cx.cq, w.len as usize, data, src);
             }
         }

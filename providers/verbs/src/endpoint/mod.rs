@@ -30,7 +30,7 @@ use std::os::fd::RawFd;
 use std::sync::Arc;
 
 use slab::Slab;
-use xfer_core::addr::{Address, PeerAddr};
+use xfer_core::addr::{Address, AvTable, PeerAddr};
 use xfer_core::attr::EndpointAttr;
 use xfer_core::complete::{self, Arrival};
 use xfer_core::hash::FastMap;
@@ -475,14 +475,14 @@ impl EndpointProvider for VerbsEndpoint {
     }
 
     fn recv(&mut self, cx: &mut Ctx<'_>, op: RecvOp) -> std::result::Result<(), Rejected<RecvOp>> {
-        if let Some(hit) = self.recvs.post(cx.av, op) {
+        if let Some(hit) = self.recvs.post(cx.av, op, AvTable::reverse) {
             self.deliver(cx, hit.recv, hit.src, hit.tag, hit.msg);
         }
         Ok(())
     }
 
     fn peek(&mut self, cx: &mut Ctx<'_>, spec: RecvSpec, claim: bool) -> Result<Option<(Peeked, Option<Claim>)>> {
-        Ok(self.recvs.peek(cx.av, spec, claim))
+        Ok(self.recvs.peek(cx.av, spec, claim, AvTable::reverse))
     }
 
     fn recv_claimed(

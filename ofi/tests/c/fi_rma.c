@@ -1,0 +1,204 @@
+/* RMA with counters, checked the same way over any provider (FI_PROVIDER
+ * selects it; the tests run it over xfer and over libfabric's tcp). One
+ * process, endpoint A (initiator, with a write and a read counter) and B
+ * (target), both driven while waiting (progress is manual):
+ * - FI_RMA with FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED |
+ *   FI_MR_PROV_KEY offered; B's region registered for remote access, its
+ *   key and address given to A;
+ * - fi_write of 1000 bytes: A's completion (FI_RMA | FI_WRITE), the write
+ *   counter at 1 (fi_cntr_wait returns at once), the bytes in B's memory;
+ * - fi_read of them back: FI_RMA | FI_READ, the read counter at 1;
+ * - fi_writedata: B's CQ gets FI_REMOTE_WRITE | FI_REMOTE_CQ_DATA with the
+ *   data, the bytes land, the write counter at 2.
+ * Prints "all rma checked" and exits 0. */
+#include <rdma/fabric.h>
+#include <rdma/fi_cm.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_errno.h>
+#include <rdma/fi_rma.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "must.h"
+
+#define CHECK(cond, ...)                                                    \
+	do {                                                                \
+		if (!(cond)) {                                              \
+			fprintf(stderr, "CHECK %s:%d: %s: ", __FILE__,      \
+				__LINE__, #cond);                           \
+			fprintf(stderr, __VA_ARGS__);                       \
+			fprintf(stderr, "\n");                              \
+			exit(1);                                            \
+		}                                                           \
+	} while (0)
+
+#define WAIT_SEC 30
+#define LEN 1000
+
+static struct fid_cq *cq_a, *cq_b;
+static struct fid_cntr *wcntr, *rcntr;
+
+static double now(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return t.tv_sec + t.tv_nsec / 1e9;
+}
+
+/* Posts an RMA operation, retrying while the provider asks to
+ * (-FI_EAGAIN: a connection is being set up), driving both CQs. */
+#define POST(call)                                                         \
+	do {                                                               \
+		double _end = now() + WAIT_SEC;                            \
+		ssize_t _r;                                                \
+		while ((_r = (call)) == -FI_EAGAIN) {                      \
+			(void)fi_cq_read(cq_a, NULL, 0);                   \
+			(void)fi_cq_read(cq_b, NULL, 0);                   \
+			CHECK(now() < _end, "%s still refused", #call);     \
+		}                                                          \
+		MUST(_r);                                                  \
+	} while (0)
+
+/* Reads one completion from `cq`, driving the other CQ meanwhile (whose
+ * entries must not come: the caller waits for them in turn). */
+static void one(struct fid_cq *cq, struct fid_cq *other, struct fi_cq_data_entry *e)
+{
+	double end = now() + WAIT_SEC;
+	for (;;) {
+		ssize_t r = fi_cq_read(cq, e, 1);
+		if (r == 1)
+			return;
+		if (r == -FI_EAVAIL) {
+			struct fi_cq_err_entry err = {0};
+			MUST(fi_cq_readerr(cq, &err, 0));
+			CHECK(0, "completion error %d (%s)", err.err, fi_strerror(err.err));
+		}
+		CHECK(r == -FI_EAGAIN, "fi_cq_read = %zd", r);
+		(void)fi_cq_read(other, NULL, 0); /* progress, reading nothing */
+		CHECK(now() < end, "no completion");
+	}
+}
+
+/* Whether `n` bytes at `dst` become `src`, driving B meanwhile (with
+ * manual progress the target applies a write when it is driven). */
+static int landed(const char *dst, const char *src, size_t n)
+{
+	double end = now() + WAIT_SEC;
+	while (memcmp(dst, src, n)) {
+		(void)fi_cq_read(cq_b, NULL, 0);
+		if (now() > end)
+			return 0;
+	}
+	return 1;
+}
+
+static void open_ep(struct fid_domain *domain, struct fi_info *info, struct fid_av *av, struct fid_ep **ep,
+		    struct fid_cq **cq, int counters)
+{
+	struct fi_cq_attr cq_attr = {.format = FI_CQ_FORMAT_DATA};
+	MUST(fi_cq_open(domain, &cq_attr, cq, NULL));
+	MUST(fi_endpoint(domain, info, ep, NULL));
+	MUST(fi_ep_bind(*ep, &av->fid, 0));
+	MUST(fi_ep_bind(*ep, &(*cq)->fid, FI_TRANSMIT | FI_RECV));
+	if (counters) {
+		MUST(fi_ep_bind(*ep, &wcntr->fid, FI_WRITE));
+		MUST(fi_ep_bind(*ep, &rcntr->fid, FI_READ));
+	}
+	MUST(fi_enable(*ep));
+}
+
+int main(void)
+{
+	struct fi_info *h = fi_allocinfo(), *info;
+	struct fid_fabric *fabric;
+	struct fid_domain *domain;
+	struct fid_av *av;
+	struct fid_ep *ep_a, *ep_b;
+	struct fid_mr *mr_a, *mr_b;
+	struct fi_av_attr av_attr = {.type = FI_AV_TABLE};
+	struct fi_cntr_attr cntr_attr = {.events = FI_CNTR_EVENTS_COMP, .wait_obj = FI_WAIT_UNSPEC};
+	struct fi_cq_data_entry e;
+	static char local[3 * LEN], target[2 * LEN];
+	static int wctx, rctx, dctx;
+	h->ep_attr->type = FI_EP_RDM;
+	h->caps = FI_MSG | FI_RMA;
+	h->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
+	MUST(fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, h, &info));
+	fi_freeinfo(h);
+	printf("provider %s, mr_mode %#x\n", info->fabric_attr->prov_name, info->domain_attr->mr_mode);
+	CHECK((info->caps & (FI_RMA | FI_READ | FI_WRITE)) == (FI_RMA | FI_READ | FI_WRITE), "FI_RMA not offered");
+	int virt = info->domain_attr->mr_mode & FI_MR_VIRT_ADDR;
+	MUST(fi_fabric(info->fabric_attr, &fabric, NULL));
+	MUST(fi_domain(fabric, info, &domain, NULL));
+	MUST(fi_av_open(domain, &av_attr, &av, NULL));
+	MUST(fi_cntr_open(domain, &cntr_attr, &wcntr, NULL));
+	MUST(fi_cntr_open(domain, &cntr_attr, &rcntr, NULL));
+	open_ep(domain, info, av, &ep_a, &cq_a, 1);
+	open_ep(domain, info, av, &ep_b, &cq_b, 0);
+	MUST(fi_mr_reg(domain, local, sizeof(local), FI_WRITE | FI_READ, 0, 0, 0, &mr_a, NULL));
+	MUST(fi_mr_reg(domain, target, sizeof(target), FI_REMOTE_WRITE | FI_REMOTE_READ, 0, 1, 0, &mr_b, NULL));
+	if (info->domain_attr->mr_mode & FI_MR_ENDPOINT) {
+		MUST(fi_mr_bind(mr_b, &ep_b->fid, 0));
+		MUST(fi_mr_enable(mr_b));
+	}
+	void *desc = fi_mr_desc(mr_a);
+	uint64_t key = fi_mr_key(mr_b), base = virt ? (uint64_t)(uintptr_t)target : 0;
+	fi_addr_t b;
+	{
+		char name[256];
+		size_t len = sizeof(name);
+		MUST(fi_getname(&ep_b->fid, name, &len));
+		CHECK(fi_av_insert(av, name, 1, &b, 0, NULL) == 1, "insert B");
+	}
+
+	/* fi_write. */
+	for (int i = 0; i < LEN; i++)
+		local[i] = (char)(i * 3 + 1);
+	POST(fi_write(ep_a, local, LEN, desc, b, base, key, &wctx));
+	one(cq_a, cq_b, &e);
+	CHECK(e.op_context == &wctx && (e.flags & (FI_RMA | FI_WRITE)) == (FI_RMA | FI_WRITE), "write completion %#llx",
+	      (unsigned long long)e.flags);
+	CHECK(fi_cntr_read(wcntr) == 1 && fi_cntr_wait(wcntr, 1, 1000) == 0, "write counter %llu",
+	      (unsigned long long)fi_cntr_read(wcntr));
+	CHECK(landed(target, local, LEN), "written bytes");
+	printf("write checked\n");
+
+	/* fi_read. */
+	POST(fi_read(ep_a, local + LEN, LEN, desc, b, base, key, &rctx));
+	one(cq_a, cq_b, &e);
+	CHECK(e.op_context == &rctx && (e.flags & (FI_RMA | FI_READ)) == (FI_RMA | FI_READ), "read completion");
+	CHECK(fi_cntr_read(rcntr) == 1 && !memcmp(local + LEN, local, LEN), "read counter and bytes");
+	printf("read checked\n");
+
+	/* fi_writedata: the target's CQ gets the data. */
+	for (int i = 0; i < LEN; i++)
+		local[2 * LEN + i] = (char)(i * 5 + 2);
+	POST(fi_writedata(ep_a, local + 2 * LEN, LEN, desc, 0xd00d, b, base + LEN, key, &dctx));
+	one(cq_a, cq_b, &e);
+	CHECK(e.op_context == &dctx, "writedata completion");
+	one(cq_b, cq_a, &e);
+	CHECK((e.flags & (FI_REMOTE_WRITE | FI_REMOTE_CQ_DATA)) == (FI_REMOTE_WRITE | FI_REMOTE_CQ_DATA) &&
+		      e.data == 0xd00d,
+	      "target completion flags %#llx data %#llx", (unsigned long long)e.flags, (unsigned long long)e.data);
+	CHECK(landed(target + LEN, local + 2 * LEN, LEN) && fi_cntr_read(wcntr) == 2, "writedata bytes and counter");
+	printf("writedata checked\n");
+
+	MUST(fi_close(&ep_a->fid));
+	MUST(fi_close(&ep_b->fid));
+	MUST(fi_close(&mr_a->fid));
+	MUST(fi_close(&mr_b->fid));
+	MUST(fi_close(&cq_a->fid));
+	MUST(fi_close(&cq_b->fid));
+	MUST(fi_close(&wcntr->fid));
+	MUST(fi_close(&rcntr->fid));
+	MUST(fi_close(&av->fid));
+	MUST(fi_close(&domain->fid));
+	MUST(fi_close(&fabric->fid));
+	fi_freeinfo(info);
+	printf("all rma checked\n");
+	return 0;
+}
