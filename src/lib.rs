@@ -30,6 +30,47 @@
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! # Errors
+//!
+//! Calls return [`Error`]; posting calls that take a buffer return
+//! [`Rejected`], which hands the buffer back with the reason. Both are
+//! `std::error::Error`s and both convert to `std::io::Error` (with an
+//! [`ErrorKind`](std::io::ErrorKind) from [`Error::io_kind`]), so `?` works
+//! in functions returning `xfer::Result`, `std::io::Result`,
+//! `Box<dyn Error + Send + Sync>` or `anyhow::Result`:
+//!
+//! ```
+//! use std::error::Error;
+//!
+//! fn hello_boxed(ep: &xfer::Endpoint, to: xfer::PeerAddr) -> Result<(), Box<dyn Error + Send + Sync>> {
+//!     ep.tsend(to, 42, b"hello".to_vec(), 1)?;
+//!     Ok(())
+//! }
+//!
+//! fn hello_io(ep: &xfer::Endpoint, to: xfer::PeerAddr) -> std::io::Result<()> {
+//!     ep.tsend(to, 42, b"hello".to_vec(), 1)?;
+//!     Ok(())
+//! }
+//!
+//! # fn main() -> Result<(), Box<dyn Error + Send + Sync>> {
+//! let domain = xfer::open_default()?;
+//! let cq = domain.cq(&xfer::CqAttr::from_env())?;
+//! let av = domain.av()?;
+//! let ep = domain.endpoint(&cq, &av, &xfer::EndpointAttr::from_env())?;
+//! let nobody = xfer::PeerAddr(12345); // never inserted
+//!
+//! let e = hello_boxed(&ep, nobody).unwrap_err();
+//! let rejected = e.downcast::<xfer::Rejected<Vec<u8>>>().expect("the refusal itself");
+//! assert_eq!(rejected.error, xfer::Error::AddressNotAvailable);
+//! assert_eq!(rejected.op, b"hello", "the buffer comes back");
+//!
+//! let e = hello_io(&ep, nobody).unwrap_err();
+//! assert_eq!(e.kind(), std::io::ErrorKind::AddrNotAvailable);
+//! assert_eq!(xfer::Error::from(e), xfer::Error::AddressNotAvailable);
+//! # Ok(())
+//! # }
+//! ```
 #![deny(missing_docs)]
 
 pub use xfer_core::attr::{self, Setting};
@@ -212,9 +253,7 @@ mod tests {
 
     #[test]
     fn unknown_provider_lists_the_built_in_ones() {
-        let attr = DomainAttr {
-            provider: Some("nope".into()),
-        };
+        let attr = DomainAttr::with_provider("nope");
         let Err(Error::NoProvider(msg)) = open(&attr) else {
             panic!("opened an unknown provider");
         };
@@ -224,9 +263,7 @@ mod tests {
 
     #[test]
     fn open_report_names_the_provider_opened_and_why_not_the_others() {
-        let (domain, choice) = open_report(&DomainAttr {
-            provider: Some("tcp".into()),
-        });
+        let (domain, choice) = open_report(&DomainAttr::with_provider("tcp"));
         assert_eq!(domain.expect("tcp opens").provider(), "tcp");
         assert_eq!(choice.chosen, Some("tcp"));
         assert_eq!(choice.forced.as_deref(), Some("tcp"));
@@ -238,7 +275,7 @@ mod tests {
         assert_eq!(choice.verdict("verbs"), Some(&want));
 
         // Unforced: whatever was chosen, every other provider says why not.
-        let (domain, choice) = open_report(&DomainAttr { provider: None });
+        let (domain, choice) = open_report(&DomainAttr::default());
         assert_eq!(choice.chosen, Some(domain.expect("a provider opens").provider()));
         for c in &choice.candidates {
             let expected = match (&c.verdict, info().iter().find(|p| p.name == c.name)) {

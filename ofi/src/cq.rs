@@ -660,21 +660,17 @@ mod tests {
 
     #[test]
     fn truncation_reports_the_discarded_bytes_as_olen() {
-        let c = Completion {
-            context: 7,
-            flags: Flags::RECV | Flags::TAGGED,
-            len: 4,
-            src: PeerAddr(3),
-            result: Err(Error::Truncated { len: 4, olen: 10 }),
-            ..Completion::EMPTY
-        };
+        let mut c = Completion::new(
+            7,
+            Flags::RECV | Flags::TAGGED,
+            Err(Error::Truncated { len: 4, olen: 10 }),
+        );
+        c.len = 4;
+        c.src = PeerAddr(3);
         let e = Entry::from_xfer(&c);
         assert_eq!(e.error, Some((fi::FI_ETRUNC as i32, 6)));
         assert_eq!((e.len, e.src, e.context), (4, 3, 7));
-        let c = Completion {
-            result: Err(Error::Canceled),
-            ..Completion::EMPTY
-        };
+        let c = Completion::new(0, Flags::default(), Err(Error::Canceled));
         assert_eq!(Entry::from_xfer(&c).error, Some((libc::ECANCELED, 0)));
     }
 

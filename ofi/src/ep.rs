@@ -702,10 +702,8 @@ fn enable(ep: &Arc<EpCore>) -> c_int {
         Ok(cq) => cq,
         Err(e) => return entry::code(&e),
     };
-    let attr = EndpointAttr {
-        selective_completion: b.tx_selective,
-        ..EndpointAttr::from_env()
-    };
+    let mut attr = EndpointAttr::from_env();
+    attr.selective_completion = b.tx_selective;
     let xep = match ep.domain.xfer.endpoint(&xcq, &av.xfer, &attr) {
         Ok(e) => e,
         Err(e) => {

@@ -428,21 +428,16 @@ mod tests {
 
     #[test]
     fn connections_within_the_host_get_the_local_send_buffer() {
-        let attr = TcpAttr {
-            local_sndbuf: 256 << 10,
-            ..TcpAttr::default()
-        };
+        let mut attr = TcpAttr::default();
+        attr.local_sndbuf = 256 << 10;
         assert_eq!(sndbufs(&attr), (512 << 10, 512 << 10));
-        let auto = sndbufs(&TcpAttr {
-            local_sndbuf: 0,
-            ..TcpAttr::default()
-        });
+        let mut auto = TcpAttr::default();
+        auto.local_sndbuf = 0;
+        let auto = sndbufs(&auto);
         assert!(auto.0 != 512 << 10 && auto.1 != 512 << 10, "autotuned: {auto:?}");
         // `sockbuf` wins over it.
-        let both = sndbufs(&TcpAttr {
-            sockbuf: 64 << 10,
-            ..attr
-        });
+        attr.sockbuf = 64 << 10;
+        let both = sndbufs(&attr);
         assert_eq!(both, (128 << 10, 128 << 10));
     }
 
