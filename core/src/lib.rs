@@ -13,6 +13,8 @@
 #![deny(missing_docs)]
 
 pub mod addr;
+#[cfg(feature = "serde")]
+mod addr_serde;
 pub mod attr;
 mod av;
 pub mod buffer;
