@@ -58,7 +58,7 @@ fn main() -> ExitCode {
 fn parse_client(mut args: &[String]) -> Res<(u64, usize)> {
     let (mut iters, mut size) = (10_000u64, 8usize);
     while let [flag, value, rest @ ..] = args {
-        let n = xfer::attr::parse_size(value).ok_or(format!("{flag}: {value:?} is not a number"))?;
+        let n = parse_size(value).ok_or(format!("{flag}: {value:?} is not a number"))?;
         match flag.as_str() {
             "--iters" if n > 0 => iters = n,
             "--size" if n as usize <= MAX_SIZE => size = n as usize,
@@ -235,6 +235,17 @@ fn received(c: Completion) -> Vec<u8> {
     let mut buf = c.buf.unwrap_or_default();
     buf.truncate(c.len);
     buf
+}
+
+/// `4096`, `4k`, `1M`, `2g` (powers of 1024), as `XFER_*` sizes are written.
+fn parse_size(s: &str) -> Option<u64> {
+    let (digits, shift) = match s.as_bytes().last()? {
+        b'k' | b'K' => (&s[..s.len() - 1], 10),
+        b'm' | b'M' => (&s[..s.len() - 1], 20),
+        b'g' | b'G' => (&s[..s.len() - 1], 30),
+        _ => (s, 0),
+    };
+    digits.parse::<u64>().ok()?.checked_mul(1 << shift)
 }
 
 /// Prefixes an error with what was being done: `opening an endpoint: ...`.

@@ -72,22 +72,21 @@
 //! # }
 //! ```
 #![deny(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
-pub use xfer_core::attr::{self, Setting};
-pub use xfer_core::provider;
-pub use xfer_core::tag;
 pub use xfer_core::{Access, Claim, LocalDesc, MemoryRegion, Peeked, RemoteKey, RmaKind, RmaOp};
 pub use xfer_core::{
     Address, AddressVector, Buffer, Completion, CompletionQueue, CqAttr, DomainAttr, Endpoint, EndpointAttr, Error,
-    Flags, PeerAddr, RecvOp, RecvSpec, Rejected, Result, SendOp, TcpAttr,
+    Flags, PeerAddr, RecvOp, RecvSpec, Rejected, Result, SendOp, Setting, TcpAttr,
 };
 
 /// A domain (from xfer-core); open one with [`open`] or [`open_default`].
 pub use xfer_core::Domain;
 
 #[cfg(feature = "async")]
+#[cfg_attr(docsrs, doc(cfg(feature = "async")))]
 pub mod aio;
-pub mod choice;
+mod choice;
 pub use choice::{Candidate, ProviderChoice, Verdict};
 
 /// One provider as the facade sees it.
@@ -167,7 +166,15 @@ pub fn open_default() -> Result<Domain> {
 
 /// Installs a `tracing` subscriber filtered by `XFER_LOG` (e.g. `debug`,
 /// `xfer_tcp=trace`), writing to stderr; for binaries and tests. Does
-/// nothing when a subscriber is already set.
+/// nothing when a subscriber is already set. Feature `logging` (default).
+///
+/// ```
+/// xfer::init_logging(); // XFER_LOG=debug shows the provider choice
+/// let _domain = xfer::open_default()?;
+/// # Ok::<(), xfer::Error>(())
+/// ```
+#[cfg(feature = "logging")]
+#[cfg_attr(docsrs, doc(cfg(feature = "logging")))]
 pub fn init_logging() {
     let filter = std::env::var("XFER_LOG").unwrap_or_else(|_| "warn".into());
     let filter =

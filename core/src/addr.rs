@@ -107,7 +107,7 @@ impl std::str::FromStr for Address {
 
     fn from_str(s: &str) -> Result<Address> {
         let digits = s.as_bytes();
-        if digits.len() % 2 != 0 {
+        if !digits.len().is_multiple_of(2) {
             return Err(Error::InvalidArgument(
                 "address text must have an even number of hex digits",
             ));

@@ -63,7 +63,7 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use libfuzzer_sys::fuzz_target;
-use xfer_core::attr::{CqAttr, EndpointAttr};
+use xfer_core::unstable::attr::{CqAttr, EndpointAttr};
 use xfer_core::{Access, Completion, Domain, PeerAddr, RemoteKey};
 use xfer_fuzz::{setup, BIG, BOTH, MR_BASE, MR_KEY, MR_LEN, OUTBOUND, RNDV_THRESHOLD, SEND_LEN, SMALL, SPLIT, TAG};
 use xfer_tcp::name::{self, TcpName};

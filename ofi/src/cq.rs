@@ -67,14 +67,14 @@ impl Entry {
 /// (or counts) here. `poked` keeps the eventfd's system calls off the
 /// busy-polling path: it is written once until a reader resets it.
 pub(crate) struct Wait {
-    epoll: xfer_core::sys::Epoll,
+    epoll: xfer_core::unstable::sys::Epoll,
     event: OwnedFd,
     poked: AtomicBool,
 }
 
 impl Wait {
     pub(crate) fn new() -> Result<Wait, Error> {
-        let epoll = xfer_core::sys::Epoll::new()?;
+        let epoll = xfer_core::unstable::sys::Epoll::new()?;
         // SAFETY: plain syscall; the result is checked before use.
         let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
         if fd < 0 {
@@ -82,7 +82,7 @@ impl Wait {
         }
         // SAFETY: a new descriptor that nothing else owns.
         let event = unsafe { OwnedFd::from_raw_fd(fd) };
-        epoll.add(event.as_raw_fd(), xfer_core::sys::READABLE, 0)?;
+        epoll.add(event.as_raw_fd(), xfer_core::unstable::sys::READABLE, 0)?;
         Ok(Wait {
             epoll,
             event,
@@ -92,7 +92,7 @@ impl Wait {
 
     /// Adds a bound endpoint's xfer CQ descriptor.
     pub(crate) fn watch(&self, fd: std::os::fd::RawFd) -> Result<(), Error> {
-        self.epoll.add(fd, xfer_core::sys::READABLE, 1)
+        self.epoll.add(fd, xfer_core::unstable::sys::READABLE, 1)
     }
 
     /// The descriptor a `FI_GETWAIT` caller blocks on.
@@ -102,7 +102,9 @@ impl Wait {
 
     /// Sleeps until a watched descriptor fires or `ms` pass.
     pub(crate) fn sleep(&self, ms: i32) -> Result<(), Error> {
-        self.epoll.wait(&mut [xfer_core::sys::EMPTY_EVENT; 4], ms).map(|_| ())
+        self.epoll
+            .wait(&mut [xfer_core::unstable::sys::EMPTY_EVENT; 4], ms)
+            .map(|_| ())
     }
 
     /// Makes the eventfd readable (once until [`reset`](Self::reset)).

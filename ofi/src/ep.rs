@@ -5,7 +5,7 @@
 use std::ffi::{c_int, c_void};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use xfer_core::hash::FastMap;
+use xfer_core::unstable::hash::FastMap;
 use xfer_facade::{
     Buffer, Claim, Completion, CompletionQueue, CqAttr, Endpoint, EndpointAttr, Flags, Peeked, PeerAddr, RecvOp,
     RecvSpec, SendOp,

@@ -6,9 +6,9 @@ use std::mem::{size_of, MaybeUninit};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
-use xfer_core::attr::TcpAttr;
-use xfer_core::error::{Error, Result};
-use xfer_core::sys::{cvt, errno};
+use xfer_core::unstable::attr::TcpAttr;
+use xfer_core::unstable::error::{Error, Result};
+use xfer_core::unstable::sys::{cvt, errno};
 
 /// Unanswered keepalive probes before a connection is dead, when no user
 /// timeout is set (with one, `TCP_USER_TIMEOUT` decides).

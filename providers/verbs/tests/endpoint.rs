@@ -12,7 +12,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use xfer_core::attr::{CqAttr, EndpointAttr};
+use xfer_core::unstable::attr::{CqAttr, EndpointAttr};
 use xfer_core::{Completion, CompletionQueue, Domain, Endpoint, Error, PeerAddr, SendOp};
 use xfer_verbs::{VerbsAttr, VerbsDomain};
 

@@ -16,15 +16,15 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::time::{Duration, Instant};
 
 use slab::Slab;
-use xfer_core::addr::{Address, PeerAddr};
-use xfer_core::attr::EndpointAttr;
-use xfer_core::error::{Error, Result};
-use xfer_core::mr::Access;
-use xfer_core::peek::{Claim, Peeked};
-use xfer_core::provider::{Ctx, EndpointProvider, RecvOp, Rejected, RmaKind, RmaOp, SendOp};
-use xfer_core::sink::Sink;
-use xfer_core::sys::{Epoll, EMPTY_EVENT, READABLE, WRITABLE};
-use xfer_core::tag::{Matched, Matcher, RecvSpec};
+use xfer_core::unstable::addr::{Address, PeerAddr};
+use xfer_core::unstable::attr::EndpointAttr;
+use xfer_core::unstable::error::{Error, Result};
+use xfer_core::unstable::mr::Access;
+use xfer_core::unstable::peek::{Claim, Peeked};
+use xfer_core::unstable::provider::{Ctx, EndpointProvider, RecvOp, Rejected, RmaKind, RmaOp, SendOp};
+use xfer_core::unstable::sink::Sink;
+use xfer_core::unstable::sys::{Epoll, EMPTY_EVENT, READABLE, WRITABLE};
+use xfer_core::unstable::tag::{Matched, Matcher, RecvSpec};
 
 use crate::conn::{Conn, Dir, Owner, Payload, State, TxFrame};
 use crate::keys::{status_error, status_of};
@@ -32,8 +32,8 @@ use crate::name::TcpName;
 use crate::rx::{EagerDest, EagerRx, Phase, RndvRx, Unexp, WriteRx};
 use crate::sys::{self, Io, Socket};
 use crate::wire::{status, Frame, CREDIT_INIT, HEADER_LEN, MAX_EAGER};
-use xfer_core::complete::{self, Arrival};
-use xfer_core::hash::FastMap;
+use xfer_core::unstable::complete::{self, Arrival};
+use xfer_core::unstable::hash::FastMap;
 
 mod batch;
 mod burst;

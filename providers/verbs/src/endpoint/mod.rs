@@ -30,15 +30,15 @@ use std::os::fd::RawFd;
 use std::sync::Arc;
 
 use slab::Slab;
-use xfer_core::addr::{Address, PeerAddr};
-use xfer_core::attr::EndpointAttr;
-use xfer_core::complete::{self, Arrival};
-use xfer_core::hash::FastMap;
-use xfer_core::mr::CacheRef;
-use xfer_core::peek::{Claim, Peeked};
-use xfer_core::provider::{Ctx, EndpointProvider, RecvOp, Rejected, RmaOp, SendOp};
-use xfer_core::sys::{Epoll, EMPTY_EVENT, READABLE};
-use xfer_core::tag::{Matcher, RecvSpec};
+use xfer_core::unstable::addr::{Address, PeerAddr};
+use xfer_core::unstable::attr::EndpointAttr;
+use xfer_core::unstable::complete::{self, Arrival};
+use xfer_core::unstable::hash::FastMap;
+use xfer_core::unstable::mr::CacheRef;
+use xfer_core::unstable::peek::{Claim, Peeked};
+use xfer_core::unstable::provider::{Ctx, EndpointProvider, RecvOp, Rejected, RmaOp, SendOp};
+use xfer_core::unstable::sys::{Epoll, EMPTY_EVENT, READABLE};
+use xfer_core::unstable::tag::{Matcher, RecvSpec};
 use xfer_core::{Error, Result};
 
 use crate::cm::{CmId, EventChannel};
