@@ -32,8 +32,15 @@ test: setup
 # dependencies with versions). Needs crates.io's index. The verification
 # builds reuse target/package/, so after the first run it takes seconds.
 # --allow-dirty: it checks the working tree as it is, uploads nothing.
+# Cargo takes a registry crate of a given NAME-VERSION to be immutable: it reuses
+# the packaged crates it unpacked into $CARGO_HOME/registry/src/-<hash>/ (the
+# local overlay registry the dry run publishes into) and their compiled
+# artefacts, so each run removes both or it would verify the first run's sources.
+PACKAGE_TARGET = $${CARGO_TARGET_DIR:-target}/package-check
 package:
-	$(CARGO) publish --workspace --dry-run --locked --allow-dirty
+	rm -rf "$${CARGO_HOME:-$$HOME/.cargo}"/registry/src/-*/xfer*-[0-9]*
+	$(CARGO) clean --quiet --target-dir "$(PACKAGE_TARGET)" -p xfer -p xfer-core -p xfer-tcp -p xfer-verbs
+	CARGO_TARGET_DIR="$(PACKAGE_TARGET)" $(CARGO) publish --workspace --dry-run --locked --allow-dirty
 
 # The Soft-RoCE guest (tests/vm/): installs QEMU, a Debian kernel, rdma-core, perftest, UCX
 # and virtme-ng if missing, builds the test binaries on the host, then boots ONCE and runs
