@@ -142,6 +142,9 @@ fn hex_digit(c: u8) -> Result<u8> {
 pub struct AvTable {
     entries: Slab<Address>,
     by_name: crate::hash::FastMap<Address, PeerAddr>,
+    /// Names inserted so far (not counting repeats), so a user of the table
+    /// can tell whether a name it could not resolve may resolve now.
+    inserted: u64,
 }
 
 impl AvTable {
@@ -157,7 +160,15 @@ impl AvTable {
         }
         let peer = PeerAddr(self.entries.insert(addr) as u64);
         self.by_name.insert(addr, peer);
+        self.inserted += 1;
         peer
+    }
+
+    /// How many names were ever inserted (a repeat of a present name does
+    /// not count): unchanged means [`reverse`](Self::reverse) still answers
+    /// `UNSPEC` for every name it did before.
+    pub fn inserted(&self) -> u64 {
+        self.inserted
     }
 
     /// Removes a handle; fails if it is not in the table.

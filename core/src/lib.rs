@@ -25,7 +25,8 @@
 //! # Ok::<(), xfer_core::Error>(())
 //! ```
 //!
-//! Providers are built on the traits and shared machinery (tag matcher,
+//! Providers are built on the traits and shared machinery (the
+//! reliable-messaging layer's receives and their matching, tag matcher,
 //! address table, completion builders, registration cache, epoll wrapper)
 //! in the hidden `unstable` module; it is not part of the stable API and
 //! changes in any release. No provider code and no system RDMA headers
@@ -48,6 +49,7 @@ mod hash;
 mod mr;
 mod peek;
 mod provider;
+mod rdm;
 mod sink;
 mod sys;
 mod tag;

@@ -219,6 +219,10 @@ impl<T> Queue<T> {
     }
 
     /// First entry satisfying `pred`, in insertion order: among all entries, or only those of one peer.
+    ///
+    /// `#[inline]` so that it joins its callers' code whatever codegen unit
+    /// its instantiation lands in (the arrival path's search runs it twice).
+    #[inline]
     fn find(&self, peer: Option<PeerAddr>, mut pred: impl FnMut(&Node<T>) -> bool) -> Option<usize> {
         if self.nodes.is_empty() {
             return None;
@@ -524,6 +528,12 @@ impl<R, U> Matcher<R, U> {
     /// Number of queued posted receives.
     pub fn posted_len(&self) -> usize {
         self.posted.nodes.len()
+    }
+
+    /// Bytes one queued unexpected message's slot takes, besides what the
+    /// message owns.
+    pub const fn unexpected_slot() -> usize {
+        std::mem::size_of::<Node<U>>()
     }
 
     /// Number of queued unexpected messages.

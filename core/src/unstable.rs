@@ -1,7 +1,8 @@
 //! The interface providers are built on, **not part of xfer's stable API**:
-//! the provider traits, the shared machinery a provider embeds (tag
-//! matcher, address table, completion builders, registration cache), the
-//! attribute helpers and the system-call wrappers. Anything here may change
+//! the provider traits, the shared machinery a provider embeds (the
+//! reliable-messaging layer's receives, tag matcher, address table,
+//! completion builders, registration cache), the attribute helpers and the
+//! system-call wrappers. Anything here may change
 //! in any release, minor and patch ones included; the stable API is what
 //! the crate root re-exports.
 //!
@@ -55,6 +56,11 @@ pub mod peek {
 /// The traits a provider implements and the operation descriptors.
 pub mod provider {
     pub use crate::provider::*;
+}
+
+/// The reliable-messaging layer: an endpoint's posted and unexpected receives.
+pub mod rdm {
+    pub use crate::rdm::*;
 }
 
 /// Where a provider's completions go during a call.
