@@ -4,7 +4,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: demo test setup build lint fuzz bench vm bench-vm install
+.PHONY: demo test setup build lint fuzz bench vm bench-vm install package
 PREFIX ?= /usr/local
 
 setup:
@@ -24,7 +24,23 @@ test: setup
 	$(CARGO) test --locked --release --test conformance --test tcp_wire --test peer_death
 	@$(MAKE) --no-print-directory fuzz
 	@$(MAKE) --no-print-directory lint
+	@$(MAKE) --no-print-directory package
 	@$(MAKE) --no-print-directory vm
+
+# Every publishable crate packages and its package builds on its own (what
+# `cargo publish` would upload: nothing missing from `include`, path
+# dependencies with versions). Needs crates.io's index. The verification
+# builds reuse target/package/, so after the first run it takes seconds.
+# --allow-dirty: it checks the working tree as it is, uploads nothing.
+# Cargo takes a registry crate of a given NAME-VERSION to be immutable: it reuses
+# the packaged crates it unpacked into $CARGO_HOME/registry/src/-<hash>/ (the
+# local overlay registry the dry run publishes into) and their compiled
+# artefacts, so each run removes both or it would verify the first run's sources.
+PACKAGE_TARGET = $${CARGO_TARGET_DIR:-target}/package-check
+package:
+	rm -rf "$${CARGO_HOME:-$$HOME/.cargo}"/registry/src/-*/xfer*-[0-9]*
+	$(CARGO) clean --quiet --target-dir "$(PACKAGE_TARGET)" -p xfer -p xfer-core -p xfer-tcp -p xfer-verbs
+	CARGO_TARGET_DIR="$(PACKAGE_TARGET)" $(CARGO) publish --workspace --dry-run --locked --allow-dirty
 
 # The Soft-RoCE guest (tests/vm/): installs QEMU, a Debian kernel, rdma-core, perftest, UCX
 # and virtme-ng if missing, builds the test binaries on the host, then boots ONCE and runs
@@ -74,7 +90,7 @@ lint:
 bench: build
 	bench/compare.sh
 
-# libxfer.so/.a, include/xfer.h and xfer.pc under $(PREFIX) (DESTDIR honoured).
+# libxfer.so/.a, include/xfer.h and xfer.pc under $(PREFIX) (DESTDIR and CARGO_TARGET_DIR honoured).
 install:
 	$(CARGO) build --release --locked -p xfer-capi
-	PREFIX="$(PREFIX)" DESTDIR="$(DESTDIR)" capi/install.sh
+	CARGO="$(CARGO)" PREFIX="$(PREFIX)" DESTDIR="$(DESTDIR)" capi/install.sh

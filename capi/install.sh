@@ -9,14 +9,22 @@
 #   LIBDIR      libraries and pkgconfig/ (default $PREFIX/lib)
 #   INCLUDEDIR  the header (default $PREFIX/include)
 #   DESTDIR     staging root put before every path, not written into xfer.pc
-#   LIB_SRC     where the built libraries are (default target/release)
+#   LIB_SRC     where the built libraries are (default: the release directory
+#               of cargo's target directory, which honours CARGO_TARGET_DIR and
+#               build.target-dir; target/release without cargo)
 set -eu
 cd "$(dirname "$0")/.."
+if [ -z "${LIB_SRC:-}" ]; then
+    # Asked after the cd so that a relative CARGO_TARGET_DIR means what it
+    # meant to `make install`'s build (run from the repository root).
+    target=$(${CARGO:-cargo} metadata --format-version 1 --no-deps 2>/dev/null |
+        sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p') || target=
+    LIB_SRC=${target:-target}/release
+fi
 PREFIX=${PREFIX:-/usr/local}
 LIBDIR=${LIBDIR:-$PREFIX/lib}
 INCLUDEDIR=${INCLUDEDIR:-$PREFIX/include}
 DESTDIR=${DESTDIR:-}
-LIB_SRC=${LIB_SRC:-target/release}
 VERSION=$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -n 1)
 
 for f in libxfer.so libxfer.a; do

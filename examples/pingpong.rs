@@ -58,7 +58,7 @@ fn main() -> ExitCode {
 fn parse_client(mut args: &[String]) -> Res<(u64, usize)> {
     let (mut iters, mut size) = (10_000u64, 8usize);
     while let [flag, value, rest @ ..] = args {
-        let n = xfer::attr::parse_size(value).ok_or(format!("{flag}: {value:?} is not a number"))?;
+        let n = parse_size(value).ok_or(format!("{flag}: {value:?} is not a number"))?;
         match flag.as_str() {
             "--iters" if n > 0 => iters = n,
             "--size" if n as usize <= MAX_SIZE => size = n as usize,
@@ -86,7 +86,7 @@ fn open() -> Res<(CompletionQueue, xfer::AddressVector, Endpoint)> {
 
 fn server() -> Res<()> {
     let (cq, av, ep) = open()?;
-    println!("pingpong server: {}", hex(ep.name().as_bytes()));
+    println!("pingpong server: {}", ep.name());
 
     // The hello may take as long as the user likes, hence no timeout.
     ep.recv(PeerAddr::UNSPEC, vec![0; 8 + Address::MAX_LEN], RECV)
@@ -100,7 +100,8 @@ fn server() -> Res<()> {
         return Err(format!("the client asks for {size}-byte messages (limit {MAX_SIZE})"));
     }
     let client = av.insert(name).ctx("the client's hello holds no valid endpoint name")?;
-    println!("pingpong server: client {} says hello; {size}-byte messages", hex(name));
+    let name = Address::new(name).ctx("the client's hello")?;
+    println!("pingpong server: client {name} says hello; {size}-byte messages");
 
     // Post one receive of each kind before answering, then echo the hello.
     ep.recv(client, vec![0; size], RECV).ctx("posting a receive")?;
@@ -136,10 +137,12 @@ fn server() -> Res<()> {
     Ok(())
 }
 
-fn client(server_hex: &str, iters: u64, size: usize) -> Res<()> {
-    let name = unhex(server_hex).ok_or("the server's name must be the hex digits the server printed")?;
+fn client(server_name: &str, iters: u64, size: usize) -> Res<()> {
+    let name: Address = server_name
+        .parse()
+        .ctx("the server's name must be the hex digits the server printed")?;
     let (cq, av, ep) = open()?;
-    let server = av.insert(&name).ctx("the server's name")?;
+    let server = av.insert(name.as_bytes()).ctx("the server's name")?;
 
     // Say hello (message size and our name), and wait for the echo: after
     // it, both directions are connected and the timing can start.
@@ -234,19 +237,15 @@ fn received(c: Completion) -> Vec<u8> {
     buf
 }
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn unhex(s: &str) -> Option<Vec<u8>> {
-    let digit = |c: &u8| (*c as char).to_digit(16);
-    s.as_bytes()
-        .chunks(2)
-        .map(|pair| match pair {
-            [hi, lo] => Some((digit(hi)? * 16 + digit(lo)?) as u8),
-            _ => None, // an odd number of digits
-        })
-        .collect()
+/// `4096`, `4k`, `1M`, `2g` (powers of 1024), as `XFER_*` sizes are written.
+fn parse_size(s: &str) -> Option<u64> {
+    let (digits, shift) = match s.as_bytes().last()? {
+        b'k' | b'K' => (&s[..s.len() - 1], 10),
+        b'm' | b'M' => (&s[..s.len() - 1], 20),
+        b'g' | b'G' => (&s[..s.len() - 1], 30),
+        _ => (s, 0),
+    };
+    digits.parse::<u64>().ok()?.checked_mul(1 << shift)
 }
 
 /// Prefixes an error with what was being done: `opening an endpoint: ...`.

@@ -30,23 +30,63 @@
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! # Errors
+//!
+//! Calls return [`Error`]; posting calls that take a buffer return
+//! [`Rejected`], which hands the buffer back with the reason. Both are
+//! `std::error::Error`s and both convert to `std::io::Error` (with an
+//! [`ErrorKind`](std::io::ErrorKind) from [`Error::io_kind`]), so `?` works
+//! in functions returning `xfer::Result`, `std::io::Result`,
+//! `Box<dyn Error + Send + Sync>` or `anyhow::Result`:
+//!
+//! ```
+//! use std::error::Error;
+//!
+//! fn hello_boxed(ep: &xfer::Endpoint, to: xfer::PeerAddr) -> Result<(), Box<dyn Error + Send + Sync>> {
+//!     ep.tsend(to, 42, b"hello".to_vec(), 1)?;
+//!     Ok(())
+//! }
+//!
+//! fn hello_io(ep: &xfer::Endpoint, to: xfer::PeerAddr) -> std::io::Result<()> {
+//!     ep.tsend(to, 42, b"hello".to_vec(), 1)?;
+//!     Ok(())
+//! }
+//!
+//! # fn main() -> Result<(), Box<dyn Error + Send + Sync>> {
+//! let domain = xfer::open_default()?;
+//! let cq = domain.cq(&xfer::CqAttr::from_env())?;
+//! let av = domain.av()?;
+//! let ep = domain.endpoint(&cq, &av, &xfer::EndpointAttr::from_env())?;
+//! let nobody = xfer::PeerAddr(12345); // never inserted
+//!
+//! let e = hello_boxed(&ep, nobody).unwrap_err();
+//! let rejected = e.downcast::<xfer::Rejected<Vec<u8>>>().expect("the refusal itself");
+//! assert_eq!(rejected.error, xfer::Error::AddressNotAvailable);
+//! assert_eq!(rejected.op, b"hello", "the buffer comes back");
+//!
+//! let e = hello_io(&ep, nobody).unwrap_err();
+//! assert_eq!(e.kind(), std::io::ErrorKind::AddrNotAvailable);
+//! assert_eq!(xfer::Error::from(e), xfer::Error::AddressNotAvailable);
+//! # Ok(())
+//! # }
+//! ```
 #![deny(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
-pub use xfer_core::attr::{self, Setting};
-pub use xfer_core::provider;
-pub use xfer_core::tag;
 pub use xfer_core::{Access, Claim, LocalDesc, MemoryRegion, Peeked, RemoteKey, RmaKind, RmaOp};
 pub use xfer_core::{
     Address, AddressVector, Buffer, Completion, CompletionQueue, CqAttr, DomainAttr, Endpoint, EndpointAttr, Error,
-    Flags, PeerAddr, RecvOp, RecvSpec, Rejected, Result, SendOp, TcpAttr,
+    Flags, PeerAddr, RecvOp, RecvSpec, Rejected, Result, SendOp, Setting, TcpAttr,
 };
 
 /// A domain (from xfer-core); open one with [`open`] or [`open_default`].
 pub use xfer_core::Domain;
 
 #[cfg(feature = "async")]
+#[cfg_attr(docsrs, doc(cfg(feature = "async")))]
 pub mod aio;
-pub mod choice;
+mod choice;
 pub use choice::{Candidate, ProviderChoice, Verdict};
 
 /// One provider as the facade sees it.
@@ -129,7 +169,15 @@ pub fn open_default() -> Result<Domain> {
 
 /// Installs a `tracing` subscriber filtered by `XFER_LOG` (e.g. `debug`,
 /// `xfer_tcp=trace`), writing to stderr; for binaries and tests. Does
-/// nothing when a subscriber is already set.
+/// nothing when a subscriber is already set. Feature `logging` (default).
+///
+/// ```
+/// xfer::init_logging(); // XFER_LOG=debug shows the provider choice
+/// let _domain = xfer::open_default()?;
+/// # Ok::<(), xfer::Error>(())
+/// ```
+#[cfg(feature = "logging")]
+#[cfg_attr(docsrs, doc(cfg(feature = "logging")))]
 pub fn init_logging() {
     let filter = std::env::var("XFER_LOG").unwrap_or_else(|_| "warn".into());
     let filter =
@@ -169,9 +217,7 @@ mod tests {
 
     #[test]
     fn unknown_provider_lists_the_built_in_ones() {
-        let attr = DomainAttr {
-            provider: Some("nope".into()),
-        };
+        let attr = DomainAttr::with_provider("nope");
         let Err(Error::NoProvider(msg)) = open(&attr) else {
             panic!("opened an unknown provider");
         };
@@ -181,9 +227,7 @@ mod tests {
 
     #[test]
     fn open_report_names_the_provider_opened_and_why_not_the_others() {
-        let (domain, choice) = open_report(&DomainAttr {
-            provider: Some("tcp".into()),
-        });
+        let (domain, choice) = open_report(&DomainAttr::with_provider("tcp"));
         assert_eq!(domain.expect("tcp opens").provider(), "tcp");
         assert_eq!(choice.chosen, Some("tcp"));
         assert_eq!(choice.forced.as_deref(), Some("tcp"));
@@ -195,7 +239,7 @@ mod tests {
         assert_eq!(choice.verdict("verbs"), Some(&want));
 
         // Unforced: whatever was chosen, every other provider says why not.
-        let (domain, choice) = open_report(&DomainAttr { provider: None });
+        let (domain, choice) = open_report(&DomainAttr::default());
         assert_eq!(choice.chosen, Some(domain.expect("a provider opens").provider()));
         for c in &choice.candidates {
             let expected = match (&c.verdict, info().iter().find(|p| p.name == c.name)) {

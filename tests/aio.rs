@@ -382,10 +382,8 @@ async fn an_endpoint_of_another_queue_is_refused() {
 #[tokio::test(flavor = "current_thread")]
 async fn at_max_outstanding_posting_fails_with_again_and_async_operations_wait() {
     const MAX: u64 = 4;
-    let attr = xfer::EndpointAttr {
-        max_outstanding: MAX as usize,
-        ..common::test_attr()
-    };
+    let mut attr = common::test_attr();
+    attr.max_outstanding = MAX as usize;
     let (a, b) = pair_with(&attr).await;
     let raw = b.ep.endpoint();
     for i in 0..MAX {
@@ -431,10 +429,8 @@ async fn at_max_outstanding_posting_fails_with_again_and_async_operations_wait()
 
 #[tokio::test(flavor = "current_thread")]
 async fn at_max_outstanding_per_peer_async_sends_wait_for_that_peer() {
-    let attr = xfer::EndpointAttr {
-        max_outstanding_per_peer: 1,
-        ..common::test_attr()
-    };
+    let mut attr = common::test_attr();
+    attr.max_outstanding_per_peer = 1;
     let (a, b) = pair_with(&attr).await;
     // Rendezvous sends to a receiver that posts nothing yet: the first stays
     // in flight, the second waits for room.

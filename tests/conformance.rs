@@ -1394,10 +1394,8 @@ fn peek_and_claim_unexpected_messages() {
 /// posts nothing stay in flight; RMA counts too, and completions name the peer.
 #[test]
 fn per_peer_bound_refuses_only_the_full_peer() {
-    let attr = xfer::EndpointAttr {
-        max_outstanding_per_peer: 2,
-        ..test_attr()
-    };
+    let mut attr = test_attr();
+    attr.max_outstanding_per_peer = 2;
     let mut a = Node::with_attr(&attr);
     let (mut b, mut c) = (Node::new(), Node::new());
     let (pb, pc) = (a.add(&b), a.add(&c));

@@ -327,26 +327,24 @@ mod tests {
 
     #[test]
     fn truncation_reports_the_overflow_and_peer_errors_their_errno() {
-        let c = Completion {
-            context: 0x1234,
-            flags: Flags::RECV | Flags::TAGGED,
-            len: 10,
-            tag: 9,
-            data: 0,
-            src: PeerAddr::UNSPEC,
-            result: Err(Error::Truncated { len: 10, olen: 100 }),
-            buf: None,
-        };
+        let mut c = Completion::new(
+            0x1234,
+            Flags::RECV | Flags::TAGGED,
+            Err(Error::Truncated { len: 10, olen: 100 }),
+        );
+        c.len = 10;
+        c.tag = 9;
         let e = xfer_cq_entry_t::from_completion(&c);
         assert_eq!((e.err, e.len, e.olen), (crate::error::XFER_ETRUNC, 10, 90));
         assert_eq!(e.op_context as usize, 0x1234);
-        let dead = Completion {
-            result: Err(Error::PeerUnreachable {
+        let dead = Completion::new(
+            0,
+            Flags::default(),
+            Err(Error::PeerUnreachable {
                 peer: PeerAddr(3),
                 errno: libc::ECONNREFUSED,
             }),
-            ..Completion::EMPTY
-        };
+        );
         let e = xfer_cq_entry_t::from_completion(&dead);
         assert_eq!(
             (e.err, e.prov_errno),

@@ -10,7 +10,7 @@
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::sync::Arc;
 
-use xfer_facade::attr::iface_list;
+use xfer_core::unstable::attr::iface_list;
 use xfer_facade::{Buffer, Endpoint, EndpointAttr, PeerAddr, RecvOp, RecvSpec, SendOp};
 
 use crate::av::{av_of, copy_out, xfer_av_t};

@@ -19,9 +19,9 @@
 use std::hint::black_box;
 use std::time::Instant;
 
-use xfer_core::addr::{Address, AvTable};
-use xfer_core::provider::RecvOp;
-use xfer_core::rdm::{Receives, Unexpected};
+use xfer_core::unstable::addr::{Address, AvTable};
+use xfer_core::unstable::provider::RecvOp;
+use xfer_core::unstable::rdm::{Receives, Unexpected};
 use xfer_core::{PeerAddr, RecvSpec};
 
 const BATCH: u64 = 64;

@@ -12,8 +12,8 @@
 use std::hint::black_box;
 use std::time::Instant;
 
-use xfer_core::mr::tree::RangeMap;
-use xfer_core::mr::{Access, CacheRef, ManualMonitor, MrCache, MrCacheAttr, Registrar, UffdMonitor};
+use xfer_core::unstable::mr::tree::RangeMap;
+use xfer_core::unstable::mr::{Access, CacheRef, ManualMonitor, MrCache, MrCacheAttr, Registrar, UffdMonitor};
 use xfer_core::Result;
 
 struct Nop;

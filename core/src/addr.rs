@@ -36,6 +36,26 @@ impl fmt::Display for PeerAddr {
 ///
 /// The first byte names the provider, so a name from another provider is
 /// refused at insert time rather than failing at first use.
+///
+/// # Text form
+///
+/// `Display` writes the name bytes as lowercase hexadecimal, two digits a
+/// byte and nothing else (2 to 64 characters); `FromStr` reads that back,
+/// in either case, and refuses anything else (whitespace included) with
+/// [`Error::InvalidArgument`]. This form is stable: names printed by one
+/// xfer version parse in later ones. With the `serde` feature an address
+/// serializes as that string in human-readable formats (JSON, TOML) and as
+/// its bytes in binary ones.
+///
+/// ```
+/// use xfer_core::Address;
+///
+/// let a = Address::new(&[0x01, 0xab, 0x00, 0x7f])?;
+/// assert_eq!(a.to_string(), "01ab007f");
+/// assert_eq!("01AB007F".parse::<Address>()?, a);
+/// assert!("01ab0".parse::<Address>().is_err(), "odd length");
+/// # Ok::<(), xfer_core::Error>(())
+/// ```
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Address {
     len: u8,
@@ -67,11 +87,50 @@ impl Address {
 
 impl fmt::Debug for Address {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("Address(")?;
+        write!(f, "Address({self})")
+    }
+}
+
+/// The stable text form: lowercase hexadecimal of the name bytes.
+impl fmt::Display for Address {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         for b in self.as_bytes() {
             write!(f, "{b:02x}")?;
         }
-        f.write_str(")")
+        Ok(())
+    }
+}
+
+/// Parses the text form `Display` writes (hex digits in either case).
+impl std::str::FromStr for Address {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Address> {
+        let digits = s.as_bytes();
+        if !digits.len().is_multiple_of(2) {
+            return Err(Error::InvalidArgument(
+                "address text must have an even number of hex digits",
+            ));
+        }
+        if digits.is_empty() || digits.len() > 2 * Self::MAX_LEN {
+            return Err(Error::InvalidArgument("address text must be 2..=64 hex digits"));
+        }
+        let mut bytes = [0u8; Self::MAX_LEN];
+        for (byte, pair) in bytes.iter_mut().zip(digits.chunks_exact(2)) {
+            *byte = hex_digit(pair[0])? << 4 | hex_digit(pair[1])?;
+        }
+        Address::new(&bytes[..digits.len() / 2])
+    }
+}
+
+fn hex_digit(c: u8) -> Result<u8> {
+    match c {
+        b'0'..=b'9' => Ok(c - b'0'),
+        b'a'..=b'f' => Ok(c - b'a' + 10),
+        b'A'..=b'F' => Ok(c - b'A' + 10),
+        _ => Err(Error::InvalidArgument(
+            "address text holds a character that is not a hex digit",
+        )),
     }
 }
 
@@ -170,6 +229,37 @@ mod tests {
         assert_eq!(av.reverse(&a), PeerAddr::UNSPEC);
         assert_eq!(av.remove(pa), Err(Error::AddressNotAvailable));
         assert_eq!(av.lookup(PeerAddr::UNSPEC), None);
+    }
+
+    #[test]
+    fn text_form_refuses_what_display_never_writes() {
+        for bad in ["", "0", "012", "0g", " 01", "01 ", "+1", "0x01", &"00".repeat(33), "é1"] {
+            assert!(
+                matches!(bad.parse::<Address>(), Err(Error::InvalidArgument(_))),
+                "{bad:?} parsed"
+            );
+        }
+        assert_eq!("00".repeat(32).parse::<Address>().unwrap().as_bytes(), &[0; 32]);
+        assert_eq!(format!("{:?}", Address::new(&[1, 0xfe]).unwrap()), "Address(01fe)");
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn text_form_round_trips(name in proptest::collection::vec(proptest::num::u8::ANY, 1..=32)) {
+            let a = Address::new(&name).unwrap();
+            let text = a.to_string();
+            proptest::prop_assert_eq!(text.len(), 2 * name.len());
+            proptest::prop_assert!(text.bytes().all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(&c)));
+            proptest::prop_assert_eq!(text.parse::<Address>().unwrap(), a);
+            proptest::prop_assert_eq!(text.to_ascii_uppercase().parse::<Address>().unwrap(), a);
+        }
+
+        #[test]
+        fn any_text_that_parses_prints_back_lowercased(text in "[0-9a-fA-F]{0,66}|.{0,8}") {
+            if let Ok(a) = text.parse::<Address>() {
+                proptest::prop_assert_eq!(a.to_string(), text.to_ascii_lowercase());
+            }
+        }
     }
 
     #[test]

@@ -72,13 +72,32 @@ pub fn env_flag(name: &str) -> Option<bool> {
 }
 
 /// Attributes of a domain.
+///
+/// The attribute structs may gain fields (`#[non_exhaustive]`): start from
+/// `default()` or `from_env()` and set the fields you need.
+///
+/// ```
+/// let mut ep_attr = xfer_core::EndpointAttr::from_env();
+/// ep_attr.selective_completion = true;
+/// ep_attr.tcp.coalesce = 0;
+/// let attr = xfer_core::DomainAttr::with_provider("tcp");
+/// assert_eq!(attr.provider.as_deref(), Some("tcp"));
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub struct DomainAttr {
     /// Force a provider by name (`tcp`, `verbs`); `None` picks the best available.
     pub provider: Option<String>,
 }
 
 impl DomainAttr {
+    /// Attributes that force the provider `name` (`tcp`, `verbs`).
+    pub fn with_provider(name: impl Into<String>) -> Self {
+        DomainAttr {
+            provider: Some(name.into()),
+        }
+    }
+
     /// Defaults overridden by the environment.
     pub fn from_env() -> Self {
         DomainAttr {
@@ -98,6 +117,7 @@ impl DomainAttr {
 
 /// Attributes of a completion queue.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct CqAttr {
     /// Entries preallocated; the queue grows past this rather than lose a
     /// completion, but growing allocates.
@@ -130,6 +150,7 @@ impl CqAttr {
 
 /// Attributes of an endpoint.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct EndpointAttr {
     /// Messages longer than this use the rendezvous protocol; shorter ones
     /// are sent eagerly.
@@ -227,6 +248,7 @@ impl EndpointAttr {
 
 /// Settings of the TCP provider.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct TcpAttr {
     /// Address to listen on: `1.2.3.4`, `1.2.3.4:PORT`, `::1`, `[::1]`,
     /// `[::1]:PORT`, a link-local IPv6 address with its zone (`fe80::1%eth0`,

@@ -53,7 +53,21 @@ impl BitOrAssign for Flags {
 
 /// One completed operation, successful or not (`fi_cq_tagged_entry` plus
 /// source address, error and the owned buffer coming back).
+///
+/// More fields may come (`#[non_exhaustive]`): outside xfer-core, make one
+/// with [`Completion::new`] (or take [`Completion::EMPTY`]) and set the
+/// public fields.
+///
+/// ```
+/// use xfer_core::{Completion, Error, Flags, PeerAddr};
+///
+/// let mut c = Completion::new(7, Flags::RECV | Flags::TAGGED, Err(Error::Canceled));
+/// c.tag = 42;
+/// c.src = PeerAddr(3);
+/// assert_eq!((c.context, c.len, c.received_from()), (7, 0, PeerAddr(3)));
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Completion {
     /// The user context given when the operation was posted.
     pub context: u64,
@@ -91,6 +105,18 @@ impl Completion {
 }
 
 impl Completion {
+    /// An entry for the operation with `context`, of kind `flags`, ended
+    /// with `result`; the other fields as in [`Completion::EMPTY`].
+    #[inline]
+    pub const fn new(context: u64, flags: Flags, result: Result<(), Error>) -> Completion {
+        Completion {
+            context,
+            flags,
+            result,
+            ..Completion::EMPTY
+        }
+    }
+
     /// The source address libfabric reports (`fi_cq_readfrom`): the sender
     /// of a receive or of a peer's write with data, [`PeerAddr::UNSPEC`]
     /// for the endpoint's own sends and RMA (whose `src` names their peer).

@@ -227,6 +227,9 @@ impl EpSlot {
 
 impl Domain {
     /// A domain over an opened provider (the `xfer` facade chooses one).
+    /// Takes a provider of the unstable interface, so it is not part of the
+    /// stable API either.
+    #[doc(hidden)]
     pub fn new(prov: Box<dyn DomainProvider>) -> Domain {
         let provider = prov.name();
         let provider_id = prov.provider_id();

@@ -16,7 +16,13 @@ pub type Result<T> = std::result::Result<T, Error>;
 /// Errors of operations that were accepted come back as completions whose
 /// `result` holds one of these; errors of calls that were refused are
 /// returned directly.
+///
+/// More variants may come (`#[non_exhaustive]`): match the ones you handle
+/// and keep a `_` arm. In code that speaks `std::io`, `?` turns it into an
+/// [`std::io::Error`] of a fitting [`std::io::ErrorKind`] (see the
+/// `From<Error> for io::Error` impl).
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Error {
     /// An argument is invalid; the text names which and why.
     InvalidArgument(&'static str),
@@ -127,9 +133,79 @@ impl fmt::Display for Error {
 
 impl std::error::Error for Error {}
 
+impl Error {
+    /// The [`std::io::ErrorKind`] this error converts to.
+    ///
+    /// | variant | kind |
+    /// |---|---|
+    /// | `InvalidArgument` | `InvalidInput` |
+    /// | `Truncated`, `Canceled`, `Internal` | `Other` |
+    /// | `PeerUnreachable` closed by the peer (`errno` 0) | `ConnectionAborted` |
+    /// | `PeerUnreachable` with an `errno` | the OS error's kind when it is about connections (`ConnectionRefused`, `ConnectionReset`, `BrokenPipe`, `TimedOut`, `NetworkUnreachable`, ...), else `HostUnreachable` |
+    /// | `Os` | the OS error's kind |
+    /// | `Protocol` | `InvalidData` |
+    /// | `Again` | `WouldBlock` |
+    /// | `TimedOut` | `TimedOut` |
+    /// | `NotSupported`, `NoProvider` | `Unsupported` |
+    /// | `NotFound` | `NotFound` |
+    /// | `AddressNotAvailable` | `AddrNotAvailable` |
+    /// | `RemoteAccess` | `PermissionDenied` |
+    ///
+    /// `Canceled` is not `Interrupted`: std's `read_exact`/`write_all`
+    /// loops retry `Interrupted`, and a cancelled operation must not be.
+    pub fn io_kind(&self) -> std::io::ErrorKind {
+        use std::io::ErrorKind as K;
+        match self {
+            Error::InvalidArgument(_) => K::InvalidInput,
+            Error::Truncated { .. } | Error::Canceled | Error::Internal(_) => K::Other,
+            Error::PeerUnreachable { errno: 0, .. } => K::ConnectionAborted,
+            Error::PeerUnreachable { errno, .. } => match std::io::Error::from_raw_os_error(*errno).kind() {
+                k @ (K::ConnectionRefused
+                | K::ConnectionReset
+                | K::ConnectionAborted
+                | K::NotConnected
+                | K::BrokenPipe
+                | K::TimedOut
+                | K::NetworkUnreachable
+                | K::NetworkDown
+                | K::AddrNotAvailable) => k,
+                _ => K::HostUnreachable,
+            },
+            Error::Os(e) => std::io::Error::from_raw_os_error(*e).kind(),
+            Error::Protocol(_) => K::InvalidData,
+            Error::Again => K::WouldBlock,
+            Error::TimedOut => K::TimedOut,
+            Error::NotSupported(_) | Error::NoProvider(_) => K::Unsupported,
+            Error::NotFound(_) => K::NotFound,
+            Error::AddressNotAvailable => K::AddrNotAvailable,
+            Error::RemoteAccess(_) => K::PermissionDenied,
+        }
+    }
+}
+
+/// Recovers the xfer error an [`std::io::Error`] made by the reverse
+/// conversion carries; any other I/O error becomes [`Error::Os`] (`EIO`
+/// when it has no OS error number).
 impl From<std::io::Error> for Error {
     fn from(e: std::io::Error) -> Self {
+        if let Some(inner) = e.get_ref().and_then(|r| r.downcast_ref::<Error>()) {
+            return inner.clone();
+        }
         Error::Os(e.raw_os_error().unwrap_or(libc::EIO))
+    }
+}
+
+/// An I/O error of kind [`Error::io_kind`]. [`Error::Os`] becomes the OS
+/// error itself (`raw_os_error()` gives the number); every other variant is
+/// kept inside (`get_ref()` then `downcast_ref::<xfer::Error>()`, or
+/// `xfer::Error::from` the I/O error, gives it back) and its text is the
+/// I/O error's.
+impl From<Error> for std::io::Error {
+    fn from(e: Error) -> std::io::Error {
+        match e {
+            Error::Os(errno) => std::io::Error::from_raw_os_error(errno),
+            e => std::io::Error::new(e.io_kind(), e),
+        }
     }
 }
 
@@ -144,6 +220,85 @@ mod tests {
         assert_eq!(Error::Canceled.code(), -libc::ECANCELED);
         assert_eq!(Error::RemoteAccess("unknown remote key").code(), -13); // -FI_EACCES
         assert_eq!(Error::NotFound("no such receive").code(), -2); // -FI_ENOENT
+    }
+
+    #[test]
+    fn io_errors_have_fitting_kinds_and_give_the_error_back() {
+        use std::io::{self, ErrorKind as K};
+        let cases = [
+            (Error::InvalidArgument("x"), K::InvalidInput),
+            (Error::Truncated { len: 1, olen: 2 }, K::Other),
+            (Error::Canceled, K::Other),
+            (
+                Error::PeerUnreachable {
+                    peer: PeerAddr(1),
+                    errno: 0,
+                },
+                K::ConnectionAborted,
+            ),
+            (
+                Error::PeerUnreachable {
+                    peer: PeerAddr(1),
+                    errno: libc::ECONNREFUSED,
+                },
+                K::ConnectionRefused,
+            ),
+            (
+                Error::PeerUnreachable {
+                    peer: PeerAddr(1),
+                    errno: libc::ECONNRESET,
+                },
+                K::ConnectionReset,
+            ),
+            (
+                Error::PeerUnreachable {
+                    peer: PeerAddr(1),
+                    errno: libc::ETIMEDOUT,
+                },
+                K::TimedOut,
+            ),
+            (
+                Error::PeerUnreachable {
+                    peer: PeerAddr(1),
+                    errno: libc::EPROTO,
+                },
+                K::HostUnreachable,
+            ),
+            (Error::Protocol("x"), K::InvalidData),
+            (Error::Again, K::WouldBlock),
+            (Error::TimedOut, K::TimedOut),
+            (Error::NotSupported("x"), K::Unsupported),
+            (Error::NotFound("x"), K::NotFound),
+            (Error::AddressNotAvailable, K::AddrNotAvailable),
+            (Error::NoProvider("x".into()), K::Unsupported),
+            (Error::RemoteAccess("x"), K::PermissionDenied),
+            (Error::Internal("x"), K::Other),
+        ];
+        for (e, kind) in cases {
+            let io = io::Error::from(e.clone());
+            assert_eq!(io.kind(), kind, "{e:?}");
+            assert_eq!(io.to_string(), e.to_string());
+            assert_eq!(Error::from(io), e, "the round trip gives the error back");
+        }
+        let io = io::Error::from(Error::Os(libc::ECONNREFUSED));
+        assert_eq!(
+            (io.kind(), io.raw_os_error()),
+            (K::ConnectionRefused, Some(libc::ECONNREFUSED))
+        );
+        assert_eq!(Error::from(io), Error::Os(libc::ECONNREFUSED));
+        assert_eq!(Error::from(io::Error::other("not ours")), Error::Os(libc::EIO));
+    }
+
+    #[test]
+    fn rejected_is_an_error_that_says_its_reason_once() {
+        use std::error::Error as _;
+        let r = crate::Rejected::new(Error::Again, vec![1u8, 2, 3]);
+        assert_eq!(r.to_string(), Error::Again.to_string());
+        assert!(r.source().is_none());
+        let boxed: Box<dyn std::error::Error + Send + Sync> = Box::new(r);
+        assert_eq!(boxed.to_string(), Error::Again.to_string());
+        let io = std::io::Error::from(crate::Rejected::new(Error::TimedOut, ()));
+        assert_eq!(io.kind(), std::io::ErrorKind::TimedOut);
     }
 
     #[test]

@@ -34,7 +34,8 @@ pub struct Claim(u64);
 
 impl Claim {
     /// A claim with the number a provider's matcher gave it
-    /// ([`crate::tag::Matcher::probe`]).
+    /// (`Matcher::probe`); for providers, not part of the stable API.
+    #[doc(hidden)]
     pub fn new(id: u64) -> Claim {
         Claim(id)
     }

@@ -95,6 +95,12 @@ pub struct MrKeys {
 
 /// An operation the provider refused, handed back with its buffer so no data
 /// is lost.
+///
+/// It is an error type of its own (`Display` shows the reason, `source()`
+/// is the reason's), so `?` works in functions returning `xfer::Result`
+/// or `std::io::Result` (the buffer is dropped) and `Box<dyn Error>` or
+/// `anyhow::Result` (the buffer travels with the error); the facade's
+/// crate documentation shows each.
 #[derive(Debug)]
 pub struct Rejected<T> {
     /// Why it was refused.
@@ -107,6 +113,33 @@ impl<T> Rejected<T> {
     /// Pairs an error with the refused operation.
     pub fn new(error: Error, op: T) -> Self {
         Rejected { error, op }
+    }
+
+    /// The operation back, dropping the error.
+    pub fn into_op(self) -> T {
+        self.op
+    }
+}
+
+impl<T> std::fmt::Display for Rejected<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(&self.error, f)
+    }
+}
+
+/// Transparent over its [`Error`]: the same text, the same source, so an
+/// error report does not say the reason twice.
+impl<T: std::fmt::Debug> std::error::Error for Rejected<T> {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        std::error::Error::source(&self.error)
+    }
+}
+
+/// The refusal as an I/O error (as `From<Error>`); the operation's buffer is
+/// dropped.
+impl<T> From<Rejected<T>> for std::io::Error {
+    fn from(r: Rejected<T>) -> std::io::Error {
+        r.error.into()
     }
 }
 

@@ -636,7 +636,7 @@ impl<R, U> Matcher<R, U> {
         let peer = if spec.src.is_unspec() { None } else { Some(spec.src) };
         if spec.ignore == 0 && q.indexed() {
             let bucket = q.bucket(spec.tag);
-            if peer.map_or(true, |src| bucket.len <= q.peer_len(src)) {
+            if peer.is_none_or(|src| bucket.len <= q.peer_len(src)) {
                 return q.find_on(bucket, Chain::Tag, accepts);
             }
         }

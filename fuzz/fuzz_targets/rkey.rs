@@ -8,7 +8,7 @@
 
 use libfuzzer_sys::arbitrary::{Arbitrary, Unstructured};
 use libfuzzer_sys::fuzz_target;
-use xfer_core::mr::RKEY_LEN;
+use xfer_core::unstable::mr::RKEY_LEN;
 use xfer_core::{Error, RemoteKey};
 
 fuzz_target!(|data: &[u8]| {

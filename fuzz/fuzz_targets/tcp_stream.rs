@@ -63,7 +63,7 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use libfuzzer_sys::fuzz_target;
-use xfer_core::attr::{CqAttr, EndpointAttr};
+use xfer_core::unstable::attr::{CqAttr, EndpointAttr};
 use xfer_core::{Access, Completion, Domain, PeerAddr, RemoteKey};
 use xfer_fuzz::{setup, BIG, BOTH, MR_BASE, MR_KEY, MR_LEN, OUTBOUND, RNDV_THRESHOLD, SEND_LEN, SMALL, SPLIT, TAG};
 use xfer_tcp::name::{self, TcpName};
@@ -421,10 +421,8 @@ fn run(data: &[u8]) {
     let domain = Domain::new(Box::new(TcpDomain::open().expect("tcp domain")));
     let cq = domain.cq(&CqAttr::default()).expect("cq");
     let av = domain.av().expect("av");
-    let mut attr = EndpointAttr {
-        rndv_threshold: RNDV_THRESHOLD,
-        ..EndpointAttr::default()
-    };
+    let mut attr = EndpointAttr::default();
+    attr.rndv_threshold = RNDV_THRESHOLD;
     attr.tcp.addr = Some("127.0.0.1".into());
     let ep = domain.endpoint(&cq, &av, &attr).expect("endpoint");
     let me = ep.name().as_bytes().to_vec();

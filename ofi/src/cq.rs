@@ -71,14 +71,14 @@ impl Entry {
 /// (or counts) here. `poked` keeps the eventfd's system calls off the
 /// busy-polling path: it is written once until a reader resets it.
 pub(crate) struct Wait {
-    epoll: xfer_core::sys::Epoll,
+    epoll: xfer_core::unstable::sys::Epoll,
     event: OwnedFd,
     poked: AtomicBool,
 }
 
 impl Wait {
     pub(crate) fn new() -> Result<Wait, Error> {
-        let epoll = xfer_core::sys::Epoll::new()?;
+        let epoll = xfer_core::unstable::sys::Epoll::new()?;
         // SAFETY: plain syscall; the result is checked before use.
         let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
         if fd < 0 {
@@ -86,7 +86,7 @@ impl Wait {
         }
         // SAFETY: a new descriptor that nothing else owns.
         let event = unsafe { OwnedFd::from_raw_fd(fd) };
-        epoll.add(event.as_raw_fd(), xfer_core::sys::READABLE, 0)?;
+        epoll.add(event.as_raw_fd(), xfer_core::unstable::sys::READABLE, 0)?;
         Ok(Wait {
             epoll,
             event,
@@ -96,7 +96,7 @@ impl Wait {
 
     /// Adds a bound endpoint's xfer CQ descriptor.
     pub(crate) fn watch(&self, fd: std::os::fd::RawFd) -> Result<(), Error> {
-        self.epoll.add(fd, xfer_core::sys::READABLE, 1)
+        self.epoll.add(fd, xfer_core::unstable::sys::READABLE, 1)
     }
 
     /// The descriptor a `FI_GETWAIT` caller blocks on.
@@ -106,7 +106,9 @@ impl Wait {
 
     /// Sleeps until a watched descriptor fires or `ms` pass.
     pub(crate) fn sleep(&self, ms: i32) -> Result<(), Error> {
-        self.epoll.wait(&mut [xfer_core::sys::EMPTY_EVENT; 4], ms).map(|_| ())
+        self.epoll
+            .wait(&mut [xfer_core::unstable::sys::EMPTY_EVENT; 4], ms)
+            .map(|_| ())
     }
 
     /// Makes the eventfd readable (once until [`reset`](Self::reset)).
@@ -694,21 +696,17 @@ mod tests {
 
     #[test]
     fn truncation_reports_the_discarded_bytes_as_olen() {
-        let c = Completion {
-            context: 7,
-            flags: Flags::RECV | Flags::TAGGED,
-            len: 4,
-            src: PeerAddr(3),
-            result: Err(Error::Truncated { len: 4, olen: 10 }),
-            ..Completion::EMPTY
-        };
+        let mut c = Completion::new(
+            7,
+            Flags::RECV | Flags::TAGGED,
+            Err(Error::Truncated { len: 4, olen: 10 }),
+        );
+        c.len = 4;
+        c.src = PeerAddr(3);
         let e = Entry::from_xfer(&c);
         assert_eq!(e.error, Some((fi::FI_ETRUNC as i32, 6)));
         assert_eq!((e.len, e.src, e.context), (4, 3, 7));
-        let c = Completion {
-            result: Err(Error::Canceled),
-            ..Completion::EMPTY
-        };
+        let c = Completion::new(0, Flags::default(), Err(Error::Canceled));
         assert_eq!(Entry::from_xfer(&c).error, Some((libc::ECANCELED, 0)));
     }
 

@@ -86,7 +86,11 @@ pub(crate) unsafe extern "C" fn open(
             // SAFETY: a C string from our fi_getinfo or the application.
             false => Some(unsafe { CStr::from_ptr(attr.name) }.to_string_lossy().into_owned()),
         };
-        let xfer = match xfer_facade::open(&DomainAttr { provider }) {
+        let xfer = match xfer_facade::open(&{
+            let mut a = DomainAttr::default();
+            a.provider = provider;
+            a
+        }) {
             Ok(d) => d,
             Err(e) => {
                 tracing::warn!(error = %e, "fi_domain: opening the xfer domain");

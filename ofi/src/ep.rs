@@ -5,7 +5,7 @@
 use std::ffi::{c_int, c_void};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use xfer_core::hash::FastMap;
+use xfer_core::unstable::hash::FastMap;
 use xfer_facade::{
     Buffer, Claim, Completion, CompletionQueue, CqAttr, Endpoint, EndpointAttr, Flags, Peeked, PeerAddr, RecvOp,
     RecvSpec, SendOp,
@@ -861,10 +861,8 @@ fn enable(ep: &Arc<EpCore>) -> c_int {
         Ok(cq) => cq,
         Err(e) => return entry::code(&e),
     };
-    let mut attr = EndpointAttr {
-        selective_completion: b.tx_selective,
-        ..EndpointAttr::from_env()
-    };
+    let mut attr = EndpointAttr::from_env();
+    attr.selective_completion = b.tx_selective;
     if let Some(at) = ep.listen {
         attr.tcp.addr = Some(at.to_string());
     }

@@ -9,7 +9,7 @@ use std::ffi::c_void;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
-use xfer_core::hash::FastMap;
+use xfer_core::unstable::hash::FastMap;
 
 use crate::entry::{lock, scode};
 use crate::fi;

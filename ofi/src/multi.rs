@@ -16,7 +16,7 @@ use std::ffi::c_void;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
-use xfer_core::hash::FastMap;
+use xfer_core::unstable::hash::FastMap;
 use xfer_facade::PeerAddr;
 
 use crate::entry::lock;

@@ -13,7 +13,7 @@ use std::ffi::{c_int, c_void};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-use xfer_core::sys::{Epoll, EMPTY_EVENT, READABLE};
+use xfer_core::unstable::sys::{Epoll, EMPTY_EVENT, READABLE};
 
 use crate::cntr::{self, CntrCore};
 use crate::cq::{self, CqCore, Wait};

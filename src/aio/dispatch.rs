@@ -595,7 +595,7 @@ impl State {
 /// every `XFER_*` setting is ([`crate::attr::env_value`]); absent or
 /// unparsable (logged): [`DEFAULT_SPIN`].
 fn spin_from_env() -> Duration {
-    crate::attr::env_value::<u64>("XFER_AIO_SPIN_US").map_or(DEFAULT_SPIN, Duration::from_micros)
+    xfer_core::unstable::attr::env_value::<u64>("XFER_AIO_SPIN_US").map_or(DEFAULT_SPIN, Duration::from_micros)
 }
 
 fn key(context: u64) -> usize {

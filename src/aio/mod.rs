@@ -18,6 +18,49 @@
 //!   (`futures::stream::poll_fn(|cx| d.poll_completion(cx))` makes it a
 //!   `Stream`).
 //!
+//! A request and its answer between two endpoints, under tokio (feature
+//! `tokio`); the server learns the client's name from the request:
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+//! use std::sync::Arc;
+//! use xfer::aio::{self, AsyncEndpoint};
+//! use xfer::{CqAttr, EndpointAttr, PeerAddr};
+//!
+//! const REQUEST: u64 = 1;
+//! const REPLY: u64 = 2;
+//! let domain = xfer::open_default()?;
+//! let open = || -> xfer::Result<Arc<AsyncEndpoint>> {
+//!     let cq = domain.cq(&CqAttr::from_env())?;
+//!     let ep = domain.endpoint(&cq, &domain.av()?, &EndpointAttr::from_env())?;
+//!     Ok(Arc::new(AsyncEndpoint::new(ep, aio::tokio::dispatcher(&cq)?)?))
+//! };
+//! let (server, client) = (open()?, open()?);
+//!
+//! let serving = tokio::spawn({
+//!     let server = Arc::clone(&server);
+//!     async move {
+//!         let (got, buf) = server.trecv(PeerAddr::UNSPEC, REQUEST, 0, vec![0; 64]).await;
+//!         let asker = server.endpoint().av().insert(&buf[..got?.len])?;
+//!         server.tsend(asker, REPLY, b"pong".to_vec()).await.0.map(drop)
+//!     }
+//! });
+//!
+//! let to_server = client.endpoint().av().insert(server.endpoint().name().as_bytes())?;
+//! let me = client.endpoint().name().as_bytes().to_vec();
+//! let (answer, request) = tokio::join!(
+//!     client.trecv(to_server, REPLY, 0, vec![0; 16]),
+//!     client.tsend(to_server, REQUEST, me),
+//! );
+//! request.0?;
+//! let (got, buf) = answer;
+//! assert_eq!(&buf[..got?.len], b"pong");
+//! serving.await??;
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! # Cancel safety
 //!
 //! Dropping a future (or timing it out) never lets the transport touch freed
@@ -84,6 +127,7 @@ mod op;
 mod reactor;
 mod spin;
 #[cfg(feature = "tokio")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 pub mod tokio;
 
 pub use dispatch::{Dispatcher, CONTEXT_TAG, DEFAULT_SPIN};

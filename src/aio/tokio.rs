@@ -1,4 +1,23 @@
 //! The tokio driver: the completion queue's descriptor in tokio's reactor.
+//!
+//! [`dispatcher`] is all a tokio program needs; a side with nothing of its
+//! own to await (an RMA target on TCP) spawns the dispatcher's progress:
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> xfer::Result<()> {
+//! let domain = xfer::open_default()?;
+//! let cq = domain.cq(&xfer::CqAttr::from_env())?;
+//! let dispatcher = xfer::aio::tokio::dispatcher(&cq)?;
+//! let progress = tokio::spawn({
+//!     let d = std::sync::Arc::clone(&dispatcher);
+//!     async move { d.progress().await }
+//! });
+//! // ... endpoints bound to `cq` are served while the task runs.
+//! progress.abort();
+//! # Ok(())
+//! # }
+//! ```
 
 use std::future::Future;
 use std::io;

@@ -61,6 +61,7 @@ struct Name {
 }
 
 fn main() -> ExitCode {
+    #[cfg(feature = "logging")]
     xfer::init_logging();
     let mut json = false;
     for arg in std::env::args().skip(1) {

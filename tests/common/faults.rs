@@ -11,7 +11,7 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use xfer::provider::SendOp;
+use xfer::SendOp;
 use xfer::{Access, Completion, CqAttr, DomainAttr, EndpointAttr, Error, Flags, MemoryRegion, PeerAddr, RemoteKey};
 
 use super::hex;
@@ -61,7 +61,7 @@ const SEND_CTX: u64 = 1 << 63;
 const RMA_CTX: u64 = 1 << 62;
 
 fn unhex(s: &str) -> Option<Vec<u8>> {
-    if s.len() % 2 != 0 {
+    if !s.len().is_multiple_of(2) {
         return None;
     }
     (0..s.len())

@@ -13,7 +13,7 @@ use std::ops::{BitAnd, BitOr, BitOrAssign};
 /// A set of flags combined with `|`:
 ///
 /// ```
-/// use xfer_core::mr::Access;
+/// use xfer_core::unstable::mr::Access;
 /// let a = Access::LOCAL_WRITE | Access::REMOTE_READ;
 /// assert!(a.contains(Access::REMOTE_READ));
 /// assert!(!a.contains(Access::REMOTE_WRITE));

@@ -202,7 +202,7 @@ const LOOKASIDE: usize = 256;
 /// A memory-registration cache over a [`Registrar`].
 ///
 /// ```
-/// use xfer_core::mr::{Access, ManualMonitor, MrCache, MrCacheAttr, Registrar};
+/// use xfer_core::unstable::mr::{Access, ManualMonitor, MrCache, MrCacheAttr, Registrar};
 /// use xfer_core::Result;
 ///
 /// struct Keys(u32);

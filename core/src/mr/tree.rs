@@ -282,7 +282,7 @@ impl<V> RangeMap<V> {
             assert_eq!(*top, block.starts[0]);
             for (s, (e, _)) in block.starts.iter().zip(&block.slots) {
                 assert!(s < e);
-                assert!(prev_end.map_or(true, |p| p <= *s), "disjoint and sorted");
+                assert!(prev_end.is_none_or(|p| p <= *s), "disjoint and sorted");
                 prev_end = Some(*e);
             }
             n += block.starts.len();

@@ -280,7 +280,7 @@ impl Monitor for NoMonitor {
 /// clone can be given to a cache and another kept to report frees.
 ///
 /// ```
-/// use xfer_core::mr::{ManualMonitor, Monitor, Events};
+/// use xfer_core::unstable::mr::{ManualMonitor, Monitor, Events};
 /// let owner = ManualMonitor::new();
 /// let mut given = owner.clone();
 /// owner.notify(0x1000, 0x2000);

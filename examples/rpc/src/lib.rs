@@ -11,7 +11,7 @@
 //! ```no_run
 //! # async fn demo(server_name: &[u8]) -> std::io::Result<()> {
 //! use xfer_rpc::{CalcClient, Node};
-//! let node = Node::open().map_err(std::io::Error::other)?;
+//! let node = Node::open()?;
 //! let client = CalcClient::new(Default::default(), node.connect(server_name).await?).spawn();
 //! assert_eq!(client.add(xfer_rpc::ctx(), 2, 3).await.map_err(std::io::Error::other)?, 5);
 //! # Ok(())

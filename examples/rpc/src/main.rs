@@ -153,7 +153,7 @@ async fn server(o: &Opts) -> Res<()> {
     println!(
         "xfer-rpc server: provider {}, name {}",
         node.provider(),
-        hex(&node.name())
+        xfer::Address::new(&node.name()).map_err(|e| e.to_string())?
     );
     let tcp = match &o.tcp {
         Some(addr) => {
@@ -457,16 +457,8 @@ fn medians(rows: &[(f64, f64, f64)]) -> (f64, f64, f64) {
     (med(|r| r.0), med(|r| r.1), med(|r| r.2))
 }
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
+/// An endpoint name from its text form (`xfer::Address`'s `Display`).
 fn unhex(s: &str) -> Res<Vec<u8>> {
-    if s.len() % 2 != 0 || !s.is_ascii() {
-        return Err(format!("{s:?} is not hex"));
-    }
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).map_err(|_| format!("{s:?} is not hex")))
-        .collect()
+    let name: xfer::Address = s.parse().map_err(|e| format!("{s:?}: {e}"))?;
+    Ok(name.as_bytes().to_vec())
 }

@@ -25,10 +25,6 @@ pub struct Node {
     next_conn: AtomicU32,
 }
 
-fn io_err(e: xfer::Error) -> io::Error {
-    io::Error::other(e)
-}
-
 impl Node {
     /// Opens the default provider (`XFER_PROVIDER`) with attributes from
     /// the `XFER_*` environment; call within a tokio runtime.
@@ -71,7 +67,7 @@ impl Node {
     /// Opens a connection to the server whose endpoint name is `server`:
     /// sends a `HELLO`, waits for the `ACCEPT`.
     pub async fn connect<In, Out>(&self, server: &[u8]) -> io::Result<Transport<In, Out>> {
-        let peer = self.ep.endpoint().av().insert(server).map_err(io_err)?;
+        let peer = self.ep.endpoint().av().insert(server)?;
         let local = self.conn_id()?;
         let mut hello = vec![VERSION];
         hello.extend_from_slice(&local.to_le_bytes());
@@ -84,8 +80,8 @@ impl Node {
         let ((got, buf), (sent, _)) = tokio::time::timeout(CONNECT_TIMEOUT, both)
             .await
             .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "no ACCEPT from the server"))?;
-        sent.map_err(io_err)?;
-        let got = got.map_err(io_err)?;
+        sent?;
+        let got = got?;
         let remote = buf[..got.len]
             .first_chunk::<4>()
             .map(|b| u32::from_le_bytes(*b))
@@ -114,7 +110,7 @@ impl Node {
                     tracing::warn!("rpc: a HELLO too long; ignored");
                     continue;
                 }
-                Err(e) => return Err(io_err(e)),
+                Err(e) => return Err(e.into()),
             };
             let Some((&VERSION, rest)) = hello.split_first() else {
                 tracing::warn!("rpc: a HELLO of another version; ignored");

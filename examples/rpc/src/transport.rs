@@ -44,10 +44,6 @@ fn codec() -> impl Options {
     bincode::DefaultOptions::new().with_limit(MESSAGE_MAX)
 }
 
-fn io_err(e: xfer::Error) -> io::Error {
-    io::Error::other(e)
-}
-
 /// A tarpc transport over one xfer connection (see [`crate::wire`]):
 /// `Stream<Item = io::Result<In>>` and `Sink<Out, Error = io::Error>`.
 ///
@@ -179,7 +175,7 @@ impl<In, Out> Transport<In, Out> {
                 let e = format!("body of {} bytes, announced {}", got.len, buf.len());
                 Err(io::Error::new(io::ErrorKind::InvalidData, e))
             }
-            Err(e) => Err(io_err(e)),
+            Err(e) => Err(e.into()),
         };
         if out.is_err() {
             self.ended = true;
@@ -199,7 +195,7 @@ impl<In, Out> Transport<In, Out> {
             buf.clear();
             self.spare_out.push(buf);
         }
-        r.map(drop).map_err(io_err)
+        r.map(drop).map_err(io::Error::from)
     }
 
     /// Starts a `DATA` frame in `batch`.
@@ -269,7 +265,7 @@ impl<In: DeserializeOwned, Out> Stream for Transport<In, Out> {
             };
             let len = match r {
                 Ok(got) => got.len,
-                Err(e) => return me.fail(io_err(e)),
+                Err(e) => return me.fail(e.into()),
             };
             let out = match wire::parse(&buf[..len]) {
                 Err(e) => Err(e),

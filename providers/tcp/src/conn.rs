@@ -12,7 +12,7 @@ use std::collections::VecDeque;
 use std::io::IoSlice;
 use std::time::Instant;
 
-use xfer_core::addr::{Address, PeerAddr};
+use xfer_core::unstable::addr::{Address, PeerAddr};
 
 use crate::rx::Phase;
 use crate::sys::{Io, Socket};

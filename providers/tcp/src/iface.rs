@@ -23,8 +23,8 @@
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV6};
 
-use xfer_core::attr::TcpAttr;
-use xfer_core::error::{Error, Result};
+use xfer_core::unstable::attr::TcpAttr;
+use xfer_core::unstable::error::{Error, Result};
 
 use crate::addr::{self, AddrSpec, Zone};
 
@@ -509,11 +509,10 @@ mod tests {
     }
 
     fn attr(addr: Option<&str>, iface: &[&str]) -> TcpAttr {
-        TcpAttr {
-            addr: addr.map(str::to_owned),
-            iface: iface.iter().map(|s| s.to_string()).collect(),
-            ..TcpAttr::default()
-        }
+        let mut a = TcpAttr::default();
+        a.addr = addr.map(str::to_owned);
+        a.iface = iface.iter().map(|s| s.to_string()).collect();
+        a
     }
 
     fn listen(c: &Choice) -> (String, Option<&str>, Rule) {

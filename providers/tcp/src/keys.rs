@@ -8,9 +8,9 @@
 //! arrives; every check happens before a byte of target memory is touched.
 
 use slab::Slab;
-use xfer_core::error::{Error, Result};
-use xfer_core::mr::Access;
-use xfer_core::provider::MrKeys;
+use xfer_core::unstable::error::{Error, Result};
+use xfer_core::unstable::mr::Access;
+use xfer_core::unstable::provider::MrKeys;
 
 use crate::wire::status;
 

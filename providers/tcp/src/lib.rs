@@ -16,11 +16,11 @@ mod rx;
 mod sys;
 pub mod wire;
 
-use xfer_core::addr::Address;
-use xfer_core::attr::EndpointAttr;
-use xfer_core::error::{Error, Result};
-use xfer_core::mr::Access;
-use xfer_core::provider::{DomainProvider, EndpointProvider, MrKeys};
+use xfer_core::unstable::addr::Address;
+use xfer_core::unstable::attr::EndpointAttr;
+use xfer_core::unstable::error::{Error, Result};
+use xfer_core::unstable::mr::Access;
+use xfer_core::unstable::provider::{DomainProvider, EndpointProvider, MrKeys};
 
 pub use endpoint::TcpEndpoint;
 

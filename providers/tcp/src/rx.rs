@@ -1,9 +1,9 @@
 //! Receive-side state: what a connection's inbound bytes are in the middle of,
 //! matched rendezvous receives, and unexpected messages.
 
-use xfer_core::addr::{Address, PeerAddr};
-use xfer_core::provider::RecvOp;
-use xfer_core::rdm::Unexpected;
+use xfer_core::unstable::addr::{Address, PeerAddr};
+use xfer_core::unstable::provider::RecvOp;
+use xfer_core::unstable::rdm::Unexpected;
 
 /// What the bytes after the current read position of a connection are.
 #[derive(Debug, Default)]

@@ -6,9 +6,9 @@ use std::mem::{size_of, MaybeUninit};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
-use xfer_core::attr::TcpAttr;
-use xfer_core::error::{Error, Result};
-use xfer_core::sys::{cvt, errno};
+use xfer_core::unstable::attr::TcpAttr;
+use xfer_core::unstable::error::{Error, Result};
+use xfer_core::unstable::sys::{cvt, errno};
 
 use crate::iface::{IfAddr, Interface};
 
@@ -483,21 +483,16 @@ mod tests {
 
     #[test]
     fn connections_within_the_host_get_the_local_send_buffer() {
-        let attr = TcpAttr {
-            local_sndbuf: 256 << 10,
-            ..TcpAttr::default()
-        };
+        let mut attr = TcpAttr::default();
+        attr.local_sndbuf = 256 << 10;
         assert_eq!(sndbufs(&attr), (512 << 10, 512 << 10));
-        let auto = sndbufs(&TcpAttr {
-            local_sndbuf: 0,
-            ..TcpAttr::default()
-        });
+        let mut auto = TcpAttr::default();
+        auto.local_sndbuf = 0;
+        let auto = sndbufs(&auto);
         assert!(auto.0 != 512 << 10 && auto.1 != 512 << 10, "autotuned: {auto:?}");
         // `sockbuf` wins over it.
-        let both = sndbufs(&TcpAttr {
-            sockbuf: 64 << 10,
-            ..attr
-        });
+        attr.sockbuf = 64 << 10;
+        let both = sndbufs(&attr);
         assert_eq!(both, (128 << 10, 128 << 10));
     }
 

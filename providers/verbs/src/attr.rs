@@ -1,10 +1,10 @@
 //! Tunables of the verbs provider, with their `XFER_VERBS_*` environment
-//! variables (the pattern of `xfer_core::attr`: defaults, `from_env`, and
+//! variables (the pattern of `xfer_core::unstable::attr`: defaults, `from_env`, and
 //! [`Setting`] rows for `xfer-info`).
 
 use std::str::FromStr;
 
-use xfer_core::attr::{env_flag, env_value, Setting};
+use xfer_core::unstable::attr::{env_flag, env_value, Setting};
 
 /// Settings of the verbs provider.
 #[derive(Debug, Clone, PartialEq, Eq)]

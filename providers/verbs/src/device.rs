@@ -401,7 +401,7 @@ fn probe_devices(only: Option<&str>, inline: bool) -> Probe {
     if names.is_empty() {
         problems.push("no verbs devices".to_owned());
     }
-    for name in names.into_iter().filter(|n| only.map_or(true, |o| o == n)) {
+    for name in names.into_iter().filter(|n| only.is_none_or(|o| o == n)) {
         match device_info(&name, inline) {
             Ok(d) => probe.devices.push(d),
             Err(e) => problems.push(format!("{name}: {e}")),

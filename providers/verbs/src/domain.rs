@@ -6,10 +6,10 @@ use std::collections::HashMap;
 use std::net::Ipv4Addr;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use xfer_core::addr::Address;
-use xfer_core::attr::EndpointAttr;
-use xfer_core::mr::{Access, MrCache, MrCacheAttr};
-use xfer_core::provider::{DomainProvider, EndpointProvider, MrKeys};
+use xfer_core::unstable::addr::Address;
+use xfer_core::unstable::attr::EndpointAttr;
+use xfer_core::unstable::mr::{Access, MrCache, MrCacheAttr};
+use xfer_core::unstable::provider::{DomainProvider, EndpointProvider, MrKeys};
 use xfer_core::{Error, Result};
 
 use crate::device::{probe_ports, Context, DeviceAttr};

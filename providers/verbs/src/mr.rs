@@ -1,12 +1,12 @@
 //! Memory registration: [`Mr`] wraps `ibv_reg_mr`, and [`VerbsRegistrar`] plugs
-//! it into `xfer_core::mr::MrCache`.
+//! it into `xfer_core::unstable::mr::MrCache`.
 
 use std::fmt;
 use std::sync::Arc;
 
 use crate::rdma_core::{ibv_dereg_mr, ibv_reg_mr};
 use rdma_sys::{ibv_access_flags, ibv_mr};
-use xfer_core::mr::{Access, Registrar};
+use xfer_core::unstable::mr::{Access, Registrar};
 use xfer_core::{Error, Result};
 
 use crate::pd::Pd;
@@ -132,7 +132,7 @@ impl Drop for Mr {
     }
 }
 
-/// Registers through `ibv_reg_mr` for `xfer_core::mr::MrCache`.
+/// Registers through `ibv_reg_mr` for `xfer_core::unstable::mr::MrCache`.
 pub struct VerbsRegistrar {
     pd: Arc<Pd>,
     registered: u64,

@@ -12,7 +12,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use xfer_core::attr::{CqAttr, EndpointAttr};
+use xfer_core::unstable::attr::{CqAttr, EndpointAttr};
 use xfer_core::{Completion, CompletionQueue, Domain, Endpoint, Error, PeerAddr, SendOp};
 use xfer_verbs::{VerbsAttr, VerbsDomain};
 
@@ -135,10 +135,8 @@ fn unsignaled_sends_never_overflow_a_64_deep_send_queue() {
         signal_every: 16,
         ..VerbsAttr::from_env()
     };
-    let ea = EndpointAttr {
-        selective_completion: true,
-        ..EndpointAttr::default()
-    };
+    let mut ea = EndpointAttr::default();
+    ea.selective_completion = true;
     let (Some(mut a), Some(mut b)) = (Node::new(va.clone(), &ea), Node::new(va, &EndpointAttr::default())) else {
         return;
     };

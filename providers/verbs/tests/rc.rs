@@ -15,7 +15,7 @@ use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use xfer_core::mr::{Access, MrCache, MrCacheAttr};
+use xfer_core::unstable::mr::{Access, MrCache, MrCacheAttr};
 use xfer_core::Error;
 use xfer_verbs::device::PortInfo;
 use xfer_verbs::qp::{QpConfig, Sge};
@@ -40,7 +40,7 @@ fn device() -> Option<(DeviceInfo, PortInfo)> {
     let found = p
         .devices
         .into_iter()
-        .filter(|d| want.as_deref().map_or(true, |w| w == d.name))
+        .filter(|d| want.as_deref().is_none_or(|w| w == d.name))
         .find_map(|d| d.active_port().cloned().map(|port| (d, port)));
     if found.is_none() {
         let why = p

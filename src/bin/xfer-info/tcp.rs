@@ -144,7 +144,7 @@ pub fn to_json(s: &Section) -> String {
 mod tests {
     use std::net::IpAddr;
 
-    use xfer::attr::TcpAttr;
+    use xfer::TcpAttr;
     use xfer_tcp::iface::{choose, IfAddr, Interface};
 
     use super::Section;
@@ -196,10 +196,8 @@ mod tests {
         ] {
             assert!(text.contains(want), "no {want:?} in:\n{text}");
         }
-        let listed = TcpAttr {
-            iface: vec!["ib0".into(), "eth1".into()],
-            ..TcpAttr::default()
-        };
+        let mut listed = TcpAttr::default();
+        listed.iface = vec!["ib0".into(), "eth1".into()];
         let mut out = Vec::new();
         super::print_text(&mut out, &section(&listed)).unwrap();
         let text = String::from_utf8(out).unwrap();

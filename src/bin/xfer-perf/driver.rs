@@ -63,7 +63,7 @@ impl Driver {
             std::hint::spin_loop();
             spins = spins.wrapping_add(1);
             // Reading the clock on every empty poll would slow the spin.
-            if spins % 4096 == 0 && start.elapsed() > STALL {
+            if spins.is_multiple_of(4096) && start.elapsed() > STALL {
                 return Err(format!("{what}: no completion for {STALL:?}; is the peer alive?"));
             }
         }

@@ -7,7 +7,7 @@ pub fn hex(bytes: &[u8]) -> String {
 
 pub fn unhex(s: &str) -> Result<Vec<u8>, String> {
     let s = s.strip_prefix("0x").unwrap_or(s);
-    if s.len() % 2 != 0 || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
+    if !s.len().is_multiple_of(2) || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
         return Err(format!("{s:?} is not a hex endpoint name"));
     }
     (0..s.len())

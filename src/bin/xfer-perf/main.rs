@@ -185,6 +185,7 @@ fn run(opts: &Options) -> Result<()> {
 }
 
 fn main() {
+    #[cfg(feature = "logging")]
     xfer::init_logging();
     let opts = match Options::parse(std::env::args().skip(1)) {
         Ok(o) => o,

@@ -282,7 +282,7 @@ fn parse_count(s: &str) -> Result<usize, String> {
 
 /// `64`, `4k`, `1M`, `1G` (powers of 1024).
 pub fn parse_size(s: &str) -> Result<usize, String> {
-    xfer::attr::parse_size(s)
+    xfer_core::unstable::attr::parse_size(s)
         .and_then(|v| usize::try_from(v).ok())
         .ok_or_else(|| format!("bad size {s:?}"))
 }

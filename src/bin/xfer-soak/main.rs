@@ -386,7 +386,7 @@ fn run(o: &Options) -> Result<bool> {
     loop {
         d.step(&mut done, true)?;
         polls = polls.wrapping_add(1);
-        if polls % 256 != 0 {
+        if !polls.is_multiple_of(256) {
             continue;
         }
         let now = Instant::now();
@@ -477,6 +477,7 @@ fn run(o: &Options) -> Result<bool> {
 }
 
 fn main() {
+    #[cfg(feature = "logging")]
     xfer::init_logging();
     if std::env::args().nth(1).as_deref() == Some("peer") {
         if let Err(e) = peer::run() {

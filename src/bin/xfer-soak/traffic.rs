@@ -66,7 +66,7 @@ impl Rng {
                 Op::WriteRead {
                     len,
                     offset,
-                    data: self.next() % 2 == 0,
+                    data: self.next().is_multiple_of(2),
                 }
             }
             2 => Op::Inject {

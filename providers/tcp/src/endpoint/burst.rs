@@ -11,7 +11,7 @@
 //! their burst the same way, and frames a progress call queues (answers to
 //! what it read) are written together when the call ends (decision 73).
 //!
-//! [`TcpAttr::coalesce`]: xfer_core::attr::TcpAttr::coalesce
+//! [`TcpAttr::coalesce`]: xfer_core::unstable::attr::TcpAttr::coalesce
 
 use super::*;
 
@@ -24,7 +24,7 @@ impl TcpEndpoint {
 
     /// Queues an eager frame that was not written whole, or a request to
     /// send: behind a burst it waits (up to
-    /// [`TcpAttr::coalesce`](xfer_core::attr::TcpAttr::coalesce) frames),
+    /// [`TcpAttr::coalesce`](xfer_core::unstable::attr::TcpAttr::coalesce) frames),
     /// otherwise it goes out as far as the socket takes.
     pub(super) fn queue_eager(&mut self, cx: &mut Ctx<'_>, id: usize, frame: TxFrame) {
         let coalesce = self.attr.tcp.coalesce;

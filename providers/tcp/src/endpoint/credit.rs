@@ -15,8 +15,8 @@
 //! matches; an inject, which has no buffer to wait in, fails with
 //! [`Error::Again`].
 
-use xfer_core::error::{Error, Result};
-use xfer_core::provider::Ctx;
+use xfer_core::unstable::error::{Error, Result};
+use xfer_core::unstable::provider::Ctx;
 
 use super::TcpEndpoint;
 use crate::conn::{Conn, Owner, Payload, TxFrame};

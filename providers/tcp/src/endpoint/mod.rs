@@ -16,16 +16,16 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::time::{Duration, Instant};
 
 use slab::Slab;
-use xfer_core::addr::{Address, AvTable, PeerAddr};
-use xfer_core::attr::{EndpointAttr, TcpAttr};
-use xfer_core::error::{Error, Result};
-use xfer_core::mr::Access;
-use xfer_core::peek::{Claim, Peeked};
-use xfer_core::provider::{Ctx, EndpointProvider, RecvOp, Rejected, RmaKind, RmaOp, SendOp};
-use xfer_core::rdm::{Receives, Unexpected};
-use xfer_core::sink::Sink;
-use xfer_core::sys::{Epoll, EMPTY_EVENT, READABLE, WRITABLE};
-use xfer_core::tag::{Matched, RecvSpec};
+use xfer_core::unstable::addr::{Address, AvTable, PeerAddr};
+use xfer_core::unstable::attr::{EndpointAttr, TcpAttr};
+use xfer_core::unstable::error::{Error, Result};
+use xfer_core::unstable::mr::Access;
+use xfer_core::unstable::peek::{Claim, Peeked};
+use xfer_core::unstable::provider::{Ctx, EndpointProvider, RecvOp, Rejected, RmaKind, RmaOp, SendOp};
+use xfer_core::unstable::rdm::{Receives, Unexpected};
+use xfer_core::unstable::sink::Sink;
+use xfer_core::unstable::sys::{Epoll, EMPTY_EVENT, READABLE, WRITABLE};
+use xfer_core::unstable::tag::{Matched, RecvSpec};
 
 use crate::conn::{Conn, Dir, Owner, Payload, State, TxFrame};
 use crate::iface;
@@ -34,8 +34,8 @@ use crate::name::{TcpName, ANY_NONCE};
 use crate::rx::{EagerDest, EagerRx, Phase, RndvRx, RtsTicket, Unexp, WriteRx};
 use crate::sys::{self, Io, Socket};
 use crate::wire::{status, Frame, CREDIT_INIT, HEADER_LEN, MAX_EAGER};
-use xfer_core::complete::{self, Arrival};
-use xfer_core::hash::FastMap;
+use xfer_core::unstable::complete::{self, Arrival};
+use xfer_core::unstable::hash::FastMap;
 
 mod batch;
 mod burst;
@@ -282,10 +282,8 @@ fn named_addr(bound: SocketAddr, ifaces: &[iface::Interface], attr: &TcpAttr) ->
     if !bound.ip().is_unspecified() {
         return bound;
     }
-    let auto = TcpAttr {
-        addr: None,
-        ..attr.clone()
-    };
+    let mut auto = attr.clone();
+    auto.addr = None;
     let ip = match (iface::choose(ifaces, &auto).listen, bound) {
         (Ok(l), SocketAddr::V4(_)) if l.addr.is_ipv4() => l.addr.ip(),
         (Ok(l), SocketAddr::V6(_)) if l.addr.is_ipv6() => l.addr.ip(),

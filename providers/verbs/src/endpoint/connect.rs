@@ -16,8 +16,8 @@
 
 use std::time::{Duration, Instant};
 
-use xfer_core::addr::Address;
-use xfer_core::provider::Ctx;
+use xfer_core::unstable::addr::Address;
+use xfer_core::unstable::provider::Ctx;
 use xfer_core::Error;
 
 use super::{Conn, Peer, State, Tx, VerbsEndpoint};
@@ -375,7 +375,7 @@ impl VerbsEndpoint {
         for id in orphans {
             let r = self.rndv.remove(id);
             self.release_mr(r.mr);
-            xfer_core::complete::send(&mut cx.cq, false, r.op, Err(err.clone()));
+            xfer_core::unstable::complete::send(&mut cx.cq, false, r.op, Err(err.clone()));
         }
     }
 
@@ -395,7 +395,7 @@ impl VerbsEndpoint {
     pub(super) fn fail_peer(&mut self, cx: &mut Ctx<'_>, dest: Address, err: Error) {
         let src = cx.av.reverse(&dest);
         for op in self.recvs.drain_posted_from(src) {
-            xfer_core::complete::recv_failed(&mut cx.cq, op, err.clone());
+            xfer_core::unstable::complete::recv_failed(&mut cx.cq, op, err.clone());
         }
         let queued: Vec<Tx> = match self.peers.get_mut(&dest) {
             Some(p) => {

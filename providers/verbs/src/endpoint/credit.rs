@@ -23,7 +23,7 @@
 //! (`credit_violations`; decision 69): a peer that ignores credit would
 //! otherwise drain the SRQ that every peer shares.
 
-use xfer_core::addr::Address;
+use xfer_core::unstable::addr::Address;
 use xfer_core::{Error, Result};
 
 use super::{State, Tx, VerbsEndpoint};

@@ -22,9 +22,9 @@
 
 use std::time::Instant;
 
-use xfer_core::addr::Address;
-use xfer_core::hash::FastMap;
-use xfer_core::provider::Ctx;
+use xfer_core::unstable::addr::Address;
+use xfer_core::unstable::hash::FastMap;
+use xfer_core::unstable::provider::Ctx;
 use xfer_core::Error;
 
 use super::{State, VerbsEndpoint, Wr};

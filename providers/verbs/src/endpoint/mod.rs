@@ -30,16 +30,16 @@ use std::os::fd::RawFd;
 use std::sync::Arc;
 
 use slab::Slab;
-use xfer_core::addr::{Address, AvTable, PeerAddr};
-use xfer_core::attr::EndpointAttr;
-use xfer_core::complete::{self, Arrival};
-use xfer_core::hash::FastMap;
-use xfer_core::mr::CacheRef;
-use xfer_core::peek::{Claim, Peeked};
-use xfer_core::provider::{Ctx, EndpointProvider, RecvOp, Rejected, RmaOp, SendOp};
-use xfer_core::rdm::Receives;
-use xfer_core::sys::{Epoll, EMPTY_EVENT, READABLE};
-use xfer_core::tag::RecvSpec;
+use xfer_core::unstable::addr::{Address, AvTable, PeerAddr};
+use xfer_core::unstable::attr::EndpointAttr;
+use xfer_core::unstable::complete::{self, Arrival};
+use xfer_core::unstable::hash::FastMap;
+use xfer_core::unstable::mr::CacheRef;
+use xfer_core::unstable::peek::{Claim, Peeked};
+use xfer_core::unstable::provider::{Ctx, EndpointProvider, RecvOp, Rejected, RmaOp, SendOp};
+use xfer_core::unstable::rdm::Receives;
+use xfer_core::unstable::sys::{Epoll, EMPTY_EVENT, READABLE};
+use xfer_core::unstable::tag::RecvSpec;
 use xfer_core::{Error, Result};
 
 use crate::cm::{CmId, EventChannel};
@@ -182,7 +182,7 @@ pub(crate) struct RtsTicket {
 
 /// A message that arrived before its receive was posted (core's entry, with
 /// the verbs rendezvous ticket).
-pub(crate) type Unexpected = xfer_core::rdm::Unexpected<RtsTicket>;
+pub(crate) type Unexpected = xfer_core::unstable::rdm::Unexpected<RtsTicket>;
 
 /// Where a connection is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -5,7 +5,7 @@
 use std::alloc::{alloc_zeroed, dealloc, Layout};
 use std::sync::Arc;
 
-use xfer_core::mr::Access;
+use xfer_core::unstable::mr::Access;
 use xfer_core::{Error, Result};
 
 use crate::mr::Mr;

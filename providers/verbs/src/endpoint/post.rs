@@ -10,10 +10,10 @@
 //! - RMA: RDMA WRITE/READ straight from/into the user's buffer (MR cache),
 //!   a write with data followed by a write-data message (RC keeps the order).
 
-use xfer_core::addr::Address;
-use xfer_core::complete::{self, Arrival};
-use xfer_core::mr::{Access, CacheRef};
-use xfer_core::provider::{Ctx, RmaOp, SendOp};
+use xfer_core::unstable::addr::Address;
+use xfer_core::unstable::complete::{self, Arrival};
+use xfer_core::unstable::mr::{Access, CacheRef};
+use xfer_core::unstable::provider::{Ctx, RmaOp, SendOp};
 use xfer_core::LocalDesc;
 use xfer_core::{Error, RmaKind};
 
@@ -515,7 +515,7 @@ impl VerbsEndpoint {
     pub(super) fn start_read(
         &mut self,
         cx: &mut Ctx<'_>,
-        recv: xfer_core::provider::RecvOp,
+        recv: xfer_core::unstable::provider::RecvOp,
         arrival: Arrival,
         id: u32,
         raddr: u64,

@@ -3,8 +3,8 @@
 //! out of the SRQ, and errors (the failing request gets the mapped error,
 //! later ones the flush error, and the connection is retired).
 
-use xfer_core::complete::{self, Arrival};
-use xfer_core::provider::{Ctx, RecvOp};
+use xfer_core::unstable::complete::{self, Arrival};
+use xfer_core::unstable::provider::{Ctx, RecvOp};
 use xfer_core::{Error, PeerAddr, RmaKind};
 
 use super::credit::eager_cost;
@@ -358,7 +358,7 @@ impl VerbsEndpoint {
     /// RTS went out on `k` (ids are reused once a rendezvous ends, and one
     /// that died with an older connection must not be completed by it).
     fn on_fin(&mut self, cx: &mut Ctx<'_>, k: usize, id: u32, status: u32) {
-        if !self.rndv.get(id as usize).is_some_and(|r| r.conn == k) {
+        if self.rndv.get(id as usize).is_none_or(|r| r.conn != k) {
             tracing::warn!(peer = ?self.conns[k].peer, id, "FIN for no rendezvous of this connection dropped");
             return;
         }
