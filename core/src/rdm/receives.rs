@@ -2,7 +2,8 @@
 //!
 //! Two matching spaces ([`Matcher`]s), as in libfabric (`fi_recv` and
 //! `fi_trecv` never match each other's messages). A transport hands each
-//! arrival to [`Receives::matcher`] (`take_posted`, else `push_unexpected`);
+//! arrival to [`Receives::take_posted`], else keeps it with
+//! [`Receives::arrive`];
 //! everything the user does to receives goes through the methods here, so the
 //! rules hold on every transport alike:
 //! - an untagged receive takes any untagged message from its source, whatever
