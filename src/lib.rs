@@ -35,6 +35,10 @@
 pub use xfer_core::attr::{self, Setting};
 pub use xfer_core::provider;
 pub use xfer_core::tag;
+/// Rate-limited `tracing` warnings and errors (`xfer_core::log`), for the
+/// crates built on the facade (the C ABI).
+#[doc(hidden)]
+pub use xfer_core::{error_limited, warn_limited};
 pub use xfer_core::{Access, Claim, LocalDesc, MemoryRegion, Peeked, RemoteKey, RmaKind, RmaOp};
 pub use xfer_core::{
     Address, AddressVector, Buffer, Completion, CompletionQueue, CqAttr, DomainAttr, Endpoint, EndpointAttr, Error,

@@ -499,7 +499,9 @@ async fn one_drive_routes_a_burst_larger_than_its_batch() {
     for i in 0..N {
         a.ep.endpoint().tsend(a.peer, i, pattern(i, 16), i).expect("raw send");
     }
-    a.ep.endpoint().tsend(a.peer, SENTINEL, vec![7; 8], N).expect("raw send of the sentinel");
+    a.ep.endpoint()
+        .tsend(a.peer, SENTINEL, vec![7; 8], N)
+        .expect("raw send of the sentinel");
     // Without yielding to the runtime (so no descriptor event reaches b's
     // dispatcher): a progresses (for what waited to be sent), b's endpoint
     // progresses without its dispatcher, until the sentinel is there.

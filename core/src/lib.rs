@@ -23,6 +23,7 @@ mod domain;
 mod endpoint;
 pub mod error;
 pub mod hash;
+pub mod log;
 pub mod mr;
 pub mod peek;
 pub mod provider;

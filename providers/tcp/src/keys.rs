@@ -56,7 +56,7 @@ impl KeyTable {
             Some(e) if u64::from(e.gen) == key >> 32 => {
                 self.entries.remove(idx);
             }
-            _ => tracing::warn!(key, "deregistration of an unknown key"),
+            _ => xfer_core::warn_limited!(key, "deregistration of an unknown key"),
         }
     }
 

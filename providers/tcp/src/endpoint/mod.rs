@@ -42,6 +42,7 @@ mod crossed;
 mod eager;
 mod hot;
 mod inbound;
+mod listen;
 mod rma;
 
 use batch::Batch;
@@ -100,6 +101,8 @@ pub struct TcpEndpoint {
     /// Our name's nonce: a Hello must carry it to be accepted.
     nonce: u64,
     listener: Socket,
+    /// The listener's state at the descriptor limit (`listen`).
+    acceptor: listen::Acceptor,
     epoll: Epoll,
     events: Vec<libc::epoll_event>,
     conns: Slab<Conn>,
@@ -238,6 +241,7 @@ impl TcpEndpoint {
             name,
             nonce,
             listener,
+            acceptor: listen::Acceptor::new(),
             epoll,
             events: vec![EMPTY_EVENT; 64],
             conns: Slab::new(),
@@ -531,7 +535,7 @@ impl TcpEndpoint {
         if clean_close || spare || cause == Error::Canceled {
             tracing::debug!(peer = ?conn.peer, opened_by = ?conn.dir, reason = %cause, "connection closed");
         } else {
-            tracing::warn!(peer = ?conn.peer, opened_by = ?conn.dir, error = %cause, "connection failed");
+            xfer_core::warn_limited!(peer = ?conn.peer, opened_by = ?conn.dir, error = %cause, "connection failed");
         }
         let selective = self.attr.selective_completion;
         for frame in conn.txq.drain(..) {
@@ -615,30 +619,6 @@ impl TcpEndpoint {
         if let Some(r) = self.rndv.try_remove(key) {
             let err = op_error(cause, r.src);
             complete::recv_failed(&mut cx.cq, r.recv, err);
-        }
-    }
-
-    fn accept_all(&mut self) {
-        loop {
-            match self.listener.accept() {
-                Ok(Some(sock)) => {
-                    if let Err(e) = sock.tune(&self.attr.tcp, None) {
-                        tracing::warn!(error = %e, "tuning accepted socket");
-                    }
-                    let serial = self.next_serial();
-                    let fd = sock.as_raw_fd();
-                    let id = self.conns.insert(Conn::new(sock, Dir::In, State::Open, serial, None));
-                    if let Err(e) = self.epoll.add(fd, READABLE, id as u64) {
-                        tracing::warn!(error = %e, "watching accepted socket");
-                        self.conns.remove(id);
-                    }
-                }
-                Ok(None) => return,
-                Err(e) => {
-                    tracing::warn!(error = %e, "accept failed");
-                    return;
-                }
-            }
         }
     }
 
@@ -967,6 +947,8 @@ impl EndpointProvider for TcpEndpoint {
             ("coalesced", self.coalesced),
             ("credit_stalls", self.credit_stalls),
             ("unexpected_bytes", self.unexpected_bytes as u64),
+            ("accept_paused", self.acceptor.paused),
+            ("accept_shed", self.acceptor.shed),
         ]
     }
 

@@ -554,7 +554,7 @@ impl EndpointProvider for VerbsEndpoint {
             self.check_fds(cx);
         }
         if let Err(e) = self.srq.refill() {
-            tracing::warn!(error = %e, "refilling the shared receive queue");
+            xfer_core::warn_limited!(error = %e, "refilling the shared receive queue");
         }
         if !self.owing.is_empty() {
             self.return_credit();
@@ -572,7 +572,7 @@ impl EndpointProvider for VerbsEndpoint {
         if !self.notify_armed {
             match self.cq.req_notify(false) {
                 Ok(()) => self.notify_armed = true,
-                Err(e) => tracing::warn!(error = %e, "arming the completion queue"),
+                Err(e) => xfer_core::warn_limited!(error = %e, "arming the completion queue"),
             }
         }
         // Completions that came before the arming raise no event.
@@ -580,7 +580,7 @@ impl EndpointProvider for VerbsEndpoint {
         // `trywait` does not progress first: the receives its completions
         // freed go back before we sleep, or senders would meet RNR.
         if let Err(e) = self.srq.refill() {
-            tracing::warn!(error = %e, "refilling the shared receive queue");
+            xfer_core::warn_limited!(error = %e, "refilling the shared receive queue");
         }
         if !self.owing.is_empty() {
             // A sender out of credit would wait for us while we block.
@@ -637,7 +637,7 @@ impl VerbsEndpoint {
         let n = match self.epoll.wait(&mut evs, 0) {
             Ok(n) => n,
             Err(e) => {
-                tracing::warn!(error = %e, "epoll_wait on the verbs endpoint");
+                xfer_core::warn_limited!(error = %e, "epoll_wait on the verbs endpoint");
                 return;
             }
         };
@@ -648,7 +648,7 @@ impl VerbsEndpoint {
                     match self.cq.wait_event(0) {
                         Ok(true) => self.notify_armed = false,
                         Ok(false) => {}
-                        Err(e) => tracing::warn!(error = %e, "reading the completion channel"),
+                        Err(e) => xfer_core::warn_limited!(error = %e, "reading the completion channel"),
                     }
                     self.poll_cq(cx);
                 }
