@@ -473,6 +473,63 @@ fn hostile_rma_requests_are_answered_and_checked() {
     still_works(&mut v);
 }
 
+/// Remote keys are random: a peer that knows one key (and, worst case, the
+/// addresses of every region) finds no other registration by trying keys
+/// around it (near it, and at nearby values of either 32-bit half, where
+/// an index-and-generation scheme put the next registrations). Every guess
+/// is refused as an unknown key and no region changes.
+#[test]
+fn rma_keys_guessed_around_a_real_one_are_refused() {
+    let mut v = Node::new();
+    let regions: Vec<_> = (0..4)
+        .map(|i| v.domain.register(pattern(64, i), Access::all()).unwrap())
+        .collect();
+    let known = regions[0].key();
+    let mut guesses = Vec::new();
+    for hi in -4i64..=4 {
+        for lo in -4i64..=4 {
+            let g = known.wrapping_add((hi << 32) as u64).wrapping_add(lo as u64);
+            if g != known {
+                guesses.push(g);
+            }
+        }
+    }
+    let mut s = TcpStream::connect(addr_of(&v)).unwrap();
+    let mut bytes = hello(s.local_addr().unwrap(), &v);
+    let mut token = 0;
+    for &key in &guesses {
+        for r in &regions {
+            token += 1;
+            let req = Frame::WriteReq {
+                key,
+                addr: r.addr(),
+                len: 4,
+                token,
+                imm: false,
+            };
+            bytes.extend_from_slice(&req.to_bytes());
+            bytes.extend_from_slice(&[0xAA; 4]);
+        }
+    }
+    s.write_all(&bytes).unwrap();
+    expect_hello_ack(&mut v, &mut s);
+    for t in 1..=token {
+        let hdr = read_polling(&mut v, &mut s, HEADER_LEN);
+        assert_eq!(
+            Frame::parse(&hdr),
+            Ok(Frame::WriteAck {
+                token: t,
+                status: status::UNKNOWN_KEY
+            }),
+            "guess {t} of {token}"
+        );
+    }
+    for (i, r) in regions.iter().enumerate() {
+        assert_eq!(r.to_vec().unwrap(), pattern(64, i as u64), "region {i} untouched");
+    }
+    still_works(&mut v);
+}
+
 /// A hello naming another endpoint (an earlier one at the victim's address):
 /// the victim drops the connection without acknowledging it, and nothing
 /// sent behind it is delivered.
