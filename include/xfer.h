@@ -464,6 +464,12 @@ typedef struct xfer_ep_attr_t {
      * `tcp_sockbuf` is 0; 0 for the kernel's autotuning (`XFER_TCP_LOCAL_SNDBUF`).
      */
     size_t tcp_local_sndbuf;
+    /**
+     * Milliseconds a peer may make no progress while operations wait for it
+     * (a stopped or hung process) before they fail with `XFER_ETIMEDOUT`; 0
+     * for never, the default (`XFER_PROGRESS_TIMEOUT_MS`; TCP).
+     */
+    uint64_t progress_timeout_ms;
 } xfer_ep_attr_t;
 
 /**

@@ -79,6 +79,10 @@ pub struct xfer_ep_attr_t {
     /// TCP: send buffer in bytes of connections within this host when
     /// `tcp_sockbuf` is 0; 0 for the kernel's autotuning (`XFER_TCP_LOCAL_SNDBUF`).
     pub tcp_local_sndbuf: usize,
+    /// Milliseconds a peer may make no progress while operations wait for it
+    /// (a stopped or hung process) before they fail with `XFER_ETIMEDOUT`; 0
+    /// for never, the default (`XFER_PROGRESS_TIMEOUT_MS`; TCP).
+    pub progress_timeout_ms: u64,
 }
 
 /// A message for `xfer_ep_sendmsg` / `xfer_ep_recvmsg` (`fi_msg_tagged`
@@ -122,6 +126,7 @@ fn attr_from_rust(a: &EndpointAttr) -> xfer_ep_attr_t {
         max_outstanding_per_peer: a.max_outstanding_per_peer,
         tcp_coalesce: a.tcp.coalesce,
         tcp_local_sndbuf: a.tcp.local_sndbuf,
+        progress_timeout_ms: a.progress_timeout_ms,
     }
 }
 
@@ -176,6 +181,7 @@ unsafe fn attr_to_rust(attr: *const xfer_ep_attr_t) -> Result<EndpointAttr, Fail
     r.max_outstanding_per_peer = a.max_outstanding_per_peer;
     r.tcp.coalesce = a.tcp_coalesce;
     r.tcp.local_sndbuf = a.tcp_local_sndbuf;
+    r.progress_timeout_ms = a.progress_timeout_ms;
     if !a.tcp_addr.is_null() {
         // SAFETY: a non-null tcp_addr is NUL-terminated by contract.
         let s = unsafe { CStr::from_ptr(a.tcp_addr) };

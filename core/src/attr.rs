@@ -149,6 +149,16 @@ pub struct EndpointAttr {
     /// fails with `Error::Again` until one of them completes (receives are
     /// not per peer: `max_outstanding` bounds them). 0: unbounded.
     pub max_outstanding_per_peer: usize,
+    /// Milliseconds a peer may make no progress while operations wait for
+    /// it before they fail with [`Error::TimedOut`](crate::Error::TimedOut)
+    /// (`FI_ETIMEDOUT`): a peer whose process is stopped or hung but whose
+    /// kernel still acknowledges, which keepalive and the TCP user timeout
+    /// never notice. A silent connection with operations waiting is probed
+    /// at half the time; any answer, or any other byte from the peer, counts
+    /// as progress, so a peer that is merely slow to post a receive is not
+    /// affected. 0 (the default): off, as a process stopped in a debugger
+    /// must not break its job; RPC users who want deadlines set it. TCP only.
+    pub progress_timeout_ms: u64,
     /// TCP provider settings.
     pub tcp: TcpAttr,
 }
@@ -161,6 +171,7 @@ impl Default for EndpointAttr {
             selective_completion: false,
             max_outstanding: 0,
             max_outstanding_per_peer: 0,
+            progress_timeout_ms: 0,
             tcp: TcpAttr::default(),
         }
     }
@@ -184,6 +195,7 @@ impl EndpointAttr {
         apply(&mut a.inject_size, "XFER_INJECT_SIZE");
         apply(&mut a.max_outstanding, "XFER_MAX_OUTSTANDING");
         apply(&mut a.max_outstanding_per_peer, "XFER_MAX_OUTSTANDING_PER_PEER");
+        apply(&mut a.progress_timeout_ms, "XFER_PROGRESS_TIMEOUT_MS");
         if let Some(v) = env_flag("XFER_SELECTIVE_COMPLETION") {
             a.selective_completion = v;
         }
@@ -218,6 +230,11 @@ impl EndpointAttr {
                 env: "XFER_MAX_OUTSTANDING_PER_PEER",
                 value: self.max_outstanding_per_peer.to_string(),
                 doc: "sends and RMA with completions an endpoint keeps in flight to one peer before posting to it fails with EAGAIN (0: unbounded)",
+            },
+            Setting {
+                env: "XFER_PROGRESS_TIMEOUT_MS",
+                value: self.progress_timeout_ms.to_string(),
+                doc: "operations waiting on a peer that made no progress (probed at half the time) for this long fail with ETIMEDOUT (0: off; TCP)",
             },
         ];
         v.extend(self.tcp.settings());

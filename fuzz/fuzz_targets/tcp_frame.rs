@@ -25,6 +25,8 @@ enum AnyFrame {
     ReadResp(u64, u64, u64),
     WriteAck(u64, u64),
     Credit(u64),
+    Ping,
+    Pong,
 }
 
 impl AnyFrame {
@@ -47,6 +49,8 @@ impl AnyFrame {
             AnyFrame::ReadResp(token, status, len) => Frame::ReadResp { token, status, len },
             AnyFrame::WriteAck(token, status) => Frame::WriteAck { token, status },
             AnyFrame::Credit(bytes) => Frame::Credit { bytes },
+            AnyFrame::Ping => Frame::Ping,
+            AnyFrame::Pong => Frame::Pong,
         }
     }
 }

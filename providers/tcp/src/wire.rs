@@ -100,6 +100,10 @@ pub mod kind {
     pub const CREDIT: u8 = 11;
     /// RMA write acknowledgement; no payload.
     pub const WRITE_ACK: u8 = 9;
+    /// Progress probe: the peer's next progress call answers Pong; no payload.
+    pub const PING: u8 = 12;
+    /// The answer to a Ping; no payload.
+    pub const PONG: u8 = 13;
 }
 
 /// Status of an RMA response (the `tag` field of ReadResp and WriteAck):
@@ -482,6 +486,16 @@ pub enum Frame {
         /// Credit granted, in bytes.
         bytes: u64,
     },
+    /// Asks the peer's progress engine for a sign of life: sent on a
+    /// connection with operations waiting for the peer that has been silent
+    /// for half the progress timeout (`EndpointAttr::progress_timeout_ms`).
+    ///
+    /// Wire: no flags; len, tag, data, id zero.
+    Ping,
+    /// The answer to a Ping, written by the peer's next progress call.
+    ///
+    /// Wire: no flags; len, tag, data, id zero.
+    Pong,
 }
 
 /// Turns a field guarded by a flag into an option; an unflagged field must be zero.
@@ -649,6 +663,15 @@ impl Frame {
                 }
                 Ok(Frame::Credit { bytes: h.len() })
             }
+            kind::PING | kind::PONG => {
+                check_flags(fl, 0)?;
+                zero(&[h.len(), h.tag(), h.data(), h.id()])?;
+                Ok(if h.kind() == kind::PING {
+                    Frame::Ping
+                } else {
+                    Frame::Pong
+                })
+            }
             other => Err(WireError::UnknownKind(other)),
         }
     }
@@ -753,6 +776,8 @@ impl Frame {
                 h.set_kind(kind::CREDIT);
                 h.set_len(bytes);
             }
+            Frame::Ping => h.set_kind(kind::PING),
+            Frame::Pong => h.set_kind(kind::PONG),
         }
     }
 
@@ -776,7 +801,9 @@ impl Frame {
             | Frame::Cts { .. }
             | Frame::ReadReq { .. }
             | Frame::WriteAck { .. }
-            | Frame::Credit { .. } => 0,
+            | Frame::Credit { .. }
+            | Frame::Ping
+            | Frame::Pong => 0,
         }
     }
 }
@@ -1040,7 +1067,7 @@ mod tests {
 
     #[test]
     fn unknown_kind() {
-        for k in [0u8, 12, 0x80, 0xff] {
+        for k in [0u8, 14, 0x80, 0xff] {
             assert_eq!(Frame::parse(&modified(EAGER, 3, &[k])), Err(WireError::UnknownKind(k)));
         }
     }
@@ -1075,6 +1102,21 @@ mod tests {
         assert_eq!(Frame::parse(&modified(credit, 4, &[1])), Err(WireError::BadFlags));
         assert_eq!(eager_cost(0), HEADER_LEN as u64);
         assert_eq!(eager_cost(u64::MAX), u64::MAX);
+    }
+
+    #[test]
+    fn ping_and_pong_are_bare_headers() {
+        for (f, k) in [(Frame::Ping, kind::PING), (Frame::Pong, kind::PONG)] {
+            let b = f.to_bytes();
+            assert_eq!(&b[..4], &[0x78, 0x66, 0x01, k]);
+            assert!(b[4..].iter().all(|&x| x == 0), "{f:?}: {b:?}");
+            assert_eq!(Frame::parse(&b), Ok(f));
+            assert_eq!(f.payload_len(), 0);
+            // Any non-zero field is refused.
+            for at in [4, 8, 16, 24, 32] {
+                assert!(Frame::parse(&modified(b, at, &[1])).is_err(), "{f:?} byte {at}");
+            }
+        }
     }
 
     #[test]
@@ -1240,6 +1282,8 @@ mod tests {
             (1..=MAX_NAME as u8, any::<u64>()).prop_map(|(name_len, to)| Frame::Hello { name_len, to }),
             any::<u64>().prop_map(|nonce| Frame::HelloAck { nonce }),
             (1..=u64::MAX).prop_map(|bytes| Frame::Credit { bytes }),
+            Just(Frame::Ping),
+            Just(Frame::Pong),
             (opt(), opt(), 0..=MAX_EAGER).prop_map(|(tag, data, len)| Frame::Eager { tag, data, len }),
             (opt(), opt(), any::<u64>(), any::<u64>()).prop_map(|(tag, data, len, token)| Frame::Rts {
                 tag,

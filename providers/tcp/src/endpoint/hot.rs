@@ -93,6 +93,9 @@ impl TcpEndpoint {
         if self.connecting > 0 {
             self.check_connect_timeouts(cx);
         }
+        if self.watch.due() {
+            self.check_stalls(cx);
+        }
     }
 
     /// Takes the hot connection out of the epoll set, unless it waits for

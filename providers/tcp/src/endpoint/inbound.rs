@@ -42,6 +42,7 @@ impl TcpEndpoint {
                     return self.fail_conn(cx, id, if refused { REFUSED } else { CLOSED_BY_PEER });
                 }
                 Ok(Io::Done(n)) => {
+                    self.conns[id].heard += 1;
                     // The read's bytes (staged, or a finished direct read)
                     // are processed before the next read.
                     if let Err(e) = self.consume(cx, id) {
@@ -424,6 +425,12 @@ impl TcpEndpoint {
                 Ok(Phase::Header)
             }
             Frame::HelloAck { .. } => Err(Error::Protocol("hello acknowledgement out of place")),
+            Frame::Ping => {
+                self.send_control(cx, conn.0, Frame::Pong);
+                Ok(Phase::Header)
+            }
+            // Reading it was the sign of life (`stall`).
+            Frame::Pong => Ok(Phase::Header),
             Frame::WriteReq { .. } | Frame::ReadReq { .. } | Frame::ReadResp { .. } | Frame::WriteAck { .. } => {
                 Err(Error::Internal("RMA frame outside on_rma_frame"))
             }

@@ -44,6 +44,7 @@ mod hot;
 mod inbound;
 mod listen;
 mod rma;
+mod stall;
 
 use batch::Batch;
 use inbound::deliver_unexpected;
@@ -103,6 +104,8 @@ pub struct TcpEndpoint {
     listener: Socket,
     /// The listener's state at the descriptor limit (`listen`).
     acceptor: listen::Acceptor,
+    /// The progress timeout's state (`stall`).
+    watch: stall::Watch,
     epoll: Epoll,
     events: Vec<libc::epoll_event>,
     conns: Slab<Conn>,
@@ -197,6 +200,7 @@ fn op_error(cause: &Error, peer: PeerAddr) -> Error {
             errno: libc::ETIMEDOUT,
         },
         Error::PeerUnreachable { errno, .. } => Error::PeerUnreachable { peer, errno: *errno },
+        Error::Stalled { .. } => Error::Stalled { peer },
         other => other.clone(),
     }
 }
@@ -242,6 +246,7 @@ impl TcpEndpoint {
             nonce,
             listener,
             acceptor: listen::Acceptor::new(),
+            watch: stall::Watch::new(attr.progress_timeout_ms),
             epoll,
             events: vec![EMPTY_EVENT; 64],
             conns: Slab::new(),
@@ -647,6 +652,9 @@ impl TcpEndpoint {
                     self.read_inbound(cx, id);
                 }
                 if events & WRITABLE != 0 {
+                    if let Some(c) = self.conns.get_mut(id) {
+                        c.heard += 1;
+                    }
                     self.flush(cx, id);
                 }
             }
@@ -949,6 +957,8 @@ impl EndpointProvider for TcpEndpoint {
             ("unexpected_bytes", self.unexpected_bytes as u64),
             ("accept_paused", self.acceptor.paused),
             ("accept_shed", self.acceptor.shed),
+            ("progress_probes", self.watch.probes),
+            ("peers_stalled", self.watch.stalled),
         ]
     }
 
