@@ -470,6 +470,13 @@ typedef struct xfer_ep_attr_t {
      * for never, the default (`XFER_PROGRESS_TIMEOUT_MS`; TCP).
      */
     uint64_t progress_timeout_ms;
+    /**
+     * Admission (TCP): a NUL-terminated job key, read during `xfer_ep_open`
+     * only; connecting peers must prove they hold it (an HMAC over a
+     * challenge; the key is never sent) or are refused. NULL or `""`:
+     * `XFER_JOB_KEY`, else no admission check.
+     */
+    const char *job_key;
 } xfer_ep_attr_t;
 
 /**
@@ -824,7 +831,7 @@ int xfer_domain_provider(struct xfer_domain_t *domain, const char **name);
 
 /**
  * Fills `*attr` with the effective defaults: built-in values overridden by
- * the `XFER_*` environment variables; `tcp_addr` is NULL.
+ * the `XFER_*` environment variables; `tcp_addr` and `job_key` are NULL.
  *
  * Returns 0, or `XFER_EINVAL` when `attr` is NULL. Thread-safe.
  *

@@ -42,7 +42,7 @@ pub use xfer_core::{error_limited, warn_limited};
 pub use xfer_core::{Access, Claim, LocalDesc, MemoryRegion, Peeked, RemoteKey, RmaKind, RmaOp};
 pub use xfer_core::{
     Address, AddressVector, Buffer, Completion, CompletionQueue, CqAttr, DomainAttr, Endpoint, EndpointAttr, Error,
-    Flags, PeerAddr, RecvOp, RecvSpec, Rejected, Result, SendOp, TcpAttr,
+    Flags, JobKey, PeerAddr, RecvOp, RecvSpec, Rejected, Result, SendOp, TcpAttr,
 };
 
 /// A domain (from xfer-core); open one with [`open`] or [`open_default`].

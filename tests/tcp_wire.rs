@@ -916,3 +916,67 @@ fn requests_to_send_posted_in_a_burst_wait_for_the_next_progress() {
     unique.dedup();
     assert_eq!(unique.len(), 3, "three distinct requests: {tokens:?}");
 }
+
+/// A keyed endpoint and a raw peer that does not prove the key: after its
+/// Hello the victim writes at most a Challenge (none when the connection
+/// ends in the same progress call), never a HelloAck; a frame in place of
+/// the Proof, or a Proof that does not verify, ends the connection with
+/// nothing delivered, counted in `admission_refused`.
+#[test]
+fn a_peer_that_does_not_prove_the_job_key_is_refused_before_delivery() {
+    let attr = xfer::EndpointAttr {
+        job_key: Some(xfer::JobKey(b"secret".to_vec())),
+        ..common::test_attr()
+    };
+    let mut v = Node::with_attr(&attr);
+    v.ep.trecv(PeerAddr::UNSPEC, 7, 0, vec![0; 64], 70).unwrap();
+    let eager = Frame::Eager {
+        tag: Some(7),
+        data: None,
+        len: 4,
+    };
+    let mut hostile = |after_hello: Vec<u8>| {
+        let mut s = TcpStream::connect(addr_of(&v)).unwrap();
+        let mut bytes = hello(s.local_addr().unwrap(), &v);
+        bytes.extend_from_slice(&after_hello);
+        s.write_all(&bytes).unwrap();
+        let wrote = drain_until_dropped(&mut v, &mut s);
+        if !wrote.is_empty() {
+            assert_eq!(wrote.len(), HEADER_LEN, "the victim wrote more than a challenge");
+            assert!(matches!(Frame::parse(&wrote), Ok(Frame::Challenge { .. })), "{wrote:?}");
+        }
+    };
+    // A message instead of the Proof.
+    let mut m = eager.to_bytes().to_vec();
+    m.extend_from_slice(b"evil");
+    hostile(m);
+    // A Proof of the right size that does not verify, then the message.
+    let mut p = Frame::Proof.to_bytes().to_vec();
+    p.extend_from_slice(&[0x5a; 32]);
+    p.extend_from_slice(&eager.to_bytes());
+    p.extend_from_slice(b"evil");
+    hostile(p);
+    // Hello alone: the Challenge comes; a Proof made with another key is refused.
+    let mut s = TcpStream::connect(addr_of(&v)).unwrap();
+    s.write_all(&hello(s.local_addr().unwrap(), &v)).unwrap();
+    let got = read_polling(&mut v, &mut s, HEADER_LEN);
+    assert!(matches!(Frame::parse(&got), Ok(Frame::Challenge { .. })), "{got:?}");
+    let mut p = Frame::Proof.to_bytes().to_vec();
+    p.extend_from_slice(&[0xa5; 32]);
+    s.write_all(&p).unwrap();
+    assert!(drain_until_dropped(&mut v, &mut s).is_empty(), "answered a wrong proof");
+    let refused =
+        v.ep.counters()
+            .unwrap()
+            .into_iter()
+            .find(|(k, _)| *k == "admission_refused");
+    assert_eq!(refused, Some(("admission_refused", 3)));
+    assert!(v.take(70).is_none(), "a refused peer's message was delivered");
+    // A peer with the key is served by the same endpoint.
+    let mut good = Node::with_attr(&attr);
+    let pv = good.add(&v);
+    good.ep.tsend(pv, 7, b"good".to_vec(), 71).unwrap();
+    let r = expect(&mut [&mut v, &mut good], 0, 70);
+    assert_eq!(r.result, Ok(()));
+    assert_eq!(&r.buf.unwrap()[..4], b"good");
+}

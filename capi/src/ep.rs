@@ -83,6 +83,11 @@ pub struct xfer_ep_attr_t {
     /// (a stopped or hung process) before they fail with `XFER_ETIMEDOUT`; 0
     /// for never, the default (`XFER_PROGRESS_TIMEOUT_MS`; TCP).
     pub progress_timeout_ms: u64,
+    /// Admission (TCP): a NUL-terminated job key, read during `xfer_ep_open`
+    /// only; connecting peers must prove they hold it (an HMAC over a
+    /// challenge; the key is never sent) or are refused. NULL or `""`:
+    /// `XFER_JOB_KEY`, else no admission check.
+    pub job_key: *const c_char,
 }
 
 /// A message for `xfer_ep_sendmsg` / `xfer_ep_recvmsg` (`fi_msg_tagged`
@@ -127,11 +132,12 @@ fn attr_from_rust(a: &EndpointAttr) -> xfer_ep_attr_t {
         tcp_coalesce: a.tcp.coalesce,
         tcp_local_sndbuf: a.tcp.local_sndbuf,
         progress_timeout_ms: a.progress_timeout_ms,
+        job_key: std::ptr::null(),
     }
 }
 
 /// Fills `*attr` with the effective defaults: built-in values overridden by
-/// the `XFER_*` environment variables; `tcp_addr` is NULL.
+/// the `XFER_*` environment variables; `tcp_addr` and `job_key` are NULL.
 ///
 /// Returns 0, or `XFER_EINVAL` when `attr` is NULL. Thread-safe.
 ///
@@ -153,8 +159,8 @@ pub unsafe extern "C" fn xfer_ep_attr_init(attr: *mut xfer_ep_attr_t) -> c_int {
 ///
 /// # Safety
 /// `attr` must point to a readable `size_t` and, when that equals
-/// `sizeof(xfer_ep_attr_t)`, to a whole readable struct whose `tcp_addr` is
-/// NULL or NUL-terminated.
+/// `sizeof(xfer_ep_attr_t)`, to a whole readable struct whose `tcp_addr` and
+/// `job_key` are NULL or NUL-terminated.
 unsafe fn attr_to_rust(attr: *const xfer_ep_attr_t) -> Result<EndpointAttr, Fail> {
     // SAFETY: the first field is readable by contract, whatever the version.
     let size = unsafe { std::ptr::addr_of!((*attr).size).read() };
@@ -182,6 +188,13 @@ unsafe fn attr_to_rust(attr: *const xfer_ep_attr_t) -> Result<EndpointAttr, Fail
     r.tcp.coalesce = a.tcp_coalesce;
     r.tcp.local_sndbuf = a.tcp_local_sndbuf;
     r.progress_timeout_ms = a.progress_timeout_ms;
+    if !a.job_key.is_null() {
+        // SAFETY: a non-null job_key is NUL-terminated by contract.
+        let k = unsafe { CStr::from_ptr(a.job_key) }.to_bytes();
+        if !k.is_empty() {
+            r.job_key = Some(xfer_facade::JobKey(k.to_vec()));
+        }
+    }
     if !a.tcp_addr.is_null() {
         // SAFETY: a non-null tcp_addr is NUL-terminated by contract.
         let s = unsafe { CStr::from_ptr(a.tcp_addr) };

@@ -128,6 +128,17 @@ impl CqAttr {
     }
 }
 
+/// A job key (`EndpointAttr::job_key`): bytes that stay out of logs and
+/// `Debug` output.
+#[derive(Clone, PartialEq, Eq)]
+pub struct JobKey(pub Vec<u8>);
+
+impl std::fmt::Debug for JobKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("JobKey(..)")
+    }
+}
+
 /// Attributes of an endpoint.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EndpointAttr {
@@ -159,6 +170,13 @@ pub struct EndpointAttr {
     /// affected. 0 (the default): off, as a process stopped in a debugger
     /// must not break its job; RPC users who want deadlines set it. TCP only.
     pub progress_timeout_ms: u64,
+    /// Admission: when set, a peer connecting to this endpoint must prove it
+    /// holds the same key (an HMAC-SHA-256 over a fresh challenge; the key
+    /// never travels) before anything it sends is delivered; a peer without
+    /// it is refused (counter `admission_refused`). An endpoint with a key
+    /// also answers such challenges when it connects. `None` (the default):
+    /// anyone who can reach the port is served. TCP only.
+    pub job_key: Option<JobKey>,
     /// TCP provider settings.
     pub tcp: TcpAttr,
 }
@@ -172,6 +190,7 @@ impl Default for EndpointAttr {
             max_outstanding: 0,
             max_outstanding_per_peer: 0,
             progress_timeout_ms: 0,
+            job_key: None,
             tcp: TcpAttr::default(),
         }
     }
@@ -196,6 +215,9 @@ impl EndpointAttr {
         apply(&mut a.max_outstanding, "XFER_MAX_OUTSTANDING");
         apply(&mut a.max_outstanding_per_peer, "XFER_MAX_OUTSTANDING_PER_PEER");
         apply(&mut a.progress_timeout_ms, "XFER_PROGRESS_TIMEOUT_MS");
+        if let Some(k) = std::env::var_os("XFER_JOB_KEY").filter(|k| !k.is_empty()) {
+            a.job_key = Some(JobKey(std::os::unix::ffi::OsStrExt::as_bytes(k.as_os_str()).to_vec()));
+        }
         if let Some(v) = env_flag("XFER_SELECTIVE_COMPLETION") {
             a.selective_completion = v;
         }
@@ -235,6 +257,11 @@ impl EndpointAttr {
                 env: "XFER_PROGRESS_TIMEOUT_MS",
                 value: self.progress_timeout_ms.to_string(),
                 doc: "operations waiting on a peer that made no progress (probed at half the time) for this long fail with ETIMEDOUT (0: off; TCP)",
+            },
+            Setting {
+                env: "XFER_JOB_KEY",
+                value: if self.job_key.is_some() { "(set)" } else { "(unset)" }.into(),
+                doc: "connecting peers must prove they hold this key (HMAC over a challenge) or are refused (TCP)",
             },
         ];
         v.extend(self.tcp.settings());

@@ -32,7 +32,7 @@ pub mod sys;
 pub mod tag;
 
 pub use addr::{Address, PeerAddr};
-pub use attr::{CqAttr, DomainAttr, EndpointAttr, TcpAttr};
+pub use attr::{CqAttr, DomainAttr, EndpointAttr, JobKey, TcpAttr};
 pub use av::AddressVector;
 pub use buffer::{Buffer, LocalDesc};
 pub use completion::{Completion, Flags};

@@ -27,6 +27,8 @@ enum AnyFrame {
     Credit(u64),
     Ping,
     Pong,
+    Challenge([u8; 16]),
+    Proof,
 }
 
 impl AnyFrame {
@@ -51,6 +53,8 @@ impl AnyFrame {
             AnyFrame::Credit(bytes) => Frame::Credit { bytes },
             AnyFrame::Ping => Frame::Ping,
             AnyFrame::Pong => Frame::Pong,
+            AnyFrame::Challenge(nonce) => Frame::Challenge { nonce },
+            AnyFrame::Proof => Frame::Proof,
         }
     }
 }

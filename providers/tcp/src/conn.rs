@@ -144,6 +144,9 @@ pub struct Conn {
     pub silent_since: Instant,
     /// Whether a Ping went out since it was last heard.
     pub probed: bool,
+    /// An accepted connection whose Hello must still be proven with the job
+    /// key: who said Hello, and the challenge it was sent (`admit`).
+    pub admit: Option<Box<(Address, [u8; 16])>>,
 }
 
 impl Conn {
@@ -172,6 +175,7 @@ impl Conn {
             heard_seen: 0,
             silent_since: Instant::now(),
             probed: false,
+            admit: None,
         }
     }
 

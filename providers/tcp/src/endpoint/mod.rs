@@ -35,6 +35,7 @@ use crate::wire::{status, Frame, CREDIT_INIT, HEADER_LEN, MAX_EAGER};
 use xfer_core::complete::{self, Arrival};
 use xfer_core::hash::FastMap;
 
+mod admit;
 mod batch;
 mod burst;
 mod credit;
@@ -106,6 +107,8 @@ pub struct TcpEndpoint {
     acceptor: listen::Acceptor,
     /// The progress timeout's state (`stall`).
     watch: stall::Watch,
+    /// Connections refused for not proving the job key (`admit`).
+    admission_refused: u64,
     epoll: Epoll,
     events: Vec<libc::epoll_event>,
     conns: Slab<Conn>,
@@ -247,6 +250,7 @@ impl TcpEndpoint {
             listener,
             acceptor: listen::Acceptor::new(),
             watch: stall::Watch::new(attr.progress_timeout_ms),
+            admission_refused: 0,
             epoll,
             events: vec![EMPTY_EVENT; 64],
             conns: Slab::new(),
@@ -513,6 +517,10 @@ impl TcpEndpoint {
         }
         if matches!(conn.state, State::Connecting(_) | State::Handshake(_)) {
             self.connecting -= 1;
+        }
+        if conn.admit.is_some() {
+            // Gone (closed, or failed otherwise) before proving the job key.
+            self.admission_refused += 1;
         }
         if conn.want_write {
             self.writing -= 1;
@@ -959,6 +967,7 @@ impl EndpointProvider for TcpEndpoint {
             ("accept_shed", self.acceptor.shed),
             ("progress_probes", self.watch.probes),
             ("peers_stalled", self.watch.stalled),
+            ("admission_refused", self.admission_refused),
         ]
     }
 
