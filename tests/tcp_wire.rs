@@ -980,3 +980,30 @@ fn a_peer_that_does_not_prove_the_job_key_is_refused_before_delivery() {
     assert_eq!(r.result, Ok(()));
     assert_eq!(&r.buf.unwrap()[..4], b"good");
 }
+
+/// A peer that says Hello to a keyed endpoint and never proves the key is
+/// dropped after the connect timeout, and counted as refused.
+#[test]
+fn a_peer_that_never_answers_the_challenge_is_dropped_after_the_connect_timeout() {
+    let mut attr = xfer::EndpointAttr {
+        job_key: Some(xfer::JobKey(b"secret".to_vec())),
+        ..common::test_attr()
+    };
+    attr.tcp.connect_timeout_ms = 300;
+    let mut v = Node::with_attr(&attr);
+    let mut s = TcpStream::connect(addr_of(&v)).unwrap();
+    s.write_all(&hello(s.local_addr().unwrap(), &v)).unwrap();
+    let start = Instant::now();
+    let wrote = drain_until_dropped(&mut v, &mut s);
+    assert!(
+        start.elapsed() >= std::time::Duration::from_millis(300),
+        "dropped before the timeout"
+    );
+    assert!(matches!(Frame::parse(&wrote), Ok(Frame::Challenge { .. })), "{wrote:?}");
+    let refused =
+        v.ep.counters()
+            .unwrap()
+            .into_iter()
+            .find(|(k, _)| *k == "admission_refused");
+    assert_eq!(refused, Some(("admission_refused", 1)));
+}

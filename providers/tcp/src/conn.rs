@@ -145,8 +145,9 @@ pub struct Conn {
     /// Whether a Ping went out since it was last heard.
     pub probed: bool,
     /// An accepted connection whose Hello must still be proven with the job
-    /// key: who said Hello, and the challenge it was sent (`admit`).
-    pub admit: Option<Box<(Address, [u8; 16])>>,
+    /// key: who said Hello, the challenge it was sent, and when (`admit`;
+    /// the connect timeout bounds the wait for the Proof).
+    pub admit: Option<Box<(Address, [u8; 16], Instant)>>,
 }
 
 impl Conn {

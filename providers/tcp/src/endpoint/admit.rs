@@ -42,7 +42,8 @@ impl TcpEndpoint {
         let mut challenge = [0u8; 16];
         challenge[..8].copy_from_slice(&sys::secret_u64()?.to_le_bytes());
         challenge[8..].copy_from_slice(&sys::secret_u64()?.to_le_bytes());
-        self.conns[id].admit = Some(Box::new((peer, challenge)));
+        self.conns[id].admit = Some(Box::new((peer, challenge, Instant::now())));
+        self.admitting += 1;
         self.send_control(cx, id, Frame::Challenge { nonce: challenge });
         Ok(true)
     }
@@ -58,17 +59,18 @@ impl TcpEndpoint {
         let Some(pending) = conn.admit.take() else {
             return Err(Error::Protocol("proof without a challenge"));
         };
-        let (peer, challenge) = *pending;
+        self.admitting -= 1;
+        let (peer, challenge, _) = *pending;
         let Some(key) = self.attr.job_key.as_ref() else {
             return Err(Error::Internal("a challenge was sent without a job key"));
         };
         let ok = proof(&key.0, &challenge, self.nonce, peer.as_bytes())?
-            .verify_slice(&conn.staged()[HEADER_LEN..end])
+            .verify_slice(&self.conns[id].staged()[HEADER_LEN..end])
             .is_ok();
         if !ok {
             return Err(self.refuse(&peer, "job key proof does not match"));
         }
-        conn.consume(end);
+        self.conns[id].consume(end);
         Ok(Some(peer))
     }
 

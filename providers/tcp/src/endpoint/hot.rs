@@ -90,7 +90,7 @@ impl TcpEndpoint {
                 self.on_event(cx, tok as usize, events);
             }
         }
-        if self.connecting > 0 {
+        if self.connecting > 0 || self.admitting > 0 {
             self.check_connect_timeouts(cx);
         }
         if self.watch.due() {

@@ -256,6 +256,7 @@ impl TcpEndpoint {
         }
         let Some(peer) = conn.peer else {
             if let Some(pending) = conn.admit.take() {
+                self.admitting -= 1;
                 return Err(self.refuse(&pending.0, "frame before the job key proof"));
             }
             return Err(Error::Protocol("first frame is not a hello"));

@@ -109,6 +109,8 @@ pub struct TcpEndpoint {
     watch: stall::Watch,
     /// Connections refused for not proving the job key (`admit`).
     admission_refused: u64,
+    /// Accepted connections waiting for their Proof (`admit`).
+    admitting: usize,
     epoll: Epoll,
     events: Vec<libc::epoll_event>,
     conns: Slab<Conn>,
@@ -251,6 +253,7 @@ impl TcpEndpoint {
             acceptor: listen::Acceptor::new(),
             watch: stall::Watch::new(attr.progress_timeout_ms),
             admission_refused: 0,
+            admitting: 0,
             epoll,
             events: vec![EMPTY_EVENT; 64],
             conns: Slab::new(),
@@ -519,8 +522,9 @@ impl TcpEndpoint {
             self.connecting -= 1;
         }
         if conn.admit.is_some() {
-            // Gone (closed, or failed otherwise) before proving the job key.
+            // Gone (closed, timed out, or failed otherwise) before proving the job key.
             self.admission_refused += 1;
+            self.admitting -= 1;
         }
         if conn.want_write {
             self.writing -= 1;
@@ -677,7 +681,7 @@ impl TcpEndpoint {
             .iter()
             .filter(|(_, c)| match c.state {
                 State::Connecting(since) | State::Handshake(since) => now.duration_since(since) > limit,
-                State::Open => false,
+                State::Open => c.admit.as_ref().is_some_and(|a| now.duration_since(a.2) > limit),
             })
             .map(|(k, _)| k)
             .collect();
