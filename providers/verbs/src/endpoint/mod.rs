@@ -321,6 +321,11 @@ impl VerbsEndpoint {
     /// Opens an endpoint: CQ with channel, SRQ, send pool, rdma_cm listener
     /// on the domain's address.
     pub(crate) fn open(res: Arc<DomainRes>, attr: &EndpointAttr) -> Result<VerbsEndpoint> {
+        if attr.job_key.is_some() {
+            // Admission is the TCP handshake's: serving any peer while the
+            // caller asked for a key would be worse than not opening.
+            return Err(Error::NotSupported("a job key (XFER_JOB_KEY): admission is TCP only"));
+        }
         let va = &res.attr;
         let cqe = va.cq_size.min(res.dev.max_cqe).max(64);
         let cq = Cq::new(res.pd.context(), cqe, true)?;
