@@ -416,9 +416,10 @@ typedef struct xfer_ep_attr_t {
      */
     size_t inject_size;
     /**
-     * TCP: `"IP"` or `"IP:PORT"` to listen on, read during `xfer_ep_open`
-     * only; NULL or `""`: `XFER_TCP_ADDR`, else the first non-loopback IPv4
-     * interface.
+     * TCP: the address to listen on (`"10.0.0.1"`, `"10.0.0.1:5000"`,
+     * `"::1"`, `"[::1]:5000"`, `"fe80::1%eth0"`), read during `xfer_ep_open`
+     * only; NULL or `""`: `XFER_TCP_ADDR`, else the interface choice
+     * (`tcp_iface`).
      */
     const char *tcp_addr;
     /**
@@ -464,6 +465,15 @@ typedef struct xfer_ep_attr_t {
      * `tcp_sockbuf` is 0; 0 for the kernel's autotuning (`XFER_TCP_LOCAL_SNDBUF`).
      */
     size_t tcp_local_sndbuf;
+    /**
+     * TCP: interfaces to listen on, comma-separated (`"ib0,eth1"`), the
+     * first that is up with an address wins, read during `xfer_ep_open`
+     * only; NULL or `""`: `XFER_TCP_IFACE`, else automatic (the first
+     * interface up that is neither loopback nor a container bridge).
+     * A program built against a header without this field passes the
+     * smaller `size`: still accepted, as NULL here.
+     */
+    const char *tcp_iface;
     /**
      * Milliseconds a peer may make no progress while operations wait for it
      * (a stopped or hung process) before they fail with `XFER_ETIMEDOUT`; 0
@@ -831,7 +841,8 @@ int xfer_domain_provider(struct xfer_domain_t *domain, const char **name);
 
 /**
  * Fills `*attr` with the effective defaults: built-in values overridden by
- * the `XFER_*` environment variables; `tcp_addr` and `job_key` are NULL.
+ * the `XFER_*` environment variables; `tcp_addr`, `tcp_iface` and `job_key`
+ * are NULL.
  *
  * Returns 0, or `XFER_EINVAL` when `attr` is NULL. Thread-safe.
  *

@@ -81,7 +81,10 @@ pub const PROVIDERS: &[&str] = &[
 pub fn info() -> Vec<ProviderInfo> {
     let mut all = Vec::with_capacity(PROVIDERS.len());
     #[cfg(feature = "verbs")]
-    all.push(verbs::info(&xfer_verbs::probe(), &xfer_verbs::VerbsAttr::from_env()));
+    {
+        let attr = xfer_verbs::VerbsAttr::from_env();
+        all.push(verbs::info(&xfer_verbs::probe_ports(attr.device.as_deref()), &attr));
+    }
     all.push(ProviderInfo {
         name: "tcp",
         available: true,
@@ -144,69 +147,23 @@ pub fn init_logging() {
 /// Availability of the verbs provider, from a device probe.
 #[cfg(feature = "verbs")]
 mod verbs {
-    use xfer_verbs::{DeviceInfo, Probe, VerbsAttr};
+    use xfer_verbs::{Probe, VerbsAttr};
 
     use crate::ProviderInfo;
 
-    /// The `verbs` entry of [`crate::info`]: the device and port
-    /// `VerbsDomain::open` would take with `attr`, or why there is none.
+    /// The `verbs` entry of [`crate::info`]: the device, port and address
+    /// `VerbsDomain::open` takes with `attr` (the same [`xfer_verbs::select`]),
+    /// or why there is none: no rdma-core, no device, port down, no address.
     pub(crate) fn info(probe: &Probe, attr: &VerbsAttr) -> ProviderInfo {
-        let (available, detail) = match choose(probe, attr) {
-            Ok(detail) => (true, detail),
-            Err(why) => (false, why),
+        let (available, detail) = match xfer_verbs::select(probe, attr) {
+            Ok(sel) => (true, sel.to_string()),
+            Err(why) => (false, why.to_string()),
         };
         ProviderInfo {
             name: "verbs",
             available,
             detail,
         }
-    }
-
-    /// The first device (the one `attr.device` names, if set) whose port
-    /// `attr.port` is active and has an address to listen on.
-    fn choose(probe: &Probe, attr: &VerbsAttr) -> Result<String, String> {
-        let candidates: Vec<&DeviceInfo> = match &attr.device {
-            Some(name) => probe.devices.iter().filter(|d| &d.name == name).collect(),
-            None => probe.devices.iter().collect(),
-        };
-        if candidates.is_empty() {
-            let found: Vec<&str> = probe.devices.iter().map(|d| d.name.as_str()).collect();
-            let why = match (&attr.device, &probe.reason) {
-                (Some(name), Some(reason)) => format!("XFER_VERBS_DEVICE={name}: not found or not usable ({reason})"),
-                (Some(name), None) => format!("XFER_VERBS_DEVICE={name}: no such device (found: {})", found.join(", ")),
-                (None, Some(reason)) if reason.starts_with("no verbs devices") => reason.clone(),
-                (None, Some(reason)) => format!("no usable verbs device: {reason}"),
-                (None, None) => "no verbs devices".into(),
-            };
-            return Err(why);
-        }
-        let mut why = Vec::new();
-        for dev in candidates {
-            let Some(port) = dev.ports.iter().find(|p| p.attr.port == attr.port) else {
-                why.push(format!("{}: no port {}", dev.name, attr.port));
-                continue;
-            };
-            if !port.attr.active {
-                why.push(format!("{}: port {} not active", dev.name, attr.port));
-                continue;
-            }
-            match xfer_verbs::listen_ip(&port.gids, attr) {
-                Some(ip) => {
-                    return Ok(format!(
-                        "{} port {} ({}, MTU {}), listening on {ip}",
-                        dev.name, attr.port, port.attr.link_layer, port.attr.active_mtu
-                    ))
-                }
-                None => why.push(format!(
-                    "{} port {} has no IPv4 GID; set XFER_VERBS_ADDR to its IP (IPoIB) address",
-                    dev.name, attr.port
-                )),
-            }
-        }
-        if let Some(reason) = &probe.reason {
-            why.push(reason.clone());
-        }
-        Err(why.join("; "))
     }
 }
 
@@ -262,146 +219,5 @@ mod tests {
         assert_eq!(names, PROVIDERS);
         assert_eq!(PROVIDERS.last(), Some(&"tcp"));
         assert!(info().iter().all(|p| !p.detail.is_empty()));
-    }
-
-    #[cfg(feature = "verbs")]
-    mod verbs {
-        use xfer_verbs::device::PortInfo;
-        use xfer_verbs::{DeviceAttr, DeviceInfo, GidEntry, PortAttr, Probe, VerbsAttr};
-
-        fn gid(index: u8, ipv4: Option<[u8; 4]>, kind: &str) -> GidEntry {
-            let mut gid = [0u8; 16];
-            match ipv4 {
-                Some(ip) => {
-                    gid[10..12].fill(0xff);
-                    gid[12..].copy_from_slice(&ip);
-                }
-                None => gid[..2].copy_from_slice(&[0xfe, 0x80]),
-            }
-            GidEntry {
-                index,
-                gid,
-                kind: kind.into(),
-            }
-        }
-
-        fn device(name: &str, active: bool, gids: Vec<GidEntry>) -> DeviceInfo {
-            DeviceInfo {
-                name: name.into(),
-                attr: DeviceAttr {
-                    phys_port_cnt: 1,
-                    max_qp: 64,
-                    max_qp_wr: 1024,
-                    max_sge: 4,
-                    max_cq: 64,
-                    max_cqe: 4096,
-                    max_mr_size: 1 << 40,
-                    max_srq: 8,
-                    max_srq_wr: 1024,
-                    max_srq_sge: 4,
-                    max_qp_rd_atom: 16,
-                    max_qp_init_rd_atom: 16,
-                },
-                max_inline: 256,
-                ports: vec![PortInfo {
-                    attr: PortAttr {
-                        port: 1,
-                        active,
-                        state: if active { 4 } else { 1 },
-                        link_layer: "Ethernet",
-                        active_mtu: 1024,
-                        max_mtu: 4096,
-                        gid_tbl_len: 16,
-                        lid: 0,
-                        max_msg_sz: 1 << 31,
-                    },
-                    gids,
-                }],
-            }
-        }
-
-        #[test]
-        fn no_devices_gives_the_probe_reason() {
-            let probe = Probe {
-                devices: Vec::new(),
-                reason: Some("ibv_get_device_list failed: ENOSYS".into()),
-            };
-            let p = super::super::verbs::info(&probe, &VerbsAttr::default());
-            assert_eq!(p.name, "verbs");
-            assert!(!p.available);
-            assert_eq!(p.detail, "no usable verbs device: ibv_get_device_list failed: ENOSYS");
-            let probe = Probe {
-                devices: Vec::new(),
-                reason: Some("no verbs devices".into()),
-            };
-            let p = super::super::verbs::info(&probe, &VerbsAttr::default());
-            assert!(!p.available);
-            assert_eq!(p.detail, "no verbs devices");
-        }
-
-        #[test]
-        fn first_active_device_with_an_address() {
-            let probe = Probe {
-                devices: vec![
-                    device("rxe0", false, vec![gid(1, Some([10, 0, 0, 1]), "RoCE v2")]),
-                    device("rxe1", true, vec![gid(0, None, "IB/RoCE v1")]),
-                    device(
-                        "rxe2",
-                        true,
-                        vec![
-                            gid(0, Some([10, 0, 0, 9]), "IB/RoCE v1"),
-                            gid(1, Some([10, 0, 0, 3]), "RoCE v2"),
-                        ],
-                    ),
-                ],
-                reason: None,
-            };
-            let info = |attr: &VerbsAttr| super::super::verbs::info(&probe, attr);
-            let p = info(&VerbsAttr::default());
-            assert!(p.available, "{}", p.detail);
-            assert!(p.detail.starts_with("rxe2 port 1"), "{}", p.detail);
-            assert!(p.detail.ends_with("listening on 10.0.0.3"), "{}", p.detail);
-
-            let p = info(&VerbsAttr {
-                device: Some("rxe0".into()),
-                ..VerbsAttr::default()
-            });
-            assert!(!p.available);
-            assert_eq!(p.detail, "rxe0: port 1 not active");
-
-            let p = info(&VerbsAttr {
-                device: Some("rxe1".into()),
-                ..VerbsAttr::default()
-            });
-            assert!(!p.available);
-            assert!(p.detail.contains("XFER_VERBS_ADDR"), "{}", p.detail);
-            let p = info(&VerbsAttr {
-                device: Some("rxe1".into()),
-                addr: Some([192, 168, 1, 1].into()),
-                ..VerbsAttr::default()
-            });
-            assert!(
-                p.available && p.detail.ends_with("listening on 192.168.1.1"),
-                "{}",
-                p.detail
-            );
-
-            let p = info(&VerbsAttr {
-                device: Some("mlx5_0".into()),
-                ..VerbsAttr::default()
-            });
-            assert!(!p.available);
-            assert_eq!(
-                p.detail,
-                "XFER_VERBS_DEVICE=mlx5_0: no such device (found: rxe0, rxe1, rxe2)"
-            );
-
-            let p = info(&VerbsAttr {
-                port: 2,
-                ..VerbsAttr::default()
-            });
-            assert!(!p.available);
-            assert_eq!(p.detail, "rxe0: no port 2; rxe1: no port 2; rxe2: no port 2");
-        }
     }
 }

@@ -71,6 +71,90 @@ fn untagged_messages_keep_order_and_report_source() {
 }
 
 #[test]
+fn an_untagged_receive_ignores_the_tag_in_its_spec() {
+    // `fi_recv` has no tag: an untagged receive posted through `post_recv`
+    // with a tag and mask in its spec takes any untagged message, posted
+    // before or after it arrives, eager or rendezvous; and the two matching
+    // spaces stay apart (a tagged message with tag 0 is not for it).
+    let (mut a, mut b) = (Node::new(), Node::new());
+    let pb = a.add(&b);
+    let big = test_attr().rndv_threshold + 1;
+    let untagged = |len: usize, context: u64| RecvOp {
+        spec: RecvSpec {
+            src: ANY,
+            tag: 5,
+            ignore: 0,
+        },
+        tagged: false,
+        buf: vec![0; len].into(),
+        context,
+    };
+    a.ep.tsend(pb, 0, pattern(8, 1), 101).unwrap();
+    a.ep.send(pb, pattern(8, 2), 102).unwrap();
+    drive(&mut [&mut a, &mut b], "both sends complete", |ns| ns[0].done.len() == 2);
+    // Unexpected when posted.
+    b.ep.post_recv(untagged(64, 2)).unwrap();
+    let r = expect(&mut [&mut a, &mut b], 1, 2);
+    assert_eq!(r.result, Ok(()));
+    assert!(r.flags.contains(Flags::MSG | Flags::RECV));
+    assert_eq!(&r.buf.unwrap()[..8], &pattern(8, 2)[..]);
+    // Posted before the message, eager and rendezvous.
+    for (ctx, len) in [(3u64, 8usize), (4, big)] {
+        b.ep.post_recv(untagged(len, ctx)).unwrap();
+        a.ep.send(pb, pattern(len, ctx), 100 + ctx).unwrap();
+        let r = expect(&mut [&mut a, &mut b], 1, ctx);
+        assert_eq!(r.result, Ok(()), "{len} B");
+        assert_eq!(r.len, len);
+        assert_eq!(r.buf.unwrap(), pattern(len, ctx), "{len} B");
+    }
+    // The tagged message with tag 0 is still waiting for a tagged receive.
+    b.ep.trecv(ANY, 0, 0, vec![0; 64], 1).unwrap();
+    let r = expect(&mut [&mut a, &mut b], 1, 1);
+    assert!(r.flags.contains(Flags::TAGGED | Flags::RECV));
+    assert_eq!(&r.buf.unwrap()[..8], &pattern(8, 1)[..]);
+}
+
+/// One counter of the endpoint's (`counters`), 0 when it has none.
+fn counter(n: &Node, name: &str) -> u64 {
+    n.ep.counters()
+        .unwrap()
+        .into_iter()
+        .find(|(k, _)| *k == name)
+        .map_or(0, |(_, v)| v)
+}
+
+#[test]
+fn what_unexpected_messages_hold_is_counted_and_given_back() {
+    // Every transport counts its unexpected messages the same way (core's
+    // receives): entries, eager payload bytes, and their memory; all back to
+    // zero once received. A rendezvous request holds no payload.
+    let (mut a, mut b) = (Node::new(), Node::new());
+    let pb = a.add(&b);
+    let big = test_attr().rndv_threshold + 1;
+    a.ep.tsend(pb, 1, pattern(1000, 1), 101).unwrap();
+    a.ep.tsend(pb, 2, pattern(big, 2), 102).unwrap();
+    drive(&mut [&mut a, &mut b], "both messages held by the receiver", |ns| {
+        counter(ns[1], "unexpected_entries") == 2
+    });
+    assert_eq!(counter(&b, "unexpected_bytes"), 1000, "eager payload only");
+    let memory = counter(&b, "unexpected_memory");
+    assert!(
+        memory >= 1000 + 2 * 64,
+        "entries cost more than their payload: {memory}"
+    );
+    b.ep.trecv(ANY, 2, 0, vec![0; big], 2).unwrap();
+    b.ep.trecv(ANY, 1, 0, vec![0; 1000], 1).unwrap();
+    for (ctx, len) in [(1u64, 1000usize), (2, big)] {
+        let r = expect(&mut [&mut a, &mut b], 1, ctx);
+        assert_eq!(r.result, Ok(()));
+        assert_eq!(r.buf.unwrap(), pattern(len, ctx));
+    }
+    for name in ["unexpected_entries", "unexpected_bytes", "unexpected_memory"] {
+        assert_eq!(counter(&b, name), 0, "{name} after both were received");
+    }
+}
+
+#[test]
 fn a_small_poll_array_takes_completions_in_the_order_they_were_produced() {
     // Completions a poll produces go straight into its array, and what does
     // not fit waits in the queue: a later poll must hand those out first,

@@ -151,6 +151,32 @@ fn xfer_info_lists_tcp() {
         .iter()
         .any(|l| l.contains("XFER_TCP_ADDR") && l.contains("127.0.0.1")));
 
+    // The interfaces, with the one TCP listens on: loopback, holding
+    // XFER_TCP_ADDR (which Proc::spawn sets), and listed.
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_xfer-info"));
+    cmd.env("XFER_TCP_IFACE", "lo");
+    let (status, lines, err) = Proc::spawn("xfer-info (XFER_TCP_IFACE=lo)", cmd).finish(deadline);
+    assert!(status.success(), "{err}");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l == "tcp listens on: 127.0.0.1:0 on lo (XFER_TCP_ADDR)"),
+        "{}",
+        lines.join("\n")
+    );
+    let lo: Vec<&str> = lines
+        .iter()
+        .find(|l| l.trim_start().starts_with("lo "))
+        .map(|l| l.split_whitespace().collect())
+        .unwrap_or_default();
+    assert_eq!(
+        lo.get(..4),
+        Some(&["lo", "up", "loopback", "127.0.0.1/8"][..]),
+        "{}",
+        lines.join("\n")
+    );
+    assert_eq!(lo.last(), Some(&"used"), "{}", lines.join("\n"));
+
     // Settings show their effective value next to the default.
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_xfer-info"));
     cmd.env("XFER_MAX_OUTSTANDING_PER_PEER", "8");

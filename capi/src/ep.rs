@@ -10,6 +10,7 @@
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::sync::Arc;
 
+use xfer_facade::attr::iface_list;
 use xfer_facade::{Buffer, Endpoint, EndpointAttr, PeerAddr, RecvOp, RecvSpec, SendOp};
 
 use crate::av::{av_of, copy_out, xfer_av_t};
@@ -50,9 +51,10 @@ pub struct xfer_ep_attr_t {
     pub rndv_threshold: usize,
     /// Largest inject payload in bytes (`XFER_INJECT_SIZE`).
     pub inject_size: usize,
-    /// TCP: `"IP"` or `"IP:PORT"` to listen on, read during `xfer_ep_open`
-    /// only; NULL or `""`: `XFER_TCP_ADDR`, else the first non-loopback IPv4
-    /// interface.
+    /// TCP: the address to listen on (`"10.0.0.1"`, `"10.0.0.1:5000"`,
+    /// `"::1"`, `"[::1]:5000"`, `"fe80::1%eth0"`), read during `xfer_ep_open`
+    /// only; NULL or `""`: `XFER_TCP_ADDR`, else the interface choice
+    /// (`tcp_iface`).
     pub tcp_addr: *const c_char,
     /// TCP: milliseconds a connection attempt may take (`XFER_TCP_CONNECT_TIMEOUT_MS`).
     pub tcp_connect_timeout_ms: u64,
@@ -79,6 +81,13 @@ pub struct xfer_ep_attr_t {
     /// TCP: send buffer in bytes of connections within this host when
     /// `tcp_sockbuf` is 0; 0 for the kernel's autotuning (`XFER_TCP_LOCAL_SNDBUF`).
     pub tcp_local_sndbuf: usize,
+    /// TCP: interfaces to listen on, comma-separated (`"ib0,eth1"`), the
+    /// first that is up with an address wins, read during `xfer_ep_open`
+    /// only; NULL or `""`: `XFER_TCP_IFACE`, else automatic (the first
+    /// interface up that is neither loopback nor a container bridge).
+    /// A program built against a header without this field passes the
+    /// smaller `size`: still accepted, as NULL here.
+    pub tcp_iface: *const c_char,
     /// Milliseconds a peer may make no progress while operations wait for it
     /// (a stopped or hung process) before they fail with `XFER_ETIMEDOUT`; 0
     /// for never, the default (`XFER_PROGRESS_TIMEOUT_MS`; TCP).
@@ -89,6 +98,13 @@ pub struct xfer_ep_attr_t {
     /// `XFER_JOB_KEY`, else no admission check.
     pub job_key: *const c_char,
 }
+
+/// `sizeof(xfer_ep_attr_t)` before `tcp_iface` was added: such a struct is
+/// still accepted.
+const ATTR_SIZE_BEFORE_IFACE: usize = std::mem::offset_of!(xfer_ep_attr_t, tcp_iface);
+/// `sizeof(xfer_ep_attr_t)` before `progress_timeout_ms` and `job_key` were
+/// added: such a struct is still accepted (the environment's values apply).
+const ATTR_SIZE_BEFORE_PROGRESS: usize = std::mem::offset_of!(xfer_ep_attr_t, progress_timeout_ms);
 
 /// A message for `xfer_ep_sendmsg` / `xfer_ep_recvmsg` (`fi_msg_tagged`
 /// with one buffer).
@@ -131,13 +147,15 @@ fn attr_from_rust(a: &EndpointAttr) -> xfer_ep_attr_t {
         max_outstanding_per_peer: a.max_outstanding_per_peer,
         tcp_coalesce: a.tcp.coalesce,
         tcp_local_sndbuf: a.tcp.local_sndbuf,
+        tcp_iface: std::ptr::null(),
         progress_timeout_ms: a.progress_timeout_ms,
         job_key: std::ptr::null(),
     }
 }
 
 /// Fills `*attr` with the effective defaults: built-in values overridden by
-/// the `XFER_*` environment variables; `tcp_addr` and `job_key` are NULL.
+/// the `XFER_*` environment variables; `tcp_addr`, `tcp_iface` and `job_key`
+/// are NULL.
 ///
 /// Returns 0, or `XFER_EINVAL` when `attr` is NULL. Thread-safe.
 ///
@@ -158,19 +176,30 @@ pub unsafe extern "C" fn xfer_ep_attr_init(attr: *mut xfer_ep_attr_t) -> c_int {
 /// Reads a caller's attributes into the Rust form.
 ///
 /// # Safety
-/// `attr` must point to a readable `size_t` and, when that equals
-/// `sizeof(xfer_ep_attr_t)`, to a whole readable struct whose `tcp_addr` and
-/// `job_key` are NULL or NUL-terminated.
+/// `attr` must point to a readable `size_t` and, when that is one of the
+/// sizes accepted (`sizeof(xfer_ep_attr_t)`, or that of the struct before
+/// `progress_timeout_ms` or before `tcp_iface`), to that many readable bytes
+/// of the struct, whose `tcp_addr`, `tcp_iface` and `job_key` (when present)
+/// are NULL or NUL-terminated.
 unsafe fn attr_to_rust(attr: *const xfer_ep_attr_t) -> Result<EndpointAttr, Fail> {
     // SAFETY: the first field is readable by contract, whatever the version.
     let size = unsafe { std::ptr::addr_of!((*attr).size).read() };
-    if size != std::mem::size_of::<xfer_ep_attr_t>() {
+    // The fields an older struct lacks keep the environment's values.
+    let mut a = attr_from_rust(&EndpointAttr::from_env());
+    if size == std::mem::size_of::<xfer_ep_attr_t>() {
+        // SAFETY: the size matches, so the whole struct is readable by contract.
+        a = unsafe { attr.read() };
+    } else if size == ATTR_SIZE_BEFORE_IFACE || size == ATTR_SIZE_BEFORE_PROGRESS {
+        // SAFETY: the caller's struct has this many readable bytes by
+        // contract, the fields before `tcp_iface` or `progress_timeout_ms`
+        // (the pointers after stay NULL); `a` is a whole struct, so as many
+        // bytes of it are writable.
+        unsafe { std::ptr::copy_nonoverlapping(attr.cast::<u8>(), (&mut a as *mut xfer_ep_attr_t).cast::<u8>(), size) };
+    } else {
         return Err(invalid(
             "xfer_ep_open: attr->size is not sizeof(xfer_ep_attr_t); call xfer_ep_attr_init",
         ));
     }
-    // SAFETY: the size matches, so the whole struct is readable by contract.
-    let a = unsafe { attr.read() };
     if a.flags & !XFER_SELECTIVE_COMPLETION != 0 {
         return Err(Fail(XFER_EBADFLAGS));
     }
@@ -188,6 +217,14 @@ unsafe fn attr_to_rust(attr: *const xfer_ep_attr_t) -> Result<EndpointAttr, Fail
     r.tcp.coalesce = a.tcp_coalesce;
     r.tcp.local_sndbuf = a.tcp_local_sndbuf;
     r.progress_timeout_ms = a.progress_timeout_ms;
+    // SAFETY: NULL or NUL-terminated by contract.
+    if let Some(s) = unsafe { c_text(a.tcp_addr, "xfer_ep_open: tcp_addr is not UTF-8") }? {
+        r.tcp.addr = Some(s.to_string());
+    }
+    // SAFETY: NULL or NUL-terminated by contract.
+    if let Some(s) = unsafe { c_text(a.tcp_iface, "xfer_ep_open: tcp_iface is not UTF-8") }? {
+        r.tcp.iface = iface_list(s);
+    }
     if !a.job_key.is_null() {
         // SAFETY: a non-null job_key is NUL-terminated by contract.
         let k = unsafe { CStr::from_ptr(a.job_key) }.to_bytes();
@@ -195,15 +232,20 @@ unsafe fn attr_to_rust(attr: *const xfer_ep_attr_t) -> Result<EndpointAttr, Fail
             r.job_key = Some(xfer_facade::JobKey(k.to_vec()));
         }
     }
-    if !a.tcp_addr.is_null() {
-        // SAFETY: a non-null tcp_addr is NUL-terminated by contract.
-        let s = unsafe { CStr::from_ptr(a.tcp_addr) };
-        let s = s.to_str().map_err(|_| invalid("xfer_ep_open: tcp_addr is not UTF-8"))?;
-        if !s.is_empty() {
-            r.tcp.addr = Some(s.to_string());
-        }
-    }
     Ok(r)
+}
+
+/// A C string attribute: `None` when NULL or empty.
+///
+/// # Safety
+/// `p` must be NULL or NUL-terminated, and stay valid for the returned life.
+unsafe fn c_text<'a>(p: *const c_char, not_utf8: &'static str) -> Result<Option<&'a str>, Fail> {
+    if p.is_null() {
+        return Ok(None);
+    }
+    // SAFETY: non-null, so NUL-terminated by contract.
+    let s = unsafe { CStr::from_ptr(p) }.to_str().map_err(|_| invalid(not_utf8))?;
+    Ok((!s.is_empty()).then_some(s))
 }
 
 /// Opens an endpoint in `domain` whose completions go to `cq` and whose
@@ -785,5 +827,54 @@ mod tests {
         let bad = xfer_ep_attr_t { size: 8, ..a };
         // SAFETY: the size field is readable.
         assert_eq!(unsafe { attr_to_rust(&bad) }.unwrap_err(), invalid("x"));
+    }
+
+    #[test]
+    fn interfaces_are_a_comma_separated_list_and_the_older_struct_is_read() {
+        let mut a = attr_from_rust(&EndpointAttr::default());
+        a.rndv_threshold = 1234;
+        a.tcp_iface = c" ib0, eth1 ,".as_ptr();
+        // SAFETY: `a` is a whole struct; its strings are NULL or NUL-terminated.
+        let r = unsafe { attr_to_rust(&a) }.unwrap();
+        assert_eq!(r.tcp.iface, ["ib0", "eth1"]);
+        assert_eq!(r.rndv_threshold, 1234);
+        // The struct before `tcp_iface`: read up to it, the list left to the environment.
+        let old = xfer_ep_attr_t {
+            size: ATTR_SIZE_BEFORE_IFACE,
+            ..a
+        };
+        assert_eq!(ATTR_SIZE_BEFORE_IFACE + 8, ATTR_SIZE_BEFORE_PROGRESS);
+        // SAFETY: the struct is whole, so its first `size` bytes are readable.
+        let r = unsafe { attr_to_rust(&old) }.unwrap();
+        assert_eq!(r.tcp.iface, EndpointAttr::from_env().tcp.iface);
+        assert_eq!(r.rndv_threshold, 1234);
+        // The struct before `progress_timeout_ms`: the interface list is read,
+        // the timeout and the job key are left to the environment.
+        let mid = xfer_ep_attr_t {
+            size: ATTR_SIZE_BEFORE_PROGRESS,
+            progress_timeout_ms: 777,
+            job_key: c"unread".as_ptr(),
+            ..a
+        };
+        // SAFETY: the struct is whole, so its first `size` bytes are readable.
+        let r = unsafe { attr_to_rust(&mid) }.unwrap();
+        assert_eq!(r.tcp.iface, ["ib0", "eth1"]);
+        let env = EndpointAttr::from_env();
+        assert_eq!((r.progress_timeout_ms, r.job_key), (env.progress_timeout_ms, env.job_key));
+        let whole = xfer_ep_attr_t {
+            progress_timeout_ms: 777,
+            job_key: c"key".as_ptr(),
+            ..a
+        };
+        // SAFETY: as above.
+        let r = unsafe { attr_to_rust(&whole) }.unwrap();
+        assert_eq!(r.progress_timeout_ms, 777);
+        assert_eq!(r.job_key, Some(xfer_facade::JobKey(b"key".to_vec())));
+        let not_utf8 = xfer_ep_attr_t {
+            tcp_iface: c"\xff".as_ptr(),
+            ..a
+        };
+        // SAFETY: as above.
+        assert_eq!(unsafe { attr_to_rust(&not_utf8) }.unwrap_err(), invalid("x"));
     }
 }

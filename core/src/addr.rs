@@ -83,6 +83,9 @@ impl fmt::Debug for Address {
 pub struct AvTable {
     entries: Slab<Address>,
     by_name: crate::hash::FastMap<Address, PeerAddr>,
+    /// Names inserted so far (not counting repeats), so a user of the table
+    /// can tell whether a name it could not resolve may resolve now.
+    inserted: u64,
 }
 
 impl AvTable {
@@ -98,7 +101,15 @@ impl AvTable {
         }
         let peer = PeerAddr(self.entries.insert(addr) as u64);
         self.by_name.insert(addr, peer);
+        self.inserted += 1;
         peer
+    }
+
+    /// How many names were ever inserted (a repeat of a present name does
+    /// not count): unchanged means [`reverse`](Self::reverse) still answers
+    /// `UNSPEC` for every name it did before.
+    pub fn inserted(&self) -> u64 {
+        self.inserted
     }
 
     /// Removes a handle; fails if it is not in the table.

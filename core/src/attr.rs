@@ -272,9 +272,19 @@ impl EndpointAttr {
 /// Settings of the TCP provider.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TcpAttr {
-    /// Address to listen on, `IP` or `IP:PORT`; `None` picks the first
-    /// non-loopback IPv4 interface, else 127.0.0.1, with an ephemeral port.
+    /// Address to listen on: `1.2.3.4`, `1.2.3.4:PORT`, `::1`, `[::1]`,
+    /// `[::1]:PORT`, a link-local IPv6 address with its zone (`fe80::1%eth0`,
+    /// `[fe80::1%eth0]:PORT`); without a port, an ephemeral one. `None`: the
+    /// interface choice (`iface`, else automatic: the first interface that is
+    /// up and neither loopback nor a container or VM bridge, by its IPv4
+    /// address, else by a global IPv6 one; else 127.0.0.1).
     pub addr: Option<String>,
+    /// Interfaces to listen on, by name, in order of preference (as
+    /// `FI_TCP_IFACE`, `UCX_NET_DEVICES`, Open MPI's `btl_tcp_if_include`):
+    /// the first that is up with an address is used, whatever its kind.
+    /// Empty: automatic. With `addr` set too, `addr` must be an address of
+    /// one of them.
+    pub iface: Vec<String>,
     /// Milliseconds a connection attempt may take before its operations
     /// fail: the TCP connect and the peer's answer to our Hello.
     pub connect_timeout_ms: u64,
@@ -316,6 +326,7 @@ impl Default for TcpAttr {
     fn default() -> Self {
         TcpAttr {
             addr: None,
+            iface: Vec::new(),
             connect_timeout_ms: 10_000,
             user_timeout_ms: 30_000,
             keepalive_ms: 10_000,
@@ -327,11 +338,24 @@ impl Default for TcpAttr {
     }
 }
 
+/// The names in a comma-separated interface list (`XFER_TCP_IFACE`,
+/// `tcp_iface` of the C ABI), blanks around them and empty entries dropped.
+pub fn iface_list(text: &str) -> Vec<String> {
+    text.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
 impl TcpAttr {
     /// Defaults overridden by the environment.
     pub fn from_env() -> Self {
         let mut a = TcpAttr {
             addr: std::env::var("XFER_TCP_ADDR").ok().filter(|s| !s.is_empty()),
+            iface: std::env::var("XFER_TCP_IFACE")
+                .map(|s| iface_list(&s))
+                .unwrap_or_default(),
             ..Self::default()
         };
         apply(&mut a.connect_timeout_ms, "XFER_TCP_CONNECT_TIMEOUT_MS");
@@ -349,8 +373,18 @@ impl TcpAttr {
         vec![
             Setting {
                 env: "XFER_TCP_ADDR",
-                value: self.addr.clone().unwrap_or_else(|| "(first non-loopback IPv4)".into()),
-                doc: "IP or IP:PORT the TCP endpoint listens on",
+                value: self.addr.clone().unwrap_or_else(|| "(interface choice)".into()),
+                doc: "IP, IP:PORT, [IPv6]:PORT or fe80::1%eth0 the TCP endpoint listens on",
+            },
+            Setting {
+                env: "XFER_TCP_IFACE",
+                value: if self.iface.is_empty() {
+                    "(automatic)".into()
+                } else {
+                    self.iface.join(",")
+                },
+                doc:
+                    "interfaces to listen on, first usable wins (automatic: first up, not loopback or container bridge)",
             },
             Setting {
                 env: "XFER_TCP_CONNECT_TIMEOUT_MS",
@@ -394,6 +428,13 @@ impl TcpAttr {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn interface_lists_split_on_commas() {
+        assert_eq!(iface_list("eth0"), ["eth0"]);
+        assert_eq!(iface_list(" ib0 , eth1,,"), ["ib0", "eth1"]);
+        assert!(iface_list(" , ").is_empty());
+    }
 
     #[test]
     fn sizes_parse_with_suffixes() {

@@ -6,8 +6,9 @@
 //!   message, tagged and inject operations to peers named by [`PeerAddr`].
 //! - Every operation ends in a [`Completion`] (errors too), carrying the
 //!   user's context, flags, length, tag, immediate data and source.
-//! - Shared machinery providers embed instead of rewriting: the tag
-//!   matcher ([`tag::Matcher`]), the address table, the epoll wrapper.
+//! - Shared machinery providers embed instead of rewriting: the
+//!   reliable-messaging layer ([`rdm`]: receives and their matching), the
+//!   tag matcher ([`tag::Matcher`]), the address table, the epoll wrapper.
 //!
 //! No provider code and no system RDMA headers live here.
 #![deny(missing_docs)]
@@ -27,6 +28,7 @@ pub mod log;
 pub mod mr;
 pub mod peek;
 pub mod provider;
+pub mod rdm;
 pub mod sink;
 pub mod sys;
 pub mod tag;

@@ -1,13 +1,25 @@
 //! Tag matching: the posted-receive and unexpected-message queues of one matching space.
 //!
-//! Both queues share one structure: entries live in a `slab::Slab` and are threaded on two intrusive
-//! doubly linked lists, a global one in insertion order and a per-peer one (any-source receives sit on
-//! the [`PeerAddr::UNSPEC`] list). Why: a matched entry is unlinked from the middle in O(1) without
-//! allocating; an arrival scans only its peer's receives plus the any-source ones and, as in libfabric's
-//! util_srx, the lower sequence number of the two candidates wins (post order across wildcards); a
-//! directed post scans only that peer's unexpected messages, while an any-source post walks the global
-//! list so its first hit is the earliest arrival. Scans within a list are linear: `ignore` masks rule
-//! out hashing by tag.
+//! Both queues share one structure: entries live in a `slab::Slab` and are threaded on three intrusive
+//! doubly linked lists, each in insertion order: a global one, a per-peer one (any-source receives and
+//! messages from unknown senders sit on the [`PeerAddr::UNSPEC`] list), and a per-tag one: entries with
+//! an exact tag (`ignore` 0: every unexpected message, most receives) are chained in a bucket of their
+//! tag's hash, receives with a masked tag on one wildcard list. A matched entry is unlinked from the
+//! middle in O(1) without allocating.
+//!
+//! Every search takes the shorter of two complete candidate sets (the lists keep their lengths), so
+//! its cost does not grow with unrelated entries, as UCX's and libfabric's util_srx's hashed queues:
+//! - an arrival: its tag's bucket plus the wildcard list, or its peer's list plus the any-source list;
+//!   as in util_srx, the lower sequence number of the two candidates wins (post order across
+//!   wildcards);
+//! - a post with an exact tag: its tag's bucket, or (directed) its peer's list;
+//! - a post with a masked tag: its peer's list (directed) or the global list (any source), whose first
+//!   hit is the earliest arrival.
+//!
+//! The tag index is built once a queue holds 32 entries (below that a scan costs what a look-up does,
+//! and the small-message path pays nothing for it) and dropped when the queue empties; its bucket table
+//! grows four times once the entries outnumber its buckets twice, rebuilt from the global list so the
+//! chains stay in insertion order.
 
 use slab::Slab;
 
@@ -58,25 +70,37 @@ pub struct Matched<R, U> {
     pub msg: U,
 }
 
-const NIL: usize = usize::MAX;
+/// A slot index on a list: `u32`, so that a node's three links take 24
+/// bytes (a node is moved in and out of the slab on every match, and a
+/// larger one is moved by a `memcpy` call). A queue never holds 2^32 - 1
+/// entries (memory runs out long before).
+type Ix = u32;
+
+const NIL: Ix = Ix::MAX;
 
 #[derive(Clone, Copy)]
 struct Link {
-    prev: usize,
-    next: usize,
+    prev: Ix,
+    next: Ix,
 }
 
 const UNLINKED: Link = Link { prev: NIL, next: NIL };
 
 #[derive(Clone, Copy)]
 struct Ends {
-    head: usize,
-    tail: usize,
+    head: Ix,
+    tail: Ix,
+    /// Entries on the list, to choose the shorter of two searches.
+    len: u32,
 }
 
 impl Default for Ends {
     fn default() -> Self {
-        Ends { head: NIL, tail: NIL }
+        Ends {
+            head: NIL,
+            tail: NIL,
+            len: 0,
+        }
     }
 }
 
@@ -85,6 +109,8 @@ impl Default for Ends {
 enum Chain {
     All,
     Peer,
+    /// The tag's bucket (exact tags) or the wildcard list (masked tags).
+    Tag,
 }
 
 struct Node<T> {
@@ -94,6 +120,7 @@ struct Node<T> {
     val: T,
     all: Link,
     peer: Link,
+    tag: Link,
 }
 
 impl<T> Node<T> {
@@ -101,8 +128,38 @@ impl<T> Node<T> {
         match chain {
             Chain::All => &mut self.all,
             Chain::Peer => &mut self.peer,
+            Chain::Tag => &mut self.tag,
         }
     }
+
+    fn next(&self, chain: Chain) -> Ix {
+        match chain {
+            Chain::All => self.all.next,
+            Chain::Peer => self.peer.next,
+            Chain::Tag => self.tag.next,
+        }
+    }
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Entries the searches of this thread looked at (tests of search cost).
+    static VISITED: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// Buckets of a queue's first table.
+const MIN_BUCKETS_LOG2: u32 = 6;
+
+/// Entries a queue holds before it builds its tag index: below that, a
+/// scan is as cheap as a look-up, and the small-message path pays nothing
+/// for the index.
+const INDEX_AT: usize = 32;
+
+/// The bucket of `tag` in a table of `1 << (64 - shift)` buckets
+/// (Fibonacci hashing: the high bits of a multiplication).
+#[inline]
+fn bucket_of(tag: u64, shift: u32) -> usize {
+    (tag.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> shift) as usize
 }
 
 /// Handles below this have their per-peer list in a dense table (address
@@ -163,6 +220,15 @@ struct Queue<T> {
     /// looks at it.
     any: Ends,
     peers: PeerLists,
+    /// Entries with an exact tag, by bucket of its hash; empty (no entry on
+    /// a tag chain) while the queue is not indexed.
+    buckets: Vec<Ends>,
+    /// `64 - log2(buckets.len())`.
+    shift: u32,
+    /// Entries with a masked tag (posted receives only), while indexed.
+    wild: Ends,
+    /// The queue's length at which the index is built or grows.
+    grow_at: usize,
     next_seq: u64,
 }
 
@@ -173,12 +239,19 @@ impl<T> Queue<T> {
             all: Ends::default(),
             any: Ends::default(),
             peers: PeerLists::default(),
+            buckets: Vec::new(),
+            shift: 64 - MIN_BUCKETS_LOG2,
+            wild: Ends::default(),
+            grow_at: INDEX_AT,
             next_seq: 0,
         }
     }
 
     #[inline]
     fn push(&mut self, spec: RecvSpec, val: T) {
+        if self.nodes.len() >= self.grow_at {
+            self.grow();
+        }
         let seq = self.next_seq;
         self.next_seq += 1;
         let idx = self.nodes.insert(Node {
@@ -187,13 +260,67 @@ impl<T> Queue<T> {
             val,
             all: UNLINKED,
             peer: UNLINKED,
-        });
+            tag: UNLINKED,
+        }) as Ix;
         append(&mut self.nodes, &mut self.all, idx, Chain::All);
         let ends = match spec.src.is_unspec() {
             true => &mut self.any,
             false => self.peers.entry(spec.src),
         };
         append(&mut self.nodes, ends, idx, Chain::Peer);
+        if self.indexed() {
+            let ends = match spec.ignore {
+                0 => &mut self.buckets[bucket_of(spec.tag, self.shift)],
+                _ => &mut self.wild,
+            };
+            append(&mut self.nodes, ends, idx, Chain::Tag);
+        }
+    }
+
+    /// Whether every entry is on a tag chain (the queue grew past [`INDEX_AT`]
+    /// and has not emptied since).
+    #[inline]
+    fn indexed(&self) -> bool {
+        !self.buckets.is_empty()
+    }
+
+    /// Builds the tag index (`1 << MIN_BUCKETS_LOG2` buckets) or makes its
+    /// table four times larger; the chains are rebuilt from the global list,
+    /// so they stay in insertion order.
+    #[cold]
+    fn grow(&mut self) {
+        let log2 = match self.buckets.len() {
+            0 => MIN_BUCKETS_LOG2,
+            n => n.trailing_zeros() + 2,
+        };
+        self.buckets.clear();
+        self.buckets.resize(1 << log2, Ends::default());
+        self.shift = 64 - log2;
+        self.grow_at = 2 << log2;
+        self.wild = Ends::default();
+        let mut cur = self.all.head;
+        while cur != NIL {
+            let node = &self.nodes[cur as usize];
+            let next = node.all.next;
+            let ends = match node.spec.ignore {
+                0 => &mut self.buckets[bucket_of(node.spec.tag, self.shift)],
+                _ => &mut self.wild,
+            };
+            append(&mut self.nodes, ends, cur, Chain::Tag);
+            cur = next;
+        }
+    }
+
+    /// The chain an exact `tag` is on; only while [`indexed`](Self::indexed).
+    #[inline]
+    fn bucket(&self, tag: u64) -> &Ends {
+        &self.buckets[bucket_of(tag, self.shift)]
+    }
+
+    /// Length of `src`'s per-peer list.
+    #[inline]
+    fn peer_len(&self, src: PeerAddr) -> u32 {
+        self.ends(src).map_or(0, |e| e.len)
     }
 
     /// The per-peer list of `src`, if it was ever used.
@@ -215,10 +342,32 @@ impl<T> Queue<T> {
         if let Some(ends) = ends {
             unlink(&mut self.nodes, ends, node.peer, Chain::Peer);
         }
+        if self.indexed() {
+            self.unindex(&node);
+        }
         node
     }
 
+    /// Takes a removed node off its tag chain; drops the index once the
+    /// queue is empty (a drained burst leaves no table behind).
+    fn unindex(&mut self, node: &Node<T>) {
+        let ends = match node.spec.ignore {
+            0 => &mut self.buckets[bucket_of(node.spec.tag, self.shift)],
+            _ => &mut self.wild,
+        };
+        unlink(&mut self.nodes, ends, node.tag, Chain::Tag);
+        if self.nodes.is_empty() {
+            self.buckets = Vec::new();
+            self.wild = Ends::default();
+            self.grow_at = INDEX_AT;
+        }
+    }
+
     /// First entry satisfying `pred`, in insertion order: among all entries, or only those of one peer.
+    ///
+    /// `#[inline]` so that it joins its callers' code whatever codegen unit
+    /// its instantiation lands in (the arrival path's search runs it twice).
+    #[inline]
     fn find(&self, peer: Option<PeerAddr>, mut pred: impl FnMut(&Node<T>) -> bool) -> Option<usize> {
         if self.nodes.is_empty() {
             return None;
@@ -228,59 +377,80 @@ impl<T> Queue<T> {
             Some(src) => self.ends(src).map_or(NIL, |ends| ends.head),
         };
         while cur != NIL {
-            let node = &self.nodes[cur];
+            let node = &self.nodes[cur as usize];
+            #[cfg(test)]
+            VISITED.with(|v| v.set(v.get() + 1));
             if pred(node) {
-                return Some(cur);
+                return Some(cur as usize);
             }
             cur = if peer.is_some() { node.peer.next } else { node.all.next };
         }
         None
     }
+
+    /// First entry satisfying `pred` on the list `ends` of `chain`, in insertion order.
+    #[inline]
+    fn find_on(&self, ends: &Ends, chain: Chain, mut pred: impl FnMut(&Node<T>) -> bool) -> Option<usize> {
+        let mut cur = ends.head;
+        while cur != NIL {
+            let node = &self.nodes[cur as usize];
+            #[cfg(test)]
+            VISITED.with(|v| v.set(v.get() + 1));
+            if pred(node) {
+                return Some(cur as usize);
+            }
+            cur = node.next(chain);
+        }
+        None
+    }
 }
 
-fn append<T>(nodes: &mut Slab<Node<T>>, ends: &mut Ends, idx: usize, chain: Chain) {
-    *nodes[idx].link(chain) = Link {
+fn append<T>(nodes: &mut Slab<Node<T>>, ends: &mut Ends, idx: Ix, chain: Chain) {
+    *nodes[idx as usize].link(chain) = Link {
         prev: ends.tail,
         next: NIL,
     };
     match ends.tail {
         NIL => ends.head = idx,
-        tail => nodes[tail].link(chain).next = idx,
+        tail => nodes[tail as usize].link(chain).next = idx,
     }
     ends.tail = idx;
+    ends.len += 1;
 }
 
 /// Links `idx` into a peer list so the list stays in sequence order.
-fn insert_by_seq<T>(nodes: &mut Slab<Node<T>>, ends: &mut Ends, idx: usize) {
-    let seq = nodes[idx].seq;
+fn insert_by_seq<T>(nodes: &mut Slab<Node<T>>, ends: &mut Ends, idx: Ix) {
+    let seq = nodes[idx as usize].seq;
     let mut after = ends.tail;
-    while after != NIL && nodes[after].seq > seq {
-        after = nodes[after].peer.prev;
+    while after != NIL && nodes[after as usize].seq > seq {
+        after = nodes[after as usize].peer.prev;
     }
     let next = if after == NIL {
         ends.head
     } else {
-        nodes[after].peer.next
+        nodes[after as usize].peer.next
     };
-    nodes[idx].peer = Link { prev: after, next };
+    nodes[idx as usize].peer = Link { prev: after, next };
+    ends.len += 1;
     match after {
         NIL => ends.head = idx,
-        a => nodes[a].peer.next = idx,
+        a => nodes[a as usize].peer.next = idx,
     }
     match next {
         NIL => ends.tail = idx,
-        n => nodes[n].peer.prev = idx,
+        n => nodes[n as usize].peer.prev = idx,
     }
 }
 
 fn unlink<T>(nodes: &mut Slab<Node<T>>, ends: &mut Ends, link: Link, chain: Chain) {
+    ends.len -= 1;
     match link.prev {
         NIL => ends.head = link.next,
-        prev => nodes[prev].link(chain).next = link.next,
+        prev => nodes[prev as usize].link(chain).next = link.next,
     }
     match link.next {
         NIL => ends.tail = link.prev,
-        next => nodes[next].link(chain).prev = link.prev,
+        next => nodes[next as usize].link(chain).prev = link.prev,
     }
 }
 
@@ -340,14 +510,28 @@ impl<R, U> Matcher<R, U> {
     /// any-source list, whichever was posted first.
     fn posted_match(&self, src: PeerAddr, tag: u64) -> Option<usize> {
         let accepts = |n: &Node<R>| n.spec.matches(src, tag);
-        let directed = if src.is_unspec() {
-            None
+        let q = &self.posted;
+        if q.nodes.is_empty() {
+            return None;
+        }
+        let by_tag = || q.bucket(tag).len + q.wild.len;
+        let by_peer = || if src.is_unspec() { 0 } else { q.peer_len(src) } + q.any.len;
+        // Two complete candidate sets; the shorter is searched.
+        let (first, second) = if q.indexed() && by_tag() < by_peer() {
+            (
+                q.find_on(q.bucket(tag), Chain::Tag, accepts),
+                q.find_on(&q.wild, Chain::Tag, accepts),
+            )
         } else {
-            self.posted.find(Some(src), accepts)
+            let directed = if src.is_unspec() {
+                None
+            } else {
+                q.find(Some(src), accepts)
+            };
+            (directed, q.find(Some(PeerAddr::UNSPEC), accepts))
         };
-        let any = self.posted.find(Some(PeerAddr::UNSPEC), accepts);
-        match (directed, any) {
-            (Some(d), Some(a)) if self.posted.nodes[a].seq < self.posted.nodes[d].seq => Some(a),
+        match (first, second) {
+            (Some(d), Some(a)) if q.nodes[a].seq < q.nodes[d].seq => Some(a),
             (Some(d), _) => Some(d),
             (None, a) => a,
         }
@@ -436,9 +620,27 @@ impl<R, U> Matcher<R, U> {
         self.claimed.len()
     }
 
+    #[inline]
     fn find_unexpected(&self, spec: &RecvSpec) -> Option<usize> {
+        let q = &self.unexpected;
+        if q.nodes.is_empty() {
+            // The common case of a posted receive: nothing waits.
+            return None;
+        }
+        self.find_unexpected_in(q, spec)
+    }
+
+    /// The search behind [`find_unexpected`](Self::find_unexpected), out of line.
+    fn find_unexpected_in(&self, q: &Queue<U>, spec: &RecvSpec) -> Option<usize> {
+        let accepts = |n: &Node<U>| spec.matches(n.spec.src, n.spec.tag);
         let peer = if spec.src.is_unspec() { None } else { Some(spec.src) };
-        self.unexpected.find(peer, |n| spec.matches(n.spec.src, n.spec.tag))
+        if spec.ignore == 0 && q.indexed() {
+            let bucket = q.bucket(spec.tag);
+            if peer.map_or(true, |src| bucket.len <= q.peer_len(src)) {
+                return q.find_on(bucket, Chain::Tag, accepts);
+            }
+        }
+        q.find(peer, accepts)
     }
 
     /// Remove the earliest-posted receive for which `pred` is true (cancel).
@@ -479,12 +681,12 @@ impl<R, U> Matcher<R, U> {
         let q = &mut self.unexpected;
         let mut cur = q.any.head;
         while cur != NIL {
-            let next = q.nodes[cur].peer.next;
-            let src = resolve(&q.nodes[cur].val);
+            let next = q.nodes[cur as usize].peer.next;
+            let src = resolve(&q.nodes[cur as usize].val);
             if !src.is_unspec() {
-                let link = q.nodes[cur].peer;
+                let link = q.nodes[cur as usize].peer;
                 unlink(&mut q.nodes, &mut q.any, link, Chain::Peer);
-                q.nodes[cur].spec.src = src;
+                q.nodes[cur as usize].spec.src = src;
                 let ends = q.peers.entry(src);
                 insert_by_seq(&mut q.nodes, ends, cur);
             }
@@ -526,6 +728,12 @@ impl<R, U> Matcher<R, U> {
         self.posted.nodes.len()
     }
 
+    /// Bytes one queued unexpected message's slot takes, besides what the
+    /// message owns.
+    pub const fn unexpected_slot() -> usize {
+        std::mem::size_of::<Node<U>>()
+    }
+
     /// Number of queued unexpected messages.
     pub fn unexpected_len(&self) -> usize {
         self.unexpected.nodes.len()
@@ -539,6 +747,8 @@ mod tests {
 
     const P0: PeerAddr = PeerAddr(0);
     const P1: PeerAddr = PeerAddr(1);
+    const P2: PeerAddr = PeerAddr(2);
+    const P3: PeerAddr = PeerAddr(3);
     const ANY: PeerAddr = PeerAddr::UNSPEC;
 
     fn spec(src: PeerAddr, tag: u64, ignore: u64) -> RecvSpec {
@@ -819,5 +1029,136 @@ mod tests {
                 prop_assert_eq!(m.unexpected_len(), model.unexpected.len());
             }
         }
+    }
+
+    /// Operations of the scaled model: arrivals from unknown senders and
+    /// their resolution too, with enough entries on few peers and tags that
+    /// chains grow long, the bucket table grows, and both searches of each
+    /// kind are taken.
+    #[derive(Debug, Clone)]
+    enum BigOp {
+        Post(RecvSpec),
+        Arrive(PeerAddr, u64),
+        /// From sender `from` (0..4), not yet known.
+        ArriveUnknown(u64, u64),
+        /// Senders whose bit is set become known as `PeerAddr(from)`.
+        Resolve(u8),
+        DrainPosted,
+    }
+
+    fn big_tag() -> impl Strategy<Value = u64> {
+        prop_oneof![4 => 0u64..24, 1 => any::<u64>()]
+    }
+
+    fn big_op() -> impl Strategy<Value = BigOp> {
+        let src = prop_oneof![peer(), Just(ANY)];
+        let ignore = prop_oneof![8 => Just(0u64), 1 => proptest::sample::select(&IGNORES[..])];
+        prop_oneof![
+            8 => (src, big_tag(), ignore).prop_map(|(src, tag, ignore)| BigOp::Post(RecvSpec { src, tag, ignore })),
+            8 => (peer(), big_tag()).prop_map(|(s, t)| BigOp::Arrive(s, t)),
+            3 => (0u64..4, big_tag()).prop_map(|(f, t)| BigOp::ArriveUnknown(f, t)),
+            1 => any::<u8>().prop_map(BigOp::Resolve),
+            1 => Just(BigOp::DrainPosted),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(200))]
+        #[test]
+        fn matches_naive_model_at_scale(ops in proptest::collection::vec(big_op(), 200..900)) {
+            let mut m = Matcher::<u32, u32>::new();
+            let mut model = Model::default();
+            let mut from_of = std::collections::HashMap::new();
+            for (id, op) in (0u32..).zip(ops) {
+                match op {
+                    BigOp::Post(s) => {
+                        let got = m.post(s, id).map(parts);
+                        let want = match model.unexpected.iter().position(|u| s.matches(u.0, u.1)) {
+                            Some(i) => {
+                                let (src, tag, msg) = model.unexpected.remove(i);
+                                Some((id, s, src, tag, msg))
+                            }
+                            None => {
+                                model.posted.push((s, id));
+                                None
+                            }
+                        };
+                        prop_assert_eq!(got, want);
+                    }
+                    BigOp::Arrive(src, tag) => {
+                        let got = m.take_posted(src, tag);
+                        let want = model.posted.iter().position(|p| p.0.matches(src, tag)).map(|i| model.posted.remove(i));
+                        prop_assert_eq!(got, want);
+                        if got.is_none() {
+                            m.push_unexpected(src, tag, id);
+                            model.unexpected.push((src, tag, id));
+                        }
+                    }
+                    BigOp::ArriveUnknown(from, tag) => {
+                        let got = m.take_posted(ANY, tag);
+                        let want = model.posted.iter().position(|p| p.0.matches(ANY, tag)).map(|i| model.posted.remove(i));
+                        prop_assert_eq!(got, want);
+                        if got.is_none() {
+                            from_of.insert(id, from);
+                            m.push_unexpected(ANY, tag, id);
+                            model.unexpected.push((ANY, tag, id));
+                        }
+                    }
+                    BigOp::Resolve(known) => {
+                        let now = |id: &u32| match from_of.get(id) {
+                            Some(&f) if known & (1 << f) != 0 => PeerAddr(f),
+                            _ => ANY,
+                        };
+                        m.resolve_unknown(now);
+                        for u in model.unexpected.iter_mut().filter(|u| u.0 == ANY) {
+                            u.0 = now(&u.2);
+                        }
+                    }
+                    BigOp::DrainPosted => prop_assert_eq!(m.drain_posted(), std::mem::take(&mut model.posted)),
+                }
+                prop_assert_eq!(m.posted_len(), model.posted.len());
+                prop_assert_eq!(m.unexpected_len(), model.unexpected.len());
+            }
+            // Everything left still matches as the model says, then the queues empty.
+            while let Some((src, tag, msg)) = model.unexpected.first().copied() {
+                let got = m.post(RecvSpec { src, tag, ignore: 0 }, u32::MAX).map(|x| x.msg);
+                prop_assert_eq!(got, Some(msg));
+                model.unexpected.remove(0);
+            }
+            prop_assert_eq!(m.unexpected_len(), 0);
+        }
+    }
+
+    /// Entries looked at by the searches `f` makes.
+    fn visits(f: impl FnOnce()) -> u64 {
+        VISITED.with(|v| v.set(0));
+        f();
+        VISITED.with(|v| v.get())
+    }
+
+    #[test]
+    fn searches_do_not_walk_a_million_unrelated_entries() {
+        const N: u64 = 1_000_000;
+        let mut m = Matcher::<u64, u64>::new();
+        for i in 0..N {
+            // Unexpected messages from four peers and from unknown senders.
+            let src = if i % 5 == 4 { ANY } else { PeerAddr(i % 4) };
+            m.push_unexpected(src, 1 << 32 | i, i);
+        }
+        for i in 0..N {
+            assert!(m.post(spec(PeerAddr(i % 4), 1 << 40 | i, 0), i).is_none());
+        }
+        m.push_unexpected(P1, 7, N);
+        let hit = visits(|| assert_eq!(m.post(spec(ANY, 7, 0), 0).map(|x| x.msg), Some(N)));
+        assert!(hit <= 4, "an any-source post looked at {hit} entries");
+        let hit = visits(|| assert_eq!(m.post(spec(P1, 1 << 32 | 5, 0), 0).map(|x| x.msg), Some(5)));
+        assert!(hit <= 4, "a directed post looked at {hit} entries");
+        let miss = visits(|| assert!(m.post(spec(P2, 99, 0), 1).is_none()));
+        assert!(miss <= 4, "a post that matches nothing looked at {miss} entries");
+        assert_eq!(m.cancel_posted(|&r| r == 1).map(|x| x.1), Some(1));
+        let hit = visits(|| assert_eq!(m.take_posted(P2, 1 << 40 | 6).map(|x| x.1), Some(6)));
+        assert!(hit <= 4, "an arrival looked at {hit} entries");
+        let miss = visits(|| assert_eq!(m.take_posted(P3, 12345), None));
+        assert!(miss <= 4, "an arrival that matches nothing looked at {miss} entries");
     }
 }

@@ -3,14 +3,16 @@
 //! Lists the providers compiled in (in order of preference, whether each can
 //! run here and why), the one `xfer::open_default()` picks and why not each
 //! other one (`xfer::open_report`), the name of an
-//! endpoint opened on it, every verbs device with its limits, ports and GIDs
-//! (or why there are none), and every `XFER_*` setting with its effective
-//! value and default.
+//! endpoint opened on it, every network interface with its state, kind and
+//! addresses and whether the TCP provider listens on it (and why not), every
+//! verbs device with its limits, ports and GIDs (or why there are none), and
+//! every `XFER_*` setting with its effective value and default.
 //!
 //! ```text
 //! cargo run --bin xfer-info              # human-readable
 //! cargo run --bin xfer-info -- --json    # one JSON object, for scripts
 //! XFER_TCP_ADDR=127.0.0.1 xfer-info      # see the effect of a setting
+//! XFER_TCP_IFACE=eth1 xfer-info          # which interface TCP would listen on, and why
 //! ```
 //!
 //! Exit status: 0 when an endpoint could be opened, 1 when not (the report
@@ -23,10 +25,15 @@ use xfer::{CqAttr, DomainAttr, EndpointAttr, ProviderChoice, ProviderInfo, Setti
 
 const USAGE: &str = "usage: xfer-info [--json]";
 
+#[path = "xfer-info/tcp.rs"]
+mod tcp;
+
 /// Everything the report shows.
 struct Report {
     providers: Vec<ProviderInfo>,
     opened: Opened,
+    /// The network interfaces and the TCP provider's choice among them.
+    tcp: tcp::Section,
     /// The verbs devices, when the verbs provider is compiled in.
     verbs: Option<verbs::Probe>,
     rows: Vec<Row>,
@@ -73,6 +80,7 @@ fn main() -> ExitCode {
     let report = Report {
         providers: xfer::info(),
         opened: open(),
+        tcp: tcp::section(),
         verbs: verbs::probe(),
         rows: settings(),
     };
@@ -175,6 +183,7 @@ fn print_text(out: &mut impl Write, report: &Report) -> std::io::Result<()> {
     let Report {
         providers,
         opened,
+        tcp,
         verbs,
         rows,
     } = report;
@@ -208,6 +217,8 @@ fn print_text(out: &mut impl Write, report: &Report) -> std::io::Result<()> {
         Err(e) => writeln!(out, "error:                {e}")?,
     }
     writeln!(out)?;
+    tcp::print_text(out, tcp)?;
+    writeln!(out)?;
     if let Some(probe) = verbs {
         verbs::print_text(out, probe)?;
         writeln!(out)?;
@@ -236,6 +247,7 @@ fn to_json(report: &Report) -> String {
     let Report {
         providers,
         opened,
+        tcp,
         verbs,
         rows,
     } = report;
@@ -284,9 +296,10 @@ fn to_json(report: &Report) -> String {
         })
         .collect();
     let verbs = verbs.as_ref().map_or_else(|| "null".to_string(), verbs::to_json);
+    let tcp = tcp::to_json(tcp);
     format!(
         "{{\n  \"providers\": [\n    {}\n  ],\n  \"chosen\": {chosen},\n  \"why\": [{}],\n  \"endpoint\": {endpoint},\n  \
-         \"error\": {error},\n  \"verbs\": {verbs},\n  \"settings\": [\n    {}\n  ]\n}}",
+         \"error\": {error},\n  \"tcp\": {tcp},\n  \"verbs\": {verbs},\n  \"settings\": [\n    {}\n  ]\n}}",
         providers.join(",\n    "),
         why.join(", "),
         settings.join(",\n    ")
@@ -360,6 +373,9 @@ mod verbs {
     pub fn print_text(out: &mut impl Write, probe: &Probe) -> std::io::Result<()> {
         if probe.devices.is_empty() {
             let why = probe.reason.as_deref().unwrap_or("no verbs devices");
+            if !probe.loaded {
+                return writeln!(out, "verbs devices: none (no rdma-core: {why})");
+            }
             return writeln!(out, "verbs devices: none ({why})");
         }
         writeln!(out, "verbs devices:")?;
@@ -468,7 +484,11 @@ mod verbs {
             })
             .collect();
         let reason = probe.reason.as_deref().map_or_else(|| "null".to_string(), quote);
-        format!("{{\"devices\": [{}], \"reason\": {reason}}}", devices.join(", "))
+        format!(
+            "{{\"devices\": [{}], \"reason\": {reason}, \"rdma_core\": {}}}",
+            devices.join(", "),
+            probe.loaded
+        )
     }
 }
 
@@ -515,6 +535,7 @@ mod tests {
         let mut v1 = [0u8; 16];
         v1[..2].copy_from_slice(&[0xfe, 0x80]);
         Probe {
+            loaded: true,
             devices: vec![DeviceInfo {
                 name: "rxe0".into(),
                 attr: DeviceAttr {
@@ -583,10 +604,25 @@ mod tests {
         }
 
         let mut out = Vec::new();
-        super::verbs::print_text(&mut out, &Probe::default()).unwrap();
+        let no_devices = Probe {
+            loaded: true,
+            ..Probe::default()
+        };
+        super::verbs::print_text(&mut out, &no_devices).unwrap();
         assert_eq!(
             String::from_utf8(out).unwrap(),
             "verbs devices: none (no verbs devices)\n"
+        );
+
+        let mut out = Vec::new();
+        let no_rdma_core = Probe {
+            reason: Some("libibverbs.so.1: cannot open shared object file".into()),
+            ..Probe::default()
+        };
+        super::verbs::print_text(&mut out, &no_rdma_core).unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "verbs devices: none (no rdma-core: libibverbs.so.1: cannot open shared object file)\n"
         );
     }
 
@@ -600,7 +636,7 @@ mod tests {
             r#""max_msg_sz": 2147483648, "#,
             r#"{"index": 0, "gid": "fe80:0000:0000:0000:0000:0000:0000:0000", "type": "IB/RoCE v1", "ipv4": null}"#,
             r#"{"index": 1, "gid": "0000:0000:0000:0000:0000:ffff:0a00:020f", "type": "RoCE v2", "ipv4": "10.0.2.15"}"#,
-            r#"]}]}], "reason": "mlx5_0: cannot open"}"#,
+            r#"]}]}], "reason": "mlx5_0: cannot open", "rdma_core": true}"#,
         ] {
             assert!(json.contains(want), "no {want:?} in:\n{json}");
         }
@@ -611,7 +647,7 @@ mod tests {
         assert_eq!(depth, Some(0), "unbalanced: {json}");
         assert_eq!(
             super::verbs::to_json(&Probe::default()),
-            r#"{"devices": [], "reason": null}"#
+            r#"{"devices": [], "reason": null, "rdma_core": false}"#
         );
     }
 }

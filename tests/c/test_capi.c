@@ -20,6 +20,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -549,8 +550,19 @@ static void test_bad_arguments(void)
     CHECK_RC(xfer_ep_open(n.domain, n.cq, n.av, NULL, NULL), XFER_EINVAL);
     attr.tcp_addr = "127.0.0.1";
     xfer_ep_attr_t wrong = attr;
-    wrong.size = sizeof wrong - 8;
+    wrong.size = sizeof wrong - 4;
     CHECK_RC(xfer_ep_open(n.domain, n.cq, n.av, &wrong, &ep), XFER_EINVAL);
+    /* The struct as it was before tcp_iface, and before progress_timeout_ms: accepted. */
+    wrong = attr;
+    wrong.size = offsetof(xfer_ep_attr_t, tcp_iface);
+    CHECK_RC(xfer_ep_open(n.domain, n.cq, n.av, &wrong, &ep), 0);
+    CHECK_RC(xfer_ep_close(ep), 0);
+    ep = NULL;
+    wrong = attr;
+    wrong.size = offsetof(xfer_ep_attr_t, progress_timeout_ms);
+    CHECK_RC(xfer_ep_open(n.domain, n.cq, n.av, &wrong, &ep), 0);
+    CHECK_RC(xfer_ep_close(ep), 0);
+    ep = NULL;
     wrong = attr;
     wrong.flags = 1;
     CHECK_RC(xfer_ep_open(n.domain, n.cq, n.av, &wrong, &ep), XFER_EBADFLAGS);
@@ -562,7 +574,26 @@ static void test_bad_arguments(void)
         CHECK_RC(xfer_ep_open(n.domain, n.cq, n.av, &wrong, &ep), XFER_EINVAL);
         wrong = attr;
         wrong.tcp_addr = "not an address";
-        CHECK(xfer_ep_open(n.domain, n.cq, n.av, &wrong, &ep) < 0);
+        CHECK_RC(xfer_ep_open(n.domain, n.cq, n.av, &wrong, &ep), XFER_EINVAL);
+        CHECK(ep == NULL);
+        /* By interface: the loopback one, named, gives a name on 127.0.0.1
+         * (family 4, address at byte 2); a list of none usable is refused. */
+        xfer_ep_attr_t by_iface = attr;
+        by_iface.tcp_addr = NULL;
+        by_iface.tcp_iface = "xfer-no-such0, lo";
+        CHECK_RC(xfer_ep_open(n.domain, n.cq, n.av, &by_iface, &ep), 0);
+        uint8_t name[XFER_NAME_MAX];
+        size_t name_len = sizeof name;
+        CHECK_RC(xfer_ep_getname(ep, name, &name_len), 0);
+        CHECK(name_len == 16 && name[1] == 4 && name[2] == 127 && name[5] == 1);
+        CHECK_RC(xfer_ep_close(ep), 0);
+        ep = NULL;
+        by_iface.tcp_iface = "xfer-no-such0";
+        CHECK_RC(xfer_ep_open(n.domain, n.cq, n.av, &by_iface, &ep), XFER_ENOENT);
+        CHECK(ep == NULL);
+        by_iface.tcp_addr = "127.0.0.1";
+        by_iface.tcp_iface = "xfer-no-such0";
+        CHECK_RC(xfer_ep_open(n.domain, n.cq, n.av, &by_iface, &ep), XFER_EINVAL);
         CHECK(ep == NULL);
     }
 

@@ -5,8 +5,8 @@
 //! registration by guessing keys around one it knows: a key near another
 //! is as unlikely to exist as any other (one in 2^64 per registration), and
 //! a key whose registration is gone does not come back for another. A peer
-//! must also name an address inside the region and the access it allows
-//! (decision 76). Endpoints reach the table through `Ctx::domain`
+//! must also name an address inside the region and the access it allows.
+//! Endpoints reach the table through `Ctx::domain`
 //! (`DomainProvider::remote_target`) when a peer's RMA request arrives;
 //! every check happens before a byte of target memory is touched.
 

@@ -6,8 +6,10 @@
 //! above it. The wire format is versioned ([`wire`], docs/PROTOCOL.md).
 #![deny(missing_docs)]
 
+pub mod addr;
 mod conn;
 mod endpoint;
+pub mod iface;
 mod keys;
 pub mod name;
 mod rx;

@@ -3,6 +3,7 @@
 
 use xfer_core::addr::{Address, PeerAddr};
 use xfer_core::provider::RecvOp;
+use xfer_core::rdm::Unexpected;
 
 /// What the bytes after the current read position of a connection are.
 #[derive(Debug, Default)]
@@ -84,52 +85,19 @@ pub enum EagerDest {
     Unexpected(Vec<u8>),
 }
 
-/// A message that arrived before a receive matched it.
+/// What a TCP endpoint needs to fetch an unexpected rendezvous message once
+/// a receive matches it: where the request came from and the sender's token.
 #[derive(Debug)]
-pub enum Unexp {
-    /// An eager message, kept whole (at most the eager limit).
-    Eager {
-        /// Sender's name.
-        from: Address,
-        /// The connection it came on (key, serial), to return its credit to.
-        conn: (usize, u64),
-        /// Immediate data.
-        data: Option<u64>,
-        /// The payload.
-        payload: Vec<u8>,
-    },
-    /// A rendezvous request: only the header is kept, so unexpected large
-    /// messages cost no payload memory.
-    Rts {
-        /// Sender's name.
-        from: Address,
-        /// The connection it came on, and its serial.
-        conn: (usize, u64),
-        /// The sender's token to echo in the clear-to-send.
-        token: u64,
-        /// Message length.
-        len: u64,
-        /// Immediate data.
-        data: Option<u64>,
-    },
+pub struct RtsTicket {
+    /// The connection it came on (key, serial).
+    pub conn: (usize, u64),
+    /// The sender's token to echo in the clear-to-send.
+    pub token: u64,
 }
 
-impl Unexp {
-    /// The sender's name.
-    pub fn from(&self) -> &Address {
-        match self {
-            Unexp::Eager { from, .. } | Unexp::Rts { from, .. } => from,
-        }
-    }
-
-    /// Length and immediate data, for a peek.
-    pub fn describe(&self) -> (usize, Option<u64>) {
-        match self {
-            Unexp::Eager { data, payload, .. } => (payload.len(), *data),
-            Unexp::Rts { len, data, .. } => (usize::try_from(*len).unwrap_or(usize::MAX), *data),
-        }
-    }
-}
+/// A message that arrived before a receive matched it (core's entry, with
+/// the TCP rendezvous ticket).
+pub type Unexp = Unexpected<RtsTicket>;
 
 /// A matched rendezvous receive waiting for its data.
 #[derive(Debug)]

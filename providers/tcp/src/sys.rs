@@ -10,6 +10,8 @@ use xfer_core::attr::TcpAttr;
 use xfer_core::error::{Error, Result};
 use xfer_core::sys::{cvt, errno};
 
+use crate::iface::{IfAddr, Interface};
+
 /// Unanswered keepalive probes before a connection is dead, when no user
 /// timeout is set (with one, `TCP_USER_TIMEOUT` decides).
 const KEEPALIVE_PROBES: i32 = 3;
@@ -365,29 +367,82 @@ impl AsRawFd for Socket {
     }
 }
 
-/// The first IPv4 address of an interface that is up and not loopback.
-pub fn first_external_ipv4() -> Option<IpAddr> {
+/// The host's interfaces with their IPv4 and IPv6 addresses, in the
+/// kernel's order (by index), from `getifaddrs`; an interface without an
+/// address is listed too.
+pub fn interfaces() -> Result<Vec<Interface>> {
     let mut ifap: *mut libc::ifaddrs = std::ptr::null_mut();
     // SAFETY: `ifap` receives a list that we free below.
-    cvt(unsafe { libc::getifaddrs(&mut ifap) }).ok()?;
-    let mut found = None;
+    cvt(unsafe { libc::getifaddrs(&mut ifap) })?;
+    let mut out: Vec<Interface> = Vec::new();
     let mut cur = ifap;
     while !cur.is_null() {
         // SAFETY: `cur` is a node of the list getifaddrs returned.
         let ifa = unsafe { &*cur };
         cur = ifa.ifa_next;
-        let up = ifa.ifa_flags & libc::IFF_UP as u32 != 0 && ifa.ifa_flags & libc::IFF_LOOPBACK as u32 == 0;
-        // SAFETY: a non-null ifa_addr points at a sockaddr whose family we check first.
-        if up && !ifa.ifa_addr.is_null() && unsafe { (*ifa.ifa_addr).sa_family } as i32 == libc::AF_INET {
-            // SAFETY: the family is AF_INET, so the address is a sockaddr_in.
-            let sin = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in) };
-            found = Some(IpAddr::V4(Ipv4Addr::from(sin.sin_addr.s_addr.to_ne_bytes())));
-            break;
+        if ifa.ifa_name.is_null() {
+            continue;
+        }
+        // SAFETY: a non-null ifa_name is a NUL-terminated string owned by the list.
+        let name = unsafe { std::ffi::CStr::from_ptr(ifa.ifa_name) };
+        let at = match out.iter().position(|i| i.name.as_bytes() == name.to_bytes()) {
+            Some(at) => at,
+            None => {
+                let flags = ifa.ifa_flags;
+                out.push(Interface {
+                    name: name.to_string_lossy().into_owned(),
+                    // SAFETY: `name` is a NUL-terminated interface name.
+                    index: unsafe { libc::if_nametoindex(name.as_ptr()) },
+                    up: flags & libc::IFF_UP as u32 != 0,
+                    running: flags & libc::IFF_RUNNING as u32 != 0,
+                    loopback: flags & libc::IFF_LOOPBACK as u32 != 0,
+                    addrs: Vec::new(),
+                });
+                out.len() - 1
+            }
+        };
+        // SAFETY: the address and netmask are null or sockaddrs of the node.
+        if let Some(ip) = unsafe { ip_of(ifa.ifa_addr) } {
+            // SAFETY: as above.
+            let mask = unsafe { ip_of(ifa.ifa_netmask) };
+            let prefix = match mask {
+                Some(IpAddr::V4(m)) => m.to_bits().count_ones(),
+                Some(IpAddr::V6(m)) => m.to_bits().count_ones(),
+                None => 0,
+            };
+            out[at].addrs.push(IfAddr {
+                ip,
+                prefix: prefix as u8,
+            });
         }
     }
     // SAFETY: frees the list getifaddrs allocated, once.
     unsafe { libc::freeifaddrs(ifap) };
-    found
+    Ok(out)
+}
+
+/// The IP address a `getifaddrs` sockaddr holds, when it is IPv4 or IPv6.
+///
+/// # Safety
+/// `sa` must be null or point at a sockaddr whose length its family implies.
+unsafe fn ip_of(sa: *const libc::sockaddr) -> Option<IpAddr> {
+    if sa.is_null() {
+        return None;
+    }
+    // SAFETY: non-null, so a sockaddr by contract; the family comes first.
+    match unsafe { (*sa).sa_family } as i32 {
+        libc::AF_INET => {
+            // SAFETY: the family is AF_INET, so the address is a sockaddr_in.
+            let sin = unsafe { &*(sa as *const libc::sockaddr_in) };
+            Some(IpAddr::V4(Ipv4Addr::from(sin.sin_addr.s_addr.to_ne_bytes())))
+        }
+        libc::AF_INET6 => {
+            // SAFETY: the family is AF_INET6, so the address is a sockaddr_in6.
+            let sin6 = unsafe { &*(sa as *const libc::sockaddr_in6) };
+            Some(IpAddr::V6(Ipv6Addr::from(sin6.sin6_addr.s6_addr)))
+        }
+        _ => None,
+    }
 }
 
 /// Eight random bytes from the kernel's generator, for what must not be
@@ -464,6 +519,19 @@ mod tests {
             ..attr
         });
         assert_eq!(both, (128 << 10, 128 << 10));
+    }
+
+    #[test]
+    fn interfaces_list_loopback_with_its_addresses() {
+        let all = interfaces().unwrap();
+        let lo = all.iter().find(|i| i.loopback).expect("a loopback interface");
+        assert!(lo.up && lo.running && lo.index > 0, "{lo:?}");
+        let v4 = lo.addrs.iter().find(|a| a.ip == IpAddr::V4(Ipv4Addr::LOCALHOST));
+        assert_eq!(v4.map(|a| a.prefix), Some(8), "{lo:?}");
+        let mut names: Vec<&str> = all.iter().map(|i| i.name.as_str()).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), all.len(), "one entry per interface: {names:?}");
     }
 
     #[test]

@@ -6,10 +6,12 @@ use std::fmt;
 use std::os::fd::RawFd;
 use std::sync::Arc;
 
+use crate::rdma_core::{
+    ibv_ack_cq_events, ibv_create_comp_channel, ibv_create_cq, ibv_destroy_comp_channel, ibv_destroy_cq,
+    ibv_get_cq_event, ibv_wc_status_str,
+};
 use rdma_sys::{
-    ibv_ack_cq_events, ibv_comp_channel, ibv_cq, ibv_create_comp_channel, ibv_create_cq, ibv_destroy_comp_channel,
-    ibv_destroy_cq, ibv_get_cq_event, ibv_poll_cq, ibv_req_notify_cq, ibv_wc, ibv_wc_flags, ibv_wc_opcode,
-    ibv_wc_status, ibv_wc_status_str,
+    ibv_comp_channel, ibv_cq, ibv_poll_cq, ibv_req_notify_cq, ibv_wc, ibv_wc_flags, ibv_wc_opcode, ibv_wc_status,
 };
 use xfer_core::{Error, Result};
 

@@ -7,10 +7,11 @@ use std::fmt;
 use std::net::Ipv4Addr;
 use std::sync::Arc;
 
-use rdma_sys::{
-    ___ibv_query_port, ibv_close_device, ibv_context, ibv_device_attr, ibv_free_device_list, ibv_get_device_list,
-    ibv_get_device_name, ibv_gid, ibv_open_device, ibv_port_attr, ibv_port_state, ibv_query_device, ibv_query_gid,
+use crate::rdma_core::{
+    ibv_close_device, ibv_free_device_list, ibv_get_device_list, ibv_get_device_name, ibv_open_device,
+    ibv_query_device, ibv_query_gid, ibv_query_port,
 };
+use rdma_sys::{ibv_context, ibv_device_attr, ibv_gid, ibv_port_attr, ibv_port_state};
 use xfer_core::{Error, Result};
 
 use crate::cq::Cq;
@@ -27,6 +28,7 @@ const LINK_LAYER_INFINIBAND: u8 = 1;
 /// readable (on a machine without RDMA support `ibv_get_device_list` fails with
 /// ENOSYS).
 pub fn device_names() -> std::result::Result<Vec<String>, String> {
+    crate::rdma_core::load()?;
     let mut n: libc::c_int = 0;
     // SAFETY: n is a valid out-pointer; the list is freed below.
     let list = unsafe { ibv_get_device_list(&mut n) };
@@ -72,6 +74,7 @@ impl fmt::Debug for Context {
 impl Context {
     /// Opens the device called `name`.
     pub fn open(name: &str) -> Result<Arc<Context>> {
+        crate::rdma_core::load().map_err(Error::NoProvider)?;
         let mut n: libc::c_int = 0;
         // SAFETY: n is a valid out-pointer; the list is freed before returning.
         let list = unsafe { ibv_get_device_list(&mut n) };
@@ -151,7 +154,7 @@ impl Context {
         let mut a: ibv_port_attr = unsafe { std::mem::zeroed() };
         // SAFETY: ctx is open; a is a valid out-pointer. (`ibv_query_port` is a
         // macro in verbs.h; rdma-sys exposes the inline function under this name.)
-        check(unsafe { ___ibv_query_port(self.ctx, port, &mut a) })?;
+        check(unsafe { ibv_query_port(self.ctx, port, &mut a) })?;
         Ok(PortAttr {
             port,
             active: a.state == ibv_port_state::IBV_PORT_ACTIVE,
@@ -333,7 +336,8 @@ pub struct DeviceInfo {
     pub name: String,
     /// Device limits.
     pub attr: DeviceAttr,
-    /// Largest inline payload of an RC QP (queried from a probe QP).
+    /// Largest inline payload of an RC QP (queried from a probe QP; 0 from
+    /// [`probe_ports`], which skips it).
     pub max_inline: u32,
     /// Every port.
     pub ports: Vec<PortInfo>,
@@ -349,31 +353,56 @@ impl DeviceInfo {
 /// The devices found, or why there are none.
 #[derive(Debug, Clone, Default)]
 pub struct Probe {
+    /// rdma-core could be loaded ([`crate::rdma_core::load`]); when false,
+    /// `reason` is why not and there are no devices.
+    pub loaded: bool,
     /// Devices that could be opened and queried.
     pub devices: Vec<DeviceInfo>,
     /// Why the list is empty or shorter than the device list (one line per problem).
     pub reason: Option<String>,
 }
 
-/// Lists and queries every verbs device. Never fails: on a machine without RDMA
-/// the list is empty and `reason` says why.
+/// Lists and queries every verbs device, with the inline size of each (which
+/// takes probe QPs). Never fails: without rdma-core or devices the list is
+/// empty and `reason` says why.
 pub fn probe() -> Probe {
+    probe_devices(None, true)
+}
+
+/// [`probe`] of the device `only` (every device when `None`), with ports and
+/// GIDs but without the inline probe: what [`crate::select`] needs to choose.
+pub fn probe_ports(only: Option<&str>) -> Probe {
+    probe_devices(only, false)
+}
+
+fn probe_devices(only: Option<&str>, inline: bool) -> Probe {
+    if let Err(reason) = crate::rdma_core::load() {
+        return Probe {
+            loaded: false,
+            devices: Vec::new(),
+            reason: Some(reason),
+        };
+    }
     let names = match device_names() {
         Ok(n) => n,
         Err(reason) => {
             return Probe {
+                loaded: true,
                 devices: Vec::new(),
                 reason: Some(reason),
             }
         }
     };
-    let mut probe = Probe::default();
+    let mut probe = Probe {
+        loaded: true,
+        ..Probe::default()
+    };
     let mut problems = Vec::new();
     if names.is_empty() {
         problems.push("no verbs devices".to_owned());
     }
-    for name in names {
-        match device_info(&name) {
+    for name in names.into_iter().filter(|n| only.map_or(true, |o| o == n)) {
+        match device_info(&name, inline) {
             Ok(d) => probe.devices.push(d),
             Err(e) => problems.push(format!("{name}: {e}")),
         }
@@ -384,7 +413,7 @@ pub fn probe() -> Probe {
     probe
 }
 
-fn device_info(name: &str) -> Result<DeviceInfo> {
+fn device_info(name: &str, inline: bool) -> Result<DeviceInfo> {
     let ctx = Context::open(name)?;
     let attr = ctx.query_device()?;
     let mut ports = Vec::new();
@@ -393,7 +422,7 @@ fn device_info(name: &str) -> Result<DeviceInfo> {
         let gids = ctx.gids(port)?;
         ports.push(PortInfo { attr: pattr, gids });
     }
-    let max_inline = ctx.probe_max_inline()?;
+    let max_inline = if inline { ctx.probe_max_inline()? } else { 0 };
     Ok(DeviceInfo {
         name: name.to_owned(),
         attr,

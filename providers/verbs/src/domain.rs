@@ -12,11 +12,12 @@ use xfer_core::mr::{Access, MrCache, MrCacheAttr};
 use xfer_core::provider::{DomainProvider, EndpointProvider, MrKeys};
 use xfer_core::{Error, Result};
 
-use crate::device::{device_names, Context, DeviceAttr, GidEntry};
+use crate::device::{probe_ports, Context, DeviceAttr};
 use crate::endpoint::VerbsEndpoint;
 use crate::mr::{Mr, VerbsRegistrar};
 use crate::name::{VerbsName, PROVIDER_ID};
 use crate::pd::Pd;
+use crate::select::select;
 use crate::VerbsAttr;
 
 /// What a domain's endpoints share: the device, its protection domain and
@@ -56,56 +57,6 @@ impl std::fmt::Debug for VerbsDomain {
     }
 }
 
-/// Opens `attr.device`, or the first device whose port `attr.port` is active.
-fn choose_device(attr: &VerbsAttr) -> Result<Arc<Context>> {
-    let names = match &attr.device {
-        Some(d) => vec![d.clone()],
-        None => device_names().map_err(|_| Error::NoProvider("no verbs devices".into()))?,
-    };
-    let mut why = Vec::new();
-    for name in names {
-        let ctx = match Context::open(&name) {
-            Ok(c) => c,
-            Err(e) => {
-                why.push(format!("{name}: {e}"));
-                continue;
-            }
-        };
-        match ctx.query_port(attr.port) {
-            Ok(p) if p.active => return Ok(ctx),
-            Ok(_) => why.push(format!("{name}: port {} not active", attr.port)),
-            Err(e) => why.push(format!("{name}: port {}: {e}", attr.port)),
-        }
-    }
-    if why.is_empty() {
-        why.push("no verbs devices".into());
-    }
-    Err(Error::NoProvider(why.join("; ")))
-}
-
-/// The IPv4 address endpoints listen on, given the port's GIDs: configured
-/// (`XFER_VERBS_ADDR`), else that of the RoCE v2 IPv4-mapped GID, else of any
-/// IPv4-mapped GID. The facade's availability check uses the same rule.
-pub fn listen_ip(gids: &[GidEntry], attr: &VerbsAttr) -> Option<Ipv4Addr> {
-    attr.addr
-        .or_else(|| gids.iter().filter(|g| g.is_roce_v2()).find_map(GidEntry::ipv4))
-        .or_else(|| gids.iter().find_map(GidEntry::ipv4))
-}
-
-/// [`listen_ip`] for an opened device, or why there is none.
-fn choose_ip(ctx: &Context, attr: &VerbsAttr) -> Result<Ipv4Addr> {
-    if let Some(ip) = attr.addr {
-        return Ok(ip);
-    }
-    listen_ip(&ctx.gids(attr.port)?, attr).ok_or_else(|| {
-        Error::NoProvider(format!(
-            "{} port {} has no IPv4 GID; set XFER_VERBS_ADDR to its IP (IPoIB) address",
-            ctx.name(),
-            attr.port
-        ))
-    })
-}
-
 impl VerbsDomain {
     /// Opens a domain with settings from the environment (`XFER_VERBS_*`).
     pub fn open() -> Result<VerbsDomain> {
@@ -114,8 +65,10 @@ impl VerbsDomain {
 
     /// Opens a domain on the device `attr` selects.
     pub fn with_attr(attr: VerbsAttr) -> Result<VerbsDomain> {
-        let ctx = choose_device(&attr)?;
-        let ip = choose_ip(&ctx, &attr)?;
+        let sel =
+            select(&probe_ports(attr.device.as_deref()), &attr).map_err(|why| Error::NoProvider(why.to_string()))?;
+        let ctx = Context::open(&sel.device)?;
+        let ip = sel.ip;
         let dev = ctx.query_device()?;
         let pd = Pd::new(&ctx)?;
         let cache = MrCache::new(MrCacheAttr::from_env(), VerbsRegistrar::new(&pd));

@@ -5,7 +5,8 @@
 //! ([`pd`]), completion queue and channel ([`cq`]), shared receive queue with its
 //! bounce-buffer pool ([`srq`]), memory registration for the MR cache ([`mr`]),
 //! RC queue pairs with selective signaling ([`qp`]) and rdma_cm connection set-up
-//! ([`cm`]). The tunables are in [`attr`].
+//! ([`cm`]). The tunables are in [`attr`]. rdma-core itself is opened at run
+//! time ([`rdma_core`]): nothing here needs it to be installed until verbs is used.
 //!
 //! Ownership: every object holds an `Arc` of what it was created from (a QP holds
 //! its PD, CQ and SRQ; a PD holds its context), so destruction order is always
@@ -23,6 +24,8 @@ pub mod mr;
 pub mod name;
 pub mod pd;
 pub mod qp;
+pub mod rdma_core;
+mod select;
 pub mod srq;
 mod sys;
 pub mod wire;
@@ -55,11 +58,12 @@ pub mod fuzzing {
 pub use attr::VerbsAttr;
 pub use cm::{CmConnection, CmListener};
 pub use cq::{CompletionChannel, Cq, Wc};
-pub use device::{probe, Context, DeviceAttr, DeviceInfo, GidEntry, PortAttr, Probe};
-pub use domain::{listen_ip, VerbsDomain};
+pub use device::{probe, probe_ports, Context, DeviceAttr, DeviceInfo, GidEntry, PortAttr, Probe};
+pub use domain::VerbsDomain;
 pub use endpoint::VerbsEndpoint;
 pub use mr::{Mr, VerbsRegistrar};
 pub use name::{VerbsName, PROVIDER_ID};
 pub use pd::Pd;
 pub use qp::{QpConfig, RcQp, RemoteBuf};
+pub use select::{listen_ip, select, Lack, Selection, Unavailable};
 pub use srq::{Srq, SrqConfig};

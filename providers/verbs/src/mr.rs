@@ -4,7 +4,8 @@
 use std::fmt;
 use std::sync::Arc;
 
-use rdma_sys::{ibv_access_flags, ibv_dereg_mr, ibv_mr, ibv_reg_mr};
+use crate::rdma_core::{ibv_dereg_mr, ibv_reg_mr};
+use rdma_sys::{ibv_access_flags, ibv_mr};
 use xfer_core::mr::{Access, Registrar};
 use xfer_core::{Error, Result};
 

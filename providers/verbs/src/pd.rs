@@ -2,7 +2,8 @@
 
 use std::sync::Arc;
 
-use rdma_sys::{ibv_alloc_pd, ibv_dealloc_pd, ibv_pd};
+use crate::rdma_core::{ibv_alloc_pd, ibv_dealloc_pd};
+use rdma_sys::ibv_pd;
 use xfer_core::Result;
 
 use crate::device::Context;

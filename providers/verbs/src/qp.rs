@@ -21,9 +21,10 @@
 
 use std::sync::Arc;
 
+use crate::rdma_core::{ibv_create_qp, ibv_destroy_qp, ibv_modify_qp, ibv_query_qp};
 use rdma_sys::{
-    ibv_create_qp, ibv_destroy_qp, ibv_modify_qp, ibv_post_send, ibv_qp, ibv_qp_attr, ibv_qp_attr_mask,
-    ibv_qp_init_attr, ibv_qp_state, ibv_qp_type, ibv_query_qp, ibv_send_flags, ibv_send_wr, ibv_sge, ibv_wr_opcode,
+    ibv_post_send, ibv_qp, ibv_qp_attr, ibv_qp_attr_mask, ibv_qp_init_attr, ibv_qp_state, ibv_qp_type, ibv_send_flags,
+    ibv_send_wr, ibv_sge, ibv_wr_opcode,
 };
 use xfer_core::{Error, Result};
 

@@ -11,7 +11,8 @@
 use std::alloc::{alloc_zeroed, dealloc, Layout};
 use std::sync::Arc;
 
-use rdma_sys::{ibv_create_srq, ibv_destroy_srq, ibv_post_srq_recv, ibv_recv_wr, ibv_sge, ibv_srq, ibv_srq_init_attr};
+use crate::rdma_core::{ibv_create_srq, ibv_destroy_srq};
+use rdma_sys::{ibv_post_srq_recv, ibv_recv_wr, ibv_sge, ibv_srq, ibv_srq_init_attr};
 use xfer_core::mr::Access;
 use xfer_core::{Error, Result};
 

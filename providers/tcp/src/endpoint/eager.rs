@@ -30,12 +30,7 @@ impl TcpEndpoint {
         let src = conn.src_hint;
         let olen = len as usize;
         let t = tag.unwrap_or(0);
-        let matcher = if tag.is_some() {
-            &mut self.tagged
-        } else {
-            &mut self.untagged
-        };
-        let dest = match matcher.take_posted(src, t) {
+        let dest = match self.recvs.take_posted(tag.is_some(), src, t) {
             // The common small message: its payload is staged whole, so it
             // is copied and completed right here.
             Some((_, mut op)) if conn.staged().len() >= olen => {

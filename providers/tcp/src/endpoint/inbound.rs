@@ -466,17 +466,17 @@ impl TcpEndpoint {
             Frame::Rts { tag, data, len, token } => {
                 let src = self.src_of(cx, conn.0, &peer);
                 let t = tag.unwrap_or(0);
-                match self.matcher(tag.is_some()).take_posted(src, t) {
+                match self.recvs.take_posted(tag.is_some(), src, t) {
                     Some((_, op)) => self.start_rndv(cx, op, conn, token, len, t, data, src),
-                    None => self.matcher(tag.is_some()).push_unexpected(
+                    None => self.recvs.arrive(
+                        tag.is_some(),
                         src,
                         t,
-                        Unexp::Rts {
+                        Unexpected::Rts {
                             from: peer,
-                            conn,
-                            token,
                             len,
                             data,
+                            handle: RtsTicket { conn, token },
                         },
                     ),
                 }
@@ -571,18 +571,18 @@ impl TcpEndpoint {
         };
         match e.dest {
             EagerDest::Posted(op) => self.complete_posted(cx, id, op, a),
-            EagerDest::Unexpected(payload) => match self.matcher(e.tagged).take_posted(e.src, e.tag) {
+            EagerDest::Unexpected(payload) => match self.recvs.take_posted(e.tagged, e.src, e.tag) {
                 Some((_, op)) => {
                     deliver_unexpected(&mut cx.cq, op, &payload, a);
                     self.earn_credit(cx, id, None, e.olen);
                 }
                 None => {
                     let conn = (id, self.conns.get(id).map_or(0, |c| c.serial));
-                    self.unexpected_bytes += payload.len();
-                    self.matcher(e.tagged).push_unexpected(
+                    self.recvs.arrive(
+                        e.tagged,
                         e.src,
                         e.tag,
-                        Unexp::Eager {
+                        Unexpected::Eager {
                             from: e.from,
                             conn,
                             data: e.data,

@@ -11,7 +11,7 @@
 //! Every length from the wire is checked before any buffer is touched; a
 //! peer that breaks the protocol loses its connection, nothing else.
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, RawFd};
 use std::time::{Duration, Instant};
 
@@ -22,14 +22,16 @@ use xfer_core::error::{Error, Result};
 use xfer_core::mr::Access;
 use xfer_core::peek::{Claim, Peeked};
 use xfer_core::provider::{Ctx, EndpointProvider, RecvOp, Rejected, RmaKind, RmaOp, SendOp};
+use xfer_core::rdm::{Receives, Unexpected};
 use xfer_core::sink::Sink;
 use xfer_core::sys::{Epoll, EMPTY_EVENT, READABLE, WRITABLE};
-use xfer_core::tag::{Matched, Matcher, RecvSpec};
+use xfer_core::tag::{Matched, RecvSpec};
 
 use crate::conn::{Conn, Dir, Owner, Payload, State, TxFrame};
+use crate::iface;
 use crate::keys::{status_error, status_of};
 use crate::name::TcpName;
-use crate::rx::{EagerDest, EagerRx, Phase, RndvRx, Unexp, WriteRx};
+use crate::rx::{EagerDest, EagerRx, Phase, RndvRx, RtsTicket, Unexp, WriteRx};
 use crate::sys::{self, Io, Socket};
 use crate::wire::{status, Frame, CREDIT_INIT, HEADER_LEN, MAX_EAGER};
 use xfer_core::complete::{self, Arrival};
@@ -111,6 +113,9 @@ pub struct TcpEndpoint {
     admission_refused: u64,
     /// Accepted connections waiting for their Proof (`admit`).
     admitting: usize,
+    /// The zone (interface index) of a link-local IPv6 listening address,
+    /// else 0: link-local peers are dialled through it.
+    zone: u32,
     epoll: Epoll,
     events: Vec<libc::epoll_event>,
     conns: Slab<Conn>,
@@ -128,8 +133,8 @@ pub struct TcpEndpoint {
     sends: Slab<TxOp>,
     rndv: Slab<RndvRx>,
     rma: Slab<RmaTx>,
-    tagged: Matcher<RecvOp, Unexp>,
-    untagged: Matcher<RecvOp, Unexp>,
+    /// Posted and unexpected receives, tagged and untagged (core's RDM layer).
+    recvs: Receives<RtsTicket>,
     /// The connection that last had data to read (`hot`). Busy-polling
     /// reads it directly and calls `epoll_wait` only every
     /// [`hot::EPOLL_EVERY`] polls, so a ping-pong's critical path has no
@@ -158,9 +163,6 @@ pub struct TcpEndpoint {
     credit_stalls: u64,
     /// What we grant each connection's peer (`TcpAttr::eager_credit`).
     budget: credit::Budget,
-    /// Payload bytes of unexpected eager messages held (bounded by the
-    /// eager credit granted to each connection).
-    unexpected_bytes: usize,
     /// Scratch for a small frame written in one piece (`try_send_now`):
     /// room for a header and [`FLAT_SEND`] payload bytes.
     flat: Box<[u8]>,
@@ -210,21 +212,40 @@ fn op_error(cause: &Error, peer: PeerAddr) -> Error {
     }
 }
 
+/// Where an endpoint with `attr` listens (iface.rs has the rules). Without
+/// the host's interface list, an explicit address still works and the
+/// automatic choice falls back to loopback.
 fn listen_addr(attr: &EndpointAttr) -> Result<SocketAddr> {
-    let Some(text) = attr.tcp.addr.as_deref() else {
-        let ip = sys::first_external_ipv4().unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST));
-        return Ok(SocketAddr::new(ip, 0));
-    };
-    let addr = text
-        .parse::<SocketAddr>()
-        .or_else(|_| text.parse::<IpAddr>().map(|ip| SocketAddr::new(ip, 0)))
-        .map_err(|_| Error::InvalidArgument("XFER_TCP_ADDR must be IP or IP:PORT"))?;
-    if addr.ip().is_unspecified() {
-        return Err(Error::InvalidArgument(
-            "XFER_TCP_ADDR must name a concrete IP, not a wildcard",
-        ));
+    let ifaces = iface::interfaces().unwrap_or_else(|e| {
+        tracing::warn!(error = %e, "listing the network interfaces failed");
+        Vec::new()
+    });
+    let choice = iface::choose(&ifaces, &attr.tcp);
+    if !choice.missing.is_empty() {
+        tracing::debug!(missing = ?choice.missing, "XFER_TCP_IFACE names interfaces this host does not have");
     }
-    Ok(addr)
+    let listen = choice.listen?;
+    tracing::debug!(addr = %listen.addr, iface = ?listen.iface, rule = %listen.rule, "tcp listen address");
+    Ok(listen.addr)
+}
+
+/// The address to dial for a peer's name: a link-local IPv6 one (names carry
+/// no zone, zones are local to each host) through the zone this endpoint
+/// listens in, which is then on the same link; an endpoint that listens on
+/// no link-local address cannot tell which link that is.
+fn dial_addr(peer: SocketAddr, own_zone: u32) -> Result<SocketAddr> {
+    match peer {
+        SocketAddr::V6(mut a) if iface::is_link_local_v6(a.ip()) && a.scope_id() == 0 => {
+            if own_zone == 0 {
+                return Err(Error::InvalidArgument(
+                    "a link-local IPv6 peer is reachable only from an endpoint listening on a link-local address",
+                ));
+            }
+            a.set_scope_id(own_zone);
+            Ok(SocketAddr::V6(a))
+        }
+        other => Ok(other),
+    }
 }
 
 impl TcpEndpoint {
@@ -237,10 +258,12 @@ impl TcpEndpoint {
         }
         let listener = Socket::listen(&listen_addr(attr)?)?;
         let nonce = sys::random_u64();
-        let tcp_name = TcpName {
-            addr: listener.local_addr()?,
-            nonce,
+        let bound = listener.local_addr()?;
+        let zone = match bound {
+            SocketAddr::V6(a) => a.scope_id(),
+            SocketAddr::V4(_) => 0,
         };
+        let tcp_name = TcpName { addr: bound, nonce };
         let name = Address::new(&tcp_name.to_vec())?;
         let epoll = Epoll::new()?;
         epoll.add(listener.as_raw_fd(), READABLE, LISTENER)?;
@@ -254,6 +277,7 @@ impl TcpEndpoint {
             watch: stall::Watch::new(attr.progress_timeout_ms),
             admission_refused: 0,
             admitting: 0,
+            zone,
             epoll,
             events: vec![EMPTY_EVENT; 64],
             conns: Slab::new(),
@@ -265,8 +289,7 @@ impl TcpEndpoint {
             sends: Slab::new(),
             rndv: Slab::new(),
             rma: Slab::new(),
-            tagged: Matcher::new(),
-            untagged: Matcher::new(),
+            recvs: Receives::new(),
             hot: None,
             detached: false,
             hot_streak: 0,
@@ -276,7 +299,6 @@ impl TcpEndpoint {
             abandoned: FastMap::default(),
             credit_stalls: 0,
             budget: credit::Budget::new(attr.tcp.eager_credit),
-            unexpected_bytes: 0,
             flat: vec![0; HEADER_LEN + FLAT_SEND].into_boxed_slice(),
             burst: false,
             progressing: false,
@@ -313,18 +335,10 @@ impl TcpEndpoint {
         self.gen
     }
 
-    fn matcher(&mut self, tagged: bool) -> &mut Matcher<RecvOp, Unexp> {
-        if tagged {
-            &mut self.tagged
-        } else {
-            &mut self.untagged
-        }
-    }
-
     /// Gives `recv` the unexpected message it matched (or claimed).
     fn deliver(&mut self, cx: &mut Ctx<'_>, recv: RecvOp, src: PeerAddr, tag: u64, msg: Unexp) {
         match msg {
-            Unexp::Eager {
+            Unexpected::Eager {
                 data, payload, conn, ..
             } => {
                 let a = Arrival {
@@ -335,11 +349,13 @@ impl TcpEndpoint {
                     src,
                 };
                 deliver_unexpected(&mut cx.cq, recv, &payload, a);
-                self.unexpected_bytes -= payload.len();
                 self.earn_credit(cx, conn.0, Some(conn.1), payload.len());
             }
-            Unexp::Rts {
-                conn, token, len, data, ..
+            Unexpected::Rts {
+                len,
+                data,
+                handle: RtsTicket { conn, token },
+                ..
             } => self.start_rndv(cx, recv, conn, token, len, tag, data, src),
         }
     }
@@ -373,8 +389,9 @@ impl TcpEndpoint {
             return Ok(id);
         }
         let name = TcpName::decode(dest.as_bytes()).map_err(|e| Error::Protocol(e.as_str()))?;
-        let sock = Socket::connect(&name.addr)?;
-        sock.tune(&self.attr.tcp, Some(name.addr))?;
+        let addr = dial_addr(name.addr, self.zone)?;
+        let sock = Socket::connect(&addr)?;
+        sock.tune(&self.attr.tcp, Some(addr))?;
         let serial = self.next_serial();
         let mut conn = Conn::new(sock, Dir::Out, State::Connecting(Instant::now()), serial, Some(*dest));
         let me = self.name.as_bytes().to_vec();
@@ -620,12 +637,7 @@ impl TcpEndpoint {
                 self.abandoned.retain(|(p, _), _| *p != peer);
             }
             if !other && cause != Error::Canceled {
-                let gone = self
-                    .tagged
-                    .drain_posted_from(src)
-                    .into_iter()
-                    .chain(self.untagged.drain_posted_from(src));
-                for (_, op) in gone {
+                for op in self.recvs.drain_posted_from(src) {
                     complete::recv_failed(&mut cx.cq, op, op_error(&cause, src));
                 }
             }
@@ -921,20 +933,9 @@ impl EndpointProvider for TcpEndpoint {
     }
 
     fn recv(&mut self, cx: &mut Ctx<'_>, op: RecvOp) -> std::result::Result<(), Rejected<RecvOp>> {
-        let spec = if op.tagged {
-            op.spec
-        } else {
-            RecvSpec {
-                tag: 0,
-                ignore: 0,
-                ..op.spec
-            }
-        };
-        let matcher = self.matcher(op.tagged);
-        matcher.resolve_unknown(|u| cx.av.reverse(u.from()));
         if let Some(Matched {
             recv, src, tag, msg, ..
-        }) = matcher.post(spec, op)
+        }) = self.recvs.post(cx.av, op)
         {
             self.deliver(cx, recv, src, tag, msg);
         }
@@ -942,8 +943,7 @@ impl EndpointProvider for TcpEndpoint {
     }
 
     fn peek(&mut self, cx: &mut Ctx<'_>, spec: RecvSpec, claim: bool) -> Result<Option<(Peeked, Option<Claim>)>> {
-        self.tagged.resolve_unknown(|u| cx.av.reverse(u.from()));
-        Ok(self.tagged.probe(&spec, claim, Unexp::describe))
+        Ok(self.recvs.peek(cx.av, spec, claim))
     }
 
     fn recv_claimed(
@@ -952,12 +952,12 @@ impl EndpointProvider for TcpEndpoint {
         claim: Claim,
         op: RecvOp,
     ) -> std::result::Result<(), Rejected<RecvOp>> {
-        match self.tagged.take_claimed(&claim) {
-            Some(c) => {
+        match self.recvs.take_claimed(&claim) {
+            Ok(c) => {
                 self.deliver(cx, op, c.src, c.tag, c.msg);
                 Ok(())
             }
-            None => Err(Rejected::new(Error::NotFound("no such claimed message"), op)),
+            Err(e) => Err(Rejected::new(e, op)),
         }
     }
 
@@ -966,7 +966,9 @@ impl EndpointProvider for TcpEndpoint {
             ("connections", self.conns.len() as u64),
             ("coalesced", self.coalesced),
             ("credit_stalls", self.credit_stalls),
-            ("unexpected_bytes", self.unexpected_bytes as u64),
+            ("unexpected_bytes", self.recvs.held().payload as u64),
+            ("unexpected_entries", self.recvs.held().entries as u64),
+            ("unexpected_memory", self.recvs.held().bytes as u64),
             ("accept_paused", self.acceptor.paused),
             ("accept_shed", self.acceptor.shed),
             ("progress_probes", self.watch.probes),
@@ -976,7 +978,7 @@ impl EndpointProvider for TcpEndpoint {
     }
 
     fn cancel(&mut self, cx: &mut Ctx<'_>, context: u64) -> Result<()> {
-        complete::cancel(&mut cx.cq, &mut self.tagged, &mut self.untagged, context)
+        self.recvs.cancel(&mut cx.cq, context)
     }
 
     fn progress(&mut self, cx: &mut Ctx<'_>) {
@@ -1018,13 +1020,24 @@ impl EndpointProvider for TcpEndpoint {
         for r in self.rma.drain().collect::<Vec<_>>() {
             complete::rma(&mut cx.cq, self.attr.selective_completion, r.op, Err(Error::Canceled));
         }
-        for (_, op) in self
-            .tagged
-            .drain_posted()
-            .into_iter()
-            .chain(self.untagged.drain_posted())
-        {
+        for op in self.recvs.drain_posted() {
             complete::recv_failed(&mut cx.cq, op, Error::Canceled);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::dial_addr;
+
+    #[test]
+    fn link_local_peers_are_dialled_through_our_own_zone() {
+        let peer = "[fe80::2]:7".parse().unwrap();
+        assert_eq!(dial_addr(peer, 3).unwrap().to_string(), "[fe80::2%3]:7");
+        assert!(dial_addr(peer, 0).is_err(), "no zone of ours to dial it through");
+        for other in ["10.0.0.1:7", "[2001:db8::1]:7", "[fe80::2%5]:7"] {
+            let a = other.parse().unwrap();
+            assert_eq!(dial_addr(a, 3).unwrap(), a);
         }
     }
 }

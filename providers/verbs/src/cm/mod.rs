@@ -21,12 +21,15 @@ pub mod blocking;
 use std::ffi::CStr;
 use std::net::SocketAddrV4;
 
+use crate::rdma_core::{
+    ibv_get_device_name, rdma_accept, rdma_ack_cm_event, rdma_bind_addr, rdma_connect, rdma_create_event_channel,
+    rdma_create_id, rdma_destroy_event_channel, rdma_destroy_id, rdma_disconnect, rdma_establish, rdma_event_str,
+    rdma_get_cm_event, rdma_get_src_port, rdma_init_qp_attr, rdma_listen, rdma_migrate_id, rdma_reject,
+    rdma_resolve_addr, rdma_resolve_route,
+};
 use rdma_sys::{
-    ibv_access_flags, ibv_get_device_name, ibv_qp_attr, ibv_qp_attr_mask, ibv_qp_state, rdma_accept, rdma_ack_cm_event,
-    rdma_bind_addr, rdma_cm_event, rdma_cm_id, rdma_conn_param, rdma_connect, rdma_create_event_channel,
-    rdma_create_id, rdma_destroy_event_channel, rdma_destroy_id, rdma_disconnect, rdma_establish, rdma_event_channel,
-    rdma_event_str, rdma_get_cm_event, rdma_get_src_port, rdma_init_qp_attr, rdma_listen, rdma_migrate_id,
-    rdma_port_space, rdma_reject, rdma_resolve_addr, rdma_resolve_route,
+    ibv_access_flags, ibv_qp_attr, ibv_qp_attr_mask, ibv_qp_state, rdma_cm_event, rdma_cm_id, rdma_conn_param,
+    rdma_event_channel, rdma_port_space,
 };
 use xfer_core::{Error, Result};
 
@@ -109,6 +112,7 @@ pub fn event_name(kind: EventKind) -> String {
 impl EventChannel {
     /// A new channel with a non-blocking descriptor.
     pub fn new() -> Result<EventChannel> {
+        crate::rdma_core::load().map_err(Error::NoProvider)?;
         // SAFETY: no arguments; returns null on failure.
         let ch = unsafe { rdma_create_event_channel() };
         if ch.is_null() {

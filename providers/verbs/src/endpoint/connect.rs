@@ -330,7 +330,7 @@ impl VerbsEndpoint {
         p.conn = None;
         let queued = !p.queue.is_empty();
         let src = cx.av.reverse(&peer);
-        let awaited = self.tagged.has_posted_from(src) || self.untagged.has_posted_from(src);
+        let awaited = self.recvs.has_posted_from(src);
         if !queued && !awaited {
             return;
         }
@@ -394,8 +394,7 @@ impl VerbsEndpoint {
     /// at it, with `err` (the peer cannot be reached).
     pub(super) fn fail_peer(&mut self, cx: &mut Ctx<'_>, dest: Address, err: Error) {
         let src = cx.av.reverse(&dest);
-        let directed = self.tagged.drain_posted_from(src).into_iter();
-        for (_, op) in directed.chain(self.untagged.drain_posted_from(src)) {
+        for op in self.recvs.drain_posted_from(src) {
             xfer_core::complete::recv_failed(&mut cx.cq, op, err.clone());
         }
         let queued: Vec<Tx> = match self.peers.get_mut(&dest) {

@@ -176,7 +176,6 @@ impl VerbsEndpoint {
     /// The eager bytes of an unexpected message were consumed: owed to the
     /// connection it came on, if that one still lives.
     pub(super) fn consumed(&mut self, conn: (usize, u64), len: usize) {
-        self.stats.unexpected_bytes = self.stats.unexpected_bytes.saturating_sub(len as u64);
         if self
             .conns
             .get(conn.0)

@@ -95,7 +95,7 @@ impl VerbsEndpoint {
     /// Whether receives are posted for messages from `peer` only.
     fn awaits(&self, cx: &Ctx<'_>, peer: &Address) -> bool {
         let src = cx.av.reverse(peer);
-        self.tagged.has_posted_from(src) || self.untagged.has_posted_from(src)
+        self.recvs.has_posted_from(src)
     }
 
     /// Posts a probe on ready connection `k` unless a signaled request is

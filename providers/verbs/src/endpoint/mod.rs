@@ -37,8 +37,9 @@ use xfer_core::hash::FastMap;
 use xfer_core::mr::CacheRef;
 use xfer_core::peek::{Claim, Peeked};
 use xfer_core::provider::{Ctx, EndpointProvider, RecvOp, Rejected, RmaOp, SendOp};
+use xfer_core::rdm::Receives;
 use xfer_core::sys::{Epoll, EMPTY_EVENT, READABLE};
-use xfer_core::tag::{Matcher, RecvSpec};
+use xfer_core::tag::RecvSpec;
 use xfer_core::{Error, Result};
 
 use crate::cm::{CmId, EventChannel};
@@ -98,8 +99,6 @@ pub struct EndpointStats {
     pub credit_returns: u64,
     /// Connections closed because their peer sent past its credit.
     pub credit_violations: u64,
-    /// Eager payload bytes held now in unexpected messages.
-    pub unexpected_bytes: u64,
 }
 
 /// An operation waiting for its peer's connection or for room.
@@ -171,43 +170,19 @@ pub(crate) struct RndvSend {
     pub(crate) conn: usize,
 }
 
-/// A message that arrived before its receive was posted.
-pub(crate) enum Unexpected {
-    /// A whole eager message, copied out of its bounce buffer; `conn`: the
-    /// connection (key, serial) whose eager credit it holds.
-    Eager {
-        from: Address,
-        data: Option<u64>,
-        payload: Vec<u8>,
-        conn: (usize, u64),
-    },
-    /// A rendezvous announcement: nothing is read until a receive matches.
-    Rts {
-        from: Address,
-        data: Option<u64>,
-        id: u32,
-        len: u64,
-        addr: u64,
-        rkey: u32,
-        conn: usize,
-    },
+/// What a verbs endpoint needs to read an unexpected rendezvous message
+/// once a receive matches it: the sender's buffer and key, the rendezvous id
+/// to finish, and the connection the request came on.
+pub(crate) struct RtsTicket {
+    pub(crate) id: u32,
+    pub(crate) addr: u64,
+    pub(crate) rkey: u32,
+    pub(crate) conn: usize,
 }
 
-impl Unexpected {
-    fn from(&self) -> &Address {
-        match self {
-            Unexpected::Eager { from, .. } | Unexpected::Rts { from, .. } => from,
-        }
-    }
-
-    /// Length and immediate data, for a peek.
-    fn describe(&self) -> (usize, Option<u64>) {
-        match self {
-            Unexpected::Eager { data, payload, .. } => (payload.len(), *data),
-            Unexpected::Rts { len, data, .. } => (usize::try_from(*len).unwrap_or(usize::MAX), *data),
-        }
-    }
-}
+/// A message that arrived before its receive was posted (core's entry, with
+/// the verbs rendezvous ticket).
+pub(crate) type Unexpected = xfer_core::rdm::Unexpected<RtsTicket>;
 
 /// Where a connection is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -281,8 +256,8 @@ pub struct VerbsEndpoint {
     ops: Slab<Wr>,
     /// Rendezvous sends waiting for their FIN, by id.
     rndv: Slab<RndvSend>,
-    tagged: Matcher<RecvOp, Unexpected>,
-    untagged: Matcher<RecvOp, Unexpected>,
+    /// Posted and unexpected receives, tagged and untagged (core's RDM layer).
+    recvs: Receives<RtsTicket>,
     scratch: Vec<u8>,
     /// Work completions of one `ibv_poll_cq`.
     wcs: Vec<crate::cq::Wc>,
@@ -368,8 +343,7 @@ impl VerbsEndpoint {
             by_id: FastMap::default(),
             ops: Slab::new(),
             rndv: Slab::new(),
-            tagged: Matcher::new(),
-            untagged: Matcher::new(),
+            recvs: Receives::new(),
             scratch: Vec::with_capacity(slot),
             wcs: Vec::new(),
             stats: EndpointStats::default(),
@@ -407,14 +381,6 @@ impl VerbsEndpoint {
             }
         }
         s
-    }
-
-    fn matcher(&mut self, tagged: bool) -> &mut Matcher<RecvOp, Unexpected> {
-        if tagged {
-            &mut self.tagged
-        } else {
-            &mut self.untagged
-        }
     }
 
     /// The peer's name for an address-vector handle.
@@ -514,19 +480,14 @@ impl EndpointProvider for VerbsEndpoint {
     }
 
     fn recv(&mut self, cx: &mut Ctx<'_>, op: RecvOp) -> std::result::Result<(), Rejected<RecvOp>> {
-        let av = cx.av;
-        let m = self.matcher(op.tagged);
-        m.resolve_unknown(|u| av.reverse(u.from()));
-        if let Some(hit) = m.post(op.spec, op) {
+        if let Some(hit) = self.recvs.post(cx.av, op) {
             self.deliver(cx, hit.recv, hit.src, hit.tag, hit.msg);
         }
         Ok(())
     }
 
     fn peek(&mut self, cx: &mut Ctx<'_>, spec: RecvSpec, claim: bool) -> Result<Option<(Peeked, Option<Claim>)>> {
-        let av = cx.av;
-        self.tagged.resolve_unknown(|u| av.reverse(u.from()));
-        Ok(self.tagged.probe(&spec, claim, Unexpected::describe))
+        Ok(self.recvs.peek(cx.av, spec, claim))
     }
 
     fn recv_claimed(
@@ -535,17 +496,17 @@ impl EndpointProvider for VerbsEndpoint {
         claim: Claim,
         op: RecvOp,
     ) -> std::result::Result<(), Rejected<RecvOp>> {
-        match self.tagged.take_claimed(&claim) {
-            Some(c) => {
+        match self.recvs.take_claimed(&claim) {
+            Ok(c) => {
                 self.deliver(cx, op, c.src, c.tag, c.msg);
                 Ok(())
             }
-            None => Err(Rejected::new(Error::NotFound("no such claimed message"), op)),
+            Err(e) => Err(Rejected::new(e, op)),
         }
     }
 
     fn cancel(&mut self, cx: &mut Ctx<'_>, context: u64) -> Result<()> {
-        complete::cancel(&mut cx.cq, &mut self.tagged, &mut self.untagged, context)
+        self.recvs.cancel(&mut cx.cq, context)
     }
 
     fn progress(&mut self, cx: &mut Ctx<'_>) {
@@ -626,7 +587,9 @@ impl EndpointProvider for VerbsEndpoint {
             ("credit_waits", s.credit_waits),
             ("credit_returns", s.credit_returns),
             ("credit_violations", s.credit_violations),
-            ("unexpected_bytes", s.unexpected_bytes),
+            ("unexpected_bytes", self.recvs.held().payload as u64),
+            ("unexpected_entries", self.recvs.held().entries as u64),
+            ("unexpected_memory", self.recvs.held().bytes as u64),
             // The domain's registration cache (shared by its endpoints):
             // user buffers of rendezvous and RMA without a region's keys.
             ("mr_cache_hits", cache.hits),
@@ -676,12 +639,7 @@ impl VerbsEndpoint {
         for tx in queued {
             self.fail_tx(cx, tx, Error::Canceled);
         }
-        for (_, op) in self
-            .tagged
-            .drain_posted()
-            .into_iter()
-            .chain(self.untagged.drain_posted())
-        {
+        for op in self.recvs.drain_posted() {
             complete::recv_failed(&mut cx.cq, op, Error::Canceled);
         }
     }

@@ -8,7 +8,7 @@ use xfer_core::provider::{Ctx, RecvOp};
 use xfer_core::{Error, PeerAddr, RmaKind};
 
 use super::credit::eager_cost;
-use super::{State, Tx, Unexpected, VerbsEndpoint, Wr, WC_BATCH};
+use super::{RtsTicket, State, Tx, Unexpected, VerbsEndpoint, Wr, WC_BATCH};
 use crate::cq::Wc;
 use crate::qp::RcQp;
 use crate::wire::Msg;
@@ -297,20 +297,19 @@ impl VerbsEndpoint {
         match msg {
             Msg::Eager { meta, payload } => {
                 let tag = meta.tag.unwrap_or(0);
-                match self.matcher(meta.tag.is_some()).take_posted(src, tag) {
+                match self.recvs.take_posted(meta.tag.is_some(), src, tag) {
                     Some((_, recv)) => {
                         copy_in(cx, recv, payload, tag, meta.data, src);
                         self.owe(k, 0, eager_cost(payload.len()));
                     }
                     None => {
-                        self.stats.unexpected_bytes += payload.len() as u64;
                         let u = Unexpected::Eager {
                             from,
                             data: meta.data,
                             payload: payload.to_vec(),
                             conn: (k, self.conns[k].serial),
                         };
-                        self.matcher(meta.tag.is_some()).push_unexpected(src, tag, u);
+                        self.recvs.arrive(meta.tag.is_some(), src, tag, u);
                     }
                 }
             }
@@ -322,7 +321,7 @@ impl VerbsEndpoint {
                 rkey,
             } => {
                 let tag = meta.tag.unwrap_or(0);
-                match self.matcher(meta.tag.is_some()).take_posted(src, tag) {
+                match self.recvs.take_posted(meta.tag.is_some(), src, tag) {
                     Some((_, recv)) => {
                         let arrival = arrival_of(&recv, len, tag, meta.data, src);
                         self.start_read(cx, recv, arrival, id, addr, rkey, k);
@@ -331,13 +330,15 @@ impl VerbsEndpoint {
                         let u = Unexpected::Rts {
                             from,
                             data: meta.data,
-                            id,
                             len,
-                            addr,
-                            rkey,
-                            conn: k,
+                            handle: RtsTicket {
+                                id,
+                                addr,
+                                rkey,
+                                conn: k,
+                            },
                         };
-                        self.matcher(meta.tag.is_some()).push_unexpected(src, tag, u);
+                        self.recvs.arrive(meta.tag.is_some(), src, tag, u);
                     }
                 }
             }
@@ -382,11 +383,8 @@ impl VerbsEndpoint {
             }
             Unexpected::Rts {
                 data,
-                id,
                 len,
-                addr,
-                rkey,
-                conn,
+                handle: RtsTicket { id, addr, rkey, conn },
                 ..
             } => {
                 let arrival = arrival_of(&recv, len, tag, data, src);

@@ -1,0 +1,17 @@
+//! The reliable-messaging (RDM) layer every transport shares, in libfabric's
+//! util/rxm and UCX's UCP role: what the user's operations mean, whichever
+//! transport moves the bytes. It moves into core one piece at a time
+//! (docs/ARCHITECTURE.md, "Layers"); what is here is written once and used by
+//! every provider.
+//!
+//! - [`Receives`]: an endpoint's posted and unexpected receives, tagged and
+//!   untagged, their matching in post order, peek/claim and cancel, and what
+//!   the unexpected ones hold ([`Held`]).
+//! - [`Unexpected`]: a message kept for a later receive, the same on every
+//!   transport but for its rendezvous handle.
+
+pub mod receives;
+pub mod unexpected;
+
+pub use receives::Receives;
+pub use unexpected::{Held, Unexpected};

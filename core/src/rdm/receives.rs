@@ -1,0 +1,309 @@
+//! An endpoint's receives: posted and unexpected, tagged and untagged.
+//!
+//! Two matching spaces ([`Matcher`]s), as in libfabric (`fi_recv` and
+//! `fi_trecv` never match each other's messages). A transport hands each
+//! arrival to [`Receives::matcher`] (`take_posted`, else `push_unexpected`);
+//! everything the user does to receives goes through the methods here, so the
+//! rules hold on every transport alike:
+//! - an untagged receive takes any untagged message from its source, whatever
+//!   tag or ignore mask its spec carries (`fi_recv` has no tag);
+//! - a receive posted after an unexpected message from a then-unknown sender
+//!   matches it once the sender is in the address vector;
+//! - peek and claim look at tagged messages only (`fi_trecvmsg` with
+//!   `FI_PEEK`/`FI_CLAIM`);
+//! - cancel looks for the context among tagged receives first, then untagged;
+//! - what unexpected messages hold is counted as they come and go ([`Held`]).
+
+use crate::addr::{AvTable, PeerAddr};
+use crate::complete;
+use crate::error::{Error, Result};
+use crate::peek::{Claim, Peeked};
+use crate::provider::RecvOp;
+use crate::sink::Sink;
+use crate::tag::{Claimed, Matched, Matcher, RecvSpec};
+
+use super::unexpected::{Held, Unexpected};
+
+/// The posted and unexpected receives of one endpoint; `H` is the
+/// transport's handle on an unexpected rendezvous message's data.
+pub struct Receives<H> {
+    tagged: Matcher<RecvOp, Unexpected<H>>,
+    untagged: Matcher<RecvOp, Unexpected<H>>,
+    held: Held,
+    /// Per space (untagged, tagged): the address vector's
+    /// [`AvTable::inserted`] when its messages from unknown senders were
+    /// last looked up there; until it changes, none of them can resolve.
+    resolved_at: [u64; 2],
+}
+
+impl<H> Default for Receives<H> {
+    fn default() -> Self {
+        Receives {
+            tagged: Matcher::new(),
+            untagged: Matcher::new(),
+            held: Held::default(),
+            resolved_at: [0; 2],
+        }
+    }
+}
+
+impl<H> Receives<H> {
+    /// Bytes of one unexpected message's slot, besides its payload.
+    const SLOT: usize = Matcher::<RecvOp, Unexpected<H>>::unexpected_slot();
+
+    /// No receives.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    #[inline]
+    fn space(&mut self, tagged: bool) -> &mut Matcher<RecvOp, Unexpected<H>> {
+        if tagged {
+            &mut self.tagged
+        } else {
+            &mut self.untagged
+        }
+    }
+
+    /// A message from `src` with `tag` arrived: the earliest-posted receive
+    /// that accepts it, taken with its spec, if any (the transport delivers
+    /// into it). The pair is the matcher's own, handed on without a move.
+    #[inline]
+    pub fn take_posted(&mut self, tagged: bool, src: PeerAddr, tag: u64) -> Option<(RecvSpec, RecvOp)> {
+        self.space(tagged).take_posted(src, tag)
+    }
+
+    /// Gives messages of `tagged`'s space from then-unknown senders the
+    /// handles `av` now has for them, when names were inserted since the
+    /// last look: a post does not walk them while the table is unchanged.
+    #[inline]
+    fn resolve(&mut self, av: &AvTable, tagged: bool) {
+        let seen = &mut self.resolved_at[usize::from(tagged)];
+        if *seen != av.inserted() {
+            *seen = av.inserted();
+            self.space(tagged).resolve_unknown(|u| av.reverse(u.from()));
+        }
+    }
+
+    /// A message no posted receive accepted: kept for a later one.
+    pub fn arrive(&mut self, tagged: bool, src: PeerAddr, tag: u64, msg: Unexpected<H>) {
+        self.held.add(&msg, Self::SLOT);
+        self.space(tagged).push_unexpected(src, tag, msg);
+    }
+
+    /// What the unexpected messages hold now.
+    pub fn held(&self) -> Held {
+        self.held
+    }
+
+    /// Posts `op`: the earliest unexpected message it matches, taken, with
+    /// the receive (the caller delivers it); else the receive waits.
+    #[inline]
+    pub fn post(&mut self, av: &AvTable, op: RecvOp) -> Option<Matched<RecvOp, Unexpected<H>>> {
+        let spec = if op.tagged {
+            op.spec
+        } else {
+            RecvSpec {
+                tag: 0,
+                ignore: 0,
+                ..op.spec
+            }
+        };
+        self.resolve(av, op.tagged);
+        let hit = self.space(op.tagged).post(spec, op)?;
+        self.held.remove(&hit.msg, Self::SLOT);
+        Some(hit)
+    }
+
+    /// `FI_PEEK` (and `FI_CLAIM` with `claim`) among unexpected tagged
+    /// messages.
+    pub fn peek(&mut self, av: &AvTable, spec: RecvSpec, claim: bool) -> Option<(Peeked, Option<Claim>)> {
+        self.resolve(av, true);
+        self.tagged.probe(&spec, claim, Unexpected::describe)
+    }
+
+    /// The message `claim` took out of matching, or [`Error::NotFound`].
+    pub fn take_claimed(&mut self, claim: &Claim) -> Result<Claimed<Unexpected<H>>> {
+        let c = self
+            .tagged
+            .take_claimed(claim)
+            .ok_or(Error::NotFound("no such claimed message"))?;
+        self.held.remove(&c.msg, Self::SLOT);
+        Ok(c)
+    }
+
+    /// Cancels the posted receive with `context`: its completion reports
+    /// [`Error::Canceled`]. [`Error::NotFound`] when none has it.
+    pub fn cancel(&mut self, cq: &mut Sink<'_>, context: u64) -> Result<()> {
+        complete::cancel(cq, &mut self.tagged, &mut self.untagged, context)
+    }
+
+    /// Whether a receive is posted directed at `src`.
+    pub fn has_posted_from(&self, src: PeerAddr) -> bool {
+        self.tagged.has_posted_from(src) || self.untagged.has_posted_from(src)
+    }
+
+    /// Removes every receive directed at `src` (it can never match: the
+    /// peer is gone), tagged then untagged, each in post order.
+    pub fn drain_posted_from(&mut self, src: PeerAddr) -> Vec<RecvOp> {
+        let mut out: Vec<RecvOp> = self
+            .tagged
+            .drain_posted_from(src)
+            .into_iter()
+            .map(|(_, op)| op)
+            .collect();
+        out.extend(self.untagged.drain_posted_from(src).into_iter().map(|(_, op)| op));
+        out
+    }
+
+    /// Removes every posted receive (endpoint teardown), tagged then
+    /// untagged, each in post order.
+    pub fn drain_posted(&mut self) -> Vec<RecvOp> {
+        let mut out: Vec<RecvOp> = self.tagged.drain_posted().into_iter().map(|(_, op)| op).collect();
+        out.extend(self.untagged.drain_posted().into_iter().map(|(_, op)| op));
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::addr::Address;
+    use crate::completion::Completion;
+
+    fn eager<H>(from: &Address, len: usize) -> Unexpected<H> {
+        Unexpected::Eager {
+            from: *from,
+            conn: (0, 0),
+            data: None,
+            payload: vec![1; len],
+        }
+    }
+
+    fn recv(src: PeerAddr, tag: u64, ignore: u64, tagged: bool, context: u64) -> RecvOp {
+        RecvOp {
+            spec: RecvSpec { src, tag, ignore },
+            tagged,
+            buf: vec![0; 8].into(),
+            context,
+        }
+    }
+
+    #[test]
+    fn an_untagged_receive_ignores_the_tag_in_its_spec() {
+        let av = AvTable::default();
+        let name = Address::new(&[1, 2, 3]).unwrap();
+        let mut rx: Receives<()> = Receives::new();
+        rx.arrive(false, PeerAddr::UNSPEC, 0, eager(&name, 3));
+        let hit = rx.post(&av, recv(PeerAddr::UNSPEC, 5, 0, false, 1));
+        assert!(
+            hit.is_some(),
+            "an untagged receive with tag 5 takes an untagged message"
+        );
+
+        // Posted first, then the message arrives: the transport looks for
+        // tag 0, which the receive's spec now carries.
+        assert!(rx.post(&av, recv(PeerAddr::UNSPEC, 5, 0, false, 2)).is_none());
+        assert!(rx.take_posted(false, PeerAddr::UNSPEC, 0).is_some());
+
+        // A tagged receive still compares tags, and never sees untagged messages.
+        rx.arrive(false, PeerAddr::UNSPEC, 0, eager(&name, 3));
+        assert!(rx.post(&av, recv(PeerAddr::UNSPEC, 0, 0, true, 3)).is_none());
+        assert!(rx.take_posted(true, PeerAddr::UNSPEC, 5).is_none());
+    }
+
+    #[test]
+    fn cancel_and_drain_cover_both_spaces() {
+        let av = AvTable::default();
+        let peer = PeerAddr(4);
+        let mut rx: Receives<()> = Receives::new();
+        assert!(rx.post(&av, recv(peer, 1, 0, true, 10)).is_none());
+        assert!(rx.post(&av, recv(peer, 0, 0, false, 11)).is_none());
+        assert!(rx.post(&av, recv(PeerAddr::UNSPEC, 0, 0, false, 12)).is_none());
+        assert!(rx.has_posted_from(peer));
+
+        let mut ring = std::collections::VecDeque::new();
+        let mut out: [Completion; 0] = [];
+        let mut filled = 0;
+        {
+            let mut cq = Sink::new(&mut out, &mut filled, &mut ring);
+            assert_eq!(
+                rx.cancel(&mut cq, 99),
+                Err(Error::NotFound("no posted receive with that context"))
+            );
+            rx.cancel(&mut cq, 11).expect("the untagged receive is found");
+        }
+        assert_eq!(ring.len(), 1);
+        assert_eq!(ring[0].context, 11);
+        assert_eq!(ring[0].result, Err(Error::Canceled));
+
+        let gone: Vec<u64> = rx.drain_posted_from(peer).iter().map(|op| op.context).collect();
+        assert_eq!(gone, [10]);
+        assert!(!rx.has_posted_from(peer));
+        let rest: Vec<u64> = rx.drain_posted().iter().map(|op| op.context).collect();
+        assert_eq!(rest, [12]);
+    }
+
+    #[test]
+    fn what_unexpected_messages_hold_is_counted_in_and_out() {
+        let av = AvTable::default();
+        let name = Address::new(&[9]).unwrap();
+        let mut rx: Receives<u64> = Receives::new();
+        assert_eq!(rx.held(), Held::default());
+        rx.arrive(true, PeerAddr::UNSPEC, 1, eager(&name, 100));
+        rx.arrive(
+            true,
+            PeerAddr::UNSPEC,
+            2,
+            Unexpected::Rts {
+                from: name,
+                len: 1 << 20,
+                data: None,
+                handle: 7,
+            },
+        );
+        let h = rx.held();
+        assert_eq!((h.entries, h.payload), (2, 100));
+        let slot = Matcher::<RecvOp, Unexpected<u64>>::unexpected_slot();
+        assert!(h.bytes >= 2 * slot + 100, "{h:?}: entries cost their slots");
+
+        // Claimed, it is still held until received.
+        let spec = RecvSpec {
+            src: PeerAddr::UNSPEC,
+            tag: 2,
+            ignore: 0,
+        };
+        let (_, claim) = rx.peek(&av, spec, true).expect("the request is there");
+        assert_eq!(rx.held().entries, 2);
+        rx.take_claimed(&claim.expect("claimed")).expect("held");
+        assert_eq!(rx.held().entries, 1);
+
+        let hit = rx
+            .post(&av, recv(PeerAddr::UNSPEC, 1, 0, true, 1))
+            .expect("the eager message");
+        assert_eq!(hit.msg.payload_len(), 100);
+        assert_eq!(rx.held(), Held::default(), "everything received: nothing held");
+    }
+
+    #[test]
+    fn a_sender_inserted_after_its_messages_is_matched_by_a_directed_receive() {
+        let mut av = AvTable::default();
+        let early = Address::new(&[1]).unwrap();
+        let late = Address::new(&[2]).unwrap();
+        let pe = av.insert(early);
+        let mut rx: Receives<()> = Receives::new();
+        rx.arrive(true, PeerAddr::UNSPEC, 3, eager(&late, 1));
+        // The table has not changed since: still unknown, so a receive
+        // directed at the early peer does not take it.
+        assert!(rx.post(&av, recv(pe, 3, 0, true, 1)).is_none());
+        let pl = av.insert(late);
+        let hit = rx
+            .post(&av, recv(pl, 3, 0, true, 2))
+            .expect("resolved once the sender is in the table");
+        assert_eq!(hit.src, pl);
+        // A repeated insert changes nothing.
+        let before = av.inserted();
+        assert_eq!(av.insert(late), pl);
+        assert_eq!(av.inserted(), before);
+    }
+}
