@@ -860,7 +860,10 @@ mod tests {
         let r = unsafe { attr_to_rust(&mid) }.unwrap();
         assert_eq!(r.tcp.iface, ["ib0", "eth1"]);
         let env = EndpointAttr::from_env();
-        assert_eq!((r.progress_timeout_ms, r.job_key), (env.progress_timeout_ms, env.job_key));
+        assert_eq!(
+            (r.progress_timeout_ms, r.job_key),
+            (env.progress_timeout_ms, env.job_key)
+        );
         let whole = xfer_ep_attr_t {
             progress_timeout_ms: 777,
             job_key: c"key".as_ptr(),
