@@ -475,6 +475,19 @@ typedef struct xfer_ep_attr_t {
      * smaller `size`: still accepted, as NULL here.
      */
     const char *tcp_iface;
+    /**
+     * Milliseconds a peer may make no progress while operations wait for it
+     * (a stopped or hung process) before they fail with `XFER_ETIMEDOUT`; 0
+     * for never, the default (`XFER_PROGRESS_TIMEOUT_MS`; TCP).
+     */
+    uint64_t progress_timeout_ms;
+    /**
+     * Admission (TCP): a NUL-terminated job key, read during `xfer_ep_open`
+     * only; connecting peers must prove they hold it (an HMAC over a
+     * challenge; the key is never sent) or are refused. NULL or `""`:
+     * `XFER_JOB_KEY`, else no admission check.
+     */
+    const char *job_key;
 } xfer_ep_attr_t;
 
 /**
@@ -829,7 +842,8 @@ int xfer_domain_provider(struct xfer_domain_t *domain, const char **name);
 
 /**
  * Fills `*attr` with the effective defaults: built-in values overridden by
- * the `XFER_*` environment variables; `tcp_addr` and `tcp_iface` are NULL.
+ * the `XFER_*` environment variables; `tcp_addr`, `tcp_iface` and `job_key`
+ * are NULL.
  *
  * Returns 0, or `XFER_EINVAL` when `attr` is NULL. Thread-safe.
  *

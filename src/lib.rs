@@ -74,10 +74,14 @@
 #![deny(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+/// Rate-limited `tracing` warnings and errors (`xfer_core::log`), for the
+/// crates built on the facade (the C ABI).
+#[doc(hidden)]
+pub use xfer_core::{error_limited, warn_limited};
 pub use xfer_core::{Access, Claim, LocalDesc, MemoryRegion, Peeked, RemoteKey, RmaKind, RmaOp};
 pub use xfer_core::{
     Address, AddressVector, Buffer, Completion, CompletionQueue, CqAttr, DomainAttr, Endpoint, EndpointAttr, Error,
-    Flags, PeerAddr, RecvOp, RecvSpec, Rejected, Result, SendOp, Setting, TcpAttr,
+    Flags, JobKey, PeerAddr, RecvOp, RecvSpec, Rejected, Result, SendOp, Setting, TcpAttr,
 };
 
 /// A domain (from xfer-core); open one with [`open`] or [`open_default`].

@@ -465,9 +465,19 @@ async fn at_max_outstanding_per_peer_async_sends_wait_for_that_peer() {
 /// future finds its own at its next poll, with no descriptor event in
 /// between (the waiters skip driving a queue found empty, decision 39, so
 /// completions left in the queue would wait for the next event or tick).
+///
+/// The burst is made to be in b's queue before the drive by a condition,
+/// not by time: b's endpoint progresses (a peek, which queues what it
+/// completes and routes nothing) until it holds a sentinel sent after the
+/// burst on the same connection, so every message before it has been
+/// matched. b must progress meanwhile: a sender holds what exceeds its
+/// credit until the receiver grants more (16 messages on verbs; waiting
+/// 200 ms instead left 25 of 40 with a loaded sender, and one drive routed
+/// the 15 that had come).
 #[tokio::test(flavor = "current_thread")]
 async fn one_drive_routes_a_burst_larger_than_its_batch() {
     const N: u64 = 40;
+    const SENTINEL: u64 = 1 << 41;
     let (a, b) = pair().await;
     // A first message makes the connection.
     let (r, s) = tokio::join!(
@@ -485,16 +495,23 @@ async fn one_drive_routes_a_burst_larger_than_its_batch() {
     for i in 0..N {
         a.ep.endpoint().tsend(a.peer, i, pattern(i, 16), i).expect("raw send");
     }
+    a.ep.endpoint()
+        .tsend(a.peer, SENTINEL, vec![7; 8], N)
+        .expect("raw send of the sentinel");
     // Without yielding to the runtime (so no descriptor event reaches b's
-    // dispatcher): give the messages time to reach b (a progresses, for
-    // what waited to be sent), then drive b once.
+    // dispatcher): a progresses (for what waited to be sent), b's endpoint
+    // progresses without its dispatcher, until the sentinel is there.
     let start = std::time::Instant::now();
-    while start.elapsed() < Duration::from_millis(200) {
+    loop {
         a.ep.dispatcher().drive().expect("drive a");
-        std::thread::sleep(Duration::from_millis(5));
+        if b.ep.endpoint().peek(b.peer, SENTINEL, 0).expect("peek").is_some() {
+            break;
+        }
+        assert!(start.elapsed() < DEADLINE, "the sentinel did not arrive");
+        std::thread::yield_now();
     }
     let routed = b.ep.dispatcher().drive().expect("drive b");
-    eprintln!("one drive routed {routed} completions");
+    assert_eq!(routed, N as usize, "one drive routes every completion queued");
     for (i, f) in recvs.iter_mut().enumerate() {
         match poll_once(f) {
             Poll::Ready((got, buf)) => {
@@ -504,6 +521,9 @@ async fn one_drive_routes_a_burst_larger_than_its_batch() {
             Poll::Pending => panic!("receive {i} of {N} still pending after the drive that found its message"),
         }
     }
+    let (got, buf) = within("the sentinel", b.ep.trecv(b.peer, SENTINEL, 0, vec![0; 8])).await;
+    assert_eq!(got.expect("sentinel trecv").len, 8);
+    assert_eq!(buf, vec![7; 8]);
     settle(&[&a, &b]).await;
 }
 

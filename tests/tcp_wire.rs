@@ -473,6 +473,63 @@ fn hostile_rma_requests_are_answered_and_checked() {
     still_works(&mut v);
 }
 
+/// Remote keys are random: a peer that knows one key (and, worst case, the
+/// addresses of every region) finds no other registration by trying keys
+/// around it (near it, and at nearby values of either 32-bit half, where
+/// an index-and-generation scheme put the next registrations). Every guess
+/// is refused as an unknown key and no region changes.
+#[test]
+fn rma_keys_guessed_around_a_real_one_are_refused() {
+    let mut v = Node::new();
+    let regions: Vec<_> = (0..4)
+        .map(|i| v.domain.register(pattern(64, i), Access::all()).unwrap())
+        .collect();
+    let known = regions[0].key();
+    let mut guesses = Vec::new();
+    for hi in -4i64..=4 {
+        for lo in -4i64..=4 {
+            let g = known.wrapping_add((hi << 32) as u64).wrapping_add(lo as u64);
+            if g != known {
+                guesses.push(g);
+            }
+        }
+    }
+    let mut s = TcpStream::connect(addr_of(&v)).unwrap();
+    let mut bytes = hello(s.local_addr().unwrap(), &v);
+    let mut token = 0;
+    for &key in &guesses {
+        for r in &regions {
+            token += 1;
+            let req = Frame::WriteReq {
+                key,
+                addr: r.addr(),
+                len: 4,
+                token,
+                imm: false,
+            };
+            bytes.extend_from_slice(&req.to_bytes());
+            bytes.extend_from_slice(&[0xAA; 4]);
+        }
+    }
+    s.write_all(&bytes).unwrap();
+    expect_hello_ack(&mut v, &mut s);
+    for t in 1..=token {
+        let hdr = read_polling(&mut v, &mut s, HEADER_LEN);
+        assert_eq!(
+            Frame::parse(&hdr),
+            Ok(Frame::WriteAck {
+                token: t,
+                status: status::UNKNOWN_KEY
+            }),
+            "guess {t} of {token}"
+        );
+    }
+    for (i, r) in regions.iter().enumerate() {
+        assert_eq!(r.to_vec().unwrap(), pattern(64, i as u64), "region {i} untouched");
+    }
+    still_works(&mut v);
+}
+
 /// A hello naming another endpoint (an earlier one at the victim's address):
 /// the victim drops the connection without acknowledging it, and nothing
 /// sent behind it is delivered.
@@ -892,4 +949,91 @@ fn a_name_with_nonce_zero_reaches_whoever_listens_there() {
         "a receive directed at the nonce-0 entry gets b's answer"
     );
     assert_eq!((r.buf.unwrap(), r.src), (pattern(32, 6), b_at_a));
+}
+
+/// A keyed endpoint and a raw peer that does not prove the key: after its
+/// Hello the victim writes at most a Challenge (none when the connection
+/// ends in the same progress call), never a HelloAck; a frame in place of
+/// the Proof, or a Proof that does not verify, ends the connection with
+/// nothing delivered, counted in `admission_refused`.
+#[test]
+fn a_peer_that_does_not_prove_the_job_key_is_refused_before_delivery() {
+    let mut attr = common::test_attr();
+    attr.job_key = Some(xfer::JobKey(b"secret".to_vec()));
+    let mut v = Node::with_attr(&attr);
+    v.ep.trecv(PeerAddr::UNSPEC, 7, 0, vec![0; 64], 70).unwrap();
+    let eager = Frame::Eager {
+        tag: Some(7),
+        data: None,
+        len: 4,
+    };
+    let mut hostile = |after_hello: Vec<u8>| {
+        let mut s = TcpStream::connect(addr_of(&v)).unwrap();
+        let mut bytes = hello(s.local_addr().unwrap(), &v);
+        bytes.extend_from_slice(&after_hello);
+        s.write_all(&bytes).unwrap();
+        let wrote = drain_until_dropped(&mut v, &mut s);
+        if !wrote.is_empty() {
+            assert_eq!(wrote.len(), HEADER_LEN, "the victim wrote more than a challenge");
+            assert!(matches!(Frame::parse(&wrote), Ok(Frame::Challenge { .. })), "{wrote:?}");
+        }
+    };
+    // A message instead of the Proof.
+    let mut m = eager.to_bytes().to_vec();
+    m.extend_from_slice(b"evil");
+    hostile(m);
+    // A Proof of the right size that does not verify, then the message.
+    let mut p = Frame::Proof.to_bytes().to_vec();
+    p.extend_from_slice(&[0x5a; 32]);
+    p.extend_from_slice(&eager.to_bytes());
+    p.extend_from_slice(b"evil");
+    hostile(p);
+    // Hello alone: the Challenge comes; a Proof made with another key is refused.
+    let mut s = TcpStream::connect(addr_of(&v)).unwrap();
+    s.write_all(&hello(s.local_addr().unwrap(), &v)).unwrap();
+    let got = read_polling(&mut v, &mut s, HEADER_LEN);
+    assert!(matches!(Frame::parse(&got), Ok(Frame::Challenge { .. })), "{got:?}");
+    let mut p = Frame::Proof.to_bytes().to_vec();
+    p.extend_from_slice(&[0xa5; 32]);
+    s.write_all(&p).unwrap();
+    assert!(drain_until_dropped(&mut v, &mut s).is_empty(), "answered a wrong proof");
+    let refused =
+        v.ep.counters()
+            .unwrap()
+            .into_iter()
+            .find(|(k, _)| *k == "admission_refused");
+    assert_eq!(refused, Some(("admission_refused", 3)));
+    assert!(v.take(70).is_none(), "a refused peer's message was delivered");
+    // A peer with the key is served by the same endpoint.
+    let mut good = Node::with_attr(&attr);
+    let pv = good.add(&v);
+    good.ep.tsend(pv, 7, b"good".to_vec(), 71).unwrap();
+    let r = expect(&mut [&mut v, &mut good], 0, 70);
+    assert_eq!(r.result, Ok(()));
+    assert_eq!(&r.buf.unwrap()[..4], b"good");
+}
+
+/// A peer that says Hello to a keyed endpoint and never proves the key is
+/// dropped after the connect timeout, and counted as refused.
+#[test]
+fn a_peer_that_never_answers_the_challenge_is_dropped_after_the_connect_timeout() {
+    let mut attr = common::test_attr();
+    attr.job_key = Some(xfer::JobKey(b"secret".to_vec()));
+    attr.tcp.connect_timeout_ms = 300;
+    let mut v = Node::with_attr(&attr);
+    let mut s = TcpStream::connect(addr_of(&v)).unwrap();
+    s.write_all(&hello(s.local_addr().unwrap(), &v)).unwrap();
+    let start = Instant::now();
+    let wrote = drain_until_dropped(&mut v, &mut s);
+    assert!(
+        start.elapsed() >= std::time::Duration::from_millis(300),
+        "dropped before the timeout"
+    );
+    assert!(matches!(Frame::parse(&wrote), Ok(Frame::Challenge { .. })), "{wrote:?}");
+    let refused =
+        v.ep.counters()
+            .unwrap()
+            .into_iter()
+            .find(|(k, _)| *k == "admission_refused");
+    assert_eq!(refused, Some(("admission_refused", 1)));
 }

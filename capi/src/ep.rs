@@ -89,11 +89,23 @@ pub struct xfer_ep_attr_t {
     /// A program built against a header without this field passes the
     /// smaller `size`: still accepted, as NULL here.
     pub tcp_iface: *const c_char,
+    /// Milliseconds a peer may make no progress while operations wait for it
+    /// (a stopped or hung process) before they fail with `XFER_ETIMEDOUT`; 0
+    /// for never, the default (`XFER_PROGRESS_TIMEOUT_MS`; TCP).
+    pub progress_timeout_ms: u64,
+    /// Admission (TCP): a NUL-terminated job key, read during `xfer_ep_open`
+    /// only; connecting peers must prove they hold it (an HMAC over a
+    /// challenge; the key is never sent) or are refused. NULL or `""`:
+    /// `XFER_JOB_KEY`, else no admission check.
+    pub job_key: *const c_char,
 }
 
 /// `sizeof(xfer_ep_attr_t)` before `tcp_iface` was added: such a struct is
 /// still accepted.
 const ATTR_SIZE_BEFORE_IFACE: usize = std::mem::offset_of!(xfer_ep_attr_t, tcp_iface);
+/// `sizeof(xfer_ep_attr_t)` before `progress_timeout_ms` and `job_key` were
+/// added: such a struct is still accepted (the environment's values apply).
+const ATTR_SIZE_BEFORE_PROGRESS: usize = std::mem::offset_of!(xfer_ep_attr_t, progress_timeout_ms);
 
 /// A message for `xfer_ep_sendmsg` / `xfer_ep_recvmsg` (`fi_msg_tagged`
 /// with one buffer).
@@ -137,11 +149,14 @@ fn attr_from_rust(a: &EndpointAttr) -> xfer_ep_attr_t {
         tcp_coalesce: a.tcp.coalesce,
         tcp_local_sndbuf: a.tcp.local_sndbuf,
         tcp_iface: std::ptr::null(),
+        progress_timeout_ms: a.progress_timeout_ms,
+        job_key: std::ptr::null(),
     }
 }
 
 /// Fills `*attr` with the effective defaults: built-in values overridden by
-/// the `XFER_*` environment variables; `tcp_addr` and `tcp_iface` are NULL.
+/// the `XFER_*` environment variables; `tcp_addr`, `tcp_iface` and `job_key`
+/// are NULL.
 ///
 /// Returns 0, or `XFER_EINVAL` when `attr` is NULL. Thread-safe.
 ///
@@ -164,19 +179,22 @@ pub unsafe extern "C" fn xfer_ep_attr_init(attr: *mut xfer_ep_attr_t) -> c_int {
 /// # Safety
 /// `attr` must point to a readable `size_t` and, when that is one of the
 /// sizes accepted (`sizeof(xfer_ep_attr_t)`, or that of the struct before
-/// `tcp_iface`), to that many readable bytes of the struct, whose `tcp_addr`
-/// and `tcp_iface` (when present) are NULL or NUL-terminated.
+/// `progress_timeout_ms` or before `tcp_iface`), to that many readable bytes
+/// of the struct, whose `tcp_addr`, `tcp_iface` and `job_key` (when present)
+/// are NULL or NUL-terminated.
 unsafe fn attr_to_rust(attr: *const xfer_ep_attr_t) -> Result<EndpointAttr, Fail> {
     // SAFETY: the first field is readable by contract, whatever the version.
     let size = unsafe { std::ptr::addr_of!((*attr).size).read() };
-    let mut a = attr_from_rust(&EndpointAttr::default());
+    // The fields an older struct lacks keep the environment's values.
+    let mut a = attr_from_rust(&EndpointAttr::from_env());
     if size == std::mem::size_of::<xfer_ep_attr_t>() {
         // SAFETY: the size matches, so the whole struct is readable by contract.
         a = unsafe { attr.read() };
-    } else if size == ATTR_SIZE_BEFORE_IFACE {
+    } else if size == ATTR_SIZE_BEFORE_IFACE || size == ATTR_SIZE_BEFORE_PROGRESS {
         // SAFETY: the caller's struct has this many readable bytes by
-        // contract, the fields before `tcp_iface` (which stays NULL); `a` is
-        // a whole struct, so as many bytes of it are writable.
+        // contract, the fields before `tcp_iface` or `progress_timeout_ms`
+        // (the pointers after stay NULL); `a` is a whole struct, so as many
+        // bytes of it are writable.
         unsafe { std::ptr::copy_nonoverlapping(attr.cast::<u8>(), (&mut a as *mut xfer_ep_attr_t).cast::<u8>(), size) };
     } else {
         return Err(invalid(
@@ -199,6 +217,7 @@ unsafe fn attr_to_rust(attr: *const xfer_ep_attr_t) -> Result<EndpointAttr, Fail
     r.max_outstanding_per_peer = a.max_outstanding_per_peer;
     r.tcp.coalesce = a.tcp_coalesce;
     r.tcp.local_sndbuf = a.tcp_local_sndbuf;
+    r.progress_timeout_ms = a.progress_timeout_ms;
     // SAFETY: NULL or NUL-terminated by contract.
     if let Some(s) = unsafe { c_text(a.tcp_addr, "xfer_ep_open: tcp_addr is not UTF-8") }? {
         r.tcp.addr = Some(s.to_string());
@@ -206,6 +225,13 @@ unsafe fn attr_to_rust(attr: *const xfer_ep_attr_t) -> Result<EndpointAttr, Fail
     // SAFETY: NULL or NUL-terminated by contract.
     if let Some(s) = unsafe { c_text(a.tcp_iface, "xfer_ep_open: tcp_iface is not UTF-8") }? {
         r.tcp.iface = iface_list(s);
+    }
+    if !a.job_key.is_null() {
+        // SAFETY: a non-null job_key is NUL-terminated by contract.
+        let k = unsafe { CStr::from_ptr(a.job_key) }.to_bytes();
+        if !k.is_empty() {
+            r.job_key = Some(xfer_facade::JobKey(k.to_vec()));
+        }
     }
     Ok(r)
 }
@@ -818,11 +844,36 @@ mod tests {
             size: ATTR_SIZE_BEFORE_IFACE,
             ..a
         };
-        assert_eq!(ATTR_SIZE_BEFORE_IFACE, std::mem::size_of::<xfer_ep_attr_t>() - 8);
+        assert_eq!(ATTR_SIZE_BEFORE_IFACE + 8, ATTR_SIZE_BEFORE_PROGRESS);
         // SAFETY: the struct is whole, so its first `size` bytes are readable.
         let r = unsafe { attr_to_rust(&old) }.unwrap();
         assert_eq!(r.tcp.iface, EndpointAttr::from_env().tcp.iface);
         assert_eq!(r.rndv_threshold, 1234);
+        // The struct before `progress_timeout_ms`: the interface list is read,
+        // the timeout and the job key are left to the environment.
+        let mid = xfer_ep_attr_t {
+            size: ATTR_SIZE_BEFORE_PROGRESS,
+            progress_timeout_ms: 777,
+            job_key: c"unread".as_ptr(),
+            ..a
+        };
+        // SAFETY: the struct is whole, so its first `size` bytes are readable.
+        let r = unsafe { attr_to_rust(&mid) }.unwrap();
+        assert_eq!(r.tcp.iface, ["ib0", "eth1"]);
+        let env = EndpointAttr::from_env();
+        assert_eq!(
+            (r.progress_timeout_ms, r.job_key),
+            (env.progress_timeout_ms, env.job_key)
+        );
+        let whole = xfer_ep_attr_t {
+            progress_timeout_ms: 777,
+            job_key: c"key".as_ptr(),
+            ..a
+        };
+        // SAFETY: as above.
+        let r = unsafe { attr_to_rust(&whole) }.unwrap();
+        assert_eq!(r.progress_timeout_ms, 777);
+        assert_eq!(r.job_key, Some(xfer_facade::JobKey(b"key".to_vec())));
         let not_utf8 = xfer_ep_attr_t {
             tcp_iface: c"\xff".as_ptr(),
             ..a

@@ -86,7 +86,7 @@ pub(crate) fn guard(function: &'static str, body: impl FnOnce() -> Result<c_int,
         Ok(Ok(v)) => v,
         Ok(Err(Fail(code))) => code,
         Err(_) => {
-            tracing::error!(function, "panic caught at the C boundary; reporting XFER_EIO");
+            xfer_facade::error_limited!(function, "panic caught at the C boundary; reporting XFER_EIO");
             XFER_EIO
         }
     }

@@ -179,7 +179,7 @@ pub(crate) fn finish(c: &Completion) {
         return;
     };
     if s.total != bounce.len() {
-        tracing::error!("vector receive: bounce buffer of an unexpected length; data dropped");
+        xfer_facade::error_limited!("vector receive: bounce buffer of an unexpected length; data dropped");
         return;
     }
     let mut left = &bounce[..c.len.min(bounce.len())];

@@ -148,6 +148,17 @@ impl CqAttr {
     }
 }
 
+/// A job key (`EndpointAttr::job_key`): bytes that stay out of logs and
+/// `Debug` output.
+#[derive(Clone, PartialEq, Eq)]
+pub struct JobKey(pub Vec<u8>);
+
+impl std::fmt::Debug for JobKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("JobKey(..)")
+    }
+}
+
 /// Attributes of an endpoint.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -170,6 +181,23 @@ pub struct EndpointAttr {
     /// fails with `Error::Again` until one of them completes (receives are
     /// not per peer: `max_outstanding` bounds them). 0: unbounded.
     pub max_outstanding_per_peer: usize,
+    /// Milliseconds a peer may make no progress while operations wait for
+    /// it before they fail with [`Error::TimedOut`](crate::Error::TimedOut)
+    /// (`FI_ETIMEDOUT`): a peer whose process is stopped or hung but whose
+    /// kernel still acknowledges, which keepalive and the TCP user timeout
+    /// never notice. A silent connection with operations waiting is probed
+    /// at half the time; any answer, or any other byte from the peer, counts
+    /// as progress, so a peer that is merely slow to post a receive is not
+    /// affected. 0 (the default): off, as a process stopped in a debugger
+    /// must not break its job; RPC users who want deadlines set it. TCP only.
+    pub progress_timeout_ms: u64,
+    /// Admission: when set, a peer connecting to this endpoint must prove it
+    /// holds the same key (an HMAC-SHA-256 over a fresh challenge; the key
+    /// never travels) before anything it sends is delivered; a peer without
+    /// it is refused (counter `admission_refused`). An endpoint with a key
+    /// also answers such challenges when it connects. `None` (the default):
+    /// anyone who can reach the port is served. TCP only.
+    pub job_key: Option<JobKey>,
     /// TCP provider settings.
     pub tcp: TcpAttr,
 }
@@ -182,6 +210,8 @@ impl Default for EndpointAttr {
             selective_completion: false,
             max_outstanding: 0,
             max_outstanding_per_peer: 0,
+            progress_timeout_ms: 0,
+            job_key: None,
             tcp: TcpAttr::default(),
         }
     }
@@ -205,6 +235,10 @@ impl EndpointAttr {
         apply(&mut a.inject_size, "XFER_INJECT_SIZE");
         apply(&mut a.max_outstanding, "XFER_MAX_OUTSTANDING");
         apply(&mut a.max_outstanding_per_peer, "XFER_MAX_OUTSTANDING_PER_PEER");
+        apply(&mut a.progress_timeout_ms, "XFER_PROGRESS_TIMEOUT_MS");
+        if let Some(k) = std::env::var_os("XFER_JOB_KEY").filter(|k| !k.is_empty()) {
+            a.job_key = Some(JobKey(std::os::unix::ffi::OsStrExt::as_bytes(k.as_os_str()).to_vec()));
+        }
         if let Some(v) = env_flag("XFER_SELECTIVE_COMPLETION") {
             a.selective_completion = v;
         }
@@ -239,6 +273,16 @@ impl EndpointAttr {
                 env: "XFER_MAX_OUTSTANDING_PER_PEER",
                 value: self.max_outstanding_per_peer.to_string(),
                 doc: "sends and RMA with completions an endpoint keeps in flight to one peer before posting to it fails with EAGAIN (0: unbounded)",
+            },
+            Setting {
+                env: "XFER_PROGRESS_TIMEOUT_MS",
+                value: self.progress_timeout_ms.to_string(),
+                doc: "operations waiting on a peer that made no progress (probed at half the time) for this long fail with ETIMEDOUT (0: off; TCP)",
+            },
+            Setting {
+                env: "XFER_JOB_KEY",
+                value: if self.job_key.is_some() { "(set)" } else { "(unset)" }.into(),
+                doc: "connecting peers must prove they hold this key (HMAC over a challenge) or are refused (TCP)",
             },
         ];
         v.extend(self.tcp.settings());

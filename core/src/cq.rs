@@ -175,7 +175,7 @@ impl CompletionQueue {
     /// before blocking on it, and [`poll`](Self::poll) when it fires.
     pub fn fd(&self) -> RawFd {
         if let Err(e) = self.arm() {
-            tracing::error!(error = %e, "arming the completion queue's descriptor; blocking on it may miss events");
+            crate::error_limited!(error = %e, "arming the completion queue's descriptor; blocking on it may miss events");
         }
         self.0.epoll.as_raw_fd()
     }

@@ -472,7 +472,7 @@ impl Drop for Endpoint {
     fn drop(&mut self) {
         self.cq.unwatch(self.fd);
         let Ok(mut st) = self.shared.lock() else {
-            tracing::error!("endpoint dropped with its domain poisoned; resources leak");
+            crate::error_limited!("endpoint dropped with its domain poisoned; resources leak");
             return;
         };
         st.with_ep(self.key, |ep, cx| ep.close(cx));

@@ -44,6 +44,15 @@ pub enum Error {
         /// Provider detail: the OS error number, or 0 when the peer closed.
         errno: i32,
     },
+    /// The peer made no progress for the endpoint's progress timeout
+    /// (`EndpointAttr::progress_timeout_ms`) while operations waited for it:
+    /// its process is stopped or hung although its host still answers. Its
+    /// connection was closed; every operation waiting for it ends with this
+    /// error (`FI_ETIMEDOUT`).
+    Stalled {
+        /// The peer's handle in the address vector.
+        peer: PeerAddr,
+    },
     /// A peer sent bytes that violate the wire protocol; its connection was
     /// dropped. The text says what was wrong.
     Protocol(&'static str),
@@ -84,7 +93,7 @@ impl Error {
             Error::Protocol(_) => libc::EPROTO,
             Error::Os(e) => *e,
             Error::Again => libc::EAGAIN,
-            Error::TimedOut => libc::ETIMEDOUT,
+            Error::TimedOut | Error::Stalled { .. } => libc::ETIMEDOUT,
             Error::NotSupported(_) => libc::EOPNOTSUPP,
             Error::NotFound(_) => libc::ENOENT,
             Error::AddressNotAvailable => libc::EADDRNOTAVAIL,
@@ -117,6 +126,7 @@ impl fmt::Display for Error {
                 "peer {peer} unreachable: {}",
                 std::io::Error::from_raw_os_error(*errno)
             ),
+            Error::Stalled { peer } => write!(f, "peer {peer} made no progress within the progress timeout"),
             Error::Protocol(what) => write!(f, "protocol error from peer: {what}"),
             Error::Os(e) => write!(f, "{}", std::io::Error::from_raw_os_error(*e)),
             Error::Again => f.write_str("resource temporarily unavailable, try again"),
@@ -145,7 +155,7 @@ impl Error {
     /// | `Os` | the OS error's kind |
     /// | `Protocol` | `InvalidData` |
     /// | `Again` | `WouldBlock` |
-    /// | `TimedOut` | `TimedOut` |
+    /// | `TimedOut`, `Stalled` | `TimedOut` |
     /// | `NotSupported`, `NoProvider` | `Unsupported` |
     /// | `NotFound` | `NotFound` |
     /// | `AddressNotAvailable` | `AddrNotAvailable` |
@@ -174,7 +184,7 @@ impl Error {
             Error::Os(e) => std::io::Error::from_raw_os_error(*e).kind(),
             Error::Protocol(_) => K::InvalidData,
             Error::Again => K::WouldBlock,
-            Error::TimedOut => K::TimedOut,
+            Error::TimedOut | Error::Stalled { .. } => K::TimedOut,
             Error::NotSupported(_) | Error::NoProvider(_) => K::Unsupported,
             Error::NotFound(_) => K::NotFound,
             Error::AddressNotAvailable => K::AddrNotAvailable,

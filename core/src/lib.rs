@@ -46,6 +46,8 @@ mod domain;
 mod endpoint;
 mod error;
 mod hash;
+#[doc(hidden)]
+pub mod log;
 mod mr;
 mod peek;
 mod provider;
@@ -57,7 +59,7 @@ mod tag;
 pub mod unstable;
 
 pub use addr::{Address, PeerAddr};
-pub use attr::{CqAttr, DomainAttr, EndpointAttr, Setting, TcpAttr};
+pub use attr::{CqAttr, DomainAttr, EndpointAttr, JobKey, Setting, TcpAttr};
 pub use av::AddressVector;
 pub use buffer::{Buffer, LocalDesc};
 pub use completion::{Completion, Flags};

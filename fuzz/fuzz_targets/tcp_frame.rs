@@ -25,6 +25,10 @@ enum AnyFrame {
     ReadResp(u64, u64, u64),
     WriteAck(u64, u64),
     Credit(u64),
+    Ping,
+    Pong,
+    Challenge([u8; 16]),
+    Proof,
 }
 
 impl AnyFrame {
@@ -47,6 +51,10 @@ impl AnyFrame {
             AnyFrame::ReadResp(token, status, len) => Frame::ReadResp { token, status, len },
             AnyFrame::WriteAck(token, status) => Frame::WriteAck { token, status },
             AnyFrame::Credit(bytes) => Frame::Credit { bytes },
+            AnyFrame::Ping => Frame::Ping,
+            AnyFrame::Pong => Frame::Pong,
+            AnyFrame::Challenge(nonce) => Frame::Challenge { nonce },
+            AnyFrame::Proof => Frame::Proof,
         }
     }
 }

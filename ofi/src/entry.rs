@@ -14,7 +14,7 @@ pub(crate) fn guard<R>(on_panic: R, f: impl FnOnce() -> R) -> R {
     match std::panic::catch_unwind(AssertUnwindSafe(f)) {
         Ok(r) => r,
         Err(_) => {
-            tracing::error!("panic caught at the libfabric boundary; returning an error");
+            xfer_core::error_limited!("panic caught at the libfabric boundary; returning an error");
             on_panic
         }
     }

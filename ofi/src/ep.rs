@@ -255,7 +255,7 @@ impl EpCore {
             let n = match en.cq.poll(&mut scratch[..]) {
                 Ok(n) => n,
                 Err(e) => {
-                    tracing::error!(error = %e, "polling the xfer completion queue");
+                    xfer_core::error_limited!(error = %e, "polling the xfer completion queue");
                     return;
                 }
             };
@@ -287,7 +287,7 @@ impl EpCore {
                     &en.tx
                 };
                 let Some(cq) = to else {
-                    tracing::warn!(flags = c.flags.0, "completion with no CQ bound for it; dropped");
+                    xfer_core::warn_limited!(flags = c.flags.0, "completion with no CQ bound for it; dropped");
                     continue;
                 };
                 let mut e = Entry::from_xfer(c);

@@ -562,7 +562,7 @@ impl State {
                 None
             }
             Some(Slot::Done(_)) | None => {
-                tracing::error!(
+                xfer_core::error_limited!(
                     context = c.context,
                     "completion for no waiting async operation; dropped"
                 );

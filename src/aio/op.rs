@@ -47,7 +47,7 @@ impl Drop for Op<'_> {
             // Cancelled (its completion is queued), or already matched and
             // completing: either way its completion frees the buffer.
             Ok(()) | Err(Error::NotFound(_)) => {}
-            Err(e) => tracing::warn!(error = %e, "cancelling a dropped receive"),
+            Err(e) => xfer_core::warn_limited!(error = %e, "cancelling a dropped receive"),
         }
         // Reap the cancellation now rather than at the next poll.
         if let Err(e) = self.disp.drive() {

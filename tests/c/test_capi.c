@@ -550,11 +550,16 @@ static void test_bad_arguments(void)
     CHECK_RC(xfer_ep_open(n.domain, n.cq, n.av, NULL, NULL), XFER_EINVAL);
     attr.tcp_addr = "127.0.0.1";
     xfer_ep_attr_t wrong = attr;
-    wrong.size = sizeof wrong - 16;
+    wrong.size = sizeof wrong - 4;
     CHECK_RC(xfer_ep_open(n.domain, n.cq, n.av, &wrong, &ep), XFER_EINVAL);
-    /* The struct as it was before tcp_iface: accepted. */
+    /* The struct as it was before tcp_iface, and before progress_timeout_ms: accepted. */
     wrong = attr;
     wrong.size = offsetof(xfer_ep_attr_t, tcp_iface);
+    CHECK_RC(xfer_ep_open(n.domain, n.cq, n.av, &wrong, &ep), 0);
+    CHECK_RC(xfer_ep_close(ep), 0);
+    ep = NULL;
+    wrong = attr;
+    wrong.size = offsetof(xfer_ep_attr_t, progress_timeout_ms);
     CHECK_RC(xfer_ep_open(n.domain, n.cq, n.av, &wrong, &ep), 0);
     CHECK_RC(xfer_ep_close(ep), 0);
     ep = NULL;

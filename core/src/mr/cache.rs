@@ -560,7 +560,7 @@ impl<R: Registrar> MrCache<R> {
             } else {
                 // Unreachable while the merge above absorbs every overlap;
                 // stay correct anyway by not caching.
-                tracing::error!(addr = lo, end = hi, "MR cache entry overlaps another; not caching it");
+                crate::error_limited!(addr = lo, end = hi, "MR cache entry overlaps another; not caching it");
                 if let Some(e) = self.entries.get_mut(id) {
                     e.cached = false;
                 }

@@ -321,7 +321,7 @@ impl MemoryRegion {
                 true
             }
             Err(_) => {
-                tracing::error!(
+                crate::error_limited!(
                     key = self.key,
                     "memory region dropped with its domain poisoned; its memory leaks"
                 );

@@ -135,6 +135,19 @@ pub struct Conn {
     /// Whether frames wait in `txq` for the end of a burst of sends
     /// (listed in the endpoint's `deferred`).
     pub deferred: bool,
+    /// Reads that brought bytes from the peer, and write-readiness events
+    /// (the peer made room): its progress, as the stall watch sees it.
+    pub heard: u64,
+    /// `heard` at the stall watch's last look.
+    pub heard_seen: u64,
+    /// Since when the peer has been silent while something waited for it.
+    pub silent_since: Instant,
+    /// Whether a Ping went out since it was last heard.
+    pub probed: bool,
+    /// An accepted connection whose Hello must still be proven with the job
+    /// key: who said Hello, the challenge it was sent, and when (`admit`;
+    /// the connect timeout bounds the wait for the Proof).
+    pub admit: Option<Box<(Address, [u8; 16], Instant)>>,
 }
 
 impl Conn {
@@ -159,6 +172,11 @@ impl Conn {
             rx_owed: 0,
             granted: false,
             deferred: false,
+            heard: 0,
+            heard_seen: 0,
+            silent_since: Instant::now(),
+            probed: false,
+            admit: None,
         }
     }
 

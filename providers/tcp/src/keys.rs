@@ -1,17 +1,21 @@
 //! The domain's key table: what a TCP memory registration is.
 //!
-//! A registration is an entry `{addr, len, access}`; its remote key is the
-//! slab index in the low 32 bits and a per-domain generation in the high 32
-//! bits, so a key whose registration is gone (and whose slot was reused)
-//! fails the lookup. Endpoints reach the table through
-//! `Ctx::domain` (`DomainProvider::remote_target`) when a peer's RMA request
-//! arrives; every check happens before a byte of target memory is touched.
+//! A registration is an entry `{addr, len, access}` under a remote key of
+//! 64 random bits from the kernel (`getrandom`), so a peer cannot find a
+//! registration by guessing keys around one it knows: a key near another
+//! is as unlikely to exist as any other (one in 2^64 per registration), and
+//! a key whose registration is gone does not come back for another. A peer
+//! must also name an address inside the region and the access it allows.
+//! Endpoints reach the table through `Ctx::domain`
+//! (`DomainProvider::remote_target`) when a peer's RMA request arrives;
+//! every check happens before a byte of target memory is touched.
 
-use slab::Slab;
 use xfer_core::unstable::error::{Error, Result};
+use xfer_core::unstable::hash::FastMap;
 use xfer_core::unstable::mr::Access;
 use xfer_core::unstable::provider::MrKeys;
 
+use crate::sys;
 use crate::wire::status;
 
 #[derive(Debug, Clone, Copy)]
@@ -19,54 +23,44 @@ struct Entry {
     addr: usize,
     len: usize,
     access: Access,
-    gen: u32,
 }
 
-/// Registrations of one domain.
+/// Registrations of one domain, by remote key.
 #[derive(Debug, Default)]
 pub struct KeyTable {
-    entries: Slab<Entry>,
-    gen: u32,
+    entries: FastMap<u64, Entry>,
 }
 
 impl KeyTable {
-    /// Adds a registration of `[addr, addr + len)`.
+    /// Adds a registration of `[addr, addr + len)` under a new random key.
     pub fn insert(&mut self, addr: usize, len: usize, access: Access) -> Result<MrKeys> {
         if addr.checked_add(len).is_none() {
             return Err(Error::InvalidArgument("region wraps the address space"));
         }
-        if self.entries.len() >= u32::MAX as usize {
-            return Err(Error::Again);
-        }
-        self.gen = self.gen.wrapping_add(1).max(1);
-        let idx = self.entries.insert(Entry {
-            addr,
-            len,
-            access,
-            gen: self.gen,
-        });
-        let key = (idx as u64) | (u64::from(self.gen) << 32);
+        let key = loop {
+            // Zero is left out: a zeroed key field is never a registration.
+            match sys::secret_u64()? {
+                0 => continue,
+                k if self.entries.contains_key(&k) => continue,
+                k => break k,
+            }
+        };
+        self.entries.insert(key, Entry { addr, len, access });
         Ok(MrKeys { desc: key, key })
     }
 
     /// Removes the registration `key`; unknown keys are logged.
     pub fn remove(&mut self, key: u64) {
-        let idx = (key & 0xffff_ffff) as usize;
-        match self.entries.get(idx) {
-            Some(e) if u64::from(e.gen) == key >> 32 => {
-                self.entries.remove(idx);
-            }
-            _ => tracing::warn!(key, "deregistration of an unknown key"),
+        if self.entries.remove(&key).is_none() {
+            xfer_core::warn_limited!(key, "deregistration of an unknown key");
         }
     }
 
     /// Checks `key`, bounds and access for `[addr, addr + len)`; the status
     /// code of the failed check, or a pointer to `addr`.
     pub fn check(&self, key: u64, addr: u64, len: u64, access: Access) -> std::result::Result<*mut u8, u64> {
-        let idx = (key & 0xffff_ffff) as usize;
-        let e = match self.entries.get(idx) {
-            Some(e) if u64::from(e.gen) == key >> 32 => e,
-            _ => return Err(status::UNKNOWN_KEY),
+        let Some(e) = self.entries.get(&key) else {
+            return Err(status::UNKNOWN_KEY);
         };
         let start = e.addr as u64;
         let end = start + e.len as u64; // checked at insert
@@ -120,7 +114,23 @@ mod tests {
         t.remove(k);
         assert_eq!(t.check(k, 0x1000, 1, Access::REMOTE_READ), Err(status::UNKNOWN_KEY));
         let k2 = t.insert(0x1000, 0x100, Access::all()).unwrap().key;
-        assert_ne!(k, k2, "a reused slot gets a new key");
+        assert_ne!(k, k2, "a registration gets a new key");
         assert_eq!(t.check(k, 0x1000, 1, Access::REMOTE_READ), Err(status::UNKNOWN_KEY));
+    }
+
+    /// Keys of consecutive registrations share no visible structure: no
+    /// common high or low half, and no small difference.
+    #[test]
+    fn keys_are_random() {
+        let mut t = KeyTable::default();
+        let keys: Vec<u64> = (0..64)
+            .map(|_| t.insert(0x1000, 0x100, Access::all()).unwrap().key)
+            .collect();
+        for w in keys.windows(2) {
+            assert!(w[0].abs_diff(w[1]) > 1 << 32, "{:#x} then {:#x}", w[0], w[1]);
+        }
+        let same_high = keys.iter().filter(|&&k| k >> 32 == keys[0] >> 32).count();
+        let same_low = keys.iter().filter(|&&k| k as u32 == keys[0] as u32).count();
+        assert_eq!((same_high, same_low), (1, 1), "{keys:#x?}");
     }
 }

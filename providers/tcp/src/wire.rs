@@ -100,7 +100,18 @@ pub mod kind {
     pub const CREDIT: u8 = 11;
     /// RMA write acknowledgement; no payload.
     pub const WRITE_ACK: u8 = 9;
+    /// Progress probe: the peer's next progress call answers Pong; no payload.
+    pub const PING: u8 = 12;
+    /// The answer to a Ping; no payload.
+    pub const PONG: u8 = 13;
+    /// An acceptor with a job key asks the connecting side to prove it; no payload.
+    pub const CHALLENGE: u8 = 14;
+    /// The connecting side's answer to a Challenge; the MAC follows.
+    pub const PROOF: u8 = 15;
 }
+
+/// Length of a Proof's payload: an HMAC-SHA-256.
+pub const PROOF_LEN: u64 = 32;
 
 /// Status of an RMA response (the `tag` field of ReadResp and WriteAck):
 /// which target-side check failed.
@@ -482,6 +493,30 @@ pub enum Frame {
         /// Credit granted, in bytes.
         bytes: u64,
     },
+    /// Asks the peer's progress engine for a sign of life: sent on a
+    /// connection with operations waiting for the peer that has been silent
+    /// for half the progress timeout (`EndpointAttr::progress_timeout_ms`).
+    ///
+    /// Wire: no flags; len, tag, data, id zero.
+    Ping,
+    /// The answer to a Ping, written by the peer's next progress call.
+    ///
+    /// Wire: no flags; len, tag, data, id zero.
+    Pong,
+    /// From an acceptor with a job key, instead of HelloAck: 16 random bytes
+    /// the connecting side must MAC with the key.
+    ///
+    /// Wire: `data` = bytes 0..8 of the challenge, `tag` = bytes 8..16 (LE);
+    /// no flags; len, id zero.
+    Challenge {
+        /// The challenge.
+        nonce: [u8; 16],
+    },
+    /// The connecting side's answer to a Challenge: [`PROOF_LEN`] bytes of
+    /// HMAC-SHA-256 follow (docs/PROTOCOL.md, "Admission").
+    ///
+    /// Wire: `len` = [`PROOF_LEN`]; no flags; tag, data, id zero.
+    Proof,
 }
 
 /// Turns a field guarded by a flag into an option; an unflagged field must be zero.
@@ -649,6 +684,31 @@ impl Frame {
                 }
                 Ok(Frame::Credit { bytes: h.len() })
             }
+            kind::CHALLENGE => {
+                check_flags(fl, 0)?;
+                zero(&[h.len(), h.id()])?;
+                let mut nonce = [0u8; 16];
+                nonce[..8].copy_from_slice(&h.data().to_le_bytes());
+                nonce[8..].copy_from_slice(&h.tag().to_le_bytes());
+                Ok(Frame::Challenge { nonce })
+            }
+            kind::PROOF => {
+                check_flags(fl, 0)?;
+                zero(&[h.tag(), h.data(), h.id()])?;
+                if h.len() != PROOF_LEN {
+                    return Err(WireError::BadLength);
+                }
+                Ok(Frame::Proof)
+            }
+            kind::PING | kind::PONG => {
+                check_flags(fl, 0)?;
+                zero(&[h.len(), h.tag(), h.data(), h.id()])?;
+                Ok(if h.kind() == kind::PING {
+                    Frame::Ping
+                } else {
+                    Frame::Pong
+                })
+            }
             other => Err(WireError::UnknownKind(other)),
         }
     }
@@ -753,6 +813,18 @@ impl Frame {
                 h.set_kind(kind::CREDIT);
                 h.set_len(bytes);
             }
+            Frame::Challenge { nonce } => {
+                h.set_kind(kind::CHALLENGE);
+                let (lo, hi) = nonce.split_at(8);
+                h.set_data(u64::from_le_bytes(lo.try_into().unwrap_or_default()));
+                h.set_tag(u64::from_le_bytes(hi.try_into().unwrap_or_default()));
+            }
+            Frame::Proof => {
+                h.set_kind(kind::PROOF);
+                h.set_len(PROOF_LEN);
+            }
+            Frame::Ping => h.set_kind(kind::PING),
+            Frame::Pong => h.set_kind(kind::PONG),
         }
     }
 
@@ -771,12 +843,16 @@ impl Frame {
             Frame::Hello { name_len, .. } => u64::from(name_len),
             Frame::Eager { len, .. } | Frame::Data { len, .. } | Frame::ReadResp { len, .. } => len,
             Frame::WriteReq { len, imm, .. } => len.saturating_add(if imm { 8 } else { 0 }),
+            Frame::Proof => PROOF_LEN,
             Frame::HelloAck { .. }
             | Frame::Rts { .. }
             | Frame::Cts { .. }
             | Frame::ReadReq { .. }
             | Frame::WriteAck { .. }
-            | Frame::Credit { .. } => 0,
+            | Frame::Credit { .. }
+            | Frame::Ping
+            | Frame::Pong
+            | Frame::Challenge { .. } => 0,
         }
     }
 }
@@ -1040,7 +1116,7 @@ mod tests {
 
     #[test]
     fn unknown_kind() {
-        for k in [0u8, 12, 0x80, 0xff] {
+        for k in [0u8, 16, 0x80, 0xff] {
             assert_eq!(Frame::parse(&modified(EAGER, 3, &[k])), Err(WireError::UnknownKind(k)));
         }
     }
@@ -1075,6 +1151,39 @@ mod tests {
         assert_eq!(Frame::parse(&modified(credit, 4, &[1])), Err(WireError::BadFlags));
         assert_eq!(eager_cost(0), HEADER_LEN as u64);
         assert_eq!(eager_cost(u64::MAX), u64::MAX);
+    }
+
+    #[test]
+    fn challenge_and_proof() {
+        let nonce: [u8; 16] = std::array::from_fn(|i| i as u8 + 1);
+        let c = Frame::Challenge { nonce }.to_bytes();
+        assert_eq!(&c[..4], &[0x78, 0x66, 0x01, kind::CHALLENGE]);
+        assert_eq!(&c[24..32], &nonce[..8], "data: the first half");
+        assert_eq!(&c[16..24], &nonce[8..], "tag: the second half");
+        assert_eq!(Frame::parse(&c), Ok(Frame::Challenge { nonce }));
+        let p = Frame::Proof.to_bytes();
+        assert_eq!(Frame::parse(&p), Ok(Frame::Proof));
+        assert_eq!(Frame::Proof.payload_len(), PROOF_LEN);
+        assert_eq!(Frame::parse(&modified(p, 8, &[31])), Err(WireError::BadLength));
+        assert!(
+            Frame::parse(&modified(c, 8, &[1])).is_err(),
+            "a challenge has no length"
+        );
+    }
+
+    #[test]
+    fn ping_and_pong_are_bare_headers() {
+        for (f, k) in [(Frame::Ping, kind::PING), (Frame::Pong, kind::PONG)] {
+            let b = f.to_bytes();
+            assert_eq!(&b[..4], &[0x78, 0x66, 0x01, k]);
+            assert!(b[4..].iter().all(|&x| x == 0), "{f:?}: {b:?}");
+            assert_eq!(Frame::parse(&b), Ok(f));
+            assert_eq!(f.payload_len(), 0);
+            // Any non-zero field is refused.
+            for at in [4, 8, 16, 24, 32] {
+                assert!(Frame::parse(&modified(b, at, &[1])).is_err(), "{f:?} byte {at}");
+            }
+        }
     }
 
     #[test]
@@ -1240,6 +1349,10 @@ mod tests {
             (1..=MAX_NAME as u8, any::<u64>()).prop_map(|(name_len, to)| Frame::Hello { name_len, to }),
             any::<u64>().prop_map(|nonce| Frame::HelloAck { nonce }),
             (1..=u64::MAX).prop_map(|bytes| Frame::Credit { bytes }),
+            Just(Frame::Ping),
+            Just(Frame::Proof),
+            any::<[u8; 16]>().prop_map(|nonce| Frame::Challenge { nonce }),
+            Just(Frame::Pong),
             (opt(), opt(), 0..=MAX_EAGER).prop_map(|(tag, data, len)| Frame::Eager { tag, data, len }),
             (opt(), opt(), any::<u64>(), any::<u64>()).prop_map(|(tag, data, len, token)| Frame::Rts {
                 tag,

@@ -131,14 +131,14 @@ impl DomainProvider for VerbsDomain {
             key: u64::from(mr.rkey()),
         };
         if let Some(old) = self.regs.insert(keys.key, mr) {
-            tracing::warn!(rkey = keys.key, ?old, "device reused a live rkey");
+            xfer_core::warn_limited!(rkey = keys.key, ?old, "device reused a live rkey");
         }
         Ok(keys)
     }
 
     fn deregister(&mut self, key: u64) {
         if self.regs.remove(&key).is_none() && key != 0 {
-            tracing::warn!(key, "deregistering an unknown verbs registration");
+            xfer_core::warn_limited!(key, "deregistering an unknown verbs registration");
         }
     }
 }

@@ -389,7 +389,7 @@ impl RcQp {
     pub fn complete_send(&mut self, wc: &Wc) -> u32 {
         debug_assert_eq!(wc.qp_num(), self.qp_num());
         if self.retire_len == 0 {
-            tracing::warn!(?wc, "send completion with no signaled request in flight");
+            xfer_core::warn_limited!(?wc, "send completion with no signaled request in flight");
             return 0;
         }
         let n = self.retire[self.retire_head];

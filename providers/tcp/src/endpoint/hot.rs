@@ -72,10 +72,13 @@ impl TcpEndpoint {
     pub(super) fn poll_ready(&mut self, cx: &mut Ctx<'_>) {
         self.spins = 0;
         self.unread = false;
+        if self.acceptor.is_paused() {
+            self.resume_listener();
+        }
         let n = match self.epoll.wait(&mut self.events, 0) {
             Ok(n) => n,
             Err(e) => {
-                tracing::error!(error = %e, "epoll_wait failed");
+                xfer_core::error_limited!(error = %e, "epoll_wait failed");
                 0
             }
         };
@@ -87,8 +90,11 @@ impl TcpEndpoint {
                 self.on_event(cx, tok as usize, events);
             }
         }
-        if self.connecting > 0 {
+        if self.connecting > 0 || self.admitting > 0 {
             self.check_connect_timeouts(cx);
+        }
+        if self.watch.due() {
+            self.check_stalls(cx);
         }
     }
 

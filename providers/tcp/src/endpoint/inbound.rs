@@ -42,6 +42,7 @@ impl TcpEndpoint {
                     return self.fail_conn(cx, id, if refused { REFUSED } else { CLOSED_BY_PEER });
                 }
                 Ok(Io::Done(n)) => {
+                    self.conns[id].heard += 1;
                     // The read's bytes (staged, or a finished direct read)
                     // are processed before the next read.
                     if let Err(e) = self.consume(cx, id) {
@@ -150,6 +151,29 @@ impl TcpEndpoint {
         }
     }
 
+    /// Connection `id`'s Hello from `peer` is accepted (and proven, with a
+    /// job key): the connection has its peer, and the HelloAck goes out.
+    #[cold]
+    fn open_accepted(&mut self, cx: &mut Ctx<'_>, id: usize, peer: Address) {
+        self.conns[id].peer = Some(peer);
+        // Answer on this connection unless we already opened our own.
+        let own = *self.route.entry(peer).or_insert(id);
+        tracing::debug!(?peer, "peer connected");
+        // The first frame we write on it: the peer holds everything
+        // else it has for us until this arrives.
+        let hdr = Frame::HelloAck { nonce: self.nonce }.to_bytes();
+        let ack = TxFrame {
+            hdr,
+            payload: Payload::None,
+            written: 0,
+            owner: Owner::None,
+        };
+        self.queue(cx, id, ack);
+        if own != id && self.conns.contains(id) {
+            self.resolve_crossing(cx, peer, own, id);
+        }
+    }
+
     /// A Hello or HelloAck at the head of connection `id`'s staged bytes
     /// (off the data path): true once handled, false while the Hello's name
     /// is not all staged.
@@ -162,7 +186,7 @@ impl TcpEndpoint {
             if staged.len() < end {
                 return Ok(false);
             }
-            if conn.peer.is_some() {
+            if conn.peer.is_some() || conn.admit.is_some() {
                 return Err(Error::Protocol("second hello on a connection"));
             }
             let name = TcpName::decode(&staged[HEADER_LEN..end]).map_err(|e| Error::Protocol(e.as_str()))?;
@@ -173,24 +197,23 @@ impl TcpEndpoint {
                 return Err(Error::Protocol("hello names an earlier endpoint at this address"));
             }
             let peer = Address::new(&staged[HEADER_LEN..end])?;
-            conn.peer = Some(peer);
             conn.consume(end);
-            // Answer on this connection unless we already opened our own.
-            let own = *self.route.entry(peer).or_insert(id);
-            tracing::debug!(peer = %name, "peer connected");
-            // The first frame we write on it: the peer holds everything
-            // else it has for us until this arrives.
-            let hdr = Frame::HelloAck { nonce: self.nonce }.to_bytes();
-            let ack = TxFrame {
-                hdr,
-                payload: Payload::None,
-                written: 0,
-                owner: Owner::None,
-            };
-            self.queue(cx, id, ack);
-            if own != id && self.conns.contains(id) {
-                self.resolve_crossing(cx, peer, own, id);
+            if !self.challenge(cx, id, peer)? {
+                self.open_accepted(cx, id, peer);
             }
+            return Ok(true);
+        }
+        if let Frame::Proof = frame {
+            return match self.check_proof(id)? {
+                Some(peer) => {
+                    self.open_accepted(cx, id, peer);
+                    Ok(true)
+                }
+                None => Ok(false),
+            };
+        }
+        if let Frame::Challenge { nonce } = frame {
+            self.answer_challenge(cx, id, nonce)?;
             return Ok(true);
         }
         if let Frame::HelloAck { nonce } = frame {
@@ -225,13 +248,17 @@ impl TcpEndpoint {
             return Ok(false);
         }
         let frame = Frame::parse(staged).map_err(|e| Error::Protocol(e.as_str()))?;
-        if let Frame::Hello { .. } | Frame::HelloAck { .. } = frame {
+        if let Frame::Hello { .. } | Frame::HelloAck { .. } | Frame::Challenge { .. } | Frame::Proof = frame {
             return self.handshake_frame(cx, id, frame);
         }
         if matches!(conn.state, State::Handshake(_)) {
             return Err(Error::Protocol("first frame is not a hello acknowledgement"));
         }
         let Some(peer) = conn.peer else {
+            if let Some(pending) = conn.admit.take() {
+                self.admitting -= 1;
+                return Err(self.refuse(&pending.0, "frame before the job key proof"));
+            }
             return Err(Error::Protocol("first frame is not a hello"));
         };
         // A write with immediate data: its 8 bytes come first.
@@ -423,7 +450,15 @@ impl TcpEndpoint {
                 self.on_credit(conn.0, bytes)?;
                 Ok(Phase::Header)
             }
-            Frame::HelloAck { .. } => Err(Error::Protocol("hello acknowledgement out of place")),
+            Frame::HelloAck { .. } | Frame::Challenge { .. } | Frame::Proof => {
+                Err(Error::Protocol("handshake frame out of place"))
+            }
+            Frame::Ping => {
+                self.send_control(cx, conn.0, Frame::Pong);
+                Ok(Phase::Header)
+            }
+            // Reading it was the sign of life (`stall`).
+            Frame::Pong => Ok(Phase::Header),
             Frame::WriteReq { .. } | Frame::ReadReq { .. } | Frame::ReadResp { .. } | Frame::WriteAck { .. } => {
                 Err(Error::Internal("RMA frame outside on_rma_frame"))
             }

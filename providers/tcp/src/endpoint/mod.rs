@@ -37,6 +37,7 @@ use crate::wire::{status, Frame, CREDIT_INIT, HEADER_LEN, MAX_EAGER};
 use xfer_core::unstable::complete::{self, Arrival};
 use xfer_core::unstable::hash::FastMap;
 
+mod admit;
 mod batch;
 mod burst;
 mod credit;
@@ -44,7 +45,9 @@ mod crossed;
 mod eager;
 mod hot;
 mod inbound;
+mod listen;
 mod rma;
+mod stall;
 
 use batch::Batch;
 use inbound::deliver_unexpected;
@@ -102,6 +105,14 @@ pub struct TcpEndpoint {
     /// Our name's nonce: a Hello must carry it to be accepted.
     nonce: u64,
     listener: Socket,
+    /// The listener's state at the descriptor limit (`listen`).
+    acceptor: listen::Acceptor,
+    /// The progress timeout's state (`stall`).
+    watch: stall::Watch,
+    /// Connections refused for not proving the job key (`admit`).
+    admission_refused: u64,
+    /// Accepted connections waiting for their Proof (`admit`).
+    admitting: usize,
     /// The zone (interface index) of a link-local IPv6 listening address,
     /// else 0: link-local peers are dialled through it.
     zone: u32,
@@ -196,6 +207,7 @@ fn op_error(cause: &Error, peer: PeerAddr) -> Error {
             errno: libc::ETIMEDOUT,
         },
         Error::PeerUnreachable { errno, .. } => Error::PeerUnreachable { peer, errno: *errno },
+        Error::Stalled { .. } => Error::Stalled { peer },
         other => other.clone(),
     }
 }
@@ -327,6 +339,10 @@ impl TcpEndpoint {
             name,
             nonce,
             listener,
+            acceptor: listen::Acceptor::new(),
+            watch: stall::Watch::new(attr.progress_timeout_ms),
+            admission_refused: 0,
+            admitting: 0,
             zone,
             epoll,
             events: vec![EMPTY_EVENT; 64],
@@ -588,6 +604,11 @@ impl TcpEndpoint {
         if matches!(conn.state, State::Connecting(_) | State::Handshake(_)) {
             self.connecting -= 1;
         }
+        if conn.admit.is_some() {
+            // Gone (closed, timed out, or failed otherwise) before proving the job key.
+            self.admission_refused += 1;
+            self.admitting -= 1;
+        }
         if conn.want_write {
             self.writing -= 1;
         }
@@ -614,7 +635,7 @@ impl TcpEndpoint {
         if clean_close || spare || cause == Error::Canceled {
             tracing::debug!(peer = ?conn.peer, opened_by = ?conn.dir, reason = %cause, "connection closed");
         } else {
-            tracing::warn!(peer = ?conn.peer, opened_by = ?conn.dir, error = %cause, "connection failed");
+            xfer_core::warn_limited!(peer = ?conn.peer, opened_by = ?conn.dir, error = %cause, "connection failed");
         }
         let selective = self.attr.selective_completion;
         for frame in conn.txq.drain(..) {
@@ -696,30 +717,6 @@ impl TcpEndpoint {
         }
     }
 
-    fn accept_all(&mut self) {
-        loop {
-            match self.listener.accept() {
-                Ok(Some(sock)) => {
-                    if let Err(e) = sock.tune(&self.attr.tcp, None) {
-                        tracing::warn!(error = %e, "tuning accepted socket");
-                    }
-                    let serial = self.next_serial();
-                    let fd = sock.as_raw_fd();
-                    let id = self.conns.insert(Conn::new(sock, Dir::In, State::Open, serial, None));
-                    if let Err(e) = self.epoll.add(fd, READABLE, id as u64) {
-                        tracing::warn!(error = %e, "watching accepted socket");
-                        self.conns.remove(id);
-                    }
-                }
-                Ok(None) => return,
-                Err(e) => {
-                    tracing::warn!(error = %e, "accept failed");
-                    return;
-                }
-            }
-        }
-    }
-
     fn on_event(&mut self, cx: &mut Ctx<'_>, id: usize, events: u32) {
         let Some(conn) = self.conns.get_mut(id) else { return };
         match conn.state {
@@ -745,6 +742,9 @@ impl TcpEndpoint {
                     self.read_inbound(cx, id);
                 }
                 if events & WRITABLE != 0 {
+                    if let Some(c) = self.conns.get_mut(id) {
+                        c.heard += 1;
+                    }
                     self.flush(cx, id);
                 }
             }
@@ -759,7 +759,7 @@ impl TcpEndpoint {
             .iter()
             .filter(|(_, c)| match c.state {
                 State::Connecting(since) | State::Handshake(since) => now.duration_since(since) > limit,
-                State::Open => false,
+                State::Open => c.admit.as_ref().is_some_and(|a| now.duration_since(a.2) > limit),
             })
             .map(|(k, _)| k)
             .collect();
@@ -1035,6 +1035,11 @@ impl EndpointProvider for TcpEndpoint {
             ("unexpected_bytes", self.recvs.held().payload as u64),
             ("unexpected_entries", self.recvs.held().entries as u64),
             ("unexpected_memory", self.recvs.held().bytes as u64),
+            ("accept_paused", self.acceptor.paused),
+            ("accept_shed", self.acceptor.shed),
+            ("progress_probes", self.watch.probes),
+            ("peers_stalled", self.watch.stalled),
+            ("admission_refused", self.admission_refused),
         ]
     }
 

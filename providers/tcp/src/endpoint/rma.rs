@@ -185,7 +185,7 @@ impl TcpEndpoint {
                     owner: Owner::None,
                 },
             ),
-            Err(e) => tracing::warn!(error = %e, "cannot answer an RMA request"),
+            Err(e) => xfer_core::warn_limited!(error = %e, "cannot answer an RMA request"),
         }
     }
 

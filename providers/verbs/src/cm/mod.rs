@@ -199,7 +199,7 @@ impl EventChannel {
     pub fn expect(&self, want: EventKind, timeout_ms: i32) -> Result<Event> {
         let ev = self.next(timeout_ms)?;
         if ev.kind != want || ev.status != 0 {
-            tracing::warn!(got = %ev.name(), want = %event_name(want), status = ev.status, "unexpected rdma_cm event");
+            xfer_core::warn_limited!(got = %ev.name(), want = %event_name(want), status = ev.status, "unexpected rdma_cm event");
             return Err(event_error(&ev));
         }
         Ok(ev)
@@ -428,7 +428,7 @@ fn check_device(id: &CmId, qp: &RcQp) -> Result<u32> {
     let (dev, port) = id.device()?;
     let ctx = qp.context();
     if ctx.name() != dev {
-        tracing::warn!(cm_device = %dev, qp_device = %ctx.name(), "rdma_cm resolved another device");
+        xfer_core::warn_limited!(cm_device = %dev, qp_device = %ctx.name(), "rdma_cm resolved another device");
         return Err(Error::InvalidArgument(
             "the QP is not on the device rdma_cm resolved the address to",
         ));

@@ -135,7 +135,7 @@ impl VerbsEndpoint {
                 Ok(Some(ev)) => ev,
                 Ok(None) => return,
                 Err(e) => {
-                    tracing::warn!(error = %e, "reading rdma_cm events");
+                    xfer_core::warn_limited!(error = %e, "reading rdma_cm events");
                     return;
                 }
             };
@@ -253,7 +253,7 @@ impl VerbsEndpoint {
         // SAFETY: a CONNECT_REQUEST's new id is ours to own.
         let id = unsafe { CmId::from_request(ev) };
         let Some((KIND_REQ, from)) = parse_private(ev.private_data()) else {
-            tracing::warn!("connection request without a valid xfer name; refused");
+            xfer_core::warn_limited!("connection request without a valid xfer name; refused");
             if let Err(e) = id.reject(&[]) {
                 tracing::debug!(error = %e, "rejecting a foreign request");
             }
@@ -290,7 +290,7 @@ impl VerbsEndpoint {
         {
             Ok(qp) => qp,
             Err(e) => {
-                tracing::warn!(error = %e, "accepting a connection");
+                xfer_core::warn_limited!(error = %e, "accepting a connection");
                 if let Err(e) = id.reject(&[]) {
                     tracing::debug!(error = %e, "rejecting after a failed accept");
                 }

@@ -224,7 +224,7 @@ impl VerbsEndpoint {
             if !reposted {
                 // The credit names buffers: they must be on the SRQ first.
                 if let Err(e) = self.srq.post_all() {
-                    tracing::warn!(error = %e, "reposting receive buffers");
+                    xfer_core::warn_limited!(error = %e, "reposting receive buffers");
                     return;
                 }
                 reposted = true;

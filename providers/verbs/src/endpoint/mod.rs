@@ -296,6 +296,11 @@ impl VerbsEndpoint {
     /// Opens an endpoint: CQ with channel, SRQ, send pool, rdma_cm listener
     /// on the domain's address.
     pub(crate) fn open(res: Arc<DomainRes>, attr: &EndpointAttr) -> Result<VerbsEndpoint> {
+        if attr.job_key.is_some() {
+            // Admission is the TCP handshake's: serving any peer while the
+            // caller asked for a key would be worse than not opening.
+            return Err(Error::NotSupported("a job key (XFER_JOB_KEY): admission is TCP only"));
+        }
         let va = &res.attr;
         let cqe = va.cq_size.min(res.dev.max_cqe).max(64);
         let cq = Cq::new(res.pd.context(), cqe, true)?;
@@ -515,7 +520,7 @@ impl EndpointProvider for VerbsEndpoint {
             self.check_fds(cx);
         }
         if let Err(e) = self.srq.refill() {
-            tracing::warn!(error = %e, "refilling the shared receive queue");
+            xfer_core::warn_limited!(error = %e, "refilling the shared receive queue");
         }
         if !self.owing.is_empty() {
             self.return_credit();
@@ -533,7 +538,7 @@ impl EndpointProvider for VerbsEndpoint {
         if !self.notify_armed {
             match self.cq.req_notify(false) {
                 Ok(()) => self.notify_armed = true,
-                Err(e) => tracing::warn!(error = %e, "arming the completion queue"),
+                Err(e) => xfer_core::warn_limited!(error = %e, "arming the completion queue"),
             }
         }
         // Completions that came before the arming raise no event.
@@ -541,7 +546,7 @@ impl EndpointProvider for VerbsEndpoint {
         // `trywait` does not progress first: the receives its completions
         // freed go back before we sleep, or senders would meet RNR.
         if let Err(e) = self.srq.refill() {
-            tracing::warn!(error = %e, "refilling the shared receive queue");
+            xfer_core::warn_limited!(error = %e, "refilling the shared receive queue");
         }
         if !self.owing.is_empty() {
             // A sender out of credit would wait for us while we block.
@@ -600,7 +605,7 @@ impl VerbsEndpoint {
         let n = match self.epoll.wait(&mut evs, 0) {
             Ok(n) => n,
             Err(e) => {
-                tracing::warn!(error = %e, "epoll_wait on the verbs endpoint");
+                xfer_core::warn_limited!(error = %e, "epoll_wait on the verbs endpoint");
                 return;
             }
         };
@@ -611,7 +616,7 @@ impl VerbsEndpoint {
                     match self.cq.wait_event(0) {
                         Ok(true) => self.notify_armed = false,
                         Ok(false) => {}
-                        Err(e) => tracing::warn!(error = %e, "reading the completion channel"),
+                        Err(e) => xfer_core::warn_limited!(error = %e, "reading the completion channel"),
                     }
                     self.poll_cq(cx);
                 }

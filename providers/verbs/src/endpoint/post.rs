@@ -417,7 +417,7 @@ impl VerbsEndpoint {
             let mut msg = [0u8; wire::WRITE_DATA_LEN];
             wire::write_data(&mut msg, data, len as u64);
             if self.post_ctrl(k, &msg, false, true).is_err() {
-                tracing::warn!("no room for a write-data notice after its write");
+                xfer_core::warn_limited!("no room for a write-data notice after its write");
             }
         }
         Ok(())
@@ -496,7 +496,7 @@ impl VerbsEndpoint {
     pub(super) fn release_mr(&self, r: Option<CacheRef>) {
         let Some(r) = r else { return };
         if let Err(e) = self.res.cache().release(r) {
-            tracing::warn!(error = %e, "releasing an MR cache reference");
+            xfer_core::warn_limited!(error = %e, "releasing an MR cache reference");
         }
     }
 

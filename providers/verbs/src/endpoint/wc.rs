@@ -58,7 +58,7 @@ impl VerbsEndpoint {
             let n = match self.cq.poll(&mut wcs) {
                 Ok(n) => n,
                 Err(e) => {
-                    tracing::warn!(error = %e, "ibv_poll_cq");
+                    xfer_core::warn_limited!(error = %e, "ibv_poll_cq");
                     break;
                 }
             };
@@ -231,7 +231,7 @@ impl VerbsEndpoint {
         let idx = match self.srq.take(wc) {
             Ok(i) => i,
             Err(e) => {
-                tracing::warn!(error = %e, "receive completion");
+                xfer_core::warn_limited!(error = %e, "receive completion");
                 return;
             }
         };
@@ -251,7 +251,7 @@ impl VerbsEndpoint {
                             credited = Some(k);
                         }
                     }
-                    Err(e) => tracing::warn!(error = %e, "receive longer than its buffer"),
+                    Err(e) => xfer_core::warn_limited!(error = %e, "receive longer than its buffer"),
                 },
                 None => tracing::debug!(qpn = wc.qp_num(), "receive on an unknown QP dropped"),
             }
@@ -259,7 +259,7 @@ impl VerbsEndpoint {
             tracing::debug!(status = wc.status_str(), "receive completion error");
         }
         if let Err(e) = self.srq.release(idx) {
-            tracing::warn!(error = %e, "releasing a receive buffer");
+            xfer_core::warn_limited!(error = %e, "releasing a receive buffer");
         }
         if let Some(k) = credited {
             self.owe(k, 1, 0);
@@ -273,7 +273,7 @@ impl VerbsEndpoint {
         let msg = match Msg::parse(bytes) {
             Ok(m) => m,
             Err(e) => {
-                tracing::warn!(peer = ?from, error = %e, "malformed message dropped");
+                xfer_core::warn_limited!(peer = ?from, error = %e, "malformed message dropped");
                 return true;
             }
         };
@@ -288,7 +288,7 @@ impl VerbsEndpoint {
             // (its credit stays spent: a dead connection grants none).
             if self.conns[k].state != State::Dead {
                 self.stats.credit_violations += 1;
-                tracing::warn!(peer = ?from, "peer sent past its credit; connection closed");
+                xfer_core::warn_limited!(peer = ?from, "peer sent past its credit; connection closed");
                 self.conn_failed(cx, k, Error::Protocol("peer sent past its credit"));
             }
             return false;
@@ -359,7 +359,7 @@ impl VerbsEndpoint {
     /// that died with an older connection must not be completed by it).
     fn on_fin(&mut self, cx: &mut Ctx<'_>, k: usize, id: u32, status: u32) {
         if self.rndv.get(id as usize).is_none_or(|r| r.conn != k) {
-            tracing::warn!(peer = ?self.conns[k].peer, id, "FIN for no rendezvous of this connection dropped");
+            xfer_core::warn_limited!(peer = ?self.conns[k].peer, id, "FIN for no rendezvous of this connection dropped");
             return;
         }
         let r = self.rndv.remove(id as usize);
