@@ -54,15 +54,24 @@ impl<'a> Sink<'a> {
     }
 
     /// Adds a completion after every one produced before it.
-    #[inline]
+    ///
+    /// Always inlined, so the entry is built in place in the caller's slot;
+    /// out of line, each completion is built on the stack and moved twice.
+    #[inline(always)]
     pub fn push_back(&mut self, c: Completion) {
         match self.out.get_mut(*self.filled) {
             Some(slot) => {
                 *slot = c;
                 *self.filled += 1;
             }
-            None => self.ring.push_back(c),
+            None => self.overflow(c),
         }
+    }
+
+    /// Queues `c` in the ring: the caller's array is full.
+    #[cold]
+    fn overflow(&mut self, c: Completion) {
+        self.ring.push_back(c);
     }
 
     /// The current position.
