@@ -977,6 +977,30 @@ mod tests {
         unexpected: Vec<(PeerAddr, u64, u32)>,
     }
 
+    type Hit = (u32, RecvSpec, PeerAddr, u64, u32);
+
+    impl Model {
+        /// What posting receive `id` with `s` gives, the model updated.
+        fn post(&mut self, s: RecvSpec, id: u32) -> Option<Hit> {
+            match self.unexpected.iter().position(|u| s.matches(u.0, u.1)) {
+                Some(i) => {
+                    let (src, tag, msg) = self.unexpected.remove(i);
+                    Some((id, s, src, tag, msg))
+                }
+                None => {
+                    self.posted.push((s, id));
+                    None
+                }
+            }
+        }
+
+        /// What an arrival from `src` with `tag` takes, the model updated.
+        fn take_posted(&mut self, src: PeerAddr, tag: u64) -> Option<(RecvSpec, u32)> {
+            let i = self.posted.iter().position(|p| p.0.matches(src, tag))?;
+            Some(self.posted.remove(i))
+        }
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(500))]
         #[test]
@@ -986,23 +1010,11 @@ mod tests {
             for (id, op) in (0u32..).zip(ops) {
                 match op {
                     Op::Post(s) => {
-                        let got = m.post(s, id).map(parts);
-                        let want = match model.unexpected.iter().position(|u| s.matches(u.0, u.1)) {
-                            Some(i) => {
-                                let (src, tag, msg) = model.unexpected.remove(i);
-                                Some((id, s, src, tag, msg))
-                            }
-                            None => {
-                                model.posted.push((s, id));
-                                None
-                            }
-                        };
-                        prop_assert_eq!(got, want);
+                        prop_assert_eq!(m.post(s, id).map(parts), model.post(s, id));
                     }
                     Op::Arrive(src, tag) => {
                         let got = m.take_posted(src, tag);
-                        let want = model.posted.iter().position(|p| p.0.matches(src, tag)).map(|i| model.posted.remove(i));
-                        prop_assert_eq!(got, want);
+                        prop_assert_eq!(got, model.take_posted(src, tag));
                         if got.is_none() {
                             m.push_unexpected(src, tag, id);
                             model.unexpected.push((src, tag, id));
@@ -1072,23 +1084,11 @@ mod tests {
             for (id, op) in (0u32..).zip(ops) {
                 match op {
                     BigOp::Post(s) => {
-                        let got = m.post(s, id).map(parts);
-                        let want = match model.unexpected.iter().position(|u| s.matches(u.0, u.1)) {
-                            Some(i) => {
-                                let (src, tag, msg) = model.unexpected.remove(i);
-                                Some((id, s, src, tag, msg))
-                            }
-                            None => {
-                                model.posted.push((s, id));
-                                None
-                            }
-                        };
-                        prop_assert_eq!(got, want);
+                        prop_assert_eq!(m.post(s, id).map(parts), model.post(s, id));
                     }
                     BigOp::Arrive(src, tag) => {
                         let got = m.take_posted(src, tag);
-                        let want = model.posted.iter().position(|p| p.0.matches(src, tag)).map(|i| model.posted.remove(i));
-                        prop_assert_eq!(got, want);
+                        prop_assert_eq!(got, model.take_posted(src, tag));
                         if got.is_none() {
                             m.push_unexpected(src, tag, id);
                             model.unexpected.push((src, tag, id));
@@ -1096,8 +1096,7 @@ mod tests {
                     }
                     BigOp::ArriveUnknown(from, tag) => {
                         let got = m.take_posted(ANY, tag);
-                        let want = model.posted.iter().position(|p| p.0.matches(ANY, tag)).map(|i| model.posted.remove(i));
-                        prop_assert_eq!(got, want);
+                        prop_assert_eq!(got, model.take_posted(ANY, tag));
                         if got.is_none() {
                             from_of.insert(id, from);
                             m.push_unexpected(ANY, tag, id);
