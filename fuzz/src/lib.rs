@@ -54,8 +54,9 @@ pub const SEND_LEN: usize = 8 << 10;
 pub const MR_BASE: u64 = 0x5a5a_0000_0000;
 /// Its length.
 pub const MR_LEN: usize = 64 << 10;
-/// Its remote key: the first registration of a fresh TCP domain (slot 0,
-/// generation 1).
+/// How inputs name its remote key: TCP keys are random, so the harness
+/// replaces these 8 bytes (little-endian, as frames carry keys) with the
+/// registration's real key before feeding the stream.
 pub const MR_KEY: u64 = 1 << 32;
 
 /// The token a fresh TCP endpoint gives its `n`th operation that needs an
