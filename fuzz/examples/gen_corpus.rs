@@ -466,7 +466,10 @@ fn tcp_stream(root: &Path) -> Out {
     );
     // Eager credit: a grant from the peer, and a peer spending more than the
     // initial credit on messages nobody received (dropped).
-    out.put("credit-grant", &stream(0, 0, &[h, &f(Frame::Credit { bytes: 1 << 20 })]));
+    out.put(
+        "credit-grant",
+        &stream(0, 0, &[h, &f(Frame::Credit { bytes: 1 << 20 })]),
+    );
     let max = eager(None, None, 64 << 10);
     let max_bytes = bytes(64 << 10);
     out.put(
