@@ -161,6 +161,70 @@ fn slow_receiver_holds_at_most_its_credit_and_loses_nothing() {
     }
 }
 
+/// Requests to send cost credit as eager messages do (their unexpected
+/// entries): a sender with more large messages outstanding than the
+/// receiver's credit pays for keeps the rest waiting, in order, behind
+/// them, and the receiver keeps at most what it granted; once receives
+/// come, everything arrives in order, a small message sent behind the
+/// waiting requests too.
+#[test]
+fn requests_to_send_beyond_the_credit_wait_their_turn() {
+    const BIG: usize = 512;
+    let mut attr = test_attr();
+    attr.tcp.eager_credit = BUDGET;
+    attr.rndv_threshold = BIG / 2;
+    let (mut tx, mut rx) = (Node::with_attr(&attr), Node::with_attr(&attr));
+    if counter(&rx, "unexpected_memory").is_none() {
+        eprintln!("skipping: this provider has no eager credit");
+        return;
+    }
+    let (to_rx, from_tx) = (tx.add(&rx), rx.add(&tx));
+    // Four times as many requests as the budget pays for, then a small
+    // message behind them.
+    let requests = 4 * BUDGET as u64 / xfer_core::unstable::rdm::credit::ENTRY_COST;
+    for i in 0..requests {
+        tx.ep.tsend(to_rx, 5, pattern(BIG, i), i).unwrap();
+    }
+    tx.ep.tsend(to_rx, 6, pattern(8, 1), requests).unwrap();
+    let most_entries = {
+        let (start, mut most) = (Instant::now(), 0);
+        while start.elapsed() < Duration::from_millis(300) {
+            tx.poll();
+            rx.poll();
+            most = most.max(counter(&rx, "unexpected_entries").unwrap_or(0));
+        }
+        most
+    };
+    let cap = BUDGET as u64 / xfer_core::unstable::rdm::credit::ENTRY_COST;
+    assert!(most_entries > 0, "requests arrived");
+    assert!(
+        most_entries <= cap,
+        "receiver kept {most_entries} unmatched messages, more than the {cap} its credit pays for"
+    );
+    assert!(counter(&tx, "credit_waits").unwrap() > 0, "requests waited for credit");
+    // The small message went behind the waiting requests: not there yet.
+    rx.ep.trecv(from_tx, 6, 0, vec![0; 8], 1 << 40).unwrap();
+    rx.poll();
+    assert!(
+        rx.take(1 << 40).is_none(),
+        "the small message overtook waiting requests"
+    );
+    for i in 0..requests {
+        rx.ep.trecv(from_tx, 5, 0, vec![0; BIG], 100_000 + i).unwrap();
+    }
+    for i in 0..requests {
+        let c = expect(&mut [&mut tx, &mut rx], 1, 100_000 + i);
+        assert_eq!(c.result, Ok(()), "message {i}");
+        assert!(c.buf.unwrap() == pattern(BIG, i), "message {i} intact and in order");
+    }
+    let c = expect(&mut [&mut tx, &mut rx], 1, 1 << 40);
+    assert!(c.buf.unwrap() == pattern(8, 1), "the small message behind them");
+    for i in 0..=requests {
+        assert_eq!(expect(&mut [&mut tx, &mut rx], 0, i).result, Ok(()), "send {i}");
+    }
+    assert_eq!(counter(&rx, "unexpected_entries"), Some(0));
+}
+
 #[test]
 fn injects_meet_again_at_the_credit_and_resume_after_receives() {
     let Some((mut tx, mut rx, to_rx, from_tx)) = pair() else {

@@ -160,6 +160,56 @@ fn eager_beyond_the_credit_is_refused() {
     still_works(&mut v);
 }
 
+fn rts(token: u64) -> [u8; HEADER_LEN] {
+    Frame::Rts {
+        tag: Some(1),
+        data: None,
+        len: 1 << 20,
+        token,
+    }
+    .to_bytes()
+}
+
+fn counter(n: &Node, name: &str) -> u64 {
+    let c = n.ep.counters().expect("counters");
+    c.iter().find(|(k, _)| *k == name).map_or(0, |&(_, v)| v)
+}
+
+/// Requests to send cost credit too (their unexpected entries): a peer
+/// that floods them past what it was granted loses its connection, and
+/// the requests it left can never be fulfilled, so nothing of them stays.
+#[test]
+fn requests_to_send_beyond_the_credit_are_refused_and_dropped() {
+    let within = CREDIT_INIT / eager_cost(0);
+    let mut v = Node::new();
+    let mut s = TcpStream::connect(addr_of(&v)).unwrap();
+    let mut bytes = hello("127.0.0.1:9".parse().unwrap(), &v);
+    for token in 0..within + 1 {
+        bytes.extend_from_slice(&rts(token));
+    }
+    s.write_all(&bytes).unwrap();
+    assert_dropped(&mut v, &mut s);
+    assert_eq!(counter(&v, "requests_dropped"), within, "every request it left");
+    assert_eq!(counter(&v, "unexpected_entries"), 0);
+    assert_eq!(counter(&v, "unexpected_memory"), 0);
+    still_works(&mut v);
+}
+
+/// A second request to send under an id that waits unmatched already is a
+/// protocol error (it would be answered twice).
+#[test]
+fn a_request_to_send_under_a_waiting_id_is_refused() {
+    let mut v = Node::new();
+    let mut s = TcpStream::connect(addr_of(&v)).unwrap();
+    let mut bytes = hello("127.0.0.1:9".parse().unwrap(), &v);
+    bytes.extend_from_slice(&rts(7));
+    bytes.extend_from_slice(&rts(7));
+    s.write_all(&bytes).unwrap();
+    assert_dropped(&mut v, &mut s);
+    assert_eq!(counter(&v, "requests_dropped"), 1);
+    still_works(&mut v);
+}
+
 #[test]
 fn frame_before_hello_is_refused() {
     attack(|_| {

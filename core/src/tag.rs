@@ -663,6 +663,23 @@ impl<R, U> Matcher<R, U> {
         out
     }
 
+    /// Removes every unexpected message for which `pred` holds, in arrival
+    /// order. A walk of the whole queue: for rare events (a connection that
+    /// failed with requests still kept), not the data path.
+    pub fn remove_unexpected_where(&mut self, mut pred: impl FnMut(&U) -> bool) -> Vec<U> {
+        let q = &mut self.unexpected;
+        let mut out = Vec::new();
+        let mut cur = q.all.head;
+        while cur != NIL {
+            let next = q.nodes[cur as usize].all.next;
+            if pred(&q.nodes[cur as usize].val) {
+                out.push(q.remove(cur as usize).val);
+            }
+            cur = next;
+        }
+        out
+    }
+
     /// Gives unexpected messages that arrived from a then-unknown source
     /// ([`PeerAddr::UNSPEC`]) the handle `resolve` now finds for them, so a
     /// receive directed at a peer inserted into the address vector after its

@@ -9,9 +9,14 @@
 //!   the unexpected ones hold ([`Held`]).
 //! - [`Unexpected`]: a message kept for a later receive, the same on every
 //!   transport but for its rendezvous handle.
+//! - [`credit`]: eager credit's unit, what one message costs its sender.
+//! - [`Requests`]: a connection's requests to send waiting unmatched.
 
+pub mod credit;
 pub mod receives;
+pub mod requests;
 pub mod unexpected;
 
 pub use receives::Receives;
+pub use requests::Requests;
 pub use unexpected::{Held, Unexpected};

@@ -147,6 +147,19 @@ impl<H> Receives<H> {
         Ok(c)
     }
 
+    /// Drops every unexpected request to send whose handle `pred` picks
+    /// (their connection failed: the data can never come), both spaces, and
+    /// says how many.
+    pub fn drop_requests(&mut self, mut pred: impl FnMut(&H) -> bool) -> usize {
+        let mut pick = |u: &Unexpected<H>| matches!(u, Unexpected::Rts { handle, .. } if pred(handle));
+        let mut gone = self.tagged.remove_unexpected_where(&mut pick);
+        gone.extend(self.untagged.remove_unexpected_where(&mut pick));
+        for msg in &gone {
+            self.held.remove(msg, Self::SLOT);
+        }
+        gone.len()
+    }
+
     /// Cancels the posted receive with `context`: its completion reports
     /// [`Error::Canceled`]. [`Error::NotFound`] when none has it.
     pub fn cancel(&mut self, cq: &mut Sink<'_>, context: u64) -> Result<()> {
@@ -301,6 +314,47 @@ mod tests {
             .expect("the eager message");
         assert_eq!(hit.msg.payload_len(), 100);
         assert_eq!(rx.held(), Held::default(), "everything received: nothing held");
+    }
+
+    #[test]
+    fn requests_of_a_failed_connection_are_dropped_and_nothing_else() {
+        let av = AvTable::default();
+        let name = Address::new(&[9]).unwrap();
+        let mut rx: Receives<u64> = Receives::new();
+        let rts = |handle| Unexpected::Rts {
+            from: name,
+            len: 1 << 20,
+            data: None,
+            handle,
+        };
+        rx.arrive(true, PeerAddr::UNSPEC, 1, rts(1));
+        rx.arrive(true, PeerAddr::UNSPEC, 1, eager(&name, 10));
+        rx.arrive(false, PeerAddr::UNSPEC, 0, rts(1));
+        rx.arrive(true, PeerAddr::UNSPEC, 1, rts(2));
+        assert_eq!(rx.drop_requests(|&h| h == 1), 2);
+        assert_eq!(rx.held().entries, 2);
+        let first = rx.post(&av, recv(PeerAddr::UNSPEC, 1, 0, true, 1), exact);
+        assert_eq!(first.expect("the eager message").msg.payload_len(), 10);
+        let second = rx.post(&av, recv(PeerAddr::UNSPEC, 1, 0, true, 2), exact);
+        assert!(matches!(
+            second.expect("the other request").msg,
+            Unexpected::Rts { handle: 2, .. }
+        ));
+        assert!(rx.post(&av, recv(PeerAddr::UNSPEC, 0, 0, false, 3), exact).is_none());
+        assert_eq!(rx.held(), Held::default());
+    }
+
+    #[test]
+    fn an_entry_costs_at_most_what_credit_charges_for_it() {
+        // The largest transport handle is a few words (verbs: address, key,
+        // id, connection); the slot plus an allocation's overhead must stay
+        // within what a message is charged besides its payload.
+        let slot = Matcher::<RecvOp, Unexpected<[u64; 5]>>::unexpected_slot();
+        assert!(
+            slot as u64 + 16 <= crate::rdm::credit::ENTRY_COST,
+            "slot {slot} B against {} B charged",
+            crate::rdm::credit::ENTRY_COST
+        );
     }
 
     #[test]

@@ -13,6 +13,7 @@ use std::io::IoSlice;
 use std::time::Instant;
 
 use xfer_core::unstable::addr::{Address, PeerAddr};
+use xfer_core::unstable::rdm::Requests;
 
 use crate::rx::Phase;
 use crate::sys::{Io, Socket};
@@ -112,6 +113,12 @@ pub struct Conn {
     pub src_hint: PeerAddr,
     /// Frames to write, oldest first.
     pub txq: VecDeque<TxFrame>,
+    /// Requests to send waiting for the eager credit they cost, oldest
+    /// first; while any wait, every message goes by request behind them
+    /// (order is kept) and injects fail with `Again`.
+    pub credit_wait: VecDeque<TxFrame>,
+    /// The peer's requests to send kept unmatched here, by its token.
+    pub requests: Requests,
     /// Whether epoll watches writability (only while `txq` is not empty).
     pub want_write: bool,
     /// Received bytes not yet consumed: `staging[start..end]`.
@@ -162,6 +169,8 @@ impl Conn {
             peer,
             src_hint: PeerAddr::UNSPEC,
             txq: VecDeque::new(),
+            credit_wait: VecDeque::new(),
+            requests: Requests::default(),
             want_write: false,
             staging,
             start: 0,

@@ -6,7 +6,7 @@
 //! ```text
 //! offset size field
 //! 0      2    magic: bytes 0x78 0x66 ("xf")
-//! 2      1    version: 1
+//! 2      1    version: 2
 //! 3      1    kind
 //! 4      4    flags (u32)
 //! 8      8    len (u64)
@@ -51,7 +51,7 @@ use std::fmt;
 pub const HEADER_LEN: usize = 40;
 
 /// The wire version this module speaks.
-pub const VERSION: u8 = 1;
+pub const VERSION: u8 = 2;
 
 /// The largest payload of an Eager frame; bigger messages go by rendezvous.
 pub const MAX_EAGER: u64 = 1 << 20;
@@ -65,10 +65,14 @@ pub const MAX_NAME: u64 = 32;
 /// header, twice.
 pub const CREDIT_INIT: u64 = 128 << 10;
 
-/// What an Eager frame costs of the sender's credit: its payload plus a
-/// header's worth, so that a flood of empty messages is bounded too.
+/// What an Eager frame of `len` payload bytes costs of the sender's credit
+/// (an Rts costs `eager_cost(0)`): its payload plus what its unexpected
+/// entry costs the receiver, as on every transport
+/// (`xfer_core::unstable::rdm::credit`), so that a flood of empty messages
+/// or of requests to send is bounded too.
+#[inline]
 pub fn eager_cost(len: u64) -> u64 {
-    len.saturating_add(HEADER_LEN as u64)
+    xfer_core::unstable::rdm::credit::cost(len)
 }
 
 /// The magic field as read by [`Header::magic`]: the bytes `0x78 0x66`
@@ -865,7 +869,7 @@ mod tests {
     // Golden headers, written out field by field.
 
     const HELLO: [u8; HEADER_LEN] = [
-        0x78, 0x66, 0x01, 0x01, // magic, version, kind = Hello
+        0x78, 0x66, 0x02, 0x01, // magic, version, kind = Hello
         0x00, 0x00, 0x00, 0x00, // flags
         0x10, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, // len = 16
         0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, // tag
@@ -874,7 +878,7 @@ mod tests {
     ];
 
     const HELLO_ACK: [u8; HEADER_LEN] = [
-        0x78, 0x66, 0x01, 0x0a, // magic, version, kind = HelloAck
+        0x78, 0x66, 0x02, 0x0a, // magic, version, kind = HelloAck
         0x00, 0x00, 0x00, 0x00, // flags
         0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, // len
         0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, // tag
@@ -883,7 +887,7 @@ mod tests {
     ];
 
     const EAGER: [u8; HEADER_LEN] = [
-        0x78, 0x66, 0x01, 0x02, // magic, version, kind = Eager
+        0x78, 0x66, 0x02, 0x02, // magic, version, kind = Eager
         0x03, 0x00, 0x00, 0x00, // flags = TAGGED | CQ_DATA
         0x00, 0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, // len = 256
         0xef, 0xcd, 0xab, 0x89, 0x67, 0x45, 0x23, 0x01, // tag = 0x0123456789abcdef
@@ -892,7 +896,7 @@ mod tests {
     ];
 
     const EAGER_PLAIN: [u8; HEADER_LEN] = [
-        0x78, 0x66, 0x01, 0x02, // magic, version, kind = Eager
+        0x78, 0x66, 0x02, 0x02, // magic, version, kind = Eager
         0x00, 0x00, 0x00, 0x00, // flags = none
         0x00, 0x00, 0x10, 0x00, 0x00, 0x00, 0x00, 0x00, // len = MAX_EAGER
         0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, // tag
@@ -901,7 +905,7 @@ mod tests {
     ];
 
     const RTS: [u8; HEADER_LEN] = [
-        0x78, 0x66, 0x01, 0x03, // magic, version, kind = Rts
+        0x78, 0x66, 0x02, 0x03, // magic, version, kind = Rts
         0x01, 0x00, 0x00, 0x00, // flags = TAGGED
         0x00, 0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, // len = 1 << 32
         0x07, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, // tag = 7
@@ -910,7 +914,7 @@ mod tests {
     ];
 
     const CTS: [u8; HEADER_LEN] = [
-        0x78, 0x66, 0x01, 0x04, // magic, version, kind = Cts
+        0x78, 0x66, 0x02, 0x04, // magic, version, kind = Cts
         0x00, 0x00, 0x00, 0x00, // flags
         0x00, 0x00, 0x20, 0x00, 0x00, 0x00, 0x00, 0x00, // len = 2 MiB
         0x09, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, // tag = rx_token 9
@@ -919,7 +923,7 @@ mod tests {
     ];
 
     const DATA: [u8; HEADER_LEN] = [
-        0x78, 0x66, 0x01, 0x05, // magic, version, kind = Data
+        0x78, 0x66, 0x02, 0x05, // magic, version, kind = Data
         0x00, 0x00, 0x00, 0x00, // flags
         0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x00, 0x00, // len = 64 KiB
         0x00, 0x00, 0x10, 0x00, 0x00, 0x00, 0x00, 0x00, // tag = offset 1 MiB
@@ -1109,8 +1113,13 @@ mod tests {
             Err(WireError::UnsupportedVersion(0))
         );
         assert_eq!(
-            Frame::parse(&modified(EAGER, 2, &[2])),
-            Err(WireError::UnsupportedVersion(2))
+            Frame::parse(&modified(EAGER, 2, &[1])),
+            Err(WireError::UnsupportedVersion(1)),
+            "version 1 charged nothing for requests to send"
+        );
+        assert_eq!(
+            Frame::parse(&modified(EAGER, 2, &[3])),
+            Err(WireError::UnsupportedVersion(3))
         );
     }
 
@@ -1136,7 +1145,7 @@ mod tests {
     #[test]
     fn credit_frames() {
         let credit = Frame::Credit { bytes: 1 << 20 }.to_bytes();
-        assert_eq!(&credit[..4], &[0x78, 0x66, 0x01, kind::CREDIT]);
+        assert_eq!(&credit[..4], &[0x78, 0x66, 0x02, kind::CREDIT]);
         assert_eq!(&credit[8..16], &(1u64 << 20).to_le_bytes());
         assert!(credit[4..8].iter().chain(&credit[16..]).all(|&b| b == 0));
         assert_eq!(Frame::parse(&credit), Ok(Frame::Credit { bytes: 1 << 20 }));
@@ -1149,7 +1158,7 @@ mod tests {
             );
         }
         assert_eq!(Frame::parse(&modified(credit, 4, &[1])), Err(WireError::BadFlags));
-        assert_eq!(eager_cost(0), HEADER_LEN as u64);
+        assert_eq!(eager_cost(0), xfer_core::unstable::rdm::credit::ENTRY_COST);
         assert_eq!(eager_cost(u64::MAX), u64::MAX);
     }
 
@@ -1157,7 +1166,7 @@ mod tests {
     fn challenge_and_proof() {
         let nonce: [u8; 16] = std::array::from_fn(|i| i as u8 + 1);
         let c = Frame::Challenge { nonce }.to_bytes();
-        assert_eq!(&c[..4], &[0x78, 0x66, 0x01, kind::CHALLENGE]);
+        assert_eq!(&c[..4], &[0x78, 0x66, 0x02, kind::CHALLENGE]);
         assert_eq!(&c[24..32], &nonce[..8], "data: the first half");
         assert_eq!(&c[16..24], &nonce[8..], "tag: the second half");
         assert_eq!(Frame::parse(&c), Ok(Frame::Challenge { nonce }));
@@ -1175,7 +1184,7 @@ mod tests {
     fn ping_and_pong_are_bare_headers() {
         for (f, k) in [(Frame::Ping, kind::PING), (Frame::Pong, kind::PONG)] {
             let b = f.to_bytes();
-            assert_eq!(&b[..4], &[0x78, 0x66, 0x01, k]);
+            assert_eq!(&b[..4], &[0x78, 0x66, 0x02, k]);
             assert!(b[4..].iter().all(|&x| x == 0), "{f:?}: {b:?}");
             assert_eq!(Frame::parse(&b), Ok(f));
             assert_eq!(f.payload_len(), 0);

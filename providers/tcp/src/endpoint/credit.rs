@@ -10,16 +10,23 @@
 //! Credit frame also grants the budget beyond the initial credit. Granting
 //! at the first consumption rather than at the handshake writes nothing
 //! extra while a connection is being set up, and a receiver that never
-//! posts a receive holds at most the initial credit from each peer. A sender without enough credit sends the message by rendezvous
-//! instead, so its payload waits in the sender's buffer until a receive
-//! matches; an inject, which has no buffer to wait in, fails with
-//! [`Error::Again`].
+//! posts a receive holds at most the initial credit from each peer.
+//!
+//! A sender without enough credit sends the message by rendezvous instead,
+//! so its payload waits in the sender's buffer until a receive matches; an
+//! inject, which has no buffer to wait in, fails with [`Error::Again`]. A
+//! request to send costs credit too (`eager_cost(0)`: its unexpected entry),
+//! earned back when a receive takes it: without any, it waits on the
+//! connection (`Conn::credit_wait`) until the peer grants more, and every
+//! message after it waits behind it, so order holds. Control frames (credit,
+//! clear-to-send, data, RMA) never wait for credit: a peer waiting for ours
+//! still gets it.
 
 use xfer_core::unstable::error::{Error, Result};
 use xfer_core::unstable::provider::Ctx;
 
 use super::TcpEndpoint;
-use crate::conn::{Conn, Owner, Payload, TxFrame};
+use crate::conn::{Conn, Owner, Payload, State, TxFrame};
 use crate::wire::{eager_cost, Frame, CREDIT_INIT};
 
 /// What an endpoint grants each peer in all, and how much it lets accrue
@@ -47,7 +54,7 @@ impl Budget {
 pub(super) fn charge(conn: &mut Conn, len: u64) -> Result<()> {
     let cost = eager_cost(len);
     if conn.rx_credit < cost {
-        return Err(Error::Protocol("eager message beyond the granted credit"));
+        return Err(Error::Protocol("message beyond the granted credit"));
     }
     conn.rx_credit -= cost;
     Ok(())
@@ -76,13 +83,14 @@ impl TcpEndpoint {
         self.queue(cx, id, frame);
     }
 
-    /// Spends the credit an eager message of `len` bytes needs on connection
-    /// `id`; false (nothing spent) if there is not enough.
+    /// Spends the credit an eager message of `len` bytes (a request to
+    /// send: 0) needs on connection `id`; false (nothing spent) if there is
+    /// not enough, or requests wait for credit there already.
     #[inline]
     pub(super) fn spend_credit(&mut self, id: usize, len: usize) -> bool {
         let cost = eager_cost(len as u64);
         match self.conns.get_mut(id) {
-            Some(c) if c.tx_credit >= cost => {
+            Some(c) if c.tx_credit >= cost && c.credit_wait.is_empty() => {
                 c.tx_credit -= cost;
                 true
             }
@@ -123,13 +131,47 @@ impl TcpEndpoint {
         }
     }
 
-    /// The peer granted `bytes` more on connection `id`.
-    pub(super) fn on_credit(&mut self, id: usize, bytes: u64) -> Result<()> {
+    /// Queues the request to send `frame` on connection `id`, or keeps it
+    /// waiting for credit (behind any that wait already).
+    pub(super) fn queue_request(&mut self, cx: &mut Ctx<'_>, id: usize, frame: TxFrame) {
+        if self.spend_credit(id, 0) {
+            // A request to send waits for its burst as an eager frame does
+            // (a stream of large messages then shares system calls); the
+            // first after a progress call goes at once and starts one.
+            let open = self.conns[id].state == State::Open;
+            self.queue_eager(cx, id, frame);
+            self.burst |= open;
+        } else {
+            self.credit_waits += 1;
+            self.conns[id].credit_wait.push_back(frame);
+        }
+    }
+
+    /// Queues the requests waiting on connection `id` that its credit now
+    /// pays for, oldest first.
+    pub(super) fn release_waiting(&mut self, cx: &mut Ctx<'_>, id: usize) {
+        let cost = eager_cost(0);
+        while let Some(c) = self.conns.get_mut(id) {
+            if c.tx_credit < cost {
+                return;
+            }
+            let Some(frame) = c.credit_wait.pop_front() else { return };
+            c.tx_credit -= cost;
+            self.queue(cx, id, frame);
+        }
+    }
+
+    /// The peer granted `bytes` more on connection `id`: requests waiting
+    /// for it go.
+    pub(super) fn on_credit(&mut self, cx: &mut Ctx<'_>, id: usize, bytes: u64) -> Result<()> {
         let Some(c) = self.conns.get_mut(id) else { return Ok(()) };
         c.tx_credit = c
             .tx_credit
             .checked_add(bytes)
             .ok_or(Error::Protocol("eager credit overflows"))?;
+        if !c.credit_wait.is_empty() {
+            self.release_waiting(cx, id);
+        }
         Ok(())
     }
 }

@@ -27,12 +27,14 @@ impl TcpEndpoint {
         // Eager credit spent on frames queued there moves with them.
         let spent = CREDIT_INIT.saturating_sub(conn.tx_credit);
         let waiting: Vec<TxFrame> = conn.txq.drain(..).filter(|f| f.owner != Owner::Hello).collect();
+        let unpaid = std::mem::take(&mut conn.credit_wait);
         let Some(acc) = self.conns.get_mut(accepted) else {
             return;
         };
         let to = (accepted, acc.serial);
         acc.tx_credit = acc.tx_credit.saturating_sub(spent);
         acc.txq.extend(waiting);
+        acc.credit_wait.extend(unpaid);
         for (_, tx) in self.sends.iter_mut().filter(|(_, t)| t.conn == from) {
             tx.conn = to;
         }
@@ -42,6 +44,7 @@ impl TcpEndpoint {
         self.route.insert(peer, accepted);
         tracing::debug!("crossed first contact: our connection gives way to the peer's");
         self.fail_conn(cx, own, Error::Canceled);
+        self.release_waiting(cx, accepted);
         self.flush(cx, accepted);
     }
 }

@@ -447,7 +447,7 @@ impl TcpEndpoint {
         match frame {
             Frame::Hello { .. } => Err(Error::Protocol("second hello on a connection")),
             Frame::Credit { bytes } => {
-                self.on_credit(conn.0, bytes)?;
+                self.on_credit(cx, conn.0, bytes)?;
                 Ok(Phase::Header)
             }
             Frame::HelloAck { .. } | Frame::Challenge { .. } | Frame::Proof => {
@@ -464,21 +464,35 @@ impl TcpEndpoint {
             }
             Frame::Eager { .. } => Err(Error::Internal("Eager frame outside on_eager")),
             Frame::Rts { tag, data, len, token } => {
+                let c = self
+                    .conns
+                    .get_mut(conn.0)
+                    .ok_or(Error::Internal("request on a gone connection"))?;
+                credit::charge(c, 0)?;
                 let src = self.src_of(cx, conn.0, &peer);
                 let t = tag.unwrap_or(0);
                 match self.recvs.take_posted(tag.is_some(), src, t) {
-                    Some((_, op)) => self.start_rndv(cx, op, conn, token, len, t, data, src),
-                    None => self.recvs.arrive(
-                        tag.is_some(),
-                        src,
-                        t,
-                        Unexpected::Rts {
-                            from: peer,
-                            len,
-                            data,
-                            handle: RtsTicket { conn, token },
-                        },
-                    ),
+                    Some((_, op)) => {
+                        // The clear-to-send first: it is what the sender waits for.
+                        self.start_rndv(cx, op, conn, token, len, t, data, src);
+                        self.earn_credit(cx, conn.0, Some(conn.1), 0);
+                    }
+                    None => {
+                        if let Some(c) = self.conns.get_mut(conn.0) {
+                            c.requests.arrive(token)?;
+                        }
+                        self.recvs.arrive(
+                            tag.is_some(),
+                            src,
+                            t,
+                            Unexpected::Rts {
+                                from: peer,
+                                len,
+                                data,
+                                handle: RtsTicket { conn, token },
+                            },
+                        );
+                    }
                 }
                 Ok(Phase::Header)
             }

@@ -161,6 +161,10 @@ pub struct TcpEndpoint {
     /// Messages no larger than the rendezvous threshold sent by rendezvous
     /// because the connection's eager credit ran out (`credit`).
     credit_stalls: u64,
+    /// Requests to send that waited for credit.
+    credit_waits: u64,
+    /// Requests to send dropped unmatched with their failed connection.
+    requests_dropped: u64,
     /// What we grant each connection's peer (`TcpAttr::eager_credit`).
     budget: credit::Budget,
     /// Scratch for a small frame written in one piece (`try_send_now`):
@@ -364,6 +368,8 @@ impl TcpEndpoint {
             writing: 0,
             abandoned: FastMap::default(),
             credit_stalls: 0,
+            credit_waits: 0,
+            requests_dropped: 0,
             budget: credit::Budget::new(attr.tcp.eager_credit),
             flat: vec![0; HEADER_LEN + FLAT_SEND].into_boxed_slice(),
             burst: false,
@@ -422,7 +428,13 @@ impl TcpEndpoint {
                 data,
                 handle: RtsTicket { conn, token },
                 ..
-            } => self.start_rndv(cx, recv, conn, token, len, tag, data, src),
+            } => {
+                if let Some(c) = self.conns.get_mut(conn.0).filter(|c| c.serial == conn.1) {
+                    c.requests.matched(token);
+                }
+                self.start_rndv(cx, recv, conn, token, len, tag, data, src);
+                self.earn_credit(cx, conn.0, Some(conn.1), 0);
+            }
         }
     }
 
@@ -623,6 +635,7 @@ impl TcpEndpoint {
         let quiet = matches!(conn.rx, Phase::Header)
             && conn.staged().is_empty()
             && conn.txq.is_empty()
+            && conn.credit_wait.is_empty()
             && !self.sends.iter().any(|(_, tx)| tx.conn == me);
         let clean_close = quiet && matches!(cause, Error::PeerUnreachable { errno: 0, .. });
         // A spare connection (a crossed first contact's, given up by the
@@ -638,7 +651,8 @@ impl TcpEndpoint {
             xfer_core::warn_limited!(peer = ?conn.peer, opened_by = ?conn.dir, error = %cause, "connection failed");
         }
         let selective = self.attr.selective_completion;
-        for frame in conn.txq.drain(..) {
+        let waiting = std::mem::take(&mut conn.credit_wait);
+        for frame in conn.txq.drain(..).chain(waiting) {
             match frame.owner {
                 Owner::Send(key) | Owner::Rts(key) => {
                     let tx = self.sends.remove(key);
@@ -689,6 +703,12 @@ impl TcpEndpoint {
             Phase::Data { key, .. } => self.fail_rndv(cx, key, &cause),
             Phase::ReadData { key, gen, .. } => self.fail_rma(cx, key, Some(gen), &cause),
             Phase::Eager(_) | Phase::Header | Phase::RmaWrite(_) => {}
+        }
+        if !conn.requests.is_empty() {
+            // Their data was to come on this connection: no receive can take them now.
+            let dropped = self.recvs.drop_requests(|t| t.conn == me);
+            self.requests_dropped += dropped as u64;
+            tracing::debug!(dropped, "requests to send dropped with their connection");
         }
         let stranded: Vec<usize> = self.rndv.iter().filter(|(_, r)| r.conn == me).map(|(k, _)| k).collect();
         for key in stranded {
@@ -907,12 +927,7 @@ impl EndpointProvider for TcpEndpoint {
                 written: 0,
                 owner: Owner::Rts(key),
             };
-            // A request to send waits for its burst as an eager frame does
-            // (a stream of large messages then shares system calls); the
-            // first after a progress call goes at once and starts one.
-            let open = self.conns[id].state == State::Open;
-            self.queue_eager(cx, id, frame);
-            self.burst |= open;
+            self.queue_request(cx, id, frame);
         }
         Ok(())
     }
@@ -1032,6 +1047,8 @@ impl EndpointProvider for TcpEndpoint {
             ("connections", self.conns.len() as u64),
             ("coalesced", self.coalesced),
             ("credit_stalls", self.credit_stalls),
+            ("credit_waits", self.credit_waits),
+            ("requests_dropped", self.requests_dropped),
             ("unexpected_bytes", self.recvs.held().payload as u64),
             ("unexpected_entries", self.recvs.held().entries as u64),
             ("unexpected_memory", self.recvs.held().bytes as u64),

@@ -113,6 +113,7 @@ impl VerbsEndpoint {
             since: Instant::now(),
             dead_since: None,
             credit: super::Credit::default(),
+            requests: Default::default(),
             serial,
             id,
         });
@@ -365,6 +366,13 @@ impl VerbsEndpoint {
             }
         }
         self.bury(k);
+        if !self.conns[k].requests.is_empty() {
+            // Their data was to be read over this connection: no receive can take them now.
+            let serial = self.conns[k].serial;
+            let dropped = self.recvs.drop_requests(|t| t.conn == k && t.serial == serial);
+            self.conns[k].requests = Default::default();
+            self.stats.requests_dropped += dropped as u64;
+        }
         self.fail_posted(cx, k, err.clone());
         let orphans: Vec<usize> = self
             .rndv

@@ -74,9 +74,10 @@ impl Default for Credit {
     }
 }
 
-/// What an eager message of `len` payload bytes costs.
+/// What a message of `len` eager payload bytes (a request to send: 0)
+/// costs, as on every transport (`xfer_core::unstable::rdm::credit`).
 pub(crate) fn eager_cost(len: usize) -> u64 {
-    (len + wire::HDR) as u64
+    xfer_core::unstable::rdm::credit::cost(len as u64)
 }
 
 impl Tx {
@@ -159,6 +160,16 @@ impl VerbsEndpoint {
         }
         let c = &mut self.conns[k].credit;
         c.msgs = c.msgs.saturating_sub(1);
+        c.bytes = c.bytes.saturating_sub(bytes);
+    }
+
+    /// A request to send went out on `k`: `bytes` eager bytes spent (its
+    /// message was counted by [`post_ctrl`](Self::post_ctrl)).
+    pub(super) fn spend_bytes(&mut self, k: usize, bytes: u64) {
+        if self.res.attr.fault_ignore_credit {
+            return;
+        }
+        let c = &mut self.conns[k].credit;
         c.bytes = c.bytes.saturating_sub(bytes);
     }
 

@@ -92,9 +92,12 @@ pub struct EndpointStats {
     /// Eager-sized sends that went by rendezvous, and injects refused with
     /// `Again`, for want of eager credit.
     pub credit_stalls: u64,
-    /// Times an operation found its connection out of message credit (it
-    /// waits in the peer's queue; counted per attempt).
+    /// Times an operation found its connection out of message credit, or a
+    /// request to send out of byte credit (it waits in the peer's queue;
+    /// counted per attempt).
     pub credit_waits: u64,
+    /// Requests to send dropped unmatched with their failed connection.
+    pub requests_dropped: u64,
     /// Credit messages sent.
     pub credit_returns: u64,
     /// Connections closed because their peer sent past its credit.
@@ -178,6 +181,8 @@ pub(crate) struct RtsTicket {
     pub(crate) addr: u64,
     pub(crate) rkey: u32,
     pub(crate) conn: usize,
+    /// The connection's serial (its slab key may be reused).
+    pub(crate) serial: u64,
 }
 
 /// A message that arrived before its receive was posted (core's entry, with
@@ -218,6 +223,8 @@ pub(crate) struct Conn {
     pub(crate) dead_since: Option<std::time::Instant>,
     /// Flow control both ways ([`credit`]).
     pub(crate) credit: Credit,
+    /// The peer's requests to send kept unmatched here, by rendezvous id.
+    pub(crate) requests: xfer_core::unstable::rdm::Requests,
     /// Tells this connection from a later one under the same slab key.
     pub(crate) serial: u64,
     // Dropped after the QP (field order): destroys the rdma_cm id.
@@ -587,6 +594,7 @@ impl EndpointProvider for VerbsEndpoint {
             ("credit_waits", s.credit_waits),
             ("credit_returns", s.credit_returns),
             ("credit_violations", s.credit_violations),
+            ("requests_dropped", s.requests_dropped),
             ("unexpected_bytes", self.recvs.held().payload as u64),
             ("unexpected_entries", self.recvs.held().entries as u64),
             ("unexpected_memory", self.recvs.held().bytes as u64),

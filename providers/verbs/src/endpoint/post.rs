@@ -136,6 +136,12 @@ impl VerbsEndpoint {
             Tx::Send { op, silent } if op.buf.len() <= self.eager_max && self.has_byte_credit(k, op.buf.len()) => {
                 self.post_eager(cx, k, op, silent)
             }
+            Tx::Send { op, silent } if !self.has_byte_credit(k, 0) => {
+                // A request to send costs credit too (its unexpected entry):
+                // it waits in the peer's queue, and what follows behind it.
+                self.stats.credit_waits += 1;
+                Err(Blocked::Room(Tx::Send { op, silent }))
+            }
             Tx::Send { op, silent } => {
                 let stalled = op.buf.len() <= self.eager_max;
                 let r = self.post_rts(cx, k, op, silent);
@@ -305,6 +311,7 @@ impl VerbsEndpoint {
         wire::rts(&mut msg, meta, id as u32, len as u64, ptr as u64, rkey);
         match self.post_ctrl(k, &msg, false, true) {
             Ok(()) => {
+                self.spend_bytes(k, super::credit::eager_cost(0));
                 self.stats.rndv_sends += 1;
                 Ok(())
             }

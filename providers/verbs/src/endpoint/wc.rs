@@ -280,6 +280,8 @@ impl VerbsEndpoint {
         let cost = match &msg {
             Msg::Credit { .. } => None,
             Msg::Eager { payload, .. } => Some(eager_cost(payload.len())),
+            // Kept unexpected, it holds an entry as an eager message does.
+            Msg::Rts { .. } => Some(eager_cost(0)),
             _ => Some(0),
         };
         if cost.is_some_and(|bytes| !self.charge_peer(k, bytes)) {
@@ -325,8 +327,14 @@ impl VerbsEndpoint {
                     Some((_, recv)) => {
                         let arrival = arrival_of(&recv, len, tag, meta.data, src);
                         self.start_read(cx, recv, arrival, id, addr, rkey, k);
+                        self.owe(k, 0, eager_cost(0));
                     }
                     None => {
+                        if let Err(e) = self.conns[k].requests.arrive(u64::from(id)) {
+                            xfer_core::warn_limited!(peer = ?from, error = %e, "connection closed");
+                            self.conn_failed(cx, k, e);
+                            return true;
+                        }
                         let u = Unexpected::Rts {
                             from,
                             data: meta.data,
@@ -336,6 +344,7 @@ impl VerbsEndpoint {
                                 addr,
                                 rkey,
                                 conn: k,
+                                serial: self.conns[k].serial,
                             },
                         };
                         self.recvs.arrive(meta.tag.is_some(), src, tag, u);
@@ -384,12 +393,25 @@ impl VerbsEndpoint {
             Unexpected::Rts {
                 data,
                 len,
-                handle: RtsTicket { id, addr, rkey, conn },
+                handle:
+                    RtsTicket {
+                        id,
+                        addr,
+                        rkey,
+                        conn,
+                        serial,
+                    },
                 ..
             } => {
                 let arrival = arrival_of(&recv, len, tag, data, src);
-                if self.conns.get(conn).is_some_and(|c| c.state != State::Dead) {
+                let live = self
+                    .conns
+                    .get_mut(conn)
+                    .filter(|c| c.serial == serial && c.state != State::Dead);
+                if let Some(c) = live {
+                    c.requests.matched(u64::from(id));
                     self.start_read(cx, recv, arrival, id, addr, rkey, conn);
+                    self.consumed((conn, serial), 0);
                 } else {
                     // Its sender's connection died: the data is gone.
                     let e = Error::PeerUnreachable { peer: src, errno: 0 };
