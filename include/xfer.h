@@ -488,6 +488,12 @@ typedef struct xfer_ep_attr_t {
      * `XFER_JOB_KEY`, else no admission check.
      */
     const char *job_key;
+    /**
+     * Receive memory in bytes (TCP): the most peers may make the endpoint
+     * hold (their credit in flight, unexpected messages, connections);
+     * past it connecting peers are refused (`XFER_RX_MEMORY`).
+     */
+    uint64_t rx_memory;
 } xfer_ep_attr_t;
 
 /**

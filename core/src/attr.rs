@@ -198,6 +198,16 @@ pub struct EndpointAttr {
     /// also answers such challenges when it connects. `None` (the default):
     /// anyone who can reach the port is served. TCP only.
     pub job_key: Option<JobKey>,
+    /// Receive memory: the most the endpoint commits to what its peers
+    /// may make it hold (their eager credit in flight, messages kept
+    /// unexpected until a receive takes them, connection state). A peer
+    /// that would take it past this is refused when it connects (counter
+    /// `rx_memory_refused`), and credit beyond a connection's initial is
+    /// granted only while it fits; connections the endpoint's own user
+    /// opens are admitted regardless. Counters `rx_memory` (committed) and
+    /// `rx_memory_refused`; docs/PROTOCOL.md "Receive memory" gives the
+    /// worst case per peer. TCP only.
+    pub rx_memory: u64,
     /// TCP provider settings.
     pub tcp: TcpAttr,
 }
@@ -212,6 +222,7 @@ impl Default for EndpointAttr {
             max_outstanding_per_peer: 0,
             progress_timeout_ms: 0,
             job_key: None,
+            rx_memory: 1 << 30,
             tcp: TcpAttr::default(),
         }
     }
@@ -236,6 +247,7 @@ impl EndpointAttr {
         apply(&mut a.max_outstanding, "XFER_MAX_OUTSTANDING");
         apply(&mut a.max_outstanding_per_peer, "XFER_MAX_OUTSTANDING_PER_PEER");
         apply(&mut a.progress_timeout_ms, "XFER_PROGRESS_TIMEOUT_MS");
+        apply(&mut a.rx_memory, "XFER_RX_MEMORY");
         if let Some(k) = std::env::var_os("XFER_JOB_KEY").filter(|k| !k.is_empty()) {
             a.job_key = Some(JobKey(std::os::unix::ffi::OsStrExt::as_bytes(k.as_os_str()).to_vec()));
         }
@@ -283,6 +295,11 @@ impl EndpointAttr {
                 env: "XFER_JOB_KEY",
                 value: if self.job_key.is_some() { "(set)" } else { "(unset)" }.into(),
                 doc: "connecting peers must prove they hold this key (HMAC over a challenge) or are refused (TCP)",
+            },
+            Setting {
+                env: "XFER_RX_MEMORY",
+                value: self.rx_memory.to_string(),
+                doc: "bytes of receive memory (credit in flight, unexpected messages, connections) peers may commit; past it connecting peers are refused (TCP)",
             },
         ];
         v.extend(self.tcp.settings());

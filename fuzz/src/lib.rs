@@ -56,8 +56,10 @@ pub const MR_BASE: u64 = 0x5a5a_0000_0000;
 pub const MR_LEN: usize = 64 << 10;
 /// How inputs name its remote key: TCP keys are random, so the harness
 /// replaces these 8 bytes (little-endian, as frames carry keys) with the
-/// registration's real key before feeding the stream.
-pub const MR_KEY: u64 = 1 << 32;
+/// registration's real key before feeding the stream. The bytes spell
+/// "m_fo_yek" and match no token (`token(0, 1)` is `1 << 32`: a key of that
+/// value had every first rendezvous token replaced too).
+pub const MR_KEY: u64 = 0x6b65_795f_6f66_5f6d;
 
 /// The token a fresh TCP endpoint gives its `n`th operation that needs an
 /// answer (`n` from 1, counting sends, RMA operations and matched

@@ -10,13 +10,16 @@
 //! - [`Unexpected`]: a message kept for a later receive, the same on every
 //!   transport but for its rendezvous handle.
 //! - [`credit`]: eager credit's unit, what one message costs its sender.
+//! - [`Account`]: what peers may make the endpoint hold, against its limit.
 //! - [`Requests`]: a connection's requests to send waiting unmatched.
 
+pub mod account;
 pub mod credit;
 pub mod receives;
 pub mod requests;
 pub mod unexpected;
 
+pub use account::Account;
 pub use receives::Receives;
 pub use requests::Requests;
 pub use unexpected::{Held, Unexpected};

@@ -139,6 +139,14 @@ pub struct Conn {
     pub rx_owed: u64,
     /// Whether the budget beyond the initial credit was granted yet.
     pub granted: bool,
+    /// Eager credit granted the peer in all (the initial, then the budget):
+    /// credit goes back once a quarter of it is owed.
+    pub grant: u64,
+    /// What this connection committed of the endpoint's receive memory
+    /// (`rdm::Account`): its state, then the credit it was granted.
+    pub reserved: u64,
+    /// Credit held by its messages kept unexpected (part of `reserved`).
+    pub held: u64,
     /// Whether frames wait in `txq` for the end of a burst of sends
     /// (listed in the endpoint's `deferred`).
     pub deferred: bool,
@@ -180,6 +188,9 @@ impl Conn {
             rx_credit: CREDIT_INIT,
             rx_owed: 0,
             granted: false,
+            grant: CREDIT_INIT,
+            reserved: 0,
+            held: 0,
             deferred: false,
             heard: 0,
             heard_seen: 0,

@@ -26,27 +26,30 @@ use xfer_core::unstable::error::{Error, Result};
 use xfer_core::unstable::provider::Ctx;
 
 use super::TcpEndpoint;
-use crate::conn::{Conn, Owner, Payload, State, TxFrame};
+use crate::conn::{Conn, Owner, Payload, State, TxFrame, STAGING};
 use crate::wire::{eager_cost, Frame, CREDIT_INIT};
 
-/// What an endpoint grants each peer in all, and how much it lets accrue
-/// before returning it.
+/// What an endpoint grants each peer in all.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Budget {
     total: u64,
-    threshold: u64,
 }
 
 impl Budget {
     /// The budget of `TcpAttr::eager_credit` bytes (at least the initial credit).
     pub(super) fn new(eager_credit: usize) -> Budget {
-        let total = (eager_credit as u64).max(CREDIT_INIT);
         Budget {
-            total,
-            threshold: (total / 4).max(1),
+            total: (eager_credit as u64).max(CREDIT_INIT),
         }
     }
 }
+
+/// What a connection costs the endpoint's receive memory besides credit:
+/// its receive staging buffer and its state.
+pub(super) const CONN_COST: u64 = (STAGING + std::mem::size_of::<Conn>()) as u64;
+
+/// What admitting a connection commits of the receive memory.
+pub(super) const ADMISSION: u64 = CREDIT_INIT + CONN_COST;
 
 /// An Eager frame of `len` bytes arrived on `conn`: charges the peer's
 /// credit; a peer that overspends breaks the protocol.
@@ -62,12 +65,13 @@ pub(super) fn charge(conn: &mut Conn, len: u64) -> Result<()> {
 
 /// An eager message of `len` bytes that came on `conn` was consumed: its
 /// cost is owed back to the peer. True when the connection should return
-/// credit now ([`TcpEndpoint::return_credit`]): a quarter of the budget is
-/// owed, or the budget beyond the initial credit was not granted yet.
+/// credit now ([`TcpEndpoint::return_credit`]): a quarter of what it was
+/// granted is owed, or the budget beyond the initial credit was not
+/// granted yet.
 #[inline]
-pub(super) fn owe(conn: &mut Conn, budget: &Budget, len: usize) -> bool {
+pub(super) fn owe(conn: &mut Conn, len: usize) -> bool {
     conn.rx_owed += eager_cost(len as u64);
-    conn.rx_owed >= budget.threshold || !conn.granted
+    conn.rx_owed >= conn.grant / 4 || !conn.granted
 }
 
 impl TcpEndpoint {
@@ -111,8 +115,30 @@ impl TcpEndpoint {
         if serial.is_some_and(|s| s != c.serial) {
             return;
         }
-        if owe(c, &self.budget, len) {
+        if owe(c, len) {
             self.return_credit(cx, id);
+        }
+    }
+
+    /// A message of `len` eager bytes (a request to send: 0) kept
+    /// unexpected from connection `id` holds its credit there.
+    pub(super) fn hold(&mut self, id: usize, len: usize) {
+        if let Some(c) = self.conns.get_mut(id) {
+            c.held += eager_cost(len as u64);
+        }
+    }
+
+    /// A receive took a message of `len` eager bytes kept unexpected from
+    /// connection `conn`: its credit is owed back to the peer, or, the
+    /// connection being gone, given back to the receive memory.
+    pub(super) fn unhold(&mut self, cx: &mut Ctx<'_>, conn: (usize, u64), len: usize) {
+        let cost = eager_cost(len as u64);
+        match self.conns.get_mut(conn.0).filter(|c| c.serial == conn.1) {
+            Some(c) => {
+                c.held = c.held.saturating_sub(cost);
+                self.earn_credit(cx, conn.0, Some(conn.1), len);
+            }
+            None => self.account.release(cost),
         }
     }
 
@@ -122,10 +148,16 @@ impl TcpEndpoint {
     pub(super) fn return_credit(&mut self, cx: &mut Ctx<'_>, id: usize) {
         let Some(c) = self.conns.get_mut(id) else { return };
         if !c.granted {
-            c.granted = true;
-            c.rx_owed += self.budget.total - CREDIT_INIT;
+            // Beyond the initial credit only while the receive memory has room.
+            let extra = self.budget.total - CREDIT_INIT;
+            if self.account.try_commit(extra) {
+                c.granted = true;
+                c.grant += extra;
+                c.reserved += extra;
+                c.rx_owed += extra;
+            }
         }
-        if c.rx_owed >= self.budget.threshold {
+        if c.rx_owed >= (c.grant / 4).max(1) {
             let owed = std::mem::take(&mut c.rx_owed);
             self.grant(cx, id, owed);
         }

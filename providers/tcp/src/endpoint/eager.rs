@@ -38,7 +38,7 @@ impl TcpEndpoint {
                 let fit = buf.len().min(olen);
                 buf[..fit].copy_from_slice(&conn.staged()[..fit]);
                 conn.consume(olen);
-                let due = credit::owe(conn, &self.budget, olen);
+                let due = credit::owe(conn, olen);
                 let a = Arrival {
                     len: fit,
                     olen,

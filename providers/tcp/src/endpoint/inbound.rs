@@ -198,6 +198,13 @@ impl TcpEndpoint {
             }
             let peer = Address::new(&staged[HEADER_LEN..end])?;
             conn.consume(end);
+            if !self.account.try_commit(credit::ADMISSION) {
+                self.rx_memory_refused += 1;
+                xfer_core::warn_limited!(%peer, committed = self.account.committed(), limit = self.account.limit(),
+                    "peer refused: receive memory (XFER_RX_MEMORY) exhausted");
+                return Err(Error::Os(libc::ENOBUFS));
+            }
+            self.conns[id].reserved = credit::ADMISSION;
             if !self.challenge(cx, id, peer)? {
                 self.open_accepted(cx, id, peer);
             }
@@ -481,6 +488,7 @@ impl TcpEndpoint {
                         if let Some(c) = self.conns.get_mut(conn.0) {
                             c.requests.arrive(token)?;
                         }
+                        self.hold(conn.0, 0);
                         self.recvs.arrive(
                             tag.is_some(),
                             src,
@@ -592,6 +600,7 @@ impl TcpEndpoint {
                 }
                 None => {
                     let conn = (id, self.conns.get(id).map_or(0, |c| c.serial));
+                    self.hold(id, e.olen);
                     self.recvs.arrive(
                         e.tagged,
                         e.src,

@@ -22,7 +22,7 @@ use xfer_core::unstable::error::{Error, Result};
 use xfer_core::unstable::mr::Access;
 use xfer_core::unstable::peek::{Claim, Peeked};
 use xfer_core::unstable::provider::{Ctx, EndpointProvider, RecvOp, Rejected, RmaKind, RmaOp, SendOp};
-use xfer_core::unstable::rdm::{Receives, Unexpected};
+use xfer_core::unstable::rdm::{Account, Receives, Unexpected};
 use xfer_core::unstable::sink::Sink;
 use xfer_core::unstable::sys::{Epoll, EMPTY_EVENT, READABLE, WRITABLE};
 use xfer_core::unstable::tag::{Matched, RecvSpec};
@@ -33,7 +33,7 @@ use crate::keys::{status_error, status_of};
 use crate::name::{TcpName, ANY_NONCE};
 use crate::rx::{EagerDest, EagerRx, Phase, RndvRx, RtsTicket, Unexp, WriteRx};
 use crate::sys::{self, Io, Socket};
-use crate::wire::{status, Frame, CREDIT_INIT, HEADER_LEN, MAX_EAGER};
+use crate::wire::{eager_cost, status, Frame, CREDIT_INIT, HEADER_LEN, MAX_EAGER};
 use xfer_core::unstable::complete::{self, Arrival};
 use xfer_core::unstable::hash::FastMap;
 
@@ -165,6 +165,10 @@ pub struct TcpEndpoint {
     credit_waits: u64,
     /// Requests to send dropped unmatched with their failed connection.
     requests_dropped: u64,
+    /// What peers may make this endpoint hold, against `EndpointAttr::rx_memory`.
+    account: Account,
+    /// Connecting peers turned away for want of receive memory.
+    rx_memory_refused: u64,
     /// What we grant each connection's peer (`TcpAttr::eager_credit`).
     budget: credit::Budget,
     /// Scratch for a small frame written in one piece (`try_send_now`):
@@ -370,6 +374,8 @@ impl TcpEndpoint {
             credit_stalls: 0,
             credit_waits: 0,
             requests_dropped: 0,
+            account: Account::new(attr.rx_memory),
+            rx_memory_refused: 0,
             budget: credit::Budget::new(attr.tcp.eager_credit),
             flat: vec![0; HEADER_LEN + FLAT_SEND].into_boxed_slice(),
             burst: false,
@@ -421,7 +427,7 @@ impl TcpEndpoint {
                     src,
                 };
                 deliver_unexpected(&mut cx.cq, recv, &payload, a);
-                self.earn_credit(cx, conn.0, Some(conn.1), payload.len());
+                self.unhold(cx, conn, payload.len());
             }
             Unexpected::Rts {
                 len,
@@ -433,7 +439,7 @@ impl TcpEndpoint {
                     c.requests.matched(token);
                 }
                 self.start_rndv(cx, recv, conn, token, len, tag, data, src);
-                self.earn_credit(cx, conn.0, Some(conn.1), 0);
+                self.unhold(cx, conn, 0);
             }
         }
     }
@@ -472,6 +478,9 @@ impl TcpEndpoint {
         sock.tune(&self.attr.tcp, Some(addr))?;
         let serial = self.next_serial();
         let mut conn = Conn::new(sock, Dir::Out, State::Connecting(Instant::now()), serial, Some(*dest));
+        // Our user chose this peer: admitted whatever the receive memory holds.
+        self.account.commit(credit::ADMISSION);
+        conn.reserved = credit::ADMISSION;
         let me = self.name.as_bytes().to_vec();
         let hdr = Frame::Hello {
             name_len: me.len() as u8,
@@ -490,6 +499,7 @@ impl TcpEndpoint {
         let id = self.conns.insert(conn);
         if let Err(e) = self.epoll.add(fd, READABLE | WRITABLE, id as u64) {
             self.conns.remove(id);
+            self.account.release(credit::ADMISSION);
             return Err(e);
         }
         self.route.insert(*dest, id);
@@ -704,12 +714,16 @@ impl TcpEndpoint {
             Phase::ReadData { key, gen, .. } => self.fail_rma(cx, key, Some(gen), &cause),
             Phase::Eager(_) | Phase::Header | Phase::RmaWrite(_) => {}
         }
+        let mut held = conn.held;
         if !conn.requests.is_empty() {
             // Their data was to come on this connection: no receive can take them now.
             let dropped = self.recvs.drop_requests(|t| t.conn == me);
             self.requests_dropped += dropped as u64;
+            held = held.saturating_sub(dropped as u64 * eager_cost(0));
             tracing::debug!(dropped, "requests to send dropped with their connection");
         }
+        // What its unexpected messages hold is given back as receives take them.
+        self.account.release(conn.reserved.saturating_sub(held));
         let stranded: Vec<usize> = self.rndv.iter().filter(|(_, r)| r.conn == me).map(|(k, _)| k).collect();
         for key in stranded {
             self.fail_rndv(cx, key, &cause);
@@ -1049,6 +1063,8 @@ impl EndpointProvider for TcpEndpoint {
             ("credit_stalls", self.credit_stalls),
             ("credit_waits", self.credit_waits),
             ("requests_dropped", self.requests_dropped),
+            ("rx_memory", self.account.committed()),
+            ("rx_memory_refused", self.rx_memory_refused),
             ("unexpected_bytes", self.recvs.held().payload as u64),
             ("unexpected_entries", self.recvs.held().entries as u64),
             ("unexpected_memory", self.recvs.held().bytes as u64),
