@@ -154,6 +154,7 @@ fn eager_beyond_the_credit_is_refused() {
     }
     s.write_all(&bytes).unwrap();
     assert_dropped(&mut v, &mut s);
+    assert_eq!(counter(&v, "credit_violations"), 1);
     v.ep.trecv(PeerAddr::UNSPEC, 1, 0, vec![0; len], 3).unwrap();
     let c = expect(&mut [&mut v], 0, 3);
     assert!(c.buf.unwrap() == pattern(len, 0), "the message within the credit");
@@ -189,6 +190,7 @@ fn requests_to_send_beyond_the_credit_are_refused_and_dropped() {
     }
     s.write_all(&bytes).unwrap();
     assert_dropped(&mut v, &mut s);
+    assert_eq!(counter(&v, "credit_violations"), 1);
     assert_eq!(counter(&v, "requests_dropped"), within, "every request it left");
     assert_eq!(counter(&v, "unexpected_entries"), 0);
     assert_eq!(counter(&v, "unexpected_memory"), 0);

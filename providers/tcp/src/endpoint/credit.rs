@@ -51,13 +51,17 @@ pub(super) const CONN_COST: u64 = (STAGING + std::mem::size_of::<Conn>()) as u64
 /// What admitting a connection commits of the receive memory.
 pub(super) const ADMISSION: u64 = CREDIT_INIT + CONN_COST;
 
+/// What a peer that sends past its credit gets: its connection ends with
+/// it (counted as `credit_violations`).
+pub(super) const OVERSPENT: Error = Error::Protocol("message beyond the granted credit");
+
 /// An Eager frame of `len` bytes arrived on `conn`: charges the peer's
 /// credit; a peer that overspends breaks the protocol.
 #[inline]
 pub(super) fn charge(conn: &mut Conn, len: u64) -> Result<()> {
     let cost = eager_cost(len);
     if conn.rx_credit < cost {
-        return Err(Error::Protocol("message beyond the granted credit"));
+        return Err(OVERSPENT);
     }
     conn.rx_credit -= cost;
     Ok(())

@@ -169,6 +169,8 @@ pub struct TcpEndpoint {
     account: Account,
     /// Connecting peers turned away for want of receive memory.
     rx_memory_refused: u64,
+    /// Connections ended because their peer sent past its credit.
+    credit_violations: u64,
     /// What we grant each connection's peer (`TcpAttr::eager_credit`).
     budget: credit::Budget,
     /// Scratch for a small frame written in one piece (`try_send_now`):
@@ -376,6 +378,7 @@ impl TcpEndpoint {
             requests_dropped: 0,
             account: Account::new(attr.rx_memory),
             rx_memory_refused: 0,
+            credit_violations: 0,
             budget: credit::Budget::new(attr.tcp.eager_credit),
             flat: vec![0; HEADER_LEN + FLAT_SEND].into_boxed_slice(),
             burst: false,
@@ -659,6 +662,9 @@ impl TcpEndpoint {
             tracing::debug!(peer = ?conn.peer, opened_by = ?conn.dir, reason = %cause, "connection closed");
         } else {
             xfer_core::warn_limited!(peer = ?conn.peer, opened_by = ?conn.dir, error = %cause, "connection failed");
+        }
+        if cause == credit::OVERSPENT {
+            self.credit_violations += 1;
         }
         let selective = self.attr.selective_completion;
         let waiting = std::mem::take(&mut conn.credit_wait);
@@ -1065,6 +1071,7 @@ impl EndpointProvider for TcpEndpoint {
             ("requests_dropped", self.requests_dropped),
             ("rx_memory", self.account.committed()),
             ("rx_memory_refused", self.rx_memory_refused),
+            ("credit_violations", self.credit_violations),
             ("unexpected_bytes", self.recvs.held().payload as u64),
             ("unexpected_entries", self.recvs.held().entries as u64),
             ("unexpected_memory", self.recvs.held().bytes as u64),
