@@ -98,7 +98,7 @@ pub struct xfer_ep_attr_t {
     /// challenge; the key is never sent) or are refused. NULL or `""`:
     /// `XFER_JOB_KEY`, else no admission check.
     pub job_key: *const c_char,
-    /// Receive memory in bytes (TCP): the most peers may make the endpoint
+    /// Receive memory in bytes: the most peers may make the endpoint
     /// hold (their credit in flight, unexpected messages, connections);
     /// past it connecting peers are refused (`XFER_RX_MEMORY`).
     pub rx_memory: u64,

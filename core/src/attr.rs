@@ -206,7 +206,7 @@ pub struct EndpointAttr {
     /// granted only while it fits; connections the endpoint's own user
     /// opens are admitted regardless. Counters `rx_memory` (committed) and
     /// `rx_memory_refused`; docs/PROTOCOL.md "Receive memory" gives the
-    /// worst case per peer. TCP only.
+    /// worst case per peer. TCP and verbs.
     pub rx_memory: u64,
     /// TCP provider settings.
     pub tcp: TcpAttr,
@@ -299,7 +299,7 @@ impl EndpointAttr {
             Setting {
                 env: "XFER_RX_MEMORY",
                 value: self.rx_memory.to_string(),
-                doc: "bytes of receive memory (credit in flight, unexpected messages, connections) peers may commit; past it connecting peers are refused (TCP)",
+                doc: "bytes of receive memory (credit in flight, unexpected messages, connections) peers may commit; past it connecting peers are refused",
             },
         ];
         v.extend(self.tcp.settings());

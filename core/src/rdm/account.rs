@@ -11,7 +11,8 @@
 //! and the connections themselves. A peer is admitted only while its
 //! charge fits under the limit, and is granted credit beyond the initial
 //! only while that fits too (without it, it sends larger messages by
-//! rendezvous, whose data waits with the sender).
+//! rendezvous, whose data waits with the sender). A connection's part is its
+//! [`Share`].
 
 /// One endpoint's receive-memory account.
 #[derive(Debug, Clone)]
@@ -62,6 +63,59 @@ impl Account {
     }
 }
 
+/// One connection's share of its endpoint's [`Account`]: what it
+/// committed, and how much of that its messages kept unexpected hold.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Share {
+    committed: u64,
+    held: u64,
+}
+
+impl Share {
+    /// Admits the connection with `bytes` (its initial credit and state) if
+    /// they fit under the limit.
+    pub fn admit(&mut self, account: &mut Account, bytes: u64) -> bool {
+        let fits = account.try_commit(bytes);
+        if fits {
+            self.committed += bytes;
+        }
+        fits
+    }
+
+    /// Commits `bytes` whatever the limit: a connection the endpoint's own
+    /// user opened, or a grant its caller found to fit.
+    pub fn commit(&mut self, account: &mut Account, bytes: u64) {
+        account.commit(bytes);
+        self.committed += bytes;
+    }
+
+    /// Commits `bytes` more (credit beyond the initial) if they fit.
+    pub fn grow(&mut self, account: &mut Account, bytes: u64) -> bool {
+        self.admit(account, bytes)
+    }
+
+    /// A message costing `cost` is kept unexpected: its credit is held.
+    pub fn hold(&mut self, cost: u64) {
+        self.held += cost;
+    }
+
+    /// A receive took a kept message costing `cost` while the connection
+    /// lives: its credit goes back to the peer, still committed.
+    pub fn unhold(&mut self, cost: u64) {
+        self.held = self.held.saturating_sub(cost);
+    }
+
+    /// The connection ended, and `dropped` of what its kept messages held
+    /// went with it: everything but what the rest hold is given back (each
+    /// of those is given back with [`Account::release`] when a receive
+    /// takes it).
+    pub fn close(&mut self, account: &mut Account, dropped: u64) {
+        let held = self.held.saturating_sub(dropped);
+        account.release(self.committed.saturating_sub(held));
+        *self = Share::default();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -79,5 +133,25 @@ mod tests {
         assert_eq!(a.committed(), 110, "the user's own connections go past it");
         assert!(!a.try_commit(u64::MAX), "no overflow");
         assert_eq!(a.committed(), 110);
+    }
+
+    #[test]
+    fn a_closed_connection_leaves_what_its_kept_messages_hold() {
+        let mut a = Account::new(1000);
+        let (mut one, mut two) = (Share::default(), Share::default());
+        assert!(one.admit(&mut a, 400));
+        assert!(!two.admit(&mut a, 700), "past the limit");
+        assert!(one.grow(&mut a, 200));
+        one.hold(100);
+        one.hold(50);
+        one.unhold(50);
+        one.hold(30);
+        // 130 kept, 30 of them (a request) dropped with the connection.
+        one.close(&mut a, 30);
+        assert_eq!(a.committed(), 100, "the kept message's credit stays");
+        a.release(100);
+        assert_eq!(a.committed(), 0);
+        two.commit(&mut a, 2000);
+        assert_eq!(a.committed(), 2000, "the user's own connection goes past the limit");
     }
 }

@@ -19,7 +19,7 @@ pub mod receives;
 pub mod requests;
 pub mod unexpected;
 
-pub use account::Account;
+pub use account::{Account, Share};
 pub use receives::Receives;
 pub use requests::Requests;
 pub use unexpected::{Held, Unexpected};

@@ -13,7 +13,7 @@ use std::io::IoSlice;
 use std::time::Instant;
 
 use xfer_core::unstable::addr::{Address, PeerAddr};
-use xfer_core::unstable::rdm::Requests;
+use xfer_core::unstable::rdm::{Requests, Share};
 
 use crate::rx::Phase;
 use crate::sys::{Io, Socket};
@@ -142,11 +142,10 @@ pub struct Conn {
     /// Eager credit granted the peer in all (the initial, then the budget):
     /// credit goes back once a quarter of it is owed.
     pub grant: u64,
-    /// What this connection committed of the endpoint's receive memory
-    /// (`rdm::Account`): its state, then the credit it was granted.
-    pub reserved: u64,
-    /// Credit held by its messages kept unexpected (part of `reserved`).
-    pub held: u64,
+    /// Its share of the endpoint's receive memory (`rdm::Account`): its
+    /// state and the credit it was granted, and what of that its messages
+    /// kept unexpected hold.
+    pub share: Share,
     /// Whether frames wait in `txq` for the end of a burst of sends
     /// (listed in the endpoint's `deferred`).
     pub deferred: bool,
@@ -189,8 +188,7 @@ impl Conn {
             rx_owed: 0,
             granted: false,
             grant: CREDIT_INIT,
-            reserved: 0,
-            held: 0,
+            share: Share::default(),
             deferred: false,
             heard: 0,
             heard_seen: 0,

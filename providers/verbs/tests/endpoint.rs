@@ -190,7 +190,10 @@ fn unsignaled_sends_never_overflow_a_64_deep_send_queue() {
 
 #[test]
 fn eight_peers_flooding_unexpected_messages_keep_the_srq_fed() {
-    let per_peer = 1250u64;
+    // What each peer's initial eager credit pays for (128 KiB at 64 + 256
+    // bytes a message): with nothing posted, the rest would wait for
+    // credit the receiver returns only as receives take messages.
+    let per_peer = 400u64;
     let peers = 8u64;
     let total = (per_peer * peers) as usize;
     let va = VerbsAttr {
@@ -238,11 +241,53 @@ fn eight_peers_flooding_unexpected_messages_keep_the_srq_fed() {
             rx.ep.trecv(ANY, tag, 0, vec![0; 64], tag).unwrap();
         }
     }
-    drive(&mut [&mut rx], "10,000 receives", |n| n[0].done.len() == total);
+    drive(&mut [&mut rx], "3,200 receives", |n| n[0].done.len() == total);
     for c in &rx.done {
         assert_eq!(c.result, Ok(()));
         assert_eq!(c.buf.as_deref(), Some(&pattern(64, c.context)[..]));
     }
+}
+
+/// The receive-memory account over verbs: a receiver whose limit has room
+/// for two connections' initial credit and state refuses the third peer's
+/// connection request (its send fails with `ECONNREFUSED`), keeps the two
+/// others' messages, and, once receives took them and the two left, has
+/// nothing committed.
+#[test]
+fn a_peer_past_the_receive_memory_is_refused() {
+    let mut small = EndpointAttr::default();
+    small.rx_memory = 2 * (128 << 10) + (64 << 10);
+    let Some(mut rx) = Node::new(VerbsAttr::from_env(), &small) else {
+        return;
+    };
+    let ea = EndpointAttr::default();
+    let mut senders: Vec<Node> = (0..3).map(|_| Node::new(VerbsAttr::from_env(), &ea).unwrap()).collect();
+    for (i, s) in senders.iter_mut().enumerate() {
+        let dest = s.add(&rx);
+        s.ep.tsend(dest, 5, pattern(64, i as u64), i as u64).unwrap();
+        // One at a time, so which peer is refused is known.
+        let mut nodes: Vec<&mut Node> = vec![&mut rx, s];
+        drive(&mut nodes, "the send", |n| !n[1].done.is_empty());
+    }
+    for (i, s) in senders.iter().enumerate() {
+        let r = &s.done[0].result;
+        if i < 2 {
+            assert_eq!(*r, Ok(()), "sender {i}");
+        } else {
+            assert!(
+                matches!(r, Err(Error::PeerUnreachable { errno, .. }) if *errno == libc::ECONNREFUSED),
+                "the third peer is refused: {r:?}"
+            );
+        }
+    }
+    assert_eq!(rx.counter("rx_memory_refused"), 1);
+    assert_eq!(rx.counter("unexpected_entries"), 2);
+    for i in 0..2u64 {
+        rx.ep.trecv(ANY, 5, 0, vec![0; 64], 100 + i).unwrap();
+    }
+    drive(&mut [&mut rx], "two receives", |n| n[0].done.len() == 2);
+    drop(senders);
+    drive(&mut [&mut rx], "the senders' departure", |n| n[0].counter("rx_memory") == 0);
 }
 
 #[test]

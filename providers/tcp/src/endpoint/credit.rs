@@ -128,7 +128,7 @@ impl TcpEndpoint {
     /// unexpected from connection `id` holds its credit there.
     pub(super) fn hold(&mut self, id: usize, len: usize) {
         if let Some(c) = self.conns.get_mut(id) {
-            c.held += eager_cost(len as u64);
+            c.share.hold(eager_cost(len as u64));
         }
     }
 
@@ -139,7 +139,7 @@ impl TcpEndpoint {
         let cost = eager_cost(len as u64);
         match self.conns.get_mut(conn.0).filter(|c| c.serial == conn.1) {
             Some(c) => {
-                c.held = c.held.saturating_sub(cost);
+                c.share.unhold(cost);
                 self.earn_credit(cx, conn.0, Some(conn.1), len);
             }
             None => self.account.release(cost),
@@ -154,10 +154,9 @@ impl TcpEndpoint {
         if !c.granted {
             // Beyond the initial credit only while the receive memory has room.
             let extra = self.budget.total - CREDIT_INIT;
-            if self.account.try_commit(extra) {
+            if c.share.grow(&mut self.account, extra) {
                 c.granted = true;
                 c.grant += extra;
-                c.reserved += extra;
                 c.rx_owed += extra;
             }
         }

@@ -198,13 +198,12 @@ impl TcpEndpoint {
             }
             let peer = Address::new(&staged[HEADER_LEN..end])?;
             conn.consume(end);
-            if !self.account.try_commit(credit::ADMISSION) {
+            if !self.conns[id].share.admit(&mut self.account, credit::ADMISSION) {
                 self.rx_memory_refused += 1;
                 xfer_core::warn_limited!(%peer, committed = self.account.committed(), limit = self.account.limit(),
                     "peer refused: receive memory (XFER_RX_MEMORY) exhausted");
                 return Err(Error::Os(libc::ENOBUFS));
             }
-            self.conns[id].reserved = credit::ADMISSION;
             if !self.challenge(cx, id, peer)? {
                 self.open_accepted(cx, id, peer);
             }

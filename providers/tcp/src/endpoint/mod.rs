@@ -482,8 +482,7 @@ impl TcpEndpoint {
         let serial = self.next_serial();
         let mut conn = Conn::new(sock, Dir::Out, State::Connecting(Instant::now()), serial, Some(*dest));
         // Our user chose this peer: admitted whatever the receive memory holds.
-        self.account.commit(credit::ADMISSION);
-        conn.reserved = credit::ADMISSION;
+        conn.share.commit(&mut self.account, credit::ADMISSION);
         let me = self.name.as_bytes().to_vec();
         let hdr = Frame::Hello {
             name_len: me.len() as u8,
@@ -501,8 +500,7 @@ impl TcpEndpoint {
         let fd = conn.sock.as_raw_fd();
         let id = self.conns.insert(conn);
         if let Err(e) = self.epoll.add(fd, READABLE | WRITABLE, id as u64) {
-            self.conns.remove(id);
-            self.account.release(credit::ADMISSION);
+            self.conns.remove(id).share.close(&mut self.account, 0);
             return Err(e);
         }
         self.route.insert(*dest, id);
@@ -720,16 +718,15 @@ impl TcpEndpoint {
             Phase::ReadData { key, gen, .. } => self.fail_rma(cx, key, Some(gen), &cause),
             Phase::Eager(_) | Phase::Header | Phase::RmaWrite(_) => {}
         }
-        let mut held = conn.held;
+        let mut dropped = 0;
         if !conn.requests.is_empty() {
             // Their data was to come on this connection: no receive can take them now.
-            let dropped = self.recvs.drop_requests(|t| t.conn == me);
-            self.requests_dropped += dropped as u64;
-            held = held.saturating_sub(dropped as u64 * eager_cost(0));
+            dropped = self.recvs.drop_requests(|t| t.conn == me) as u64;
+            self.requests_dropped += dropped;
             tracing::debug!(dropped, "requests to send dropped with their connection");
         }
         // What its unexpected messages hold is given back as receives take them.
-        self.account.release(conn.reserved.saturating_sub(held));
+        conn.share.close(&mut self.account, dropped * eager_cost(0));
         let stranded: Vec<usize> = self.rndv.iter().filter(|(_, r)| r.conn == me).map(|(k, _)| k).collect();
         for key in stranded {
             self.fail_rndv(cx, key, &cause);

@@ -91,6 +91,8 @@ impl VerbsEndpoint {
         match attempt {
             Ok(id) => {
                 let key = self.add_conn(dest, id, None, true, State::Resolving);
+                // Our user chose this peer: admitted whatever the receive memory holds.
+                self.conns[key].share.commit(&mut self.account, super::credit::ADMISSION);
                 self.peers.entry(dest).or_default().conn = Some(key);
             }
             Err(e) => {
@@ -114,6 +116,7 @@ impl VerbsEndpoint {
             dead_since: None,
             credit: super::Credit::default(),
             requests: Default::default(),
+            share: Default::default(),
             serial,
             id,
         });
@@ -285,6 +288,16 @@ impl VerbsEndpoint {
                 return;
             }
         }
+        let mut share = xfer_core::unstable::rdm::Share::default();
+        if !share.admit(&mut self.account, super::credit::ADMISSION) {
+            self.stats.rx_memory_refused += 1;
+            xfer_core::warn_limited!(peer = ?from, committed = self.account.committed(),
+                "connection refused: receive memory (XFER_RX_MEMORY) exhausted");
+            if let Err(e) = id.reject(&[]) {
+                tracing::debug!(error = %e, "refusing a request past the receive memory");
+            }
+            return;
+        }
         let qp = match self
             .new_qp()
             .and_then(|qp| id.accept(&qp, ev, &private(KIND_ACCEPT, &self.name)).map(|()| qp))
@@ -295,10 +308,12 @@ impl VerbsEndpoint {
                 if let Err(e) = id.reject(&[]) {
                     tracing::debug!(error = %e, "rejecting after a failed accept");
                 }
+                share.close(&mut self.account, 0);
                 return;
             }
         };
         let key = self.add_conn(from, id, Some(qp), false, State::Accepting);
+        self.conns[key].share = share;
         if itself {
             return; // our outgoing connection to ourselves keeps sending
         }
@@ -366,13 +381,6 @@ impl VerbsEndpoint {
             }
         }
         self.bury(k);
-        if !self.conns[k].requests.is_empty() {
-            // Their data was to be read over this connection: no receive can take them now.
-            let serial = self.conns[k].serial;
-            let dropped = self.recvs.drop_requests(|t| t.conn == k && t.serial == serial);
-            self.conns[k].requests = Default::default();
-            self.stats.requests_dropped += dropped as u64;
-        }
         self.fail_posted(cx, k, err.clone());
         let orphans: Vec<usize> = self
             .rndv
@@ -391,11 +399,25 @@ impl VerbsEndpoint {
     /// its QP are recognised).
     fn bury(&mut self, k: usize) {
         let c = &mut self.conns[k];
-        if c.state != State::Ready && c.state != State::Dead {
+        if c.state == State::Dead {
+            return;
+        }
+        if c.state != State::Ready {
             self.connecting = self.connecting.saturating_sub(1);
         }
         c.state = State::Dead;
         c.dead_since = Some(Instant::now());
+        let mut dropped = 0;
+        if !c.requests.is_empty() {
+            // Their data was to be read over this connection: no receive can take them now.
+            let serial = c.serial;
+            c.requests = Default::default();
+            dropped = self.recvs.drop_requests(|t| t.conn == k && t.serial == serial) as u64;
+            self.stats.requests_dropped += dropped;
+        }
+        // What its unexpected messages hold is given back as receives take them.
+        let eager_cost = super::credit::eager_cost;
+        self.conns[k].share.close(&mut self.account, dropped * eager_cost(0));
     }
 
     /// Ends every queued operation of `dest`, and every receive directed

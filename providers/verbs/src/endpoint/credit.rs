@@ -34,6 +34,10 @@ pub(crate) const INIT_MSGS: u32 = 16;
 /// Eager bytes a new connection may send before any credit message.
 pub(crate) const INIT_BYTES: u64 = 128 << 10;
 
+/// What admitting a connection commits of the receive memory: its initial
+/// credit and its state (receive buffers are the shared SRQ's).
+pub(crate) const ADMISSION: u64 = INIT_BYTES + std::mem::size_of::<super::Conn>() as u64;
+
 /// One connection's credit, both directions.
 #[derive(Debug)]
 pub(crate) struct Credit {
@@ -187,13 +191,25 @@ impl VerbsEndpoint {
     /// The eager bytes of an unexpected message were consumed: owed to the
     /// connection it came on, if that one still lives.
     pub(super) fn consumed(&mut self, conn: (usize, u64), len: usize) {
-        if self
+        let cost = eager_cost(len);
+        match self
             .conns
-            .get(conn.0)
-            .is_some_and(|c| c.serial == conn.1 && c.state != State::Dead)
+            .get_mut(conn.0)
+            .filter(|c| c.serial == conn.1 && c.state != State::Dead)
         {
-            self.owe(conn.0, 0, eager_cost(len));
+            Some(c) => {
+                c.share.unhold(cost);
+                self.owe(conn.0, 0, cost);
+            }
+            // Gone: what it held goes back to the receive memory.
+            None => self.account.release(cost),
         }
+    }
+
+    /// A message of `len` eager bytes (a request to send: 0) kept
+    /// unexpected from connection `k` holds its credit there.
+    pub(super) fn hold(&mut self, k: usize, len: usize) {
+        self.conns[k].share.hold(eager_cost(len));
     }
 
     /// A credit message arrived on `k`: the peer granted more.
@@ -224,10 +240,16 @@ impl VerbsEndpoint {
                 continue;
             };
             let cr = &c.credit;
+            // The bytes beyond the initial credit only while the receive
+            // memory has room; without them, returns go at a quarter of
+            // the initial credit.
+            let extra = b - INIT_BYTES;
+            let can_grant = !cr.granted_bytes && self.account.committed() + extra <= self.account.limit();
             let due = cr.owed_msgs >= (w / 4).max(1)
                 || cr.owed_bytes >= b / 4
                 || (!cr.granted_msgs && cr.owed_msgs > 0)
-                || (!cr.granted_bytes && cr.owed_bytes > 0);
+                || (can_grant && cr.owed_bytes > 0)
+                || (!cr.granted_bytes && cr.owed_bytes >= INIT_BYTES / 4);
             if c.state != State::Ready || !due {
                 i += 1;
                 continue;
@@ -241,8 +263,8 @@ impl VerbsEndpoint {
                 reposted = true;
             }
             let msgs = cr.owed_msgs + if cr.granted_msgs { 0 } else { w - INIT_MSGS };
-            let grant_bytes = !cr.granted_bytes && cr.owed_bytes > 0;
-            let bytes = cr.owed_bytes + if grant_bytes { b - INIT_BYTES } else { 0 };
+            let grant_bytes = can_grant && cr.owed_bytes > 0;
+            let bytes = cr.owed_bytes + if grant_bytes { extra } else { 0 };
             let mut msg = [0u8; wire::CREDIT_LEN];
             wire::credit(&mut msg, msgs, bytes);
             if self.post_ctrl(k, &msg, false, false).is_err() {
@@ -250,6 +272,9 @@ impl VerbsEndpoint {
                 continue;
             }
             self.stats.credit_returns += 1;
+            if grant_bytes {
+                self.conns[k].share.commit(&mut self.account, extra);
+            }
             let cr = &mut self.conns[k].credit;
             cr.owed_msgs = 0;
             cr.owed_bytes = 0;

@@ -98,6 +98,8 @@ pub struct EndpointStats {
     pub credit_waits: u64,
     /// Requests to send dropped unmatched with their failed connection.
     pub requests_dropped: u64,
+    /// Connection requests refused for want of receive memory.
+    pub rx_memory_refused: u64,
     /// Credit messages sent.
     pub credit_returns: u64,
     /// Connections closed because their peer sent past its credit.
@@ -225,6 +227,8 @@ pub(crate) struct Conn {
     pub(crate) credit: Credit,
     /// The peer's requests to send kept unmatched here, by rendezvous id.
     pub(crate) requests: xfer_core::unstable::rdm::Requests,
+    /// Its share of the endpoint's receive memory.
+    pub(crate) share: xfer_core::unstable::rdm::Share,
     /// Tells this connection from a later one under the same slab key.
     pub(crate) serial: u64,
     // Dropped after the QP (field order): destroys the rdma_cm id.
@@ -287,6 +291,8 @@ pub struct VerbsEndpoint {
     eager_credit: u64,
     /// Connections we owe credit to.
     owing: Vec<usize>,
+    /// What peers may make this endpoint hold, against `EndpointAttr::rx_memory`.
+    account: xfer_core::unstable::rdm::Account,
     /// The next connection's serial.
     serials: u64,
     // Verbs objects; the connections above (their QPs and ids) drop first.
@@ -363,6 +369,7 @@ impl VerbsEndpoint {
             credit_msgs: va.credit_msgs.max(credit::INIT_MSGS),
             eager_credit: va.eager_credit.max(credit::INIT_BYTES),
             owing: Vec::new(),
+            account: xfer_core::unstable::rdm::Account::new(attr.rx_memory),
             serials: 0,
             pool,
             srq,
@@ -595,6 +602,8 @@ impl EndpointProvider for VerbsEndpoint {
             ("credit_returns", s.credit_returns),
             ("credit_violations", s.credit_violations),
             ("requests_dropped", s.requests_dropped),
+            ("rx_memory", self.account.committed()),
+            ("rx_memory_refused", s.rx_memory_refused),
             ("unexpected_bytes", self.recvs.held().payload as u64),
             ("unexpected_entries", self.recvs.held().entries as u64),
             ("unexpected_memory", self.recvs.held().bytes as u64),

@@ -305,6 +305,7 @@ impl VerbsEndpoint {
                         self.owe(k, 0, eager_cost(payload.len()));
                     }
                     None => {
+                        self.hold(k, payload.len());
                         let u = Unexpected::Eager {
                             from,
                             data: meta.data,
@@ -335,6 +336,7 @@ impl VerbsEndpoint {
                             self.conn_failed(cx, k, e);
                             return true;
                         }
+                        self.hold(k, 0);
                         let u = Unexpected::Rts {
                             from,
                             data: meta.data,
