@@ -12,7 +12,7 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
-use common::{expect, pattern, test_attr, Node, DEADLINE};
+use common::{expect, pattern, rss, test_attr, Node, DEADLINE};
 use xfer::PeerAddr;
 use xfer_tcp::name::TcpName;
 use xfer_tcp::wire::{eager_cost, Frame, CREDIT_INIT};
@@ -27,17 +27,6 @@ fn counter(n: &Node, name: &str) -> u64 {
         .find(|(k, _)| *k == name)
         .map(|&(_, v)| v)
         .unwrap_or_else(|| panic!("no counter {name}"))
-}
-
-/// Resident set size of this process, bytes.
-fn rss() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
-    let kb: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmRSS line");
-    kb << 10
 }
 
 /// A peer that connects as `name_port`, sends as many empty tagged

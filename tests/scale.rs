@@ -33,17 +33,6 @@ fn peers() -> usize {
         .unwrap_or(512)
 }
 
-/// Resident set size of this process, bytes (`VmRSS`).
-fn rss() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
-    let kb: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmRSS line");
-    kb * 1024
-}
-
 /// Each endpoint has a few descriptors: raise the soft limit to the hard one.
 fn raise_fd_limit() {
     let mut lim = libc::rlimit {
@@ -146,7 +135,7 @@ fn one_endpoint_with_many_peers() {
     // Baseline: the hub exists, knows no peer, has no connection.
     hub.poll();
     let counters_before = hub.ep.counters().expect("counters");
-    let before = rss();
+    let before = common::rss();
     let addrs: Vec<PeerAddr> = names.iter().map(|b| hub.av.insert(b).expect("insert")).collect();
     for (p, &addr) in addrs.iter().enumerate() {
         for i in 0..MSGS {
@@ -186,7 +175,7 @@ fn one_endpoint_with_many_peers() {
         }
         assert!(start.elapsed() < BOUND, "hub: {got} of {} messages", n * MSGS as usize);
     }
-    let after = rss();
+    let after = common::rss();
     let counters_after = hub.ep.counters().expect("counters");
     let recv_bytes = |cs: &[(&str, u64)]| cs.iter().find(|(k, _)| *k == "recv_buffer_bytes").map(|&(_, v)| v);
     // Verbs: the receive buffers are the SRQ's, the same for 0 or n peers.

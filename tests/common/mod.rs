@@ -126,3 +126,14 @@ pub fn wait_readable(fd: std::os::fd::RawFd, timeout: Duration) -> bool {
     // SAFETY: `pfd` is a valid pollfd for the duration of the call.
     unsafe { libc::poll(&mut pfd, 1, timeout.as_millis().min(i32::MAX as u128) as i32) == 1 }
 }
+
+/// Resident set size of this process, bytes (`VmRSS`).
+pub fn rss() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
+    let kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS line");
+    kb * 1024
+}

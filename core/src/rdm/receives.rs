@@ -19,7 +19,7 @@ use crate::addr::{Address, AvTable, PeerAddr};
 use crate::complete;
 use crate::error::{Error, Result};
 use crate::peek::{Claim, Peeked};
-use crate::provider::RecvOp;
+use crate::provider::{RecvOp, Rejected};
 use crate::sink::Sink;
 use crate::tag::{Claimed, Matched, Matcher, RecvSpec};
 
@@ -135,6 +135,20 @@ impl<H> Receives<H> {
     ) -> Option<(Peeked, Option<Claim>)> {
         self.resolve(av, true, reverse);
         self.tagged.probe(&spec, claim, Unexpected::describe)
+    }
+
+    /// The message `claim` took out of matching, with the receive `op` that
+    /// takes it; `op` handed back refused when there is none.
+    #[allow(clippy::result_large_err)]
+    pub fn claimed(
+        &mut self,
+        claim: &Claim,
+        op: RecvOp,
+    ) -> std::result::Result<(Claimed<Unexpected<H>>, RecvOp), Rejected<RecvOp>> {
+        match self.take_claimed(claim) {
+            Ok(c) => Ok((c, op)),
+            Err(e) => Err(Rejected::new(e, op)),
+        }
     }
 
     /// The message `claim` took out of matching, or [`Error::NotFound`].

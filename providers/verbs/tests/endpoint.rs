@@ -287,7 +287,9 @@ fn a_peer_past_the_receive_memory_is_refused() {
     }
     drive(&mut [&mut rx], "two receives", |n| n[0].done.len() == 2);
     drop(senders);
-    drive(&mut [&mut rx], "the senders' departure", |n| n[0].counter("rx_memory") == 0);
+    drive(&mut [&mut rx], "the senders' departure", |n| {
+        n[0].counter("rx_memory") == 0
+    });
 }
 
 #[test]

@@ -92,7 +92,9 @@ impl VerbsEndpoint {
             Ok(id) => {
                 let key = self.add_conn(dest, id, None, true, State::Resolving);
                 // Our user chose this peer: admitted whatever the receive memory holds.
-                self.conns[key].share.commit(&mut self.account, super::credit::ADMISSION);
+                self.conns[key]
+                    .share
+                    .commit(&mut self.account, super::credit::ADMISSION);
                 self.peers.entry(dest).or_default().conn = Some(key);
             }
             Err(e) => {

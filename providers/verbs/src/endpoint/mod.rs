@@ -510,13 +510,9 @@ impl EndpointProvider for VerbsEndpoint {
         claim: Claim,
         op: RecvOp,
     ) -> std::result::Result<(), Rejected<RecvOp>> {
-        match self.recvs.take_claimed(&claim) {
-            Ok(c) => {
-                self.deliver(cx, op, c.src, c.tag, c.msg);
-                Ok(())
-            }
-            Err(e) => Err(Rejected::new(e, op)),
-        }
+        let (c, op) = self.recvs.claimed(&claim, op)?;
+        self.deliver(cx, op, c.src, c.tag, c.msg);
+        Ok(())
     }
 
     fn cancel(&mut self, cx: &mut Ctx<'_>, context: u64) -> Result<()> {
