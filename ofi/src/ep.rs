@@ -87,7 +87,7 @@ pub(crate) struct Enabled {
     pub(crate) cq: CompletionQueue,
     /// Receives into several buffers, staged (dropped after `ep`: xfer
     /// writes into their staging buffers until then).
-    scatters: Scatters,
+    pub(crate) scatters: Scatters,
     /// Multi-receive buffers posted.
     multis: Multis,
     tx: Option<Arc<CqCore>>,
@@ -327,9 +327,14 @@ impl EpCore {
             let released = if s.released { fi::FI_MULTI_RECV } else { 0 };
             return Some((s.app | silent, s.at, released));
         }
-        // SAFETY: the receive's segments are valid until its completion,
-        // which this is.
-        let app = unsafe { en.scatters.finish(c.context & !SILENT, c.len) }?;
+        // A failed read brought nothing: its buffers are left as they were.
+        let len = match c.result.is_err() && c.flags.contains(Flags::READ) {
+            true => 0,
+            false => c.len,
+        };
+        // SAFETY: the receive's (or read's) segments are valid until its
+        // completion, which this is.
+        let app = unsafe { en.scatters.finish(c.context & !SILENT, len) }?;
         Some((app | silent, 0, 0))
     }
 

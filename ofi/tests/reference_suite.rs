@@ -460,12 +460,24 @@ fn waits_vectors_and_multi_receives_under_valgrind() {
 /// `fi_write`, `fi_read` and `fi_writedata` of 1000 bytes with a write and
 /// a read counter on the initiator, the bytes landing in the target's
 /// memory (the target driven by `fi_cq_read(cq, NULL, 0)`), and the
-/// target's CQ getting `FI_REMOTE_WRITE | FI_REMOTE_CQ_DATA` with the data.
+/// target's CQ getting `FI_REMOTE_WRITE | FI_REMOTE_CQ_DATA` with the data;
+/// `fi_writev`, `fi_readv` and `fi_readmsg` of several local buffers (the
+/// bytes in order across them, the counters), and more remote segments
+/// than `rma_iov_limit` refused with `-FI_EINVAL`.
 #[test]
 fn rma_with_counters() {
     let exe = compile("fi_rma");
     both("rma", |prov| {
-        let want = ["write checked", "read checked", "writedata checked", "all rma checked"];
+        let want = [
+            "write checked",
+            "read checked",
+            "writedata checked",
+            "writev checked",
+            "readv checked",
+            "readmsg checked",
+            "rma_iov_limit checked",
+            "all rma checked",
+        ];
         one_program(prov, &exe, &[], &want)
     });
 }
