@@ -198,6 +198,13 @@ pub struct EndpointAttr {
     /// also answers such challenges when it connects. `None` (the default):
     /// anyone who can reach the port is served. TCP only.
     pub job_key: Option<JobKey>,
+    /// A message from a sender whose name is not in the address vector
+    /// completes with [`Error::UnknownSource`](crate::Error::UnknownSource),
+    /// which carries that name, instead of succeeding with an unspecified
+    /// source (libfabric's `FI_SOURCE_ERR`); the message is received either
+    /// way. A truncated message reports its truncation instead. Off by
+    /// default.
+    pub source_err: bool,
     /// TCP provider settings.
     pub tcp: TcpAttr,
 }
@@ -212,6 +219,7 @@ impl Default for EndpointAttr {
             max_outstanding_per_peer: 0,
             progress_timeout_ms: 0,
             job_key: None,
+            source_err: false,
             tcp: TcpAttr::default(),
         }
     }
@@ -242,6 +250,9 @@ impl EndpointAttr {
         if let Some(v) = env_flag("XFER_SELECTIVE_COMPLETION") {
             a.selective_completion = v;
         }
+        if let Some(v) = env_flag("XFER_SOURCE_ERR") {
+            a.source_err = v;
+        }
         a.tcp = TcpAttr::from_env();
         a
     }
@@ -263,6 +274,11 @@ impl EndpointAttr {
                 env: "XFER_SELECTIVE_COMPLETION",
                 value: u8::from(self.selective_completion).to_string(),
                 doc: "1: only operations that ask for a completion report success (errors always do)",
+            },
+            Setting {
+                env: "XFER_SOURCE_ERR",
+                value: u8::from(self.source_err).to_string(),
+                doc: "1: a message from a sender not in the address vector completes with an error carrying its name",
             },
             Setting {
                 env: "XFER_MAX_OUTSTANDING",

@@ -1,6 +1,6 @@
 //! Turning finished operations into completion entries, for providers.
 
-use crate::addr::PeerAddr;
+use crate::addr::{Address, PeerAddr};
 use crate::completion::{Completion, Flags};
 use crate::error::Error;
 use crate::provider::{RecvOp, RmaKind, RmaOp, SendOp};
@@ -66,6 +66,27 @@ pub fn recv(cq: &mut Sink<'_>, op: RecvOp, a: Arrival, error: Option<Error>) {
         result,
         buf: op.buf.into_vec(),
     });
+}
+
+/// [`recv`] of a message whose sender's name, `from`, the provider knows:
+/// when the sender is not in the address vector (`a.src` unspecified) and
+/// the endpoint asked for `source_err`
+/// ([`EndpointAttr::source_err`](crate::EndpointAttr::source_err)), the
+/// completion is [`Error::UnknownSource`] with that name; a truncation is
+/// reported as such. A known sender costs one comparison more than `recv`.
+#[inline(always)]
+pub fn recv_from(cq: &mut Sink<'_>, op: RecvOp, a: Arrival, from: &Address, source_err: bool) {
+    let error = match a.src.is_unspec() && source_err && a.olen <= a.len {
+        true => Some(unknown_source(from)),
+        false => None,
+    };
+    recv(cq, op, a, error);
+}
+
+/// The error of a message from `from`, a sender not in the address vector.
+#[cold]
+fn unknown_source(from: &Address) -> Error {
+    Error::UnknownSource(Box::new(*from))
 }
 
 /// Reports a receive that ended without data (cancelled, or its peer died).

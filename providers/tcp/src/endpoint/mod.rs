@@ -405,7 +405,10 @@ impl TcpEndpoint {
     fn deliver(&mut self, cx: &mut Ctx<'_>, recv: RecvOp, src: PeerAddr, tag: u64, msg: Unexp) {
         match msg {
             Unexpected::Eager {
-                data, payload, conn, ..
+                from,
+                data,
+                payload,
+                conn,
             } => {
                 let a = Arrival {
                     len: 0,
@@ -414,7 +417,7 @@ impl TcpEndpoint {
                     data,
                     src,
                 };
-                deliver_unexpected(&mut cx.cq, recv, &payload, a);
+                deliver_unexpected(&mut cx.cq, recv, &payload, a, (&from, self.attr.source_err));
                 self.earn_credit(cx, conn.0, Some(conn.1), payload.len());
             }
             Unexpected::Rts {
