@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use xfer_core::unstable::hash::FastMap;
 use xfer_facade::{
-    Buffer, Claim, Completion, CompletionQueue, CqAttr, Endpoint, EndpointAttr, Flags, Peeked, PeerAddr, RecvOp,
-    RecvSpec, SendOp,
+    Address, Buffer, Claim, Completion, CompletionQueue, CqAttr, Endpoint, EndpointAttr, Error, Flags, Peeked,
+    PeerAddr, RecvOp, RecvSpec, SendOp,
 };
 
 use crate::av::{self, AvCore};
@@ -307,7 +307,10 @@ impl EpCore {
                         continue;
                     }
                 }
-                cq.push(e, !mine);
+                match &c.result {
+                    Err(Error::UnknownSource(name)) => cq.push_with(e, !mine, self.source_name(name)),
+                    _ => cq.push(e, !mine),
+                }
             }
             if n < scratch.len() {
                 return;
@@ -336,6 +339,13 @@ impl EpCore {
         // completion, which this is.
         let app = unsafe { en.scatters.finish(c.context & !SILENT, len) }?;
         Some((app | silent, 0, 0))
+    }
+
+    /// The address of an unknown sender (`FI_SOURCE_ERR`) in the AV's
+    /// format, what `fi_av_insert` takes: the `err_data` of its entry.
+    #[cold]
+    fn source_name(&self, name: &Address) -> Option<Vec<u8>> {
+        self.domain.format.encode(name)
     }
 
     /// A message of a multi-receive buffer completed: posts the next
@@ -868,6 +878,8 @@ fn enable(ep: &Arc<EpCore>) -> c_int {
     };
     let mut attr = EndpointAttr::from_env();
     attr.selective_completion = b.tx_selective;
+    // Only when the application asked for it, whatever XFER_SOURCE_ERR says.
+    attr.source_err = ep.caps & fi::FI_SOURCE_ERR != 0;
     if let Some(at) = ep.listen {
         attr.tcp.addr = Some(at.to_string());
     }
