@@ -707,10 +707,17 @@ mod tests {
         };
         let plain = caps(fi::FI_MSG);
         assert_eq!(
-            plain & (fi::FI_DIRECTED_RECV | fi::FI_SOURCE),
+            plain & (fi::FI_DIRECTED_RECV | fi::FI_SOURCE | fi::FI_SOURCE_ERR),
             0,
             "not asked: not added"
         );
+        let named = fi::FI_MSG | fi::FI_SOURCE | fi::FI_SOURCE_ERR;
+        assert_eq!(caps(named) & named, named, "FI_SOURCE_ERR with FI_SOURCE");
+        let alone = Hints {
+            caps: fi::FI_MSG | fi::FI_SOURCE_ERR,
+            ..Hints::default()
+        };
+        assert!(select(&alone, "tcp", L).is_err(), "FI_SOURCE_ERR needs FI_SOURCE");
         assert_eq!(
             plain & (fi::FI_SEND | fi::FI_RECV),
             fi::FI_SEND | fi::FI_RECV,
