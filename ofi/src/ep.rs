@@ -354,7 +354,10 @@ impl EpCore {
     fn multi_step(&self, en: &Enabled, c: &Completion) -> Option<crate::multi::Step> {
         let token = c.context & !SILENT;
         let min = self.min_multi_recv.load(std::sync::atomic::Ordering::Relaxed);
-        let mut step = en.multis.advance(token, c.len, c.result.is_ok(), min)?;
+        // A message from an unknown sender (FI_SOURCE_ERR) was delivered:
+        // the buffer goes on like after a success.
+        let delivered = matches!(c.result, Ok(()) | Err(Error::UnknownSource(_)));
+        let mut step = en.multis.advance(token, c.len, delivered, min)?;
         if let Some(rest) = step.rest.take() {
             let op = RecvOp {
                 spec: RecvSpec {

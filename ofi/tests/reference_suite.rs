@@ -489,7 +489,9 @@ fn rma_with_counters() {
 /// receive's context and length, the bytes delivered) whose `err_data` is
 /// the sender's address, in the provider's buffer or copied into the
 /// application's; inserted, the next message from it succeeds with that
-/// `fi_addr` as `fi_cq_readfrom`'s source.
+/// `fi_addr` as `fi_cq_readfrom`'s source; a multi-receive buffer takes two
+/// messages from an unknown sender (two such entries, each with where it
+/// landed) without being released.
 #[test]
 fn unknown_sender_address_with_source_err() {
     let exe = compile("fi_source_err");
@@ -499,6 +501,7 @@ fn unknown_sender_address_with_source_err() {
             "unknown sender's address checked",
             "inserted sender checked",
             "application's err_data buffer checked",
+            "multi-receive buffer checked",
             "all source_err checked",
         ];
         one_program(prov, &exe, &[], &want)

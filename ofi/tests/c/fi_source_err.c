@@ -14,7 +14,12 @@
  * - a third endpoint C, not in B's AV, sends "third": fi_cq_readerr into
  *   the application's own err_data buffer (err_data_size 64 on input)
  *   copies the address there and sets err_data_size to its length, and
- *   it differs from A's.
+ *   it differs from A's;
+ * - with a multi-receive buffer posted (FI_MULTI_RECV), a fourth endpoint D
+ *   not in B's AV sends two messages: each an FI_EADDRNOTAVAIL entry with
+ *   `buf` where it landed in the buffer, the second after the first, and the
+ *   buffer not released by them (no FI_MULTI_RECV flag): the messages were
+ *   delivered.
  * Prints "all source_err checked" and exits 0. */
 #include <rdma/fabric.h>
 #include <rdma/fi_cm.h>
@@ -42,7 +47,7 @@
 
 #define WAIT_SEC 30
 
-static struct fid_cq *cq_a, *cq_b, *cq_c;
+static struct fid_cq *cq_a, *cq_b, *cq_c, *cq_d;
 
 static double now(void)
 {
@@ -57,6 +62,8 @@ static void drive(void)
 	(void)fi_cq_read(cq_a, NULL, 0);
 	(void)fi_cq_read(cq_b, NULL, 0);
 	(void)fi_cq_read(cq_c, NULL, 0);
+	if (cq_d)
+		(void)fi_cq_read(cq_d, NULL, 0);
 }
 
 /* Sends `msg` from `ep` to `dest`, retrying while the provider asks to,
@@ -120,7 +127,7 @@ int main(void)
 	static int ctx[3];
 	fi_addr_t src, b_from_a, b_from_c, a_in_b;
 	h->ep_attr->type = FI_EP_RDM;
-	h->caps = FI_MSG | FI_SOURCE | FI_SOURCE_ERR;
+	h->caps = FI_MSG | FI_SOURCE | FI_SOURCE_ERR | FI_MULTI_RECV;
 	MUST(fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, h, &info));
 	fi_freeinfo(h);
 	printf("provider %s, max_err_data %zu, addrlen %zu\n", info->fabric_attr->prov_name,
@@ -182,6 +189,40 @@ int main(void)
 	fi_addr_t c_in_b;
 	CHECK(fi_av_insert(av_b, mine, 1, &c_in_b, 0, NULL) == 1 && c_in_b != a_in_b, "insert C's address");
 	printf("application's err_data buffer checked\n");
+
+	/* A multi-receive buffer takes messages from an unknown sender and
+	 * goes on. */
+	struct fid_av *av_d;
+	struct fid_ep *ep_d;
+	fi_addr_t b_from_d;
+	open_ep(domain, info, &av_d, &ep_d, &cq_d);
+	CHECK(fi_av_insert(av_d, name_b, 1, &b_from_d, 0, NULL) == 1, "insert B into D's AV");
+	size_t min = 16;
+	MUST(fi_setopt(&ep_b->fid, FI_OPT_ENDPOINT, FI_OPT_MIN_MULTI_RECV, &min, sizeof(min)));
+	static char multi[256];
+	static int mctx;
+	struct iovec mv = {multi, sizeof(multi)};
+	struct fi_msg mmsg = {.msg_iov = &mv, .iov_count = 1, .addr = FI_ADDR_UNSPEC, .context = &mctx};
+	MUST(fi_recvmsg(ep_b, &mmsg, FI_MULTI_RECV));
+	send_one(ep_d, cq_d, "fourth", b_from_d);
+	send_one(ep_d, cq_d, "fifth", b_from_d);
+	char *at[2];
+	for (int i = 0; i < 2; i++) {
+		CHECK(!read_b(&e, &src), "a success from an unknown sender into the multi-receive buffer");
+		struct fi_cq_err_entry m = {0};
+		CHECK(fi_cq_readerr(cq_b, &m, 0) == 1, "fi_cq_readerr");
+		CHECK(m.err == FI_EADDRNOTAVAIL && m.op_context == &mctx && !(m.flags & FI_MULTI_RECV),
+		      "entry %d: err %d context %p flags %#llx", i, m.err, m.op_context, (unsigned long long)m.flags);
+		at[i] = m.buf;
+		CHECK(at[i] >= multi && at[i] < multi + sizeof(multi) && !strcmp(at[i], i ? "fifth" : "fourth"),
+		      "entry %d landed at %p", i, m.buf);
+	}
+	CHECK(at[1] == at[0] + 7, "the second message after the first (%p, %p)", at[0], at[1]);
+	printf("multi-receive buffer checked\n");
+	MUST(fi_close(&ep_d->fid));
+	MUST(fi_close(&cq_d->fid));
+	cq_d = NULL;
+	MUST(fi_close(&av_d->fid));
 
 	MUST(fi_close(&ep_a->fid));
 	MUST(fi_close(&ep_b->fid));
