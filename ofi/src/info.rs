@@ -807,10 +807,14 @@ mod tests {
             data_progress: fi::FI_PROGRESS_AUTO,
             ..Hints::default()
         });
-        refuse(Hints {
-            tx_op_flags: fi::FI_DELIVERY_COMPLETE,
-            ..Hints::default()
-        });
+        // Sends complete at inject-complete level (docs/OFI.md, "Completion
+        // semantics"): neither stronger level is claimed.
+        for level in [fi::FI_TRANSMIT_COMPLETE, fi::FI_DELIVERY_COMPLETE] {
+            refuse(Hints {
+                tx_op_flags: level,
+                ..Hints::default()
+            });
+        }
         refuse(Hints {
             tx_inject_size: 1 << 20,
             ..Hints::default()
