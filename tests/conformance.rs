@@ -892,6 +892,25 @@ fn rma_write_with_immediate_data_completes_at_the_target() {
     assert_eq!(&r.buf.unwrap()[..3], b"msg", "the receive was still posted");
 }
 
+/// With `source_err`, the target's entry of a write with immediate data
+/// from a writer not in its address vector is `UnknownSource` with the
+/// writer's name; the bytes landed and the data came.
+#[test]
+fn rma_write_with_data_from_an_unknown_writer_names_it_with_source_err() {
+    let mut attr = test_attr();
+    attr.source_err = true;
+    let (mut a, mut b) = (Node::new(), Node::with_attr(&attr));
+    let pb = a.add(&b);
+    let mr = b.domain.register(vec![0; 64], Access::REMOTE_WRITE).unwrap();
+    a.ep.write_data(pb, pattern(16, 1), &rkey_of(&mr), 0, 0xDA7A, 1)
+        .unwrap();
+    assert_eq!(expect(&mut [&mut a, &mut b], 0, 1).result, Ok(()));
+    let t = expect(&mut [&mut a, &mut b], 1, 0);
+    assert_eq!(t.result, Err(Error::UnknownSource(Box::new(a.ep.name()))));
+    assert_eq!((t.data, t.len, t.src), (0xDA7A, 16, PeerAddr::UNSPEC));
+    assert_eq!(&mr.to_vec().unwrap()[..16], &pattern(16, 1)[..]);
+}
+
 #[test]
 fn rma_zero_length_write_and_read() {
     let (mut a, mut b) = (Node::new(), Node::new());

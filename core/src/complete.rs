@@ -126,6 +126,22 @@ pub fn rma(cq: &mut Sink<'_>, selective: bool, op: RmaOp, result: Result<(), Err
 /// Reports a peer's write with immediate data at the target
 /// (`RMA|REMOTE_WRITE|REMOTE_CQ_DATA`); no receive is consumed.
 pub fn remote_write(cq: &mut Sink<'_>, len: usize, data: u64, src: PeerAddr) {
+    remote_write_result(cq, len, data, src, Ok(()));
+}
+
+/// [`remote_write`] of a write from `from`, whose name the provider knows:
+/// as [`recv_from`], [`Error::UnknownSource`] when the writer is not in the
+/// address vector and the endpoint asked for `source_err`.
+pub fn remote_write_from(cq: &mut Sink<'_>, len: usize, data: u64, src: PeerAddr, from: &Address, source_err: bool) {
+    let result = match src.is_unspec() && source_err {
+        true => Err(unknown_source(from)),
+        false => Ok(()),
+    };
+    remote_write_result(cq, len, data, src, result);
+}
+
+/// The target's entry of a write with immediate data, ended with `result`.
+fn remote_write_result(cq: &mut Sink<'_>, len: usize, data: u64, src: PeerAddr, result: Result<(), Error>) {
     cq.push_back(Completion {
         context: 0,
         flags: Flags::RMA | Flags::REMOTE_WRITE | Flags::REMOTE_CQ_DATA,
@@ -133,7 +149,7 @@ pub fn remote_write(cq: &mut Sink<'_>, len: usize, data: u64, src: PeerAddr) {
         tag: 0,
         data,
         src,
-        result: Ok(()),
+        result,
         buf: None,
     });
 }
