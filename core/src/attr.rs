@@ -198,8 +198,9 @@ pub struct EndpointAttr {
     /// also answers such challenges when it connects. `None` (the default):
     /// anyone who can reach the port is served. TCP only.
     pub job_key: Option<JobKey>,
-    /// A message from a sender whose name is not in the address vector
-    /// completes with [`Error::UnknownSource`](crate::Error::UnknownSource),
+    /// A message (or a write with immediate data) from a sender whose name
+    /// is not in the address vector completes with
+    /// [`Error::UnknownSource`](crate::Error::UnknownSource),
     /// which carries that name, instead of succeeding with an unspecified
     /// source (libfabric's `FI_SOURCE_ERR`); the message is received either
     /// way. A truncated message reports its truncation instead. Off by

@@ -71,8 +71,8 @@ pub enum Error {
     /// The address bytes are not a valid endpoint name for this provider, or
     /// the peer handle is not in the address vector.
     AddressNotAvailable,
-    /// A message came from a sender whose name is not in the address vector,
-    /// on an endpoint that asked to be told
+    /// A message (or a write with immediate data) came from a sender whose
+    /// name is not in the address vector, on an endpoint that asked to be told
     /// ([`EndpointAttr::source_err`](crate::EndpointAttr::source_err),
     /// libfabric's `FI_SOURCE_ERR`). The message was received all the same:
     /// the completion's `len`, `buf`, `tag` and `data` are as for success.
