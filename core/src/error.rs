@@ -240,6 +240,16 @@ mod tests {
         assert_eq!(Error::Canceled.code(), -libc::ECANCELED);
         assert_eq!(Error::RemoteAccess("unknown remote key").code(), -13); // -FI_EACCES
         assert_eq!(Error::NotFound("no such receive").code(), -2); // -FI_ENOENT
+        let name = Box::new(Address::new(b"ab").expect("a name"));
+        assert_eq!(Error::UnknownSource(name).code(), -libc::EADDRNOTAVAIL); // -FI_EADDRNOTAVAIL
+    }
+
+    /// Every completion carries a `Result<(), Error>`: an error's payload
+    /// (an unknown sender's name included, boxed) must not make it larger
+    /// than the `String` of `NoProvider` already does.
+    #[test]
+    fn an_error_stays_three_words() {
+        assert_eq!(std::mem::size_of::<Result<()>>(), 3 * std::mem::size_of::<usize>());
     }
 
     #[test]
