@@ -564,6 +564,60 @@ fn unknown_sender_is_reported_as_unspec() {
     assert_eq!(expect(&mut [&mut a, &mut b], 1, 1).src, PeerAddr::UNSPEC);
 }
 
+/// With `source_err` (libfabric's `FI_SOURCE_ERR`), messages from a sender
+/// not in the address vector complete with `UnknownSource` carrying its
+/// name, data delivered: eager and rendezvous, posted before they arrived
+/// and arrived unexpected; inserting that name gives the handle a later
+/// message reports. A truncated message reports its truncation.
+#[test]
+fn unknown_sender_is_named_with_source_err() {
+    let mut attr = test_attr();
+    attr.source_err = true;
+    let (mut a, mut b) = (Node::new(), Node::with_attr(&attr));
+    let pb = a.add(&b);
+    let big = test_attr().rndv_threshold * 2;
+    let name = Err(Error::UnknownSource(Box::new(a.ep.name())));
+    b.ep.trecv(ANY, 1, 0, vec![0; 8], 1).unwrap();
+    b.ep.trecv(ANY, 2, 0, vec![0; big], 2).unwrap();
+    a.ep.tsend(pb, 1, pattern(8, 1), 11).unwrap();
+    a.ep.tsend(pb, 2, pattern(big, 2), 12).unwrap();
+    for (ctx, len) in [(1, 8), (2, big)] {
+        let r = expect(&mut [&mut a, &mut b], 1, ctx);
+        assert_eq!(r.result, name, "posted receive {ctx}");
+        assert_eq!(
+            (r.src, r.tag, r.len),
+            (PeerAddr::UNSPEC, ctx, len),
+            "posted receive {ctx}"
+        );
+        assert_eq!(r.buf.unwrap(), pattern(len, ctx), "posted receive {ctx} delivered");
+    }
+    a.ep.tsend(pb, 3, pattern(8, 3), 13).unwrap();
+    a.ep.tsend(pb, 4, pattern(big, 4), 14).unwrap();
+    a.ep.tsend(pb, 5, pattern(16, 5), 15).unwrap();
+    drive(&mut [&mut a, &mut b], "three messages held unexpected", |ns| {
+        counter(ns[1], "unexpected_entries") == 3
+    });
+    b.ep.trecv(ANY, 3, 0, vec![0; 8], 3).unwrap();
+    b.ep.trecv(ANY, 4, 0, vec![0; big], 4).unwrap();
+    for (ctx, len) in [(3, 8), (4, big)] {
+        let r = expect(&mut [&mut a, &mut b], 1, ctx);
+        assert_eq!(r.result, name, "unexpected message {ctx}");
+        assert_eq!((r.tag, r.len), (ctx, len), "unexpected message {ctx}");
+        assert_eq!(r.buf.unwrap(), pattern(len, ctx), "unexpected message {ctx} delivered");
+    }
+    b.ep.trecv(ANY, 5, 0, vec![0; 4], 5).unwrap();
+    let r = expect(&mut [&mut a, &mut b], 1, 5);
+    assert_eq!(r.result, Err(Error::Truncated { len: 4, olen: 16 }));
+    let Err(Error::UnknownSource(from)) = name else {
+        unreachable!()
+    };
+    let pa = b.av.insert(from.as_bytes()).unwrap();
+    b.ep.trecv(ANY, 6, 0, vec![0; 8], 6).unwrap();
+    a.ep.tsend(pb, 6, pattern(8, 6), 16).unwrap();
+    let r = expect(&mut [&mut a, &mut b], 1, 6);
+    assert_eq!((r.result, r.src), (Ok(()), pa), "the inserted sender");
+}
+
 #[test]
 fn bad_api_input_is_refused_without_losing_the_buffer() {
     let a = Node::new();
@@ -836,6 +890,25 @@ fn rma_write_with_immediate_data_completes_at_the_target() {
     a.ep.send(pb, b"msg".to_vec(), 9).unwrap();
     let r = expect(&mut [&mut a, &mut b], 1, 77);
     assert_eq!(&r.buf.unwrap()[..3], b"msg", "the receive was still posted");
+}
+
+/// With `source_err`, the target's entry of a write with immediate data
+/// from a writer not in its address vector is `UnknownSource` with the
+/// writer's name; the bytes landed and the data came.
+#[test]
+fn rma_write_with_data_from_an_unknown_writer_names_it_with_source_err() {
+    let mut attr = test_attr();
+    attr.source_err = true;
+    let (mut a, mut b) = (Node::new(), Node::with_attr(&attr));
+    let pb = a.add(&b);
+    let mr = b.domain.register(vec![0; 64], Access::REMOTE_WRITE).unwrap();
+    a.ep.write_data(pb, pattern(16, 1), &rkey_of(&mr), 0, 0xDA7A, 1)
+        .unwrap();
+    assert_eq!(expect(&mut [&mut a, &mut b], 0, 1).result, Ok(()));
+    let t = expect(&mut [&mut a, &mut b], 1, 0);
+    assert_eq!(t.result, Err(Error::UnknownSource(Box::new(a.ep.name()))));
+    assert_eq!((t.data, t.len, t.src), (0xDA7A, 16, PeerAddr::UNSPEC));
+    assert_eq!(&mr.to_vec().unwrap()[..16], &pattern(16, 1)[..]);
 }
 
 #[test]

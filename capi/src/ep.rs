@@ -290,12 +290,16 @@ pub unsafe extern "C" fn xfer_ep_open(
         // SAFETY: `out` is non-null and valid for one pointer by contract.
         unsafe { out.write(std::ptr::null_mut()) };
         let (d, q, table) = (domain_of(domain)?, cq_of(cq)?, av_of(av)?);
-        let attr = if attr.is_null() {
+        let mut attr = if attr.is_null() {
             EndpointAttr::from_env()
         } else {
             // SAFETY: a non-null `attr` follows attr_to_rust's contract.
             unsafe { attr_to_rust(attr)? }
         };
+        // An xfer_cq_entry_t has no room for an unknown sender's name, so
+        // XFER_SOURCE_ERR would give C callers an error and nothing to
+        // insert: C endpoints report such senders XFER_ADDR_UNSPEC.
+        attr.source_err = false;
         let ep = d.endpoint(&q, &table, &attr)?;
         tracing::debug!(name = ?ep.name(), "endpoint opened through the C ABI");
         let parents = [

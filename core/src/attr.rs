@@ -208,6 +208,14 @@ pub struct EndpointAttr {
     /// `rx_memory_refused`; docs/PROTOCOL.md "Receive memory" gives the
     /// worst case per peer. TCP and verbs.
     pub rx_memory: u64,
+    /// A message (or a write with immediate data) from a sender whose name
+    /// is not in the address vector completes with
+    /// [`Error::UnknownSource`](crate::Error::UnknownSource),
+    /// which carries that name, instead of succeeding with an unspecified
+    /// source (libfabric's `FI_SOURCE_ERR`); the message is received either
+    /// way. A truncated message reports its truncation instead. Off by
+    /// default.
+    pub source_err: bool,
     /// TCP provider settings.
     pub tcp: TcpAttr,
 }
@@ -223,6 +231,7 @@ impl Default for EndpointAttr {
             progress_timeout_ms: 0,
             job_key: None,
             rx_memory: 1 << 30,
+            source_err: false,
             tcp: TcpAttr::default(),
         }
     }
@@ -254,6 +263,9 @@ impl EndpointAttr {
         if let Some(v) = env_flag("XFER_SELECTIVE_COMPLETION") {
             a.selective_completion = v;
         }
+        if let Some(v) = env_flag("XFER_SOURCE_ERR") {
+            a.source_err = v;
+        }
         a.tcp = TcpAttr::from_env();
         a
     }
@@ -275,6 +287,11 @@ impl EndpointAttr {
                 env: "XFER_SELECTIVE_COMPLETION",
                 value: u8::from(self.selective_completion).to_string(),
                 doc: "1: only operations that ask for a completion report success (errors always do)",
+            },
+            Setting {
+                env: "XFER_SOURCE_ERR",
+                value: u8::from(self.source_err).to_string(),
+                doc: "1: a message from a sender not in the address vector completes with an error carrying its name",
             },
             Setting {
                 env: "XFER_MAX_OUTSTANDING",

@@ -1,6 +1,6 @@
 //! Turning finished operations into completion entries, for providers.
 
-use crate::addr::PeerAddr;
+use crate::addr::{Address, PeerAddr};
 use crate::completion::{Completion, Flags};
 use crate::error::Error;
 use crate::provider::{RecvOp, RmaKind, RmaOp, SendOp};
@@ -68,6 +68,27 @@ pub fn recv(cq: &mut Sink<'_>, op: RecvOp, a: Arrival, error: Option<Error>) {
     });
 }
 
+/// [`recv`] of a message whose sender's name, `from`, the provider knows:
+/// when the sender is not in the address vector (`a.src` unspecified) and
+/// the endpoint asked for `source_err`
+/// ([`EndpointAttr::source_err`](crate::EndpointAttr::source_err)), the
+/// completion is [`Error::UnknownSource`] with that name; a truncation is
+/// reported as such. A known sender costs one comparison more than `recv`.
+#[inline(always)]
+pub fn recv_from(cq: &mut Sink<'_>, op: RecvOp, a: Arrival, from: &Address, source_err: bool) {
+    let error = match a.src.is_unspec() && source_err && a.olen <= a.len {
+        true => Some(unknown_source(from)),
+        false => None,
+    };
+    recv(cq, op, a, error);
+}
+
+/// The error of a message from `from`, a sender not in the address vector.
+#[cold]
+fn unknown_source(from: &Address) -> Error {
+    Error::UnknownSource(Box::new(*from))
+}
+
 /// Reports a receive that ended without data (cancelled, or its peer died).
 pub fn recv_failed(cq: &mut Sink<'_>, op: RecvOp, error: Error) {
     let a = Arrival {
@@ -105,6 +126,22 @@ pub fn rma(cq: &mut Sink<'_>, selective: bool, op: RmaOp, result: Result<(), Err
 /// Reports a peer's write with immediate data at the target
 /// (`RMA|REMOTE_WRITE|REMOTE_CQ_DATA`); no receive is consumed.
 pub fn remote_write(cq: &mut Sink<'_>, len: usize, data: u64, src: PeerAddr) {
+    remote_write_result(cq, len, data, src, Ok(()));
+}
+
+/// [`remote_write`] of a write from `from`, whose name the provider knows:
+/// as [`recv_from`], [`Error::UnknownSource`] when the writer is not in the
+/// address vector and the endpoint asked for `source_err`.
+pub fn remote_write_from(cq: &mut Sink<'_>, len: usize, data: u64, src: PeerAddr, from: &Address, source_err: bool) {
+    let result = match src.is_unspec() && source_err {
+        true => Err(unknown_source(from)),
+        false => Ok(()),
+    };
+    remote_write_result(cq, len, data, src, result);
+}
+
+/// The target's entry of a write with immediate data, ended with `result`.
+fn remote_write_result(cq: &mut Sink<'_>, len: usize, data: u64, src: PeerAddr, result: Result<(), Error>) {
     cq.push_back(Completion {
         context: 0,
         flags: Flags::RMA | Flags::REMOTE_WRITE | Flags::REMOTE_CQ_DATA,
@@ -112,7 +149,7 @@ pub fn remote_write(cq: &mut Sink<'_>, len: usize, data: u64, src: PeerAddr) {
         tag: 0,
         data,
         src,
-        result: Ok(()),
+        result,
         buf: None,
     });
 }

@@ -6,7 +6,7 @@
 
 use std::fmt;
 
-use crate::addr::PeerAddr;
+use crate::addr::{Address, PeerAddr};
 
 /// Convenience alias for results whose error is [`Error`].
 pub type Result<T> = std::result::Result<T, Error>;
@@ -71,6 +71,15 @@ pub enum Error {
     /// The address bytes are not a valid endpoint name for this provider, or
     /// the peer handle is not in the address vector.
     AddressNotAvailable,
+    /// A message (or a write with immediate data) came from a sender whose
+    /// name is not in the address vector, on an endpoint that asked to be told
+    /// ([`EndpointAttr::source_err`](crate::EndpointAttr::source_err),
+    /// libfabric's `FI_SOURCE_ERR`). The message was received all the same:
+    /// the completion's `len`, `buf`, `tag` and `data` are as for success.
+    /// Inserting the name into the address vector gives the sender's handle
+    /// (`FI_EADDRNOTAVAIL`, with the name as the error's data). Boxed, so
+    /// that completions stay small.
+    UnknownSource(Box<Address>),
     /// No provider could be opened; the text says why.
     NoProvider(String),
     /// The target of an RMA operation refused it: unknown key, range outside
@@ -96,7 +105,7 @@ impl Error {
             Error::TimedOut | Error::Stalled { .. } => libc::ETIMEDOUT,
             Error::NotSupported(_) => libc::EOPNOTSUPP,
             Error::NotFound(_) => libc::ENOENT,
-            Error::AddressNotAvailable => libc::EADDRNOTAVAIL,
+            Error::AddressNotAvailable | Error::UnknownSource(_) => libc::EADDRNOTAVAIL,
             Error::NoProvider(_) => libc::ENODATA,
             Error::RemoteAccess(_) => libc::EACCES,
             Error::Internal(_) => libc::EIO,
@@ -134,6 +143,7 @@ impl fmt::Display for Error {
             Error::NotSupported(what) => write!(f, "not supported: {what}"),
             Error::NotFound(what) => write!(f, "not found: {what}"),
             Error::AddressNotAvailable => f.write_str("address not available"),
+            Error::UnknownSource(name) => write!(f, "message from {name}, which is not in the address vector"),
             Error::NoProvider(why) => write!(f, "no provider available: {why}"),
             Error::RemoteAccess(what) => write!(f, "remote access denied: {what}"),
             Error::Internal(what) => write!(f, "internal error: {what}"),
@@ -158,7 +168,7 @@ impl Error {
     /// | `TimedOut`, `Stalled` | `TimedOut` |
     /// | `NotSupported`, `NoProvider` | `Unsupported` |
     /// | `NotFound` | `NotFound` |
-    /// | `AddressNotAvailable` | `AddrNotAvailable` |
+    /// | `AddressNotAvailable`, `UnknownSource` | `AddrNotAvailable` |
     /// | `RemoteAccess` | `PermissionDenied` |
     ///
     /// `Canceled` is not `Interrupted`: std's `read_exact`/`write_all`
@@ -187,7 +197,7 @@ impl Error {
             Error::TimedOut | Error::Stalled { .. } => K::TimedOut,
             Error::NotSupported(_) | Error::NoProvider(_) => K::Unsupported,
             Error::NotFound(_) => K::NotFound,
-            Error::AddressNotAvailable => K::AddrNotAvailable,
+            Error::AddressNotAvailable | Error::UnknownSource(_) => K::AddrNotAvailable,
             Error::RemoteAccess(_) => K::PermissionDenied,
         }
     }
@@ -230,6 +240,16 @@ mod tests {
         assert_eq!(Error::Canceled.code(), -libc::ECANCELED);
         assert_eq!(Error::RemoteAccess("unknown remote key").code(), -13); // -FI_EACCES
         assert_eq!(Error::NotFound("no such receive").code(), -2); // -FI_ENOENT
+        let name = Box::new(Address::new(b"ab").expect("a name"));
+        assert_eq!(Error::UnknownSource(name).code(), -libc::EADDRNOTAVAIL); // -FI_EADDRNOTAVAIL
+    }
+
+    /// Every completion carries a `Result<(), Error>`: an error's payload
+    /// (an unknown sender's name included, boxed) must not make it larger
+    /// than the `String` of `NoProvider` already does.
+    #[test]
+    fn an_error_stays_three_words() {
+        assert_eq!(std::mem::size_of::<Result<()>>(), 3 * std::mem::size_of::<usize>());
     }
 
     #[test]
@@ -280,6 +300,10 @@ mod tests {
             (Error::NotSupported("x"), K::Unsupported),
             (Error::NotFound("x"), K::NotFound),
             (Error::AddressNotAvailable, K::AddrNotAvailable),
+            (
+                Error::UnknownSource(Box::new(Address::new(b"ab").expect("a name"))),
+                K::AddrNotAvailable,
+            ),
             (Error::NoProvider("x".into()), K::Unsupported),
             (Error::RemoteAccess("x"), K::PermissionDenied),
             (Error::Internal("x"), K::Other),

@@ -345,6 +345,21 @@ mod tests {
         assert_eq!(resolve(None, None, false, None).unwrap(), Resolved::default());
     }
 
+    /// `FI_SOURCE_ERR`'s `err_data` (the longest name in each format) fits
+    /// the `max_err_data` fi_getinfo promises.
+    #[test]
+    fn every_encoded_name_fits_max_err_data() {
+        let longest = Address::new(&[0xab; Address::MAX_LEN]).unwrap();
+        let six: SocketAddr = "[fe80::1:2:3:4%1]:65535".parse().unwrap();
+        let tcp6 = Address::new(&TcpName { addr: six, nonce: 7 }.to_vec()).unwrap();
+        for f in [Format::Xfer, Format::Inet, Format::Inet6, Format::Str] {
+            for a in [&longest, &tcp6] {
+                let n = f.encode(a).map_or(0, |v| v.len());
+                assert!(n <= crate::info::MAX_ERR_DATA, "{f:?}: {n} bytes");
+            }
+        }
+    }
+
     #[test]
     fn sockaddr_round_trip_and_names() {
         let at: SocketAddr = "127.0.0.1:9228".parse().unwrap();

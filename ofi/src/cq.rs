@@ -253,6 +253,13 @@ pub(crate) struct CqCore {
     format: u32,
     wait: Option<Wait>,
     queue: Mutex<VecDeque<Entry>>,
+    /// The error data (`err_data`) of each error entry in `queue`, in the
+    /// same order: the sender's address of an `FI_SOURCE_ERR` entry, else
+    /// none. Changed only with `queue` locked.
+    err_data: Mutex<VecDeque<Option<Vec<u8>>>>,
+    /// The error data `fi_cq_readerr` last pointed `err_data` at (the
+    /// application gave no buffer): kept until the next `fi_cq_readerr`.
+    lent: Mutex<Vec<u8>>,
     /// Entries in `queue`, read without its lock: most reads find none.
     queued: AtomicUsize,
     /// The last read returned entries and had room for more: it emptied
@@ -325,7 +332,16 @@ impl CqCore {
 
     /// Queues an entry routed here; `poke` wakes a waiter of this CQ.
     pub(crate) fn push(&self, e: Entry, poke: bool) {
+        self.push_with(e, poke, None);
+    }
+
+    /// [`push`](Self::push) of an entry with its error data (`err_data`
+    /// of an error entry; ignored for a success).
+    pub(crate) fn push_with(&self, e: Entry, poke: bool, data: Option<Vec<u8>>) {
         let mut q = lock(&self.queue);
+        if e.error.is_some() {
+            lock(&self.err_data).push_back(data);
+        }
         q.push_back(e);
         self.queued.store(q.len(), Ordering::Release);
         drop(q);
@@ -439,8 +455,12 @@ impl CqCore {
             return scode(-(libc::EAGAIN));
         };
         q.pop_front();
+        let data = lock(&self.err_data).pop_front().flatten();
         self.queued.store(q.len(), Ordering::Release);
         drop(q);
+        // SAFETY: the caller's entry and its err_data buffer of
+        // err_data_size bytes (fi_cq(3)).
+        unsafe { self.write_err_data(out, data.as_deref()) };
         // SAFETY: the caller's entry; before API 1.5 it ends after
         // `err_data` (no `err_data_size`), so fields are written one by one.
         unsafe {
@@ -454,14 +474,52 @@ impl CqCore {
             addr_of_mut!((*out).olen).write(olen);
             addr_of_mut!((*out).err).write(err);
             addr_of_mut!((*out).prov_errno).write(err);
-            if self.api_version >= fi::version(1, 5) {
-                // No provider detail beyond prov_errno: no err_data.
-                addr_of_mut!((*out).err_data_size).write(0);
-            } else {
-                addr_of_mut!((*out).err_data).write(std::ptr::null_mut());
-            }
         }
         1
+    }
+
+    /// Sets `out`'s `err_data` as fi_cq(3) says: with API 1.5 or later and
+    /// an `err_data_size` above 0, `data` is copied into the application's
+    /// `err_data` buffer (as much as fits) and `err_data_size` says how
+    /// much; otherwise `err_data` points at a copy the CQ keeps until the
+    /// next `fi_cq_readerr` (with `err_data_size` its length from 1.5 on).
+    /// No data: `err_data_size` 0 (or a null `err_data` before 1.5).
+    ///
+    /// # Safety
+    /// `out` is the caller's entry (up to `err_data` before API 1.5), its
+    /// `err_data` valid for `err_data_size` bytes when that is above 0.
+    unsafe fn write_err_data(&self, out: *mut fi::fi_cq_err_entry, data: Option<&[u8]>) {
+        use std::ptr::addr_of_mut;
+        let sized = self.api_version >= fi::version(1, 5);
+        let data = data.unwrap_or_default();
+        // SAFETY: from API 1.5 on the entry has `err_data_size`.
+        let room = if sized { unsafe { (*out).err_data_size } } else { 0 };
+        // SAFETY: `err_data` is in every version's entry.
+        let given = unsafe { (*out).err_data };
+        if room > 0 && !given.is_null() {
+            let n = room.min(data.len());
+            // SAFETY: the application's buffer holds `room` >= n bytes.
+            unsafe {
+                std::ptr::copy_nonoverlapping(data.as_ptr(), given.cast::<u8>(), n);
+                addr_of_mut!((*out).err_data_size).write(n);
+            }
+            return;
+        }
+        let mut lent = lock(&self.lent);
+        lent.clear();
+        lent.extend_from_slice(data);
+        let ptr = match lent.is_empty() {
+            true => std::ptr::null_mut(),
+            // Stays valid while `lent` is not written: until the next readerr.
+            false => lent.as_mut_ptr().cast::<c_void>(),
+        };
+        // SAFETY: the caller's entry, as above.
+        unsafe {
+            addr_of_mut!((*out).err_data).write(ptr);
+            if sized {
+                addr_of_mut!((*out).err_data_size).write(lent.len());
+            }
+        }
     }
 
     /// Makes every bound endpoint ready for a blocking wait: false when an
@@ -539,6 +597,8 @@ pub(crate) unsafe extern "C" fn open(
             format,
             wait,
             queue: Mutex::new(VecDeque::with_capacity(attr.size.clamp(16, 1 << 16))),
+            err_data: Mutex::new(VecDeque::new()),
+            lent: Mutex::new(Vec::new()),
             queued: AtomicUsize::new(0),
             drained: AtomicBool::new(false),
             signaled: AtomicBool::new(false),

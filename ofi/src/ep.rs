@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use xfer_core::unstable::hash::FastMap;
 use xfer_facade::{
-    Buffer, Claim, Completion, CompletionQueue, CqAttr, Endpoint, EndpointAttr, Flags, Peeked, PeerAddr, RecvOp,
-    RecvSpec, SendOp,
+    Address, Buffer, Claim, Completion, CompletionQueue, CqAttr, Endpoint, EndpointAttr, Error, Flags, Peeked,
+    PeerAddr, RecvOp, RecvSpec, SendOp,
 };
 
 use crate::av::{self, AvCore};
@@ -87,7 +87,7 @@ pub(crate) struct Enabled {
     pub(crate) cq: CompletionQueue,
     /// Receives into several buffers, staged (dropped after `ep`: xfer
     /// writes into their staging buffers until then).
-    scatters: Scatters,
+    pub(crate) scatters: Scatters,
     /// Multi-receive buffers posted.
     multis: Multis,
     tx: Option<Arc<CqCore>>,
@@ -307,7 +307,10 @@ impl EpCore {
                         continue;
                     }
                 }
-                cq.push(e, !mine);
+                match &c.result {
+                    Err(Error::UnknownSource(name)) => cq.push_with(e, !mine, self.source_name(name)),
+                    _ => cq.push(e, !mine),
+                }
             }
             if n < scratch.len() {
                 return;
@@ -327,10 +330,22 @@ impl EpCore {
             let released = if s.released { fi::FI_MULTI_RECV } else { 0 };
             return Some((s.app | silent, s.at, released));
         }
-        // SAFETY: the receive's segments are valid until its completion,
-        // which this is.
-        let app = unsafe { en.scatters.finish(c.context & !SILENT, c.len) }?;
+        // A failed read brought nothing: its buffers are left as they were.
+        let len = match c.result.is_err() && c.flags.contains(Flags::READ) {
+            true => 0,
+            false => c.len,
+        };
+        // SAFETY: the receive's (or read's) segments are valid until its
+        // completion, which this is.
+        let app = unsafe { en.scatters.finish(c.context & !SILENT, len) }?;
         Some((app | silent, 0, 0))
+    }
+
+    /// The address of an unknown sender (`FI_SOURCE_ERR`) in the AV's
+    /// format, what `fi_av_insert` takes: the `err_data` of its entry.
+    #[cold]
+    fn source_name(&self, name: &Address) -> Option<Vec<u8>> {
+        self.domain.format.encode(name)
     }
 
     /// A message of a multi-receive buffer completed: posts the next
@@ -339,7 +354,10 @@ impl EpCore {
     fn multi_step(&self, en: &Enabled, c: &Completion) -> Option<crate::multi::Step> {
         let token = c.context & !SILENT;
         let min = self.min_multi_recv.load(std::sync::atomic::Ordering::Relaxed);
-        let mut step = en.multis.advance(token, c.len, c.result.is_ok(), min)?;
+        // A message from an unknown sender (FI_SOURCE_ERR) was delivered:
+        // the buffer goes on like after a success.
+        let delivered = matches!(c.result, Ok(()) | Err(Error::UnknownSource(_)));
+        let mut step = en.multis.advance(token, c.len, delivered, min)?;
         if let Some(rest) = step.rest.take() {
             let op = RecvOp {
                 spec: RecvSpec {
@@ -863,6 +881,8 @@ fn enable(ep: &Arc<EpCore>) -> c_int {
     };
     let mut attr = EndpointAttr::from_env();
     attr.selective_completion = b.tx_selective;
+    // Only when the application asked for it, whatever XFER_SOURCE_ERR says.
+    attr.source_err = ep.caps & fi::FI_SOURCE_ERR != 0;
     if let Some(at) = ep.listen {
         attr.tcp.addr = Some(at.to_string());
     }

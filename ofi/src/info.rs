@@ -18,14 +18,16 @@ pub const FABRIC_NAME: &str = "xfer";
 /// Primary capabilities: messages and tagged messages.
 pub const PRIMARY_CAPS: u64 = fi::FI_MSG | fi::FI_TAGGED;
 /// Secondary capabilities xfer offers when they are asked for:
-/// `FI_DIRECTED_RECV` changes what a receive's address means and
-/// `FI_SOURCE` is a promise about every completion, so neither is added
-/// unasked (fi_getinfo(3): only capabilities that change nothing for the
-/// application may be added).
+/// `FI_DIRECTED_RECV` changes what a receive's address means,
+/// `FI_SOURCE` is a promise about every completion and `FI_SOURCE_ERR`
+/// (with `FI_SOURCE` only) turns receives from senders not in the AV into
+/// error entries, so none is added unasked (fi_getinfo(3): only
+/// capabilities that change nothing for the application may be added).
 pub const SECONDARY_CAPS: u64 = fi::FI_SEND
     | fi::FI_RECV
     | fi::FI_DIRECTED_RECV
     | fi::FI_SOURCE
+    | fi::FI_SOURCE_ERR
     | fi::FI_MULTI_RECV
     | fi::FI_LOCAL_COMM
     | fi::FI_REMOTE_COMM;
@@ -36,6 +38,10 @@ pub const IMPLIED_CAPS: u64 = fi::FI_LOCAL_COMM | fi::FI_REMOTE_COMM;
 /// xfer's RMA), offered only when asked for: it needs the memory
 /// registration mode [`MR_MODE_RMA`].
 pub const RMA_CAPS: u64 = fi::FI_RMA | fi::FI_READ | fi::FI_WRITE | fi::FI_REMOTE_READ | fi::FI_REMOTE_WRITE;
+/// Most bytes of error data an entry carries (`max_err_data`): the
+/// address of an `FI_SOURCE_ERR` sender, in any address format (an
+/// `FI_ADDR_STR` string of an xfer name is the longest).
+pub const MAX_ERR_DATA: usize = 128;
 /// Everything an endpoint can be asked for.
 pub const CAPS: u64 = PRIMARY_CAPS | SECONDARY_CAPS | RMA_CAPS;
 /// Registration mode with RMA: remote addresses are virtual addresses, keys
@@ -296,8 +302,11 @@ pub fn select(h: &Hints, provider: &str, limits: Limits) -> Result<Offer, &'stat
     if h.auth_key {
         return Err("authorization keys");
     }
-    if h.max_err_data > 0 {
-        return Err("provider error data (fi_cq_readerr's err_data is empty)");
+    if (h.caps | h.rx_caps) & fi::FI_SOURCE_ERR != 0 && (h.caps | h.rx_caps) & fi::FI_SOURCE == 0 {
+        return Err("FI_SOURCE_ERR without FI_SOURCE");
+    }
+    if h.max_err_data > MAX_ERR_DATA {
+        return Err("more error data than an address (fi_cq_readerr's err_data holds FI_SOURCE_ERR's address only)");
     }
     if h.max_order_size > 0 {
         return Err("RMA ordering (max_order_*_size)");
@@ -512,6 +521,7 @@ fn build(version: u32, offer: &Offer) -> Option<*mut fi::fi_info> {
             | fi::FI_RECV
             | fi::FI_DIRECTED_RECV
             | fi::FI_SOURCE
+            | fi::FI_SOURCE_ERR
             | fi::FI_MULTI_RECV
             | fi::FI_RMA
             | fi::FI_REMOTE_READ
@@ -550,6 +560,7 @@ fn build(version: u32, offer: &Offer) -> Option<*mut fi::fi_info> {
     dom.max_ep_tx_ctx = 1;
     dom.max_ep_rx_ctx = 1;
     dom.mr_iov_limit = 1;
+    dom.max_err_data = MAX_ERR_DATA;
     dom.cntr_cnt = DOMAIN_OBJECTS;
     dom.caps = DOMAIN_CAPS;
     fab.name = c_string(FABRIC_NAME);
@@ -696,10 +707,17 @@ mod tests {
         };
         let plain = caps(fi::FI_MSG);
         assert_eq!(
-            plain & (fi::FI_DIRECTED_RECV | fi::FI_SOURCE),
+            plain & (fi::FI_DIRECTED_RECV | fi::FI_SOURCE | fi::FI_SOURCE_ERR),
             0,
             "not asked: not added"
         );
+        let named = fi::FI_MSG | fi::FI_SOURCE | fi::FI_SOURCE_ERR;
+        assert_eq!(caps(named) & named, named, "FI_SOURCE_ERR with FI_SOURCE");
+        let alone = Hints {
+            caps: fi::FI_MSG | fi::FI_SOURCE_ERR,
+            ..Hints::default()
+        };
+        assert!(select(&alone, "tcp", L).is_err(), "FI_SOURCE_ERR needs FI_SOURCE");
         assert_eq!(
             plain & (fi::FI_SEND | fi::FI_RECV),
             fi::FI_SEND | fi::FI_RECV,
@@ -789,10 +807,14 @@ mod tests {
             data_progress: fi::FI_PROGRESS_AUTO,
             ..Hints::default()
         });
-        refuse(Hints {
-            tx_op_flags: fi::FI_DELIVERY_COMPLETE,
-            ..Hints::default()
-        });
+        // Sends complete at inject-complete level (docs/OFI.md, "Completion
+        // semantics"): neither stronger level is claimed.
+        for level in [fi::FI_TRANSMIT_COMPLETE, fi::FI_DELIVERY_COMPLETE] {
+            refuse(Hints {
+                tx_op_flags: level,
+                ..Hints::default()
+            });
+        }
         refuse(Hints {
             tx_inject_size: 1 << 20,
             ..Hints::default()
@@ -866,7 +888,7 @@ mod tests {
                 ..Hints::default()
             },
             Hints {
-                max_err_data: 64,
+                max_err_data: MAX_ERR_DATA + 1,
                 ..Hints::default()
             },
             Hints {

@@ -1,9 +1,9 @@
-//! I/O vectors (`fi_sendv`, `fi_recvv`, `*msg` with `iov_count` up to
-//! [`IOV_LIMIT`]). xfer's operations take one buffer, so a send of several
-//! buffers is gathered into a copy, and a receive into several goes into
-//! one staging buffer that the completion router scatters into them before
-//! it reports the completion ([`Scatters`]). One buffer goes straight
-//! through, as before.
+//! I/O vectors (`fi_sendv`, `fi_recvv`, `fi_writev`, `fi_readv`, `*msg`
+//! with `iov_count` up to [`IOV_LIMIT`]). xfer's operations take one
+//! buffer, so a send or write of several buffers is gathered into a copy,
+//! and a receive or read into several goes into one staging buffer that the
+//! completion router scatters into them before it reports the completion
+//! ([`Scatters`]). One buffer goes straight through, as before.
 
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -31,17 +31,7 @@ pub(crate) enum Bufs {
     Many(Vec<(*mut c_void, usize)>),
 }
 
-impl Bufs {
-    /// The one buffer, or `-FI_EINVAL` for several (probes, RMA).
-    pub(crate) fn one(self) -> Result<(*mut c_void, usize, *mut c_void), isize> {
-        match self {
-            Bufs::One(b, l, d) => Ok((b, l, d)),
-            Bufs::Many(_) => Err(scode(-(libc::EINVAL))),
-        }
-    }
-}
-
-/// `bufs` as the fields of a send or receive: one buffer with its length
+/// `bufs` as the fields of a send, receive or RMA: one buffer with its length
 /// and descriptor and no segments, or no buffer, the total length and the
 /// segments.
 pub(crate) fn split(bufs: Bufs) -> (*mut c_void, usize, *mut c_void, Vec<(*mut c_void, usize)>) {

@@ -23,21 +23,6 @@ pub(crate) static OPS: fi::fi_ops_msg = fi::fi_ops_msg {
     injectdata: Some(injectdata),
 };
 
-/// The one buffer of an I/O vector and its descriptor (RMA's
-/// `rma_iov_limit` is 1): `(null, 0, null)` for an empty vector,
-/// `-FI_EINVAL` for more than one element.
-///
-/// # Safety
-/// `iov` is null or valid for `count` elements, and so is `desc`.
-pub(crate) unsafe fn one_iov(
-    iov: *const fi::iovec,
-    desc: *mut *mut c_void,
-    count: usize,
-) -> Result<(*mut c_void, usize, *mut c_void), isize> {
-    // SAFETY: forwarded.
-    unsafe { iov::iovs(iov, desc, count) }.and_then(iov::Bufs::one)
-}
-
 /// `-FI_EBADFLAGS` unless every bit of `flags` is in `allowed`.
 pub(crate) fn check_flags(flags: u64, allowed: u64) -> Result<(), isize> {
     match flags & !allowed {

@@ -19,10 +19,11 @@ use std::ffi::c_void;
 use xfer_facade::{Buffer, PeerAddr, RemoteKey, RmaKind, RmaOp};
 
 use crate::entry::{self, scode};
-use crate::ep::{bytes, with_ep, EpCore};
+use crate::ep::{bytes, with_ep, Enabled, EpCore, SILENT};
 use crate::fi;
 use crate::info::MAX_MSG_SIZE;
-use crate::msg::{check_flags, one_iov};
+use crate::iov::{self, Bufs};
+use crate::msg::check_flags;
 
 /// The table every endpoint's `rma` points to.
 pub(crate) static OPS: fi::fi_ops_rma = fi::fi_ops_rma {
@@ -64,6 +65,21 @@ pub(crate) struct Rma {
     context: *mut c_void,
     /// `*msg` flags, or the endpoint's default transmit flags.
     flags: Option<u64>,
+    /// Two to [`IOV_LIMIT`](crate::iov::IOV_LIMIT) local buffers (`buf` is
+    /// then null and `len` their total): a write sends a copy gathered from
+    /// them, a read lands in a staging buffer the router scatters into them.
+    segs: Vec<(*mut c_void, usize)>,
+}
+
+impl Rma {
+    /// An operation on the buffers of a local I/O vector.
+    fn with_bufs(bufs: Bufs, f: impl FnOnce(*mut c_void, usize, *mut c_void) -> Rma) -> Rma {
+        let (buf, len, desc, segs) = iov::split(bufs);
+        Rma {
+            segs,
+            ..f(buf, len, desc)
+        }
+    }
 }
 
 impl EpCore {
@@ -76,11 +92,20 @@ impl EpCore {
         if r.len > MAX_MSG_SIZE {
             return scode(-(libc::EMSGSIZE));
         }
-        if r.buf.is_null() && r.len > 0 {
+        if r.buf.is_null() && r.len > 0 && r.segs.is_empty() {
             return scode(-(libc::EINVAL));
         }
         let flags = r.flags.unwrap_or(self.tx_op_flags);
-        let buf = if r.kind == RmaKind::Write && flags & fi::FI_INJECT != 0 {
+        if r.kind == RmaKind::Read && !r.segs.is_empty() {
+            return self.read_staged(en, r, flags);
+        }
+        let buf = if !r.segs.is_empty() {
+            if flags & fi::FI_INJECT != 0 && r.len > en.inject_size {
+                return scode(-(libc::EMSGSIZE));
+            }
+            // SAFETY: libfabric's contract: each element is valid for its length.
+            Buffer::from(unsafe { iov::gather(&r.segs) })
+        } else if r.kind == RmaKind::Write && flags & fi::FI_INJECT != 0 {
             if r.len > en.inject_size {
                 return scode(-(libc::EMSGSIZE));
             }
@@ -116,6 +141,41 @@ impl EpCore {
         match en.ep.post_rma(op) {
             Ok(()) => 0,
             Err(rej) => scode(entry::code(&rej.error)),
+        }
+    }
+
+    /// A read into several buffers: xfer reads into one staging buffer
+    /// ([`Scatters`](crate::iov::Scatters)) and the router copies it into
+    /// the buffers at the completion, which is therefore always asked of
+    /// xfer (marked silent when the application did not ask for one).
+    #[cold]
+    fn read_staged(&self, en: &Enabled, r: Rma, flags: u64) -> isize {
+        let counted = en.counters.read.is_some();
+        let context = match en.completion(r.context, flags, counted) {
+            Ok((c, true)) => c,
+            Ok((c, false)) => c | SILENT,
+            Err(e) => return e,
+        };
+        let silent = context & SILENT;
+        let (token, ptr, total) = en.scatters.stage(context & !SILENT, &r.segs);
+        let op = RmaOp {
+            peer: PeerAddr(r.peer),
+            kind: RmaKind::Read,
+            // SAFETY: the staging buffer lives in `scatters` until the read
+            // completes (or the endpoint is gone).
+            buf: unsafe { Buffer::raw(ptr, total) },
+            addr: r.addr,
+            key: r.key,
+            data: None,
+            context: token | silent,
+            completion: true,
+        };
+        match en.ep.post_rma(op) {
+            Ok(()) => 0,
+            Err(rej) => {
+                en.scatters.forget(token);
+                scode(entry::code(&rej.error))
+            }
         }
     }
 
@@ -187,13 +247,10 @@ unsafe fn from_msg(msg: *const fi::fi_msg_rma, kind: RmaKind, flags: u64) -> Res
     };
     check_flags(flags, allowed)?;
     // SAFETY: the message's vectors, by the caller's contract.
-    let (buf, len, desc) = unsafe { one_iov(m.msg_iov, m.desc, m.iov_count) }?;
+    let bufs = unsafe { iov::iovs(m.msg_iov, m.desc, m.iov_count) }?;
     // SAFETY: as above.
     let remote = unsafe { one_rma_iov(m.rma_iov, m.rma_iov_count) }.ok_or(scode(-(libc::EINVAL)))?;
-    if remote.len < len {
-        return Err(scode(-(libc::EINVAL)));
-    }
-    Ok(Rma {
+    let r = Rma::with_bufs(bufs, |buf, len, desc| Rma {
         peer: m.addr,
         kind,
         buf,
@@ -204,7 +261,12 @@ unsafe fn from_msg(msg: *const fi::fi_msg_rma, kind: RmaKind, flags: u64) -> Res
         data: (flags & fi::FI_REMOTE_CQ_DATA != 0).then_some(m.data),
         context: m.context,
         flags: Some(flags),
-    })
+        segs: Vec::new(),
+    });
+    if remote.len < r.len {
+        return Err(scode(-(libc::EINVAL)));
+    }
+    Ok(r)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -230,6 +292,7 @@ unsafe extern "C" fn read(
             data: None,
             context,
             flags: None,
+            segs: Vec::new(),
         })
     })
 }
@@ -245,12 +308,27 @@ unsafe extern "C" fn readv(
     key: u64,
     context: *mut c_void,
 ) -> isize {
-    // SAFETY: the caller's vectors of `count` elements; the one buffer is
-    // passed on under `read`'s contract.
-    match unsafe { one_iov(iov, desc, count) } {
-        Ok((buf, len, desc)) => unsafe { read(ep, buf, len, desc, src, addr, key, context) },
-        Err(e) => e,
-    }
+    // SAFETY: the caller's vectors of `count` elements, valid (and the
+    // buffers untouched) until the read completes.
+    let bufs = match unsafe { iov::iovs(iov, desc, count) } {
+        Ok(b) => b,
+        Err(e) => return e,
+    };
+    with_ep(ep, |ep| {
+        ep.rma(Rma::with_bufs(bufs, |buf, len, desc| Rma {
+            peer: src,
+            kind: RmaKind::Read,
+            buf,
+            len,
+            desc,
+            addr,
+            key,
+            data: None,
+            context,
+            flags: None,
+            segs: Vec::new(),
+        }))
+    })
 }
 
 unsafe extern "C" fn readmsg(ep: *mut fi::fid_ep, msg: *const fi::fi_msg_rma, flags: u64) -> isize {
@@ -284,6 +362,7 @@ unsafe extern "C" fn write(
             data: None,
             context,
             flags: None,
+            segs: Vec::new(),
         })
     })
 }
@@ -299,12 +378,27 @@ unsafe extern "C" fn writev(
     key: u64,
     context: *mut c_void,
 ) -> isize {
-    // SAFETY: the caller's vectors of `count` elements; the one buffer is
-    // passed on under `write`'s contract.
-    match unsafe { one_iov(iov, desc, count) } {
-        Ok((buf, len, desc)) => unsafe { write(ep, buf, len, desc, dest, addr, key, context) },
-        Err(e) => e,
-    }
+    // SAFETY: the caller's vectors of `count` elements, valid until the
+    // write completes.
+    let bufs = match unsafe { iov::iovs(iov, desc, count) } {
+        Ok(b) => b,
+        Err(e) => return e,
+    };
+    with_ep(ep, |ep| {
+        ep.rma(Rma::with_bufs(bufs, |buf, len, desc| Rma {
+            peer: dest,
+            kind: RmaKind::Write,
+            buf,
+            len,
+            desc,
+            addr,
+            key,
+            data: None,
+            context,
+            flags: None,
+            segs: Vec::new(),
+        }))
+    })
 }
 
 unsafe extern "C" fn writemsg(ep: *mut fi::fid_ep, msg: *const fi::fi_msg_rma, flags: u64) -> isize {
@@ -350,6 +444,7 @@ unsafe extern "C" fn writedata(
             data: Some(data),
             context,
             flags: None,
+            segs: Vec::new(),
         })
     })
 }

@@ -12,7 +12,8 @@
 //! - fi_wait.c: event queues, wait sets, poll sets, wait fds;
 //! - fi_iov.c: messages of several buffers;
 //! - fi_multi.c: multi-receive buffers;
-//! - fi_rma.c: RMA with counters and remote CQ data.
+//! - fi_rma.c: RMA with counters and remote CQ data;
+//! - fi_source_err.c: `FI_SOURCE_ERR`, the address of an unknown sender.
 
 mod common;
 
@@ -417,7 +418,7 @@ fn multi_receive_buffers() {
     });
 }
 
-/// fi_wait.c, fi_iov.c, fi_multi.c and fi_rma.c over xfer under valgrind memcheck
+/// fi_wait.c, fi_iov.c, fi_multi.c, fi_rma.c and fi_source_err.c over xfer under valgrind memcheck
 /// (as `c_suite_under_valgrind`): the staged and multi-receive buffers, the
 /// EQ, wait and poll sets make no invalid access and leak nothing. Skipped
 /// without valgrind unless `XFER_REQUIRE_VALGRIND` is set.
@@ -436,7 +437,7 @@ fn waits_vectors_and_multi_receives_under_valgrind() {
         return;
     }
     let supp = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/valgrind.supp");
-    for name in ["fi_wait", "fi_iov", "fi_multi", "fi_rma"] {
+    for name in ["fi_wait", "fi_iov", "fi_multi", "fi_rma", "fi_source_err"] {
         let exe = compile(name);
         let mut cmd = fi_command("valgrind");
         cmd.args([
@@ -460,12 +461,49 @@ fn waits_vectors_and_multi_receives_under_valgrind() {
 /// `fi_write`, `fi_read` and `fi_writedata` of 1000 bytes with a write and
 /// a read counter on the initiator, the bytes landing in the target's
 /// memory (the target driven by `fi_cq_read(cq, NULL, 0)`), and the
-/// target's CQ getting `FI_REMOTE_WRITE | FI_REMOTE_CQ_DATA` with the data.
+/// target's CQ getting `FI_REMOTE_WRITE | FI_REMOTE_CQ_DATA` with the data;
+/// `fi_writev`, `fi_readv` and `fi_readmsg` of several local buffers (the
+/// bytes in order across them, the counters), and more remote segments
+/// than `rma_iov_limit` refused with `-FI_EINVAL`.
 #[test]
 fn rma_with_counters() {
     let exe = compile("fi_rma");
     both("rma", |prov| {
-        let want = ["write checked", "read checked", "writedata checked", "all rma checked"];
+        let want = [
+            "write checked",
+            "read checked",
+            "writedata checked",
+            "writev checked",
+            "readv checked",
+            "readmsg checked",
+            "rma_iov_limit checked",
+            "all rma checked",
+        ];
+        one_program(prov, &exe, &[], &want)
+    });
+}
+
+/// ofi/tests/c/fi_source_err.c: `FI_SOURCE | FI_SOURCE_ERR` offered with a
+/// `max_err_data` that holds an address; a message from a sender not in the
+/// receiver's AV is an error entry (`FI_EADDRNOTAVAIL`, `FI_RECV`, the
+/// receive's context and length, the bytes delivered) whose `err_data` is
+/// the sender's address, in the provider's buffer or copied into the
+/// application's; inserted, the next message from it succeeds with that
+/// `fi_addr` as `fi_cq_readfrom`'s source; a multi-receive buffer takes two
+/// messages from an unknown sender (two such entries, each with where it
+/// landed) without being released.
+#[test]
+fn unknown_sender_address_with_source_err() {
+    let exe = compile("fi_source_err");
+    both("source_err", |prov| {
+        let want = [
+            "capabilities checked",
+            "unknown sender's address checked",
+            "inserted sender checked",
+            "application's err_data buffer checked",
+            "multi-receive buffer checked",
+            "all source_err checked",
+        ];
         one_program(prov, &exe, &[], &want)
     });
 }

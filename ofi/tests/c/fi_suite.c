@@ -501,7 +501,7 @@ static void rma_section(struct fid_fabric *fabric)
 	expect_nothing(1, "completions at the target of plain writes and reads");
 
 	/* The one-element I/O vector forms of RMA, messages and tagged messages;
-	 * a vector of two is refused. */
+	 * a vector of five is refused. */
 	struct iovec wv = {out, 32}, rv = {back, 32};
 	MUST(fi_writev(x->ep, &wv, NULL, 1, y->addr, base + 3100, key, CTX(42)));
 	CHECK(wait_for(0, CTX(42)).err == 0 && !memcmp(target + 3100, out, 32), "fi_writev");
@@ -517,13 +517,13 @@ static void rma_section(struct fid_fabric *fabric)
 	CHECK(wait_for(1, CTX(44)).err == 0 && !strcmp(vin[0], "msg-v"), "fi_sendv / fi_recvv");
 	CHECK(wait_for(1, CTX(45)).err == 0 && !strcmp(vin[1], "tag-v"), "fi_tsendv / fi_trecvv");
 	CHECK(wait_for(0, CTX(46)).err == 0 && wait_for(0, CTX(47)).err == 0, "fi_sendv / fi_tsendv completions");
-	struct iovec pair[2] = {{out, 8}, {out + 8, 8}};
 	struct iovec five[5] = {{out, 2}, {out + 2, 2}, {out + 4, 2}, {out + 6, 2}, {out + 8, 2}};
-	/* Messages take up to iov_limit (4) buffers (ofi/tests/c/fi_iov.c), RMA one. */
+	/* Messages and RMA take up to iov_limit (4) local buffers
+	 * (ofi/tests/c/fi_iov.c, fi_rma.c). */
 	CHECK(fi_sendv(x->ep, five, NULL, 5, y->addr, CTX(46)) == -FI_EINVAL, "fi_sendv of 5 elements");
 	CHECK(fi_tsendv(x->ep, five, NULL, 5, y->addr, 9, CTX(47)) == -FI_EINVAL, "fi_tsendv of 5 elements");
-	CHECK(fi_writev(x->ep, pair, NULL, 2, y->addr, base, key, CTX(42)) == -FI_EINVAL, "fi_writev of 2 elements");
-	CHECK(fi_readv(x->ep, pair, NULL, 2, y->addr, base, key, CTX(43)) == -FI_EINVAL, "fi_readv of 2 elements");
+	CHECK(fi_writev(x->ep, five, NULL, 5, y->addr, base, key, CTX(42)) == -FI_EINVAL, "fi_writev of 5 elements");
+	CHECK(fi_readv(x->ep, five, NULL, 5, y->addr, base, key, CTX(43)) == -FI_EINVAL, "fi_readv of 5 elements");
 	CHECK(fi_recvv(y->ep, five, NULL, 5, FI_ADDR_UNSPEC, CTX(44)) == -FI_EINVAL, "fi_recvv of 5 elements");
 	CHECK(fi_trecvv(y->ep, five, NULL, 5, FI_ADDR_UNSPEC, 9, 0, CTX(45)) == -FI_EINVAL, "fi_trecvv of 5 elements");
 
@@ -568,8 +568,9 @@ int main(void)
 	CHECK(fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, rma, &none) == -FI_ENODATA, "FI_ATOMIC accepted");
 	fi_freeinfo(rma);
 	/* Hints refused at fi_getinfo rather than failing later: an unknown
-	 * threading level, 16-byte keys, provider error data, several remote
-	 * segments per RMA. A threading level xfer satisfies is returned as asked. */
+	 * threading level, 16-byte keys, more error data than an address
+	 * (max_err_data 128, FI_SOURCE_ERR's), several remote segments per RMA.
+	 * A threading level xfer satisfies is returned as asked. */
 	struct fi_info *h2 = fi_dupinfo(hints), *got = NULL;
 	h2->domain_attr->threading = (enum fi_threading)99;
 	CHECK(fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, h2, &none) == -FI_ENODATA, "unknown threading accepted");
@@ -577,8 +578,8 @@ int main(void)
 	h2->domain_attr->mr_key_size = 16;
 	CHECK(fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, h2, &none) == -FI_ENODATA, "16-byte keys accepted");
 	h2->domain_attr->mr_key_size = 0;
-	h2->domain_attr->max_err_data = 64;
-	CHECK(fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, h2, &none) == -FI_ENODATA, "error data accepted");
+	h2->domain_attr->max_err_data = 4096;
+	CHECK(fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, h2, &none) == -FI_ENODATA, "4096 B of error data accepted");
 	h2->domain_attr->max_err_data = 0;
 	h2->tx_attr->rma_iov_limit = 4;
 	CHECK(fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, h2, &none) == -FI_ENODATA, "rma_iov_limit 4 accepted");

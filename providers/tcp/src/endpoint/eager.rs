@@ -46,7 +46,7 @@ impl TcpEndpoint {
                     data,
                     src,
                 };
-                complete::recv(&mut cx.cq, op, a, None);
+                complete::recv_from(&mut cx.cq, op, a, &peer, self.attr.source_err);
                 if due {
                     self.return_credit(cx, id);
                 }

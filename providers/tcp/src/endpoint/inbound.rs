@@ -382,6 +382,7 @@ impl TcpEndpoint {
                         return Ok(());
                     }
                     if r.got == r.accepted {
+                        let from = conn.peer;
                         let r = self.rndv.remove(key);
                         let a = Arrival {
                             len: r.got,
@@ -390,7 +391,10 @@ impl TcpEndpoint {
                             data: r.data,
                             src: r.src,
                         };
-                        complete::recv(&mut cx.cq, r.recv, a, None);
+                        match from {
+                            Some(from) => complete::recv_from(&mut cx.cq, r.recv, a, &from, self.attr.source_err),
+                            None => complete::recv(&mut cx.cq, r.recv, a, None),
+                        }
                     }
                 }
             }
@@ -570,11 +574,12 @@ impl TcpEndpoint {
         }
     }
 
-    /// An eager message of `a.olen` bytes that came on the live connection
-    /// `id` is in `op`'s buffer (what fits): completes it, earns its credit.
-    fn complete_posted(&mut self, cx: &mut Ctx<'_>, id: usize, op: RecvOp, a: Arrival) {
+    /// An eager message of `a.olen` bytes from `from` that came on the live
+    /// connection `id` is in `op`'s buffer (what fits): completes it, earns
+    /// its credit.
+    fn complete_posted(&mut self, cx: &mut Ctx<'_>, id: usize, op: RecvOp, a: Arrival, from: &Address) {
         let len = op.buf.len().min(a.olen);
-        complete::recv(&mut cx.cq, op, Arrival { len, ..a }, None);
+        complete::recv_from(&mut cx.cq, op, Arrival { len, ..a }, from, self.attr.source_err);
         self.earn_credit(cx, id, None, a.olen);
     }
 
@@ -591,10 +596,10 @@ impl TcpEndpoint {
             src: e.src,
         };
         match e.dest {
-            EagerDest::Posted(op) => self.complete_posted(cx, id, op, a),
+            EagerDest::Posted(op) => self.complete_posted(cx, id, op, a, &e.from),
             EagerDest::Unexpected(payload) => match self.recvs.take_posted(e.tagged, e.src, e.tag) {
                 Some((_, op)) => {
-                    deliver_unexpected(&mut cx.cq, op, &payload, a);
+                    deliver_unexpected(&mut cx.cq, op, &payload, a, (&e.from, self.attr.source_err));
                     self.earn_credit(cx, id, None, e.olen);
                 }
                 None => {
@@ -652,7 +657,7 @@ impl TcpEndpoint {
             src,
         };
         let (owner, rx_token) = if accepted == 0 {
-            complete::recv(&mut cx.cq, op, a, None);
+            complete::recv_from(&mut cx.cq, op, a, &peer, self.attr.source_err);
             (Owner::None, 0)
         } else {
             let key = self.rndv.insert(RndvRx {
@@ -687,10 +692,17 @@ impl TcpEndpoint {
     }
 }
 
-/// Copies an unexpected eager payload into a matched receive and completes it.
-pub(super) fn deliver_unexpected(cq: &mut Sink<'_>, mut op: RecvOp, payload: &[u8], a: Arrival) {
+/// Copies an unexpected eager payload into a matched receive and completes
+/// it; `from` is the sender's name and the endpoint's `source_err`.
+pub(super) fn deliver_unexpected(
+    cq: &mut Sink<'_>,
+    mut op: RecvOp,
+    payload: &[u8],
+    a: Arrival,
+    from: (&Address, bool),
+) {
     let buf = op.buf.as_mut_slice();
     let len = buf.len().min(payload.len());
     buf[..len].copy_from_slice(&payload[..len]);
-    complete::recv(cq, op, Arrival { len, ..a }, None);
+    complete::recv_from(cq, op, Arrival { len, ..a }, from.0, from.1);
 }

@@ -420,7 +420,10 @@ impl TcpEndpoint {
     fn deliver(&mut self, cx: &mut Ctx<'_>, recv: RecvOp, src: PeerAddr, tag: u64, msg: Unexp) {
         match msg {
             Unexpected::Eager {
-                data, payload, conn, ..
+                from,
+                data,
+                payload,
+                conn,
             } => {
                 let a = Arrival {
                     len: 0,
@@ -429,7 +432,7 @@ impl TcpEndpoint {
                     data,
                     src,
                 };
-                deliver_unexpected(&mut cx.cq, recv, &payload, a);
+                deliver_unexpected(&mut cx.cq, recv, &payload, a, (&from, self.attr.source_err));
                 self.unhold(cx, conn, payload.len());
             }
             Unexpected::Rts {

@@ -195,7 +195,8 @@ impl TcpEndpoint {
         if w.status == status::OK {
             if let Some(data) = w.imm {
                 let src = reverse(cx.av, &w.peer);
-                complete::remote_write(&mut cx.cq, w.len as usize, data, src);
+                let len = w.len as usize;
+                complete::remote_write_from(&mut cx.cq, len, data, src, &w.peer, self.attr.source_err);
             }
         }
         if w.token != 0 {

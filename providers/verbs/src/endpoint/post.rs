@@ -531,7 +531,7 @@ impl VerbsEndpoint {
     ) {
         let peer = self.conns[conn].peer;
         if arrival.len == 0 {
-            complete::recv(&mut cx.cq, recv, arrival, None);
+            complete::recv_from(&mut cx.cq, recv, arrival, &peer, self.attr.source_err);
             self.submit(cx, peer, Tx::Fin { id, status: 0, conn });
             return;
         }

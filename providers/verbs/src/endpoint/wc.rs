@@ -5,7 +5,7 @@
 
 use xfer_core::unstable::complete::{self, Arrival};
 use xfer_core::unstable::provider::{Ctx, RecvOp};
-use xfer_core::{Error, PeerAddr, RmaKind};
+use xfer_core::{Address, Error, PeerAddr, RmaKind};
 
 use super::credit::eager_cost;
 use super::{RtsTicket, State, Tx, Unexpected, VerbsEndpoint, Wr, WC_BATCH};
@@ -201,7 +201,12 @@ impl VerbsEndpoint {
                 self.release_mr(mr);
                 let peer = self.conns.get(job.conn).map(|c| c.peer);
                 let ok = result.is_ok();
-                complete::recv(&mut cx.cq, job.recv, job.arrival, result.err());
+                match (result, peer) {
+                    (Ok(()), Some(from)) => {
+                        complete::recv_from(&mut cx.cq, job.recv, job.arrival, &from, self.attr.source_err)
+                    }
+                    (result, _) => complete::recv(&mut cx.cq, job.recv, job.arrival, result.err()),
+                }
                 if let (true, Some(peer)) = (ok, peer) {
                     let fin = Tx::Fin {
                         id: job.id,
@@ -301,7 +306,8 @@ impl VerbsEndpoint {
                 let tag = meta.tag.unwrap_or(0);
                 match self.recvs.take_posted(meta.tag.is_some(), src, tag) {
                     Some((_, recv)) => {
-                        copy_in(cx, recv, payload, tag, meta.data, src);
+                        let named = (&from, self.attr.source_err);
+                        copy_in(cx, recv, payload, tag, meta.data, src, named);
                         self.owe(k, 0, eager_cost(payload.len()));
                     }
                     None => {
@@ -355,7 +361,8 @@ impl VerbsEndpoint {
             }
             Msg::Fin { id, status } => self.on_fin(cx, k, id, status),
             Msg::WriteData { data, len } => {
-                complete::remote_write(&mut cx.cq, usize::try_from(len).unwrap_or(usize::MAX), data, src)
+                let len = usize::try_from(len).unwrap_or(usize::MAX);
+                complete::remote_write_from(&mut cx.cq, len, data, src, &from, self.attr.source_err)
             }
             Msg::Credit { msgs, bytes } => {
                 self.on_credit(k, msgs, bytes);
@@ -387,9 +394,12 @@ impl VerbsEndpoint {
     pub(super) fn deliver(&mut self, cx: &mut Ctx<'_>, recv: RecvOp, src: PeerAddr, tag: u64, msg: Unexpected) {
         match msg {
             Unexpected::Eager {
-                data, payload, conn, ..
+                from,
+                data,
+                payload,
+                conn,
             } => {
-                copy_in(cx, recv, &payload, tag, data, src);
+                copy_in(cx, recv, &payload, tag, data, src, (&from, self.attr.source_err));
                 self.consumed(conn, payload.len());
             }
             Unexpected::Rts {
@@ -435,8 +445,17 @@ fn arrival_of(recv: &RecvOp, olen: u64, tag: u64, data: Option<u64>, src: PeerAd
     }
 }
 
-/// Completes `recv` with an eager payload (truncated to its buffer).
-fn copy_in(cx: &mut Ctx<'_>, mut recv: RecvOp, payload: &[u8], tag: u64, data: Option<u64>, src: PeerAddr) {
+/// Completes `recv` with an eager payload (truncated to its buffer) from
+/// `from.0`, on an endpoint whose `source_err` is `from.1`.
+fn copy_in(
+    cx: &mut Ctx<'_>,
+    mut recv: RecvOp,
+    payload: &[u8],
+    tag: u64,
+    data: Option<u64>,
+    src: PeerAddr,
+    from: (&Address, bool),
+) {
     let n = payload.len().min(recv.buf.len());
     recv.buf.as_mut_slice()[..n].copy_from_slice(&payload[..n]);
     let a = Arrival {
@@ -446,5 +465,5 @@ fn copy_in(cx: &mut Ctx<'_>, mut recv: RecvOp, payload: &[u8], tag: u64, data: O
         data,
         src,
     };
-    complete::recv(&mut cx.cq, recv, a, None);
+    complete::recv_from(&mut cx.cq, recv, a, from.0, from.1);
 }
