@@ -9,7 +9,8 @@
 //!   the unexpected ones hold ([`Held`]).
 //! - [`Unexpected`]: a message kept for a later receive, the same on every
 //!   transport but for its rendezvous handle.
-//! - [`credit`]: eager credit's unit, what one message costs its sender.
+//! - [`credit`]: eager credit's unit, what one message costs its sender, and
+//!   [`Credit`], one connection's credit both ways.
 //! - [`Account`]: what peers may make the endpoint hold, against its limit.
 //! - [`Requests`]: a connection's requests to send waiting unmatched.
 
@@ -20,6 +21,7 @@ pub mod requests;
 pub mod unexpected;
 
 pub use account::{Account, Share};
+pub use credit::{Amount, Credit};
 pub use receives::Receives;
 pub use requests::Requests;
 pub use unexpected::{Held, Unexpected};

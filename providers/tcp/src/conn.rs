@@ -13,11 +13,17 @@ use std::io::IoSlice;
 use std::time::Instant;
 
 use xfer_core::unstable::addr::{Address, PeerAddr};
-use xfer_core::unstable::rdm::{Requests, Share};
+use xfer_core::unstable::rdm::{Amount, Credit, Requests, Share};
 
 use crate::rx::Phase;
 use crate::sys::{Io, Socket};
 use crate::wire::{CREDIT_INIT, HEADER_LEN};
+
+/// The credit a new connection starts with, both ways.
+pub const INIT: Amount = Amount {
+    bytes: CREDIT_INIT,
+    msgs: u32::MAX,
+};
 
 /// Size of the receive staging buffer; payloads larger than what is staged
 /// are read straight into the user's buffer.
@@ -129,19 +135,9 @@ pub struct Conn {
     pub end: usize,
     /// What the next received bytes are.
     pub rx: Phase,
-    /// Eager credit (bytes, [`crate::wire::eager_cost`]) we may still spend
-    /// on this connection; the peer grants more with Credit frames.
-    pub tx_credit: u64,
-    /// Eager credit the peer may still spend: an Eager frame beyond it is a
-    /// violation.
-    pub rx_credit: u64,
-    /// Credit of eager messages consumed (matched) and not yet returned.
-    pub rx_owed: u64,
-    /// Whether the budget beyond the initial credit was granted yet.
-    pub granted: bool,
-    /// Eager credit granted the peer in all (the initial, then the budget):
-    /// credit goes back once a quarter of it is owed.
-    pub grant: u64,
+    /// Eager credit both ways (bytes, [`crate::wire::eager_cost`]; no
+    /// message count: TCP has no pool of receive buffers to protect).
+    pub credit: Credit,
     /// Its share of the endpoint's receive memory (`rdm::Account`): its
     /// state and the credit it was granted, and what of that its messages
     /// kept unexpected hold.
@@ -183,11 +179,7 @@ impl Conn {
             start: 0,
             end: 0,
             rx: Phase::Header,
-            tx_credit: CREDIT_INIT,
-            rx_credit: CREDIT_INIT,
-            rx_owed: 0,
-            granted: false,
-            grant: CREDIT_INIT,
+            credit: Credit::new(INIT),
             share: Share::default(),
             deferred: false,
             heard: 0,

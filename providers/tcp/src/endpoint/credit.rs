@@ -14,33 +14,32 @@
 //!
 //! A sender without enough credit sends the message by rendezvous instead,
 //! so its payload waits in the sender's buffer until a receive matches; an
-//! inject, which has no buffer to wait in, fails with [`Error::Again`]. A
+//! inject, which has no buffer to wait in, fails with `Error::Again`. A
 //! request to send costs credit too (`eager_cost(0)`: its unexpected entry),
 //! earned back when a receive takes it: without any, it waits on the
 //! connection (`Conn::credit_wait`) until the peer grants more, and every
 //! message after it waits behind it, so order holds. Control frames (credit,
 //! clear-to-send, data, RMA) never wait for credit: a peer waiting for ours
 //! still gets it.
+//!
+//! The credit's state and when it is returned are core's (`rdm::Credit`, the
+//! same on verbs); this module moves it over TCP frames.
 
-use xfer_core::unstable::error::{Error, Result};
+use xfer_core::unstable::error::Result;
 use xfer_core::unstable::provider::Ctx;
+pub(super) use xfer_core::unstable::rdm::credit::OVERSPENT;
+use xfer_core::unstable::rdm::Amount;
 
 use super::TcpEndpoint;
 use crate::conn::{Conn, Owner, Payload, State, TxFrame, STAGING};
 use crate::wire::{eager_cost, Frame, CREDIT_INIT};
 
-/// What an endpoint grants each peer in all.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Budget {
-    total: u64,
-}
-
-impl Budget {
-    /// The budget of `TcpAttr::eager_credit` bytes (at least the initial credit).
-    pub(super) fn new(eager_credit: usize) -> Budget {
-        Budget {
-            total: (eager_credit as u64).max(CREDIT_INIT),
-        }
+/// What an endpoint grants each peer in all: `TcpAttr::eager_credit`
+/// bytes, at least the initial credit.
+pub(super) fn budget(eager_credit: usize) -> Amount {
+    Amount {
+        bytes: (eager_credit as u64).max(CREDIT_INIT),
+        msgs: u32::MAX,
     }
 }
 
@@ -51,37 +50,23 @@ pub(super) const CONN_COST: u64 = (STAGING + std::mem::size_of::<Conn>()) as u64
 /// What admitting a connection commits of the receive memory.
 pub(super) const ADMISSION: u64 = CREDIT_INIT + CONN_COST;
 
-/// What a peer that sends past its credit gets: its connection ends with
-/// it (counted as `credit_violations`).
-pub(super) const OVERSPENT: Error = Error::Protocol("message beyond the granted credit");
-
-/// An Eager frame of `len` bytes arrived on `conn`: charges the peer's
-/// credit; a peer that overspends breaks the protocol.
+/// An Eager frame of `len` bytes (an Rts: 0) arrived on `conn`: charges the
+/// peer's credit; a peer that overspends breaks the protocol ([`OVERSPENT`]).
 #[inline]
 pub(super) fn charge(conn: &mut Conn, len: u64) -> Result<()> {
-    let cost = eager_cost(len);
-    if conn.rx_credit < cost {
-        return Err(OVERSPENT);
-    }
-    conn.rx_credit -= cost;
-    Ok(())
+    conn.credit.charge(eager_cost(len), 0)
 }
 
 /// An eager message of `len` bytes that came on `conn` was consumed: its
 /// cost is owed back to the peer. True when the connection should return
-/// credit now ([`TcpEndpoint::return_credit`]): a quarter of what it was
-/// granted is owed, or the budget beyond the initial credit was not
-/// granted yet.
+/// credit now ([`TcpEndpoint::return_credit`]).
 #[inline]
 pub(super) fn owe(conn: &mut Conn, len: usize) -> bool {
-    conn.rx_owed += eager_cost(len as u64);
-    conn.rx_owed >= conn.grant / 4 || !conn.granted
+    conn.credit.owe(eager_cost(len as u64), 0)
 }
 
 impl TcpEndpoint {
     fn grant(&mut self, cx: &mut Ctx<'_>, id: usize, bytes: u64) {
-        let Some(conn) = self.conns.get_mut(id) else { return };
-        conn.rx_credit = conn.rx_credit.saturating_add(bytes);
         let frame = TxFrame {
             hdr: Frame::Credit { bytes }.to_bytes(),
             payload: Payload::None,
@@ -98,8 +83,8 @@ impl TcpEndpoint {
     pub(super) fn spend_credit(&mut self, id: usize, len: usize) -> bool {
         let cost = eager_cost(len as u64);
         match self.conns.get_mut(id) {
-            Some(c) if c.tx_credit >= cost && c.credit_wait.is_empty() => {
-                c.tx_credit -= cost;
+            Some(c) if c.credit.can_send(cost, 0) && c.credit_wait.is_empty() => {
+                c.credit.spend(cost, 0);
                 true
             }
             _ => {
@@ -147,22 +132,13 @@ impl TcpEndpoint {
     }
 
     /// Sends what connection `id` owes its peer (with, the first time, the
-    /// budget beyond the initial credit) if that reached the threshold.
+    /// budget beyond the initial credit, if the receive memory has room) if
+    /// that reached the threshold.
     #[cold]
     pub(super) fn return_credit(&mut self, cx: &mut Ctx<'_>, id: usize) {
         let Some(c) = self.conns.get_mut(id) else { return };
-        if !c.granted {
-            // Beyond the initial credit only while the receive memory has room.
-            let extra = self.budget.total - CREDIT_INIT;
-            if c.share.grow(&mut self.account, extra) {
-                c.granted = true;
-                c.grant += extra;
-                c.rx_owed += extra;
-            }
-        }
-        if c.rx_owed >= (c.grant / 4).max(1) {
-            let owed = std::mem::take(&mut c.rx_owed);
-            self.grant(cx, id, owed);
+        if let Some(give) = c.credit.take_return(self.budget, &mut c.share, &mut self.account) {
+            self.grant(cx, id, give.bytes);
         }
     }
 
@@ -187,11 +163,11 @@ impl TcpEndpoint {
     pub(super) fn release_waiting(&mut self, cx: &mut Ctx<'_>, id: usize) {
         let cost = eager_cost(0);
         while let Some(c) = self.conns.get_mut(id) {
-            if c.tx_credit < cost {
+            if !c.credit.can_send(cost, 0) {
                 return;
             }
             let Some(frame) = c.credit_wait.pop_front() else { return };
-            c.tx_credit -= cost;
+            c.credit.spend(cost, 0);
             self.queue(cx, id, frame);
         }
     }
@@ -200,10 +176,7 @@ impl TcpEndpoint {
     /// for it go.
     pub(super) fn on_credit(&mut self, cx: &mut Ctx<'_>, id: usize, bytes: u64) -> Result<()> {
         let Some(c) = self.conns.get_mut(id) else { return Ok(()) };
-        c.tx_credit = c
-            .tx_credit
-            .checked_add(bytes)
-            .ok_or(Error::Protocol("eager credit overflows"))?;
+        c.credit.granted(Amount { bytes, msgs: 0 })?;
         if !c.credit_wait.is_empty() {
             self.release_waiting(cx, id);
         }

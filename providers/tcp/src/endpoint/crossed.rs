@@ -25,14 +25,14 @@ impl TcpEndpoint {
         }
         let from = (own, conn.serial);
         // Eager credit spent on frames queued there moves with them.
-        let spent = CREDIT_INIT.saturating_sub(conn.tx_credit);
+        let spent = CREDIT_INIT.saturating_sub(conn.credit.tx.bytes);
         let waiting: Vec<TxFrame> = conn.txq.drain(..).filter(|f| f.owner != Owner::Hello).collect();
         let unpaid = std::mem::take(&mut conn.credit_wait);
         let Some(acc) = self.conns.get_mut(accepted) else {
             return;
         };
         let to = (accepted, acc.serial);
-        acc.tx_credit = acc.tx_credit.saturating_sub(spent);
+        acc.credit.spend(spent, 0);
         acc.txq.extend(waiting);
         acc.credit_wait.extend(unpaid);
         for (_, tx) in self.sends.iter_mut().filter(|(_, t)| t.conn == from) {

@@ -172,7 +172,7 @@ pub struct TcpEndpoint {
     /// Connections ended because their peer sent past its credit.
     credit_violations: u64,
     /// What we grant each connection's peer (`TcpAttr::eager_credit`).
-    budget: credit::Budget,
+    budget: xfer_core::unstable::rdm::Amount,
     /// Scratch for a small frame written in one piece (`try_send_now`):
     /// room for a header and [`FLAT_SEND`] payload bytes.
     flat: Box<[u8]>,
@@ -379,7 +379,7 @@ impl TcpEndpoint {
             account: Account::new(attr.rx_memory),
             rx_memory_refused: 0,
             credit_violations: 0,
-            budget: credit::Budget::new(attr.tcp.eager_credit),
+            budget: credit::budget(attr.tcp.eager_credit),
             flat: vec![0; HEADER_LEN + FLAT_SEND].into_boxed_slice(),
             burst: false,
             progressing: false,

@@ -7,15 +7,19 @@
 //!   in the receiver's SRQ; peers x (that + 5) within the SRQ's size, and the
 //!   SRQ never runs dry (no RNR NAK). Out of message credit, an operation
 //!   waits in the peer's queue.
-//! - Eager bytes (payload + header): what the receiver may have to hold
-//!   unexpected. Earned back when the message is consumed by a receive. Out
-//!   of byte credit, a send goes by rendezvous (its buffer waits with the
-//!   sender) and an inject fails with `Again`.
+//! - Eager bytes (payload + 256 per message, an RTS 256: core's
+//!   `rdm::credit::cost`): what the receiver may have to hold unexpected.
+//!   Earned back when the message is consumed by a receive. Out of byte
+//!   credit, a send goes by rendezvous (its buffer waits with the sender)
+//!   and an inject fails with `Again`; an RTS without its bytes waits in
+//!   the peer's queue.
 //!
 //! Both start at [`INIT_MSGS`] / [`INIT_BYTES`] without any exchange; the
-//! receiver's first return also grants the rest of its budget. Returns go in
-//! a credit message (kind 5), which costs no credit itself, once a quarter
-//! of a budget is owed.
+//! receiver's first return also grants the rest of its budget (the bytes
+//! only while the receive memory has room). Returns go in a credit message
+//! (kind 5), which costs no credit itself, once a quarter of what was
+//! granted is owed. The state and those rules are core's `rdm::Credit`, the
+//! same as TCP's; this module moves it in verbs messages.
 //!
 //! The receiver enforces it: it counts what it granted (the initial credit,
 //! then every credit message as it posts it) against what arrives, and a
@@ -24,6 +28,7 @@
 //! otherwise drain the SRQ that every peer shares.
 
 use xfer_core::unstable::addr::Address;
+use xfer_core::unstable::rdm::Amount;
 use xfer_core::{Error, Result};
 
 use super::{State, Tx, VerbsEndpoint};
@@ -38,42 +43,27 @@ pub(crate) const INIT_BYTES: u64 = 128 << 10;
 /// credit and its state (receive buffers are the shared SRQ's).
 pub(crate) const ADMISSION: u64 = INIT_BYTES + std::mem::size_of::<super::Conn>() as u64;
 
-/// One connection's credit, both directions.
+/// The credit a new connection starts with, both ways.
+pub(crate) const INIT: Amount = Amount {
+    bytes: INIT_BYTES,
+    msgs: INIT_MSGS,
+};
+
+/// One connection's credit (core's `rdm::Credit`, the same as TCP's), and
+/// whether the connection is in the endpoint's `owing` list.
 #[derive(Debug)]
 pub(crate) struct Credit {
-    /// Messages we may still send.
-    pub(crate) msgs: u32,
-    /// Eager bytes we may still send.
-    pub(crate) bytes: u64,
-    /// Messages received whose buffers we will repost and report.
-    owed_msgs: u32,
-    /// Eager bytes consumed that we will report.
-    owed_bytes: u64,
-    /// Whether the budget beyond the initial credit was granted (messages,
-    /// bytes).
-    granted_msgs: bool,
-    granted_bytes: bool,
+    /// The credit both ways.
+    pub(crate) flow: xfer_core::unstable::rdm::Credit,
     /// In the endpoint's `owing` list.
     listed: bool,
-    /// What the peer may still send us: messages and eager bytes granted
-    /// (counted when the credit message is posted, before the peer can
-    /// use it) and not yet received.
-    peer_msgs: u64,
-    peer_bytes: u64,
 }
 
 impl Default for Credit {
     fn default() -> Self {
         Credit {
-            msgs: INIT_MSGS,
-            bytes: INIT_BYTES,
-            owed_msgs: 0,
-            owed_bytes: 0,
-            granted_msgs: false,
-            granted_bytes: false,
+            flow: xfer_core::unstable::rdm::Credit::new(INIT),
             listed: false,
-            peer_msgs: u64::from(INIT_MSGS),
-            peer_bytes: INIT_BYTES,
         }
     }
 }
@@ -116,7 +106,7 @@ impl VerbsEndpoint {
             .and_then(|p| p.conn)
             .map(|k| &self.conns[k])
             .filter(|c| c.state == State::Ready);
-        let (msgs, bytes) = ready.map_or((INIT_MSGS, INIT_BYTES), |c| (c.credit.msgs, c.credit.bytes));
+        let Amount { msgs, bytes } = ready.map_or(INIT, |c| c.credit.flow.tx);
         let eager = len <= self.eager_max;
         if queued >= u64::from(msgs) || (eager && bytes < eager_cost(len).saturating_mul(queued + 1)) {
             self.stats.credit_stalls += 1;
@@ -128,7 +118,7 @@ impl VerbsEndpoint {
     /// Whether `tx` may go out on connection `k` as far as message credit
     /// goes (counted in `credit_waits` when not).
     pub(super) fn has_msg_credit(&mut self, k: usize, tx: &Tx) -> bool {
-        if !tx.takes_a_buffer(k) || self.conns[k].credit.msgs > 0 {
+        if !tx.takes_a_buffer(k) || self.conns[k].credit.flow.can_send(0, 1) {
             return true;
         }
         self.stats.credit_waits += 1;
@@ -137,21 +127,18 @@ impl VerbsEndpoint {
 
     /// Whether an eager send of `len` bytes fits connection `k`'s byte credit.
     pub(super) fn has_byte_credit(&self, k: usize, len: usize) -> bool {
-        self.conns[k].credit.bytes >= eager_cost(len)
+        self.conns[k].credit.flow.can_send(eager_cost(len), 0)
     }
 
     /// A message that costs credit arrived on `k` (`bytes` of them eager):
     /// false when the peer had no such credit left (a protocol violation),
     /// and then for everything after it on `k`.
     pub(super) fn charge_peer(&mut self, k: usize, bytes: u64) -> bool {
-        let c = &mut self.conns[k].credit;
-        if c.peer_msgs == 0 || c.peer_bytes < bytes {
-            c.peer_msgs = 0;
-            c.peer_bytes = 0;
+        let c = &mut self.conns[k].credit.flow;
+        if c.charge(bytes, 1).is_err() {
+            c.revoke();
             return false;
         }
-        c.peer_msgs -= 1;
-        c.peer_bytes -= bytes;
         true
     }
 
@@ -162,9 +149,7 @@ impl VerbsEndpoint {
         if self.res.attr.fault_ignore_credit {
             return;
         }
-        let c = &mut self.conns[k].credit;
-        c.msgs = c.msgs.saturating_sub(1);
-        c.bytes = c.bytes.saturating_sub(bytes);
+        self.conns[k].credit.flow.spend(bytes, 1);
     }
 
     /// A request to send went out on `k`: `bytes` eager bytes spent (its
@@ -173,15 +158,13 @@ impl VerbsEndpoint {
         if self.res.attr.fault_ignore_credit {
             return;
         }
-        let c = &mut self.conns[k].credit;
-        c.bytes = c.bytes.saturating_sub(bytes);
+        self.conns[k].credit.flow.spend(bytes, 0);
     }
 
     /// We owe connection `k`'s peer `msgs` messages and `bytes` eager bytes.
     pub(super) fn owe(&mut self, k: usize, msgs: u32, bytes: u64) {
         let Some(c) = self.conns.get_mut(k) else { return };
-        c.credit.owed_msgs = c.credit.owed_msgs.saturating_add(msgs);
-        c.credit.owed_bytes = c.credit.owed_bytes.saturating_add(bytes);
+        c.credit.flow.owe(bytes, msgs);
         if !c.credit.listed {
             c.credit.listed = true;
             self.owing.push(k);
@@ -215,8 +198,9 @@ impl VerbsEndpoint {
     /// A credit message arrived on `k`: the peer granted more.
     pub(super) fn on_credit(&mut self, k: usize, msgs: u32, bytes: u64) {
         let c = &mut self.conns[k];
-        c.credit.msgs = c.credit.msgs.saturating_add(msgs);
-        c.credit.bytes = c.credit.bytes.saturating_add(bytes);
+        if c.credit.flow.granted(Amount { bytes, msgs }).is_err() {
+            xfer_core::warn_limited!(peer = ?c.peer, "credit message overflows the credit; ignored");
+        }
         let dest = c.peer;
         // Operations waiting for it sit in the peer's queue.
         if self.peers.get(&dest).is_some_and(|p| !p.queue.is_empty()) && !self.backlog.contains(&dest) {
@@ -225,9 +209,13 @@ impl VerbsEndpoint {
     }
 
     /// Sends a credit message on every ready connection owed a quarter of
-    /// a budget, or its first grant; the buffers are posted again first.
+    /// what it was granted, or its first grant (the bytes of it only while
+    /// the receive memory has room); the buffers are posted again first.
     pub(super) fn return_credit(&mut self) {
-        let (w, b) = (self.credit_msgs, self.eager_credit);
+        let budget = Amount {
+            bytes: self.eager_credit,
+            msgs: self.credit_msgs,
+        };
         let mut reposted = false;
         let mut i = 0;
         while i < self.owing.len() {
@@ -239,21 +227,15 @@ impl VerbsEndpoint {
                 self.owing.swap_remove(i);
                 continue;
             };
-            let cr = &c.credit;
-            // The bytes beyond the initial credit only while the receive
-            // memory has room; without them, returns go at a quarter of
-            // the initial credit.
-            let extra = b - INIT_BYTES;
-            let can_grant = !cr.granted_bytes && self.account.committed() + extra <= self.account.limit();
-            let due = cr.owed_msgs >= (w / 4).max(1)
-                || cr.owed_bytes >= b / 4
-                || (!cr.granted_msgs && cr.owed_msgs > 0)
-                || (can_grant && cr.owed_bytes > 0)
-                || (!cr.granted_bytes && cr.owed_bytes >= INIT_BYTES / 4);
-            if c.state != State::Ready || !due {
-                i += 1;
-                continue;
-            }
+            // Decided on copies, kept once the credit message is posted.
+            let (mut flow, mut share, mut account) = (c.credit.flow.clone(), c.share, self.account.clone());
+            let give = match flow.take_return(budget, &mut share, &mut account) {
+                Some(give) if c.state == State::Ready => give,
+                _ => {
+                    i += 1;
+                    continue;
+                }
+            };
             if !reposted {
                 // The credit names buffers: they must be on the SRQ first.
                 if let Err(e) = self.srq.post_all() {
@@ -262,27 +244,18 @@ impl VerbsEndpoint {
                 }
                 reposted = true;
             }
-            let msgs = cr.owed_msgs + if cr.granted_msgs { 0 } else { w - INIT_MSGS };
-            let grant_bytes = can_grant && cr.owed_bytes > 0;
-            let bytes = cr.owed_bytes + if grant_bytes { extra } else { 0 };
             let mut msg = [0u8; wire::CREDIT_LEN];
-            wire::credit(&mut msg, msgs, bytes);
+            wire::credit(&mut msg, give.msgs, give.bytes);
             if self.post_ctrl(k, &msg, false, false).is_err() {
                 i += 1; // no room now: the next progress tries again
                 continue;
             }
             self.stats.credit_returns += 1;
-            if grant_bytes {
-                self.conns[k].share.commit(&mut self.account, extra);
-            }
-            let cr = &mut self.conns[k].credit;
-            cr.owed_msgs = 0;
-            cr.owed_bytes = 0;
-            cr.granted_msgs = true;
-            cr.granted_bytes |= grant_bytes;
-            cr.listed = false;
-            cr.peer_msgs = cr.peer_msgs.saturating_add(u64::from(msgs));
-            cr.peer_bytes = cr.peer_bytes.saturating_add(bytes);
+            self.account = account;
+            let c = &mut self.conns[k];
+            c.share = share;
+            c.credit.flow = flow;
+            c.credit.listed = false;
             self.owing.swap_remove(i);
         }
     }
