@@ -62,6 +62,9 @@ pub struct Credit {
     owed: Amount,
     /// What we granted the peer in all: the initial credit, then the budget.
     grant: Amount,
+    /// What owed makes a return due: a quarter of `grant`, or anything
+    /// while the budget beyond the initial credit is still to be granted.
+    due_at: Amount,
     /// Whether the budget beyond the initial credit was granted (bytes, messages).
     granted_bytes: bool,
     granted_msgs: bool,
@@ -75,6 +78,7 @@ impl Credit {
             rx: init,
             owed: Amount::default(),
             grant: init,
+            due_at: Amount { bytes: 1, msgs: 1 },
             granted_bytes: false,
             granted_msgs: false,
         }
@@ -139,10 +143,7 @@ impl Credit {
     /// Whether a return is due now (see [`Credit::owe`]).
     #[inline]
     pub fn due(&self) -> bool {
-        self.owed.bytes >= (self.grant.bytes / 4).max(1)
-            || self.owed.msgs >= (self.grant.msgs / 4).max(1)
-            || (!self.granted_bytes && self.owed.bytes > 0)
-            || (!self.granted_msgs && self.owed.msgs > 0)
+        self.owed.bytes >= self.due_at.bytes || self.owed.msgs >= self.due_at.msgs
     }
 
     /// What to return to the peer now, if anything is due: what is owed,
@@ -157,6 +158,7 @@ impl Credit {
             self.granted_msgs = true;
             self.grant.msgs = self.grant.msgs.saturating_add(extra);
             give.msgs = give.msgs.saturating_add(extra);
+            self.due_at.msgs = (self.grant.msgs / 4).max(1);
         }
         if !self.granted_bytes && give.bytes > 0 {
             let extra = budget.bytes.saturating_sub(self.grant.bytes);
@@ -164,6 +166,7 @@ impl Credit {
                 self.granted_bytes = true;
                 self.grant.bytes += extra;
                 give.bytes += extra;
+                self.due_at.bytes = (self.grant.bytes / 4).max(1);
             }
         }
         let due = give.bytes >= (self.grant.bytes / 4).max(1)
