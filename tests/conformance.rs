@@ -1521,3 +1521,19 @@ fn per_peer_bound_refuses_only_the_full_peer() {
     assert_eq!((r.src, r.buf.unwrap()), (pb, pattern(64, 5)));
     assert_eq!(a.ep.outstanding_to(pb).unwrap(), Some(0));
 }
+
+/// Every transport reports the RDM layer's counters under the same names
+/// (credit, requests to send, receive memory, unexpected messages), so a
+/// tool reads them alike whatever serves the endpoint.
+#[test]
+fn every_transport_reports_the_rdm_layer_counters() {
+    let n = Node::new();
+    let c = n.ep.counters().expect("counters");
+    for name in xfer_core::unstable::rdm::counters::NAMES {
+        assert!(
+            c.iter().any(|&(k, _)| k == name),
+            "{} does not report {name}",
+            n.domain.provider()
+        );
+    }
+}

@@ -11,16 +11,19 @@
 //!   transport but for its rendezvous handle.
 //! - [`credit`]: eager credit's unit, what one message costs its sender, and
 //!   [`Credit`], one connection's credit both ways.
-//! - [`Account`]: what peers may make the endpoint hold, against its limit.
 //! - [`Requests`]: a connection's requests to send waiting unmatched.
+//! - [`Account`]/[`Share`]: the receive memory, and a connection's part of it.
+//! - [`Counters`]: what the layer counts, under one set of names.
 
 pub mod account;
+pub mod counters;
 pub mod credit;
 pub mod receives;
 pub mod requests;
 pub mod unexpected;
 
 pub use account::{Account, Share};
+pub use counters::Counters;
 pub use credit::{Amount, Credit};
 pub use receives::Receives;
 pub use requests::Requests;

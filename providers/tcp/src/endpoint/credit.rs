@@ -88,7 +88,7 @@ impl TcpEndpoint {
                 true
             }
             _ => {
-                self.credit_stalls += 1;
+                self.counted.credit_stalls += 1;
                 false
             }
         }
@@ -138,6 +138,7 @@ impl TcpEndpoint {
     pub(super) fn return_credit(&mut self, cx: &mut Ctx<'_>, id: usize) {
         let Some(c) = self.conns.get_mut(id) else { return };
         if let Some(give) = c.credit.take_return(self.budget, &mut c.share, &mut self.account) {
+            self.counted.credit_returns += 1;
             self.grant(cx, id, give.bytes);
         }
     }
@@ -153,7 +154,7 @@ impl TcpEndpoint {
             self.queue_eager(cx, id, frame);
             self.burst |= open;
         } else {
-            self.credit_waits += 1;
+            self.counted.credit_waits += 1;
             self.conns[id].credit_wait.push_back(frame);
         }
     }

@@ -199,7 +199,7 @@ impl TcpEndpoint {
             let peer = Address::new(&staged[HEADER_LEN..end])?;
             conn.consume(end);
             if !self.conns[id].share.admit(&mut self.account, credit::ADMISSION) {
-                self.rx_memory_refused += 1;
+                self.counted.rx_memory_refused += 1;
                 xfer_core::warn_limited!(%peer, committed = self.account.committed(), limit = self.account.limit(),
                     "peer refused: receive memory (XFER_RX_MEMORY) exhausted");
                 return Err(Error::Os(libc::ENOBUFS));

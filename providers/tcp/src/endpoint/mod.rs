@@ -22,7 +22,7 @@ use xfer_core::unstable::error::{Error, Result};
 use xfer_core::unstable::mr::Access;
 use xfer_core::unstable::peek::{Claim, Peeked};
 use xfer_core::unstable::provider::{Ctx, EndpointProvider, RecvOp, Rejected, RmaKind, RmaOp, SendOp};
-use xfer_core::unstable::rdm::{Account, Receives, Unexpected};
+use xfer_core::unstable::rdm::{Account, Counters, Receives, Unexpected};
 use xfer_core::unstable::sink::Sink;
 use xfer_core::unstable::sys::{Epoll, EMPTY_EVENT, READABLE, WRITABLE};
 use xfer_core::unstable::tag::{Matched, RecvSpec};
@@ -158,19 +158,10 @@ pub struct TcpEndpoint {
     /// then dropped instead of counted as a violation. Forgotten when the
     /// answer comes or the peer's last connection goes.
     abandoned: FastMap<(Address, u64), Abandoned>,
-    /// Messages no larger than the rendezvous threshold sent by rendezvous
-    /// because the connection's eager credit ran out (`credit`).
-    credit_stalls: u64,
-    /// Requests to send that waited for credit.
-    credit_waits: u64,
-    /// Requests to send dropped unmatched with their failed connection.
-    requests_dropped: u64,
+    /// The RDM layer's counters (credit, requests, receive memory).
+    counted: Counters,
     /// What peers may make this endpoint hold, against `EndpointAttr::rx_memory`.
     account: Account,
-    /// Connecting peers turned away for want of receive memory.
-    rx_memory_refused: u64,
-    /// Connections ended because their peer sent past its credit.
-    credit_violations: u64,
     /// What we grant each connection's peer (`TcpAttr::eager_credit`).
     budget: xfer_core::unstable::rdm::Amount,
     /// Scratch for a small frame written in one piece (`try_send_now`):
@@ -373,12 +364,8 @@ impl TcpEndpoint {
             unread: false,
             writing: 0,
             abandoned: FastMap::default(),
-            credit_stalls: 0,
-            credit_waits: 0,
-            requests_dropped: 0,
+            counted: Counters::default(),
             account: Account::new(attr.rx_memory),
-            rx_memory_refused: 0,
-            credit_violations: 0,
             budget: credit::budget(attr.tcp.eager_credit),
             flat: vec![0; HEADER_LEN + FLAT_SEND].into_boxed_slice(),
             burst: false,
@@ -665,7 +652,7 @@ impl TcpEndpoint {
             xfer_core::warn_limited!(peer = ?conn.peer, opened_by = ?conn.dir, error = %cause, "connection failed");
         }
         if cause == credit::OVERSPENT {
-            self.credit_violations += 1;
+            self.counted.credit_violations += 1;
         }
         let selective = self.attr.selective_completion;
         let waiting = std::mem::take(&mut conn.credit_wait);
@@ -725,7 +712,7 @@ impl TcpEndpoint {
         if !conn.requests.is_empty() {
             // Their data was to come on this connection: no receive can take them now.
             dropped = self.recvs.drop_requests(|t| t.conn == me) as u64;
-            self.requests_dropped += dropped;
+            self.counted.requests_dropped += dropped;
             tracing::debug!(dropped, "requests to send dropped with their connection");
         }
         // What its unexpected messages hold is given back as receives take them.
@@ -1059,24 +1046,17 @@ impl EndpointProvider for TcpEndpoint {
     }
 
     fn counters(&self) -> Vec<(&'static str, u64)> {
-        vec![
+        let mut v = self.counted.report(self.recvs.held(), &self.account);
+        v.extend([
             ("connections", self.conns.len() as u64),
             ("coalesced", self.coalesced),
-            ("credit_stalls", self.credit_stalls),
-            ("credit_waits", self.credit_waits),
-            ("requests_dropped", self.requests_dropped),
-            ("rx_memory", self.account.committed()),
-            ("rx_memory_refused", self.rx_memory_refused),
-            ("credit_violations", self.credit_violations),
-            ("unexpected_bytes", self.recvs.held().payload as u64),
-            ("unexpected_entries", self.recvs.held().entries as u64),
-            ("unexpected_memory", self.recvs.held().bytes as u64),
             ("accept_paused", self.acceptor.paused),
             ("accept_shed", self.acceptor.shed),
             ("progress_probes", self.watch.probes),
             ("peers_stalled", self.watch.stalled),
             ("admission_refused", self.admission_refused),
-        ]
+        ]);
+        v
     }
 
     fn cancel(&mut self, cx: &mut Ctx<'_>, context: u64) -> Result<()> {

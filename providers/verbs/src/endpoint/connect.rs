@@ -292,7 +292,7 @@ impl VerbsEndpoint {
         }
         let mut share = xfer_core::unstable::rdm::Share::default();
         if !share.admit(&mut self.account, super::credit::ADMISSION) {
-            self.stats.rx_memory_refused += 1;
+            self.stats.rdm.rx_memory_refused += 1;
             xfer_core::warn_limited!(peer = ?from, committed = self.account.committed(),
                 "connection refused: receive memory (XFER_RX_MEMORY) exhausted");
             if let Err(e) = id.reject(&[]) {
@@ -415,7 +415,7 @@ impl VerbsEndpoint {
             let serial = c.serial;
             c.requests = Default::default();
             dropped = self.recvs.drop_requests(|t| t.conn == k && t.serial == serial) as u64;
-            self.stats.requests_dropped += dropped;
+            self.stats.rdm.requests_dropped += dropped;
         }
         // What its unexpected messages hold is given back as receives take them.
         let eager_cost = super::credit::eager_cost;

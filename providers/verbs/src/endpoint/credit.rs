@@ -109,7 +109,7 @@ impl VerbsEndpoint {
         let Amount { msgs, bytes } = ready.map_or(INIT, |c| c.credit.flow.tx);
         let eager = len <= self.eager_max;
         if queued >= u64::from(msgs) || (eager && bytes < eager_cost(len).saturating_mul(queued + 1)) {
-            self.stats.credit_stalls += 1;
+            self.stats.rdm.credit_stalls += 1;
             return Err(Error::Again);
         }
         Ok(())
@@ -121,7 +121,7 @@ impl VerbsEndpoint {
         if !tx.takes_a_buffer(k) || self.conns[k].credit.flow.can_send(0, 1) {
             return true;
         }
-        self.stats.credit_waits += 1;
+        self.stats.rdm.credit_waits += 1;
         false
     }
 
@@ -250,7 +250,7 @@ impl VerbsEndpoint {
                 i += 1; // no room now: the next progress tries again
                 continue;
             }
-            self.stats.credit_returns += 1;
+            self.stats.rdm.credit_returns += 1;
             self.account = account;
             let c = &mut self.conns[k];
             c.share = share;

@@ -89,21 +89,9 @@ pub struct EndpointStats {
     /// Connections with waiting work ended by the keepalive because the
     /// local port stayed down.
     pub keepalive_port_down: u64,
-    /// Eager-sized sends that went by rendezvous, and injects refused with
-    /// `Again`, for want of eager credit.
-    pub credit_stalls: u64,
-    /// Times an operation found its connection out of message credit, or a
-    /// request to send out of byte credit (it waits in the peer's queue;
-    /// counted per attempt).
-    pub credit_waits: u64,
-    /// Requests to send dropped unmatched with their failed connection.
-    pub requests_dropped: u64,
-    /// Connection requests refused for want of receive memory.
-    pub rx_memory_refused: u64,
-    /// Credit messages sent.
-    pub credit_returns: u64,
-    /// Connections closed because their peer sent past its credit.
-    pub credit_violations: u64,
+    /// The RDM layer's counters (credit, requests, receive memory), under
+    /// the names every transport reports.
+    pub rdm: xfer_core::unstable::rdm::Counters,
 }
 
 /// An operation waiting for its peer's connection or for room.
@@ -572,7 +560,8 @@ impl EndpointProvider for VerbsEndpoint {
     fn counters(&self) -> Vec<(&'static str, u64)> {
         let s = self.stats();
         let cache = self.res.cache().stats();
-        vec![
+        let mut v = s.rdm.report(self.recvs.held(), &self.account);
+        v.extend([
             ("inline_sends", s.inline_sends),
             ("copied_sends", s.copied_sends),
             ("rndv_sends", s.rndv_sends),
@@ -593,21 +582,12 @@ impl EndpointProvider for VerbsEndpoint {
             ("unsignaled", s.unsignaled),
             ("keepalive_probes", s.keepalive_probes),
             ("keepalive_port_down", s.keepalive_port_down),
-            ("credit_stalls", s.credit_stalls),
-            ("credit_waits", s.credit_waits),
-            ("credit_returns", s.credit_returns),
-            ("credit_violations", s.credit_violations),
-            ("requests_dropped", s.requests_dropped),
-            ("rx_memory", self.account.committed()),
-            ("rx_memory_refused", s.rx_memory_refused),
-            ("unexpected_bytes", self.recvs.held().payload as u64),
-            ("unexpected_entries", self.recvs.held().entries as u64),
-            ("unexpected_memory", self.recvs.held().bytes as u64),
             // The domain's registration cache (shared by its endpoints):
             // user buffers of rendezvous and RMA without a region's keys.
             ("mr_cache_hits", cache.hits),
             ("mr_cache_misses", cache.misses),
-        ]
+        ]);
+        v
     }
 }
 

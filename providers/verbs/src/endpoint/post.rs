@@ -139,14 +139,14 @@ impl VerbsEndpoint {
             Tx::Send { op, silent } if !self.has_byte_credit(k, 0) => {
                 // A request to send costs credit too (its unexpected entry):
                 // it waits in the peer's queue, and what follows behind it.
-                self.stats.credit_waits += 1;
+                self.stats.rdm.credit_waits += 1;
                 Err(Blocked::Room(Tx::Send { op, silent }))
             }
             Tx::Send { op, silent } => {
                 let stalled = op.buf.len() <= self.eager_max;
                 let r = self.post_rts(cx, k, op, silent);
                 if stalled && r.is_ok() {
-                    self.stats.credit_stalls += 1;
+                    self.stats.rdm.credit_stalls += 1;
                 }
                 r
             }

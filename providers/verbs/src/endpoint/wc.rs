@@ -294,7 +294,7 @@ impl VerbsEndpoint {
             // others of it that a poll brings after that are dropped too
             // (its credit stays spent: a dead connection grants none).
             if self.conns[k].state != State::Dead {
-                self.stats.credit_violations += 1;
+                self.stats.rdm.credit_violations += 1;
                 xfer_core::warn_limited!(peer = ?from, "peer sent past its credit; connection closed");
                 self.conn_failed(cx, k, Error::Protocol("peer sent past its credit"));
             }
