@@ -489,7 +489,7 @@ typedef struct xfer_ep_attr_t {
      */
     const char *job_key;
     /**
-     * Receive memory in bytes (TCP): the most peers may make the endpoint
+     * Receive memory in bytes: the most peers may make the endpoint
      * hold (their credit in flight, unexpected messages, connections);
      * past it connecting peers are refused (`XFER_RX_MEMORY`).
      */
