@@ -478,7 +478,7 @@ typedef struct xfer_ep_attr_t {
     /**
      * Milliseconds a peer may make no progress while operations wait for it
      * (a stopped or hung process) before they fail with `XFER_ETIMEDOUT`; 0
-     * for never, the default (`XFER_PROGRESS_TIMEOUT_MS`; TCP).
+     * for never, the default (`XFER_PROGRESS_TIMEOUT_MS`; TCP and verbs).
      */
     uint64_t progress_timeout_ms;
     /**

@@ -91,7 +91,7 @@ pub struct xfer_ep_attr_t {
     pub tcp_iface: *const c_char,
     /// Milliseconds a peer may make no progress while operations wait for it
     /// (a stopped or hung process) before they fail with `XFER_ETIMEDOUT`; 0
-    /// for never, the default (`XFER_PROGRESS_TIMEOUT_MS`; TCP).
+    /// for never, the default (`XFER_PROGRESS_TIMEOUT_MS`; TCP and verbs).
     pub progress_timeout_ms: u64,
     /// Admission (TCP): a NUL-terminated job key, read during `xfer_ep_open`
     /// only; connecting peers must prove they hold it (an HMAC over a

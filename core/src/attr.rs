@@ -182,14 +182,15 @@ pub struct EndpointAttr {
     /// not per peer: `max_outstanding` bounds them). 0: unbounded.
     pub max_outstanding_per_peer: usize,
     /// Milliseconds a peer may make no progress while operations wait for
-    /// it before they fail with [`Error::TimedOut`](crate::Error::TimedOut)
+    /// it before they fail with [`Error::Stalled`](crate::Error::Stalled)
     /// (`FI_ETIMEDOUT`): a peer whose process is stopped or hung but whose
-    /// kernel still acknowledges, which keepalive and the TCP user timeout
-    /// never notice. A silent connection with operations waiting is probed
-    /// at half the time; any answer, or any other byte from the peer, counts
-    /// as progress, so a peer that is merely slow to post a receive is not
-    /// affected. 0 (the default): off, as a process stopped in a debugger
-    /// must not break its job; RPC users who want deadlines set it. TCP only.
+    /// kernel or HCA still acknowledges, which keepalive, the TCP user
+    /// timeout and RC retries never notice. A silent connection with
+    /// operations waiting is probed at half the time; any answer, or anything
+    /// else from the peer's process, counts as progress, so a peer that is
+    /// merely slow to post a receive is not affected. 0 (the default): off,
+    /// as a process stopped in a debugger must not break its job; RPC users
+    /// who want deadlines set it. TCP and verbs.
     pub progress_timeout_ms: u64,
     /// Admission: when set, a peer connecting to this endpoint must prove it
     /// holds the same key (an HMAC-SHA-256 over a fresh challenge; the key

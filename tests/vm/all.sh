@@ -2,7 +2,7 @@
 # Guest script: everything that needs the Soft-RoCE device, in ONE boot:
 #   smoke        smoke.sh: rxe0 ACTIVE, ibv_rc_pingpong, ib_send_lat (the stack itself)
 #   verbs        verbs.sh on each xfer-verbs integration test binary (providers/verbs/tests/
-#                <name>.rs: rc, endpoint), reported as verbs_<name>
+#                <name>.rs: rc, endpoint, stall), reported as verbs_<name>
 #   conformance  the root crate's provider conformance suite over XFER_PROVIDER=verbs
 #   peer_death   tests/peer_death.rs over XFER_PROVIDER=verbs (a peer process killed)
 #   scale        tests/scale.rs over XFER_PROVIDER=verbs: one endpoint, XFER_SCALE_PEERS (32)

@@ -3,7 +3,7 @@
 # KEY=PATH line per binary on stdout, for tests/vm/all.sh (which takes them as
 # arguments) and bench/verbs-compare.sh:
 #   VERBS_<NAME>=... each xfer-verbs integration test, providers/verbs/tests/<name>.rs
-#                    (debug; today VERBS_RC and VERBS_ENDPOINT)
+#                    (debug; today VERBS_RC, VERBS_ENDPOINT and VERBS_STALL)
 #   CONFORMANCE=...  root package tests/conformance.rs (release: TCG is ~10x slower)
 #   PEER_DEATH=...   root package tests/peer_death.rs (release)
 #   SCALE=...        root package tests/scale.rs (release)

@@ -152,6 +152,16 @@ impl Credit {
     /// later). Counted as granted at once: call it when the return is sure
     /// to leave.
     pub fn take_return(&mut self, budget: Amount, share: &mut Share, account: &mut Account) -> Option<Amount> {
+        self.take(budget, share, account, false)
+    }
+
+    /// As [`Credit::take_return`], but due whatever the amount owed (if
+    /// any): a return that answers the peer's progress probe.
+    pub fn take_return_now(&mut self, budget: Amount, share: &mut Share, account: &mut Account) -> Option<Amount> {
+        self.take(budget, share, account, true)
+    }
+
+    fn take(&mut self, budget: Amount, share: &mut Share, account: &mut Account, now: bool) -> Option<Amount> {
         let mut give = self.owed;
         if !self.granted_msgs && give.msgs > 0 {
             let extra = budget.msgs.saturating_sub(self.grant.msgs);
@@ -169,7 +179,8 @@ impl Credit {
                 self.due_at.bytes = (self.grant.bytes / 4).max(1);
             }
         }
-        let due = give.bytes >= (self.grant.bytes / 4).max(1)
+        let due = now
+            || give.bytes >= (self.grant.bytes / 4).max(1)
             || give.msgs >= (self.grant.msgs / 4).max(1)
             || give.msgs > self.owed.msgs
             || give.bytes > self.owed.bytes;
@@ -206,6 +217,27 @@ mod tests {
         let mut big = Credit::new(INIT);
         assert_eq!(big.charge(cost(128 << 10), 1), Err(OVERSPENT), "past the bytes");
         big.charge(cost(0), 0).expect("a charge without messages (TCP)");
+    }
+
+    #[test]
+    fn a_return_that_answers_a_probe_goes_whatever_its_amount() {
+        let mut account = Account::new(u64::MAX);
+        let mut share = Share::default();
+        let mut c = Credit::new(INIT);
+        c.owe(cost(0), 1);
+        c.take_return(BUDGET, &mut share, &mut account)
+            .expect("the first grant");
+        c.owe(0, 1);
+        assert!(
+            c.take_return(BUDGET, &mut share, &mut account).is_none(),
+            "one message: not due"
+        );
+        let give = c.take_return_now(BUDGET, &mut share, &mut account).expect("an answer");
+        assert_eq!((give.msgs, give.bytes), (1, 0));
+        assert!(
+            c.take_return_now(BUDGET, &mut share, &mut account).is_none(),
+            "nothing owed"
+        );
     }
 
     #[test]

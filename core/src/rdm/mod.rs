@@ -14,12 +14,14 @@
 //! - [`Requests`]: a connection's requests to send waiting unmatched.
 //! - [`Account`]/[`Share`]: the receive memory, and a connection's part of it.
 //! - [`Counters`]: what the layer counts, under one set of names.
+//! - [`stall`]: the progress timeout's bookkeeping (peers alive but stalled).
 
 pub mod account;
 pub mod counters;
 pub mod credit;
 pub mod receives;
 pub mod requests;
+pub mod stall;
 pub mod unexpected;
 
 pub use account::{Account, Share};

@@ -13,6 +13,7 @@ use std::io::IoSlice;
 use std::time::Instant;
 
 use xfer_core::unstable::addr::{Address, PeerAddr};
+use xfer_core::unstable::rdm::stall::Silence;
 use xfer_core::unstable::rdm::{Amount, Credit, Requests, Share};
 
 use crate::rx::Phase;
@@ -145,15 +146,9 @@ pub struct Conn {
     /// Whether frames wait in `txq` for the end of a burst of sends
     /// (listed in the endpoint's `deferred`).
     pub deferred: bool,
-    /// Reads that brought bytes from the peer, and write-readiness events
-    /// (the peer made room): its progress, as the stall watch sees it.
-    pub heard: u64,
-    /// `heard` at the stall watch's last look.
-    pub heard_seen: u64,
-    /// Since when the peer has been silent while something waited for it.
-    pub silent_since: Instant,
-    /// Whether a Ping went out since it was last heard.
-    pub probed: bool,
+    /// The progress timeout's view of its peer: reads that brought bytes,
+    /// and write-readiness events (the peer made room), count as heard.
+    pub silence: Silence,
     /// An accepted connection whose Hello must still be proven with the job
     /// key: who said Hello, the challenge it was sent, and when (`admit`;
     /// the connect timeout bounds the wait for the Proof).
@@ -182,10 +177,7 @@ impl Conn {
             credit: Credit::new(INIT),
             share: Share::default(),
             deferred: false,
-            heard: 0,
-            heard_seen: 0,
-            silent_since: Instant::now(),
-            probed: false,
+            silence: Silence::default(),
             admit: None,
         }
     }

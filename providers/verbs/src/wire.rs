@@ -2,7 +2,7 @@
 //! "Verbs wire format"): a 24-byte header, then the body of its kind.
 //!
 //! ```text
-//! 0   u8   kind: 1 eager, 2 RTS, 3 FIN, 4 write-data, 5 credit
+//! 0   u8   kind: 1 eager, 2 RTS, 3 FIN, 4 write-data, 5 credit, 6 ping
 //! 1   u8   flags: 1 tagged, 2 has immediate data
 //! 2   u16  version (1), little-endian like every field
 //! 4   u32  send id (RTS, FIN), else 0
@@ -13,6 +13,7 @@
 //!          FIN: u32 status (0 = read done), u32 0
 //!          write-data: u64 length written
 //!          credit: u32 messages, u32 0, u64 eager bytes (granted back)
+//!          ping: nothing (answered with a credit message)
 //! ```
 //!
 //! RDMA WRITE and READ carry no header: they move user bytes only. A peer's
@@ -32,12 +33,15 @@ pub const FIN_LEN: usize = HDR + 8;
 pub const WRITE_DATA_LEN: usize = HDR + 8;
 /// Length of a credit message.
 pub const CREDIT_LEN: usize = HDR + 16;
+/// Length of a ping.
+pub const PING_LEN: usize = HDR;
 
 const EAGER: u8 = 1;
 const RTS: u8 = 2;
 const FIN: u8 = 3;
 const WRITE_DATA: u8 = 4;
 const CREDIT: u8 = 5;
+const PING: u8 = 6;
 const F_TAGGED: u8 = 1;
 const F_DATA: u8 = 2;
 
@@ -97,6 +101,9 @@ pub enum Msg<'a> {
         /// Eager bytes.
         bytes: u64,
     },
+    /// The progress timeout's probe: the peer's process, when it runs,
+    /// answers with a credit message at once (it owes the ping's buffer).
+    Ping,
 }
 
 fn put_hdr(b: &mut [u8], kind: u8, meta: Meta, id: u32) {
@@ -156,6 +163,11 @@ pub fn credit(b: &mut [u8], msgs: u32, bytes: u64) {
     b[24..28].copy_from_slice(&msgs.to_le_bytes());
     b[28..32].fill(0);
     b[32..40].copy_from_slice(&bytes.to_le_bytes());
+}
+
+/// Writes a ping into `b[..PING_LEN]`.
+pub fn ping(b: &mut [u8]) {
+    put_hdr(b, PING, Meta { tag: None, data: None }, 0);
 }
 
 fn u32_at(b: &[u8], at: usize) -> u32 {
@@ -231,6 +243,10 @@ impl<'a> Msg<'a> {
                     bytes: u64_at(b, 32),
                 })
             }
+            PING => {
+                need(PING_LEN)?;
+                Ok(Msg::Ping)
+            }
             _ => Err(Error::Protocol("verbs message of an unknown kind")),
         }
     }
@@ -278,6 +294,10 @@ mod tests {
             })
         );
         assert!(Msg::parse(&c[..CREDIT_LEN - 1]).is_err(), "short credit");
+        let mut p = [0u8; PING_LEN + 1];
+        ping(&mut p);
+        assert_eq!(Msg::parse(&p[..PING_LEN]), Ok(Msg::Ping));
+        assert!(Msg::parse(&p).is_err(), "a ping with a body");
     }
 
     #[test]

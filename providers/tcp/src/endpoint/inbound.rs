@@ -42,7 +42,7 @@ impl TcpEndpoint {
                     return self.fail_conn(cx, id, if refused { REFUSED } else { CLOSED_BY_PEER });
                 }
                 Ok(Io::Done(n)) => {
-                    self.conns[id].heard += 1;
+                    self.conns[id].silence.heard();
                     // The read's bytes (staged, or a finished direct read)
                     // are processed before the next read.
                     if let Err(e) = self.consume(cx, id) {

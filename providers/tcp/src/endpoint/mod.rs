@@ -108,7 +108,7 @@ pub struct TcpEndpoint {
     /// The listener's state at the descriptor limit (`listen`).
     acceptor: listen::Acceptor,
     /// The progress timeout's state (`stall`).
-    watch: stall::Watch,
+    watch: xfer_core::unstable::rdm::stall::Watch,
     /// Connections refused for not proving the job key (`admit`).
     admission_refused: u64,
     /// Accepted connections waiting for their Proof (`admit`).
@@ -341,7 +341,7 @@ impl TcpEndpoint {
             nonce,
             listener,
             acceptor: listen::Acceptor::new(),
-            watch: stall::Watch::new(attr.progress_timeout_ms),
+            watch: xfer_core::unstable::rdm::stall::Watch::new(attr.progress_timeout_ms),
             admission_refused: 0,
             admitting: 0,
             zone,
@@ -770,7 +770,7 @@ impl TcpEndpoint {
                 }
                 if events & WRITABLE != 0 {
                     if let Some(c) = self.conns.get_mut(id) {
-                        c.heard += 1;
+                        c.silence.heard();
                     }
                     self.flush(cx, id);
                 }

@@ -119,6 +119,7 @@ impl VerbsEndpoint {
             credit: super::Credit::default(),
             requests: Default::default(),
             share: Default::default(),
+            silence: Default::default(),
             serial,
             id,
         });

@@ -18,8 +18,10 @@
 //! receiver's first return also grants the rest of its budget (the bytes
 //! only while the receive memory has room). Returns go in a credit message
 //! (kind 5), which costs no credit itself, once a quarter of what was
-//! granted is owed. The state and those rules are core's `rdm::Credit`, the
-//! same as TCP's; this module moves it in verbs messages.
+//! granted is owed, or at once to answer a ping (the progress timeout's
+//! probe, [`super::stall`]), which costs one message. The state and those
+//! rules are core's `rdm::Credit`, the same as TCP's; this module moves it
+//! in verbs messages.
 //!
 //! The receiver enforces it: it counts what it granted (the initial credit,
 //! then every credit message as it posts it) against what arrives, and a
@@ -57,6 +59,9 @@ pub(crate) struct Credit {
     pub(crate) flow: xfer_core::unstable::rdm::Credit,
     /// In the endpoint's `owing` list.
     listed: bool,
+    /// The peer pinged (the progress timeout's probe): what is owed goes
+    /// back now, whatever its amount, as the answer.
+    pinged: bool,
 }
 
 impl Default for Credit {
@@ -64,6 +69,7 @@ impl Default for Credit {
         Credit {
             flow: xfer_core::unstable::rdm::Credit::new(INIT),
             listed: false,
+            pinged: false,
         }
     }
 }
@@ -195,6 +201,13 @@ impl VerbsEndpoint {
         self.conns[k].share.hold(eager_cost(len));
     }
 
+    /// A ping arrived on `k`: answered by the next credit return, which
+    /// goes out at once (it returns at least the ping's own buffer).
+    pub(super) fn pinged(&mut self, k: usize) {
+        self.conns[k].credit.pinged = true;
+        self.owe(k, 0, 0);
+    }
+
     /// A credit message arrived on `k`: the peer granted more.
     pub(super) fn on_credit(&mut self, k: usize, msgs: u32, bytes: u64) {
         let c = &mut self.conns[k];
@@ -229,7 +242,10 @@ impl VerbsEndpoint {
             };
             // Decided on copies, kept once the credit message is posted.
             let (mut flow, mut share, mut account) = (c.credit.flow.clone(), c.share, self.account.clone());
-            let give = match flow.take_return(budget, &mut share, &mut account) {
+            let give = match match c.credit.pinged {
+                true => flow.take_return_now(budget, &mut share, &mut account),
+                false => flow.take_return(budget, &mut share, &mut account),
+            } {
                 Some(give) if c.state == State::Ready => give,
                 _ => {
                     i += 1;
@@ -256,6 +272,7 @@ impl VerbsEndpoint {
             c.share = share;
             c.credit.flow = flow;
             c.credit.listed = false;
+            c.credit.pinged = false;
             self.owing.swap_remove(i);
         }
     }

@@ -11,6 +11,8 @@
 //!   quiet peer, so that a dead link ends them.
 //! - [`credit`]: what a peer may send us (messages: our SRQ buffers;
 //!   eager bytes: what we hold unexpected), and its return.
+//! - [`stall`]: the progress timeout: operations waiting on a peer whose
+//!   process stopped while its device still answers end with `Stalled`.
 //!
 //! Every QP sends and receives through the endpoint's one completion queue
 //! and one SRQ, so receive memory does not grow with the number of peers.
@@ -20,6 +22,7 @@ mod credit;
 mod keepalive;
 mod pool;
 mod post;
+mod stall;
 mod wc;
 
 pub(crate) use credit::Credit;
@@ -217,6 +220,8 @@ pub(crate) struct Conn {
     pub(crate) requests: xfer_core::unstable::rdm::Requests,
     /// Its share of the endpoint's receive memory.
     pub(crate) share: xfer_core::unstable::rdm::Share,
+    /// How long its peer's process has been silent (the progress timeout).
+    pub(crate) silence: xfer_core::unstable::rdm::stall::Silence,
     /// Tells this connection from a later one under the same slab key.
     pub(crate) serial: u64,
     // Dropped after the QP (field order): destroys the rdma_cm id.
@@ -283,6 +288,8 @@ pub struct VerbsEndpoint {
     account: xfer_core::unstable::rdm::Account,
     /// The next connection's serial.
     serials: u64,
+    /// The progress timeout (`EndpointAttr::progress_timeout_ms`).
+    watch: xfer_core::unstable::rdm::stall::Watch,
     // Verbs objects; the connections above (their QPs and ids) drop first.
     pool: SendPool,
     srq: Srq,
@@ -359,6 +366,7 @@ impl VerbsEndpoint {
             owing: Vec::new(),
             account: xfer_core::unstable::rdm::Account::new(attr.rx_memory),
             serials: 0,
+            watch: xfer_core::unstable::rdm::stall::Watch::new(attr.progress_timeout_ms),
             pool,
             srq,
             cq,
@@ -582,6 +590,8 @@ impl EndpointProvider for VerbsEndpoint {
             ("unsignaled", s.unsignaled),
             ("keepalive_probes", s.keepalive_probes),
             ("keepalive_port_down", s.keepalive_port_down),
+            ("progress_probes", self.watch.probes),
+            ("peers_stalled", self.watch.stalled),
             // The domain's registration cache (shared by its endpoints):
             // user buffers of rendezvous and RMA without a region's keys.
             ("mr_cache_hits", cache.hits),
@@ -619,6 +629,9 @@ impl VerbsEndpoint {
         }
         self.retry_timers(cx);
         self.keepalive(cx);
+        if self.watch.due() {
+            self.check_stalls(cx);
+        }
     }
 
     /// Ends everything: QPs to error (no more DMA), then every operation

@@ -275,6 +275,8 @@ impl VerbsEndpoint {
     /// message (the one kind that costs the peer no credit).
     fn on_message(&mut self, cx: &mut Ctx<'_>, k: usize, bytes: &[u8]) -> bool {
         let from = self.conns[k].peer;
+        // Whatever it is, the peer's process ran to send it.
+        self.conns[k].silence.heard();
         let msg = match Msg::parse(bytes) {
             Ok(m) => m,
             Err(e) => {
@@ -368,6 +370,7 @@ impl VerbsEndpoint {
                 self.on_credit(k, msgs, bytes);
                 return false;
             }
+            Msg::Ping => self.pinged(k),
         }
         true
     }
