@@ -482,7 +482,7 @@ typedef struct xfer_ep_attr_t {
      */
     uint64_t progress_timeout_ms;
     /**
-     * Admission (TCP): a NUL-terminated job key, read during `xfer_ep_open`
+     * Admission (TCP and verbs): a NUL-terminated job key, read during `xfer_ep_open`
      * only; connecting peers must prove they hold it (an HMAC over a
      * challenge; the key is never sent) or are refused. NULL or `""`:
      * `XFER_JOB_KEY`, else no admission check.

@@ -65,7 +65,7 @@ fn a_stopped_peer_fails_waiting_operations_and_a_live_one_does_not() {
         return;
     }
     if std::env::var("XFER_PROVIDER").is_ok_and(|p| !p.is_empty() && p != "tcp") {
-        eprintln!("the progress timeout is TCP's: skipped");
+        eprintln!("TCP's progress timeout test (verbs: providers/verbs/tests/stall.rs): skipped");
         return;
     }
     let mut child = Command::new(std::env::current_exe().expect("own test binary"))

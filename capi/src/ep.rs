@@ -93,7 +93,7 @@ pub struct xfer_ep_attr_t {
     /// (a stopped or hung process) before they fail with `XFER_ETIMEDOUT`; 0
     /// for never, the default (`XFER_PROGRESS_TIMEOUT_MS`; TCP and verbs).
     pub progress_timeout_ms: u64,
-    /// Admission (TCP): a NUL-terminated job key, read during `xfer_ep_open`
+    /// Admission (TCP and verbs): a NUL-terminated job key, read during `xfer_ep_open`
     /// only; connecting peers must prove they hold it (an HMAC over a
     /// challenge; the key is never sent) or are refused. NULL or `""`:
     /// `XFER_JOB_KEY`, else no admission check.

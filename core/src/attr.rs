@@ -197,7 +197,8 @@ pub struct EndpointAttr {
     /// never travels) before anything it sends is delivered; a peer without
     /// it is refused (counter `admission_refused`). An endpoint with a key
     /// also answers such challenges when it connects. `None` (the default):
-    /// anyone who can reach the port is served. TCP only.
+    /// anyone who can reach the port is served. TCP and verbs (there the
+    /// exchange rides in rdma_cm's private data).
     pub job_key: Option<JobKey>,
     /// Receive memory: the most the endpoint commits to what its peers
     /// may make it hold (their eager credit in flight, messages kept

@@ -1,5 +1,6 @@
 //! The system calls core needs, each in one place: an epoll set for the
-//! completion queue's wait descriptor. Providers use [`Epoll`] too.
+//! completion queue's wait descriptor, and the kernel's random bytes for
+//! secrets. Providers use them too.
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
@@ -102,6 +103,27 @@ impl AsRawFd for Epoll {
 
 /// An all-zero event array entry, for sizing wait buffers.
 pub const EMPTY_EVENT: libc::epoll_event = libc::epoll_event { events: 0, u64: 0 };
+
+/// Eight random bytes from the kernel's generator, for what must not be
+/// guessed (remote keys, admission challenges): `getrandom`, else
+/// `/dev/urandom`, else the error.
+pub fn secret_u64() -> Result<u64> {
+    let mut v = [0u8; 8];
+    loop {
+        // SAFETY: `v` is a writable buffer of 8 bytes.
+        let n = unsafe { libc::getrandom(v.as_mut_ptr().cast(), v.len(), 0) };
+        match n {
+            8 => return Ok(u64::from_le_bytes(v)),
+            _ if errno() == libc::EINTR => continue,
+            _ => break,
+        }
+    }
+    use std::io::Read;
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut v))
+        .map_err(|e| Error::Os(e.raw_os_error().unwrap_or(libc::EIO)))?;
+    Ok(u64::from_le_bytes(v))
+}
 
 #[cfg(test)]
 mod tests {

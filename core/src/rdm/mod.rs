@@ -14,9 +14,11 @@
 //! - [`Requests`]: a connection's requests to send waiting unmatched.
 //! - [`Account`]/[`Share`]: the receive memory, and a connection's part of it.
 //! - [`Counters`]: what the layer counts, under one set of names.
+//! - [`admit`]: the job key's challenge and proof (admission).
 //! - [`stall`]: the progress timeout's bookkeeping (peers alive but stalled).
 
 pub mod account;
+pub mod admit;
 pub mod counters;
 pub mod credit;
 pub mod receives;

@@ -445,25 +445,7 @@ unsafe fn ip_of(sa: *const libc::sockaddr) -> Option<IpAddr> {
     }
 }
 
-/// Eight random bytes from the kernel's generator, for what must not be
-/// guessed (remote keys): `getrandom`, else `/dev/urandom`, else the error.
-pub fn secret_u64() -> Result<u64> {
-    let mut v = [0u8; 8];
-    loop {
-        // SAFETY: `v` is a writable buffer of 8 bytes.
-        let n = unsafe { libc::getrandom(v.as_mut_ptr().cast(), v.len(), 0) };
-        match n {
-            8 => return Ok(u64::from_le_bytes(v)),
-            _ if xfer_core::unstable::sys::errno() == libc::EINTR => continue,
-            _ => break,
-        }
-    }
-    use std::io::Read;
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut v))
-        .map_err(|e| Error::Os(e.raw_os_error().unwrap_or(libc::EIO)))?;
-    Ok(u64::from_le_bytes(v))
-}
+pub use xfer_core::unstable::sys::secret_u64;
 
 /// Eight random bytes from the kernel.
 pub fn random_u64() -> u64 {

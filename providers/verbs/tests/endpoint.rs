@@ -428,3 +428,59 @@ fn keepalive_probes_leave_a_slow_peer_connected() {
     assert_eq!(b.done[1].buf.as_deref(), Some(&pattern(200_000, 2)[..]));
     assert_eq!(a.counter("connections"), 1, "no reconnection");
 }
+
+#[test]
+fn a_peer_without_the_job_key_is_refused_and_one_with_it_served() {
+    let keyed = |key: Option<&[u8]>| {
+        let mut ea = EndpointAttr::default();
+        ea.job_key = key.map(|k| xfer_core::JobKey(k.to_vec()));
+        Node::new(VerbsAttr::from_env(), &ea)
+    };
+    let Some(mut server) = keyed(Some(b"the job's key")) else {
+        return;
+    };
+    for tag in 1..=3u64 {
+        server.ep.trecv(ANY, tag, 0, vec![0; 64], 100 + tag).unwrap();
+    }
+    // A send of `tag` from `client`: its completion (the server progresses too).
+    let mut send_from = |client: &mut Node, tag: u64| {
+        let dest = client.add(&server);
+        client.ep.tsend(dest, tag, pattern(16, tag), tag).unwrap();
+        drive(&mut [&mut server, client], "the send", |n| !n[1].done.is_empty());
+        client.done[0].result.clone()
+    };
+
+    // Without a key: challenged, and the client learns why.
+    let mut none = keyed(None).unwrap();
+    let r = send_from(&mut none, 1);
+    assert!(
+        matches!(r, Err(Error::Protocol(why)) if why.contains("job key")),
+        "without a key: {r:?}"
+    );
+    // With another key: its proof is refused.
+    let mut other = keyed(Some(b"another key")).unwrap();
+    let r = send_from(&mut other, 2);
+    assert!(
+        matches!(r, Err(Error::PeerUnreachable { errno, .. }) if errno == libc::ECONNREFUSED),
+        "with another key: {r:?}"
+    );
+    // With the key: served.
+    let mut good = keyed(Some(b"the job's key")).unwrap();
+    assert_eq!(send_from(&mut good, 3), Ok(()));
+    drive(&mut [&mut server, &mut good], "the keyed message", |n| {
+        !n[0].done.is_empty()
+    });
+    let got = &server.done[0];
+    assert_eq!((got.context, got.result.clone()), (103, Ok(())));
+    assert_eq!(got.buf.as_deref().map(|b| &b[..16]), Some(&pattern(16, 3)[..]));
+
+    // Nothing the refused peers sent was delivered, and neither had a connection.
+    let quiet = Instant::now() + Duration::from_millis(200);
+    while Instant::now() < quiet {
+        server.poll();
+    }
+    assert_eq!(server.done.len(), 1, "a refused peer's message arrived");
+    assert_eq!(server.counter("admission_refused"), 1, "the wrong proof counted");
+    assert_eq!(server.counter("admission_challenges"), 3);
+    assert_eq!(server.counter("connections"), 1);
+}

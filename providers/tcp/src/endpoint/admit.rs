@@ -1,4 +1,5 @@
-//! Admission with a job key (`EndpointAttr::job_key`, `XFER_JOB_KEY`).
+//! Admission with a job key (`EndpointAttr::job_key`, `XFER_JOB_KEY`) on
+//! TCP; the challenge and the proof are core's (`rdm::admit`).
 //!
 //! An endpoint with a key answers a Hello that named it with a Challenge of
 //! 16 random bytes instead of its HelloAck; the connecting side answers
@@ -12,25 +13,10 @@
 //! travels, a challenge is never reused, and a proof names both ends, so a
 //! recorded handshake cannot be replayed to this or another endpoint.
 
-use hmac::{Hmac, Mac};
-use sha2::Sha256;
+use xfer_core::unstable::rdm::admit;
 
 use super::*;
 use crate::wire::PROOF_LEN;
-
-/// Context string that makes these MACs mean nothing elsewhere.
-const LABEL: &[u8] = b"xfer admission v1";
-
-/// The MAC a connecting endpoint named `connector` sends for `challenge`
-/// from the endpoint whose nonce is `acceptor`.
-fn proof(key: &[u8], challenge: &[u8; 16], acceptor: u64, connector: &[u8]) -> Result<Hmac<Sha256>> {
-    let mut m = Hmac::<Sha256>::new_from_slice(key).map_err(|_| Error::Internal("HMAC refused a key length"))?;
-    m.update(LABEL);
-    m.update(challenge);
-    m.update(&acceptor.to_le_bytes());
-    m.update(connector);
-    Ok(m)
-}
 
 impl TcpEndpoint {
     /// Whether a Hello from `peer` on connection `id` must be proven first;
@@ -39,9 +25,7 @@ impl TcpEndpoint {
         if self.attr.job_key.is_none() {
             return Ok(false);
         }
-        let mut challenge = [0u8; 16];
-        challenge[..8].copy_from_slice(&sys::secret_u64()?.to_le_bytes());
-        challenge[8..].copy_from_slice(&sys::secret_u64()?.to_le_bytes());
+        let challenge = admit::challenge()?;
         self.conns[id].admit = Some(Box::new((peer, challenge, Instant::now())));
         self.admitting += 1;
         self.send_control(cx, id, Frame::Challenge { nonce: challenge });
@@ -64,9 +48,8 @@ impl TcpEndpoint {
         let Some(key) = self.attr.job_key.as_ref() else {
             return Err(Error::Internal("a challenge was sent without a job key"));
         };
-        let ok = proof(&key.0, &challenge, self.nonce, peer.as_bytes())?
-            .verify_slice(&self.conns[id].staged()[HEADER_LEN..end])
-            .is_ok();
+        let sent = &self.conns[id].staged()[HEADER_LEN..end];
+        let ok = sent.len() == admit::PROOF_LEN && admit::verify(&key.0, &challenge, self.nonce, peer.as_bytes(), sent);
         if !ok {
             return Err(self.refuse(&peer, "job key proof does not match"));
         }
@@ -100,10 +83,7 @@ impl TcpEndpoint {
                 "the peer admits only holders of its job key (XFER_JOB_KEY)",
             ));
         };
-        let mac = proof(&key.0, &nonce, dialled.nonce, self.name.as_bytes())?
-            .finalize()
-            .into_bytes()
-            .to_vec();
+        let mac = admit::proof(&key.0, &nonce, dialled.nonce, self.name.as_bytes())?.to_vec();
         conn.consume(HEADER_LEN);
         // Only the Hello went out before (the peer answered it); the
         // Proof is the next handshake frame.

@@ -21,6 +21,8 @@ use xfer_core::unstable::provider::Ctx;
 use xfer_core::Error;
 
 use super::{Conn, Peer, State, Tx, VerbsEndpoint};
+use xfer_core::unstable::rdm::admit;
+
 use crate::cm::{self, CmId, Event};
 use crate::name::{VerbsName, LEN as NAME_LEN};
 use crate::qp::RcQp;
@@ -40,9 +42,17 @@ const CM_VERSION: u8 = 2;
 const KIND_REQ: u8 = 1;
 const KIND_ACCEPT: u8 = 2;
 const KIND_DUP: u8 = 3;
+/// A rejection that asks for the job key: a challenge follows the name.
+const KIND_CHALLENGE: u8 = 4;
+/// A request that answers a challenge: the proof follows the target nonce.
+const KIND_REQ_PROVEN: u8 = 5;
 pub(crate) const PRIVATE_LEN: usize = 4 + NAME_LEN;
 /// A request adds the 8-byte nonce of the endpoint it is meant for.
 pub(crate) const REQUEST_LEN: usize = PRIVATE_LEN + 8;
+/// A proven request adds the proof, within rdma_cm's 56 bytes.
+const PROVEN_LEN: usize = REQUEST_LEN + admit::SHORT;
+/// A challenge: the acceptor's private data and 16 random bytes.
+const CHALLENGE_LEN: usize = PRIVATE_LEN + admit::CHALLENGE_LEN;
 
 pub(crate) fn private(kind: u8, name: &VerbsName) -> [u8; PRIVATE_LEN] {
     let mut p = [0u8; PRIVATE_LEN];
@@ -55,12 +65,35 @@ pub(crate) fn private(kind: u8, name: &VerbsName) -> [u8; PRIVATE_LEN] {
 
 /// A connection request's private data: [`private`] followed by the nonce
 /// of the endpoint it is meant for, so that a process restarted at the same
-/// address refuses what was meant for its previous incarnation.
-pub(crate) fn private_request(name: &VerbsName, to: u64) -> [u8; REQUEST_LEN] {
-    let mut p = [0u8; REQUEST_LEN];
-    p[..PRIVATE_LEN].copy_from_slice(&private(KIND_REQ, name));
-    p[PRIVATE_LEN..].copy_from_slice(&to.to_le_bytes());
+/// address refuses what was meant for its previous incarnation, and, when
+/// it answers a challenge, the proof.
+pub(crate) fn private_request(name: &VerbsName, to: u64, proof: Option<&[u8; admit::SHORT]>) -> Vec<u8> {
+    let kind = if proof.is_some() { KIND_REQ_PROVEN } else { KIND_REQ };
+    let mut p = Vec::with_capacity(PROVEN_LEN);
+    p.extend_from_slice(&private(kind, name));
+    p.extend_from_slice(&to.to_le_bytes());
+    if let Some(proof) = proof {
+        p.extend_from_slice(proof);
+    }
     p
+}
+
+/// The proof in a proven request's private data.
+fn request_proof(p: &[u8]) -> Option<&[u8]> {
+    p.get(REQUEST_LEN..PROVEN_LEN)
+}
+
+/// A rejection's private data asking for the job key.
+fn private_challenge(name: &VerbsName, challenge: &[u8; admit::CHALLENGE_LEN]) -> [u8; CHALLENGE_LEN] {
+    let mut p = [0u8; CHALLENGE_LEN];
+    p[..PRIVATE_LEN].copy_from_slice(&private(KIND_CHALLENGE, name));
+    p[PRIVATE_LEN..].copy_from_slice(challenge);
+    p
+}
+
+/// The challenge in a rejection's private data.
+fn challenge_of(p: &[u8]) -> Option<[u8; admit::CHALLENGE_LEN]> {
+    p.get(PRIVATE_LEN..CHALLENGE_LEN)?.try_into().ok()
 }
 
 /// The nonce a connection request is meant for (`None`: too short).
@@ -120,6 +153,7 @@ impl VerbsEndpoint {
             requests: Default::default(),
             share: Default::default(),
             silence: Default::default(),
+            proven: false,
             serial,
             id,
         });
@@ -171,8 +205,17 @@ impl VerbsEndpoint {
             }
             (State::Routing, cm::RDMA_CM_EVENT_ROUTE_RESOLVED) => {
                 let qp = self.new_qp()?;
-                let to = VerbsName::decode(self.conns[k].peer.as_bytes())?.nonce;
-                self.conns[k].id.connect(&qp, &private_request(&self.name, to))?;
+                let peer = self.conns[k].peer;
+                let to = VerbsName::decode(peer.as_bytes())?.nonce;
+                // A challenge from this peer's last refusal is answered now.
+                let proof = match self.peers.get_mut(&peer).and_then(|p| p.challenge.take()) {
+                    Some(c) => self.answer(&peer, &c)?,
+                    None => None,
+                };
+                self.conns[k].proven = proof.is_some();
+                self.conns[k]
+                    .id
+                    .connect(&qp, &private_request(&self.name, to, proof.as_ref()))?;
                 self.by_qpn.insert(qp.qp_num(), k);
                 let c = &mut self.conns[k];
                 c.qp = Some(qp);
@@ -224,8 +267,14 @@ impl VerbsEndpoint {
     }
 
     fn on_reject(&mut self, cx: &mut Ctx<'_>, k: usize, ev: &Event) {
-        let dup = matches!(parse_private(ev.private_data()), Some((KIND_DUP, _)));
+        let parsed = parse_private(ev.private_data());
+        let dup = matches!(parsed, Some((KIND_DUP, _)));
         let peer = self.conns[k].peer;
+        if let Some((KIND_CHALLENGE, from)) = parsed {
+            if from == peer {
+                return self.on_challenge(cx, k, ev.private_data());
+            }
+        }
         if !dup {
             let peer_addr = cx.av.reverse(&peer);
             self.conn_failed(
@@ -256,10 +305,37 @@ impl VerbsEndpoint {
         }
     }
 
+    /// The peer we are connecting to on `k` asks for the job key: a new
+    /// request will carry the proof, unless we have no key or just sent one.
+    fn on_challenge(&mut self, cx: &mut Ctx<'_>, k: usize, private: &[u8]) {
+        let peer = self.conns[k].peer;
+        let challenge = challenge_of(private);
+        let err = match challenge {
+            _ if self.attr.job_key.is_none() => {
+                Error::Protocol("the peer admits only holders of its job key (XFER_JOB_KEY)")
+            }
+            Some(_) if !self.conns[k].proven => {
+                self.bury(k);
+                let p = self.peers.entry(peer).or_default();
+                if p.conn == Some(k) {
+                    p.conn = None;
+                    p.challenge = challenge;
+                    self.start_connect(cx, peer);
+                }
+                return;
+            }
+            _ => Error::PeerUnreachable {
+                peer: cx.av.reverse(&peer),
+                errno: libc::ECONNREFUSED,
+            },
+        };
+        self.conn_failed(cx, k, err);
+    }
+
     fn on_request(&mut self, cx: &mut Ctx<'_>, ev: &Event) {
         // SAFETY: a CONNECT_REQUEST's new id is ours to own.
         let id = unsafe { CmId::from_request(ev) };
-        let Some((KIND_REQ, from)) = parse_private(ev.private_data()) else {
+        let Some((kind @ (KIND_REQ | KIND_REQ_PROVEN), from)) = parse_private(ev.private_data()) else {
             xfer_core::warn_limited!("connection request without a valid xfer name; refused");
             if let Err(e) = id.reject(&[]) {
                 tracing::debug!(error = %e, "rejecting a foreign request");
@@ -273,6 +349,9 @@ impl VerbsEndpoint {
             if let Err(e) = id.reject(&[]) {
                 tracing::debug!(error = %e, "refusing a request for another endpoint");
             }
+            return;
+        }
+        if !self.admitted(&id, kind, from, ev.private_data()) {
             return;
         }
         let itself = from == self.addr;
@@ -329,6 +408,42 @@ impl VerbsEndpoint {
             let peer = cx.av.reverse(&from);
             self.retire_conn(cx, old, Error::PeerUnreachable { peer, errno: 0 });
         }
+    }
+
+    /// Admission: whether a request of `kind` from `from` may go on. With a
+    /// job key, a plain request is rejected with a challenge and a proven
+    /// one must answer it; without one, a plain request is admitted.
+    fn admitted(&mut self, id: &CmId, kind: u8, from: Address, private: &[u8]) -> bool {
+        if self.attr.job_key.is_none() && kind == KIND_REQ {
+            return true;
+        }
+        if kind == KIND_REQ_PROVEN {
+            if self.proven(&from, request_proof(private)) {
+                return true;
+            }
+            if let Err(e) = id.reject(&[]) {
+                tracing::debug!(error = %e, "rejecting an unproven request");
+            }
+            return false;
+        }
+        let reply = match self.challenges.issue(from) {
+            Ok(Some(c)) => {
+                self.stats.admission_challenges += 1;
+                private_challenge(&self.name, &c).to_vec()
+            }
+            Ok(None) => {
+                self.refused(&from, "too many challenges outstanding");
+                Vec::new()
+            }
+            Err(e) => {
+                xfer_core::warn_limited!(error = %e, "making a challenge");
+                Vec::new()
+            }
+        };
+        if let Err(e) = id.reject(&reply) {
+            tracing::debug!(error = %e, "rejecting a request with a challenge");
+        }
+        false
     }
 
     /// A connection failed: its operations end with `err`; queued ones

@@ -17,6 +17,7 @@
 //! Every QP sends and receives through the endpoint's one completion queue
 //! and one SRQ, so receive memory does not grow with the number of peers.
 
+mod admit;
 pub(crate) mod connect;
 mod credit;
 mod keepalive;
@@ -95,6 +96,10 @@ pub struct EndpointStats {
     /// The RDM layer's counters (credit, requests, receive memory), under
     /// the names every transport reports.
     pub rdm: xfer_core::unstable::rdm::Counters,
+    /// Connection requests refused for want of a job key proof.
+    pub admission_refused: u64,
+    /// Connection requests answered with a job key challenge.
+    pub admission_challenges: u64,
 }
 
 /// An operation waiting for its peer's connection or for room.
@@ -222,6 +227,8 @@ pub(crate) struct Conn {
     pub(crate) share: xfer_core::unstable::rdm::Share,
     /// How long its peer's process has been silent (the progress timeout).
     pub(crate) silence: xfer_core::unstable::rdm::stall::Silence,
+    /// Whether its request carried a job key proof (active side).
+    pub(crate) proven: bool,
     /// Tells this connection from a later one under the same slab key.
     pub(crate) serial: u64,
     // Dropped after the QP (field order): destroys the rdma_cm id.
@@ -239,6 +246,8 @@ pub(crate) struct Peer {
     pub(crate) retries: u32,
     /// When to try connecting again (after a tie-break refusal).
     pub(crate) retry_at: Option<std::time::Instant>,
+    /// The challenge its last refusal carried: the next request answers it.
+    pub(crate) challenge: Option<[u8; 16]>,
 }
 
 /// The verbs endpoint.
@@ -290,6 +299,8 @@ pub struct VerbsEndpoint {
     serials: u64,
     /// The progress timeout (`EndpointAttr::progress_timeout_ms`).
     watch: xfer_core::unstable::rdm::stall::Watch,
+    /// Job key challenges sent and not yet answered.
+    challenges: admit::Challenges,
     // Verbs objects; the connections above (their QPs and ids) drop first.
     pool: SendPool,
     srq: Srq,
@@ -304,11 +315,6 @@ impl VerbsEndpoint {
     /// Opens an endpoint: CQ with channel, SRQ, send pool, rdma_cm listener
     /// on the domain's address.
     pub(crate) fn open(res: Arc<DomainRes>, attr: &EndpointAttr) -> Result<VerbsEndpoint> {
-        if attr.job_key.is_some() {
-            // Admission is the TCP handshake's: serving any peer while the
-            // caller asked for a key would be worse than not opening.
-            return Err(Error::NotSupported("a job key (XFER_JOB_KEY): admission is TCP only"));
-        }
         let va = &res.attr;
         let cqe = va.cq_size.min(res.dev.max_cqe).max(64);
         let cq = Cq::new(res.pd.context(), cqe, true)?;
@@ -367,6 +373,7 @@ impl VerbsEndpoint {
             account: xfer_core::unstable::rdm::Account::new(attr.rx_memory),
             serials: 0,
             watch: xfer_core::unstable::rdm::stall::Watch::new(attr.progress_timeout_ms),
+            challenges: admit::Challenges::default(),
             pool,
             srq,
             cq,
@@ -592,6 +599,8 @@ impl EndpointProvider for VerbsEndpoint {
             ("keepalive_port_down", s.keepalive_port_down),
             ("progress_probes", self.watch.probes),
             ("peers_stalled", self.watch.stalled),
+            ("admission_refused", s.admission_refused),
+            ("admission_challenges", s.admission_challenges),
             // The domain's registration cache (shared by its endpoints):
             // user buffers of rendezvous and RMA without a region's keys.
             ("mr_cache_hits", cache.hits),
