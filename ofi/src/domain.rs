@@ -24,6 +24,9 @@ pub(crate) struct DomainCore {
     /// The fi_info's address format: of the names `fi_av_insert` reads and
     /// `fi_getname`, `fi_av_lookup` write.
     pub(crate) format: Format,
+    /// `domain_attr->auth_key`: the job key of endpoints whose `ep_attr`
+    /// names none.
+    pub(crate) auth_key: Option<Vec<u8>>,
 }
 
 /// A domain object.
@@ -81,6 +84,14 @@ pub(crate) unsafe extern "C" fn open(
         let Some(format) = Format::of(unsafe { (*info).addr_format }) else {
             return -(libc::EINVAL);
         };
+        // SAFETY: the application's key holds auth_key_size bytes.
+        let auth_key = match unsafe { crate::auth::read(attr.auth_key, attr.auth_key_size) } {
+            Ok(k) => k,
+            Err(why) => {
+                tracing::warn!(why, "fi_domain: auth_key refused");
+                return -(libc::EINVAL);
+            }
+        };
         let provider = match attr.name.is_null() {
             true => None,
             // SAFETY: a C string from our fi_getinfo or the application.
@@ -103,6 +114,7 @@ pub(crate) unsafe extern "C" fn open(
             api_version,
             mr_local: attr.mr_mode as u64 & fi::FI_MR_LOCAL != 0 && api_version >= fi::version(1, 5),
             format,
+            auth_key,
         };
         let fid = fi::fid_domain {
             fid: entry::fid(fi::FI_CLASS_DOMAIN, context, &OPS),

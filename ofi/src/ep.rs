@@ -1,13 +1,16 @@
 //! The endpoint (`fi_endpoint`, `FI_EP_RDM`): bound to an AV and one or two
 //! CQs, then `fi_enable` opens the xfer [`Endpoint`] (with its own xfer
-//! completion queue) that every data call maps onto.
+//! completion queue) that every data call maps onto. [`opt`]: xfer's own
+//! endpoint options.
+
+pub(crate) mod opt;
 
 use std::ffi::{c_int, c_void};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use xfer_core::unstable::hash::FastMap;
 use xfer_facade::{
-    Address, Buffer, Claim, Completion, CompletionQueue, CqAttr, Endpoint, EndpointAttr, Error, Flags, Peeked,
+    Address, Buffer, Claim, Completion, CompletionQueue, CqAttr, Endpoint, EndpointAttr, Error, Flags, JobKey, Peeked,
     PeerAddr, RecvOp, RecvSpec, SendOp,
 };
 
@@ -144,6 +147,12 @@ pub(crate) struct EpCore {
     enabled: OnceLock<Enabled>,
     /// Messages claimed by `FI_PEEK | FI_CLAIM`, by the peek's context.
     pub(crate) claims: Mutex<FastMap<u64, (Claim, Peeked)>>,
+    /// The job key: `ep_attr->auth_key`, else the domain's (else
+    /// `XFER_JOB_KEY`'s, as every setting).
+    auth_key: Option<Vec<u8>>,
+    /// `FI_OPT_XFER_PROGRESS_TIMEOUT_MS`, until `fi_enable` opens the xfer
+    /// endpoint with it (`XFER_PROGRESS_TIMEOUT_MS` to start with).
+    pub(crate) progress_timeout_ms: std::sync::atomic::AtomicU64,
 }
 
 /// An endpoint object.
@@ -747,6 +756,17 @@ pub(crate) unsafe extern "C" fn open(
                 return -e.raw_os_error().unwrap_or(libc::EADDRINUSE);
             }
         }
+        // SAFETY: as above; the application's key holds auth_key_size bytes.
+        let own_key =
+            match unsafe { info.ep_attr.as_ref() }.map(|a| unsafe { crate::auth::read(a.auth_key, a.auth_key_size) }) {
+                Some(Err(why)) => {
+                    tracing::warn!(why, "fi_endpoint: auth_key refused");
+                    return -(libc::EINVAL);
+                }
+                Some(Ok(k)) => k,
+                None => None,
+            };
+        let auth_key = own_key.or_else(|| domain.auth_key.clone());
         // SAFETY: as above.
         let tx_op_flags = unsafe { info.tx_attr.as_ref() }.map_or(0, |tx| tx.op_flags);
         // SAFETY: as above.
@@ -761,6 +781,8 @@ pub(crate) unsafe extern "C" fn open(
             bound: Mutex::new(Bound::default()),
             enabled: OnceLock::new(),
             claims: Mutex::new(FastMap::default()),
+            auth_key,
+            progress_timeout_ms: EndpointAttr::from_env().progress_timeout_ms.into(),
         };
         let fid = fi::fid_ep {
             fid: entry::fid(fi::FI_CLASS_EP, context, &OPS),
@@ -886,6 +908,10 @@ fn enable(ep: &Arc<EpCore>) -> c_int {
     if let Some(at) = ep.listen {
         attr.tcp.addr = Some(at.to_string());
     }
+    if let Some(k) = &ep.auth_key {
+        attr.job_key = Some(JobKey(k.clone()));
+    }
+    attr.progress_timeout_ms = ep.progress_timeout_ms.load(std::sync::atomic::Ordering::Relaxed);
     let xep = match ep.domain.xfer.endpoint(&xcq, &av.xfer, &attr) {
         Ok(e) => e,
         Err(e) => {
@@ -1013,6 +1039,10 @@ unsafe extern "C" fn getopt(fid: fi::fid_t, level: c_int, name: c_int, val: *mut
         if level as u32 != fi::FI_OPT_ENDPOINT {
             return -(libc::ENOPROTOOPT);
         }
+        // SAFETY: forwarded: the caller's buffer and length.
+        if let Some(r) = unsafe { opt::get(ep, name, val, len) } {
+            return r;
+        }
         match name as u32 {
             fi::FI_OPT_MIN_MULTI_RECV if ep.caps & fi::FI_MULTI_RECV != 0 => {
                 if val.is_null() || len.is_null() {
@@ -1061,6 +1091,12 @@ unsafe extern "C" fn setopt(fid: fi::fid_t, level: c_int, name: c_int, val: *con
             return -(libc::EINVAL);
         };
         let ep = &obj.core.0;
+        if level as u32 == fi::FI_OPT_ENDPOINT {
+            // SAFETY: forwarded: the caller's value and length.
+            if let Some(r) = unsafe { opt::set(ep, name, val, len) } {
+                return r;
+            }
+        }
         let multi = ep.caps & fi::FI_MULTI_RECV != 0;
         match (level as u32, name as u32) {
             (fi::FI_OPT_ENDPOINT, fi::FI_OPT_MIN_MULTI_RECV) if multi => {

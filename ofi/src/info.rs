@@ -138,7 +138,11 @@ pub struct Hints {
     pub shared_ctx: usize,
     pub cntr_cnt: usize,
     pub domain_caps: u64,
-    pub auth_key: bool,
+    /// `domain_attr->auth_key` and `ep_attr->auth_key` (job keys), and why
+    /// one could not be read.
+    pub domain_auth_key: Option<Vec<u8>>,
+    pub ep_auth_key: Option<Vec<u8>>,
+    pub auth_key_refused: Option<&'static str>,
     pub max_err_data: usize,
     /// The largest `max_order_{raw,war,waw}_size` asked for.
     pub max_order_size: usize,
@@ -195,6 +199,9 @@ pub struct Offer {
     /// larger than xfer's defaults (xfer's queues grow, decision 15).
     pub tx_size: usize,
     pub rx_size: usize,
+    /// The job keys asked for (`auth_key`), returned as asked.
+    pub domain_auth_key: Option<Vec<u8>>,
+    pub ep_auth_key: Option<Vec<u8>>,
 }
 
 /// Checks `hints` against what xfer's provider `provider` can do: the offer,
@@ -299,8 +306,8 @@ pub fn select(h: &Hints, provider: &str, limits: Limits) -> Result<Offer, &'stat
     if h.domain_caps & !DOMAIN_CAPS != 0 {
         return Err("domain capabilities beyond FI_LOCAL_COMM and FI_REMOTE_COMM (no shared AV)");
     }
-    if h.auth_key {
-        return Err("authorization keys");
+    if let Some(why) = h.auth_key_refused {
+        return Err(why);
     }
     if (h.caps | h.rx_caps) & fi::FI_SOURCE_ERR != 0 && (h.caps | h.rx_caps) & fi::FI_SOURCE == 0 {
         return Err("FI_SOURCE_ERR without FI_SOURCE");
@@ -359,6 +366,8 @@ pub fn select(h: &Hints, provider: &str, limits: Limits) -> Result<Offer, &'stat
         },
         tx_size: h.tx_size.max(limits.queue_size),
         rx_size: h.rx_size.max(limits.queue_size),
+        domain_auth_key: h.domain_auth_key.clone(),
+        ep_auth_key: h.ep_auth_key.clone(),
     })
 }
 
@@ -414,7 +423,11 @@ pub(crate) unsafe fn read_hints(info: &fi::fi_info) -> Hints {
             .max_order_raw_size
             .max(ep.max_order_war_size)
             .max(ep.max_order_waw_size);
-        h.auth_key |= ep.auth_key_size > 0;
+        // SAFETY: the application's key holds auth_key_size bytes.
+        match unsafe { crate::auth::read(ep.auth_key, ep.auth_key_size) } {
+            Ok(k) => h.ep_auth_key = k,
+            Err(why) => h.auth_key_refused = Some(why),
+        }
     }
     if let Some(d) = unsafe { info.domain_attr.as_ref() } {
         // SAFETY: name is null or a C string.
@@ -432,7 +445,11 @@ pub(crate) unsafe fn read_hints(info: &fi::fi_info) -> Hints {
         h.shared_ctx = d.max_ep_stx_ctx.saturating_add(d.max_ep_srx_ctx);
         h.cntr_cnt = d.cntr_cnt;
         h.domain_caps = d.caps;
-        h.auth_key |= d.auth_key_size > 0;
+        // SAFETY: the application's key holds auth_key_size bytes.
+        match unsafe { crate::auth::read(d.auth_key, d.auth_key_size) } {
+            Ok(k) => h.domain_auth_key = k,
+            Err(why) => h.auth_key_refused = Some(why),
+        }
         h.max_err_data = d.max_err_data;
     }
     if let Some(f) = unsafe { info.fabric_attr.as_ref() } {
@@ -469,7 +486,7 @@ fn c_string(s: &str) -> *mut c_char {
 }
 
 /// A `malloc`'d copy of `bytes` and its length (null and 0 when out of
-/// memory): fi_freeinfo frees `src_addr` and `dest_addr`.
+/// memory): fi_freeinfo frees `src_addr`, `dest_addr` and the `auth_key`s.
 fn malloc_copy(bytes: &[u8]) -> (*mut std::ffi::c_void, usize) {
     // SAFETY: a fresh allocation of bytes.len() bytes, or null.
     let p = unsafe { libc::malloc(bytes.len()) }.cast::<u8>();
@@ -563,6 +580,14 @@ fn build(version: u32, offer: &Offer) -> Option<*mut fi::fi_info> {
     dom.max_err_data = MAX_ERR_DATA;
     dom.cntr_cnt = DOMAIN_OBJECTS;
     dom.caps = DOMAIN_CAPS;
+    if let Some(k) = &offer.domain_auth_key {
+        let (p, n) = malloc_copy(k);
+        (dom.auth_key, dom.auth_key_size) = (p.cast(), n);
+    }
+    if let Some(k) = &offer.ep_auth_key {
+        let (p, n) = malloc_copy(k);
+        (ep.auth_key, ep.auth_key_size) = (p.cast(), n);
+    }
     fab.name = c_string(FABRIC_NAME);
     fab.prov_version = crate::PROVIDER_VERSION;
     fab.api_version = version;
@@ -689,6 +714,28 @@ mod tests {
         assert_eq!(o.caps & PRIMARY_CAPS, fi::FI_TAGGED, "only the primary caps asked for");
         assert_eq!(o.av_type, fi::FI_AV_TABLE);
         assert!(select(&Hints::default(), "tcp", L).unwrap().caps & fi::FI_MSG != 0);
+    }
+
+    #[test]
+    fn auth_keys_are_taken_and_returned_as_asked() {
+        let h = Hints {
+            domain_auth_key: Some(b"job".to_vec()),
+            ep_auth_key: Some(b"mine".to_vec()),
+            ..Hints::default()
+        };
+        for p in ["tcp", "verbs"] {
+            let o = select(&h, p, L).unwrap();
+            assert_eq!(o.domain_auth_key.as_deref(), Some(&b"job"[..]), "{p}");
+            assert_eq!(o.ep_auth_key.as_deref(), Some(&b"mine"[..]), "{p}");
+        }
+        let k = [7u8; crate::auth::MAX_AUTH_KEY + 1];
+        // SAFETY: each pointer is null or valid for the length given.
+        unsafe {
+            assert_eq!(crate::auth::read(std::ptr::null(), 0), Ok(None));
+            assert!(crate::auth::read(std::ptr::null(), 4).is_err(), "a size without a key");
+            assert!(crate::auth::read(k.as_ptr(), k.len()).is_err(), "too long");
+            assert_eq!(crate::auth::read(k.as_ptr(), 3), Ok(Some(vec![7; 3])));
+        }
     }
 
     #[test]
@@ -884,7 +931,7 @@ mod tests {
                 ..Hints::default()
             },
             Hints {
-                auth_key: true,
+                auth_key_refused: Some("an auth_key longer than 1024 bytes"),
                 ..Hints::default()
             },
             Hints {

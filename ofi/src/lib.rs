@@ -16,6 +16,7 @@
 #![deny(missing_docs)]
 
 mod addr;
+mod auth;
 mod av;
 mod cntr;
 mod cq;

@@ -13,7 +13,9 @@
 //! - fi_iov.c: messages of several buffers;
 //! - fi_multi.c: multi-receive buffers;
 //! - fi_rma.c: RMA with counters and remote CQ data;
-//! - fi_source_err.c: `FI_SOURCE_ERR`, the address of an unknown sender.
+//! - fi_source_err.c: `FI_SOURCE_ERR`, the address of an unknown sender;
+//! - fi_auth.c: `auth_key` as xfer's job key, and xfer's progress timeout
+//!   option (`ofi/include/fi_ext_xfer.h`).
 
 mod common;
 
@@ -56,6 +58,7 @@ fn compile_now(name: &str) -> PathBuf {
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
     let out = Command::new(&cc)
         .args(["-Wall", "-Wextra", "-Werror", "-O1", "-g", "-pthread"])
+        .arg(format!("-I{}/include", env!("CARGO_MANIFEST_DIR")))
         .arg(&src)
         .arg("-o")
         .arg(&exe)
@@ -503,6 +506,30 @@ fn unknown_sender_address_with_source_err() {
             "application's err_data buffer checked",
             "multi-receive buffer checked",
             "all source_err checked",
+        ];
+        one_program(prov, &exe, &[], &want)
+    });
+}
+
+/// ofi/tests/c/fi_auth.c: `auth_key` in `domain_attr` and `ep_attr` comes
+/// back from `fi_getinfo` as asked; a server whose domain has a key serves
+/// clients with that key (in their domain's attributes, or in their
+/// endpoint's over another domain key) and refuses, with error completions
+/// and nothing delivered, a client with another key and one with none;
+/// `FI_OPT_XFER_PROGRESS_TIMEOUT_MS` is read back as set, refused at the
+/// wrong size and after `fi_enable`, and with 500 ms a rendezvous send to a
+/// server that is no longer driven fails with `FI_ETIMEDOUT`. libfabric's
+/// tcp has no authorization keys (its `fi_getinfo` refuses them) and no such
+/// option, so only xfer runs it through.
+#[test]
+fn auth_keys_and_the_progress_timeout_option() {
+    let exe = compile("fi_auth");
+    both("auth", |prov| {
+        let want = [
+            "admission checked",
+            "option checked",
+            "progress timeout checked",
+            "all auth checked",
         ];
         one_program(prov, &exe, &[], &want)
     });
