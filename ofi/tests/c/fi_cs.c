@@ -51,17 +51,6 @@
 
 #include "must.h"
 
-#define CHECK(cond, ...)                                                    \
-	do {                                                                \
-		if (!(cond)) {                                              \
-			fprintf(stderr, "CHECK %s:%d: %s: ", __FILE__,      \
-				__LINE__, #cond);                           \
-			fprintf(stderr, __VA_ARGS__);                       \
-			fprintf(stderr, "\n");                              \
-			exit(1);                                            \
-		}                                                           \
-	} while (0)
-
 #define TAG_DATA 0x10
 #define TAG_GO 0x20
 #define TAG_NEVER 0x30

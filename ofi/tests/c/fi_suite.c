@@ -30,6 +30,9 @@
 
 #include "must.h"
 
+/* This suite counts failures and goes on. */
+#undef CHECK
+
 static int failures;
 
 #define CHECK(cond, ...)                                                   \
