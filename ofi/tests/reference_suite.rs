@@ -421,9 +421,10 @@ fn multi_receive_buffers() {
     });
 }
 
-/// fi_wait.c, fi_iov.c, fi_multi.c, fi_rma.c and fi_source_err.c over xfer under valgrind memcheck
+/// fi_wait.c, fi_iov.c, fi_multi.c, fi_rma.c, fi_source_err.c and fi_auth.c over xfer under valgrind memcheck
 /// (as `c_suite_under_valgrind`): the staged and multi-receive buffers, the
-/// EQ, wait and poll sets make no invalid access and leak nothing. Skipped
+/// EQ, wait and poll sets, and the `auth_key`s fi_getinfo copies (freed by
+/// fi_freeinfo) make no invalid access and leak nothing. Skipped
 /// without valgrind unless `XFER_REQUIRE_VALGRIND` is set.
 #[test]
 fn waits_vectors_and_multi_receives_under_valgrind() {
@@ -440,7 +441,7 @@ fn waits_vectors_and_multi_receives_under_valgrind() {
         return;
     }
     let supp = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/valgrind.supp");
-    for name in ["fi_wait", "fi_iov", "fi_multi", "fi_rma", "fi_source_err"] {
+    for name in ["fi_wait", "fi_iov", "fi_multi", "fi_rma", "fi_source_err", "fi_auth"] {
         let exe = compile(name);
         let mut cmd = fi_command("valgrind");
         cmd.args([
