@@ -102,3 +102,34 @@ impl VerbsEndpoint {
         Ok(Some(short))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn named(i: u32) -> Address {
+        let addr = std::net::SocketAddrV4::new(std::net::Ipv4Addr::from(i), 7000);
+        VerbsName { addr, nonce: 1 }.address()
+    }
+
+    #[test]
+    fn a_challenge_is_used_once_and_outstanding_ones_are_bounded() {
+        let mut c = Challenges::default();
+        let first = c.issue(named(0)).unwrap().expect("a challenge");
+        assert_eq!(c.take(&named(0)), Some(first));
+        assert_eq!(c.take(&named(0)), None, "used once");
+        for i in 0..PENDING_MAX as u32 {
+            assert!(c.issue(named(i)).unwrap().is_some());
+        }
+        assert_eq!(
+            c.issue(named(u32::MAX)).unwrap(),
+            None,
+            "past the bound, none are expired"
+        );
+        let again = c
+            .issue(named(3))
+            .unwrap()
+            .expect("a name already waiting gets a new one");
+        assert_eq!(c.take(&named(3)), Some(again), "the new one replaced the old");
+    }
+}

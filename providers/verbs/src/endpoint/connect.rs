@@ -607,3 +607,41 @@ impl VerbsEndpoint {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn name(port: u16, nonce: u64) -> VerbsName {
+        VerbsName {
+            addr: std::net::SocketAddrV4::new(std::net::Ipv4Addr::new(10, 0, 0, 1), port),
+            nonce,
+        }
+    }
+
+    #[test]
+    fn admission_private_data_fits_rdma_cm_and_parses_back() {
+        let me = name(7000, 11);
+        let plain = private_request(&me, 22, None);
+        assert_eq!(plain.len(), REQUEST_LEN);
+        assert_eq!(parse_private(&plain), Some((KIND_REQ, me.address())));
+        assert_eq!(request_proof(&plain), None, "no proof in a plain request");
+        let proof = [9u8; admit::SHORT];
+        let proven = private_request(&me, 22, Some(&proof));
+        // rdma_cm passes at most 56 bytes of private data with a request.
+        assert!(proven.len() <= 56, "{} bytes", proven.len());
+        assert_eq!(parse_private(&proven), Some((KIND_REQ_PROVEN, me.address())));
+        assert_eq!(request_target(&proven), Some(22));
+        assert_eq!(request_proof(&proven), Some(&proof[..]));
+        // The CM may pad what it delivers.
+        let mut padded = proven.clone();
+        padded.resize(56, 0);
+        assert_eq!(request_proof(&padded), Some(&proof[..]));
+        let c = [5u8; admit::CHALLENGE_LEN];
+        let challenge = private_challenge(&me, &c);
+        assert_eq!(parse_private(&challenge), Some((KIND_CHALLENGE, me.address())));
+        assert_eq!(challenge_of(&challenge), Some(c));
+        assert_eq!(challenge_of(&challenge[..CHALLENGE_LEN - 1]), None, "short");
+        assert_eq!(challenge_of(&private(KIND_DUP, &me)), None, "no challenge");
+    }
+}
