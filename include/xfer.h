@@ -225,6 +225,13 @@
 #define XFER_EADDRNOTAVAIL -99
 
 /**
+ * The peer closed its end in order (endpoint closed or process exited)
+ * while the operation was outstanding to it (`FI_ECONNRESET`); a failed
+ * connection is `XFER_EHOSTUNREACH` instead.
+ */
+#define XFER_ECONNRESET -104
+
+/**
  * A timeout expired (`xfer_cq_wait`).
  */
 #define XFER_ETIMEDOUT -110
@@ -359,12 +366,13 @@ typedef struct xfer_cq_entry_t {
     xfer_addr_t src;
     /**
      * 0, or the negative `XFER_E*` code that ended the operation:
-     * `XFER_ETRUNC`, `XFER_ECANCELED`, `XFER_EHOSTUNREACH`, ...
+     * `XFER_ETRUNC`, `XFER_ECANCELED`, `XFER_EHOSTUNREACH` (the peer's
+     * connection failed), `XFER_ECONNRESET` (the peer closed its end), ...
      */
     int err;
     /**
      * Provider detail for an error: the OS errno behind a connection
-     * failure (0 when the peer closed it), else 0.
+     * failure (`XFER_EHOSTUNREACH`), else 0.
      */
     int prov_errno;
     /**

@@ -242,7 +242,7 @@ static void test_strerror(void)
 {
     const int codes[] = {XFER_SUCCESS, XFER_ENOENT, XFER_EIO, XFER_EBADF, XFER_EAGAIN, XFER_ENOMEM,
                          XFER_EACCES, XFER_EBUSY, XFER_EINVAL, XFER_ENODATA, XFER_EPROTO, XFER_EOPNOTSUPP,
-                         XFER_EADDRNOTAVAIL, XFER_ETIMEDOUT, XFER_EHOSTUNREACH, XFER_ECANCELED,
+                         XFER_EADDRNOTAVAIL, XFER_ETIMEDOUT, XFER_EHOSTUNREACH, XFER_ECONNRESET, XFER_ECANCELED,
                          XFER_EOTHER, XFER_ETOOSMALL, XFER_EBADFLAGS, XFER_ETRUNC};
     for (size_t i = 0; i < sizeof codes / sizeof codes[0]; i++) {
         const char *s = xfer_strerror(codes[i]);

@@ -35,11 +35,15 @@ impl TcpEndpoint {
                     let _ = self.consume(cx, id);
                     // Closed before it acknowledged our Hello: the endpoint we
                     // dialled is not there (a new one at its address refused it).
-                    let refused = self
-                        .conns
-                        .get(id)
-                        .is_some_and(|c| matches!(c.state, State::Handshake(_)));
-                    return self.fail_conn(cx, id, if refused { REFUSED } else { CLOSED_BY_PEER });
+                    let Some(c) = self.conns.get(id) else { return };
+                    let cause = if matches!(c.state, State::Handshake(_)) {
+                        REFUSED
+                    } else if matches!(c.rx, Phase::Header) && c.staged().is_empty() {
+                        CLOSED_BY_PEER
+                    } else {
+                        CUT_BY_PEER
+                    };
+                    return self.fail_conn(cx, id, cause);
                 }
                 Ok(Io::Done(n)) => {
                     self.conns[id].heard += 1;

@@ -57,10 +57,14 @@ use rma::RmaTx;
 const LISTENER: u64 = u64::MAX;
 /// Reads per connection per progress call, so one busy peer cannot starve others.
 const READS_PER_EVENT: usize = 16;
-/// The cause recorded when a peer closes a connection in order (end of file).
-const CLOSED_BY_PEER: Error = Error::PeerUnreachable {
+/// The cause recorded when a peer closes a connection in order (end of
+/// file between frames).
+const CLOSED_BY_PEER: Error = Error::PeerClosed { peer: PeerAddr::UNSPEC };
+/// The cause recorded when a connection ends in the middle of a frame: the
+/// peer's process died while sending, so its message is lost.
+const CUT_BY_PEER: Error = Error::PeerUnreachable {
     peer: PeerAddr::UNSPEC,
-    errno: 0,
+    errno: libc::ECONNRESET,
 };
 /// The cause recorded when a peer closes a connection before acknowledging
 /// our Hello: the endpoint we dialled is gone (another may listen there now).
@@ -68,6 +72,9 @@ const REFUSED: Error = Error::PeerUnreachable {
     peer: PeerAddr::UNSPEC,
     errno: libc::ECONNREFUSED,
 };
+/// Bytes a closing endpoint reads and discards per connection so that
+/// closing it sends a FIN, not a reset (a socket's default receive buffer).
+const CLOSE_DRAIN: usize = 4 << 20;
 /// Address-vector handles below this get a route hint (a dense table).
 const ROUTE_HINTS: u64 = 1 << 16;
 /// Payload bytes at or above which a read goes straight into the user's buffer.
@@ -208,6 +215,7 @@ fn op_error(cause: &Error, peer: PeerAddr) -> Error {
         },
         Error::PeerUnreachable { errno, .. } => Error::PeerUnreachable { peer, errno: *errno },
         Error::Stalled { .. } => Error::Stalled { peer },
+        Error::PeerClosed { .. } => Error::PeerClosed { peer },
         other => other.clone(),
     }
 }
@@ -624,7 +632,7 @@ impl TcpEndpoint {
             && conn.staged().is_empty()
             && conn.txq.is_empty()
             && !self.sends.iter().any(|(_, tx)| tx.conn == me);
-        let clean_close = quiet && matches!(cause, Error::PeerUnreachable { errno: 0, .. });
+        let clean_close = matches!(cause, Error::PeerClosed { .. });
         // A spare connection (a crossed first contact's, given up by the
         // peer) ends however its socket says: nothing rode on it.
         let spare = quiet
@@ -1081,6 +1089,12 @@ impl EndpointProvider for TcpEndpoint {
         self.end_burst(cx);
         let ids: Vec<usize> = self.conns.iter().map(|(k, _)| k).collect();
         for id in ids {
+            if let Some(c) = self.conns.get(id) {
+                if !matches!(c.state, State::Connecting(_)) {
+                    // The peer learns of an orderly close, not a failure.
+                    c.sock.close_in_order(CLOSE_DRAIN);
+                }
+            }
             self.fail_conn(cx, id, Error::Canceled);
         }
         for r in self.rma.drain().collect::<Vec<_>>() {

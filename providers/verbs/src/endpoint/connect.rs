@@ -180,10 +180,20 @@ impl VerbsEndpoint {
             (State::Accepting, cm::RDMA_CM_EVENT_ESTABLISHED) => self.ready(k),
             (_, cm::RDMA_CM_EVENT_REJECTED) => self.on_reject(cx, k, ev),
             (_, cm::RDMA_CM_EVENT_DISCONNECTED) => {
-                return Err(Error::PeerUnreachable {
-                    peer: cx.av.reverse(&self.conns[k].peer),
-                    errno: 0,
-                })
+                let peer = cx.av.reverse(&self.conns[k].peer);
+                // A disconnect request from the peer over a working port: it
+                // closed in order (its endpoint, or its process's exit). rxe
+                // also reports a disconnect when our own link goes down,
+                // which is no close by the peer.
+                if ev.status == 0 && self.port_active() {
+                    return Err(Error::PeerClosed { peer });
+                }
+                let errno = match ev.status {
+                    0 => libc::ENETDOWN,
+                    s if s < 0 => -s,
+                    _ => libc::ECONNABORTED,
+                };
+                return Err(Error::PeerUnreachable { peer, errno });
             }
             (_, cm::RDMA_CM_EVENT_TIMEWAIT_EXIT) => {}
             _ => {
