@@ -267,6 +267,25 @@
 #define XFER_ETRUNC -265
 
 /**
+ * `xfer_peer_event_t.kind`: the peer's first connection with the endpoint
+ * is up (either side opened it; libfabric's `FI_CONNECTED`).
+ */
+#define XFER_PEER_JOINED 1
+
+/**
+ * `xfer_peer_event_t.kind`: the peer's last connection ended in order: it
+ * closed its endpoint (what was outstanding to it ended with
+ * `XFER_ECONNRESET`; libfabric's `FI_SHUTDOWN`).
+ */
+#define XFER_PEER_CLOSED 2
+
+/**
+ * `xfer_peer_event_t.kind`: the peer's last connection failed; `err` and
+ * `prov_errno` say how, as in the completions of its operations.
+ */
+#define XFER_PEER_FAILED 3
+
+/**
  * The most elements one vector call takes (`iov_limit`).
  */
 #define XFER_IOV_LIMIT 16
@@ -496,6 +515,14 @@ typedef struct xfer_ep_attr_t {
      * `XFER_JOB_KEY`, else no admission check.
      */
     const char *job_key;
+    /**
+     * Peer events (`xfer_ep_peer_event`) the endpoint queues at most before
+     * dropping new ones (counter `peer_events_lost`); 0 for off, the
+     * default (`XFER_PEER_EVENTS`). A program built against a header
+     * without this field passes the smaller `size`: still accepted, with
+     * the environment's value.
+     */
+    size_t peer_events;
 } xfer_ep_attr_t;
 
 /**
@@ -532,6 +559,38 @@ typedef struct xfer_msg_t {
      */
     void *context;
 } xfer_msg_t;
+
+/**
+ * One peer event (`xfer_ep_peer_event`).
+ */
+typedef struct xfer_peer_event_t {
+    /**
+     * `XFER_PEER_JOINED`, `XFER_PEER_CLOSED` or `XFER_PEER_FAILED`.
+     */
+    int kind;
+    /**
+     * For `XFER_PEER_FAILED`: the negative `XFER_E*` code of the failure
+     * (`XFER_EHOSTUNREACH`, `XFER_ETIMEDOUT`, ...); else 0.
+     */
+    int err;
+    /**
+     * For `XFER_PEER_FAILED`: the OS errno behind it, or 0.
+     */
+    int prov_errno;
+    /**
+     * The peer's address-vector handle, or `XFER_ADDR_UNSPEC` when its
+     * name is not inserted (a peer that connected first).
+     */
+    xfer_addr_t peer;
+    /**
+     * Length of `name`.
+     */
+    size_t name_len;
+    /**
+     * The peer's endpoint name (`xfer_av_insert` takes it).
+     */
+    uint8_t name[XFER_NAME_MAX];
+} xfer_peer_event_t;
 
 /**
  * One element of a scatter-gather list: `len` bytes at `base`. The same
@@ -1125,6 +1184,19 @@ int xfer_ep_cancel(struct xfer_ep_t *ep, void *context);
  * Never returns NULL.
  */
 const char *xfer_strerror(int code);
+
+/**
+ * Takes the endpoint's oldest peer event into `*event`, after driving
+ * progress once (as `xfer_cq_poll` does).
+ *
+ * Returns 1 when an event was stored, 0 when there is none (or events are
+ * off: `xfer_ep_attr_t.peer_events` is 0); `XFER_EBADF`; `XFER_EINVAL`
+ * when `event` is NULL. Thread-safe.
+ *
+ * # Safety
+ * `event` must be NULL or writable for one `xfer_peer_event_t`.
+ */
+int xfer_ep_peer_event(struct xfer_ep_t *ep, struct xfer_peer_event_t *event);
 
 /**
  * Sends the `count` elements of `iov`, concatenated, as one untagged

@@ -12,7 +12,7 @@ use std::io::{BufRead, BufReader, Lines, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 
 use common::{drive, expect, hex, pattern, unhex, Node};
-use xfer::{Error, PeerAddr};
+use xfer::{Error, PeerAddr, PeerEventKind};
 
 /// Reads the child's lines until one carries `key`; returns what follows it.
 fn line_with(lines: &mut impl Iterator<Item = std::io::Result<String>>, key: &str) -> String {
@@ -131,4 +131,77 @@ fn outstanding_operations_end_with_peer_closed() {
     b.ep.trecv(PeerAddr::UNSPEC, 9, 0, vec![0; 100], 1).unwrap();
     a.ep.tsend(pb, 9, pattern(100, 9), 400).unwrap();
     assert_eq!(expect(&mut [&mut a, &mut b], 1, 1).buf.unwrap(), pattern(100, 9));
+}
+
+/// Polls `nodes` until node 0 has a peer event; fails after the harness's deadline.
+fn next_event(nodes: &mut [&mut Node]) -> xfer::PeerEvent {
+    let mut got = None;
+    drive(nodes, "a peer event", |ns| {
+        got = ns[0].ep.peer_event().expect("peer_event");
+        got.is_some()
+    });
+    got.unwrap()
+}
+
+#[test]
+fn peer_events_say_who_joined_and_who_left() {
+    let mut attr = common::test_attr();
+    attr.peer_events = 16;
+    let mut a = Node::with_attr(&attr);
+    assert_eq!(a.ep.peer_event().unwrap(), None, "nobody yet");
+    // A peer we dialled (a separate process) joins under its handle.
+    let mut p = Peer::connected(&mut a);
+    let child_name = a.av.lookup(p.addr).unwrap();
+    let ev = next_event(&mut [&mut a]);
+    assert_eq!((ev.peer, ev.name, ev.kind), (p.addr, child_name, PeerEventKind::Joined));
+    // A peer that dialled us first joins with its name and no handle yet.
+    let mut b = Node::new();
+    let pa = b.add(&a);
+    b.ep.tsend(pa, 5, pattern(8, 5), 1).unwrap();
+    let ev = next_event(&mut [&mut a, &mut b]);
+    assert_eq!(
+        (ev.peer, ev.name, ev.kind),
+        (PeerAddr::UNSPEC, b.ep.name(), PeerEventKind::Joined)
+    );
+    // Traffic on an existing connection, or a second one, is no new join.
+    let pb = a.add(&b);
+    b.ep.trecv(PeerAddr::UNSPEC, 6, 0, vec![0; 8], 2).unwrap();
+    a.ep.tsend(pb, 6, pattern(8, 6), 3).unwrap();
+    expect(&mut [&mut a, &mut b], 1, 2);
+    // The child closes its endpoint: it left in order.
+    p.close();
+    let ev = next_event(&mut [&mut a, &mut b]);
+    assert_eq!((ev.peer, ev.name, ev.kind), (p.addr, child_name, PeerEventKind::Closed));
+    p.exit();
+    // b closes (in this process): it left too, now under its handle.
+    drop(b);
+    let ev = next_event(&mut [&mut a]);
+    assert_eq!((ev.peer, ev.kind), (pb, PeerEventKind::Closed));
+    assert_eq!(a.ep.peer_event().unwrap(), None, "nothing more");
+    let lost =
+        a.ep.counters()
+            .unwrap()
+            .into_iter()
+            .find(|(n, _)| *n == "peer_events_lost");
+    assert_eq!(lost, Some(("peer_events_lost", 0)));
+}
+
+#[test]
+fn peer_events_are_off_by_default() {
+    let mut a = Node::new();
+    let mut b = Node::new();
+    let pb = a.add(&b);
+    b.ep.trecv(PeerAddr::UNSPEC, 1, 0, vec![0; 8], 1).unwrap();
+    a.ep.tsend(pb, 1, pattern(8, 1), 2).unwrap();
+    expect(&mut [&mut a, &mut b], 1, 1);
+    drop(b);
+    drive(&mut [&mut a], "b's close", |ns| {
+        ns[0]
+            .ep
+            .counters()
+            .unwrap()
+            .iter()
+            .any(|(n, v)| *n == "connections" && *v == 0)
+    });
+    assert_eq!(a.ep.peer_event().unwrap(), None);
 }

@@ -76,16 +76,21 @@ pub struct xfer_cq_entry_t {
     pub olen: usize,
 }
 
+/// The OS errno behind an error, for the `prov_errno` fields; else 0.
+pub(crate) fn prov_errno(e: &Error) -> c_int {
+    match e {
+        Error::PeerUnreachable { errno, .. } => *errno,
+        Error::Os(errno) => *errno,
+        _ => 0,
+    }
+}
+
 impl xfer_cq_entry_t {
     fn from_completion(c: &Completion) -> xfer_cq_entry_t {
         let (err, prov_errno, olen) = match &c.result {
             Ok(()) => (0, 0, 0),
             Err(e) => {
-                let prov_errno = match e {
-                    Error::PeerUnreachable { errno, .. } => *errno,
-                    Error::Os(errno) => *errno,
-                    _ => 0,
-                };
+                let prov_errno = prov_errno(e);
                 let olen = match e {
                     Error::Truncated { len, olen } => olen.saturating_sub(*len),
                     _ => 0,

@@ -98,6 +98,12 @@ pub struct xfer_ep_attr_t {
     /// challenge; the key is never sent) or are refused. NULL or `""`:
     /// `XFER_JOB_KEY`, else no admission check.
     pub job_key: *const c_char,
+    /// Peer events (`xfer_ep_peer_event`) the endpoint queues at most before
+    /// dropping new ones (counter `peer_events_lost`); 0 for off, the
+    /// default (`XFER_PEER_EVENTS`). A program built against a header
+    /// without this field passes the smaller `size`: still accepted, with
+    /// the environment's value.
+    pub peer_events: usize,
 }
 
 /// `sizeof(xfer_ep_attr_t)` before `tcp_iface` was added: such a struct is
@@ -106,6 +112,9 @@ const ATTR_SIZE_BEFORE_IFACE: usize = std::mem::offset_of!(xfer_ep_attr_t, tcp_i
 /// `sizeof(xfer_ep_attr_t)` before `progress_timeout_ms` and `job_key` were
 /// added: such a struct is still accepted (the environment's values apply).
 const ATTR_SIZE_BEFORE_PROGRESS: usize = std::mem::offset_of!(xfer_ep_attr_t, progress_timeout_ms);
+/// `sizeof(xfer_ep_attr_t)` before `peer_events` was added: such a struct is
+/// still accepted (the environment's value applies).
+const ATTR_SIZE_BEFORE_EVENTS: usize = std::mem::offset_of!(xfer_ep_attr_t, peer_events);
 
 /// A message for `xfer_ep_sendmsg` / `xfer_ep_recvmsg` (`fi_msg_tagged`
 /// with one buffer).
@@ -151,6 +160,7 @@ fn attr_from_rust(a: &EndpointAttr) -> xfer_ep_attr_t {
         tcp_iface: std::ptr::null(),
         progress_timeout_ms: a.progress_timeout_ms,
         job_key: std::ptr::null(),
+        peer_events: a.peer_events,
     }
 }
 
@@ -179,7 +189,8 @@ pub unsafe extern "C" fn xfer_ep_attr_init(attr: *mut xfer_ep_attr_t) -> c_int {
 /// # Safety
 /// `attr` must point to a readable `size_t` and, when that is one of the
 /// sizes accepted (`sizeof(xfer_ep_attr_t)`, or that of the struct before
-/// `progress_timeout_ms` or before `tcp_iface`), to that many readable bytes
+/// `peer_events`, before `progress_timeout_ms` or before `tcp_iface`), to
+/// that many readable bytes
 /// of the struct, whose `tcp_addr`, `tcp_iface` and `job_key` (when present)
 /// are NULL or NUL-terminated.
 unsafe fn attr_to_rust(attr: *const xfer_ep_attr_t) -> Result<EndpointAttr, Fail> {
@@ -190,10 +201,10 @@ unsafe fn attr_to_rust(attr: *const xfer_ep_attr_t) -> Result<EndpointAttr, Fail
     if size == std::mem::size_of::<xfer_ep_attr_t>() {
         // SAFETY: the size matches, so the whole struct is readable by contract.
         a = unsafe { attr.read() };
-    } else if size == ATTR_SIZE_BEFORE_IFACE || size == ATTR_SIZE_BEFORE_PROGRESS {
+    } else if size == ATTR_SIZE_BEFORE_IFACE || size == ATTR_SIZE_BEFORE_PROGRESS || size == ATTR_SIZE_BEFORE_EVENTS {
         // SAFETY: the caller's struct has this many readable bytes by
-        // contract, the fields before `tcp_iface` or `progress_timeout_ms`
-        // (the pointers after stay NULL); `a` is a whole struct, so as many
+        // contract, the fields before `tcp_iface`, `progress_timeout_ms` or
+        // `peer_events` (the pointers after stay NULL); `a` is a whole struct, so as many
         // bytes of it are writable.
         unsafe { std::ptr::copy_nonoverlapping(attr.cast::<u8>(), (&mut a as *mut xfer_ep_attr_t).cast::<u8>(), size) };
     } else {
@@ -218,6 +229,7 @@ unsafe fn attr_to_rust(attr: *const xfer_ep_attr_t) -> Result<EndpointAttr, Fail
     r.tcp.coalesce = a.tcp_coalesce;
     r.tcp.local_sndbuf = a.tcp_local_sndbuf;
     r.progress_timeout_ms = a.progress_timeout_ms;
+    r.peer_events = a.peer_events;
     // SAFETY: NULL or NUL-terminated by contract.
     if let Some(s) = unsafe { c_text(a.tcp_addr, "xfer_ep_open: tcp_addr is not UTF-8") }? {
         r.tcp.addr = Some(s.to_string());
@@ -874,6 +886,26 @@ mod tests {
         let r = unsafe { attr_to_rust(&whole) }.unwrap();
         assert_eq!(r.progress_timeout_ms, 777);
         assert_eq!(r.job_key, Some(xfer_facade::JobKey(b"key".to_vec())));
+        // The struct before `peer_events`: the job key is read, the event
+        // queue is left to the environment.
+        let before_events = xfer_ep_attr_t {
+            size: ATTR_SIZE_BEFORE_EVENTS,
+            peer_events: 99,
+            ..whole
+        };
+        // SAFETY: the struct is whole, so its first `size` bytes are readable.
+        let r = unsafe { attr_to_rust(&before_events) }.unwrap();
+        assert_eq!(r.job_key, Some(xfer_facade::JobKey(b"key".to_vec())));
+        assert_eq!(r.peer_events, env.peer_events);
+        // SAFETY: as above.
+        let r = unsafe {
+            attr_to_rust(&xfer_ep_attr_t {
+                peer_events: 99,
+                ..whole
+            })
+        }
+        .unwrap();
+        assert_eq!(r.peer_events, 99);
         let not_utf8 = xfer_ep_attr_t {
             tcp_iface: c"\xff".as_ptr(),
             ..a

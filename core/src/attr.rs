@@ -198,6 +198,10 @@ pub struct EndpointAttr {
     /// also answers such challenges when it connects. `None` (the default):
     /// anyone who can reach the port is served. TCP only.
     pub job_key: Option<JobKey>,
+    /// Peer events ([`Endpoint::peer_event`](crate::Endpoint::peer_event)):
+    /// how many the endpoint queues at most before dropping new ones
+    /// (counted as `peer_events_lost`). 0 (the default): off.
+    pub peer_events: usize,
     /// TCP provider settings.
     pub tcp: TcpAttr,
 }
@@ -212,6 +216,7 @@ impl Default for EndpointAttr {
             max_outstanding_per_peer: 0,
             progress_timeout_ms: 0,
             job_key: None,
+            peer_events: 0,
             tcp: TcpAttr::default(),
         }
     }
@@ -236,6 +241,7 @@ impl EndpointAttr {
         apply(&mut a.max_outstanding, "XFER_MAX_OUTSTANDING");
         apply(&mut a.max_outstanding_per_peer, "XFER_MAX_OUTSTANDING_PER_PEER");
         apply(&mut a.progress_timeout_ms, "XFER_PROGRESS_TIMEOUT_MS");
+        apply(&mut a.peer_events, "XFER_PEER_EVENTS");
         if let Some(k) = std::env::var_os("XFER_JOB_KEY").filter(|k| !k.is_empty()) {
             a.job_key = Some(JobKey(std::os::unix::ffi::OsStrExt::as_bytes(k.as_os_str()).to_vec()));
         }
@@ -278,6 +284,11 @@ impl EndpointAttr {
                 env: "XFER_PROGRESS_TIMEOUT_MS",
                 value: self.progress_timeout_ms.to_string(),
                 doc: "operations waiting on a peer that made no progress (probed at half the time) for this long fail with ETIMEDOUT (0: off; TCP)",
+            },
+            Setting {
+                env: "XFER_PEER_EVENTS",
+                value: self.peer_events.to_string(),
+                doc: "peer join/leave events an endpoint queues at most (0: off)",
             },
             Setting {
                 env: "XFER_JOB_KEY",

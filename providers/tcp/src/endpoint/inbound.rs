@@ -160,6 +160,7 @@ impl TcpEndpoint {
     #[cold]
     fn open_accepted(&mut self, cx: &mut Ctx<'_>, id: usize, peer: Address) {
         self.conns[id].peer = Some(peer);
+        self.peer_up(cx, peer);
         // Answer on this connection unless we already opened our own.
         let own = *self.route.entry(peer).or_insert(id);
         tracing::debug!(?peer, "peer connected");
@@ -235,6 +236,10 @@ impl TcpEndpoint {
             conn.state = State::Open;
             self.connecting -= 1;
             tracing::debug!(peer = %dialled, "connected");
+            let acked = TcpName { nonce, ..dialled };
+            if let Ok(name) = Address::new(&acked.to_vec()) {
+                self.peer_up(cx, name);
+            }
             self.flush(cx, id);
             return Ok(true);
         }

@@ -19,6 +19,7 @@ use slab::Slab;
 use xfer_core::unstable::addr::{Address, AvTable, PeerAddr};
 use xfer_core::unstable::attr::{EndpointAttr, TcpAttr};
 use xfer_core::unstable::error::{Error, Result};
+use xfer_core::unstable::event::{PeerEvent, PeerEvents};
 use xfer_core::unstable::mr::Access;
 use xfer_core::unstable::peek::{Claim, Peeked};
 use xfer_core::unstable::provider::{Ctx, EndpointProvider, RecvOp, Rejected, RmaKind, RmaOp, SendOp};
@@ -43,6 +44,7 @@ mod burst;
 mod credit;
 mod crossed;
 mod eager;
+mod events;
 mod hot;
 mod inbound;
 mod listen;
@@ -116,6 +118,8 @@ pub struct TcpEndpoint {
     acceptor: listen::Acceptor,
     /// The progress timeout's state (`stall`).
     watch: stall::Watch,
+    /// Peer join/leave events, when asked for (events.rs).
+    peer_events: PeerEvents,
     /// Connections refused for not proving the job key (`admit`).
     admission_refused: u64,
     /// Accepted connections waiting for their Proof (`admit`).
@@ -349,6 +353,7 @@ impl TcpEndpoint {
             listener,
             acceptor: listen::Acceptor::new(),
             watch: stall::Watch::new(attr.progress_timeout_ms),
+            peer_events: PeerEvents::new(attr.peer_events),
             admission_refused: 0,
             admitting: 0,
             zone,
@@ -715,6 +720,7 @@ impl TcpEndpoint {
                     complete::recv_failed(&mut cx.cq, op, op_error(&cause, src));
                 }
             }
+            self.peer_down(cx, peer, &cause);
         }
     }
 
@@ -1035,8 +1041,13 @@ impl EndpointProvider for TcpEndpoint {
         }
     }
 
+    fn peer_event(&mut self) -> Option<PeerEvent> {
+        self.peer_events.pop()
+    }
+
     fn counters(&self) -> Vec<(&'static str, u64)> {
         vec![
+            ("peer_events_lost", self.peer_events.lost()),
             ("connections", self.conns.len() as u64),
             ("coalesced", self.coalesced),
             ("credit_stalls", self.credit_stalls),
@@ -1103,6 +1114,7 @@ impl EndpointProvider for TcpEndpoint {
         for op in self.recvs.drain_posted() {
             complete::recv_failed(&mut cx.cq, op, Error::Canceled);
         }
+        self.peer_events.clear();
     }
 }
 
