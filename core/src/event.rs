@@ -83,7 +83,11 @@ impl PeerEvents {
     /// IP and port, whatever name it was inserted by) named `name` has a
     /// connection up: a `Joined` event unless it had joined.
     pub fn up(&mut self, key: Address, name: Address, peer: PeerAddr) {
-        if self.enabled() && self.joined.insert(key, name).is_none() {
+        if !self.enabled() {
+            return;
+        }
+        if let std::collections::hash_map::Entry::Vacant(v) = self.joined.entry(key) {
+            v.insert(name);
             self.push(PeerEvent {
                 peer,
                 name,
