@@ -92,6 +92,8 @@ pub use xfer_core::Domain;
 pub mod aio;
 mod choice;
 pub use choice::{Candidate, ProviderChoice, Verdict};
+mod connection;
+pub use connection::{connect, listen, Connection, Listener};
 
 /// One provider as the facade sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
