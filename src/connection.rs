@@ -33,8 +33,15 @@
 //! connection ends the other side's pending and later receives with
 //! [`Error::PeerClosed`], its end of file.
 //!
+//! The client then sends an empty tagged hello over the endpoint, which
+//! `accept` waits for, so both sides have a connection up before either
+//! returns; a connection watches its peer through the endpoint's peer
+//! events ([`Endpoint::peer_event`], turned on for it), so a peer that
+//! closes, even before any message, ends the receives posted afterwards
+//! too (messages it sent before closing are still delivered first).
+//!
 //! The exchange (`XFNM`, version 1, the name's length as one byte, the
-//! name) must finish within the endpoint's connect timeout
+//! name) and the hello must finish within the endpoint's connect timeout
 //! (`XFER_TCP_CONNECT_TIMEOUT_MS`, default 10 s); a client that sends
 //! anything else, or nothing, gets no endpoint and the listener's next
 //! `accept` is unaffected.
@@ -46,12 +53,20 @@ use std::time::{Duration, Instant};
 
 use xfer_core::{
     Address, AddressVector, Completion, CompletionQueue, CqAttr, Domain, Endpoint, EndpointAttr, Error, PeerAddr,
-    Result,
+    PeerEventKind, Result,
 };
 
 /// The first bytes of a name exchange, and its version.
 const MAGIC: &[u8; 4] = b"XFNM";
 const VERSION: u8 = 1;
+/// The tag of the empty message a client sends once names are exchanged,
+/// which `accept` waits for: both sides then have a connection up, so a
+/// close on either side is seen by the other (a peer event), even before
+/// any data moved. Connections' own messages are untagged: no clash.
+const HELLO_TAG: u64 = u64::from_be_bytes(*b"XFNMHELO");
+/// Peer events a connection's endpoint queues at least: it watches its
+/// one peer's close through them.
+const EVENTS: usize = 8;
 
 /// Opens a [`Listener`] on `addr` with attributes from the environment.
 pub fn listen(addr: impl ToSocketAddrs) -> Result<Listener> {
@@ -108,7 +123,13 @@ impl Listener {
         })?;
         let peer = open.av.insert(name.as_bytes())?;
         write_name(&mut stream, &open.ep.name())?;
-        Ok(open.into_connection(peer, name))
+        let mut conn = open.into_connection(peer, name);
+        let ctx = conn.context();
+        conn.ep
+            .trecv(peer, HELLO_TAG, 0, Vec::new(), ctx)
+            .map_err(|r| r.error)?;
+        conn.finish(ctx, Some(Instant::now() + timeout))?;
+        Ok(conn)
     }
 }
 
@@ -124,7 +145,9 @@ impl Opened {
     fn new(domain: &Domain, attr: &EndpointAttr) -> Result<Opened> {
         let cq = domain.cq(&CqAttr::from_env())?;
         let av = domain.av()?;
-        let ep = domain.endpoint(&cq, &av, attr)?;
+        let mut attr = attr.clone();
+        attr.peer_events = attr.peer_events.max(EVENTS);
+        let ep = domain.endpoint(&cq, &av, &attr)?;
         Ok(Opened {
             domain: domain.clone(),
             cq,
@@ -143,6 +166,7 @@ impl Opened {
             peer_name,
             next: 1,
             other: VecDeque::new(),
+            gone: None,
         }
     }
 }
@@ -161,6 +185,8 @@ pub struct Connection {
     /// Completions of operations the program posted on
     /// [`endpoint`](Self::endpoint) itself, seen while waiting for ours.
     other: VecDeque<Completion>,
+    /// How the peer left (`PeerClosed`, or the failure), once it did.
+    gone: Option<Error>,
 }
 
 impl Connection {
@@ -184,7 +210,11 @@ impl Connection {
             write_name(&mut stream, &open.ep.name())?;
             let name = read_name(&mut stream)?;
             let peer = open.av.insert(name.as_bytes())?;
-            return Ok(open.into_connection(peer, name));
+            let mut conn = open.into_connection(peer, name);
+            let ctx = conn.context();
+            conn.ep.tsend(peer, HELLO_TAG, Vec::new(), ctx).map_err(|r| r.error)?;
+            conn.finish(ctx, Some(Instant::now() + timeout))?;
+            return Ok(conn);
         }
         Err(last)
     }
@@ -192,6 +222,9 @@ impl Connection {
     /// Sends `buf` as one message and waits until it is sent; the buffer
     /// comes back.
     pub fn send(&mut self, buf: Vec<u8>) -> Result<Vec<u8>> {
+        if let Some(gone) = self.check_gone()? {
+            return Err(gone);
+        }
         let ctx = self.context();
         self.ep.send(self.peer, buf, ctx).map_err(|r| r.error)?;
         let c = self.wait_for(ctx, None)?;
@@ -214,21 +247,52 @@ impl Connection {
     }
 
     fn recv_inner(&mut self, buf: Vec<u8>, timeout: Option<Duration>) -> Result<(Vec<u8>, usize)> {
+        let gone = self.check_gone()?;
         let ctx = self.context();
         self.ep.recv(self.peer, buf, ctx).map_err(|r| r.error)?;
-        let c = match self.wait_for(ctx, timeout.map(|t| Instant::now() + t)) {
+        // A peer that left may have sent messages before it did: they are
+        // delivered (they match at once), then its close is the answer.
+        let deadline = match gone {
+            Some(_) => Some(Instant::now()),
+            None => timeout.map(|t| Instant::now() + t),
+        };
+        let c = self.finish(ctx, deadline).map_err(|e| match (e, gone) {
+            (Error::TimedOut, Some(g)) => g,
+            (e, _) => e,
+        })?;
+        c.result?;
+        Ok((c.buf.unwrap_or_default(), c.len))
+    }
+
+    /// Waits for `ctx` until `deadline`; past it, cancels the operation
+    /// (it completes either way: cancelled, or matched just now) and fails
+    /// with `TimedOut` if it was cancelled.
+    fn finish(&mut self, ctx: u64, deadline: Option<Instant>) -> Result<Completion> {
+        match self.wait_for(ctx, deadline) {
             Err(Error::TimedOut) => {
-                // Cancelled, or it matched just now: either way it completes.
                 if self.ep.cancel(ctx).is_ok() {
                     self.wait_for(ctx, None)?;
                     return Err(Error::TimedOut);
                 }
-                self.wait_for(ctx, None)?
+                self.wait_for(ctx, None)
             }
-            other => other?,
-        };
-        c.result?;
-        Ok((c.buf.unwrap_or_default(), c.len))
+            other => other,
+        }
+    }
+
+    /// Takes the endpoint's peer events: how the peer left, if it did.
+    fn check_gone(&mut self) -> Result<Option<Error>> {
+        while let Some(ev) = self.ep.peer_event()? {
+            if ev.peer != self.peer {
+                continue;
+            }
+            match ev.kind {
+                PeerEventKind::Closed => self.gone = Some(Error::PeerClosed { peer: self.peer }),
+                PeerEventKind::Failed(e) => self.gone = Some(e),
+                _ => {}
+            }
+        }
+        Ok(self.gone.clone())
     }
 
     /// The peer's handle in the endpoint's address vector.
@@ -272,10 +336,8 @@ impl Connection {
             Completion::EMPTY,
         ];
         loop {
-            let left = match deadline {
-                Some(d) => Some(d.checked_duration_since(Instant::now()).ok_or(Error::TimedOut)?),
-                None => None,
-            };
+            // Past the deadline, one more look (a zero timeout polls once).
+            let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
             let n = match self.cq.wait(&mut done, left) {
                 Err(Error::TimedOut) => return Err(Error::TimedOut),
                 r => r?,

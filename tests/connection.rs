@@ -3,53 +3,78 @@
 //! ignored in normal runs). It refuses a client that does not speak the
 //! name exchange and keeps accepting; messages of every size come back
 //! intact; a receive that times out loses nothing; the client's close is
-//! the server's end of file (`PeerClosed`).
+//! the server's end of file (`PeerClosed`), also when it sent nothing.
 
 mod common;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::process::{Command, Stdio};
+use std::sync::mpsc;
 use std::time::Duration;
 
 use common::{pattern, test_attr, DEADLINE};
 use xfer::{Connection, Error, Listener};
 
-/// Echoes every message of one client until it closes; prints `ADDR` first,
-/// `REFUSED` for each client whose name exchange failed, `EOF` at the end.
+/// Echoes every message of two clients in turn, each until it closes;
+/// prints `ADDR` first, `REFUSED` for each client whose name exchange
+/// failed, `EOF` after each client.
 #[test]
 #[ignore = "helper process for client_and_server_in_two_processes"]
 fn echo_server() {
     let listener = Listener::bind("127.0.0.1:0", &test_attr()).unwrap();
     println!("ADDR {}", listener.local_addr().unwrap());
-    let mut conn = loop {
-        match listener.accept() {
-            Ok(c) => break c,
-            Err(e) => println!("REFUSED {e}"),
-        }
-    };
-    loop {
-        match conn.recv(vec![0; 4 << 20]) {
-            Ok((buf, len)) => {
-                conn.send(buf[..len].to_vec()).unwrap();
+    for _ in 0..2 {
+        let mut conn = loop {
+            match listener.accept() {
+                Ok(c) => break c,
+                Err(e) => println!("REFUSED {e}"),
             }
-            Err(Error::PeerClosed { .. }) => break,
-            Err(e) => panic!("echo server: {e}"),
+        };
+        loop {
+            match conn.recv(vec![0; 4 << 20]) {
+                Ok((buf, len)) => {
+                    conn.send(buf[..len].to_vec()).unwrap();
+                }
+                Err(Error::PeerClosed { .. }) => break,
+                Err(e) => panic!("echo server: {e}"),
+            }
         }
+        println!("EOF");
     }
-    println!("EOF");
+}
+
+/// The server process, killed if the test fails before it exits.
+struct Server(std::process::Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
 #[test]
 fn client_and_server_in_two_processes() {
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "echo_server", "--ignored", "--nocapture"])
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("spawn server");
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let mut next_with = |key: &str| loop {
-        let line = lines.next().expect("server output").expect("server line");
+    let mut child = Server(
+        Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "echo_server", "--ignored", "--nocapture"])
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("spawn server"),
+    );
+    // The server's lines, read by a thread so that every wait is bounded.
+    let (tx, rx) = mpsc::channel();
+    let out = child.0.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(out).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let next_with = |key: &str| loop {
+        let line = rx.recv_timeout(DEADLINE).expect("a line from the server in time");
         if let Some((_, rest)) = line.split_once(key) {
             return rest.trim().to_string();
         }
@@ -65,6 +90,12 @@ fn client_and_server_in_two_processes() {
     assert!(rest.is_empty(), "the listener answered a stranger: {rest:?}");
     let why = next_with("REFUSED ");
     assert!(why.contains("protocol"), "{why}");
+
+    // A client that connects and closes at once, before any message: the
+    // server's receive ends (the connection's hello made both sides see
+    // each other), it does not wait forever.
+    drop(Connection::connect(addr.as_str(), &test_attr()).unwrap());
+    next_with("EOF");
 
     let mut conn = Connection::connect(addr.as_str(), &test_attr()).unwrap();
     // Nothing comes: the receive times out and is cancelled ...
@@ -92,7 +123,7 @@ fn client_and_server_in_two_processes() {
     // Our close is the server's end of file.
     drop(conn);
     next_with("EOF");
-    assert!(child.wait().unwrap().success());
+    assert!(child.0.wait().unwrap().success());
 }
 
 #[test]
