@@ -225,6 +225,13 @@
 #define XFER_EADDRNOTAVAIL -99
 
 /**
+ * The peer closed its end in order (endpoint closed or process exited)
+ * while the operation was outstanding to it (`FI_ECONNRESET`); a failed
+ * connection is `XFER_EHOSTUNREACH` instead.
+ */
+#define XFER_ECONNRESET -104
+
+/**
  * A timeout expired (`xfer_cq_wait`).
  */
 #define XFER_ETIMEDOUT -110
@@ -258,6 +265,25 @@
  * The message was longer than the receive buffer (`FI_ETRUNC`).
  */
 #define XFER_ETRUNC -265
+
+/**
+ * `xfer_peer_event_t.kind`: the peer's first connection with the endpoint
+ * is up (either side opened it; libfabric's `FI_CONNECTED`).
+ */
+#define XFER_PEER_JOINED 1
+
+/**
+ * `xfer_peer_event_t.kind`: the peer's last connection ended in order: it
+ * closed its endpoint (what was outstanding to it ended with
+ * `XFER_ECONNRESET`; libfabric's `FI_SHUTDOWN`).
+ */
+#define XFER_PEER_CLOSED 2
+
+/**
+ * `xfer_peer_event_t.kind`: the peer's last connection failed; `err` and
+ * `prov_errno` say how, as in the completions of its operations.
+ */
+#define XFER_PEER_FAILED 3
 
 /**
  * The most elements one vector call takes (`iov_limit`).
@@ -359,12 +385,13 @@ typedef struct xfer_cq_entry_t {
     xfer_addr_t src;
     /**
      * 0, or the negative `XFER_E*` code that ended the operation:
-     * `XFER_ETRUNC`, `XFER_ECANCELED`, `XFER_EHOSTUNREACH`, ...
+     * `XFER_ETRUNC`, `XFER_ECANCELED`, `XFER_EHOSTUNREACH` (the peer's
+     * connection failed), `XFER_ECONNRESET` (the peer closed its end), ...
      */
     int err;
     /**
      * Provider detail for an error: the OS errno behind a connection
-     * failure (0 when the peer closed it), else 0.
+     * failure (`XFER_EHOSTUNREACH`), else 0.
      */
     int prov_errno;
     /**
@@ -494,6 +521,14 @@ typedef struct xfer_ep_attr_t {
      * past it connecting peers are refused (`XFER_RX_MEMORY`).
      */
     uint64_t rx_memory;
+    /**
+     * Peer events (`xfer_ep_peer_event`) the endpoint queues at most before
+     * dropping new ones (counter `peer_events_lost`); 0 for off, the
+     * default (`XFER_PEER_EVENTS`). A program built against a header
+     * without this field passes the smaller `size`: still accepted, with
+     * the environment's value.
+     */
+    size_t peer_events;
 } xfer_ep_attr_t;
 
 /**
@@ -530,6 +565,38 @@ typedef struct xfer_msg_t {
      */
     void *context;
 } xfer_msg_t;
+
+/**
+ * One peer event (`xfer_ep_peer_event`).
+ */
+typedef struct xfer_peer_event_t {
+    /**
+     * `XFER_PEER_JOINED`, `XFER_PEER_CLOSED` or `XFER_PEER_FAILED`.
+     */
+    int kind;
+    /**
+     * For `XFER_PEER_FAILED`: the negative `XFER_E*` code of the failure
+     * (`XFER_EHOSTUNREACH`, `XFER_ETIMEDOUT`, ...); else 0.
+     */
+    int err;
+    /**
+     * For `XFER_PEER_FAILED`: the OS errno behind it, or 0.
+     */
+    int prov_errno;
+    /**
+     * The peer's address-vector handle, or `XFER_ADDR_UNSPEC` when its
+     * name is not inserted (a peer that connected first).
+     */
+    xfer_addr_t peer;
+    /**
+     * Length of `name`.
+     */
+    size_t name_len;
+    /**
+     * The peer's endpoint name (`xfer_av_insert` takes it).
+     */
+    uint8_t name[XFER_NAME_MAX];
+} xfer_peer_event_t;
 
 /**
  * One element of a scatter-gather list: `len` bytes at `base`. The same
@@ -1123,6 +1190,19 @@ int xfer_ep_cancel(struct xfer_ep_t *ep, void *context);
  * Never returns NULL.
  */
 const char *xfer_strerror(int code);
+
+/**
+ * Takes the endpoint's oldest peer event into `*event`, after driving
+ * progress once (as `xfer_cq_poll` does).
+ *
+ * Returns 1 when an event was stored, 0 when there is none (or events are
+ * off: `xfer_ep_attr_t.peer_events` is 0); `XFER_EBADF`; `XFER_EINVAL`
+ * when `event` is NULL. Thread-safe.
+ *
+ * # Safety
+ * `event` must be NULL or writable for one `xfer_peer_event_t`.
+ */
+int xfer_ep_peer_event(struct xfer_ep_t *ep, struct xfer_peer_event_t *event);
 
 /**
  * Sends the `count` elements of `iov`, concatenated, as one untagged

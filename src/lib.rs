@@ -81,7 +81,7 @@ pub use xfer_core::{error_limited, warn_limited};
 pub use xfer_core::{Access, Claim, LocalDesc, MemoryRegion, Peeked, RemoteKey, RmaKind, RmaOp};
 pub use xfer_core::{
     Address, AddressVector, Buffer, Completion, CompletionQueue, CqAttr, DomainAttr, Endpoint, EndpointAttr, Error,
-    Flags, JobKey, PeerAddr, RecvOp, RecvSpec, Rejected, Result, SendOp, Setting, TcpAttr,
+    Flags, JobKey, PeerAddr, PeerEvent, PeerEventKind, RecvOp, RecvSpec, Rejected, Result, SendOp, Setting, TcpAttr,
 };
 
 /// A domain (from xfer-core); open one with [`open`] or [`open_default`].
@@ -92,6 +92,8 @@ pub use xfer_core::Domain;
 pub mod aio;
 mod choice;
 pub use choice::{Candidate, ProviderChoice, Verdict};
+mod connection;
+pub use connection::{connect, listen, Connection, Listener};
 
 /// One provider as the facade sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]

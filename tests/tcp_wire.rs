@@ -731,10 +731,11 @@ fn clear_to_send_after_the_send_failed_is_dropped() {
     let mut back = TcpStream::connect(addr_of(&v)).unwrap();
     back.write_all(&hello(fake.local_addr().unwrap(), &v)).unwrap();
     expect_hello_ack(&mut v, &mut back);
-    // The connection the request went out on dies; the send fails.
+    // The connection the request went out on closes (in order); the send
+    // fails with it.
     drop(out);
     let c = expect(&mut [&mut v], 0, 10);
-    assert!(matches!(c.result, Err(Error::PeerUnreachable { .. })), "{:?}", c.result);
+    assert_eq!(c.result, Err(Error::PeerClosed { peer }));
     // The answer that crossed the failure, then a message, on the other connection.
     let mut bytes = Frame::Cts {
         token,
@@ -805,7 +806,7 @@ fn rma_answer_after_the_operation_failed_is_dropped() {
         expect_hello_ack(&mut v, &mut back);
         drop(out);
         let c = expect(&mut [&mut v], 0, 10);
-        assert!(matches!(c.result, Err(Error::PeerUnreachable { .. })), "{:?}", c.result);
+        assert!(matches!(c.result, Err(Error::PeerClosed { .. })), "{:?}", c.result);
         let answer = |token| -> Vec<u8> {
             if !read {
                 return Frame::WriteAck { token, status: 0 }.to_bytes().to_vec();

@@ -575,7 +575,13 @@ fn link_down_mid_transfer() {
             "{}: nothing was outstanding when the link went down",
             w.label
         );
-        let other: Vec<&String> = failed.iter().filter(|f| !f.contains("PeerUnreachable")).collect();
+        // The side whose link went down may read rxe's disconnect event
+        // while its port still shows active for a moment (docs/FAULTS.md):
+        // that is taken for the peer's close.
+        let other: Vec<&String> = failed
+            .iter()
+            .filter(|f| !f.contains("PeerUnreachable") && !f.contains("PeerClosed"))
+            .collect();
         assert!(other.is_empty(), "{}: other errors: {other:?}", w.label);
     }
     a.check_received_in_order(2);

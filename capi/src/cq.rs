@@ -65,14 +65,24 @@ pub struct xfer_cq_entry_t {
     /// the address vector (and for sends).
     pub src: xfer_addr_t,
     /// 0, or the negative `XFER_E*` code that ended the operation:
-    /// `XFER_ETRUNC`, `XFER_ECANCELED`, `XFER_EHOSTUNREACH`, ...
+    /// `XFER_ETRUNC`, `XFER_ECANCELED`, `XFER_EHOSTUNREACH` (the peer's
+    /// connection failed), `XFER_ECONNRESET` (the peer closed its end), ...
     pub err: c_int,
     /// Provider detail for an error: the OS errno behind a connection
-    /// failure (0 when the peer closed it), else 0.
+    /// failure (`XFER_EHOSTUNREACH`), else 0.
     pub prov_errno: c_int,
     /// For `XFER_ETRUNC`: the bytes that did not fit (libfabric's overflow
     /// length); the sender's message was `len + olen` bytes. Else 0.
     pub olen: usize,
+}
+
+/// The OS errno behind an error, for the `prov_errno` fields; else 0.
+pub(crate) fn prov_errno(e: &Error) -> c_int {
+    match e {
+        Error::PeerUnreachable { errno, .. } => *errno,
+        Error::Os(errno) => *errno,
+        _ => 0,
+    }
 }
 
 impl xfer_cq_entry_t {
@@ -80,11 +90,7 @@ impl xfer_cq_entry_t {
         let (err, prov_errno, olen) = match &c.result {
             Ok(()) => (0, 0, 0),
             Err(e) => {
-                let prov_errno = match e {
-                    Error::PeerUnreachable { errno, .. } => *errno,
-                    Error::Os(errno) => *errno,
-                    _ => 0,
-                };
+                let prov_errno = prov_errno(e);
                 let olen = match e {
                     Error::Truncated { len, olen } => olen.saturating_sub(*len),
                     _ => 0,

@@ -102,6 +102,12 @@ pub struct xfer_ep_attr_t {
     /// hold (their credit in flight, unexpected messages, connections);
     /// past it connecting peers are refused (`XFER_RX_MEMORY`).
     pub rx_memory: u64,
+    /// Peer events (`xfer_ep_peer_event`) the endpoint queues at most before
+    /// dropping new ones (counter `peer_events_lost`); 0 for off, the
+    /// default (`XFER_PEER_EVENTS`). A program built against a header
+    /// without this field passes the smaller `size`: still accepted, with
+    /// the environment's value.
+    pub peer_events: usize,
 }
 
 /// `sizeof(xfer_ep_attr_t)` before `tcp_iface` was added: such a struct is
@@ -113,6 +119,9 @@ const ATTR_SIZE_BEFORE_PROGRESS: usize = std::mem::offset_of!(xfer_ep_attr_t, pr
 /// `sizeof(xfer_ep_attr_t)` before `rx_memory` was added: such a struct is
 /// still accepted (the environment's value applies).
 const ATTR_SIZE_BEFORE_RX_MEMORY: usize = std::mem::offset_of!(xfer_ep_attr_t, rx_memory);
+/// `sizeof(xfer_ep_attr_t)` before `peer_events` was added: such a struct is
+/// still accepted (the environment's value applies).
+const ATTR_SIZE_BEFORE_EVENTS: usize = std::mem::offset_of!(xfer_ep_attr_t, peer_events);
 
 /// A message for `xfer_ep_sendmsg` / `xfer_ep_recvmsg` (`fi_msg_tagged`
 /// with one buffer).
@@ -159,6 +168,7 @@ fn attr_from_rust(a: &EndpointAttr) -> xfer_ep_attr_t {
         progress_timeout_ms: a.progress_timeout_ms,
         job_key: std::ptr::null(),
         rx_memory: a.rx_memory,
+        peer_events: a.peer_events,
     }
 }
 
@@ -187,7 +197,7 @@ pub unsafe extern "C" fn xfer_ep_attr_init(attr: *mut xfer_ep_attr_t) -> c_int {
 /// # Safety
 /// `attr` must point to a readable `size_t` and, when that is one of the
 /// sizes accepted (`sizeof(xfer_ep_attr_t)`, or that of the struct before
-/// `rx_memory`, `progress_timeout_ms` or `tcp_iface`), to that many readable bytes
+/// `rx_memory`, `peer_events`, `progress_timeout_ms` or `tcp_iface`), to that many readable bytes
 /// of the struct, whose `tcp_addr`, `tcp_iface` and `job_key` (when present)
 /// are NULL or NUL-terminated.
 unsafe fn attr_to_rust(attr: *const xfer_ep_attr_t) -> Result<EndpointAttr, Fail> {
@@ -198,11 +208,14 @@ unsafe fn attr_to_rust(attr: *const xfer_ep_attr_t) -> Result<EndpointAttr, Fail
     if size == std::mem::size_of::<xfer_ep_attr_t>() {
         // SAFETY: the size matches, so the whole struct is readable by contract.
         a = unsafe { attr.read() };
-    } else if size == ATTR_SIZE_BEFORE_IFACE || size == ATTR_SIZE_BEFORE_PROGRESS || size == ATTR_SIZE_BEFORE_RX_MEMORY
+    } else if size == ATTR_SIZE_BEFORE_IFACE
+        || size == ATTR_SIZE_BEFORE_PROGRESS
+        || size == ATTR_SIZE_BEFORE_RX_MEMORY
+        || size == ATTR_SIZE_BEFORE_EVENTS
     {
         // SAFETY: the caller's struct has this many readable bytes by
-        // contract, the fields before `tcp_iface`, `progress_timeout_ms` or
-        // `rx_memory` (the pointers after stay NULL); `a` is a whole struct, so as many
+        // contract, the fields before `tcp_iface`, `progress_timeout_ms`,
+        // `rx_memory` or `peer_events` (the pointers after stay NULL); `a` is a whole struct, so as many
         // bytes of it are writable.
         unsafe { std::ptr::copy_nonoverlapping(attr.cast::<u8>(), (&mut a as *mut xfer_ep_attr_t).cast::<u8>(), size) };
     } else {
@@ -228,6 +241,7 @@ unsafe fn attr_to_rust(attr: *const xfer_ep_attr_t) -> Result<EndpointAttr, Fail
     r.tcp.local_sndbuf = a.tcp_local_sndbuf;
     r.progress_timeout_ms = a.progress_timeout_ms;
     r.rx_memory = a.rx_memory;
+    r.peer_events = a.peer_events;
     // SAFETY: NULL or NUL-terminated by contract.
     if let Some(s) = unsafe { c_text(a.tcp_addr, "xfer_ep_open: tcp_addr is not UTF-8") }? {
         r.tcp.addr = Some(s.to_string());
@@ -901,6 +915,26 @@ mod tests {
         assert_eq!(r.progress_timeout_ms, 777);
         assert_eq!(r.rx_memory, 12345);
         assert_eq!(r.job_key, Some(xfer_facade::JobKey(b"key".to_vec())));
+        // The struct before `peer_events`: the job key is read, the event
+        // queue is left to the environment.
+        let before_events = xfer_ep_attr_t {
+            size: ATTR_SIZE_BEFORE_EVENTS,
+            peer_events: 99,
+            ..whole
+        };
+        // SAFETY: the struct is whole, so its first `size` bytes are readable.
+        let r = unsafe { attr_to_rust(&before_events) }.unwrap();
+        assert_eq!(r.job_key, Some(xfer_facade::JobKey(b"key".to_vec())));
+        assert_eq!(r.peer_events, env.peer_events);
+        // SAFETY: as above.
+        let r = unsafe {
+            attr_to_rust(&xfer_ep_attr_t {
+                peer_events: 99,
+                ..whole
+            })
+        }
+        .unwrap();
+        assert_eq!(r.peer_events, 99);
         let not_utf8 = xfer_ep_attr_t {
             tcp_iface: c"\xff".as_ptr(),
             ..a

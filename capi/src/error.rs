@@ -40,6 +40,10 @@ pub const XFER_EPROTO: c_int = -71;
 pub const XFER_EOPNOTSUPP: c_int = -95;
 /// The address is not a name of this provider, or the peer is not in the AV.
 pub const XFER_EADDRNOTAVAIL: c_int = -99;
+/// The peer closed its end in order (endpoint closed or process exited)
+/// while the operation was outstanding to it (`FI_ECONNRESET`); a failed
+/// connection is `XFER_EHOSTUNREACH` instead.
+pub const XFER_ECONNRESET: c_int = -104;
 /// A timeout expired (`xfer_cq_wait`).
 pub const XFER_ETIMEDOUT: c_int = -110;
 /// The peer could not be reached or its connection failed.
@@ -187,6 +191,7 @@ mod tests {
                 },
                 XFER_EHOSTUNREACH,
             ),
+            (Error::PeerClosed { peer: PeerAddr(0) }, XFER_ECONNRESET),
             (Error::Protocol("x"), XFER_EPROTO),
             (Error::Os(libc::EBADF), XFER_EBADF),
             (Error::Again, XFER_EAGAIN),

@@ -46,6 +46,7 @@ pub mod cq;
 pub mod domain;
 pub mod ep;
 pub mod error;
+pub mod event;
 mod handle;
 pub mod iov;
 pub mod mr;

@@ -218,6 +218,10 @@ pub struct EndpointAttr {
     /// way. A truncated message reports its truncation instead. Off by
     /// default.
     pub source_err: bool,
+    /// Peer events ([`Endpoint::peer_event`](crate::Endpoint::peer_event)):
+    /// how many the endpoint queues at most before dropping new ones
+    /// (counted as `peer_events_lost`). 0 (the default): off.
+    pub peer_events: usize,
     /// TCP provider settings.
     pub tcp: TcpAttr,
 }
@@ -234,6 +238,7 @@ impl Default for EndpointAttr {
             job_key: None,
             rx_memory: 1 << 30,
             source_err: false,
+            peer_events: 0,
             tcp: TcpAttr::default(),
         }
     }
@@ -259,6 +264,7 @@ impl EndpointAttr {
         apply(&mut a.max_outstanding_per_peer, "XFER_MAX_OUTSTANDING_PER_PEER");
         apply(&mut a.progress_timeout_ms, "XFER_PROGRESS_TIMEOUT_MS");
         apply(&mut a.rx_memory, "XFER_RX_MEMORY");
+        apply(&mut a.peer_events, "XFER_PEER_EVENTS");
         if let Some(k) = std::env::var_os("XFER_JOB_KEY").filter(|k| !k.is_empty()) {
             a.job_key = Some(JobKey(std::os::unix::ffi::OsStrExt::as_bytes(k.as_os_str()).to_vec()));
         }
@@ -309,6 +315,11 @@ impl EndpointAttr {
                 env: "XFER_PROGRESS_TIMEOUT_MS",
                 value: self.progress_timeout_ms.to_string(),
                 doc: "operations waiting on a peer that made no progress (probed at half the time) for this long fail with ETIMEDOUT (0: off; TCP)",
+            },
+            Setting {
+                env: "XFER_PEER_EVENTS",
+                value: self.peer_events.to_string(),
+                doc: "peer join/leave events an endpoint queues at most (0: off)",
             },
             Setting {
                 env: "XFER_JOB_KEY",

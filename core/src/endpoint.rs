@@ -69,6 +69,41 @@ impl Endpoint {
         Ok(st.eps[self.key].prov.counters())
     }
 
+    /// The oldest peer event, if any: a peer [joined](crate::PeerEventKind::Joined)
+    /// (its first connection with this endpoint is up, whichever side
+    /// opened it) or left, [in order](crate::PeerEventKind::Closed) or
+    /// [failing](crate::PeerEventKind::Failed) (its last connection ended).
+    /// Off unless [`EndpointAttr::peer_events`](crate::EndpointAttr::peer_events)
+    /// is set: then progress (this call drives it, as does polling the
+    /// completion queue) queues up to that many; more are dropped and
+    /// counted (counter `peer_events_lost`). Events follow connections, so
+    /// a peer is seen once it connected or was connected to; a peer whose
+    /// connection is replaced by another one does not leave.
+    ///
+    /// ```
+    /// # fn main() -> xfer::Result<()> {
+    /// let mut attr = xfer::EndpointAttr::from_env();
+    /// attr.peer_events = 64;
+    /// # attr.tcp.addr = Some("127.0.0.1".into());
+    /// let domain = xfer::open_default()?;
+    /// let cq = domain.cq(&xfer::CqAttr::default())?;
+    /// let ep = domain.endpoint(&cq, &domain.av()?, &attr)?;
+    /// while let Some(ev) = ep.peer_event()? {
+    ///     match ev.kind {
+    ///         xfer::PeerEventKind::Joined => println!("{} joined", ev.name),
+    ///         _ => println!("{ev}"),
+    ///     }
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn peer_event(&self) -> Result<Option<crate::PeerEvent>> {
+        self.shared.lock()?.with_ep(self.key, |ep, cx| {
+            ep.progress(cx);
+            Ok(ep.peer_event())
+        })
+    }
+
     /// The completion queue this endpoint reports to.
     pub fn cq(&self) -> &CompletionQueue {
         &self.cq

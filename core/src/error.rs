@@ -41,8 +41,20 @@ pub enum Error {
     PeerUnreachable {
         /// The peer's handle in the address vector.
         peer: PeerAddr,
-        /// Provider detail: the OS error number, or 0 when the peer closed.
+        /// Provider detail: the OS error number (0 when a connection that
+        /// had not failed was replaced and took the operation with it).
         errno: i32,
+    },
+    /// The peer closed its end in order (its endpoint was closed or its
+    /// process exited; the transport cannot tell these apart) while this
+    /// operation was still outstanding to it: a send it had not taken in
+    /// full, a receive directed at it, an RMA it had not answered. Nothing
+    /// broke: the peer left. A later operation to it fails as for any peer
+    /// that is not there ([`Error::PeerUnreachable`], `ECONNREFUSED`).
+    /// C: `XFER_ECONNRESET` (libfabric's `FI_ECONNRESET`).
+    PeerClosed {
+        /// The peer's handle in the address vector.
+        peer: PeerAddr,
     },
     /// The peer made no progress for the endpoint's progress timeout
     /// (`EndpointAttr::progress_timeout_ms`) while operations waited for it:
@@ -99,6 +111,7 @@ impl Error {
             Error::Truncated { .. } => 265, // FI_ETRUNC
             Error::Canceled => libc::ECANCELED,
             Error::PeerUnreachable { .. } => libc::EHOSTUNREACH,
+            Error::PeerClosed { .. } => libc::ECONNRESET,
             Error::Protocol(_) => libc::EPROTO,
             Error::Os(e) => *e,
             Error::Again => libc::EAGAIN,
@@ -128,13 +141,14 @@ impl fmt::Display for Error {
             }
             Error::Canceled => f.write_str("operation cancelled"),
             Error::PeerUnreachable { peer, errno: 0 } => {
-                write!(f, "peer {peer} unreachable: connection closed by peer")
+                write!(f, "peer {peer} unreachable: its connection ended")
             }
             Error::PeerUnreachable { peer, errno } => write!(
                 f,
                 "peer {peer} unreachable: {}",
                 std::io::Error::from_raw_os_error(*errno)
             ),
+            Error::PeerClosed { peer } => write!(f, "peer {peer} closed its end before the operation completed"),
             Error::Stalled { peer } => write!(f, "peer {peer} made no progress within the progress timeout"),
             Error::Protocol(what) => write!(f, "protocol error from peer: {what}"),
             Error::Os(e) => write!(f, "{}", std::io::Error::from_raw_os_error(*e)),
@@ -160,7 +174,8 @@ impl Error {
     /// |---|---|
     /// | `InvalidArgument` | `InvalidInput` |
     /// | `Truncated`, `Canceled`, `Internal` | `Other` |
-    /// | `PeerUnreachable` closed by the peer (`errno` 0) | `ConnectionAborted` |
+    /// | `PeerClosed` | `ConnectionReset` |
+    /// | `PeerUnreachable` with `errno` 0 | `ConnectionAborted` |
     /// | `PeerUnreachable` with an `errno` | the OS error's kind when it is about connections (`ConnectionRefused`, `ConnectionReset`, `BrokenPipe`, `TimedOut`, `NetworkUnreachable`, ...), else `HostUnreachable` |
     /// | `Os` | the OS error's kind |
     /// | `Protocol` | `InvalidData` |
@@ -178,6 +193,7 @@ impl Error {
         match self {
             Error::InvalidArgument(_) => K::InvalidInput,
             Error::Truncated { .. } | Error::Canceled | Error::Internal(_) => K::Other,
+            Error::PeerClosed { .. } => K::ConnectionReset,
             Error::PeerUnreachable { errno: 0, .. } => K::ConnectionAborted,
             Error::PeerUnreachable { errno, .. } => match std::io::Error::from_raw_os_error(*errno).kind() {
                 k @ (K::ConnectionRefused
@@ -242,6 +258,7 @@ mod tests {
         assert_eq!(Error::NotFound("no such receive").code(), -2); // -FI_ENOENT
         let name = Box::new(Address::new(b"ab").expect("a name"));
         assert_eq!(Error::UnknownSource(name).code(), -libc::EADDRNOTAVAIL); // -FI_EADDRNOTAVAIL
+        assert_eq!(Error::PeerClosed { peer: PeerAddr(0) }.code(), -104); // -FI_ECONNRESET
     }
 
     /// Every completion carries a `Result<(), Error>`: an error's payload
@@ -266,6 +283,7 @@ mod tests {
                 },
                 K::ConnectionAborted,
             ),
+            (Error::PeerClosed { peer: PeerAddr(1) }, K::ConnectionReset),
             (
                 Error::PeerUnreachable {
                     peer: PeerAddr(1),

@@ -45,6 +45,7 @@ mod cq;
 mod domain;
 mod endpoint;
 mod error;
+mod event;
 mod hash;
 #[doc(hidden)]
 pub mod log;
@@ -67,6 +68,7 @@ pub use cq::CompletionQueue;
 pub use domain::Domain;
 pub use endpoint::Endpoint;
 pub use error::{Error, Result};
+pub use event::{PeerEvent, PeerEventKind};
 pub use mr::{Access, MemoryRegion, RemoteKey};
 pub use peek::{Claim, Peeked};
 pub use provider::{RecvOp, Rejected, RmaKind, RmaOp, SendOp};

@@ -277,4 +277,9 @@ pub trait EndpointProvider: Send {
     fn counters(&self) -> Vec<(&'static str, u64)> {
         Vec::new()
     }
+    /// The oldest peer event its progress produced, when events are on
+    /// (`EndpointAttr::peer_events`; [`crate::event::PeerEvents`] keeps them).
+    fn peer_event(&mut self) -> Option<crate::event::PeerEvent> {
+        None
+    }
 }

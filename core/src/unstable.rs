@@ -39,6 +39,10 @@ pub mod error {
 }
 
 /// The fast hasher of core's maps.
+pub mod event {
+    pub use crate::event::*;
+}
+
 pub mod hash {
     pub use crate::hash::*;
 }

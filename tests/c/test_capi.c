@@ -242,7 +242,7 @@ static void test_strerror(void)
 {
     const int codes[] = {XFER_SUCCESS, XFER_ENOENT, XFER_EIO, XFER_EBADF, XFER_EAGAIN, XFER_ENOMEM,
                          XFER_EACCES, XFER_EBUSY, XFER_EINVAL, XFER_ENODATA, XFER_EPROTO, XFER_EOPNOTSUPP,
-                         XFER_EADDRNOTAVAIL, XFER_ETIMEDOUT, XFER_EHOSTUNREACH, XFER_ECANCELED,
+                         XFER_EADDRNOTAVAIL, XFER_ETIMEDOUT, XFER_EHOSTUNREACH, XFER_ECONNRESET, XFER_ECANCELED,
                          XFER_EOTHER, XFER_ETOOSMALL, XFER_EBADFLAGS, XFER_ETRUNC};
     for (size_t i = 0; i < sizeof codes / sizeof codes[0]; i++) {
         const char *s = xfer_strerror(codes[i]);
@@ -1430,6 +1430,65 @@ static void test_pingpong_two_processes(void)
     run_with_child(pp_server, pp_client, "ping-pong server");
 }
 
+/* The child of test_peer_close: says hello, waits for the parent's go,
+ * then returns, and child_main closes its endpoint. */
+static int closing_child(struct node *n, xfer_addr_t parent)
+{
+    uint8_t b = 0;
+    xfer_cq_entry_t e;
+    if (xfer_ep_tsend(n->ep, &b, 1, parent, 1, CTX(1)) != 0 || wait_one(n, CTX(1), &e) != 0)
+        return 2;
+    if (xfer_ep_trecv(n->ep, &b, 1, parent, 2, 0, CTX(2)) != 0 || wait_one(n, CTX(2), &e) != 0)
+        return 3;
+    return 0;
+}
+
+/* Polls `n` until it has a peer event; 0 once stored in `*ev`. */
+static int next_peer_event(struct node *n, xfer_peer_event_t *ev)
+{
+    double end = now_ms() + DEADLINE_MS;
+    for (;;) {
+        int rc = xfer_ep_peer_event(n->ep, ev);
+        if (rc != 0)
+            return rc == 1 ? 0 : rc;
+        node_poll(n);
+        if (now_ms() > end)
+            return XFER_ETIMEDOUT;
+    }
+}
+
+static void close_watcher(struct node *n, xfer_addr_t child)
+{
+    uint8_t hello = 9, go = 2, never[4];
+    xfer_cq_entry_t e;
+    xfer_peer_event_t ev;
+    /* Outstanding to the child when it closes: a receive directed at it. */
+    CHECK_RC(xfer_ep_trecv(n->ep, never, sizeof never, child, 9, 0, CTX(10)), 0);
+    CHECK_RC(xfer_ep_trecv(n->ep, &hello, 1, child, 1, 0, CTX(11)), 0);
+    CHECK_RC(wait_one(n, CTX(11), &e), 0);
+    CHECK_RC(next_peer_event(n, &ev), 0);
+    CHECK(ev.kind == XFER_PEER_JOINED && ev.peer == child && ev.err == 0);
+    xfer_addr_t again = XFER_ADDR_UNSPEC;
+    CHECK_RC(xfer_av_insert(n->av, ev.name, ev.name_len, &again), 0);
+    CHECK(again == child);
+    CHECK_RC(xfer_ep_tsend(n->ep, &go, 1, child, 2, CTX(12)), 0);
+    CHECK_RC(wait_one(n, CTX(12), &e), 0);
+    /* The child closes its endpoint: in order, not a failure. */
+    CHECK_RC(wait_one(n, CTX(10), &e), XFER_ECONNRESET);
+    CHECK(e.prov_errno == 0);
+    CHECK_RC(next_peer_event(n, &ev), 0);
+    CHECK(ev.kind == XFER_PEER_CLOSED && ev.peer == child);
+    CHECK_RC(xfer_ep_peer_event(n->ep, &ev), 0);
+    CHECK_RC(xfer_ep_peer_event(n->ep, NULL), XFER_EINVAL);
+}
+
+static void test_peer_close(void)
+{
+    setenv("XFER_PEER_EVENTS", "8", 1);
+    run_with_child(closing_child, close_watcher, "closing child");
+    unsetenv("XFER_PEER_EVENTS");
+}
+
 /* ------------------------------------------------------------------ */
 /* Memory registration and RMA                                          */
 /* ------------------------------------------------------------------ */
@@ -1980,6 +2039,7 @@ static const struct {
     {"threads", test_threads},
     {"close_races_use", test_close_races_use},
     {"pingpong_two_processes", test_pingpong_two_processes},
+    {"peer_close", test_peer_close},
     {"mr", test_mr},
     {"region_ops", test_region_ops},
     {"rma_selective_completion", test_rma_selective_completion},

@@ -1,12 +1,9 @@
 //! tarpc, an unmodified Rust RPC framework, over xfer.
 //!
-//! tarpc takes any `Stream + Sink` of its messages as a transport.
-//! [`Transport`] is one on [`xfer::aio::AsyncEndpoint`] tagged messages,
-//! with bincode as the codec (the one tarpc's TCP transport uses), so a
-//! tarpc service runs over TCP or RDMA verbs, whichever provider xfer opens.
-//! [`Node`] is a process's endpoint: `connect` on a client, `incoming` on a
-//! server, many connections on one endpoint told apart by tags
-//! ([`wire`]; docs/RPC.md).
+//! The transport is the `xfer-tarpc` crate ([`Transport`], [`Node`],
+//! [`wire`], re-exported here); this package adds a service (`Calc`) with a
+//! checking client, the `xfer-rpc` program and its benchmark against tarpc
+//! over tokio TCP (docs/RPC.md).
 //!
 //! ```no_run
 //! # async fn demo(server_name: &[u8]) -> std::io::Result<()> {
@@ -19,13 +16,9 @@
 //! ```
 
 pub mod bench;
-mod node;
 mod service;
-mod transport;
-pub mod wire;
 
-pub use node::{Node, CONNECT_TIMEOUT};
 pub use service::{
     check, ctx, pattern, serve, Calc, CalcClient, CalcRequest, CalcResponse, CalcServer, ServerIn, ServerOut, SIZES,
 };
-pub use transport::{Transport, RECV_WINDOW, SENDS_MAX};
+pub use xfer_tarpc::{wire, Node, Transport, CONNECT_TIMEOUT, RECV_WINDOW, SENDS_MAX};

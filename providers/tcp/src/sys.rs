@@ -322,6 +322,26 @@ impl Socket {
         Ok(err)
     }
 
+    /// Starts an orderly close before the descriptor is dropped: sends our
+    /// FIN (after what the send buffer holds), then reads and discards what
+    /// already arrived, up to `budget` bytes. Closing a socket with unread
+    /// bytes makes the kernel send a reset instead, which the peer would
+    /// take for a failure; with the FIN out first it reads an end of file.
+    pub fn close_in_order(&self, budget: usize) {
+        // SAFETY: shutdown(2) on a descriptor we own; no memory is passed.
+        if unsafe { libc::shutdown(self.fd.as_raw_fd(), libc::SHUT_WR) } != 0 {
+            return; // not connected (any more): nothing to close in order
+        }
+        let mut sink = [0u8; 16 * 1024];
+        let mut left = budget;
+        while left > 0 {
+            match self.recv(&mut sink) {
+                Ok(Io::Done(n)) if n > 0 => left = left.saturating_sub(n),
+                _ => return,
+            }
+        }
+    }
+
     /// Reads into `buf` without blocking.
     #[inline(always)]
     pub fn recv(&self, buf: &mut [u8]) -> Result<Io> {

@@ -35,11 +35,15 @@ impl TcpEndpoint {
                     let _ = self.consume(cx, id);
                     // Closed before it acknowledged our Hello: the endpoint we
                     // dialled is not there (a new one at its address refused it).
-                    let refused = self
-                        .conns
-                        .get(id)
-                        .is_some_and(|c| matches!(c.state, State::Handshake(_)));
-                    return self.fail_conn(cx, id, if refused { REFUSED } else { CLOSED_BY_PEER });
+                    let Some(c) = self.conns.get(id) else { return };
+                    let cause = if matches!(c.state, State::Handshake(_)) {
+                        REFUSED
+                    } else if matches!(c.rx, Phase::Header) && c.staged().is_empty() {
+                        CLOSED_BY_PEER
+                    } else {
+                        CUT_BY_PEER
+                    };
+                    return self.fail_conn(cx, id, cause);
                 }
                 Ok(Io::Done(n)) => {
                     self.conns[id].silence.heard();
@@ -156,6 +160,7 @@ impl TcpEndpoint {
     #[cold]
     fn open_accepted(&mut self, cx: &mut Ctx<'_>, id: usize, peer: Address) {
         self.conns[id].peer = Some(peer);
+        self.peer_up(cx, peer);
         // Answer on this connection unless we already opened our own.
         let own = *self.route.entry(peer).or_insert(id);
         tracing::debug!(?peer, "peer connected");
@@ -237,6 +242,10 @@ impl TcpEndpoint {
             conn.state = State::Open;
             self.connecting -= 1;
             tracing::debug!(peer = %dialled, "connected");
+            let acked = TcpName { nonce, ..dialled };
+            if let Ok(name) = Address::new(&acked.to_vec()) {
+                self.peer_up(cx, name);
+            }
             self.flush(cx, id);
             return Ok(true);
         }

@@ -19,6 +19,7 @@ use slab::Slab;
 use xfer_core::unstable::addr::{Address, AvTable, PeerAddr};
 use xfer_core::unstable::attr::{EndpointAttr, TcpAttr};
 use xfer_core::unstable::error::{Error, Result};
+use xfer_core::unstable::event::{PeerEvent, PeerEvents};
 use xfer_core::unstable::mr::Access;
 use xfer_core::unstable::peek::{Claim, Peeked};
 use xfer_core::unstable::provider::{Ctx, EndpointProvider, RecvOp, Rejected, RmaKind, RmaOp, SendOp};
@@ -43,6 +44,7 @@ mod burst;
 mod credit;
 mod crossed;
 mod eager;
+mod events;
 mod hot;
 mod inbound;
 mod listen;
@@ -57,10 +59,14 @@ use rma::RmaTx;
 const LISTENER: u64 = u64::MAX;
 /// Reads per connection per progress call, so one busy peer cannot starve others.
 const READS_PER_EVENT: usize = 16;
-/// The cause recorded when a peer closes a connection in order (end of file).
-const CLOSED_BY_PEER: Error = Error::PeerUnreachable {
+/// The cause recorded when a peer closes a connection in order (end of
+/// file between frames).
+const CLOSED_BY_PEER: Error = Error::PeerClosed { peer: PeerAddr::UNSPEC };
+/// The cause recorded when a connection ends in the middle of a frame: the
+/// peer's process died while sending, so its message is lost.
+const CUT_BY_PEER: Error = Error::PeerUnreachable {
     peer: PeerAddr::UNSPEC,
-    errno: 0,
+    errno: libc::ECONNRESET,
 };
 /// The cause recorded when a peer closes a connection before acknowledging
 /// our Hello: the endpoint we dialled is gone (another may listen there now).
@@ -68,6 +74,9 @@ const REFUSED: Error = Error::PeerUnreachable {
     peer: PeerAddr::UNSPEC,
     errno: libc::ECONNREFUSED,
 };
+/// Bytes a closing endpoint reads and discards per connection so that
+/// closing it sends a FIN, not a reset (a socket's default receive buffer).
+const CLOSE_DRAIN: usize = 4 << 20;
 /// Address-vector handles below this get a route hint (a dense table).
 const ROUTE_HINTS: u64 = 1 << 16;
 /// Payload bytes at or above which a read goes straight into the user's buffer.
@@ -109,6 +118,8 @@ pub struct TcpEndpoint {
     acceptor: listen::Acceptor,
     /// The progress timeout's state (`stall`).
     watch: xfer_core::unstable::rdm::stall::Watch,
+    /// Peer join/leave events, when asked for (events.rs).
+    peer_events: PeerEvents,
     /// Connections refused for not proving the job key (`admit`).
     admission_refused: u64,
     /// Accepted connections waiting for their Proof (`admit`).
@@ -209,6 +220,7 @@ fn op_error(cause: &Error, peer: PeerAddr) -> Error {
         },
         Error::PeerUnreachable { errno, .. } => Error::PeerUnreachable { peer, errno: *errno },
         Error::Stalled { .. } => Error::Stalled { peer },
+        Error::PeerClosed { .. } => Error::PeerClosed { peer },
         other => other.clone(),
     }
 }
@@ -342,6 +354,7 @@ impl TcpEndpoint {
             listener,
             acceptor: listen::Acceptor::new(),
             watch: xfer_core::unstable::rdm::stall::Watch::new(attr.progress_timeout_ms),
+            peer_events: PeerEvents::new(attr.peer_events),
             admission_refused: 0,
             admitting: 0,
             zone,
@@ -638,7 +651,7 @@ impl TcpEndpoint {
             && conn.txq.is_empty()
             && conn.credit_wait.is_empty()
             && !self.sends.iter().any(|(_, tx)| tx.conn == me);
-        let clean_close = quiet && matches!(cause, Error::PeerUnreachable { errno: 0, .. });
+        let clean_close = matches!(cause, Error::PeerClosed { .. });
         // A spare connection (a crossed first contact's, given up by the
         // peer) ends however its socket says: nothing rode on it.
         let spare = quiet
@@ -734,6 +747,7 @@ impl TcpEndpoint {
                     complete::recv_failed(&mut cx.cq, op, op_error(&cause, src));
                 }
             }
+            self.peer_down(cx, peer, &cause);
         }
     }
 
@@ -1045,9 +1059,14 @@ impl EndpointProvider for TcpEndpoint {
         Ok(())
     }
 
+    fn peer_event(&mut self) -> Option<PeerEvent> {
+        self.peer_events.pop()
+    }
+
     fn counters(&self) -> Vec<(&'static str, u64)> {
         let mut v = self.counted.report(self.recvs.held(), &self.account);
         v.extend([
+            ("peer_events_lost", self.peer_events.lost()),
             ("connections", self.conns.len() as u64),
             ("coalesced", self.coalesced),
             ("accept_paused", self.acceptor.paused),
@@ -1097,6 +1116,12 @@ impl EndpointProvider for TcpEndpoint {
         self.end_burst(cx);
         let ids: Vec<usize> = self.conns.iter().map(|(k, _)| k).collect();
         for id in ids {
+            if let Some(c) = self.conns.get(id) {
+                if !matches!(c.state, State::Connecting(_)) {
+                    // The peer learns of an orderly close, not a failure.
+                    c.sock.close_in_order(CLOSE_DRAIN);
+                }
+            }
             self.fail_conn(cx, id, Error::Canceled);
         }
         for r in self.rma.drain().collect::<Vec<_>>() {
@@ -1105,6 +1130,7 @@ impl EndpointProvider for TcpEndpoint {
         for op in self.recvs.drain_posted() {
             complete::recv_failed(&mut cx.cq, op, Error::Canceled);
         }
+        self.peer_events.clear();
     }
 }
 

@@ -225,15 +225,25 @@ impl VerbsEndpoint {
                 let c = &mut self.conns[k];
                 let qp = c.qp.as_ref().ok_or(Error::Internal("connecting without a QP"))?;
                 c.id.establish(qp)?;
-                self.ready(k);
+                self.ready(cx, k);
             }
-            (State::Accepting, cm::RDMA_CM_EVENT_ESTABLISHED) => self.ready(k),
+            (State::Accepting, cm::RDMA_CM_EVENT_ESTABLISHED) => self.ready(cx, k),
             (_, cm::RDMA_CM_EVENT_REJECTED) => self.on_reject(cx, k, ev),
             (_, cm::RDMA_CM_EVENT_DISCONNECTED) => {
-                return Err(Error::PeerUnreachable {
-                    peer: cx.av.reverse(&self.conns[k].peer),
-                    errno: 0,
-                })
+                let peer = cx.av.reverse(&self.conns[k].peer);
+                // A disconnect request from the peer over a working port: it
+                // closed in order (its endpoint, or its process's exit). rxe
+                // also reports a disconnect when our own link goes down,
+                // which is no close by the peer.
+                if ev.status == 0 && self.port_active() {
+                    return Err(Error::PeerClosed { peer });
+                }
+                let errno = match ev.status {
+                    0 => libc::ENETDOWN,
+                    s if s < 0 => -s,
+                    _ => libc::ECONNABORTED,
+                };
+                return Err(Error::PeerUnreachable { peer, errno });
             }
             (_, cm::RDMA_CM_EVENT_TIMEWAIT_EXIT) => {}
             _ => {
@@ -251,8 +261,13 @@ impl VerbsEndpoint {
         Ok(())
     }
 
-    fn ready(&mut self, k: usize) {
+    fn ready(&mut self, cx: &Ctx<'_>, k: usize) {
         let c = &mut self.conns[k];
+        if self.peer_events.enabled() {
+            // A peer joins with its first working connection; a second
+            // one (a crossed connect) is no new join.
+            self.peer_events.up(c.peer, c.peer, cx.av.reverse(&c.peer));
+        }
         tracing::debug!(peer = ?c.peer, active = c.active, qpn = c.qp.as_ref().map(RcQp::qp_num), "verbs connection ready");
         c.state = State::Ready;
         self.connecting = self.connecting.saturating_sub(1);
@@ -464,6 +479,9 @@ impl VerbsEndpoint {
         p.conn = None;
         let queued = !p.queue.is_empty();
         let src = cx.av.reverse(&peer);
+        // Its working connection is gone: the peer left (it joins again
+        // if a new connection is made for the work below).
+        self.peer_events.down(peer, src, err.clone());
         let awaited = self.recvs.has_posted_from(src);
         if !queued && !awaited {
             return;

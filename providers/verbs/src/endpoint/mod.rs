@@ -37,6 +37,7 @@ use slab::Slab;
 use xfer_core::unstable::addr::{Address, AvTable, PeerAddr};
 use xfer_core::unstable::attr::EndpointAttr;
 use xfer_core::unstable::complete::{self, Arrival};
+use xfer_core::unstable::event::{PeerEvent, PeerEvents};
 use xfer_core::unstable::hash::FastMap;
 use xfer_core::unstable::mr::CacheRef;
 use xfer_core::unstable::peek::{Claim, Peeked};
@@ -275,6 +276,8 @@ pub struct VerbsEndpoint {
     /// Work completions of one `ibv_poll_cq`.
     wcs: Vec<crate::cq::Wc>,
     stats: EndpointStats,
+    /// Peer join/leave events, when asked for (`EndpointAttr::peer_events`).
+    peer_events: PeerEvents,
     spins: u32,
     /// Connections not yet ready (progress looks at CM events every time).
     connecting: u32,
@@ -361,6 +364,7 @@ impl VerbsEndpoint {
             scratch: Vec::with_capacity(slot),
             wcs: Vec::new(),
             stats: EndpointStats::default(),
+            peer_events: PeerEvents::new(attr.peer_events),
             spins: 0,
             connecting: 0,
             keepalive_every: Some(std::time::Duration::from_millis(va.keepalive_ms)).filter(|d| !d.is_zero()),
@@ -570,6 +574,11 @@ impl EndpointProvider for VerbsEndpoint {
 
     fn close(&mut self, cx: &mut Ctx<'_>) {
         self.shutdown(cx);
+        self.peer_events.clear();
+    }
+
+    fn peer_event(&mut self) -> Option<PeerEvent> {
+        self.peer_events.pop()
     }
 
     fn counters(&self) -> Vec<(&'static str, u64)> {
@@ -577,6 +586,7 @@ impl EndpointProvider for VerbsEndpoint {
         let cache = self.res.cache().stats();
         let mut v = s.rdm.report(self.recvs.held(), &self.account);
         v.extend([
+            ("peer_events_lost", self.peer_events.lost()),
             ("inline_sends", s.inline_sends),
             ("copied_sends", s.copied_sends),
             ("rndv_sends", s.rndv_sends),

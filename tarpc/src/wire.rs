@@ -60,10 +60,18 @@ pub fn tag(kind: u64, conn: u32, seq: u32) -> u64 {
 pub enum Frame<'a> {
     /// Encoded messages, each behind its length ([`messages`]).
     Data(&'a [u8]),
-    /// A message in the `BODY` message `seq`, `len` bytes.
-    Large { seq: u32, len: u64 },
-    /// The sender is done after `sent` frames.
-    Close { sent: u64 },
+    /// A message in a `BODY` message of its own.
+    Large {
+        /// The `BODY` message's sequence number (the low 32 bits of its tag).
+        seq: u32,
+        /// Its length in bytes.
+        len: u64,
+    },
+    /// The sender is done.
+    Close {
+        /// `DATA` and `LARGE` frames it sent before this one.
+        sent: u64,
+    },
 }
 
 /// Parses a frame; an error for anything malformed (it came from the peer).

@@ -1,0 +1,89 @@
+//! A tarpc service over xfer-tarpc: a server node and a client node (two
+//! endpoints over real sockets, TCP on 127.0.0.1 unless `XFER_TCP_ADDR`
+//! or `XFER_PROVIDER` say otherwise), two client connections at once,
+//! messages from empty to larger than a frame (the `LARGE` + `BODY` path),
+//! many calls outstanding, every answer checked.
+
+use std::time::Duration;
+
+use futures::StreamExt;
+use tarpc::server::{BaseChannel, Channel};
+
+#[tarpc::service]
+trait Store {
+    /// The bytes reversed.
+    async fn reverse(bytes: Vec<u8>) -> Vec<u8>;
+    /// The sum of the bytes.
+    async fn sum(bytes: Vec<u8>) -> u64;
+}
+
+#[derive(Clone)]
+struct Server;
+
+impl Store for Server {
+    async fn reverse(self, _: tarpc::context::Context, mut bytes: Vec<u8>) -> Vec<u8> {
+        bytes.reverse();
+        bytes
+    }
+
+    async fn sum(self, _: tarpc::context::Context, bytes: Vec<u8>) -> u64 {
+        bytes.iter().map(|&b| u64::from(b)).sum()
+    }
+}
+
+fn pattern(len: usize, seed: u64) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u64).wrapping_mul(31).wrapping_add(seed) as u8)
+        .collect()
+}
+
+fn ctx() -> tarpc::context::Context {
+    let mut c = tarpc::context::current();
+    c.deadline = std::time::Instant::now() + Duration::from_secs(60);
+    c
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_tarpc_service_over_xfer() {
+    if std::env::var_os("XFER_TCP_ADDR").is_none() {
+        std::env::set_var("XFER_TCP_ADDR", "127.0.0.1");
+    }
+    let server = xfer_tarpc::Node::open().expect("server node");
+    let name = server.name();
+    tokio::spawn(server.incoming().for_each(|conn| async move {
+        let conn = conn.expect("a connection");
+        tokio::spawn(
+            BaseChannel::with_defaults(conn)
+                .execute(Server.serve())
+                .for_each(|r| async move {
+                    tokio::spawn(r);
+                }),
+        );
+    }));
+    let node = xfer_tarpc::Node::open().expect("client node");
+    let a = StoreClient::new(Default::default(), node.connect(&name).await.unwrap()).spawn();
+    let b = StoreClient::new(Default::default(), node.connect(&name).await.unwrap()).spawn();
+    let big = xfer_tarpc::wire::FRAME_MAX * 3 + 5;
+    for (i, len) in [0, 1, 100, xfer_tarpc::wire::FRAME_MAX, big, 1 << 20]
+        .into_iter()
+        .enumerate()
+    {
+        let msg = pattern(len, i as u64);
+        let mut want = msg.clone();
+        want.reverse();
+        assert_eq!(a.reverse(ctx(), msg.clone()).await.unwrap(), want, "{len} bytes");
+        let sum: u64 = msg.iter().map(|&b| u64::from(b)).sum();
+        assert_eq!(b.sum(ctx(), msg).await.unwrap(), sum, "{len} bytes");
+    }
+    // Many calls outstanding on both connections at once.
+    let calls = (0..128u64).map(|i| {
+        let (a, b) = (a.clone(), b.clone());
+        async move {
+            let msg = pattern(64 + i as usize * 97, i);
+            let sum: u64 = msg.iter().map(|&b| u64::from(b)).sum();
+            let client = if i % 2 == 0 { a } else { b };
+            assert_eq!(client.sum(ctx(), msg).await.unwrap(), sum, "call {i}");
+        }
+    });
+    futures::future::join_all(calls).await;
+}
