@@ -1,0 +1,359 @@
+//! The shared-memory machinery between two real processes: this binary runs
+//! each case as the parent and starts itself again as the peer
+//! (`two_process child ROLE ADDR`). Waits are bounded and wait for
+//! conditions, never for time to pass.
+
+use std::io::{Read, Write};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use xfer_shm::{Cma, CmaError, DownReason, Event, PeerId, SendError, ShmConfig, ShmPort};
+
+/// Set in the child process: a parent gone ends it at once.
+static IS_CHILD: AtomicBool = AtomicBool::new(false);
+
+/// The longest any condition may take, on a loaded machine.
+const LIMIT: Duration = Duration::from_secs(30);
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn unhex(s: &str) -> Vec<u8> {
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).expect("hex"))
+        .collect()
+}
+
+fn spawn(role: &str, port: &ShmPort) -> Child {
+    Command::new(std::env::current_exe().expect("current_exe"))
+        .args(["child", role, &hex(port.address())])
+        .stdin(Stdio::piped())
+        .spawn()
+        .expect("spawn child")
+}
+
+/// What one poll gave: frames as (peer, header, payload), ups and downs.
+#[derive(Default)]
+struct Seen {
+    frames: Vec<(PeerId, Vec<u8>, Vec<u8>)>,
+    up: Vec<PeerId>,
+    down: Vec<(PeerId, DownReason)>,
+}
+
+fn poll(port: &mut ShmPort, seen: &mut Seen) {
+    port.poll(|ev| match ev {
+        Event::Frame { peer, frame } => seen.frames.push((peer, frame.header.to_vec(), frame.payload.to_vec())),
+        Event::Up { peer } => seen.up.push(peer),
+        Event::Down { peer, reason } => seen.down.push((peer, reason)),
+    });
+}
+
+/// Polls (blocking between polls) until `done` says so; panics after LIMIT.
+fn until(port: &mut ShmPort, seen: &mut Seen, what: &str, mut done: impl FnMut(&Seen) -> bool) {
+    let end = Instant::now() + LIMIT;
+    loop {
+        poll(port, seen);
+        if done(seen) {
+            return;
+        }
+        if IS_CHILD.load(Ordering::Relaxed) && !seen.down.is_empty() {
+            eprintln!("child: parent gone while waiting for {what}");
+            std::process::exit(3);
+        }
+        let left = end
+            .checked_duration_since(Instant::now())
+            .unwrap_or_else(|| panic!("timed out: {what}"));
+        port.wait(Some(left)).expect("wait");
+    }
+}
+
+/// Sends, polling while the ring is full (the peer drains it).
+fn send_blocking(port: &mut ShmPort, seen: &mut Seen, peer: PeerId, h: &[u8], p: &[u8]) {
+    let end = Instant::now() + LIMIT;
+    loop {
+        match port.send(peer, h, p) {
+            Ok(()) => return,
+            Err(SendError::Full) => {
+                poll(port, seen);
+                // Blocks until the consumer frees lines: it signals when it
+                // sees the space-wanted flag (a lost wake-up times out here).
+                let left = end.checked_duration_since(Instant::now()).expect("ring stayed full");
+                port.wait(Some(left)).expect("wait");
+            }
+            Err(e) => panic!("send: {e}"),
+        }
+    }
+}
+
+/// Waits for the first inbound peer and its first frame.
+fn accept_one(port: &mut ShmPort, seen: &mut Seen) -> PeerId {
+    until(port, seen, "child up", |s| !s.up.is_empty());
+    seen.up.remove(0)
+}
+
+fn wait_exit(mut child: Child) {
+    let st = child.wait().expect("wait child");
+    assert!(st.success(), "child failed: {st}");
+}
+
+fn payload(seq: u32, len: usize) -> Vec<u8> {
+    (0..len).map(|i| (seq as usize * 31 + i * 7) as u8).collect()
+}
+
+// --- cases (parent side) ---
+
+/// Frames of many sizes both ways between two processes, each side
+/// blocking in `wait` (the eventfd wake-up protocol) between them.
+fn ping_pong() {
+    let mut port = ShmPort::open(&ShmConfig::default()).expect("open");
+    let child = spawn("echo", &port);
+    let mut seen = Seen::default();
+    let peer = accept_one(&mut port, &mut seen);
+    let info = port.peer_info(peer).expect("info");
+    assert_eq!(info.pid, child.id() as i32);
+    assert!(info.inbound && info.up);
+    assert_eq!(info.ring_bytes, ShmConfig::default().ring_bytes);
+    let max = xfer_shm::entry::max_payload(info.ring_bytes, 8);
+    let sizes = [0usize, 1, 8, 40, 47, 48, 49, 64, 1000, 4096, 60000, max];
+    for seq in 0..3000u32 {
+        let len = sizes[seq as usize % sizes.len()];
+        let p = payload(seq, len);
+        port.send(peer, &seq.to_le_bytes().repeat(2), &p).expect("send");
+        until(&mut port, &mut seen, "echo", |s| !s.frames.is_empty());
+        let (from, h, back) = seen.frames.remove(0);
+        assert_eq!(from, peer);
+        assert_eq!(h, seq.to_le_bytes().repeat(2));
+        assert!(back == p, "payload {seq} of {len} bytes differs");
+    }
+    assert_eq!(port.send(peer, &[0; 8], &vec![0; max + 1]), Err(SendError::TooLarge));
+    assert_eq!(port.send(peer, &[0; 65], &[]), Err(SendError::TooLarge));
+    port.send(peer, b"stop", &[]).expect("send stop");
+    until(&mut port, &mut seen, "child exit", |s| !s.down.is_empty());
+    assert!(matches!(seen.down[0], (p, DownReason::Closed) if p == peer));
+    wait_exit(child);
+}
+
+/// A ring holds exactly what its size allows, `send` says Full beyond,
+/// and a long stream through a small ring arrives complete and in order.
+fn back_pressure() {
+    let cfg = ShmConfig {
+        ring_bytes: 4096,
+        ..ShmConfig::default()
+    };
+    let mut port = ShmPort::open(&cfg).expect("open");
+    let mut child = spawn("slow", &port);
+    let mut seen = Seen::default();
+    let peer = accept_one(&mut port, &mut seen);
+    until(&mut port, &mut seen, "ready", |s| !s.frames.is_empty());
+    seen.frames.clear();
+    // 16 + 4 + 100 bytes: two lines an entry, 4096 / 128 = 32 in the ring.
+    let mut sent = 0u32;
+    loop {
+        match port.send(peer, &sent.to_le_bytes(), &payload(sent, 100)) {
+            Ok(()) => sent += 1,
+            Err(SendError::Full) => break,
+            Err(e) => panic!("send: {e}"),
+        }
+        assert!(sent <= 32, "ring took more than its size");
+    }
+    assert_eq!(sent, 32);
+    // Let the child drain; stream the rest through the full ring.
+    child.stdin.as_mut().expect("stdin").write_all(b"g").expect("go");
+    const TOTAL: u32 = 20000;
+    while sent < TOTAL {
+        let len = (sent as usize * 13) % 900;
+        send_blocking(&mut port, &mut seen, peer, &sent.to_le_bytes(), &payload(sent, len));
+        sent += 1;
+    }
+    send_blocking(&mut port, &mut seen, peer, b"end!", &[]);
+    until(&mut port, &mut seen, "count", |s| !s.frames.is_empty());
+    let (_, h, p) = seen.frames.remove(0);
+    assert_eq!(h, b"count");
+    assert_eq!(p, TOTAL.to_le_bytes());
+    wait_exit(child);
+}
+
+/// A large payload pulled from the peer's memory in one copy, and a bad
+/// range refused.
+fn cma_pull() {
+    let mut port = ShmPort::open(&ShmConfig::default()).expect("open");
+    let child = spawn("cma", &port);
+    let mut seen = Seen::default();
+    let peer = accept_one(&mut port, &mut seen);
+    until(&mut port, &mut seen, "buffer address", |s| !s.frames.is_empty());
+    let (_, _, p) = seen.frames.remove(0);
+    let addr = u64::from_le_bytes(p[0..8].try_into().expect("8"));
+    let len = u64::from_le_bytes(p[8..16].try_into().expect("8")) as usize;
+    let cma = port.peer_info(peer).expect("info").cma;
+    println!("cma_pull: probe says {cma}");
+    let mut dst = vec![0u8; len];
+    if cma == Cma::Available {
+        let t = Instant::now();
+        port.cma_read(peer, addr, &mut dst).expect("cma_read");
+        println!("cma_pull: {} MiB in {:?}", len >> 20, t.elapsed());
+        assert!(dst == payload(7, len), "pulled bytes differ");
+        let r = port.cma_read(peer, 16, &mut dst[..64]);
+        assert!(matches!(r, Err(CmaError::BadRange { done: 0 })), "{r:?}");
+        // Write back into the peer and let it check.
+        port.cma_write(peer, addr, &payload(9, 4096)).expect("cma_write");
+    } else {
+        // The fallback report: nothing is attempted.
+        assert!(matches!(
+            port.cma_read(peer, addr, &mut dst),
+            Err(CmaError::NotAvailable(_))
+        ));
+    }
+    port.send(peer, b"done", &[u8::from(cma == Cma::Available)])
+        .expect("send");
+    until(&mut port, &mut seen, "child exit", |s| !s.down.is_empty());
+    wait_exit(child);
+}
+
+/// A peer killed with SIGKILL is reported down promptly by a blocked port.
+fn peer_killed() {
+    let mut port = ShmPort::open(&ShmConfig::default()).expect("open");
+    let mut child = spawn("idle", &port);
+    let mut seen = Seen::default();
+    let peer = accept_one(&mut port, &mut seen);
+    until(&mut port, &mut seen, "ready", |s| !s.frames.is_empty());
+    let t = Instant::now();
+    child.kill().expect("kill");
+    until(&mut port, &mut seen, "down", |s| !s.down.is_empty());
+    println!("peer_killed: down reported {:?} after SIGKILL", t.elapsed());
+    assert!(matches!(seen.down[0], (p, DownReason::Closed) if p == peer));
+    assert_eq!(port.send(peer, b"x", &[]), Err(SendError::NoPeer));
+    let _ = child.wait();
+}
+
+/// A hostile peer's impossible entry brings it down with a clear error;
+/// the port keeps serving another peer.
+fn hostile_entry() {
+    let mut port = ShmPort::open(&ShmConfig::default()).expect("open");
+    let honest = spawn("echo", &port);
+    let mut seen = Seen::default();
+    let good = accept_one(&mut port, &mut seen);
+    let hostile = spawn("hostile", &port);
+    let bad = accept_one(&mut port, &mut seen);
+    until(&mut port, &mut seen, "hostile down", |s| !s.down.is_empty());
+    let (p, reason) = seen.down.remove(0);
+    assert_eq!(p, bad);
+    println!("hostile_entry: {reason}");
+    assert!(
+        matches!(reason, DownReason::Corrupt(xfer_shm::entry::Corrupt::TooLarge(_))),
+        "{reason:?}"
+    );
+    for seq in 0..100u32 {
+        port.send(good, &seq.to_le_bytes(), &payload(seq, 64)).expect("send");
+        until(&mut port, &mut seen, "echo", |s| !s.frames.is_empty());
+        let (from, h, _) = seen.frames.remove(0);
+        assert_eq!((from, h), (good, seq.to_le_bytes().to_vec()));
+    }
+    port.send(good, b"stop", &[]).expect("stop");
+    until(&mut port, &mut seen, "honest exit", |s| !s.down.is_empty());
+    wait_exit(honest);
+    wait_exit(hostile);
+}
+
+// --- children ---
+
+fn child(role: &str, addr: &[u8]) {
+    IS_CHILD.store(true, Ordering::Relaxed);
+    // The connecting side sizes the pair's rings.
+    let ring_bytes = if role == "slow" {
+        4096
+    } else {
+        ShmConfig::default().ring_bytes
+    };
+    let mut port = ShmPort::open(&ShmConfig {
+        ring_bytes,
+        ..ShmConfig::default()
+    })
+    .expect("child open");
+    let mut seen = Seen::default();
+    let parent = port.connect(addr).expect("connect");
+    until(&mut port, &mut seen, "welcome", |s| !s.up.is_empty());
+    match role {
+        "echo" => loop {
+            until(&mut port, &mut seen, "frame", |s| !s.frames.is_empty());
+            for (from, h, p) in std::mem::take(&mut seen.frames) {
+                if h == b"stop" {
+                    return;
+                }
+                send_blocking(&mut port, &mut seen, from, &h, &p);
+            }
+        },
+        "slow" => {
+            port.send(parent, b"ready", &[]).expect("ready");
+            let mut go = [0u8];
+            std::io::stdin().read_exact(&mut go).expect("go");
+            let mut next = 0u32;
+            loop {
+                until(&mut port, &mut seen, "frame", |s| !s.frames.is_empty());
+                for (_, h, p) in std::mem::take(&mut seen.frames) {
+                    if h == b"end!" {
+                        port.send(parent, b"count", &next.to_le_bytes()).expect("count");
+                        return;
+                    }
+                    assert_eq!(h, next.to_le_bytes(), "out of order");
+                    let want = if next < 32 { 100 } else { (next as usize * 13) % 900 };
+                    assert!(p == payload(next, want), "frame {next} differs");
+                    next += 1;
+                }
+            }
+        }
+        "cma" => {
+            let buf = payload(7, 8 << 20);
+            let mut msg = (buf.as_ptr() as u64).to_le_bytes().to_vec();
+            msg.extend_from_slice(&(buf.len() as u64).to_le_bytes());
+            port.send(parent, b"buf", &msg).expect("send");
+            until(&mut port, &mut seen, "done", |s| !s.frames.is_empty());
+            let (_, _, p) = seen.frames.remove(0);
+            if p == [1] {
+                // SAFETY: `buf` is alive; the parent wrote into it through
+                // the kernel, so read it back without assuming Rust's view.
+                let head = unsafe { std::ptr::read_volatile(buf.as_ptr().cast::<[u8; 4096]>()) };
+                assert!(head[..] == payload(9, 4096)[..], "cma_write did not land");
+            }
+        }
+        "idle" => {
+            port.send(parent, b"ready", &[]).expect("ready");
+            loop {
+                port.wait(None).expect("wait");
+                poll(&mut port, &mut seen);
+            }
+        }
+        "hostile" => {
+            // A frame claiming 4 GiB of payload.
+            port.send_raw_entry(parent, xfer_shm::entry::word1(xfer_shm::entry::KIND_FRAME, 0, u32::MAX));
+            until(&mut port, &mut seen, "closed by the victim", |s| !s.down.is_empty());
+        }
+        r => panic!("unknown role {r}"),
+    }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("child") {
+        child(&args[2], &unhex(&args[3]));
+        return;
+    }
+    let filter: Vec<&String> = args[1..].iter().filter(|a| !a.starts_with('-')).collect();
+    let cases: [(&str, fn()); 5] = [
+        ("ping_pong", ping_pong),
+        ("back_pressure", back_pressure),
+        ("cma_pull", cma_pull),
+        ("peer_killed", peer_killed),
+        ("hostile_entry", hostile_entry),
+    ];
+    for (name, case) in cases {
+        if !filter.is_empty() && !filter.iter().any(|f| name.contains(f.as_str())) {
+            continue;
+        }
+        let t = Instant::now();
+        case();
+        println!("test {name} ... ok ({:?})", t.elapsed());
+    }
+}
