@@ -167,6 +167,18 @@ impl Producer {
         }
     }
 
+    /// Starts at position `pos` instead of 0, the consumer's head being
+    /// there too (the fuzz harness; a line multiple).
+    pub(crate) fn set_tail(&mut self, pos: u64) {
+        self.tail = pos;
+        self.head_cache = pos;
+    }
+
+    /// Where the next entry goes.
+    pub(crate) fn tail(&self) -> u64 {
+        self.tail
+    }
+
     /// Room for `need` bytes from the tail, reading the consumer's head
     /// only if the cached one says no.
     fn room(&mut self, need: usize) -> Result<bool, Refused> {
