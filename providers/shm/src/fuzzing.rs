@@ -21,7 +21,10 @@ impl TestRing {
     /// A zeroed ring of `ring_bytes` (a power of two, at least 4096).
     pub fn new(ring_bytes: usize) -> TestRing {
         assert!(ring_bytes.is_power_of_two() && ring_bytes >= 4096);
-        TestRing { data: vec![0; ring_bytes / 8], ctl: [0; 16] }
+        TestRing {
+            data: vec![0; ring_bytes / 8],
+            ctl: [0; 16],
+        }
     }
 
     fn ring_bytes(&self) -> usize {
