@@ -14,7 +14,7 @@ pub const DEFAULT_MAX_PEERS: usize = 256;
 pub struct ShmConfig {
     /// Bytes of each ring (each direction) of the segments this side
     /// creates, and the most it maps from a peer: a power of two from
-    /// 4 KiB to 64 MiB (`XFER_SHM_RING_BYTES`, default 256 KiB). The
+    /// 4 KiB to 64 MiB (`XFER_SHM_RING_BYTES`, default 256 KiB; `k`, `M` suffixes). The
     /// largest frame is a quarter of the ring.
     pub ring_bytes: usize,
     /// Most peers at once (`XFER_SHM_MAX_PEERS`, default 256); connections
@@ -76,11 +76,56 @@ impl ShmConfig {
 
 fn env_usize(name: &str) -> Result<Option<usize>, BadSetting> {
     match std::env::var(name) {
-        Ok(v) => v
-            .trim()
-            .parse()
+        Ok(v) => parse_size(&v)
             .map(Some)
-            .map_err(|_| BadSetting(format!("{name}={v}: not a number"))),
+            .ok_or_else(|| BadSetting(format!("{name}={v}: not a size"))),
         Err(_) => Ok(None),
+    }
+}
+
+/// A number with an optional `k`, `M` or `G` suffix (powers of 1024), as
+/// every xfer size setting takes.
+fn parse_size(v: &str) -> Option<usize> {
+    let v = v.trim();
+    let (num, shift) = match v.as_bytes().last()? {
+        b'k' | b'K' => (&v[..v.len() - 1], 10),
+        b'm' | b'M' => (&v[..v.len() - 1], 20),
+        b'g' | b'G' => (&v[..v.len() - 1], 30),
+        _ => (v, 0),
+    };
+    num.parse::<usize>().ok()?.checked_mul(1 << shift)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_and_checks() {
+        assert_eq!(parse_size("256k"), Some(256 << 10));
+        assert_eq!(parse_size(" 1M "), Some(1 << 20));
+        assert_eq!(parse_size("4096"), Some(4096));
+        assert_eq!(parse_size("x"), None);
+        assert_eq!(parse_size(""), None);
+        assert_eq!(parse_size("99999999999999999999G"), None);
+        assert!(ShmConfig::default().check().is_ok());
+        assert!(ShmConfig {
+            ring_bytes: 5000,
+            ..ShmConfig::default()
+        }
+        .check()
+        .is_err());
+        assert!(ShmConfig {
+            ring_bytes: 2048,
+            ..ShmConfig::default()
+        }
+        .check()
+        .is_err());
+        assert!(ShmConfig {
+            max_peers: 0,
+            ..ShmConfig::default()
+        }
+        .check()
+        .is_err());
     }
 }
