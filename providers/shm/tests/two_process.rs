@@ -212,6 +212,59 @@ fn cma_pull() {
     wait_exit(child);
 }
 
+/// A peer whose kernel refuses it cross-memory attach (a seccomp filter,
+/// as a container's) reports "CMA not permitted" and refuses pulls without
+/// trying; this side, not filtered, still has it.
+fn cma_denied() {
+    let mut port = ShmPort::open(&ShmConfig::default()).expect("open");
+    let child = spawn("cma-denied", &port);
+    let mut seen = Seen::default();
+    let peer = accept_one(&mut port, &mut seen);
+    assert_eq!(port.peer_info(peer).expect("info").cma, Cma::Available);
+    until(&mut port, &mut seen, "child's view", |s| !s.frames.is_empty());
+    let (_, h, p) = seen.frames.remove(0);
+    assert_eq!(h, b"cma");
+    assert_eq!(String::from_utf8_lossy(&p), "CMA not permitted");
+    port.send(peer, b"done", &[]).expect("send");
+    until(&mut port, &mut seen, "child exit", |s| !s.down.is_empty());
+    wait_exit(child);
+}
+
+/// 64 peers on one port (in this process: real segments and sockets), a
+/// 65th refused by `max_peers`, frames from all in one poll loop, in order
+/// per peer.
+fn many_peers() {
+    const N: usize = 64;
+    let cfg = ShmConfig {
+        ring_bytes: 4096,
+        max_peers: N,
+    };
+    let mut hub = ShmPort::open(&cfg).expect("open");
+    let mut seen = Seen::default();
+    let mut ports: Vec<ShmPort> = (0..=N).map(|_| ShmPort::open(&cfg).expect("open")).collect();
+    let ids: Vec<PeerId> = ports
+        .iter_mut()
+        .map(|p| p.connect(hub.address()).expect("connect"))
+        .collect();
+    // Each sends 50 frames before anyone polls: the rings hold them.
+    for (i, (p, id)) in ports.iter_mut().zip(&ids).enumerate().take(N) {
+        for seq in 0..50u32 {
+            p.send(*id, &[i as u8], &seq.to_le_bytes()).expect("send");
+        }
+    }
+    until(&mut hub, &mut seen, "all frames", |s| s.frames.len() == N * 50);
+    assert_eq!(seen.up.len(), N, "the 65th peer was accepted");
+    let mut next = vec![0u32; N];
+    for (_, h, p) in &seen.frames {
+        let i = h[0] as usize;
+        assert_eq!(p[..], next[i].to_le_bytes(), "peer {i} out of order");
+        next[i] += 1;
+    }
+    // The refused one sees its pair closed.
+    let mut s65 = Seen::default();
+    until(&mut ports[N], &mut s65, "refusal", |s| !s.down.is_empty());
+}
+
 /// A peer killed with SIGKILL is reported down promptly by a blocked port.
 fn peer_killed() {
     let mut port = ShmPort::open(&ShmConfig::default()).expect("open");
@@ -259,8 +312,56 @@ fn hostile_entry() {
 
 // --- children ---
 
+/// Makes `process_vm_readv` fail with EPERM in this process, as Docker's
+/// default seccomp profile does.
+fn deny_cma() {
+    use libc::{sock_filter, sock_fprog};
+    let stmt = |code: u32, k: u32| sock_filter {
+        code: code as u16,
+        jt: 0,
+        jf: 0,
+        k,
+    };
+    let filter = [
+        // The syscall number: seccomp_data.nr, at offset 0.
+        stmt(libc::BPF_LD | libc::BPF_W | libc::BPF_ABS, 0),
+        sock_filter {
+            code: (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16,
+            jt: 0,
+            jf: 1,
+            k: libc::SYS_process_vm_readv as u32,
+        },
+        stmt(
+            libc::BPF_RET | libc::BPF_K,
+            libc::SECCOMP_RET_ERRNO | libc::EPERM as u32,
+        ),
+        stmt(libc::BPF_RET | libc::BPF_K, libc::SECCOMP_RET_ALLOW),
+    ];
+    let prog = sock_fprog {
+        len: filter.len() as u16,
+        filter: filter.as_ptr() as *mut sock_filter,
+    };
+    // SAFETY: prctl with plain integer arguments; then with a pointer to
+    // `prog`, which points at `filter`; the kernel copies both during the call.
+    unsafe {
+        assert_eq!(libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), 0, "no_new_privs");
+        assert_eq!(
+            libc::prctl(
+                libc::PR_SET_SECCOMP,
+                libc::SECCOMP_MODE_FILTER,
+                &prog as *const sock_fprog
+            ),
+            0,
+            "seccomp"
+        );
+    }
+}
+
 fn child(role: &str, addr: &[u8]) {
     IS_CHILD.store(true, Ordering::Relaxed);
+    if role == "cma-denied" {
+        deny_cma();
+    }
     // The connecting side sizes the pair's rings.
     let ring_bytes = if role == "slow" {
         4096
@@ -318,6 +419,16 @@ fn child(role: &str, addr: &[u8]) {
                 assert!(head[..] == payload(9, 4096)[..], "cma_write did not land");
             }
         }
+        "cma-denied" => {
+            let me = parent;
+            let info = port.peer_info(me).expect("info");
+            let mut buf = [0u8; 8];
+            let r = port.cma_read(me, 0x1000, &mut buf);
+            assert!(matches!(r, Err(CmaError::NotAvailable(Cma::NotPermitted))), "{r:?}");
+            port.send(parent, b"cma", info.cma.to_string().as_bytes())
+                .expect("send");
+            until(&mut port, &mut seen, "done", |s| !s.frames.is_empty());
+        }
         "idle" => {
             port.send(parent, b"ready", &[]).expect("ready");
             loop {
@@ -341,10 +452,12 @@ fn main() {
         return;
     }
     let filter: Vec<&String> = args[1..].iter().filter(|a| !a.starts_with('-')).collect();
-    let cases: [(&str, fn()); 5] = [
+    let cases: [(&str, fn()); 7] = [
         ("ping_pong", ping_pong),
         ("back_pressure", back_pressure),
         ("cma_pull", cma_pull),
+        ("cma_denied", cma_denied),
+        ("many_peers", many_peers),
         ("peer_killed", peer_killed),
         ("hostile_entry", hostile_entry),
     ];
