@@ -263,7 +263,7 @@ impl ShmPort {
                 match &p.wake {
                     Some(w) => {
                         if let Err(e) = sys::eventfd_signal(w.as_raw_fd()) {
-                            tracing::debug!(peer = peer.0, error = %e, "shm: wake-up signal failed");
+                            xfer_core::warn_limited!(peer = peer.0, error = %e, "shm: wake-up signal failed");
                         }
                     }
                     None => p.wake_pending = true,
@@ -446,7 +446,7 @@ impl ShmPort {
             let silent = p.inbound && p.state == State::AwaitHello;
             match &reason {
                 DownReason::Closed => tracing::debug!(peer = id, pid = p.cred.pid, "shm: peer closed"),
-                r => tracing::warn!(peer = id, pid = p.cred.pid, reason = %r, "shm: peer down"),
+                r => xfer_core::warn_limited!(peer = id, pid = p.cred.pid, reason = %r, "shm: peer down"),
             }
             drop(p);
             // An accepted peer the user never saw come up goes silently.
@@ -463,7 +463,7 @@ impl ShmPort {
     fn service(&mut self, f: &mut impl FnMut(Event<'_>)) {
         let mut tokens = std::mem::take(&mut self.tokens);
         if let Err(e) = self.epoll.wait(&mut tokens, 0) {
-            tracing::warn!(error = %e, "shm: epoll_wait failed");
+            xfer_core::warn_limited!(error = %e, "shm: epoll_wait failed");
         }
         for &t in &tokens {
             match t {
@@ -481,7 +481,7 @@ impl ShmPort {
                 Ok(Some(s)) => s,
                 Ok(None) => return,
                 Err(e) => {
-                    tracing::warn!(error = %e, "shm: accept failed");
+                    xfer_core::warn_limited!(error = %e, "shm: accept failed");
                     return;
                 }
             };
@@ -490,7 +490,7 @@ impl ShmPort {
                 Err(_) => continue,
             };
             if cred.uid != sys::euid() || self.peers.len() >= self.cfg.max_peers {
-                tracing::warn!(
+                xfer_core::warn_limited!(
                     pid = cred.pid,
                     uid = cred.uid,
                     "shm: connection refused (other user or max_peers)"
@@ -609,7 +609,7 @@ fn handshake(
     p.state = State::Up;
     tracing::debug!(pid = p.cred.pid, cma = %p.cma, inbound = p.inbound, "shm: peer up");
     if p.cma != Cma::Available {
-        tracing::info!(pid = p.cred.pid, cma = %p.cma, "shm: cross-memory attach unusable towards this peer");
+        xfer_core::warn_limited!(pid = p.cred.pid, cma = %p.cma, "shm: cross-memory attach unusable towards this peer");
     }
     Ok(())
 }
