@@ -111,6 +111,7 @@ fn main() {
         return;
     }
     let o = opts(&args);
+    assert!(o.iters > 0, "--iters must be at least 1");
     pin(o.cpus.0);
     let mut port = ShmPort::open(&ShmConfig::default()).expect("open");
     let hex: String = port.address().iter().map(|b| format!("{b:02x}")).collect();
