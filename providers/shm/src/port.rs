@@ -599,6 +599,9 @@ fn handshake(
         p.seg = Some(seg);
     }
     let wake = fds.next().ok_or_else(|| bad("no eventfd".into()))?;
+    if !sys::is_eventfd(&wake) {
+        return Err(bad("the wake-up descriptor is not an eventfd".into()));
+    }
     sys::set_nonblocking(&wake).map_err(DownReason::Os)?;
     p.cma = cma::probe(p.cred.pid, h.probe_addr, h.probe_value);
     if p.wake_pending {

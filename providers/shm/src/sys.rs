@@ -473,3 +473,28 @@ pub fn euid() -> libc::uid_t {
     // SAFETY: geteuid cannot fail.
     unsafe { libc::geteuid() }
 }
+
+/// Whether `fd` is an eventfd (its `/proc/self/fd` link names the eventfd
+/// anonymous inode). A peer's wake-up descriptor must be one: a write to a
+/// pipe whose reader is gone would raise SIGPIPE in this process.
+pub fn is_eventfd(fd: &OwnedFd) -> bool {
+    std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd()))
+        .is_ok_and(|p| p.as_os_str() == "anon_inode:[eventfd]")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn eventfd_is_recognised() {
+        assert!(is_eventfd(&eventfd().unwrap()));
+        assert!(!is_eventfd(&memfd(4096).unwrap()));
+        let mut p = [0; 2];
+        // SAFETY: `p` has room for the two descriptors pipe writes.
+        assert_eq!(unsafe { libc::pipe2(p.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+        // SAFETY: pipe2 just returned these two descriptors; nothing else owns them.
+        let (r, w) = unsafe { (OwnedFd::from_raw_fd(p[0]), OwnedFd::from_raw_fd(p[1])) };
+        assert!(!is_eventfd(&r) && !is_eventfd(&w));
+    }
+}
