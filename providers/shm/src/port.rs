@@ -584,10 +584,22 @@ fn handshake(
             want.fds()
         )));
     }
+    // Everything the peer sent is checked before anything is answered.
     let mut fds = fds.into_iter();
-    if want == Kind::Hello {
-        let memfd = fds.next().ok_or_else(|| bad("no memfd".into()))?;
-        let seg = Segment::adopt(&memfd, h.ring_bytes as usize, cfg.ring_bytes).map_err(|e| bad(e.to_string()))?;
+    let seg = match want {
+        Kind::Hello => {
+            let memfd = fds.next().ok_or_else(|| bad("no memfd".into()))?;
+            let seg = Segment::adopt(&memfd, h.ring_bytes as usize, cfg.ring_bytes).map_err(|e| bad(e.to_string()))?;
+            Some(seg)
+        }
+        Kind::Welcome => None,
+    };
+    let wake = fds.next().ok_or_else(|| bad("no eventfd".into()))?;
+    if !sys::is_eventfd(&wake) {
+        return Err(bad("the wake-up descriptor is not an eventfd".into()));
+    }
+    sys::set_nonblocking(&wake).map_err(DownReason::Os)?;
+    if let Some(seg) = seg {
         let (probe_addr, probe_value) = cma::probe_word();
         let welcome = Hello {
             kind: Kind::Welcome,
@@ -598,11 +610,6 @@ fn handshake(
         sys::send_with_fds(&p.sock, &welcome.encode(), &[own_wake]).map_err(DownReason::Os)?;
         p.seg = Some(seg);
     }
-    let wake = fds.next().ok_or_else(|| bad("no eventfd".into()))?;
-    if !sys::is_eventfd(&wake) {
-        return Err(bad("the wake-up descriptor is not an eventfd".into()));
-    }
-    sys::set_nonblocking(&wake).map_err(DownReason::Os)?;
     p.cma = cma::probe(p.cred.pid, h.probe_addr, h.probe_value);
     if p.wake_pending {
         p.wake_pending = false;

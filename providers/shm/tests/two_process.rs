@@ -265,6 +265,177 @@ fn many_peers() {
     until(&mut ports[N], &mut s65, "refusal", |s| !s.down.is_empty());
 }
 
+/// A raw seqpacket client, speaking the handshake by hand as a broken or
+/// hostile process would.
+mod raw {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+    pub fn connect(name: &[u8]) -> OwnedFd {
+        // SAFETY: plain calls; the address is a zeroed sockaddr_un filled
+        // within its bounds; the descriptor is owned at once.
+        unsafe {
+            let fd = libc::socket(libc::AF_UNIX, libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC, 0);
+            assert!(fd >= 0);
+            let fd = OwnedFd::from_raw_fd(fd);
+            let mut sa: libc::sockaddr_un = std::mem::zeroed();
+            sa.sun_family = libc::AF_UNIX as libc::sa_family_t;
+            for (d, s) in sa.sun_path[1..].iter_mut().zip(name) {
+                *d = *s as libc::c_char;
+            }
+            let len = (2 + 1 + name.len()) as libc::socklen_t;
+            let r = libc::connect(fd.as_raw_fd(), (&sa as *const libc::sockaddr_un).cast(), len);
+            assert_eq!(r, 0, "raw connect");
+            fd
+        }
+    }
+
+    pub fn send(sock: &OwnedFd, bytes: &[u8], fds: &[RawFd]) {
+        #[repr(C, align(8))]
+        struct Cmsg([u8; 64]);
+        let mut cbuf = Cmsg([0; 64]);
+        let mut iov = libc::iovec {
+            iov_base: bytes.as_ptr() as *mut _,
+            iov_len: bytes.len(),
+        };
+        // SAFETY: msghdr points at `iov` and `cbuf`, both alive across the
+        // call; the control message is built within `cbuf` (at most 24 of
+        // its 64 bytes for two descriptors).
+        unsafe {
+            let mut msg: libc::msghdr = std::mem::zeroed();
+            msg.msg_iov = &mut iov;
+            msg.msg_iovlen = 1;
+            if !fds.is_empty() {
+                let n = std::mem::size_of_val(fds) as u32;
+                msg.msg_control = cbuf.0.as_mut_ptr().cast();
+                msg.msg_controllen = libc::CMSG_SPACE(n) as usize;
+                let c = libc::CMSG_FIRSTHDR(&msg);
+                (*c).cmsg_level = libc::SOL_SOCKET;
+                (*c).cmsg_type = libc::SCM_RIGHTS;
+                (*c).cmsg_len = libc::CMSG_LEN(n) as usize;
+                std::ptr::copy_nonoverlapping(fds.as_ptr(), libc::CMSG_DATA(c).cast::<RawFd>(), fds.len());
+            }
+            assert_eq!(
+                libc::sendmsg(sock.as_raw_fd(), &msg, libc::MSG_NOSIGNAL),
+                bytes.len() as isize
+            );
+        }
+    }
+
+    /// Whether the other side closed (end of file), without blocking; a
+    /// refused handshake must get no answer before the close.
+    pub fn closed(sock: &OwnedFd) -> bool {
+        let mut b = [0u8; 64];
+        // SAFETY: reads at most 64 bytes into `b`.
+        let n = unsafe { libc::recv(sock.as_raw_fd(), b.as_mut_ptr().cast(), 64, libc::MSG_DONTWAIT) };
+        assert!(n <= 0, "the port answered a handshake it refuses ({n} bytes)");
+        n == 0
+    }
+
+    /// A memfd of `len` bytes; sealed against resizing if `sealed`, with
+    /// a valid segment header for rings of `ring` bytes.
+    pub fn memfd(len: usize, sealed: bool, ring: u32) -> OwnedFd {
+        // SAFETY: plain calls on a descriptor owned at once; pwrite reads
+        // the 16 header bytes from a local array.
+        unsafe {
+            let fd = libc::memfd_create(c"raw".as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING);
+            assert!(fd >= 0);
+            let fd = OwnedFd::from_raw_fd(fd);
+            assert_eq!(libc::ftruncate(fd.as_raw_fd(), len as libc::off_t), 0);
+            let mut h = [0u8; 16];
+            h[0..8].copy_from_slice(b"XFERSHM\0");
+            h[8..12].copy_from_slice(&1u32.to_le_bytes());
+            h[12..16].copy_from_slice(&ring.to_le_bytes());
+            assert_eq!(libc::pwrite(fd.as_raw_fd(), h.as_ptr().cast(), 16, 0), 16);
+            if sealed {
+                let seals = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
+                assert_eq!(libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, seals), 0);
+            }
+            fd
+        }
+    }
+
+    /// A hello as docs/SHM.md describes it.
+    pub fn hello(ring: u32) -> Vec<u8> {
+        let mut b = vec![0u8; 32];
+        b[0..4].copy_from_slice(b"XSHH");
+        b[4..6].copy_from_slice(&1u16.to_le_bytes());
+        b[6..8].copy_from_slice(&1u16.to_le_bytes());
+        b[8..12].copy_from_slice(&ring.to_le_bytes());
+        b
+    }
+
+    pub fn eventfd() -> OwnedFd {
+        // SAFETY: plain call; the descriptor is owned at once.
+        unsafe { OwnedFd::from_raw_fd(libc::eventfd(0, libc::EFD_CLOEXEC)) }
+    }
+
+    pub fn pipe() -> (OwnedFd, OwnedFd) {
+        let mut p = [0; 2];
+        // SAFETY: `p` has room for the two descriptors; both owned at once.
+        unsafe {
+            assert_eq!(libc::pipe2(p.as_mut_ptr(), libc::O_CLOEXEC), 0);
+            (OwnedFd::from_raw_fd(p[0]), OwnedFd::from_raw_fd(p[1]))
+        }
+    }
+}
+
+/// Broken handshakes (garbage, an unsealed or mis-sized segment, a pipe
+/// for an eventfd, a segment larger than the port accepts) are refused:
+/// the connection is closed, no peer comes up, and the port then serves a
+/// real peer.
+fn hostile_handshake() {
+    use std::os::fd::AsRawFd;
+    let mut port = ShmPort::open(&ShmConfig::default()).expect("open");
+    const R: u32 = xfer_shm::config::DEFAULT_RING_BYTES as u32;
+    let seg = 8192 + 2 * R as usize;
+    let ev = raw::eventfd();
+    let (pr, pw) = raw::pipe();
+    let cases: Vec<(&str, Vec<u8>, Vec<std::os::fd::OwnedFd>)> = vec![
+        ("garbage", b"hello?".to_vec(), vec![]),
+        ("no descriptors", raw::hello(R), vec![]),
+        ("unsealed segment", raw::hello(R), vec![raw::memfd(seg, false, R)]),
+        ("wrong size", raw::hello(R), vec![raw::memfd(seg + 4096, true, R)]),
+        (
+            "ring over the port's",
+            raw::hello(2 * R),
+            vec![raw::memfd(8192 + 4 * R as usize, true, 2 * R)],
+        ),
+        ("header mismatch", raw::hello(R), vec![raw::memfd(seg, true, R / 2)]),
+        ("a pipe for an eventfd", raw::hello(R), vec![raw::memfd(seg, true, R)]),
+    ];
+    let mut seen = Seen::default();
+    for (what, bytes, fds) in cases {
+        let sock = raw::connect(port.address());
+        let mut raw_fds: Vec<i32> = fds.iter().map(|f| f.as_raw_fd()).collect();
+        if what.starts_with("a pipe") {
+            raw_fds.push(pw.as_raw_fd());
+        } else if !fds.is_empty() {
+            raw_fds.push(ev.as_raw_fd());
+        }
+        raw::send(&sock, &bytes, &raw_fds);
+        until(&mut port, &mut seen, what, |_| raw::closed(&sock));
+        assert!(seen.up.is_empty() && seen.down.is_empty(), "{what}: a peer event");
+    }
+    drop(pr);
+    // The same handshake with an eventfd is accepted.
+    let sock = raw::connect(port.address());
+    raw::send(
+        &sock,
+        &raw::hello(R),
+        &[raw::memfd(seg, true, R).as_raw_fd(), ev.as_raw_fd()],
+    );
+    until(&mut port, &mut seen, "hand-made peer up", |s| !s.up.is_empty());
+    let child = spawn("echo", &port);
+    let _ = accept_one(&mut port, &mut seen);
+    let good = accept_one(&mut port, &mut seen);
+    assert_eq!(port.peer_info(good).expect("info").pid, child.id() as i32);
+    port.send(good, b"x", b"y").expect("send");
+    until(&mut port, &mut seen, "echo", |s| !s.frames.is_empty());
+    port.send(good, b"stop", &[]).expect("stop");
+    until(&mut port, &mut seen, "exit", |s| !s.down.is_empty());
+    wait_exit(child);
+}
+
 /// A peer killed with SIGKILL is reported down promptly by a blocked port.
 fn peer_killed() {
     let mut port = ShmPort::open(&ShmConfig::default()).expect("open");
@@ -452,7 +623,7 @@ fn main() {
         return;
     }
     let filter: Vec<&String> = args[1..].iter().filter(|a| !a.starts_with('-')).collect();
-    let cases: [(&str, fn()); 7] = [
+    let cases: [(&str, fn()); 8] = [
         ("ping_pong", ping_pong),
         ("back_pressure", back_pressure),
         ("cma_pull", cma_pull),
@@ -460,6 +631,7 @@ fn main() {
         ("many_peers", many_peers),
         ("peer_killed", peer_killed),
         ("hostile_entry", hostile_entry),
+        ("hostile_handshake", hostile_handshake),
     ];
     for (name, case) in cases {
         if !filter.is_empty() && !filter.iter().any(|f| name.contains(f.as_str())) {
