@@ -3,11 +3,13 @@
 //! the figure to compare with `ucx_perftest -t tag_lat` (docs/SHM.md).
 //!
 //! ```sh
-//! cargo run --release -p xfer-shm --example ring_pingpong -- [--iters N] [--size B] [--cpus A,B] [--wait]
+//! cargo run --release -p xfer-shm --example ring_pingpong -- [--iters N] [--size B] [--cpus A,B] [--wait] [--window W]
 //! ```
 //!
 //! It starts itself again as the echoing peer. Latency is reported as UCX
-//! reports it: half the round trip.
+//! reports it: half the round trip. With `--window W`, it measures the
+//! message rate instead: W frames, then one acknowledgement back, repeated
+//! (as `ucx_perftest -t tag_bw`, whose default window is 32).
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -19,6 +21,8 @@ struct Opts {
     size: usize,
     cpus: (usize, usize),
     wait: bool,
+    /// Message rate with this window instead of latency (0: latency).
+    window: usize,
 }
 
 fn opts(args: &[String]) -> Opts {
@@ -27,6 +31,7 @@ fn opts(args: &[String]) -> Opts {
         size: 8,
         cpus: (0, 1),
         wait: false,
+        window: 0,
     };
     let mut i = 0;
     while i < args.len() {
@@ -34,6 +39,7 @@ fn opts(args: &[String]) -> Opts {
         match args[i].as_str() {
             "--iters" => o.iters = val().parse().expect("--iters N"),
             "--size" => o.size = val().parse().expect("--size BYTES"),
+            "--window" => o.window = val().parse().expect("--window W"),
             "--cpus" => {
                 let v = val();
                 let (a, b) = v.split_once(',').expect("--cpus A,B");
@@ -64,20 +70,21 @@ fn pin(cpu: usize) {
     }
 }
 
-/// Polls (or waits) until one frame arrives; returns its sender.
-fn recv(port: &mut ShmPort, buf: &mut [u8], wait: bool) -> PeerId {
+/// Polls (or waits) until frames arrive; returns how many (the last
+/// one's payload is in `buf`).
+fn recv(port: &mut ShmPort, buf: &mut [u8], wait: bool) -> usize {
     loop {
-        let mut from = None;
+        let mut n = 0;
         port.poll(|ev| match ev {
-            Event::Frame { peer, frame } => {
+            Event::Frame { frame, .. } => {
                 frame.payload.copy_to(buf);
-                from = Some(peer);
+                n += 1;
             }
             Event::Up { .. } => {}
             Event::Down { reason, .. } => panic!("peer down: {reason}"),
         });
-        if let Some(p) = from {
-            return p;
+        if n > 0 {
+            return n;
         }
         if wait {
             port.wait(Some(Duration::from_secs(10))).expect("wait");
@@ -104,8 +111,12 @@ fn main() {
         let parent = port.connect(&addr).expect("connect");
         let mut buf = vec![0u8; o.size];
         let total = o.iters + o.iters / 10;
+        let per_ack = o.window.max(1);
         for i in 0..total {
-            recv(&mut port, &mut buf, o.wait);
+            let mut got = 0;
+            while got < per_ack {
+                got += recv(&mut port, &mut buf, o.wait);
+            }
             send(&mut port, parent, i as u64, &buf);
         }
         return;
@@ -138,6 +149,11 @@ fn main() {
         assert!(Instant::now() < end, "peer did not connect");
         port.wait(Some(Duration::from_millis(100))).expect("wait");
     };
+    if o.window > 0 {
+        rate(&mut port, peer, &o, &payload, &mut buf);
+        child.wait().expect("peer");
+        return;
+    }
     let warm = o.iters / 10;
     for i in 0..warm {
         send(&mut port, peer, i as u64, &payload);
@@ -167,5 +183,35 @@ fn main() {
         q(0.5),
         q(0.99),
         q(0.0),
+    );
+}
+
+/// Windows of `o.window` frames, each answered by one: frames a second.
+fn rate(port: &mut ShmPort, peer: PeerId, o: &Opts, payload: &[u8], buf: &mut [u8]) {
+    let round = |port: &mut ShmPort, buf: &mut [u8], i: usize| {
+        for k in 0..o.window {
+            send(port, peer, (i * o.window + k) as u64, payload);
+        }
+        recv(port, buf, o.wait);
+    };
+    for i in 0..o.iters / 10 {
+        round(port, buf, i);
+    }
+    let start = Instant::now();
+    for i in 0..o.iters {
+        round(port, buf, i);
+    }
+    let secs = start.elapsed().as_secs_f64();
+    let msgs = (o.iters * o.window) as f64;
+    println!(
+        "ring_pingpong: {} B, window {}, {} frames, {}, CPUs {},{}: {:.2} M frames/s, {:.1} MB/s",
+        o.size,
+        o.window,
+        o.iters * o.window,
+        if o.wait { "blocking waits" } else { "busy polling" },
+        o.cpus.0,
+        o.cpus.1,
+        msgs / secs / 1e6,
+        msgs * o.size as f64 / secs / 1e6,
     );
 }
