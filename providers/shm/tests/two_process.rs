@@ -448,6 +448,26 @@ fn peer_killed() {
     let mut seen = Seen::default();
     let peer = accept_one(&mut port, &mut seen);
     until(&mut port, &mut seen, "ready", |s| !s.frames.is_empty());
+    // Blocked in `wait`, the peer does not spin: over 300 ms it uses
+    // almost no CPU (a spinning one gets at least a share of a CPU).
+    let ticks = || {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", child.id())).expect("stat");
+        // Fields after the command name (which ends with ')'): utime and
+        // stime are the 12th and 13th.
+        let rest = &stat[stat.rfind(')').expect("stat") + 2..];
+        let f: Vec<u64> = rest
+            .split(' ')
+            .skip(11)
+            .take(2)
+            .map(|x| x.parse().expect("ticks"))
+            .collect();
+        f[0] + f[1]
+    };
+    let before = ticks();
+    std::thread::sleep(Duration::from_millis(300));
+    let used = ticks() - before;
+    println!("peer_killed: the waiting peer used {used} clock ticks in 300 ms");
+    assert!(used <= 3, "a peer blocked in wait used {used} ticks of CPU");
     let t = Instant::now();
     child.kill().expect("kill");
     until(&mut port, &mut seen, "down", |s| !s.down.is_empty());
@@ -607,7 +627,8 @@ fn child(role: &str, addr: &[u8]) {
         }
         "idle" => {
             port.send(parent, b"ready", &[]).expect("ready");
-            loop {
+            // Until killed; a parent gone ends it too.
+            while seen.down.is_empty() {
                 port.wait(None).expect("wait");
                 poll(&mut port, &mut seen);
             }
