@@ -799,6 +799,64 @@ fn tcp_stream(root: &Path) -> Out {
     out
 }
 
+/// `shm_ring` inputs: `[size, start (4 bytes, in lines), ring content]`,
+/// the content written by the real producer, then edited as a hostile peer
+/// would.
+fn shm_ring(root: &Path) -> usize {
+    use xfer_shm::entry::{word1, KIND_FRAME, KIND_PAD};
+    use xfer_shm::fuzzing::TestRing;
+    let mut out = Out::new(root, "shm_ring");
+    let input = |size: u8, start_line: u32, ring: &mut TestRing| {
+        let mut v = vec![size];
+        v.extend_from_slice(&start_line.to_le_bytes());
+        v.extend_from_slice(ring.bytes_mut());
+        v
+    };
+    let frames: Vec<(Vec<u8>, Vec<u8>)> = (0..12u8)
+        .map(|i| (vec![i; (i as usize * 5) % 65], vec![i ^ 0x5a; (i as usize * 97) % 900]))
+        .collect();
+    // Honest rings: from the start, and across the end of a lap (a pad).
+    let mut ring = TestRing::new(4096);
+    ring.produce(0, &frames);
+    let honest = input(0, 0, &mut ring);
+    out.put("honest", &honest);
+    let mut ring = TestRing::new(8192);
+    let start = 8192 * 3 + 8192 - 256;
+    ring.produce(start, &frames);
+    let mut wrap = input(1, (start / 64) as u32, &mut ring);
+    // The harness lays the content out from the head on.
+    wrap[5..].rotate_left(start as usize % 8192);
+    out.put("honest-wrap-8k", &wrap);
+    // The first entry's word 1 (input offset 5 + 8) edited.
+    let w1 = |w: u64| {
+        let mut v = honest.clone();
+        v[13..21].copy_from_slice(&w.to_le_bytes());
+        v
+    };
+    out.put("too-large", &w1(word1(KIND_FRAME, 0, u32::MAX)));
+    out.put("longest-frame", &w1(word1(KIND_FRAME, 0, 1000)));
+    out.put("header-too-long", &w1(word1(KIND_FRAME, 65, 0)));
+    out.put("bad-kind", &w1(word1(7, 0, 0)));
+    out.put("reserved", &w1(word1(KIND_FRAME, 0, 0) | 1 << 20));
+    out.put("pad-at-start", &w1(word1(KIND_PAD, 0, 0)));
+    let mut stale = honest.clone();
+    stale[5] = 64; // start one lap later: every stamp is stale
+    out.put("stale-lap", &stale);
+    out.put("empty", &[0, 0, 0, 0, 0]);
+    // Stamped rings (byte 0 bit 1): the consumer starts on the last line of
+    // a 4 KiB lap, where a small frame, then a pad, sits; the content
+    // starts at the head.
+    let mut v = vec![2u8];
+    v.extend_from_slice(&63u32.to_le_bytes());
+    let mut content = vec![0u8; 128];
+    content[8..16].copy_from_slice(&word1(KIND_FRAME, 8, 32).to_le_bytes());
+    content[64 + 8..64 + 16].copy_from_slice(&word1(KIND_FRAME, 0, 100).to_le_bytes());
+    out.put("stamped-last-line", &[v.clone(), content.clone()].concat());
+    content[8..16].copy_from_slice(&word1(KIND_PAD, 0, 0).to_le_bytes());
+    out.put("stamped-pad", &[v, content].concat());
+    out.count
+}
+
 fn main() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("corpus");
     let conversations = tcp_stream(&root);
@@ -810,6 +868,7 @@ fn main() {
         ("verbs_name", verbs_name(&root)),
         ("verbs_msg", verbs_msg(&root)),
         ("verbs_cm", verbs_cm(&root)),
+        ("shm_ring", shm_ring(&root)),
     ];
     for (target, n) in counts {
         println!("{target}: {n} seeds in {}", root.join(target).display());

@@ -1,0 +1,77 @@
+//! Where things are in a segment (docs/SHM.md "Segment layout").
+//!
+//! ```text
+//! 0      header page: magic, version, ring size (read once, when mapped)
+//! 4096   ring 0 consumer block (head, sleeping flag, space-wanted flag), 128 B
+//! 4224   ring 1 consumer block, 128 B
+//! 8192   ring 0 data: ring_bytes (connector -> acceptor)
+//! 8192 + ring_bytes   ring 1 data: ring_bytes (acceptor -> connector)
+//! ```
+//!
+//! Each consumer block sits alone in 128 bytes (two cache lines, so the
+//! adjacent-line prefetcher does not pair it with the other ring's), and
+//! the data regions start on pages.
+
+/// Bytes of a cache line: entries start on one and are sized in whole ones.
+pub const LINE: usize = 64;
+
+/// The segment's magic, "XFERSHM\0" little-endian.
+pub const MAGIC: u64 = u64::from_le_bytes(*b"XFERSHM\0");
+/// The ring format's version; a peer with another refuses the segment.
+pub const VERSION: u32 = 1;
+
+/// Offset of the header's magic (u64), version (u32), ring size (u32).
+pub const HDR_MAGIC: usize = 0;
+/// Offset of the version.
+pub const HDR_VERSION: usize = 8;
+/// Offset of the ring size.
+pub const HDR_RING_BYTES: usize = 12;
+
+/// Offset of the consumer blocks.
+pub const CONTROL: usize = 4096;
+/// Bytes given to one consumer block.
+pub const CONTROL_STRIDE: usize = 128;
+/// Offset of the head (u64) within a consumer block.
+pub const CTL_HEAD: usize = 0;
+/// Offset of the sleeping flag (u32) within a consumer block.
+pub const CTL_SLEEPING: usize = 8;
+/// Offset of the producer's space-wanted flag (u32) within a consumer
+/// block: set by a producer that found the ring full.
+pub const CTL_SPACE_WANTED: usize = 16;
+/// Offset of ring 0's data.
+pub const DATA: usize = 8192;
+
+/// Smallest ring: one page.
+pub const MIN_RING_BYTES: usize = 4096;
+/// Largest ring a port accepts from a peer, whatever its own setting.
+pub const MAX_RING_BYTES: usize = 64 << 20;
+
+/// Bytes of a segment whose rings hold `ring_bytes` each.
+pub const fn segment_bytes(ring_bytes: usize) -> usize {
+    DATA + 2 * ring_bytes
+}
+
+/// Offset of ring `r`'s consumer block.
+pub const fn control(r: usize) -> usize {
+    CONTROL + r * CONTROL_STRIDE
+}
+
+/// Offset of ring `r`'s data.
+pub const fn data(r: usize, ring_bytes: usize) -> usize {
+    DATA + r * ring_bytes
+}
+
+/// Whether `ring_bytes` is a ring size this code maps: a power of two
+/// between [`MIN_RING_BYTES`] and `max`.
+pub fn valid_ring_bytes(ring_bytes: usize, max: usize) -> bool {
+    ring_bytes.is_power_of_two() && (MIN_RING_BYTES..=max.min(MAX_RING_BYTES)).contains(&ring_bytes)
+}
+
+/// The ring a side writes: the connector ring 0, the acceptor ring 1.
+pub const fn tx_ring(connector: bool) -> usize {
+    if connector {
+        0
+    } else {
+        1
+    }
+}

@@ -1,0 +1,388 @@
+//! One direction of a peer pair: a single-producer single-consumer ring of
+//! entries (entry.rs) in the shared segment.
+//!
+//! Who touches what:
+//! - the producer writes entries and reads the consumer's `head` only when
+//!   its cached copy says the ring is full;
+//! - the consumer polls the stamp word of the entry at its head (the line
+//!   the entry itself is on: a small frame costs one cache-line transfer),
+//!   zeroes the stamp words of the lines it consumed, then publishes `head`
+//!   with release, so the producer reuses them only after they are clean;
+//! - the consumer's `sleeping` flag and the producer's check of it after
+//!   each entry make the wake-up protocol (docs/SHM.md "Wake-up").
+//!
+//! Both sides keep their own position privately and never read it back
+//! from shared memory: a peer that scribbles over the segment can only
+//! make its own entries refused. Every access to the mapping goes through
+//! raw pointers and atomics (the peer may write at any time; no Rust
+//! reference is ever formed over shared bytes).
+
+use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
+
+use crate::entry::{self, Corrupt, Decoded, KIND_FRAME, KIND_PAD, MAX_HEADER, PREFIX};
+use crate::layout::{CTL_HEAD, CTL_SLEEPING, CTL_SPACE_WANTED, LINE};
+
+/// Bytes in the peer's shared memory: a frame's header or payload as the
+/// consumer found them. Read them with [`Bytes::copy_to`] or
+/// [`Bytes::to_vec`]; the consumer releases them once the poll callback
+/// returns.
+#[derive(Debug, Clone, Copy)]
+pub struct Bytes<'a> {
+    ptr: *const u8,
+    len: usize,
+    _ring: std::marker::PhantomData<&'a Consumer>,
+}
+
+impl Bytes<'_> {
+    /// Their length.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Copies them to the start of `dst` and returns how many were copied
+    /// (`min(len, dst.len())`).
+    pub fn copy_to(&self, dst: &mut [u8]) -> usize {
+        let n = self.len.min(dst.len());
+        // SAFETY: the decoder checked that `ptr..ptr + len` lies within the
+        // ring's data in the live mapping (the consumer is borrowed for
+        // 'a); `dst` is a distinct, exclusively borrowed local buffer. A
+        // hostile peer writing these bytes concurrently can only change
+        // the values copied, not where they are copied from or to.
+        unsafe { std::ptr::copy_nonoverlapping(self.ptr, dst.as_mut_ptr(), n) };
+        n
+    }
+
+    /// A copy of them.
+    pub fn to_vec(&self) -> Vec<u8> {
+        let mut v = vec![0; self.len];
+        self.copy_to(&mut v);
+        v
+    }
+}
+
+/// A frame at the consumer's head, valid during the poll callback.
+#[derive(Debug, Clone, Copy)]
+pub struct Frame<'a> {
+    /// The transport header (at most [`MAX_HEADER`] bytes).
+    pub header: Bytes<'a>,
+    /// The payload.
+    pub payload: Bytes<'a>,
+}
+
+/// The atomic at `base + off`.
+///
+/// # Safety
+/// `base + off` must be 8-byte aligned and within a live mapping (or
+/// buffer) of the ring for as long as the reference is used.
+unsafe fn word<'a>(base: *mut u8, off: usize) -> &'a AtomicU64 {
+    // SAFETY: the caller's contract; AtomicU64 has u64's layout, and
+    // atomics are the sound way to share a word with another process.
+    unsafe { AtomicU64::from_ptr(base.add(off).cast()) }
+}
+
+/// A ring's geometry: its data, its consumer block, its size.
+#[derive(Debug, Clone, Copy)]
+struct Place {
+    data: *mut u8,
+    ctl: *mut u8,
+    ring_bytes: usize,
+}
+
+impl Place {
+    fn head(&self) -> &AtomicU64 {
+        // SAFETY: the consumer block is 128-byte aligned in the mapping,
+        // which outlives the ring (Place::new's contract).
+        unsafe { word(self.ctl, CTL_HEAD) }
+    }
+
+    fn sleeping(&self) -> &AtomicU32 {
+        // SAFETY: as for `head`; the flag is 4-byte aligned at offset 8.
+        unsafe { AtomicU32::from_ptr(self.ctl.add(CTL_SLEEPING).cast()) }
+    }
+
+    fn space_wanted(&self) -> &AtomicU32 {
+        // SAFETY: as for `head`; the flag is 4-byte aligned at offset 16.
+        unsafe { AtomicU32::from_ptr(self.ctl.add(CTL_SPACE_WANTED).cast()) }
+    }
+
+    fn line(&self, offset: usize) -> &AtomicU64 {
+        debug_assert!(offset.is_multiple_of(LINE) && offset < self.ring_bytes);
+        // SAFETY: callers pass line-aligned offsets below ring_bytes (the
+        // decoder's and the producer's checks), so the word is in the data.
+        unsafe { word(self.data, offset) }
+    }
+
+    fn offset(&self, pos: u64) -> usize {
+        (pos as usize) & (self.ring_bytes - 1)
+    }
+}
+
+/// The writing side of a ring.
+#[derive(Debug)]
+pub struct Producer {
+    at: Place,
+    tail: u64,
+    head_cache: u64,
+    /// Bytes the last refused frame needed (0: none refused since the
+    /// last success).
+    blocked: usize,
+}
+
+// SAFETY: the pointers are into a mapping owned next to the ring (peer.rs)
+// and only this one producer writes entries; moving it between threads
+// changes nothing about who writes what.
+unsafe impl Send for Producer {}
+
+/// Why a frame was not written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refused {
+    /// The ring has no room now; try again after the consumer caught up.
+    Full,
+    /// The frame can never fit: header over [`MAX_HEADER`] or the entry
+    /// over a quarter of the ring.
+    TooLarge,
+    /// The consumer's published head is impossible: the peer is broken.
+    Corrupt(Corrupt),
+}
+
+impl Producer {
+    /// The producer of the ring with data at `data` and consumer block at
+    /// `ctl`, starting at position 0.
+    ///
+    /// # Safety
+    /// `data` (64-byte aligned, `ring_bytes`, a power of two, long) and
+    /// `ctl` (128 bytes, 8-byte aligned) must stay valid while the producer
+    /// lives, and no one else produces into this ring.
+    pub unsafe fn new(data: *mut u8, ctl: *mut u8, ring_bytes: usize) -> Producer {
+        Producer {
+            at: Place { data, ctl, ring_bytes },
+            tail: 0,
+            head_cache: 0,
+            blocked: 0,
+        }
+    }
+
+    /// Starts at position `pos` instead of 0, the consumer's head being
+    /// there too (the fuzz harness; a line multiple).
+    pub(crate) fn set_tail(&mut self, pos: u64) {
+        self.tail = pos;
+        self.head_cache = pos;
+    }
+
+    /// Where the next entry goes.
+    pub(crate) fn tail(&self) -> u64 {
+        self.tail
+    }
+
+    /// Room for `need` bytes from the tail, reading the consumer's head
+    /// only if the cached one says no.
+    fn room(&mut self, need: usize) -> Result<bool, Refused> {
+        let ring = self.at.ring_bytes as u64;
+        if self.tail - self.head_cache + need as u64 <= ring {
+            return Ok(true);
+        }
+        let head = self.at.head().load(Ordering::Acquire);
+        // The peer writes head: it must lie between what we knew and the tail.
+        if head < self.head_cache || head > self.tail || !head.is_multiple_of(LINE as u64) {
+            return Err(Refused::Corrupt(Corrupt::Head(head)));
+        }
+        self.head_cache = head;
+        if self.tail - head + need as u64 <= ring {
+            return Ok(true);
+        }
+        // Full: ask the consumer to signal when it frees lines, then look
+        // once more (it may have released them before seeing the flag).
+        self.at.space_wanted().store(1, Ordering::Relaxed);
+        fence(Ordering::SeqCst);
+        let head = self.at.head().load(Ordering::Acquire);
+        if head < self.head_cache || head > self.tail || !head.is_multiple_of(LINE as u64) {
+            return Err(Refused::Corrupt(Corrupt::Head(head)));
+        }
+        self.head_cache = head;
+        Ok(self.tail - head + need as u64 <= ring)
+    }
+
+    /// Writes one frame. `Ok(true)` when the consumer had declared it was
+    /// going to sleep: the caller must then signal its eventfd.
+    pub fn send(&mut self, header: &[u8], payload: &[u8]) -> Result<bool, Refused> {
+        if header.len() > MAX_HEADER || payload.len() > entry::max_payload(self.at.ring_bytes, header.len()) {
+            return Err(Refused::TooLarge);
+        }
+        let size = entry::entry_bytes(header.len(), payload.len());
+        let offset = self.at.offset(self.tail);
+        if offset + size > self.at.ring_bytes {
+            // Pad to the lap's end first (it fits once the consumer caught
+            // up; pad and frame together might never fit).
+            let pad = self.at.ring_bytes - offset;
+            if !self.room(pad)? {
+                self.blocked = pad;
+                return Err(Refused::Full);
+            }
+            self.write_word1(offset, entry::word1(KIND_PAD, 0, 0));
+            self.at.line(offset).store(entry::stamp(self.tail), Ordering::Release);
+            self.tail += pad as u64;
+        }
+        if !self.room(size)? {
+            self.blocked = size;
+            return Err(Refused::Full);
+        }
+        self.blocked = 0;
+        let offset = self.at.offset(self.tail);
+        self.write_word1(
+            offset,
+            entry::word1(KIND_FRAME, header.len() as u8, payload.len() as u32),
+        );
+        // SAFETY: `offset + size <= ring_bytes` (the pad above guarantees
+        // it), so header and payload land inside this entry, which the
+        // consumer released (room() saw its head past it). The sources are
+        // caller slices, distinct from the mapping.
+        unsafe {
+            let dst = self.at.data.add(offset + PREFIX);
+            std::ptr::copy_nonoverlapping(header.as_ptr(), dst, header.len());
+            std::ptr::copy_nonoverlapping(payload.as_ptr(), dst.add(header.len()), payload.len());
+        }
+        self.at.line(offset).store(entry::stamp(self.tail), Ordering::Release);
+        self.tail += size as u64;
+        // Pairs with the consumer's fence after it sets `sleeping`: either
+        // it sees this stamp, or this load sees its flag (docs/SHM.md).
+        fence(Ordering::SeqCst);
+        let sleeping = self.at.sleeping();
+        Ok(sleeping.load(Ordering::Relaxed) != 0 && sleeping.swap(0, Ordering::Relaxed) != 0)
+    }
+
+    /// Whether the last frame refused as `Full` (if any since the last
+    /// success) would fit now: a port checks it before sleeping, since the
+    /// wake-up for space may have been consumed already.
+    pub fn room_appeared(&self) -> bool {
+        if self.blocked == 0 {
+            return false;
+        }
+        let head = self.at.head().load(Ordering::Acquire);
+        // A hostile head only makes this side poll again, where `send`
+        // checks it properly.
+        self.tail.wrapping_sub(head).saturating_add(self.blocked as u64) <= self.at.ring_bytes as u64
+    }
+
+    /// Writes an entry whose word 1 is `w1`, as a broken or hostile peer
+    /// would (tests of the consumer's checks).
+    #[doc(hidden)]
+    pub fn send_raw(&mut self, w1: u64) {
+        let offset = self.at.offset(self.tail);
+        self.write_word1(offset, w1);
+        self.at.line(offset).store(entry::stamp(self.tail), Ordering::Release);
+        fence(Ordering::SeqCst);
+    }
+
+    fn write_word1(&self, offset: usize, w: u64) {
+        // SAFETY: word 1 of a line-aligned entry inside the ring.
+        unsafe { word(self.at.data, offset + 8) }.store(w, Ordering::Relaxed);
+    }
+}
+
+/// The reading side of a ring.
+#[derive(Debug)]
+pub struct Consumer {
+    at: Place,
+    head: u64,
+}
+
+// SAFETY: as for Producer: one consumer, pointers into a mapping it lives with.
+unsafe impl Send for Consumer {}
+
+impl Consumer {
+    /// The consumer of the ring with data at `data` and consumer block at
+    /// `ctl`, starting at position 0.
+    ///
+    /// # Safety
+    /// As [`Producer::new`], for the one consumer of the ring. The memory
+    /// may hold anything: the consumer checks every entry.
+    pub unsafe fn new(data: *mut u8, ctl: *mut u8, ring_bytes: usize) -> Consumer {
+        Consumer {
+            at: Place { data, ctl, ring_bytes },
+            head: 0,
+        }
+    }
+
+    /// Starts at position `pos` instead of 0 (the fuzz harness; a line
+    /// multiple).
+    pub(crate) fn set_head(&mut self, pos: u64) {
+        self.head = pos;
+    }
+
+    /// Whether an entry (perhaps a broken one) waits at the head.
+    pub fn ready(&self) -> bool {
+        let offset = self.at.offset(self.head);
+        self.at.line(offset).load(Ordering::Acquire) == entry::stamp(self.head)
+    }
+
+    /// Hands the frame at the head, if any, to `f`, then releases it.
+    /// Pads are skipped. An error means the ring is broken for good.
+    pub fn consume<R>(&mut self, f: impl FnOnce(Frame<'_>) -> R) -> Result<Option<R>, Corrupt> {
+        loop {
+            let offset = self.at.offset(self.head);
+            let stamp = self.at.line(offset).load(Ordering::Acquire);
+            // SAFETY: word 1 of the line at the head, inside the ring.
+            let w1 = unsafe { word(self.at.data, offset + 8) }.load(Ordering::Relaxed);
+            match entry::decode(stamp, w1, self.head, self.at.ring_bytes)? {
+                None => return Ok(None),
+                Some(Decoded::Pad { size }) => self.release(offset, size),
+                Some(Decoded::Frame {
+                    header_len,
+                    payload_len,
+                    size,
+                }) => {
+                    // SAFETY: decode checked offset + size <= ring_bytes and
+                    // size covers PREFIX + header + payload.
+                    let base = unsafe { self.at.data.add(offset + PREFIX) };
+                    let frame = Frame {
+                        header: Bytes {
+                            ptr: base,
+                            len: header_len,
+                            _ring: std::marker::PhantomData,
+                        },
+                        // SAFETY: within the same checked entry.
+                        payload: Bytes {
+                            ptr: unsafe { base.add(header_len) },
+                            len: payload_len,
+                            _ring: std::marker::PhantomData,
+                        },
+                    };
+                    let r = f(frame);
+                    self.release(offset, size);
+                    return Ok(Some(r));
+                }
+            }
+        }
+    }
+
+    /// Zeroes the stamp word of every line of the entry, then publishes the
+    /// new head: the producer reuses the lines only once they are clean.
+    fn release(&mut self, offset: usize, size: usize) {
+        for line in (offset..offset + size).step_by(LINE) {
+            self.at.line(line).store(0, Ordering::Relaxed);
+        }
+        self.head += size as u64;
+        self.at.head().store(self.head, Ordering::Release);
+    }
+
+    /// After consuming: whether the producer had found the ring full and
+    /// asked to be woken (the flag is cleared). Pairs with the producer's
+    /// fence after it set the flag.
+    pub fn space_wanted(&self) -> bool {
+        fence(Ordering::SeqCst);
+        let f = self.at.space_wanted();
+        f.load(Ordering::Relaxed) != 0 && f.swap(0, Ordering::Relaxed) != 0
+    }
+
+    /// Declares (or withdraws) that this side is about to block. After
+    /// arming, the caller must `fence(SeqCst)` and check [`ready`](Self::ready)
+    /// before sleeping.
+    pub fn set_sleeping(&self, on: bool) {
+        self.at.sleeping().store(u32::from(on), Ordering::Relaxed);
+    }
+}
