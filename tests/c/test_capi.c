@@ -1473,9 +1473,16 @@ static void close_watcher(struct node *n, xfer_addr_t child)
     CHECK(again == child);
     CHECK_RC(xfer_ep_tsend(n->ep, &go, 1, child, 2, CTX(12)), 0);
     CHECK_RC(wait_one(n, CTX(12), &e), 0);
-    /* The child closes its endpoint: in order, not a failure. */
-    CHECK_RC(wait_one(n, CTX(10), &e), XFER_ECONNRESET);
-    CHECK(e.prov_errno == 0);
+    /* The child closes its endpoint: in order, not a failure. Over verbs the
+     * child's queue pair can go away before rdma_cm's disconnect reaches us,
+     * and then the close reads as a failure (docs/ARCHITECTURE.md decision 99). */
+    int rc = wait_one(n, CTX(10), &e);
+    if (on_tcp()) {
+        CHECK_RC(rc, XFER_ECONNRESET);
+        CHECK(e.prov_errno == 0);
+    } else {
+        CHECK(rc == XFER_ECONNRESET || rc == XFER_EHOSTUNREACH);
+    }
     CHECK_RC(next_peer_event(n, &ev), 0);
     CHECK(ev.kind == XFER_PEER_CLOSED && ev.peer == child);
     CHECK_RC(xfer_ep_peer_event(n->ep, &ev), 0);
