@@ -6,8 +6,8 @@ mod common;
 
 use common::{drive, expect, pattern, test_attr, wait_readable, Node};
 use xfer::{
-    Access, Buffer, Claim, Error, Flags, MemoryRegion, Peeked, PeerAddr, RecvOp, RecvSpec, RemoteKey, RmaKind, RmaOp,
-    SendOp,
+    Access, Buffer, Claim, CompletionLevel, Error, Flags, MemoryRegion, Peeked, PeerAddr, RecvOp, RecvSpec, RemoteKey,
+    RmaKind, RmaOp, SendOp,
 };
 
 const ANY: PeerAddr = PeerAddr::UNSPEC;
@@ -400,6 +400,7 @@ fn immediate_data_arrives_with_the_message() {
             buf: pattern(size, ctx).into(),
             context: 10 + ctx,
             completion: true,
+            level: Default::default(),
         };
         a.ep.post_send(op).unwrap();
         let r = expect(&mut [&mut a, &mut b], 1, ctx);
@@ -475,6 +476,7 @@ fn selective_completion_reports_only_what_was_asked() {
         buf: vec![1; 8].into(),
         context: 11,
         completion: false,
+        level: Default::default(),
     };
     let loud = SendOp {
         peer: pb,
@@ -483,6 +485,7 @@ fn selective_completion_reports_only_what_was_asked() {
         buf: vec![2; 8].into(),
         context: 12,
         completion: true,
+        level: Default::default(),
     };
     a.ep.post_send(quiet).unwrap();
     a.ep.post_send(loud).unwrap();
@@ -1193,6 +1196,7 @@ fn region_buffers_are_the_local_side_of_rma_and_messages() {
         buf: unsafe { local.buffer(0, size) }.unwrap(),
         context: 4,
         completion: true,
+        level: Default::default(),
     };
     a.ep.post_send(send).unwrap();
     let c = expect(&mut [&mut a, &mut b], 1, 3);
@@ -1395,6 +1399,7 @@ fn peek_and_claim_unexpected_messages() {
         buf: pattern(100, 1).into(),
         context: 101,
         completion: true,
+        level: Default::default(),
     };
     a.ep.post_send(op).unwrap();
     a.ep.tsend(pb, 6, pattern(big, 2), 102).unwrap();
@@ -1520,4 +1525,120 @@ fn per_peer_bound_refuses_only_the_full_peer() {
     let r = expect(&mut [&mut a, &mut b, &mut c], 0, 22);
     assert_eq!((r.src, r.buf.unwrap()), (pb, pattern(64, 5)));
     assert_eq!(a.ep.outstanding_to(pb).unwrap(), Some(0));
+}
+
+/// A tagged send of `pattern(size, ctx)` to `peer` with `level`, tag and context `ctx`.
+fn send_at(a: &Node, peer: PeerAddr, size: usize, ctx: u64, level: CompletionLevel) {
+    let op = SendOp {
+        peer,
+        tag: Some(ctx),
+        data: None,
+        buf: pattern(size, ctx).into(),
+        context: ctx,
+        completion: true,
+        level,
+    };
+    a.ep.post_send(op).unwrap();
+}
+
+/// `CompletionLevel::Transmit` and `Delivery` (`FI_TRANSMIT_COMPLETE`,
+/// `FI_DELIVERY_COMPLETE`): a send completes only once its message is in
+/// the receive that matched it at the target, not while it waits there
+/// unexpected, whatever its size (empty, eager-sized, rendezvous-sized,
+/// truncated by the receive); the buffer comes back whole.
+#[test]
+fn acknowledged_sends_complete_once_the_target_placed_them() {
+    let (mut a, mut b) = (Node::new(), Node::new());
+    let pb = a.add(&b);
+    let t = test_attr().rndv_threshold;
+    let cases = [
+        (0, 8, CompletionLevel::Delivery),
+        (8, 8, CompletionLevel::Transmit),
+        (8, 8, CompletionLevel::Delivery),
+        (t, t, CompletionLevel::Delivery),
+        (4 * t, 4 * t, CompletionLevel::Transmit),
+        (100, 10, CompletionLevel::Delivery),
+    ];
+    for (i, (size, room, level)) in cases.into_iter().enumerate() {
+        let ctx = 10 * i as u64 + 10;
+        send_at(&a, pb, size, ctx, level);
+        // The message reached b, where it waits for a receive.
+        probe_until(&mut a, &b, |b| b.ep.peek(ANY, ctx, 0).unwrap());
+        for _ in 0..50 {
+            a.poll();
+            b.poll();
+        }
+        assert!(
+            a.take(ctx).is_none(),
+            "{level:?} send of {size} B completed before a receive took it"
+        );
+        b.ep.trecv(ANY, ctx, 0, vec![0; room], ctx + 1).unwrap();
+        let s = expect(&mut [&mut a, &mut b], 0, ctx);
+        assert_eq!(s.result, Ok(()), "{level:?} send of {size} B");
+        assert!(s.flags.contains(Flags::SEND | Flags::TAGGED));
+        assert_eq!(s.buf.unwrap(), pattern(size, ctx), "the buffer comes back");
+        let r = expect(&mut [&mut a, &mut b], 1, ctx + 1);
+        let len = size.min(room);
+        if size > room {
+            assert_eq!(r.result, Err(Error::Truncated { len, olen: size }));
+        } else {
+            assert_eq!(r.result, Ok(()));
+        }
+        assert_eq!(&r.buf.unwrap()[..len], &pattern(size, ctx)[..len]);
+    }
+}
+
+/// Acknowledged and plain sends mixed keep their order at the receiver,
+/// and every acknowledged one completes.
+#[test]
+fn acknowledged_sends_keep_order_with_plain_ones() {
+    let (mut a, mut b) = (Node::new(), Node::new());
+    let pb = a.add(&b);
+    let n = 200u64;
+    let level = |i: u64| match i % 3 {
+        0 => CompletionLevel::Delivery,
+        1 => CompletionLevel::Inject,
+        _ => CompletionLevel::Transmit,
+    };
+    for i in 0..n / 2 {
+        b.ep.trecv(ANY, 0, u64::MAX, vec![0; 64], 1000 + i).unwrap();
+    }
+    for i in 0..n {
+        let op = SendOp {
+            peer: pb,
+            tag: Some(i),
+            data: None,
+            buf: pattern(64, i).into(),
+            context: i,
+            completion: true,
+            level: level(i),
+        };
+        a.ep.post_send(op).unwrap();
+    }
+    for i in n / 2..n {
+        b.ep.trecv(ANY, 0, u64::MAX, vec![0; 64], 1000 + i).unwrap();
+    }
+    for i in 0..n {
+        let r = expect(&mut [&mut a, &mut b], 1, 1000 + i);
+        assert_eq!(r.tag, i, "message {i} out of order");
+        assert_eq!(r.buf.unwrap(), pattern(64, i));
+    }
+    drive(&mut [&mut a, &mut b], "every send completion", |ns| {
+        ns[0].done.len() == n as usize
+    });
+    assert!(a.done.iter().all(|c| c.result.is_ok()), "{:?}", a.done);
+}
+
+/// An acknowledged send whose target goes away before a receive took its
+/// message fails (with its buffer), as any outstanding send to a dead peer.
+#[test]
+fn acknowledged_send_to_a_target_that_closes_fails() {
+    let (mut a, b) = (Node::new(), Node::new());
+    let pb = a.add(&b);
+    send_at(&a, pb, 8, 1, CompletionLevel::Delivery);
+    probe_until(&mut a, &b, |b| b.ep.peek(ANY, 1, 0).unwrap());
+    drop(b);
+    let s = expect(&mut [&mut a], 0, 1);
+    assert!(matches!(s.result, Err(Error::PeerUnreachable { .. })), "{:?}", s.result);
+    assert_eq!(s.buf.unwrap(), pattern(8, 1));
 }

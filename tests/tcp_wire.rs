@@ -167,6 +167,7 @@ fn rts(token: u64) -> [u8; HEADER_LEN] {
         data: None,
         len: 1 << 20,
         token,
+        ack: false,
     }
     .to_bytes()
 }
@@ -282,6 +283,7 @@ fn rendezvous_then(misbehave: impl FnOnce(&mut TcpStream, u64)) -> xfer::Complet
             data: None,
             len,
             token: 42,
+            ack: false,
         }
         .to_bytes(),
     );
@@ -1088,4 +1090,94 @@ fn a_peer_that_never_answers_the_challenge_is_dropped_after_the_connect_timeout(
             .into_iter()
             .find(|(k, _)| *k == "admission_refused");
     assert_eq!(refused, Some(("admission_refused", 1)));
+}
+
+/// The victim's send asking for delivery completion, to a fake peer that
+/// acknowledged its hello: the connection, the send's token and its Rts.
+fn acknowledged_send(v: &mut Node, fake: &TcpListener, peer: PeerAddr, ctx: u64) -> (TcpStream, Frame) {
+    let op = xfer::SendOp {
+        peer,
+        tag: Some(4),
+        data: None,
+        buf: pattern(8, ctx).into(),
+        context: ctx,
+        completion: true,
+        level: xfer::CompletionLevel::Delivery,
+    };
+    v.ep.post_send(op).unwrap();
+    let (mut out, _) = accept_victim(v, fake);
+    out.write_all(&Frame::HelloAck { nonce: 0x5eed }.to_bytes()).unwrap();
+    let rts = Frame::parse(&read_polling(v, &mut out, HEADER_LEN)).expect("a frame");
+    (out, rts)
+}
+
+/// A send asking for delivery completion goes by rendezvous with the ACK
+/// flag, whatever its size, and completes only at the Delivered frame that
+/// follows its data; a second Delivered for it is a violation that drops
+/// the connection, and the victim keeps working.
+#[test]
+fn delivery_complete_send_waits_for_its_delivered_frame() {
+    let mut v = Node::new();
+    let (fake, name) = fake_peer();
+    let peer = v.av.insert(&name).unwrap();
+    let (mut out, rts) = acknowledged_send(&mut v, &fake, peer, 10);
+    let Frame::Rts {
+        token,
+        len: 8,
+        tag: Some(4),
+        ack: true,
+        ..
+    } = rts
+    else {
+        panic!("not an acknowledged request to send: {rts:?}")
+    };
+    out.write_all(
+        &Frame::Cts {
+            token,
+            rx_token: 5,
+            len: 8,
+        }
+        .to_bytes(),
+    )
+    .unwrap();
+    let data = read_polling(&mut v, &mut out, HEADER_LEN + 8);
+    assert_eq!(
+        Frame::parse(&data),
+        Ok(Frame::Data {
+            rx_token: 5,
+            offset: 0,
+            len: 8
+        })
+    );
+    assert_eq!(&data[HEADER_LEN..], &pattern(8, 10)[..]);
+    for _ in 0..50 {
+        v.poll();
+    }
+    assert!(v.take(10).is_none(), "completed before the target acknowledged it");
+    out.write_all(&Frame::Delivered { token }.to_bytes()).unwrap();
+    let s = expect(&mut [&mut v], 0, 10);
+    assert_eq!(s.result, Ok(()));
+    assert_eq!(s.buf.unwrap(), pattern(8, 10));
+    out.write_all(&Frame::Delivered { token }.to_bytes()).unwrap();
+    drain_until_dropped(&mut v, &mut out);
+    still_works(&mut v);
+}
+
+/// A Delivered frame before the data it acknowledges went out (here:
+/// before any clear-to-send) is a violation: the send fails with the
+/// connection instead of completing while its payload is still to be written.
+#[test]
+fn delivered_before_the_data_fails_the_send() {
+    let mut v = Node::new();
+    let (fake, name) = fake_peer();
+    let peer = v.av.insert(&name).unwrap();
+    let (mut out, rts) = acknowledged_send(&mut v, &fake, peer, 11);
+    let Frame::Rts { token, ack: true, .. } = rts else {
+        panic!("not an acknowledged request to send: {rts:?}")
+    };
+    out.write_all(&Frame::Delivered { token }.to_bytes()).unwrap();
+    let s = expect(&mut [&mut v], 0, 11);
+    assert!(matches!(s.result, Err(Error::Protocol(_))), "{:?}", s.result);
+    assert!(s.buf.is_some(), "the buffer comes back");
+    still_works(&mut v);
 }

@@ -448,6 +448,7 @@ pub(crate) fn post_send(
         buf,
         context: context_in(context),
         completion,
+        level: Default::default(),
     })?;
     Ok(XFER_SUCCESS)
 }

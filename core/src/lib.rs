@@ -69,5 +69,5 @@ pub use endpoint::Endpoint;
 pub use error::{Error, Result};
 pub use mr::{Access, MemoryRegion, RemoteKey};
 pub use peek::{Claim, Peeked};
-pub use provider::{RecvOp, Rejected, RmaKind, RmaOp, SendOp};
+pub use provider::{CompletionLevel, RecvOp, Rejected, RmaKind, RmaOp, SendOp};
 pub use tag::RecvSpec;

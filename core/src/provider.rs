@@ -34,6 +34,47 @@ pub struct SendOp {
     pub context: u64,
     /// Report success with a completion (errors are always reported).
     pub completion: bool,
+    /// When a successful send completes ([`CompletionLevel::Inject`]
+    /// unless asked otherwise).
+    pub level: CompletionLevel,
+}
+
+/// When a send's successful completion is reported: libfabric's
+/// `FI_INJECT_COMPLETE`, `FI_TRANSMIT_COMPLETE` and `FI_DELIVERY_COMPLETE`.
+/// Each level implies the ones before it; a provider may complete a send
+/// later than asked, never earlier.
+///
+/// ```
+/// use xfer_core::{CompletionLevel, SendOp};
+/// # fn f(peer: xfer_core::PeerAddr) -> SendOp {
+/// SendOp {
+///     peer,
+///     tag: None,
+///     data: None,
+///     buf: b"committed".to_vec().into(),
+///     context: 7,
+///     completion: true,
+///     // Complete only once the message is in the target's receive buffer.
+///     level: CompletionLevel::Delivery,
+/// }
+/// # }
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum CompletionLevel {
+    /// The send's buffer may be reused: the payload was handed to the
+    /// transport (eager) or pulled by the receiver (rendezvous). Nothing is
+    /// known about its arrival. The cheapest level, and the default.
+    #[default]
+    Inject,
+    /// The message reached the target's receive side. xfer gives this level
+    /// with [`Delivery`](Self::Delivery)'s guarantee: an acknowledgement
+    /// from the target is what tells a sender either.
+    Transmit,
+    /// The message was placed in the receive that matched it at the target
+    /// (a truncated or discarded one included), whose completion is being
+    /// reported there. Such a send goes by rendezvous whatever its size, so
+    /// it costs a round trip more than an eager one.
+    Delivery,
 }
 
 /// A receive (message or tagged) handed to a provider.

@@ -124,8 +124,20 @@ fn every_frame() -> Vec<(&'static str, Frame)> {
                 data: None,
                 len: 1 << 32,
                 token: token(3, 9),
+                ack: false,
             },
         ),
+        (
+            "rts-ack",
+            Frame::Rts {
+                tag: None,
+                data: None,
+                len: 8,
+                token: token(3, 9),
+                ack: true,
+            },
+        ),
+        ("delivered", Frame::Delivered { token: token(3, 9) }),
         (
             "cts",
             Frame::Cts {
@@ -491,6 +503,7 @@ fn tcp_stream(root: &Path) -> Out {
         data: Some(5),
         len: 8192,
         token: 77,
+        ack: false,
     });
     let data = f(Frame::Data {
         rx_token: token(0, 1),
@@ -501,6 +514,19 @@ fn tcp_stream(root: &Path) -> Out {
         "rndv-recv",
         &["completion 4 len 8192 Ok"],
         &stream(setup::TRECV | setup::BIG, 0, &[h, &rts, &data, &bytes(8192)]),
+    );
+    // The sender asks for a Delivered frame once the data is placed.
+    let rts_ack = f(Frame::Rts {
+        tag: Some(TAG),
+        data: None,
+        len: 8192,
+        token: 78,
+        ack: true,
+    });
+    out.conv(
+        "rndv-recv-acknowledged",
+        &["completion 4 len 8192 Ok"],
+        &stream(setup::TRECV | setup::BIG, 0, &[h, &rts_ack, &data, &bytes(8192)]),
     );
     out.conv(
         "rndv-recv-chunked",
@@ -568,6 +594,15 @@ fn tcp_stream(root: &Path) -> Out {
         &stream(setup::SEND, 0, &[h, &cts(token(0, 1), SEND_LEN + 1)]),
     );
     out.put("cts-unknown", &stream(setup::SEND, 0, &[h, &cts(token(0, 2), 1)]));
+    // The harness's send asks for no acknowledgement: a Delivered for it,
+    // before or after its data went out, is a violation.
+    let delivered = f(Frame::Delivered { token: token(0, 1) });
+    out.put("delivered-unasked", &stream(setup::SEND, 0, &[h, &delivered]));
+    out.conv(
+        "delivered-after-data",
+        &["completion 1 len 8192 Ok"],
+        &stream(setup::SEND, 0, &[h, &cts(token(0, 1), SEND_LEN), &delivered]),
+    );
     let resp = |tok: u64, st: u64, len: usize| {
         f(Frame::ReadResp {
             token: tok,

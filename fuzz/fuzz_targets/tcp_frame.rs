@@ -17,7 +17,7 @@ enum AnyFrame {
     Hello(u8, u64),
     HelloAck(u64),
     Eager(Option<u64>, Option<u64>, u64),
-    Rts(Option<u64>, Option<u64>, u64, u64),
+    Rts(Option<u64>, Option<u64>, u64, u64, bool),
     Cts(u64, u64, u64),
     Data(u64, u64, u64),
     WriteReq(u64, u64, u64, u64, bool),
@@ -29,6 +29,7 @@ enum AnyFrame {
     Pong,
     Challenge([u8; 16]),
     Proof,
+    Delivered(u64),
 }
 
 impl AnyFrame {
@@ -37,7 +38,13 @@ impl AnyFrame {
             AnyFrame::Hello(name_len, to) => Frame::Hello { name_len, to },
             AnyFrame::HelloAck(nonce) => Frame::HelloAck { nonce },
             AnyFrame::Eager(tag, data, len) => Frame::Eager { tag, data, len },
-            AnyFrame::Rts(tag, data, len, token) => Frame::Rts { tag, data, len, token },
+            AnyFrame::Rts(tag, data, len, token, ack) => Frame::Rts {
+                tag,
+                data,
+                len,
+                token,
+                ack,
+            },
             AnyFrame::Cts(token, rx_token, len) => Frame::Cts { token, rx_token, len },
             AnyFrame::Data(rx_token, offset, len) => Frame::Data { rx_token, offset, len },
             AnyFrame::WriteReq(key, addr, len, token, imm) => Frame::WriteReq {
@@ -55,6 +62,7 @@ impl AnyFrame {
             AnyFrame::Pong => Frame::Pong,
             AnyFrame::Challenge(nonce) => Frame::Challenge { nonce },
             AnyFrame::Proof => Frame::Proof,
+            AnyFrame::Delivered(token) => Frame::Delivered { token },
         }
     }
 }

@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use xfer_core::unstable::hash::FastMap;
 use xfer_facade::{
-    Address, Buffer, Claim, Completion, CompletionQueue, CqAttr, Endpoint, EndpointAttr, Error, Flags, Peeked,
-    PeerAddr, RecvOp, RecvSpec, SendOp,
+    Address, Buffer, Claim, Completion, CompletionLevel, CompletionQueue, CqAttr, Endpoint, EndpointAttr, Error, Flags,
+    Peeked, PeerAddr, RecvOp, RecvSpec, SendOp,
 };
 
 use crate::av::{self, AvCore};
@@ -427,6 +427,13 @@ impl EpCore {
             Ok(c) => c,
             Err(e) => return e,
         };
+        let level = if flags & fi::FI_DELIVERY_COMPLETE != 0 {
+            CompletionLevel::Delivery
+        } else if flags & fi::FI_TRANSMIT_COMPLETE != 0 {
+            CompletionLevel::Transmit
+        } else {
+            CompletionLevel::Inject
+        };
         let op = SendOp {
             peer: PeerAddr(s.peer),
             tag: s.tag,
@@ -434,6 +441,7 @@ impl EpCore {
             buf,
             context,
             completion,
+            level: level,
         };
         match en.ep.post_send(op) {
             Ok(()) => 0,

@@ -71,18 +71,15 @@ pub const DOMAIN_CAPS: u64 = fi::FI_LOCAL_COMM | fi::FI_REMOTE_COMM;
 pub const MAX_MSG_SIZE: usize = 1 << 30;
 /// Immediate data bytes (`fi_senddata`).
 pub const CQ_DATA_SIZE: usize = 8;
-/// Transmit operation flags an application may ask for as defaults
-/// (`tx_attr->op_flags`). A send completes with `FI_INJECT_COMPLETE`
-/// semantics (docs/PROTOCOL.md: no acknowledgement comes back from the
-/// target), so `FI_TRANSMIT_COMPLETE` and `FI_DELIVERY_COMPLETE` are refused.
+/// The completion levels a send may ask for. A send completes
+/// inject-complete unless it asks for more; `FI_TRANSMIT_COMPLETE` and
+/// `FI_DELIVERY_COMPLETE` make it wait for the target's acknowledgement
+/// that the message was placed (`xfer::CompletionLevel`).
+pub const COMPLETION_LEVELS: u64 = fi::FI_INJECT_COMPLETE | fi::FI_TRANSMIT_COMPLETE | fi::FI_DELIVERY_COMPLETE;
+/// Transmit operation flags xfer honours, as defaults
+/// (`tx_attr->op_flags`) and on one `fi_sendmsg`/`fi_tsendmsg`.
 pub const TX_OP_FLAGS: u64 =
-    fi::FI_INJECT | fi::FI_COMPLETION | fi::FI_INJECT_COMPLETE | fi::FI_REMOTE_CQ_DATA | fi::FI_MORE;
-/// Flags accepted on one `fi_sendmsg`/`fi_tsendmsg`: [`TX_OP_FLAGS`] and
-/// `FI_TRANSMIT_COMPLETE`, which fi_pingpong puts on its last message. xfer
-/// completes that send like any other (inject-complete: the weaker
-/// guarantee, documented in docs/OFI.md until xfer's wire carries an
-/// acknowledgement); `FI_DELIVERY_COMPLETE` is refused.
-pub const MSG_TX_FLAGS: u64 = TX_OP_FLAGS | fi::FI_TRANSMIT_COMPLETE;
+    fi::FI_INJECT | fi::FI_COMPLETION | COMPLETION_LEVELS | fi::FI_REMOTE_CQ_DATA | fi::FI_MORE;
 /// Receive operation flags xfer honours.
 pub const RX_OP_FLAGS: u64 = fi::FI_COMPLETION | fi::FI_MORE | fi::FI_MULTI_RECV;
 /// Tag format offered when the application names none: 64 one-bit fields
@@ -241,7 +238,7 @@ pub fn select(h: &Hints, provider: &str, limits: Limits) -> Result<Offer, &'stat
         return Err("progress is manual (the application's CQ reads drive it)");
     }
     if h.tx_op_flags & !TX_OP_FLAGS != 0 || h.rx_op_flags & !RX_OP_FLAGS != 0 {
-        return Err("operation flags xfer does not honour (FI_TRANSMIT_COMPLETE, FI_DELIVERY_COMPLETE, ...)");
+        return Err("operation flags xfer does not honour");
     }
     if (h.tx_msg_order | h.rx_msg_order) & !MSG_ORDER != 0 {
         return Err("message ordering beyond FI_ORDER_SAS");
@@ -332,8 +329,11 @@ pub fn select(h: &Hints, provider: &str, limits: Limits) -> Result<Offer, &'stat
     Ok(Offer {
         provider: provider.to_string(),
         // The defaults asked for (FI_COMPLETION for selective completion),
-        // and the completion level xfer's sends give.
-        tx_op_flags: h.tx_op_flags | fi::FI_INJECT_COMPLETE,
+        // and the completion level xfer's sends give when none is asked.
+        tx_op_flags: match h.tx_op_flags & COMPLETION_LEVELS {
+            0 => h.tx_op_flags | fi::FI_INJECT_COMPLETE,
+            _ => h.tx_op_flags,
+        },
         rx_op_flags: h.rx_op_flags,
         // Any field layout of up to 64 bits is a set of masks xfer matches.
         mem_tag_format: match h.mem_tag_format {
@@ -807,14 +807,27 @@ mod tests {
             data_progress: fi::FI_PROGRESS_AUTO,
             ..Hints::default()
         });
-        // Sends complete at inject-complete level (docs/OFI.md, "Completion
-        // semantics"): neither stronger level is claimed.
+        // Every completion level is honoured, and offered as asked.
         for level in [fi::FI_TRANSMIT_COMPLETE, fi::FI_DELIVERY_COMPLETE] {
-            refuse(Hints {
-                tx_op_flags: level,
-                ..Hints::default()
-            });
+            let offer = select(
+                &Hints {
+                    tx_op_flags: level | fi::FI_COMPLETION,
+                    ..Hints::default()
+                },
+                "tcp",
+                L,
+            )
+            .expect("a completion level is honoured");
+            assert_eq!(offer.tx_op_flags, level | fi::FI_COMPLETION);
         }
+        assert_eq!(
+            select(&Hints::default(), "tcp", L).map(|o| o.tx_op_flags),
+            Ok(fi::FI_INJECT_COMPLETE)
+        );
+        refuse(Hints {
+            tx_op_flags: fi::FI_MATCH_COMPLETE,
+            ..Hints::default()
+        });
         refuse(Hints {
             tx_inject_size: 1 << 20,
             ..Hints::default()

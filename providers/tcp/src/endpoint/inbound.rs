@@ -395,6 +395,9 @@ impl TcpEndpoint {
                             Some(from) => complete::recv_from(&mut cx.cq, r.recv, a, &from, self.attr.source_err),
                             None => complete::recv(&mut cx.cq, r.recv, a, None),
                         }
+                        if let (Some(token), Some(from)) = (r.ack, from) {
+                            self.acknowledge(cx, &from, token);
+                        }
                     }
                 }
             }
@@ -473,7 +476,13 @@ impl TcpEndpoint {
                 Err(Error::Internal("RMA frame outside on_rma_frame"))
             }
             Frame::Eager { .. } => Err(Error::Internal("Eager frame outside on_eager")),
-            Frame::Rts { tag, data, len, token } => {
+            Frame::Rts {
+                tag,
+                data,
+                len,
+                token,
+                ack,
+            } => {
                 let c = self
                     .conns
                     .get_mut(conn.0)
@@ -484,7 +493,7 @@ impl TcpEndpoint {
                 match self.recvs.take_posted(tag.is_some(), src, t) {
                     Some((_, op)) => {
                         // The clear-to-send first: it is what the sender waits for.
-                        self.start_rndv(cx, op, conn, token, len, t, data, src);
+                        self.start_rndv(cx, op, conn, (token, ack), len, t, data, src);
                         self.earn_credit(cx, conn.0, Some(conn.1), 0);
                     }
                     None => {
@@ -500,7 +509,7 @@ impl TcpEndpoint {
                                 from: peer,
                                 len,
                                 data,
-                                handle: RtsTicket { conn, token },
+                                handle: RtsTicket { conn, token, ack },
                             },
                         );
                     }
@@ -552,6 +561,19 @@ impl TcpEndpoint {
                         },
                     );
                 }
+                Ok(Phase::Header)
+            }
+            Frame::Delivered { token } => {
+                let (key, gen) = untoken(token);
+                let waiting = |tx: &TxOp| tx.gen == gen && tx.written && tx.dest == peer;
+                if !self.sends.get(key).is_some_and(waiting) {
+                    if self.take_abandoned(&peer, token, |a| a == Abandoned::Delivered) {
+                        return Ok(Phase::Header);
+                    }
+                    return Err(Error::Protocol("delivery acknowledgement for no send waiting for one"));
+                }
+                let tx = self.sends.remove(key);
+                complete::send(&mut cx.cq, self.attr.selective_completion, tx.op, Ok(()));
                 Ok(Phase::Header)
             }
             Frame::Data { rx_token, offset, len } => {
@@ -628,7 +650,7 @@ impl TcpEndpoint {
         cx: &mut Ctx<'_>,
         op: RecvOp,
         conn: (usize, u64),
-        token: u64,
+        (token, ack): (u64, bool),
         len: u64,
         tag: u64,
         data: Option<u64>,
@@ -670,6 +692,7 @@ impl TcpEndpoint {
                 tag,
                 data,
                 src,
+                ack: ack.then_some(token),
             });
             (Owner::Cts(key), token_of(key, gen))
         };
@@ -689,6 +712,18 @@ impl TcpEndpoint {
                 owner,
             },
         );
+    }
+}
+
+impl TcpEndpoint {
+    /// Tells `peer` that the rendezvous message of its `token` is placed
+    /// (the Delivered frame its Rts asked for), on the route a Cts takes.
+    fn acknowledge(&mut self, cx: &mut Ctx<'_>, peer: &Address, token: u64) {
+        match self.out_conn(peer) {
+            Ok(out) => self.send_control(cx, out, Frame::Delivered { token }),
+            // The peer is gone: its send fails with its connection.
+            Err(e) => tracing::debug!(error = %e, "delivery acknowledgement not sent"),
+        }
     }
 }
 

@@ -454,6 +454,7 @@ impl EndpointProvider for VerbsEndpoint {
             buf: payload.to_vec().into(),
             context: 0,
             completion: false,
+            level: Default::default(),
         };
         self.submit(cx, dest, Tx::Send { op, silent: true });
         Ok(())
