@@ -1542,12 +1542,13 @@ fn send_at(a: &Node, peer: PeerAddr, size: usize, ctx: u64, level: CompletionLev
 }
 
 /// `CompletionLevel::Transmit` and `Delivery` (`FI_TRANSMIT_COMPLETE`,
-/// `FI_DELIVERY_COMPLETE`): a send completes only once its message is in
-/// the receive that matched it at the target, not while it waits there
-/// unexpected, whatever its size (empty, eager-sized, rendezvous-sized,
-/// truncated by the receive); the buffer comes back whole.
+/// `FI_DELIVERY_COMPLETE`) with the receive posted first: when the send
+/// completes, its bytes are already in the receive's buffer (checked in
+/// that memory before the receiver makes any more progress), whatever the
+/// size (empty, eager, rendezvous, truncated by the receive); the buffer
+/// comes back whole.
 #[test]
-fn acknowledged_sends_complete_once_the_target_placed_them() {
+fn acknowledged_sends_complete_once_the_target_has_them() {
     let (mut a, mut b) = (Node::new(), Node::new());
     let pb = a.add(&b);
     let t = test_attr().rndv_threshold;
@@ -1561,31 +1562,87 @@ fn acknowledged_sends_complete_once_the_target_placed_them() {
     ];
     for (i, (size, room, level)) in cases.into_iter().enumerate() {
         let ctx = 10 * i as u64 + 10;
+        let mut landing = vec![0u8; room.max(1)];
+        let ptr = landing.as_mut_ptr();
+        // SAFETY: `landing` outlives the receive, which completes below; it
+        // is only read between progress calls of `b`.
+        let buf = unsafe { Buffer::raw(ptr, room) };
+        let spec = RecvSpec {
+            src: ANY,
+            tag: ctx,
+            ignore: 0,
+        };
+        let op = RecvOp {
+            spec,
+            tagged: true,
+            buf,
+            context: ctx + 1,
+        };
+        b.ep.post_recv(op).unwrap();
         send_at(&a, pb, size, ctx, level);
-        // The message reached b, where it waits for a receive.
-        probe_until(&mut a, &b, |b| b.ep.peek(ANY, ctx, 0).unwrap());
-        for _ in 0..50 {
+        let len = size.min(room);
+        let start = std::time::Instant::now();
+        let s = loop {
             a.poll();
+            if let Some(s) = a.take(ctx) {
+                break s;
+            }
             b.poll();
-        }
-        assert!(
-            a.take(ctx).is_none(),
-            "{level:?} send of {size} B completed before a receive took it"
+            assert!(start.elapsed() < common::DEADLINE, "no send completion");
+        };
+        // SAFETY: `b` makes no progress here: nothing writes `landing`.
+        let placed = unsafe { std::slice::from_raw_parts(ptr, len) };
+        assert_eq!(
+            placed,
+            &pattern(size, ctx)[..len],
+            "{level:?} send of {size} B completed before its bytes were placed"
         );
-        b.ep.trecv(ANY, ctx, 0, vec![0; room], ctx + 1).unwrap();
-        let s = expect(&mut [&mut a, &mut b], 0, ctx);
         assert_eq!(s.result, Ok(()), "{level:?} send of {size} B");
         assert!(s.flags.contains(Flags::SEND | Flags::TAGGED));
         assert_eq!(s.buf.unwrap(), pattern(size, ctx), "the buffer comes back");
         let r = expect(&mut [&mut a, &mut b], 1, ctx + 1);
-        let len = size.min(room);
         if size > room {
             assert_eq!(r.result, Err(Error::Truncated { len, olen: size }));
         } else {
             assert_eq!(r.result, Ok(()));
         }
-        assert_eq!(&r.buf.unwrap()[..len], &pattern(size, ctx)[..len]);
+        assert_eq!(r.len, len);
     }
+}
+
+/// An acknowledged send to a target with no receive posted: an eager-sized
+/// message completes once the target holds it (buffered: fi_cq(3) allows
+/// delivery-complete then), a rendezvous-sized one, whose payload stays
+/// with the sender until a receive matches, only after the receive took it.
+#[test]
+fn acknowledged_sends_to_no_receive_complete_as_the_target_holds_them() {
+    let (mut a, mut b) = (Node::new(), Node::new());
+    let pb = a.add(&b);
+    let t = test_attr().rndv_threshold;
+    send_at(&a, pb, 64, 1, CompletionLevel::Delivery);
+    let s = expect(&mut [&mut a, &mut b], 0, 1);
+    assert_eq!(s.result, Ok(()));
+    assert!(
+        b.ep.peek(ANY, 1, 0).unwrap().is_some(),
+        "completed before the target had it"
+    );
+    send_at(&a, pb, 4 * t, 2, CompletionLevel::Delivery);
+    probe_until(&mut a, &b, |b| b.ep.peek(ANY, 2, 0).unwrap());
+    for _ in 0..50 {
+        a.poll();
+        b.poll();
+    }
+    assert!(
+        a.take(2).is_none(),
+        "a rendezvous send completed before a receive took it"
+    );
+    for ctx in [1, 2] {
+        let size = if ctx == 1 { 64 } else { 4 * t };
+        b.ep.trecv(ANY, ctx, 0, vec![0; size], ctx + 10).unwrap();
+        let r = expect(&mut [&mut a, &mut b], 1, ctx + 10);
+        assert_eq!(r.buf.unwrap(), pattern(size, ctx));
+    }
+    assert_eq!(expect(&mut [&mut a, &mut b], 0, 2).result, Ok(()));
 }
 
 /// Acknowledged and plain sends mixed keep their order at the receiver,
@@ -1629,16 +1686,18 @@ fn acknowledged_sends_keep_order_with_plain_ones() {
     assert!(a.done.iter().all(|c| c.result.is_ok()), "{:?}", a.done);
 }
 
-/// An acknowledged send whose target goes away before a receive took its
-/// message fails (with its buffer), as any outstanding send to a dead peer.
+/// An acknowledged send whose target goes away before it had the message
+/// (a rendezvous one, no receive taking it) fails with its buffer, as any
+/// outstanding send to a dead peer.
 #[test]
 fn acknowledged_send_to_a_target_that_closes_fails() {
     let (mut a, b) = (Node::new(), Node::new());
     let pb = a.add(&b);
-    send_at(&a, pb, 8, 1, CompletionLevel::Delivery);
+    let size = 4 * test_attr().rndv_threshold;
+    send_at(&a, pb, size, 1, CompletionLevel::Delivery);
     probe_until(&mut a, &b, |b| b.ep.peek(ANY, 1, 0).unwrap());
     drop(b);
     let s = expect(&mut [&mut a], 0, 1);
     assert!(matches!(s.result, Err(Error::PeerUnreachable { .. })), "{:?}", s.result);
-    assert_eq!(s.buf.unwrap(), pattern(8, 1));
+    assert_eq!(s.buf.unwrap(), pattern(size, 1));
 }

@@ -107,6 +107,16 @@ fn every_frame() -> Vec<(&'static str, Frame)> {
                 tag: Some(TAG),
                 data: Some(42),
                 len: 256,
+                ack: None,
+            },
+        ),
+        (
+            "eager-ack",
+            Frame::Eager {
+                tag: None,
+                data: Some(3),
+                len: 16,
+                ack: Some(token(3, 9)),
             },
         ),
         (
@@ -115,6 +125,7 @@ fn every_frame() -> Vec<(&'static str, Frame)> {
                 tag: None,
                 data: None,
                 len: MAX_EAGER,
+                ack: None,
             },
         ),
         (
@@ -208,6 +219,7 @@ fn tcp_frame(root: &Path) -> usize {
         tag: Some(1),
         data: None,
         len: 8,
+        ack: None,
     }
     .to_bytes()
     .to_vec();
@@ -219,12 +231,13 @@ fn tcp_frame(root: &Path) -> usize {
     out.put("bad-magic", &edit(eager.clone(), 0, b"fx"));
     out.put("version-2", &edit(eager.clone(), 2, &[2]));
     out.put("unknown-kind", &edit(eager.clone(), 3, &[11]));
-    out.put("undefined-flag", &edit(eager.clone(), 4, &[0x04]));
+    out.put("undefined-flag", &edit(eager.clone(), 4, &[0x08]));
     out.put("reserved-id", &edit(eager.clone(), 32, &[1]));
     let mut h = Frame::Eager {
         tag: None,
         data: None,
         len: 0,
+        ack: None,
     }
     .to_bytes();
     Header::new_unchecked(&mut h[..]).set_len(MAX_EAGER + 1);
@@ -425,6 +438,7 @@ fn tcp_stream(root: &Path) -> Out {
             tag,
             data,
             len: len as u64,
+            ack: None,
         })
     };
     let bytes = |n: usize| -> Vec<u8> { (0..n).map(|i| (i * 31 + 7) as u8).collect() };
@@ -454,6 +468,20 @@ fn tcp_stream(root: &Path) -> Out {
         &stream(setup::RECV, 3, &[h, &e, &bytes(32)]),
     );
     out.put("eager-unexpected-known", &stream(setup::KNOWN, 0, &[h, &e, &bytes(32)]));
+    // A sender waiting for a Delivered frame: answered when read, into a
+    // receive or kept unexpected.
+    let ea = f(Frame::Eager {
+        tag: None,
+        data: None,
+        len: 32,
+        ack: Some(0x5eed),
+    });
+    out.conv(
+        "eager-acknowledged",
+        &["completion 5 len 32 Ok"],
+        &stream(setup::RECV, 3, &[h, &ea, &bytes(32)]),
+    );
+    out.put("eager-acknowledged-unexpected", &stream(0, 0, &[h, &ea, &bytes(32)]));
     let et = eager(Some(TAG), Some(42), 100);
     out.conv(
         "eager-tagged-truncated",

@@ -16,7 +16,7 @@ use xfer_tcp::wire::{Frame, Header, HEADER_LEN, MAX_EAGER, MAX_NAME};
 enum AnyFrame {
     Hello(u8, u64),
     HelloAck(u64),
-    Eager(Option<u64>, Option<u64>, u64),
+    Eager(Option<u64>, Option<u64>, u64, Option<u64>),
     Rts(Option<u64>, Option<u64>, u64, u64, bool),
     Cts(u64, u64, u64),
     Data(u64, u64, u64),
@@ -37,7 +37,7 @@ impl AnyFrame {
         match *self {
             AnyFrame::Hello(name_len, to) => Frame::Hello { name_len, to },
             AnyFrame::HelloAck(nonce) => Frame::HelloAck { nonce },
-            AnyFrame::Eager(tag, data, len) => Frame::Eager { tag, data, len },
+            AnyFrame::Eager(tag, data, len, ack) => Frame::Eager { tag, data, len, ack },
             AnyFrame::Rts(tag, data, len, token, ack) => Frame::Rts {
                 tag,
                 data,

@@ -441,7 +441,7 @@ impl EpCore {
             buf,
             context,
             completion,
-            level: level,
+            level,
         };
         match en.ep.post_send(op) {
             Ok(()) => 0,

@@ -14,6 +14,8 @@
 //! - fi_multi.c: multi-receive buffers;
 //! - fi_rma.c: RMA with counters and remote CQ data;
 //! - fi_source_err.c: `FI_SOURCE_ERR`, the address of an unknown sender.
+//! - fi_complete.c: completion levels (`FI_TRANSMIT_COMPLETE`,
+//!   `FI_DELIVERY_COMPLETE`).
 
 mod common;
 
@@ -413,6 +415,28 @@ fn multi_receive_buffers() {
             "multi-receive buffer checked",
             "cancelled multi-receive checked",
             "all multi-receives checked",
+        ];
+        one_program(prov, &exe, &[], &want)
+    });
+}
+
+/// ofi/tests/c/fi_complete.c: `FI_DELIVERY_COMPLETE` in `tx_attr->op_flags`
+/// offered as asked; a send with it as the default, and a 1 MiB one with
+/// it as a `fi_tsendmsg` flag, to receives posted first: when the send
+/// completes, the bytes are in the receive's buffer (fi_cq(3));
+/// `fi_sendmsg` with `FI_TRANSMIT_COMPLETE` and an empty `fi_tsendmsg` with
+/// `FI_DELIVERY_COMPLETE` complete, their messages received.
+#[test]
+fn completion_levels() {
+    let exe = compile("fi_complete");
+    both("completion_levels", |prov| {
+        let want = [
+            "delivery complete offered",
+            "delivery complete by default checked",
+            "delivery complete 1 MiB checked",
+            "transmit complete checked",
+            "empty delivery complete checked",
+            "all completion levels checked",
         ];
         one_program(prov, &exe, &[], &want)
     });

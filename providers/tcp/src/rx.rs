@@ -74,6 +74,9 @@ pub struct EagerRx {
     pub got: usize,
     /// Where the bytes go.
     pub dest: EagerDest,
+    /// The sender's token to acknowledge the message with once read whole
+    /// (a Delivered frame), if its frame asked for that.
+    pub ack: Option<u64>,
 }
 
 /// Where an eager payload lands.

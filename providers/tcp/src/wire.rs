@@ -18,8 +18,8 @@
 //! How each kind uses the fields is described on the variants of [`Frame`].
 //! A field a kind does not use must be zero: [`Frame::emit`] writes zero and
 //! [`Frame::parse`] rejects a nonzero value ([`WireError::NonZeroReserved`]).
-//! Flag bits other than [`flags::TAGGED`] and [`flags::CQ_DATA`] (and
-//! [`flags::ACK`] on Rts), or any flag on a kind other than Eager and Rts
+//! Flag bits other than [`flags::TAGGED`], [`flags::CQ_DATA`] and
+//! [`flags::ACK`], or any flag on a kind other than Eager and Rts
 //! (`CQ_DATA` on WriteReq excepted), are rejected ([`WireError::BadFlags`]).
 //!
 //! # Two layers, as in smoltcp's `wire` module
@@ -113,7 +113,7 @@ pub mod kind {
     pub const CHALLENGE: u8 = 14;
     /// The connecting side's answer to a Challenge; the MAC follows.
     pub const PROOF: u8 = 15;
-    /// The receiver placed a rendezvous message whose Rts asked for an
+    /// The receiver has a message whose Eager or Rts frame asked for an
     /// acknowledgement; no payload.
     pub const DELIVERED: u8 = 16;
 }
@@ -155,13 +155,12 @@ pub mod flags {
     pub const TAGGED: u32 = 1;
     /// The message carries immediate data in the `data` field.
     pub const CQ_DATA: u32 = 2;
-    /// Rts only: the sender completes its send when a Delivered frame
-    /// says the message was placed (delivery-complete).
+    /// The sender completes its send when a Delivered frame says the
+    /// receiver has the message (transmit- and delivery-complete); an
+    /// Eager frame's `id` then holds the sender's token.
     pub const ACK: u32 = 4;
-    /// Every bit an Eager frame may carry.
-    pub const ALL: u32 = TAGGED | CQ_DATA;
-    /// Every bit an Rts may carry.
-    pub const RTS: u32 = ALL | ACK;
+    /// Every defined bit.
+    pub const ALL: u32 = TAGGED | CQ_DATA | ACK;
 }
 
 /// Field offsets within the header.
@@ -402,7 +401,8 @@ pub enum Frame {
     /// A whole message; `len` payload bytes (at most [`MAX_EAGER`]) follow.
     ///
     /// Wire: flags [`flags::TAGGED`] iff `tag` is `Some`, [`flags::CQ_DATA`]
-    /// iff `data` is `Some`; tag, data (zero when absent), len; id zero.
+    /// iff `data` is `Some`, [`flags::ACK`] iff `ack` is `Some`; tag, data
+    /// (zero when absent), len; id = the `ack` token (zero when absent).
     Eager {
         /// The tag of a tagged message, `None` if untagged.
         tag: Option<u64>,
@@ -410,6 +410,9 @@ pub enum Frame {
         data: Option<u64>,
         /// Payload length.
         len: u64,
+        /// The sender's token when it waits for a [`Frame::Delivered`]
+        /// once the receiver has read the message.
+        ack: Option<u64>,
     },
     /// Rendezvous request-to-send; no payload.
     ///
@@ -533,10 +536,12 @@ pub enum Frame {
     ///
     /// Wire: `len` = [`PROOF_LEN`]; no flags; tag, data, id zero.
     Proof,
-    /// The receiver placed every accepted byte of a rendezvous message
-    /// whose Rts carried [`flags::ACK`] (its receive is completing): the
-    /// sender's send completes now. When the receive accepted nothing, the
-    /// Cts (`len` 0) says so instead and no Delivered follows.
+    /// The receiver has the message of an Eager frame or Rts that carried
+    /// [`flags::ACK`]: an Eager payload read whole (into the matched
+    /// receive, or kept as unexpected), or every accepted rendezvous byte
+    /// placed. The sender's send completes now. When a rendezvous receive
+    /// accepted nothing, the Cts (`len` 0) says so instead and no Delivered
+    /// follows.
     ///
     /// Wire: `id` = the sender's token, from the Rts; no flags; len, tag,
     /// data zero.
@@ -617,9 +622,12 @@ impl Frame {
             }
             kind::EAGER => {
                 check_flags(fl, flags::ALL)?;
-                zero(&[h.id()])?;
                 let tag = optional(fl & flags::TAGGED != 0, h.tag())?;
                 let data = optional(fl & flags::CQ_DATA != 0, h.data())?;
+                let ack = match fl & flags::ACK != 0 {
+                    true => Some(h.id()),
+                    false => optional(false, h.id())?,
+                };
                 if h.len() > MAX_EAGER {
                     return Err(WireError::BadLength);
                 }
@@ -627,10 +635,11 @@ impl Frame {
                     tag,
                     data,
                     len: h.len(),
+                    ack,
                 })
             }
             kind::RTS => {
-                check_flags(fl, flags::RTS)?;
+                check_flags(fl, flags::ALL)?;
                 let tag = optional(fl & flags::TAGGED != 0, h.tag())?;
                 let data = optional(fl & flags::CQ_DATA != 0, h.data())?;
                 Ok(Frame::Rts {
@@ -783,12 +792,13 @@ impl Frame {
                 h.set_kind(kind::HELLO_ACK);
                 h.set_data(nonce);
             }
-            Frame::Eager { tag, data, len } => {
+            Frame::Eager { tag, data, len, ack } => {
                 h.set_kind(kind::EAGER);
-                h.set_flags(tag_data_flags(tag, data));
+                h.set_flags(tag_data_flags(tag, data) | if ack.is_some() { flags::ACK } else { 0 });
                 h.set_len(len);
                 h.set_tag(tag.unwrap_or(0));
                 h.set_data(data.unwrap_or(0));
+                h.set_id(ack.unwrap_or(0));
             }
             Frame::Rts {
                 tag,
@@ -992,6 +1002,7 @@ mod tests {
                     tag: Some(0x0123_4567_89ab_cdef),
                     data: Some(42),
                     len: 256,
+                    ack: None,
                 },
             ),
             (
@@ -1000,6 +1011,7 @@ mod tests {
                     tag: None,
                     data: None,
                     len: MAX_EAGER,
+                    ack: None,
                 },
             ),
             (
@@ -1081,7 +1093,8 @@ mod tests {
             Frame::Eager {
                 tag: None,
                 data: None,
-                len: 5
+                len: 5,
+                ack: None,
             }
             .payload_len(),
             5
@@ -1175,12 +1188,11 @@ mod tests {
     #[test]
     fn bad_flags() {
         // Undefined bits on Eager and Rts.
-        assert_eq!(Frame::parse(&modified(EAGER, 4, &[0x07])), Err(WireError::BadFlags));
+        assert_eq!(Frame::parse(&modified(EAGER, 4, &[0x0f])), Err(WireError::BadFlags));
         assert_eq!(Frame::parse(&modified(RTS, 7, &[0x80])), Err(WireError::BadFlags));
         assert_eq!(Frame::parse(&modified(RTS, 4, &[0x09])), Err(WireError::BadFlags));
-        // ACK belongs to Rts: an Eager frame is never acknowledged.
         assert_eq!(
-            Frame::parse(&modified(EAGER_PLAIN, 4, &[0x04])),
+            Frame::parse(&modified(EAGER_PLAIN, 4, &[0x08])),
             Err(WireError::BadFlags)
         );
         // Any flag on the other kinds.
@@ -1201,6 +1213,17 @@ mod tests {
                 len: 1 << 32,
                 token: 0x8877_6655_4433_2211,
                 ack: true,
+            })
+        );
+        // An Eager frame's token is its id, present only with ACK.
+        let eager = modified(modified(EAGER_PLAIN, 4, &[0x04]), 32, &[9]);
+        assert_eq!(
+            Frame::parse(&eager),
+            Ok(Frame::Eager {
+                tag: None,
+                data: None,
+                len: MAX_EAGER,
+                ack: Some(9),
             })
         );
         let d = Frame::Delivered { token: 0x0102 }.to_bytes();
@@ -1379,7 +1402,8 @@ mod tests {
             Frame::Eager {
                 tag: None,
                 data: None,
-                len: MAX_EAGER + 1
+                len: MAX_EAGER + 1,
+                ack: None,
             }
             .check(),
             Err(WireError::BadLength)
@@ -1388,7 +1412,8 @@ mod tests {
             Frame::Eager {
                 tag: None,
                 data: None,
-                len: MAX_EAGER
+                len: MAX_EAGER,
+                ack: None,
             }
             .check(),
             Ok(())
@@ -1435,7 +1460,7 @@ mod tests {
             Just(Frame::Proof),
             any::<[u8; 16]>().prop_map(|nonce| Frame::Challenge { nonce }),
             Just(Frame::Pong),
-            (opt(), opt(), 0..=MAX_EAGER).prop_map(|(tag, data, len)| Frame::Eager { tag, data, len }),
+            (opt(), opt(), 0..=MAX_EAGER, opt()).prop_map(|(tag, data, len, ack)| Frame::Eager { tag, data, len, ack }),
             (opt(), opt(), any::<u64>(), any::<u64>(), any::<bool>()).prop_map(|(tag, data, len, token, ack)| {
                 Frame::Rts {
                     tag,

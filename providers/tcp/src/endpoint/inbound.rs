@@ -280,8 +280,8 @@ impl TcpEndpoint {
         }
         conn.consume(HEADER_LEN);
         let serial = conn.serial;
-        if let Frame::Eager { tag, data, len } = frame {
-            return self.on_eager(cx, id, peer, tag, data, len);
+        if let Frame::Eager { tag, data, len, ack } = frame {
+            return self.on_eager(cx, id, peer, (tag, data, ack), len);
         }
         let next = match frame {
             Frame::WriteReq { .. } | Frame::ReadReq { .. } | Frame::ReadResp { .. } | Frame::WriteAck { .. } => {
@@ -610,6 +610,7 @@ impl TcpEndpoint {
     /// `id` is the connection it came on, which is alive (its bytes were
     /// just read).
     pub(super) fn finish_eager(&mut self, cx: &mut Ctx<'_>, id: usize, e: EagerRx) {
+        let (ack, from) = (e.ack, e.from);
         let a = Arrival {
             len: e.olen,
             olen: e.olen,
@@ -640,6 +641,11 @@ impl TcpEndpoint {
                     );
                 }
             },
+        }
+        if let Some(token) = ack {
+            // Read whole, it is this endpoint's (placed, or kept until a
+            // receive takes it): the sender's acknowledged send completes.
+            self.acknowledge(cx, &from, token);
         }
     }
 
@@ -716,9 +722,9 @@ impl TcpEndpoint {
 }
 
 impl TcpEndpoint {
-    /// Tells `peer` that the rendezvous message of its `token` is placed
-    /// (the Delivered frame its Rts asked for), on the route a Cts takes.
-    fn acknowledge(&mut self, cx: &mut Ctx<'_>, peer: &Address, token: u64) {
+    /// Tells `peer` that the message of its `token` is here (the Delivered
+    /// frame its Eager or Rts frame asked for), on the route a Cts takes.
+    pub(super) fn acknowledge(&mut self, cx: &mut Ctx<'_>, peer: &Address, token: u64) {
         match self.out_conn(peer) {
             Ok(out) => self.send_control(cx, out, Frame::Delivered { token }),
             // The peer is gone: its send fails with its connection.

@@ -898,14 +898,39 @@ impl EndpointProvider for TcpEndpoint {
         let len = op.buf.len();
         let gen = self.next_gen();
         let conn = (id, self.conns[id].serial);
-        // An acknowledged send goes by rendezvous whatever its size: the
-        // receiver answers its data with a Delivered frame.
+        // An acknowledged send carries its token: the receiver answers with
+        // a Delivered frame once it has the message.
         let ack = op.level != CompletionLevel::Inject;
-        if !ack && len <= self.attr.rndv_threshold && self.spend_credit(id, len) {
+        if ack && len <= self.attr.rndv_threshold && self.spend_credit(id, len) {
+            let (tag, data) = (op.tag, op.data);
+            let key = self.sends.insert(TxOp {
+                op,
+                conn,
+                dest,
+                gen,
+                cleared: true,
+                written: false,
+            });
+            let hdr = Frame::Eager {
+                tag,
+                data,
+                len: len as u64,
+                ack: Some(token(key, gen)),
+            }
+            .to_bytes();
+            let frame = TxFrame {
+                hdr,
+                payload: Payload::Op { key, offset: 0, len },
+                written: 0,
+                owner: Owner::Send(key),
+            };
+            self.queue_eager(cx, id, frame);
+        } else if len <= self.attr.rndv_threshold && self.spend_credit(id, len) {
             let hdr = Frame::Eager {
                 tag: op.tag,
                 data: op.data,
                 len: len as u64,
+                ack: None,
             }
             .to_bytes();
             let Some(written) = self.try_send_now(cx, id, &hdr, op.buf.as_slice()) else {
@@ -984,6 +1009,7 @@ impl EndpointProvider for TcpEndpoint {
             tag,
             data,
             len: payload.len() as u64,
+            ack: None,
         }
         .to_bytes();
         if let Some(written) = self.try_send_now(cx, id, &hdr, payload) {
