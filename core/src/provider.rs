@@ -40,9 +40,9 @@ pub struct SendOp {
 }
 
 /// When a send's successful completion is reported: libfabric's
-/// `FI_INJECT_COMPLETE`, `FI_TRANSMIT_COMPLETE` and `FI_DELIVERY_COMPLETE`.
-/// Each level implies the ones before it; a provider may complete a send
-/// later than asked, never earlier.
+/// `FI_INJECT_COMPLETE`, `FI_TRANSMIT_COMPLETE` and `FI_DELIVERY_COMPLETE`
+/// (fi_cq(3)). Each level implies the ones before it; a provider may
+/// complete a send later than asked, never earlier.
 ///
 /// ```
 /// use xfer_core::{CompletionLevel, SendOp};
@@ -54,7 +54,7 @@ pub struct SendOp {
 ///     buf: b"committed".to_vec().into(),
 ///     context: 7,
 ///     completion: true,
-///     // Complete only once the message is in the target's receive buffer.
+///     // Complete only once the target has the message.
 ///     level: CompletionLevel::Delivery,
 /// }
 /// # }
@@ -63,17 +63,22 @@ pub struct SendOp {
 pub enum CompletionLevel {
     /// The send's buffer may be reused: the payload was handed to the
     /// transport (eager) or pulled by the receiver (rendezvous). Nothing is
-    /// known about its arrival. The cheapest level, and the default.
+    /// known about its arrival: a peer that dies next loses an eager
+    /// message without an error. The cheapest level, and the default.
     #[default]
     Inject,
-    /// The message reached the target's receive side. xfer gives this level
-    /// with [`Delivery`](Self::Delivery)'s guarantee: an acknowledgement
+    /// The message reached the target. xfer gives this level with
+    /// [`Delivery`](Self::Delivery)'s guarantee: the same acknowledgement
     /// from the target is what tells a sender either.
     Transmit,
-    /// The message was placed in the receive that matched it at the target
-    /// (a truncated or discarded one included), whose completion is being
-    /// reported there. Such a send goes by rendezvous whatever its size, so
-    /// it costs a round trip more than an eager one.
+    /// The target has the message: it is in the receive that matched it
+    /// or, with none posted, held by the target's provider until one is
+    /// (fi_cq(3): a buffered message is delivered). A rendezvous-sized
+    /// message, which only a matched receive takes, completes once that
+    /// receive has every byte. Either way a receive that was posted
+    /// already holds the data when the send completes. Costs an
+    /// acknowledgement from the target, so a completion comes a round trip
+    /// later than an eager inject-complete one.
     Delivery,
 }
 
