@@ -90,14 +90,15 @@
 #define XFER_SEND (1ull << 11)
 
 /**
- * The target side of a peer's RMA read (`FI_REMOTE_READ`). Reads report
- * nothing at the target today; the value is reserved for that.
+ * The target side of a peer's RMA read (`FI_REMOTE_READ`): reported only
+ * on an endpoint opened with `XFER_RMA_EVENTS`.
  */
 #define XFER_REMOTE_READ (1ull << 12)
 
 /**
  * The target side of a peer's RMA write (`FI_REMOTE_WRITE`): an entry made
- * by `xfer_ep_writedata` (with `XFER_RMA | XFER_REMOTE_CQ_DATA`).
+ * by `xfer_ep_writedata` (with `XFER_RMA | XFER_REMOTE_CQ_DATA`), or, on an
+ * endpoint opened with `XFER_RMA_EVENTS`, by any write (`XFER_RMA`).
  */
 #define XFER_REMOTE_WRITE (1ull << 13)
 
@@ -155,6 +156,16 @@
  * (`FI_SELECTIVE_COMPLETION`). Without it every operation completes.
  */
 #define XFER_SELECTIVE_COMPLETION (1ull << 59)
+
+/**
+ * Endpoint flag: every RMA write and read a peer applies to this
+ * endpoint's memory is reported on its CQ (`XFER_RMA | XFER_REMOTE_WRITE`
+ * or `XFER_RMA | XFER_REMOTE_READ`, its length and source, context NULL;
+ * libfabric's `FI_RMA_EVENT`). TCP only: opening a verbs endpoint with it
+ * fails with `XFER_EOPNOTSUPP`. Writes with immediate data are reported
+ * either way.
+ */
+#define XFER_RMA_EVENTS (1ull << 58)
 
 /**
  * Success.
@@ -404,7 +415,7 @@ typedef struct xfer_ep_attr_t {
      */
     size_t size;
     /**
-     * `XFER_SELECTIVE_COMPLETION` or 0.
+     * `XFER_SELECTIVE_COMPLETION`, `XFER_RMA_EVENTS`, or 0.
      */
     uint64_t flags;
     /**
@@ -489,7 +500,7 @@ typedef struct xfer_ep_attr_t {
      */
     const char *job_key;
     /**
-     * Receive memory in bytes (TCP): the most peers may make the endpoint
+     * Receive memory in bytes: the most peers may make the endpoint
      * hold (their credit in flight, unexpected messages, connections);
      * past it connecting peers are refused (`XFER_RX_MEMORY`).
      */

@@ -1701,3 +1701,56 @@ fn acknowledged_send_to_a_target_that_closes_fails() {
     assert!(matches!(s.result, Err(Error::PeerUnreachable { .. })), "{:?}", s.result);
     assert_eq!(s.buf.unwrap(), pattern(size, 1));
 }
+
+/// `EndpointAttr::rma_events` (`FI_RMA_EVENT`): a TCP target reports each
+/// write (an inject one too) and each read a peer applies to it, with its
+/// length and source and context 0, besides writes with data as always; a
+/// target without it reports only those. A verbs endpoint, whose NIC applies
+/// RDMA unseen, is refused.
+#[test]
+fn rma_events_report_what_peers_apply_to_the_target() {
+    let mut attr = test_attr();
+    attr.rma_events = true;
+    let domain = xfer::open_default().unwrap();
+    let (cq, av) = (domain.cq(&xfer::CqAttr::default()).unwrap(), domain.av().unwrap());
+    if domain.provider() != "tcp" {
+        let refused = domain.endpoint(&cq, &av, &attr).err();
+        assert!(matches!(refused, Some(Error::NotSupported(_))), "{refused:?}");
+        return;
+    }
+    let (mut a, mut b, mut quiet) = (Node::new(), Node::with_attr(&attr), Node::new());
+    let (pb, pq, pa) = (a.add(&b), a.add(&quiet), b.add(&a));
+    for (target, peer) in [(&mut b, pb), (&mut quiet, pq)] {
+        let mr = target.domain.register(vec![0; 4096], Access::all()).unwrap();
+        let rkey = rkey_of(&mr);
+        a.ep.write(peer, pattern(100, 1), &rkey, 0, 1).unwrap();
+        a.ep.read(peer, vec![0; 40], &rkey, 10, 2).unwrap();
+        a.ep.inject_write(peer, &pattern(8, 3), &rkey, 200).unwrap();
+        a.ep.write_data(peer, pattern(16, 4), &rkey, 300, 0xDA7A, 4).unwrap();
+        for ctx in [1, 2, 4] {
+            assert_eq!(expect(&mut [&mut a, &mut *target], 0, ctx).result, Ok(()));
+        }
+        // The inject write is applied before the write with data behind it.
+        let t = drive_until_data(&mut a, target);
+        assert_eq!(&mr.to_vec().unwrap()[200..208], &pattern(8, 3)[..]);
+        let events: Vec<_> = t.iter().map(|c| (c.flags, c.len, c.context)).collect();
+        if peer == pb {
+            let (w, r) = (Flags::RMA | Flags::REMOTE_WRITE, Flags::RMA | Flags::REMOTE_READ);
+            let data = w | Flags::REMOTE_CQ_DATA;
+            assert_eq!(events, [(w, 100, 0), (r, 40, 0), (w, 8, 0), (data, 16, 0)]);
+            assert!(t.iter().all(|c| c.src == pa && c.result.is_ok()), "{t:?}");
+        } else {
+            let data = Flags::RMA | Flags::REMOTE_WRITE | Flags::REMOTE_CQ_DATA;
+            assert_eq!(events, [(data, 16, 0)], "a target without rma_events");
+        }
+    }
+}
+
+/// Polls `a` and `target` until `target` has the entry of a write with
+/// data; returns every completion `target` got, in order.
+fn drive_until_data(a: &mut Node, target: &mut Node) -> Vec<xfer::Completion> {
+    drive(&mut [a, &mut *target], "the write with data at the target", |ns| {
+        ns[1].done.iter().any(|c| c.flags.contains(Flags::REMOTE_CQ_DATA))
+    });
+    std::mem::take(&mut target.done)
+}

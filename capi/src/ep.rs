@@ -30,6 +30,13 @@ pub const XFER_INJECT: u64 = 1u64 << 25;
 /// Endpoint flag: only sends posted with `XFER_COMPLETION` report success
 /// (`FI_SELECTIVE_COMPLETION`). Without it every operation completes.
 pub const XFER_SELECTIVE_COMPLETION: u64 = 1u64 << 59;
+/// Endpoint flag: every RMA write and read a peer applies to this
+/// endpoint's memory is reported on its CQ (`XFER_RMA | XFER_REMOTE_WRITE`
+/// or `XFER_RMA | XFER_REMOTE_READ`, its length and source, context NULL;
+/// libfabric's `FI_RMA_EVENT`). TCP only: opening a verbs endpoint with it
+/// fails with `XFER_EOPNOTSUPP`. Writes with immediate data are reported
+/// either way.
+pub const XFER_RMA_EVENTS: u64 = 1u64 << 58;
 
 /// An endpoint (opaque): reliable and connectionless (`FI_EP_RDM`);
 /// connections to peers are made on first use.
@@ -45,7 +52,7 @@ pub struct xfer_ep_attr_t {
     /// `sizeof(xfer_ep_attr_t)`, set by `xfer_ep_attr_init`; lets later
     /// versions grow the struct without breaking older programs.
     pub size: usize,
-    /// `XFER_SELECTIVE_COMPLETION` or 0.
+    /// `XFER_SELECTIVE_COMPLETION`, `XFER_RMA_EVENTS`, or 0.
     pub flags: u64,
     /// Messages longer than this many bytes use rendezvous (`XFER_RNDV_THRESHOLD`).
     pub rndv_threshold: usize,
@@ -142,7 +149,7 @@ fn attr_from_rust(a: &EndpointAttr) -> xfer_ep_attr_t {
             XFER_SELECTIVE_COMPLETION
         } else {
             0
-        },
+        } | if a.rma_events { XFER_RMA_EVENTS } else { 0 },
         rndv_threshold: a.rndv_threshold,
         inject_size: a.inject_size,
         tcp_addr: std::ptr::null(),
@@ -210,11 +217,12 @@ unsafe fn attr_to_rust(attr: *const xfer_ep_attr_t) -> Result<EndpointAttr, Fail
             "xfer_ep_open: attr->size is not sizeof(xfer_ep_attr_t); call xfer_ep_attr_init",
         ));
     }
-    if a.flags & !XFER_SELECTIVE_COMPLETION != 0 {
+    if a.flags & !(XFER_SELECTIVE_COMPLETION | XFER_RMA_EVENTS) != 0 {
         return Err(Fail(XFER_EBADFLAGS));
     }
     let mut r = EndpointAttr::from_env();
     r.selective_completion = a.flags & XFER_SELECTIVE_COMPLETION != 0;
+    r.rma_events = a.flags & XFER_RMA_EVENTS != 0;
     r.rndv_threshold = a.rndv_threshold;
     r.inject_size = a.inject_size;
     r.tcp.connect_timeout_ms = a.tcp_connect_timeout_ms;

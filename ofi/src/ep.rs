@@ -55,14 +55,19 @@ pub(crate) struct Counters {
     recv: Option<Arc<CntrCore>>,
     pub(crate) write: Option<Arc<CntrCore>>,
     pub(crate) read: Option<Arc<CntrCore>>,
+    /// RMA peers applied to this endpoint (`FI_REMOTE_WRITE`,
+    /// `FI_REMOTE_READ`; endpoints with `FI_RMA_EVENT` only).
+    remote_write: Option<Arc<CntrCore>>,
+    remote_read: Option<Arc<CntrCore>>,
 }
 
 impl Counters {
-    /// The counter a completion with these flags counts on (none for the
-    /// target's side of a write: remote counters need `FI_RMA_EVENT`).
+    /// The counter a completion with these flags counts on.
     fn for_completion(&self, flags: Flags) -> Option<&Arc<CntrCore>> {
         if flags.contains(Flags::REMOTE_WRITE) {
-            None
+            self.remote_write.as_ref()
+        } else if flags.contains(Flags::REMOTE_READ) {
+            self.remote_read.as_ref()
         } else if flags.contains(Flags::RECV) {
             self.recv.as_ref()
         } else if flags.contains(Flags::RMA) {
@@ -77,7 +82,16 @@ impl Counters {
 
     /// Every counter bound (one may appear more than once).
     fn all(&self) -> impl Iterator<Item = &Arc<CntrCore>> {
-        [&self.send, &self.recv, &self.write, &self.read].into_iter().flatten()
+        [
+            &self.send,
+            &self.recv,
+            &self.write,
+            &self.read,
+            &self.remote_write,
+            &self.remote_read,
+        ]
+        .into_iter()
+        .flatten()
     }
 }
 
@@ -275,6 +289,12 @@ impl EpCore {
                 let silent = en.selective() && c.context & SILENT != 0;
                 if silent && c.result.is_ok() {
                     continue; // no FI_COMPLETION asked: counted only
+                }
+                let remote = c.flags.contains(Flags::REMOTE_WRITE) || c.flags.contains(Flags::REMOTE_READ);
+                if remote && !c.flags.contains(Flags::REMOTE_CQ_DATA) {
+                    // An RMA event (FI_RMA_EVENT): for the remote counters;
+                    // only writes with data are the target CQ's (fi_cq(3)).
+                    continue;
                 }
                 // Receives and the target's side of a write with data go to
                 // the receive CQ (fi_cq(3): FI_REMOTE_WRITE completions are
@@ -838,8 +858,11 @@ unsafe extern "C" fn bind(fid: *mut fi::fid, bfid: *mut fi::fid, flags: u64) -> 
                 let Some(k) = (unsafe { cntr::get(bfid) }) else {
                     return -(libc::EINVAL);
                 };
-                let kinds = fi::FI_SEND | fi::FI_RECV | fi::FI_WRITE | fi::FI_READ;
-                // Remote counters need FI_RMA_EVENT, which xfer does not offer.
+                let mut kinds = fi::FI_SEND | fi::FI_RECV | fi::FI_WRITE | fi::FI_READ;
+                // Remote counters need FI_RMA_EVENT (fi_cntr(3)).
+                if ep.caps & fi::FI_RMA_EVENT != 0 {
+                    kinds |= fi::FI_REMOTE_WRITE | fi::FI_REMOTE_READ;
+                }
                 if !Arc::ptr_eq(&k.domain, &ep.domain) || flags == 0 || flags & !kinds != 0 {
                     return -(libc::EINVAL);
                 }
@@ -849,6 +872,8 @@ unsafe extern "C" fn bind(fid: *mut fi::fid, bfid: *mut fi::fid, flags: u64) -> 
                     (fi::FI_RECV, &mut c.recv),
                     (fi::FI_WRITE, &mut c.write),
                     (fi::FI_READ, &mut c.read),
+                    (fi::FI_REMOTE_WRITE, &mut c.remote_write),
+                    (fi::FI_REMOTE_READ, &mut c.remote_read),
                 ] {
                     if flags & bit != 0 {
                         *slot = Some(k.clone());
@@ -891,6 +916,8 @@ fn enable(ep: &Arc<EpCore>) -> c_int {
     attr.selective_completion = b.tx_selective;
     // Only when the application asked for it, whatever XFER_SOURCE_ERR says.
     attr.source_err = ep.caps & fi::FI_SOURCE_ERR != 0;
+    // RMA targeting this endpoint is reported for its remote counters.
+    attr.rma_events = ep.caps & fi::FI_RMA_EVENT != 0;
     if let Some(at) = ep.listen {
         attr.tcp.addr = Some(at.to_string());
     }

@@ -42,8 +42,10 @@ pub const RMA_CAPS: u64 = fi::FI_RMA | fi::FI_READ | fi::FI_WRITE | fi::FI_REMOT
 /// address of an `FI_SOURCE_ERR` sender, in any address format (an
 /// `FI_ADDR_STR` string of an xfer name is the longest).
 pub const MAX_ERR_DATA: usize = 128;
-/// Everything an endpoint can be asked for.
-pub const CAPS: u64 = PRIMARY_CAPS | SECONDARY_CAPS | RMA_CAPS;
+/// Everything an endpoint can be asked for. `FI_RMA_EVENT` (remote
+/// counters) only on `tcp`, whose target serves RMA itself, and only when
+/// asked: a verbs target never sees the RDMA its NIC applies.
+pub const CAPS: u64 = PRIMARY_CAPS | SECONDARY_CAPS | RMA_CAPS | fi::FI_RMA_EVENT;
 /// Registration mode with RMA: remote addresses are virtual addresses, keys
 /// are xfer's (`fi_mr_key`), registered memory must be allocated.
 /// `FI_MR_LOCAL` is added only when the application lists it (local buffers
@@ -311,7 +313,11 @@ pub fn select(h: &Hints, provider: &str, limits: Limits) -> Result<Offer, &'stat
     if h.rma_iov_limit > 1 {
         return Err("several remote segments per RMA (rma_iov_limit is 1)");
     }
-    let rma = (h.caps | h.tx_caps | h.rx_caps) & RMA_CAPS != 0;
+    let rma_event = (h.caps | h.rx_caps) & fi::FI_RMA_EVENT != 0;
+    if rma_event && provider != "tcp" {
+        return Err("FI_RMA_EVENT: a verbs target does not see the RDMA peers apply to it (tcp only)");
+    }
+    let rma = rma_event || (h.caps | h.tx_caps | h.rx_caps) & RMA_CAPS != 0;
     let mr_mode = h.mr_mode as u64;
     let old_form = [fi::FI_MR_BASIC, fi::FI_MR_SCALABLE]
         .into_iter()
@@ -340,7 +346,10 @@ pub fn select(h: &Hints, provider: &str, limits: Limits) -> Result<Offer, &'stat
             0 => TAG_GENERIC,
             asked => asked,
         },
-        caps: primary | secondary(h.caps) | if rma { RMA_CAPS } else { 0 },
+        caps: primary
+            | secondary(h.caps)
+            | if rma { RMA_CAPS } else { 0 }
+            | if rma_event { fi::FI_RMA_EVENT } else { 0 },
         av_type: if h.av_type == fi::FI_AV_MAP {
             fi::FI_AV_MAP
         } else {
@@ -525,7 +534,8 @@ fn build(version: u32, offer: &Offer) -> Option<*mut fi::fi_info> {
             | fi::FI_MULTI_RECV
             | fi::FI_RMA
             | fi::FI_REMOTE_READ
-            | fi::FI_REMOTE_WRITE);
+            | fi::FI_REMOTE_WRITE
+            | fi::FI_RMA_EVENT);
     rx.op_flags = offer.rx_op_flags;
     rx.msg_order = MSG_ORDER;
     rx.comp_order = fi::FI_ORDER_NONE;
@@ -791,6 +801,17 @@ mod tests {
         };
         assert!(select(&rma(MR_MODE_RMA | fi::FI_MR_LOCAL), "tcp", L).is_ok_and(|o| o.rma));
         assert!(select(&rma(0), "tcp", L).is_ok_and(|o| o.rma && o.caps & RMA_CAPS == RMA_CAPS));
+        assert!(
+            select(&rma(0), "tcp", L).is_ok_and(|o| o.caps & fi::FI_RMA_EVENT == 0),
+            "FI_RMA_EVENT only when asked"
+        );
+        // Remote counters: where the target serves RMA itself.
+        let events = Hints {
+            caps: fi::FI_RMA | fi::FI_RMA_EVENT,
+            ..Hints::default()
+        };
+        assert!(select(&events, "tcp", L).is_ok_and(|o| o.rma && o.caps & fi::FI_RMA_EVENT != 0));
+        assert!(select(&events, "verbs", L).is_err(), "a verbs target sees no RDMA");
         refuse(Hints {
             caps: fi::FI_MSG | fi::FI_TRIGGER,
             ..Hints::default()

@@ -16,6 +16,7 @@
 //! - fi_source_err.c: `FI_SOURCE_ERR`, the address of an unknown sender.
 //! - fi_complete.c: completion levels (`FI_TRANSMIT_COMPLETE`,
 //!   `FI_DELIVERY_COMPLETE`).
+//! - fi_rma_event.c: remote counters (`FI_RMA_EVENT`).
 
 mod common;
 
@@ -437,6 +438,25 @@ fn completion_levels() {
             "transmit complete checked",
             "empty delivery complete checked",
             "all completion levels checked",
+        ];
+        one_program(prov, &exe, &[], &want)
+    });
+}
+
+/// ofi/tests/c/fi_rma_event.c: `FI_RMA_EVENT` offered; on the target, a
+/// counter bound for `FI_REMOTE_WRITE` counts two `fi_write`, an
+/// `fi_inject_write` and an `fi_writedata` (1 to 4, `fi_cntr_wait` driving
+/// it) and one for `FI_REMOTE_READ` two `fi_read`, each leaving the other
+/// counter alone; the target's CQ gets only the `fi_writedata`'s entry.
+#[test]
+fn remote_counters() {
+    let exe = compile("fi_rma_event");
+    both("remote_counters", |prov| {
+        let want = [
+            "remote writes counted",
+            "remote reads counted",
+            "target queue checked",
+            "all rma events checked",
         ];
         one_program(prov, &exe, &[], &want)
     });

@@ -314,6 +314,13 @@ impl VerbsEndpoint {
             // caller asked for a key would be worse than not opening.
             return Err(Error::NotSupported("a job key (XFER_JOB_KEY): admission is TCP only"));
         }
+        if attr.rma_events {
+            // The HCA applies a peer's RDMA READ and WRITE without telling
+            // this process: promising events for them would be a lie.
+            return Err(Error::NotSupported(
+                "RMA events (XFER_RMA_EVENTS): a verbs target does not see RDMA applied to it",
+            ));
+        }
         let va = &res.attr;
         let cqe = va.cq_size.min(res.dev.max_cqe).max(64);
         let cq = Cq::new(res.pd.context(), cqe, true)?;
