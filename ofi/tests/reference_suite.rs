@@ -462,7 +462,8 @@ fn remote_counters() {
     });
 }
 
-/// fi_wait.c, fi_iov.c, fi_multi.c, fi_rma.c and fi_source_err.c over xfer under valgrind memcheck
+/// fi_wait.c, fi_iov.c, fi_multi.c, fi_rma.c, fi_source_err.c, fi_complete.c and
+/// fi_rma_event.c over xfer under valgrind memcheck
 /// (as `c_suite_under_valgrind`): the staged and multi-receive buffers, the
 /// EQ, wait and poll sets make no invalid access and leak nothing. Skipped
 /// without valgrind unless `XFER_REQUIRE_VALGRIND` is set.
@@ -481,7 +482,15 @@ fn waits_vectors_and_multi_receives_under_valgrind() {
         return;
     }
     let supp = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/valgrind.supp");
-    for name in ["fi_wait", "fi_iov", "fi_multi", "fi_rma", "fi_source_err"] {
+    for name in [
+        "fi_wait",
+        "fi_iov",
+        "fi_multi",
+        "fi_rma",
+        "fi_source_err",
+        "fi_complete",
+        "fi_rma_event",
+    ] {
         let exe = compile(name);
         let mut cmd = fi_command("valgrind");
         cmd.args([
