@@ -152,6 +152,21 @@
 #define XFER_INJECT (1ull << 25)
 
 /**
+ * Operation flag of `xfer_ep_sendmsg`: the send completes once the target
+ * has the message (`FI_TRANSMIT_COMPLETE`; xfer gives it with
+ * `XFER_DELIVERY_COMPLETE`'s guarantee).
+ */
+#define XFER_TRANSMIT_COMPLETE (1ull << 27)
+
+/**
+ * Operation flag of `xfer_ep_sendmsg`: the send completes once the target
+ * has the message, placed in the receive that matched it or held for one
+ * (`FI_DELIVERY_COMPLETE`); a receive posted before it came holds the data
+ * by then. It costs an acknowledgement from the target: a round trip.
+ */
+#define XFER_DELIVERY_COMPLETE (1ull << 28)
+
+/**
  * Endpoint flag: only sends posted with `XFER_COMPLETION` report success
  * (`FI_SELECTIVE_COMPLETION`). Without it every operation completes.
  */
@@ -1090,7 +1105,10 @@ int xfer_ep_tinjectdata(struct xfer_ep_t *ep,
  *   opened with `XFER_SELECTIVE_COMPLETION`, a send without it reports
  *   only failure; on other endpoints every send completes;
  * - `XFER_INJECT`: copy the payload and report no completion, as
- *   `xfer_ep_inject` (with `XFER_REMOTE_CQ_DATA`: `xfer_ep_injectdata`).
+ *   `xfer_ep_inject` (with `XFER_REMOTE_CQ_DATA`: `xfer_ep_injectdata`);
+ * - `XFER_TRANSMIT_COMPLETE`, `XFER_DELIVERY_COMPLETE`: complete only once
+ *   the target has the message (not with `XFER_INJECT`, which reports no
+ *   completion: `XFER_EBADFLAGS`).
  *
  * Returns as `xfer_ep_send` (`xfer_ep_inject` with `XFER_INJECT`), or
  * `XFER_EBADFLAGS` for another flag; `XFER_EINVAL` when `msg` is NULL.

@@ -11,7 +11,7 @@ use std::ffi::{c_char, c_int, c_void, CStr};
 use std::sync::Arc;
 
 use xfer_core::unstable::attr::iface_list;
-use xfer_facade::{Buffer, Endpoint, EndpointAttr, PeerAddr, RecvOp, RecvSpec, SendOp};
+use xfer_facade::{Buffer, CompletionLevel, Endpoint, EndpointAttr, PeerAddr, RecvOp, RecvSpec, SendOp};
 
 use crate::av::{av_of, copy_out, xfer_av_t};
 use crate::cq::{cq_of, xfer_cq_t, XFER_REMOTE_CQ_DATA, XFER_TAGGED};
@@ -27,6 +27,15 @@ pub const XFER_COMPLETION: u64 = 1u64 << 24;
 /// Operation flag: copy the payload and report no completion, as
 /// `xfer_ep_inject` does (`FI_INJECT`).
 pub const XFER_INJECT: u64 = 1u64 << 25;
+/// Operation flag of `xfer_ep_sendmsg`: the send completes once the target
+/// has the message (`FI_TRANSMIT_COMPLETE`; xfer gives it with
+/// `XFER_DELIVERY_COMPLETE`'s guarantee).
+pub const XFER_TRANSMIT_COMPLETE: u64 = 1u64 << 27;
+/// Operation flag of `xfer_ep_sendmsg`: the send completes once the target
+/// has the message, placed in the receive that matched it or held for one
+/// (`FI_DELIVERY_COMPLETE`); a receive posted before it came holds the data
+/// by then. It costs an acknowledgement from the target: a round trip.
+pub const XFER_DELIVERY_COMPLETE: u64 = 1u64 << 28;
 /// Endpoint flag: only sends posted with `XFER_COMPLETION` report success
 /// (`FI_SELECTIVE_COMPLETION`). Without it every operation completes.
 pub const XFER_SELECTIVE_COMPLETION: u64 = 1u64 << 59;
@@ -761,7 +770,10 @@ pub(crate) unsafe fn read_msg<T>(what: &'static str, m: *const T, flags: u64, kn
 ///   opened with `XFER_SELECTIVE_COMPLETION`, a send without it reports
 ///   only failure; on other endpoints every send completes;
 /// - `XFER_INJECT`: copy the payload and report no completion, as
-///   `xfer_ep_inject` (with `XFER_REMOTE_CQ_DATA`: `xfer_ep_injectdata`).
+///   `xfer_ep_inject` (with `XFER_REMOTE_CQ_DATA`: `xfer_ep_injectdata`);
+/// - `XFER_TRANSMIT_COMPLETE`, `XFER_DELIVERY_COMPLETE`: complete only once
+///   the target has the message (not with `XFER_INJECT`, which reports no
+///   completion: `XFER_EBADFLAGS`).
 ///
 /// Returns as `xfer_ep_send` (`xfer_ep_inject` with `XFER_INJECT`), or
 /// `XFER_EBADFLAGS` for another flag; `XFER_EINVAL` when `msg` is NULL.
@@ -773,20 +785,38 @@ pub(crate) unsafe fn read_msg<T>(what: &'static str, m: *const T, flags: u64, kn
 #[no_mangle]
 pub unsafe extern "C" fn xfer_ep_sendmsg(ep: *mut xfer_ep_t, msg: *const xfer_msg_t, flags: u64) -> c_int {
     guard("xfer_ep_sendmsg", || {
-        const KNOWN: u64 = XFER_TAGGED | XFER_REMOTE_CQ_DATA | XFER_COMPLETION | XFER_INJECT;
+        const LEVELS: u64 = XFER_TRANSMIT_COMPLETE | XFER_DELIVERY_COMPLETE;
+        const KNOWN: u64 = XFER_TAGGED | XFER_REMOTE_CQ_DATA | XFER_COMPLETION | XFER_INJECT | LEVELS;
         let e = ep_of(ep)?;
         // SAFETY: forwarded from this function's contract.
         let m = unsafe { read_msg("xfer_ep_sendmsg: msg is NULL", msg, flags, KNOWN)? };
         let tag = (flags & XFER_TAGGED != 0).then_some(m.tag);
         let data = (flags & XFER_REMOTE_CQ_DATA != 0).then_some(m.data);
         if flags & XFER_INJECT != 0 {
+            if flags & LEVELS != 0 {
+                // An inject reports nothing: no level to honour.
+                return Err(Fail(XFER_EBADFLAGS));
+            }
             // SAFETY: forwarded from this function's contract.
             return unsafe { inject(&e, m.buf, m.len, m.addr, tag, data) };
         }
-        let completion = flags & XFER_COMPLETION != 0;
+        let level = match flags & LEVELS {
+            0 => CompletionLevel::Inject,
+            XFER_TRANSMIT_COMPLETE => CompletionLevel::Transmit,
+            _ => CompletionLevel::Delivery,
+        };
         // SAFETY: forwarded from this function's contract.
         let buf = unsafe { raw_buffer(m.buf, m.len)? };
-        post_send(&e, buf, m.addr, tag, data, m.context, completion)
+        e.post_send(SendOp {
+            peer: PeerAddr(m.addr),
+            tag,
+            data,
+            buf,
+            context: context_in(m.context),
+            completion: flags & XFER_COMPLETION != 0,
+            level,
+        })?;
+        Ok(XFER_SUCCESS)
     })
 }
 

@@ -825,6 +825,45 @@ static void test_selective_completion(void)
     node_close(&b);
 }
 
+/* XFER_DELIVERY_COMPLETE / XFER_TRANSMIT_COMPLETE on xfer_ep_sendmsg: to a
+ * receive posted first, the send completes only once the bytes are in the
+ * receive's buffer (read while the receiver makes no progress: one thread);
+ * with XFER_INJECT, which reports nothing, they are XFER_EBADFLAGS. */
+static void test_completion_levels(void)
+{
+    struct node a, b;
+    REQUIRE_OK(node_open(&a));
+    REQUIRE_OK(node_open(&b));
+    struct node *ns[] = {&a, &b};
+    xfer_addr_t pb = node_add(&a, &b);
+    uint64_t levels[] = {XFER_DELIVERY_COMPLETE, XFER_TRANSMIT_COMPLETE};
+    for (int i = 0; i < 2; i++) {
+        uint8_t out[32], in[32] = {0};
+        xfer_cq_entry_t e;
+        pattern(out, sizeof out, 70 + (unsigned)i);
+        CHECK_RC(xfer_ep_trecv(b.ep, in, sizeof in, XFER_ADDR_UNSPEC, 5, 0, CTX(2)), 0);
+        xfer_msg_t m = {out, sizeof out, pb, 5, 0, 0, CTX(1)};
+        CHECK_RC(xfer_ep_sendmsg(a.ep, &m, XFER_TAGGED | levels[i]), 0);
+        double end = now_ms() + DEADLINE_MS;
+        for (;;) {
+            node_poll(&a);
+            if (take(&a, CTX(1), &e))
+                break;
+            node_poll(&b);
+            if (now_ms() > end || test_failed) {
+                CHECK(!"no send completion");
+                break;
+            }
+        }
+        CHECK(e.err == 0);
+        CHECK(pattern_ok(in, sizeof in, 70 + (unsigned)i)); /* placed before the send completed */
+        CHECK(expect(ns, 2, 1, CTX(2), &e) && e.err == 0 && e.len == sizeof out);
+        CHECK_RC(xfer_ep_sendmsg(a.ep, &m, XFER_INJECT | levels[i]), XFER_EBADFLAGS);
+    }
+    node_close(&a);
+    node_close(&b);
+}
+
 /* attr.max_outstanding bounds the operations in flight: one more is
  * XFER_EAGAIN until a completion comes. The other fields added with it are
  * filled from the defaults. */
@@ -2031,6 +2070,7 @@ static const struct {
     {"region_ops", test_region_ops},
     {"rma_selective_completion", test_rma_selective_completion},
     {"rma_events", test_rma_events},
+    {"completion_levels", test_completion_levels},
     {"rma_two_processes", test_rma_two_processes},
 };
 
