@@ -105,7 +105,7 @@ pub(super) fn written_whole(
         Owner::Send(key) => {
             let Some(tx) = sends.get_mut(key) else { return };
             if tx.op.level != CompletionLevel::Inject {
-                // It completes when the receiver says the data is placed.
+                // It completes when the receiver says it has the message.
                 tx.written = true;
                 return;
             }

@@ -87,8 +87,9 @@ struct TxOp {
     gen: u32,
     /// Set once its rendezvous request is answered.
     cleared: bool,
-    /// Set once its last Data frame was written whole: a send asking for
-    /// more than inject-complete then waits for its Delivered frame.
+    /// Set once its Eager frame or last Data frame was written whole: a
+    /// send asking for more than inject-complete then waits for its
+    /// Delivered frame.
     written: bool,
 }
 
@@ -197,7 +198,7 @@ pub struct TcpEndpoint {
 enum Abandoned {
     /// A clear-to-send for a rendezvous send.
     Cts,
-    /// The delivery acknowledgement of a rendezvous send whose data went out.
+    /// The Delivered frame of an acknowledged send whose message went out.
     Delivered,
     /// A write's acknowledgement.
     WriteAck,
@@ -901,7 +902,8 @@ impl EndpointProvider for TcpEndpoint {
         // An acknowledged send carries its token: the receiver answers with
         // a Delivered frame once it has the message.
         let ack = op.level != CompletionLevel::Inject;
-        if ack && len <= self.attr.rndv_threshold && self.spend_credit(id, len) {
+        let eager = len <= self.attr.rndv_threshold && self.spend_credit(id, len);
+        if eager && ack {
             let (tag, data) = (op.tag, op.data);
             let key = self.sends.insert(TxOp {
                 op,
@@ -925,7 +927,7 @@ impl EndpointProvider for TcpEndpoint {
                 owner: Owner::Send(key),
             };
             self.queue_eager(cx, id, frame);
-        } else if len <= self.attr.rndv_threshold && self.spend_credit(id, len) {
+        } else if eager {
             let hdr = Frame::Eager {
                 tag: op.tag,
                 data: op.data,
