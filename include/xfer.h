@@ -90,14 +90,15 @@
 #define XFER_SEND (1ull << 11)
 
 /**
- * The target side of a peer's RMA read (`FI_REMOTE_READ`). Reads report
- * nothing at the target today; the value is reserved for that.
+ * The target side of a peer's RMA read (`FI_REMOTE_READ`): reported only
+ * on an endpoint opened with `XFER_RMA_EVENTS`.
  */
 #define XFER_REMOTE_READ (1ull << 12)
 
 /**
  * The target side of a peer's RMA write (`FI_REMOTE_WRITE`): an entry made
- * by `xfer_ep_writedata` (with `XFER_RMA | XFER_REMOTE_CQ_DATA`).
+ * by `xfer_ep_writedata` (with `XFER_RMA | XFER_REMOTE_CQ_DATA`), or, on an
+ * endpoint opened with `XFER_RMA_EVENTS`, by any write (`XFER_RMA`).
  */
 #define XFER_REMOTE_WRITE (1ull << 13)
 
@@ -151,10 +152,35 @@
 #define XFER_INJECT (1ull << 25)
 
 /**
+ * Operation flag of `xfer_ep_sendmsg`: the send completes once the target
+ * has the message (`FI_TRANSMIT_COMPLETE`; xfer gives it with
+ * `XFER_DELIVERY_COMPLETE`'s guarantee).
+ */
+#define XFER_TRANSMIT_COMPLETE (1ull << 27)
+
+/**
+ * Operation flag of `xfer_ep_sendmsg`: the send completes once the target
+ * has the message, placed in the receive that matched it or held for one
+ * (`FI_DELIVERY_COMPLETE`); a receive posted before it came holds the data
+ * by then. It costs an acknowledgement from the target: a round trip.
+ */
+#define XFER_DELIVERY_COMPLETE (1ull << 28)
+
+/**
  * Endpoint flag: only sends posted with `XFER_COMPLETION` report success
  * (`FI_SELECTIVE_COMPLETION`). Without it every operation completes.
  */
 #define XFER_SELECTIVE_COMPLETION (1ull << 59)
+
+/**
+ * Endpoint flag: every RMA write and read a peer applies to this
+ * endpoint's memory is reported on its CQ (`XFER_RMA | XFER_REMOTE_WRITE`
+ * or `XFER_RMA | XFER_REMOTE_READ`, its length and source, context NULL;
+ * libfabric's `FI_RMA_EVENT`). TCP only: opening a verbs endpoint with it
+ * fails with `XFER_EOPNOTSUPP`. Writes with immediate data are reported
+ * either way.
+ */
+#define XFER_RMA_EVENTS (1ull << 58)
 
 /**
  * Success.
@@ -431,7 +457,7 @@ typedef struct xfer_ep_attr_t {
      */
     size_t size;
     /**
-     * `XFER_SELECTIVE_COMPLETION` or 0.
+     * `XFER_SELECTIVE_COMPLETION`, `XFER_RMA_EVENTS`, or 0.
      */
     uint64_t flags;
     /**
@@ -1146,7 +1172,10 @@ int xfer_ep_tinjectdata(struct xfer_ep_t *ep,
  *   opened with `XFER_SELECTIVE_COMPLETION`, a send without it reports
  *   only failure; on other endpoints every send completes;
  * - `XFER_INJECT`: copy the payload and report no completion, as
- *   `xfer_ep_inject` (with `XFER_REMOTE_CQ_DATA`: `xfer_ep_injectdata`).
+ *   `xfer_ep_inject` (with `XFER_REMOTE_CQ_DATA`: `xfer_ep_injectdata`);
+ * - `XFER_TRANSMIT_COMPLETE`, `XFER_DELIVERY_COMPLETE`: complete only once
+ *   the target has the message (not with `XFER_INJECT`, which reports no
+ *   completion: `XFER_EBADFLAGS`).
  *
  * Returns as `xfer_ep_send` (`xfer_ep_inject` with `XFER_INJECT`), or
  * `XFER_EBADFLAGS` for another flag; `XFER_EINVAL` when `msg` is NULL.

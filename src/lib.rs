@@ -80,8 +80,9 @@
 pub use xfer_core::{error_limited, warn_limited};
 pub use xfer_core::{Access, Claim, LocalDesc, MemoryRegion, Peeked, RemoteKey, RmaKind, RmaOp};
 pub use xfer_core::{
-    Address, AddressVector, Buffer, Completion, CompletionQueue, CqAttr, DomainAttr, Endpoint, EndpointAttr, Error,
-    Flags, JobKey, PeerAddr, PeerEvent, PeerEventKind, RecvOp, RecvSpec, Rejected, Result, SendOp, Setting, TcpAttr,
+    Address, AddressVector, Buffer, Completion, CompletionLevel, CompletionQueue, CqAttr, DomainAttr, Endpoint,
+    EndpointAttr, Error, Flags, JobKey, PeerAddr, PeerEvent, PeerEventKind, RecvOp, RecvSpec, Rejected, Result, SendOp,
+    Setting, TcpAttr,
 };
 
 /// A domain (from xfer-core); open one with [`open`] or [`open_default`].

@@ -6,8 +6,8 @@ mod common;
 
 use common::{drive, expect, pattern, test_attr, wait_readable, Node};
 use xfer::{
-    Access, Buffer, Claim, Error, Flags, MemoryRegion, Peeked, PeerAddr, RecvOp, RecvSpec, RemoteKey, RmaKind, RmaOp,
-    SendOp,
+    Access, Buffer, Claim, CompletionLevel, Error, Flags, MemoryRegion, Peeked, PeerAddr, RecvOp, RecvSpec, RemoteKey,
+    RmaKind, RmaOp, SendOp,
 };
 
 const ANY: PeerAddr = PeerAddr::UNSPEC;
@@ -400,6 +400,7 @@ fn immediate_data_arrives_with_the_message() {
             buf: pattern(size, ctx).into(),
             context: 10 + ctx,
             completion: true,
+            level: Default::default(),
         };
         a.ep.post_send(op).unwrap();
         let r = expect(&mut [&mut a, &mut b], 1, ctx);
@@ -475,6 +476,7 @@ fn selective_completion_reports_only_what_was_asked() {
         buf: vec![1; 8].into(),
         context: 11,
         completion: false,
+        level: Default::default(),
     };
     let loud = SendOp {
         peer: pb,
@@ -483,6 +485,7 @@ fn selective_completion_reports_only_what_was_asked() {
         buf: vec![2; 8].into(),
         context: 12,
         completion: true,
+        level: Default::default(),
     };
     a.ep.post_send(quiet).unwrap();
     a.ep.post_send(loud).unwrap();
@@ -1193,6 +1196,7 @@ fn region_buffers_are_the_local_side_of_rma_and_messages() {
         buf: unsafe { local.buffer(0, size) }.unwrap(),
         context: 4,
         completion: true,
+        level: Default::default(),
     };
     a.ep.post_send(send).unwrap();
     let c = expect(&mut [&mut a, &mut b], 1, 3);
@@ -1395,6 +1399,7 @@ fn peek_and_claim_unexpected_messages() {
         buf: pattern(100, 1).into(),
         context: 101,
         completion: true,
+        level: Default::default(),
     };
     a.ep.post_send(op).unwrap();
     a.ep.tsend(pb, 6, pattern(big, 2), 102).unwrap();
@@ -1536,4 +1541,250 @@ fn every_transport_reports_the_rdm_layer_counters() {
             n.domain.provider()
         );
     }
+}
+
+/// A tagged send of `pattern(size, ctx)` to `peer` with `level`, tag and context `ctx`.
+fn send_at(a: &Node, peer: PeerAddr, size: usize, ctx: u64, level: CompletionLevel) {
+    let op = SendOp {
+        peer,
+        tag: Some(ctx),
+        data: None,
+        buf: pattern(size, ctx).into(),
+        context: ctx,
+        completion: true,
+        level,
+    };
+    a.ep.post_send(op).unwrap();
+}
+
+/// `CompletionLevel::Transmit` and `Delivery` (`FI_TRANSMIT_COMPLETE`,
+/// `FI_DELIVERY_COMPLETE`) with the receive posted first: when the send
+/// completes, its bytes are already in the receive's buffer (checked in
+/// that memory before the receiver makes any more progress), whatever the
+/// size (empty, eager, rendezvous, truncated by the receive); the buffer
+/// comes back whole.
+#[test]
+fn acknowledged_sends_complete_once_the_target_has_them() {
+    let (mut a, mut b) = (Node::new(), Node::new());
+    let pb = a.add(&b);
+    let t = test_attr().rndv_threshold;
+    let cases = [
+        (0, 8, CompletionLevel::Delivery),
+        (8, 8, CompletionLevel::Transmit),
+        (8, 8, CompletionLevel::Delivery),
+        (t, t, CompletionLevel::Delivery),
+        (4 * t, 4 * t, CompletionLevel::Transmit),
+        (100, 10, CompletionLevel::Delivery),
+    ];
+    for (i, (size, room, level)) in cases.into_iter().enumerate() {
+        let ctx = 10 * i as u64 + 10;
+        let mut landing = vec![0u8; room.max(1)];
+        let ptr = landing.as_mut_ptr();
+        // SAFETY: `landing` outlives the receive, which completes below; it
+        // is only read between progress calls of `b`.
+        let buf = unsafe { Buffer::raw(ptr, room) };
+        let spec = RecvSpec {
+            src: ANY,
+            tag: ctx,
+            ignore: 0,
+        };
+        let op = RecvOp {
+            spec,
+            tagged: true,
+            buf,
+            context: ctx + 1,
+        };
+        b.ep.post_recv(op).unwrap();
+        send_at(&a, pb, size, ctx, level);
+        let len = size.min(room);
+        let start = std::time::Instant::now();
+        let s = loop {
+            a.poll();
+            if let Some(s) = a.take(ctx) {
+                break s;
+            }
+            b.poll();
+            assert!(start.elapsed() < common::DEADLINE, "no send completion");
+        };
+        // SAFETY: `b` makes no progress here: nothing writes `landing`.
+        let placed = unsafe { std::slice::from_raw_parts(ptr, len) };
+        assert_eq!(
+            placed,
+            &pattern(size, ctx)[..len],
+            "{level:?} send of {size} B completed before its bytes were placed"
+        );
+        assert_eq!(s.result, Ok(()), "{level:?} send of {size} B");
+        assert!(s.flags.contains(Flags::SEND | Flags::TAGGED));
+        assert_eq!(s.buf.unwrap(), pattern(size, ctx), "the buffer comes back");
+        let r = expect(&mut [&mut a, &mut b], 1, ctx + 1);
+        if size > room {
+            assert_eq!(r.result, Err(Error::Truncated { len, olen: size }));
+        } else {
+            assert_eq!(r.result, Ok(()));
+        }
+        assert_eq!(r.len, len);
+    }
+}
+
+/// An acknowledged send to a target with no receive posted: over TCP an
+/// eager-sized message completes once the target holds it (buffered:
+/// fi_cq(3) allows delivery-complete then), while verbs sends every
+/// acknowledged message by rendezvous, which completes only after a receive
+/// took it; a rendezvous-sized one, whose payload stays with the sender
+/// until a receive matches, completes only after that everywhere.
+#[test]
+fn acknowledged_sends_to_no_receive_complete_as_the_target_holds_them() {
+    let (mut a, mut b) = (Node::new(), Node::new());
+    let pb = a.add(&b);
+    let t = test_attr().rndv_threshold;
+    let buffered = a.domain.provider() == "tcp";
+    send_at(&a, pb, 64, 1, CompletionLevel::Delivery);
+    if buffered {
+        let s = expect(&mut [&mut a, &mut b], 0, 1);
+        assert_eq!(s.result, Ok(()));
+        assert!(
+            b.ep.peek(ANY, 1, 0).unwrap().is_some(),
+            "completed before the target had it"
+        );
+    }
+    send_at(&a, pb, 4 * t, 2, CompletionLevel::Delivery);
+    probe_until(&mut a, &b, |b| b.ep.peek(ANY, 2, 0).unwrap());
+    for _ in 0..50 {
+        a.poll();
+        b.poll();
+    }
+    assert!(
+        a.take(2).is_none(),
+        "a rendezvous send completed before a receive took it"
+    );
+    assert!(
+        buffered || a.take(1).is_none(),
+        "a verbs send completed before a receive took it"
+    );
+    for ctx in [1, 2] {
+        let size = if ctx == 1 { 64 } else { 4 * t };
+        b.ep.trecv(ANY, ctx, 0, vec![0; size], ctx + 10).unwrap();
+        let r = expect(&mut [&mut a, &mut b], 1, ctx + 10);
+        assert_eq!(r.buf.unwrap(), pattern(size, ctx));
+    }
+    if !buffered {
+        assert_eq!(expect(&mut [&mut a, &mut b], 0, 1).result, Ok(()));
+    }
+    assert_eq!(expect(&mut [&mut a, &mut b], 0, 2).result, Ok(()));
+}
+
+/// Acknowledged and plain sends mixed keep their order at the receiver,
+/// and every acknowledged one completes.
+#[test]
+fn acknowledged_sends_keep_order_with_plain_ones() {
+    let (mut a, mut b) = (Node::new(), Node::new());
+    let pb = a.add(&b);
+    let n = 200u64;
+    let level = |i: u64| match i % 3 {
+        0 => CompletionLevel::Delivery,
+        1 => CompletionLevel::Inject,
+        _ => CompletionLevel::Transmit,
+    };
+    for i in 0..n / 2 {
+        b.ep.trecv(ANY, 0, u64::MAX, vec![0; 64], 1000 + i).unwrap();
+    }
+    for i in 0..n {
+        let op = SendOp {
+            peer: pb,
+            tag: Some(i),
+            data: None,
+            buf: pattern(64, i).into(),
+            context: i,
+            completion: true,
+            level: level(i),
+        };
+        a.ep.post_send(op).unwrap();
+    }
+    for i in n / 2..n {
+        b.ep.trecv(ANY, 0, u64::MAX, vec![0; 64], 1000 + i).unwrap();
+    }
+    for i in 0..n {
+        let r = expect(&mut [&mut a, &mut b], 1, 1000 + i);
+        assert_eq!(r.tag, i, "message {i} out of order");
+        assert_eq!(r.buf.unwrap(), pattern(64, i));
+    }
+    drive(&mut [&mut a, &mut b], "every send completion", |ns| {
+        ns[0].done.len() == n as usize
+    });
+    assert!(a.done.iter().all(|c| c.result.is_ok()), "{:?}", a.done);
+}
+
+/// An acknowledged send whose target goes away before it had the message
+/// (a rendezvous one, no receive taking it) fails with its buffer, as any
+/// outstanding send to a dead peer.
+#[test]
+fn acknowledged_send_to_a_target_that_closes_fails() {
+    let (mut a, b) = (Node::new(), Node::new());
+    let pb = a.add(&b);
+    let size = 4 * test_attr().rndv_threshold;
+    send_at(&a, pb, size, 1, CompletionLevel::Delivery);
+    probe_until(&mut a, &b, |b| b.ep.peek(ANY, 1, 0).unwrap());
+    drop(b);
+    let s = expect(&mut [&mut a], 0, 1);
+    // The target closed its endpoint in order: `PeerClosed` (over verbs it may
+    // read as a failure, docs/ARCHITECTURE.md decision 99).
+    assert!(
+        matches!(s.result, Err(Error::PeerClosed { .. } | Error::PeerUnreachable { .. })),
+        "{:?}",
+        s.result
+    );
+    assert_eq!(s.buf.unwrap(), pattern(size, 1));
+}
+
+/// `EndpointAttr::rma_events` (`FI_RMA_EVENT`): a TCP target reports each
+/// write (an inject one too) and each read a peer applies to it, with its
+/// length and source and context 0, besides writes with data as always; a
+/// target without it reports only those. A verbs endpoint, whose NIC applies
+/// RDMA unseen, is refused.
+#[test]
+fn rma_events_report_what_peers_apply_to_the_target() {
+    let mut attr = test_attr();
+    attr.rma_events = true;
+    let domain = xfer::open_default().unwrap();
+    let (cq, av) = (domain.cq(&xfer::CqAttr::default()).unwrap(), domain.av().unwrap());
+    if domain.provider() != "tcp" {
+        let refused = domain.endpoint(&cq, &av, &attr).err();
+        assert!(matches!(refused, Some(Error::NotSupported(_))), "{refused:?}");
+        return;
+    }
+    let (mut a, mut b, mut quiet) = (Node::new(), Node::with_attr(&attr), Node::new());
+    let (pb, pq, pa) = (a.add(&b), a.add(&quiet), b.add(&a));
+    for (target, peer) in [(&mut b, pb), (&mut quiet, pq)] {
+        let mr = target.domain.register(vec![0; 4096], Access::all()).unwrap();
+        let rkey = rkey_of(&mr);
+        a.ep.write(peer, pattern(100, 1), &rkey, 0, 1).unwrap();
+        a.ep.read(peer, vec![0; 40], &rkey, 10, 2).unwrap();
+        a.ep.inject_write(peer, &pattern(8, 3), &rkey, 200).unwrap();
+        a.ep.write_data(peer, pattern(16, 4), &rkey, 300, 0xDA7A, 4).unwrap();
+        for ctx in [1, 2, 4] {
+            assert_eq!(expect(&mut [&mut a, &mut *target], 0, ctx).result, Ok(()));
+        }
+        // The inject write is applied before the write with data behind it.
+        let t = drive_until_data(&mut a, target);
+        assert_eq!(&mr.to_vec().unwrap()[200..208], &pattern(8, 3)[..]);
+        let events: Vec<_> = t.iter().map(|c| (c.flags, c.len, c.context)).collect();
+        if peer == pb {
+            let (w, r) = (Flags::RMA | Flags::REMOTE_WRITE, Flags::RMA | Flags::REMOTE_READ);
+            let data = w | Flags::REMOTE_CQ_DATA;
+            assert_eq!(events, [(w, 100, 0), (r, 40, 0), (w, 8, 0), (data, 16, 0)]);
+            assert!(t.iter().all(|c| c.src == pa && c.result.is_ok()), "{t:?}");
+        } else {
+            let data = Flags::RMA | Flags::REMOTE_WRITE | Flags::REMOTE_CQ_DATA;
+            assert_eq!(events, [(data, 16, 0)], "a target without rma_events");
+        }
+    }
+}
+
+/// Polls `a` and `target` until `target` has the entry of a write with
+/// data; returns every completion `target` got, in order.
+fn drive_until_data(a: &mut Node, target: &mut Node) -> Vec<xfer::Completion> {
+    drive(&mut [a, &mut *target], "the write with data at the target", |ns| {
+        ns[1].done.iter().any(|c| c.flags.contains(Flags::REMOTE_CQ_DATA))
+    });
+    std::mem::take(&mut target.done)
 }

@@ -17,7 +17,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{expect, hex, pattern, test_attr, unhex, Node};
-use xfer::{Error, PeerAddr};
+use xfer::{CompletionLevel, Error, PeerAddr, SendOp};
 
 const BUDGET: usize = 256 << 10;
 const MSG: usize = 4096;
@@ -167,6 +167,63 @@ fn slow_receiver_holds_at_most_its_credit_and_loses_nothing() {
 /// them, and the receiver keeps at most what it granted; once receives
 /// come, everything arrives in order, a small message sent behind the
 /// waiting requests too.
+/// Sends asking for delivery completion to a receiver that posts no
+/// receives: the receiver holds no more than its credit; over TCP those the
+/// credit pays for complete as the receiver holds them (acknowledged once
+/// read) and the rest wait by rendezvous, over verbs all wait (each is a
+/// rendezvous); once the receives come everything arrives, in order, and
+/// every send completes.
+#[test]
+fn acknowledged_sends_past_the_credit_wait_and_arrive() {
+    let Some((mut tx, mut rx, to_rx, from_tx)) = pair() else {
+        return;
+    };
+    let n = 4 * BUDGET as u64 / MSG as u64;
+    for i in 0..n {
+        let op = SendOp {
+            peer: to_rx,
+            tag: Some(1),
+            data: None,
+            buf: pattern(MSG, i).into(),
+            context: i,
+            completion: true,
+            level: CompletionLevel::Delivery,
+        };
+        tx.ep.post_send(op).unwrap();
+    }
+    let (start, mut most) = (Instant::now(), 0);
+    while start.elapsed() < Duration::from_millis(300) {
+        tx.poll();
+        rx.poll();
+        most = most.max(counter(&rx, "unexpected_bytes").unwrap_or(0));
+    }
+    assert!(
+        most <= BUDGET as u64,
+        "receiver held {most} B unexpected, past its credit {BUDGET}"
+    );
+    if tx.domain.provider() == "tcp" {
+        common::drive(&mut [&mut tx, &mut rx], "an acknowledged buffered message", |ns| {
+            !ns[0].done.is_empty()
+        });
+    }
+    assert!(
+        (tx.done.len() as u64) < n,
+        "every send completed with no receive posted"
+    );
+    for i in 0..n {
+        rx.ep.trecv(from_tx, 1, 0, vec![0; MSG], 100_000 + i).unwrap();
+    }
+    for i in 0..n {
+        let c = expect(&mut [&mut tx, &mut rx], 1, 100_000 + i);
+        assert_eq!(c.result, Ok(()), "message {i}");
+        assert!(c.buf.unwrap() == pattern(MSG, i), "message {i} intact and in order");
+    }
+    common::drive(&mut [&mut tx, &mut rx], "every send completion", |ns| {
+        ns[0].done.len() as u64 == n
+    });
+    assert!(tx.done.iter().all(|c| c.result.is_ok()), "a send failed");
+}
+
 #[test]
 fn requests_to_send_beyond_the_credit_wait_their_turn() {
     const BIG: usize = 512;

@@ -53,6 +53,7 @@ fn fill_and_leave(server: &mut Node, name_port: u16) -> bool {
             tag: Some(1),
             data: None,
             len: 0,
+            ack: None,
         };
         bytes.extend_from_slice(&eager.to_bytes());
     }

@@ -122,6 +122,7 @@ fn oversized_eager_length_is_refused() {
         tag: Some(1),
         data: None,
         len: 8,
+        ack: None,
     }
     .to_bytes();
     Header::new_unchecked(&mut hdr[..]).set_len(MAX_EAGER + 1);
@@ -148,6 +149,7 @@ fn eager_beyond_the_credit_is_refused() {
             tag: Some(1),
             data: None,
             len: len as u64,
+            ack: None,
         };
         bytes.extend_from_slice(&hdr.to_bytes());
         bytes.extend_from_slice(&pattern(len, seed));
@@ -167,6 +169,7 @@ fn rts(token: u64) -> [u8; HEADER_LEN] {
         data: None,
         len: 1 << 20,
         token,
+        ack: false,
     }
     .to_bytes()
 }
@@ -219,6 +222,7 @@ fn frame_before_hello_is_refused() {
             tag: None,
             data: None,
             len: 0,
+            ack: None,
         }
         .to_bytes()
         .to_vec()
@@ -235,6 +239,7 @@ fn connection_closed_mid_header() {
             tag: Some(1),
             data: None,
             len: 8,
+            ack: None,
         }
         .to_bytes()[..HEADER_LEN / 2],
     );
@@ -257,6 +262,7 @@ fn eager_message_cut_off_mid_payload_fails_its_receive() {
             tag: Some(1),
             data: None,
             len: 1000,
+            ack: None,
         }
         .to_bytes(),
     );
@@ -282,6 +288,7 @@ fn rendezvous_then(misbehave: impl FnOnce(&mut TcpStream, u64)) -> xfer::Complet
             data: None,
             len,
             token: 42,
+            ack: false,
         }
         .to_bytes(),
     );
@@ -596,6 +603,7 @@ fn hello_for_another_endpoint_is_refused() {
             tag: Some(5),
             data: None,
             len: 4,
+            ack: None,
         }
         .to_bytes(),
     );
@@ -749,6 +757,7 @@ fn clear_to_send_after_the_send_failed_is_dropped() {
             tag: Some(2),
             data: None,
             len: 3,
+            ack: None,
         }
         .to_bytes(),
     );
@@ -827,6 +836,7 @@ fn rma_answer_after_the_operation_failed_is_dropped() {
                 tag: Some(2),
                 data: None,
                 len: 3,
+                ack: None,
             }
             .to_bytes(),
         );
@@ -877,7 +887,8 @@ fn crossed_first_contact_the_greater_name_takes_the_peers_connection() {
         Ok(Frame::Eager {
             tag: Some(1),
             data: None,
-            len: 100
+            len: 100,
+            ack: None,
         })
     );
     assert_eq!(read_polling(&mut v, &mut theirs, 100), pattern(100, 1));
@@ -1019,6 +1030,7 @@ fn a_peer_that_does_not_prove_the_job_key_is_refused_before_delivery() {
         tag: Some(7),
         data: None,
         len: 4,
+        ack: None,
     };
     let mut hostile = |after_hello: Vec<u8>| {
         let mut s = TcpStream::connect(addr_of(&v)).unwrap();
@@ -1089,4 +1101,141 @@ fn a_peer_that_never_answers_the_challenge_is_dropped_after_the_connect_timeout(
             .into_iter()
             .find(|(k, _)| *k == "admission_refused");
     assert_eq!(refused, Some(("admission_refused", 1)));
+}
+
+/// The victim's send of `len` bytes asking for delivery completion, to a
+/// fake peer that acknowledged its hello: the connection and the frame
+/// that carries the message (its header).
+fn acknowledged_send(v: &mut Node, fake: &TcpListener, peer: PeerAddr, len: usize, ctx: u64) -> (TcpStream, Frame) {
+    let op = xfer::SendOp {
+        peer,
+        tag: Some(4),
+        data: None,
+        buf: pattern(len, ctx).into(),
+        context: ctx,
+        completion: true,
+        level: xfer::CompletionLevel::Delivery,
+    };
+    v.ep.post_send(op).unwrap();
+    let (mut out, _) = accept_victim(v, fake);
+    out.write_all(&Frame::HelloAck { nonce: 0x5eed }.to_bytes()).unwrap();
+    let first = Frame::parse(&read_polling(v, &mut out, HEADER_LEN)).expect("a frame");
+    (out, first)
+}
+
+/// A send asking for delivery completion carries its token (an Eager frame
+/// with the ACK flag, or an Rts with it and then its data) and completes
+/// only at the Delivered frame that answers it; a second Delivered for it
+/// is a violation that drops the connection, and the victim keeps working.
+#[test]
+fn delivery_complete_send_waits_for_its_delivered_frame() {
+    let big = common::test_attr().rndv_threshold * 2;
+    for (len, ctx) in [(8, 10), (big, 11)] {
+        let mut v = Node::new();
+        let (fake, name) = fake_peer();
+        let peer = v.av.insert(&name).unwrap();
+        let (mut out, first) = acknowledged_send(&mut v, &fake, peer, len, ctx);
+        let token = match first {
+            Frame::Eager {
+                tag: Some(4),
+                len: 8,
+                ack: Some(token),
+                ..
+            } if len == 8 => token,
+            Frame::Rts {
+                token,
+                tag: Some(4),
+                ack: true,
+                ..
+            } if len == big => {
+                let cts = Frame::Cts {
+                    token,
+                    rx_token: 5,
+                    len: len as u64,
+                };
+                out.write_all(&cts.to_bytes()).unwrap();
+                let data = Frame::parse(&read_polling(&mut v, &mut out, HEADER_LEN));
+                assert_eq!(
+                    data,
+                    Ok(Frame::Data {
+                        rx_token: 5,
+                        offset: 0,
+                        len: len as u64
+                    })
+                );
+                token
+            }
+            other => panic!("not an acknowledged send of {len} B: {other:?}"),
+        };
+        let payload = read_polling(&mut v, &mut out, len);
+        assert_eq!(payload, pattern(len, ctx));
+        for _ in 0..50 {
+            v.poll();
+        }
+        assert!(v.take(ctx).is_none(), "completed before the target acknowledged it");
+        out.write_all(&Frame::Delivered { token }.to_bytes()).unwrap();
+        let s = expect(&mut [&mut v], 0, ctx);
+        assert_eq!(s.result, Ok(()));
+        assert_eq!(s.buf.unwrap(), pattern(len, ctx));
+        out.write_all(&Frame::Delivered { token }.to_bytes()).unwrap();
+        drain_until_dropped(&mut v, &mut out);
+        still_works(&mut v);
+    }
+}
+
+/// A Delivered frame before the data it acknowledges went out (here:
+/// before the clear-to-send of a rendezvous) is a violation: the send fails
+/// with the connection instead of completing while its payload is still to
+/// be written.
+#[test]
+fn delivered_before_the_data_fails_the_send() {
+    let mut v = Node::new();
+    let (fake, name) = fake_peer();
+    let peer = v.av.insert(&name).unwrap();
+    let big = common::test_attr().rndv_threshold * 2;
+    let (mut out, rts) = acknowledged_send(&mut v, &fake, peer, big, 11);
+    let Frame::Rts { token, ack: true, .. } = rts else {
+        panic!("not an acknowledged request to send: {rts:?}")
+    };
+    out.write_all(&Frame::Delivered { token }.to_bytes()).unwrap();
+    let s = expect(&mut [&mut v], 0, 11);
+    assert!(matches!(s.result, Err(Error::Protocol(_))), "{:?}", s.result);
+    assert!(s.buf.is_some(), "the buffer comes back");
+    still_works(&mut v);
+}
+
+/// An Eager frame asking for an acknowledgement is answered with a
+/// Delivered frame echoing its token once read, whether a receive took it
+/// or it waits unexpected.
+#[test]
+fn an_acknowledged_eager_frame_is_answered() {
+    for posted in [true, false] {
+        let mut v = Node::new();
+        if posted {
+            v.ep.trecv(PeerAddr::UNSPEC, 3, 0, vec![0; 16], 6).unwrap();
+        }
+        let mut s = TcpStream::connect(addr_of(&v)).unwrap();
+        let mut bytes = hello("127.0.0.1:9".parse().unwrap(), &v);
+        let eager = Frame::Eager {
+            tag: Some(3),
+            data: None,
+            len: 5,
+            ack: Some(0xfeed),
+        };
+        bytes.extend_from_slice(&eager.to_bytes());
+        bytes.extend_from_slice(b"hello");
+        s.write_all(&bytes).unwrap();
+        expect_hello_ack(&mut v, &mut s);
+        // A first consumption also grants credit.
+        let mut got = Frame::parse(&read_polling(&mut v, &mut s, HEADER_LEN));
+        if let Ok(Frame::Credit { .. }) = got {
+            got = Frame::parse(&read_polling(&mut v, &mut s, HEADER_LEN));
+        }
+        assert_eq!(got, Ok(Frame::Delivered { token: 0xfeed }), "posted: {posted}");
+        if !posted {
+            v.ep.trecv(PeerAddr::UNSPEC, 3, 0, vec![0; 16], 6).unwrap();
+        }
+        let r = expect(&mut [&mut v], 0, 6);
+        assert_eq!(&r.buf.unwrap()[..5], b"hello");
+    }
 }

@@ -24,11 +24,12 @@ pub const XFER_WRITE: u64 = 1u64 << 9;
 pub const XFER_RECV: u64 = 1u64 << 10;
 /// A send (`FI_SEND`).
 pub const XFER_SEND: u64 = 1u64 << 11;
-/// The target side of a peer's RMA read (`FI_REMOTE_READ`). Reads report
-/// nothing at the target today; the value is reserved for that.
+/// The target side of a peer's RMA read (`FI_REMOTE_READ`): reported only
+/// on an endpoint opened with `XFER_RMA_EVENTS`.
 pub const XFER_REMOTE_READ: u64 = 1u64 << 12;
 /// The target side of a peer's RMA write (`FI_REMOTE_WRITE`): an entry made
-/// by `xfer_ep_writedata` (with `XFER_RMA | XFER_REMOTE_CQ_DATA`).
+/// by `xfer_ep_writedata` (with `XFER_RMA | XFER_REMOTE_CQ_DATA`), or, on an
+/// endpoint opened with `XFER_RMA_EVENTS`, by any write (`XFER_RMA`).
 pub const XFER_REMOTE_WRITE: u64 = 1u64 << 13;
 /// The entry carries the sender's immediate data in `data` (`FI_REMOTE_CQ_DATA`).
 pub const XFER_REMOTE_CQ_DATA: u64 = 1u64 << 17;

@@ -11,7 +11,7 @@ use std::ffi::{c_char, c_int, c_void, CStr};
 use std::sync::Arc;
 
 use xfer_core::unstable::attr::iface_list;
-use xfer_facade::{Buffer, Endpoint, EndpointAttr, PeerAddr, RecvOp, RecvSpec, SendOp};
+use xfer_facade::{Buffer, CompletionLevel, Endpoint, EndpointAttr, PeerAddr, RecvOp, RecvSpec, SendOp};
 
 use crate::av::{av_of, copy_out, xfer_av_t};
 use crate::cq::{cq_of, xfer_cq_t, XFER_REMOTE_CQ_DATA, XFER_TAGGED};
@@ -27,9 +27,25 @@ pub const XFER_COMPLETION: u64 = 1u64 << 24;
 /// Operation flag: copy the payload and report no completion, as
 /// `xfer_ep_inject` does (`FI_INJECT`).
 pub const XFER_INJECT: u64 = 1u64 << 25;
+/// Operation flag of `xfer_ep_sendmsg`: the send completes once the target
+/// has the message (`FI_TRANSMIT_COMPLETE`; xfer gives it with
+/// `XFER_DELIVERY_COMPLETE`'s guarantee).
+pub const XFER_TRANSMIT_COMPLETE: u64 = 1u64 << 27;
+/// Operation flag of `xfer_ep_sendmsg`: the send completes once the target
+/// has the message, placed in the receive that matched it or held for one
+/// (`FI_DELIVERY_COMPLETE`); a receive posted before it came holds the data
+/// by then. It costs an acknowledgement from the target: a round trip.
+pub const XFER_DELIVERY_COMPLETE: u64 = 1u64 << 28;
 /// Endpoint flag: only sends posted with `XFER_COMPLETION` report success
 /// (`FI_SELECTIVE_COMPLETION`). Without it every operation completes.
 pub const XFER_SELECTIVE_COMPLETION: u64 = 1u64 << 59;
+/// Endpoint flag: every RMA write and read a peer applies to this
+/// endpoint's memory is reported on its CQ (`XFER_RMA | XFER_REMOTE_WRITE`
+/// or `XFER_RMA | XFER_REMOTE_READ`, its length and source, context NULL;
+/// libfabric's `FI_RMA_EVENT`). TCP only: opening a verbs endpoint with it
+/// fails with `XFER_EOPNOTSUPP`. Writes with immediate data are reported
+/// either way.
+pub const XFER_RMA_EVENTS: u64 = 1u64 << 58;
 
 /// An endpoint (opaque): reliable and connectionless (`FI_EP_RDM`);
 /// connections to peers are made on first use.
@@ -45,7 +61,7 @@ pub struct xfer_ep_attr_t {
     /// `sizeof(xfer_ep_attr_t)`, set by `xfer_ep_attr_init`; lets later
     /// versions grow the struct without breaking older programs.
     pub size: usize,
-    /// `XFER_SELECTIVE_COMPLETION` or 0.
+    /// `XFER_SELECTIVE_COMPLETION`, `XFER_RMA_EVENTS`, or 0.
     pub flags: u64,
     /// Messages longer than this many bytes use rendezvous (`XFER_RNDV_THRESHOLD`).
     pub rndv_threshold: usize,
@@ -151,7 +167,7 @@ fn attr_from_rust(a: &EndpointAttr) -> xfer_ep_attr_t {
             XFER_SELECTIVE_COMPLETION
         } else {
             0
-        },
+        } | if a.rma_events { XFER_RMA_EVENTS } else { 0 },
         rndv_threshold: a.rndv_threshold,
         inject_size: a.inject_size,
         tcp_addr: std::ptr::null(),
@@ -223,11 +239,12 @@ unsafe fn attr_to_rust(attr: *const xfer_ep_attr_t) -> Result<EndpointAttr, Fail
             "xfer_ep_open: attr->size is not sizeof(xfer_ep_attr_t); call xfer_ep_attr_init",
         ));
     }
-    if a.flags & !XFER_SELECTIVE_COMPLETION != 0 {
+    if a.flags & !(XFER_SELECTIVE_COMPLETION | XFER_RMA_EVENTS) != 0 {
         return Err(Fail(XFER_EBADFLAGS));
     }
     let mut r = EndpointAttr::from_env();
     r.selective_completion = a.flags & XFER_SELECTIVE_COMPLETION != 0;
+    r.rma_events = a.flags & XFER_RMA_EVENTS != 0;
     r.rndv_threshold = a.rndv_threshold;
     r.inject_size = a.inject_size;
     r.tcp.connect_timeout_ms = a.tcp_connect_timeout_ms;
@@ -462,6 +479,7 @@ pub(crate) fn post_send(
         buf,
         context: context_in(context),
         completion,
+        level: Default::default(),
     })?;
     Ok(XFER_SUCCESS)
 }
@@ -766,7 +784,10 @@ pub(crate) unsafe fn read_msg<T>(what: &'static str, m: *const T, flags: u64, kn
 ///   opened with `XFER_SELECTIVE_COMPLETION`, a send without it reports
 ///   only failure; on other endpoints every send completes;
 /// - `XFER_INJECT`: copy the payload and report no completion, as
-///   `xfer_ep_inject` (with `XFER_REMOTE_CQ_DATA`: `xfer_ep_injectdata`).
+///   `xfer_ep_inject` (with `XFER_REMOTE_CQ_DATA`: `xfer_ep_injectdata`);
+/// - `XFER_TRANSMIT_COMPLETE`, `XFER_DELIVERY_COMPLETE`: complete only once
+///   the target has the message (not with `XFER_INJECT`, which reports no
+///   completion: `XFER_EBADFLAGS`).
 ///
 /// Returns as `xfer_ep_send` (`xfer_ep_inject` with `XFER_INJECT`), or
 /// `XFER_EBADFLAGS` for another flag; `XFER_EINVAL` when `msg` is NULL.
@@ -778,20 +799,38 @@ pub(crate) unsafe fn read_msg<T>(what: &'static str, m: *const T, flags: u64, kn
 #[no_mangle]
 pub unsafe extern "C" fn xfer_ep_sendmsg(ep: *mut xfer_ep_t, msg: *const xfer_msg_t, flags: u64) -> c_int {
     guard("xfer_ep_sendmsg", || {
-        const KNOWN: u64 = XFER_TAGGED | XFER_REMOTE_CQ_DATA | XFER_COMPLETION | XFER_INJECT;
+        const LEVELS: u64 = XFER_TRANSMIT_COMPLETE | XFER_DELIVERY_COMPLETE;
+        const KNOWN: u64 = XFER_TAGGED | XFER_REMOTE_CQ_DATA | XFER_COMPLETION | XFER_INJECT | LEVELS;
         let e = ep_of(ep)?;
         // SAFETY: forwarded from this function's contract.
         let m = unsafe { read_msg("xfer_ep_sendmsg: msg is NULL", msg, flags, KNOWN)? };
         let tag = (flags & XFER_TAGGED != 0).then_some(m.tag);
         let data = (flags & XFER_REMOTE_CQ_DATA != 0).then_some(m.data);
         if flags & XFER_INJECT != 0 {
+            if flags & LEVELS != 0 {
+                // An inject reports nothing: no level to honour.
+                return Err(Fail(XFER_EBADFLAGS));
+            }
             // SAFETY: forwarded from this function's contract.
             return unsafe { inject(&e, m.buf, m.len, m.addr, tag, data) };
         }
-        let completion = flags & XFER_COMPLETION != 0;
+        let level = match flags & LEVELS {
+            0 => CompletionLevel::Inject,
+            XFER_TRANSMIT_COMPLETE => CompletionLevel::Transmit,
+            _ => CompletionLevel::Delivery,
+        };
         // SAFETY: forwarded from this function's contract.
         let buf = unsafe { raw_buffer(m.buf, m.len)? };
-        post_send(&e, buf, m.addr, tag, data, m.context, completion)
+        e.post_send(SendOp {
+            peer: PeerAddr(m.addr),
+            tag,
+            data,
+            buf,
+            context: context_in(m.context),
+            completion: flags & XFER_COMPLETION != 0,
+            level,
+        })?;
+        Ok(XFER_SUCCESS)
     })
 }
 

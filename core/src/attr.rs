@@ -222,6 +222,15 @@ pub struct EndpointAttr {
     /// how many the endpoint queues at most before dropping new ones
     /// (counted as `peer_events_lost`). 0 (the default): off.
     pub peer_events: usize,
+    /// RMA a peer applies to this endpoint's memory is reported on its
+    /// completion queue: each write (`RMA | REMOTE_WRITE`) and each read
+    /// (`RMA | REMOTE_READ`) the target served, with its length, source
+    /// and context 0 (libfabric's `FI_RMA_EVENT`, for remote counters).
+    /// Writes with immediate data are reported either way. Only a
+    /// provider that serves RMA itself can see it: TCP; an endpoint of a
+    /// provider that cannot (verbs: the NIC applies RDMA unseen) is refused
+    /// with [`Error::NotSupported`](crate::Error::NotSupported). Off by default.
+    pub rma_events: bool,
     /// TCP provider settings.
     pub tcp: TcpAttr,
 }
@@ -239,6 +248,7 @@ impl Default for EndpointAttr {
             rx_memory: 1 << 30,
             source_err: false,
             peer_events: 0,
+            rma_events: false,
             tcp: TcpAttr::default(),
         }
     }
@@ -274,6 +284,9 @@ impl EndpointAttr {
         if let Some(v) = env_flag("XFER_SOURCE_ERR") {
             a.source_err = v;
         }
+        if let Some(v) = env_flag("XFER_RMA_EVENTS") {
+            a.rma_events = v;
+        }
         a.tcp = TcpAttr::from_env();
         a
     }
@@ -300,6 +313,11 @@ impl EndpointAttr {
                 env: "XFER_SOURCE_ERR",
                 value: u8::from(self.source_err).to_string(),
                 doc: "1: a message from a sender not in the address vector completes with an error carrying its name",
+            },
+            Setting {
+                env: "XFER_RMA_EVENTS",
+                value: u8::from(self.rma_events).to_string(),
+                doc: "1: RMA writes and reads peers apply to the endpoint are reported on its CQ (TCP only)",
             },
             Setting {
                 env: "XFER_MAX_OUTSTANDING",

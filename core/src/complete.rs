@@ -123,6 +123,26 @@ pub fn rma(cq: &mut Sink<'_>, selective: bool, op: RmaOp, result: Result<(), Err
     });
 }
 
+/// Reports RMA a peer applied to this endpoint's memory, at the target
+/// (`EndpointAttr::rma_events`): `RMA | REMOTE_WRITE` or `RMA | REMOTE_READ`,
+/// `len` bytes, from `src`, context 0.
+pub fn remote_rma(cq: &mut Sink<'_>, kind: RmaKind, len: usize, src: PeerAddr) {
+    let way = match kind {
+        RmaKind::Write => Flags::REMOTE_WRITE,
+        RmaKind::Read => Flags::REMOTE_READ,
+    };
+    cq.push_back(Completion {
+        context: 0,
+        flags: Flags::RMA | way,
+        len,
+        tag: 0,
+        data: 0,
+        src,
+        result: Ok(()),
+        buf: None,
+    });
+}
+
 /// Reports a peer's write with immediate data at the target
 /// (`RMA|REMOTE_WRITE|REMOTE_CQ_DATA`); no receive is consumed.
 pub fn remote_write(cq: &mut Sink<'_>, len: usize, data: u64, src: PeerAddr) {

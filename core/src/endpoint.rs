@@ -10,7 +10,7 @@ use crate::domain::Shared;
 use crate::error::{Error, Result};
 use crate::mr::RemoteKey;
 use crate::peek::{Claim, Peeked};
-use crate::provider::{Ctx, EndpointProvider, RecvOp, Rejected, RmaKind, RmaOp, SendOp};
+use crate::provider::{CompletionLevel, Ctx, EndpointProvider, RecvOp, Rejected, RmaKind, RmaOp, SendOp};
 use crate::tag::RecvSpec;
 
 /// A reliable, connectionless endpoint (libfabric's `FI_EP_RDM`): peers are
@@ -390,6 +390,7 @@ impl Endpoint {
             buf: buf.into(),
             context,
             completion: true,
+            level: CompletionLevel::Inject,
         };
         self.post_send(op).map_err(give_back_send)
     }
@@ -409,6 +410,7 @@ impl Endpoint {
             buf: buf.into(),
             context,
             completion: true,
+            level: CompletionLevel::Inject,
         };
         self.post_send(op).map_err(give_back_send)
     }

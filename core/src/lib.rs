@@ -71,5 +71,5 @@ pub use error::{Error, Result};
 pub use event::{PeerEvent, PeerEventKind};
 pub use mr::{Access, MemoryRegion, RemoteKey};
 pub use peek::{Claim, Peeked};
-pub use provider::{RecvOp, Rejected, RmaKind, RmaOp, SendOp};
+pub use provider::{CompletionLevel, RecvOp, Rejected, RmaKind, RmaOp, SendOp};
 pub use tag::RecvSpec;

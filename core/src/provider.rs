@@ -34,6 +34,52 @@ pub struct SendOp {
     pub context: u64,
     /// Report success with a completion (errors are always reported).
     pub completion: bool,
+    /// When a successful send completes ([`CompletionLevel::Inject`]
+    /// unless asked otherwise).
+    pub level: CompletionLevel,
+}
+
+/// When a send's successful completion is reported: libfabric's
+/// `FI_INJECT_COMPLETE`, `FI_TRANSMIT_COMPLETE` and `FI_DELIVERY_COMPLETE`
+/// (fi_cq(3)). Each level implies the ones before it; a provider may
+/// complete a send later than asked, never earlier.
+///
+/// ```
+/// use xfer_core::{CompletionLevel, SendOp};
+/// # fn f(peer: xfer_core::PeerAddr) -> SendOp {
+/// SendOp {
+///     peer,
+///     tag: None,
+///     data: None,
+///     buf: b"committed".to_vec().into(),
+///     context: 7,
+///     completion: true,
+///     // Complete only once the target has the message.
+///     level: CompletionLevel::Delivery,
+/// }
+/// # }
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum CompletionLevel {
+    /// The send's buffer may be reused: the payload was handed to the
+    /// transport (eager) or pulled by the receiver (rendezvous). Nothing is
+    /// known about its arrival: a peer that dies next loses an eager
+    /// message without an error. The cheapest level, and the default.
+    #[default]
+    Inject,
+    /// The message reached the target. xfer gives this level with
+    /// [`Delivery`](Self::Delivery)'s guarantee: the same acknowledgement
+    /// from the target is what tells a sender either.
+    Transmit,
+    /// The target has the message: it is in the receive that matched it
+    /// or, with none posted, held by the target's provider until one is
+    /// (fi_cq(3): a buffered message is delivered). A rendezvous-sized
+    /// message, which only a matched receive takes, completes once that
+    /// receive has every byte. Either way a receive that was posted
+    /// already holds the data when the send completes. Costs an
+    /// acknowledgement from the target, so a completion comes a round trip
+    /// later than an eager inject-complete one.
+    Delivery,
 }
 
 /// A receive (message or tagged) handed to a provider.

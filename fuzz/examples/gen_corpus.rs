@@ -107,6 +107,16 @@ fn every_frame() -> Vec<(&'static str, Frame)> {
                 tag: Some(TAG),
                 data: Some(42),
                 len: 256,
+                ack: None,
+            },
+        ),
+        (
+            "eager-ack",
+            Frame::Eager {
+                tag: None,
+                data: Some(3),
+                len: 16,
+                ack: Some(token(3, 9)),
             },
         ),
         (
@@ -115,6 +125,7 @@ fn every_frame() -> Vec<(&'static str, Frame)> {
                 tag: None,
                 data: None,
                 len: MAX_EAGER,
+                ack: None,
             },
         ),
         (
@@ -124,8 +135,20 @@ fn every_frame() -> Vec<(&'static str, Frame)> {
                 data: None,
                 len: 1 << 32,
                 token: token(3, 9),
+                ack: false,
             },
         ),
+        (
+            "rts-ack",
+            Frame::Rts {
+                tag: None,
+                data: None,
+                len: 8,
+                token: token(3, 9),
+                ack: true,
+            },
+        ),
+        ("delivered", Frame::Delivered { token: token(3, 9) }),
         (
             "cts",
             Frame::Cts {
@@ -196,6 +219,7 @@ fn tcp_frame(root: &Path) -> usize {
         tag: Some(1),
         data: None,
         len: 8,
+        ack: None,
     }
     .to_bytes()
     .to_vec();
@@ -207,12 +231,13 @@ fn tcp_frame(root: &Path) -> usize {
     out.put("bad-magic", &edit(eager.clone(), 0, b"fx"));
     out.put("version-2", &edit(eager.clone(), 2, &[2]));
     out.put("unknown-kind", &edit(eager.clone(), 3, &[11]));
-    out.put("undefined-flag", &edit(eager.clone(), 4, &[0x04]));
+    out.put("undefined-flag", &edit(eager.clone(), 4, &[0x08]));
     out.put("reserved-id", &edit(eager.clone(), 32, &[1]));
     let mut h = Frame::Eager {
         tag: None,
         data: None,
         len: 0,
+        ack: None,
     }
     .to_bytes();
     Header::new_unchecked(&mut h[..]).set_len(MAX_EAGER + 1);
@@ -413,6 +438,7 @@ fn tcp_stream(root: &Path) -> Out {
             tag,
             data,
             len: len as u64,
+            ack: None,
         })
     };
     let bytes = |n: usize| -> Vec<u8> { (0..n).map(|i| (i * 31 + 7) as u8).collect() };
@@ -442,6 +468,20 @@ fn tcp_stream(root: &Path) -> Out {
         &stream(setup::RECV, 3, &[h, &e, &bytes(32)]),
     );
     out.put("eager-unexpected-known", &stream(setup::KNOWN, 0, &[h, &e, &bytes(32)]));
+    // A sender waiting for a Delivered frame: answered when read, into a
+    // receive or kept unexpected.
+    let ea = f(Frame::Eager {
+        tag: None,
+        data: None,
+        len: 32,
+        ack: Some(0x5eed),
+    });
+    out.conv(
+        "eager-acknowledged",
+        &["completion 5 len 32 Ok"],
+        &stream(setup::RECV, 3, &[h, &ea, &bytes(32)]),
+    );
+    out.put("eager-acknowledged-unexpected", &stream(0, 0, &[h, &ea, &bytes(32)]));
     let et = eager(Some(TAG), Some(42), 100);
     out.conv(
         "eager-tagged-truncated",
@@ -491,6 +531,7 @@ fn tcp_stream(root: &Path) -> Out {
         data: Some(5),
         len: 8192,
         token: 77,
+        ack: false,
     });
     let data = f(Frame::Data {
         rx_token: token(0, 1),
@@ -501,6 +542,19 @@ fn tcp_stream(root: &Path) -> Out {
         "rndv-recv",
         &["completion 4 len 8192 Ok"],
         &stream(setup::TRECV | setup::BIG, 0, &[h, &rts, &data, &bytes(8192)]),
+    );
+    // The sender asks for a Delivered frame once the data is placed.
+    let rts_ack = f(Frame::Rts {
+        tag: Some(TAG),
+        data: None,
+        len: 8192,
+        token: 78,
+        ack: true,
+    });
+    out.conv(
+        "rndv-recv-acknowledged",
+        &["completion 4 len 8192 Ok"],
+        &stream(setup::TRECV | setup::BIG, 0, &[h, &rts_ack, &data, &bytes(8192)]),
     );
     out.conv(
         "rndv-recv-chunked",
@@ -568,6 +622,15 @@ fn tcp_stream(root: &Path) -> Out {
         &stream(setup::SEND, 0, &[h, &cts(token(0, 1), SEND_LEN + 1)]),
     );
     out.put("cts-unknown", &stream(setup::SEND, 0, &[h, &cts(token(0, 2), 1)]));
+    // The harness's send asks for no acknowledgement: a Delivered for it,
+    // before or after its data went out, is a violation.
+    let delivered = f(Frame::Delivered { token: token(0, 1) });
+    out.put("delivered-unasked", &stream(setup::SEND, 0, &[h, &delivered]));
+    out.conv(
+        "delivered-after-data",
+        &["completion 1 len 8192 Ok"],
+        &stream(setup::SEND, 0, &[h, &cts(token(0, 1), SEND_LEN), &delivered]),
+    );
     let resp = |tok: u64, st: u64, len: usize| {
         f(Frame::ReadResp {
             token: tok,

@@ -16,8 +16,8 @@ use xfer_tcp::wire::{Frame, Header, HEADER_LEN, MAX_EAGER, MAX_NAME};
 enum AnyFrame {
     Hello(u8, u64),
     HelloAck(u64),
-    Eager(Option<u64>, Option<u64>, u64),
-    Rts(Option<u64>, Option<u64>, u64, u64),
+    Eager(Option<u64>, Option<u64>, u64, Option<u64>),
+    Rts(Option<u64>, Option<u64>, u64, u64, bool),
     Cts(u64, u64, u64),
     Data(u64, u64, u64),
     WriteReq(u64, u64, u64, u64, bool),
@@ -29,6 +29,7 @@ enum AnyFrame {
     Pong,
     Challenge([u8; 16]),
     Proof,
+    Delivered(u64),
 }
 
 impl AnyFrame {
@@ -36,8 +37,14 @@ impl AnyFrame {
         match *self {
             AnyFrame::Hello(name_len, to) => Frame::Hello { name_len, to },
             AnyFrame::HelloAck(nonce) => Frame::HelloAck { nonce },
-            AnyFrame::Eager(tag, data, len) => Frame::Eager { tag, data, len },
-            AnyFrame::Rts(tag, data, len, token) => Frame::Rts { tag, data, len, token },
+            AnyFrame::Eager(tag, data, len, ack) => Frame::Eager { tag, data, len, ack },
+            AnyFrame::Rts(tag, data, len, token, ack) => Frame::Rts {
+                tag,
+                data,
+                len,
+                token,
+                ack,
+            },
             AnyFrame::Cts(token, rx_token, len) => Frame::Cts { token, rx_token, len },
             AnyFrame::Data(rx_token, offset, len) => Frame::Data { rx_token, offset, len },
             AnyFrame::WriteReq(key, addr, len, token, imm) => Frame::WriteReq {
@@ -55,6 +62,7 @@ impl AnyFrame {
             AnyFrame::Pong => Frame::Pong,
             AnyFrame::Challenge(nonce) => Frame::Challenge { nonce },
             AnyFrame::Proof => Frame::Proof,
+            AnyFrame::Delivered(token) => Frame::Delivered { token },
         }
     }
 }

@@ -11,8 +11,11 @@
 //! [`SILENT`](crate::ep::SILENT), which the router counts and drops unless it
 //! failed. Progress is manual, as for
 //! CQs: `fi_cntr_read` and `fi_cntr_wait` drive the bound endpoints.
-//! Remote counters (`FI_REMOTE_WRITE`, `FI_REMOTE_READ`) need
-//! `FI_RMA_EVENT`, which xfer does not offer: binding them is `-FI_EINVAL`.
+//! Remote counters (`FI_REMOTE_WRITE`, `FI_REMOTE_READ`) need an endpoint
+//! with `FI_RMA_EVENT` (elsewhere binding them is `-FI_EINVAL`), offered on
+//! `tcp` only: such an endpoint's xfer endpoint reports every RMA a peer
+//! applies to it (`EndpointAttr::rma_events`), and the router counts those
+//! events (and writes with data) and drops the events without data.
 //!
 //! [`EpCore::progress`]: crate::ep::EpCore::progress
 

@@ -10,8 +10,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use xfer_core::unstable::hash::FastMap;
 use xfer_facade::{
-    Address, Buffer, Claim, Completion, CompletionQueue, CqAttr, Endpoint, EndpointAttr, Error, Flags, JobKey, Peeked,
-    PeerAddr, RecvOp, RecvSpec, SendOp,
+    Address, Buffer, Claim, Completion, CompletionLevel, CompletionQueue, CqAttr, Endpoint, EndpointAttr, Error, Flags,
+    JobKey, Peeked, PeerAddr, RecvOp, RecvSpec, SendOp,
 };
 
 use crate::av::{self, AvCore};
@@ -58,14 +58,19 @@ pub(crate) struct Counters {
     recv: Option<Arc<CntrCore>>,
     pub(crate) write: Option<Arc<CntrCore>>,
     pub(crate) read: Option<Arc<CntrCore>>,
+    /// RMA peers applied to this endpoint (`FI_REMOTE_WRITE`,
+    /// `FI_REMOTE_READ`; endpoints with `FI_RMA_EVENT` only).
+    remote_write: Option<Arc<CntrCore>>,
+    remote_read: Option<Arc<CntrCore>>,
 }
 
 impl Counters {
-    /// The counter a completion with these flags counts on (none for the
-    /// target's side of a write: remote counters need `FI_RMA_EVENT`).
+    /// The counter a completion with these flags counts on.
     fn for_completion(&self, flags: Flags) -> Option<&Arc<CntrCore>> {
         if flags.contains(Flags::REMOTE_WRITE) {
-            None
+            self.remote_write.as_ref()
+        } else if flags.contains(Flags::REMOTE_READ) {
+            self.remote_read.as_ref()
         } else if flags.contains(Flags::RECV) {
             self.recv.as_ref()
         } else if flags.contains(Flags::RMA) {
@@ -80,7 +85,16 @@ impl Counters {
 
     /// Every counter bound (one may appear more than once).
     fn all(&self) -> impl Iterator<Item = &Arc<CntrCore>> {
-        [&self.send, &self.recv, &self.write, &self.read].into_iter().flatten()
+        [
+            &self.send,
+            &self.recv,
+            &self.write,
+            &self.read,
+            &self.remote_write,
+            &self.remote_read,
+        ]
+        .into_iter()
+        .flatten()
     }
 }
 
@@ -285,6 +299,12 @@ impl EpCore {
                 if silent && c.result.is_ok() {
                     continue; // no FI_COMPLETION asked: counted only
                 }
+                let remote = c.flags.contains(Flags::REMOTE_WRITE) || c.flags.contains(Flags::REMOTE_READ);
+                if remote && !c.flags.contains(Flags::REMOTE_CQ_DATA) {
+                    // An RMA event (FI_RMA_EVENT): for the remote counters;
+                    // only writes with data are the target CQ's (fi_cq(3)).
+                    continue;
+                }
                 // Receives and the target's side of a write with data go to
                 // the receive CQ (fi_cq(3): FI_REMOTE_WRITE completions are
                 // the receiver's).
@@ -436,6 +456,13 @@ impl EpCore {
             Ok(c) => c,
             Err(e) => return e,
         };
+        let level = if flags & fi::FI_DELIVERY_COMPLETE != 0 {
+            CompletionLevel::Delivery
+        } else if flags & fi::FI_TRANSMIT_COMPLETE != 0 {
+            CompletionLevel::Transmit
+        } else {
+            CompletionLevel::Inject
+        };
         let op = SendOp {
             peer: PeerAddr(s.peer),
             tag: s.tag,
@@ -443,6 +470,7 @@ impl EpCore {
             buf,
             context,
             completion,
+            level,
         };
         match en.ep.post_send(op) {
             Ok(()) => 0,
@@ -852,8 +880,11 @@ unsafe extern "C" fn bind(fid: *mut fi::fid, bfid: *mut fi::fid, flags: u64) -> 
                 let Some(k) = (unsafe { cntr::get(bfid) }) else {
                     return -(libc::EINVAL);
                 };
-                let kinds = fi::FI_SEND | fi::FI_RECV | fi::FI_WRITE | fi::FI_READ;
-                // Remote counters need FI_RMA_EVENT, which xfer does not offer.
+                let mut kinds = fi::FI_SEND | fi::FI_RECV | fi::FI_WRITE | fi::FI_READ;
+                // Remote counters need FI_RMA_EVENT (fi_cntr(3)).
+                if ep.caps & fi::FI_RMA_EVENT != 0 {
+                    kinds |= fi::FI_REMOTE_WRITE | fi::FI_REMOTE_READ;
+                }
                 if !Arc::ptr_eq(&k.domain, &ep.domain) || flags == 0 || flags & !kinds != 0 {
                     return -(libc::EINVAL);
                 }
@@ -863,6 +894,8 @@ unsafe extern "C" fn bind(fid: *mut fi::fid, bfid: *mut fi::fid, flags: u64) -> 
                     (fi::FI_RECV, &mut c.recv),
                     (fi::FI_WRITE, &mut c.write),
                     (fi::FI_READ, &mut c.read),
+                    (fi::FI_REMOTE_WRITE, &mut c.remote_write),
+                    (fi::FI_REMOTE_READ, &mut c.remote_read),
                 ] {
                     if flags & bit != 0 {
                         *slot = Some(k.clone());
@@ -905,6 +938,8 @@ fn enable(ep: &Arc<EpCore>) -> c_int {
     attr.selective_completion = b.tx_selective;
     // Only when the application asked for it, whatever XFER_SOURCE_ERR says.
     attr.source_err = ep.caps & fi::FI_SOURCE_ERR != 0;
+    // RMA targeting this endpoint is reported for its remote counters.
+    attr.rma_events = ep.caps & fi::FI_RMA_EVENT != 0;
     if let Some(at) = ep.listen {
         attr.tcp.addr = Some(at.to_string());
     }

@@ -42,8 +42,10 @@ pub const RMA_CAPS: u64 = fi::FI_RMA | fi::FI_READ | fi::FI_WRITE | fi::FI_REMOT
 /// address of an `FI_SOURCE_ERR` sender, in any address format (an
 /// `FI_ADDR_STR` string of an xfer name is the longest).
 pub const MAX_ERR_DATA: usize = 128;
-/// Everything an endpoint can be asked for.
-pub const CAPS: u64 = PRIMARY_CAPS | SECONDARY_CAPS | RMA_CAPS;
+/// Everything an endpoint can be asked for. `FI_RMA_EVENT` (remote
+/// counters) only on `tcp`, whose target serves RMA itself, and only when
+/// asked: a verbs target never sees the RDMA its NIC applies.
+pub const CAPS: u64 = PRIMARY_CAPS | SECONDARY_CAPS | RMA_CAPS | fi::FI_RMA_EVENT;
 /// Registration mode with RMA: remote addresses are virtual addresses, keys
 /// are xfer's (`fi_mr_key`), registered memory must be allocated.
 /// `FI_MR_LOCAL` is added only when the application lists it (local buffers
@@ -71,18 +73,15 @@ pub const DOMAIN_CAPS: u64 = fi::FI_LOCAL_COMM | fi::FI_REMOTE_COMM;
 pub const MAX_MSG_SIZE: usize = 1 << 30;
 /// Immediate data bytes (`fi_senddata`).
 pub const CQ_DATA_SIZE: usize = 8;
-/// Transmit operation flags an application may ask for as defaults
-/// (`tx_attr->op_flags`). A send completes with `FI_INJECT_COMPLETE`
-/// semantics (docs/PROTOCOL.md: no acknowledgement comes back from the
-/// target), so `FI_TRANSMIT_COMPLETE` and `FI_DELIVERY_COMPLETE` are refused.
+/// The completion levels a send may ask for. A send completes
+/// inject-complete unless it asks for more; `FI_TRANSMIT_COMPLETE` and
+/// `FI_DELIVERY_COMPLETE` make it wait for the target's acknowledgement
+/// that the message was placed (`xfer::CompletionLevel`).
+pub const COMPLETION_LEVELS: u64 = fi::FI_INJECT_COMPLETE | fi::FI_TRANSMIT_COMPLETE | fi::FI_DELIVERY_COMPLETE;
+/// Transmit operation flags xfer honours, as defaults
+/// (`tx_attr->op_flags`) and on one `fi_sendmsg`/`fi_tsendmsg`.
 pub const TX_OP_FLAGS: u64 =
-    fi::FI_INJECT | fi::FI_COMPLETION | fi::FI_INJECT_COMPLETE | fi::FI_REMOTE_CQ_DATA | fi::FI_MORE;
-/// Flags accepted on one `fi_sendmsg`/`fi_tsendmsg`: [`TX_OP_FLAGS`] and
-/// `FI_TRANSMIT_COMPLETE`, which fi_pingpong puts on its last message. xfer
-/// completes that send like any other (inject-complete: the weaker
-/// guarantee, documented in docs/OFI.md until xfer's wire carries an
-/// acknowledgement); `FI_DELIVERY_COMPLETE` is refused.
-pub const MSG_TX_FLAGS: u64 = TX_OP_FLAGS | fi::FI_TRANSMIT_COMPLETE;
+    fi::FI_INJECT | fi::FI_COMPLETION | COMPLETION_LEVELS | fi::FI_REMOTE_CQ_DATA | fi::FI_MORE;
 /// Receive operation flags xfer honours.
 pub const RX_OP_FLAGS: u64 = fi::FI_COMPLETION | fi::FI_MORE | fi::FI_MULTI_RECV;
 /// Tag format offered when the application names none: 64 one-bit fields
@@ -248,7 +247,7 @@ pub fn select(h: &Hints, provider: &str, limits: Limits) -> Result<Offer, &'stat
         return Err("progress is manual (the application's CQ reads drive it)");
     }
     if h.tx_op_flags & !TX_OP_FLAGS != 0 || h.rx_op_flags & !RX_OP_FLAGS != 0 {
-        return Err("operation flags xfer does not honour (FI_TRANSMIT_COMPLETE, FI_DELIVERY_COMPLETE, ...)");
+        return Err("operation flags xfer does not honour");
     }
     if (h.tx_msg_order | h.rx_msg_order) & !MSG_ORDER != 0 {
         return Err("message ordering beyond FI_ORDER_SAS");
@@ -321,7 +320,11 @@ pub fn select(h: &Hints, provider: &str, limits: Limits) -> Result<Offer, &'stat
     if h.rma_iov_limit > 1 {
         return Err("several remote segments per RMA (rma_iov_limit is 1)");
     }
-    let rma = (h.caps | h.tx_caps | h.rx_caps) & RMA_CAPS != 0;
+    let rma_event = (h.caps | h.rx_caps) & fi::FI_RMA_EVENT != 0;
+    if rma_event && provider != "tcp" {
+        return Err("FI_RMA_EVENT: a verbs target does not see the RDMA peers apply to it (tcp only)");
+    }
+    let rma = rma_event || (h.caps | h.tx_caps | h.rx_caps) & RMA_CAPS != 0;
     let mr_mode = h.mr_mode as u64;
     let old_form = [fi::FI_MR_BASIC, fi::FI_MR_SCALABLE]
         .into_iter()
@@ -339,15 +342,21 @@ pub fn select(h: &Hints, provider: &str, limits: Limits) -> Result<Offer, &'stat
     Ok(Offer {
         provider: provider.to_string(),
         // The defaults asked for (FI_COMPLETION for selective completion),
-        // and the completion level xfer's sends give.
-        tx_op_flags: h.tx_op_flags | fi::FI_INJECT_COMPLETE,
+        // and the completion level xfer's sends give when none is asked.
+        tx_op_flags: match h.tx_op_flags & COMPLETION_LEVELS {
+            0 => h.tx_op_flags | fi::FI_INJECT_COMPLETE,
+            _ => h.tx_op_flags,
+        },
         rx_op_flags: h.rx_op_flags,
         // Any field layout of up to 64 bits is a set of masks xfer matches.
         mem_tag_format: match h.mem_tag_format {
             0 => TAG_GENERIC,
             asked => asked,
         },
-        caps: primary | secondary(h.caps) | if rma { RMA_CAPS } else { 0 },
+        caps: primary
+            | secondary(h.caps)
+            | if rma { RMA_CAPS } else { 0 }
+            | if rma_event { fi::FI_RMA_EVENT } else { 0 },
         av_type: if h.av_type == fi::FI_AV_MAP {
             fi::FI_AV_MAP
         } else {
@@ -542,7 +551,8 @@ fn build(version: u32, offer: &Offer) -> Option<*mut fi::fi_info> {
             | fi::FI_MULTI_RECV
             | fi::FI_RMA
             | fi::FI_REMOTE_READ
-            | fi::FI_REMOTE_WRITE);
+            | fi::FI_REMOTE_WRITE
+            | fi::FI_RMA_EVENT);
     rx.op_flags = offer.rx_op_flags;
     rx.msg_order = MSG_ORDER;
     rx.comp_order = fi::FI_ORDER_NONE;
@@ -838,6 +848,17 @@ mod tests {
         };
         assert!(select(&rma(MR_MODE_RMA | fi::FI_MR_LOCAL), "tcp", L).is_ok_and(|o| o.rma));
         assert!(select(&rma(0), "tcp", L).is_ok_and(|o| o.rma && o.caps & RMA_CAPS == RMA_CAPS));
+        assert!(
+            select(&rma(0), "tcp", L).is_ok_and(|o| o.caps & fi::FI_RMA_EVENT == 0),
+            "FI_RMA_EVENT only when asked"
+        );
+        // Remote counters: where the target serves RMA itself.
+        let events = Hints {
+            caps: fi::FI_RMA | fi::FI_RMA_EVENT,
+            ..Hints::default()
+        };
+        assert!(select(&events, "tcp", L).is_ok_and(|o| o.rma && o.caps & fi::FI_RMA_EVENT != 0));
+        assert!(select(&events, "verbs", L).is_err(), "a verbs target sees no RDMA");
         refuse(Hints {
             caps: fi::FI_MSG | fi::FI_TRIGGER,
             ..Hints::default()
@@ -854,14 +875,27 @@ mod tests {
             data_progress: fi::FI_PROGRESS_AUTO,
             ..Hints::default()
         });
-        // Sends complete at inject-complete level (docs/OFI.md, "Completion
-        // semantics"): neither stronger level is claimed.
+        // Every completion level is honoured, and offered as asked.
         for level in [fi::FI_TRANSMIT_COMPLETE, fi::FI_DELIVERY_COMPLETE] {
-            refuse(Hints {
-                tx_op_flags: level,
-                ..Hints::default()
-            });
+            let offer = select(
+                &Hints {
+                    tx_op_flags: level | fi::FI_COMPLETION,
+                    ..Hints::default()
+                },
+                "tcp",
+                L,
+            )
+            .expect("a completion level is honoured");
+            assert_eq!(offer.tx_op_flags, level | fi::FI_COMPLETION);
         }
+        assert_eq!(
+            select(&Hints::default(), "tcp", L).map(|o| o.tx_op_flags),
+            Ok(fi::FI_INJECT_COMPLETE)
+        );
+        refuse(Hints {
+            tx_op_flags: fi::FI_MATCH_COMPLETE,
+            ..Hints::default()
+        });
         refuse(Hints {
             tx_inject_size: 1 << 20,
             ..Hints::default()

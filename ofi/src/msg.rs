@@ -6,7 +6,7 @@ use std::ffi::c_void;
 use crate::entry::scode;
 use crate::ep::{with_ep, Recv, Send};
 use crate::fi;
-use crate::info::{MSG_TX_FLAGS, RX_OP_FLAGS};
+use crate::info::{RX_OP_FLAGS, TX_OP_FLAGS};
 use crate::iov;
 
 /// The table every endpoint's `msg` points to.
@@ -163,7 +163,7 @@ unsafe extern "C" fn sendmsg(ep: *mut fi::fid_ep, msg: *const fi::fi_msg, flags:
         let Some(m) = (unsafe { msg.as_ref() }) else {
             return scode(-(libc::EINVAL));
         };
-        if let Err(e) = check_flags(flags, MSG_TX_FLAGS) {
+        if let Err(e) = check_flags(flags, TX_OP_FLAGS) {
             return e;
         }
         // SAFETY: the message's vector of iov_count elements.

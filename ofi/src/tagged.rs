@@ -7,7 +7,7 @@ use std::ffi::c_void;
 use crate::entry::scode;
 use crate::ep::{with_ep, Recv, Send};
 use crate::fi;
-use crate::info::{MSG_TX_FLAGS, RX_OP_FLAGS};
+use crate::info::{RX_OP_FLAGS, TX_OP_FLAGS};
 use crate::iov;
 use crate::msg::check_flags;
 use crate::peek::{Probe, PROBE_FLAGS};
@@ -178,7 +178,7 @@ unsafe extern "C" fn tsendmsg(ep: *mut fi::fid_ep, msg: *const fi::fi_msg_tagged
         let Some(m) = (unsafe { msg.as_ref() }) else {
             return scode(-(libc::EINVAL));
         };
-        if let Err(e) = check_flags(flags, MSG_TX_FLAGS) {
+        if let Err(e) = check_flags(flags, TX_OP_FLAGS) {
             return e;
         }
         // SAFETY: the message's vector of iov_count elements.

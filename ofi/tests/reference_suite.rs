@@ -15,7 +15,10 @@
 //! - fi_rma.c: RMA with counters and remote CQ data;
 //! - fi_source_err.c: `FI_SOURCE_ERR`, the address of an unknown sender;
 //! - fi_auth.c: `auth_key` as xfer's job key, and xfer's progress timeout
-//!   option (`ofi/include/fi_ext_xfer.h`).
+//!   option (`ofi/include/fi_ext_xfer.h`);
+//! - fi_complete.c: completion levels (`FI_TRANSMIT_COMPLETE`,
+//!   `FI_DELIVERY_COMPLETE`).
+//! - fi_rma_event.c: remote counters (`FI_RMA_EVENT`).
 
 mod common;
 
@@ -421,7 +424,49 @@ fn multi_receive_buffers() {
     });
 }
 
-/// fi_wait.c, fi_iov.c, fi_multi.c, fi_rma.c, fi_source_err.c and fi_auth.c over xfer under valgrind memcheck
+/// ofi/tests/c/fi_complete.c: `FI_DELIVERY_COMPLETE` in `tx_attr->op_flags`
+/// offered as asked; a send with it as the default, and a 1 MiB one with
+/// it as a `fi_tsendmsg` flag, to receives posted first: when the send
+/// completes, the bytes are in the receive's buffer (fi_cq(3));
+/// `fi_sendmsg` with `FI_TRANSMIT_COMPLETE` and an empty `fi_tsendmsg` with
+/// `FI_DELIVERY_COMPLETE` complete, their messages received.
+#[test]
+fn completion_levels() {
+    let exe = compile("fi_complete");
+    both("completion_levels", |prov| {
+        let want = [
+            "delivery complete offered",
+            "delivery complete by default checked",
+            "delivery complete 1 MiB checked",
+            "transmit complete checked",
+            "empty delivery complete checked",
+            "all completion levels checked",
+        ];
+        one_program(prov, &exe, &[], &want)
+    });
+}
+
+/// ofi/tests/c/fi_rma_event.c: `FI_RMA_EVENT` offered; on the target, a
+/// counter bound for `FI_REMOTE_WRITE` counts two `fi_write`, an
+/// `fi_inject_write` and an `fi_writedata` (1 to 4, `fi_cntr_wait` driving
+/// it) and one for `FI_REMOTE_READ` two `fi_read`, each leaving the other
+/// counter alone; the target's CQ gets only the `fi_writedata`'s entry.
+#[test]
+fn remote_counters() {
+    let exe = compile("fi_rma_event");
+    both("remote_counters", |prov| {
+        let want = [
+            "remote writes counted",
+            "remote reads counted",
+            "target queue checked",
+            "all rma events checked",
+        ];
+        one_program(prov, &exe, &[], &want)
+    });
+}
+
+/// fi_wait.c, fi_iov.c, fi_multi.c, fi_rma.c, fi_source_err.c, fi_auth.c, fi_complete.c
+/// and fi_rma_event.c over xfer under valgrind memcheck
 /// (as `c_suite_under_valgrind`): the staged and multi-receive buffers, the
 /// EQ, wait and poll sets, and the `auth_key`s fi_getinfo copies (freed by
 /// fi_freeinfo) make no invalid access and leak nothing. Skipped
@@ -441,7 +486,16 @@ fn waits_vectors_and_multi_receives_under_valgrind() {
         return;
     }
     let supp = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/valgrind.supp");
-    for name in ["fi_wait", "fi_iov", "fi_multi", "fi_rma", "fi_source_err", "fi_auth"] {
+    for name in [
+        "fi_wait",
+        "fi_iov",
+        "fi_multi",
+        "fi_rma",
+        "fi_source_err",
+        "fi_auth",
+        "fi_complete",
+        "fi_rma_event",
+    ] {
         let exe = compile(name);
         let mut cmd = fi_command("valgrind");
         cmd.args([

@@ -825,6 +825,45 @@ static void test_selective_completion(void)
     node_close(&b);
 }
 
+/* XFER_DELIVERY_COMPLETE / XFER_TRANSMIT_COMPLETE on xfer_ep_sendmsg: to a
+ * receive posted first, the send completes only once the bytes are in the
+ * receive's buffer (read while the receiver makes no progress: one thread);
+ * with XFER_INJECT, which reports nothing, they are XFER_EBADFLAGS. */
+static void test_completion_levels(void)
+{
+    struct node a, b;
+    REQUIRE_OK(node_open(&a));
+    REQUIRE_OK(node_open(&b));
+    struct node *ns[] = {&a, &b};
+    xfer_addr_t pb = node_add(&a, &b);
+    uint64_t levels[] = {XFER_DELIVERY_COMPLETE, XFER_TRANSMIT_COMPLETE};
+    for (int i = 0; i < 2; i++) {
+        uint8_t out[32], in[32] = {0};
+        xfer_cq_entry_t e;
+        pattern(out, sizeof out, 70 + (unsigned)i);
+        CHECK_RC(xfer_ep_trecv(b.ep, in, sizeof in, XFER_ADDR_UNSPEC, 5, 0, CTX(2)), 0);
+        xfer_msg_t m = {out, sizeof out, pb, 5, 0, 0, CTX(1)};
+        CHECK_RC(xfer_ep_sendmsg(a.ep, &m, XFER_TAGGED | levels[i]), 0);
+        double end = now_ms() + DEADLINE_MS;
+        for (;;) {
+            node_poll(&a);
+            if (take(&a, CTX(1), &e))
+                break;
+            node_poll(&b);
+            if (now_ms() > end || test_failed) {
+                CHECK(!"no send completion");
+                break;
+            }
+        }
+        CHECK(e.err == 0);
+        CHECK(pattern_ok(in, sizeof in, 70 + (unsigned)i)); /* placed before the send completed */
+        CHECK(expect(ns, 2, 1, CTX(2), &e) && e.err == 0 && e.len == sizeof out);
+        CHECK_RC(xfer_ep_sendmsg(a.ep, &m, XFER_INJECT | levels[i]), XFER_EBADFLAGS);
+    }
+    node_close(&a);
+    node_close(&b);
+}
+
 /* attr.max_outstanding bounds the operations in flight: one more is
  * XFER_EAGAIN until a completion comes. The other fields added with it are
  * filled from the defaults. */
@@ -1713,6 +1752,56 @@ static void test_region_ops(void)
     free(bbuf);
 }
 
+/* XFER_RMA_EVENTS: a TCP target reports each write and read a peer
+ * applies to it (context NULL, its length); a verbs endpoint cannot
+ * (XFER_EOPNOTSUPP). A target without the flag reports neither. */
+static void test_rma_events(void)
+{
+    struct node a, b, quiet;
+    if (!on_tcp()) {
+        CHECK(node_open_flags(&b, XFER_RMA_EVENTS) == XFER_EOPNOTSUPP);
+        CHECK_RC(xfer_av_close(b.av), 0);
+        CHECK_RC(xfer_cq_close(b.cq), 0);
+        CHECK_RC(xfer_domain_close(b.domain), 0);
+        return;
+    }
+    REQUIRE_OK(node_open(&a));
+    REQUIRE_OK(node_open_flags(&b, XFER_RMA_EVENTS));
+    REQUIRE_OK(node_open(&quiet));
+    struct node *ns[] = {&a, &b, &quiet};
+    struct node *targets[] = {&b, &quiet};
+    for (int t = 0; t < 2; t++) {
+        struct node *tn = targets[t];
+        xfer_addr_t peer = node_add(&a, tn);
+        uint8_t *region = calloc(1, 4096), out[64], in[32];
+        xfer_mr_t *mr = NULL;
+        REQUIRE_OK(xfer_mr_reg(tn->domain, region, 4096, XFER_MR_REMOTE_READ | XFER_MR_REMOTE_WRITE, &mr));
+        uint8_t packed[XFER_RKEY_PACKED_LEN];
+        size_t len = sizeof packed;
+        xfer_rkey_t k;
+        REQUIRE_OK(xfer_mr_rkey_pack(mr, packed, &len));
+        REQUIRE_OK(xfer_rkey_unpack(packed, len, &k));
+        xfer_cq_entry_t e;
+        pattern(out, sizeof out, 60);
+        CHECK_RC(xfer_ep_write(a.ep, out, sizeof out, peer, &k, 0, CTX(1)), 0);
+        CHECK(expect(ns, 3, 0, CTX(1), &e) && e.err == 0);
+        CHECK_RC(xfer_ep_read(a.ep, in, sizeof in, peer, &k, 0, CTX(2)), 0);
+        CHECK(expect(ns, 3, 0, CTX(2), &e) && e.err == 0);
+        if (tn == &b) {
+            CHECK(expect(ns, 3, 1, NULL, &e) && e.flags == (XFER_RMA | XFER_REMOTE_WRITE) && e.len == sizeof out);
+            CHECK(expect(ns, 3, 1, NULL, &e) && e.flags == (XFER_RMA | XFER_REMOTE_READ) && e.len == sizeof in);
+        }
+        node_poll(tn);
+        CHECK(!take(tn, NULL, &e));
+        CHECK(pattern_ok(region, sizeof out, 60));
+        CHECK_RC(xfer_mr_close(mr), 0);
+        free(region);
+    }
+    node_close(&a);
+    node_close(&b);
+    node_close(&quiet);
+}
+
 /* RMA to oneself on an endpoint with selective completion: writemsg and
  * readmsg report success only with XFER_COMPLETION, failures always. */
 static void test_rma_selective_completion(void)
@@ -2050,6 +2139,8 @@ static const struct {
     {"mr", test_mr},
     {"region_ops", test_region_ops},
     {"rma_selective_completion", test_rma_selective_completion},
+    {"rma_events", test_rma_events},
+    {"completion_levels", test_completion_levels},
     {"rma_two_processes", test_rma_two_processes},
 };
 

@@ -187,6 +187,7 @@ pub fn worker() {
                             buf: buf.into(),
                             context: SEND_CTX | tag_of(stream, seq),
                             completion: true,
+                            level: Default::default(),
                         };
                         if let Err(r) = ep.post_send(op) {
                             say(format_args!("S {stream} {seq} err refused: {}", describe(&r.error)));

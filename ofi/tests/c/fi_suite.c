@@ -910,7 +910,8 @@ int main(void)
 	CHECK(g8.err == 0 && !strcmp(r7, "late"), "unexpected message: %s", r7);
 
 	/* *msg calls: FI_INJECT copies and still completes, FI_REMOTE_CQ_DATA
-	 * carries the data; FI_DELIVERY_COMPLETE is refused, not claimed. */
+	 * carries the data; FI_DELIVERY_COMPLETE is honoured (fi_complete.c
+	 * checks when it completes), FI_MATCH_COMPLETE refused, not claimed. */
 	char r8[8] = {0}, sbuf[8] = "msg";
 	struct iovec iov = {.iov_base = sbuf, .iov_len = 4};
 	struct fi_msg_tagged tm = {
@@ -923,7 +924,11 @@ int main(void)
 	struct got g9 = wait_for(2, CTX(15));
 	CHECK(g9.err == 0 && !strcmp(r8, "msg") && g9.e.data == 77 && (g9.e.flags & FI_REMOTE_CQ_DATA),
 	      "tsendmsg: %s data %lu", r8, (unsigned long)g9.e.data);
-	CHECK(fi_tsendmsg(b->ep, &tm, FI_DELIVERY_COMPLETE) == -FI_EBADFLAGS, "FI_DELIVERY_COMPLETE accepted");
+	MUST(fi_trecv(c->ep, r8, sizeof(r8), NULL, FI_ADDR_UNSPEC, 12, 0, CTX(15)));
+	MUST(fi_tsendmsg(b->ep, &tm, FI_DELIVERY_COMPLETE | FI_COMPLETION));
+	CHECK(wait_for(1, CTX(14)).err == 0, "delivery-complete tsendmsg");
+	CHECK(wait_for(2, CTX(15)).err == 0 && !strcmp(r8, "xxxx"), "delivery-complete message: %s", r8);
+	CHECK(fi_tsendmsg(b->ep, &tm, FI_MATCH_COMPLETE) == -FI_EBADFLAGS, "FI_MATCH_COMPLETE accepted");
 
 	/* What xfer does not offer returns -FI_ENOSYS, what the endpoint was not
 	 * opened for -FI_EOPNOTSUPP; close order is enforced. */

@@ -74,6 +74,9 @@ pub struct EagerRx {
     pub got: usize,
     /// Where the bytes go.
     pub dest: EagerDest,
+    /// The sender's token to acknowledge the message with once read whole
+    /// (a Delivered frame), if its frame asked for that.
+    pub ack: Option<u64>,
 }
 
 /// Where an eager payload lands.
@@ -93,6 +96,8 @@ pub struct RtsTicket {
     pub conn: (usize, u64),
     /// The sender's token to echo in the clear-to-send.
     pub token: u64,
+    /// The sender asked for a Delivered frame once the data is placed.
+    pub ack: bool,
 }
 
 /// A message that arrived before a receive matched it (core's entry, with
@@ -114,6 +119,9 @@ pub struct RndvRx {
     pub accepted: usize,
     /// Bytes arrived so far.
     pub got: usize,
+    /// The sender's token to acknowledge the placed data with (a Delivered
+    /// frame), if its Rts asked for that.
+    pub ack: Option<u64>,
     /// Tag (0 when untagged).
     pub tag: u64,
     /// Immediate data.

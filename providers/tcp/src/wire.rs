@@ -18,8 +18,9 @@
 //! How each kind uses the fields is described on the variants of [`Frame`].
 //! A field a kind does not use must be zero: [`Frame::emit`] writes zero and
 //! [`Frame::parse`] rejects a nonzero value ([`WireError::NonZeroReserved`]).
-//! Flag bits other than [`flags::TAGGED`] and [`flags::CQ_DATA`], or any flag
-//! on a kind other than Eager and Rts, are rejected ([`WireError::BadFlags`]).
+//! Flag bits other than [`flags::TAGGED`], [`flags::CQ_DATA`] and
+//! [`flags::ACK`], or any flag on a kind other than Eager and Rts
+//! (`CQ_DATA` on WriteReq excepted), are rejected ([`WireError::BadFlags`]).
 //!
 //! # Two layers, as in smoltcp's `wire` module
 //!
@@ -112,6 +113,9 @@ pub mod kind {
     pub const CHALLENGE: u8 = 14;
     /// The connecting side's answer to a Challenge; the MAC follows.
     pub const PROOF: u8 = 15;
+    /// The receiver has a message whose Eager or Rts frame asked for an
+    /// acknowledgement; no payload.
+    pub const DELIVERED: u8 = 16;
 }
 
 /// Length of a Proof's payload: an HMAC-SHA-256.
@@ -151,8 +155,12 @@ pub mod flags {
     pub const TAGGED: u32 = 1;
     /// The message carries immediate data in the `data` field.
     pub const CQ_DATA: u32 = 2;
+    /// The sender completes its send when a Delivered frame says the
+    /// receiver has the message (transmit- and delivery-complete); an
+    /// Eager frame's `id` then holds the sender's token.
+    pub const ACK: u32 = 4;
     /// Every defined bit.
-    pub const ALL: u32 = TAGGED | CQ_DATA;
+    pub const ALL: u32 = TAGGED | CQ_DATA | ACK;
 }
 
 /// Field offsets within the header.
@@ -393,7 +401,8 @@ pub enum Frame {
     /// A whole message; `len` payload bytes (at most [`MAX_EAGER`]) follow.
     ///
     /// Wire: flags [`flags::TAGGED`] iff `tag` is `Some`, [`flags::CQ_DATA`]
-    /// iff `data` is `Some`; tag, data (zero when absent), len; id zero.
+    /// iff `data` is `Some`, [`flags::ACK`] iff `ack` is `Some`; tag, data
+    /// (zero when absent), len; id = the `ack` token (zero when absent).
     Eager {
         /// The tag of a tagged message, `None` if untagged.
         tag: Option<u64>,
@@ -401,11 +410,14 @@ pub enum Frame {
         data: Option<u64>,
         /// Payload length.
         len: u64,
+        /// The sender's token when it waits for a [`Frame::Delivered`]
+        /// once the receiver has read the message.
+        ack: Option<u64>,
     },
     /// Rendezvous request-to-send; no payload.
     ///
-    /// Wire: flags, tag and data as Eager; `len` = total message length;
-    /// `id` = token.
+    /// Wire: flags, tag and data as Eager, and [`flags::ACK`] iff `ack`;
+    /// `len` = total message length; `id` = token.
     Rts {
         /// The tag of a tagged message, `None` if untagged.
         tag: Option<u64>,
@@ -415,6 +427,9 @@ pub enum Frame {
         len: u64,
         /// The sender's token for this message.
         token: u64,
+        /// The sender waits for a [`Frame::Delivered`] before it completes
+        /// the send.
+        ack: bool,
     },
     /// Rendezvous clear-to-send; no payload.
     ///
@@ -521,6 +536,19 @@ pub enum Frame {
     ///
     /// Wire: `len` = [`PROOF_LEN`]; no flags; tag, data, id zero.
     Proof,
+    /// The receiver has the message of an Eager frame or Rts that carried
+    /// [`flags::ACK`]: an Eager payload read whole (into the matched
+    /// receive, or kept as unexpected), or every accepted rendezvous byte
+    /// placed. The sender's send completes now. When a rendezvous receive
+    /// accepted nothing, the Cts (`len` 0) says so instead and no Delivered
+    /// follows.
+    ///
+    /// Wire: `id` = the sender's token, from the Rts; no flags; len, tag,
+    /// data zero.
+    Delivered {
+        /// The sender's token, echoed from the Rts.
+        token: u64,
+    },
 }
 
 /// Turns a field guarded by a flag into an option; an unflagged field must be zero.
@@ -594,9 +622,12 @@ impl Frame {
             }
             kind::EAGER => {
                 check_flags(fl, flags::ALL)?;
-                zero(&[h.id()])?;
                 let tag = optional(fl & flags::TAGGED != 0, h.tag())?;
                 let data = optional(fl & flags::CQ_DATA != 0, h.data())?;
+                let ack = match fl & flags::ACK != 0 {
+                    true => Some(h.id()),
+                    false => optional(false, h.id())?,
+                };
                 if h.len() > MAX_EAGER {
                     return Err(WireError::BadLength);
                 }
@@ -604,6 +635,7 @@ impl Frame {
                     tag,
                     data,
                     len: h.len(),
+                    ack,
                 })
             }
             kind::RTS => {
@@ -615,7 +647,13 @@ impl Frame {
                     data,
                     len: h.len(),
                     token: h.id(),
+                    ack: fl & flags::ACK != 0,
                 })
+            }
+            kind::DELIVERED => {
+                check_flags(fl, 0)?;
+                zero(&[h.len(), h.tag(), h.data()])?;
+                Ok(Frame::Delivered { token: h.id() })
             }
             kind::CTS => {
                 check_flags(fl, 0)?;
@@ -754,16 +792,23 @@ impl Frame {
                 h.set_kind(kind::HELLO_ACK);
                 h.set_data(nonce);
             }
-            Frame::Eager { tag, data, len } => {
+            Frame::Eager { tag, data, len, ack } => {
                 h.set_kind(kind::EAGER);
-                h.set_flags(tag_data_flags(tag, data));
+                h.set_flags(tag_data_flags(tag, data) | if ack.is_some() { flags::ACK } else { 0 });
                 h.set_len(len);
                 h.set_tag(tag.unwrap_or(0));
                 h.set_data(data.unwrap_or(0));
+                h.set_id(ack.unwrap_or(0));
             }
-            Frame::Rts { tag, data, len, token } => {
+            Frame::Rts {
+                tag,
+                data,
+                len,
+                token,
+                ack,
+            } => {
                 h.set_kind(kind::RTS);
-                h.set_flags(tag_data_flags(tag, data));
+                h.set_flags(tag_data_flags(tag, data) | if ack { flags::ACK } else { 0 });
                 h.set_len(len);
                 h.set_tag(tag.unwrap_or(0));
                 h.set_data(data.unwrap_or(0));
@@ -829,6 +874,10 @@ impl Frame {
             }
             Frame::Ping => h.set_kind(kind::PING),
             Frame::Pong => h.set_kind(kind::PONG),
+            Frame::Delivered { token } => {
+                h.set_kind(kind::DELIVERED);
+                h.set_id(token);
+            }
         }
     }
 
@@ -856,6 +905,7 @@ impl Frame {
             | Frame::Credit { .. }
             | Frame::Ping
             | Frame::Pong
+            | Frame::Delivered { .. }
             | Frame::Challenge { .. } => 0,
         }
     }
@@ -952,6 +1002,7 @@ mod tests {
                     tag: Some(0x0123_4567_89ab_cdef),
                     data: Some(42),
                     len: 256,
+                    ack: None,
                 },
             ),
             (
@@ -960,6 +1011,7 @@ mod tests {
                     tag: None,
                     data: None,
                     len: MAX_EAGER,
+                    ack: None,
                 },
             ),
             (
@@ -969,6 +1021,7 @@ mod tests {
                     data: None,
                     len: 1 << 32,
                     token: 0x8877_6655_4433_2211,
+                    ack: false,
                 },
             ),
             (
@@ -1040,7 +1093,8 @@ mod tests {
             Frame::Eager {
                 tag: None,
                 data: None,
-                len: 5
+                len: 5,
+                ack: None,
             }
             .payload_len(),
             5
@@ -1050,7 +1104,8 @@ mod tests {
                 tag: None,
                 data: None,
                 len: 5,
-                token: 1
+                token: 1,
+                ack: true,
             }
             .payload_len(),
             0
@@ -1125,7 +1180,7 @@ mod tests {
 
     #[test]
     fn unknown_kind() {
-        for k in [0u8, 16, 0x80, 0xff] {
+        for k in [0u8, 17, 0x80, 0xff] {
             assert_eq!(Frame::parse(&modified(EAGER, 3, &[k])), Err(WireError::UnknownKind(k)));
         }
     }
@@ -1133,13 +1188,54 @@ mod tests {
     #[test]
     fn bad_flags() {
         // Undefined bits on Eager and Rts.
-        assert_eq!(Frame::parse(&modified(EAGER, 4, &[0x07])), Err(WireError::BadFlags));
+        assert_eq!(Frame::parse(&modified(EAGER, 4, &[0x0f])), Err(WireError::BadFlags));
         assert_eq!(Frame::parse(&modified(RTS, 7, &[0x80])), Err(WireError::BadFlags));
+        assert_eq!(Frame::parse(&modified(RTS, 4, &[0x09])), Err(WireError::BadFlags));
+        assert_eq!(
+            Frame::parse(&modified(EAGER_PLAIN, 4, &[0x08])),
+            Err(WireError::BadFlags)
+        );
         // Any flag on the other kinds.
         for base in [HELLO, HELLO_ACK, CTS, DATA] {
             assert_eq!(Frame::parse(&modified(base, 4, &[0x01])), Err(WireError::BadFlags));
             assert_eq!(Frame::parse(&modified(base, 4, &[0x02])), Err(WireError::BadFlags));
         }
+    }
+
+    #[test]
+    fn delivery_acknowledgement() {
+        let rts = modified(RTS, 4, &[0x05]);
+        assert_eq!(
+            Frame::parse(&rts),
+            Ok(Frame::Rts {
+                tag: Some(7),
+                data: None,
+                len: 1 << 32,
+                token: 0x8877_6655_4433_2211,
+                ack: true,
+            })
+        );
+        // An Eager frame's token is its id, present only with ACK.
+        let eager = modified(modified(EAGER_PLAIN, 4, &[0x04]), 32, &[9]);
+        assert_eq!(
+            Frame::parse(&eager),
+            Ok(Frame::Eager {
+                tag: None,
+                data: None,
+                len: MAX_EAGER,
+                ack: Some(9),
+            })
+        );
+        let d = Frame::Delivered { token: 0x0102 }.to_bytes();
+        assert_eq!(&d[..8], &[0x78, 0x66, 0x02, kind::DELIVERED, 0, 0, 0, 0]);
+        assert_eq!(&d[32..40], &0x0102u64.to_le_bytes());
+        assert!(d[8..32].iter().all(|&b| b == 0));
+        assert_eq!(Frame::parse(&d), Ok(Frame::Delivered { token: 0x0102 }));
+        assert_eq!(Frame::Delivered { token: 1 }.payload_len(), 0);
+        for at in [8, 16, 24] {
+            assert_eq!(Frame::parse(&modified(d, at, &[1])), Err(WireError::NonZeroReserved));
+        }
+        assert_eq!(Frame::parse(&modified(d, 4, &[4])), Err(WireError::BadFlags));
     }
 
     #[test]
@@ -1306,7 +1402,8 @@ mod tests {
             Frame::Eager {
                 tag: None,
                 data: None,
-                len: MAX_EAGER + 1
+                len: MAX_EAGER + 1,
+                ack: None,
             }
             .check(),
             Err(WireError::BadLength)
@@ -1315,7 +1412,8 @@ mod tests {
             Frame::Eager {
                 tag: None,
                 data: None,
-                len: MAX_EAGER
+                len: MAX_EAGER,
+                ack: None,
             }
             .check(),
             Ok(())
@@ -1362,13 +1460,17 @@ mod tests {
             Just(Frame::Proof),
             any::<[u8; 16]>().prop_map(|nonce| Frame::Challenge { nonce }),
             Just(Frame::Pong),
-            (opt(), opt(), 0..=MAX_EAGER).prop_map(|(tag, data, len)| Frame::Eager { tag, data, len }),
-            (opt(), opt(), any::<u64>(), any::<u64>()).prop_map(|(tag, data, len, token)| Frame::Rts {
-                tag,
-                data,
-                len,
-                token
+            (opt(), opt(), 0..=MAX_EAGER, opt()).prop_map(|(tag, data, len, ack)| Frame::Eager { tag, data, len, ack }),
+            (opt(), opt(), any::<u64>(), any::<u64>(), any::<bool>()).prop_map(|(tag, data, len, token, ack)| {
+                Frame::Rts {
+                    tag,
+                    data,
+                    len,
+                    token,
+                    ack,
+                }
             }),
+            any::<u64>().prop_map(|token| Frame::Delivered { token }),
             (any::<u64>(), any::<u64>(), any::<u64>()).prop_map(|(token, rx_token, len)| Frame::Cts {
                 token,
                 rx_token,

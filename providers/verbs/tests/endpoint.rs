@@ -157,6 +157,7 @@ fn unsignaled_sends_never_overflow_a_64_deep_send_queue() {
                 buf: sent.to_le_bytes().to_vec().into(),
                 context: sent,
                 completion: sent == n - 1,
+                level: Default::default(),
             };
             a.ep.post_send(op).unwrap();
             sent += 1;

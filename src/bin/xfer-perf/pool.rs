@@ -89,6 +89,7 @@ impl Pool {
             buf: self.next(size),
             context: ctx,
             completion: true,
+            level: Default::default(),
         };
         ep.post_send(op).map_err(|r| {
             self.in_flight -= 1;

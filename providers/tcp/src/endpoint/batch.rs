@@ -103,6 +103,12 @@ pub(super) fn written_whole(
 ) {
     match owner {
         Owner::Send(key) => {
+            let Some(tx) = sends.get_mut(key) else { return };
+            if tx.op.level != CompletionLevel::Inject {
+                // It completes when the receiver says it has the message.
+                tx.written = true;
+                return;
+            }
             let tx = sends.remove(key);
             complete::send(&mut cx.cq, selective, tx.op, Ok(()));
         }

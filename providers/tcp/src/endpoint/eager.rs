@@ -14,13 +14,13 @@ impl TcpEndpoint {
     /// connection's [`Phase::Eager`]. True when the message was finished
     /// (the frame loop goes on), false when its payload is still to come.
     /// Nothing large is returned, so the common case moves no receive state.
+    /// `meta` is the frame's tag, immediate data and acknowledgement token.
     pub(super) fn on_eager(
         &mut self,
         cx: &mut Ctx<'_>,
         id: usize,
         peer: Address,
-        tag: Option<u64>,
-        data: Option<u64>,
+        (tag, data, ack): (Option<u64>, Option<u64>, Option<u64>),
         len: u64,
     ) -> Result<bool> {
         // Live: the caller has just consumed the header from it.
@@ -50,6 +50,9 @@ impl TcpEndpoint {
                 if due {
                     self.return_credit(cx, id);
                 }
+                if let Some(token) = ack {
+                    self.acknowledge(cx, &peer, token);
+                }
                 return Ok(true);
             }
             Some((_, op)) => EagerDest::Posted(op),
@@ -64,6 +67,7 @@ impl TcpEndpoint {
             olen,
             got: 0,
             dest,
+            ack,
         };
         if olen == 0 {
             self.finish_eager(cx, id, e);

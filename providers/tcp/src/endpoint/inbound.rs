@@ -289,8 +289,8 @@ impl TcpEndpoint {
         }
         conn.consume(HEADER_LEN);
         let serial = conn.serial;
-        if let Frame::Eager { tag, data, len } = frame {
-            return self.on_eager(cx, id, peer, tag, data, len);
+        if let Frame::Eager { tag, data, len, ack } = frame {
+            return self.on_eager(cx, id, peer, (tag, data, ack), len);
         }
         let next = match frame {
             Frame::WriteReq { .. } | Frame::ReadReq { .. } | Frame::ReadResp { .. } | Frame::WriteAck { .. } => {
@@ -404,6 +404,9 @@ impl TcpEndpoint {
                             Some(from) => complete::recv_from(&mut cx.cq, r.recv, a, &from, self.attr.source_err),
                             None => complete::recv(&mut cx.cq, r.recv, a, None),
                         }
+                        if let (Some(token), Some(from)) = (r.ack, from) {
+                            self.acknowledge(cx, &from, token);
+                        }
                     }
                 }
             }
@@ -482,7 +485,13 @@ impl TcpEndpoint {
                 Err(Error::Internal("RMA frame outside on_rma_frame"))
             }
             Frame::Eager { .. } => Err(Error::Internal("Eager frame outside on_eager")),
-            Frame::Rts { tag, data, len, token } => {
+            Frame::Rts {
+                tag,
+                data,
+                len,
+                token,
+                ack,
+            } => {
                 let c = self
                     .conns
                     .get_mut(conn.0)
@@ -493,7 +502,7 @@ impl TcpEndpoint {
                 match self.recvs.take_posted(tag.is_some(), src, t) {
                     Some((_, op)) => {
                         // The clear-to-send first: it is what the sender waits for.
-                        self.start_rndv(cx, op, conn, token, len, t, data, src);
+                        self.start_rndv(cx, op, conn, (token, ack), len, t, data, src);
                         self.earn_credit(cx, conn.0, Some(conn.1), 0);
                     }
                     None => {
@@ -509,7 +518,7 @@ impl TcpEndpoint {
                                 from: peer,
                                 len,
                                 data,
-                                handle: RtsTicket { conn, token },
+                                handle: RtsTicket { conn, token, ack },
                             },
                         );
                     }
@@ -563,6 +572,19 @@ impl TcpEndpoint {
                 }
                 Ok(Phase::Header)
             }
+            Frame::Delivered { token } => {
+                let (key, gen) = untoken(token);
+                let waiting = |tx: &TxOp| tx.gen == gen && tx.written && tx.dest == peer;
+                if !self.sends.get(key).is_some_and(waiting) {
+                    if self.take_abandoned(&peer, token, |a| a == Abandoned::Delivered) {
+                        return Ok(Phase::Header);
+                    }
+                    return Err(Error::Protocol("delivery acknowledgement for no send waiting for one"));
+                }
+                let tx = self.sends.remove(key);
+                complete::send(&mut cx.cq, self.attr.selective_completion, tx.op, Ok(()));
+                Ok(Phase::Header)
+            }
             Frame::Data { rx_token, offset, len } => {
                 let (key, gen) = untoken(rx_token);
                 let r = match self.rndv.get(key) {
@@ -597,6 +619,7 @@ impl TcpEndpoint {
     /// `id` is the connection it came on, which is alive (its bytes were
     /// just read).
     pub(super) fn finish_eager(&mut self, cx: &mut Ctx<'_>, id: usize, e: EagerRx) {
+        let (ack, from) = (e.ack, e.from);
         let a = Arrival {
             len: e.olen,
             olen: e.olen,
@@ -628,6 +651,11 @@ impl TcpEndpoint {
                 }
             },
         }
+        if let Some(token) = ack {
+            // Read whole, it is this endpoint's (placed, or kept until a
+            // receive takes it): the sender's acknowledged send completes.
+            self.acknowledge(cx, &from, token);
+        }
     }
 
     /// A receive matched a rendezvous request: accept what fits, answer clear-to-send.
@@ -637,7 +665,7 @@ impl TcpEndpoint {
         cx: &mut Ctx<'_>,
         op: RecvOp,
         conn: (usize, u64),
-        token: u64,
+        (token, ack): (u64, bool),
         len: u64,
         tag: u64,
         data: Option<u64>,
@@ -679,6 +707,7 @@ impl TcpEndpoint {
                 tag,
                 data,
                 src,
+                ack: ack.then_some(token),
             });
             (Owner::Cts(key), token_of(key, gen))
         };
@@ -698,6 +727,18 @@ impl TcpEndpoint {
                 owner,
             },
         );
+    }
+}
+
+impl TcpEndpoint {
+    /// Tells `peer` that the message of its `token` is here (the Delivered
+    /// frame its Eager or Rts frame asked for), on the route a Cts takes.
+    pub(super) fn acknowledge(&mut self, cx: &mut Ctx<'_>, peer: &Address, token: u64) {
+        match self.out_conn(peer) {
+            Ok(out) => self.send_control(cx, out, Frame::Delivered { token }),
+            // The peer is gone: its send fails with its connection.
+            Err(e) => tracing::debug!(error = %e, "delivery acknowledgement not sent"),
+        }
     }
 }
 

@@ -22,7 +22,7 @@ use xfer_core::unstable::error::{Error, Result};
 use xfer_core::unstable::event::{PeerEvent, PeerEvents};
 use xfer_core::unstable::mr::Access;
 use xfer_core::unstable::peek::{Claim, Peeked};
-use xfer_core::unstable::provider::{Ctx, EndpointProvider, RecvOp, Rejected, RmaKind, RmaOp, SendOp};
+use xfer_core::unstable::provider::{CompletionLevel, Ctx, EndpointProvider, RecvOp, Rejected, RmaKind, RmaOp, SendOp};
 use xfer_core::unstable::rdm::{Account, Counters, Receives, Unexpected};
 use xfer_core::unstable::sink::Sink;
 use xfer_core::unstable::sys::{Epoll, EMPTY_EVENT, READABLE, WRITABLE};
@@ -96,6 +96,10 @@ struct TxOp {
     gen: u32,
     /// Set once its rendezvous request is answered.
     cleared: bool,
+    /// Set once its Eager frame or last Data frame was written whole: a
+    /// send asking for more than inject-complete then waits for its
+    /// Delivered frame.
+    written: bool,
 }
 
 /// Where the next payload bytes of a connection may be read to directly.
@@ -196,6 +200,8 @@ pub struct TcpEndpoint {
 enum Abandoned {
     /// A clear-to-send for a rendezvous send.
     Cts,
+    /// The Delivered frame of an acknowledged send whose message went out.
+    Delivered,
     /// A write's acknowledgement.
     WriteAck,
     /// A read's response, with this many bytes of data.
@@ -438,13 +444,13 @@ impl TcpEndpoint {
             Unexpected::Rts {
                 len,
                 data,
-                handle: RtsTicket { conn, token },
+                handle: RtsTicket { conn, token, ack },
                 ..
             } => {
                 if let Some(c) = self.conns.get_mut(conn.0).filter(|c| c.serial == conn.1) {
                     c.requests.matched(token);
                 }
-                self.start_rndv(cx, recv, conn, token, len, tag, data, src);
+                self.start_rndv(cx, recv, conn, (token, ack), len, tag, data, src);
                 self.unhold(cx, conn, 0);
             }
         }
@@ -707,6 +713,10 @@ impl TcpEndpoint {
             if !tx.cleared {
                 // Its Rts went out: a Cts may still come back on another connection.
                 self.abandoned.insert((tx.dest, token(key, tx.gen)), Abandoned::Cts);
+            } else if tx.written {
+                // Its data went out: the receiver may still acknowledge it on its own connection.
+                self.abandoned
+                    .insert((tx.dest, token(key, tx.gen)), Abandoned::Delivered);
             }
             let err = op_error(&cause, tx.op.peer);
             complete::send(&mut cx.cq, selective, tx.op, Err(err));
@@ -890,11 +900,40 @@ impl EndpointProvider for TcpEndpoint {
         let len = op.buf.len();
         let gen = self.next_gen();
         let conn = (id, self.conns[id].serial);
-        if len <= self.attr.rndv_threshold && self.spend_credit(id, len) {
+        // An acknowledged send carries its token: the receiver answers with
+        // a Delivered frame once it has the message.
+        let ack = op.level != CompletionLevel::Inject;
+        let eager = len <= self.attr.rndv_threshold && self.spend_credit(id, len);
+        if eager && ack {
+            let (tag, data) = (op.tag, op.data);
+            let key = self.sends.insert(TxOp {
+                op,
+                conn,
+                dest,
+                gen,
+                cleared: true,
+                written: false,
+            });
+            let hdr = Frame::Eager {
+                tag,
+                data,
+                len: len as u64,
+                ack: Some(token(key, gen)),
+            }
+            .to_bytes();
+            let frame = TxFrame {
+                hdr,
+                payload: Payload::Op { key, offset: 0, len },
+                written: 0,
+                owner: Owner::Send(key),
+            };
+            self.queue_eager(cx, id, frame);
+        } else if eager {
             let hdr = Frame::Eager {
                 tag: op.tag,
                 data: op.data,
                 len: len as u64,
+                ack: None,
             }
             .to_bytes();
             let Some(written) = self.try_send_now(cx, id, &hdr, op.buf.as_slice()) else {
@@ -907,6 +946,7 @@ impl EndpointProvider for TcpEndpoint {
                 dest,
                 gen,
                 cleared: true,
+                written: false,
             });
             let frame = TxFrame {
                 hdr,
@@ -934,12 +974,14 @@ impl EndpointProvider for TcpEndpoint {
                 dest,
                 gen,
                 cleared: false,
+                written: false,
             });
             let hdr = Frame::Rts {
                 tag,
                 data,
                 len: len as u64,
                 token: token(key, gen),
+                ack,
             }
             .to_bytes();
             let frame = TxFrame {
@@ -970,6 +1012,7 @@ impl EndpointProvider for TcpEndpoint {
             tag,
             data,
             len: payload.len() as u64,
+            ack: None,
         }
         .to_bytes();
         if let Some(written) = self.try_send_now(cx, id, &hdr, payload) {

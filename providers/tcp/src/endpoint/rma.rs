@@ -81,6 +81,10 @@ impl TcpEndpoint {
                 }
                 .to_bytes();
                 self.answer(cx, &peer, hdr, payload);
+                if status == status::OK && self.attr.rma_events {
+                    let src = reverse(cx.av, &peer);
+                    complete::remote_rma(&mut cx.cq, RmaKind::Read, rlen as usize, src);
+                }
                 Ok(Phase::Header)
             }
             Frame::WriteAck { token, status } => {
@@ -193,10 +197,12 @@ impl TcpEndpoint {
     /// inject) and report its immediate data.
     pub(super) fn finish_write(&mut self, cx: &mut Ctx<'_>, w: WriteRx) {
         if w.status == status::OK {
+            let len = w.len as usize;
             if let Some(data) = w.imm {
                 let src = reverse(cx.av, &w.peer);
-                let len = w.len as usize;
                 complete::remote_write_from(&mut cx.cq, len, data, src, &w.peer, self.attr.source_err);
+            } else if self.attr.rma_events {
+                complete::remote_rma(&mut cx.cq, RmaKind::Write, len, reverse(cx.av, &w.peer));
             }
         }
         if w.token != 0 {

@@ -318,6 +318,13 @@ impl VerbsEndpoint {
     /// Opens an endpoint: CQ with channel, SRQ, send pool, rdma_cm listener
     /// on the domain's address.
     pub(crate) fn open(res: Arc<DomainRes>, attr: &EndpointAttr) -> Result<VerbsEndpoint> {
+        if attr.rma_events {
+            // The HCA applies a peer's RDMA READ and WRITE without telling
+            // this process: promising events for them would be a lie.
+            return Err(Error::NotSupported(
+                "RMA events (XFER_RMA_EVENTS): a verbs target does not see RDMA applied to it",
+            ));
+        }
         let va = &res.attr;
         let cqe = va.cq_size.min(res.dev.max_cqe).max(64);
         let cq = Cq::new(res.pd.context(), cqe, true)?;
@@ -461,6 +468,7 @@ impl EndpointProvider for VerbsEndpoint {
             buf: payload.to_vec().into(),
             context: 0,
             completion: false,
+            level: Default::default(),
         };
         self.submit(cx, dest, Tx::Send { op, silent: true });
         Ok(())

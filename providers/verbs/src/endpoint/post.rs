@@ -13,7 +13,7 @@
 use xfer_core::unstable::addr::Address;
 use xfer_core::unstable::complete::{self, Arrival};
 use xfer_core::unstable::mr::{Access, CacheRef};
-use xfer_core::unstable::provider::{Ctx, RmaOp, SendOp};
+use xfer_core::unstable::provider::{CompletionLevel, Ctx, RmaOp, SendOp};
 use xfer_core::LocalDesc;
 use xfer_core::{Error, RmaKind};
 
@@ -126,14 +126,20 @@ impl VerbsEndpoint {
     }
 
     /// Posts one operation on ready connection `k`. An eager-sized send
-    /// without the byte credit for it goes by rendezvous; anything that
-    /// takes a receive buffer at the peer waits for message credit.
+    /// without the byte credit for it goes by rendezvous, and so does one
+    /// that asks for more than inject-complete (the receiver's FIN, sent
+    /// once the data is placed, completes it); anything that takes a
+    /// receive buffer at the peer waits for message credit.
     pub(super) fn try_post(&mut self, cx: &mut Ctx<'_>, k: usize, tx: Tx) -> Result<(), Blocked> {
         if !self.has_msg_credit(k, &tx) {
             return Err(Blocked::Room(tx));
         }
         match tx {
-            Tx::Send { op, silent } if op.buf.len() <= self.eager_max && self.has_byte_credit(k, op.buf.len()) => {
+            Tx::Send { op, silent }
+                if op.level == CompletionLevel::Inject
+                    && op.buf.len() <= self.eager_max
+                    && self.has_byte_credit(k, op.buf.len()) =>
+            {
                 self.post_eager(cx, k, op, silent)
             }
             Tx::Send { op, silent } if !self.has_byte_credit(k, 0) => {
@@ -143,7 +149,7 @@ impl VerbsEndpoint {
                 Err(Blocked::Room(Tx::Send { op, silent }))
             }
             Tx::Send { op, silent } => {
-                let stalled = op.buf.len() <= self.eager_max;
+                let stalled = op.level == CompletionLevel::Inject && op.buf.len() <= self.eager_max;
                 let r = self.post_rts(cx, k, op, silent);
                 if stalled && r.is_ok() {
                     self.stats.rdm.credit_stalls += 1;
@@ -293,7 +299,13 @@ impl VerbsEndpoint {
         }
         let ptr = op.buf.as_slice().as_ptr() as usize;
         let len = op.buf.len();
-        let (mr, _, rkey) = match self.register(ptr, len, Access::REMOTE_READ, op.buf.local_desc()) {
+        // An empty message (a rendezvous only to be acknowledged) is never
+        // read: there is nothing to register.
+        let registered = match len {
+            0 => Ok((None, 0, 0)),
+            _ => self.register(ptr, len, Access::REMOTE_READ, op.buf.local_desc()),
+        };
+        let (mr, _, rkey) = match registered {
             Ok(r) => r,
             Err(e) => {
                 if !silent {
