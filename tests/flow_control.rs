@@ -370,6 +370,11 @@ fn a_peer_sending_past_its_credit_loses_its_connection() {
     let violations = counter(&rx, "credit_violations").unwrap_or(0);
     eprintln!("credit_violations {violations}; receiver held at most {most} B unexpected");
     assert_eq!(violations, 1, "the overspending peer's connection was closed once");
+    assert_eq!(
+        counter(&rx, "unexpected_bytes"),
+        Some(0),
+        "nothing the overspending peer sent stays"
+    );
     assert!(
         most <= INITIAL_CREDIT,
         "the receiver held {most} B, past the {INITIAL_CREDIT} B it granted"

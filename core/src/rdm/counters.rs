@@ -6,12 +6,13 @@
 use super::{Account, Held};
 
 /// The names [`Counters::report`] gives, in its order.
-pub const NAMES: [&str; 10] = [
+pub const NAMES: [&str; 11] = [
     "credit_stalls",
     "credit_waits",
     "credit_returns",
     "credit_violations",
     "requests_dropped",
+    "messages_dropped",
     "rx_memory",
     "rx_memory_refused",
     "unexpected_bytes",
@@ -34,11 +35,20 @@ pub struct Counters {
     pub credit_violations: u64,
     /// Requests to send dropped unmatched with their failed connection.
     pub requests_dropped: u64,
+    /// Eager messages dropped unreceived because the peer that sent them
+    /// broke the protocol (nothing it sent is trusted).
+    pub messages_dropped: u64,
     /// Peers refused when they connected, for want of receive memory.
     pub rx_memory_refused: u64,
 }
 
 impl Counters {
+    /// Counts what a connection's end dropped.
+    pub fn dropped(&mut self, d: super::receives::Dropped) {
+        self.requests_dropped += d.requests;
+        self.messages_dropped += d.messages;
+    }
+
     /// The counters by [`NAMES`], with what the unexpected messages hold
     /// (`held`) and what the receive memory has committed (`account`).
     pub fn report(&self, held: Held, account: &Account) -> Vec<(&'static str, u64)> {
@@ -48,6 +58,7 @@ impl Counters {
             self.credit_returns,
             self.credit_violations,
             self.requests_dropped,
+            self.messages_dropped,
             account.committed(),
             self.rx_memory_refused,
             held.payload as u64,

@@ -29,6 +29,6 @@ pub mod unexpected;
 pub use account::{Account, Share};
 pub use counters::Counters;
 pub use credit::{Amount, Credit};
-pub use receives::Receives;
+pub use receives::{Dropped, Receives};
 pub use requests::Requests;
 pub use unexpected::{Held, Unexpected};

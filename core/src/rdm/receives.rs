@@ -23,7 +23,19 @@ use crate::provider::{RecvOp, Rejected};
 use crate::sink::Sink;
 use crate::tag::{Claimed, Matched, Matcher, RecvSpec};
 
+use super::credit::cost;
 use super::unexpected::{Held, Unexpected};
+
+/// What [`Receives::drop_connection`] dropped.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Dropped {
+    /// Requests to send.
+    pub requests: u64,
+    /// Eager messages.
+    pub messages: u64,
+    /// The credit they held ([`cost`] of each).
+    pub credit: u64,
+}
 
 /// The posted and unexpected receives of one endpoint; `H` is the
 /// transport's handle on an unexpected rendezvous message's data.
@@ -161,17 +173,32 @@ impl<H> Receives<H> {
         Ok(c)
     }
 
-    /// Drops every unexpected request to send whose handle `pred` picks
-    /// (their connection failed: the data can never come), both spaces, and
-    /// says how many.
-    pub fn drop_requests(&mut self, mut pred: impl FnMut(&H) -> bool) -> usize {
-        let mut pick = |u: &Unexpected<H>| matches!(u, Unexpected::Rts { handle, .. } if pred(handle));
+    /// A connection ended: drops its kept requests to send (their data was
+    /// to come over it), and, when its peer broke the protocol (`violated`),
+    /// its kept eager messages too (nothing it sent is trusted). `of` says
+    /// whether a kept message came on that connection.
+    pub fn drop_connection(&mut self, violated: bool, mut of: impl FnMut(&Unexpected<H>) -> bool) -> Dropped {
+        let gone = self.drop_kept(|u| (violated || matches!(u, Unexpected::Rts { .. })) && of(u));
+        let mut d = Dropped::default();
+        for u in &gone {
+            match u {
+                Unexpected::Rts { .. } => d.requests += 1,
+                Unexpected::Eager { .. } => d.messages += 1,
+            }
+            d.credit += cost(u.payload_len() as u64);
+        }
+        d
+    }
+
+    /// Drops every kept message `pick` chooses, both spaces, and hands them
+    /// back.
+    pub fn drop_kept(&mut self, mut pick: impl FnMut(&Unexpected<H>) -> bool) -> Vec<Unexpected<H>> {
         let mut gone = self.tagged.remove_unexpected_where(&mut pick);
         gone.extend(self.untagged.remove_unexpected_where(&mut pick));
         for msg in &gone {
             self.held.remove(msg, Self::SLOT);
         }
-        gone.len()
+        gone
     }
 
     /// Cancels the posted receive with `context`: its completion reports
@@ -331,7 +358,7 @@ mod tests {
     }
 
     #[test]
-    fn requests_of_a_failed_connection_are_dropped_and_nothing_else() {
+    fn the_messages_picked_are_dropped_and_nothing_else() {
         let av = AvTable::default();
         let name = Address::new(&[9]).unwrap();
         let mut rx: Receives<u64> = Receives::new();
@@ -345,7 +372,8 @@ mod tests {
         rx.arrive(true, PeerAddr::UNSPEC, 1, eager(&name, 10));
         rx.arrive(false, PeerAddr::UNSPEC, 0, rts(1));
         rx.arrive(true, PeerAddr::UNSPEC, 1, rts(2));
-        assert_eq!(rx.drop_requests(|&h| h == 1), 2);
+        let gone = rx.drop_kept(|u| matches!(u, Unexpected::Rts { handle: 1, .. }));
+        assert_eq!(gone.len(), 2);
         assert_eq!(rx.held().entries, 2);
         let first = rx.post(&av, recv(PeerAddr::UNSPEC, 1, 0, true, 1), exact);
         assert_eq!(first.expect("the eager message").msg.payload_len(), 10);

@@ -7,7 +7,7 @@
 //! answer one send twice). When the connection fails, the ids say whether
 //! any of its requests are still kept: they can never be fulfilled (their
 //! data was to come on that connection) and are dropped
-//! ([`super::Receives::drop_requests`]).
+//! ([`super::Receives::drop_connection`]).
 
 use std::collections::HashSet;
 

@@ -23,7 +23,7 @@ use xfer_core::unstable::event::{PeerEvent, PeerEvents};
 use xfer_core::unstable::mr::Access;
 use xfer_core::unstable::peek::{Claim, Peeked};
 use xfer_core::unstable::provider::{CompletionLevel, Ctx, EndpointProvider, RecvOp, Rejected, RmaKind, RmaOp, SendOp};
-use xfer_core::unstable::rdm::{Account, Counters, Receives, Unexpected};
+use xfer_core::unstable::rdm::{Account, Counters, Dropped, Receives, Unexpected};
 use xfer_core::unstable::sink::Sink;
 use xfer_core::unstable::sys::{Epoll, EMPTY_EVENT, READABLE, WRITABLE};
 use xfer_core::unstable::tag::{Matched, RecvSpec};
@@ -34,7 +34,7 @@ use crate::keys::{status_error, status_of};
 use crate::name::{TcpName, ANY_NONCE};
 use crate::rx::{EagerDest, EagerRx, Phase, RndvRx, RtsTicket, Unexp, WriteRx};
 use crate::sys::{self, Io, Socket};
-use crate::wire::{eager_cost, status, Frame, CREDIT_INIT, HEADER_LEN, MAX_EAGER};
+use crate::wire::{status, Frame, CREDIT_INIT, HEADER_LEN, MAX_EAGER};
 use xfer_core::unstable::complete::{self, Arrival};
 use xfer_core::unstable::hash::FastMap;
 
@@ -731,15 +731,20 @@ impl TcpEndpoint {
             Phase::ReadData { key, gen, .. } => self.fail_rma(cx, key, Some(gen), &cause),
             Phase::Eager(_) | Phase::Header | Phase::RmaWrite(_) => {}
         }
-        let mut dropped = 0;
-        if !conn.requests.is_empty() {
-            // Their data was to come on this connection: no receive can take them now.
-            dropped = self.recvs.drop_requests(|t| t.conn == me) as u64;
-            self.counted.requests_dropped += dropped;
-            tracing::debug!(dropped, "requests to send dropped with their connection");
+        // Its kept requests to send can never be fulfilled, and a peer that
+        // broke the protocol leaves nothing behind.
+        let violated = matches!(cause, Error::Protocol(_));
+        let mut dropped = Dropped::default();
+        if violated || !conn.requests.is_empty() {
+            dropped = self.recvs.drop_connection(violated, |u| match u {
+                Unexpected::Eager { conn, .. } => *conn == me,
+                Unexpected::Rts { handle, .. } => handle.conn == me,
+            });
+            self.counted.dropped(dropped);
+            tracing::debug!(?dropped, "kept messages dropped with their connection");
         }
-        // What its unexpected messages hold is given back as receives take them.
-        conn.share.close(&mut self.account, dropped * eager_cost(0));
+        // What the rest of its kept messages hold is given back as receives take them.
+        conn.share.close(&mut self.account, dropped.credit);
         let stranded: Vec<usize> = self.rndv.iter().filter(|(_, r)| r.conn == me).map(|(k, _)| k).collect();
         for key in stranded {
             self.fail_rndv(cx, key, &cause);

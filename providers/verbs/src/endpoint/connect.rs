@@ -20,7 +20,7 @@ use xfer_core::unstable::addr::Address;
 use xfer_core::unstable::provider::Ctx;
 use xfer_core::Error;
 
-use super::{Conn, Peer, State, Tx, VerbsEndpoint};
+use super::{Conn, Peer, State, Tx, Unexpected, VerbsEndpoint};
 use xfer_core::unstable::rdm::admit;
 
 use crate::cm::{self, CmId, Event};
@@ -303,7 +303,7 @@ impl VerbsEndpoint {
             return;
         }
         // The peer keeps its own connection to us: wait for it.
-        self.bury(k);
+        self.bury(k, false);
         let p = self.peers.entry(peer).or_default();
         if p.conn == Some(k) {
             p.conn = None;
@@ -330,7 +330,7 @@ impl VerbsEndpoint {
                 Error::Protocol("the peer admits only holders of its job key (XFER_JOB_KEY)")
             }
             Some(_) if !self.conns[k].proven => {
-                self.bury(k);
+                self.bury(k, false);
                 let p = self.peers.entry(peer).or_default();
                 if p.conn == Some(k) {
                     p.conn = None;
@@ -516,7 +516,7 @@ impl VerbsEndpoint {
                 tracing::debug!(error = %e, "moving a QP to the error state");
             }
         }
-        self.bury(k);
+        self.bury(k, matches!(err, Error::Protocol(_)));
         self.fail_posted(cx, k, err.clone());
         let orphans: Vec<usize> = self
             .rndv
@@ -533,7 +533,7 @@ impl VerbsEndpoint {
 
     /// Marks a connection dead (kept for [`GRAVE`] so late completions of
     /// its QP are recognised).
-    fn bury(&mut self, k: usize) {
+    fn bury(&mut self, k: usize, violated: bool) {
         let c = &mut self.conns[k];
         if c.state == State::Dead {
             return;
@@ -543,17 +543,20 @@ impl VerbsEndpoint {
         }
         c.state = State::Dead;
         c.dead_since = Some(Instant::now());
-        let mut dropped = 0;
-        if !c.requests.is_empty() {
-            // Their data was to be read over this connection: no receive can take them now.
+        // Its kept requests to send can never be read, and a peer that broke
+        // the protocol leaves nothing behind.
+        let mut dropped = xfer_core::unstable::rdm::Dropped::default();
+        if violated || !c.requests.is_empty() {
             let serial = c.serial;
             c.requests = Default::default();
-            dropped = self.recvs.drop_requests(|t| t.conn == k && t.serial == serial) as u64;
-            self.stats.rdm.requests_dropped += dropped;
+            dropped = self.recvs.drop_connection(violated, |u| match u {
+                Unexpected::Eager { conn, .. } => *conn == (k, serial),
+                Unexpected::Rts { handle, .. } => handle.conn == k && handle.serial == serial,
+            });
+            self.stats.rdm.dropped(dropped);
         }
-        // What its unexpected messages hold is given back as receives take them.
-        let eager_cost = super::credit::eager_cost;
-        self.conns[k].share.close(&mut self.account, dropped * eager_cost(0));
+        // What the rest of its kept messages hold is given back as receives take them.
+        self.conns[k].share.close(&mut self.account, dropped.credit);
     }
 
     /// Ends every queued operation of `dest`, and every receive directed
