@@ -10,7 +10,7 @@
 use libfuzzer_sys::arbitrary::{self, Arbitrary, Unstructured};
 use libfuzzer_sys::fuzz_target;
 use xfer_core::Error;
-use xfer_verbs::wire::{self, Meta, Msg, CREDIT_LEN, FIN_LEN, HDR, RTS_LEN, WRITE_DATA_LEN};
+use xfer_verbs::wire::{self, Meta, Msg, CREDIT_LEN, FIN_LEN, HDR, PING_LEN, RTS_LEN, WRITE_DATA_LEN};
 
 /// A message as structured input.
 #[derive(Arbitrary, Debug)]
@@ -20,6 +20,7 @@ enum AnyMsg {
     Fin(u32, u32),
     WriteData(u64, u64),
     Credit(u32, u64),
+    Ping,
 }
 
 /// The bytes the provider's encoders make for `msg`.
@@ -57,6 +58,11 @@ fn encode(msg: &Msg<'_>) -> Vec<u8> {
             wire::credit(&mut b, msgs, bytes);
             b
         }
+        Msg::Ping => {
+            let mut b = vec![0u8; PING_LEN];
+            wire::ping(&mut b);
+            b
+        }
     }
 }
 
@@ -87,6 +93,7 @@ fuzz_target!(|data: &[u8]| {
             AnyMsg::Fin(id, status) => Msg::Fin { id, status },
             AnyMsg::WriteData(data, len) => Msg::WriteData { data, len },
             AnyMsg::Credit(msgs, bytes) => Msg::Credit { msgs, bytes },
+            AnyMsg::Ping => Msg::Ping,
         };
         assert_eq!(Msg::parse(&encode(&msg)), Ok(msg));
     }
