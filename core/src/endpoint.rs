@@ -81,16 +81,11 @@ impl Endpoint {
     /// connection is replaced by another one does not leave.
     ///
     /// ```
-    /// # fn main() -> xfer::Result<()> {
-    /// let mut attr = xfer::EndpointAttr::from_env();
-    /// attr.peer_events = 64;
-    /// # attr.tcp.addr = Some("127.0.0.1".into());
-    /// let domain = xfer::open_default()?;
-    /// let cq = domain.cq(&xfer::CqAttr::default())?;
-    /// let ep = domain.endpoint(&cq, &domain.av()?, &attr)?;
+    /// # fn f(ep: &xfer_core::Endpoint) -> xfer_core::Result<()> {
+    /// // The endpoint was opened with `EndpointAttr::peer_events` set (say 64).
     /// while let Some(ev) = ep.peer_event()? {
     ///     match ev.kind {
-    ///         xfer::PeerEventKind::Joined => println!("{} joined", ev.name),
+    ///         xfer_core::PeerEventKind::Joined => println!("{} joined", ev.name),
     ///         _ => println!("{ev}"),
     ///     }
     /// }
