@@ -176,8 +176,9 @@ async fn dropping_a_stream_reads_as_eof() {
 
 /// The echo server of [`two_processes`], run in a child process (this test
 /// binary again, with `XFER_TONIC_CHILD` set): prints its name, serves until
-/// its standard input closes.
+/// its standard input closes. Ignored: it is only run by `two_processes`.
 #[test]
+#[ignore = "the child process of two_processes"]
 fn child_server() {
     if std::env::var_os("XFER_TONIC_CHILD").is_none() {
         return;
@@ -208,7 +209,13 @@ fn two_processes() {
 
     env();
     let mut child = Command::new(std::env::current_exe().expect("test binary"))
-        .args(["--exact", "child_server", "--nocapture", "--test-threads=1"])
+        .args([
+            "--exact",
+            "child_server",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env("XFER_TONIC_CHILD", "1")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
