@@ -39,7 +39,7 @@ test: setup
 PACKAGE_TARGET = $${CARGO_TARGET_DIR:-target}/package-check
 package:
 	rm -rf "$${CARGO_HOME:-$$HOME/.cargo}"/registry/src/-*/xfer*-[0-9]*
-	$(CARGO) clean --quiet --target-dir "$(PACKAGE_TARGET)" -p xfer -p xfer-core -p xfer-tcp -p xfer-verbs -p xfer-tarpc
+	$(CARGO) clean --quiet --target-dir "$(PACKAGE_TARGET)" -p xfer -p xfer-core -p xfer-tcp -p xfer-verbs -p xfer-tarpc -p xfer-tonic
 	CARGO_TARGET_DIR="$(PACKAGE_TARGET)" $(CARGO) publish --workspace --dry-run --locked --allow-dirty
 
 # The Soft-RoCE guest (tests/vm/): installs QEMU, a Debian kernel, rdma-core, perftest, UCX

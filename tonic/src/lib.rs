@@ -1,0 +1,49 @@
+//! [tonic](https://docs.rs/tonic) (gRPC) over xfer: unmodified tonic clients
+//! and servers whose HTTP/2 connections run over xfer endpoints, on RDMA
+//! verbs or TCP, whichever provider xfer opens (`XFER_PROVIDER`).
+//!
+//! hyper, under tonic, wants a byte stream. [`XferIo`] is one, carried over
+//! the connections of [`xfer_tarpc`] (one endpoint per process, a
+//! [`Node`], connections told apart by tags, names exchanged with a
+//! `HELLO`/`ACCEPT`): each write becomes one message of at most
+//! [`CHUNK_MAX`] bytes, in order, and reads take them back in order; a
+//! shutdown sends a close that reads as end of file on the peer.
+//!
+//! A client connects with [`channel`] (or hands a [`Connector`] to tonic's
+//! `Endpoint::connect_with_connector`); a server hands [`incoming`] to
+//! `Server::builder().serve_with_incoming`. [`echo`] is a small hand-written
+//! service (no `protoc`) the examples, tests and benchmark use.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # std::env::set_var("XFER_TCP_ADDR", "127.0.0.1");
+//! use xfer_tonic::echo::{EchoClient, EchoRequest, EchoServer};
+//!
+//! let server = xfer_tonic::Node::open()?;
+//! let name = server.name();
+//! tokio::spawn(
+//!     tonic::transport::Server::builder()
+//!         .add_service(EchoServer)
+//!         .serve_with_incoming(xfer_tonic::incoming(server)),
+//! );
+//!
+//! let node = xfer_tonic::Node::open()?;
+//! let mut client = EchoClient::new(xfer_tonic::channel(node, name).await?);
+//! let reply = client.echo(EchoRequest { id: 7, payload: b"xfer".to_vec() }).await?;
+//! assert_eq!(reply.into_inner().payload, b"xfer");
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! The mapping and what it costs against tonic over tokio TCP: the
+//! repository's docs/RPC.md.
+#![deny(missing_docs)]
+
+mod connect;
+pub mod echo;
+mod io;
+
+pub use connect::{channel, incoming, Connector};
+pub use io::{XferIo, CHUNK_MAX};
+pub use xfer_tarpc::Node;
