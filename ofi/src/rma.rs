@@ -310,25 +310,7 @@ unsafe extern "C" fn readv(
 ) -> isize {
     // SAFETY: the caller's vectors of `count` elements, valid (and the
     // buffers untouched) until the read completes.
-    let bufs = match unsafe { iov::iovs(iov, desc, count) } {
-        Ok(b) => b,
-        Err(e) => return e,
-    };
-    with_ep(ep, |ep| {
-        ep.rma(Rma::with_bufs(bufs, |buf, len, desc| Rma {
-            peer: src,
-            kind: RmaKind::Read,
-            buf,
-            len,
-            desc,
-            addr,
-            key,
-            data: None,
-            context,
-            flags: None,
-            segs: Vec::new(),
-        }))
-    })
+    unsafe { vectored(ep, iov, desc, count, src, RmaKind::Read, addr, key, context) }
 }
 
 unsafe extern "C" fn readmsg(ep: *mut fi::fid_ep, msg: *const fi::fi_msg_rma, flags: u64) -> isize {
@@ -380,14 +362,37 @@ unsafe extern "C" fn writev(
 ) -> isize {
     // SAFETY: the caller's vectors of `count` elements, valid until the
     // write completes.
+    unsafe { vectored(ep, iov, desc, count, dest, RmaKind::Write, addr, key, context) }
+}
+
+/// `fi_readv`/`fi_writev`: one operation over the local buffers of `iov`
+/// (at most the iov limit; a read lands in a staging buffer that the
+/// completion scatters), one remote segment.
+///
+/// # Safety
+/// `iov` and `desc` point to `count` valid elements whose buffers stay
+/// valid (a read's untouched) until the operation completes.
+#[allow(clippy::too_many_arguments)]
+unsafe fn vectored(
+    ep: *mut fi::fid_ep,
+    iov: *const fi::iovec,
+    desc: *mut *mut c_void,
+    count: usize,
+    peer: fi::fi_addr_t,
+    kind: RmaKind,
+    addr: u64,
+    key: u64,
+    context: *mut c_void,
+) -> isize {
+    // SAFETY: forwarded from the caller's contract.
     let bufs = match unsafe { iov::iovs(iov, desc, count) } {
         Ok(b) => b,
         Err(e) => return e,
     };
     with_ep(ep, |ep| {
         ep.rma(Rma::with_bufs(bufs, |buf, len, desc| Rma {
-            peer: dest,
-            kind: RmaKind::Write,
+            peer,
+            kind,
             buf,
             len,
             desc,

@@ -24,92 +24,11 @@
 #include <time.h>
 
 #include "must.h"
+#include "rma_pair.h"
 
-#define CHECK(cond, ...)                                                    \
-	do {                                                                \
-		if (!(cond)) {                                              \
-			fprintf(stderr, "CHECK %s:%d: %s: ", __FILE__,      \
-				__LINE__, #cond);                           \
-			fprintf(stderr, __VA_ARGS__);                       \
-			fprintf(stderr, "\n");                              \
-			exit(1);                                            \
-		}                                                           \
-	} while (0)
-
-#define WAIT_SEC 30
 #define LEN 1000
 
-static struct fid_cq *cq_a, *cq_b;
 static struct fid_cntr *rw, *rr;
-
-static double now(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return t.tv_sec + t.tv_nsec / 1e9;
-}
-
-/* Posts an RMA operation, retrying while the provider asks to
- * (-FI_EAGAIN: a connection is being set up), driving both CQs. */
-#define POST(call)                                                         \
-	do {                                                               \
-		double _end = now() + WAIT_SEC;                            \
-		ssize_t _r;                                                \
-		while ((_r = (call)) == -FI_EAGAIN) {                      \
-			(void)fi_cq_read(cq_a, NULL, 0);                   \
-			(void)fi_cq_read(cq_b, NULL, 0);                   \
-			CHECK(now() < _end, "%s still refused", #call);     \
-		}                                                          \
-		MUST(_r);                                                  \
-	} while (0)
-
-/* Reads one completion from `cq`, driving the other CQ meanwhile (whose
- * entries must not come: the caller waits for them in turn). */
-static void one(struct fid_cq *cq, struct fid_cq *other, struct fi_cq_data_entry *e)
-{
-	double end = now() + WAIT_SEC;
-	for (;;) {
-		ssize_t r = fi_cq_read(cq, e, 1);
-		if (r == 1)
-			return;
-		if (r == -FI_EAVAIL) {
-			struct fi_cq_err_entry err = {0};
-			MUST(fi_cq_readerr(cq, &err, 0));
-			CHECK(0, "completion error %d (%s)", err.err, fi_strerror(err.err));
-		}
-		CHECK(r == -FI_EAGAIN, "fi_cq_read = %zd", r);
-		(void)fi_cq_read(other, NULL, 0); /* progress, reading nothing */
-		CHECK(now() < end, "no completion");
-	}
-}
-
-/* Whether `n` bytes at `dst` become `src`, driving B meanwhile (with
- * manual progress the target applies a write when it is driven). */
-static int landed(const char *dst, const char *src, size_t n)
-{
-	double end = now() + WAIT_SEC;
-	while (memcmp(dst, src, n)) {
-		(void)fi_cq_read(cq_b, NULL, 0);
-		if (now() > end)
-			return 0;
-	}
-	return 1;
-}
-
-static void open_ep(struct fid_domain *domain, struct fi_info *info, struct fid_av *av, struct fid_ep **ep,
-		    struct fid_cq **cq, int counters)
-{
-	struct fi_cq_attr cq_attr = {.format = FI_CQ_FORMAT_DATA};
-	MUST(fi_cq_open(domain, &cq_attr, cq, NULL));
-	MUST(fi_endpoint(domain, info, ep, NULL));
-	MUST(fi_ep_bind(*ep, &av->fid, 0));
-	MUST(fi_ep_bind(*ep, &(*cq)->fid, FI_TRANSMIT | FI_RECV));
-	if (counters) {
-		MUST(fi_ep_bind(*ep, &rw->fid, FI_REMOTE_WRITE));
-		MUST(fi_ep_bind(*ep, &rr->fid, FI_REMOTE_READ));
-	}
-	MUST(fi_enable(*ep));
-}
 
 /* Waits until `k` reaches `n` (driving its endpoint), then checks it is
  * exactly `n` and that `other` still reads `other_n`. */
@@ -150,8 +69,8 @@ int main(void)
 	MUST(fi_av_open(domain, &av_attr, &av, NULL));
 	MUST(fi_cntr_open(domain, &cntr_attr, &rw, NULL));
 	MUST(fi_cntr_open(domain, &cntr_attr, &rr, NULL));
-	open_ep(domain, info, av, &ep_a, &cq_a, 0);
-	open_ep(domain, info, av, &ep_b, &cq_b, 1);
+	open_ep(domain, info, av, &ep_a, &cq_a, NULL, 0, NULL, 0);
+	open_ep(domain, info, av, &ep_b, &cq_b, rw, FI_REMOTE_WRITE, rr, FI_REMOTE_READ);
 	MUST(fi_mr_reg(domain, local, sizeof(local), FI_WRITE | FI_READ, 0, 0, 0, &mr_a, NULL));
 	MUST(fi_mr_reg(domain, target, sizeof(target), FI_REMOTE_WRITE | FI_REMOTE_READ, 0, 1, 0, &mr_b, NULL));
 	if (info->domain_attr->mr_mode & (FI_MR_ENDPOINT | FI_MR_RMA_EVENT)) {
