@@ -29,17 +29,6 @@
 
 #include "must.h"
 
-#define CHECK(cond, ...)                                                    \
-	do {                                                                \
-		if (!(cond)) {                                              \
-			fprintf(stderr, "CHECK %s:%d: %s: ", __FILE__,      \
-				__LINE__, #cond);                           \
-			fprintf(stderr, __VA_ARGS__);                       \
-			fprintf(stderr, "\n");                              \
-			exit(1);                                            \
-		}                                                           \
-	} while (0)
-
 #define WAIT_SEC 30
 #define BIG (1 << 20)
 
