@@ -82,9 +82,7 @@ impl TcpEndpoint {
             Phase::RmaWrite(w) if w.status == status::OK => {
                 (usize::try_from(w.len - w.got).unwrap_or(usize::MAX), Direct::RmaWrite)
             }
-            Phase::ReadData { key, gen, left } if self.rma.get(*key).is_some_and(|r| r.gen == *gen) => {
-                (*left, Direct::ReadData)
-            }
+            Phase::ReadData { token, left } if self.rma.key_of(*token).is_some() => (*left, Direct::ReadData),
             _ => return None,
         };
         (want.0 >= DIRECT_READ).then_some(want)
@@ -113,8 +111,11 @@ impl TcpEndpoint {
                     w.got += n as u64;
                 }
             }
-            Phase::ReadData { key, left, .. } if kind == Direct::ReadData => {
-                let r = &mut self.rma[*key];
+            Phase::ReadData { token, left } if kind == Direct::ReadData => {
+                let Some(key) = self.rma.key_of(*token) else {
+                    return Err(Error::Internal("a direct read for an ended RMA read"));
+                };
+                let r = &mut self.rma[key];
                 io = conn.sock.recv(&mut r.op.buf.as_mut_slice()[r.got..r.got + want])?;
                 if let Io::Done(n) = io {
                     r.got += n;
@@ -354,27 +355,24 @@ impl TcpEndpoint {
                     }
                     self.finish_write(cx, w);
                 }
-                Phase::ReadData { key, gen, left } => {
+                Phase::ReadData { token, left } => {
                     let staged = conn.staged();
                     let take = staged.len().min(left);
-                    match self.rma.get_mut(key) {
-                        Some(r) if r.gen == gen => {
-                            r.op.buf.as_mut_slice()[r.got..r.got + take].copy_from_slice(&staged[..take]);
-                            r.got += take;
-                        }
-                        // The read failed meanwhile: its data is only discarded.
-                        _ => {}
+                    let key = self.rma.key_of(token);
+                    // Else the read failed meanwhile: its data is only discarded.
+                    if let Some(r) = key.map(|k| &mut self.rma[k]) {
+                        r.op.buf.as_mut_slice()[r.got..r.got + take].copy_from_slice(&staged[..take]);
+                        r.got += take;
                     }
                     conn.consume(take);
                     if take < left {
                         conn.rx = Phase::ReadData {
-                            key,
-                            gen,
+                            token,
                             left: left - take,
                         };
                         return Ok(());
                     }
-                    if self.rma.get(key).is_some_and(|r| r.gen == gen) {
+                    if let Some(key) = key {
                         let r = self.rma.remove(key);
                         complete::rma(&mut cx.cq, self.attr.selective_completion, r.op, Ok(()));
                     }
@@ -526,16 +524,8 @@ impl TcpEndpoint {
                 Ok(Phase::Header)
             }
             Frame::Cts { token, rx_token, len } => {
-                let (key, gen) = untoken(token);
-                let pending = |tx: &TxOp| tx.gen == gen && !tx.cleared && tx.dest == peer;
-                if !self.sends.get(key).is_some_and(pending) {
-                    // The send failed with the connection its Rts went out
-                    // on, after the peer had answered: not a violation.
-                    if self.take_abandoned(&peer, token, |a| a == Abandoned::Cts) {
-                        return Ok(Phase::Header);
-                    }
-                    return Err(Error::Protocol("clear-to-send for no pending rendezvous"));
-                }
+                let key = self.answer_send(&peer, token, Answer::Clear)?;
+                let Some(key) = key else { return Ok(Phase::Header) };
                 let tx = &mut self.sends[key];
                 let len = usize::try_from(len).ok().filter(|&l| l <= tx.op.buf.len());
                 let Some(len) = len else {
@@ -546,7 +536,6 @@ impl TcpEndpoint {
                     self.fail_conn(cx, out, err.clone());
                     return Err(err);
                 };
-                tx.cleared = true;
                 let out = tx.conn.0;
                 if len == 0 {
                     let tx = self.sends.remove(key);
@@ -573,22 +562,16 @@ impl TcpEndpoint {
                 Ok(Phase::Header)
             }
             Frame::Delivered { token } => {
-                let (key, gen) = untoken(token);
-                let waiting = |tx: &TxOp| tx.gen == gen && tx.written && tx.dest == peer;
-                if !self.sends.get(key).is_some_and(waiting) {
-                    if self.take_abandoned(&peer, token, |a| a == Abandoned::Delivered) {
-                        return Ok(Phase::Header);
-                    }
-                    return Err(Error::Protocol("delivery acknowledgement for no send waiting for one"));
-                }
+                let Some(key) = self.answer_send(&peer, token, Answer::Delivered)? else {
+                    return Ok(Phase::Header);
+                };
                 let tx = self.sends.remove(key);
                 complete::send(&mut cx.cq, self.attr.selective_completion, tx.op, Ok(()));
                 Ok(Phase::Header)
             }
             Frame::Data { rx_token, offset, len } => {
-                let (key, gen) = untoken(rx_token);
-                let r = match self.rndv.get(key) {
-                    Some(r) if r.gen == gen && r.conn == conn => r,
+                let (key, r) = match self.rndv.by_token(rx_token) {
+                    Some((key, r)) if r.conn == conn => (key, r),
                     _ => return Err(Error::Protocol("data for no matched rendezvous receive")),
                 };
                 let end = offset.checked_add(len).filter(|&e| e <= r.accepted as u64);
@@ -612,6 +595,23 @@ impl TcpEndpoint {
         let len = op.buf.len().min(a.olen);
         complete::recv_from(&mut cx.cq, op, Arrival { len, ..a }, from, self.attr.source_err);
         self.earn_credit(cx, id, None, a.olen);
+    }
+
+    /// The send a peer's `answer` about `token` moves on: live, gone to
+    /// `peer`, and waiting for that answer. `None`: the send failed with the
+    /// connection its request or data went out on, and this is the answer
+    /// it was still owed (dropped); any other answer is a violation.
+    fn answer_send(&mut self, peer: &Address, token: u64, answer: Answer) -> Result<Option<usize>> {
+        if let Some(key) = self.sends.key_of(token) {
+            let tx = &mut self.sends[key];
+            if tx.dest == *peer && tx.state.answer(answer).is_ok() {
+                return Ok(Some(key));
+            }
+        }
+        match self.abandoned.take(peer, token, |owed| owed == Owed::Send(answer)) {
+            true => Ok(None),
+            false => Err(answer.unexpected()),
+        }
     }
 
     /// An eager message was read whole: complete its receive, or find one
@@ -685,7 +685,6 @@ impl TcpEndpoint {
             Ok(out) => out,
             Err(e) => return complete::recv_failed(&mut cx.cq, op, op_error(&e, src)),
         };
-        let gen = self.next_gen();
         let a = Arrival {
             len: 0,
             olen,
@@ -700,7 +699,6 @@ impl TcpEndpoint {
             let key = self.rndv.insert(RndvRx {
                 recv: op,
                 conn,
-                gen,
                 olen,
                 accepted,
                 got: 0,
@@ -709,7 +707,7 @@ impl TcpEndpoint {
                 src,
                 ack: ack.then_some(token),
             });
-            (Owner::Cts(key), token_of(key, gen))
+            (Owner::Cts(key), self.rndv.token(key))
         };
         let hdr = Frame::Cts {
             token,

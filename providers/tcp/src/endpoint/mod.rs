@@ -23,7 +23,8 @@ use xfer_core::unstable::event::{PeerEvent, PeerEvents};
 use xfer_core::unstable::mr::Access;
 use xfer_core::unstable::peek::{Claim, Peeked};
 use xfer_core::unstable::provider::{CompletionLevel, Ctx, EndpointProvider, RecvOp, Rejected, RmaKind, RmaOp, SendOp};
-use xfer_core::unstable::rdm::{Account, Counters, Dropped, Receives, Unexpected};
+use xfer_core::unstable::rdm::rndv::{self, Answer, Next, Protocol, SendState};
+use xfer_core::unstable::rdm::{Abandoned, Account, Counters, Dropped, Outstanding, Receives, Unexpected};
 use xfer_core::unstable::sink::Sink;
 use xfer_core::unstable::sys::{Epoll, EMPTY_EVENT, READABLE, WRITABLE};
 use xfer_core::unstable::tag::{Matched, RecvSpec};
@@ -93,13 +94,8 @@ struct TxOp {
     conn: (usize, u64),
     /// The destination's name, to check who answers.
     dest: Address,
-    gen: u32,
-    /// Set once its rendezvous request is answered.
-    cleared: bool,
-    /// Set once its Eager frame or last Data frame was written whole: a
-    /// send asking for more than inject-complete then waits for its
-    /// Delivered frame.
-    written: bool,
+    /// Where it stands with its receiver.
+    state: SendState,
 }
 
 /// Where the next payload bytes of a connection may be read to directly.
@@ -144,10 +140,12 @@ pub struct TcpEndpoint {
     route_hint: Vec<(usize, u64)>,
     connecting: usize,
     serial: u64,
-    gen: u32,
-    sends: Slab<TxOp>,
-    rndv: Slab<RndvRx>,
-    rma: Slab<RmaTx>,
+    /// Sends in flight, by the token their receiver answers with.
+    sends: Outstanding<TxOp>,
+    /// Matched rendezvous receives waiting for their data.
+    rndv: Outstanding<RndvRx>,
+    /// RMA operations waiting for their answer.
+    rma: Outstanding<RmaTx>,
     /// Posted and unexpected receives, tagged and untagged (core's RDM layer).
     recvs: Receives<RtsTicket>,
     /// The connection that last had data to read (`hot`). Busy-polling
@@ -172,7 +170,7 @@ pub struct TcpEndpoint {
     /// whole: the peer's answer may still come on another connection, and is
     /// then dropped instead of counted as a violation. Forgotten when the
     /// answer comes or the peer's last connection goes.
-    abandoned: FastMap<(Address, u64), Abandoned>,
+    abandoned: Abandoned<Owed>,
     /// The RDM layer's counters (credit, requests, receive memory).
     counted: Counters,
     /// What peers may make this endpoint hold, against `EndpointAttr::rx_memory`.
@@ -197,23 +195,14 @@ pub struct TcpEndpoint {
 
 /// The answer an abandoned token may still get.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Abandoned {
-    /// A clear-to-send for a rendezvous send.
-    Cts,
-    /// The Delivered frame of an acknowledged send whose message went out.
-    Delivered,
+enum Owed {
+    /// A send's: a clear-to-send, or the Delivered frame of an acknowledged
+    /// send whose message went out.
+    Send(Answer),
     /// A write's acknowledgement.
     WriteAck,
     /// A read's response, with this many bytes of data.
     ReadResp { len: u64 },
-}
-
-fn token(key: usize, gen: u32) -> u64 {
-    (key as u64) | ((gen as u64) << 32)
-}
-
-fn untoken(t: u64) -> (usize, u32) {
-    ((t & 0xffff_ffff) as usize, (t >> 32) as u32)
 }
 
 /// The error an operation gets when its connection failed with `cause`.
@@ -371,10 +360,9 @@ impl TcpEndpoint {
             route_hint: Vec::new(),
             connecting: 0,
             serial: 0,
-            gen: 0,
-            sends: Slab::new(),
-            rndv: Slab::new(),
-            rma: Slab::new(),
+            sends: Outstanding::new(),
+            rndv: Outstanding::new(),
+            rma: Outstanding::new(),
             recvs: Receives::new(),
             hot: None,
             detached: false,
@@ -382,7 +370,7 @@ impl TcpEndpoint {
             spins: 0,
             unread: false,
             writing: 0,
-            abandoned: FastMap::default(),
+            abandoned: Abandoned::default(),
             counted: Counters::default(),
             account: Account::new(attr.rx_memory),
             budget: credit::budget(attr.tcp.eager_credit),
@@ -394,32 +382,9 @@ impl TcpEndpoint {
         })
     }
 
-    /// Forgets `peer`'s abandoned `token` if the answer that came `fits`
-    /// what it waits for; true then (the answer is dropped), false when the
-    /// token was not abandoned so (a protocol violation).
-    fn take_abandoned(&mut self, peer: &Address, token: u64, fits: impl FnOnce(Abandoned) -> bool) -> bool {
-        let Some(&waits) = self.abandoned.get(&(*peer, token)) else {
-            return false;
-        };
-        if !fits(waits) {
-            return false;
-        }
-        self.abandoned.remove(&(*peer, token));
-        tracing::debug!(
-            ?waits,
-            "answer for an operation that already failed with its connection, dropped"
-        );
-        true
-    }
-
     fn next_serial(&mut self) -> u64 {
         self.serial += 1;
         self.serial
-    }
-
-    fn next_gen(&mut self) -> u32 {
-        self.gen = self.gen.wrapping_add(1);
-        self.gen
     }
 
     /// Gives `recv` the unexpected message it matched (or claimed).
@@ -683,40 +648,29 @@ impl TcpEndpoint {
                     complete::send(&mut cx.cq, selective, tx.op, Err(err));
                 }
                 Owner::Cts(key) => self.fail_rndv(cx, key, &cause),
-                Owner::Rma(key) => self.fail_rma(cx, key, None, &cause),
+                Owner::Rma(key) => self.fail_rma(cx, key, &cause),
                 Owner::None | Owner::Hello => {}
             }
         }
-        let waiting: Vec<usize> = self.rma.iter().filter(|(_, r)| r.conn == me).map(|(k, _)| k).collect();
-        for key in waiting {
-            let r = &self.rma[key];
+        for (_, token, r) in self.rma.remove_where(|r| r.conn == me) {
             if r.sent {
                 // The target has the request: its answer may come on its own connection.
                 let answer = match r.op.kind {
-                    RmaKind::Write => Abandoned::WriteAck,
-                    RmaKind::Read => Abandoned::ReadResp {
+                    RmaKind::Write => Owed::WriteAck,
+                    RmaKind::Read => Owed::ReadResp {
                         len: r.op.buf.len() as u64,
                     },
                 };
-                self.abandoned.insert((r.dest, token(key, r.gen)), answer);
+                self.abandoned.abandon(r.dest, token, answer);
             }
-            self.fail_rma(cx, key, None, &cause);
+            let err = op_error(&cause, r.op.peer);
+            complete::rma(&mut cx.cq, selective, r.op, Err(err));
         }
-        let waiting: Vec<usize> = self
-            .sends
-            .iter()
-            .filter(|(_, t)| t.conn == me)
-            .map(|(k, _)| k)
-            .collect();
-        for key in waiting {
-            let tx = self.sends.remove(key);
-            if !tx.cleared {
-                // Its Rts went out: a Cts may still come back on another connection.
-                self.abandoned.insert((tx.dest, token(key, tx.gen)), Abandoned::Cts);
-            } else if tx.written {
-                // Its data went out: the receiver may still acknowledge it on its own connection.
-                self.abandoned
-                    .insert((tx.dest, token(key, tx.gen)), Abandoned::Delivered);
+        for (_, token, tx) in self.sends.remove_where(|t| t.conn == me) {
+            // Its request or its data went out whole: the receiver's answer
+            // may still come on its own connection.
+            if let Some(answer) = tx.state.owed() {
+                self.abandoned.abandon(tx.dest, token, Owed::Send(answer));
             }
             let err = op_error(&cause, tx.op.peer);
             complete::send(&mut cx.cq, selective, tx.op, Err(err));
@@ -728,7 +682,11 @@ impl TcpEndpoint {
                 ..
             }) => complete::recv_failed(&mut cx.cq, op, op_error(&cause, src)),
             Phase::Data { key, .. } => self.fail_rndv(cx, key, &cause),
-            Phase::ReadData { key, gen, .. } => self.fail_rma(cx, key, Some(gen), &cause),
+            Phase::ReadData { token, .. } => {
+                if let Some(key) = self.rma.key_of(token) {
+                    self.fail_rma(cx, key, &cause);
+                }
+            }
             Phase::Eager(_) | Phase::Header | Phase::RmaWrite(_) => {}
         }
         // Its kept requests to send can never be fulfilled, and a peer that
@@ -745,17 +703,16 @@ impl TcpEndpoint {
         }
         // What the rest of its kept messages hold is given back as receives take them.
         conn.share.close(&mut self.account, dropped.credit);
-        let stranded: Vec<usize> = self.rndv.iter().filter(|(_, r)| r.conn == me).map(|(k, _)| k).collect();
-        for key in stranded {
-            self.fail_rndv(cx, key, &cause);
+        for (_, _, r) in self.rndv.remove_where(|r| r.conn == me) {
+            complete::recv_failed(&mut cx.cq, r.recv, op_error(&cause, r.src));
         }
         // The last connection with a peer is gone: its endpoint is (a name
         // never comes back), so receives directed at it can never match.
         if let Some(peer) = conn.peer {
             let src = reverse(cx.av, &peer);
             let other = self.conns.iter().any(|(_, c)| c.peer == Some(peer));
-            if !other && !self.abandoned.is_empty() {
-                self.abandoned.retain(|(p, _), _| *p != peer);
+            if !other {
+                self.abandoned.forget(&peer);
             }
             if !other && cause != Error::Canceled {
                 for op in self.recvs.drain_posted_from(src) {
@@ -876,10 +833,6 @@ impl TcpEndpoint {
     }
 }
 
-fn token_of(key: usize, gen: u32) -> u64 {
-    token(key, gen)
-}
-
 impl TcpEndpoint {
     /// Checks an inject's size and returns the connection it goes out on.
     fn inject_conn(&mut self, cx: &Ctx<'_>, peer: PeerAddr, len: usize) -> Result<usize> {
@@ -903,27 +856,21 @@ impl EndpointProvider for TcpEndpoint {
             Err(e) => return Err(Rejected::new(e, op)),
         };
         let len = op.buf.len();
-        let gen = self.next_gen();
         let conn = (id, self.conns[id].serial);
         // An acknowledged send carries its token: the receiver answers with
         // a Delivered frame once it has the message.
         let ack = op.level != CompletionLevel::Inject;
-        let eager = len <= self.attr.rndv_threshold && self.spend_credit(id, len);
+        let protocol = rndv::choose(len, self.attr.rndv_threshold, || self.spend_credit(id, len));
+        let eager = protocol == Protocol::Eager;
+        let state = SendState::start(protocol);
         if eager && ack {
             let (tag, data) = (op.tag, op.data);
-            let key = self.sends.insert(TxOp {
-                op,
-                conn,
-                dest,
-                gen,
-                cleared: true,
-                written: false,
-            });
+            let key = self.sends.insert(TxOp { op, conn, dest, state });
             let hdr = Frame::Eager {
                 tag,
                 data,
                 len: len as u64,
-                ack: Some(token(key, gen)),
+                ack: Some(self.sends.token(key)),
             }
             .to_bytes();
             let frame = TxFrame {
@@ -945,14 +892,7 @@ impl EndpointProvider for TcpEndpoint {
                 complete::send(&mut cx.cq, self.attr.selective_completion, op, Ok(()));
                 return Ok(());
             };
-            let key = self.sends.insert(TxOp {
-                op,
-                conn,
-                dest,
-                gen,
-                cleared: true,
-                written: false,
-            });
+            let key = self.sends.insert(TxOp { op, conn, dest, state });
             let frame = TxFrame {
                 hdr,
                 payload: Payload::Op { key, offset: 0, len },
@@ -973,19 +913,12 @@ impl EndpointProvider for TcpEndpoint {
             }
         } else {
             let (tag, data) = (op.tag, op.data);
-            let key = self.sends.insert(TxOp {
-                op,
-                conn,
-                dest,
-                gen,
-                cleared: false,
-                written: false,
-            });
+            let key = self.sends.insert(TxOp { op, conn, dest, state });
             let hdr = Frame::Rts {
                 tag,
                 data,
                 len: len as u64,
-                token: token(key, gen),
+                token: self.sends.token(key),
                 ack,
             }
             .to_bytes();
@@ -1172,7 +1105,7 @@ impl EndpointProvider for TcpEndpoint {
             }
             self.fail_conn(cx, id, Error::Canceled);
         }
-        for r in self.rma.drain().collect::<Vec<_>>() {
+        for r in self.rma.drain() {
             complete::rma(&mut cx.cq, self.attr.selective_completion, r.op, Err(Error::Canceled));
         }
         for op in self.recvs.drain_posted() {

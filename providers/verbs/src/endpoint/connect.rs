@@ -518,14 +518,7 @@ impl VerbsEndpoint {
         }
         self.bury(k, matches!(err, Error::Protocol(_)));
         self.fail_posted(cx, k, err.clone());
-        let orphans: Vec<usize> = self
-            .rndv
-            .iter()
-            .filter(|(_, r)| r.conn == k)
-            .map(|(id, _)| id)
-            .collect();
-        for id in orphans {
-            let r = self.rndv.remove(id);
+        for (_, _, r) in self.rndv.remove_where(|r| r.conn == k) {
             self.release_mr(r.mr);
             xfer_core::unstable::complete::send(&mut cx.cq, false, r.op, Err(err.clone()));
         }
