@@ -11,6 +11,7 @@
 //!   transport but for its rendezvous handle.
 //! - [`credit`]: eager credit's unit, what one message costs its sender, and
 //!   [`Credit`], one connection's credit both ways.
+//! - [`crossing`]: which connection survives a crossed first contact.
 //! - [`Requests`]: a connection's requests to send waiting unmatched.
 //! - [`rndv`]: the eager/rendezvous choice and the rendezvous sender's
 //!   state machine ([`SendState`]), whatever moves the bytes.
@@ -27,6 +28,7 @@ pub mod account;
 pub mod admit;
 pub mod counters;
 pub mod credit;
+pub mod crossing;
 pub mod outstanding;
 pub mod receives;
 pub mod requests;

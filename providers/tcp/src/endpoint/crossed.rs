@@ -10,13 +10,14 @@
 //! as before: order across two connections cannot be restored cheaply.
 
 use super::*;
+use xfer_core::unstable::rdm::crossing::{self, Keep};
 
 impl TcpEndpoint {
     /// `peer`'s Hello came on the accepted connection `accepted` while our
     /// route to it is `own`: adopt `accepted` when our name is the greater
     /// and `own` has carried nothing but its Hello.
     pub(super) fn resolve_crossing(&mut self, cx: &mut Ctx<'_>, peer: Address, own: usize, accepted: usize) {
-        if self.name <= peer || own == accepted {
+        if crossing::survivor(&self.name, &peer) == Keep::Ours || own == accepted {
             return; // the peer adopts ours, or there is nothing to resolve
         }
         let Some(conn) = self.conns.get_mut(own) else { return };

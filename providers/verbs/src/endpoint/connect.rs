@@ -22,6 +22,7 @@ use xfer_core::Error;
 
 use super::{Conn, Peer, State, Tx, Unexpected, VerbsEndpoint};
 use xfer_core::unstable::rdm::admit;
+use xfer_core::unstable::rdm::crossing::{self, Keep};
 
 use crate::cm::{self, CmId, Event};
 use crate::name::{VerbsName, LEN as NAME_LEN};
@@ -377,7 +378,7 @@ impl VerbsEndpoint {
         };
         if let Some(c) = existing {
             let cc = &self.conns[c];
-            if cc.active && cc.state != State::Dead && self.addr < from {
+            if cc.active && cc.state != State::Dead && crossing::survivor(&self.addr, &from) == Keep::Ours {
                 self.stats.tie_breaks += 1;
                 if let Err(e) = id.reject(&private(KIND_DUP, &self.name)) {
                     tracing::debug!(error = %e, "refusing a duplicate connection");
