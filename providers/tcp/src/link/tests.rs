@@ -68,6 +68,13 @@ impl End {
         self.staged.extend_from_slice(bytes);
         let mut any = false;
         while self.failed.is_none() {
+            // Once open, only handshake frames are the machine's; the rest
+            // is the endpoint's data path.
+            let handshake =
+                self.staged.len() >= HEADER_LEN && Frame::parse(&self.staged).is_ok_and(|f| super::is_handshake(&f));
+            if self.link.is_open() && !handshake {
+                break;
+            }
             let used = match self.link.handle_bytes(local, &self.staged) {
                 Ok(n) => n,
                 Err(f) => {
@@ -87,7 +94,7 @@ impl End {
                     }
                 }
             }
-            if used == 0 || self.link.is_open() {
+            if used == 0 {
                 break;
             }
         }
@@ -536,4 +543,56 @@ fn crossed_connects_the_greater_name_gives_way() {
     assert!(!g_to_s.out.link.gives_way(&great, &small.name));
     // An accepted connection is never the one that gives way.
     assert!(!s_to_g.acc.link.gives_way(&great, &small.name));
+}
+
+mod prop {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    /// Where a link ends up after reading `chunks` in turn: its events,
+    /// its failure, whether it is open, and what it left unread.
+    fn outcome(link: Link, local: &Local, chunks: &[&[u8]]) -> (Vec<Event>, Option<Failure>, bool, usize) {
+        let mut end = End::new(link);
+        for chunk in chunks {
+            if end.failed.is_none() {
+                end.read(local, Instant::now(), chunk, true);
+            }
+        }
+        let open = end.link.is_open();
+        // After a failure nothing more is read: what is left does not count.
+        let left = if end.failed.is_some() { 0 } else { end.staged.len() };
+        (end.events, end.failed, open, left)
+    }
+
+    proptest! {
+        /// Whatever a peer sends first (a Hello cut anywhere, then any
+        /// bytes), split into two reads at every byte: nothing panics, and
+        /// the outcome is the one of a single read.
+        #[test]
+        fn first_bytes_split_anywhere_decide_the_same(
+            keep in 0usize..=80,
+            tail in proptest::collection::vec(any::<u8>(), 0..120),
+            keyed in any::<bool>(),
+        ) {
+            let key: Option<&[u8]> = if keyed { Some(b"key") } else { None };
+            let (a, b) = (local(1, 11, key), local(2, 22, key));
+            let mut bytes = Link::dial(&a, &b.name, Instant::now()).unwrap().output_bytes();
+            bytes.truncate(keep);
+            bytes.extend_from_slice(&tail);
+            let dialled = || {
+                let mut l = Link::dial(&a, &b.name, Instant::now()).unwrap();
+                l.handle_connected();
+                l
+            };
+            let accepting = outcome(Link::accept(), &b, &[&bytes]);
+            // The dialling side, answered by the same bytes.
+            let dialling = outcome(dialled(), &a, &[&bytes]);
+            for cut in 0..=bytes.len() {
+                let (first, rest) = bytes.split_at(cut);
+                prop_assert_eq!(&accepting, &outcome(Link::accept(), &b, &[first, rest]), "cut {}", cut);
+                prop_assert_eq!(&dialling, &outcome(dialled(), &a, &[first, rest]), "cut {}", cut);
+            }
+        }
+    }
 }
