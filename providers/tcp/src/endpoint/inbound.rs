@@ -1,7 +1,10 @@
 //! Inbound path of the TCP endpoint: reading connections, parsing frames,
 //! matching arrivals against posted receives, eager and rendezvous receives.
 
+use xfer_core::unstable::rdm::admit;
+
 use super::*;
+use crate::link::{self, Event};
 
 impl TcpEndpoint {
     /// Reads and processes the frames that arrived on connection `id`.
@@ -33,16 +36,10 @@ impl TcpEndpoint {
                 Ok(Io::WouldBlock) => return,
                 Ok(Io::Done(0)) => {
                     let _ = self.consume(cx, id);
-                    // Closed before it acknowledged our Hello: the endpoint we
-                    // dialled is not there (a new one at its address refused it).
+                    // Before the HelloAck, between frames or in one (`link`).
                     let Some(c) = self.conns.get(id) else { return };
-                    let cause = if matches!(c.state, State::Handshake(_)) {
-                        REFUSED
-                    } else if matches!(c.rx, Phase::Header) && c.staged().is_empty() {
-                        CLOSED_BY_PEER
-                    } else {
-                        CUT_BY_PEER
-                    };
+                    let mid_frame = !matches!(c.rx, Phase::Header) || !c.staged().is_empty();
+                    let cause = c.link.handle_eof(mid_frame).into();
                     return self.fail_conn(cx, id, cause);
                 }
                 Ok(Io::Done(n)) => {
@@ -157,7 +154,7 @@ impl TcpEndpoint {
     }
 
     /// Connection `id`'s Hello from `peer` is accepted (and proven, with a
-    /// job key): the connection has its peer, and the HelloAck goes out.
+    /// job key; its HelloAck is queued): the connection has its peer.
     #[cold]
     fn open_accepted(&mut self, cx: &mut Ctx<'_>, id: usize, peer: Address) {
         self.conns[id].peer = Some(peer);
@@ -165,92 +162,67 @@ impl TcpEndpoint {
         // Answer on this connection unless we already opened our own.
         let own = *self.route.entry(peer).or_insert(id);
         tracing::debug!(?peer, "peer connected");
-        // The first frame we write on it: the peer holds everything
-        // else it has for us until this arrives.
-        let hdr = Frame::HelloAck { nonce: self.nonce }.to_bytes();
-        let ack = TxFrame {
-            hdr,
-            payload: Payload::None,
-            written: 0,
-            owner: Owner::None,
-        };
-        self.queue(cx, id, ack);
         if own != id && self.conns.contains(id) {
             self.resolve_crossing(cx, peer, own, id);
         }
     }
 
-    /// A Hello or HelloAck at the head of connection `id`'s staged bytes
-    /// (off the data path): true once handled, false while the Hello's name
-    /// is not all staged.
+    /// A handshake frame at the head of connection `id`'s staged bytes, or
+    /// any frame before it is open (off the data path): the connection's
+    /// lifecycle machine (`link`) judges it, and this drives what it
+    /// decides. True once a frame was handled, false while it is not all
+    /// staged.
     #[cold]
-    fn handshake_frame(&mut self, cx: &mut Ctx<'_>, id: usize, frame: Frame) -> Result<bool> {
+    fn handshake_frame(&mut self, cx: &mut Ctx<'_>, id: usize) -> Result<bool> {
+        let now = Instant::now();
         let conn = &mut self.conns[id];
-        let staged = conn.staged();
-        if let Frame::Hello { name_len, to } = frame {
-            let end = HEADER_LEN + name_len as usize;
-            if staged.len() < end {
-                return Ok(false);
-            }
-            if conn.peer.is_some() || conn.admit.is_some() {
-                return Err(Error::Protocol("second hello on a connection"));
-            }
-            let name = TcpName::decode(&staged[HEADER_LEN..end]).map_err(|e| Error::Protocol(e.as_str()))?;
-            if to != self.nonce && to != ANY_NONCE {
-                // Dialled by an old name of this address: what it
-                // sends was meant for an earlier endpoint.
-                tracing::info!(peer = %name, "hello for an earlier endpoint at this address refused");
-                return Err(Error::Protocol("hello names an earlier endpoint at this address"));
-            }
-            let peer = Address::new(&staged[HEADER_LEN..end])?;
-            conn.consume(end);
-            if !self.conns[id].share.admit(&mut self.account, credit::ADMISSION) {
-                self.counted.rx_memory_refused += 1;
-                xfer_core::warn_limited!(%peer, committed = self.account.committed(), limit = self.account.limit(),
-                    "peer refused: receive memory (XFER_RX_MEMORY) exhausted");
-                return Err(Error::Os(libc::ENOBUFS));
-            }
-            if !self.challenge(cx, id, peer)? {
-                self.open_accepted(cx, id, peer);
-            }
-            return Ok(true);
-        }
-        if let Frame::Proof = frame {
-            return match self.check_proof(id)? {
-                Some(peer) => {
-                    self.open_accepted(cx, id, peer);
-                    Ok(true)
+        let staged = &conn.staging[conn.start..conn.end];
+        let used = match conn.link.handle_bytes(&self.local, staged) {
+            Ok(used) => used,
+            Err(f) => return Err(self.link_failed(id, f)),
+        };
+        conn.consume(used);
+        conn.take_transmits();
+        while let Some(event) = self.conns.get_mut(id).and_then(|c| c.link.poll_event()) {
+            match event {
+                Event::Hello(peer) => {
+                    let conn = &mut self.conns[id];
+                    if !conn.share.admit(&mut self.account, credit::ADMISSION) {
+                        self.counted.rx_memory_refused += 1;
+                        xfer_core::warn_limited!(%peer, committed = self.account.committed(), limit = self.account.limit(),
+                            "peer refused: receive memory (XFER_RX_MEMORY) exhausted");
+                        return Err(Error::Os(libc::ENOBUFS));
+                    }
+                    if let Err(f) = conn.link.admit(&self.local, now, admit::challenge) {
+                        return Err(self.link_failed(id, f));
+                    }
+                    conn.take_transmits();
+                    if conn.link.awaits_proof() {
+                        self.admitting += 1;
+                    }
                 }
-                None => Ok(false),
-            };
-        }
-        if let Frame::Challenge { nonce } = frame {
-            self.answer_challenge(cx, id, nonce)?;
-            return Ok(true);
-        }
-        if let Frame::HelloAck { nonce } = frame {
-            let dialled = match (conn.state, conn.peer) {
-                (State::Handshake(_), Some(peer)) => TcpName::decode(peer.as_bytes()).ok(),
-                _ => None,
-            };
-            let Some(dialled) = dialled else {
-                return Err(Error::Protocol("hello acknowledgement out of place"));
-            };
-            if nonce != dialled.nonce && dialled.nonce != ANY_NONCE {
-                return Err(Error::Protocol("hello acknowledged by another endpoint"));
+                Event::Admitted { peer, proven } => {
+                    if proven {
+                        self.admitting -= 1;
+                    }
+                    self.open_accepted(cx, id, peer);
+                }
+                Event::Connected(name) => {
+                    self.connecting -= 1;
+                    tracing::debug!(peer = ?name, "connected");
+                    self.peer_up(cx, name);
+                }
             }
-            conn.consume(HEADER_LEN);
-            conn.state = State::Open;
-            self.connecting -= 1;
-            tracing::debug!(peer = %dialled, "connected");
-            let acked = TcpName { nonce, ..dialled };
-            if let Ok(name) = Address::new(&acked.to_vec()) {
-                self.peer_up(cx, name);
-            }
-            self.flush(cx, id);
-            return Ok(true);
         }
-        Ok(false)
+        if self.conns.contains(id) {
+            // The handshake's answer, or what waited for the HelloAck.
+            if self.progressing {
+                burst::defer(&mut self.deferred, &mut self.conns[id], id);
+            } else {
+                self.flush(cx, id);
+            }
+        }
+        Ok(used > 0)
     }
 
     /// The frame header at the head of connection `id`'s staged bytes, and
@@ -264,18 +236,11 @@ impl TcpEndpoint {
             return Ok(false);
         }
         let frame = Frame::parse(staged).map_err(|e| Error::Protocol(e.as_str()))?;
-        if let Frame::Hello { .. } | Frame::HelloAck { .. } | Frame::Challenge { .. } | Frame::Proof = frame {
-            return self.handshake_frame(cx, id, frame);
-        }
-        if matches!(conn.state, State::Handshake(_)) {
-            return Err(Error::Protocol("first frame is not a hello acknowledgement"));
+        if link::is_handshake(&frame) || !conn.link.is_open() {
+            return self.handshake_frame(cx, id);
         }
         let Some(peer) = conn.peer else {
-            if let Some(pending) = conn.admit.take() {
-                self.admitting -= 1;
-                return Err(self.refuse(&pending.0, "frame before the job key proof"));
-            }
-            return Err(Error::Protocol("first frame is not a hello"));
+            return Err(Error::Internal("an open connection without a peer"));
         };
         // A write with immediate data: its 8 bytes come first.
         let mut imm = None;

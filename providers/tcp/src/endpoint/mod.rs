@@ -29,9 +29,10 @@ use xfer_core::unstable::sink::Sink;
 use xfer_core::unstable::sys::{Epoll, EMPTY_EVENT, READABLE, WRITABLE};
 use xfer_core::unstable::tag::{Matched, RecvSpec};
 
-use crate::conn::{Conn, Dir, Owner, Payload, State, TxFrame};
+use crate::conn::{Conn, Dir, Owner, Payload, TxFrame};
 use crate::iface;
 use crate::keys::{status_error, status_of};
+use crate::link::{Link, Local};
 use crate::name::{TcpName, ANY_NONCE};
 use crate::rx::{EagerDest, EagerRx, Phase, RndvRx, RtsTicket, Unexp, WriteRx};
 use crate::sys::{self, Io, Socket};
@@ -60,21 +61,6 @@ use rma::RmaTx;
 const LISTENER: u64 = u64::MAX;
 /// Reads per connection per progress call, so one busy peer cannot starve others.
 const READS_PER_EVENT: usize = 16;
-/// The cause recorded when a peer closes a connection in order (end of
-/// file between frames).
-const CLOSED_BY_PEER: Error = Error::PeerClosed { peer: PeerAddr::UNSPEC };
-/// The cause recorded when a connection ends in the middle of a frame: the
-/// peer's process died while sending, so its message is lost.
-const CUT_BY_PEER: Error = Error::PeerUnreachable {
-    peer: PeerAddr::UNSPEC,
-    errno: libc::ECONNRESET,
-};
-/// The cause recorded when a peer closes a connection before acknowledging
-/// our Hello: the endpoint we dialled is gone (another may listen there now).
-const REFUSED: Error = Error::PeerUnreachable {
-    peer: PeerAddr::UNSPEC,
-    errno: libc::ECONNREFUSED,
-};
 /// Bytes a closing endpoint reads and discards per connection so that
 /// closing it sends a FIN, not a reset (a socket's default receive buffer).
 const CLOSE_DRAIN: usize = 4 << 20;
@@ -111,8 +97,9 @@ enum Direct {
 pub struct TcpEndpoint {
     attr: EndpointAttr,
     name: Address,
-    /// Our name's nonce: a Hello must carry it to be accepted.
-    nonce: u64,
+    /// What the connections' lifecycle machines know of us (`link`): our
+    /// name, its nonce (a Hello must carry it), the job key.
+    local: Local,
     listener: Socket,
     /// The listener's state at the descriptor limit (`listen`).
     acceptor: listen::Acceptor,
@@ -345,7 +332,12 @@ impl TcpEndpoint {
         Ok(TcpEndpoint {
             attr: attr.clone(),
             name,
-            nonce,
+            local: Local {
+                name,
+                nonce,
+                key: attr.job_key.clone(),
+                connect_timeout: Duration::from_millis(attr.tcp.connect_timeout_ms),
+            },
             listener,
             acceptor: listen::Acceptor::new(),
             watch: xfer_core::unstable::rdm::stall::Watch::new(attr.progress_timeout_ms),
@@ -451,24 +443,15 @@ impl TcpEndpoint {
         }
         let name = TcpName::decode(dest.as_bytes()).map_err(|e| Error::Protocol(e.as_str()))?;
         let addr = dial_addr(name.addr, self.zone)?;
+        let link = Link::dial(&self.local, dest, Instant::now())?;
         let sock = Socket::connect(&addr)?;
         sock.tune(&self.attr.tcp, Some(addr))?;
         let serial = self.next_serial();
-        let mut conn = Conn::new(sock, Dir::Out, State::Connecting(Instant::now()), serial, Some(*dest));
+        let mut conn = Conn::new(sock, Dir::Out, link, serial, Some(*dest));
         // Our user chose this peer: admitted whatever the receive memory holds.
         conn.share.commit(&mut self.account, credit::ADMISSION);
-        let me = self.name.as_bytes().to_vec();
-        let hdr = Frame::Hello {
-            name_len: me.len() as u8,
-            to: name.nonce,
-        }
-        .to_bytes();
-        conn.txq.push_back(TxFrame {
-            hdr,
-            payload: Payload::Owned(me),
-            written: 0,
-            owner: Owner::Hello,
-        });
+        // The Hello, written once connected.
+        conn.take_transmits();
         conn.want_write = true;
         self.writing += 1;
         let fd = conn.sock.as_raw_fd();
@@ -488,12 +471,11 @@ impl TcpEndpoint {
     /// one by one.
     fn flush(&mut self, cx: &mut Ctx<'_>, id: usize) {
         let Some(conn) = self.conns.get_mut(id) else { return };
-        // Before the peer's HelloAck only our Hello may go out.
-        let hello_only = match conn.state {
-            State::Open => false,
-            State::Handshake(_) => true,
-            State::Connecting(_) => return,
-        };
+        // Until the connection is open only handshake frames may go out.
+        if conn.link.is_connecting() {
+            return;
+        }
+        let hello_only = !conn.link.is_open();
         let mut full = false;
         if !hello_only && conn.txq.len() > 1 {
             loop {
@@ -516,7 +498,7 @@ impl TcpEndpoint {
             owner,
         }) = conn.txq.front_mut()
         {
-            if full || (hello_only && *owner != Owner::Hello) {
+            if full || (hello_only && *owner != Owner::Handshake) {
                 break;
             }
             let (ext, payload): (&[u8], &[u8]) = match payload {
@@ -549,7 +531,7 @@ impl TcpEndpoint {
             }
         }
         let want = match conn.txq.front() {
-            Some(f) => !hello_only || f.owner == Owner::Hello,
+            Some(f) => !hello_only || f.owner == Owner::Handshake,
             None => false,
         };
         if want != conn.want_write {
@@ -598,10 +580,10 @@ impl TcpEndpoint {
                 tracing::debug!(error = %e, "epoll delete of a failed connection");
             }
         }
-        if matches!(conn.state, State::Connecting(_) | State::Handshake(_)) {
+        if conn.link.is_dialling() {
             self.connecting -= 1;
         }
-        if conn.admit.is_some() {
+        if conn.link.awaits_proof() {
             // Gone (closed, timed out, or failed otherwise) before proving the job key.
             self.admission_refused += 1;
             self.admitting -= 1;
@@ -649,7 +631,7 @@ impl TcpEndpoint {
                 }
                 Owner::Cts(key) => self.fail_rndv(cx, key, &cause),
                 Owner::Rma(key) => self.fail_rma(cx, key, &cause),
-                Owner::None | Owner::Hello => {}
+                Owner::None | Owner::Handshake => {}
             }
         }
         for (_, token, r) in self.rma.remove_where(|r| r.conn == me) {
@@ -732,52 +714,44 @@ impl TcpEndpoint {
 
     fn on_event(&mut self, cx: &mut Ctx<'_>, id: usize, events: u32) {
         let Some(conn) = self.conns.get_mut(id) else { return };
-        match conn.state {
-            State::Connecting(_) => {
-                if events & (WRITABLE | libc::EPOLLERR as u32 | libc::EPOLLHUP as u32) == 0 {
-                    return;
-                }
-                match conn.sock.take_error() {
-                    Ok(0) => {
-                        // Connected: send the Hello, then wait for its acknowledgement.
-                        if let State::Connecting(since) = conn.state {
-                            conn.state = State::Handshake(since);
-                        }
-                        self.flush(cx, id);
-                    }
-                    Ok(errno) => self.fail_conn(cx, id, Error::Os(errno)),
-                    Err(e) => self.fail_conn(cx, id, e),
-                }
+        if conn.link.is_connecting() {
+            if events & (WRITABLE | libc::EPOLLERR as u32 | libc::EPOLLHUP as u32) == 0 {
+                return;
             }
-            State::Handshake(_) | State::Open => {
-                if events & (READABLE | libc::EPOLLERR as u32 | libc::EPOLLHUP as u32) != 0 {
-                    self.set_hot(cx, id);
-                    self.read_inbound(cx, id);
-                }
-                if events & WRITABLE != 0 {
-                    if let Some(c) = self.conns.get_mut(id) {
-                        c.silence.heard();
-                    }
+            match conn.sock.take_error() {
+                Ok(0) => {
+                    // Connected: send the Hello, then wait for its acknowledgement.
+                    conn.link.handle_connected();
                     self.flush(cx, id);
                 }
+                Ok(errno) => self.fail_conn(cx, id, Error::Os(errno)),
+                Err(e) => self.fail_conn(cx, id, e),
             }
+            return;
+        }
+        if events & (READABLE | libc::EPOLLERR as u32 | libc::EPOLLHUP as u32) != 0 {
+            self.set_hot(cx, id);
+            self.read_inbound(cx, id);
+        }
+        if events & WRITABLE != 0 {
+            if let Some(c) = self.conns.get_mut(id) {
+                c.silence.heard();
+            }
+            self.flush(cx, id);
         }
     }
 
+    /// Fails the connections whose connect, handshake or admission is
+    /// past its deadline (`Link::handle_timeout`).
     fn check_connect_timeouts(&mut self, cx: &mut Ctx<'_>) {
-        let limit = Duration::from_millis(self.attr.tcp.connect_timeout_ms);
         let now = Instant::now();
-        let late: Vec<usize> = self
+        let late: Vec<(usize, Error)> = self
             .conns
-            .iter()
-            .filter(|(_, c)| match c.state {
-                State::Connecting(since) | State::Handshake(since) => now.duration_since(since) > limit,
-                State::Open => c.admit.as_ref().is_some_and(|a| now.duration_since(a.2) > limit),
-            })
-            .map(|(k, _)| k)
+            .iter_mut()
+            .filter_map(|(k, c)| c.link.handle_timeout(now).err().map(|f| (k, f.into())))
             .collect();
-        for id in late {
-            self.fail_conn(cx, id, Error::TimedOut);
+        for (id, cause) in late {
+            self.fail_conn(cx, id, cause);
         }
     }
 
@@ -788,7 +762,7 @@ impl TcpEndpoint {
     fn try_send_now(&mut self, cx: &mut Ctx<'_>, id: usize, hdr: &[u8; HEADER_LEN], payload: &[u8]) -> Option<usize> {
         let hold = self.in_burst();
         let conn = &mut self.conns[id];
-        if conn.state != State::Open || !conn.txq.is_empty() {
+        if !conn.link.is_open() || !conn.txq.is_empty() {
             return Some(0);
         }
         if hold {
@@ -1098,7 +1072,7 @@ impl EndpointProvider for TcpEndpoint {
         let ids: Vec<usize> = self.conns.iter().map(|(k, _)| k).collect();
         for id in ids {
             if let Some(c) = self.conns.get(id) {
-                if !matches!(c.state, State::Connecting(_)) {
+                if !c.link.is_connecting() {
                     // The peer learns of an orderly close, not a failure.
                     c.sock.close_in_order(CLOSE_DRAIN);
                 }
