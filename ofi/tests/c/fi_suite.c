@@ -397,7 +397,7 @@ static void rma_section(struct fid_fabric *fabric)
 	MUST(fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, hints, &info));
 	CHECK(info->domain_attr->mr_mode == (FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY | FI_MR_LOCAL),
 	      "mr_mode with FI_MR_LOCAL listed: %x", info->domain_attr->mr_mode);
-	CHECK(info->tx_attr->rma_iov_limit == 1, "rma_iov_limit %zu", info->tx_attr->rma_iov_limit);
+	CHECK(info->tx_attr->rma_iov_limit == 4, "rma_iov_limit %zu", info->tx_attr->rma_iov_limit);
 	struct fid_domain *domain;
 	struct fid_av *av;
 	MUST(fi_domain(fabric, info, &domain, NULL));
@@ -584,8 +584,8 @@ int main(void)
 	h2->domain_attr->max_err_data = 4096;
 	CHECK(fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, h2, &none) == -FI_ENODATA, "4096 B of error data accepted");
 	h2->domain_attr->max_err_data = 0;
-	h2->tx_attr->rma_iov_limit = 4;
-	CHECK(fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, h2, &none) == -FI_ENODATA, "rma_iov_limit 4 accepted");
+	h2->tx_attr->rma_iov_limit = 5;
+	CHECK(fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, h2, &none) == -FI_ENODATA, "rma_iov_limit 5 accepted");
 	h2->tx_attr->rma_iov_limit = 0;
 	h2->rx_attr->size = 1 << 20;
 	MUST(fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, h2, &got));
