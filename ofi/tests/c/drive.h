@@ -66,6 +66,15 @@ static inline int next_completion(struct fid_cq *cq, struct fid_cq *other, void 
 	}
 }
 
+/* Closes two endpoints, then their CQs. */
+static inline void close_eps(struct fid_ep *a, struct fid_ep *b, struct fid_cq *cq_of_a, struct fid_cq *cq_of_b)
+{
+	MUST(fi_close(&a->fid));
+	MUST(fi_close(&b->fid));
+	MUST(fi_close(&cq_of_a->fid));
+	MUST(fi_close(&cq_of_b->fid));
+}
+
 /* Closes what every test opens last: the AV, the region (if any), the
  * domain, the fabric and the fi_info. */
 static inline void close_domain(struct fid_av *av, struct fid_mr *mr, struct fid_domain *domain,

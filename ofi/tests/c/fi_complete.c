@@ -171,10 +171,7 @@ int main(void)
 	recv_done(0, "empty delivery complete");
 	printf("empty delivery complete checked\n");
 
-	MUST(fi_close(&ep_a->fid));
-	MUST(fi_close(&ep_b->fid));
-	MUST(fi_close(&cq_a->fid));
-	MUST(fi_close(&cq_b->fid));
+	close_eps(ep_a, ep_b, cq_a, cq_b);
 	close_domain(av, mr, domain, fabric, info);
 	printf("all completion levels checked\n");
 	return 0;

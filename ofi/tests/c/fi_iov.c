@@ -161,14 +161,11 @@ int main(void)
 	struct iovec rc[2] = {{R(400), 8}, {R(500), 8}};
 	MUST(fi_recvv(ep_b, rc, descs, 2, FI_ADDR_UNSPEC, &ctx4));
 	MUST(fi_cancel(&ep_b->fid, &ctx4));
-	CHECK(next_completion(cq_b, cq_a, &e, &err) == 1 && err.err == FI_ECANCELED && err.op_context == &ctx4, "cancelled recvv: %d",
-	      err.err);
+	CHECK(next_completion(cq_b, cq_a, &e, &err) == 1 && err.err == FI_ECANCELED && err.op_context == &ctx4,
+	      "cancelled recvv: %d", err.err);
 	printf("cancelled recvv checked\n");
 
-	MUST(fi_close(&ep_a->fid));
-	MUST(fi_close(&ep_b->fid));
-	MUST(fi_close(&cq_a->fid));
-	MUST(fi_close(&cq_b->fid));
+	close_eps(ep_a, ep_b, cq_a, cq_b);
 	close_domain(av, mr, domain, fabric, info);
 	printf("all vectors checked\n");
 	return 0;

@@ -133,14 +133,11 @@ int main(void)
 	struct fi_msg m2 = {.msg_iov = &iov, .desc = &desc, .iov_count = 1, .addr = FI_ADDR_UNSPEC, .context = &cctx};
 	MUST(fi_recvmsg(ep_b, &m2, FI_MULTI_RECV));
 	MUST(fi_cancel(&ep_b->fid, &cctx));
-	CHECK(next_completion(cq_b, cq_a, &e, &err) == 1 && err.err == FI_ECANCELED && err.op_context == &cctx, "cancelled buffer: %d",
-	      err.err);
+	CHECK(next_completion(cq_b, cq_a, &e, &err) == 1 && err.err == FI_ECANCELED && err.op_context == &cctx,
+	      "cancelled buffer: %d", err.err);
 	printf("cancelled multi-receive checked\n");
 
-	MUST(fi_close(&ep_a->fid));
-	MUST(fi_close(&ep_b->fid));
-	MUST(fi_close(&cq_a->fid));
-	MUST(fi_close(&cq_b->fid));
+	close_eps(ep_a, ep_b, cq_a, cq_b);
 	close_domain(av, mr, domain, fabric, info);
 	printf("all multi-receives checked\n");
 	return 0;

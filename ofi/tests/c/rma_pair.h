@@ -111,12 +111,9 @@ static inline void pair_open(struct pair *p, uint64_t caps, char *local, size_t 
 /* Closes what pair_open opened. */
 static inline void pair_close(struct pair *p)
 {
-	MUST(fi_close(&p->ep_a->fid));
-	MUST(fi_close(&p->ep_b->fid));
+	close_eps(p->ep_a, p->ep_b, cq_a, cq_b);
 	MUST(fi_close(&p->mr_a->fid));
 	MUST(fi_close(&p->mr_b->fid));
-	MUST(fi_close(&cq_a->fid));
-	MUST(fi_close(&cq_b->fid));
 	for (int i = 0; i < 2; i++)
 		MUST(fi_close(&p->k[i]->fid));
 	close_domain(p->av, NULL, p->domain, p->fabric, p->info);
