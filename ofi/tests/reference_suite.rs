@@ -530,6 +530,8 @@ fn waits_vectors_and_multi_receives_under_valgrind() {
 /// `FI_REMOTE_CQ_DATA` from two local buffers into three remote segments
 /// (one target entry with the data, by which every segment has its bytes;
 /// one completion, counted once) and `fi_readmsg` of them back; more
+/// `fi_inject_writedata` and `fi_writemsg` with `FI_REMOTE_CQ_DATA` (one
+/// target entry each, no context, the bytes in place); more
 /// remote segments than `rma_iov_limit` refused with `-FI_EINVAL`
 /// (libfabric 1.17's tcp accepts them: its reference run fails there).
 #[test]
@@ -545,6 +547,7 @@ fn rma_with_counters() {
             "readmsg checked",
             "segmented writemsg checked",
             "segmented readmsg checked",
+            "remote cq data checked",
             "rma_iov_limit checked",
             "all rma checked",
         ];

@@ -16,6 +16,9 @@
  *   brings the bytes back in order, the read counter at 2; fi_readmsg of
  *   two buffers with FI_COMPLETION the same; an fi_writemsg with more
  *   remote segments than tx_attr->rma_iov_limit is -FI_EINVAL;
+ * - fi_inject_writedata and fi_writemsg with FI_REMOTE_CQ_DATA: one target
+ *   entry each (FI_REMOTE_WRITE | FI_REMOTE_CQ_DATA, its data, no context),
+ *   the bytes in place by then; the write counter two more;
  * - several remote segments (tx_attr->rma_iov_limit of at least 3):
  *   fi_writemsg of two local buffers (300 bytes, 700 bytes + 1 MiB) with
  *   FI_REMOTE_CQ_DATA into three segments of B's region (200, 500 bytes and
@@ -193,6 +196,41 @@ int main(void)
 			printf("segmented readmsg checked\n");
 		} else {
 			printf("several remote segments not offered\n");
+		}
+
+		/* Remote CQ data from fi_inject_writedata and from fi_writemsg:
+		 * one target entry each, with its data. */
+		{
+			static int dmctx;
+			uint64_t writes = fi_cntr_read(wcntr);
+			for (int i = 0; i < 108; i++)
+				local[i] = (char)(i * 13 + 7);
+			POST(fi_inject_writedata(ep_a, local, 8, 0xfeed, b, base + 1900, key));
+			one(cq_b, cq_a, &e);
+			printf("target entry: context %p len %zu flags %#llx\n", e.op_context, e.len,
+			       (unsigned long long)e.flags);
+			CHECK((e.flags & (FI_REMOTE_WRITE | FI_REMOTE_CQ_DATA)) == (FI_REMOTE_WRITE | FI_REMOTE_CQ_DATA) &&
+				      e.data == 0xfeed && e.op_context == NULL,
+			      "inject_writedata: target entry flags %#llx data %#llx", (unsigned long long)e.flags,
+			      (unsigned long long)e.data);
+			CHECK(!memcmp(target + 1900, local, 8), "inject_writedata: bytes not in place with its entry");
+			struct iovec v = {local + 8, 100};
+			struct fi_rma_iov r = {.addr = base + 1800, .len = 100, .key = key};
+			struct fi_msg_rma m = {.msg_iov = &v, .desc = &desc, .iov_count = 1, .addr = b, .rma_iov = &r,
+					       .rma_iov_count = 1, .context = &dmctx, .data = 0xbead};
+			POST(fi_writemsg(ep_a, &m, FI_COMPLETION | FI_REMOTE_CQ_DATA));
+			one(cq_b, cq_a, &e);
+			CHECK((e.flags & (FI_REMOTE_WRITE | FI_REMOTE_CQ_DATA)) == (FI_REMOTE_WRITE | FI_REMOTE_CQ_DATA) &&
+				      e.data == 0xbead,
+			      "writemsg with FI_REMOTE_CQ_DATA: target entry flags %#llx data %#llx",
+			      (unsigned long long)e.flags, (unsigned long long)e.data);
+			CHECK(!memcmp(target + 1800, local + 8, 100), "writemsg: bytes not in place with its entry");
+			one(cq_a, cq_b, &e);
+			CHECK(e.op_context == &dmctx, "writemsg with FI_REMOTE_CQ_DATA: completion %p", e.op_context);
+			CHECK(fi_cntr_read(wcntr) == writes + 2, "the two writes with data counted %llu times",
+			      (unsigned long long)(fi_cntr_read(wcntr) - writes));
+			CHECK(b_quiet(), "another target entry");
+			printf("remote cq data checked\n");
 		}
 
 		struct fi_rma_iov over[8] = {rma, rma, rma, rma, rma, rma, rma, rma};
