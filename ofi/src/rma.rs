@@ -239,31 +239,38 @@ impl EpCore {
             true => vec![(r.buf, r.len)],
             false => r.segs,
         };
-        // Each part's buffer, and the staging token of a read.
-        let (parts, staged): (Vec<Buffer>, Option<u64>) = match r.kind {
+        // Each part's segment and buffer, and the staging token of a read.
+        let (parts, staged): (Vec<(usize, Buffer)>, Option<u64>) = match r.kind {
             RmaKind::Write => {
                 if flags & fi::FI_INJECT != 0 && r.len > en.inject_size {
                     return scode(-(libc::EMSGSIZE));
                 }
                 // SAFETY: libfabric's contract: each buffer is valid for its length.
                 let all = unsafe { iov::gather(&local) };
-                let parts = cut(&r.remote, all.len()).map(|(at, n)| Buffer::from(all[at..at + n].to_vec()));
-                (parts.collect(), None)
+                let parts = cut(&r.remote, all.len());
+                let bufs = parts
+                    .iter()
+                    .map(|&(i, at, n)| (i, Buffer::from(all[at..at + n].to_vec())));
+                (bufs.collect(), None)
             }
             RmaKind::Read => {
                 let (token, ptr, total) = en.scatters.stage(context & !SILENT, &local);
+                let parts = cut(&r.remote, total);
                 // SAFETY: the staging buffer lives in `scatters` until the
                 // read completes (or the endpoint is gone); the parts are
                 // disjoint ranges of it.
-                let parts = cut(&r.remote, total).map(|(at, n)| unsafe { Buffer::raw(ptr.add(at), n) });
-                (parts.collect(), Some(token))
+                let bufs = parts
+                    .iter()
+                    .map(|&(i, at, n)| (i, unsafe { Buffer::raw(ptr.add(at), n) }));
+                (bufs.collect(), Some(token))
             }
         };
         let count = parts.len();
         let token = en
             .joins
             .start(staged.map_or(context, |t| t | (context & SILENT)), count);
-        for (i, (buf, seg)) in parts.into_iter().zip(&r.remote).enumerate() {
+        for (i, (seg, buf)) in parts.into_iter().enumerate() {
+            let seg = &r.remote[seg];
             let op = RmaOp {
                 peer: PeerAddr(r.peer),
                 kind: r.kind,
@@ -331,19 +338,21 @@ impl EpCore {
     }
 }
 
-/// Where each part of `len` bytes goes across remote segments `remote`
-/// (offset into the bytes, length), in order; a segment left with nothing
-/// gets no part, except the first (a zero-length operation has one part).
-fn cut(remote: &[fi::fi_rma_iov], len: usize) -> impl Iterator<Item = (usize, usize)> + '_ {
+/// How `len` bytes go across remote segments `remote`, in order: for
+/// each part, its segment's index, its offset into the bytes and its
+/// length. Segments left with nothing get no part, except that a
+/// zero-length operation has one part, on the first segment.
+fn cut(remote: &[fi::fi_rma_iov], len: usize) -> Vec<(usize, usize, usize)> {
     let mut at = 0usize;
-    remote.iter().enumerate().map_while(move |(i, seg)| {
+    let mut parts = Vec::with_capacity(remote.len());
+    for (i, seg) in remote.iter().enumerate() {
         let n = seg.len.min(len - at);
-        if n == 0 && i > 0 {
-            return None;
+        if n > 0 || (len == 0 && i == 0) {
+            parts.push((i, at, n));
         }
         at += n;
-        Some((at - n, n))
-    })
+    }
+    parts
 }
 
 /// The remote segments of an `fi_msg_rma`: one to [`RMA_IOV_LIMIT`]
@@ -545,4 +554,27 @@ unsafe extern "C" fn injectdata(
     key: u64,
 ) -> isize {
     with_ep(ep, |ep| ep.inject_write(dest, buf, len, addr, key, Some(data)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn segs(lens: &[usize]) -> Vec<fi::fi_rma_iov> {
+        lens.iter()
+            .map(|&len| fi::fi_rma_iov { addr: 0, len, key: 0 })
+            .collect()
+    }
+
+    #[test]
+    fn bytes_are_cut_in_segment_order_past_empty_segments() {
+        assert_eq!(cut(&segs(&[5, 0, 5]), 10), [(0, 0, 5), (2, 5, 5)]);
+        assert_eq!(cut(&segs(&[0, 4, 100]), 10), [(1, 0, 4), (2, 4, 6)]);
+        assert_eq!(
+            cut(&segs(&[8, 8]), 8),
+            [(0, 0, 8)],
+            "the rest of the room is not written"
+        );
+        assert_eq!(cut(&segs(&[0, 8]), 0), [(0, 0, 0)], "an empty write has one part");
+    }
 }
