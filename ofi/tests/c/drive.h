@@ -10,6 +10,7 @@
 
 #include <rdma/fabric.h>
 #include <rdma/fi_domain.h>
+#include <rdma/fi_endpoint.h>
 #include <rdma/fi_eq.h>
 
 #define WAIT_SEC 30
@@ -64,6 +65,35 @@ static inline int next_completion(struct fid_cq *cq, struct fid_cq *other, void 
 			(void)fi_cq_read(other, NULL, 0);
 		CHECK(now() < end, "no completion");
 	}
+}
+
+/* Opens the fabric and domain of `info` and, when the provider asks for
+ * FI_MR_LOCAL, a region over `len` bytes at `mem` for sends and receives
+ * (*mr and its descriptor *desc; NULL both otherwise). */
+static inline void open_domain(struct fi_info *info, void *mem, size_t len, struct fid_fabric **fabric,
+			       struct fid_domain **domain, struct fid_mr **mr, void **desc)
+{
+	MUST(fi_fabric(info->fabric_attr, fabric, NULL));
+	MUST(fi_domain(*fabric, info, domain, NULL));
+	*mr = NULL;
+	*desc = NULL;
+	if (info->domain_attr->mr_mode & FI_MR_LOCAL) {
+		MUST(fi_mr_reg(*domain, mem, len, FI_SEND | FI_RECV, 0, 0, 0, mr, NULL));
+		*desc = fi_mr_desc(*mr);
+	}
+}
+
+/* Opens an endpoint on `av` with a CQ of `format` of its own for both
+ * directions, and enables it. */
+static inline void open_ep_on(struct fid_domain *domain, struct fi_info *info, struct fid_av *av,
+			      enum fi_cq_format format, struct fid_ep **ep, struct fid_cq **cq)
+{
+	struct fi_cq_attr cq_attr = {.format = format};
+	MUST(fi_cq_open(domain, &cq_attr, cq, NULL));
+	MUST(fi_endpoint(domain, info, ep, NULL));
+	MUST(fi_ep_bind(*ep, &av->fid, 0));
+	MUST(fi_ep_bind(*ep, &(*cq)->fid, FI_TRANSMIT | FI_RECV));
+	MUST(fi_enable(*ep));
 }
 
 /* Closes two endpoints, then their CQs. */

@@ -45,16 +45,6 @@ static int sctx, rctx;
 #define S (mem)
 #define R (mem + BIG)
 
-static void open_ep(struct fid_ep **ep, struct fid_cq **cq)
-{
-	struct fi_cq_attr cq_attr = {.format = FI_CQ_FORMAT_TAGGED};
-	MUST(fi_cq_open(domain, &cq_attr, cq, NULL));
-	MUST(fi_endpoint(domain, info, ep, NULL));
-	MUST(fi_ep_bind(*ep, &av->fid, 0));
-	MUST(fi_ep_bind(*ep, &(*cq)->fid, FI_TRANSMIT | FI_RECV));
-	MUST(fi_enable(*ep));
-}
-
 /* Waits for A's send completion (driving B without reading its queue:
  * progress on B, reading nothing). */
 static void send_done(const char *what)
@@ -132,15 +122,10 @@ int main(void)
 	CHECK(info->tx_attr->op_flags & FI_DELIVERY_COMPLETE, "tx op_flags %#llx",
 	      (unsigned long long)info->tx_attr->op_flags);
 	printf("delivery complete offered\n");
-	MUST(fi_fabric(info->fabric_attr, &fabric, NULL));
-	MUST(fi_domain(fabric, info, &domain, NULL));
-	if (info->domain_attr->mr_mode & FI_MR_LOCAL) {
-		MUST(fi_mr_reg(domain, mem, sizeof(mem), FI_SEND | FI_RECV, 0, 0, 0, &mr, NULL));
-		desc = fi_mr_desc(mr);
-	}
+	open_domain(info, mem, sizeof(mem), &fabric, &domain, &mr, &desc);
 	MUST(fi_av_open(domain, &av_attr, &av, NULL));
-	open_ep(&ep_a, &cq_a);
-	open_ep(&ep_b, &cq_b);
+	open_ep_on(domain, info, av, FI_CQ_FORMAT_TAGGED, &ep_a, &cq_a);
+	open_ep_on(domain, info, av, FI_CQ_FORMAT_TAGGED, &ep_b, &cq_b);
 	{
 		char name[256];
 		size_t len = sizeof(name);

@@ -36,16 +36,6 @@ static char mem[4096];
 static void *desc;
 static void *descs[4];
 
-static void open_ep(struct fid_ep **ep, struct fid_cq **cq)
-{
-	struct fi_cq_attr cq_attr = {.format = FI_CQ_FORMAT_TAGGED};
-	MUST(fi_cq_open(domain, &cq_attr, cq, NULL));
-	MUST(fi_endpoint(domain, info, ep, NULL));
-	MUST(fi_ep_bind(*ep, &av->fid, 0));
-	MUST(fi_ep_bind(*ep, &(*cq)->fid, FI_TRANSMIT | FI_RECV));
-	MUST(fi_enable(*ep));
-}
-
 /* Region layout: 0.. sender's buffers, 1024.. receiver's. */
 #define S(off) (mem + (off))
 #define R(off) (mem + 1024 + (off))
@@ -89,17 +79,12 @@ int main(void)
 	printf("provider %s, iov_limit tx %zu rx %zu\n", info->fabric_attr->prov_name, info->tx_attr->iov_limit,
 	       info->rx_attr->iov_limit);
 	CHECK(info->tx_attr->iov_limit >= 3 && info->rx_attr->iov_limit >= 3, "iov_limit below 3");
-	MUST(fi_fabric(info->fabric_attr, &fabric, NULL));
-	MUST(fi_domain(fabric, info, &domain, NULL));
-	if (info->domain_attr->mr_mode & FI_MR_LOCAL) {
-		MUST(fi_mr_reg(domain, mem, sizeof(mem), FI_SEND | FI_RECV, 0, 0, 0, &mr, NULL));
-		desc = fi_mr_desc(mr);
-	}
+	open_domain(info, mem, sizeof(mem), &fabric, &domain, &mr, &desc);
 	for (int i = 0; i < 4; i++)
 		descs[i] = desc;
 	MUST(fi_av_open(domain, &av_attr, &av, NULL));
-	open_ep(&ep_a, &cq_a);
-	open_ep(&ep_b, &cq_b);
+	open_ep_on(domain, info, av, FI_CQ_FORMAT_TAGGED, &ep_a, &cq_a);
+	open_ep_on(domain, info, av, FI_CQ_FORMAT_TAGGED, &ep_b, &cq_b);
 	{
 		char name[256];
 		size_t len = sizeof(name);

@@ -79,12 +79,7 @@ int main(void)
 	fi_freeinfo(h);
 	printf("provider %s\n", info->fabric_attr->prov_name);
 	CHECK(info->caps & FI_MULTI_RECV, "FI_MULTI_RECV not offered");
-	MUST(fi_fabric(info->fabric_attr, &fabric, NULL));
-	MUST(fi_domain(fabric, info, &domain, NULL));
-	if (info->domain_attr->mr_mode & FI_MR_LOCAL) {
-		MUST(fi_mr_reg(domain, mem, sizeof(mem), FI_SEND | FI_RECV, 0, 0, 0, &mr, NULL));
-		desc = fi_mr_desc(mr);
-	}
+	open_domain(info, mem, sizeof(mem), &fabric, &domain, &mr, &desc);
 	MUST(fi_av_open(domain, &av_attr, &av, NULL));
 	open_ep(&ep_a, &cq_a, 0);
 	open_ep(&ep_b, &cq_b, 100);

@@ -129,12 +129,7 @@ int main(void)
 	MUST(fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, h, &info));
 	fi_freeinfo(h);
 	printf("provider %s\n", info->fabric_attr->prov_name);
-	MUST(fi_fabric(info->fabric_attr, &fabric, NULL));
-	MUST(fi_domain(fabric, info, &domain, NULL));
-	if (info->domain_attr->mr_mode & FI_MR_LOCAL) {
-		MUST(fi_mr_reg(domain, buf, sizeof(buf), FI_SEND | FI_RECV, 0, 0, 0, &mr, NULL));
-		desc = fi_mr_desc(mr);
-	}
+	open_domain(info, buf, sizeof(buf), &fabric, &domain, &mr, &desc);
 
 	/* The event queue. */
 	struct fi_eq_attr eq_attr = {.size = 16, .wait_obj = FI_WAIT_FD};
