@@ -401,7 +401,9 @@ typedef struct xfer_cq_entry_t {
      */
     uint64_t data;
     /**
-     * The message's tag (tagged operations).
+     * The message's tag (tagged operations); at the target of RMA
+     * (`XFER_RMA_EVENTS` entries, writes with data), the remote key of the
+     * region accessed over TCP, else 0.
      */
     uint64_t tag;
     /**

@@ -60,7 +60,9 @@ pub struct xfer_cq_entry_t {
     pub buf: *mut c_void,
     /// Immediate data from the sender, valid when `flags` has `XFER_REMOTE_CQ_DATA`.
     pub data: u64,
-    /// The message's tag (tagged operations).
+    /// The message's tag (tagged operations); at the target of RMA
+    /// (`XFER_RMA_EVENTS` entries, writes with data), the remote key of the
+    /// region accessed over TCP, else 0.
     pub tag: u64,
     /// A receive's sender, or `XFER_ADDR_UNSPEC` when the sender is not in
     /// the address vector (and for sends).

@@ -81,7 +81,7 @@ impl TcpEndpoint {
                 self.answer(cx, &peer, hdr, payload);
                 if status == status::OK && self.attr.rma_events {
                     let src = reverse(cx.av, &peer);
-                    complete::remote_rma(&mut cx.cq, RmaKind::Read, rlen as usize, src);
+                    complete::remote_rma(&mut cx.cq, RmaKind::Read, rlen as usize, src, key);
                 }
                 Ok(Phase::Header)
             }
@@ -194,9 +194,9 @@ impl TcpEndpoint {
             let len = w.len as usize;
             if let Some(data) = w.imm {
                 let src = reverse(cx.av, &w.peer);
-                complete::remote_write_from(&mut cx.cq, len, data, src, &w.peer, self.attr.source_err);
+                complete::remote_write_from(&mut cx.cq, len, data, src, (&w.peer, w.key), self.attr.source_err);
             } else if self.attr.rma_events {
-                complete::remote_rma(&mut cx.cq, RmaKind::Write, len, reverse(cx.av, &w.peer));
+                complete::remote_rma(&mut cx.cq, RmaKind::Write, len, reverse(cx.av, &w.peer), w.key);
             }
         }
         if w.token != 0 {

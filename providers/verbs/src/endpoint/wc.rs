@@ -364,7 +364,7 @@ impl VerbsEndpoint {
             Msg::Fin { token, status } => self.on_fin(cx, k, token, status),
             Msg::WriteData { data, len } => {
                 let len = usize::try_from(len).unwrap_or(usize::MAX);
-                complete::remote_write_from(&mut cx.cq, len, data, src, &from, self.attr.source_err)
+                complete::remote_write_from(&mut cx.cq, len, data, src, (&from, 0), self.attr.source_err)
             }
             Msg::Credit { msgs, bytes } => {
                 self.on_credit(k, msgs, bytes);
