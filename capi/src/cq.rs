@@ -375,7 +375,8 @@ mod tests {
         assert_eq!(std::mem::offset_of!(xfer_cq_entry_t, buf), 24);
         assert_eq!(std::mem::offset_of!(xfer_cq_entry_t, data), 32);
         assert_eq!(std::mem::offset_of!(xfer_cq_entry_t, tag), 40);
-        assert_eq!(std::mem::size_of::<xfer_cq_entry_t>(), 72);
+        assert_eq!(std::mem::offset_of!(xfer_cq_entry_t, err_data), 72);
+        assert_eq!(std::mem::size_of::<xfer_cq_entry_t>(), 88);
     }
 
     #[test]
@@ -387,7 +388,8 @@ mod tests {
         );
         c.len = 10;
         c.tag = 9;
-        let e = xfer_cq_entry_t::from_completion(&c);
+        let mut names = Vec::new();
+        let e = xfer_cq_entry_t::from_completion(&c, &mut names);
         assert_eq!((e.err, e.len, e.olen), (crate::error::XFER_ETRUNC, 10, 90));
         assert_eq!(e.op_context as usize, 0x1234);
         let dead = Completion::new(
@@ -398,10 +400,30 @@ mod tests {
                 errno: libc::ECONNREFUSED,
             }),
         );
-        let e = xfer_cq_entry_t::from_completion(&dead);
+        let e = xfer_cq_entry_t::from_completion(&dead, &mut names);
         assert_eq!(
             (e.err, e.prov_errno),
             (crate::error::XFER_EHOSTUNREACH, libc::ECONNREFUSED)
         );
+        assert!(names.is_empty() && e.err_data.is_null() && e.err_data_size == 0);
+    }
+
+    #[test]
+    fn an_unknown_senders_name_is_kept_where_its_entry_points() {
+        let mut names = Vec::new();
+        let entries: Vec<xfer_cq_entry_t> = (1u8..=40)
+            .map(|i| {
+                let name = xfer_facade::Address::new(&[i; 20]).expect("name");
+                let c = Completion::new(0, Flags::RECV, Err(Error::UnknownSource(Box::new(name))));
+                xfer_cq_entry_t::from_completion(&c, &mut names)
+            })
+            .collect();
+        // Later names did not move the earlier ones.
+        for (i, e) in entries.iter().enumerate() {
+            assert_eq!(e.err, crate::error::XFER_EADDRNOTAVAIL);
+            // SAFETY: `names` holds what every entry points to.
+            let got = unsafe { std::slice::from_raw_parts(e.err_data.cast::<u8>(), e.err_data_size) };
+            assert_eq!(got, &[i as u8 + 1; 20][..]);
+        }
     }
 }
