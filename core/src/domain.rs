@@ -68,6 +68,9 @@ pub(crate) struct EpSlot {
 }
 
 impl Shared {
+    /// The domain's state, locked. Inlined: out of line, every poll paid a
+    /// call and the guard's return through memory.
+    #[inline]
     pub(crate) fn lock(&self) -> Result<MutexGuard<'_, State>> {
         self.state
             .lock()
