@@ -46,6 +46,7 @@ pub struct Arrival {
 
 /// Reports a finished receive: truncated when the message was longer than
 /// what was written, `error` when it failed.
+#[inline(always)]
 pub fn recv(cq: &mut Sink<'_>, op: RecvOp, a: Arrival, error: Option<Error>) {
     let result = match error {
         Some(e) => Err(e),
