@@ -91,11 +91,14 @@ impl State {
             av: &self.avs[slot.av],
             domain: self.prov.as_ref(),
         };
+        if !slot.counting {
+            // The provider's answer (a refusal is a large value) is the
+            // caller's, written in place.
+            return f(slot.prov.as_mut(), &mut cx);
+        }
         let before = cx.cq.mark();
         let r = f(slot.prov.as_mut(), &mut cx);
-        if slot.counting {
-            slot.settle(cx.cq.since(before));
-        }
+        slot.settle(cx.cq.since(before));
         r
     }
 
