@@ -9,6 +9,9 @@ use crate::tag::Matcher;
 
 /// Reports a finished send; a successful send that did not ask for a
 /// completion under selective completion reports nothing (its buffer is freed).
+///
+/// Always inlined: out of line, the send moved once more to be passed.
+#[inline(always)]
 pub fn send(cq: &mut Sink<'_>, selective: bool, op: SendOp, result: Result<(), Error>) {
     if result.is_ok() && selective && !op.completion {
         return;
@@ -43,6 +46,7 @@ pub struct Arrival {
 
 /// Reports a finished receive: truncated when the message was longer than
 /// what was written, `error` when it failed.
+#[inline(always)]
 pub fn recv(cq: &mut Sink<'_>, op: RecvOp, a: Arrival, error: Option<Error>) {
     let result = match error {
         Some(e) => Err(e),

@@ -62,12 +62,22 @@ impl TcpEndpoint {
     }
 
     /// When the next payload bytes may be read straight into user memory:
-    /// how many, and where they go.
+    /// how many, and where they go. The read loop asks before every read
+    /// and almost always hears `None` at once (bytes staged, or a header
+    /// next): that much is inlined, the payload phases are looked at out of
+    /// line.
+    #[inline(always)]
     pub(super) fn direct_target(&self, id: usize) -> Option<(usize, Direct)> {
         let conn = &self.conns[id];
-        if !conn.staged().is_empty() {
+        if !conn.staged().is_empty() || matches!(conn.rx, Phase::Header) {
             return None;
         }
+        self.direct_phase(conn)
+    }
+
+    /// [`direct_target`](Self::direct_target) of a connection in a payload phase.
+    #[inline(never)]
+    fn direct_phase(&self, conn: &Conn) -> Option<(usize, Direct)> {
         let want = match &conn.rx {
             Phase::Eager(EagerRx {
                 dest: EagerDest::Posted(op),

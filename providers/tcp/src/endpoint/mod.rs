@@ -414,10 +414,11 @@ impl TcpEndpoint {
     }
 
     /// The connection to `peer`, whose name is `dest`: the hinted one when
-    /// it still holds, else [`out_conn`](Self::out_conn).
+    /// it still holds, else [`out_conn`](Self::out_conn). The hint's check
+    /// is inlined into every send; a miss is handled out of line.
+    #[inline]
     fn route_to(&mut self, peer: PeerAddr, dest: &Address) -> Result<usize> {
-        let idx = peer.0 as usize;
-        if let Some(&(id, serial)) = self.route_hint.get(idx) {
+        if let Some(&(id, serial)) = self.route_hint.get(peer.0 as usize) {
             if self
                 .conns
                 .get(id)
@@ -426,6 +427,14 @@ impl TcpEndpoint {
                 return Ok(id);
             }
         }
+        self.route_missed(peer, dest)
+    }
+
+    /// [`route_to`](Self::route_to) without a valid hint: the connection
+    /// from [`out_conn`](Self::out_conn), hinted from now on.
+    #[inline(never)]
+    fn route_missed(&mut self, peer: PeerAddr, dest: &Address) -> Result<usize> {
+        let idx = peer.0 as usize;
         let id = self.out_conn(dest)?;
         if peer.0 < ROUTE_HINTS {
             if self.route_hint.len() <= idx {
