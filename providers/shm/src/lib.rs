@@ -48,8 +48,8 @@ pub use cma::{Cma, CmaError};
 pub use config::ShmConfig;
 pub use port::{DownReason, Event, PeerId, PeerInfo, SendError, ShmPort, Sink, BUDGET, SERVICE_EVERY};
 pub use region::{Access, RegionError, Regions};
-pub use rma::{Completion, Path, Rma, RmaError, Transfer};
 pub use ring::{Bytes, Frame};
+pub use rma::{Completion, Path, Rma, RmaError, Transfer};
 
 #[doc(hidden)]
 pub mod fuzzing;

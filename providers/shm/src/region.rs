@@ -162,7 +162,11 @@ impl Regions {
     /// operation.
     pub(crate) fn pin(&mut self, key: u64, on: bool) {
         if let Some(r) = self.map.get_mut(&key) {
-            r.busy = if on { r.busy.saturating_add(1) } else { r.busy.saturating_sub(1) };
+            r.busy = if on {
+                r.busy.saturating_add(1)
+            } else {
+                r.busy.saturating_sub(1)
+            };
         }
     }
 
@@ -201,17 +205,33 @@ mod tests {
     #[test]
     fn keys_bounds_access() {
         let mut t = Regions::new();
-        let k = t.register(vec![0u8; 100].into_boxed_slice(), Access::REMOTE_READ).unwrap();
-        let k2 = t.register(vec![0u8; 100].into_boxed_slice(), Access::REMOTE_WRITE).unwrap();
+        let k = t
+            .register(vec![0u8; 100].into_boxed_slice(), Access::REMOTE_READ)
+            .unwrap();
+        let k2 = t
+            .register(vec![0u8; 100].into_boxed_slice(), Access::REMOTE_WRITE)
+            .unwrap();
         assert_ne!(k, k2);
         let (base, len) = t.addr(k).unwrap();
         assert_eq!(len, 100);
         assert!(t.check(k, base, 100, Access::REMOTE_READ).is_ok());
         assert!(t.check(k, base + 100, 0, Access::REMOTE_READ).is_ok());
-        assert_eq!(t.check(k, base + 1, 100, Access::REMOTE_READ), Err(RegionError::OutOfBounds));
-        assert_eq!(t.check(k, base - 1, 1, Access::REMOTE_READ), Err(RegionError::OutOfBounds));
-        assert_eq!(t.check(k, base + 50, u64::MAX, Access::REMOTE_READ), Err(RegionError::OutOfBounds));
-        assert_eq!(t.check(k, u64::MAX, 2, Access::REMOTE_READ), Err(RegionError::OutOfBounds));
+        assert_eq!(
+            t.check(k, base + 1, 100, Access::REMOTE_READ),
+            Err(RegionError::OutOfBounds)
+        );
+        assert_eq!(
+            t.check(k, base - 1, 1, Access::REMOTE_READ),
+            Err(RegionError::OutOfBounds)
+        );
+        assert_eq!(
+            t.check(k, base + 50, u64::MAX, Access::REMOTE_READ),
+            Err(RegionError::OutOfBounds)
+        );
+        assert_eq!(
+            t.check(k, u64::MAX, 2, Access::REMOTE_READ),
+            Err(RegionError::OutOfBounds)
+        );
         assert_eq!(t.check(k, base, 1, Access::REMOTE_WRITE), Err(RegionError::Denied));
         assert_eq!(t.check(k ^ 1, base, 1, Access::REMOTE_READ), Err(RegionError::NoKey));
         t.pin(k, true);

@@ -148,7 +148,13 @@ enum Owed {
     /// A CMA request to carry out (after the poll: it needs the port).
     Request(Header),
     /// A two-copy read streaming back.
-    Stream { req: u64, key: u64, addr: u64, len: u64, sent: u64 },
+    Stream {
+        req: u64,
+        key: u64,
+        addr: u64,
+        len: u64,
+        sent: u64,
+    },
     /// An answer the ring had no room for.
     Reply(Header),
 }
@@ -318,10 +324,14 @@ impl Rma {
     /// is full.
     fn pump(&mut self, port: &mut ShmPort, id: usize) {
         let peer = PeerId(id);
-        let Some(ring) = port.peer_info(peer).map(|i| i.ring_bytes) else { return };
+        let Some(ring) = port.peer_info(peer).map(|i| i.ring_bytes) else {
+            return;
+        };
         let chunk = entry::max_payload(ring, wire::LEN);
         loop {
-            let Some(&req) = self.peers.get(&id).and_then(|s| s.queue.front()) else { return };
+            let Some(&req) = self.peers.get(&id).and_then(|s| s.queue.front()) else {
+                return;
+            };
             let Some(op) = self.ops.get_mut(&req) else {
                 self.pop(id);
                 continue;
@@ -378,10 +388,14 @@ impl Rma {
     /// ring takes it.
     fn pay(&mut self, port: &mut ShmPort, id: usize) {
         let peer = PeerId(id);
-        let Some(ring) = port.peer_info(peer).map(|i| i.ring_bytes) else { return };
+        let Some(ring) = port.peer_info(peer).map(|i| i.ring_bytes) else {
+            return;
+        };
         let chunk = entry::max_payload(ring, wire::LEN) as u64;
         loop {
-            let Some(owed) = self.peers.get_mut(&id).and_then(|s| s.owed.take()) else { return };
+            let Some(owed) = self.peers.get_mut(&id).and_then(|s| s.owed.take()) else {
+                return;
+            };
             let next = match owed {
                 Owed::Request(h) => Some(Owed::Reply(done(h.req, self.serve_cma(port, peer, &h)))),
                 Owed::Reply(h) => match port.send(peer, &h.encode(), &[]) {
@@ -392,7 +406,13 @@ impl Rma {
                     }
                     Err(_) => None,
                 },
-                Owed::Stream { req, key, addr, len, sent } => {
+                Owed::Stream {
+                    req,
+                    key,
+                    addr,
+                    len,
+                    sent,
+                } => {
                     if sent == len {
                         Some(Owed::Reply(done(req, Status::Ok)))
                     } else {
@@ -420,7 +440,16 @@ impl Rma {
                                         })
                                     }
                                     Err(SendError::Full) => {
-                                        self.owe(id, Owed::Stream { req, key, addr, len, sent });
+                                        self.owe(
+                                            id,
+                                            Owed::Stream {
+                                                req,
+                                                key,
+                                                addr,
+                                                len,
+                                                sent,
+                                            },
+                                        );
                                         return;
                                     }
                                     Err(_) => None,
@@ -569,7 +598,10 @@ impl Rma {
             if !st.refused {
                 st.refused = true;
                 self.stats.cma_refusals += 1;
-                tracing::info!(peer = id, "shm rma: the peer refuses cross-memory attach; two-copy path from now on");
+                tracing::info!(
+                    peer = id,
+                    "shm rma: the peer refuses cross-memory attach; two-copy path from now on"
+                );
             }
             st.queue.push_front(h.req);
             return;
@@ -587,7 +619,12 @@ impl Rma {
     /// A peer is gone: its operations fail, what was owed to it is void.
     fn peer_down(&mut self, id: usize) {
         self.peers.remove(&id);
-        let reqs: Vec<u64> = self.ops.iter().filter(|(_, op)| op.peer == id).map(|(r, _)| *r).collect();
+        let reqs: Vec<u64> = self
+            .ops
+            .iter()
+            .filter(|(_, op)| op.peer == id)
+            .map(|(r, _)| *r)
+            .collect();
         for r in reqs {
             self.finish(r, Err(RmaError::PeerDown));
         }

@@ -258,7 +258,10 @@ mod tests {
         let mut d = Header::new(Op::Done, 9);
         d.status = Status::NoKey;
         assert_eq!(Header::parse(&d.encode(), 0), Ok(d));
-        assert_eq!(Header::parse(&d.encode(), 1), Err(BadHeader("payload on an op without one")));
+        assert_eq!(
+            Header::parse(&d.encode(), 1),
+            Err(BadHeader("payload on an op without one"))
+        );
         bad = d.encode();
         bad[3] = 77;
         assert_eq!(Header::parse(&bad, 0), Err(BadHeader("unknown status")));
