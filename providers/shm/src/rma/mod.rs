@@ -616,8 +616,67 @@ impl Rma {
         self.finish(h.req, result);
     }
 
+    /// Starts an operation without a port (its frames are not sent): the
+    /// fuzz harness's initiator state. Returns the operation id.
+    pub(crate) fn inject(&mut self, peer: usize, t: Transfer, read: bool, path: Path) -> Option<u64> {
+        let want = if read { Access::LOCAL_WRITE } else { Access::empty() };
+        let local = self
+            .regions
+            .check_offset(t.local_key, t.local_offset, t.len, want)
+            .ok()?;
+        self.regions.pin(t.local_key, true);
+        self.next_req = self.next_req.wrapping_add(1);
+        let req = self.next_req;
+        self.ops.insert(
+            req,
+            Pending {
+                peer,
+                kind: if read { Kind::Read } else { Kind::Write },
+                local_key: t.local_key,
+                local,
+                remote_key: t.remote_key,
+                remote_addr: t.remote_addr,
+                len: t.len,
+                context: t.context,
+                path,
+                done: 0,
+            },
+        );
+        Some(req)
+    }
+
+    /// Forgets what this side owes its peers (the fuzz harness has no port
+    /// to pay with), checking each owed read's next chunk as `pay` would.
+    pub(crate) fn settle(&mut self) -> usize {
+        let mut n = 0;
+        for s in self.peers.values_mut() {
+            if let Some(Owed::Stream {
+                key, addr, len, sent, ..
+            }) = s.owed.take()
+            {
+                let at = addr.wrapping_add(sent);
+                if self
+                    .regions
+                    .check(key, at, (len - sent).min(1 << 14), Access::REMOTE_READ)
+                    .is_ok()
+                {
+                    n += 1;
+                }
+            }
+            s.owed = None;
+            s.queue.clear();
+        }
+        n
+    }
+
+    /// Every operation's progress is within its length (the fuzz
+    /// harness's invariant).
+    pub(crate) fn consistent(&self) -> bool {
+        self.ops.values().all(|op| op.done <= op.len)
+    }
+
     /// A peer is gone: its operations fail, what was owed to it is void.
-    fn peer_down(&mut self, id: usize) {
+    pub(crate) fn peer_down(&mut self, id: usize) {
         self.peers.remove(&id);
         let reqs: Vec<u64> = self
             .ops
@@ -633,9 +692,9 @@ impl Rma {
 
 /// The sink of the port's poll: RMA frames to the engine, the rest to the
 /// user; a peer owed something is held back.
-struct Serve<'a, F> {
-    rma: &'a mut Rma,
-    user: F,
+pub(crate) struct Serve<'a, F> {
+    pub(crate) rma: &'a mut Rma,
+    pub(crate) user: F,
 }
 
 impl<F: FnMut(Event<'_>)> Sink for Serve<'_, F> {
@@ -665,5 +724,55 @@ impl<F: FnMut(Event<'_>)> Sink for Serve<'_, F> {
             }
             ev => (self.user)(ev),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::wire::{Header, Op, Status};
+    use crate::fuzzing::{rma_frames, Owned, RMA_REGION};
+
+    fn frame(op: Op, req: u64, key: u64, addr: u64, payload: Vec<u8>, last: bool) -> Owned {
+        let mut h = Header::new(op, req);
+        h.key = key;
+        h.addr = addr;
+        h.len = payload.len() as u64;
+        h.last = last;
+        (h.encode().to_vec(), payload)
+    }
+
+    #[test]
+    fn peer_frames_stay_in_bounds() {
+        let r = RMA_REGION as u64;
+        let frames = vec![
+            // In bounds, then one byte over the end, then before the start.
+            frame(Op::PutData, 9, 1, r - 16, vec![1; 16], true),
+            frame(Op::PutData, 10, 1, r - 8, vec![2; 16], true),
+            frame(Op::PutData, 11, 1, u64::MAX, vec![3; 16], true),
+            // The read-only region refuses writes.
+            frame(Op::PutData, 12, 2, 0, vec![4; 16], true),
+            // Chunks of this side's two-copy read (req 1): in place, out
+            // of place (fails the operation), then past its end.
+            frame(Op::GetData, 1, 0, 0, vec![5; 100], false),
+            frame(Op::GetData, 1, 0, 0, vec![6; 100], false),
+            frame(Op::GetData, 1, 0, 100, vec![7; RMA_REGION / 2], false),
+            // Chunks for operations that are not reads by the ring.
+            frame(Op::GetData, 2, 0, 0, vec![8; 64], false),
+            frame(Op::GetData, 3, 0, 0, vec![8; 64], false),
+            // Answers: a CMA refusal (req 2 goes back to the queue), one
+            // for nothing.
+            {
+                let mut h = Header::new(Op::Done, 2);
+                h.status = Status::CmaRefused;
+                (h.encode().to_vec(), vec![])
+            },
+            (Header::new(Op::Done, 999).encode().to_vec(), vec![]),
+        ];
+        let s = rma_frames(&frames);
+        assert_eq!(s.put_chunks, 1, "only the in-bounds chunk lands");
+        assert_eq!(s.cma_refusals, 1);
+        // Out-of-place chunk of req 1 ended it; its later chunk, req 2's
+        // and 3's chunks and the answer to nothing are dropped.
+        assert_eq!(s.dropped, 4);
     }
 }
