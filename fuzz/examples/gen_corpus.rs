@@ -936,33 +936,57 @@ fn shm_rma(root: &Path) -> usize {
         (h.encode().to_vec(), payload)
     };
     let r = RMA_REGION as u64;
-    out.put("put-chunks", &rma_encode(&[
-        f(Op::PutData, 9, 1, 0, 4096, vec![1; 4096], false),
-        f(Op::PutData, 9, 1, 4096, 4096, vec![2; 4096], true),
-    ]));
-    out.put("put-past-end", &rma_encode(&[f(Op::PutData, 9, 1, r - 8, 16, vec![3; 16], true)]));
-    out.put("put-read-only", &rma_encode(&[f(Op::PutData, 9, 2, 0, 16, vec![3; 16], true)]));
-    out.put("requests", &rma_encode(&[
-        f(Op::GetReq, 9, 1, 0, r, vec![], false),
-        f(Op::Put, 10, 1, 0, 64, vec![], false),
-        f(Op::Get, 11, 2, 8, 64, vec![], false),
-    ]));
-    out.put("get-data", &rma_encode(&[
-        f(Op::GetData, 1, 0, 0, 8192, vec![4; 8192], false),
-        f(Op::GetData, 1, 0, 8192, 8192, vec![5; 8192], false),
-        f(Op::Done, 1, 0, 0, 0, vec![], false),
-    ]));
-    out.put("get-data-out-of-place", &rma_encode(&[f(Op::GetData, 1, 0, 64, 64, vec![6; 64], false)]));
+    out.put(
+        "put-chunks",
+        &rma_encode(&[
+            f(Op::PutData, 9, 1, 0, 4096, vec![1; 4096], false),
+            f(Op::PutData, 9, 1, 4096, 4096, vec![2; 4096], true),
+        ]),
+    );
+    out.put(
+        "put-past-end",
+        &rma_encode(&[f(Op::PutData, 9, 1, r - 8, 16, vec![3; 16], true)]),
+    );
+    out.put(
+        "put-read-only",
+        &rma_encode(&[f(Op::PutData, 9, 2, 0, 16, vec![3; 16], true)]),
+    );
+    out.put(
+        "requests",
+        &rma_encode(&[
+            f(Op::GetReq, 9, 1, 0, r, vec![], false),
+            f(Op::Put, 10, 1, 0, 64, vec![], false),
+            f(Op::Get, 11, 2, 8, 64, vec![], false),
+        ]),
+    );
+    out.put(
+        "get-data",
+        &rma_encode(&[
+            f(Op::GetData, 1, 0, 0, 8192, vec![4; 8192], false),
+            f(Op::GetData, 1, 0, 8192, 8192, vec![5; 8192], false),
+            f(Op::Done, 1, 0, 0, 0, vec![], false),
+        ]),
+    );
+    out.put(
+        "get-data-out-of-place",
+        &rma_encode(&[f(Op::GetData, 1, 0, 64, 64, vec![6; 64], false)]),
+    );
     let mut refused = Header::new(Op::Done, 2);
     refused.status = Status::CmaRefused;
     let mut no_key = Header::new(Op::Done, 4);
     no_key.status = Status::NoKey;
-    out.put("answers", &rma_encode(&[
-        (refused.encode().to_vec(), vec![]),
-        (no_key.encode().to_vec(), vec![]),
-        (Header::new(Op::Done, 3).encode().to_vec(), vec![]),
-    ]));
-    out.put("length-lies", &rma_encode(&[f(Op::PutData, 9, 1, 0, 1 << 40, vec![7; 16], true)]));
+    out.put(
+        "answers",
+        &rma_encode(&[
+            (refused.encode().to_vec(), vec![]),
+            (no_key.encode().to_vec(), vec![]),
+            (Header::new(Op::Done, 3).encode().to_vec(), vec![]),
+        ]),
+    );
+    out.put(
+        "length-lies",
+        &rma_encode(&[f(Op::PutData, 9, 1, 0, 1 << 40, vec![7; 16], true)]),
+    );
     out.count
 }
 
