@@ -397,6 +397,12 @@ impl Rma {
                 return;
             };
             let next = match owed {
+                Owed::Request(h) if !port.peer_info(peer).is_some_and(|i| i.up) => {
+                    // A connecting peer's frames may come before its
+                    // welcome, which tells whether CMA works towards it.
+                    self.owe(id, Owed::Request(h));
+                    return;
+                }
                 Owed::Request(h) => Some(Owed::Reply(done(h.req, self.serve_cma(port, peer, &h)))),
                 Owed::Reply(h) => match port.send(peer, &h.encode(), &[]) {
                     Ok(()) => None,
