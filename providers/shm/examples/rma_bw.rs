@@ -165,7 +165,11 @@ fn main() {
         let (mut posted, mut done) = (0, 0);
         while done < n {
             while posted < n && rma.in_flight() < o.window {
-                let r = if o.read { rma.read(port, peer, t) } else { rma.write(port, peer, t) };
+                let r = if o.read {
+                    rma.read(port, peer, t)
+                } else {
+                    rma.write(port, peer, t)
+                };
                 r.expect("post");
                 posted += 1;
             }

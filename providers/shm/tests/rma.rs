@@ -379,6 +379,72 @@ fn rma_cma_refused() {
     stop(s, child, peer);
 }
 
+/// Posts four writes of `pattern(3)` to the first half of `r` and four
+/// reads of its second half (`pattern(1)`), all at once, on this side's
+/// own regions; waits for all eight and checks them.
+fn both_ways(s: &mut Side, peer: PeerId, r: Remote) {
+    let half = r.len / 2;
+    let src = s
+        .rma
+        .regions_mut()
+        .register(pattern(3, half).into_boxed_slice(), Access::empty())
+        .expect("register");
+    let dst: Vec<u64> = (0..4)
+        .map(|_| {
+            s.rma
+                .regions_mut()
+                .register(vec![0u8; half].into_boxed_slice(), Access::LOCAL_WRITE)
+                .expect("register")
+        })
+        .collect();
+    for i in 0..4u64 {
+        s.rma
+            .write(&mut s.port, peer, xfer(src, 0, r, 0, half, 100 + i))
+            .expect("posted");
+        s.rma
+            .read(&mut s.port, peer, xfer(dst[i as usize], 0, r, half, half, 200 + i))
+            .expect("posted");
+    }
+    s.until("eight completions", |s| s.done.len() >= 8);
+    for c in s.done.drain(..) {
+        assert_eq!(c.result, Ok(()), "context {}", c.context);
+    }
+    let want = pattern(1, r.len);
+    let mut got = vec![0u8; half];
+    for k in dst {
+        s.rma.regions().copy_out(k, 0, &mut got).expect("copy_out");
+        assert!(got[..] == want[half..], "read bytes differ");
+    }
+}
+
+/// Both processes write and read each other's regions in bulk through the
+/// rings at the same time: neither waits for the other to read first.
+fn rma_both_ways() {
+    let cfg = ShmConfig {
+        cma: false,
+        ..ShmConfig::default()
+    };
+    let (mut s, child, peer, regions) = start("both", &cfg);
+    let mine = s
+        .rma
+        .regions_mut()
+        .register(
+            pattern(1, BIG).into_boxed_slice(),
+            Access::REMOTE_READ.union(Access::REMOTE_WRITE),
+        )
+        .expect("register");
+    let (a, l) = s.rma.regions().addr(mine).expect("addr");
+    let msg = [mine.to_le_bytes(), a.to_le_bytes(), (l as u64).to_le_bytes()].concat();
+    s.port.send(peer, b"keys", &msg).expect("send keys");
+    both_ways(&mut s, peer, regions[0]);
+    s.frame(b"both-done");
+    // What the child wrote landed here.
+    let mut got = vec![0u8; BIG / 2];
+    s.rma.regions().copy_out(mine, 0, &mut got).expect("copy_out");
+    assert!(got == pattern(3, BIG / 2), "the child's writes differ");
+    stop(s, child, peer);
+}
+
 /// Moves this process into a new user namespace (mapping its uid to
 /// root inside): the parent's process is then in an ancestor namespace,
 /// out of its reach for ptrace and so for CMA.
@@ -399,7 +465,10 @@ fn child(role: &str, addr: &[u8]) {
     } else {
         None
     };
-    let mut s = Side::new(&ShmConfig::default());
+    let mut s = Side::new(&ShmConfig {
+        cma: role != "both",
+        ..ShmConfig::default()
+    });
     // The keys go out before the welcome is in: requests may reach this
     // side before it knows whether CMA works towards the parent.
     let parent = s.port.connect(addr).expect("connect");
@@ -438,6 +507,16 @@ fn child(role: &str, addr: &[u8]) {
         };
         s.port.send(parent, b"probe", what.as_bytes()).expect("send probe");
     }
+    if role == "both" {
+        let p = s.frame(b"keys");
+        let r = Remote {
+            key: u64::from_le_bytes(p[0..8].try_into().expect("8")),
+            addr: u64::from_le_bytes(p[8..16].try_into().expect("8")),
+            len: u64::from_le_bytes(p[16..24].try_into().expect("8")) as usize,
+        };
+        both_ways(&mut s, parent, r);
+        s.port.send(parent, b"both-done", &[]).expect("send");
+    }
     let (mut put_dropped, mut get_dropped) = (false, false);
     s.until("bye", |s| {
         if role == "dropper" {
@@ -465,11 +544,12 @@ fn main() {
         return;
     }
     let filter: Vec<&String> = args[1..].iter().filter(|a| !a.starts_with('-')).collect();
-    let cases: [(&str, fn()); 4] = [
+    let cases: [(&str, fn()); 5] = [
         ("rma_cma", rma_cma),
         ("rma_copy", rma_copy),
         ("rma_dropped", rma_dropped),
         ("rma_cma_refused", rma_cma_refused),
+        ("rma_both_ways", rma_both_ways),
     ];
     for (name, case) in cases {
         if !filter.is_empty() && !filter.iter().any(|f| name.contains(f.as_str())) {

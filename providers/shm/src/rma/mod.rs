@@ -20,10 +20,12 @@
 //! found it refused, the kernel says `EPERM`, or `XFER_SHM_CMA=0`) answers
 //! `CmaRefused`, and the initiator re-issues that operation, and every
 //! later one to that peer, on the two-copy path: the refusal is detected
-//! once. A target owes a peer at most one thing at a time (an answer the
-//! ring had no room for, a request to carry out, a read streaming back);
-//! until it is paid the peer's frames stay in the ring, so no peer can make
-//! it queue without bound.
+//! once. A target owes a peer at most [`OWED_MAX`] things, paid in order
+//! (answers the ring had no room for, CMA requests to carry out, reads
+//! streaming back); with that many, the peer's frames stay in its ring, so
+//! no peer can make it queue without bound. Chunks of data (PutData,
+//! GetData) are taken without owing anything, so two sides that both write
+//! and read each other in bulk keep draining each other's rings.
 
 pub mod wire;
 
@@ -142,7 +144,11 @@ struct Pending {
     done: usize,
 }
 
-/// What a target owes a peer; at most one at a time.
+/// Most things a target owes one peer: with that many, the peer's frames
+/// stay in its ring until one is paid.
+pub const OWED_MAX: usize = 64;
+
+/// What a target owes a peer.
 #[derive(Debug)]
 enum Owed {
     /// A CMA request to carry out (after the poll: it needs the port).
@@ -165,7 +171,8 @@ struct PeerState {
     refused: bool,
     /// Operations whose request frames are not all sent yet, in order.
     queue: VecDeque<u64>,
-    owed: Option<Owed>,
+    /// What this side owes the peer as a target, in order.
+    owed: VecDeque<Owed>,
     /// The last two-copy write whose failure was answered (later chunks
     /// of it are dropped without another answer).
     failed_req: Option<u64>,
@@ -310,7 +317,7 @@ impl Rma {
         ids.extend(
             self.peers
                 .iter()
-                .filter(|(_, s)| s.owed.is_some() || !s.queue.is_empty())
+                .filter(|(_, s)| !s.owed.is_empty() || !s.queue.is_empty())
                 .map(|(id, _)| *id),
         );
         for &id in &ids {
@@ -329,13 +336,21 @@ impl Rma {
         };
         let chunk = entry::max_payload(ring, wire::LEN);
         loop {
-            let Some(&req) = self.peers.get(&id).and_then(|s| s.queue.front()) else {
+            let Some((&req, refused)) = self
+                .peers
+                .get(&id)
+                .and_then(|s| s.queue.front().map(|r| (r, s.refused)))
+            else {
                 return;
             };
             let Some(op) = self.ops.get_mut(&req) else {
                 self.pop(id);
                 continue;
             };
+            if refused && op.path == Path::Cma {
+                // Posted before the refusal was learnt, not sent yet.
+                op.path = Path::Copy;
+            }
             let mut h = Header::new(Op::Put, req);
             h.key = op.remote_key;
             h.addr = op.remote_addr;
@@ -393,21 +408,21 @@ impl Rma {
         };
         let chunk = entry::max_payload(ring, wire::LEN) as u64;
         loop {
-            let Some(owed) = self.peers.get_mut(&id).and_then(|s| s.owed.take()) else {
+            let Some(owed) = self.peers.get_mut(&id).and_then(|s| s.owed.pop_front()) else {
                 return;
             };
             let next = match owed {
                 Owed::Request(h) if !port.peer_info(peer).is_some_and(|i| i.up) => {
                     // A connecting peer's frames may come before its
                     // welcome, which tells whether CMA works towards it.
-                    self.owe(id, Owed::Request(h));
+                    self.owe_front(id, Owed::Request(h));
                     return;
                 }
                 Owed::Request(h) => Some(Owed::Reply(done(h.req, self.serve_cma(port, peer, &h)))),
                 Owed::Reply(h) => match port.send(peer, &h.encode(), &[]) {
                     Ok(()) => None,
                     Err(SendError::Full) => {
-                        self.owe(id, Owed::Reply(h));
+                        self.owe_front(id, Owed::Reply(h));
                         return;
                     }
                     Err(_) => None,
@@ -446,7 +461,7 @@ impl Rma {
                                         })
                                     }
                                     Err(SendError::Full) => {
-                                        self.owe(
+                                        self.owe_front(
                                             id,
                                             Owed::Stream {
                                                 req,
@@ -465,16 +480,15 @@ impl Rma {
                     }
                 }
             };
-            match next {
-                Some(o) => self.owe(id, o),
-                None => return,
+            if let Some(o) = next {
+                self.owe_front(id, o);
             }
         }
     }
 
-    fn owe(&mut self, id: usize, o: Owed) {
+    fn owe_front(&mut self, id: usize, o: Owed) {
         if let Some(s) = self.peers.get_mut(&id) {
-            s.owed = Some(o);
+            s.owed.push_front(o);
         }
     }
 
@@ -520,12 +534,12 @@ impl Rma {
         match h.op {
             Op::Put | Op::Get | Op::GetReq => {
                 let st = self.peers.entry(id).or_default();
-                if st.owed.is_some() {
+                if st.owed.len() >= OWED_MAX {
                     // Only while a dead peer's last frames are drained.
                     self.stats.dropped += 1;
                     return;
                 }
-                st.owed = Some(if h.op == Op::GetReq {
+                st.owed.push_back(if h.op == Op::GetReq {
                     Owed::Stream {
                         req: h.req,
                         key: h.key,
@@ -545,7 +559,7 @@ impl Rma {
 
     fn put_data(&mut self, id: usize, h: Header, payload: crate::ring::Bytes<'_>) {
         let st = self.peers.entry(id).or_default();
-        if st.owed.is_some() {
+        if st.owed.len() >= OWED_MAX {
             self.stats.dropped += 1;
             return;
         }
@@ -559,13 +573,13 @@ impl Rma {
                 payload.copy_to(dst);
                 self.stats.put_chunks += 1;
                 if h.last && !already_failed {
-                    st.owed = Some(Owed::Reply(done(h.req, Status::Ok)));
+                    st.owed.push_back(Owed::Reply(done(h.req, Status::Ok)));
                 }
             }
             Err(e) => {
                 if !already_failed {
                     st.failed_req = Some(h.req);
-                    st.owed = Some(Owed::Reply(done(h.req, status_of(e))));
+                    st.owed.push_back(Owed::Reply(done(h.req, status_of(e))));
                 }
             }
         }
@@ -656,20 +670,21 @@ impl Rma {
     pub(crate) fn settle(&mut self) -> usize {
         let mut n = 0;
         for s in self.peers.values_mut() {
-            if let Some(Owed::Stream {
-                key, addr, len, sent, ..
-            }) = s.owed.take()
-            {
-                let at = addr.wrapping_add(sent);
-                if self
-                    .regions
-                    .check(key, at, (len - sent).min(1 << 14), Access::REMOTE_READ)
-                    .is_ok()
+            for o in s.owed.drain(..) {
+                if let Owed::Stream {
+                    key, addr, len, sent, ..
+                } = o
                 {
-                    n += 1;
+                    let at = addr.wrapping_add(sent);
+                    if self
+                        .regions
+                        .check(key, at, (len - sent).min(1 << 14), Access::REMOTE_READ)
+                        .is_ok()
+                    {
+                        n += 1;
+                    }
                 }
             }
-            s.owed = None;
             s.queue.clear();
         }
         n
@@ -705,7 +720,7 @@ pub(crate) struct Serve<'a, F> {
 
 impl<F: FnMut(Event<'_>)> Sink for Serve<'_, F> {
     fn ready(&mut self, peer: PeerId) -> bool {
-        self.rma.peers.get(&peer.0).is_none_or(|s| s.owed.is_none())
+        self.rma.peers.get(&peer.0).is_none_or(|s| s.owed.len() < OWED_MAX)
     }
 
     fn event(&mut self, ev: Event<'_>) {
