@@ -180,6 +180,33 @@ struct PeerState {
 
 /// The RMA engine of one port: the registration table, the operations this
 /// side started, and what it owes its peers as a target.
+///
+/// ```
+/// use xfer_shm::{Access, Rma, ShmConfig, ShmPort, Transfer};
+/// let cfg = ShmConfig::default();
+/// let (mut a, mut b) = (ShmPort::open(&cfg).unwrap(), ShmPort::open(&cfg).unwrap());
+/// let (mut ra, mut rb) = (Rma::new(), Rma::new());
+/// let to_b = a.connect(b.address()).unwrap();
+/// // The target's region, and the initiator's buffer.
+/// let key = rb.regions_mut().register(vec![0u8; 64].into_boxed_slice(), Access::REMOTE_WRITE).unwrap();
+/// let (addr, _) = rb.regions().addr(key).unwrap();
+/// let src = ra.regions_mut().register(b"hello".to_vec().into_boxed_slice(), Access::empty()).unwrap();
+/// while !a.peer_info(to_b).unwrap().up {
+///     ra.poll(&mut a, |_| {});
+///     rb.poll(&mut b, |_| {});
+/// }
+/// let t = Transfer { local_key: src, local_offset: 0, remote_key: key, remote_addr: addr + 8, len: 5, context: 1 };
+/// ra.write(&mut a, to_b, t).unwrap();
+/// let done = loop {
+///     rb.poll(&mut b, |_| {});
+///     ra.poll(&mut a, |_| {});
+///     if let Some(c) = ra.next_completion() { break c; }
+/// };
+/// assert_eq!(done.result, Ok(()));
+/// let mut got = [0u8; 5];
+/// rb.regions().copy_out(key, 8, &mut got).unwrap();
+/// assert_eq!(&got, b"hello");
+/// ```
 #[derive(Debug, Default)]
 pub struct Rma {
     regions: Regions,
@@ -190,6 +217,10 @@ pub struct Rma {
     stats: Stats,
     scratch: Vec<usize>,
 }
+
+// SAFETY: the raw pointers in `ops` point into regions of this engine's
+// own table, pinned while the operations live; nothing is tied to a thread.
+unsafe impl Send for Rma {}
 
 fn done(req: u64, status: Status) -> Header {
     let mut h = Header::new(Op::Done, req);
