@@ -3,7 +3,9 @@
 #
 # Latency: ring_pingpong (xfer-shm rings, busy polling; half round trip) against
 # `ucx_perftest -t tag_lat`. Bandwidth: rma_bw (xfer-shm RMA write and read, by CMA and
-# through the ring, window 4) against `ucx_perftest -t ucp_put_bw` and `-t tag_bw`. UCX
+# through the ring, window 4) against `ucx_perftest -t ucp_put_bw` and `-t tag_bw`; and
+# the median time of one large transfer: rma_bw at window 1 (post to completion) against
+# the 50th percentile of `tag_lat` at that size (half a round trip). UCX
 # runs with its defaults and with UCX_TLS=sm, posix, and posix,cma (cma alone has no
 # active-message transport: UCX answers "Destination is unreachable"). Every server or
 # first process is pinned to CPU 0, every client or peer to CPU 1; the tools alternate
@@ -86,6 +88,28 @@ for size in 65536 1048576 4194304; do
                 f=$(ucx "$tls" "$test" "$size" "$n")
                 row+=" $(awk '{ if (NF >= 6) print $6; else print "failed" }' <<<"$f") |"
             done
+        done
+        echo "$row"
+    done
+done
+echo
+echo "## Median time of one transfer (µs; in brackets MB/s at that time)"
+echo
+echo "| size | run | xfer-shm RMA write CMA | write ring | read CMA | read ring | UCX tag_lat p50 default | sm | posix | posix,cma |"
+echo "|---|---|---|---|---|---|---|---|---|---|"
+for size in 65536 1048576 4194304; do
+    n=$((2000 * 65536 / size))
+    n=$((n < 200 ? 200 : n))
+    for r in $(seq "$reps"); do
+        row="| $size | $r |"
+        for args in "--op write" "--op write --copy" "--op read" "--op read --copy"; do
+            # shellcheck disable=SC2086
+            line=$($ex/rma_bw $args --size "$size" --iters "$n" --window 1 --cpus "$s_cpu,$c_cpu")
+            row+=" $(sed -n 's/.*median operation \([0-9.]*\) us (\([0-9.]*\) MB.*/\1 (\2)/p' <<<"$line") |"
+        done
+        for tls in default sm posix posix,cma; do
+            f=$(ucx "$tls" tag_lat "$size" "$n")
+            row+=" $(awk -v s="$size" '{ if (NF >= 4) printf "%s (%.1f)", $2, s / $2 / 1.048576; else print "failed" }' <<<"$f") |"
         done
         echo "$row"
     done

@@ -161,10 +161,19 @@ fn main() {
         context: 0,
     };
     let mut path = None;
-    let mut run = |rma: &mut Rma, port: &mut ShmPort, n: usize| {
+    // Each operation's time from post to completion: its median is the
+    // figure that preemption on a loaded machine moves least.
+    let mut times: Vec<f64> = Vec::with_capacity(o.iters);
+    let mut run = |rma: &mut Rma, port: &mut ShmPort, n: usize, times: &mut Vec<f64>| {
         let (mut posted, mut done) = (0, 0);
+        let mut posted_at = vec![Instant::now(); n];
         while done < n {
             while posted < n && rma.in_flight() < o.window {
+                let t = Transfer {
+                    context: posted as u64,
+                    ..t
+                };
+                posted_at[posted] = Instant::now();
                 let r = if o.read {
                     rma.read(port, peer, t)
                 } else {
@@ -178,18 +187,21 @@ fn main() {
                 c.result.expect("rma");
                 path = Some(c.path);
                 done += 1;
+                times.push(posted_at[c.context as usize].elapsed().as_secs_f64());
             }
         }
     };
-    run(&mut rma, &mut port, o.iters / 10 + 1);
+    run(&mut rma, &mut port, o.iters / 10 + 1, &mut Vec::new());
     let start = Instant::now();
-    run(&mut rma, &mut port, o.iters);
+    run(&mut rma, &mut port, o.iters, &mut times);
     let secs = start.elapsed().as_secs_f64();
+    times.sort_by(f64::total_cmp);
+    let p50 = times[times.len() / 2];
     port.send(peer, b"bye", &[]).expect("bye");
     child.wait().expect("peer");
     let bytes = (o.iters * o.size) as f64;
     println!(
-        "rma_bw: {} {} B, window {}, {} ops, path {}, CPUs {},{}: {:.1} MB/s ({:.2} GB/s), {:.2} us per op",
+        "rma_bw: {} {} B, window {}, {} ops, path {}, CPUs {},{}: {:.1} MB/s ({:.2} GB/s), {:.2} us per op; median operation {:.2} us ({:.1} MB/s at window 1)",
         if o.read { "read" } else { "write" },
         o.size,
         o.window,
@@ -204,5 +216,7 @@ fn main() {
         bytes / secs / (1 << 20) as f64,
         bytes / secs / 1e9,
         secs * 1e6 / o.iters as f64,
+        p50 * 1e6,
+        o.size as f64 / p50 / (1 << 20) as f64,
     );
 }
