@@ -783,6 +783,7 @@ impl<F: FnMut(Event<'_>)> Sink for Serve<'_, F> {
 mod tests {
     use super::wire::{Header, Op, Status};
     use crate::fuzzing::{rma_frames, Owned, RMA_REGION};
+    use crate::Event;
 
     fn frame(op: Op, req: u64, key: u64, addr: u64, payload: Vec<u8>, last: bool) -> Owned {
         let mut h = Header::new(op, req);
@@ -791,6 +792,65 @@ mod tests {
         h.len = payload.len() as u64;
         h.last = last;
         (h.encode().to_vec(), payload)
+    }
+
+    /// A connecting port reads its ring before its welcome (its socket is
+    /// read every SERVICE_EVERY polls): a CMA request found then waits for
+    /// the welcome, whose probe says whether CMA works, and is served.
+    #[test]
+    fn request_before_welcome_waits() {
+        use crate::{Access, Cma, Rma, ShmConfig, ShmPort, Transfer};
+        let cfg = ShmConfig::default();
+        let (mut a, mut b) = (ShmPort::open(&cfg).unwrap(), ShmPort::open(&cfg).unwrap());
+        let (mut ra, mut rb) = (Rma::new(), Rma::new());
+        let key = rb
+            .regions_mut()
+            .register(vec![0u8; 64].into_boxed_slice(), Access::REMOTE_WRITE)
+            .unwrap();
+        let (addr, _) = rb.regions().addr(key).unwrap();
+        let src = ra
+            .regions_mut()
+            .register(b"early".to_vec().into_boxed_slice(), Access::empty())
+            .unwrap();
+        // B connects; A accepts and answers, B does not read the answer yet.
+        b.connect(a.address()).unwrap();
+        let mut up = None;
+        for _ in 0..crate::SERVICE_EVERY * 4 {
+            ra.poll(&mut a, |ev| {
+                if let Event::Up { peer } = ev {
+                    up = Some(peer)
+                }
+            });
+            if up.is_some() {
+                break;
+            }
+        }
+        let to_b = up.expect("accepted");
+        let t = Transfer {
+            local_key: src,
+            local_offset: 0,
+            remote_key: key,
+            remote_addr: addr,
+            len: 5,
+            context: 1,
+        };
+        ra.write(&mut a, to_b, t).unwrap();
+        let mut done = None;
+        for _ in 0..crate::SERVICE_EVERY * 4 {
+            rb.poll(&mut b, |_| {});
+            ra.poll(&mut a, |_| {});
+            done = done.or_else(|| ra.next_completion());
+            if done.is_some() {
+                break;
+            }
+        }
+        let c = done.expect("completed");
+        assert_eq!(c.result, Ok(()));
+        assert_eq!(a.peer_info(to_b).unwrap().cma, Cma::Available);
+        assert_eq!(c.path, crate::Path::Cma);
+        let mut got = [0u8; 5];
+        rb.regions().copy_out(key, 0, &mut got).unwrap();
+        assert_eq!(&got, b"early");
     }
 
     #[test]
