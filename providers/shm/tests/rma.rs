@@ -3,7 +3,7 @@
 //! which registers regions and serves. Waits are bounded and wait for
 //! conditions, never for time to pass.
 
-use std::process::{Child, Command};
+use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -129,6 +129,7 @@ struct Remote {
 fn spawn(role: &str, port: &ShmPort) -> Child {
     Command::new(std::env::current_exe().expect("current_exe"))
         .args(["child", role, &hex(port.address())])
+        .stdin(Stdio::piped())
         .spawn()
         .expect("spawn child")
 }
@@ -445,6 +446,40 @@ fn rma_both_ways() {
     stop(s, child, peer);
 }
 
+/// A target that stops serving, then is killed: the operations in flight
+/// to it (one by the ring, stuck on a full ring, one by CMA) fail with
+/// `PeerDown`, and no others are reported.
+fn rma_peer_killed() {
+    let cfg = ShmConfig {
+        cma: false,
+        ..ShmConfig::default()
+    };
+    let (mut s, mut child, peer, regions) = start("mute", &cfg);
+    let local = s
+        .rma
+        .regions_mut()
+        .register(pattern(5, BIG).into_boxed_slice(), Access::LOCAL_WRITE)
+        .expect("register");
+    s.rma
+        .write(&mut s.port, peer, xfer(local, 0, regions[0], 0, BIG, 1))
+        .expect("posted");
+    s.rma
+        .read(&mut s.port, peer, xfer(local, 0, regions[1], 0, 64, 2))
+        .expect("posted");
+    s.poll();
+    assert!(s.done.is_empty(), "a mute target answered");
+    assert_eq!(s.rma.in_flight(), 2);
+    child.kill().expect("kill");
+    child.wait().expect("wait child");
+    s.until("failures", |s| s.done.len() >= 2);
+    for c in &s.done {
+        assert_eq!(c.result, Err(RmaError::PeerDown), "context {}", c.context);
+    }
+    assert_eq!(s.rma.in_flight(), 0);
+    // The local region is free again.
+    assert!(s.rma.regions_mut().deregister(local).is_ok());
+}
+
 /// Moves this process into a new user namespace (mapping its uid to
 /// root inside): the parent's process is then in an ancestor namespace,
 /// out of its reach for ptrace and so for CMA.
@@ -517,6 +552,15 @@ fn child(role: &str, addr: &[u8]) {
         both_ways(&mut s, parent, r);
         s.port.send(parent, b"both-done", &[]).expect("send");
     }
+    if role == "mute" {
+        // The welcome, so the keys' wake-up (owed until the parent's
+        // eventfd came with it) is given; then it serves nothing more and
+        // the parent kills it.
+        s.until("welcome", |s| !s.up.is_empty());
+        let mut sink = Vec::new();
+        let _ = std::io::Read::read_to_end(&mut std::io::stdin(), &mut sink);
+        return;
+    }
     let (mut put_dropped, mut get_dropped) = (false, false);
     s.until("bye", |s| {
         if role == "dropper" {
@@ -544,12 +588,13 @@ fn main() {
         return;
     }
     let filter: Vec<&String> = args[1..].iter().filter(|a| !a.starts_with('-')).collect();
-    let cases: [(&str, fn()); 5] = [
+    let cases: [(&str, fn()); 6] = [
         ("rma_cma", rma_cma),
         ("rma_copy", rma_copy),
         ("rma_dropped", rma_dropped),
         ("rma_cma_refused", rma_cma_refused),
         ("rma_both_ways", rma_both_ways),
+        ("rma_peer_killed", rma_peer_killed),
     ];
     for (name, case) in cases {
         if !filter.is_empty() && !filter.iter().any(|f| name.contains(f.as_str())) {
