@@ -920,6 +920,76 @@ fn shm_ring(root: &Path) -> usize {
     out.count
 }
 
+/// `shm_rma` inputs: frames a peer writes to the RMA engine, honest and
+/// hostile (`xfer_shm::fuzzing::rma_frames` names its regions by key 1 and
+/// 2 and has operations 1 to 4 in flight).
+fn shm_rma(root: &Path) -> usize {
+    use xfer_shm::fuzzing::{rma_encode, Owned, RMA_REGION};
+    use xfer_shm::rma::wire::{Header, Op, Status};
+    let mut out = Out::new(root, "shm_rma");
+    let f = |op: Op, req: u64, key: u64, addr: u64, len: u64, payload: Vec<u8>, last: bool| -> Owned {
+        let mut h = Header::new(op, req);
+        h.key = key;
+        h.addr = addr;
+        h.len = len;
+        h.last = last;
+        (h.encode().to_vec(), payload)
+    };
+    let r = RMA_REGION as u64;
+    out.put(
+        "put-chunks",
+        &rma_encode(&[
+            f(Op::PutData, 9, 1, 0, 4096, vec![1; 4096], false),
+            f(Op::PutData, 9, 1, 4096, 4096, vec![2; 4096], true),
+        ]),
+    );
+    out.put(
+        "put-past-end",
+        &rma_encode(&[f(Op::PutData, 9, 1, r - 8, 16, vec![3; 16], true)]),
+    );
+    out.put(
+        "put-read-only",
+        &rma_encode(&[f(Op::PutData, 9, 2, 0, 16, vec![3; 16], true)]),
+    );
+    out.put(
+        "requests",
+        &rma_encode(&[
+            f(Op::GetReq, 9, 1, 0, r, vec![], false),
+            f(Op::Put, 10, 1, 0, 64, vec![], false),
+            f(Op::Get, 11, 2, 8, 64, vec![], false),
+        ]),
+    );
+    out.put(
+        "get-data",
+        &rma_encode(&[
+            f(Op::GetData, 1, 0, 0, 8192, vec![4; 8192], false),
+            f(Op::GetData, 1, 0, 8192, 8192, vec![5; 8192], false),
+            f(Op::Done, 1, 0, 0, 0, vec![], false),
+        ]),
+    );
+    out.put(
+        "get-data-out-of-place",
+        &rma_encode(&[f(Op::GetData, 1, 0, 64, 64, vec![6; 64], false)]),
+    );
+    let mut refused = Header::new(Op::Done, 2);
+    refused.status = Status::CmaRefused;
+    let mut no_key = Header::new(Op::Done, 4);
+    no_key.status = Status::NoKey;
+    out.put(
+        "answers",
+        &rma_encode(&[
+            (refused.encode().to_vec(), vec![]),
+            (no_key.encode().to_vec(), vec![]),
+            (Header::new(Op::Done, 3).encode().to_vec(), vec![]),
+        ]),
+    );
+    out.put(
+        "length-lies",
+        &rma_encode(&[f(Op::PutData, 9, 1, 0, 1 << 40, vec![7; 16], true)]),
+    );
+    out.count
+}
+
 fn main() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("corpus");
     let conversations = tcp_stream(&root);
@@ -932,6 +1002,7 @@ fn main() {
         ("verbs_msg", verbs_msg(&root)),
         ("verbs_cm", verbs_cm(&root)),
         ("shm_ring", shm_ring(&root)),
+        ("shm_rma", shm_rma(&root)),
     ];
     for (target, n) in counts {
         println!("{target}: {n} seeds in {}", root.join(target).display());

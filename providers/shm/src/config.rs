@@ -20,6 +20,10 @@ pub struct ShmConfig {
     /// Most peers at once (`XFER_SHM_MAX_PEERS`, default 256); connections
     /// beyond it are refused at once.
     pub max_peers: usize,
+    /// Whether RMA may move data by cross-memory attach
+    /// (`XFER_SHM_CMA`, default on; `0`/`off` forces the two-copy path
+    /// through the ring, and makes this side refuse to serve by CMA).
+    pub cma: bool,
 }
 
 impl Default for ShmConfig {
@@ -27,6 +31,7 @@ impl Default for ShmConfig {
         ShmConfig {
             ring_bytes: DEFAULT_RING_BYTES,
             max_peers: DEFAULT_MAX_PEERS,
+            cma: true,
         }
     }
 }
@@ -52,6 +57,9 @@ impl ShmConfig {
         }
         if let Some(v) = env_usize("XFER_SHM_MAX_PEERS")? {
             c.max_peers = v;
+        }
+        if let Ok(v) = std::env::var("XFER_SHM_CMA") {
+            c.cma = parse_bool(&v).ok_or_else(|| BadSetting(format!("XFER_SHM_CMA={v}: not 0/1/on/off")))?;
         }
         c.check()?;
         Ok(c)
@@ -83,6 +91,15 @@ fn env_usize(name: &str) -> Result<Option<usize>, BadSetting> {
     }
 }
 
+/// A switch: `1`/`on`/`true`/`yes` or `0`/`off`/`false`/`no`.
+fn parse_bool(v: &str) -> Option<bool> {
+    match v.trim().to_ascii_lowercase().as_str() {
+        "1" | "on" | "true" | "yes" => Some(true),
+        "0" | "off" | "false" | "no" => Some(false),
+        _ => None,
+    }
+}
+
 /// A number with an optional `k`, `M` or `G` suffix (powers of 1024), as
 /// every xfer size setting takes.
 fn parse_size(v: &str) -> Option<usize> {
@@ -108,6 +125,9 @@ mod tests {
         assert_eq!(parse_size("x"), None);
         assert_eq!(parse_size(""), None);
         assert_eq!(parse_size("99999999999999999999G"), None);
+        assert_eq!(parse_bool(" Off"), Some(false));
+        assert_eq!(parse_bool("1"), Some(true));
+        assert_eq!(parse_bool("2"), None);
         assert!(ShmConfig::default().check().is_ok());
         assert!(ShmConfig {
             ring_bytes: 5000,

@@ -1,9 +1,13 @@
 //! Entry points for the fuzz targets (fuzz/, docs/FUZZING.md): the real
-//! ring producer and consumer over ordinary memory. Not part of the API.
+//! ring producer and consumer over ordinary memory, and the RMA engine fed
+//! what a peer wrote. Not part of the API.
 
 use crate::entry::{Corrupt, MAX_HEADER};
 use crate::layout::{CTL_HEAD, LINE};
+use crate::port::{Event, PeerId, Sink};
+use crate::region::Access;
 use crate::ring::{Consumer, Producer, Refused};
+use crate::rma::{Path, Rma, Serve, Stats, Transfer};
 
 /// A frame as owned bytes: header, payload.
 pub type Owned = (Vec<u8>, Vec<u8>);
@@ -82,4 +86,141 @@ impl TestRing {
         }
         (frames.len(), None, p.tail())
     }
+}
+
+/// Bytes of the regions of [`rma_frames`], and of the guards around each.
+pub const RMA_REGION: usize = 16 << 10;
+const GUARD: usize = 256;
+const CANARY: u8 = 0xC7;
+
+/// Feeds frames a peer wrote, through a real ring, to a real RMA engine
+/// that has two regions of its own (key field 1: read-write, 2: read-only;
+/// other keys are left as they are) and four operations of its own in
+/// flight with that peer (req 1 a two-copy read, 2 a CMA read, 3 a
+/// two-copy write, 4 a CMA write, each of [`RMA_REGION`] bytes).
+/// In the frames' headers of a request (op 1 to 4), a key field of 1 or 2
+/// becomes that region's real key and the address field becomes an offset
+/// from that region's base. After each frame what the engine owes is
+/// dropped (there is no port to pay it with). Panics if a byte outside the
+/// regions changed or an operation's progress passed its length.
+pub fn rma_frames(frames: &[Owned]) -> Stats {
+    let mut rma = Rma::new();
+    // Each region sits between guard bytes in one allocation.
+    let mut mem = vec![CANARY; 3 * (RMA_REGION + 2 * GUARD)];
+    let base = mem.as_mut_ptr();
+    let at = |i: usize| {
+        // SAFETY: region i of 3, after its guard, inside `mem`.
+        unsafe { base.add(i * (RMA_REGION + 2 * GUARD) + GUARD) }
+    };
+    let rights = [
+        Access::REMOTE_READ.union(Access::REMOTE_WRITE),
+        Access::REMOTE_READ,
+        Access::LOCAL_WRITE,
+    ];
+    let mut keys = [0u64; 3];
+    for (i, k) in keys.iter_mut().enumerate() {
+        // SAFETY: `mem` outlives `rma` (dropped first, below) and nothing
+        // else touches the regions while it lives.
+        *k = unsafe { rma.regions_mut().register_raw(at(i), RMA_REGION, rights[i]) }.expect("random key");
+    }
+    let peer = 0;
+    for (read, path) in [
+        (true, Path::Copy),
+        (true, Path::Cma),
+        (false, Path::Copy),
+        (false, Path::Cma),
+    ] {
+        let t = Transfer {
+            local_key: keys[2],
+            local_offset: 0,
+            remote_key: 7,
+            remote_addr: 0x1000,
+            len: RMA_REGION,
+            context: 0,
+        };
+        rma.inject(peer, t, read, path);
+    }
+    let mut ring = TestRing::new(64 << 10);
+    let mut pos = 0u64;
+    for (h, p) in frames {
+        let mut h = h.clone();
+        if h.len() == crate::rma::wire::LEN && (1..=4).contains(&h[1]) {
+            let sel = u64::from_le_bytes(h[16..24].try_into().expect("8 bytes"));
+            if let Some(i) = [1u64, 2].iter().position(|&s| s == sel) {
+                let (b, _) = rma.regions().addr(keys[i]).expect("registered");
+                let off = u64::from_le_bytes(h[24..32].try_into().expect("8 bytes"));
+                h[16..24].copy_from_slice(&keys[i].to_le_bytes());
+                h[24..32].copy_from_slice(&b.wrapping_add(off).to_le_bytes());
+            }
+        }
+        let (written, _, tail) = ring.produce(pos, &[(h, p.clone())]);
+        if written == 0 {
+            continue;
+        }
+        let ring_bytes = ring.ring_bytes();
+        // SAFETY: as in `drain`.
+        let mut c = unsafe { Consumer::new(ring.data.as_mut_ptr().cast(), ring.ctl.as_mut_ptr().cast(), ring_bytes) };
+        c.set_head(pos);
+        let mut sink = Serve {
+            rma: &mut rma,
+            user: |_: Event<'_>| {},
+        };
+        while sink.ready(PeerId(peer)) {
+            match c.consume(|frame| {
+                sink.event(Event::Frame {
+                    peer: PeerId(peer),
+                    frame,
+                })
+            }) {
+                Ok(Some(())) => {}
+                _ => break,
+            }
+        }
+        rma.settle();
+        assert!(rma.consistent(), "an operation's progress passed its length");
+        pos = tail;
+    }
+    rma.peer_down(peer);
+    let stats = rma.stats();
+    drop(rma);
+    for i in 0..3 {
+        let start = i * (RMA_REGION + 2 * GUARD);
+        let guards = [
+            &mem[start..start + GUARD],
+            &mem[start + GUARD + RMA_REGION..start + 2 * GUARD + RMA_REGION],
+        ];
+        assert!(
+            guards.iter().all(|g| g.iter().all(|&b| b == CANARY)),
+            "a byte outside region {i} changed"
+        );
+    }
+    stats
+}
+
+/// The frames of a `shm_rma` fuzz input: records of `[payload length (u16
+/// LE), 48 header bytes, payload]`, a short last record cut to what is left.
+pub fn rma_input(mut data: &[u8]) -> Vec<Owned> {
+    let mut out = Vec::new();
+    while data.len() >= 2 {
+        let n = usize::from(u16::from_le_bytes([data[0], data[1]]));
+        data = &data[2..];
+        let h = data.len().min(crate::rma::wire::LEN);
+        let header = data[..h].to_vec();
+        data = &data[h..];
+        let p = data.len().min(n);
+        out.push((header, data[..p].to_vec()));
+        data = &data[p..];
+    }
+    out
+}
+
+/// A `shm_rma` fuzz input holding `frames`.
+pub fn rma_encode(frames: &[Owned]) -> Vec<u8> {
+    let mut v = Vec::new();
+    for (h, p) in frames {
+        v.extend_from_slice(&(p.len().min(u16::MAX.into()) as u16).to_le_bytes());
+        v.extend_from_slice(h);
+        v.extend_from_slice(&p[..p.len().min(u16::MAX.into())]);
+    }
+    v
 }

@@ -11,7 +11,9 @@
 //! [`ShmPort`] is what a transport holds: an address to listen on,
 //! `connect`, `send` of a frame (a header of up to 64 bytes and a payload),
 //! one `poll` over every peer's ring, a wait descriptor, `cma_read`, and
-//! peer death as an event. It is not an endpoint provider yet; see
+//! peer death as an event. [`Rma`] adds reads and writes of a peer's
+//! registered regions ([`Regions`], random keys, checked by the target), by
+//! cross-memory attach or, where that is refused, through the ring. It is not an endpoint provider yet; see
 //! docs/SHM.md for the protocols, the bounds and what is not built.
 //!
 //! ```
@@ -36,14 +38,18 @@ pub mod entry;
 mod hello;
 pub mod layout;
 mod port;
+pub mod region;
 pub mod ring;
+pub mod rma;
 mod segment;
 mod sys;
 
 pub use cma::{Cma, CmaError};
 pub use config::ShmConfig;
-pub use port::{DownReason, Event, PeerId, PeerInfo, SendError, ShmPort, BUDGET, SERVICE_EVERY};
+pub use port::{DownReason, Event, PeerId, PeerInfo, SendError, ShmPort, Sink, BUDGET, SERVICE_EVERY};
+pub use region::{Access, RegionError, Regions};
 pub use ring::{Bytes, Frame};
+pub use rma::{Completion, Path, Rma, RmaError, Transfer};
 
 #[doc(hidden)]
 pub mod fuzzing;

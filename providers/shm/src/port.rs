@@ -104,6 +104,28 @@ pub enum Event<'a> {
     },
 }
 
+/// Receives what [`ShmPort::poll_with`] reports, and says per peer whether
+/// to read its next frame now. A closure `FnMut(Event)` is a sink that
+/// reads every frame.
+pub trait Sink {
+    /// Whether to read `peer`'s next frame now; `false` leaves it in the
+    /// ring for a later poll, so the peer feels back-pressure. Asked
+    /// before every frame.
+    fn ready(&mut self, peer: PeerId) -> bool {
+        let _ = peer;
+        true
+    }
+
+    /// One event.
+    fn event(&mut self, ev: Event<'_>);
+}
+
+impl<F: FnMut(Event<'_>)> Sink for F {
+    fn event(&mut self, ev: Event<'_>) {
+        self(ev)
+    }
+}
+
 /// Why `send` did not write a frame.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SendError {
@@ -389,18 +411,27 @@ impl ShmPort {
     /// due, the epoll set; reports what happened through `f`. Returns the
     /// number of frames delivered.
     pub fn poll(&mut self, mut f: impl FnMut(Event<'_>)) -> usize {
+        self.poll_with(&mut f)
+    }
+
+    /// [`poll`](Self::poll) with a [`Sink`] that may hold a peer's frames
+    /// back (a peer it owes an answer it could not send yet).
+    pub fn poll_with(&mut self, f: &mut impl Sink) -> usize {
         self.polls = self.polls.wrapping_add(1);
         if self.service_due || self.polls.is_multiple_of(SERVICE_EVERY) {
             self.service_due = false;
-            self.service(&mut f);
+            self.service(f);
         }
         let mut n = 0;
         for (id, p) in self.peers.iter_mut() {
             let Some(seg) = p.seg.as_mut() else { continue };
             let mut got = 0;
             for _ in 0..BUDGET {
+                if !f.ready(PeerId(id)) {
+                    break;
+                }
                 match seg.rx.consume(|frame| {
-                    f(Event::Frame {
+                    f.event(Event::Frame {
                         peer: PeerId(id),
                         frame,
                     })
@@ -422,7 +453,7 @@ impl ShmPort {
             }
             n += got;
         }
-        self.report_dead(&mut f);
+        self.report_dead(f);
         n
     }
 
@@ -439,7 +470,7 @@ impl ShmPort {
     }
 
     /// Removes the peers found dead and reports them.
-    fn report_dead(&mut self, f: &mut impl FnMut(Event<'_>)) {
+    fn report_dead(&mut self, f: &mut impl Sink) {
         for (id, reason) in std::mem::take(&mut self.dead) {
             let Some(p) = self.peers.try_remove(id) else { continue };
             self.epoll.remove(p.sock.as_raw_fd());
@@ -451,7 +482,7 @@ impl ShmPort {
             drop(p);
             // An accepted peer the user never saw come up goes silently.
             if !silent {
-                f(Event::Down {
+                f.event(Event::Down {
                     peer: PeerId(id),
                     reason,
                 });
@@ -460,7 +491,7 @@ impl ShmPort {
     }
 
     /// Reads the epoll set without blocking: accepts, handshakes, closes.
-    fn service(&mut self, f: &mut impl FnMut(Event<'_>)) {
+    fn service(&mut self, f: &mut impl Sink) {
         let mut tokens = std::mem::take(&mut self.tokens);
         if let Err(e) = self.epoll.wait(&mut tokens, 0) {
             xfer_core::warn_limited!(error = %e, "shm: epoll_wait failed");
@@ -514,7 +545,7 @@ impl ShmPort {
         }
     }
 
-    fn socket_ready(&mut self, id: usize, f: &mut impl FnMut(Event<'_>)) {
+    fn socket_ready(&mut self, id: usize, f: &mut impl Sink) {
         let Some(p) = self.peers.get_mut(id) else { return };
         let mut buf = [0u8; 64];
         let outcome = match sys::recv_with_fds(&p.sock, &mut buf) {
@@ -532,13 +563,13 @@ impl ShmPort {
             Err(e) => Err(DownReason::Os(e)),
         };
         match outcome {
-            Ok(()) => f(Event::Up { peer: PeerId(id) }),
+            Ok(()) => f.event(Event::Up { peer: PeerId(id) }),
             Err(reason) => {
                 // Deliver what the peer wrote before it went.
                 if let Some(seg) = p.seg.as_mut() {
                     loop {
                         match seg.rx.consume(|frame| {
-                            f(Event::Frame {
+                            f.event(Event::Frame {
                                 peer: PeerId(id),
                                 frame,
                             })

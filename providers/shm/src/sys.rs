@@ -443,6 +443,33 @@ pub fn vm_write(pid: libc::pid_t, remote: u64, local: &[u8]) -> io::Result<usize
 }
 
 /// 64 random bits from the kernel.
+/// 64 unguessable bits for a key that guards memory: from `getrandom`, or
+/// `/dev/urandom` where the call is missing; an error, never a weaker
+/// value, when neither works.
+pub fn secure_random_u64() -> io::Result<u64> {
+    let mut b = [0u8; 8];
+    let mut got = 0;
+    while got < b.len() {
+        // SAFETY: writes at most `8 - got` bytes into `b[got..]`, alive across the call.
+        let n = unsafe { libc::getrandom(b[got..].as_mut_ptr().cast(), b.len() - got, 0) };
+        if n > 0 {
+            got += n as usize;
+            continue;
+        }
+        let e = io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::EINTR) => continue,
+            Some(libc::ENOSYS) | Some(libc::EPERM) => {
+                use std::io::Read;
+                std::fs::File::open("/dev/urandom")?.read_exact(&mut b)?;
+                return Ok(u64::from_ne_bytes(b));
+            }
+            _ => return Err(e),
+        }
+    }
+    Ok(u64::from_ne_bytes(b))
+}
+
 pub fn random_u64() -> u64 {
     let mut v: u64 = 0;
     // SAFETY: writes at most 8 bytes into `v`, alive across the call.

@@ -243,6 +243,7 @@ fn many_peers() {
     let cfg = ShmConfig {
         ring_bytes: 4096,
         max_peers: N,
+        ..ShmConfig::default()
     };
     let mut hub = ShmPort::open(&cfg).expect("open");
     let mut seen = Seen::default();
