@@ -5,8 +5,8 @@
 //! ```
 //!
 //! For each transport: a server and a client in this process (one tokio
-//! runtime), the echo service, `--calls` unary calls one at a time (p50 and
-//! p99 latency), then 64 calls outstanding for `--secs` seconds (calls/s,
+//! runtime), the echo service, `--calls` unary calls one at a time (mean,
+//! p50 and p99 latency), then 64 calls outstanding for `--secs` seconds (calls/s,
 //! p50 and p99). Payloads are `--size` bytes (default 64).
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -62,6 +62,10 @@ async fn call(client: &mut EchoClient<Channel>, id: u64, payload: &[u8]) -> Res<
     Ok(took)
 }
 
+fn avg(all: &[Duration]) -> f64 {
+    all.iter().map(Duration::as_secs_f64).sum::<f64>() / all.len().max(1) as f64 * 1e6
+}
+
 fn pct(sorted: &[Duration], p: f64) -> f64 {
     let i = ((sorted.len() as f64 * p) as usize).min(sorted.len() - 1);
     sorted[i].as_secs_f64() * 1e6
@@ -104,7 +108,8 @@ async fn measure(label: &str, client: EchoClient<Channel>, o: &Opts) -> Res<()> 
     let secs = start.elapsed().as_secs_f64();
     many.sort();
     println!(
-        "{label:<10} {:>9.1} {:>9.1} {:>12.0} {:>9.1} {:>9.1}",
+        "{label:<10} {:>9.1} {:>9.1} {:>9.1} {:>12.0} {:>9.1} {:>9.1}",
+        avg(&one),
         pct(&one, 0.5),
         pct(&one, 0.99),
         many.len() as f64 / secs,
@@ -149,8 +154,8 @@ async fn main() -> Res<()> {
         o.size, o.calls, o.secs
     );
     println!(
-        "{:<10} {:>9} {:>9} {:>12} {:>9} {:>9}",
-        "transport", "p50 us", "p99 us", "calls/s @64", "p50 @64", "p99 @64"
+        "{:<10} {:>9} {:>9} {:>9} {:>12} {:>9} {:>9}",
+        "transport", "avg us", "p50 us", "p99 us", "calls/s @64", "p50 @64", "p99 @64"
     );
     let (xfer, provider) = xfer_client().await?;
     measure(&format!("xfer/{provider}"), xfer, &o).await?;
