@@ -27,6 +27,11 @@ pub const SENDS_MAX: usize = 128;
 type RecvFut = Pin<Box<dyn Future<Output = BufResult<Received>> + Send>>;
 type SendFut = Pin<Box<dyn Future<Output = BufResult<usize>> + Send>>;
 
+/// Bytes of large messages' bodies a connection receives ahead of the one
+/// it waits for (their receives posted, so they move at once), beyond the
+/// first: what the peer's announcements can make it allocate.
+pub const BODIES_AHEAD: usize = 4 << 20;
+
 /// Frame buffers kept for reuse after their send completed.
 const SPARE_FRAMES: usize = 4;
 
@@ -93,9 +98,11 @@ pub struct Transport<In, Out> {
     spare: Vec<Vec<u8>>,
     /// Messages received and not yet yielded, in sending order: decoded
     /// ones, and large ones whose body receive (each of its own tag) is
-    /// posted. Frames are not taken while the first is a body on its way,
-    /// so this holds at most one frame's messages and a body.
+    /// posted. While the first is a body on its way, frames are taken only
+    /// as long as the bodies posted hold less than [`BODIES_AHEAD`] bytes.
     ready: VecDeque<Next<In>>,
+    /// Bytes of the bodies posted and not yet yielded.
+    ahead: usize,
     /// The stream ended (peer closed, or an error was returned).
     ended: bool,
 
@@ -129,6 +136,7 @@ impl<In, Out> Transport<In, Out> {
             close_after: None,
             spare: Vec::new(),
             ready: VecDeque::new(),
+            ahead: 0,
             ended: false,
             sends: FuturesUnordered::new(),
             batch: Vec::new(),
@@ -155,9 +163,11 @@ impl<In, Out> Transport<In, Out> {
     }
 
     /// Posts the receive of a large message's body now (so it does not
-    /// wait as unexpected), queued behind the messages before it.
+    /// wait as unexpected, and a rendezvous starts at once), queued behind
+    /// the messages before it.
     fn post_body(&mut self, seq: u32, len: u64, cx: &mut Context<'_>) -> io::Result<()> {
         let len = usize::try_from(len).map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "body too large"))?;
+        self.ahead += len;
         let ep = self.ep.clone();
         let tag = wire::tag(BODY, self.local, seq);
         let f: RecvFut = Box::pin(async move { ep.trecv(PeerAddr::UNSPEC, tag, 0, vec![0; len]).await });
@@ -203,6 +213,7 @@ impl<In, Out> Transport<In, Out> {
     where
         In: DeserializeOwned,
     {
+        self.ahead = self.ahead.saturating_sub(buf.len());
         let out = match r {
             Ok(got) if got.len == buf.len() => decode(&buf),
             Ok(got) => {
@@ -268,11 +279,18 @@ impl<In: DeserializeOwned, Out> Stream for Transport<In, Out> {
             if me.ended {
                 return Poll::Ready(None);
             }
-            if let Some(item) = ready!(me.poll_ready_item(cx)) {
-                return Poll::Ready(Some(item));
-            }
+            // A body on its way first: frames after it may still be taken
+            // (their bodies' receives posted early), within BODIES_AHEAD.
+            let waiting = match me.poll_ready_item(cx) {
+                Poll::Ready(Some(item)) => return Poll::Ready(Some(item)),
+                Poll::Ready(None) => false,
+                Poll::Pending => true,
+            };
             match me.close_after {
                 Some(n) if n == me.frames_in => {
+                    if waiting {
+                        return Poll::Pending;
+                    }
                     me.ended = true;
                     return Poll::Ready(None);
                 }
@@ -282,6 +300,9 @@ impl<In: DeserializeOwned, Out> Stream for Transport<In, Out> {
                         me.post_frame(cx);
                     }
                 }
+            }
+            if waiting && me.ahead >= BODIES_AHEAD {
+                return Poll::Pending;
             }
             let (r, buf) = match me.poll_frame(cx) {
                 Poll::Ready(Some(got)) => got,
