@@ -140,7 +140,11 @@ async fn a_connect_to_a_server_that_never_answers_times_out_without_blocking() {
         }
     });
     let start = Instant::now();
-    let r = bounded("the timeout", AsyncConnection::connect(mute.local_addr().unwrap(), &attr)).await;
+    let r = bounded(
+        "the timeout",
+        AsyncConnection::connect(mute.local_addr().unwrap(), &attr),
+    )
+    .await;
     let took = start.elapsed();
     ticker.abort();
     assert!(matches!(r, Err(Error::TimedOut)), "{:?}", r.err());
@@ -183,7 +187,11 @@ async fn the_peers_close_ends_receives_after_its_messages() {
     let addr = listener.local_addr().unwrap();
     let (server, client) = tokio::join!(
         async { bounded("accept", listener.accept()).await.expect("accept") },
-        async { bounded("connect", AsyncConnection::connect(addr, &attr)).await.expect("connect") },
+        async {
+            bounded("connect", AsyncConnection::connect(addr, &attr))
+                .await
+                .expect("connect")
+        },
     );
     // A receive waiting when the peer closes ends with the close.
     let waiting = server.recv(vec![0; 16]);
@@ -217,7 +225,11 @@ async fn a_receive_pending_when_the_peer_closes_ends() {
     let addr = listener.local_addr().unwrap();
     let (server, client) = tokio::join!(
         async { bounded("accept", listener.accept()).await.expect("accept") },
-        async { bounded("connect", AsyncConnection::connect(addr, &attr)).await.expect("connect") },
+        async {
+            bounded("connect", AsyncConnection::connect(addr, &attr))
+                .await
+                .expect("connect")
+        },
     );
     let mut waiting = std::pin::pin!(server.recv(vec![0; 16]));
     // Its first poll posts it; nothing has been sent.
@@ -251,7 +263,9 @@ async fn async_and_blocking_sides_talk_to_each_other() {
     let (got, buf) = bounded("the answer", conn.recv(vec![0; 64])).await;
     assert_eq!(&buf[..got.expect("recv")], b"to blocking");
     drop(conn);
-    tokio::task::spawn_blocking(move || server.join().unwrap()).await.unwrap();
+    tokio::task::spawn_blocking(move || server.join().unwrap())
+        .await
+        .unwrap();
 
     // An async listener, a blocking client.
     let listener = listener(&attr).await;

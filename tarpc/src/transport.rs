@@ -368,7 +368,8 @@ impl<In, Out: Serialize> Sink<Out> for Transport<In, Out> {
         // Sized first (no copy), so that every message is encoded once,
         // straight where it is sent from.
         let size = codec().serialized_size(&item).map_err(invalid)?;
-        let size = usize::try_from(size).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "message too large"))?;
+        let size =
+            usize::try_from(size).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "message too large"))?;
         if 1 + wire::PER_MESSAGE + size > FRAME_MAX {
             // No frame holds it: a body of its own, after the frame being
             // filled (the receiver yields it in that order).

@@ -125,7 +125,11 @@ async fn large_and_small_messages_arrive_in_order() {
         let got = reader.await.expect("reader task");
         assert_eq!(got.len(), messages.len(), "messages lost or added");
         for (i, (got, want)) in got.iter().zip(&messages).enumerate() {
-            assert!(got == want, "message {i} ({} bytes) out of order or changed", want.len());
+            assert!(
+                got == want,
+                "message {i} ({} bytes) out of order or changed",
+                want.len()
+            );
         }
     })
     .await

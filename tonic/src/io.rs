@@ -104,7 +104,11 @@ impl AsyncWrite for XferIo {
         self.poll_write_vectored(cx, &[IoSlice::new(buf)])
     }
 
-    fn poll_write_vectored(self: Pin<&mut Self>, cx: &mut Context<'_>, bufs: &[IoSlice<'_>]) -> Poll<io::Result<usize>> {
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
         let me = self.get_mut();
         if me.shut {
             return Poll::Ready(Err(io::Error::new(io::ErrorKind::BrokenPipe, "xfer stream shut down")));

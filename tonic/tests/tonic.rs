@@ -12,8 +12,8 @@ use std::time::Duration;
 use futures::future::join_all;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tower::Service;
-use xfer_tonic::echo::{EchoClient, EchoRequest, EchoServer};
 use xfer_tarpc::wire::FRAME_MAX;
+use xfer_tonic::echo::{EchoClient, EchoRequest, EchoServer};
 use xfer_tonic::{Connector, Node, WRITE_MAX};
 
 /// Bound on each test's wait: nothing here takes a second when it works.
@@ -66,9 +66,19 @@ async fn call(client: &mut EchoClient<tonic::transport::Channel>, id: u64, len: 
 async fn unary_calls_from_empty_to_a_mebibyte() {
     tokio::time::timeout(LIMIT, async {
         let mut client = serve().await;
-        for (id, len) in [0, 1, 100, FRAME_MAX - 1, FRAME_MAX, FRAME_MAX + 1, 64 << 10, WRITE_MAX + 1, 1 << 20]
-            .into_iter()
-            .enumerate()
+        for (id, len) in [
+            0,
+            1,
+            100,
+            FRAME_MAX - 1,
+            FRAME_MAX,
+            FRAME_MAX + 1,
+            64 << 10,
+            WRITE_MAX + 1,
+            1 << 20,
+        ]
+        .into_iter()
+        .enumerate()
         {
             call(&mut client, id as u64, len).await;
         }
@@ -124,7 +134,20 @@ async fn stream_keeps_order_and_reads_shutdown_as_eof() {
         // in frames) between large ones (bodies of their own, which later
         // frames may overtake on the wire): the reader must see every byte
         // once, in order.
-        let sizes = [1, 17, FRAME_MAX - 5, 9, 64 << 10, 3, FRAME_MAX + 1, WRITE_MAX + 1000, 2, 16 << 10, 9, 100];
+        let sizes = [
+            1,
+            17,
+            FRAME_MAX - 5,
+            9,
+            64 << 10,
+            3,
+            FRAME_MAX + 1,
+            WRITE_MAX + 1000,
+            2,
+            16 << 10,
+            9,
+            100,
+        ];
         let data = pattern(4 << 20, 5);
         let mut at = 0;
         for (i, len) in sizes.into_iter().cycle().enumerate() {
