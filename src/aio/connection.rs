@@ -8,27 +8,6 @@
 //! exchange and hello), so an async client reaches a blocking listener and
 //! the other way round.
 //!
-//! ```
-//! # #[tokio::main(flavor = "current_thread")]
-//! # async fn main() -> xfer::Result<()> {
-//! let listener = xfer::aio::listen("127.0.0.1:0").await?;
-//! let addr = listener.local_addr()?;
-//! let server = tokio::spawn(async move {
-//!     let conn = listener.accept().await?;
-//!     let (got, buf) = conn.recv(vec![0; 64]).await;
-//!     let len = got?;
-//!     conn.send(buf[..len].to_vec()).await.0?; // echo
-//!     xfer::Result::Ok(())
-//! });
-//! let conn = xfer::aio::connect(addr).await?;
-//! conn.send(b"hello".to_vec()).await.0?;
-//! let (got, buf) = conn.recv(vec![0; 64]).await;
-//! assert_eq!(&buf[..got?], b"hello");
-//! server.await.expect("server task")?;
-//! # Ok(())
-//! # }
-//! ```
-//!
 //! A listener runs the exchanges of several clients at once (up to
 //! [`HANDSHAKES_MAX`]; more wait in the socket's backlog), so a client that
 //! connects and says nothing delays no one; it fails after the connect
@@ -52,7 +31,29 @@ use crate::{Address, Domain, EndpointAttr, Error, PeerAddr, PeerEventKind, Resul
 pub const HANDSHAKES_MAX: usize = 64;
 
 /// Opens an [`AsyncListener`] on `addr` with attributes from the
-/// environment; within a tokio runtime.
+/// environment; within a tokio runtime. An echo server and its client on
+/// one thread:
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> xfer::Result<()> {
+/// let listener = xfer::aio::listen("127.0.0.1:0").await?;
+/// let addr = listener.local_addr()?;
+/// let server = tokio::spawn(async move {
+///     let conn = listener.accept().await?;
+///     let (got, buf) = conn.recv(vec![0; 64]).await;
+///     let len = got?;
+///     conn.send(buf[..len].to_vec()).await.0?; // echo
+///     xfer::Result::Ok(())
+/// });
+/// let conn = xfer::aio::connect(addr).await?;
+/// conn.send(b"hello".to_vec()).await.0?;
+/// let (got, buf) = conn.recv(vec![0; 64]).await;
+/// assert_eq!(&buf[..got?], b"hello");
+/// server.await.expect("server task")?;
+/// # Ok(())
+/// # }
+/// ```
 pub async fn listen(addr: impl ToSocketAddrs) -> Result<AsyncListener> {
     AsyncListener::bind(addr, &EndpointAttr::from_env()).await
 }
