@@ -63,7 +63,7 @@ const VERSION: u8 = 1;
 /// which `accept` waits for: both sides then have a connection up, so a
 /// close on either side is seen by the other (a peer event), even before
 /// any data moved. Connections' own messages are untagged: no clash.
-const HELLO_TAG: u64 = u64::from_be_bytes(*b"XFNMHELO");
+pub(crate) const HELLO_TAG: u64 = u64::from_be_bytes(*b"XFNMHELO");
 /// Peer events a connection's endpoint queues at least: it watches its
 /// one peer's close through them.
 const EVENTS: usize = 8;
@@ -134,15 +134,16 @@ impl Listener {
 }
 
 /// An endpoint with its completion queue and address vector.
-struct Opened {
-    domain: Domain,
-    cq: CompletionQueue,
-    av: AddressVector,
-    ep: Endpoint,
+pub(crate) struct Opened {
+    pub(crate) domain: Domain,
+    pub(crate) cq: CompletionQueue,
+    pub(crate) av: AddressVector,
+    pub(crate) ep: Endpoint,
 }
 
 impl Opened {
-    fn new(domain: &Domain, attr: &EndpointAttr) -> Result<Opened> {
+    /// A connection's endpoint in `domain`: `attr` with peer events on.
+    pub(crate) fn new(domain: &Domain, attr: &EndpointAttr) -> Result<Opened> {
         let cq = domain.cq(&CqAttr::from_env())?;
         let av = domain.av()?;
         let mut attr = attr.clone();
@@ -361,24 +362,27 @@ impl Connection {
 /// The context bit of the blocking calls' own operations.
 const OURS: u64 = 1 << 63;
 
-fn exchange_timeout(attr: &EndpointAttr) -> Duration {
+/// How long the name exchange and the hello may take.
+pub(crate) fn exchange_timeout(attr: &EndpointAttr) -> Duration {
     Duration::from_millis(attr.tcp.connect_timeout_ms.max(1))
 }
 
-fn write_name(stream: &mut TcpStream, name: &Address) -> Result<()> {
+/// The bytes of a name exchange's head: magic, version, the name's length.
+pub(crate) const HEAD: usize = 6;
+
+/// What one side sends in the name exchange: the head, then the name.
+pub(crate) fn name_message(name: &Address) -> Vec<u8> {
     let bytes = name.as_bytes();
-    let mut msg = Vec::with_capacity(6 + bytes.len());
+    let mut msg = Vec::with_capacity(HEAD + bytes.len());
     msg.extend_from_slice(MAGIC);
     msg.push(VERSION);
     msg.push(bytes.len() as u8); // a name is at most Address::MAX_LEN (32) bytes
     msg.extend_from_slice(bytes);
-    stream.write_all(&msg)?;
-    Ok(())
+    msg
 }
 
-fn read_name(stream: &mut TcpStream) -> Result<Address> {
-    let mut head = [0u8; 6];
-    stream.read_exact(&mut head)?;
+/// The length of the name a head announces, checked (it came from the peer).
+pub(crate) fn name_len(head: &[u8; HEAD]) -> Result<usize> {
     if &head[..4] != MAGIC || head[4] != VERSION {
         return Err(Error::Protocol("not an xfer name exchange (or another version)"));
     }
@@ -386,6 +390,18 @@ fn read_name(stream: &mut TcpStream) -> Result<Address> {
     if len == 0 || len > Address::MAX_LEN {
         return Err(Error::Protocol("name exchange: bad name length"));
     }
+    Ok(len)
+}
+
+fn write_name(stream: &mut TcpStream, name: &Address) -> Result<()> {
+    stream.write_all(&name_message(name))?;
+    Ok(())
+}
+
+fn read_name(stream: &mut TcpStream) -> Result<Address> {
+    let mut head = [0u8; HEAD];
+    stream.read_exact(&mut head)?;
+    let len = name_len(&head)?;
     let mut name = [0u8; Address::MAX_LEN];
     stream.read_exact(&mut name[..len])?;
     Address::new(&name[..len])

@@ -1,6 +1,8 @@
 //! An endpoint whose operations are futures.
 
+use std::future::Future;
 use std::sync::Arc;
+use std::task::Poll;
 
 use super::op::Op;
 use super::Dispatcher;
@@ -87,6 +89,16 @@ impl AsyncEndpoint {
         (r.map(received), buf)
     }
 
+    /// [`recv`](Self::recv) of a message that is already here: the receive
+    /// is posted and, unless it matched at once, cancelled, resolving to
+    /// [`Error::Canceled`] with the buffer back.
+    pub(crate) async fn recv_ready(&self, src: PeerAddr, buf: Vec<u8>) -> BufResult<Received> {
+        let (r, buf) = self
+            .run_now(true, true, buf, |cx, buf| self.ep.recv(src, buf, cx))
+            .await;
+        (r.map(received), buf)
+    }
+
     /// Receives a message whose tag equals `tag` in every bit not set in
     /// `ignore`, from `src` ([`PeerAddr::UNSPEC`]: any).
     pub async fn trecv(&self, src: PeerAddr, tag: u64, ignore: u64, buf: Vec<u8>) -> BufResult<Received> {
@@ -122,6 +134,18 @@ impl AsyncEndpoint {
     async fn run(
         &self,
         recv: bool,
+        buf: Vec<u8>,
+        post: impl Fn(u64, Vec<u8>) -> Result<(), Rejected<Vec<u8>>>,
+    ) -> BufResult<Completion> {
+        self.run_now(recv, false, buf, post).await
+    }
+
+    /// [`run`](Self::run); with `now`, an operation not complete at its
+    /// first poll is cancelled (it then completes, cancelled or not).
+    async fn run_now(
+        &self,
+        recv: bool,
+        now: bool,
         mut buf: Vec<u8>,
         post: impl Fn(u64, Vec<u8>) -> Result<(), Rejected<Vec<u8>>>,
     ) -> BufResult<Completion> {
@@ -155,7 +179,11 @@ impl AsyncEndpoint {
             posted: true,
             done: false,
         };
-        match op.await {
+        let done = match now {
+            true => self.cancel_unless_done(context, op).await,
+            false => op.await,
+        };
+        match done {
             Ok(mut c) => {
                 let buf = c.buf.take().unwrap_or_default();
                 match c.result.clone() {
@@ -165,6 +193,25 @@ impl AsyncEndpoint {
             }
             Err(e) => (Err(e), Vec::new()),
         }
+    }
+}
+
+impl AsyncEndpoint {
+    /// Polls `op` once; unfinished, cancels it and waits for its
+    /// completion (cancelled, or matched just now).
+    async fn cancel_unless_done(&self, context: u64, op: Op<'_>) -> crate::Result<Completion> {
+        let mut op = std::pin::pin!(op);
+        if let Poll::Ready(r) = std::future::poll_fn(|cx| Poll::Ready(op.as_mut().poll(cx))).await {
+            return r;
+        }
+        let cancelled = self.ep.cancel(context);
+        // The cancellation's completion is queued inside the call.
+        self.disp.stirred();
+        match cancelled {
+            Ok(()) | Err(Error::NotFound(_)) => {}
+            Err(e) => xfer_core::warn_limited!(error = %e, "cancelling a receive not matched at once"),
+        }
+        op.await
     }
 }
 

@@ -12,6 +12,10 @@
 //!   implements the trait in a few lines.
 //! - [`AsyncEndpoint`]: `send`, `tsend`, `recv`, `trecv`, `write`, `read` as
 //!   futures resolving to a [`BufResult`]: the result and the buffer back.
+//! - [`listen`], [`AsyncListener::accept`] / [`AsyncListener::incoming`],
+//!   [`connect`] (feature `tokio`): [`crate::listen`] and [`crate::connect`]
+//!   as futures, giving an [`AsyncConnection`] to one peer with `send` and
+//!   `recv` futures.
 //! - [`Dispatcher::next_completion`] / [`Dispatcher::poll_completion`]: the
 //!   stream of the queue's other completions (remote writes with data, raw
 //!   posts), for users who want raw completions
@@ -121,6 +125,8 @@
 //! Handles are `Send + Sync`; futures borrow their [`AsyncEndpoint`], which
 //! tasks share through an `Arc`. Progress happens in whichever task polls.
 
+#[cfg(feature = "tokio")]
+mod connection;
 mod dispatch;
 mod endpoint;
 mod op;
@@ -130,6 +136,9 @@ mod spin;
 #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 pub mod tokio;
 
+#[cfg(feature = "tokio")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
+pub use connection::{connect, listen, AsyncConnection, AsyncListener, Incoming, HANDSHAKES_MAX};
 pub use dispatch::{Dispatcher, CONTEXT_TAG, DEFAULT_SPIN};
 pub use endpoint::{AsyncEndpoint, BufResult, Received};
 pub use reactor::Reactor;

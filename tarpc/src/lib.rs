@@ -63,4 +63,4 @@ mod transport;
 pub mod wire;
 
 pub use node::{Node, CONNECT_TIMEOUT};
-pub use transport::{Transport, RECV_WINDOW, SENDS_MAX};
+pub use transport::{Transport, BODIES_AHEAD, RECV_WINDOW, SENDS_MAX};

@@ -27,14 +27,36 @@ pub const SENDS_MAX: usize = 128;
 type RecvFut = Pin<Box<dyn Future<Output = BufResult<Received>> + Send>>;
 type SendFut = Pin<Box<dyn Future<Output = BufResult<usize>> + Send>>;
 
+/// Bytes of large messages' bodies a connection receives ahead of the one
+/// it waits for (their receives posted, so they move at once), beyond the
+/// first: what the peer's announcements can make it allocate.
+pub const BODIES_AHEAD: usize = 4 << 20;
+
 /// Frame buffers kept for reuse after their send completed.
 const SPARE_FRAMES: usize = 4;
 
-/// A posted frame receive: still waiting, or done (when its first poll,
-/// right after posting, found a message already there).
+/// A posted receive: still waiting, or done (when its first poll, right
+/// after posting, found a message already there).
 enum Posted {
     Waiting(RecvFut),
     Done(BufResult<Received>),
+}
+
+impl Posted {
+    /// Posts `f` (its first poll posts it).
+    fn post(mut f: RecvFut, cx: &mut Context<'_>) -> Posted {
+        match f.as_mut().poll(cx) {
+            Poll::Ready(got) => Posted::Done(got),
+            Poll::Pending => Posted::Waiting(f),
+        }
+    }
+}
+
+/// A received message in sending order: decoded, or a large one whose
+/// body is still on its way (what follows it waits for it).
+enum Next<In> {
+    Ready(In),
+    Body(Posted),
 }
 
 /// The codec: bincode 1 with its default options, as tarpc's TCP transport
@@ -51,7 +73,8 @@ fn codec() -> impl Options {
 /// `DATA` frame of at most [`FRAME_MAX`] bytes), as tokio's framed writers
 /// batch them into one write; a message too large for a frame goes as a
 /// `LARGE` frame and a `BODY` message of its own tag, into a receive of
-/// exactly its size.
+/// exactly its size. The stream yields messages in the order they were
+/// sent, large or small: those after a large one wait for its body.
 /// Closing the sink sends `CLOSE`; the peer's stream ends after every
 /// message sent before it. Dropping the transport cancels its posted
 /// receives; sends already posted still complete (the async layer's cancel
@@ -69,15 +92,17 @@ pub struct Transport<In, Out> {
     /// after it (a wake-up of theirs polls the transport, which looks at
     /// the first).
     frames: VecDeque<Posted>,
-    /// Receives of large messages' bodies, each of its own tag, completing
-    /// in any order.
-    bodies: FuturesUnordered<RecvFut>,
     frames_in: u64,
     /// The frame count of the peer's `CLOSE`.
     close_after: Option<u64>,
     spare: Vec<Vec<u8>>,
-    /// Messages of a received frame not yet yielded.
-    ready: VecDeque<In>,
+    /// Messages received and not yet yielded, in sending order: decoded
+    /// ones, and large ones whose body receive (each of its own tag) is
+    /// posted. While the first is a body on its way, frames are taken only
+    /// as long as the bodies posted hold less than [`BODIES_AHEAD`] bytes.
+    ready: VecDeque<Next<In>>,
+    /// Bytes of the bodies posted and not yet yielded.
+    ahead: usize,
     /// The stream ended (peer closed, or an error was returned).
     ended: bool,
 
@@ -107,11 +132,11 @@ impl<In, Out> Transport<In, Out> {
             local,
             remote,
             frames: VecDeque::with_capacity(RECV_WINDOW),
-            bodies: FuturesUnordered::new(),
             frames_in: 0,
             close_after: None,
             spare: Vec::new(),
             ready: VecDeque::new(),
+            ahead: 0,
             ended: false,
             sends: FuturesUnordered::new(),
             batch: Vec::new(),
@@ -133,21 +158,40 @@ impl<In, Out> Transport<In, Out> {
         let ep = self.ep.clone();
         let buf = self.spare.pop().unwrap_or_else(|| vec![0; FRAME_MAX]);
         let tag = wire::tag(FRAME, self.local, 0);
-        let mut f: RecvFut = Box::pin(async move { ep.trecv(PeerAddr::UNSPEC, tag, 0, buf).await });
-        self.frames.push_back(match f.as_mut().poll(cx) {
-            Poll::Ready(got) => Posted::Done(got),
-            Poll::Pending => Posted::Waiting(f),
-        });
+        let f: RecvFut = Box::pin(async move { ep.trecv(PeerAddr::UNSPEC, tag, 0, buf).await });
+        self.frames.push_back(Posted::post(f, cx));
     }
 
-    fn post_body(&mut self, seq: u32, len: u64) -> io::Result<()> {
+    /// Posts the receive of a large message's body now (so it does not
+    /// wait as unexpected, and a rendezvous starts at once), queued behind
+    /// the messages before it.
+    fn post_body(&mut self, seq: u32, len: u64, cx: &mut Context<'_>) -> io::Result<()> {
         let len = usize::try_from(len).map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "body too large"))?;
+        self.ahead += len;
         let ep = self.ep.clone();
         let tag = wire::tag(BODY, self.local, seq);
-        self.bodies.push(Box::pin(async move {
-            ep.trecv(PeerAddr::UNSPEC, tag, 0, vec![0; len]).await
-        }));
+        let f: RecvFut = Box::pin(async move { ep.trecv(PeerAddr::UNSPEC, tag, 0, vec![0; len]).await });
+        self.ready.push_back(Next::Body(Posted::post(f, cx)));
         Ok(())
+    }
+
+    /// The first message received and not yielded, once it is whole:
+    /// `Pending` while it is a body on its way.
+    fn poll_ready_item(&mut self, cx: &mut Context<'_>) -> Poll<Option<io::Result<In>>>
+    where
+        In: DeserializeOwned,
+    {
+        let got = match self.ready.front_mut() {
+            None => return Poll::Ready(None),
+            Some(Next::Body(Posted::Waiting(f))) => ready!(f.as_mut().poll(cx)),
+            Some(_) => match self.ready.pop_front() {
+                Some(Next::Ready(item)) => return Poll::Ready(Some(Ok(item))),
+                Some(Next::Body(Posted::Done(got))) => return Poll::Ready(self.body(got)),
+                _ => return Poll::Ready(None),
+            },
+        };
+        self.ready.pop_front();
+        Poll::Ready(self.body(got))
     }
 
     /// The first frame receive's result, once it has one.
@@ -169,6 +213,7 @@ impl<In, Out> Transport<In, Out> {
     where
         In: DeserializeOwned,
     {
+        self.ahead = self.ahead.saturating_sub(buf.len());
         let out = match r {
             Ok(got) if got.len == buf.len() => decode(&buf),
             Ok(got) => {
@@ -234,11 +279,18 @@ impl<In: DeserializeOwned, Out> Stream for Transport<In, Out> {
             if me.ended {
                 return Poll::Ready(None);
             }
-            if let Some(item) = me.ready.pop_front() {
-                return Poll::Ready(Some(Ok(item)));
-            }
+            // A body on its way first: frames after it may still be taken
+            // (their bodies' receives posted early), within BODIES_AHEAD.
+            let waiting = match me.poll_ready_item(cx) {
+                Poll::Ready(Some(item)) => return Poll::Ready(Some(item)),
+                Poll::Ready(None) => false,
+                Poll::Pending => true,
+            };
             match me.close_after {
-                Some(n) if n == me.frames_in && me.bodies.is_empty() => {
+                Some(n) if n == me.frames_in => {
+                    if waiting {
+                        return Poll::Pending;
+                    }
                     me.ended = true;
                     return Poll::Ready(None);
                 }
@@ -249,14 +301,11 @@ impl<In: DeserializeOwned, Out> Stream for Transport<In, Out> {
                     }
                 }
             }
-            if !me.bodies.is_empty() {
-                if let Poll::Ready(Some(got)) = me.bodies.poll_next_unpin(cx) {
-                    return Poll::Ready(me.body(got));
-                }
+            if waiting && me.ahead >= BODIES_AHEAD {
+                return Poll::Pending;
             }
             let (r, buf) = match me.poll_frame(cx) {
                 Poll::Ready(Some(got)) => got,
-                Poll::Ready(None) if !me.bodies.is_empty() => return Poll::Pending,
                 Poll::Ready(None) => {
                     let e = io::Error::new(io::ErrorKind::InvalidData, "peer closed before all its frames arrived");
                     return me.fail(e);
@@ -272,13 +321,13 @@ impl<In: DeserializeOwned, Out> Stream for Transport<In, Out> {
                 Ok(Frame::Data(bytes)) => {
                     me.frames_in += 1;
                     wire::messages(bytes).try_for_each(|m| {
-                        me.ready.push_back(decode(m?)?);
+                        me.ready.push_back(Next::Ready(decode(m?)?));
                         Ok(())
                     })
                 }
                 Ok(Frame::Large { seq, len }) => {
                     me.frames_in += 1;
-                    me.post_body(seq, len)
+                    me.post_body(seq, len, cx)
                 }
                 Ok(Frame::Close { sent }) => {
                     tracing::debug!(conn = me.local, sent, got = me.frames_in, "rpc: peer closed");
@@ -315,37 +364,37 @@ impl<In, Out: Serialize> Sink<Out> for Transport<In, Out> {
         if me.closed {
             return Err(io::Error::new(io::ErrorKind::BrokenPipe, "rpc transport closed"));
         }
-        // Encoded once, straight into the frame behind a length written
-        // once its size is known.
+        let invalid = |e| io::Error::new(io::ErrorKind::InvalidInput, e);
+        // Sized first (no copy), so that every message is encoded once,
+        // straight where it is sent from.
+        let size = codec().serialized_size(&item).map_err(invalid)?;
+        let size =
+            usize::try_from(size).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "message too large"))?;
+        if 1 + wire::PER_MESSAGE + size > FRAME_MAX {
+            // No frame holds it: a body of its own, after the frame being
+            // filled (the receiver yields it in that order).
+            let mut body = Vec::with_capacity(size);
+            codec().serialize_into(&mut body, &item).map_err(invalid)?;
+            me.send_batch();
+            let seq = me.next_seq;
+            me.next_seq = seq.wrapping_add(1);
+            me.send(wire::tag(FRAME, me.remote, 0), wire::large(seq, body.len()));
+            me.send(wire::tag(BODY, me.remote, seq), body);
+            me.frames_out += 1;
+            return Ok(());
+        }
+        if me.batch.len() + wire::PER_MESSAGE + size > FRAME_MAX {
+            me.send_batch();
+        }
         let fresh = me.batch.is_empty();
         if fresh {
             me.open_batch();
         }
         let at = me.batch.len();
-        wire::push_len(&mut me.batch, 0);
+        wire::push_len(&mut me.batch, size);
         if let Err(e) = codec().serialize_into(&mut me.batch, &item) {
             me.batch.truncate(if fresh { 0 } else { at });
-            return Err(io::Error::new(io::ErrorKind::InvalidInput, e));
-        }
-        let size = me.batch.len() - at - wire::PER_MESSAGE;
-        if me.batch.len() <= FRAME_MAX {
-            wire::set_len(&mut me.batch, at, size);
-            return Ok(());
-        }
-        // It does not fit: out of this frame, into the next or a body.
-        let encoded = me.batch.split_off(at + wire::PER_MESSAGE);
-        me.batch.truncate(if fresh { 0 } else { at });
-        me.send_batch();
-        if 1 + wire::PER_MESSAGE + size <= FRAME_MAX {
-            me.open_batch();
-            wire::push_len(&mut me.batch, size);
-            me.batch.extend_from_slice(&encoded);
-        } else {
-            let seq = me.next_seq;
-            me.next_seq = seq.wrapping_add(1);
-            me.send(wire::tag(FRAME, me.remote, 0), wire::large(seq, encoded.len()));
-            me.send(wire::tag(BODY, me.remote, seq), encoded);
-            me.frames_out += 1;
+            return Err(invalid(e));
         }
         Ok(())
     }

@@ -138,12 +138,6 @@ pub fn push_len(frame: &mut Vec<u8>, len: usize) {
     frame.extend_from_slice(&(len as u32).to_le_bytes());
 }
 
-/// Writes `len` over the [`PER_MESSAGE`] bytes at `at` (pushed there by
-/// [`push_len`] before the message's size was known).
-pub fn set_len(frame: &mut [u8], at: usize, len: usize) {
-    frame[at..at + PER_MESSAGE].copy_from_slice(&(len as u32).to_le_bytes());
-}
-
 /// A `LARGE` frame.
 pub fn large(seq: u32, len: usize) -> Vec<u8> {
     let mut f = Vec::with_capacity(13);

@@ -87,3 +87,51 @@ async fn a_tarpc_service_over_xfer() {
     });
     futures::future::join_all(calls).await;
 }
+
+/// Messages small (batched in `DATA` frames) and large (a `LARGE` frame and
+/// a `BODY` of its own tag, which the provider may complete after later
+/// frames) interleaved, sent without a flush between them and with
+/// flushes, arrive in the order they were sent.
+#[tokio::test(flavor = "current_thread")]
+async fn large_and_small_messages_arrive_in_order() {
+    use futures::SinkExt;
+
+    if std::env::var_os("XFER_TCP_ADDR").is_none() {
+        std::env::set_var("XFER_TCP_ADDR", "127.0.0.1");
+    }
+    let frame = xfer_tarpc::wire::FRAME_MAX;
+    let sizes = [1, frame * 40, 3, 0, frame + 1, 100, 1 << 20, 5, frame - 20, 64 << 10, 7];
+    let messages: Vec<Vec<u8>> = (0..5 * sizes.len())
+        .map(|i| pattern(sizes[i % sizes.len()], i as u64))
+        .collect();
+    tokio::time::timeout(Duration::from_secs(60), async {
+        let server = xfer_tarpc::Node::open().expect("server node");
+        let name = server.name();
+        let reader = tokio::spawn(async move {
+            let mut conn = std::pin::pin!(server.incoming::<Vec<u8>, Vec<u8>>());
+            let conn = conn.next().await.expect("a connection").expect("accept");
+            conn.map(|m| m.expect("a message")).collect::<Vec<Vec<u8>>>().await
+        });
+        let node = xfer_tarpc::Node::open().expect("client node");
+        let mut conn = node.connect::<Vec<u8>, Vec<u8>>(&name).await.expect("connect");
+        for (i, m) in messages.iter().enumerate() {
+            if i % 3 == 0 {
+                conn.send(m.clone()).await.expect("send and flush");
+            } else {
+                conn.feed(m.clone()).await.expect("send");
+            }
+        }
+        conn.close().await.expect("close");
+        let got = reader.await.expect("reader task");
+        assert_eq!(got.len(), messages.len(), "messages lost or added");
+        for (i, (got, want)) in got.iter().zip(&messages).enumerate() {
+            assert!(
+                got == want,
+                "message {i} ({} bytes) out of order or changed",
+                want.len()
+            );
+        }
+    })
+    .await
+    .expect("within the limit");
+}

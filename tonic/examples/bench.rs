@@ -5,8 +5,8 @@
 //! ```
 //!
 //! For each transport: a server and a client in this process (one tokio
-//! runtime), the echo service, `--calls` unary calls one at a time (p50 and
-//! p99 latency), then 64 calls outstanding for `--secs` seconds (calls/s,
+//! runtime), the echo service, `--calls` unary calls one at a time (mean,
+//! p50 and p99 latency, and the process's CPU time per call), then 64 calls outstanding for `--secs` seconds (calls/s,
 //! p50 and p99). Payloads are `--size` bytes (default 64).
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -62,6 +62,29 @@ async fn call(client: &mut EchoClient<Channel>, id: u64, payload: &[u8]) -> Res<
     Ok(took)
 }
 
+/// This process's CPU time so far (user + system, /proc/self/stat), in
+/// seconds; 0 where it cannot be read. Both sides run in this process, so
+/// it is a call's whole CPU cost, which a CPU shared with other jobs does
+/// not inflate as it does latency.
+fn cpu_secs() -> f64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return 0.0;
+    };
+    // Fields after the command (which may hold spaces) start after ')'.
+    let Some((_, rest)) = stat.rsplit_once(')') else {
+        return 0.0;
+    };
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    // utime and stime are fields 14 and 15 of the line, 12 and 13 here;
+    // clock ticks of 1/100 s on Linux.
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+fn avg(all: &[Duration]) -> f64 {
+    all.iter().map(Duration::as_secs_f64).sum::<f64>() / all.len().max(1) as f64 * 1e6
+}
+
 fn pct(sorted: &[Duration], p: f64) -> f64 {
     let i = ((sorted.len() as f64 * p) as usize).min(sorted.len() - 1);
     sorted[i].as_secs_f64() * 1e6
@@ -74,9 +97,11 @@ async fn measure(label: &str, client: EchoClient<Channel>, o: &Opts) -> Res<()> 
         call(&mut c, id, &payload).await?;
     }
     let mut one = Vec::with_capacity(o.calls);
+    let cpu = cpu_secs();
     for id in 0..o.calls as u64 {
         one.push(call(&mut c, id, &payload).await?);
     }
+    let cpu = (cpu_secs() - cpu) / o.calls as f64 * 1e6;
     one.sort();
 
     let stop = Arc::new(AtomicBool::new(false));
@@ -104,9 +129,11 @@ async fn measure(label: &str, client: EchoClient<Channel>, o: &Opts) -> Res<()> 
     let secs = start.elapsed().as_secs_f64();
     many.sort();
     println!(
-        "{label:<10} {:>9.1} {:>9.1} {:>12.0} {:>9.1} {:>9.1}",
+        "{label:<10} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>12.0} {:>9.1} {:>9.1}",
+        avg(&one),
         pct(&one, 0.5),
         pct(&one, 0.99),
+        cpu,
         many.len() as f64 / secs,
         pct(&many, 0.5),
         pct(&many, 0.99),
@@ -149,8 +176,8 @@ async fn main() -> Res<()> {
         o.size, o.calls, o.secs
     );
     println!(
-        "{:<10} {:>9} {:>9} {:>12} {:>9} {:>9}",
-        "transport", "p50 us", "p99 us", "calls/s @64", "p50 @64", "p99 @64"
+        "{:<10} {:>9} {:>9} {:>9} {:>9} {:>12} {:>9} {:>9}",
+        "transport", "avg us", "p50 us", "p99 us", "cpu us", "calls/s @64", "p50 @64", "p99 @64"
     );
     let (xfer, provider) = xfer_client().await?;
     measure(&format!("xfer/{provider}"), xfer, &o).await?;

@@ -1,6 +1,6 @@
 //! A byte stream over one xfer connection: what hyper reads and writes.
 
-use std::io;
+use std::io::{self, IoSlice};
 use std::pin::Pin;
 use std::task::{ready, Context, Poll, Waker};
 
@@ -8,36 +8,40 @@ use futures::{Sink, StreamExt};
 use serde_bytes::ByteBuf;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use xfer::PeerAddr;
-use xfer_tarpc::wire::{FRAME_MAX, PER_MESSAGE};
 use xfer_tarpc::Transport;
 
-/// The most bytes one write sends: what fits in one `DATA` frame of the
-/// underlying connection with its length prefix and the codec's (at most
-/// 9 bytes). Larger writes are partial writes, which hyper continues.
-/// Frames of one connection share one tag and so arrive in order; larger
-/// messages would travel as bodies of their own tags, which may complete
-/// out of order, so a byte stream never sends one.
-pub const CHUNK_MAX: usize = FRAME_MAX - 1 - PER_MESSAGE - 9;
+/// The most bytes written between two flushes that travel as one message;
+/// a write past it sends what is buffered first. hyper writes an HTTP/2
+/// frame header and its payload (16 KiB by default) as separate writes and
+/// flushes after a batch of frames, so a large body goes as a few large
+/// messages, each sent directly into a receive of its size, rather than as
+/// hundreds of frame-sized ones.
+pub const WRITE_MAX: usize = 256 << 10;
 
 type Conn = Transport<ByteBuf, ByteBuf>;
 
 /// One connection as a tokio `AsyncRead + AsyncWrite` byte stream (wrap it
 /// in `hyper_util::rt::TokioIo` for hyper; [`crate::Connector`] does).
 ///
-/// A write sends its bytes (at most [`CHUNK_MAX`]) as one message, queued
-/// until `flush` (hyper flushes after each batch of writes); writes wait
-/// while the connection has its maximum of sends in flight
+/// Writes (vectored ones too) are buffered until `flush`, or until
+/// [`WRITE_MAX`] bytes are buffered, and then sent as one message of the
+/// underlying connection, which delivers its messages in order whatever
+/// their size (small ones batched in a frame, large ones as a body of
+/// their own that later messages wait for). Sending waits while the
+/// connection has its maximum of sends in flight
 /// ([`xfer_tarpc::SENDS_MAX`]). A read returns bytes of the next message
 /// in order. `shutdown` sends a close after everything written: the peer
 /// reads end of file once it has read all of it. Dropping the stream
-/// without a shutdown sends the close too (best effort: it is posted,
-/// not waited for).
+/// without a shutdown sends what was written and the close too (best
+/// effort: they are posted, not waited for).
 pub struct XferIo {
     conn: Conn,
     /// The message being read, from `pos`.
     read: Vec<u8>,
     pos: usize,
     eof: bool,
+    /// Bytes written and not yet sent.
+    write: Vec<u8>,
     shut: bool,
 }
 
@@ -48,6 +52,7 @@ impl XferIo {
             read: Vec::new(),
             pos: 0,
             eof: false,
+            write: Vec::new(),
             shut: false,
         }
     }
@@ -55,6 +60,17 @@ impl XferIo {
     /// The peer's handle in the endpoint's address vector.
     pub fn peer(&self) -> PeerAddr {
         self.conn.peer()
+    }
+
+    /// Sends the buffered bytes as one message, once the connection takes
+    /// another send.
+    fn poll_send(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        if self.write.is_empty() {
+            return Poll::Ready(Ok(()));
+        }
+        ready!(Pin::new(&mut self.conn).poll_ready(cx))?;
+        let bytes = std::mem::take(&mut self.write);
+        Poll::Ready(Pin::new(&mut self.conn).start_send(ByteBuf::from(bytes)))
     }
 }
 
@@ -85,26 +101,54 @@ impl AsyncRead for XferIo {
 
 impl AsyncWrite for XferIo {
     fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        self.poll_write_vectored(cx, &[IoSlice::new(buf)])
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
         let me = self.get_mut();
         if me.shut {
             return Poll::Ready(Err(io::Error::new(io::ErrorKind::BrokenPipe, "xfer stream shut down")));
         }
-        if buf.is_empty() {
+        if bufs.iter().all(|b| b.is_empty()) {
             return Poll::Ready(Ok(0));
         }
-        ready!(Pin::new(&mut me.conn).poll_ready(cx))?;
-        let n = buf.len().min(CHUNK_MAX);
-        Pin::new(&mut me.conn).start_send(ByteBuf::from(buf[..n].to_vec()))?;
+        if me.write.len() >= WRITE_MAX {
+            ready!(me.poll_send(cx))?;
+        }
+        let mut room = WRITE_MAX - me.write.len();
+        let mut n = 0;
+        for b in bufs {
+            let take = b.len().min(room);
+            me.write.extend_from_slice(&b[..take]);
+            n += take;
+            room -= take;
+            if room == 0 {
+                break;
+            }
+        }
         Poll::Ready(Ok(n))
     }
 
+    fn is_write_vectored(&self) -> bool {
+        true
+    }
+
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().conn).poll_flush(cx)
+        let me = self.get_mut();
+        ready!(me.poll_send(cx))?;
+        Pin::new(&mut me.conn).poll_flush(cx)
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let me = self.get_mut();
-        me.shut = true;
+        if !me.shut {
+            ready!(me.poll_send(cx))?;
+            me.shut = true;
+        }
         Pin::new(&mut me.conn).poll_close(cx)
     }
 }
@@ -112,9 +156,16 @@ impl AsyncWrite for XferIo {
 impl Drop for XferIo {
     fn drop(&mut self) {
         if !self.shut {
-            // Posts the close frame (its first poll posts it); posted sends
-            // complete after their futures are dropped, so the peer still
-            // reads its end of file rather than waiting forever.
+            // Posts what was written and the close frame (a send's first
+            // poll posts it); posted sends complete after their futures are
+            // dropped, so the peer still reads every byte and its end of
+            // file rather than waiting forever.
+            // Sent past the limit of sends in flight: waiting is not possible here,
+            // and a close without the bytes before it would read as a whole stream.
+            if !self.write.is_empty() {
+                let bytes = ByteBuf::from(std::mem::take(&mut self.write));
+                let _ = Pin::new(&mut self.conn).start_send(bytes);
+            }
             let mut cx = Context::from_waker(Waker::noop());
             let _ = Pin::new(&mut self.conn).poll_close(&mut cx);
         }

@@ -5,9 +5,10 @@
 //! hyper, under tonic, wants a byte stream. [`XferIo`] is one, carried over
 //! the connections of [`xfer_tarpc`] (one endpoint per process, a
 //! [`Node`], connections told apart by tags, names exchanged with a
-//! `HELLO`/`ACCEPT`): each write becomes one message of at most
-//! [`CHUNK_MAX`] bytes, in order, and reads take them back in order; a
-//! shutdown sends a close that reads as end of file on the peer.
+//! `HELLO`/`ACCEPT`): what is written between two flushes (up to
+//! [`WRITE_MAX`] bytes) becomes one message, the messages arrive in order
+//! whatever their size, and reads take them back in order; a shutdown
+//! sends a close that reads as end of file on the peer.
 //!
 //! A client connects with [`channel`] (or hands a [`Connector`] to tonic's
 //! `Endpoint::connect_with_connector`); a server hands [`incoming`] to
@@ -45,5 +46,5 @@ pub mod echo;
 mod io;
 
 pub use connect::{channel, incoming, Connector};
-pub use io::{XferIo, CHUNK_MAX};
+pub use io::{XferIo, WRITE_MAX};
 pub use xfer_tarpc::Node;

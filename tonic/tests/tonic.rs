@@ -12,8 +12,9 @@ use std::time::Duration;
 use futures::future::join_all;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tower::Service;
+use xfer_tarpc::wire::FRAME_MAX;
 use xfer_tonic::echo::{EchoClient, EchoRequest, EchoServer};
-use xfer_tonic::{Connector, Node, CHUNK_MAX};
+use xfer_tonic::{Connector, Node, WRITE_MAX};
 
 /// Bound on each test's wait: nothing here takes a second when it works.
 const LIMIT: Duration = Duration::from_secs(60);
@@ -65,9 +66,19 @@ async fn call(client: &mut EchoClient<tonic::transport::Channel>, id: u64, len: 
 async fn unary_calls_from_empty_to_a_mebibyte() {
     tokio::time::timeout(LIMIT, async {
         let mut client = serve().await;
-        for (id, len) in [0, 1, 100, CHUNK_MAX - 1, CHUNK_MAX, CHUNK_MAX + 1, 64 << 10, 1 << 20]
-            .into_iter()
-            .enumerate()
+        for (id, len) in [
+            0,
+            1,
+            100,
+            FRAME_MAX - 1,
+            FRAME_MAX,
+            FRAME_MAX + 1,
+            64 << 10,
+            WRITE_MAX + 1,
+            1 << 20,
+        ]
+        .into_iter()
+        .enumerate()
         {
             call(&mut client, id as u64, len).await;
         }
@@ -87,7 +98,7 @@ async fn sixty_four_calls_outstanding() {
                 let mut client = client.clone();
                 let id = round * 64 + i;
                 // Sizes from a few bytes to several chunks, interleaved.
-                let len = (id as usize * 977) % (3 * CHUNK_MAX);
+                let len = (id as usize * 7919) % (96 << 10);
                 async move { call(&mut client, id, len).await }
             });
             join_all(calls).await;
@@ -119,14 +130,30 @@ async fn stream_keeps_order_and_reads_shutdown_as_eof() {
             .await
             .expect("connect")
             .into_inner();
-        // Writes of many sizes, flushed at odd points: the reader must see
-        // every byte once, in order.
-        let data = pattern(3 << 20, 5);
+        // Writes of many sizes, flushed at odd points: small ones (batched
+        // in frames) between large ones (bodies of their own, which later
+        // frames may overtake on the wire): the reader must see every byte
+        // once, in order.
+        let sizes = [
+            1,
+            17,
+            FRAME_MAX - 5,
+            9,
+            64 << 10,
+            3,
+            FRAME_MAX + 1,
+            WRITE_MAX + 1000,
+            2,
+            16 << 10,
+            9,
+            100,
+        ];
+        let data = pattern(4 << 20, 5);
         let mut at = 0;
-        for (i, len) in (1..).map(|i: usize| (i * 7919) % (2 * CHUNK_MAX + 3) + 1).enumerate() {
+        for (i, len) in sizes.into_iter().cycle().enumerate() {
             let end = (at + len).min(data.len());
             io.write_all(&data[at..end]).await.expect("write");
-            if i % 5 == 0 {
+            if i % 2 == 0 || i % 7 == 0 {
                 io.flush().await.expect("flush");
             }
             at = end;
@@ -248,7 +275,7 @@ fn two_processes() {
             call(&mut client, 1, 1 << 20).await;
             let calls = (0..64u64).map(|id| {
                 let mut client = client.clone();
-                async move { call(&mut client, 100 + id, (id as usize * 1231) % (3 * CHUNK_MAX)).await }
+                async move { call(&mut client, 100 + id, (id as usize * 7919) % (96 << 10)).await }
             });
             join_all(calls).await;
         })
