@@ -29,6 +29,7 @@ mod iov;
 mod mr;
 mod msg;
 mod multi;
+mod params;
 mod peek;
 mod rma;
 mod tagged;

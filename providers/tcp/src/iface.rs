@@ -23,7 +23,7 @@
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV6};
 
-use xfer_core::unstable::attr::TcpAttr;
+use crate::attr::TcpAttr;
 use xfer_core::unstable::error::{Error, Result};
 
 use crate::addr::{self, AddrSpec, Zone};

@@ -6,7 +6,7 @@ use std::mem::{size_of, MaybeUninit};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
-use xfer_core::unstable::attr::TcpAttr;
+use crate::attr::TcpAttr;
 use xfer_core::unstable::error::{Error, Result};
 use xfer_core::unstable::sys::{cvt, errno};
 

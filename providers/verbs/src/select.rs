@@ -1,12 +1,14 @@
 //! Which device, port and address a verbs domain opens, or why verbs is
-//! unavailable. One function, [`select`], serves both the facade's report
-//! (`xfer::info`, `xfer-info`) and [`crate::VerbsDomain::open`], so the report
-//! cannot call verbs usable where opening it fails for a reason it could see.
+//! unavailable. One function, [`choose`] (the probe of [`select`]'s
+//! candidates, then [`select`] over them), serves both the facade's report
+//! (`xfer::info`, `xfer-info`) and [`crate::VerbsDomain::with_attr`], with the
+//! same settings, so the report cannot call verbs usable where opening it
+//! fails for a reason it could see.
 
 use std::fmt;
 use std::net::Ipv4Addr;
 
-use crate::device::{DeviceInfo, GidEntry, Probe};
+use crate::device::{probe_ports, DeviceInfo, GidEntry, Probe};
 use crate::VerbsAttr;
 
 /// Why verbs cannot be used on this host, from the most basic lack up.
@@ -82,6 +84,14 @@ pub fn listen_ip(gids: &[GidEntry], attr: &VerbsAttr) -> Option<Ipv4Addr> {
     attr.addr
         .or_else(|| gids.iter().filter(|g| g.is_roce_v2()).find_map(GidEntry::ipv4))
         .or_else(|| gids.iter().find_map(GidEntry::ipv4))
+}
+
+/// The device, port and address a verbs domain with `attr` opens, or why
+/// there is none: [`select`] over the devices found now ([`probe_ports`] of
+/// `attr.device`, else of every device). What `xfer::info` reports and what
+/// [`crate::VerbsDomain::with_attr`] opens.
+pub fn choose(attr: &VerbsAttr) -> Result<Selection, Unavailable> {
+    select(&probe_ports(attr.device.as_deref()), attr)
 }
 
 /// The first device (the one `attr.device` names, if set) whose port

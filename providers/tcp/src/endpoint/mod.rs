@@ -17,7 +17,10 @@ use std::time::{Duration, Instant};
 
 use slab::Slab;
 use xfer_core::unstable::addr::{Address, AvTable, PeerAddr};
-use xfer_core::unstable::attr::{EndpointAttr, TcpAttr};
+use xfer_core::unstable::attr::EndpointAttr;
+use xfer_core::unstable::params::Params;
+
+use crate::attr::TcpAttr;
 use xfer_core::unstable::error::{Error, Result};
 use xfer_core::unstable::event::{PeerEvent, PeerEvents};
 use xfer_core::unstable::mr::Access;
@@ -114,6 +117,9 @@ enum Direct {
 /// A TCP endpoint.
 pub struct TcpEndpoint {
     attr: EndpointAttr,
+    /// The transport's settings: the domain's and the endpoint's `tcp.*`
+    /// params over the environment.
+    tcp: TcpAttr,
     name: Address,
     /// Our name's nonce: a Hello must carry it to be accepted.
     nonce: u64,
@@ -234,8 +240,8 @@ fn op_error(cause: &Error, peer: PeerAddr) -> Error {
 /// Where an endpoint with `attr` listens on a host with `ifaces` (iface.rs
 /// has the rules). Without the host's interface list, an explicit address
 /// still works and the automatic choice falls back to loopback.
-fn listen_addr(attr: &EndpointAttr, ifaces: &[iface::Interface]) -> Result<SocketAddr> {
-    let choice = iface::choose(ifaces, &attr.tcp);
+fn listen_addr(attr: &TcpAttr, ifaces: &[iface::Interface]) -> Result<SocketAddr> {
+    let choice = iface::choose(ifaces, attr);
     if !choice.missing.is_empty() {
         tracing::debug!(missing = ?choice.missing, "XFER_TCP_IFACE names interfaces this host does not have");
     }
@@ -325,8 +331,12 @@ fn named_addr(bound: SocketAddr, ifaces: &[iface::Interface], attr: &TcpAttr) ->
 }
 
 impl TcpEndpoint {
-    /// Opens an endpoint listening on the attribute's address.
-    pub fn open(attr: &EndpointAttr) -> Result<TcpEndpoint> {
+    /// Opens an endpoint listening on the attribute's address, with the
+    /// TCP settings of `attr.params` over `domain` (its domain's params)
+    /// over the environment; an unknown `tcp.*` key or a bad value is
+    /// [`Error::InvalidSetting`].
+    pub fn open(attr: &EndpointAttr, domain: &Params) -> Result<TcpEndpoint> {
+        let tcp = TcpAttr::from_params(&domain.overlaid(&attr.params))?;
         if attr.rndv_threshold as u64 > MAX_EAGER || attr.inject_size as u64 > MAX_EAGER {
             return Err(Error::InvalidArgument(
                 "rendezvous threshold and inject size must be at most 1 MiB",
@@ -336,7 +346,7 @@ impl TcpEndpoint {
             tracing::warn!(error = %e, "listing the network interfaces failed");
             Vec::new()
         });
-        let at = listen_addr(attr, &ifaces)?;
+        let at = listen_addr(&tcp, &ifaces)?;
         let listener = Socket::listen(&at).inspect_err(|e| tracing::warn!(addr = %at, error = %e, "tcp listen"))?;
         // Never the reserved nonce 0 ("whoever listens there", name.rs).
         let nonce = sys::random_u64().max(1);
@@ -346,7 +356,7 @@ impl TcpEndpoint {
             SocketAddr::V4(_) => 0,
         };
         let tcp_name = TcpName {
-            addr: named_addr(bound, &ifaces, &attr.tcp),
+            addr: named_addr(bound, &ifaces, &tcp),
             nonce,
         };
         let name = Address::new(&tcp_name.to_vec())?;
@@ -355,6 +365,7 @@ impl TcpEndpoint {
         tracing::debug!(name = %tcp_name, "tcp endpoint open");
         Ok(TcpEndpoint {
             attr: attr.clone(),
+            tcp: tcp.clone(),
             name,
             nonce,
             listener,
@@ -385,7 +396,7 @@ impl TcpEndpoint {
             abandoned: FastMap::default(),
             counted: Counters::default(),
             account: Account::new(attr.rx_memory),
-            budget: credit::budget(attr.tcp.eager_credit),
+            budget: credit::budget(tcp.eager_credit),
             flat: vec![0; HEADER_LEN + FLAT_SEND].into_boxed_slice(),
             burst: false,
             progressing: false,
@@ -487,7 +498,7 @@ impl TcpEndpoint {
         let name = TcpName::decode(dest.as_bytes()).map_err(|e| Error::Protocol(e.as_str()))?;
         let addr = dial_addr(name.addr, self.zone)?;
         let sock = Socket::connect(&addr)?;
-        sock.tune(&self.attr.tcp, Some(addr))?;
+        sock.tune(&self.tcp, Some(addr))?;
         let serial = self.next_serial();
         let mut conn = Conn::new(sock, Dir::Out, State::Connecting(Instant::now()), serial, Some(*dest));
         // Our user chose this peer: admitted whatever the receive memory holds.
@@ -808,7 +819,7 @@ impl TcpEndpoint {
     }
 
     fn check_connect_timeouts(&mut self, cx: &mut Ctx<'_>) {
-        let limit = Duration::from_millis(self.attr.tcp.connect_timeout_ms);
+        let limit = Duration::from_millis(self.tcp.connect_timeout_ms);
         let now = Instant::now();
         let late: Vec<usize> = self
             .conns
