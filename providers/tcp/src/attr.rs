@@ -102,8 +102,9 @@ impl TcpAttr {
 
     /// Defaults overridden by the environment, then by the `tcp.*` keys of
     /// `params` (an endpoint's over its domain's); an unknown `tcp.*` key or
-    /// a value that does not parse is [`Error::InvalidSetting`] naming it.
-    /// Keys of other transports are left alone.
+    /// a value that does not parse is
+    /// [`Error::InvalidSetting`](xfer_core::Error::InvalidSetting) naming
+    /// it. Keys of other transports are left alone.
     pub fn from_params(params: &Params) -> Result<Self> {
         let mut a = Self::from_env();
         for (key, value) in params.under(Self::PREFIX) {

@@ -194,8 +194,9 @@ impl VerbsAttr {
 
     /// Defaults overridden by the environment, then by the `verbs.*` keys
     /// of `params` (a domain's); an unknown `verbs.*` key or a value that
-    /// does not parse is [`Error::InvalidSetting`] naming it. Keys of other
-    /// transports are left alone.
+    /// does not parse is
+    /// [`Error::InvalidSetting`](xfer_core::Error::InvalidSetting) naming
+    /// it. Keys of other transports are left alone.
     pub fn from_params(params: &Params) -> Result<Self> {
         let mut a = Self::from_env();
         for (key, value) in params.under(Self::PREFIX) {
