@@ -215,7 +215,10 @@ fn xfer_info_lists_tcp() {
         json.contains(r#"{"env": "XFER_TCP_IFACE", "key": "tcp.iface", "value": "#),
         "{json}"
     );
-    assert!(json.contains(r#"{"env": "XFER_CQ_SIZE", "key": null, "value": "#), "{json}");
+    assert!(
+        json.contains(r#"{"env": "XFER_CQ_SIZE", "key": null, "value": "#),
+        "{json}"
+    );
 
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_xfer-info"));
     cmd.arg("--no-such-flag");

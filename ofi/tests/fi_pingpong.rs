@@ -115,7 +115,10 @@ fn fi_xfer_settings_reach_the_domain() {
     let server = wait_output(server, "fi_pingpong server", LIMIT);
     assert!(!client.status.success());
     let err = String::from_utf8_lossy(&server.stderr);
-    assert!(!server.status.success(), "a bad FI_XFER_TCP_COALESCE was accepted:\n{err}");
+    assert!(
+        !server.status.success(),
+        "a bad FI_XFER_TCP_COALESCE was accepted:\n{err}"
+    );
     assert!(err.contains("fi_domain") && err.contains("-22"), "{err}");
     assert!(err.contains("tcp.coalesce"), "the key is not named:\n{err}");
 }

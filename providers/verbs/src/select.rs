@@ -110,8 +110,13 @@ pub fn select(probe: &Probe, attr: &VerbsAttr) -> Result<Selection, Unavailable>
     if candidates.is_empty() {
         let found: Vec<&str> = probe.devices.iter().map(|d| d.name.as_str()).collect();
         let detail = match (&attr.device, &probe.reason) {
-            (Some(name), Some(reason)) => format!("XFER_VERBS_DEVICE={name}: not found or not usable ({reason})"),
-            (Some(name), None) => format!("XFER_VERBS_DEVICE={name}: no such device (found: {})", found.join(", ")),
+            (Some(name), Some(reason)) => {
+                format!("verbs.device (XFER_VERBS_DEVICE)={name}: not found or not usable ({reason})")
+            }
+            (Some(name), None) => format!(
+                "verbs.device (XFER_VERBS_DEVICE)={name}: no such device (found: {})",
+                found.join(", ")
+            ),
             (None, Some(reason)) => reason.clone(),
             (None, None) => "no verbs devices".into(),
         };
@@ -146,7 +151,7 @@ pub fn select(probe: &Probe, attr: &VerbsAttr) -> Result<Selection, Unavailable>
             None => {
                 lack = Lack::Address;
                 why.push(format!(
-                    "{} port {} has no IPv4 GID; set XFER_VERBS_ADDR to its IP (IPoIB) address",
+                    "{} port {} has no IPv4 GID; set verbs.addr (XFER_VERBS_ADDR) to its IP (IPoIB) address",
                     dev.name, attr.port
                 ))
             }
@@ -316,7 +321,7 @@ mod tests {
         assert_eq!(e.lack, Lack::Device);
         assert_eq!(
             e.detail,
-            "XFER_VERBS_DEVICE=mlx5_0: no such device (found: rxe0, rxe1, rxe2)"
+            "verbs.device (XFER_VERBS_DEVICE)=mlx5_0: no such device (found: rxe0, rxe1, rxe2)"
         );
 
         let e = sel(&VerbsAttr {
