@@ -509,10 +509,11 @@ mod tests {
     }
 
     fn attr(addr: Option<&str>, iface: &[&str]) -> TcpAttr {
-        let mut a = TcpAttr::default();
-        a.addr = addr.map(str::to_owned);
-        a.iface = iface.iter().map(|s| s.to_string()).collect();
-        a
+        TcpAttr {
+            addr: addr.map(str::to_owned),
+            iface: iface.iter().map(|s| s.to_string()).collect(),
+            ..TcpAttr::default()
+        }
     }
 
     fn listen(c: &Choice) -> (String, Option<&str>, Rule) {

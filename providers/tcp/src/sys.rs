@@ -505,11 +505,15 @@ mod tests {
 
     #[test]
     fn connections_within_the_host_get_the_local_send_buffer() {
-        let mut attr = TcpAttr::default();
-        attr.local_sndbuf = 256 << 10;
+        let mut attr = TcpAttr {
+            local_sndbuf: 256 << 10,
+            ..TcpAttr::default()
+        };
         assert_eq!(sndbufs(&attr), (512 << 10, 512 << 10));
-        let mut auto = TcpAttr::default();
-        auto.local_sndbuf = 0;
+        let auto = TcpAttr {
+            local_sndbuf: 0,
+            ..TcpAttr::default()
+        };
         let auto = sndbufs(&auto);
         assert!(auto.0 != 512 << 10 && auto.1 != 512 << 10, "autotuned: {auto:?}");
         // `sockbuf` wins over it.
