@@ -183,6 +183,17 @@
 #define XFER_RMA_EVENTS (1ull << 58)
 
 /**
+ * Endpoint flag: a receive from a sender that is not in the address
+ * vector completes as an error entry, `XFER_EADDRNOTAVAIL`, whose
+ * `err_data`/`err_data_size` hold the sender's raw name (insert it with
+ * `xfer_av_insert` to answer it); the message is received all the same
+ * (`len`, `tag`, `data` as for success). libfabric's `FI_SOURCE_ERR`.
+ * Without it such a receive succeeds with `src` `XFER_ADDR_UNSPEC`. Also
+ * `XFER_SOURCE_ERR=1` in the environment.
+ */
+#define XFER_SOURCE_ERR (1ull << 57)
+
+/**
  * Success.
  */
 #define XFER_SUCCESS 0
@@ -407,7 +418,9 @@ typedef struct xfer_cq_entry_t {
      */
     uint64_t data;
     /**
-     * The message's tag (tagged operations).
+     * The message's tag (tagged operations); at the target of RMA
+     * (`XFER_RMA_EVENTS` entries, writes with data), the remote key of the
+     * region accessed over TCP, else 0.
      */
     uint64_t tag;
     /**
@@ -431,6 +444,19 @@ typedef struct xfer_cq_entry_t {
      * length); the sender's message was `len + olen` bytes. Else 0.
      */
     size_t olen;
+    /**
+     * For `XFER_EADDRNOTAVAIL` on an endpoint opened with
+     * `XFER_SOURCE_ERR`: the raw name of the sender, which is not in the
+     * address vector (insert it with `xfer_av_insert` to answer it); the
+     * message was received all the same. Owned by the CQ, valid until the
+     * next `xfer_cq_poll` or `xfer_cq_wait` on it (libfabric's `err_data`).
+     * Else NULL.
+     */
+    const void *err_data;
+    /**
+     * The length of `err_data` in bytes, else 0.
+     */
+    size_t err_data_size;
 } xfer_cq_entry_t;
 
 /**
@@ -463,7 +489,8 @@ typedef struct xfer_ep_attr_t {
      */
     size_t size;
     /**
-     * `XFER_SELECTIVE_COMPLETION`, `XFER_RMA_EVENTS`, or 0.
+     * `XFER_SELECTIVE_COMPLETION`, `XFER_RMA_EVENTS`, `XFER_SOURCE_ERR`, or 0
+     * (`xfer_ep_attr_init` sets those the environment asks for).
      */
     uint64_t flags;
     /**

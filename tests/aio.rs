@@ -86,6 +86,26 @@ async fn within<F: Future>(what: &str, f: F) -> F::Output {
         .unwrap_or_else(|_| panic!("timed out: {what}"))
 }
 
+/// [`within`], saying on a timeout what each side's endpoint and dispatcher
+/// hold (counters, operations in flight), for a failure that is rare.
+async fn within_showing<F: Future>(what: &str, sides: &[&Side], f: F) -> F::Output {
+    match tokio::time::timeout(DEADLINE, f).await {
+        Ok(out) => out,
+        Err(_) => {
+            for (i, s) in sides.iter().enumerate() {
+                let d = s.ep.dispatcher();
+                eprintln!(
+                    "side {i}: in flight {}, abandoned {}, counters {:?}",
+                    d.in_flight(),
+                    d.abandoned(),
+                    s.ep.endpoint().counters()
+                );
+            }
+            panic!("timed out: {what}")
+        }
+    }
+}
+
 /// Both sides' dispatchers have no operation left and none abandoned.
 async fn settle(sides: &[&Side]) {
     within("every buffer given back", async {
@@ -170,7 +190,7 @@ async fn many_concurrent() {
             assert_eq!(sent.expect("tsend"), len);
         });
     }
-    within("all operations", async {
+    within_showing("all operations", &[&a, &b], async {
         while let Some(r) = tasks.join_next().await {
             r.expect("task");
         }

@@ -1743,7 +1743,7 @@ fn acknowledged_send_to_a_target_that_closes_fails() {
 
 /// `EndpointAttr::rma_events` (`FI_RMA_EVENT`): a TCP target reports each
 /// write (an inject one too) and each read a peer applies to it, with its
-/// length and source and context 0, besides writes with data as always; a
+/// length and source, context 0 and the region's key as `tag`, besides writes with data as always; a
 /// target without it reports only those. A verbs endpoint, whose NIC applies
 /// RDMA unseen, is refused.
 #[test]
@@ -1778,6 +1778,9 @@ fn rma_events_report_what_peers_apply_to_the_target() {
             let data = w | Flags::REMOTE_CQ_DATA;
             assert_eq!(events, [(w, 100, 0), (r, 40, 0), (w, 8, 0), (data, 16, 0)]);
             assert!(t.iter().all(|c| c.src == pa && c.result.is_ok()), "{t:?}");
+            // Each names the region it accessed by its key (for counters
+            // bound to a region).
+            assert!(t.iter().all(|c| c.tag == mr.key()), "{t:?}");
         } else {
             let data = Flags::RMA | Flags::REMOTE_WRITE | Flags::REMOTE_CQ_DATA;
             assert_eq!(events, [(data, 16, 0)], "a target without rma_events");

@@ -425,6 +425,61 @@ fn clear_to_send_longer_than_the_message_fails_the_send() {
     still_works(&mut v);
 }
 
+/// The victim starts a rendezvous send (tag 1, context 10) to a fake peer,
+/// which accepts its connection, acknowledges its Hello and reads its
+/// request: the fake, its handle, that connection and the request's token.
+fn rendezvous_to_fake(v: &mut Node) -> (TcpListener, PeerAddr, TcpStream, u64) {
+    let (fake, name) = fake_peer();
+    let peer = v.av.insert(&name).unwrap();
+    let big = common::test_attr().rndv_threshold * 2;
+    v.ep.tsend(peer, 1, pattern(big, 1), 10).unwrap();
+    let (mut out, _) = accept_victim(v, &fake);
+    out.write_all(&Frame::HelloAck { nonce: 0x5eed }.to_bytes()).unwrap();
+    let token = rts_token(v, &mut out);
+    (fake, peer, out, token)
+}
+
+/// Reads a request to send from the victim's connection `out`: its token.
+fn rts_token(v: &mut Node, out: &mut TcpStream) -> u64 {
+    match Frame::parse(&read_polling(v, out, HEADER_LEN)) {
+        Ok(Frame::Rts { token, .. }) => token,
+        other => panic!("no rendezvous request: {other:?}"),
+    }
+}
+
+/// A send's key is reused once it ends; a clear-to-send naming the ended
+/// send (its token's older generation) is a violation that ends only the
+/// connection it came on, and never moves the send now holding the key.
+#[test]
+fn a_clear_to_send_for_an_ended_send_never_moves_the_one_reusing_its_key() {
+    let mut v = Node::new();
+    let (fake, peer, mut out, first) = rendezvous_to_fake(&mut v);
+    let big = common::test_attr().rndv_threshold * 2;
+    let cts = |token| {
+        Frame::Cts {
+            token,
+            rx_token: 0,
+            len: 0,
+        }
+        .to_bytes()
+    };
+    // Accepting nothing ends the send at once.
+    out.write_all(&cts(first)).unwrap();
+    assert_eq!(expect(&mut [&mut v], 0, 10).result, Ok(()));
+    v.ep.tsend(peer, 1, pattern(big, 2), 11).unwrap();
+    let second = rts_token(&mut v, &mut out);
+    assert_eq!(second as u32, first as u32, "the key is reused");
+    assert_ne!(second, first, "under another token");
+    let mut back = TcpStream::connect(addr_of(&v)).unwrap();
+    back.write_all(&hello(fake.local_addr().unwrap(), &v)).unwrap();
+    expect_hello_ack(&mut v, &mut back);
+    back.write_all(&cts(first)).unwrap();
+    drain_until_dropped(&mut v, &mut back);
+    assert!(v.take(11).is_none(), "the stale answer moved the second send");
+    out.write_all(&cts(second)).unwrap();
+    assert_eq!(expect(&mut [&mut v], 0, 11).result, Ok(()));
+}
+
 /// Reads exactly `n` bytes from the raw socket `s`, polling `victim` meanwhile.
 fn read_polling(victim: &mut Node, s: &mut TcpStream, n: usize) -> Vec<u8> {
     s.set_nonblocking(true).unwrap();
@@ -726,16 +781,8 @@ fn hello_acknowledged_by_another_endpoint_fails_the_send() {
 #[test]
 fn clear_to_send_after_the_send_failed_is_dropped() {
     let mut v = Node::new();
-    let (fake, name) = fake_peer();
-    let peer = v.av.insert(&name).unwrap();
+    let (fake, peer, out, token) = rendezvous_to_fake(&mut v);
     let big = common::test_attr().rndv_threshold * 2;
-    v.ep.tsend(peer, 1, pattern(big, 1), 10).unwrap();
-    let (mut out, _) = accept_victim(&mut v, &fake);
-    out.write_all(&Frame::HelloAck { nonce: 0x5eed }.to_bytes()).unwrap();
-    let rts = read_polling(&mut v, &mut out, HEADER_LEN);
-    let Ok(Frame::Rts { token, .. }) = Frame::parse(&rts) else {
-        panic!("no rendezvous request")
-    };
     // The fake's own connection to the victim, acknowledged.
     let mut back = TcpStream::connect(addr_of(&v)).unwrap();
     back.write_all(&hello(fake.local_addr().unwrap(), &v)).unwrap();

@@ -1,6 +1,7 @@
 //! Completion queues: poll, blocking wait, a descriptor for event loops.
 
 use std::ffi::{c_int, c_void};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use xfer_facade::{Completion, CompletionQueue, CqAttr, Error};
@@ -60,7 +61,9 @@ pub struct xfer_cq_entry_t {
     pub buf: *mut c_void,
     /// Immediate data from the sender, valid when `flags` has `XFER_REMOTE_CQ_DATA`.
     pub data: u64,
-    /// The message's tag (tagged operations).
+    /// The message's tag (tagged operations); at the target of RMA
+    /// (`XFER_RMA_EVENTS` entries, writes with data), the remote key of the
+    /// region accessed over TCP, else 0.
     pub tag: u64,
     /// A receive's sender, or `XFER_ADDR_UNSPEC` when the sender is not in
     /// the address vector (and for sends).
@@ -75,6 +78,22 @@ pub struct xfer_cq_entry_t {
     /// For `XFER_ETRUNC`: the bytes that did not fit (libfabric's overflow
     /// length); the sender's message was `len + olen` bytes. Else 0.
     pub olen: usize,
+    /// For `XFER_EADDRNOTAVAIL` on an endpoint opened with
+    /// `XFER_SOURCE_ERR`: the raw name of the sender, which is not in the
+    /// address vector (insert it with `xfer_av_insert` to answer it); the
+    /// message was received all the same. Owned by the CQ, valid until the
+    /// next `xfer_cq_poll` or `xfer_cq_wait` on it (libfabric's `err_data`).
+    /// Else NULL.
+    pub err_data: *const c_void,
+    /// The length of `err_data` in bytes, else 0.
+    pub err_data_size: usize,
+}
+
+/// A CQ handle's object: the queue, and the names of unknown senders the
+/// entries of its last poll point to (`err_data`).
+pub(crate) struct CqObject {
+    pub(crate) cq: CompletionQueue,
+    names: Mutex<Vec<Box<[u8]>>>,
 }
 
 /// The OS errno behind an error, for the `prov_errno` fields; else 0.
@@ -87,7 +106,17 @@ pub(crate) fn prov_errno(e: &Error) -> c_int {
 }
 
 impl xfer_cq_entry_t {
-    fn from_completion(c: &Completion) -> xfer_cq_entry_t {
+    /// The entry for `c`; an unknown sender's name is kept in `names` (a
+    /// box each, so its address holds while more are added).
+    fn from_completion(c: &Completion, names: &mut Vec<Box<[u8]>>) -> xfer_cq_entry_t {
+        let (err_data, err_data_size) = match &c.result {
+            Err(Error::UnknownSource(name)) => {
+                names.push(name.as_bytes().into());
+                let kept = names.last().map_or(&[][..], |b| &b[..]);
+                (kept.as_ptr().cast::<c_void>(), kept.len())
+            }
+            _ => (std::ptr::null(), 0),
+        };
         let (err, prov_errno, olen) = match &c.result {
             Ok(()) => (0, 0, 0),
             Err(e) => {
@@ -110,6 +139,8 @@ impl xfer_cq_entry_t {
             err,
             prov_errno,
             olen,
+            err_data,
+            err_data_size,
         }
     }
 }
@@ -139,7 +170,11 @@ pub unsafe extern "C" fn xfer_cq_open(domain: *mut xfer_domain_t, size: usize, o
             attr.size = size;
         }
         let cq = d.cq(&attr)?;
-        let h = handle::insert(Object::Cq(cq), &[(domain as usize as u64, Kind::Domain)])?;
+        let obj = CqObject {
+            cq,
+            names: Mutex::new(Vec::new()),
+        };
+        let h = handle::insert(Object::Cq(Arc::new(obj)), &[(domain as usize as u64, Kind::Domain)])?;
         // SAFETY: as above.
         unsafe { out.write(h as usize as *mut xfer_cq_t) };
         Ok(XFER_SUCCESS)
@@ -158,9 +193,9 @@ pub extern "C" fn xfer_cq_close(cq: *mut xfer_cq_t) -> c_int {
     })
 }
 
-pub(crate) fn cq_of(h: *mut xfer_cq_t) -> Result<CompletionQueue, Fail> {
+pub(crate) fn cq_of(h: *mut xfer_cq_t) -> Result<Arc<CqObject>, Fail> {
     match handle::get(h as usize as u64, Kind::Cq)? {
-        Object::Cq(cq) => Ok(cq),
+        Object::Cq(q) => Ok(q),
         _ => Err(Fail(XFER_EBADF)),
     }
 }
@@ -175,11 +210,13 @@ const CHUNK: usize = 32;
 /// # Safety
 /// `entries` must be valid for writing `count` entries.
 unsafe fn drain(
-    cq: &CompletionQueue,
+    q: &CqObject,
     entries: *mut xfer_cq_entry_t,
     count: usize,
     wait: Option<Option<Duration>>,
 ) -> Result<c_int, Fail> {
+    let cq = &q.cq;
+    let mut names = Vec::new();
     let count = count.min(c_int::MAX as usize);
     let mut scratch: [Completion; CHUNK] = std::array::from_fn(|_| Completion::EMPTY);
     let mut done = 0usize;
@@ -202,7 +239,11 @@ unsafe fn drain(
             // SAFETY: done + i < count, and `entries` is valid for `count`
             // entries by contract; `write` does not read the (possibly
             // uninitialised) destination.
-            unsafe { entries.add(done + i).write(xfer_cq_entry_t::from_completion(c)) };
+            unsafe {
+                entries
+                    .add(done + i)
+                    .write(xfer_cq_entry_t::from_completion(c, &mut names))
+            };
             crate::iov::finish(c);
             *c = Completion::EMPTY;
         }
@@ -210,6 +251,11 @@ unsafe fn drain(
         if n < want {
             break;
         }
+    }
+    if !names.is_empty() {
+        // The names the earlier entries pointed to are given up now; the
+        // boxes' contents do not move with them.
+        *q.names.lock().unwrap_or_else(|p| p.into_inner()) = names;
     }
     Ok(done as c_int)
 }
@@ -284,7 +330,7 @@ pub unsafe extern "C" fn xfer_cq_fd(cq: *mut xfer_cq_t, fd: *mut c_int) -> c_int
             return Err(invalid("xfer_cq_fd: fd is NULL"));
         }
         // SAFETY: `fd` is non-null and valid for one int by contract.
-        unsafe { fd.write(q.fd()) };
+        unsafe { fd.write(q.cq.fd()) };
         Ok(XFER_SUCCESS)
     })
 }
@@ -297,7 +343,7 @@ pub unsafe extern "C" fn xfer_cq_fd(cq: *mut xfer_cq_t, fd: *mut c_int) -> c_int
 #[no_mangle]
 pub extern "C" fn xfer_cq_trywait(cq: *mut xfer_cq_t) -> c_int {
     guard("xfer_cq_trywait", || {
-        cq_of(cq)?.trywait()?;
+        cq_of(cq)?.cq.trywait()?;
         Ok(XFER_SUCCESS)
     })
 }
@@ -329,7 +375,8 @@ mod tests {
         assert_eq!(std::mem::offset_of!(xfer_cq_entry_t, buf), 24);
         assert_eq!(std::mem::offset_of!(xfer_cq_entry_t, data), 32);
         assert_eq!(std::mem::offset_of!(xfer_cq_entry_t, tag), 40);
-        assert_eq!(std::mem::size_of::<xfer_cq_entry_t>(), 72);
+        assert_eq!(std::mem::offset_of!(xfer_cq_entry_t, err_data), 72);
+        assert_eq!(std::mem::size_of::<xfer_cq_entry_t>(), 88);
     }
 
     #[test]
@@ -341,7 +388,8 @@ mod tests {
         );
         c.len = 10;
         c.tag = 9;
-        let e = xfer_cq_entry_t::from_completion(&c);
+        let mut names = Vec::new();
+        let e = xfer_cq_entry_t::from_completion(&c, &mut names);
         assert_eq!((e.err, e.len, e.olen), (crate::error::XFER_ETRUNC, 10, 90));
         assert_eq!(e.op_context as usize, 0x1234);
         let dead = Completion::new(
@@ -352,10 +400,30 @@ mod tests {
                 errno: libc::ECONNREFUSED,
             }),
         );
-        let e = xfer_cq_entry_t::from_completion(&dead);
+        let e = xfer_cq_entry_t::from_completion(&dead, &mut names);
         assert_eq!(
             (e.err, e.prov_errno),
             (crate::error::XFER_EHOSTUNREACH, libc::ECONNREFUSED)
         );
+        assert!(names.is_empty() && e.err_data.is_null() && e.err_data_size == 0);
+    }
+
+    #[test]
+    fn an_unknown_senders_name_is_kept_where_its_entry_points() {
+        let mut names = Vec::new();
+        let entries: Vec<xfer_cq_entry_t> = (1u8..=40)
+            .map(|i| {
+                let name = xfer_facade::Address::new(&[i; 20]).expect("name");
+                let c = Completion::new(0, Flags::RECV, Err(Error::UnknownSource(Box::new(name))));
+                xfer_cq_entry_t::from_completion(&c, &mut names)
+            })
+            .collect();
+        // Later names did not move the earlier ones.
+        for (i, e) in entries.iter().enumerate() {
+            assert_eq!(e.err, crate::error::XFER_EADDRNOTAVAIL);
+            // SAFETY: `names` holds what every entry points to.
+            let got = unsafe { std::slice::from_raw_parts(e.err_data.cast::<u8>(), e.err_data_size) };
+            assert_eq!(got, &[i as u8 + 1; 20][..]);
+        }
     }
 }

@@ -45,6 +45,14 @@ pub const XFER_SELECTIVE_COMPLETION: u64 = 1u64 << 59;
 /// fails with `XFER_EOPNOTSUPP`. Writes with immediate data are reported
 /// either way.
 pub const XFER_RMA_EVENTS: u64 = 1u64 << 58;
+/// Endpoint flag: a receive from a sender that is not in the address
+/// vector completes as an error entry, `XFER_EADDRNOTAVAIL`, whose
+/// `err_data`/`err_data_size` hold the sender's raw name (insert it with
+/// `xfer_av_insert` to answer it); the message is received all the same
+/// (`len`, `tag`, `data` as for success). libfabric's `FI_SOURCE_ERR`.
+/// Without it such a receive succeeds with `src` `XFER_ADDR_UNSPEC`. Also
+/// `XFER_SOURCE_ERR=1` in the environment.
+pub const XFER_SOURCE_ERR: u64 = 1u64 << 57;
 
 /// An endpoint (opaque): reliable and connectionless (`FI_EP_RDM`);
 /// connections to peers are made on first use.
@@ -60,7 +68,8 @@ pub struct xfer_ep_attr_t {
     /// `sizeof(xfer_ep_attr_t)`, set by `xfer_ep_attr_init`; lets later
     /// versions grow the struct without breaking older programs.
     pub size: usize,
-    /// `XFER_SELECTIVE_COMPLETION`, `XFER_RMA_EVENTS`, or 0.
+    /// `XFER_SELECTIVE_COMPLETION`, `XFER_RMA_EVENTS`, `XFER_SOURCE_ERR`, or 0
+    /// (`xfer_ep_attr_init` sets those the environment asks for).
     pub flags: u64,
     /// Messages longer than this many bytes use rendezvous (`XFER_RNDV_THRESHOLD`).
     pub rndv_threshold: usize,
@@ -169,7 +178,8 @@ fn attr_from_rust(a: &EndpointAttr) -> xfer_ep_attr_t {
             XFER_SELECTIVE_COMPLETION
         } else {
             0
-        } | if a.rma_events { XFER_RMA_EVENTS } else { 0 },
+        } | if a.rma_events { XFER_RMA_EVENTS } else { 0 }
+            | if a.source_err { XFER_SOURCE_ERR } else { 0 },
         rndv_threshold: a.rndv_threshold,
         inject_size: a.inject_size,
         tcp_addr: std::ptr::null(),
@@ -241,12 +251,13 @@ unsafe fn attr_to_rust(attr: *const xfer_ep_attr_t) -> Result<EndpointAttr, Fail
             "xfer_ep_open: attr->size is not sizeof(xfer_ep_attr_t); call xfer_ep_attr_init",
         ));
     }
-    if a.flags & !(XFER_SELECTIVE_COMPLETION | XFER_RMA_EVENTS) != 0 {
+    if a.flags & !(XFER_SELECTIVE_COMPLETION | XFER_RMA_EVENTS | XFER_SOURCE_ERR) != 0 {
         return Err(Fail(XFER_EBADFLAGS));
     }
     let mut r = EndpointAttr::from_env();
     r.selective_completion = a.flags & XFER_SELECTIVE_COMPLETION != 0;
     r.rma_events = a.flags & XFER_RMA_EVENTS != 0;
+    r.source_err = a.flags & XFER_SOURCE_ERR != 0;
     r.rndv_threshold = a.rndv_threshold;
     r.inject_size = a.inject_size;
     r.max_outstanding = a.max_outstanding;
@@ -339,17 +350,13 @@ pub unsafe extern "C" fn xfer_ep_open(
         // SAFETY: `out` is non-null and valid for one pointer by contract.
         unsafe { out.write(std::ptr::null_mut()) };
         let (d, q, table) = (domain_of(domain)?, cq_of(cq)?, av_of(av)?);
-        let mut attr = if attr.is_null() {
+        let attr = if attr.is_null() {
             EndpointAttr::from_env()
         } else {
             // SAFETY: a non-null `attr` follows attr_to_rust's contract.
             unsafe { attr_to_rust(attr)? }
         };
-        // An xfer_cq_entry_t has no room for an unknown sender's name, so
-        // XFER_SOURCE_ERR would give C callers an error and nothing to
-        // insert: C endpoints report such senders XFER_ADDR_UNSPEC.
-        attr.source_err = false;
-        let ep = d.endpoint(&q, &table, &attr)?;
+        let ep = d.endpoint(&q.cq, &table, &attr)?;
         tracing::debug!(name = ?ep.name(), "endpoint opened through the C ABI");
         let parents = [
             (domain as usize as u64, Kind::Domain),

@@ -34,7 +34,7 @@
 
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
-use xfer_facade::{AddressVector, CompletionQueue, Domain, DomainAttr, Endpoint, MemoryRegion};
+use xfer_facade::{AddressVector, Domain, DomainAttr, Endpoint, MemoryRegion};
 
 use crate::error::{Fail, XFER_EBADF, XFER_EBUSY, XFER_ENOMEM};
 
@@ -62,7 +62,7 @@ pub(crate) enum Kind {
 #[derive(Clone)]
 pub(crate) enum Object {
     Domain(Domain),
-    Cq(CompletionQueue),
+    Cq(Arc<crate::cq::CqObject>),
     Av(AddressVector),
     Ep(Arc<Endpoint>),
     Mr(Arc<MemoryRegion>),

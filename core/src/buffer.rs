@@ -143,6 +143,7 @@ impl Buffer {
     }
 
     /// The owned vector back, or `None` for a raw buffer.
+    #[inline]
     pub fn into_vec(self) -> Option<Vec<u8>> {
         match self.0 {
             Repr::Owned(v) => Some(v),

@@ -9,6 +9,9 @@ use crate::tag::Matcher;
 
 /// Reports a finished send; a successful send that did not ask for a
 /// completion under selective completion reports nothing (its buffer is freed).
+///
+/// Always inlined: out of line, the send moved once more to be passed.
+#[inline(always)]
 pub fn send(cq: &mut Sink<'_>, selective: bool, op: SendOp, result: Result<(), Error>) {
     if result.is_ok() && selective && !op.completion {
         return;
@@ -43,6 +46,7 @@ pub struct Arrival {
 
 /// Reports a finished receive: truncated when the message was longer than
 /// what was written, `error` when it failed.
+#[inline(always)]
 pub fn recv(cq: &mut Sink<'_>, op: RecvOp, a: Arrival, error: Option<Error>) {
     let result = match error {
         Some(e) => Err(e),
@@ -125,8 +129,8 @@ pub fn rma(cq: &mut Sink<'_>, selective: bool, op: RmaOp, result: Result<(), Err
 
 /// Reports RMA a peer applied to this endpoint's memory, at the target
 /// (`EndpointAttr::rma_events`): `RMA | REMOTE_WRITE` or `RMA | REMOTE_READ`,
-/// `len` bytes, from `src`, context 0.
-pub fn remote_rma(cq: &mut Sink<'_>, kind: RmaKind, len: usize, src: PeerAddr) {
+/// `len` bytes, from `src`, context 0, `tag` the key of the region.
+pub fn remote_rma(cq: &mut Sink<'_>, kind: RmaKind, len: usize, src: PeerAddr, key: u64) {
     let way = match kind {
         RmaKind::Write => Flags::REMOTE_WRITE,
         RmaKind::Read => Flags::REMOTE_READ,
@@ -135,7 +139,7 @@ pub fn remote_rma(cq: &mut Sink<'_>, kind: RmaKind, len: usize, src: PeerAddr) {
         context: 0,
         flags: Flags::RMA | way,
         len,
-        tag: 0,
+        tag: key,
         data: 0,
         src,
         result: Ok(()),
@@ -146,27 +150,37 @@ pub fn remote_rma(cq: &mut Sink<'_>, kind: RmaKind, len: usize, src: PeerAddr) {
 /// Reports a peer's write with immediate data at the target
 /// (`RMA|REMOTE_WRITE|REMOTE_CQ_DATA`); no receive is consumed.
 pub fn remote_write(cq: &mut Sink<'_>, len: usize, data: u64, src: PeerAddr) {
-    remote_write_result(cq, len, data, src, Ok(()));
+    remote_write_result(cq, len, data, src, 0, Ok(()));
 }
 
 /// [`remote_write`] of a write from `from`, whose name the provider knows:
 /// as [`recv_from`], [`Error::UnknownSource`] when the writer is not in the
-/// address vector and the endpoint asked for `source_err`.
-pub fn remote_write_from(cq: &mut Sink<'_>, len: usize, data: u64, src: PeerAddr, from: &Address, source_err: bool) {
+/// address vector and the endpoint asked for `source_err`. `key`: the
+/// region written, when the provider knows it (the entry's `tag`; 0 where
+/// the target does not learn it, as on verbs).
+pub fn remote_write_from(
+    cq: &mut Sink<'_>,
+    len: usize,
+    data: u64,
+    src: PeerAddr,
+    (from, key): (&Address, u64),
+    source_err: bool,
+) {
     let result = match src.is_unspec() && source_err {
         true => Err(unknown_source(from)),
         false => Ok(()),
     };
-    remote_write_result(cq, len, data, src, result);
+    remote_write_result(cq, len, data, src, key, result);
 }
 
-/// The target's entry of a write with immediate data, ended with `result`.
-fn remote_write_result(cq: &mut Sink<'_>, len: usize, data: u64, src: PeerAddr, result: Result<(), Error>) {
+/// The target's entry of a write with immediate data into the region of
+/// `key`, ended with `result`.
+fn remote_write_result(cq: &mut Sink<'_>, len: usize, data: u64, src: PeerAddr, key: u64, result: Result<(), Error>) {
     cq.push_back(Completion {
         context: 0,
         flags: Flags::RMA | Flags::REMOTE_WRITE | Flags::REMOTE_CQ_DATA,
         len,
-        tag: 0,
+        tag: key,
         data,
         src,
         result,

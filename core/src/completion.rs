@@ -75,7 +75,9 @@ pub struct Completion {
     pub flags: Flags,
     /// Bytes transferred (for a receive: bytes written into the buffer).
     pub len: usize,
-    /// The message tag (receives of tagged messages).
+    /// The message tag (receives of tagged messages); at the target of RMA
+    /// (`REMOTE_WRITE`, `REMOTE_READ`), the remote key of the region
+    /// accessed where the provider knows it (TCP), else 0.
     pub tag: u64,
     /// Immediate data, valid when `flags` has [`Flags::REMOTE_CQ_DATA`].
     pub data: u64,

@@ -331,7 +331,7 @@ impl<T> Queue<T> {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn remove(&mut self, idx: usize) -> Node<T> {
         let node = self.nodes.remove(idx);
         unlink(&mut self.nodes, &mut self.all, node.all, Chain::All);
@@ -442,6 +442,9 @@ fn insert_by_seq<T>(nodes: &mut Slab<Node<T>>, ends: &mut Ends, idx: Ix) {
     }
 }
 
+/// Takes a node (its `link` on `chain`) out of the list `ends`. Inlined: a
+/// removal unlinks from two or three lists, on every arrival's match.
+#[inline]
 fn unlink<T>(nodes: &mut Slab<Node<T>>, ends: &mut Ends, link: Link, chain: Chain) {
     ends.len -= 1;
     match link.prev {
@@ -498,7 +501,7 @@ impl<R, U> Matcher<R, U> {
     /// Inlined (with the removal) into the provider's arrival path, so the
     /// receive moves from its slot straight to where the caller keeps it;
     /// the search stays out of line.
-    #[inline]
+    #[inline(always)]
     pub fn take_posted(&mut self, src: PeerAddr, tag: u64) -> Option<(RecvSpec, R)> {
         let idx = self.posted_match(src, tag)?;
         let node = self.posted.remove(idx);

@@ -376,7 +376,7 @@ fn verbs_msg(root: &Path) -> usize {
     out.put("credit", &credit);
     out.put("short", &rts[..HDR - 1]);
     out.put("rts-short", &rts[..RTS_LEN - 1]);
-    out.put("version-2", &edit(rts.clone(), 2, &[2]));
+    out.put("version-unknown", &edit(rts.clone(), 2, &[9]));
     out.put("unknown-kind", &edit(rts.clone(), 0, &[9]));
     out.put("bad-flags", &edit(rts, 1, &[0x80]));
     out.count

@@ -16,8 +16,8 @@ use xfer_verbs::wire::{self, Meta, Msg, CREDIT_LEN, FIN_LEN, HDR, PING_LEN, RTS_
 #[derive(Arbitrary, Debug)]
 enum AnyMsg {
     Eager(Option<u64>, Option<u64>, Vec<u8>),
-    Rts(Option<u64>, Option<u64>, u32, u64, u64, u32),
-    Fin(u32, u32),
+    Rts(Option<u64>, Option<u64>, u64, u64, u64, u32),
+    Fin(u64, u32),
     WriteData(u64, u64),
     Credit(u32, u64),
     Ping,
@@ -34,18 +34,18 @@ fn encode(msg: &Msg<'_>) -> Vec<u8> {
         }
         Msg::Rts {
             meta,
-            id,
+            token,
             len,
             addr,
             rkey,
         } => {
             let mut b = vec![0u8; RTS_LEN];
-            wire::rts(&mut b, meta, id, len, addr, rkey);
+            wire::rts(&mut b, meta, token, len, addr, rkey);
             b
         }
-        Msg::Fin { id, status } => {
+        Msg::Fin { token, status } => {
             let mut b = vec![0u8; FIN_LEN];
-            wire::fin(&mut b, id, status);
+            wire::fin(&mut b, token, status);
             b
         }
         Msg::WriteData { data, len } => {
@@ -83,14 +83,14 @@ fuzz_target!(|data: &[u8]| {
                 meta: meta(tag, data),
                 payload,
             },
-            AnyMsg::Rts(tag, data, id, len, addr, rkey) => Msg::Rts {
+            AnyMsg::Rts(tag, data, token, len, addr, rkey) => Msg::Rts {
                 meta: meta(tag, data),
-                id,
+                token,
                 len,
                 addr,
                 rkey,
             },
-            AnyMsg::Fin(id, status) => Msg::Fin { id, status },
+            AnyMsg::Fin(token, status) => Msg::Fin { token, status },
             AnyMsg::WriteData(data, len) => Msg::WriteData { data, len },
             AnyMsg::Credit(msgs, bytes) => Msg::Credit { msgs, bytes },
             AnyMsg::Ping => Msg::Ping,

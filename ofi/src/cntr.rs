@@ -15,13 +15,15 @@
 //! with `FI_RMA_EVENT` (elsewhere binding them is `-FI_EINVAL`), offered on
 //! `tcp` only: such an endpoint's xfer endpoint reports every RMA a peer
 //! applies to it (`EndpointAttr::rma_events`), and the router counts those
-//! events (and writes with data) and drops the events without data.
+//! events (and writes with data) and drops the events without data. Bound
+//! to a region instead (`fi_mr_bind`), a counter counts the RMA applied to
+//! that region ([`region_cntr`](crate::region_cntr)).
 //!
 //! [`EpCore::progress`]: crate::ep::EpCore::progress
 
 use std::ffi::{c_int, c_void};
 use std::os::fd::RawFd;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -35,6 +37,9 @@ use crate::fi;
 /// even when no descriptor fires.
 const MAX_SLEEP: Duration = Duration::from_millis(20);
 
+/// Longest sleep of one wait of a counter bound to a region.
+const REGION_SLEEP: Duration = Duration::from_millis(1);
+
 /// A counter's state, shared with the endpoints bound to it.
 pub(crate) struct CntrCore {
     pub(crate) domain: Arc<DomainCore>,
@@ -43,6 +48,9 @@ pub(crate) struct CntrCore {
     wait: Option<Wait>,
     /// The enabled endpoints bound to it, which its reads and waits drive.
     pub(crate) eps: Driven,
+    /// Bound to a region (`fi_mr_bind`): its reads and waits also drive the
+    /// domain's endpoints with `FI_RMA_EVENT`.
+    pub(crate) on_region: AtomicBool,
     /// The wait set it belongs to (`FI_WAIT_SET`), kept open while it does.
     _set: Option<Arc<crate::wait::WaitSetCore>>,
 }
@@ -106,6 +114,11 @@ impl CntrCore {
         for ep in self.eps.eps().iter() {
             ep.progress(None, None);
         }
+        if self.on_region.load(Ordering::Acquire) {
+            for ep in self.domain.regions.eps.eps().iter() {
+                ep.progress(None, None);
+            }
+        }
     }
 
     /// `fi_cntr_wait`: 0 once the count reaches `threshold`, `-FI_EAVAIL`
@@ -143,7 +156,13 @@ impl CntrCore {
             if done().is_some() || !self.eps.ready_to_block() {
                 continue;
             }
-            let ms = left.min(MAX_SLEEP).as_millis().max(1) as i32;
+            // Its wait object does not see the endpoints a region's events
+            // arrive at: look again soon.
+            let most = match self.on_region.load(Ordering::Acquire) {
+                true => REGION_SLEEP,
+                false => MAX_SLEEP,
+            };
+            let ms = left.min(most).as_millis().max(1) as i32;
             if let Err(e) = w.sleep(ms) {
                 return entry::code(&e);
             }
@@ -179,6 +198,7 @@ pub(crate) unsafe extern "C" fn open(
             errors: AtomicU64::new(0),
             wait,
             eps: Driven::default(),
+            on_region: AtomicBool::new(false),
             _set: set.clone(),
         });
         if let (Some(set), Some(w)) = (set, &core.wait) {

@@ -10,6 +10,7 @@ use crate::addr::Format;
 use crate::entry::{self, enosys, guard, Core, Obj, PANIC};
 use crate::fabric::{self, Fabric};
 use crate::fi;
+use crate::region_cntr::RegionCounters;
 
 /// A domain's state, shared with its AVs, CQs and endpoints.
 pub(crate) struct DomainCore {
@@ -27,6 +28,8 @@ pub(crate) struct DomainCore {
     /// `domain_attr->auth_key`: the job key of endpoints whose `ep_attr`
     /// names none.
     pub(crate) auth_key: Option<Vec<u8>>,
+    /// Counters bound to its regions (`fi_mr_bind`).
+    pub(crate) regions: RegionCounters,
 }
 
 /// A domain object.
@@ -116,6 +119,7 @@ pub(crate) unsafe extern "C" fn open(
             mr_local: attr.mr_mode as u64 & fi::FI_MR_LOCAL != 0 && api_version >= fi::version(1, 5),
             format,
             auth_key,
+            regions: RegionCounters::default(),
         };
         let fid = fi::fid_domain {
             fid: entry::fid(fi::FI_CLASS_DOMAIN, context, &OPS),

@@ -22,6 +22,7 @@ use crate::entry::{self, enosys, guard, lock, scode, Core, Obj, PANIC};
 use crate::fi;
 use crate::info::{CAPS, IMPLIED_CAPS, MAX_MSG_SIZE, PRIMARY_CAPS};
 use crate::iov::{Scatters, SCATTER};
+use crate::join::{Joins, JOIN};
 use crate::multi::{Multis, MULTI};
 
 /// The bit an operation's xfer context carries when the application asked
@@ -107,6 +108,10 @@ pub(crate) struct Enabled {
     pub(crate) scatters: Scatters,
     /// Multi-receive buffers posted.
     multis: Multis,
+    /// RMA operations posted as one xfer operation per remote segment.
+    pub(crate) joins: Joins,
+    /// The xfer endpoint reports the RMA peers apply to it (`FI_RMA_EVENT`).
+    rma_events: bool,
     tx: Option<Arc<CqCore>>,
     pub(crate) rx: Option<Arc<CqCore>>,
     pub(crate) tx_selective: bool,
@@ -286,6 +291,20 @@ impl EpCore {
                 if c.context == crate::peek::discard_context() {
                     continue; // a claimed message received into nothing (FI_DISCARD)
                 }
+                // A part of an RMA over several remote segments: the
+                // operation completes with its last part.
+                let joined;
+                let c = match c.context & JOIN {
+                    0 => c,
+                    _ => match en.joins.part(c) {
+                        None => c,
+                        Some(None) => continue,
+                        Some(Some(done)) => {
+                            joined = done;
+                            &joined
+                        }
+                    },
+                };
                 // A receive into several buffers, or of a multi-receive
                 // buffer: its token becomes the application's context.
                 let app = match c.context & (MULTI | SCATTER) {
@@ -295,11 +314,15 @@ impl EpCore {
                 if let Some(k) = en.counters.for_completion(c.flags) {
                     k.hit(c.result.is_ok());
                 }
+                let remote = c.flags.contains(Flags::REMOTE_WRITE) || c.flags.contains(Flags::REMOTE_READ);
+                if remote && en.rma_events {
+                    // Counters bound to the region (fi_mr_bind) count it too.
+                    self.domain.regions.hit(c.tag, c.flags, c.result.is_ok());
+                }
                 let silent = en.selective() && c.context & SILENT != 0;
                 if silent && c.result.is_ok() {
                     continue; // no FI_COMPLETION asked: counted only
                 }
-                let remote = c.flags.contains(Flags::REMOTE_WRITE) || c.flags.contains(Flags::REMOTE_READ);
                 if remote && !c.flags.contains(Flags::REMOTE_CQ_DATA) {
                     // An RMA event (FI_RMA_EVENT): for the remote counters;
                     // only writes with data are the target CQ's (fi_cq(3)).
@@ -320,6 +343,9 @@ impl EpCore {
                     continue;
                 };
                 let mut e = Entry::from_xfer(c);
+                if remote {
+                    e.tag = 0; // xfer's region key: no tag of the application's
+                }
                 if let Some((app, at, released)) = app {
                     e.context = app;
                     e.buf = at;
@@ -916,6 +942,7 @@ fn detach<'a>(ep: &EpCore, cqs: impl Iterator<Item = &'a Arc<CqCore>>, counters:
     for k in counters.all() {
         k.eps.detach(ep);
     }
+    ep.domain.regions.eps.detach(ep);
 }
 
 /// `fi_enable`: opens the xfer endpoint on the bound AV.
@@ -963,7 +990,12 @@ fn enable(ep: &Arc<EpCore>) -> c_int {
         b.tx.iter()
             .chain(b.rx.iter())
             .try_for_each(|cq| cq.attach(ep, fd))
-            .and_then(|()| b.counters.all().try_for_each(|k| k.attach(ep, fd)));
+            .and_then(|()| b.counters.all().try_for_each(|k| k.attach(ep, fd)))
+            .and_then(|()| match attr.rma_events {
+                // Counters bound to regions drive it: RMA events arrive here.
+                true => ep.domain.regions.eps.attach(ep, None, fd),
+                false => Ok(()),
+            });
     if let Err(e) = attached {
         detach(ep, b.tx.iter().chain(b.rx.iter()), &b.counters);
         return entry::code(&e);
@@ -979,6 +1011,8 @@ fn enable(ep: &Arc<EpCore>) -> c_int {
         counters: b.counters.clone(),
         scatters: Scatters::default(),
         multis: Multis::default(),
+        joins: Joins::default(),
+        rma_events: attr.rma_events,
         router: Mutex::new(Router {
             scratch: vec![Completion::EMPTY; POLL_BATCH],
             sent: 0,

@@ -11,6 +11,7 @@ use crate::addr::{self, Format, Resolved};
 use crate::entry::{guard, PANIC};
 use crate::fi;
 use crate::iov::IOV_LIMIT;
+use crate::join::RMA_IOV_LIMIT;
 
 /// The fabric name every fi_info carries.
 pub const FABRIC_NAME: &str = "xfer";
@@ -317,8 +318,8 @@ pub fn select(h: &Hints, provider: &str, limits: Limits) -> Result<Offer, &'stat
     if h.max_order_size > 0 {
         return Err("RMA ordering (max_order_*_size)");
     }
-    if h.rma_iov_limit > 1 {
-        return Err("several remote segments per RMA (rma_iov_limit is 1)");
+    if h.rma_iov_limit > RMA_IOV_LIMIT {
+        return Err("more remote segments per RMA than rma_iov_limit (4)");
     }
     let rma_event = (h.caps | h.rx_caps) & fi::FI_RMA_EVENT != 0;
     if rma_event && provider != "tcp" {
@@ -541,7 +542,7 @@ fn build(version: u32, offer: &Offer) -> Option<*mut fi::fi_info> {
     tx.inject_size = l.inject_size;
     tx.size = offer.tx_size;
     tx.iov_limit = IOV_LIMIT;
-    tx.rma_iov_limit = usize::from(offer.rma);
+    tx.rma_iov_limit = if offer.rma { RMA_IOV_LIMIT } else { 0 };
     rx.caps = caps
         & (PRIMARY_CAPS
             | fi::FI_RECV
@@ -987,7 +988,7 @@ mod tests {
             },
             Hints {
                 caps: fi::FI_RMA,
-                rma_iov_limit: 2,
+                rma_iov_limit: RMA_IOV_LIMIT + 1,
                 ..Hints::default()
             },
         ] {

@@ -5,7 +5,10 @@
 //! domain opened with `FI_MR_LOCAL` the data calls turn a buffer and its
 //! `desc` into a [`MemoryRegion::buffer`] (decision 41), elsewhere `desc` is
 //! ignored. Closing the region deregisters it; the domain cannot close while
-//! regions of it are open.
+//! regions of it are open. `fi_mr_bind` of a counter with `FI_REMOTE_WRITE`
+//! / `FI_REMOTE_READ` counts the RMA peers apply to the region
+//! ([`region_cntr`](crate::region_cntr), `tcp` only); `fi_mr_enable` has
+//! nothing left to do (`FI_MR_RMA_EVENT` is not asked of applications).
 //!
 //! [`Domain::register_raw`]: xfer_facade::Domain::register_raw
 
@@ -21,7 +24,7 @@ use crate::fi;
 /// A registered region.
 pub(crate) struct MrObj {
     region: MemoryRegion,
-    _domain: Arc<DomainCore>,
+    domain: Arc<DomainCore>,
 }
 
 /// The region behind a `desc` from `fi_mr_desc`, or `None` when `desc` is
@@ -41,7 +44,10 @@ impl Core for MrObj {
     const MAGIC: u64 = 0x7866_6572_6d72_5f5f; // "xfermr__"
 }
 
-static OPS: fi::fi_ops = entry::close_only_ops(close);
+static OPS: fi::fi_ops = fi::fi_ops {
+    bind: Some(bind),
+    ..entry::ops_with_control(close, control)
+};
 
 /// The domain's `fi_ops_mr`.
 pub(crate) static MR_OPS: fi::fi_ops_mr = fi::fi_ops_mr {
@@ -83,8 +89,12 @@ fn register(
     if mr.is_null() || (buf.is_null() && len > 0) {
         return -(libc::EINVAL);
     }
-    if flags != 0 {
+    // FI_RMA_EVENT: the region will have a counter bound (fi_mr(3)).
+    if flags & !fi::FI_RMA_EVENT != 0 {
         return fi::err(fi::FI_EBADFLAGS);
+    }
+    if flags & fi::FI_RMA_EVENT != 0 && domain.xfer.provider() != "tcp" {
+        return -(libc::ENOSYS); // a verbs target does not see the RDMA applied to it
     }
     // SAFETY: fi_mr_reg's contract: the application keeps the memory
     // allocated and registered until it closes the region, and libfabric's
@@ -98,13 +108,7 @@ fn register(
         mem_desc: std::ptr::null_mut(),
         key: region.key(),
     };
-    let obj = Obj::into_raw(
-        fid,
-        MrObj {
-            region,
-            _domain: domain,
-        },
-    );
+    let obj = Obj::into_raw(fid, MrObj { region, domain });
     // SAFETY: just made by into_raw, not shared yet: fi_mr_desc gives the
     // region's own fid, which the data calls turn back into it.
     unsafe { (*obj).mem_desc = obj.cast() };
@@ -187,11 +191,58 @@ unsafe extern "C" fn regattr(
     })
 }
 
+/// `fi_mr_bind`: a counter of the same domain for `FI_REMOTE_WRITE` and/or
+/// `FI_REMOTE_READ` (`-FI_ENOSYS` on a domain whose target does not see
+/// RMA: verbs). Endpoints are not bound to regions (no `FI_MR_ENDPOINT`):
+/// `-FI_EINVAL`, as is anything else.
+unsafe extern "C" fn bind(fid: *mut fi::fid, bfid: *mut fi::fid, flags: u64) -> c_int {
+    guard(PANIC, || {
+        // SAFETY: libfabric passes the application's region.
+        let Some(mr) = (unsafe { Obj::<MrObj>::get(fid) }) else {
+            return -(libc::EINVAL);
+        };
+        // SAFETY: the application's fid (null or live).
+        let Some(cntr) = (unsafe { crate::cntr::get(bfid) }) else {
+            return -(libc::EINVAL);
+        };
+        let mr = &mr.core;
+        if mr.domain.xfer.provider() != "tcp" {
+            return -(libc::ENOSYS);
+        }
+        if flags & !(fi::FI_REMOTE_WRITE | fi::FI_REMOTE_READ) != 0 {
+            return fi::err(fi::FI_EBADFLAGS);
+        }
+        if flags == 0 || !Arc::ptr_eq(&cntr.domain, &mr.domain) {
+            return -(libc::EINVAL);
+        }
+        cntr.on_region.store(true, std::sync::atomic::Ordering::Release);
+        mr.domain.regions.bind(mr.region.key(), &cntr, flags);
+        0
+    })
+}
+
+/// `fi_mr_enable` (`FI_ENABLE`): a region works from its registration on.
+unsafe extern "C" fn control(fid: *mut fi::fid, command: c_int, _arg: *mut c_void) -> c_int {
+    guard(PANIC, || {
+        // SAFETY: libfabric passes the application's region.
+        if unsafe { Obj::<MrObj>::get(fid) }.is_none() {
+            return -(libc::EINVAL);
+        }
+        match command as u32 {
+            fi::FI_ENABLE => 0,
+            _ => -(libc::ENOSYS),
+        }
+    })
+}
+
 unsafe extern "C" fn close(fid: *mut fi::fid) -> c_int {
     guard(PANIC, || {
         // SAFETY: libfabric passes the fid being closed, no longer in use.
         match unsafe { Obj::<MrObj>::take(fid) } {
             Some(obj) => {
+                // Its counters are free again (and count no later region
+                // that gets the same key).
+                obj.core.domain.regions.unbind(obj.core.region.key());
                 drop(obj);
                 0
             }

@@ -23,6 +23,7 @@ use crate::ep::{bytes, with_ep, Enabled, EpCore, SILENT};
 use crate::fi;
 use crate::info::MAX_MSG_SIZE;
 use crate::iov::{self, Bufs};
+use crate::join::RMA_IOV_LIMIT;
 use crate::msg::check_flags;
 
 /// The table every endpoint's `rma` points to.
@@ -59,8 +60,12 @@ pub(crate) struct Rma {
     len: usize,
     /// The local buffer's `fi_mr_desc` (used under `FI_MR_LOCAL`).
     desc: *mut c_void,
+    /// The remote segment (the first of several).
     addr: u64,
     key: u64,
+    /// Two to [`RMA_IOV_LIMIT`] remote segments of an `fi_writemsg` or
+    /// `fi_readmsg` (`addr` and `key` are then the first's); empty for one.
+    remote: Vec<fi::fi_rma_iov>,
     data: Option<u64>,
     context: *mut c_void,
     /// `*msg` flags, or the endpoint's default transmit flags.
@@ -72,12 +77,40 @@ pub(crate) struct Rma {
 }
 
 impl Rma {
-    /// An operation on the buffers of a local I/O vector.
-    fn with_bufs(bufs: Bufs, f: impl FnOnce(*mut c_void, usize, *mut c_void) -> Rma) -> Rma {
+    /// An operation on one local buffer (`buf`, `len`, `desc`) and the
+    /// remote memory at `addr` under `key`.
+    fn one(
+        peer: fi::fi_addr_t,
+        kind: RmaKind,
+        (buf, len, desc): (*mut c_void, usize, *mut c_void),
+        (addr, key): (u64, u64),
+        context: *mut c_void,
+    ) -> Rma {
+        Rma {
+            peer,
+            kind,
+            buf,
+            len,
+            desc,
+            addr,
+            key,
+            remote: Vec::new(),
+            data: None,
+            context,
+            flags: None,
+            segs: Vec::new(),
+        }
+    }
+
+    /// The operation on the buffers of a local I/O vector instead.
+    fn local(self, bufs: Bufs) -> Rma {
         let (buf, len, desc, segs) = iov::split(bufs);
         Rma {
+            buf,
+            len,
+            desc,
             segs,
-            ..f(buf, len, desc)
+            ..self
         }
     }
 }
@@ -96,6 +129,9 @@ impl EpCore {
             return scode(-(libc::EINVAL));
         }
         let flags = r.flags.unwrap_or(self.tx_op_flags);
+        if !r.remote.is_empty() {
+            return self.rma_joined(en, r, flags);
+        }
         if r.kind == RmaKind::Read && !r.segs.is_empty() {
             return self.read_staged(en, r, flags);
         }
@@ -179,6 +215,87 @@ impl EpCore {
         }
     }
 
+    /// An operation over several remote segments: one xfer operation per
+    /// segment, joined into one completion by the router
+    /// ([`Joins`](crate::join::Joins)). A write sends a copy of the local
+    /// bytes, cut in segment order (the data of `FI_REMOTE_CQ_DATA` goes
+    /// with the last part, which the target applies last: one connection
+    /// keeps RMA in order); a read lands in a staging buffer that the
+    /// router scatters into the local buffers at the completion.
+    #[cold]
+    fn rma_joined(&self, en: &Enabled, r: Rma, flags: u64) -> isize {
+        let counted = match r.kind {
+            RmaKind::Read => en.counters.read.is_some(),
+            RmaKind::Write => en.counters.write.is_some(),
+        };
+        // Every part reports to the router; the operation's own completion
+        // is marked silent when the application did not ask for one.
+        let context = match en.completion(r.context, flags, counted) {
+            Ok((c, true)) => c,
+            Ok((c, false)) => c | SILENT,
+            Err(e) => return e,
+        };
+        let local = match r.segs.is_empty() {
+            true => vec![(r.buf, r.len)],
+            false => r.segs,
+        };
+        // Each part's segment and buffer, and the staging token of a read.
+        let (parts, staged): (Vec<(usize, Buffer)>, Option<u64>) = match r.kind {
+            RmaKind::Write => {
+                if flags & fi::FI_INJECT != 0 && r.len > en.inject_size {
+                    return scode(-(libc::EMSGSIZE));
+                }
+                // SAFETY: libfabric's contract: each buffer is valid for its length.
+                let all = unsafe { iov::gather(&local) };
+                let parts = cut(&r.remote, all.len());
+                let bufs = parts
+                    .iter()
+                    .map(|&(i, at, n)| (i, Buffer::from(all[at..at + n].to_vec())));
+                (bufs.collect(), None)
+            }
+            RmaKind::Read => {
+                let (token, ptr, total) = en.scatters.stage(context & !SILENT, &local);
+                let parts = cut(&r.remote, total);
+                // SAFETY: the staging buffer lives in `scatters` until the
+                // read completes (or the endpoint is gone); the parts are
+                // disjoint ranges of it.
+                let bufs = parts
+                    .iter()
+                    .map(|&(i, at, n)| (i, unsafe { Buffer::raw(ptr.add(at), n) }));
+                (bufs.collect(), Some(token))
+            }
+        };
+        let count = parts.len();
+        let token = en
+            .joins
+            .start(staged.map_or(context, |t| t | (context & SILENT)), count);
+        for (i, (seg, buf)) in parts.into_iter().enumerate() {
+            let seg = &r.remote[seg];
+            let op = RmaOp {
+                peer: PeerAddr(r.peer),
+                kind: r.kind,
+                buf,
+                addr: seg.addr,
+                key: seg.key,
+                data: if i + 1 == count { r.data } else { None },
+                context: token,
+                completion: true,
+            };
+            if let Err(rej) = en.ep.post_rma(op) {
+                // Parts already out complete the operation with this error;
+                // with none out, the call fails and nothing is reported.
+                if en.joins.unposted(token, count - i, rej.error.clone()) {
+                    return 0;
+                }
+                if let Some(t) = staged {
+                    en.scatters.forget(t);
+                }
+                return scode(entry::code(&rej.error));
+            }
+        }
+        0
+    }
+
     /// `fi_inject_write`, `fi_inject_writedata`: copied, no completion.
     fn inject_write(
         &self,
@@ -221,16 +338,34 @@ impl EpCore {
     }
 }
 
-/// The one remote segment of an `fi_msg_rma` (`rma_iov_limit` is 1).
+/// How `len` bytes go across remote segments `remote`, in order: for
+/// each part, its segment's index, its offset into the bytes and its
+/// length. Segments left with nothing get no part, except that a
+/// zero-length operation has one part, on the first segment.
+fn cut(remote: &[fi::fi_rma_iov], len: usize) -> Vec<(usize, usize, usize)> {
+    let mut at = 0usize;
+    let mut parts = Vec::with_capacity(remote.len());
+    for (i, seg) in remote.iter().enumerate() {
+        let n = seg.len.min(len - at);
+        if n > 0 || (len == 0 && i == 0) {
+            parts.push((i, at, n));
+        }
+        at += n;
+    }
+    parts
+}
+
+/// The remote segments of an `fi_msg_rma`: one to [`RMA_IOV_LIMIT`]
+/// (`tx_attr->rma_iov_limit`), else `-FI_EINVAL`.
 ///
 /// # Safety
 /// `rma_iov` is null or valid for `count` elements.
-unsafe fn one_rma_iov(rma_iov: *const fi::fi_rma_iov, count: usize) -> Option<fi::fi_rma_iov> {
-    match count {
-        // SAFETY: non-null and valid for one element by the caller's contract.
-        1 if !rma_iov.is_null() => Some(unsafe { *rma_iov }),
-        _ => None,
+unsafe fn rma_iovs<'a>(rma_iov: *const fi::fi_rma_iov, count: usize) -> Result<&'a [fi::fi_rma_iov], isize> {
+    if rma_iov.is_null() || count == 0 || count > RMA_IOV_LIMIT {
+        return Err(scode(-(libc::EINVAL)));
     }
+    // SAFETY: non-null and valid for `count` elements by the caller's contract.
+    Ok(unsafe { std::slice::from_raw_parts(rma_iov, count) })
 }
 
 /// An `fi_readmsg` / `fi_writemsg` as an [`Rma`].
@@ -249,21 +384,18 @@ unsafe fn from_msg(msg: *const fi::fi_msg_rma, kind: RmaKind, flags: u64) -> Res
     // SAFETY: the message's vectors, by the caller's contract.
     let bufs = unsafe { iov::iovs(m.msg_iov, m.desc, m.iov_count) }?;
     // SAFETY: as above.
-    let remote = unsafe { one_rma_iov(m.rma_iov, m.rma_iov_count) }.ok_or(scode(-(libc::EINVAL)))?;
-    let r = Rma::with_bufs(bufs, |buf, len, desc| Rma {
-        peer: m.addr,
-        kind,
-        buf,
-        len,
-        desc,
-        addr: remote.addr,
-        key: remote.key,
+    let remote = unsafe { rma_iovs(m.rma_iov, m.rma_iov_count) }?;
+    let empty = (std::ptr::null_mut(), 0, std::ptr::null_mut());
+    let r = Rma {
         data: (flags & fi::FI_REMOTE_CQ_DATA != 0).then_some(m.data),
-        context: m.context,
         flags: Some(flags),
-        segs: Vec::new(),
-    });
-    if remote.len < r.len {
+        remote: if remote.len() > 1 { remote.to_vec() } else { Vec::new() },
+        ..Rma::one(m.addr, kind, empty, (remote[0].addr, remote[0].key), m.context)
+    }
+    .local(bufs);
+    // The remote segments take the local bytes (fi_rma(3)).
+    let room = remote.iter().fold(0usize, |t, s| t.saturating_add(s.len));
+    if room < r.len {
         return Err(scode(-(libc::EINVAL)));
     }
     Ok(r)
@@ -281,19 +413,7 @@ unsafe extern "C" fn read(
     context: *mut c_void,
 ) -> isize {
     with_ep(ep, |ep| {
-        ep.rma(Rma {
-            peer: src,
-            kind: RmaKind::Read,
-            buf,
-            len,
-            desc,
-            addr,
-            key,
-            data: None,
-            context,
-            flags: None,
-            segs: Vec::new(),
-        })
+        ep.rma(Rma::one(src, RmaKind::Read, (buf, len, desc), (addr, key), context))
     })
 }
 
@@ -332,20 +452,9 @@ unsafe extern "C" fn write(
     key: u64,
     context: *mut c_void,
 ) -> isize {
+    let buf = buf as *mut c_void;
     with_ep(ep, |ep| {
-        ep.rma(Rma {
-            peer: dest,
-            kind: RmaKind::Write,
-            buf: buf as *mut c_void,
-            len,
-            desc,
-            addr,
-            key,
-            data: None,
-            context,
-            flags: None,
-            segs: Vec::new(),
-        })
+        ep.rma(Rma::one(dest, RmaKind::Write, (buf, len, desc), (addr, key), context))
     })
 }
 
@@ -389,20 +498,9 @@ unsafe fn vectored(
         Ok(b) => b,
         Err(e) => return e,
     };
+    let empty = (std::ptr::null_mut(), 0, std::ptr::null_mut());
     with_ep(ep, |ep| {
-        ep.rma(Rma::with_bufs(bufs, |buf, len, desc| Rma {
-            peer,
-            kind,
-            buf,
-            len,
-            desc,
-            addr,
-            key,
-            data: None,
-            context,
-            flags: None,
-            segs: Vec::new(),
-        }))
+        ep.rma(Rma::one(peer, kind, empty, (addr, key), context).local(bufs))
     })
 }
 
@@ -437,19 +535,11 @@ unsafe extern "C" fn writedata(
     key: u64,
     context: *mut c_void,
 ) -> isize {
+    let buf = buf as *mut c_void;
     with_ep(ep, |ep| {
         ep.rma(Rma {
-            peer: dest,
-            kind: RmaKind::Write,
-            buf: buf as *mut c_void,
-            len,
-            desc,
-            addr,
-            key,
             data: Some(data),
-            context,
-            flags: None,
-            segs: Vec::new(),
+            ..Rma::one(dest, RmaKind::Write, (buf, len, desc), (addr, key), context)
         })
     })
 }
@@ -464,4 +554,27 @@ unsafe extern "C" fn injectdata(
     key: u64,
 ) -> isize {
     with_ep(ep, |ep| ep.inject_write(dest, buf, len, addr, key, Some(data)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn segs(lens: &[usize]) -> Vec<fi::fi_rma_iov> {
+        lens.iter()
+            .map(|&len| fi::fi_rma_iov { addr: 0, len, key: 0 })
+            .collect()
+    }
+
+    #[test]
+    fn bytes_are_cut_in_segment_order_past_empty_segments() {
+        assert_eq!(cut(&segs(&[5, 0, 5]), 10), [(0, 0, 5), (2, 5, 5)]);
+        assert_eq!(cut(&segs(&[0, 4, 100]), 10), [(1, 0, 4), (2, 4, 6)]);
+        assert_eq!(
+            cut(&segs(&[8, 8]), 8),
+            [(0, 0, 8)],
+            "the rest of the room is not written"
+        );
+        assert_eq!(cut(&segs(&[0, 8]), 0), [(0, 0, 0)], "an empty write has one part");
+    }
 }

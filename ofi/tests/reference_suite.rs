@@ -450,7 +450,11 @@ fn completion_levels() {
 /// counter bound for `FI_REMOTE_WRITE` counts two `fi_write`, an
 /// `fi_inject_write` and an `fi_writedata` (1 to 4, `fi_cntr_wait` driving
 /// it) and one for `FI_REMOTE_READ` two `fi_read`, each leaving the other
-/// counter alone; the target's CQ gets only the `fi_writedata`'s entry.
+/// counter alone; the target's CQ gets only the `fi_writedata`'s entry. A
+/// counter bound to a second region (`fi_mr_bind` with `FI_REMOTE_WRITE |
+/// FI_REMOTE_READ`) counts the write, read and writedata into that region
+/// and not a write into the first; bad bind flags refused; the counter
+/// cannot close while the region is open.
 #[test]
 fn remote_counters() {
     let exe = compile("fi_rma_event");
@@ -459,6 +463,7 @@ fn remote_counters() {
             "remote writes counted",
             "remote reads counted",
             "target queue checked",
+            "region counter checked",
             "all rma events checked",
         ];
         one_program(prov, &exe, &[], &want)
@@ -521,8 +526,14 @@ fn waits_vectors_and_multi_receives_under_valgrind() {
 /// memory (the target driven by `fi_cq_read(cq, NULL, 0)`), and the
 /// target's CQ getting `FI_REMOTE_WRITE | FI_REMOTE_CQ_DATA` with the data;
 /// `fi_writev`, `fi_readv` and `fi_readmsg` of several local buffers (the
-/// bytes in order across them, the counters), and more remote segments
-/// than `rma_iov_limit` refused with `-FI_EINVAL`.
+/// bytes in order across them, the counters); `fi_writemsg` with
+/// `FI_REMOTE_CQ_DATA` from two local buffers into three remote segments
+/// (one target entry with the data, by which every segment has its bytes;
+/// one completion, counted once) and `fi_readmsg` of them back; more
+/// `fi_inject_writedata` and `fi_writemsg` with `FI_REMOTE_CQ_DATA` (one
+/// target entry each, no context, the bytes in place); more
+/// remote segments than `rma_iov_limit` refused with `-FI_EINVAL`
+/// (libfabric 1.17's tcp accepts them: its reference run fails there).
 #[test]
 fn rma_with_counters() {
     let exe = compile("fi_rma");
@@ -534,6 +545,9 @@ fn rma_with_counters() {
             "writev checked",
             "readv checked",
             "readmsg checked",
+            "segmented writemsg checked",
+            "segmented readmsg checked",
+            "remote cq data checked",
             "rma_iov_limit checked",
             "all rma checked",
         ];

@@ -854,6 +854,53 @@ static void test_operations(void)
     node_close(&b);
 }
 
+/* A server that does not know its client learns the client's name from its
+ * first message (XFER_SOURCE_ERR: an XFER_EADDRNOTAVAIL entry, the message
+ * received all the same, the name in err_data), inserts it and answers.
+ * Without the flag the sender is XFER_ADDR_UNSPEC and err_data stays NULL. */
+static void test_source_err(void)
+{
+    struct node srv, cli, plain;
+    if (node_open_flags(&srv, XFER_SOURCE_ERR) != 0 || node_open(&cli) != 0 || node_open(&plain) != 0) {
+        test_failed = 1;
+        return;
+    }
+    struct node *nodes[] = {&srv, &cli, &plain};
+    xfer_addr_t to_srv = node_add(&cli, &srv), to_plain = node_add(&cli, &plain);
+    char in[16] = {0}, back[16] = {0}, other[16] = {0};
+    xfer_cq_entry_t c;
+    CHECK_RC(xfer_ep_trecv(srv.ep, in, sizeof in, XFER_ADDR_UNSPEC, 7, 0, CTX(1)), 0);
+    CHECK_RC(xfer_ep_tsend(cli.ep, "hello", 5, to_srv, 7, CTX(2)), 0);
+    if (expect(nodes, 3, 0, CTX(1), &c)) {
+        CHECK_RC(c.err, XFER_EADDRNOTAVAIL);
+        CHECK(c.len == 5 && memcmp(in, "hello", 5) == 0 && c.tag == 7);
+        CHECK(c.src == XFER_ADDR_UNSPEC);
+        CHECK(c.err_data != NULL && c.err_data_size == cli.name_len);
+        CHECK(c.err_data != NULL && memcmp(c.err_data, cli.name, cli.name_len) == 0);
+        xfer_addr_t learned = XFER_ADDR_UNSPEC;
+        CHECK_RC(xfer_av_insert(srv.av, c.err_data, c.err_data_size, &learned), 0);
+        CHECK_RC(xfer_ep_trecv(cli.ep, back, sizeof back, XFER_ADDR_UNSPEC, 8, 0, CTX(3)), 0);
+        CHECK_RC(xfer_ep_tsend(srv.ep, "answer", 6, learned, 8, CTX(4)), 0);
+        if (expect(nodes, 3, 1, CTX(3), &c)) {
+            CHECK_RC(c.err, 0);
+            CHECK(c.len == 6 && memcmp(back, "answer", 6) == 0 && c.src == to_srv);
+        }
+    }
+    CHECK_RC(xfer_ep_trecv(plain.ep, other, sizeof other, XFER_ADDR_UNSPEC, 9, 0, CTX(5)), 0);
+    CHECK_RC(xfer_ep_tsend(cli.ep, "plain", 5, to_plain, 9, CTX(6)), 0);
+    if (expect(nodes, 3, 2, CTX(5), &c)) {
+        CHECK_RC(c.err, 0);
+        CHECK(c.src == XFER_ADDR_UNSPEC && c.err_data == NULL && c.err_data_size == 0);
+    }
+    /* The sends complete too: nothing is left behind. */
+    CHECK(expect(nodes, 3, 1, CTX(2), &c) && c.err == 0);
+    CHECK(expect(nodes, 3, 0, CTX(4), &c) && c.err == 0);
+    CHECK(expect(nodes, 3, 1, CTX(6), &c) && c.err == 0);
+    node_close(&plain);
+    node_close(&cli);
+    node_close(&srv);
+}
+
 static void test_selective_completion(void)
 {
     struct node a, b;
@@ -2177,6 +2224,7 @@ static const struct {
     {"operations", test_operations},
     {"counters", test_counters},
     {"selective_completion", test_selective_completion},
+    {"source_err", test_source_err},
     {"max_outstanding", test_max_outstanding},
     {"max_outstanding_per_peer", test_max_outstanding_per_peer},
     {"tcp_coalesce", test_tcp_coalesce},

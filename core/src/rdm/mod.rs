@@ -11,24 +11,37 @@
 //!   transport but for its rendezvous handle.
 //! - [`credit`]: eager credit's unit, what one message costs its sender, and
 //!   [`Credit`], one connection's credit both ways.
+//! - [`crossing`]: which connection survives a crossed first contact.
 //! - [`Requests`]: a connection's requests to send waiting unmatched.
+//! - [`rndv`]: the eager/rendezvous choice and the rendezvous sender's
+//!   state machine ([`SendState`]), whatever moves the bytes.
+//! - [`Outstanding`]: operations waiting on a peer (rendezvous sends and
+//!   receives, RMA), named on the wire by tokens that never name a later
+//!   operation; [`Abandoned`]: answers still owed to failed ones.
 //! - [`Account`]/[`Share`]: the receive memory, and a connection's part of it.
 //! - [`Counters`]: what the layer counts, under one set of names.
 //! - [`admit`]: the job key's challenge and proof (admission).
 //! - [`stall`]: the progress timeout's bookkeeping (peers alive but stalled).
 
+pub mod abandoned;
 pub mod account;
 pub mod admit;
 pub mod counters;
 pub mod credit;
+pub mod crossing;
+pub mod outstanding;
 pub mod receives;
 pub mod requests;
+pub mod rndv;
 pub mod stall;
 pub mod unexpected;
 
+pub use abandoned::Abandoned;
 pub use account::{Account, Share};
 pub use counters::Counters;
 pub use credit::{Amount, Credit};
+pub use outstanding::Outstanding;
 pub use receives::{Dropped, Receives};
 pub use requests::Requests;
+pub use rndv::{Protocol, SendState};
 pub use unexpected::{Held, Unexpected};

@@ -28,8 +28,7 @@
 #include <time.h>
 
 #include "must.h"
-
-#define WAIT_SEC 30
+#include "drive.h"
 #define BIG (1 << 20)
 
 static struct fi_info *info;
@@ -46,46 +45,12 @@ static int sctx, rctx;
 #define S (mem)
 #define R (mem + BIG)
 
-static double now(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return t.tv_sec + t.tv_nsec / 1e9;
-}
-
-static void open_ep(struct fid_ep **ep, struct fid_cq **cq)
-{
-	struct fi_cq_attr cq_attr = {.format = FI_CQ_FORMAT_TAGGED};
-	MUST(fi_cq_open(domain, &cq_attr, cq, NULL));
-	MUST(fi_endpoint(domain, info, ep, NULL));
-	MUST(fi_ep_bind(*ep, &av->fid, 0));
-	MUST(fi_ep_bind(*ep, &(*cq)->fid, FI_TRANSMIT | FI_RECV));
-	MUST(fi_enable(*ep));
-}
-
-/* Reads one completion from `cq` into `e` if there is one: 1, else 0. */
-static int read_one(struct fid_cq *cq, struct fi_cq_tagged_entry *e)
-{
-	ssize_t r = fi_cq_read(cq, e, 1);
-	if (r == -FI_EAVAIL) {
-		struct fi_cq_err_entry err = {0};
-		MUST(fi_cq_readerr(cq, &err, 0));
-		CHECK(0, "error completion %d (%s)", err.err, fi_strerror(err.err));
-	}
-	CHECK(r == 1 || r == -FI_EAGAIN, "fi_cq_read = %zd", r);
-	return r == 1;
-}
-
 /* Waits for A's send completion (driving B without reading its queue:
  * progress on B, reading nothing). */
 static void send_done(const char *what)
 {
-	double end = now() + WAIT_SEC;
 	struct fi_cq_tagged_entry e;
-	while (!read_one(cq_a, &e)) {
-		(void)fi_cq_read(cq_b, NULL, 0);
-		CHECK(now() < end, "%s: no send completion", what);
-	}
+	next_completion(cq_a, cq_b, &e, NULL);
 	CHECK(e.op_context == &sctx && (e.flags & FI_SEND), "%s: send completion %p flags %#llx", what, e.op_context,
 	      (unsigned long long)e.flags);
 }
@@ -93,12 +58,8 @@ static void send_done(const char *what)
 /* Waits for B's receive completion of `len` bytes. */
 static void recv_done(size_t len, const char *what)
 {
-	double end = now() + WAIT_SEC;
 	struct fi_cq_tagged_entry e;
-	while (!read_one(cq_b, &e)) {
-		(void)fi_cq_read(cq_a, NULL, 0);
-		CHECK(now() < end, "%s: no receive completion", what);
-	}
+	next_completion(cq_b, cq_a, &e, NULL);
 	CHECK(e.op_context == &rctx && (e.flags & FI_RECV) && e.len == len, "%s: receive completion len %zu", what,
 	      e.len);
 }
@@ -125,14 +86,7 @@ static void tsendmsg(size_t len, uint64_t tag, uint64_t flags)
 	struct iovec iov = {S, len};
 	struct fi_msg_tagged m = {
 		.msg_iov = &iov, .desc = &desc, .iov_count = 1, .addr = addr_b, .tag = tag, .context = &sctx};
-	double end = now() + WAIT_SEC;
-	ssize_t r;
-	while ((r = fi_tsendmsg(ep_a, &m, flags)) == -FI_EAGAIN) {
-		(void)fi_cq_read(cq_a, NULL, 0);
-		(void)fi_cq_read(cq_b, NULL, 0);
-		CHECK(now() < end, "send refused");
-	}
-	MUST(r);
+	POST(fi_tsendmsg(ep_a, &m, flags));
 }
 
 /* A delivery-complete send of `len` bytes to a receive posted first. */
@@ -144,14 +98,7 @@ static void delivery(size_t len, uint64_t tag, int per_op, const char *what)
 		tsendmsg(len, tag, FI_DELIVERY_COMPLETE | FI_COMPLETION);
 	} else {
 		/* The default from tx_attr->op_flags. */
-		double end = now() + WAIT_SEC;
-		ssize_t r;
-		while ((r = fi_tsend(ep_a, S, len, desc, addr_b, tag, &sctx)) == -FI_EAGAIN) {
-			(void)fi_cq_read(cq_a, NULL, 0);
-			(void)fi_cq_read(cq_b, NULL, 0);
-			CHECK(now() < end, "send refused");
-		}
-		MUST(r);
+		POST(fi_tsend(ep_a, S, len, desc, addr_b, tag, &sctx));
 	}
 	send_done(what);
 	CHECK(placed(len), "%s: the send completed before its bytes were in the receive buffer", what);
@@ -175,15 +122,10 @@ int main(void)
 	CHECK(info->tx_attr->op_flags & FI_DELIVERY_COMPLETE, "tx op_flags %#llx",
 	      (unsigned long long)info->tx_attr->op_flags);
 	printf("delivery complete offered\n");
-	MUST(fi_fabric(info->fabric_attr, &fabric, NULL));
-	MUST(fi_domain(fabric, info, &domain, NULL));
-	if (info->domain_attr->mr_mode & FI_MR_LOCAL) {
-		MUST(fi_mr_reg(domain, mem, sizeof(mem), FI_SEND | FI_RECV, 0, 0, 0, &mr, NULL));
-		desc = fi_mr_desc(mr);
-	}
+	open_domain(info, mem, sizeof(mem), &fabric, &domain, &mr, &desc);
 	MUST(fi_av_open(domain, &av_attr, &av, NULL));
-	open_ep(&ep_a, &cq_a);
-	open_ep(&ep_b, &cq_b);
+	open_ep_on(domain, info, av, FI_CQ_FORMAT_TAGGED, &ep_a, &cq_a);
+	open_ep_on(domain, info, av, FI_CQ_FORMAT_TAGGED, &ep_b, &cq_b);
 	{
 		char name[256];
 		size_t len = sizeof(name);
@@ -214,16 +156,8 @@ int main(void)
 	recv_done(0, "empty delivery complete");
 	printf("empty delivery complete checked\n");
 
-	MUST(fi_close(&ep_a->fid));
-	MUST(fi_close(&ep_b->fid));
-	MUST(fi_close(&cq_a->fid));
-	MUST(fi_close(&cq_b->fid));
-	MUST(fi_close(&av->fid));
-	if (mr)
-		MUST(fi_close(&mr->fid));
-	MUST(fi_close(&domain->fid));
-	MUST(fi_close(&fabric->fid));
-	fi_freeinfo(info);
+	close_eps(ep_a, ep_b, cq_a, cq_b);
+	close_domain(av, mr, domain, fabric, info);
 	printf("all completion levels checked\n");
 	return 0;
 }

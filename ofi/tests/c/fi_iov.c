@@ -24,8 +24,7 @@
 #include <time.h>
 
 #include "must.h"
-
-#define WAIT_SEC 30
+#include "drive.h"
 
 static struct fi_info *info;
 static struct fid_domain *domain;
@@ -36,58 +35,6 @@ static fi_addr_t addr_b;
 static char mem[4096];
 static void *desc;
 static void *descs[4];
-
-static double now(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return t.tv_sec + t.tv_nsec / 1e9;
-}
-
-/* The next completion on B (driving A meanwhile); 1 for an error entry,
- * whose err and context are returned through `err`. */
-static int next_b(struct fi_cq_tagged_entry *e, struct fi_cq_err_entry *err)
-{
-	double end = now() + WAIT_SEC;
-	for (;;) {
-		struct fi_cq_tagged_entry a[4];
-		ssize_t r = fi_cq_read(cq_b, e, 1);
-		if (r == 1)
-			return 0;
-		if (r == -FI_EAVAIL) {
-			memset(err, 0, sizeof(*err));
-			MUST(fi_cq_readerr(cq_b, err, 0));
-			return 1;
-		}
-		CHECK(r == -FI_EAGAIN, "fi_cq_read on B = %zd", r);
-		r = fi_cq_read(cq_a, a, 4);
-		CHECK(r > 0 || r == -FI_EAGAIN, "fi_cq_read on A = %zd", r);
-		CHECK(now() < end, "no completion on B");
-	}
-}
-
-static void open_ep(struct fid_ep **ep, struct fid_cq **cq)
-{
-	struct fi_cq_attr cq_attr = {.format = FI_CQ_FORMAT_TAGGED};
-	MUST(fi_cq_open(domain, &cq_attr, cq, NULL));
-	MUST(fi_endpoint(domain, info, ep, NULL));
-	MUST(fi_ep_bind(*ep, &av->fid, 0));
-	MUST(fi_ep_bind(*ep, &(*cq)->fid, FI_TRANSMIT | FI_RECV));
-	MUST(fi_enable(*ep));
-}
-
-static void post_send(ssize_t (*f)(void))
-{
-	double end = now() + WAIT_SEC;
-	ssize_t r;
-	while ((r = f()) == -FI_EAGAIN) {
-		struct fi_cq_tagged_entry a[4];
-		(void)fi_cq_read(cq_a, a, 4);
-		(void)fi_cq_read(cq_b, NULL, 0); /* progress on B, reading nothing */
-		CHECK(now() < end, "send refused");
-	}
-	MUST(r);
-}
 
 /* Region layout: 0.. sender's buffers, 1024.. receiver's. */
 #define S(off) (mem + (off))
@@ -132,17 +79,12 @@ int main(void)
 	printf("provider %s, iov_limit tx %zu rx %zu\n", info->fabric_attr->prov_name, info->tx_attr->iov_limit,
 	       info->rx_attr->iov_limit);
 	CHECK(info->tx_attr->iov_limit >= 3 && info->rx_attr->iov_limit >= 3, "iov_limit below 3");
-	MUST(fi_fabric(info->fabric_attr, &fabric, NULL));
-	MUST(fi_domain(fabric, info, &domain, NULL));
-	if (info->domain_attr->mr_mode & FI_MR_LOCAL) {
-		MUST(fi_mr_reg(domain, mem, sizeof(mem), FI_SEND | FI_RECV, 0, 0, 0, &mr, NULL));
-		desc = fi_mr_desc(mr);
-	}
+	open_domain(info, mem, sizeof(mem), &fabric, &domain, &mr, &desc);
 	for (int i = 0; i < 4; i++)
 		descs[i] = desc;
 	MUST(fi_av_open(domain, &av_attr, &av, NULL));
-	open_ep(&ep_a, &cq_a);
-	open_ep(&ep_b, &cq_b);
+	open_ep_on(domain, info, av, FI_CQ_FORMAT_TAGGED, &ep_a, &cq_a);
+	open_ep_on(domain, info, av, FI_CQ_FORMAT_TAGGED, &ep_b, &cq_b);
 	{
 		char name[256];
 		size_t len = sizeof(name);
@@ -160,8 +102,8 @@ int main(void)
 	memset(R(0), '.', 300);
 	struct iovec r3[3] = {{R(0), 3}, {R(10), 5}, {R(20), 100}};
 	MUST(fi_recvv(ep_b, r3, descs, 3, FI_ADDR_UNSPEC, &ctx1));
-	post_send(send_two);
-	CHECK(next_b(&e, &err) == 0, "error %d on the vectored receive", err.err);
+	POST(send_two());
+	CHECK(next_completion(cq_b, cq_a, &e, &err) == 0, "error %d on the vectored receive", err.err);
 	CHECK(e.op_context == &ctx1 && e.len == 20 && (e.flags & FI_RECV), "completion len %zu", e.len);
 	CHECK(!memcmp(R(0), "hel", 3) && !memcmp(R(10), "lo ve", 5) && !memcmp(R(20), "ctored world", 12) &&
 		      R(3)[0] == '.' && R(15)[0] == '.' && R(32)[0] == '.',
@@ -176,8 +118,8 @@ int main(void)
 	struct fi_msg_tagged tm = {
 		.msg_iov = r2, .desc = descs, .iov_count = 2, .addr = FI_ADDR_UNSPEC, .tag = 0x77, .context = &ctx2};
 	MUST(fi_trecvmsg(ep_b, &tm, FI_COMPLETION));
-	post_send(tsend_three);
-	CHECK(next_b(&e, &err) == 0, "error %d on the tagged vectored receive", err.err);
+	POST(tsend_three());
+	CHECK(next_completion(cq_b, cq_a, &e, &err) == 0, "error %d on the tagged vectored receive", err.err);
 	CHECK(e.op_context == &ctx2 && e.len == 12 && e.tag == 0x77, "tagged completion len %zu", e.len);
 	CHECK(!memcmp(R(100), "abcde", 5) && !memcmp(R(200), "fghijkl", 7), "tagged scattered bytes");
 	printf("tsendmsg into trecvmsg checked\n");
@@ -188,8 +130,8 @@ int main(void)
 	memset(R(300), '.', 64);
 	struct iovec rt[2] = {{R(300), 3}, {R(310), 5}};
 	MUST(fi_recvv(ep_b, rt, descs, 2, FI_ADDR_UNSPEC, &ctx3));
-	post_send(send_twelve);
-	CHECK(next_b(&e, &err) == 1, "a 12-byte message into 8 bytes completed without error");
+	POST(send_twelve());
+	CHECK(next_completion(cq_b, cq_a, &e, &err) == 1, "a 12-byte message into 8 bytes completed without error");
 	/* olen: the bytes that did not fit (fi_cq(3)); libfabric's tcp reports
 	 * 0, xfer must report them. */
 	int xfer = !strcmp(info->fabric_attr->prov_name, "xfer");
@@ -204,20 +146,12 @@ int main(void)
 	struct iovec rc[2] = {{R(400), 8}, {R(500), 8}};
 	MUST(fi_recvv(ep_b, rc, descs, 2, FI_ADDR_UNSPEC, &ctx4));
 	MUST(fi_cancel(&ep_b->fid, &ctx4));
-	CHECK(next_b(&e, &err) == 1 && err.err == FI_ECANCELED && err.op_context == &ctx4, "cancelled recvv: %d",
-	      err.err);
+	CHECK(next_completion(cq_b, cq_a, &e, &err) == 1 && err.err == FI_ECANCELED && err.op_context == &ctx4,
+	      "cancelled recvv: %d", err.err);
 	printf("cancelled recvv checked\n");
 
-	MUST(fi_close(&ep_a->fid));
-	MUST(fi_close(&ep_b->fid));
-	MUST(fi_close(&cq_a->fid));
-	MUST(fi_close(&cq_b->fid));
-	MUST(fi_close(&av->fid));
-	if (mr)
-		MUST(fi_close(&mr->fid));
-	MUST(fi_close(&domain->fid));
-	MUST(fi_close(&fabric->fid));
-	fi_freeinfo(info);
+	close_eps(ep_a, ep_b, cq_a, cq_b);
+	close_domain(av, mr, domain, fabric, info);
 	printf("all vectors checked\n");
 	return 0;
 }

@@ -22,8 +22,7 @@
 #include <time.h>
 
 #include "must.h"
-
-#define WAIT_SEC 30
+#include "drive.h"
 
 static struct fi_info *info;
 static struct fid_domain *domain;
@@ -33,13 +32,6 @@ static struct fid_cq *cq_a, *cq_b;
 static fi_addr_t addr_b;
 static char mem[4096];
 static void *desc;
-
-static double now(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return t.tv_sec + t.tv_nsec / 1e9;
-}
 
 static void open_ep(struct fid_ep **ep, struct fid_cq **cq, size_t min)
 {
@@ -69,40 +61,6 @@ static ssize_t send_one(void)
 	return fi_send(ep_a, S(slot * 100), 90, desc, addr_b, NULL);
 }
 
-static void post_send(ssize_t (*f)(void))
-{
-	double end = now() + WAIT_SEC;
-	ssize_t r;
-	while ((r = f()) == -FI_EAGAIN) {
-		struct fi_cq_tagged_entry a[4];
-		(void)fi_cq_read(cq_a, a, 4);
-		(void)fi_cq_read(cq_b, NULL, 0); /* progress on B, reading nothing */
-		CHECK(now() < end, "send refused");
-	}
-	MUST(r);
-}
-
-/* The next completion on B (driving A meanwhile); 1 for an error entry. */
-static int next_b(struct fi_cq_data_entry *e, struct fi_cq_err_entry *err)
-{
-	double end = now() + WAIT_SEC;
-	for (;;) {
-		struct fi_cq_data_entry a[4];
-		ssize_t r = fi_cq_read(cq_b, e, 1);
-		if (r == 1)
-			return 0;
-		if (r == -FI_EAVAIL) {
-			memset(err, 0, sizeof(*err));
-			MUST(fi_cq_readerr(cq_b, err, 0));
-			return 1;
-		}
-		CHECK(r == -FI_EAGAIN, "fi_cq_read on B = %zd", r);
-		r = fi_cq_read(cq_a, a, 4);
-		CHECK(r > 0 || r == -FI_EAGAIN, "fi_cq_read on A = %zd", r);
-		CHECK(now() < end, "no completion on B");
-	}
-}
-
 #define NMSG 11
 
 int main(void)
@@ -121,12 +79,7 @@ int main(void)
 	fi_freeinfo(h);
 	printf("provider %s\n", info->fabric_attr->prov_name);
 	CHECK(info->caps & FI_MULTI_RECV, "FI_MULTI_RECV not offered");
-	MUST(fi_fabric(info->fabric_attr, &fabric, NULL));
-	MUST(fi_domain(fabric, info, &domain, NULL));
-	if (info->domain_attr->mr_mode & FI_MR_LOCAL) {
-		MUST(fi_mr_reg(domain, mem, sizeof(mem), FI_SEND | FI_RECV, 0, 0, 0, &mr, NULL));
-		desc = fi_mr_desc(mr);
-	}
+	open_domain(info, mem, sizeof(mem), &fabric, &domain, &mr, &desc);
 	MUST(fi_av_open(domain, &av_attr, &av, NULL));
 	open_ep(&ep_a, &cq_a, 0);
 	open_ep(&ep_b, &cq_b, 100);
@@ -147,11 +100,11 @@ int main(void)
 	struct fi_msg m = {.msg_iov = &iov, .desc = &desc, .iov_count = 1, .addr = FI_ADDR_UNSPEC, .context = &mctx};
 	MUST(fi_recvmsg(ep_b, &m, FI_MULTI_RECV));
 	for (slot = 0; slot < NMSG; slot++)
-		post_send(send_one);
+		POST(send_one());
 	int got = 0, released = 0;
 	char *last = NULL;
 	while (!released) {
-		CHECK(next_b(&e, &err) == 0, "error %d on the multi-receive buffer", err.err);
+		CHECK(next_completion(cq_b, cq_a, &e, &err) == 0, "error %d on the multi-receive buffer", err.err);
 		CHECK(e.op_context == &mctx, "completion of another context");
 		if (e.flags & FI_MULTI_RECV)
 			released = 1;
@@ -175,20 +128,12 @@ int main(void)
 	struct fi_msg m2 = {.msg_iov = &iov, .desc = &desc, .iov_count = 1, .addr = FI_ADDR_UNSPEC, .context = &cctx};
 	MUST(fi_recvmsg(ep_b, &m2, FI_MULTI_RECV));
 	MUST(fi_cancel(&ep_b->fid, &cctx));
-	CHECK(next_b(&e, &err) == 1 && err.err == FI_ECANCELED && err.op_context == &cctx, "cancelled buffer: %d",
-	      err.err);
+	CHECK(next_completion(cq_b, cq_a, &e, &err) == 1 && err.err == FI_ECANCELED && err.op_context == &cctx,
+	      "cancelled buffer: %d", err.err);
 	printf("cancelled multi-receive checked\n");
 
-	MUST(fi_close(&ep_a->fid));
-	MUST(fi_close(&ep_b->fid));
-	MUST(fi_close(&cq_a->fid));
-	MUST(fi_close(&cq_b->fid));
-	MUST(fi_close(&av->fid));
-	if (mr)
-		MUST(fi_close(&mr->fid));
-	MUST(fi_close(&domain->fid));
-	MUST(fi_close(&fabric->fid));
-	fi_freeinfo(info);
+	close_eps(ep_a, ep_b, cq_a, cq_b);
+	close_domain(av, mr, domain, fabric, info);
 	printf("all multi-receives checked\n");
 	return 0;
 }

@@ -15,7 +15,18 @@
  *   write counter at 3; fi_readv of it into three buffers (500, 1, 499)
  *   brings the bytes back in order, the read counter at 2; fi_readmsg of
  *   two buffers with FI_COMPLETION the same; an fi_writemsg with more
- *   remote segments than tx_attr->rma_iov_limit is -FI_EINVAL.
+ *   remote segments than tx_attr->rma_iov_limit is -FI_EINVAL;
+ * - fi_inject_writedata and fi_writemsg with FI_REMOTE_CQ_DATA: one target
+ *   entry each (FI_REMOTE_WRITE | FI_REMOTE_CQ_DATA, its data, no context),
+ *   the bytes in place by then; the write counter two more;
+ * - several remote segments (tx_attr->rma_iov_limit of at least 3):
+ *   fi_writemsg of two local buffers (300 bytes, 700 bytes + 1 MiB) with
+ *   FI_REMOTE_CQ_DATA into three segments of B's region (200, 500 bytes and
+ *   300 bytes + 1 MiB, out of address order): B's CQ gets one FI_REMOTE_WRITE | FI_REMOTE_CQ_DATA entry with
+ *   the data, by which every byte is in its place and none outside; A one
+ *   completion, the write counter one more; fi_readmsg of the three segments
+ *   into one buffer brings the bytes back in order, one completion, the
+ *   read counter one more.
  * Prints "all rma checked" and exits 0. */
 #include <rdma/fabric.h>
 #include <rdma/fi_cm.h>
@@ -27,58 +38,37 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "must.h"
+#include "drive.h"
 #include "rma_pair.h"
 
 #define LEN 1000
+#define BIG (1 << 20)
 
-static struct fid_cntr *wcntr, *rcntr;
+/* Whether B's CQ stays empty while driven a while. */
+static int b_quiet(void)
+{
+	struct fi_cq_data_entry e;
+	for (int i = 0; i < 100; i++)
+		if (fi_cq_read(cq_b, &e, 1) != -FI_EAGAIN)
+			return 0;
+	return 1;
+}
 
 int main(void)
 {
-	struct fi_info *h = fi_allocinfo(), *info;
-	struct fid_fabric *fabric;
-	struct fid_domain *domain;
-	struct fid_av *av;
-	struct fid_ep *ep_a, *ep_b;
-	struct fid_mr *mr_a, *mr_b;
-	struct fi_av_attr av_attr = {.type = FI_AV_TABLE};
-	struct fi_cntr_attr cntr_attr = {.events = FI_CNTR_EVENTS_COMP, .wait_obj = FI_WAIT_UNSPEC};
+	static const uint64_t on_a[2] = {FI_WRITE, FI_READ}, none[2] = {0, 0};
+	struct pair p;
 	struct fi_cq_data_entry e;
-	static char local[6 * LEN], target[2 * LEN];
-	static int wctx, rctx, dctx, vwctx, vrctx, mrctx;
-	h->ep_attr->type = FI_EP_RDM;
-	h->caps = FI_MSG | FI_RMA;
-	h->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
-	MUST(fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, h, &info));
-	fi_freeinfo(h);
-	printf("provider %s, mr_mode %#x\n", info->fabric_attr->prov_name, info->domain_attr->mr_mode);
-	CHECK((info->caps & (FI_RMA | FI_READ | FI_WRITE)) == (FI_RMA | FI_READ | FI_WRITE), "FI_RMA not offered");
-	int virt = info->domain_attr->mr_mode & FI_MR_VIRT_ADDR;
-	MUST(fi_fabric(info->fabric_attr, &fabric, NULL));
-	MUST(fi_domain(fabric, info, &domain, NULL));
-	MUST(fi_av_open(domain, &av_attr, &av, NULL));
-	MUST(fi_cntr_open(domain, &cntr_attr, &wcntr, NULL));
-	MUST(fi_cntr_open(domain, &cntr_attr, &rcntr, NULL));
-	open_ep(domain, info, av, &ep_a, &cq_a, wcntr, FI_WRITE, rcntr, FI_READ);
-	open_ep(domain, info, av, &ep_b, &cq_b, NULL, 0, NULL, 0);
-	MUST(fi_mr_reg(domain, local, sizeof(local), FI_WRITE | FI_READ, 0, 0, 0, &mr_a, NULL));
-	MUST(fi_mr_reg(domain, target, sizeof(target), FI_REMOTE_WRITE | FI_REMOTE_READ, 0, 1, 0, &mr_b, NULL));
-	if (info->domain_attr->mr_mode & FI_MR_ENDPOINT) {
-		MUST(fi_mr_bind(mr_b, &ep_b->fid, 0));
-		MUST(fi_mr_enable(mr_b));
-	}
-	void *desc = fi_mr_desc(mr_a);
-	uint64_t key = fi_mr_key(mr_b), base = virt ? (uint64_t)(uintptr_t)target : 0;
-	fi_addr_t b;
-	{
-		char name[256];
-		size_t len = sizeof(name);
-		MUST(fi_getname(&ep_b->fid, name, &len));
-		CHECK(fi_av_insert(av, name, 1, &b, 0, NULL) == 1, "insert B");
-	}
+	static char local[6 * LEN + 2 * (LEN + BIG)], target[3 * LEN + BIG];
+	static int wctx, rctx, dctx, vwctx, vrctx, mrctx, swctx, srctx;
+	pair_open(&p, FI_MSG | FI_RMA | FI_READ | FI_WRITE, local, sizeof(local), target, sizeof(target), on_a, none);
+	struct fid_ep *ep_a = p.ep_a;
+	struct fid_cntr *wcntr = p.k[0], *rcntr = p.k[1];
+	void *desc = p.desc;
+	uint64_t key = p.key, base = p.base;
+	fi_addr_t b = p.b;
 
 	/* fi_write. */
 	for (int i = 0; i < LEN; i++)
@@ -113,7 +103,7 @@ int main(void)
 	printf("writedata checked\n");
 
 	/* Several local buffers: fi_writev, fi_readv, fi_readmsg. */
-	CHECK(info->tx_attr->iov_limit >= 3, "tx iov_limit %zu", info->tx_attr->iov_limit);
+	CHECK(p.info->tx_attr->iov_limit >= 3, "tx iov_limit %zu", p.info->tx_attr->iov_limit);
 	{
 		char *src = local + 3 * LEN, *dst = local + 4 * LEN;
 		void *descs[3] = {desc, desc, desc};
@@ -152,12 +142,102 @@ int main(void)
 		CHECK(!memcmp(dst + 600, src, 400) && !memcmp(dst, src + 400, 600), "readmsg bytes");
 		printf("readmsg checked\n");
 
-		size_t limit = info->tx_attr->rma_iov_limit;
-		printf("rma_iov_limit %zu\n", limit);
-		if (limit < 4) {
-			struct fi_rma_iov rmas[4] = {rma, rma, rma, rma};
-			msg.rma_iov = rmas;
-			msg.rma_iov_count = limit + 1;
+		/* Several remote segments: 1 MiB and 1000 bytes from two local
+		 * buffers into three places of B's region (the last segment 1 MiB,
+		 * so a target entry that came before it would find it partly
+		 * written) and back. */
+		if (p.info->tx_attr->rma_iov_limit >= 3) {
+			char *from = local + 6 * LEN, *back = from + LEN + BIG;
+			void *two[2] = {desc, desc};
+			for (int i = 0; i < LEN + BIG; i++)
+				from[i] = (char)(i * 11 + 5);
+			memset(target, 0, sizeof(target));
+			struct iovec parts[2] = {{from, 300}, {from + 300, 700 + BIG}};
+			struct fi_rma_iov segs[3] = {
+				{.addr = base + 1500, .len = 200, .key = key},
+				{.addr = base + 100, .len = 500, .key = key},
+				{.addr = base + 2 * LEN, .len = 300 + BIG, .key = key},
+			};
+			struct fi_msg_rma smsg = {.msg_iov = parts, .desc = two, .iov_count = 2, .addr = b, .rma_iov = segs,
+						 .rma_iov_count = 3, .context = &swctx, .data = 0x5e65};
+			uint64_t writes = fi_cntr_read(wcntr), reads = fi_cntr_read(rcntr);
+			POST(fi_writemsg(ep_a, &smsg, FI_COMPLETION | FI_REMOTE_CQ_DATA));
+			/* The target's one entry comes once every segment is in place. */
+			one(cq_b, cq_a, &e);
+			CHECK((e.flags & (FI_REMOTE_WRITE | FI_REMOTE_CQ_DATA)) == (FI_REMOTE_WRITE | FI_REMOTE_CQ_DATA) &&
+				      e.data == 0x5e65,
+			      "segmented write: target entry flags %#llx data %#llx", (unsigned long long)e.flags,
+			      (unsigned long long)e.data);
+			CHECK(!memcmp(target + 1500, from, 200) && !memcmp(target + 100, from + 200, 500) &&
+				      !memcmp(target + 2 * LEN, from + 700, 300 + BIG),
+			      "segmented write: bytes not in place when the target's entry came");
+			one(cq_a, cq_b, &e);
+			CHECK(e.op_context == &swctx && (e.flags & (FI_RMA | FI_WRITE)) == (FI_RMA | FI_WRITE),
+			      "segmented write completion %#llx", (unsigned long long)e.flags);
+			CHECK(fi_cntr_read(wcntr) == writes + 1, "segmented write counted %llu times",
+			      (unsigned long long)(fi_cntr_read(wcntr) - writes));
+			CHECK(b_quiet(), "a second target entry for one segmented write");
+			CHECK(target[0] == 0 && target[99] == 0 && target[600] == 0 && target[1499] == 0 && target[1999] == 0,
+			      "segmented write: bytes outside the segments");
+			printf("segmented writemsg checked\n");
+
+			memset(back, 0, LEN + BIG);
+			struct iovec rv = {back, LEN + BIG};
+			smsg.msg_iov = &rv;
+			smsg.iov_count = 1;
+			smsg.context = &srctx;
+			POST(fi_readmsg(ep_a, &smsg, FI_COMPLETION));
+			one(cq_a, cq_b, &e);
+			CHECK(e.op_context == &srctx && (e.flags & (FI_RMA | FI_READ)) == (FI_RMA | FI_READ),
+			      "segmented read completion %#llx", (unsigned long long)e.flags);
+			CHECK(!memcmp(back, from, LEN + BIG), "segmented read: bytes");
+			CHECK(fi_cntr_read(rcntr) == reads + 1, "segmented read counted %llu times",
+			      (unsigned long long)(fi_cntr_read(rcntr) - reads));
+			printf("segmented readmsg checked\n");
+		} else {
+			printf("several remote segments not offered\n");
+		}
+
+		/* Remote CQ data from fi_inject_writedata and from fi_writemsg:
+		 * one target entry each, with its data. */
+		{
+			static int dmctx;
+			uint64_t writes = fi_cntr_read(wcntr);
+			for (int i = 0; i < 108; i++)
+				local[i] = (char)(i * 13 + 7);
+			POST(fi_inject_writedata(ep_a, local, 8, 0xfeed, b, base + 1900, key));
+			one(cq_b, cq_a, &e);
+			printf("target entry: context %p len %zu flags %#llx\n", e.op_context, e.len,
+			       (unsigned long long)e.flags);
+			CHECK((e.flags & (FI_REMOTE_WRITE | FI_REMOTE_CQ_DATA)) == (FI_REMOTE_WRITE | FI_REMOTE_CQ_DATA) &&
+				      e.data == 0xfeed && e.op_context == NULL,
+			      "inject_writedata: target entry flags %#llx data %#llx", (unsigned long long)e.flags,
+			      (unsigned long long)e.data);
+			CHECK(!memcmp(target + 1900, local, 8), "inject_writedata: bytes not in place with its entry");
+			struct iovec v = {local + 8, 100};
+			struct fi_rma_iov r = {.addr = base + 1800, .len = 100, .key = key};
+			struct fi_msg_rma m = {.msg_iov = &v, .desc = &desc, .iov_count = 1, .addr = b, .rma_iov = &r,
+					       .rma_iov_count = 1, .context = &dmctx, .data = 0xbead};
+			POST(fi_writemsg(ep_a, &m, FI_COMPLETION | FI_REMOTE_CQ_DATA));
+			one(cq_b, cq_a, &e);
+			CHECK((e.flags & (FI_REMOTE_WRITE | FI_REMOTE_CQ_DATA)) == (FI_REMOTE_WRITE | FI_REMOTE_CQ_DATA) &&
+				      e.data == 0xbead,
+			      "writemsg with FI_REMOTE_CQ_DATA: target entry flags %#llx data %#llx",
+			      (unsigned long long)e.flags, (unsigned long long)e.data);
+			CHECK(!memcmp(target + 1800, local + 8, 100), "writemsg: bytes not in place with its entry");
+			one(cq_a, cq_b, &e);
+			CHECK(e.op_context == &dmctx, "writemsg with FI_REMOTE_CQ_DATA: completion %p", e.op_context);
+			CHECK(fi_cntr_read(wcntr) == writes + 2, "the two writes with data counted %llu times",
+			      (unsigned long long)(fi_cntr_read(wcntr) - writes));
+			CHECK(b_quiet(), "another target entry");
+			printf("remote cq data checked\n");
+		}
+
+		struct fi_rma_iov over[8] = {rma, rma, rma, rma, rma, rma, rma, rma};
+		printf("rma_iov_limit %zu\n", p.info->tx_attr->rma_iov_limit);
+		if (p.info->tx_attr->rma_iov_limit < 8) {
+			msg.rma_iov = over;
+			msg.rma_iov_count = p.info->tx_attr->rma_iov_limit + 1;
 			msg.iov_count = 1;
 			ssize_t r = fi_writemsg(ep_a, &msg, 0);
 			CHECK(r == -FI_EINVAL, "writemsg beyond rma_iov_limit = %zd", r);
@@ -165,18 +245,7 @@ int main(void)
 		printf("rma_iov_limit checked\n");
 	}
 
-	MUST(fi_close(&ep_a->fid));
-	MUST(fi_close(&ep_b->fid));
-	MUST(fi_close(&mr_a->fid));
-	MUST(fi_close(&mr_b->fid));
-	MUST(fi_close(&cq_a->fid));
-	MUST(fi_close(&cq_b->fid));
-	MUST(fi_close(&wcntr->fid));
-	MUST(fi_close(&rcntr->fid));
-	MUST(fi_close(&av->fid));
-	MUST(fi_close(&domain->fid));
-	MUST(fi_close(&fabric->fid));
-	fi_freeinfo(info);
+	pair_close(&p);
 	printf("all rma checked\n");
 	return 0;
 }

@@ -9,7 +9,14 @@
  *   bring the bytes back; neither counter moves for the other kind;
  * - B's CQ gets only the fi_writedata's entry (FI_REMOTE_WRITE |
  *   FI_REMOTE_CQ_DATA with its data): plain RMA at the target is counted,
- *   not reported there.
+ *   not reported there;
+ * - a counter bound to a region (a second region of B, registered with
+ *   FI_RMA_EVENT; fi_mr_bind with FI_REMOTE_WRITE | FI_REMOTE_READ, then
+ *   fi_mr_enable): an fi_write, an fi_read and an fi_writedata into that
+ *   region count 1, 2, 3 on it (and on B's endpoint counters as well), a
+ *   write into the first region does not; flags other than those two
+ *   -FI_EBADFLAGS, none -FI_EINVAL; closing the counter while the region is
+ *   open -FI_EBUSY, after it 0.
  * Prints "all rma events checked" and exits 0. */
 #include <rdma/fabric.h>
 #include <rdma/fi_cm.h>
@@ -21,9 +28,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "must.h"
+#include "drive.h"
 #include "rma_pair.h"
 
 #define LEN 1000
@@ -45,49 +52,18 @@ static void counted(struct fid_cntr *k, uint64_t n, struct fid_cntr *other, uint
 
 int main(void)
 {
-	struct fi_info *h = fi_allocinfo(), *info;
-	struct fid_fabric *fabric;
-	struct fid_domain *domain;
-	struct fid_av *av;
-	struct fid_ep *ep_a, *ep_b;
-	struct fid_mr *mr_a, *mr_b;
-	struct fi_av_attr av_attr = {.type = FI_AV_TABLE};
-	struct fi_cntr_attr cntr_attr = {.events = FI_CNTR_EVENTS_COMP, .wait_obj = FI_WAIT_UNSPEC};
+	static const uint64_t none[2] = {0, 0}, on_b[2] = {FI_REMOTE_WRITE, FI_REMOTE_READ};
+	struct pair p;
 	struct fi_cq_data_entry e;
 	static char local[4 * LEN], target[4 * LEN];
 	static int ctx;
-	h->ep_attr->type = FI_EP_RDM;
-	h->caps = FI_MSG | FI_RMA | FI_RMA_EVENT;
-	h->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
-	MUST(fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, h, &info));
-	fi_freeinfo(h);
-	printf("provider %s, mr_mode %#x\n", info->fabric_attr->prov_name, info->domain_attr->mr_mode);
-	CHECK(info->caps & FI_RMA_EVENT, "FI_RMA_EVENT not offered");
-	int virt = info->domain_attr->mr_mode & FI_MR_VIRT_ADDR;
-	MUST(fi_fabric(info->fabric_attr, &fabric, NULL));
-	MUST(fi_domain(fabric, info, &domain, NULL));
-	MUST(fi_av_open(domain, &av_attr, &av, NULL));
-	MUST(fi_cntr_open(domain, &cntr_attr, &rw, NULL));
-	MUST(fi_cntr_open(domain, &cntr_attr, &rr, NULL));
-	open_ep(domain, info, av, &ep_a, &cq_a, NULL, 0, NULL, 0);
-	open_ep(domain, info, av, &ep_b, &cq_b, rw, FI_REMOTE_WRITE, rr, FI_REMOTE_READ);
-	MUST(fi_mr_reg(domain, local, sizeof(local), FI_WRITE | FI_READ, 0, 0, 0, &mr_a, NULL));
-	MUST(fi_mr_reg(domain, target, sizeof(target), FI_REMOTE_WRITE | FI_REMOTE_READ, 0, 1, 0, &mr_b, NULL));
-	if (info->domain_attr->mr_mode & (FI_MR_ENDPOINT | FI_MR_RMA_EVENT)) {
-		MUST(fi_mr_bind(mr_b, &ep_b->fid, 0));
-		if (info->domain_attr->mr_mode & FI_MR_RMA_EVENT)
-			MUST(fi_mr_bind(mr_b, &rw->fid, FI_REMOTE_WRITE));
-		MUST(fi_mr_enable(mr_b));
-	}
-	void *desc = fi_mr_desc(mr_a);
-	uint64_t key = fi_mr_key(mr_b), base = virt ? (uint64_t)(uintptr_t)target : 0;
-	fi_addr_t b;
-	{
-		char name[256];
-		size_t len = sizeof(name);
-		MUST(fi_getname(&ep_b->fid, name, &len));
-		CHECK(fi_av_insert(av, name, 1, &b, 0, NULL) == 1, "insert B");
-	}
+	pair_open(&p, FI_MSG | FI_RMA | FI_RMA_EVENT, local, sizeof(local), target, sizeof(target), none, on_b);
+	struct fid_ep *ep_a = p.ep_a;
+	void *desc = p.desc;
+	uint64_t key = p.key, base = p.base;
+	fi_addr_t b = p.b;
+	rw = p.k[0];
+	rr = p.k[1];
 	for (int i = 0; i < 4 * LEN; i++)
 		local[i] = (char)(i * 3 + 1);
 
@@ -131,18 +107,51 @@ int main(void)
 	}
 	printf("target queue checked\n");
 
-	MUST(fi_close(&ep_a->fid));
-	MUST(fi_close(&ep_b->fid));
-	MUST(fi_close(&mr_a->fid));
-	MUST(fi_close(&mr_b->fid));
-	MUST(fi_close(&cq_a->fid));
-	MUST(fi_close(&cq_b->fid));
-	MUST(fi_close(&rw->fid));
-	MUST(fi_close(&rr->fid));
-	MUST(fi_close(&av->fid));
-	MUST(fi_close(&domain->fid));
-	MUST(fi_close(&fabric->fid));
-	fi_freeinfo(info);
+	/* A counter bound to a second region of B. */
+	{
+		static char region_c[LEN];
+		struct fid_mr *mr_c;
+		struct fid_cntr *kc;
+		struct fi_cntr_attr cntr_attr = {.events = FI_CNTR_EVENTS_COMP, .wait_obj = FI_WAIT_UNSPEC};
+		MUST(fi_cntr_open(p.domain, &cntr_attr, &kc, NULL));
+		MUST(fi_mr_reg(p.domain, region_c, sizeof(region_c), FI_REMOTE_WRITE | FI_REMOTE_READ, 0, 2, FI_RMA_EVENT,
+			       &mr_c, NULL));
+		int r = fi_mr_bind(mr_c, &kc->fid, FI_SEND);
+		CHECK(r == -FI_EBADFLAGS, "fi_mr_bind of a counter for FI_SEND = %d", r);
+		r = fi_mr_bind(mr_c, &kc->fid, 0);
+		CHECK(r == -FI_EINVAL, "fi_mr_bind of a counter for nothing = %d", r);
+		MUST(fi_mr_bind(mr_c, &kc->fid, FI_REMOTE_WRITE | FI_REMOTE_READ));
+		if (p.info->domain_attr->mr_mode & FI_MR_ENDPOINT)
+			MUST(fi_mr_bind(mr_c, &p.ep_b->fid, 0));
+		MUST(fi_mr_enable(mr_c));
+		uint64_t key_c = fi_mr_key(mr_c), base_c = base ? (uint64_t)(uintptr_t)region_c : 0;
+
+		POST(fi_write(ep_a, local, LEN, desc, b, base_c, key_c, &ctx));
+		one(cq_a, cq_b, &e);
+		counted(kc, 1, rr, 2, "write into the counted region");
+		CHECK(landed(region_c, local, LEN), "bytes of the write into the counted region");
+		counted(rw, 5, rr, 2, "the endpoint's count of it");
+		POST(fi_read(ep_a, back, LEN, NULL, b, base_c, key_c, &rctx));
+		one(cq_a, cq_b, &e);
+		counted(kc, 2, rw, 5, "read from the counted region");
+		counted(rr, 3, rw, 5, "the endpoint's count of it");
+		POST(fi_write(ep_a, local + LEN, LEN, desc, b, base, key, &ctx));
+		one(cq_a, cq_b, &e);
+		counted(rw, 6, kc, 2, "write into the other region");
+		POST(fi_writedata(ep_a, local + 2 * LEN, LEN, desc, 0xc0de, b, base_c, key_c, &ctx));
+		one(cq_a, cq_b, &e);
+		counted(kc, 3, rr, 3, "writedata into the counted region");
+		one(cq_b, cq_a, &e);
+		CHECK((e.flags & FI_REMOTE_CQ_DATA) && e.data == 0xc0de, "writedata's target entry data %#llx",
+		      (unsigned long long)e.data);
+		r = fi_close(&kc->fid);
+		CHECK(r == -FI_EBUSY, "closing a counter bound to an open region = %d", r);
+		MUST(fi_close(&mr_c->fid));
+		MUST(fi_close(&kc->fid));
+		printf("region counter checked\n");
+	}
+
+	pair_close(&p);
 	printf("all rma events checked\n");
 	return 0;
 }

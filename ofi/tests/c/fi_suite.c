@@ -397,7 +397,7 @@ static void rma_section(struct fid_fabric *fabric)
 	MUST(fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, hints, &info));
 	CHECK(info->domain_attr->mr_mode == (FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY | FI_MR_LOCAL),
 	      "mr_mode with FI_MR_LOCAL listed: %x", info->domain_attr->mr_mode);
-	CHECK(info->tx_attr->rma_iov_limit == 1, "rma_iov_limit %zu", info->tx_attr->rma_iov_limit);
+	CHECK(info->tx_attr->rma_iov_limit == 4, "rma_iov_limit %zu", info->tx_attr->rma_iov_limit);
 	struct fid_domain *domain;
 	struct fid_av *av;
 	MUST(fi_domain(fabric, info, &domain, NULL));
@@ -425,6 +425,27 @@ static void rma_section(struct fid_fabric *fabric)
 	MUST(fi_mr_reg(domain, readonly, sizeof(readonly), FI_REMOTE_READ, 0, 0, 0, &ro, NULL));
 	struct iovec two[2] = {{target, 8}, {readonly, 8}};
 	CHECK(fi_mr_regv(domain, two, 2, FI_REMOTE_READ, 0, 0, 0, &bad, NULL) == -FI_EINVAL, "fi_mr_regv of 2 segments");
+	/* Regions bind counters (where the target sees RMA: tcp), not
+	 * endpoints (no FI_MR_ENDPOINT). */
+	{
+		struct fid_cntr *k;
+		struct fi_cntr_attr k_attr = {.events = FI_CNTR_EVENTS_COMP};
+		MUST(fi_cntr_open(domain, &k_attr, &k, NULL));
+		int r = fi_mr_bind(mr, &k->fid, FI_REMOTE_WRITE);
+		int want = strcmp(domain_name(), "tcp") ? -FI_ENOSYS : 0;
+		CHECK(r == want, "fi_mr_bind of a counter on %s = %d", domain_name(), r);
+		r = fi_mr_bind(ro, &rn[0].ep->fid, 0);
+		CHECK(r == -FI_EINVAL, "fi_mr_bind of an endpoint = %d", r);
+		CHECK(fi_mr_enable(ro) == 0, "fi_mr_enable");
+		CHECK(fi_close(&k->fid) == (want ? 0 : -FI_EBUSY), "closing a counter bound to an open region");
+		if (!want) {
+			/* A fresh region to bind it to next time: closing this one
+			 * frees the counter. */
+			MUST(fi_close(&mr->fid));
+			MUST(fi_close(&k->fid));
+			MUST(fi_mr_reg(domain, target, sizeof(target), FI_REMOTE_READ | FI_REMOTE_WRITE, 0, 0, 0, &mr, NULL));
+		}
+	}
 	uint64_t key = fi_mr_key(mr), base = (uint64_t)(uintptr_t)target;
 
 	/* fi_write, then fi_read of what it wrote, from and into registered
@@ -584,8 +605,8 @@ int main(void)
 	h2->domain_attr->max_err_data = 4096;
 	CHECK(fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, h2, &none) == -FI_ENODATA, "4096 B of error data accepted");
 	h2->domain_attr->max_err_data = 0;
-	h2->tx_attr->rma_iov_limit = 4;
-	CHECK(fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, h2, &none) == -FI_ENODATA, "rma_iov_limit 4 accepted");
+	h2->tx_attr->rma_iov_limit = 5;
+	CHECK(fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, h2, &none) == -FI_ENODATA, "rma_iov_limit 5 accepted");
 	h2->tx_attr->rma_iov_limit = 0;
 	h2->rx_attr->size = 1 << 20;
 	MUST(fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, h2, &got));

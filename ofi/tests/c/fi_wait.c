@@ -28,15 +28,7 @@
 #include <time.h>
 
 #include "must.h"
-
-#define WAIT_SEC 30
-
-static double now(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return t.tv_sec + t.tv_nsec / 1e9;
-}
+#include "drive.h"
 
 static int readable(int fd, int ms)
 {
@@ -104,13 +96,7 @@ static void drive(struct side *a)
 static void send_to(struct side *a, struct side *to, int slot)
 {
 	snprintf(buf[slot], sizeof(buf[slot]), "to %d", slot);
-	double end = now() + WAIT_SEC;
-	ssize_t r;
-	while ((r = fi_send(a->ep, buf[slot], sizeof(buf[slot]), desc, to->addr, NULL)) == -FI_EAGAIN) {
-		drive(a);
-		CHECK(now() < end, "send refused");
-	}
-	MUST(r);
+	POST_DRIVING(fi_send(a->ep, buf[slot], sizeof(buf[slot]), desc, to->addr, NULL), a->cq, a->cq);
 }
 
 /* A first message from A to `to`, reading both CQs until it arrived: sets
@@ -130,14 +116,8 @@ static void warm(struct side *a, struct side *to)
 		CHECK(now() < end, "warm-up send refused");
 	}
 	MUST(s);
-	for (;;) {
-		ssize_t r = fi_cq_read(to->cq, &e, 1);
-		if (r == 1 && e.op_context == &ctx)
-			break;
-		CHECK(r == -FI_EAGAIN, "warm-up read = %zd", r);
-		drive(a);
-		CHECK(now() < end, "warm-up message never arrived");
-	}
+	next_completion(to->cq, a->cq, &e, NULL);
+	CHECK(e.op_context == &ctx, "warm-up completion %p", e.op_context);
 }
 
 int main(void)
@@ -149,12 +129,7 @@ int main(void)
 	MUST(fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, h, &info));
 	fi_freeinfo(h);
 	printf("provider %s\n", info->fabric_attr->prov_name);
-	MUST(fi_fabric(info->fabric_attr, &fabric, NULL));
-	MUST(fi_domain(fabric, info, &domain, NULL));
-	if (info->domain_attr->mr_mode & FI_MR_LOCAL) {
-		MUST(fi_mr_reg(domain, buf, sizeof(buf), FI_SEND | FI_RECV, 0, 0, 0, &mr, NULL));
-		desc = fi_mr_desc(mr);
-	}
+	open_domain(info, buf, sizeof(buf), &fabric, &domain, &mr, &desc);
 
 	/* The event queue. */
 	struct fi_eq_attr eq_attr = {.size = 16, .wait_obj = FI_WAIT_FD};
@@ -282,12 +257,7 @@ int main(void)
 	close_side(&c);
 	MUST(fi_close(&cntr->fid));
 	MUST(fi_close(&ws->fid));
-	MUST(fi_close(&av->fid));
-	if (mr)
-		MUST(fi_close(&mr->fid));
-	MUST(fi_close(&domain->fid));
-	MUST(fi_close(&fabric->fid));
-	fi_freeinfo(info);
+	close_domain(av, mr, domain, fabric, info);
 	printf("all waits checked\n");
 	return 0;
 }

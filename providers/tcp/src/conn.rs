@@ -6,16 +6,16 @@
 //! its route: the connection it opened, or the one the peer opened if it had
 //! none; when two peers dial each other at once, the greater name gives its
 //! own up while only its Hello went out on it (`endpoint/crossed.rs`,
-//! docs/PROTOCOL.md).
+//! docs/PROTOCOL.md). Where it is in its life (handshake, admission,
+//! deadline) is its [`Link`], the sans-IO machine of `link/`.
 
 use std::collections::VecDeque;
 use std::io::IoSlice;
-use std::time::Instant;
-
 use xfer_core::unstable::addr::{Address, PeerAddr};
 use xfer_core::unstable::rdm::stall::Silence;
 use xfer_core::unstable::rdm::{Amount, Credit, Requests, Share};
 
+use crate::link::Link;
 use crate::rx::Phase;
 use crate::sys::{Io, Socket};
 use crate::wire::{CREDIT_INIT, HEADER_LEN};
@@ -44,9 +44,9 @@ pub enum Dir {
 pub enum Owner {
     /// Nobody (an acknowledgement, an inject, an RMA answer).
     None,
-    /// Nobody, but it is the Hello: the one frame written before the
-    /// peer's HelloAck arrives.
-    Hello,
+    /// Nobody, but it is a handshake frame ([`Link::poll_transmit`]):
+    /// the only kind written before the connection is open.
+    Handshake,
     /// The send operation with this key completes when the frame is written.
     Send(usize),
     /// The send with this key waits for a clear-to-send; fails if the frame cannot be written.
@@ -89,19 +89,6 @@ pub struct TxFrame {
     pub owner: Owner,
 }
 
-/// Connection state.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum State {
-    /// A non-blocking connect is under way since this instant.
-    Connecting(Instant),
-    /// Connected (since the instant the connect started); our Hello is
-    /// written, nothing else until the peer's HelloAck says it is the
-    /// endpoint we meant.
-    Handshake(Instant),
-    /// Bytes flow.
-    Open,
-}
-
 /// One TCP connection.
 #[derive(Debug)]
 pub struct Conn {
@@ -109,8 +96,8 @@ pub struct Conn {
     pub sock: Socket,
     /// Which way data flows.
     pub dir: Dir,
-    /// Connecting or open.
-    pub state: State,
+    /// Its lifecycle: connecting, handshake, admission, open.
+    pub link: Link,
     /// Distinguishes this connection from a later one in the same slot.
     pub serial: u64,
     /// The peer's endpoint name (on accepted connections: once its hello arrived).
@@ -149,20 +136,16 @@ pub struct Conn {
     /// The progress timeout's view of its peer: reads that brought bytes,
     /// and write-readiness events (the peer made room), count as heard.
     pub silence: Silence,
-    /// An accepted connection whose Hello must still be proven with the job
-    /// key: who said Hello, the challenge it was sent, and when (`admit`;
-    /// the connect timeout bounds the wait for the Proof).
-    pub admit: Option<Box<(Address, [u8; 16], Instant)>>,
 }
 
 impl Conn {
     /// A connection over `sock`.
-    pub fn new(sock: Socket, dir: Dir, state: State, serial: u64, peer: Option<Address>) -> Conn {
+    pub fn new(sock: Socket, dir: Dir, link: Link, serial: u64, peer: Option<Address>) -> Conn {
         let staging = vec![0; STAGING].into_boxed_slice();
         Conn {
             sock,
             dir,
-            state,
+            link,
             serial,
             peer,
             src_hint: PeerAddr::UNSPEC,
@@ -178,7 +161,23 @@ impl Conn {
             share: Share::default(),
             deferred: false,
             silence: Silence::default(),
-            admit: None,
+        }
+    }
+
+    /// Moves the handshake frames its link wants written into the queue:
+    /// behind the handshake frames queued before them, ahead of everything
+    /// the handshake holds back (which nothing wrote yet: before the link
+    /// is open only handshake frames are written).
+    pub fn take_transmits(&mut self) {
+        while let Some(t) = self.link.poll_transmit() {
+            let at = self.txq.iter().take_while(|f| f.owner == Owner::Handshake).count();
+            let frame = TxFrame {
+                hdr: t.hdr,
+                payload: Payload::Owned(t.payload),
+                written: 0,
+                owner: Owner::Handshake,
+            };
+            self.txq.insert(at, frame);
         }
     }
 

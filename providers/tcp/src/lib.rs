@@ -12,6 +12,7 @@ mod conn;
 mod endpoint;
 pub mod iface;
 mod keys;
+mod link;
 pub mod name;
 mod rx;
 mod sys;

@@ -22,13 +22,11 @@ pub enum Phase {
     },
     /// The payload of a peer's RMA write into our memory.
     RmaWrite(WriteRx),
-    /// The data of a read response for our RMA read with this key and
-    /// generation (checked again per chunk: the read may have failed meanwhile).
+    /// The data of a read response for our RMA read with this token
+    /// (checked again per chunk: the read may have failed meanwhile).
     ReadData {
-        /// Key in the endpoint's RMA table.
-        key: usize,
-        /// Its generation.
-        gen: u32,
+        /// The read's token in the endpoint's RMA table.
+        token: u64,
         /// Payload bytes not yet read.
         left: usize,
     },
@@ -111,8 +109,6 @@ pub struct RndvRx {
     pub recv: RecvOp,
     /// The connection the data comes on, and its serial.
     pub conn: (usize, u64),
-    /// Distinguishes this entry from later ones in the same slot.
-    pub gen: u32,
     /// Message length the sender announced.
     pub olen: usize,
     /// Bytes the receiver accepted (at most its buffer).

@@ -80,6 +80,10 @@ pub fn eager_cost(len: u64) -> u64 {
 /// (`"xf"`) read little-endian.
 pub const MAGIC: u16 = u16::from_le_bytes(*b"xf");
 
+/// The first word of a valid Eager header (magic, version, kind), read
+/// little-endian: one comparison finds the data path's frame.
+const EAGER_LEAD: u32 = MAGIC as u32 | (VERSION as u32) << 16 | (kind::EAGER as u32) << 24;
+
 /// Frame kinds: the values of the `kind` field.
 pub mod kind {
     /// First frame on every connection, from the connecting side; the
@@ -170,6 +174,8 @@ mod field {
     pub const MAGIC: Field = 0..2;
     pub const VERSION: usize = 2;
     pub const KIND: usize = 3;
+    /// Magic, version and kind together.
+    pub const LEAD: Field = 0..4;
     pub const FLAGS: Field = 4..8;
     pub const LEN: Field = 8..16;
     pub const TAG: Field = 16..24;
@@ -590,14 +596,39 @@ fn tag_data_flags(tag: Option<u64>, data: Option<u64>) -> u32 {
     value
 }
 
+/// Writes an Eager header's kind and fields (magic and version aside).
+#[inline(always)]
+fn emit_eager(h: &mut Header<&mut [u8; HEADER_LEN]>, tag: Option<u64>, data: Option<u64>, len: u64, ack: Option<u64>) {
+    h.set_kind(kind::EAGER);
+    h.set_flags(tag_data_flags(tag, data) | if ack.is_some() { flags::ACK } else { 0 });
+    h.set_len(len);
+    h.set_tag(tag.unwrap_or(0));
+    h.set_data(data.unwrap_or(0));
+    h.set_id(ack.unwrap_or(0));
+}
+
 impl Frame {
     /// Parses and validates a header from the first [`HEADER_LEN`] bytes of
     /// `bytes` (extra bytes are ignored).
     ///
     /// Never panics. Checks, in this order: length ([`WireError::Truncated`]),
     /// magic, version, kind, flags, unused fields, then the length field.
+    ///
+    /// Inlined with the Eager frame's checks, the data path's one frame: its
+    /// magic, version and kind are one comparison of the header's first
+    /// word, and every other frame goes through the out-of-line rest.
+    #[inline]
     pub fn parse(bytes: &[u8]) -> Result<Frame, WireError> {
         let h = Header::new_checked(bytes)?;
+        if read_u32(h.buffer, field::LEAD) == EAGER_LEAD {
+            return Self::parse_eager(&h);
+        }
+        Self::parse_any(&h)
+    }
+
+    /// [`parse`](Self::parse) of a checked header, any kind.
+    #[inline(never)]
+    fn parse_any(h: &Header<&[u8]>) -> Result<Frame, WireError> {
         if h.magic() != MAGIC {
             return Err(WireError::BadMagic);
         }
@@ -620,24 +651,7 @@ impl Frame {
                 zero(&[h.len(), h.tag(), h.id()])?;
                 Ok(Frame::HelloAck { nonce: h.data() })
             }
-            kind::EAGER => {
-                check_flags(fl, flags::ALL)?;
-                let tag = optional(fl & flags::TAGGED != 0, h.tag())?;
-                let data = optional(fl & flags::CQ_DATA != 0, h.data())?;
-                let ack = match fl & flags::ACK != 0 {
-                    true => Some(h.id()),
-                    false => optional(false, h.id())?,
-                };
-                if h.len() > MAX_EAGER {
-                    return Err(WireError::BadLength);
-                }
-                Ok(Frame::Eager {
-                    tag,
-                    data,
-                    len: h.len(),
-                    ack,
-                })
-            }
+            kind::EAGER => Self::parse_eager(h),
             kind::RTS => {
                 check_flags(fl, flags::ALL)?;
                 let tag = optional(fl & flags::TAGGED != 0, h.tag())?;
@@ -755,6 +769,25 @@ impl Frame {
         }
     }
 
+    /// The checks of an Eager header past its magic, version and kind.
+    #[inline(always)]
+    fn parse_eager(h: &Header<&[u8]>) -> Result<Frame, WireError> {
+        let fl = h.flags();
+        check_flags(fl, flags::ALL)?;
+        let tag = optional(fl & flags::TAGGED != 0, h.tag())?;
+        let data = optional(fl & flags::CQ_DATA != 0, h.data())?;
+        let ack = optional(fl & flags::ACK != 0, h.id())?;
+        if h.len() > MAX_EAGER {
+            return Err(WireError::BadLength);
+        }
+        Ok(Frame::Eager {
+            tag,
+            data,
+            len: h.len(),
+            ack,
+        })
+    }
+
     /// Checks the limits [`Frame::parse`] enforces that the type cannot
     /// express: a Hello `name_len` in `1..=MAX_NAME` and an Eager `len` of
     /// at most [`MAX_EAGER`] ([`WireError::BadLength`] otherwise).
@@ -792,14 +825,7 @@ impl Frame {
                 h.set_kind(kind::HELLO_ACK);
                 h.set_data(nonce);
             }
-            Frame::Eager { tag, data, len, ack } => {
-                h.set_kind(kind::EAGER);
-                h.set_flags(tag_data_flags(tag, data) | if ack.is_some() { flags::ACK } else { 0 });
-                h.set_len(len);
-                h.set_tag(tag.unwrap_or(0));
-                h.set_data(data.unwrap_or(0));
-                h.set_id(ack.unwrap_or(0));
-            }
+            Frame::Eager { tag, data, len, ack } => emit_eager(&mut h, tag, data, len, ack),
             Frame::Rts {
                 tag,
                 data,
@@ -882,9 +908,21 @@ impl Frame {
     }
 
     /// The header as a new byte array (see [`Frame::emit`]).
+    ///
+    /// Always inlined, an Eager header (the data path's, built for every
+    /// send) is written field by field in place, without the general `emit`.
+    #[inline(always)]
     pub fn to_bytes(&self) -> [u8; HEADER_LEN] {
         let mut out = [0u8; HEADER_LEN];
-        self.emit(&mut out);
+        match *self {
+            Frame::Eager { tag, data, len, ack } => {
+                let mut h = Header::new_unchecked(&mut out);
+                h.set_magic(MAGIC);
+                h.set_version(VERSION);
+                emit_eager(&mut h, tag, data, len, ack);
+            }
+            _ => self.emit(&mut out),
+        }
         out
     }
 

@@ -4,13 +4,13 @@
 //! ```text
 //! 0   u8   kind: 1 eager, 2 RTS, 3 FIN, 4 write-data, 5 credit, 6 ping
 //! 1   u8   flags: 1 tagged, 2 has immediate data
-//! 2   u16  version (1), little-endian like every field
-//! 4   u32  send id (RTS, FIN), else 0
+//! 2   u16  version (2), little-endian like every field
+//! 4   u32  rendezvous token's key half (RTS, FIN), else 0
 //! 8   u64  tag
 //! 16  u64  immediate data
 //! 24  ...  eager: the payload
-//!          RTS: u64 length, u64 address, u32 rkey, u32 0
-//!          FIN: u32 status (0 = read done), u32 0
+//!          RTS: u64 length, u64 address, u32 rkey, u32 token's generation
+//!          FIN: u32 status (0 = read done), u32 token's generation
 //!          write-data: u64 length written
 //!          credit: u32 messages, u32 0, u64 eager bytes (granted back)
 //!          ping: nothing (answered with a credit message)
@@ -19,12 +19,13 @@
 //! RDMA WRITE and READ carry no header: they move user bytes only. A peer's
 //! bytes are parsed by [`Msg::parse`], which never panics.
 
+use xfer_core::unstable::rdm::outstanding::{join, split};
 use xfer_core::{Error, Result};
 
 /// Header length.
 pub const HDR: usize = 24;
 /// Wire version.
-pub const VERSION: u16 = 1;
+pub const VERSION: u16 = 2;
 /// Length of an RTS message.
 pub const RTS_LEN: usize = HDR + 24;
 /// Length of a FIN message.
@@ -65,12 +66,12 @@ pub enum Msg<'a> {
         payload: &'a [u8],
     },
     /// Ready to send: the receiver reads `len` bytes at `addr` with `rkey`,
-    /// then answers with a FIN carrying `id`.
+    /// then answers with a FIN carrying `token`.
     Rts {
         /// Tag and data.
         meta: Meta,
-        /// The sender's operation.
-        id: u32,
+        /// The sender's operation (a token of core's `Outstanding`).
+        token: u64,
         /// Message length.
         len: u64,
         /// Where the payload is in the sender's memory.
@@ -80,8 +81,8 @@ pub enum Msg<'a> {
     },
     /// The receiver is done with the sender's buffer.
     Fin {
-        /// The sender's operation.
-        id: u32,
+        /// The sender's operation, as its RTS named it.
+        token: u64,
         /// 0 when the data was read; else why not.
         status: u32,
     },
@@ -128,19 +129,21 @@ pub fn eager(b: &mut [u8], meta: Meta) {
 }
 
 /// Writes an RTS into `b[..RTS_LEN]`.
-pub fn rts(b: &mut [u8], meta: Meta, id: u32, len: u64, addr: u64, rkey: u32) {
-    put_hdr(b, RTS, meta, id);
+pub fn rts(b: &mut [u8], meta: Meta, token: u64, len: u64, addr: u64, rkey: u32) {
+    let (key, gen) = split(token);
+    put_hdr(b, RTS, meta, key);
     b[24..32].copy_from_slice(&len.to_le_bytes());
     b[32..40].copy_from_slice(&addr.to_le_bytes());
     b[40..44].copy_from_slice(&rkey.to_le_bytes());
-    b[44..48].fill(0);
+    b[44..48].copy_from_slice(&gen.to_le_bytes());
 }
 
 /// Writes a FIN into `b[..FIN_LEN]`.
-pub fn fin(b: &mut [u8], id: u32, status: u32) {
-    put_hdr(b, FIN, Meta { tag: None, data: None }, id);
+pub fn fin(b: &mut [u8], token: u64, status: u32) {
+    let (key, gen) = split(token);
+    put_hdr(b, FIN, Meta { tag: None, data: None }, key);
     b[24..28].copy_from_slice(&status.to_le_bytes());
-    b[28..32].fill(0);
+    b[28..32].copy_from_slice(&gen.to_le_bytes());
 }
 
 /// Writes a write-data message into `b[..WRITE_DATA_LEN]`.
@@ -216,7 +219,7 @@ impl<'a> Msg<'a> {
                 need(RTS_LEN)?;
                 Ok(Msg::Rts {
                     meta,
-                    id,
+                    token: join(id, u32_at(b, 44)),
                     len: u64_at(b, 24),
                     addr: u64_at(b, 32),
                     rkey: u32_at(b, 40),
@@ -225,7 +228,7 @@ impl<'a> Msg<'a> {
             FIN => {
                 need(FIN_LEN)?;
                 Ok(Msg::Fin {
-                    id,
+                    token: join(id, u32_at(b, 28)),
                     status: u32_at(b, 24),
                 })
             }
@@ -267,20 +270,21 @@ mod tests {
         b[HDR..].copy_from_slice(b"abc");
         assert_eq!(Msg::parse(&b), Ok(Msg::Eager { meta, payload: b"abc" }));
         let mut r = [0u8; RTS_LEN];
-        rts(&mut r, meta, 5, 1 << 20, 0xdead_0000, 77);
+        let token = join(5, 0x8000_0003);
+        rts(&mut r, meta, token, 1 << 20, 0xdead_0000, 77);
         assert_eq!(
             Msg::parse(&r),
             Ok(Msg::Rts {
                 meta,
-                id: 5,
+                token,
                 len: 1 << 20,
                 addr: 0xdead_0000,
                 rkey: 77
             })
         );
         let mut f = [0u8; FIN_LEN];
-        fin(&mut f, 5, 0);
-        assert_eq!(Msg::parse(&f), Ok(Msg::Fin { id: 5, status: 0 }));
+        fin(&mut f, token, 0);
+        assert_eq!(Msg::parse(&f), Ok(Msg::Fin { token, status: 0 }));
         let mut w = [0u8; WRITE_DATA_LEN];
         write_data(&mut w, 42, 100);
         assert_eq!(Msg::parse(&w), Ok(Msg::WriteData { data: 42, len: 100 }));

@@ -29,8 +29,8 @@ pub(super) enum Batch {
 /// The immediate-data and payload bytes of a queued frame, `None` for a frame
 /// whose bytes must be checked first (a read response from a region).
 pub(super) fn frame_bytes<'a>(
-    sends: &'a Slab<TxOp>,
-    rma: &'a Slab<RmaTx>,
+    sends: &'a Outstanding<TxOp>,
+    rma: &'a Outstanding<RmaTx>,
     p: &'a Payload,
 ) -> Option<(&'a [u8], &'a [u8])> {
     match p {
@@ -95,8 +95,8 @@ impl TcpEndpoint {
 /// A frame left the queue written whole: a send's eager frame or last data
 /// chunk completes it, an RMA request's is marked sent.
 pub(super) fn written_whole(
-    sends: &mut Slab<TxOp>,
-    rma: &mut Slab<RmaTx>,
+    sends: &mut Outstanding<TxOp>,
+    rma: &mut Outstanding<RmaTx>,
     cx: &mut Ctx<'_>,
     selective: bool,
     owner: Owner,
@@ -104,9 +104,9 @@ pub(super) fn written_whole(
     match owner {
         Owner::Send(key) => {
             let Some(tx) = sends.get_mut(key) else { return };
-            if tx.op.level != CompletionLevel::Inject {
-                // It completes when the receiver says it has the message.
-                tx.written = true;
+            // Above inject-complete, it completes when the receiver says it
+            // has the message.
+            if tx.state.moved(tx.op.level != CompletionLevel::Inject) == Next::Wait {
                 return;
             }
             let tx = sends.remove(key);

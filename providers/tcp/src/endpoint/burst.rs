@@ -31,7 +31,7 @@ impl TcpEndpoint {
         let burst = self.in_burst();
         let conn = &mut self.conns[id];
         conn.txq.push_back(frame);
-        if burst && conn.state == State::Open && conn.txq.len() < coalesce {
+        if burst && conn.link.is_open() && conn.txq.len() < coalesce {
             self.coalesced += 1;
             defer(&mut self.deferred, conn, id);
             return;

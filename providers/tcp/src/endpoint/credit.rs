@@ -31,7 +31,7 @@ pub(super) use xfer_core::unstable::rdm::credit::OVERSPENT;
 use xfer_core::unstable::rdm::Amount;
 
 use super::TcpEndpoint;
-use crate::conn::{Conn, Owner, Payload, State, TxFrame, STAGING};
+use crate::conn::{Conn, Owner, Payload, TxFrame, STAGING};
 use crate::wire::{eager_cost, Frame, CREDIT_INIT};
 
 /// What an endpoint grants each peer in all: `TcpAttr::eager_credit`
@@ -150,7 +150,7 @@ impl TcpEndpoint {
             // A request to send waits for its burst as an eager frame does
             // (a stream of large messages then shares system calls); the
             // first after a progress call goes at once and starts one.
-            let open = self.conns[id].state == State::Open;
+            let open = self.conns[id].link.is_open();
             self.queue_eager(cx, id, frame);
             self.burst |= open;
         } else {

@@ -8,6 +8,8 @@
 //! HelloAck on the peer's connection, and its own closes. If its own
 //! connection is open already (frames may be in flight on it) it keeps both,
 //! as before: order across two connections cannot be restored cheaply.
+//! The tie-break itself is the connection's lifecycle machine's
+//! (`Link::gives_way`); this file moves what waits.
 
 use super::*;
 
@@ -16,17 +18,17 @@ impl TcpEndpoint {
     /// route to it is `own`: adopt `accepted` when our name is the greater
     /// and `own` has carried nothing but its Hello.
     pub(super) fn resolve_crossing(&mut self, cx: &mut Ctx<'_>, peer: Address, own: usize, accepted: usize) {
-        if self.name <= peer || own == accepted {
-            return; // the peer adopts ours, or there is nothing to resolve
+        if own == accepted {
+            return; // nothing to resolve
         }
         let Some(conn) = self.conns.get_mut(own) else { return };
-        if !matches!(conn.state, State::Connecting(_) | State::Handshake(_)) {
-            return;
+        if !conn.link.gives_way(&self.local, &peer) {
+            return; // the peer adopts ours, or frames may be in flight on ours
         }
         let from = (own, conn.serial);
         // Eager credit spent on frames queued there moves with them.
         let spent = CREDIT_INIT.saturating_sub(conn.credit.tx.bytes);
-        let waiting: Vec<TxFrame> = conn.txq.drain(..).filter(|f| f.owner != Owner::Hello).collect();
+        let waiting: Vec<TxFrame> = conn.txq.drain(..).filter(|f| f.owner != Owner::Handshake).collect();
         let unpaid = std::mem::take(&mut conn.credit_wait);
         let Some(acc) = self.conns.get_mut(accepted) else {
             return;

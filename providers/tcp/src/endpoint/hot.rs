@@ -49,7 +49,7 @@ impl TcpEndpoint {
     pub(super) fn poll_hot(&mut self, cx: &mut Ctx<'_>) -> bool {
         let Some(id) = self.hot else { return false };
         match self.conns.get(id) {
-            Some(c) if !matches!(c.state, State::Connecting(_)) => {}
+            Some(c) if !c.link.is_connecting() => {}
             _ => {
                 self.hot = None;
                 self.detached = false;
@@ -104,7 +104,7 @@ impl TcpEndpoint {
         let Some(conn) = self.hot.and_then(|id| self.conns.get(id)) else {
             return;
         };
-        if conn.want_write || conn.state != State::Open {
+        if conn.want_write || !conn.link.is_open() {
             return;
         }
         match self.epoll.delete(conn.sock.as_raw_fd()) {

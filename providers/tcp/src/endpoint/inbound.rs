@@ -1,7 +1,10 @@
 //! Inbound path of the TCP endpoint: reading connections, parsing frames,
 //! matching arrivals against posted receives, eager and rendezvous receives.
 
+use xfer_core::unstable::rdm::admit;
+
 use super::*;
+use crate::link::{self, Event};
 
 impl TcpEndpoint {
     /// Reads and processes the frames that arrived on connection `id`.
@@ -33,16 +36,10 @@ impl TcpEndpoint {
                 Ok(Io::WouldBlock) => return,
                 Ok(Io::Done(0)) => {
                     let _ = self.consume(cx, id);
-                    // Closed before it acknowledged our Hello: the endpoint we
-                    // dialled is not there (a new one at its address refused it).
+                    // Before the HelloAck, between frames or in one (`link`).
                     let Some(c) = self.conns.get(id) else { return };
-                    let cause = if matches!(c.state, State::Handshake(_)) {
-                        REFUSED
-                    } else if matches!(c.rx, Phase::Header) && c.staged().is_empty() {
-                        CLOSED_BY_PEER
-                    } else {
-                        CUT_BY_PEER
-                    };
+                    let mid_frame = !matches!(c.rx, Phase::Header) || !c.staged().is_empty();
+                    let cause = c.link.handle_eof(mid_frame).into();
                     return self.fail_conn(cx, id, cause);
                 }
                 Ok(Io::Done(n)) => {
@@ -65,12 +62,22 @@ impl TcpEndpoint {
     }
 
     /// When the next payload bytes may be read straight into user memory:
-    /// how many, and where they go.
+    /// how many, and where they go. The read loop asks before every read
+    /// and almost always hears `None` at once (bytes staged, or a header
+    /// next): that much is inlined, the payload phases are looked at out of
+    /// line.
+    #[inline(always)]
     pub(super) fn direct_target(&self, id: usize) -> Option<(usize, Direct)> {
         let conn = &self.conns[id];
-        if !conn.staged().is_empty() {
+        if !conn.staged().is_empty() || matches!(conn.rx, Phase::Header) {
             return None;
         }
+        self.direct_phase(conn)
+    }
+
+    /// [`direct_target`](Self::direct_target) of a connection in a payload phase.
+    #[inline(never)]
+    fn direct_phase(&self, conn: &Conn) -> Option<(usize, Direct)> {
         let want = match &conn.rx {
             Phase::Eager(EagerRx {
                 dest: EagerDest::Posted(op),
@@ -82,9 +89,7 @@ impl TcpEndpoint {
             Phase::RmaWrite(w) if w.status == status::OK => {
                 (usize::try_from(w.len - w.got).unwrap_or(usize::MAX), Direct::RmaWrite)
             }
-            Phase::ReadData { key, gen, left } if self.rma.get(*key).is_some_and(|r| r.gen == *gen) => {
-                (*left, Direct::ReadData)
-            }
+            Phase::ReadData { token, left } if self.rma.key_of(*token).is_some() => (*left, Direct::ReadData),
             _ => return None,
         };
         (want.0 >= DIRECT_READ).then_some(want)
@@ -113,8 +118,11 @@ impl TcpEndpoint {
                     w.got += n as u64;
                 }
             }
-            Phase::ReadData { key, left, .. } if kind == Direct::ReadData => {
-                let r = &mut self.rma[*key];
+            Phase::ReadData { token, left } if kind == Direct::ReadData => {
+                let Some(key) = self.rma.key_of(*token) else {
+                    return Err(Error::Internal("a direct read for an ended RMA read"));
+                };
+                let r = &mut self.rma[key];
                 io = conn.sock.recv(&mut r.op.buf.as_mut_slice()[r.got..r.got + want])?;
                 if let Io::Done(n) = io {
                     r.got += n;
@@ -156,7 +164,7 @@ impl TcpEndpoint {
     }
 
     /// Connection `id`'s Hello from `peer` is accepted (and proven, with a
-    /// job key): the connection has its peer, and the HelloAck goes out.
+    /// job key; its HelloAck is queued): the connection has its peer.
     #[cold]
     fn open_accepted(&mut self, cx: &mut Ctx<'_>, id: usize, peer: Address) {
         self.conns[id].peer = Some(peer);
@@ -164,92 +172,67 @@ impl TcpEndpoint {
         // Answer on this connection unless we already opened our own.
         let own = *self.route.entry(peer).or_insert(id);
         tracing::debug!(?peer, "peer connected");
-        // The first frame we write on it: the peer holds everything
-        // else it has for us until this arrives.
-        let hdr = Frame::HelloAck { nonce: self.nonce }.to_bytes();
-        let ack = TxFrame {
-            hdr,
-            payload: Payload::None,
-            written: 0,
-            owner: Owner::None,
-        };
-        self.queue(cx, id, ack);
         if own != id && self.conns.contains(id) {
             self.resolve_crossing(cx, peer, own, id);
         }
     }
 
-    /// A Hello or HelloAck at the head of connection `id`'s staged bytes
-    /// (off the data path): true once handled, false while the Hello's name
-    /// is not all staged.
+    /// A handshake frame at the head of connection `id`'s staged bytes, or
+    /// any frame before it is open (off the data path): the connection's
+    /// lifecycle machine (`link`) judges it, and this drives what it
+    /// decides. True once a frame was handled, false while it is not all
+    /// staged.
     #[cold]
-    fn handshake_frame(&mut self, cx: &mut Ctx<'_>, id: usize, frame: Frame) -> Result<bool> {
+    fn handshake_frame(&mut self, cx: &mut Ctx<'_>, id: usize) -> Result<bool> {
+        let now = Instant::now();
         let conn = &mut self.conns[id];
-        let staged = conn.staged();
-        if let Frame::Hello { name_len, to } = frame {
-            let end = HEADER_LEN + name_len as usize;
-            if staged.len() < end {
-                return Ok(false);
-            }
-            if conn.peer.is_some() || conn.admit.is_some() {
-                return Err(Error::Protocol("second hello on a connection"));
-            }
-            let name = TcpName::decode(&staged[HEADER_LEN..end]).map_err(|e| Error::Protocol(e.as_str()))?;
-            if to != self.nonce && to != ANY_NONCE {
-                // Dialled by an old name of this address: what it
-                // sends was meant for an earlier endpoint.
-                tracing::info!(peer = %name, "hello for an earlier endpoint at this address refused");
-                return Err(Error::Protocol("hello names an earlier endpoint at this address"));
-            }
-            let peer = Address::new(&staged[HEADER_LEN..end])?;
-            conn.consume(end);
-            if !self.conns[id].share.admit(&mut self.account, credit::ADMISSION) {
-                self.counted.rx_memory_refused += 1;
-                xfer_core::warn_limited!(%peer, committed = self.account.committed(), limit = self.account.limit(),
-                    "peer refused: receive memory (XFER_RX_MEMORY) exhausted");
-                return Err(Error::Os(libc::ENOBUFS));
-            }
-            if !self.challenge(cx, id, peer)? {
-                self.open_accepted(cx, id, peer);
-            }
-            return Ok(true);
-        }
-        if let Frame::Proof = frame {
-            return match self.check_proof(id)? {
-                Some(peer) => {
-                    self.open_accepted(cx, id, peer);
-                    Ok(true)
+        let staged = &conn.staging[conn.start..conn.end];
+        let used = match conn.link.handle_bytes(&self.local, staged) {
+            Ok(used) => used,
+            Err(f) => return Err(self.link_failed(id, f)),
+        };
+        conn.consume(used);
+        conn.take_transmits();
+        while let Some(event) = self.conns.get_mut(id).and_then(|c| c.link.poll_event()) {
+            match event {
+                Event::Hello(peer) => {
+                    let conn = &mut self.conns[id];
+                    if !conn.share.admit(&mut self.account, credit::ADMISSION) {
+                        self.counted.rx_memory_refused += 1;
+                        xfer_core::warn_limited!(%peer, committed = self.account.committed(), limit = self.account.limit(),
+                            "peer refused: receive memory (XFER_RX_MEMORY) exhausted");
+                        return Err(Error::Os(libc::ENOBUFS));
+                    }
+                    if let Err(f) = conn.link.admit(&self.local, now, admit::challenge) {
+                        return Err(self.link_failed(id, f));
+                    }
+                    conn.take_transmits();
+                    if conn.link.awaits_proof() {
+                        self.admitting += 1;
+                    }
                 }
-                None => Ok(false),
-            };
-        }
-        if let Frame::Challenge { nonce } = frame {
-            self.answer_challenge(cx, id, nonce)?;
-            return Ok(true);
-        }
-        if let Frame::HelloAck { nonce } = frame {
-            let dialled = match (conn.state, conn.peer) {
-                (State::Handshake(_), Some(peer)) => TcpName::decode(peer.as_bytes()).ok(),
-                _ => None,
-            };
-            let Some(dialled) = dialled else {
-                return Err(Error::Protocol("hello acknowledgement out of place"));
-            };
-            if nonce != dialled.nonce && dialled.nonce != ANY_NONCE {
-                return Err(Error::Protocol("hello acknowledged by another endpoint"));
+                Event::Admitted { peer, proven } => {
+                    if proven {
+                        self.admitting -= 1;
+                    }
+                    self.open_accepted(cx, id, peer);
+                }
+                Event::Connected(name) => {
+                    self.connecting -= 1;
+                    tracing::debug!(peer = ?name, "connected");
+                    self.peer_up(cx, name);
+                }
             }
-            conn.consume(HEADER_LEN);
-            conn.state = State::Open;
-            self.connecting -= 1;
-            tracing::debug!(peer = %dialled, "connected");
-            let acked = TcpName { nonce, ..dialled };
-            if let Ok(name) = Address::new(&acked.to_vec()) {
-                self.peer_up(cx, name);
-            }
-            self.flush(cx, id);
-            return Ok(true);
         }
-        Ok(false)
+        if self.conns.contains(id) {
+            // The handshake's answer, or what waited for the HelloAck.
+            if self.progressing {
+                burst::defer(&mut self.deferred, &mut self.conns[id], id);
+            } else {
+                self.flush(cx, id);
+            }
+        }
+        Ok(used > 0)
     }
 
     /// The frame header at the head of connection `id`'s staged bytes, and
@@ -263,18 +246,11 @@ impl TcpEndpoint {
             return Ok(false);
         }
         let frame = Frame::parse(staged).map_err(|e| Error::Protocol(e.as_str()))?;
-        if let Frame::Hello { .. } | Frame::HelloAck { .. } | Frame::Challenge { .. } | Frame::Proof = frame {
-            return self.handshake_frame(cx, id, frame);
-        }
-        if matches!(conn.state, State::Handshake(_)) {
-            return Err(Error::Protocol("first frame is not a hello acknowledgement"));
+        if link::is_handshake(&frame) || !conn.link.is_open() {
+            return self.handshake_frame(cx, id);
         }
         let Some(peer) = conn.peer else {
-            if let Some(pending) = conn.admit.take() {
-                self.admitting -= 1;
-                return Err(self.refuse(&pending.0, "frame before the job key proof"));
-            }
-            return Err(Error::Protocol("first frame is not a hello"));
+            return Err(Error::Internal("an open connection without a peer"));
         };
         // A write with immediate data: its 8 bytes come first.
         let mut imm = None;
@@ -354,27 +330,24 @@ impl TcpEndpoint {
                     }
                     self.finish_write(cx, w);
                 }
-                Phase::ReadData { key, gen, left } => {
+                Phase::ReadData { token, left } => {
                     let staged = conn.staged();
                     let take = staged.len().min(left);
-                    match self.rma.get_mut(key) {
-                        Some(r) if r.gen == gen => {
-                            r.op.buf.as_mut_slice()[r.got..r.got + take].copy_from_slice(&staged[..take]);
-                            r.got += take;
-                        }
-                        // The read failed meanwhile: its data is only discarded.
-                        _ => {}
+                    let key = self.rma.key_of(token);
+                    // Else the read failed meanwhile: its data is only discarded.
+                    if let Some(r) = key.map(|k| &mut self.rma[k]) {
+                        r.op.buf.as_mut_slice()[r.got..r.got + take].copy_from_slice(&staged[..take]);
+                        r.got += take;
                     }
                     conn.consume(take);
                     if take < left {
                         conn.rx = Phase::ReadData {
-                            key,
-                            gen,
+                            token,
                             left: left - take,
                         };
                         return Ok(());
                     }
-                    if self.rma.get(key).is_some_and(|r| r.gen == gen) {
+                    if let Some(key) = key {
                         let r = self.rma.remove(key);
                         complete::rma(&mut cx.cq, self.attr.selective_completion, r.op, Ok(()));
                     }
@@ -526,16 +499,8 @@ impl TcpEndpoint {
                 Ok(Phase::Header)
             }
             Frame::Cts { token, rx_token, len } => {
-                let (key, gen) = untoken(token);
-                let pending = |tx: &TxOp| tx.gen == gen && !tx.cleared && tx.dest == peer;
-                if !self.sends.get(key).is_some_and(pending) {
-                    // The send failed with the connection its Rts went out
-                    // on, after the peer had answered: not a violation.
-                    if self.take_abandoned(&peer, token, |a| a == Abandoned::Cts) {
-                        return Ok(Phase::Header);
-                    }
-                    return Err(Error::Protocol("clear-to-send for no pending rendezvous"));
-                }
+                let key = self.answer_send(&peer, token, Answer::Clear)?;
+                let Some(key) = key else { return Ok(Phase::Header) };
                 let tx = &mut self.sends[key];
                 let len = usize::try_from(len).ok().filter(|&l| l <= tx.op.buf.len());
                 let Some(len) = len else {
@@ -546,7 +511,6 @@ impl TcpEndpoint {
                     self.fail_conn(cx, out, err.clone());
                     return Err(err);
                 };
-                tx.cleared = true;
                 let out = tx.conn.0;
                 if len == 0 {
                     let tx = self.sends.remove(key);
@@ -573,22 +537,16 @@ impl TcpEndpoint {
                 Ok(Phase::Header)
             }
             Frame::Delivered { token } => {
-                let (key, gen) = untoken(token);
-                let waiting = |tx: &TxOp| tx.gen == gen && tx.written && tx.dest == peer;
-                if !self.sends.get(key).is_some_and(waiting) {
-                    if self.take_abandoned(&peer, token, |a| a == Abandoned::Delivered) {
-                        return Ok(Phase::Header);
-                    }
-                    return Err(Error::Protocol("delivery acknowledgement for no send waiting for one"));
-                }
+                let Some(key) = self.answer_send(&peer, token, Answer::Delivered)? else {
+                    return Ok(Phase::Header);
+                };
                 let tx = self.sends.remove(key);
                 complete::send(&mut cx.cq, self.attr.selective_completion, tx.op, Ok(()));
                 Ok(Phase::Header)
             }
             Frame::Data { rx_token, offset, len } => {
-                let (key, gen) = untoken(rx_token);
-                let r = match self.rndv.get(key) {
-                    Some(r) if r.gen == gen && r.conn == conn => r,
+                let (key, r) = match self.rndv.by_token(rx_token) {
+                    Some((key, r)) if r.conn == conn => (key, r),
                     _ => return Err(Error::Protocol("data for no matched rendezvous receive")),
                 };
                 let end = offset.checked_add(len).filter(|&e| e <= r.accepted as u64);
@@ -612,6 +570,23 @@ impl TcpEndpoint {
         let len = op.buf.len().min(a.olen);
         complete::recv_from(&mut cx.cq, op, Arrival { len, ..a }, from, self.attr.source_err);
         self.earn_credit(cx, id, None, a.olen);
+    }
+
+    /// The send a peer's `answer` about `token` moves on: live, gone to
+    /// `peer`, and waiting for that answer. `None`: the send failed with the
+    /// connection its request or data went out on, and this is the answer
+    /// it was still owed (dropped); any other answer is a violation.
+    fn answer_send(&mut self, peer: &Address, token: u64, answer: Answer) -> Result<Option<usize>> {
+        if let Some(key) = self.sends.key_of(token) {
+            let tx = &mut self.sends[key];
+            if tx.dest == *peer && tx.state.answer(answer).is_ok() {
+                return Ok(Some(key));
+            }
+        }
+        match self.abandoned.take(peer, token, |owed| owed == Owed::Send(answer)) {
+            true => Ok(None),
+            false => Err(answer.unexpected()),
+        }
     }
 
     /// An eager message was read whole: complete its receive, or find one
@@ -685,7 +660,6 @@ impl TcpEndpoint {
             Ok(out) => out,
             Err(e) => return complete::recv_failed(&mut cx.cq, op, op_error(&e, src)),
         };
-        let gen = self.next_gen();
         let a = Arrival {
             len: 0,
             olen,
@@ -700,7 +674,6 @@ impl TcpEndpoint {
             let key = self.rndv.insert(RndvRx {
                 recv: op,
                 conn,
-                gen,
                 olen,
                 accepted,
                 got: 0,
@@ -709,7 +682,7 @@ impl TcpEndpoint {
                 src,
                 ack: ack.then_some(token),
             });
-            (Owner::Cts(key), token_of(key, gen))
+            (Owner::Cts(key), self.rndv.token(key))
         };
         let hdr = Frame::Cts {
             token,

@@ -108,7 +108,9 @@ impl TcpEndpoint {
         }
         let serial = self.next_serial();
         let fd = sock.as_raw_fd();
-        let id = self.conns.insert(Conn::new(sock, Dir::In, State::Open, serial, None));
+        let id = self
+            .conns
+            .insert(Conn::new(sock, Dir::In, Link::accept(), serial, None));
         if let Err(e) = self.epoll.add(fd, READABLE, id as u64) {
             xfer_core::warn_limited!(error = %e, "watching accepted socket");
             self.conns.remove(id);

@@ -26,14 +26,16 @@ use xfer_core::unstable::event::{PeerEvent, PeerEvents};
 use xfer_core::unstable::mr::Access;
 use xfer_core::unstable::peek::{Claim, Peeked};
 use xfer_core::unstable::provider::{CompletionLevel, Ctx, EndpointProvider, RecvOp, Rejected, RmaKind, RmaOp, SendOp};
-use xfer_core::unstable::rdm::{Account, Counters, Dropped, Receives, Unexpected};
+use xfer_core::unstable::rdm::rndv::{self, Answer, Next, Protocol, SendState};
+use xfer_core::unstable::rdm::{Abandoned, Account, Counters, Dropped, Outstanding, Receives, Unexpected};
 use xfer_core::unstable::sink::Sink;
 use xfer_core::unstable::sys::{Epoll, EMPTY_EVENT, READABLE, WRITABLE};
 use xfer_core::unstable::tag::{Matched, RecvSpec};
 
-use crate::conn::{Conn, Dir, Owner, Payload, State, TxFrame};
+use crate::conn::{Conn, Dir, Owner, Payload, TxFrame};
 use crate::iface;
 use crate::keys::{status_error, status_of};
+use crate::link::{Link, Local};
 use crate::name::{TcpName, ANY_NONCE};
 use crate::rx::{EagerDest, EagerRx, Phase, RndvRx, RtsTicket, Unexp, WriteRx};
 use crate::sys::{self, Io, Socket};
@@ -62,21 +64,6 @@ use rma::RmaTx;
 const LISTENER: u64 = u64::MAX;
 /// Reads per connection per progress call, so one busy peer cannot starve others.
 const READS_PER_EVENT: usize = 16;
-/// The cause recorded when a peer closes a connection in order (end of
-/// file between frames).
-const CLOSED_BY_PEER: Error = Error::PeerClosed { peer: PeerAddr::UNSPEC };
-/// The cause recorded when a connection ends in the middle of a frame: the
-/// peer's process died while sending, so its message is lost.
-const CUT_BY_PEER: Error = Error::PeerUnreachable {
-    peer: PeerAddr::UNSPEC,
-    errno: libc::ECONNRESET,
-};
-/// The cause recorded when a peer closes a connection before acknowledging
-/// our Hello: the endpoint we dialled is gone (another may listen there now).
-const REFUSED: Error = Error::PeerUnreachable {
-    peer: PeerAddr::UNSPEC,
-    errno: libc::ECONNREFUSED,
-};
 /// Bytes a closing endpoint reads and discards per connection so that
 /// closing it sends a FIN, not a reset (a socket's default receive buffer).
 const CLOSE_DRAIN: usize = 4 << 20;
@@ -96,13 +83,8 @@ struct TxOp {
     conn: (usize, u64),
     /// The destination's name, to check who answers.
     dest: Address,
-    gen: u32,
-    /// Set once its rendezvous request is answered.
-    cleared: bool,
-    /// Set once its Eager frame or last Data frame was written whole: a
-    /// send asking for more than inject-complete then waits for its
-    /// Delivered frame.
-    written: bool,
+    /// Where it stands with its receiver.
+    state: SendState,
 }
 
 /// Where the next payload bytes of a connection may be read to directly.
@@ -121,8 +103,9 @@ pub struct TcpEndpoint {
     /// params over the environment.
     tcp: TcpAttr,
     name: Address,
-    /// Our name's nonce: a Hello must carry it to be accepted.
-    nonce: u64,
+    /// What the connections' lifecycle machines know of us (`link`): our
+    /// name, its nonce (a Hello must carry it), the job key.
+    local: Local,
     listener: Socket,
     /// The listener's state at the descriptor limit (`listen`).
     acceptor: listen::Acceptor,
@@ -150,10 +133,12 @@ pub struct TcpEndpoint {
     route_hint: Vec<(usize, u64)>,
     connecting: usize,
     serial: u64,
-    gen: u32,
-    sends: Slab<TxOp>,
-    rndv: Slab<RndvRx>,
-    rma: Slab<RmaTx>,
+    /// Sends in flight, by the token their receiver answers with.
+    sends: Outstanding<TxOp>,
+    /// Matched rendezvous receives waiting for their data.
+    rndv: Outstanding<RndvRx>,
+    /// RMA operations waiting for their answer.
+    rma: Outstanding<RmaTx>,
     /// Posted and unexpected receives, tagged and untagged (core's RDM layer).
     recvs: Receives<RtsTicket>,
     /// The connection that last had data to read (`hot`). Busy-polling
@@ -178,7 +163,7 @@ pub struct TcpEndpoint {
     /// whole: the peer's answer may still come on another connection, and is
     /// then dropped instead of counted as a violation. Forgotten when the
     /// answer comes or the peer's last connection goes.
-    abandoned: FastMap<(Address, u64), Abandoned>,
+    abandoned: Abandoned<Owed>,
     /// The RDM layer's counters (credit, requests, receive memory).
     counted: Counters,
     /// What peers may make this endpoint hold, against `EndpointAttr::rx_memory`.
@@ -203,23 +188,14 @@ pub struct TcpEndpoint {
 
 /// The answer an abandoned token may still get.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Abandoned {
-    /// A clear-to-send for a rendezvous send.
-    Cts,
-    /// The Delivered frame of an acknowledged send whose message went out.
-    Delivered,
+enum Owed {
+    /// A send's: a clear-to-send, or the Delivered frame of an acknowledged
+    /// send whose message went out.
+    Send(Answer),
     /// A write's acknowledgement.
     WriteAck,
     /// A read's response, with this many bytes of data.
     ReadResp { len: u64 },
-}
-
-fn token(key: usize, gen: u32) -> u64 {
-    (key as u64) | ((gen as u64) << 32)
-}
-
-fn untoken(t: u64) -> (usize, u32) {
-    ((t & 0xffff_ffff) as usize, (t >> 32) as u32)
 }
 
 /// The error an operation gets when its connection failed with `cause`.
@@ -367,7 +343,12 @@ impl TcpEndpoint {
             attr: attr.clone(),
             tcp: tcp.clone(),
             name,
-            nonce,
+            local: Local {
+                name,
+                nonce,
+                key: attr.job_key.clone(),
+                connect_timeout: Duration::from_millis(tcp.connect_timeout_ms),
+            },
             listener,
             acceptor: listen::Acceptor::new(),
             watch: xfer_core::unstable::rdm::stall::Watch::new(attr.progress_timeout_ms),
@@ -382,10 +363,9 @@ impl TcpEndpoint {
             route_hint: Vec::new(),
             connecting: 0,
             serial: 0,
-            gen: 0,
-            sends: Slab::new(),
-            rndv: Slab::new(),
-            rma: Slab::new(),
+            sends: Outstanding::new(),
+            rndv: Outstanding::new(),
+            rma: Outstanding::new(),
             recvs: Receives::new(),
             hot: None,
             detached: false,
@@ -393,7 +373,7 @@ impl TcpEndpoint {
             spins: 0,
             unread: false,
             writing: 0,
-            abandoned: FastMap::default(),
+            abandoned: Abandoned::default(),
             counted: Counters::default(),
             account: Account::new(attr.rx_memory),
             budget: credit::budget(tcp.eager_credit),
@@ -405,32 +385,9 @@ impl TcpEndpoint {
         })
     }
 
-    /// Forgets `peer`'s abandoned `token` if the answer that came `fits`
-    /// what it waits for; true then (the answer is dropped), false when the
-    /// token was not abandoned so (a protocol violation).
-    fn take_abandoned(&mut self, peer: &Address, token: u64, fits: impl FnOnce(Abandoned) -> bool) -> bool {
-        let Some(&waits) = self.abandoned.get(&(*peer, token)) else {
-            return false;
-        };
-        if !fits(waits) {
-            return false;
-        }
-        self.abandoned.remove(&(*peer, token));
-        tracing::debug!(
-            ?waits,
-            "answer for an operation that already failed with its connection, dropped"
-        );
-        true
-    }
-
     fn next_serial(&mut self) -> u64 {
         self.serial += 1;
         self.serial
-    }
-
-    fn next_gen(&mut self) -> u32 {
-        self.gen = self.gen.wrapping_add(1);
-        self.gen
     }
 
     /// Gives `recv` the unexpected message it matched (or claimed).
@@ -468,10 +425,11 @@ impl TcpEndpoint {
     }
 
     /// The connection to `peer`, whose name is `dest`: the hinted one when
-    /// it still holds, else [`out_conn`](Self::out_conn).
+    /// it still holds, else [`out_conn`](Self::out_conn). The hint's check
+    /// is inlined into every send; a miss is handled out of line.
+    #[inline]
     fn route_to(&mut self, peer: PeerAddr, dest: &Address) -> Result<usize> {
-        let idx = peer.0 as usize;
-        if let Some(&(id, serial)) = self.route_hint.get(idx) {
+        if let Some(&(id, serial)) = self.route_hint.get(peer.0 as usize) {
             if self
                 .conns
                 .get(id)
@@ -480,6 +438,14 @@ impl TcpEndpoint {
                 return Ok(id);
             }
         }
+        self.route_missed(peer, dest)
+    }
+
+    /// [`route_to`](Self::route_to) without a valid hint: the connection
+    /// from [`out_conn`](Self::out_conn), hinted from now on.
+    #[inline(never)]
+    fn route_missed(&mut self, peer: PeerAddr, dest: &Address) -> Result<usize> {
+        let idx = peer.0 as usize;
         let id = self.out_conn(dest)?;
         if peer.0 < ROUTE_HINTS {
             if self.route_hint.len() <= idx {
@@ -497,24 +463,15 @@ impl TcpEndpoint {
         }
         let name = TcpName::decode(dest.as_bytes()).map_err(|e| Error::Protocol(e.as_str()))?;
         let addr = dial_addr(name.addr, self.zone)?;
+        let link = Link::dial(&self.local, dest, Instant::now())?;
         let sock = Socket::connect(&addr)?;
         sock.tune(&self.tcp, Some(addr))?;
         let serial = self.next_serial();
-        let mut conn = Conn::new(sock, Dir::Out, State::Connecting(Instant::now()), serial, Some(*dest));
+        let mut conn = Conn::new(sock, Dir::Out, link, serial, Some(*dest));
         // Our user chose this peer: admitted whatever the receive memory holds.
         conn.share.commit(&mut self.account, credit::ADMISSION);
-        let me = self.name.as_bytes().to_vec();
-        let hdr = Frame::Hello {
-            name_len: me.len() as u8,
-            to: name.nonce,
-        }
-        .to_bytes();
-        conn.txq.push_back(TxFrame {
-            hdr,
-            payload: Payload::Owned(me),
-            written: 0,
-            owner: Owner::Hello,
-        });
+        // The Hello, written once connected.
+        conn.take_transmits();
         conn.want_write = true;
         self.writing += 1;
         let fd = conn.sock.as_raw_fd();
@@ -534,12 +491,11 @@ impl TcpEndpoint {
     /// one by one.
     fn flush(&mut self, cx: &mut Ctx<'_>, id: usize) {
         let Some(conn) = self.conns.get_mut(id) else { return };
-        // Before the peer's HelloAck only our Hello may go out.
-        let hello_only = match conn.state {
-            State::Open => false,
-            State::Handshake(_) => true,
-            State::Connecting(_) => return,
-        };
+        // Until the connection is open only handshake frames may go out.
+        if conn.link.is_connecting() {
+            return;
+        }
+        let hello_only = !conn.link.is_open();
         let mut full = false;
         if !hello_only && conn.txq.len() > 1 {
             loop {
@@ -562,7 +518,7 @@ impl TcpEndpoint {
             owner,
         }) = conn.txq.front_mut()
         {
-            if full || (hello_only && *owner != Owner::Hello) {
+            if full || (hello_only && *owner != Owner::Handshake) {
                 break;
             }
             let (ext, payload): (&[u8], &[u8]) = match payload {
@@ -595,7 +551,7 @@ impl TcpEndpoint {
             }
         }
         let want = match conn.txq.front() {
-            Some(f) => !hello_only || f.owner == Owner::Hello,
+            Some(f) => !hello_only || f.owner == Owner::Handshake,
             None => false,
         };
         if want != conn.want_write {
@@ -644,10 +600,10 @@ impl TcpEndpoint {
                 tracing::debug!(error = %e, "epoll delete of a failed connection");
             }
         }
-        if matches!(conn.state, State::Connecting(_) | State::Handshake(_)) {
+        if conn.link.is_dialling() {
             self.connecting -= 1;
         }
-        if conn.admit.is_some() {
+        if conn.link.awaits_proof() {
             // Gone (closed, timed out, or failed otherwise) before proving the job key.
             self.admission_refused += 1;
             self.admitting -= 1;
@@ -694,40 +650,29 @@ impl TcpEndpoint {
                     complete::send(&mut cx.cq, selective, tx.op, Err(err));
                 }
                 Owner::Cts(key) => self.fail_rndv(cx, key, &cause),
-                Owner::Rma(key) => self.fail_rma(cx, key, None, &cause),
-                Owner::None | Owner::Hello => {}
+                Owner::Rma(key) => self.fail_rma(cx, key, &cause),
+                Owner::None | Owner::Handshake => {}
             }
         }
-        let waiting: Vec<usize> = self.rma.iter().filter(|(_, r)| r.conn == me).map(|(k, _)| k).collect();
-        for key in waiting {
-            let r = &self.rma[key];
+        for (_, token, r) in self.rma.remove_where(|r| r.conn == me) {
             if r.sent {
                 // The target has the request: its answer may come on its own connection.
                 let answer = match r.op.kind {
-                    RmaKind::Write => Abandoned::WriteAck,
-                    RmaKind::Read => Abandoned::ReadResp {
+                    RmaKind::Write => Owed::WriteAck,
+                    RmaKind::Read => Owed::ReadResp {
                         len: r.op.buf.len() as u64,
                     },
                 };
-                self.abandoned.insert((r.dest, token(key, r.gen)), answer);
+                self.abandoned.abandon(r.dest, token, answer);
             }
-            self.fail_rma(cx, key, None, &cause);
+            let err = op_error(&cause, r.op.peer);
+            complete::rma(&mut cx.cq, selective, r.op, Err(err));
         }
-        let waiting: Vec<usize> = self
-            .sends
-            .iter()
-            .filter(|(_, t)| t.conn == me)
-            .map(|(k, _)| k)
-            .collect();
-        for key in waiting {
-            let tx = self.sends.remove(key);
-            if !tx.cleared {
-                // Its Rts went out: a Cts may still come back on another connection.
-                self.abandoned.insert((tx.dest, token(key, tx.gen)), Abandoned::Cts);
-            } else if tx.written {
-                // Its data went out: the receiver may still acknowledge it on its own connection.
-                self.abandoned
-                    .insert((tx.dest, token(key, tx.gen)), Abandoned::Delivered);
+        for (_, token, tx) in self.sends.remove_where(|t| t.conn == me) {
+            // Its request or its data went out whole: the receiver's answer
+            // may still come on its own connection.
+            if let Some(answer) = tx.state.owed() {
+                self.abandoned.abandon(tx.dest, token, Owed::Send(answer));
             }
             let err = op_error(&cause, tx.op.peer);
             complete::send(&mut cx.cq, selective, tx.op, Err(err));
@@ -739,7 +684,11 @@ impl TcpEndpoint {
                 ..
             }) => complete::recv_failed(&mut cx.cq, op, op_error(&cause, src)),
             Phase::Data { key, .. } => self.fail_rndv(cx, key, &cause),
-            Phase::ReadData { key, gen, .. } => self.fail_rma(cx, key, Some(gen), &cause),
+            Phase::ReadData { token, .. } => {
+                if let Some(key) = self.rma.key_of(token) {
+                    self.fail_rma(cx, key, &cause);
+                }
+            }
             Phase::Eager(_) | Phase::Header | Phase::RmaWrite(_) => {}
         }
         // Its kept requests to send can never be fulfilled, and a peer that
@@ -756,17 +705,16 @@ impl TcpEndpoint {
         }
         // What the rest of its kept messages hold is given back as receives take them.
         conn.share.close(&mut self.account, dropped.credit);
-        let stranded: Vec<usize> = self.rndv.iter().filter(|(_, r)| r.conn == me).map(|(k, _)| k).collect();
-        for key in stranded {
-            self.fail_rndv(cx, key, &cause);
+        for (_, _, r) in self.rndv.remove_where(|r| r.conn == me) {
+            complete::recv_failed(&mut cx.cq, r.recv, op_error(&cause, r.src));
         }
         // The last connection with a peer is gone: its endpoint is (a name
         // never comes back), so receives directed at it can never match.
         if let Some(peer) = conn.peer {
             let src = reverse(cx.av, &peer);
             let other = self.conns.iter().any(|(_, c)| c.peer == Some(peer));
-            if !other && !self.abandoned.is_empty() {
-                self.abandoned.retain(|(p, _), _| *p != peer);
+            if !other {
+                self.abandoned.forget(&peer);
             }
             if !other && cause != Error::Canceled {
                 for op in self.recvs.drain_posted_from(src) {
@@ -786,52 +734,44 @@ impl TcpEndpoint {
 
     fn on_event(&mut self, cx: &mut Ctx<'_>, id: usize, events: u32) {
         let Some(conn) = self.conns.get_mut(id) else { return };
-        match conn.state {
-            State::Connecting(_) => {
-                if events & (WRITABLE | libc::EPOLLERR as u32 | libc::EPOLLHUP as u32) == 0 {
-                    return;
-                }
-                match conn.sock.take_error() {
-                    Ok(0) => {
-                        // Connected: send the Hello, then wait for its acknowledgement.
-                        if let State::Connecting(since) = conn.state {
-                            conn.state = State::Handshake(since);
-                        }
-                        self.flush(cx, id);
-                    }
-                    Ok(errno) => self.fail_conn(cx, id, Error::Os(errno)),
-                    Err(e) => self.fail_conn(cx, id, e),
-                }
+        if conn.link.is_connecting() {
+            if events & (WRITABLE | libc::EPOLLERR as u32 | libc::EPOLLHUP as u32) == 0 {
+                return;
             }
-            State::Handshake(_) | State::Open => {
-                if events & (READABLE | libc::EPOLLERR as u32 | libc::EPOLLHUP as u32) != 0 {
-                    self.set_hot(cx, id);
-                    self.read_inbound(cx, id);
-                }
-                if events & WRITABLE != 0 {
-                    if let Some(c) = self.conns.get_mut(id) {
-                        c.silence.heard();
-                    }
+            match conn.sock.take_error() {
+                Ok(0) => {
+                    // Connected: send the Hello, then wait for its acknowledgement.
+                    conn.link.handle_connected();
                     self.flush(cx, id);
                 }
+                Ok(errno) => self.fail_conn(cx, id, Error::Os(errno)),
+                Err(e) => self.fail_conn(cx, id, e),
             }
+            return;
+        }
+        if events & (READABLE | libc::EPOLLERR as u32 | libc::EPOLLHUP as u32) != 0 {
+            self.set_hot(cx, id);
+            self.read_inbound(cx, id);
+        }
+        if events & WRITABLE != 0 {
+            if let Some(c) = self.conns.get_mut(id) {
+                c.silence.heard();
+            }
+            self.flush(cx, id);
         }
     }
 
+    /// Fails the connections whose connect, handshake or admission is
+    /// past its deadline (`Link::handle_timeout`).
     fn check_connect_timeouts(&mut self, cx: &mut Ctx<'_>) {
-        let limit = Duration::from_millis(self.tcp.connect_timeout_ms);
         let now = Instant::now();
-        let late: Vec<usize> = self
+        let late: Vec<(usize, Error)> = self
             .conns
-            .iter()
-            .filter(|(_, c)| match c.state {
-                State::Connecting(since) | State::Handshake(since) => now.duration_since(since) > limit,
-                State::Open => c.admit.as_ref().is_some_and(|a| now.duration_since(a.2) > limit),
-            })
-            .map(|(k, _)| k)
+            .iter_mut()
+            .filter_map(|(k, c)| c.link.handle_timeout(now).err().map(|f| (k, f.into())))
             .collect();
-        for id in late {
-            self.fail_conn(cx, id, Error::TimedOut);
+        for (id, cause) in late {
+            self.fail_conn(cx, id, cause);
         }
     }
 
@@ -842,7 +782,7 @@ impl TcpEndpoint {
     fn try_send_now(&mut self, cx: &mut Ctx<'_>, id: usize, hdr: &[u8; HEADER_LEN], payload: &[u8]) -> Option<usize> {
         let hold = self.in_burst();
         let conn = &mut self.conns[id];
-        if conn.state != State::Open || !conn.txq.is_empty() {
+        if !conn.link.is_open() || !conn.txq.is_empty() {
             return Some(0);
         }
         if hold {
@@ -887,10 +827,6 @@ impl TcpEndpoint {
     }
 }
 
-fn token_of(key: usize, gen: u32) -> u64 {
-    token(key, gen)
-}
-
 impl TcpEndpoint {
     /// Checks an inject's size and returns the connection it goes out on.
     fn inject_conn(&mut self, cx: &Ctx<'_>, peer: PeerAddr, len: usize) -> Result<usize> {
@@ -914,27 +850,21 @@ impl EndpointProvider for TcpEndpoint {
             Err(e) => return Err(Rejected::new(e, op)),
         };
         let len = op.buf.len();
-        let gen = self.next_gen();
         let conn = (id, self.conns[id].serial);
         // An acknowledged send carries its token: the receiver answers with
         // a Delivered frame once it has the message.
         let ack = op.level != CompletionLevel::Inject;
-        let eager = len <= self.attr.rndv_threshold && self.spend_credit(id, len);
+        let protocol = rndv::choose(len, self.attr.rndv_threshold, || self.spend_credit(id, len));
+        let eager = protocol == Protocol::Eager;
+        let state = SendState::start(protocol);
         if eager && ack {
             let (tag, data) = (op.tag, op.data);
-            let key = self.sends.insert(TxOp {
-                op,
-                conn,
-                dest,
-                gen,
-                cleared: true,
-                written: false,
-            });
+            let key = self.sends.insert(TxOp { op, conn, dest, state });
             let hdr = Frame::Eager {
                 tag,
                 data,
                 len: len as u64,
-                ack: Some(token(key, gen)),
+                ack: Some(self.sends.token(key)),
             }
             .to_bytes();
             let frame = TxFrame {
@@ -956,14 +886,7 @@ impl EndpointProvider for TcpEndpoint {
                 complete::send(&mut cx.cq, self.attr.selective_completion, op, Ok(()));
                 return Ok(());
             };
-            let key = self.sends.insert(TxOp {
-                op,
-                conn,
-                dest,
-                gen,
-                cleared: true,
-                written: false,
-            });
+            let key = self.sends.insert(TxOp { op, conn, dest, state });
             let frame = TxFrame {
                 hdr,
                 payload: Payload::Op { key, offset: 0, len },
@@ -984,19 +907,12 @@ impl EndpointProvider for TcpEndpoint {
             }
         } else {
             let (tag, data) = (op.tag, op.data);
-            let key = self.sends.insert(TxOp {
-                op,
-                conn,
-                dest,
-                gen,
-                cleared: false,
-                written: false,
-            });
+            let key = self.sends.insert(TxOp { op, conn, dest, state });
             let hdr = Frame::Rts {
                 tag,
                 data,
                 len: len as u64,
-                token: token(key, gen),
+                token: self.sends.token(key),
                 ack,
             }
             .to_bytes();
@@ -1176,14 +1092,14 @@ impl EndpointProvider for TcpEndpoint {
         let ids: Vec<usize> = self.conns.iter().map(|(k, _)| k).collect();
         for id in ids {
             if let Some(c) = self.conns.get(id) {
-                if !matches!(c.state, State::Connecting(_)) {
+                if !c.link.is_connecting() {
                     // The peer learns of an orderly close, not a failure.
                     c.sock.close_in_order(CLOSE_DRAIN);
                 }
             }
             self.fail_conn(cx, id, Error::Canceled);
         }
-        for r in self.rma.drain().collect::<Vec<_>>() {
+        for r in self.rma.drain() {
             complete::rma(&mut cx.cq, self.attr.selective_completion, r.op, Err(Error::Canceled));
         }
         for op in self.recvs.drain_posted() {

@@ -12,7 +12,6 @@ pub(super) struct RmaTx {
     pub(super) conn: (usize, u64),
     /// The target's name, to check who answers.
     pub(super) dest: Address,
-    pub(super) gen: u32,
     /// Its request frame has been written whole (an answer before that is forged).
     pub(super) sent: bool,
     /// Read data placed so far.
@@ -20,10 +19,9 @@ pub(super) struct RmaTx {
 }
 
 impl TcpEndpoint {
-    /// Fails the RMA operation `key` (if it still exists and, when given, has generation `gen`).
-    pub(super) fn fail_rma(&mut self, cx: &mut Ctx<'_>, key: usize, gen: Option<u32>, cause: &Error) {
-        if self.rma.get(key).is_some_and(|r| gen.is_none() || gen == Some(r.gen)) {
-            let r = self.rma.remove(key);
+    /// Fails the RMA operation `key`, if it still exists.
+    pub(super) fn fail_rma(&mut self, cx: &mut Ctx<'_>, key: usize, cause: &Error) {
+        if let Some(r) = self.rma.try_remove(key) {
             let err = op_error(cause, r.op.peer);
             complete::rma(&mut cx.cq, self.attr.selective_completion, r.op, Err(err));
         }
@@ -83,12 +81,12 @@ impl TcpEndpoint {
                 self.answer(cx, &peer, hdr, payload);
                 if status == status::OK && self.attr.rma_events {
                     let src = reverse(cx.av, &peer);
-                    complete::remote_rma(&mut cx.cq, RmaKind::Read, rlen as usize, src);
+                    complete::remote_rma(&mut cx.cq, RmaKind::Read, rlen as usize, src, key);
                 }
                 Ok(Phase::Header)
             }
             Frame::WriteAck { token, status } => {
-                let Some(key) = self.answered(token, &peer, Abandoned::WriteAck)? else {
+                let Some(key) = self.answered(token, &peer, Owed::WriteAck)? else {
                     return Ok(Phase::Header);
                 };
                 let r = self.rma.remove(key);
@@ -103,15 +101,13 @@ impl TcpEndpoint {
             Frame::ReadResp { token, status, len } => {
                 // Data follows only an OK status.
                 let data = if status == status::OK { len } else { 0 };
-                let Some(key) = self.answered(token, &peer, Abandoned::ReadResp { len: data })? else {
+                let Some(key) = self.answered(token, &peer, Owed::ReadResp { len: data })? else {
                     // Its data is read and discarded: no operation has this
                     // token now, and `answered` checked the length.
-                    let (key, gen) = untoken(token);
                     return Ok(match data {
                         0 => Phase::Header,
                         _ => Phase::ReadData {
-                            key,
-                            gen,
+                            token,
                             left: data as usize,
                         },
                     });
@@ -129,7 +125,7 @@ impl TcpEndpoint {
                 let r = &self.rma[key];
                 if len != r.op.buf.len() as u64 {
                     let err = Error::Protocol("read response length differs from the request");
-                    self.fail_rma(cx, key, None, &err);
+                    self.fail_rma(cx, key, &err);
                     return Err(err);
                 }
                 if len == 0 {
@@ -138,8 +134,7 @@ impl TcpEndpoint {
                     return Ok(Phase::Header);
                 }
                 Ok(Phase::ReadData {
-                    key,
-                    gen: r.gen,
+                    token,
                     left: len as usize,
                 })
             }
@@ -153,22 +148,21 @@ impl TcpEndpoint {
     /// request went out on after the target had it, and the answer fits what
     /// it asked (a read's data as long as the request, or an error status);
     /// the answer is then dropped.
-    pub(super) fn answered(&mut self, token: u64, peer: &Address, answer: Abandoned) -> Result<Option<usize>> {
-        let (key, gen) = untoken(token);
+    pub(super) fn answered(&mut self, token: u64, peer: &Address, answer: Owed) -> Result<Option<usize>> {
         let kind = match answer {
-            Abandoned::ReadResp { .. } => RmaKind::Read,
+            Owed::ReadResp { .. } => RmaKind::Read,
             _ => RmaKind::Write,
         };
-        let pending = |r: &RmaTx| r.gen == gen && r.sent && r.dest == *peer && r.op.kind == kind;
-        if self.rma.get(key).is_some_and(pending) {
+        let pending = |r: &RmaTx| r.sent && r.dest == *peer && r.op.kind == kind;
+        if let Some((key, _)) = self.rma.by_token(token).filter(|(_, r)| pending(r)) {
             return Ok(Some(key));
         }
         let fits = |waits| match (waits, answer) {
             // An error status carries no data (its length is 0).
-            (Abandoned::ReadResp { len }, Abandoned::ReadResp { len: got }) => got == len || got == 0,
+            (Owed::ReadResp { len }, Owed::ReadResp { len: got }) => got == len || got == 0,
             (waits, answer) => waits == answer,
         };
-        match self.take_abandoned(peer, token, fits) {
+        match self.abandoned.take(peer, token, fits) {
             true => Ok(None),
             false => Err(Error::Protocol("RMA answer for no pending operation")),
         }
@@ -200,9 +194,9 @@ impl TcpEndpoint {
             let len = w.len as usize;
             if let Some(data) = w.imm {
                 let src = reverse(cx.av, &w.peer);
-                complete::remote_write_from(&mut cx.cq, len, data, src, &w.peer, self.attr.source_err);
+                complete::remote_write_from(&mut cx.cq, len, data, src, (&w.peer, w.key), self.attr.source_err);
             } else if self.attr.rma_events {
-                complete::remote_rma(&mut cx.cq, RmaKind::Write, len, reverse(cx.av, &w.peer));
+                complete::remote_rma(&mut cx.cq, RmaKind::Write, len, reverse(cx.av, &w.peer), w.key);
             }
         }
         if w.token != 0 {
@@ -224,21 +218,17 @@ impl TcpEndpoint {
             Ok(id) => id,
             Err(e) => return Err(Rejected::new(e, op)),
         };
-        let mut gen = self.next_gen();
-        if gen == 0 {
-            gen = self.next_gen(); // token 0 means "no answer wanted"
-        }
         let (kind, len, data, rkey, addr) = (op.kind, op.buf.len() as u64, op.data, op.key, op.addr);
         let conn = (id, self.conns[id].serial);
         let key = self.rma.insert(RmaTx {
             op,
             conn,
             dest,
-            gen,
             sent: false,
             got: 0,
         });
-        let tok = token(key, gen);
+        // Never 0, which means "no answer wanted".
+        let tok = self.rma.token(key);
         let (hdr, payload) = match kind {
             RmaKind::Write => (
                 Frame::WriteReq {

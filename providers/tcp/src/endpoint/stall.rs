@@ -28,7 +28,7 @@ impl TcpEndpoint {
         let waiting = self.waiting_for_peers();
         let (mut probe, mut fail) = (Vec::new(), Vec::new());
         for (id, c) in self.conns.iter_mut() {
-            let waits = c.state == State::Open && waiting.get(id).copied().unwrap_or(false);
+            let waits = c.link.is_open() && waiting.get(id).copied().unwrap_or(false);
             match c.silence.look(&look, waits) {
                 Verdict::Fine => {}
                 Verdict::Probe => probe.push(id),

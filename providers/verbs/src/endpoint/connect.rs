@@ -22,6 +22,7 @@ use xfer_core::Error;
 
 use super::{Conn, Peer, State, Tx, Unexpected, VerbsEndpoint};
 use xfer_core::unstable::rdm::admit;
+use xfer_core::unstable::rdm::crossing::{self, Keep};
 
 use crate::cm::{self, CmId, Event};
 use crate::name::{VerbsName, LEN as NAME_LEN};
@@ -377,7 +378,7 @@ impl VerbsEndpoint {
         };
         if let Some(c) = existing {
             let cc = &self.conns[c];
-            if cc.active && cc.state != State::Dead && self.addr < from {
+            if cc.active && cc.state != State::Dead && crossing::survivor(&self.addr, &from) == Keep::Ours {
                 self.stats.tie_breaks += 1;
                 if let Err(e) = id.reject(&private(KIND_DUP, &self.name)) {
                     tracing::debug!(error = %e, "refusing a duplicate connection");
@@ -518,14 +519,7 @@ impl VerbsEndpoint {
         }
         self.bury(k, matches!(err, Error::Protocol(_)));
         self.fail_posted(cx, k, err.clone());
-        let orphans: Vec<usize> = self
-            .rndv
-            .iter()
-            .filter(|(_, r)| r.conn == k)
-            .map(|(id, _)| id)
-            .collect();
-        for id in orphans {
-            let r = self.rndv.remove(id);
+        for (_, _, r) in self.rndv.remove_where(|r| r.conn == k) {
             self.release_mr(r.mr);
             xfer_core::unstable::complete::send(&mut cx.cq, false, r.op, Err(err.clone()));
         }

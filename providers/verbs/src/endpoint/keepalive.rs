@@ -44,7 +44,7 @@ impl VerbsEndpoint {
         self.keepalive_at = now + every;
         let mut waiting: FastMap<usize, ()> = FastMap::default();
         // Rendezvous sends waiting for their FIN.
-        for (_, r) in &self.rndv {
+        for (_, r) in self.rndv.iter() {
             waiting.insert(r.conn, ());
         }
         // Receives directed at the peer, and operations queued for it.

@@ -42,7 +42,7 @@ use xfer_core::unstable::hash::FastMap;
 use xfer_core::unstable::mr::CacheRef;
 use xfer_core::unstable::peek::{Claim, Peeked};
 use xfer_core::unstable::provider::{Ctx, EndpointProvider, RecvOp, Rejected, RmaOp, SendOp};
-use xfer_core::unstable::rdm::Receives;
+use xfer_core::unstable::rdm::{Outstanding, Receives};
 use xfer_core::unstable::sys::{Epoll, EMPTY_EVENT, READABLE};
 use xfer_core::unstable::tag::RecvSpec;
 use xfer_core::{Error, Result};
@@ -114,15 +114,15 @@ pub(crate) enum Tx {
     Read(Box<ReadJob>),
     /// Tell a rendezvous sender we are done with its buffer, on `conn`,
     /// the connection its RTS came on (dropped if that one is gone).
-    Fin { id: u32, status: u32, conn: usize },
+    Fin { token: u64, status: u32, conn: usize },
 }
 
 /// A matched rendezvous receive waiting to read the sender's data.
 pub(crate) struct ReadJob {
     pub(crate) recv: RecvOp,
     pub(crate) arrival: Arrival,
-    /// The sender's operation id (echoed in the FIN).
-    pub(crate) id: u32,
+    /// The sender's rendezvous token (echoed in the FIN).
+    pub(crate) token: u64,
     pub(crate) raddr: u64,
     pub(crate) rkey: u32,
     /// The connection the RTS came on: the READ and the FIN go on it, and
@@ -174,10 +174,10 @@ pub(crate) struct RndvSend {
 }
 
 /// What a verbs endpoint needs to read an unexpected rendezvous message
-/// once a receive matches it: the sender's buffer and key, the rendezvous id
-/// to finish, and the connection the request came on.
+/// once a receive matches it: the sender's buffer and key, the rendezvous
+/// token to finish, and the connection the request came on.
 pub(crate) struct RtsTicket {
-    pub(crate) id: u32,
+    pub(crate) token: u64,
     pub(crate) addr: u64,
     pub(crate) rkey: u32,
     pub(crate) conn: usize,
@@ -269,8 +269,9 @@ pub struct VerbsEndpoint {
     by_id: FastMap<usize, usize>,
     /// Posted work requests by `wr_id`.
     ops: Slab<Wr>,
-    /// Rendezvous sends waiting for their FIN, by id.
-    rndv: Slab<RndvSend>,
+    /// Rendezvous sends waiting for their FIN, by the token their RTS
+    /// carried.
+    rndv: Outstanding<RndvSend>,
     /// Posted and unexpected receives, tagged and untagged (core's RDM layer).
     recvs: Receives<RtsTicket>,
     scratch: Vec<u8>,
@@ -375,7 +376,7 @@ impl VerbsEndpoint {
             by_qpn: FastMap::default(),
             by_id: FastMap::default(),
             ops: Slab::new(),
-            rndv: Slab::new(),
+            rndv: Outstanding::new(),
             recvs: Receives::new(),
             scratch: Vec::with_capacity(slot),
             wcs: Vec::new(),

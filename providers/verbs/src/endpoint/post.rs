@@ -14,6 +14,7 @@ use xfer_core::unstable::addr::Address;
 use xfer_core::unstable::complete::{self, Arrival};
 use xfer_core::unstable::mr::{Access, CacheRef};
 use xfer_core::unstable::provider::{CompletionLevel, Ctx, RmaOp, SendOp};
+use xfer_core::unstable::rdm::rndv::{self, Protocol};
 use xfer_core::LocalDesc;
 use xfer_core::{Error, RmaKind};
 
@@ -137,8 +138,8 @@ impl VerbsEndpoint {
         match tx {
             Tx::Send { op, silent }
                 if op.level == CompletionLevel::Inject
-                    && op.buf.len() <= self.eager_max
-                    && self.has_byte_credit(k, op.buf.len()) =>
+                    && rndv::choose(op.buf.len(), self.eager_max, || self.has_byte_credit(k, op.buf.len()))
+                        == Protocol::Eager =>
             {
                 self.post_eager(cx, k, op, silent)
             }
@@ -159,7 +160,7 @@ impl VerbsEndpoint {
             Tx::Rma { op, silent } => self.post_rma(cx, k, op, silent),
             // A rendezvous belongs to the connection its RTS came on: once
             // that one died, the sender has failed the send and may have
-            // reused its buffer (and id), so reading it, or acknowledging
+            // reused its buffer, so reading it, or acknowledging
             // it, over a newer connection would deliver or complete the
             // wrong data.
             Tx::Read(job) if job.conn != k => {
@@ -172,15 +173,15 @@ impl VerbsEndpoint {
                 Err(Blocked::Done)
             }
             Tx::Read(job) => self.post_read(cx, k, job),
-            Tx::Fin { id, conn, .. } if conn != k => {
-                tracing::debug!(id, "FIN for a rendezvous of a dead connection dropped");
+            Tx::Fin { token, conn, .. } if conn != k => {
+                tracing::debug!(token, "FIN for a rendezvous of a dead connection dropped");
                 Err(Blocked::Done)
             }
-            Tx::Fin { id, status, conn } => {
+            Tx::Fin { token, status, conn } => {
                 let mut msg = [0u8; wire::FIN_LEN];
-                wire::fin(&mut msg, id, status);
+                wire::fin(&mut msg, token, status);
                 self.post_ctrl(k, &msg, false, true)
-                    .map_err(|()| Blocked::Room(Tx::Fin { id, status, conn }))
+                    .map_err(|()| Blocked::Room(Tx::Fin { token, status, conn }))
             }
         }
     }
@@ -320,7 +321,7 @@ impl VerbsEndpoint {
         };
         let id = self.rndv.insert(RndvSend { op, mr, conn: k });
         let mut msg = [0u8; wire::RTS_LEN];
-        wire::rts(&mut msg, meta, id as u32, len as u64, ptr as u64, rkey);
+        wire::rts(&mut msg, meta, self.rndv.token(id), len as u64, ptr as u64, rkey);
         match self.post_ctrl(k, &msg, false, true) {
             Ok(()) => {
                 self.spend_bytes(k, super::credit::eager_cost(0));
@@ -453,8 +454,16 @@ impl VerbsEndpoint {
             Ok((r, lkey, _)) => (r, lkey),
             Err(e) => {
                 complete::recv(&mut cx.cq, job.recv, job.arrival, Some(e));
-                let (id, peer) = (job.id, self.conns[k].peer);
-                self.submit(cx, peer, Tx::Fin { id, status: 1, conn: k });
+                let (token, peer) = (job.token, self.conns[k].peer);
+                self.submit(
+                    cx,
+                    peer,
+                    Tx::Fin {
+                        token,
+                        status: 1,
+                        conn: k,
+                    },
+                );
                 return Err(Blocked::Done);
             }
         };
@@ -536,7 +545,7 @@ impl VerbsEndpoint {
         cx: &mut Ctx<'_>,
         recv: xfer_core::unstable::provider::RecvOp,
         arrival: Arrival,
-        id: u32,
+        token: u64,
         raddr: u64,
         rkey: u32,
         conn: usize,
@@ -544,13 +553,13 @@ impl VerbsEndpoint {
         let peer = self.conns[conn].peer;
         if arrival.len == 0 {
             complete::recv_from(&mut cx.cq, recv, arrival, &peer, self.attr.source_err);
-            self.submit(cx, peer, Tx::Fin { id, status: 0, conn });
+            self.submit(cx, peer, Tx::Fin { token, status: 0, conn });
             return;
         }
         let job = Box::new(ReadJob {
             recv,
             arrival,
-            id,
+            token,
             raddr,
             rkey,
             conn,

@@ -209,7 +209,7 @@ impl VerbsEndpoint {
                 }
                 if let (true, Some(peer)) = (ok, peer) {
                     let fin = Tx::Fin {
-                        id: job.id,
+                        token: job.token,
                         status: 0,
                         conn: job.conn,
                     };
@@ -326,7 +326,7 @@ impl VerbsEndpoint {
             }
             Msg::Rts {
                 meta,
-                id,
+                token,
                 len,
                 addr,
                 rkey,
@@ -335,11 +335,11 @@ impl VerbsEndpoint {
                 match self.recvs.take_posted(meta.tag.is_some(), src, tag) {
                     Some((_, recv)) => {
                         let arrival = arrival_of(&recv, len, tag, meta.data, src);
-                        self.start_read(cx, recv, arrival, id, addr, rkey, k);
+                        self.start_read(cx, recv, arrival, token, addr, rkey, k);
                         self.owe(k, 0, eager_cost(0));
                     }
                     None => {
-                        if let Err(e) = self.conns[k].requests.arrive(u64::from(id)) {
+                        if let Err(e) = self.conns[k].requests.arrive(token) {
                             xfer_core::warn_limited!(peer = ?from, error = %e, "connection closed");
                             self.conn_failed(cx, k, e);
                             return true;
@@ -350,7 +350,7 @@ impl VerbsEndpoint {
                             data: meta.data,
                             len,
                             handle: RtsTicket {
-                                id,
+                                token,
                                 addr,
                                 rkey,
                                 conn: k,
@@ -361,10 +361,10 @@ impl VerbsEndpoint {
                     }
                 }
             }
-            Msg::Fin { id, status } => self.on_fin(cx, k, id, status),
+            Msg::Fin { token, status } => self.on_fin(cx, k, token, status),
             Msg::WriteData { data, len } => {
                 let len = usize::try_from(len).unwrap_or(usize::MAX);
-                complete::remote_write_from(&mut cx.cq, len, data, src, &from, self.attr.source_err)
+                complete::remote_write_from(&mut cx.cq, len, data, src, (&from, 0), self.attr.source_err)
             }
             Msg::Credit { msgs, bytes } => {
                 self.on_credit(k, msgs, bytes);
@@ -375,15 +375,16 @@ impl VerbsEndpoint {
         true
     }
 
-    /// A FIN on connection `k`: it ends rendezvous `id` only if that one's
-    /// RTS went out on `k` (ids are reused once a rendezvous ends, and one
-    /// that died with an older connection must not be completed by it).
-    fn on_fin(&mut self, cx: &mut Ctx<'_>, k: usize, id: u32, status: u32) {
-        if self.rndv.get(id as usize).is_none_or(|r| r.conn != k) {
-            xfer_core::warn_limited!(peer = ?self.conns[k].peer, id, "FIN for no rendezvous of this connection dropped");
+    /// A FIN on connection `k`: it ends the rendezvous its token names
+    /// only if that one's RTS went out on `k` (one that died with an older
+    /// connection must not be completed by it, and a token never names a
+    /// later rendezvous).
+    fn on_fin(&mut self, cx: &mut Ctx<'_>, k: usize, token: u64, status: u32) {
+        let Some((key, _)) = self.rndv.by_token(token).filter(|(_, r)| r.conn == k) else {
+            xfer_core::warn_limited!(peer = ?self.conns[k].peer, token, "FIN for no rendezvous of this connection dropped");
             return;
-        }
-        let r = self.rndv.remove(id as usize);
+        };
+        let r = self.rndv.remove(key);
         self.release_mr(r.mr);
         let result = if status == 0 {
             Ok(())
@@ -410,7 +411,7 @@ impl VerbsEndpoint {
                 len,
                 handle:
                     RtsTicket {
-                        id,
+                        token,
                         addr,
                         rkey,
                         conn,
@@ -424,8 +425,8 @@ impl VerbsEndpoint {
                     .get_mut(conn)
                     .filter(|c| c.serial == serial && c.state != State::Dead);
                 if let Some(c) = live {
-                    c.requests.matched(u64::from(id));
-                    self.start_read(cx, recv, arrival, id, addr, rkey, conn);
+                    c.requests.matched(token);
+                    self.start_read(cx, recv, arrival, token, addr, rkey, conn);
                     self.consumed((conn, serial), 0);
                 } else {
                     // Its sender's connection died: the data is gone.

@@ -1,0 +1,189 @@
+//! The eager/rendezvous choice and the rendezvous sender's state machine,
+//! whatever moves the bytes.
+//!
+//! A message goes eager (header and payload in one frame, into the
+//! receiver's unexpected store if no receive waits) when it is at most the
+//! transport's eager size and its receiver has credit for it; otherwise it
+//! goes by rendezvous: a request to send, which costs the receiver only an
+//! unexpected entry, and the payload once a receive matches it. How the
+//! payload then moves is the transport's: pushed after a clear-to-send
+//! (TCP streams it), or pulled by the receiver, which finishes the
+//! rendezvous when it has it (verbs reads it with RDMA READ, shared memory
+//! copies it).
+//!
+//! [`SendState`] is where a send stands with its receiver; every answer a
+//! peer gives about it goes through [`SendState::answer`], which refuses
+//! (as a protocol violation) an answer the send cannot take in its state.
+
+use crate::error::{Error, Result};
+
+/// How a message goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocol {
+    /// Header and payload in one frame.
+    Eager,
+    /// A request to send; the payload once a receive matches it.
+    Rendezvous,
+}
+
+/// The protocol for a `len`-byte message on a transport whose eager
+/// messages carry at most `eager_max` bytes; `credit` spends the receiver's
+/// eager credit for it and says whether there was enough (it is asked only
+/// for a message that fits).
+#[inline]
+pub fn choose(len: usize, eager_max: usize, credit: impl FnOnce() -> bool) -> Protocol {
+    if len <= eager_max && credit() {
+        Protocol::Eager
+    } else {
+        Protocol::Rendezvous
+    }
+}
+
+/// Where a send stands with its receiver.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SendState {
+    /// Its request to send went out: the receiver clears it (push) or pulls
+    /// the payload and finishes it (pull).
+    Requested,
+    /// Eager, or cleared: its payload is being written.
+    Moving,
+    /// Its payload went out whole; it waits for the receiver's
+    /// acknowledgement (a completion level above inject).
+    Moved,
+}
+
+/// What a peer says about one of our sends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Answer {
+    /// Clear to send (push transports): a receive matched the request.
+    Clear,
+    /// The receiver pulled the payload (pull transports): the send is done.
+    Finish,
+    /// The receiver has the message (an acknowledged send): it is done.
+    Delivered,
+}
+
+impl Answer {
+    /// The protocol violation of this answer for no send waiting for it.
+    pub fn unexpected(self) -> Error {
+        Error::Protocol(match self {
+            Answer::Clear => "clear-to-send for no pending rendezvous",
+            Answer::Finish => "finish for no pending rendezvous",
+            Answer::Delivered => "delivery acknowledgement for no send waiting for one",
+        })
+    }
+}
+
+/// What a send does after an answer or after its payload went out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Next {
+    /// Write the payload.
+    Move,
+    /// Wait for the receiver's acknowledgement.
+    Wait,
+    /// Complete the send.
+    Complete,
+}
+
+impl SendState {
+    /// The state a send starts in, by its protocol.
+    pub fn start(protocol: Protocol) -> SendState {
+        match protocol {
+            Protocol::Eager => SendState::Moving,
+            Protocol::Rendezvous => SendState::Requested,
+        }
+    }
+
+    /// Takes the peer's `answer`, or refuses it as a protocol violation
+    /// when the send cannot take it in its state.
+    pub fn answer(&mut self, answer: Answer) -> Result<Next> {
+        match (*self, answer) {
+            (SendState::Requested, Answer::Clear) => {
+                *self = SendState::Moving;
+                Ok(Next::Move)
+            }
+            (SendState::Requested, Answer::Finish) | (SendState::Moved, Answer::Delivered) => Ok(Next::Complete),
+            (_, answer) => Err(answer.unexpected()),
+        }
+    }
+
+    /// Its payload went out whole; `acknowledged`: the receiver will say
+    /// when it has the message.
+    pub fn moved(&mut self, acknowledged: bool) -> Next {
+        if acknowledged {
+            *self = SendState::Moved;
+            Next::Wait
+        } else {
+            Next::Complete
+        }
+    }
+
+    /// Whether the answer `answer` is one this state waits for.
+    pub fn awaits(self, answer: Answer) -> bool {
+        let mut s = self;
+        s.answer(answer).is_ok()
+    }
+
+    /// The answer a send that failed in this state may still get from its
+    /// receiver, over another connection to it: its request or its payload
+    /// went out whole. Only push transports, whose answers may take another
+    /// connection, keep such answers ([`super::Abandoned`]).
+    pub fn owed(self) -> Option<Answer> {
+        match self {
+            SendState::Requested => Some(Answer::Clear),
+            SendState::Moved => Some(Answer::Delivered),
+            SendState::Moving => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_choice_spends_credit_only_for_a_message_that_fits() {
+        let mut asked = 0;
+        assert_eq!(
+            choose(100, 64, || {
+                asked += 1;
+                true
+            }),
+            Protocol::Rendezvous
+        );
+        assert_eq!(asked, 0);
+        assert_eq!(choose(64, 64, || true), Protocol::Eager);
+        assert_eq!(choose(0, 64, || false), Protocol::Rendezvous, "no credit");
+    }
+
+    #[test]
+    fn a_pushed_rendezvous_with_acknowledgement_runs_in_order() {
+        let mut s = SendState::start(Protocol::Rendezvous);
+        assert_eq!(s.owed(), Some(Answer::Clear));
+        assert!(s.awaits(Answer::Clear) && !s.awaits(Answer::Delivered));
+        assert_eq!(s.answer(Answer::Clear), Ok(Next::Move));
+        assert_eq!(s.owed(), None);
+        assert!(s.answer(Answer::Clear).is_err(), "a second clear-to-send");
+        assert_eq!(s.moved(true), Next::Wait);
+        assert_eq!(s.owed(), Some(Answer::Delivered));
+        assert_eq!(s.answer(Answer::Delivered), Ok(Next::Complete));
+    }
+
+    #[test]
+    fn a_pulled_rendezvous_finishes_from_its_request() {
+        let mut s = SendState::start(Protocol::Rendezvous);
+        assert_eq!(s.answer(Answer::Finish), Ok(Next::Complete));
+    }
+
+    #[test]
+    fn answers_out_of_turn_are_violations() {
+        let mut eager = SendState::start(Protocol::Eager);
+        for a in [Answer::Clear, Answer::Finish, Answer::Delivered] {
+            assert!(matches!(eager.answer(a), Err(Error::Protocol(_))), "{a:?}");
+        }
+        assert_eq!(eager.moved(false), Next::Complete);
+        let mut waiting = SendState::Moved;
+        assert!(waiting.answer(Answer::Finish).is_err());
+        assert!(waiting.answer(Answer::Clear).is_err());
+    }
+}
