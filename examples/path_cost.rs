@@ -107,7 +107,9 @@ fn run() -> Result<(), String> {
     let size: usize = args.next().map_or(Ok(64), |v| v.parse()).map_err(|_| "SIZE")?;
     let domain = xfer::open_default().map_err(|e| e.to_string())?;
     let mut attr = EndpointAttr::from_env();
-    attr.tcp.addr.get_or_insert_with(|| "127.0.0.1".into());
+    if xfer::TcpAttr::from_env().addr.is_none() {
+        attr.params.set("tcp.addr", "127.0.0.1");
+    }
     let open = || -> Result<(Endpoint, CompletionQueue), String> {
         let cq = domain.cq(&CqAttr::from_env()).map_err(|e| e.to_string())?;
         let av = domain.av().map_err(|e| e.to_string())?;

@@ -359,6 +359,12 @@ typedef struct xfer_av_t xfer_av_t;
 typedef struct xfer_cq_t xfer_cq_t;
 
 /**
+ * Domain attributes being filled in (opaque): the provider to force and
+ * transport settings by key.
+ */
+typedef struct xfer_domain_attr_t xfer_domain_attr_t;
+
+/**
  * A domain: the provider instance that CQs, AVs and endpoints are opened
  * from (opaque).
  */
@@ -965,6 +971,62 @@ int xfer_domain_close(struct xfer_domain_t *domain);
  * `name` must be NULL or point to writable memory for one pointer.
  */
 int xfer_domain_provider(struct xfer_domain_t *domain, const char **name);
+
+/**
+ * Opens domain attributes holding the defaults: the provider
+ * `XFER_PROVIDER` names (else the automatic choice) and no transport
+ * settings (each transport still applies its `XFER_*` variables, under
+ * the settings given here). Stores the handle in `*out` (NULL on failure).
+ *
+ * Returns 0; `XFER_EINVAL` when `out` is NULL. The caller closes it with
+ * `xfer_domain_attr_close`. Thread-safe.
+ *
+ * # Safety
+ * `out` must be NULL or point to writable memory for one pointer.
+ */
+int xfer_domain_attr_open(struct xfer_domain_attr_t **out);
+
+/**
+ * Sets the setting `key` of `attr` to `value` (both NUL-terminated):
+ * `"provider"` (`"tcp"`, `"verbs"`; `""` for the automatic choice), or a
+ * transport's setting `TRANSPORT.NAME` (`"tcp.iface"`, `"verbs.device"`;
+ * `xfer-info` lists every key with its `XFER_*` variable), checked now by
+ * its transport. The transport settings apply to the domain and to every
+ * endpoint opened from it (a non-default `tcp_*` field of an endpoint's
+ * `xfer_ep_attr_t` overrides its key for that endpoint).
+ *
+ * Returns 0; `XFER_EBADF` for a bad handle; `XFER_EINVAL` when `key` or
+ * `value` is NULL or not UTF-8, the key is unknown (an unknown transport,
+ * or a name its transport does not have) or the value does not parse; the
+ * reason, naming the key, is logged (`XFER_LOG=warn`, the default).
+ * Nothing is set on failure. Thread-safe.
+ *
+ * # Safety
+ * `key` and `value` must be NULL or NUL-terminated strings.
+ */
+int xfer_domain_attr_set(struct xfer_domain_attr_t *attr, const char *key, const char *value);
+
+/**
+ * Closes domain attributes (a domain opened with them keeps its copy).
+ *
+ * Returns 0; `XFER_EBADF` for a bad or already closed handle. Thread-safe.
+ */
+int xfer_domain_attr_close(struct xfer_domain_attr_t *attr);
+
+/**
+ * Opens a domain with the attributes `attr`: its provider (else the
+ * first available one, see `xfer_info_get`) and transport settings. Stores
+ * the handle in `*out` (NULL on failure).
+ *
+ * Returns 0; `XFER_EBADF` for a bad `attr` handle; `XFER_EINVAL` when
+ * `out` is NULL; `XFER_ENODATA` when the provider is unknown or none can
+ * be opened (the reasons are logged; set `XFER_LOG=debug`). The caller
+ * releases it with `xfer_domain_close`. Thread-safe.
+ *
+ * # Safety
+ * `out` must be NULL or point to writable memory for one pointer.
+ */
+int xfer_domain_open_attr(struct xfer_domain_attr_t *attr, struct xfer_domain_t **out);
 
 /**
  * Fills `*attr` with the effective defaults: built-in values overridden by

@@ -362,9 +362,12 @@ impl Connection {
 /// The context bit of the blocking calls' own operations.
 const OURS: u64 = 1 << 63;
 
-/// How long the name exchange and the hello may take.
+/// How long the name exchange and the hello may take: the TCP transport's
+/// connect timeout (`tcp.connect_timeout_ms` of the endpoint's params, else
+/// the environment's or the default).
 pub(crate) fn exchange_timeout(attr: &EndpointAttr) -> Duration {
-    Duration::from_millis(attr.tcp.connect_timeout_ms.max(1))
+    let tcp = crate::TcpAttr::from_params(&attr.params).unwrap_or_else(|_| crate::TcpAttr::from_env());
+    Duration::from_millis(tcp.connect_timeout_ms.max(1))
 }
 
 /// The bytes of a name exchange's head: magic, version, the name's length.

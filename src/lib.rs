@@ -81,9 +81,15 @@ pub use xfer_core::{error_limited, warn_limited};
 pub use xfer_core::{Access, Claim, LocalDesc, MemoryRegion, Peeked, RemoteKey, RmaKind, RmaOp};
 pub use xfer_core::{
     Address, AddressVector, Buffer, Completion, CompletionLevel, CompletionQueue, CqAttr, DomainAttr, Endpoint,
-    EndpointAttr, Error, Flags, JobKey, PeerAddr, PeerEvent, PeerEventKind, RecvOp, RecvSpec, Rejected, Result, SendOp,
-    Setting, TcpAttr,
+    EndpointAttr, Error, Flags, JobKey, Params, PeerAddr, PeerEvent, PeerEventKind, RecvOp, RecvSpec, Rejected, Result,
+    SendOp, Setting,
 };
+/// The TCP transport's typed settings (keys `tcp.*` of [`Params`]).
+pub use xfer_tcp::TcpAttr;
+/// The verbs transport's typed settings (keys `verbs.*` of [`Params`]).
+#[cfg(feature = "verbs")]
+#[cfg_attr(docsrs, doc(cfg(feature = "verbs")))]
+pub use xfer_verbs::VerbsAttr;
 
 /// A domain (from xfer-core); open one with [`open`] or [`open_default`].
 pub use xfer_core::Domain;
@@ -95,6 +101,8 @@ mod choice;
 pub use choice::{Candidate, ProviderChoice, Verdict};
 mod connection;
 pub use connection::{connect, listen, Connection, Listener};
+mod settings;
+pub use settings::{check_param, check_params, default_transport_settings, transport_settings, TRANSPORTS};
 
 /// One provider as the facade sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -115,19 +123,29 @@ pub const PROVIDERS: &[&str] = &[
     "tcp",
 ];
 
-/// The providers compiled in, in order of preference, and whether each can run here.
-///
-/// `verbs` is available when a verbs device (`XFER_VERBS_DEVICE`, else any)
-/// has its port `XFER_VERBS_PORT` active and an IPv4 address to listen on
-/// (`XFER_VERBS_ADDR`, else the port's IPv4-mapped GID); its detail names the
-/// device, port and address, or says why not. `tcp` is always available.
+/// The providers compiled in, in order of preference, and whether each can
+/// run here with settings from the environment: [`info_for`] of
+/// [`DomainAttr::from_env`].
 pub fn info() -> Vec<ProviderInfo> {
+    info_for(&DomainAttr::from_env())
+}
+
+/// The providers compiled in, in order of preference, and whether each can
+/// run here with the settings of `attr` (its params over the environment):
+/// what [`open`] with `attr` chooses from.
+///
+/// `verbs` is available when a verbs device (`verbs.device`, else any)
+/// has its port `verbs.port` active and an IPv4 address to listen on
+/// (`verbs.addr`, else the port's IPv4-mapped GID): the choice
+/// `VerbsDomain::with_attr` makes, by the same function
+/// (`xfer_verbs::choose`). Its detail names the device, port and address,
+/// or says why not. `tcp` is always available.
+pub fn info_for(attr: &DomainAttr) -> Vec<ProviderInfo> {
     let mut all = Vec::with_capacity(PROVIDERS.len());
     #[cfg(feature = "verbs")]
-    {
-        let attr = xfer_verbs::VerbsAttr::from_env();
-        all.push(verbs::info(&xfer_verbs::probe_ports(attr.device.as_deref()), &attr));
-    }
+    all.push(verbs::info(&attr.params));
+    #[cfg(not(feature = "verbs"))]
+    let _ = attr;
     all.push(ProviderInfo {
         name: "tcp",
         available: true,
@@ -136,19 +154,22 @@ pub fn info() -> Vec<ProviderInfo> {
     all
 }
 
-/// Opens the built-in provider `name` (one of [`PROVIDERS`]).
-fn open_named(name: &'static str) -> Result<Domain> {
+/// Opens the built-in provider `name` (one of [`PROVIDERS`]) with the
+/// transport settings `params`.
+fn open_named(name: &'static str, params: &Params) -> Result<Domain> {
     match name {
         #[cfg(feature = "verbs")]
-        "verbs" => Ok(Domain::new(Box::new(xfer_verbs::VerbsDomain::open()?))),
-        "tcp" => Ok(Domain::new(Box::new(xfer_tcp::TcpDomain::open()?))),
+        "verbs" => Ok(Domain::new(Box::new(xfer_verbs::VerbsDomain::with_params(params)?))),
+        "tcp" => Ok(Domain::new(Box::new(xfer_tcp::TcpDomain::with_params(params)?))),
         _ => Err(Error::Internal("open_named: provider not built")),
     }
 }
 
 /// Opens a domain on the provider `attr` names, or else the first available
-/// in order of preference (see [`info`]); an available provider that fails
-/// to open is skipped for the next one. The choice and the reasons for
+/// in order of preference (see [`info_for`]); an available provider that fails
+/// to open is skipped for the next one. The transport settings of
+/// `attr.params` are checked first ([`check_params`]): a bad one fails the
+/// call with [`Error::InvalidSetting`] naming it. The choice and the reasons for
 /// skipping others are logged through `tracing` ([`open_report`] returns them).
 pub fn open(attr: &DomainAttr) -> Result<Domain> {
     open_report(attr).0
@@ -166,7 +187,17 @@ pub fn open(attr: &DomainAttr) -> Result<Domain> {
 /// # Ok::<(), xfer::Error>(())
 /// ```
 pub fn open_report(attr: &DomainAttr) -> (Result<Domain>, ProviderChoice) {
-    choice::choose(attr.provider.as_deref(), &info(), open_named)
+    if let Err(e) = check_params(&attr.params) {
+        let choice = ProviderChoice {
+            chosen: None,
+            forced: attr.provider.clone(),
+            candidates: Vec::new(),
+        };
+        return (Err(e), choice);
+    }
+    choice::choose(attr.provider.as_deref(), &info_for(attr), |name| {
+        open_named(name, &attr.params)
+    })
 }
 
 /// [`open`] with attributes from the environment (`XFER_PROVIDER`).
@@ -198,17 +229,19 @@ pub fn init_logging() {
 /// Availability of the verbs provider, from a device probe.
 #[cfg(feature = "verbs")]
 mod verbs {
-    use xfer_verbs::{Probe, VerbsAttr};
+    use xfer_verbs::VerbsAttr;
 
-    use crate::ProviderInfo;
+    use crate::{Params, ProviderInfo};
 
-    /// The `verbs` entry of [`crate::info`]: the device, port and address
-    /// `VerbsDomain::open` takes with `attr` (the same [`xfer_verbs::select`]),
-    /// or why there is none: no rdma-core, no device, port down, no address.
-    pub(crate) fn info(probe: &Probe, attr: &VerbsAttr) -> ProviderInfo {
-        let (available, detail) = match xfer_verbs::select(probe, attr) {
-            Ok(sel) => (true, sel.to_string()),
-            Err(why) => (false, why.to_string()),
+    /// The `verbs` entry of [`crate::info_for`]: the device, port and
+    /// address `VerbsDomain::with_params` opens with `params` (the same
+    /// settings and the same [`xfer_verbs::choose`]), or why there is none:
+    /// a bad setting, no rdma-core, no device, port down, no address.
+    pub(crate) fn info(params: &Params) -> ProviderInfo {
+        let (available, detail) = match VerbsAttr::from_params(params).map(|attr| xfer_verbs::choose(&attr)) {
+            Ok(Ok(sel)) => (true, sel.to_string()),
+            Ok(Err(why)) => (false, why.to_string()),
+            Err(bad) => (false, bad.to_string()),
         };
         ProviderInfo {
             name: "verbs",
@@ -258,6 +291,61 @@ mod tests {
             };
             assert!(expected, "{}: {}", c.name, c.verdict);
         }
+    }
+
+    /// The report and the opening of verbs take the same settings and the
+    /// same choice: where the report says verbs is unusable, opening it
+    /// fails with the very same reason (on a host without an HCA, every
+    /// case here; with one, an available report means the choice opened).
+    #[cfg(feature = "verbs")]
+    #[test]
+    fn the_verbs_report_and_opening_verbs_say_the_same() {
+        let mut cases = vec![Params::new()];
+        for (key, value) in [
+            ("verbs.device", "xfer-no-such-dev0"),
+            ("verbs.port", "9"),
+            ("verbs.port", "one"),
+        ] {
+            let mut p = Params::new();
+            p.set(key, value);
+            cases.push(p);
+        }
+        for params in cases {
+            let mut attr = DomainAttr::with_provider("verbs");
+            attr.params = params.clone();
+            let report = info_for(&attr)
+                .into_iter()
+                .find(|p| p.name == "verbs")
+                .expect("verbs listed");
+            let opened = xfer_verbs::VerbsDomain::with_params(&params);
+            match opened {
+                Ok(_) => assert!(report.available, "{params:?}: opened, yet reported: {}", report.detail),
+                Err(e) => {
+                    let why = match e {
+                        Error::NoProvider(why) => why,
+                        other => other.to_string(),
+                    };
+                    assert!(!report.available, "{params:?}: reported usable, opening failed: {why}");
+                    assert_eq!(report.detail, why, "{params:?}");
+                    // Through the facade's choice too: forced, the failure carries the reason.
+                    let e = open(&attr).expect_err("verbs unusable");
+                    assert!(e.to_string().contains(&report.detail), "{e} / {}", report.detail);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_bad_setting_fails_open_and_names_the_key() {
+        let mut attr = DomainAttr::with_provider("tcp");
+        attr.params.set("tcp.ifcae", "lo");
+        let Err(Error::InvalidSetting(why)) = open(&attr) else {
+            panic!("a misspelt key was accepted");
+        };
+        assert!(why.contains("tcp.ifcae"), "{why}");
+        attr.params.remove("tcp.ifcae");
+        attr.params.set("tcp.coalesce", "0");
+        assert_eq!(open(&attr).expect("valid settings").provider(), "tcp");
     }
 
     #[test]

@@ -82,7 +82,7 @@ async fn many_clients_are_accepted_at_once_past_a_silent_one() {
     let mut attr = test_attr();
     // Far beyond the test's deadline: a listener that waited for the
     // silent client before the others would fail the test.
-    attr.tcp.connect_timeout_ms = 600_000;
+    attr.params.set("tcp.connect_timeout_ms", "600000");
     let listener = listener(&attr).await;
     let addr = listener.local_addr().unwrap();
     // First in the listening socket's backlog.
@@ -128,7 +128,7 @@ async fn a_connect_to_a_server_that_never_answers_times_out_without_blocking() {
     // Accepts TCP connections (the kernel does) and never says anything.
     let mute = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let mut attr = test_attr();
-    attr.tcp.connect_timeout_ms = 500;
+    attr.params.set("tcp.connect_timeout_ms", "500");
     let ticks = Arc::new(AtomicU64::new(0));
     let ticker = tokio::spawn({
         let ticks = ticks.clone();

@@ -188,6 +188,19 @@ fn xfer_info_lists_tcp() {
         .map(|l| l.split_whitespace().take(3).collect())
         .unwrap_or_default();
     assert_eq!(row, ["XFER_MAX_OUTSTANDING_PER_PEER", "8", "0"], "{}", lines.join("\n"));
+    // Every setting of every transport, with its variable and its key.
+    for setting in xfer::default_transport_settings() {
+        let key = setting.key.expect("a transport setting has a key");
+        assert!(
+            lines.iter().any(|l| {
+                let cells: Vec<&str> = l.split_whitespace().collect();
+                cells.first() == Some(&setting.env) && cells.contains(&key)
+            }),
+            "no row for {} ({key}) in:\n{}",
+            setting.env,
+            lines.join("\n")
+        );
+    }
 
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_xfer-info"));
     cmd.arg("--json");
@@ -198,6 +211,14 @@ fn xfer_info_lists_tcp() {
     assert!(json.contains(r#""name": "tcp", "available": true"#), "{json}");
     assert!(json.contains(&format!(r#""chosen": "{picks}""#)), "{json}");
     assert!(json.contains(r#""error": null"#), "{json}");
+    assert!(
+        json.contains(r#"{"env": "XFER_TCP_IFACE", "key": "tcp.iface", "value": "#),
+        "{json}"
+    );
+    assert!(
+        json.contains(r#"{"env": "XFER_CQ_SIZE", "key": null, "value": "#),
+        "{json}"
+    );
 
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_xfer-info"));
     cmd.arg("--no-such-flag");

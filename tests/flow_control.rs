@@ -31,7 +31,7 @@ fn counter(n: &Node, name: &str) -> Option<u64> {
 /// A node whose peers may have at most [`BUDGET`] eager bytes in flight to it.
 fn node() -> Node {
     let mut attr = test_attr();
-    attr.tcp.eager_credit = BUDGET;
+    attr.params.set("tcp.eager_credit", BUDGET.to_string());
     Node::with_attr(&attr)
 }
 
@@ -228,7 +228,7 @@ fn acknowledged_sends_past_the_credit_wait_and_arrive() {
 fn requests_to_send_beyond_the_credit_wait_their_turn() {
     const BIG: usize = 512;
     let mut attr = test_attr();
-    attr.tcp.eager_credit = BUDGET;
+    attr.params.set("tcp.eager_credit", BUDGET.to_string());
     attr.rndv_threshold = BIG / 2;
     let (mut tx, mut rx) = (Node::with_attr(&attr), Node::with_attr(&attr));
     if counter(&rx, "unexpected_memory").is_none() {

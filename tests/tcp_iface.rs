@@ -337,8 +337,7 @@ fn ipv6_loopback_forms() {
     }
     let node = |addr: &str| {
         let mut attr = EndpointAttr::from_env();
-        attr.tcp.addr = Some(addr.into());
-        attr.tcp.iface.clear();
+        attr.params.set("tcp.addr", addr).set("tcp.iface", "");
         common::Node::with_attr(&attr)
     };
     // A port of our own for the third: one the kernel just gave out.

@@ -922,7 +922,7 @@ fn connections(v: &Node) -> u64 {
 #[test]
 fn crossed_first_contact_the_greater_name_takes_the_peers_connection() {
     let mut attr = common::test_attr();
-    attr.tcp.addr = Some("127.0.0.2".into());
+    attr.params.set("tcp.addr", "127.0.0.2");
     let mut v = Node::with_attr(&attr);
     let (fake, name) = fake_peer_at("127.0.0.1");
     let peer = v.av.insert(&name).unwrap();
@@ -1132,7 +1132,7 @@ fn a_peer_that_does_not_prove_the_job_key_is_refused_before_delivery() {
 fn a_peer_that_never_answers_the_challenge_is_dropped_after_the_connect_timeout() {
     let mut attr = common::test_attr();
     attr.job_key = Some(xfer::JobKey(b"secret".to_vec()));
-    attr.tcp.connect_timeout_ms = 300;
+    attr.params.set("tcp.connect_timeout_ms", "300");
     let mut v = Node::with_attr(&attr);
     let mut s = TcpStream::connect(addr_of(&v)).unwrap();
     s.write_all(&hello(s.local_addr().unwrap(), &v)).unwrap();

@@ -141,7 +141,6 @@ pub unsafe extern "C" fn xfer_domain_open(provider: *const c_char, out: *mut *mu
         }
         // SAFETY: `out` is non-null and valid for one pointer by contract.
         unsafe { out.write(std::ptr::null_mut()) };
-        init_logging();
         let mut attr = DomainAttr::from_env();
         if !provider.is_null() {
             // SAFETY: a non-null `provider` is NUL-terminated by contract.
@@ -151,13 +150,19 @@ pub unsafe extern "C" fn xfer_domain_open(provider: *const c_char, out: *mut *mu
                 .map_err(|_| invalid("xfer_domain_open: provider name is not UTF-8"))?;
             attr.provider = Some(name.to_string());
         }
-        let domain = xfer_facade::open(&attr)?;
-        tracing::debug!(provider = domain.provider(), "domain opened through the C ABI");
-        let h = handle::insert(Object::Domain(domain), &[])?;
+        let h = open_handle(&attr)?;
         // SAFETY: as above.
         unsafe { out.write(h as usize as *mut xfer_domain_t) };
         Ok(XFER_SUCCESS)
     })
+}
+
+/// Opens a domain with `attr` and registers its handle.
+pub(crate) fn open_handle(attr: &DomainAttr) -> Result<u64, Fail> {
+    init_logging();
+    let domain = xfer_facade::open(attr)?;
+    tracing::debug!(provider = domain.provider(), "domain opened through the C ABI");
+    handle::insert(Object::Domain(domain), &[])
 }
 
 /// Closes a domain.

@@ -10,8 +10,7 @@
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::sync::Arc;
 
-use xfer_core::unstable::attr::iface_list;
-use xfer_facade::{Buffer, CompletionLevel, Endpoint, EndpointAttr, PeerAddr, RecvOp, RecvSpec, SendOp};
+use xfer_facade::{Buffer, CompletionLevel, Endpoint, EndpointAttr, PeerAddr, RecvOp, RecvSpec, SendOp, TcpAttr};
 
 use crate::av::{av_of, copy_out, xfer_av_t};
 use crate::cq::{cq_of, xfer_cq_t, XFER_REMOTE_CQ_DATA, XFER_TAGGED};
@@ -169,7 +168,10 @@ pub struct xfer_msg_t {
     pub context: *mut c_void,
 }
 
+/// The C struct of `a`; its `tcp_*` fields from the TCP settings the
+/// environment gives (`a.params` carries none when the struct is made).
 fn attr_from_rust(a: &EndpointAttr) -> xfer_ep_attr_t {
+    let tcp = TcpAttr::from_params(&a.params).unwrap_or_else(|_| TcpAttr::from_env());
     xfer_ep_attr_t {
         size: std::mem::size_of::<xfer_ep_attr_t>(),
         flags: if a.selective_completion {
@@ -181,15 +183,15 @@ fn attr_from_rust(a: &EndpointAttr) -> xfer_ep_attr_t {
         rndv_threshold: a.rndv_threshold,
         inject_size: a.inject_size,
         tcp_addr: std::ptr::null(),
-        tcp_connect_timeout_ms: a.tcp.connect_timeout_ms,
-        tcp_user_timeout_ms: a.tcp.user_timeout_ms,
-        tcp_sockbuf: a.tcp.sockbuf,
-        tcp_keepalive_ms: a.tcp.keepalive_ms,
-        tcp_eager_credit: a.tcp.eager_credit,
+        tcp_connect_timeout_ms: tcp.connect_timeout_ms,
+        tcp_user_timeout_ms: tcp.user_timeout_ms,
+        tcp_sockbuf: tcp.sockbuf,
+        tcp_keepalive_ms: tcp.keepalive_ms,
+        tcp_eager_credit: tcp.eager_credit,
         max_outstanding: a.max_outstanding,
         max_outstanding_per_peer: a.max_outstanding_per_peer,
-        tcp_coalesce: a.tcp.coalesce,
-        tcp_local_sndbuf: a.tcp.local_sndbuf,
+        tcp_coalesce: tcp.coalesce,
+        tcp_local_sndbuf: tcp.local_sndbuf,
         tcp_iface: std::ptr::null(),
         progress_timeout_ms: a.progress_timeout_ms,
         job_key: std::ptr::null(),
@@ -258,25 +260,41 @@ unsafe fn attr_to_rust(attr: *const xfer_ep_attr_t) -> Result<EndpointAttr, Fail
     r.source_err = a.flags & XFER_SOURCE_ERR != 0;
     r.rndv_threshold = a.rndv_threshold;
     r.inject_size = a.inject_size;
-    r.tcp.connect_timeout_ms = a.tcp_connect_timeout_ms;
-    r.tcp.user_timeout_ms = a.tcp_user_timeout_ms;
-    r.tcp.sockbuf = a.tcp_sockbuf;
-    r.tcp.keepalive_ms = a.tcp_keepalive_ms;
-    r.tcp.eager_credit = a.tcp_eager_credit;
     r.max_outstanding = a.max_outstanding;
     r.max_outstanding_per_peer = a.max_outstanding_per_peer;
-    r.tcp.coalesce = a.tcp_coalesce;
-    r.tcp.local_sndbuf = a.tcp_local_sndbuf;
     r.progress_timeout_ms = a.progress_timeout_ms;
     r.rx_memory = a.rx_memory;
     r.peer_events = a.peer_events;
+    // The `tcp_*` fields are shorthand for the `tcp.*` keys: one that
+    // differs from what xfer_ep_attr_init put there becomes the endpoint's
+    // setting; one left alone defers to the domain's key
+    // (xfer_domain_attr_set), else to the environment.
+    let init = TcpAttr::from_env();
+    let numbers = [
+        (
+            "tcp.connect_timeout_ms",
+            a.tcp_connect_timeout_ms,
+            init.connect_timeout_ms,
+        ),
+        ("tcp.user_timeout_ms", a.tcp_user_timeout_ms, init.user_timeout_ms),
+        ("tcp.sockbuf", a.tcp_sockbuf as u64, init.sockbuf as u64),
+        ("tcp.keepalive_ms", a.tcp_keepalive_ms, init.keepalive_ms),
+        ("tcp.eager_credit", a.tcp_eager_credit as u64, init.eager_credit as u64),
+        ("tcp.coalesce", a.tcp_coalesce as u64, init.coalesce as u64),
+        ("tcp.local_sndbuf", a.tcp_local_sndbuf as u64, init.local_sndbuf as u64),
+    ];
+    for (key, value, initial) in numbers {
+        if value != initial {
+            r.params.set(key, value.to_string());
+        }
+    }
     // SAFETY: NULL or NUL-terminated by contract.
     if let Some(s) = unsafe { c_text(a.tcp_addr, "xfer_ep_open: tcp_addr is not UTF-8") }? {
-        r.tcp.addr = Some(s.to_string());
+        r.params.set("tcp.addr", s);
     }
     // SAFETY: NULL or NUL-terminated by contract.
     if let Some(s) = unsafe { c_text(a.tcp_iface, "xfer_ep_open: tcp_iface is not UTF-8") }? {
-        r.tcp.iface = iface_list(s);
+        r.params.set("tcp.iface", s);
     }
     if !a.job_key.is_null() {
         // SAFETY: a non-null job_key is NUL-terminated by contract.
@@ -889,6 +907,30 @@ pub extern "C" fn xfer_ep_cancel(ep: *mut xfer_ep_t, context: *mut c_void) -> c_
 mod tests {
     use super::*;
 
+    /// The interface list the TCP transport reads from `r`.
+    fn iface(r: &EndpointAttr) -> Vec<String> {
+        TcpAttr::from_params(&r.params).expect("valid settings").iface
+    }
+
+    #[test]
+    fn tcp_fields_become_keys_only_when_changed() {
+        let mut a = attr_from_rust(&EndpointAttr::from_env());
+        // SAFETY: `a` is a whole struct with NULL strings.
+        let r = unsafe { attr_to_rust(&a) }.unwrap();
+        assert!(
+            r.params.is_empty(),
+            "untouched fields defer to the domain: {:?}",
+            r.params
+        );
+        a.tcp_coalesce = a.tcp_coalesce.wrapping_add(1);
+        a.tcp_addr = c"127.0.0.1".as_ptr();
+        // SAFETY: as above, with a NUL-terminated address.
+        let r = unsafe { attr_to_rust(&a) }.unwrap();
+        assert_eq!(r.params.get("tcp.coalesce"), Some(a.tcp_coalesce.to_string().as_str()));
+        assert_eq!(r.params.get("tcp.addr"), Some("127.0.0.1"));
+        assert_eq!(r.params.iter().count(), 2);
+    }
+
     #[test]
     fn attr_init_round_trips_the_rust_defaults() {
         let mut a = std::mem::MaybeUninit::<xfer_ep_attr_t>::uninit();
@@ -911,7 +953,7 @@ mod tests {
         a.tcp_iface = c" ib0, eth1 ,".as_ptr();
         // SAFETY: `a` is a whole struct; its strings are NULL or NUL-terminated.
         let r = unsafe { attr_to_rust(&a) }.unwrap();
-        assert_eq!(r.tcp.iface, ["ib0", "eth1"]);
+        assert_eq!(iface(&r), ["ib0", "eth1"]);
         assert_eq!(r.rndv_threshold, 1234);
         // The struct before `tcp_iface`: read up to it, the list left to the environment.
         let old = xfer_ep_attr_t {
@@ -921,7 +963,7 @@ mod tests {
         assert_eq!(ATTR_SIZE_BEFORE_IFACE + 8, ATTR_SIZE_BEFORE_PROGRESS);
         // SAFETY: the struct is whole, so its first `size` bytes are readable.
         let r = unsafe { attr_to_rust(&old) }.unwrap();
-        assert_eq!(r.tcp.iface, EndpointAttr::from_env().tcp.iface);
+        assert_eq!(iface(&r), TcpAttr::from_env().iface);
         assert_eq!(r.rndv_threshold, 1234);
         // The struct before `progress_timeout_ms`: the interface list is read,
         // the timeout and the job key are left to the environment.
@@ -933,7 +975,7 @@ mod tests {
         };
         // SAFETY: the struct is whole, so its first `size` bytes are readable.
         let r = unsafe { attr_to_rust(&mid) }.unwrap();
-        assert_eq!(r.tcp.iface, ["ib0", "eth1"]);
+        assert_eq!(iface(&r), ["ib0", "eth1"]);
         let env = EndpointAttr::from_env();
         assert_eq!(
             (r.progress_timeout_ms, r.job_key),

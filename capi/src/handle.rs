@@ -32,9 +32,9 @@
 //! domain). Closing a handle others depend on fails with `XFER_EBUSY`, as
 //! `fi_close` does: close endpoints, then AVs and CQs, then the domain.
 
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
-use xfer_facade::{AddressVector, Domain, Endpoint, MemoryRegion};
+use xfer_facade::{AddressVector, Domain, DomainAttr, Endpoint, MemoryRegion};
 
 use crate::error::{Fail, XFER_EBADF, XFER_EBUSY, XFER_ENOMEM};
 
@@ -55,6 +55,7 @@ pub(crate) enum Kind {
     Av = 3,
     Ep = 4,
     Mr = 5,
+    DomainAttr = 6,
 }
 
 /// The Rust object behind a handle. Every variant is a cheap `Arc` clone.
@@ -65,6 +66,8 @@ pub(crate) enum Object {
     Av(AddressVector),
     Ep(Arc<Endpoint>),
     Mr(Arc<MemoryRegion>),
+    /// Domain attributes being filled in (`xfer_domain_attr_set`).
+    DomainAttr(Arc<Mutex<DomainAttr>>),
 }
 
 impl Object {
@@ -75,6 +78,7 @@ impl Object {
             Object::Av(_) => Kind::Av,
             Object::Ep(_) => Kind::Ep,
             Object::Mr(_) => Kind::Mr,
+            Object::DomainAttr(_) => Kind::DomainAttr,
         }
     }
 }

@@ -44,6 +44,7 @@ compile_error!("the xfer C ABI encodes handles in 64-bit pointers");
 pub mod av;
 pub mod cq;
 pub mod domain;
+pub mod domain_attr;
 pub mod ep;
 pub mod error;
 pub mod event;

@@ -8,9 +8,15 @@
 
 use std::str::FromStr;
 
+use crate::error::Error;
+use crate::params::Params;
+
 /// One effective setting, for display.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Setting {
+    /// Its key in [`Params`] (`tcp.iface`) for a transport's setting; `None`
+    /// for core's own, which are fields of the attribute structs.
+    pub key: Option<&'static str>,
     /// The environment variable.
     pub env: &'static str,
     /// The effective value.
@@ -36,6 +42,35 @@ pub fn env_value<T: FromStr>(name: &str) -> Option<T> {
 
 fn raw_to<T: FromStr>(s: &str) -> Option<T> {
     s.trim().parse().ok()
+}
+
+/// Parses the value of the setting `key` as the environment does (sizes
+/// with `k`/`M`/`g` suffixes); a value that does not parse is
+/// [`Error::InvalidSetting`] naming the key and the value.
+pub fn param_value<T: FromStr>(key: &str, raw: &str) -> Result<T, Error> {
+    parse_size(raw)
+        .and_then(|n| raw_to::<T>(&n.to_string()))
+        .or_else(|| raw_to(raw))
+        .ok_or_else(|| Error::InvalidSetting(format!("{key}={raw:?}: not a valid value").into()))
+}
+
+/// A yes/no setting's value: `1`, `true`, `yes`, `on`, `0`, `false`, `no`,
+/// `off` (any case); anything else is [`Error::InvalidSetting`].
+pub fn param_flag(key: &str, raw: &str) -> Result<bool, Error> {
+    match raw.trim().to_ascii_lowercase().as_str() {
+        "1" | "true" | "yes" | "on" => Ok(true),
+        "0" | "false" | "no" | "off" => Ok(false),
+        _ => Err(Error::InvalidSetting(
+            format!("{key}={raw:?}: not a yes/no value").into(),
+        )),
+    }
+}
+
+/// The error for a key under a transport's prefix that the transport does
+/// not have: names the key and lists the ones it has.
+pub fn unknown_key(key: &str, known: &[Setting]) -> Error {
+    let names: Vec<&str> = known.iter().filter_map(|s| s.key).collect();
+    Error::InvalidSetting(format!("unknown setting {key} (known: {})", names.join(", ")).into())
 }
 
 /// Parses sizes such as `4096`, `64k`, `1M`, `2g` (powers of 1024).
@@ -79,8 +114,9 @@ pub fn env_flag(name: &str) -> Option<bool> {
 /// ```
 /// let mut ep_attr = xfer_core::EndpointAttr::from_env();
 /// ep_attr.selective_completion = true;
-/// ep_attr.tcp.coalesce = 0;
-/// let attr = xfer_core::DomainAttr::with_provider("tcp");
+/// ep_attr.params.set("tcp.coalesce", "0");
+/// let mut attr = xfer_core::DomainAttr::with_provider("tcp");
+/// attr.params.set("tcp.iface", "eth0");
 /// assert_eq!(attr.provider.as_deref(), Some("tcp"));
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -88,6 +124,10 @@ pub fn env_flag(name: &str) -> Option<bool> {
 pub struct DomainAttr {
     /// Force a provider by name (`tcp`, `verbs`); `None` picks the best available.
     pub provider: Option<String>,
+    /// Transport settings (`verbs.device`, `tcp.iface`, ...): the domain's
+    /// transport takes its own, and every endpoint of the domain starts from
+    /// these (its own [`EndpointAttr::params`] override them).
+    pub params: Params,
 }
 
 impl DomainAttr {
@@ -95,6 +135,7 @@ impl DomainAttr {
     pub fn with_provider(name: impl Into<String>) -> Self {
         DomainAttr {
             provider: Some(name.into()),
+            params: Params::new(),
         }
     }
 
@@ -102,12 +143,14 @@ impl DomainAttr {
     pub fn from_env() -> Self {
         DomainAttr {
             provider: std::env::var("XFER_PROVIDER").ok().filter(|p| !p.is_empty()),
+            params: Params::new(),
         }
     }
 
     /// The effective settings.
     pub fn settings(&self) -> Vec<Setting> {
         vec![Setting {
+            key: None,
             env: "XFER_PROVIDER",
             value: self.provider.clone().unwrap_or_else(|| "(auto)".into()),
             doc: "provider to use instead of the automatic choice",
@@ -141,6 +184,7 @@ impl CqAttr {
     /// The effective settings.
     pub fn settings(&self) -> Vec<Setting> {
         vec![Setting {
+            key: None,
             env: "XFER_CQ_SIZE",
             value: self.size.to_string(),
             doc: "completion queue entries preallocated",
@@ -231,8 +275,10 @@ pub struct EndpointAttr {
     /// provider that cannot (verbs: the NIC applies RDMA unseen) is refused
     /// with [`Error::NotSupported`](crate::Error::NotSupported). Off by default.
     pub rma_events: bool,
-    /// TCP provider settings.
-    pub tcp: TcpAttr,
+    /// Transport settings for this endpoint (`tcp.iface`, `tcp.coalesce`,
+    /// ...), over its domain's [`DomainAttr::params`]; the endpoint's
+    /// transport parses its own keys when the endpoint opens.
+    pub params: Params,
 }
 
 impl Default for EndpointAttr {
@@ -249,7 +295,7 @@ impl Default for EndpointAttr {
             source_err: false,
             peer_events: 0,
             rma_events: false,
-            tcp: TcpAttr::default(),
+            params: Params::new(),
         }
     }
 }
@@ -287,174 +333,6 @@ impl EndpointAttr {
         if let Some(v) = env_flag("XFER_RMA_EVENTS") {
             a.rma_events = v;
         }
-        a.tcp = TcpAttr::from_env();
-        a
-    }
-
-    /// The effective settings.
-    pub fn settings(&self) -> Vec<Setting> {
-        let mut v = vec![
-            Setting {
-                env: "XFER_RNDV_THRESHOLD",
-                value: self.rndv_threshold.to_string(),
-                doc: "bytes above which messages use rendezvous instead of eager",
-            },
-            Setting {
-                env: "XFER_INJECT_SIZE",
-                value: self.inject_size.to_string(),
-                doc: "largest inject payload",
-            },
-            Setting {
-                env: "XFER_SELECTIVE_COMPLETION",
-                value: u8::from(self.selective_completion).to_string(),
-                doc: "1: only operations that ask for a completion report success (errors always do)",
-            },
-            Setting {
-                env: "XFER_SOURCE_ERR",
-                value: u8::from(self.source_err).to_string(),
-                doc: "1: a message from a sender not in the address vector completes with an error carrying its name",
-            },
-            Setting {
-                env: "XFER_RMA_EVENTS",
-                value: u8::from(self.rma_events).to_string(),
-                doc: "1: RMA writes and reads peers apply to the endpoint are reported on its CQ (TCP only)",
-            },
-            Setting {
-                env: "XFER_MAX_OUTSTANDING",
-                value: self.max_outstanding.to_string(),
-                doc: "operations with completions an endpoint keeps in flight before posting fails with EAGAIN (0: unbounded)",
-            },
-            Setting {
-                env: "XFER_MAX_OUTSTANDING_PER_PEER",
-                value: self.max_outstanding_per_peer.to_string(),
-                doc: "sends and RMA with completions an endpoint keeps in flight to one peer before posting to it fails with EAGAIN (0: unbounded)",
-            },
-            Setting {
-                env: "XFER_PROGRESS_TIMEOUT_MS",
-                value: self.progress_timeout_ms.to_string(),
-                doc: "operations waiting on a peer that made no progress (probed at half the time) for this long fail with ETIMEDOUT (0: off; TCP)",
-            },
-            Setting {
-                env: "XFER_PEER_EVENTS",
-                value: self.peer_events.to_string(),
-                doc: "peer join/leave events an endpoint queues at most (0: off)",
-            },
-            Setting {
-                env: "XFER_JOB_KEY",
-                value: if self.job_key.is_some() { "(set)" } else { "(unset)" }.into(),
-                doc: "connecting peers must prove they hold this key (HMAC over a challenge) or are refused (TCP)",
-            },
-            Setting {
-                env: "XFER_RX_MEMORY",
-                value: self.rx_memory.to_string(),
-                doc: "bytes of receive memory (credit in flight, unexpected messages, connections) peers may commit; past it connecting peers are refused",
-            },
-        ];
-        v.extend(self.tcp.settings());
-        v
-    }
-}
-
-/// Settings of the TCP provider.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct TcpAttr {
-    /// Address to listen on: `1.2.3.4`, `1.2.3.4:PORT`, `::1`, `[::1]`,
-    /// `[::1]:PORT`, a link-local IPv6 address with its zone (`fe80::1%eth0`,
-    /// `[fe80::1%eth0]:PORT`); without a port, an ephemeral one. A wildcard
-    /// IP needs a port (`0.0.0.0:PORT`, `[::]:PORT`): it listens on every
-    /// interface, and the endpoint's name carries the address the automatic
-    /// choice takes. `None`: the interface choice (`iface`, else automatic:
-    /// the first interface that is up and neither loopback nor a container or
-    /// VM bridge, by its IPv4 address, else by a global IPv6 one; else
-    /// 127.0.0.1).
-    pub addr: Option<String>,
-    /// Interfaces to listen on, by name, in order of preference (as
-    /// `FI_TCP_IFACE`, `UCX_NET_DEVICES`, Open MPI's `btl_tcp_if_include`):
-    /// the first that is up with an address is used, whatever its kind.
-    /// Empty: automatic. With `addr` set too, `addr` must be an address of
-    /// one of them.
-    pub iface: Vec<String>,
-    /// Milliseconds a connection attempt may take before its operations
-    /// fail: the TCP connect and the peer's answer to our Hello.
-    pub connect_timeout_ms: u64,
-    /// Milliseconds unacknowledged data may wait before the connection is
-    /// declared dead (`TCP_USER_TIMEOUT`); 0 keeps the kernel default.
-    pub user_timeout_ms: u64,
-    /// Milliseconds of silence from a peer before a keepalive probe, and
-    /// between probes (`SO_KEEPALIVE`, `TCP_KEEPIDLE`, `TCP_KEEPINTVL`, in
-    /// whole seconds rounded up); 0 turns keepalive off. With it, a peer that
-    /// stops answering is declared dead even when we have nothing to send
-    /// (waiting for a message or a clear-to-send): after `user_timeout_ms`
-    /// but at least two probe periods of silence, or three unanswered probes
-    /// when `user_timeout_ms` is 0.
-    pub keepalive_ms: u64,
-    /// Socket send and receive buffer sizes in bytes; 0 keeps the kernel's.
-    pub sockbuf: usize,
-    /// Send buffer in bytes of a connection that stays on this host
-    /// (loopback, or to this host's own address), when `sockbuf` is 0: a
-    /// small one keeps the bytes in flight in the cache (ARCHITECTURE.md
-    /// decision 61); 0 keeps the kernel's autotuning.
-    pub local_sndbuf: usize,
-    /// Bytes of eager messages each peer may have in flight to this
-    /// endpoint, unexpected ones included: what a slow receiver buffers per
-    /// connection at most (payload plus 40 bytes a message). A sender out
-    /// of credit sends by rendezvous (its buffer waits for the receive) and
-    /// an inject fails with [`Error::Again`](crate::Error::Again). Raised to
-    /// the protocol's initial credit (128 KiB) if below it.
-    pub eager_credit: usize,
-    /// Small eager frames (payload at most 4 KiB) posted in a burst, that
-    /// is after another was written and before the endpoint's next progress
-    /// call, wait in the connection's queue until that call, a blocking
-    /// wait, or until this many are queued, and then go out together in one
-    /// `sendmsg`; 0 writes every frame when it is posted. The first frame of
-    /// a burst is always written at once (ARCHITECTURE.md decision 58).
-    pub coalesce: usize,
-}
-
-impl Default for TcpAttr {
-    fn default() -> Self {
-        TcpAttr {
-            addr: None,
-            iface: Vec::new(),
-            connect_timeout_ms: 10_000,
-            user_timeout_ms: 30_000,
-            keepalive_ms: 10_000,
-            sockbuf: 0,
-            local_sndbuf: 256 << 10,
-            eager_credit: 4 << 20,
-            coalesce: 32,
-        }
-    }
-}
-
-/// The names in a comma-separated interface list (`XFER_TCP_IFACE`,
-/// `tcp_iface` of the C ABI), blanks around them and empty entries dropped.
-pub fn iface_list(text: &str) -> Vec<String> {
-    text.split(',')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .map(str::to_owned)
-        .collect()
-}
-
-impl TcpAttr {
-    /// Defaults overridden by the environment.
-    pub fn from_env() -> Self {
-        let mut a = TcpAttr {
-            addr: std::env::var("XFER_TCP_ADDR").ok().filter(|s| !s.is_empty()),
-            iface: std::env::var("XFER_TCP_IFACE")
-                .map(|s| iface_list(&s))
-                .unwrap_or_default(),
-            ..Self::default()
-        };
-        apply(&mut a.connect_timeout_ms, "XFER_TCP_CONNECT_TIMEOUT_MS");
-        apply(&mut a.user_timeout_ms, "XFER_TCP_USER_TIMEOUT_MS");
-        apply(&mut a.keepalive_ms, "XFER_TCP_KEEPALIVE_MS");
-        apply(&mut a.sockbuf, "XFER_TCP_SOCKBUF");
-        apply(&mut a.local_sndbuf, "XFER_TCP_LOCAL_SNDBUF");
-        apply(&mut a.eager_credit, "XFER_TCP_EAGER_CREDIT");
-        apply(&mut a.coalesce, "XFER_TCP_COALESCE");
         a
     }
 
@@ -462,54 +340,70 @@ impl TcpAttr {
     pub fn settings(&self) -> Vec<Setting> {
         vec![
             Setting {
-                env: "XFER_TCP_ADDR",
-                value: self.addr.clone().unwrap_or_else(|| "(interface choice)".into()),
-                doc: "IP, IP:PORT, [IPv6]:PORT or fe80::1%eth0 the TCP endpoint listens on",
+                key: None,
+                env: "XFER_RNDV_THRESHOLD",
+                value: self.rndv_threshold.to_string(),
+                doc: "bytes above which messages use rendezvous instead of eager",
             },
             Setting {
-                env: "XFER_TCP_IFACE",
-                value: if self.iface.is_empty() {
-                    "(automatic)".into()
-                } else {
-                    self.iface.join(",")
-                },
-                doc:
-                    "interfaces to listen on, first usable wins (automatic: first up, not loopback or container bridge)",
+                key: None,
+                env: "XFER_INJECT_SIZE",
+                value: self.inject_size.to_string(),
+                doc: "largest inject payload",
             },
             Setting {
-                env: "XFER_TCP_CONNECT_TIMEOUT_MS",
-                value: self.connect_timeout_ms.to_string(),
-                doc: "connection attempt timeout (connect and hello handshake)",
+                key: None,
+                env: "XFER_SELECTIVE_COMPLETION",
+                value: u8::from(self.selective_completion).to_string(),
+                doc: "1: only operations that ask for a completion report success (errors always do)",
             },
             Setting {
-                env: "XFER_TCP_USER_TIMEOUT_MS",
-                value: self.user_timeout_ms.to_string(),
-                doc: "TCP_USER_TIMEOUT: unacknowledged data before a peer is declared dead",
+                key: None,
+                env: "XFER_SOURCE_ERR",
+                value: u8::from(self.source_err).to_string(),
+                doc: "1: a message from a sender not in the address vector completes with an error carrying its name",
             },
             Setting {
-                env: "XFER_TCP_KEEPALIVE_MS",
-                value: self.keepalive_ms.to_string(),
-                doc: "keepalive probe period (0: off); a silent peer dies after the user timeout",
+                key: None,
+                env: "XFER_RMA_EVENTS",
+                value: u8::from(self.rma_events).to_string(),
+                doc: "1: RMA writes and reads peers apply to the endpoint are reported on its CQ (TCP only)",
             },
             Setting {
-                env: "XFER_TCP_SOCKBUF",
-                value: self.sockbuf.to_string(),
-                doc: "SO_SNDBUF/SO_RCVBUF (0: kernel default)",
+                key: None,
+                env: "XFER_MAX_OUTSTANDING",
+                value: self.max_outstanding.to_string(),
+                doc: "operations with completions an endpoint keeps in flight before posting fails with EAGAIN (0: unbounded)",
             },
             Setting {
-                env: "XFER_TCP_LOCAL_SNDBUF",
-                value: self.local_sndbuf.to_string(),
-                doc: "SO_SNDBUF of connections within this host when XFER_TCP_SOCKBUF is 0 (0: autotuning)",
+                key: None,
+                env: "XFER_MAX_OUTSTANDING_PER_PEER",
+                value: self.max_outstanding_per_peer.to_string(),
+                doc: "sends and RMA with completions an endpoint keeps in flight to one peer before posting to it fails with EAGAIN (0: unbounded)",
             },
             Setting {
-                env: "XFER_TCP_EAGER_CREDIT",
-                value: self.eager_credit.to_string(),
-                doc: "eager bytes a peer may have in flight to us (what a slow receiver buffers)",
+                key: None,
+                env: "XFER_PROGRESS_TIMEOUT_MS",
+                value: self.progress_timeout_ms.to_string(),
+                doc: "operations waiting on a peer that made no progress (probed at half the time) for this long fail with ETIMEDOUT (0: off; TCP)",
             },
             Setting {
-                env: "XFER_TCP_COALESCE",
-                value: self.coalesce.to_string(),
-                doc: "small sends posted in a burst wait for the next poll or this many, then share a sendmsg (0: off)",
+                key: None,
+                env: "XFER_PEER_EVENTS",
+                value: self.peer_events.to_string(),
+                doc: "peer join/leave events an endpoint queues at most (0: off)",
+            },
+            Setting {
+                key: None,
+                env: "XFER_JOB_KEY",
+                value: if self.job_key.is_some() { "(set)" } else { "(unset)" }.into(),
+                doc: "connecting peers must prove they hold this key (HMAC over a challenge) or are refused (TCP)",
+            },
+            Setting {
+                key: None,
+                env: "XFER_RX_MEMORY",
+                value: self.rx_memory.to_string(),
+                doc: "bytes of receive memory (credit in flight, unexpected messages, connections) peers may commit; past it connecting peers are refused",
             },
         ]
     }
@@ -518,13 +412,6 @@ impl TcpAttr {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn interface_lists_split_on_commas() {
-        assert_eq!(iface_list("eth0"), ["eth0"]);
-        assert_eq!(iface_list(" ib0 , eth1,,"), ["ib0", "eth1"]);
-        assert!(iface_list(" , ").is_empty());
-    }
 
     #[test]
     fn sizes_parse_with_suffixes() {

@@ -94,6 +94,10 @@ pub enum Error {
     UnknownSource(Box<Address>),
     /// No provider could be opened; the text says why.
     NoProvider(String),
+    /// A transport setting ([`Params`](crate::Params)) is unknown to its
+    /// transport or its value does not parse; the text names the key
+    /// (`FI_EINVAL`).
+    InvalidSetting(Box<str>),
     /// The target of an RMA operation refused it: unknown key, range outside
     /// the region, or an access the region was not registered for. The
     /// target's memory was not touched; the text says which check failed.
@@ -120,6 +124,7 @@ impl Error {
             Error::NotFound(_) => libc::ENOENT,
             Error::AddressNotAvailable | Error::UnknownSource(_) => libc::EADDRNOTAVAIL,
             Error::NoProvider(_) => libc::ENODATA,
+            Error::InvalidSetting(_) => libc::EINVAL,
             Error::RemoteAccess(_) => libc::EACCES,
             Error::Internal(_) => libc::EIO,
         }
@@ -159,6 +164,7 @@ impl fmt::Display for Error {
             Error::AddressNotAvailable => f.write_str("address not available"),
             Error::UnknownSource(name) => write!(f, "message from {name}, which is not in the address vector"),
             Error::NoProvider(why) => write!(f, "no provider available: {why}"),
+            Error::InvalidSetting(why) => write!(f, "invalid setting: {why}"),
             Error::RemoteAccess(what) => write!(f, "remote access denied: {what}"),
             Error::Internal(what) => write!(f, "internal error: {what}"),
         }
@@ -172,7 +178,7 @@ impl Error {
     ///
     /// | variant | kind |
     /// |---|---|
-    /// | `InvalidArgument` | `InvalidInput` |
+    /// | `InvalidArgument`, `InvalidSetting` | `InvalidInput` |
     /// | `Truncated`, `Canceled`, `Internal` | `Other` |
     /// | `PeerClosed` | `ConnectionReset` |
     /// | `PeerUnreachable` with `errno` 0 | `ConnectionAborted` |
@@ -191,7 +197,7 @@ impl Error {
     pub fn io_kind(&self) -> std::io::ErrorKind {
         use std::io::ErrorKind as K;
         match self {
-            Error::InvalidArgument(_) => K::InvalidInput,
+            Error::InvalidArgument(_) | Error::InvalidSetting(_) => K::InvalidInput,
             Error::Truncated { .. } | Error::Canceled | Error::Internal(_) => K::Other,
             Error::PeerClosed { .. } => K::ConnectionReset,
             Error::PeerUnreachable { errno: 0, .. } => K::ConnectionAborted,
@@ -274,6 +280,7 @@ mod tests {
         use std::io::{self, ErrorKind as K};
         let cases = [
             (Error::InvalidArgument("x"), K::InvalidInput),
+            (Error::InvalidSetting("tcp.x".into()), K::InvalidInput),
             (Error::Truncated { len: 1, olen: 2 }, K::Other),
             (Error::Canceled, K::Other),
             (

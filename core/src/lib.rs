@@ -50,6 +50,7 @@ mod hash;
 #[doc(hidden)]
 pub mod log;
 mod mr;
+mod params;
 mod peek;
 mod provider;
 mod rdm;
@@ -60,7 +61,7 @@ mod tag;
 pub mod unstable;
 
 pub use addr::{Address, PeerAddr};
-pub use attr::{CqAttr, DomainAttr, EndpointAttr, JobKey, Setting, TcpAttr};
+pub use attr::{CqAttr, DomainAttr, EndpointAttr, JobKey, Setting};
 pub use av::AddressVector;
 pub use buffer::{Buffer, LocalDesc};
 pub use completion::{Completion, Flags};
@@ -70,6 +71,7 @@ pub use endpoint::Endpoint;
 pub use error::{Error, Result};
 pub use event::{PeerEvent, PeerEventKind};
 pub use mr::{Access, MemoryRegion, RemoteKey};
+pub use params::Params;
 pub use peek::{Claim, Peeked};
 pub use provider::{CompletionLevel, RecvOp, Rejected, RmaKind, RmaOp, SendOp};
 pub use tag::RecvSpec;

@@ -52,6 +52,11 @@ pub mod mr {
     pub use crate::mr::*;
 }
 
+/// Transport settings as key/value pairs.
+pub mod params {
+    pub use crate::params::*;
+}
+
 /// Peeked and claimed unexpected messages.
 pub mod peek {
     pub use crate::peek::*;

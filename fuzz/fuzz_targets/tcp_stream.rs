@@ -423,7 +423,7 @@ fn run(data: &[u8]) {
     let av = domain.av().expect("av");
     let mut attr = EndpointAttr::default();
     attr.rndv_threshold = RNDV_THRESHOLD;
-    attr.tcp.addr = Some("127.0.0.1".into());
+    attr.params.set("tcp.addr", "127.0.0.1");
     let ep = domain.endpoint(&cq, &av, &attr).expect("endpoint");
     let me = ep.name().as_bytes().to_vec();
     let my_name = TcpName::decode(&me).expect("endpoint name");

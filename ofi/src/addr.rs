@@ -8,7 +8,7 @@
 //! A destination known only by IP and port becomes the TCP name of
 //! whichever endpoint listens there (nonce [`ANY_NONCE`], providers/tcp's
 //! name.rs); a source becomes the address the endpoint listens on
-//! (`EndpointAttr::tcp.addr`).
+//! (the endpoint's `tcp.addr` key in `EndpointAttr::params`).
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6, ToSocketAddrs};
 

@@ -103,6 +103,7 @@ pub(crate) unsafe extern "C" fn open(
         let xfer = match xfer_facade::open(&{
             let mut a = DomainAttr::default();
             a.provider = provider;
+            a.params = crate::params::from_env();
             a
         }) {
             Ok(d) => d,

@@ -968,7 +968,7 @@ fn enable(ep: &Arc<EpCore>) -> c_int {
     // RMA targeting this endpoint is reported for its remote counters.
     attr.rma_events = ep.caps & fi::FI_RMA_EVENT != 0;
     if let Some(at) = ep.listen {
-        attr.tcp.addr = Some(at.to_string());
+        attr.params.set("tcp.addr", at.to_string());
     }
     if let Some(k) = &ep.auth_key {
         attr.job_key = Some(JobKey(k.clone()));

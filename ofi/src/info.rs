@@ -605,11 +605,14 @@ fn build(version: u32, offer: &Offer) -> Option<*mut fi::fi_info> {
     Some(info)
 }
 
-/// The IP a server given only a service listens on: `XFER_TCP_ADDR`'s when
-/// it is set (the interface the user chose for xfer), else none: every
-/// interface (`0.0.0.0`), as libfabric's socket providers bind.
+/// The IP a server given only a service listens on: `tcp.addr`'s
+/// (`FI_XFER_TCP_ADDR`, else `XFER_TCP_ADDR`) when it is set (the interface
+/// the user chose for xfer), else none: every interface (`0.0.0.0`), as
+/// libfabric's socket providers bind.
 fn default_ip() -> Option<IpAddr> {
-    let text = EndpointAttr::from_env().tcp.addr?;
+    let text = xfer_facade::TcpAttr::from_params(&crate::params::from_env())
+        .ok()?
+        .addr?;
     text.parse::<SocketAddr>()
         .map(|a| a.ip())
         .or_else(|_| text.parse::<IpAddr>())
@@ -668,7 +671,13 @@ pub(crate) unsafe extern "C" fn getinfo(
         let limits = Limits::from_env();
         let forced = DomainAttr::from_env().provider;
         let (mut head, mut tail): (*mut fi::fi_info, *mut fi::fi_info) = (std::ptr::null_mut(), std::ptr::null_mut());
-        let usable = xfer_facade::info().into_iter().filter(|p| p.available);
+        let usable = xfer_facade::info_for(&{
+            let mut a = DomainAttr::from_env();
+            a.params = crate::params::from_env();
+            a
+        })
+        .into_iter()
+        .filter(|p| p.available);
         for p in usable.filter(|p| offered(forced.as_deref(), p.name)) {
             let offer = match select(&h, p.name, limits) {
                 Ok(o) => o,

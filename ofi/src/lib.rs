@@ -30,6 +30,7 @@ mod join;
 mod mr;
 mod msg;
 mod multi;
+mod params;
 mod peek;
 mod region_cntr;
 mod rma;

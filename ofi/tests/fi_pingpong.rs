@@ -89,3 +89,36 @@ fn fi_info_lists_xfer() {
         assert!(text.contains(want), "no {want}:\n{text}");
     }
 }
+
+/// Transport settings reach the xfer domain from `FI_XFER_<KEY>`, libfabric's
+/// name for a parameter of the provider `xfer`: a value that does not parse
+/// fails `fi_domain` with `-FI_EINVAL`, and the log names the key.
+#[test]
+fn fi_xfer_settings_reach_the_domain() {
+    let port = free_port().to_string();
+    let args = ["-p", "xfer", "-d", "tcp", "-e", "rdm", "-m", "tagged", "-I", "2"];
+    let mut server = fi_command("fi_pingpong")
+        .env("FI_XFER_TCP_COALESCE", "lots")
+        .args(args)
+        .args(["-B", &port])
+        .spawn()
+        .expect("fi_pingpong not found: install libfabric-bin (scripts/setup.sh)");
+    // The server opens its domain once a client reaches its control port;
+    // the client then fails too (the server hung up).
+    wait_listening(port.parse().expect("port"), &mut server, Duration::from_secs(30));
+    let client = fi_command("fi_pingpong")
+        .args(args)
+        .args(["-P", &port, "127.0.0.1"])
+        .spawn()
+        .expect("spawning the fi_pingpong client");
+    let client = wait_output(client, "fi_pingpong client", LIMIT);
+    let server = wait_output(server, "fi_pingpong server", LIMIT);
+    assert!(!client.status.success());
+    let err = String::from_utf8_lossy(&server.stderr);
+    assert!(
+        !server.status.success(),
+        "a bad FI_XFER_TCP_COALESCE was accepted:\n{err}"
+    );
+    assert!(err.contains("fi_domain") && err.contains("-22"), "{err}");
+    assert!(err.contains("tcp.coalesce"), "the key is not named:\n{err}");
+}

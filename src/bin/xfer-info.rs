@@ -151,20 +151,20 @@ fn endpoint_name(domain: &xfer::Domain) -> Result<Name, String> {
     })
 }
 
-/// Every setting, effective (defaults overridden by the environment) next to
-/// its default.
+/// Every setting, core's and every built-in transport's (with its key),
+/// effective (defaults overridden by the environment) next to its default.
 fn settings() -> Vec<Row> {
     let effective = [
         DomainAttr::from_env().settings(),
         CqAttr::from_env().settings(),
-        EndpointAttr::from_env().settings(), // includes the TCP provider's
-        verbs::settings(),
+        EndpointAttr::from_env().settings(),
+        xfer::transport_settings(&xfer::Params::new()),
     ];
     let defaults: Vec<Setting> = [
         DomainAttr::default().settings(),
         CqAttr::default().settings(),
         EndpointAttr::default().settings(),
-        verbs::default_settings(),
+        xfer::default_transport_settings(),
     ]
     .concat();
     effective
@@ -225,21 +225,27 @@ fn print_text(out: &mut impl Write, report: &Report) -> std::io::Result<()> {
         writeln!(out)?;
     }
 
-    writeln!(out, "settings (XFER_* environment variables):")?;
-    let header = ["VARIABLE", "VALUE", "DEFAULT", "DESCRIPTION"];
-    let table: Vec<[&str; 4]> = rows
+    writeln!(
+        out,
+        "settings (XFER_* environment variables; a transport's also by key, DomainAttr/EndpointAttr params, xfer_domain_attr_set):"
+    )?;
+    let header = ["VARIABLE", "VALUE", "DEFAULT", "KEY", "DESCRIPTION"];
+    let table: Vec<[&str; 5]> = rows
         .iter()
-        .map(|r| [r.setting.env, &r.setting.value, &r.default, r.setting.doc])
+        .map(|r| {
+            let key = r.setting.key.unwrap_or("-");
+            [r.setting.env, &r.setting.value, &r.default, key, r.setting.doc]
+        })
         .collect();
-    let mut w = [0; 3];
+    let mut w = [0; 4];
     for cells in std::iter::once(&header).chain(&table) {
         for (wi, cell) in w.iter_mut().zip(cells) {
             *wi = (*wi).max(cell.len());
         }
     }
-    let [w0, w1, w2] = w;
-    for [env, value, default, doc] in std::iter::once(header).chain(table) {
-        writeln!(out, "  {env:w0$}  {value:w1$}  {default:w2$}  {doc}")?;
+    let [w0, w1, w2, w3] = w;
+    for [env, value, default, key, doc] in std::iter::once(header).chain(table) {
+        writeln!(out, "  {env:w0$}  {value:w1$}  {default:w2$}  {key:w3$}  {doc}")?;
     }
     Ok(())
 }
@@ -288,8 +294,9 @@ fn to_json(report: &Report) -> String {
         .iter()
         .map(|r| {
             format!(
-                r#"{{"env": {}, "value": {}, "default": {}, "description": {}}}"#,
+                r#"{{"env": {}, "key": {}, "value": {}, "default": {}, "description": {}}}"#,
                 quote(r.setting.env),
+                r.setting.key.map_or_else(|| "null".to_string(), quote),
                 quote(&r.setting.value),
                 quote(&r.default),
                 quote(r.setting.doc)
@@ -331,25 +338,13 @@ fn quote(s: &str) -> String {
 mod verbs {
     use std::io::Write;
 
-    use xfer::Setting;
     pub use xfer_verbs::Probe;
-    use xfer_verbs::VerbsAttr;
 
     use super::quote;
 
     /// Every device, or why there is none.
     pub fn probe() -> Option<Probe> {
         Some(xfer_verbs::probe())
-    }
-
-    /// The provider's settings rows, effective.
-    pub fn settings() -> Vec<Setting> {
-        VerbsAttr::from_env().settings()
-    }
-
-    /// The provider's settings rows, defaults.
-    pub fn default_settings() -> Vec<Setting> {
-        VerbsAttr::default().settings()
     }
 
     /// `ibv_port_state` as `ibv_devinfo` names it.
@@ -498,21 +493,11 @@ mod verbs {
 mod verbs {
     use std::io::Write;
 
-    use xfer::Setting;
-
     /// Nothing to probe.
     pub enum Probe {}
 
     pub fn probe() -> Option<Probe> {
         None
-    }
-
-    pub fn settings() -> Vec<Setting> {
-        Vec::new()
-    }
-
-    pub fn default_settings() -> Vec<Setting> {
-        Vec::new()
     }
 
     pub fn print_text(_: &mut impl Write, probe: &Probe) -> std::io::Result<()> {

@@ -297,6 +297,58 @@ static void test_domain_open(void)
     CHECK_RC(xfer_domain_close(d), 0);
 }
 
+/* Transport settings by key: checked when set, and applied to every
+ * endpoint of the domain opened with them unless the endpoint's own
+ * tcp_* field says otherwise. */
+static void test_domain_attr(void)
+{
+    xfer_domain_attr_t *a = NULL;
+    CHECK_RC(xfer_domain_attr_open(NULL), XFER_EINVAL);
+    REQUIRE_OK(xfer_domain_attr_open(&a));
+    CHECK_RC(xfer_domain_attr_set(a, "tcp.ifcae", "lo"), XFER_EINVAL);      /* not a tcp key */
+    CHECK_RC(xfer_domain_attr_set(a, "tcp.coalesce", "lots"), XFER_EINVAL); /* not a number */
+    CHECK_RC(xfer_domain_attr_set(a, "nic.speed", "1"), XFER_EINVAL);       /* no such transport */
+    CHECK_RC(xfer_domain_attr_set(a, NULL, "1"), XFER_EINVAL);
+    CHECK_RC(xfer_domain_attr_set(a, "tcp.iface", NULL), XFER_EINVAL);
+    CHECK_RC(xfer_domain_attr_set(NULL, "tcp.iface", "lo"), XFER_EBADF);
+    CHECK_RC(xfer_domain_attr_set(a, "provider", "tcp"), 0);
+    CHECK_RC(xfer_domain_attr_set(a, "tcp.iface", "xfer-no-such0"), 0);
+    CHECK_RC(xfer_domain_attr_set(a, "verbs.port", "1"), 0); /* another transport's: kept, unused */
+
+    xfer_domain_t *d = NULL;
+    CHECK_RC(xfer_domain_open_attr(a, NULL), XFER_EINVAL);
+    REQUIRE_OK(xfer_domain_open_attr(a, &d));
+    CHECK_RC(xfer_domain_attr_close(a), 0);
+    CHECK_RC(xfer_domain_attr_close(a), XFER_EBADF);
+    const char *name = NULL;
+    CHECK_RC(xfer_domain_provider(d, &name), 0);
+    CHECK(name != NULL && strcmp(name, "tcp") == 0);
+    xfer_cq_t *cq = NULL;
+    xfer_av_t *av = NULL;
+    REQUIRE_OK(xfer_cq_open(d, 0, &cq));
+    REQUIRE_OK(xfer_av_open(d, &av));
+    /* The domain's tcp.iface names no interface of this host: the endpoint
+     * cannot listen (with XFER_TCP_ADDR set, that address is on none of
+     * them: EINVAL; without, none is usable: ENOENT). */
+    xfer_ep_t *ep = NULL;
+    int rc = xfer_ep_open(d, cq, av, NULL, &ep);
+    CHECK(rc == XFER_ENOENT || rc == XFER_EINVAL);
+    CHECK(ep == NULL);
+    /* The endpoint's own field overrides the domain's key. */
+    xfer_ep_attr_t attr;
+    REQUIRE_OK(xfer_ep_attr_init(&attr));
+    attr.tcp_iface = "lo";
+    CHECK_RC(xfer_ep_open(d, cq, av, &attr, &ep), 0);
+    uint8_t ep_name[XFER_NAME_MAX];
+    size_t len = sizeof ep_name;
+    CHECK_RC(xfer_ep_getname(ep, ep_name, &len), 0);
+    CHECK(len == 16 && ep_name[1] == 4 && ep_name[2] == 127);
+    CHECK_RC(xfer_ep_close(ep), 0);
+    CHECK_RC(xfer_av_close(av), 0);
+    CHECK_RC(xfer_cq_close(cq), 0);
+    CHECK_RC(xfer_domain_close(d), 0);
+}
+
 /* Every entry point refuses a value that is not a live handle of its kind. */
 static void check_bad_ep(xfer_ep_t *ep)
 {
@@ -2163,6 +2215,7 @@ static const struct {
     {"strerror", test_strerror},
     {"info", test_info},
     {"domain_open", test_domain_open},
+    {"domain_attr", test_domain_attr},
     {"bad_handles", test_bad_handles},
     {"close_order", test_close_order},
     {"foreign_objects", test_foreign_objects},

@@ -63,8 +63,8 @@ impl Node {
 /// Endpoint attributes for tests: loopback, from the environment otherwise.
 pub fn test_attr() -> EndpointAttr {
     let mut a = EndpointAttr::from_env();
-    if a.tcp.addr.is_none() {
-        a.tcp.addr = Some("127.0.0.1".into());
+    if xfer::TcpAttr::from_env().addr.is_none() {
+        a.params.set("tcp.addr", "127.0.0.1");
     }
     a
 }

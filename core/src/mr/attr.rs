@@ -96,16 +96,19 @@ impl MrCacheAttr {
     pub fn settings(&self) -> Vec<Setting> {
         vec![
             Setting {
+                key: None,
                 env: "XFER_MR_CACHE_MAX_ENTRIES",
                 value: self.max_entries.to_string(),
                 doc: "registrations the MR cache keeps (0: no caching)",
             },
             Setting {
+                key: None,
                 env: "XFER_MR_CACHE_MAX_BYTES",
                 value: self.max_bytes.to_string(),
                 doc: "registered bytes the MR cache keeps",
             },
             Setting {
+                key: None,
                 env: "XFER_MR_CACHE_MONITOR",
                 value: self.monitor.to_string(),
                 doc: "how freed memory is detected: userfaultfd or disabled (no caching)",

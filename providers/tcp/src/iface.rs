@@ -23,7 +23,7 @@
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV6};
 
-use xfer_core::unstable::attr::TcpAttr;
+use crate::attr::TcpAttr;
 use xfer_core::unstable::error::{Error, Result};
 
 use crate::addr::{self, AddrSpec, Zone};
@@ -509,10 +509,11 @@ mod tests {
     }
 
     fn attr(addr: Option<&str>, iface: &[&str]) -> TcpAttr {
-        let mut a = TcpAttr::default();
-        a.addr = addr.map(str::to_owned);
-        a.iface = iface.iter().map(|s| s.to_string()).collect();
-        a
+        TcpAttr {
+            addr: addr.map(str::to_owned),
+            iface: iface.iter().map(|s| s.to_string()).collect(),
+            ..TcpAttr::default()
+        }
     }
 
     fn listen(c: &Choice) -> (String, Option<&str>, Rule) {

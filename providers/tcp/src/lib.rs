@@ -7,6 +7,7 @@
 #![deny(missing_docs)]
 
 pub mod addr;
+pub mod attr;
 mod conn;
 mod endpoint;
 pub mod iface;
@@ -21,8 +22,10 @@ use xfer_core::unstable::addr::Address;
 use xfer_core::unstable::attr::EndpointAttr;
 use xfer_core::unstable::error::{Error, Result};
 use xfer_core::unstable::mr::Access;
+use xfer_core::unstable::params::Params;
 use xfer_core::unstable::provider::{DomainProvider, EndpointProvider, MrKeys};
 
+pub use attr::TcpAttr;
 pub use endpoint::TcpEndpoint;
 
 /// The TCP provider's domain. Its one shared resource is the key table of
@@ -32,15 +35,30 @@ pub use endpoint::TcpEndpoint;
 #[derive(Debug, Default)]
 pub struct TcpDomain {
     keys: keys::KeyTable,
+    /// The domain's transport settings; each endpoint's own override them.
+    params: Params,
 }
 
 /// The provider id of TCP: the first byte of its names and packed remote keys.
 pub const PROVIDER_ID: u8 = 0x01;
 
 impl TcpDomain {
-    /// Opens the domain; TCP is always available.
+    /// Opens the domain with settings from the environment; TCP is always
+    /// available.
     pub fn open() -> Result<TcpDomain> {
         Ok(TcpDomain::default())
+    }
+
+    /// Opens the domain with the `tcp.*` settings of `params` for its
+    /// endpoints (over the environment; an endpoint's own params override
+    /// them). An unknown `tcp.*` key or a value that does not parse is
+    /// refused here, with [`Error::InvalidSetting`] naming it.
+    pub fn with_params(params: &Params) -> Result<TcpDomain> {
+        TcpAttr::from_params(params)?;
+        Ok(TcpDomain {
+            params: params.clone(),
+            ..TcpDomain::default()
+        })
     }
 }
 
@@ -58,7 +76,7 @@ impl DomainProvider for TcpDomain {
     }
 
     fn open_endpoint(&mut self, attr: &EndpointAttr) -> Result<Box<dyn EndpointProvider>> {
-        Ok(Box::new(TcpEndpoint::open(attr)?))
+        Ok(Box::new(TcpEndpoint::open(attr, &self.params)?))
     }
 
     fn provider_id(&self) -> u8 {

@@ -6,7 +6,7 @@ use std::mem::{size_of, MaybeUninit};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
-use xfer_core::unstable::attr::TcpAttr;
+use crate::attr::TcpAttr;
 use xfer_core::unstable::error::{Error, Result};
 use xfer_core::unstable::sys::{cvt, errno};
 
@@ -505,11 +505,15 @@ mod tests {
 
     #[test]
     fn connections_within_the_host_get_the_local_send_buffer() {
-        let mut attr = TcpAttr::default();
-        attr.local_sndbuf = 256 << 10;
+        let mut attr = TcpAttr {
+            local_sndbuf: 256 << 10,
+            ..TcpAttr::default()
+        };
         assert_eq!(sndbufs(&attr), (512 << 10, 512 << 10));
-        let mut auto = TcpAttr::default();
-        auto.local_sndbuf = 0;
+        let auto = TcpAttr {
+            local_sndbuf: 0,
+            ..TcpAttr::default()
+        };
         let auto = sndbufs(&auto);
         assert!(auto.0 != 512 << 10 && auto.1 != 512 << 10, "autotuned: {auto:?}");
         // `sockbuf` wins over it.

@@ -1,10 +1,13 @@
-//! Tunables of the verbs provider, with their `XFER_VERBS_*` environment
-//! variables (the pattern of `xfer_core::unstable::attr`: defaults, `from_env`, and
+//! Tunables of the verbs provider, with their keys (`verbs.device`) in a
+//! domain's [`Params`] and their `XFER_VERBS_*` environment variables (the
+//! pattern of `xfer_core::unstable::attr`: defaults, `from_env`, and
 //! [`Setting`] rows for `xfer-info`).
 
 use std::str::FromStr;
 
-use xfer_core::unstable::attr::{env_flag, env_value, Setting};
+use xfer_core::unstable::attr::{env_flag, env_value, param_flag, param_value, unknown_key, Setting};
+use xfer_core::unstable::error::Result;
+use xfer_core::unstable::params::Params;
 
 /// Settings of the verbs provider.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -126,6 +129,9 @@ fn apply<T: FromStr>(field: &mut T, env: &str) {
 }
 
 impl VerbsAttr {
+    /// The prefix of this transport's keys in [`Params`].
+    pub const PREFIX: &'static str = "verbs";
+
     /// Defaults overridden by the environment.
     pub fn from_env() -> Self {
         let mut a = Self::default();
@@ -173,85 +179,162 @@ impl VerbsAttr {
         if let Some(v) = env_flag("XFER_VERBS_FAULT_IGNORE_CREDIT") {
             a.fault_ignore_credit = v;
         }
-        a.rnr_retry = a.rnr_retry.min(7);
-        a.retry_cnt = a.retry_cnt.min(7);
-        a.timeout = a.timeout.min(31);
-        a.min_rnr_timer = a.min_rnr_timer.min(31);
-        a.signal_every = a.signal_every.max(1);
+        a.clamp();
         a
+    }
+
+    /// Bounds the IB spec and the provider put on some settings.
+    fn clamp(&mut self) {
+        self.rnr_retry = self.rnr_retry.min(7);
+        self.retry_cnt = self.retry_cnt.min(7);
+        self.timeout = self.timeout.min(31);
+        self.min_rnr_timer = self.min_rnr_timer.min(31);
+        self.signal_every = self.signal_every.max(1);
+    }
+
+    /// Defaults overridden by the environment, then by the `verbs.*` keys
+    /// of `params` (a domain's); an unknown `verbs.*` key or a value that
+    /// does not parse is
+    /// [`Error::InvalidSetting`](xfer_core::Error::InvalidSetting) naming
+    /// it. Keys of other transports are left alone.
+    pub fn from_params(params: &Params) -> Result<Self> {
+        let mut a = Self::from_env();
+        for (key, value) in params.under(Self::PREFIX) {
+            a.set(key, value)?;
+        }
+        a.clamp();
+        Ok(a)
+    }
+
+    /// Sets the setting `key` (`verbs.device`) from its text, as its
+    /// environment variable takes it (`verbs.device` empty, `verbs.addr` and
+    /// `verbs.gid_index` empty or `auto`: the automatic choice).
+    pub fn set(&mut self, key: &str, value: &str) -> Result<()> {
+        let auto = matches!(value.trim(), "" | "auto");
+        match key {
+            "verbs.device" => self.device = Some(value.trim().to_owned()).filter(|d| !d.is_empty()),
+            "verbs.port" => self.port = param_value(key, value)?,
+            "verbs.addr" if auto => self.addr = None,
+            "verbs.addr" => self.addr = Some(param_value(key, value)?),
+            "verbs.gid_index" if auto => self.gid_index = None,
+            "verbs.gid_index" => self.gid_index = Some(param_value(key, value)?),
+            "verbs.signal_every" => self.signal_every = param_value(key, value)?,
+            "verbs.sq_depth" => self.sq_depth = param_value(key, value)?,
+            "verbs.max_inline" => self.max_inline = param_value(key, value)?,
+            "verbs.srq_size" => self.srq_size = param_value(key, value)?,
+            "verbs.srq_low_watermark" => self.srq_low_watermark = param_value(key, value)?,
+            "verbs.srq_buf_size" => self.srq_buf_size = param_value(key, value)?,
+            "verbs.rnr_retry" => self.rnr_retry = param_value(key, value)?,
+            "verbs.retry_cnt" => self.retry_cnt = param_value(key, value)?,
+            "verbs.timeout" => self.timeout = param_value(key, value)?,
+            "verbs.min_rnr_timer" => self.min_rnr_timer = param_value(key, value)?,
+            "verbs.path_mtu" => self.path_mtu = param_value(key, value)?,
+            "verbs.cq_size" => self.cq_size = param_value(key, value)?,
+            "verbs.connect_timeout_ms" => self.connect_timeout_ms = param_value(key, value)?,
+            "verbs.keepalive_ms" => self.keepalive_ms = param_value(key, value)?,
+            "verbs.credit_msgs" => self.credit_msgs = param_value(key, value)?,
+            "verbs.eager_credit" => self.eager_credit = param_value(key, value)?,
+            "verbs.fault_ignore_credit" => self.fault_ignore_credit = param_flag(key, value)?,
+            _ => return Err(unknown_key(key, &Self::default().settings())),
+        }
+        Ok(())
     }
 
     /// The effective settings.
     pub fn settings(&self) -> Vec<Setting> {
-        let row = |env, value: String, doc| Setting { env, value, doc };
+        let row = |key, env, value: String, doc| Setting {
+            key: Some(key),
+            env,
+            value,
+            doc,
+        };
         vec![
             row(
+                "verbs.device",
                 "XFER_VERBS_DEVICE",
                 self.device.clone().unwrap_or_else(|| "(first active)".into()),
                 "verbs device to open",
             ),
-            row("XFER_VERBS_PORT", self.port.to_string(), "device port (1-based)"),
             row(
+                "verbs.port",
+                "XFER_VERBS_PORT",
+                self.port.to_string(),
+                "device port (1-based)",
+            ),
+            row(
+                "verbs.addr",
                 "XFER_VERBS_ADDR",
                 self.addr.map_or_else(|| "auto".into(), |a| a.to_string()),
                 "IPv4 address endpoints listen on (auto: the port's RoCE v2 GID address)",
             ),
             row(
+                "verbs.gid_index",
                 "XFER_VERBS_GID_INDEX",
                 self.gid_index.map_or_else(|| "auto".into(), |g| g.to_string()),
                 "GID index of the QPs' address vector (auto: the one rdma_cm resolves)",
             ),
             row(
+                "verbs.signal_every",
                 "XFER_VERBS_SIGNAL_EVERY",
                 self.signal_every.to_string(),
                 "signal a send completion at least every N sends",
             ),
             row(
+                "verbs.sq_depth",
                 "XFER_VERBS_SQ_DEPTH",
                 self.sq_depth.to_string(),
                 "send queue depth per QP",
             ),
             row(
+                "verbs.max_inline",
                 "XFER_VERBS_MAX_INLINE",
                 self.max_inline.to_string(),
                 "inline bytes asked for per QP (the device may grant less)",
             ),
             row(
+                "verbs.srq_size",
                 "XFER_VERBS_SRQ_SIZE",
                 self.srq_size.to_string(),
                 "receive buffers in the shared receive queue",
             ),
             row(
+                "verbs.srq_low_watermark",
                 "XFER_VERBS_SRQ_LOW_WATERMARK",
                 self.srq_low_watermark.to_string(),
                 "refill the SRQ when fewer receives than this are posted",
             ),
             row(
+                "verbs.srq_buf_size",
                 "XFER_VERBS_SRQ_BUF_SIZE",
                 self.srq_buf_size.to_string(),
                 "bytes per SRQ bounce buffer",
             ),
             row(
+                "verbs.rnr_retry",
                 "XFER_VERBS_RNR_RETRY",
                 self.rnr_retry.to_string(),
                 "RNR retries (7: infinite)",
             ),
             row(
+                "verbs.retry_cnt",
                 "XFER_VERBS_RETRY_CNT",
                 self.retry_cnt.to_string(),
                 "transport retries (max 7)",
             ),
             row(
+                "verbs.timeout",
                 "XFER_VERBS_TIMEOUT",
                 self.timeout.to_string(),
                 "local ACK timeout exponent (4.096 us * 2^n)",
             ),
             row(
+                "verbs.min_rnr_timer",
                 "XFER_VERBS_MIN_RNR_TIMER",
                 self.min_rnr_timer.to_string(),
                 "minimum RNR NAK timer code advertised to peers",
             ),
             row(
+                "verbs.path_mtu",
                 "XFER_VERBS_PATH_MTU",
                 if self.path_mtu == 0 {
                     "(port active MTU)".into()
@@ -261,31 +344,37 @@ impl VerbsAttr {
                 "path MTU in bytes, capped by the port",
             ),
             row(
+                "verbs.cq_size",
                 "XFER_VERBS_CQ_SIZE",
                 self.cq_size.to_string(),
                 "completion queue entries",
             ),
             row(
+                "verbs.connect_timeout_ms",
                 "XFER_VERBS_CONNECT_TIMEOUT_MS",
                 self.connect_timeout_ms.to_string(),
                 "connection establishment timeout in ms (0: rdma_cm's own)",
             ),
             row(
+                "verbs.keepalive_ms",
                 "XFER_VERBS_KEEPALIVE_MS",
                 self.keepalive_ms.to_string(),
                 "keepalive probe interval in ms while operations wait on a peer (0: off)",
             ),
             row(
+                "verbs.credit_msgs",
                 "XFER_VERBS_CREDIT_MSGS",
                 self.credit_msgs.to_string(),
                 "messages a peer may have in flight to an endpoint's SRQ (at least 16)",
             ),
             row(
+                "verbs.eager_credit",
                 "XFER_VERBS_EAGER_CREDIT",
                 self.eager_credit.to_string(),
                 "eager bytes a peer may have in flight to an endpoint, unexpected ones included (at least 128 KiB)",
             ),
             row(
+                "verbs.fault_ignore_credit",
                 "XFER_VERBS_FAULT_IGNORE_CREDIT",
                 u8::from(self.fault_ignore_credit).to_string(),
                 "fault injection for tests: send past the peers' credit (never set otherwise)",
@@ -356,6 +445,36 @@ mod tests {
         assert_eq!(s.len(), 21);
         assert!(s.iter().any(|s| s.env == "XFER_VERBS_GID_INDEX" && s.value == "3"));
         assert!(s.iter().all(|s| s.env.starts_with("XFER_VERBS_")));
+    }
+
+    #[test]
+    fn every_setting_has_a_key_that_params_set() {
+        let mut p = Params::new();
+        for row in VerbsAttr::default().settings() {
+            let key = row.key.expect("every verbs setting has a key");
+            assert_eq!(row.env, xfer_core::unstable::params::env_name(key), "{key}");
+            let (_, value) = VARS.iter().find(|(env, _)| *env == row.env).expect("a value for it");
+            p.set(key, *value);
+        }
+        p.set("tcp.iface", "eth0"); // another transport's: left alone
+        let a = VerbsAttr::from_params(&p).expect("valid settings");
+        assert_eq!(a.device.as_deref(), Some("rxe7"));
+        assert_eq!(a.addr, Some(std::net::Ipv4Addr::new(10, 11, 0, 9)));
+        assert_eq!((a.gid_index, a.srq_size, a.rnr_retry), (Some(3), 2048, 7));
+        assert!(a.fault_ignore_credit);
+
+        for (key, value) in [
+            ("verbs.devcie", "rxe0"),
+            ("verbs.addr", "10.0.0"),
+            ("verbs.port", "one"),
+        ] {
+            let mut bad = Params::new();
+            bad.set(key, value);
+            let Err(xfer_core::unstable::error::Error::InvalidSetting(why)) = VerbsAttr::from_params(&bad) else {
+                panic!("{key}={value} accepted");
+            };
+            assert!(why.contains(key), "{why}");
+        }
     }
 
     #[test]

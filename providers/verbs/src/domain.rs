@@ -12,12 +12,12 @@ use xfer_core::unstable::mr::{Access, MrCache, MrCacheAttr};
 use xfer_core::unstable::provider::{DomainProvider, EndpointProvider, MrKeys};
 use xfer_core::{Error, Result};
 
-use crate::device::{probe_ports, Context, DeviceAttr};
+use crate::device::{Context, DeviceAttr};
 use crate::endpoint::VerbsEndpoint;
 use crate::mr::{Mr, VerbsRegistrar};
 use crate::name::{VerbsName, PROVIDER_ID};
 use crate::pd::Pd;
-use crate::select::select;
+use crate::select::choose;
 use crate::VerbsAttr;
 
 /// What a domain's endpoints share: the device, its protection domain and
@@ -63,10 +63,18 @@ impl VerbsDomain {
         Self::with_attr(VerbsAttr::from_env())
     }
 
-    /// Opens a domain on the device `attr` selects.
+    /// Opens a domain with the `verbs.*` settings of `params` over the
+    /// environment ([`VerbsAttr::from_params`]; a bad key or value is
+    /// [`Error::InvalidSetting`] naming it).
+    pub fn with_params(params: &xfer_core::Params) -> Result<VerbsDomain> {
+        Self::with_attr(VerbsAttr::from_params(params)?)
+    }
+
+    /// Opens a domain on the device `attr` selects ([`crate::choose`], as
+    /// `xfer::info` reports it); unavailable, [`Error::NoProvider`] with the
+    /// same reason the report gives.
     pub fn with_attr(attr: VerbsAttr) -> Result<VerbsDomain> {
-        let sel =
-            select(&probe_ports(attr.device.as_deref()), &attr).map_err(|why| Error::NoProvider(why.to_string()))?;
+        let sel = choose(&attr).map_err(|why| Error::NoProvider(why.to_string()))?;
         let ctx = Context::open(&sel.device)?;
         let ip = sel.ip;
         let dev = ctx.query_device()?;

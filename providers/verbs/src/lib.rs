@@ -65,5 +65,5 @@ pub use mr::{Mr, VerbsRegistrar};
 pub use name::{VerbsName, PROVIDER_ID};
 pub use pd::Pd;
 pub use qp::{QpConfig, RcQp, RemoteBuf};
-pub use select::{listen_ip, select, Lack, Selection, Unavailable};
+pub use select::{choose, listen_ip, select, Lack, Selection, Unavailable};
 pub use srq::{Srq, SrqConfig};

@@ -1,12 +1,14 @@
 //! Which device, port and address a verbs domain opens, or why verbs is
-//! unavailable. One function, [`select`], serves both the facade's report
-//! (`xfer::info`, `xfer-info`) and [`crate::VerbsDomain::open`], so the report
-//! cannot call verbs usable where opening it fails for a reason it could see.
+//! unavailable. One function, [`choose`] (the probe of [`select`]'s
+//! candidates, then [`select`] over them), serves both the facade's report
+//! (`xfer::info`, `xfer-info`) and [`crate::VerbsDomain::with_attr`], with the
+//! same settings, so the report cannot call verbs usable where opening it
+//! fails for a reason it could see.
 
 use std::fmt;
 use std::net::Ipv4Addr;
 
-use crate::device::{DeviceInfo, GidEntry, Probe};
+use crate::device::{probe_ports, DeviceInfo, GidEntry, Probe};
 use crate::VerbsAttr;
 
 /// Why verbs cannot be used on this host, from the most basic lack up.
@@ -84,6 +86,14 @@ pub fn listen_ip(gids: &[GidEntry], attr: &VerbsAttr) -> Option<Ipv4Addr> {
         .or_else(|| gids.iter().find_map(GidEntry::ipv4))
 }
 
+/// The device, port and address a verbs domain with `attr` opens, or why
+/// there is none: [`select`] over the devices found now ([`probe_ports`] of
+/// `attr.device`, else of every device). What `xfer::info` reports and what
+/// [`crate::VerbsDomain::with_attr`] opens.
+pub fn choose(attr: &VerbsAttr) -> Result<Selection, Unavailable> {
+    select(&probe_ports(attr.device.as_deref()), attr)
+}
+
 /// The first device (the one `attr.device` names, if set) whose port
 /// `attr.port` is active and has an address to listen on.
 pub fn select(probe: &Probe, attr: &VerbsAttr) -> Result<Selection, Unavailable> {
@@ -100,8 +110,13 @@ pub fn select(probe: &Probe, attr: &VerbsAttr) -> Result<Selection, Unavailable>
     if candidates.is_empty() {
         let found: Vec<&str> = probe.devices.iter().map(|d| d.name.as_str()).collect();
         let detail = match (&attr.device, &probe.reason) {
-            (Some(name), Some(reason)) => format!("XFER_VERBS_DEVICE={name}: not found or not usable ({reason})"),
-            (Some(name), None) => format!("XFER_VERBS_DEVICE={name}: no such device (found: {})", found.join(", ")),
+            (Some(name), Some(reason)) => {
+                format!("verbs.device (XFER_VERBS_DEVICE)={name}: not found or not usable ({reason})")
+            }
+            (Some(name), None) => format!(
+                "verbs.device (XFER_VERBS_DEVICE)={name}: no such device (found: {})",
+                found.join(", ")
+            ),
             (None, Some(reason)) => reason.clone(),
             (None, None) => "no verbs devices".into(),
         };
@@ -136,7 +151,7 @@ pub fn select(probe: &Probe, attr: &VerbsAttr) -> Result<Selection, Unavailable>
             None => {
                 lack = Lack::Address;
                 why.push(format!(
-                    "{} port {} has no IPv4 GID; set XFER_VERBS_ADDR to its IP (IPoIB) address",
+                    "{} port {} has no IPv4 GID; set verbs.addr (XFER_VERBS_ADDR) to its IP (IPoIB) address",
                     dev.name, attr.port
                 ))
             }
@@ -306,7 +321,7 @@ mod tests {
         assert_eq!(e.lack, Lack::Device);
         assert_eq!(
             e.detail,
-            "XFER_VERBS_DEVICE=mlx5_0: no such device (found: rxe0, rxe1, rxe2)"
+            "verbs.device (XFER_VERBS_DEVICE)=mlx5_0: no such device (found: rxe0, rxe1, rxe2)"
         );
 
         let e = sel(&VerbsAttr {

@@ -491,3 +491,38 @@ fn a_peer_without_the_job_key_is_refused_and_one_with_it_served() {
     assert_eq!(server.counter("admission_challenges"), 3);
     assert_eq!(server.counter("connections"), 1);
 }
+
+/// Verbs settings size the domain's device resources: one given on an
+/// endpoint's params is refused, naming the key, and the domain's own params
+/// (`VerbsDomain::with_params`) take them, a misspelt key refused there.
+#[test]
+fn verbs_settings_belong_to_the_domain() {
+    let mut params = xfer_core::Params::new();
+    params.set("verbs.srq_size", "512");
+    let d = match VerbsDomain::with_params(&params) {
+        Ok(d) => d,
+        Err(e) => {
+            assert!(!required(), "verbs device required: {e}");
+            eprintln!("SKIP: no verbs device ({e})");
+            return;
+        }
+    };
+    assert_eq!(d.attr().srq_size, 512);
+    let domain = Domain::new(Box::new(d));
+    let cq = domain.cq(&CqAttr::default()).unwrap();
+    let av = domain.av().unwrap();
+    let mut ea = EndpointAttr::from_env();
+    ea.params.set("verbs.srq_size", "64");
+    match domain.endpoint(&cq, &av, &ea) {
+        Err(Error::InvalidSetting(why)) => assert!(why.contains("verbs.srq_size"), "{why}"),
+        other => panic!("a verbs key on an endpoint: {:?}", other.map(|_| ())),
+    }
+    ea.params = xfer_core::Params::new();
+    ea.params.set("tcp.coalesce", "0"); // another transport's: left alone
+    domain.endpoint(&cq, &av, &ea).expect("an endpoint without verbs keys");
+    params.set("verbs.srq_sise", "512");
+    match VerbsDomain::with_params(&params) {
+        Err(Error::InvalidSetting(why)) => assert!(why.contains("verbs.srq_sise"), "{why}"),
+        other => panic!("a misspelt verbs key: {:?}", other.map(|_| ())),
+    }
+}

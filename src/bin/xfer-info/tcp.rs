@@ -4,7 +4,6 @@
 
 use std::io::Write;
 
-use xfer::EndpointAttr;
 use xfer_tcp::iface::{self, Choice, Interface};
 
 use super::quote;
@@ -25,7 +24,7 @@ pub fn section() -> Section {
         Ok(list) => (list, None),
         Err(e) => (Vec::new(), Some(e.to_string())),
     };
-    let choice = iface::choose(&list, &EndpointAttr::from_env().tcp);
+    let choice = iface::choose(&list, &xfer::TcpAttr::from_env());
     let ifaces = list
         .into_iter()
         .map(|i| {

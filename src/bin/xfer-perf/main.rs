@@ -166,7 +166,9 @@ fn run(opts: &Options) -> Result<()> {
         Role::Client(name) => drive(&mut open(&attr)?, name, opts),
         Role::Local => {
             // Both sides on loopback unless XFER_TCP_ADDR says otherwise.
-            attr.tcp.addr.get_or_insert_with(|| "127.0.0.1".into());
+            if xfer::TcpAttr::from_env().addr.is_none() {
+                attr.params.set("tcp.addr", "127.0.0.1");
+            }
             let (tx, rx) = mpsc::channel();
             let server_attr = attr.clone();
             let server = std::thread::spawn(move || {

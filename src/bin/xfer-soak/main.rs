@@ -45,7 +45,9 @@ struct Side {
 fn open() -> Result<Side> {
     let domain = xfer::open_default().map_err(|e| format!("opening a domain: {e}"))?;
     let mut attr = EndpointAttr::from_env();
-    attr.tcp.addr.get_or_insert_with(|| "127.0.0.1".into());
+    if xfer::TcpAttr::from_env().addr.is_none() {
+        attr.params.set("tcp.addr", "127.0.0.1");
+    }
     let cq = domain.cq(&xfer::CqAttr::from_env()).map_err(|e| e.to_string())?;
     let av = domain.av().map_err(|e| e.to_string())?;
     let ep = domain

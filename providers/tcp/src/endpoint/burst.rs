@@ -11,7 +11,7 @@
 //! their burst the same way, and frames a progress call queues (answers to
 //! what it read) are written together when the call ends (decision 73).
 //!
-//! [`TcpAttr::coalesce`]: xfer_core::unstable::attr::TcpAttr::coalesce
+//! [`TcpAttr::coalesce`]: crate::attr::TcpAttr::coalesce
 
 use super::*;
 
@@ -19,15 +19,15 @@ impl TcpEndpoint {
     /// Whether an eager frame posted now should wait for the rest of its burst.
     #[inline]
     pub(super) fn in_burst(&self) -> bool {
-        self.burst && self.attr.tcp.coalesce > 0
+        self.burst && self.tcp.coalesce > 0
     }
 
     /// Queues an eager frame that was not written whole, or a request to
     /// send: behind a burst it waits (up to
-    /// [`TcpAttr::coalesce`](xfer_core::unstable::attr::TcpAttr::coalesce) frames),
+    /// [`TcpAttr::coalesce`](crate::attr::TcpAttr::coalesce) frames),
     /// otherwise it goes out as far as the socket takes.
     pub(super) fn queue_eager(&mut self, cx: &mut Ctx<'_>, id: usize, frame: TxFrame) {
-        let coalesce = self.attr.tcp.coalesce;
+        let coalesce = self.tcp.coalesce;
         let burst = self.in_burst();
         let conn = &mut self.conns[id];
         conn.txq.push_back(frame);

@@ -103,7 +103,7 @@ impl TcpEndpoint {
 
     /// A connection accepted: watched, waiting for its Hello.
     fn adopt(&mut self, sock: Socket) {
-        if let Err(e) = sock.tune(&self.attr.tcp, None) {
+        if let Err(e) = sock.tune(&self.tcp, None) {
             xfer_core::warn_limited!(error = %e, "tuning accepted socket");
         }
         let serial = self.next_serial();

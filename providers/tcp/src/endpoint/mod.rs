@@ -17,7 +17,10 @@ use std::time::{Duration, Instant};
 
 use slab::Slab;
 use xfer_core::unstable::addr::{Address, AvTable, PeerAddr};
-use xfer_core::unstable::attr::{EndpointAttr, TcpAttr};
+use xfer_core::unstable::attr::EndpointAttr;
+use xfer_core::unstable::params::Params;
+
+use crate::attr::TcpAttr;
 use xfer_core::unstable::error::{Error, Result};
 use xfer_core::unstable::event::{PeerEvent, PeerEvents};
 use xfer_core::unstable::mr::Access;
@@ -96,6 +99,9 @@ enum Direct {
 /// A TCP endpoint.
 pub struct TcpEndpoint {
     attr: EndpointAttr,
+    /// The transport's settings: the domain's and the endpoint's `tcp.*`
+    /// params over the environment.
+    tcp: TcpAttr,
     name: Address,
     /// What the connections' lifecycle machines know of us (`link`): our
     /// name, its nonce (a Hello must carry it), the job key.
@@ -210,8 +216,8 @@ fn op_error(cause: &Error, peer: PeerAddr) -> Error {
 /// Where an endpoint with `attr` listens on a host with `ifaces` (iface.rs
 /// has the rules). Without the host's interface list, an explicit address
 /// still works and the automatic choice falls back to loopback.
-fn listen_addr(attr: &EndpointAttr, ifaces: &[iface::Interface]) -> Result<SocketAddr> {
-    let choice = iface::choose(ifaces, &attr.tcp);
+fn listen_addr(attr: &TcpAttr, ifaces: &[iface::Interface]) -> Result<SocketAddr> {
+    let choice = iface::choose(ifaces, attr);
     if !choice.missing.is_empty() {
         tracing::debug!(missing = ?choice.missing, "XFER_TCP_IFACE names interfaces this host does not have");
     }
@@ -301,8 +307,12 @@ fn named_addr(bound: SocketAddr, ifaces: &[iface::Interface], attr: &TcpAttr) ->
 }
 
 impl TcpEndpoint {
-    /// Opens an endpoint listening on the attribute's address.
-    pub fn open(attr: &EndpointAttr) -> Result<TcpEndpoint> {
+    /// Opens an endpoint listening on the attribute's address, with the
+    /// TCP settings of `attr.params` over `domain` (its domain's params)
+    /// over the environment; an unknown `tcp.*` key or a bad value is
+    /// [`Error::InvalidSetting`].
+    pub fn open(attr: &EndpointAttr, domain: &Params) -> Result<TcpEndpoint> {
+        let tcp = TcpAttr::from_params(&domain.overlaid(&attr.params))?;
         if attr.rndv_threshold as u64 > MAX_EAGER || attr.inject_size as u64 > MAX_EAGER {
             return Err(Error::InvalidArgument(
                 "rendezvous threshold and inject size must be at most 1 MiB",
@@ -312,7 +322,7 @@ impl TcpEndpoint {
             tracing::warn!(error = %e, "listing the network interfaces failed");
             Vec::new()
         });
-        let at = listen_addr(attr, &ifaces)?;
+        let at = listen_addr(&tcp, &ifaces)?;
         let listener = Socket::listen(&at).inspect_err(|e| tracing::warn!(addr = %at, error = %e, "tcp listen"))?;
         // Never the reserved nonce 0 ("whoever listens there", name.rs).
         let nonce = sys::random_u64().max(1);
@@ -322,7 +332,7 @@ impl TcpEndpoint {
             SocketAddr::V4(_) => 0,
         };
         let tcp_name = TcpName {
-            addr: named_addr(bound, &ifaces, &attr.tcp),
+            addr: named_addr(bound, &ifaces, &tcp),
             nonce,
         };
         let name = Address::new(&tcp_name.to_vec())?;
@@ -331,12 +341,13 @@ impl TcpEndpoint {
         tracing::debug!(name = %tcp_name, "tcp endpoint open");
         Ok(TcpEndpoint {
             attr: attr.clone(),
+            tcp: tcp.clone(),
             name,
             local: Local {
                 name,
                 nonce,
                 key: attr.job_key.clone(),
-                connect_timeout: Duration::from_millis(attr.tcp.connect_timeout_ms),
+                connect_timeout: Duration::from_millis(tcp.connect_timeout_ms),
             },
             listener,
             acceptor: listen::Acceptor::new(),
@@ -365,7 +376,7 @@ impl TcpEndpoint {
             abandoned: Abandoned::default(),
             counted: Counters::default(),
             account: Account::new(attr.rx_memory),
-            budget: credit::budget(attr.tcp.eager_credit),
+            budget: credit::budget(tcp.eager_credit),
             flat: vec![0; HEADER_LEN + FLAT_SEND].into_boxed_slice(),
             burst: false,
             progressing: false,
@@ -454,7 +465,7 @@ impl TcpEndpoint {
         let addr = dial_addr(name.addr, self.zone)?;
         let link = Link::dial(&self.local, dest, Instant::now())?;
         let sock = Socket::connect(&addr)?;
-        sock.tune(&self.attr.tcp, Some(addr))?;
+        sock.tune(&self.tcp, Some(addr))?;
         let serial = self.next_serial();
         let mut conn = Conn::new(sock, Dir::Out, link, serial, Some(*dest));
         // Our user chose this peer: admitted whatever the receive memory holds.

@@ -54,6 +54,7 @@ use crate::name::VerbsName;
 use crate::qp::{QpConfig, RcQp};
 use crate::srq::{Srq, SrqConfig};
 use crate::wire;
+use crate::VerbsAttr;
 use pool::SendPool;
 
 /// Polls between two looks at the descriptors (CM events, CQ events).
@@ -324,6 +325,14 @@ impl VerbsEndpoint {
             // this process: promising events for them would be a lie.
             return Err(Error::NotSupported(
                 "RMA events (XFER_RMA_EVENTS): a verbs target does not see RDMA applied to it",
+            ));
+        }
+        if let Some((key, _)) = attr.params.under(VerbsAttr::PREFIX).next() {
+            // The verbs settings size the domain's device resources (SRQ,
+            // CQs, QP limits): one endpoint cannot have its own.
+            return Err(Error::InvalidSetting(
+                format!("{key} is a verbs domain setting: set it in the domain's attributes (DomainAttr::params)")
+                    .into(),
             ));
         }
         let va = &res.attr;
