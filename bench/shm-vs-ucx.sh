@@ -51,6 +51,35 @@ ucx() {
     echo "failed"
 }
 
+# iters BASE SIZE: BASE operations at 64 KiB, scaled to SIZE bytes; at least 200.
+iters() {
+    local n=$(($1 * 65536 / $2))
+    echo $((n < 200 ? 200 : n))
+}
+
+# rma_cells SIZE ITERS PICK [ARGS...]: appends to $row a cell for each rma_bw run (write,
+# then read, each by CMA and through the ring), the figure the sed script PICK takes from
+# its output.
+rma_cells() {
+    local size=$1 n=$2 pick=$3 args line
+    shift 3
+    for args in "--op write" "--op write --copy" "--op read" "--op read --copy"; do
+        # shellcheck disable=SC2086
+        line=$($ex/rma_bw $args --size "$size" --iters "$n" "$@" --cpus "$s_cpu,$c_cpu")
+        row+=" $(sed -n "$pick" <<<"$line") |"
+    done
+}
+
+# ucx_cells TEST SIZE ITERS FORMAT: appends to $row a cell for each UCX_TLS setting, the
+# figure the awk program FORMAT (with s set to SIZE) takes from the client's final line.
+ucx_cells() {
+    local test=$1 size=$2 n=$3 format=$4 tls f
+    for tls in default sm posix posix,cma; do
+        f=$(ucx "$tls" "$test" "$size" "$n")
+        row+=" $(awk -v s="$size" "$format" <<<"$f") |"
+    done
+}
+
 echo "## Latency (8 B and 4 KiB, $lat_iters round trips, CPUs $s_cpu,$c_cpu)"
 echo
 echo "| size | run | xfer-shm rings p50 / avg (µs) | UCX default | UCX sm | UCX posix | UCX posix,cma |"
@@ -61,10 +90,7 @@ for size in 8 4096; do
         p50=$(sed -n 's/.* p50 \([0-9.]*\) us.*/\1/p' <<<"$line")
         avg=$(sed -n 's/.* avg \([0-9.]*\) us.*/\1/p' <<<"$line")
         row="| $size B | $r | $p50 / $avg |"
-        for tls in default sm posix posix,cma; do
-            f=$(ucx "$tls" tag_lat "$size" "$lat_iters")
-            row+=" $(awk '{ if (NF >= 4) printf "%s / %s", $2, $4; else print "failed" }' <<<"$f") |"
-        done
+        ucx_cells tag_lat "$size" "$lat_iters" '{ if (NF >= 4) printf "%s / %s", $2, $4; else print "failed" }'
         echo "$row"
     done
 done
@@ -74,20 +100,12 @@ echo
 echo "| size | run | xfer-shm RMA write CMA | write ring | read CMA | read ring | UCX ucp_put_bw default | sm | posix | posix,cma | UCX tag_bw default | sm | posix | posix,cma |"
 echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 for size in 65536 1048576 4194304; do
-    n=$((4000 * 65536 / size))
-    n=$((n < 200 ? 200 : n))
+    n=$(iters 4000 "$size")
     for r in $(seq "$reps"); do
         row="| $size | $r |"
-        for args in "--op write" "--op write --copy" "--op read" "--op read --copy"; do
-            # shellcheck disable=SC2086
-            line=$($ex/rma_bw $args --size "$size" --iters "$n" --cpus "$s_cpu,$c_cpu")
-            row+=" $(sed -n 's/.*: \([0-9.]*\) MB\/s.*/\1/p' <<<"$line") |"
-        done
+        rma_cells "$size" "$n" 's/.*: \([0-9.]*\) MB\/s.*/\1/p'
         for test in ucp_put_bw tag_bw; do
-            for tls in default sm posix posix,cma; do
-                f=$(ucx "$tls" "$test" "$size" "$n")
-                row+=" $(awk '{ if (NF >= 6) print $6; else print "failed" }' <<<"$f") |"
-            done
+            ucx_cells "$test" "$size" "$n" '{ if (NF >= 6) print $6; else print "failed" }'
         done
         echo "$row"
     done
@@ -98,19 +116,11 @@ echo
 echo "| size | run | xfer-shm RMA write CMA | write ring | read CMA | read ring | UCX tag_lat p50 default | sm | posix | posix,cma |"
 echo "|---|---|---|---|---|---|---|---|---|---|"
 for size in 65536 1048576 4194304; do
-    n=$((2000 * 65536 / size))
-    n=$((n < 200 ? 200 : n))
+    n=$(iters 2000 "$size")
     for r in $(seq "$reps"); do
         row="| $size | $r |"
-        for args in "--op write" "--op write --copy" "--op read" "--op read --copy"; do
-            # shellcheck disable=SC2086
-            line=$($ex/rma_bw $args --size "$size" --iters "$n" --window 1 --cpus "$s_cpu,$c_cpu")
-            row+=" $(sed -n 's/.*median operation \([0-9.]*\) us (\([0-9.]*\) MB.*/\1 (\2)/p' <<<"$line") |"
-        done
-        for tls in default sm posix posix,cma; do
-            f=$(ucx "$tls" tag_lat "$size" "$n")
-            row+=" $(awk -v s="$size" '{ if (NF >= 4) printf "%s (%.1f)", $2, s / $2 / 1.048576; else print "failed" }' <<<"$f") |"
-        done
+        rma_cells "$size" "$n" 's/.*median operation \([0-9.]*\) us (\([0-9.]*\) MB.*/\1 (\2)/p' --window 1
+        ucx_cells tag_lat "$size" "$n" '{ if (NF >= 4) printf "%s (%.1f)", $2, s / $2 / 1.048576; else print "failed" }'
         echo "$row"
     done
 done

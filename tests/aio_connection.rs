@@ -32,6 +32,30 @@ async fn listener(attr: &EndpointAttr) -> AsyncListener {
     AsyncListener::bind("127.0.0.1:0", attr).await.expect("bind")
 }
 
+/// A connection to `addr`, within [`DEADLINE`].
+async fn connect(addr: std::net::SocketAddr, attr: &EndpointAttr) -> AsyncConnection {
+    bounded("connect", AsyncConnection::connect(addr, attr))
+        .await
+        .expect("connect")
+}
+
+/// Both ends of one connection: the accepted one and the client's.
+async fn pair(attr: &EndpointAttr) -> (AsyncConnection, AsyncConnection) {
+    let listener = listener(attr).await;
+    let addr = listener.local_addr().unwrap();
+    tokio::join!(
+        async { bounded("accept", listener.accept()).await.expect("accept") },
+        connect(addr, attr),
+    )
+}
+
+/// A receive of 16 bytes that ended with the peer's close, the buffer
+/// given back.
+fn assert_closed((got, buf): xfer::aio::BufResult<usize>) {
+    assert!(matches!(got, Err(Error::PeerClosed { .. })), "{got:?}");
+    assert_eq!(buf.len(), 16);
+}
+
 /// Echoes every message until the peer closes; the count echoed.
 async fn echo(conn: AsyncConnection) -> usize {
     let mut n = 0;
@@ -59,9 +83,7 @@ async fn messages_of_every_size_echo_on_one_thread() {
     // One thread runs both sides: a connect or accept that blocked it
     // would never see the other side's exchange.
     let server = tokio::spawn(async move { echo(listener.accept().await.expect("accept")).await });
-    let conn = bounded("connect", AsyncConnection::connect(addr, &attr))
-        .await
-        .expect("connect");
+    let conn = connect(addr, &attr).await;
     let sizes = [0, 1, 64, 4096, 65536, 65537, 1 << 20, 4 << 20];
     for (i, &len) in sizes.iter().enumerate() {
         let msg = pattern(len, i as u64);
@@ -170,9 +192,7 @@ async fn a_client_speaking_garbage_is_refused_and_the_next_accepted() {
     assert!(matches!(first, Err(Error::Protocol(_))), "{:?}", first.err());
     assert!(garbage.join().unwrap().is_empty(), "answered garbage with a name");
     let server = tokio::spawn(async move { echo(listener.accept().await.expect("accept")).await });
-    let conn = bounded("connect", AsyncConnection::connect(addr, &attr))
-        .await
-        .expect("connect");
+    let conn = connect(addr, &attr).await;
     conn.send(b"after".to_vec()).await.0.expect("send");
     let (got, buf) = bounded("the echo", conn.recv(vec![0; 8])).await;
     assert_eq!(&buf[..got.expect("recv")], b"after");
@@ -182,17 +202,7 @@ async fn a_client_speaking_garbage_is_refused_and_the_next_accepted() {
 
 #[tokio::test(flavor = "current_thread")]
 async fn the_peers_close_ends_receives_after_its_messages() {
-    let attr = test_attr();
-    let listener = listener(&attr).await;
-    let addr = listener.local_addr().unwrap();
-    let (server, client) = tokio::join!(
-        async { bounded("accept", listener.accept()).await.expect("accept") },
-        async {
-            bounded("connect", AsyncConnection::connect(addr, &attr))
-                .await
-                .expect("connect")
-        },
-    );
+    let (server, client) = pair(&test_attr()).await;
     // A receive waiting when the peer closes ends with the close.
     let waiting = server.recv(vec![0; 16]);
     let closing = async {
@@ -209,9 +219,7 @@ async fn the_peers_close_ends_receives_after_its_messages() {
     assert_eq!(&buf[..got.expect("recv two")], b"two");
     // Then the close, for every later receive, with the buffer back.
     for _ in 0..2 {
-        let (got, buf) = bounded("the close", server.recv(vec![0; 16])).await;
-        assert!(matches!(got, Err(Error::PeerClosed { .. })), "{got:?}");
-        assert_eq!(buf.len(), 16);
+        assert_closed(bounded("the close", server.recv(vec![0; 16])).await);
     }
     let (sent, buf) = server.send(b"late".to_vec()).await;
     assert!(matches!(sent, Err(Error::PeerClosed { .. })), "{sent:?}");
@@ -220,25 +228,13 @@ async fn the_peers_close_ends_receives_after_its_messages() {
 
 #[tokio::test(flavor = "current_thread")]
 async fn a_receive_pending_when_the_peer_closes_ends() {
-    let attr = test_attr();
-    let listener = listener(&attr).await;
-    let addr = listener.local_addr().unwrap();
-    let (server, client) = tokio::join!(
-        async { bounded("accept", listener.accept()).await.expect("accept") },
-        async {
-            bounded("connect", AsyncConnection::connect(addr, &attr))
-                .await
-                .expect("connect")
-        },
-    );
+    let (server, client) = pair(&test_attr()).await;
     let mut waiting = std::pin::pin!(server.recv(vec![0; 16]));
     // Its first poll posts it; nothing has been sent.
     let pending = std::future::poll_fn(|cx| Poll::Ready(waiting.as_mut().poll(cx).is_pending())).await;
     assert!(pending, "a message from nowhere");
     drop(client);
-    let (got, buf) = bounded("the close", waiting).await;
-    assert!(matches!(got, Err(Error::PeerClosed { .. })), "{got:?}");
-    assert_eq!(buf.len(), 16);
+    assert_closed(bounded("the close", waiting).await);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -11,7 +11,8 @@
 //! message rate instead: W frames, then one acknowledgement back, repeated
 //! (as `ucx_perftest -t tag_bw`, whose default window is 32).
 
-use std::process::Command;
+mod common;
+
 use std::time::{Duration, Instant};
 
 use xfer_shm::{Event, PeerId, ShmConfig, ShmPort};
@@ -33,41 +34,15 @@ fn opts(args: &[String]) -> Opts {
         wait: false,
         window: 0,
     };
-    let mut i = 0;
-    while i < args.len() {
-        let val = || args.get(i + 1).cloned().unwrap_or_default();
-        match args[i].as_str() {
-            "--iters" => o.iters = val().parse().expect("--iters N"),
-            "--size" => o.size = val().parse().expect("--size BYTES"),
-            "--window" => o.window = val().parse().expect("--window W"),
-            "--cpus" => {
-                let v = val();
-                let (a, b) = v.split_once(',').expect("--cpus A,B");
-                o.cpus = (a.parse().expect("cpu"), b.parse().expect("cpu"));
-            }
-            "--wait" => {
-                o.wait = true;
-                i += 1;
-                continue;
-            }
-            a => panic!("unknown argument {a}"),
-        }
-        i += 2;
-    }
+    common::each_opt(args, &["--wait"], |flag, val| match flag {
+        "--iters" => o.iters = val.parse().expect("--iters N"),
+        "--size" => o.size = val.parse().expect("--size BYTES"),
+        "--window" => o.window = val.parse().expect("--window W"),
+        "--cpus" => o.cpus = common::cpus(val),
+        "--wait" => o.wait = true,
+        a => panic!("unknown argument {a}"),
+    });
     o
-}
-
-fn pin(cpu: usize) {
-    // SAFETY: a zeroed cpu_set_t is empty; CPU_SET writes within it, and
-    // sched_setaffinity reads it for the call.
-    let ok = unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu, &mut set);
-        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) == 0
-    };
-    if !ok {
-        eprintln!("ring_pingpong: could not pin to CPU {cpu}");
-    }
 }
 
 /// Polls (or waits) until frames arrive; returns how many (the last
@@ -102,11 +77,8 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.first().map(String::as_str) == Some("--peer") {
         let o = opts(&args[2..]);
-        pin(o.cpus.1);
-        let addr: Vec<u8> = (0..args[1].len())
-            .step_by(2)
-            .map(|i| u8::from_str_radix(&args[1][i..i + 2], 16).expect("hex"))
-            .collect();
+        common::pin("ring_pingpong", o.cpus.1);
+        let addr = common::unhex(&args[1]);
         let mut port = ShmPort::open(&ShmConfig::default()).expect("open");
         let parent = port.connect(&addr).expect("connect");
         let mut buf = vec![0u8; o.size];
@@ -123,15 +95,9 @@ fn main() {
     }
     let o = opts(&args);
     assert!(o.iters > 0, "--iters must be at least 1");
-    pin(o.cpus.0);
+    common::pin("ring_pingpong", o.cpus.0);
     let mut port = ShmPort::open(&ShmConfig::default()).expect("open");
-    let hex: String = port.address().iter().map(|b| format!("{b:02x}")).collect();
-    let mut child = Command::new(std::env::current_exe().expect("exe"))
-        .arg("--peer")
-        .arg(hex)
-        .args(&args)
-        .spawn()
-        .expect("spawn peer");
+    let mut child = common::spawn_peer(port.address(), &args);
     let mut buf = vec![0u8; o.size];
     let payload = vec![0x5au8; o.size];
     // The peer connects; its first frame carries its id to us.

@@ -11,7 +11,8 @@
 //! `XFER_SHM_CMA=0`): every byte goes through the ring in chunks, the path
 //! taken where the kernel refuses CMA. It starts itself again as the peer.
 
-use std::process::Command;
+mod common;
+
 use std::time::{Duration, Instant};
 
 use xfer_shm::{Access, Event, Path, PeerId, Rma, ShmConfig, ShmPort, Transfer};
@@ -34,43 +35,17 @@ fn opts(args: &[String]) -> Opts {
         cpus: (0, 1),
         copy: false,
     };
-    let mut i = 0;
-    while i < args.len() {
-        let val = || args.get(i + 1).cloned().unwrap_or_default();
-        match args[i].as_str() {
-            "--op" => o.read = val() == "read",
-            "--size" => o.size = val().parse().expect("--size BYTES"),
-            "--iters" => o.iters = val().parse().expect("--iters N"),
-            "--window" => o.window = val().parse().expect("--window W"),
-            "--cpus" => {
-                let v = val();
-                let (a, b) = v.split_once(',').expect("--cpus A,B");
-                o.cpus = (a.parse().expect("cpu"), b.parse().expect("cpu"));
-            }
-            "--copy" => {
-                o.copy = true;
-                i += 1;
-                continue;
-            }
-            a => panic!("unknown argument {a}"),
-        }
-        i += 2;
-    }
+    common::each_opt(args, &["--copy"], |flag, val| match flag {
+        "--op" => o.read = val == "read",
+        "--size" => o.size = val.parse().expect("--size BYTES"),
+        "--iters" => o.iters = val.parse().expect("--iters N"),
+        "--window" => o.window = val.parse().expect("--window W"),
+        "--cpus" => o.cpus = common::cpus(val),
+        "--copy" => o.copy = true,
+        a => panic!("unknown argument {a}"),
+    });
     o.window = o.window.max(1);
     o
-}
-
-fn pin(cpu: usize) {
-    // SAFETY: a zeroed cpu_set_t is empty; CPU_SET writes within it, and
-    // sched_setaffinity reads it for the call.
-    let ok = unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu, &mut set);
-        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) == 0
-    };
-    if !ok {
-        eprintln!("rma_bw: could not pin to CPU {cpu}");
-    }
 }
 
 /// Polls once; returns whether a frame named `name` arrived.
@@ -89,11 +64,8 @@ fn poll(rma: &mut Rma, port: &mut ShmPort, name: &[u8], got: &mut Vec<u8>) -> (b
 }
 
 fn peer(addr: &str, o: &Opts, cfg: &ShmConfig) {
-    pin(o.cpus.1);
-    let addr: Vec<u8> = (0..addr.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&addr[i..i + 2], 16).expect("hex"))
-        .collect();
+    common::pin("rma_bw", o.cpus.1);
+    let addr = common::unhex(addr);
     let mut port = ShmPort::open(cfg).expect("open");
     let mut rma = Rma::new();
     let parent = port.connect(&addr).expect("connect");
@@ -124,16 +96,10 @@ fn main() {
     if is_peer {
         return peer(&args[1], &o, &cfg);
     }
-    pin(o.cpus.0);
+    common::pin("rma_bw", o.cpus.0);
     let mut port = ShmPort::open(&cfg).expect("open");
     let mut rma = Rma::new();
-    let hex: String = port.address().iter().map(|b| format!("{b:02x}")).collect();
-    let mut child = Command::new(std::env::current_exe().expect("exe"))
-        .arg("--peer")
-        .arg(hex)
-        .args(&args)
-        .spawn()
-        .expect("spawn peer");
+    let mut child = common::spawn_peer(port.address(), &args);
     let end = Instant::now() + Duration::from_secs(30);
     let mut got = Vec::new();
     let mut peer = None;

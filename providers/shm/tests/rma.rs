@@ -3,17 +3,16 @@
 //! which registers regions and serves. Waits are bounded and wait for
 //! conditions, never for time to pass.
 
-use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+mod common;
 
+use std::process::Child;
+use std::time::Duration;
+
+use common::spawn;
 use xfer_shm::rma::wire::{Header, Op, Status};
 use xfer_shm::{
     Access, Cma, Completion, Event, Path, PeerId, RegionError, Rma, RmaError, ShmConfig, ShmPort, Transfer,
 };
-
-/// Set in the child process: a parent gone ends it at once.
-static IS_CHILD: AtomicBool = AtomicBool::new(false);
 
 /// The longest any condition may take, on a loaded machine.
 const LIMIT: Duration = Duration::from_secs(60);
@@ -22,17 +21,6 @@ const LIMIT: Duration = Duration::from_secs(60);
 /// from a ring (`BUDGET`), so a region dropped after the first chunk is
 /// dropped mid-operation.
 const BIG: usize = 8 << 20;
-
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
-fn unhex(s: &str) -> Vec<u8> {
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).expect("hex"))
-        .collect()
-}
 
 fn pattern(seed: u8, len: usize) -> Vec<u8> {
     (0..len)
@@ -75,22 +63,28 @@ impl Side {
     }
 
     /// Polls, blocking between polls, until `cond` holds; panics after LIMIT.
-    fn until(&mut self, what: &str, mut cond: impl FnMut(&mut Side) -> bool) {
-        let end = Instant::now() + LIMIT;
-        loop {
-            self.poll();
-            if cond(self) {
-                return;
-            }
-            if IS_CHILD.load(Ordering::Relaxed) && !self.down.is_empty() {
-                eprintln!("child: parent gone while waiting for {what}");
-                std::process::exit(3);
-            }
-            let left = end
-                .checked_duration_since(Instant::now())
-                .unwrap_or_else(|| panic!("timed out: {what}"));
-            self.port.wait(Some(left)).expect("wait");
+    fn until(&mut self, what: &str, cond: impl FnMut(&mut Side) -> bool) {
+        common::until(self, LIMIT, what, cond);
+    }
+
+    /// Registers `bytes` with `access`; the key.
+    fn register(&mut self, bytes: Vec<u8>, access: Access) -> u64 {
+        self.rma
+            .regions_mut()
+            .register(bytes.into_boxed_slice(), access)
+            .expect("register")
+    }
+
+    /// Sends the peer a `keys` frame announcing the regions `keys`.
+    fn announce(&mut self, peer: PeerId, keys: &[u64]) {
+        let mut msg = Vec::new();
+        for &k in keys {
+            let (a, l) = self.rma.regions().addr(k).expect("addr");
+            msg.extend_from_slice(&k.to_le_bytes());
+            msg.extend_from_slice(&a.to_le_bytes());
+            msg.extend_from_slice(&(l as u64).to_le_bytes());
         }
+        self.port.send(peer, b"keys", &msg).expect("send keys");
     }
 
     fn frame(&mut self, name: &[u8]) -> Vec<u8> {
@@ -118,6 +112,20 @@ impl Side {
     }
 }
 
+impl common::Poller for Side {
+    fn poll(&mut self) {
+        Side::poll(self);
+    }
+
+    fn any_down(&self) -> bool {
+        !self.down.is_empty()
+    }
+
+    fn port(&mut self) -> &mut ShmPort {
+        &mut self.port
+    }
+}
+
 /// A region of the target, as it announced it.
 #[derive(Clone, Copy, Debug)]
 struct Remote {
@@ -126,12 +134,23 @@ struct Remote {
     len: usize,
 }
 
-fn spawn(role: &str, port: &ShmPort) -> Child {
-    Command::new(std::env::current_exe().expect("current_exe"))
-        .args(["child", role, &hex(port.address())])
-        .stdin(Stdio::piped())
-        .spawn()
-        .expect("spawn child")
+/// The regions a `keys` frame announces ([`Side::announce`]).
+fn remotes(p: &[u8]) -> Vec<Remote> {
+    p.chunks_exact(24)
+        .map(|c| Remote {
+            key: u64::from_le_bytes(c[0..8].try_into().expect("8")),
+            addr: u64::from_le_bytes(c[8..16].try_into().expect("8")),
+            len: u64::from_le_bytes(c[16..24].try_into().expect("8")) as usize,
+        })
+        .collect()
+}
+
+/// This side's configuration with CMA switched off (as `XFER_SHM_CMA=0`).
+fn no_cma() -> ShmConfig {
+    ShmConfig {
+        cma: false,
+        ..ShmConfig::default()
+    }
 }
 
 /// Starts the target and takes its regions: a read-write one of `BIG`
@@ -142,15 +161,7 @@ fn start(role: &str, cfg: &ShmConfig) -> (Side, Child, PeerId, Vec<Remote>) {
     let child = spawn(role, &s.port);
     s.until("child up", |s| !s.up.is_empty());
     let peer = s.up.remove(0);
-    let p = s.frame(b"keys");
-    let regions = p
-        .chunks_exact(24)
-        .map(|c| Remote {
-            key: u64::from_le_bytes(c[0..8].try_into().expect("8")),
-            addr: u64::from_le_bytes(c[8..16].try_into().expect("8")),
-            len: u64::from_le_bytes(c[16..24].try_into().expect("8")) as usize,
-        })
-        .collect();
+    let regions = remotes(&s.frame(b"keys"));
     (s, child, peer, regions)
 }
 
@@ -179,17 +190,9 @@ fn xfer(local_key: u64, local_offset: usize, r: Remote, at: usize, len: usize, c
 /// every operation must take `path`.
 fn exercise(s: &mut Side, peer: PeerId, regions: &[Remote], path: Path) {
     let (rw, ro) = (regions[0], regions[1]);
-    let local = s
-        .rma
-        .regions_mut()
-        .register(vec![0u8; BIG].into_boxed_slice(), Access::LOCAL_WRITE)
-        .expect("register");
+    let local = s.register(vec![0u8; BIG], Access::LOCAL_WRITE);
     let src_bytes = pattern(3, BIG);
-    let src = s
-        .rma
-        .regions_mut()
-        .register(src_bytes.clone().into_boxed_slice(), Access::empty())
-        .expect("register");
+    let src = s.register(src_bytes.clone(), Access::empty());
     let ok = |c: &Completion| {
         assert_eq!(c.result, Ok(()), "context {}", c.context);
         assert_eq!(c.path, path, "context {}", c.context);
@@ -315,11 +318,7 @@ fn rma_cma() {
 /// The same with CMA switched off on this side (`XFER_SHM_CMA=0`): every
 /// byte through the ring, in chunks.
 fn rma_copy() {
-    let cfg = ShmConfig {
-        cma: false,
-        ..ShmConfig::default()
-    };
-    let (mut s, child, peer, regions) = start("target", &cfg);
+    let (mut s, child, peer, regions) = start("target", &no_cma());
     exercise(&mut s, peer, &regions, Path::Copy);
     assert_eq!(s.rma.stats().cma_refusals, 0);
     stop(s, child, peer);
@@ -329,16 +328,8 @@ fn rma_copy() {
 /// another after the first chunk of a read: both operations fail with
 /// `NoKey`, and the target keeps serving.
 fn rma_dropped() {
-    let cfg = ShmConfig {
-        cma: false,
-        ..ShmConfig::default()
-    };
-    let (mut s, child, peer, regions) = start("dropper", &cfg);
-    let local = s
-        .rma
-        .regions_mut()
-        .register(pattern(5, BIG).into_boxed_slice(), Access::LOCAL_WRITE)
-        .expect("register");
+    let (mut s, child, peer, regions) = start("dropper", &no_cma());
+    let local = s.register(pattern(5, BIG), Access::LOCAL_WRITE);
     let c = s.op(peer, false, xfer(local, 0, regions[0], 0, BIG, 1));
     assert_eq!(
         c.result,
@@ -385,18 +376,9 @@ fn rma_cma_refused() {
 /// own regions; waits for all eight and checks them.
 fn both_ways(s: &mut Side, peer: PeerId, r: Remote) {
     let half = r.len / 2;
-    let src = s
-        .rma
-        .regions_mut()
-        .register(pattern(3, half).into_boxed_slice(), Access::empty())
-        .expect("register");
+    let src = s.register(pattern(3, half), Access::empty());
     let dst: Vec<u64> = (0..4)
-        .map(|_| {
-            s.rma
-                .regions_mut()
-                .register(vec![0u8; half].into_boxed_slice(), Access::LOCAL_WRITE)
-                .expect("register")
-        })
+        .map(|_| s.register(vec![0u8; half], Access::LOCAL_WRITE))
         .collect();
     for i in 0..4u64 {
         s.rma
@@ -421,22 +403,9 @@ fn both_ways(s: &mut Side, peer: PeerId, r: Remote) {
 /// Both processes write and read each other's regions in bulk through the
 /// rings at the same time: neither waits for the other to read first.
 fn rma_both_ways() {
-    let cfg = ShmConfig {
-        cma: false,
-        ..ShmConfig::default()
-    };
-    let (mut s, child, peer, regions) = start("both", &cfg);
-    let mine = s
-        .rma
-        .regions_mut()
-        .register(
-            pattern(1, BIG).into_boxed_slice(),
-            Access::REMOTE_READ.union(Access::REMOTE_WRITE),
-        )
-        .expect("register");
-    let (a, l) = s.rma.regions().addr(mine).expect("addr");
-    let msg = [mine.to_le_bytes(), a.to_le_bytes(), (l as u64).to_le_bytes()].concat();
-    s.port.send(peer, b"keys", &msg).expect("send keys");
+    let (mut s, child, peer, regions) = start("both", &no_cma());
+    let mine = s.register(pattern(1, BIG), Access::REMOTE_READ.union(Access::REMOTE_WRITE));
+    s.announce(peer, &[mine]);
     both_ways(&mut s, peer, regions[0]);
     s.frame(b"both-done");
     // What the child wrote landed here.
@@ -450,16 +419,8 @@ fn rma_both_ways() {
 /// to it (one by the ring, stuck on a full ring, one by CMA) fail with
 /// `PeerDown`, and no others are reported.
 fn rma_peer_killed() {
-    let cfg = ShmConfig {
-        cma: false,
-        ..ShmConfig::default()
-    };
-    let (mut s, mut child, peer, regions) = start("mute", &cfg);
-    let local = s
-        .rma
-        .regions_mut()
-        .register(pattern(5, BIG).into_boxed_slice(), Access::LOCAL_WRITE)
-        .expect("register");
+    let (mut s, mut child, peer, regions) = start("mute", &no_cma());
+    let local = s.register(pattern(5, BIG), Access::LOCAL_WRITE);
     s.rma
         .write(&mut s.port, peer, xfer(local, 0, regions[0], 0, BIG, 1))
         .expect("posted");
@@ -494,7 +455,6 @@ fn enter_user_namespace() -> Result<(), String> {
 }
 
 fn child(role: &str, addr: &[u8]) {
-    IS_CHILD.store(true, Ordering::Relaxed);
     let userns = if role == "userns" {
         Some(enter_user_namespace())
     } else {
@@ -509,31 +469,13 @@ fn child(role: &str, addr: &[u8]) {
     let parent = s.port.connect(addr).expect("connect");
     let rw = Access::REMOTE_READ.union(Access::REMOTE_WRITE);
     let mut keys = vec![
-        s.rma
-            .regions_mut()
-            .register(pattern(1, BIG).into_boxed_slice(), rw)
-            .expect("register"),
-        s.rma
-            .regions_mut()
-            .register(pattern(2, 4096).into_boxed_slice(), Access::REMOTE_READ)
-            .expect("register"),
+        s.register(pattern(1, BIG), rw),
+        s.register(pattern(2, 4096), Access::REMOTE_READ),
     ];
     if role == "dropper" {
-        keys.push(
-            s.rma
-                .regions_mut()
-                .register(pattern(1, BIG).into_boxed_slice(), rw)
-                .expect("register"),
-        );
+        keys.push(s.register(pattern(1, BIG), rw));
     }
-    let mut msg = Vec::new();
-    for &k in &keys {
-        let (a, l) = s.rma.regions().addr(k).expect("addr");
-        msg.extend_from_slice(&k.to_le_bytes());
-        msg.extend_from_slice(&a.to_le_bytes());
-        msg.extend_from_slice(&(l as u64).to_le_bytes());
-    }
-    s.port.send(parent, b"keys", &msg).expect("send keys");
+    s.announce(parent, &keys);
     if let Some(r) = userns {
         s.until("welcome", |s| !s.up.is_empty());
         let what = match r {
@@ -543,12 +485,7 @@ fn child(role: &str, addr: &[u8]) {
         s.port.send(parent, b"probe", what.as_bytes()).expect("send probe");
     }
     if role == "both" {
-        let p = s.frame(b"keys");
-        let r = Remote {
-            key: u64::from_le_bytes(p[0..8].try_into().expect("8")),
-            addr: u64::from_le_bytes(p[8..16].try_into().expect("8")),
-            len: u64::from_le_bytes(p[16..24].try_into().expect("8")) as usize,
-        };
+        let r = remotes(&s.frame(b"keys"))[0];
         both_ways(&mut s, parent, r);
         s.port.send(parent, b"both-done", &[]).expect("send");
     }
@@ -582,12 +519,6 @@ fn child(role: &str, addr: &[u8]) {
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    if args.get(1).map(String::as_str) == Some("child") {
-        child(&args[2], &unhex(&args[3]));
-        return;
-    }
-    let filter: Vec<&String> = args[1..].iter().filter(|a| !a.starts_with('-')).collect();
     let cases: [(&str, fn()); 6] = [
         ("rma_cma", rma_cma),
         ("rma_copy", rma_copy),
@@ -596,12 +527,5 @@ fn main() {
         ("rma_both_ways", rma_both_ways),
         ("rma_peer_killed", rma_peer_killed),
     ];
-    for (name, case) in cases {
-        if !filter.is_empty() && !filter.iter().any(|f| name.contains(f.as_str())) {
-            continue;
-        }
-        let t = Instant::now();
-        case();
-        println!("test {name} ... ok ({:?})", t.elapsed());
-    }
+    common::main(&cases, child);
 }

@@ -3,37 +3,17 @@
 //! (`two_process child ROLE ADDR`). Waits are bounded and wait for
 //! conditions, never for time to pass.
 
+mod common;
+
 use std::io::{Read, Write};
-use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::process::Child;
 use std::time::{Duration, Instant};
 
+use common::spawn;
 use xfer_shm::{Cma, CmaError, DownReason, Event, PeerId, SendError, ShmConfig, ShmPort};
-
-/// Set in the child process: a parent gone ends it at once.
-static IS_CHILD: AtomicBool = AtomicBool::new(false);
 
 /// The longest any condition may take, on a loaded machine.
 const LIMIT: Duration = Duration::from_secs(30);
-
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
-fn unhex(s: &str) -> Vec<u8> {
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).expect("hex"))
-        .collect()
-}
-
-fn spawn(role: &str, port: &ShmPort) -> Child {
-    Command::new(std::env::current_exe().expect("current_exe"))
-        .args(["child", role, &hex(port.address())])
-        .stdin(Stdio::piped())
-        .spawn()
-        .expect("spawn child")
-}
 
 /// What one poll gave: frames as (peer, header, payload), ups and downs.
 #[derive(Default)]
@@ -51,23 +31,29 @@ fn poll(port: &mut ShmPort, seen: &mut Seen) {
     });
 }
 
+/// A port and what its polls gave, for [`common::until`].
+struct Polled<'a> {
+    port: &'a mut ShmPort,
+    seen: &'a mut Seen,
+}
+
+impl common::Poller for Polled<'_> {
+    fn poll(&mut self) {
+        poll(self.port, self.seen);
+    }
+
+    fn any_down(&self) -> bool {
+        !self.seen.down.is_empty()
+    }
+
+    fn port(&mut self) -> &mut ShmPort {
+        self.port
+    }
+}
+
 /// Polls (blocking between polls) until `done` says so; panics after LIMIT.
 fn until(port: &mut ShmPort, seen: &mut Seen, what: &str, mut done: impl FnMut(&Seen) -> bool) {
-    let end = Instant::now() + LIMIT;
-    loop {
-        poll(port, seen);
-        if done(seen) {
-            return;
-        }
-        if IS_CHILD.load(Ordering::Relaxed) && !seen.down.is_empty() {
-            eprintln!("child: parent gone while waiting for {what}");
-            std::process::exit(3);
-        }
-        let left = end
-            .checked_duration_since(Instant::now())
-            .unwrap_or_else(|| panic!("timed out: {what}"));
-        port.wait(Some(left)).expect("wait");
-    }
+    common::until(&mut Polled { port, seen }, LIMIT, what, |p| done(p.seen));
 }
 
 /// Sends, polling while the ring is full (the peer drains it).
@@ -555,7 +541,6 @@ fn deny_cma() {
 }
 
 fn child(role: &str, addr: &[u8]) {
-    IS_CHILD.store(true, Ordering::Relaxed);
     if role == "cma-denied" {
         deny_cma();
     }
@@ -644,12 +629,6 @@ fn child(role: &str, addr: &[u8]) {
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    if args.get(1).map(String::as_str) == Some("child") {
-        child(&args[2], &unhex(&args[3]));
-        return;
-    }
-    let filter: Vec<&String> = args[1..].iter().filter(|a| !a.starts_with('-')).collect();
     let cases: [(&str, fn()); 8] = [
         ("ping_pong", ping_pong),
         ("back_pressure", back_pressure),
@@ -660,12 +639,5 @@ fn main() {
         ("hostile_entry", hostile_entry),
         ("hostile_handshake", hostile_handshake),
     ];
-    for (name, case) in cases {
-        if !filter.is_empty() && !filter.iter().any(|f| name.contains(f.as_str())) {
-            continue;
-        }
-        let t = Instant::now();
-        case();
-        println!("test {name} ... ok ({:?})", t.elapsed());
-    }
+    common::main(&cases, child);
 }

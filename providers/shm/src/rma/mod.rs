@@ -148,19 +148,24 @@ struct Pending {
 /// stay in its ring until one is paid.
 pub const OWED_MAX: usize = 64;
 
+/// A two-copy read this side streams back as a target: `len` bytes of the
+/// region `key` from `addr`, `sent` of them sent.
+#[derive(Debug, Clone, Copy)]
+struct Stream {
+    req: u64,
+    key: u64,
+    addr: u64,
+    len: u64,
+    sent: u64,
+}
+
 /// What a target owes a peer.
 #[derive(Debug)]
 enum Owed {
     /// A CMA request to carry out (after the poll: it needs the port).
     Request(Header),
     /// A two-copy read streaming back.
-    Stream {
-        req: u64,
-        key: u64,
-        addr: u64,
-        len: u64,
-        sent: u64,
-    },
+    Stream(Stream),
     /// An answer the ring had no room for.
     Reply(Header),
 }
@@ -228,6 +233,13 @@ fn done(req: u64, status: Status) -> Header {
     h
 }
 
+/// The most data bytes one RMA frame to `peer` carries (`None`: no such
+/// peer).
+fn chunk_bytes(port: &ShmPort, peer: PeerId) -> Option<usize> {
+    port.peer_info(peer)
+        .map(|i| entry::max_payload(i.ring_bytes, wire::LEN))
+}
+
 fn status_of(e: RegionError) -> Status {
     match e {
         RegionError::NoKey | RegionError::Busy => Status::NoKey,
@@ -281,27 +293,38 @@ impl Rma {
         if !port.peer_info(peer).is_some_and(|i| i.up) {
             return Err(RmaError::NoPeer);
         }
-        let want = match kind {
-            Kind::Write => Access::empty(),
-            Kind::Read => Access::LOCAL_WRITE,
-        };
-        let local = self
-            .regions
-            .check_offset(t.local_key, t.local_offset, t.len, want)
-            .map_err(RmaError::Local)?;
+        let local = self.local_span(&t, kind).map_err(RmaError::Local)?;
         let st = self.peers.entry(peer.0).or_default();
         let path = if st.refused || !port.config().cma {
             Path::Copy
         } else {
             Path::Cma
         };
+        let req = self.record(peer.0, kind, t, local, path);
+        self.peers.entry(peer.0).or_default().queue.push_back(req);
+        self.pump(port, peer.0);
+        Ok(())
+    }
+
+    /// The local buffer of `t`, checked for what `kind` does with it.
+    fn local_span(&self, t: &Transfer, kind: Kind) -> Result<Span, RegionError> {
+        let want = match kind {
+            Kind::Write => Access::empty(),
+            Kind::Read => Access::LOCAL_WRITE,
+        };
+        self.regions.check_offset(t.local_key, t.local_offset, t.len, want)
+    }
+
+    /// Pins the local region and records the operation under a new id;
+    /// its frames are not sent yet.
+    fn record(&mut self, peer: usize, kind: Kind, t: Transfer, local: Span, path: Path) -> u64 {
         self.regions.pin(t.local_key, true);
         self.next_req = self.next_req.wrapping_add(1);
         let req = self.next_req;
         self.ops.insert(
             req,
             Pending {
-                peer: peer.0,
+                peer,
                 kind,
                 local_key: t.local_key,
                 local,
@@ -313,9 +336,7 @@ impl Rma {
                 done: 0,
             },
         );
-        st.queue.push_back(req);
-        self.pump(port, peer.0);
-        Ok(())
+        req
     }
 
     /// Reads the port (as [`ShmPort::poll`]), serving the peers' RMA
@@ -362,10 +383,9 @@ impl Rma {
     /// is full.
     fn pump(&mut self, port: &mut ShmPort, id: usize) {
         let peer = PeerId(id);
-        let Some(ring) = port.peer_info(peer).map(|i| i.ring_bytes) else {
+        let Some(chunk) = chunk_bytes(port, peer) else {
             return;
         };
-        let chunk = entry::max_payload(ring, wire::LEN);
         loop {
             let Some((&req, refused)) = self
                 .peers
@@ -434,10 +454,9 @@ impl Rma {
     /// ring takes it.
     fn pay(&mut self, port: &mut ShmPort, id: usize) {
         let peer = PeerId(id);
-        let Some(ring) = port.peer_info(peer).map(|i| i.ring_bytes) else {
+        let Some(chunk) = chunk_bytes(port, peer).map(|c| c as u64) else {
             return;
         };
-        let chunk = entry::max_payload(ring, wire::LEN) as u64;
         loop {
             let Some(owed) = self.peers.get_mut(&id).and_then(|s| s.owed.pop_front()) else {
                 return;
@@ -458,23 +477,17 @@ impl Rma {
                     }
                     Err(_) => None,
                 },
-                Owed::Stream {
-                    req,
-                    key,
-                    addr,
-                    len,
-                    sent,
-                } => {
-                    if sent == len {
-                        Some(Owed::Reply(done(req, Status::Ok)))
+                Owed::Stream(s) => {
+                    if s.sent == s.len {
+                        Some(Owed::Reply(done(s.req, Status::Ok)))
                     } else {
-                        let n = chunk.min(len - sent);
-                        let at = addr.wrapping_add(sent);
-                        match self.regions.check(key, at, n, Access::REMOTE_READ) {
-                            Err(e) => Some(Owed::Reply(done(req, status_of(e)))),
+                        let n = chunk.min(s.len - s.sent);
+                        let at = s.addr.wrapping_add(s.sent);
+                        match self.regions.check(s.key, at, n, Access::REMOTE_READ) {
+                            Err(e) => Some(Owed::Reply(done(s.req, status_of(e)))),
                             Ok(span) => {
-                                let mut h = Header::new(Op::GetData, req);
-                                h.addr = sent;
+                                let mut h = Header::new(Op::GetData, s.req);
+                                h.addr = s.sent;
                                 h.len = n;
                                 // SAFETY: `check` put the span inside a live
                                 // region of this process, and nothing else
@@ -483,25 +496,10 @@ impl Rma {
                                 match port.send(peer, &h.encode(), bytes) {
                                     Ok(()) => {
                                         self.stats.get_chunks += 1;
-                                        Some(Owed::Stream {
-                                            req,
-                                            key,
-                                            addr,
-                                            len,
-                                            sent: sent + n,
-                                        })
+                                        Some(Owed::Stream(Stream { sent: s.sent + n, ..s }))
                                     }
                                     Err(SendError::Full) => {
-                                        self.owe_front(
-                                            id,
-                                            Owed::Stream {
-                                                req,
-                                                key,
-                                                addr,
-                                                len,
-                                                sent,
-                                            },
-                                        );
+                                        self.owe_front(id, Owed::Stream(s));
                                         return;
                                     }
                                     Err(_) => None,
@@ -571,13 +569,13 @@ impl Rma {
                     return;
                 }
                 st.owed.push_back(if h.op == Op::GetReq {
-                    Owed::Stream {
+                    Owed::Stream(Stream {
                         req: h.req,
                         key: h.key,
                         addr: h.addr,
                         len: h.len,
                         sent: 0,
-                    }
+                    })
                 } else {
                     Owed::Request(h)
                 });
@@ -670,30 +668,9 @@ impl Rma {
     /// Starts an operation without a port (its frames are not sent): the
     /// fuzz harness's initiator state. Returns the operation id.
     pub(crate) fn inject(&mut self, peer: usize, t: Transfer, read: bool, path: Path) -> Option<u64> {
-        let want = if read { Access::LOCAL_WRITE } else { Access::empty() };
-        let local = self
-            .regions
-            .check_offset(t.local_key, t.local_offset, t.len, want)
-            .ok()?;
-        self.regions.pin(t.local_key, true);
-        self.next_req = self.next_req.wrapping_add(1);
-        let req = self.next_req;
-        self.ops.insert(
-            req,
-            Pending {
-                peer,
-                kind: if read { Kind::Read } else { Kind::Write },
-                local_key: t.local_key,
-                local,
-                remote_key: t.remote_key,
-                remote_addr: t.remote_addr,
-                len: t.len,
-                context: t.context,
-                path,
-                done: 0,
-            },
-        );
-        Some(req)
+        let kind = if read { Kind::Read } else { Kind::Write };
+        let local = self.local_span(&t, kind).ok()?;
+        Some(self.record(peer, kind, t, local, path))
     }
 
     /// Forgets what this side owes its peers (the fuzz harness has no port
@@ -702,14 +679,11 @@ impl Rma {
         let mut n = 0;
         for s in self.peers.values_mut() {
             for o in s.owed.drain(..) {
-                if let Owed::Stream {
-                    key, addr, len, sent, ..
-                } = o
-                {
-                    let at = addr.wrapping_add(sent);
+                if let Owed::Stream(st) = o {
+                    let at = st.addr.wrapping_add(st.sent);
                     if self
                         .regions
-                        .check(key, at, (len - sent).min(1 << 14), Access::REMOTE_READ)
+                        .check(st.key, at, (st.len - st.sent).min(1 << 14), Access::REMOTE_READ)
                         .is_ok()
                     {
                         n += 1;

@@ -32,6 +32,30 @@ fn local(port: u16, nonce: u64, key: Option<&[u8]>) -> Local {
     }
 }
 
+/// `a`'s link dialling `to` at `now`, its TCP connect done.
+fn dialled(a: &Local, to: &Address, now: Instant) -> Link {
+    let mut l = Link::dial(a, to, now).unwrap();
+    l.handle_connected();
+    l
+}
+
+/// The bytes of the Hello `a` sends when it dials `to`.
+fn hello_bytes(a: &Local, to: &Address, now: Instant) -> Vec<u8> {
+    Link::dial(a, to, now).unwrap().output_bytes()
+}
+
+impl Link {
+    /// Everything queued to write, as bytes.
+    fn output_bytes(&mut self) -> Vec<u8> {
+        let mut out = Vec::new();
+        while let Some(t) = self.poll_transmit() {
+            out.extend_from_slice(&t.hdr);
+            out.extend_from_slice(&t.payload);
+        }
+        out
+    }
+}
+
 /// One end of a pipe: its link, the bytes it read and has not consumed,
 /// what happened to it, and why it failed.
 struct End {
@@ -49,16 +73,6 @@ impl End {
             events: Vec::new(),
             failed: None,
         }
-    }
-
-    /// Everything the link wants written, as bytes.
-    fn output(&mut self) -> Vec<u8> {
-        let mut out = Vec::new();
-        while let Some(t) = self.link.poll_transmit() {
-            out.extend_from_slice(&t.hdr);
-            out.extend_from_slice(&t.payload);
-        }
-        out
     }
 
     /// Reads `bytes`, as a driver does: handles frames while they are
@@ -118,10 +132,8 @@ struct Pipe {
 impl Pipe {
     /// `a` dials `b` at `now`; the TCP connect is done.
     fn dial(a: &Local, b: &Address, now: Instant) -> Pipe {
-        let mut out = Link::dial(a, b, now).unwrap();
-        out.handle_connected();
         Pipe {
-            out: End::new(out),
+            out: End::new(dialled(a, b, now)),
             acc: End::new(Link::accept()),
             to_acc: Vec::new(),
             to_out: Vec::new(),
@@ -133,8 +145,8 @@ impl Pipe {
     /// One step: each end writes what it has and reads up to `chunk`
     /// bytes; true when anything moved.
     fn step(&mut self, a: &Local, b: &Local, now: Instant) -> bool {
-        self.to_acc.extend(self.out.output());
-        self.to_out.extend(self.acc.output());
+        self.to_acc.extend(self.out.link.output_bytes());
+        self.to_out.extend(self.acc.link.output_bytes());
         let mut moved = false;
         if self.acc.failed.is_none() && !self.to_acc.is_empty() {
             let n = self.chunk.min(self.to_acc.len());
@@ -171,6 +183,18 @@ impl Pipe {
         assert_eq!(self.out.link.poll_timeout(), None, "no deadline once open");
         assert_eq!(self.acc.link.poll_timeout(), None);
     }
+
+    /// Both ends open after the handshake that admits `a` (`proven`: by
+    /// its job key) at `b`; `what` names the case in a failure.
+    fn assert_admitted(&mut self, a: &Local, b: &Local, proven: bool, what: &str) {
+        self.assert_open();
+        assert_eq!(
+            self.acc.events,
+            [Event::Hello(a.name), Event::Admitted { peer: a.name, proven }],
+            "{what}"
+        );
+        assert_eq!(self.out.events, [Event::Connected(b.name)], "{what}");
+    }
 }
 
 #[test]
@@ -178,18 +202,7 @@ fn hello_and_ack_open_both_ends() {
     let (a, b, now) = (local(1, 11, None), local(2, 22, None), Instant::now());
     let mut p = Pipe::dial(&a, &b.name, now);
     p.drive(&a, &b, now);
-    p.assert_open();
-    assert_eq!(
-        p.acc.events,
-        [
-            Event::Hello(a.name),
-            Event::Admitted {
-                peer: a.name,
-                proven: false
-            }
-        ]
-    );
-    assert_eq!(p.out.events, [Event::Connected(b.name)]);
+    p.assert_admitted(&a, &b, false, "no job key");
 }
 
 #[test]
@@ -239,8 +252,7 @@ fn hello_for_an_earlier_endpoint_is_refused() {
 #[test]
 fn hello_acknowledged_by_another_endpoint_fails() {
     let (a, b, now) = (local(1, 11, None), local(2, 22, None), Instant::now());
-    let mut out = End::new(Link::dial(&a, &b.name, now).unwrap());
-    out.link.handle_connected();
+    let mut out = End::new(dialled(&a, &b.name, now));
     let ack = Frame::HelloAck { nonce: 23 }.to_bytes();
     out.read(&a, now, &ack, true);
     assert_eq!(
@@ -267,18 +279,7 @@ fn job_key_proven_opens_the_connection() {
     let (a, b, now) = (local(1, 11, Some(b"key")), local(2, 22, Some(b"key")), Instant::now());
     let mut p = Pipe::dial(&a, &b.name, now);
     p.drive(&a, &b, now);
-    p.assert_open();
-    assert_eq!(
-        p.acc.events,
-        [
-            Event::Hello(a.name),
-            Event::Admitted {
-                peer: a.name,
-                proven: true
-            }
-        ]
-    );
-    assert_eq!(p.out.events, [Event::Connected(b.name)]);
+    p.assert_admitted(&a, &b, true, "job key");
 }
 
 #[test]
@@ -299,8 +300,7 @@ fn a_proof_bound_to_another_endpoint_is_not_admitted() {
     let (a, b, now) = (local(1, 11, Some(b"key")), local(2, 22, Some(b"key")), Instant::now());
     let c = local(3, 33, Some(b"key"));
     let mut acc = End::new(Link::accept());
-    let hello = Link::dial(&a, &b.name, now).unwrap().poll_transmit().unwrap();
-    acc.read(&b, now, &[&hello.hdr[..], &hello.payload].concat(), true);
+    acc.read(&b, now, &hello_bytes(&a, &b.name, now), true);
     assert!(acc.link.awaits_proof());
     let mac = xfer_core::unstable::rdm::admit::proof(b"key", &CHALLENGE, 22, c.name.as_bytes()).unwrap();
     acc.read(&b, now, &[&Frame::Proof.to_bytes()[..], &mac].concat(), true);
@@ -325,8 +325,7 @@ fn a_dialler_without_the_job_key_gives_up() {
 fn a_frame_before_the_proof_is_not_admitted() {
     let (a, b, now) = (local(1, 11, Some(b"key")), local(2, 22, Some(b"key")), Instant::now());
     let mut acc = End::new(Link::accept());
-    let hello = Link::dial(&a, &b.name, now).unwrap().poll_transmit().unwrap();
-    acc.read(&b, now, &[&hello.hdr[..], &hello.payload].concat(), true);
+    acc.read(&b, now, &hello_bytes(&a, &b.name, now), true);
     acc.read(&b, now, &Frame::Ping.to_bytes(), true);
     assert_eq!(acc.failed, Some(Failure::NotAdmitted("frame before the job key proof")));
 }
@@ -339,8 +338,7 @@ fn frames_out_of_place_break_the_protocol() {
     acc.read(&b, now, &Frame::Ping.to_bytes(), true);
     assert_eq!(acc.failed, Some(Failure::Protocol("first frame is not a hello")));
     // Anything but a HelloAck (or Challenge) answering our Hello.
-    let mut out = End::new(Link::dial(&a, &b.name, now).unwrap());
-    out.link.handle_connected();
+    let mut out = End::new(dialled(&a, &b.name, now));
     out.read(&a, now, &Frame::Pong.to_bytes(), true);
     assert_eq!(
         out.failed,
@@ -349,8 +347,7 @@ fn frames_out_of_place_break_the_protocol() {
     // A second Hello on an open connection.
     let mut p = Pipe::dial(&a, &b.name, now);
     p.drive(&a, &b, now);
-    let hello = Link::dial(&a, &b.name, now).unwrap().poll_transmit().unwrap();
-    p.acc.read(&b, now, &[&hello.hdr[..], &hello.payload].concat(), true);
+    p.acc.read(&b, now, &hello_bytes(&a, &b.name, now), true);
     assert_eq!(p.acc.failed, Some(Failure::Protocol("second hello on a connection")));
     // A proof nobody asked for.
     let mut acc = End::new(Link::accept());
@@ -375,19 +372,7 @@ fn handshake_holds_for_every_chunk_size() {
         let mut p = Pipe::dial(&a, &b.name, now);
         p.chunk = chunk;
         p.drive(&a, &b, now);
-        p.assert_open();
-        assert_eq!(
-            p.acc.events,
-            [
-                Event::Hello(a.name),
-                Event::Admitted {
-                    peer: a.name,
-                    proven: true
-                }
-            ],
-            "chunk {chunk}"
-        );
-        assert_eq!(p.out.events, [Event::Connected(b.name)], "chunk {chunk}");
+        p.assert_admitted(&a, &b, true, &format!("chunk {chunk}"));
     }
 }
 
@@ -396,7 +381,7 @@ fn handshake_holds_for_every_chunk_size() {
 #[test]
 fn handshake_frames_split_at_every_byte() {
     let (a, b, now) = (local(1, 11, Some(b"key")), local(2, 22, Some(b"key")), Instant::now());
-    let hello = Link::dial(&a, &b.name, now).unwrap().output_bytes();
+    let hello = hello_bytes(&a, &b.name, now);
     for cut in 0..hello.len() {
         let mut acc = Link::accept();
         assert_eq!(acc.handle_bytes(&b, &hello[..cut]), Ok(0), "cut {cut}");
@@ -420,32 +405,18 @@ fn handshake_frames_split_at_every_byte() {
     // The HelloAck: the dialler stays in its handshake until it is whole.
     let ack = Frame::HelloAck { nonce: 22 }.to_bytes();
     for cut in 0..ack.len() {
-        let mut out = Link::dial(&a, &b.name, now).unwrap();
-        out.handle_connected();
+        let mut out = dialled(&a, &b.name, now);
         assert_eq!(out.handle_bytes(&a, &ack[..cut]), Ok(0));
         assert!(!out.is_open());
         assert_eq!(out.handle_bytes(&a, &ack), Ok(HEADER_LEN));
         assert!(out.is_open());
     }
 }
-
-impl Link {
-    /// Everything queued to write, as bytes.
-    fn output_bytes(&mut self) -> Vec<u8> {
-        let mut out = Vec::new();
-        while let Some(t) = self.poll_transmit() {
-            out.extend_from_slice(&t.hdr);
-            out.extend_from_slice(&t.payload);
-        }
-        out
-    }
-}
-
 #[test]
 fn end_of_file_between_frames_closes_in_the_middle_of_one_fails() {
     let (a, b, now) = (local(1, 11, None), local(2, 22, None), Instant::now());
     // Half a Hello read, then the end: the peer died while sending.
-    let hello = Link::dial(&a, &b.name, now).unwrap().output_bytes();
+    let hello = hello_bytes(&a, &b.name, now);
     let mut acc = End::new(Link::accept());
     acc.read(&b, now, &hello[..HEADER_LEN + 3], true);
     assert_eq!(acc.link.handle_eof(!acc.staged.is_empty()), Failure::Cut);
@@ -494,7 +465,7 @@ fn the_connect_deadline_fires_after_the_connect_timeout() {
 fn an_unproven_peer_times_out() {
     let (a, b, t0) = (local(1, 11, Some(b"key")), local(2, 22, Some(b"key")), Instant::now());
     let t1 = t0 + Duration::from_secs(3);
-    let hello = Link::dial(&a, &b.name, t0).unwrap().output_bytes();
+    let hello = hello_bytes(&a, &b.name, t0);
     let mut acc = End::new(Link::accept());
     acc.read(&b, t1, &hello, true);
     assert!(acc.link.awaits_proof());
@@ -577,21 +548,16 @@ mod prop {
         ) {
             let key: Option<&[u8]> = if keyed { Some(b"key") } else { None };
             let (a, b) = (local(1, 11, key), local(2, 22, key));
-            let mut bytes = Link::dial(&a, &b.name, Instant::now()).unwrap().output_bytes();
+            let mut bytes = hello_bytes(&a, &b.name, Instant::now());
             bytes.truncate(keep);
             bytes.extend_from_slice(&tail);
-            let dialled = || {
-                let mut l = Link::dial(&a, &b.name, Instant::now()).unwrap();
-                l.handle_connected();
-                l
-            };
             let accepting = outcome(Link::accept(), &b, &[&bytes]);
             // The dialling side, answered by the same bytes.
-            let dialling = outcome(dialled(), &a, &[&bytes]);
+            let dialling = outcome(dialled(&a, &b.name, Instant::now()), &a, &[&bytes]);
             for cut in 0..=bytes.len() {
                 let (first, rest) = bytes.split_at(cut);
                 prop_assert_eq!(&accepting, &outcome(Link::accept(), &b, &[first, rest]), "cut {}", cut);
-                prop_assert_eq!(&dialling, &outcome(dialled(), &a, &[first, rest]), "cut {}", cut);
+                prop_assert_eq!(&dialling, &outcome(dialled(&a, &b.name, Instant::now()), &a, &[first, rest]), "cut {}", cut);
             }
         }
     }
