@@ -28,10 +28,10 @@ CARGO_INCREMENTAL=0 cargo build --locked --release -q -p xfer-shm --examples
 ex=target/release/examples
 port=$((14000 + RANDOM % 1000))
 
-# ucx TLS TEST SIZE ITERS: the final line of a client run against a fresh server.
+# ucx TLS TEST SIZE ITERS: the final line of a client run against a fresh server, on
+# $port (the caller moves it on: this runs inside $(...), whose assignments are lost).
 ucx() {
     local tls=$1 test=$2 size=$3 n=$4 out srv
-    port=$((port + 1))
     if [[ $tls == default ]]; then tls=; fi
     env ${tls:+UCX_TLS=$tls} taskset -c "$s_cpu" ucx_perftest -p "$port" >/dev/null 2>&1 &
     srv=$!
@@ -75,6 +75,7 @@ rma_cells() {
 ucx_cells() {
     local test=$1 size=$2 n=$3 format=$4 tls f
     for tls in default sm posix posix,cma; do
+        port=$((port + 1))
         f=$(ucx "$tls" "$test" "$size" "$n")
         row+=" $(awk -v s="$size" "$format" <<<"$f") |"
     done
