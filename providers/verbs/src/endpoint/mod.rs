@@ -295,7 +295,7 @@ pub struct VerbsEndpoint {
     /// initial credit.
     credit_msgs: u32,
     eager_credit: u64,
-    /// Connections we owe credit to.
+    /// Connections a credit return is due to (see `owe`).
     owing: Vec<usize>,
     /// What peers may make this endpoint hold, against `EndpointAttr::rx_memory`.
     account: xfer_core::unstable::rdm::Account,
