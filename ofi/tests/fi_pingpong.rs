@@ -5,16 +5,19 @@
 
 mod common;
 
+use std::process::Output;
 use std::time::Duration;
 
 use common::{check, fi_command, free_port, wait_listening, wait_output};
 
 const LIMIT: Duration = Duration::from_secs(120);
 
-fn pingpong(mode: &str) {
+/// Runs an fi_pingpong server (with `server_env` set) and client with `args`
+/// on a free port of loopback: their outputs (client, server).
+fn run_pair(args: &[&str], server_env: &[(&str, &str)]) -> (Output, Output) {
     let port = free_port().to_string();
-    let args = ["-p", "xfer", "-d", "tcp", "-e", "rdm", "-m", mode, "-I", "20", "-c"];
     let mut server = fi_command("fi_pingpong")
+        .envs(server_env.iter().copied())
         .args(args)
         .args(["-B", &port])
         .spawn()
@@ -27,6 +30,12 @@ fn pingpong(mode: &str) {
         .expect("spawning the fi_pingpong client");
     let client = wait_output(client, "fi_pingpong client", LIMIT);
     let server = wait_output(server, "fi_pingpong server", LIMIT);
+    (client, server)
+}
+
+fn pingpong(mode: &str) {
+    let args = ["-p", "xfer", "-d", "tcp", "-e", "rdm", "-m", mode, "-I", "20", "-c"];
+    let (client, server) = run_pair(&args, &[]);
     check("fi_pingpong client", &client);
     check("fi_pingpong server", &server);
     let report = String::from_utf8_lossy(&client.stdout);
@@ -95,24 +104,10 @@ fn fi_info_lists_xfer() {
 /// fails `fi_domain` with `-FI_EINVAL`, and the log names the key.
 #[test]
 fn fi_xfer_settings_reach_the_domain() {
-    let port = free_port().to_string();
     let args = ["-p", "xfer", "-d", "tcp", "-e", "rdm", "-m", "tagged", "-I", "2"];
-    let mut server = fi_command("fi_pingpong")
-        .env("FI_XFER_TCP_COALESCE", "lots")
-        .args(args)
-        .args(["-B", &port])
-        .spawn()
-        .expect("fi_pingpong not found: install libfabric-bin (scripts/setup.sh)");
     // The server opens its domain once a client reaches its control port;
     // the client then fails too (the server hung up).
-    wait_listening(port.parse().expect("port"), &mut server, Duration::from_secs(30));
-    let client = fi_command("fi_pingpong")
-        .args(args)
-        .args(["-P", &port, "127.0.0.1"])
-        .spawn()
-        .expect("spawning the fi_pingpong client");
-    let client = wait_output(client, "fi_pingpong client", LIMIT);
-    let server = wait_output(server, "fi_pingpong server", LIMIT);
+    let (client, server) = run_pair(&args, &[("FI_XFER_TCP_COALESCE", "lots")]);
     assert!(!client.status.success());
     let err = String::from_utf8_lossy(&server.stderr);
     assert!(
