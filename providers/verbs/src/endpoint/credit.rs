@@ -168,13 +168,10 @@ impl VerbsEndpoint {
     }
 
     /// We owe connection `k`'s peer `msgs` messages and `bytes` eager bytes.
-    /// The connection joins the `owing` list once a return is due (or a
-    /// ping asks for one): below that, every progress turn would weigh the
-    /// same small debt again and decide, again, that it is not due.
     pub(super) fn owe(&mut self, k: usize, msgs: u32, bytes: u64) {
         let Some(c) = self.conns.get_mut(k) else { return };
-        let due = c.credit.flow.owe(bytes, msgs);
-        if (due || c.credit.pinged) && !c.credit.listed {
+        c.credit.flow.owe(bytes, msgs);
+        if !c.credit.listed {
             c.credit.listed = true;
             self.owing.push(k);
         }
