@@ -121,11 +121,6 @@ impl<T> Outstanding<T> {
         self.slots.drain().map(|s| s.op).collect()
     }
 
-    /// Whether any operation satisfies `f`.
-    pub fn any(&self, mut f: impl FnMut(&T) -> bool) -> bool {
-        self.slots.iter().any(|(_, s)| f(&s.op))
-    }
-
     /// The operations with their keys.
     pub fn iter(&self) -> impl Iterator<Item = (usize, &T)> {
         self.slots.iter().map(|(k, s)| (k, &s.op))
@@ -218,6 +213,6 @@ mod tests {
             assert_eq!(o.key_of(t), None);
         }
         assert_eq!(o.len(), 3);
-        assert!(!o.any(|&(conn, _)| conn == 1));
+        assert!(!o.iter().any(|(_, &(conn, _))| conn == 1));
     }
 }

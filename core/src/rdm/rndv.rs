@@ -118,12 +118,6 @@ impl SendState {
         }
     }
 
-    /// Whether the answer `answer` is one this state waits for.
-    pub fn awaits(self, answer: Answer) -> bool {
-        let mut s = self;
-        s.answer(answer).is_ok()
-    }
-
     /// The answer a send that failed in this state may still get from its
     /// receiver, over another connection to it: its request or its payload
     /// went out whole. Only push transports, whose answers may take another
@@ -160,7 +154,8 @@ mod tests {
     fn a_pushed_rendezvous_with_acknowledgement_runs_in_order() {
         let mut s = SendState::start(Protocol::Rendezvous);
         assert_eq!(s.owed(), Some(Answer::Clear));
-        assert!(s.awaits(Answer::Clear) && !s.awaits(Answer::Delivered));
+        assert!(s.answer(Answer::Delivered).is_err(), "not before its payload");
+        assert_eq!(s, SendState::Requested, "a refused answer changes nothing");
         assert_eq!(s.answer(Answer::Clear), Ok(Next::Move));
         assert_eq!(s.owed(), None);
         assert!(s.answer(Answer::Clear).is_err(), "a second clear-to-send");
