@@ -8,7 +8,9 @@ use crate::{Error, ProviderInfo, Result};
 
 /// Every provider xfer knows, in order of preference, with the cargo feature
 /// that builds it (`None`: always built).
-pub const KNOWN: &[(&str, Option<&str>)] = &[("verbs", Some("verbs")), ("tcp", None)];
+/// `shm` reaches peers on this host only, so it is opened only when asked
+/// for until one endpoint chooses its transport per peer.
+pub const KNOWN: &[(&str, Option<&str>)] = &[("verbs", Some("verbs")), ("tcp", None), ("shm", None)];
 
 /// What became of one provider when the facade chose.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -182,25 +184,43 @@ mod tests {
 
     #[test]
     fn first_available_is_chosen_and_the_rest_outranked() {
-        let (r, c) = choose(None, &[info("verbs", true), info("tcp", true)], open_ok);
+        let (r, c) = choose(
+            None,
+            &[info("verbs", true), info("tcp", true), info("shm", true)],
+            open_ok,
+        );
         assert!(r.is_ok());
         assert_eq!(c.chosen, Some("verbs"));
         assert_eq!(c.verdict("verbs"), Some(&Verdict::Chosen("verbs ok".into())));
         assert_eq!(c.verdict("tcp"), Some(&Verdict::Outranked("verbs")));
-        assert_eq!(c.why_not(), "tcp: available, but verbs is preferred");
+        assert_eq!(
+            c.why_not(),
+            "tcp: available, but verbs is preferred; shm: available, but verbs is preferred"
+        );
     }
 
     #[test]
     fn unavailable_and_failed_fall_back_with_their_reasons() {
-        let (r, c) = choose(None, &[info("verbs", false), info("tcp", true)], open_ok);
+        let (r, c) = choose(
+            None,
+            &[info("verbs", false), info("tcp", true), info("shm", true)],
+            open_ok,
+        );
         assert!(r.is_ok());
         assert_eq!(c.chosen, Some("tcp"));
-        assert_eq!(c.why_not(), "verbs: unavailable: no verbs device");
+        assert_eq!(
+            c.why_not(),
+            "verbs: unavailable: no verbs device; shm: available, but tcp is preferred"
+        );
 
-        let (r, c) = choose(None, &[info("verbs", true), info("tcp", true)], |name| match name {
-            "verbs" => Err(Error::Os(libc::ENODEV)),
-            _ => Ok(()),
-        });
+        let (r, c) = choose(
+            None,
+            &[info("verbs", true), info("tcp", true), info("shm", true)],
+            |name| match name {
+                "verbs" => Err(Error::Os(libc::ENODEV)),
+                _ => Ok(()),
+            },
+        );
         assert!(r.is_ok());
         assert_eq!(c.chosen, Some("tcp"));
         assert_eq!(c.verdict("verbs"), Some(&Verdict::Failed(Error::Os(libc::ENODEV))));
@@ -208,21 +228,28 @@ mod tests {
 
     #[test]
     fn not_built_and_forced() {
-        let (r, c) = choose(None, &[info("tcp", true)], open_ok);
+        let (r, c) = choose(None, &[info("tcp", true), info("shm", true)], open_ok);
         assert!(r.is_ok());
         assert_eq!(c.verdict("verbs"), Some(&Verdict::NotBuilt("verbs")));
         assert!(c.why_not().contains("cargo feature `verbs` off"), "{}", c.why_not());
 
-        let (r, c) = choose(Some("tcp"), &[info("verbs", true), info("tcp", true)], open_ok);
+        let (r, c) = choose(
+            Some("tcp"),
+            &[info("verbs", true), info("tcp", true), info("shm", true)],
+            open_ok,
+        );
         assert!(r.is_ok());
         assert_eq!(c.chosen, Some("tcp"));
         assert_eq!(c.verdict("verbs"), Some(&Verdict::NotRequested("tcp".into())));
-        assert_eq!(c.why_not(), "verbs: not requested (XFER_PROVIDER=tcp)");
+        assert_eq!(
+            c.why_not(),
+            "verbs: not requested (XFER_PROVIDER=tcp); shm: not requested (XFER_PROVIDER=tcp)"
+        );
 
         // Forcing an unavailable provider still tries it: the error is the report.
         let (r, c) = choose(
             Some("verbs"),
-            &[info("verbs", false), info("tcp", true)],
+            &[info("verbs", false), info("tcp", true), info("shm", true)],
             |name| match name {
                 "verbs" => Err(Error::Os(libc::ENODEV)),
                 _ => Ok(()),
@@ -232,15 +259,17 @@ mod tests {
         assert_eq!(c.chosen, None);
         assert_eq!(c.verdict("tcp"), Some(&Verdict::NotRequested("verbs".into())));
 
-        let (r, _) = choose(Some("verbs"), &[info("tcp", true)], open_ok);
+        let (r, _) = choose(Some("verbs"), &[info("tcp", true), info("shm", true)], open_ok);
         assert!(matches!(r, Err(Error::NoProvider(m)) if m.contains("not compiled in")));
     }
 
     #[test]
     fn nothing_opens() {
-        let (r, c) = choose(None, &[info("verbs", false), info("tcp", true)], |_| {
-            Err::<(), _>(Error::Os(libc::EMFILE))
-        });
+        let (r, c) = choose(
+            None,
+            &[info("verbs", false), info("tcp", true), info("shm", true)],
+            |_| Err::<(), _>(Error::Os(libc::EMFILE)),
+        );
         let Err(Error::NoProvider(why)) = r else {
             panic!("opened something")
         };

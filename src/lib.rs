@@ -116,11 +116,13 @@ pub struct ProviderInfo {
 }
 
 /// The providers compiled in, in order of preference: `verbs` (when built
-/// with the `verbs` feature, the default), then `tcp`.
+/// with the `verbs` feature, the default), then `tcp`, then `shm` (peers on
+/// this host only: opened when `XFER_PROVIDER=shm` asks for it).
 pub const PROVIDERS: &[&str] = &[
     #[cfg(feature = "verbs")]
     "verbs",
     "tcp",
+    "shm",
 ];
 
 /// The providers compiled in, in order of preference, and whether each can
@@ -151,6 +153,11 @@ pub fn info_for(attr: &DomainAttr) -> Vec<ProviderInfo> {
         available: true,
         detail: "TCP sockets; always available".into(),
     });
+    all.push(ProviderInfo {
+        name: "shm",
+        available: true,
+        detail: "shared memory; peers on this host only (XFER_PROVIDER=shm)".into(),
+    });
     all
 }
 
@@ -161,6 +168,7 @@ fn open_named(name: &'static str, params: &Params) -> Result<Domain> {
         #[cfg(feature = "verbs")]
         "verbs" => Ok(Domain::new(Box::new(xfer_verbs::VerbsDomain::with_params(params)?))),
         "tcp" => Ok(Domain::new(Box::new(xfer_tcp::TcpDomain::with_params(params)?))),
+        "shm" => Ok(Domain::new(Box::new(xfer_shm::ShmDomain::open()?))),
         _ => Err(Error::Internal("open_named: provider not built")),
     }
 }
@@ -352,7 +360,7 @@ mod tests {
     fn info_lists_every_provider_in_order() {
         let names: Vec<&str> = info().iter().map(|p| p.name).collect();
         assert_eq!(names, PROVIDERS);
-        assert_eq!(PROVIDERS.last(), Some(&"tcp"));
+        assert_eq!(PROVIDERS.last(), Some(&"shm"), "same-host only: never preferred");
         assert!(info().iter().all(|p| !p.detail.is_empty()));
     }
 }

@@ -18,6 +18,7 @@
 mod access;
 mod attr;
 pub mod cache;
+pub mod keys;
 pub mod region;
 pub mod tree;
 pub mod unmap;

@@ -22,6 +22,8 @@
 //! - [`Counters`]: what the layer counts, under one set of names.
 //! - [`admit`]: the job key's challenge and proof (admission).
 //! - [`stall`]: the progress timeout's bookkeeping (peers alive but stalled).
+//! - [`transport`]: what a transport under the layer provides, and
+//!   [`engine`]: the layer written once over it (an endpoint provider).
 
 pub mod abandoned;
 pub mod account;
@@ -29,11 +31,13 @@ pub mod admit;
 pub mod counters;
 pub mod credit;
 pub mod crossing;
+pub mod engine;
 pub mod outstanding;
 pub mod receives;
 pub mod requests;
 pub mod rndv;
 pub mod stall;
+pub mod transport;
 pub mod unexpected;
 
 pub use abandoned::Abandoned;

@@ -34,6 +34,7 @@
 
 pub mod cma;
 pub mod config;
+mod domain;
 pub mod entry;
 mod hello;
 pub mod layout;
@@ -43,13 +44,16 @@ pub mod ring;
 pub mod rma;
 mod segment;
 mod sys;
+mod transport;
 
 pub use cma::{Cma, CmaError};
 pub use config::ShmConfig;
+pub use domain::{ShmDomain, PROVIDER_ID};
 pub use port::{DownReason, Event, PeerId, PeerInfo, SendError, ShmPort, Sink, BUDGET, SERVICE_EVERY};
 pub use region::{Access, RegionError, Regions};
 pub use ring::{Bytes, Frame};
 pub use rma::{Completion, Path, Rma, RmaError, Transfer};
+pub use transport::ShmTransport;
 
 #[doc(hidden)]
 pub mod fuzzing;

@@ -32,6 +32,16 @@ pub const BUDGET: usize = 32;
 const LISTENER: u64 = u64::MAX;
 const WAKE: u64 = u64::MAX - 1;
 
+/// A port's address: an abstract socket name made of `xs`, the process id
+/// and a random nonce (14 bytes, so an endpoint name that carries it stays
+/// within 32 bytes).
+fn address_for(pid: u32, nonce: u64) -> Vec<u8> {
+    let mut name = b"xs".to_vec();
+    name.extend_from_slice(&pid.to_le_bytes());
+    name.extend_from_slice(&nonce.to_le_bytes());
+    name
+}
+
 /// A peer of the port: an index, reused after the peer is gone.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct PeerId(pub usize);
@@ -202,7 +212,7 @@ impl ShmPort {
     pub fn open(cfg: &ShmConfig) -> io::Result<ShmPort> {
         cfg.check()
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
-        let name = format!("xfer-shm.{}.{:016x}", std::process::id(), sys::random_u64()).into_bytes();
+        let name = address_for(std::process::id(), sys::random_u64());
         let listener = sys::listen(&name)?;
         let epoll = Epoll::new()?;
         let wake = sys::eventfd()?;
@@ -393,6 +403,14 @@ impl ShmPort {
         self.service_due = true;
     }
 
+    /// Makes the wait descriptor readable (a caller about to block on it
+    /// wakes at once).
+    pub fn wake_self(&self) {
+        if let Err(e) = sys::eventfd_signal(self.wake.as_raw_fd()) {
+            xfer_core::warn_limited!(error = %e, "shm: self wake-up failed");
+        }
+    }
+
     /// Blocks until a frame, a connection or a peer event may be waiting,
     /// or `timeout` passed (`None`: no limit). Does not spin.
     pub fn wait(&mut self, timeout: Option<Duration>) -> io::Result<()> {
@@ -474,13 +492,13 @@ impl ShmPort {
         for (id, reason) in std::mem::take(&mut self.dead) {
             let Some(p) = self.peers.try_remove(id) else { continue };
             self.epoll.remove(p.sock.as_raw_fd());
-            let silent = p.inbound && p.state == State::AwaitHello;
+            // An accepted peer that delivered nothing goes silently.
+            let silent = p.inbound && p.state == State::AwaitHello && p.seg.is_none();
             match &reason {
                 DownReason::Closed => tracing::debug!(peer = id, pid = p.cred.pid, "shm: peer closed"),
                 r => xfer_core::warn_limited!(peer = id, pid = p.cred.pid, reason = %r, "shm: peer down"),
             }
             drop(p);
-            // An accepted peer the user never saw come up goes silently.
             if !silent {
                 f.event(Event::Down {
                     peer: PeerId(id),
@@ -631,6 +649,9 @@ fn handshake(
     }
     sys::set_nonblocking(&wake).map_err(DownReason::Os)?;
     if let Some(seg) = seg {
+        // Mapped before the welcome goes: a peer that wrote frames and left
+        // at once still has them delivered (the close drains the ring).
+        p.seg = Some(seg);
         let (probe_addr, probe_value) = cma::probe_word();
         let welcome = Hello {
             kind: Kind::Welcome,
@@ -638,8 +659,10 @@ fn handshake(
             probe_addr,
             probe_value,
         };
-        sys::send_with_fds(&p.sock, &welcome.encode(), &[own_wake]).map_err(DownReason::Os)?;
-        p.seg = Some(seg);
+        sys::send_with_fds(&p.sock, &welcome.encode(), &[own_wake]).map_err(|e| match e.raw_os_error() {
+            Some(libc::EPIPE | libc::ECONNRESET) => DownReason::Closed,
+            _ => DownReason::Os(e),
+        })?;
     }
     p.cma = cma::probe(p.cred.pid, h.probe_addr, h.probe_value);
     if p.wake_pending {

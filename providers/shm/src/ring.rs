@@ -33,7 +33,7 @@ pub struct Bytes<'a> {
     _ring: std::marker::PhantomData<&'a Consumer>,
 }
 
-impl Bytes<'_> {
+impl<'a> Bytes<'a> {
     /// Their length.
     pub fn len(&self) -> usize {
         self.len
@@ -62,6 +62,14 @@ impl Bytes<'_> {
         let mut v = vec![0; self.len];
         self.copy_to(&mut v);
         v
+    }
+
+    /// The same bytes as the RDM engine's transport type.
+    pub fn lend(&self) -> xfer_core::unstable::rdm::transport::Bytes<'a> {
+        // SAFETY: the decoder checked that `ptr..ptr + len` lies in the live
+        // mapping, which outlives 'a (the consumer is borrowed for it); the
+        // engine only copies them out.
+        unsafe { xfer_core::unstable::rdm::transport::Bytes::shared(self.ptr, self.len) }
     }
 }
 

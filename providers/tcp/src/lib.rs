@@ -11,7 +11,7 @@ pub mod attr;
 mod conn;
 mod endpoint;
 pub mod iface;
-mod keys;
+
 mod link;
 pub mod name;
 mod rx;
@@ -34,7 +34,7 @@ pub use endpoint::TcpEndpoint;
 /// socket, connections and epoll set.
 #[derive(Debug, Default)]
 pub struct TcpDomain {
-    keys: keys::KeyTable,
+    keys: xfer_core::unstable::mr::keys::KeyTable,
     /// The domain's transport settings; each endpoint's own override them.
     params: Params,
 }
@@ -92,6 +92,8 @@ impl DomainProvider for TcpDomain {
     }
 
     fn remote_target(&self, key: u64, addr: u64, len: u64, access: Access) -> Result<*mut u8> {
-        self.keys.check(key, addr, len, access).map_err(keys::status_error)
+        self.keys
+            .check(key, addr, len, access)
+            .map_err(xfer_core::unstable::mr::keys::status_error)
     }
 }

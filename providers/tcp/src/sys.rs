@@ -465,8 +465,6 @@ unsafe fn ip_of(sa: *const libc::sockaddr) -> Option<IpAddr> {
     }
 }
 
-pub use xfer_core::unstable::sys::secret_u64;
-
 /// Eight random bytes from the kernel.
 pub fn random_u64() -> u64 {
     let mut v = [0u8; 8];

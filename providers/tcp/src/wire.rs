@@ -125,33 +125,7 @@ pub mod kind {
 /// Length of a Proof's payload: an HMAC-SHA-256.
 pub const PROOF_LEN: u64 = 32;
 
-/// Status of an RMA response (the `tag` field of ReadResp and WriteAck):
-/// which target-side check failed.
-pub mod status {
-    /// Applied.
-    pub const OK: u64 = 0;
-    /// The key names no live registration.
-    pub const UNKNOWN_KEY: u64 = 1;
-    /// The range is not inside the registration.
-    pub const OUT_OF_BOUNDS: u64 = 2;
-    /// The registration does not grant this access.
-    pub const ACCESS_DENIED: u64 = 3;
-    /// The registration went away while the payload was arriving.
-    pub const DEREGISTERED: u64 = 4;
-    /// The largest defined status.
-    pub const MAX: u64 = DEREGISTERED;
-
-    /// The text of a failed status, as carried by `Error::RemoteAccess`.
-    pub fn text(code: u64) -> &'static str {
-        match code {
-            UNKNOWN_KEY => "unknown remote key",
-            OUT_OF_BOUNDS => "range outside the remote region",
-            ACCESS_DENIED => "the remote region does not allow this access",
-            DEREGISTERED => "the remote region was deregistered during the transfer",
-            _ => "unknown status",
-        }
-    }
-}
+pub use xfer_core::unstable::mr::keys::status;
 
 /// Bits of the `flags` field (valid on Eager and Rts only).
 pub mod flags {

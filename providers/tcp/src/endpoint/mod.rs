@@ -34,7 +34,6 @@ use xfer_core::unstable::tag::{Matched, RecvSpec};
 
 use crate::conn::{Conn, Dir, Owner, Payload, TxFrame};
 use crate::iface;
-use crate::keys::{status_error, status_of};
 use crate::link::{Link, Local};
 use crate::name::{TcpName, ANY_NONCE};
 use crate::rx::{EagerDest, EagerRx, Phase, RndvRx, RtsTicket, Unexp, WriteRx};
@@ -42,6 +41,7 @@ use crate::sys::{self, Io, Socket};
 use crate::wire::{status, Frame, CREDIT_INIT, HEADER_LEN, MAX_EAGER};
 use xfer_core::unstable::complete::{self, Arrival};
 use xfer_core::unstable::hash::FastMap;
+use xfer_core::unstable::mr::keys::{status_error, status_of};
 
 mod admit;
 mod batch;

@@ -1,4 +1,5 @@
-//! The domain's key table: what a TCP memory registration is.
+//! A domain's key table: what a memory registration is for a transport that
+//! serves RMA in software (TCP, shared memory).
 //!
 //! A registration is an entry `{addr, len, access}` under a remote key of
 //! 64 random bits from the kernel (`getrandom`), so a peer cannot find a
@@ -10,13 +11,11 @@
 //! (`DomainProvider::remote_target`) when a peer's RMA request arrives;
 //! every check happens before a byte of target memory is touched.
 
-use xfer_core::unstable::error::{Error, Result};
-use xfer_core::unstable::hash::FastMap;
-use xfer_core::unstable::mr::Access;
-use xfer_core::unstable::provider::MrKeys;
-
+use crate::error::{Error, Result};
+use crate::hash::FastMap;
+use crate::mr::Access;
+use crate::provider::MrKeys;
 use crate::sys;
-use crate::wire::status;
 
 #[derive(Debug, Clone, Copy)]
 struct Entry {
@@ -52,7 +51,7 @@ impl KeyTable {
     /// Removes the registration `key`; unknown keys are logged.
     pub fn remove(&mut self, key: u64) {
         if self.entries.remove(&key).is_none() {
-            xfer_core::warn_limited!(key, "deregistration of an unknown key");
+            crate::warn_limited!(key, "deregistration of an unknown key");
         }
     }
 
@@ -87,6 +86,34 @@ pub fn status_of(e: &Error) -> u64 {
             .find(|&c| status::text(c) == *text)
             .unwrap_or(status::ACCESS_DENIED),
         _ => status::ACCESS_DENIED,
+    }
+}
+
+/// The status codes of a target's answer to an RMA request, on every
+/// transport's wire.
+pub mod status {
+    /// Applied.
+    pub const OK: u64 = 0;
+    /// The key names no live registration.
+    pub const UNKNOWN_KEY: u64 = 1;
+    /// The range is not inside the registration.
+    pub const OUT_OF_BOUNDS: u64 = 2;
+    /// The registration does not grant this access.
+    pub const ACCESS_DENIED: u64 = 3;
+    /// The registration went away while the payload was arriving.
+    pub const DEREGISTERED: u64 = 4;
+    /// The largest defined status.
+    pub const MAX: u64 = DEREGISTERED;
+
+    /// The text of a failed status, as carried by `Error::RemoteAccess`.
+    pub fn text(code: u64) -> &'static str {
+        match code {
+            UNKNOWN_KEY => "unknown remote key",
+            OUT_OF_BOUNDS => "range outside the remote region",
+            ACCESS_DENIED => "the remote region does not allow this access",
+            DEREGISTERED => "the remote region was deregistered during the transfer",
+            _ => "unknown status",
+        }
     }
 }
 

@@ -1,0 +1,253 @@
+//! What each arriving frame does. Runs while the transport reports, so it
+//! never calls the transport: answers are queued, pulls of matched
+//! rendezvous requests and connection ends are done right after.
+
+use crate::complete::{self, Arrival};
+use crate::provider::Ctx;
+
+use super::super::credit::cost;
+use super::super::rndv::{Answer, Next};
+use super::super::transport::{Bytes, Cause, ConnId, Event, Events};
+use super::super::Unexpected;
+use super::out::Out;
+use super::wire::{self, Header, Kind};
+use super::{Pull, Rts, State, PEER_HELD_MAX};
+
+/// The engine's side of one `Transport::progress`.
+pub struct Handler<'s, 'c, 'a> {
+    pub s: &'s mut State,
+    pub cx: &'c mut Ctx<'a>,
+}
+
+impl Events for Handler<'_, '_, '_> {
+    fn ready(&mut self, conn: ConnId) -> bool {
+        if !self.s.doomed.is_empty() && self.s.doomed.iter().any(|&(c, _)| c == conn) {
+            return false;
+        }
+        let Some(p) = self.s.peers.link_of(conn).and_then(|l| l.peer) else {
+            return true;
+        };
+        let held = self.s.peers.get(p).map_or(0, |e| e.held);
+        let ok = held < PEER_HELD_MAX && self.s.account.committed() < self.s.account.limit();
+        if !ok {
+            self.s.stats.held_back += 1;
+        }
+        ok
+    }
+
+    fn event(&mut self, ev: Event<'_>) {
+        match ev {
+            Event::Up { conn } => {
+                if self.s.peers.link_of(conn).is_none() {
+                    self.s.peers.link(conn, None);
+                }
+            }
+            Event::Frame { conn, header, payload } => {
+                let mut h = [0u8; wire::LEN];
+                let parsed = match header.len() == wire::LEN {
+                    true => {
+                        header.copy_to(&mut h);
+                        Header::decode(&h)
+                    }
+                    false => Err(crate::error::Error::Protocol("frame header of the wrong length")),
+                };
+                let r = match parsed {
+                    Ok(h) => self.frame(conn, h, payload),
+                    Err(crate::error::Error::Protocol(what)) => Err(what),
+                    Err(_) => Err("bad frame header"),
+                };
+                if let Err(what) = r {
+                    self.s.stats.protocol_errors += 1;
+                    crate::warn_limited!(conn, error = what, "rdm: protocol error, connection dropped");
+                    self.s.doomed.push((conn, Cause::Protocol(what)));
+                }
+            }
+            Event::Down { conn, cause } => self.s.lost(conn, cause),
+        }
+    }
+}
+
+impl Handler<'_, '_, '_> {
+    fn frame(&mut self, conn: ConnId, h: Header, payload: Bytes<'_>) -> Result<(), &'static str> {
+        let link = self.s.peers.link_of(conn);
+        let Some(p) = link.and_then(|l| l.peer) else {
+            return self.hello(conn, h, payload);
+        };
+        let at = self.s.serial(p);
+        match h.kind {
+            Kind::Hello => Err("a second hello"),
+            Kind::Eager => {
+                self.eager(p, at, h, payload);
+                Ok(())
+            }
+            Kind::Rts => {
+                self.rts(p, at, h);
+                Ok(())
+            }
+            Kind::Fin | Kind::Delivered | Kind::Cts => self.answer(at, h),
+            Kind::RmaWrite => self.s.on_write(self.cx, p, h, payload),
+            Kind::RmaRead => {
+                self.s.on_read(self.cx, p, h);
+                Ok(())
+            }
+            Kind::RmaData => self.s.on_read_data(at, h, payload),
+            Kind::RmaDone => self.s.on_rma_done(self.cx, at, h),
+            Kind::Data => {
+                let key = self.s.pushes.key_of(h.token).filter(|&k| self.s.pushes[k].peer == at);
+                let key = key.ok_or("pushed bytes for no receive waiting for them")?;
+                let off = usize::try_from(h.off).map_err(|_| "pushed bytes past the message")?;
+                let olen = self.s.pushes[key].arrival.olen;
+                if off.checked_add(payload.len()).is_none_or(|end| end > olen) {
+                    return Err("pushed bytes past the message");
+                }
+                self.s.pushed(self.cx, key, off, Some(payload));
+                Ok(())
+            }
+        }
+    }
+
+    /// An accepted connection's first frame names its peer.
+    fn hello(&mut self, conn: ConnId, h: Header, payload: Bytes<'_>) -> Result<(), &'static str> {
+        if h.kind != Kind::Hello || payload.len() > 32 {
+            return Err("first frame is not a hello");
+        }
+        let name = crate::addr::Address::new(&payload.to_vec()).map_err(|_| "hello with a bad name")?;
+        if name.as_bytes().first() != Some(&self.s.provider_id) {
+            return Err("hello from another provider's name");
+        }
+        match self.s.peers.find(&name) {
+            Some(p) => self.s.peers.link(conn, Some(p)),
+            None => {
+                self.s.peers.add(name, conn);
+            }
+        }
+        Ok(())
+    }
+
+    fn eager(&mut self, p: usize, at: (usize, u64), h: Header, payload: Bytes<'_>) {
+        let src = self.s.peers.handle(p, self.cx.av);
+        let tagged = h.tag().is_some();
+        let tag = h.tag().unwrap_or(0);
+        match self.s.rx.take_posted(tagged, src, tag) {
+            Some((_, mut op)) => {
+                let n = payload.copy_to(op.buf.as_mut_slice());
+                let a = Arrival {
+                    len: n,
+                    olen: payload.len(),
+                    tag,
+                    data: h.data(),
+                    src,
+                };
+                let from = self.s.peers.get(p).map(|e| e.name).unwrap_or(self.s.name);
+                complete::recv_from(&mut self.cx.cq, op, a, &from, self.s.source_err);
+            }
+            None => {
+                let bytes = cost(payload.len() as u64);
+                self.s.account.commit(bytes);
+                let from = match self.s.peers.get_mut(p) {
+                    Some(e) => {
+                        e.held += bytes;
+                        e.name
+                    }
+                    None => self.s.name,
+                };
+                let msg = Unexpected::Eager {
+                    from,
+                    conn: at,
+                    data: h.data(),
+                    payload: payload.to_vec(),
+                };
+                self.s.rx.arrive(tagged, src, tag, msg);
+            }
+        }
+        if h.flags & wire::ACK != 0 {
+            let mut done = Header::new(Kind::Delivered);
+            done.token = h.token;
+            self.s.enqueue(p, Out::Owned(done.encode(), Vec::new()));
+        }
+    }
+
+    fn rts(&mut self, p: usize, at: (usize, u64), h: Header) {
+        let src = self.s.peers.handle(p, self.cx.av);
+        let tagged = h.tag().is_some();
+        let tag = h.tag().unwrap_or(0);
+        let from = self.s.peers.get(p).map_or(self.s.name, |e| e.name);
+        let rts = Rts {
+            peer: at,
+            token: h.token,
+            addr: h.addr,
+        };
+        let olen = usize::try_from(h.len).unwrap_or(usize::MAX);
+        match self.s.rx.take_posted(tagged, src, tag) {
+            Some((_, op)) => {
+                let arrival = Arrival {
+                    len: 0,
+                    olen,
+                    tag,
+                    data: h.data(),
+                    src,
+                };
+                self.s.pulls.push(Pull {
+                    op,
+                    peer: at,
+                    arrival,
+                    from,
+                    rts,
+                });
+            }
+            None => {
+                let bytes = cost(0);
+                self.s.account.commit(bytes);
+                if let Some(e) = self.s.peers.get_mut(p) {
+                    e.held += bytes;
+                }
+                let msg = Unexpected::Rts {
+                    from,
+                    len: h.len,
+                    data: h.data(),
+                    handle: rts,
+                };
+                self.s.rx.arrive(tagged, src, tag, msg);
+            }
+        }
+    }
+
+    /// A receiver's answer to one of our sends: finish, delivered, or clear
+    /// to push.
+    fn answer(&mut self, at: (usize, u64), h: Header) -> Result<(), &'static str> {
+        let answer = match h.kind {
+            Kind::Fin => Answer::Finish,
+            Kind::Delivered => Answer::Delivered,
+            _ => Answer::Clear,
+        };
+        let unexpected = || match answer.unexpected() {
+            crate::error::Error::Protocol(what) => what,
+            _ => "unexpected answer",
+        };
+        let key = self.s.sends.key_of(h.token).filter(|&k| self.s.sends[k].peer == at);
+        let key = key.ok_or_else(unexpected)?;
+        match self.s.sends[key].state.answer(answer).map_err(|_| unexpected())? {
+            Next::Move => {
+                self.s.enqueue(
+                    at.0,
+                    Out::Push {
+                        key,
+                        to: h.addr,
+                        off: 0,
+                    },
+                );
+            }
+            Next::Wait => {}
+            Next::Complete => {
+                let send = self.s.sends.remove(key);
+                let result = match h.status {
+                    wire::status::TAKEN => Ok(()),
+                    wire::status::CANCELED => Err(crate::error::Error::Canceled),
+                    _ => Err(crate::error::Error::Protocol("the receiver could not read the payload")),
+                };
+                complete::send(&mut self.cx.cq, self.s.selective, send.op, result);
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,538 @@
+//! The RDM engine: an [`EndpointProvider`] written once over any
+//! [`Transport`]. It owns what the user's operations mean — matching in post
+//! order, the unexpected store and its memory, the eager/rendezvous choice
+//! and the rendezvous state, delivery acknowledgements, the peer table and
+//! what a peer's failure does to every operation waiting on it — and asks the
+//! transport only to connect, carry frames, pull a peer's memory and report
+//! what happened.
+//!
+//! - [`wire`]: the engine's frame header.
+//! - `peers`: the peer and connection tables.
+//! - `out`: frames waiting for room on a connection, and writing them.
+//! - `arrive`: what each arriving frame does.
+//! - `rma`: RMA served by the target in software, checked by its key table.
+//! - `fail`: a connection's end, and the endpoint's close.
+//!
+//! Flow control is the transport's: a peer whose unexpected messages hold
+//! more than the per-peer bound (or that would take the endpoint past its
+//! receive memory) is not read until receives take them, so it waits on
+//! its own full ring or socket buffer; no credit frames are needed.
+
+mod arrive;
+mod fail;
+mod out;
+mod peers;
+mod rma;
+pub mod wire;
+
+#[cfg(test)]
+mod mem;
+#[cfg(test)]
+mod tests;
+
+use std::os::fd::RawFd;
+
+use crate::addr::{Address, AvTable, PeerAddr};
+use crate::attr::EndpointAttr;
+use crate::buffer::Buffer;
+use crate::complete::{self, Arrival};
+use crate::error::{Error, Result};
+use crate::peek::{Claim, Peeked};
+use crate::provider::{CompletionLevel, Ctx, EndpointProvider, RecvOp, Rejected, RmaOp, SendOp};
+use crate::tag::RecvSpec;
+
+use super::credit::cost;
+use super::rndv::{self, Protocol, SendState};
+use super::transport::{Cause, ConnId, Transport};
+use super::{Account, Counters, Outstanding, Receives, Unexpected};
+
+use out::Out;
+use peers::Peers;
+use wire::{Header, Kind};
+
+/// Bytes a peer's unexpected messages may hold (at their credit cost) before
+/// its frames are left with the transport until receives take some.
+pub const PEER_HELD_MAX: u64 = 4 << 20;
+
+/// A rendezvous request kept unexpected: whom to pull from and answer.
+#[derive(Debug)]
+pub struct Rts {
+    peer: (usize, u64),
+    token: u64,
+    addr: u64,
+}
+
+/// A send waiting for its receiver: a rendezvous, or an acknowledged eager
+/// message.
+struct Send {
+    op: SendOp,
+    peer: (usize, u64),
+    state: SendState,
+}
+
+/// A receive the sender pushes into (the receiver could not pull).
+struct Push {
+    op: RecvOp,
+    peer: (usize, u64),
+    arrival: Arrival,
+    from: Address,
+    send_token: u64,
+    got: usize,
+}
+
+/// A rendezvous matched while the transport reported frames, pulled after.
+struct Pull {
+    op: RecvOp,
+    peer: (usize, u64),
+    arrival: Arrival,
+    from: Address,
+    rts: Rts,
+}
+
+/// What the engine counts besides [`Counters`].
+#[derive(Debug, Default, Clone, Copy)]
+struct Stats {
+    pulls: u64,
+    pushes: u64,
+    held_back: u64,
+    protocol_errors: u64,
+}
+
+/// Everything but the transport, so frame handling can borrow it while the
+/// transport reports.
+struct State {
+    provider_id: u8,
+    name: Address,
+    eager_max: usize,
+    inject_max: usize,
+    selective: bool,
+    source_err: bool,
+    rma_events: bool,
+    peers: Peers,
+    rx: Receives<Rts>,
+    sends: Outstanding<Send>,
+    pushes: Outstanding<Push>,
+    rmas: Outstanding<rma::RmaTx>,
+    /// Writes (peer, token, status) that failed before their last frame.
+    write_failed: Vec<((usize, u64), u64, u64)>,
+    pulls: Vec<Pull>,
+    doomed: Vec<(ConnId, Cause)>,
+    failed: Vec<((usize, u64), Cause)>,
+    queued: usize,
+    account: Account,
+    counted: Counters,
+    stats: Stats,
+    closed: bool,
+}
+
+/// An endpoint of the RDM layer over transport `T`.
+pub struct Engine<T: Transport> {
+    t: T,
+    s: State,
+}
+
+impl<T: Transport> Engine<T> {
+    /// An endpoint over `t`, named by `provider_id` followed by the
+    /// transport's address.
+    pub fn new(t: T, provider_id: u8, attr: &EndpointAttr) -> Result<Engine<T>> {
+        let mut name = vec![provider_id];
+        name.extend_from_slice(t.address());
+        let name = Address::new(&name)?;
+        let room = t.max_payload();
+        if attr.inject_size > room {
+            return Err(Error::InvalidArgument("inject size over the transport's largest frame"));
+        }
+        Ok(Engine {
+            s: State {
+                provider_id,
+                name,
+                eager_max: attr.rndv_threshold.min(room),
+                inject_max: attr.inject_size,
+                selective: attr.selective_completion,
+                source_err: attr.source_err,
+                rma_events: attr.rma_events,
+                peers: Peers::default(),
+                rx: Receives::new(),
+                sends: Outstanding::new(),
+                pushes: Outstanding::new(),
+                rmas: Outstanding::new(),
+                write_failed: Vec::new(),
+                pulls: Vec::new(),
+                doomed: Vec::new(),
+                failed: Vec::new(),
+                queued: 0,
+                account: Account::new(attr.rx_memory),
+                counted: Counters::default(),
+                stats: Stats::default(),
+                closed: false,
+            },
+            t,
+        })
+    }
+
+    /// The transport, for its own reports.
+    pub fn transport(&self) -> &T {
+        &self.t
+    }
+}
+
+impl State {
+    /// The peer named by `peer`'s address-vector entry, connecting (and
+    /// sending our hello) when there is none yet.
+    fn peer_for<T: Transport>(&mut self, t: &mut T, av: &AvTable, peer: PeerAddr) -> std::result::Result<usize, Error> {
+        let name = *av.lookup(peer).ok_or(Error::AddressNotAvailable)?;
+        if let Some(p) = self.peers.find(&name) {
+            return Ok(p);
+        }
+        let bytes = name.as_bytes();
+        if bytes.first() != Some(&self.provider_id) {
+            return Err(Error::AddressNotAvailable);
+        }
+        let conn = t.connect(&bytes[1..]).map_err(|c| cause_error(c, peer))?;
+        let p = self.peers.add(name, conn);
+        let hello = Header::new(Kind::Hello).encode();
+        self.enqueue(p, Out::Owned(hello, self.name.as_bytes().to_vec()));
+        Ok(p)
+    }
+
+    fn serial(&self, p: usize) -> (usize, u64) {
+        (p, self.peers.get(p).map_or(0, |e| e.serial))
+    }
+
+    fn send<T: Transport>(&mut self, t: &mut T, cx: &mut Ctx<'_>, op: SendOp) {
+        let p = match self.peer_for(t, cx.av, op.peer) {
+            Ok(p) => p,
+            Err(e) => return complete::send(&mut cx.cq, self.selective, op, Err(e)),
+        };
+        let at = self.serial(p);
+        let mut hdr = Header::message(Kind::Eager, op.tag, op.data);
+        match rndv::choose(op.buf.len(), self.eager_max, || true) {
+            Protocol::Eager if op.level == CompletionLevel::Inject => {
+                self.enqueue(p, Out::Eager(hdr.encode(), op));
+            }
+            Protocol::Eager => {
+                let mut state = SendState::start(Protocol::Eager);
+                state.moved(true);
+                let key = self.sends.insert(Send { op, peer: at, state });
+                hdr.flags |= wire::ACK;
+                hdr.token = self.sends.token(key);
+                self.enqueue(p, Out::Held(hdr.encode(), key));
+            }
+            Protocol::Rendezvous => {
+                hdr.kind = Kind::Rts;
+                hdr.len = op.buf.len() as u64;
+                hdr.addr = op.buf.as_slice().as_ptr() as u64;
+                let key = self.sends.insert(Send {
+                    op,
+                    peer: at,
+                    state: SendState::start(Protocol::Rendezvous),
+                });
+                hdr.token = self.sends.token(key);
+                self.enqueue(p, Out::Owned(hdr.encode(), Vec::new()));
+            }
+        }
+        self.flush(t, cx, p);
+    }
+
+    /// Gives `op` the kept message it matched (or claimed).
+    fn deliver<T: Transport>(
+        &mut self,
+        t: &mut T,
+        cx: &mut Ctx<'_>,
+        op: RecvOp,
+        src: PeerAddr,
+        tag: u64,
+        msg: Unexpected<Rts>,
+    ) {
+        let len = msg.payload_len() as u64;
+        match msg {
+            Unexpected::Eager {
+                from,
+                conn,
+                data,
+                payload,
+            } => {
+                self.unhold(conn, cost(len));
+                let mut op = op;
+                let n = copy_in(&mut op.buf, &payload, 0);
+                let a = Arrival {
+                    len: n,
+                    olen: payload.len(),
+                    tag,
+                    data,
+                    src,
+                };
+                complete::recv_from(&mut cx.cq, op, a, &from, self.source_err);
+            }
+            Unexpected::Rts {
+                from,
+                len,
+                data,
+                handle,
+            } => {
+                self.unhold(handle.peer, cost(0));
+                let arrival = Arrival {
+                    len: 0,
+                    olen: usize::try_from(len).unwrap_or(usize::MAX),
+                    tag,
+                    data,
+                    src,
+                };
+                let pull = Pull {
+                    op,
+                    peer: handle.peer,
+                    arrival,
+                    from,
+                    rts: handle,
+                };
+                self.pull(t, cx, pull);
+            }
+        }
+    }
+
+    /// Releases what a kept message held, from the endpoint's account and
+    /// from its peer's share while that peer is the same entry.
+    fn unhold(&mut self, peer: (usize, u64), bytes: u64) {
+        self.account.release(bytes);
+        if let Some(e) = self.peers.current(peer) {
+            e.held = e.held.saturating_sub(bytes);
+        }
+    }
+
+    /// Takes a matched rendezvous: pulls it, or asks the sender to push it.
+    fn pull<T: Transport>(&mut self, t: &mut T, cx: &mut Ctx<'_>, mut p: Pull) {
+        let Some(tx) = self.peers.current(p.peer).map(|e| e.tx) else {
+            let e = Error::PeerClosed { peer: p.arrival.src };
+            return complete::recv_failed(&mut cx.cq, p.op, e);
+        };
+        let n = p.arrival.olen.min(p.op.buf.len());
+        let mut answer = Header::new(Kind::Fin);
+        answer.token = p.rts.token;
+        let pulled = match n {
+            0 => Ok(()),
+            _ => t.pull(tx, p.rts.addr, &mut p.op.buf.as_mut_slice()[..n]),
+        };
+        match pulled {
+            Ok(()) => {
+                self.stats.pulls += 1;
+                answer.len = n as u64;
+                p.arrival.len = n;
+                complete::recv_from(&mut cx.cq, p.op, p.arrival, &p.from, self.source_err);
+            }
+            Err(Error::NotSupported(_)) => {
+                self.stats.pushes += 1;
+                let send_token = p.rts.token;
+                let key = self.pushes.insert(Push {
+                    op: p.op,
+                    peer: p.peer,
+                    arrival: p.arrival,
+                    from: p.from,
+                    send_token,
+                    got: 0,
+                });
+                answer.kind = Kind::Cts;
+                answer.addr = self.pushes.token(key);
+            }
+            Err(e) => {
+                answer.status = wire::status::FAILED;
+                let e = match e {
+                    Error::PeerClosed { .. } => Error::PeerClosed { peer: p.arrival.src },
+                    e => e,
+                };
+                complete::recv_failed(&mut cx.cq, p.op, e);
+            }
+        }
+        self.enqueue(p.peer.0, Out::Owned(answer.encode(), Vec::new()));
+        self.flush(t, cx, p.peer.0);
+    }
+
+    /// Records `bytes` pushed at `off` into receive `key`; completes it (and
+    /// acknowledges the sender) once every byte is in.
+    fn pushed(&mut self, cx: &mut Ctx<'_>, key: usize, off: usize, bytes: Option<super::transport::Bytes<'_>>) {
+        let Some(push) = self.pushes.get_mut(key) else { return };
+        if let Some(b) = bytes {
+            let buf = push.op.buf.as_mut_slice();
+            if off < buf.len() {
+                let end = buf.len().min(off.saturating_add(b.len()));
+                b.copy_to(&mut buf[off..end]);
+            }
+            push.got += b.len();
+        }
+        if push.got < push.arrival.olen {
+            return;
+        }
+        let mut push = self.pushes.remove(key);
+        push.arrival.len = push.arrival.olen.min(push.op.buf.len());
+        let mut done = Header::new(Kind::Delivered);
+        done.token = push.send_token;
+        complete::recv_from(&mut cx.cq, push.op, push.arrival, &push.from, self.source_err);
+        self.enqueue(push.peer.0, Out::Owned(done.encode(), Vec::new()));
+    }
+}
+
+/// Copies `src` into `buf` at `off`, up to the buffer's end; returns the
+/// bytes written.
+fn copy_in(buf: &mut Buffer, src: &[u8], off: usize) -> usize {
+    let dst = buf.as_mut_slice();
+    if off >= dst.len() {
+        return 0;
+    }
+    let n = src.len().min(dst.len() - off);
+    dst[off..off + n].copy_from_slice(&src[..n]);
+    n
+}
+
+/// The error operations to `peer` report for a connection's `cause`.
+fn cause_error(cause: Cause, peer: PeerAddr) -> Error {
+    match cause {
+        Cause::Closed => Error::PeerClosed { peer },
+        Cause::Failed(errno) => Error::PeerUnreachable { peer, errno },
+        Cause::Protocol(what) => Error::Protocol(what),
+    }
+}
+
+impl<T: Transport> EndpointProvider for Engine<T> {
+    fn name(&self) -> Address {
+        self.s.name
+    }
+
+    fn send(&mut self, cx: &mut Ctx<'_>, op: SendOp) -> std::result::Result<(), Rejected<SendOp>> {
+        if self.s.closed {
+            return Err(Rejected::new(Error::Canceled, op));
+        }
+        if cx.av.lookup(op.peer).is_none() {
+            return Err(Rejected::new(Error::AddressNotAvailable, op));
+        }
+        self.s.send(&mut self.t, cx, op);
+        Ok(())
+    }
+
+    fn inject(
+        &mut self,
+        cx: &mut Ctx<'_>,
+        peer: PeerAddr,
+        tag: Option<u64>,
+        data: Option<u64>,
+        payload: &[u8],
+    ) -> Result<()> {
+        if payload.len() > self.s.inject_max {
+            return Err(Error::InvalidArgument("inject payload over the endpoint's inject_size"));
+        }
+        let p = self.s.peer_for(&mut self.t, cx.av, peer)?;
+        let hdr = Header::message(Kind::Eager, tag, data).encode();
+        self.s.enqueue(p, Out::Owned(hdr, payload.to_vec()));
+        self.s.flush(&mut self.t, cx, p);
+        Ok(())
+    }
+
+    fn rma(&mut self, cx: &mut Ctx<'_>, op: RmaOp) -> std::result::Result<(), Rejected<RmaOp>> {
+        if self.s.closed {
+            return Err(Rejected::new(Error::Canceled, op));
+        }
+        if cx.av.lookup(op.peer).is_none() {
+            return Err(Rejected::new(Error::AddressNotAvailable, op));
+        }
+        self.s.rma(&mut self.t, cx, op);
+        Ok(())
+    }
+
+    fn inject_write(
+        &mut self,
+        cx: &mut Ctx<'_>,
+        peer: PeerAddr,
+        addr: u64,
+        key: u64,
+        data: Option<u64>,
+        payload: &[u8],
+    ) -> Result<()> {
+        if payload.len() > self.s.inject_max {
+            return Err(Error::InvalidArgument("inject payload over the endpoint's inject_size"));
+        }
+        let p = self.s.peer_for(&mut self.t, cx.av, peer)?;
+        let mut h = Header::message(Kind::RmaWrite, None, data);
+        h.flags |= wire::LAST;
+        h.tag = key;
+        h.addr = addr;
+        h.len = payload.len() as u64;
+        self.s.enqueue(p, Out::Owned(h.encode(), payload.to_vec()));
+        self.s.flush(&mut self.t, cx, p);
+        Ok(())
+    }
+
+    fn recv(&mut self, cx: &mut Ctx<'_>, op: RecvOp) -> std::result::Result<(), Rejected<RecvOp>> {
+        if self.s.closed {
+            return Err(Rejected::new(Error::Canceled, op));
+        }
+        if let Some(hit) = self.s.rx.post(cx.av, op, |av, name| av.reverse(name)) {
+            self.s.deliver(&mut self.t, cx, hit.recv, hit.src, hit.tag, hit.msg);
+        }
+        Ok(())
+    }
+
+    fn peek(&mut self, cx: &mut Ctx<'_>, spec: RecvSpec, claim: bool) -> Result<Option<(Peeked, Option<Claim>)>> {
+        Ok(self.s.rx.peek(cx.av, spec, claim, |av, name| av.reverse(name)))
+    }
+
+    fn recv_claimed(
+        &mut self,
+        cx: &mut Ctx<'_>,
+        claim: Claim,
+        op: RecvOp,
+    ) -> std::result::Result<(), Rejected<RecvOp>> {
+        let (c, op) = self.s.rx.claimed(&claim, op)?;
+        self.s.deliver(&mut self.t, cx, op, c.src, c.tag, c.msg);
+        Ok(())
+    }
+
+    fn cancel(&mut self, cx: &mut Ctx<'_>, context: u64) -> Result<()> {
+        self.s.rx.cancel(&mut cx.cq, context)
+    }
+
+    fn progress(&mut self, cx: &mut Ctx<'_>) {
+        self.s.progress(&mut self.t, cx);
+    }
+
+    fn wait_fd(&self) -> RawFd {
+        self.t.wait_fd()
+    }
+
+    fn prepare_wait(&mut self, cx: &mut Ctx<'_>) {
+        self.s.flush_all(&mut self.t, cx);
+        if !self.t.prepare_wait() {
+            self.s.progress(&mut self.t, cx);
+        }
+    }
+
+    fn close(&mut self, cx: &mut Ctx<'_>) {
+        self.s.close(&mut self.t, cx);
+    }
+
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        let mut c = self.s.counted.report(self.s.rx.held(), &self.s.account);
+        let st = self.s.stats;
+        c.extend([
+            ("rndv_pulls", st.pulls),
+            ("rndv_pushes", st.pushes),
+            ("peers_held_back", st.held_back),
+            ("protocol_errors", st.protocol_errors),
+            ("sends_outstanding", self.s.sends.len() as u64),
+            ("rma_outstanding", self.s.rmas.len() as u64),
+        ]);
+        c
+    }
+}
+
+/// Sink-free helpers the frame handler shares with the calls above.
+impl State {
+    fn progress<T: Transport>(&mut self, t: &mut T, cx: &mut Ctx<'_>) {
+        {
+            let mut h = arrive::Handler { s: self, cx };
+            t.progress(&mut h);
+        }
+        for pull in std::mem::take(&mut self.pulls) {
+            self.pull(t, cx, pull);
+        }
+        self.end_doomed(t, cx);
+        self.flush_all(t, cx);
+    }
+}

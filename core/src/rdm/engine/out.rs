@@ -1,0 +1,133 @@
+//! Frames to a peer, written in order on its connection: at once while the
+//! transport has room, else kept in the peer's queue and written by later
+//! progress. A send's completion (eager, inject-complete) comes when its
+//! frame is written.
+
+use crate::complete;
+use crate::provider::{Ctx, SendOp};
+
+use super::super::transport::{Refused, Transport};
+use super::rma::{self, ReadBack};
+use super::wire::{self, Header, Kind, LEN};
+use super::State;
+
+/// A frame waiting for room.
+pub enum Out {
+    /// A frame that owns its payload (hello, answers, injected messages).
+    Owned([u8; LEN], Vec<u8>),
+    /// An eager send, completed once written.
+    Eager([u8; LEN], SendOp),
+    /// A frame whose payload is the buffer of the send under this key (an
+    /// acknowledged eager send, which stays until its answer).
+    Held([u8; LEN], usize),
+    /// The bytes of RMA write `key`, from `off`, in frames.
+    RmaWrite {
+        /// The operation.
+        key: usize,
+        /// Bytes written so far.
+        off: usize,
+    },
+    /// A read this side serves, streamed back.
+    ReadBack(ReadBack),
+    /// The bytes of rendezvous send `key`, from `off`, pushed to the
+    /// receiver's token `to` in frames.
+    Push {
+        /// The send.
+        key: usize,
+        /// The receiver's token.
+        to: u64,
+        /// Bytes written so far.
+        off: usize,
+    },
+}
+
+impl State {
+    /// Queues `out` behind what peer `p` already waits to write.
+    pub(super) fn enqueue(&mut self, p: usize, out: Out) {
+        if let Some(e) = self.peers.get_mut(p) {
+            e.queue.push_back(out);
+            self.queued += 1;
+        }
+    }
+
+    /// Writes what peer `p` has queued, in order, while the transport takes it.
+    pub(super) fn flush<T: Transport>(&mut self, t: &mut T, cx: &mut Ctx<'_>, p: usize) {
+        let room = t.max_payload();
+        loop {
+            let Some(e) = self.peers.get_mut(p) else { return };
+            let tx = e.tx;
+            let Some(front) = e.queue.front_mut() else { return };
+            let written = match front {
+                Out::Owned(h, payload) => t.send(tx, h, payload),
+                Out::Eager(h, op) => t.send(tx, h, op.buf.as_slice()),
+                Out::Held(h, key) => match self.sends.get(*key) {
+                    Some(s) => t.send(tx, h, s.op.buf.as_slice()),
+                    None => Ok(()),
+                },
+                Out::Push { key, to, off } => match self.sends.get_mut(*key) {
+                    Some(s) => {
+                        let buf = s.op.buf.as_slice();
+                        let mut r = Ok(());
+                        while *off < buf.len() {
+                            let n = room.min(buf.len() - *off);
+                            let mut h = Header::new(Kind::Data);
+                            h.token = *to;
+                            h.off = *off as u64;
+                            r = t.send(tx, &h.encode(), &buf[*off..*off + n]);
+                            if r.is_err() {
+                                break;
+                            }
+                            *off += n;
+                        }
+                        if r.is_ok() {
+                            s.state.moved(true);
+                        }
+                        r
+                    }
+                    None => Ok(()),
+                },
+                Out::RmaWrite { key, off } => loop {
+                    let Some((h, bytes)) = rma::write_frame(&self.rmas, *key, *off, room) else {
+                        break Ok(());
+                    };
+                    let sent = t.send(tx, &h.encode(), bytes);
+                    if sent.is_err() || h.flags & wire::LAST != 0 {
+                        break sent;
+                    }
+                    *off += bytes.len();
+                },
+                Out::ReadBack(r) => loop {
+                    let (h, bytes, n) = rma::read_frame(cx.domain, r, room);
+                    let sent = t.send(tx, &h.encode(), bytes);
+                    if sent.is_err() || h.kind == Kind::RmaDone {
+                        break sent;
+                    }
+                    r.off += n;
+                },
+            };
+            match written {
+                Ok(()) => {
+                    self.queued -= 1;
+                    if let Some(Out::Eager(_, op)) = e.queue.pop_front() {
+                        complete::send(&mut cx.cq, self.selective, op, Ok(()));
+                    }
+                }
+                Err(Refused::Full) => return,
+                Err(Refused::Gone(cause)) => {
+                    self.doomed.push((tx, cause));
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Writes every peer's queue.
+    pub(super) fn flush_all<T: Transport>(&mut self, t: &mut T, cx: &mut Ctx<'_>) {
+        if self.queued == 0 {
+            return;
+        }
+        for p in self.peers.keys() {
+            self.flush(t, cx, p);
+        }
+    }
+}

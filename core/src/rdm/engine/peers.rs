@@ -1,0 +1,145 @@
+//! The peer table: one entry per peer endpoint name, with the connection
+//! everything to that peer is sent on, every connection it has, the frames
+//! waiting for room on it, and what its unexpected messages hold; and the
+//! connection table, which peer (if known yet) each transport connection
+//! belongs to.
+//!
+//! A peer's first connection, opened by either side, is the one this side
+//! sends on for the entry's life: frames to a peer never change connection,
+//! so they arrive in order. When both sides connect at once each keeps
+//! sending on its own, and the other connection only carries the peer's
+//! frames the other way; nothing needs retiring.
+
+use std::collections::{HashMap, VecDeque};
+
+use slab::Slab;
+
+use crate::addr::{Address, AvTable, PeerAddr};
+
+use super::super::transport::ConnId;
+use super::out::Out;
+
+/// One peer.
+pub struct Peer {
+    /// Its endpoint name.
+    pub name: Address,
+    /// The connection frames to it go on.
+    pub tx: ConnId,
+    /// Every connection it has (`tx` first).
+    pub conns: Vec<ConnId>,
+    /// Frames waiting for room on `tx`, in order.
+    pub queue: VecDeque<Out>,
+    /// Bytes its unexpected messages hold (their credit cost), while they are
+    /// kept; past the engine's per-peer bound its frames wait in the transport.
+    pub held: u64,
+    /// Changes whenever the slot is reused, so kept messages name the entry
+    /// they came from.
+    pub serial: u64,
+    /// Its handle in the address vector at the last look-up.
+    hint: PeerAddr,
+}
+
+/// A transport connection's owner.
+#[derive(Debug, Clone, Copy)]
+pub struct Link {
+    /// The peer, once its hello (or our connect) named it.
+    pub peer: Option<usize>,
+}
+
+/// Peers by name and by connection.
+#[derive(Default)]
+pub struct Peers {
+    slots: Slab<Peer>,
+    by_name: HashMap<Address, usize>,
+    links: Vec<Option<Link>>,
+    serial: u64,
+}
+
+impl Peers {
+    /// The peer named `name`, if there is one.
+    pub fn find(&self, name: &Address) -> Option<usize> {
+        self.by_name.get(name).copied()
+    }
+
+    /// Adds the peer `name` whose frames go on `tx`.
+    pub fn add(&mut self, name: Address, tx: ConnId) -> usize {
+        self.serial += 1;
+        let p = self.slots.insert(Peer {
+            name,
+            tx,
+            conns: vec![tx],
+            queue: VecDeque::new(),
+            held: 0,
+            serial: self.serial,
+            hint: PeerAddr::UNSPEC,
+        });
+        self.by_name.insert(name, p);
+        self.link(tx, Some(p));
+        p
+    }
+
+    /// Records that `conn` belongs to `peer` (or to no known peer yet).
+    pub fn link(&mut self, conn: ConnId, peer: Option<usize>) {
+        if self.links.len() <= conn {
+            self.links.resize(conn + 1, None);
+        }
+        self.links[conn] = Some(Link { peer });
+        if let Some(p) = peer.and_then(|p| self.slots.get_mut(p)) {
+            if !p.conns.contains(&conn) {
+                p.conns.push(conn);
+            }
+        }
+    }
+
+    /// The owner of `conn`, when the engine knows the connection.
+    pub fn link_of(&self, conn: ConnId) -> Option<Link> {
+        self.links.get(conn).copied().flatten()
+    }
+
+    /// Forgets `conn`.
+    pub fn unlink(&mut self, conn: ConnId) {
+        if let Some(l) = self.links.get_mut(conn) {
+            *l = None;
+        }
+    }
+
+    /// Removes `peer` and forgets its connections; returns its entry.
+    pub fn remove(&mut self, peer: usize) -> Option<Peer> {
+        let gone = self.slots.try_remove(peer)?;
+        self.by_name.remove(&gone.name);
+        for &c in &gone.conns {
+            self.unlink(c);
+        }
+        Some(gone)
+    }
+
+    /// The peer at `p`.
+    pub fn get(&self, p: usize) -> Option<&Peer> {
+        self.slots.get(p)
+    }
+
+    /// The peer at `p`, mutably.
+    pub fn get_mut(&mut self, p: usize) -> Option<&mut Peer> {
+        self.slots.get_mut(p)
+    }
+
+    /// The peer at `p` if it is still the entry of `serial`.
+    pub fn current(&mut self, (p, serial): (usize, u64)) -> Option<&mut Peer> {
+        self.slots.get_mut(p).filter(|e| e.serial == serial)
+    }
+
+    /// Every peer's index.
+    pub fn keys(&self) -> Vec<usize> {
+        self.slots.iter().map(|(k, _)| k).collect()
+    }
+
+    /// The address-vector handle of `p`'s name (`UNSPEC` when not inserted),
+    /// remembering it so the next look-up is a compare.
+    pub fn handle(&mut self, p: usize, av: &AvTable) -> PeerAddr {
+        let Some(e) = self.slots.get_mut(p) else {
+            return PeerAddr::UNSPEC;
+        };
+        e.hint = av.reverse_hinted(&e.name, e.hint);
+        e.hint
+    }
+}

@@ -1,0 +1,252 @@
+//! RMA served in software by the target, over any transport: the initiator
+//! writes its bytes in frames (`RmaWrite`, each at its offset, the last one
+//! flagged) or asks for them (`RmaRead`); the target checks key, bounds and
+//! access through its domain's key table ([`DomainProvider::remote_target`])
+//! before it touches a byte — the whole range on the first frame, each
+//! frame's range again as it lands or leaves, so a region deregistered
+//! midway fails the rest — and answers `RmaDone` with a status
+//! ([`crate::mr::keys::status`]). Read bytes come back as `RmaData` frames.
+//! A write whose token is 0 (`inject_write`) gets no answer.
+
+use crate::complete;
+use crate::error::Error;
+use crate::mr::keys::{status, status_error, status_of};
+use crate::mr::Access;
+use crate::provider::{Ctx, DomainProvider, RmaKind, RmaOp};
+
+use super::super::transport::{Bytes, Transport};
+use super::super::Outstanding;
+use super::out::Out;
+use super::wire::{self, Header, Kind};
+use super::State;
+
+/// Most writes whose failure a target remembers until their last frame;
+/// past it, the peer loses its connection (it is failing writes faster than
+/// it finishes them).
+const FAILED_MAX: usize = 256;
+
+/// An initiator's RMA operation waiting for its answer.
+pub(super) struct RmaTx {
+    pub(super) op: RmaOp,
+    pub(super) peer: (usize, u64),
+    /// Read bytes placed so far.
+    got: usize,
+}
+
+/// A read the target streams back: `len` bytes of region `key` from `addr`.
+pub(super) struct ReadBack {
+    pub(super) token: u64,
+    pub(super) key: u64,
+    pub(super) addr: u64,
+    pub(super) len: usize,
+    pub(super) off: usize,
+}
+
+/// The frame of write `key` that starts at `off`, with its bytes; `None`
+/// once the operation is gone.
+pub(super) fn write_frame(rmas: &Outstanding<RmaTx>, key: usize, off: usize, room: usize) -> Option<(Header, &[u8])> {
+    let tx = rmas.get(key)?;
+    let buf = tx.op.buf.as_slice();
+    let end = buf.len().min(off + room);
+    let mut h = Header::new(Kind::RmaWrite);
+    h.tag = tx.op.key;
+    h.addr = tx.op.addr;
+    h.len = buf.len() as u64;
+    h.off = off as u64;
+    h.token = rmas.token(key);
+    if end == buf.len() {
+        h.flags |= wire::LAST;
+        if let Some(d) = tx.op.data {
+            h.flags |= wire::DATA;
+            h.data = d;
+        }
+    }
+    Some((h, &buf[off..end]))
+}
+
+/// The next frame of a read streamed back, re-checked against the region:
+/// `RmaData` with its bytes, or the closing `RmaDone`; and how far it moves
+/// the read.
+pub(super) fn read_frame<'d>(domain: &'d dyn DomainProvider, r: &ReadBack, room: usize) -> (Header, &'d [u8], usize) {
+    let mut h = Header::new(Kind::RmaDone);
+    h.token = r.token;
+    if r.off == r.len {
+        return (h, &[], 0);
+    }
+    let n = room.min(r.len - r.off);
+    let addr = r.addr + r.off as u64;
+    match domain.remote_target(r.key, addr, n as u64, Access::REMOTE_READ) {
+        Ok(ptr) => {
+            // SAFETY: the key table vouched that `n` bytes at `ptr` are a
+            // live registration; they stay so while the domain lock is held,
+            // which it is for this whole provider call.
+            let bytes = unsafe { std::slice::from_raw_parts(ptr, n) };
+            h.kind = Kind::RmaData;
+            h.off = r.off as u64;
+            (h, bytes, n)
+        }
+        Err(_) => {
+            h.status = status::DEREGISTERED as u32;
+            (h, &[], r.len - r.off)
+        }
+    }
+}
+
+impl State {
+    /// Starts `op` to its peer (the address vector has it).
+    pub(super) fn rma<T: Transport>(&mut self, t: &mut T, cx: &mut Ctx<'_>, op: RmaOp) {
+        let p = match self.peer_for(t, cx.av, op.peer) {
+            Ok(p) => p,
+            Err(e) => return complete::rma(&mut cx.cq, self.selective, op, Err(e)),
+        };
+        let at = self.serial(p);
+        let kind = op.kind;
+        let mut h = Header::new(Kind::RmaRead);
+        h.tag = op.key;
+        h.addr = op.addr;
+        h.len = op.buf.len() as u64;
+        let key = self.rmas.insert(RmaTx { op, peer: at, got: 0 });
+        h.token = self.rmas.token(key);
+        match kind {
+            RmaKind::Write => self.enqueue(p, Out::RmaWrite { key, off: 0 }),
+            RmaKind::Read => self.enqueue(p, Out::Owned(h.encode(), Vec::new())),
+        }
+        self.flush(t, cx, p);
+    }
+
+    /// A target's write frame from peer `p`.
+    pub(super) fn on_write(
+        &mut self,
+        cx: &mut Ctx<'_>,
+        p: usize,
+        h: Header,
+        payload: Bytes<'_>,
+    ) -> Result<(), &'static str> {
+        let at = self.serial(p);
+        let off = h.off;
+        if off.checked_add(payload.len() as u64).is_none_or(|end| end > h.len) {
+            return Err("RMA write bytes past the operation");
+        }
+        let failed_before = self.write_failed.iter().position(|&(a, t, _)| a == at && t == h.token);
+        let mut status = failed_before.map_or(status::OK, |i| self.write_failed[i].2);
+        if status == status::OK && off == 0 {
+            if let Err(e) = cx.domain.remote_target(h.tag, h.addr, h.len, Access::REMOTE_WRITE) {
+                tracing::debug!(key = h.tag, addr = h.addr, len = h.len, error = %e, "remote write refused");
+                status = status_of(&e);
+            }
+        }
+        if status == status::OK && !payload.is_empty() {
+            let addr = h.addr + off;
+            match cx
+                .domain
+                .remote_target(h.tag, addr, payload.len() as u64, Access::REMOTE_WRITE)
+            {
+                Ok(ptr) => {
+                    // SAFETY: the key table vouched for `payload.len()`
+                    // writable bytes at `ptr`, live while the domain lock is
+                    // held (this whole call).
+                    let dst = unsafe { std::slice::from_raw_parts_mut(ptr, payload.len()) };
+                    payload.copy_to(dst);
+                }
+                Err(_) => status = status::DEREGISTERED,
+            }
+        }
+        let last = h.flags & wire::LAST != 0;
+        match (last, failed_before) {
+            (true, Some(i)) => {
+                self.write_failed.swap_remove(i);
+            }
+            (false, None) if status != status::OK && h.token != 0 => {
+                if self.write_failed.len() >= FAILED_MAX {
+                    return Err("too many failed RMA writes in flight");
+                }
+                self.write_failed.push((at, h.token, status));
+            }
+            _ => {}
+        }
+        if !last {
+            return Ok(());
+        }
+        if status == status::OK {
+            let src = self.peers.handle(p, cx.av);
+            let from = self.peers.get(p).map_or(self.name, |e| e.name);
+            let len = h.len as usize;
+            if let Some(data) = h.data() {
+                complete::remote_write_from(&mut cx.cq, len, data, src, (&from, h.tag), self.source_err);
+            } else if self.rma_events {
+                complete::remote_rma(&mut cx.cq, RmaKind::Write, len, src, h.tag);
+            }
+        }
+        if h.token != 0 {
+            let mut done = Header::new(Kind::RmaDone);
+            done.token = h.token;
+            done.status = status as u32;
+            self.enqueue(p, Out::Owned(done.encode(), Vec::new()));
+        }
+        Ok(())
+    }
+
+    /// A target's read request from peer `p`.
+    pub(super) fn on_read(&mut self, cx: &mut Ctx<'_>, p: usize, h: Header) {
+        let len = usize::try_from(h.len).unwrap_or(usize::MAX);
+        match cx.domain.remote_target(h.tag, h.addr, h.len, Access::REMOTE_READ) {
+            Ok(_) => {
+                if self.rma_events {
+                    let src = self.peers.handle(p, cx.av);
+                    complete::remote_rma(&mut cx.cq, RmaKind::Read, len, src, h.tag);
+                }
+                let r = ReadBack {
+                    token: h.token,
+                    key: h.tag,
+                    addr: h.addr,
+                    len,
+                    off: 0,
+                };
+                self.enqueue(p, Out::ReadBack(r));
+            }
+            Err(e) => {
+                tracing::debug!(key = h.tag, addr = h.addr, len = h.len, error = %e, "remote read refused");
+                let mut done = Header::new(Kind::RmaDone);
+                done.token = h.token;
+                done.status = status_of(&e) as u32;
+                self.enqueue(p, Out::Owned(done.encode(), Vec::new()));
+            }
+        }
+    }
+
+    /// An initiator's read bytes.
+    pub(super) fn on_read_data(&mut self, at: (usize, u64), h: Header, payload: Bytes<'_>) -> Result<(), &'static str> {
+        let key = self.rmas.key_of(h.token).filter(|&k| self.rmas[k].peer == at);
+        let tx = key
+            .and_then(|k| self.rmas.get_mut(k))
+            .filter(|tx| tx.op.kind == RmaKind::Read)
+            .ok_or("read data for no read waiting for it")?;
+        let buf = tx.op.buf.as_mut_slice();
+        let off = usize::try_from(h.off).map_err(|_| "read data past the buffer")?;
+        let end = off
+            .checked_add(payload.len())
+            .filter(|&e| e <= buf.len())
+            .ok_or("read data past the buffer")?;
+        payload.copy_to(&mut buf[off..end]);
+        tx.got += payload.len();
+        Ok(())
+    }
+
+    /// An initiator's answer: the operation completes with its status.
+    pub(super) fn on_rma_done(&mut self, cx: &mut Ctx<'_>, at: (usize, u64), h: Header) -> Result<(), &'static str> {
+        let key = self.rmas.key_of(h.token).filter(|&k| self.rmas[k].peer == at);
+        let key = key.ok_or("RMA answer for no operation waiting for one")?;
+        let tx = self.rmas.remove(key);
+        let code = u64::from(h.status);
+        let result = match code {
+            status::OK if tx.op.kind == RmaKind::Read && tx.got != tx.op.buf.len() => {
+                Err(Error::Protocol("a read answered before all its bytes came"))
+            }
+            status::OK => Ok(()),
+            c if c <= status::MAX => Err(status_error(c)),
+            _ => Err(Error::Protocol("unknown RMA status")),
+        };
+        complete::rma(&mut cx.cq, self.selective, tx.op, result);
+        Ok(())
+    }
+}

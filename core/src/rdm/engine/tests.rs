@@ -1,0 +1,527 @@
+//! The engine over the in-memory transport: credit (back-pressure and the
+//! receive-memory bound), rendezvous by pull and by push, crossed connects,
+//! delivery acknowledgements, peer failure and protocol errors, each driven
+//! step by step.
+
+use std::collections::VecDeque;
+
+use super::mem::{Mem, Net};
+use super::wire::{Header, Kind};
+use super::Engine;
+use crate::addr::{Address, AvTable, PeerAddr};
+use crate::attr::EndpointAttr;
+use crate::completion::{Completion, Flags};
+use crate::error::{Error, Result};
+use crate::provider::{CompletionLevel, Ctx, DomainProvider, EndpointProvider, RecvOp, RmaKind, RmaOp, SendOp};
+use crate::rdm::transport::Cause;
+use crate::sink::Sink;
+use crate::tag::RecvSpec;
+
+const ID: u8 = 0x7e;
+
+struct Node {
+    ep: Engine<Mem>,
+    av: AvTable,
+    done: VecDeque<Completion>,
+    keys: Keys,
+}
+
+impl Node {
+    fn new(net: &Net, pull: bool, attr: &EndpointAttr) -> Node {
+        Node {
+            ep: Engine::new(net.open(pull), ID, attr).expect("engine"),
+            av: AvTable::default(),
+            done: VecDeque::new(),
+            keys: Keys(Default::default()),
+        }
+    }
+
+    fn add(&mut self, other: &Node) -> PeerAddr {
+        self.av.insert(other.ep.name())
+    }
+
+    fn with<R>(&mut self, f: impl FnOnce(&mut Engine<Mem>, &mut Ctx<'_>) -> R) -> R {
+        let mut none: [Completion; 0] = [];
+        let mut filled = 0;
+        let mut cx = Ctx {
+            cq: Sink::new(&mut none, &mut filled, &mut self.done),
+            av: &self.av,
+            domain: &self.keys,
+        };
+        f(&mut self.ep, &mut cx)
+    }
+
+    fn progress(&mut self) {
+        self.with(|ep, cx| ep.progress(cx));
+    }
+
+    fn tsend(&mut self, peer: PeerAddr, tag: u64, payload: Vec<u8>, context: u64) {
+        self.send_op(SendOp {
+            peer,
+            tag: Some(tag),
+            data: None,
+            buf: payload.into(),
+            context,
+            completion: true,
+            level: CompletionLevel::Inject,
+        });
+    }
+
+    fn send_op(&mut self, op: SendOp) {
+        self.with(|ep, cx| ep.send(cx, op)).expect("send accepted");
+    }
+
+    fn trecv(&mut self, src: PeerAddr, tag: u64, len: usize, context: u64) {
+        let op = RecvOp {
+            spec: RecvSpec { src, tag, ignore: 0 },
+            tagged: true,
+            buf: vec![0; len].into(),
+            context,
+        };
+        self.with(|ep, cx| ep.recv(cx, op)).expect("receive accepted");
+    }
+
+    fn take(&mut self, context: u64) -> Option<Completion> {
+        let at = self.done.iter().position(|c| c.context == context)?;
+        self.done.remove(at)
+    }
+
+    fn counter(&self, name: &str) -> u64 {
+        let all = self.ep.counters();
+        all.iter().find(|(n, _)| *n == name).map(|&(_, v)| v).expect("counter")
+    }
+}
+
+/// Progresses every node until `context` completes on node `at`.
+fn until(nodes: &mut [&mut Node], at: usize, context: u64) -> Completion {
+    for _ in 0..10_000 {
+        if let Some(c) = nodes[at].take(context) {
+            return c;
+        }
+        for n in nodes.iter_mut() {
+            n.progress();
+        }
+    }
+    panic!("operation {context} never completed on node {at}");
+}
+
+fn pattern(len: usize, seed: u64) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u64).wrapping_mul(31).wrapping_add(seed) as u8)
+        .collect()
+}
+
+fn attr() -> EndpointAttr {
+    EndpointAttr {
+        rndv_threshold: 512,
+        inject_size: 256,
+        ..EndpointAttr::default()
+    }
+}
+
+#[test]
+fn messages_of_every_size_arrive_whole_by_pull_and_by_push() {
+    for pull in [true, false] {
+        let net = Net::new(64);
+        let (mut a, mut b) = (Node::new(&net, pull, &attr()), Node::new(&net, pull, &attr()));
+        let pb = a.add(&b);
+        for (i, size) in [0usize, 1, 511, 512, 513, 5000, 70_000].into_iter().enumerate() {
+            let ctx = 2 * i as u64;
+            b.trecv(PeerAddr::UNSPEC, 9, size, ctx);
+            a.tsend(pb, 9, pattern(size, ctx), ctx + 1);
+            let r = until(&mut [&mut a, &mut b], 1, ctx);
+            assert_eq!(r.result, Ok(()), "size {size}, pull {pull}");
+            assert_eq!((r.len, r.tag), (size, 9));
+            assert!(r.flags.contains(Flags::RECV | Flags::TAGGED));
+            assert_eq!(r.buf.expect("buffer"), pattern(size, ctx), "{size} B, pull {pull}");
+            let s = until(&mut [&mut a, &mut b], 0, ctx + 1);
+            assert_eq!(s.result, Ok(()));
+        }
+        let (pulls, pushes) = (b.counter("rndv_pulls"), b.counter("rndv_pushes"));
+        match pull {
+            true => assert_eq!((pulls, pushes), (3, 0)),
+            false => assert_eq!((pulls, pushes), (0, 3)),
+        }
+    }
+}
+
+#[test]
+fn truncation_reports_both_lengths_on_both_protocols() {
+    for (pull, size) in [(true, 100), (true, 4000), (false, 4000)] {
+        let net = Net::new(64);
+        let (mut a, mut b) = (Node::new(&net, pull, &attr()), Node::new(&net, pull, &attr()));
+        let pb = a.add(&b);
+        b.trecv(PeerAddr::UNSPEC, 1, 10, 1);
+        a.tsend(pb, 1, pattern(size, 3), 2);
+        let r = until(&mut [&mut a, &mut b], 1, 1);
+        assert_eq!(r.result, Err(Error::Truncated { len: 10, olen: size }));
+        assert_eq!(r.buf.expect("buffer"), pattern(size, 3)[..10]);
+        assert_eq!(until(&mut [&mut a, &mut b], 0, 2).result, Ok(()));
+    }
+}
+
+#[test]
+fn a_full_transport_queues_sends_in_order_and_completes_them_when_written() {
+    let net = Net::new(2);
+    let (mut a, mut b) = (Node::new(&net, true, &attr()), Node::new(&net, true, &attr()));
+    let pb = a.add(&b);
+    for i in 0..20 {
+        a.tsend(pb, 5, pattern(8, i), 100 + i);
+    }
+    // Hello and one message fit; the rest wait in order, uncompleted.
+    assert_eq!(a.done.len(), 1, "only what the transport took is complete");
+    for i in 0..20 {
+        b.trecv(PeerAddr::UNSPEC, 5, 8, i);
+    }
+    for i in 0..20 {
+        let r = until(&mut [&mut a, &mut b], 1, i);
+        assert_eq!(r.buf.expect("buffer"), pattern(8, i), "message {i} in sending order");
+    }
+    for i in 0..20 {
+        assert_eq!(until(&mut [&mut a, &mut b], 0, 100 + i).result, Ok(()));
+    }
+}
+
+#[test]
+fn unexpected_messages_stop_at_the_receive_memory_bound_and_resume_when_received() {
+    let net = Net::new(8);
+    let mut small = attr();
+    small.rx_memory = 8 * (256 + 256);
+    let (mut a, mut b) = (Node::new(&net, true, &attr()), Node::new(&net, true, &small));
+    let pb = a.add(&b);
+    for i in 0..100 {
+        a.tsend(pb, 7, pattern(256, i), 1000 + i);
+    }
+    for _ in 0..200 {
+        a.progress();
+        b.progress();
+    }
+    let held = b.counter("unexpected_entries");
+    assert!((8..=9).contains(&held), "{held} kept against a bound of 8 messages");
+    assert!(b.counter("rx_memory") <= small.rx_memory + 512);
+    assert!(b.counter("peers_held_back") > 0);
+    assert!(a.done.len() < 100, "the sender feels the back-pressure");
+    for i in 0..100 {
+        b.trecv(PeerAddr::UNSPEC, 7, 256, i);
+        let r = until(&mut [&mut a, &mut b], 1, i);
+        assert_eq!(r.buf.expect("buffer"), pattern(256, i), "message {i} in order");
+    }
+    assert_eq!(b.counter("rx_memory"), 0, "everything received: nothing committed");
+    assert_eq!(b.counter("unexpected_entries"), 0);
+}
+
+#[test]
+fn crossed_first_sends_both_arrive_in_order() {
+    let net = Net::new(64);
+    let (mut a, mut b) = (Node::new(&net, true, &attr()), Node::new(&net, true, &attr()));
+    let (pb, pa) = (a.add(&b), b.add(&a));
+    for i in 0..10 {
+        a.tsend(pb, 1, pattern(600 * (i as usize % 2) + 8, i), 100 + i);
+        b.tsend(pa, 2, pattern(8, i), 200 + i);
+    }
+    for i in 0..10 {
+        a.trecv(pb, 2, 700, i);
+        b.trecv(pa, 1, 700, i);
+    }
+    for i in 0..10 {
+        let r = until(&mut [&mut a, &mut b], 1, i);
+        assert_eq!(r.buf.expect("buffer")[..r.len], pattern(600 * (i as usize % 2) + 8, i));
+        assert_eq!(r.src, pa);
+        let r = until(&mut [&mut a, &mut b], 0, i);
+        assert_eq!(r.buf.expect("buffer")[..r.len], pattern(8, i));
+        assert_eq!(r.src, pb);
+    }
+    assert_eq!(a.ep.transport().conns().len(), 2, "each side keeps both connections");
+}
+
+#[test]
+fn a_delivery_complete_send_completes_once_the_target_has_it() {
+    let net = Net::new(64);
+    let (mut a, mut b) = (Node::new(&net, true, &attr()), Node::new(&net, true, &attr()));
+    let pb = a.add(&b);
+    a.send_op(SendOp {
+        peer: pb,
+        tag: Some(3),
+        data: Some(77),
+        buf: pattern(64, 1).into(),
+        context: 1,
+        completion: true,
+        level: CompletionLevel::Delivery,
+    });
+    a.progress();
+    assert!(a.take(1).is_none(), "not complete before the target answers");
+    b.progress();
+    assert_eq!(b.counter("unexpected_entries"), 1, "held by the target: delivered");
+    assert_eq!(until(&mut [&mut a, &mut b], 0, 1).result, Ok(()));
+    b.trecv(PeerAddr::UNSPEC, 3, 64, 2);
+    let r = until(&mut [&mut a, &mut b], 1, 2);
+    assert_eq!(r.data, 77);
+    assert!(r.flags.contains(Flags::REMOTE_CQ_DATA));
+}
+
+#[test]
+fn a_dead_peer_ends_every_operation_waiting_on_it_once() {
+    let net = Net::new(2);
+    let (mut a, mut b) = (Node::new(&net, true, &attr()), Node::new(&net, true, &attr()));
+    let pb = a.add(&b);
+    a.tsend(pb, 1, pattern(4000, 1), 1); // rendezvous, never matched
+    a.tsend(pb, 1, pattern(8, 2), 2); // waits in the full queue
+    a.tsend(pb, 1, pattern(8, 3), 3);
+    a.trecv(pb, 9, 8, 4); // directed at the peer
+    a.trecv(PeerAddr::UNSPEC, 9, 8, 5); // any source: stays
+    b.progress();
+    drop(b);
+    for _ in 0..3 {
+        a.progress();
+    }
+    for ctx in 1..=4 {
+        let c = a.take(ctx).unwrap_or_else(|| panic!("operation {ctx} ended"));
+        assert_eq!(c.result, Err(Error::PeerClosed { peer: pb }), "operation {ctx}");
+        assert!(a.take(ctx).is_none(), "once");
+    }
+    assert!(a.done.is_empty(), "the any-source receive waits on");
+    a.tsend(pb, 1, vec![1], 6);
+    let again = a.take(6).expect("a send to the departed peer fails at once");
+    assert!(matches!(
+        again.result,
+        Err(Error::PeerUnreachable {
+            errno: libc::ECONNREFUSED,
+            ..
+        })
+    ));
+    assert_eq!(a.counter("sends_outstanding"), 0);
+}
+
+#[test]
+fn a_broken_connection_reports_its_cause() {
+    let net = Net::new(64);
+    let (mut a, mut b) = (Node::new(&net, true, &attr()), Node::new(&net, true, &attr()));
+    let pb = a.add(&b);
+    a.tsend(pb, 1, pattern(4000, 1), 1);
+    b.progress();
+    let conn = b.ep.transport().conns()[0];
+    b.ep.t.break_conn(conn, Cause::Failed(libc::ECONNRESET));
+    let c = until(&mut [&mut a, &mut b], 0, 1);
+    assert_eq!(
+        c.result,
+        Err(Error::PeerUnreachable {
+            peer: pb,
+            errno: libc::ECONNRESET
+        })
+    );
+    assert_eq!(b.counter("requests_dropped"), 1, "its request to send left with it");
+}
+
+#[test]
+fn a_peer_that_breaks_the_protocol_loses_its_connection_and_what_it_sent() {
+    let net = Net::new(64);
+    let (mut a, mut b) = (Node::new(&net, true, &attr()), Node::new(&net, true, &attr()));
+    let pb = a.add(&b);
+    a.tsend(pb, 1, pattern(8, 1), 1); // kept unexpected at b
+    a.progress();
+    b.progress();
+    assert_eq!(b.counter("unexpected_entries"), 1);
+    let conn = a.ep.transport().conns()[0];
+    let mut fin = Header::new(Kind::Fin);
+    fin.token = 12345; // no such send
+    a.ep.t.send_raw(conn, &fin.encode(), &[]);
+    a.ep.t.send_raw(conn, &[9; 3], &[]); // never read: the connection is gone
+    b.progress();
+    assert_eq!(b.counter("protocol_errors"), 1);
+    assert_eq!(b.counter("messages_dropped"), 1, "nothing a broken peer sent is kept");
+    assert_eq!(b.counter("unexpected_entries"), 0);
+    assert_eq!(b.counter("rx_memory"), 0);
+    a.tsend(pb, 1, pattern(4000, 2), 2);
+    let c = until(&mut [&mut a, &mut b], 0, 2);
+    assert!(matches!(c.result, Err(Error::PeerClosed { .. })), "{:?}", c.result);
+}
+
+#[test]
+fn an_untagged_receive_with_a_tag_in_its_spec_takes_untagged_messages() {
+    let net = Net::new(64);
+    let (mut a, mut b) = (Node::new(&net, true, &attr()), Node::new(&net, true, &attr()));
+    let pb = a.add(&b);
+    a.send_op(SendOp {
+        peer: pb,
+        tag: None,
+        data: None,
+        buf: b"plain".to_vec().into(),
+        context: 1,
+        completion: true,
+        level: CompletionLevel::Inject,
+    });
+    let op = RecvOp {
+        spec: RecvSpec {
+            src: PeerAddr::UNSPEC,
+            tag: 5,
+            ignore: 0,
+        },
+        tagged: false,
+        buf: vec![0; 8].into(),
+        context: 2,
+    };
+    b.with(|ep, cx| ep.recv(cx, op)).expect("posted");
+    let r = until(&mut [&mut a, &mut b], 1, 2);
+    assert_eq!(r.result, Ok(()));
+    assert!(r.flags.contains(Flags::RECV | Flags::MSG));
+    assert_eq!(&r.buf.expect("buffer")[..5], b"plain");
+}
+
+#[test]
+fn closing_cancels_everything_and_the_peer_sees_it_closed() {
+    let net = Net::new(64);
+    let (mut a, mut b) = (Node::new(&net, true, &attr()), Node::new(&net, true, &attr()));
+    let pb = a.add(&b);
+    a.tsend(pb, 1, pattern(4000, 1), 1);
+    a.trecv(PeerAddr::UNSPEC, 1, 8, 2);
+    b.progress();
+    b.trecv(PeerAddr::UNSPEC, 4, 8, 3);
+    a.with(|ep, cx| ep.close(cx));
+    for ctx in [1, 2] {
+        assert_eq!(a.take(ctx).expect("ended").result, Err(Error::Canceled));
+    }
+    b.progress();
+    assert_eq!(b.counter("requests_dropped"), 1);
+    assert!(b.take(3).is_none(), "an any-source receive stays when a peer leaves");
+}
+
+#[test]
+fn inject_respects_its_limit_and_needs_no_completion() {
+    let net = Net::new(64);
+    let (mut a, mut b) = (Node::new(&net, true, &attr()), Node::new(&net, true, &attr()));
+    let pb = a.add(&b);
+    let big = vec![0; 257];
+    let r = a.with(|ep, cx| ep.inject(cx, pb, Some(1), None, &big));
+    assert!(matches!(r, Err(Error::InvalidArgument(_))));
+    a.with(|ep, cx| ep.inject(cx, pb, Some(1), None, b"hi"))
+        .expect("injected");
+    b.trecv(PeerAddr::UNSPEC, 1, 8, 1);
+    assert_eq!(&until(&mut [&mut a, &mut b], 1, 1).buf.expect("buffer")[..2], b"hi");
+    assert!(a.done.is_empty());
+}
+
+/// A domain whose key table the engine's RMA checks.
+struct Keys(std::cell::RefCell<crate::mr::keys::KeyTable>);
+
+impl DomainProvider for Keys {
+    fn name(&self) -> &'static str {
+        "mem"
+    }
+    fn check_address(&self, bytes: &[u8]) -> Result<Address> {
+        Address::new(bytes)
+    }
+    fn open_endpoint(&mut self, _: &EndpointAttr) -> Result<Box<dyn EndpointProvider>> {
+        Err(Error::NotSupported("test domain"))
+    }
+    fn provider_id(&self) -> u8 {
+        ID
+    }
+    fn remote_target(&self, key: u64, addr: u64, len: u64, access: crate::mr::Access) -> Result<*mut u8> {
+        self.0
+            .borrow()
+            .check(key, addr, len, access)
+            .map_err(crate::mr::keys::status_error)
+    }
+}
+
+impl Node {
+    /// Registers `mem` for peers' RMA; returns its key and address.
+    fn register(&self, mem: &mut [u8]) -> (u64, u64) {
+        let addr = mem.as_mut_ptr() as usize;
+        let keys = self
+            .keys
+            .0
+            .borrow_mut()
+            .insert(addr, mem.len(), crate::mr::Access::all());
+        (keys.expect("registered").key, addr as u64)
+    }
+
+    fn rma(
+        &mut self,
+        peer: PeerAddr,
+        kind: RmaKind,
+        buf: Vec<u8>,
+        (key, addr): (u64, u64),
+        data: Option<u64>,
+        context: u64,
+    ) {
+        let op = RmaOp {
+            peer,
+            kind,
+            buf: buf.into(),
+            addr,
+            key,
+            data,
+            context,
+            completion: true,
+        };
+        self.with(|ep, cx| ep.rma(cx, op)).expect("rma accepted");
+    }
+}
+
+#[test]
+fn rma_writes_and_reads_of_many_frames_land_whole() {
+    let net = Net::new(4);
+    let (mut a, mut b) = (Node::new(&net, true, &attr()), Node::new(&net, true, &attr()));
+    let pb = a.add(&b);
+    let mut region = vec![0u8; 8192];
+    let (key, base) = b.register(&mut region);
+    for (i, size) in [0usize, 100, 1024, 3000].into_iter().enumerate() {
+        let ctx = 10 * i as u64;
+        let at = 7 + 100 * i as u64;
+        a.rma(pb, RmaKind::Write, pattern(size, ctx), (key, base + at), Some(ctx), ctx);
+        assert_eq!(until(&mut [&mut a, &mut b], 0, ctx).result, Ok(()), "write of {size}");
+        let t = b.done.pop_front().expect("the write with data at the target");
+        assert!(t.flags.contains(Flags::REMOTE_WRITE | Flags::REMOTE_CQ_DATA));
+        assert_eq!((t.len, t.data), (size, ctx));
+        a.rma(pb, RmaKind::Read, vec![0; size], (key, base + at), None, ctx + 1);
+        let r = until(&mut [&mut a, &mut b], 0, ctx + 1);
+        assert_eq!(r.result, Ok(()));
+        assert_eq!(r.buf.expect("buffer"), pattern(size, ctx), "read back {size}");
+    }
+    assert_eq!(a.counter("rma_outstanding"), 0);
+}
+
+#[test]
+fn rma_outside_the_region_is_refused_and_touches_nothing() {
+    let net = Net::new(4);
+    let (mut a, mut b) = (Node::new(&net, true, &attr()), Node::new(&net, true, &attr()));
+    let pb = a.add(&b);
+    let mut region = vec![0u8; 4096];
+    let (key, base) = b.register(&mut region);
+    a.rma(pb, RmaKind::Write, vec![9; 3000], (key, base + 2000), None, 1);
+    let w = until(&mut [&mut a, &mut b], 0, 1);
+    assert!(matches!(w.result, Err(Error::RemoteAccess(_))), "{:?}", w.result);
+    a.rma(pb, RmaKind::Write, vec![9; 8], (key ^ 1, base), None, 2);
+    let w = until(&mut [&mut a, &mut b], 0, 2);
+    assert!(matches!(w.result, Err(Error::RemoteAccess(_))), "{:?}", w.result);
+    a.rma(pb, RmaKind::Read, vec![0; 8], (key, base + 4090), None, 3);
+    assert!(until(&mut [&mut a, &mut b], 0, 3).result.is_err());
+    assert!(region.iter().all(|&b| b == 0), "no byte of the region was written");
+    a.rma(pb, RmaKind::Write, vec![5; 8], (key, base), None, 4);
+    assert_eq!(
+        until(&mut [&mut a, &mut b], 0, 4).result,
+        Ok(()),
+        "the connection serves on"
+    );
+}
+
+#[test]
+fn a_region_deregistered_during_a_read_fails_the_rest_of_it() {
+    let net = Net::new(2);
+    let (mut a, mut b) = (Node::new(&net, true, &attr()), Node::new(&net, true, &attr()));
+    let pb = a.add(&b);
+    let mut region = vec![3u8; 8192];
+    let (key, base) = b.register(&mut region);
+    a.rma(pb, RmaKind::Read, vec![0; 8192], (key, base), None, 1);
+    a.progress();
+    b.progress(); // two frames go; the rest wait for room
+    b.keys.0.borrow_mut().remove(key);
+    let r = until(&mut [&mut a, &mut b], 0, 1);
+    assert_eq!(
+        r.result,
+        Err(Error::RemoteAccess(
+            "the remote region was deregistered during the transfer"
+        ))
+    );
+}

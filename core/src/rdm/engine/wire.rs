@@ -1,0 +1,228 @@
+//! The engine's frame header: one fixed 56-byte layout for every kind, in
+//! little-endian order. Transports carry it as an opaque header; a header
+//! that does not parse is a protocol error that ends the connection.
+//!
+//! | bytes  | field  | meaning                                              |
+//! |--------|--------|------------------------------------------------------|
+//! | 0      | kind   | [`Kind`]                                             |
+//! | 1      | flags  | [`TAGGED`], [`DATA`], [`ACK`], [`LAST`]              |
+//! | 2..4   | zero   | must be 0                                            |
+//! | 4..8   | status | Fin: 0 taken, else the receiver's error (see `Fin`)   |
+//! | 8..16  | tag    | Eager, Rts; RmaWrite, RmaRead: the target's key       |
+//! | 16..24 | data   | immediate data (with [`DATA`])                       |
+//! | 24..32 | token  | the sender's operation (Rts, Fin, Delivered, Cts); the receiver's (Data); the initiator's (Rma*, 0: no answer) |
+//! | 32..40 | len    | Rts, RmaWrite, RmaRead: total length; Fin: bytes taken |
+//! | 40..48 | addr   | Rts: the payload's address for a pull; Cts: the receiver's token; Rma*: the target address of the first byte |
+//! | 48..56 | off    | Data, RmaWrite, RmaData: the payload's offset in the message or operation |
+
+use crate::error::Error;
+
+/// Bytes of every header.
+pub const LEN: usize = 56;
+
+/// A tagged message (else untagged).
+pub const TAGGED: u8 = 1;
+/// Immediate data rides in `data`.
+pub const DATA: u8 = 2;
+/// The sender wants a `Delivered` answer (delivery-complete sends).
+pub const ACK: u8 = 4;
+/// The last frame of an RMA write.
+pub const LAST: u8 = 8;
+const FLAGS: u8 = TAGGED | DATA | ACK | LAST;
+
+/// What a frame is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Kind {
+    /// First frame on a connection: the payload is the sender's endpoint name.
+    Hello = 1,
+    /// A message with its payload.
+    Eager = 2,
+    /// A request to send `len` bytes at `addr` (rendezvous).
+    Rts = 3,
+    /// The receiver is done with a rendezvous (pulled or refused it).
+    Fin = 4,
+    /// The receiver has an acknowledged eager message.
+    Delivered = 5,
+    /// The receiver cannot pull: push the bytes to its token.
+    Cts = 6,
+    /// Pushed rendezvous bytes at an offset.
+    Data = 7,
+    /// Bytes to write into the target's region, at an offset of the write.
+    RmaWrite = 8,
+    /// A request to read the target's region.
+    RmaRead = 9,
+    /// Read bytes, at an offset of the read.
+    RmaData = 10,
+    /// The target's answer to an RMA operation, with its status.
+    RmaDone = 11,
+}
+
+impl Kind {
+    fn from_u8(b: u8) -> Option<Kind> {
+        Some(match b {
+            1 => Kind::Hello,
+            2 => Kind::Eager,
+            3 => Kind::Rts,
+            4 => Kind::Fin,
+            5 => Kind::Delivered,
+            6 => Kind::Cts,
+            7 => Kind::Data,
+            8 => Kind::RmaWrite,
+            9 => Kind::RmaRead,
+            10 => Kind::RmaData,
+            11 => Kind::RmaDone,
+            _ => return None,
+        })
+    }
+}
+
+/// One parsed header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Header {
+    /// What it is.
+    pub kind: Kind,
+    /// [`TAGGED`], [`DATA`], [`ACK`].
+    pub flags: u8,
+    /// Fin's status.
+    pub status: u32,
+    /// The message's tag.
+    pub tag: u64,
+    /// Immediate data.
+    pub data: u64,
+    /// An operation's token.
+    pub token: u64,
+    /// Length, offset or bytes taken (see the table).
+    pub len: u64,
+    /// Address or the receiver's token (see the table).
+    pub addr: u64,
+    /// The payload's offset (see the table).
+    pub off: u64,
+}
+
+impl Header {
+    /// A header of `kind` with every field 0.
+    pub fn new(kind: Kind) -> Header {
+        Header {
+            kind,
+            flags: 0,
+            status: 0,
+            tag: 0,
+            data: 0,
+            token: 0,
+            len: 0,
+            addr: 0,
+            off: 0,
+        }
+    }
+
+    /// The flags for a message's tag and data.
+    pub fn message(kind: Kind, tag: Option<u64>, data: Option<u64>) -> Header {
+        let mut h = Header::new(kind);
+        if let Some(t) = tag {
+            h.flags |= TAGGED;
+            h.tag = t;
+        }
+        if let Some(d) = data {
+            h.flags |= DATA;
+            h.data = d;
+        }
+        h
+    }
+
+    /// Its tag when tagged.
+    pub fn tag(&self) -> Option<u64> {
+        (self.flags & TAGGED != 0).then_some(self.tag)
+    }
+
+    /// Its immediate data when it has some.
+    pub fn data(&self) -> Option<u64> {
+        (self.flags & DATA != 0).then_some(self.data)
+    }
+
+    /// The header's bytes.
+    pub fn encode(&self) -> [u8; LEN] {
+        let mut b = [0u8; LEN];
+        b[0] = self.kind as u8;
+        b[1] = self.flags;
+        b[4..8].copy_from_slice(&self.status.to_le_bytes());
+        for (i, v) in [self.tag, self.data, self.token, self.len, self.addr, self.off]
+            .into_iter()
+            .enumerate()
+        {
+            b[8 + 8 * i..16 + 8 * i].copy_from_slice(&v.to_le_bytes());
+        }
+        b
+    }
+
+    /// Parses a header; every malformed one is a [`Error::Protocol`].
+    pub fn decode(b: &[u8]) -> Result<Header, Error> {
+        let b: &[u8; LEN] = b
+            .try_into()
+            .map_err(|_| Error::Protocol("frame header of the wrong length"))?;
+        let kind = Kind::from_u8(b[0]).ok_or(Error::Protocol("unknown frame kind"))?;
+        if b[1] & !FLAGS != 0 || b[2] != 0 || b[3] != 0 {
+            return Err(Error::Protocol("reserved header bits set"));
+        }
+        let word = |i: usize| {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(&b[8 + 8 * i..16 + 8 * i]);
+            u64::from_le_bytes(w)
+        };
+        Ok(Header {
+            kind,
+            flags: b[1],
+            status: u32::from_le_bytes([b[4], b[5], b[6], b[7]]),
+            tag: word(0),
+            data: word(1),
+            token: word(2),
+            len: word(3),
+            addr: word(4),
+            off: word(5),
+        })
+    }
+}
+
+/// Fin statuses: why a receiver did not take a rendezvous's bytes.
+pub mod status {
+    /// Taken (pulled, possibly truncated).
+    pub const TAKEN: u32 = 0;
+    /// The receive was cancelled or its endpoint closed before the pull.
+    pub const CANCELED: u32 = 1;
+    /// The pull failed (bad address or range on the sender's side).
+    pub const FAILED: u32 = 2;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_field_round_trips() {
+        let h = Header {
+            kind: Kind::Rts,
+            flags: TAGGED | DATA | ACK | LAST,
+            status: 7,
+            tag: u64::MAX,
+            data: 2,
+            token: 3,
+            len: 4,
+            addr: 5,
+            off: 6,
+        };
+        assert_eq!(Header::decode(&h.encode()), Ok(h));
+        assert_eq!(h.tag(), Some(u64::MAX));
+        assert_eq!(Header::new(Kind::Eager).tag(), None);
+    }
+
+    #[test]
+    fn malformed_headers_are_protocol_errors() {
+        let good = Header::new(Kind::Eager).encode();
+        assert!(Header::decode(&good[..LEN - 1]).is_err());
+        for (at, v) in [(0, 0u8), (0, 12), (1, 16), (2, 1), (3, 1)] {
+            let mut b = good;
+            b[at] = v;
+            assert!(matches!(Header::decode(&b), Err(Error::Protocol(_))), "byte {at} = {v}");
+        }
+    }
+}

@@ -1,0 +1,191 @@
+//! The transport trait: what the RDM engine ([`super::engine::Engine`]) needs
+//! from whatever moves its bytes, libfabric rxm's view of a connection-oriented
+//! provider and UCX's UCT. A transport connects to peer addresses and
+//! accepts connections, carries small frames (a header and a payload) in
+//! order per connection, pulls a peer's memory when it can (rendezvous), and
+//! reports what happened from one `progress` call. It knows nothing of
+//! tags, receives, credit or completions.
+
+use std::os::fd::RawFd;
+
+use crate::error::Error;
+
+/// A connection of a transport: an index the transport chose, reused after
+/// the connection is reported down (or closed by the engine).
+pub type ConnId = usize;
+
+/// Bytes a transport lends the engine during [`Events::event`]: a frame's
+/// header or payload, possibly in memory a peer can write concurrently (a
+/// shared-memory ring), so they are only ever copied out, never borrowed as
+/// a slice.
+#[derive(Debug, Clone, Copy)]
+pub struct Bytes<'a> {
+    ptr: *const u8,
+    len: usize,
+    _lent: std::marker::PhantomData<&'a [u8]>,
+}
+
+impl<'a> Bytes<'a> {
+    /// Bytes of a slice the transport owns.
+    pub fn new(slice: &'a [u8]) -> Bytes<'a> {
+        Bytes {
+            ptr: slice.as_ptr(),
+            len: slice.len(),
+            _lent: std::marker::PhantomData,
+        }
+    }
+
+    /// Bytes at `ptr` that another process may write while they are read.
+    ///
+    /// # Safety
+    /// `ptr..ptr + len` must stay mapped and readable for `'a`; its contents
+    /// may change (they are only copied out).
+    pub unsafe fn shared(ptr: *const u8, len: usize) -> Bytes<'a> {
+        Bytes {
+            ptr,
+            len,
+            _lent: std::marker::PhantomData,
+        }
+    }
+
+    /// Their length.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Copies the first `min(len, dst.len())` of them to `dst`; returns how
+    /// many.
+    pub fn copy_to(&self, dst: &mut [u8]) -> usize {
+        let n = self.len.min(dst.len());
+        // SAFETY: `new` and `shared`'s contract keep `ptr..ptr + len` mapped
+        // for 'a; `dst` is an exclusive local buffer, so the ranges do not
+        // overlap. Concurrent writers can change the values copied only.
+        unsafe { std::ptr::copy_nonoverlapping(self.ptr, dst.as_mut_ptr(), n) };
+        n
+    }
+
+    /// A copy of them.
+    pub fn to_vec(&self) -> Vec<u8> {
+        let mut v = vec![0; self.len];
+        self.copy_to(&mut v);
+        v
+    }
+}
+
+/// What a transport's `progress` reports.
+#[derive(Debug)]
+pub enum Event<'a> {
+    /// A connection this side opened or accepted can carry frames both ways
+    /// (an accepted one is first reported here).
+    Up {
+        /// Which.
+        conn: ConnId,
+    },
+    /// A frame, in the order the peer sent it on this connection.
+    Frame {
+        /// On which connection.
+        conn: ConnId,
+        /// Its header (the engine's, at most [`Transport::MAX_HEADER`] bytes).
+        header: Bytes<'a>,
+        /// Its payload.
+        payload: Bytes<'a>,
+    },
+    /// The connection is gone: the peer closed it, died, or broke the
+    /// transport's own protocol. Every frame it sent before was reported.
+    Down {
+        /// Which; the id may be reused afterwards.
+        conn: ConnId,
+        /// Why.
+        cause: Cause,
+    },
+}
+
+/// Why a connection ended, as the transport saw it; the engine turns it
+/// into the error each waiting operation reports, naming the peer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cause {
+    /// The peer closed it in order, or its process exited
+    /// ([`Error::PeerClosed`]).
+    Closed,
+    /// It failed, or could not be made, with this OS error
+    /// ([`Error::PeerUnreachable`]).
+    Failed(i32),
+    /// The peer broke the transport's or the engine's protocol
+    /// ([`Error::Protocol`]).
+    Protocol(&'static str),
+}
+
+/// Receives what `progress` reports, and says per connection whether to take
+/// its next frame now.
+pub trait Events {
+    /// Whether to take `conn`'s next frame now; `false` leaves it with the
+    /// transport (a ring, a socket buffer), so the peer feels back-pressure.
+    fn ready(&mut self, conn: ConnId) -> bool {
+        let _ = conn;
+        true
+    }
+
+    /// One event.
+    fn event(&mut self, ev: Event<'_>);
+}
+
+/// Why `send` did not take a frame.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refused {
+    /// No room now (a full ring or socket buffer): try again after progress.
+    Full,
+    /// The connection is gone or unusable.
+    Gone(Cause),
+}
+
+/// A connection-oriented transport under the RDM engine.
+pub trait Transport: Send {
+    /// Longest header the engine may send.
+    const MAX_HEADER: usize = 64;
+
+    /// The transport's name (`shm`), for logs and counters.
+    fn name(&self) -> &'static str;
+
+    /// The address peers connect to.
+    fn address(&self) -> &[u8];
+
+    /// Largest payload one frame may carry.
+    fn max_payload(&self) -> usize;
+
+    /// Opens a connection to the transport address `addr`. Frames may be
+    /// sent on it at once (the transport holds them until it is up); `Up`
+    /// or `Down` follows from `progress`.
+    fn connect(&mut self, addr: &[u8]) -> Result<ConnId, Cause>;
+
+    /// Sends one frame on `conn`; frames of one connection arrive in order.
+    fn send(&mut self, conn: ConnId, header: &[u8], payload: &[u8]) -> Result<(), Refused>;
+
+    /// Copies `dst.len()` bytes at `remote` in the peer's memory into `dst`
+    /// (the rendezvous pull). [`Error::NotSupported`] when this transport or
+    /// this peer cannot; the engine then asks the sender to push the bytes
+    /// as frames.
+    fn pull(&mut self, conn: ConnId, remote: u64, dst: &mut [u8]) -> Result<(), Error> {
+        let _ = (conn, remote, dst);
+        Err(Error::NotSupported("pull"))
+    }
+
+    /// Closes `conn`; no event is reported for it.
+    fn close(&mut self, conn: ConnId);
+
+    /// Moves data and reports connections and frames to `events`; never blocks.
+    fn progress(&mut self, events: &mut dyn Events);
+
+    /// A descriptor that becomes readable when `progress` has work, once
+    /// [`prepare_wait`](Self::prepare_wait) said the caller may block.
+    fn wait_fd(&self) -> RawFd;
+
+    /// Arms the wait descriptor before the caller blocks on it: `false`
+    /// when there is work already, in which case the descriptor is left
+    /// readable, so a caller that blocks anyway wakes at once.
+    fn prepare_wait(&mut self) -> bool;
+}

@@ -1,0 +1,74 @@
+//! The `shm` provider: a domain whose endpoints are the RDM engine over
+//! [`ShmTransport`], for peers on this host (same user, same network
+//! namespace); RMA is served by the target's engine, checked against the
+//! domain's key table. Endpoint names are [`PROVIDER_ID`] followed by the port's
+//! abstract socket address.
+
+use xfer_core::unstable::mr::keys::{status_error, KeyTable};
+use xfer_core::unstable::mr::Access;
+use xfer_core::unstable::provider::{DomainProvider, EndpointProvider, MrKeys};
+use xfer_core::unstable::rdm::engine::Engine;
+use xfer_core::{Address, EndpointAttr, Error, Result};
+
+use crate::config::ShmConfig;
+use crate::transport::ShmTransport;
+
+/// The first byte of every shm endpoint name (TCP's is 0x01, verbs' 0x02).
+pub const PROVIDER_ID: u8 = 0x03;
+
+/// Bytes of an shm endpoint name: the id, `xs`, a pid and a nonce.
+const NAME_LEN: usize = 1 + 2 + 4 + 8;
+
+/// The shm provider's domain.
+#[derive(Debug)]
+pub struct ShmDomain {
+    cfg: ShmConfig,
+    /// Registrations, served to peers' RMA by the engine (random keys).
+    keys: KeyTable,
+}
+
+impl ShmDomain {
+    /// A domain with the `XFER_SHM_*` settings of the environment.
+    pub fn open() -> Result<ShmDomain> {
+        let cfg = ShmConfig::from_env().map_err(|e| Error::InvalidSetting(e.0.into_boxed_str()))?;
+        Ok(ShmDomain {
+            cfg,
+            keys: KeyTable::default(),
+        })
+    }
+}
+
+impl DomainProvider for ShmDomain {
+    fn name(&self) -> &'static str {
+        "shm"
+    }
+
+    fn check_address(&self, bytes: &[u8]) -> Result<Address> {
+        match bytes.first() {
+            Some(&PROVIDER_ID) if bytes.len() == NAME_LEN && &bytes[1..3] == b"xs" => Address::new(bytes),
+            Some(&PROVIDER_ID) => Err(Error::InvalidArgument("not an shm endpoint name")),
+            _ => Err(Error::AddressNotAvailable),
+        }
+    }
+
+    fn open_endpoint(&mut self, attr: &EndpointAttr) -> Result<Box<dyn EndpointProvider>> {
+        let t = ShmTransport::open(&self.cfg)?;
+        Ok(Box::new(Engine::new(t, PROVIDER_ID, attr)?))
+    }
+
+    fn provider_id(&self) -> u8 {
+        PROVIDER_ID
+    }
+
+    fn register(&mut self, addr: usize, len: usize, access: Access) -> Result<MrKeys> {
+        self.keys.insert(addr, len, access)
+    }
+
+    fn deregister(&mut self, key: u64) {
+        self.keys.remove(key);
+    }
+
+    fn remote_target(&self, key: u64, addr: u64, len: u64, access: Access) -> Result<*mut u8> {
+        self.keys.check(key, addr, len, access).map_err(status_error)
+    }
+}

@@ -1,0 +1,152 @@
+//! The shared-memory transport under xfer's RDM engine: a [`ShmPort`] seen
+//! through [`Transport`]. Connections are the port's peers, frames go
+//! through their rings, a rendezvous pull is one cross-memory-attach copy
+//! (refused, so the engine has the sender push the bytes through the ring,
+//! where CMA is off or not permitted), and the wait descriptor is the port's.
+
+use std::io;
+use std::os::fd::RawFd;
+
+use xfer_core::unstable::rdm::transport::{Cause, ConnId, Event as RdmEvent, Events, Refused, Transport};
+use xfer_core::Error;
+
+use crate::cma::CmaError;
+use crate::config::ShmConfig;
+use crate::entry;
+use crate::port::{DownReason, Event, PeerId, SendError, ShmPort, Sink};
+
+/// A port as a transport.
+#[derive(Debug)]
+pub struct ShmTransport {
+    port: ShmPort,
+    /// `prepare_wait` put the port to sleep; the next progress wakes it.
+    armed: bool,
+}
+
+impl ShmTransport {
+    /// Opens a port with `cfg`.
+    pub fn open(cfg: &ShmConfig) -> io::Result<ShmTransport> {
+        Ok(ShmTransport {
+            port: ShmPort::open(cfg)?,
+            armed: false,
+        })
+    }
+
+    /// The port, for what it knows of peers.
+    pub fn port(&self) -> &ShmPort {
+        &self.port
+    }
+}
+
+fn os_errno(e: &io::Error) -> i32 {
+    e.raw_os_error().unwrap_or(libc::EIO)
+}
+
+fn cause(reason: &DownReason) -> Cause {
+    match reason {
+        DownReason::Closed => Cause::Closed,
+        DownReason::Corrupt(_) => Cause::Protocol("corrupt shared-memory ring entry"),
+        DownReason::Handshake(_) => Cause::Failed(libc::ECONNREFUSED),
+        DownReason::Os(e) => Cause::Failed(os_errno(e)),
+    }
+}
+
+/// The engine's events as the port's sink.
+struct Adapter<'e>(&'e mut dyn Events);
+
+impl Sink for Adapter<'_> {
+    fn ready(&mut self, peer: PeerId) -> bool {
+        self.0.ready(peer.0)
+    }
+
+    fn event(&mut self, ev: Event<'_>) {
+        self.0.event(match ev {
+            Event::Frame { peer, frame } => RdmEvent::Frame {
+                conn: peer.0,
+                header: frame.header.lend(),
+                payload: frame.payload.lend(),
+            },
+            Event::Up { peer } => RdmEvent::Up { conn: peer.0 },
+            Event::Down { peer, reason } => RdmEvent::Down {
+                conn: peer.0,
+                cause: cause(&reason),
+            },
+        })
+    }
+}
+
+impl Transport for ShmTransport {
+    fn name(&self) -> &'static str {
+        "shm"
+    }
+
+    fn address(&self) -> &[u8] {
+        self.port.address()
+    }
+
+    fn max_payload(&self) -> usize {
+        entry::max_payload(self.port.config().ring_bytes, Self::MAX_HEADER)
+    }
+
+    fn connect(&mut self, addr: &[u8]) -> Result<ConnId, Cause> {
+        self.port
+            .connect(addr)
+            .map(|p| p.0)
+            .map_err(|e| Cause::Failed(os_errno(&e)))
+    }
+
+    fn send(&mut self, conn: ConnId, header: &[u8], payload: &[u8]) -> Result<(), Refused> {
+        match self.port.send(PeerId(conn), header, payload) {
+            Ok(()) => Ok(()),
+            // An accepted peer's handshake completes within a poll or two.
+            Err(SendError::Full | SendError::NotReady) => Err(Refused::Full),
+            Err(SendError::NoPeer) => Err(Refused::Gone(Cause::Closed)),
+            Err(SendError::TooLarge) => Err(Refused::Gone(Cause::Protocol("frame over the ring's largest"))),
+            Err(SendError::Broken) => Err(Refused::Gone(Cause::Protocol("corrupt shared-memory ring entry"))),
+        }
+    }
+
+    fn pull(&mut self, conn: ConnId, remote: u64, dst: &mut [u8]) -> Result<(), Error> {
+        if !self.port.config().cma {
+            return Err(Error::NotSupported("cross-memory attach off (XFER_SHM_CMA)"));
+        }
+        match self.port.cma_read(PeerId(conn), remote, dst) {
+            Ok(()) => Ok(()),
+            Err(CmaError::NotAvailable(_) | CmaError::NoPeer) => Err(Error::NotSupported(
+                "cross-memory attach not available towards this peer",
+            )),
+            Err(CmaError::BadRange { .. }) => Err(Error::Protocol("rendezvous address outside the sender's memory")),
+            Err(CmaError::PeerGone) => Err(Error::PeerClosed {
+                peer: xfer_core::PeerAddr::UNSPEC,
+            }),
+            Err(CmaError::Os(e)) => Err(Error::Os(os_errno(&e))),
+        }
+    }
+
+    fn close(&mut self, conn: ConnId) {
+        self.port.close(PeerId(conn));
+    }
+
+    fn progress(&mut self, events: &mut dyn Events) {
+        if self.armed {
+            self.armed = false;
+            self.port.finish_wait();
+        }
+        self.port.poll_with(&mut Adapter(events));
+    }
+
+    fn wait_fd(&self) -> RawFd {
+        self.port.wait_fd()
+    }
+
+    fn prepare_wait(&mut self) -> bool {
+        if self.armed {
+            return true;
+        }
+        self.armed = self.port.prepare_wait();
+        if !self.armed {
+            self.port.wake_self();
+        }
+        self.armed
+    }
+}
