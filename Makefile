@@ -4,7 +4,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: demo test setup build lint fuzz bench vm bench-vm install package
+.PHONY: demo test test-shm setup build lint fuzz bench vm bench-vm install package
 PREFIX ?= /usr/local
 
 setup:
@@ -22,10 +22,23 @@ test: setup
 	XFER_REQUIRE_VALGRIND=1 $(CARGO) test --locked --workspace --all-targets
 	$(CARGO) test --locked --workspace --doc
 	$(CARGO) test --locked --release --test conformance --test tcp_wire --test peer_death
+	@$(MAKE) --no-print-directory test-shm
 	@$(MAKE) --no-print-directory fuzz
 	@$(MAKE) --no-print-directory lint
 	@$(MAKE) --no-print-directory package
 	@$(MAKE) --no-print-directory vm
+
+# The suites that hold for every transport, over the shared-memory one (the
+# RDM engine over xfer-shm): conformance (also with cross-memory attach off,
+# so rendezvous and RMA take the two-copy path), peer death, flow control,
+# teardown, peer events and connections, the async layer, 64 local peers,
+# and the C suite.
+SHM_SUITES = --test conformance --test peer_death --test flow_control --test teardown \
+	--test peer_close --test connection --test aio --test aio_connection --test scale
+test-shm:
+	XFER_PROVIDER=shm XFER_SCALE_PEERS=64 $(CARGO) test --locked --release $(SHM_SUITES)
+	XFER_PROVIDER=shm XFER_SHM_CMA=0 $(CARGO) test --locked --release --test conformance
+	XFER_PROVIDER=shm $(CARGO) test --locked -p xfer-capi --test c_suite c_suite_dynamically_linked
 
 # Every publishable crate packages and its package builds on its own (what
 # `cargo publish` would upload: nothing missing from `include`, path
@@ -39,7 +52,7 @@ test: setup
 PACKAGE_TARGET = $${CARGO_TARGET_DIR:-target}/package-check
 package:
 	rm -rf "$${CARGO_HOME:-$$HOME/.cargo}"/registry/src/-*/xfer*-[0-9]*
-	$(CARGO) clean --quiet --target-dir "$(PACKAGE_TARGET)" -p xfer -p xfer-core -p xfer-tcp -p xfer-verbs -p xfer-tarpc -p xfer-tonic
+	$(CARGO) clean --quiet --target-dir "$(PACKAGE_TARGET)" -p xfer -p xfer-core -p xfer-tcp -p xfer-verbs -p xfer-shm -p xfer-tarpc -p xfer-tonic
 	CARGO_TARGET_DIR="$(PACKAGE_TARGET)" $(CARGO) publish --workspace --dry-run --locked --allow-dirty
 
 # The Soft-RoCE guest (tests/vm/): installs QEMU, a Debian kernel, rdma-core, perftest, UCX

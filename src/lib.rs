@@ -168,7 +168,7 @@ fn open_named(name: &'static str, params: &Params) -> Result<Domain> {
         #[cfg(feature = "verbs")]
         "verbs" => Ok(Domain::new(Box::new(xfer_verbs::VerbsDomain::with_params(params)?))),
         "tcp" => Ok(Domain::new(Box::new(xfer_tcp::TcpDomain::with_params(params)?))),
-        "shm" => Ok(Domain::new(Box::new(xfer_shm::ShmDomain::open()?))),
+        "shm" => Ok(Domain::new(Box::new(xfer_shm::ShmDomain::with_params(params)?))),
         _ => Err(Error::Internal("open_named: provider not built")),
     }
 }

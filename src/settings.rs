@@ -2,7 +2,7 @@
 //! has, and their check before anything opens.
 //!
 //! Each transport owns its settings (`xfer_tcp::TcpAttr`,
-//! `xfer_verbs::VerbsAttr`) and parses the keys under its prefix; the
+//! `xfer_verbs::VerbsAttr`, `xfer_shm::ShmConfig`) and parses the keys under its prefix; the
 //! facade only routes a key to the transport its prefix names, so that a
 //! typo is refused with the key named rather than left unread.
 
@@ -11,7 +11,7 @@ use crate::{Error, Params, Result, Setting};
 /// The transports whose settings a key may name (`tcp.iface`,
 /// `verbs.device`), built in or not: settings for a transport this build
 /// lacks are checked by nobody and harm nobody.
-pub const TRANSPORTS: &[&str] = &["tcp", "verbs"];
+pub const TRANSPORTS: &[&str] = &["tcp", "verbs", "shm"];
 
 /// Checks the setting `key` = `value`: its transport has the key and the
 /// value parses. [`Error::InvalidSetting`] names the key otherwise (an
@@ -28,6 +28,7 @@ pub const TRANSPORTS: &[&str] = &["tcp", "verbs"];
 pub fn check_param(key: &str, value: &str) -> Result<()> {
     match xfer_core::unstable::params::prefix(key) {
         Some("tcp") => xfer_tcp::TcpAttr::default().set(key, value),
+        Some("shm") => xfer_shm::ShmConfig::default().set(key, value),
         #[cfg(feature = "verbs")]
         Some("verbs") => xfer_verbs::VerbsAttr::default().set(key, value),
         Some(p) if TRANSPORTS.contains(&p) => Ok(()),
@@ -65,6 +66,11 @@ pub fn transport_settings(params: &Params) -> Vec<Setting> {
         }
         all.extend(verbs.settings());
     }
+    let mut shm = xfer_shm::ShmConfig::from_env().unwrap_or_default();
+    for (k, v) in params.under(xfer_shm::ShmConfig::PREFIX) {
+        let _ = shm.set(k, v);
+    }
+    all.extend(shm.settings());
     all
 }
 
@@ -74,6 +80,7 @@ pub fn default_transport_settings() -> Vec<Setting> {
     let mut all = xfer_tcp::TcpAttr::default().settings();
     #[cfg(feature = "verbs")]
     all.extend(xfer_verbs::VerbsAttr::default().settings());
+    all.extend(xfer_shm::ShmConfig::default().settings());
     all
 }
 

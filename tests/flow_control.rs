@@ -32,6 +32,7 @@ fn counter(n: &Node, name: &str) -> Option<u64> {
 fn node() -> Node {
     let mut attr = test_attr();
     attr.params.set("tcp.eager_credit", BUDGET.to_string());
+    attr.params.set("shm.eager_credit", BUDGET.to_string());
     Node::with_attr(&attr)
 }
 
@@ -229,6 +230,7 @@ fn requests_to_send_beyond_the_credit_wait_their_turn() {
     const BIG: usize = 512;
     let mut attr = test_attr();
     attr.params.set("tcp.eager_credit", BUDGET.to_string());
+    attr.params.set("shm.eager_credit", BUDGET.to_string());
     attr.rndv_threshold = BIG / 2;
     let (mut tx, mut rx) = (Node::with_attr(&attr), Node::with_attr(&attr));
     if counter(&rx, "unexpected_memory").is_none() {

@@ -75,27 +75,15 @@ fn peer_killed_mid_transfer() {
     let bound = Duration::from_secs(10);
     assert!(killed.elapsed() < bound, "errors took {:?}", killed.elapsed());
     let big = a.take(1000).unwrap();
-    assert!(
-        matches!(big.result, Err(Error::PeerUnreachable { .. })),
-        "{:?}",
-        big.result
-    );
+    assert!(gone(&big.result), "{:?}", big.result);
     assert!(big.buf.is_some(), "the buffer comes back");
     for i in 50..60 {
         let c = a.take(i).unwrap();
-        assert!(
-            matches!(c.result, Err(Error::PeerUnreachable { .. })),
-            "rendezvous {i}: {:?}",
-            c.result
-        );
+        assert!(gone(&c.result), "rendezvous {i}: {:?}", c.result);
     }
     for ctx in [5000, 5001] {
         let r = a.take(ctx).unwrap();
-        assert!(
-            matches!(r.result, Err(Error::PeerUnreachable { .. })),
-            "directed receive {ctx}: {:?}",
-            r.result
-        );
+        assert!(gone(&r.result), "directed receive {ctx}: {:?}", r.result);
         assert_eq!(r.buf.map(|b| b.len()), Some(16), "the buffer comes back");
     }
     assert!(
@@ -111,4 +99,12 @@ fn peer_killed_mid_transfer() {
     b.ep.trecv(PeerAddr::UNSPEC, 9, 0, vec![0; 100], 1).unwrap();
     a.ep.tsend(pb, 9, pattern(100, 9), 3000).unwrap();
     assert_eq!(expect(&mut [&mut a, &mut b], 1, 1).buf.unwrap(), pattern(100, 9));
+}
+
+/// The error of an operation on a killed peer: a broken connection (TCP's
+/// reset), or the close a transport sees when the kernel tidies up after a
+/// killed process (shared memory's socket, rdma_cm's disconnect), which it
+/// cannot tell from an exit.
+fn gone(r: &Result<(), Error>) -> bool {
+    matches!(r, Err(Error::PeerUnreachable { .. } | Error::PeerClosed { .. }))
 }

@@ -79,6 +79,10 @@ static int on_tcp(void)
 {
     return strcmp(provider, "tcp") == 0;
 }
+static int on_verbs(void)
+{
+    return strcmp(provider, "verbs") == 0;
+}
 #define DEADLINE_MS 30000
 
 static double now_ms(void)
@@ -264,7 +268,7 @@ static void test_info(void)
     int n = xfer_info_count();
     CHECK(n >= 1);
     xfer_info_t info;
-    int tcp = 0;
+    int tcp = 0, shm = 0;
     for (int i = 0; i < n; i++) {
         memset(&info, 0x55, sizeof info);
         CHECK_RC(xfer_info_get((size_t)i, &info), 0);
@@ -275,10 +279,14 @@ static void test_info(void)
         if (strcmp(info.name, "tcp") == 0) {
             tcp = 1;
             CHECK(info.available == 1);
-            CHECK(i == n - 1); /* the fallback: least preferred */
+            CHECK(i == n - 2); /* the network fallback */
+        }
+        if (strcmp(info.name, "shm") == 0) {
+            shm = 1;
+            CHECK(i == n - 1); /* same-host peers only: never preferred */
         }
     }
-    CHECK(tcp);
+    CHECK(tcp && shm);
     CHECK_RC(xfer_info_get((size_t)n, &info), XFER_EINVAL);
     CHECK_RC(xfer_info_get(0, NULL), XFER_EINVAL);
 }
@@ -702,7 +710,8 @@ static void test_getname(void)
 }
 
 /* Every kind of operation between two endpoints of one process. */
-/* Provider counters: verbs keeps them (an 8-byte send goes inline), TCP keeps none. */
+/* Provider counters: verbs keeps them (an 8-byte send goes inline), TCP and
+ * shm have no such counter; every provider counts its connections. */
 static void test_counters(void)
 {
     struct node a, b;
@@ -717,14 +726,14 @@ static void test_counters(void)
     CHECK_RC(xfer_ep_send(a.ep, out, sizeof out, pb, CTX(2)), 0);
     if (expect(ns, 2, 1, CTX(1), &e))
         CHECK(e.err == 0 && memcmp(in, out, sizeof out) == 0);
-    if (on_tcp()) {
-        CHECK_RC(xfer_ep_counter(a.ep, "inline_sends", &v), XFER_ENOENT);
-    } else {
+    if (on_verbs()) {
         CHECK_RC(xfer_ep_counter(a.ep, "inline_sends", &v), 0);
         CHECK(v >= 1);
-        CHECK_RC(xfer_ep_counter(a.ep, "connections", &v), 0);
-        CHECK(v >= 1);
+    } else {
+        CHECK_RC(xfer_ep_counter(a.ep, "inline_sends", &v), XFER_ENOENT);
     }
+    CHECK_RC(xfer_ep_counter(a.ep, "connections", &v), 0);
+    CHECK(v >= 1);
     CHECK_RC(xfer_ep_counter(a.ep, "no_such_counter", &v), XFER_ENOENT);
     CHECK_RC(xfer_ep_counter(a.ep, NULL, &v), XFER_EINVAL);
     CHECK_RC(xfer_ep_counter(a.ep, "inline_sends", NULL), XFER_EINVAL);
@@ -1851,13 +1860,13 @@ static void test_region_ops(void)
     free(bbuf);
 }
 
-/* XFER_RMA_EVENTS: a TCP target reports each write and read a peer
+/* XFER_RMA_EVENTS: a TCP or shm target reports each write and read a peer
  * applies to it (context NULL, its length); a verbs endpoint cannot
  * (XFER_EOPNOTSUPP). A target without the flag reports neither. */
 static void test_rma_events(void)
 {
     struct node a, b, quiet;
-    if (!on_tcp()) {
+    if (on_verbs()) {
         CHECK(node_open_flags(&b, XFER_RMA_EVENTS) == XFER_EOPNOTSUPP);
         CHECK_RC(xfer_av_close(b.av), 0);
         CHECK_RC(xfer_cq_close(b.cq), 0);

@@ -1,5 +1,9 @@
 //! The settings of a port: defaults and their `XFER_SHM_*` variables.
 
+use xfer_core::unstable::attr::{param_flag, param_value, unknown_key};
+use xfer_core::unstable::params::Params;
+use xfer_core::{Error, Setting};
+
 use crate::layout;
 
 /// Default bytes of each ring of a peer pair.
@@ -7,23 +11,32 @@ pub const DEFAULT_RING_BYTES: usize = 256 << 10;
 /// Default most peers a port holds (connected, accepted or handshaking).
 pub const DEFAULT_MAX_PEERS: usize = 256;
 
-/// A port's settings. Memory per peer pair is one segment of
-/// `8 KiB + 2 * ring_bytes` (shared by the two processes), so a port maps at
-/// most `max_peers` of those.
+/// Default eager credit granted to each peer (bytes).
+pub const DEFAULT_EAGER_CREDIT: usize = 4 << 20;
+
+/// A port's settings (the shm transport's, keys `shm.*`). Memory per peer
+/// pair is one segment of `8 KiB + 2 * ring_bytes` (shared by the two
+/// processes), so a port maps at most `max_peers` of those.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ShmConfig {
     /// Bytes of each ring (each direction) of the segments this side
     /// creates, and the most it maps from a peer: a power of two from
-    /// 4 KiB to 64 MiB (`XFER_SHM_RING_BYTES`, default 256 KiB; `k`, `M` suffixes). The
-    /// largest frame is a quarter of the ring.
+    /// 4 KiB to 64 MiB (`shm.ring_bytes`, `XFER_SHM_RING_BYTES`, default
+    /// 256 KiB; `k`, `M` suffixes). The largest frame is a quarter of the ring.
     pub ring_bytes: usize,
-    /// Most peers at once (`XFER_SHM_MAX_PEERS`, default 256); connections
-    /// beyond it are refused at once.
+    /// Most peers at once (`shm.max_peers`, `XFER_SHM_MAX_PEERS`, default
+    /// 256); connections beyond it are refused at once.
     pub max_peers: usize,
-    /// Whether RMA may move data by cross-memory attach
-    /// (`XFER_SHM_CMA`, default on; `0`/`off` forces the two-copy path
-    /// through the ring, and makes this side refuse to serve by CMA).
+    /// Whether payloads may move by cross-memory attach (`shm.cma`,
+    /// `XFER_SHM_CMA`, default on; `0`/`off` forces the two-copy path
+    /// through the ring for rendezvous and RMA, and makes this side refuse
+    /// to serve by CMA).
     pub cma: bool,
+    /// Eager credit an endpoint grants each peer in all: what one peer's
+    /// eager messages may make it hold (`shm.eager_credit`,
+    /// `XFER_SHM_EAGER_CREDIT`, default 4 MiB, at least the 128 KiB
+    /// initial credit).
+    pub eager_credit: usize,
 }
 
 impl Default for ShmConfig {
@@ -32,6 +45,7 @@ impl Default for ShmConfig {
             ring_bytes: DEFAULT_RING_BYTES,
             max_peers: DEFAULT_MAX_PEERS,
             cma: true,
+            eager_credit: DEFAULT_EAGER_CREDIT,
         }
     }
 }
@@ -48,21 +62,82 @@ impl std::fmt::Display for BadSetting {
 
 impl std::error::Error for BadSetting {}
 
+impl From<BadSetting> for Error {
+    fn from(e: BadSetting) -> Error {
+        Error::InvalidSetting(e.0.into_boxed_str())
+    }
+}
+
 impl ShmConfig {
+    /// The prefix of this transport's keys in [`Params`].
+    pub const PREFIX: &'static str = "shm";
+
     /// The defaults with the `XFER_SHM_*` variables that are set applied.
     pub fn from_env() -> Result<ShmConfig, BadSetting> {
         let mut c = ShmConfig::default();
-        if let Some(v) = env_usize("XFER_SHM_RING_BYTES")? {
-            c.ring_bytes = v;
-        }
-        if let Some(v) = env_usize("XFER_SHM_MAX_PEERS")? {
-            c.max_peers = v;
-        }
-        if let Ok(v) = std::env::var("XFER_SHM_CMA") {
-            c.cma = parse_bool(&v).ok_or_else(|| BadSetting(format!("XFER_SHM_CMA={v}: not 0/1/on/off")))?;
+        for key in KEYS {
+            if let Ok(v) = std::env::var(env_name(key)) {
+                c.set(key, &v)
+                    .map_err(|e| BadSetting(format!("{}={v}: {e}", env_name(key))))?;
+            }
         }
         c.check()?;
         Ok(c)
+    }
+
+    /// [`from_env`](Self::from_env), then the `shm.*` keys of `params`; an
+    /// unknown key or a bad value is [`Error::InvalidSetting`] naming it.
+    pub fn from_params(params: &Params) -> Result<ShmConfig, Error> {
+        let mut c = Self::from_env()?;
+        for (key, value) in params.under(Self::PREFIX) {
+            c.set(key, value)?;
+        }
+        c.check()?;
+        Ok(c)
+    }
+
+    /// Sets the setting `key` (`shm.ring_bytes`) from its text.
+    pub fn set(&mut self, key: &str, value: &str) -> Result<(), Error> {
+        match key {
+            "shm.ring_bytes" => self.ring_bytes = param_value(key, value)?,
+            "shm.max_peers" => self.max_peers = param_value(key, value)?,
+            "shm.cma" => self.cma = param_flag(key, value)?,
+            "shm.eager_credit" => self.eager_credit = param_value(key, value)?,
+            _ => return Err(unknown_key(key, &Self::default().settings())),
+        }
+        Ok(())
+    }
+
+    /// Every setting with its key, variable, value and meaning (`xfer-info`).
+    pub fn settings(&self) -> Vec<Setting> {
+        let row = |key: &'static str, value: String, doc: &'static str| Setting {
+            key: Some(key),
+            env: ENVS[KEYS.iter().position(|k| *k == key).unwrap_or(0)],
+            value,
+            doc,
+        };
+        vec![
+            row(
+                "shm.ring_bytes",
+                self.ring_bytes.to_string(),
+                "bytes of each ring of a peer pair (power of two, 4 KiB to 64 MiB); a frame is at most a quarter",
+            ),
+            row(
+                "shm.max_peers",
+                self.max_peers.to_string(),
+                "most local peers an endpoint serves at once",
+            ),
+            row(
+                "shm.cma",
+                u8::from(self.cma).to_string(),
+                "move large payloads by cross-memory attach (0: two copies through the ring)",
+            ),
+            row(
+                "shm.eager_credit",
+                self.eager_credit.to_string(),
+                "eager bytes each local peer may have in flight to an endpoint (at least 128 KiB)",
+            ),
+        ]
     }
 
     /// Checks the values.
@@ -82,35 +157,17 @@ impl ShmConfig {
     }
 }
 
-fn env_usize(name: &str) -> Result<Option<usize>, BadSetting> {
-    match std::env::var(name) {
-        Ok(v) => parse_size(&v)
-            .map(Some)
-            .ok_or_else(|| BadSetting(format!("{name}={v}: not a size"))),
-        Err(_) => Ok(None),
-    }
-}
+/// The keys, and their variables in the same order.
+const KEYS: [&str; 4] = ["shm.ring_bytes", "shm.max_peers", "shm.cma", "shm.eager_credit"];
+const ENVS: [&str; 4] = [
+    "XFER_SHM_RING_BYTES",
+    "XFER_SHM_MAX_PEERS",
+    "XFER_SHM_CMA",
+    "XFER_SHM_EAGER_CREDIT",
+];
 
-/// A switch: `1`/`on`/`true`/`yes` or `0`/`off`/`false`/`no`.
-fn parse_bool(v: &str) -> Option<bool> {
-    match v.trim().to_ascii_lowercase().as_str() {
-        "1" | "on" | "true" | "yes" => Some(true),
-        "0" | "off" | "false" | "no" => Some(false),
-        _ => None,
-    }
-}
-
-/// A number with an optional `k`, `M` or `G` suffix (powers of 1024), as
-/// every xfer size setting takes.
-fn parse_size(v: &str) -> Option<usize> {
-    let v = v.trim();
-    let (num, shift) = match v.as_bytes().last()? {
-        b'k' | b'K' => (&v[..v.len() - 1], 10),
-        b'm' | b'M' => (&v[..v.len() - 1], 20),
-        b'g' | b'G' => (&v[..v.len() - 1], 30),
-        _ => (v, 0),
-    };
-    num.parse::<usize>().ok()?.checked_mul(1 << shift)
+fn env_name(key: &str) -> &'static str {
+    ENVS[KEYS.iter().position(|k| *k == key).unwrap_or(0)]
 }
 
 #[cfg(test)]
@@ -118,34 +175,36 @@ mod tests {
     use super::*;
 
     #[test]
-    fn sizes_and_checks() {
-        assert_eq!(parse_size("256k"), Some(256 << 10));
-        assert_eq!(parse_size(" 1M "), Some(1 << 20));
-        assert_eq!(parse_size("4096"), Some(4096));
-        assert_eq!(parse_size("x"), None);
-        assert_eq!(parse_size(""), None);
-        assert_eq!(parse_size("99999999999999999999G"), None);
-        assert_eq!(parse_bool(" Off"), Some(false));
-        assert_eq!(parse_bool("1"), Some(true));
-        assert_eq!(parse_bool("2"), None);
+    fn settings_parse_and_check() {
+        let mut c = ShmConfig::default();
+        c.set("shm.ring_bytes", "1M").unwrap();
+        assert_eq!(c.ring_bytes, 1 << 20);
+        c.set("shm.cma", "Off").unwrap();
+        assert!(!c.cma);
+        c.set("shm.eager_credit", "256k").unwrap();
+        assert_eq!(c.eager_credit, 256 << 10);
+        assert!(matches!(c.set("shm.cma", "2"), Err(Error::InvalidSetting(_))));
+        let e = c.set("shm.rings", "1").unwrap_err();
+        assert!(e.to_string().contains("shm.rings"), "{e}");
         assert!(ShmConfig::default().check().is_ok());
-        assert!(ShmConfig {
-            ring_bytes: 5000,
-            ..ShmConfig::default()
+        for bad in [5000, 2048] {
+            let c = ShmConfig {
+                ring_bytes: bad,
+                ..ShmConfig::default()
+            };
+            assert!(c.check().is_err(), "{bad}");
         }
-        .check()
-        .is_err());
-        assert!(ShmConfig {
-            ring_bytes: 2048,
-            ..ShmConfig::default()
-        }
-        .check()
-        .is_err());
-        assert!(ShmConfig {
+        let c = ShmConfig {
             max_peers: 0,
             ..ShmConfig::default()
-        }
-        .check()
-        .is_err());
+        };
+        assert!(c.check().is_err());
+        let mut p = Params::default();
+        p.set("shm.max_peers", "0");
+        assert!(ShmConfig::from_params(&p).is_err());
+        let keys: Vec<_> = ShmConfig::default().settings().iter().filter_map(|s| s.key).collect();
+        assert_eq!(keys, KEYS);
+        let envs: Vec<_> = ShmConfig::default().settings().iter().map(|s| s.env).collect();
+        assert_eq!(envs, ENVS);
     }
 }

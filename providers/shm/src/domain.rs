@@ -6,6 +6,7 @@
 
 use xfer_core::unstable::mr::keys::{status_error, KeyTable};
 use xfer_core::unstable::mr::Access;
+use xfer_core::unstable::params::Params;
 use xfer_core::unstable::provider::{DomainProvider, EndpointProvider, MrKeys};
 use xfer_core::unstable::rdm::engine::Engine;
 use xfer_core::{Address, EndpointAttr, Error, Result};
@@ -22,6 +23,7 @@ const NAME_LEN: usize = 1 + 2 + 4 + 8;
 /// The shm provider's domain.
 #[derive(Debug)]
 pub struct ShmDomain {
+    params: Params,
     cfg: ShmConfig,
     /// Registrations, served to peers' RMA by the engine (random keys).
     keys: KeyTable,
@@ -30,9 +32,14 @@ pub struct ShmDomain {
 impl ShmDomain {
     /// A domain with the `XFER_SHM_*` settings of the environment.
     pub fn open() -> Result<ShmDomain> {
-        let cfg = ShmConfig::from_env().map_err(|e| Error::InvalidSetting(e.0.into_boxed_str()))?;
+        Self::with_params(&Params::default())
+    }
+
+    /// A domain with the `shm.*` settings of `params` over the environment.
+    pub fn with_params(params: &Params) -> Result<ShmDomain> {
         Ok(ShmDomain {
-            cfg,
+            params: params.clone(),
+            cfg: ShmConfig::from_params(params)?,
             keys: KeyTable::default(),
         })
     }
@@ -52,8 +59,12 @@ impl DomainProvider for ShmDomain {
     }
 
     fn open_endpoint(&mut self, attr: &EndpointAttr) -> Result<Box<dyn EndpointProvider>> {
-        let t = ShmTransport::open(&self.cfg)?;
-        Ok(Box::new(Engine::new(t, PROVIDER_ID, attr)?))
+        let cfg = match attr.params.under(ShmConfig::PREFIX).next() {
+            Some(_) => ShmConfig::from_params(&self.params.overlaid(&attr.params))?,
+            None => self.cfg.clone(),
+        };
+        let t = ShmTransport::open(&cfg)?;
+        Ok(Box::new(Engine::new(t, PROVIDER_ID, attr, cfg.eager_credit as u64)?))
     }
 
     fn provider_id(&self) -> u8 {

@@ -205,6 +205,8 @@ pub struct ShmPort {
     tokens: Vec<u64>,
     /// Peers found dead outside `poll` (by `send`), reported by the next.
     dead: Vec<(usize, DownReason)>,
+    /// Peers whose welcome `send` read, reported up by the next `poll`.
+    ups: Vec<usize>,
 }
 
 impl ShmPort {
@@ -229,6 +231,7 @@ impl ShmPort {
             service_due: false,
             tokens: Vec::with_capacity(32),
             dead: Vec::new(),
+            ups: Vec::new(),
         })
     }
 
@@ -298,7 +301,15 @@ impl ShmPort {
                             xfer_core::warn_limited!(peer = peer.0, error = %e, "shm: wake-up signal failed");
                         }
                     }
-                    None => p.wake_pending = true,
+                    None => {
+                        p.wake_pending = true;
+                        // The peer sleeps, and only its welcome carries the
+                        // descriptor that wakes it: read it now, or a sender
+                        // that polls no more would leave the frame unseen.
+                        if p.state == State::AwaitWelcome {
+                            self.early_welcome(peer.0);
+                        }
+                    }
                 }
                 Ok(())
             }
@@ -440,6 +451,11 @@ impl ShmPort {
             self.service_due = false;
             self.service(f);
         }
+        for id in std::mem::take(&mut self.ups) {
+            if self.peers.contains(id) {
+                f.event(Event::Up { peer: PeerId(id) });
+            }
+        }
         let mut n = 0;
         for (id, p) in self.peers.iter_mut() {
             let Some(seg) = p.seg.as_mut() else { continue };
@@ -485,6 +501,27 @@ impl ShmPort {
         if let Some(w) = self.peers.get(peer.0).and_then(|p| p.wake.as_ref()) {
             let _ = sys::eventfd_signal(w.as_raw_fd());
         }
+    }
+
+    /// Reads `id`'s welcome if it has come (outside `poll`: what it
+    /// starts is reported by the next one).
+    fn early_welcome(&mut self, id: usize) {
+        let own_wake = self.wake.as_raw_fd();
+        let Some(p) = self.peers.get_mut(id) else { return };
+        let mut buf = [0u8; 64];
+        let outcome = match sys::recv_with_fds(&p.sock, &mut buf) {
+            Ok(None) => return,
+            Ok(Some(r)) if r.len == 0 => Err(DownReason::Handshake(
+                "the peer closed before welcoming this side".into(),
+            )),
+            Ok(Some(r)) => handshake(p, &buf[..r.len.min(buf.len())], r.fds, r.truncated, own_wake, &self.cfg),
+            Err(e) => Err(DownReason::Os(e)),
+        };
+        match outcome {
+            Ok(()) => self.ups.push(id),
+            Err(reason) => self.dead.push((id, reason)),
+        }
+        self.service_due = true;
     }
 
     /// Removes the peers found dead and reports them.
@@ -568,6 +605,11 @@ impl ShmPort {
         let mut buf = [0u8; 64];
         let outcome = match sys::recv_with_fds(&p.sock, &mut buf) {
             Ok(None) => return,
+            // Closed before it welcomed us: it refused (max_peers, another
+            // user) or died at once; either way it was never reachable.
+            Ok(Some(r)) if r.len == 0 && p.state == State::AwaitWelcome => Err(DownReason::Handshake(
+                "the peer closed before welcoming this side".into(),
+            )),
             Ok(Some(r)) if r.len == 0 => Err(DownReason::Closed),
             Ok(Some(r)) => handshake(
                 p,

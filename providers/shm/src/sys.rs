@@ -181,7 +181,7 @@ pub fn listen(name: &[u8]) -> io::Result<OwnedFd> {
     // SAFETY: `sa` is a valid sockaddr_un of `len` bytes, alive across the call.
     cvt(unsafe { libc::bind(fd.as_raw_fd(), (&sa as *const libc::sockaddr_un).cast(), len) })?;
     // SAFETY: plain call on a socket we own.
-    cvt(unsafe { libc::listen(fd.as_raw_fd(), 128) })?;
+    cvt(unsafe { libc::listen(fd.as_raw_fd(), libc::SOMAXCONN) })?;
     Ok(fd)
 }
 

@@ -11,7 +11,7 @@ use super::super::transport::{Bytes, Cause, ConnId, Event, Events};
 use super::super::Unexpected;
 use super::out::Out;
 use super::wire::{self, Header, Kind};
-use super::{Pull, Rts, State, PEER_HELD_MAX};
+use super::{Pull, Rts, State};
 
 /// The engine's side of one `Transport::progress`.
 pub struct Handler<'s, 'c, 'a> {
@@ -21,27 +21,20 @@ pub struct Handler<'s, 'c, 'a> {
 
 impl Events for Handler<'_, '_, '_> {
     fn ready(&mut self, conn: ConnId) -> bool {
-        if !self.s.doomed.is_empty() && self.s.doomed.iter().any(|&(c, _)| c == conn) {
-            return false;
-        }
-        let Some(p) = self.s.peers.link_of(conn).and_then(|l| l.peer) else {
-            return true;
-        };
-        let held = self.s.peers.get(p).map_or(0, |e| e.held);
-        let ok = held < PEER_HELD_MAX && self.s.account.committed() < self.s.account.limit();
-        if !ok {
-            self.s.stats.held_back += 1;
-        }
-        ok
+        // A connection to be closed is not read further.
+        self.s.doomed.is_empty() || !self.s.doomed.iter().any(|&(c, _)| c == conn)
     }
 
     fn event(&mut self, ev: Event<'_>) {
         match ev {
-            Event::Up { conn } => {
-                if self.s.peers.link_of(conn).is_none() {
-                    self.s.peers.link(conn, None);
+            Event::Up { conn } => match self.s.peers.link_of(conn) {
+                None => self.s.peers.link(conn, None),
+                Some(l) => {
+                    if let Some(p) = l.peer {
+                        self.s.joined(p, self.cx.av);
+                    }
                 }
-            }
+            },
             Event::Frame { conn, header, payload } => {
                 let mut h = [0u8; wire::LEN];
                 let parsed = match header.len() == wire::LEN {
@@ -77,13 +70,16 @@ impl Handler<'_, '_, '_> {
         match h.kind {
             Kind::Hello => Err("a second hello"),
             Kind::Eager => {
+                self.s.charge(p, cost(payload.len() as u64))?;
                 self.eager(p, at, h, payload);
                 Ok(())
             }
             Kind::Rts => {
+                self.s.charge(p, cost(0))?;
                 self.rts(p, at, h);
                 Ok(())
             }
+            Kind::Credit => self.s.granted(p, h.len),
             Kind::Fin | Kind::Delivered | Kind::Cts => self.answer(at, h),
             Kind::RmaWrite => self.s.on_write(self.cx, p, h, payload),
             Kind::RmaRead => {
@@ -115,12 +111,23 @@ impl Handler<'_, '_, '_> {
         if name.as_bytes().first() != Some(&self.s.provider_id) {
             return Err("hello from another provider's name");
         }
-        match self.s.peers.find(&name) {
-            Some(p) => self.s.peers.link(conn, Some(p)),
-            None => {
-                self.s.peers.add(name, conn);
+        let p = match self.s.peers.find(&name) {
+            Some(p) => {
+                self.s.peers.link(conn, Some(p));
+                p
             }
-        }
+            None => {
+                let p = self.s.peers.add(name, Some(conn));
+                if !self.s.admit(p, true) {
+                    self.s.peers.remove(p);
+                    self.s.doomed.push((conn, Cause::Closed));
+                    self.s.peers.link(conn, None);
+                    return Ok(());
+                }
+                p
+            }
+        };
+        self.s.joined(p, self.cx.av);
         Ok(())
     }
 
@@ -140,17 +147,11 @@ impl Handler<'_, '_, '_> {
                 };
                 let from = self.s.peers.get(p).map(|e| e.name).unwrap_or(self.s.name);
                 complete::recv_from(&mut self.cx.cq, op, a, &from, self.s.source_err);
+                self.s.consumed(at, cost(payload.len() as u64), false);
             }
             None => {
-                let bytes = cost(payload.len() as u64);
-                self.s.account.commit(bytes);
-                let from = match self.s.peers.get_mut(p) {
-                    Some(e) => {
-                        e.held += bytes;
-                        e.name
-                    }
-                    None => self.s.name,
-                };
+                self.s.hold(p, cost(payload.len() as u64));
+                let from = self.s.peers.get(p).map_or(self.s.name, |e| e.name);
                 let msg = Unexpected::Eager {
                     from,
                     conn: at,
@@ -163,7 +164,7 @@ impl Handler<'_, '_, '_> {
         if h.flags & wire::ACK != 0 {
             let mut done = Header::new(Kind::Delivered);
             done.token = h.token;
-            self.s.enqueue(p, Out::Owned(done.encode(), Vec::new()));
+            self.s.enqueue(p, 0, Out::Owned(done.encode(), Vec::new()));
         }
     }
 
@@ -180,6 +181,7 @@ impl Handler<'_, '_, '_> {
         let olen = usize::try_from(h.len).unwrap_or(usize::MAX);
         match self.s.rx.take_posted(tagged, src, tag) {
             Some((_, op)) => {
+                self.s.consumed(at, cost(0), false);
                 let arrival = Arrival {
                     len: 0,
                     olen,
@@ -196,11 +198,7 @@ impl Handler<'_, '_, '_> {
                 });
             }
             None => {
-                let bytes = cost(0);
-                self.s.account.commit(bytes);
-                if let Some(e) = self.s.peers.get_mut(p) {
-                    e.held += bytes;
-                }
+                self.s.hold(p, cost(0));
                 let msg = Unexpected::Rts {
                     from,
                     len: h.len,
@@ -230,6 +228,7 @@ impl Handler<'_, '_, '_> {
             Next::Move => {
                 self.s.enqueue(
                     at.0,
+                    0,
                     Out::Push {
                         key,
                         to: h.addr,

@@ -57,8 +57,9 @@ impl State {
         }
         let Some(gone) = self.peers.remove(at.0) else { return };
         tracing::debug!(peer = ?gone.name, error = %err, "rdm: peer ended");
+        self.events.down(gone.name, src, err.clone());
         self.queued -= gone.queue.len();
-        for out in gone.queue {
+        for (_, out) in gone.queue {
             if let Out::Eager(_, op) = out {
                 complete::send(&mut cx.cq, self.selective, op, Err(err.clone()));
             }
@@ -83,18 +84,22 @@ impl State {
             Unexpected::Rts { handle, .. } => handle.peer == at,
             Unexpected::Eager { conn, .. } => broke && *conn == at,
         });
+        let mut credit = 0;
         for u in &dropped {
-            self.account.release(cost(u.payload_len() as u64));
+            credit += cost(u.payload_len() as u64);
             match u {
                 Unexpected::Rts { .. } => self.counted.requests_dropped += 1,
                 Unexpected::Eager { .. } => self.counted.messages_dropped += 1,
             }
         }
+        let mut share = gone.share;
+        share.close(&mut self.account, credit);
     }
 
     /// Ends every operation with `Canceled` and closes every connection.
     pub(super) fn close<T: Transport>(&mut self, t: &mut T, cx: &mut Ctx<'_>) {
         self.closed = true;
+        self.events.clear();
         for p in self.peers.keys() {
             let conns = self.peers.get(p).map(|e| e.conns.clone()).unwrap_or_default();
             for c in conns {
@@ -103,7 +108,7 @@ impl State {
                 }
             }
             let Some(gone) = self.peers.remove(p) else { continue };
-            for out in gone.queue {
+            for (_, out) in gone.queue {
                 if let Out::Eager(_, op) = out {
                     complete::send(&mut cx.cq, self.selective, op, Err(Error::Canceled));
                 }
@@ -122,8 +127,7 @@ impl State {
         for op in self.rx.drain_posted() {
             complete::recv_failed(&mut cx.cq, op, Error::Canceled);
         }
-        for u in self.rx.drop_kept(|_| true) {
-            self.account.release(cost(u.payload_len() as u64));
-        }
+        self.rx.drop_kept(|_| true);
+        self.account = super::super::Account::new(self.account.limit());
     }
 }

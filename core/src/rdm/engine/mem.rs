@@ -32,6 +32,8 @@ struct Inner {
     accepts: HashMap<usize, Vec<usize>>,
     ups: HashMap<usize, Vec<ConnId>>,
     next: usize,
+    /// Connects to refuse with `EAGAIN` (a full listen backlog) first.
+    busy: usize,
 }
 
 /// A set of in-memory transports that can reach each other.
@@ -53,6 +55,12 @@ impl Net {
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Makes the next `n` connects fail with `EAGAIN`, as a full listen
+    /// backlog does.
+    pub fn busy(&self, n: usize) {
+        self.lock().busy = n;
     }
 
     /// A transport on this net; `pull` says whether it can read peers' memory.
@@ -141,6 +149,10 @@ impl Transport for Mem {
 
     fn connect(&mut self, addr: &[u8]) -> Result<ConnId, Cause> {
         let mut n = self.net.lock();
+        if n.busy > 0 {
+            n.busy -= 1;
+            return Err(Cause::Failed(libc::EAGAIN));
+        }
         let Some(&target) = n.listeners.get(addr) else {
             return Err(Cause::Failed(libc::ECONNREFUSED));
         };

@@ -8,17 +8,18 @@
 //!
 //! - [`wire`]: the engine's frame header.
 //! - `peers`: the peer and connection tables.
-//! - `out`: frames waiting for room on a connection, and writing them.
+//! - `out`: frames waiting for room (or credit) on a connection, and writing them.
+//! - `credit`: eager credit and the receive memory, per peer.
 //! - `arrive`: what each arriving frame does.
 //! - `rma`: RMA served by the target in software, checked by its key table.
 //! - `fail`: a connection's end, and the endpoint's close.
 //!
-//! Flow control is the transport's: a peer whose unexpected messages hold
-//! more than the per-peer bound (or that would take the endpoint past its
-//! receive memory) is not read until receives take them, so it waits on
-//! its own full ring or socket buffer; no credit frames are needed.
+//! Flow control is the layer's eager credit (`credit`): what a peer may
+//! make this endpoint hold is what it was granted; the transport's own
+//! back-pressure (a full ring or socket buffer) only paces the frames.
 
 mod arrive;
+mod credit;
 mod fail;
 mod out;
 mod peers;
@@ -37,6 +38,7 @@ use crate::attr::EndpointAttr;
 use crate::buffer::Buffer;
 use crate::complete::{self, Arrival};
 use crate::error::{Error, Result};
+use crate::event::{PeerEvent, PeerEvents};
 use crate::peek::{Claim, Peeked};
 use crate::provider::{CompletionLevel, Ctx, EndpointProvider, RecvOp, Rejected, RmaOp, SendOp};
 use crate::tag::RecvSpec;
@@ -49,10 +51,6 @@ use super::{Account, Counters, Outstanding, Receives, Unexpected};
 use out::Out;
 use peers::Peers;
 use wire::{Header, Kind};
-
-/// Bytes a peer's unexpected messages may hold (at their credit cost) before
-/// its frames are left with the transport until receives take some.
-pub const PEER_HELD_MAX: u64 = 4 << 20;
 
 /// A rendezvous request kept unexpected: whom to pull from and answer.
 #[derive(Debug)]
@@ -94,7 +92,6 @@ struct Pull {
 struct Stats {
     pulls: u64,
     pushes: u64,
-    held_back: u64,
     protocol_errors: u64,
 }
 
@@ -120,8 +117,11 @@ struct State {
     failed: Vec<((usize, u64), Cause)>,
     queued: usize,
     account: Account,
+    /// What each peer is granted in all (its initial credit, then this).
+    budget: super::credit::Amount,
     counted: Counters,
     stats: Stats,
+    events: PeerEvents,
     closed: bool,
 }
 
@@ -133,8 +133,9 @@ pub struct Engine<T: Transport> {
 
 impl<T: Transport> Engine<T> {
     /// An endpoint over `t`, named by `provider_id` followed by the
-    /// transport's address.
-    pub fn new(t: T, provider_id: u8, attr: &EndpointAttr) -> Result<Engine<T>> {
+    /// transport's address, granting each peer `eager_credit` bytes (at
+    /// least the initial credit).
+    pub fn new(t: T, provider_id: u8, attr: &EndpointAttr, eager_credit: u64) -> Result<Engine<T>> {
         let mut name = vec![provider_id];
         name.extend_from_slice(t.address());
         let name = Address::new(&name)?;
@@ -162,8 +163,13 @@ impl<T: Transport> Engine<T> {
                 failed: Vec::new(),
                 queued: 0,
                 account: Account::new(attr.rx_memory),
+                budget: super::credit::Amount {
+                    bytes: eager_credit.max(credit::INIT),
+                    msgs: u32::MAX,
+                },
                 counted: Counters::default(),
                 stats: Stats::default(),
+                events: PeerEvents::new(attr.peer_events),
                 closed: false,
             },
             t,
@@ -188,11 +194,26 @@ impl State {
         if bytes.first() != Some(&self.provider_id) {
             return Err(Error::AddressNotAvailable);
         }
-        let conn = t.connect(&bytes[1..]).map_err(|c| cause_error(c, peer))?;
+        let conn = match t.connect(&bytes[1..]) {
+            Ok(c) => Some(c),
+            Err(Cause::Failed(libc::EAGAIN)) => None,
+            Err(c) => return Err(cause_error(c, peer)),
+        };
         let p = self.peers.add(name, conn);
+        self.admit(p, false);
         let hello = Header::new(Kind::Hello).encode();
-        self.enqueue(p, Out::Owned(hello, self.name.as_bytes().to_vec()));
+        self.enqueue(p, 0, Out::Owned(hello, self.name.as_bytes().to_vec()));
         Ok(p)
+    }
+
+    /// Peer `p` has a connection up: it joins (once).
+    fn joined(&mut self, p: usize, av: &AvTable) {
+        if self.events.enabled() {
+            let handle = self.peers.handle(p, av);
+            if let Some(e) = self.peers.get(p) {
+                self.events.up(e.name, e.name, handle);
+            }
+        }
     }
 
     fn serial(&self, p: usize) -> (usize, u64) {
@@ -206,9 +227,14 @@ impl State {
         };
         let at = self.serial(p);
         let mut hdr = Header::message(Kind::Eager, op.tag, op.data);
-        match rndv::choose(op.buf.len(), self.eager_max, || true) {
+        let bytes = cost(op.buf.len() as u64);
+        let protocol = rndv::choose(op.buf.len(), self.eager_max, || self.affords(p, bytes));
+        if protocol == Protocol::Rendezvous && op.buf.len() <= self.eager_max {
+            self.stalled();
+        }
+        match protocol {
             Protocol::Eager if op.level == CompletionLevel::Inject => {
-                self.enqueue(p, Out::Eager(hdr.encode(), op));
+                self.enqueue(p, bytes, Out::Eager(hdr.encode(), op));
             }
             Protocol::Eager => {
                 let mut state = SendState::start(Protocol::Eager);
@@ -216,7 +242,7 @@ impl State {
                 let key = self.sends.insert(Send { op, peer: at, state });
                 hdr.flags |= wire::ACK;
                 hdr.token = self.sends.token(key);
-                self.enqueue(p, Out::Held(hdr.encode(), key));
+                self.enqueue(p, bytes, Out::Held(hdr.encode(), key));
             }
             Protocol::Rendezvous => {
                 hdr.kind = Kind::Rts;
@@ -228,7 +254,7 @@ impl State {
                     state: SendState::start(Protocol::Rendezvous),
                 });
                 hdr.token = self.sends.token(key);
-                self.enqueue(p, Out::Owned(hdr.encode(), Vec::new()));
+                self.enqueue(p, cost(0), Out::Owned(hdr.encode(), Vec::new()));
             }
         }
         self.flush(t, cx, p);
@@ -252,7 +278,7 @@ impl State {
                 data,
                 payload,
             } => {
-                self.unhold(conn, cost(len));
+                self.consumed(conn, cost(len), true);
                 let mut op = op;
                 let n = copy_in(&mut op.buf, &payload, 0);
                 let a = Arrival {
@@ -270,7 +296,7 @@ impl State {
                 data,
                 handle,
             } => {
-                self.unhold(handle.peer, cost(0));
+                self.consumed(handle.peer, cost(0), true);
                 let arrival = Arrival {
                     len: 0,
                     olen: usize::try_from(len).unwrap_or(usize::MAX),
@@ -290,18 +316,9 @@ impl State {
         }
     }
 
-    /// Releases what a kept message held, from the endpoint's account and
-    /// from its peer's share while that peer is the same entry.
-    fn unhold(&mut self, peer: (usize, u64), bytes: u64) {
-        self.account.release(bytes);
-        if let Some(e) = self.peers.current(peer) {
-            e.held = e.held.saturating_sub(bytes);
-        }
-    }
-
     /// Takes a matched rendezvous: pulls it, or asks the sender to push it.
     fn pull<T: Transport>(&mut self, t: &mut T, cx: &mut Ctx<'_>, mut p: Pull) {
-        let Some(tx) = self.peers.current(p.peer).map(|e| e.tx) else {
+        let Some(tx) = self.peers.current(p.peer).and_then(|e| e.tx) else {
             let e = Error::PeerClosed { peer: p.arrival.src };
             return complete::recv_failed(&mut cx.cq, p.op, e);
         };
@@ -342,7 +359,7 @@ impl State {
                 complete::recv_failed(&mut cx.cq, p.op, e);
             }
         }
-        self.enqueue(p.peer.0, Out::Owned(answer.encode(), Vec::new()));
+        self.enqueue(p.peer.0, 0, Out::Owned(answer.encode(), Vec::new()));
         self.flush(t, cx, p.peer.0);
     }
 
@@ -366,7 +383,7 @@ impl State {
         let mut done = Header::new(Kind::Delivered);
         done.token = push.send_token;
         complete::recv_from(&mut cx.cq, push.op, push.arrival, &push.from, self.source_err);
-        self.enqueue(push.peer.0, Out::Owned(done.encode(), Vec::new()));
+        self.enqueue(push.peer.0, 0, Out::Owned(done.encode(), Vec::new()));
     }
 }
 
@@ -419,8 +436,14 @@ impl<T: Transport> EndpointProvider for Engine<T> {
             return Err(Error::InvalidArgument("inject payload over the endpoint's inject_size"));
         }
         let p = self.s.peer_for(&mut self.t, cx.av, peer)?;
+        let bytes = cost(payload.len() as u64);
+        if !self.s.affords(p, bytes) {
+            // No buffer of the caller's to wait in by rendezvous.
+            self.s.stalled();
+            return Err(Error::Again);
+        }
         let hdr = Header::message(Kind::Eager, tag, data).encode();
-        self.s.enqueue(p, Out::Owned(hdr, payload.to_vec()));
+        self.s.enqueue(p, bytes, Out::Owned(hdr, payload.to_vec()));
         self.s.flush(&mut self.t, cx, p);
         Ok(())
     }
@@ -454,7 +477,7 @@ impl<T: Transport> EndpointProvider for Engine<T> {
         h.tag = key;
         h.addr = addr;
         h.len = payload.len() as u64;
-        self.s.enqueue(p, Out::Owned(h.encode(), payload.to_vec()));
+        self.s.enqueue(p, 0, Out::Owned(h.encode(), payload.to_vec()));
         self.s.flush(&mut self.t, cx, p);
         Ok(())
     }
@@ -513,12 +536,17 @@ impl<T: Transport> EndpointProvider for Engine<T> {
         c.extend([
             ("rndv_pulls", st.pulls),
             ("rndv_pushes", st.pushes),
-            ("peers_held_back", st.held_back),
             ("protocol_errors", st.protocol_errors),
             ("sends_outstanding", self.s.sends.len() as u64),
             ("rma_outstanding", self.s.rmas.len() as u64),
+            ("peer_events_lost", self.s.events.lost()),
+            ("connections", self.s.peers.connections() as u64),
         ]);
         c
+    }
+
+    fn peer_event(&mut self) -> Option<PeerEvent> {
+        self.s.events.pop()
     }
 }
 

@@ -6,7 +6,7 @@
 use crate::complete;
 use crate::provider::{Ctx, SendOp};
 
-use super::super::transport::{Refused, Transport};
+use super::super::transport::{Cause, ConnId, Refused, Transport};
 use super::rma::{self, ReadBack};
 use super::wire::{self, Header, Kind, LEN};
 use super::State;
@@ -42,10 +42,12 @@ pub enum Out {
 }
 
 impl State {
-    /// Queues `out` behind what peer `p` already waits to write.
-    pub(super) fn enqueue(&mut self, p: usize, out: Out) {
+    /// Queues `out` behind what peer `p` already waits to write; it spends
+    /// `cost` of the peer's credit when written.
+    pub(super) fn enqueue(&mut self, p: usize, cost: u64, out: Out) {
         if let Some(e) = self.peers.get_mut(p) {
-            e.queue.push_back(out);
+            e.queue.push_back((cost, out));
+            e.queued_cost += cost;
             self.queued += 1;
         }
     }
@@ -53,10 +55,20 @@ impl State {
     /// Writes what peer `p` has queued, in order, while the transport takes it.
     pub(super) fn flush<T: Transport>(&mut self, t: &mut T, cx: &mut Ctx<'_>, p: usize) {
         let room = t.max_payload();
+        let Some(tx) = self.connected(t, p) else { return };
         loop {
             let Some(e) = self.peers.get_mut(p) else { return };
-            let tx = e.tx;
-            let Some(front) = e.queue.front_mut() else { return };
+            let Some((cost, front)) = e.queue.front_mut() else {
+                return;
+            };
+            let cost = *cost;
+            if cost > 0 && !e.credit.can_send(cost, 0) {
+                if !e.starved {
+                    e.starved = true;
+                    self.counted.credit_waits += 1;
+                }
+                return;
+            }
             let written = match front {
                 Out::Owned(h, payload) => t.send(tx, h, payload),
                 Out::Eager(h, op) => t.send(tx, h, op.buf.as_slice()),
@@ -108,7 +120,10 @@ impl State {
             match written {
                 Ok(()) => {
                     self.queued -= 1;
-                    if let Some(Out::Eager(_, op)) = e.queue.pop_front() {
+                    e.credit.spend(cost, 0);
+                    e.queued_cost -= cost;
+                    e.starved = false;
+                    if let Some((_, Out::Eager(_, op))) = e.queue.pop_front() {
                         complete::send(&mut cx.cq, self.selective, op, Ok(()));
                     }
                 }
@@ -117,6 +132,28 @@ impl State {
                     self.doomed.push((tx, cause));
                     return;
                 }
+            }
+        }
+    }
+
+    /// The connection to write peer `p`'s frames on, retrying a connect the
+    /// transport could not start before; a connect that fails ends the peer.
+    fn connected<T: Transport>(&mut self, t: &mut T, p: usize) -> Option<ConnId> {
+        let e = self.peers.get(p)?;
+        if e.tx.is_some() {
+            return e.tx;
+        }
+        let name = e.name;
+        match t.connect(&name.as_bytes()[1..]) {
+            Ok(c) => {
+                self.peers.link(c, Some(p));
+                Some(c)
+            }
+            Err(Cause::Failed(libc::EAGAIN)) => None,
+            Err(cause) => {
+                let at = self.serial(p);
+                self.failed.push((at, cause));
+                None
             }
         }
     }

@@ -17,21 +17,29 @@ use slab::Slab;
 use crate::addr::{Address, AvTable, PeerAddr};
 
 use super::super::transport::ConnId;
+use super::super::{Credit, Share};
 use super::out::Out;
 
 /// One peer.
 pub struct Peer {
     /// Its endpoint name.
     pub name: Address,
-    /// The connection frames to it go on.
-    pub tx: ConnId,
+    /// The connection frames to it go on; `None` while a connect the
+    /// transport could not start yet (a full listen backlog) is retried.
+    pub tx: Option<ConnId>,
     /// Every connection it has (`tx` first).
     pub conns: Vec<ConnId>,
-    /// Frames waiting for room on `tx`, in order.
-    pub queue: VecDeque<Out>,
-    /// Bytes its unexpected messages hold (their credit cost), while they are
-    /// kept; past the engine's per-peer bound its frames wait in the transport.
-    pub held: u64,
+    /// Frames waiting for room (or credit) on `tx`, in order, each with the
+    /// credit it spends when written.
+    pub queue: VecDeque<(u64, Out)>,
+    /// The credit the queued frames will spend.
+    pub queued_cost: u64,
+    /// Eager credit both ways.
+    pub credit: Credit,
+    /// Its part of the receive memory.
+    pub share: Share,
+    /// Its queue is waiting for credit (counted once per wait).
+    pub starved: bool,
     /// Changes whenever the slot is reused, so kept messages name the entry
     /// they came from.
     pub serial: u64,
@@ -61,20 +69,26 @@ impl Peers {
         self.by_name.get(name).copied()
     }
 
-    /// Adds the peer `name` whose frames go on `tx`.
-    pub fn add(&mut self, name: Address, tx: ConnId) -> usize {
+    /// Adds the peer `name` whose frames go on `tx` (or on its first
+    /// connection, when there is none yet).
+    pub fn add(&mut self, name: Address, tx: Option<ConnId>) -> usize {
         self.serial += 1;
         let p = self.slots.insert(Peer {
             name,
             tx,
-            conns: vec![tx],
+            conns: Vec::new(),
             queue: VecDeque::new(),
-            held: 0,
+            queued_cost: 0,
+            credit: super::credit::initial(),
+            share: Share::default(),
+            starved: false,
             serial: self.serial,
             hint: PeerAddr::UNSPEC,
         });
         self.by_name.insert(name, p);
-        self.link(tx, Some(p));
+        if let Some(tx) = tx {
+            self.link(tx, Some(p));
+        }
         p
     }
 
@@ -88,12 +102,18 @@ impl Peers {
             if !p.conns.contains(&conn) {
                 p.conns.push(conn);
             }
+            p.tx.get_or_insert(conn);
         }
     }
 
     /// The owner of `conn`, when the engine knows the connection.
     pub fn link_of(&self, conn: ConnId) -> Option<Link> {
         self.links.get(conn).copied().flatten()
+    }
+
+    /// Connections the engine knows (named or not yet).
+    pub fn connections(&self) -> usize {
+        self.links.iter().filter(|l| l.is_some()).count()
     }
 
     /// Forgets `conn`.

@@ -108,8 +108,8 @@ impl State {
         let key = self.rmas.insert(RmaTx { op, peer: at, got: 0 });
         h.token = self.rmas.token(key);
         match kind {
-            RmaKind::Write => self.enqueue(p, Out::RmaWrite { key, off: 0 }),
-            RmaKind::Read => self.enqueue(p, Out::Owned(h.encode(), Vec::new())),
+            RmaKind::Write => self.enqueue(p, 0, Out::RmaWrite { key, off: 0 }),
+            RmaKind::Read => self.enqueue(p, 0, Out::Owned(h.encode(), Vec::new())),
         }
         self.flush(t, cx, p);
     }
@@ -181,7 +181,7 @@ impl State {
             let mut done = Header::new(Kind::RmaDone);
             done.token = h.token;
             done.status = status as u32;
-            self.enqueue(p, Out::Owned(done.encode(), Vec::new()));
+            self.enqueue(p, 0, Out::Owned(done.encode(), Vec::new()));
         }
         Ok(())
     }
@@ -202,14 +202,14 @@ impl State {
                     len,
                     off: 0,
                 };
-                self.enqueue(p, Out::ReadBack(r));
+                self.enqueue(p, 0, Out::ReadBack(r));
             }
             Err(e) => {
                 tracing::debug!(key = h.tag, addr = h.addr, len = h.len, error = %e, "remote read refused");
                 let mut done = Header::new(Kind::RmaDone);
                 done.token = h.token;
                 done.status = status_of(&e) as u32;
-                self.enqueue(p, Out::Owned(done.encode(), Vec::new()));
+                self.enqueue(p, 0, Out::Owned(done.encode(), Vec::new()));
             }
         }
     }

@@ -29,7 +29,7 @@ struct Node {
 impl Node {
     fn new(net: &Net, pull: bool, attr: &EndpointAttr) -> Node {
         Node {
-            ep: Engine::new(net.open(pull), ID, attr).expect("engine"),
+            ep: Engine::new(net.open(pull), ID, attr, 4 << 20).expect("engine"),
             av: AvTable::default(),
             done: VecDeque::new(),
             keys: Keys(Default::default()),
@@ -183,31 +183,127 @@ fn a_full_transport_queues_sends_in_order_and_completes_them_when_written() {
 }
 
 #[test]
-fn unexpected_messages_stop_at_the_receive_memory_bound_and_resume_when_received() {
-    let net = Net::new(8);
-    let mut small = attr();
-    small.rx_memory = 8 * (256 + 256);
-    let (mut a, mut b) = (Node::new(&net, true, &attr()), Node::new(&net, true, &small));
+fn a_connect_refused_for_now_is_retried_and_nothing_is_lost() {
+    let net = Net::new(64);
+    let (mut a, mut b) = (Node::new(&net, true, &attr()), Node::new(&net, true, &attr()));
     let pb = a.add(&b);
-    for i in 0..100 {
-        a.tsend(pb, 7, pattern(256, i), 1000 + i);
+    net.busy(50);
+    for i in 0..4 {
+        a.tsend(pb, 1, pattern(8, i), 100 + i);
     }
+    assert!(a.done.is_empty(), "nothing written before the connection");
+    for i in 0..4 {
+        assert_eq!(until(&mut [&mut a, &mut b], 0, 100 + i).result, Ok(()));
+        b.trecv(PeerAddr::UNSPEC, 1, 8, i);
+        let r = until(&mut [&mut a, &mut b], 1, i);
+        assert_eq!(r.buf.expect("buffer"), pattern(8, i), "message {i} in order");
+    }
+}
+
+#[test]
+fn a_receiver_holds_at_most_the_credit_it_granted_and_loses_nothing() {
+    let net = Net::new(16);
+    let mut tight = attr();
+    tight.rndv_threshold = 1024;
+    let (mut a, mut b) = (Node::new(&net, true, &tight), Node::new(&net, true, &tight));
+    b.ep.s.budget.bytes = super::credit::INIT;
+    let pb = a.add(&b);
+    for i in 0..300 {
+        a.tsend(pb, 7, pattern(1000, i), 1000 + i);
+    }
+    let mut most = 0;
     for _ in 0..200 {
         a.progress();
         b.progress();
+        most = most.max(b.counter("unexpected_bytes") + b.counter("unexpected_entries") * 256);
     }
-    let held = b.counter("unexpected_entries");
-    assert!((8..=9).contains(&held), "{held} kept against a bound of 8 messages");
-    assert!(b.counter("rx_memory") <= small.rx_memory + 512);
-    assert!(b.counter("peers_held_back") > 0);
-    assert!(a.done.len() < 100, "the sender feels the back-pressure");
-    for i in 0..100 {
-        b.trecv(PeerAddr::UNSPEC, 7, 256, i);
+    assert!(
+        most <= super::credit::INIT,
+        "held {most} B against {} granted",
+        super::credit::INIT
+    );
+    assert!(a.counter("credit_stalls") > 0, "eager-sized sends went by rendezvous");
+    assert!(a.counter("credit_waits") > 0, "requests to send waited for credit");
+    for i in 0..300 {
+        b.trecv(PeerAddr::UNSPEC, 7, 1000, i);
         let r = until(&mut [&mut a, &mut b], 1, i);
-        assert_eq!(r.buf.expect("buffer"), pattern(256, i), "message {i} in order");
+        assert_eq!(r.buf.expect("buffer"), pattern(1000, i), "message {i} in order");
     }
-    assert_eq!(b.counter("rx_memory"), 0, "everything received: nothing committed");
-    assert_eq!(b.counter("unexpected_entries"), 0);
+    for i in 0..300 {
+        assert_eq!(until(&mut [&mut a, &mut b], 0, 1000 + i).result, Ok(()));
+    }
+    assert!(b.counter("credit_returns") > 0);
+}
+
+#[test]
+fn injects_meet_again_at_the_credit_and_resume_after_receives() {
+    let net = Net::new(1024);
+    let (mut a, mut b) = (Node::new(&net, true, &attr()), Node::new(&net, true, &attr()));
+    let pb = a.add(&b);
+    let mut sent = 0u64;
+    loop {
+        match a.with(|ep, cx| ep.inject(cx, pb, Some(2), None, &pattern(200, sent))) {
+            Ok(()) => sent += 1,
+            Err(Error::Again) => break,
+            Err(e) => panic!("inject: {e}"),
+        }
+        assert!(sent < 10_000, "nothing bounds the sender");
+    }
+    assert_eq!(sent, super::credit::INIT / (200 + 256), "the initial credit, no more");
+    for i in 0..sent {
+        b.trecv(PeerAddr::UNSPEC, 2, 200, i);
+        until(&mut [&mut a, &mut b], 1, i);
+    }
+    for _ in 0..3 {
+        a.progress();
+    }
+    a.with(|ep, cx| ep.inject(cx, pb, Some(2), None, b"again"))
+        .expect("credit came back");
+}
+
+#[test]
+fn a_peer_past_its_credit_loses_its_connection() {
+    let net = Net::new(1024);
+    let (mut a, mut b) = (Node::new(&net, true, &attr()), Node::new(&net, true, &attr()));
+    let pb = a.add(&b);
+    a.tsend(pb, 1, vec![1], 1);
+    let conn = a.ep.transport().conns()[0];
+    let eager = Header::message(Kind::Eager, Some(1), None).encode();
+    for _ in 0..(super::credit::INIT / 1000 + 2) {
+        a.ep.t.send_raw(conn, &eager, &[0; 1000]);
+    }
+    for _ in 0..3 {
+        b.progress();
+    }
+    assert_eq!(b.counter("credit_violations"), 1);
+    assert_eq!(b.counter("connections"), 0);
+    assert_eq!(b.counter("unexpected_entries"), 0, "nothing it sent is kept");
+    assert_eq!(b.counter("rx_memory"), 0);
+}
+
+#[test]
+fn a_peer_past_the_receive_memory_is_refused() {
+    let net = Net::new(64);
+    let mut small = attr();
+    small.rx_memory = super::credit::ADMISSION + super::credit::ADMISSION / 2;
+    let (mut a, mut c, mut b) = (
+        Node::new(&net, true, &attr()),
+        Node::new(&net, true, &attr()),
+        Node::new(&net, true, &small),
+    );
+    let (pa, pc) = (a.add(&b), c.add(&b));
+    a.tsend(pa, 1, vec![1], 1);
+    c.tsend(pc, 1, vec![2], 2);
+    for _ in 0..3 {
+        b.progress();
+    }
+    assert_eq!(b.counter("rx_memory_refused"), 1);
+    assert_eq!(b.counter("rx_memory"), super::credit::ADMISSION);
+    let refused = [until(&mut [&mut a, &mut c, &mut b], 1, 2)];
+    assert!(refused[0].result.is_ok(), "the second was written before the refusal");
+    c.tsend(pc, 1, pattern(4000, 3), 3);
+    let r = until(&mut [&mut a, &mut c, &mut b], 1, 3);
+    assert!(matches!(r.result, Err(Error::PeerClosed { .. })), "{:?}", r.result);
 }
 
 #[test]

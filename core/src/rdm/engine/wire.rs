@@ -11,7 +11,7 @@
 //! | 8..16  | tag    | Eager, Rts; RmaWrite, RmaRead: the target's key       |
 //! | 16..24 | data   | immediate data (with [`DATA`])                       |
 //! | 24..32 | token  | the sender's operation (Rts, Fin, Delivered, Cts); the receiver's (Data); the initiator's (Rma*, 0: no answer) |
-//! | 32..40 | len    | Rts, RmaWrite, RmaRead: total length; Fin: bytes taken |
+//! | 32..40 | len    | Rts, RmaWrite, RmaRead: total length; Fin: bytes taken; Credit: bytes returned |
 //! | 40..48 | addr   | Rts: the payload's address for a pull; Cts: the receiver's token; Rma*: the target address of the first byte |
 //! | 48..56 | off    | Data, RmaWrite, RmaData: the payload's offset in the message or operation |
 
@@ -56,6 +56,8 @@ pub enum Kind {
     RmaData = 10,
     /// The target's answer to an RMA operation, with its status.
     RmaDone = 11,
+    /// Eager credit returned: `len` bytes more the receiver may be sent.
+    Credit = 12,
 }
 
 impl Kind {
@@ -72,6 +74,7 @@ impl Kind {
             9 => Kind::RmaRead,
             10 => Kind::RmaData,
             11 => Kind::RmaDone,
+            12 => Kind::Credit,
             _ => return None,
         })
     }
@@ -219,7 +222,7 @@ mod tests {
     fn malformed_headers_are_protocol_errors() {
         let good = Header::new(Kind::Eager).encode();
         assert!(Header::decode(&good[..LEN - 1]).is_err());
-        for (at, v) in [(0, 0u8), (0, 12), (1, 16), (2, 1), (3, 1)] {
+        for (at, v) in [(0, 0u8), (0, 13), (1, 16), (2, 1), (3, 1)] {
             let mut b = good;
             b[at] = v;
             assert!(matches!(Header::decode(&b), Err(Error::Protocol(_))), "byte {at} = {v}");
