@@ -32,9 +32,9 @@ test: setup
 # RDM engine over xfer-shm): conformance (also with cross-memory attach off,
 # so rendezvous and RMA take the two-copy path), peer death, flow control,
 # teardown, peer events and connections, the async layer, 64 local peers,
-# and the C suite.
+# a stopped peer (progress timeout), and the C suite.
 SHM_SUITES = --test conformance --test peer_death --test flow_control --test teardown \
-	--test peer_close --test connection --test aio --test aio_connection --test scale
+	--test peer_close --test connection --test aio --test aio_connection --test scale --test tcp_stall
 test-shm:
 	XFER_PROVIDER=shm XFER_SCALE_PEERS=64 $(CARGO) test --locked --release $(SHM_SUITES)
 	XFER_PROVIDER=shm XFER_SHM_CMA=0 $(CARGO) test --locked --release --test conformance

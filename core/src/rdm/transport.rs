@@ -118,6 +118,10 @@ pub enum Cause {
     /// The peer broke the transport's or the engine's protocol
     /// ([`Error::Protocol`]).
     Protocol(&'static str),
+    /// The peer's process made no progress for the engine's progress
+    /// timeout ([`Error::Stalled`]); the engine's own cause, never a
+    /// transport's.
+    Stalled,
 }
 
 /// Receives what `progress` reports, and says per connection whether to take

@@ -22,6 +22,10 @@ impl State {
     /// A connection the transport reported down: forgotten at once (its id
     /// may be reused within the same progress), its peer ended after.
     pub(super) fn lost(&mut self, conn: ConnId, cause: Cause) {
+        if let Cause::Protocol(what) = cause {
+            self.stats.protocol_errors += 1;
+            crate::warn_limited!(conn, error = what, "rdm: connection ended by a protocol error");
+        }
         if let Some(peer) = self.peers.link_of(conn).and_then(|l| l.peer) {
             let at = self.serial(peer);
             self.failed.push((at, cause));

@@ -13,6 +13,7 @@
 //! - `arrive`: what each arriving frame does.
 //! - `rma`: RMA served by the target in software, checked by its key table.
 //! - `fail`: a connection's end, and the endpoint's close.
+//! - `stall`: the progress timeout (peers alive but not progressing).
 //!
 //! Flow control is the layer's eager credit (`credit`): what a peer may
 //! make this endpoint hold is what it was granted; the transport's own
@@ -24,6 +25,7 @@ mod fail;
 mod out;
 mod peers;
 mod rma;
+mod stall;
 pub mod wire;
 
 #[cfg(test)]
@@ -122,6 +124,7 @@ struct State {
     counted: Counters,
     stats: Stats,
     events: PeerEvents,
+    watch: super::stall::Watch,
     closed: bool,
 }
 
@@ -170,6 +173,7 @@ impl<T: Transport> Engine<T> {
                 counted: Counters::default(),
                 stats: Stats::default(),
                 events: PeerEvents::new(attr.peer_events),
+                watch: super::stall::Watch::new(attr.progress_timeout_ms),
                 closed: false,
             },
             t,
@@ -405,6 +409,7 @@ fn cause_error(cause: Cause, peer: PeerAddr) -> Error {
         Cause::Closed => Error::PeerClosed { peer },
         Cause::Failed(errno) => Error::PeerUnreachable { peer, errno },
         Cause::Protocol(what) => Error::Protocol(what),
+        Cause::Stalled => Error::Stalled { peer },
     }
 }
 
@@ -541,6 +546,8 @@ impl<T: Transport> EndpointProvider for Engine<T> {
             ("rma_outstanding", self.s.rmas.len() as u64),
             ("peer_events_lost", self.s.events.lost()),
             ("connections", self.s.peers.connections() as u64),
+            ("progress_probes", self.s.watch.probes),
+            ("peers_stalled", self.s.watch.stalled),
         ]);
         c
     }
@@ -561,6 +568,7 @@ impl State {
             self.pull(t, cx, pull);
         }
         self.end_doomed(t, cx);
+        self.check_stalls(t, cx);
         self.flush_all(t, cx);
     }
 }

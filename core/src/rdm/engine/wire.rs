@@ -58,6 +58,10 @@ pub enum Kind {
     RmaDone = 11,
     /// Eager credit returned: `len` bytes more the receiver may be sent.
     Credit = 12,
+    /// Are you progressing? (the progress timeout's probe)
+    Ping = 13,
+    /// The answer to a `Ping`.
+    Pong = 14,
 }
 
 impl Kind {
@@ -75,6 +79,8 @@ impl Kind {
             10 => Kind::RmaData,
             11 => Kind::RmaDone,
             12 => Kind::Credit,
+            13 => Kind::Ping,
+            14 => Kind::Pong,
             _ => return None,
         })
     }
@@ -222,7 +228,7 @@ mod tests {
     fn malformed_headers_are_protocol_errors() {
         let good = Header::new(Kind::Eager).encode();
         assert!(Header::decode(&good[..LEN - 1]).is_err());
-        for (at, v) in [(0, 0u8), (0, 13), (1, 16), (2, 1), (3, 1)] {
+        for (at, v) in [(0, 0u8), (0, 15), (1, 16), (2, 1), (3, 1)] {
             let mut b = good;
             b[at] = v;
             assert!(matches!(Header::decode(&b), Err(Error::Protocol(_))), "byte {at} = {v}");
