@@ -28,7 +28,8 @@ mod rma;
 mod stall;
 pub mod wire;
 
-#[cfg(test)]
+#[doc(hidden)]
+pub mod fuzzing;
 mod mem;
 #[cfg(test)]
 mod tests;
@@ -142,6 +143,13 @@ impl<T: Transport> Engine<T> {
         let mut name = vec![provider_id];
         name.extend_from_slice(t.address());
         let name = Address::new(&name)?;
+        if attr.job_key.is_some() {
+            // Admission by job key is not in the engine's hello yet: refused
+            // rather than ignored, so no endpoint believes it is protected.
+            return Err(Error::NotSupported(
+                "a job key on this transport (admission is TCP's and verbs' only)",
+            ));
+        }
         let room = t.max_payload();
         if attr.inject_size > room {
             return Err(Error::InvalidArgument("inject size over the transport's largest frame"));

@@ -6,7 +6,7 @@
 use std::collections::VecDeque;
 
 use super::mem::{Mem, Net};
-use super::wire::{Header, Kind};
+use super::wire::{self, Header, Kind};
 use super::Engine;
 use crate::addr::{Address, AvTable, PeerAddr};
 use crate::attr::EndpointAttr;
@@ -620,4 +620,82 @@ fn a_region_deregistered_during_a_read_fails_the_rest_of_it() {
             "the remote region was deregistered during the transfer"
         ))
     );
+}
+
+#[test]
+fn a_job_key_is_refused_rather_than_ignored() {
+    let mut keyed = attr();
+    keyed.job_key = Some(crate::attr::JobKey(b"secret".to_vec()));
+    let r = Engine::new(Net::new(4).open(true), ID, &keyed, 0);
+    assert!(matches!(r, Err(Error::NotSupported(_))));
+}
+
+#[test]
+fn the_fuzz_harness_survives_honest_and_hostile_frames() {
+    use super::fuzzing::{encode, frames, run, TOKENS};
+    let h = |kind: Kind, f: &dyn Fn(&mut Header)| {
+        let mut h = Header::new(kind);
+        f(&mut h);
+        h.encode().to_vec()
+    };
+    let session = vec![
+        (h(Kind::Eager, &|h| h.flags = wire::TAGGED), vec![1; 300]),
+        (h(Kind::Eager, &|h| h.tag = 9), vec![2; 10]),
+        (
+            h(Kind::Rts, &|h| {
+                h.len = 5000;
+                h.addr = 1;
+            }),
+            vec![],
+        ),
+        (
+            h(Kind::Cts, &|h| {
+                h.token = TOKENS[0];
+                h.addr = 77;
+            }),
+            vec![],
+        ),
+        (h(Kind::Delivered, &|h| h.token = TOKENS[1]), vec![]),
+        (
+            h(Kind::RmaWrite, &|h| {
+                h.tag = 1;
+                h.len = 100;
+                h.flags = wire::LAST;
+            }),
+            vec![3; 100],
+        ),
+        (
+            h(Kind::RmaWrite, &|h| {
+                h.tag = 1;
+                h.addr = 4090;
+                h.len = 100;
+                h.flags = wire::LAST;
+            }),
+            vec![4; 100],
+        ),
+        (
+            h(Kind::RmaRead, &|h| {
+                h.tag = 1;
+                h.len = 3000;
+                h.token = 5;
+            }),
+            vec![],
+        ),
+        (
+            h(Kind::RmaData, &|h| {
+                h.token = TOKENS[2];
+                h.off = 90;
+            }),
+            vec![5; 20],
+        ),
+        (h(Kind::Credit, &|h| h.len = u64::MAX), vec![]),
+        (h(Kind::Ping, &|_| {}), vec![]),
+        (vec![99; 56], vec![]),
+    ];
+    let bytes = encode(&session);
+    assert_eq!(frames(&bytes), session);
+    run(&session);
+    for cut in 1..session.len() {
+        run(&session[cut..]);
+    }
 }
