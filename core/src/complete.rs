@@ -88,6 +88,22 @@ pub fn recv_from(cq: &mut Sink<'_>, op: RecvOp, a: Arrival, from: &Address, sour
 }
 
 /// The error of a message from `from`, a sender not in the address vector.
+/// Copies `payload` (truncated to the buffer) into the receive `op` that
+/// matched it and completes it: `a` with its `len` set to what was copied,
+/// `olen` the payload's length; `from` is the sender's name and the
+/// endpoint's `source_err`.
+pub fn recv_copy(cq: &mut Sink<'_>, mut op: RecvOp, payload: &[u8], a: Arrival, from: (&Address, bool)) {
+    let buf = op.buf.as_mut_slice();
+    let len = buf.len().min(payload.len());
+    buf[..len].copy_from_slice(&payload[..len]);
+    let a = Arrival {
+        len,
+        olen: payload.len(),
+        ..a
+    };
+    recv_from(cq, op, a, from.0, from.1);
+}
+
 #[cold]
 fn unknown_source(from: &Address) -> Error {
     Error::UnknownSource(Box::new(*from))

@@ -63,8 +63,8 @@ impl Sink for Adapter<'_> {
         self.0.event(match ev {
             Event::Frame { peer, frame } => RdmEvent::Frame {
                 conn: peer.0,
-                header: frame.header.lend(),
-                payload: frame.payload.lend(),
+                header: frame.header,
+                payload: frame.payload,
             },
             Event::Up { peer } => RdmEvent::Up { conn: peer.0 },
             Event::Down { peer, reason } => RdmEvent::Down {

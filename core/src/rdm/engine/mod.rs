@@ -38,7 +38,6 @@ use std::os::fd::RawFd;
 
 use crate::addr::{Address, AvTable, PeerAddr};
 use crate::attr::EndpointAttr;
-use crate::buffer::Buffer;
 use crate::complete::{self, Arrival};
 use crate::error::{Error, Result};
 use crate::event::{PeerEvent, PeerEvents};
@@ -291,16 +290,14 @@ impl State {
                 payload,
             } => {
                 self.consumed(conn, cost(len), true);
-                let mut op = op;
-                let n = copy_in(&mut op.buf, &payload, 0);
                 let a = Arrival {
-                    len: n,
+                    len: 0,
                     olen: payload.len(),
                     tag,
                     data,
                     src,
                 };
-                complete::recv_from(&mut cx.cq, op, a, &from, self.source_err);
+                complete::recv_copy(&mut cx.cq, op, &payload, a, (&from, self.source_err));
             }
             Unexpected::Rts {
                 from,
@@ -397,18 +394,6 @@ impl State {
         complete::recv_from(&mut cx.cq, push.op, push.arrival, &push.from, self.source_err);
         self.enqueue(push.peer.0, 0, Out::Owned(done.encode(), Vec::new()));
     }
-}
-
-/// Copies `src` into `buf` at `off`, up to the buffer's end; returns the
-/// bytes written.
-fn copy_in(buf: &mut Buffer, src: &[u8], off: usize) -> usize {
-    let dst = buf.as_mut_slice();
-    if off >= dst.len() {
-        return 0;
-    }
-    let n = src.len().min(dst.len() - off);
-    dst[off..off + n].copy_from_slice(&src[..n]);
-    n
 }
 
 /// The error operations to `peer` report for a connection's `cause`.

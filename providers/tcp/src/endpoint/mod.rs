@@ -28,7 +28,6 @@ use xfer_core::unstable::peek::{Claim, Peeked};
 use xfer_core::unstable::provider::{CompletionLevel, Ctx, EndpointProvider, RecvOp, Rejected, RmaKind, RmaOp, SendOp};
 use xfer_core::unstable::rdm::rndv::{self, Answer, Next, Protocol, SendState};
 use xfer_core::unstable::rdm::{Abandoned, Account, Counters, Dropped, Outstanding, Receives, Unexpected};
-use xfer_core::unstable::sink::Sink;
 use xfer_core::unstable::sys::{Epoll, EMPTY_EVENT, READABLE, WRITABLE};
 use xfer_core::unstable::tag::{Matched, RecvSpec};
 
@@ -57,7 +56,6 @@ mod rma;
 mod stall;
 
 use batch::Batch;
-use inbound::deliver_unexpected;
 use rma::RmaTx;
 
 /// Epoll token of the listening socket; connections use their slab key.
@@ -406,7 +404,7 @@ impl TcpEndpoint {
                     data,
                     src,
                 };
-                deliver_unexpected(&mut cx.cq, recv, &payload, a, (&from, self.attr.source_err));
+                complete::recv_copy(&mut cx.cq, recv, &payload, a, (&from, self.attr.source_err));
                 self.unhold(cx, conn, payload.len());
             }
             Unexpected::Rts {
