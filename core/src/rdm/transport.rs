@@ -188,6 +188,10 @@ pub trait Transport: Send {
     /// [`prepare_wait`](Self::prepare_wait) said the caller may block.
     fn wait_fd(&self) -> RawFd;
 
+    /// Makes the wait descriptor readable, so a caller blocked on it wakes
+    /// (work the engine must retry that no peer will signal).
+    fn wake(&self);
+
     /// Arms the wait descriptor before the caller blocks on it: `false`
     /// when there is work already, in which case the descriptor is left
     /// readable, so a caller that blocks anyway wakes at once.

@@ -139,6 +139,10 @@ impl Transport for ShmTransport {
         self.port.wait_fd()
     }
 
+    fn wake(&self) {
+        self.port.wake_self();
+    }
+
     fn prepare_wait(&mut self) -> bool {
         if self.armed {
             return true;

@@ -254,6 +254,8 @@ impl Transport for Mem {
         -1
     }
 
+    fn wake(&self) {}
+
     fn prepare_wait(&mut self) -> bool {
         true
     }

@@ -519,6 +519,12 @@ impl<T: Transport> EndpointProvider for Engine<T> {
 
     fn prepare_wait(&mut self, cx: &mut Ctx<'_>) {
         self.s.flush_all(&mut self.t, cx);
+        if self.s.peers.connecting() {
+            // A connect the transport could not start is retried by progress;
+            // no peer signals it.
+            self.t.wake();
+            return;
+        }
         if !self.t.prepare_wait() {
             self.s.progress(&mut self.t, cx);
         }

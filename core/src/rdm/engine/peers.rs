@@ -119,6 +119,11 @@ impl Peers {
         self.links.get(conn).copied().flatten()
     }
 
+    /// Whether a peer waits for a connect to be retried.
+    pub fn connecting(&self) -> bool {
+        self.slots.iter().any(|(_, e)| e.tx.is_none())
+    }
+
     /// Connections the engine knows (named or not yet).
     pub fn connections(&self) -> usize {
         self.links.iter().filter(|l| l.is_some()).count()

@@ -688,6 +688,15 @@ fn the_fuzz_harness_survives_honest_and_hostile_frames() {
             }),
             vec![5; 20],
         ),
+        (
+            h(Kind::RmaWrite, &|h| {
+                h.tag = 1;
+                h.addr = u64::MAX - 8;
+                h.len = 200;
+                h.off = 100;
+            }),
+            vec![6; 50],
+        ),
         (h(Kind::Credit, &|h| h.len = u64::MAX), vec![]),
         (h(Kind::Ping, &|_| {}), vec![]),
         (vec![99; 56], vec![]),
