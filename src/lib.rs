@@ -84,6 +84,7 @@ pub use xfer_core::{
     EndpointAttr, Error, Flags, JobKey, Params, PeerAddr, PeerEvent, PeerEventKind, RecvOp, RecvSpec, Rejected, Result,
     SendOp, Setting,
 };
+pub use xfer_core::{AtomicKind, AtomicOp, Datatype};
 /// The TCP transport's typed settings (keys `tcp.*` of [`Params`]).
 pub use xfer_tcp::TcpAttr;
 /// The verbs transport's typed settings (keys `verbs.*` of [`Params`]).

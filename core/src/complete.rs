@@ -1,6 +1,7 @@
 //! Turning finished operations into completion entries, for providers.
 
 use crate::addr::{Address, PeerAddr};
+use crate::atomic::AtomicOp;
 use crate::completion::{Completion, Flags};
 use crate::error::Error;
 use crate::provider::{RecvOp, RmaKind, RmaOp, SendOp};
@@ -140,6 +141,26 @@ pub fn rma(cq: &mut Sink<'_>, selective: bool, op: RmaOp, result: Result<(), Err
         src: op.peer,
         result,
         buf: op.buf.into_vec(),
+    });
+}
+
+/// Completes atomic `op` with the element's old value (fetching ones) or
+/// an error.
+pub fn atomic(cq: &mut Sink<'_>, op: AtomicOp, result: Result<u64, Error>) {
+    let way = if op.fetch { Flags::READ } else { Flags::WRITE };
+    let (data, result) = match result {
+        Ok(old) => (if op.fetch { old } else { 0 }, Ok(())),
+        Err(e) => (0, Err(e)),
+    };
+    cq.push_back(Completion {
+        context: op.context,
+        flags: Flags::ATOMIC | way,
+        len: op.dt.size(),
+        tag: 0,
+        data,
+        src: op.peer,
+        result,
+        buf: None,
     });
 }
 

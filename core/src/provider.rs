@@ -9,6 +9,7 @@
 use std::os::fd::RawFd;
 
 use crate::addr::{Address, AvTable, PeerAddr};
+use crate::atomic::AtomicOp;
 use crate::attr::EndpointAttr;
 use crate::buffer::Buffer;
 use crate::error::{Error, Result};
@@ -257,6 +258,16 @@ pub trait EndpointProvider: Send {
     fn rma(&mut self, cx: &mut Ctx<'_>, op: RmaOp) -> std::result::Result<(), Rejected<RmaOp>> {
         let _ = cx;
         Err(Rejected::new(Error::NotSupported("RMA"), op))
+    }
+    /// Starts a remote atomic. Its completion (flags `ATOMIC|READ` with the
+    /// old value in `data` when it fetches, else `ATOMIC|WRITE`) goes to
+    /// `cx.cq` once the target applied it.
+    fn atomic(&mut self, cx: &mut Ctx<'_>, op: AtomicOp) -> std::result::Result<(), Rejected<AtomicOp>> {
+        let _ = cx;
+        Err(Rejected::new(
+            Error::NotSupported("remote atomics on this provider"),
+            op,
+        ))
     }
     /// Copies `payload` and writes it to `addr` in the region `key` with no
     /// completion, even on failure (`fi_inject_write`).

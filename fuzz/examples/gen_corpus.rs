@@ -1052,6 +1052,24 @@ fn rdm_frames(root: &Path) -> usize {
         ]),
     );
     out.put(
+        "atomics",
+        &encode(&[
+            (h(Kind::Atomic, &|h| {
+                h.tag = 1;
+                h.addr = 8;
+                h.data = 5;
+                h.off = 7 | 2 << 8 | 1 << 16;
+                h.token = 6;
+            }), vec![]),
+            (h(Kind::Atomic, &|h| {
+                h.tag = 1;
+                h.addr = 4;
+                h.off = 7 | 12 << 8 | 1 << 16;
+            }), vec![]),
+            (h(Kind::AtomicDone, &|h| h.token = 1 << 32), vec![]),
+        ]),
+    );
+    out.put(
         "violations",
         &encode(&[
             (h(Kind::Credit, &|h| h.len = u64::MAX), vec![]),

@@ -95,6 +95,11 @@ impl Handler<'_, '_, '_> {
             }
             Kind::RmaData => self.s.on_read_data(at, h, payload),
             Kind::RmaDone => self.s.on_rma_done(self.cx, at, h),
+            Kind::Atomic => {
+                self.s.on_atomic(self.cx, p, h);
+                Ok(())
+            }
+            Kind::AtomicDone => self.s.on_atomic_done(self.cx, at, h),
             Kind::Data => {
                 let key = self.s.pushes.key_of(h.token).filter(|&k| self.s.pushes[k].peer == at);
                 let key = key.ok_or("pushed bytes for no receive waiting for them")?;

@@ -77,6 +77,9 @@ impl State {
         for (_, _, r) in self.rmas.remove_where(|r| r.peer == at) {
             complete::rma(&mut cx.cq, self.selective, r.op, Err(err.clone()));
         }
+        for (_, _, a) in self.atomics.remove_where(|a| a.peer == at) {
+            complete::atomic(&mut cx.cq, a.op, Err(err.clone()));
+        }
         self.write_failed.retain(|&(p, _, _)| p != at);
         if !src.is_unspec() {
             for op in self.rx.drain_posted_from(src) {
@@ -127,6 +130,9 @@ impl State {
         }
         for r in self.rmas.drain() {
             complete::rma(&mut cx.cq, self.selective, r.op, Err(Error::Canceled));
+        }
+        for a in self.atomics.drain() {
+            complete::atomic(&mut cx.cq, a.op, Err(Error::Canceled));
         }
         for op in self.rx.drain_posted() {
             complete::recv_failed(&mut cx.cq, op, Error::Canceled);

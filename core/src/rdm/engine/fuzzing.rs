@@ -2,7 +2,8 @@
 //! docs/FUZZING.md): one endpoint over the in-memory transport with what a
 //! peer's frames can touch set up — tagged and untagged receives posted, a
 //! rendezvous send, an acknowledged send and an RMA read of its own waiting
-//! on that peer, a registered region framed by guard bytes — then every
+//! on that peer, a registered region framed by guard bytes (RMA and atomic
+//! frames naming key 1 reach it) — then every
 //! frame of the input arrives on the peer's connection. Properties: no
 //! panic, nothing written outside the region (the guards are checked), and
 //! the endpoint still closes cleanly.
@@ -155,13 +156,16 @@ pub fn run(frames: &[(Vec<u8>, Vec<u8>)]) {
     });
     // The hostile side accepts the connection the sends made (taking the
     // endpoint's frames) and answers on it with the input's frames; an RMA
-    // frame naming key 1 and a small address gets the region's real key and
+    // or atomic frame naming key 1 and a small address gets the region's real key and
     // address, so the target's checks are reached past the key.
     hostile.progress(&mut Ignore);
     if let Some(conn) = hostile.conns().first().copied() {
         for (h, p) in frames {
             let mut h = h.clone();
-            if h.len() == LEN && (h[0] == Kind::RmaWrite as u8 || h[0] == Kind::RmaRead as u8) {
+            let targets_region = [Kind::RmaWrite, Kind::RmaRead, Kind::Atomic]
+                .iter()
+                .any(|k| h.first() == Some(&(*k as u8)));
+            if h.len() == LEN && targets_region {
                 let word = |h: &[u8], i: usize| u64::from_le_bytes(h[i..i + 8].try_into().unwrap_or([0; 8]));
                 if word(&h, 8) == 1 {
                     h[8..16].copy_from_slice(&key.to_le_bytes());

@@ -12,6 +12,7 @@
 //! - `credit`: eager credit and the receive memory, per peer.
 //! - `arrive`: what each arriving frame does.
 //! - `rma`: RMA served by the target in software, checked by its key table.
+//! - `atomic`: remote atomics applied by the target, checked the same way.
 //! - `fail`: a connection's end, and the endpoint's close.
 //! - `stall`: the progress timeout (peers alive but not progressing).
 //!
@@ -20,6 +21,7 @@
 //! back-pressure (a full ring or socket buffer) only paces the frames.
 
 mod arrive;
+mod atomic;
 mod credit;
 mod fail;
 mod out;
@@ -37,6 +39,7 @@ mod tests;
 use std::os::fd::RawFd;
 
 use crate::addr::{Address, AvTable, PeerAddr};
+use crate::atomic::AtomicOp;
 use crate::attr::EndpointAttr;
 use crate::complete::{self, Arrival};
 use crate::error::{Error, Result};
@@ -112,6 +115,7 @@ struct State {
     sends: Outstanding<Send>,
     pushes: Outstanding<Push>,
     rmas: Outstanding<rma::RmaTx>,
+    atomics: Outstanding<atomic::AtomicTx>,
     /// Writes (peer, token, status) that failed before their last frame.
     write_failed: Vec<((usize, u64), u64, u64)>,
     pulls: Vec<Pull>,
@@ -167,6 +171,7 @@ impl<T: Transport> Engine<T> {
                 sends: Outstanding::new(),
                 pushes: Outstanding::new(),
                 rmas: Outstanding::new(),
+                atomics: Outstanding::new(),
                 write_failed: Vec::new(),
                 pulls: Vec::new(),
                 doomed: Vec::new(),
@@ -457,6 +462,17 @@ impl<T: Transport> EndpointProvider for Engine<T> {
         Ok(())
     }
 
+    fn atomic(&mut self, cx: &mut Ctx<'_>, op: AtomicOp) -> std::result::Result<(), Rejected<AtomicOp>> {
+        if self.s.closed {
+            return Err(Rejected::new(Error::Canceled, op));
+        }
+        if cx.av.lookup(op.peer).is_none() {
+            return Err(Rejected::new(Error::AddressNotAvailable, op));
+        }
+        self.s.atomic(&mut self.t, cx, op);
+        Ok(())
+    }
+
     fn inject_write(
         &mut self,
         cx: &mut Ctx<'_>,
@@ -543,6 +559,7 @@ impl<T: Transport> EndpointProvider for Engine<T> {
             ("protocol_errors", st.protocol_errors),
             ("sends_outstanding", self.s.sends.len() as u64),
             ("rma_outstanding", self.s.rmas.len() as u64),
+            ("atomics_outstanding", self.s.atomics.len() as u64),
             ("peer_events_lost", self.s.events.lost()),
             ("connections", self.s.peers.connections() as u64),
             ("progress_probes", self.s.watch.probes),

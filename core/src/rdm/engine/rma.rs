@@ -137,7 +137,7 @@ impl State {
         }
         if status == status::OK && !payload.is_empty() {
             // An address past the end of memory is out of any region.
-            let addr = h.addr.checked_add(off).unwrap_or(u64::MAX);
+            let addr = h.addr.saturating_add(off);
             match cx
                 .domain
                 .remote_target(h.tag, addr, payload.len() as u64, Access::REMOTE_WRITE)

@@ -49,6 +49,7 @@ impl State {
         self.peers.get(at.0).is_some_and(|e| !e.queue.is_empty())
             || self.sends.iter().any(|(_, s)| s.peer == at)
             || self.rmas.iter().any(|(_, r)| r.peer == at)
+            || self.atomics.iter().any(|(_, a)| a.peer == at)
             || self.pushes.iter().any(|(_, p)| p.peer == at)
     }
 }
