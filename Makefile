@@ -4,7 +4,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: demo test test-shm setup build lint fuzz bench vm bench-vm install package
+.PHONY: demo test test-shm test-tcp-rdm setup build lint fuzz bench vm bench-vm install package
 PREFIX ?= /usr/local
 
 setup:
@@ -23,6 +23,7 @@ test: setup
 	$(CARGO) test --locked --workspace --doc
 	$(CARGO) test --locked --release --test conformance --test tcp_wire --test peer_death
 	@$(MAKE) --no-print-directory test-shm
+	@$(MAKE) --no-print-directory test-tcp-rdm
 	@$(MAKE) --no-print-directory fuzz
 	@$(MAKE) --no-print-directory lint
 	@$(MAKE) --no-print-directory package
@@ -39,6 +40,12 @@ test-shm:
 	XFER_PROVIDER=shm XFER_SCALE_PEERS=64 $(CARGO) test --locked --release $(SHM_SUITES)
 	XFER_PROVIDER=shm XFER_SHM_CMA=0 $(CARGO) test --locked --release --test conformance
 	XFER_PROVIDER=shm $(CARGO) test --locked -p xfer-capi --test c_suite c_suite_dynamically_linked
+
+# The same suites over TCP under the RDM engine (`tcp-rdm`, the step that
+# moves the TCP provider under the layer shm already uses).
+test-tcp-rdm:
+	XFER_PROVIDER=tcp-rdm XFER_SCALE_PEERS=64 $(CARGO) test --locked --release $(SHM_SUITES)
+	XFER_PROVIDER=tcp-rdm $(CARGO) test --locked -p xfer-capi --test c_suite c_suite_dynamically_linked
 
 # Every publishable crate packages and its package builds on its own (what
 # `cargo publish` would upload: nothing missing from `include`, path

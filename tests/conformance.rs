@@ -1935,7 +1935,7 @@ fn atomics_refuse_bad_keys_bounds_alignment_access_and_kinds() {
 
 #[test]
 fn concurrent_atomic_increments_from_several_endpoints_sum_exactly() {
-    const EACH: u64 = 500;
+    const EACH: u64 = 200;
     let mut target = Node::new();
     let mr = target.domain.register(vec![0; 8], Access::all()).unwrap();
     let rkey = rkey_of(&mr);

@@ -268,7 +268,7 @@ static void test_info(void)
     int n = xfer_info_count();
     CHECK(n >= 1);
     xfer_info_t info;
-    int tcp = 0, shm = 0;
+    int tcp = -1, shm = -1, tcp_rdm = -1;
     for (int i = 0; i < n; i++) {
         memset(&info, 0x55, sizeof info);
         CHECK_RC(xfer_info_get((size_t)i, &info), 0);
@@ -277,16 +277,17 @@ static void test_info(void)
         CHECK(info.detail[0] != '\0'); /* why it can or cannot run */
         CHECK(info.available == 0 || info.available == 1);
         if (strcmp(info.name, "tcp") == 0) {
-            tcp = 1;
+            tcp = i;
             CHECK(info.available == 1);
-            CHECK(i == n - 2); /* the network fallback */
         }
-        if (strcmp(info.name, "shm") == 0) {
-            shm = 1;
-            CHECK(i == n - 1); /* same-host peers only: never preferred */
-        }
+        if (strcmp(info.name, "shm") == 0)
+            shm = i;
+        if (strcmp(info.name, "tcp-rdm") == 0)
+            tcp_rdm = i;
     }
-    CHECK(tcp && shm);
+    /* TCP is the network fallback; shm (same-host peers only) and tcp-rdm
+     * (opened only when asked for) come after it, never preferred. */
+    CHECK(tcp >= 0 && shm == tcp + 1 && tcp_rdm == n - 1);
     CHECK_RC(xfer_info_get((size_t)n, &info), XFER_EINVAL);
     CHECK_RC(xfer_info_get(0, NULL), XFER_EINVAL);
 }

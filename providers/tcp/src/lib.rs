@@ -15,6 +15,7 @@ pub mod iface;
 mod link;
 pub mod name;
 mod rx;
+pub mod stream;
 mod sys;
 pub mod wire;
 
@@ -27,6 +28,7 @@ use xfer_core::unstable::provider::{DomainProvider, EndpointProvider, MrKeys};
 
 pub use attr::TcpAttr;
 pub use endpoint::TcpEndpoint;
+pub use stream::domain::TcpRdmDomain;
 
 /// The TCP provider's domain. Its one shared resource is the key table of
 /// memory registrations, which its endpoints consult (through
