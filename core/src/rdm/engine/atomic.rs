@@ -102,7 +102,7 @@ impl State {
         let tx = self.atomics.remove(key);
         let result = match u64::from(h.status) {
             status::OK => Ok(h.data),
-            c if c <= status::MAX => Err(status_error(c)),
+            c if c <= status::ATOMIC_MAX => Err(status_error(c)),
             _ => Err(Error::Protocol("unknown atomic status")),
         };
         complete::atomic(&mut cx.cq, tx.op, result);
