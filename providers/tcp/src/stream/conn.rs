@@ -37,7 +37,7 @@ pub struct Conn {
     pub reported: bool,
     /// Writability is watched (bytes wait to be written).
     pub watching_out: bool,
-    out: Vec<u8>,
+    pub(super) out: Vec<u8>,
     sent: usize,
     pub inbuf: Vec<u8>,
     start: usize,

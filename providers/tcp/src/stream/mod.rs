@@ -349,3 +349,92 @@ impl Transport for TcpTransport {
         false
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses_round_trip_and_bad_ones_are_refused() {
+        for at in ["127.0.0.1:4000", "[::1]:65535", "[fe80::1]:1"] {
+            let at: SocketAddr = at.parse().unwrap();
+            assert_eq!(decode(&encode(at, 7)), Some((at, 7)));
+        }
+        let good = encode("10.0.0.1:9".parse().unwrap(), 1);
+        assert_eq!(good.len(), 15);
+        assert!(decode(&good[..14]).is_none(), "short");
+        let mut six = good.clone();
+        six[10] = 6;
+        assert!(decode(&six).is_none(), "family and length disagree");
+        assert!(decode(&[]).is_none());
+    }
+
+    /// A stream between two transports of this process: a frame goes
+    /// through; a greeting naming another nonce is refused; a hostile length
+    /// ends the connection with a protocol error.
+    #[test]
+    fn frames_cross_a_stream_and_hostile_ones_end_it() {
+        let mut attr = TcpAttr::default();
+        attr.addr = Some("127.0.0.1".into());
+        let (mut a, mut b) = (TcpTransport::open(&attr).unwrap(), TcpTransport::open(&attr).unwrap());
+        struct Log(Vec<String>);
+        impl Events for Log {
+            fn event(&mut self, ev: Event<'_>) {
+                self.0.push(match ev {
+                    Event::Up { conn } => format!("up {conn}"),
+                    Event::Frame { payload, .. } => format!("frame {:?}", payload.to_vec()),
+                    Event::Down { conn, cause } => format!("down {conn} {cause:?}"),
+                });
+            }
+        }
+        let drive = |a: &mut TcpTransport, b: &mut TcpTransport, log: &mut Log, until: &dyn Fn(&Log) -> bool| {
+            let start = std::time::Instant::now();
+            while !until(log) {
+                a.progress(&mut Log(Vec::new()));
+                b.progress(log);
+                assert!(start.elapsed() < std::time::Duration::from_secs(20), "{:?}", log.0);
+            }
+        };
+        let conn = a.connect(b.address()).unwrap();
+        let mut log = Log(Vec::new());
+        drive(&mut a, &mut b, &mut log, &|l| l.0.iter().any(|e| e.starts_with("up")));
+        while a.send(conn, b"h", b"hello").is_err() {
+            a.progress(&mut Log(Vec::new()));
+        }
+        drive(&mut a, &mut b, &mut log, &|l| {
+            l.0.iter().any(|e| e.starts_with("frame"))
+        });
+        assert!(log.0.contains(&format!("frame {:?}", b"hello".to_vec())), "{:?}", log.0);
+        // A hostile length: more than the largest frame.
+        a.conns[conn].out.extend_from_slice(&u32::MAX.to_le_bytes());
+        a.conns[conn].out.push(0);
+        a.flush(conn);
+        drive(&mut a, &mut b, &mut log, &|l| l.0.iter().any(|e| e.starts_with("down")));
+        assert!(log.0.iter().any(|e| e.contains("Protocol")), "{:?}", log.0);
+        // A greeting for another endpoint's nonce: refused before any event.
+        let mut wrong = b.address().to_vec();
+        wrong[0] ^= 1;
+        let stray = a.connect(&wrong).unwrap();
+        let (mut quiet, mut dialler) = (Log(Vec::new()), Log(Vec::new()));
+        let start = std::time::Instant::now();
+        let gone = format!("down {stray} Closed");
+        while !dialler.0.contains(&gone) {
+            a.progress(&mut dialler);
+            b.progress(&mut quiet);
+            let _ = a.send(stray, b"h", b"x");
+            assert!(start.elapsed() < std::time::Duration::from_secs(20), "{:?}", dialler.0);
+        }
+        assert!(
+            quiet.0.is_empty(),
+            "the acceptor reported a stray connection: {:?} {:?}",
+            quiet.0,
+            dialler.0
+        );
+        assert!(
+            b.conns.is_empty(),
+            "{:?} {:?}",
+            b.conns.iter().map(|(i, c)| (i, c.phase, c.eof)).collect::<Vec<_>>(),
+            dialler.0
+        );
+    }
+}
