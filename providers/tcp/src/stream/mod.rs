@@ -374,8 +374,10 @@ mod tests {
     /// ends the connection with a protocol error.
     #[test]
     fn frames_cross_a_stream_and_hostile_ones_end_it() {
-        let mut attr = TcpAttr::default();
-        attr.addr = Some("127.0.0.1".into());
+        let attr = TcpAttr {
+            addr: Some("127.0.0.1".into()),
+            ..TcpAttr::default()
+        };
         let (mut a, mut b) = (TcpTransport::open(&attr).unwrap(), TcpTransport::open(&attr).unwrap());
         struct Log(Vec<String>);
         impl Events for Log {
