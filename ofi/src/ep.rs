@@ -123,7 +123,7 @@ pub(crate) struct Enabled {
     /// lock that also keeps two threads from routing this endpoint at once.
     router: Mutex<Router>,
     _av: Arc<AvCore>,
-    /// The xfer provider underneath (`tcp`, `verbs`).
+    /// The xfer provider underneath (`tcp`, `verbs`, `shm`).
     provider: &'static str,
 }
 
