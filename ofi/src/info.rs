@@ -100,6 +100,13 @@ pub fn serves_rma(provider: &str) -> bool {
     matches!(provider, "tcp" | "shm")
 }
 
+/// Whether provider `provider` admits only peers holding the endpoint's job
+/// key (`auth_key`): TCP and verbs do; the RDM engine under shm does not
+/// yet, so an `auth_key` is refused there rather than silently ignored.
+pub fn checks_job_keys(provider: &str) -> bool {
+    provider != "shm"
+}
+
 /// What the application asked for, read once out of its `fi_info`.
 #[derive(Debug, Default, Clone)]
 pub struct Hints {
@@ -322,6 +329,9 @@ pub fn select(h: &Hints, provider: &str, limits: Limits) -> Result<Offer, &'stat
     }
     if let Some(why) = h.auth_key_refused {
         return Err(why);
+    }
+    if (h.domain_auth_key.is_some() || h.ep_auth_key.is_some()) && !checks_job_keys(provider) {
+        return Err("auth_key: the shm provider does not check job keys");
     }
     if (h.caps | h.rx_caps) & fi::FI_SOURCE_ERR != 0 && (h.caps | h.rx_caps) & fi::FI_SOURCE == 0 {
         return Err("FI_SOURCE_ERR without FI_SOURCE");
@@ -764,6 +774,7 @@ mod tests {
             ep_auth_key: Some(b"mine".to_vec()),
             ..Hints::default()
         };
+        assert!(select(&h, "shm", L).is_err(), "shm does not check job keys");
         for p in ["tcp", "verbs"] {
             let o = select(&h, p, L).unwrap();
             assert_eq!(o.domain_auth_key.as_deref(), Some(&b"job"[..]), "{p}");
