@@ -155,7 +155,7 @@ fn parse_str(bytes: &[u8]) -> Option<Parsed> {
 
 /// The name whose bytes `hex` spells (two digits a byte).
 fn from_hex(hex: &str) -> Option<Address> {
-    if hex.len() % 2 != 0 || hex.len() > 2 * Address::MAX_LEN {
+    if !hex.len().is_multiple_of(2) || hex.len() > 2 * Address::MAX_LEN {
         return None;
     }
     let raw: Option<Vec<u8>> = (0..hex.len())
@@ -376,12 +376,19 @@ mod tests {
         let shm = Address::new(&raw).unwrap();
         let s = Format::Str.encode(&shm).unwrap();
         assert_eq!(s, b"fi_xfer_shm://03787392100000efcdab8967452301\0");
-        assert_eq!(Format::Str.decode(&s), Some(shm.clone()));
+        assert_eq!(Format::Str.decode(&s), Some(shm));
         assert_eq!(xfer_string(&shm), "fi_xfer_shm://03787392100000efcdab8967452301");
         let generic = format!("xfer://{}", &xfer_string(&shm)[SHM_PREFIX.len()..]);
-        assert_eq!(Format::Str.decode(generic.as_bytes()), Some(shm.clone()));
+        assert_eq!(Format::Str.decode(generic.as_bytes()), Some(shm));
         assert_eq!(Format::Str.listen_addr(&s), None, "an shm name is no TCP address");
-        let tcp = Address::new(&TcpName { addr: "127.0.0.1:7".parse().unwrap(), nonce: 5 }.to_vec()).unwrap();
+        let tcp = Address::new(
+            &TcpName {
+                addr: "127.0.0.1:7".parse().unwrap(),
+                nonce: 5,
+            }
+            .to_vec(),
+        )
+        .unwrap();
         let wrong = format!("{SHM_PREFIX}{}", &xfer_string(&tcp)["xfer://".len()..]);
         assert_eq!(Format::Str.decode(wrong.as_bytes()), None);
         assert!(is_shm(&shm) && !is_shm(&tcp));

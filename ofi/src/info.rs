@@ -1016,7 +1016,7 @@ mod tests {
             node: addr::resolve(Some(&node), None, false, None).unwrap(),
             ..Hints::default()
         };
-        assert_eq!(select(&h, "shm", L).unwrap().dest, Some(peer.clone()));
+        assert_eq!(select(&h, "shm", L).unwrap().dest, Some(peer));
         assert!(select(&h, "tcp", L).is_err(), "an shm name on tcp");
     }
 

@@ -114,7 +114,9 @@ fn run_over(exe: &Path, provider: Option<&str>, done: &str) {
         Some(p) => cmd.env("XFER_PROVIDER", p),
         None => cmd.env_remove("XFER_PROVIDER"),
     };
-    let name = exe.file_name().map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+    let name = exe
+        .file_name()
+        .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
     let out = wait_output(cmd.spawn().expect("running a C test"), &name, Duration::from_secs(60));
     check(&name, &out);
     let text = String::from_utf8_lossy(&out.stdout);
