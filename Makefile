@@ -32,7 +32,7 @@ test: setup
 # RDM engine over xfer-shm): conformance (also with cross-memory attach off,
 # so rendezvous and RMA take the two-copy path), peer death, flow control,
 # teardown, peer events and connections, the async layer, 64 local peers,
-# the C suite, and the libfabric plug-in's C suite and fi_pingpong over its
+# the C suite, and the libfabric plug-in's C suite, fi_pingpong and Open MPI over its
 # shm domain.
 SHM_SUITES = --test conformance --test peer_death --test flow_control --test teardown \
 	--test peer_close --test connection --test aio --test aio_connection --test scale
@@ -40,7 +40,7 @@ test-shm:
 	XFER_PROVIDER=shm XFER_SCALE_PEERS=64 $(CARGO) test --locked --release $(SHM_SUITES)
 	XFER_PROVIDER=shm XFER_SHM_CMA=0 $(CARGO) test --locked --release --test conformance
 	XFER_PROVIDER=shm $(CARGO) test --locked -p xfer-capi --test c_suite c_suite_dynamically_linked
-	XFER_PROVIDER=shm XFER_REQUIRE_VALGRIND=1 $(CARGO) test --locked -p xfer-ofi --test c_suite --test fi_pingpong
+	XFER_PROVIDER=shm XFER_REQUIRE_VALGRIND=1 $(CARGO) test --locked -p xfer-ofi --test c_suite --test fi_pingpong --test mpi
 
 # Every publishable crate packages and its package builds on its own (what
 # `cargo publish` would upload: nothing missing from `include`, path
