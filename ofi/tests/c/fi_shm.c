@@ -11,7 +11,8 @@
  *   a tagged message from A arrives intact; fi_av_straddr and fi_av_lookup
  *   give the string back; fi_av_insertsvc with the string as node and no
  *   service inserts it, with a service -FI_ENOSYS; a malformed string and a
- *   TCP endpoint's name are not inserted.
+ *   TCP endpoint's name are not inserted; fi_endpoint with an auth_key
+ *   -FI_EINVAL.
  * Prints "all shm checked" and exits 0. */
 #include <rdma/fabric.h>
 #include <rdma/fi_cm.h>
@@ -133,6 +134,15 @@ int main(void)
 	CHECK(r == 0 && nots[0] == FI_ADDR_NOTAVAIL && nots[1] == FI_ADDR_NOTAVAIL,
 	      "fi_av_insert of a malformed string and a TCP name = %d", r);
 	printf("straddr, lookup, insertsvc and bad strings checked\n");
+
+	/* A key given to fi_endpoint directly is refused too. */
+	struct fi_info *with_key = fi_dupinfo(info);
+	with_key->ep_attr->auth_key = (uint8_t *)strdup("job");
+	with_key->ep_attr->auth_key_size = 3;
+	struct fid_ep *kep;
+	r = fi_endpoint(domain, with_key, &kep, NULL);
+	CHECK(r == -FI_EINVAL, "fi_endpoint with an auth_key = %d", r);
+	fi_freeinfo(with_key);
 
 	fi_freeinfo(to_b);
 	fi_freeinfo(hints);
