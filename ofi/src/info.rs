@@ -379,7 +379,7 @@ pub fn select(h: &Hints, provider: &str, limits: Limits) -> Result<Offer, &'stat
             asked => asked,
         },
         caps: primary
-            | secondary(h.caps)
+            | secondary(h.caps, shm)
             | if rma { RMA_CAPS } else { 0 }
             | if rma_event { fi::FI_RMA_EVENT } else { 0 },
         av_type: if h.av_type == fi::FI_AV_MAP {
@@ -406,13 +406,21 @@ pub fn select(h: &Hints, provider: &str, limits: Limits) -> Result<Offer, &'stat
 }
 
 /// The secondary capabilities returned for `asked`: those asked for, both
-/// directions when none is named, and [`IMPLIED_CAPS`].
-fn secondary(asked: u64) -> u64 {
+/// directions when none is named, and [`IMPLIED_CAPS`]; on shm, which
+/// reaches this host only, `FI_REMOTE_COMM` only when asked for: Open MPI
+/// 4.1's ofi MTL asks for it even when every rank shares the node, and
+/// whoever forces shm vouches that every peer is local (a peer elsewhere
+/// fails at its first operation).
+fn secondary(asked: u64, shm: bool) -> u64 {
     let dirs = match asked & (fi::FI_SEND | fi::FI_RECV) {
         0 => fi::FI_SEND | fi::FI_RECV,
         some => some,
     };
-    (asked & SECONDARY_CAPS) | dirs | IMPLIED_CAPS
+    let implied = match shm {
+        true => fi::FI_LOCAL_COMM,
+        false => IMPLIED_CAPS,
+    };
+    (asked & SECONDARY_CAPS) | dirs | implied
 }
 
 /// Reads a C string field.
@@ -614,7 +622,7 @@ fn build(version: u32, offer: &Offer) -> Option<*mut fi::fi_info> {
     dom.mr_iov_limit = 1;
     dom.max_err_data = MAX_ERR_DATA;
     dom.cntr_cnt = DOMAIN_OBJECTS;
-    dom.caps = DOMAIN_CAPS;
+    dom.caps = DOMAIN_CAPS & caps;
     if let Some(k) = &offer.domain_auth_key {
         let (p, n) = malloc_copy(k);
         (dom.auth_key, dom.auth_key_size) = (p.cast(), n);
@@ -990,6 +998,12 @@ mod tests {
         )
         .unwrap();
         assert!(o.rma && o.caps & fi::FI_RMA_EVENT != 0 && o.format == Format::Str);
+        assert_eq!(o.caps & IMPLIED_CAPS, fi::FI_LOCAL_COMM, "this host only, unless asked");
+        let remote = Hints {
+            caps: fi::FI_TAGGED | IMPLIED_CAPS,
+            ..Hints::default()
+        };
+        assert_eq!(select(&remote, "shm", L).unwrap().caps & IMPLIED_CAPS, IMPLIED_CAPS);
         let refuse = |h: Hints| select(&h, "shm", L).unwrap_err();
         refuse(Hints {
             addr_format: fi::FI_SOCKADDR_IN,

@@ -1,6 +1,7 @@
 /* The plug-in's shm domain as a libfabric program meets it, one process,
  * asked for by name (domain_attr->name "shm"; no XFER_PROVIDER needed):
- * - fi_getinfo offers it with FI_ADDR_STR and with FI_RMA | FI_RMA_EVENT;
+ * - fi_getinfo offers it with FI_ADDR_STR and with FI_RMA | FI_RMA_EVENT,
+ *   FI_LOCAL_COMM and FI_REMOTE_COMM only when asked for;
  *   refuses a service (with and without FI_SOURCE), a node that is a host
  *   name, FI_SOCKADDR_IN, an auth_key (shm checks no job keys), and a node
  *   string naming a TCP endpoint (-FI_ENODATA each);
@@ -57,6 +58,16 @@ int main(void)
 	CHECK(info->addr_format == FI_ADDR_STR, "addr_format %u", info->addr_format);
 	CHECK(info->caps & FI_RMA_EVENT, "no FI_RMA_EVENT: caps %#llx", (unsigned long long)info->caps);
 	CHECK(!info->src_addr && !info->dest_addr, "addresses nobody named");
+	/* This host only: FI_REMOTE_COMM only when asked for (Open MPI's ofi
+	 * MTL asks for it). */
+	CHECK((info->caps & (FI_LOCAL_COMM | FI_REMOTE_COMM)) == FI_LOCAL_COMM &&
+		      !(info->domain_attr->caps & FI_REMOTE_COMM),
+	      "caps %#llx", (unsigned long long)info->caps);
+	struct fi_info *remote = shm_hints(FI_TAGGED | FI_LOCAL_COMM | FI_REMOTE_COMM, FI_FORMAT_UNSPEC), *r_info;
+	MUST(fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, remote, &r_info));
+	CHECK(r_info->caps & FI_REMOTE_COMM, "FI_REMOTE_COMM asked, not given");
+	fi_freeinfo(r_info);
+	fi_freeinfo(remote);
 	printf("shm offered with FI_ADDR_STR and FI_RMA_EVENT\n");
 
 	refused(hints, NULL, "9228", FI_SOURCE, "a service to listen on");
