@@ -132,45 +132,39 @@ pub struct AtomicOp {
     pub context: u64,
 }
 
-fn combine32(kind: AtomicKind, dt: Datatype, old: u32, operand: u32, compare: u32) -> u32 {
-    let f = |v: u32| f32::from_bits(v);
-    match (kind, dt) {
-        (AtomicKind::Sum, Datatype::F32) => (f(old) + f(operand)).to_bits(),
-        (AtomicKind::Min, Datatype::F32) => f(old).min(f(operand)).to_bits(),
-        (AtomicKind::Max, Datatype::F32) => f(old).max(f(operand)).to_bits(),
-        (AtomicKind::Min, Datatype::I32) => (old as i32).min(operand as i32) as u32,
-        (AtomicKind::Max, Datatype::I32) => (old as i32).max(operand as i32) as u32,
-        (AtomicKind::Min, _) => old.min(operand),
-        (AtomicKind::Max, _) => old.max(operand),
-        (AtomicKind::Sum, _) => old.wrapping_add(operand),
-        (AtomicKind::Bor, _) => old | operand,
-        (AtomicKind::Band, _) => old & operand,
-        (AtomicKind::Bxor, _) => old ^ operand,
-        (AtomicKind::Read, _) => old,
-        (AtomicKind::Write, _) => operand,
-        (AtomicKind::Cswap, _) if old == compare => operand,
-        (AtomicKind::Cswap, _) => old,
-    }
-}
-
-fn combine64(kind: AtomicKind, dt: Datatype, old: u64, operand: u64, compare: u64) -> u64 {
-    let f = |v: u64| f64::from_bits(v);
-    match (kind, dt) {
-        (AtomicKind::Sum, Datatype::F64) => (f(old) + f(operand)).to_bits(),
-        (AtomicKind::Min, Datatype::F64) => f(old).min(f(operand)).to_bits(),
-        (AtomicKind::Max, Datatype::F64) => f(old).max(f(operand)).to_bits(),
-        (AtomicKind::Min, Datatype::I64) => (old as i64).min(operand as i64) as u64,
-        (AtomicKind::Max, Datatype::I64) => (old as i64).max(operand as i64) as u64,
-        (AtomicKind::Min, _) => old.min(operand),
-        (AtomicKind::Max, _) => old.max(operand),
-        (AtomicKind::Sum, _) => old.wrapping_add(operand),
-        (AtomicKind::Bor, _) => old | operand,
-        (AtomicKind::Band, _) => old & operand,
-        (AtomicKind::Bxor, _) => old ^ operand,
-        (AtomicKind::Read, _) => old,
-        (AtomicKind::Write, _) => operand,
-        (AtomicKind::Cswap, _) if old == compare => operand,
-        (AtomicKind::Cswap, _) => old,
+/// `kind` on an element's bits, worked in 64 bits: a 32-bit element is
+/// widened (sign-extended, or `f32` to `f64`, exactly) and the result
+/// narrowed back (an `f32` sum rounds once, as `f32` addition does).
+fn combine(kind: AtomicKind, dt: Datatype, old: u64, operand: u64, compare: u64) -> u64 {
+    let widen = |v: u64| match dt {
+        Datatype::I32 => v as u32 as i32 as i64 as u64,
+        Datatype::U32 => v as u32 as u64,
+        Datatype::F32 => f64::from(f32::from_bits(v as u32)).to_bits(),
+        _ => v,
+    };
+    let (old_w, x) = (widen(old), widen(operand));
+    let f = f64::from_bits;
+    let new = match (kind, dt) {
+        (AtomicKind::Sum, Datatype::F32 | Datatype::F64) => (f(old_w) + f(x)).to_bits(),
+        (AtomicKind::Min, Datatype::F32 | Datatype::F64) => f(old_w).min(f(x)).to_bits(),
+        (AtomicKind::Max, Datatype::F32 | Datatype::F64) => f(old_w).max(f(x)).to_bits(),
+        (AtomicKind::Min, Datatype::I32 | Datatype::I64) => (old_w as i64).min(x as i64) as u64,
+        (AtomicKind::Max, Datatype::I32 | Datatype::I64) => (old_w as i64).max(x as i64) as u64,
+        (AtomicKind::Min, _) => old_w.min(x),
+        (AtomicKind::Max, _) => old_w.max(x),
+        (AtomicKind::Sum, _) => old_w.wrapping_add(x),
+        (AtomicKind::Bor, _) => old_w | x,
+        (AtomicKind::Band, _) => old_w & x,
+        (AtomicKind::Bxor, _) => old_w ^ x,
+        (AtomicKind::Read, _) => return old,
+        (AtomicKind::Write, _) => return operand,
+        (AtomicKind::Cswap, _) if widen(old) == widen(compare) => return operand,
+        (AtomicKind::Cswap, _) => return old,
+    };
+    match dt {
+        Datatype::F32 => u64::from((f64::from_bits(new) as f32).to_bits()),
+        Datatype::I32 | Datatype::U32 => new & 0xffff_ffff,
+        _ => new,
     }
 }
 
@@ -184,10 +178,9 @@ pub unsafe fn apply(ptr: *mut u8, kind: AtomicKind, dt: Datatype, operand: u64, 
     if dt.size() == 4 {
         // SAFETY: the caller's contract: a live, aligned 4-byte element.
         let cell = unsafe { AtomicU32::from_ptr(ptr.cast()) };
-        let (operand, compare) = (operand as u32, compare as u32);
         let old = cell
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |old| {
-                Some(combine32(kind, dt, old, operand, compare))
+                Some(combine(kind, dt, u64::from(old), operand, compare) as u32)
             })
             .unwrap_or_else(|v| v);
         u64::from(old)
@@ -195,7 +188,7 @@ pub unsafe fn apply(ptr: *mut u8, kind: AtomicKind, dt: Datatype, operand: u64, 
         // SAFETY: the caller's contract: a live, aligned 8-byte element.
         let cell = unsafe { AtomicU64::from_ptr(ptr.cast()) };
         cell.fetch_update(Ordering::AcqRel, Ordering::Acquire, |old| {
-            Some(combine64(kind, dt, old, operand, compare))
+            Some(combine(kind, dt, old, operand, compare))
         })
         .unwrap_or_else(|v| v)
     }
@@ -263,6 +256,25 @@ mod tests {
             )
         };
         assert_eq!((f32::from_bits(pair[0]), pair[1]), (2.5, 77));
+        let mut w = [u32::MAX, 9];
+        // SAFETY: as above.
+        unsafe { apply(w.as_mut_ptr().cast(), AtomicKind::Sum, Datatype::U32, 2, 0) };
+        assert_eq!(w, [1, 9], "wraps in 32 bits");
+        w[0] = (-5i32) as u32;
+        // SAFETY: as above.
+        unsafe { apply(w.as_mut_ptr().cast(), AtomicKind::Min, Datatype::I32, 3, 0) };
+        assert_eq!(w[0] as i32, -5, "signed");
+        // SAFETY: as above.
+        let old = unsafe {
+            apply(
+                w.as_mut_ptr().cast(),
+                AtomicKind::Cswap,
+                Datatype::I32,
+                7,
+                (-5i32) as u32 as u64,
+            )
+        };
+        assert_eq!((old as u32 as i32, w[0]), (-5, 7), "a 32-bit compare");
         assert!(!Datatype::F32.allows(AtomicKind::Bxor));
         assert_eq!(AtomicKind::from_u8(12), Some(AtomicKind::Cswap));
         assert_eq!(Datatype::from_u8(3), None);

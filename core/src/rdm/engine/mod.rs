@@ -222,6 +222,23 @@ impl State {
         Ok(p)
     }
 
+    /// Whether a posted operation to `peer` can start: the endpoint is open
+    /// and the peer is in the address vector.
+    fn accepts(&self, cx: &Ctx<'_>, peer: PeerAddr) -> Result<()> {
+        if self.closed {
+            return Err(Error::Canceled);
+        }
+        cx.av.lookup(peer).map(drop).ok_or(Error::AddressNotAvailable)
+    }
+
+    /// The peer an inject of `len` bytes goes to, after its size check.
+    fn inject_peer<T: Transport>(&mut self, t: &mut T, cx: &Ctx<'_>, peer: PeerAddr, len: usize) -> Result<usize> {
+        if len > self.inject_max {
+            return Err(Error::InvalidArgument("inject payload over the endpoint's inject_size"));
+        }
+        self.peer_for(t, cx.av, peer)
+    }
+
     /// Peer `p` has a connection up: it joins (once).
     fn joined(&mut self, p: usize, av: &AvTable) {
         if self.events.enabled() {
@@ -417,11 +434,8 @@ impl<T: Transport> EndpointProvider for Engine<T> {
     }
 
     fn send(&mut self, cx: &mut Ctx<'_>, op: SendOp) -> std::result::Result<(), Rejected<SendOp>> {
-        if self.s.closed {
-            return Err(Rejected::new(Error::Canceled, op));
-        }
-        if cx.av.lookup(op.peer).is_none() {
-            return Err(Rejected::new(Error::AddressNotAvailable, op));
+        if let Err(e) = self.s.accepts(cx, op.peer) {
+            return Err(Rejected::new(e, op));
         }
         self.s.send(&mut self.t, cx, op);
         Ok(())
@@ -435,10 +449,7 @@ impl<T: Transport> EndpointProvider for Engine<T> {
         data: Option<u64>,
         payload: &[u8],
     ) -> Result<()> {
-        if payload.len() > self.s.inject_max {
-            return Err(Error::InvalidArgument("inject payload over the endpoint's inject_size"));
-        }
-        let p = self.s.peer_for(&mut self.t, cx.av, peer)?;
+        let p = self.s.inject_peer(&mut self.t, cx, peer, payload.len())?;
         let bytes = cost(payload.len() as u64);
         if !self.s.affords(p, bytes) {
             // No buffer of the caller's to wait in by rendezvous.
@@ -452,22 +463,16 @@ impl<T: Transport> EndpointProvider for Engine<T> {
     }
 
     fn rma(&mut self, cx: &mut Ctx<'_>, op: RmaOp) -> std::result::Result<(), Rejected<RmaOp>> {
-        if self.s.closed {
-            return Err(Rejected::new(Error::Canceled, op));
-        }
-        if cx.av.lookup(op.peer).is_none() {
-            return Err(Rejected::new(Error::AddressNotAvailable, op));
+        if let Err(e) = self.s.accepts(cx, op.peer) {
+            return Err(Rejected::new(e, op));
         }
         self.s.rma(&mut self.t, cx, op);
         Ok(())
     }
 
     fn atomic(&mut self, cx: &mut Ctx<'_>, op: AtomicOp) -> std::result::Result<(), Rejected<AtomicOp>> {
-        if self.s.closed {
-            return Err(Rejected::new(Error::Canceled, op));
-        }
-        if cx.av.lookup(op.peer).is_none() {
-            return Err(Rejected::new(Error::AddressNotAvailable, op));
+        if let Err(e) = self.s.accepts(cx, op.peer) {
+            return Err(Rejected::new(e, op));
         }
         self.s.atomic(&mut self.t, cx, op);
         Ok(())
@@ -482,10 +487,7 @@ impl<T: Transport> EndpointProvider for Engine<T> {
         data: Option<u64>,
         payload: &[u8],
     ) -> Result<()> {
-        if payload.len() > self.s.inject_max {
-            return Err(Error::InvalidArgument("inject payload over the endpoint's inject_size"));
-        }
-        let p = self.s.peer_for(&mut self.t, cx.av, peer)?;
+        let p = self.s.inject_peer(&mut self.t, cx, peer, payload.len())?;
         let mut h = Header::message(Kind::RmaWrite, None, data);
         h.flags |= wire::LAST;
         h.tag = key;
