@@ -617,7 +617,7 @@ impl VerbsEndpoint {
             let c = self.conns.remove(k);
             self.by_id.remove(&(c.id.as_ptr() as usize));
             if let Some(qp) = &c.qp {
-                self.by_qpn.remove(&qp.qp_num());
+                self.by_qpn.remove(qp.qp_num());
             }
         }
     }

@@ -23,6 +23,7 @@ mod credit;
 mod keepalive;
 mod pool;
 mod post;
+mod qpn;
 mod stall;
 mod wc;
 
@@ -265,7 +266,7 @@ pub struct VerbsEndpoint {
     /// Peers with queued operations, to flush in progress.
     backlog: Vec<Address>,
     conns: Slab<Conn>,
-    by_qpn: FastMap<u32, usize>,
+    by_qpn: qpn::QpnMap,
     by_id: FastMap<usize, usize>,
     /// Posted work requests by `wr_id`.
     ops: Slab<Wr>,
@@ -373,7 +374,7 @@ impl VerbsEndpoint {
             peers: FastMap::default(),
             backlog: Vec::new(),
             conns: Slab::new(),
-            by_qpn: FastMap::default(),
+            by_qpn: qpn::QpnMap::default(),
             by_id: FastMap::default(),
             ops: Slab::new(),
             rndv: Outstanding::new(),

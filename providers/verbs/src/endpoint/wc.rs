@@ -80,7 +80,7 @@ impl VerbsEndpoint {
 
     fn on_send(&mut self, cx: &mut Ctx<'_>, wc: &Wc) {
         tracing::trace!(?wc, "send completion");
-        let Some(&k) = self.by_qpn.get(&wc.qp_num()) else {
+        let Some(k) = self.by_qpn.get(wc.qp_num()) else {
             tracing::debug!(qpn = wc.qp_num(), "send completion of an unknown QP");
             return;
         };
@@ -243,7 +243,7 @@ impl VerbsEndpoint {
         // The connection whose peer spent a message credit on this buffer.
         let mut credited = None;
         if wc.is_ok() {
-            match self.by_qpn.get(&wc.qp_num()).copied() {
+            match self.by_qpn.get(wc.qp_num()) {
                 Some(k) => match self.srq.data(idx, wc.byte_len() as usize) {
                     Ok(bytes) => {
                         let (ptr, len) = (bytes.as_ptr(), bytes.len());
