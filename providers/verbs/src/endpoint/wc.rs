@@ -8,7 +8,7 @@ use xfer_core::unstable::provider::{Ctx, RecvOp};
 use xfer_core::{Address, Error, PeerAddr, RmaKind};
 
 use super::credit::eager_cost;
-use super::{RtsTicket, State, Tx, Unexpected, VerbsEndpoint, Wr, WC_BATCH};
+use super::{RtsTicket, State, Tx, Unexpected, VerbsEndpoint, Wr, BARE_WR, WC_BATCH};
 use crate::cq::Wc;
 use crate::qp::RcQp;
 use crate::wire::Msg;
@@ -174,6 +174,9 @@ impl VerbsEndpoint {
 
     /// Ends posted request `key` with `result`, freeing what it held.
     pub(super) fn finish_wr(&mut self, cx: &mut Ctx<'_>, key: usize, result: xfer_core::Result<()>) {
+        if key & BARE_WR != 0 {
+            return; // it held nothing, and its send (if any) completed when posted
+        }
         let selective = self.attr.selective_completion;
         match self.ops.remove(key) {
             Wr::Ctrl { slot } => {
