@@ -35,14 +35,18 @@ impl VerbsEndpoint {
     /// queued before it and there is room; else queues it (connecting first
     /// if needed).
     pub(super) fn submit(&mut self, cx: &mut Ctx<'_>, dest: Address, tx: Tx) {
-        let peer = self.peers.entry(dest).or_default();
         let mut tx = tx;
-        if peer.queue.is_empty() {
-            if let Some(k) = peer.conn.filter(|&k| self.conns[k].state == State::Ready) {
-                match self.try_post(cx, k, tx) {
-                    Ok(()) | Err(Blocked::Done) => return,
-                    Err(Blocked::Room(back)) => tx = back,
-                }
+        // A look-up, not `entry`: the peer exists on every send but its first.
+        let ready = self
+            .peers
+            .get(&dest)
+            .filter(|p| p.queue.is_empty())
+            .and_then(|p| p.conn)
+            .filter(|&k| self.conns[k].state == State::Ready);
+        if let Some(k) = ready {
+            match self.try_post(cx, k, tx) {
+                Ok(()) | Err(Blocked::Done) => return,
+                Err(Blocked::Room(back)) => tx = back,
             }
         }
         self.stats.queued += 1;
