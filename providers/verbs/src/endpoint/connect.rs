@@ -16,7 +16,7 @@
 
 use std::time::{Duration, Instant};
 
-use xfer_core::unstable::addr::Address;
+use xfer_core::unstable::addr::{Address, PeerAddr};
 use xfer_core::unstable::provider::Ctx;
 use xfer_core::Error;
 
@@ -154,6 +154,7 @@ impl VerbsEndpoint {
             requests: Default::default(),
             share: Default::default(),
             silence: Default::default(),
+            src_hint: PeerAddr::UNSPEC,
             proven: false,
             serial,
             id,

@@ -238,6 +238,9 @@ pub(crate) struct Conn {
     pub(crate) share: xfer_core::unstable::rdm::Share,
     /// How long its peer's process has been silent (the progress timeout).
     pub(crate) silence: xfer_core::unstable::rdm::stall::Silence,
+    /// The peer's handle in the AV when last looked up: tried first (one
+    /// index and a compare) before hashing its name per message.
+    pub(crate) src_hint: PeerAddr,
     /// Whether its request carried a job key proof (active side).
     pub(crate) proven: bool,
     /// Tells this connection from a later one under the same slab key.

@@ -305,7 +305,8 @@ impl VerbsEndpoint {
             }
             return false;
         }
-        let src = cx.av.reverse(&from);
+        let src = cx.av.reverse_hinted(&from, self.conns[k].src_hint);
+        self.conns[k].src_hint = src;
         match msg {
             Msg::Eager { meta, payload } => {
                 let tag = meta.tag.unwrap_or(0);
