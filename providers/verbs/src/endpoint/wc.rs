@@ -52,7 +52,9 @@ impl VerbsEndpoint {
         // The batch buffer is taken out of `self` for the loop (a pointer
         // swap), so handlers can borrow the endpoint.
         let mut wcs = std::mem::take(&mut self.wcs);
-        wcs.resize_with(WC_BATCH, Wc::default);
+        if wcs.len() != WC_BATCH {
+            wcs.resize_with(WC_BATCH, Wc::default); // the first poll only
+        }
         let mut total = 0;
         loop {
             let n = match self.cq.poll(&mut wcs) {
