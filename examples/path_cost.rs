@@ -11,6 +11,10 @@
 //!     target/release/examples/path_cost [ITERS] [SIZE]
 //! ```
 //!
+//! Over verbs it runs in the Soft-RoCE guest: `bench/verbs-path-cost.sh`
+//! (rxe on loopback delivers within the posting call too). Connection set-up
+//! and warm-up run in [`warm_up`], outside the count.
+//!
 //! It prints the polls that found nothing, so a count polluted by waiting
 //! shows as such (docs/PERFORMANCE.md, "Software cost of the small-message path").
 //!
