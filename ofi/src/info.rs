@@ -97,14 +97,15 @@ pub const MSG_ORDER: u64 = fi::FI_ORDER_SAS;
 /// endpoint, the RDM engine under shm), so that it sees each one: remote
 /// counters (`FI_RMA_EVENT`) and counters bound to regions work there.
 pub fn serves_rma(provider: &str) -> bool {
-    matches!(provider, "tcp" | "shm")
+    matches!(provider, "tcp" | "shm" | "tcp-rdm")
 }
 
 /// Whether provider `provider` admits only peers holding the endpoint's job
 /// key (`auth_key`): TCP and verbs do; the RDM engine under shm does not
-/// yet, so an `auth_key` is refused there rather than silently ignored.
+/// yet (nor under tcp-rdm), so an `auth_key` is refused there rather than
+/// silently ignored.
 pub fn checks_job_keys(provider: &str) -> bool {
-    provider != "shm"
+    !matches!(provider, "shm" | "tcp-rdm")
 }
 
 /// What the application asked for, read once out of its `fi_info`.
@@ -659,10 +660,12 @@ fn default_ip() -> Option<IpAddr> {
 /// ranks would land on providers that cannot reach each other, so
 /// `XFER_PROVIDER` must be able to leave one entry. shm reaches this host
 /// only, so, as the facade does, it is offered only when chosen: forced, or
-/// named by the hints' `domain_attr->name` (`fi_info -d shm`).
+/// named by the hints' `domain_attr->name` (`fi_info -d shm`); so is
+/// `tcp-rdm` (TCP under the RDM engine, beside `tcp` while it replaces it:
+/// listed unasked, it would split ranks between the two).
 fn offered(forced: Option<&str>, asked: Option<&str>, name: &str) -> bool {
     match forced {
-        None => name != "shm" || asked == Some("shm"),
+        None => !matches!(name, "shm" | "tcp-rdm") || asked == Some(name),
         Some(f) => f == name,
     }
 }
@@ -760,6 +763,8 @@ mod tests {
         assert!(offered(Some("shm"), None, "shm") && !offered(Some("shm"), None, "tcp"));
         assert!(offered(None, Some("shm"), "shm"), "named by the hints");
         assert!(!offered(Some("tcp"), Some("shm"), "shm"), "XFER_PROVIDER wins");
+        assert!(!offered(None, None, "tcp-rdm"), "beside tcp: offered when chosen");
+        assert!(offered(Some("tcp-rdm"), None, "tcp-rdm") && offered(None, Some("tcp-rdm"), "tcp-rdm"));
     }
 
     #[test]
