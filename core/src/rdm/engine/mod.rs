@@ -186,10 +186,11 @@ impl State {
     /// The peer named by `peer`'s address-vector entry, connecting (and
     /// sending our hello) when there is none yet.
     fn peer_for<T: Transport>(&mut self, t: &mut T, av: &AvTable, peer: PeerAddr) -> std::result::Result<usize, Error> {
-        let name = *av.lookup(peer).ok_or(Error::AddressNotAvailable)?;
-        if let Some(p) = self.peers.find(&name) {
+        let name = av.lookup(peer).ok_or(Error::AddressNotAvailable)?;
+        if let Some(p) = self.peers.route(peer, name) {
             return Ok(p);
         }
+        let name = *name;
         let bytes = name.as_bytes();
         if bytes.first() != Some(&self.provider_id) {
             return Err(Error::AddressNotAvailable);
