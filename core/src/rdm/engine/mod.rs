@@ -235,7 +235,11 @@ impl State {
         }
         match protocol {
             Protocol::Eager if op.level == CompletionLevel::Inject => {
-                self.enqueue(p, bytes, Out::Eager(hdr.encode(), op));
+                let h = hdr.encode();
+                if self.write_now(t, p, bytes, &h, op.buf.as_slice()) {
+                    return complete::send(&mut cx.cq, self.selective, op, Ok(()));
+                }
+                self.enqueue(p, bytes, Out::Eager(h, op));
             }
             Protocol::Eager => {
                 let mut state = SendState::start(Protocol::Eager);
@@ -444,6 +448,9 @@ impl<T: Transport> EndpointProvider for Engine<T> {
             return Err(Error::Again);
         }
         let hdr = Header::message(Kind::Eager, tag, data).encode();
+        if self.s.write_now(&mut self.t, p, bytes, &hdr, payload) {
+            return Ok(());
+        }
         self.s.enqueue(p, bytes, Out::Owned(hdr, payload.to_vec()));
         self.s.flush(&mut self.t, cx, p);
         Ok(())

@@ -52,6 +52,25 @@ impl State {
         }
     }
 
+    /// Writes one frame to peer `p` at once, spending `cost` of its credit,
+    /// when nothing waits before it and the transport has room: `false`
+    /// leaves everything as it was, for the caller to queue the frame (a
+    /// connection that is gone is found again by the flush that follows).
+    #[inline]
+    pub(super) fn write_now<T: Transport>(&mut self, t: &mut T, p: usize, cost: u64, h: &[u8; LEN], payload: &[u8]) -> bool {
+        let Some(e) = self.peers.get_mut(p) else { return false };
+        let Some(tx) = e.tx else { return false };
+        if !e.queue.is_empty() || (cost > 0 && !e.credit.can_send(cost, 0)) {
+            return false;
+        }
+        if t.send(tx, h, payload).is_err() {
+            return false;
+        }
+        e.credit.spend(cost, 0);
+        e.starved = false;
+        true
+    }
+
     /// Writes what peer `p` has queued, in order, while the transport takes it.
     pub(super) fn flush<T: Transport>(&mut self, t: &mut T, cx: &mut Ctx<'_>, p: usize) {
         let room = t.max_payload();
