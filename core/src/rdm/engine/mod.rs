@@ -565,8 +565,10 @@ impl State {
             let mut h = arrive::Handler { s: self, cx };
             t.progress(&mut h);
         }
-        for pull in std::mem::take(&mut self.pulls) {
-            self.pull(t, cx, pull);
+        if !self.pulls.is_empty() {
+            for pull in std::mem::take(&mut self.pulls) {
+                self.pull(t, cx, pull);
+            }
         }
         self.end_doomed(t, cx);
         self.flush_all(t, cx);
