@@ -451,9 +451,11 @@ impl ShmPort {
             self.service_due = false;
             self.service(f);
         }
-        for id in std::mem::take(&mut self.ups) {
-            if self.peers.contains(id) {
-                f.event(Event::Up { peer: PeerId(id) });
+        if !self.ups.is_empty() {
+            for id in std::mem::take(&mut self.ups) {
+                if self.peers.contains(id) {
+                    f.event(Event::Up { peer: PeerId(id) });
+                }
             }
         }
         let mut n = 0;
