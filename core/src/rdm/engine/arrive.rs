@@ -37,10 +37,10 @@ impl Events for Handler<'_, '_, '_> {
             },
             Event::Frame { conn, header, payload } => {
                 let mut h = [0u8; wire::LEN];
-                let parsed = match header.len() == wire::LEN {
+                let parsed = match wire::carried(header.len()) {
                     true => {
                         header.copy_to(&mut h);
-                        Header::decode(&h)
+                        Header::parse(&h)
                     }
                     false => Err(crate::error::Error::Protocol("frame header of the wrong length")),
                 };

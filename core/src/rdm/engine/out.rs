@@ -63,7 +63,7 @@ impl State {
         if !e.queue.is_empty() || (cost > 0 && !e.credit.can_send(cost, 0)) {
             return false;
         }
-        if t.send(tx, h, payload).is_err() {
+        if t.send(tx, wire::trimmed(h), payload).is_err() {
             return false;
         }
         e.credit.spend(cost, 0);
@@ -89,10 +89,10 @@ impl State {
                 return;
             }
             let written = match front {
-                Out::Owned(h, payload) => t.send(tx, h, payload),
-                Out::Eager(h, op) => t.send(tx, h, op.buf.as_slice()),
+                Out::Owned(h, payload) => t.send(tx, wire::trimmed(h), payload),
+                Out::Eager(h, op) => t.send(tx, wire::trimmed(h), op.buf.as_slice()),
                 Out::Held(h, key) => match self.sends.get(*key) {
-                    Some(s) => t.send(tx, h, s.op.buf.as_slice()),
+                    Some(s) => t.send(tx, wire::trimmed(h), s.op.buf.as_slice()),
                     None => Ok(()),
                 },
                 Out::Push { key, to, off } => match self.sends.get_mut(*key) {
@@ -104,7 +104,7 @@ impl State {
                             let mut h = Header::new(Kind::Data);
                             h.token = *to;
                             h.off = *off as u64;
-                            r = t.send(tx, &h.encode(), &buf[*off..*off + n]);
+                            r = t.send(tx, wire::trimmed(&h.encode()), &buf[*off..*off + n]);
                             if r.is_err() {
                                 break;
                             }
@@ -121,7 +121,7 @@ impl State {
                     let Some((h, bytes)) = rma::write_frame(&self.rmas, *key, *off, room) else {
                         break Ok(());
                     };
-                    let sent = t.send(tx, &h.encode(), bytes);
+                    let sent = t.send(tx, wire::trimmed(&h.encode()), bytes);
                     if sent.is_err() || h.flags & wire::LAST != 0 {
                         break sent;
                     }
@@ -129,7 +129,7 @@ impl State {
                 },
                 Out::ReadBack(r) => loop {
                     let (h, bytes, n) = rma::read_frame(cx.domain, r, room);
-                    let sent = t.send(tx, &h.encode(), bytes);
+                    let sent = t.send(tx, wire::trimmed(&h.encode()), bytes);
                     if sent.is_err() || h.kind == Kind::RmaDone {
                         break sent;
                     }
