@@ -145,8 +145,8 @@ impl Handler<'_, '_, '_> {
                     data: h.data(),
                     src,
                 };
-                let from = self.s.peers.get(p).map(|e| e.name).unwrap_or(self.s.name);
-                complete::recv_from(&mut self.cx.cq, op, a, &from, self.s.source_err);
+                let from = self.s.peers.get(p).map_or(&self.s.name, |e| &e.name);
+                complete::recv_from(&mut self.cx.cq, op, a, from, self.s.source_err);
                 self.s.consumed(at, cost(payload.len() as u64), false);
             }
             None => {

@@ -185,12 +185,18 @@ impl<T: Transport> Engine<T> {
 impl State {
     /// The peer named by `peer`'s address-vector entry, connecting (and
     /// sending our hello) when there is none yet.
+    #[inline]
     fn peer_for<T: Transport>(&mut self, t: &mut T, av: &AvTable, peer: PeerAddr) -> std::result::Result<usize, Error> {
         let name = av.lookup(peer).ok_or(Error::AddressNotAvailable)?;
         if let Some(p) = self.peers.route(peer, name) {
             return Ok(p);
         }
-        let name = *name;
+        self.new_peer(t, peer, *name)
+    }
+
+    /// Connects to `name`, the address vector's `peer`, and queues our hello.
+    #[cold]
+    fn new_peer<T: Transport>(&mut self, t: &mut T, peer: PeerAddr, name: Address) -> std::result::Result<usize, Error> {
         let bytes = name.as_bytes();
         if bytes.first() != Some(&self.provider_id) {
             return Err(Error::AddressNotAvailable);
@@ -217,6 +223,7 @@ impl State {
         }
     }
 
+    #[inline]
     fn serial(&self, p: usize) -> (usize, u64) {
         (p, self.peers.get(p).map_or(0, |e| e.serial))
     }

@@ -171,6 +171,7 @@ impl Header {
     }
 
     /// The header's bytes.
+    #[inline]
     pub fn encode(&self) -> [u8; LEN] {
         let mut b = [0u8; LEN];
         b[0] = self.kind as u8;
