@@ -196,7 +196,12 @@ impl State {
 
     /// Connects to `name`, the address vector's `peer`, and queues our hello.
     #[cold]
-    fn new_peer<T: Transport>(&mut self, t: &mut T, peer: PeerAddr, name: Address) -> std::result::Result<usize, Error> {
+    fn new_peer<T: Transport>(
+        &mut self,
+        t: &mut T,
+        peer: PeerAddr,
+        name: Address,
+    ) -> std::result::Result<usize, Error> {
         let bytes = name.as_bytes();
         if bytes.first() != Some(&self.provider_id) {
             return Err(Error::AddressNotAvailable);

@@ -57,7 +57,14 @@ impl State {
     /// leaves everything as it was, for the caller to queue the frame (a
     /// connection that is gone is found again by the flush that follows).
     #[inline]
-    pub(super) fn write_now<T: Transport>(&mut self, t: &mut T, p: usize, cost: u64, h: &[u8; LEN], payload: &[u8]) -> bool {
+    pub(super) fn write_now<T: Transport>(
+        &mut self,
+        t: &mut T,
+        p: usize,
+        cost: u64,
+        h: &[u8; LEN],
+        payload: &[u8],
+    ) -> bool {
         let Some(e) = self.peers.get_mut(p) else { return false };
         let Some(tx) = e.tx else { return false };
         if !e.queue.is_empty() || (cost > 0 && !e.credit.can_send(cost, 0)) {
