@@ -196,3 +196,35 @@ impl Peers {
         e.hint
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn name(b: u8) -> Address {
+        Address::new(&[9, b]).unwrap()
+    }
+
+    #[test]
+    fn a_route_hint_is_checked_against_the_name() {
+        let mut peers = Peers::default();
+        let a = peers.add(name(1), None);
+        let b = peers.add(name(2), None);
+        let h = PeerAddr(3);
+        assert_eq!(peers.route(h, &name(1)), Some(a));
+        assert_eq!(peers.route(h, &name(1)), Some(a));
+        // The handle now names another peer: the stale hint is not taken.
+        assert_eq!(peers.route(h, &name(2)), Some(b));
+        assert_eq!(peers.route(h, &name(3)), None);
+        // The hinted slot reused by another name after a removal.
+        assert_eq!(peers.route(h, &name(2)), Some(b));
+        peers.remove(b);
+        let c = peers.add(name(4), None);
+        assert_eq!(c, b);
+        assert_eq!(peers.route(h, &name(2)), None);
+        assert_eq!(peers.route(h, &name(4)), Some(c));
+        // Handles past the dense table are looked up by name every time.
+        assert_eq!(peers.route(PeerAddr(u64::MAX - 1), &name(1)), Some(a));
+        assert_eq!(peers.route(PeerAddr::UNSPEC, &name(4)), Some(c));
+    }
+}
