@@ -4,7 +4,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: demo test test-shm setup build lint fuzz bench vm bench-vm install package
+.PHONY: demo test test-shm test-tcp-rdm setup build lint fuzz bench vm bench-vm install package
 PREFIX ?= /usr/local
 
 setup:
@@ -23,6 +23,7 @@ test: setup
 	$(CARGO) test --locked --workspace --doc
 	$(CARGO) test --locked --release --test conformance --test tcp_wire --test peer_death
 	@$(MAKE) --no-print-directory test-shm
+	@$(MAKE) --no-print-directory test-tcp-rdm
 	@$(MAKE) --no-print-directory fuzz
 	@$(MAKE) --no-print-directory lint
 	@$(MAKE) --no-print-directory package
@@ -32,13 +33,21 @@ test: setup
 # RDM engine over xfer-shm): conformance (also with cross-memory attach off,
 # so rendezvous and RMA take the two-copy path), peer death, flow control,
 # teardown, peer events and connections, the async layer, 64 local peers,
-# and the C suite.
+# a stopped peer (progress timeout), the C suite, and the libfabric plug-in's C
+# suite, fi_pingpong and Open MPI over its shm domain.
 SHM_SUITES = --test conformance --test peer_death --test flow_control --test teardown \
-	--test peer_close --test connection --test aio --test aio_connection --test scale
+	--test peer_close --test connection --test aio --test aio_connection --test scale --test tcp_stall
 test-shm:
 	XFER_PROVIDER=shm XFER_SCALE_PEERS=64 $(CARGO) test --locked --release $(SHM_SUITES)
 	XFER_PROVIDER=shm XFER_SHM_CMA=0 $(CARGO) test --locked --release --test conformance
 	XFER_PROVIDER=shm $(CARGO) test --locked -p xfer-capi --test c_suite c_suite_dynamically_linked
+	XFER_PROVIDER=shm XFER_REQUIRE_VALGRIND=1 $(CARGO) test --locked -p xfer-ofi --test c_suite --test fi_pingpong --test mpi
+
+# The same suites over TCP under the RDM engine (`tcp-rdm`, the step that
+# moves the TCP provider under the layer shm already uses).
+test-tcp-rdm:
+	XFER_PROVIDER=tcp-rdm XFER_SCALE_PEERS=64 $(CARGO) test --locked --release $(SHM_SUITES)
+	XFER_PROVIDER=tcp-rdm $(CARGO) test --locked -p xfer-capi --test c_suite c_suite_dynamically_linked
 
 # Every publishable crate packages and its package builds on its own (what
 # `cargo publish` would upload: nothing missing from `include`, path

@@ -7,6 +7,13 @@
 #             (libfabric's own tcp provider)
 #   ucx       --mca pml ucx --mca pml_ucx_tls any --mca pml_ucx_devices any -x UCX_TLS=tcp,self
 #   ob1-tcp   --mca pml ob1 --mca btl tcp,self
+# With --shm, the same over shared memory (2 ranks on one node):
+#   xfer-shm  as xfer, with -x XFER_PROVIDER=shm (the plug-in's shm domain)
+#   ofi-shm   --mca pml cm --mca mtl ofi --mca mtl_ofi_provider_include shm -x FI_PROVIDER=shm
+#             (libfabric's own shm provider)
+#   ucx       --mca pml ucx --mca pml_ucx_tls any --mca pml_ucx_devices any (UCX's defaults:
+#             its shared-memory transports)
+#   ob1-sm    --mca pml ob1 --mca btl vader,self (Open MPI 4.1's shared-memory BTL)
 # Each repetition runs the four in turn (the order rotates each repetition); the table
 # gives the median of the repetitions: NetPIPE's latency (half a round trip, usec) at 1 B
 # and 64 B and its bandwidth (Mbit/s) at 64 KiB and 1 MiB, then xfer's ratio to the best
@@ -16,15 +23,17 @@
 # machine is shared, and these are ratios from one run, not absolute figures.
 # Not part of `make test`.
 #
-# usage: bench/mpi-compare.sh [--reps N] [--keep]
+# usage: bench/mpi-compare.sh [--reps N] [--keep] [--shm]
 #   --reps N   repetitions (default 3)
 #   --keep     keep NetPIPE's raw output (the directory is printed)
+#   --shm      the shared-memory transports instead of the TCP ones
 # Needs openmpi-bin, netpipe-openmpi, libfabric (tcp provider), UCX (scripts/setup.sh and
 # tests/vm/setup.sh install them).
 set -euo pipefail
 
 REPS=3
 KEEP=0
+SHM=0
 while [[ $# -gt 0 ]]; do
     case "$1" in
     --reps)
@@ -33,7 +42,8 @@ while [[ $# -gt 0 ]]; do
         shift 2
         ;;
     --keep) KEEP=1; shift ;;
-    -h | --help) sed -n '2,26p' "$0"; exit 0 ;;
+    --shm) SHM=1; shift ;;
+    -h | --help) sed -n '2,35p' "$0"; exit 0 ;;
     *) echo "mpi-compare: unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -63,6 +73,15 @@ declare -A flags=(
     [ob1-tcp]="--mca pml ob1 --mca btl tcp,self"
 )
 names=(xfer ofi-tcp ucx ob1-tcp)
+if [ "$SHM" = 1 ]; then
+    flags=(
+        [xfer-shm]="--mca pml cm --mca mtl ofi --mca mtl_ofi_provider_include xfer -x FI_PROVIDER=xfer -x FI_PROVIDER_PATH=$prov -x XFER_PROVIDER=shm"
+        [ofi-shm]="--mca pml cm --mca mtl ofi --mca mtl_ofi_provider_include shm -x FI_PROVIDER=shm"
+        [ucx]="--mca pml ucx --mca pml_ucx_tls any --mca pml_ucx_devices any"
+        [ob1-sm]="--mca pml ob1 --mca btl vader,self"
+    )
+    names=(xfer-shm ofi-shm ucx ob1-sm)
+fi
 SIZES=(1 64 65536 1048576)
 
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
@@ -107,16 +126,16 @@ label() {
     esac
 }
 
-echo "NetPIPE (\`NPopenmpi -l 1 -u 1048576 -p 0\`), 2 ranks on loopback, median of $REPS run(s);"
+echo "NetPIPE (\`NPopenmpi -l 1 -u 1048576 -p 0\`), 2 ranks on one host, median of $REPS run(s);"
 echo "$(nproc) CPUs, load average $load_before before, $load_after after; $(date -u '+%F %H:%M') UTC,"
 echo "commit $(git describe --always --dirty 2>/dev/null || echo unknown)."
 echo
-echo "| | xfer | ofi-tcp | ucx | ob1-tcp | xfer / best of the others |"
+echo "| | ${names[0]} | ${names[1]} | ${names[2]} | ${names[3]} | ${names[0]} / best of the others |"
 echo "|---|---|---|---|---|---|"
 for s in "${SIZES[@]}"; do
     line="| $(label "$s") |"
     for n in "${names[@]}"; do line+=" ${val[$n.$s]} |"; done
-    ratio=$(awk -v x="${val[xfer.$s]}" -v a="${val[ofi-tcp.$s]}" -v b="${val[ucx.$s]}" -v c="${val[ob1-tcp.$s]}" \
+    ratio=$(awk -v x="${val[${names[0]}.$s]}" -v a="${val[${names[1]}.$s]}" -v b="${val[${names[2]}.$s]}" -v c="${val[${names[3]}.$s]}" \
         -v lat="$([ "$s" -le 64 ] && echo 1 || echo 0)" 'BEGIN {
         best = ""; split(a " " b " " c, v, " ")
         for (i = 1; i <= 3; i++) if (v[i] != "-" && (best == "" || (lat ? v[i] + 0 < best : v[i] + 0 > best))) best = v[i] + 0

@@ -55,6 +55,86 @@
 #define XFER_NAME_MAX 32
 
 /**
+ * A remote atomic (`FI_ATOMIC`), in a completion's `flags`.
+ */
+#define XFER_ATOMIC (1ull << 4)
+
+/**
+ * The smaller of the element and the operand (`FI_MIN`).
+ */
+#define XFER_ATOMIC_MIN 0
+
+/**
+ * The larger (`FI_MAX`).
+ */
+#define XFER_ATOMIC_MAX 1
+
+/**
+ * The sum; integers wrap (`FI_SUM`; fetch-and-add with a fetch).
+ */
+#define XFER_ATOMIC_SUM 2
+
+/**
+ * Bitwise or, integers only (`FI_BOR`).
+ */
+#define XFER_ATOMIC_BOR 6
+
+/**
+ * Bitwise and, integers only (`FI_BAND`).
+ */
+#define XFER_ATOMIC_BAND 7
+
+/**
+ * Bitwise exclusive or, integers only (`FI_BXOR`).
+ */
+#define XFER_ATOMIC_BXOR 9
+
+/**
+ * Reads the element (`FI_ATOMIC_READ`; fetching calls only).
+ */
+#define XFER_ATOMIC_READ 10
+
+/**
+ * Writes the operand (`FI_ATOMIC_WRITE`; swap with a fetch).
+ */
+#define XFER_ATOMIC_WRITE 11
+
+/**
+ * Compare-and-swap (`FI_CSWAP`; `xfer_ep_compare_atomic`).
+ */
+#define XFER_ATOMIC_CSWAP 12
+
+/**
+ * `int32_t` elements (`FI_INT32`).
+ */
+#define XFER_INT32 4
+
+/**
+ * `uint32_t` elements (`FI_UINT32`).
+ */
+#define XFER_UINT32 5
+
+/**
+ * `int64_t` elements (`FI_INT64`).
+ */
+#define XFER_INT64 6
+
+/**
+ * `uint64_t` elements (`FI_UINT64`).
+ */
+#define XFER_UINT64 7
+
+/**
+ * `float` elements (`FI_FLOAT`).
+ */
+#define XFER_FLOAT 8
+
+/**
+ * `double` elements (`FI_DOUBLE`).
+ */
+#define XFER_DOUBLE 9
+
+/**
  * A message (untagged) operation (`FI_MSG`).
  */
 #define XFER_MSG (1ull << 1)
@@ -387,6 +467,36 @@ typedef struct xfer_mr_t xfer_mr_t;
 typedef uint64_t xfer_addr_t;
 
 /**
+ * A peer's memory region as the initiator of RMA names it: filled by
+ * `xfer_rkey_unpack` from the bytes the target's `xfer_mr_rkey_pack` made.
+ *
+ * A plain struct owned by the caller: nothing to free, copy it freely, it
+ * is read only during the call it is passed to. It stays usable as long as
+ * the target keeps the region registered; after that, operations with it
+ * complete with `XFER_EACCES`.
+ */
+typedef struct xfer_rkey_t {
+    /**
+     * The region's start address in the target's memory.
+     */
+    uint64_t addr;
+    /**
+     * The region's length in bytes (informational: the target checks bounds).
+     */
+    uint64_t len;
+    /**
+     * The provider's remote key.
+     */
+    uint64_t key;
+    /**
+     * The id of the provider that registered it (1 = tcp, 2 = verbs; the
+     * first byte of its endpoints' names); RMA with a key of another
+     * provider than the endpoint's is `XFER_EINVAL`.
+     */
+    uint32_t provider;
+} xfer_rkey_t;
+
+/**
  * One completed operation, successful or not: `fi_cq_tagged_entry`
  * (same first six fields, same order) followed by the source address and
  * the error fields of `fi_cq_err_entry`, so errors need no second call.
@@ -673,36 +783,6 @@ typedef struct xfer_iov_t {
 } xfer_iov_t;
 
 /**
- * A peer's memory region as the initiator of RMA names it: filled by
- * `xfer_rkey_unpack` from the bytes the target's `xfer_mr_rkey_pack` made.
- *
- * A plain struct owned by the caller: nothing to free, copy it freely, it
- * is read only during the call it is passed to. It stays usable as long as
- * the target keeps the region registered; after that, operations with it
- * complete with `XFER_EACCES`.
- */
-typedef struct xfer_rkey_t {
-    /**
-     * The region's start address in the target's memory.
-     */
-    uint64_t addr;
-    /**
-     * The region's length in bytes (informational: the target checks bounds).
-     */
-    uint64_t len;
-    /**
-     * The provider's remote key.
-     */
-    uint64_t key;
-    /**
-     * The id of the provider that registered it (1 = tcp, 2 = verbs; the
-     * first byte of its endpoints' names); RMA with a key of another
-     * provider than the endpoint's is `XFER_EINVAL`.
-     */
-    uint32_t provider;
-} xfer_rkey_t;
-
-/**
  * An RMA operation for `xfer_ep_writemsg` / `xfer_ep_readmsg`
  * (`fi_msg_rma` with one local and one remote buffer).
  */
@@ -747,6 +827,64 @@ typedef struct xfer_rma_msg_t {
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
+
+/**
+ * Applies `op` (`XFER_ATOMIC_*`) with `operand` to the element of type
+ * `datatype` at `offset` bytes into the peer's region `*rkey`
+ * (`fi_atomic`). Returns 0 when posted; `XFER_EBADF`; `XFER_EINVAL` for an
+ * unknown operation or datatype, a bitwise operation on a floating-point
+ * type, `XFER_ATOMIC_READ` (which must fetch), a NULL `rkey`, a key of
+ * another provider; `XFER_EADDRNOTAVAIL` for a peer not in the AV;
+ * `XFER_EOPNOTSUPP` on a provider without atomics.
+ *
+ * # Safety
+ * `rkey` must be NULL or point to a readable `xfer_rkey_t` (read during the
+ * call only).
+ */
+int xfer_ep_atomic(struct xfer_ep_t *ep,
+                   uint32_t op,
+                   uint32_t datatype,
+                   uint64_t operand,
+                   xfer_addr_t peer,
+                   const struct xfer_rkey_t *rkey,
+                   uint64_t offset,
+                   void *context);
+
+/**
+ * Like `xfer_ep_atomic`, and the completion (`XFER_ATOMIC | XFER_READ`)
+ * carries the element's old value in `data` (`fi_fetch_atomic`:
+ * fetch-and-add with `XFER_ATOMIC_SUM`, swap with `XFER_ATOMIC_WRITE`, a read
+ * with `XFER_ATOMIC_READ`).
+ *
+ * # Safety
+ * As `xfer_ep_atomic`.
+ */
+int xfer_ep_fetch_atomic(struct xfer_ep_t *ep,
+                         uint32_t op,
+                         uint32_t datatype,
+                         uint64_t operand,
+                         xfer_addr_t peer,
+                         const struct xfer_rkey_t *rkey,
+                         uint64_t offset,
+                         void *context);
+
+/**
+ * Compare-and-swap (`fi_compare_atomic` with `FI_CSWAP`): the element of
+ * type `datatype` becomes `swap` if it equals `compare`; the completion's
+ * `data` is its old value (equal to `compare` when it swapped). Errors as
+ * `xfer_ep_atomic`.
+ *
+ * # Safety
+ * As `xfer_ep_atomic`.
+ */
+int xfer_ep_compare_atomic(struct xfer_ep_t *ep,
+                           uint32_t datatype,
+                           uint64_t compare,
+                           uint64_t swap,
+                           xfer_addr_t peer,
+                           const struct xfer_rkey_t *rkey,
+                           uint64_t offset,
+                           void *context);
 
 /**
  * Opens an address vector in `domain` and stores its handle in `*out`

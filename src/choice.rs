@@ -10,7 +10,14 @@ use crate::{Error, ProviderInfo, Result};
 /// that builds it (`None`: always built).
 /// `shm` reaches peers on this host only, so it is opened only when asked
 /// for until one endpoint chooses its transport per peer.
-pub const KNOWN: &[(&str, Option<&str>)] = &[("verbs", Some("verbs")), ("tcp", None), ("shm", None)];
+/// `tcp-rdm` (TCP under the RDM engine) is opened only when asked for while
+/// the TCP provider moves under the engine.
+pub const KNOWN: &[(&str, Option<&str>)] = &[
+    ("verbs", Some("verbs")),
+    ("tcp", None),
+    ("shm", None),
+    ("tcp-rdm", None),
+];
 
 /// What became of one provider when the facade chose.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -186,7 +193,12 @@ mod tests {
     fn first_available_is_chosen_and_the_rest_outranked() {
         let (r, c) = choose(
             None,
-            &[info("verbs", true), info("tcp", true), info("shm", true)],
+            &[
+                info("verbs", true),
+                info("tcp", true),
+                info("shm", true),
+                info("tcp-rdm", true),
+            ],
             open_ok,
         );
         assert!(r.is_ok());
@@ -195,7 +207,7 @@ mod tests {
         assert_eq!(c.verdict("tcp"), Some(&Verdict::Outranked("verbs")));
         assert_eq!(
             c.why_not(),
-            "tcp: available, but verbs is preferred; shm: available, but verbs is preferred"
+            "tcp: available, but verbs is preferred; shm: available, but verbs is preferred; tcp-rdm: available, but verbs is preferred"
         );
     }
 
@@ -203,19 +215,29 @@ mod tests {
     fn unavailable_and_failed_fall_back_with_their_reasons() {
         let (r, c) = choose(
             None,
-            &[info("verbs", false), info("tcp", true), info("shm", true)],
+            &[
+                info("verbs", false),
+                info("tcp", true),
+                info("shm", true),
+                info("tcp-rdm", true),
+            ],
             open_ok,
         );
         assert!(r.is_ok());
         assert_eq!(c.chosen, Some("tcp"));
         assert_eq!(
             c.why_not(),
-            "verbs: unavailable: no verbs device; shm: available, but tcp is preferred"
+            "verbs: unavailable: no verbs device; shm: available, but tcp is preferred; tcp-rdm: available, but tcp is preferred"
         );
 
         let (r, c) = choose(
             None,
-            &[info("verbs", true), info("tcp", true), info("shm", true)],
+            &[
+                info("verbs", true),
+                info("tcp", true),
+                info("shm", true),
+                info("tcp-rdm", true),
+            ],
             |name| match name {
                 "verbs" => Err(Error::Os(libc::ENODEV)),
                 _ => Ok(()),
@@ -228,14 +250,23 @@ mod tests {
 
     #[test]
     fn not_built_and_forced() {
-        let (r, c) = choose(None, &[info("tcp", true), info("shm", true)], open_ok);
+        let (r, c) = choose(
+            None,
+            &[info("tcp", true), info("shm", true), info("tcp-rdm", true)],
+            open_ok,
+        );
         assert!(r.is_ok());
         assert_eq!(c.verdict("verbs"), Some(&Verdict::NotBuilt("verbs")));
         assert!(c.why_not().contains("cargo feature `verbs` off"), "{}", c.why_not());
 
         let (r, c) = choose(
             Some("tcp"),
-            &[info("verbs", true), info("tcp", true), info("shm", true)],
+            &[
+                info("verbs", true),
+                info("tcp", true),
+                info("shm", true),
+                info("tcp-rdm", true),
+            ],
             open_ok,
         );
         assert!(r.is_ok());
@@ -243,13 +274,18 @@ mod tests {
         assert_eq!(c.verdict("verbs"), Some(&Verdict::NotRequested("tcp".into())));
         assert_eq!(
             c.why_not(),
-            "verbs: not requested (XFER_PROVIDER=tcp); shm: not requested (XFER_PROVIDER=tcp)"
+            "verbs: not requested (XFER_PROVIDER=tcp); shm: not requested (XFER_PROVIDER=tcp); tcp-rdm: not requested (XFER_PROVIDER=tcp)"
         );
 
         // Forcing an unavailable provider still tries it: the error is the report.
         let (r, c) = choose(
             Some("verbs"),
-            &[info("verbs", false), info("tcp", true), info("shm", true)],
+            &[
+                info("verbs", false),
+                info("tcp", true),
+                info("shm", true),
+                info("tcp-rdm", true),
+            ],
             |name| match name {
                 "verbs" => Err(Error::Os(libc::ENODEV)),
                 _ => Ok(()),
@@ -259,7 +295,11 @@ mod tests {
         assert_eq!(c.chosen, None);
         assert_eq!(c.verdict("tcp"), Some(&Verdict::NotRequested("verbs".into())));
 
-        let (r, _) = choose(Some("verbs"), &[info("tcp", true), info("shm", true)], open_ok);
+        let (r, _) = choose(
+            Some("verbs"),
+            &[info("tcp", true), info("shm", true), info("tcp-rdm", true)],
+            open_ok,
+        );
         assert!(matches!(r, Err(Error::NoProvider(m)) if m.contains("not compiled in")));
     }
 
@@ -267,7 +307,12 @@ mod tests {
     fn nothing_opens() {
         let (r, c) = choose(
             None,
-            &[info("verbs", false), info("tcp", true), info("shm", true)],
+            &[
+                info("verbs", false),
+                info("tcp", true),
+                info("shm", true),
+                info("tcp-rdm", true),
+            ],
             |_| Err::<(), _>(Error::Os(libc::EMFILE)),
         );
         let Err(Error::NoProvider(why)) = r else {
@@ -278,6 +323,6 @@ mod tests {
             "{why}"
         );
         assert_eq!(c.chosen, None);
-        assert!(c.to_string().starts_with("verbs  unavailable"), "{c}");
+        assert!(c.to_string().starts_with("verbs    unavailable"), "{c}");
     }
 }

@@ -84,6 +84,7 @@ pub use xfer_core::{
     EndpointAttr, Error, Flags, JobKey, Params, PeerAddr, PeerEvent, PeerEventKind, RecvOp, RecvSpec, Rejected, Result,
     SendOp, Setting,
 };
+pub use xfer_core::{AtomicKind, AtomicOp, Datatype};
 /// The TCP transport's typed settings (keys `tcp.*` of [`Params`]).
 pub use xfer_tcp::TcpAttr;
 /// The verbs transport's typed settings (keys `verbs.*` of [`Params`]).
@@ -117,12 +118,15 @@ pub struct ProviderInfo {
 
 /// The providers compiled in, in order of preference: `verbs` (when built
 /// with the `verbs` feature, the default), then `tcp`, then `shm` (peers on
-/// this host only: opened when `XFER_PROVIDER=shm` asks for it).
+/// this host only: opened when `XFER_PROVIDER=shm` asks for it), then
+/// `tcp-rdm` (TCP under core's RDM engine, opened only when asked for while
+/// the TCP provider moves under the engine).
 pub const PROVIDERS: &[&str] = &[
     #[cfg(feature = "verbs")]
     "verbs",
     "tcp",
     "shm",
+    "tcp-rdm",
 ];
 
 /// The providers compiled in, in order of preference, and whether each can
@@ -158,6 +162,11 @@ pub fn info_for(attr: &DomainAttr) -> Vec<ProviderInfo> {
         available: true,
         detail: "shared memory; peers on this host only (XFER_PROVIDER=shm)".into(),
     });
+    all.push(ProviderInfo {
+        name: "tcp-rdm",
+        available: true,
+        detail: "TCP under core's RDM engine, opened only when asked for (XFER_PROVIDER=tcp-rdm)".into(),
+    });
     all
 }
 
@@ -169,6 +178,7 @@ fn open_named(name: &'static str, params: &Params) -> Result<Domain> {
         "verbs" => Ok(Domain::new(Box::new(xfer_verbs::VerbsDomain::with_params(params)?))),
         "tcp" => Ok(Domain::new(Box::new(xfer_tcp::TcpDomain::with_params(params)?))),
         "shm" => Ok(Domain::new(Box::new(xfer_shm::ShmDomain::with_params(params)?))),
+        "tcp-rdm" => Ok(Domain::new(Box::new(xfer_tcp::TcpRdmDomain::with_params(params)?))),
         _ => Err(Error::Internal("open_named: provider not built")),
     }
 }
@@ -360,7 +370,7 @@ mod tests {
     fn info_lists_every_provider_in_order() {
         let names: Vec<&str> = info().iter().map(|p| p.name).collect();
         assert_eq!(names, PROVIDERS);
-        assert_eq!(PROVIDERS.last(), Some(&"shm"), "same-host only: never preferred");
+        assert_eq!(PROVIDERS[PROVIDERS.len() - 2..], ["shm", "tcp-rdm"], "never preferred");
         assert!(info().iter().all(|p| !p.detail.is_empty()));
     }
 }

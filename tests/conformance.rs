@@ -6,8 +6,8 @@ mod common;
 
 use common::{drive, expect, pattern, test_attr, wait_readable, Node};
 use xfer::{
-    Access, Buffer, Claim, CompletionLevel, Error, Flags, MemoryRegion, Peeked, PeerAddr, RecvOp, RecvSpec, RemoteKey,
-    RmaKind, RmaOp, SendOp,
+    Access, AtomicKind, Buffer, Claim, CompletionLevel, Datatype, Error, Flags, MemoryRegion, Peeked, PeerAddr, RecvOp,
+    RecvSpec, RemoteKey, RmaKind, RmaOp, SendOp,
 };
 
 const ANY: PeerAddr = PeerAddr::UNSPEC;
@@ -1795,4 +1795,186 @@ fn drive_until_data(a: &mut Node, target: &mut Node) -> Vec<xfer::Completion> {
         ns[1].done.iter().any(|c| c.flags.contains(Flags::REMOTE_CQ_DATA))
     });
     std::mem::take(&mut target.done)
+}
+
+// ---- Atomics -----------------------------------------------------------------
+
+/// The element at `offset` of `mr`'s memory, as 64 bits.
+fn word_at(mr: &MemoryRegion, offset: usize) -> u64 {
+    let v = mr.to_vec().unwrap();
+    u64::from_le_bytes(v[offset..offset + 8].try_into().unwrap())
+}
+
+/// Starts a fetching atomic; `false` (the test is skipped, with a message)
+/// on a provider without atomics.
+#[allow(clippy::too_many_arguments)]
+fn fetch(
+    a: &Node,
+    peer: PeerAddr,
+    kind: AtomicKind,
+    dt: Datatype,
+    operand: u64,
+    rkey: &RemoteKey,
+    offset: u64,
+    ctx: u64,
+) -> bool {
+    match a.ep.fetch_atomic(peer, kind, dt, operand, rkey, offset, ctx) {
+        Ok(()) => true,
+        Err(Error::NotSupported(what)) => {
+            eprintln!("skipping: {what}");
+            false
+        }
+        Err(e) => panic!("fetch_atomic: {e}"),
+    }
+}
+
+#[test]
+fn atomics_of_every_kind_and_datatype_fetch_the_old_value() {
+    let (mut a, mut b) = (Node::new(), Node::new());
+    let pb = a.add(&b);
+    let mr = b.domain.register(vec![0; 64], Access::all()).unwrap();
+    let rkey = rkey_of(&mr);
+    if !fetch(&a, pb, AtomicKind::Sum, Datatype::U64, 5, &rkey, 0, 1) {
+        return;
+    }
+    assert_eq!(expect(&mut [&mut a, &mut b], 0, 1).data, 0);
+    let f = |x: f64| x.to_bits();
+    // (kind, datatype, start, operand, expected after); each fetches `start`.
+    let cases: Vec<(AtomicKind, Datatype, u64, u64, u64)> = vec![
+        (AtomicKind::Sum, Datatype::U64, 5, 7, 12),
+        (AtomicKind::Sum, Datatype::I64, 5, (-7i64) as u64, (-2i64) as u64),
+        (AtomicKind::Min, Datatype::I64, (-2i64) as u64, 3, (-2i64) as u64),
+        (AtomicKind::Max, Datatype::U64, 3, 9, 9),
+        (AtomicKind::Bor, Datatype::U64, 0b1100, 0b1010, 0b1110),
+        (AtomicKind::Band, Datatype::U64, 0b1100, 0b1010, 0b1000),
+        (AtomicKind::Bxor, Datatype::U64, 0b1100, 0b1010, 0b0110),
+        (AtomicKind::Read, Datatype::U64, 42, 0, 42),
+        (AtomicKind::Write, Datatype::U64, 42, 7, 7),
+        (AtomicKind::Sum, Datatype::F64, f(1.5), f(2.25), f(3.75)),
+        (AtomicKind::Min, Datatype::F64, f(1.5), f(-2.0), f(-2.0)),
+        (AtomicKind::Max, Datatype::F64, f(1.5), f(-2.0), f(1.5)),
+    ];
+    for (i, &(kind, dt, start, operand, after)) in cases.iter().enumerate() {
+        let ctx = 100 + i as u64;
+        let offset = 8 * (1 + i as u64 % 6);
+        a.ep.atomic(pb, AtomicKind::Write, dt, start, &rkey, offset, ctx + 1000)
+            .unwrap();
+        assert_eq!(expect(&mut [&mut a, &mut b], 0, ctx + 1000).result, Ok(()));
+        a.ep.fetch_atomic(pb, kind, dt, operand, &rkey, offset, ctx).unwrap();
+        let c = expect(&mut [&mut a, &mut b], 0, ctx);
+        assert_eq!((c.result.clone(), c.data), (Ok(()), start), "{kind:?} {dt:?} fetched");
+        assert!(c.flags.contains(Flags::ATOMIC | Flags::READ), "{:?}", c.flags);
+        assert_eq!(word_at(&mr, offset as usize), after, "{kind:?} {dt:?} applied");
+    }
+    // 32-bit elements: four bytes, the neighbour untouched.
+    a.ep.atomic(pb, AtomicKind::Write, Datatype::U64, u64::MAX, &rkey, 56, 50)
+        .unwrap();
+    expect(&mut [&mut a, &mut b], 0, 50);
+    a.ep.fetch_atomic(pb, AtomicKind::Sum, Datatype::I32, 1, &rkey, 56, 51)
+        .unwrap();
+    assert_eq!(expect(&mut [&mut a, &mut b], 0, 51).data, u64::from(u32::MAX));
+    assert_eq!(word_at(&mr, 56), 0xffff_ffff_0000_0000);
+    a.ep.fetch_atomic(
+        pb,
+        AtomicKind::Sum,
+        Datatype::F32,
+        2.5f32.to_bits() as u64,
+        &rkey,
+        60,
+        52,
+    )
+    .unwrap();
+    expect(&mut [&mut a, &mut b], 0, 52);
+    // Compare-and-swap: swapped when equal, kept otherwise; the old value either way.
+    a.ep.atomic(pb, AtomicKind::Write, Datatype::U64, 12, &rkey, 8, 59)
+        .unwrap();
+    expect(&mut [&mut a, &mut b], 0, 59);
+    a.ep.compare_atomic(pb, Datatype::U64, 12, 77, &rkey, 8, 60).unwrap();
+    assert_eq!(expect(&mut [&mut a, &mut b], 0, 60).data, 12);
+    a.ep.compare_atomic(pb, Datatype::U64, 12, 88, &rkey, 8, 61).unwrap();
+    assert_eq!(expect(&mut [&mut a, &mut b], 0, 61).data, 77);
+    assert_eq!(word_at(&mr, 8), 77);
+    // Without a fetch: ATOMIC | WRITE.
+    a.ep.atomic(pb, AtomicKind::Sum, Datatype::U64, 3, &rkey, 8, 62)
+        .unwrap();
+    let c = expect(&mut [&mut a, &mut b], 0, 62);
+    assert!(c.flags.contains(Flags::ATOMIC | Flags::WRITE));
+    assert_eq!(word_at(&mr, 8), 80);
+}
+
+#[test]
+fn atomics_refuse_bad_keys_bounds_alignment_access_and_kinds() {
+    let (mut a, mut b) = (Node::new(), Node::new());
+    let pb = a.add(&b);
+    let mr = b.domain.register(vec![0; 32], Access::REMOTE_READ).unwrap();
+    let rkey = rkey_of(&mr);
+    if !fetch(&a, pb, AtomicKind::Read, Datatype::U64, 0, &rkey, 0, 1) {
+        return;
+    }
+    assert_eq!(
+        expect(&mut [&mut a, &mut b], 0, 1).result,
+        Ok(()),
+        "reading needs remote read only"
+    );
+    let refused = |a: &mut Node, b: &mut Node, kind, offset, key: &RemoteKey, ctx| {
+        a.ep.fetch_atomic(pb, kind, Datatype::U64, 1, key, offset, ctx).unwrap();
+        let c = expect(&mut [a, b], 0, ctx);
+        assert!(matches!(c.result, Err(Error::RemoteAccess(_))), "{ctx}: {:?}", c.result);
+    };
+    refused(&mut a, &mut b, AtomicKind::Sum, 0, &rkey, 2); // needs remote write
+    refused(&mut a, &mut b, AtomicKind::Read, 4, &rkey, 3); // misaligned
+    refused(&mut a, &mut b, AtomicKind::Read, 32, &rkey, 4); // past the end
+    refused(&mut a, &mut b, AtomicKind::Read, 0, &forged(&rkey), 5); // unknown key
+    assert_eq!(mr.to_vec().unwrap(), vec![0; 32], "refused atomics touch nothing");
+    let bitwise_float = a.ep.atomic(pb, AtomicKind::Bxor, Datatype::F64, 1, &rkey, 0, 6);
+    assert!(matches!(bitwise_float, Err(Error::InvalidArgument(_))));
+    let blind_read = a.ep.atomic(pb, AtomicKind::Read, Datatype::U64, 0, &rkey, 0, 7);
+    assert!(matches!(blind_read, Err(Error::InvalidArgument(_))));
+    connection_still_works(&mut a, &mut b, 8);
+}
+
+#[test]
+fn concurrent_atomic_increments_from_several_endpoints_sum_exactly() {
+    const EACH: u64 = 200;
+    let mut target = Node::new();
+    let mr = target.domain.register(vec![0; 8], Access::all()).unwrap();
+    let rkey = rkey_of(&mr);
+    let name = target.ep.name();
+    let probe = Node::new();
+    let probe_peer = probe.av.insert(name.as_bytes()).unwrap();
+    match probe
+        .ep
+        .atomic(probe_peer, AtomicKind::Sum, Datatype::U64, 0, &rkey, 0, 1)
+    {
+        Err(Error::NotSupported(what)) => return eprintln!("skipping: {what}"),
+        r => r.unwrap(),
+    }
+    let workers: Vec<_> = (0..3)
+        .map(|w| {
+            std::thread::spawn(move || {
+                let mut n = Node::new();
+                let peer = n.av.insert(name.as_bytes()).unwrap();
+                for i in 0..EACH {
+                    let ctx = w * 1_000_000 + i;
+                    n.ep.atomic(peer, AtomicKind::Sum, Datatype::U64, 1, &rkey, 0, ctx)
+                        .unwrap();
+                    assert_eq!(expect(&mut [&mut n], 0, ctx).result, Ok(()));
+                }
+            })
+        })
+        .collect();
+    let mut probe = probe;
+    let deadline = std::time::Instant::now() + common::DEADLINE;
+    while workers.iter().any(|w| !w.is_finished()) {
+        target.poll();
+        probe.poll();
+        assert!(std::time::Instant::now() < deadline, "increments did not finish");
+    }
+    for w in workers {
+        w.join().unwrap();
+    }
+    drive(&mut [&mut target, &mut probe], "the probe's increment", |ns| {
+        !ns[1].done.is_empty()
+    });
+    assert_eq!(word_at(&mr, 0), 3 * EACH, "every increment counted once");
 }

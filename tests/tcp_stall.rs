@@ -1,5 +1,6 @@
 //! The progress timeout (`EndpointAttr::progress_timeout_ms`) against a peer
-//! whose process is stopped while its kernel keeps the connection up: a
+//! whose process is stopped while its kernel keeps the connection up (TCP,
+//! and shared memory, whose socket stays open; `XFER_PROVIDER` picks): a
 //! child process (this binary again, `XFER_STALL_CHILD=1`) serves by
 //! polling and posts no receive. While it runs, a rendezvous send to it
 //! waits for a receive that never comes and is not failed (the child
@@ -64,14 +65,20 @@ fn a_stopped_peer_fails_waiting_operations_and_a_live_one_does_not() {
     if std::env::var_os(CHILD).is_some() {
         return;
     }
-    if std::env::var("XFER_PROVIDER").is_ok_and(|p| !p.is_empty() && p != "tcp") {
-        eprintln!("TCP's progress timeout test (verbs: providers/verbs/tests/stall.rs): skipped");
+    let provider = std::env::var("XFER_PROVIDER").unwrap_or_default();
+    let provider = if provider.is_empty() {
+        "tcp".to_string()
+    } else {
+        provider
+    };
+    if !["tcp", "shm", "tcp-rdm"].contains(&provider.as_str()) {
+        eprintln!("TCP's and shm's progress timeout test (verbs: providers/verbs/tests/stall.rs): skipped");
         return;
     }
     let mut child = Command::new(std::env::current_exe().expect("own test binary"))
         .args(["--exact", "stall_child", "--nocapture", "--test-threads=1"])
         .env(CHILD, "1")
-        .env("XFER_PROVIDER", "tcp")
+        .env("XFER_PROVIDER", &provider)
         .stdout(Stdio::piped())
         .spawn()
         .expect("spawn the child");

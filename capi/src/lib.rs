@@ -41,6 +41,7 @@
 compile_error!("the xfer C ABI encodes handles in 64-bit pointers");
 
 // Declared in the order the header presents them.
+pub mod atomic;
 pub mod av;
 pub mod cq;
 pub mod domain;

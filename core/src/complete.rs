@@ -1,6 +1,7 @@
 //! Turning finished operations into completion entries, for providers.
 
 use crate::addr::{Address, PeerAddr};
+use crate::atomic::AtomicOp;
 use crate::completion::{Completion, Flags};
 use crate::error::Error;
 use crate::provider::{RecvOp, RmaKind, RmaOp, SendOp};
@@ -88,6 +89,22 @@ pub fn recv_from(cq: &mut Sink<'_>, op: RecvOp, a: Arrival, from: &Address, sour
 }
 
 /// The error of a message from `from`, a sender not in the address vector.
+/// Copies `payload` (truncated to the buffer) into the receive `op` that
+/// matched it and completes it: `a` with its `len` set to what was copied,
+/// `olen` the payload's length; `from` is the sender's name and the
+/// endpoint's `source_err`.
+pub fn recv_copy(cq: &mut Sink<'_>, mut op: RecvOp, payload: &[u8], a: Arrival, from: (&Address, bool)) {
+    let buf = op.buf.as_mut_slice();
+    let len = buf.len().min(payload.len());
+    buf[..len].copy_from_slice(&payload[..len]);
+    let a = Arrival {
+        len,
+        olen: payload.len(),
+        ..a
+    };
+    recv_from(cq, op, a, from.0, from.1);
+}
+
 #[cold]
 fn unknown_source(from: &Address) -> Error {
     Error::UnknownSource(Box::new(*from))
@@ -124,6 +141,26 @@ pub fn rma(cq: &mut Sink<'_>, selective: bool, op: RmaOp, result: Result<(), Err
         src: op.peer,
         result,
         buf: op.buf.into_vec(),
+    });
+}
+
+/// Completes atomic `op` with the element's old value (fetching ones) or
+/// an error.
+pub fn atomic(cq: &mut Sink<'_>, op: AtomicOp, result: Result<u64, Error>) {
+    let way = if op.fetch { Flags::READ } else { Flags::WRITE };
+    let (data, result) = match result {
+        Ok(old) => (if op.fetch { old } else { 0 }, Ok(())),
+        Err(e) => (0, Err(e)),
+    };
+    cq.push_back(Completion {
+        context: op.context,
+        flags: Flags::ATOMIC | way,
+        len: op.dt.size(),
+        tag: 0,
+        data,
+        src: op.peer,
+        result,
+        buf: None,
     });
 }
 

@@ -17,6 +17,9 @@ impl Flags {
     pub const RMA: Flags = Flags(1 << 2);
     /// A tagged operation.
     pub const TAGGED: Flags = Flags(1 << 3);
+    /// A remote atomic (`FI_ATOMIC`): with `READ` it fetched the old value
+    /// (in `data`), with `WRITE` it did not.
+    pub const ATOMIC: Flags = Flags(1 << 4);
     /// An RMA read.
     pub const READ: Flags = Flags(1 << 8);
     /// An RMA write.

@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use crate::addr::{Address, PeerAddr};
+use crate::atomic::{AtomicKind, AtomicOp, Datatype};
 use crate::av::AddressVector;
 use crate::buffer::Buffer;
 use crate::cq::CompletionQueue;
@@ -337,6 +338,111 @@ impl Endpoint {
         context: u64,
     ) -> std::result::Result<(), Rejected<Vec<u8>>> {
         self.rma_owned(peer, RmaKind::Read, buf, remote, offset, None, context)
+    }
+
+    /// Starts remote atomic `op` (`fi_atomic` and friends with a count of
+    /// one). Refused with [`Error::InvalidArgument`] for a bitwise operation
+    /// on a floating-point type or a `Read` that does not fetch, and with
+    /// [`Error::NotSupported`] by a provider without atomics.
+    pub fn post_atomic(&self, op: AtomicOp) -> std::result::Result<(), Rejected<AtomicOp>> {
+        if !op.dt.allows(op.kind) {
+            return Err(Rejected::new(
+                Error::InvalidArgument("bitwise atomics need an integer datatype"),
+                op,
+            ));
+        }
+        if op.kind == AtomicKind::Read && !op.fetch {
+            return Err(Rejected::new(Error::InvalidArgument("an atomic read must fetch"), op));
+        }
+        let peer = op.peer;
+        self.submit(op, None, true, Some(peer), |ep, cx, op| ep.atomic(cx, op))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn atomic_at(
+        &self,
+        peer: PeerAddr,
+        kind: AtomicKind,
+        dt: Datatype,
+        (operand, compare): (u64, u64),
+        remote: &RemoteKey,
+        offset: u64,
+        fetch: bool,
+        context: u64,
+    ) -> Result<()> {
+        let op = AtomicOp {
+            peer,
+            kind,
+            dt,
+            operand,
+            compare,
+            addr: self.remote_addr(remote, offset)?,
+            key: remote.key(),
+            fetch,
+            context,
+        };
+        self.post_atomic(op).map_err(|r| r.error)
+    }
+
+    /// Applies `kind` with `operand` (the value's bits; a 32-bit type in the
+    /// low half) to the element of type `dt` at `offset` in the remote region
+    /// (`fi_atomic`); the completion (`ATOMIC|WRITE`) comes once the target
+    /// applied it.
+    #[allow(clippy::too_many_arguments)]
+    pub fn atomic(
+        &self,
+        peer: PeerAddr,
+        kind: AtomicKind,
+        dt: Datatype,
+        operand: u64,
+        remote: &RemoteKey,
+        offset: u64,
+        context: u64,
+    ) -> Result<()> {
+        self.atomic_at(peer, kind, dt, (operand, 0), remote, offset, false, context)
+    }
+
+    /// Like [`atomic`](Self::atomic), and the completion (`ATOMIC|READ`)
+    /// carries the element's old value in `data` (`fi_fetch_atomic`:
+    /// fetch-and-add with `Sum`, swap with `Write`, a read with `Read`).
+    #[allow(clippy::too_many_arguments)]
+    pub fn fetch_atomic(
+        &self,
+        peer: PeerAddr,
+        kind: AtomicKind,
+        dt: Datatype,
+        operand: u64,
+        remote: &RemoteKey,
+        offset: u64,
+        context: u64,
+    ) -> Result<()> {
+        self.atomic_at(peer, kind, dt, (operand, 0), remote, offset, true, context)
+    }
+
+    /// Compare-and-swap (`fi_compare_atomic` with `FI_CSWAP`): the element
+    /// becomes `swap` if it equals `compare`; the completion's `data` is its
+    /// old value (equal to `compare` when it swapped).
+    #[allow(clippy::too_many_arguments)]
+    pub fn compare_atomic(
+        &self,
+        peer: PeerAddr,
+        dt: Datatype,
+        compare: u64,
+        swap: u64,
+        remote: &RemoteKey,
+        offset: u64,
+        context: u64,
+    ) -> Result<()> {
+        self.atomic_at(
+            peer,
+            AtomicKind::Cswap,
+            dt,
+            (swap, compare),
+            remote,
+            offset,
+            true,
+            context,
+        )
     }
 
     /// Copies `payload` and writes it to `remote` at `offset` with no

@@ -36,6 +36,7 @@
 mod addr;
 #[cfg(feature = "serde")]
 mod addr_serde;
+mod atomic;
 mod attr;
 mod av;
 mod buffer;
@@ -61,6 +62,7 @@ mod tag;
 pub mod unstable;
 
 pub use addr::{Address, PeerAddr};
+pub use atomic::{AtomicKind, AtomicOp, Datatype};
 pub use attr::{CqAttr, DomainAttr, EndpointAttr, JobKey, Setting};
 pub use av::AddressVector;
 pub use buffer::{Buffer, LocalDesc};

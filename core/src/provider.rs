@@ -9,9 +9,11 @@
 use std::os::fd::RawFd;
 
 use crate::addr::{Address, AvTable, PeerAddr};
+use crate::atomic::AtomicOp;
 use crate::attr::EndpointAttr;
 use crate::buffer::Buffer;
 use crate::error::{Error, Result};
+use crate::mr::keys::{status_error, KeyTable};
 use crate::mr::Access;
 #[cfg(doc)]
 use crate::mr::RemoteKey;
@@ -213,17 +215,33 @@ pub trait DomainProvider: Send {
     /// The provider's id byte in packed remote keys (the same value as the
     /// first byte of its endpoint names: `0x01` for TCP).
     fn provider_id(&self) -> u8;
-    /// Registers `[addr, addr + len)` with `access` (`ibv_reg_mr`; for TCP
-    /// a key-table entry). The caller guarantees the memory stays valid
-    /// until [`deregister`](Self::deregister).
+    /// The registrations of a provider that serves RMA in software (TCP,
+    /// shm): with one, [`register`](Self::register),
+    /// [`deregister`](Self::deregister) and
+    /// [`remote_target`](Self::remote_target) are this table's. `None`
+    /// (the default): the provider has its own, or none.
+    fn key_table(&self) -> Option<&KeyTable> {
+        None
+    }
+    /// [`key_table`](Self::key_table), to change.
+    fn key_table_mut(&mut self) -> Option<&mut KeyTable> {
+        None
+    }
+    /// Registers `[addr, addr + len)` with `access` (`ibv_reg_mr`; for a
+    /// software provider a key-table entry). The caller guarantees the
+    /// memory stays valid until [`deregister`](Self::deregister).
     fn register(&mut self, addr: usize, len: usize, access: Access) -> Result<MrKeys> {
-        let _ = (addr, len, access);
-        Err(Error::NotSupported("memory registration"))
+        match self.key_table_mut() {
+            Some(keys) => keys.insert(addr, len, access),
+            None => Err(Error::NotSupported("memory registration")),
+        }
     }
     /// Ends the registration with this remote key; later accesses by peers
     /// fail. Must not fail (log instead).
     fn deregister(&mut self, key: u64) {
-        let _ = key;
+        if let Some(keys) = self.key_table_mut() {
+            keys.remove(key);
+        }
     }
     /// For providers that serve RMA in software: checks that `key` names a
     /// live registration granting `access` over `[addr, addr + len)` and
@@ -231,8 +249,10 @@ pub trait DomainProvider: Send {
     /// while the domain lock is held (a registration is only removed under
     /// it). The error is [`Error::RemoteAccess`] with the failed check.
     fn remote_target(&self, key: u64, addr: u64, len: u64, access: Access) -> Result<*mut u8> {
-        let _ = (key, addr, len, access);
-        Err(Error::NotSupported("software RMA target"))
+        match self.key_table() {
+            Some(keys) => keys.check(key, addr, len, access).map_err(status_error),
+            None => Err(Error::NotSupported("software RMA target")),
+        }
     }
 }
 
@@ -257,6 +277,16 @@ pub trait EndpointProvider: Send {
     fn rma(&mut self, cx: &mut Ctx<'_>, op: RmaOp) -> std::result::Result<(), Rejected<RmaOp>> {
         let _ = cx;
         Err(Rejected::new(Error::NotSupported("RMA"), op))
+    }
+    /// Starts a remote atomic. Its completion (flags `ATOMIC|READ` with the
+    /// old value in `data` when it fetches, else `ATOMIC|WRITE`) goes to
+    /// `cx.cq` once the target applied it.
+    fn atomic(&mut self, cx: &mut Ctx<'_>, op: AtomicOp) -> std::result::Result<(), Rejected<AtomicOp>> {
+        let _ = cx;
+        Err(Rejected::new(
+            Error::NotSupported("remote atomics on this provider"),
+            op,
+        ))
     }
     /// Copies `payload` and writes it to `addr` in the region `key` with no
     /// completion, even on failure (`fi_inject_write`).

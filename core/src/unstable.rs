@@ -13,6 +13,11 @@ pub mod addr {
     pub use crate::addr::*;
 }
 
+/// Remote atomics: their kinds, datatypes and the target's application.
+pub mod atomic {
+    pub use crate::atomic::*;
+}
+
 /// Attribute structs and the `XFER_*` environment helpers.
 pub mod attr {
     pub use crate::attr::*;

@@ -990,6 +990,96 @@ fn shm_rma(root: &Path) -> usize {
     out.count
 }
 
+/// `rdm_frames` inputs: a hostile peer's frames to the RDM engine, honest
+/// answers to its own operations (`fuzzing::TOKENS`) and violations.
+fn rdm_frames(root: &Path) -> usize {
+    use xfer_core::unstable::rdm::engine::fuzzing::{encode, TOKENS};
+    use xfer_core::unstable::rdm::engine::wire::{Header, Kind, LAST, TAGGED};
+    let mut out = Out::new(root, "rdm_frames");
+    let h = |kind: Kind, f: &dyn Fn(&mut Header)| {
+        let mut h = Header::new(kind);
+        f(&mut h);
+        h.encode().to_vec()
+    };
+    out.put(
+        "messages",
+        &encode(&[
+            (h(Kind::Eager, &|h| {
+                h.flags = TAGGED;
+                h.tag = 7;
+            }), vec![1; 300]),
+            (h(Kind::Eager, &|_| {}), vec![2; 10]),
+            (h(Kind::Rts, &|h| {
+                h.flags = TAGGED;
+                h.tag = 7;
+                h.len = 5000;
+                h.token = 3;
+            }), vec![]),
+        ]),
+    );
+    out.put(
+        "answers",
+        &encode(&[
+            (h(Kind::Cts, &|h| {
+                h.token = TOKENS[0];
+                h.addr = 77;
+            }), vec![]),
+            (h(Kind::Delivered, &|h| h.token = TOKENS[1]), vec![]),
+            (h(Kind::RmaData, &|h| h.token = TOKENS[2]), vec![5; 100]),
+            (h(Kind::RmaDone, &|h| h.token = TOKENS[2]), vec![]),
+        ]),
+    );
+    out.put(
+        "rma-target",
+        &encode(&[
+            (h(Kind::RmaWrite, &|h| {
+                h.tag = 1;
+                h.len = 100;
+                h.flags = LAST;
+                h.token = 4;
+            }), vec![3; 100]),
+            (h(Kind::RmaWrite, &|h| {
+                h.tag = 1;
+                h.addr = 4090;
+                h.len = 100;
+                h.flags = LAST;
+            }), vec![4; 100]),
+            (h(Kind::RmaRead, &|h| {
+                h.tag = 1;
+                h.len = 3000;
+                h.token = 5;
+            }), vec![]),
+        ]),
+    );
+    out.put(
+        "atomics",
+        &encode(&[
+            (h(Kind::Atomic, &|h| {
+                h.tag = 1;
+                h.addr = 8;
+                h.data = 5;
+                h.off = 7 | 2 << 8 | 1 << 16;
+                h.token = 6;
+            }), vec![]),
+            (h(Kind::Atomic, &|h| {
+                h.tag = 1;
+                h.addr = 4;
+                h.off = 7 | 12 << 8 | 1 << 16;
+            }), vec![]),
+            (h(Kind::AtomicDone, &|h| h.token = 1 << 32), vec![]),
+        ]),
+    );
+    out.put(
+        "violations",
+        &encode(&[
+            (h(Kind::Credit, &|h| h.len = u64::MAX), vec![]),
+            (h(Kind::Fin, &|h| h.token = 12345), vec![]),
+            (vec![99; 56], vec![]),
+        ]),
+    );
+    out.count
+}
+
 fn main() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("corpus");
     let conversations = tcp_stream(&root);
@@ -1003,6 +1093,7 @@ fn main() {
         ("verbs_cm", verbs_cm(&root)),
         ("shm_ring", shm_ring(&root)),
         ("shm_rma", shm_rma(&root)),
+        ("rdm_frames", rdm_frames(&root)),
     ];
     for (target, n) in counts {
         println!("{target}: {n} seeds in {}", root.join(target).display());

@@ -2,7 +2,8 @@
 //! `fi_getinfo` (fi_getinfo(3): the source with `FI_SOURCE`, else the
 //! destination), `src_addr`/`dest_addr` in xfer's name format, as a
 //! `struct sockaddr_in`/`sockaddr_in6` (`FI_SOCKADDR_IN`, `FI_SOCKADDR_IN6`)
-//! or as a string (`FI_ADDR_STR`: `xfer://` and the name in hex, or
+//! or as a string (`FI_ADDR_STR`: `xfer://` and the name in hex, an shm
+//! endpoint's name as `fi_xfer_shm://` and its name in hex, or
 //! `fi_sockaddr_in://IP:PORT`, `fi_sockaddr_in6://[IP]:PORT`).
 //!
 //! A destination known only by IP and port becomes the TCP name of
@@ -123,9 +124,14 @@ impl Format {
     }
 }
 
+/// The prefix of an shm endpoint's name as a string: libfabric's
+/// `fi_<format>://` convention (`fi_shm://` is libfabric's own shm
+/// provider's), with xfer's name so that the two are not confused.
+pub const SHM_PREFIX: &str = "fi_xfer_shm://";
+
 /// An address string's meaning.
 enum Parsed {
-    /// `xfer://` and an xfer name in hex.
+    /// `xfer://` (or, for an shm name, [`SHM_PREFIX`]) and an xfer name in hex.
     Name(Address),
     /// `fi_sockaddr_in://IP:PORT` or `fi_sockaddr_in6://[IP]:PORT`.
     Socket(SocketAddr),
@@ -136,14 +142,10 @@ fn parse_str(bytes: &[u8]) -> Option<Parsed> {
     let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
     let text = std::str::from_utf8(bytes.get(..end)?).ok()?;
     if let Some(hex) = text.strip_prefix("xfer://") {
-        if hex.len() % 2 != 0 || hex.len() > 2 * Address::MAX_LEN {
-            return None;
-        }
-        let raw: Option<Vec<u8>> = (0..hex.len())
-            .step_by(2)
-            .map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
-            .collect();
-        return Address::new(&raw?).ok().map(Parsed::Name);
+        return from_hex(hex).map(Parsed::Name);
+    }
+    if let Some(hex) = text.strip_prefix(SHM_PREFIX) {
+        return from_hex(hex).filter(is_shm).map(Parsed::Name);
     }
     let rest = text
         .strip_prefix("fi_sockaddr_in://")
@@ -151,9 +153,27 @@ fn parse_str(bytes: &[u8]) -> Option<Parsed> {
     rest.parse::<SocketAddr>().ok().map(Parsed::Socket)
 }
 
-/// `xfer://` and the name in hex (`fi_av_straddr`, `FI_ADDR_STR` names).
+/// The name whose bytes `hex` spells (two digits a byte).
+fn from_hex(hex: &str) -> Option<Address> {
+    if !hex.len().is_multiple_of(2) || hex.len() > 2 * Address::MAX_LEN {
+        return None;
+    }
+    let raw: Option<Vec<u8>> = (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
+        .collect();
+    Address::new(&raw?).ok()
+}
+
+/// Whether `addr` is an shm endpoint's name (its first byte, the provider's id).
+pub fn is_shm(addr: &Address) -> bool {
+    addr.as_bytes().first() == Some(&xfer_shm::PROVIDER_ID)
+}
+
+/// The name as a string (`fi_av_straddr`, `FI_ADDR_STR` names): `xfer://`
+/// and the name in hex, [`SHM_PREFIX`] for an shm endpoint's name.
 pub fn xfer_string(addr: &Address) -> String {
-    let mut s = String::from("xfer://");
+    let mut s = String::from(if is_shm(addr) { SHM_PREFIX } else { "xfer://" });
     for b in addr.as_bytes() {
         s.push_str(&format!("{b:02x}"));
     }
@@ -343,6 +363,35 @@ mod tests {
         assert!(resolve(None, Some("http-ish"), true, None).is_err());
         assert_eq!(resolve(None, None, true, None).unwrap(), Resolved::default());
         assert_eq!(resolve(None, None, false, None).unwrap(), Resolved::default());
+    }
+
+    /// An shm endpoint's name reads as `fi_xfer_shm://` and its bytes in
+    /// hex, and back; the generic `xfer://` form names it too; the shm
+    /// prefix on another provider's name is not an address.
+    #[test]
+    fn shm_names_as_strings() {
+        let mut raw = vec![xfer_shm::PROVIDER_ID, b'x', b's'];
+        raw.extend_from_slice(&4242u32.to_le_bytes());
+        raw.extend_from_slice(&0x0123_4567_89ab_cdefu64.to_le_bytes());
+        let shm = Address::new(&raw).unwrap();
+        let s = Format::Str.encode(&shm).unwrap();
+        assert_eq!(s, b"fi_xfer_shm://03787392100000efcdab8967452301\0");
+        assert_eq!(Format::Str.decode(&s), Some(shm));
+        assert_eq!(xfer_string(&shm), "fi_xfer_shm://03787392100000efcdab8967452301");
+        let generic = format!("xfer://{}", &xfer_string(&shm)[SHM_PREFIX.len()..]);
+        assert_eq!(Format::Str.decode(generic.as_bytes()), Some(shm));
+        assert_eq!(Format::Str.listen_addr(&s), None, "an shm name is no TCP address");
+        let tcp = Address::new(
+            &TcpName {
+                addr: "127.0.0.1:7".parse().unwrap(),
+                nonce: 5,
+            }
+            .to_vec(),
+        )
+        .unwrap();
+        let wrong = format!("{SHM_PREFIX}{}", &xfer_string(&tcp)["xfer://".len()..]);
+        assert_eq!(Format::Str.decode(wrong.as_bytes()), None);
+        assert!(is_shm(&shm) && !is_shm(&tcp));
     }
 
     /// `FI_SOURCE_ERR`'s `err_data` (the longest name in each format) fits

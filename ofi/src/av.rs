@@ -4,10 +4,9 @@
 //! (`FI_AV_TABLE`; `FI_AV_MAP` gets the same values).
 
 use std::ffi::{c_char, c_int, c_void};
-use std::fmt::Write as _;
 use std::sync::Arc;
 
-use xfer_facade::AddressVector;
+use xfer_facade::{Address, AddressVector};
 
 use crate::addr::{self, Format};
 use crate::domain::{self, DomainCore};
@@ -159,8 +158,9 @@ unsafe extern "C" fn insert(
 /// `fi_av_insertsvc`: the TCP endpoint listening at `node` (an IP or a
 /// host name) and `service` (a port number), or at `node` alone when it is
 /// an `FI_ADDR_STR` address; returns 1. A node that does
-/// not resolve or a service that is not a port `-FI_EINVAL`; on a verbs
-/// domain `-FI_ENOSYS` (verbs peers have no service).
+/// not resolve or a service that is not a port `-FI_EINVAL`; a service on
+/// a verbs or shm domain `-FI_ENOSYS` (their peers have no service; an shm
+/// peer's `fi_xfer_shm://` string goes as `node` alone).
 unsafe extern "C" fn insertsvc(
     av: *mut fi::fid_av,
     node: *const c_char,
@@ -174,11 +174,13 @@ unsafe extern "C" fn insertsvc(
         let Some(av) = (unsafe { get(av.cast()) }) else {
             return -(libc::EINVAL);
         };
-        if av.domain.xfer.provider() != "tcp" {
-            return -(libc::ENOSYS);
-        }
         if node.is_null() {
             return -(libc::EINVAL);
+        }
+        // Only TCP endpoints have services; elsewhere a node must be an
+        // address string (shm's fi_xfer_shm:// names).
+        if av.domain.xfer.provider() != "tcp" && !service.is_null() {
+            return -(libc::ENOSYS);
         }
         // SAFETY: C strings (or a null service) from the application.
         let (node, service) = unsafe {
@@ -283,7 +285,8 @@ pub(crate) unsafe fn copy_out(bytes: &[u8], out: *mut c_void, len: *mut usize) -
     }
 }
 
-/// `fi_av_straddr`: in xfer's format `xfer://` and the name in hex; a
+/// `fi_av_straddr`: in xfer's format `xfer://` (`fi_xfer_shm://` for an
+/// shm endpoint's name) and the name in hex; a
 /// socket address as libfabric prints one (`fi_sockaddr_in://IP:PORT`,
 /// `fi_sockaddr_in6://[IP]:PORT`).
 unsafe extern "C" fn straddr(
@@ -306,13 +309,10 @@ unsafe extern "C" fn straddr(
         };
         let mut s = match (format, addr::from_sockaddr(bytes)) {
             (Format::Str, _) => String::from_utf8_lossy(bytes).into_owned(),
-            (Format::Xfer, _) => {
-                let mut s = String::from("xfer://");
-                for b in name::decode(bytes).unwrap_or(&[]) {
-                    let _ = write!(s, "{b:02x}");
-                }
-                s
-            }
+            (Format::Xfer, _) => match name::decode(bytes).map(Address::new) {
+                Some(Ok(a)) => addr::xfer_string(&a),
+                _ => String::from("xfer://"),
+            },
             (Format::Inet, Some(at)) => format!("fi_sockaddr_in://{at}"),
             (Format::Inet6, Some(at)) => format!("fi_sockaddr_in6://{at}"),
             (_, None) => String::from("fi_sockaddr://?"),

@@ -13,7 +13,7 @@
 //! CQs: `fi_cntr_read` and `fi_cntr_wait` drive the bound endpoints.
 //! Remote counters (`FI_REMOTE_WRITE`, `FI_REMOTE_READ`) need an endpoint
 //! with `FI_RMA_EVENT` (elsewhere binding them is `-FI_EINVAL`), offered on
-//! `tcp` only: such an endpoint's xfer endpoint reports every RMA a peer
+//! `tcp` and `shm` only: such an endpoint's xfer endpoint reports every RMA a peer
 //! applies to it (`EndpointAttr::rma_events`), and the router counts those
 //! events (and writes with data) and drops the events without data. Bound
 //! to a region instead (`fi_mr_bind`), a counter counts the RMA applied to

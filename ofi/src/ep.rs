@@ -123,7 +123,7 @@ pub(crate) struct Enabled {
     /// lock that also keeps two threads from routing this endpoint at once.
     router: Mutex<Router>,
     _av: Arc<AvCore>,
-    /// The xfer provider underneath (`tcp`, `verbs`).
+    /// The xfer provider underneath (`tcp`, `verbs`, `shm`).
     provider: &'static str,
 }
 
@@ -821,6 +821,13 @@ pub(crate) unsafe extern "C" fn open(
                 None => None,
             };
         let auth_key = own_key.or_else(|| domain.auth_key.clone());
+        if auth_key.is_some() && !crate::info::checks_job_keys(domain.xfer.provider()) {
+            tracing::warn!(
+                provider = domain.xfer.provider(),
+                "fi_endpoint: auth_key refused: this xfer provider does not check job keys"
+            );
+            return -(libc::EINVAL);
+        }
         // SAFETY: as above.
         let tx_op_flags = unsafe { info.tx_attr.as_ref() }.map_or(0, |tx| tx.op_flags);
         // SAFETY: as above.

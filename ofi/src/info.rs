@@ -1,6 +1,6 @@
 //! `fi_getinfo`: one `fi_info` per usable xfer provider (verbs when a device
-//! is usable, then tcp), each refused when the hints ask for something xfer
-//! cannot do.
+//! is usable, then tcp; shm when it is the one chosen), each refused when
+//! the hints ask for something xfer cannot do.
 
 use std::ffi::{c_char, c_int, CStr};
 use std::net::{IpAddr, SocketAddr};
@@ -44,8 +44,8 @@ pub const RMA_CAPS: u64 = fi::FI_RMA | fi::FI_READ | fi::FI_WRITE | fi::FI_REMOT
 /// `FI_ADDR_STR` string of an xfer name is the longest).
 pub const MAX_ERR_DATA: usize = 128;
 /// Everything an endpoint can be asked for. `FI_RMA_EVENT` (remote
-/// counters) only on `tcp`, whose target serves RMA itself, and only when
-/// asked: a verbs target never sees the RDMA its NIC applies.
+/// counters) only where the target serves RMA itself ([`serves_rma`]), and
+/// only when asked: a verbs target never sees the RDMA its NIC applies.
 pub const CAPS: u64 = PRIMARY_CAPS | SECONDARY_CAPS | RMA_CAPS | fi::FI_RMA_EVENT;
 /// Registration mode with RMA: remote addresses are virtual addresses, keys
 /// are xfer's (`fi_mr_key`), registered memory must be allocated.
@@ -92,6 +92,20 @@ pub const TAG_GENERIC: u64 = 0xAAAA_AAAA_AAAA_AAAA;
 /// Message ordering: sends to one peer arrive in order (one TCP connection,
 /// one RC QP per peer).
 pub const MSG_ORDER: u64 = fi::FI_ORDER_SAS;
+
+/// Whether provider `provider`'s target applies peers' RMA itself (TCP's
+/// endpoint, the RDM engine under shm), so that it sees each one: remote
+/// counters (`FI_RMA_EVENT`) and counters bound to regions work there.
+pub fn serves_rma(provider: &str) -> bool {
+    matches!(provider, "tcp" | "shm")
+}
+
+/// Whether provider `provider` admits only peers holding the endpoint's job
+/// key (`auth_key`): TCP and verbs do; the RDM engine under shm does not
+/// yet, so an `auth_key` is refused there rather than silently ignored.
+pub fn checks_job_keys(provider: &str) -> bool {
+    provider != "shm"
+}
 
 /// What the application asked for, read once out of its `fi_info`.
 #[derive(Debug, Default, Clone)]
@@ -219,8 +233,9 @@ pub fn select(h: &Hints, provider: &str, limits: Limits) -> Result<Offer, &'stat
         return Err("address formats: xfer names (FI_FORMAT_UNSPEC), FI_SOCKADDR_IN, FI_SOCKADDR_IN6");
     };
     let tcp = provider == "tcp";
-    if format != Format::Xfer && !tcp {
-        return Err("socket address formats are the TCP provider's");
+    let shm = provider == "shm";
+    if format != Format::Xfer && !tcp && !(shm && format == Format::Str) {
+        return Err("socket address formats are the TCP provider's, address strings TCP's and shm's");
     }
     if h.protocol != fi::FI_PROTO_UNSPEC {
         return Err("no libfabric wire protocol: xfer speaks its own");
@@ -281,7 +296,13 @@ pub fn select(h: &Hints, provider: &str, limits: Limits) -> Result<Offer, &'stat
         (None, None) => None,
     };
     if !tcp && (src.is_some() || h.node.dest.is_some()) {
-        return Err("node, service and src_addr name TCP addresses (verbs listens where XFER_VERBS_ADDR says)");
+        return Err(match shm {
+            true => "node and service name TCP addresses: an shm endpoint's name is its process id and a nonce, given out of band (fi_getname) or as an fi_xfer_shm:// node",
+            false => "node, service and src_addr name TCP addresses (verbs listens where XFER_VERBS_ADDR says)",
+        });
+    }
+    if dest.as_ref().is_some_and(|d| addr::is_shm(d) != shm) {
+        return Err("the destination is an endpoint of another xfer provider (shm names reach shm endpoints only)");
     }
     if format == Format::Inet6 && src.is_some_and(|a| a.is_ipv4())
         || format == Format::Inet && src.is_some_and(|a| a.is_ipv6())
@@ -309,6 +330,9 @@ pub fn select(h: &Hints, provider: &str, limits: Limits) -> Result<Offer, &'stat
     if let Some(why) = h.auth_key_refused {
         return Err(why);
     }
+    if (h.domain_auth_key.is_some() || h.ep_auth_key.is_some()) && !checks_job_keys(provider) {
+        return Err("auth_key: the shm provider does not check job keys");
+    }
     if (h.caps | h.rx_caps) & fi::FI_SOURCE_ERR != 0 && (h.caps | h.rx_caps) & fi::FI_SOURCE == 0 {
         return Err("FI_SOURCE_ERR without FI_SOURCE");
     }
@@ -322,8 +346,8 @@ pub fn select(h: &Hints, provider: &str, limits: Limits) -> Result<Offer, &'stat
         return Err("more remote segments per RMA than rma_iov_limit (4)");
     }
     let rma_event = (h.caps | h.rx_caps) & fi::FI_RMA_EVENT != 0;
-    if rma_event && provider != "tcp" {
-        return Err("FI_RMA_EVENT: a verbs target does not see the RDMA peers apply to it (tcp only)");
+    if rma_event && !serves_rma(provider) {
+        return Err("FI_RMA_EVENT: a verbs target does not see the RDMA peers apply to it (tcp and shm only)");
     }
     let rma = rma_event || (h.caps | h.tx_caps | h.rx_caps) & RMA_CAPS != 0;
     let mr_mode = h.mr_mode as u64;
@@ -355,7 +379,7 @@ pub fn select(h: &Hints, provider: &str, limits: Limits) -> Result<Offer, &'stat
             asked => asked,
         },
         caps: primary
-            | secondary(h.caps)
+            | secondary(h.caps, shm)
             | if rma { RMA_CAPS } else { 0 }
             | if rma_event { fi::FI_RMA_EVENT } else { 0 },
         av_type: if h.av_type == fi::FI_AV_MAP {
@@ -382,13 +406,21 @@ pub fn select(h: &Hints, provider: &str, limits: Limits) -> Result<Offer, &'stat
 }
 
 /// The secondary capabilities returned for `asked`: those asked for, both
-/// directions when none is named, and [`IMPLIED_CAPS`].
-fn secondary(asked: u64) -> u64 {
+/// directions when none is named, and [`IMPLIED_CAPS`]; on shm, which
+/// reaches this host only, `FI_REMOTE_COMM` only when asked for: Open MPI
+/// 4.1's ofi MTL asks for it even when every rank shares the node, and
+/// whoever forces shm vouches that every peer is local (a peer elsewhere
+/// fails at its first operation).
+fn secondary(asked: u64, shm: bool) -> u64 {
     let dirs = match asked & (fi::FI_SEND | fi::FI_RECV) {
         0 => fi::FI_SEND | fi::FI_RECV,
         some => some,
     };
-    (asked & SECONDARY_CAPS) | dirs | IMPLIED_CAPS
+    let implied = match shm {
+        true => fi::FI_LOCAL_COMM,
+        false => IMPLIED_CAPS,
+    };
+    (asked & SECONDARY_CAPS) | dirs | implied
 }
 
 /// Reads a C string field.
@@ -590,7 +622,7 @@ fn build(version: u32, offer: &Offer) -> Option<*mut fi::fi_info> {
     dom.mr_iov_limit = 1;
     dom.max_err_data = MAX_ERR_DATA;
     dom.cntr_cnt = DOMAIN_OBJECTS;
-    dom.caps = DOMAIN_CAPS;
+    dom.caps = DOMAIN_CAPS & caps;
     if let Some(k) = &offer.domain_auth_key {
         let (p, n) = malloc_copy(k);
         (dom.auth_key, dom.auth_key_size) = (p.cast(), n);
@@ -619,15 +651,18 @@ fn default_ip() -> Option<IpAddr> {
         .ok()
 }
 
-/// Whether xfer provider `name` gets an fi_info: every usable one, or only
-/// the one `XFER_PROVIDER` forces. Open MPI 4.1 treats fi_infos of one
-/// libfabric provider with alike attributes as NICs of one fabric and spreads
-/// its ranks over them by local rank (`opal_mca_common_ofi_select_provider`):
-/// with verbs and tcp both listed, ranks would land on providers that cannot
-/// reach each other, so `XFER_PROVIDER` must be able to leave one entry.
-fn offered(forced: Option<&str>, name: &str) -> bool {
+/// Whether xfer provider `name` gets an fi_info: every usable one but shm,
+/// or only the one `XFER_PROVIDER` (`FI_XFER_PROVIDER`) forces. Open MPI 4.1
+/// treats fi_infos of one libfabric provider with alike attributes as NICs
+/// of one fabric and spreads its ranks over them by local rank
+/// (`opal_mca_common_ofi_select_provider`): with verbs and tcp both listed,
+/// ranks would land on providers that cannot reach each other, so
+/// `XFER_PROVIDER` must be able to leave one entry. shm reaches this host
+/// only, so, as the facade does, it is offered only when chosen: forced, or
+/// named by the hints' `domain_attr->name` (`fi_info -d shm`).
+fn offered(forced: Option<&str>, asked: Option<&str>, name: &str) -> bool {
     match forced {
-        None => true,
+        None => name != "shm" || asked == Some("shm"),
         Some(f) => f == name,
     }
 }
@@ -669,7 +704,7 @@ pub(crate) unsafe extern "C" fn getinfo(
             }
         };
         let limits = Limits::from_env();
-        let forced = DomainAttr::from_env().provider;
+        let forced = crate::params::provider();
         let (mut head, mut tail): (*mut fi::fi_info, *mut fi::fi_info) = (std::ptr::null_mut(), std::ptr::null_mut());
         let usable = xfer_facade::info_for(&{
             let mut a = DomainAttr::from_env();
@@ -678,7 +713,7 @@ pub(crate) unsafe extern "C" fn getinfo(
         })
         .into_iter()
         .filter(|p| p.available);
-        for p in usable.filter(|p| offered(forced.as_deref(), p.name)) {
+        for p in usable.filter(|p| offered(forced.as_deref(), h.domain_name.as_deref(), p.name)) {
             let offer = match select(&h, p.name, limits) {
                 Ok(o) => o,
                 Err(why) => {
@@ -718,9 +753,13 @@ mod tests {
 
     #[test]
     fn xfer_provider_leaves_one_entry() {
-        assert!(offered(None, "verbs") && offered(None, "tcp"));
-        assert!(offered(Some("tcp"), "tcp"));
-        assert!(!offered(Some("tcp"), "verbs"));
+        assert!(offered(None, None, "verbs") && offered(None, None, "tcp"));
+        assert!(offered(Some("tcp"), None, "tcp"));
+        assert!(!offered(Some("tcp"), None, "verbs"));
+        assert!(!offered(None, None, "shm"), "same host only: offered when chosen");
+        assert!(offered(Some("shm"), None, "shm") && !offered(Some("shm"), None, "tcp"));
+        assert!(offered(None, Some("shm"), "shm"), "named by the hints");
+        assert!(!offered(Some("tcp"), Some("shm"), "shm"), "XFER_PROVIDER wins");
     }
 
     #[test]
@@ -743,6 +782,7 @@ mod tests {
             ep_auth_key: Some(b"mine".to_vec()),
             ..Hints::default()
         };
+        assert!(select(&h, "shm", L).is_err(), "shm does not check job keys");
         for p in ["tcp", "verbs"] {
             let o = select(&h, p, L).unwrap();
             assert_eq!(o.domain_auth_key.as_deref(), Some(&b"job"[..]), "{p}");
@@ -940,6 +980,58 @@ mod tests {
             L
         )
         .is_ok());
+    }
+
+    /// shm: address strings and raw names, remote counters (its engine
+    /// serves RMA itself); no services, socket addresses or names of
+    /// other providers.
+    #[test]
+    fn shm_offers_strings_and_rma_events_and_no_services() {
+        let o = select(
+            &Hints {
+                caps: fi::FI_RMA | fi::FI_RMA_EVENT | fi::FI_TAGGED,
+                addr_format: fi::FI_ADDR_STR,
+                ..Hints::default()
+            },
+            "shm",
+            L,
+        )
+        .unwrap();
+        assert!(o.rma && o.caps & fi::FI_RMA_EVENT != 0 && o.format == Format::Str);
+        assert_eq!(o.caps & IMPLIED_CAPS, fi::FI_LOCAL_COMM, "this host only, unless asked");
+        let remote = Hints {
+            caps: fi::FI_TAGGED | IMPLIED_CAPS,
+            ..Hints::default()
+        };
+        assert_eq!(select(&remote, "shm", L).unwrap().caps & IMPLIED_CAPS, IMPLIED_CAPS);
+        let refuse = |h: Hints| select(&h, "shm", L).unwrap_err();
+        refuse(Hints {
+            addr_format: fi::FI_SOCKADDR_IN,
+            ..Hints::default()
+        });
+        for source in [true, false] {
+            let why = refuse(Hints {
+                node: addr::resolve(None, Some("9228"), source, None).unwrap(),
+                ..Hints::default()
+            });
+            assert!(why.contains("out of band"), "{why}");
+        }
+        let tcp = addr::any_listener("127.0.0.1:9228".parse().unwrap()).unwrap();
+        refuse(Hints {
+            dest_addr: Some(crate::name::encode(&tcp).to_vec()),
+            ..Hints::default()
+        });
+        let mut raw = vec![xfer_shm::PROVIDER_ID, b'x', b's'];
+        raw.extend_from_slice(&[1; 12]);
+        let peer = Address::new(&raw).unwrap();
+        let node = addr::xfer_string(&peer);
+        let h = Hints {
+            addr_format: fi::FI_ADDR_STR,
+            node: addr::resolve(Some(&node), None, false, None).unwrap(),
+            ..Hints::default()
+        };
+        assert_eq!(select(&h, "shm", L).unwrap().dest, Some(peer));
+        assert!(select(&h, "tcp", L).is_err(), "an shm name on tcp");
     }
 
     #[test]

@@ -7,7 +7,7 @@
 //! ignored. Closing the region deregisters it; the domain cannot close while
 //! regions of it are open. `fi_mr_bind` of a counter with `FI_REMOTE_WRITE`
 //! / `FI_REMOTE_READ` counts the RMA peers apply to the region
-//! ([`region_cntr`](crate::region_cntr), `tcp` only); `fi_mr_enable` has
+//! ([`region_cntr`](crate::region_cntr), `tcp` and `shm` only); `fi_mr_enable` has
 //! nothing left to do (`FI_MR_RMA_EVENT` is not asked of applications).
 //!
 //! [`Domain::register_raw`]: xfer_facade::Domain::register_raw
@@ -93,7 +93,7 @@ fn register(
     if flags & !fi::FI_RMA_EVENT != 0 {
         return fi::err(fi::FI_EBADFLAGS);
     }
-    if flags & fi::FI_RMA_EVENT != 0 && domain.xfer.provider() != "tcp" {
+    if flags & fi::FI_RMA_EVENT != 0 && !crate::info::serves_rma(domain.xfer.provider()) {
         return -(libc::ENOSYS); // a verbs target does not see the RDMA applied to it
     }
     // SAFETY: fi_mr_reg's contract: the application keeps the memory
@@ -206,7 +206,7 @@ unsafe extern "C" fn bind(fid: *mut fi::fid, bfid: *mut fi::fid, flags: u64) -> 
             return -(libc::EINVAL);
         };
         let mr = &mr.core;
-        if mr.domain.xfer.provider() != "tcp" {
+        if !crate::info::serves_rma(mr.domain.xfer.provider()) {
             return -(libc::ENOSYS);
         }
         if flags & !(fi::FI_REMOTE_WRITE | fi::FI_REMOTE_READ) != 0 {

@@ -3,7 +3,8 @@
 //! (`FI_XFER_TCP_IFACE`), the name `fi_param_get` gives a parameter of the
 //! provider `xfer`, and passed to the xfer domain as its params. The
 //! `XFER_*` variables keep working underneath: an `FI_XFER_*` one that is
-//! set overrides its `XFER_*` twin.
+//! set overrides its `XFER_*` twin. So does `FI_XFER_PROVIDER` over
+//! `XFER_PROVIDER`: the xfer provider `fi_getinfo` offers alone.
 
 use xfer_facade::Params;
 
@@ -22,6 +23,16 @@ pub(crate) fn from_env() -> Params {
         }
     }
     params
+}
+
+/// The xfer provider forced: `FI_XFER_PROVIDER`, else `XFER_PROVIDER`
+/// (`DomainAttr::provider`); `None` when neither is set (empty ones ignored).
+pub(crate) fn provider() -> Option<String> {
+    std::env::var(fi_env_name("provider"))
+        .ok()
+        .map(|v| v.trim().to_string())
+        .filter(|v| !v.is_empty())
+        .or_else(|| xfer_facade::DomainAttr::from_env().provider)
 }
 
 #[cfg(test)]

@@ -5,7 +5,7 @@
 //!
 //! The events are the ones remote counters on endpoints count: an endpoint
 //! with `FI_RMA_EVENT` has its xfer endpoint report every RMA applied to it
-//! (`EndpointAttr::rma_events`, `tcp` only), each naming the region by its
+//! (`EndpointAttr::rma_events`, `tcp` and `shm` only), each naming the region by its
 //! key (the completion's `tag`). The router hands each to the domain's
 //! [`RegionCounters`], which counts it on the counters bound to that key.
 //! Progress is manual: a counter bound to a region drives the domain's

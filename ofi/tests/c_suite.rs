@@ -2,7 +2,10 @@
 //! (`cc ... -lfabric`, nothing of xfer's), run with `FI_PROVIDER=xfer` over
 //! libxfer_fi.so: directed and any-source tagged receives with source
 //! addresses, truncation through fi_cq_readerr with both lengths, inject,
-//! cancel, and the calls xfer refuses.
+//! cancel, and the calls xfer refuses; over the xfer domain `XFER_PROVIDER`
+//! forces (`make test-shm` runs it over shm). And the shm domain whatever
+//! `XFER_PROVIDER` says: fi_shm.c (its addresses and what it refuses) and
+//! the one-process programs of the reference suite over it.
 
 mod common;
 
@@ -100,4 +103,55 @@ fn c_suite_under_valgrind() {
     check("fi_suite under valgrind", &out);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("ERROR SUMMARY: 0 errors"), "{stderr}");
+}
+
+/// Runs `exe` with `XFER_PROVIDER` (and `FI_XFER_PROVIDER`) set to
+/// `provider`, or removed when `None`: it must exit 0 having printed `done`.
+fn run_over(exe: &Path, provider: Option<&str>, done: &str) {
+    let mut cmd = fi_command(exe.to_str().expect("utf-8 path"));
+    cmd.env_remove("FI_XFER_PROVIDER");
+    match provider {
+        Some(p) => cmd.env("XFER_PROVIDER", p),
+        None => cmd.env_remove("XFER_PROVIDER"),
+    };
+    let name = exe
+        .file_name()
+        .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+    let out = wait_output(cmd.spawn().expect("running a C test"), &name, Duration::from_secs(60));
+    check(&name, &out);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.lines().any(|l| l == done), "{name}: no '{done}' in:\n{text}");
+}
+
+/// ofi/tests/c/fi_shm.c, the shm domain asked for by name (no
+/// `XFER_PROVIDER`): offered with `FI_ADDR_STR` and `FI_RMA_EVENT`; a
+/// service, a host name, `FI_SOCKADDR_IN`, an `auth_key` and a TCP name
+/// refused; `fi_getname` is `fi_xfer_shm://` and the name in hex, which
+/// as `node` comes back as `dest_addr`, goes into `fi_av_insert` and
+/// `fi_av_insertsvc` (a service `-FI_ENOSYS`), carries a message, and
+/// `fi_av_straddr`/`fi_av_lookup` give back; bad strings are not inserted.
+#[test]
+fn shm_addresses_and_refusals() {
+    let exe = build_c("fi_shm.c", "ofi_fi_shm");
+    run_over(&exe, None, "all shm checked");
+}
+
+/// The reference suite's one-process programs over shm: remote counters
+/// (`FI_RMA_EVENT`, counters bound to regions), RMA with counters and
+/// segments, event queues and waits, several buffers per message,
+/// multi-receive buffers, completion levels and `FI_SOURCE_ERR`.
+#[test]
+fn one_process_programs_over_shm() {
+    for (src, done) in [
+        ("fi_rma_event.c", "all rma events checked"),
+        ("fi_rma.c", "all rma checked"),
+        ("fi_wait.c", "all waits checked"),
+        ("fi_iov.c", "all vectors checked"),
+        ("fi_multi.c", "all multi-receives checked"),
+        ("fi_complete.c", "all completion levels checked"),
+        ("fi_source_err.c", "all source_err checked"),
+    ] {
+        let name = format!("ofi_shm_{}", src.trim_end_matches(".c"));
+        run_over(&build_c(src, &name), Some("shm"), done);
+    }
 }

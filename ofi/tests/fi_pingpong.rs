@@ -1,7 +1,10 @@
 //! libfabric's own fi_pingpong (libfabric-bin) between two processes over
-//! xfer's TCP provider on loopback, through libxfer_fi.so: RDM endpoints,
-//! message and tagged modes, every default size (64 B eager and inject up
-//! to 1 MiB rendezvous), with fi_pingpong's data check (`-c`).
+//! xfer's TCP provider on loopback (or the one `XFER_PROVIDER` forces:
+//! `make test-shm` runs them over shm), through libxfer_fi.so: RDM
+//! endpoints, message and tagged modes, every default size (64 B eager and
+//! inject up to 1 MiB rendezvous), with fi_pingpong's data check (`-c`).
+//! fi_pingpong exchanges the endpoints' names over its own TCP socket
+//! (`-B`/`-P`), so no xfer domain needs a service.
 
 mod common;
 
@@ -11,6 +14,15 @@ use std::time::Duration;
 use common::{check, fi_command, free_port, wait_listening, wait_output};
 
 const LIMIT: Duration = Duration::from_secs(120);
+
+/// The xfer domain the tests ask for (`-d`): the provider `XFER_PROVIDER`
+/// forces, else tcp.
+fn domain() -> String {
+    std::env::var("XFER_PROVIDER")
+        .ok()
+        .filter(|p| !p.is_empty())
+        .unwrap_or_else(|| "tcp".into())
+}
 
 /// Runs an fi_pingpong server (with `server_env` set) and client with `args`
 /// on a free port of loopback: their outputs (client, server).
@@ -34,7 +46,8 @@ fn run_pair(args: &[&str], server_env: &[(&str, &str)]) -> (Output, Output) {
 }
 
 fn pingpong(mode: &str) {
-    let args = ["-p", "xfer", "-d", "tcp", "-e", "rdm", "-m", mode, "-I", "20", "-c"];
+    let domain = domain();
+    let args = ["-p", "xfer", "-d", &domain, "-e", "rdm", "-m", mode, "-I", "20", "-c"];
     let (client, server) = run_pair(&args, &[]);
     check("fi_pingpong client", &client);
     check("fi_pingpong server", &server);
@@ -66,7 +79,9 @@ fn fi_info_lists_xfer() {
     check("fi_info -p xfer", &out);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("provider: xfer"), "{text}");
-    assert!(text.contains("domain: tcp"), "{text}");
+    assert!(text.contains(&format!("domain: {}", domain())), "{text}");
+    // shm reaches this host only: listed when chosen, never beside tcp.
+    assert_eq!(text.contains("domain: shm"), domain() == "shm", "{text}");
     assert!(text.contains("FI_EP_RDM"), "{text}");
     // Hints xfer cannot honour are refused, not papered over.
     let out = fi_command("fi_info")
@@ -104,16 +119,54 @@ fn fi_info_lists_xfer() {
 /// fails `fi_domain` with `-FI_EINVAL`, and the log names the key.
 #[test]
 fn fi_xfer_settings_reach_the_domain() {
-    let args = ["-p", "xfer", "-d", "tcp", "-e", "rdm", "-m", "tagged", "-I", "2"];
+    let domain = domain();
+    let args = ["-p", "xfer", "-d", &domain, "-e", "rdm", "-m", "tagged", "-I", "2"];
+    let (var, key) = match domain.as_str() {
+        "shm" => ("FI_XFER_SHM_RING_BYTES", "shm.ring_bytes"),
+        _ => ("FI_XFER_TCP_COALESCE", "tcp.coalesce"),
+    };
     // The server opens its domain once a client reaches its control port;
     // the client then fails too (the server hung up).
-    let (client, server) = run_pair(&args, &[("FI_XFER_TCP_COALESCE", "lots")]);
+    let (client, server) = run_pair(&args, &[(var, "lots")]);
     assert!(!client.status.success());
     let err = String::from_utf8_lossy(&server.stderr);
-    assert!(
-        !server.status.success(),
-        "a bad FI_XFER_TCP_COALESCE was accepted:\n{err}"
-    );
+    assert!(!server.status.success(), "a bad {var} was accepted:\n{err}");
     assert!(err.contains("fi_domain") && err.contains("-22"), "{err}");
-    assert!(err.contains("tcp.coalesce"), "the key is not named:\n{err}");
+    assert!(err.contains(key), "the key is not named:\n{err}");
+}
+
+/// The shm domain is offered when it is the one chosen and never beside
+/// the others (Open MPI would spread ranks over both): asked for by name
+/// (`-d shm`), or forced by `FI_XFER_PROVIDER`, which wins over
+/// `XFER_PROVIDER` as every `FI_XFER_*` variable wins over its twin.
+#[test]
+fn shm_is_offered_when_chosen() {
+    let domains = |env: &[(&str, &str)], args: &[&str]| {
+        let out = fi_command("fi_info")
+            .env_remove("XFER_PROVIDER")
+            .env_remove("FI_XFER_PROVIDER")
+            .envs(env.iter().copied())
+            .args(["-p", "xfer"])
+            .args(args)
+            .output()
+            .expect("fi_info (libfabric-bin)");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let mut d: Vec<String> = text
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix("domain: ").map(str::to_owned))
+            .collect();
+        d.dedup();
+        d
+    };
+    let unasked = domains(&[], &[]);
+    assert!(unasked.contains(&"tcp".to_string()), "{unasked:?}");
+    assert!(!unasked.contains(&"shm".to_string()), "shm listed unasked: {unasked:?}");
+    assert_eq!(domains(&[], &["-d", "shm"]), ["shm"]);
+    assert_eq!(domains(&[("FI_XFER_PROVIDER", "shm")], &[]), ["shm"]);
+    assert_eq!(domains(&[("XFER_PROVIDER", "shm")], &[]), ["shm"]);
+    assert_eq!(
+        domains(&[("FI_XFER_PROVIDER", "shm"), ("XFER_PROVIDER", "tcp")], &[]),
+        ["shm"]
+    );
+    assert!(domains(&[("XFER_PROVIDER", "shm")], &["-d", "tcp"]).is_empty());
 }

@@ -268,7 +268,7 @@ static void test_info(void)
     int n = xfer_info_count();
     CHECK(n >= 1);
     xfer_info_t info;
-    int tcp = 0, shm = 0;
+    int tcp = -1, shm = -1, tcp_rdm = -1;
     for (int i = 0; i < n; i++) {
         memset(&info, 0x55, sizeof info);
         CHECK_RC(xfer_info_get((size_t)i, &info), 0);
@@ -277,16 +277,17 @@ static void test_info(void)
         CHECK(info.detail[0] != '\0'); /* why it can or cannot run */
         CHECK(info.available == 0 || info.available == 1);
         if (strcmp(info.name, "tcp") == 0) {
-            tcp = 1;
+            tcp = i;
             CHECK(info.available == 1);
-            CHECK(i == n - 2); /* the network fallback */
         }
-        if (strcmp(info.name, "shm") == 0) {
-            shm = 1;
-            CHECK(i == n - 1); /* same-host peers only: never preferred */
-        }
+        if (strcmp(info.name, "shm") == 0)
+            shm = i;
+        if (strcmp(info.name, "tcp-rdm") == 0)
+            tcp_rdm = i;
     }
-    CHECK(tcp && shm);
+    /* TCP is the network fallback; shm (same-host peers only) and tcp-rdm
+     * (opened only when asked for) come after it, never preferred. */
+    CHECK(tcp >= 0 && shm == tcp + 1 && tcp_rdm == n - 1);
     CHECK_RC(xfer_info_get((size_t)n, &info), XFER_EINVAL);
     CHECK_RC(xfer_info_get(0, NULL), XFER_EINVAL);
 }
@@ -2216,6 +2217,57 @@ static void test_rma_two_processes(void)
 
 /* ------------------------------------------------------------------ */
 
+/* Remote atomics: fetch-and-add, compare-and-swap, a double's sum, and a
+ * misaligned element refused untouched; XFER_EOPNOTSUPP (skipped) on a
+ * provider without atomics. */
+static void test_atomics(void)
+{
+    struct node n;
+    REQUIRE_OK(node_open(&n));
+    xfer_addr_t self = node_add(&n, &n);
+    uint64_t *words = calloc(4, sizeof *words);
+    xfer_mr_t *mr = NULL;
+    REQUIRE_OK(xfer_mr_reg(n.domain, words, 4 * sizeof *words, XFER_MR_REMOTE_READ | XFER_MR_REMOTE_WRITE, &mr));
+    uint8_t packed[XFER_RKEY_PACKED_LEN];
+    size_t len = sizeof packed;
+    xfer_rkey_t k;
+    REQUIRE_OK(xfer_mr_rkey_pack(mr, packed, &len));
+    REQUIRE_OK(xfer_rkey_unpack(packed, len, &k));
+    xfer_cq_entry_t e;
+    struct node *ns[] = {&n};
+    int rc = xfer_ep_fetch_atomic(n.ep, XFER_ATOMIC_SUM, XFER_UINT64, 5, self, &k, 0, CTX(1));
+    if (rc == XFER_EOPNOTSUPP) {
+        printf("(no atomics on %s) ", provider);
+    } else {
+        CHECK_RC(rc, 0);
+        CHECK(expect(ns, 1, 0, CTX(1), &e) && e.err == 0 && e.data == 0);
+        CHECK(e.flags == (XFER_ATOMIC | XFER_READ));
+        CHECK_RC(xfer_ep_fetch_atomic(n.ep, XFER_ATOMIC_SUM, XFER_UINT64, 7, self, &k, 0, CTX(2)), 0);
+        CHECK(expect(ns, 1, 0, CTX(2), &e) && e.err == 0 && e.data == 5);
+        CHECK_RC(xfer_ep_compare_atomic(n.ep, XFER_UINT64, 12, 99, self, &k, 0, CTX(3)), 0);
+        CHECK(expect(ns, 1, 0, CTX(3), &e) && e.err == 0 && e.data == 12);
+        double start = 1.5, add = 2.25, sum;
+        memcpy(&words[1], &start, sizeof start);
+        uint64_t bits;
+        memcpy(&bits, &add, sizeof add);
+        CHECK_RC(xfer_ep_atomic(n.ep, XFER_ATOMIC_SUM, XFER_DOUBLE, bits, self, &k, 8, CTX(4)), 0);
+        CHECK(expect(ns, 1, 0, CTX(4), &e) && e.err == 0 && e.flags == (XFER_ATOMIC | XFER_WRITE));
+        memcpy(&sum, &words[1], sizeof sum);
+        CHECK(sum == 3.75);
+        CHECK_RC(xfer_ep_fetch_atomic(n.ep, XFER_ATOMIC_SUM, XFER_UINT64, 1, self, &k, 20, CTX(5)), 0);
+        CHECK(expect(ns, 1, 0, CTX(5), &e) && e.err == XFER_EACCES); /* misaligned */
+        CHECK(words[0] == 99 && words[2] == 0 && words[3] == 0);
+        /* Refused at posting: unknown operation, bitwise on a double, a read that does not fetch. */
+        CHECK_RC(xfer_ep_atomic(n.ep, 42, XFER_UINT64, 1, self, &k, 0, CTX(6)), XFER_EINVAL);
+        CHECK_RC(xfer_ep_atomic(n.ep, XFER_ATOMIC_BXOR, XFER_DOUBLE, 1, self, &k, 0, CTX(7)), XFER_EINVAL);
+        CHECK_RC(xfer_ep_atomic(n.ep, XFER_ATOMIC_READ, XFER_UINT64, 0, self, &k, 0, CTX(8)), XFER_EINVAL);
+        CHECK_RC(xfer_ep_atomic(n.ep, XFER_ATOMIC_SUM, XFER_UINT64, 1, self, NULL, 0, CTX(9)), XFER_EINVAL);
+    }
+    CHECK_RC(xfer_mr_close(mr), 0);
+    free(words);
+    node_close(&n);
+}
+
 static const struct {
     const char *name;
     void (*run)(void);
@@ -2249,6 +2301,7 @@ static const struct {
     {"mr", test_mr},
     {"region_ops", test_region_ops},
     {"rma_selective_completion", test_rma_selective_completion},
+    {"atomics", test_atomics},
     {"rma_events", test_rma_events},
     {"completion_levels", test_completion_levels},
     {"rma_two_processes", test_rma_two_processes},

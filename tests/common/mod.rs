@@ -27,7 +27,18 @@ impl Node {
 
     pub fn with_attr(attr: &EndpointAttr) -> Node {
         xfer::init_logging();
-        let domain = xfer::open_default().expect("open domain");
+        Node::in_domain(xfer::open_default().expect("open domain"), attr)
+    }
+
+    /// A node on the provider `name`, whatever `XFER_PROVIDER` says.
+    #[allow(dead_code)]
+    pub fn on(name: &str) -> Node {
+        xfer::init_logging();
+        let domain = xfer::open(&xfer::DomainAttr::with_provider(name)).expect("open domain");
+        Node::in_domain(domain, &test_attr())
+    }
+
+    fn in_domain(domain: Domain, attr: &EndpointAttr) -> Node {
         let cq = domain.cq(&xfer::CqAttr::default()).expect("open cq");
         let av = domain.av().expect("open av");
         let ep = domain.endpoint(&cq, &av, attr).expect("open endpoint");

@@ -102,8 +102,14 @@ pub mod status {
     pub const ACCESS_DENIED: u64 = 3;
     /// The registration went away while the payload was arriving.
     pub const DEREGISTERED: u64 = 4;
-    /// The largest defined status.
+    /// The largest status of an RMA answer.
     pub const MAX: u64 = DEREGISTERED;
+    /// An atomic's element is not aligned to its datatype.
+    pub const MISALIGNED: u64 = 5;
+    /// An atomic operation or datatype the target does not know.
+    pub const BAD_ATOMIC: u64 = 6;
+    /// The largest status of an atomic's answer.
+    pub const ATOMIC_MAX: u64 = BAD_ATOMIC;
 
     /// The text of a failed status, as carried by `Error::RemoteAccess`.
     pub fn text(code: u64) -> &'static str {
@@ -112,6 +118,8 @@ pub mod status {
             OUT_OF_BOUNDS => "range outside the remote region",
             ACCESS_DENIED => "the remote region does not allow this access",
             DEREGISTERED => "the remote region was deregistered during the transfer",
+            MISALIGNED => "the remote element is not aligned to its datatype",
+            BAD_ATOMIC => "the target does not apply this atomic operation on this datatype",
             _ => "unknown status",
         }
     }

@@ -118,6 +118,10 @@ pub enum Cause {
     /// The peer broke the transport's or the engine's protocol
     /// ([`Error::Protocol`]).
     Protocol(&'static str),
+    /// The peer's process made no progress for the engine's progress
+    /// timeout ([`Error::Stalled`]); the engine's own cause, never a
+    /// transport's.
+    Stalled,
 }
 
 /// Receives what `progress` reports, and says per connection whether to take
@@ -183,6 +187,10 @@ pub trait Transport: Send {
     /// A descriptor that becomes readable when `progress` has work, once
     /// [`prepare_wait`](Self::prepare_wait) said the caller may block.
     fn wait_fd(&self) -> RawFd;
+
+    /// Makes the wait descriptor readable, so a caller blocked on it wakes
+    /// (work the engine must retry that no peer will signal).
+    fn wake(&self);
 
     /// Arms the wait descriptor before the caller blocks on it: `false`
     /// when there is work already, in which case the descriptor is left

@@ -4,10 +4,9 @@
 //! domain's key table. Endpoint names are [`PROVIDER_ID`] followed by the port's
 //! abstract socket address.
 
-use xfer_core::unstable::mr::keys::{status_error, KeyTable};
-use xfer_core::unstable::mr::Access;
+use xfer_core::unstable::mr::keys::KeyTable;
 use xfer_core::unstable::params::Params;
-use xfer_core::unstable::provider::{DomainProvider, EndpointProvider, MrKeys};
+use xfer_core::unstable::provider::{DomainProvider, EndpointProvider};
 use xfer_core::unstable::rdm::engine::Engine;
 use xfer_core::{Address, EndpointAttr, Error, Result};
 
@@ -71,15 +70,11 @@ impl DomainProvider for ShmDomain {
         PROVIDER_ID
     }
 
-    fn register(&mut self, addr: usize, len: usize, access: Access) -> Result<MrKeys> {
-        self.keys.insert(addr, len, access)
+    fn key_table(&self) -> Option<&KeyTable> {
+        Some(&self.keys)
     }
 
-    fn deregister(&mut self, key: u64) {
-        self.keys.remove(key);
-    }
-
-    fn remote_target(&self, key: u64, addr: u64, len: u64, access: Access) -> Result<*mut u8> {
-        self.keys.check(key, addr, len, access).map_err(status_error)
+    fn key_table_mut(&mut self) -> Option<&mut KeyTable> {
+        Some(&mut self.keys)
     }
 }

@@ -23,55 +23,10 @@ use crate::entry::{self, Corrupt, Decoded, KIND_FRAME, KIND_PAD, MAX_HEADER, PRE
 use crate::layout::{CTL_HEAD, CTL_SLEEPING, CTL_SPACE_WANTED, LINE};
 
 /// Bytes in the peer's shared memory: a frame's header or payload as the
-/// consumer found them. Read them with [`Bytes::copy_to`] or
-/// [`Bytes::to_vec`]; the consumer releases them once the poll callback
-/// returns.
-#[derive(Debug, Clone, Copy)]
-pub struct Bytes<'a> {
-    ptr: *const u8,
-    len: usize,
-    _ring: std::marker::PhantomData<&'a Consumer>,
-}
-
-impl<'a> Bytes<'a> {
-    /// Their length.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// Whether there are none.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// Copies them to the start of `dst` and returns how many were copied
-    /// (`min(len, dst.len())`).
-    pub fn copy_to(&self, dst: &mut [u8]) -> usize {
-        let n = self.len.min(dst.len());
-        // SAFETY: the decoder checked that `ptr..ptr + len` lies within the
-        // ring's data in the live mapping (the consumer is borrowed for
-        // 'a); `dst` is a distinct, exclusively borrowed local buffer. A
-        // hostile peer writing these bytes concurrently can only change
-        // the values copied, not where they are copied from or to.
-        unsafe { std::ptr::copy_nonoverlapping(self.ptr, dst.as_mut_ptr(), n) };
-        n
-    }
-
-    /// A copy of them.
-    pub fn to_vec(&self) -> Vec<u8> {
-        let mut v = vec![0; self.len];
-        self.copy_to(&mut v);
-        v
-    }
-
-    /// The same bytes as the RDM engine's transport type.
-    pub fn lend(&self) -> xfer_core::unstable::rdm::transport::Bytes<'a> {
-        // SAFETY: the decoder checked that `ptr..ptr + len` lies in the live
-        // mapping, which outlives 'a (the consumer is borrowed for it); the
-        // engine only copies them out.
-        unsafe { xfer_core::unstable::rdm::transport::Bytes::shared(self.ptr, self.len) }
-    }
-}
+/// consumer found them, valid during the poll callback; core's transport
+/// type, read with `copy_to` or `to_vec` (a peer may write them while they
+/// are read, so they are never lent as a slice).
+pub use xfer_core::unstable::rdm::transport::Bytes;
 
 /// A frame at the consumer's head, valid during the poll callback.
 #[derive(Debug, Clone, Copy)]
@@ -348,19 +303,13 @@ impl Consumer {
                     // SAFETY: decode checked offset + size <= ring_bytes and
                     // size covers PREFIX + header + payload.
                     let base = unsafe { self.at.data.add(offset + PREFIX) };
-                    let frame = Frame {
-                        header: Bytes {
-                            ptr: base,
-                            len: header_len,
-                            _ring: std::marker::PhantomData,
-                        },
-                        // SAFETY: within the same checked entry.
-                        payload: Bytes {
-                            ptr: unsafe { base.add(header_len) },
-                            len: payload_len,
-                            _ring: std::marker::PhantomData,
-                        },
-                    };
+                    // SAFETY: the header lies within the checked entry, in
+                    // the mapping the consumer (borrowed for the callback)
+                    // keeps alive; it is only copied out.
+                    let header = unsafe { Bytes::shared(base, header_len) };
+                    // SAFETY: the payload follows it within the same entry.
+                    let payload = unsafe { Bytes::shared(base.add(header_len), payload_len) };
+                    let frame = Frame { header, payload };
                     let r = f(frame);
                     self.release(offset, size);
                     return Ok(Some(r));

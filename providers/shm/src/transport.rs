@@ -63,8 +63,8 @@ impl Sink for Adapter<'_> {
         self.0.event(match ev {
             Event::Frame { peer, frame } => RdmEvent::Frame {
                 conn: peer.0,
-                header: frame.header.lend(),
-                payload: frame.payload.lend(),
+                header: frame.header,
+                payload: frame.payload,
             },
             Event::Up { peer } => RdmEvent::Up { conn: peer.0 },
             Event::Down { peer, reason } => RdmEvent::Down {
@@ -137,6 +137,10 @@ impl Transport for ShmTransport {
 
     fn wait_fd(&self) -> RawFd {
         self.port.wait_fd()
+    }
+
+    fn wake(&self) {
+        self.port.wake_self();
     }
 
     fn prepare_wait(&mut self) -> bool {

@@ -15,18 +15,20 @@ pub mod iface;
 mod link;
 pub mod name;
 mod rx;
+pub mod stream;
 mod sys;
 pub mod wire;
 
 use xfer_core::unstable::addr::Address;
 use xfer_core::unstable::attr::EndpointAttr;
 use xfer_core::unstable::error::{Error, Result};
-use xfer_core::unstable::mr::Access;
+use xfer_core::unstable::mr::keys::KeyTable;
 use xfer_core::unstable::params::Params;
-use xfer_core::unstable::provider::{DomainProvider, EndpointProvider, MrKeys};
+use xfer_core::unstable::provider::{DomainProvider, EndpointProvider};
 
 pub use attr::TcpAttr;
 pub use endpoint::TcpEndpoint;
+pub use stream::domain::TcpRdmDomain;
 
 /// The TCP provider's domain. Its one shared resource is the key table of
 /// memory registrations, which its endpoints consult (through
@@ -34,7 +36,7 @@ pub use endpoint::TcpEndpoint;
 /// socket, connections and epoll set.
 #[derive(Debug, Default)]
 pub struct TcpDomain {
-    keys: xfer_core::unstable::mr::keys::KeyTable,
+    keys: KeyTable,
     /// The domain's transport settings; each endpoint's own override them.
     params: Params,
 }
@@ -83,17 +85,11 @@ impl DomainProvider for TcpDomain {
         PROVIDER_ID
     }
 
-    fn register(&mut self, addr: usize, len: usize, access: Access) -> Result<MrKeys> {
-        self.keys.insert(addr, len, access)
+    fn key_table(&self) -> Option<&KeyTable> {
+        Some(&self.keys)
     }
 
-    fn deregister(&mut self, key: u64) {
-        self.keys.remove(key);
-    }
-
-    fn remote_target(&self, key: u64, addr: u64, len: u64, access: Access) -> Result<*mut u8> {
-        self.keys
-            .check(key, addr, len, access)
-            .map_err(xfer_core::unstable::mr::keys::status_error)
+    fn key_table_mut(&mut self) -> Option<&mut KeyTable> {
+        Some(&mut self.keys)
     }
 }

@@ -50,8 +50,6 @@ impl Events for Handler<'_, '_, '_> {
                     Err(_) => Err("bad frame header"),
                 };
                 if let Err(what) = r {
-                    self.s.stats.protocol_errors += 1;
-                    crate::warn_limited!(conn, error = what, "rdm: protocol error, connection dropped");
                     self.s.doomed.push((conn, Cause::Protocol(what)));
                 }
             }
@@ -67,8 +65,17 @@ impl Handler<'_, '_, '_> {
             return self.hello(conn, h, payload);
         };
         let at = self.s.serial(p);
+        if let Some(e) = self.s.peers.get_mut(p) {
+            e.silence.heard();
+        }
         match h.kind {
             Kind::Hello => Err("a second hello"),
+            Kind::Ping => {
+                self.s
+                    .enqueue(p, 0, Out::Owned(Header::new(Kind::Pong).encode(), Vec::new()));
+                Ok(())
+            }
+            Kind::Pong => Ok(()),
             Kind::Eager => {
                 self.s.charge(p, cost(payload.len() as u64))?;
                 self.eager(p, at, h, payload);
@@ -88,6 +95,11 @@ impl Handler<'_, '_, '_> {
             }
             Kind::RmaData => self.s.on_read_data(at, h, payload),
             Kind::RmaDone => self.s.on_rma_done(self.cx, at, h),
+            Kind::Atomic => {
+                self.s.on_atomic(self.cx, p, h);
+                Ok(())
+            }
+            Kind::AtomicDone => self.s.on_atomic_done(self.cx, at, h),
             Kind::Data => {
                 let key = self.s.pushes.key_of(h.token).filter(|&k| self.s.pushes[k].peer == at);
                 let key = key.ok_or("pushed bytes for no receive waiting for them")?;

@@ -22,6 +22,10 @@ impl State {
     /// A connection the transport reported down: forgotten at once (its id
     /// may be reused within the same progress), its peer ended after.
     pub(super) fn lost(&mut self, conn: ConnId, cause: Cause) {
+        if let Cause::Protocol(what) = cause {
+            self.stats.protocol_errors += 1;
+            crate::warn_limited!(conn, error = what, "rdm: connection ended by a protocol error");
+        }
         if let Some(peer) = self.peers.link_of(conn).and_then(|l| l.peer) {
             let at = self.serial(peer);
             self.failed.push((at, cause));
@@ -79,6 +83,9 @@ impl State {
         for (_, _, r) in self.rmas.remove_where(|r| r.peer == at) {
             complete::rma(&mut cx.cq, self.selective, r.op, Err(err.clone()));
         }
+        for (_, _, a) in self.atomics.remove_where(|a| a.peer == at) {
+            complete::atomic(&mut cx.cq, a.op, Err(err.clone()));
+        }
         self.write_failed.retain(|&(p, _, _)| p != at);
         if !src.is_unspec() {
             for op in self.rx.drain_posted_from(src) {
@@ -129,6 +136,9 @@ impl State {
         }
         for r in self.rmas.drain() {
             complete::rma(&mut cx.cq, self.selective, r.op, Err(Error::Canceled));
+        }
+        for a in self.atomics.drain() {
+            complete::atomic(&mut cx.cq, a.op, Err(Error::Canceled));
         }
         for op in self.rx.drain_posted() {
             complete::recv_failed(&mut cx.cq, op, Error::Canceled);

@@ -1,5 +1,5 @@
 //! An in-memory transport: the test double of [`Transport`] the engine's
-//! unit tests run over. Endpoints of one [`Net`] connect by address; each
+//! unit tests (and its fuzz harness, `fuzzing`) run over. Endpoints of one [`Net`] connect by address; each
 //! connection is a pair of bounded frame queues, so a full queue refuses a
 //! frame as a ring would. Pulls read the sender's memory directly (every
 //! endpoint is in this process), or are refused to test the push path.
@@ -59,6 +59,7 @@ impl Net {
 
     /// Makes the next `n` connects fail with `EAGAIN`, as a full listen
     /// backlog does.
+    #[cfg(test)]
     pub fn busy(&self, n: usize) {
         self.lock().busy = n;
     }
@@ -96,6 +97,7 @@ pub struct Mem {
 impl Mem {
     /// Ends connection `conn` as a broken link would: both sides see
     /// `cause` once they have read what was sent before.
+    #[cfg(test)]
     pub fn break_conn(&mut self, conn: ConnId, cause: Cause) {
         if let Some(&(pipe, _)) = self.conns.get(conn) {
             if let Some(p) = self.net.lock().pipes.get_mut(pipe) {
@@ -189,11 +191,7 @@ impl Transport for Mem {
         if !self.pull || !self.conns.contains(conn) {
             return Err(Error::NotSupported("pull"));
         }
-        // SAFETY: every endpoint of a Net lives in this process, and the
-        // engine that sent `remote` in its request to send keeps that buffer
-        // (`dst.len()` bytes at most) until the answer to this pull comes.
-        unsafe { std::ptr::copy_nonoverlapping(remote as *const u8, dst.as_mut_ptr(), dst.len()) };
-        Ok(())
+        read_sender(remote, dst)
     }
 
     fn close(&mut self, conn: ConnId) {
@@ -256,7 +254,27 @@ impl Transport for Mem {
         -1
     }
 
+    fn wake(&self) {}
+
     fn prepare_wait(&mut self) -> bool {
         true
     }
+}
+
+/// The pull of the unit tests: a plain copy from the sender's buffer.
+#[cfg(test)]
+fn read_sender(remote: u64, dst: &mut [u8]) -> Result<(), Error> {
+    // SAFETY: the unit tests' endpoints of a Net all live in this process and
+    // are honest: the engine that sent `remote` in its request to send keeps
+    // that buffer (`dst.len()` bytes at most) until the answer to this pull
+    // comes.
+    unsafe { std::ptr::copy_nonoverlapping(remote as *const u8, dst.as_mut_ptr(), dst.len()) };
+    Ok(())
+}
+
+/// Outside the unit tests (the fuzz harness) an address comes from a
+/// hostile peer: never read, the sender pushes instead.
+#[cfg(not(test))]
+fn read_sender(_: u64, _: &mut [u8]) -> Result<(), Error> {
+    Err(Error::NotSupported("pull"))
 }

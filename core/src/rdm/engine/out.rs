@@ -75,6 +75,10 @@ impl State {
         }
         e.credit.spend(cost, 0);
         e.starved = false;
+        if e.blocked {
+            e.blocked = false;
+            e.silence.heard();
+        }
         true
     }
 
@@ -149,11 +153,18 @@ impl State {
                     e.credit.spend(cost, 0);
                     e.queued_cost -= cost;
                     e.starved = false;
+                    if e.blocked {
+                        e.blocked = false;
+                        e.silence.heard();
+                    }
                     if let Some((_, Out::Eager(_, op))) = e.queue.pop_front() {
                         complete::send(&mut cx.cq, self.selective, op, Ok(()));
                     }
                 }
-                Err(Refused::Full) => return,
+                Err(Refused::Full) => {
+                    e.blocked = true;
+                    return;
+                }
                 Err(Refused::Gone(cause)) => {
                     self.doomed.push((tx, cause));
                     return;

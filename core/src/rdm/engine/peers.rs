@@ -16,6 +16,7 @@ use slab::Slab;
 
 use crate::addr::{Address, AvTable, PeerAddr};
 
+use super::super::stall::Silence;
 use super::super::transport::ConnId;
 use super::super::{Credit, Share};
 use super::out::Out;
@@ -40,6 +41,11 @@ pub struct Peer {
     pub share: Share,
     /// Its queue is waiting for credit (counted once per wait).
     pub starved: bool,
+    /// The transport refused a frame to it as full: room made later is
+    /// progress of the peer's.
+    pub blocked: bool,
+    /// How long it has been silent while we waited on it.
+    pub silence: Silence,
     /// Changes whenever the slot is reused, so kept messages name the entry
     /// they came from.
     pub serial: u64,
@@ -115,6 +121,8 @@ impl Peers {
             credit: super::credit::initial(),
             share: Share::default(),
             starved: false,
+            blocked: false,
+            silence: Silence::default(),
             serial: self.serial,
             hint: PeerAddr::UNSPEC,
         });
@@ -142,6 +150,11 @@ impl Peers {
     /// The owner of `conn`, when the engine knows the connection.
     pub fn link_of(&self, conn: ConnId) -> Option<Link> {
         self.links.get(conn).copied().flatten()
+    }
+
+    /// Whether a peer waits for a connect to be retried.
+    pub fn connecting(&self) -> bool {
+        self.slots.iter().any(|(_, e)| e.tx.is_none())
     }
 
     /// Connections the engine knows (named or not yet).

@@ -136,7 +136,8 @@ impl State {
             }
         }
         if status == status::OK && !payload.is_empty() {
-            let addr = h.addr + off;
+            // An address past the end of memory is out of any region.
+            let addr = h.addr.saturating_add(off);
             match cx
                 .domain
                 .remote_target(h.tag, addr, payload.len() as u64, Access::REMOTE_WRITE)
@@ -148,7 +149,12 @@ impl State {
                     let dst = unsafe { std::slice::from_raw_parts_mut(ptr, payload.len()) };
                     payload.copy_to(dst);
                 }
-                Err(_) => status = status::DEREGISTERED,
+                Err(e) => {
+                    status = match status_of(&e) {
+                        status::UNKNOWN_KEY => status::DEREGISTERED,
+                        other => other,
+                    }
+                }
             }
         }
         let last = h.flags & wire::LAST != 0;

@@ -6,7 +6,7 @@
 use std::collections::VecDeque;
 
 use super::mem::{Mem, Net};
-use super::wire::{Header, Kind};
+use super::wire::{self, Header, Kind};
 use super::Engine;
 use crate::addr::{Address, AvTable, PeerAddr};
 use crate::attr::EndpointAttr;
@@ -620,4 +620,184 @@ fn a_region_deregistered_during_a_read_fails_the_rest_of_it() {
             "the remote region was deregistered during the transfer"
         ))
     );
+}
+
+#[test]
+fn a_job_key_is_refused_rather_than_ignored() {
+    let mut keyed = attr();
+    keyed.job_key = Some(crate::attr::JobKey(b"secret".to_vec()));
+    let r = Engine::new(Net::new(4).open(true), ID, &keyed, 0);
+    assert!(matches!(r, Err(Error::NotSupported(_))));
+}
+
+#[test]
+fn the_fuzz_harness_survives_honest_and_hostile_frames() {
+    use super::fuzzing::{encode, frames, run, TOKENS};
+    let h = |kind: Kind, f: &dyn Fn(&mut Header)| {
+        let mut h = Header::new(kind);
+        f(&mut h);
+        h.encode().to_vec()
+    };
+    let session = vec![
+        (h(Kind::Eager, &|h| h.flags = wire::TAGGED), vec![1; 300]),
+        (h(Kind::Eager, &|h| h.tag = 9), vec![2; 10]),
+        (
+            h(Kind::Rts, &|h| {
+                h.len = 5000;
+                h.addr = 1;
+            }),
+            vec![],
+        ),
+        (
+            h(Kind::Cts, &|h| {
+                h.token = TOKENS[0];
+                h.addr = 77;
+            }),
+            vec![],
+        ),
+        (h(Kind::Delivered, &|h| h.token = TOKENS[1]), vec![]),
+        (
+            h(Kind::RmaWrite, &|h| {
+                h.tag = 1;
+                h.len = 100;
+                h.flags = wire::LAST;
+            }),
+            vec![3; 100],
+        ),
+        (
+            h(Kind::RmaWrite, &|h| {
+                h.tag = 1;
+                h.addr = 4090;
+                h.len = 100;
+                h.flags = wire::LAST;
+            }),
+            vec![4; 100],
+        ),
+        (
+            h(Kind::RmaRead, &|h| {
+                h.tag = 1;
+                h.len = 3000;
+                h.token = 5;
+            }),
+            vec![],
+        ),
+        (
+            h(Kind::RmaData, &|h| {
+                h.token = TOKENS[2];
+                h.off = 90;
+            }),
+            vec![5; 20],
+        ),
+        (
+            h(Kind::RmaWrite, &|h| {
+                h.tag = 1;
+                h.addr = u64::MAX - 8;
+                h.len = 200;
+                h.off = 100;
+            }),
+            vec![6; 50],
+        ),
+        (
+            h(Kind::Atomic, &|h| {
+                h.tag = 1;
+                h.addr = 8;
+                h.data = 5;
+                h.off = 7 | 2 << 8 | 1 << 16;
+            }),
+            vec![],
+        ),
+        (
+            h(Kind::Atomic, &|h| {
+                h.tag = 1;
+                h.addr = 12;
+                h.off = 4 | 6 << 8;
+            }),
+            vec![],
+        ),
+        (
+            h(Kind::Atomic, &|h| {
+                h.off = 9 | 6 << 8;
+            }),
+            vec![],
+        ),
+        (h(Kind::Credit, &|h| h.len = u64::MAX), vec![]),
+        (h(Kind::Ping, &|_| {}), vec![]),
+        (vec![99; 56], vec![]),
+    ];
+    let bytes = encode(&session);
+    assert_eq!(frames(&bytes), session);
+    run(&session);
+    for cut in 1..session.len() {
+        run(&session[cut..]);
+    }
+}
+
+impl Node {
+    fn atomic(
+        &mut self,
+        peer: PeerAddr,
+        kind: crate::atomic::AtomicKind,
+        dt: crate::atomic::Datatype,
+        vals: (u64, u64),
+        (key, addr): (u64, u64),
+        context: u64,
+    ) {
+        let op = crate::atomic::AtomicOp {
+            peer,
+            kind,
+            dt,
+            operand: vals.0,
+            compare: vals.1,
+            addr,
+            key,
+            fetch: true,
+            context,
+        };
+        self.with(|ep, cx| ep.atomic(cx, op)).expect("atomic accepted");
+    }
+}
+
+#[test]
+fn atomics_apply_at_the_target_and_fetch_the_old_value() {
+    use crate::atomic::{AtomicKind::*, Datatype::*};
+    let net = Net::new(8);
+    let (mut a, mut b) = (Node::new(&net, true, &attr()), Node::new(&net, true, &attr()));
+    let pb = a.add(&b);
+    let mut words = vec![0u64; 4];
+    // SAFETY: the words' 32 bytes, viewed as bytes while `words` lives; the
+    // engine touches them only through the key table's pointer.
+    let bytes = unsafe { std::slice::from_raw_parts_mut(words.as_mut_ptr().cast::<u8>(), 32) };
+    let (key, base) = b.register(bytes);
+    a.atomic(pb, Sum, U64, (5, 0), (key, base), 1);
+    assert_eq!(until(&mut [&mut a, &mut b], 0, 1).data, 0);
+    a.atomic(pb, Sum, U64, (7, 0), (key, base), 2);
+    let c = until(&mut [&mut a, &mut b], 0, 2);
+    assert_eq!((c.result, c.data), (Ok(()), 5));
+    assert!(c.flags.contains(Flags::ATOMIC | Flags::READ));
+    a.atomic(pb, Cswap, U64, (99, 12), (key, base), 3);
+    assert_eq!(until(&mut [&mut a, &mut b], 0, 3).data, 12, "equal: swapped");
+    a.atomic(pb, Cswap, U64, (1, 12), (key, base), 4);
+    assert_eq!(until(&mut [&mut a, &mut b], 0, 4).data, 99, "not equal: kept");
+    a.atomic(pb, Sum, I32, ((-2i32) as u32 as u64, 0), (key, base + 8), 5);
+    until(&mut [&mut a, &mut b], 0, 5);
+    assert_eq!(words[0], 99);
+    assert_eq!(words[1] as u32 as i32, -2, "a 32-bit element touches its four bytes");
+    assert_eq!(words[1] >> 32, 0);
+    a.atomic(pb, Sum, U64, (1, 0), (key, base + 4), 6);
+    let c = until(&mut [&mut a, &mut b], 0, 6);
+    assert_eq!(
+        c.result,
+        Err(Error::RemoteAccess("the remote element is not aligned to its datatype"))
+    );
+    a.atomic(pb, Sum, U64, (1, 0), (key, base + 32), 7);
+    assert!(matches!(
+        until(&mut [&mut a, &mut b], 0, 7).result,
+        Err(Error::RemoteAccess(_))
+    ));
+    assert_eq!(
+        words,
+        [99, (-2i32) as u32 as u64, 0, 0],
+        "refused atomics touch nothing"
+    );
+    assert_eq!(a.counter("atomics_outstanding"), 0);
 }

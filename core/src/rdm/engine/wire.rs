@@ -9,11 +9,11 @@
 //! | 2..4   | zero   | must be 0                                            |
 //! | 4..8   | status | Fin: 0 taken, else the receiver's error (see `Fin`)   |
 //! | 8..16  | tag    | Eager, Rts; RmaWrite, RmaRead: the target's key       |
-//! | 16..24 | data   | immediate data (with [`DATA`])                       |
+//! | 16..24 | data   | immediate data (with [`DATA`]); Atomic: the operand; AtomicDone: the old value |
 //! | 24..32 | token  | the sender's operation (Rts, Fin, Delivered, Cts); the receiver's (Data); the initiator's (Rma*, 0: no answer) |
-//! | 32..40 | len    | Rts, RmaWrite, RmaRead: total length; Fin: bytes taken; Credit: bytes returned |
+//! | 32..40 | len    | Rts, RmaWrite, RmaRead: total length; Fin: bytes taken; Credit: bytes returned; Atomic: the compare value |
 //! | 40..48 | addr   | Rts: the payload's address for a pull; Cts: the receiver's token; Rma*: the target address of the first byte |
-//! | 48..56 | off    | Data, RmaWrite, RmaData: the payload's offset in the message or operation |
+//! | 48..56 | off    | Data, RmaWrite, RmaData: the payload's offset in the message or operation; Atomic: datatype, kind << 8, fetch << 16 |
 //!
 //! A header travels without its trailing zero 8-byte words ([`trimmed`]):
 //! it is 8 to 56 bytes long, a multiple of 8, and the receiver reads the
@@ -85,6 +85,14 @@ pub enum Kind {
     RmaDone = 11,
     /// Eager credit returned: `len` bytes more the receiver may be sent.
     Credit = 12,
+    /// Are you progressing? (the progress timeout's probe)
+    Ping = 13,
+    /// The answer to a `Ping`.
+    Pong = 14,
+    /// A remote atomic on one element.
+    Atomic = 15,
+    /// The target's answer to an atomic: status and the old value.
+    AtomicDone = 16,
 }
 
 impl Kind {
@@ -102,6 +110,10 @@ impl Kind {
             10 => Kind::RmaData,
             11 => Kind::RmaDone,
             12 => Kind::Credit,
+            13 => Kind::Ping,
+            14 => Kind::Pong,
+            15 => Kind::Atomic,
+            16 => Kind::AtomicDone,
             _ => return None,
         })
     }
@@ -275,7 +287,7 @@ mod tests {
             assert!(Header::decode(&good[..len]).is_err(), "{len} bytes");
         }
         assert!(Header::decode(&[good.as_slice(), &[0; 8]].concat()).is_err());
-        for (at, v) in [(0, 0u8), (0, 13), (1, 16), (2, 1), (3, 1)] {
+        for (at, v) in [(0, 0u8), (0, 17), (1, 16), (2, 1), (3, 1)] {
             let mut b = good;
             b[at] = v;
             assert!(matches!(Header::decode(&b), Err(Error::Protocol(_))), "byte {at} = {v}");

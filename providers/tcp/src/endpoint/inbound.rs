@@ -606,7 +606,7 @@ impl TcpEndpoint {
             EagerDest::Posted(op) => self.complete_posted(cx, id, op, a, &e.from),
             EagerDest::Unexpected(payload) => match self.recvs.take_posted(e.tagged, e.src, e.tag) {
                 Some((_, op)) => {
-                    deliver_unexpected(&mut cx.cq, op, &payload, a, (&e.from, self.attr.source_err));
+                    complete::recv_copy(&mut cx.cq, op, &payload, a, (&e.from, self.attr.source_err));
                     self.earn_credit(cx, id, None, e.olen);
                 }
                 None => {
@@ -713,19 +713,4 @@ impl TcpEndpoint {
             Err(e) => tracing::debug!(error = %e, "delivery acknowledgement not sent"),
         }
     }
-}
-
-/// Copies an unexpected eager payload into a matched receive and completes
-/// it; `from` is the sender's name and the endpoint's `source_err`.
-pub(super) fn deliver_unexpected(
-    cq: &mut Sink<'_>,
-    mut op: RecvOp,
-    payload: &[u8],
-    a: Arrival,
-    from: (&Address, bool),
-) {
-    let buf = op.buf.as_mut_slice();
-    let len = buf.len().min(payload.len());
-    buf[..len].copy_from_slice(&payload[..len]);
-    complete::recv_from(cq, op, Arrival { len, ..a }, from.0, from.1);
 }

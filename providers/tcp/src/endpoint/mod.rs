@@ -28,7 +28,6 @@ use xfer_core::unstable::peek::{Claim, Peeked};
 use xfer_core::unstable::provider::{CompletionLevel, Ctx, EndpointProvider, RecvOp, Rejected, RmaKind, RmaOp, SendOp};
 use xfer_core::unstable::rdm::rndv::{self, Answer, Next, Protocol, SendState};
 use xfer_core::unstable::rdm::{Abandoned, Account, Counters, Dropped, Outstanding, Receives, Unexpected};
-use xfer_core::unstable::sink::Sink;
 use xfer_core::unstable::sys::{Epoll, EMPTY_EVENT, READABLE, WRITABLE};
 use xfer_core::unstable::tag::{Matched, RecvSpec};
 
@@ -57,7 +56,6 @@ mod rma;
 mod stall;
 
 use batch::Batch;
-use inbound::deliver_unexpected;
 use rma::RmaTx;
 
 /// Epoll token of the listening socket; connections use their slab key.
@@ -216,7 +214,7 @@ fn op_error(cause: &Error, peer: PeerAddr) -> Error {
 /// Where an endpoint with `attr` listens on a host with `ifaces` (iface.rs
 /// has the rules). Without the host's interface list, an explicit address
 /// still works and the automatic choice falls back to loopback.
-fn listen_addr(attr: &TcpAttr, ifaces: &[iface::Interface]) -> Result<SocketAddr> {
+pub(crate) fn listen_addr(attr: &TcpAttr, ifaces: &[iface::Interface]) -> Result<SocketAddr> {
     let choice = iface::choose(ifaces, attr);
     if !choice.missing.is_empty() {
         tracing::debug!(missing = ?choice.missing, "XFER_TCP_IFACE names interfaces this host does not have");
@@ -291,7 +289,7 @@ fn any_form(peer: &Address) -> Option<Address> {
 /// a wildcard listener (`0.0.0.0:PORT` or `[::]:PORT`, every interface) is
 /// named by the address the automatic choice takes (of the listener's
 /// family, else that family's loopback), with the listener's port.
-fn named_addr(bound: SocketAddr, ifaces: &[iface::Interface], attr: &TcpAttr) -> SocketAddr {
+pub(crate) fn named_addr(bound: SocketAddr, ifaces: &[iface::Interface], attr: &TcpAttr) -> SocketAddr {
     if !bound.ip().is_unspecified() {
         return bound;
     }
@@ -406,7 +404,7 @@ impl TcpEndpoint {
                     data,
                     src,
                 };
-                deliver_unexpected(&mut cx.cq, recv, &payload, a, (&from, self.attr.source_err));
+                complete::recv_copy(&mut cx.cq, recv, &payload, a, (&from, self.attr.source_err));
                 self.unhold(cx, conn, payload.len());
             }
             Unexpected::Rts {

@@ -453,21 +453,19 @@ fn arrival_of(recv: &RecvOp, olen: u64, tag: u64, data: Option<u64>, src: PeerAd
 /// `from.0`, on an endpoint whose `source_err` is `from.1`.
 fn copy_in(
     cx: &mut Ctx<'_>,
-    mut recv: RecvOp,
+    recv: RecvOp,
     payload: &[u8],
     tag: u64,
     data: Option<u64>,
     src: PeerAddr,
     from: (&Address, bool),
 ) {
-    let n = payload.len().min(recv.buf.len());
-    recv.buf.as_mut_slice()[..n].copy_from_slice(&payload[..n]);
     let a = Arrival {
-        len: n,
+        len: 0,
         olen: payload.len(),
         tag,
         data,
         src,
     };
-    complete::recv_from(&mut cx.cq, recv, a, from.0, from.1);
+    complete::recv_copy(&mut cx.cq, recv, payload, a, from);
 }

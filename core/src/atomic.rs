@@ -1,0 +1,282 @@
+//! Remote atomics: one element of a registered remote region read, combined
+//! with an operand and written back as one indivisible step (libfabric's
+//! `fi_atomic`, `fi_fetch_atomic`, `fi_compare_atomic` with a count of 1;
+//! UCX's `ucp_atomic_op_nbx`). Operations and datatypes keep libfabric's
+//! numbering, so the C ABI and the plug-in pass them through.
+//!
+//! A transport that serves RMA in software applies the operation at the
+//! target with the CPU's atomic instructions ([`apply`]), after the same key,
+//! bounds and access checks as RMA and an alignment check: atomicity holds
+//! among all xfer atomics on the element; plain stores by the target
+//! process, or plain RMA writes overlapping it, are not ordered with them
+//! (as libfabric and UCX say of theirs).
+//!
+//! ```
+//! use xfer_core::{AtomicKind, Datatype};
+//! let mut word = 40u64;
+//! // SAFETY: `word` is a live, aligned u64 nobody else touches.
+//! let old = unsafe { xfer_core::unstable::atomic::apply(&mut word as *mut u64 as *mut u8, AtomicKind::Sum, Datatype::U64, 2, 0) };
+//! assert_eq!((old, word), (40, 42));
+//! ```
+
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+use crate::addr::PeerAddr;
+
+/// What an atomic does with the element (libfabric's `enum fi_op` values).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+#[non_exhaustive]
+pub enum AtomicKind {
+    /// The smaller of the element and the operand.
+    Min = 0,
+    /// The larger.
+    Max = 1,
+    /// Their sum (fetch-and-add with a fetch); integers wrap.
+    Sum = 2,
+    /// Bitwise or (integers).
+    Bor = 6,
+    /// Bitwise and (integers).
+    Band = 7,
+    /// Bitwise exclusive or (integers).
+    Bxor = 9,
+    /// Reads the element, changes nothing (a fetch only).
+    Read = 10,
+    /// Writes the operand (swap, with a fetch).
+    Write = 11,
+    /// Writes the operand if the element equals the compare value
+    /// (compare-and-swap; the fetch says whether it did).
+    Cswap = 12,
+}
+
+impl AtomicKind {
+    /// The kind of libfabric's `enum fi_op` value `v`, if xfer has it.
+    pub fn from_u8(v: u8) -> Option<AtomicKind> {
+        use AtomicKind::*;
+        [Min, Max, Sum, Bor, Band, Bxor, Read, Write, Cswap]
+            .into_iter()
+            .find(|k| *k as u8 == v)
+    }
+
+    /// Whether it changes the element (the target's region must allow
+    /// remote writes).
+    pub fn writes(self) -> bool {
+        self != AtomicKind::Read
+    }
+}
+
+/// The element's type (libfabric's `enum fi_datatype` values).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+#[non_exhaustive]
+pub enum Datatype {
+    /// `int32_t`.
+    I32 = 4,
+    /// `uint32_t`.
+    U32 = 5,
+    /// `int64_t`.
+    I64 = 6,
+    /// `uint64_t`.
+    U64 = 7,
+    /// `float`.
+    F32 = 8,
+    /// `double`.
+    F64 = 9,
+}
+
+impl Datatype {
+    /// The type of libfabric's `enum fi_datatype` value `v`, if xfer has it.
+    pub fn from_u8(v: u8) -> Option<Datatype> {
+        use Datatype::*;
+        [I32, U32, I64, U64, F32, F64].into_iter().find(|d| *d as u8 == v)
+    }
+
+    /// Its size in bytes (and the alignment an element needs).
+    pub fn size(self) -> usize {
+        match self {
+            Datatype::I32 | Datatype::U32 | Datatype::F32 => 4,
+            _ => 8,
+        }
+    }
+
+    /// Whether `kind` applies to it (bitwise operations need integers).
+    pub fn allows(self, kind: AtomicKind) -> bool {
+        let float = matches!(self, Datatype::F32 | Datatype::F64);
+        !(float && matches!(kind, AtomicKind::Bor | AtomicKind::Band | AtomicKind::Bxor))
+    }
+}
+
+/// An atomic handed to a provider: `kind` on the element of type `dt` at
+/// `addr` in the region named by `key`. Values travel as their bit
+/// patterns in a `u64` (a 32-bit type in the low half).
+#[derive(Debug, Clone)]
+pub struct AtomicOp {
+    /// The target.
+    pub peer: PeerAddr,
+    /// What to do.
+    pub kind: AtomicKind,
+    /// The element's type.
+    pub dt: Datatype,
+    /// The operand (for `Cswap`, the value written).
+    pub operand: u64,
+    /// `Cswap`'s compare value.
+    pub compare: u64,
+    /// Target address of the element.
+    pub addr: u64,
+    /// The target region's remote key.
+    pub key: u64,
+    /// Whether the completion carries the element's old value (in
+    /// `Completion::data`; flags `ATOMIC | READ`, else `ATOMIC | WRITE`).
+    pub fetch: bool,
+    /// Returned in the completion.
+    pub context: u64,
+}
+
+/// `kind` on an element's bits, worked in 64 bits: a 32-bit element is
+/// widened (sign-extended, or `f32` to `f64`, exactly) and the result
+/// narrowed back (an `f32` sum rounds once, as `f32` addition does).
+fn combine(kind: AtomicKind, dt: Datatype, old: u64, operand: u64, compare: u64) -> u64 {
+    let widen = |v: u64| match dt {
+        Datatype::I32 => v as u32 as i32 as i64 as u64,
+        Datatype::U32 => v as u32 as u64,
+        Datatype::F32 => f64::from(f32::from_bits(v as u32)).to_bits(),
+        _ => v,
+    };
+    let (old_w, x) = (widen(old), widen(operand));
+    let f = f64::from_bits;
+    let new = match (kind, dt) {
+        (AtomicKind::Sum, Datatype::F32 | Datatype::F64) => (f(old_w) + f(x)).to_bits(),
+        (AtomicKind::Min, Datatype::F32 | Datatype::F64) => f(old_w).min(f(x)).to_bits(),
+        (AtomicKind::Max, Datatype::F32 | Datatype::F64) => f(old_w).max(f(x)).to_bits(),
+        (AtomicKind::Min, Datatype::I32 | Datatype::I64) => (old_w as i64).min(x as i64) as u64,
+        (AtomicKind::Max, Datatype::I32 | Datatype::I64) => (old_w as i64).max(x as i64) as u64,
+        (AtomicKind::Min, _) => old_w.min(x),
+        (AtomicKind::Max, _) => old_w.max(x),
+        (AtomicKind::Sum, _) => old_w.wrapping_add(x),
+        (AtomicKind::Bor, _) => old_w | x,
+        (AtomicKind::Band, _) => old_w & x,
+        (AtomicKind::Bxor, _) => old_w ^ x,
+        (AtomicKind::Read, _) => return old,
+        (AtomicKind::Write, _) => return operand,
+        (AtomicKind::Cswap, _) if widen(old) == widen(compare) => return operand,
+        (AtomicKind::Cswap, _) => return old,
+    };
+    match dt {
+        Datatype::F32 => u64::from((f64::from_bits(new) as f32).to_bits()),
+        Datatype::I32 | Datatype::U32 => new & 0xffff_ffff,
+        _ => new,
+    }
+}
+
+/// Applies `kind` to the element of type `dt` at `ptr` as one atomic step
+/// (a compare-and-exchange loop) and returns its old value's bits.
+///
+/// # Safety
+/// `ptr` must point to a live element of `dt`'s size, aligned to it, that
+/// other threads and processes touch only atomically while this runs.
+pub unsafe fn apply(ptr: *mut u8, kind: AtomicKind, dt: Datatype, operand: u64, compare: u64) -> u64 {
+    if dt.size() == 4 {
+        // SAFETY: the caller's contract: a live, aligned 4-byte element.
+        let cell = unsafe { AtomicU32::from_ptr(ptr.cast()) };
+        let old = cell
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |old| {
+                Some(combine(kind, dt, u64::from(old), operand, compare) as u32)
+            })
+            .unwrap_or_else(|v| v);
+        u64::from(old)
+    } else {
+        // SAFETY: the caller's contract: a live, aligned 8-byte element.
+        let cell = unsafe { AtomicU64::from_ptr(ptr.cast()) };
+        cell.fetch_update(Ordering::AcqRel, Ordering::Acquire, |old| {
+            Some(combine(kind, dt, old, operand, compare))
+        })
+        .unwrap_or_else(|v| v)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run64(init: u64, kind: AtomicKind, dt: Datatype, operand: u64, compare: u64) -> (u64, u64) {
+        let mut v = init;
+        // SAFETY: a local, aligned u64.
+        let old = unsafe { apply(&mut v as *mut u64 as *mut u8, kind, dt, operand, compare) };
+        (old, v)
+    }
+
+    #[test]
+    fn every_kind_on_64_bit_integers_and_doubles() {
+        use AtomicKind::*;
+        let u = Datatype::U64;
+        assert_eq!(run64(5, Sum, u, 3, 0), (5, 8));
+        assert_eq!(run64(u64::MAX, Sum, u, 2, 0), (u64::MAX, 1), "wraps");
+        assert_eq!(run64(5, Min, u, 3, 0), (5, 3));
+        assert_eq!(run64(5, Max, u, 3, 0), (5, 5));
+        assert_eq!(
+            run64((-5i64) as u64, Min, Datatype::I64, 3, 0).1,
+            (-5i64) as u64,
+            "signed"
+        );
+        assert_eq!(run64(0b1100, Bor, u, 0b1010, 0).1, 0b1110);
+        assert_eq!(run64(0b1100, Band, u, 0b1010, 0).1, 0b1000);
+        assert_eq!(run64(0b1100, Bxor, u, 0b1010, 0).1, 0b0110);
+        assert_eq!(run64(7, Read, u, 9, 0), (7, 7));
+        assert_eq!(run64(7, Write, u, 9, 0), (7, 9));
+        assert_eq!(run64(7, Cswap, u, 9, 7), (7, 9), "equal: swapped");
+        assert_eq!(run64(7, Cswap, u, 9, 6), (7, 7), "not equal: kept");
+        let d = |x: f64| x.to_bits();
+        assert_eq!(run64(d(1.5), Sum, Datatype::F64, d(2.0), 0).1, d(3.5));
+        assert_eq!(run64(d(1.5), Max, Datatype::F64, d(2.0), 0).1, d(2.0));
+    }
+
+    #[test]
+    fn thirty_two_bit_elements_touch_four_bytes() {
+        let mut pair = [10u32, 77];
+        // SAFETY: an aligned u32 inside a local array.
+        let old = unsafe {
+            apply(
+                pair.as_mut_ptr().cast(),
+                AtomicKind::Sum,
+                Datatype::I32,
+                (-3i32) as u32 as u64,
+                0,
+            )
+        };
+        assert_eq!((old, pair), (10, [7, 77]));
+        pair[0] = 3.0f32.to_bits();
+        // SAFETY: as above.
+        unsafe {
+            apply(
+                pair.as_mut_ptr().cast(),
+                AtomicKind::Min,
+                Datatype::F32,
+                2.5f32.to_bits() as u64,
+                0,
+            )
+        };
+        assert_eq!((f32::from_bits(pair[0]), pair[1]), (2.5, 77));
+        let mut w = [u32::MAX, 9];
+        // SAFETY: as above.
+        unsafe { apply(w.as_mut_ptr().cast(), AtomicKind::Sum, Datatype::U32, 2, 0) };
+        assert_eq!(w, [1, 9], "wraps in 32 bits");
+        w[0] = (-5i32) as u32;
+        // SAFETY: as above.
+        unsafe { apply(w.as_mut_ptr().cast(), AtomicKind::Min, Datatype::I32, 3, 0) };
+        assert_eq!(w[0] as i32, -5, "signed");
+        // SAFETY: as above.
+        let old = unsafe {
+            apply(
+                w.as_mut_ptr().cast(),
+                AtomicKind::Cswap,
+                Datatype::I32,
+                7,
+                (-5i32) as u32 as u64,
+            )
+        };
+        assert_eq!((old as u32 as i32, w[0]), (-5, 7), "a 32-bit compare");
+        assert!(!Datatype::F32.allows(AtomicKind::Bxor));
+        assert_eq!(AtomicKind::from_u8(12), Some(AtomicKind::Cswap));
+        assert_eq!(Datatype::from_u8(3), None);
+    }
+}

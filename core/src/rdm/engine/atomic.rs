@@ -1,0 +1,111 @@
+//! Remote atomics over any transport: the initiator sends one `Atomic`
+//! frame (key, address, operand, compare value, and the datatype, kind and
+//! whether it fetches packed in `off`); the target checks the kind and
+//! datatype, the element's alignment, and key, bounds and access through its
+//! key table (remote write for a kind that changes the element, remote read
+//! for one that fetches), applies it with the CPU's atomic instructions
+//! (`crate::atomic::apply`) and answers `AtomicDone` with the status and the
+//! old value. Nothing is touched when a check fails.
+
+use crate::atomic::{apply, AtomicKind, AtomicOp, Datatype};
+use crate::complete;
+use crate::error::Error;
+use crate::mr::keys::{status, status_error, status_of};
+use crate::mr::Access;
+use crate::provider::Ctx;
+
+use super::super::transport::Transport;
+use super::out::Out;
+use super::wire::{Header, Kind};
+use super::State;
+
+/// An initiator's atomic waiting for its answer.
+pub(super) struct AtomicTx {
+    pub(super) op: AtomicOp,
+    pub(super) peer: (usize, u64),
+}
+
+/// The `off` field of an `Atomic` frame: datatype, kind, fetch.
+fn pack(op: &AtomicOp) -> u64 {
+    u64::from(op.dt as u8) | u64::from(op.kind as u8) << 8 | u64::from(op.fetch) << 16
+}
+
+fn unpack(off: u64) -> Option<(Datatype, AtomicKind, bool)> {
+    if off >> 17 != 0 {
+        return None;
+    }
+    let dt = Datatype::from_u8(off as u8)?;
+    let kind = AtomicKind::from_u8((off >> 8) as u8)?;
+    dt.allows(kind).then_some((dt, kind, off >> 16 != 0))
+}
+
+impl State {
+    /// Starts atomic `op` to its peer (the address vector has it).
+    pub(super) fn atomic<T: Transport>(&mut self, t: &mut T, cx: &mut Ctx<'_>, op: AtomicOp) {
+        let p = match self.peer_for(t, cx.av, op.peer) {
+            Ok(p) => p,
+            Err(e) => return complete::atomic(&mut cx.cq, op, Err(e)),
+        };
+        let mut h = Header::new(Kind::Atomic);
+        h.tag = op.key;
+        h.addr = op.addr;
+        h.data = op.operand;
+        h.len = op.compare;
+        h.off = pack(&op);
+        let at = self.serial(p);
+        let key = self.atomics.insert(AtomicTx { op, peer: at });
+        h.token = self.atomics.token(key);
+        self.enqueue(p, 0, Out::Owned(h.encode(), Vec::new()));
+        self.flush(t, cx, p);
+    }
+
+    /// A target's atomic request from peer `p`: checked, applied, answered.
+    pub(super) fn on_atomic(&mut self, cx: &mut Ctx<'_>, p: usize, h: Header) {
+        let mut done = Header::new(Kind::AtomicDone);
+        done.token = h.token;
+        let result = match unpack(h.off) {
+            None => Err(status::BAD_ATOMIC),
+            Some((dt, _, _)) if !h.addr.is_multiple_of(dt.size() as u64) => Err(status::MISALIGNED),
+            Some((dt, kind, fetch)) => {
+                let mut access = Access::empty();
+                if kind.writes() {
+                    access |= Access::REMOTE_WRITE;
+                }
+                if fetch || !kind.writes() {
+                    access |= Access::REMOTE_READ;
+                }
+                match cx.domain.remote_target(h.tag, h.addr, dt.size() as u64, access) {
+                    // SAFETY: the key table vouched for `dt.size()` bytes at
+                    // `ptr` with the access the kind needs, live while the
+                    // domain lock is held (this whole call); the address is
+                    // aligned to the size (checked above).
+                    Ok(ptr) => Ok(unsafe { apply(ptr, kind, dt, h.data, h.len) }),
+                    Err(e) => Err(status_of(&e)),
+                }
+            }
+        };
+        match result {
+            Ok(old) => done.data = old,
+            Err(code) => {
+                tracing::debug!(key = h.tag, addr = h.addr, status = code, "remote atomic refused");
+                done.status = code as u32;
+            }
+        }
+        self.enqueue(p, 0, Out::Owned(done.encode(), Vec::new()));
+    }
+
+    /// An initiator's answer: the atomic completes with the old value or
+    /// the target's refusal.
+    pub(super) fn on_atomic_done(&mut self, cx: &mut Ctx<'_>, at: (usize, u64), h: Header) -> Result<(), &'static str> {
+        let key = self.atomics.key_of(h.token).filter(|&k| self.atomics[k].peer == at);
+        let key = key.ok_or("atomic answer for no atomic waiting for one")?;
+        let tx = self.atomics.remove(key);
+        let result = match u64::from(h.status) {
+            status::OK => Ok(h.data),
+            c if c <= status::ATOMIC_MAX => Err(status_error(c)),
+            _ => Err(Error::Protocol("unknown atomic status")),
+        };
+        complete::atomic(&mut cx.cq, tx.op, result);
+        Ok(())
+    }
+}

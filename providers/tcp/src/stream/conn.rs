@@ -1,0 +1,189 @@
+//! One stream of the `tcp-rdm` transport: what waits to be written, what
+//! was read and not yet taken as frames, and where its greeting stands.
+
+use std::ops::Range;
+
+use xfer_core::unstable::error::{Error, Result};
+use xfer_core::unstable::rdm::transport::{Cause, Transport};
+
+use super::{TcpTransport, MAGIC, MAX_PAYLOAD};
+use crate::sys::{Io, Socket};
+
+/// Where a connection stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// Dialled; the connect has not completed.
+    Connecting,
+    /// Accepted; its greeting has not been read whole.
+    Greeting,
+    /// Carrying frames.
+    Up,
+}
+
+/// A whole frame in `inbuf`: its header's and its payload's ranges.
+pub type Frame = (Range<usize>, Range<usize>);
+
+/// Bytes read ahead of the frames taken before reading stops (the engine
+/// holding a peer's frames back makes the peer's kernel buffers fill).
+const READ_AHEAD: usize = 2 * (MAX_PAYLOAD + 128);
+
+/// One connection.
+#[derive(Debug)]
+pub struct Conn {
+    pub sock: Socket,
+    pub phase: Phase,
+    /// The engine knows it (it dialled it, or was told it is up), so it is
+    /// told when it ends.
+    pub reported: bool,
+    /// Writability is watched (bytes wait to be written).
+    pub watching_out: bool,
+    pub(super) out: Vec<u8>,
+    sent: usize,
+    pub inbuf: Vec<u8>,
+    start: usize,
+    /// How the stream ended, once it has (frames before it still count).
+    pub eof: Option<Cause>,
+}
+
+impl Conn {
+    /// A connection this side dialled, greeting the endpoint of `nonce`.
+    pub fn connecting(sock: Socket, nonce: u64) -> Conn {
+        let mut out = MAGIC.to_vec();
+        out.extend_from_slice(&nonce.to_le_bytes());
+        let mut c = Conn::new(sock, Phase::Connecting, out);
+        // The engine has its id from `connect`: its end is reported.
+        c.reported = true;
+        c
+    }
+
+    /// A connection a peer opened to this side.
+    pub fn accepted(sock: Socket) -> Conn {
+        Conn::new(sock, Phase::Greeting, Vec::new())
+    }
+
+    fn new(sock: Socket, phase: Phase, out: Vec<u8>) -> Conn {
+        Conn {
+            sock,
+            phase,
+            reported: false,
+            watching_out: false,
+            out,
+            sent: 0,
+            inbuf: Vec::new(),
+            start: 0,
+            eof: None,
+        }
+    }
+
+    /// Bytes waiting to be written.
+    pub fn queued(&self) -> usize {
+        self.out.len() - self.sent
+    }
+
+    /// Queues one frame.
+    pub fn push_frame(&mut self, header: &[u8], payload: &[u8]) {
+        let len = 1 + header.len() + payload.len();
+        self.out.extend_from_slice(&(len as u32).to_le_bytes());
+        self.out.push(header.len() as u8);
+        self.out.extend_from_slice(header);
+        self.out.extend_from_slice(payload);
+    }
+
+    /// Writes what is queued without blocking; true when some is left.
+    pub fn write(&mut self) -> Result<bool> {
+        if self.phase == Phase::Connecting {
+            return Ok(true);
+        }
+        while self.sent < self.out.len() {
+            match self.sock.send_flat(&self.out[self.sent..])? {
+                Io::Done(n) => self.sent += n,
+                Io::WouldBlock => break,
+            }
+        }
+        if self.sent == self.out.len() {
+            self.out.clear();
+            self.sent = 0;
+        } else if self.sent > 1 << 20 {
+            self.out.drain(..self.sent);
+            self.sent = 0;
+        }
+        Ok(self.sent < self.out.len())
+    }
+
+    /// Reads what the socket has, up to the read-ahead bound.
+    pub fn read(&mut self) {
+        while self.eof.is_none() && self.inbuf.len() - self.start < READ_AHEAD {
+            let have = self.inbuf.len();
+            self.inbuf.resize(have + (64 << 10), 0);
+            match self.sock.recv(&mut self.inbuf[have..]) {
+                Ok(Io::Done(0)) => {
+                    self.inbuf.truncate(have);
+                    self.eof = Some(Cause::Closed);
+                }
+                Ok(Io::Done(n)) => self.inbuf.truncate(have + n),
+                Ok(Io::WouldBlock) => {
+                    self.inbuf.truncate(have);
+                    break;
+                }
+                Err(e) => {
+                    self.inbuf.truncate(have);
+                    let errno = match e {
+                        Error::Os(n) => n,
+                        _ => libc::EIO,
+                    };
+                    self.eof = Some(match errno {
+                        libc::ECONNRESET => Cause::Closed,
+                        n => Cause::Failed(n),
+                    });
+                }
+            }
+        }
+    }
+
+    /// An accepted connection's greeting: `Some(true)` when it names
+    /// `nonce` (the connection is up), `Some(false)` when it does not (or
+    /// the stream ended first), `None` while incomplete.
+    pub fn greeting(&mut self, nonce: u64) -> Option<bool> {
+        let avail = &self.inbuf[self.start..];
+        if avail.len() < 16 {
+            return self.eof.map(|_| false);
+        }
+        let ok = avail[..8] == MAGIC && avail[8..16] == nonce.to_le_bytes();
+        self.consume(self.start + 16);
+        if ok {
+            self.phase = Phase::Up;
+        }
+        Some(ok)
+    }
+
+    /// The next whole frame's header and payload ranges in `inbuf`.
+    pub fn next_frame(&self) -> std::result::Result<Option<Frame>, &'static str> {
+        let avail = &self.inbuf[self.start..];
+        if avail.len() < 5 {
+            return Ok(None);
+        }
+        let len = u32::from_le_bytes([avail[0], avail[1], avail[2], avail[3]]) as usize;
+        let hlen = usize::from(avail[4]);
+        if hlen > TcpTransport::MAX_HEADER || len < 1 + hlen || len - 1 - hlen > MAX_PAYLOAD {
+            return Err("a frame length out of bounds");
+        }
+        if avail.len() < 4 + len {
+            return Ok(None);
+        }
+        let h = self.start + 5..self.start + 5 + hlen;
+        let p = h.end..self.start + 4 + len;
+        Ok(Some((h, p)))
+    }
+
+    /// The bytes before `end` were taken.
+    pub fn consume(&mut self, end: usize) {
+        self.start = end;
+        if self.start == self.inbuf.len() {
+            self.inbuf.clear();
+            self.start = 0;
+        } else if self.start > 1 << 20 {
+            self.inbuf.drain(..self.start);
+            self.start = 0;
+        }
+    }
+}
