@@ -297,6 +297,80 @@ mod tests {
         assert!(!c.can_send(1, 0));
     }
 
+    /// One step of a connection's credit life for the property below.
+    #[derive(Debug, Clone)]
+    enum Step {
+        Owe(u64, u32),
+        Take,
+        TakeNow,
+        /// Other connections commit or release receive memory.
+        Others(i64),
+    }
+
+    fn step() -> impl proptest::strategy::Strategy<Value = Step> {
+        use proptest::prelude::*;
+        prop_oneof![
+            (0u64..80 << 10, 0u32..6).prop_map(|(b, m)| Step::Owe(b, m)),
+            Just(Step::Take),
+            Just(Step::TakeNow),
+            (-(8i64 << 20)..(8i64 << 20)).prop_map(Step::Others),
+        ]
+    }
+
+    proptest::proptest! {
+        /// A transport may skip weighing a connection while `due()` is
+        /// false: whenever it is, an ordinary return gives nothing, whatever
+        /// was owed, granted or refused for want of receive memory before.
+        #[test]
+        fn nothing_is_returned_while_not_due(
+            limit in proptest::prop_oneof![
+                proptest::strategy::Just(0u64),
+                0u64..16 << 20,
+                proptest::strategy::Just(u64::MAX)
+            ],
+            steps in proptest::collection::vec(step(), 1..64),
+        ) {
+            let mut account = Account::new(limit);
+            let mut share = Share::default();
+            let mut c = Credit::new(INIT);
+            let mut others = 0u64;
+            for s in steps {
+                match s {
+                    Step::Owe(b, m) => {
+                        let due = c.owe(b, m);
+                        proptest::prop_assert_eq!(due, c.due());
+                    }
+                    Step::Take | Step::TakeNow => {
+                        let due = c.due();
+                        // Weighed on copies, kept if a return goes (as verbs does).
+                        let (mut cc, mut sh, mut acc) = (c.clone(), share, account.clone());
+                        let give = match s {
+                            Step::Take => cc.take_return(BUDGET, &mut sh, &mut acc),
+                            _ => cc.take_return_now(BUDGET, &mut sh, &mut acc),
+                        };
+                        if matches!(s, Step::Take) && !due {
+                            proptest::prop_assert!(give.is_none(), "returned {give:?} while not due");
+                        }
+                        if give.is_some() {
+                            (c, share, account) = (cc, sh, acc);
+                            proptest::prop_assert!(!c.due(), "still due after a return");
+                        }
+                    }
+                    Step::Others(d) if d >= 0 => {
+                        if account.try_commit(d as u64) {
+                            others += d as u64;
+                        }
+                    }
+                    Step::Others(d) => {
+                        let r = d.unsigned_abs().min(others);
+                        account.release(r);
+                        others -= r;
+                    }
+                }
+            }
+        }
+    }
+
     #[test]
     fn every_message_costs_its_entry_besides_its_payload() {
         assert_eq!(cost(0), ENTRY_COST);

@@ -16,7 +16,7 @@
 
 use std::time::{Duration, Instant};
 
-use xfer_core::unstable::addr::Address;
+use xfer_core::unstable::addr::{Address, PeerAddr};
 use xfer_core::unstable::provider::Ctx;
 use xfer_core::Error;
 
@@ -154,6 +154,7 @@ impl VerbsEndpoint {
             requests: Default::default(),
             share: Default::default(),
             silence: Default::default(),
+            src_hint: PeerAddr::UNSPEC,
             proven: false,
             serial,
             id,
@@ -617,7 +618,7 @@ impl VerbsEndpoint {
             let c = self.conns.remove(k);
             self.by_id.remove(&(c.id.as_ptr() as usize));
             if let Some(qp) = &c.qp {
-                self.by_qpn.remove(&qp.qp_num());
+                self.by_qpn.remove(qp.qp_num());
             }
         }
     }

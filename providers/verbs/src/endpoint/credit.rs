@@ -240,6 +240,14 @@ impl VerbsEndpoint {
                 self.owing.swap_remove(i);
                 continue;
             };
+            // Below a return's threshold, the same small debt would only be
+            // weighed again on copies and found not due (core's `due()`
+            // never says no where `take_return` would give): it stays
+            // listed, unweighed, until more is owed or the peer pings.
+            if !c.credit.pinged && !c.credit.flow.due() {
+                i += 1;
+                continue;
+            }
             // Decided on copies, kept once the credit message is posted.
             let (mut flow, mut share, mut account) = (c.credit.flow.clone(), c.share, self.account.clone());
             let give = match match c.credit.pinged {

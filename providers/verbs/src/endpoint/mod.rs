@@ -23,6 +23,7 @@ mod credit;
 mod keepalive;
 mod pool;
 mod post;
+mod qpn;
 mod stall;
 mod wc;
 
@@ -61,6 +62,13 @@ use pool::SendPool;
 const EPOLL_EVERY: u32 = 64;
 /// Work completions taken per `ibv_poll_cq`.
 const WC_BATCH: usize = 32;
+/// Tag bit of the `wr_id`s (and `posted` keys) of work requests that hold
+/// nothing once posted: inline eager sends and inline control messages.
+/// They get a number of their own instead of an `ops` entry, so the
+/// small-message path inserts and removes nothing per message. Never a slab
+/// key (those stay far below), never a receive (`srq::RECV_WR_TAG` is the
+/// top bit).
+const BARE_WR: usize = 1 << (usize::BITS - 2);
 /// epoll tokens.
 const TOKEN_CQ: u64 = 1;
 const TOKEN_CM: u64 = 2;
@@ -133,9 +141,10 @@ pub(crate) struct ReadJob {
 
 /// What a posted work request stands for, until the send queue retires it.
 pub(crate) enum Wr {
-    /// An eager send (already completed: its payload went inline or into
-    /// `slot`), a control message (RTS, FIN, write-data) or a tail signal:
-    /// only the send buffer, if any, waits for the send queue.
+    /// An eager send (already completed: its payload went into `slot`), a
+    /// control message (RTS, FIN, write-data) or a tail signal: only the
+    /// send buffer, if any, waits for the send queue. Inline ones have no
+    /// entry at all ([`BARE_WR`]).
     Ctrl { slot: Option<u32> },
     /// An RMA write or read of the user's buffer.
     Rma {
@@ -229,6 +238,9 @@ pub(crate) struct Conn {
     pub(crate) share: xfer_core::unstable::rdm::Share,
     /// How long its peer's process has been silent (the progress timeout).
     pub(crate) silence: xfer_core::unstable::rdm::stall::Silence,
+    /// The peer's handle in the AV when last looked up: tried first (one
+    /// index and a compare) before hashing its name per message.
+    pub(crate) src_hint: PeerAddr,
     /// Whether its request carried a job key proof (active side).
     pub(crate) proven: bool,
     /// Tells this connection from a later one under the same slab key.
@@ -265,10 +277,12 @@ pub struct VerbsEndpoint {
     /// Peers with queued operations, to flush in progress.
     backlog: Vec<Address>,
     conns: Slab<Conn>,
-    by_qpn: FastMap<u32, usize>,
+    by_qpn: qpn::QpnMap,
     by_id: FastMap<usize, usize>,
     /// Posted work requests by `wr_id`.
     ops: Slab<Wr>,
+    /// The last [`BARE_WR`] number handed out.
+    bare: usize,
     /// Rendezvous sends waiting for their FIN, by the token their RTS
     /// carried.
     rndv: Outstanding<RndvSend>,
@@ -373,9 +387,10 @@ impl VerbsEndpoint {
             peers: FastMap::default(),
             backlog: Vec::new(),
             conns: Slab::new(),
-            by_qpn: FastMap::default(),
+            by_qpn: qpn::QpnMap::default(),
             by_id: FastMap::default(),
             ops: Slab::new(),
+            bare: 0,
             rndv: Outstanding::new(),
             recvs: Receives::new(),
             scratch: Vec::with_capacity(slot),

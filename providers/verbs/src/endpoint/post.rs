@@ -18,7 +18,7 @@ use xfer_core::unstable::rdm::rndv::{self, Protocol};
 use xfer_core::LocalDesc;
 use xfer_core::{Error, RmaKind};
 
-use super::{ReadJob, RndvSend, State, Tx, VerbsEndpoint, Wr};
+use super::{ReadJob, RndvSend, State, Tx, VerbsEndpoint, Wr, BARE_WR};
 use crate::qp::{RemoteBuf, Sge};
 use crate::wire::{self, Meta};
 
@@ -35,14 +35,18 @@ impl VerbsEndpoint {
     /// queued before it and there is room; else queues it (connecting first
     /// if needed).
     pub(super) fn submit(&mut self, cx: &mut Ctx<'_>, dest: Address, tx: Tx) {
-        let peer = self.peers.entry(dest).or_default();
         let mut tx = tx;
-        if peer.queue.is_empty() {
-            if let Some(k) = peer.conn.filter(|&k| self.conns[k].state == State::Ready) {
-                match self.try_post(cx, k, tx) {
-                    Ok(()) | Err(Blocked::Done) => return,
-                    Err(Blocked::Room(back)) => tx = back,
-                }
+        // A look-up, not `entry`: the peer exists on every send but its first.
+        let ready = self
+            .peers
+            .get(&dest)
+            .filter(|p| p.queue.is_empty())
+            .and_then(|p| p.conn)
+            .filter(|&k| self.conns[k].state == State::Ready);
+        if let Some(k) = ready {
+            match self.try_post(cx, k, tx) {
+                Ok(()) | Err(Blocked::Done) => return,
+                Err(Blocked::Room(back)) => tx = back,
             }
         }
         self.stats.queued += 1;
@@ -112,6 +116,13 @@ impl VerbsEndpoint {
                 self.ops.remove(key);
             }
         }
+    }
+
+    /// A [`BARE_WR`] number for a work request that holds nothing once
+    /// posted (unique among those in flight: it wraps after 2^62).
+    fn bare_wr(&mut self) -> usize {
+        self.bare = (self.bare + 1) & (BARE_WR - 1);
+        BARE_WR | self.bare
     }
 
     /// Whether connection `k`'s send queue has `n` free slots.
@@ -205,9 +216,10 @@ impl VerbsEndpoint {
                 None => return Err(()),
             }
         };
-        let key = self.ops.insert(Wr::Ctrl {
-            slot: taken.map(|(s, _)| s),
-        });
+        let key = match taken {
+            None => self.bare_wr(),
+            Some((s, _)) => self.ops.insert(Wr::Ctrl { slot: Some(s) }),
+        };
         let c = &mut self.conns[k];
         let qp = c.qp.as_mut().ok_or(())?;
         let posted = match taken {
@@ -226,8 +238,10 @@ impl VerbsEndpoint {
             }
             Err(e) => {
                 tracing::debug!(error = %e, "posting a control message");
-                if let Wr::Ctrl { slot: Some(s) } = self.ops.remove(key) {
-                    self.pool.give(s);
+                if key & BARE_WR == 0 {
+                    if let Wr::Ctrl { slot: Some(s) } = self.ops.remove(key) {
+                        self.pool.give(s);
+                    }
                 }
                 Ok(()) // the connection is failing; its errors say so
             }
@@ -257,8 +271,10 @@ impl VerbsEndpoint {
         } else {
             self.pool.take(fill)
         };
-        let slot = taken.as_ref().map(|(s, _)| *s);
-        let key = self.ops.insert(Wr::Ctrl { slot });
+        let key = match &taken {
+            None => self.bare_wr(),
+            Some((s, _)) => self.ops.insert(Wr::Ctrl { slot: Some(*s) }),
+        };
         let c = &mut self.conns[k];
         let selective = self.attr.selective_completion;
         // The payload is in the WR or in our send buffer: the user's buffer

@@ -8,7 +8,7 @@ use xfer_core::unstable::provider::{Ctx, RecvOp};
 use xfer_core::{Address, Error, PeerAddr, RmaKind};
 
 use super::credit::eager_cost;
-use super::{RtsTicket, State, Tx, Unexpected, VerbsEndpoint, Wr, WC_BATCH};
+use super::{RtsTicket, State, Tx, Unexpected, VerbsEndpoint, Wr, BARE_WR, WC_BATCH};
 use crate::cq::Wc;
 use crate::qp::RcQp;
 use crate::wire::Msg;
@@ -52,7 +52,9 @@ impl VerbsEndpoint {
         // The batch buffer is taken out of `self` for the loop (a pointer
         // swap), so handlers can borrow the endpoint.
         let mut wcs = std::mem::take(&mut self.wcs);
-        wcs.resize_with(WC_BATCH, Wc::default);
+        if wcs.len() != WC_BATCH {
+            wcs.resize_with(WC_BATCH, Wc::default); // the first poll only
+        }
         let mut total = 0;
         loop {
             let n = match self.cq.poll(&mut wcs) {
@@ -80,7 +82,7 @@ impl VerbsEndpoint {
 
     fn on_send(&mut self, cx: &mut Ctx<'_>, wc: &Wc) {
         tracing::trace!(?wc, "send completion");
-        let Some(&k) = self.by_qpn.get(&wc.qp_num()) else {
+        let Some(k) = self.by_qpn.get(wc.qp_num()) else {
             tracing::debug!(qpn = wc.qp_num(), "send completion of an unknown QP");
             return;
         };
@@ -174,6 +176,9 @@ impl VerbsEndpoint {
 
     /// Ends posted request `key` with `result`, freeing what it held.
     pub(super) fn finish_wr(&mut self, cx: &mut Ctx<'_>, key: usize, result: xfer_core::Result<()>) {
+        if key & BARE_WR != 0 {
+            return; // it held nothing, and its send (if any) completed when posted
+        }
         let selective = self.attr.selective_completion;
         match self.ops.remove(key) {
             Wr::Ctrl { slot } => {
@@ -243,7 +248,7 @@ impl VerbsEndpoint {
         // The connection whose peer spent a message credit on this buffer.
         let mut credited = None;
         if wc.is_ok() {
-            match self.by_qpn.get(&wc.qp_num()).copied() {
+            match self.by_qpn.get(wc.qp_num()) {
                 Some(k) => match self.srq.data(idx, wc.byte_len() as usize) {
                     Ok(bytes) => {
                         let (ptr, len) = (bytes.as_ptr(), bytes.len());
@@ -302,7 +307,8 @@ impl VerbsEndpoint {
             }
             return false;
         }
-        let src = cx.av.reverse(&from);
+        let src = cx.av.reverse_hinted(&from, self.conns[k].src_hint);
+        self.conns[k].src_hint = src;
         match msg {
             Msg::Eager { meta, payload } => {
                 let tag = meta.tag.unwrap_or(0);
