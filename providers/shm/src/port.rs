@@ -451,9 +451,11 @@ impl ShmPort {
             self.service_due = false;
             self.service(f);
         }
-        for id in std::mem::take(&mut self.ups) {
-            if self.peers.contains(id) {
-                f.event(Event::Up { peer: PeerId(id) });
+        if !self.ups.is_empty() {
+            for id in std::mem::take(&mut self.ups) {
+                if self.peers.contains(id) {
+                    f.event(Event::Up { peer: PeerId(id) });
+                }
             }
         }
         let mut n = 0;
@@ -461,7 +463,9 @@ impl ShmPort {
             let Some(seg) = p.seg.as_mut() else { continue };
             let mut got = 0;
             for _ in 0..BUDGET {
-                if !f.ready(PeerId(id)) {
+                // An empty ring (most polls) is one load and compare, before
+                // the sink is asked or the entry decoded.
+                if !seg.rx.ready() || !f.ready(PeerId(id)) {
                     break;
                 }
                 match seg.rx.consume(|frame| {
@@ -526,6 +530,9 @@ impl ShmPort {
 
     /// Removes the peers found dead and reports them.
     fn report_dead(&mut self, f: &mut impl Sink) {
+        if self.dead.is_empty() {
+            return;
+        }
         for (id, reason) in std::mem::take(&mut self.dead) {
             let Some(p) = self.peers.try_remove(id) else { continue };
             self.epoll.remove(p.sock.as_raw_fd());

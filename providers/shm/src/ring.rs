@@ -278,6 +278,7 @@ impl Consumer {
     }
 
     /// Whether an entry (perhaps a broken one) waits at the head.
+    #[inline]
     pub fn ready(&self) -> bool {
         let offset = self.at.offset(self.head);
         self.at.line(offset).load(Ordering::Acquire) == entry::stamp(self.head)

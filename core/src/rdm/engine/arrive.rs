@@ -37,10 +37,10 @@ impl Events for Handler<'_, '_, '_> {
             },
             Event::Frame { conn, header, payload } => {
                 let mut h = [0u8; wire::LEN];
-                let parsed = match header.len() == wire::LEN {
+                let parsed = match wire::carried(header.len()) {
                     true => {
                         header.copy_to(&mut h);
-                        Header::decode(&h)
+                        Header::parse(&h)
                     }
                     false => Err(crate::error::Error::Protocol("frame header of the wrong length")),
                 };
@@ -157,8 +157,8 @@ impl Handler<'_, '_, '_> {
                     data: h.data(),
                     src,
                 };
-                let from = self.s.peers.get(p).map(|e| e.name).unwrap_or(self.s.name);
-                complete::recv_from(&mut self.cx.cq, op, a, &from, self.s.source_err);
+                let from = self.s.peers.get(p).map_or(&self.s.name, |e| &e.name);
+                complete::recv_from(&mut self.cx.cq, op, a, from, self.s.source_err);
                 self.s.consumed(at, cost(payload.len() as u64), false);
             }
             None => {

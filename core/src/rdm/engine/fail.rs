@@ -36,14 +36,20 @@ impl State {
     /// Closes the connections doomed during progress and ends the peers that
     /// failed.
     pub(super) fn end_doomed<T: Transport>(&mut self, t: &mut T, cx: &mut Ctx<'_>) {
-        for (conn, cause) in std::mem::take(&mut self.doomed) {
-            if self.peers.link_of(conn).is_some() {
-                t.close(conn);
-                self.lost(conn, cause);
+        // Checked first: taking an empty list still costs its iterator's drop
+        // on every progress.
+        if !self.doomed.is_empty() {
+            for (conn, cause) in std::mem::take(&mut self.doomed) {
+                if self.peers.link_of(conn).is_some() {
+                    t.close(conn);
+                    self.lost(conn, cause);
+                }
             }
         }
-        for (at, cause) in std::mem::take(&mut self.failed) {
-            self.fail_peer(t, cx, at, cause);
+        if !self.failed.is_empty() {
+            for (at, cause) in std::mem::take(&mut self.failed) {
+                self.fail_peer(t, cx, at, cause);
+            }
         }
     }
 

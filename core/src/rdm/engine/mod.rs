@@ -201,11 +201,23 @@ impl<T: Transport> Engine<T> {
 impl State {
     /// The peer named by `peer`'s address-vector entry, connecting (and
     /// sending our hello) when there is none yet.
+    #[inline]
     fn peer_for<T: Transport>(&mut self, t: &mut T, av: &AvTable, peer: PeerAddr) -> std::result::Result<usize, Error> {
-        let name = *av.lookup(peer).ok_or(Error::AddressNotAvailable)?;
-        if let Some(p) = self.peers.find(&name) {
+        let name = av.lookup(peer).ok_or(Error::AddressNotAvailable)?;
+        if let Some(p) = self.peers.route(peer, name) {
             return Ok(p);
         }
+        self.new_peer(t, peer, *name)
+    }
+
+    /// Connects to `name`, the address vector's `peer`, and queues our hello.
+    #[cold]
+    fn new_peer<T: Transport>(
+        &mut self,
+        t: &mut T,
+        peer: PeerAddr,
+        name: Address,
+    ) -> std::result::Result<usize, Error> {
         let bytes = name.as_bytes();
         if bytes.first() != Some(&self.provider_id) {
             return Err(Error::AddressNotAvailable);
@@ -249,6 +261,7 @@ impl State {
         }
     }
 
+    #[inline]
     fn serial(&self, p: usize) -> (usize, u64) {
         (p, self.peers.get(p).map_or(0, |e| e.serial))
     }
@@ -267,7 +280,11 @@ impl State {
         }
         match protocol {
             Protocol::Eager if op.level == CompletionLevel::Inject => {
-                self.enqueue(p, bytes, Out::Eager(hdr.encode(), op));
+                let h = hdr.encode();
+                if self.write_now(t, p, bytes, &h, op.buf.as_slice()) {
+                    return complete::send(&mut cx.cq, self.selective, op, Ok(()));
+                }
+                self.enqueue(p, bytes, Out::Eager(h, op));
             }
             Protocol::Eager => {
                 let mut state = SendState::start(Protocol::Eager);
@@ -457,6 +474,9 @@ impl<T: Transport> EndpointProvider for Engine<T> {
             return Err(Error::Again);
         }
         let hdr = Header::message(Kind::Eager, tag, data).encode();
+        if self.s.write_now(&mut self.t, p, bytes, &hdr, payload) {
+            return Ok(());
+        }
         self.s.enqueue(p, bytes, Out::Owned(hdr, payload.to_vec()));
         self.s.flush(&mut self.t, cx, p);
         Ok(())
@@ -582,8 +602,10 @@ impl State {
             let mut h = arrive::Handler { s: self, cx };
             t.progress(&mut h);
         }
-        for pull in std::mem::take(&mut self.pulls) {
-            self.pull(t, cx, pull);
+        if !self.pulls.is_empty() {
+            for pull in std::mem::take(&mut self.pulls) {
+                self.pull(t, cx, pull);
+            }
         }
         self.end_doomed(t, cx);
         self.check_stalls(t, cx);

@@ -52,6 +52,36 @@ impl State {
         }
     }
 
+    /// Writes one frame to peer `p` at once, spending `cost` of its credit,
+    /// when nothing waits before it and the transport has room: `false`
+    /// leaves everything as it was, for the caller to queue the frame (a
+    /// connection that is gone is found again by the flush that follows).
+    #[inline]
+    pub(super) fn write_now<T: Transport>(
+        &mut self,
+        t: &mut T,
+        p: usize,
+        cost: u64,
+        h: &[u8; LEN],
+        payload: &[u8],
+    ) -> bool {
+        let Some(e) = self.peers.get_mut(p) else { return false };
+        let Some(tx) = e.tx else { return false };
+        if !e.queue.is_empty() || (cost > 0 && !e.credit.can_send(cost, 0)) {
+            return false;
+        }
+        if t.send(tx, wire::trimmed(h), payload).is_err() {
+            return false;
+        }
+        e.credit.spend(cost, 0);
+        e.starved = false;
+        if e.blocked {
+            e.blocked = false;
+            e.silence.heard();
+        }
+        true
+    }
+
     /// Writes what peer `p` has queued, in order, while the transport takes it.
     pub(super) fn flush<T: Transport>(&mut self, t: &mut T, cx: &mut Ctx<'_>, p: usize) {
         let room = t.max_payload();
@@ -70,10 +100,10 @@ impl State {
                 return;
             }
             let written = match front {
-                Out::Owned(h, payload) => t.send(tx, h, payload),
-                Out::Eager(h, op) => t.send(tx, h, op.buf.as_slice()),
+                Out::Owned(h, payload) => t.send(tx, wire::trimmed(h), payload),
+                Out::Eager(h, op) => t.send(tx, wire::trimmed(h), op.buf.as_slice()),
                 Out::Held(h, key) => match self.sends.get(*key) {
-                    Some(s) => t.send(tx, h, s.op.buf.as_slice()),
+                    Some(s) => t.send(tx, wire::trimmed(h), s.op.buf.as_slice()),
                     None => Ok(()),
                 },
                 Out::Push { key, to, off } => match self.sends.get_mut(*key) {
@@ -85,7 +115,7 @@ impl State {
                             let mut h = Header::new(Kind::Data);
                             h.token = *to;
                             h.off = *off as u64;
-                            r = t.send(tx, &h.encode(), &buf[*off..*off + n]);
+                            r = t.send(tx, wire::trimmed(&h.encode()), &buf[*off..*off + n]);
                             if r.is_err() {
                                 break;
                             }
@@ -102,7 +132,7 @@ impl State {
                     let Some((h, bytes)) = rma::write_frame(&self.rmas, *key, *off, room) else {
                         break Ok(());
                     };
-                    let sent = t.send(tx, &h.encode(), bytes);
+                    let sent = t.send(tx, wire::trimmed(&h.encode()), bytes);
                     if sent.is_err() || h.flags & wire::LAST != 0 {
                         break sent;
                     }
@@ -110,7 +140,7 @@ impl State {
                 },
                 Out::ReadBack(r) => loop {
                     let (h, bytes, n) = rma::read_frame(cx.domain, r, room);
-                    let sent = t.send(tx, &h.encode(), bytes);
+                    let sent = t.send(tx, wire::trimmed(&h.encode()), bytes);
                     if sent.is_err() || h.kind == Kind::RmaDone {
                         break sent;
                     }

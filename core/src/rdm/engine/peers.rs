@@ -60,12 +60,19 @@ pub struct Link {
     pub peer: Option<usize>,
 }
 
+/// Address-vector handles below this get a route hint (a dense table).
+const HINTED: usize = 1 << 16;
+
 /// Peers by name and by connection.
 #[derive(Default)]
 pub struct Peers {
     slots: Slab<Peer>,
     by_name: HashMap<Address, usize>,
     links: Vec<Option<Link>>,
+    /// The peer a send to each address-vector handle found last: a guess,
+    /// checked against the name, so a send to a known peer neither hashes
+    /// its name nor depends on the handle still naming it.
+    routes: Vec<usize>,
     serial: u64,
 }
 
@@ -73,6 +80,32 @@ impl Peers {
     /// The peer named `name`, if there is one.
     pub fn find(&self, name: &Address) -> Option<usize> {
         self.by_name.get(name).copied()
+    }
+
+    /// The peer named `name`, which the address vector's `handle` names:
+    /// the route hint when it still holds, else the look-up by name (which
+    /// updates the hint).
+    #[inline]
+    pub fn route(&mut self, handle: PeerAddr, name: &Address) -> Option<usize> {
+        let h = usize::try_from(handle.0).unwrap_or(usize::MAX);
+        if let Some(&p) = self.routes.get(h) {
+            if self.slots.get(p).is_some_and(|e| e.name == *name) {
+                return Some(p);
+            }
+        }
+        self.route_missed(h, name)
+    }
+
+    #[cold]
+    fn route_missed(&mut self, h: usize, name: &Address) -> Option<usize> {
+        let p = self.find(name)?;
+        if h < HINTED {
+            if self.routes.len() <= h {
+                self.routes.resize(h + 1, usize::MAX);
+            }
+            self.routes[h] = p;
+        }
+        Some(p)
     }
 
     /// Adds the peer `name` whose frames go on `tx` (or on its first
@@ -174,5 +207,37 @@ impl Peers {
         };
         e.hint = av.reverse_hinted(&e.name, e.hint);
         e.hint
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn name(b: u8) -> Address {
+        Address::new(&[9, b]).unwrap()
+    }
+
+    #[test]
+    fn a_route_hint_is_checked_against_the_name() {
+        let mut peers = Peers::default();
+        let a = peers.add(name(1), None);
+        let b = peers.add(name(2), None);
+        let h = PeerAddr(3);
+        assert_eq!(peers.route(h, &name(1)), Some(a));
+        assert_eq!(peers.route(h, &name(1)), Some(a));
+        // The handle now names another peer: the stale hint is not taken.
+        assert_eq!(peers.route(h, &name(2)), Some(b));
+        assert_eq!(peers.route(h, &name(3)), None);
+        // The hinted slot reused by another name after a removal.
+        assert_eq!(peers.route(h, &name(2)), Some(b));
+        peers.remove(b);
+        let c = peers.add(name(4), None);
+        assert_eq!(c, b);
+        assert_eq!(peers.route(h, &name(2)), None);
+        assert_eq!(peers.route(h, &name(4)), Some(c));
+        // Handles past the dense table are looked up by name every time.
+        assert_eq!(peers.route(PeerAddr(u64::MAX - 1), &name(1)), Some(a));
+        assert_eq!(peers.route(PeerAddr::UNSPEC, &name(4)), Some(c));
     }
 }

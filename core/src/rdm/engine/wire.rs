@@ -14,11 +14,38 @@
 //! | 32..40 | len    | Rts, RmaWrite, RmaRead: total length; Fin: bytes taken; Credit: bytes returned; Atomic: the compare value |
 //! | 40..48 | addr   | Rts: the payload's address for a pull; Cts: the receiver's token; Rma*: the target address of the first byte |
 //! | 48..56 | off    | Data, RmaWrite, RmaData: the payload's offset in the message or operation; Atomic: datatype, kind << 8, fetch << 16 |
+//!
+//! A header travels without its trailing zero 8-byte words ([`trimmed`]):
+//! it is 8 to 56 bytes long, a multiple of 8, and the receiver reads the
+//! words it lacks as 0, so every header means what its full form means. A
+//! tagged eager message without immediate data or acknowledgement carries
+//! 16 bytes (kind to tag): with shared memory's 16-byte entry prefix, an
+//! 8-byte message fits one 64-byte ring line instead of two.
 
 use crate::error::Error;
 
-/// Bytes of every header.
+/// Bytes of a full header.
 pub const LEN: usize = 56;
+
+/// Bytes of the shortest header: kind, flags and status.
+pub const MIN: usize = 8;
+
+/// Whether a header of `len` bytes can be one: [`MIN`] to [`LEN`], whole words.
+#[inline]
+pub fn carried(len: usize) -> bool {
+    (MIN..=LEN).contains(&len) && len.is_multiple_of(8)
+}
+
+/// The bytes of the header `b` to send: without its trailing zero words,
+/// at least [`MIN`].
+#[inline]
+pub fn trimmed(b: &[u8; LEN]) -> &[u8] {
+    let mut n = LEN;
+    while n > MIN && b[n - 8..n] == [0u8; 8] {
+        n -= 8;
+    }
+    &b[..n]
+}
 
 /// A tagged message (else untagged).
 pub const TAGGED: u8 = 1;
@@ -156,6 +183,7 @@ impl Header {
     }
 
     /// The header's bytes.
+    #[inline]
     pub fn encode(&self) -> [u8; LEN] {
         let mut b = [0u8; LEN];
         b[0] = self.kind as u8;
@@ -170,11 +198,20 @@ impl Header {
         b
     }
 
-    /// Parses a header; every malformed one is a [`Error::Protocol`].
+    /// Parses a header as sent (full or [`trimmed`]); every malformed one
+    /// is a [`Error::Protocol`].
     pub fn decode(b: &[u8]) -> Result<Header, Error> {
-        let b: &[u8; LEN] = b
-            .try_into()
-            .map_err(|_| Error::Protocol("frame header of the wrong length"))?;
+        if !carried(b.len()) {
+            return Err(Error::Protocol("frame header of the wrong length"));
+        }
+        let mut full = [0u8; LEN];
+        full[..b.len()].copy_from_slice(b);
+        Header::parse(&full)
+    }
+
+    /// Parses a full header (a trimmed one with its missing words zeroed).
+    #[inline]
+    pub fn parse(b: &[u8; LEN]) -> Result<Header, Error> {
         let kind = Kind::from_u8(b[0]).ok_or(Error::Protocol("unknown frame kind"))?;
         if b[1] & !FLAGS != 0 || b[2] != 0 || b[3] != 0 {
             return Err(Error::Protocol("reserved header bits set"));
@@ -231,9 +268,25 @@ mod tests {
     }
 
     #[test]
+    fn trimmed_headers_round_trip() {
+        let eager = Header::message(Kind::Eager, Some(9), None);
+        let full = eager.encode();
+        assert_eq!(trimmed(&full).len(), 16);
+        assert_eq!(Header::decode(trimmed(&full)), Ok(eager));
+        let mut fin = Header::new(Kind::Fin);
+        assert_eq!(trimmed(&fin.encode()).len(), MIN);
+        fin.off = 1;
+        assert_eq!(trimmed(&fin.encode()).len(), LEN);
+        assert_eq!(Header::decode(trimmed(&fin.encode())), Ok(fin));
+    }
+
+    #[test]
     fn malformed_headers_are_protocol_errors() {
         let good = Header::new(Kind::Eager).encode();
-        assert!(Header::decode(&good[..LEN - 1]).is_err());
+        for len in [0, 4, 15, LEN - 1] {
+            assert!(Header::decode(&good[..len]).is_err(), "{len} bytes");
+        }
+        assert!(Header::decode(&[good.as_slice(), &[0; 8]].concat()).is_err());
         for (at, v) in [(0, 0u8), (0, 17), (1, 16), (2, 1), (3, 1)] {
             let mut b = good;
             b[at] = v;
