@@ -23,6 +23,9 @@ pub enum Phase {
 /// A whole frame in `inbuf`: its header's and its payload's ranges.
 pub type Frame = (Range<usize>, Range<usize>);
 
+/// Room made for one read.
+const CHUNK: usize = 64 << 10;
+
 /// Bytes read ahead of the frames taken before reading stops (the engine
 /// holding a peer's frames back makes the peer's kernel buffers fill).
 const READ_AHEAD: usize = 2 * (MAX_PAYLOAD + 128);
@@ -39,8 +42,11 @@ pub struct Conn {
     pub watching_out: bool,
     pub(super) out: Vec<u8>,
     sent: usize,
+    /// Bytes read: `inbuf[start..end]` not yet taken; past `end`, room
+    /// (zeroed once, when the buffer grows, not on every read).
     pub inbuf: Vec<u8>,
     start: usize,
+    end: usize,
     /// How the stream ended, once it has (frames before it still count).
     pub eof: Option<Cause>,
 }
@@ -71,6 +77,7 @@ impl Conn {
             sent: 0,
             inbuf: Vec::new(),
             start: 0,
+            end: 0,
             eof: None,
         }
     }
@@ -112,21 +119,15 @@ impl Conn {
 
     /// Reads what the socket has, up to the read-ahead bound.
     pub fn read(&mut self) {
-        while self.eof.is_none() && self.inbuf.len() - self.start < READ_AHEAD {
-            let have = self.inbuf.len();
-            self.inbuf.resize(have + (64 << 10), 0);
-            match self.sock.recv(&mut self.inbuf[have..]) {
-                Ok(Io::Done(0)) => {
-                    self.inbuf.truncate(have);
-                    self.eof = Some(Cause::Closed);
-                }
-                Ok(Io::Done(n)) => self.inbuf.truncate(have + n),
-                Ok(Io::WouldBlock) => {
-                    self.inbuf.truncate(have);
-                    break;
-                }
+        while self.eof.is_none() && self.end - self.start < READ_AHEAD {
+            if self.inbuf.len() - self.end < CHUNK {
+                self.make_room();
+            }
+            match self.sock.recv(&mut self.inbuf[self.end..]) {
+                Ok(Io::Done(0)) => self.eof = Some(Cause::Closed),
+                Ok(Io::Done(n)) => self.end += n,
+                Ok(Io::WouldBlock) => break,
                 Err(e) => {
-                    self.inbuf.truncate(have);
                     let errno = match e {
                         Error::Os(n) => n,
                         _ => libc::EIO,
@@ -140,11 +141,24 @@ impl Conn {
         }
     }
 
+    /// At least `CHUNK` bytes of room past `end`: what is not taken moves to
+    /// the front, and the buffer grows only when that is not enough.
+    fn make_room(&mut self) {
+        if self.start > 0 {
+            self.inbuf.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
+            self.start = 0;
+        }
+        if self.inbuf.len() - self.end < CHUNK {
+            self.inbuf.resize(self.end + CHUNK, 0);
+        }
+    }
+
     /// An accepted connection's greeting: `Some(true)` when it names
     /// `nonce` (the connection is up), `Some(false)` when it does not (or
     /// the stream ended first), `None` while incomplete.
     pub fn greeting(&mut self, nonce: u64) -> Option<bool> {
-        let avail = &self.inbuf[self.start..];
+        let avail = &self.inbuf[self.start..self.end];
         if avail.len() < 16 {
             return self.eof.map(|_| false);
         }
@@ -158,7 +172,7 @@ impl Conn {
 
     /// The next whole frame's header and payload ranges in `inbuf`.
     pub fn next_frame(&self) -> std::result::Result<Option<Frame>, &'static str> {
-        let avail = &self.inbuf[self.start..];
+        let avail = &self.inbuf[self.start..self.end];
         if avail.len() < 5 {
             return Ok(None);
         }
@@ -175,15 +189,12 @@ impl Conn {
         Ok(Some((h, p)))
     }
 
-    /// The bytes before `end` were taken.
-    pub fn consume(&mut self, end: usize) {
-        self.start = end;
-        if self.start == self.inbuf.len() {
-            self.inbuf.clear();
+    /// The bytes before `to` were taken.
+    pub fn consume(&mut self, to: usize) {
+        self.start = to;
+        if self.start == self.end {
             self.start = 0;
-        } else if self.start > 1 << 20 {
-            self.inbuf.drain(..self.start);
-            self.start = 0;
+            self.end = 0;
         }
     }
 }
