@@ -108,7 +108,7 @@ impl Handler<'_, '_, '_> {
                 if off.checked_add(payload.len()).is_none_or(|end| end > olen) {
                     return Err("pushed bytes past the message");
                 }
-                self.s.pushed(self.cx, key, off, Some(payload));
+                self.s.pushed(self.cx, key, off, payload);
                 Ok(())
             }
         }

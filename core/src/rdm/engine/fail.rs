@@ -16,6 +16,7 @@ use super::super::credit::cost;
 use super::super::transport::{Cause, ConnId, Transport};
 use super::super::Unexpected;
 use super::out::Out;
+use super::peers::Peer;
 use super::{cause_error, State};
 
 impl State {
@@ -59,33 +60,12 @@ impl State {
         }
         let src = self.peers.handle(at.0, cx.av);
         let err = cause_error(cause, src);
-        let conns = self.peers.get(at.0).map(|e| e.conns.clone()).unwrap_or_default();
-        for c in conns {
-            if self.peers.link_of(c).is_some() {
-                t.close(c);
-            }
-        }
-        let Some(gone) = self.peers.remove(at.0) else { return };
+        let Some(gone) = self.drop_peer(t, cx, at.0, &err) else {
+            return;
+        };
         tracing::debug!(peer = ?gone.name, error = %err, "rdm: peer ended");
         self.events.down(gone.name, src, err.clone());
-        self.queued -= gone.queue.len();
-        for (_, out) in gone.queue {
-            if let Out::Eager(_, op) = out {
-                complete::send(&mut cx.cq, self.selective, op, Err(err.clone()));
-            }
-        }
-        for (_, _, s) in self.sends.remove_where(|s| s.peer == at) {
-            complete::send(&mut cx.cq, self.selective, s.op, Err(err.clone()));
-        }
-        for (_, _, p) in self.pushes.remove_where(|p| p.peer == at) {
-            complete::recv_failed(&mut cx.cq, p.op, err.clone());
-        }
-        for (_, _, r) in self.rmas.remove_where(|r| r.peer == at) {
-            complete::rma(&mut cx.cq, self.selective, r.op, Err(err.clone()));
-        }
-        for (_, _, a) in self.atomics.remove_where(|a| a.peer == at) {
-            complete::atomic(&mut cx.cq, a.op, Err(err.clone()));
-        }
+        self.end_waiting(cx, |peer| peer == at, &err);
         self.write_failed.retain(|&(p, _, _)| p != at);
         if !src.is_unspec() {
             for op in self.rx.drain_posted_from(src) {
@@ -109,37 +89,50 @@ impl State {
         share.close(&mut self.account, credit);
     }
 
+    /// Closes peer `p`'s connections and removes its entry; the eager sends
+    /// still queued to it end with `err`. The entry, if there was one.
+    fn drop_peer<T: Transport>(&mut self, t: &mut T, cx: &mut Ctx<'_>, p: usize, err: &Error) -> Option<Peer> {
+        let conns = self.peers.get(p).map(|e| e.conns.clone()).unwrap_or_default();
+        for c in conns {
+            if self.peers.link_of(c).is_some() {
+                t.close(c);
+            }
+        }
+        let mut gone = self.peers.remove(p)?;
+        self.queued -= gone.queue.len();
+        for (_, out) in gone.queue.drain(..) {
+            if let Out::Eager(_, op) = out {
+                complete::send(&mut cx.cq, self.selective, op, Err(err.clone()));
+            }
+        }
+        Some(gone)
+    }
+
+    /// Ends with `err` every send, pushed receive, RMA and atomic waiting on
+    /// a peer entry `on` picks.
+    fn end_waiting(&mut self, cx: &mut Ctx<'_>, on: impl Fn((usize, u64)) -> bool, err: &Error) {
+        for (_, _, s) in self.sends.remove_where(|s| on(s.peer)) {
+            complete::send(&mut cx.cq, self.selective, s.op, Err(err.clone()));
+        }
+        for (_, _, p) in self.pushes.remove_where(|p| on(p.peer)) {
+            complete::recv_failed(&mut cx.cq, p.op, err.clone());
+        }
+        for (_, _, r) in self.rmas.remove_where(|r| on(r.peer)) {
+            complete::rma(&mut cx.cq, self.selective, r.op, Err(err.clone()));
+        }
+        for (_, _, a) in self.atomics.remove_where(|a| on(a.peer)) {
+            complete::atomic(&mut cx.cq, a.op, Err(err.clone()));
+        }
+    }
+
     /// Ends every operation with `Canceled` and closes every connection.
     pub(super) fn close<T: Transport>(&mut self, t: &mut T, cx: &mut Ctx<'_>) {
         self.closed = true;
         self.events.clear();
         for p in self.peers.keys() {
-            let conns = self.peers.get(p).map(|e| e.conns.clone()).unwrap_or_default();
-            for c in conns {
-                if self.peers.link_of(c).is_some() {
-                    t.close(c);
-                }
-            }
-            let Some(gone) = self.peers.remove(p) else { continue };
-            for (_, out) in gone.queue {
-                if let Out::Eager(_, op) = out {
-                    complete::send(&mut cx.cq, self.selective, op, Err(Error::Canceled));
-                }
-            }
+            self.drop_peer(t, cx, p, &Error::Canceled);
         }
-        self.queued = 0;
-        for s in self.sends.drain() {
-            complete::send(&mut cx.cq, self.selective, s.op, Err(Error::Canceled));
-        }
-        for p in self.pushes.drain() {
-            complete::recv_failed(&mut cx.cq, p.op, Error::Canceled);
-        }
-        for r in self.rmas.drain() {
-            complete::rma(&mut cx.cq, self.selective, r.op, Err(Error::Canceled));
-        }
-        for a in self.atomics.drain() {
-            complete::atomic(&mut cx.cq, a.op, Err(Error::Canceled));
-        }
+        self.end_waiting(cx, |_| true, &Error::Canceled);
         for op in self.rx.drain_posted() {
             complete::recv_failed(&mut cx.cq, op, Error::Canceled);
         }

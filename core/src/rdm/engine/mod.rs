@@ -218,15 +218,10 @@ impl State {
         peer: PeerAddr,
         name: Address,
     ) -> std::result::Result<usize, Error> {
-        let bytes = name.as_bytes();
-        if bytes.first() != Some(&self.provider_id) {
+        if name.as_bytes().first() != Some(&self.provider_id) {
             return Err(Error::AddressNotAvailable);
         }
-        let conn = match t.connect(&bytes[1..]) {
-            Ok(c) => Some(c),
-            Err(Cause::Failed(libc::EAGAIN)) => None,
-            Err(c) => return Err(cause_error(c, peer)),
-        };
+        let conn = out::dial(t, &name).map_err(|c| cause_error(c, peer))?;
         let p = self.peers.add(name, conn);
         self.admit(p, false);
         let hello = Header::new(Kind::Hello).encode();
@@ -413,16 +408,14 @@ impl State {
 
     /// Records `bytes` pushed at `off` into receive `key`; completes it (and
     /// acknowledges the sender) once every byte is in.
-    fn pushed(&mut self, cx: &mut Ctx<'_>, key: usize, off: usize, bytes: Option<super::transport::Bytes<'_>>) {
+    fn pushed(&mut self, cx: &mut Ctx<'_>, key: usize, off: usize, b: super::transport::Bytes<'_>) {
         let Some(push) = self.pushes.get_mut(key) else { return };
-        if let Some(b) = bytes {
-            let buf = push.op.buf.as_mut_slice();
-            if off < buf.len() {
-                let end = buf.len().min(off.saturating_add(b.len()));
-                b.copy_to(&mut buf[off..end]);
-            }
-            push.got += b.len();
+        let buf = push.op.buf.as_mut_slice();
+        if off < buf.len() {
+            let end = buf.len().min(off.saturating_add(b.len()));
+            b.copy_to(&mut buf[off..end]);
         }
+        push.got += b.len();
         if push.got < push.arrival.olen {
             return;
         }

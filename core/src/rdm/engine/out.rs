@@ -73,12 +73,7 @@ impl State {
         if t.send(tx, wire::trimmed(h), payload).is_err() {
             return false;
         }
-        e.credit.spend(cost, 0);
-        e.starved = false;
-        if e.blocked {
-            e.blocked = false;
-            e.silence.heard();
-        }
+        e.wrote(cost);
         true
     }
 
@@ -150,13 +145,8 @@ impl State {
             match written {
                 Ok(()) => {
                     self.queued -= 1;
-                    e.credit.spend(cost, 0);
                     e.queued_cost -= cost;
-                    e.starved = false;
-                    if e.blocked {
-                        e.blocked = false;
-                        e.silence.heard();
-                    }
+                    e.wrote(cost);
                     if let Some((_, Out::Eager(_, op))) = e.queue.pop_front() {
                         complete::send(&mut cx.cq, self.selective, op, Ok(()));
                     }
@@ -180,13 +170,12 @@ impl State {
         if e.tx.is_some() {
             return e.tx;
         }
-        let name = e.name;
-        match t.connect(&name.as_bytes()[1..]) {
-            Ok(c) => {
+        match dial(t, &e.name) {
+            Ok(Some(c)) => {
                 self.peers.link(c, Some(p));
                 Some(c)
             }
-            Err(Cause::Failed(libc::EAGAIN)) => None,
+            Ok(None) => None,
             Err(cause) => {
                 let at = self.serial(p);
                 self.failed.push((at, cause));
@@ -203,5 +192,16 @@ impl State {
         for p in self.peers.keys() {
             self.flush(t, cx, p);
         }
+    }
+}
+
+/// Connects to the endpoint named `name` (our provider's id, then the
+/// transport address): `None` while the transport cannot start it yet (a
+/// full listen backlog), retried by the next flush.
+pub(super) fn dial<T: Transport>(t: &mut T, name: &crate::addr::Address) -> Result<Option<ConnId>, Cause> {
+    match t.connect(&name.as_bytes()[1..]) {
+        Ok(c) => Ok(Some(c)),
+        Err(Cause::Failed(libc::EAGAIN)) => Ok(None),
+        Err(cause) => Err(cause),
     }
 }

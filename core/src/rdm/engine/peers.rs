@@ -53,6 +53,20 @@ pub struct Peer {
     hint: PeerAddr,
 }
 
+impl Peer {
+    /// A frame costing `cost` of its credit was written to it: spent; and
+    /// room the transport had refused before is progress of the peer's.
+    #[inline]
+    pub fn wrote(&mut self, cost: u64) {
+        self.credit.spend(cost, 0);
+        self.starved = false;
+        if self.blocked {
+            self.blocked = false;
+            self.silence.heard();
+        }
+    }
+}
+
 /// A transport connection's owner.
 #[derive(Debug, Clone, Copy)]
 pub struct Link {

@@ -3,10 +3,10 @@
 
 use std::ops::Range;
 
-use xfer_core::unstable::error::{Error, Result};
+use xfer_core::unstable::error::Result;
 use xfer_core::unstable::rdm::transport::{Cause, Transport};
 
-use super::{TcpTransport, MAGIC, MAX_PAYLOAD};
+use super::{errno_of, TcpTransport, MAGIC, MAX_PAYLOAD};
 use crate::sys::{Io, Socket};
 
 /// Where a connection stands.
@@ -128,11 +128,7 @@ impl Conn {
                 Ok(Io::Done(n)) => self.end += n,
                 Ok(Io::WouldBlock) => break,
                 Err(e) => {
-                    let errno = match e {
-                        Error::Os(n) => n,
-                        _ => libc::EIO,
-                    };
-                    self.eof = Some(match errno {
+                    self.eof = Some(match errno_of(&e) {
                         libc::ECONNRESET => Cause::Closed,
                         n => Cause::Failed(n),
                     });

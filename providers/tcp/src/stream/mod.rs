@@ -95,6 +95,7 @@ pub fn decode(a: &[u8]) -> Option<(SocketAddr, u64)> {
     Some((SocketAddr::new(ip, port), nonce))
 }
 
+/// The OS error number of `e` (`EIO` for an error that carries none).
 fn errno_of(e: &Error) -> i32 {
     match e {
         Error::Os(n) => *n,
