@@ -13,6 +13,11 @@
 //!
 //! The key never travels, a challenge is used once, and a proof names both
 //! ends, so a recorded handshake admits no one else.
+//!
+//! `Admitted` carries the acceptor's name: a connector that dialled a
+//! transport address standing for whichever endpoint listens there (TCP's
+//! nonce 0, a peer known by IP and port only) learns whom it reached, and
+//! that endpoint's own connections to it find the same peer.
 
 use std::time::{Duration, Instant};
 
@@ -100,6 +105,7 @@ impl State {
     /// `Admitted` is the first frame we write on it.
     fn admitted(&mut self, av: &AvTable, conn: ConnId, name: Address) {
         let admitted = Header::new(Kind::Admitted).encode();
+        let ours = self.name.as_bytes().to_vec();
         let p = match self.peers.find(&name) {
             None => {
                 let p = self.peers.add(name, Some(conn));
@@ -109,7 +115,7 @@ impl State {
                     self.peers.link(conn, None);
                     return;
                 }
-                self.enqueue(p, 0, Out::Owned(admitted, Vec::new()));
+                self.enqueue(p, 0, Out::Owned(admitted, ours));
                 p
             }
             Some(p) if self.peers.get(p).is_some_and(|e| e.tx.is_none()) => {
@@ -125,7 +131,7 @@ impl State {
                 if std::mem::take(&mut e.gated) {
                     self.gated -= 1;
                 }
-                e.queue.push_front((0, Out::Owned(admitted, Vec::new())));
+                e.queue.push_front((0, Out::Owned(admitted, ours)));
                 self.queued = self.queued + 1 - opened;
                 self.peers.link(conn, Some(p));
                 p
@@ -134,7 +140,7 @@ impl State {
                 // Crossed connects: we send on our own connection, so nothing
                 // but this answer is ever written on this one.
                 self.peers.link(conn, Some(p));
-                self.answer(conn, admitted, Vec::new());
+                self.answer(conn, admitted, ours);
                 p
             }
         };
@@ -170,14 +176,25 @@ impl State {
         Ok(())
     }
 
-    /// The acceptor of our connection to peer `p` admitted us.
-    pub(super) fn admitted_by(&mut self, p: usize) -> Result<(), &'static str> {
+    /// The acceptor of our connection to peer `p`, named `payload`,
+    /// admitted us. A name other than the one we dialled (a transport
+    /// address that stands for whichever endpoint listens there) becomes
+    /// the peer's alias, so the acceptor's own connections find it.
+    pub(super) fn admitted_by(&mut self, p: usize, payload: Bytes<'_>) -> Result<(), &'static str> {
         let Some(e) = self.peers.get_mut(p) else { return Ok(()) };
         if !e.gated {
             return Err("admission out of place");
         }
         e.gated = false;
         self.gated -= 1;
+        if payload.len() > Address::MAX_LEN {
+            return Err("admission with a bad name");
+        }
+        let name = Address::new(&payload.to_vec()).map_err(|_| "admission with a bad name")?;
+        if name.as_bytes().first() != Some(&self.provider_id) {
+            return Err("admission from another provider's name");
+        }
+        self.peers.alias(p, name);
         Ok(())
     }
 

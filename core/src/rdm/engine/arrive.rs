@@ -71,7 +71,7 @@ impl Handler<'_, '_, '_> {
         match h.kind {
             Kind::Hello => Err("a second hello"),
             Kind::Challenge => self.s.challenged(p, payload),
-            Kind::Admitted => self.s.admitted_by(p),
+            Kind::Admitted => self.s.admitted_by(p, payload),
             Kind::Proof => Err("proof out of place"),
             Kind::Ping => {
                 self.s

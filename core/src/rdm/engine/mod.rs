@@ -100,6 +100,7 @@ struct Stats {
     pulls: u64,
     pushes: u64,
     protocol_errors: u64,
+    coalesced: u64,
 }
 
 /// Everything but the transport, so frame handling can borrow it while the
@@ -139,6 +140,11 @@ struct State {
     answers: Vec<(ConnId, [u8; wire::LEN], Vec<u8>)>,
     /// Peers we dialled that have not admitted us yet.
     gated: usize,
+    /// Frames a burst of posts may hold back (`Transport::coalesce`).
+    coalesce: usize,
+    /// A post wrote at once since the last progress: the next ones wait
+    /// for it (or for a blocking wait), which writes them together.
+    burst: bool,
     /// Connections refused for want of the job key.
     refusals: u64,
     connect_timeout: std::time::Duration,
@@ -196,6 +202,8 @@ impl<T: Transport> Engine<T> {
                 vetting: Vec::new(),
                 answers: Vec::new(),
                 gated: 0,
+                coalesce: t.coalesce(),
+                burst: false,
                 refusals: 0,
                 connect_timeout: t.connect_timeout(),
                 closed: false,
@@ -319,7 +327,7 @@ impl State {
                 self.enqueue(p, cost(0), Out::Owned(hdr.encode(), Vec::new()));
             }
         }
-        self.flush(t, cx, p);
+        self.posted(t, cx, p);
     }
 
     /// Gives `op` the kept message it matched (or claimed).
@@ -488,7 +496,7 @@ impl<T: Transport> EndpointProvider for Engine<T> {
             return Ok(());
         }
         self.s.enqueue(p, bytes, Out::Owned(hdr, payload.to_vec()));
-        self.s.flush(&mut self.t, cx, p);
+        self.s.posted(&mut self.t, cx, p);
         Ok(())
     }
 
@@ -524,7 +532,7 @@ impl<T: Transport> EndpointProvider for Engine<T> {
         h.addr = addr;
         h.len = payload.len() as u64;
         self.s.enqueue(p, 0, Out::Owned(h.encode(), payload.to_vec()));
-        self.s.flush(&mut self.t, cx, p);
+        self.s.posted(&mut self.t, cx, p);
         Ok(())
     }
 
@@ -598,6 +606,9 @@ impl<T: Transport> EndpointProvider for Engine<T> {
             ("peers_stalled", self.s.watch.stalled),
             ("admission_refused", self.s.refusals),
         ]);
+        if self.s.coalesce > 0 {
+            c.push(("coalesced", st.coalesced));
+        }
         c
     }
 

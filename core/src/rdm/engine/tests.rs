@@ -646,6 +646,31 @@ fn a_region_deregistered_during_a_read_fails_the_rest_of_it() {
     );
 }
 
+#[test]
+fn a_peer_dialled_by_a_stand_in_address_is_one_peer_under_both_names() {
+    let net = Net::new(64);
+    let (mut a, mut b) = (Node::new(&net, true, &attr()), Node::new(&net, true, &attr()));
+    net.listen_also(b.ep.transport(), b"any");
+    let stand_in = a.av.insert(Address::new(&[ID, b'a', b'n', b'y']).expect("name"));
+    a.tsend(stand_in, 1, pattern(8, 1), 1);
+    b.trecv(PeerAddr::UNSPEC, 1, 8, 2);
+    let r = until(&mut [&mut a, &mut b], 1, 2);
+    assert_eq!(r.buf.expect("buffer"), pattern(8, 1));
+    // b answers on the connection a opened; a reports it from the name it
+    // dialled.
+    let pa = b.add(&a);
+    b.tsend(pa, 2, pattern(8, 2), 3);
+    a.trecv(PeerAddr::UNSPEC, 2, 8, 4);
+    let r = until(&mut [&mut a, &mut b], 0, 4);
+    assert_eq!((r.result, r.src), (Ok(()), stand_in));
+    // Under its own name it is the same peer: no second connection.
+    let own = a.add(&b);
+    a.tsend(own, 3, pattern(8, 3), 5);
+    b.trecv(PeerAddr::UNSPEC, 3, 8, 6);
+    assert_eq!(until(&mut [&mut a, &mut b], 1, 6).buf.expect("buffer"), pattern(8, 3));
+    assert_eq!(a.ep.transport().conns().len(), 1, "one connection");
+}
+
 fn keyed(key: Option<&[u8]>) -> EndpointAttr {
     EndpointAttr {
         job_key: key.map(|k| crate::attr::JobKey(k.to_vec())),
