@@ -16,6 +16,7 @@
 #![deny(missing_docs)]
 
 mod addr;
+mod atomic;
 mod auth;
 mod av;
 mod cntr;
@@ -24,6 +25,7 @@ mod domain;
 mod ep;
 mod eq;
 mod fabric;
+mod fetch;
 mod info;
 mod iov;
 mod join;
