@@ -141,6 +141,8 @@ struct Router {
     /// closes, so a run can show that xfer carried its traffic.
     sent: u64,
     received: u64,
+    /// Of the sent, remote atomics (`FI_ATOMIC`).
+    atomics: u64,
 }
 
 impl Drop for Enabled {
@@ -150,6 +152,7 @@ impl Drop for Enabled {
             provider = self.provider,
             sends = r.sent,
             receives = r.received,
+            atomics = r.atomics,
             "xfer endpoint closed"
         );
     }
@@ -283,6 +286,7 @@ impl EpCore {
             scratch,
             sent,
             received,
+            atomics,
         } = &mut *router;
         loop {
             let n = match en.cq.poll(&mut scratch[..]) {
@@ -370,6 +374,7 @@ impl EpCore {
                     &en.rx
                 } else {
                     *sent += 1;
+                    *atomics += u64::from(c.flags.contains(Flags::ATOMIC));
                     &en.tx
                 };
                 let Some(cq) = to else {
@@ -1062,6 +1067,7 @@ fn enable(ep: &Arc<EpCore>) -> c_int {
             scratch: vec![Completion::EMPTY; POLL_BATCH],
             sent: 0,
             received: 0,
+            atomics: 0,
         }),
         _av: av,
         provider: ep.domain.xfer.provider(),
