@@ -72,6 +72,21 @@ fn c_suite_over_libfabric() {
 /// `XFER_REQUIRE_VALGRIND` is set (as `make test` does).
 #[test]
 fn c_suite_under_valgrind() {
+    under_valgrind(&build("ofi_fi_suite_vg"), None, "fi_suite under valgrind");
+}
+
+/// fi_atomic.c over shm under valgrind memcheck: the atomics' result
+/// buffers, written by the completion router, and everything the
+/// capability query opened, clean.
+#[test]
+fn atomics_under_valgrind() {
+    let exe = build_c("fi_atomic.c", "ofi_fi_atomic_vg");
+    under_valgrind(&exe, Some("shm"), "fi_atomic under valgrind");
+}
+
+/// Runs `exe` under valgrind memcheck (over `XFER_PROVIDER` `provider`
+/// when given): it must exit 0 with no error and no definite leak.
+fn under_valgrind(exe: &Path, provider: Option<&str>, what: &str) {
     let have = Command::new("valgrind")
         .arg("--version")
         .output()
@@ -84,7 +99,6 @@ fn c_suite_under_valgrind() {
         eprintln!("valgrind not installed: the memcheck run is skipped");
         return;
     }
-    let exe = build("ofi_fi_suite_vg");
     let supp = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/valgrind.supp");
     let mut cmd = fi_command("valgrind");
     cmd.args([
@@ -95,13 +109,12 @@ fn c_suite_under_valgrind() {
         "--keep-debuginfo=yes",
     ])
     .arg(format!("--suppressions={}", supp.display()))
-    .arg(&exe);
-    let out = wait_output(
-        cmd.spawn().expect("running valgrind"),
-        "fi_suite under valgrind",
-        Duration::from_secs(600),
-    );
-    check("fi_suite under valgrind", &out);
+    .arg(exe);
+    if let Some(p) = provider {
+        cmd.env("XFER_PROVIDER", p).env_remove("FI_XFER_PROVIDER");
+    }
+    let out = wait_output(cmd.spawn().expect("running valgrind"), what, Duration::from_secs(600));
+    check(what, &out);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("ERROR SUMMARY: 0 errors"), "{stderr}");
 }
