@@ -32,6 +32,7 @@ pub mod counters;
 pub mod credit;
 pub mod crossing;
 pub mod engine;
+pub mod pair;
 pub mod outstanding;
 pub mod receives;
 pub mod requests;
