@@ -2,9 +2,9 @@
 //! `fi_av_insert` can walk an array of them.
 //!
 //! ```text
-//! byte 0      length n of the xfer name (1..=32)
+//! byte 0      length n of the xfer name (1..=64)
 //! 1..=n       the xfer name (its first byte names the xfer provider)
-//! n+1..33     zero
+//! n+1..65     zero
 //! ```
 
 use xfer_facade::Address;

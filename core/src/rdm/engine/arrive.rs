@@ -116,7 +116,7 @@ impl Handler<'_, '_, '_> {
 
     /// An accepted connection's first frame names its peer.
     fn hello(&mut self, conn: ConnId, h: Header, payload: Bytes<'_>) -> Result<(), &'static str> {
-        if h.kind != Kind::Hello || payload.len() > 32 {
+        if h.kind != Kind::Hello || payload.len() > crate::addr::Address::MAX_LEN {
             return Err("first frame is not a hello");
         }
         let name = crate::addr::Address::new(&payload.to_vec()).map_err(|_| "hello with a bad name")?;
