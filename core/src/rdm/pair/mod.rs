@@ -96,7 +96,11 @@ impl fmt::Display for Why {
             Why::OtherHost => f.write_str("different host identity"),
             Why::NotOffered => f.write_str("the peer offers no shared-memory address"),
             Why::Off => f.write_str("shared memory is off on this endpoint"),
-            Why::Unreachable(e) => write!(f, "its shared-memory address refused the connection ({})", Error::Os(*e)),
+            Why::Unreachable(e) => write!(
+                f,
+                "its shared-memory address refused the connection ({})",
+                Error::Os(*e)
+            ),
         }
     }
 }
@@ -251,7 +255,11 @@ impl<A: Transport, B: Transport> Transport for Pair<A, B> {
                 Err(Cause::Failed(libc::EAGAIN)) => return Err(Cause::Failed(libc::EAGAIN)),
                 Err(cause) => {
                     self.fallbacks += 1;
-                    tracing::debug!(transport = self.name, ?cause, "first transport refused a peer; using the second");
+                    tracing::debug!(
+                        transport = self.name,
+                        ?cause,
+                        "first transport refused a peer; using the second"
+                    );
                 }
             }
         }

@@ -143,7 +143,13 @@ fn addresses_split_and_bad_ones_are_refused() {
         second: b"far",
     };
     assert_eq!(Parts::parse(&none.encode()), Some(none));
-    for bad in [&bytes[..8], &bytes[..9], &bytes[..13], &[0u8; 8][..], &[[7; 8].as_slice(), &[200, 1]].concat()] {
+    for bad in [
+        &bytes[..8],
+        &bytes[..9],
+        &bytes[..13],
+        &[0u8; 8][..],
+        &[[7; 8].as_slice(), &[200, 1]].concat(),
+    ] {
         assert_eq!(Parts::parse(bad), None, "{bad:?}");
     }
 }
@@ -188,7 +194,12 @@ fn same_host_goes_first_others_second_and_any_source_takes_both_in_post_order() 
         got.push((c.src, buf));
     }
     // Receives complete in post order; each peer's messages in its order.
-    let from = |p: PeerAddr| got.iter().filter(|(s, _)| *s == p).map(|(_, b)| b.clone()).collect::<Vec<_>>();
+    let from = |p: PeerAddr| {
+        got.iter()
+            .filter(|(s, _)| *s == p)
+            .map(|(_, b)| b.clone())
+            .collect::<Vec<_>>()
+    };
     assert_eq!(from(lx), [b"l\0".to_vec(), b"l\x01".to_vec(), b"l\x02".to_vec()]);
     assert_eq!(from(rx), [b"r\0".to_vec(), b"r\x01".to_vec(), b"r\x02".to_vec()]);
     // The local peer came over the first transport, the remote one over the second.
@@ -251,7 +262,10 @@ fn a_peer_ending_on_either_transport_fails_only_what_waits_on_it() {
     assert!(x.take(2).is_none(), "the remote peer's send failed with the local one");
     remote.trecv(PeerAddr::UNSPEC, 4096, 9);
     assert_eq!(until(&mut [&mut x, &mut remote], 0, 2).result, Ok(()));
-    assert_eq!(until(&mut [&mut x, &mut remote], 1, 9).buf.expect("buffer"), vec![2; 4096]);
+    assert_eq!(
+        until(&mut [&mut x, &mut remote], 1, 9).buf.expect("buffer"),
+        vec![2; 4096]
+    );
     drop(remote);
     x.tsend(xr, 5, vec![3; 4096], 3);
     let c = until(&mut [&mut x], 0, 3);
