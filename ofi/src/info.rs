@@ -41,8 +41,9 @@ pub const IMPLIED_CAPS: u64 = fi::FI_LOCAL_COMM | fi::FI_REMOTE_COMM;
 pub const RMA_CAPS: u64 = fi::FI_RMA | fi::FI_READ | fi::FI_WRITE | fi::FI_REMOTE_READ | fi::FI_REMOTE_WRITE;
 /// Most bytes of error data an entry carries (`max_err_data`): the
 /// address of an `FI_SOURCE_ERR` sender, in any address format (an
-/// `FI_ADDR_STR` string of an xfer name is the longest).
-pub const MAX_ERR_DATA: usize = 128;
+/// `FI_ADDR_STR` string of an xfer name is the longest: `xfer://`, two hex
+/// digits a byte and a NUL).
+pub const MAX_ERR_DATA: usize = "xfer://".len() + 2 * xfer_facade::Address::MAX_LEN + 1;
 /// Everything an endpoint can be asked for. `FI_RMA_EVENT` (remote
 /// counters) only where the target serves RMA itself ([`serves_rma`]), and
 /// only when asked: a verbs target never sees the RDMA its NIC applies.
@@ -1023,7 +1024,7 @@ mod tests {
         }
         let tcp = addr::any_listener("127.0.0.1:9228".parse().unwrap()).unwrap();
         refuse(Hints {
-            dest_addr: Some(crate::name::encode(&tcp).to_vec()),
+            dest_addr: Some(crate::name::encode(&tcp).unwrap().to_vec()),
             ..Hints::default()
         });
         let mut raw = vec![xfer_shm::PROVIDER_ID, b'x', b's'];
