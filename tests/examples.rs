@@ -239,7 +239,9 @@ fn xfer_info_says_which_transport_serves_a_peer() {
     let domain = xfer::open(&attr).expect("open shm+tcp");
     let cq = domain.cq(&xfer::CqAttr::default()).expect("cq");
     let av = domain.av().expect("av");
-    let ep = domain.endpoint(&cq, &av, &xfer::EndpointAttr::default()).expect("endpoint");
+    let ep = domain
+        .endpoint(&cq, &av, &xfer::EndpointAttr::default())
+        .expect("endpoint");
     let name = ep.name().as_bytes().to_vec();
     let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
     let run = |what: &str, arg: &str, env: &[(&str, &str)]| {
@@ -255,7 +257,10 @@ fn xfer_info_says_which_transport_serves_a_peer() {
         assert!(status.success(), "{what}: {status}\n{err}");
         lines.join("\n")
     };
-    assert_eq!(said("same host", &hex(&name), &[]), "shm: same host, same user and namespaces");
+    assert_eq!(
+        said("same host", &hex(&name), &[]),
+        "shm: same host, same user and namespaces"
+    );
     assert_eq!(
         said("shm off here", &hex(&name), &[("XFER_SHM_ENABLED", "0")]),
         "tcp: shared memory is off on this endpoint"

@@ -72,10 +72,16 @@ struct Peer {
 impl Peer {
     fn spawn(who: u8, env: &[(&str, &str)]) -> Peer {
         let mut cmd = Command::new(std::env::current_exe().expect("test binary"));
-        cmd.args(["--exact", "child_sender", "--ignored", "--nocapture", "--test-threads=1"])
-            .env("MIXED_WHO", who.to_string())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped());
+        cmd.args([
+            "--exact",
+            "child_sender",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("MIXED_WHO", who.to_string())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped());
         for (k, v) in env {
             cmd.env(k, v);
         }
@@ -163,7 +169,11 @@ fn one_endpoint_serves_a_peer_over_shm_and_one_over_tcp() {
         let buf = c.buf.expect("buffer");
         let who = buf[0];
         let seq = next[usize::from(who)];
-        assert_eq!(&buf[..c.len], &payload(who, seq)[..], "peer {who} message {seq} out of order");
+        assert_eq!(
+            &buf[..c.len],
+            &payload(who, seq)[..],
+            "peer {who} message {seq} out of order"
+        );
         assert_eq!(c.src, if who == 1 { pn } else { pf });
         next[usize::from(who)] += 1;
     }
@@ -174,7 +184,11 @@ fn one_endpoint_serves_a_peer_over_shm_and_one_over_tcp() {
     }
     // The far peer's connection is the only one this endpoint's TCP
     // listener accepted: the near peer came over shared memory.
-    assert_eq!(tcp_connections(tcp_port(my_name.as_bytes())), 1, "TCP connections at this endpoint");
+    assert_eq!(
+        tcp_connections(tcp_port(my_name.as_bytes())),
+        1,
+        "TCP connections at this endpoint"
+    );
 
     // Rendezvous sends nobody receives wait on their peer; each peer's
     // death fails its own alone.
@@ -183,7 +197,10 @@ fn one_endpoint_serves_a_peer_over_shm_and_one_over_tcp() {
     me.ep.tsend(pf, 1, pattern(big, 2), 1002).expect("tsend far");
     let settle = Instant::now() + Duration::from_millis(200);
     drive(&mut [&mut me], "a moment of progress", |_| Instant::now() > settle);
-    assert!(me.take(1001).is_none() && me.take(1002).is_none(), "sends to idle peers completed");
+    assert!(
+        me.take(1001).is_none() && me.take(1002).is_none(),
+        "sends to idle peers completed"
+    );
     near.kill();
     let c = expect(&mut [&mut me], 0, 1001);
     assert!(
@@ -214,7 +231,13 @@ fn a_peer_in_another_user_namespace_goes_over_tcp() {
     let mut cmd = Command::new("unshare");
     cmd.arg("-U")
         .arg(std::env::current_exe().expect("test binary"))
-        .args(["--exact", "child_sender", "--ignored", "--nocapture", "--test-threads=1"])
+        .args([
+            "--exact",
+            "child_sender",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env("MIXED_WHO", "3")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped());

@@ -41,7 +41,10 @@ fn peer_route(name: Option<String>) -> ExitCode {
         eprintln!("xfer-info: --peer needs an endpoint name in hex\n{USAGE}");
         return ExitCode::from(2);
     };
-    match name.parse::<xfer::Address>().and_then(|a| xfer::mixed::explain_route(&a)) {
+    match name
+        .parse::<xfer::Address>()
+        .and_then(|a| xfer::mixed::explain_route(&a))
+    {
         Ok(line) => {
             println!("{line}");
             ExitCode::SUCCESS
