@@ -53,11 +53,13 @@ test-tcp-rdm:
 # The same suites over one endpoint with both (`shm+tcp`: shared memory to
 # peers on this host, TCP to others), all over shared memory here, then once
 # with shared memory off (every peer over TCP through the same provider), the
-# C suite, and the mixed test: one peer over each in real processes.
+# C suite, the plug-in's C suite, fi_pingpong and Open MPI over it, and the mixed
+# test: one peer over each in real processes.
 test-shm-tcp:
 	XFER_PROVIDER=shm+tcp XFER_SCALE_PEERS=64 $(CARGO) test --locked --release $(SHM_SUITES)
 	XFER_PROVIDER=shm+tcp XFER_SHM_ENABLED=0 $(CARGO) test --locked --release --test conformance
 	XFER_PROVIDER=shm+tcp $(CARGO) test --locked -p xfer-capi --test c_suite c_suite_dynamically_linked
+	XFER_PROVIDER=shm+tcp $(CARGO) test --locked -p xfer-ofi --test c_suite --test fi_pingpong --test mpi
 	$(CARGO) test --locked --release --test mixed
 
 # Every publishable crate packages and its package builds on its own (what
