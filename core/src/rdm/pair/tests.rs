@@ -5,7 +5,7 @@
 
 use std::collections::VecDeque;
 
-use super::{route, Pair, Parts, Route, Why};
+use super::{route, Pair, Parts, Route, Why, SECOND_EVERY};
 use crate::addr::{Address, AvTable, PeerAddr};
 use crate::attr::EndpointAttr;
 use crate::completion::Completion;
@@ -13,7 +13,7 @@ use crate::error::{Error, Result};
 use crate::provider::{CompletionLevel, Ctx, DomainProvider, EndpointProvider, RecvOp, SendOp};
 use crate::rdm::engine::mem::{Mem, Net};
 use crate::rdm::engine::Engine;
-use crate::rdm::transport::Transport;
+use crate::rdm::transport::{Event, Events, Transport};
 use crate::sink::Sink;
 use crate::tag::RecvSpec;
 
@@ -270,4 +270,51 @@ fn a_peer_ending_on_either_transport_fails_only_what_waits_on_it() {
     x.tsend(xr, 5, vec![3; 4096], 3);
     let c = until(&mut [&mut x], 0, 3);
     assert!(c.result.is_err(), "a send to a dead remote peer succeeded");
+}
+
+/// Counts the frames a transport reports.
+#[derive(Default)]
+struct Frames(usize);
+
+impl Events for Frames {
+    fn event(&mut self, ev: Event<'_>) {
+        if let Event::Frame { .. } = ev {
+            self.0 += 1;
+        }
+    }
+}
+
+/// Progress calls of `p` until it reports a frame (at most `max`).
+fn calls_until_frame(p: &mut Pair<Mem, Mem>, max: u32) -> Option<u32> {
+    (1..=max).find(|_| {
+        let mut f = Frames::default();
+        p.progress(&mut f);
+        f.0 > 0
+    })
+}
+
+#[test]
+fn an_idle_second_transport_is_polled_every_few_calls_and_after_a_wait() {
+    let (near, far) = (Net::new(64), Net::new(64));
+    let pair = |host| Pair::new(near.open(false), far.open(false), "mem+mem", [host; 8], true).expect("pair");
+    let (mut x, mut y) = (pair(1), pair(2));
+    let conn = x.connect(y.address()).expect("connect over the second");
+    assert!(!Pair::<Mem, Mem>::on_first(conn));
+    x.send(conn, b"h", b"first").expect("send");
+    // Accepting reports events: the second stays due, the frame comes next.
+    assert!(calls_until_frame(&mut y, 3).is_some());
+    // Idle now (polled, nothing seen): a frame waits for the second's turn.
+    y.progress(&mut Frames::default());
+    while y.skipped != 0 || y.second_due {
+        y.progress(&mut Frames::default());
+    }
+    x.send(conn, b"h", b"later").expect("send");
+    assert_eq!(calls_until_frame(&mut y, 2 * SECOND_EVERY), Some(SECOND_EVERY));
+    // After prepare_wait the next call polls both.
+    for _ in 0..2 * SECOND_EVERY {
+        y.progress(&mut Frames::default());
+    }
+    x.send(conn, b"h", b"after a wait").expect("send");
+    assert!(y.prepare_wait());
+    assert_eq!(calls_until_frame(&mut y, 1), Some(1));
 }
