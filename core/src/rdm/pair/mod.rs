@@ -21,8 +21,9 @@
 //! Polling: the first transport is the cheap, latency-critical one (a
 //! shared-memory ring is a load; TCP's progress is an `epoll_wait` system
 //! call), so `progress` polls it every call and the second every call while
-//! the second reports events, every [`SECOND_EVERY`] calls once it is idle,
-//! and always on the call after `prepare_wait` (a wake-up may be its work).
+//! the second reports events or is given frames, every [`SECOND_EVERY`]
+//! calls once it is idle, and always on the call after `prepare_wait` (a
+//! wake-up may be its work).
 
 use std::fmt;
 use std::os::fd::{AsRawFd, RawFd};
@@ -153,8 +154,8 @@ pub struct Pair<A, B> {
     fallbacks: u64,
     /// Progress calls since the second transport was last polled.
     skipped: u32,
-    /// The second transport reported events when last polled, or a wait
-    /// was prepared since: poll it on the next call.
+    /// The second transport reported events when last polled, was given a
+    /// frame, or a wait was prepared since: poll it on the next call.
     second_due: bool,
 }
 
@@ -290,6 +291,8 @@ impl<A: Transport, B: Transport> Transport for Pair<A, B> {
         if Self::on_first(conn) {
             self.first.send(conn >> 1, header, payload)
         } else {
+            // Its progress writes what the socket did not take now.
+            self.second_due = true;
             self.second.send(conn >> 1, header, payload)
         }
     }
