@@ -117,3 +117,58 @@ pub fn explain_route(peer: &Address) -> Result<String> {
         None => Err(Error::InvalidArgument("empty name")),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::DomainAttr;
+
+    fn endpoint_name(params: &[(&str, &str)]) -> Address {
+        let mut attr = DomainAttr::with_provider(NAME);
+        attr.params.set("tcp.addr", "127.0.0.1");
+        for (k, v) in params {
+            attr.params.set(*k, *v);
+        }
+        let domain = crate::open(&attr).expect("open shm+tcp");
+        let cq = domain.cq(&crate::CqAttr::default()).expect("cq");
+        let av = domain.av().expect("av");
+        let ep = domain.endpoint(&cq, &av, &EndpointAttr::default()).expect("endpoint");
+        ep.name()
+    }
+
+    #[test]
+    fn names_are_checked_part_by_part() {
+        let d = ShmTcpDomain::with_params(&Params::default()).expect("domain");
+        let name = endpoint_name(&[]);
+        let b = name.as_bytes();
+        assert_eq!((b[0], b.len(), b[9]), (PROVIDER_ID, 1 + 8 + 1 + 14 + 15, 14));
+        assert_eq!(d.check_address(b), Ok(name));
+        let bare = endpoint_name(&[("shm.enabled", "0")]);
+        assert_eq!((bare.as_bytes().len(), bare.as_bytes()[9]), (1 + 8 + 1 + 15, 0));
+        assert_eq!(d.check_address(bare.as_bytes()), Ok(bare));
+        let refused = |bytes: &[u8]| d.check_address(bytes).is_err();
+        assert!(refused(&b[..b.len() - 1]), "a TCP part cut short");
+        let mut not_shm = b.to_vec();
+        not_shm[10] = b'z';
+        assert!(refused(&not_shm), "an shm part without its `xs`");
+        let mut shorter = [&b[..9], &[13], &b[10..23], &b[24..]].concat();
+        assert!(refused(&shorter), "an shm part of 13 bytes");
+        shorter[0] = 0x04;
+        assert_eq!(
+            d.check_address(&shorter),
+            Err(Error::AddressNotAvailable),
+            "another provider's"
+        );
+    }
+
+    #[test]
+    fn the_shm_provider_alone_refuses_shm_off() {
+        let mut attr = DomainAttr::with_provider("shm");
+        attr.params.set("shm.enabled", "0");
+        let domain = crate::open(&attr).expect("the domain opens");
+        let cq = domain.cq(&crate::CqAttr::default()).expect("cq");
+        let av = domain.av().expect("av");
+        let e = domain.endpoint(&cq, &av, &EndpointAttr::default()).unwrap_err();
+        assert!(matches!(e, Error::InvalidSetting(_)), "{e}");
+    }
+}

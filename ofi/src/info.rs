@@ -767,7 +767,10 @@ mod tests {
         assert!(!offered(Some("tcp"), Some("shm"), "shm"), "XFER_PROVIDER wins");
         assert!(!offered(None, None, "tcp-rdm"), "beside tcp: offered when chosen");
         assert!(offered(Some("tcp-rdm"), None, "tcp-rdm") && offered(None, Some("tcp-rdm"), "tcp-rdm"));
-        assert!(!offered(None, None, "shm+tcp"), "not the default yet: offered when chosen");
+        assert!(
+            !offered(None, None, "shm+tcp"),
+            "not the default yet: offered when chosen"
+        );
         assert!(offered(Some("shm+tcp"), None, "shm+tcp") && offered(None, Some("shm+tcp"), "shm+tcp"));
     }
 
