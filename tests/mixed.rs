@@ -4,8 +4,10 @@
 //! so its name is the longest the provider makes). Any-source receives take
 //! both peers' messages in post order with each peer's order kept; the
 //! kernel's socket table shows that only the TCP peer used TCP; each peer's
-//! death fails what waits on it alone. The peers are this test binary
-//! re-executed (`child_sender`, ignored in normal runs).
+//! death fails what waits on it alone. A peer in another user namespace
+//! goes over TCP, and so does a name whose shm address no port answers.
+//! The peers are this test binary re-executed (`child_sender`, ignored in
+//! normal runs).
 
 mod common;
 
@@ -290,4 +292,35 @@ fn a_peer_in_another_user_namespace_goes_over_tcp() {
         assert_eq!(&c.buf.expect("buffer")[..c.len], &payload(3, i as u64)[..]);
     }
     assert_eq!(tcp_connections(tcp_port(me.ep.name().as_bytes())), 1);
+}
+
+/// A name whose shm address no port answers (same host identity, a nonce
+/// nobody listens on) is still reached, over its TCP address.
+#[test]
+fn an_unreachable_shm_address_falls_back_to_tcp() {
+    let mut a = Node::on(PROVIDER);
+    let mut b = Node::on(PROVIDER);
+    let mut name = b.ep.name().as_bytes().to_vec();
+    assert_eq!(name[9], 14, "b offers shared memory");
+    // The shm address is `xs`, a pid and a nonce: change the nonce.
+    for byte in &mut name[10 + 6..10 + 14] {
+        *byte ^= 0x5a;
+    }
+    assert_eq!(
+        xfer::mixed::explain_route(&xfer::Address::new(&name).expect("name")).expect("route"),
+        "shm: same host, same user and namespaces",
+        "the identity alone promises shared memory"
+    );
+    let to_b = a.av.insert(&name).expect("insert");
+    b.ep.trecv(PeerAddr::UNSPEC, 9, 0, vec![0; 64], 1).expect("trecv");
+    a.ep.tsend(to_b, 9, b"over tcp after all".to_vec(), 2).expect("tsend");
+    let c = expect(&mut [&mut a, &mut b], 1, 1);
+    assert_eq!(c.result, Ok(()));
+    assert_eq!(&c.buf.expect("buffer")[..c.len], b"over tcp after all");
+    assert_eq!(expect(&mut [&mut a, &mut b], 0, 2).result, Ok(()));
+    assert_eq!(
+        tcp_connections(tcp_port(&name)),
+        1,
+        "a's connection to b's TCP listener"
+    );
 }
