@@ -181,6 +181,12 @@ pub trait Transport: Send {
     /// Closes `conn`; no event is reported for it.
     fn close(&mut self, conn: ConnId);
 
+    /// How long a connection may take to open and be admitted (the
+    /// engine's handshake) before its peer fails with `ETIMEDOUT`.
+    fn connect_timeout(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(10)
+    }
+
     /// Moves data and reports connections and frames to `events`; never blocks.
     fn progress(&mut self, events: &mut dyn Events);
 

@@ -67,7 +67,7 @@ impl State {
     ) -> bool {
         let Some(e) = self.peers.get_mut(p) else { return false };
         let Some(tx) = e.tx else { return false };
-        if !e.queue.is_empty() || (cost > 0 && !e.credit.can_send(cost, 0)) {
+        if e.gated || !e.queue.is_empty() || (cost > 0 && !e.credit.can_send(cost, 0)) {
             return false;
         }
         if t.send(tx, wire::trimmed(h), payload).is_err() {
@@ -87,6 +87,9 @@ impl State {
                 return;
             };
             let cost = *cost;
+            if e.gated && !super::admit::opens(front) {
+                return;
+            }
             if cost > 0 && !e.credit.can_send(cost, 0) {
                 if !e.starved {
                     e.starved = true;

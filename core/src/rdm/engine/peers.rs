@@ -44,6 +44,12 @@ pub struct Peer {
     /// The transport refused a frame to it as full: room made later is
     /// progress of the peer's.
     pub blocked: bool,
+    /// We dialled it and it has not admitted us yet: only our hello and
+    /// proof may be written.
+    pub gated: bool,
+    /// When the entry was made (a dialled peer's handshake deadline runs
+    /// from it).
+    pub since: std::time::Instant,
     /// How long it has been silent while we waited on it.
     pub silence: Silence,
     /// Changes whenever the slot is reused, so kept messages name the entry
@@ -136,6 +142,8 @@ impl Peers {
             share: Share::default(),
             starved: false,
             blocked: false,
+            gated: false,
+            since: std::time::Instant::now(),
             silence: Silence::default(),
             serial: self.serial,
             hint: PeerAddr::UNSPEC,

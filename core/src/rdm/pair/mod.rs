@@ -313,6 +313,12 @@ impl<A: Transport, B: Transport> Transport for Pair<A, B> {
         }
     }
 
+    fn connect_timeout(&self) -> std::time::Duration {
+        // One timeout for every handshake: the longer, so neither
+        // transport's peers are cut short.
+        self.first.connect_timeout().max(self.second.connect_timeout())
+    }
+
     fn progress(&mut self, events: &mut dyn Events) {
         self.first.progress(&mut Side {
             events,

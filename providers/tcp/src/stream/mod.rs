@@ -304,6 +304,10 @@ impl Transport for TcpTransport {
         Ok(())
     }
 
+    fn connect_timeout(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.attr.connect_timeout_ms)
+    }
+
     fn close(&mut self, conn: ConnId) {
         if let Some(c) = self.conns.try_remove(conn) {
             let _ = self.epoll.delete(c.sock.as_raw_fd());
