@@ -4,7 +4,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: demo test test-shm test-tcp-rdm setup build lint fuzz bench vm bench-vm install package
+.PHONY: demo test test-shm test-tcp-rdm test-shm-tcp setup build lint fuzz bench vm bench-vm install package
 PREFIX ?= /usr/local
 
 setup:
@@ -24,6 +24,7 @@ test: setup
 	$(CARGO) test --locked --release --test conformance --test tcp_wire --test peer_death
 	@$(MAKE) --no-print-directory test-shm
 	@$(MAKE) --no-print-directory test-tcp-rdm
+	@$(MAKE) --no-print-directory test-shm-tcp
 	@$(MAKE) --no-print-directory fuzz
 	@$(MAKE) --no-print-directory lint
 	@$(MAKE) --no-print-directory package
@@ -49,6 +50,18 @@ test-shm:
 test-tcp-rdm:
 	XFER_PROVIDER=tcp-rdm XFER_SCALE_PEERS=64 $(CARGO) test --locked --release $(SHM_SUITES)
 	XFER_PROVIDER=tcp-rdm $(CARGO) test --locked -p xfer-capi --test c_suite c_suite_dynamically_linked
+
+# The same suites over one endpoint with both (`shm+tcp`: shared memory to
+# peers on this host, TCP to others), all over shared memory here, then once
+# with shared memory off (every peer over TCP through the same provider), the
+# C suite, the plug-in's C suite, fi_pingpong and Open MPI over it, and the mixed
+# test: one peer over each in real processes.
+test-shm-tcp:
+	XFER_PROVIDER=shm+tcp XFER_SCALE_PEERS=64 $(CARGO) test --locked --release $(SHM_SUITES)
+	XFER_PROVIDER=shm+tcp XFER_SHM_ENABLED=0 $(CARGO) test --locked --release --test conformance
+	XFER_PROVIDER=shm+tcp $(CARGO) test --locked -p xfer-capi --test c_suite c_suite_dynamically_linked
+	XFER_PROVIDER=shm+tcp $(CARGO) test --locked -p xfer-ofi --test c_suite --test fi_pingpong --test mpi
+	$(CARGO) test --locked --release --test mixed
 
 # Every publishable crate packages and its package builds on its own (what
 # `cargo publish` would upload: nothing missing from `include`, path

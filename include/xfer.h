@@ -52,7 +52,7 @@
 /**
  * The longest endpoint name any provider produces, in bytes.
  */
-#define XFER_NAME_MAX 32
+#define XFER_NAME_MAX 64
 
 /**
  * A remote atomic (`FI_ATOMIC`), in a completion's `flags`.

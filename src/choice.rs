@@ -11,12 +11,14 @@ use crate::{Error, ProviderInfo, Result};
 /// `shm` reaches peers on this host only, so it is opened only when asked
 /// for until one endpoint chooses its transport per peer.
 /// `tcp-rdm` (TCP under the RDM engine) is opened only when asked for while
-/// the TCP provider moves under the engine.
+/// the TCP provider moves under the engine. `shm+tcp` (both, chosen per
+/// peer) is opened only when asked for until the default switches to it.
 pub const KNOWN: &[(&str, Option<&str>)] = &[
     ("verbs", Some("verbs")),
     ("tcp", None),
     ("shm", None),
     ("tcp-rdm", None),
+    ("shm+tcp", None),
 ];
 
 /// What became of one provider when the facade chose.
@@ -198,6 +200,7 @@ mod tests {
                 info("tcp", true),
                 info("shm", true),
                 info("tcp-rdm", true),
+                info("shm+tcp", true),
             ],
             open_ok,
         );
@@ -207,7 +210,7 @@ mod tests {
         assert_eq!(c.verdict("tcp"), Some(&Verdict::Outranked("verbs")));
         assert_eq!(
             c.why_not(),
-            "tcp: available, but verbs is preferred; shm: available, but verbs is preferred; tcp-rdm: available, but verbs is preferred"
+            "tcp: available, but verbs is preferred; shm: available, but verbs is preferred; tcp-rdm: available, but verbs is preferred; shm+tcp: available, but verbs is preferred"
         );
     }
 
@@ -220,6 +223,7 @@ mod tests {
                 info("tcp", true),
                 info("shm", true),
                 info("tcp-rdm", true),
+                info("shm+tcp", true),
             ],
             open_ok,
         );
@@ -227,7 +231,7 @@ mod tests {
         assert_eq!(c.chosen, Some("tcp"));
         assert_eq!(
             c.why_not(),
-            "verbs: unavailable: no verbs device; shm: available, but tcp is preferred; tcp-rdm: available, but tcp is preferred"
+            "verbs: unavailable: no verbs device; shm: available, but tcp is preferred; tcp-rdm: available, but tcp is preferred; shm+tcp: available, but tcp is preferred"
         );
 
         let (r, c) = choose(
@@ -237,6 +241,7 @@ mod tests {
                 info("tcp", true),
                 info("shm", true),
                 info("tcp-rdm", true),
+                info("shm+tcp", true),
             ],
             |name| match name {
                 "verbs" => Err(Error::Os(libc::ENODEV)),
@@ -252,7 +257,12 @@ mod tests {
     fn not_built_and_forced() {
         let (r, c) = choose(
             None,
-            &[info("tcp", true), info("shm", true), info("tcp-rdm", true)],
+            &[
+                info("tcp", true),
+                info("shm", true),
+                info("tcp-rdm", true),
+                info("shm+tcp", true),
+            ],
             open_ok,
         );
         assert!(r.is_ok());
@@ -266,6 +276,7 @@ mod tests {
                 info("tcp", true),
                 info("shm", true),
                 info("tcp-rdm", true),
+                info("shm+tcp", true),
             ],
             open_ok,
         );
@@ -274,7 +285,7 @@ mod tests {
         assert_eq!(c.verdict("verbs"), Some(&Verdict::NotRequested("tcp".into())));
         assert_eq!(
             c.why_not(),
-            "verbs: not requested (XFER_PROVIDER=tcp); shm: not requested (XFER_PROVIDER=tcp); tcp-rdm: not requested (XFER_PROVIDER=tcp)"
+            "verbs: not requested (XFER_PROVIDER=tcp); shm: not requested (XFER_PROVIDER=tcp); tcp-rdm: not requested (XFER_PROVIDER=tcp); shm+tcp: not requested (XFER_PROVIDER=tcp)"
         );
 
         // Forcing an unavailable provider still tries it: the error is the report.
@@ -285,6 +296,7 @@ mod tests {
                 info("tcp", true),
                 info("shm", true),
                 info("tcp-rdm", true),
+                info("shm+tcp", true),
             ],
             |name| match name {
                 "verbs" => Err(Error::Os(libc::ENODEV)),
@@ -297,7 +309,12 @@ mod tests {
 
         let (r, _) = choose(
             Some("verbs"),
-            &[info("tcp", true), info("shm", true), info("tcp-rdm", true)],
+            &[
+                info("tcp", true),
+                info("shm", true),
+                info("tcp-rdm", true),
+                info("shm+tcp", true),
+            ],
             open_ok,
         );
         assert!(matches!(r, Err(Error::NoProvider(m)) if m.contains("not compiled in")));
@@ -312,6 +329,7 @@ mod tests {
                 info("tcp", true),
                 info("shm", true),
                 info("tcp-rdm", true),
+                info("shm+tcp", true),
             ],
             |_| Err::<(), _>(Error::Os(libc::EMFILE)),
         );

@@ -379,7 +379,7 @@ pub(crate) fn name_message(name: &Address) -> Vec<u8> {
     let mut msg = Vec::with_capacity(HEAD + bytes.len());
     msg.extend_from_slice(MAGIC);
     msg.push(VERSION);
-    msg.push(bytes.len() as u8); // a name is at most Address::MAX_LEN (32) bytes
+    msg.push(bytes.len() as u8); // a name is at most Address::MAX_LEN (64) bytes
     msg.extend_from_slice(bytes);
     msg
 }

@@ -102,6 +102,7 @@ mod choice;
 pub use choice::{Candidate, ProviderChoice, Verdict};
 mod connection;
 pub use connection::{connect, listen, Connection, Listener};
+pub mod mixed;
 mod settings;
 pub use settings::{check_param, check_params, default_transport_settings, transport_settings, TRANSPORTS};
 
@@ -120,13 +121,15 @@ pub struct ProviderInfo {
 /// with the `verbs` feature, the default), then `tcp`, then `shm` (peers on
 /// this host only: opened when `XFER_PROVIDER=shm` asks for it), then
 /// `tcp-rdm` (TCP under core's RDM engine, opened only when asked for while
-/// the TCP provider moves under the engine).
+/// the TCP provider moves under the engine), then `shm+tcp` (one endpoint:
+/// shared memory to peers on this host, TCP to others; opened when asked for).
 pub const PROVIDERS: &[&str] = &[
     #[cfg(feature = "verbs")]
     "verbs",
     "tcp",
     "shm",
     "tcp-rdm",
+    "shm+tcp",
 ];
 
 /// The providers compiled in, in order of preference, and whether each can
@@ -167,6 +170,11 @@ pub fn info_for(attr: &DomainAttr) -> Vec<ProviderInfo> {
         available: true,
         detail: "TCP under core's RDM engine, opened only when asked for (XFER_PROVIDER=tcp-rdm)".into(),
     });
+    all.push(ProviderInfo {
+        name: mixed::NAME,
+        available: true,
+        detail: "shared memory to peers on this host, TCP to others, chosen per peer (XFER_PROVIDER=shm+tcp)".into(),
+    });
     all
 }
 
@@ -179,6 +187,7 @@ fn open_named(name: &'static str, params: &Params) -> Result<Domain> {
         "tcp" => Ok(Domain::new(Box::new(xfer_tcp::TcpDomain::with_params(params)?))),
         "shm" => Ok(Domain::new(Box::new(xfer_shm::ShmDomain::with_params(params)?))),
         "tcp-rdm" => Ok(Domain::new(Box::new(xfer_tcp::TcpRdmDomain::with_params(params)?))),
+        mixed::NAME => Ok(Domain::new(Box::new(mixed::ShmTcpDomain::with_params(params)?))),
         _ => Err(Error::Internal("open_named: provider not built")),
     }
 }
@@ -370,7 +379,11 @@ mod tests {
     fn info_lists_every_provider_in_order() {
         let names: Vec<&str> = info().iter().map(|p| p.name).collect();
         assert_eq!(names, PROVIDERS);
-        assert_eq!(PROVIDERS[PROVIDERS.len() - 2..], ["shm", "tcp-rdm"], "never preferred");
+        assert_eq!(
+            PROVIDERS[PROVIDERS.len() - 3..],
+            ["shm", "tcp-rdm", "shm+tcp"],
+            "never preferred"
+        );
         assert!(info().iter().all(|p| !p.detail.is_empty()));
     }
 }

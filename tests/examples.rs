@@ -227,6 +227,58 @@ fn xfer_info_lists_tcp() {
     assert!(err.contains("usage"), "{err}");
 }
 
+/// `xfer-info --peer NAME` says which transport an `shm+tcp` endpoint here
+/// would serve that peer over, and why: shared memory for a real endpoint
+/// of this host, TCP for one whose host identity differs, one that offers no
+/// shared memory, or when this side has it off.
+#[test]
+fn xfer_info_says_which_transport_serves_a_peer() {
+    let deadline = Instant::now() + DEADLINE;
+    let mut attr = xfer::DomainAttr::with_provider("shm+tcp");
+    attr.params.set("tcp.addr", "127.0.0.1");
+    let domain = xfer::open(&attr).expect("open shm+tcp");
+    let cq = domain.cq(&xfer::CqAttr::default()).expect("cq");
+    let av = domain.av().expect("av");
+    let ep = domain
+        .endpoint(&cq, &av, &xfer::EndpointAttr::default())
+        .expect("endpoint");
+    let name = ep.name().as_bytes().to_vec();
+    let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
+    let run = |what: &str, arg: &str, env: &[(&str, &str)]| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_xfer-info"));
+        cmd.args(["--peer", arg]);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        Proc::spawn(what, cmd).finish(deadline)
+    };
+    let said = |what: &str, arg: &str, env: &[(&str, &str)]| {
+        let (status, lines, err) = run(what, arg, env);
+        assert!(status.success(), "{what}: {status}\n{err}");
+        lines.join("\n")
+    };
+    assert_eq!(
+        said("same host", &hex(&name), &[]),
+        "shm: same host, same user and namespaces"
+    );
+    assert_eq!(
+        said("shm off here", &hex(&name), &[("XFER_SHM_ENABLED", "0")]),
+        "tcp: shared memory is off on this endpoint"
+    );
+    let mut other = name.clone();
+    other[1] ^= 0xff;
+    assert_eq!(said("another host", &hex(&other), &[]), "tcp: different host identity");
+    // The same name without its shm address (length 0, 14 bytes less).
+    let bare = [&name[..9], &[0], &name[10 + 14..]].concat();
+    assert_eq!(
+        said("no shm offered", &hex(&bare), &[]),
+        "tcp: the peer offers no shared-memory address"
+    );
+    let (status, _, err) = run("a bad name", &hex(&name[..12]), &[]);
+    assert_eq!(status.code(), Some(2), "{err}");
+    assert!(err.contains("not an shm+tcp endpoint name"), "{err}");
+}
+
 /// Whether `xfer-info`'s provider list says verbs is available; `None` when
 /// it is not listed (built without the `verbs` feature).
 fn verbs_available(lines: &[String]) -> Option<bool> {

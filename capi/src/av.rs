@@ -85,7 +85,7 @@ pub unsafe extern "C" fn xfer_av_insert(
         if len == 0 || len > XFER_NAME_MAX {
             return Err(invalid("xfer_av_insert: name length must be 1..=XFER_NAME_MAX"));
         }
-        // SAFETY: `name` is non-null and readable for `len` (<= 32) bytes by
+        // SAFETY: `name` is non-null and readable for `len` (<= XFER_NAME_MAX) bytes by
         // contract; the slice is only read during this call.
         let bytes = unsafe { std::slice::from_raw_parts(name.cast::<u8>(), len) };
         let peer = table.insert(bytes)?;

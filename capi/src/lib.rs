@@ -65,7 +65,7 @@ pub type xfer_addr_t = u64;
 pub const XFER_ADDR_UNSPEC: xfer_addr_t = u64::MAX;
 
 /// The longest endpoint name any provider produces, in bytes.
-pub const XFER_NAME_MAX: usize = 32;
+pub const XFER_NAME_MAX: usize = 64;
 
 /// Turns a C context pointer into the Rust API's `u64` context.
 pub(crate) fn context_in(ctx: *mut c_void) -> u64 {

@@ -40,7 +40,7 @@ impl fmt::Display for PeerAddr {
 /// # Text form
 ///
 /// `Display` writes the name bytes as lowercase hexadecimal, two digits a
-/// byte and nothing else (2 to 64 characters); `FromStr` reads that back,
+/// byte and nothing else (2 to 128 characters); `FromStr` reads that back,
 /// in either case, and refuses anything else (whitespace included) with
 /// [`Error::InvalidArgument`]. This form is stable: names printed by one
 /// xfer version parse in later ones. With the `serde` feature an address
@@ -63,13 +63,15 @@ pub struct Address {
 }
 
 impl Address {
-    /// The longest name any provider produces.
-    pub const MAX_LEN: usize = 32;
+    /// The longest name any provider produces (libfabric's `FI_NAME_MAX`):
+    /// a composite provider's name carries a host identity, a shared-memory
+    /// address and an IPv6 TCP address.
+    pub const MAX_LEN: usize = 64;
 
     /// Wraps name bytes; fails when they are empty or longer than [`Address::MAX_LEN`].
     pub fn new(name: &[u8]) -> Result<Address> {
         if name.is_empty() || name.len() > Self::MAX_LEN {
-            return Err(Error::InvalidArgument("address length must be 1..=32 bytes"));
+            return Err(Error::InvalidArgument("address length must be 1..=64 bytes"));
         }
         let mut bytes = [0; Self::MAX_LEN];
         bytes[..name.len()].copy_from_slice(name);
@@ -113,7 +115,7 @@ impl std::str::FromStr for Address {
             ));
         }
         if digits.is_empty() || digits.len() > 2 * Self::MAX_LEN {
-            return Err(Error::InvalidArgument("address text must be 2..=64 hex digits"));
+            return Err(Error::InvalidArgument("address text must be 2..=128 hex digits"));
         }
         let mut bytes = [0u8; Self::MAX_LEN];
         for (byte, pair) in bytes.iter_mut().zip(digits.chunks_exact(2)) {
@@ -233,19 +235,19 @@ mod tests {
 
     #[test]
     fn text_form_refuses_what_display_never_writes() {
-        for bad in ["", "0", "012", "0g", " 01", "01 ", "+1", "0x01", &"00".repeat(33), "é1"] {
+        for bad in ["", "0", "012", "0g", " 01", "01 ", "+1", "0x01", &"00".repeat(65), "é1"] {
             assert!(
                 matches!(bad.parse::<Address>(), Err(Error::InvalidArgument(_))),
                 "{bad:?} parsed"
             );
         }
-        assert_eq!("00".repeat(32).parse::<Address>().unwrap().as_bytes(), &[0; 32]);
+        assert_eq!("00".repeat(64).parse::<Address>().unwrap().as_bytes(), &[0; 64]);
         assert_eq!(format!("{:?}", Address::new(&[1, 0xfe]).unwrap()), "Address(01fe)");
     }
 
     proptest::proptest! {
         #[test]
-        fn text_form_round_trips(name in proptest::collection::vec(proptest::num::u8::ANY, 1..=32)) {
+        fn text_form_round_trips(name in proptest::collection::vec(proptest::num::u8::ANY, 1..=64)) {
             let a = Address::new(&name).unwrap();
             let text = a.to_string();
             proptest::prop_assert_eq!(text.len(), 2 * name.len());
@@ -255,7 +257,7 @@ mod tests {
         }
 
         #[test]
-        fn any_text_that_parses_prints_back_lowercased(text in "[0-9a-fA-F]{0,66}|.{0,8}") {
+        fn any_text_that_parses_prints_back_lowercased(text in "[0-9a-fA-F]{0,130}|.{0,8}") {
             if let Ok(a) = text.parse::<Address>() {
                 proptest::prop_assert_eq!(a.to_string(), text.to_ascii_lowercase());
             }
@@ -265,7 +267,7 @@ mod tests {
     #[test]
     fn bad_lengths_are_refused() {
         assert!(Address::new(&[]).is_err());
-        assert!(Address::new(&[0; 33]).is_err());
-        assert_eq!(Address::new(&[7; 32]).unwrap().as_bytes().len(), 32);
+        assert!(Address::new(&[0; 65]).is_err());
+        assert_eq!(Address::new(&[7; 64]).unwrap().as_bytes().len(), 64);
     }
 }

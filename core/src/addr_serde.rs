@@ -37,7 +37,7 @@ impl<'de> Visitor<'de> for AddressVisitor {
     type Value = Address;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("an xfer endpoint name: 2 to 64 hex digits, or 1 to 32 bytes")
+        f.write_str("an xfer endpoint name: 2 to 128 hex digits, or 1 to 64 bytes")
     }
 
     fn visit_str<E: de::Error>(self, v: &str) -> Result<Address, E> {

@@ -81,10 +81,11 @@ impl Format {
     }
 
     /// `addr` in this format: the xfer name, or its TCP socket address
-    /// (`None` when it is not a TCP name of the right family).
+    /// (`None` when it is not a TCP name of the right family, or a name
+    /// too long for the fixed form, [`name::encode`]).
     pub fn encode(self, addr: &Address) -> Option<Vec<u8>> {
         match self {
-            Format::Xfer => Some(name::encode(addr).to_vec()),
+            Format::Xfer => name::encode(addr).map(|n| n.to_vec()),
             Format::Inet | Format::Inet6 => {
                 let sa = TcpName::decode(addr.as_bytes()).ok()?.addr;
                 (sa.is_ipv4() == (self == Format::Inet)).then(|| to_sockaddr(sa))

@@ -48,8 +48,9 @@ pub const RMA_CAPS: u64 = fi::FI_RMA | fi::FI_READ | fi::FI_WRITE | fi::FI_REMOT
 pub const ATOMIC_CAPS: u64 = fi::FI_ATOMIC | fi::FI_READ | fi::FI_WRITE | fi::FI_REMOTE_READ | fi::FI_REMOTE_WRITE;
 /// Most bytes of error data an entry carries (`max_err_data`): the
 /// address of an `FI_SOURCE_ERR` sender, in any address format (an
-/// `FI_ADDR_STR` string of an xfer name is the longest).
-pub const MAX_ERR_DATA: usize = 128;
+/// `FI_ADDR_STR` string of an xfer name is the longest: `xfer://`, two hex
+/// digits a byte and a NUL).
+pub const MAX_ERR_DATA: usize = "xfer://".len() + 2 * xfer_facade::Address::MAX_LEN + 1;
 /// Everything an endpoint can be asked for. `FI_RMA_EVENT` (remote
 /// counters) only where the target serves RMA itself ([`serves_rma`]), and
 /// only when asked: a verbs target never sees the RDMA its NIC applies.
@@ -105,15 +106,15 @@ pub const MSG_ORDER: u64 = fi::FI_ORDER_SAS;
 /// endpoint, the RDM engine under shm), so that it sees each one: remote
 /// counters (`FI_RMA_EVENT`) and counters bound to regions work there.
 pub fn serves_rma(provider: &str) -> bool {
-    matches!(provider, "tcp" | "shm" | "tcp-rdm")
+    matches!(provider, "tcp" | "shm" | "tcp-rdm" | "shm+tcp")
 }
 
 /// Whether provider `provider` admits only peers holding the endpoint's job
 /// key (`auth_key`): TCP and verbs do; the RDM engine under shm does not
-/// yet (nor under tcp-rdm), so an `auth_key` is refused there rather than
-/// silently ignored.
+/// yet (nor under tcp-rdm or shm+tcp), so an `auth_key` is refused there
+/// rather than silently ignored.
 pub fn checks_job_keys(provider: &str) -> bool {
-    !matches!(provider, "shm" | "tcp-rdm")
+    !matches!(provider, "shm" | "tcp-rdm" | "shm+tcp")
 }
 
 /// What the application asked for, read once out of its `fi_info`.
@@ -681,10 +682,11 @@ fn default_ip() -> Option<IpAddr> {
 /// only, so, as the facade does, it is offered only when chosen: forced, or
 /// named by the hints' `domain_attr->name` (`fi_info -d shm`); so is
 /// `tcp-rdm` (TCP under the RDM engine, beside `tcp` while it replaces it:
-/// listed unasked, it would split ranks between the two).
+/// listed unasked, it would split ranks between the two), and `shm+tcp`
+/// until it becomes the default.
 fn offered(forced: Option<&str>, asked: Option<&str>, name: &str) -> bool {
     match forced {
-        None => !matches!(name, "shm" | "tcp-rdm") || asked == Some(name),
+        None => !matches!(name, "shm" | "tcp-rdm" | "shm+tcp") || asked == Some(name),
         Some(f) => f == name,
     }
 }
@@ -786,6 +788,11 @@ mod tests {
         assert!(!offered(Some("tcp"), Some("shm"), "shm"), "XFER_PROVIDER wins");
         assert!(!offered(None, None, "tcp-rdm"), "beside tcp: offered when chosen");
         assert!(offered(Some("tcp-rdm"), None, "tcp-rdm") && offered(None, Some("tcp-rdm"), "tcp-rdm"));
+        assert!(
+            !offered(None, None, "shm+tcp"),
+            "not the default yet: offered when chosen"
+        );
+        assert!(offered(Some("shm+tcp"), None, "shm+tcp") && offered(None, Some("shm+tcp"), "shm+tcp"));
     }
 
     #[test]
@@ -1076,7 +1083,7 @@ mod tests {
         }
         let tcp = addr::any_listener("127.0.0.1:9228".parse().unwrap()).unwrap();
         refuse(Hints {
-            dest_addr: Some(crate::name::encode(&tcp).to_vec()),
+            dest_addr: Some(crate::name::encode(&tcp).unwrap().to_vec()),
             ..Hints::default()
         });
         let mut raw = vec![xfer_shm::PROVIDER_ID, b'x', b's'];

@@ -13,7 +13,13 @@
 //! cargo run --bin xfer-info -- --json    # one JSON object, for scripts
 //! XFER_TCP_ADDR=127.0.0.1 xfer-info      # see the effect of a setting
 //! XFER_TCP_IFACE=eth1 xfer-info          # which interface TCP would listen on, and why
+//! xfer-info --peer 05…                   # which transport shm+tcp serves that peer over, and why
 //! ```
+//!
+//! `--peer` prints one line for an `shm+tcp` endpoint name (hex, as
+//! `Address` prints): `shm: same host, same user and namespaces`, or `tcp:`
+//! and the reason (a different host identity, no shared-memory address
+//! offered, `shm.enabled=0` here).
 //!
 //! Exit status: 0 when an endpoint could be opened, 1 when not (the report
 //! still lists providers and settings, with the error), 2 on bad arguments.
@@ -23,10 +29,32 @@ use std::process::ExitCode;
 
 use xfer::{CqAttr, DomainAttr, EndpointAttr, ProviderChoice, ProviderInfo, Setting};
 
-const USAGE: &str = "usage: xfer-info [--json]";
+const USAGE: &str = "usage: xfer-info [--json] | xfer-info --peer NAME-HEX";
 
 #[path = "xfer-info/tcp.rs"]
 mod tcp;
+
+/// `--peer NAME`: the transport an `shm+tcp` endpoint here would serve
+/// that peer over, and why.
+fn peer_route(name: Option<String>) -> ExitCode {
+    let Some(name) = name else {
+        eprintln!("xfer-info: --peer needs an endpoint name in hex\n{USAGE}");
+        return ExitCode::from(2);
+    };
+    match name
+        .parse::<xfer::Address>()
+        .and_then(|a| xfer::mixed::explain_route(&a))
+    {
+        Ok(line) => {
+            println!("{line}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("xfer-info: --peer {name}: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
 
 /// Everything the report shows.
 struct Report {
@@ -64,9 +92,11 @@ fn main() -> ExitCode {
     #[cfg(feature = "logging")]
     xfer::init_logging();
     let mut json = false;
-    for arg in std::env::args().skip(1) {
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
         match arg.as_str() {
             "--json" => json = true,
+            "--peer" => return peer_route(args.next()),
             "-h" | "--help" => {
                 println!("{USAGE}");
                 return ExitCode::SUCCESS;

@@ -33,6 +33,7 @@ pub mod credit;
 pub mod crossing;
 pub mod engine;
 pub mod outstanding;
+pub mod pair;
 pub mod receives;
 pub mod requests;
 pub mod rndv;

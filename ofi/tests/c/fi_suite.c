@@ -602,7 +602,7 @@ int main(void)
 	fi_freeinfo(rma);
 	/* Hints refused at fi_getinfo rather than failing later: an unknown
 	 * threading level, 16-byte keys, more error data than an address
-	 * (max_err_data 128, FI_SOURCE_ERR's), several remote segments per RMA.
+	 * (max_err_data 136, FI_SOURCE_ERR's), several remote segments per RMA.
 	 * A threading level xfer satisfies is returned as asked. */
 	struct fi_info *h2 = fi_dupinfo(hints), *got = NULL;
 	h2->domain_attr->threading = (enum fi_threading)99;

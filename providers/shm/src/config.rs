@@ -37,6 +37,11 @@ pub struct ShmConfig {
     /// `XFER_SHM_EAGER_CREDIT`, default 4 MiB, at least the 128 KiB
     /// initial credit).
     pub eager_credit: usize,
+    /// Whether shared memory serves peers at all (`shm.enabled`,
+    /// `XFER_SHM_ENABLED`, default on). Off, an `shm+tcp` endpoint offers
+    /// no shared-memory address and serves every peer over TCP; the `shm`
+    /// provider refuses to open.
+    pub enabled: bool,
 }
 
 impl Default for ShmConfig {
@@ -46,6 +51,7 @@ impl Default for ShmConfig {
             max_peers: DEFAULT_MAX_PEERS,
             cma: true,
             eager_credit: DEFAULT_EAGER_CREDIT,
+            enabled: true,
         }
     }
 }
@@ -103,6 +109,7 @@ impl ShmConfig {
             "shm.max_peers" => self.max_peers = param_value(key, value)?,
             "shm.cma" => self.cma = param_flag(key, value)?,
             "shm.eager_credit" => self.eager_credit = param_value(key, value)?,
+            "shm.enabled" => self.enabled = param_flag(key, value)?,
             _ => return Err(unknown_key(key, &Self::default().settings())),
         }
         Ok(())
@@ -137,6 +144,11 @@ impl ShmConfig {
                 self.eager_credit.to_string(),
                 "eager bytes each local peer may have in flight to an endpoint (at least 128 KiB)",
             ),
+            row(
+                "shm.enabled",
+                u8::from(self.enabled).to_string(),
+                "serve peers on this host over shared memory (0: shm+tcp carries every peer over TCP)",
+            ),
         ]
     }
 
@@ -158,12 +170,19 @@ impl ShmConfig {
 }
 
 /// The keys, and their variables in the same order.
-const KEYS: [&str; 4] = ["shm.ring_bytes", "shm.max_peers", "shm.cma", "shm.eager_credit"];
-const ENVS: [&str; 4] = [
+const KEYS: [&str; 5] = [
+    "shm.ring_bytes",
+    "shm.max_peers",
+    "shm.cma",
+    "shm.eager_credit",
+    "shm.enabled",
+];
+const ENVS: [&str; 5] = [
     "XFER_SHM_RING_BYTES",
     "XFER_SHM_MAX_PEERS",
     "XFER_SHM_CMA",
     "XFER_SHM_EAGER_CREDIT",
+    "XFER_SHM_ENABLED",
 ];
 
 fn env_name(key: &str) -> &'static str {

@@ -67,6 +67,11 @@ impl DomainProvider for ShmDomain {
             Some(_) => ShmConfig::from_params(&self.params.overlaid(&attr.params))?,
             None => self.cfg.clone(),
         };
+        if !cfg.enabled {
+            return Err(Error::InvalidSetting(
+                "shm.enabled=0: the shm provider has no other transport".into(),
+            ));
+        }
         let t = ShmTransport::open(&cfg)?;
         Ok(Box::new(Engine::new(t, PROVIDER_ID, attr, cfg.eager_credit as u64)?))
     }

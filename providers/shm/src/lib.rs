@@ -37,6 +37,7 @@ pub mod config;
 mod domain;
 pub mod entry;
 mod hello;
+pub mod host;
 pub mod layout;
 mod port;
 pub mod region;

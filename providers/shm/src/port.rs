@@ -34,7 +34,7 @@ const WAKE: u64 = u64::MAX - 1;
 
 /// A port's address: an abstract socket name made of `xs`, the process id
 /// and a random nonce (14 bytes, so an endpoint name that carries it stays
-/// within 32 bytes).
+/// within the 32 bytes names had before `Address::MAX_LEN` grew).
 fn address_for(pid: u32, nonce: u64) -> Vec<u8> {
     let mut name = b"xs".to_vec();
     name.extend_from_slice(&pid.to_le_bytes());

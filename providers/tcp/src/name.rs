@@ -33,7 +33,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 pub const PROVIDER_TAG: u8 = 0x01;
 
 /// The largest endpoint name of any provider.
-pub const MAX_LEN: usize = 32;
+pub const MAX_LEN: usize = xfer_core::Address::MAX_LEN;
 
 /// The nonce of a name that stands for whichever endpoint listens at its
 /// address; no endpoint has it as its own.

@@ -58,7 +58,7 @@ pub const VERSION: u8 = 2;
 pub const MAX_EAGER: u64 = 1 << 20;
 
 /// The largest endpoint name a Hello frame may carry.
-pub const MAX_NAME: u64 = 32;
+pub const MAX_NAME: u64 = crate::name::MAX_LEN as u64;
 
 /// Eager credit each side of a new connection starts with (bytes): what
 /// either may send as Eager frames before the peer grants more with Credit
@@ -1343,11 +1343,11 @@ mod tests {
     #[test]
     fn bad_length() {
         assert_eq!(Frame::parse(&modified(HELLO, 8, &[0])), Err(WireError::BadLength));
-        assert_eq!(Frame::parse(&modified(HELLO, 8, &[33])), Err(WireError::BadLength));
+        assert_eq!(Frame::parse(&modified(HELLO, 8, &[65])), Err(WireError::BadLength));
         assert_eq!(
-            Frame::parse(&modified(HELLO, 8, &[32])),
+            Frame::parse(&modified(HELLO, 8, &[64])),
             Ok(Frame::Hello {
-                name_len: 32,
+                name_len: 64,
                 to: 0x0123_4567_89ab_cdef
             })
         );
@@ -1408,8 +1408,8 @@ mod tests {
     #[test]
     fn check_matches_parse_limits() {
         assert_eq!(Frame::Hello { name_len: 0, to: 0 }.check(), Err(WireError::BadLength));
-        assert_eq!(Frame::Hello { name_len: 33, to: 0 }.check(), Err(WireError::BadLength));
-        assert_eq!(Frame::Hello { name_len: 32, to: 0 }.check(), Ok(()));
+        assert_eq!(Frame::Hello { name_len: 65, to: 0 }.check(), Err(WireError::BadLength));
+        assert_eq!(Frame::Hello { name_len: 64, to: 0 }.check(), Ok(()));
         assert_eq!(
             Frame::Eager {
                 tag: None,

@@ -34,7 +34,7 @@ pub mod wire;
 
 #[doc(hidden)]
 pub mod fuzzing;
-mod mem;
+pub(crate) mod mem;
 #[cfg(test)]
 mod tests;
 

@@ -1,0 +1,358 @@
+//! Two transports as one: a [`Pair`] serves each peer over its first
+//! transport (shared memory) when the peer's address says it can be
+//! reached that way, and over its second (TCP) otherwise, so one endpoint
+//! of the RDM engine talks to peers on this host and elsewhere at once.
+//! Matching stays in the engine above, so an any-source receive takes
+//! messages from both transports in post order.
+//!
+//! A pair's address (what follows the provider id in an endpoint name):
+//!
+//! | bytes | what |
+//! |---|---|
+//! | 8 | the host identity: equal for two endpoints that can reach each other's first transport |
+//! | 1 | `n`, the length of the first transport's address; 0 when the endpoint offers none |
+//! | n | the first transport's address |
+//! | rest | the second transport's address (at least one byte) |
+//!
+//! Connection ids are the two transports' own, interleaved: the first's
+//! `c` is `2c`, the second's `2c + 1`. One epoll set holds both wait
+//! descriptors, so the endpoint still has one.
+//!
+//! Polling: the first transport is the cheap, latency-critical one (a
+//! shared-memory ring is a load; TCP's progress is an `epoll_wait` system
+//! call), so `progress` polls it every call and the second every call while
+//! the second reports events or is given frames, every [`SECOND_EVERY`]
+//! calls once it is idle, and always on the call after `prepare_wait` (a
+//! wake-up may be its work).
+
+use std::fmt;
+use std::os::fd::{AsRawFd, RawFd};
+
+use crate::error::{Error, Result};
+use crate::sys::{Epoll, READABLE};
+
+use super::transport::{Cause, ConnId, Event, Events, Refused, Transport};
+
+#[cfg(test)]
+mod tests;
+
+/// Bytes of a host identity.
+pub const HOST_LEN: usize = 8;
+
+/// Progress calls per poll of an idle second transport: an idle TCP poll
+/// (a system call) on every call doubled shared memory's 8-byte latency.
+pub const SECOND_EVERY: u32 = 16;
+
+/// A pair address, split.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Parts<'a> {
+    /// The host identity.
+    pub host: [u8; HOST_LEN],
+    /// The first transport's address, empty when the endpoint offers none.
+    pub first: &'a [u8],
+    /// The second transport's address.
+    pub second: &'a [u8],
+}
+
+impl<'a> Parts<'a> {
+    /// Splits `addr`; `None` when it is not a pair address (too short, a
+    /// first part past its end, no second part). Never panics.
+    pub fn parse(addr: &'a [u8]) -> Option<Parts<'a>> {
+        let host = addr.get(..HOST_LEN)?.try_into().ok()?;
+        let n = usize::from(*addr.get(HOST_LEN)?);
+        let first = addr.get(HOST_LEN + 1..HOST_LEN + 1 + n)?;
+        let second = addr.get(HOST_LEN + 1 + n..)?;
+        if second.is_empty() {
+            return None;
+        }
+        Some(Parts { host, first, second })
+    }
+
+    /// The address these parts make.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut a = Vec::with_capacity(HOST_LEN + 1 + self.first.len() + self.second.len());
+        a.extend_from_slice(&self.host);
+        a.push(self.first.len() as u8);
+        a.extend_from_slice(self.first);
+        a.extend_from_slice(self.second);
+        a
+    }
+}
+
+/// Which transport of a pair serves a peer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Route {
+    /// The first: the peer offers it and shares this endpoint's host identity.
+    First,
+    /// The second, and why not the first.
+    Second(Why),
+}
+
+/// Why a peer is served by the second transport.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Why {
+    /// Its host identity differs from this endpoint's.
+    OtherHost,
+    /// It offers no first-transport address.
+    NotOffered,
+    /// This endpoint does not use its first transport.
+    Off,
+    /// Its first-transport address refused the connection (this OS error).
+    Unreachable(i32),
+}
+
+impl fmt::Display for Why {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Why::OtherHost => f.write_str("different host identity"),
+            Why::NotOffered => f.write_str("the peer offers no shared-memory address"),
+            Why::Off => f.write_str("shared memory is off on this endpoint"),
+            Why::Unreachable(e) => write!(
+                f,
+                "its shared-memory address refused the connection ({})",
+                Error::Os(*e)
+            ),
+        }
+    }
+}
+
+/// The route an endpoint at `host` (using its first transport or not)
+/// takes to the peer whose address is `theirs`, before trying to connect.
+pub fn route(host: &[u8; HOST_LEN], first_on: bool, theirs: &Parts<'_>) -> Route {
+    if !first_on {
+        Route::Second(Why::Off)
+    } else if theirs.first.is_empty() {
+        Route::Second(Why::NotOffered)
+    } else if theirs.host != *host {
+        Route::Second(Why::OtherHost)
+    } else {
+        Route::First
+    }
+}
+
+/// The first transport's connection `c` as a pair's.
+fn first_id(c: ConnId) -> ConnId {
+    c << 1
+}
+
+/// The second transport's connection `c` as a pair's.
+fn second_id(c: ConnId) -> ConnId {
+    c << 1 | 1
+}
+
+/// Two transports under one endpoint, chosen per peer ([`route`]).
+pub struct Pair<A, B> {
+    first: A,
+    second: B,
+    name: &'static str,
+    host: [u8; HOST_LEN],
+    first_on: bool,
+    addr: Vec<u8>,
+    /// Both transports' wait descriptors.
+    epoll: Epoll,
+    /// Connects routed to the first transport that fell back to the second.
+    fallbacks: u64,
+    /// Progress calls since the second transport was last polled.
+    skipped: u32,
+    /// The second transport reported events when last polled, was given a
+    /// frame, or a wait was prepared since: poll it on the next call.
+    second_due: bool,
+}
+
+impl<A: Transport, B: Transport> Pair<A, B> {
+    /// The pair of `first` and `second`, called `name`, on the host
+    /// identified by `host`; `first_on` false makes it offer and use only
+    /// `second` (its address carries no first part).
+    pub fn new(first: A, second: B, name: &'static str, host: [u8; HOST_LEN], first_on: bool) -> Result<Pair<A, B>> {
+        if first.address().len() > usize::from(u8::MAX) {
+            return Err(Error::InvalidArgument("first transport's address over 255 bytes"));
+        }
+        let addr = Parts {
+            host,
+            first: if first_on { first.address() } else { &[] },
+            second: second.address(),
+        }
+        .encode();
+        let epoll = Epoll::new()?;
+        for (fd, token) in [(first.wait_fd(), 0), (second.wait_fd(), 1)] {
+            if fd >= 0 {
+                epoll.add(fd, READABLE, token)?;
+            }
+        }
+        Ok(Pair {
+            first,
+            second,
+            name,
+            host,
+            first_on,
+            addr,
+            epoll,
+            fallbacks: 0,
+            skipped: 0,
+            second_due: true,
+        })
+    }
+
+    /// The first transport.
+    pub fn first(&self) -> &A {
+        &self.first
+    }
+
+    /// The second transport.
+    pub fn second(&self) -> &B {
+        &self.second
+    }
+
+    /// The host identity.
+    pub fn host(&self) -> &[u8; HOST_LEN] {
+        &self.host
+    }
+
+    /// Whether connection `conn` is on the first transport.
+    pub fn on_first(conn: ConnId) -> bool {
+        conn & 1 == 0
+    }
+
+    /// Connects that were routed to the first transport and fell back to the
+    /// second because it refused.
+    pub fn fallbacks(&self) -> u64 {
+        self.fallbacks
+    }
+}
+
+/// One transport's events as the pair's: its connection ids mapped.
+struct Side<'e> {
+    events: &'e mut dyn Events,
+    map: fn(ConnId) -> ConnId,
+    /// Events passed on.
+    seen: usize,
+}
+
+impl Events for Side<'_> {
+    fn ready(&mut self, conn: ConnId) -> bool {
+        self.events.ready((self.map)(conn))
+    }
+
+    fn event(&mut self, ev: Event<'_>) {
+        self.seen += 1;
+        let map = self.map;
+        self.events.event(match ev {
+            Event::Up { conn } => Event::Up { conn: map(conn) },
+            Event::Frame { conn, header, payload } => Event::Frame {
+                conn: map(conn),
+                header,
+                payload,
+            },
+            Event::Down { conn, cause } => Event::Down { conn: map(conn), cause },
+        })
+    }
+}
+
+impl<A: Transport, B: Transport> Transport for Pair<A, B> {
+    const MAX_HEADER: usize = if A::MAX_HEADER < B::MAX_HEADER {
+        A::MAX_HEADER
+    } else {
+        B::MAX_HEADER
+    };
+
+    fn name(&self) -> &'static str {
+        self.name
+    }
+
+    fn address(&self) -> &[u8] {
+        &self.addr
+    }
+
+    fn max_payload(&self) -> usize {
+        self.first.max_payload().min(self.second.max_payload())
+    }
+
+    fn connect(&mut self, addr: &[u8]) -> std::result::Result<ConnId, Cause> {
+        let parts = Parts::parse(addr).ok_or(Cause::Failed(libc::EINVAL))?;
+        if route(&self.host, self.first_on, &parts) == Route::First {
+            match self.first.connect(parts.first) {
+                Ok(c) => return Ok(first_id(c)),
+                // Not started yet (a full backlog): retried on the same route.
+                Err(Cause::Failed(libc::EAGAIN)) => return Err(Cause::Failed(libc::EAGAIN)),
+                Err(cause) => {
+                    self.fallbacks += 1;
+                    tracing::debug!(
+                        transport = self.name,
+                        ?cause,
+                        "first transport refused a peer; using the second"
+                    );
+                }
+            }
+        }
+        self.second.connect(parts.second).map(second_id)
+    }
+
+    fn send(&mut self, conn: ConnId, header: &[u8], payload: &[u8]) -> std::result::Result<(), Refused> {
+        if Self::on_first(conn) {
+            self.first.send(conn >> 1, header, payload)
+        } else {
+            // Its progress writes what the socket did not take now.
+            self.second_due = true;
+            self.second.send(conn >> 1, header, payload)
+        }
+    }
+
+    fn pull(&mut self, conn: ConnId, remote: u64, dst: &mut [u8]) -> Result<()> {
+        if Self::on_first(conn) {
+            self.first.pull(conn >> 1, remote, dst)
+        } else {
+            self.second.pull(conn >> 1, remote, dst)
+        }
+    }
+
+    fn close(&mut self, conn: ConnId) {
+        if Self::on_first(conn) {
+            self.first.close(conn >> 1)
+        } else {
+            self.second.close(conn >> 1)
+        }
+    }
+
+    fn connect_timeout(&self) -> std::time::Duration {
+        // One timeout for every handshake: the longer, so neither
+        // transport's peers are cut short.
+        self.first.connect_timeout().max(self.second.connect_timeout())
+    }
+
+    fn progress(&mut self, events: &mut dyn Events) {
+        self.first.progress(&mut Side {
+            events,
+            map: first_id,
+            seen: 0,
+        });
+        self.skipped += 1;
+        if self.second_due || self.skipped >= SECOND_EVERY {
+            self.skipped = 0;
+            let mut side = Side {
+                events,
+                map: second_id,
+                seen: 0,
+            };
+            self.second.progress(&mut side);
+            self.second_due = side.seen > 0;
+        }
+    }
+
+    fn wait_fd(&self) -> RawFd {
+        self.epoll.as_raw_fd()
+    }
+
+    fn wake(&self) {
+        self.first.wake();
+        self.second.wake();
+    }
+
+    fn prepare_wait(&mut self) -> bool {
+        // Whatever wakes the caller, or the work found now, may be the
+        // second's.
+        self.second_due = true;
+        // A transport with work already leaves its descriptor readable, and
+        // so the pair's: the other need not be armed.
+        self.first.prepare_wait() && self.second.prepare_wait()
+    }
+}

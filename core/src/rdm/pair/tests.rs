@@ -1,0 +1,320 @@
+//! The pair over two in-memory transports under the engine: a peer on the
+//! same host identity goes over the first, others over the second (or the
+//! second after the first refused), any-source receives take both in post
+//! order, and a peer's end on either fails only what waits on it.
+
+use std::collections::VecDeque;
+
+use super::{route, Pair, Parts, Route, Why, SECOND_EVERY};
+use crate::addr::{Address, AvTable, PeerAddr};
+use crate::attr::EndpointAttr;
+use crate::completion::Completion;
+use crate::error::{Error, Result};
+use crate::provider::{CompletionLevel, Ctx, DomainProvider, EndpointProvider, RecvOp, SendOp};
+use crate::rdm::engine::mem::{Mem, Net};
+use crate::rdm::engine::Engine;
+use crate::rdm::transport::{Event, Events, Transport};
+use crate::sink::Sink;
+use crate::tag::RecvSpec;
+
+const ID: u8 = 0x7d;
+
+struct NoKeys;
+
+impl DomainProvider for NoKeys {
+    fn name(&self) -> &'static str {
+        "pair"
+    }
+    fn check_address(&self, bytes: &[u8]) -> Result<Address> {
+        Address::new(bytes)
+    }
+    fn open_endpoint(&mut self, _: &EndpointAttr) -> Result<Box<dyn EndpointProvider>> {
+        Err(Error::NotSupported("test domain"))
+    }
+    fn provider_id(&self) -> u8 {
+        ID
+    }
+}
+
+struct Node {
+    ep: Engine<Pair<Mem, Mem>>,
+    av: AvTable,
+    done: VecDeque<Completion>,
+}
+
+fn attr() -> EndpointAttr {
+    EndpointAttr {
+        rndv_threshold: 512,
+        inject_size: 256,
+        ..EndpointAttr::default()
+    }
+}
+
+impl Node {
+    /// An endpoint whose first transport is on `near`, second on `far`.
+    fn new(near: &Net, far: &Net, host: u8, first_on: bool) -> Node {
+        let pair = Pair::new(near.open(true), far.open(false), "mem+mem", [host; 8], first_on).expect("pair");
+        Node {
+            ep: Engine::new(pair, ID, &attr(), 4 << 20).expect("engine"),
+            av: AvTable::default(),
+            done: VecDeque::new(),
+        }
+    }
+
+    fn add(&mut self, other: &Node) -> PeerAddr {
+        self.av.insert(other.ep.name())
+    }
+
+    fn with<R>(&mut self, f: impl FnOnce(&mut Engine<Pair<Mem, Mem>>, &mut Ctx<'_>) -> R) -> R {
+        let mut none: [Completion; 0] = [];
+        let mut filled = 0;
+        let mut cx = Ctx {
+            cq: Sink::new(&mut none, &mut filled, &mut self.done),
+            av: &self.av,
+            domain: &NoKeys,
+        };
+        f(&mut self.ep, &mut cx)
+    }
+
+    fn progress(&mut self) {
+        self.with(|ep, cx| ep.progress(cx));
+    }
+
+    fn tsend(&mut self, peer: PeerAddr, tag: u64, payload: Vec<u8>, context: u64) {
+        let op = SendOp {
+            peer,
+            tag: Some(tag),
+            data: None,
+            buf: payload.into(),
+            context,
+            completion: true,
+            level: CompletionLevel::Delivery,
+        };
+        self.with(|ep, cx| ep.send(cx, op)).expect("send accepted");
+    }
+
+    fn trecv(&mut self, src: PeerAddr, len: usize, context: u64) {
+        let op = RecvOp {
+            spec: RecvSpec { src, tag: 5, ignore: 0 },
+            tagged: true,
+            buf: vec![0; len].into(),
+            context,
+        };
+        self.with(|ep, cx| ep.recv(cx, op)).expect("receive accepted");
+    }
+
+    fn take(&mut self, context: u64) -> Option<Completion> {
+        let at = self.done.iter().position(|c| c.context == context)?;
+        self.done.remove(at)
+    }
+
+    /// Frames delivered by the first and the second transport.
+    fn frames(&self) -> (u64, u64) {
+        let t = self.ep.transport();
+        (t.first().frames, t.second().frames)
+    }
+}
+
+fn until(nodes: &mut [&mut Node], at: usize, context: u64) -> Completion {
+    for _ in 0..10_000 {
+        if let Some(c) = nodes[at].take(context) {
+            return c;
+        }
+        for n in nodes.iter_mut() {
+            n.progress();
+        }
+    }
+    panic!("operation {context} never completed on node {at}");
+}
+
+#[test]
+fn addresses_split_and_bad_ones_are_refused() {
+    let a = Parts {
+        host: [7; 8],
+        first: b"near",
+        second: b"far",
+    };
+    let bytes = a.encode();
+    assert_eq!(bytes.len(), 8 + 1 + 4 + 3);
+    assert_eq!(Parts::parse(&bytes), Some(a));
+    let none = Parts {
+        host: [7; 8],
+        first: b"",
+        second: b"far",
+    };
+    assert_eq!(Parts::parse(&none.encode()), Some(none));
+    for bad in [
+        &bytes[..8],
+        &bytes[..9],
+        &bytes[..13],
+        &[0u8; 8][..],
+        &[[7; 8].as_slice(), &[200, 1]].concat(),
+    ] {
+        assert_eq!(Parts::parse(bad), None, "{bad:?}");
+    }
+}
+
+#[test]
+fn the_route_names_its_reason() {
+    let theirs = |host: u8, first: &'static [u8]| Parts {
+        host: [host; 8],
+        first,
+        second: b"far",
+    };
+    let me = [1; 8];
+    assert_eq!(route(&me, true, &theirs(1, b"near")), Route::First);
+    assert_eq!(route(&me, true, &theirs(2, b"near")), Route::Second(Why::OtherHost));
+    assert_eq!(route(&me, true, &theirs(1, b"")), Route::Second(Why::NotOffered));
+    assert_eq!(route(&me, false, &theirs(1, b"near")), Route::Second(Why::Off));
+    assert_eq!(Why::OtherHost.to_string(), "different host identity");
+}
+
+#[test]
+fn same_host_goes_first_others_second_and_any_source_takes_both_in_post_order() {
+    let (near, far, elsewhere) = (Net::new(64), Net::new(64), Net::new(64));
+    let mut x = Node::new(&near, &far, 1, true);
+    let mut local = Node::new(&near, &far, 1, true);
+    let mut remote = Node::new(&elsewhere, &far, 2, true);
+    let (xl, xr) = (local.add(&x), remote.add(&x));
+    let (lx, rx) = (x.add(&local), x.add(&remote));
+    for i in 0..6 {
+        x.trecv(PeerAddr::UNSPEC, 64, 100 + i);
+    }
+    // Three messages from each, interleaved in time.
+    for i in 0..3u8 {
+        local.tsend(xl, 5, vec![b'l', i], 10 + u64::from(i));
+        remote.tsend(xr, 5, vec![b'r', i], 20 + u64::from(i));
+    }
+    let mut got = Vec::new();
+    for i in 0..6 {
+        let c = until(&mut [&mut x, &mut local, &mut remote], 0, 100 + i);
+        assert_eq!(c.result, Ok(()));
+        let mut buf = c.buf.expect("buffer");
+        buf.truncate(c.len);
+        got.push((c.src, buf));
+    }
+    // Receives complete in post order; each peer's messages in its order.
+    let from = |p: PeerAddr| {
+        got.iter()
+            .filter(|(s, _)| *s == p)
+            .map(|(_, b)| b.clone())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(from(lx), [b"l\0".to_vec(), b"l\x01".to_vec(), b"l\x02".to_vec()]);
+    assert_eq!(from(rx), [b"r\0".to_vec(), b"r\x01".to_vec(), b"r\x02".to_vec()]);
+    // The local peer came over the first transport, the remote one over the second.
+    let (first, second) = x.frames();
+    assert!(first >= 4 && second >= 4, "frames: first {first}, second {second}");
+    assert_eq!(local.frames().1, 0, "the local peer used the second transport");
+    assert_eq!(remote.frames().0, 0, "the remote peer used the first transport");
+}
+
+#[test]
+fn an_unreachable_first_address_falls_back_to_the_second() {
+    let (near, far, other_near) = (Net::new(64), Net::new(64), Net::new(64));
+    let mut x = Node::new(&near, &far, 1, true);
+    // Same host identity, but its first transport is not reachable from x's.
+    // (The in-memory nets number their addresses alike: skip x's.)
+    let _skipped = [other_near.open(false), other_near.open(false)];
+    let mut y = Node::new(&other_near, &far, 1, true);
+    let xy = x.add(&y);
+    y.trecv(PeerAddr::UNSPEC, 8, 1);
+    x.tsend(xy, 5, b"over tcp".to_vec(), 2);
+    let c = until(&mut [&mut y, &mut x], 0, 1);
+    assert_eq!(&c.buf.expect("buffer")[..c.len], b"over tcp");
+    assert_eq!(x.ep.transport().fallbacks(), 1);
+    assert_eq!((x.frames().0, y.frames().0), (0, 0));
+}
+
+#[test]
+fn an_endpoint_with_the_first_off_is_reached_over_the_second() {
+    let (near, far) = (Net::new(64), Net::new(64));
+    let mut x = Node::new(&near, &far, 1, true);
+    let mut y = Node::new(&near, &far, 1, false);
+    assert_eq!(Parts::parse(y.ep.transport().address()).expect("parts").first, b"");
+    let yx = y.add(&x);
+    x.trecv(PeerAddr::UNSPEC, 8, 1);
+    y.tsend(yx, 5, b"hi".to_vec(), 2);
+    until(&mut [&mut x, &mut y], 0, 1);
+    assert_eq!((x.frames().0, y.frames().0), (0, 0));
+    assert_eq!(x.ep.transport().fallbacks(), 0);
+}
+
+#[test]
+fn a_peer_ending_on_either_transport_fails_only_what_waits_on_it() {
+    let (near, far, elsewhere) = (Net::new(64), Net::new(64), Net::new(64));
+    let mut x = Node::new(&near, &far, 1, true);
+    let mut local = Node::new(&near, &far, 1, true);
+    let mut remote = Node::new(&elsewhere, &far, 2, true);
+    let (xl, xr) = (x.add(&local), x.add(&remote));
+    // Rendezvous sends that no receive takes: they wait on their peer.
+    x.tsend(xl, 5, vec![1; 4096], 1);
+    x.tsend(xr, 5, vec![2; 4096], 2);
+    for _ in 0..20 {
+        for n in [&mut x, &mut local, &mut remote] {
+            n.progress();
+        }
+    }
+    assert!(x.take(1).is_none() && x.take(2).is_none());
+    drop(local);
+    let c = until(&mut [&mut x, &mut remote], 0, 1);
+    assert!(matches!(c.result, Err(Error::PeerClosed { .. })), "{:?}", c.result);
+    assert!(x.take(2).is_none(), "the remote peer's send failed with the local one");
+    remote.trecv(PeerAddr::UNSPEC, 4096, 9);
+    assert_eq!(until(&mut [&mut x, &mut remote], 0, 2).result, Ok(()));
+    assert_eq!(
+        until(&mut [&mut x, &mut remote], 1, 9).buf.expect("buffer"),
+        vec![2; 4096]
+    );
+    drop(remote);
+    x.tsend(xr, 5, vec![3; 4096], 3);
+    let c = until(&mut [&mut x], 0, 3);
+    assert!(c.result.is_err(), "a send to a dead remote peer succeeded");
+}
+
+/// Counts the frames a transport reports.
+#[derive(Default)]
+struct Frames(usize);
+
+impl Events for Frames {
+    fn event(&mut self, ev: Event<'_>) {
+        if let Event::Frame { .. } = ev {
+            self.0 += 1;
+        }
+    }
+}
+
+/// Progress calls of `p` until it reports a frame (at most `max`).
+fn calls_until_frame(p: &mut Pair<Mem, Mem>, max: u32) -> Option<u32> {
+    (1..=max).find(|_| {
+        let mut f = Frames::default();
+        p.progress(&mut f);
+        f.0 > 0
+    })
+}
+
+#[test]
+fn an_idle_second_transport_is_polled_every_few_calls_and_after_a_wait() {
+    let (near, far) = (Net::new(64), Net::new(64));
+    let pair = |host| Pair::new(near.open(false), far.open(false), "mem+mem", [host; 8], true).expect("pair");
+    let (mut x, mut y) = (pair(1), pair(2));
+    let conn = x.connect(y.address()).expect("connect over the second");
+    assert!(!Pair::<Mem, Mem>::on_first(conn));
+    x.send(conn, b"h", b"first").expect("send");
+    // Accepting reports events: the second stays due, the frame comes next.
+    assert!(calls_until_frame(&mut y, 3).is_some());
+    // Idle now (polled, nothing seen): a frame waits for the second's turn.
+    y.progress(&mut Frames::default());
+    while y.skipped != 0 || y.second_due {
+        y.progress(&mut Frames::default());
+    }
+    x.send(conn, b"h", b"later").expect("send");
+    assert_eq!(calls_until_frame(&mut y, 2 * SECOND_EVERY), Some(SECOND_EVERY));
+    // After prepare_wait the next call polls both.
+    for _ in 0..2 * SECOND_EVERY {
+        y.progress(&mut Frames::default());
+    }
+    x.send(conn, b"h", b"after a wait").expect("send");
+    assert!(y.prepare_wait());
+    assert_eq!(calls_until_frame(&mut y, 1), Some(1));
+}

@@ -1,0 +1,174 @@
+//! The `shm+tcp` provider: one RDM engine endpoint over a [`Pair`] of the
+//! shared-memory and the TCP transports, so peers on this host (same host
+//! identity, `xfer_shm::host`) are served over shared memory and every other
+//! peer over TCP. Opened only when `XFER_PROVIDER=shm+tcp` asks for it.
+//!
+//! Its endpoint name is [`PROVIDER_ID`] and the pair's address: the host
+//! identity (8 bytes), the shm address's length and the shm address (14
+//! bytes, or none with `shm.enabled=0`), then the `tcp-rdm` address (15
+//! bytes for IPv4, 27 for IPv6): 39 or 51 bytes in all.
+
+use xfer_core::unstable::mr::keys::KeyTable;
+use xfer_core::unstable::params::Params;
+use xfer_core::unstable::provider::{DomainProvider, EndpointProvider};
+use xfer_core::unstable::rdm::engine::Engine;
+use xfer_core::unstable::rdm::pair::{self, Pair, Parts, Route};
+use xfer_core::{Address, EndpointAttr, Error, Result};
+use xfer_shm::{ShmConfig, ShmTransport};
+use xfer_tcp::stream::TcpTransport;
+use xfer_tcp::TcpAttr;
+
+/// The first byte of every `shm+tcp` endpoint name.
+pub const PROVIDER_ID: u8 = 0x05;
+
+/// The provider's name.
+pub const NAME: &str = "shm+tcp";
+
+/// Bytes of an shm port address (`xs`, a pid, a nonce).
+const SHM_ADDR_LEN: usize = 14;
+
+/// The `shm+tcp` provider's domain.
+#[derive(Debug)]
+pub struct ShmTcpDomain {
+    params: Params,
+    keys: KeyTable,
+}
+
+impl ShmTcpDomain {
+    /// A domain with the `shm.*` and `tcp.*` settings of `params` over the
+    /// environment.
+    pub fn with_params(params: &Params) -> Result<ShmTcpDomain> {
+        ShmConfig::from_params(params)?;
+        TcpAttr::from_params(params)?;
+        Ok(ShmTcpDomain {
+            params: params.clone(),
+            keys: KeyTable::default(),
+        })
+    }
+}
+
+/// The pair address inside an `shm+tcp` name, checked part by part.
+fn parts(name: &[u8]) -> Option<Parts<'_>> {
+    let p = Parts::parse(name)?;
+    let shm_ok = p.first.is_empty() || (p.first.len() == SHM_ADDR_LEN && p.first.starts_with(b"xs"));
+    (shm_ok && xfer_tcp::stream::decode(p.second).is_some()).then_some(p)
+}
+
+impl DomainProvider for ShmTcpDomain {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn check_address(&self, bytes: &[u8]) -> Result<Address> {
+        match bytes.split_first() {
+            Some((&PROVIDER_ID, rest)) if parts(rest).is_some() => Address::new(bytes),
+            Some((&PROVIDER_ID, _)) => Err(Error::InvalidArgument("not an shm+tcp endpoint name")),
+            _ => Err(Error::AddressNotAvailable),
+        }
+    }
+
+    fn open_endpoint(&mut self, attr: &EndpointAttr) -> Result<Box<dyn EndpointProvider>> {
+        let params = self.params.overlaid(&attr.params);
+        let shm = ShmConfig::from_params(&params)?;
+        let tcp = TcpAttr::from_params(&params)?;
+        let pair = Pair::new(
+            ShmTransport::open(&shm)?,
+            TcpTransport::open(&tcp)?,
+            NAME,
+            xfer_shm::host::identity(),
+            shm.enabled,
+        )?;
+        // One budget for every peer: the smaller of the two transports'.
+        let credit = shm.eager_credit.min(tcp.eager_credit) as u64;
+        Ok(Box::new(Engine::new(pair, PROVIDER_ID, attr, credit)?))
+    }
+
+    fn provider_id(&self) -> u8 {
+        PROVIDER_ID
+    }
+
+    fn key_table(&self) -> Option<&KeyTable> {
+        Some(&self.keys)
+    }
+
+    fn key_table_mut(&mut self) -> Option<&mut KeyTable> {
+        Some(&mut self.keys)
+    }
+}
+
+/// Which transport an `shm+tcp` endpoint of this process (with the
+/// `shm.enabled` setting of the environment) would serve the peer `peer`
+/// over, and why, as `xfer-info --peer` prints it: `shm: …` or `tcp: …`.
+/// A peer whose shm port then refuses the connection still goes over TCP.
+pub fn explain_route(peer: &Address) -> Result<String> {
+    let bytes = peer.as_bytes();
+    match bytes.split_first() {
+        Some((&PROVIDER_ID, rest)) => {
+            let theirs = parts(rest).ok_or(Error::InvalidArgument("not an shm+tcp endpoint name"))?;
+            let enabled = ShmConfig::from_env().map_err(Error::from)?.enabled;
+            Ok(match pair::route(&xfer_shm::host::identity(), enabled, &theirs) {
+                Route::First => "shm: same host, same user and namespaces".into(),
+                Route::Second(why) => format!("tcp: {why}"),
+            })
+        }
+        Some((&id, _)) => Ok(format!(
+            "not an shm+tcp endpoint name (provider id {id:#04x}): its own provider serves it"
+        )),
+        None => Err(Error::InvalidArgument("empty name")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::DomainAttr;
+
+    fn endpoint_name(params: &[(&str, &str)]) -> Address {
+        let mut attr = DomainAttr::with_provider(NAME);
+        attr.params.set("tcp.addr", "127.0.0.1");
+        for (k, v) in params {
+            attr.params.set(*k, *v);
+        }
+        let domain = crate::open(&attr).expect("open shm+tcp");
+        let cq = domain.cq(&crate::CqAttr::default()).expect("cq");
+        let av = domain.av().expect("av");
+        let ep = domain.endpoint(&cq, &av, &EndpointAttr::default()).expect("endpoint");
+        ep.name()
+    }
+
+    #[test]
+    fn names_are_checked_part_by_part() {
+        let d = ShmTcpDomain::with_params(&Params::default()).expect("domain");
+        let name = endpoint_name(&[]);
+        let b = name.as_bytes();
+        assert_eq!((b[0], b.len(), b[9]), (PROVIDER_ID, 1 + 8 + 1 + 14 + 15, 14));
+        assert_eq!(d.check_address(b), Ok(name));
+        let bare = endpoint_name(&[("shm.enabled", "0")]);
+        assert_eq!((bare.as_bytes().len(), bare.as_bytes()[9]), (1 + 8 + 1 + 15, 0));
+        assert_eq!(d.check_address(bare.as_bytes()), Ok(bare));
+        let refused = |bytes: &[u8]| d.check_address(bytes).is_err();
+        assert!(refused(&b[..b.len() - 1]), "a TCP part cut short");
+        let mut not_shm = b.to_vec();
+        not_shm[10] = b'z';
+        assert!(refused(&not_shm), "an shm part without its `xs`");
+        let mut shorter = [&b[..9], &[13], &b[10..23], &b[24..]].concat();
+        assert!(refused(&shorter), "an shm part of 13 bytes");
+        shorter[0] = 0x04;
+        assert_eq!(
+            d.check_address(&shorter),
+            Err(Error::AddressNotAvailable),
+            "another provider's"
+        );
+    }
+
+    #[test]
+    fn the_shm_provider_alone_refuses_shm_off() {
+        let mut attr = DomainAttr::with_provider("shm");
+        attr.params.set("shm.enabled", "0");
+        let domain = crate::open(&attr).expect("the domain opens");
+        let cq = domain.cq(&crate::CqAttr::default()).expect("cq");
+        let av = domain.av().expect("av");
+        let e = domain.endpoint(&cq, &av, &EndpointAttr::default()).unwrap_err();
+        assert!(matches!(e, Error::InvalidSetting(_)), "{e}");
+    }
+}
