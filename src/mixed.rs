@@ -59,6 +59,11 @@ impl DomainProvider for ShmTcpDomain {
         NAME
     }
 
+    /// Core's RDM engine applies atomics at the target.
+    fn atomics(&self) -> bool {
+        true
+    }
+
     fn check_address(&self, bytes: &[u8]) -> Result<Address> {
         match bytes.split_first() {
             Some((&PROVIDER_ID, rest)) if parts(rest).is_some() => Address::new(bytes),

@@ -162,8 +162,12 @@ fn tcp_connections(port: u16) -> usize {
 /// (8), the shm length and address, the TCP nonce (8).
 fn tcp_port(name: &[u8]) -> u16 {
     let shm = usize::from(name[9]);
-    let at = 1 + 8 + 1 + shm + 8;
-    u16::from_le_bytes([name[at], name[at + 1]])
+    let mut tcp = vec![xfer_tcp::name::PROVIDER_TAG];
+    tcp.extend_from_slice(&name[1 + 8 + 1 + shm..]);
+    xfer_tcp::name::TcpName::decode(&tcp)
+        .expect("a TCP address")
+        .addr
+        .port()
 }
 
 #[test]

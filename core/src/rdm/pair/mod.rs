@@ -313,6 +313,23 @@ impl<A: Transport, B: Transport> Transport for Pair<A, B> {
         }
     }
 
+    fn coalesce(&self) -> usize {
+        // One burst rule for the endpoint: the transport that pays a system
+        // call per write decides (a held frame to the other waits only for
+        // the next progress).
+        self.first.coalesce().max(self.second.coalesce())
+    }
+
+    fn cork(&mut self) {
+        self.first.cork();
+        self.second.cork();
+    }
+
+    fn flush(&mut self) {
+        self.first.flush();
+        self.second.flush();
+    }
+
     fn connect_timeout(&self) -> std::time::Duration {
         // One timeout for every handshake: the longer, so neither
         // transport's peers are cut short.
