@@ -94,9 +94,9 @@ fn fi_info_lists_xfer() {
         "FI_EP_MSG accepted:\n{}",
         String::from_utf8_lossy(&out.stdout)
     );
-    // Atomics only where the domain applies them (shm, tcp-rdm): the tcp
-    // and verbs domains refuse them whatever the test's domain.
-    for (forced, offered) in [("tcp", false), ("verbs", false), ("shm", true), ("tcp-rdm", true)] {
+    // Atomics only where the domain applies them (under the RDM engine):
+    // verbs refuses them whatever the test's domain.
+    for (forced, offered) in [("tcp", true), ("verbs", false), ("shm", true), ("tcp-rdm", true)] {
         let out = fi_command("fi_info")
             .args(["-p", "xfer", "-c", "FI_ATOMIC", "-v"])
             .env("XFER_PROVIDER", forced)

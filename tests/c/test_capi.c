@@ -630,7 +630,7 @@ static void test_bad_arguments(void)
     wrong.flags = 1;
     CHECK_RC(xfer_ep_open(n.domain, n.cq, n.av, &wrong, &ep), XFER_EBADFLAGS);
     if (on_tcp()) {
-        /* TCP's limits: eager frames of at most 1 MiB, a listening address.
+        /* TCP's limits: eager frames of at most 256 KiB, a listening address.
          * (Verbs caps eager at its bounce buffers and ignores tcp_addr.) */
         wrong = attr;
         wrong.rndv_threshold = SIZE_MAX;

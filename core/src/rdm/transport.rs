@@ -188,6 +188,23 @@ pub trait Transport: Send {
         0
     }
 
+    /// The address that stands for whichever endpoint listens where `addr`
+    /// does (TCP: the same with nonce 0), for transports that have such
+    /// addresses: an address vector may know a peer only by it (a libfabric
+    /// `sockaddr_in`), and its arrivals are reported from that entry.
+    fn stand_in(addr: &[u8]) -> Option<Vec<u8>>
+    where
+        Self: Sized,
+    {
+        let _ = addr;
+        None
+    }
+
+    /// The transport's own counters, reported after the engine's.
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        Vec::new()
+    }
+
     /// Frames sent from now until [`flush`](Self::flush) may wait for it
     /// and share its system calls.
     fn cork(&mut self) {}

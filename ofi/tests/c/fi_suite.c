@@ -589,11 +589,11 @@ int main(void)
 	rma->caps |= FI_RMA;
 	rma->domain_attr->mr_mode = FI_MR_LOCAL;
 	CHECK(fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, rma, &none) == -FI_ENODATA, "FI_RMA with FI_MR_LOCAL accepted");
-	/* Atomics: offered by the domains that apply them (shm, tcp-rdm),
-	 * refused by the others. */
+	/* Atomics: offered by the domains that apply them (those under the
+	 * RDM engine), refused by verbs. */
 	rma->caps = FI_ATOMIC;
 	rma->domain_attr->mr_mode = 0;
-	int applies = !strcmp(info->domain_attr->name, "shm") || !strcmp(info->domain_attr->name, "tcp-rdm");
+	int applies = strcmp(info->domain_attr->name, "verbs") != 0;
 	int offered = fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, rma, &none);
 	CHECK(applies ? offered == 0 && (none->caps & FI_ATOMIC) : offered == -FI_ENODATA, "FI_ATOMIC on %s: %d",
 	      info->domain_attr->name, offered);

@@ -1,23 +1,21 @@
 //! xfer-tcp: the TCP provider.
 //!
 //! Reliable, connectionless endpoints (libfabric RDM) over non-blocking TCP
-//! sockets on epoll: a connection per peer and direction made on first use,
-//! eager messages up to the rendezvous threshold, receiver-driven rendezvous
-//! above it. The wire format is versioned ([`wire`], docs/PROTOCOL.md).
+//! sockets on epoll: core's RDM engine (matching, credit, rendezvous, the
+//! peer table, RMA and atomics served by the target) over [`stream`], a
+//! transport of one stream per connection carrying the engine's frames
+//! (docs/PROTOCOL-RDM.md). What is TCP's own: where an endpoint listens
+//! ([`iface`], [`addr`]), its name ([`name`]), socket options ([`attr`]),
+//! and the stream's framing, hot-connection reads and write coalescing.
 #![deny(missing_docs)]
 
 pub mod addr;
 pub mod attr;
-mod conn;
-mod endpoint;
 pub mod iface;
 
-mod link;
 pub mod name;
-mod rx;
 pub mod stream;
 mod sys;
-pub mod wire;
 
 use xfer_core::unstable::addr::Address;
 use xfer_core::unstable::attr::EndpointAttr;
@@ -25,9 +23,9 @@ use xfer_core::unstable::error::{Error, Result};
 use xfer_core::unstable::mr::keys::KeyTable;
 use xfer_core::unstable::params::Params;
 use xfer_core::unstable::provider::{DomainProvider, EndpointProvider};
+use xfer_core::unstable::rdm::engine::Engine;
 
 pub use attr::TcpAttr;
-pub use endpoint::TcpEndpoint;
 pub use stream::domain::TcpRdmDomain;
 
 /// The TCP provider's domain. Its one shared resource is the key table of
@@ -77,8 +75,15 @@ impl DomainProvider for TcpDomain {
         Address::new(bytes)
     }
 
+    /// Core's RDM engine applies atomics at the target.
+    fn atomics(&self) -> bool {
+        true
+    }
+
     fn open_endpoint(&mut self, attr: &EndpointAttr) -> Result<Box<dyn EndpointProvider>> {
-        Ok(Box::new(TcpEndpoint::open(attr, &self.params)?))
+        let tcp = TcpAttr::from_params(&self.params.overlaid(&attr.params))?;
+        let t = stream::TcpTransport::open(&tcp)?;
+        Ok(Box::new(Engine::new(t, PROVIDER_ID, attr, tcp.eager_credit as u64)?))
     }
 
     fn provider_id(&self) -> u8 {

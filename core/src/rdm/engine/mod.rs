@@ -169,16 +169,23 @@ impl<T: Transport> Engine<T> {
         if attr.inject_size > room {
             return Err(Error::InvalidArgument("inject size over the transport's largest frame"));
         }
+        if attr.rndv_threshold > room {
+            // Eager messages are one frame each: a threshold past the largest
+            // would be honoured only up to it, silently.
+            return Err(Error::InvalidArgument(
+                "rendezvous threshold over the transport's largest frame",
+            ));
+        }
         Ok(Engine {
             s: State {
                 provider_id,
                 name,
-                eager_max: attr.rndv_threshold.min(room),
+                eager_max: attr.rndv_threshold,
                 inject_max: attr.inject_size,
                 selective: attr.selective_completion,
                 source_err: attr.source_err,
                 rma_events: attr.rma_events,
-                peers: Peers::default(),
+                peers: Peers::new(T::stand_in),
                 rx: Receives::new(),
                 sends: Outstanding::new(),
                 pushes: Outstanding::new(),
@@ -540,14 +547,16 @@ impl<T: Transport> EndpointProvider for Engine<T> {
         if self.s.closed {
             return Err(Rejected::new(Error::Canceled, op));
         }
-        if let Some(hit) = self.s.rx.post(cx.av, op, |av, name| av.reverse(name)) {
+        let peers = &self.s.peers;
+        if let Some(hit) = self.s.rx.post(cx.av, op, |av, name| peers.reverse(av, name)) {
             self.s.deliver(&mut self.t, cx, hit.recv, hit.src, hit.tag, hit.msg);
         }
         Ok(())
     }
 
     fn peek(&mut self, cx: &mut Ctx<'_>, spec: RecvSpec, claim: bool) -> Result<Option<(Peeked, Option<Claim>)>> {
-        Ok(self.s.rx.peek(cx.av, spec, claim, |av, name| av.reverse(name)))
+        let peers = &self.s.peers;
+        Ok(self.s.rx.peek(cx.av, spec, claim, |av, name| peers.reverse(av, name)))
     }
 
     fn recv_claimed(
@@ -609,6 +618,7 @@ impl<T: Transport> EndpointProvider for Engine<T> {
         if self.s.coalesce > 0 {
             c.push(("coalesced", st.coalesced));
         }
+        c.extend(self.t.counters());
         c
     }
 

@@ -53,6 +53,9 @@ pub struct Peer {
     /// The name the endpoint we dialled gave itself, when it differs from
     /// the one we dialled.
     pub alias: Option<Address>,
+    /// The name standing for whichever endpoint listens where it does
+    /// (`Transport::stand_in`), by which the address vector may know it.
+    stand_in: Option<Address>,
     /// How long it has been silent while we waited on it.
     pub silence: Silence,
     /// Changes whenever the slot is reused, so kept messages name the entry
@@ -86,8 +89,18 @@ pub struct Link {
 /// Address-vector handles below this get a route hint (a dense table).
 const HINTED: usize = 1 << 16;
 
+/// The transport's stand-in address for a name, behind the name's
+/// provider id.
+type StandIn = fn(&[u8]) -> Option<Vec<u8>>;
+
+fn stand_in(of: StandIn, name: &Address) -> Option<Address> {
+    let (&id, addr) = name.as_bytes().split_first()?;
+    let mut s = vec![id];
+    s.extend(of(addr)?);
+    Address::new(&s).ok().filter(|s| s != name)
+}
+
 /// Peers by name and by connection.
-#[derive(Default)]
 pub struct Peers {
     slots: Slab<Peer>,
     by_name: HashMap<Address, usize>,
@@ -97,9 +110,28 @@ pub struct Peers {
     /// its name nor depends on the handle still naming it.
     routes: Vec<usize>,
     serial: u64,
+    stand_in_of: StandIn,
+}
+
+impl Default for Peers {
+    fn default() -> Peers {
+        Peers::new(|_| None)
+    }
 }
 
 impl Peers {
+    /// An empty table; `stand_in_of` is the transport's `stand_in`.
+    pub fn new(stand_in_of: StandIn) -> Peers {
+        Peers {
+            slots: Slab::new(),
+            by_name: HashMap::new(),
+            links: Vec::new(),
+            routes: Vec::new(),
+            serial: 0,
+            stand_in_of,
+        }
+    }
+
     /// The peer named `name`, if there is one.
     pub fn find(&self, name: &Address) -> Option<usize> {
         self.by_name.get(name).copied()
@@ -148,6 +180,7 @@ impl Peers {
             gated: false,
             since: std::time::Instant::now(),
             alias: None,
+            stand_in: stand_in(self.stand_in_of, &name),
             silence: Silence::default(),
             serial: self.serial,
             hint: PeerAddr::UNSPEC,
@@ -238,13 +271,30 @@ impl Peers {
         self.slots.iter().map(|(k, _)| k).collect()
     }
 
+    /// The address-vector handle of the peer named `name`: its own entry,
+    /// else its stand-in's (`UNSPEC` when neither is inserted).
+    pub fn reverse(&self, av: &AvTable, name: &Address) -> PeerAddr {
+        match av.reverse(name) {
+            h if h.is_unspec() => stand_in(self.stand_in_of, name).map_or(h, |s| av.reverse(&s)),
+            h => h,
+        }
+    }
+
     /// The address-vector handle of `p`'s name (`UNSPEC` when not inserted),
     /// remembering it so the next look-up is a compare.
     pub fn handle(&mut self, p: usize, av: &AvTable) -> PeerAddr {
         let Some(e) = self.slots.get_mut(p) else {
             return PeerAddr::UNSPEC;
         };
-        e.hint = av.reverse_hinted(&e.name, e.hint);
+        if let Some(a) = av.lookup(e.hint) {
+            if *a == e.name || e.stand_in.as_ref() == Some(a) {
+                return e.hint;
+            }
+        }
+        e.hint = match (av.reverse(&e.name), &e.stand_in) {
+            (h, Some(s)) if h.is_unspec() => av.reverse(s),
+            (h, _) => h,
+        };
         e.hint
     }
 }

@@ -320,6 +320,12 @@ impl<A: Transport, B: Transport> Transport for Pair<A, B> {
         self.first.coalesce().max(self.second.coalesce())
     }
 
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        let mut c = self.first.counters();
+        c.extend(self.second.counters());
+        c
+    }
+
     fn cork(&mut self) {
         self.first.cork();
         self.second.cork();

@@ -24,6 +24,8 @@
 //! reached.
 
 mod conn;
+mod listen;
+pub mod place;
 
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -36,7 +38,7 @@ use xfer_core::unstable::sys::{cvt, Epoll, EMPTY_EVENT, READABLE};
 use crate::attr::TcpAttr;
 use crate::name::TcpName;
 use crate::sys::Socket;
-use crate::{endpoint, iface};
+use crate::iface;
 use conn::{Conn, Phase};
 
 pub mod domain;
@@ -65,11 +67,16 @@ const WAKE: u64 = u64::MAX - 1;
 #[derive(Debug)]
 pub struct TcpTransport {
     listener: Socket,
+    /// Accepting, and the listener's pauses at the descriptor limit.
+    acceptor: listen::Acceptor,
     epoll: Epoll,
     wake: OwnedFd,
     conns: Slab<Conn>,
     addr: Vec<u8>,
     nonce: u64,
+    /// The zone (interface index) of a link-local IPv6 listening address,
+    /// through which link-local peers are dialled; 0 otherwise.
+    zone: u32,
     /// Socket options for every connection (Nagle off, timeouts, buffers).
     attr: TcpAttr,
     events: Vec<libc::epoll_event>,
@@ -128,10 +135,16 @@ impl TcpTransport {
     /// else the automatic choice).
     pub fn open(attr: &TcpAttr) -> Result<TcpTransport> {
         let ifaces = iface::interfaces().unwrap_or_default();
-        let at = endpoint::listen_addr(attr, &ifaces)?;
-        let listener = Socket::listen(&at)?;
-        let named = endpoint::named_addr(listener.local_addr()?, &ifaces, attr);
-        let nonce = crate::sys::random_u64();
+        let at = place::listen_addr(attr, &ifaces)?;
+        let listener = Socket::listen(&at).inspect_err(|e| tracing::warn!(addr = %at, error = %e, "tcp listen"))?;
+        let bound = listener.local_addr()?;
+        let zone = match bound {
+            SocketAddr::V6(a) => a.scope_id(),
+            SocketAddr::V4(_) => 0,
+        };
+        let named = place::named_addr(bound, &ifaces, attr);
+        // Never the reserved nonce 0 ("whoever listens there").
+        let nonce = crate::sys::random_u64().max(1);
         let epoll = Epoll::new()?;
         epoll.add(listener.as_raw_fd(), READABLE, LISTENER)?;
         // SAFETY: eventfd(2) with flags only; the result is checked.
@@ -141,11 +154,13 @@ impl TcpTransport {
         epoll.add(wake.as_raw_fd(), READABLE, WAKE)?;
         Ok(TcpTransport {
             listener,
+            acceptor: listen::Acceptor::new(),
             epoll,
             wake,
             conns: Slab::new(),
             addr: encode(named, nonce),
             nonce,
+            zone,
             attr: attr.clone(),
             events: vec![EMPTY_EVENT; 64],
             buffered: Vec::new(),
@@ -161,28 +176,16 @@ impl TcpTransport {
     }
 
     fn accept(&mut self) {
-        for _ in 0..16 {
-            match self.listener.accept() {
-                Ok(Some(sock)) => {
-                    if let Err(e) = sock.tune(&self.attr, None) {
-                        xfer_core::warn_limited!(error = %e, "tcp-rdm: socket options refused");
-                    }
-                    let id = self.conns.insert(Conn::accepted(sock));
-                    if self
-                        .epoll
-                        .add(self.conns[id].sock.as_raw_fd(), READABLE, id as u64)
-                        .is_err()
-                    {
-                        self.conns.remove(id);
-                    }
-                }
-                Ok(None) => return,
-                Err(e) => {
-                    xfer_core::warn_limited!(error = %e, "tcp-rdm: accept failed");
-                    return;
-                }
+        let (conns, epoll, attr) = (&mut self.conns, &self.epoll, &self.attr);
+        self.acceptor.accept(&self.listener, epoll, |sock| {
+            if let Err(e) = sock.tune(attr, None) {
+                xfer_core::warn_limited!(error = %e, "tcp: socket options refused");
             }
-        }
+            let id = conns.insert(Conn::accepted(sock));
+            if epoll.add(conns[id].sock.as_raw_fd(), READABLE, id as u64).is_err() {
+                conns.remove(id);
+            }
+        });
     }
 
     /// Ends `id` now: the engine hears `cause` by the next progress.
@@ -364,6 +367,10 @@ impl Transport for TcpTransport {
 
     fn connect(&mut self, addr: &[u8]) -> std::result::Result<ConnId, Cause> {
         let (at, nonce) = decode(addr).ok_or(Cause::Failed(libc::EINVAL))?;
+        let at = place::dial_addr(at, self.zone).map_err(|e| {
+            xfer_core::warn_limited!(peer = %at, error = %e, "tcp: peer not reachable from here");
+            Cause::Failed(libc::EHOSTUNREACH)
+        })?;
         let sock = Socket::connect(&at).map_err(|e| Cause::Failed(errno_of(&e)))?;
         sock.tune(&self.attr, Some(at))
             .map_err(|e| Cause::Failed(errno_of(&e)))?;
@@ -409,6 +416,19 @@ impl Transport for TcpTransport {
         self.attr.coalesce
     }
 
+    fn stand_in(addr: &[u8]) -> Option<Vec<u8>> {
+        let (at, _) = decode(addr)?;
+        Some(encode(at, crate::name::ANY_NONCE))
+    }
+
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        vec![
+            ("connections_open", self.conns.len() as u64),
+            ("accept_paused", self.acceptor.paused),
+            ("accept_shed", self.acceptor.shed),
+        ]
+    }
+
     fn cork(&mut self) {
         self.corked = true;
     }
@@ -450,6 +470,7 @@ impl Transport for TcpTransport {
         if !self.turns.is_multiple_of(EPOLL_EVERY) && self.read_hot() {
             return self.deliver(events);
         }
+        self.acceptor.resume(&self.listener, &self.epoll, LISTENER);
         let mut ready = std::mem::take(&mut self.events);
         let n = self.epoll.wait(&mut ready, 0).unwrap_or(0);
         for ev in &ready[..n] {
