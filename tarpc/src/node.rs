@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::future::Either;
 use futures::Stream;
 use xfer::aio::{self, AsyncEndpoint};
 use xfer::{Address, PeerAddr};
@@ -29,7 +30,15 @@ impl Node {
     /// Opens the default provider (`XFER_PROVIDER`) with attributes from
     /// the `XFER_*` environment; call within a tokio runtime.
     pub fn open() -> xfer::Result<Arc<Node>> {
-        let domain = xfer::open_default()?;
+        Self::open_with(&xfer::DomainAttr::from_env())
+    }
+
+    /// Opens the provider `attr` chooses (`DomainAttr::with_provider("shm")`
+    /// for same-host peers over shared memory, whatever `XFER_PROVIDER`
+    /// says), endpoint and queue attributes from the `XFER_*` environment;
+    /// call within a tokio runtime.
+    pub fn open_with(attr: &xfer::DomainAttr) -> xfer::Result<Arc<Node>> {
+        let domain = xfer::open(attr)?;
         let cq = domain.cq(&xfer::CqAttr::from_env())?;
         let av = domain.av()?;
         let ep = domain.endpoint(&cq, &av, &xfer::EndpointAttr::from_env())?;
@@ -46,7 +55,7 @@ impl Node {
         self.ep.endpoint().name().as_bytes().to_vec()
     }
 
-    /// The provider the domain opened (`tcp`, `verbs`).
+    /// The provider the domain opened (`tcp`, `verbs`, `shm`).
     pub fn provider(&self) -> &'static str {
         self.domain.provider()
     }
@@ -76,11 +85,24 @@ impl Node {
             .ep
             .trecv(PeerAddr::UNSPEC, wire::tag(ACCEPT, local, 0), 0, vec![0; 4]);
         let hello = self.ep.tsend(peer, wire::tag(HELLO, 0, 0), hello);
-        let both = async { futures::join!(accept, hello) };
-        let ((got, buf), (sent, _)) = tokio::time::timeout(CONNECT_TIMEOUT, both)
+        // The receive is polled, so posted, before the hello; a hello that
+        // fails (no server at that name) ends the wait at once.
+        let both = async {
+            futures::pin_mut!(accept, hello);
+            match futures::future::select(accept, hello).await {
+                Either::Left(((got, buf), hello)) => {
+                    hello.await.0?;
+                    io::Result::Ok((got, buf))
+                }
+                Either::Right(((sent, _), accept)) => {
+                    sent?;
+                    Ok(accept.await)
+                }
+            }
+        };
+        let (got, buf) = tokio::time::timeout(CONNECT_TIMEOUT, both)
             .await
-            .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "no ACCEPT from the server"))?;
-        sent?;
+            .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "no ACCEPT from the server"))??;
         let got = got?;
         let remote = buf[..got.len]
             .first_chunk::<4>()

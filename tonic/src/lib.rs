@@ -44,7 +44,9 @@
 mod connect;
 pub mod echo;
 mod io;
+mod publish;
 
-pub use connect::{channel, incoming, Connector};
+pub use connect::{channel, channel_at, incoming, Connector};
 pub use io::{XferIo, WRITE_MAX};
+pub use publish::{lookup, publish, Published};
 pub use xfer_tarpc::Node;
