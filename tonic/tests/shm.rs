@@ -73,8 +73,8 @@ async fn unary(client: &mut EchoClient<Channel>) {
 async fn streaming(client: &mut EchoClient<Channel>) {
     let (mut tx, rx) = mpsc::channel::<EchoRequest>(4);
     let mut replies = client.echo_stream(rx).await.expect("stream opened").into_inner();
-    let mut id = 0u64;
-    for len in SIZES {
+    for (id, len) in SIZES.into_iter().enumerate() {
+        let id = id as u64;
         let payload = pattern(len, id);
         tx.send(EchoRequest {
             id,
@@ -85,7 +85,6 @@ async fn streaming(client: &mut EchoClient<Channel>) {
         let reply = replies.next().await.expect("a reply").expect("reply ok");
         assert_eq!(reply.id, id);
         assert!(reply.payload == payload, "stream reply {id} of {len} bytes differs");
-        id += 1;
     }
     let burst: Vec<usize> = (0..200).map(|i| (i * 7919) % (40 << 10)).collect();
     let sender = {
