@@ -11,6 +11,7 @@ use futures::Stream;
 use xfer::aio::{self, AsyncEndpoint};
 use xfer::{Address, PeerAddr};
 
+use crate::codec::Raw;
 use crate::transport::Transport;
 use crate::wire::{self, ACCEPT, CONN_MAX, HELLO, KIND_ONLY, VERSION};
 
@@ -74,8 +75,20 @@ impl Node {
     }
 
     /// Opens a connection to the server whose endpoint name is `server`:
-    /// sends a `HELLO`, waits for the `ACCEPT`.
+    /// sends a `HELLO`, waits for the `ACCEPT`. Messages are encoded with
+    /// bincode, as tarpc's TCP transport does.
     pub async fn connect<In, Out>(&self, server: &[u8]) -> io::Result<Transport<In, Out>> {
+        self.connect_with(server).await
+    }
+
+    /// [`connect`](Self::connect) for byte strings sent as they are
+    /// ([`Raw`]): the server must take the connection with
+    /// [`accept_raw`](Self::accept_raw) or [`incoming_raw`](Self::incoming_raw).
+    pub async fn connect_raw(&self, server: &[u8]) -> io::Result<Transport<Vec<u8>, Vec<u8>, Raw>> {
+        self.connect_with(server).await
+    }
+
+    async fn connect_with<In, Out, C>(&self, server: &[u8]) -> io::Result<Transport<In, Out, C>> {
         let peer = self.ep.endpoint().av().insert(server)?;
         let local = self.conn_id()?;
         let mut hello = vec![VERSION];
@@ -114,8 +127,19 @@ impl Node {
     }
 
     /// Waits for the next client's `HELLO`, answers it and returns the
-    /// connection. Malformed hellos are logged and skipped.
+    /// connection, its messages encoded with bincode. Malformed hellos are
+    /// logged and skipped.
     pub async fn accept<In, Out>(&self) -> io::Result<Transport<In, Out>> {
+        self.accept_with().await
+    }
+
+    /// [`accept`](Self::accept) for clients that connected with
+    /// [`connect_raw`](Self::connect_raw).
+    pub async fn accept_raw(&self) -> io::Result<Transport<Vec<u8>, Vec<u8>, Raw>> {
+        self.accept_with().await
+    }
+
+    async fn accept_with<In, Out, C>(&self) -> io::Result<Transport<In, Out, C>> {
         loop {
             let (got, buf) = self
                 .ep
@@ -173,6 +197,14 @@ impl Node {
     pub fn incoming<In, Out>(self: Arc<Self>) -> impl Stream<Item = io::Result<Transport<In, Out>>> {
         futures::stream::unfold(self, |node| async move {
             let conn = node.accept().await;
+            Some((conn, node))
+        })
+    }
+
+    /// [`accept_raw`](Self::accept_raw) as a stream of connections.
+    pub fn incoming_raw(self: Arc<Self>) -> impl Stream<Item = io::Result<Transport<Vec<u8>, Vec<u8>, Raw>>> {
+        futures::stream::unfold(self, |node| async move {
+            let conn = node.accept_raw().await;
             Some((conn, node))
         })
     }

@@ -94,8 +94,35 @@ async fn a_tarpc_service_over_xfer() {
 /// flushes, arrive in the order they were sent.
 #[tokio::test(flavor = "current_thread")]
 async fn large_and_small_messages_arrive_in_order() {
+    order_kept(false).await;
+}
+
+/// The same over [`xfer_tarpc::Raw`] transports (byte strings as they are,
+/// bodies handed over without a copy), as xfer-tonic's byte stream uses.
+#[tokio::test(flavor = "current_thread")]
+async fn raw_byte_strings_arrive_in_order() {
+    order_kept(true).await;
+}
+
+/// Sends `messages` on `conn`, some flushed one by one, then closes it.
+async fn send_all<S>(mut conn: S, messages: &[Vec<u8>])
+where
+    S: futures::Sink<Vec<u8>, Error = std::io::Error> + Unpin,
+{
     use futures::SinkExt;
 
+    for (i, m) in messages.iter().enumerate() {
+        if i % 3 == 0 {
+            conn.send(m.clone()).await.expect("send and flush");
+        } else {
+            conn.feed(m.clone()).await.expect("send");
+        }
+    }
+    conn.close().await.expect("close");
+}
+
+/// Small and large messages, interleaved, read back in order and whole.
+async fn order_kept(raw: bool) {
     if std::env::var_os("XFER_TCP_ADDR").is_none() {
         std::env::set_var("XFER_TCP_ADDR", "127.0.0.1");
     }
@@ -108,20 +135,24 @@ async fn large_and_small_messages_arrive_in_order() {
         let server = xfer_tarpc::Node::open().expect("server node");
         let name = server.name();
         let reader = tokio::spawn(async move {
-            let mut conn = std::pin::pin!(server.incoming::<Vec<u8>, Vec<u8>>());
-            let conn = conn.next().await.expect("a connection").expect("accept");
-            conn.map(|m| m.expect("a message")).collect::<Vec<Vec<u8>>>().await
+            let all = |m: std::io::Result<Vec<u8>>| m.expect("a message");
+            if raw {
+                let mut conn = std::pin::pin!(server.incoming_raw());
+                let conn = conn.next().await.expect("a connection").expect("accept");
+                conn.map(all).collect::<Vec<Vec<u8>>>().await
+            } else {
+                let mut conn = std::pin::pin!(server.incoming::<Vec<u8>, Vec<u8>>());
+                let conn = conn.next().await.expect("a connection").expect("accept");
+                conn.map(all).collect::<Vec<Vec<u8>>>().await
+            }
         });
         let node = xfer_tarpc::Node::open().expect("client node");
-        let mut conn = node.connect::<Vec<u8>, Vec<u8>>(&name).await.expect("connect");
-        for (i, m) in messages.iter().enumerate() {
-            if i % 3 == 0 {
-                conn.send(m.clone()).await.expect("send and flush");
-            } else {
-                conn.feed(m.clone()).await.expect("send");
-            }
+        if raw {
+            send_all(node.connect_raw(&name).await.expect("connect"), &messages).await;
+        } else {
+            let conn = node.connect::<Vec<u8>, Vec<u8>>(&name).await.expect("connect");
+            send_all(conn, &messages).await;
         }
-        conn.close().await.expect("close");
         let got = reader.await.expect("reader task");
         assert_eq!(got.len(), messages.len(), "messages lost or added");
         for (i, (got, want)) in got.iter().zip(&messages).enumerate() {

@@ -68,8 +68,8 @@ impl tower::Service<Uri> for Connector {
         let (node, target) = (self.node.clone(), self.target.clone());
         Box::pin(async move {
             let conn = match target {
-                Target::Name(server) => node.connect(&server).await?,
-                Target::Path(path) => node.connect(&crate::lookup(&path)?).await?,
+                Target::Name(server) => node.connect_raw(&server).await?,
+                Target::Path(path) => node.connect_raw(&crate::lookup(&path)?).await?,
             };
             Ok(TokioIo::new(XferIo::new(conn)))
         })
@@ -102,5 +102,5 @@ async fn connect(connector: Connector) -> Result<Channel, tonic::transport::Erro
 /// malformed is logged and skipped; an error of the endpoint itself is an
 /// item of the stream.
 pub fn incoming(node: Arc<Node>) -> impl Stream<Item = io::Result<XferIo>> + Send + 'static {
-    node.incoming().map(|conn| conn.map(XferIo::new))
+    node.incoming_raw().map(|conn| conn.map(XferIo::new))
 }
