@@ -2,8 +2,10 @@
 //! whatever `XFER_PROVIDER` says, real gRPC calls (unary from empty to
 //! 1 MiB, 64 outstanding, a bidirectional stream in lock step and in a
 //! burst), every payload checked; a server in a child process (this binary
-//! again) found by the path it published its name at; and what a client
-//! gets from a path with no server behind it.
+//! again) found by the path it published its name at; a client that
+//! reconnects to a server restarted at that path; a name withdrawn only by
+//! its own publisher; and what a client gets from a path with no server
+//! behind it.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -233,4 +235,90 @@ async fn a_path_without_a_server_is_a_clear_error() {
         .any(|e| e.kind() == std::io::ErrorKind::ConnectionRefused);
     assert!(refused, "a refused connection, not {err:?}");
     let _ = std::fs::remove_file(&path);
+}
+
+/// A server node serving the echo service, its name published at `path`,
+/// until the sender is dropped or sent on (tonic then shuts it down: its
+/// connections get a GOAWAY and close).
+fn serve_published(
+    path: &std::path::Path,
+) -> (
+    tokio::task::JoinHandle<()>,
+    futures::channel::oneshot::Sender<()>,
+    xfer_tonic::Published,
+) {
+    let node = shm_node();
+    let published = xfer_tonic::publish(&node, path).expect("publish");
+    let (stop, stopped) = futures::channel::oneshot::channel::<()>();
+    let task = tokio::spawn(async move {
+        tonic::transport::Server::builder()
+            .add_service(EchoServer)
+            .serve_with_incoming_shutdown(xfer_tonic::incoming(node), async {
+                let _ = stopped.await;
+            })
+            .await
+            .expect("serve");
+    });
+    (task, stop, published)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_channel_at_a_path_reaches_the_server_restarted_there() {
+    let path = temp_path("restart");
+    tokio::time::timeout(LIMIT, async {
+        let (first, stop, published) = serve_published(&path);
+        let mut client = EchoClient::new(xfer_tonic::channel_at(shm_node(), &path).await.expect("channel"));
+        call(&mut client, 1, 1000).await;
+
+        // The first server stops (its connection closes) and a new process
+        // would have a new name: a second server publishes its own there.
+        drop(stop);
+        first.await.expect("first server stopped");
+        drop(published);
+        let (second, stop, _published) = serve_published(&path);
+
+        // tonic fails the calls made while it notices the connection is
+        // gone, then reconnects through the connector, which reads the
+        // path again.
+        let mut id = 2;
+        loop {
+            let payload = pattern(64 << 10, id);
+            match client
+                .echo(EchoRequest {
+                    id,
+                    payload: payload.clone(),
+                })
+                .await
+            {
+                Ok(reply) => {
+                    let reply = reply.into_inner();
+                    assert_eq!(reply.id, id);
+                    assert!(reply.payload == payload, "reply {id} differs");
+                    break;
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
+            }
+            id += 1;
+        }
+        call(&mut client, 9999, 1 << 20).await;
+        drop(stop);
+        second.await.expect("second server stopped");
+    })
+    .await
+    .expect("the restarted server answers within the limit");
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_name_is_withdrawn_only_by_its_publisher() {
+    let path = temp_path("withdraw");
+    let (a, b) = (shm_node(), shm_node());
+    let first = xfer_tonic::publish(&a, &path).expect("publish a");
+    assert_eq!(xfer_tonic::lookup(&path).expect("a's name"), a.name());
+    let second = xfer_tonic::publish(&b, &path).expect("publish b");
+    assert_eq!(xfer_tonic::lookup(&path).expect("b's name"), b.name());
+    // The first server stopping leaves the second one's name in place.
+    drop(first);
+    assert_eq!(xfer_tonic::lookup(&path).expect("still b's name"), b.name());
+    drop(second);
+    assert!(!path.exists(), "the last publisher's drop removes the file");
 }
