@@ -35,8 +35,9 @@ test: setup
 # teardown, peer events and connections, the async layer, 64 local peers,
 # a stopped peer (progress timeout), tarpc and tonic over xfer, the C suite, and
 # the libfabric plug-in's C suite, fi_pingpong and Open MPI over its shm domain.
-SHM_SUITES = --test conformance --test peer_death --test flow_control --test teardown \
-	--test peer_close --test connection --test aio --test aio_connection --test scale --test tcp_stall
+SHM_SUITES = --test conformance --test coalesce --test peer_death --test flow_control --test teardown \
+	--test peer_close --test connection --test aio --test aio_connection --test scale --test tcp_stall \
+	--test tcp_admission
 test-shm:
 	XFER_PROVIDER=shm XFER_SCALE_PEERS=64 $(CARGO) test --locked --release $(SHM_SUITES)
 	XFER_PROVIDER=shm XFER_SHM_CMA=0 $(CARGO) test --locked --release --test conformance

@@ -1,5 +1,5 @@
-//! The TCP provider's coalescing of small sends posted in a burst
-//! (ARCHITECTURE.md decision 58): the frames after the first wait for the
+//! Coalescing of sends posted in a burst (ARCHITECTURE.md decision 58; TCP,
+//! and the RDM engine over a transport that coalesces): the frames after the first wait for the
 //! next progress call and then share system calls, yet every message
 //! arrives, in order, and nothing waits for a call that never comes: a
 //! sender that blocks right after its burst has written it. A ping-pong

@@ -1819,8 +1819,13 @@ fn fetch(
     ctx: u64,
 ) -> bool {
     match a.ep.fetch_atomic(peer, kind, dt, operand, rkey, offset, ctx) {
-        Ok(()) => true,
+        Ok(()) => {
+            assert!(a.domain.atomics(), "atomics applied by a domain that says it has none");
+            true
+        }
         Err(Error::NotSupported(what)) => {
+            // The capability query says so beforehand (fi_getinfo relies on it).
+            assert!(!a.domain.atomics(), "atomics refused by a domain that says it has them");
             eprintln!("skipping: {what}");
             false
         }

@@ -440,6 +440,49 @@ fn xfer_perf_between_two_processes() {
     }
 }
 
+/// `atomic_lat` (each fetch-and-add must fetch the count so far) and
+/// `atomic_rate` between two processes over the providers that apply
+/// atomics; the server checks the element counts every operation. Over tcp,
+/// which does not, the client fails with the provider's refusal.
+#[test]
+fn xfer_perf_atomics_between_two_processes() {
+    let deadline = Instant::now() + DEADLINE;
+    for provider in ["shm", "tcp-rdm", "tcp"] {
+        let opts = ["--json", "--test", "atomic_lat,atomic_rate", "--iters", "300"];
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_xfer-perf"));
+        cmd.args(opts).arg("server").env("XFER_PROVIDER", provider);
+        let mut server = Proc::spawn("xfer-perf server", cmd);
+        let first = server.line(deadline);
+        let name = first
+            .strip_prefix("xfer-perf server: ")
+            .unwrap_or_else(|| panic!("unexpected first server line {first:?}"))
+            .to_string();
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_xfer-perf"));
+        cmd.args(opts).args(["client", &name]).env("XFER_PROVIDER", provider);
+        let (status, lines, err) = Proc::spawn("xfer-perf client", cmd).finish(deadline);
+        if provider == "tcp" {
+            assert!(
+                !status.success() && err.contains("not supported"),
+                "{provider}: {status}\n{err}"
+            );
+            let _ = server.child.kill();
+            let _ = server.child.wait();
+            continue;
+        }
+        assert!(status.success(), "{provider}: {status}\n{}\n{err}", lines.join("\n"));
+        let (status, _, err) = server.finish(deadline);
+        assert!(status.success(), "{provider} server: {status}\n{err}");
+        for (test, figure) in [("atomic_lat", "p50_us"), ("atomic_rate", "msg_rate")] {
+            let key = format!("\"test\":\"{test}\",\"size\":8,");
+            let line = lines.iter().find(|l| l.contains(&key)).unwrap_or_else(|| {
+                panic!("{provider}: no {test} result in:\n{}", lines.join("\n"));
+            });
+            assert!(json_number(line, figure) > 0.0, "{line}");
+            assert_eq!(json_number(line, "iters"), 300.0, "{line}");
+        }
+    }
+}
+
 /// `--buffers per-op` (an owned buffer per operation) and the default shared
 /// buffer both stream and check the pattern, in one process; the JSON line
 /// names the mode and the window.

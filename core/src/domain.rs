@@ -35,6 +35,8 @@ pub(crate) struct Shared {
     provider: &'static str,
     /// The provider's id byte in packed remote keys.
     pub(crate) provider_id: u8,
+    /// Its endpoints apply remote atomics.
+    atomics: bool,
 }
 
 pub(crate) struct State {
@@ -239,6 +241,7 @@ impl Domain {
     pub fn new(prov: Box<dyn DomainProvider>) -> Domain {
         let provider = prov.name();
         let provider_id = prov.provider_id();
+        let atomics = prov.atomics();
         let state = State {
             prov,
             eps: Slab::new(),
@@ -251,6 +254,7 @@ impl Domain {
                 state: Mutex::new(state),
                 provider,
                 provider_id,
+                atomics,
             }),
         }
     }
@@ -258,6 +262,13 @@ impl Domain {
     /// The provider's name.
     pub fn provider(&self) -> &'static str {
         self.shared.provider
+    }
+
+    /// Whether its endpoints apply remote atomics
+    /// ([`Endpoint::post_atomic`](crate::Endpoint::post_atomic)); those of
+    /// a domain without refuse them with [`Error::NotSupported`].
+    pub fn atomics(&self) -> bool {
+        self.shared.atomics
     }
 
     /// Opens a completion queue.

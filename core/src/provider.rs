@@ -215,6 +215,12 @@ pub trait DomainProvider: Send {
     /// The provider's id byte in packed remote keys (the same value as the
     /// first byte of its endpoint names: `0x01` for TCP).
     fn provider_id(&self) -> u8;
+    /// Whether its endpoints apply remote atomics
+    /// ([`EndpointProvider::atomic`]); false (the default) for a provider
+    /// whose endpoints refuse them with [`Error::NotSupported`].
+    fn atomics(&self) -> bool {
+        false
+    }
     /// The registrations of a provider that serves RMA in software (TCP,
     /// shm): with one, [`register`](Self::register),
     /// [`deregister`](Self::deregister) and

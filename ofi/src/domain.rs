@@ -2,7 +2,7 @@
 //! fi_info names (`domain_attr->name`: `tcp` or `verbs`).
 
 use std::ffi::{c_int, c_void, CStr};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use xfer_facade::{Domain, DomainAttr};
 
@@ -53,7 +53,7 @@ static DOMAIN_OPS: fi::fi_ops_domain = fi::fi_ops_domain {
     poll_open: Some(crate::wait::poll_open),
     stx_ctx: Some(no_stx_ctx),
     srx_ctx: Some(no_srx_ctx),
-    query_atomic: Some(no_query_atomic),
+    query_atomic: Some(crate::atomic::query),
     query_collective: Some(no_query_collective),
     endpoint2: Some(no_endpoint2),
 };
@@ -62,7 +62,6 @@ enosys! {
     no_scalable_ep(*mut fi::fid_domain, *mut fi::fi_info, *mut *mut fi::fid_ep, *mut c_void) -> c_int;
     no_stx_ctx(*mut fi::fid_domain, *mut fi::fi_tx_attr, *mut *mut fi::fid_stx, *mut c_void) -> c_int;
     no_srx_ctx(*mut fi::fid_domain, *mut fi::fi_rx_attr, *mut *mut fi::fid_ep, *mut c_void) -> c_int;
-    no_query_atomic(*mut fi::fid_domain, fi::fi_datatype, fi::fi_op, *mut fi::fi_atomic_attr, u64) -> c_int;
     no_query_collective(*mut fi::fid_domain, fi::fi_collective_op, *mut fi::fi_collective_attr, u64) -> c_int;
     no_endpoint2(*mut fi::fid_domain, *mut fi::fi_info, *mut *mut fi::fid_ep, u64, *mut c_void) -> c_int;
 }
@@ -129,6 +128,30 @@ pub(crate) unsafe extern "C" fn open(
         // SAFETY: the application's out pointer.
         unsafe { entry::hand_out(domain, fid, DomainObj(Arc::new(core))) }
     })
+}
+
+/// Whether xfer provider `name`'s endpoints apply remote atomics, as its
+/// domain says ([`Domain::atomics`]): asked of a domain opened once per
+/// provider and process (fi_getinfo offers `FI_ATOMIC` by it), false when
+/// it cannot be opened.
+pub(crate) fn applies_atomics(name: &'static str) -> bool {
+    // No heap: the plug-in may be unloaded (dlclose) with it still set.
+    static KNOWN: Mutex<[Option<(&str, bool)>; 8]> = Mutex::new([None; 8]);
+    let mut known = entry::lock(&KNOWN);
+    if let Some((_, yes)) = known.iter().flatten().find(|(n, _)| *n == name) {
+        return *yes;
+    }
+    let yes = xfer_facade::open(&{
+        let mut a = DomainAttr::default();
+        a.provider = Some(name.to_string());
+        a.params = crate::params::from_env();
+        a
+    })
+    .is_ok_and(|d| d.provider() == name && d.atomics());
+    if let Some(free) = known.iter_mut().find(|k| k.is_none()) {
+        *free = Some((name, yes));
+    }
+    yes
 }
 
 /// The domain behind `fid`.

@@ -19,6 +19,7 @@ use crate::cntr::{self, CntrCore};
 use crate::cq::{self, CqCore, Entry, Out};
 use crate::domain::{self, DomainCore};
 use crate::entry::{self, enosys, guard, lock, scode, Core, Obj, PANIC};
+use crate::fetch::{Fetches, FETCH};
 use crate::fi;
 use crate::info::{CAPS, IMPLIED_CAPS, MAX_MSG_SIZE, PRIMARY_CAPS};
 use crate::iov::{Scatters, SCATTER};
@@ -74,7 +75,8 @@ impl Counters {
             self.remote_read.as_ref()
         } else if flags.contains(Flags::RECV) {
             self.recv.as_ref()
-        } else if flags.contains(Flags::RMA) {
+        } else if flags.contains(Flags::RMA) || flags.contains(Flags::ATOMIC) {
+            // fi_cntr(3): atomics count as writes, fetching ones as reads.
             match flags.contains(Flags::READ) {
                 true => self.read.as_ref(),
                 false => self.write.as_ref(),
@@ -110,6 +112,9 @@ pub(crate) struct Enabled {
     multis: Multis,
     /// RMA operations posted as one xfer operation per remote segment.
     pub(crate) joins: Joins,
+    /// Atomics whose completion the router finishes (fetched values to
+    /// store, injects to drop).
+    pub(crate) fetches: Fetches,
     /// The xfer endpoint reports the RMA peers apply to it (`FI_RMA_EVENT`).
     rma_events: bool,
     tx: Option<Arc<CqCore>>,
@@ -136,6 +141,8 @@ struct Router {
     /// closes, so a run can show that xfer carried its traffic.
     sent: u64,
     received: u64,
+    /// Of the sent, remote atomics (`FI_ATOMIC`).
+    atomics: u64,
 }
 
 impl Drop for Enabled {
@@ -145,6 +152,7 @@ impl Drop for Enabled {
             provider = self.provider,
             sends = r.sent,
             receives = r.received,
+            atomics = r.atomics,
             "xfer endpoint closed"
         );
     }
@@ -152,7 +160,7 @@ impl Drop for Enabled {
 
 /// An endpoint's state.
 pub(crate) struct EpCore {
-    domain: Arc<DomainCore>,
+    pub(crate) domain: Arc<DomainCore>,
     caps: u64,
     /// `FI_OPT_MIN_MULTI_RECV`: a multi-receive buffer with less free space
     /// is released.
@@ -278,6 +286,7 @@ impl EpCore {
             scratch,
             sent,
             received,
+            atomics,
         } = &mut *router;
         loop {
             let n = match en.cq.poll(&mut scratch[..]) {
@@ -305,6 +314,32 @@ impl EpCore {
                         }
                     },
                 };
+                // An atomic the router finishes: its fetched value goes to
+                // the application's buffer, its token becomes the context.
+                let (fetched, quiet);
+                let c = match c.context & FETCH {
+                    0 => {
+                        quiet = false;
+                        c
+                    }
+                    // SAFETY: the result buffer stays valid until the
+                    // atomic's completion (libfabric's contract): this one.
+                    _ => match unsafe { en.fetches.finish(c) } {
+                        None => {
+                            quiet = false;
+                            c
+                        }
+                        Some(f) => {
+                            quiet = f.quiet;
+                            fetched = {
+                                let mut done = c.clone();
+                                done.context = f.app;
+                                done
+                            };
+                            &fetched
+                        }
+                    },
+                };
                 // A receive into several buffers, or of a multi-receive
                 // buffer: its token becomes the application's context.
                 let app = match c.context & (MULTI | SCATTER) {
@@ -318,6 +353,9 @@ impl EpCore {
                 if remote && en.rma_events {
                     // Counters bound to the region (fi_mr_bind) count it too.
                     self.domain.regions.hit(c.tag, c.flags, c.result.is_ok());
+                }
+                if quiet {
+                    continue; // an inject: counted only, even when it failed
                 }
                 let silent = en.selective() && c.context & SILENT != 0;
                 if silent && c.result.is_ok() {
@@ -336,6 +374,7 @@ impl EpCore {
                     &en.rx
                 } else {
                     *sent += 1;
+                    *atomics += u64::from(c.flags.contains(Flags::ATOMIC));
                     &en.tx
                 };
                 let Some(cq) = to else {
@@ -343,6 +382,9 @@ impl EpCore {
                     continue;
                 };
                 let mut e = Entry::from_xfer(c);
+                if c.flags.contains(Flags::ATOMIC) {
+                    e.data = 0; // xfer's fetched value, stored above; no CQ data
+                }
                 if remote {
                     e.tag = 0; // xfer's region key: no tag of the application's
                 }
@@ -787,7 +829,7 @@ pub(crate) unsafe extern "C" fn open(
             }
         }
         let caps = if info.caps == 0 { DEFAULT_CAPS } else { info.caps };
-        if caps & !CAPS != 0 {
+        if caps & !CAPS != 0 || (caps & fi::FI_ATOMIC != 0 && !domain.xfer.atomics()) {
             return -(libc::ENODATA);
         }
         let listen = match (info.src_addr.is_null(), info.src_addrlen) {
@@ -852,7 +894,7 @@ pub(crate) unsafe extern "C" fn open(
             msg: entry::ops(&crate::msg::OPS),
             rma: entry::ops(&crate::rma::OPS),
             tagged: entry::ops(&crate::tagged::OPS),
-            atomic: entry::ops(&crate::unsupported::ATOMIC_OPS),
+            atomic: entry::ops(&crate::atomic::OPS),
             collective: entry::ops(&crate::unsupported::COLLECTIVE_OPS),
         };
         // SAFETY: the application's out pointer.
@@ -1019,11 +1061,13 @@ fn enable(ep: &Arc<EpCore>) -> c_int {
         scatters: Scatters::default(),
         multis: Multis::default(),
         joins: Joins::default(),
+        fetches: Fetches::default(),
         rma_events: attr.rma_events,
         router: Mutex::new(Router {
             scratch: vec![Completion::EMPTY; POLL_BATCH],
             sent: 0,
             received: 0,
+            atomics: 0,
         }),
         _av: av,
         provider: ep.domain.xfer.provider(),

@@ -39,6 +39,13 @@ pub const IMPLIED_CAPS: u64 = fi::FI_LOCAL_COMM | fi::FI_REMOTE_COMM;
 /// xfer's RMA), offered only when asked for: it needs the memory
 /// registration mode [`MR_MODE_RMA`].
 pub const RMA_CAPS: u64 = fi::FI_RMA | fi::FI_READ | fi::FI_WRITE | fi::FI_REMOTE_READ | fi::FI_REMOTE_WRITE;
+/// Remote atomics (`fi_atomic`, `fi_fetch_atomic`, `fi_compare_atomic`
+/// onto xfer's atomics), offered only when asked for and only by a
+/// provider whose endpoints apply them ([`Domain::atomics`]); they need the
+/// registration mode RMA needs.
+///
+/// [`Domain::atomics`]: xfer_facade::Domain::atomics
+pub const ATOMIC_CAPS: u64 = fi::FI_ATOMIC | fi::FI_READ | fi::FI_WRITE | fi::FI_REMOTE_READ | fi::FI_REMOTE_WRITE;
 /// Most bytes of error data an entry carries (`max_err_data`): the
 /// address of an `FI_SOURCE_ERR` sender, in any address format (an
 /// `FI_ADDR_STR` string of an xfer name is the longest).
@@ -46,7 +53,8 @@ pub const MAX_ERR_DATA: usize = 128;
 /// Everything an endpoint can be asked for. `FI_RMA_EVENT` (remote
 /// counters) only where the target serves RMA itself ([`serves_rma`]), and
 /// only when asked: a verbs target never sees the RDMA its NIC applies.
-pub const CAPS: u64 = PRIMARY_CAPS | SECONDARY_CAPS | RMA_CAPS | fi::FI_RMA_EVENT;
+/// `FI_ATOMIC` only where the provider applies atomics.
+pub const CAPS: u64 = PRIMARY_CAPS | SECONDARY_CAPS | RMA_CAPS | ATOMIC_CAPS | fi::FI_RMA_EVENT;
 /// Registration mode with RMA: remote addresses are virtual addresses, keys
 /// are xfer's (`fi_mr_key`), registered memory must be allocated.
 /// `FI_MR_LOCAL` is added only when the application lists it (local buffers
@@ -219,15 +227,16 @@ pub struct Offer {
     pub ep_auth_key: Option<Vec<u8>>,
 }
 
-/// Checks `hints` against what xfer's provider `provider` can do: the offer,
-/// or the first reason it cannot honour them.
-pub fn select(h: &Hints, provider: &str, limits: Limits) -> Result<Offer, &'static str> {
+/// Checks `hints` against what xfer's provider `provider` can do (`atomics`:
+/// its endpoints apply remote atomics): the offer, or the first reason it
+/// cannot honour them.
+pub fn select(h: &Hints, provider: &str, atomics: bool, limits: Limits) -> Result<Offer, &'static str> {
     if h.ep_type != fi::FI_EP_UNSPEC && h.ep_type != fi::FI_EP_RDM {
         return Err("only FI_EP_RDM endpoints");
     }
     if h.caps & !CAPS != 0 || (h.tx_caps | h.rx_caps) & !CAPS != 0 {
         return Err(
-            "capabilities beyond FI_MSG, FI_TAGGED, FI_RMA and their secondary caps (no atomics, triggered ops)",
+            "capabilities beyond FI_MSG, FI_TAGGED, FI_RMA, FI_ATOMIC and their secondary caps (no triggered ops, collectives)",
         );
     }
     let Some(format) = Format::of(h.addr_format) else {
@@ -350,7 +359,15 @@ pub fn select(h: &Hints, provider: &str, limits: Limits) -> Result<Offer, &'stat
     if rma_event && !serves_rma(provider) {
         return Err("FI_RMA_EVENT: a verbs target does not see the RDMA peers apply to it (tcp and shm only)");
     }
-    let rma = rma_event || (h.caps | h.tx_caps | h.rx_caps) & RMA_CAPS != 0;
+    let atomic = (h.caps | h.tx_caps | h.rx_caps) & fi::FI_ATOMIC != 0;
+    if atomic && !atomics {
+        return Err("FI_ATOMIC: this xfer provider's endpoints do not apply remote atomics");
+    }
+    // FI_READ, FI_WRITE and the remote ones with FI_ATOMIC are atomics'.
+    let asked = h.caps | h.tx_caps | h.rx_caps;
+    let rma_asked = rma_event || asked & fi::FI_RMA != 0 || (!atomic && asked & RMA_CAPS != 0);
+    // Atomics name remote memory as RMA does: the same registration mode.
+    let rma = rma_asked || atomic;
     let mr_mode = h.mr_mode as u64;
     let old_form = [fi::FI_MR_BASIC, fi::FI_MR_SCALABLE]
         .into_iter()
@@ -381,7 +398,8 @@ pub fn select(h: &Hints, provider: &str, limits: Limits) -> Result<Offer, &'stat
         },
         caps: primary
             | secondary(h.caps, shm)
-            | if rma { RMA_CAPS } else { 0 }
+            | if rma_asked { RMA_CAPS } else { 0 }
+            | if atomic { ATOMIC_CAPS } else { 0 }
             | if rma_event { fi::FI_RMA_EVENT } else { 0 },
         av_type: if h.av_type == fi::FI_AV_MAP {
             fi::FI_AV_MAP
@@ -568,7 +586,7 @@ fn build(version: u32, offer: &Offer) -> Option<*mut fi::fi_info> {
             i.fabric_attr.as_mut()?,
         )
     };
-    tx.caps = caps & (PRIMARY_CAPS | fi::FI_SEND | fi::FI_RMA | fi::FI_READ | fi::FI_WRITE);
+    tx.caps = caps & (PRIMARY_CAPS | fi::FI_SEND | fi::FI_RMA | fi::FI_ATOMIC | fi::FI_READ | fi::FI_WRITE);
     tx.msg_order = MSG_ORDER;
     tx.comp_order = fi::FI_ORDER_NONE;
     tx.op_flags = offer.tx_op_flags;
@@ -584,6 +602,7 @@ fn build(version: u32, offer: &Offer) -> Option<*mut fi::fi_info> {
             | fi::FI_SOURCE_ERR
             | fi::FI_MULTI_RECV
             | fi::FI_RMA
+            | fi::FI_ATOMIC
             | fi::FI_REMOTE_READ
             | fi::FI_REMOTE_WRITE
             | fi::FI_RMA_EVENT);
@@ -707,6 +726,7 @@ pub(crate) unsafe extern "C" fn getinfo(
             }
         };
         let limits = Limits::from_env();
+        let asks_atomics = (h.caps | h.tx_caps | h.rx_caps) & fi::FI_ATOMIC != 0;
         let forced = crate::params::provider();
         let (mut head, mut tail): (*mut fi::fi_info, *mut fi::fi_info) = (std::ptr::null_mut(), std::ptr::null_mut());
         let usable = xfer_facade::info_for(&{
@@ -717,7 +737,8 @@ pub(crate) unsafe extern "C" fn getinfo(
         .into_iter()
         .filter(|p| p.available);
         for p in usable.filter(|p| offered(forced.as_deref(), h.domain_name.as_deref(), p.name)) {
-            let offer = match select(&h, p.name, limits) {
+            let atomics = asks_atomics && crate::domain::applies_atomics(p.name);
+            let offer = match select(&h, p.name, atomics, limits) {
                 Ok(o) => o,
                 Err(why) => {
                     tracing::debug!(provider = p.name, why, "fi_getinfo: hints refused");
@@ -774,10 +795,10 @@ mod tests {
             ep_type: fi::FI_EP_RDM,
             ..Hints::default()
         };
-        let o = select(&h, "tcp", L).unwrap();
+        let o = select(&h, "tcp", false, L).unwrap();
         assert_eq!(o.caps & PRIMARY_CAPS, fi::FI_TAGGED, "only the primary caps asked for");
         assert_eq!(o.av_type, fi::FI_AV_TABLE);
-        assert!(select(&Hints::default(), "tcp", L).unwrap().caps & fi::FI_MSG != 0);
+        assert!(select(&Hints::default(), "tcp", false, L).unwrap().caps & fi::FI_MSG != 0);
     }
 
     #[test]
@@ -787,9 +808,9 @@ mod tests {
             ep_auth_key: Some(b"mine".to_vec()),
             ..Hints::default()
         };
-        assert!(select(&h, "shm", L).is_err(), "shm does not check job keys");
+        assert!(select(&h, "shm", false, L).is_err(), "shm does not check job keys");
         for p in ["tcp", "verbs"] {
-            let o = select(&h, p, L).unwrap();
+            let o = select(&h, p, false, L).unwrap();
             assert_eq!(o.domain_auth_key.as_deref(), Some(&b"job"[..]), "{p}");
             assert_eq!(o.ep_auth_key.as_deref(), Some(&b"mine"[..]), "{p}");
         }
@@ -812,6 +833,7 @@ mod tests {
                     ..Hints::default()
                 },
                 "tcp",
+                false,
                 L,
             )
             .unwrap()
@@ -829,7 +851,10 @@ mod tests {
             caps: fi::FI_MSG | fi::FI_SOURCE_ERR,
             ..Hints::default()
         };
-        assert!(select(&alone, "tcp", L).is_err(), "FI_SOURCE_ERR needs FI_SOURCE");
+        assert!(
+            select(&alone, "tcp", false, L).is_err(),
+            "FI_SOURCE_ERR needs FI_SOURCE"
+        );
         assert_eq!(
             plain & (fi::FI_SEND | fi::FI_RECV),
             fi::FI_SEND | fi::FI_RECV,
@@ -852,17 +877,17 @@ mod tests {
             node: addr::resolve(None, Some("9228"), true, None).unwrap(),
             ..Hints::default()
         };
-        let o = select(&server, "tcp", L).unwrap();
+        let o = select(&server, "tcp", false, L).unwrap();
         assert_eq!(o.src, Some("0.0.0.0:9228".parse().unwrap()));
         assert!(
-            select(&server, "verbs", L).is_err(),
+            select(&server, "verbs", false, L).is_err(),
             "verbs has no service to listen on"
         );
         let client = Hints {
             node: addr::resolve(Some("127.0.0.1"), Some("9228"), false, None).unwrap(),
             ..Hints::default()
         };
-        let o = select(&client, "tcp", L).unwrap();
+        let o = select(&client, "tcp", false, L).unwrap();
         assert_eq!(o.dest, addr::any_listener("127.0.0.1:9228".parse().unwrap()));
         let sin = Hints {
             addr_format: fi::FI_SOCKADDR_IN,
@@ -870,19 +895,22 @@ mod tests {
             ..Hints::default()
         };
         assert_eq!(
-            select(&sin, "tcp", L).unwrap().src,
+            select(&sin, "tcp", false, L).unwrap().src,
             Some("127.0.0.1:7".parse().unwrap())
         );
         let six = Hints {
             addr_format: fi::FI_SOCKADDR_IN6,
             ..sin
         };
-        assert!(select(&six, "tcp", L).is_err(), "an IPv4 source in an IPv6 format");
+        assert!(
+            select(&six, "tcp", false, L).is_err(),
+            "an IPv4 source in an IPv6 format"
+        );
     }
 
     #[test]
     fn what_xfer_cannot_do_is_refused() {
-        let refuse = |h: Hints| select(&h, "tcp", L).unwrap_err();
+        let refuse = |h: Hints| select(&h, "tcp", false, L).unwrap_err();
         refuse(Hints {
             ep_type: fi::FI_EP_MSG,
             ..Hints::default()
@@ -891,6 +919,21 @@ mod tests {
             caps: fi::FI_ATOMIC,
             ..Hints::default()
         });
+        // Atomics where the domain applies them: their caps and RMA's
+        // registration mode, without FI_RMA unasked.
+        let atomic = Hints {
+            caps: fi::FI_ATOMIC | fi::FI_READ | fi::FI_WRITE,
+            ..Hints::default()
+        };
+        let o = select(&atomic, "shm", true, L).unwrap();
+        assert_eq!(o.caps & (ATOMIC_CAPS | fi::FI_RMA), ATOMIC_CAPS);
+        assert!(o.rma, "the registration mode remote access needs");
+        let both = Hints {
+            caps: fi::FI_ATOMIC | fi::FI_RMA,
+            ..Hints::default()
+        };
+        assert_eq!(select(&both, "shm", true, L).unwrap().caps & RMA_CAPS, RMA_CAPS);
+        assert!(select(&atomic, "tcp", false, L).is_err());
         refuse(Hints {
             caps: fi::FI_RMA,
             mr_mode: fi::FI_MR_LOCAL as i32,
@@ -901,10 +944,10 @@ mod tests {
             mr_mode: mr_mode as i32,
             ..Hints::default()
         };
-        assert!(select(&rma(MR_MODE_RMA | fi::FI_MR_LOCAL), "tcp", L).is_ok_and(|o| o.rma));
-        assert!(select(&rma(0), "tcp", L).is_ok_and(|o| o.rma && o.caps & RMA_CAPS == RMA_CAPS));
+        assert!(select(&rma(MR_MODE_RMA | fi::FI_MR_LOCAL), "tcp", false, L).is_ok_and(|o| o.rma));
+        assert!(select(&rma(0), "tcp", false, L).is_ok_and(|o| o.rma && o.caps & RMA_CAPS == RMA_CAPS));
         assert!(
-            select(&rma(0), "tcp", L).is_ok_and(|o| o.caps & fi::FI_RMA_EVENT == 0),
+            select(&rma(0), "tcp", false, L).is_ok_and(|o| o.caps & fi::FI_RMA_EVENT == 0),
             "FI_RMA_EVENT only when asked"
         );
         // Remote counters: where the target serves RMA itself.
@@ -912,8 +955,11 @@ mod tests {
             caps: fi::FI_RMA | fi::FI_RMA_EVENT,
             ..Hints::default()
         };
-        assert!(select(&events, "tcp", L).is_ok_and(|o| o.rma && o.caps & fi::FI_RMA_EVENT != 0));
-        assert!(select(&events, "verbs", L).is_err(), "a verbs target sees no RDMA");
+        assert!(select(&events, "tcp", false, L).is_ok_and(|o| o.rma && o.caps & fi::FI_RMA_EVENT != 0));
+        assert!(
+            select(&events, "verbs", false, L).is_err(),
+            "a verbs target sees no RDMA"
+        );
         refuse(Hints {
             caps: fi::FI_MSG | fi::FI_TRIGGER,
             ..Hints::default()
@@ -938,13 +984,14 @@ mod tests {
                     ..Hints::default()
                 },
                 "tcp",
+                false,
                 L,
             )
             .expect("a completion level is honoured");
             assert_eq!(offer.tx_op_flags, level | fi::FI_COMPLETION);
         }
         assert_eq!(
-            select(&Hints::default(), "tcp", L).map(|o| o.tx_op_flags),
+            select(&Hints::default(), "tcp", false, L).map(|o| o.tx_op_flags),
             Ok(fi::FI_INJECT_COMPLETE)
         );
         refuse(Hints {
@@ -965,6 +1012,7 @@ mod tests {
                 ..Hints::default()
             },
             "tcp",
+            false,
             L
         )
         .is_ok());
@@ -982,6 +1030,7 @@ mod tests {
                 ..Hints::default()
             },
             "tcp",
+            false,
             L
         )
         .is_ok());
@@ -999,6 +1048,7 @@ mod tests {
                 ..Hints::default()
             },
             "shm",
+            false,
             L,
         )
         .unwrap();
@@ -1008,8 +1058,11 @@ mod tests {
             caps: fi::FI_TAGGED | IMPLIED_CAPS,
             ..Hints::default()
         };
-        assert_eq!(select(&remote, "shm", L).unwrap().caps & IMPLIED_CAPS, IMPLIED_CAPS);
-        let refuse = |h: Hints| select(&h, "shm", L).unwrap_err();
+        assert_eq!(
+            select(&remote, "shm", false, L).unwrap().caps & IMPLIED_CAPS,
+            IMPLIED_CAPS
+        );
+        let refuse = |h: Hints| select(&h, "shm", false, L).unwrap_err();
         refuse(Hints {
             addr_format: fi::FI_SOCKADDR_IN,
             ..Hints::default()
@@ -1035,13 +1088,13 @@ mod tests {
             node: addr::resolve(Some(&node), None, false, None).unwrap(),
             ..Hints::default()
         };
-        assert_eq!(select(&h, "shm", L).unwrap().dest, Some(peer));
-        assert!(select(&h, "tcp", L).is_err(), "an shm name on tcp");
+        assert_eq!(select(&h, "shm", false, L).unwrap().dest, Some(peer));
+        assert!(select(&h, "tcp", false, L).is_err(), "an shm name on tcp");
     }
 
     #[test]
     fn domain_and_size_hints_are_honoured_or_refused() {
-        let refuse = |h: Hints| select(&h, "tcp", L).unwrap_err();
+        let refuse = |h: Hints| select(&h, "tcp", false, L).unwrap_err();
         for h in [
             Hints {
                 threading: 99,
@@ -1101,6 +1154,7 @@ mod tests {
                 ..Hints::default()
             },
             "tcp",
+            false,
             L,
         )
         .unwrap();
@@ -1111,7 +1165,7 @@ mod tests {
             "the larger of asked and default"
         );
         assert_eq!(
-            select(&Hints::default(), "tcp", L).unwrap().threading,
+            select(&Hints::default(), "tcp", false, L).unwrap().threading,
             fi::FI_THREAD_SAFE
         );
     }
@@ -1123,12 +1177,12 @@ mod tests {
             mr_mode: mr_mode as i32,
             ..Hints::default()
         };
-        let o = select(&h(fi::FI_RMA, fi::FI_MR_BASIC), "tcp", L).unwrap();
+        let o = select(&h(fi::FI_RMA, fi::FI_MR_BASIC), "tcp", false, L).unwrap();
         assert_eq!((o.rma, o.old_mr_mode, o.mr_local), (true, Some(fi::FI_MR_BASIC), false));
-        let o = select(&h(fi::FI_MSG, fi::FI_MR_SCALABLE), "tcp", L).unwrap();
+        let o = select(&h(fi::FI_MSG, fi::FI_MR_SCALABLE), "tcp", false, L).unwrap();
         assert_eq!(o.old_mr_mode, Some(fi::FI_MR_SCALABLE));
-        assert!(select(&h(fi::FI_RMA, fi::FI_MR_SCALABLE), "tcp", L).is_err());
-        assert_eq!(select(&h(fi::FI_RMA, 0), "tcp", L).unwrap().old_mr_mode, None);
+        assert!(select(&h(fi::FI_RMA, fi::FI_MR_SCALABLE), "tcp", false, L).is_err());
+        assert_eq!(select(&h(fi::FI_RMA, 0), "tcp", false, L).unwrap().old_mr_mode, None);
     }
 
     #[test]
@@ -1139,10 +1193,14 @@ mod tests {
             mr_mode: mr_mode as i32,
             ..Hints::default()
         };
-        assert!(select(&h(fi::FI_RMA, MR_MODE_RMA | local), "tcp", L).unwrap().mr_local);
-        assert!(!select(&h(fi::FI_RMA, MR_MODE_RMA), "tcp", L).unwrap().mr_local);
         assert!(
-            !select(&h(fi::FI_TAGGED, MR_MODE_RMA | local), "tcp", L)
+            select(&h(fi::FI_RMA, MR_MODE_RMA | local), "tcp", false, L)
+                .unwrap()
+                .mr_local
+        );
+        assert!(!select(&h(fi::FI_RMA, MR_MODE_RMA), "tcp", false, L).unwrap().mr_local);
+        assert!(
+            !select(&h(fi::FI_TAGGED, MR_MODE_RMA | local), "tcp", false, L)
                 .unwrap()
                 .mr_local
         );

@@ -5,7 +5,8 @@
 //! one fi_info per usable xfer provider (`domain` `verbs` when a device is
 //! usable, then `tcp`). `FI_EP_RDM` endpoints carry `FI_MSG` and
 //! `FI_TAGGED` (with `FI_DIRECTED_RECV` and `FI_SOURCE` when asked for, and `FI_PEEK` /
-//! `FI_CLAIM` probes), and `FI_RMA` when asked for; every call maps onto
+//! `FI_CLAIM` probes), `FI_RMA` when asked for, and `FI_ATOMIC` when asked
+//! for on a domain whose endpoints apply atomics; every call maps onto
 //! xfer's own Rust API ([`xfer_facade`]), so the wire is xfer's.
 //!
 //! The libfabric structures come from the installed headers through
@@ -16,6 +17,7 @@
 #![deny(missing_docs)]
 
 mod addr;
+mod atomic;
 mod auth;
 mod av;
 mod cntr;
@@ -24,6 +26,7 @@ mod domain;
 mod ep;
 mod eq;
 mod fabric;
+mod fetch;
 mod info;
 mod iov;
 mod join;

@@ -5,7 +5,8 @@
 //! cancel, and the calls xfer refuses; over the xfer domain `XFER_PROVIDER`
 //! forces (`make test-shm` runs it over shm). And the shm domain whatever
 //! `XFER_PROVIDER` says: fi_shm.c (its addresses and what it refuses) and
-//! the one-process programs of the reference suite over it.
+//! the one-process programs of the reference suite over it; remote atomics
+//! (fi_atomic.c) over shm and tcp-rdm.
 
 mod common;
 
@@ -71,6 +72,21 @@ fn c_suite_over_libfabric() {
 /// `XFER_REQUIRE_VALGRIND` is set (as `make test` does).
 #[test]
 fn c_suite_under_valgrind() {
+    under_valgrind(&build("ofi_fi_suite_vg"), None, "fi_suite under valgrind");
+}
+
+/// fi_atomic.c over shm under valgrind memcheck: the atomics' result
+/// buffers, written by the completion router, and everything the
+/// capability query opened, clean.
+#[test]
+fn atomics_under_valgrind() {
+    let exe = build_c("fi_atomic.c", "ofi_fi_atomic_vg");
+    under_valgrind(&exe, Some("shm"), "fi_atomic under valgrind");
+}
+
+/// Runs `exe` under valgrind memcheck (over `XFER_PROVIDER` `provider`
+/// when given): it must exit 0 with no error and no definite leak.
+fn under_valgrind(exe: &Path, provider: Option<&str>, what: &str) {
     let have = Command::new("valgrind")
         .arg("--version")
         .output()
@@ -83,7 +99,6 @@ fn c_suite_under_valgrind() {
         eprintln!("valgrind not installed: the memcheck run is skipped");
         return;
     }
-    let exe = build("ofi_fi_suite_vg");
     let supp = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/valgrind.supp");
     let mut cmd = fi_command("valgrind");
     cmd.args([
@@ -94,13 +109,12 @@ fn c_suite_under_valgrind() {
         "--keep-debuginfo=yes",
     ])
     .arg(format!("--suppressions={}", supp.display()))
-    .arg(&exe);
-    let out = wait_output(
-        cmd.spawn().expect("running valgrind"),
-        "fi_suite under valgrind",
-        Duration::from_secs(600),
-    );
-    check("fi_suite under valgrind", &out);
+    .arg(exe);
+    if let Some(p) = provider {
+        cmd.env("XFER_PROVIDER", p).env_remove("FI_XFER_PROVIDER");
+    }
+    let out = wait_output(cmd.spawn().expect("running valgrind"), what, Duration::from_secs(600));
+    check(what, &out);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("ERROR SUMMARY: 0 errors"), "{stderr}");
 }
@@ -153,5 +167,19 @@ fn one_process_programs_over_shm() {
     ] {
         let name = format!("ofi_shm_{}", src.trim_end_matches(".c"));
         run_over(&build_c(src, &name), Some("shm"), done);
+    }
+}
+
+/// ofi/tests/c/fi_atomic.c over the domains that apply atomics (shm,
+/// tcp-rdm): every operation on every datatype through every call
+/// (`fi_atomic`, `fi_fetch_atomic`, `fi_compare_atomic`, their `v` and
+/// `msg` forms, `fi_inject_atomic`), fetched values and counters checked,
+/// bad keys, bounds and alignment refused with memory left alone, and
+/// `fi_query_atomic` / `fi_*atomicvalid`.
+#[test]
+fn atomics_over_shm_and_tcp_rdm() {
+    let exe = build_c("fi_atomic.c", "ofi_fi_atomic");
+    for provider in ["shm", "tcp-rdm"] {
+        run_over(&exe, Some(provider), "all atomics checked");
     }
 }

@@ -93,15 +93,23 @@ fn fi_info_lists_xfer() {
         "FI_EP_MSG accepted:\n{}",
         String::from_utf8_lossy(&out.stdout)
     );
-    let out = fi_command("fi_info")
-        .args(["-p", "xfer", "-c", "FI_ATOMIC"])
-        .output()
-        .expect("fi_info");
-    assert!(
-        !out.status.success(),
-        "FI_ATOMIC accepted:\n{}",
-        String::from_utf8_lossy(&out.stdout)
-    );
+    // Atomics only where the domain applies them (shm, tcp-rdm): the tcp
+    // and verbs domains refuse them whatever the test's domain.
+    for (forced, offered) in [("tcp", false), ("verbs", false), ("shm", true), ("tcp-rdm", true)] {
+        let out = fi_command("fi_info")
+            .args(["-p", "xfer", "-c", "FI_ATOMIC", "-v"])
+            .env("XFER_PROVIDER", forced)
+            .output()
+            .expect("fi_info");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.success(), offered, "FI_ATOMIC over {forced}:\n{text}");
+        if offered {
+            assert!(
+                text.contains(&format!("name: {forced}")) && text.contains("FI_ATOMIC"),
+                "{text}"
+            );
+        }
+    }
     // RMA when asked for, with the registration mode it needs.
     let out = fi_command("fi_info")
         .args(["-p", "xfer", "-c", "FI_RMA", "-v"])

@@ -36,19 +36,61 @@ pub fn challenge() -> Result<[u8; CHALLENGE_LEN]> {
     Ok(c)
 }
 
-fn mac(key: &[u8], challenge: &[u8; CHALLENGE_LEN], acceptor: u64, connector: &[u8]) -> Result<Hmac<Sha256>> {
+fn mac(key: &[u8], challenge: &[u8; CHALLENGE_LEN], acceptor: &[u8], connector: &[u8]) -> Result<Hmac<Sha256>> {
     let mut m = Hmac::<Sha256>::new_from_slice(key).map_err(|_| Error::Internal("HMAC refused a key length"))?;
     m.update(LABEL);
     m.update(challenge);
-    m.update(&acceptor.to_le_bytes());
+    m.update(acceptor);
     m.update(connector);
     Ok(m)
+}
+
+/// The acceptor's part of a MAC for a whole endpoint name: its length
+/// first, so no name and connector split the same bytes two ways (and no
+/// name reads as an 8-byte nonce).
+fn named(acceptor: &[u8]) -> Vec<u8> {
+    let mut a = Vec::with_capacity(acceptor.len() + 9);
+    a.extend_from_slice(b"name");
+    a.push(acceptor.len() as u8);
+    a.extend_from_slice(acceptor);
+    a
 }
 
 /// The proof a connecting endpoint named `connector` sends for `challenge`
 /// from the endpoint whose nonce is `acceptor`.
 pub fn proof(key: &[u8], challenge: &[u8; CHALLENGE_LEN], acceptor: u64, connector: &[u8]) -> Result<[u8; PROOF_LEN]> {
-    Ok(mac(key, challenge, acceptor, connector)?.finalize().into_bytes().into())
+    Ok(mac(key, challenge, &acceptor.to_le_bytes(), connector)?
+        .finalize()
+        .into_bytes()
+        .into())
+}
+
+/// The proof for `challenge` from the endpoint named `acceptor` (where an
+/// endpoint is known by its whole name rather than a nonce: the RDM
+/// engine's transports).
+pub fn proof_named(
+    key: &[u8],
+    challenge: &[u8; CHALLENGE_LEN],
+    acceptor: &[u8],
+    connector: &[u8],
+) -> Result<[u8; PROOF_LEN]> {
+    Ok(mac(key, challenge, &named(acceptor), connector)?
+        .finalize()
+        .into_bytes()
+        .into())
+}
+
+/// Whether `sent` is the whole [`proof_named`] for `challenge`, compared in
+/// constant time.
+pub fn verify_named(
+    key: &[u8],
+    challenge: &[u8; CHALLENGE_LEN],
+    acceptor: &[u8],
+    connector: &[u8],
+    sent: &[u8],
+) -> bool {
+    sent.len() == PROOF_LEN
+        && mac(key, challenge, &named(acceptor), connector).is_ok_and(|m| m.verify_slice(sent).is_ok())
 }
 
 /// Whether `sent` is the proof (whole, or its leftmost [`SHORT`] bytes or
@@ -57,7 +99,7 @@ pub fn verify(key: &[u8], challenge: &[u8; CHALLENGE_LEN], acceptor: u64, connec
     if !(SHORT..=PROOF_LEN).contains(&sent.len()) {
         return false;
     }
-    mac(key, challenge, acceptor, connector).is_ok_and(|m| m.verify_truncated_left(sent).is_ok())
+    mac(key, challenge, &acceptor.to_le_bytes(), connector).is_ok_and(|m| m.verify_truncated_left(sent).is_ok())
 }
 
 #[cfg(test)]
@@ -78,5 +120,21 @@ mod tests {
         d[0] ^= 1;
         assert!(!verify(b"key", &d, 7, b"me", &p), "challenge");
         assert_ne!(challenge().unwrap(), c, "fresh");
+    }
+
+    #[test]
+    fn a_named_proof_binds_the_whole_names() {
+        let c = challenge().unwrap();
+        let p = proof_named(b"key", &c, b"acceptor", b"me").unwrap();
+        assert!(verify_named(b"key", &c, b"acceptor", b"me", &p));
+        assert!(!verify_named(b"key", &c, b"acceptor", b"me", &p[..SHORT]), "whole only");
+        assert!(!verify_named(b"key", &c, b"acceptorm", b"e", &p), "split moved");
+        assert!(!verify_named(b"key", &c, b"acceptor", b"you", &p), "connector");
+        assert!(!verify_named(b"other", &c, b"acceptor", b"me", &p), "key");
+        let nonce = proof(b"key", &c, 7, b"me").unwrap();
+        assert!(
+            !verify_named(b"key", &c, &7u64.to_le_bytes(), b"me", &nonce),
+            "a nonce proof is not a name proof"
+        );
     }
 }

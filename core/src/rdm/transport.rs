@@ -181,6 +181,26 @@ pub trait Transport: Send {
     /// Closes `conn`; no event is reported for it.
     fn close(&mut self, conn: ConnId);
 
+    /// Frames to coalesce: how many a burst of posts may hold back for the
+    /// next progress call, which writes them together (0: none, every post
+    /// is written at once). Worth it where each write is a system call.
+    fn coalesce(&self) -> usize {
+        0
+    }
+
+    /// Frames sent from now until [`flush`](Self::flush) may wait for it
+    /// and share its system calls.
+    fn cork(&mut self) {}
+
+    /// Writes what was sent since [`cork`](Self::cork).
+    fn flush(&mut self) {}
+
+    /// How long a connection may take to open and be admitted (the
+    /// engine's handshake) before its peer fails with `ETIMEDOUT`.
+    fn connect_timeout(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(10)
+    }
+
     /// Moves data and reports connections and frames to `events`; never blocks.
     fn progress(&mut self, events: &mut dyn Events);
 

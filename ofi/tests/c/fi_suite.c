@@ -584,15 +584,21 @@ int main(void)
 	CHECK(info->caps & FI_DIRECTED_RECV, "no FI_DIRECTED_RECV");
 
 	/* What xfer cannot do is refused: RMA with local registration only
-	 * (xfer's RMA needs FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY),
-	 * atomics. */
+	 * (xfer's RMA needs FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY). */
 	struct fi_info *rma = fi_dupinfo(hints), *none = NULL;
 	rma->caps |= FI_RMA;
 	rma->domain_attr->mr_mode = FI_MR_LOCAL;
 	CHECK(fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, rma, &none) == -FI_ENODATA, "FI_RMA with FI_MR_LOCAL accepted");
+	/* Atomics: offered by the domains that apply them (shm, tcp-rdm),
+	 * refused by the others. */
 	rma->caps = FI_ATOMIC;
 	rma->domain_attr->mr_mode = 0;
-	CHECK(fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, rma, &none) == -FI_ENODATA, "FI_ATOMIC accepted");
+	int applies = !strcmp(info->domain_attr->name, "shm") || !strcmp(info->domain_attr->name, "tcp-rdm");
+	int offered = fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, rma, &none);
+	CHECK(applies ? offered == 0 && (none->caps & FI_ATOMIC) : offered == -FI_ENODATA, "FI_ATOMIC on %s: %d",
+	      info->domain_attr->name, offered);
+	fi_freeinfo(none);
+	none = NULL;
 	fi_freeinfo(rma);
 	/* Hints refused at fi_getinfo rather than failing later: an unknown
 	 * threading level, 16-byte keys, more error data than an address

@@ -49,6 +49,11 @@ impl DomainProvider for ShmDomain {
         "shm"
     }
 
+    /// Core's RDM engine applies atomics at the target.
+    fn atomics(&self) -> bool {
+        true
+    }
+
     fn check_address(&self, bytes: &[u8]) -> Result<Address> {
         match bytes.first() {
             Some(&PROVIDER_ID) if bytes.len() == NAME_LEN && &bytes[1..3] == b"xs" => Address::new(bytes),

@@ -1,6 +1,7 @@
 //! xfer-perf: ping-pong latency and streaming bandwidth over xfer, as
 //! `ib_send_lat`/`ib_send_bw` (and `ib_write_lat`/`ib_write_bw`/`ib_read_bw`
-//! for RMA) or `ucx_perftest` measure them.
+//! for RMA) or `ucx_perftest` measure them, and remote atomics as
+//! `ucx_perftest -t ucp_fadd` / `ucp_add` do.
 //!
 //! ```text
 //! xfer-perf                                 # both sides in this process, loopback
@@ -14,6 +15,7 @@
 //! and reused; the first message of every phase is checked byte for byte.
 //! Completions are busy-polled.
 
+mod atomic;
 mod bw;
 mod control;
 mod driver;
@@ -84,6 +86,8 @@ fn serve(side: &mut Side, announce: impl FnOnce(String)) -> Result<()> {
         let (ep, d) = (&side.ep, &mut side.driver);
         if p.test.is_rma() {
             rma::serve(ep, d, &side.domain, peer, &p)?;
+        } else if p.test.is_atomic() {
+            atomic::serve(ep, d, &side.domain, peer, &p)?;
         } else if p.test.is_latency() {
             let s = lat::Server::prepare(ep, peer, &p)?;
             say(ep, d, peer, "ready")?;
@@ -114,8 +118,11 @@ fn drive(side: &mut Side, server: &[u8], opts: &Options) -> Result<()> {
         let answer = hear(ep, d, peer)?;
         progress.phase(&p, i + 1, phases.len());
         let prog = &mut progress;
-        if p.test.is_rma() {
-            let (mut samples, secs) = rma::client(ep, d, &side.domain, peer, &p, &answer, prog)?;
+        if p.test.is_rma() || p.test.is_atomic() {
+            let (mut samples, secs) = match p.test.is_atomic() {
+                true => atomic::client(ep, d, peer, &p, &answer, prog)?,
+                false => rma::client(ep, d, &side.domain, peer, &p, &answer, prog)?,
+            };
             prog.clear();
             if !p.test.is_latency() {
                 report.bandwidth(&p, secs);

@@ -27,10 +27,14 @@ pub enum Test {
     PutBw,
     /// Streaming RMA reads.
     GetBw,
+    /// One remote fetch-and-add at a time: its whole round trip.
+    AtomicLat,
+    /// Remote adds (no fetch) with a bound on those in flight: operations/s.
+    AtomicRate,
 }
 
 impl Test {
-    pub const ALL: [Test; 9] = [
+    pub const ALL: [Test; 11] = [
         Test::TagLat,
         Test::TagBw,
         Test::TagRate,
@@ -40,6 +44,8 @@ impl Test {
         Test::GetLat,
         Test::PutBw,
         Test::GetBw,
+        Test::AtomicLat,
+        Test::AtomicRate,
     ];
 
     pub fn name(self) -> &'static str {
@@ -53,6 +59,8 @@ impl Test {
             Test::GetLat => "get_lat",
             Test::PutBw => "put_bw",
             Test::GetBw => "get_bw",
+            Test::AtomicLat => "atomic_lat",
+            Test::AtomicRate => "atomic_rate",
         }
     }
 
@@ -68,7 +76,16 @@ impl Test {
     }
 
     pub fn is_latency(self) -> bool {
-        matches!(self, Test::TagLat | Test::MsgLat | Test::PutLat | Test::GetLat)
+        matches!(
+            self,
+            Test::TagLat | Test::MsgLat | Test::PutLat | Test::GetLat | Test::AtomicLat
+        )
+    }
+
+    /// Remote atomics on one 64-bit element: one phase of 8 B whatever
+    /// `--sizes` says.
+    pub fn is_atomic(self) -> bool {
+        matches!(self, Test::AtomicLat | Test::AtomicRate)
     }
 
     pub fn is_rma(self) -> bool {
@@ -164,11 +181,13 @@ pub const USAGE: &str = "usage: xfer-perf [options] [local | server | client NAM
   client NAME    run against the server whose name (hex) is NAME
 
 options:
-  --test LIST    tag_lat,tag_bw,tag_rate,msg_lat,msg_bw,put_lat,get_lat,put_bw,get_bw
-                 (default tag_lat,tag_bw); get_lat is one read's round trip
-                 (as ib_read_lat), the other latencies half a round trip;
-                 tag_rate keeps --window sends in flight and --window receives
-                 posted, acknowledging only the last message (ucx_perftest -O)
+  --test LIST    tag_lat,tag_bw,tag_rate,msg_lat,msg_bw,put_lat,get_lat,put_bw,get_bw,
+                 atomic_lat,atomic_rate (default tag_lat,tag_bw); get_lat is one
+                 read's round trip (as ib_read_lat), atomic_lat one 64-bit
+                 fetch-and-add's (as ucp_fadd), the other latencies half a round
+                 trip; tag_rate keeps --window sends in flight and --window receives
+                 posted, acknowledging only the last message (ucx_perftest -O);
+                 atomic_rate keeps --window 64-bit adds in flight (as ucp_add)
   --sizes LIST   message sizes, e.g. 1,64,4k,1M (default 1 B to --max-size, powers of 2)
   --max-size N   largest default size (default 4M)
   --iters N      measured iterations per size (default: scaled by size)
@@ -240,7 +259,9 @@ impl Options {
     pub fn phases(&self) -> Vec<Phase> {
         let mut v = Vec::new();
         for &test in &self.tests {
-            for &size in &self.sizes {
+            let atomic = [crate::atomic::SIZE];
+            let sizes = if test.is_atomic() { &atomic[..] } else { &self.sizes };
+            for &size in sizes {
                 let iters = self.iters.unwrap_or_else(|| default_iters(test, size));
                 let warmup = self.warmup.unwrap_or(iters / 10);
                 // Bound the memory owned buffers pin to 64 MiB per side (two
@@ -318,6 +339,23 @@ mod tests {
         assert!(Phase::parse("phase tag_bw x 1 1 1 shared").is_err());
         assert!(Phase::parse("phase nope 1 1 1 1 shared").is_err());
         assert!(Phase::parse(&format!("phase tag_lat {} 1 1 1 shared", MAX_SIZE + 1)).is_err());
+    }
+
+    #[test]
+    fn atomic_tests_are_one_phase_of_eight_bytes() {
+        let o =
+            Options::parse(["--test", "atomic_lat,atomic_rate,tag_lat", "--sizes", "1,64"].map(String::from)).unwrap();
+        let got: Vec<(Test, usize)> = o.phases().iter().map(|p| (p.test, p.size)).collect();
+        assert_eq!(
+            got,
+            [
+                (Test::AtomicLat, 8),
+                (Test::AtomicRate, 8),
+                (Test::TagLat, 1),
+                (Test::TagLat, 64)
+            ]
+        );
+        assert!(Test::AtomicLat.is_latency() && !Test::AtomicRate.is_latency());
     }
 
     #[test]

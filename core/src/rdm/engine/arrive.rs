@@ -62,7 +62,7 @@ impl Handler<'_, '_, '_> {
     fn frame(&mut self, conn: ConnId, h: Header, payload: Bytes<'_>) -> Result<(), &'static str> {
         let link = self.s.peers.link_of(conn);
         let Some(p) = link.and_then(|l| l.peer) else {
-            return self.hello(conn, h, payload);
+            return self.s.unowned(self.cx.av, conn, h, payload);
         };
         let at = self.s.serial(p);
         if let Some(e) = self.s.peers.get_mut(p) {
@@ -70,6 +70,9 @@ impl Handler<'_, '_, '_> {
         }
         match h.kind {
             Kind::Hello => Err("a second hello"),
+            Kind::Challenge => self.s.challenged(p, payload),
+            Kind::Admitted => self.s.admitted_by(p, payload),
+            Kind::Proof => Err("proof out of place"),
             Kind::Ping => {
                 self.s
                     .enqueue(p, 0, Out::Owned(Header::new(Kind::Pong).encode(), Vec::new()));
@@ -112,35 +115,6 @@ impl Handler<'_, '_, '_> {
                 Ok(())
             }
         }
-    }
-
-    /// An accepted connection's first frame names its peer.
-    fn hello(&mut self, conn: ConnId, h: Header, payload: Bytes<'_>) -> Result<(), &'static str> {
-        if h.kind != Kind::Hello || payload.len() > 32 {
-            return Err("first frame is not a hello");
-        }
-        let name = crate::addr::Address::new(&payload.to_vec()).map_err(|_| "hello with a bad name")?;
-        if name.as_bytes().first() != Some(&self.s.provider_id) {
-            return Err("hello from another provider's name");
-        }
-        let p = match self.s.peers.find(&name) {
-            Some(p) => {
-                self.s.peers.link(conn, Some(p));
-                p
-            }
-            None => {
-                let p = self.s.peers.add(name, Some(conn));
-                if !self.s.admit(p, true) {
-                    self.s.peers.remove(p);
-                    self.s.doomed.push((conn, Cause::Closed));
-                    self.s.peers.link(conn, None);
-                    return Ok(());
-                }
-                p
-            }
-        };
-        self.s.joined(p, self.cx.av);
-        Ok(())
     }
 
     fn eager(&mut self, p: usize, at: (usize, u64), h: Header, payload: Bytes<'_>) {

@@ -56,7 +56,7 @@ impl State {
         let key = self.atomics.insert(AtomicTx { op, peer: at });
         h.token = self.atomics.token(key);
         self.enqueue(p, 0, Out::Owned(h.encode(), Vec::new()));
-        self.flush(t, cx, p);
+        self.posted(t, cx, p);
     }
 
     /// A target's atomic request from peer `p`: checked, applied, answered.

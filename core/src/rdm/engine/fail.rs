@@ -27,9 +27,13 @@ impl State {
             self.stats.protocol_errors += 1;
             crate::warn_limited!(conn, error = what, "rdm: connection ended by a protocol error");
         }
-        if let Some(peer) = self.peers.link_of(conn).and_then(|l| l.peer) {
-            let at = self.serial(peer);
-            self.failed.push((at, cause));
+        match self.peers.link_of(conn).map(|l| l.peer) {
+            Some(Some(peer)) => {
+                let at = self.serial(peer);
+                self.failed.push((at, cause));
+            }
+            Some(None) => self.vetting_lost(conn),
+            None => {}
         }
         self.peers.unlink(conn);
     }
@@ -100,6 +104,9 @@ impl State {
         }
         let mut gone = self.peers.remove(p)?;
         self.queued -= gone.queue.len();
+        if gone.gated {
+            self.gated -= 1;
+        }
         for (_, out) in gone.queue.drain(..) {
             if let Out::Eager(_, op) = out {
                 complete::send(&mut cx.cq, self.selective, op, Err(err.clone()));
@@ -129,6 +136,8 @@ impl State {
     pub(super) fn close<T: Transport>(&mut self, t: &mut T, cx: &mut Ctx<'_>) {
         self.closed = true;
         self.events.clear();
+        self.vetting.clear();
+        self.answers.clear();
         for p in self.peers.keys() {
             self.drop_peer(t, cx, p, &Error::Canceled);
         }

@@ -3,7 +3,7 @@
 //! peer's frames can touch set up — tagged and untagged receives posted, a
 //! rendezvous send, an acknowledged send and an RMA read of its own waiting
 //! on that peer, a registered region framed by guard bytes (RMA and atomic
-//! frames naming key 1 reach it) — then every
+//! frames naming key 1 reach it) — then, after the peer's `Admitted`, every
 //! frame of the input arrives on the peer's connection. Properties: no
 //! panic, nothing written outside the region (the guards are checked), and
 //! the endpoint still closes cleanly.
@@ -160,6 +160,9 @@ pub fn run(frames: &[(Vec<u8>, Vec<u8>)]) {
     // address, so the target's checks are reached past the key.
     hostile.progress(&mut Ignore);
     if let Some(conn) = hostile.conns().first().copied() {
+        // Admitted first, as an honest acceptor does: the endpoint's queued
+        // frames go out and the input meets an open connection.
+        hostile.send_raw(conn, &super::wire::Header::new(Kind::Admitted).encode(), &[]);
         for (h, p) in frames {
             let mut h = h.clone();
             let targets_region = [Kind::RmaWrite, Kind::RmaRead, Kind::Atomic]

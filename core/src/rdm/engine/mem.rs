@@ -64,6 +64,13 @@ impl Net {
         self.lock().busy = n;
     }
 
+    /// Makes `addr` reach `m` too: an address that stands for whichever
+    /// endpoint listens there, as TCP's nonce 0 does.
+    #[cfg(test)]
+    pub fn listen_also(&self, m: &Mem, addr: &[u8]) {
+        self.lock().listeners.insert(addr.to_vec(), m.me);
+    }
+
     /// A transport on this net; `pull` says whether it can read peers' memory.
     pub fn open(&self, pull: bool) -> Mem {
         let mut n = self.lock();

@@ -8,6 +8,7 @@
 //!
 //! - [`wire`]: the engine's frame header.
 //! - `peers`: the peer and connection tables.
+//! - `admit`: the handshake every connection opens with, and admission by job key.
 //! - `out`: frames waiting for room (or credit) on a connection, and writing them.
 //! - `credit`: eager credit and the receive memory, per peer.
 //! - `arrive`: what each arriving frame does.
@@ -20,6 +21,7 @@
 //! make this endpoint hold is what it was granted; the transport's own
 //! back-pressure (a full ring or socket buffer) only paces the frames.
 
+mod admit;
 mod arrive;
 mod atomic;
 mod credit;
@@ -98,6 +100,7 @@ struct Stats {
     pulls: u64,
     pushes: u64,
     protocol_errors: u64,
+    coalesced: u64,
 }
 
 /// Everything but the transport, so frame handling can borrow it while the
@@ -129,6 +132,22 @@ struct State {
     stats: Stats,
     events: PeerEvents,
     watch: super::stall::Watch,
+    /// The job key peers must prove, and ours to prove.
+    key: Option<Vec<u8>>,
+    /// Accepted connections waiting for their peer's proof.
+    vetting: Vec<admit::Vetting>,
+    /// Handshake frames for connections no peer sends on.
+    answers: Vec<(ConnId, [u8; wire::LEN], Vec<u8>)>,
+    /// Peers we dialled that have not admitted us yet.
+    gated: usize,
+    /// Frames a burst of posts may hold back (`Transport::coalesce`).
+    coalesce: usize,
+    /// A post wrote at once since the last progress: the next ones wait
+    /// for it (or for a blocking wait), which writes them together.
+    burst: bool,
+    /// Connections refused for want of the job key.
+    refusals: u64,
+    connect_timeout: std::time::Duration,
     closed: bool,
 }
 
@@ -146,13 +165,6 @@ impl<T: Transport> Engine<T> {
         let mut name = vec![provider_id];
         name.extend_from_slice(t.address());
         let name = Address::new(&name)?;
-        if attr.job_key.is_some() {
-            // Admission by job key is not in the engine's hello yet: refused
-            // rather than ignored, so no endpoint believes it is protected.
-            return Err(Error::NotSupported(
-                "a job key on this transport (admission is TCP's and verbs' only)",
-            ));
-        }
         let room = t.max_payload();
         if attr.inject_size > room {
             return Err(Error::InvalidArgument("inject size over the transport's largest frame"));
@@ -186,6 +198,14 @@ impl<T: Transport> Engine<T> {
                 stats: Stats::default(),
                 events: PeerEvents::new(attr.peer_events),
                 watch: super::stall::Watch::new(attr.progress_timeout_ms),
+                key: attr.job_key.as_ref().map(|k| k.0.clone()),
+                vetting: Vec::new(),
+                answers: Vec::new(),
+                gated: 0,
+                coalesce: t.coalesce(),
+                burst: false,
+                refusals: 0,
+                connect_timeout: t.connect_timeout(),
                 closed: false,
             },
             t,
@@ -210,7 +230,8 @@ impl State {
         self.new_peer(t, peer, *name)
     }
 
-    /// Connects to `name`, the address vector's `peer`, and queues our hello.
+    /// Connects to `name`, the address vector's `peer`, and queues our
+    /// hello; nothing else is written to it until it admits us.
     #[cold]
     fn new_peer<T: Transport>(
         &mut self,
@@ -224,6 +245,10 @@ impl State {
         let conn = out::dial(t, &name).map_err(|c| cause_error(c, peer))?;
         let p = self.peers.add(name, conn);
         self.admit(p, false);
+        if let Some(e) = self.peers.get_mut(p) {
+            e.gated = true;
+            self.gated += 1;
+        }
         let hello = Header::new(Kind::Hello).encode();
         self.enqueue(p, 0, Out::Owned(hello, self.name.as_bytes().to_vec()));
         Ok(p)
@@ -302,7 +327,7 @@ impl State {
                 self.enqueue(p, cost(0), Out::Owned(hdr.encode(), Vec::new()));
             }
         }
-        self.flush(t, cx, p);
+        self.posted(t, cx, p);
     }
 
     /// Gives `op` the kept message it matched (or claimed).
@@ -471,7 +496,7 @@ impl<T: Transport> EndpointProvider for Engine<T> {
             return Ok(());
         }
         self.s.enqueue(p, bytes, Out::Owned(hdr, payload.to_vec()));
-        self.s.flush(&mut self.t, cx, p);
+        self.s.posted(&mut self.t, cx, p);
         Ok(())
     }
 
@@ -507,7 +532,7 @@ impl<T: Transport> EndpointProvider for Engine<T> {
         h.addr = addr;
         h.len = payload.len() as u64;
         self.s.enqueue(p, 0, Out::Owned(h.encode(), payload.to_vec()));
-        self.s.flush(&mut self.t, cx, p);
+        self.s.posted(&mut self.t, cx, p);
         Ok(())
     }
 
@@ -579,7 +604,11 @@ impl<T: Transport> EndpointProvider for Engine<T> {
             ("connections", self.s.peers.connections() as u64),
             ("progress_probes", self.s.watch.probes),
             ("peers_stalled", self.s.watch.stalled),
+            ("admission_refused", self.s.refusals),
         ]);
+        if self.s.coalesce > 0 {
+            c.push(("coalesced", st.coalesced));
+        }
         c
     }
 
@@ -594,6 +623,13 @@ impl State {
         {
             let mut h = arrive::Handler { s: self, cx };
             t.progress(&mut h);
+        }
+        if !self.answers.is_empty() {
+            // Before connections end: a refused connector learns why.
+            self.write_answers(t);
+        }
+        if self.gated > 0 || !self.vetting.is_empty() {
+            self.check_handshakes(self.connect_timeout);
         }
         if !self.pulls.is_empty() {
             for pull in std::mem::take(&mut self.pulls) {

@@ -52,6 +52,25 @@ impl State {
         }
     }
 
+    /// What a post to peer `p` does once its frames are queued: in a burst
+    /// they wait for the next progress (up to the transport's `coalesce`
+    /// frames); otherwise they are written now, and start a burst.
+    pub(super) fn posted<T: Transport>(&mut self, t: &mut T, cx: &mut Ctx<'_>, p: usize) {
+        let queued = self.peers.get(p).map_or(0, |e| e.queue.len());
+        if self.burst && queued < self.coalesce {
+            self.stats.coalesced += 1;
+            return;
+        }
+        if queued > 1 {
+            t.cork();
+            self.flush(t, cx, p);
+            t.flush();
+        } else {
+            self.flush(t, cx, p);
+        }
+        self.burst = self.coalesce > 0;
+    }
+
     /// Writes one frame to peer `p` at once, spending `cost` of its credit,
     /// when nothing waits before it and the transport has room: `false`
     /// leaves everything as it was, for the caller to queue the frame (a
@@ -65,15 +84,19 @@ impl State {
         h: &[u8; LEN],
         payload: &[u8],
     ) -> bool {
+        if self.burst {
+            return false;
+        }
         let Some(e) = self.peers.get_mut(p) else { return false };
         let Some(tx) = e.tx else { return false };
-        if !e.queue.is_empty() || (cost > 0 && !e.credit.can_send(cost, 0)) {
+        if e.gated || !e.queue.is_empty() || (cost > 0 && !e.credit.can_send(cost, 0)) {
             return false;
         }
         if t.send(tx, wire::trimmed(h), payload).is_err() {
             return false;
         }
         e.wrote(cost);
+        self.burst = self.coalesce > 0;
         true
     }
 
@@ -87,6 +110,9 @@ impl State {
                 return;
             };
             let cost = *cost;
+            if e.gated && !super::admit::opens(front) {
+                return;
+            }
             if cost > 0 && !e.credit.can_send(cost, 0) {
                 if !e.starved {
                     e.starved = true;
@@ -184,14 +210,18 @@ impl State {
         }
     }
 
-    /// Writes every peer's queue.
+    /// Writes every peer's queue, each connection's frames together, and
+    /// ends the burst.
     pub(super) fn flush_all<T: Transport>(&mut self, t: &mut T, cx: &mut Ctx<'_>) {
+        self.burst = false;
         if self.queued == 0 {
             return;
         }
+        t.cork();
         for p in self.peers.keys() {
             self.flush(t, cx, p);
         }
+        t.flush();
     }
 }
 

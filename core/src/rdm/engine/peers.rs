@@ -44,6 +44,15 @@ pub struct Peer {
     /// The transport refused a frame to it as full: room made later is
     /// progress of the peer's.
     pub blocked: bool,
+    /// We dialled it and it has not admitted us yet: only our hello and
+    /// proof may be written.
+    pub gated: bool,
+    /// When the entry was made (a dialled peer's handshake deadline runs
+    /// from it).
+    pub since: std::time::Instant,
+    /// The name the endpoint we dialled gave itself, when it differs from
+    /// the one we dialled.
+    pub alias: Option<Address>,
     /// How long it has been silent while we waited on it.
     pub silence: Silence,
     /// Changes whenever the slot is reused, so kept messages name the entry
@@ -136,6 +145,9 @@ impl Peers {
             share: Share::default(),
             starved: false,
             blocked: false,
+            gated: false,
+            since: std::time::Instant::now(),
+            alias: None,
             silence: Silence::default(),
             serial: self.serial,
             hint: PeerAddr::UNSPEC,
@@ -145,6 +157,16 @@ impl Peers {
             self.link(tx, Some(p));
         }
         p
+    }
+
+    /// Peer `p` also answers to `name` (unless another peer has it).
+    pub fn alias(&mut self, p: usize, name: Address) {
+        let Some(e) = self.slots.get_mut(p) else { return };
+        if e.name == name || self.by_name.contains_key(&name) {
+            return;
+        }
+        e.alias = Some(name);
+        self.by_name.insert(name, p);
     }
 
     /// Records that `conn` belongs to `peer` (or to no known peer yet).
@@ -187,6 +209,9 @@ impl Peers {
     pub fn remove(&mut self, peer: usize) -> Option<Peer> {
         let gone = self.slots.try_remove(peer)?;
         self.by_name.remove(&gone.name);
+        if let Some(alias) = gone.alias {
+            self.by_name.remove(&alias);
+        }
         for &c in &gone.conns {
             self.unlink(c);
         }

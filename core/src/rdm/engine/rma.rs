@@ -111,7 +111,7 @@ impl State {
             RmaKind::Write => self.enqueue(p, 0, Out::RmaWrite { key, off: 0 }),
             RmaKind::Read => self.enqueue(p, 0, Out::Owned(h.encode(), Vec::new())),
         }
-        self.flush(t, cx, p);
+        self.posted(t, cx, p);
     }
 
     /// A target's write frame from peer `p`.

@@ -92,6 +92,13 @@ impl Node {
     }
 }
 
+/// The handshake of `a`'s first send to `b`: `b` takes the hello and
+/// admits `a`, `a` takes the admission and writes what it held.
+fn handshake(a: &mut Node, b: &mut Node) {
+    b.progress();
+    a.progress();
+}
+
 /// Progresses every node until `context` completes on node `at`.
 fn until(nodes: &mut [&mut Node], at: usize, context: u64) -> Completion {
     for _ in 0..10_000 {
@@ -168,8 +175,13 @@ fn a_full_transport_queues_sends_in_order_and_completes_them_when_written() {
     for i in 0..20 {
         a.tsend(pb, 5, pattern(8, i), 100 + i);
     }
-    // Hello and one message fit; the rest wait in order, uncompleted.
-    assert_eq!(a.done.len(), 1, "only what the transport took is complete");
+    assert!(
+        a.done.is_empty(),
+        "nothing but the hello goes before the peer admits us"
+    );
+    handshake(&mut a, &mut b);
+    // Two messages fit; the rest wait in order, uncompleted.
+    assert_eq!(a.done.len(), 2, "only what the transport took is complete");
     for i in 0..20 {
         b.trecv(PeerAddr::UNSPEC, 5, 8, i);
     }
@@ -299,8 +311,17 @@ fn a_peer_past_the_receive_memory_is_refused() {
     }
     assert_eq!(b.counter("rx_memory_refused"), 1);
     assert_eq!(b.counter("rx_memory"), super::credit::ADMISSION);
-    let refused = [until(&mut [&mut a, &mut c, &mut b], 1, 2)];
-    assert!(refused[0].result.is_ok(), "the second was written before the refusal");
+    let refused = until(&mut [&mut a, &mut c, &mut b], 1, 2);
+    assert!(
+        matches!(refused.result, Err(Error::PeerClosed { .. })),
+        "refused before anything was written: {:?}",
+        refused.result
+    );
+    assert_eq!(
+        until(&mut [&mut a, &mut c, &mut b], 0, 1).result,
+        Ok(()),
+        "the first is served"
+    );
     c.tsend(pc, 1, pattern(4000, 3), 3);
     let r = until(&mut [&mut a, &mut c, &mut b], 1, 3);
     assert!(matches!(r.result, Err(Error::PeerClosed { .. })), "{:?}", r.result);
@@ -345,6 +366,7 @@ fn a_delivery_complete_send_completes_once_the_target_has_it() {
         level: CompletionLevel::Delivery,
     });
     a.progress();
+    handshake(&mut a, &mut b);
     assert!(a.take(1).is_none(), "not complete before the target answers");
     b.progress();
     assert_eq!(b.counter("unexpected_entries"), 1, "held by the target: delivered");
@@ -394,6 +416,7 @@ fn a_broken_connection_reports_its_cause() {
     let (mut a, mut b) = (Node::new(&net, true, &attr()), Node::new(&net, true, &attr()));
     let pb = a.add(&b);
     a.tsend(pb, 1, pattern(4000, 1), 1);
+    handshake(&mut a, &mut b);
     b.progress();
     let conn = b.ep.transport().conns()[0];
     b.ep.t.break_conn(conn, Cause::Failed(libc::ECONNRESET));
@@ -414,7 +437,7 @@ fn a_peer_that_breaks_the_protocol_loses_its_connection_and_what_it_sent() {
     let (mut a, mut b) = (Node::new(&net, true, &attr()), Node::new(&net, true, &attr()));
     let pb = a.add(&b);
     a.tsend(pb, 1, pattern(8, 1), 1); // kept unexpected at b
-    a.progress();
+    handshake(&mut a, &mut b);
     b.progress();
     assert_eq!(b.counter("unexpected_entries"), 1);
     let conn = a.ep.transport().conns()[0];
@@ -470,6 +493,7 @@ fn closing_cancels_everything_and_the_peer_sees_it_closed() {
     let pb = a.add(&b);
     a.tsend(pb, 1, pattern(4000, 1), 1);
     a.trecv(PeerAddr::UNSPEC, 1, 8, 2);
+    handshake(&mut a, &mut b);
     b.progress();
     b.trecv(PeerAddr::UNSPEC, 4, 8, 3);
     a.with(|ep, cx| ep.close(cx));
@@ -610,7 +634,7 @@ fn a_region_deregistered_during_a_read_fails_the_rest_of_it() {
     let mut region = vec![3u8; 8192];
     let (key, base) = b.register(&mut region);
     a.rma(pb, RmaKind::Read, vec![0; 8192], (key, base), None, 1);
-    a.progress();
+    handshake(&mut a, &mut b);
     b.progress(); // two frames go; the rest wait for room
     b.keys.0.borrow_mut().remove(key);
     let r = until(&mut [&mut a, &mut b], 0, 1);
@@ -623,11 +647,103 @@ fn a_region_deregistered_during_a_read_fails_the_rest_of_it() {
 }
 
 #[test]
-fn a_job_key_is_refused_rather_than_ignored() {
-    let mut keyed = attr();
-    keyed.job_key = Some(crate::attr::JobKey(b"secret".to_vec()));
-    let r = Engine::new(Net::new(4).open(true), ID, &keyed, 0);
-    assert!(matches!(r, Err(Error::NotSupported(_))));
+fn a_peer_dialled_by_a_stand_in_address_is_one_peer_under_both_names() {
+    let net = Net::new(64);
+    let (mut a, mut b) = (Node::new(&net, true, &attr()), Node::new(&net, true, &attr()));
+    net.listen_also(b.ep.transport(), b"any");
+    let stand_in = a.av.insert(Address::new(&[ID, b'a', b'n', b'y']).expect("name"));
+    a.tsend(stand_in, 1, pattern(8, 1), 1);
+    b.trecv(PeerAddr::UNSPEC, 1, 8, 2);
+    let r = until(&mut [&mut a, &mut b], 1, 2);
+    assert_eq!(r.buf.expect("buffer"), pattern(8, 1));
+    // b answers on the connection a opened; a reports it from the name it
+    // dialled.
+    let pa = b.add(&a);
+    b.tsend(pa, 2, pattern(8, 2), 3);
+    a.trecv(PeerAddr::UNSPEC, 2, 8, 4);
+    let r = until(&mut [&mut a, &mut b], 0, 4);
+    assert_eq!((r.result, r.src), (Ok(()), stand_in));
+    // Under its own name it is the same peer: no second connection.
+    let own = a.add(&b);
+    a.tsend(own, 3, pattern(8, 3), 5);
+    b.trecv(PeerAddr::UNSPEC, 3, 8, 6);
+    assert_eq!(until(&mut [&mut a, &mut b], 1, 6).buf.expect("buffer"), pattern(8, 3));
+    assert_eq!(a.ep.transport().conns().len(), 1, "one connection");
+}
+
+fn keyed(key: Option<&[u8]>) -> EndpointAttr {
+    EndpointAttr {
+        job_key: key.map(|k| crate::attr::JobKey(k.to_vec())),
+        ..attr()
+    }
+}
+
+#[test]
+fn a_job_key_admits_its_holders_and_refuses_everyone_else_before_delivery() {
+    let net = Net::new(64);
+    let mut b = Node::new(&net, true, &keyed(Some(b"the key")));
+    let mut good = Node::new(&net, true, &keyed(Some(b"the key")));
+    let mut none = Node::new(&net, true, &attr());
+    let mut other = Node::new(&net, true, &keyed(Some(b"another key")));
+    for (n, tag) in [(&mut none, 1), (&mut other, 2), (&mut good, 3)] {
+        let p = n.add(&b);
+        n.tsend(p, tag, vec![tag as u8; 16], tag);
+    }
+    let mut all = [&mut b, &mut none, &mut other, &mut good];
+    let c = until(&mut all, 1, 1);
+    assert_eq!(
+        c.result,
+        Err(Error::Protocol(
+            "the peer admits only holders of its job key (XFER_JOB_KEY)"
+        )),
+        "a connector without the key learns why"
+    );
+    let c = until(&mut all, 2, 2);
+    assert!(matches!(c.result, Err(Error::PeerClosed { .. })), "{:?}", c.result);
+    assert_eq!(until(&mut all, 3, 3).result, Ok(()));
+    for _ in 0..10 {
+        for n in all.iter_mut() {
+            n.progress();
+        }
+    }
+    let [b, ..] = all;
+    assert_eq!(b.counter("admission_refused"), 2);
+    assert_eq!(b.counter("unexpected_entries"), 1, "only the holder's message is kept");
+    b.trecv(PeerAddr::UNSPEC, 0, 16, 9);
+    b.with(|ep, cx| {
+        let op = RecvOp {
+            spec: RecvSpec {
+                src: PeerAddr::UNSPEC,
+                tag: 0,
+                ignore: u64::MAX,
+            },
+            tagged: true,
+            buf: vec![0; 16].into(),
+            context: 10,
+        };
+        ep.recv(cx, op)
+    })
+    .expect("receive accepted");
+    let r = b.take(10).expect("the kept message");
+    assert_eq!((r.tag, r.buf.expect("buffer")), (3, vec![3u8; 16]));
+}
+
+#[test]
+fn a_keyed_connector_proves_itself_to_a_keyed_peer_in_both_directions() {
+    let net = Net::new(64);
+    let mut a = Node::new(&net, true, &keyed(Some(b"k")));
+    let mut b = Node::new(&net, true, &keyed(Some(b"k")));
+    let (pb, pa) = (a.add(&b), b.add(&a));
+    // Crossed: each is the other's acceptor too.
+    a.tsend(pb, 1, pattern(8, 1), 1);
+    b.tsend(pa, 2, pattern(8, 2), 2);
+    a.trecv(pb, 2, 8, 3);
+    b.trecv(pa, 1, 8, 4);
+    let r = until(&mut [&mut a, &mut b], 0, 3);
+    assert_eq!(r.result, Ok(()));
+    assert_eq!(r.buf.expect("buffer"), pattern(8, 2));
+    assert_eq!(until(&mut [&mut a, &mut b], 1, 4).buf.expect("buffer"), pattern(8, 1));
+    assert_eq!(a.counter("admission_refused") + b.counter("admission_refused"), 0);
 }
 
 #[test]

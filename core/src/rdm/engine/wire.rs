@@ -93,6 +93,13 @@ pub enum Kind {
     Atomic = 15,
     /// The target's answer to an atomic: status and the old value.
     AtomicDone = 16,
+    /// The acceptor's demand for a job-key proof: the payload is a fresh
+    /// challenge.
+    Challenge = 17,
+    /// The connector's answer to a `Challenge`: the payload is its proof.
+    Proof = 18,
+    /// The acceptor took the connection: the connector may send.
+    Admitted = 19,
 }
 
 impl Kind {
@@ -114,6 +121,9 @@ impl Kind {
             14 => Kind::Pong,
             15 => Kind::Atomic,
             16 => Kind::AtomicDone,
+            17 => Kind::Challenge,
+            18 => Kind::Proof,
+            19 => Kind::Admitted,
             _ => return None,
         })
     }
@@ -287,7 +297,7 @@ mod tests {
             assert!(Header::decode(&good[..len]).is_err(), "{len} bytes");
         }
         assert!(Header::decode(&[good.as_slice(), &[0; 8]].concat()).is_err());
-        for (at, v) in [(0, 0u8), (0, 17), (1, 16), (2, 1), (3, 1)] {
+        for (at, v) in [(0, 0u8), (0, 20), (1, 16), (2, 1), (3, 1)] {
             let mut b = good;
             b[at] = v;
             assert!(matches!(Header::decode(&b), Err(Error::Protocol(_))), "byte {at} = {v}");

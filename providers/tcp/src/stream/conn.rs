@@ -1,6 +1,7 @@
 //! One stream of the `tcp-rdm` transport: what waits to be written, what
 //! was read and not yet taken as frames, and where its greeting stands.
 
+use std::io::IoSlice;
 use std::ops::Range;
 
 use xfer_core::unstable::error::Result;
@@ -23,6 +24,14 @@ pub enum Phase {
 /// A whole frame in `inbuf`: its header's and its payload's ranges.
 pub type Frame = (Range<usize>, Range<usize>);
 
+/// A frame's prefix: its length after these 4 bytes (u32 LE), the
+/// header's length.
+fn prefix(header: &[u8], payload: &[u8]) -> [u8; 5] {
+    let len = (1 + header.len() + payload.len()) as u32;
+    let l = len.to_le_bytes();
+    [l[0], l[1], l[2], l[3], header.len() as u8]
+}
+
 /// Room made for one read.
 const CHUNK: usize = 64 << 10;
 
@@ -40,6 +49,8 @@ pub struct Conn {
     pub reported: bool,
     /// Writability is watched (bytes wait to be written).
     pub watching_out: bool,
+    /// Frames were queued while the transport was corked.
+    pub corked: bool,
     pub(super) out: Vec<u8>,
     sent: usize,
     /// Bytes read: `inbuf[start..end]` not yet taken; past `end`, room
@@ -73,6 +84,7 @@ impl Conn {
             phase,
             reported: false,
             watching_out: false,
+            corked: false,
             out,
             sent: 0,
             inbuf: Vec::new(),
@@ -89,11 +101,29 @@ impl Conn {
 
     /// Queues one frame.
     pub fn push_frame(&mut self, header: &[u8], payload: &[u8]) {
-        let len = 1 + header.len() + payload.len();
-        self.out.extend_from_slice(&(len as u32).to_le_bytes());
-        self.out.push(header.len() as u8);
+        self.out.extend_from_slice(&prefix(header, payload));
         self.out.extend_from_slice(header);
         self.out.extend_from_slice(payload);
+    }
+
+    /// Writes one frame from the caller's bytes, nothing being queued before
+    /// it; what the socket does not take is queued. True when some is left.
+    pub fn write_frame(&mut self, header: &[u8], payload: &[u8]) -> Result<bool> {
+        let pre = prefix(header, payload);
+        let parts = [IoSlice::new(&pre), IoSlice::new(header), IoSlice::new(payload)];
+        let mut n = match self.sock.send(&parts)? {
+            Io::Done(n) => n,
+            Io::WouldBlock => 0,
+        };
+        if n == pre.len() + header.len() + payload.len() {
+            return Ok(false);
+        }
+        for part in [&pre[..], header, payload] {
+            let taken = n.min(part.len());
+            self.out.extend_from_slice(&part[taken..]);
+            n -= taken;
+        }
+        Ok(self.queued() > 0)
     }
 
     /// Writes what is queued without blocking; true when some is left.
@@ -117,15 +147,26 @@ impl Conn {
         Ok(self.sent < self.out.len())
     }
 
-    /// Reads what the socket has, up to the read-ahead bound.
-    pub fn read(&mut self) {
+    /// Reads what the socket has, up to the read-ahead bound; true when
+    /// anything came (bytes or the stream's end).
+    pub fn read(&mut self) -> bool {
+        let mut got = false;
         while self.eof.is_none() && self.end - self.start < READ_AHEAD {
             if self.inbuf.len() - self.end < CHUNK {
                 self.make_room();
             }
+            let room = self.inbuf.len() - self.end;
             match self.sock.recv(&mut self.inbuf[self.end..]) {
                 Ok(Io::Done(0)) => self.eof = Some(Cause::Closed),
-                Ok(Io::Done(n)) => self.end += n,
+                Ok(Io::Done(n)) => {
+                    self.end += n;
+                    got = true;
+                    if n < room {
+                        // A short read emptied the socket: asking again
+                        // would cost a call that says so.
+                        break;
+                    }
+                }
                 Ok(Io::WouldBlock) => break,
                 Err(e) => {
                     self.eof = Some(match errno_of(&e) {
@@ -135,6 +176,7 @@ impl Conn {
                 }
             }
         }
+        got || self.eof.is_some()
     }
 
     /// At least `CHUNK` bytes of room past `end`: what is not taken moves to
@@ -151,14 +193,15 @@ impl Conn {
     }
 
     /// An accepted connection's greeting: `Some(true)` when it names
-    /// `nonce` (the connection is up), `Some(false)` when it does not (or
+    /// `nonce` or any endpoint (the connection is up), `Some(false)` when it does not (or
     /// the stream ended first), `None` while incomplete.
     pub fn greeting(&mut self, nonce: u64) -> Option<bool> {
         let avail = &self.inbuf[self.start..self.end];
         if avail.len() < 16 {
             return self.eof.map(|_| false);
         }
-        let ok = avail[..8] == MAGIC && avail[8..16] == nonce.to_le_bytes();
+        let named = avail[8..16] == nonce.to_le_bytes() || avail[8..16] == crate::name::ANY_NONCE.to_le_bytes();
+        let ok = avail[..8] == MAGIC && named;
         self.consume(self.start + 16);
         if ok {
             self.phase = Phase::Up;

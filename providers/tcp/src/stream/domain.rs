@@ -38,6 +38,11 @@ impl DomainProvider for TcpRdmDomain {
         "tcp-rdm"
     }
 
+    /// Core's RDM engine applies atomics at the target.
+    fn atomics(&self) -> bool {
+        true
+    }
+
     fn check_address(&self, bytes: &[u8]) -> Result<Address> {
         match bytes.split_first() {
             Some((&PROVIDER_ID, rest)) if decode(rest).is_some() => Address::new(bytes),

@@ -1,0 +1,141 @@
+//! Remote atomics on one 64-bit element of the server's memory:
+//! `atomic_lat` (one fetch-and-add at a time, its whole round trip, as
+//! `ucx_perftest -t ucp_fadd`) and `atomic_rate` (non-fetching adds with
+//! at most `window` in flight, as `ucx_perftest -t ucp_add`: operations per
+//! second). The server only makes progress.
+//!
+//! Per phase: the server registers an 8-byte region holding 0 and answers
+//! `ready <packed rkey in hex>`; every operation adds 1. The client ends the
+//! phase with `end`; the server checks that the element counts every
+//! operation and answers `ok`.
+
+use std::time::Instant;
+
+use xfer::{Access, AtomicKind, Datatype, Domain, Endpoint, PeerAddr, RemoteKey};
+
+use crate::control::{hear, say, SEND};
+use crate::driver::{Driver, Result};
+use crate::hex::{hex, unhex};
+use crate::plan::{Phase, Test};
+use crate::progress::Progress;
+
+/// The element's size (a `u64`).
+pub const SIZE: usize = 8;
+
+/// The server's part of one atomic phase.
+pub fn serve(ep: &Endpoint, d: &mut Driver, domain: &Domain, peer: PeerAddr, p: &Phase) -> Result<()> {
+    let mr = domain
+        .register(vec![0; SIZE], Access::REMOTE_READ | Access::REMOTE_WRITE)
+        .map_err(|r| format!("registering memory: {}", r.error))?;
+    say(ep, d, peer, &format!("ready {}", hex(&mr.pack_rkey())))?;
+    let end = hear(ep, d, peer)?;
+    if end != "end" {
+        return Err(format!("expected end, got {end:?}"));
+    }
+    let bytes = mr.to_vec().map_err(|e| e.to_string())?;
+    let count = u64::from_ne_bytes(bytes[..SIZE].try_into().map_err(|_| "short region")?);
+    let want = (p.warmup + p.iters) as u64;
+    say(ep, d, peer, if count == want { "ok" } else { "mismatch" })
+}
+
+/// The client's part: latency samples (µs) for `atomic_lat`, else the
+/// seconds the measured operations took.
+pub fn client(
+    ep: &Endpoint,
+    d: &mut Driver,
+    peer: PeerAddr,
+    p: &Phase,
+    ready: &str,
+    prog: &mut Progress,
+) -> Result<(Vec<f64>, f64)> {
+    let h = ready
+        .strip_prefix("ready ")
+        .ok_or_else(|| format!("expected ready, got {ready:?}"))?;
+    let theirs = RemoteKey::unpack(&unhex(h)?).map_err(|e| format!("remote key: {e}"))?;
+    let out = match p.test {
+        Test::AtomicLat => (fetch_add_lat(ep, d, peer, p, &theirs, prog)?, 0.0),
+        _ => (Vec::new(), add_rate(ep, d, peer, p, &theirs, prog)?),
+    };
+    say(ep, d, peer, "end")?;
+    match hear(ep, d, peer)?.as_str() {
+        "ok" => Ok(out),
+        other => Err(format!("{}: server found {other:?}", p.test.name())),
+    }
+}
+
+fn post_err(e: xfer::Error) -> String {
+    format!("posting an atomic: {e}")
+}
+
+/// One fetch-and-add at a time; each must fetch the count so far.
+fn fetch_add_lat(
+    ep: &Endpoint,
+    d: &mut Driver,
+    peer: PeerAddr,
+    p: &Phase,
+    theirs: &RemoteKey,
+    prog: &mut Progress,
+) -> Result<Vec<f64>> {
+    let mut samples = Vec::with_capacity(p.iters);
+    for i in 0..p.warmup + p.iters {
+        let t0 = Instant::now();
+        ep.fetch_atomic(peer, AtomicKind::Sum, Datatype::U64, 1, theirs, 0, SEND)
+            .map_err(post_err)?;
+        let c = d.next("fetch-and-add")?;
+        if c.context != SEND || c.data != i as u64 {
+            return Err(format!(
+                "fetch-and-add {i}: completion {} fetched {}",
+                c.context, c.data
+            ));
+        }
+        if i >= p.warmup {
+            samples.push(t0.elapsed().as_secs_f64() * 1e6);
+        }
+        prog.tick(i + 1);
+    }
+    Ok(samples)
+}
+
+/// Non-fetching adds, at most `window` in flight.
+fn add_rate(
+    ep: &Endpoint,
+    d: &mut Driver,
+    peer: PeerAddr,
+    p: &Phase,
+    theirs: &RemoteKey,
+    prog: &mut Progress,
+) -> Result<f64> {
+    let total = p.warmup + p.iters;
+    let (mut in_flight, mut start) = (0usize, None);
+    for i in 0..total {
+        if i == p.warmup {
+            // The warm-up's adds are applied before the clock starts.
+            while in_flight > 0 {
+                collect(d, &mut in_flight)?;
+            }
+            start = Some(Instant::now());
+        }
+        while in_flight >= p.window {
+            collect(d, &mut in_flight)?;
+        }
+        ep.atomic(peer, AtomicKind::Sum, Datatype::U64, 1, theirs, 0, SEND)
+            .map_err(post_err)?;
+        in_flight += 1;
+        prog.tick(i + 1);
+    }
+    while in_flight > 0 {
+        collect(d, &mut in_flight)?;
+    }
+    Ok(start.map_or(0.0, |s| s.elapsed().as_secs_f64()))
+}
+
+/// Takes one add's completion (the target applied it).
+fn collect(d: &mut Driver, in_flight: &mut usize) -> Result<()> {
+    match d.next("atomic add")?.context {
+        SEND => {
+            *in_flight -= 1;
+            Ok(())
+        }
+        other => Err(format!("atomic add: unexpected completion {other}")),
+    }
+}
