@@ -21,10 +21,23 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 /// A process's xfer endpoint (domain, completion queue with its async
 /// dispatcher, address vector), shared by all its RPC connections, which
 /// the tags tell apart ([`crate::wire`]).
+///
+/// A task of its own drives the endpoint whenever its descriptor fires,
+/// while the node lives: sends whose futures were dropped (a transport
+/// dropped or closed without waiting for its sends, as a byte stream's
+/// drop does) are still written and completed with no operation of the
+/// process waiting on the endpoint.
 pub struct Node {
     ep: Arc<AsyncEndpoint>,
     domain: xfer::Domain,
     next_conn: AtomicU32,
+    progress: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        self.progress.abort();
+    }
 }
 
 impl Node {
@@ -44,10 +57,16 @@ impl Node {
         let av = domain.av()?;
         let ep = domain.endpoint(&cq, &av, &xfer::EndpointAttr::from_env())?;
         let ep = Arc::new(AsyncEndpoint::new(ep, aio::tokio::dispatcher(&cq)?)?);
+        let disp = ep.dispatcher().clone();
+        let progress = tokio::spawn(async move {
+            let e = disp.progress().await;
+            tracing::debug!(error = %e, "rpc: the endpoint's progress task ended");
+        });
         Ok(Arc::new(Node {
             ep,
             domain,
             next_conn: AtomicU32::new(1),
+            progress,
         }))
     }
 

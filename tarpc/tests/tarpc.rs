@@ -166,3 +166,45 @@ async fn order_kept(raw: bool) {
     .await
     .expect("within the limit");
 }
+
+/// Two sends posted (their futures polled once) and dropped, with nothing
+/// of the sender's waiting afterwards: both still arrive. The TCP provider
+/// holds the second of a burst back to write it with later ones, at the
+/// endpoint's next progress, which only the node's own progress task then
+/// makes (what a byte stream dropped after writing relies on).
+#[tokio::test(flavor = "current_thread")]
+async fn sends_dropped_after_posting_arrive() {
+    use xfer::PeerAddr;
+
+    if std::env::var_os("XFER_TCP_ADDR").is_none() {
+        std::env::set_var("XFER_TCP_ADDR", "127.0.0.1");
+    }
+    let a = xfer_tarpc::Node::open().expect("node a");
+    let b = xfer_tarpc::Node::open().expect("node b");
+    let peer = a.endpoint().endpoint().av().insert(&b.name()).expect("insert b");
+    tokio::time::timeout(Duration::from_secs(60), async {
+        // A connection up first, so that the sends below are written at once.
+        let warm = b.endpoint().trecv(PeerAddr::UNSPEC, 1, 0, vec![0; 8]);
+        let ((sent, _), (got, _)) = futures::join!(a.endpoint().tsend(peer, 1, b"warm".to_vec()), warm);
+        sent.expect("warm send");
+        got.expect("warm receive");
+        for n in [2, 1, 3, 4u64] {
+            let tag = |i: u64| 100 * n + i;
+            let recvs: Vec<_> = (0..n)
+                .map(|i| Box::pin(b.endpoint().trecv(PeerAddr::UNSPEC, tag(i), 0, vec![0; 64])))
+                .collect();
+            for i in 0..n {
+                let mut send = Box::pin(a.endpoint().tsend(peer, tag(i), pattern(40, tag(i))));
+                let _ = futures::poll!(&mut send);
+                drop(send);
+            }
+            for (i, recv) in recvs.into_iter().enumerate() {
+                let (got, buf) = recv.await;
+                let len = got.unwrap_or_else(|e| panic!("burst of {n}, send {i}: {e}")).len;
+                assert_eq!(buf[..len], pattern(40, tag(i as u64))[..], "burst of {n}, send {i}");
+            }
+        }
+    })
+    .await
+    .expect("every dropped send arrives within the limit");
+}
