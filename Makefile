@@ -49,6 +49,7 @@ test-shm:
 # moves the TCP provider under the layer shm already uses).
 test-tcp-rdm:
 	XFER_PROVIDER=tcp-rdm XFER_SCALE_PEERS=64 $(CARGO) test --locked --release $(SHM_SUITES)
+	XFER_PROVIDER=tcp-rdm $(CARGO) test --locked -p xfer-tarpc --test tarpc -p xfer-tonic --test tonic
 	XFER_PROVIDER=tcp-rdm $(CARGO) test --locked -p xfer-capi --test c_suite c_suite_dynamically_linked
 
 # Every publishable crate packages and its package builds on its own (what
