@@ -34,14 +34,15 @@ test: setup
 # RDM engine over xfer-shm): conformance (also with cross-memory attach off,
 # so rendezvous and RMA take the two-copy path), peer death, flow control,
 # teardown, peer events and connections, the async layer, 64 local peers,
-# a stopped peer (progress timeout), the C suite, and the libfabric plug-in's C
-# suite, fi_pingpong and Open MPI over its shm domain.
+# a stopped peer (progress timeout), tarpc and tonic over xfer, the C suite, and
+# the libfabric plug-in's C suite, fi_pingpong and Open MPI over its shm domain.
 SHM_SUITES = --test conformance --test coalesce --test peer_death --test flow_control --test teardown \
 	--test peer_close --test connection --test aio --test aio_connection --test scale --test tcp_stall \
 	--test tcp_admission
 test-shm:
 	XFER_PROVIDER=shm XFER_SCALE_PEERS=64 $(CARGO) test --locked --release $(SHM_SUITES)
 	XFER_PROVIDER=shm XFER_SHM_CMA=0 $(CARGO) test --locked --release --test conformance
+	XFER_PROVIDER=shm $(CARGO) test --locked -p xfer-tarpc --test tarpc -p xfer-tonic --test tonic
 	XFER_PROVIDER=shm $(CARGO) test --locked -p xfer-capi --test c_suite c_suite_dynamically_linked
 	XFER_PROVIDER=shm XFER_REQUIRE_VALGRIND=1 $(CARGO) test --locked -p xfer-ofi --test c_suite --test fi_pingpong --test mpi
 
@@ -49,6 +50,7 @@ test-shm:
 # moves the TCP provider under the layer shm already uses).
 test-tcp-rdm:
 	XFER_PROVIDER=tcp-rdm XFER_SCALE_PEERS=64 $(CARGO) test --locked --release $(SHM_SUITES)
+	XFER_PROVIDER=tcp-rdm $(CARGO) test --locked -p xfer-tarpc --test tarpc -p xfer-tonic --test tonic
 	XFER_PROVIDER=tcp-rdm $(CARGO) test --locked -p xfer-capi --test c_suite c_suite_dynamically_linked
 
 # The same suites over one endpoint with both (`shm+tcp`: shared memory to

@@ -5,7 +5,8 @@
 //! tarpc takes any `Stream<Item = io::Result<In>> + Sink<Out, Error =
 //! io::Error>` as a transport. [`Transport`] is one on
 //! [`xfer::aio::AsyncEndpoint`] tagged messages, with bincode 1 as the codec
-//! (the one tarpc's own TCP transport uses). A [`Node`] is a process's
+//! (the one tarpc's own TCP transport uses; [`Raw`], for byte strings sent
+//! as they are, is what xfer-tonic's byte stream uses). A [`Node`] is a process's
 //! endpoint: [`Node::connect`] on a client (with the server's endpoint
 //! name), [`Node::incoming`] on a server; many connections share one
 //! endpoint, told apart by tags ([`wire`]). Call within a tokio runtime.
@@ -58,9 +59,11 @@
 //! the repository's docs/RPC.md.
 #![deny(missing_docs)]
 
+mod codec;
 mod node;
 mod transport;
 pub mod wire;
 
+pub use codec::{Bincode, Decode, Encode, Raw};
 pub use node::{Node, CONNECT_TIMEOUT};
 pub use transport::{Transport, BODIES_AHEAD, RECV_WINDOW, SENDS_MAX};

@@ -6,10 +6,12 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::future::Either;
 use futures::Stream;
 use xfer::aio::{self, AsyncEndpoint};
 use xfer::{Address, PeerAddr};
 
+use crate::codec::Raw;
 use crate::transport::Transport;
 use crate::wire::{self, ACCEPT, CONN_MAX, HELLO, KIND_ONLY, VERSION};
 
@@ -19,25 +21,52 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 /// A process's xfer endpoint (domain, completion queue with its async
 /// dispatcher, address vector), shared by all its RPC connections, which
 /// the tags tell apart ([`crate::wire`]).
+///
+/// A task of its own drives the endpoint whenever its descriptor fires,
+/// while the node lives: sends whose futures were dropped (a transport
+/// dropped or closed without waiting for its sends, as a byte stream's
+/// drop does) are still written and completed with no operation of the
+/// process waiting on the endpoint.
 pub struct Node {
     ep: Arc<AsyncEndpoint>,
     domain: xfer::Domain,
     next_conn: AtomicU32,
+    progress: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        self.progress.abort();
+    }
 }
 
 impl Node {
     /// Opens the default provider (`XFER_PROVIDER`) with attributes from
     /// the `XFER_*` environment; call within a tokio runtime.
     pub fn open() -> xfer::Result<Arc<Node>> {
-        let domain = xfer::open_default()?;
+        Self::open_with(&xfer::DomainAttr::from_env())
+    }
+
+    /// Opens the provider `attr` chooses (`DomainAttr::with_provider("shm")`
+    /// for same-host peers over shared memory, whatever `XFER_PROVIDER`
+    /// says), endpoint and queue attributes from the `XFER_*` environment;
+    /// call within a tokio runtime.
+    pub fn open_with(attr: &xfer::DomainAttr) -> xfer::Result<Arc<Node>> {
+        let domain = xfer::open(attr)?;
         let cq = domain.cq(&xfer::CqAttr::from_env())?;
         let av = domain.av()?;
         let ep = domain.endpoint(&cq, &av, &xfer::EndpointAttr::from_env())?;
         let ep = Arc::new(AsyncEndpoint::new(ep, aio::tokio::dispatcher(&cq)?)?);
+        let disp = ep.dispatcher().clone();
+        let progress = tokio::spawn(async move {
+            let e = disp.progress().await;
+            tracing::debug!(error = %e, "rpc: the endpoint's progress task ended");
+        });
         Ok(Arc::new(Node {
             ep,
             domain,
             next_conn: AtomicU32::new(1),
+            progress,
         }))
     }
 
@@ -46,7 +75,7 @@ impl Node {
         self.ep.endpoint().name().as_bytes().to_vec()
     }
 
-    /// The provider the domain opened (`tcp`, `verbs`).
+    /// The provider the domain opened (`tcp`, `verbs`, `shm`).
     pub fn provider(&self) -> &'static str {
         self.domain.provider()
     }
@@ -65,8 +94,20 @@ impl Node {
     }
 
     /// Opens a connection to the server whose endpoint name is `server`:
-    /// sends a `HELLO`, waits for the `ACCEPT`.
+    /// sends a `HELLO`, waits for the `ACCEPT`. Messages are encoded with
+    /// bincode, as tarpc's TCP transport does.
     pub async fn connect<In, Out>(&self, server: &[u8]) -> io::Result<Transport<In, Out>> {
+        self.connect_with(server).await
+    }
+
+    /// [`connect`](Self::connect) for byte strings sent as they are
+    /// ([`Raw`]): the server must take the connection with
+    /// [`accept_raw`](Self::accept_raw) or [`incoming_raw`](Self::incoming_raw).
+    pub async fn connect_raw(&self, server: &[u8]) -> io::Result<Transport<Vec<u8>, Vec<u8>, Raw>> {
+        self.connect_with(server).await
+    }
+
+    async fn connect_with<In, Out, C>(&self, server: &[u8]) -> io::Result<Transport<In, Out, C>> {
         let peer = self.ep.endpoint().av().insert(server)?;
         let local = self.conn_id()?;
         let mut hello = vec![VERSION];
@@ -76,11 +117,24 @@ impl Node {
             .ep
             .trecv(PeerAddr::UNSPEC, wire::tag(ACCEPT, local, 0), 0, vec![0; 4]);
         let hello = self.ep.tsend(peer, wire::tag(HELLO, 0, 0), hello);
-        let both = async { futures::join!(accept, hello) };
-        let ((got, buf), (sent, _)) = tokio::time::timeout(CONNECT_TIMEOUT, both)
+        // The receive is polled, so posted, before the hello; a hello that
+        // fails (no server at that name) ends the wait at once.
+        let both = async {
+            futures::pin_mut!(accept, hello);
+            match futures::future::select(accept, hello).await {
+                Either::Left(((got, buf), hello)) => {
+                    hello.await.0?;
+                    io::Result::Ok((got, buf))
+                }
+                Either::Right(((sent, _), accept)) => {
+                    sent?;
+                    Ok(accept.await)
+                }
+            }
+        };
+        let (got, buf) = tokio::time::timeout(CONNECT_TIMEOUT, both)
             .await
-            .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "no ACCEPT from the server"))?;
-        sent?;
+            .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "no ACCEPT from the server"))??;
         let got = got?;
         let remote = buf[..got.len]
             .first_chunk::<4>()
@@ -92,8 +146,19 @@ impl Node {
     }
 
     /// Waits for the next client's `HELLO`, answers it and returns the
-    /// connection. Malformed hellos are logged and skipped.
+    /// connection, its messages encoded with bincode. Malformed hellos are
+    /// logged and skipped.
     pub async fn accept<In, Out>(&self) -> io::Result<Transport<In, Out>> {
+        self.accept_with().await
+    }
+
+    /// [`accept`](Self::accept) for clients that connected with
+    /// [`connect_raw`](Self::connect_raw).
+    pub async fn accept_raw(&self) -> io::Result<Transport<Vec<u8>, Vec<u8>, Raw>> {
+        self.accept_with().await
+    }
+
+    async fn accept_with<In, Out, C>(&self) -> io::Result<Transport<In, Out, C>> {
         loop {
             let (got, buf) = self
                 .ep
@@ -151,6 +216,14 @@ impl Node {
     pub fn incoming<In, Out>(self: Arc<Self>) -> impl Stream<Item = io::Result<Transport<In, Out>>> {
         futures::stream::unfold(self, |node| async move {
             let conn = node.accept().await;
+            Some((conn, node))
+        })
+    }
+
+    /// [`accept_raw`](Self::accept_raw) as a stream of connections.
+    pub fn incoming_raw(self: Arc<Self>) -> impl Stream<Item = io::Result<Transport<Vec<u8>, Vec<u8>, Raw>>> {
+        futures::stream::unfold(self, |node| async move {
+            let conn = node.accept_raw().await;
             Some((conn, node))
         })
     }

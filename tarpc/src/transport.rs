@@ -8,15 +8,13 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 
-use bincode::Options;
 use futures::stream::FuturesUnordered;
 use futures::{Future, Sink, Stream, StreamExt};
-use serde::de::DeserializeOwned;
-use serde::Serialize;
 use xfer::aio::{AsyncEndpoint, BufResult, Received};
 use xfer::PeerAddr;
 
-use crate::wire::{self, Frame, BODY, FRAME, FRAME_MAX, MESSAGE_MAX};
+use crate::codec::{Bincode, Decode, Encode};
+use crate::wire::{self, Frame, BODY, FRAME, FRAME_MAX};
 
 /// Frame receives kept posted per connection. Messages beyond them wait in
 /// the provider's unexpected queue until the next receive is posted.
@@ -59,15 +57,10 @@ enum Next<In> {
     Body(Posted),
 }
 
-/// The codec: bincode 1 with its default options, as tarpc's TCP transport
-/// uses through tokio-serde's `Bincode` (varint integers, little-endian),
-/// with a size limit on what the peer sent.
-fn codec() -> impl Options {
-    bincode::DefaultOptions::new().with_limit(MESSAGE_MAX)
-}
-
 /// A tarpc transport over one xfer connection (see [`crate::wire`]):
-/// `Stream<Item = io::Result<In>>` and `Sink<Out, Error = io::Error>`.
+/// `Stream<Item = io::Result<In>>` and `Sink<Out, Error = io::Error>`,
+/// messages encoded by `C` ([`Bincode`] unless said otherwise; [`crate::Raw`]
+/// for byte strings sent as they are).
 ///
 /// Messages written between two flushes go in one tagged xfer message (a
 /// `DATA` frame of at most [`FRAME_MAX`] bytes), as tokio's framed writers
@@ -79,7 +72,7 @@ fn codec() -> impl Options {
 /// message sent before it. Dropping the transport cancels its posted
 /// receives; sends already posted still complete (the async layer's cancel
 /// safety).
-pub struct Transport<In, Out> {
+pub struct Transport<In, Out, C = Bincode> {
     ep: Arc<AsyncEndpoint>,
     peer: PeerAddr,
     /// Our id of the connection: the tags of what we receive.
@@ -115,14 +108,14 @@ pub struct Transport<In, Out> {
     next_seq: u32,
     closed: bool,
 
-    _types: PhantomData<fn(Out) -> In>,
+    _types: PhantomData<fn(Out, C) -> In>,
 }
 
 // Nothing in it is pinned: its futures are boxed, decoded messages are moved
 // out by value.
-impl<In, Out> Unpin for Transport<In, Out> {}
+impl<In, Out, C> Unpin for Transport<In, Out, C> {}
 
-impl<In, Out> Transport<In, Out> {
+impl<In, Out, C> Transport<In, Out, C> {
     /// A transport to `peer`, receiving tags of connection `local` and
     /// sending with tags of connection `remote`.
     pub(crate) fn new(ep: Arc<AsyncEndpoint>, peer: PeerAddr, local: u32, remote: u32) -> Self {
@@ -179,7 +172,7 @@ impl<In, Out> Transport<In, Out> {
     /// `Pending` while it is a body on its way.
     fn poll_ready_item(&mut self, cx: &mut Context<'_>) -> Poll<Option<io::Result<In>>>
     where
-        In: DeserializeOwned,
+        C: Decode<In>,
     {
         let got = match self.ready.front_mut() {
             None => return Poll::Ready(None),
@@ -211,11 +204,11 @@ impl<In, Out> Transport<In, Out> {
     /// A large message whose body arrived: decoded.
     fn body(&mut self, (r, buf): BufResult<Received>) -> Option<io::Result<In>>
     where
-        In: DeserializeOwned,
+        C: Decode<In>,
     {
         self.ahead = self.ahead.saturating_sub(buf.len());
         let out = match r {
-            Ok(got) if got.len == buf.len() => decode(&buf),
+            Ok(got) if got.len == buf.len() => C::decode_body(buf),
             Ok(got) => {
                 let e = format!("body of {} bytes, announced {}", got.len, buf.len());
                 Err(io::Error::new(io::ErrorKind::InvalidData, e))
@@ -264,13 +257,7 @@ impl<In, Out> Transport<In, Out> {
     }
 }
 
-fn decode<In: DeserializeOwned>(bytes: &[u8]) -> io::Result<In> {
-    codec()
-        .deserialize(bytes)
-        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
-}
-
-impl<In: DeserializeOwned, Out> Stream for Transport<In, Out> {
+impl<In, Out, C: Decode<In>> Stream for Transport<In, Out, C> {
     type Item = io::Result<In>;
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<io::Result<In>>> {
@@ -321,7 +308,7 @@ impl<In: DeserializeOwned, Out> Stream for Transport<In, Out> {
                 Ok(Frame::Data(bytes)) => {
                     me.frames_in += 1;
                     wire::messages(bytes).try_for_each(|m| {
-                        me.ready.push_back(Next::Ready(decode(m?)?));
+                        me.ready.push_back(Next::Ready(C::decode(m?)?));
                         Ok(())
                     })
                 }
@@ -345,7 +332,7 @@ impl<In: DeserializeOwned, Out> Stream for Transport<In, Out> {
     }
 }
 
-impl<In, Out: Serialize> Sink<Out> for Transport<In, Out> {
+impl<In, Out, C: Encode<Out>> Sink<Out> for Transport<In, Out, C> {
     type Error = io::Error;
 
     fn poll_ready(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -364,17 +351,13 @@ impl<In, Out: Serialize> Sink<Out> for Transport<In, Out> {
         if me.closed {
             return Err(io::Error::new(io::ErrorKind::BrokenPipe, "rpc transport closed"));
         }
-        let invalid = |e| io::Error::new(io::ErrorKind::InvalidInput, e);
         // Sized first (no copy), so that every message is encoded once,
         // straight where it is sent from.
-        let size = codec().serialized_size(&item).map_err(invalid)?;
-        let size =
-            usize::try_from(size).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "message too large"))?;
+        let size = C::encoded_len(&item)?;
         if 1 + wire::PER_MESSAGE + size > FRAME_MAX {
             // No frame holds it: a body of its own, after the frame being
             // filled (the receiver yields it in that order).
-            let mut body = Vec::with_capacity(size);
-            codec().serialize_into(&mut body, &item).map_err(invalid)?;
+            let body = C::into_body(item, size)?;
             me.send_batch();
             let seq = me.next_seq;
             me.next_seq = seq.wrapping_add(1);
@@ -392,9 +375,9 @@ impl<In, Out: Serialize> Sink<Out> for Transport<In, Out> {
         }
         let at = me.batch.len();
         wire::push_len(&mut me.batch, size);
-        if let Err(e) = codec().serialize_into(&mut me.batch, &item) {
+        if let Err(e) = C::encode_into(&item, &mut me.batch) {
             me.batch.truncate(if fresh { 0 } else { at });
-            return Err(invalid(e));
+            return Err(e);
         }
         Ok(())
     }

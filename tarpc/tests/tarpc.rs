@@ -94,8 +94,35 @@ async fn a_tarpc_service_over_xfer() {
 /// flushes, arrive in the order they were sent.
 #[tokio::test(flavor = "current_thread")]
 async fn large_and_small_messages_arrive_in_order() {
+    order_kept(false).await;
+}
+
+/// The same over [`xfer_tarpc::Raw`] transports (byte strings as they are,
+/// bodies handed over without a copy), as xfer-tonic's byte stream uses.
+#[tokio::test(flavor = "current_thread")]
+async fn raw_byte_strings_arrive_in_order() {
+    order_kept(true).await;
+}
+
+/// Sends `messages` on `conn`, some flushed one by one, then closes it.
+async fn send_all<S>(mut conn: S, messages: &[Vec<u8>])
+where
+    S: futures::Sink<Vec<u8>, Error = std::io::Error> + Unpin,
+{
     use futures::SinkExt;
 
+    for (i, m) in messages.iter().enumerate() {
+        if i % 3 == 0 {
+            conn.send(m.clone()).await.expect("send and flush");
+        } else {
+            conn.feed(m.clone()).await.expect("send");
+        }
+    }
+    conn.close().await.expect("close");
+}
+
+/// Small and large messages, interleaved, read back in order and whole.
+async fn order_kept(raw: bool) {
     if std::env::var_os("XFER_TCP_ADDR").is_none() {
         std::env::set_var("XFER_TCP_ADDR", "127.0.0.1");
     }
@@ -108,20 +135,24 @@ async fn large_and_small_messages_arrive_in_order() {
         let server = xfer_tarpc::Node::open().expect("server node");
         let name = server.name();
         let reader = tokio::spawn(async move {
-            let mut conn = std::pin::pin!(server.incoming::<Vec<u8>, Vec<u8>>());
-            let conn = conn.next().await.expect("a connection").expect("accept");
-            conn.map(|m| m.expect("a message")).collect::<Vec<Vec<u8>>>().await
+            let all = |m: std::io::Result<Vec<u8>>| m.expect("a message");
+            if raw {
+                let mut conn = std::pin::pin!(server.incoming_raw());
+                let conn = conn.next().await.expect("a connection").expect("accept");
+                conn.map(all).collect::<Vec<Vec<u8>>>().await
+            } else {
+                let mut conn = std::pin::pin!(server.incoming::<Vec<u8>, Vec<u8>>());
+                let conn = conn.next().await.expect("a connection").expect("accept");
+                conn.map(all).collect::<Vec<Vec<u8>>>().await
+            }
         });
         let node = xfer_tarpc::Node::open().expect("client node");
-        let mut conn = node.connect::<Vec<u8>, Vec<u8>>(&name).await.expect("connect");
-        for (i, m) in messages.iter().enumerate() {
-            if i % 3 == 0 {
-                conn.send(m.clone()).await.expect("send and flush");
-            } else {
-                conn.feed(m.clone()).await.expect("send");
-            }
+        if raw {
+            send_all(node.connect_raw(&name).await.expect("connect"), &messages).await;
+        } else {
+            let conn = node.connect::<Vec<u8>, Vec<u8>>(&name).await.expect("connect");
+            send_all(conn, &messages).await;
         }
-        conn.close().await.expect("close");
         let got = reader.await.expect("reader task");
         assert_eq!(got.len(), messages.len(), "messages lost or added");
         for (i, (got, want)) in got.iter().zip(&messages).enumerate() {
@@ -134,4 +165,46 @@ async fn large_and_small_messages_arrive_in_order() {
     })
     .await
     .expect("within the limit");
+}
+
+/// Two sends posted (their futures polled once) and dropped, with nothing
+/// of the sender's waiting afterwards: both still arrive. The TCP provider
+/// holds the second of a burst back to write it with later ones, at the
+/// endpoint's next progress, which only the node's own progress task then
+/// makes (what a byte stream dropped after writing relies on).
+#[tokio::test(flavor = "current_thread")]
+async fn sends_dropped_after_posting_arrive() {
+    use xfer::PeerAddr;
+
+    if std::env::var_os("XFER_TCP_ADDR").is_none() {
+        std::env::set_var("XFER_TCP_ADDR", "127.0.0.1");
+    }
+    let a = xfer_tarpc::Node::open().expect("node a");
+    let b = xfer_tarpc::Node::open().expect("node b");
+    let peer = a.endpoint().endpoint().av().insert(&b.name()).expect("insert b");
+    tokio::time::timeout(Duration::from_secs(60), async {
+        // A connection up first, so that the sends below are written at once.
+        let warm = b.endpoint().trecv(PeerAddr::UNSPEC, 1, 0, vec![0; 8]);
+        let ((sent, _), (got, _)) = futures::join!(a.endpoint().tsend(peer, 1, b"warm".to_vec()), warm);
+        sent.expect("warm send");
+        got.expect("warm receive");
+        for n in [2, 1, 3, 4u64] {
+            let tag = |i: u64| 100 * n + i;
+            let recvs: Vec<_> = (0..n)
+                .map(|i| Box::pin(b.endpoint().trecv(PeerAddr::UNSPEC, tag(i), 0, vec![0; 64])))
+                .collect();
+            for i in 0..n {
+                let mut send = Box::pin(a.endpoint().tsend(peer, tag(i), pattern(40, tag(i))));
+                let _ = futures::poll!(&mut send);
+                drop(send);
+            }
+            for (i, recv) in recvs.into_iter().enumerate() {
+                let (got, buf) = recv.await;
+                let len = got.unwrap_or_else(|e| panic!("burst of {n}, send {i}: {e}")).len;
+                assert_eq!(buf[..len], pattern(40, tag(i as u64))[..], "burst of {n}, send {i}");
+            }
+        }
+    })
+    .await
+    .expect("every dropped send arrives within the limit");
 }

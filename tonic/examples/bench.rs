@@ -1,13 +1,22 @@
-//! tonic over xfer against tonic over tokio TCP on loopback, in one run:
+//! tonic over xfer (each xfer provider asked for) against tonic over tokio
+//! TCP on this host, in one run:
 //!
 //! ```text
-//! XFER_TCP_ADDR=127.0.0.1 cargo run --release -p xfer-tonic --example bench -- [--calls N] [--secs S] [--size BYTES]
+//! XFER_TCP_ADDR=127.0.0.1 cargo run --release -p xfer-tonic --example bench -- \
+//!     [--calls N] [--secs S] [--size BYTES] [--rounds R] [--transports tcp,shm,tokio]
 //! ```
 //!
 //! For each transport: a server and a client in this process (one tokio
-//! runtime), the echo service, `--calls` unary calls one at a time (mean,
-//! p50 and p99 latency, and the process's CPU time per call), then 64 calls outstanding for `--secs` seconds (calls/s,
-//! p50 and p99). Payloads are `--size` bytes (default 64).
+//! runtime), the echo service; `tcp` and `shm` are tonic over xfer on that
+//! provider, `tokio` is tonic over tokio's TCP (`TCP_NODELAY`) on
+//! 127.0.0.1. Each round measures every transport in turn (alternated, so
+//! a change in the host's load falls on all of them): `--calls` unary
+//! calls one at a time (mean, p50 and p99 latency, and the process's CPU
+//! time per call), then 64 calls outstanding for `--secs` seconds (calls/s,
+//! p50 and p99). Payloads are `--size` bytes (default 64). After the rounds:
+//! each column's median over the rounds, and each xfer transport's ratio to
+//! tokio TCP (latency: xfer / tokio, below 1 is faster; calls/s: xfer /
+//! tokio, above 1 is faster).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -25,6 +34,8 @@ struct Opts {
     calls: usize,
     secs: u64,
     size: usize,
+    rounds: usize,
+    transports: Vec<String>,
 }
 
 fn opts() -> Res<Opts> {
@@ -32,6 +43,8 @@ fn opts() -> Res<Opts> {
         calls: 20_000,
         secs: 5,
         size: 64,
+        rounds: 1,
+        transports: vec!["tcp".into(), "shm".into(), "tokio".into()],
     };
     let args: Vec<String> = std::env::args().skip(1).collect();
     for pair in args.chunks(2) {
@@ -40,6 +53,8 @@ fn opts() -> Res<Opts> {
             "--calls" => o.calls = value.parse()?,
             "--secs" => o.secs = value.parse()?,
             "--size" => o.size = value.parse()?,
+            "--rounds" => o.rounds = value.parse::<usize>()?.max(1),
+            "--transports" => o.transports = value.split(',').map(str::to_string).collect(),
             other => return Err(format!("unknown flag {other}").into()),
         }
     }
@@ -90,10 +105,28 @@ fn pct(sorted: &[Duration], p: f64) -> f64 {
     sorted[i].as_secs_f64() * 1e6
 }
 
-async fn measure(label: &str, client: EchoClient<Channel>, o: &Opts) -> Res<()> {
+/// One transport's figures in one round, in the order printed.
+type Row = [f64; 7];
+
+const COLUMNS: [&str; 7] = [
+    "avg us",
+    "p50 us",
+    "p99 us",
+    "cpu us",
+    "calls/s @64",
+    "p50 @64",
+    "p99 @64",
+];
+
+/// Whether a column is better when higher (calls/s) rather than lower.
+fn higher_is_better(column: usize) -> bool {
+    column == 4
+}
+
+async fn measure(client: &EchoClient<Channel>, o: &Opts) -> Res<Row> {
     let payload = vec![0x5a; o.size];
     let mut c = client.clone();
-    for id in 0..1000 {
+    for id in 0..o.calls.min(1000) as u64 {
         call(&mut c, id, &payload).await?;
     }
     let mut one = Vec::with_capacity(o.calls);
@@ -128,8 +161,7 @@ async fn measure(label: &str, client: EchoClient<Channel>, o: &Opts) -> Res<()> 
     }
     let secs = start.elapsed().as_secs_f64();
     many.sort();
-    println!(
-        "{label:<10} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>12.0} {:>9.1} {:>9.1}",
+    Ok([
         avg(&one),
         pct(&one, 0.5),
         pct(&one, 0.99),
@@ -137,20 +169,51 @@ async fn measure(label: &str, client: EchoClient<Channel>, o: &Opts) -> Res<()> 
         many.len() as f64 / secs,
         pct(&many, 0.5),
         pct(&many, 0.99),
-    );
-    Ok(())
+    ])
 }
 
-async fn xfer_client() -> Res<(EchoClient<Channel>, &'static str)> {
-    let server = Node::open()?;
-    let (name, provider) = (server.name(), server.provider());
+fn print_row(label: &str, row: &Row) {
+    print!("{label:<12}");
+    for (i, v) in row.iter().enumerate() {
+        let width = COLUMNS[i].len().max(9);
+        if higher_is_better(i) {
+            print!(" {v:>width$.0}");
+        } else {
+            print!(" {v:>width$.1}");
+        }
+    }
+    println!();
+}
+
+fn print_header(first: &str) {
+    print!("{first:<12}");
+    for c in COLUMNS {
+        print!(" {c:>width$}", width = c.len().max(9));
+    }
+    println!();
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+async fn xfer_client(provider: &str) -> Res<EchoClient<Channel>> {
+    let attr = xfer::DomainAttr::with_provider(provider);
+    let server = Node::open_with(&attr)?;
+    let name = server.name();
     tokio::spawn(
         Server::builder()
             .add_service(EchoServer)
             .serve_with_incoming(xfer_tonic::incoming(server)),
     );
-    let node = Node::open()?;
-    Ok((EchoClient::new(xfer_tonic::channel(node, name).await?), provider))
+    let node = Node::open_with(&attr)?;
+    Ok(EchoClient::new(xfer_tonic::channel(node, name).await?))
 }
 
 async fn tcp_client() -> Res<EchoClient<Channel>> {
@@ -172,15 +235,48 @@ async fn tcp_client() -> Res<EchoClient<Channel>> {
 async fn main() -> Res<()> {
     let o = opts()?;
     println!(
-        "tonic unary echo, {} B payload: {} calls one at a time, then {OUTSTANDING} outstanding for {} s",
-        o.size, o.calls, o.secs
+        "tonic unary echo, {} B payload: {} calls one at a time, then {OUTSTANDING} outstanding for {} s; {} round(s), transports alternated",
+        o.size, o.calls, o.secs, o.rounds
     );
-    println!(
-        "{:<10} {:>9} {:>9} {:>9} {:>9} {:>12} {:>9} {:>9}",
-        "transport", "avg us", "p50 us", "p99 us", "cpu us", "calls/s @64", "p50 @64", "p99 @64"
-    );
-    let (xfer, provider) = xfer_client().await?;
-    measure(&format!("xfer/{provider}"), xfer, &o).await?;
-    measure("tokio-tcp", tcp_client().await?, &o).await?;
+    let mut clients = Vec::new();
+    for t in &o.transports {
+        let (label, client) = match t.as_str() {
+            "tokio" => ("tokio-tcp".to_string(), tcp_client().await?),
+            provider => (format!("xfer/{provider}"), xfer_client(provider).await?),
+        };
+        clients.push((label, client));
+    }
+    let mut rows: Vec<Vec<Row>> = vec![Vec::new(); clients.len()];
+    print_header("round");
+    for round in 1..=o.rounds {
+        for (i, (label, client)) in clients.iter().enumerate() {
+            let row = measure(client, &o).await?;
+            print_row(&format!("{round} {label}"), &row);
+            rows[i].push(row);
+        }
+    }
+    let medians: Vec<Row> = rows
+        .iter()
+        .map(|r| std::array::from_fn(|c| median(r.iter().map(|row| row[c]).collect())))
+        .collect();
+    println!("medians over {} round(s):", o.rounds);
+    print_header("transport");
+    for ((label, _), m) in clients.iter().zip(&medians) {
+        print_row(label, m);
+    }
+    if let Some(base) = clients.iter().position(|(l, _)| l == "tokio-tcp") {
+        println!("ratio to tokio-tcp (latency and cpu: below 1 is faster; calls/s: above 1 is faster):");
+        print_header("transport");
+        for ((label, _), m) in clients.iter().zip(&medians) {
+            if label == "tokio-tcp" {
+                continue;
+            }
+            print!("{label:<12}");
+            for (c, v) in m.iter().enumerate() {
+                print!(" {:>width$.2}", v / medians[base][c], width = COLUMNS[c].len().max(9));
+            }
+            println!();
+        }
+    }
     Ok(())
 }

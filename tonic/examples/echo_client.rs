@@ -2,9 +2,11 @@
 //!
 //! ```text
 //! XFER_TCP_ADDR=127.0.0.1 cargo run -p xfer-tonic --example echo_client -- NAME
+//! XFER_PROVIDER=shm cargo run -p xfer-tonic --example echo_client -- /tmp/echo.xfer
 //! ```
 //!
-//! with the name the server printed: unary calls from empty to 1 MiB, then
+//! with the name the server printed, or the path it published its name at
+//! (`echo_server --publish PATH`): unary calls from empty to 1 MiB, then
 //! 64 calls outstanding at once.
 
 use futures::future::try_join_all;
@@ -36,12 +38,16 @@ async fn call(client: &mut EchoClient<tonic::transport::Channel>, id: u64, len: 
 
 #[tokio::main]
 async fn main() -> Res<()> {
-    let name: xfer::Address = std::env::args()
+    let server = std::env::args()
         .nth(1)
-        .ok_or("usage: echo_client SERVER_NAME (as echo_server prints it)")?
-        .parse()?;
+        .ok_or("usage: echo_client SERVER_NAME|PATH (as echo_server prints it, or where it published it)")?;
     let node = Node::open()?;
-    let mut client = EchoClient::new(xfer_tonic::channel(node, name.as_bytes()).await?);
+    // A name is hex digits; anything else is taken as a path.
+    let channel = match server.parse::<xfer::Address>() {
+        Ok(name) => xfer_tonic::channel(node, name.as_bytes()).await?,
+        Err(_) => xfer_tonic::channel_at(node, server).await?,
+    };
+    let mut client = EchoClient::new(channel);
     for (id, len) in [0, 1, 1000, 100_000, 1 << 20].into_iter().enumerate() {
         call(&mut client, id as u64, len).await?;
         println!("echo client: {len} bytes ok");

@@ -2,6 +2,7 @@
 
 use std::future::Future;
 use std::io;
+use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -13,13 +14,23 @@ use xfer_tarpc::Node;
 
 use crate::io::XferIo;
 
+/// Where a [`Connector`] finds its server.
+#[derive(Clone)]
+enum Target {
+    /// The server's endpoint name.
+    Name(Arc<[u8]>),
+    /// A file the server [`publish`](crate::publish)ed its name at, read
+    /// at each connect.
+    Path(Arc<Path>),
+}
+
 /// A tower service tonic's `Endpoint::connect_with_connector` takes: each
-/// call opens a connection from `node` to the server whose endpoint name
-/// it holds (the URI is not looked at; tonic still wants one).
+/// call opens a connection from `node` to the server, named or found at a
+/// published path (the URI is not looked at; tonic still wants one).
 #[derive(Clone)]
 pub struct Connector {
     node: Arc<Node>,
-    server: Arc<[u8]>,
+    target: Target,
 }
 
 impl Connector {
@@ -28,7 +39,18 @@ impl Connector {
     pub fn new(node: Arc<Node>, server: impl Into<Vec<u8>>) -> Self {
         Connector {
             node,
-            server: server.into().into(),
+            target: Target::Name(server.into().into()),
+        }
+    }
+
+    /// Connects from `node` to the server that [`publish`](crate::publish)ed
+    /// its name at `path`. The file is read at each connect, so when tonic
+    /// reconnects it reaches a server restarted there (over `shm` a new
+    /// process has a new name).
+    pub fn at(node: Arc<Node>, path: impl Into<PathBuf>) -> Self {
+        Connector {
+            node,
+            target: Target::Path(path.into().into()),
         }
     }
 }
@@ -43,9 +65,12 @@ impl tower::Service<Uri> for Connector {
     }
 
     fn call(&mut self, _: Uri) -> Self::Future {
-        let (node, server) = (self.node.clone(), self.server.clone());
+        let (node, target) = (self.node.clone(), self.target.clone());
         Box::pin(async move {
-            let conn = node.connect(&server).await?;
+            let conn = match target {
+                Target::Name(server) => node.connect_raw(&server).await?,
+                Target::Path(path) => node.connect_raw(&crate::lookup(&path)?).await?,
+            };
             Ok(TokioIo::new(XferIo::new(conn)))
         })
     }
@@ -55,9 +80,20 @@ impl tower::Service<Uri> for Connector {
 /// `server`, connected now (tonic reconnects through the same
 /// [`Connector`] if the connection fails).
 pub async fn channel(node: Arc<Node>, server: impl Into<Vec<u8>>) -> Result<Channel, tonic::transport::Error> {
+    connect(Connector::new(node, server)).await
+}
+
+/// A tonic channel from `node` to the server that
+/// [`publish`](crate::publish)ed its name at `path`, connected now; tonic
+/// reconnects through [`Connector::at`], which reads the file again.
+pub async fn channel_at(node: Arc<Node>, path: impl Into<PathBuf>) -> Result<Channel, tonic::transport::Error> {
+    connect(Connector::at(node, path)).await
+}
+
+async fn connect(connector: Connector) -> Result<Channel, tonic::transport::Error> {
     // The authority names no host: hyper only puts it in requests' headers.
     Endpoint::from_static("http://xfer")
-        .connect_with_connector(Connector::new(node, server))
+        .connect_with_connector(connector)
         .await
 }
 
@@ -66,5 +102,5 @@ pub async fn channel(node: Arc<Node>, server: impl Into<Vec<u8>>) -> Result<Chan
 /// malformed is logged and skipped; an error of the endpoint itself is an
 /// item of the stream.
 pub fn incoming(node: Arc<Node>) -> impl Stream<Item = io::Result<XferIo>> + Send + 'static {
-    node.incoming().map(|conn| conn.map(XferIo::new))
+    node.incoming_raw().map(|conn| conn.map(XferIo::new))
 }

@@ -1,16 +1,22 @@
-//! A small gRPC service, `xfer.Echo/Echo`, written by hand the way
-//! tonic's code generator would write it (so nothing needs `protoc`): the
-//! reply carries the request's id and payload back.
+//! A small gRPC service, `xfer.Echo`, written by hand the way tonic's code
+//! generator would write it (so nothing needs `protoc`): `Echo`, a unary
+//! call whose reply carries the request's id and payload back, and
+//! `EchoStream`, a bidirectional stream answering each request with its
+//! echo as it arrives.
 
 use std::convert::Infallible;
 use std::task::{Context, Poll};
 
-use tonic::codegen::{http, Body, BoxFuture, Service, StdError};
-use tonic::{Request, Response, Status};
+use futures::StreamExt;
+use tonic::codegen::{http, Body, BoxFuture, BoxStream, Service, StdError};
+use tonic::{Request, Response, Status, Streaming};
 use tonic_prost::ProstCodec;
 
-/// The method's path.
+/// The unary method's path.
 pub const ECHO_PATH: &str = "/xfer.Echo/Echo";
+
+/// The streaming method's path.
+pub const ECHO_STREAM_PATH: &str = "/xfer.Echo/EchoStream";
 
 /// An echo request.
 #[derive(Clone, PartialEq, prost::Message)]
@@ -66,6 +72,22 @@ where
             .unary(Request::new(request), path, ProstCodec::default())
             .await
     }
+
+    /// Calls `EchoStream`: sends `requests` as they come and returns the
+    /// stream of replies, one per request, in order.
+    pub async fn echo_stream(
+        &mut self,
+        requests: impl futures::Stream<Item = EchoRequest> + Send + 'static,
+    ) -> Result<Response<Streaming<EchoReply>>, Status> {
+        self.inner
+            .ready()
+            .await
+            .map_err(|e| Status::unavailable(format!("service not ready: {}", e.into())))?;
+        let path = http::uri::PathAndQuery::from_static(ECHO_STREAM_PATH);
+        self.inner
+            .streaming(Request::new(requests), path, ProstCodec::default())
+            .await
+    }
 }
 
 /// The echo service, for `Server::builder().add_service`.
@@ -89,6 +111,22 @@ impl tonic::server::UnaryService<EchoRequest> for Echo {
     }
 }
 
+/// The `EchoStream` method as tonic's streaming handler wants it.
+struct EchoStream;
+
+impl tonic::server::StreamingService<EchoRequest> for EchoStream {
+    type Response = EchoReply;
+    type ResponseStream = BoxStream<EchoReply>;
+    type Future = BoxFuture<Response<BoxStream<EchoReply>>, Status>;
+
+    fn call(&mut self, request: Request<Streaming<EchoRequest>>) -> Self::Future {
+        let replies = request
+            .into_inner()
+            .map(|r| r.map(|EchoRequest { id, payload }| EchoReply { id, payload }));
+        Box::pin(async move { Ok(Response::new(Box::pin(replies) as BoxStream<EchoReply>)) })
+    }
+}
+
 impl<B> Service<http::Request<B>> for EchoServer
 where
     B: Body + Send + 'static,
@@ -103,12 +141,16 @@ where
     }
 
     fn call(&mut self, request: http::Request<B>) -> Self::Future {
-        if request.uri().path() == ECHO_PATH {
-            return Box::pin(async move {
+        match request.uri().path() {
+            ECHO_PATH => Box::pin(async move {
                 let mut grpc = tonic::server::Grpc::new(ProstCodec::default());
                 Ok(grpc.unary(Echo, request).await)
-            });
+            }),
+            ECHO_STREAM_PATH => Box::pin(async move {
+                let mut grpc = tonic::server::Grpc::new(ProstCodec::default());
+                Ok(grpc.streaming(EchoStream, request).await)
+            }),
+            _ => Box::pin(async move { Ok(Status::unimplemented("no such method").into_http()) }),
         }
-        Box::pin(async move { Ok(Status::unimplemented("no such method").into_http()) })
     }
 }

@@ -5,10 +5,9 @@ use std::pin::Pin;
 use std::task::{ready, Context, Poll, Waker};
 
 use futures::{Sink, StreamExt};
-use serde_bytes::ByteBuf;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use xfer::PeerAddr;
-use xfer_tarpc::Transport;
+use xfer_tarpc::{Raw, Transport};
 
 /// The most bytes written between two flushes that travel as one message;
 /// a write past it sends what is buffered first. hyper writes an HTTP/2
@@ -18,7 +17,10 @@ use xfer_tarpc::Transport;
 /// hundreds of frame-sized ones.
 pub const WRITE_MAX: usize = 256 << 10;
 
-type Conn = Transport<ByteBuf, ByteBuf>;
+/// Messages are the bytes written, as they are (no encoding): a large
+/// batch is itself the body that travels, and the body received is read
+/// from directly.
+type Conn = Transport<Vec<u8>, Vec<u8>, Raw>;
 
 /// One connection as a tokio `AsyncRead + AsyncWrite` byte stream (wrap it
 /// in `hyper_util::rt::TokioIo` for hyper; [`crate::Connector`] does).
@@ -70,7 +72,7 @@ impl XferIo {
         }
         ready!(Pin::new(&mut self.conn).poll_ready(cx))?;
         let bytes = std::mem::take(&mut self.write);
-        Poll::Ready(Pin::new(&mut self.conn).start_send(ByteBuf::from(bytes)))
+        Poll::Ready(Pin::new(&mut self.conn).start_send(bytes))
     }
 }
 
@@ -89,7 +91,7 @@ impl AsyncRead for XferIo {
             }
             match ready!(me.conn.poll_next_unpin(cx)) {
                 Some(Ok(bytes)) => {
-                    me.read = bytes.into_vec();
+                    me.read = bytes;
                     me.pos = 0;
                 }
                 Some(Err(e)) => return Poll::Ready(Err(e)),
@@ -163,7 +165,7 @@ impl Drop for XferIo {
             // Sent past the limit of sends in flight: waiting is not possible here,
             // and a close without the bytes before it would read as a whole stream.
             if !self.write.is_empty() {
-                let bytes = ByteBuf::from(std::mem::take(&mut self.write));
+                let bytes = std::mem::take(&mut self.write);
                 let _ = Pin::new(&mut self.conn).start_send(bytes);
             }
             let mut cx = Context::from_waker(Waker::noop());

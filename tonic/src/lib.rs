@@ -1,6 +1,7 @@
 //! [tonic](https://docs.rs/tonic) (gRPC) over xfer: unmodified tonic clients
 //! and servers whose HTTP/2 connections run over xfer endpoints, on RDMA
-//! verbs or TCP, whichever provider xfer opens (`XFER_PROVIDER`).
+//! verbs, TCP or shared memory, whichever provider xfer opens
+//! (`XFER_PROVIDER`, or [`Node::open_with`] a `DomainAttr`).
 //!
 //! hyper, under tonic, wants a byte stream. [`XferIo`] is one, carried over
 //! the connections of [`xfer_tarpc`] (one endpoint per process, a
@@ -12,8 +13,13 @@
 //!
 //! A client connects with [`channel`] (or hands a [`Connector`] to tonic's
 //! `Endpoint::connect_with_connector`); a server hands [`incoming`] to
-//! `Server::builder().serve_with_incoming`. [`echo`] is a small hand-written
-//! service (no `protoc`) the examples, tests and benchmark use.
+//! `Server::builder().serve_with_incoming`. A client finds its server by
+//! the server's endpoint name ([`Node::name`]; `xfer::Address` is its text
+//! form) or, on one host, by a path the server [`publish`]ed it at
+//! ([`channel_at`], [`Connector::at`]): over `shm`, whose names have no
+//! host or port, that is how a separately started client finds a server.
+//! [`echo`] is a small hand-written service (no `protoc`) the examples,
+//! tests and benchmark use.
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
@@ -44,7 +50,9 @@
 mod connect;
 pub mod echo;
 mod io;
+mod publish;
 
-pub use connect::{channel, incoming, Connector};
+pub use connect::{channel, channel_at, incoming, Connector};
 pub use io::{XferIo, WRITE_MAX};
+pub use publish::{lookup, publish, Published};
 pub use xfer_tarpc::Node;
