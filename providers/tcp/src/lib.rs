@@ -82,6 +82,13 @@ impl DomainProvider for TcpDomain {
 
     fn open_endpoint(&mut self, attr: &EndpointAttr) -> Result<Box<dyn EndpointProvider>> {
         let tcp = TcpAttr::from_params(&self.params.overlaid(&attr.params))?;
+        if attr.rndv_threshold > stream::MAX_PAYLOAD {
+            // An eager message is one frame: a larger threshold would be
+            // honoured only up to it, silently.
+            return Err(Error::InvalidArgument(
+                "rendezvous threshold over TCP's largest frame (256 KiB)",
+            ));
+        }
         let t = stream::TcpTransport::open(&tcp)?;
         Ok(Box::new(Engine::new(t, PROVIDER_ID, attr, tcp.eager_credit as u64)?))
     }

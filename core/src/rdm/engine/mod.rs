@@ -169,18 +169,11 @@ impl<T: Transport> Engine<T> {
         if attr.inject_size > room {
             return Err(Error::InvalidArgument("inject size over the transport's largest frame"));
         }
-        if attr.rndv_threshold > room {
-            // Eager messages are one frame each: a threshold past the largest
-            // would be honoured only up to it, silently.
-            return Err(Error::InvalidArgument(
-                "rendezvous threshold over the transport's largest frame",
-            ));
-        }
         Ok(Engine {
             s: State {
                 provider_id,
                 name,
-                eager_max: attr.rndv_threshold,
+                eager_max: attr.rndv_threshold.min(room),
                 inject_max: attr.inject_size,
                 selective: attr.selective_completion,
                 source_err: attr.source_err,
