@@ -602,3 +602,41 @@ fn an_acknowledged_eager_message_is_answered() {
     let got = expect(&mut [&mut v], 0, 200);
     assert_eq!(&got.buf.unwrap()[..6], b"ack me");
 }
+
+/// A peer on two connections at once (the victim's own to it, and one it
+/// opened): frames on both, in pieces, are all read.
+#[test]
+fn a_peer_on_two_connections_is_read_on_both() {
+    let mut attr = test_attr();
+    attr.rndv_threshold = 1024;
+    let Some(mut v) = victim_with(&attr) else { return };
+    let (fake, name) = fake_peer(&v);
+    let peer = v.av.insert(&name).unwrap();
+    v.ep.tsend(peer, 3, pattern(8192, 4), 300).unwrap();
+    v.ep.recv(PeerAddr::UNSPEC, vec![0; 64], 500).unwrap();
+    let (addr, nonce) = where_is(&v);
+    let mut theirs = TcpStream::connect(addr).unwrap();
+    let mut own = accept_victim(&mut v, &fake);
+    own.write_all(&frame(Header::new(Kind::Admitted), &name)).unwrap();
+    let (h, _) = read_frame(&mut v, &mut own);
+    assert_eq!(h.tag(), Some(3), "the send went out");
+    let hello = [greeting(nonce), frame(Header::new(Kind::Hello), &name)].concat();
+    let eager = frame(Header::new(Kind::Eager), &pattern(32, 5));
+    let ping = frame(Header::new(Kind::Ping), b"");
+    let theirs_bytes = [hello, ping].concat();
+    let steps: [(bool, &[u8]); 6] = [
+        (false, &theirs_bytes[..9]),
+        (true, &eager[..26]),
+        (false, &theirs_bytes[9..45]),
+        (true, &eager[26..]),
+        (false, &theirs_bytes[45..50]),
+        (false, &theirs_bytes[50..]),
+    ];
+    for (on_own, bytes) in steps {
+        let s = if on_own { &mut own } else { &mut theirs };
+        s.write_all(bytes).unwrap();
+        v.poll();
+    }
+    let got = expect(&mut [&mut v], 0, 500);
+    assert!(got.result.is_ok() && got.buf.unwrap()[..32] == pattern(32, 5));
+}
