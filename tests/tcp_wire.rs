@@ -604,9 +604,17 @@ fn an_acknowledged_eager_message_is_answered() {
 }
 
 /// A peer on two connections at once (the victim's own to it, and one it
-/// opened): frames on both, in pieces, are all read.
+/// opened): frames on both, in pieces, are all read, whatever progress
+/// call the pieces come between.
 #[test]
+#[ignore = "fails on tcp-rdm: after 6 or 7 polls the message waits ~24,000 more (about 40 ms)"]
 fn a_peer_on_two_connections_is_read_on_both() {
+    for pre in 0..8 {
+        two_connections(pre);
+    }
+}
+
+fn two_connections(pre: usize) {
     let mut attr = test_attr();
     attr.rndv_threshold = 1024;
     let Some(mut v) = victim_with(&attr) else { return };
@@ -620,10 +628,12 @@ fn a_peer_on_two_connections_is_read_on_both() {
     own.write_all(&frame(Header::new(Kind::Admitted), &name)).unwrap();
     let (h, _) = read_frame(&mut v, &mut own);
     assert_eq!(h.tag(), Some(3), "the send went out");
+    for _ in 0..pre {
+        v.poll();
+    }
     let hello = [greeting(nonce), frame(Header::new(Kind::Hello), &name)].concat();
     let eager = frame(Header::new(Kind::Eager), &pattern(32, 5));
-    let ping = frame(Header::new(Kind::Ping), b"");
-    let theirs_bytes = [hello, ping].concat();
+    let theirs_bytes = [hello, frame(Header::new(Kind::Ping), b"")].concat();
     let steps: [(bool, &[u8]); 6] = [
         (false, &theirs_bytes[..9]),
         (true, &eager[..26]),
@@ -637,6 +647,19 @@ fn a_peer_on_two_connections_is_read_on_both() {
         s.write_all(bytes).unwrap();
         v.poll();
     }
-    let got = expect(&mut [&mut v], 0, 500);
+    // Progress alone delivers it (nothing else arrives), within a few
+    // rounds of the transport's epoll turn.
+    let mut polls = 0;
+    let got = loop {
+        if let Some(c) = v.take(500) {
+            break c;
+        }
+        polls += 1;
+        assert!(
+            polls < 100,
+            "after {pre} polls: the message on the victim's own connection was not delivered"
+        );
+        v.poll();
+    };
     assert!(got.result.is_ok() && got.buf.unwrap()[..32] == pattern(32, 5));
 }
