@@ -534,7 +534,7 @@ fn tcp_stream(root: &Path) -> Out {
         &["completion 1 len 8192 Ok", "completion 5 len 32 Ok"],
         &stream(
             setup::SEND | setup::RECV,
-            BOTH | 3,
+            BOTH | 5,
             &[h, &answer(Kind::Fin, token(0, 1), 0), SPLIT, &e],
         ),
     );

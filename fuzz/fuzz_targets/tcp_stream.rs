@@ -372,6 +372,7 @@ impl Rig {
         }
         while let Ok((s, _)) = self.listener.accept() {
             s.set_nonblocking(true).expect("nonblocking");
+            s.set_nodelay(true).expect("nodelay");
             self.back.push(Back {
                 s,
                 hello: Vec::new(),
@@ -523,6 +524,9 @@ fn run(data: &[u8]) {
 
     let fresh = TcpStream::connect(my_name.addr).expect("connect to the endpoint");
     fresh.set_nonblocking(true).expect("nonblocking");
+    // Chunks go out as written (with Nagle, one waits for the endpoint's
+    // delayed acknowledgement, about 40 ms, past the harness's progress).
+    fresh.set_nodelay(true).expect("nodelay");
     // Let the endpoint accept and, if an operation needs the peer, connect
     // to the listener; the harness answers its hello, then the endpoint
     // writes its own requests. (Unless those operations failed already.)
