@@ -10,6 +10,7 @@ mod common;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
 use common::{expect, pattern, test_attr, Node, DEADLINE};
@@ -650,9 +651,10 @@ fn two_connections(pre: usize) {
         let s = if on_own { &mut own } else { &mut theirs };
         s.write_all(bytes).unwrap();
         v.poll();
+        in_the_victims_socket(&mut v, s);
     }
-    // Progress alone delivers it (nothing else arrives), within a few
-    // rounds of the transport's epoll turn.
+    // Its bytes are all in the victim's socket: progress alone delivers
+    // them, within a few rounds of the transport's epoll turn.
     let mut polls = 0;
     let got = loop {
         if let Some(c) = v.take(500) {
@@ -666,4 +668,22 @@ fn two_connections(pre: usize) {
         v.poll();
     };
     assert!(got.result.is_ok() && got.buf.unwrap()[..32] == pattern(32, 5));
+}
+
+/// Polls the victim until the peer's kernel holds nothing of what `s` sent
+/// unacknowledged: the bytes are in the victim's socket.
+fn in_the_victims_socket(v: &mut Node, s: &TcpStream) {
+    let start = Instant::now();
+    loop {
+        let mut queued: libc::c_int = 0;
+        // SAFETY: TIOCOUTQ writes one int (bytes not yet acknowledged) for
+        // an open TCP socket.
+        let rc = unsafe { libc::ioctl(s.as_raw_fd(), libc::TIOCOUTQ, &mut queued) };
+        assert_eq!(rc, 0, "TIOCOUTQ");
+        if queued == 0 {
+            return;
+        }
+        assert!(start.elapsed() < DEADLINE, "the victim's kernel never took the bytes");
+        v.poll();
+    }
 }
