@@ -385,6 +385,12 @@ fn pushed_rendezvous_data_is_checked() {
         let got = expect(&mut [&mut v], 0, 600);
         assert!(got.result.is_err(), "{what}: the receive fails");
     }
+    // The sender dies halfway: the receive fails.
+    let (mut s, to) = rendezvous(&mut v, 1000);
+    s.write_all(&frame(data(to, 0), &p[..500])).unwrap();
+    drop(s);
+    let got = expect(&mut [&mut v], 0, 600);
+    assert!(got.result.is_err(), "a sender gone mid-data fails the receive");
     still_works(&mut v);
 }
 
@@ -580,6 +586,22 @@ fn a_peer_must_prove_the_job_key_before_delivery() {
         }
     }
     assert_eq!(counter(&v, "unexpected_entries"), 1, "only the admitted peer's message");
+}
+
+/// A challenged peer that never proves the key is dropped after the
+/// connect timeout.
+#[test]
+fn a_peer_silent_after_its_challenge_is_dropped_after_the_connect_timeout() {
+    let mut attr = test_attr();
+    attr.job_key = Some(JobKey(b"the job".to_vec()));
+    attr.params.set("tcp.connect_timeout_ms", "200");
+    let Some(mut v) = victim_with(&attr) else { return };
+    let (mut s, hello) = hello(&v);
+    s.write_all(&hello).unwrap();
+    let (h, _) = read_frame(&mut v, &mut s);
+    assert_eq!(h.kind, Kind::Challenge);
+    assert_dropped(&mut v, &mut s, false);
+    assert_eq!(counter(&v, "admission_refused"), 1);
 }
 
 fn drive(v: &mut Node, mut done: impl FnMut(&Node) -> bool) {
