@@ -13,10 +13,10 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use xfer_core::unstable::rdm::engine::wire::{self, Kind};
 use xfer_core::RemoteKey;
-use xfer_fuzz::{setup, token, BIG, BOTH, MR_BASE, MR_KEY, OUTBOUND, SEND_LEN, SMALL, SPLIT, TAG};
+use xfer_fuzz::{setup, token, BIG, BOTH, MR_BASE, MR_KEY, OUTBOUND, SMALL, SPLIT, TAG};
 use xfer_tcp::name::TcpName;
-use xfer_tcp::wire::{status, Frame, Header, HEADER_LEN, MAX_EAGER};
 use xfer_verbs::fuzzing::{cm_private, CM_PRIVATE_LEN};
 use xfer_verbs::wire::{self as vwire, Meta, CREDIT_LEN, FIN_LEN, HDR, RTS_LEN, WRITE_DATA_LEN};
 use xfer_verbs::VerbsName;
@@ -88,172 +88,6 @@ impl Out {
 fn edit(mut bytes: Vec<u8>, at: usize, with: &[u8]) -> Vec<u8> {
     bytes[at..at + with.len()].copy_from_slice(with);
     bytes
-}
-
-fn every_frame() -> Vec<(&'static str, Frame)> {
-    vec![
-        (
-            "hello",
-            Frame::Hello {
-                name_len: 16,
-                to: 0x0123_4567_89ab_cdef,
-            },
-        ),
-        ("hello-ack", Frame::HelloAck { nonce: 0x5eed }),
-        ("credit", Frame::Credit { bytes: 1 << 20 }),
-        (
-            "eager-tagged-data",
-            Frame::Eager {
-                tag: Some(TAG),
-                data: Some(42),
-                len: 256,
-                ack: None,
-            },
-        ),
-        (
-            "eager-ack",
-            Frame::Eager {
-                tag: None,
-                data: Some(3),
-                len: 16,
-                ack: Some(token(3, 9)),
-            },
-        ),
-        (
-            "eager-plain-max",
-            Frame::Eager {
-                tag: None,
-                data: None,
-                len: MAX_EAGER,
-                ack: None,
-            },
-        ),
-        (
-            "rts",
-            Frame::Rts {
-                tag: Some(TAG),
-                data: None,
-                len: 1 << 32,
-                token: token(3, 9),
-                ack: false,
-            },
-        ),
-        (
-            "rts-ack",
-            Frame::Rts {
-                tag: None,
-                data: None,
-                len: 8,
-                token: token(3, 9),
-                ack: true,
-            },
-        ),
-        ("delivered", Frame::Delivered { token: token(3, 9) }),
-        (
-            "cts",
-            Frame::Cts {
-                token: token(0, 1),
-                rx_token: token(0, 2),
-                len: 2 << 20,
-            },
-        ),
-        (
-            "data",
-            Frame::Data {
-                rx_token: token(0, 1),
-                offset: 1 << 20,
-                len: 64 << 10,
-            },
-        ),
-        (
-            "write-req-imm",
-            Frame::WriteReq {
-                key: MR_KEY,
-                addr: MR_BASE,
-                len: 4096,
-                token: 9,
-                imm: true,
-            },
-        ),
-        (
-            "read-req",
-            Frame::ReadReq {
-                key: MR_KEY,
-                addr: MR_BASE,
-                len: 4096,
-                token: 9,
-            },
-        ),
-        (
-            "read-resp",
-            Frame::ReadResp {
-                token: 9,
-                status: status::OK,
-                len: 4096,
-            },
-        ),
-        (
-            "read-resp-denied",
-            Frame::ReadResp {
-                token: 9,
-                status: status::ACCESS_DENIED,
-                len: 0,
-            },
-        ),
-        (
-            "write-ack",
-            Frame::WriteAck {
-                token: 9,
-                status: status::DEREGISTERED,
-            },
-        ),
-    ]
-}
-
-fn tcp_frame(root: &Path) -> usize {
-    let mut out = Out::new(root, "tcp_frame");
-    for (name, frame) in every_frame() {
-        out.put(name, &frame.to_bytes());
-    }
-    let eager = Frame::Eager {
-        tag: Some(1),
-        data: None,
-        len: 8,
-        ack: None,
-    }
-    .to_bytes()
-    .to_vec();
-    let mut trailing = eager.clone();
-    trailing.extend_from_slice(b"payload!");
-    out.put("trailing-payload", &trailing);
-    out.put("truncated", &eager[..HEADER_LEN - 1]);
-    out.put("empty", &[]);
-    out.put("bad-magic", &edit(eager.clone(), 0, b"fx"));
-    out.put("version-2", &edit(eager.clone(), 2, &[2]));
-    out.put("unknown-kind", &edit(eager.clone(), 3, &[11]));
-    out.put("undefined-flag", &edit(eager.clone(), 4, &[0x08]));
-    out.put("reserved-id", &edit(eager.clone(), 32, &[1]));
-    let mut h = Frame::Eager {
-        tag: None,
-        data: None,
-        len: 0,
-        ack: None,
-    }
-    .to_bytes();
-    Header::new_unchecked(&mut h[..]).set_len(MAX_EAGER + 1);
-    out.put("eager-too-long", &h);
-    let hello = Frame::Hello { name_len: 1, to: 1 }.to_bytes().to_vec();
-    out.put("hello-len-0", &edit(hello.clone(), 8, &[0]));
-    out.put("hello-len-33", &edit(hello.clone(), 8, &[33]));
-    out.put("hello-len-257", &edit(hello.clone(), 8, &[1, 1]));
-    out.put("hello-tagged", &edit(hello, 16, &[1]));
-    let hello_ack = Frame::HelloAck { nonce: 1 }.to_bytes().to_vec();
-    out.put("hello-ack-len-1", &edit(hello_ack.clone(), 8, &[1]));
-    out.put("hello-ack-flag", &edit(hello_ack.clone(), 4, &[0x01]));
-    out.put("hello-ack-id", &edit(hello_ack, 32, &[1]));
-    let ack = Frame::WriteAck { token: 1, status: 0 }.to_bytes().to_vec();
-    out.put("ack-bad-status", &edit(ack, 16, &[status::MAX as u8 + 1]));
-    out.count
 }
 
 fn rkey(root: &Path) -> usize {
@@ -412,19 +246,31 @@ fn stream(flags: u8, chunking: u8, parts: &[&[u8]]) -> Vec<u8> {
     v
 }
 
-/// A hello from a peer at `addr`. The harness xors the endpoint's nonce
-/// into `to`: 0 names the endpoint under test, anything else an earlier one.
+/// One frame on the TCP stream: length, header length, header (trimmed), payload.
+fn frame(h: wire::Header, payload: &[u8]) -> Vec<u8> {
+    let full = h.encode();
+    let header = wire::trimmed(&full);
+    let len = (1 + header.len() + payload.len()) as u32;
+    [&len.to_le_bytes()[..], &[header.len() as u8], header, payload].concat()
+}
+
+/// A header of `kind` with `token`, edited by `f`.
+fn hdr(kind: Kind, token: u64, f: impl FnOnce(&mut wire::Header)) -> wire::Header {
+    let mut h = wire::Header::new(kind);
+    h.token = token;
+    f(&mut h);
+    h
+}
+
+/// The greeting for nonce `to` (the harness xors the endpoint's nonce into
+/// it: 0 names the endpoint under test, anything else an earlier one), then
+/// a hello from a `tcp-rdm` peer at `addr`.
 fn hello_from(addr: &str, to: u64) -> Vec<u8> {
     let addr: SocketAddr = addr.parse().expect("addr");
-    let name = TcpName { addr, nonce: 0x5eed }.to_vec();
-    let mut v = Frame::Hello {
-        name_len: name.len() as u8,
-        to,
-    }
-    .to_bytes()
-    .to_vec();
-    v.extend_from_slice(&name);
-    v
+    let mut name = TcpName { addr, nonce: 0x5eed }.to_vec();
+    name[0] = 0x04;
+    let greeting = [&b"XFRD\x01\0\0\0"[..], &to.to_le_bytes()].concat();
+    [greeting, frame(wire::Header::new(Kind::Hello), &name)].concat()
 }
 
 fn tcp_stream(root: &Path) -> Out {
@@ -432,61 +278,43 @@ fn tcp_stream(root: &Path) -> Out {
     // The harness points the hello's address at its own listener.
     let hello = hello_from("127.0.0.1:9", 0);
     let h = hello.as_slice();
-    let f = |frame: Frame| frame.to_bytes().to_vec();
-    let eager = |tag: Option<u64>, data: Option<u64>, len: usize| {
-        f(Frame::Eager {
-            tag,
-            data,
-            len: len as u64,
-            ack: None,
-        })
-    };
     let bytes = |n: usize| -> Vec<u8> { (0..n).map(|i| (i * 31 + 7) as u8).collect() };
+    let eager = |tag: Option<u64>, data: Option<u64>, len: usize| {
+        frame(wire::Header::message(Kind::Eager, tag, data), &bytes(len))
+    };
+    let admitted = "answered its Admitted";
 
-    out.conv("hello", &["answered its HelloAck"], &stream(0, 0, &[h]));
-    out.conv(
-        "hello-v6",
-        &["answered its HelloAck"],
-        &stream(0, 0, &[&hello_from("[::1]:9", 0)]),
-    );
-    // Meant for an earlier endpoint at this address: refused.
+    out.conv("hello", &[admitted], &stream(0, 0, &[h]));
+    out.conv("hello-v6", &[admitted], &stream(0, 0, &[&hello_from("[::1]:9", 0)]));
     out.conv(
         "hello-earlier-endpoint",
-        &["answered no HelloAck"],
+        &["answered no Admitted"],
         &stream(setup::RECV, 0, &[&hello_from("127.0.0.1:9", 1), &eager(None, None, 0)]),
     );
-    out.conv("hello-chunked", &["answered its HelloAck"], &stream(0, 1, &[h]));
+    out.conv("hello-chunked", &[admitted], &stream(0, 1, &[h]));
     let e = eager(None, None, 32);
     out.conv(
         "eager-recv",
         &["completion 5 len 32 Ok"],
-        &stream(setup::RECV, 0, &[h, &e, &bytes(32)]),
+        &stream(setup::RECV, 0, &[h, &e]),
     );
     out.conv(
         "eager-recv-chunked",
         &["completion 5 len 32 Ok"],
-        &stream(setup::RECV, 3, &[h, &e, &bytes(32)]),
+        &stream(setup::RECV, 3, &[h, &e]),
     );
-    out.put("eager-unexpected-known", &stream(setup::KNOWN, 0, &[h, &e, &bytes(32)]));
-    // A sender waiting for a Delivered frame: answered when read, into a
-    // receive or kept unexpected.
-    let ea = f(Frame::Eager {
-        tag: None,
-        data: None,
-        len: 32,
-        ack: Some(0x5eed),
-    });
+    out.put("eager-unexpected-known", &stream(setup::KNOWN, 0, &[h, &e]));
+    let ea = frame(hdr(Kind::Eager, 0x5eed, |h| h.flags = wire::ACK), &bytes(32));
     out.conv(
         "eager-acknowledged",
         &["completion 5 len 32 Ok"],
-        &stream(setup::RECV, 3, &[h, &ea, &bytes(32)]),
+        &stream(setup::RECV, 3, &[h, &ea]),
     );
-    out.put("eager-acknowledged-unexpected", &stream(0, 0, &[h, &ea, &bytes(32)]));
-    let et = eager(Some(TAG), Some(42), 100);
+    out.put("eager-acknowledged-unexpected", &stream(0, 0, &[h, &ea]));
     out.conv(
         "eager-tagged-truncated",
         &["completion 4 len 64 Err(Truncated"],
-        &stream(setup::TRECV, 0, &[h, &et, &bytes(100)]),
+        &stream(setup::TRECV, 0, &[h, &eager(Some(TAG), Some(42), 100)]),
     );
     out.conv(
         "eager-empty",
@@ -495,195 +323,139 @@ fn tcp_stream(root: &Path) -> Out {
     );
     let big = eager(Some(TAG), None, 8192);
     out.conv(
-        "eager-big-direct",
-        &["completion 4 len 8192 Ok"],
-        &stream(setup::TRECV | setup::BIG, 0, &[h, &big, &bytes(8192)]),
-    );
-    out.conv(
         "eager-big-chunked",
         &["completion 4 len 8192 Ok"],
-        &stream(setup::TRECV | setup::BIG, 60, &[h, &big, &bytes(8192)]),
+        &stream(setup::TRECV | setup::BIG, 60, &[h, &big]),
     );
     // Eager credit: a grant from the peer, and a peer spending more than the
-    // initial credit on messages nobody received (dropped).
+    // initial 128 KiB on messages nobody received (refused).
     out.put(
         "credit-grant",
-        &stream(0, 0, &[h, &f(Frame::Credit { bytes: 1 << 20 })]),
+        &stream(0, 0, &[h, &frame(hdr(Kind::Credit, 0, |h| h.len = 1 << 20), b"")]),
     );
     let max = eager(None, None, 64 << 10);
-    let max_bytes = bytes(64 << 10);
-    out.put(
-        "credit-overspent",
-        &stream(setup::KNOWN, 0, &[h, &max, &max_bytes, &max, &max_bytes]),
-    );
+    out.put("credit-overspent", &stream(setup::KNOWN, 0, &[h, &max, &max, &max]));
     out.put(
         "eager-cut-off",
-        &stream(setup::TRECV | setup::BIG, 0, &[h, &big, &bytes(1000)]),
+        &stream(setup::TRECV | setup::BIG, 0, &[h, &big[..1000]]),
     );
     out.put(
         "eager-cut-off-reset",
-        &stream(setup::TRECV | setup::RESET, 0, &[h, &et, &bytes(10)]),
+        &stream(setup::TRECV | setup::RESET, 0, &[h, &big[..20]]),
     );
+    out.put("ping", &stream(0, 0, &[h, &frame(wire::Header::new(Kind::Ping), b"")]));
 
-    // Rendezvous to us: the first matched receive's rx_token is token(0, 1).
-    let rts = f(Frame::Rts {
-        tag: Some(TAG),
-        data: Some(5),
-        len: 8192,
-        token: 77,
-        ack: false,
-    });
-    let data = f(Frame::Data {
-        rx_token: token(0, 1),
-        offset: 0,
-        len: 8192,
-    });
-    out.conv(
-        "rndv-recv",
-        &["completion 4 len 8192 Ok"],
-        &stream(setup::TRECV | setup::BIG, 0, &[h, &rts, &data, &bytes(8192)]),
+    // Rendezvous to us: the victim answers Cts naming its receive's token,
+    // token(0, 1), and the harness pushes Data frames to it.
+    let rts = frame(
+        hdr(Kind::Rts, 77, |h| {
+            (h.flags, h.tag, h.len) = (wire::TAGGED, TAG, 8192);
+        }),
+        b"",
     );
-    // The sender asks for a Delivered frame once the data is placed.
-    let rts_ack = f(Frame::Rts {
-        tag: Some(TAG),
-        data: None,
-        len: 8192,
-        token: 78,
-        ack: true,
-    });
-    out.conv(
-        "rndv-recv-acknowledged",
-        &["completion 4 len 8192 Ok"],
-        &stream(setup::TRECV | setup::BIG, 0, &[h, &rts_ack, &data, &bytes(8192)]),
+    let data = |off: u64, n: usize| frame(hdr(Kind::Data, token(0, 1), |h| h.off = off), &bytes(n));
+    // All at once, the data comes before the endpoint's Cts gave its token:
+    // refused as data for no receive (a real sender waits for the Cts).
+    out.put(
+        "rndv-data-before-cts",
+        &stream(setup::TRECV | setup::BIG, 0, &[h, &rts, &data(0, 8192)]),
     );
     out.conv(
         "rndv-recv-chunked",
         &["completion 4 len 8192 Ok"],
-        &stream(setup::TRECV | setup::BIG, 40, &[h, &rts, &data, &bytes(8192)]),
+        &stream(setup::TRECV | setup::BIG, 40, &[h, &rts, &data(0, 8192)]),
     );
-    let half = |offset: u64| {
-        f(Frame::Data {
-            rx_token: token(0, 1),
-            offset,
-            len: 4096,
-        })
-    };
     out.conv(
-        "rndv-recv-two-chunks",
+        "rndv-recv-two-frames",
         &["completion 4 len 8192 Ok"],
         &stream(
             setup::TRECV | setup::BIG,
-            0,
-            &[h, &rts, &half(0), &bytes(4096), &half(4096), &bytes(4096)],
+            30,
+            &[h, &rts, &data(4096, 4096), &data(0, 4096)],
         ),
-    );
-    // The small buffer accepts 64 bytes of the 8 KiB message.
-    let small = f(Frame::Data {
-        rx_token: token(0, 1),
-        offset: 0,
-        len: SMALL as u64,
-    });
-    out.conv(
-        "rndv-recv-truncated",
-        &["completion 4 len 64 Err(Truncated"],
-        &stream(setup::TRECV, 0, &[h, &rts, &small, &bytes(SMALL)]),
     );
     out.put("rndv-unexpected", &stream(0, 0, &[h, &rts]));
     out.put(
-        "rndv-data-out-of-order",
-        &stream(setup::TRECV | setup::BIG, 0, &[h, &rts, &half(4096), &bytes(4096)]),
+        "rndv-data-past-the-message",
+        &stream(setup::TRECV | setup::BIG, 0, &[h, &rts, &data(8000, 4096)]),
     );
 
-    // Answers to our operations: send token(0, 1); read and write follow.
-    let cts = |tok: u64, len: usize| {
-        f(Frame::Cts {
-            token: tok,
-            rx_token: 99,
-            len: len as u64,
-        })
-    };
+    // Answers to our operations: the send is token(0, 1) of its table, the
+    // read and write tokens (0, 1) and (1, 2) of theirs.
+    let answer = |kind: Kind, tok: u64, status: u32| frame(hdr(kind, tok, |h| h.status = status), b"");
+    let cts = frame(hdr(Kind::Cts, token(0, 1), |h| h.addr = 99), b"");
+    let delivered = answer(Kind::Delivered, token(0, 1), 0);
     out.conv(
-        "cts",
-        &["completion 1 len 8192 Ok", "answered its HelloAck"],
-        &stream(setup::SEND, 0, &[h, &cts(token(0, 1), SEND_LEN)]),
+        "fin",
+        &["completion 1 len 8192 Ok", admitted],
+        &stream(setup::SEND, 0, &[h, &answer(Kind::Fin, token(0, 1), 0)]),
     );
     out.conv(
-        "cts-partial",
-        &["completion 1 len 8192 Ok"],
-        &stream(setup::SEND, 0, &[h, &cts(token(0, 1), 100)]),
+        "fin-canceled",
+        &["completion 1 len 8192 Err(Canceled"],
+        &stream(setup::SEND, 0, &[h, &answer(Kind::Fin, token(0, 1), 1)]),
     );
-    out.conv(
-        "cts-zero",
-        &["completion 1 len 8192 Ok"],
-        &stream(setup::SEND, 0, &[h, &cts(token(0, 1), 0)]),
-    );
+    // The Cts makes the endpoint push its data; a Delivered that arrives
+    // before the push is written is out of place.
+    out.put("cts-delivered", &stream(setup::SEND, 20, &[h, &cts, &delivered]));
     out.put(
-        "cts-too-long",
-        &stream(setup::SEND, 0, &[h, &cts(token(0, 1), SEND_LEN + 1)]),
+        "cts-unknown",
+        &stream(setup::SEND, 0, &[h, &answer(Kind::Cts, token(0, 2), 0)]),
     );
-    out.put("cts-unknown", &stream(setup::SEND, 0, &[h, &cts(token(0, 2), 1)]));
-    // The harness's send asks for no acknowledgement: a Delivered for it,
-    // before or after its data went out, is a violation.
-    let delivered = f(Frame::Delivered { token: token(0, 1) });
-    out.put("delivered-unasked", &stream(setup::SEND, 0, &[h, &delivered]));
+    out.put("delivered-before-cts", &stream(setup::SEND, 0, &[h, &delivered]));
+    let rma_data = |tok: u64, off: u64, n: usize| frame(hdr(Kind::RmaData, tok, |h| h.off = off), &bytes(n));
     out.conv(
-        "delivered-after-data",
-        &["completion 1 len 8192 Ok"],
-        &stream(setup::SEND, 0, &[h, &cts(token(0, 1), SEND_LEN), &delivered]),
-    );
-    let resp = |tok: u64, st: u64, len: usize| {
-        f(Frame::ReadResp {
-            token: tok,
-            status: st,
-            len: len as u64,
-        })
-    };
-    out.conv(
-        "read-resp",
+        "read-data",
         &["completion 2 len 64 Ok"],
         &stream(
             setup::READ,
             0,
-            &[h, &resp(token(0, 1), status::OK, SMALL), &bytes(SMALL)],
+            &[
+                h,
+                &rma_data(token(0, 1), 0, SMALL),
+                &answer(Kind::RmaDone, token(0, 1), 0),
+            ],
         ),
     );
     out.conv(
-        "read-resp-big",
-        &["completion 2 len 16384 Ok"],
-        &stream(
-            setup::READ | setup::BIG,
-            0,
-            &[h, &resp(token(0, 1), status::OK, BIG), &bytes(BIG)],
-        ),
-    );
-    out.conv(
-        "read-resp-big-chunked",
+        "read-data-big-chunked",
         &["completion 2 len 16384 Ok"],
         &stream(
             setup::READ | setup::BIG,
             63,
-            &[h, &resp(token(0, 1), status::OK, BIG), &bytes(BIG)],
+            &[
+                h,
+                &rma_data(token(0, 1), 0, BIG),
+                &answer(Kind::RmaDone, token(0, 1), 0),
+            ],
         ),
     );
     out.conv(
-        "read-resp-denied",
-        &["completion 2 len 64 Err(RemoteAccess"],
-        &stream(setup::READ, 0, &[h, &resp(token(0, 1), status::ACCESS_DENIED, 0)]),
+        "read-denied",
+        &["completion 2 len 64 Err("],
+        &stream(setup::READ, 0, &[h, &answer(Kind::RmaDone, token(0, 1), 3)]),
     );
     out.put(
-        "read-resp-wrong-len",
-        &stream(setup::READ, 0, &[h, &resp(token(0, 1), status::OK, 1), &bytes(1)]),
+        "read-done-early",
+        &stream(
+            setup::READ,
+            0,
+            &[h, &rma_data(token(0, 1), 0, 1), &answer(Kind::RmaDone, token(0, 1), 0)],
+        ),
     );
-    let ack = |tok: u64, st: u64| f(Frame::WriteAck { token: tok, status: st });
+    out.put(
+        "read-data-past",
+        &stream(setup::READ, 0, &[h, &rma_data(token(0, 1), 60, 8)]),
+    );
     out.conv(
-        "write-ack",
+        "write-done",
         &["completion 3 len 64 Ok"],
-        &stream(setup::WRITE, 0, &[h, &ack(token(0, 1), status::OK)]),
+        &stream(setup::WRITE, 0, &[h, &answer(Kind::RmaDone, token(0, 1), 0)]),
     );
     out.conv(
-        "write-ack-refused",
-        &["completion 3 len 64 Err(RemoteAccess"],
-        &stream(setup::WRITE, 0, &[h, &ack(token(0, 1), status::OUT_OF_BOUNDS)]),
+        "write-refused",
+        &["completion 3 len 64 Err("],
+        &stream(setup::WRITE, 0, &[h, &answer(Kind::RmaDone, token(0, 1), 2)]),
     );
     out.conv(
         "all-answers",
@@ -697,167 +469,152 @@ fn tcp_stream(root: &Path) -> Out {
             7,
             &[
                 h,
-                &cts(token(0, 1), SEND_LEN),
-                &resp(token(0, 2), status::OK, SMALL),
-                &bytes(SMALL),
-                &ack(token(1, 3), status::OK),
+                &answer(Kind::Fin, token(0, 1), 0),
+                &rma_data(token(0, 1), 0, SMALL),
+                &answer(Kind::RmaDone, token(0, 1), 0),
+                &answer(Kind::RmaDone, token(1, 2), 0),
             ],
         ),
     );
 
-    // The same answers on the endpoint's own connection to the peer (no hello).
+    // The same answers on the endpoint's own connection to the peer (no
+    // greeting, no hello).
     out.conv(
-        "outbound-cts",
+        "outbound-fin",
         &["completion 1 len 8192 Ok"],
-        &stream(setup::SEND, OUTBOUND, &[&cts(token(0, 1), SEND_LEN)]),
+        &stream(setup::SEND, OUTBOUND, &[&answer(Kind::Fin, token(0, 1), 0)]),
     );
     out.conv(
-        "outbound-read-resp-chunked",
+        "outbound-read-data-chunked",
         &["completion 2 len 16384 Ok"],
         &stream(
             setup::READ | setup::BIG,
             OUTBOUND | 50,
-            &[&resp(token(0, 1), status::OK, BIG), &bytes(BIG)],
+            &[&rma_data(token(0, 1), 0, BIG), &answer(Kind::RmaDone, token(0, 1), 0)],
         ),
     );
     out.conv(
-        "outbound-write-ack-eager",
+        "outbound-write-done-eager",
         &["completion 3 len 64 Ok", "completion 5 len 32 Ok"],
         &stream(
             setup::WRITE | setup::RECV,
             OUTBOUND,
-            &[&ack(token(0, 1), status::OK), &e, &bytes(32)],
+            &[&answer(Kind::RmaDone, token(0, 1), 0), &e],
         ),
     );
-    out.put("outbound-hello", &stream(setup::WRITE, OUTBOUND, &[h]));
-    // The harness acknowledged the endpoint's hello already: a second one.
-    let hack = |nonce: u64| f(Frame::HelloAck { nonce });
-    out.conv(
-        "outbound-second-hello-ack",
-        &["hello acknowledgement out of place"],
-        &stream(setup::WRITE, OUTBOUND, &[&hack(0x5eed)]),
+    out.put("outbound-hello", &stream(setup::WRITE, OUTBOUND, &[&h[16..]]));
+    out.put(
+        "outbound-second-admitted",
+        &stream(
+            setup::WRITE,
+            OUTBOUND,
+            &[&frame(wire::Header::new(Kind::Admitted), &h[16 + 13..])],
+        ),
     );
 
     // Two connections from the same peer at once: a new one (before SPLIT)
     // and the endpoint's own (after), chunks in turns.
     out.conv(
-        "both-read-resp-then-outbound-fails",
+        "both-read-data-and-ping",
         &["completion 2 len 16384 Ok"],
         &stream(
             setup::READ | setup::BIG,
             BOTH | 20,
-            &[h, &resp(token(0, 1), status::OK, BIG), &bytes(BIG), SPLIT, &bytes(300)],
+            &[
+                h,
+                &rma_data(token(0, 1), 0, BIG),
+                &answer(Kind::RmaDone, token(0, 1), 0),
+                SPLIT,
+                &frame(wire::Header::new(Kind::Ping), b""),
+            ],
         ),
     );
     out.conv(
-        "both-rts-here-data-there",
-        &["completion 4 len 8192 Ok"],
-        &stream(
-            setup::TRECV | setup::BIG,
-            BOTH | 10,
-            &[h, &rts, &data, &bytes(8192), SPLIT, &data, &bytes(8192)],
-        ),
-    );
-    out.conv(
-        "both-cts-and-eager",
+        "both-fin-and-eager",
         &["completion 1 len 8192 Ok", "completion 5 len 32 Ok"],
         &stream(
             setup::SEND | setup::RECV,
             BOTH | 5,
-            &[h, &cts(token(0, 1), SEND_LEN), SPLIT, &e, &bytes(32)],
+            &[h, &answer(Kind::Fin, token(0, 1), 0), SPLIT, &e],
         ),
     );
     out.conv(
-        "both-write-ack-twice",
+        "both-write-done-twice",
         &["completion 3 len 64 Ok"],
         &stream(
             setup::WRITE,
             BOTH,
-            &[h, &ack(token(0, 1), status::OK), SPLIT, &ack(token(0, 1), status::OK)],
+            &[
+                h,
+                &answer(Kind::RmaDone, token(0, 1), 0),
+                SPLIT,
+                &answer(Kind::RmaDone, token(0, 1), 0),
+            ],
         ),
     );
 
-    // The peer's RMA into our registered region.
-    let wreq = |addr: u64, len: usize, tok: u64, imm: bool| {
-        f(Frame::WriteReq {
-            key: MR_KEY,
-            addr,
-            len: len as u64,
-            token: tok,
-            imm,
-        })
+    // The peer's RMA and atomics into our registered region.
+    let wreq = |addr: u64, n: usize, tok: u64, data: Option<u64>| {
+        let mut h = wire::Header::message(Kind::RmaWrite, None, data);
+        (h.flags, h.tag, h.addr, h.len, h.token) = (h.flags | wire::LAST, MR_KEY, addr, n as u64, tok);
+        frame(h, &bytes(n))
     };
     out.conv(
         "write-req",
-        &["answered its HelloAck"],
-        &stream(0, 0, &[h, &wreq(MR_BASE + 16, 100, 5, false), &bytes(100)]),
+        &[admitted],
+        &stream(0, 0, &[h, &wreq(MR_BASE + 16, 100, 5, None)]),
     );
     out.conv(
         "write-req-imm-known",
         &["completion 0 len 100 Ok"],
-        &stream(
-            setup::KNOWN,
-            0,
-            &[h, &wreq(MR_BASE, 100, 5, true), &42u64.to_le_bytes(), &bytes(100)],
-        ),
+        &stream(setup::KNOWN, 0, &[h, &wreq(MR_BASE, 100, 5, Some(42))]),
     );
-    out.put(
-        "write-req-inject",
-        &stream(0, 0, &[h, &wreq(MR_BASE, 10, 0, false), &bytes(10)]),
-    );
+    out.put("write-req-no-answer", &stream(0, 0, &[h, &wreq(MR_BASE, 10, 0, None)]));
     out.put(
         "write-req-big-chunked",
-        &stream(0, 50, &[h, &wreq(MR_BASE, 8192, 5, false), &bytes(8192)]),
+        &stream(0, 50, &[h, &wreq(MR_BASE, 8192, 5, None)]),
     );
     out.put(
         "write-req-out-of-bounds",
-        &stream(0, 0, &[h, &wreq(MR_BASE + 65530, 100, 5, false), &bytes(100)]),
+        &stream(0, 0, &[h, &wreq(MR_BASE + 65530, 100, 5, None)]),
     );
     let rreq = |addr: u64, len: u64| {
-        f(Frame::ReadReq {
-            key: MR_KEY,
-            addr,
-            len,
-            token: 6,
-        })
+        frame(
+            hdr(Kind::RmaRead, 6, |h| (h.tag, h.addr, h.len) = (MR_KEY, addr, len)),
+            b"",
+        )
     };
-    out.conv(
-        "read-req",
-        &["answered its HelloAck"],
-        &stream(0, 0, &[h, &rreq(MR_BASE, 256)]),
-    );
+    out.conv("read-req", &[admitted], &stream(0, 0, &[h, &rreq(MR_BASE, 256)]));
     out.conv(
         "read-req-big",
-        &["answered its HelloAck"],
+        &[admitted],
         &stream(0, 0, &[h, &rreq(MR_BASE, 64 << 10)]),
     );
     out.put("read-req-unknown-key", &stream(0, 0, &[h, &rreq(0, 1)]));
+    // A fetching sum of u64 (datatype 7, kind 2, fetch: libfabric's numbering).
+    let atomic = frame(
+        hdr(Kind::Atomic, 8, |h| {
+            (h.tag, h.addr, h.data, h.off) = (MR_KEY, MR_BASE + 8, 3, 7 | 2 << 8 | 1 << 16);
+        }),
+        b"",
+    );
+    out.conv("atomic", &[admitted], &stream(0, 0, &[h, &atomic]));
 
     // Broken peers.
-    out.put("no-hello", &stream(setup::RECV, 0, &[&e, &bytes(32)]));
-    out.put("second-hello", &stream(0, 0, &[h, h]));
-    out.put("hello-ack-to-acceptor", &stream(0, 0, &[h, &hack(0x5eed)]));
-    out.put("hello-ack-first", &stream(setup::RECV, 0, &[&hack(0)]));
+    out.put("no-hello", &stream(setup::RECV, 0, &[&h[..16], &e]));
+    out.put("no-greeting", &stream(setup::RECV, 0, &[&h[16..], &e]));
+    out.put("second-hello", &stream(0, 0, &[h, &h[16..]]));
     out.put("garbage", &stream(setup::RECV, 0, &[&bytes(200)]));
-    out.put("half-header", &stream(0, 0, &[h, &e[..HEADER_LEN / 2]]));
+    out.put("half-header", &stream(0, 0, &[h, &e[..9]]));
+    let mut too_long = e.clone();
+    too_long[..4].copy_from_slice(&(1 + 64 + (256 << 10) + 1u32).to_le_bytes());
+    out.put("frame-too-long", &stream(setup::RECV, 0, &[h, &too_long]));
     let mut bad_name = hello.clone();
-    bad_name[HEADER_LEN] = 0x02;
+    bad_name[16 + 5 + 8] = 0x02;
     out.put("hello-verbs-name", &stream(0, 0, &[&bad_name]));
     out.put(
         "data-for-nobody",
-        &stream(
-            0,
-            0,
-            &[
-                h,
-                &f(Frame::Data {
-                    rx_token: 1,
-                    offset: 0,
-                    len: 4,
-                }),
-                &bytes(4),
-            ],
-        ),
+        &stream(0, 0, &[h, &frame(hdr(Kind::Data, 1, |_| ()), &bytes(4))]),
     );
     out
 }
@@ -1004,26 +761,35 @@ fn rdm_frames(root: &Path) -> usize {
     out.put(
         "messages",
         &encode(&[
-            (h(Kind::Eager, &|h| {
-                h.flags = TAGGED;
-                h.tag = 7;
-            }), vec![1; 300]),
+            (
+                h(Kind::Eager, &|h| {
+                    h.flags = TAGGED;
+                    h.tag = 7;
+                }),
+                vec![1; 300],
+            ),
             (h(Kind::Eager, &|_| {}), vec![2; 10]),
-            (h(Kind::Rts, &|h| {
-                h.flags = TAGGED;
-                h.tag = 7;
-                h.len = 5000;
-                h.token = 3;
-            }), vec![]),
+            (
+                h(Kind::Rts, &|h| {
+                    h.flags = TAGGED;
+                    h.tag = 7;
+                    h.len = 5000;
+                    h.token = 3;
+                }),
+                vec![],
+            ),
         ]),
     );
     out.put(
         "answers",
         &encode(&[
-            (h(Kind::Cts, &|h| {
-                h.token = TOKENS[0];
-                h.addr = 77;
-            }), vec![]),
+            (
+                h(Kind::Cts, &|h| {
+                    h.token = TOKENS[0];
+                    h.addr = 77;
+                }),
+                vec![],
+            ),
             (h(Kind::Delivered, &|h| h.token = TOKENS[1]), vec![]),
             (h(Kind::RmaData, &|h| h.token = TOKENS[2]), vec![5; 100]),
             (h(Kind::RmaDone, &|h| h.token = TOKENS[2]), vec![]),
@@ -1032,40 +798,55 @@ fn rdm_frames(root: &Path) -> usize {
     out.put(
         "rma-target",
         &encode(&[
-            (h(Kind::RmaWrite, &|h| {
-                h.tag = 1;
-                h.len = 100;
-                h.flags = LAST;
-                h.token = 4;
-            }), vec![3; 100]),
-            (h(Kind::RmaWrite, &|h| {
-                h.tag = 1;
-                h.addr = 4090;
-                h.len = 100;
-                h.flags = LAST;
-            }), vec![4; 100]),
-            (h(Kind::RmaRead, &|h| {
-                h.tag = 1;
-                h.len = 3000;
-                h.token = 5;
-            }), vec![]),
+            (
+                h(Kind::RmaWrite, &|h| {
+                    h.tag = 1;
+                    h.len = 100;
+                    h.flags = LAST;
+                    h.token = 4;
+                }),
+                vec![3; 100],
+            ),
+            (
+                h(Kind::RmaWrite, &|h| {
+                    h.tag = 1;
+                    h.addr = 4090;
+                    h.len = 100;
+                    h.flags = LAST;
+                }),
+                vec![4; 100],
+            ),
+            (
+                h(Kind::RmaRead, &|h| {
+                    h.tag = 1;
+                    h.len = 3000;
+                    h.token = 5;
+                }),
+                vec![],
+            ),
         ]),
     );
     out.put(
         "atomics",
         &encode(&[
-            (h(Kind::Atomic, &|h| {
-                h.tag = 1;
-                h.addr = 8;
-                h.data = 5;
-                h.off = 7 | 2 << 8 | 1 << 16;
-                h.token = 6;
-            }), vec![]),
-            (h(Kind::Atomic, &|h| {
-                h.tag = 1;
-                h.addr = 4;
-                h.off = 7 | 12 << 8 | 1 << 16;
-            }), vec![]),
+            (
+                h(Kind::Atomic, &|h| {
+                    h.tag = 1;
+                    h.addr = 8;
+                    h.data = 5;
+                    h.off = 7 | 2 << 8 | 1 << 16;
+                    h.token = 6;
+                }),
+                vec![],
+            ),
+            (
+                h(Kind::Atomic, &|h| {
+                    h.tag = 1;
+                    h.addr = 4;
+                    h.off = 7 | 12 << 8 | 1 << 16;
+                }),
+                vec![],
+            ),
             (h(Kind::AtomicDone, &|h| h.token = 1 << 32), vec![]),
         ]),
     );
@@ -1084,7 +865,6 @@ fn main() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("corpus");
     let conversations = tcp_stream(&root);
     let counts = [
-        ("tcp_frame", tcp_frame(&root)),
         ("tcp_stream", conversations.count),
         ("tcp_name", tcp_name(&root)),
         ("rkey", rkey(&root)),

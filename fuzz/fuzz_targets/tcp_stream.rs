@@ -1,10 +1,11 @@
-//! The TCP endpoint's inbound path, end to end: a fresh endpoint on
-//! 127.0.0.1 accepts a connection from this harness, which writes the
-//! input to it as a peer would, split into chunks, while the endpoint makes
-//! progress. This is the code that consumes raw peer bytes
-//! (`endpoint/inbound.rs`: the staging buffer, `Frame::parse`, the hello's
-//! `TcpName::decode`, eager, rendezvous and RMA payload phases, direct
-//! reads into user memory) with the endpoint's real state behind it.
+//! A TCP endpoint's inbound path, end to end: a fresh endpoint (core's RDM
+//! engine over `xfer_tcp::stream::TcpTransport`) on 127.0.0.1 accepts a
+//! connection from this harness, which writes the input to it as a peer
+//! would, split into chunks, while the endpoint makes progress. This is
+//! the code that consumes raw peer bytes (the stream's greeting and frame
+//! lengths in `providers/tcp/src/stream/`, the engine's header, handshake,
+//! credit, eager, rendezvous, RMA and atomic frames in
+//! `core/src/rdm/engine/`) with the endpoint's real state behind it.
 //!
 //! Input layout:
 //!
@@ -13,37 +14,40 @@
 //! byte 1   where the stream goes and in what pieces:
 //!          bit 7 (`OUTBOUND`): over the connection the endpoint opened to
 //!          the harness (to send the `setup` operations; its peer is known,
-//!          the handshake is done, no hello is due), else over a new one to
-//!          the endpoint;
+//!          the handshake is done, no greeting or hello is due), else over
+//!          a new one to the endpoint;
 //!          bit 6 (`BOTH`): the stream up to the first `SPLIT` marker goes
 //!          over a new connection, the rest over the endpoint's, in turns;
 //!          bits 0-5, n: 0 writes each part at once, else in chunks of
 //!          1..=8n bytes (at least 1/128 of the part)
-//! rest     the byte stream, as a peer sends it
+//! rest     the byte stream, as a peer sends it: on a new connection the
+//!          16-byte greeting, then frames (u32 LE length after it, header
+//!          length, the engine's header, payload)
 //! ```
 //!
 //! Properties: no panic, whatever the bytes; every posted operation
 //! completes at most once, with its own buffer back and a length within it;
 //! the endpoint keeps reading (a peer that stops being read is a bug here);
-//! the first bytes it writes on a connection it accepted are a HelloAck with
-//! its own nonce; on a connection it opened, a Hello naming the nonce it
-//! dialled and its own name, and nothing else until the harness's HelloAck.
+//! the first frame it writes on a connection it accepted is `Admitted`
+//! with its own name; on a connection it opened, its greeting names the
+//! nonce it dialled, its first frame is a hello with its own name, and
+//! nothing else comes until the harness's `Admitted`.
 //!
-//! Handshake: the endpoint refuses a Hello whose `to` is not its own nonce,
-//! which is random. The harness xors the endpoint's nonce into the `to` of
-//! the stream's leading hello, so a stream's `to` of 0 means "this
+//! Handshake: the endpoint refuses a greeting whose nonce is neither its
+//! own, which is random, nor 0. The harness xors the endpoint's nonce into
+//! the nonce of a stream's leading greeting, so a stream's 0 means "this
 //! endpoint" (what the seeds use) and anything else an earlier endpoint at
-//! the same address (refused). The endpoint's answer, a HelloAck, arrives
-//! on the same connection. When the endpoint connects to the harness
-//! (operations of `setup` that need the peer), the harness reads its Hello
-//! and answers with a HelloAck before anything else: the endpoint writes
-//! nothing else until then, and an `OUTBOUND` stream goes after it.
+//! the same address (refused). When the endpoint connects to the harness
+//! (operations of `setup` that need the peer), the harness reads its
+//! greeting and hello and answers `Admitted` before anything else, and an
+//! `OUTBOUND` stream goes after it.
 //!
 //! Network containment: the endpoint knows the peer by the name the
 //! stream's first hello carries (the `setup` operations go to it). The
-//! harness rewrites that name's address to its own listener before sending,
-//! so the endpoint never connects anywhere else; the name's nonce and the
-//! rest of the stream are kept. When it may (root), the process
+//! harness rewrites that name, when it is a TCP name of either TCP provider
+//! (id 0x01 or 0x04), to the endpoint's provider id and its own listener's
+//! address before sending, so the endpoint never connects anywhere else;
+//! the name's nonce and the rest of the stream are kept. When it may (root), the process
 //! also moves to a network namespace of its own with only a loopback
 //! interface, so its thousands of short connections (and their TIME_WAIT
 //! entries, capped there) never touch the host's port space. Without one,
@@ -64,11 +68,15 @@ use std::time::{Duration, Instant};
 
 use libfuzzer_sys::fuzz_target;
 use xfer_core::unstable::attr::{CqAttr, EndpointAttr};
+use xfer_core::unstable::params::Params;
+use xfer_core::unstable::rdm::engine::wire::{self, Header, Kind};
 use xfer_core::{Access, Completion, Domain, PeerAddr, RemoteKey};
 use xfer_fuzz::{setup, BIG, BOTH, MR_BASE, MR_KEY, MR_LEN, OUTBOUND, RNDV_THRESHOLD, SEND_LEN, SMALL, SPLIT, TAG};
-use xfer_tcp::name::{self, TcpName};
-use xfer_tcp::wire::{Frame, HEADER_LEN};
-use xfer_tcp::TcpDomain;
+use xfer_tcp::name::{TcpName, PROVIDER_TAG};
+use xfer_tcp::stream::domain::{TcpRdmDomain, PROVIDER_ID};
+
+/// The connector's greeting before its acceptor's nonce: magic and version.
+const MAGIC: [u8; 8] = *b"XFRD\x01\0\0\0";
 
 /// How long the endpoint may leave the harness's bytes unread.
 const STALL: Duration = Duration::from_secs(5);
@@ -178,84 +186,114 @@ impl XorShift {
     }
 }
 
-/// Rewrites the address of the name in a leading hello to `listen` (IPv6
-/// names get the IPv4-mapped form of it, to keep their length), xors the
-/// endpoint's `nonce` into its `to` (0 becomes the endpoint's own), and
-/// returns the name bytes the endpoint will know the peer by.
-fn contain_hello(stream: &mut [u8], listen: SocketAddr, nonce: u64) -> Vec<u8> {
-    if let Ok(Frame::Hello { name_len, to }) = Frame::parse(stream) {
-        let hdr = Frame::Hello {
-            name_len,
-            to: to ^ nonce,
-        }
-        .to_bytes();
-        stream[..HEADER_LEN].copy_from_slice(&hdr);
-        let range = HEADER_LEN..HEADER_LEN + usize::from(name_len);
-        if let Some(bytes) = stream.get_mut(range) {
-            if let Ok(name) = TcpName::decode(bytes) {
-                let addr = match (name.addr, listen.ip()) {
-                    (SocketAddr::V6(_), IpAddr::V4(ip)) => {
-                        SocketAddr::new(IpAddr::V6(ip.to_ipv6_mapped()), listen.port())
-                    }
-                    _ => listen,
-                };
-                let safe = TcpName {
-                    addr,
-                    nonce: name.nonce,
-                }
-                .to_vec();
-                bytes.copy_from_slice(&safe);
-                return safe;
-            }
-        }
+/// The greeting a connector sends: magic, version, the acceptor's nonce.
+fn greeting(nonce: u64) -> Vec<u8> {
+    [&MAGIC[..], &nonce.to_le_bytes()].concat()
+}
+
+/// One frame on the stream: length, header length, header, payload.
+fn frame(h: Header, payload: &[u8]) -> Vec<u8> {
+    let full = h.encode();
+    let header = wire::trimmed(&full);
+    let len = (1 + header.len() + payload.len()) as u32;
+    [&len.to_le_bytes()[..], &[header.len() as u8], header, payload].concat()
+}
+
+/// The TCP name after a provider id, if `bytes` is one.
+fn tcp_name(bytes: &[u8]) -> Option<TcpName> {
+    let (_, rest) = bytes.split_first()?;
+    TcpName::decode(&[&[PROVIDER_TAG][..], rest].concat()).ok()
+}
+
+/// A name of provider `id` for a TCP name.
+fn named(id: u8, n: TcpName) -> Vec<u8> {
+    let mut v = n.to_vec();
+    v[0] = id;
+    v
+}
+
+/// Contains a stream that opens with a greeting: xors the endpoint's
+/// `nonce` into the greeting's (0 becomes the endpoint's own), and when the
+/// first frame is a hello whose name is a TCP name of either TCP provider,
+/// rewrites it to the endpoint's provider id and the address `listen`
+/// (IPv6 names get the IPv4-mapped form of it, to keep their length),
+/// keeping its nonce. Returns the name the endpoint will know the peer by.
+fn contain_hello(stream: &mut [u8], listen: SocketAddr, nonce: u64, id: u8) -> Vec<u8> {
+    let fallback = named(id, TcpName { addr: listen, nonce: 0 });
+    if stream.len() < 16 + 5 || stream[..8] != MAGIC {
+        return fallback;
     }
-    TcpName { addr: listen, nonce: 0 }.to_vec()
+    let theirs = u64::from_le_bytes(stream[8..16].try_into().expect("8 bytes"));
+    stream[8..16].copy_from_slice(&(theirs ^ nonce).to_le_bytes());
+    let f = &mut stream[16..];
+    let len = u32::from_le_bytes([f[0], f[1], f[2], f[3]]) as usize;
+    let hlen = usize::from(f[4]);
+    let Some(header) = f.get(5..5 + hlen) else {
+        return fallback;
+    };
+    if !Header::decode(header).is_ok_and(|h| h.kind == Kind::Hello) || len < 1 + hlen {
+        return fallback;
+    }
+    let Some(bytes) = f.get_mut(5 + hlen..4 + len) else {
+        return fallback;
+    };
+    let Some(name) = tcp_name(bytes).filter(|_| matches!(bytes[0], 0x01 | 0x04)) else {
+        return fallback;
+    };
+    let addr = match (name.addr, listen.ip()) {
+        (SocketAddr::V6(_), IpAddr::V4(ip)) => SocketAddr::new(IpAddr::V6(ip.to_ipv6_mapped()), listen.port()),
+        _ => listen,
+    };
+    let safe = named(
+        id,
+        TcpName {
+            addr,
+            nonce: name.nonce,
+        },
+    );
+    bytes.copy_from_slice(&safe);
+    safe
 }
 
 /// A connection the endpoint opened to the harness's listener.
 struct Back {
     s: TcpStream,
-    /// The endpoint's hello, as far as it arrived.
+    /// The endpoint's greeting and hello, as far as they arrived.
     hello: Vec<u8>,
-    /// Whether the harness answered it with a HelloAck.
+    /// Whether the harness admitted it.
     acked: bool,
 }
 
 impl Back {
-    /// Reads the endpoint's hello as it arrives, checks it, and answers it
-    /// with a HelloAck carrying the nonce it dialled; false once the
-    /// connection ended.
-    fn handshake(&mut self, me: &[u8], dialled: u64) -> bool {
+    /// Reads the endpoint's greeting and hello as they arrive, checks them,
+    /// and answers with `Admitted` naming `peer`; false once the connection
+    /// ended.
+    fn handshake(&mut self, me: &[u8], dialled: u64, peer: &[u8]) -> bool {
+        let want = 16 + 5 + 8 + me.len();
         loop {
-            let want = match Frame::parse(&self.hello) {
-                _ if self.hello.len() < HEADER_LEN => HEADER_LEN,
-                Ok(Frame::Hello { name_len, to }) => {
-                    assert_eq!(to, dialled, "the endpoint's hello names another nonce than it dialled");
-                    HEADER_LEN + usize::from(name_len)
-                }
-                other => panic!("the endpoint's first frame is not a hello: {other:?}"),
-            };
             if self.hello.len() == want {
                 assert_eq!(
-                    &self.hello[HEADER_LEN..],
-                    me,
-                    "the endpoint's hello carries another name"
+                    self.hello[..16],
+                    greeting(dialled),
+                    "the endpoint greets another nonce than it dialled"
                 );
-                let ack = Frame::HelloAck { nonce: dialled }.to_bytes();
+                let hello = frame(Header::new(Kind::Hello), me);
+                assert_eq!(self.hello[16..], hello, "the endpoint's first frame is not its hello");
+                let admitted = frame(Header::new(Kind::Admitted), peer);
                 // SAFETY: a valid buffer and an open socket.
                 let n = unsafe {
                     libc::send(
                         self.s.as_raw_fd(),
-                        ack.as_ptr().cast(),
-                        ack.len(),
+                        admitted.as_ptr().cast(),
+                        admitted.len(),
                         libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,
                     )
                 };
-                // Nothing else was written on it: 40 bytes fit.
-                self.acked = n == ack.len() as isize;
+                // Nothing else was written on it: a short frame fits.
+                self.acked = n == admitted.len() as isize;
                 return self.acked;
             }
-            let mut buf = [0u8; HEADER_LEN + name::MAX_LEN];
+            let mut buf = [0u8; 128];
             match self.s.read(&mut buf[..want - self.hello.len()]) {
                 Ok(0) => return false,
                 Ok(n) => self.hello.extend_from_slice(&buf[..n]),
@@ -271,13 +309,14 @@ struct Lane {
     s: TcpStream,
     bytes: Vec<u8>,
     /// The endpoint accepted it (the harness connected): the endpoint's
-    /// first bytes on it, as far as they arrived, up to a header's length.
+    /// first bytes on it, as far as they arrived, up to its `Admitted`'s
+    /// length.
     accepted: Option<Vec<u8>>,
 }
 
 impl Lane {
     /// Reads what the endpoint wrote; false once it closed its side. On an
-    /// accepted connection the first frame must be `ack`.
+    /// accepted connection the first frame must be `ack` (its `Admitted`).
     fn read(&mut self, ack: &[u8]) -> bool {
         let mut sink = [0u8; 16 << 10];
         loop {
@@ -285,12 +324,12 @@ impl Lane {
                 Ok(0) => return false,
                 Ok(n) => {
                     if let Some(head) = &mut self.accepted {
-                        let take = (HEADER_LEN - head.len()).min(n);
+                        let take = (ack.len() - head.len()).min(n);
                         head.extend_from_slice(&sink[..take]);
                         assert_eq!(
                             head[..],
                             ack[..head.len()],
-                            "the endpoint's first frame on an accepted connection is not its HelloAck"
+                            "the endpoint's first frame on an accepted connection is not its Admitted"
                         );
                     }
                 }
@@ -308,8 +347,9 @@ struct Rig {
     /// Connections the endpoint opened to the harness's listener.
     back: Vec<Back>,
     listener: TcpListener,
-    /// The endpoint's name, and the nonce of the peer name it was given.
+    /// The endpoint's name, the peer name it was given and that name's nonce.
     me: Vec<u8>,
+    peer: Vec<u8>,
     dialled: u64,
     /// Completions seen, by context.
     done: Vec<Completion>,
@@ -332,6 +372,7 @@ impl Rig {
         }
         while let Ok((s, _)) = self.listener.accept() {
             s.set_nonblocking(true).expect("nonblocking");
+            s.set_nodelay(true).expect("nodelay");
             self.back.push(Back {
                 s,
                 hello: Vec::new(),
@@ -339,10 +380,10 @@ impl Rig {
             });
         }
         let mut sink = [0u8; 16 << 10];
-        let (me, dialled) = (&self.me, self.dialled);
+        let (me, dialled, peer) = (&self.me, self.dialled, &self.peer);
         self.back.retain_mut(|b| loop {
             if !b.acked {
-                if !b.handshake(me, dialled) {
+                if !b.handshake(me, dialled, peer) {
                     return false;
                 }
                 if !b.acked {
@@ -418,7 +459,9 @@ fn run(data: &[u8]) {
     let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("harness listener");
     listener.set_nonblocking(true).expect("nonblocking");
 
-    let domain = Domain::new(Box::new(TcpDomain::open().expect("tcp domain")));
+    let domain = Domain::new(Box::new(
+        TcpRdmDomain::with_params(&Params::default()).expect("tcp domain"),
+    ));
     let cq = domain.cq(&CqAttr::default()).expect("cq");
     let av = domain.av().expect("av");
     let mut attr = EndpointAttr::default();
@@ -426,11 +469,11 @@ fn run(data: &[u8]) {
     attr.params.set("tcp.addr", "127.0.0.1");
     let ep = domain.endpoint(&cq, &av, &attr).expect("endpoint");
     let me = ep.name().as_bytes().to_vec();
-    let my_name = TcpName::decode(&me).expect("endpoint name");
+    let my_name = tcp_name(&me).expect("endpoint name");
     let listen = listener.local_addr().expect("listener address");
-    let peer_name = contain_hello(&mut stream, listen, my_name.nonce);
-    let dialled = TcpName::decode(&peer_name).expect("the contained name").nonce;
-    let ack = Frame::HelloAck { nonce: my_name.nonce }.to_bytes();
+    let peer_name = contain_hello(&mut stream, listen, my_name.nonce, me[0]);
+    let dialled = tcp_name(&peer_name).expect("the contained name").nonce;
+    let ack = frame(Header::new(Kind::Admitted), &me);
     // SAFETY: the region is mapped for the whole process and never freed.
     let mr = unsafe { domain.register_raw(region() as *mut u8, MR_LEN, Access::REMOTE_READ | Access::REMOTE_WRITE) }
         .expect("register");
@@ -444,6 +487,7 @@ fn run(data: &[u8]) {
         back: Vec::new(),
         listener,
         me,
+        peer: peer_name.clone(),
         dialled,
         done: Vec::new(),
         posted: Vec::new(),
@@ -456,7 +500,7 @@ fn run(data: &[u8]) {
         PeerAddr::UNSPEC
     };
     // Tokens follow this order: send, read, write, then rendezvous receives.
-    let remote = RemoteKey::from_parts(xfer_tcp::PROVIDER_ID, 0x1000, 1 << 20, 0x42).expect("remote key");
+    let remote = RemoteKey::from_parts(PROVIDER_ID, 0x1000, 1 << 20, 0x42).expect("remote key");
     if flags & setup::SEND != 0 {
         ep.tsend(peer, TAG, vec![0x5a; SEND_LEN], 1).expect("send");
         rig.posted.push((1, SEND_LEN));
@@ -480,6 +524,9 @@ fn run(data: &[u8]) {
 
     let fresh = TcpStream::connect(my_name.addr).expect("connect to the endpoint");
     fresh.set_nonblocking(true).expect("nonblocking");
+    // Chunks go out as written (with Nagle, one waits for the endpoint's
+    // delayed acknowledgement, about 40 ms, past the harness's progress).
+    fresh.set_nodelay(true).expect("nodelay");
     // Let the endpoint accept and, if an operation needs the peer, connect
     // to the listener; the harness answers its hello, then the endpoint
     // writes its own requests. (Unless those operations failed already.)
@@ -579,10 +626,10 @@ fn run(data: &[u8]) {
     if verbose() {
         for (i, l) in lanes.iter().enumerate() {
             if let Some(head) = &l.accepted {
-                let got = if head.len() == HEADER_LEN {
-                    "its HelloAck"
+                let got = if head.len() == ack.len() {
+                    "its Admitted"
                 } else {
-                    "no HelloAck (yet)"
+                    "no Admitted (yet)"
                 };
                 eprintln!("tcp_stream: lane {i}: the endpoint answered {got}");
             }

@@ -12,13 +12,13 @@ pub mod setup {
     pub const TRECV: u8 = 1;
     /// An untagged receive (any source) is posted.
     pub const RECV: u8 = 2;
-    /// Receive and read buffers are [`super::BIG`] bytes (direct reads), else [`super::SMALL`].
+    /// Receive and read buffers are [`super::BIG`] bytes, else [`super::SMALL`].
     pub const BIG: u8 = 4;
-    /// A rendezvous send of [`super::SEND_LEN`] bytes to the peer is posted (it waits for a CTS).
+    /// A rendezvous send of [`super::SEND_LEN`] bytes to the peer is posted (it waits for `Cts` or `Fin`).
     pub const SEND: u8 = 8;
-    /// An RMA read from the peer is posted (it waits for a ReadResp).
+    /// An RMA read from the peer is posted (it waits for `RmaData` and `RmaDone`).
     pub const READ: u8 = 16;
-    /// An RMA write to the peer is posted (it waits for a WriteAck).
+    /// An RMA write to the peer is posted (it waits for `RmaDone`).
     pub const WRITE: u8 = 32;
     /// The harness ends with a reset instead of an orderly close.
     pub const RESET: u8 = 64;
@@ -44,7 +44,7 @@ pub const SPLIT: &[u8] = b"\xff||\xff";
 pub const TAG: u64 = 7;
 /// Small buffers.
 pub const SMALL: usize = 64;
-/// Big buffers: above the endpoint's direct-read threshold (4 KiB).
+/// Big buffers: above the rendezvous threshold.
 pub const BIG: usize = 16 << 10;
 /// The endpoint's rendezvous threshold in the harness.
 pub const RNDV_THRESHOLD: usize = 1024;
@@ -61,10 +61,10 @@ pub const MR_LEN: usize = 64 << 10;
 /// value had every first rendezvous token replaced too).
 pub const MR_KEY: u64 = 0x6b65_795f_6f66_5f6d;
 
-/// The token a fresh TCP endpoint gives its `n`th operation that needs an
-/// answer (`n` from 1, counting sends, RMA operations and matched
-/// rendezvous receives in the order they start) stored in slot `slot` of
-/// its table for that kind: the slot in the low 32 bits, `n` in the high.
+/// The token a fresh endpoint gives the `n`th operation (from 1) of one
+/// table — sends; RMA reads and writes; rendezvous receives waiting for
+/// pushed data — stored in slot `slot` of it: the slot in the low 32 bits,
+/// `n` (the table's generation) in the high (core's `rdm::outstanding`).
 pub fn token(slot: u32, n: u32) -> u64 {
     u64::from(slot) | (u64::from(n) << 32)
 }
