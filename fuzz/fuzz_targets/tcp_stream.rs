@@ -73,7 +73,7 @@ use xfer_core::unstable::rdm::engine::wire::{self, Header, Kind};
 use xfer_core::{Access, Completion, Domain, PeerAddr, RemoteKey};
 use xfer_fuzz::{setup, BIG, BOTH, MR_BASE, MR_KEY, MR_LEN, OUTBOUND, RNDV_THRESHOLD, SEND_LEN, SMALL, SPLIT, TAG};
 use xfer_tcp::name::{TcpName, PROVIDER_TAG};
-use xfer_tcp::stream::domain::{TcpRdmDomain, PROVIDER_ID};
+use xfer_tcp::{TcpDomain, PROVIDER_ID};
 
 /// The connector's greeting before its acceptor's nonce: magic and version.
 const MAGIC: [u8; 8] = *b"XFRD\x01\0\0\0";
@@ -460,7 +460,7 @@ fn run(data: &[u8]) {
     listener.set_nonblocking(true).expect("nonblocking");
 
     let domain = Domain::new(Box::new(
-        TcpRdmDomain::with_params(&Params::default()).expect("tcp domain"),
+        TcpDomain::with_params(&Params::default()).expect("tcp domain"),
     ));
     let cq = domain.cq(&CqAttr::default()).expect("cq");
     let av = domain.av().expect("av");

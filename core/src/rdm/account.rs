@@ -31,8 +31,13 @@ impl Account {
     /// Commits `bytes` if they fit under the limit; false (nothing
     /// committed) if not.
     pub fn try_commit(&mut self, bytes: u64) -> bool {
+        self.try_commit_within(bytes, self.limit)
+    }
+
+    /// Commits `bytes` if the total stays within `cap` (at most the limit).
+    fn try_commit_within(&mut self, bytes: u64, cap: u64) -> bool {
         match self.committed.checked_add(bytes) {
-            Some(total) if total <= self.limit => {
+            Some(total) if total <= cap.min(self.limit) => {
                 self.committed = total;
                 true
             }
@@ -89,9 +94,16 @@ impl Share {
         self.committed += bytes;
     }
 
-    /// Commits `bytes` more (credit beyond the initial) if they fit.
+    /// Commits `bytes` more (credit beyond the initial) if they fit in half
+    /// the limit: the other half stays for admitting peers, so the first
+    /// peers' larger budgets never lock later ones out (those run on their
+    /// initial credit instead, and send larger messages by rendezvous).
     pub fn grow(&mut self, account: &mut Account, bytes: u64) -> bool {
-        self.admit(account, bytes)
+        let fits = account.try_commit_within(bytes, account.limit / 2);
+        if fits {
+            self.committed += bytes;
+        }
+        fits
     }
 
     /// A message costing `cost` is kept unexpected: its credit is held.
@@ -139,9 +151,12 @@ mod tests {
     fn a_closed_connection_leaves_what_its_kept_messages_hold() {
         let mut a = Account::new(1000);
         let (mut one, mut two) = (Share::default(), Share::default());
-        assert!(one.admit(&mut a, 400));
-        assert!(!two.admit(&mut a, 700), "past the limit");
+        assert!(one.admit(&mut a, 300));
+        assert!(!two.admit(&mut a, 800), "past the limit");
+        assert!(!one.grow(&mut a, 300), "credit beyond the initial takes at most half");
         assert!(one.grow(&mut a, 200));
+        assert!(two.admit(&mut a, 500), "the other half admits peers");
+        two.close(&mut a, 0);
         one.hold(100);
         one.hold(50);
         one.unhold(50);
