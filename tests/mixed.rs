@@ -133,8 +133,12 @@ fn wait_for(me: &mut Node, n: usize) -> Vec<xfer::Completion> {
         if me.cq.trywait().is_ok() {
             assert!(
                 common::wait_readable(me.cq.fd(), common::DEADLINE),
-                "{} of {n} completions, and the descriptor stayed quiet",
-                got.len()
+                "{} of {n} completions ({} from handle 0, {} from 1, {} failed), and the descriptor stayed quiet; counters {:?}",
+                got.len(),
+                got.iter().filter(|c| c.src.0 == 0).count(),
+                got.iter().filter(|c| c.src.0 == 1).count(),
+                got.iter().filter(|c| c.result.is_err()).count(),
+                me.ep.counters()
             );
         }
     }

@@ -585,6 +585,11 @@ impl<T: Transport> EndpointProvider for Engine<T> {
         }
         if !self.t.prepare_wait() {
             self.s.progress(&mut self.t, cx);
+            // That progress may have taken what made the descriptor readable
+            // and left a transport unarmed (a pair's first armed, its second
+            // with work): readable again, a caller that blocks now returns
+            // at once and prepares anew instead of sleeping unarmed.
+            self.t.wake();
         }
     }
 

@@ -36,9 +36,9 @@ use xfer_core::unstable::rdm::transport::{Bytes, Cause, ConnId, Event, Events, R
 use xfer_core::unstable::sys::{cvt, Epoll, EMPTY_EVENT, READABLE};
 
 use crate::attr::TcpAttr;
+use crate::iface;
 use crate::name::TcpName;
 use crate::sys::Socket;
-use crate::iface;
 use conn::{Conn, Phase};
 
 pub mod domain;
