@@ -186,7 +186,7 @@ fn open_named(name: &'static str, params: &Params) -> Result<Domain> {
         "verbs" => Ok(Domain::new(Box::new(xfer_verbs::VerbsDomain::with_params(params)?))),
         "tcp" => Ok(Domain::new(Box::new(xfer_tcp::TcpDomain::with_params(params)?))),
         "shm" => Ok(Domain::new(Box::new(xfer_shm::ShmDomain::with_params(params)?))),
-        "tcp-rdm" => Ok(Domain::new(Box::new(xfer_tcp::TcpDomain::tcp_rdm(params)?))),
+        "tcp-rdm" => Ok(Domain::new(Box::new(xfer_tcp::TcpRdmDomain::with_params(params)?))),
         mixed::NAME => Ok(Domain::new(Box::new(mixed::ShmTcpDomain::with_params(params)?))),
         _ => Err(Error::Internal("open_named: provider not built")),
     }

@@ -26,36 +26,21 @@ use xfer_core::unstable::provider::{DomainProvider, EndpointProvider};
 use xfer_core::unstable::rdm::engine::Engine;
 
 pub use attr::TcpAttr;
+pub use stream::domain::TcpRdmDomain;
 
 /// The TCP provider's domain. Its one shared resource is the key table of
 /// memory registrations, which its endpoints consult (through
 /// `Ctx::domain`) to serve peers' RMA; each endpoint owns its listening
 /// socket, connections and epoll set.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct TcpDomain {
     keys: KeyTable,
     /// The domain's transport settings; each endpoint's own override them.
     params: Params,
-    /// [`PROVIDER_ID`] (`tcp`), or [`TCP_RDM_ID`] (`tcp-rdm`, the same stack
-    /// under the id it had while it was built beside the old provider).
-    id: u8,
-}
-
-impl Default for TcpDomain {
-    fn default() -> TcpDomain {
-        TcpDomain {
-            keys: KeyTable::default(),
-            params: Params::default(),
-            id: PROVIDER_ID,
-        }
-    }
 }
 
 /// The provider id of TCP: the first byte of its names and packed remote keys.
 pub const PROVIDER_ID: u8 = 0x01;
-
-/// The provider id of `tcp-rdm`, opened only when asked for.
-pub const TCP_RDM_ID: u8 = 0x04;
 
 impl TcpDomain {
     /// Opens the domain with settings from the environment; TCP is always
@@ -75,31 +60,18 @@ impl TcpDomain {
             ..TcpDomain::default()
         })
     }
-
-    /// [`with_params`](Self::with_params) as the `tcp-rdm` provider.
-    pub fn tcp_rdm(params: &Params) -> Result<TcpDomain> {
-        Ok(TcpDomain {
-            id: TCP_RDM_ID,
-            ..TcpDomain::with_params(params)?
-        })
-    }
 }
 
 impl DomainProvider for TcpDomain {
     fn name(&self) -> &'static str {
-        match self.id {
-            PROVIDER_ID => "tcp",
-            _ => "tcp-rdm",
-        }
+        "tcp"
     }
 
     fn check_address(&self, bytes: &[u8]) -> Result<Address> {
-        // A TCP name under this domain's id: checked as the TCP name it is.
-        let tcp = match bytes.split_first() {
-            Some((&id, rest)) if id == self.id => [&[name::PROVIDER_TAG][..], rest].concat(),
-            _ => return Err(Error::AddressNotAvailable),
-        };
-        name::TcpName::decode(&tcp).map_err(|e| Error::InvalidArgument(e.as_str()))?;
+        name::TcpName::decode(bytes).map_err(|e| match e {
+            name::NameError::WrongProvider(_) => Error::AddressNotAvailable,
+            _ => Error::InvalidArgument(e.as_str()),
+        })?;
         Address::new(bytes)
     }
 
@@ -118,11 +90,11 @@ impl DomainProvider for TcpDomain {
             ));
         }
         let t = stream::TcpTransport::open(&tcp)?;
-        Ok(Box::new(Engine::new(t, self.id, attr, tcp.eager_credit as u64)?))
+        Ok(Box::new(Engine::new(t, PROVIDER_ID, attr, tcp.eager_credit as u64)?))
     }
 
     fn provider_id(&self) -> u8 {
-        self.id
+        PROVIDER_ID
     }
 
     fn key_table(&self) -> Option<&KeyTable> {

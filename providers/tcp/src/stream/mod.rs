@@ -41,6 +41,8 @@ use crate::name::TcpName;
 use crate::sys::Socket;
 use conn::{Conn, Phase};
 
+pub mod domain;
+
 /// The most payload one frame carries.
 pub const MAX_PAYLOAD: usize = 256 << 10;
 /// Bytes a connection may have waiting to be written before `send` says
