@@ -4,7 +4,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: demo test test-shm test-tcp-rdm test-shm-tcp setup build lint fuzz bench vm bench-vm install package
+.PHONY: demo test test-shm test-shm-tcp setup build lint fuzz bench vm bench-vm install package
 PREFIX ?= /usr/local
 
 setup:
@@ -23,7 +23,6 @@ test: setup
 	$(CARGO) test --locked --workspace --doc
 	$(CARGO) test --locked --release --test conformance --test tcp_wire --test peer_death
 	@$(MAKE) --no-print-directory test-shm
-	@$(MAKE) --no-print-directory test-tcp-rdm
 	@$(MAKE) --no-print-directory test-shm-tcp
 	@$(MAKE) --no-print-directory fuzz
 	@$(MAKE) --no-print-directory lint
@@ -45,13 +44,6 @@ test-shm:
 	XFER_PROVIDER=shm $(CARGO) test --locked -p xfer-tarpc --test tarpc -p xfer-tonic --test tonic
 	XFER_PROVIDER=shm $(CARGO) test --locked -p xfer-capi --test c_suite c_suite_dynamically_linked
 	XFER_PROVIDER=shm XFER_REQUIRE_VALGRIND=1 $(CARGO) test --locked -p xfer-ofi --test c_suite --test fi_pingpong --test mpi
-
-# The same suites over TCP under the RDM engine (`tcp-rdm`, the step that
-# moves the TCP provider under the layer shm already uses).
-test-tcp-rdm:
-	XFER_PROVIDER=tcp-rdm XFER_SCALE_PEERS=64 $(CARGO) test --locked --release $(SHM_SUITES)
-	XFER_PROVIDER=tcp-rdm $(CARGO) test --locked -p xfer-tarpc --test tarpc -p xfer-tonic --test tonic
-	XFER_PROVIDER=tcp-rdm $(CARGO) test --locked -p xfer-capi --test c_suite c_suite_dynamically_linked
 
 # The same suites over one endpoint with both (`shm+tcp`: shared memory to
 # peers on this host, TCP to others), all over shared memory here, then once

@@ -9,7 +9,7 @@
 # xfer applies every atomic the same way at the target, so its compare-and-swap
 # costs what its fetch-and-add does); the add rate (64-bit adds without a fetch:
 # xfer-perf atomic_rate with 64 in flight, ucx_perftest ucp_add; operations/s).
-# Columns: xfer over tcp-rdm and over shm (XFER_PROVIDER), UCX over TCP
+# Columns: xfer over tcp and over shm (XFER_PROVIDER), UCX over TCP
 # (UCX_TLS=tcp) and with its defaults (shared memory on one host). Every server
 # is pinned to CPU $SERVER_CPU, every client to CPU $CLIENT_CPU; the tools
 # alternate within each row and repetition; the tables show medians over the
@@ -111,7 +111,7 @@ ucx_run() {
 load_start=$(cut -d' ' -f1-3 /proc/loadavg)
 for r in $(seq "$reps"); do
     log "repetition $r of $reps"
-    for prov in tcp-rdm shm; do
+    for prov in tcp shm; do
         line=$(xfer_run "$prov" atomic_lat "$lat_iters")
         for row in fadd cswap; do
             rec "$row" "xfer $prov p50" "$(json p50_us <<<"$line")"
@@ -170,21 +170,21 @@ def ratio(a, b):
 
 print("### Latency of one 64-bit atomic, whole round trip (µs; lower is better)")
 print()
-print("| atomic | stat | xfer tcp-rdm | UCX tcp | xfer/UCX (TCP) | xfer shm | UCX default (shm) | xfer/UCX (shm) |")
+print("| atomic | stat | xfer tcp | UCX tcp | xfer/UCX (TCP) | xfer shm | UCX default (shm) | xfer/UCX (shm) |")
 print("|---|---|---|---|---|---|---|---|")
 for row, name in (("fadd", "fetch-and-add (atomic_lat; ucp_fadd)"), ("cswap", "compare-and-swap (xfer: atomic_lat; ucp_cswap)")):
     for stat in ("p50", "avg"):
         d = 2 if stat == "avg" else 3
-        print(f"| {name} | {stat} | {cell(row, f'xfer tcp-rdm {stat}', d)} | {cell(row, f'ucx tcp {stat}', d)} | "
-              f"{ratio(med(row, f'xfer tcp-rdm {stat}'), med(row, f'ucx tcp {stat}'))} | "
+        print(f"| {name} | {stat} | {cell(row, f'xfer tcp {stat}', d)} | {cell(row, f'ucx tcp {stat}', d)} | "
+              f"{ratio(med(row, f'xfer tcp {stat}'), med(row, f'ucx tcp {stat}'))} | "
               f"{cell(row, f'xfer shm {stat}', d)} | {cell(row, f'ucx default {stat}', d)} | "
               f"{ratio(med(row, f'xfer shm {stat}'), med(row, f'ucx default {stat}'))} |")
 print()
 print("### 64-bit add rate, no fetch (operations/s; higher is better)")
 print()
-print("| | xfer tcp-rdm (atomic_rate, 64 in flight) | UCX tcp (ucp_add) | xfer/UCX (TCP) | xfer shm | UCX default (shm) | xfer/UCX (shm) |")
+print("| | xfer tcp (atomic_rate, 64 in flight) | UCX tcp (ucp_add) | xfer/UCX (TCP) | xfer shm | UCX default (shm) | xfer/UCX (shm) |")
 print("|---|---|---|---|---|---|---|")
-print(f"| add | {cell('add', 'xfer tcp-rdm', 0)} | {cell('add', 'ucx tcp', 0)} | {ratio(med('add', 'xfer tcp-rdm'), med('add', 'ucx tcp'))} | "
+print(f"| add | {cell('add', 'xfer tcp', 0)} | {cell('add', 'ucx tcp', 0)} | {ratio(med('add', 'xfer tcp'), med('add', 'ucx tcp'))} | "
       f"{cell('add', 'xfer shm', 0)} | {cell('add', 'ucx default', 0)} | {ratio(med('add', 'xfer shm'), med('add', 'ucx default'))} |")
 EOF
 }

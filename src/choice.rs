@@ -10,14 +10,12 @@ use crate::{Error, ProviderInfo, Result};
 /// that builds it (`None`: always built).
 /// `shm` reaches peers on this host only, so it is opened only when asked
 /// for until one endpoint chooses its transport per peer.
-/// `tcp-rdm` (TCP under the RDM engine) is opened only when asked for while
-/// the TCP provider moves under the engine. `shm+tcp` (both, chosen per
-/// peer) is opened only when asked for until the default switches to it.
+/// `shm+tcp` (both, chosen per peer) is opened only when asked for until
+/// the default switches to it.
 pub const KNOWN: &[(&str, Option<&str>)] = &[
     ("verbs", Some("verbs")),
     ("tcp", None),
     ("shm", None),
-    ("tcp-rdm", None),
     ("shm+tcp", None),
 ];
 
@@ -199,7 +197,6 @@ mod tests {
                 info("verbs", true),
                 info("tcp", true),
                 info("shm", true),
-                info("tcp-rdm", true),
                 info("shm+tcp", true),
             ],
             open_ok,
@@ -210,7 +207,7 @@ mod tests {
         assert_eq!(c.verdict("tcp"), Some(&Verdict::Outranked("verbs")));
         assert_eq!(
             c.why_not(),
-            "tcp: available, but verbs is preferred; shm: available, but verbs is preferred; tcp-rdm: available, but verbs is preferred; shm+tcp: available, but verbs is preferred"
+            "tcp: available, but verbs is preferred; shm: available, but verbs is preferred; shm+tcp: available, but verbs is preferred"
         );
     }
 
@@ -222,7 +219,6 @@ mod tests {
                 info("verbs", false),
                 info("tcp", true),
                 info("shm", true),
-                info("tcp-rdm", true),
                 info("shm+tcp", true),
             ],
             open_ok,
@@ -231,7 +227,7 @@ mod tests {
         assert_eq!(c.chosen, Some("tcp"));
         assert_eq!(
             c.why_not(),
-            "verbs: unavailable: no verbs device; shm: available, but tcp is preferred; tcp-rdm: available, but tcp is preferred; shm+tcp: available, but tcp is preferred"
+            "verbs: unavailable: no verbs device; shm: available, but tcp is preferred; shm+tcp: available, but tcp is preferred"
         );
 
         let (r, c) = choose(
@@ -240,7 +236,6 @@ mod tests {
                 info("verbs", true),
                 info("tcp", true),
                 info("shm", true),
-                info("tcp-rdm", true),
                 info("shm+tcp", true),
             ],
             |name| match name {
@@ -257,12 +252,7 @@ mod tests {
     fn not_built_and_forced() {
         let (r, c) = choose(
             None,
-            &[
-                info("tcp", true),
-                info("shm", true),
-                info("tcp-rdm", true),
-                info("shm+tcp", true),
-            ],
+            &[info("tcp", true), info("shm", true), info("shm+tcp", true)],
             open_ok,
         );
         assert!(r.is_ok());
@@ -275,7 +265,6 @@ mod tests {
                 info("verbs", true),
                 info("tcp", true),
                 info("shm", true),
-                info("tcp-rdm", true),
                 info("shm+tcp", true),
             ],
             open_ok,
@@ -285,7 +274,7 @@ mod tests {
         assert_eq!(c.verdict("verbs"), Some(&Verdict::NotRequested("tcp".into())));
         assert_eq!(
             c.why_not(),
-            "verbs: not requested (XFER_PROVIDER=tcp); shm: not requested (XFER_PROVIDER=tcp); tcp-rdm: not requested (XFER_PROVIDER=tcp); shm+tcp: not requested (XFER_PROVIDER=tcp)"
+            "verbs: not requested (XFER_PROVIDER=tcp); shm: not requested (XFER_PROVIDER=tcp); shm+tcp: not requested (XFER_PROVIDER=tcp)"
         );
 
         // Forcing an unavailable provider still tries it: the error is the report.
@@ -295,7 +284,6 @@ mod tests {
                 info("verbs", false),
                 info("tcp", true),
                 info("shm", true),
-                info("tcp-rdm", true),
                 info("shm+tcp", true),
             ],
             |name| match name {
@@ -309,12 +297,7 @@ mod tests {
 
         let (r, _) = choose(
             Some("verbs"),
-            &[
-                info("tcp", true),
-                info("shm", true),
-                info("tcp-rdm", true),
-                info("shm+tcp", true),
-            ],
+            &[info("tcp", true), info("shm", true), info("shm+tcp", true)],
             open_ok,
         );
         assert!(matches!(r, Err(Error::NoProvider(m)) if m.contains("not compiled in")));
@@ -328,7 +311,6 @@ mod tests {
                 info("verbs", false),
                 info("tcp", true),
                 info("shm", true),
-                info("tcp-rdm", true),
                 info("shm+tcp", true),
             ],
             |_| Err::<(), _>(Error::Os(libc::EMFILE)),

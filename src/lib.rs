@@ -120,15 +120,13 @@ pub struct ProviderInfo {
 /// The providers compiled in, in order of preference: `verbs` (when built
 /// with the `verbs` feature, the default), then `tcp`, then `shm` (peers on
 /// this host only: opened when `XFER_PROVIDER=shm` asks for it), then
-/// `tcp-rdm` (TCP under core's RDM engine, opened only when asked for while
-/// the TCP provider moves under the engine), then `shm+tcp` (one endpoint:
-/// shared memory to peers on this host, TCP to others; opened when asked for).
+/// `shm+tcp` (one endpoint: shared memory to peers on this host, TCP to
+/// others; opened when asked for).
 pub const PROVIDERS: &[&str] = &[
     #[cfg(feature = "verbs")]
     "verbs",
     "tcp",
     "shm",
-    "tcp-rdm",
     "shm+tcp",
 ];
 
@@ -166,11 +164,6 @@ pub fn info_for(attr: &DomainAttr) -> Vec<ProviderInfo> {
         detail: "shared memory; peers on this host only (XFER_PROVIDER=shm)".into(),
     });
     all.push(ProviderInfo {
-        name: "tcp-rdm",
-        available: true,
-        detail: "TCP under core's RDM engine, opened only when asked for (XFER_PROVIDER=tcp-rdm)".into(),
-    });
-    all.push(ProviderInfo {
         name: mixed::NAME,
         available: true,
         detail: "shared memory to peers on this host, TCP to others, chosen per peer (XFER_PROVIDER=shm+tcp)".into(),
@@ -186,7 +179,6 @@ fn open_named(name: &'static str, params: &Params) -> Result<Domain> {
         "verbs" => Ok(Domain::new(Box::new(xfer_verbs::VerbsDomain::with_params(params)?))),
         "tcp" => Ok(Domain::new(Box::new(xfer_tcp::TcpDomain::with_params(params)?))),
         "shm" => Ok(Domain::new(Box::new(xfer_shm::ShmDomain::with_params(params)?))),
-        "tcp-rdm" => Ok(Domain::new(Box::new(xfer_tcp::TcpRdmDomain::with_params(params)?))),
         mixed::NAME => Ok(Domain::new(Box::new(mixed::ShmTcpDomain::with_params(params)?))),
         _ => Err(Error::Internal("open_named: provider not built")),
     }
@@ -379,11 +371,7 @@ mod tests {
     fn info_lists_every_provider_in_order() {
         let names: Vec<&str> = info().iter().map(|p| p.name).collect();
         assert_eq!(names, PROVIDERS);
-        assert_eq!(
-            PROVIDERS[PROVIDERS.len() - 3..],
-            ["shm", "tcp-rdm", "shm+tcp"],
-            "never preferred"
-        );
+        assert_eq!(PROVIDERS[PROVIDERS.len() - 2..], ["shm", "shm+tcp"], "never preferred");
         assert!(info().iter().all(|p| !p.detail.is_empty()));
     }
 }

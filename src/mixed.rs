@@ -5,7 +5,7 @@
 //!
 //! Its endpoint name is [`PROVIDER_ID`] and the pair's address: the host
 //! identity (8 bytes), the shm address's length and the shm address (14
-//! bytes, or none with `shm.enabled=0`), then the `tcp-rdm` address (15
+//! bytes, or none with `shm.enabled=0`), then the TCP transport's address (15
 //! bytes for IPv4, 27 for IPv6): 39 or 51 bytes in all.
 
 use xfer_core::unstable::mr::keys::KeyTable;

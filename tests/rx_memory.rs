@@ -3,8 +3,8 @@
 //! the receives that will take them (a message sent is delivered), and
 //! once they add up to the limit the next peers are refused when they
 //! connect instead of growing the endpoint. Receives taking the messages
-//! give the memory back, and peers are served again. TCP (`tcp`,
-//! `tcp-rdm`; other providers skip), with peers that speak the stream by
+//! give the memory back, and peers are served again. TCP (`tcp`; other
+//! providers skip), with peers that speak the stream by
 //! hand: greeting, then the engine's frames (tests/tcp_wire.rs does the
 //! same).
 
@@ -100,7 +100,7 @@ fn departing_peers_leave_at_most_the_limit_behind() {
     let mut attr = test_attr();
     attr.rx_memory = LIMIT;
     let mut server = Node::with_attr(&attr);
-    if !matches!(server.ep.name().as_bytes()[0], 0x01 | 0x04) {
+    if server.ep.name().as_bytes()[0] != xfer_tcp::PROVIDER_ID {
         return eprintln!("skipping: this provider does not speak the TCP stream");
     }
     let (mut served, mut refused) = (0u64, 0u64);

@@ -1,5 +1,5 @@
 //! Admission with a job key (`EndpointAttr::job_key`, `XFER_JOB_KEY`) on TCP
-//! and on the transports under the RDM engine (`tcp-rdm`, `shm`): a peer
+//! and on the other transports under the RDM engine (`shm`, `shm+tcp`): a peer
 //! holding the server's key is served; one with another key or none is
 //! refused before anything it sent is delivered, and counted.
 

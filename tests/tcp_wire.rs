@@ -3,7 +3,7 @@
 //! These speak the wire by hand through plain sockets: the stream's
 //! greeting and length-prefixed frames, each carrying the RDM engine's
 //! header (docs/PROTOCOL-RDM.md). They apply to the providers whose
-//! endpoints speak it (`tcp`, `tcp-rdm`) and skip on others; the provider
+//! endpoints speak it (`tcp`) and skip on others; the provider
 //! id comes from the victim's own name.
 
 mod common;
@@ -34,7 +34,7 @@ const ACCESS_DENIED: u32 = 3;
 fn victim_with(attr: &EndpointAttr) -> Option<Node> {
     let v = Node::with_attr(attr);
     match v.ep.name().as_bytes()[0] {
-        0x01 | 0x04 => Some(v),
+        xfer_tcp::PROVIDER_ID => Some(v),
         id => {
             eprintln!("skipping: provider {id:#04x} does not speak the TCP stream");
             None
@@ -275,7 +275,10 @@ fn frames_before_or_without_a_good_hello_are_refused() {
     let cases: Vec<(&str, Vec<u8>)> = vec![
         ("eager first", frame(Header::message(Kind::Eager, Some(1), None), b"hi")),
         ("hello without a name", frame(Header::new(Kind::Hello), b"")),
-        ("hello with a long name", frame(Header::new(Kind::Hello), &[0x04; 65])),
+        (
+            "hello with a long name",
+            frame(Header::new(Kind::Hello), &[xfer_tcp::PROVIDER_ID; 65]),
+        ),
         ("hello from another provider", frame(Header::new(Kind::Hello), &other)),
     ];
     for (what, bytes) in cases {

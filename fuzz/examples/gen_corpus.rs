@@ -264,11 +264,10 @@ fn hdr(kind: Kind, token: u64, f: impl FnOnce(&mut wire::Header)) -> wire::Heade
 
 /// The greeting for nonce `to` (the harness xors the endpoint's nonce into
 /// it: 0 names the endpoint under test, anything else an earlier one), then
-/// a hello from a `tcp-rdm` peer at `addr`.
+/// a hello from a TCP peer at `addr`.
 fn hello_from(addr: &str, to: u64) -> Vec<u8> {
     let addr: SocketAddr = addr.parse().expect("addr");
-    let mut name = TcpName { addr, nonce: 0x5eed }.to_vec();
-    name[0] = 0x04;
+    let name = TcpName { addr, nonce: 0x5eed }.to_vec();
     let greeting = [&b"XFRD\x01\0\0\0"[..], &to.to_le_bytes()].concat();
     [greeting, frame(wire::Header::new(Kind::Hello), &name)].concat()
 }

@@ -44,10 +44,10 @@
 //!
 //! Network containment: the endpoint knows the peer by the name the
 //! stream's first hello carries (the `setup` operations go to it). The
-//! harness rewrites that name, when it is a TCP name of either TCP provider
-//! (id 0x01 or 0x04), to the endpoint's provider id and its own listener's
-//! address before sending, so the endpoint never connects anywhere else;
-//! the name's nonce and the rest of the stream are kept. When it may (root), the process
+//! harness rewrites that name, when it is a TCP provider's name (id 0x01),
+//! to its own listener's address before sending, so the endpoint never
+//! connects anywhere else; the name's nonce and the rest of the stream are
+//! kept. When it may (root), the process
 //! also moves to a network namespace of its own with only a loopback
 //! interface, so its thousands of short connections (and their TIME_WAIT
 //! entries, capped there) never touch the host's port space. Without one,
@@ -214,8 +214,8 @@ fn named(id: u8, n: TcpName) -> Vec<u8> {
 
 /// Contains a stream that opens with a greeting: xors the endpoint's
 /// `nonce` into the greeting's (0 becomes the endpoint's own), and when the
-/// first frame is a hello whose name is a TCP name of either TCP provider,
-/// rewrites it to the endpoint's provider id and the address `listen`
+/// first frame is a hello whose name is a TCP name of provider `id`,
+/// rewrites it to the address `listen`
 /// (IPv6 names get the IPv4-mapped form of it, to keep their length),
 /// keeping its nonce. Returns the name the endpoint will know the peer by.
 fn contain_hello(stream: &mut [u8], listen: SocketAddr, nonce: u64, id: u8) -> Vec<u8> {
@@ -237,7 +237,7 @@ fn contain_hello(stream: &mut [u8], listen: SocketAddr, nonce: u64, id: u8) -> V
     let Some(bytes) = f.get_mut(5 + hlen..4 + len) else {
         return fallback;
     };
-    let Some(name) = tcp_name(bytes).filter(|_| matches!(bytes[0], 0x01 | 0x04)) else {
+    let Some(name) = tcp_name(bytes).filter(|_| bytes[0] == id) else {
         return fallback;
     };
     let addr = match (name.addr, listen.ip()) {

@@ -106,15 +106,15 @@ pub const MSG_ORDER: u64 = fi::FI_ORDER_SAS;
 /// endpoint, the RDM engine under shm), so that it sees each one: remote
 /// counters (`FI_RMA_EVENT`) and counters bound to regions work there.
 pub fn serves_rma(provider: &str) -> bool {
-    matches!(provider, "tcp" | "shm" | "tcp-rdm" | "shm+tcp")
+    matches!(provider, "tcp" | "shm" | "shm+tcp")
 }
 
 /// Whether provider `provider` admits only peers holding the endpoint's job
 /// key (`auth_key`): TCP and verbs do; the RDM engine under shm does not
-/// yet (nor under tcp-rdm or shm+tcp), so an `auth_key` is refused there
+/// yet (nor under shm+tcp), so an `auth_key` is refused there
 /// rather than silently ignored.
 pub fn checks_job_keys(provider: &str) -> bool {
-    !matches!(provider, "shm" | "tcp-rdm" | "shm+tcp")
+    !matches!(provider, "shm" | "shm+tcp")
 }
 
 /// What the application asked for, read once out of its `fi_info`.
@@ -681,12 +681,10 @@ fn default_ip() -> Option<IpAddr> {
 /// `XFER_PROVIDER` must be able to leave one entry. shm reaches this host
 /// only, so, as the facade does, it is offered only when chosen: forced, or
 /// named by the hints' `domain_attr->name` (`fi_info -d shm`); so is
-/// `tcp-rdm` (TCP under the RDM engine, beside `tcp` while it replaces it:
-/// listed unasked, it would split ranks between the two), and `shm+tcp`
-/// until it becomes the default.
+/// `shm+tcp` until it becomes the default.
 fn offered(forced: Option<&str>, asked: Option<&str>, name: &str) -> bool {
     match forced {
-        None => !matches!(name, "shm" | "tcp-rdm" | "shm+tcp") || asked == Some(name),
+        None => !matches!(name, "shm" | "shm+tcp") || asked == Some(name),
         Some(f) => f == name,
     }
 }
@@ -786,8 +784,6 @@ mod tests {
         assert!(offered(Some("shm"), None, "shm") && !offered(Some("shm"), None, "tcp"));
         assert!(offered(None, Some("shm"), "shm"), "named by the hints");
         assert!(!offered(Some("tcp"), Some("shm"), "shm"), "XFER_PROVIDER wins");
-        assert!(!offered(None, None, "tcp-rdm"), "beside tcp: offered when chosen");
-        assert!(offered(Some("tcp-rdm"), None, "tcp-rdm") && offered(None, Some("tcp-rdm"), "tcp-rdm"));
         assert!(
             !offered(None, None, "shm+tcp"),
             "not the default yet: offered when chosen"

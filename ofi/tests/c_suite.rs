@@ -6,7 +6,7 @@
 //! forces (`make test-shm` runs it over shm). And the shm domain whatever
 //! `XFER_PROVIDER` says: fi_shm.c (its addresses and what it refuses) and
 //! the one-process programs of the reference suite over it; remote atomics
-//! (fi_atomic.c) over shm and tcp-rdm.
+//! (fi_atomic.c) over shm and tcp.
 
 mod common;
 
@@ -171,15 +171,15 @@ fn one_process_programs_over_shm() {
 }
 
 /// ofi/tests/c/fi_atomic.c over the domains that apply atomics (shm,
-/// tcp-rdm): every operation on every datatype through every call
+/// tcp): every operation on every datatype through every call
 /// (`fi_atomic`, `fi_fetch_atomic`, `fi_compare_atomic`, their `v` and
 /// `msg` forms, `fi_inject_atomic`), fetched values and counters checked,
 /// bad keys, bounds and alignment refused with memory left alone, and
 /// `fi_query_atomic` / `fi_*atomicvalid`.
 #[test]
-fn atomics_over_shm_and_tcp_rdm() {
+fn atomics_over_shm_and_tcp() {
     let exe = build_c("fi_atomic.c", "ofi_fi_atomic");
-    for provider in ["shm", "tcp-rdm"] {
+    for provider in ["shm", "tcp"] {
         run_over(&exe, Some(provider), "all atomics checked");
     }
 }

@@ -96,7 +96,7 @@ fn fi_info_lists_xfer() {
     );
     // Atomics only where the domain applies them (under the RDM engine):
     // verbs refuses them whatever the test's domain.
-    for (forced, offered) in [("tcp", true), ("verbs", false), ("shm", true), ("tcp-rdm", true)] {
+    for (forced, offered) in [("tcp", true), ("verbs", false), ("shm", true)] {
         let out = fi_command("fi_info")
             .args(["-p", "xfer", "-c", "FI_ATOMIC", "-v"])
             .env("XFER_PROVIDER", forced)

@@ -9,7 +9,7 @@
 //!   0 B to 16 MiB with contents checked, all-to-all.
 //! - `netpipe_two_ranks`: NetPIPE (`NPopenmpi`) to 1 MiB between 2 ranks.
 //! - `mpi_onesided_four_ranks`: MPI one-sided communication over `osc rdma`
-//!   and `btl ofi` into the plug-in's shm and tcp-rdm domains (its own
+//!   and `btl ofi` into the plug-in's shm and tcp domains (its own
 //!   `mpirun` options), and over `osc ucx` as the reference.
 //!
 //! Each run must exit 0, and every rank must log (`XFER_LOG=xfer_fi::ep=info`)
@@ -223,7 +223,7 @@ fn onesided(exe: &std::path::Path, provider: Option<&str>) -> Output {
 /// MPI one-sided communication (`ofi/tests/c/mpi_onesided.c`: `MPI_Put`,
 /// `MPI_Get`, `MPI_Accumulate`, `MPI_Fetch_and_op`, `MPI_Compare_and_swap`
 /// on 4 ranks, every result checked) over Open MPI's `osc rdma` on `btl
-/// ofi` into the plug-in's domains that apply atomics (shm, tcp-rdm), and
+/// ofi` into the plug-in's domains that apply atomics (shm, tcp), and
 /// the same program over `osc ucx` as the reference. Every rank's xfer
 /// endpoint must have carried atomics but the target rank's (its own
 /// fetch-and-ops stay in its process), which proves `osc rdma` used the
@@ -241,7 +241,7 @@ fn mpi_onesided_four_ranks() {
     let out = onesided(&exe, None);
     check("mpi_onesided over osc ucx (the reference)", &out);
     assert!(String::from_utf8_lossy(&out.stdout).contains(done));
-    for provider in ["shm", "tcp-rdm"] {
+    for provider in ["shm", "tcp"] {
         let out = onesided(&exe, Some(provider));
         check(&format!("mpi_onesided over osc rdma, btl ofi, xfer {provider}"), &out);
         assert!(String::from_utf8_lossy(&out.stdout).contains(done));

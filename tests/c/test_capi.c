@@ -268,7 +268,7 @@ static void test_info(void)
     int n = xfer_info_count();
     CHECK(n >= 1);
     xfer_info_t info;
-    int tcp = -1, shm = -1, tcp_rdm = -1, shm_tcp = -1;
+    int tcp = -1, shm = -1, shm_tcp = -1;
     for (int i = 0; i < n; i++) {
         memset(&info, 0x55, sizeof info);
         CHECK_RC(xfer_info_get((size_t)i, &info), 0);
@@ -282,14 +282,12 @@ static void test_info(void)
         }
         if (strcmp(info.name, "shm") == 0)
             shm = i;
-        if (strcmp(info.name, "tcp-rdm") == 0)
-            tcp_rdm = i;
         if (strcmp(info.name, "shm+tcp") == 0)
             shm_tcp = i;
     }
-    /* TCP is the network fallback; shm (same-host peers only), tcp-rdm and
-     * shm+tcp (opened only when asked for) come after it, never preferred. */
-    CHECK(tcp >= 0 && shm == tcp + 1 && tcp_rdm == shm + 1 && shm_tcp == n - 1);
+    /* TCP is the network fallback; shm (same-host peers only) and shm+tcp
+     * (opened only when asked for) come after it, never preferred. */
+    CHECK(tcp >= 0 && shm == tcp + 1 && shm_tcp == shm + 1 && shm_tcp == n - 1);
     CHECK_RC(xfer_info_get((size_t)n, &info), XFER_EINVAL);
     CHECK_RC(xfer_info_get(0, NULL), XFER_EINVAL);
 }

@@ -1,6 +1,6 @@
 /* Remote atomics (FI_ATOMIC), checked the same way over any provider that
  * offers them (FI_PROVIDER selects it; the tests run it over xfer's shm and
- * tcp-rdm domains). One process, endpoint A (initiator, with a write and a
+ * tcp domains). One process, endpoint A (initiator, with a write and a
  * read counter) and B (target, whose region holds the elements), both
  * driven while waiting (progress is manual):
  * - fi_query_atomic and fi_atomicvalid / fi_fetch_atomicvalid /

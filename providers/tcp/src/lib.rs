@@ -26,7 +26,6 @@ use xfer_core::unstable::provider::{DomainProvider, EndpointProvider};
 use xfer_core::unstable::rdm::engine::Engine;
 
 pub use attr::TcpAttr;
-pub use stream::domain::TcpRdmDomain;
 
 /// The TCP provider's domain. Its one shared resource is the key table of
 /// memory registrations, which its endpoints consult (through

@@ -1,4 +1,4 @@
-//! One stream of the `tcp-rdm` transport: what waits to be written, what
+//! One stream of the TCP transport: what waits to be written, what
 //! was read and not yet taken as frames, and where its greeting stands.
 
 use std::io::IoSlice;

@@ -1,7 +1,6 @@
-//! TCP as a transport under core's RDM engine (`tcp-rdm`, decision 127):
-//! the step that moves the TCP provider under the layer the shared-memory
-//! transport already uses. A connection is one non-blocking TCP stream on
-//! the endpoint's epoll set; frames are length-prefixed on it; nothing is
+//! TCP as a transport under core's RDM engine (decisions 127, 133): what
+//! the `tcp` provider opens, and the TCP half of `shm+tcp`. A connection
+//! is one non-blocking TCP stream on the endpoint's epoll set; frames are length-prefixed on it; nothing is
 //! pulled (a rendezvous is pushed by the engine in frames). The engine's
 //! hello names the peer, so the transport only checks that a connection
 //! was meant for this endpoint: the connector's first 16 bytes carry the
@@ -40,8 +39,6 @@ use crate::iface;
 use crate::name::TcpName;
 use crate::sys::Socket;
 use conn::{Conn, Phase};
-
-pub mod domain;
 
 /// The most payload one frame carries.
 pub const MAX_PAYLOAD: usize = 256 << 10;
