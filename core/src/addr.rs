@@ -56,7 +56,7 @@ impl fmt::Display for PeerAddr {
 /// assert!("01ab0".parse::<Address>().is_err(), "odd length");
 /// # Ok::<(), xfer_core::Error>(())
 /// ```
-#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Copy, Eq, PartialOrd, Ord)]
 pub struct Address {
     len: u8,
     bytes: [u8; Address::MAX_LEN],
@@ -84,6 +84,31 @@ impl Address {
     /// The name bytes.
     pub fn as_bytes(&self) -> &[u8] {
         &self.bytes[..self.len as usize]
+    }
+}
+
+/// Every `Address` comes from [`Address::new`], so the bytes past its length
+/// are zero: the first 16 bytes compared as two words settle the common
+/// names (TCP over IPv4, shm) without a `memcmp` call on the send and
+/// arrival paths, and only longer names compare the rest.
+impl PartialEq for Address {
+    #[inline]
+    fn eq(&self, other: &Address) -> bool {
+        let head = |a: &Address| {
+            let (w0, w1) = a.bytes[..16].split_at(8);
+            (
+                u64::from_ne_bytes(w0.try_into().unwrap_or_default()),
+                u64::from_ne_bytes(w1.try_into().unwrap_or_default()),
+            )
+        };
+        self.len == other.len && head(self) == head(other) && (self.len <= 16 || self.bytes[16..] == other.bytes[16..])
+    }
+}
+
+/// Hashes the name bytes only, as equality compares them.
+impl std::hash::Hash for Address {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.as_bytes().hash(state);
     }
 }
 
@@ -231,6 +256,35 @@ mod tests {
         assert_eq!(av.reverse(&a), PeerAddr::UNSPEC);
         assert_eq!(av.remove(pa), Err(Error::AddressNotAvailable));
         assert_eq!(av.lookup(PeerAddr::UNSPEC), None);
+    }
+
+    #[test]
+    fn names_compare_and_hash_by_every_byte_and_their_length() {
+        use std::collections::hash_map::DefaultHasher;
+        use std::hash::{Hash, Hasher};
+        let hash = |a: &Address| {
+            let mut h = DefaultHasher::new();
+            a.hash(&mut h);
+            h.finish()
+        };
+        let long: Vec<u8> = (1..=40).collect();
+        for at in [0, 7, 8, 15, 16, 17, 39] {
+            let mut other = long.clone();
+            other[at] ^= 0x80;
+            let (a, b) = (Address::new(&long).unwrap(), Address::new(&other).unwrap());
+            assert_ne!(a, b, "byte {at} differs");
+            assert_ne!(a.cmp(&b), std::cmp::Ordering::Equal);
+        }
+        // A name and the same bytes with a zero more are different names.
+        let (short, padded) = (
+            Address::new(&long[..16]).unwrap(),
+            Address::new(&[&long[..16], &[0]].concat()).unwrap(),
+        );
+        assert_ne!(short, padded);
+        let (a, b) = (Address::new(&long).unwrap(), Address::new(&long.clone()).unwrap());
+        assert_eq!(a, b);
+        assert_eq!(hash(&a), hash(&b));
+        assert_eq!(Address::new(&long[..3]).unwrap(), Address::new(&[1, 2, 3]).unwrap());
     }
 
     #[test]

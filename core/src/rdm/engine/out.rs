@@ -212,11 +212,17 @@ impl State {
 
     /// Writes every peer's queue, each connection's frames together, and
     /// ends the burst.
+    #[inline]
     pub(super) fn flush_all<T: Transport>(&mut self, t: &mut T, cx: &mut Ctx<'_>) {
         self.burst = false;
-        if self.queued == 0 {
-            return;
+        // Checked inline: most progress calls have nothing queued, and the
+        // call itself costs more than the check.
+        if self.queued != 0 {
+            self.flush_queued(t, cx);
         }
+    }
+
+    fn flush_queued<T: Transport>(&mut self, t: &mut T, cx: &mut Ctx<'_>) {
         t.cork();
         for p in self.peers.keys() {
             self.flush(t, cx, p);

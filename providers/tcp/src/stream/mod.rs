@@ -307,7 +307,15 @@ impl TcpTransport {
 
     /// Reports the frames read, while the engine takes them; then the ends
     /// of connections whose streams ended.
+    #[inline]
     fn deliver(&mut self, events: &mut dyn Events) {
+        // Checked inline: a progress that read nothing has nothing to report.
+        if !self.buffered.is_empty() || !self.ended.is_empty() {
+            self.deliver_now(events);
+        }
+    }
+
+    fn deliver_now(&mut self, events: &mut dyn Events) {
         let mut todo = std::mem::take(&mut self.delivering);
         std::mem::swap(&mut todo, &mut self.buffered);
         for &id in &todo {
