@@ -14,7 +14,7 @@ use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
 use common::{expect, pattern, test_attr, Node, DEADLINE};
-use xfer::{Access, EndpointAttr, JobKey, PeerAddr};
+use xfer::{Access, EndpointAttr, Error, JobKey, PeerAddr};
 use xfer_core::unstable::rdm::admit::proof_named;
 use xfer_core::unstable::rdm::credit::cost;
 use xfer_core::unstable::rdm::engine::wire::{self, Header, Kind};
@@ -605,6 +605,33 @@ fn a_peer_silent_after_its_challenge_is_dropped_after_the_connect_timeout() {
     assert_eq!(h.kind, Kind::Challenge);
     assert_dropped(&mut v, &mut s, false);
     assert_eq!(counter(&v, "admission_refused"), 1);
+}
+
+/// A peer we dialled that accepts but never admits us: the send waiting
+/// for it fails once the connect timeout passes, with the peer unreachable
+/// (`ETIMEDOUT`), and the endpoint goes on serving others.
+#[test]
+fn a_dialled_peer_that_never_admits_us_fails_after_the_connect_timeout() {
+    let mut attr = test_attr();
+    attr.params.set("tcp.connect_timeout_ms", "200");
+    let Some(mut v) = victim_with(&attr) else { return };
+    let (fake, name) = fake_peer(&v);
+    let peer = v.av.insert(&name).unwrap();
+    v.ep.tsend(peer, 3, vec![7; 8], 300).unwrap();
+    let _silent = accept_victim(&mut v, &fake);
+    let done = expect(&mut [&mut v], 0, 300);
+    assert!(
+        matches!(
+            done.result,
+            Err(Error::PeerUnreachable {
+                errno: libc::ETIMEDOUT,
+                ..
+            })
+        ),
+        "{:?}",
+        done.result
+    );
+    still_works(&mut v);
 }
 
 fn drive(v: &mut Node, mut done: impl FnMut(&Node) -> bool) {

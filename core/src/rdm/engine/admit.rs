@@ -122,14 +122,12 @@ impl State {
                 // Our own connect to it waits to be retried: this connection
                 // becomes the one we send on, and as its acceptor we need
                 // neither our hello nor its admission.
+                self.peers.ungate(p);
                 let e = self.peers.get_mut(p).expect("found above");
                 let mut opened = 0;
                 while e.queue.front().is_some_and(|(_, o)| opens(o)) {
                     e.queue.pop_front();
                     opened += 1;
-                }
-                if std::mem::take(&mut e.gated) {
-                    self.gated -= 1;
                 }
                 e.queue.push_front((0, Out::Owned(admitted, ours)));
                 self.queued = self.queued + 1 - opened;
@@ -158,7 +156,7 @@ impl State {
     /// goes before anything else we hold for it.
     pub(super) fn challenged(&mut self, p: usize, payload: Bytes<'_>) -> Result<(), &'static str> {
         let Some(e) = self.peers.get_mut(p) else { return Ok(()) };
-        if !e.gated {
+        if !e.gated() {
             return Err("challenge out of place");
         }
         let Some(key) = self.key.as_ref() else {
@@ -181,12 +179,12 @@ impl State {
     /// address that stands for whichever endpoint listens there) becomes
     /// the peer's alias, so the acceptor's own connections find it.
     pub(super) fn admitted_by(&mut self, p: usize, payload: Bytes<'_>) -> Result<(), &'static str> {
-        let Some(e) = self.peers.get_mut(p) else { return Ok(()) };
-        if !e.gated {
+        if self.peers.get(p).is_none() {
+            return Ok(());
+        }
+        if !self.peers.ungate(p) {
             return Err("admission out of place");
         }
-        e.gated = false;
-        self.gated -= 1;
         if payload.len() > Address::MAX_LEN {
             return Err("admission with a bad name");
         }
@@ -223,11 +221,11 @@ impl State {
                 i += 1;
             }
         }
-        for p in self.peers.keys() {
-            let Some(e) = self.peers.get(p) else { continue };
-            if e.gated && now.duration_since(e.since) > timeout {
-                let at = self.serial(p);
-                self.failed.push((at, Cause::Failed(libc::ETIMEDOUT)));
+        // Over the table in place: this runs on every progress while a
+        // peer is gated, so it allocates nothing.
+        for (p, e) in self.peers.iter() {
+            if e.gated() && now.duration_since(e.since) > timeout {
+                self.failed.push(((p, e.serial), Cause::Failed(libc::ETIMEDOUT)));
             }
         }
     }

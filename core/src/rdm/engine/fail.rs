@@ -111,9 +111,6 @@ impl State {
         }
         let mut gone = self.peers.remove(p)?;
         self.queued -= gone.queue.len();
-        if gone.gated {
-            self.gated -= 1;
-        }
         for (_, out) in gone.queue.drain(..) {
             if let Out::Eager(_, op) = out {
                 complete::send(&mut cx.cq, self.selective, op, Err(err.clone()));

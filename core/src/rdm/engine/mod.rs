@@ -138,8 +138,6 @@ struct State {
     vetting: Vec<admit::Vetting>,
     /// Handshake frames for connections no peer sends on.
     answers: Vec<(ConnId, [u8; wire::LEN], Vec<u8>)>,
-    /// Peers we dialled that have not admitted us yet.
-    gated: usize,
     /// Frames a burst of posts may hold back (`Transport::coalesce`).
     coalesce: usize,
     /// A post wrote at once since the last progress: the next ones wait
@@ -201,7 +199,6 @@ impl<T: Transport> Engine<T> {
                 key: attr.job_key.as_ref().map(|k| k.0.clone()),
                 vetting: Vec::new(),
                 answers: Vec::new(),
-                gated: 0,
                 coalesce: t.coalesce(),
                 burst: false,
                 refusals: 0,
@@ -245,10 +242,7 @@ impl State {
         let conn = out::dial(t, &name).map_err(|c| cause_error(c, peer))?;
         let p = self.peers.add(name, conn);
         self.admit(p, false);
-        if let Some(e) = self.peers.get_mut(p) {
-            e.gated = true;
-            self.gated += 1;
-        }
+        self.peers.gate(p);
         let hello = Header::new(Kind::Hello).encode();
         self.enqueue(p, 0, Out::Owned(hello, self.name.as_bytes().to_vec()));
         Ok(p)
@@ -636,7 +630,7 @@ impl State {
             // Before connections end: a refused connector learns why.
             self.write_answers(t);
         }
-        if self.gated > 0 || !self.vetting.is_empty() {
+        if self.peers.any_gated() || !self.vetting.is_empty() {
             self.check_handshakes(self.connect_timeout);
         }
         if !self.pulls.is_empty() {

@@ -89,7 +89,7 @@ impl State {
         }
         let Some(e) = self.peers.get_mut(p) else { return false };
         let Some(tx) = e.tx else { return false };
-        if e.gated || !e.queue.is_empty() || (cost > 0 && !e.credit.can_send(cost, 0)) {
+        if e.gated() || !e.queue.is_empty() || (cost > 0 && !e.credit.can_send(cost, 0)) {
             return false;
         }
         if t.send(tx, wire::trimmed(h), payload).is_err() {
@@ -106,11 +106,12 @@ impl State {
         let Some(tx) = self.connected(t, p) else { return };
         loop {
             let Some(e) = self.peers.get_mut(p) else { return };
+            let gated = e.gated();
             let Some((cost, front)) = e.queue.front_mut() else {
                 return;
             };
             let cost = *cost;
-            if e.gated && !super::admit::opens(front) {
+            if gated && !super::admit::opens(front) {
                 return;
             }
             if cost > 0 && !e.credit.can_send(cost, 0) {

@@ -45,8 +45,9 @@ pub struct Peer {
     /// progress of the peer's.
     pub blocked: bool,
     /// We dialled it and it has not admitted us yet: only our hello and
-    /// proof may be written.
-    pub gated: bool,
+    /// proof may be written. Set and cleared through [`Peers`], which
+    /// counts the gated peers.
+    gated: bool,
     /// When the entry was made (a dialled peer's handshake deadline runs
     /// from it).
     pub since: std::time::Instant,
@@ -66,6 +67,12 @@ pub struct Peer {
 }
 
 impl Peer {
+    /// Whether we dialled it and it has not admitted us yet.
+    #[inline]
+    pub fn gated(&self) -> bool {
+        self.gated
+    }
+
     /// A frame costing `cost` of its credit was written to it: spent; and
     /// room the transport had refused before is progress of the peer's.
     #[inline]
@@ -93,6 +100,15 @@ const HINTED: usize = 1 << 16;
 /// provider id.
 type StandIn = fn(&[u8]) -> Option<Vec<u8>>;
 
+/// The address-vector handle of `name`, else of its stand-in (made only
+/// when `name` is not inserted); `UNSPEC` when neither is.
+fn reverse_or(av: &AvTable, name: &Address, stand_in: impl FnOnce() -> Option<Address>) -> PeerAddr {
+    match av.reverse(name) {
+        h if h.is_unspec() => stand_in().map_or(h, |s| av.reverse(&s)),
+        h => h,
+    }
+}
+
 fn stand_in(of: StandIn, name: &Address) -> Option<Address> {
     let (&id, addr) = name.as_bytes().split_first()?;
     let mut s = vec![id];
@@ -111,6 +127,9 @@ pub struct Peers {
     routes: Vec<usize>,
     serial: u64,
     stand_in_of: StandIn,
+    /// How many peers are gated: progress checks their handshake deadlines
+    /// only while there are some.
+    gated: usize,
 }
 
 impl Default for Peers {
@@ -129,6 +148,7 @@ impl Peers {
             routes: Vec::new(),
             serial: 0,
             stand_in_of,
+            gated: 0,
         }
     }
 
@@ -192,6 +212,35 @@ impl Peers {
         p
     }
 
+    /// Peer `p` waits for its admission: only our hello and proof go to it.
+    pub fn gate(&mut self, p: usize) {
+        if let Some(e) = self.slots.get_mut(p) {
+            if !std::mem::replace(&mut e.gated, true) {
+                self.gated += 1;
+            }
+        }
+    }
+
+    /// Peer `p` no longer waits for its admission; true when it did.
+    pub fn ungate(&mut self, p: usize) -> bool {
+        let was = self.slots.get_mut(p).is_some_and(|e| std::mem::take(&mut e.gated));
+        if was {
+            self.gated -= 1;
+        }
+        was
+    }
+
+    /// Whether any peer waits for its admission.
+    #[inline]
+    pub fn any_gated(&self) -> bool {
+        self.gated > 0
+    }
+
+    /// Every peer with its index.
+    pub fn iter(&self) -> impl Iterator<Item = (usize, &Peer)> {
+        self.slots.iter()
+    }
+
     /// Peer `p` also answers to `name` (unless another peer has it).
     pub fn alias(&mut self, p: usize, name: Address) {
         let Some(e) = self.slots.get_mut(p) else { return };
@@ -241,6 +290,9 @@ impl Peers {
     /// Removes `peer` and forgets its connections; returns its entry.
     pub fn remove(&mut self, peer: usize) -> Option<Peer> {
         let gone = self.slots.try_remove(peer)?;
+        if gone.gated {
+            self.gated -= 1;
+        }
         self.by_name.remove(&gone.name);
         if let Some(alias) = gone.alias {
             self.by_name.remove(&alias);
@@ -274,10 +326,7 @@ impl Peers {
     /// The address-vector handle of the peer named `name`: its own entry,
     /// else its stand-in's (`UNSPEC` when neither is inserted).
     pub fn reverse(&self, av: &AvTable, name: &Address) -> PeerAddr {
-        match av.reverse(name) {
-            h if h.is_unspec() => stand_in(self.stand_in_of, name).map_or(h, |s| av.reverse(&s)),
-            h => h,
-        }
+        reverse_or(av, name, || stand_in(self.stand_in_of, name))
     }
 
     /// The address-vector handle of `p`'s name (`UNSPEC` when not inserted),
@@ -291,10 +340,7 @@ impl Peers {
                 return e.hint;
             }
         }
-        e.hint = match (av.reverse(&e.name), &e.stand_in) {
-            (h, Some(s)) if h.is_unspec() => av.reverse(s),
-            (h, _) => h,
-        };
+        e.hint = reverse_or(av, &e.name, || e.stand_in);
         e.hint
     }
 }
@@ -305,6 +351,45 @@ mod tests {
 
     fn name(b: u8) -> Address {
         Address::new(&[9, b]).unwrap()
+    }
+
+    #[test]
+    fn a_peer_is_known_by_its_name_else_by_its_stand_in() {
+        // The stand-in of [9, b, ..] is [9, 0]: "whoever listens there".
+        let stand_in_of: StandIn = |a| (a != [0]).then(|| vec![0]);
+        let both = |peers: &mut Peers, p: usize, av: &AvTable| (peers.handle(p, av), peers.reverse(av, &name(1)));
+        let mut av = AvTable::new();
+        let mut peers = Peers::new(stand_in_of);
+        let p = peers.add(name(1), None);
+        assert_eq!(both(&mut peers, p, &av), (PeerAddr::UNSPEC, PeerAddr::UNSPEC));
+        let s = av.insert(name(0));
+        assert_eq!(both(&mut peers, p, &av), (s, s), "known by its stand-in");
+        // A fresh table (no hint yet): its own name wins over the stand-in.
+        let own = av.insert(name(1));
+        let mut peers = Peers::new(stand_in_of);
+        let p = peers.add(name(1), None);
+        assert_eq!(both(&mut peers, p, &av), (own, own));
+        // Without a stand-in function, only the name counts.
+        av.remove(own).unwrap();
+        let mut peers = Peers::default();
+        let p = peers.add(name(1), None);
+        assert_eq!(both(&mut peers, p, &av), (PeerAddr::UNSPEC, PeerAddr::UNSPEC));
+    }
+
+    #[test]
+    fn gated_peers_are_counted_once_and_forgotten_with_them() {
+        let mut peers = Peers::default();
+        let (a, b) = (peers.add(name(1), None), peers.add(name(2), None));
+        assert!(!peers.any_gated());
+        peers.gate(a);
+        peers.gate(a);
+        peers.gate(b);
+        assert!(peers.get(a).is_some_and(Peer::gated));
+        assert!(peers.ungate(a) && !peers.ungate(a), "ungated once");
+        assert!(peers.any_gated(), "b still waits");
+        peers.remove(b);
+        assert!(!peers.any_gated(), "a removed gated peer is not counted");
+        assert!(!peers.ungate(b), "gone");
     }
 
     #[test]
