@@ -187,13 +187,20 @@ impl TcpTransport {
 
     /// Ends `id` now: the engine hears `cause` by the next progress.
     fn end(&mut self, id: ConnId, cause: Cause) {
-        self.forget_hot(id);
-        if let Some(c) = self.conns.try_remove(id) {
-            let _ = self.epoll.delete(c.sock.as_raw_fd());
+        if let Some(c) = self.remove(id) {
             if c.reported {
                 self.ended.push((id, cause));
             }
         }
+    }
+
+    /// Takes `id` out of the table and the epoll set (and its place as the
+    /// hot connection): what ending and closing it share.
+    fn remove(&mut self, id: ConnId) -> Option<Conn> {
+        self.forget_hot(id);
+        let c = self.conns.try_remove(id)?;
+        let _ = self.epoll.delete(c.sock.as_raw_fd());
+        Some(c)
     }
 
     /// Writes what `id` has queued; watches for room when some is left.
@@ -460,9 +467,7 @@ impl Transport for TcpTransport {
     }
 
     fn close(&mut self, conn: ConnId) {
-        self.forget_hot(conn);
-        if let Some(mut c) = self.conns.try_remove(conn) {
-            let _ = self.epoll.delete(c.sock.as_raw_fd());
+        if let Some(mut c) = self.remove(conn) {
             // What the socket takes now of what waited (bytes past a full
             // buffer) goes before the end of the stream.
             let _ = c.write();
