@@ -126,10 +126,10 @@ pub struct ProviderInfo {
 pub const PROVIDERS: &[&str] = &[
     #[cfg(feature = "verbs")]
     "verbs",
+    "shm+tcp",
     "tcp",
     "shm",
     "tcp-rdm",
-    "shm+tcp",
 ];
 
 /// The providers compiled in, in order of preference, and whether each can
@@ -156,9 +156,14 @@ pub fn info_for(attr: &DomainAttr) -> Vec<ProviderInfo> {
     #[cfg(not(feature = "verbs"))]
     let _ = attr;
     all.push(ProviderInfo {
+        name: mixed::NAME,
+        available: true,
+        detail: "shared memory to peers on this host, TCP to others, chosen per peer".into(),
+    });
+    all.push(ProviderInfo {
         name: "tcp",
         available: true,
-        detail: "TCP sockets; always available".into(),
+        detail: "TCP sockets to every peer, this host's too (XFER_PROVIDER=tcp)".into(),
     });
     all.push(ProviderInfo {
         name: "shm",
@@ -169,11 +174,6 @@ pub fn info_for(attr: &DomainAttr) -> Vec<ProviderInfo> {
         name: "tcp-rdm",
         available: true,
         detail: "TCP under core's RDM engine, opened only when asked for (XFER_PROVIDER=tcp-rdm)".into(),
-    });
-    all.push(ProviderInfo {
-        name: mixed::NAME,
-        available: true,
-        detail: "shared memory to peers on this host, TCP to others, chosen per peer (XFER_PROVIDER=shm+tcp)".into(),
     });
     all
 }
@@ -380,9 +380,9 @@ mod tests {
         let names: Vec<&str> = info().iter().map(|p| p.name).collect();
         assert_eq!(names, PROVIDERS);
         assert_eq!(
-            PROVIDERS[PROVIDERS.len() - 3..],
-            ["shm", "tcp-rdm", "shm+tcp"],
-            "never preferred"
+            PROVIDERS[PROVIDERS.len() - 4..],
+            ["shm+tcp", "tcp", "shm", "tcp-rdm"],
+            "shm+tcp preferred to tcp"
         );
         assert!(info().iter().all(|p| !p.detail.is_empty()));
     }

@@ -837,7 +837,7 @@ pub(crate) unsafe extern "C" fn open(
                 // SAFETY: the application's src_addr holds src_addrlen bytes.
                 let bytes = unsafe { std::slice::from_raw_parts(info.src_addr.cast::<u8>(), n) };
                 match domain.format.listen_addr(bytes) {
-                    Some(at) if domain.xfer.provider() == "tcp" => Some(at),
+                    Some(at) if matches!(domain.xfer.provider(), "tcp" | "shm+tcp") => Some(at),
                     _ => return -(libc::EINVAL),
                 }
             }

@@ -460,6 +460,10 @@ fn cause_error(cause: Cause, peer: PeerAddr) -> Error {
         Cause::Failed(errno) => Error::PeerUnreachable { peer, errno },
         Cause::Protocol(what) => Error::Protocol(what),
         Cause::Stalled => Error::Stalled { peer },
+        Cause::Rerouted => Error::PeerUnreachable {
+            peer,
+            errno: libc::ECONNREFUSED,
+        },
     }
 }
 
