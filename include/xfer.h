@@ -851,6 +851,27 @@ int xfer_ep_atomic(struct xfer_ep_t *ep,
                    void *context);
 
 /**
+ * `xfer_ep_atomic` with a completion level in `flags` (`fi_atomicmsg`'s):
+ * 0 is `xfer_ep_atomic`'s; `XFER_DELIVERY_COMPLETE` (or
+ * `XFER_TRANSMIT_COMPLETE`, given with the same guarantee) completes once
+ * the target applied the operation, and a target's refusal is the
+ * completion's error (`XFER_EACCES`), at the cost of the target's answer.
+ * `XFER_EINVAL` for any other flag; otherwise as `xfer_ep_atomic`.
+ *
+ * # Safety
+ * As `xfer_ep_atomic`.
+ */
+int xfer_ep_atomic_flags(struct xfer_ep_t *ep,
+                         uint32_t op,
+                         uint32_t datatype,
+                         uint64_t operand,
+                         xfer_addr_t peer,
+                         const struct xfer_rkey_t *rkey,
+                         uint64_t offset,
+                         uint64_t flags,
+                         void *context);
+
+/**
  * Like `xfer_ep_atomic`, and the completion (`XFER_ATOMIC | XFER_READ`)
  * carries the element's old value in `data` (`fi_fetch_atomic`:
  * fetch-and-add with `XFER_ATOMIC_SUM`, swap with `XFER_ATOMIC_WRITE`, a read
