@@ -862,14 +862,10 @@ pub(crate) unsafe extern "C" fn open(
                 Some(Ok(k)) => k,
                 None => None,
             };
+        // Every xfer provider admits only peers that prove the key: TCP,
+        // shm and their pair in the RDM engine's handshake, verbs in
+        // rdma_cm's private data.
         let auth_key = own_key.or_else(|| domain.auth_key.clone());
-        if auth_key.is_some() && !crate::info::checks_job_keys(domain.xfer.provider()) {
-            tracing::warn!(
-                provider = domain.xfer.provider(),
-                "fi_endpoint: auth_key refused: this xfer provider does not check job keys"
-            );
-            return -(libc::EINVAL);
-        }
         // SAFETY: as above.
         let tx_op_flags = unsafe { info.tx_attr.as_ref() }.map_or(0, |tx| tx.op_flags);
         // SAFETY: as above.
