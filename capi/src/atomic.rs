@@ -110,7 +110,11 @@ unsafe fn post(
 
 /// Applies `op` (`XFER_ATOMIC_*`) with `operand` to the element of type
 /// `datatype` at `offset` bytes into the peer's region `*rkey`
-/// (`fi_atomic`). Returns 0 when posted; `XFER_EBADF`; `XFER_EINVAL` for an
+/// (`fi_atomic`). It completes (`XFER_ATOMIC | XFER_WRITE`) once handed to
+/// the transport; a refusal by the target is then counted in the
+/// endpoint's `atomics_refused_after_completion` counter and logged, not
+/// reported (`xfer_ep_atomic_flags` with `XFER_DELIVERY_COMPLETE` reports
+/// it). Returns 0 when posted; `XFER_EBADF`; `XFER_EINVAL` for an
 /// unknown operation or datatype, a bitwise operation on a floating-point
 /// type, `XFER_ATOMIC_READ` (which must fetch), a NULL `rkey`, a key of
 /// another provider; `XFER_EADDRNOTAVAIL` for a peer not in the AV;

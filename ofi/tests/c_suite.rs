@@ -176,12 +176,34 @@ fn one_process_programs_over_shm() {
 /// (`fi_atomic`, `fi_fetch_atomic`, `fi_compare_atomic`, their `v` and
 /// `msg` forms, `fi_inject_atomic`), fetched values and counters checked,
 /// bad keys, bounds and alignment refused with memory left alone, and
-/// `fi_query_atomic` / `fi_*atomicvalid`.
+/// `fi_query_atomic` / `fi_*atomicvalid`; over xfer, the bad key of an
+/// atomic completed when sent shows in the close log line's
+/// `atomics_refused_after_completion` and a rate-limited warning.
 #[test]
 fn atomics_over_shm_and_tcp_rdm() {
     let exe = build_c("fi_atomic.c", "ofi_fi_atomic");
     for provider in ["shm", "tcp-rdm"] {
-        run_over(&exe, Some(provider), "all atomics checked");
+        let mut cmd = fi_command(exe.to_str().expect("utf-8 path"));
+        cmd.env_remove("FI_XFER_PROVIDER")
+            .env("XFER_PROVIDER", provider)
+            .env("XFER_LOG", "xfer_fi::ep=info,warn");
+        let out = wait_output(
+            cmd.spawn().expect("running fi_atomic"),
+            "fi_atomic",
+            Duration::from_secs(60),
+        );
+        check(&format!("fi_atomic over {provider}"), &out);
+        assert!(String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .any(|l| l == "all atomics checked"));
+        // The bad key at the default completion level: completed, then
+        // counted and logged when the target refused it.
+        let log = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            log.contains("refused a remote atomic that had completed")
+                && log.contains("atomics_refused_after_completion=1"),
+            "{provider}: the late refusal is neither logged nor counted:\n{log}"
+        );
     }
 }
 

@@ -2270,6 +2270,17 @@ static void test_atomics(void)
                                       CTX(12)),
                  0);
         CHECK(expect(ns, 1, 0, CTX(12), &e) && e.err == XFER_EACCES); /* misaligned */
+        /* Without: it completes, and the refusal, answered before the fetch
+         * behind it, is counted. */
+        uint64_t refused = 99;
+        CHECK_RC(xfer_ep_counter(n.ep, "atomics_refused_after_completion", &refused), 0);
+        CHECK(refused == 0);
+        CHECK_RC(xfer_ep_atomic(n.ep, XFER_ATOMIC_SUM, XFER_UINT64, 1, self, &k, 20, CTX(14)), 0);
+        CHECK(expect(ns, 1, 0, CTX(14), &e) && e.err == 0);
+        CHECK_RC(xfer_ep_fetch_atomic(n.ep, XFER_ATOMIC_READ, XFER_UINT64, 0, self, &k, 16, CTX(15)), 0);
+        CHECK(expect(ns, 1, 0, CTX(15), &e) && e.err == 0);
+        CHECK_RC(xfer_ep_counter(n.ep, "atomics_refused_after_completion", &refused), 0);
+        CHECK(refused == 1);
         CHECK_RC(xfer_ep_atomic_flags(n.ep, XFER_ATOMIC_SUM, XFER_UINT64, 1, self, &k, 16, XFER_INJECT, CTX(13)),
                  XFER_EINVAL);
         CHECK_RC(xfer_ep_fetch_atomic(n.ep, XFER_ATOMIC_SUM, XFER_UINT64, 1, self, &k, 20, CTX(5)), 0);
