@@ -109,14 +109,6 @@ pub fn serves_rma(provider: &str) -> bool {
     matches!(provider, "tcp" | "shm" | "tcp-rdm" | "shm+tcp")
 }
 
-/// Whether provider `provider` admits only peers holding the endpoint's job
-/// key (`auth_key`): TCP and verbs do; the RDM engine under shm does not
-/// yet (nor under tcp-rdm or shm+tcp), so an `auth_key` is refused there
-/// rather than silently ignored.
-pub fn checks_job_keys(provider: &str) -> bool {
-    !matches!(provider, "shm" | "tcp-rdm" | "shm+tcp")
-}
-
 /// What the application asked for, read once out of its `fi_info`.
 #[derive(Debug, Default, Clone)]
 pub struct Hints {
@@ -342,9 +334,6 @@ pub fn select(h: &Hints, provider: &str, atomics: bool, limits: Limits) -> Resul
     }
     if let Some(why) = h.auth_key_refused {
         return Err(why);
-    }
-    if (h.domain_auth_key.is_some() || h.ep_auth_key.is_some()) && !checks_job_keys(provider) {
-        return Err("auth_key: the shm provider does not check job keys");
     }
     if (h.caps | h.rx_caps) & fi::FI_SOURCE_ERR != 0 && (h.caps | h.rx_caps) & fi::FI_SOURCE == 0 {
         return Err("FI_SOURCE_ERR without FI_SOURCE");
@@ -833,8 +822,8 @@ mod tests {
             ep_auth_key: Some(b"mine".to_vec()),
             ..Hints::default()
         };
-        assert!(select(&h, "shm", false, L).is_err(), "shm does not check job keys");
-        for p in ["tcp", "verbs"] {
+        // Every provider checks job keys: the engine's in its handshake.
+        for p in ["tcp", "verbs", "shm", "tcp-rdm", "shm+tcp"] {
             let o = select(&h, p, false, L).unwrap();
             assert_eq!(o.domain_auth_key.as_deref(), Some(&b"job"[..]), "{p}");
             assert_eq!(o.ep_auth_key.as_deref(), Some(&b"mine"[..]), "{p}");

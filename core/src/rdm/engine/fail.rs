@@ -130,8 +130,10 @@ impl State {
             self.gated -= 1;
         }
         for (_, out) in gone.queue.drain(..) {
-            if let Out::Eager(_, op) = out {
-                complete::send(&mut cx.cq, self.selective, op, Err(err.clone()));
+            match out {
+                Out::Eager(_, op) => complete::send(&mut cx.cq, self.selective, op, Err(err.clone())),
+                Out::Atomic(_, op) => complete::atomic(&mut cx.cq, op, Err(err.clone())),
+                _ => {}
             }
         }
         Some(gone)

@@ -101,6 +101,8 @@ struct Stats {
     pushes: u64,
     protocol_errors: u64,
     coalesced: u64,
+    /// Refusals of atomics that had completed when sent.
+    atomics_refused_after_completion: u64,
 }
 
 /// Everything but the transport, so frame handling can borrow it while the
@@ -611,6 +613,7 @@ impl<T: Transport> EndpointProvider for Engine<T> {
             ("sends_outstanding", self.s.sends.len() as u64),
             ("rma_outstanding", self.s.rmas.len() as u64),
             ("atomics_outstanding", self.s.atomics.len() as u64),
+            ("atomics_refused_after_completion", st.atomics_refused_after_completion),
             ("peer_events_lost", self.s.events.lost()),
             ("connections", self.s.peers.connections() as u64),
             ("progress_probes", self.s.watch.probes),
