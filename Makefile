@@ -4,7 +4,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: demo test test-shm test-shm-tcp setup build lint fuzz bench vm bench-vm install package
+.PHONY: demo test test-shm test-tcp test-shm-tcp setup build lint fuzz bench vm bench-vm install package
 PREFIX ?= /usr/local
 
 setup:
@@ -23,6 +23,7 @@ test: setup
 	$(CARGO) test --locked --workspace --doc
 	$(CARGO) test --locked --release --test conformance --test tcp_wire --test peer_death
 	@$(MAKE) --no-print-directory test-shm
+	@$(MAKE) --no-print-directory test-tcp
 	@$(MAKE) --no-print-directory test-shm-tcp
 	@$(MAKE) --no-print-directory fuzz
 	@$(MAKE) --no-print-directory lint
@@ -44,6 +45,14 @@ test-shm:
 	XFER_PROVIDER=shm $(CARGO) test --locked -p xfer-tarpc --test tarpc -p xfer-tonic --test tonic
 	XFER_PROVIDER=shm $(CARGO) test --locked -p xfer-capi --test c_suite c_suite_dynamically_linked
 	XFER_PROVIDER=shm XFER_REQUIRE_VALGRIND=1 $(CARGO) test --locked -p xfer-ofi --test c_suite --test fi_pingpong --test mpi
+
+# The same suites over `tcp` alone (TCP to every peer, this host's too), which
+# the default no longer is where no verbs device is usable (`shm+tcp` is), and
+# the tests that speak TCP's stream by hand (they skip on other providers).
+test-tcp:
+	XFER_PROVIDER=tcp XFER_SCALE_PEERS=64 $(CARGO) test --locked --release $(SHM_SUITES) --test tcp_wire --test rx_memory
+	XFER_PROVIDER=tcp $(CARGO) test --locked -p xfer-tarpc --test tarpc -p xfer-tonic --test tonic
+	XFER_PROVIDER=tcp $(CARGO) test --locked -p xfer-capi --test c_suite c_suite_dynamically_linked
 
 # The same suites over one endpoint with both (`shm+tcp`: shared memory to
 # peers on this host, TCP to others), all over shared memory here, then once

@@ -118,16 +118,16 @@ pub struct ProviderInfo {
 }
 
 /// The providers compiled in, in order of preference: `verbs` (when built
-/// with the `verbs` feature, the default), then `tcp`, then `shm` (peers on
-/// this host only: opened when `XFER_PROVIDER=shm` asks for it), then
-/// `shm+tcp` (one endpoint: shared memory to peers on this host, TCP to
-/// others; opened when asked for).
+/// with the `verbs` feature, the default), then `shm+tcp` (one endpoint:
+/// shared memory to peers on this host, TCP to others), then `tcp`, then
+/// `shm` (peers on this host only: opened when `XFER_PROVIDER=shm` asks for
+/// it).
 pub const PROVIDERS: &[&str] = &[
     #[cfg(feature = "verbs")]
     "verbs",
+    "shm+tcp",
     "tcp",
     "shm",
-    "shm+tcp",
 ];
 
 /// The providers compiled in, in order of preference, and whether each can
@@ -154,19 +154,19 @@ pub fn info_for(attr: &DomainAttr) -> Vec<ProviderInfo> {
     #[cfg(not(feature = "verbs"))]
     let _ = attr;
     all.push(ProviderInfo {
+        name: mixed::NAME,
+        available: true,
+        detail: "shared memory to peers on this host, TCP to others, chosen per peer".into(),
+    });
+    all.push(ProviderInfo {
         name: "tcp",
         available: true,
-        detail: "TCP sockets; always available".into(),
+        detail: "TCP sockets to every peer, this host's too (XFER_PROVIDER=tcp)".into(),
     });
     all.push(ProviderInfo {
         name: "shm",
         available: true,
         detail: "shared memory; peers on this host only (XFER_PROVIDER=shm)".into(),
-    });
-    all.push(ProviderInfo {
-        name: mixed::NAME,
-        available: true,
-        detail: "shared memory to peers on this host, TCP to others, chosen per peer (XFER_PROVIDER=shm+tcp)".into(),
     });
     all
 }
@@ -371,7 +371,11 @@ mod tests {
     fn info_lists_every_provider_in_order() {
         let names: Vec<&str> = info().iter().map(|p| p.name).collect();
         assert_eq!(names, PROVIDERS);
-        assert_eq!(PROVIDERS[PROVIDERS.len() - 2..], ["shm", "shm+tcp"], "never preferred");
+        assert_eq!(
+            PROVIDERS[PROVIDERS.len() - 3..],
+            ["shm+tcp", "tcp", "shm"],
+            "shm+tcp preferred to tcp"
+        );
         assert!(info().iter().all(|p| !p.detail.is_empty()));
     }
 }

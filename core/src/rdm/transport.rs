@@ -118,6 +118,12 @@ pub enum Cause {
     /// The peer broke the transport's or the engine's protocol
     /// ([`Error::Protocol`]).
     Protocol(&'static str),
+    /// The connection could not be made on its route, and a connect to the
+    /// same address now takes another (a [`Pair`](super::pair::Pair) whose
+    /// first transport's peer refused it): the engine connects again. Never
+    /// reported for a connection that came up; where the engine cannot
+    /// connect again it reports [`Error::PeerUnreachable`] (`ECONNREFUSED`).
+    Rerouted,
     /// The peer's process made no progress for the engine's progress
     /// timeout ([`Error::Stalled`]); the engine's own cause, never a
     /// transport's.

@@ -101,6 +101,8 @@ struct Stats {
     pushes: u64,
     protocol_errors: u64,
     coalesced: u64,
+    /// Refusals of atomics that had completed when sent.
+    atomics_refused_after_completion: u64,
 }
 
 /// Everything but the transport, so frame handling can borrow it while the
@@ -454,6 +456,10 @@ fn cause_error(cause: Cause, peer: PeerAddr) -> Error {
         Cause::Failed(errno) => Error::PeerUnreachable { peer, errno },
         Cause::Protocol(what) => Error::Protocol(what),
         Cause::Stalled => Error::Stalled { peer },
+        Cause::Rerouted => Error::PeerUnreachable {
+            peer,
+            errno: libc::ECONNREFUSED,
+        },
     }
 }
 
@@ -601,6 +607,7 @@ impl<T: Transport> EndpointProvider for Engine<T> {
             ("sends_outstanding", self.s.sends.len() as u64),
             ("rma_outstanding", self.s.rmas.len() as u64),
             ("atomics_outstanding", self.s.atomics.len() as u64),
+            ("atomics_refused_after_completion", st.atomics_refused_after_completion),
             ("peer_events_lost", self.s.events.lost()),
             ("connections", self.s.peers.connections() as u64),
             ("progress_probes", self.s.watch.probes),
