@@ -46,24 +46,21 @@ test-shm:
 	XFER_PROVIDER=shm $(CARGO) test --locked -p xfer-capi --test c_suite c_suite_dynamically_linked
 	XFER_PROVIDER=shm XFER_REQUIRE_VALGRIND=1 $(CARGO) test --locked -p xfer-ofi --test c_suite --test fi_pingpong --test mpi
 
-# The same suites over `tcp` alone (TCP to every peer, this host's too), which
-# the default no longer is where no verbs device is usable (`shm+tcp` is), and
-# the tests that speak TCP's stream by hand (they skip on other providers).
+# The same suites over TCP alone (`tcp`: every peer over TCP, this host's
+# too), with the C suite and the plug-in's C suite, fi_pingpong and Open MPI
+# over its tcp domain, and the tests that speak TCP's stream by hand (they
+# skip on other providers). (The default, shm+tcp, runs them in `test` above.)
 test-tcp:
 	XFER_PROVIDER=tcp XFER_SCALE_PEERS=64 $(CARGO) test --locked --release $(SHM_SUITES) --test tcp_wire --test rx_memory
 	XFER_PROVIDER=tcp $(CARGO) test --locked -p xfer-tarpc --test tarpc -p xfer-tonic --test tonic
 	XFER_PROVIDER=tcp $(CARGO) test --locked -p xfer-capi --test c_suite c_suite_dynamically_linked
+	XFER_PROVIDER=tcp $(CARGO) test --locked -p xfer-ofi --test c_suite --test fi_pingpong --test mpi
 
-# The same suites over one endpoint with both (`shm+tcp`: shared memory to
-# peers on this host, TCP to others), all over shared memory here, then once
-# with shared memory off (every peer over TCP through the same provider), the
-# C suite, the plug-in's C suite, fi_pingpong and Open MPI over it, and the mixed
-# test: one peer over each in real processes.
+# The default (`shm+tcp`: shared memory to peers on this host, TCP to
+# others) once more with shared memory off (every peer over TCP through the
+# same provider), and the mixed test: one peer over each in real processes.
 test-shm-tcp:
-	XFER_PROVIDER=shm+tcp XFER_SCALE_PEERS=64 $(CARGO) test --locked --release $(SHM_SUITES)
 	XFER_PROVIDER=shm+tcp XFER_SHM_ENABLED=0 $(CARGO) test --locked --release --test conformance
-	XFER_PROVIDER=shm+tcp $(CARGO) test --locked -p xfer-capi --test c_suite c_suite_dynamically_linked
-	XFER_PROVIDER=shm+tcp $(CARGO) test --locked -p xfer-ofi --test c_suite --test fi_pingpong --test mpi
 	$(CARGO) test --locked --release --test mixed
 
 # Every publishable crate packages and its package builds on its own (what

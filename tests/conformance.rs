@@ -1904,6 +1904,10 @@ fn atomics_of_every_kind_and_datatype_fetch_the_old_value() {
         .unwrap();
     let c = expect(&mut [&mut a, &mut b], 0, 62);
     assert!(c.flags.contains(Flags::ATOMIC | Flags::WRITE));
+    // It completed when sent: a fetch behind it finds it applied.
+    a.ep.fetch_atomic(pb, AtomicKind::Read, Datatype::U64, 0, &rkey, 8, 63)
+        .unwrap();
+    assert_eq!(expect(&mut [&mut a, &mut b], 0, 63).data, 80);
     assert_eq!(word_at(&mr, 8), 80);
 }
 

@@ -167,6 +167,16 @@ pub trait Transport: Send {
     /// Largest payload one frame may carry.
     fn max_payload(&self) -> usize;
 
+    /// Largest payload one frame on `conn` may carry: [`max_payload`]
+    /// unless the transport serves connections differently (a pair: the
+    /// transport that carries `conn`).
+    ///
+    /// [`max_payload`]: Self::max_payload
+    fn max_payload_on(&self, conn: ConnId) -> usize {
+        let _ = conn;
+        self.max_payload()
+    }
+
     /// Opens a connection to the transport address `addr`. Frames may be
     /// sent on it at once (the transport holds them until it is up); `Up`
     /// or `Down` follows from `progress`.

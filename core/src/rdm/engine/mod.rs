@@ -110,7 +110,10 @@ struct Stats {
 struct State {
     provider_id: u8,
     name: Address,
+    /// The largest eager message to a peer not connected yet: the
+    /// rendezvous threshold, or the transport's smallest frame.
     eager_max: usize,
+    rndv_threshold: usize,
     inject_max: usize,
     selective: bool,
     source_err: bool,
@@ -174,6 +177,7 @@ impl<T: Transport> Engine<T> {
                 provider_id,
                 name,
                 eager_max: attr.rndv_threshold.min(room),
+                rndv_threshold: attr.rndv_threshold,
                 inject_max: attr.inject_size,
                 selective: attr.selective_completion,
                 source_err: attr.source_err,
@@ -282,6 +286,16 @@ impl State {
         (p, self.peers.get(p).map_or(0, |e| e.serial))
     }
 
+    /// The largest message sent to peer `p` eagerly: the rendezvous
+    /// threshold, or the largest frame of the connection it has.
+    #[inline]
+    fn eager_max_to<T: Transport>(&self, t: &T, p: usize) -> usize {
+        match self.peers.get(p).and_then(|e| e.tx) {
+            Some(c) => self.rndv_threshold.min(t.max_payload_on(c)),
+            None => self.eager_max,
+        }
+    }
+
     fn send<T: Transport>(&mut self, t: &mut T, cx: &mut Ctx<'_>, op: SendOp) {
         let p = match self.peer_for(t, cx.av, op.peer) {
             Ok(p) => p,
@@ -290,8 +304,9 @@ impl State {
         let at = self.serial(p);
         let mut hdr = Header::message(Kind::Eager, op.tag, op.data);
         let bytes = cost(op.buf.len() as u64);
-        let protocol = rndv::choose(op.buf.len(), self.eager_max, || self.affords(p, bytes));
-        if protocol == Protocol::Rendezvous && op.buf.len() <= self.eager_max {
+        let eager_max = self.eager_max_to(t, p);
+        let protocol = rndv::choose(op.buf.len(), eager_max, || self.affords(p, bytes));
+        if protocol == Protocol::Rendezvous && op.buf.len() <= eager_max {
             self.stalled();
         }
         match protocol {

@@ -105,8 +105,8 @@ impl State {
 
     /// Writes what peer `p` has queued, in order, while the transport takes it.
     pub(super) fn flush<T: Transport>(&mut self, t: &mut T, cx: &mut Ctx<'_>, p: usize) {
-        let room = t.max_payload();
         let Some(tx) = self.connected(t, p) else { return };
+        let room = t.max_payload_on(tx);
         loop {
             let Some(e) = self.peers.get_mut(p) else { return };
             let gated = e.gated();

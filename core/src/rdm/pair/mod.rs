@@ -298,6 +298,14 @@ impl<A: Transport, B: Transport> Transport for Pair<A, B> {
         self.first.max_payload().min(self.second.max_payload())
     }
 
+    fn max_payload_on(&self, conn: ConnId) -> usize {
+        if Self::on_first(conn) {
+            self.first.max_payload()
+        } else {
+            self.second.max_payload()
+        }
+    }
+
     fn connect(&mut self, addr: &[u8]) -> std::result::Result<ConnId, Cause> {
         let parts = Parts::parse(addr).ok_or(Cause::Failed(libc::EINVAL))?;
         if route(&self.host, self.first_on, &parts) == Route::First && !self.reroute.refused(parts.first) {
