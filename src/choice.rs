@@ -13,12 +13,16 @@ use crate::{Error, ProviderInfo, Result};
 /// `tcp-rdm` (TCP under the RDM engine) is opened only when asked for while
 /// the TCP provider moves under the engine. `shm+tcp` (both, chosen per
 /// peer) is opened only when asked for until the default switches to it.
+/// `verbs-rdm` (verbs under the RDM engine) is opened only when asked for
+/// while the verbs provider moves under the engine: last, so `tcp`, always
+/// available, is chosen before it.
 pub const KNOWN: &[(&str, Option<&str>)] = &[
     ("verbs", Some("verbs")),
     ("tcp", None),
     ("shm", None),
     ("tcp-rdm", None),
     ("shm+tcp", None),
+    ("verbs-rdm", Some("verbs")),
 ];
 
 /// What became of one provider when the facade chose.
@@ -201,6 +205,7 @@ mod tests {
                 info("shm", true),
                 info("tcp-rdm", true),
                 info("shm+tcp", true),
+                info("verbs-rdm", true),
             ],
             open_ok,
         );
@@ -210,7 +215,7 @@ mod tests {
         assert_eq!(c.verdict("tcp"), Some(&Verdict::Outranked("verbs")));
         assert_eq!(
             c.why_not(),
-            "tcp: available, but verbs is preferred; shm: available, but verbs is preferred; tcp-rdm: available, but verbs is preferred; shm+tcp: available, but verbs is preferred"
+            "tcp: available, but verbs is preferred; shm: available, but verbs is preferred; tcp-rdm: available, but verbs is preferred; shm+tcp: available, but verbs is preferred; verbs-rdm: available, but verbs is preferred"
         );
     }
 
@@ -224,6 +229,7 @@ mod tests {
                 info("shm", true),
                 info("tcp-rdm", true),
                 info("shm+tcp", true),
+                info("verbs-rdm", true),
             ],
             open_ok,
         );
@@ -231,7 +237,7 @@ mod tests {
         assert_eq!(c.chosen, Some("tcp"));
         assert_eq!(
             c.why_not(),
-            "verbs: unavailable: no verbs device; shm: available, but tcp is preferred; tcp-rdm: available, but tcp is preferred; shm+tcp: available, but tcp is preferred"
+            "verbs: unavailable: no verbs device; shm: available, but tcp is preferred; tcp-rdm: available, but tcp is preferred; shm+tcp: available, but tcp is preferred; verbs-rdm: available, but tcp is preferred"
         );
 
         let (r, c) = choose(
@@ -242,6 +248,7 @@ mod tests {
                 info("shm", true),
                 info("tcp-rdm", true),
                 info("shm+tcp", true),
+                info("verbs-rdm", true),
             ],
             |name| match name {
                 "verbs" => Err(Error::Os(libc::ENODEV)),
@@ -262,6 +269,7 @@ mod tests {
                 info("shm", true),
                 info("tcp-rdm", true),
                 info("shm+tcp", true),
+                info("verbs-rdm", true),
             ],
             open_ok,
         );
@@ -277,6 +285,7 @@ mod tests {
                 info("shm", true),
                 info("tcp-rdm", true),
                 info("shm+tcp", true),
+                info("verbs-rdm", true),
             ],
             open_ok,
         );
@@ -285,7 +294,7 @@ mod tests {
         assert_eq!(c.verdict("verbs"), Some(&Verdict::NotRequested("tcp".into())));
         assert_eq!(
             c.why_not(),
-            "verbs: not requested (XFER_PROVIDER=tcp); shm: not requested (XFER_PROVIDER=tcp); tcp-rdm: not requested (XFER_PROVIDER=tcp); shm+tcp: not requested (XFER_PROVIDER=tcp)"
+            "verbs: not requested (XFER_PROVIDER=tcp); shm: not requested (XFER_PROVIDER=tcp); tcp-rdm: not requested (XFER_PROVIDER=tcp); shm+tcp: not requested (XFER_PROVIDER=tcp); verbs-rdm: not requested (XFER_PROVIDER=tcp)"
         );
 
         // Forcing an unavailable provider still tries it: the error is the report.
@@ -297,6 +306,7 @@ mod tests {
                 info("shm", true),
                 info("tcp-rdm", true),
                 info("shm+tcp", true),
+                info("verbs-rdm", true),
             ],
             |name| match name {
                 "verbs" => Err(Error::Os(libc::ENODEV)),
@@ -314,6 +324,7 @@ mod tests {
                 info("shm", true),
                 info("tcp-rdm", true),
                 info("shm+tcp", true),
+                info("verbs-rdm", true),
             ],
             open_ok,
         );
@@ -330,6 +341,7 @@ mod tests {
                 info("shm", true),
                 info("tcp-rdm", true),
                 info("shm+tcp", true),
+                info("verbs-rdm", false),
             ],
             |_| Err::<(), _>(Error::Os(libc::EMFILE)),
         );
@@ -341,6 +353,6 @@ mod tests {
             "{why}"
         );
         assert_eq!(c.chosen, None);
-        assert!(c.to_string().starts_with("verbs    unavailable"), "{c}");
+        assert!(c.to_string().starts_with("verbs      unavailable"), "{c}");
     }
 }

@@ -21,7 +21,6 @@ mod admit;
 pub(crate) mod connect;
 mod credit;
 mod keepalive;
-mod pool;
 mod post;
 mod qpn;
 mod stall;
@@ -56,7 +55,7 @@ use crate::qp::{QpConfig, RcQp};
 use crate::srq::{Srq, SrqConfig};
 use crate::wire;
 use crate::VerbsAttr;
-use pool::SendPool;
+use crate::pool::SendPool;
 
 /// Polls between two looks at the descriptors (CM events, CQ events).
 const EPOLL_EVERY: u32 = 64;

@@ -1,0 +1,217 @@
+//! Receive-slot credit: a peer never sends a SEND that finds no posted
+//! receive in our SRQ (an RNR NAK stalls the whole QP for the RNR timer,
+//! and the SRQ is every peer's).
+//!
+//! Each connection reserves slots of the SRQ when it is made ([`Budget`]):
+//! a grant `g` the peer may fill, plus room for its credit-only frames.
+//! The grant travels in the rdma_cm private data both ways. A frame of the
+//! engine's takes one slot of the sender's credit; the receiver returns
+//! slots once their buffers are posted again, piggybacked on its own
+//! frames or, once [`threshold`] are owed, in a credit-only frame, which
+//! takes no credit. A credit-only frame returns at least `threshold`
+//! slots the peer had spent, so at most `g / threshold` of them are ever
+//! in flight: [`slack`] is that plus one. The receiver counts what arrives
+//! against what it granted; a peer past it broke the protocol.
+
+/// Slots owed before a credit-only frame returns them: a quarter of the
+/// grant (at least one).
+pub fn threshold(grant: u16) -> u16 {
+    (grant / 4).max(1)
+}
+
+/// Slots a connection with `grant` reserves beyond it, for the peer's
+/// credit-only frames.
+pub fn slack(grant: u16) -> u32 {
+    u32::from(grant / threshold(grant)) + 1
+}
+
+/// The SRQ's slots, reserved by connections.
+#[derive(Debug, Clone, Copy)]
+pub struct Budget {
+    size: u32,
+    reserved: u32,
+}
+
+impl Budget {
+    /// A budget of `size` slots.
+    pub fn new(size: u32) -> Budget {
+        Budget { size, reserved: 0 }
+    }
+
+    /// Reserves the largest grant up to `want` that fits with its slack;
+    /// `None` when not even one slot does.
+    pub fn grant(&mut self, want: u32) -> Option<u16> {
+        let free = self.size - self.reserved;
+        let mut g = want.min(free).min(u32::from(u16::MAX)) as u16;
+        while g > 0 && u32::from(g) + slack(g) > free {
+            g -= 1;
+        }
+        if g == 0 {
+            return None;
+        }
+        self.reserved += u32::from(g) + slack(g);
+        Some(g)
+    }
+
+    /// Gives back what `grant` reserved.
+    pub fn release(&mut self, grant: u16) {
+        self.reserved = self.reserved.saturating_sub(u32::from(grant) + slack(grant));
+    }
+
+    /// Slots reserved now.
+    pub fn reserved(&self) -> u32 {
+        self.reserved
+    }
+}
+
+/// One connection's slot credit, both ways.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SlotCredit {
+    /// What we granted the peer.
+    granted: u16,
+    /// Its frames taken here and not yet returned.
+    held: u16,
+    /// Of those, the ones whose buffers are posted again: returnable.
+    owed: u16,
+    /// What the peer granted us.
+    limit: u16,
+    /// What we may still send.
+    tx: u16,
+}
+
+impl SlotCredit {
+    /// Credit for a connection: we granted `granted`, the peer `limit`.
+    pub fn new(granted: u16, limit: u16) -> SlotCredit {
+        SlotCredit {
+            granted,
+            held: 0,
+            owed: 0,
+            limit,
+            tx: limit,
+        }
+    }
+
+    /// What we granted the peer.
+    pub fn granted(&self) -> u16 {
+        self.granted
+    }
+
+    /// Whether a frame may go now.
+    pub fn can_send(&self) -> bool {
+        self.tx > 0
+    }
+
+    /// What the next frame returns (piggybacked).
+    pub fn owed(&self) -> u16 {
+        self.owed
+    }
+
+    /// A frame went, returning `returned` (what [`owed`](Self::owed) said).
+    pub fn sent(&mut self, returned: u16) {
+        self.tx -= 1;
+        self.returned_to_peer(returned);
+    }
+
+    /// A credit-only frame went, returning `returned`.
+    pub fn returned_to_peer(&mut self, returned: u16) {
+        self.owed -= returned;
+        self.held -= returned;
+    }
+
+    /// Whether what is owed should go back in a credit-only frame.
+    pub fn should_return(&self) -> bool {
+        self.owed >= threshold(self.granted)
+    }
+
+    /// The peer returned `n` slots: an error when that is more than we spent.
+    pub fn returned(&mut self, n: u16) -> Result<(), &'static str> {
+        match self.tx.checked_add(n) {
+            Some(t) if t <= self.limit => {
+                self.tx = t;
+                Ok(())
+            }
+            _ => Err("verbs peer returned receive slots it was never given"),
+        }
+    }
+
+    /// A frame of the peer's arrived: an error past its grant.
+    pub fn arrived(&mut self) -> Result<(), &'static str> {
+        if self.held >= self.granted {
+            return Err("verbs peer sent past its receive-slot credit");
+        }
+        self.held += 1;
+        Ok(())
+    }
+
+    /// A frame of the peer's was handed on and its buffer posted again.
+    pub fn consumed(&mut self) {
+        self.owed += 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn credit_goes_round_and_overruns_are_refused() {
+        let (mut a, mut b) = (SlotCredit::new(4, 3), SlotCredit::new(3, 4));
+        for _ in 0..3 {
+            assert!(a.can_send());
+            let r = a.owed();
+            a.sent(r);
+            b.returned(r).unwrap();
+            b.arrived().unwrap();
+            b.consumed();
+        }
+        assert!(!a.can_send(), "a spent the 3 b granted");
+        assert!(b.arrived().is_err(), "a fourth frame overruns b's grant");
+        assert!(b.should_return());
+        let back = b.owed();
+        assert_eq!(back, 3);
+        b.returned_to_peer(back);
+        a.returned(back).unwrap();
+        assert!(a.can_send());
+        assert!(a.returned(1).is_err(), "more back than was spent");
+    }
+
+    #[test]
+    fn unreturned_frames_keep_the_credit() {
+        let mut b = SlotCredit::new(8, 8);
+        b.arrived().unwrap();
+        assert_eq!(b.owed(), 0, "held by the engine: nothing returnable");
+        assert!(!b.should_return());
+        b.consumed();
+        assert!(!b.should_return(), "one is under a quarter of 8");
+        b.arrived().unwrap();
+        b.consumed();
+        assert!(b.should_return());
+    }
+
+    #[test]
+    fn grants_with_their_slack_fit_the_srq() {
+        let mut budget = Budget::new(100);
+        let mut grants = Vec::new();
+        while let Some(g) = budget.grant(64) {
+            grants.push(g);
+        }
+        assert_eq!(grants[0], 64);
+        let total: u32 = grants.iter().map(|&g| u32::from(g) + slack(g)).sum();
+        assert!(total <= 100 && total == budget.reserved(), "{grants:?}");
+        assert!(budget.reserved() > 97, "the last slots are handed out too: {grants:?}");
+        for g in grants {
+            budget.release(g);
+        }
+        assert_eq!(budget.reserved(), 0);
+        assert_eq!(Budget::new(2).grant(64), None, "one slot and its slack need three");
+    }
+
+    #[test]
+    fn credit_frames_in_flight_fit_the_slack() {
+        for g in 1..=300u16 {
+            // Each credit-only frame returns at least `threshold` of the g
+            // slots the peer can have spent.
+            assert!(u32::from(g / threshold(g)) < slack(g), "{g}");
+        }
+    }
+}
