@@ -293,7 +293,10 @@ mod verbs {
             name: "verbs-rdm",
             available: v.available,
             detail: if v.available {
-                format!("{}; verbs under core's RDM engine, opened only when asked for (XFER_PROVIDER=verbs-rdm)", v.detail)
+                format!(
+                    "{}; verbs under core's RDM engine, opened only when asked for (XFER_PROVIDER=verbs-rdm)",
+                    v.detail
+                )
             } else {
                 v.detail
             },

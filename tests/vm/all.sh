@@ -5,6 +5,8 @@
 #                <name>.rs: rc, endpoint, stall), reported as verbs_<name>
 #   conformance  the root crate's provider conformance suite over XFER_PROVIDER=verbs
 #   peer_death   tests/peer_death.rs over XFER_PROVIDER=verbs (a peer process killed)
+#   rdm          the conformance suite, then tests/peer_death.rs, over XFER_PROVIDER=verbs-rdm
+#                (verbs under core's RDM engine, providers/verbs/src/transport/)
 #   scale        tests/scale.rs over XFER_PROVIDER=verbs: one endpoint, XFER_SCALE_PEERS (32)
 #                peers; the hub's receive memory (its SRQ) must not grow with them
 #   tcp_faults   tests/tcp_faults.rs: the TCP provider between two network namespaces
@@ -85,7 +87,7 @@ for arg in "$@"; do
     esac
 done
 
-steps=${XFER_VM_STEPS:-smoke verbs conformance peer_death scale tcp_faults aio flow_control teardown rpc verbs_faults xfer_info c_suite ofi mpi}
+steps=${XFER_VM_STEPS:-smoke verbs conformance peer_death rdm scale tcp_faults aio flow_control teardown rpc verbs_faults xfer_info c_suite ofi mpi}
 steps=${steps//,/ }
 # `verbs` stands for one step per VERBS_<NAME> binary given.
 expanded=
@@ -98,10 +100,10 @@ for s in $steps; do
             for t in "${verbs_tests[@]}"; do expanded+=" verbs_$t"; done
         fi
         ;;
-    smoke | verbs_* | conformance | peer_death | scale | tcp_faults | aio | flow_control | teardown | rpc | xfer_info | c_suite | ofi | mpi) expanded+=" $s" ;;
+    smoke | verbs_* | conformance | peer_death | rdm | scale | tcp_faults | aio | flow_control | teardown | rpc | xfer_info | c_suite | ofi | mpi) expanded+=" $s" ;;
     *)
         echo "all.sh: unknown step '$s' in XFER_VM_STEPS (smoke verbs verbs_<name> conformance" \
-            "peer_death scale tcp_faults aio flow_control teardown rpc verbs_faults xfer_info c_suite ofi mpi)" >&2
+            "peer_death rdm scale tcp_faults aio flow_control teardown rpc verbs_faults xfer_info c_suite ofi mpi)" >&2
         exit 2
         ;;
     esac
@@ -163,15 +165,16 @@ step_verbs() {
     result "$step" "$rc" "$(why "$rc" "${XFER_VM_TIMEOUT_VERBS:-240}")"
 }
 
-# run_test STEP KEY THREADS TIMEOUT [ARGS...]: a root-package test binary over verbs.
+# run_test STEP KEY THREADS TIMEOUT [ARGS...]: a root-package test binary over verbs
+# (over $RUN_PROVIDER when set: verbs-rdm).
 run_test() {
-    local step=$1 key=$2 threads=$3 t=$4
+    local step=$1 key=$2 threads=$3 t=$4 provider=${RUN_PROVIDER:-verbs}
     shift 4
     need "$key" "$step" || return
-    echo "+ XFER_PROVIDER=verbs timeout $t ${bin[$key]} --test-threads=$threads $*"
+    echo "+ XFER_PROVIDER=$provider timeout $t ${bin[$key]} --test-threads=$threads $*"
     # timeout signals its whole process group, so helper processes the test spawned
     # (peer_death's child_peer) go too.
-    XFER_PROVIDER=verbs timeout -k 10 "$t" "${bin[$key]}" --test-threads="$threads" "$@"
+    XFER_PROVIDER=$provider timeout -k 10 "$t" "${bin[$key]}" --test-threads="$threads" "$@"
     local rc=$?
     result "$step" "$rc" "$(why "$rc" "$t")"
 }
@@ -189,6 +192,16 @@ step_conformance() {
 
 step_peer_death() {
     run_test peer_death PEER_DEATH 1 "${XFER_VM_TIMEOUT_PEER_DEATH:-120}"
+}
+
+# verbs under core's RDM engine: the conformance suite and the peer-death cases,
+# reported as rdm_conformance and rdm_peer_death.
+step_rdm() {
+    # shellcheck disable=SC2086  # XFER_VM_TEST_ARGS is a word list on purpose
+    RUN_PROVIDER=verbs-rdm run_test rdm_conformance CONFORMANCE "${XFER_VM_CONFORMANCE_THREADS:-2}" \
+        "${XFER_VM_TIMEOUT_CONFORMANCE:-240}" ${XFER_VM_TEST_ARGS:-}
+    step_start=$(date +%s)
+    RUN_PROVIDER=verbs-rdm run_test rdm_peer_death PEER_DEATH 1 "${XFER_VM_TIMEOUT_PEER_DEATH:-120}"
 }
 
 step_aio() {

@@ -51,11 +51,11 @@ use crate::cm::{CmId, EventChannel};
 use crate::cq::Cq;
 use crate::domain::DomainRes;
 use crate::name::VerbsName;
+use crate::pool::SendPool;
 use crate::qp::{QpConfig, RcQp};
 use crate::srq::{Srq, SrqConfig};
 use crate::wire;
 use crate::VerbsAttr;
-use crate::pool::SendPool;
 
 /// Polls between two looks at the descriptors (CM events, CQ events).
 const EPOLL_EVERY: u32 = 64;

@@ -142,7 +142,11 @@ mod tests {
         let mut other = p;
         other[2] = 9;
         assert_eq!(parse_private(&other), None, "another version");
-        assert_eq!(parse_private(&crate::fuzzing::cm_private(1, &name())), None, "the old endpoint's");
+        assert_eq!(
+            parse_private(&crate::fuzzing::cm_private(1, &name())),
+            None,
+            "the old endpoint's"
+        );
     }
 
     fn name() -> crate::VerbsName {

@@ -68,10 +68,22 @@ mod tests {
         let n = encode(&mut buf, KIND_FRAME, 513, b"head", b"payload!");
         assert_eq!(n, PREFIX + 12);
         let (p, h, d) = parse(&buf[..n]).unwrap();
-        assert_eq!(p, Prefix { kind: KIND_FRAME, credit: 513 });
+        assert_eq!(
+            p,
+            Prefix {
+                kind: KIND_FRAME,
+                credit: 513
+            }
+        );
         assert_eq!((h, d), (&b"head"[..], &b"payload!"[..]));
         let n = encode(&mut buf, KIND_CREDIT, 7, &[], &[]);
-        assert_eq!(parse(&buf[..n]).unwrap().0, Prefix { kind: KIND_CREDIT, credit: 7 });
+        assert_eq!(
+            parse(&buf[..n]).unwrap().0,
+            Prefix {
+                kind: KIND_CREDIT,
+                credit: 7
+            }
+        );
     }
 
     #[test]

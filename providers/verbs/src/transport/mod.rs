@@ -198,7 +198,11 @@ impl VerbsTransport {
         let at = SocketAddrV4::new(ip, listener.src_port());
         let nonce = random_nonce();
         let epoll = Epoll::new()?;
-        epoll.add(cq.fd().ok_or(Error::Internal("CQ without a channel"))?, READABLE, TOKEN_CQ)?;
+        epoll.add(
+            cq.fd().ok_or(Error::Internal("CQ without a channel"))?,
+            READABLE,
+            TOKEN_CQ,
+        )?;
         epoll.add(chan.fd(), READABLE, TOKEN_CM)?;
         // SAFETY: eventfd(2) with flags only; the result is checked.
         let fd = cvt(unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) })?;
@@ -320,7 +324,11 @@ impl VerbsTransport {
                     qp.complete_send(wc);
                 }
             } else {
-                tracing::debug!(status = wc.status_str(), vendor = wc.vendor_err(), "verbs-rdm send failed");
+                tracing::debug!(
+                    status = wc.status_str(),
+                    vendor = wc.vendor_err(),
+                    "verbs-rdm send failed"
+                );
                 let errno = match wc.status() {
                     rdma_sys::ibv_wc_status::IBV_WC_RETRY_EXC_ERR => libc::ETIMEDOUT,
                     rdma_sys::ibv_wc_status::IBV_WC_RNR_RETRY_EXC_ERR => libc::ENOBUFS,
@@ -382,7 +390,11 @@ impl VerbsTransport {
     /// Hands the frame in buffer `idx` to the engine and posts the buffer
     /// again; a frame that breaks the protocol ends its connection.
     fn deliver(&mut self, k: ConnId, idx: u32, len: usize, events: &mut dyn Events) {
-        let verdict = match self.srq.data(idx, len).map_err(|_| "verbs frame longer than its buffer") {
+        let verdict = match self
+            .srq
+            .data(idx, len)
+            .map_err(|_| "verbs frame longer than its buffer")
+        {
             Ok(data) => frame::parse(data).and_then(|(pre, header, payload)| {
                 let c = &mut self.conns[k].credit;
                 c.returned(pre.credit)?;
@@ -582,7 +594,9 @@ impl Transport for VerbsTransport {
         }
         let len = frame::PREFIX + header.len() + payload.len();
         if len > self.buf_size || header.len() > Self::MAX_HEADER {
-            return Err(Refused::Gone(Cause::Protocol("frame over the verbs-rdm receive buffer")));
+            return Err(Refused::Gone(Cause::Protocol(
+                "frame over the verbs-rdm receive buffer",
+            )));
         }
         if self.signaled >= self.cq_room {
             self.stats.send_waits += 1;

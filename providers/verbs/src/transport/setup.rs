@@ -72,19 +72,25 @@ impl VerbsTransport {
             (State::Dead(_), _) => {}
             (State::Resolving, cm::RDMA_CM_EVENT_ADDR_RESOLVED) => {
                 let c = &mut self.conns[k];
-                c.id.as_ref().map_or(Ok(()), |id| id.resolve_route(RESOLVE_MS)).map_err(failed)?;
+                c.id.as_ref()
+                    .map_or(Ok(()), |id| id.resolve_route(RESOLVE_MS))
+                    .map_err(failed)?;
                 c.state = State::Routing;
             }
             (State::Routing, cm::RDMA_CM_EVENT_ROUTE_RESOLVED) => {
                 let Some(grant) = self.budget.grant(self.credit_msgs) else {
-                    xfer_core::warn_limited!("verbs-rdm: no receive slots left for a new connection (XFER_VERBS_SRQ_SIZE)");
+                    xfer_core::warn_limited!(
+                        "verbs-rdm: no receive slots left for a new connection (XFER_VERBS_SRQ_SIZE)"
+                    );
                     return Err(Cause::Failed(libc::ENOBUFS));
                 };
                 self.conns[k].grant = grant;
                 let qp = self.new_qp().map_err(failed)?;
                 let c = &mut self.conns[k];
                 let private = conn::private(conn::KIND_REQUEST, grant, c.to);
-                c.id.as_ref().map_or(Ok(()), |id| id.connect(&qp, &private)).map_err(failed)?;
+                c.id.as_ref()
+                    .map_or(Ok(()), |id| id.connect(&qp, &private))
+                    .map_err(failed)?;
                 self.by_qpn.insert(qp.qp_num(), k);
                 c.qp = Some(qp);
                 c.state = State::Connecting;
