@@ -106,15 +106,15 @@ pub const MSG_ORDER: u64 = fi::FI_ORDER_SAS;
 /// endpoint, the RDM engine under shm), so that it sees each one: remote
 /// counters (`FI_RMA_EVENT`) and counters bound to regions work there.
 pub fn serves_rma(provider: &str) -> bool {
-    matches!(provider, "tcp" | "shm" | "tcp-rdm" | "shm+tcp")
+    matches!(provider, "tcp" | "shm" | "tcp-rdm" | "shm+tcp" | "verbs-rdm")
 }
 
 /// Whether provider `provider` admits only peers holding the endpoint's job
 /// key (`auth_key`): TCP and verbs do; the RDM engine under shm does not
-/// yet (nor under tcp-rdm or shm+tcp), so an `auth_key` is refused there
+/// yet (nor under tcp-rdm, shm+tcp or verbs-rdm), so an `auth_key` is refused there
 /// rather than silently ignored.
 pub fn checks_job_keys(provider: &str) -> bool {
-    !matches!(provider, "shm" | "tcp-rdm" | "shm+tcp")
+    !matches!(provider, "shm" | "tcp-rdm" | "shm+tcp" | "verbs-rdm")
 }
 
 /// What the application asked for, read once out of its `fi_info`.
@@ -682,11 +682,12 @@ fn default_ip() -> Option<IpAddr> {
 /// only, so, as the facade does, it is offered only when chosen: forced, or
 /// named by the hints' `domain_attr->name` (`fi_info -d shm`); so is
 /// `tcp-rdm` (TCP under the RDM engine, beside `tcp` while it replaces it:
-/// listed unasked, it would split ranks between the two), and `shm+tcp`
-/// until it becomes the default.
+/// listed unasked, it would split ranks between the two), `shm+tcp`
+/// until it becomes the default, and `verbs-rdm` (verbs under the engine,
+/// beside `verbs` while it replaces it).
 fn offered(forced: Option<&str>, asked: Option<&str>, name: &str) -> bool {
     match forced {
-        None => !matches!(name, "shm" | "tcp-rdm" | "shm+tcp") || asked == Some(name),
+        None => !matches!(name, "shm" | "tcp-rdm" | "shm+tcp" | "verbs-rdm") || asked == Some(name),
         Some(f) => f == name,
     }
 }

@@ -55,6 +55,9 @@ impl Budget {
 
     /// Gives back what `grant` reserved.
     pub fn release(&mut self, grant: u16) {
+        if grant == 0 {
+            return;
+        }
         self.reserved = self.reserved.saturating_sub(u32::from(grant) + slack(grant));
     }
 

@@ -515,7 +515,10 @@ impl VerbsTransport {
                 }
             }
         }
-        self.budget.release(std::mem::take(&mut c.grant));
+        let grant = std::mem::take(&mut c.grant);
+        if grant > 0 {
+            self.budget.release(grant);
+        }
         let held: Vec<u32> = c.held.drain(..).map(|(i, _)| i).collect();
         let mut grave = Grave {
             qp: c.qp.take(),
@@ -668,7 +671,7 @@ impl Transport for VerbsTransport {
     fn counters(&self) -> Vec<(&'static str, u64)> {
         let s = self.stats;
         vec![
-            ("connections", s.connections),
+            ("connections_made", s.connections),
             ("inline_sends", s.inline_sends),
             ("copied_sends", s.copied_sends),
             ("credit_frames", s.credit_frames),
