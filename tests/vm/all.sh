@@ -5,8 +5,10 @@
 #                <name>.rs: rc, endpoint, stall), reported as verbs_<name>
 #   conformance  the root crate's provider conformance suite over XFER_PROVIDER=verbs
 #   peer_death   tests/peer_death.rs over XFER_PROVIDER=verbs (a peer process killed)
-#   rdm          the conformance suite, then tests/peer_death.rs, over XFER_PROVIDER=verbs-rdm
-#                (verbs under core's RDM engine, providers/verbs/src/transport/)
+#   rdm          over XFER_PROVIDER=verbs-rdm (verbs under core's RDM engine,
+#                providers/verbs/src/transport/): the conformance suite, tests/peer_death.rs,
+#                and tests/flow_control.rs with an SRQ of 32 buffers (rdm_flow_control: the
+#                receive-slot credit keeps a silent receiver's SRQ from running dry, no RNR NAK)
 #   scale        tests/scale.rs over XFER_PROVIDER=verbs: one endpoint, XFER_SCALE_PEERS (32)
 #                peers; the hub's receive memory (its SRQ) must not grow with them
 #   tcp_faults   tests/tcp_faults.rs: the TCP provider between two network namespaces
@@ -202,6 +204,11 @@ step_rdm() {
         "${XFER_VM_TIMEOUT_CONFORMANCE:-240}" ${XFER_VM_TEST_ARGS:-}
     step_start=$(date +%s)
     RUN_PROVIDER=verbs-rdm run_test rdm_peer_death PEER_DEATH 1 "${XFER_VM_TIMEOUT_PEER_DEATH:-120}"
+    step_start=$(date +%s)
+    # 32 buffers: fewer than the engine's 256 KiB of eager credit in 4 KiB messages, so
+    # only the transport's slot credit stands between a silent receiver and RNR.
+    XFER_VERBS_EAGER_CREDIT=256k XFER_VERBS_SRQ_SIZE=32 XFER_VERBS_SRQ_LOW_WATERMARK=8 RUN_PROVIDER=verbs-rdm \
+        run_test rdm_flow_control FLOW_CONTROL 1 "${XFER_VM_TIMEOUT_FLOW_CONTROL:-120}" --nocapture
 }
 
 step_aio() {

@@ -688,7 +688,7 @@ impl Transport for VerbsTransport {
 
     fn progress(&mut self, events: &mut dyn Events) {
         self.turns = self.turns.wrapping_add(1);
-        if self.waiting || self.opening > 0 || self.turns % EPOLL_EVERY == 0 {
+        if self.waiting || self.opening > 0 || self.turns.is_multiple_of(EPOLL_EVERY) {
             self.waiting = false;
             self.check_fds(events);
         }
@@ -711,7 +711,7 @@ impl Transport for VerbsTransport {
         if !self.owing.is_empty() {
             self.return_credit();
         }
-        if !self.graves.is_empty() && self.turns % 1024 == 0 {
+        if !self.graves.is_empty() && self.turns.is_multiple_of(1024) {
             self.sweep_graves();
         }
     }
