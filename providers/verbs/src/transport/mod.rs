@@ -761,3 +761,30 @@ impl Drop for VerbsTransport {
         self.graves.clear();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses_round_trip_and_bad_ones_are_refused() {
+        let at: SocketAddrV4 = "10.11.0.1:4791".parse().unwrap();
+        let a = encode(at, 0x1234);
+        assert_eq!(a.len(), crate::name::LEN - 1);
+        assert_eq!(
+            decode(&a),
+            Some(VerbsName {
+                addr: at,
+                nonce: 0x1234
+            })
+        );
+        assert_eq!(decode(&a[1..]), None, "short");
+        assert_eq!(decode(&[a.clone(), vec![0]].concat()), None, "long");
+        let mut port0 = a.clone();
+        port0[5..7].copy_from_slice(&[0, 0]);
+        assert_eq!(decode(&port0), None, "port 0");
+        let mut v6 = a;
+        v6[0] = 6;
+        assert_eq!(decode(&v6), None, "not IPv4");
+    }
+}
