@@ -71,7 +71,7 @@ fn a_stopped_peer_fails_waiting_operations_and_a_live_one_does_not() {
     } else {
         provider
     };
-    if !["tcp", "shm", "tcp-rdm", "shm+tcp"].contains(&provider.as_str()) {
+    if !["tcp", "shm", "tcp-rdm", "shm+tcp", "verbs-rdm"].contains(&provider.as_str()) {
         eprintln!("TCP's and shm's progress timeout test (verbs: providers/verbs/tests/stall.rs): skipped");
         return;
     }

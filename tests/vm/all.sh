@@ -7,8 +7,9 @@
 #   peer_death   tests/peer_death.rs over XFER_PROVIDER=verbs (a peer process killed)
 #   rdm          over XFER_PROVIDER=verbs-rdm (verbs under core's RDM engine,
 #                providers/verbs/src/transport/): the conformance suite, tests/peer_death.rs,
-#                and tests/flow_control.rs with an SRQ of 32 buffers (rdm_flow_control: the
+#                tests/flow_control.rs with an SRQ of 32 buffers (rdm_flow_control: the
 #                receive-slot credit keeps a silent receiver's SRQ from running dry, no RNR NAK)
+#                and tests/tcp_stall.rs (rdm_stall: the progress timeout against a stopped peer)
 #   scale        tests/scale.rs over XFER_PROVIDER=verbs: one endpoint, XFER_SCALE_PEERS (32)
 #                peers; the hub's receive memory (its SRQ) must not grow with them
 #   tcp_faults   tests/tcp_faults.rs: the TCP provider between two network namespaces
@@ -51,7 +52,7 @@
 #   XFER_VM_CONFORMANCE_THREADS  --test-threads for the conformance suite (default 2: 35
 #                        tests in ~9-10 s over rxe vs ~16 s with 1, both passing, measured)
 #   XFER_VM_TIMEOUT_VERBS / _CONFORMANCE / _PEER_DEATH / _SCALE / _TCP_FAULTS / _AIO /
-#                        _FLOW_CONTROL / _TEARDOWN / _RPC / _VERBS_FAULTS / _XFER_INFO / _C_SUITE /
+#                        _FLOW_CONTROL / _STALL (120) / _TEARDOWN / _RPC / _VERBS_FAULTS / _XFER_INFO / _C_SUITE /
 #                        _OFI / _MPI  per-step seconds (defaults 240 per verbs binary / 240 / 120 /
 #                        180 / 300 / 180 / 120 / 300 / 120 / 300 / 60 / 300 / 300 / 400,
 #                        3-10x what they took here; smoke.sh bounds its own)
@@ -59,7 +60,7 @@
 set -u
 
 usage() {
-    echo "usage: all.sh KEY=PATH... (KEYs: VERBS_<NAME> CONFORMANCE PEER_DEATH SCALE TCP_FAULTS AIO FLOW_CONTROL TEARDOWN RPC" \
+    echo "usage: all.sh KEY=PATH... (KEYs: VERBS_<NAME> CONFORMANCE PEER_DEATH SCALE TCP_FAULTS AIO FLOW_CONTROL STALL TEARDOWN RPC" \
         "VERBS_FAULTS XFER_INFO C_SUITE OFI MPI [XFER_PERF]; from tests/vm/build-verbs.sh on the host)" >&2
 }
 if [ "${XFER_IN_GUEST:-0}" != 1 ]; then
@@ -72,7 +73,7 @@ declare -A bin=()
 verbs_tests=() # names (lower case) of the VERBS_<NAME> binaries, in argument order
 for arg in "$@"; do
     case $arg in
-    CONFORMANCE=* | PEER_DEATH=* | SCALE=* | TCP_FAULTS=* | AIO=* | FLOW_CONTROL=* | TEARDOWN=* | RPC=* | VERBS_FAULTS=* | XFER_PERF=* | XFER_INFO=* | C_SUITE=* | OFI=* | MPI=*)
+    CONFORMANCE=* | PEER_DEATH=* | SCALE=* | TCP_FAULTS=* | AIO=* | FLOW_CONTROL=* | STALL=* | TEARDOWN=* | RPC=* | VERBS_FAULTS=* | XFER_PERF=* | XFER_INFO=* | C_SUITE=* | OFI=* | MPI=*)
         bin[${arg%%=*}]=${arg#*=}
         ;;
     VERBS_?*=*)
@@ -209,6 +210,8 @@ step_rdm() {
     # only the transport's slot credit stands between a silent receiver and RNR.
     XFER_VERBS_EAGER_CREDIT=256k XFER_VERBS_SRQ_SIZE=32 XFER_VERBS_SRQ_LOW_WATERMARK=8 RUN_PROVIDER=verbs-rdm \
         run_test rdm_flow_control FLOW_CONTROL 1 "${XFER_VM_TIMEOUT_FLOW_CONTROL:-120}" --nocapture
+    step_start=$(date +%s)
+    RUN_PROVIDER=verbs-rdm run_test rdm_stall STALL 1 "${XFER_VM_TIMEOUT_STALL:-120}" --nocapture
 }
 
 step_aio() {
