@@ -9,7 +9,9 @@
 #                providers/verbs/src/transport/): the conformance suite, tests/peer_death.rs,
 #                tests/flow_control.rs with an SRQ of 32 buffers (rdm_flow_control: the
 #                receive-slot credit keeps a silent receiver's SRQ from running dry, no RNR NAK)
-#                and tests/tcp_stall.rs (rdm_stall: the progress timeout against a stopped peer)
+#                tests/tcp_stall.rs (rdm_stall: the progress timeout against a stopped peer)
+#                and tests/scale.rs as in `scale` (rdm_scale: 32 peers on an SRQ of 64, which
+#                the later connections overcommit)
 #   scale        tests/scale.rs over XFER_PROVIDER=verbs: one endpoint, XFER_SCALE_PEERS (32)
 #                peers; the hub's receive memory (its SRQ) must not grow with them
 #   tcp_faults   tests/tcp_faults.rs: the TCP provider between two network namespaces
@@ -212,6 +214,10 @@ step_rdm() {
         run_test rdm_flow_control FLOW_CONTROL 1 "${XFER_VM_TIMEOUT_FLOW_CONTROL:-120}" --nocapture
     step_start=$(date +%s)
     RUN_PROVIDER=verbs-rdm run_test rdm_stall STALL 1 "${XFER_VM_TIMEOUT_STALL:-120}" --nocapture
+    step_start=$(date +%s)
+    RUN_PROVIDER=verbs-rdm XFER_SCALE_PEERS=${XFER_SCALE_PEERS:-32} XFER_VERBS_SRQ_SIZE=${XFER_VERBS_SRQ_SIZE:-64} \
+        XFER_VERBS_SRQ_LOW_WATERMARK=${XFER_VERBS_SRQ_LOW_WATERMARK:-16} \
+        run_test rdm_scale SCALE 1 "${XFER_VM_TIMEOUT_SCALE:-180}" --nocapture
 }
 
 step_aio() {

@@ -3,7 +3,9 @@
 //! and the SRQ is every peer's).
 //!
 //! Each connection reserves slots of the SRQ when it is made ([`Budget`]):
-//! a grant `g` the peer may fill, plus room for its credit-only frames.
+//! a grant `g` the peer may fill, plus room for its credit-only frames;
+//! past the SRQ's size connections get a small grant that overcommits it
+//! (RNR is then possible, and retried by the device).
 //! The grant travels in the rdma_cm private data both ways. A frame of the
 //! engine's takes one slot of the sender's credit; the receiver returns
 //! slots once their buffers are posted again, piggybacked on its own
@@ -25,32 +27,48 @@ pub fn slack(grant: u16) -> u32 {
     u32::from(grant / threshold(grant)) + 1
 }
 
+/// Slots granted a connection that finds the SRQ fully reserved.
+pub const OVERCOMMIT: u16 = 2;
+
 /// The SRQ's slots, reserved by connections.
 #[derive(Debug, Clone, Copy)]
 pub struct Budget {
     size: u32,
     reserved: u32,
+    overcommitted: u64,
 }
 
 impl Budget {
     /// A budget of `size` slots.
     pub fn new(size: u32) -> Budget {
-        Budget { size, reserved: 0 }
+        Budget {
+            size,
+            reserved: 0,
+            overcommitted: 0,
+        }
     }
 
-    /// Reserves the largest grant up to `want` that fits with its slack;
-    /// `None` when not even one slot does.
-    pub fn grant(&mut self, want: u32) -> Option<u16> {
-        let free = self.size - self.reserved;
-        let mut g = want.min(free).min(u32::from(u16::MAX)) as u16;
+    /// Reserves a grant for a new connection: the largest up to `want`,
+    /// and up to a quarter of the SRQ (a few connections share it however
+    /// large the grant asked), that fits with its slack. When none does,
+    /// the connection is still admitted with [`OVERCOMMIT`] slots: past
+    /// that point the SRQ can run dry and a sender meets RNR NAKs (retried
+    /// by the device: `XFER_VERBS_RNR_RETRY`), as on the old verbs endpoint.
+    /// Returns the grant and whether it overcommits.
+    pub fn grant(&mut self, want: u32) -> (u16, bool) {
+        let want = want.min(self.size / 4).clamp(1, u32::from(u16::MAX)) as u16;
+        let free = self.size.saturating_sub(self.reserved);
+        let mut g = want.min(free.min(u32::from(u16::MAX)) as u16);
         while g > 0 && u32::from(g) + slack(g) > free {
             g -= 1;
         }
-        if g == 0 {
-            return None;
+        let over = g == 0;
+        if over {
+            g = want.min(OVERCOMMIT);
+            self.overcommitted += 1;
         }
         self.reserved += u32::from(g) + slack(g);
-        Some(g)
+        (g, over)
     }
 
     /// Gives back what `grant` reserved.
@@ -61,9 +79,14 @@ impl Budget {
         self.reserved = self.reserved.saturating_sub(u32::from(grant) + slack(grant));
     }
 
-    /// Slots reserved now.
+    /// Slots reserved now (past the SRQ's size when overcommitted).
     pub fn reserved(&self) -> u32 {
         self.reserved
+    }
+
+    /// Connections admitted past the SRQ's size so far.
+    pub fn overcommitted(&self) -> u64 {
+        self.overcommitted
     }
 }
 
@@ -192,21 +215,30 @@ mod tests {
     }
 
     #[test]
-    fn grants_with_their_slack_fit_the_srq() {
+    fn grants_with_their_slack_fit_the_srq_then_overcommit() {
         let mut budget = Budget::new(100);
         let mut grants = Vec::new();
-        while let Some(g) = budget.grant(64) {
+        loop {
+            let (g, over) = budget.grant(64);
+            if over {
+                assert_eq!(g, OVERCOMMIT);
+                break;
+            }
             grants.push(g);
         }
-        assert_eq!(grants[0], 64);
+        assert_eq!(grants[0], 25, "a quarter of the SRQ at most: {grants:?}");
+        assert!(grants.len() >= 3, "{grants:?}");
         let total: u32 = grants.iter().map(|&g| u32::from(g) + slack(g)).sum();
-        assert!(total <= 100 && total == budget.reserved(), "{grants:?}");
-        assert!(budget.reserved() > 97, "the last slots are handed out too: {grants:?}");
+        assert!(total <= 100, "{grants:?}");
+        assert!(total > 97, "the last slots are handed out too: {grants:?}");
+        assert_eq!(budget.overcommitted(), 1);
+        budget.release(OVERCOMMIT);
         for g in grants {
             budget.release(g);
         }
         assert_eq!(budget.reserved(), 0);
-        assert_eq!(Budget::new(2).grant(64), None, "one slot and its slack need three");
+        assert_eq!(Budget::new(1024).grant(64), (64, false), "the asked grant when there is room");
+        assert_eq!(Budget::new(2).grant(64), (1, true), "one slot and its slack need three");
     }
 
     #[test]

@@ -679,6 +679,7 @@ impl Transport for VerbsTransport {
             ("send_waits", s.send_waits),
             ("srq_posted", u64::from(self.srq.posted())),
             ("srq_reserved", u64::from(self.budget.reserved())),
+            ("srq_overcommitted", self.budget.overcommitted()),
             (
                 "recv_buffer_bytes",
                 u64::from(self.srq.config().size) * u64::from(self.srq.config().buf_size),

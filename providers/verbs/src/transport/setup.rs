@@ -35,6 +35,19 @@ impl VerbsTransport {
         Ok(k)
     }
 
+    /// Reserves receive slots for a new connection.
+    fn grant(&mut self) -> u16 {
+        let (grant, over) = self.budget.grant(self.credit_msgs);
+        if over {
+            xfer_core::warn_limited!(
+                connections = self.conns.len(),
+                "verbs-rdm: the SRQ's receive slots are all reserved (XFER_VERBS_SRQ_SIZE): \
+                 a new connection overcommits it, and senders may meet RNR NAKs"
+            );
+        }
+        grant
+    }
+
     fn new_qp(&self) -> xfer_core::Result<RcQp> {
         RcQp::create(&self.pd, &self.cq, &self.cq, &self.srq, self.qp_cfg)
     }
@@ -78,12 +91,7 @@ impl VerbsTransport {
                 c.state = State::Routing;
             }
             (State::Routing, cm::RDMA_CM_EVENT_ROUTE_RESOLVED) => {
-                let Some(grant) = self.budget.grant(self.credit_msgs) else {
-                    xfer_core::warn_limited!(
-                        "verbs-rdm: no receive slots left for a new connection (XFER_VERBS_SRQ_SIZE)"
-                    );
-                    return Err(Cause::Failed(libc::ENOBUFS));
-                };
+                let grant = self.grant();
                 self.conns[k].grant = grant;
                 let qp = self.new_qp().map_err(failed)?;
                 let c = &mut self.conns[k];
@@ -154,10 +162,7 @@ impl VerbsTransport {
             Some((conn::KIND_REQUEST, ..)) => return refuse(&id, "meant for another endpoint"),
             _ => return refuse(&id, "no verbs-rdm request"),
         };
-        let Some(grant) = self.budget.grant(self.credit_msgs) else {
-            xfer_core::warn_limited!("verbs-rdm: connection refused: no receive slots left (XFER_VERBS_SRQ_SIZE)");
-            return refuse(&id, "no receive slots");
-        };
+        let grant = self.grant();
         let qp = match self.new_qp().and_then(|qp| {
             id.accept(&qp, ev, &conn::private(conn::KIND_ACCEPT, grant, self.nonce))
                 .map(|()| qp)
