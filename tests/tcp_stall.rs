@@ -1,6 +1,7 @@
 //! The progress timeout (`EndpointAttr::progress_timeout_ms`) against a peer
 //! whose process is stopped while its kernel keeps the connection up (TCP,
-//! and shared memory, whose socket stays open; `XFER_PROVIDER` picks): a
+//! shared memory, whose socket stays open, and `verbs-rdm`, whose device
+//! keeps the RC connection, in the Soft-RoCE guest; `XFER_PROVIDER` picks): a
 //! child process (this binary again, `XFER_STALL_CHILD=1`) serves by
 //! polling and posts no receive. While it runs, a rendezvous send to it
 //! waits for a receive that never comes and is not failed (the child

@@ -237,7 +237,11 @@ mod tests {
             budget.release(g);
         }
         assert_eq!(budget.reserved(), 0);
-        assert_eq!(Budget::new(1024).grant(64), (64, false), "the asked grant when there is room");
+        assert_eq!(
+            Budget::new(1024).grant(64),
+            (64, false),
+            "the asked grant when there is room"
+        );
         assert_eq!(Budget::new(2).grant(64), (1, true), "one slot and its slack need three");
     }
 
