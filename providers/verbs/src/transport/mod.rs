@@ -306,6 +306,21 @@ impl VerbsTransport {
         }
     }
 
+    /// Handles the completions `prepare_wait` took.
+    fn take_stash(&mut self, events: &mut dyn Events) {
+        if !self.stash.is_empty() {
+            for wc in std::mem::take(&mut self.stash) {
+                self.on_wc(&wc, events);
+            }
+        }
+    }
+
+    /// Takes everything the CQ holds now.
+    fn drain_cq(&mut self, events: &mut dyn Events) {
+        self.take_stash(events);
+        while self.poll_cq(events) == WC_BATCH * WC_BATCHES {}
+    }
+
     /// A send completion: its slot back; an error ends the connection.
     fn on_send(&mut self, wc: &Wc) {
         self.signaled = self.signaled.saturating_sub(1);
@@ -689,14 +704,11 @@ impl Transport for VerbsTransport {
 
     fn progress(&mut self, events: &mut dyn Events) {
         self.turns = self.turns.wrapping_add(1);
+        // Completions `prepare_wait` took are older than any event now.
+        self.take_stash(events);
         if self.waiting || self.opening > 0 || self.turns.is_multiple_of(EPOLL_EVERY) {
             self.waiting = false;
             self.check_fds(events);
-        }
-        if !self.stash.is_empty() {
-            for wc in std::mem::take(&mut self.stash) {
-                self.on_wc(&wc, events);
-            }
         }
         self.poll_cq(events);
         if !self.held.is_empty() {

@@ -73,6 +73,10 @@ impl VerbsTransport {
             };
             if let Err(cause) = self.on_event(k, &ev, events) {
                 tracing::debug!(event = %ev.name(), status = ev.status, ?cause, "verbs-rdm: connection ends");
+                // What the peer sent before it disconnected is in the CQ (RC
+                // delivers in order, its DREQ last): the engine has it before
+                // the end, which unmaps the QP.
+                self.drain_cq(events);
                 self.end(k, cause);
             }
         }
