@@ -4,7 +4,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: demo test test-shm test-tcp-rdm test-shm-tcp setup build lint fuzz bench vm bench-vm install package
+.PHONY: demo test test-shm test-tcp test-shm-tcp setup build lint fuzz bench vm bench-vm install package
 PREFIX ?= /usr/local
 
 setup:
@@ -23,7 +23,7 @@ test: setup
 	$(CARGO) test --locked --workspace --doc
 	$(CARGO) test --locked --release --test conformance --test tcp_wire --test peer_death
 	@$(MAKE) --no-print-directory test-shm
-	@$(MAKE) --no-print-directory test-tcp-rdm
+	@$(MAKE) --no-print-directory test-tcp
 	@$(MAKE) --no-print-directory test-shm-tcp
 	@$(MAKE) --no-print-directory fuzz
 	@$(MAKE) --no-print-directory lint
@@ -46,23 +46,20 @@ test-shm:
 	XFER_PROVIDER=shm $(CARGO) test --locked -p xfer-capi --test c_suite c_suite_dynamically_linked
 	XFER_PROVIDER=shm XFER_REQUIRE_VALGRIND=1 $(CARGO) test --locked -p xfer-ofi --test c_suite --test fi_pingpong --test mpi
 
-# The same suites over TCP under the RDM engine (`tcp-rdm`, the step that
-# moves the TCP provider under the layer shm already uses).
-test-tcp-rdm:
-	XFER_PROVIDER=tcp-rdm XFER_SCALE_PEERS=64 $(CARGO) test --locked --release $(SHM_SUITES)
-	XFER_PROVIDER=tcp-rdm $(CARGO) test --locked -p xfer-tarpc --test tarpc -p xfer-tonic --test tonic
-	XFER_PROVIDER=tcp-rdm $(CARGO) test --locked -p xfer-capi --test c_suite c_suite_dynamically_linked
+# The same suites over TCP alone (`tcp`: every peer over TCP, this host's
+# too), with the C suite and the plug-in's C suite, fi_pingpong and Open MPI
+# over its tcp domain. (The default, shm+tcp, runs them in `test` above.)
+test-tcp:
+	XFER_PROVIDER=tcp XFER_SCALE_PEERS=64 $(CARGO) test --locked --release $(SHM_SUITES)
+	XFER_PROVIDER=tcp $(CARGO) test --locked -p xfer-tarpc --test tarpc -p xfer-tonic --test tonic
+	XFER_PROVIDER=tcp $(CARGO) test --locked -p xfer-capi --test c_suite c_suite_dynamically_linked
+	XFER_PROVIDER=tcp $(CARGO) test --locked -p xfer-ofi --test c_suite --test fi_pingpong --test mpi
 
-# The same suites over one endpoint with both (`shm+tcp`: shared memory to
-# peers on this host, TCP to others), all over shared memory here, then once
-# with shared memory off (every peer over TCP through the same provider), the
-# C suite, the plug-in's C suite, fi_pingpong and Open MPI over it, and the mixed
-# test: one peer over each in real processes.
+# The default (`shm+tcp`: shared memory to peers on this host, TCP to
+# others) once more with shared memory off (every peer over TCP through the
+# same provider), and the mixed test: one peer over each in real processes.
 test-shm-tcp:
-	XFER_PROVIDER=shm+tcp XFER_SCALE_PEERS=64 $(CARGO) test --locked --release $(SHM_SUITES)
 	XFER_PROVIDER=shm+tcp XFER_SHM_ENABLED=0 $(CARGO) test --locked --release --test conformance
-	XFER_PROVIDER=shm+tcp $(CARGO) test --locked -p xfer-capi --test c_suite c_suite_dynamically_linked
-	XFER_PROVIDER=shm+tcp $(CARGO) test --locked -p xfer-ofi --test c_suite --test fi_pingpong --test mpi
 	$(CARGO) test --locked --release --test mixed
 
 # Every publishable crate packages and its package builds on its own (what

@@ -8,7 +8,10 @@
 # compare-and-swap latency (ucx_perftest ucp_cswap against xfer's atomic_lat:
 # xfer applies every atomic the same way at the target, so its compare-and-swap
 # costs what its fetch-and-add does); the add rate (64-bit adds without a fetch:
-# xfer-perf atomic_rate with 64 in flight, ucx_perftest ucp_add; operations/s).
+# xfer-perf atomic_rate with 64 in flight, each completed when sent and a fetch
+# behind the last, ucx_perftest ucp_add, which flushes once at the end;
+# operations/s), and xfer's adds completed by the target's answer (atomic_rate_dc,
+# delivery complete: what every xfer add cost before they completed when sent).
 # Columns: xfer over tcp-rdm and over shm (XFER_PROVIDER), UCX over TCP
 # (UCX_TLS=tcp) and with its defaults (shared memory on one host). Every server
 # is pinned to CPU $SERVER_CPU, every client to CPU $CLIENT_CPU; the tools
@@ -29,7 +32,7 @@ while [[ $# -gt 0 ]]; do
     case $1 in
     --reps) reps=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
-    -h | --help) sed -n '2,22p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,25p' "$0"; exit 0 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
     esac
 done
@@ -119,6 +122,8 @@ for r in $(seq "$reps"); do
         done
         line=$(xfer_run "$prov" atomic_rate "$rate_iters" --window 64)
         rec add "xfer $prov" "$(json msg_rate <<<"$line")"
+        line=$(xfer_run "$prov" atomic_rate_dc "$rate_iters" --window 64)
+        rec add_dc "xfer $prov" "$(json msg_rate <<<"$line")"
     done
     if [[ $have_ucx == 1 ]]; then
         for tls in tcp default; do
@@ -186,6 +191,9 @@ print("| | xfer tcp-rdm (atomic_rate, 64 in flight) | UCX tcp (ucp_add) | xfer/U
 print("|---|---|---|---|---|---|---|")
 print(f"| add | {cell('add', 'xfer tcp-rdm', 0)} | {cell('add', 'ucx tcp', 0)} | {ratio(med('add', 'xfer tcp-rdm'), med('add', 'ucx tcp'))} | "
       f"{cell('add', 'xfer shm', 0)} | {cell('add', 'ucx default', 0)} | {ratio(med('add', 'xfer shm'), med('add', 'ucx default'))} |")
+print(f"| add, delivery complete (xfer: atomic_rate_dc) | {cell('add_dc', 'xfer tcp-rdm', 0)} | {cell('add', 'ucx tcp', 0)} | "
+      f"{ratio(med('add_dc', 'xfer tcp-rdm'), med('add', 'ucx tcp'))} | "
+      f"{cell('add_dc', 'xfer shm', 0)} | {cell('add', 'ucx default', 0)} | {ratio(med('add_dc', 'xfer shm'), med('add', 'ucx default'))} |")
 EOF
 }
 

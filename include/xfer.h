@@ -831,7 +831,11 @@ extern "C" {
 /**
  * Applies `op` (`XFER_ATOMIC_*`) with `operand` to the element of type
  * `datatype` at `offset` bytes into the peer's region `*rkey`
- * (`fi_atomic`). Returns 0 when posted; `XFER_EBADF`; `XFER_EINVAL` for an
+ * (`fi_atomic`). It completes (`XFER_ATOMIC | XFER_WRITE`) once handed to
+ * the transport; a refusal by the target is then counted in the
+ * endpoint's `atomics_refused_after_completion` counter and logged, not
+ * reported (`xfer_ep_atomic_flags` with `XFER_DELIVERY_COMPLETE` reports
+ * it). Returns 0 when posted; `XFER_EBADF`; `XFER_EINVAL` for an
  * unknown operation or datatype, a bitwise operation on a floating-point
  * type, `XFER_ATOMIC_READ` (which must fetch), a NULL `rkey`, a key of
  * another provider; `XFER_EADDRNOTAVAIL` for a peer not in the AV;
@@ -849,6 +853,27 @@ int xfer_ep_atomic(struct xfer_ep_t *ep,
                    const struct xfer_rkey_t *rkey,
                    uint64_t offset,
                    void *context);
+
+/**
+ * `xfer_ep_atomic` with a completion level in `flags` (`fi_atomicmsg`'s):
+ * 0 is `xfer_ep_atomic`'s; `XFER_DELIVERY_COMPLETE` (or
+ * `XFER_TRANSMIT_COMPLETE`, given with the same guarantee) completes once
+ * the target applied the operation, and a target's refusal is the
+ * completion's error (`XFER_EACCES`), at the cost of the target's answer.
+ * `XFER_EINVAL` for any other flag; otherwise as `xfer_ep_atomic`.
+ *
+ * # Safety
+ * As `xfer_ep_atomic`.
+ */
+int xfer_ep_atomic_flags(struct xfer_ep_t *ep,
+                         uint32_t op,
+                         uint32_t datatype,
+                         uint64_t operand,
+                         xfer_addr_t peer,
+                         const struct xfer_rkey_t *rkey,
+                         uint64_t offset,
+                         uint64_t flags,
+                         void *context);
 
 /**
  * Like `xfer_ep_atomic`, and the completion (`XFER_ATOMIC | XFER_READ`)
@@ -1233,7 +1258,9 @@ int xfer_ep_getname(struct xfer_ep_t *ep, void *buf, size_t *len);
  * Reads the provider counter `name` (a NUL-terminated string, e.g.
  * `"inline_sends"` on verbs) of `ep` into `*value`: which paths operations
  * took, for tests and diagnostics (the Rust `Endpoint::counters`). The
- * verbs provider keeps counters; TCP keeps none.
+ * verbs provider and the RDM engine's (tcp, shm, shm+tcp) keep counters,
+ * e.g. `"atomics_refused_after_completion"`: refusals of atomics that had
+ * completed when sent.
  *
  * Returns 0; `XFER_ENOENT` when the provider has no counter of that name;
  * `XFER_EBADF`; `XFER_EINVAL` when `name` or `value` is NULL or `name` is

@@ -8,20 +8,19 @@ use crate::{Error, ProviderInfo, Result};
 
 /// Every provider xfer knows, in order of preference, with the cargo feature
 /// that builds it (`None`: always built).
-/// `shm` reaches peers on this host only, so it is opened only when asked
-/// for until one endpoint chooses its transport per peer.
-/// `tcp-rdm` (TCP under the RDM engine) is opened only when asked for while
-/// the TCP provider moves under the engine. `shm+tcp` (both, chosen per
-/// peer) is opened only when asked for until the default switches to it.
-/// `verbs-rdm` (verbs under the RDM engine) is opened only when asked for
-/// while the verbs provider moves under the engine: last, so `tcp`, always
-/// available, is chosen before it.
+/// `shm+tcp` serves peers on this host over shared memory and every other
+/// peer over TCP, so it comes before `tcp`, which it includes; `shm` reaches
+/// peers on this host only, so it is opened only when asked for, as is
+/// `tcp-rdm` (the `tcp` provider under a second name). `verbs-rdm` (verbs
+/// under the RDM engine) is opened only when asked for while the verbs
+/// provider moves under the engine: last, so `tcp`, always available, is
+/// chosen before it.
 pub const KNOWN: &[(&str, Option<&str>)] = &[
     ("verbs", Some("verbs")),
+    ("shm+tcp", None),
     ("tcp", None),
     ("shm", None),
     ("tcp-rdm", None),
-    ("shm+tcp", None),
     ("verbs-rdm", Some("verbs")),
 ];
 
@@ -195,164 +194,106 @@ mod tests {
         Ok(())
     }
 
+    /// Every provider of [`KNOWN`] but those `missing`, available but those
+    /// `down`.
+    fn infos(missing: &[&str], down: &[&str]) -> Vec<ProviderInfo> {
+        KNOWN
+            .iter()
+            .filter(|(name, _)| !missing.contains(name))
+            .map(|&(name, _)| info(name, !down.contains(&name)))
+            .collect()
+    }
+
+    /// The report's line for every provider but `chosen`, as `why_not` writes it.
+    fn others(chosen: &str, verdict: impl Fn(&str) -> String) -> String {
+        let lines: Vec<String> = KNOWN
+            .iter()
+            .filter(|(name, _)| *name != chosen)
+            .map(|(name, _)| format!("{name}: {}", verdict(name)))
+            .collect();
+        lines.join("; ")
+    }
+
     #[test]
     fn first_available_is_chosen_and_the_rest_outranked() {
-        let (r, c) = choose(
-            None,
-            &[
-                info("verbs", true),
-                info("tcp", true),
-                info("shm", true),
-                info("tcp-rdm", true),
-                info("shm+tcp", true),
-                info("verbs-rdm", true),
-            ],
-            open_ok,
-        );
+        let (r, c) = choose(None, &infos(&[], &[]), open_ok);
         assert!(r.is_ok());
         assert_eq!(c.chosen, Some("verbs"));
         assert_eq!(c.verdict("verbs"), Some(&Verdict::Chosen("verbs ok".into())));
         assert_eq!(c.verdict("tcp"), Some(&Verdict::Outranked("verbs")));
         assert_eq!(
             c.why_not(),
-            "tcp: available, but verbs is preferred; shm: available, but verbs is preferred; tcp-rdm: available, but verbs is preferred; shm+tcp: available, but verbs is preferred; verbs-rdm: available, but verbs is preferred"
+            others("verbs", |_| "available, but verbs is preferred".into())
         );
     }
 
     #[test]
     fn unavailable_and_failed_fall_back_with_their_reasons() {
-        let (r, c) = choose(
-            None,
-            &[
-                info("verbs", false),
-                info("tcp", true),
-                info("shm", true),
-                info("tcp-rdm", true),
-                info("shm+tcp", true),
-                info("verbs-rdm", true),
-            ],
-            open_ok,
-        );
+        let (r, c) = choose(None, &infos(&[], &["verbs"]), open_ok);
         assert!(r.is_ok());
-        assert_eq!(c.chosen, Some("tcp"));
+        assert_eq!(c.chosen, Some("shm+tcp"), "the default without verbs");
         assert_eq!(
             c.why_not(),
-            "verbs: unavailable: no verbs device; shm: available, but tcp is preferred; tcp-rdm: available, but tcp is preferred; shm+tcp: available, but tcp is preferred; verbs-rdm: available, but tcp is preferred"
+            others("shm+tcp", |name| match name {
+                "verbs" => "unavailable: no verbs device".into(),
+                _ => "available, but shm+tcp is preferred".into(),
+            })
         );
 
-        let (r, c) = choose(
-            None,
-            &[
-                info("verbs", true),
-                info("tcp", true),
-                info("shm", true),
-                info("tcp-rdm", true),
-                info("shm+tcp", true),
-                info("verbs-rdm", true),
-            ],
-            |name| match name {
-                "verbs" => Err(Error::Os(libc::ENODEV)),
-                _ => Ok(()),
-            },
-        );
+        let (r, c) = choose(None, &infos(&[], &[]), |name| match name {
+            "verbs" => Err(Error::Os(libc::ENODEV)),
+            "shm+tcp" => Err(Error::Os(libc::EPERM)),
+            _ => Ok(()),
+        });
         assert!(r.is_ok());
-        assert_eq!(c.chosen, Some("tcp"));
+        assert_eq!(c.chosen, Some("tcp"), "the next when shm+tcp fails to open");
         assert_eq!(c.verdict("verbs"), Some(&Verdict::Failed(Error::Os(libc::ENODEV))));
+        assert_eq!(c.verdict("shm+tcp"), Some(&Verdict::Failed(Error::Os(libc::EPERM))));
     }
 
     #[test]
     fn not_built_and_forced() {
-        let (r, c) = choose(
-            None,
-            &[
-                info("tcp", true),
-                info("shm", true),
-                info("tcp-rdm", true),
-                info("shm+tcp", true),
-                info("verbs-rdm", true),
-            ],
-            open_ok,
-        );
+        let (r, c) = choose(None, &infos(&["verbs"], &[]), open_ok);
         assert!(r.is_ok());
         assert_eq!(c.verdict("verbs"), Some(&Verdict::NotBuilt("verbs")));
         assert!(c.why_not().contains("cargo feature `verbs` off"), "{}", c.why_not());
 
-        let (r, c) = choose(
-            Some("tcp"),
-            &[
-                info("verbs", true),
-                info("tcp", true),
-                info("shm", true),
-                info("tcp-rdm", true),
-                info("shm+tcp", true),
-                info("verbs-rdm", true),
-            ],
-            open_ok,
-        );
+        let (r, c) = choose(Some("tcp"), &infos(&[], &[]), open_ok);
         assert!(r.is_ok());
         assert_eq!(c.chosen, Some("tcp"));
         assert_eq!(c.verdict("verbs"), Some(&Verdict::NotRequested("tcp".into())));
         assert_eq!(
             c.why_not(),
-            "verbs: not requested (XFER_PROVIDER=tcp); shm: not requested (XFER_PROVIDER=tcp); tcp-rdm: not requested (XFER_PROVIDER=tcp); shm+tcp: not requested (XFER_PROVIDER=tcp); verbs-rdm: not requested (XFER_PROVIDER=tcp)"
+            others("tcp", |_| "not requested (XFER_PROVIDER=tcp)".into())
         );
 
         // Forcing an unavailable provider still tries it: the error is the report.
-        let (r, c) = choose(
-            Some("verbs"),
-            &[
-                info("verbs", false),
-                info("tcp", true),
-                info("shm", true),
-                info("tcp-rdm", true),
-                info("shm+tcp", true),
-                info("verbs-rdm", true),
-            ],
-            |name| match name {
-                "verbs" => Err(Error::Os(libc::ENODEV)),
-                _ => Ok(()),
-            },
-        );
+        let (r, c) = choose(Some("verbs"), &infos(&[], &["verbs"]), |name| match name {
+            "verbs" => Err(Error::Os(libc::ENODEV)),
+            _ => Ok(()),
+        });
         assert_eq!(r.err(), Some(Error::Os(libc::ENODEV)));
         assert_eq!(c.chosen, None);
         assert_eq!(c.verdict("tcp"), Some(&Verdict::NotRequested("verbs".into())));
 
-        let (r, _) = choose(
-            Some("verbs"),
-            &[
-                info("tcp", true),
-                info("shm", true),
-                info("tcp-rdm", true),
-                info("shm+tcp", true),
-                info("verbs-rdm", true),
-            ],
-            open_ok,
-        );
+        let (r, _) = choose(Some("verbs"), &infos(&["verbs"], &[]), open_ok);
         assert!(matches!(r, Err(Error::NoProvider(m)) if m.contains("not compiled in")));
     }
 
     #[test]
     fn nothing_opens() {
-        let (r, c) = choose(
-            None,
-            &[
-                info("verbs", false),
-                info("tcp", true),
-                info("shm", true),
-                info("tcp-rdm", true),
-                info("shm+tcp", true),
-                info("verbs-rdm", false),
-            ],
-            |_| Err::<(), _>(Error::Os(libc::EMFILE)),
-        );
+        let (r, c) = choose(None, &infos(&[], &["verbs", "verbs-rdm"]), |_| {
+            Err::<(), _>(Error::Os(libc::EMFILE))
+        });
         let Err(Error::NoProvider(why)) = r else {
             panic!("opened something")
         };
         assert!(
-            why.starts_with("verbs: unavailable: no verbs device; tcp: failed to open"),
+            why.starts_with("verbs: unavailable: no verbs device; shm+tcp: failed to open"),
             "{why}"
         );
         assert_eq!(c.chosen, None);
+        // Names are padded to the longest, `verbs-rdm`.
         assert!(c.to_string().starts_with("verbs      unavailable"), "{c}");
     }
 }

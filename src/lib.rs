@@ -128,10 +128,10 @@ pub struct ProviderInfo {
 pub const PROVIDERS: &[&str] = &[
     #[cfg(feature = "verbs")]
     "verbs",
+    "shm+tcp",
     "tcp",
     "shm",
     "tcp-rdm",
-    "shm+tcp",
     #[cfg(feature = "verbs")]
     "verbs-rdm",
 ];
@@ -160,9 +160,14 @@ pub fn info_for(attr: &DomainAttr) -> Vec<ProviderInfo> {
     #[cfg(not(feature = "verbs"))]
     let _ = attr;
     all.push(ProviderInfo {
+        name: mixed::NAME,
+        available: true,
+        detail: "shared memory to peers on this host, TCP to others, chosen per peer".into(),
+    });
+    all.push(ProviderInfo {
         name: "tcp",
         available: true,
-        detail: "TCP sockets; always available".into(),
+        detail: "TCP sockets to every peer, this host's too (XFER_PROVIDER=tcp)".into(),
     });
     all.push(ProviderInfo {
         name: "shm",
@@ -173,11 +178,6 @@ pub fn info_for(attr: &DomainAttr) -> Vec<ProviderInfo> {
         name: "tcp-rdm",
         available: true,
         detail: "TCP under core's RDM engine, opened only when asked for (XFER_PROVIDER=tcp-rdm)".into(),
-    });
-    all.push(ProviderInfo {
-        name: mixed::NAME,
-        available: true,
-        detail: "shared memory to peers on this host, TCP to others, chosen per peer (XFER_PROVIDER=shm+tcp)".into(),
     });
     #[cfg(feature = "verbs")]
     all.push(verbs::info_rdm(&attr.params));
@@ -405,11 +405,11 @@ mod tests {
     fn info_lists_every_provider_in_order() {
         let names: Vec<&str> = info().iter().map(|p| p.name).collect();
         assert_eq!(names, PROVIDERS);
-        let tail = if cfg!(feature = "verbs") { 4 } else { 3 };
+        let tail = if cfg!(feature = "verbs") { 5 } else { 4 };
         assert_eq!(
-            PROVIDERS[PROVIDERS.len() - tail..][..3],
-            ["shm", "tcp-rdm", "shm+tcp"],
-            "never preferred"
+            PROVIDERS[PROVIDERS.len() - tail..][..4],
+            ["shm+tcp", "tcp", "shm", "tcp-rdm"],
+            "shm+tcp preferred to tcp"
         );
         assert!(info().iter().all(|p| !p.detail.is_empty()));
     }

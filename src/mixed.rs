@@ -1,7 +1,8 @@
 //! The `shm+tcp` provider: one RDM engine endpoint over a [`Pair`] of the
 //! shared-memory and the TCP transports, so peers on this host (same host
 //! identity, `xfer_shm::host`) are served over shared memory and every other
-//! peer over TCP. Opened only when `XFER_PROVIDER=shm+tcp` asks for it.
+//! peer over TCP. The default where no verbs device is usable (`XFER_PROVIDER=tcp`
+//! keeps every peer on TCP).
 //!
 //! Its endpoint name is [`PROVIDER_ID`] and the pair's address: the host
 //! identity (8 bytes), the shm address's length and the shm address (14
@@ -64,9 +65,14 @@ impl DomainProvider for ShmTcpDomain {
         true
     }
 
+    /// An `shm+tcp` name, or a `tcp` name: the `shm+tcp` endpoint whose
+    /// TCP side has that address ([`from_tcp_name`]).
     fn check_address(&self, bytes: &[u8]) -> Result<Address> {
         match bytes.split_first() {
             Some((&PROVIDER_ID, rest)) if parts(rest).is_some() => Address::new(bytes),
+            Some((&xfer_tcp::PROVIDER_ID, _)) => {
+                from_tcp_name(bytes).ok_or(Error::InvalidArgument("not a TCP endpoint name"))
+            }
             Some((&PROVIDER_ID, _)) => Err(Error::InvalidArgument("not an shm+tcp endpoint name")),
             _ => Err(Error::AddressNotAvailable),
         }
@@ -99,6 +105,33 @@ impl DomainProvider for ShmTcpDomain {
     fn key_table_mut(&mut self) -> Option<&mut KeyTable> {
         Some(&mut self.keys)
     }
+}
+
+/// The `shm+tcp` name standing for the endpoint whose TCP side has the
+/// TCP name `tcp` (a libfabric program's `sockaddr_in`, or a node and
+/// service, become TCP names): no host identity and no shm part, so it is
+/// reached over TCP; once that endpoint answers, its own name is its alias.
+/// `None` when `tcp` is not a TCP name.
+pub fn from_tcp_name(tcp: &[u8]) -> Option<Address> {
+    let (&xfer_tcp::PROVIDER_ID, at) = tcp.split_first()? else {
+        return None;
+    };
+    xfer_tcp::stream::decode(at)?;
+    let mut name = vec![PROVIDER_ID];
+    name.extend(Parts::second_only(at).encode());
+    Address::new(&name).ok()
+}
+
+/// The TCP name of an `shm+tcp` endpoint's TCP side: what a libfabric
+/// program sees of it as a `sockaddr_in`. `None` when `name` is not an
+/// `shm+tcp` name.
+pub fn tcp_name(name: &[u8]) -> Option<Address> {
+    let (&PROVIDER_ID, rest) = name.split_first()? else {
+        return None;
+    };
+    let mut tcp = vec![xfer_tcp::PROVIDER_ID];
+    tcp.extend_from_slice(parts(rest)?.second);
+    Address::new(&tcp).ok()
 }
 
 /// Which transport an `shm+tcp` endpoint of this process (with the
@@ -164,6 +197,28 @@ mod tests {
             Err(Error::AddressNotAvailable),
             "another provider's"
         );
+    }
+
+    #[test]
+    fn a_tcp_name_stands_for_the_endpoint_listening_there() {
+        let d = ShmTcpDomain::with_params(&Params::default()).expect("domain");
+        let name = endpoint_name(&[]);
+        let tcp = tcp_name(name.as_bytes()).expect("the TCP side");
+        assert_eq!(tcp.as_bytes()[0], xfer_tcp::PROVIDER_ID);
+        assert_eq!(&tcp.as_bytes()[1..], &name.as_bytes()[1 + 8 + 1 + 14..]);
+        let stand = d.check_address(tcp.as_bytes()).expect("a TCP name is taken");
+        let b = stand.as_bytes();
+        assert_eq!(
+            (b[0], &b[1..9], b[9]),
+            (PROVIDER_ID, &[0u8; 8][..], 0),
+            "no host, no shm"
+        );
+        assert_eq!(tcp_name(b), Some(tcp), "and back");
+        assert_eq!(
+            d.check_address(&tcp.as_bytes()[..5]),
+            Err(Error::InvalidArgument("not a TCP endpoint name"))
+        );
+        assert_eq!(tcp_name(tcp.as_bytes()), None, "not an shm+tcp name");
     }
 
     #[test]

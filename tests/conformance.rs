@@ -1904,6 +1904,10 @@ fn atomics_of_every_kind_and_datatype_fetch_the_old_value() {
         .unwrap();
     let c = expect(&mut [&mut a, &mut b], 0, 62);
     assert!(c.flags.contains(Flags::ATOMIC | Flags::WRITE));
+    // It completed when sent: a fetch behind it finds it applied.
+    a.ep.fetch_atomic(pb, AtomicKind::Read, Datatype::U64, 0, &rkey, 8, 63)
+        .unwrap();
+    assert_eq!(expect(&mut [&mut a, &mut b], 0, 63).data, 80);
     assert_eq!(word_at(&mr, 8), 80);
 }
 
@@ -1939,6 +1943,55 @@ fn atomics_refuse_bad_keys_bounds_alignment_access_and_kinds() {
 }
 
 #[test]
+fn a_non_fetching_atomic_completes_when_sent_and_delivery_complete_reports_a_refusal() {
+    let (mut a, mut b) = (Node::new(), Node::new());
+    let pb = a.add(&b);
+    let mr = b.domain.register(vec![0; 16], Access::all()).unwrap();
+    let rkey = rkey_of(&mr);
+    if !fetch(&a, pb, AtomicKind::Read, Datatype::U64, 0, &rkey, 0, 1) {
+        return;
+    }
+    expect(&mut [&mut a, &mut b], 0, 1);
+    // Completed without the target being driven: nothing was waited for.
+    for i in 0..8 {
+        a.ep.atomic(pb, AtomicKind::Sum, Datatype::U64, 5, &rkey, 0, 10 + i)
+            .unwrap();
+        let c = expect(&mut [&mut a], 0, 10 + i);
+        assert_eq!(c.result, Ok(()));
+        assert!(c.flags.contains(Flags::ATOMIC | Flags::WRITE), "{:?}", c.flags);
+    }
+    assert_eq!(word_at(&mr, 0), 0, "the target, not driven, applied nothing yet");
+    // A later fetch to the same peer sees every one of them applied.
+    a.ep.fetch_atomic(pb, AtomicKind::Read, Datatype::U64, 0, &rkey, 0, 2)
+        .unwrap();
+    assert_eq!(expect(&mut [&mut a, &mut b], 0, 2).data, 40);
+    // A bad key: the default completes, and the refusal is counted.
+    let counted = |a: &Node| {
+        let all = a.ep.counters().unwrap();
+        all.iter()
+            .find(|(n, _)| *n == "atomics_refused_after_completion")
+            .map(|&(_, v)| v)
+            .expect("the atomics_refused_after_completion counter")
+    };
+    a.ep.atomic(pb, AtomicKind::Sum, Datatype::U64, 1, &forged(&rkey), 0, 3)
+        .unwrap();
+    assert_eq!(expect(&mut [&mut a], 0, 3).result, Ok(()));
+    drive(&mut [&mut a, &mut b], "the refusal counted", |ns| counted(&*ns[0]) == 1);
+    // Asked for delivery, the refusal is the completion's error.
+    a.ep.atomic_delivered(pb, AtomicKind::Sum, Datatype::U64, 1, &forged(&rkey), 0, 4)
+        .unwrap();
+    let c = expect(&mut [&mut a, &mut b], 0, 4);
+    assert!(matches!(c.result, Err(Error::RemoteAccess(_))), "{:?}", c.result);
+    a.ep.atomic_delivered(pb, AtomicKind::Sum, Datatype::U64, 2, &rkey, 8, 5)
+        .unwrap();
+    assert_eq!(expect(&mut [&mut a, &mut b], 0, 5).result, Ok(()));
+    assert_eq!(word_at(&mr, 8), 2, "delivered: applied when it completed");
+    assert_eq!(word_at(&mr, 0), 40, "refused atomics touch nothing");
+    assert_eq!(counted(&a), 1);
+    connection_still_works(&mut a, &mut b, 6);
+}
+
+#[test]
 fn concurrent_atomic_increments_from_several_endpoints_sum_exactly() {
     const EACH: u64 = 200;
     let mut target = Node::new();
@@ -1965,6 +2018,13 @@ fn concurrent_atomic_increments_from_several_endpoints_sum_exactly() {
                         .unwrap();
                     assert_eq!(expect(&mut [&mut n], 0, ctx).result, Ok(()));
                 }
+                // The increments completed when sent; a fetch behind them
+                // returns once the target has applied them all, before this
+                // endpoint closes.
+                let last = w * 1_000_000 + EACH;
+                n.ep.fetch_atomic(peer, AtomicKind::Read, Datatype::U64, 0, &rkey, 0, last)
+                    .unwrap();
+                assert_eq!(expect(&mut [&mut n], 0, last).result, Ok(()));
             })
         })
         .collect();

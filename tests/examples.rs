@@ -141,7 +141,7 @@ fn xfer_info_lists_tcp() {
         lines.join("\n")
     );
     let verbs = verbs_available(&lines);
-    let picks = if verbs == Some(true) { "verbs" } else { "tcp" };
+    let picks = if verbs == Some(true) { "verbs" } else { "shm+tcp" };
     assert!(
         lines.iter().any(|l| l == &format!("open_default() picks: {picks}")),
         "{}",
@@ -353,7 +353,7 @@ fn xfer_info_says_why_verbs_is_unavailable() {
         !json.contains(r#""name": "verbs", "available": false, "detail": """#),
         "{json}"
     );
-    assert!(json.contains(r#""chosen": "tcp""#), "{json}");
+    assert!(json.contains(r#""chosen": "shm+tcp""#), "{json}");
     assert!(
         json.contains(r#""why": [{"name": "verbs", "verdict": "unavailable: "#),
         "{json}"

@@ -179,7 +179,7 @@ fn pipe_lines(r: impl BufRead + Send + 'static, prefix: Option<&'static str>) ->
 
 /// A new client sends a tagged message to `name`; its send's completion.
 fn send_from_new_client(name: &[u8], tag: u64) -> Completion {
-    let mut client = Node::new();
+    let mut client = Node::on("tcp");
     let peer = client.av.insert(name).expect("av insert");
     client.ep.tsend(peer, tag, vec![tag as u8; 32], tag).expect("tsend");
     common::expect(&mut [&mut client], 0, tag)

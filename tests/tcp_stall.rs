@@ -68,7 +68,7 @@ fn a_stopped_peer_fails_waiting_operations_and_a_live_one_does_not() {
     }
     let provider = std::env::var("XFER_PROVIDER").unwrap_or_default();
     let provider = if provider.is_empty() {
-        "tcp".to_string()
+        xfer::open_default().expect("the default domain").provider().to_string()
     } else {
         provider
     };

@@ -208,7 +208,7 @@ fn needed(path: &Path) -> Vec<String> {
 }
 
 #[test]
-fn xfer_info_reports_no_rdma_core_and_picks_tcp() {
+fn xfer_info_reports_no_rdma_core_and_picks_shm_tcp() {
     let Some(files) = namespaces() else { return };
     let out = run("xfer-info", hidden(files, Path::new(env!("CARGO_BIN_EXE_xfer-info"))));
     let text = check("xfer-info without rdma-core", &out);
@@ -224,7 +224,7 @@ fn xfer_info_reports_no_rdma_core_and_picks_tcp() {
         verbs.contains("libibverbs.so.1"),
         "the reason names the library: {verbs}"
     );
-    assert!(text.contains("open_default() picks: tcp"), "{text}");
+    assert!(text.contains("open_default() picks: shm+tcp"), "{text}");
     assert!(text.contains("verbs devices: none (no rdma-core: "), "{text}");
 
     // The same program with rdma-core in place gets past loading it: whatever
@@ -239,7 +239,7 @@ fn xfer_info_reports_no_rdma_core_and_picks_tcp() {
 }
 
 #[test]
-fn xfer_perf_runs_over_tcp() {
+fn xfer_perf_runs_over_the_default() {
     let Some(files) = namespaces() else { return };
     let mut cmd = hidden(files, Path::new(env!("CARGO_BIN_EXE_xfer-perf")));
     cmd.args([
@@ -253,7 +253,7 @@ fn xfer_perf_runs_over_tcp() {
     ]);
     let text = check("xfer-perf without rdma-core", &run("xfer-perf", cmd));
     assert_eq!(text.lines().filter(|l| l.contains("\"test\":")).count(), 4, "{text}");
-    assert!(text.contains("\"provider\":\"tcp\""), "{text}");
+    assert!(text.contains("\"provider\":\"shm+tcp\""), "{text}");
 }
 
 #[test]

@@ -3,21 +3,27 @@
 //! region. Operations (`XFER_ATOMIC_*`) and datatypes (`XFER_INT32` ...)
 //! keep libfabric's numbering. Values travel as their bit patterns in a
 //! `uint64_t` (a 32-bit type in the low half; copy a `double` in with
-//! `memcpy`). The completion (`XFER_ATOMIC | XFER_WRITE`, or
-//! `XFER_ATOMIC | XFER_READ` for the fetching calls) comes once the target
-//! applied it; a fetching call's completion carries the element's old value
-//! in `data`. A target that refuses (unknown key, outside the region, no
-//! `XFER_MR_REMOTE_WRITE` for a changing operation or `XFER_MR_REMOTE_READ`
-//! for a fetching one, an element not aligned to its size) completes it with
-//! `err = XFER_EACCES` and touches nothing. Providers without atomics (tcp,
-//! verbs for now) refuse the call with `XFER_EOPNOTSUPP`.
+//! `memcpy`). A fetching call's completion (`XFER_ATOMIC | XFER_READ`)
+//! comes once the target applied it and carries the element's old value in
+//! `data`. `xfer_ep_atomic`'s (`XFER_ATOMIC | XFER_WRITE`) comes once the
+//! atomic is handed to the transport (libfabric's default level; UCX's
+//! `ucp_atomic_op_nbx` without a reply): later operations to the same peer
+//! are applied after it. `xfer_ep_atomic_flags` with
+//! `XFER_DELIVERY_COMPLETE` waits for the target instead. A target that
+//! refuses (unknown key, outside the region, no `XFER_MR_REMOTE_WRITE` for a
+//! changing operation or `XFER_MR_REMOTE_READ` for a fetching one, an element
+//! not aligned to its size) touches nothing; an answered atomic completes
+//! with `err = XFER_EACCES`, one already completed is counted in the
+//! endpoint's `atomics_refused_after_completion` counter and logged, rate
+//! limited. Providers without atomics (verbs for now) refuse the call with
+//! `XFER_EOPNOTSUPP`.
 
 use std::ffi::{c_int, c_void};
 
-use xfer_facade::{AtomicKind, AtomicOp, Datatype, PeerAddr};
+use xfer_facade::{AtomicKind, AtomicOp, CompletionLevel, Datatype, PeerAddr};
 
 use crate::context_in;
-use crate::ep::{ep_of, xfer_ep_t};
+use crate::ep::{ep_of, xfer_ep_t, XFER_DELIVERY_COMPLETE, XFER_TRANSMIT_COMPLETE};
 use crate::error::{guard, invalid, Fail, XFER_SUCCESS};
 use crate::mr::xfer_rkey_t;
 use crate::xfer_addr_t;
@@ -70,7 +76,7 @@ unsafe fn post(
     peer: xfer_addr_t,
     rkey: *const xfer_rkey_t,
     offset: u64,
-    fetch: bool,
+    (fetch, level): (bool, CompletionLevel),
     context: *mut c_void,
 ) -> Result<c_int, Fail> {
     let e = ep_of(ep)?;
@@ -96,6 +102,7 @@ unsafe fn post(
         addr: e.remote_addr(&key, offset)?,
         key: key.key(),
         fetch,
+        level,
         context: context_in(context),
     })?;
     Ok(XFER_SUCCESS)
@@ -103,7 +110,11 @@ unsafe fn post(
 
 /// Applies `op` (`XFER_ATOMIC_*`) with `operand` to the element of type
 /// `datatype` at `offset` bytes into the peer's region `*rkey`
-/// (`fi_atomic`). Returns 0 when posted; `XFER_EBADF`; `XFER_EINVAL` for an
+/// (`fi_atomic`). It completes (`XFER_ATOMIC | XFER_WRITE`) once handed to
+/// the transport; a refusal by the target is then counted in the
+/// endpoint's `atomics_refused_after_completion` counter and logged, not
+/// reported (`xfer_ep_atomic_flags` with `XFER_DELIVERY_COMPLETE` reports
+/// it). Returns 0 when posted; `XFER_EBADF`; `XFER_EINVAL` for an
 /// unknown operation or datatype, a bitwise operation on a floating-point
 /// type, `XFER_ATOMIC_READ` (which must fetch), a NULL `rkey`, a key of
 /// another provider; `XFER_EADDRNOTAVAIL` for a peer not in the AV;
@@ -126,7 +137,51 @@ pub unsafe extern "C" fn xfer_ep_atomic(
 ) -> c_int {
     // SAFETY: forwarded from this function's contract.
     guard("xfer_ep_atomic", || unsafe {
-        post(ep, op, datatype, (operand, 0), peer, rkey, offset, false, context)
+        let how = (false, CompletionLevel::Inject);
+        post(ep, op, datatype, (operand, 0), peer, rkey, offset, how, context)
+    })
+}
+
+/// `xfer_ep_atomic` with a completion level in `flags` (`fi_atomicmsg`'s):
+/// 0 is `xfer_ep_atomic`'s; `XFER_DELIVERY_COMPLETE` (or
+/// `XFER_TRANSMIT_COMPLETE`, given with the same guarantee) completes once
+/// the target applied the operation, and a target's refusal is the
+/// completion's error (`XFER_EACCES`), at the cost of the target's answer.
+/// `XFER_EINVAL` for any other flag; otherwise as `xfer_ep_atomic`.
+///
+/// # Safety
+/// As `xfer_ep_atomic`.
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn xfer_ep_atomic_flags(
+    ep: *mut xfer_ep_t,
+    op: u32,
+    datatype: u32,
+    operand: u64,
+    peer: xfer_addr_t,
+    rkey: *const xfer_rkey_t,
+    offset: u64,
+    flags: u64,
+    context: *mut c_void,
+) -> c_int {
+    // SAFETY: forwarded from this function's contract.
+    guard("xfer_ep_atomic_flags", || unsafe {
+        let level = match flags {
+            0 => CompletionLevel::Inject,
+            XFER_DELIVERY_COMPLETE | XFER_TRANSMIT_COMPLETE => CompletionLevel::Delivery,
+            _ => return Err(invalid("atomic: unknown flags")),
+        };
+        post(
+            ep,
+            op,
+            datatype,
+            (operand, 0),
+            peer,
+            rkey,
+            offset,
+            (false, level),
+            context,
+        )
     })
 }
 
@@ -151,7 +206,17 @@ pub unsafe extern "C" fn xfer_ep_fetch_atomic(
 ) -> c_int {
     // SAFETY: forwarded from this function's contract.
     guard("xfer_ep_fetch_atomic", || unsafe {
-        post(ep, op, datatype, (operand, 0), peer, rkey, offset, true, context)
+        post(
+            ep,
+            op,
+            datatype,
+            (operand, 0),
+            peer,
+            rkey,
+            offset,
+            (true, CompletionLevel::Delivery),
+            context,
+        )
     })
 }
 
@@ -184,7 +249,7 @@ pub unsafe extern "C" fn xfer_ep_compare_atomic(
             peer,
             rkey,
             offset,
-            true,
+            (true, CompletionLevel::Delivery),
             context,
         )
     })

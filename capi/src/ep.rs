@@ -419,7 +419,9 @@ pub unsafe extern "C" fn xfer_ep_getname(ep: *mut xfer_ep_t, buf: *mut c_void, l
 /// Reads the provider counter `name` (a NUL-terminated string, e.g.
 /// `"inline_sends"` on verbs) of `ep` into `*value`: which paths operations
 /// took, for tests and diagnostics (the Rust `Endpoint::counters`). The
-/// verbs provider keeps counters; TCP keeps none.
+/// verbs provider and the RDM engine's (tcp, shm, shm+tcp) keep counters,
+/// e.g. `"atomics_refused_after_completion"`: refusals of atomics that had
+/// completed when sent.
 ///
 /// Returns 0; `XFER_ENOENT` when the provider has no counter of that name;
 /// `XFER_EBADF`; `XFER_EINVAL` when `name` or `value` is NULL or `name` is

@@ -22,6 +22,7 @@
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use crate::addr::PeerAddr;
+use crate::provider::CompletionLevel;
 
 /// What an atomic does with the element (libfabric's `enum fi_op` values).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -128,8 +129,26 @@ pub struct AtomicOp {
     /// Whether the completion carries the element's old value (in
     /// `Completion::data`; flags `ATOMIC | READ`, else `ATOMIC | WRITE`).
     pub fetch: bool,
+    /// When a non-fetching atomic completes. [`CompletionLevel::Inject`]
+    /// (the default, as `ucp_atomic_op_nbx` without a reply buffer and
+    /// libfabric's default level): once the provider handed it to the
+    /// transport, in order with what follows it to the peer; a target's
+    /// refusal then comes too late for the completion and is counted and
+    /// logged instead (`atomics_refused_after_completion`).
+    /// `Transmit` or `Delivery` (`FI_DELIVERY_COMPLETE`): once the target
+    /// applied it, with its refusal as the completion's error. A fetching
+    /// atomic always completes with the target's answer.
+    pub level: CompletionLevel,
     /// Returned in the completion.
     pub context: u64,
+}
+
+impl AtomicOp {
+    /// Whether it completes with the target's answer (it fetches, or its
+    /// level asks for delivery).
+    pub fn answered(&self) -> bool {
+        self.fetch || self.level != CompletionLevel::Inject
+    }
 }
 
 /// `kind` on an element's bits, worked in 64 bits: a 32-bit element is

@@ -367,7 +367,7 @@ impl Endpoint {
         (operand, compare): (u64, u64),
         remote: &RemoteKey,
         offset: u64,
-        fetch: bool,
+        (fetch, level): (bool, CompletionLevel),
         context: u64,
     ) -> Result<()> {
         let op = AtomicOp {
@@ -379,6 +379,7 @@ impl Endpoint {
             addr: self.remote_addr(remote, offset)?,
             key: remote.key(),
             fetch,
+            level,
             context,
         };
         self.post_atomic(op).map_err(|r| r.error)
@@ -386,8 +387,14 @@ impl Endpoint {
 
     /// Applies `kind` with `operand` (the value's bits; a 32-bit type in the
     /// low half) to the element of type `dt` at `offset` in the remote region
-    /// (`fi_atomic`); the completion (`ATOMIC|WRITE`) comes once the target
-    /// applied it.
+    /// (`fi_atomic`). The completion (`ATOMIC|WRITE`) comes once the atomic
+    /// is handed to the transport ([`CompletionLevel::Inject`], as UCX's
+    /// `ucp_atomic_op_nbx` without a reply and libfabric's default): later
+    /// operations to the same peer are applied after it, so a fetch that
+    /// follows sees it. A target's refusal comes after that completion: it
+    /// is counted (the endpoint's `atomics_refused_after_completion`
+    /// counter) and logged; [`atomic_delivered`](Self::atomic_delivered)
+    /// reports it in the completion instead.
     #[allow(clippy::too_many_arguments)]
     pub fn atomic(
         &self,
@@ -399,7 +406,27 @@ impl Endpoint {
         offset: u64,
         context: u64,
     ) -> Result<()> {
-        self.atomic_at(peer, kind, dt, (operand, 0), remote, offset, false, context)
+        let how = (false, CompletionLevel::Inject);
+        self.atomic_at(peer, kind, dt, (operand, 0), remote, offset, how, context)
+    }
+
+    /// Like [`atomic`](Self::atomic), completed once the target applied it
+    /// or refused it (`FI_DELIVERY_COMPLETE`): a refusal (unknown key,
+    /// outside the region, no remote write access, misaligned) is the
+    /// completion's error. Costs the target's answer, a round trip.
+    #[allow(clippy::too_many_arguments)]
+    pub fn atomic_delivered(
+        &self,
+        peer: PeerAddr,
+        kind: AtomicKind,
+        dt: Datatype,
+        operand: u64,
+        remote: &RemoteKey,
+        offset: u64,
+        context: u64,
+    ) -> Result<()> {
+        let how = (false, CompletionLevel::Delivery);
+        self.atomic_at(peer, kind, dt, (operand, 0), remote, offset, how, context)
     }
 
     /// Like [`atomic`](Self::atomic), and the completion (`ATOMIC|READ`)
@@ -416,7 +443,8 @@ impl Endpoint {
         offset: u64,
         context: u64,
     ) -> Result<()> {
-        self.atomic_at(peer, kind, dt, (operand, 0), remote, offset, true, context)
+        let how = (true, CompletionLevel::Delivery);
+        self.atomic_at(peer, kind, dt, (operand, 0), remote, offset, how, context)
     }
 
     /// Compare-and-swap (`fi_compare_atomic` with `FI_CSWAP`): the element
@@ -440,7 +468,7 @@ impl Endpoint {
             (swap, compare),
             remote,
             offset,
-            true,
+            (true, CompletionLevel::Delivery),
             context,
         )
     }

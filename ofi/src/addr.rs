@@ -8,8 +8,10 @@
 //!
 //! A destination known only by IP and port becomes the TCP name of
 //! whichever endpoint listens there (nonce [`ANY_NONCE`], providers/tcp's
-//! name.rs); a source becomes the address the endpoint listens on
-//! (the endpoint's `tcp.addr` key in `EndpointAttr::params`).
+//! name.rs), which an `shm+tcp` domain takes as the `shm+tcp` endpoint
+//! whose TCP side listens there; a source becomes the address the endpoint
+//! listens on (the endpoint's `tcp.addr` key in `EndpointAttr::params`).
+//! An `shm+tcp` endpoint's socket address is its TCP side's.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6, ToSocketAddrs};
 
@@ -87,12 +89,12 @@ impl Format {
         match self {
             Format::Xfer => name::encode(addr).map(|n| n.to_vec()),
             Format::Inet | Format::Inet6 => {
-                let sa = TcpName::decode(addr.as_bytes()).ok()?.addr;
+                let sa = TcpName::decode(as_tcp(addr).as_bytes()).ok()?.addr;
                 (sa.is_ipv4() == (self == Format::Inet)).then(|| to_sockaddr(sa))
             }
             // A peer known by IP and port reads as libfabric prints one.
             Format::Str => Some(
-                match TcpName::decode(addr.as_bytes()) {
+                match TcpName::decode(as_tcp(addr).as_bytes()) {
                     Ok(n) if n.nonce == ANY_NONCE => format!("{}\0", socket_string(n.addr)),
                     _ => format!("{}\0", xfer_string(addr)),
                 }
@@ -106,10 +108,13 @@ impl Format {
     /// xfer name of another provider, a short buffer).
     pub fn listen_addr(self, bytes: &[u8]) -> Option<SocketAddr> {
         match self {
-            Format::Xfer => TcpName::decode(name::decode(bytes)?).ok().map(|n| n.addr),
+            Format::Xfer => {
+                let a = Address::new(name::decode(bytes)?).ok()?;
+                TcpName::decode(as_tcp(&a).as_bytes()).ok().map(|n| n.addr)
+            }
             Format::Inet | Format::Inet6 => from_sockaddr(bytes),
             Format::Str => match parse_str(bytes)? {
-                Parsed::Name(a) => TcpName::decode(a.as_bytes()).ok().map(|n| n.addr),
+                Parsed::Name(a) => TcpName::decode(as_tcp(&a).as_bytes()).ok().map(|n| n.addr),
                 Parsed::Socket(at) => Some(at),
             },
         }
@@ -187,6 +192,12 @@ pub fn socket_string(at: SocketAddr) -> String {
         SocketAddr::V4(_) => format!("fi_sockaddr_in://{at}"),
         SocketAddr::V6(_) => format!("fi_sockaddr_in6://{at}"),
     }
+}
+
+/// The TCP name of `addr`'s TCP side: an `shm+tcp` endpoint is seen by its
+/// TCP address where a socket address stands for it; any other name as it is.
+fn as_tcp(addr: &Address) -> Address {
+    xfer_facade::mixed::tcp_name(addr.as_bytes()).unwrap_or(*addr)
 }
 
 /// Whether `node` is an `FI_ADDR_STR` address rather than a host name.

@@ -14,16 +14,23 @@
 //! and the key `fi_mr_key` gave there; the target checks key, bounds,
 //! access and alignment (`FI_EACCES` at the initiator, memory unchanged).
 //! Operands are read when the call is made, so every buffer but the
-//! result may be reused at once. A completion (`FI_ATOMIC | FI_WRITE`, or
-//! `FI_ATOMIC | FI_READ` for a fetching one, which has stored the old value
-//! in the result buffer by then) comes once the target applied it and
-//! counts on the write or read counter (fi_cntr(3)).
+//! result may be reused at once. A fetching atomic's completion
+//! (`FI_ATOMIC | FI_READ`, the old value stored in the result buffer by
+//! then) comes once the target applied it. A non-fetching one's
+//! (`FI_ATOMIC | FI_WRITE`) comes at libfabric's default level, once xfer
+//! handed it to the transport (later operations to that peer are applied
+//! after it); with `FI_DELIVERY_COMPLETE` or `FI_TRANSMIT_COMPLETE` (the
+//! `fi_atomicmsg` flags, else the endpoint's `tx_attr->op_flags`) it comes
+//! once the target applied it, and a target's refusal is its error
+//! (`FI_EACCES`). Without, a refusal is counted by the xfer endpoint
+//! (`atomics_refused_after_completion`) and logged, rate limited (docs/OFI.md,
+//! "Atomics"). Completions count on the write or read counter (fi_cntr(3)).
 //!
 //! [`Endpoint::post_atomic`]: xfer_facade::Endpoint::post_atomic
 
 use std::ffi::{c_int, c_void};
 
-use xfer_facade::{AtomicKind, AtomicOp, Datatype, PeerAddr};
+use xfer_facade::{AtomicKind, AtomicOp, CompletionLevel, Datatype, PeerAddr};
 
 use crate::domain;
 use crate::entry::{self, guard, scode, PANIC};
@@ -52,9 +59,9 @@ pub(crate) static OPS: fi::fi_ops_atomic = fi::fi_ops_atomic {
     compwritevalid: Some(compwritevalid),
 };
 
-/// Flags an `fi_*atomicmsg` may carry. An atomic completes when the target
-/// has applied it, which is every completion level libfabric names; its
-/// operands are copied at the call, so `FI_INJECT` changes nothing.
+/// Flags an `fi_*atomicmsg` may carry. `FI_DELIVERY_COMPLETE` and
+/// `FI_TRANSMIT_COMPLETE` make a non-fetching atomic wait for the target's
+/// answer; operands are copied at the call, so `FI_INJECT` changes nothing.
 const MSG_FLAGS: u64 = fi::FI_COMPLETION
     | fi::FI_INJECT
     | fi::FI_INJECT_COMPLETE
@@ -170,10 +177,14 @@ impl EpCore {
             Family::Compare => unsafe { element(a.compare, dt.size()) },
             _ => 0,
         };
+        let flags = a.flags.unwrap_or(self.tx_op_flags);
+        let level = match a.inject {
+            false if flags & (fi::FI_DELIVERY_COMPLETE | fi::FI_TRANSMIT_COMPLETE) != 0 => CompletionLevel::Delivery,
+            _ => CompletionLevel::Inject,
+        };
         let context = if a.inject {
             en.fetches.start(0, std::ptr::null_mut(), 0, true)
         } else {
-            let flags = a.flags.unwrap_or(self.tx_op_flags);
             let counted = match fetch {
                 true => en.counters.read.is_some(),
                 false => en.counters.write.is_some(),
@@ -199,6 +210,7 @@ impl EpCore {
             addr: a.addr,
             key: a.key,
             fetch,
+            level,
             context,
         };
         match en.ep.post_atomic(op) {

@@ -1,8 +1,9 @@
 //! libfabric's authorization keys as xfer's job key (docs/OFI.md,
 //! "Authorization keys"). An `auth_key` in `domain_attr` is the default key
 //! of the domain's endpoints, one in `ep_attr` the endpoint's own; either
-//! becomes the endpoint's `EndpointAttr::job_key`, which both of xfer's
-//! transports enforce: a peer must prove it holds the same key (an HMAC over
+//! becomes the endpoint's `EndpointAttr::job_key`, which every xfer
+//! provider enforces (tcp, shm and shm+tcp in the RDM engine's handshake,
+//! verbs in rdma_cm's private data): a peer must prove it holds the same key (an HMAC over
 //! a challenge; the key never travels) or is refused before anything it
 //! sent is delivered. Without one, `XFER_JOB_KEY` applies, as every
 //! `XFER_*` setting does.

@@ -177,9 +177,10 @@ unsafe extern "C" fn insertsvc(
         if node.is_null() {
             return -(libc::EINVAL);
         }
-        // Only TCP endpoints have services; elsewhere a node must be an
-        // address string (shm's fi_xfer_shm:// names).
-        if av.domain.xfer.provider() != "tcp" && !service.is_null() {
+        // Only TCP endpoints (and shm+tcp's TCP sides) have services;
+        // elsewhere a node must be an address string (shm's fi_xfer_shm://
+        // names).
+        if !matches!(av.domain.xfer.provider(), "tcp" | "shm+tcp") && !service.is_null() {
             return -(libc::ENOSYS);
         }
         // SAFETY: C strings (or a null service) from the application.

@@ -109,14 +109,6 @@ pub fn serves_rma(provider: &str) -> bool {
     matches!(provider, "tcp" | "shm" | "tcp-rdm" | "shm+tcp" | "verbs-rdm")
 }
 
-/// Whether provider `provider` admits only peers holding the endpoint's job
-/// key (`auth_key`): TCP and verbs do; the RDM engine under shm does not
-/// yet (nor under tcp-rdm, shm+tcp or verbs-rdm), so an `auth_key` is refused there
-/// rather than silently ignored.
-pub fn checks_job_keys(provider: &str) -> bool {
-    !matches!(provider, "shm" | "tcp-rdm" | "shm+tcp" | "verbs-rdm")
-}
-
 /// What the application asked for, read once out of its `fi_info`.
 #[derive(Debug, Default, Clone)]
 pub struct Hints {
@@ -243,7 +235,9 @@ pub fn select(h: &Hints, provider: &str, atomics: bool, limits: Limits) -> Resul
     let Some(format) = Format::of(h.addr_format) else {
         return Err("address formats: xfer names (FI_FORMAT_UNSPEC), FI_SOCKADDR_IN, FI_SOCKADDR_IN6");
     };
-    let tcp = provider == "tcp";
+    // Socket addresses, node and service name TCP endpoints, and shm+tcp
+    // endpoints by their TCP side.
+    let tcp = matches!(provider, "tcp" | "shm+tcp");
     let shm = provider == "shm";
     if format != Format::Xfer && !tcp && !(shm && format == Format::Str) {
         return Err("socket address formats are the TCP provider's, address strings TCP's and shm's");
@@ -340,9 +334,6 @@ pub fn select(h: &Hints, provider: &str, atomics: bool, limits: Limits) -> Resul
     }
     if let Some(why) = h.auth_key_refused {
         return Err(why);
-    }
-    if (h.domain_auth_key.is_some() || h.ep_auth_key.is_some()) && !checks_job_keys(provider) {
-        return Err("auth_key: the shm provider does not check job keys");
     }
     if (h.caps | h.rx_caps) & fi::FI_SOURCE_ERR != 0 && (h.caps | h.rx_caps) & fi::FI_SOURCE == 0 {
         return Err("FI_SOURCE_ERR without FI_SOURCE");
@@ -676,19 +667,22 @@ fn default_ip() -> Option<IpAddr> {
 /// or only the one `XFER_PROVIDER` (`FI_XFER_PROVIDER`) forces. Open MPI 4.1
 /// treats fi_infos of one libfabric provider with alike attributes as NICs
 /// of one fabric and spreads its ranks over them by local rank
-/// (`opal_mca_common_ofi_select_provider`): with verbs and tcp both listed,
-/// ranks would land on providers that cannot reach each other, so
+/// (`opal_mca_common_ofi_select_provider`): with verbs and shm+tcp both
+/// listed, ranks would land on providers that cannot reach each other, so
 /// `XFER_PROVIDER` must be able to leave one entry. shm reaches this host
 /// only, so, as the facade does, it is offered only when chosen: forced, or
 /// named by the hints' `domain_attr->name` (`fi_info -d shm`); so is
-/// `tcp-rdm` (TCP under the RDM engine, beside `tcp` while it replaces it:
-/// listed unasked, it would split ranks between the two), `shm+tcp`
-/// until it becomes the default, and `verbs-rdm` (verbs under the engine,
-/// beside `verbs` while it replaces it).
-fn offered(forced: Option<&str>, asked: Option<&str>, name: &str) -> bool {
-    match forced {
-        None => !matches!(name, "shm" | "tcp-rdm" | "shm+tcp" | "verbs-rdm") || asked == Some(name),
-        Some(f) => f == name,
+/// `tcp-rdm` (`tcp` under a second name), and `verbs-rdm` (verbs under the
+/// engine, beside `verbs` while it replaces it). `tcp` stands in for `shm+tcp`
+/// (which includes it) where that took no fi_info (`shm_tcp_offered`
+/// false): hints with socket address formats, node and service, or naming
+/// `tcp`; listed beside it, it would split ranks as verbs does.
+fn offered(forced: Option<&str>, asked: Option<&str>, name: &str, shm_tcp_offered: bool) -> bool {
+    match (forced, name) {
+        (Some(f), _) => f == name,
+        (None, "shm" | "tcp-rdm" | "verbs-rdm") => asked == Some(name),
+        (None, "tcp") => !shm_tcp_offered,
+        (None, _) => true,
     }
 }
 
@@ -739,7 +733,11 @@ pub(crate) unsafe extern "C" fn getinfo(
         })
         .into_iter()
         .filter(|p| p.available);
-        for p in usable.filter(|p| offered(forced.as_deref(), h.domain_name.as_deref(), p.name)) {
+        let mut shm_tcp_offered = false;
+        for p in usable {
+            if !offered(forced.as_deref(), h.domain_name.as_deref(), p.name, shm_tcp_offered) {
+                continue;
+            }
             let atomics = asks_atomics && crate::domain::applies_atomics(p.name);
             let offer = match select(&h, p.name, atomics, limits) {
                 Ok(o) => o,
@@ -759,6 +757,7 @@ pub(crate) unsafe extern "C" fn getinfo(
                 false => unsafe { (*tail).next = new },
             }
             tail = new;
+            shm_tcp_offered |= p.name == xfer_facade::mixed::NAME;
         }
         if head.is_null() {
             return -(libc::ENODATA);
@@ -780,20 +779,28 @@ mod tests {
 
     #[test]
     fn xfer_provider_leaves_one_entry() {
-        assert!(offered(None, None, "verbs") && offered(None, None, "tcp"));
+        let offered = |forced, asked, name| offered(forced, asked, name, false);
+        assert!(offered(None, None, "verbs") && offered(None, None, "shm+tcp"));
         assert!(offered(Some("tcp"), None, "tcp"));
-        assert!(!offered(Some("tcp"), None, "verbs"));
+        assert!(!offered(Some("tcp"), None, "verbs") && !offered(Some("tcp"), None, "shm+tcp"));
         assert!(!offered(None, None, "shm"), "same host only: offered when chosen");
         assert!(offered(Some("shm"), None, "shm") && !offered(Some("shm"), None, "tcp"));
         assert!(offered(None, Some("shm"), "shm"), "named by the hints");
         assert!(!offered(Some("tcp"), Some("shm"), "shm"), "XFER_PROVIDER wins");
-        assert!(!offered(None, None, "tcp-rdm"), "beside tcp: offered when chosen");
-        assert!(offered(Some("tcp-rdm"), None, "tcp-rdm") && offered(None, Some("tcp-rdm"), "tcp-rdm"));
         assert!(
-            !offered(None, None, "shm+tcp"),
-            "not the default yet: offered when chosen"
+            !offered(None, None, "tcp-rdm"),
+            "tcp's second name: offered when chosen"
         );
+        assert!(offered(Some("tcp-rdm"), None, "tcp-rdm") && offered(None, Some("tcp-rdm"), "tcp-rdm"));
         assert!(offered(Some("shm+tcp"), None, "shm+tcp") && offered(None, Some("shm+tcp"), "shm+tcp"));
+    }
+
+    #[test]
+    fn tcp_stands_in_for_shm_tcp() {
+        assert!(!offered(None, None, "tcp", true), "beside shm+tcp it would split ranks");
+        assert!(offered(None, None, "tcp", false), "where shm+tcp took no fi_info");
+        assert!(offered(None, Some("tcp"), "tcp", false));
+        assert!(offered(Some("tcp"), None, "tcp", true), "forced");
     }
 
     #[test]
@@ -816,8 +823,8 @@ mod tests {
             ep_auth_key: Some(b"mine".to_vec()),
             ..Hints::default()
         };
-        assert!(select(&h, "shm", false, L).is_err(), "shm does not check job keys");
-        for p in ["tcp", "verbs"] {
+        // Every provider checks job keys: the engine's in its handshake.
+        for p in ["tcp", "verbs", "shm", "tcp-rdm", "shm+tcp"] {
             let o = select(&h, p, false, L).unwrap();
             assert_eq!(o.domain_auth_key.as_deref(), Some(&b"job"[..]), "{p}");
             assert_eq!(o.ep_auth_key.as_deref(), Some(&b"mine"[..]), "{p}");

@@ -6,7 +6,8 @@
 //! forces (`make test-shm` runs it over shm). And the shm domain whatever
 //! `XFER_PROVIDER` says: fi_shm.c (its addresses and what it refuses) and
 //! the one-process programs of the reference suite over it; remote atomics
-//! (fi_atomic.c) over shm and tcp-rdm.
+//! (fi_atomic.c) over shm and tcp-rdm; authorization keys between two
+//! processes (fi_auth_pair.c) over shm, tcp-rdm and shm+tcp.
 
 mod common;
 
@@ -139,8 +140,8 @@ fn run_over(exe: &Path, provider: Option<&str>, done: &str) {
 
 /// ofi/tests/c/fi_shm.c, the shm domain asked for by name (no
 /// `XFER_PROVIDER`): offered with `FI_ADDR_STR` and `FI_RMA_EVENT`; a
-/// service, a host name, `FI_SOCKADDR_IN`, an `auth_key` and a TCP name
-/// refused; `fi_getname` is `fi_xfer_shm://` and the name in hex, which
+/// service, a host name, `FI_SOCKADDR_IN`, an oversized `auth_key` and a
+/// TCP name refused, an `auth_key` given back; `fi_getname` is `fi_xfer_shm://` and the name in hex, which
 /// as `node` comes back as `dest_addr`, goes into `fi_av_insert` and
 /// `fi_av_insertsvc` (a service `-FI_ENOSYS`), carries a message, and
 /// `fi_av_straddr`/`fi_av_lookup` give back; bad strings are not inserted.
@@ -175,11 +176,91 @@ fn one_process_programs_over_shm() {
 /// (`fi_atomic`, `fi_fetch_atomic`, `fi_compare_atomic`, their `v` and
 /// `msg` forms, `fi_inject_atomic`), fetched values and counters checked,
 /// bad keys, bounds and alignment refused with memory left alone, and
-/// `fi_query_atomic` / `fi_*atomicvalid`.
+/// `fi_query_atomic` / `fi_*atomicvalid`; over xfer, the bad key of an
+/// atomic completed when sent shows in the close log line's
+/// `atomics_refused_after_completion` and a rate-limited warning.
 #[test]
 fn atomics_over_shm_and_tcp_rdm() {
     let exe = build_c("fi_atomic.c", "ofi_fi_atomic");
     for provider in ["shm", "tcp-rdm"] {
-        run_over(&exe, Some(provider), "all atomics checked");
+        let mut cmd = fi_command(exe.to_str().expect("utf-8 path"));
+        cmd.env_remove("FI_XFER_PROVIDER")
+            .env("XFER_PROVIDER", provider)
+            .env("XFER_LOG", "xfer_fi::ep=info,warn");
+        let out = wait_output(
+            cmd.spawn().expect("running fi_atomic"),
+            "fi_atomic",
+            Duration::from_secs(60),
+        );
+        check(&format!("fi_atomic over {provider}"), &out);
+        assert!(String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .any(|l| l == "all atomics checked"));
+        // The bad key at the default completion level: completed, then
+        // counted and logged when the target refused it.
+        let log = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            log.contains("refused a remote atomic that had completed")
+                && log.contains("atomics_refused_after_completion=1"),
+            "{provider}: the late refusal is neither logged nor counted:\n{log}"
+        );
+    }
+}
+
+/// ofi/tests/c/fi_auth_pair.c between processes over each of the RDM
+/// engine's domains: a server whose `domain_attr->auth_key` is "job-A"
+/// answers a client with that key, while a client with "job-B" and one
+/// with no key see their sends complete with errors and the server
+/// receives nothing of theirs (it fails on any payload but a hello or
+/// stop, and counts one hello).
+#[test]
+fn auth_keys_between_processes_over_engine_domains() {
+    use std::io::{BufRead, BufReader};
+    let exe = build_c("fi_auth_pair.c", "ofi_fi_auth_pair");
+    let run = |provider: &str, args: &[&str]| {
+        let mut cmd = fi_command(exe.to_str().expect("utf-8 path"));
+        cmd.env_remove("FI_XFER_PROVIDER")
+            .env("XFER_PROVIDER", provider)
+            .args(args);
+        cmd
+    };
+    for provider in ["shm", "tcp-rdm", "shm+tcp"] {
+        let mut server = run(provider, &["server", "job-A"]).spawn().expect("running the server");
+        let mut lines = BufReader::new(server.stdout.take().expect("piped stdout")).lines();
+        let mut name = None;
+        for line in lines.by_ref() {
+            let line = line.expect("the server's output");
+            if let Some(n) = line.strip_prefix("name ") {
+                name = Some(n.to_string());
+            }
+            if line == "ready" {
+                break;
+            }
+        }
+        let name = name.unwrap_or_else(|| panic!("{provider}: the server printed no name"));
+        for (key, how, want) in [
+            ("job-B", "refused", "refused "),
+            ("-", "refused", "refused "),
+            ("job-A", "ok", "answered"),
+        ] {
+            let child = run(provider, &["client", &name, key, how])
+                .spawn()
+                .expect("running a client");
+            let what = format!("{provider}: the client with key {key}");
+            let out = wait_output(child, &what, Duration::from_secs(60));
+            check(&what, &out);
+            let text = String::from_utf8_lossy(&out.stdout);
+            assert!(
+                text.lines().any(|l| l.starts_with(want)),
+                "{what}: no '{want}' in:\n{text}"
+            );
+        }
+        let out = wait_output(server, &format!("{provider}: the server"), Duration::from_secs(60));
+        check(&format!("{provider}: the server"), &out);
+        let rest: Vec<String> = lines.map_while(Result::ok).collect();
+        assert!(
+            rest.iter().any(|l| l == "served 1"),
+            "{provider}: the server said {rest:?}"
+        );
     }
 }

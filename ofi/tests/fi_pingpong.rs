@@ -21,7 +21,7 @@ fn domain() -> String {
     std::env::var("XFER_PROVIDER")
         .ok()
         .filter(|p| !p.is_empty())
-        .unwrap_or_else(|| "tcp".into())
+        .unwrap_or_else(|| "shm+tcp".into())
 }
 
 /// Runs an fi_pingpong server (with `server_env` set) and client with `args`
@@ -168,7 +168,15 @@ fn shm_is_offered_when_chosen() {
         d
     };
     let unasked = domains(&[], &[]);
-    assert!(unasked.contains(&"tcp".to_string()), "{unasked:?}");
+    assert!(unasked.contains(&"shm+tcp".to_string()), "{unasked:?}");
+    assert!(
+        !unasked.contains(&"tcp".to_string()),
+        "tcp listed beside shm+tcp: {unasked:?}"
+    );
+    // shm+tcp takes socket addresses too (its TCP side's); tcp alone when
+    // named.
+    assert_eq!(domains(&[], &["-a", "FI_SOCKADDR_IN"]), ["shm+tcp"]);
+    assert_eq!(domains(&[], &["-d", "tcp"]), ["tcp"]);
     assert!(!unasked.contains(&"shm".to_string()), "shm listed unasked: {unasked:?}");
     assert_eq!(domains(&[], &["-d", "shm"]), ["shm"]);
     assert_eq!(domains(&[("FI_XFER_PROVIDER", "shm")], &[]), ["shm"]);

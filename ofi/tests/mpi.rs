@@ -122,7 +122,7 @@ fn mpirun(np: usize, program: &str, args: &[String], limit: Duration) -> Output 
 /// Asserts that each of the `np` ranks closed an xfer endpoint of the
 /// expected provider after receiving through it.
 fn xfer_carried(out: &Output, np: usize) {
-    let provider = env_or("XFER_PROVIDER", "tcp");
+    let provider = env_or("XFER_PROVIDER", "shm+tcp");
     let stderr = String::from_utf8_lossy(&out.stderr);
     let closed: Vec<&str> = stderr.lines().filter(|l| l.contains("xfer endpoint closed")).collect();
     assert_eq!(

@@ -287,9 +287,10 @@ static void test_info(void)
         if (strcmp(info.name, "shm+tcp") == 0)
             shm_tcp = i;
     }
-    /* TCP is the network fallback; shm (same-host peers only), tcp-rdm and
-     * shm+tcp (opened only when asked for) come after it, never preferred. */
-    CHECK(tcp >= 0 && shm == tcp + 1 && tcp_rdm == shm + 1 && shm_tcp == n - 1);
+    /* shm+tcp (shared memory to peers on this host, TCP to the others) is
+     * preferred to tcp alone; shm (same-host peers only) and tcp-rdm (tcp
+     * under a second name) come after, opened only when asked for. */
+    CHECK(shm_tcp >= 0 && tcp == shm_tcp + 1 && shm == tcp + 1 && (tcp_rdm < 0 || tcp_rdm == shm + 1));
     CHECK_RC(xfer_info_get((size_t)n, &info), XFER_EINVAL);
     CHECK_RC(xfer_info_get(0, NULL), XFER_EINVAL);
 }
@@ -2252,10 +2253,37 @@ static void test_atomics(void)
         memcpy(&words[1], &start, sizeof start);
         uint64_t bits;
         memcpy(&bits, &add, sizeof add);
-        CHECK_RC(xfer_ep_atomic(n.ep, XFER_ATOMIC_SUM, XFER_DOUBLE, bits, self, &k, 8, CTX(4)), 0);
+        /* Delivery complete: applied by the time it completes. */
+        CHECK_RC(xfer_ep_atomic_flags(n.ep, XFER_ATOMIC_SUM, XFER_DOUBLE, bits, self, &k, 8, XFER_DELIVERY_COMPLETE,
+                                      CTX(4)),
+                 0);
         CHECK(expect(ns, 1, 0, CTX(4), &e) && e.err == 0 && e.flags == (XFER_ATOMIC | XFER_WRITE));
         memcpy(&sum, &words[1], sizeof sum);
         CHECK(sum == 3.75);
+        /* The default completes when sent; a fetch behind it sees it applied. */
+        CHECK_RC(xfer_ep_atomic(n.ep, XFER_ATOMIC_SUM, XFER_UINT64, 2, self, &k, 16, CTX(10)), 0);
+        CHECK(expect(ns, 1, 0, CTX(10), &e) && e.err == 0 && e.flags == (XFER_ATOMIC | XFER_WRITE));
+        CHECK_RC(xfer_ep_fetch_atomic(n.ep, XFER_ATOMIC_READ, XFER_UINT64, 0, self, &k, 16, CTX(11)), 0);
+        CHECK(expect(ns, 1, 0, CTX(11), &e) && e.err == 0 && e.data == 2 && words[2] == 2);
+        words[2] = 0;
+        /* A refusal: the completion's error with delivery complete. */
+        CHECK_RC(xfer_ep_atomic_flags(n.ep, XFER_ATOMIC_SUM, XFER_UINT64, 1, self, &k, 20, XFER_DELIVERY_COMPLETE,
+                                      CTX(12)),
+                 0);
+        CHECK(expect(ns, 1, 0, CTX(12), &e) && e.err == XFER_EACCES); /* misaligned */
+        /* Without: it completes, and the refusal, answered before the fetch
+         * behind it, is counted. */
+        uint64_t refused = 99;
+        CHECK_RC(xfer_ep_counter(n.ep, "atomics_refused_after_completion", &refused), 0);
+        CHECK(refused == 0);
+        CHECK_RC(xfer_ep_atomic(n.ep, XFER_ATOMIC_SUM, XFER_UINT64, 1, self, &k, 20, CTX(14)), 0);
+        CHECK(expect(ns, 1, 0, CTX(14), &e) && e.err == 0);
+        CHECK_RC(xfer_ep_fetch_atomic(n.ep, XFER_ATOMIC_READ, XFER_UINT64, 0, self, &k, 16, CTX(15)), 0);
+        CHECK(expect(ns, 1, 0, CTX(15), &e) && e.err == 0);
+        CHECK_RC(xfer_ep_counter(n.ep, "atomics_refused_after_completion", &refused), 0);
+        CHECK(refused == 1);
+        CHECK_RC(xfer_ep_atomic_flags(n.ep, XFER_ATOMIC_SUM, XFER_UINT64, 1, self, &k, 16, XFER_INJECT, CTX(13)),
+                 XFER_EINVAL);
         CHECK_RC(xfer_ep_fetch_atomic(n.ep, XFER_ATOMIC_SUM, XFER_UINT64, 1, self, &k, 20, CTX(5)), 0);
         CHECK(expect(ns, 1, 0, CTX(5), &e) && e.err == XFER_EACCES); /* misaligned */
         CHECK(words[0] == 99 && words[2] == 0 && words[3] == 0);

@@ -118,6 +118,12 @@ pub enum Cause {
     /// The peer broke the transport's or the engine's protocol
     /// ([`Error::Protocol`]).
     Protocol(&'static str),
+    /// The connection could not be made on its route, and a connect to the
+    /// same address now takes another (a [`Pair`](super::pair::Pair) whose
+    /// first transport's peer refused it): the engine connects again. Never
+    /// reported for a connection that came up; where the engine cannot
+    /// connect again it reports [`Error::PeerUnreachable`] (`ECONNREFUSED`).
+    Rerouted,
     /// The peer's process made no progress for the engine's progress
     /// timeout ([`Error::Stalled`]); the engine's own cause, never a
     /// transport's.
@@ -160,6 +166,16 @@ pub trait Transport: Send {
 
     /// Largest payload one frame may carry.
     fn max_payload(&self) -> usize;
+
+    /// Largest payload one frame on `conn` may carry: [`max_payload`]
+    /// unless the transport serves connections differently (a pair: the
+    /// transport that carries `conn`).
+    ///
+    /// [`max_payload`]: Self::max_payload
+    fn max_payload_on(&self, conn: ConnId) -> usize {
+        let _ = conn;
+        self.max_payload()
+    }
 
     /// Opens a connection to the transport address `addr`. Frames may be
     /// sent on it at once (the transport holds them until it is up); `Up`

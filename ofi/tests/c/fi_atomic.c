@@ -14,12 +14,18 @@
  *   fi_fetch_atomicv, fi_fetch_atomicmsg and fi_inject_atomic each leave
  *   the element as computed here, the fetching ones bring back the old
  *   value; one completion each (FI_ATOMIC | FI_WRITE, FI_ATOMIC | FI_READ,
- *   none for an inject) with its context; FI_ATOMIC_READ fetches without
+ *   none for an inject) with its context; a non-fetching one at the default
+ *   completion level may complete before the target applied it (its
+ *   element is awaited, driving both), fi_atomicmsg with
+ *   FI_DELIVERY_COMPLETE only after (checked at once); FI_ATOMIC_READ fetches without
  *   changing; fi_compare_atomic (and its v and msg forms) swaps when equal
  *   and not otherwise, bringing back the old value either way;
  * - the write and read counters count every atomic of their kind;
  * - refused at the target, memory and result left alone, FI_EACCES at A: a
- *   bad key, an element past the region's end, a misaligned element;
+ *   bad key, an element past the region's end, a misaligned element (the
+ *   non-fetching one with FI_DELIVERY_COMPLETE); over xfer, fi_atomic with a
+ *   bad key at the default level completes, changes nothing, and a fetch
+ *   behind it still works;
  *   refused at the call over xfer: two elements (-FI_EINVAL; xfer's count
  *   is 1), a bitwise operation on a float (-FI_EOPNOTSUPP).
  * Written against libfabric's API only: over libfabric's own tcp provider
@@ -186,7 +192,7 @@ static void check_op(enum fi_datatype dt, enum fi_op op, union elem v0, union el
 		switch (way) {
 		case 0: POST(fi_atomic(p.ep_a, &x, 1, NULL, p.b, at, p.key, dt, op, &ctx)); break;
 		case 1: POST(fi_atomicv(p.ep_a, &iov, NULL, 1, p.b, at, p.key, dt, op, &ctx)); break;
-		case 2: POST(fi_atomicmsg(p.ep_a, &msg, FI_COMPLETION)); break;
+		case 2: POST(fi_atomicmsg(p.ep_a, &msg, FI_COMPLETION | FI_DELIVERY_COMPLETE)); break;
 		case 3: POST(fi_fetch_atomic(p.ep_a, &x, 1, NULL, res, NULL, p.b, at, p.key, dt, op, &ctx)); break;
 		case 4: POST(fi_fetch_atomicv(p.ep_a, &iov, NULL, 1, &rv, NULL, 1, p.b, at, p.key, dt, op, &ctx)); break;
 		case 5: POST(fi_fetch_atomicmsg(p.ep_a, &msg, &rv, NULL, 1, FI_COMPLETION)); break;
@@ -206,6 +212,14 @@ static void check_op(enum fi_datatype dt, enum fi_op op, union elem v0, union el
 		} else {
 			completed(&ctx, FI_ATOMIC | (fetch ? FI_READ : FI_WRITE), "atomic");
 			*(fetch ? &reads : &writes) += 1;
+		}
+		if (way < 2 || way == 6) {
+			/* The default level: applied by the target later. */
+			double end = now() + WAIT_SEC;
+			while (!same(dt, elem, &want) && now() < end) {
+				(void)fi_cq_read(cq_a, NULL, 0);
+				(void)fi_cq_read(cq_b, NULL, 0);
+			}
 		}
 		CHECK(same(dt, elem, &want), "dt %d op %d way %d: element %#llx, want %#llx", dt, op, way,
 		      (unsigned long long)((union elem *)elem)->u64, (unsigned long long)want.u64);
@@ -304,12 +318,29 @@ static void check_refusals(void)
 	POST(fi_fetch_atomic(p.ep_a, &x, 1, NULL, res, NULL, p.b, p.base + sizeof(target), p.key, FI_UINT64, FI_SUM,
 			     &ctx));
 	refused(&ctx, "past the end");
-	POST(fi_atomic(p.ep_a, &x, 1, NULL, p.b, p.base + 9, p.key, FI_UINT64, FI_SUM, &ctx));
+	struct fi_ioc iov = {.addr = &x, .count = 1};
+	struct fi_rma_ioc rma = {.addr = p.base + 9, .count = 1, .key = p.key};
+	struct fi_msg_atomic msg = {.msg_iov = &iov, .iov_count = 1, .addr = p.b, .rma_iov = &rma, .rma_iov_count = 1,
+				    .datatype = FI_UINT64, .op = FI_SUM, .context = &ctx};
+	POST(fi_atomicmsg(p.ep_a, &msg, FI_COMPLETION | FI_DELIVERY_COMPLETE));
 	refused(&ctx, "misaligned");
 	CHECK(*elem == 77 && *res == 3, "refused atomics changed memory: %llu %llu", (unsigned long long)*elem,
 	      (unsigned long long)*res);
 	reads += 2;
 	writes += 1;
+	if (xfer) {
+		/* The default level: completed when sent, the refusal only
+		 * counted and logged at A; a fetch behind it is answered. */
+		POST(fi_atomic(p.ep_a, &x, 1, NULL, p.b, p.base + 8, p.key + 1000, FI_UINT64, FI_SUM, &ctx));
+		completed(&ctx, FI_ATOMIC | FI_WRITE, "a bad key at the default level");
+		POST(fi_fetch_atomic(p.ep_a, NULL, 1, NULL, res, NULL, p.b, p.base + 8, p.key, FI_UINT64, FI_ATOMIC_READ,
+				     &ctx));
+		completed(&ctx, FI_ATOMIC | FI_READ, "a read behind the refused atomic");
+		CHECK(*res == 77, "read %llu", (unsigned long long)*res);
+		*res = 3;
+		reads += 1;
+		writes += 1;
+	}
 	if (xfer) /* one element per atomic; others take more */
 		CHECK(fi_atomic(p.ep_a, &x, 2, NULL, p.b, p.base + 8, p.key, FI_UINT64, FI_SUM, &ctx) == -FI_EINVAL,
 		      "two elements");

@@ -3,8 +3,9 @@
  * - fi_getinfo offers it with FI_ADDR_STR and with FI_RMA | FI_RMA_EVENT,
  *   FI_LOCAL_COMM and FI_REMOTE_COMM only when asked for;
  *   refuses a service (with and without FI_SOURCE), a node that is a host
- *   name, FI_SOCKADDR_IN, an auth_key (shm checks no job keys), and a node
- *   string naming a TCP endpoint (-FI_ENODATA each);
+ *   name, FI_SOCKADDR_IN, and a node string naming a TCP endpoint
+ *   (-FI_ENODATA each); an auth_key (shm checks job keys) comes back as
+ *   asked, and one longer than 1024 bytes is refused;
  * - two endpoints A and B: B's fi_getname is "fi_xfer_shm://" and its
  *   15-byte name in 30 hex digits, NUL included in the length;
  *   fi_getinfo with B's string as node and no service gives it back as
@@ -12,8 +13,8 @@
  *   a tagged message from A arrives intact; fi_av_straddr and fi_av_lookup
  *   give the string back; fi_av_insertsvc with the string as node and no
  *   service inserts it, with a service -FI_ENOSYS; a malformed string and a
- *   TCP endpoint's name are not inserted; fi_endpoint with an auth_key
- *   -FI_EINVAL.
+ *   TCP endpoint's name are not inserted; fi_endpoint takes an auth_key,
+ *   and refuses a size without a key (-FI_EINVAL).
  * Prints "all shm checked" and exits 0. */
 #include <rdma/fabric.h>
 #include <rdma/fi_cm.h>
@@ -77,12 +78,19 @@ int main(void)
 	struct fi_info *sin = shm_hints(FI_TAGGED, FI_SOCKADDR_IN);
 	refused(sin, NULL, NULL, 0, "FI_SOCKADDR_IN");
 	fi_freeinfo(sin);
-	struct fi_info *keyed = shm_hints(FI_TAGGED, FI_ADDR_STR);
+	struct fi_info *keyed = shm_hints(FI_TAGGED, FI_ADDR_STR), *k_info;
 	keyed->domain_attr->auth_key = (uint8_t *)strdup("job");
 	keyed->domain_attr->auth_key_size = 3;
-	refused(keyed, NULL, NULL, 0, "an auth_key");
+	MUST(fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, keyed, &k_info));
+	CHECK(k_info->domain_attr->auth_key_size == 3 && !memcmp(k_info->domain_attr->auth_key, "job", 3),
+	      "auth_key not given back: %zu bytes", k_info->domain_attr->auth_key_size);
+	fi_freeinfo(k_info);
+	free(keyed->domain_attr->auth_key);
+	keyed->domain_attr->auth_key = calloc(1025, 1);
+	keyed->domain_attr->auth_key_size = 1025;
+	refused(keyed, NULL, NULL, 0, "an auth_key of 1025 bytes");
 	fi_freeinfo(keyed);
-	printf("services, socket addresses and keys refused\n");
+	printf("services, socket addresses and oversized keys refused\n");
 
 	struct fid_fabric *fabric;
 	struct fid_domain *domain;
@@ -146,13 +154,18 @@ int main(void)
 	      "fi_av_insert of a malformed string and a TCP name = %d", r);
 	printf("straddr, lookup, insertsvc and bad strings checked\n");
 
-	/* A key given to fi_endpoint directly is refused too. */
+	/* A key given to fi_endpoint directly is taken; a size without a key
+	 * is not. */
 	struct fi_info *with_key = fi_dupinfo(info);
 	with_key->ep_attr->auth_key = (uint8_t *)strdup("job");
 	with_key->ep_attr->auth_key_size = 3;
 	struct fid_ep *kep;
+	MUST(fi_endpoint(domain, with_key, &kep, NULL));
+	MUST(fi_close(&kep->fid));
+	free(with_key->ep_attr->auth_key);
+	with_key->ep_attr->auth_key = NULL;
 	r = fi_endpoint(domain, with_key, &kep, NULL);
-	CHECK(r == -FI_EINVAL, "fi_endpoint with an auth_key = %d", r);
+	CHECK(r == -FI_EINVAL, "fi_endpoint with an auth_key_size and no key = %d", r);
 	fi_freeinfo(with_key);
 
 	fi_freeinfo(to_b);

@@ -2,7 +2,10 @@
 //! `atomic_lat` (one fetch-and-add at a time, its whole round trip, as
 //! `ucx_perftest -t ucp_fadd`) and `atomic_rate` (non-fetching adds with
 //! at most `window` in flight, as `ucx_perftest -t ucp_add`: operations per
-//! second). The server only makes progress.
+//! second; each completes when sent, and the clock stops when a fetch
+//! behind the last one, as UCX's closing flush, returns);
+//! `atomic_rate_dc` the same adds completed by the target's answer
+//! (`Endpoint::atomic_delivered`). The server only makes progress.
 //!
 //! Per phase: the server registers an 8-byte region holding 0 and answers
 //! `ready <packed rkey in hex>`; every operation adds 1. The client ends the
@@ -17,6 +20,9 @@ use crate::control::{hear, say, SEND};
 use crate::driver::{Driver, Result};
 use crate::hex::{hex, unhex};
 use crate::plan::{Phase, Test};
+
+/// The context of the fetch that waits for the adds before it.
+const FLUSH: u64 = 6;
 use crate::progress::Progress;
 
 /// The element's size (a `u64`).
@@ -54,7 +60,10 @@ pub fn client(
     let theirs = RemoteKey::unpack(&unhex(h)?).map_err(|e| format!("remote key: {e}"))?;
     let out = match p.test {
         Test::AtomicLat => (fetch_add_lat(ep, d, peer, p, &theirs, prog)?, 0.0),
-        _ => (Vec::new(), add_rate(ep, d, peer, p, &theirs, prog)?),
+        t => {
+            let delivered = t == Test::AtomicRateDc;
+            (Vec::new(), add_rate(ep, d, peer, p, &theirs, delivered, prog)?)
+        }
     };
     say(ep, d, peer, "end")?;
     match hear(ep, d, peer)?.as_str() {
@@ -96,13 +105,15 @@ fn fetch_add_lat(
     Ok(samples)
 }
 
-/// Non-fetching adds, at most `window` in flight.
+/// Non-fetching adds, at most `window` in flight; each completes when sent
+/// or, `delivered`, with the target's answer.
 fn add_rate(
     ep: &Endpoint,
     d: &mut Driver,
     peer: PeerAddr,
     p: &Phase,
     theirs: &RemoteKey,
+    delivered: bool,
     prog: &mut Progress,
 ) -> Result<f64> {
     let total = p.warmup + p.iters;
@@ -113,23 +124,28 @@ fn add_rate(
             while in_flight > 0 {
                 collect(d, &mut in_flight)?;
             }
+            flush(ep, d, peer, theirs, i)?;
             start = Some(Instant::now());
         }
         while in_flight >= p.window {
             collect(d, &mut in_flight)?;
         }
-        ep.atomic(peer, AtomicKind::Sum, Datatype::U64, 1, theirs, 0, SEND)
-            .map_err(post_err)?;
+        match delivered {
+            true => ep.atomic_delivered(peer, AtomicKind::Sum, Datatype::U64, 1, theirs, 0, SEND),
+            false => ep.atomic(peer, AtomicKind::Sum, Datatype::U64, 1, theirs, 0, SEND),
+        }
+        .map_err(post_err)?;
         in_flight += 1;
         prog.tick(i + 1);
     }
     while in_flight > 0 {
         collect(d, &mut in_flight)?;
     }
+    flush(ep, d, peer, theirs, total)?;
     Ok(start.map_or(0.0, |s| s.elapsed().as_secs_f64()))
 }
 
-/// Takes one add's completion (the target applied it).
+/// Takes one add's completion.
 fn collect(d: &mut Driver, in_flight: &mut usize) -> Result<()> {
     match d.next("atomic add")?.context {
         SEND => {
@@ -138,4 +154,19 @@ fn collect(d: &mut Driver, in_flight: &mut usize) -> Result<()> {
         }
         other => Err(format!("atomic add: unexpected completion {other}")),
     }
+}
+
+/// A fetch behind every add posted: it returns once the target applied
+/// them all (the `done` so far), as UCX's flush does.
+fn flush(ep: &Endpoint, d: &mut Driver, peer: PeerAddr, theirs: &RemoteKey, done: usize) -> Result<()> {
+    ep.fetch_atomic(peer, AtomicKind::Read, Datatype::U64, 0, theirs, 0, FLUSH)
+        .map_err(post_err)?;
+    let c = d.next("the closing fetch")?;
+    if c.context != FLUSH || c.data != done as u64 {
+        return Err(format!(
+            "closing fetch: completion {} fetched {}, want {done}",
+            c.context, c.data
+        ));
+    }
+    Ok(())
 }

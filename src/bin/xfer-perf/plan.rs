@@ -31,10 +31,13 @@ pub enum Test {
     AtomicLat,
     /// Remote adds (no fetch) with a bound on those in flight: operations/s.
     AtomicRate,
+    /// The same adds, each completed by the target's answer (delivery
+    /// complete).
+    AtomicRateDc,
 }
 
 impl Test {
-    pub const ALL: [Test; 11] = [
+    pub const ALL: [Test; 12] = [
         Test::TagLat,
         Test::TagBw,
         Test::TagRate,
@@ -46,6 +49,7 @@ impl Test {
         Test::GetBw,
         Test::AtomicLat,
         Test::AtomicRate,
+        Test::AtomicRateDc,
     ];
 
     pub fn name(self) -> &'static str {
@@ -61,6 +65,7 @@ impl Test {
             Test::GetBw => "get_bw",
             Test::AtomicLat => "atomic_lat",
             Test::AtomicRate => "atomic_rate",
+            Test::AtomicRateDc => "atomic_rate_dc",
         }
     }
 
@@ -85,7 +90,7 @@ impl Test {
     /// Remote atomics on one 64-bit element: one phase of 8 B whatever
     /// `--sizes` says.
     pub fn is_atomic(self) -> bool {
-        matches!(self, Test::AtomicLat | Test::AtomicRate)
+        matches!(self, Test::AtomicLat | Test::AtomicRate | Test::AtomicRateDc)
     }
 
     pub fn is_rma(self) -> bool {
@@ -182,12 +187,14 @@ pub const USAGE: &str = "usage: xfer-perf [options] [local | server | client NAM
 
 options:
   --test LIST    tag_lat,tag_bw,tag_rate,msg_lat,msg_bw,put_lat,get_lat,put_bw,get_bw,
-                 atomic_lat,atomic_rate (default tag_lat,tag_bw); get_lat is one
+                 atomic_lat,atomic_rate,atomic_rate_dc (default tag_lat,tag_bw); get_lat is one
                  read's round trip (as ib_read_lat), atomic_lat one 64-bit
                  fetch-and-add's (as ucp_fadd), the other latencies half a round
                  trip; tag_rate keeps --window sends in flight and --window receives
                  posted, acknowledging only the last message (ucx_perftest -O);
-                 atomic_rate keeps --window 64-bit adds in flight (as ucp_add)
+                 atomic_rate keeps --window 64-bit adds in flight (as ucp_add: each
+                 completes when sent, a fetch at the end waits for them all);
+                 atomic_rate_dc the same adds, each completed by the target's answer
   --sizes LIST   message sizes, e.g. 1,64,4k,1M (default 1 B to --max-size, powers of 2)
   --max-size N   largest default size (default 4M)
   --iters N      measured iterations per size (default: scaled by size)
@@ -343,14 +350,23 @@ mod tests {
 
     #[test]
     fn atomic_tests_are_one_phase_of_eight_bytes() {
-        let o =
-            Options::parse(["--test", "atomic_lat,atomic_rate,tag_lat", "--sizes", "1,64"].map(String::from)).unwrap();
+        let o = Options::parse(
+            [
+                "--test",
+                "atomic_lat,atomic_rate,atomic_rate_dc,tag_lat",
+                "--sizes",
+                "1,64",
+            ]
+            .map(String::from),
+        )
+        .unwrap();
         let got: Vec<(Test, usize)> = o.phases().iter().map(|p| (p.test, p.size)).collect();
         assert_eq!(
             got,
             [
                 (Test::AtomicLat, 8),
                 (Test::AtomicRate, 8),
+                (Test::AtomicRateDc, 8),
                 (Test::TagLat, 1),
                 (Test::TagLat, 64)
             ]

@@ -6,6 +6,14 @@
 //! for one that fetches), applies it with the CPU's atomic instructions
 //! (`crate::atomic::apply`) and answers `AtomicDone` with the status and the
 //! old value. Nothing is touched when a check fails.
+//!
+//! An atomic that neither fetches nor asks for delivery
+//! ([`AtomicOp::answered`]) travels with token 0 and completes once its
+//! frame is written (`Out::Atomic`), behind everything queued before it to
+//! that peer, so a later operation to the same peer is applied after it.
+//! Its target answers only a refusal: `AtomicDone` with token 0, the status,
+//! and the key and address refused, which the initiator counts
+//! (`atomics_refused_after_completion`) and logs, rate limited.
 
 use crate::atomic::{apply, AtomicKind, AtomicOp, Datatype};
 use crate::complete;
@@ -52,10 +60,14 @@ impl State {
         h.data = op.operand;
         h.len = op.compare;
         h.off = pack(&op);
-        let at = self.serial(p);
-        let key = self.atomics.insert(AtomicTx { op, peer: at });
-        h.token = self.atomics.token(key);
-        self.enqueue(p, 0, Out::Owned(h.encode(), Vec::new()));
+        if op.answered() {
+            let at = self.serial(p);
+            let key = self.atomics.insert(AtomicTx { op, peer: at });
+            h.token = self.atomics.token(key);
+            self.enqueue(p, 0, Out::Owned(h.encode(), Vec::new()));
+        } else {
+            self.enqueue(p, 0, Out::Atomic(h.encode(), op));
+        }
         self.posted(t, cx, p);
     }
 
@@ -85,10 +97,16 @@ impl State {
             }
         };
         match result {
+            // Its initiator has completed it already and waits for nothing.
+            Ok(_) if h.token == 0 => return,
             Ok(old) => done.data = old,
             Err(code) => {
                 tracing::debug!(key = h.tag, addr = h.addr, status = code, "remote atomic refused");
                 done.status = code as u32;
+                if h.token == 0 {
+                    // Names what was refused, for the initiator's log.
+                    (done.tag, done.addr) = (h.tag, h.addr);
+                }
             }
         }
         self.enqueue(p, 0, Out::Owned(done.encode(), Vec::new()));
@@ -97,6 +115,9 @@ impl State {
     /// An initiator's answer: the atomic completes with the old value or
     /// the target's refusal.
     pub(super) fn on_atomic_done(&mut self, cx: &mut Ctx<'_>, at: (usize, u64), h: Header) -> Result<(), &'static str> {
+        if h.token == 0 {
+            return self.refused_after_completion(at, h);
+        }
         let key = self.atomics.key_of(h.token).filter(|&k| self.atomics[k].peer == at);
         let key = key.ok_or("atomic answer for no atomic waiting for one")?;
         let tx = self.atomics.remove(key);
@@ -106,6 +127,24 @@ impl State {
             _ => Err(Error::Protocol("unknown atomic status")),
         };
         complete::atomic(&mut cx.cq, tx.op, result);
+        Ok(())
+    }
+
+    /// A target's refusal of an atomic that completed when it was sent: too
+    /// late for its completion, so counted and logged.
+    fn refused_after_completion(&mut self, at: (usize, u64), h: Header) -> Result<(), &'static str> {
+        let code = u64::from(h.status);
+        if code == status::OK || code > status::ATOMIC_MAX {
+            return Err("atomic answer for no atomic waiting for one");
+        }
+        self.stats.atomics_refused_after_completion += 1;
+        crate::warn_limited!(
+            peer = at.0,
+            key = h.tag,
+            addr = h.addr,
+            error = %status_error(code),
+            "the target refused a remote atomic that had completed when sent (ask for delivery completion to see it in the completion)"
+        );
         Ok(())
     }
 }

@@ -17,6 +17,7 @@ use super::super::transport::{Cause, ConnId, Transport};
 use super::super::Unexpected;
 use super::out::Out;
 use super::peers::Peer;
+use super::wire::{Header, Kind};
 use super::{cause_error, State};
 
 impl State {
@@ -28,6 +29,7 @@ impl State {
             crate::warn_limited!(conn, error = what, "rdm: connection ended by a protocol error");
         }
         match self.peers.link_of(conn).map(|l| l.peer) {
+            Some(Some(peer)) if cause == Cause::Rerouted && self.redial(peer, conn) => {}
             Some(Some(peer)) => {
                 let at = self.serial(peer);
                 self.failed.push((at, cause));
@@ -36,6 +38,26 @@ impl State {
             None => {}
         }
         self.peers.unlink(conn);
+    }
+
+    /// Peer `p`'s connection `conn` could not be made on its route and the
+    /// transport takes another on the next connect: the peer dials again
+    /// (the next flush does) and says hello first. `false` when `conn` was
+    /// not the peer's connection still waiting for admission.
+    fn redial(&mut self, p: usize, conn: ConnId) -> bool {
+        let name = self.name;
+        let Some(e) = self.peers.get_mut(p) else { return false };
+        if e.tx != Some(conn) || !e.gated {
+            return false;
+        }
+        e.tx = None;
+        e.conns.retain(|&c| c != conn);
+        if !e.queue.front().is_some_and(|(_, out)| super::admit::opens(out)) {
+            let hello = Header::new(Kind::Hello).encode();
+            e.queue.push_front((0, Out::Owned(hello, name.as_bytes().to_vec())));
+            self.queued += 1;
+        }
+        true
     }
 
     /// Closes the connections doomed during progress and ends the peers that
@@ -108,8 +130,10 @@ impl State {
             self.gated -= 1;
         }
         for (_, out) in gone.queue.drain(..) {
-            if let Out::Eager(_, op) = out {
-                complete::send(&mut cx.cq, self.selective, op, Err(err.clone()));
+            match out {
+                Out::Eager(_, op) => complete::send(&mut cx.cq, self.selective, op, Err(err.clone())),
+                Out::Atomic(_, op) => complete::atomic(&mut cx.cq, op, Err(err.clone())),
+                _ => {}
             }
         }
         Some(gone)

@@ -42,7 +42,12 @@ pub struct Net {
     inner: Arc<Mutex<Inner>>,
     /// Frames a direction holds before `send` says full.
     pub cap: usize,
+    /// The largest payload a frame carries, when not [`DEFAULT_PAYLOAD`].
+    payload: Option<usize>,
 }
+
+/// The largest payload of a frame on a net made by [`Net::new`].
+pub const DEFAULT_PAYLOAD: usize = 1024;
 
 impl Net {
     /// A net whose connections hold `cap` frames each way.
@@ -50,7 +55,16 @@ impl Net {
         Net {
             inner: Arc::default(),
             cap,
+            payload: None,
         }
+    }
+
+    /// The same net with frames of at most `payload` bytes of payload
+    /// (larger ones are a protocol error).
+    #[cfg(test)]
+    pub fn with_payload(mut self, payload: usize) -> Net {
+        self.payload = Some(payload);
+        self
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
@@ -153,7 +167,7 @@ impl Transport for Mem {
     }
 
     fn max_payload(&self) -> usize {
-        1024
+        self.net.payload.unwrap_or(DEFAULT_PAYLOAD)
     }
 
     fn connect(&mut self, addr: &[u8]) -> Result<ConnId, Cause> {
@@ -180,6 +194,9 @@ impl Transport for Mem {
 
     fn send(&mut self, conn: ConnId, header: &[u8], payload: &[u8]) -> Result<(), Refused> {
         let &(pipe, side) = self.conns.get(conn).ok_or(Refused::Gone(Cause::Closed))?;
+        if payload.len() > self.max_payload() {
+            return Err(Refused::Gone(Cause::Protocol("frame over the transport's largest")));
+        }
         let cap = self.net.cap;
         let mut n = self.net.lock();
         let p = n.pipes.get_mut(pipe).ok_or(Refused::Gone(Cause::Closed))?;

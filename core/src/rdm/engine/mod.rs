@@ -101,6 +101,8 @@ struct Stats {
     pushes: u64,
     protocol_errors: u64,
     coalesced: u64,
+    /// Refusals of atomics that had completed when sent.
+    atomics_refused_after_completion: u64,
 }
 
 /// Everything but the transport, so frame handling can borrow it while the
@@ -108,7 +110,10 @@ struct Stats {
 struct State {
     provider_id: u8,
     name: Address,
+    /// The largest eager message to a peer not connected yet: the
+    /// rendezvous threshold, or the transport's smallest frame.
     eager_max: usize,
+    rndv_threshold: usize,
     inject_max: usize,
     selective: bool,
     source_err: bool,
@@ -174,6 +179,7 @@ impl<T: Transport> Engine<T> {
                 provider_id,
                 name,
                 eager_max: attr.rndv_threshold.min(room),
+                rndv_threshold: attr.rndv_threshold,
                 inject_max: attr.inject_size,
                 selective: attr.selective_completion,
                 source_err: attr.source_err,
@@ -286,6 +292,16 @@ impl State {
         (p, self.peers.get(p).map_or(0, |e| e.serial))
     }
 
+    /// The largest message sent to peer `p` eagerly: the rendezvous
+    /// threshold, or the largest frame of the connection it has.
+    #[inline]
+    fn eager_max_to<T: Transport>(&self, t: &T, p: usize) -> usize {
+        match self.peers.get(p).and_then(|e| e.tx) {
+            Some(c) => self.rndv_threshold.min(t.max_payload_on(c)),
+            None => self.eager_max,
+        }
+    }
+
     fn send<T: Transport>(&mut self, t: &mut T, cx: &mut Ctx<'_>, op: SendOp) {
         let p = match self.peer_for(t, cx.av, op.peer) {
             Ok(p) => p,
@@ -294,8 +310,9 @@ impl State {
         let at = self.serial(p);
         let mut hdr = Header::message(Kind::Eager, op.tag, op.data);
         let bytes = cost(op.buf.len() as u64);
-        let protocol = rndv::choose(op.buf.len(), self.eager_max, || self.affords(p, bytes));
-        if protocol == Protocol::Rendezvous && op.buf.len() <= self.eager_max {
+        let eager_max = self.eager_max_to(t, p);
+        let protocol = rndv::choose(op.buf.len(), eager_max, || self.affords(p, bytes));
+        if protocol == Protocol::Rendezvous && op.buf.len() <= eager_max {
             self.stalled();
         }
         match protocol {
@@ -460,6 +477,10 @@ fn cause_error(cause: Cause, peer: PeerAddr) -> Error {
         Cause::Failed(errno) => Error::PeerUnreachable { peer, errno },
         Cause::Protocol(what) => Error::Protocol(what),
         Cause::Stalled => Error::Stalled { peer },
+        Cause::Rerouted => Error::PeerUnreachable {
+            peer,
+            errno: libc::ECONNREFUSED,
+        },
     }
 }
 
@@ -607,6 +628,7 @@ impl<T: Transport> EndpointProvider for Engine<T> {
             ("sends_outstanding", self.s.sends.len() as u64),
             ("rma_outstanding", self.s.rmas.len() as u64),
             ("atomics_outstanding", self.s.atomics.len() as u64),
+            ("atomics_refused_after_completion", st.atomics_refused_after_completion),
             ("peer_events_lost", self.s.events.lost()),
             ("connections", self.s.peers.connections() as u64),
             ("progress_probes", self.s.watch.probes),

@@ -3,6 +3,7 @@
 //! progress. A send's completion (eager, inject-complete) comes when its
 //! frame is written.
 
+use crate::atomic::AtomicOp;
 use crate::complete;
 use crate::provider::{Ctx, SendOp};
 
@@ -17,6 +18,8 @@ pub enum Out {
     Owned([u8; LEN], Vec<u8>),
     /// An eager send, completed once written.
     Eager([u8; LEN], SendOp),
+    /// A remote atomic that waits for no answer, completed once written.
+    Atomic([u8; LEN], AtomicOp),
     /// A frame whose payload is the buffer of the send under this key (an
     /// acknowledged eager send, which stays until its answer).
     Held([u8; LEN], usize),
@@ -102,8 +105,8 @@ impl State {
 
     /// Writes what peer `p` has queued, in order, while the transport takes it.
     pub(super) fn flush<T: Transport>(&mut self, t: &mut T, cx: &mut Ctx<'_>, p: usize) {
-        let room = t.max_payload();
         let Some(tx) = self.connected(t, p) else { return };
+        let room = t.max_payload_on(tx);
         loop {
             let Some(e) = self.peers.get_mut(p) else { return };
             let Some((cost, front)) = e.queue.front_mut() else {
@@ -123,6 +126,7 @@ impl State {
             let written = match front {
                 Out::Owned(h, payload) => t.send(tx, wire::trimmed(h), payload),
                 Out::Eager(h, op) => t.send(tx, wire::trimmed(h), op.buf.as_slice()),
+                Out::Atomic(h, _) => t.send(tx, wire::trimmed(h), &[]),
                 Out::Held(h, key) => match self.sends.get(*key) {
                     Some(s) => t.send(tx, wire::trimmed(h), s.op.buf.as_slice()),
                     None => Ok(()),
@@ -173,8 +177,10 @@ impl State {
                     self.queued -= 1;
                     e.queued_cost -= cost;
                     e.wrote(cost);
-                    if let Some((_, Out::Eager(_, op))) = e.queue.pop_front() {
-                        complete::send(&mut cx.cq, self.selective, op, Ok(()));
+                    match e.queue.pop_front() {
+                        Some((_, Out::Eager(_, op))) => complete::send(&mut cx.cq, self.selective, op, Ok(())),
+                        Some((_, Out::Atomic(_, op))) => complete::atomic(&mut cx.cq, op, Ok(0)),
+                        _ => {}
                     }
                 }
                 Err(Refused::Full) => {

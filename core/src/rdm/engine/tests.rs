@@ -858,6 +858,28 @@ impl Node {
         (key, addr): (u64, u64),
         context: u64,
     ) {
+        self.atomic_how(
+            peer,
+            kind,
+            dt,
+            vals,
+            (key, addr),
+            (true, CompletionLevel::Delivery),
+            context,
+        );
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn atomic_how(
+        &mut self,
+        peer: PeerAddr,
+        kind: crate::atomic::AtomicKind,
+        dt: crate::atomic::Datatype,
+        vals: (u64, u64),
+        (key, addr): (u64, u64),
+        (fetch, level): (bool, CompletionLevel),
+        context: u64,
+    ) {
         let op = crate::atomic::AtomicOp {
             peer,
             kind,
@@ -866,7 +888,8 @@ impl Node {
             compare: vals.1,
             addr,
             key,
-            fetch: true,
+            fetch,
+            level,
             context,
         };
         self.with(|ep, cx| ep.atomic(cx, op)).expect("atomic accepted");
@@ -916,4 +939,57 @@ fn atomics_apply_at_the_target_and_fetch_the_old_value() {
         "refused atomics touch nothing"
     );
     assert_eq!(a.counter("atomics_outstanding"), 0);
+}
+
+#[test]
+fn a_non_fetching_atomic_completes_when_sent_and_a_refusal_is_counted() {
+    use crate::atomic::{AtomicKind::*, Datatype::*};
+    let net = Net::new(8);
+    let (mut a, mut b) = (Node::new(&net, true, &attr()), Node::new(&net, true, &attr()));
+    let pb = a.add(&b);
+    let mut words = vec![0u64; 2];
+    // SAFETY: as in the test above.
+    let bytes = unsafe { std::slice::from_raw_parts_mut(words.as_mut_ptr().cast::<u8>(), 16) };
+    let (key, base) = b.register(bytes);
+    a.atomic(pb, Read, U64, (0, 0), (key, base), 1);
+    until(&mut [&mut a, &mut b], 0, 1);
+    let sent = (false, CompletionLevel::Inject);
+    for i in 0..3 {
+        a.atomic_how(pb, Sum, U64, (10, 0), (key, base), sent, 10 + i);
+        // Only the initiator progresses: no answer is waited for.
+        let c = until(&mut [&mut a], 0, 10 + i);
+        assert_eq!(c.result, Ok(()));
+        assert!(c.flags.contains(Flags::ATOMIC | Flags::WRITE));
+    }
+    assert_eq!(a.counter("atomics_outstanding"), 0);
+    a.atomic(pb, Read, U64, (0, 0), (key, base), 2);
+    assert_eq!(
+        until(&mut [&mut a, &mut b], 0, 2).data,
+        30,
+        "a later fetch sees them applied"
+    );
+    // A bad key: the sent form completes, and the refusal is counted.
+    a.atomic_how(pb, Sum, U64, (1, 0), (key ^ 1, base), sent, 3);
+    assert_eq!(until(&mut [&mut a], 0, 3).result, Ok(()));
+    a.atomic(pb, Read, U64, (0, 0), (key, base), 4);
+    until(&mut [&mut a, &mut b], 0, 4);
+    assert_eq!(a.counter("atomics_refused_after_completion"), 1);
+    // Asked for delivery, the refusal is the completion's error.
+    a.atomic_how(
+        pb,
+        Sum,
+        U64,
+        (1, 0),
+        (key ^ 1, base),
+        (false, CompletionLevel::Delivery),
+        5,
+    );
+    assert!(matches!(
+        until(&mut [&mut a, &mut b], 0, 5).result,
+        Err(Error::RemoteAccess(_))
+    ));
+    a.atomic_how(pb, Sum, U64, (2, 0), (key, base), (false, CompletionLevel::Delivery), 6);
+    assert_eq!(until(&mut [&mut a, &mut b], 0, 6).result, Ok(()));
+    assert_eq!(words, [32, 0]);
+    assert_eq!(a.counter("atomics_refused_after_completion"), 1);
 }

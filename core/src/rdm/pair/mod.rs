@@ -33,8 +33,11 @@ use crate::sys::{Epoll, READABLE};
 
 use super::transport::{Cause, ConnId, Event, Events, Refused, Transport};
 
+mod reroute;
 #[cfg(test)]
 mod tests;
+
+use reroute::Reroute;
 
 /// Bytes of a host identity.
 pub const HOST_LEN: usize = 8;
@@ -66,6 +69,17 @@ impl<'a> Parts<'a> {
             return None;
         }
         Some(Parts { host, first, second })
+    }
+
+    /// The address of an endpoint known only by its second transport's
+    /// address `second`: no host identity (all zero bytes, which no host
+    /// has), no first part, so it is always served by the second.
+    pub fn second_only(second: &'a [u8]) -> Parts<'a> {
+        Parts {
+            host: [0; HOST_LEN],
+            first: &[],
+            second,
+        }
     }
 
     /// The address these parts make.
@@ -152,6 +166,9 @@ pub struct Pair<A, B> {
     epoll: Epoll,
     /// Connects routed to the first transport that fell back to the second.
     fallbacks: u64,
+    /// The first transport's connections not yet up, and the addresses it
+    /// refused.
+    reroute: Reroute,
     /// Progress calls since the second transport was last polled.
     skipped: u32,
     /// The second transport reported events when last polled, was given a
@@ -188,6 +205,7 @@ impl<A: Transport, B: Transport> Pair<A, B> {
             addr,
             epoll,
             fallbacks: 0,
+            reroute: Reroute::default(),
             skipped: 0,
             second_due: true,
         })
@@ -214,9 +232,9 @@ impl<A: Transport, B: Transport> Pair<A, B> {
     }
 
     /// Connects that were routed to the first transport and fell back to the
-    /// second because it refused.
+    /// second because it refused, at once or before the connection came up.
     pub fn fallbacks(&self) -> u64 {
-        self.fallbacks
+        self.fallbacks + self.reroute.rerouted()
     }
 }
 
@@ -224,6 +242,8 @@ impl<A: Transport, B: Transport> Pair<A, B> {
 struct Side<'e> {
     events: &'e mut dyn Events,
     map: fn(ConnId) -> ConnId,
+    /// The first transport's connections not yet up (the first's side only).
+    reroute: Option<&'e mut Reroute>,
     /// Events passed on.
     seen: usize,
 }
@@ -237,13 +257,24 @@ impl Events for Side<'_> {
         self.seen += 1;
         let map = self.map;
         self.events.event(match ev {
-            Event::Up { conn } => Event::Up { conn: map(conn) },
+            Event::Up { conn } => {
+                if let Some(r) = self.reroute.as_deref_mut() {
+                    r.settled(conn);
+                }
+                Event::Up { conn: map(conn) }
+            }
             Event::Frame { conn, header, payload } => Event::Frame {
                 conn: map(conn),
                 header,
                 payload,
             },
-            Event::Down { conn, cause } => Event::Down { conn: map(conn), cause },
+            Event::Down { conn, cause } => Event::Down {
+                conn: map(conn),
+                cause: match self.reroute.as_deref_mut() {
+                    Some(r) => r.down(conn, cause),
+                    None => cause,
+                },
+            },
         })
     }
 }
@@ -267,11 +298,22 @@ impl<A: Transport, B: Transport> Transport for Pair<A, B> {
         self.first.max_payload().min(self.second.max_payload())
     }
 
+    fn max_payload_on(&self, conn: ConnId) -> usize {
+        if Self::on_first(conn) {
+            self.first.max_payload()
+        } else {
+            self.second.max_payload()
+        }
+    }
+
     fn connect(&mut self, addr: &[u8]) -> std::result::Result<ConnId, Cause> {
         let parts = Parts::parse(addr).ok_or(Cause::Failed(libc::EINVAL))?;
-        if route(&self.host, self.first_on, &parts) == Route::First {
+        if route(&self.host, self.first_on, &parts) == Route::First && !self.reroute.refused(parts.first) {
             match self.first.connect(parts.first) {
-                Ok(c) => return Ok(first_id(c)),
+                Ok(c) => {
+                    self.reroute.opened(c, parts.first);
+                    return Ok(first_id(c));
+                }
                 // Not started yet (a full backlog): retried on the same route.
                 Err(Cause::Failed(libc::EAGAIN)) => return Err(Cause::Failed(libc::EAGAIN)),
                 Err(cause) => {
@@ -307,10 +349,19 @@ impl<A: Transport, B: Transport> Transport for Pair<A, B> {
 
     fn close(&mut self, conn: ConnId) {
         if Self::on_first(conn) {
+            self.reroute.settled(conn >> 1);
             self.first.close(conn >> 1)
         } else {
             self.second.close(conn >> 1)
         }
+    }
+
+    /// The second transport's stand-in, known by it alone
+    /// ([`Parts::second_only`]): a peer inserted by its second transport's
+    /// address (a libfabric `sockaddr_in`) is reported from that entry.
+    fn stand_in(addr: &[u8]) -> Option<Vec<u8>> {
+        let second = B::stand_in(Parts::parse(addr)?.second)?;
+        Some(Parts::second_only(&second).encode())
     }
 
     fn coalesce(&self) -> usize {
@@ -346,6 +397,7 @@ impl<A: Transport, B: Transport> Transport for Pair<A, B> {
         self.first.progress(&mut Side {
             events,
             map: first_id,
+            reroute: Some(&mut self.reroute),
             seen: 0,
         });
         self.skipped += 1;
@@ -354,6 +406,7 @@ impl<A: Transport, B: Transport> Transport for Pair<A, B> {
             let mut side = Side {
                 events,
                 map: second_id,
+                reroute: None,
                 seen: 0,
             };
             self.second.progress(&mut side);

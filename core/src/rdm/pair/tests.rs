@@ -227,6 +227,39 @@ fn an_unreachable_first_address_falls_back_to_the_second() {
 }
 
 #[test]
+fn each_connection_takes_frames_its_own_transport_carries() {
+    // The first transport's frames are smaller than the rendezvous
+    // threshold (512), the second's larger.
+    let (near, far, elsewhere) = (Net::new(64).with_payload(256), Net::new(64), Net::new(64));
+    let mut x = Node::new(&near, &far, 1, true);
+    let mut local = Node::new(&near, &far, 1, true);
+    let mut remote = Node::new(&elsewhere, &far, 2, true);
+    let (lx, rx) = (x.add(&local), x.add(&remote));
+    for (peer, to) in [(lx, 0), (rx, 1)] {
+        // Connected and admitted first, so what follows is counted alone.
+        let at = 1 + to;
+        x.tsend(peer, 5, vec![1], 10 + to as u64);
+        let node: &mut Node = if to == 0 { &mut local } else { &mut remote };
+        node.trecv(PeerAddr::UNSPEC, 8, 20);
+        until(&mut [node, &mut x], 0, 20);
+        let before = if to == 0 { local.frames().0 } else { remote.frames().1 };
+        let node: &mut Node = if to == 0 { &mut local } else { &mut remote };
+        node.trecv(PeerAddr::UNSPEC, 400, 30);
+        x.tsend(peer, 5, vec![at as u8; 400], 40 + to as u64);
+        let c = until(&mut [node, &mut x], 0, 30);
+        assert_eq!(c.result, Ok(()));
+        assert_eq!(c.buf.expect("buffer")[..c.len], [at as u8; 400]);
+        let after = if to == 0 { local.frames().0 } else { remote.frames().1 };
+        // Over the first, 400 bytes went by rendezvous (its net refuses a
+        // frame of them: delivered, they were not sent eagerly); over the
+        // second, eagerly in one frame, not by the first's frame size.
+        if to == 1 {
+            assert_eq!(after - before, 1, "one eager frame");
+        }
+    }
+}
+
+#[test]
 fn an_endpoint_with_the_first_off_is_reached_over_the_second() {
     let (near, far) = (Net::new(64), Net::new(64));
     let mut x = Node::new(&near, &far, 1, true);
