@@ -122,7 +122,9 @@ pub struct ProviderInfo {
 /// this host only: opened when `XFER_PROVIDER=shm` asks for it), then
 /// `tcp-rdm` (TCP under core's RDM engine, opened only when asked for while
 /// the TCP provider moves under the engine), then `shm+tcp` (one endpoint:
-/// shared memory to peers on this host, TCP to others; opened when asked for).
+/// shared memory to peers on this host, TCP to others; opened when asked for),
+/// then `verbs-rdm` (verbs under core's RDM engine, opened only when asked
+/// for while the verbs provider moves under the engine).
 pub const PROVIDERS: &[&str] = &[
     #[cfg(feature = "verbs")]
     "verbs",
@@ -130,6 +132,8 @@ pub const PROVIDERS: &[&str] = &[
     "tcp",
     "shm",
     "tcp-rdm",
+    #[cfg(feature = "verbs")]
+    "verbs-rdm",
 ];
 
 /// The providers compiled in, in order of preference, and whether each can
@@ -175,6 +179,8 @@ pub fn info_for(attr: &DomainAttr) -> Vec<ProviderInfo> {
         available: true,
         detail: "TCP under core's RDM engine, opened only when asked for (XFER_PROVIDER=tcp-rdm)".into(),
     });
+    #[cfg(feature = "verbs")]
+    all.push(verbs::info_rdm(&attr.params));
     all
 }
 
@@ -188,6 +194,8 @@ fn open_named(name: &'static str, params: &Params) -> Result<Domain> {
         "shm" => Ok(Domain::new(Box::new(xfer_shm::ShmDomain::with_params(params)?))),
         "tcp-rdm" => Ok(Domain::new(Box::new(xfer_tcp::TcpRdmDomain::with_params(params)?))),
         mixed::NAME => Ok(Domain::new(Box::new(mixed::ShmTcpDomain::with_params(params)?))),
+        #[cfg(feature = "verbs")]
+        "verbs-rdm" => Ok(Domain::new(Box::new(xfer_verbs::VerbsRdmDomain::with_params(params)?))),
         _ => Err(Error::Internal("open_named: provider not built")),
     }
 }
@@ -274,6 +282,24 @@ mod verbs {
             name: "verbs",
             available,
             detail,
+        }
+    }
+
+    /// The `verbs-rdm` entry: the same device as `verbs`, opened only when
+    /// asked for.
+    pub(crate) fn info_rdm(params: &Params) -> ProviderInfo {
+        let v = info(params);
+        ProviderInfo {
+            name: "verbs-rdm",
+            available: v.available,
+            detail: if v.available {
+                format!(
+                    "{}; verbs under core's RDM engine, opened only when asked for (XFER_PROVIDER=verbs-rdm)",
+                    v.detail
+                )
+            } else {
+                v.detail
+            },
         }
     }
 }
@@ -379,8 +405,9 @@ mod tests {
     fn info_lists_every_provider_in_order() {
         let names: Vec<&str> = info().iter().map(|p| p.name).collect();
         assert_eq!(names, PROVIDERS);
+        let tail = if cfg!(feature = "verbs") { 5 } else { 4 };
         assert_eq!(
-            PROVIDERS[PROVIDERS.len() - 4..],
+            PROVIDERS[PROVIDERS.len() - tail..][..4],
             ["shm+tcp", "tcp", "shm", "tcp-rdm"],
             "shm+tcp preferred to tcp"
         );
