@@ -58,6 +58,9 @@ PLOT=${PLOT:-${OUT%.md}}
 # ---------------------------------------------------------------- settings
 # xfer endpoints listen on loopback, like the peers they are compared with.
 export XFER_TCP_ADDR=${XFER_TCP_ADDR:-127.0.0.1}
+# TCP against TCP: the default provider (shm+tcp) would carry these same-host
+# peers over shared memory (bench/shm-compare.sh measures that).
+export XFER_PROVIDER=${XFER_PROVIDER:-tcp}
 SERVER_CPU=${SERVER_CPU:-0}
 CLIENT_CPU=${CLIENT_CPU:-1}
 LAT_SIZES=(8 64 256)

@@ -2,13 +2,14 @@
 # mpi-compare.sh - Open MPI's NetPIPE (NPopenmpi, 2 ranks on loopback) over xfer against
 # Open MPI's other transports, in one run:
 #   xfer      --mca pml cm --mca mtl ofi --mca mtl_ofi_provider_include xfer (libxfer_fi.so,
-#             release, over xfer's TCP provider)
+#             release, over xfer's TCP provider: -x XFER_PROVIDER=tcp)
 #   ofi-tcp   --mca pml cm --mca mtl ofi --mca mtl_ofi_provider_include tcp -x FI_PROVIDER=tcp
 #             (libfabric's own tcp provider)
 #   ucx       --mca pml ucx --mca pml_ucx_tls any --mca pml_ucx_devices any -x UCX_TLS=tcp,self
 #   ob1-tcp   --mca pml ob1 --mca btl tcp,self
 # With --shm, the same over shared memory (2 ranks on one node):
-#   xfer-shm  as xfer, with -x XFER_PROVIDER=shm (the plug-in's shm domain)
+#   xfer-shm  as xfer, over the plug-in's default domain (shm+tcp: shared memory between
+#             ranks on one node)
 #   ofi-shm   --mca pml cm --mca mtl ofi --mca mtl_ofi_provider_include shm -x FI_PROVIDER=shm
 #             (libfabric's own shm provider)
 #   ucx       --mca pml ucx --mca pml_ucx_tls any --mca pml_ucx_devices any (UCX's defaults:
@@ -67,7 +68,7 @@ cp target/release/libxfer_fi.so "$prov/" # a directory holding only our provider
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 common=(-np 2 --bind-to core)
 declare -A flags=(
-    [xfer]="--mca pml cm --mca mtl ofi --mca mtl_ofi_provider_include xfer -x FI_PROVIDER=xfer -x FI_PROVIDER_PATH=$prov -x XFER_TCP_ADDR=127.0.0.1"
+    [xfer]="--mca pml cm --mca mtl ofi --mca mtl_ofi_provider_include xfer -x FI_PROVIDER=xfer -x FI_PROVIDER_PATH=$prov -x XFER_TCP_ADDR=127.0.0.1 -x XFER_PROVIDER=tcp"
     [ofi-tcp]="--mca pml cm --mca mtl ofi --mca mtl_ofi_provider_include tcp -x FI_PROVIDER=tcp"
     [ucx]="--mca pml ucx --mca pml_ucx_tls any --mca pml_ucx_devices any -x UCX_TLS=tcp,self"
     [ob1-tcp]="--mca pml ob1 --mca btl tcp,self"
@@ -75,7 +76,7 @@ declare -A flags=(
 names=(xfer ofi-tcp ucx ob1-tcp)
 if [ "$SHM" = 1 ]; then
     flags=(
-        [xfer-shm]="--mca pml cm --mca mtl ofi --mca mtl_ofi_provider_include xfer -x FI_PROVIDER=xfer -x FI_PROVIDER_PATH=$prov -x XFER_PROVIDER=shm"
+        [xfer-shm]="--mca pml cm --mca mtl ofi --mca mtl_ofi_provider_include xfer -x FI_PROVIDER=xfer -x FI_PROVIDER_PATH=$prov -x XFER_TCP_ADDR=127.0.0.1"
         [ofi-shm]="--mca pml cm --mca mtl ofi --mca mtl_ofi_provider_include shm -x FI_PROVIDER=shm"
         [ucx]="--mca pml ucx --mca pml_ucx_tls any --mca pml_ucx_devices any"
         [ob1-sm]="--mca pml ob1 --mca btl vader,self"

@@ -10,12 +10,16 @@ use crate::{Error, ProviderInfo, Result};
 /// that builds it (`None`: always built).
 /// `shm+tcp` serves peers on this host over shared memory and every other
 /// peer over TCP, so it comes before `tcp`, which it includes; `shm` reaches
-/// peers on this host only, so it is opened only when asked for.
+/// peers on this host only, so it is opened only when asked for. `verbs-rdm`
+/// (verbs under the RDM engine) is opened only when asked for while the
+/// verbs provider moves under the engine: last, so `tcp`, always available,
+/// is chosen before it.
 pub const KNOWN: &[(&str, Option<&str>)] = &[
     ("verbs", Some("verbs")),
     ("shm+tcp", None),
     ("tcp", None),
     ("shm", None),
+    ("verbs-rdm", Some("verbs")),
 ];
 
 /// What became of one provider when the facade chose.
@@ -276,7 +280,9 @@ mod tests {
 
     #[test]
     fn nothing_opens() {
-        let (r, c) = choose(None, &infos(&[], &["verbs"]), |_| Err::<(), _>(Error::Os(libc::EMFILE)));
+        let (r, c) = choose(None, &infos(&[], &["verbs", "verbs-rdm"]), |_| {
+            Err::<(), _>(Error::Os(libc::EMFILE))
+        });
         let Err(Error::NoProvider(why)) = r else {
             panic!("opened something")
         };
@@ -285,6 +291,7 @@ mod tests {
             "{why}"
         );
         assert_eq!(c.chosen, None);
-        assert!(c.to_string().starts_with("verbs    unavailable"), "{c}");
+        // Names are padded to the longest, `verbs-rdm`.
+        assert!(c.to_string().starts_with("verbs      unavailable"), "{c}");
     }
 }

@@ -121,13 +121,16 @@ pub struct ProviderInfo {
 /// with the `verbs` feature, the default), then `shm+tcp` (one endpoint:
 /// shared memory to peers on this host, TCP to others), then `tcp`, then
 /// `shm` (peers on this host only: opened when `XFER_PROVIDER=shm` asks for
-/// it).
+/// it), then `verbs-rdm` (verbs under core's RDM engine, opened only when
+/// asked for while the verbs provider moves under the engine).
 pub const PROVIDERS: &[&str] = &[
     #[cfg(feature = "verbs")]
     "verbs",
     "shm+tcp",
     "tcp",
     "shm",
+    #[cfg(feature = "verbs")]
+    "verbs-rdm",
 ];
 
 /// The providers compiled in, in order of preference, and whether each can
@@ -168,6 +171,8 @@ pub fn info_for(attr: &DomainAttr) -> Vec<ProviderInfo> {
         available: true,
         detail: "shared memory; peers on this host only (XFER_PROVIDER=shm)".into(),
     });
+    #[cfg(feature = "verbs")]
+    all.push(verbs::info_rdm(&attr.params));
     all
 }
 
@@ -180,6 +185,8 @@ fn open_named(name: &'static str, params: &Params) -> Result<Domain> {
         "tcp" => Ok(Domain::new(Box::new(xfer_tcp::TcpDomain::with_params(params)?))),
         "shm" => Ok(Domain::new(Box::new(xfer_shm::ShmDomain::with_params(params)?))),
         mixed::NAME => Ok(Domain::new(Box::new(mixed::ShmTcpDomain::with_params(params)?))),
+        #[cfg(feature = "verbs")]
+        "verbs-rdm" => Ok(Domain::new(Box::new(xfer_verbs::VerbsRdmDomain::with_params(params)?))),
         _ => Err(Error::Internal("open_named: provider not built")),
     }
 }
@@ -266,6 +273,24 @@ mod verbs {
             name: "verbs",
             available,
             detail,
+        }
+    }
+
+    /// The `verbs-rdm` entry: the same device as `verbs`, opened only when
+    /// asked for.
+    pub(crate) fn info_rdm(params: &Params) -> ProviderInfo {
+        let v = info(params);
+        ProviderInfo {
+            name: "verbs-rdm",
+            available: v.available,
+            detail: if v.available {
+                format!(
+                    "{}; verbs under core's RDM engine, opened only when asked for (XFER_PROVIDER=verbs-rdm)",
+                    v.detail
+                )
+            } else {
+                v.detail
+            },
         }
     }
 }
@@ -371,8 +396,9 @@ mod tests {
     fn info_lists_every_provider_in_order() {
         let names: Vec<&str> = info().iter().map(|p| p.name).collect();
         assert_eq!(names, PROVIDERS);
+        let tail = if cfg!(feature = "verbs") { 4 } else { 3 };
         assert_eq!(
-            PROVIDERS[PROVIDERS.len() - 3..],
+            PROVIDERS[PROVIDERS.len() - tail..][..3],
             ["shm+tcp", "tcp", "shm"],
             "shm+tcp preferred to tcp"
         );

@@ -173,6 +173,11 @@ fn endpoint_name(domain: &xfer::Domain) -> Result<Name, String> {
         "verbs" => xfer_verbs::name::VerbsName::decode(&bytes)
             .ok()
             .map(|n| format!("verbs://{}#{:016x}", n.addr, n.nonce)),
+        #[cfg(feature = "verbs")]
+        "verbs-rdm" => bytes
+            .get(1..)
+            .and_then(xfer_verbs::transport::decode)
+            .map(|n| format!("verbs-rdm://{}#{:016x}", n.addr, n.nonce)),
         _ => None,
     };
     Ok(Name {

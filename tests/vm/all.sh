@@ -5,6 +5,13 @@
 #                <name>.rs: rc, endpoint, stall), reported as verbs_<name>
 #   conformance  the root crate's provider conformance suite over XFER_PROVIDER=verbs
 #   peer_death   tests/peer_death.rs over XFER_PROVIDER=verbs (a peer process killed)
+#   rdm          over XFER_PROVIDER=verbs-rdm (verbs under core's RDM engine,
+#                providers/verbs/src/transport/): the conformance suite, tests/peer_death.rs,
+#                tests/flow_control.rs with an SRQ of 32 buffers (rdm_flow_control: the
+#                receive-slot credit keeps a silent receiver's SRQ from running dry, no RNR NAK)
+#                tests/tcp_stall.rs (rdm_stall: the progress timeout against a stopped peer)
+#                and tests/scale.rs as in `scale` (rdm_scale: 32 peers on an SRQ of 64, which
+#                the later connections overcommit)
 #   scale        tests/scale.rs over XFER_PROVIDER=verbs: one endpoint, XFER_SCALE_PEERS (32)
 #                peers; the hub's receive memory (its SRQ) must not grow with them
 #   tcp_faults   tests/tcp_faults.rs: the TCP provider between two network namespaces
@@ -47,7 +54,7 @@
 #   XFER_VM_CONFORMANCE_THREADS  --test-threads for the conformance suite (default 2: 35
 #                        tests in ~9-10 s over rxe vs ~16 s with 1, both passing, measured)
 #   XFER_VM_TIMEOUT_VERBS / _CONFORMANCE / _PEER_DEATH / _SCALE / _TCP_FAULTS / _AIO /
-#                        _FLOW_CONTROL / _TEARDOWN / _RPC / _VERBS_FAULTS / _XFER_INFO / _C_SUITE /
+#                        _FLOW_CONTROL / _STALL (120) / _TEARDOWN / _RPC / _VERBS_FAULTS / _XFER_INFO / _C_SUITE /
 #                        _OFI / _MPI  per-step seconds (defaults 240 per verbs binary / 240 / 120 /
 #                        180 / 300 / 180 / 120 / 300 / 120 / 300 / 60 / 300 / 300 / 400,
 #                        3-10x what they took here; smoke.sh bounds its own)
@@ -55,7 +62,7 @@
 set -u
 
 usage() {
-    echo "usage: all.sh KEY=PATH... (KEYs: VERBS_<NAME> CONFORMANCE PEER_DEATH SCALE TCP_FAULTS AIO FLOW_CONTROL TEARDOWN RPC" \
+    echo "usage: all.sh KEY=PATH... (KEYs: VERBS_<NAME> CONFORMANCE PEER_DEATH SCALE TCP_FAULTS AIO FLOW_CONTROL STALL TEARDOWN RPC" \
         "VERBS_FAULTS XFER_INFO C_SUITE OFI MPI [XFER_PERF]; from tests/vm/build-verbs.sh on the host)" >&2
 }
 if [ "${XFER_IN_GUEST:-0}" != 1 ]; then
@@ -68,7 +75,7 @@ declare -A bin=()
 verbs_tests=() # names (lower case) of the VERBS_<NAME> binaries, in argument order
 for arg in "$@"; do
     case $arg in
-    CONFORMANCE=* | PEER_DEATH=* | SCALE=* | TCP_FAULTS=* | AIO=* | FLOW_CONTROL=* | TEARDOWN=* | RPC=* | VERBS_FAULTS=* | XFER_PERF=* | XFER_INFO=* | C_SUITE=* | OFI=* | MPI=*)
+    CONFORMANCE=* | PEER_DEATH=* | SCALE=* | TCP_FAULTS=* | AIO=* | FLOW_CONTROL=* | STALL=* | TEARDOWN=* | RPC=* | VERBS_FAULTS=* | XFER_PERF=* | XFER_INFO=* | C_SUITE=* | OFI=* | MPI=*)
         bin[${arg%%=*}]=${arg#*=}
         ;;
     VERBS_?*=*)
@@ -85,7 +92,7 @@ for arg in "$@"; do
     esac
 done
 
-steps=${XFER_VM_STEPS:-smoke verbs conformance peer_death scale tcp_faults aio flow_control teardown rpc verbs_faults xfer_info c_suite ofi mpi}
+steps=${XFER_VM_STEPS:-smoke verbs conformance peer_death rdm scale tcp_faults aio flow_control teardown rpc verbs_faults xfer_info c_suite ofi mpi}
 steps=${steps//,/ }
 # `verbs` stands for one step per VERBS_<NAME> binary given.
 expanded=
@@ -98,10 +105,10 @@ for s in $steps; do
             for t in "${verbs_tests[@]}"; do expanded+=" verbs_$t"; done
         fi
         ;;
-    smoke | verbs_* | conformance | peer_death | scale | tcp_faults | aio | flow_control | teardown | rpc | xfer_info | c_suite | ofi | mpi) expanded+=" $s" ;;
+    smoke | verbs_* | conformance | peer_death | rdm | scale | tcp_faults | aio | flow_control | teardown | rpc | xfer_info | c_suite | ofi | mpi) expanded+=" $s" ;;
     *)
         echo "all.sh: unknown step '$s' in XFER_VM_STEPS (smoke verbs verbs_<name> conformance" \
-            "peer_death scale tcp_faults aio flow_control teardown rpc verbs_faults xfer_info c_suite ofi mpi)" >&2
+            "peer_death rdm scale tcp_faults aio flow_control teardown rpc verbs_faults xfer_info c_suite ofi mpi)" >&2
         exit 2
         ;;
     esac
@@ -163,15 +170,16 @@ step_verbs() {
     result "$step" "$rc" "$(why "$rc" "${XFER_VM_TIMEOUT_VERBS:-240}")"
 }
 
-# run_test STEP KEY THREADS TIMEOUT [ARGS...]: a root-package test binary over verbs.
+# run_test STEP KEY THREADS TIMEOUT [ARGS...]: a root-package test binary over verbs
+# (over $RUN_PROVIDER when set: verbs-rdm).
 run_test() {
-    local step=$1 key=$2 threads=$3 t=$4
+    local step=$1 key=$2 threads=$3 t=$4 provider=${RUN_PROVIDER:-verbs}
     shift 4
     need "$key" "$step" || return
-    echo "+ XFER_PROVIDER=verbs timeout $t ${bin[$key]} --test-threads=$threads $*"
+    echo "+ XFER_PROVIDER=$provider timeout $t ${bin[$key]} --test-threads=$threads $*"
     # timeout signals its whole process group, so helper processes the test spawned
     # (peer_death's child_peer) go too.
-    XFER_PROVIDER=verbs timeout -k 10 "$t" "${bin[$key]}" --test-threads="$threads" "$@"
+    XFER_PROVIDER=$provider timeout -k 10 "$t" "${bin[$key]}" --test-threads="$threads" "$@"
     local rc=$?
     result "$step" "$rc" "$(why "$rc" "$t")"
 }
@@ -189,6 +197,27 @@ step_conformance() {
 
 step_peer_death() {
     run_test peer_death PEER_DEATH 1 "${XFER_VM_TIMEOUT_PEER_DEATH:-120}"
+}
+
+# verbs under core's RDM engine: the conformance suite and the peer-death cases,
+# reported as rdm_conformance and rdm_peer_death.
+step_rdm() {
+    # shellcheck disable=SC2086  # XFER_VM_TEST_ARGS is a word list on purpose
+    RUN_PROVIDER=verbs-rdm run_test rdm_conformance CONFORMANCE "${XFER_VM_CONFORMANCE_THREADS:-2}" \
+        "${XFER_VM_TIMEOUT_CONFORMANCE:-240}" ${XFER_VM_TEST_ARGS:-}
+    step_start=$(date +%s)
+    RUN_PROVIDER=verbs-rdm run_test rdm_peer_death PEER_DEATH 1 "${XFER_VM_TIMEOUT_PEER_DEATH:-120}"
+    step_start=$(date +%s)
+    # 32 buffers: fewer than the engine's 256 KiB of eager credit in 4 KiB messages, so
+    # only the transport's slot credit stands between a silent receiver and RNR.
+    XFER_VERBS_EAGER_CREDIT=256k XFER_VERBS_SRQ_SIZE=32 XFER_VERBS_SRQ_LOW_WATERMARK=8 RUN_PROVIDER=verbs-rdm \
+        run_test rdm_flow_control FLOW_CONTROL 1 "${XFER_VM_TIMEOUT_FLOW_CONTROL:-120}" --nocapture
+    step_start=$(date +%s)
+    RUN_PROVIDER=verbs-rdm run_test rdm_stall STALL 1 "${XFER_VM_TIMEOUT_STALL:-120}" --nocapture
+    step_start=$(date +%s)
+    RUN_PROVIDER=verbs-rdm XFER_SCALE_PEERS=${XFER_SCALE_PEERS:-32} XFER_VERBS_SRQ_SIZE=${XFER_VERBS_SRQ_SIZE:-64} \
+        XFER_VERBS_SRQ_LOW_WATERMARK=${XFER_VERBS_SRQ_LOW_WATERMARK:-16} \
+        run_test rdm_scale SCALE 1 "${XFER_VM_TIMEOUT_SCALE:-180}" --nocapture
 }
 
 step_aio() {

@@ -23,11 +23,13 @@ mod endpoint;
 pub mod mr;
 pub mod name;
 pub mod pd;
+mod pool;
 pub mod qp;
 pub mod rdma_core;
 mod select;
 pub mod srq;
 mod sys;
+pub mod transport;
 pub mod wire;
 
 /// Decoders of peer bytes that are otherwise private, for the fuzz targets
@@ -67,3 +69,5 @@ pub use pd::Pd;
 pub use qp::{QpConfig, RcQp, RemoteBuf};
 pub use select::{choose, listen_ip, select, Lack, Selection, Unavailable};
 pub use srq::{Srq, SrqConfig};
+pub use transport::domain::VerbsRdmDomain;
+pub use transport::VerbsTransport;

@@ -21,7 +21,6 @@ mod admit;
 pub(crate) mod connect;
 mod credit;
 mod keepalive;
-mod pool;
 mod post;
 mod qpn;
 mod stall;
@@ -52,11 +51,11 @@ use crate::cm::{CmId, EventChannel};
 use crate::cq::Cq;
 use crate::domain::DomainRes;
 use crate::name::VerbsName;
+use crate::pool::SendPool;
 use crate::qp::{QpConfig, RcQp};
 use crate::srq::{Srq, SrqConfig};
 use crate::wire;
 use crate::VerbsAttr;
-use pool::SendPool;
 
 /// Polls between two looks at the descriptors (CM events, CQ events).
 const EPOLL_EVERY: u32 = 64;

@@ -1,0 +1,803 @@
+//! Verbs as a transport under core's RDM engine (`verbs-rdm`): one RC queue
+//! pair per connection, made through rdma_cm ([`setup`]); every QP receives
+//! through the endpoint's one SRQ and completes into its one CQ, so receive
+//! memory does not grow with the number of peers.
+//!
+//! A frame is one SEND ([`frame`]): inline when it fits the QP's
+//! `max_inline`, else copied into a registered send slot (signaled, so the
+//! slot is free again at its completion); inline sends are signaled every
+//! `XFER_VERBS_SIGNAL_EVERY`. Arrivals are taken from the CQ in
+//! `progress` and lent to the engine straight from the receive buffer,
+//! which is posted again at once. No SEND ever meets an empty SRQ: each
+//! connection reserves receive slots and the sender spends them
+//! ([`credit`]). Nothing is pulled yet: a rendezvous is pushed by the
+//! engine in frames, as over TCP (RDMA READ for `pull`, and RMA and atomics
+//! by the device, are the next steps).
+//!
+//! Addresses are verbs endpoint names (`crate::name`) without the provider
+//! tag: 4, the IPv4 address, the rdma_cm port, the nonce.
+
+mod conn;
+pub mod credit;
+pub mod domain;
+pub mod frame;
+mod setup;
+
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use slab::Slab;
+use xfer_core::unstable::hash::FastMap;
+use xfer_core::unstable::rdm::transport::{Bytes, Cause, ConnId, Event, Events, Refused, Transport};
+use xfer_core::unstable::sys::{cvt, Epoll, EMPTY_EVENT, READABLE};
+use xfer_core::{Error, Result};
+
+use crate::cm::{CmId, EventChannel};
+use crate::cq::{Cq, Wc};
+use crate::device::DeviceAttr;
+use crate::name::VerbsName;
+use crate::pd::Pd;
+use crate::pool::SendPool;
+use crate::qp::QpConfig;
+use crate::srq::{Srq, SrqConfig};
+use crate::VerbsAttr;
+use conn::{Conn, Grave, State};
+use credit::Budget;
+
+/// Progress calls between two looks at the descriptors (rdma_cm events,
+/// the completion channel, the wake eventfd) while nothing is being made.
+const EPOLL_EVERY: u32 = 16;
+/// Work completions taken per `ibv_poll_cq`, and batches per progress.
+const WC_BATCH: usize = 32;
+const WC_BATCHES: usize = 4;
+/// Tag of the `wr_id` of a send that holds a send slot (the slot is the
+/// rest); inline sends are 0; receives carry `srq::RECV_WR_TAG` (bit 63).
+const SLOT_TAG: u64 = 1 << 62;
+/// How long an ended QP may take to flush before it is destroyed anyway.
+const GRAVE: Duration = Duration::from_secs(5);
+
+const TOKEN_CQ: u64 = 1;
+const TOKEN_CM: u64 = 2;
+const TOKEN_WAKE: u64 = 3;
+
+/// The OS error number of `e` (`EIO` for an error that carries none).
+fn errno_of(e: &Error) -> i32 {
+    match e {
+        Error::Os(n) => *n,
+        _ => libc::EIO,
+    }
+}
+
+/// Counters of the transport's own.
+#[derive(Debug, Default, Clone, Copy)]
+struct Stats {
+    connections: u64,
+    inline_sends: u64,
+    copied_sends: u64,
+    credit_frames: u64,
+    /// Sends refused for want of the peer's receive slots.
+    slot_waits: u64,
+    /// Sends refused for want of a send slot or send-queue room.
+    send_waits: u64,
+}
+
+/// A verbs endpoint's transport: its rdma_cm listener, connections, SRQ,
+/// CQ and send slots.
+pub struct VerbsTransport {
+    conns: Slab<Conn>,
+    graves: FastMap<u32, Grave>,
+    by_qpn: FastMap<u32, ConnId>,
+    by_id: FastMap<usize, ConnId>,
+    /// Connections ended outside the engine's asking, reported by progress.
+    ended: Vec<ConnId>,
+    /// Connections with frames the engine did not want yet.
+    held: Vec<ConnId>,
+    /// Connections owing a credit frame the send queue had no room for.
+    owing: Vec<ConnId>,
+    addr: Vec<u8>,
+    nonce: u64,
+    ip: Ipv4Addr,
+    qp_cfg: QpConfig,
+    /// Slots granted a connection (`XFER_VERBS_CREDIT_MSGS`), as the SRQ
+    /// has room.
+    credit_msgs: u32,
+    budget: Budget,
+    buf_size: usize,
+    /// Send completions the CQ may have to hold beside the SRQ's.
+    cq_room: u32,
+    /// Signaled sends in flight.
+    signaled: u32,
+    wcs: Vec<Wc>,
+    /// Completions `prepare_wait` took while closing the race with the
+    /// CQ's arming, handled by the next progress.
+    stash: Vec<Wc>,
+    scratch: Vec<u8>,
+    /// `prepare_wait` armed the CQ: the next progress looks at the descriptors.
+    waiting: bool,
+    turns: u32,
+    /// Connections being made.
+    opening: u32,
+    stats: Stats,
+    // Verbs objects: the QPs and ids above drop first.
+    pool: SendPool,
+    srq: Srq,
+    cq: Arc<Cq>,
+    pd: Arc<Pd>,
+    _listener: CmId,
+    chan: EventChannel,
+    epoll: Epoll,
+    wake: OwnedFd,
+}
+
+impl std::fmt::Debug for VerbsTransport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VerbsTransport")
+            .field("addr", &self.addr)
+            .field("connections", &self.conns.len())
+            .finish()
+    }
+}
+
+/// The transport address of a listener at `at` with `nonce`.
+fn encode(at: SocketAddrV4, nonce: u64) -> Vec<u8> {
+    VerbsName { addr: at, nonce }.encode()[1..].to_vec()
+}
+
+/// A transport address back: where to dial, and the nonce to greet with.
+pub fn decode(a: &[u8]) -> Option<VerbsName> {
+    let mut name = [0u8; crate::name::LEN];
+    if a.len() + 1 != name.len() {
+        return None;
+    }
+    name[0] = crate::name::PROVIDER_ID;
+    name[1..].copy_from_slice(a);
+    VerbsName::decode(&name).ok()
+}
+
+fn random_nonce() -> u64 {
+    let mut b = [0u8; 8];
+    // SAFETY: b is valid for 8 writable bytes.
+    let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), b.len(), 0) };
+    let v = if n == 8 {
+        u64::from_le_bytes(b)
+    } else {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64)
+            ^ u64::from(std::process::id()) << 32
+    };
+    v.max(1)
+}
+
+impl VerbsTransport {
+    /// Opens a transport on the domain's protection domain `pd` (device
+    /// limits `dev`), listening on `ip`, sized by `attr`: an SRQ of
+    /// `srq_size` buffers of `srq_buf_size` bytes, twice `sq_depth` send
+    /// slots of the same size.
+    pub fn open(pd: &Arc<Pd>, dev: &DeviceAttr, ip: Ipv4Addr, attr: &VerbsAttr) -> Result<VerbsTransport> {
+        let mut scfg = SrqConfig::from_attr(attr);
+        scfg.size = scfg.size.min(dev.max_srq_wr).max(1);
+        scfg.low_watermark = scfg.low_watermark.min(scfg.size);
+        let buf_size = scfg.buf_size as usize;
+        if buf_size < frame::PREFIX + Self::MAX_HEADER + 1 {
+            return Err(Error::InvalidArgument(
+                "XFER_VERBS_SRQ_BUF_SIZE is too small for a verbs-rdm frame",
+            ));
+        }
+        let cqe = attr.cq_size.min(dev.max_cqe).max(scfg.size + 64);
+        let cq = Cq::new(pd.context(), cqe, true)?;
+        let srq = Srq::new(pd, scfg)?;
+        let mut qp_cfg = QpConfig::from_attr(attr);
+        qp_cfg.sq_depth = qp_cfg.sq_depth.min(dev.max_qp_wr).max(2);
+        let pool = SendPool::new(pd, qp_cfg.sq_depth.saturating_mul(2), buf_size)?;
+        let chan = EventChannel::new()?;
+        let listener = CmId::new(&chan)?;
+        listener.listen(SocketAddrV4::new(ip, 0), 1024)?;
+        let at = SocketAddrV4::new(ip, listener.src_port());
+        let nonce = random_nonce();
+        let epoll = Epoll::new()?;
+        epoll.add(
+            cq.fd().ok_or(Error::Internal("CQ without a channel"))?,
+            READABLE,
+            TOKEN_CQ,
+        )?;
+        epoll.add(chan.fd(), READABLE, TOKEN_CM)?;
+        // SAFETY: eventfd(2) with flags only; the result is checked.
+        let fd = cvt(unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) })?;
+        // SAFETY: eventfd returned a fresh descriptor nothing else owns.
+        let wake = unsafe { OwnedFd::from_raw_fd(fd) };
+        epoll.add(wake.as_raw_fd(), READABLE, TOKEN_WAKE)?;
+        tracing::debug!(%at, srq = scfg.size, buf_size, sq = qp_cfg.sq_depth, "verbs-rdm transport open");
+        Ok(VerbsTransport {
+            conns: Slab::new(),
+            graves: FastMap::default(),
+            by_qpn: FastMap::default(),
+            by_id: FastMap::default(),
+            ended: Vec::new(),
+            held: Vec::new(),
+            owing: Vec::new(),
+            addr: encode(at, nonce),
+            nonce,
+            ip,
+            qp_cfg,
+            credit_msgs: attr.credit_msgs.max(1),
+            budget: Budget::new(scfg.size),
+            buf_size,
+            cq_room: cq.capacity().saturating_sub(scfg.size),
+            signaled: 0,
+            wcs: vec![Wc::default(); WC_BATCH],
+            stash: Vec::new(),
+            scratch: vec![0; buf_size],
+            waiting: false,
+            turns: 0,
+            opening: 0,
+            stats: Stats::default(),
+            pool,
+            srq,
+            cq,
+            pd: pd.clone(),
+            _listener: listener,
+            chan,
+            epoll,
+            wake,
+        })
+    }
+
+    /// Looks at the descriptors without blocking: consumes a completion
+    /// event, handles rdma_cm events, drains the wake eventfd.
+    fn check_fds(&mut self, events: &mut dyn Events) {
+        let mut evs = [EMPTY_EVENT; 3];
+        let n = match self.epoll.wait(&mut evs, 0) {
+            Ok(n) => n,
+            Err(e) => {
+                xfer_core::warn_limited!(error = %e, "epoll_wait on the verbs-rdm transport");
+                return;
+            }
+        };
+        for ev in &evs[..n] {
+            match ev.u64 {
+                TOKEN_CQ => {
+                    if let Err(e) = self.cq.wait_event(0) {
+                        xfer_core::warn_limited!(error = %e, "reading the completion channel");
+                    }
+                }
+                TOKEN_CM => self.cm_events(events),
+                TOKEN_WAKE => {
+                    let mut v = 0u64;
+                    // SAFETY: reads 8 bytes into `v` from the eventfd.
+                    unsafe { libc::read(self.wake.as_raw_fd(), (&mut v as *mut u64).cast(), 8) };
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Takes what the CQ holds (a bounded number of batches).
+    fn poll_cq(&mut self, events: &mut dyn Events) -> usize {
+        let mut wcs = std::mem::take(&mut self.wcs);
+        let mut total = 0;
+        for _ in 0..WC_BATCHES {
+            let n = match self.cq.poll(&mut wcs) {
+                Ok(n) => n,
+                Err(e) => {
+                    xfer_core::warn_limited!(error = %e, "polling the verbs-rdm CQ");
+                    0
+                }
+            };
+            for wc in &wcs[..n] {
+                self.on_wc(wc, events);
+            }
+            total += n;
+            if n < wcs.len() {
+                break;
+            }
+        }
+        self.wcs = wcs;
+        total
+    }
+
+    fn on_wc(&mut self, wc: &Wc, events: &mut dyn Events) {
+        if self.srq.owns(wc.wr_id()) {
+            self.on_recv(wc, events);
+        } else {
+            self.on_send(wc);
+        }
+    }
+
+    /// Handles the completions `prepare_wait` took.
+    fn take_stash(&mut self, events: &mut dyn Events) {
+        if !self.stash.is_empty() {
+            for wc in std::mem::take(&mut self.stash) {
+                self.on_wc(&wc, events);
+            }
+        }
+    }
+
+    /// Takes everything the CQ holds now.
+    fn drain_cq(&mut self, events: &mut dyn Events) {
+        self.take_stash(events);
+        while self.poll_cq(events) == WC_BATCH * WC_BATCHES {}
+    }
+
+    /// A send completion: its slot back; an error ends the connection.
+    fn on_send(&mut self, wc: &Wc) {
+        self.signaled = self.signaled.saturating_sub(1);
+        let slot = (wc.wr_id() & SLOT_TAG != 0).then_some((wc.wr_id() & !SLOT_TAG) as u32);
+        let qpn = wc.qp_num();
+        if let Some(&k) = self.by_qpn.get(&qpn) {
+            let c = &mut self.conns[k];
+            if let Some(s) = slot {
+                if let Some(i) = c.slots.iter().position(|&x| x == s) {
+                    c.slots.remove(i);
+                    self.pool.give(s);
+                }
+            }
+            if wc.is_ok() {
+                if let Some(qp) = &mut c.qp {
+                    qp.complete_send(wc);
+                }
+            } else {
+                tracing::debug!(
+                    status = wc.status_str(),
+                    vendor = wc.vendor_err(),
+                    "verbs-rdm send failed"
+                );
+                let errno = match wc.status() {
+                    rdma_sys::ibv_wc_status::IBV_WC_RETRY_EXC_ERR => libc::ETIMEDOUT,
+                    rdma_sys::ibv_wc_status::IBV_WC_RNR_RETRY_EXC_ERR => libc::ENOBUFS,
+                    _ => libc::EIO,
+                };
+                self.end(k, Cause::Failed(errno));
+            }
+        } else if let Some(g) = self.graves.get_mut(&qpn) {
+            if let Some(s) = slot {
+                if let Some(i) = g.slots.iter().position(|&x| x == s) {
+                    g.slots.remove(i);
+                    self.pool.give(s);
+                }
+            }
+            if g.slots.is_empty() {
+                self.graves.remove(&qpn);
+            }
+        }
+    }
+
+    /// A receive completion: the frame goes to the engine now, or waits
+    /// with its connection while the engine does not want it.
+    fn on_recv(&mut self, wc: &Wc, events: &mut dyn Events) {
+        let idx = match self.srq.take(wc) {
+            Ok(i) => i,
+            Err(e) => {
+                xfer_core::warn_limited!(error = %e, "verbs-rdm receive completion");
+                return;
+            }
+        };
+        let k = self.by_qpn.get(&wc.qp_num()).copied();
+        let Some(k) = k.filter(|_| wc.is_ok()) else {
+            self.repost(idx);
+            if let Some(k) = k {
+                self.end(k, Cause::Failed(libc::EIO));
+            }
+            return;
+        };
+        // The peer's first frame can beat ESTABLISHED to us.
+        self.up(k, events);
+        let c = &mut self.conns[k];
+        if !c.held.is_empty() || !events.ready(k) {
+            if c.held.is_empty() {
+                self.held.push(k);
+            }
+            c.held.push_back((idx, wc.byte_len()));
+            return;
+        }
+        self.deliver(k, idx, wc.byte_len() as usize, events);
+    }
+
+    /// Posts buffer `idx` again.
+    fn repost(&mut self, idx: u32) {
+        if let Err(e) = self.srq.release(idx).and_then(|()| self.srq.post_all().map(drop)) {
+            xfer_core::warn_limited!(error = %e, "reposting a verbs-rdm receive buffer");
+        }
+    }
+
+    /// Hands the frame in buffer `idx` to the engine and posts the buffer
+    /// again; a frame that breaks the protocol ends its connection.
+    fn deliver(&mut self, k: ConnId, idx: u32, len: usize, events: &mut dyn Events) {
+        let verdict = match self
+            .srq
+            .data(idx, len)
+            .map_err(|_| "verbs frame longer than its buffer")
+        {
+            Ok(data) => frame::parse(data).and_then(|(pre, header, payload)| {
+                let c = &mut self.conns[k].credit;
+                c.returned(pre.credit)?;
+                if pre.kind == frame::KIND_FRAME {
+                    c.arrived()?;
+                    events.event(Event::Frame {
+                        conn: k,
+                        header: Bytes::new(header),
+                        payload: Bytes::new(payload),
+                    });
+                    return Ok(true);
+                }
+                Ok(false)
+            }),
+            Err(why) => Err(why),
+        };
+        self.repost(idx);
+        match verdict {
+            Ok(true) => {
+                let c = &mut self.conns[k];
+                c.credit.consumed();
+                if c.credit.should_return() && !c.owing {
+                    c.owing = true;
+                    self.owing.push(k);
+                }
+            }
+            Ok(false) => {}
+            Err(why) => self.end(k, Cause::Protocol(why)),
+        }
+    }
+
+    /// Frames held back, for the engine if it wants them now.
+    fn deliver_held(&mut self, events: &mut dyn Events) {
+        let mut list = std::mem::take(&mut self.held);
+        list.retain(|&k| {
+            while let Some(&(idx, len)) = self.conns.get(k).and_then(|c| c.held.front()) {
+                if !events.ready(k) {
+                    return true;
+                }
+                self.conns[k].held.pop_front();
+                self.deliver(k, idx, len as usize, events);
+            }
+            false
+        });
+        list.append(&mut self.held);
+        self.held = list;
+    }
+
+    /// Credit-only frames to the connections that owe one.
+    fn return_credit(&mut self) {
+        let mut list = std::mem::take(&mut self.owing);
+        list.retain(|&k| {
+            let Some(c) = self.conns.get_mut(k).filter(|c| c.state == State::Ready) else {
+                return false;
+            };
+            let owed = c.credit.owed();
+            if owed == 0 || !c.credit.should_return() {
+                c.owing = false;
+                return false;
+            }
+            let mut buf = [0u8; frame::PREFIX];
+            frame::encode(&mut buf, frame::KIND_CREDIT, owed, &[], &[]);
+            let Some(qp) = c.qp.as_mut() else { return false };
+            if self.signaled >= self.cq_room {
+                return true;
+            }
+            let before = qp.signaled_in_flight();
+            match qp.send_inline(0, &buf, None, false) {
+                Ok(()) => {
+                    self.signaled += qp.signaled_in_flight().saturating_sub(before);
+                    c.credit.returned_to_peer(owed);
+                    c.owing = false;
+                    self.stats.credit_frames += 1;
+                    false
+                }
+                Err(Error::Again) => true,
+                Err(e) => {
+                    xfer_core::warn_limited!(error = %e, "verbs-rdm credit frame");
+                    c.owing = false;
+                    false
+                }
+            }
+        });
+        list.append(&mut self.owing);
+        self.owing = list;
+    }
+
+    /// Ends `k` with `cause`: QP to the error state, its `Down` reported by
+    /// the next progress if the engine knows it.
+    fn end(&mut self, k: ConnId, cause: Cause) {
+        let Some(c) = self.conns.get_mut(k) else { return };
+        if matches!(c.state, State::Dead(_)) {
+            return;
+        }
+        let reported = c.reported;
+        if c.opening() {
+            self.opening -= 1;
+        }
+        c.state = State::Dead(cause);
+        self.retire(k);
+        if reported {
+            self.ended.push(k);
+        } else {
+            self.conns.remove(k);
+        }
+    }
+
+    /// Takes `k` out of service: disconnects, moves its QP to the error
+    /// state and into a grave until its slots are flushed, gives its
+    /// receive buffers and reserved slots back.
+    fn retire(&mut self, k: ConnId) {
+        let c = &mut self.conns[k];
+        if let Some(id) = &c.id {
+            self.by_id.remove(&(id.as_ptr() as usize));
+            if c.qp.is_some() {
+                if let Err(e) = id.disconnect() {
+                    tracing::trace!(error = %e, "rdma_disconnect");
+                }
+            }
+        }
+        let grant = std::mem::take(&mut c.grant);
+        if grant > 0 {
+            self.budget.release(grant);
+        }
+        let held: Vec<u32> = c.held.drain(..).map(|(i, _)| i).collect();
+        let mut grave = Grave {
+            qp: c.qp.take(),
+            slots: std::mem::take(&mut c.slots),
+            since: Instant::now(),
+            _id: c.id.take(),
+        };
+        for idx in held {
+            self.repost(idx);
+        }
+        if let Some(qp) = &grave.qp {
+            self.by_qpn.remove(&qp.qp_num());
+            if let Err(e) = qp.to_error() {
+                tracing::debug!(error = %e, "moving a QP to the error state");
+            }
+            if !grave.slots.is_empty() {
+                self.graves.insert(qp.qp_num(), grave);
+                return;
+            }
+        }
+        grave.qp = None;
+    }
+
+    /// Destroys graves whose QPs have flushed too long: the slots go back
+    /// once the QP is destroyed (the device reads them no more).
+    fn sweep_graves(&mut self) {
+        let now = Instant::now();
+        let old: Vec<u32> = self
+            .graves
+            .iter()
+            .filter(|(_, g)| now.duration_since(g.since) > GRAVE)
+            .map(|(&n, _)| n)
+            .collect();
+        for n in old {
+            if let Some(mut g) = self.graves.remove(&n) {
+                g.qp = None;
+                for s in g.slots.drain(..) {
+                    self.pool.give(s);
+                }
+            }
+        }
+    }
+}
+
+impl Transport for VerbsTransport {
+    fn name(&self) -> &'static str {
+        "verbs"
+    }
+
+    fn address(&self) -> &[u8] {
+        &self.addr
+    }
+
+    fn max_payload(&self) -> usize {
+        self.buf_size - frame::PREFIX - Self::MAX_HEADER
+    }
+
+    fn connect(&mut self, addr: &[u8]) -> std::result::Result<ConnId, Cause> {
+        let name = decode(addr).ok_or(Cause::Failed(libc::EINVAL))?;
+        self.dial(name.addr, name.nonce)
+    }
+
+    fn send(&mut self, k: ConnId, header: &[u8], payload: &[u8]) -> std::result::Result<(), Refused> {
+        let Some(c) = self.conns.get_mut(k) else {
+            return Err(Refused::Gone(Cause::Closed));
+        };
+        match c.state {
+            State::Ready => {}
+            State::Dead(cause) => return Err(Refused::Gone(cause)),
+            // Held by the engine until the connection is up.
+            _ => return Err(Refused::Full),
+        }
+        if !c.credit.can_send() {
+            self.stats.slot_waits += 1;
+            return Err(Refused::Full);
+        }
+        let len = frame::PREFIX + header.len() + payload.len();
+        if len > self.buf_size || header.len() > Self::MAX_HEADER {
+            return Err(Refused::Gone(Cause::Protocol(
+                "frame over the verbs-rdm receive buffer",
+            )));
+        }
+        if self.signaled >= self.cq_room {
+            self.stats.send_waits += 1;
+            return Err(Refused::Full);
+        }
+        let Some(qp) = c.qp.as_mut() else {
+            return Err(Refused::Gone(Cause::Closed));
+        };
+        let owed = c.credit.owed();
+        let before = qp.signaled_in_flight();
+        let posted = if len <= qp.max_inline() as usize {
+            frame::encode(&mut self.scratch, frame::KIND_FRAME, owed, header, payload);
+            let r = qp.send_inline(0, &self.scratch[..len], None, false);
+            self.stats.inline_sends += u64::from(r.is_ok());
+            r
+        } else {
+            let Some((slot, sge)) = self
+                .pool
+                .take(|m| frame::encode(m, frame::KIND_FRAME, owed, header, payload))
+            else {
+                self.stats.send_waits += 1;
+                return Err(Refused::Full);
+            };
+            // SAFETY: the slot is registered and stays ours, unmodified,
+            // until this signaled send completes or its QP is destroyed
+            // (`on_send`, graves).
+            let r = unsafe { qp.send(SLOT_TAG | u64::from(slot), sge, None, true) };
+            match r {
+                Ok(()) => {
+                    c.slots.push_back(slot);
+                    self.stats.copied_sends += 1;
+                }
+                Err(_) => self.pool.give(slot),
+            }
+            r
+        };
+        match posted {
+            Ok(()) => {
+                self.signaled += qp.signaled_in_flight().saturating_sub(before);
+                c.credit.sent(owed);
+                Ok(())
+            }
+            Err(Error::Again) => {
+                self.stats.send_waits += 1;
+                Err(Refused::Full)
+            }
+            Err(e) => {
+                let cause = Cause::Failed(errno_of(&e));
+                self.end(k, cause);
+                Err(Refused::Gone(cause))
+            }
+        }
+    }
+
+    fn close(&mut self, k: ConnId) {
+        self.ended.retain(|&e| e != k);
+        self.held.retain(|&e| e != k);
+        self.owing.retain(|&e| e != k);
+        let Some(c) = self.conns.get(k) else { return };
+        if c.opening() {
+            self.opening -= 1;
+        }
+        if !matches!(c.state, State::Dead(_)) {
+            self.retire(k);
+        }
+        self.conns.remove(k);
+    }
+
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        let s = self.stats;
+        vec![
+            ("connections_made", s.connections),
+            ("inline_sends", s.inline_sends),
+            ("copied_sends", s.copied_sends),
+            ("credit_frames", s.credit_frames),
+            ("slot_waits", s.slot_waits),
+            ("send_waits", s.send_waits),
+            ("srq_posted", u64::from(self.srq.posted())),
+            ("srq_reserved", u64::from(self.budget.reserved())),
+            ("srq_overcommitted", self.budget.overcommitted()),
+            (
+                "recv_buffer_bytes",
+                u64::from(self.srq.config().size) * u64::from(self.srq.config().buf_size),
+            ),
+        ]
+    }
+
+    fn progress(&mut self, events: &mut dyn Events) {
+        self.turns = self.turns.wrapping_add(1);
+        // Completions `prepare_wait` took are older than any event now.
+        self.take_stash(events);
+        if self.waiting || self.opening > 0 || self.turns.is_multiple_of(EPOLL_EVERY) {
+            self.waiting = false;
+            self.check_fds(events);
+        }
+        self.poll_cq(events);
+        if !self.held.is_empty() {
+            self.deliver_held(events);
+        }
+        for k in std::mem::take(&mut self.ended) {
+            if let Some(c) = self.conns.try_remove(k) {
+                if let State::Dead(cause) = c.state {
+                    events.event(Event::Down { conn: k, cause });
+                }
+            }
+        }
+        if !self.owing.is_empty() {
+            self.return_credit();
+        }
+        if !self.graves.is_empty() && self.turns.is_multiple_of(1024) {
+            self.sweep_graves();
+        }
+    }
+
+    fn wait_fd(&self) -> RawFd {
+        self.epoll.as_raw_fd()
+    }
+
+    fn wake(&self) {
+        let one = 1u64;
+        // SAFETY: writes 8 bytes from `one` to the eventfd.
+        unsafe { libc::write(self.wake.as_raw_fd(), (&one as *const u64).cast(), 8) };
+    }
+
+    fn prepare_wait(&mut self) -> bool {
+        if let Err(e) = self.cq.req_notify(false) {
+            xfer_core::warn_limited!(error = %e, "arming the verbs-rdm CQ");
+            self.wake();
+            return false;
+        }
+        self.waiting = true;
+        // Completions that came before the arming raise no event: work now.
+        // So are frames held back, ends not yet reported, credit owed.
+        let mut wcs = std::mem::take(&mut self.wcs);
+        if let Ok(n) = self.cq.poll(&mut wcs) {
+            self.stash.extend_from_slice(&wcs[..n]);
+        }
+        self.wcs = wcs;
+        if !self.stash.is_empty() || !self.held.is_empty() || !self.ended.is_empty() || !self.owing.is_empty() {
+            self.wake();
+            return false;
+        }
+        true
+    }
+}
+
+impl Drop for VerbsTransport {
+    fn drop(&mut self) {
+        // QPs first (they point at the SRQ, CQ and send slots), then ids.
+        for (_, c) in self.conns.iter_mut() {
+            c.qp = None;
+        }
+        self.conns.clear();
+        for (_, g) in self.graves.iter_mut() {
+            g.qp = None;
+        }
+        self.graves.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses_round_trip_and_bad_ones_are_refused() {
+        let at: SocketAddrV4 = "10.11.0.1:4791".parse().unwrap();
+        let a = encode(at, 0x1234);
+        assert_eq!(a.len(), crate::name::LEN - 1);
+        assert_eq!(
+            decode(&a),
+            Some(VerbsName {
+                addr: at,
+                nonce: 0x1234
+            })
+        );
+        assert_eq!(decode(&a[1..]), None, "short");
+        assert_eq!(decode(&[a.clone(), vec![0]].concat()), None, "long");
+        let mut port0 = a.clone();
+        port0[5..7].copy_from_slice(&[0, 0]);
+        assert_eq!(decode(&port0), None, "port 0");
+        let mut v6 = a;
+        v6[0] = 6;
+        assert_eq!(decode(&v6), None, "not IPv4");
+    }
+}
