@@ -20,6 +20,7 @@ use xfer_tonic::{Connector, Node, WRITE_MAX};
 const LIMIT: Duration = Duration::from_secs(60);
 
 fn env() {
+    xfer::init_logging();
     if std::env::var_os("XFER_TCP_ADDR").is_none() {
         std::env::set_var("XFER_TCP_ADDR", "127.0.0.1");
     }

@@ -160,8 +160,13 @@ impl State {
         }
     }
 
-    /// Ends every operation with `Canceled` and closes every connection.
+    /// Writes what a burst held back, then ends every operation with
+    /// `Canceled` and closes every connection.
     pub(super) fn close<T: Transport>(&mut self, t: &mut T, cx: &mut Ctx<'_>) {
+        // Frames a burst held back are written first, as a socket's close
+        // sends what it holds: a message posted before the close (an async
+        // caller's dropped send, a stream's end) is not lost to coalescing.
+        self.flush_all(t, cx);
         self.closed = true;
         self.events.clear();
         self.vetting.clear();

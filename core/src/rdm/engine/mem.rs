@@ -44,6 +44,8 @@ pub struct Net {
     pub cap: usize,
     /// The largest payload a frame carries, when not [`DEFAULT_PAYLOAD`].
     payload: Option<usize>,
+    /// Frames a burst of posts may hold back (`Transport::coalesce`).
+    coalesce: usize,
 }
 
 /// The largest payload of a frame on a net made by [`Net::new`].
@@ -56,7 +58,16 @@ impl Net {
             inner: Arc::default(),
             cap,
             payload: None,
+            coalesce: 0,
         }
+    }
+
+    /// The same net with transports that let bursts of posts hold back
+    /// `n` frames, as TCP's do.
+    #[cfg(test)]
+    pub fn with_coalesce(mut self, n: usize) -> Net {
+        self.coalesce = n;
+        self
     }
 
     /// The same net with frames of at most `payload` bytes of payload
@@ -99,6 +110,7 @@ impl Net {
             pull,
             conns: Slab::new(),
             frames: 0,
+            wakes: Default::default(),
         }
     }
 }
@@ -113,6 +125,8 @@ pub struct Mem {
     conns: Slab<(usize, usize)>,
     /// Frames this transport delivered.
     pub frames: u64,
+    /// Calls of `wake`.
+    pub wakes: std::sync::atomic::AtomicU64,
 }
 
 impl Mem {
@@ -168,6 +182,10 @@ impl Transport for Mem {
 
     fn max_payload(&self) -> usize {
         self.net.payload.unwrap_or(DEFAULT_PAYLOAD)
+    }
+
+    fn coalesce(&self) -> usize {
+        self.net.coalesce
     }
 
     fn connect(&mut self, addr: &[u8]) -> Result<ConnId, Cause> {
@@ -278,7 +296,9 @@ impl Transport for Mem {
         -1
     }
 
-    fn wake(&self) {}
+    fn wake(&self) {
+        self.wakes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
 
     fn prepare_wait(&mut self) -> bool {
         true

@@ -148,6 +148,11 @@ struct State {
     /// A post wrote at once since the last progress: the next ones wait
     /// for it (or for a blocking wait), which writes them together.
     burst: bool,
+    /// `prepare_wait` said the caller may sleep, and no progress came
+    /// since: a post held back for the burst must wake it, or it would wait
+    /// for a sleeper that has nothing else to wake it (an async runtime's
+    /// progress task parked on the descriptor while another task posts).
+    armed: bool,
     /// Connections refused for want of the job key.
     refusals: u64,
     connect_timeout: std::time::Duration,
@@ -207,6 +212,7 @@ impl<T: Transport> Engine<T> {
                 answers: Vec::new(),
                 coalesce: t.coalesce(),
                 burst: false,
+                armed: false,
                 refusals: 0,
                 connect_timeout: t.connect_timeout(),
                 closed: false,
@@ -598,7 +604,9 @@ impl<T: Transport> EndpointProvider for Engine<T> {
             self.t.wake();
             return;
         }
-        if !self.t.prepare_wait() {
+        if self.t.prepare_wait() {
+            self.s.armed = true;
+        } else {
             self.s.progress(&mut self.t, cx);
             // That progress may have taken what made the descriptor readable
             // and left a transport unarmed (a pair's first armed, its second
@@ -644,6 +652,7 @@ impl<T: Transport> EndpointProvider for Engine<T> {
 /// Sink-free helpers the frame handler shares with the calls above.
 impl State {
     fn progress<T: Transport>(&mut self, t: &mut T, cx: &mut Ctx<'_>) {
+        self.armed = false;
         {
             let mut h = arrive::Handler { s: self, cx };
             t.progress(&mut h);

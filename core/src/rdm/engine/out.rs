@@ -62,6 +62,10 @@ impl State {
         let queued = self.peers.get(p).map_or(0, |e| e.queue.len());
         if self.burst && queued < self.coalesce {
             self.stats.coalesced += 1;
+            if std::mem::take(&mut self.armed) {
+                // The next progress writes it: make sure one comes.
+                t.wake();
+            }
             return;
         }
         if queued > 1 {

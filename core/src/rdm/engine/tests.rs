@@ -506,6 +506,54 @@ fn closing_cancels_everything_and_the_peer_sees_it_closed() {
 }
 
 #[test]
+fn closing_writes_what_a_burst_held_back() {
+    let net = Net::new(64).with_coalesce(8);
+    let (mut a, mut b) = (Node::new(&net, true, &attr()), Node::new(&net, true, &attr()));
+    let pb = a.add(&b);
+    a.tsend(pb, 1, b"first".to_vec(), 1);
+    handshake(&mut a, &mut b);
+    until(&mut [&mut a, &mut b], 0, 1);
+    // The first post writes at once and starts a burst; the second waits
+    // for the next progress, which never comes: the close writes it.
+    a.tsend(pb, 1, b"one".to_vec(), 2);
+    a.tsend(pb, 1, b"two".to_vec(), 3);
+    assert_eq!(a.counter("coalesced"), 1, "the second was held back");
+    a.with(|ep, cx| ep.close(cx));
+    for ctx in [4, 5, 6] {
+        b.trecv(PeerAddr::UNSPEC, 1, 8, ctx);
+    }
+    let got: Vec<Vec<u8>> = [4, 5, 6]
+        .into_iter()
+        .map(|ctx| {
+            let c = until(&mut [&mut b], 0, ctx);
+            c.buf.expect("buffer")[..c.len].to_vec()
+        })
+        .collect();
+    assert_eq!(got, [b"first".to_vec(), b"one".to_vec(), b"two".to_vec()]);
+}
+
+#[test]
+fn a_post_held_back_wakes_a_caller_about_to_sleep() {
+    let wakes = |n: &Node| n.ep.transport().wakes.load(std::sync::atomic::Ordering::Relaxed);
+    let net = Net::new(64).with_coalesce(8);
+    let (mut a, mut b) = (Node::new(&net, true, &attr()), Node::new(&net, true, &attr()));
+    let pb = a.add(&b);
+    a.tsend(pb, 1, b"first".to_vec(), 1);
+    handshake(&mut a, &mut b);
+    until(&mut [&mut a, &mut b], 0, 1);
+    // The caller prepares to sleep (an async runtime's progress task
+    // parks); then another task posts twice: the second post is held back
+    // for the burst, so it must wake the sleeper, once.
+    a.with(|ep, cx| ep.prepare_wait(cx));
+    let before = wakes(&a);
+    a.tsend(pb, 1, b"one".to_vec(), 2);
+    a.tsend(pb, 1, b"two".to_vec(), 3);
+    a.tsend(pb, 1, b"three".to_vec(), 4);
+    assert_eq!(a.counter("coalesced"), 2);
+    assert_eq!(wakes(&a) - before, 1, "woken once for the held posts");
+}
+
+#[test]
 fn inject_respects_its_limit_and_needs_no_completion() {
     let net = Net::new(64);
     let (mut a, mut b) = (Node::new(&net, true, &attr()), Node::new(&net, true, &attr()));
