@@ -39,6 +39,8 @@ SERVER_CPU=${SERVER_CPU:-0}
 CLIENT_CPU=${CLIENT_CPU:-1}
 ITERS=${LAT_ITERS:-20000}
 export XFER_TCP_ADDR=${XFER_TCP_ADDR:-127.0.0.1}
+# Against a TCP floor: TCP alone (the default, shm+tcp, would use shared memory here).
+export XFER_PROVIDER=${XFER_PROVIDER:-tcp}
 
 cd "$ROOT"
 cargo build --release --locked -q -p xfer-bench --bin tcp-floor
