@@ -101,6 +101,46 @@ impl AsRawFd for Epoll {
     }
 }
 
+/// A non-blocking, close-on-exec eventfd: a wake-up another thread (or a
+/// caller that must not sleep) can make readable.
+#[derive(Debug)]
+pub struct EventFd {
+    fd: OwnedFd,
+}
+
+impl EventFd {
+    /// A new eventfd with its counter at zero.
+    pub fn new() -> Result<EventFd> {
+        // SAFETY: eventfd(2) with flags only; the result is checked.
+        let fd = cvt(unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) })?;
+        // SAFETY: eventfd returned a fresh descriptor nothing else owns.
+        Ok(EventFd {
+            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+        })
+    }
+
+    /// Makes it readable (adds one to its counter; a full counter is
+    /// readable already).
+    pub fn signal(&self) {
+        let one = 1u64;
+        // SAFETY: writes 8 bytes from `one` to the eventfd.
+        unsafe { libc::write(self.fd.as_raw_fd(), (&one as *const u64).cast(), 8) };
+    }
+
+    /// Resets its counter, so it is no longer readable.
+    pub fn drain(&self) {
+        let mut v = 0u64;
+        // SAFETY: reads 8 bytes into `v`, the eventfd's counter.
+        unsafe { libc::read(self.fd.as_raw_fd(), (&mut v as *mut u64).cast(), 8) };
+    }
+}
+
+impl AsRawFd for EventFd {
+    fn as_raw_fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+}
+
 /// An all-zero event array entry, for sizing wait buffers.
 pub const EMPTY_EVENT: libc::epoll_event = libc::epoll_event { events: 0, u64: 0 };
 

@@ -27,12 +27,12 @@ mod listen;
 pub mod place;
 
 use std::net::SocketAddr;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, RawFd};
 
 use slab::Slab;
 use xfer_core::unstable::error::{Error, Result};
 use xfer_core::unstable::rdm::transport::{Bytes, Cause, ConnId, Event, Events, Refused, Transport};
-use xfer_core::unstable::sys::{cvt, Epoll, EMPTY_EVENT, READABLE};
+use xfer_core::unstable::sys::{Epoll, EventFd, EMPTY_EVENT, READABLE};
 
 use crate::attr::TcpAttr;
 use crate::iface;
@@ -67,7 +67,7 @@ pub struct TcpTransport {
     /// Accepting, and the listener's pauses at the descriptor limit.
     acceptor: listen::Acceptor,
     epoll: Epoll,
-    wake: OwnedFd,
+    wake: EventFd,
     conns: Slab<Conn>,
     addr: Vec<u8>,
     nonce: u64,
@@ -144,10 +144,7 @@ impl TcpTransport {
         let nonce = crate::sys::random_u64().max(1);
         let epoll = Epoll::new()?;
         epoll.add(listener.as_raw_fd(), READABLE, LISTENER)?;
-        // SAFETY: eventfd(2) with flags only; the result is checked.
-        let fd = cvt(unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) })?;
-        // SAFETY: eventfd returned a fresh descriptor nothing else owns.
-        let wake = unsafe { OwnedFd::from_raw_fd(fd) };
+        let wake = EventFd::new()?;
         epoll.add(wake.as_raw_fd(), READABLE, WAKE)?;
         Ok(TcpTransport {
             listener,
@@ -487,11 +484,7 @@ impl Transport for TcpTransport {
             let (token, flags) = (ev.u64, ev.events);
             match token {
                 LISTENER => self.accept(),
-                WAKE => {
-                    let mut v = 0u64;
-                    // SAFETY: reads 8 bytes into `v`, the eventfd's counter.
-                    unsafe { libc::read(self.wake.as_raw_fd(), (&mut v as *mut u64).cast(), 8) };
-                }
+                WAKE => self.wake.drain(),
                 id => self.ready(id as usize, flags, events),
             }
         }
@@ -504,9 +497,7 @@ impl Transport for TcpTransport {
     }
 
     fn wake(&self) {
-        let one = 1u64;
-        // SAFETY: writes 8 bytes from `one` to the eventfd.
-        unsafe { libc::write(self.wake.as_raw_fd(), (&one as *const u64).cast(), 8) };
+        self.wake.signal();
     }
 
     fn prepare_wait(&mut self) -> bool {

@@ -24,14 +24,14 @@ pub mod frame;
 mod setup;
 
 use std::net::{Ipv4Addr, SocketAddrV4};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use slab::Slab;
 use xfer_core::unstable::hash::FastMap;
 use xfer_core::unstable::rdm::transport::{Bytes, Cause, ConnId, Event, Events, Refused, Transport};
-use xfer_core::unstable::sys::{cvt, Epoll, EMPTY_EVENT, READABLE};
+use xfer_core::unstable::sys::{Epoll, EventFd, EMPTY_EVENT, READABLE};
 use xfer_core::{Error, Result};
 
 use crate::cm::{CmId, EventChannel};
@@ -128,7 +128,7 @@ pub struct VerbsTransport {
     _listener: CmId,
     chan: EventChannel,
     epoll: Epoll,
-    wake: OwnedFd,
+    wake: EventFd,
 }
 
 impl std::fmt::Debug for VerbsTransport {
@@ -204,10 +204,7 @@ impl VerbsTransport {
             TOKEN_CQ,
         )?;
         epoll.add(chan.fd(), READABLE, TOKEN_CM)?;
-        // SAFETY: eventfd(2) with flags only; the result is checked.
-        let fd = cvt(unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) })?;
-        // SAFETY: eventfd returned a fresh descriptor nothing else owns.
-        let wake = unsafe { OwnedFd::from_raw_fd(fd) };
+        let wake = EventFd::new()?;
         epoll.add(wake.as_raw_fd(), READABLE, TOKEN_WAKE)?;
         tracing::debug!(%at, srq = scfg.size, buf_size, sq = qp_cfg.sq_depth, "verbs-rdm transport open");
         Ok(VerbsTransport {
@@ -264,11 +261,7 @@ impl VerbsTransport {
                     }
                 }
                 TOKEN_CM => self.cm_events(events),
-                TOKEN_WAKE => {
-                    let mut v = 0u64;
-                    // SAFETY: reads 8 bytes into `v` from the eventfd.
-                    unsafe { libc::read(self.wake.as_raw_fd(), (&mut v as *mut u64).cast(), 8) };
-                }
+                TOKEN_WAKE => self.wake.drain(),
                 _ => {}
             }
         }
@@ -734,9 +727,7 @@ impl Transport for VerbsTransport {
     }
 
     fn wake(&self) {
-        let one = 1u64;
-        // SAFETY: writes 8 bytes from `one` to the eventfd.
-        unsafe { libc::write(self.wake.as_raw_fd(), (&one as *const u64).cast(), 8) };
+        self.wake.signal();
     }
 
     fn prepare_wait(&mut self) -> bool {
