@@ -37,6 +37,12 @@ pub struct Vetting {
     since: Instant,
 }
 
+/// Our hello to a peer we dialled: our name, the first frame on the
+/// connection.
+pub(super) fn hello(ours: &Address) -> Out {
+    Out::Owned(Header::new(Kind::Hello).encode(), ours.as_bytes().to_vec())
+}
+
 /// Whether `out` is a frame of our side of the handshake (written while
 /// the peer has not admitted us; everything else waits).
 #[inline]

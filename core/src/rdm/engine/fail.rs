@@ -17,7 +17,6 @@ use super::super::transport::{Cause, ConnId, Transport};
 use super::super::Unexpected;
 use super::out::Out;
 use super::peers::Peer;
-use super::wire::{Header, Kind};
 use super::{cause_error, State};
 
 impl State {
@@ -53,8 +52,7 @@ impl State {
         e.tx = None;
         e.conns.retain(|&c| c != conn);
         if !e.queue.front().is_some_and(|(_, out)| super::admit::opens(out)) {
-            let hello = Header::new(Kind::Hello).encode();
-            e.queue.push_front((0, Out::Owned(hello, name.as_bytes().to_vec())));
+            e.queue.push_front((0, super::admit::hello(&name)));
             self.queued += 1;
         }
         true

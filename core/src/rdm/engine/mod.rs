@@ -110,9 +110,8 @@ struct Stats {
 struct State {
     provider_id: u8,
     name: Address,
-    /// The largest eager message to a peer not connected yet: the
-    /// rendezvous threshold, or the transport's smallest frame.
-    eager_max: usize,
+    /// Messages above it go by rendezvous (a connection's largest frame
+    /// may lower it).
     rndv_threshold: usize,
     inject_max: usize,
     selective: bool,
@@ -181,7 +180,6 @@ impl<T: Transport> Engine<T> {
             s: State {
                 provider_id,
                 name,
-                eager_max: attr.rndv_threshold.min(room),
                 rndv_threshold: attr.rndv_threshold,
                 inject_max: attr.inject_size,
                 selective: attr.selective_completion,
@@ -255,8 +253,7 @@ impl State {
         let p = self.peers.add(name, conn);
         self.admit(p, false);
         self.peers.gate(p);
-        let hello = Header::new(Kind::Hello).encode();
-        self.enqueue(p, 0, Out::Owned(hello, self.name.as_bytes().to_vec()));
+        self.enqueue(p, 0, admit::hello(&self.name));
         Ok(p)
     }
 
@@ -293,13 +290,15 @@ impl State {
     }
 
     /// The largest message sent to peer `p` eagerly: the rendezvous
-    /// threshold, or the largest frame of the connection it has.
+    /// threshold, or the largest frame of the connection it has (of every
+    /// connection, while it has none yet).
     #[inline]
     fn eager_max_to<T: Transport>(&self, t: &T, p: usize) -> usize {
-        match self.peers.get(p).and_then(|e| e.tx) {
-            Some(c) => self.rndv_threshold.min(t.max_payload_on(c)),
-            None => self.eager_max,
-        }
+        let room = match self.peers.get(p).and_then(|e| e.tx) {
+            Some(c) => t.max_payload_on(c),
+            None => t.max_payload(),
+        };
+        self.rndv_threshold.min(room)
     }
 
     fn send<T: Transport>(&mut self, t: &mut T, cx: &mut Ctx<'_>, op: SendOp) {
