@@ -1,6 +1,7 @@
 //! The verbs provider under network faults (issue 7), in the Soft-RoCE guest:
 //! two rxe devices, one on each end of a veth pair, and one worker process
-//! on each (`XFER_PROVIDER=verbs`, `XFER_VERBS_DEVICE`, `XFER_VERBS_ADDR`).
+//! on each (`XFER_PROVIDER=verbs`, or `XFER_FAULTS_PROVIDER`'s verbs provider,
+//! `XFER_VERBS_DEVICE`, `XFER_VERBS_ADDR`).
 //!
 //! - `netem_loss`: `tc netem loss 5%` on both veth ends; tagged messages
 //!   (eager, and rendezvous above `XFER_VERBS_SRQ_BUF_SIZE` and
@@ -83,6 +84,12 @@ const PREF: [u32; 2] = [100, 102];
 const LOCAL_PREF: &str = "1000";
 
 /// The cases share fixed device names and addresses: one at a time.
+/// The verbs provider the workers open: `XFER_FAULTS_PROVIDER`, `verbs`
+/// unless it names `verbs-rdm` (verbs under core's RDM engine).
+fn provider() -> String {
+    std::env::var("XFER_FAULTS_PROVIDER").unwrap_or_else(|_| "verbs".into())
+}
+
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 /// Why these tests cannot run here, if they cannot.
@@ -286,8 +293,9 @@ impl RxePair {
     /// and extra environment.
     fn spawn(&self, side: usize, label: &str, sizes: &[usize], env: &[(&str, &str)]) -> Worker {
         let (srq, rndv) = (SRQ_BUF.to_string(), RNDV_THRESHOLD.to_string());
+        let provider = provider();
         let mut all = vec![
-            ("XFER_PROVIDER", "verbs"),
+            ("XFER_PROVIDER", provider.as_str()),
             ("XFER_VERBS_DEVICE", RXE[side]),
             ("XFER_VERBS_ADDR", IP[side]),
             ("XFER_VERBS_SRQ_BUF_SIZE", srq.as_str()),
@@ -295,7 +303,7 @@ impl RxePair {
         ];
         all.extend_from_slice(env);
         let w = Worker::spawn(label, &[], sizes, &all);
-        assert_eq!(w.provider, "verbs", "{label} opened the {} provider", w.provider);
+        assert_eq!(w.provider, provider, "{label} opened the {} provider", w.provider);
         w
     }
 }

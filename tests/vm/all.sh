@@ -11,7 +11,9 @@
 #                receive-slot credit keeps a silent receiver's SRQ from running dry, no RNR NAK)
 #                tests/tcp_stall.rs (rdm_stall: the progress timeout against a stopped peer)
 #                and tests/scale.rs as in `scale` (rdm_scale: 32 peers on an SRQ of 64, which
-#                the later connections overcommit)
+#                the later connections overcommit); then the steps in XFER_VM_RDM_STEPS
+#                (default aio teardown rpc c_suite ofi mpi verbs_faults) as below, over
+#                verbs-rdm, reported as rdm_<step>
 #   scale        tests/scale.rs over XFER_PROVIDER=verbs: one endpoint, XFER_SCALE_PEERS (32)
 #                peers; the hub's receive memory (its SRQ) must not grow with them
 #   tcp_faults   tests/tcp_faults.rs: the TCP provider between two network namespaces
@@ -51,6 +53,9 @@
 # Knobs (set on the host: run-guest.sh forwards XFER_* variables into the guest):
 #   XFER_VM_STEPS        steps to run, space- or comma-separated (default: all, above order);
 #                        `verbs` runs every VERBS_* binary, `verbs_<name>` just that one
+#   XFER_VM_RDM_STEPS    the verbs steps the rdm step runs again over verbs-rdm
+#   XFER_VM_PROVIDER     the verbs provider the verbs steps (conformance to mpi, not rdm)
+#                        run over: verbs (default) or verbs-rdm, verbs under core's RDM engine
 #   XFER_VM_CONFORMANCE_THREADS  --test-threads for the conformance suite (default 2: 35
 #                        tests in ~9-10 s over rxe vs ~16 s with 1, both passing, measured)
 #   XFER_VM_TIMEOUT_VERBS / _CONFORMANCE / _PEER_DEATH / _SCALE / _TCP_FAULTS / _AIO /
@@ -92,6 +97,7 @@ for arg in "$@"; do
     esac
 done
 
+vprov=${XFER_VM_PROVIDER:-verbs}
 steps=${XFER_VM_STEPS:-smoke verbs conformance peer_death rdm scale tcp_faults aio flow_control teardown rpc verbs_faults xfer_info c_suite ofi mpi}
 steps=${steps//,/ }
 # `verbs` stands for one step per VERBS_<NAME> binary given.
@@ -118,8 +124,9 @@ steps=${expanded# }
 passed=()
 failed=()
 times=()
-result() { # STEP RC [DETAIL]
-    local step=$1 rc=$2 detail=${3:-}
+prefix=
+result() { # STEP RC [DETAIL]; reported as $prefix$STEP
+    local step=$prefix$1 rc=$2 detail=${3:-}
     times+=("$step $(($(date +%s) - step_start))s")
     if [ "$rc" = 0 ]; then
         passed+=("$step")
@@ -173,7 +180,7 @@ step_verbs() {
 # run_test STEP KEY THREADS TIMEOUT [ARGS...]: a root-package test binary over verbs
 # (over $RUN_PROVIDER when set: verbs-rdm).
 run_test() {
-    local step=$1 key=$2 threads=$3 t=$4 provider=${RUN_PROVIDER:-verbs}
+    local step=$1 key=$2 threads=$3 t=$4 provider=${RUN_PROVIDER:-$vprov}
     shift 4
     need "$key" "$step" || return
     echo "+ XFER_PROVIDER=$provider timeout $t ${bin[$key]} --test-threads=$threads $*"
@@ -218,6 +225,12 @@ step_rdm() {
     RUN_PROVIDER=verbs-rdm XFER_SCALE_PEERS=${XFER_SCALE_PEERS:-32} XFER_VERBS_SRQ_SIZE=${XFER_VERBS_SRQ_SIZE:-64} \
         XFER_VERBS_SRQ_LOW_WATERMARK=${XFER_VERBS_SRQ_LOW_WATERMARK:-16} \
         run_test rdm_scale SCALE 1 "${XFER_VM_TIMEOUT_SCALE:-180}" --nocapture
+    # Then the suites the verbs steps run, as they run them, over verbs-rdm.
+    local s
+    for s in ${XFER_VM_RDM_STEPS:-aio teardown rpc c_suite ofi mpi verbs_faults}; do
+        step_start=$(date +%s)
+        prefix=rdm_ vprov=verbs-rdm "step_$s"
+    done
 }
 
 step_aio() {
@@ -274,7 +287,7 @@ step_verbs_faults() {
         modprobe "$m" || echo "verbs_faults: modprobe $m failed" >&2
     done
     echo "+ XFER_FAULTS_REQUIRE=1 XFER_FAULTS_REQUIRE_NETEM=1 timeout $t ${bin[VERBS_FAULTS]} --test-threads=1 --nocapture"
-    XFER_FAULTS_REQUIRE=1 XFER_FAULTS_REQUIRE_NETEM=1 timeout -k 10 "$t" "${bin[VERBS_FAULTS]}" \
+    XFER_FAULTS_PROVIDER=$vprov XFER_FAULTS_REQUIRE=1 XFER_FAULTS_REQUIRE_NETEM=1 timeout -k 10 "$t" "${bin[VERBS_FAULTS]}" \
         --test-threads=1 --nocapture
     rc=$?
     result verbs_faults "$rc" "$(why "$rc" "$t")"
@@ -340,17 +353,17 @@ step_c_suite() {
     deadline=$(($(date +%s) + t))
     log=$(mktemp /tmp/c-suite.XXXXXX)
     # As for the conformance step: rxe must turn a stalled READ into an error.
-    echo "+ XFER_PROVIDER=verbs timeout $t $dir/test_capi"
-    XFER_PROVIDER=verbs XFER_VERBS_RETRY_CNT=${XFER_VERBS_RETRY_CNT:-6} \
+    echo "+ XFER_PROVIDER=$vprov timeout $t $dir/test_capi"
+    XFER_PROVIDER=$vprov XFER_VERBS_RETRY_CNT=${XFER_VERBS_RETRY_CNT:-6} \
         timeout -k 10 "$t" "$dir/test_capi" 2>&1 | tee "$log"
     rc=${PIPESTATUS[0]}
     if [ "$rc" != 0 ]; then
         result c_suite "$rc" "test_capi: $(why "$rc" "$t")"
-    elif ! grep -q '^provider: verbs$' "$log"; then
-        result c_suite 1 "test_capi did not run over verbs: $(grep '^provider:' "$log")"
-    elif ! XFER_PROVIDER=verbs c_example pingpong "$deadline" 200 4096; then
+    elif ! grep -q "^provider: $vprov\$" "$log"; then
+        result c_suite 1 "test_capi did not run over $vprov: $(grep '^provider:' "$log")"
+    elif ! XFER_PROVIDER=$vprov c_example pingpong "$deadline" 200 4096; then
         result c_suite 1 "the pingpong example failed"
-    elif ! XFER_PROVIDER=verbs c_example rma "$deadline" 100000; then
+    elif ! XFER_PROVIDER=$vprov c_example rma "$deadline" 100000; then
         result c_suite 1 "the rma example failed"
     else
         result c_suite 0
@@ -367,7 +380,7 @@ listening() {
 # and a client process, control connection on XFER_RDMA_ADDR:PORT; fails unless both exit 0.
 ofi_pingpong() {
     local mode=$1 port=$2 deadline=$3 out server rc=0 i
-    local args=(-p xfer -d verbs -e rdm -m "$mode" -I 100 -c)
+    local args=(-p xfer -d "$vprov" -e rdm -m "$mode" -I 100 -c)
     out=$(mktemp /tmp/ofi-server.XXXXXX)
     echo "+ fi_pingpong ${args[*]} -B $port & fi_pingpong ${args[*]} -P $port $XFER_RDMA_ADDR"
     timeout -k 5 "$(left "$deadline")" fi_pingpong "${args[@]}" -B "$port" >"$out" 2>&1 &
@@ -386,8 +399,8 @@ ofi_pingpong() {
 # ofi_suite DEADLINE: ofi/tests/c/fi_suite.c over xfer's verbs domain (messages, probes,
 # blocking reads, then RMA with FI_MR_LOCAL descriptors); fails unless it passes.
 ofi_suite() {
-    echo "+ XFER_PROVIDER=verbs XFER_SUITE_DOMAIN=verbs ${bin[OFI]}/fi_suite"
-    XFER_PROVIDER=verbs XFER_SUITE_DOMAIN=verbs timeout -k 5 "$(left "$1")" "${bin[OFI]}/fi_suite"
+    echo "+ XFER_PROVIDER=$vprov XFER_SUITE_DOMAIN=$vprov ${bin[OFI]}/fi_suite"
+    XFER_PROVIDER=$vprov XFER_SUITE_DOMAIN=$vprov timeout -k 5 "$(left "$1")" "${bin[OFI]}/fi_suite"
 }
 step_ofi() {
     need OFI ofi || return
@@ -395,10 +408,10 @@ step_ofi() {
     deadline=$(($(date +%s) + t))
     export FI_PROVIDER_PATH=${bin[OFI]} FI_PROVIDER=xfer
     echo "+ FI_PROVIDER_PATH=$FI_PROVIDER_PATH fi_info -p xfer"
-    out=$(timeout -k 5 60 fi_info -p xfer 2>&1)
+    out=$(XFER_PROVIDER=$vprov timeout -k 5 60 fi_info -p xfer 2>&1)
     printf '%s\n' "$out"
-    if ! grep -q 'domain: verbs' <<<"$out"; then
-        result ofi 1 "fi_info -p xfer lists no verbs domain"
+    if ! grep -qE "domain: $vprov[[:space:]]*\$" <<<"$out"; then
+        result ofi 1 "fi_info -p xfer lists no $vprov domain"
     elif ! ofi_pingpong msg 47601 "$deadline"; then
         result ofi 1 "fi_pingpong -m msg failed"
     elif ! ofi_pingpong tagged 47602 "$deadline"; then
@@ -416,8 +429,8 @@ step_ofi() {
 step_mpi() {
     need MPI mpi || return
     local t=${XFER_VM_TIMEOUT_MPI:-400} dir=${bin[MPI]} rc
-    echo "+ XFER_PROVIDER=verbs XFER_OFI_TEST_DIR=$dir timeout $t $dir/mpi-test --test-threads=1 --nocapture"
-    XFER_PROVIDER=verbs XFER_OFI_TEST_DIR=$dir \
+    echo "+ XFER_PROVIDER=$vprov XFER_OFI_TEST_DIR=$dir timeout $t $dir/mpi-test --test-threads=1 --nocapture"
+    XFER_PROVIDER=$vprov XFER_OFI_TEST_DIR=$dir \
         XFER_MPI_MAX_BYTES=${XFER_MPI_MAX_BYTES:-16777216} XFER_MPI_NETPIPE_MAX=${XFER_MPI_NETPIPE_MAX:-65536} \
         timeout -k 10 "$t" "$dir/mpi-test" --test-threads=1 --nocapture
     rc=$?

@@ -204,6 +204,17 @@ pub trait Transport: Send {
         0
     }
 
+    /// Frames a burst may hold back on `conn`: [`coalesce`] unless the
+    /// transport serves connections differently (a pair: the transport
+    /// that carries `conn`, so a shared-memory peer is never held back by
+    /// TCP's rule).
+    ///
+    /// [`coalesce`]: Self::coalesce
+    fn coalesce_on(&self, conn: ConnId) -> usize {
+        let _ = conn;
+        self.coalesce()
+    }
+
     /// The address that stands for whichever endpoint listens where `addr`
     /// does (TCP: the same with nonce 0), for transports that have such
     /// addresses: an address vector may know a peer only by it (a libfabric

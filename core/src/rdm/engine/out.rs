@@ -56,11 +56,14 @@ impl State {
     }
 
     /// What a post to peer `p` does once its frames are queued: in a burst
-    /// they wait for the next progress (up to the transport's `coalesce`
-    /// frames); otherwise they are written now, and start a burst.
+    /// they wait for the next progress (up to the `coalesce_on` frames of
+    /// the peer's connection); otherwise they are written now, and start a
+    /// burst.
     pub(super) fn posted<T: Transport>(&mut self, t: &mut T, cx: &mut Ctx<'_>, p: usize) {
-        let queued = self.peers.get(p).map_or(0, |e| e.queue.len());
-        if self.burst && queued < self.coalesce {
+        let (queued, limit) = self.peers.get(p).map_or((0, 0), |e| {
+            (e.queue.len(), e.tx.map_or(self.coalesce, |tx| t.coalesce_on(tx)))
+        });
+        if self.burst && queued < limit {
             self.stats.coalesced += 1;
             if std::mem::take(&mut self.armed) {
                 // The next progress writes it: make sure one comes.
@@ -91,11 +94,11 @@ impl State {
         h: &[u8; LEN],
         payload: &[u8],
     ) -> bool {
-        if self.burst {
-            return false;
-        }
         let Some(e) = self.peers.get_mut(p) else { return false };
         let Some(tx) = e.tx else { return false };
+        if self.burst && t.coalesce_on(tx) > 0 {
+            return false;
+        }
         if e.gated() || !e.queue.is_empty() || (cost > 0 && !e.credit.can_send(cost, 0)) {
             return false;
         }

@@ -365,10 +365,18 @@ impl<A: Transport, B: Transport> Transport for Pair<A, B> {
     }
 
     fn coalesce(&self) -> usize {
-        // One burst rule for the endpoint: the transport that pays a system
-        // call per write decides (a held frame to the other waits only for
-        // the next progress).
+        // Whether a burst is worth tracking at all: some connection may be
+        // held back.
         self.first.coalesce().max(self.second.coalesce())
+    }
+
+    #[inline]
+    fn coalesce_on(&self, conn: ConnId) -> usize {
+        if Self::on_first(conn) {
+            self.first.coalesce()
+        } else {
+            self.second.coalesce()
+        }
     }
 
     fn counters(&self) -> Vec<(&'static str, u64)> {

@@ -351,3 +351,46 @@ fn an_idle_second_transport_is_polled_every_few_calls_and_after_a_wait() {
     assert!(y.prepare_wait());
     assert_eq!(calls_until_frame(&mut y, 1), Some(1));
 }
+
+#[test]
+fn a_burst_holds_back_only_frames_to_a_transport_that_coalesces() {
+    // The first transport (shared memory) writes each frame with a store, the
+    // second (TCP) with a system call, so only the second's are held back
+    // for the burst's next progress.
+    let (near, far, elsewhere) = (Net::new(64), Net::new(64).with_coalesce(8), Net::new(64));
+    let mut x = Node::new(&near, &far, 1, true);
+    let mut local = Node::new(&near, &far, 1, true);
+    let mut remote = Node::new(&elsewhere, &far, 2, true);
+    let (lx, rx) = (x.add(&local), x.add(&remote));
+    for (peer, node) in [(lx, &mut local), (rx, &mut remote)] {
+        x.tsend(peer, 5, vec![0], 1);
+        node.trecv(PeerAddr::UNSPEC, 8, 1);
+        until(&mut [node, &mut x], 0, 1);
+    }
+    x.progress();
+    for ctx in 10..13 {
+        x.tsend(lx, 5, vec![ctx as u8], ctx);
+        x.tsend(rx, 5, vec![ctx as u8], ctx);
+    }
+    let coalesced = |n: &Node| n.ep.counters().iter().find(|(k, _)| *k == "coalesced").map(|c| c.1);
+    // Only the second transport's connection is held: the burst began with
+    // the first post (to the local peer), every one to the remote waits.
+    assert_eq!(coalesced(&x), Some(3));
+    for ctx in 10..13 {
+        local.trecv(PeerAddr::UNSPEC, 8, ctx);
+        remote.trecv(PeerAddr::UNSPEC, 8, ctx);
+    }
+    // Without `x` progressing, the local peer has all three.
+    for ctx in 10..13 {
+        let c = until(&mut [&mut local], 0, ctx);
+        assert_eq!(c.buf.expect("buffer")[..c.len], [ctx as u8]);
+    }
+    for _ in 0..100 {
+        remote.progress();
+    }
+    assert!(remote.take(10).is_none(), "held back until the sender's next progress");
+    for ctx in 10..13 {
+        let c = until(&mut [&mut remote, &mut x], 0, ctx);
+        assert_eq!(c.buf.expect("buffer")[..c.len], [ctx as u8]);
+    }
+}
