@@ -12,14 +12,16 @@ use crate::{Error, ProviderInfo, Result};
 /// peer over TCP, so it comes before `tcp`, which it includes; `shm` reaches
 /// peers on this host only, so it is opened only when asked for. `verbs-rdm`
 /// (verbs under the RDM engine) is opened only when asked for while the
-/// verbs provider moves under the engine: last, so `tcp`, always available,
-/// is chosen before it.
+/// verbs provider moves under the engine, and so is `shm+verbs` (shared
+/// memory and `verbs-rdm`'s transport): last, so `tcp`, always available,
+/// is chosen before them.
 pub const KNOWN: &[(&str, Option<&str>)] = &[
     ("verbs", Some("verbs")),
     ("shm+tcp", None),
     ("tcp", None),
     ("shm", None),
     ("verbs-rdm", Some("verbs")),
+    ("shm+verbs", Some("verbs")),
 ];
 
 /// What became of one provider when the facade chose.

@@ -121,8 +121,10 @@ pub struct ProviderInfo {
 /// with the `verbs` feature, the default), then `shm+tcp` (one endpoint:
 /// shared memory to peers on this host, TCP to others), then `tcp`, then
 /// `shm` (peers on this host only: opened when `XFER_PROVIDER=shm` asks for
-/// it), then `verbs-rdm` (verbs under core's RDM engine, opened only when
-/// asked for while the verbs provider moves under the engine).
+/// it), then `verbs-rdm` (verbs under core's RDM engine) and `shm+verbs`
+/// (shared memory to peers on this host, `verbs-rdm` to others), each
+/// opened only when asked for while the verbs provider moves under the
+/// engine.
 pub const PROVIDERS: &[&str] = &[
     #[cfg(feature = "verbs")]
     "verbs",
@@ -131,6 +133,8 @@ pub const PROVIDERS: &[&str] = &[
     "shm",
     #[cfg(feature = "verbs")]
     "verbs-rdm",
+    #[cfg(feature = "verbs")]
+    "shm+verbs",
 ];
 
 /// The providers compiled in, in order of preference, and whether each can
@@ -173,6 +177,8 @@ pub fn info_for(attr: &DomainAttr) -> Vec<ProviderInfo> {
     });
     #[cfg(feature = "verbs")]
     all.push(verbs::info_rdm(&attr.params));
+    #[cfg(feature = "verbs")]
+    all.push(verbs::info_shm_verbs(&attr.params));
     all
 }
 
@@ -187,6 +193,8 @@ fn open_named(name: &'static str, params: &Params) -> Result<Domain> {
         mixed::NAME => Ok(Domain::new(Box::new(mixed::ShmTcpDomain::with_params(params)?))),
         #[cfg(feature = "verbs")]
         "verbs-rdm" => Ok(Domain::new(Box::new(xfer_verbs::VerbsRdmDomain::with_params(params)?))),
+        #[cfg(feature = "verbs")]
+        mixed::SHM_VERBS => Ok(Domain::new(Box::new(mixed::ShmVerbsDomain::with_params(params)?))),
         _ => Err(Error::Internal("open_named: provider not built")),
     }
 }
@@ -273,6 +281,25 @@ mod verbs {
             name: "verbs",
             available,
             detail,
+        }
+    }
+
+    /// The `shm+verbs` entry: the same device as `verbs`, opened only when
+    /// asked for.
+    pub(crate) fn info_shm_verbs(params: &Params) -> ProviderInfo {
+        let v = info(params);
+        ProviderInfo {
+            name: crate::mixed::SHM_VERBS,
+            available: v.available,
+            detail: if v.available {
+                format!(
+                    "{}; shared memory to peers on this host, verbs under core's RDM engine to others, \
+                     opened only when asked for (XFER_PROVIDER=shm+verbs)",
+                    v.detail
+                )
+            } else {
+                v.detail
+            },
         }
     }
 
@@ -396,7 +423,7 @@ mod tests {
     fn info_lists_every_provider_in_order() {
         let names: Vec<&str> = info().iter().map(|p| p.name).collect();
         assert_eq!(names, PROVIDERS);
-        let tail = if cfg!(feature = "verbs") { 4 } else { 3 };
+        let tail = if cfg!(feature = "verbs") { 5 } else { 3 };
         assert_eq!(
             PROVIDERS[PROVIDERS.len() - tail..][..3],
             ["shm+tcp", "tcp", "shm"],

@@ -8,6 +8,11 @@
 //! goes over TCP, and so does a name whose shm address no port answers.
 //! The peers are this test binary re-executed (`child_sender`, ignored in
 //! normal runs).
+//!
+//! `XFER_MIXED_PROVIDER=shm+verbs` runs the same over shared memory and
+//! verbs (the Soft-RoCE guest): the peer without shared memory is reached
+//! over an RC queue pair, counted by the verbs transport's
+//! `connections_made`; the user-namespace case is TCP's alone.
 
 mod common;
 
@@ -18,7 +23,31 @@ use std::time::{Duration, Instant};
 use common::{drive, expect, hex, pattern, unhex, Node};
 use xfer::{Error, PeerAddr};
 
-const PROVIDER: &str = "shm+tcp";
+/// The pair provider under test: `XFER_MIXED_PROVIDER`, else `shm+tcp`.
+fn provider() -> String {
+    std::env::var("XFER_MIXED_PROVIDER").unwrap_or_else(|_| "shm+tcp".into())
+}
+
+/// Whether the pair's network transport is TCP (else verbs).
+fn over_tcp() -> bool {
+    provider() == "shm+tcp"
+}
+
+/// Connections the network transport of `node` (named `name`) carries:
+/// over TCP the established sockets at its listener (the kernel's table),
+/// over verbs the transport's count of connections that came up.
+fn network_connections(node: &Node, name: &[u8]) -> usize {
+    if over_tcp() {
+        return tcp_connections(tcp_port(name));
+    }
+    let made = node
+        .ep
+        .counters()
+        .expect("counters")
+        .into_iter()
+        .find(|(k, _)| *k == "connections_made");
+    made.expect("the verbs transport counts its connections").1 as usize
+}
 /// Messages each peer sends.
 const N: u64 = 40;
 
@@ -47,7 +76,7 @@ fn payload(who: u8, seq: u64) -> Vec<u8> {
 #[ignore = "helper process for the mixed tests"]
 fn child_sender() {
     let who: u8 = std::env::var("MIXED_WHO").expect("MIXED_WHO").parse().expect("id");
-    let mut node = Node::on(PROVIDER);
+    let mut node = Node::on(&provider());
     println!("CHILD-NAME {}", hex(node.ep.name().as_bytes()));
     let mut line = String::new();
     std::io::stdin().read_line(&mut line).expect("parent name");
@@ -176,15 +205,28 @@ fn tcp_port(name: &[u8]) -> u16 {
 
 #[test]
 fn one_endpoint_serves_a_peer_over_shm_and_one_over_tcp() {
-    let mut me = Node::on(PROVIDER);
+    let mut me = Node::on(&provider());
     let mut near = Peer::spawn(1, &[]);
-    let mut far = Peer::spawn(2, &[("XFER_SHM_ENABLED", "0"), ("XFER_TCP_ADDR", "::1")]);
-    assert_eq!(near.name.len(), 1 + 8 + 1 + 14 + 15, "an IPv4 shm+tcp name");
-    assert_eq!(far.name.len(), 1 + 8 + 1 + 27, "an IPv6 name without shm");
+    let far_env: &[(&str, &str)] = if over_tcp() {
+        &[("XFER_SHM_ENABLED", "0"), ("XFER_TCP_ADDR", "::1")]
+    } else {
+        &[("XFER_SHM_ENABLED", "0")]
+    };
+    let mut far = Peer::spawn(2, far_env);
+    assert_eq!(near.name[9], 14, "the near peer offers shared memory");
+    assert_eq!(far.name[9], 0, "the far peer offers none");
+    if over_tcp() {
+        assert_eq!(near.name.len(), 1 + 8 + 1 + 14 + 15, "an IPv4 shm+tcp name");
+        assert_eq!(far.name.len(), 1 + 8 + 1 + 27, "an IPv6 name without shm");
+    }
     // What xfer-info --peer says of each, from here.
     let route = |n: &[u8]| xfer::mixed::explain_route(&xfer::Address::new(n).expect("name")).expect("route");
     assert_eq!(route(&near.name), "shm: same host, same user and namespaces");
-    assert_eq!(route(&far.name), "tcp: the peer offers no shared-memory address");
+    let network = if over_tcp() { "tcp" } else { "verbs" };
+    assert_eq!(
+        route(&far.name),
+        format!("{network}: the peer offers no shared-memory address")
+    );
 
     let pn = me.av.insert(&near.name).expect("insert near");
     let pf = me.av.insert(&far.name).expect("insert far");
@@ -218,12 +260,12 @@ fn one_endpoint_serves_a_peer_over_shm_and_one_over_tcp() {
         let sent = p.lines.by_ref().map_while(Result::ok).find(|l| l.contains("SENT"));
         assert!(sent.is_some(), "a peer did not finish");
     }
-    // The far peer's connection is the only one this endpoint's TCP
-    // listener accepted: the near peer came over shared memory.
+    // The far peer's connection is the only one this endpoint's network
+    // transport carries: the near peer came over shared memory.
     assert_eq!(
-        tcp_connections(tcp_port(my_name.as_bytes())),
+        network_connections(&me, my_name.as_bytes()),
         1,
-        "TCP connections at this endpoint"
+        "{network} connections at this endpoint"
     );
 
     // Rendezvous sends nobody receives wait on their peer; each peer's
@@ -258,12 +300,16 @@ fn one_endpoint_serves_a_peer_over_shm_and_one_over_tcp() {
 /// another host identity: served over TCP though it offers shared memory.
 #[test]
 fn a_peer_in_another_user_namespace_goes_over_tcp() {
+    if !over_tcp() {
+        eprintln!("skipped: TCP's case ({} runs the others)", provider());
+        return;
+    }
     let probe = Command::new("unshare").args(["-U", "true"]).status();
     if !probe.is_ok_and(|s| s.success()) {
         eprintln!("skipped: `unshare -U` is not available here");
         return;
     }
-    let mut me = Node::on(PROVIDER);
+    let mut me = Node::on(&provider());
     let mut cmd = Command::new("unshare");
     cmd.arg("-U")
         .arg(std::env::current_exe().expect("test binary"))
@@ -303,11 +349,11 @@ fn a_peer_in_another_user_namespace_goes_over_tcp() {
 }
 
 /// A name whose shm address no port answers (same host identity, a nonce
-/// nobody listens on) is still reached, over its TCP address.
+/// nobody listens on) is still reached, over its TCP (or verbs) address.
 #[test]
 fn an_unreachable_shm_address_falls_back_to_tcp() {
-    let mut a = Node::on(PROVIDER);
-    let mut b = Node::on(PROVIDER);
+    let mut a = Node::on(&provider());
+    let mut b = Node::on(&provider());
     let mut name = b.ep.name().as_bytes().to_vec();
     assert_eq!(name[9], 14, "b offers shared memory");
     // The shm address is `xs`, a pid and a nonce: change the nonce.
@@ -321,14 +367,15 @@ fn an_unreachable_shm_address_falls_back_to_tcp() {
     );
     let to_b = a.av.insert(&name).expect("insert");
     b.ep.trecv(PeerAddr::UNSPEC, 9, 0, vec![0; 64], 1).expect("trecv");
-    a.ep.tsend(to_b, 9, b"over tcp after all".to_vec(), 2).expect("tsend");
+    a.ep.tsend(to_b, 9, b"over the network after all".to_vec(), 2)
+        .expect("tsend");
     let c = expect(&mut [&mut a, &mut b], 1, 1);
     assert_eq!(c.result, Ok(()));
-    assert_eq!(&c.buf.expect("buffer")[..c.len], b"over tcp after all");
+    assert_eq!(&c.buf.expect("buffer")[..c.len], b"over the network after all");
     assert_eq!(expect(&mut [&mut a, &mut b], 0, 2).result, Ok(()));
     assert_eq!(
-        tcp_connections(tcp_port(&name)),
+        network_connections(&b, &name),
         1,
-        "a's connection to b's TCP listener"
+        "a's connection to b's network transport"
     );
 }

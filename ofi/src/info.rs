@@ -106,7 +106,7 @@ pub const MSG_ORDER: u64 = fi::FI_ORDER_SAS;
 /// endpoint, the RDM engine under shm), so that it sees each one: remote
 /// counters (`FI_RMA_EVENT`) and counters bound to regions work there.
 pub fn serves_rma(provider: &str) -> bool {
-    matches!(provider, "tcp" | "shm" | "shm+tcp" | "verbs-rdm")
+    matches!(provider, "tcp" | "shm" | "shm+tcp" | "verbs-rdm" | "shm+verbs")
 }
 
 /// What the application asked for, read once out of its `fi_info`.
@@ -672,14 +672,14 @@ fn default_ip() -> Option<IpAddr> {
 /// `XFER_PROVIDER` must be able to leave one entry. shm reaches this host
 /// only, so, as the facade does, it is offered only when chosen: forced, or
 /// named by the hints' `domain_attr->name` (`fi_info -d shm`); so is
-/// `verbs-rdm` (verbs under the engine, beside `verbs` while it replaces it). `tcp` stands in for `shm+tcp`
+/// `verbs-rdm` (verbs under the engine, beside `verbs` while it replaces it) and `shm+verbs`. `tcp` stands in for `shm+tcp`
 /// (which includes it) where that took no fi_info (`shm_tcp_offered`
 /// false): hints with socket address formats, node and service, or naming
 /// `tcp`; listed beside it, it would split ranks as verbs does.
 fn offered(forced: Option<&str>, asked: Option<&str>, name: &str, shm_tcp_offered: bool) -> bool {
     match (forced, name) {
         (Some(f), _) => f == name,
-        (None, "shm" | "verbs-rdm") => asked == Some(name),
+        (None, "shm" | "verbs-rdm" | "shm+verbs") => asked == Some(name),
         (None, "tcp") => !shm_tcp_offered,
         (None, _) => true,
     }

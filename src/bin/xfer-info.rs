@@ -13,12 +13,12 @@
 //! cargo run --bin xfer-info -- --json    # one JSON object, for scripts
 //! XFER_TCP_ADDR=127.0.0.1 xfer-info      # see the effect of a setting
 //! XFER_TCP_IFACE=eth1 xfer-info          # which interface TCP would listen on, and why
-//! xfer-info --peer 05…                   # which transport shm+tcp serves that peer over, and why
+//! xfer-info --peer 05…                   # which transport shm+tcp (or shm+verbs) serves that peer over, and why
 //! ```
 //!
-//! `--peer` prints one line for an `shm+tcp` endpoint name (hex, as
-//! `Address` prints): `shm: same host, same user and namespaces`, or `tcp:`
-//! and the reason (a different host identity, no shared-memory address
+//! `--peer` prints one line for an `shm+tcp` or `shm+verbs` endpoint name
+//! (hex, as `Address` prints): `shm: same host, same user and namespaces`,
+//! or `tcp:` (`verbs:`) and the reason (a different host identity, no shared-memory address
 //! offered, `shm.enabled=0` here).
 //!
 //! Exit status: 0 when an endpoint could be opened, 1 when not (the report
@@ -34,8 +34,8 @@ const USAGE: &str = "usage: xfer-info [--json] | xfer-info --peer NAME-HEX";
 #[path = "xfer-info/tcp.rs"]
 mod tcp;
 
-/// `--peer NAME`: the transport an `shm+tcp` endpoint here would serve
-/// that peer over, and why.
+/// `--peer NAME`: the transport an endpoint of the peer's pair provider
+/// here would serve that peer over, and why.
 fn peer_route(name: Option<String>) -> ExitCode {
     let Some(name) = name else {
         eprintln!("xfer-info: --peer needs an endpoint name in hex\n{USAGE}");
@@ -178,6 +178,12 @@ fn endpoint_name(domain: &xfer::Domain) -> Result<Name, String> {
             .get(1..)
             .and_then(xfer_verbs::transport::decode)
             .map(|n| format!("verbs-rdm://{}#{:016x}", n.addr, n.nonce)),
+        #[cfg(feature = "verbs")]
+        "shm+verbs" => bytes
+            .get(1..)
+            .and_then(xfer_core::unstable::rdm::pair::Parts::parse)
+            .and_then(|p| xfer_verbs::transport::decode(p.second))
+            .map(|n| format!("shm+verbs://{}#{:016x}", n.addr, n.nonce)),
         _ => None,
     };
     Ok(Name {

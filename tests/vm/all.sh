@@ -13,7 +13,10 @@
 #                and tests/scale.rs as in `scale` (rdm_scale: 32 peers on an SRQ of 64, which
 #                the later connections overcommit); then the steps in XFER_VM_RDM_STEPS
 #                (default aio teardown rpc c_suite ofi mpi verbs_faults) as below, over
-#                verbs-rdm, reported as rdm_<step>
+#                verbs-rdm, reported as rdm_<step>; and over shm+verbs (shared memory to
+#                peers on this host, verbs-rdm's transport to others) the conformance suite
+#                with XFER_SHM_ENABLED=0 (rdm_shm_verbs_conformance) and tests/mixed.rs
+#                (rdm_mixed: a peer process over shm, one over verbs, any-source receives)
 #   scale        tests/scale.rs over XFER_PROVIDER=verbs: one endpoint, XFER_SCALE_PEERS (32)
 #                peers; the hub's receive memory (its SRQ) must not grow with them
 #   tcp_faults   tests/tcp_faults.rs: the TCP provider between two network namespaces
@@ -59,7 +62,7 @@
 #   XFER_VM_CONFORMANCE_THREADS  --test-threads for the conformance suite (default 2: 35
 #                        tests in ~9-10 s over rxe vs ~16 s with 1, both passing, measured)
 #   XFER_VM_TIMEOUT_VERBS / _CONFORMANCE / _PEER_DEATH / _SCALE / _TCP_FAULTS / _AIO /
-#                        _FLOW_CONTROL / _STALL (120) / _TEARDOWN / _RPC / _VERBS_FAULTS / _XFER_INFO / _C_SUITE /
+#                        _FLOW_CONTROL / _STALL (120) / _MIXED (120) / _TEARDOWN / _RPC / _VERBS_FAULTS / _XFER_INFO / _C_SUITE /
 #                        _OFI / _MPI  per-step seconds (defaults 240 per verbs binary / 240 / 120 /
 #                        180 / 300 / 180 / 120 / 300 / 120 / 300 / 60 / 300 / 300 / 400,
 #                        3-10x what they took here; smoke.sh bounds its own)
@@ -67,7 +70,7 @@
 set -u
 
 usage() {
-    echo "usage: all.sh KEY=PATH... (KEYs: VERBS_<NAME> CONFORMANCE PEER_DEATH SCALE TCP_FAULTS AIO FLOW_CONTROL STALL TEARDOWN RPC" \
+    echo "usage: all.sh KEY=PATH... (KEYs: VERBS_<NAME> CONFORMANCE PEER_DEATH SCALE TCP_FAULTS AIO FLOW_CONTROL STALL MIXED TEARDOWN RPC" \
         "VERBS_FAULTS XFER_INFO C_SUITE OFI MPI [XFER_PERF]; from tests/vm/build-verbs.sh on the host)" >&2
 }
 if [ "${XFER_IN_GUEST:-0}" != 1 ]; then
@@ -80,7 +83,7 @@ declare -A bin=()
 verbs_tests=() # names (lower case) of the VERBS_<NAME> binaries, in argument order
 for arg in "$@"; do
     case $arg in
-    CONFORMANCE=* | PEER_DEATH=* | SCALE=* | TCP_FAULTS=* | AIO=* | FLOW_CONTROL=* | STALL=* | TEARDOWN=* | RPC=* | VERBS_FAULTS=* | XFER_PERF=* | XFER_INFO=* | C_SUITE=* | OFI=* | MPI=*)
+    CONFORMANCE=* | PEER_DEATH=* | SCALE=* | TCP_FAULTS=* | AIO=* | FLOW_CONTROL=* | STALL=* | MIXED=* | TEARDOWN=* | RPC=* | VERBS_FAULTS=* | XFER_PERF=* | XFER_INFO=* | C_SUITE=* | OFI=* | MPI=*)
         bin[${arg%%=*}]=${arg#*=}
         ;;
     VERBS_?*=*)
@@ -225,6 +228,15 @@ step_rdm() {
     RUN_PROVIDER=verbs-rdm XFER_SCALE_PEERS=${XFER_SCALE_PEERS:-32} XFER_VERBS_SRQ_SIZE=${XFER_VERBS_SRQ_SIZE:-64} \
         XFER_VERBS_SRQ_LOW_WATERMARK=${XFER_VERBS_SRQ_LOW_WATERMARK:-16} \
         run_test rdm_scale SCALE 1 "${XFER_VM_TIMEOUT_SCALE:-180}" --nocapture
+    # shm+verbs: the conformance suite with shared memory off (every peer over the
+    # pair's verbs side), then one endpoint serving a peer process over shared memory
+    # and one over verbs.
+    step_start=$(date +%s)
+    # shellcheck disable=SC2086  # XFER_VM_TEST_ARGS is a word list on purpose
+    XFER_SHM_ENABLED=0 RUN_PROVIDER=shm+verbs run_test rdm_shm_verbs_conformance CONFORMANCE \
+        "${XFER_VM_CONFORMANCE_THREADS:-2}" "${XFER_VM_TIMEOUT_CONFORMANCE:-240}" ${XFER_VM_TEST_ARGS:-}
+    step_start=$(date +%s)
+    XFER_MIXED_PROVIDER=shm+verbs RUN_PROVIDER=shm+verbs run_test rdm_mixed MIXED 1 "${XFER_VM_TIMEOUT_MIXED:-120}" --nocapture
     # Then the suites the verbs steps run, as they run them, over verbs-rdm.
     local s
     for s in ${XFER_VM_RDM_STEPS:-aio teardown rpc c_suite ofi mpi verbs_faults}; do

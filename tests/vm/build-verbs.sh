@@ -14,6 +14,9 @@
 #                    receiver that posts nothing (verbs credit: bounded memory, no RNR)
 #   STALL=...        root package tests/tcp_stall.rs (release): the progress timeout against a
 #                    stopped peer process (run over verbs-rdm by all.sh's rdm step)
+#   MIXED=...        root package tests/mixed.rs (release): one endpoint of a pair provider
+#                    serving a peer over shared memory and one over the network (all.sh's rdm
+#                    step runs it over shm+verbs)
 #   TEARDOWN=...     root package tests/teardown.rs (release): every drop order with
 #                    thousands of operations in flight
 #   RPC=...          xfer-rpc's tests/rpc.rs (release; examples/rpc): tarpc over xfer, the
@@ -47,7 +50,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 
-all_keys=(VERBS CONFORMANCE PEER_DEATH SCALE TCP_FAULTS AIO FLOW_CONTROL STALL TEARDOWN RPC VERBS_FAULTS XFER_PERF XFER_INFO C_SUITE OFI MPI)
+all_keys=(VERBS CONFORMANCE PEER_DEATH SCALE TCP_FAULTS AIO FLOW_CONTROL STALL MIXED TEARDOWN RPC VERBS_FAULTS XFER_PERF XFER_INFO C_SUITE OFI MPI)
 want=("${all_keys[@]}")
 if [ "${1:-}" = --only ]; then
     [ $# -ge 2 ] || { echo "build-verbs: --only needs KEY[,KEY...] (${all_keys[*]})" >&2; exit 2; }
@@ -136,6 +139,7 @@ wants TCP_FAULTS && tests+=(--test tcp_faults)
 wants AIO && tests+=(--test aio)
 wants FLOW_CONTROL && tests+=(--test flow_control)
 wants STALL && tests+=(--test tcp_stall)
+wants MIXED && tests+=(--test mixed)
 wants TEARDOWN && tests+=(--test teardown)
 wants VERBS_FAULTS && tests+=(--test verbs_faults)
 if [ ${#tests[@]} -gt 0 ]; then
@@ -235,7 +239,7 @@ build_c_suite() {
 
 # key -> "kind name" of its artifact
 declare -A target=([CONFORMANCE]="test conformance" [PEER_DEATH]="test peer_death" [SCALE]="test scale"
-    [TCP_FAULTS]="test tcp_faults" [AIO]="test aio" [FLOW_CONTROL]="test flow_control" [STALL]="test tcp_stall" [TEARDOWN]="test teardown" [RPC]="test rpc" [VERBS_FAULTS]="test verbs_faults" [XFER_PERF]="bin xfer-perf" [XFER_INFO]="bin xfer-info")
+    [TCP_FAULTS]="test tcp_faults" [AIO]="test aio" [FLOW_CONTROL]="test flow_control" [STALL]="test tcp_stall" [MIXED]="test mixed" [TEARDOWN]="test teardown" [RPC]="test rpc" [VERBS_FAULTS]="test verbs_faults" [XFER_PERF]="bin xfer-perf" [XFER_INFO]="bin xfer-info")
 out=()
 add() { # KEY PATH
     if [ -z "$2" ] || [ ! -x "$2" ]; then

@@ -61,6 +61,27 @@ impl VerbsRdmDomain {
     }
 }
 
+impl VerbsRdmDomain {
+    /// The transport under one endpoint of this domain, for `attr` (whose
+    /// params may not carry `verbs.*` settings: those are the domain's).
+    /// A pair of transports (`shm+verbs`) takes it as its second.
+    pub fn open_transport(&self, attr: &EndpointAttr) -> Result<VerbsTransport> {
+        if let Some((key, _)) = attr.params.under(VerbsAttr::PREFIX).next() {
+            return Err(Error::InvalidSetting(
+                format!("{key} is a verbs domain setting: set it in the domain's attributes (DomainAttr::params)")
+                    .into(),
+            ));
+        }
+        VerbsTransport::open(&self.pd, &self.dev, self.ip, &self.attr)
+    }
+
+    /// The eager credit each peer of its endpoints gets
+    /// (`XFER_VERBS_EAGER_CREDIT`).
+    pub fn eager_credit(&self) -> u64 {
+        self.attr.eager_credit
+    }
+}
+
 impl DomainProvider for VerbsRdmDomain {
     fn name(&self) -> &'static str {
         "verbs-rdm"
@@ -81,13 +102,7 @@ impl DomainProvider for VerbsRdmDomain {
     }
 
     fn open_endpoint(&mut self, attr: &EndpointAttr) -> Result<Box<dyn EndpointProvider>> {
-        if let Some((key, _)) = attr.params.under(VerbsAttr::PREFIX).next() {
-            return Err(Error::InvalidSetting(
-                format!("{key} is a verbs domain setting: set it in the domain's attributes (DomainAttr::params)")
-                    .into(),
-            ));
-        }
-        let t = VerbsTransport::open(&self.pd, &self.dev, self.ip, &self.attr)?;
+        let t = self.open_transport(attr)?;
         Ok(Box::new(Engine::new(t, PROVIDER_ID, attr, self.attr.eager_credit)?))
     }
 

@@ -12,10 +12,9 @@
 use xfer_core::unstable::mr::keys::KeyTable;
 use xfer_core::unstable::params::Params;
 use xfer_core::unstable::provider::{DomainProvider, EndpointProvider};
-use xfer_core::unstable::rdm::engine::Engine;
-use xfer_core::unstable::rdm::pair::{self, Pair, Parts, Route};
+use xfer_core::unstable::rdm::pair::Parts;
 use xfer_core::{Address, EndpointAttr, Error, Result};
-use xfer_shm::{ShmConfig, ShmTransport};
+use xfer_shm::ShmConfig;
 use xfer_tcp::stream::TcpTransport;
 use xfer_tcp::TcpAttr;
 
@@ -24,9 +23,6 @@ pub const PROVIDER_ID: u8 = 0x05;
 
 /// The provider's name.
 pub const NAME: &str = "shm+tcp";
-
-/// Bytes of an shm port address (`xs`, a pid, a nonce).
-const SHM_ADDR_LEN: usize = 14;
 
 /// The `shm+tcp` provider's domain.
 #[derive(Debug)]
@@ -49,10 +45,8 @@ impl ShmTcpDomain {
 }
 
 /// The pair address inside an `shm+tcp` name, checked part by part.
-fn parts(name: &[u8]) -> Option<Parts<'_>> {
-    let p = Parts::parse(name)?;
-    let shm_ok = p.first.is_empty() || (p.first.len() == SHM_ADDR_LEN && p.first.starts_with(b"xs"));
-    (shm_ok && xfer_tcp::stream::decode(p.second).is_some()).then_some(p)
+pub(super) fn parts(name: &[u8]) -> Option<Parts<'_>> {
+    super::parts(name, |tcp| xfer_tcp::stream::decode(tcp).is_some())
 }
 
 impl DomainProvider for ShmTcpDomain {
@@ -80,18 +74,9 @@ impl DomainProvider for ShmTcpDomain {
 
     fn open_endpoint(&mut self, attr: &EndpointAttr) -> Result<Box<dyn EndpointProvider>> {
         let params = self.params.overlaid(&attr.params);
-        let shm = ShmConfig::from_params(&params)?;
         let tcp = TcpAttr::from_params(&params)?;
-        let pair = Pair::new(
-            ShmTransport::open(&shm)?,
-            TcpTransport::open(&tcp)?,
-            NAME,
-            xfer_shm::host::identity(),
-            shm.enabled,
-        )?;
-        // One budget for every peer: the smaller of the two transports'.
-        let credit = shm.eager_credit.min(tcp.eager_credit) as u64;
-        Ok(Box::new(Engine::new(pair, PROVIDER_ID, attr, credit)?))
+        let second = TcpTransport::open(&tcp)?;
+        super::open_endpoint(&params, second, tcp.eager_credit as u64, NAME, PROVIDER_ID, attr)
     }
 
     fn provider_id(&self) -> u8 {
@@ -132,28 +117,6 @@ pub fn tcp_name(name: &[u8]) -> Option<Address> {
     let mut tcp = vec![xfer_tcp::PROVIDER_ID];
     tcp.extend_from_slice(parts(rest)?.second);
     Address::new(&tcp).ok()
-}
-
-/// Which transport an `shm+tcp` endpoint of this process (with the
-/// `shm.enabled` setting of the environment) would serve the peer `peer`
-/// over, and why, as `xfer-info --peer` prints it: `shm: …` or `tcp: …`.
-/// A peer whose shm port then refuses the connection still goes over TCP.
-pub fn explain_route(peer: &Address) -> Result<String> {
-    let bytes = peer.as_bytes();
-    match bytes.split_first() {
-        Some((&PROVIDER_ID, rest)) => {
-            let theirs = parts(rest).ok_or(Error::InvalidArgument("not an shm+tcp endpoint name"))?;
-            let enabled = ShmConfig::from_env().map_err(Error::from)?.enabled;
-            Ok(match pair::route(&xfer_shm::host::identity(), enabled, &theirs) {
-                Route::First => "shm: same host, same user and namespaces".into(),
-                Route::Second(why) => format!("tcp: {why}"),
-            })
-        }
-        Some((&id, _)) => Ok(format!(
-            "not an shm+tcp endpoint name (provider id {id:#04x}): its own provider serves it"
-        )),
-        None => Err(Error::InvalidArgument("empty name")),
-    }
 }
 
 #[cfg(test)]

@@ -1,0 +1,98 @@
+//! The `shm+verbs` provider: one RDM engine endpoint over a [`Pair`] of the
+//! shared-memory transport and verbs under the engine (`verbs-rdm`'s
+//! transport), so peers on this host are served over shared memory and
+//! every other peer over an RC queue pair. Opened only when asked for
+//! (`XFER_PROVIDER=shm+verbs`) while the verbs provider moves under the
+//! engine.
+//!
+//! Its endpoint name is [`SHM_VERBS_ID`] and the pair's address, whose
+//! network part is a `verbs-rdm` transport address (4, the IPv4 address,
+//! the rdma_cm port, the nonce).
+//!
+//! [`Pair`]: xfer_core::unstable::rdm::pair::Pair
+
+use xfer_core::unstable::mr::keys::KeyTable;
+use xfer_core::unstable::params::Params;
+use xfer_core::unstable::provider::{DomainProvider, EndpointProvider};
+use xfer_core::unstable::rdm::pair::Parts;
+use xfer_core::{Address, EndpointAttr, Error, Result};
+use xfer_shm::ShmConfig;
+use xfer_verbs::VerbsRdmDomain;
+
+/// The first byte of every `shm+verbs` endpoint name.
+pub const SHM_VERBS_ID: u8 = 0x07;
+
+/// The provider's name.
+pub const SHM_VERBS: &str = "shm+verbs";
+
+/// The `shm+verbs` provider's domain: the verbs device, protection domain
+/// and settings `verbs-rdm` would use, and the `shm.*` settings.
+#[derive(Debug)]
+pub struct ShmVerbsDomain {
+    params: Params,
+    verbs: VerbsRdmDomain,
+    keys: KeyTable,
+}
+
+impl ShmVerbsDomain {
+    /// A domain with the `shm.*` and `verbs.*` settings of `params` over
+    /// the environment, on the device `verbs-rdm` would choose.
+    pub fn with_params(params: &Params) -> Result<ShmVerbsDomain> {
+        ShmConfig::from_params(params)?;
+        Ok(ShmVerbsDomain {
+            params: params.clone(),
+            verbs: VerbsRdmDomain::with_params(params)?,
+            keys: KeyTable::default(),
+        })
+    }
+}
+
+/// The pair address inside an `shm+verbs` name, checked part by part.
+pub(super) fn parts(name: &[u8]) -> Option<Parts<'_>> {
+    super::parts(name, |verbs| xfer_verbs::transport::decode(verbs).is_some())
+}
+
+impl DomainProvider for ShmVerbsDomain {
+    fn name(&self) -> &'static str {
+        SHM_VERBS
+    }
+
+    /// Core's RDM engine applies atomics at the target.
+    fn atomics(&self) -> bool {
+        true
+    }
+
+    fn check_address(&self, bytes: &[u8]) -> Result<Address> {
+        match bytes.split_first() {
+            Some((&SHM_VERBS_ID, rest)) if parts(rest).is_some() => Address::new(bytes),
+            Some((&SHM_VERBS_ID, _)) => Err(Error::InvalidArgument("not an shm+verbs endpoint name")),
+            None => Err(Error::InvalidArgument("empty name")),
+            _ => Err(Error::AddressNotAvailable),
+        }
+    }
+
+    fn open_endpoint(&mut self, attr: &EndpointAttr) -> Result<Box<dyn EndpointProvider>> {
+        let second = self.verbs.open_transport(attr)?;
+        let params = self.params.overlaid(&attr.params);
+        super::open_endpoint(
+            &params,
+            second,
+            self.verbs.eager_credit(),
+            SHM_VERBS,
+            SHM_VERBS_ID,
+            attr,
+        )
+    }
+
+    fn provider_id(&self) -> u8 {
+        SHM_VERBS_ID
+    }
+
+    fn key_table(&self) -> Option<&KeyTable> {
+        Some(&self.keys)
+    }
+
+    fn key_table_mut(&mut self) -> Option<&mut KeyTable> {
+        Some(&mut self.keys)
+    }
+}
