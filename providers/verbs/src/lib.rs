@@ -55,6 +55,22 @@ pub mod fuzzing {
     pub fn parse_cm_private(p: &[u8]) -> Option<(u8, Address)> {
         connect::parse_private(p)
     }
+
+    /// Length of the rdma_cm private data of a `verbs-rdm` connection.
+    pub const RDM_PRIVATE_LEN: usize = crate::transport::conn::PRIVATE_LEN;
+
+    /// The rdma_cm private data of a `verbs-rdm` connection: magic,
+    /// version, `kind` (1 request, 2 acceptance), the receive slots
+    /// granted, a nonce.
+    pub fn rdm_private(kind: u8, grant: u16, nonce: u64) -> [u8; RDM_PRIVATE_LEN] {
+        crate::transport::conn::private(kind, grant, nonce)
+    }
+
+    /// Parses a `verbs-rdm` peer's rdma_cm private data (the CM may pad
+    /// it): kind, grant, nonce; `None` for anything else. Never panics.
+    pub fn parse_rdm_private(p: &[u8]) -> Option<(u8, u16, u64)> {
+        crate::transport::conn::parse_private(p)
+    }
 }
 
 pub use attr::VerbsAttr;

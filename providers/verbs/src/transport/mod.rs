@@ -17,7 +17,7 @@
 //! Addresses are verbs endpoint names (`crate::name`) without the provider
 //! tag: 4, the IPv4 address, the rdma_cm port, the nonce.
 
-mod conn;
+pub(crate) mod conn;
 pub mod credit;
 pub mod domain;
 pub mod frame;
