@@ -145,6 +145,7 @@ impl State {
     /// a peer entry `on` picks.
     fn end_waiting(&mut self, cx: &mut Ctx<'_>, on: impl Fn((usize, u64)) -> bool, err: &Error) {
         for (_, _, s) in self.sends.remove_where(|s| on(s.peer)) {
+            self.concealed.extend(s.exposed);
             complete::send(&mut cx.cq, self.selective, s.op, Err(err.clone()));
         }
         for (_, _, p) in self.pushes.remove_where(|p| on(p.peer)) {
@@ -177,6 +178,9 @@ impl State {
             complete::recv_failed(&mut cx.cq, op, Error::Canceled);
         }
         self.rx.drop_kept(|_| true);
+        for (conn, handle) in std::mem::take(&mut self.concealed) {
+            t.conceal(conn, handle);
+        }
         self.account = super::super::Account::new(self.account.limit());
     }
 }

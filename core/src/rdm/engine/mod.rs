@@ -52,7 +52,7 @@ use crate::tag::RecvSpec;
 
 use super::credit::cost;
 use super::rndv::{self, Protocol, SendState};
-use super::transport::{Cause, ConnId, Transport};
+use super::transport::{Cause, ConnId, Exposed, Pulled, Remote, Transport};
 use super::{Account, Counters, Outstanding, Receives, Unexpected};
 
 use out::Out;
@@ -65,6 +65,7 @@ pub struct Rts {
     peer: (usize, u64),
     token: u64,
     addr: u64,
+    key: Option<u64>,
 }
 
 /// A send waiting for its receiver: a rendezvous, or an acknowledged eager
@@ -73,6 +74,9 @@ struct Send {
     op: SendOp,
     peer: (usize, u64),
     state: SendState,
+    /// Its buffer as the transport exposed it for the receiver's pull: the
+    /// connection and the handle to give back when the send is over.
+    exposed: Option<(ConnId, u64)>,
 }
 
 /// A receive the sender pushes into (the receiver could not pull).
@@ -85,7 +89,10 @@ struct Push {
     got: usize,
 }
 
-/// A rendezvous matched while the transport reported frames, pulled after.
+/// A matched rendezvous to pull: kept in `State::pulls` when matched
+/// while the transport reported frames (pulled right after), and in
+/// `State::pulling` while the transport moves its bytes, which owns its
+/// receive buffer until it reports the pull over.
 struct Pull {
     op: RecvOp,
     peer: (usize, u64),
@@ -98,6 +105,8 @@ struct Pull {
 #[derive(Debug, Default, Clone, Copy)]
 struct Stats {
     pulls: u64,
+    /// Pulls the transport reported failed.
+    pulls_failed: u64,
     pushes: u64,
     protocol_errors: u64,
     coalesced: u64,
@@ -126,6 +135,10 @@ struct State {
     /// Writes (peer, token, status) that failed before their last frame.
     write_failed: Vec<((usize, u64), u64, u64)>,
     pulls: Vec<Pull>,
+    /// Pulls the transport is moving, by the token it reports them with.
+    pulling: Outstanding<Pull>,
+    /// Exposures of sends that are over, given back after progress.
+    concealed: Vec<(ConnId, u64)>,
     doomed: Vec<(ConnId, Cause)>,
     failed: Vec<((usize, u64), Cause)>,
     queued: usize,
@@ -193,6 +206,8 @@ impl<T: Transport> Engine<T> {
                 atomics: Outstanding::new(),
                 write_failed: Vec::new(),
                 pulls: Vec::new(),
+                pulling: Outstanding::new(),
+                concealed: Vec::new(),
                 doomed: Vec::new(),
                 failed: Vec::new(),
                 queued: 0,
@@ -325,7 +340,12 @@ impl State {
             Protocol::Eager => {
                 let mut state = SendState::start(Protocol::Eager);
                 state.moved(true);
-                let key = self.sends.insert(Send { op, peer: at, state });
+                let key = self.sends.insert(Send {
+                    op,
+                    peer: at,
+                    state,
+                    exposed: None,
+                });
                 hdr.flags |= wire::ACK;
                 hdr.token = self.sends.token(key);
                 self.enqueue(p, bytes, Out::Held(hdr.encode(), key));
@@ -334,10 +354,19 @@ impl State {
                 hdr.kind = Kind::Rts;
                 hdr.len = op.buf.len() as u64;
                 hdr.addr = op.buf.as_slice().as_ptr() as u64;
+                let exposed = match self.expose(t, p, op.buf.as_slice()) {
+                    Ok(x) => x,
+                    Err(e) => return complete::send(&mut cx.cq, self.selective, op, Err(e)),
+                };
+                if let Some((_, x)) = exposed {
+                    hdr.flags |= wire::KEYED;
+                    hdr.off = x.key;
+                }
                 let key = self.sends.insert(Send {
                     op,
                     peer: at,
                     state: SendState::start(Protocol::Rendezvous),
+                    exposed: exposed.map(|(c, x)| (c, x.handle)),
                 });
                 hdr.token = self.sends.token(key);
                 self.enqueue(p, cost(0), Out::Owned(hdr.encode(), Vec::new()));
@@ -400,51 +429,99 @@ impl State {
         }
     }
 
+    /// Exposes `buf`, a rendezvous payload to peer `p`, on the peer's
+    /// connection for its pull (nothing while it has none yet: its receiver
+    /// then has it pushed).
+    fn expose<T: Transport>(&mut self, t: &mut T, p: usize, buf: &[u8]) -> Result<Option<(ConnId, Exposed)>> {
+        let Some(tx) = self.peers.get(p).and_then(|e| e.tx).filter(|_| !buf.is_empty()) else {
+            return Ok(None);
+        };
+        Ok(t.expose(tx, buf)?.map(|x| (tx, x)))
+    }
+
     /// Takes a matched rendezvous: pulls it, or asks the sender to push it.
-    fn pull<T: Transport>(&mut self, t: &mut T, cx: &mut Ctx<'_>, mut p: Pull) {
+    fn pull<T: Transport>(&mut self, t: &mut T, cx: &mut Ctx<'_>, p: Pull) {
         let Some(tx) = self.peers.current(p.peer).and_then(|e| e.tx) else {
             let e = Error::PeerClosed { peer: p.arrival.src };
             return complete::recv_failed(&mut cx.cq, p.op, e);
         };
         let n = p.arrival.olen.min(p.op.buf.len());
-        let mut answer = Header::new(Kind::Fin);
-        answer.token = p.rts.token;
-        let pulled = match n {
-            0 => Ok(()),
-            _ => t.pull(tx, p.rts.addr, &mut p.op.buf.as_mut_slice()[..n]),
+        let remote = Remote {
+            addr: p.rts.addr,
+            key: p.rts.key,
         };
-        match pulled {
-            Ok(()) => {
-                self.stats.pulls += 1;
-                answer.len = n as u64;
-                p.arrival.len = n;
-                complete::recv_from(&mut cx.cq, p.op, p.arrival, &p.from, self.source_err);
+        let peer = p.peer.0;
+        // The receive moves into `pulling` first: its buffer (which does not
+        // move with it) stays there, untouched, while the transport writes it.
+        let key = self.pulling.insert(p);
+        let token = self.pulling.token(key);
+        let started = match n {
+            0 => Ok(Pulled::Done),
+            _ => {
+                let dst = self.pulling[key].op.buf.as_mut_slice().as_mut_ptr();
+                // SAFETY: `dst..dst + n` is the receive's buffer, which
+                // `pulling` owns and nothing reads or writes until the pull is
+                // over: now (`Done`, an error) or at its `Pulled` event.
+                unsafe { t.start_pull(tx, remote, dst, n, token) }
             }
+        };
+        match started {
+            Ok(Pulled::Done) => self.pulled(token, Ok(()), cx),
+            Ok(Pulled::Started) => {}
             Err(Error::NotSupported(_)) => {
+                let p = self.pulling.remove(key);
                 self.stats.pushes += 1;
-                let send_token = p.rts.token;
                 let key = self.pushes.insert(Push {
                     op: p.op,
                     peer: p.peer,
                     arrival: p.arrival,
                     from: p.from,
-                    send_token,
+                    send_token: p.rts.token,
                     got: 0,
                 });
-                answer.kind = Kind::Cts;
+                let mut answer = Header::new(Kind::Cts);
+                answer.token = p.rts.token;
                 answer.addr = self.pushes.token(key);
+                self.enqueue(p.peer.0, 0, Out::Owned(answer.encode(), Vec::new()));
+            }
+            Err(e) => self.pulled(token, Err(e), cx),
+        }
+        self.flush(t, cx, peer);
+    }
+
+    /// The pull under `token` is over: its receive completes (or fails,
+    /// naming its peer) and the sender is told (while it is there to hear).
+    fn pulled(&mut self, token: u64, result: Result<()>, cx: &mut Ctx<'_>) {
+        let Some(key) = self.pulling.key_of(token) else {
+            crate::warn_limited!(token, "rdm: a transport reported a pull the engine did not start");
+            return;
+        };
+        let mut p = self.pulling.remove(key);
+        let mut answer = Header::new(Kind::Fin);
+        answer.token = p.rts.token;
+        match result {
+            Ok(()) => {
+                self.stats.pulls += 1;
+                let n = p.arrival.olen.min(p.op.buf.len());
+                answer.len = n as u64;
+                p.arrival.len = n;
+                complete::recv_from(&mut cx.cq, p.op, p.arrival, &p.from, self.source_err);
             }
             Err(e) => {
+                self.stats.pulls_failed += 1;
                 answer.status = wire::status::FAILED;
+                let peer = p.arrival.src;
                 let e = match e {
-                    Error::PeerClosed { .. } => Error::PeerClosed { peer: p.arrival.src },
+                    Error::PeerClosed { .. } => Error::PeerClosed { peer },
+                    Error::PeerUnreachable { errno, .. } => Error::PeerUnreachable { peer, errno },
                     e => e,
                 };
                 complete::recv_failed(&mut cx.cq, p.op, e);
             }
         }
-        self.enqueue(p.peer.0, 0, Out::Owned(answer.encode(), Vec::new()));
-        self.flush(t, cx, p.peer.0);
+        if self.peers.current(p.peer).is_some() {
+            self.enqueue(p.peer.0, 0, Out::Owned(answer.encode(), Vec::new()));
+        }
     }
 
     /// Records `bytes` pushed at `off` into receive `key`; completes it (and
@@ -624,6 +701,8 @@ impl<T: Transport> EndpointProvider for Engine<T> {
         let st = self.s.stats;
         c.extend([
             ("rndv_pulls", st.pulls),
+            ("rndv_pulls_failed", st.pulls_failed),
+            ("rndv_pulls_outstanding", self.s.pulling.len() as u64),
             ("rndv_pushes", st.pushes),
             ("protocol_errors", st.protocol_errors),
             ("sends_outstanding", self.s.sends.len() as u64),
@@ -669,6 +748,11 @@ impl State {
             }
         }
         self.end_doomed(t, cx);
+        if !self.concealed.is_empty() {
+            for (conn, handle) in std::mem::take(&mut self.concealed) {
+                t.conceal(conn, handle);
+            }
+        }
         self.check_stalls(t, cx);
         self.flush_all(t, cx);
     }
