@@ -232,9 +232,9 @@ impl Mem {
     fn report_pulls(&mut self, events: &mut dyn Events) {
         let over: Vec<Pending> = {
             let mut n = self.net.lock();
-            let (mine, rest): (Vec<Pending>, Vec<Pending>) = std::mem::take(&mut n.pulls).into_iter().partition(|p| {
-                p.me == self.me && (p.verdict.is_some() || self.conns.get(p.conn) != Some(&p.pipe))
-            });
+            let (mine, rest): (Vec<Pending>, Vec<Pending>) = std::mem::take(&mut n.pulls)
+                .into_iter()
+                .partition(|p| p.me == self.me && (p.verdict.is_some() || self.conns.get(p.conn) != Some(&p.pipe)));
             n.pulls = rest;
             mine
         };

@@ -354,10 +354,7 @@ impl State {
                 hdr.kind = Kind::Rts;
                 hdr.len = op.buf.len() as u64;
                 hdr.addr = op.buf.as_slice().as_ptr() as u64;
-                let exposed = match self.expose(t, p, op.buf.as_slice()) {
-                    Ok(x) => x,
-                    Err(e) => return complete::send(&mut cx.cq, self.selective, op, Err(e)),
-                };
+                let exposed = self.expose(t, p, op.buf.as_slice());
                 if let Some((_, x)) = exposed {
                     hdr.flags |= wire::KEYED;
                     hdr.off = x.key;
@@ -430,13 +427,18 @@ impl State {
     }
 
     /// Exposes `buf`, a rendezvous payload to peer `p`, on the peer's
-    /// connection for its pull (nothing while it has none yet: its receiver
-    /// then has it pushed).
-    fn expose<T: Transport>(&mut self, t: &mut T, p: usize, buf: &[u8]) -> Result<Option<(ConnId, Exposed)>> {
-        let Some(tx) = self.peers.get(p).and_then(|e| e.tx).filter(|_| !buf.is_empty()) else {
-            return Ok(None);
-        };
-        Ok(t.expose(tx, buf)?.map(|x| (tx, x)))
+    /// connection for its pull. Nothing while the peer has no connection
+    /// yet, or when the transport cannot expose it (a registration the
+    /// device refused): its receiver then has it pushed.
+    fn expose<T: Transport>(&mut self, t: &mut T, p: usize, buf: &[u8]) -> Option<(ConnId, Exposed)> {
+        let tx = self.peers.get(p).and_then(|e| e.tx).filter(|_| !buf.is_empty())?;
+        match t.expose(tx, buf) {
+            Ok(x) => x.map(|x| (tx, x)),
+            Err(e) => {
+                crate::warn_limited!(error = %e, "rdm: a rendezvous buffer not exposed; its receiver will have it pushed");
+                None
+            }
+        }
     }
 
     /// Takes a matched rendezvous: pulls it, or asks the sender to push it.

@@ -175,7 +175,10 @@ fn async_pulls(n: u64) -> (Net, Node, Node, PeerAddr) {
     }
     assert_eq!(net.pending_pulls(), vec![5000; n as usize]);
     assert_eq!(net.exposed(), n as usize, "each send's buffer exposed once");
-    assert!(a.done.is_empty() && b.done.is_empty(), "nothing completes before its pull");
+    assert!(
+        a.done.is_empty() && b.done.is_empty(),
+        "nothing completes before its pull"
+    );
     assert_eq!(b.counter("rndv_pulls_outstanding"), n);
     (net, a, b, pb)
 }
@@ -190,7 +193,11 @@ fn pulls_that_complete_later_complete_their_receives_in_their_own_order() {
     assert_eq!(c.len, 5000);
     assert_eq!(c.buf.expect("buffer"), pattern(5000, 2));
     assert!(b.done.is_empty(), "the others wait for their pulls");
-    assert_eq!(until(&mut [&mut a, &mut b], 0, 3).result, Ok(()), "its send, on the finish");
+    assert_eq!(
+        until(&mut [&mut a, &mut b], 0, 3).result,
+        Ok(()),
+        "its send, on the finish"
+    );
     assert!(a.done.is_empty());
     assert_eq!(net.exposed(), 2, "the finished send's buffer concealed");
     assert_eq!(net.pending_pulls().len(), 2);
@@ -236,7 +243,10 @@ fn a_failed_pull_fails_its_receive_once_and_its_send_and_nothing_else() {
         b.progress();
     }
     net.finish_pull(0);
-    assert_eq!(until(&mut [&mut a, &mut b], 1, 10).buf.expect("buffer"), pattern(5000, 10));
+    assert_eq!(
+        until(&mut [&mut a, &mut b], 1, 10).buf.expect("buffer"),
+        pattern(5000, 10)
+    );
 }
 
 #[test]
@@ -278,7 +288,14 @@ fn a_broken_connection_fails_its_pulls_and_its_sends_conceal_their_buffers() {
     let conn = b.ep.transport().conns()[0];
     b.ep.t.break_conn(conn, Cause::Failed(libc::ECONNRESET));
     let c = until(&mut [&mut a, &mut b], 1, 0);
-    assert!(matches!(c.result, Err(Error::PeerUnreachable { .. }) | Err(Error::PeerClosed { .. })), "{:?}", c.result);
+    assert!(
+        matches!(
+            c.result,
+            Err(Error::PeerUnreachable { .. }) | Err(Error::PeerClosed { .. })
+        ),
+        "{:?}",
+        c.result
+    );
     let c = until(&mut [&mut a, &mut b], 0, 1);
     assert_eq!(
         c.result,
