@@ -183,6 +183,7 @@ impl Handler<'_, '_, '_> {
                     arrival,
                     from,
                     rts,
+                    ended: None,
                 });
             }
             None => {

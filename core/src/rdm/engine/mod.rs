@@ -99,6 +99,10 @@ struct Pull {
     arrival: Arrival,
     from: Address,
     rts: Rts,
+    /// Its peer failed while the transport moved it: the error a failed
+    /// pull reports (the transport's is only what the connection's end
+    /// did to it).
+    ended: Option<Error>,
 }
 
 /// What the engine counts besides [`Counters`].
@@ -420,6 +424,7 @@ impl State {
                     arrival,
                     from,
                     rts: handle,
+                    ended: None,
                 };
                 self.pull(t, cx, pull);
             }
@@ -518,6 +523,13 @@ impl State {
                     Error::PeerUnreachable { errno, .. } => Error::PeerUnreachable { peer, errno },
                     e => e,
                 };
+                // The peer's failure, when the engine knows of it (ended, or
+                // about to be), says more than what it did to the pull.
+                let failing = self.failed.iter().find(|(at, _)| *at == p.peer);
+                let e = p
+                    .ended
+                    .or_else(|| failing.map(|&(_, c)| cause_error(c, peer)))
+                    .unwrap_or(e);
                 complete::recv_failed(&mut cx.cq, p.op, e);
             }
         }

@@ -285,16 +285,17 @@ fn a_peer_dying_with_pulls_outstanding_fails_each_once_when_its_pull_is_over() {
 #[test]
 fn a_broken_connection_fails_its_pulls_and_its_sends_conceal_their_buffers() {
     let (net, mut a, mut b, pb) = async_pulls(1);
+    let pa = b.av.insert(a.ep.name());
     let conn = b.ep.transport().conns()[0];
     b.ep.t.break_conn(conn, Cause::Failed(libc::ECONNRESET));
     let c = until(&mut [&mut a, &mut b], 1, 0);
-    assert!(
-        matches!(
-            c.result,
-            Err(Error::PeerUnreachable { .. }) | Err(Error::PeerClosed { .. })
-        ),
-        "{:?}",
-        c.result
+    assert_eq!(
+        c.result,
+        Err(Error::PeerUnreachable {
+            peer: pa,
+            errno: libc::ECONNRESET
+        }),
+        "the peer's error, not the one the transport gave the pull"
     );
     let c = until(&mut [&mut a, &mut b], 0, 1);
     assert_eq!(
@@ -305,6 +306,17 @@ fn a_broken_connection_fails_its_pulls_and_its_sends_conceal_their_buffers() {
         })
     );
     assert_eq!(net.exposed(), 0, "the failed send's buffer concealed");
+}
+
+#[test]
+fn closing_with_pulls_outstanding_cancels_them_once_their_pulls_end() {
+    let (net, _a, mut b, _) = async_pulls(1);
+    b.with(|ep, cx| ep.close(cx));
+    assert!(b.take(0).is_none(), "not while the transport may write its buffer");
+    b.progress();
+    assert_eq!(b.take(0).map(|c| c.result), Some(Err(Error::Canceled)));
+    assert!(net.pending_pulls().is_empty());
+    assert_eq!(b.counter("rndv_pulls_outstanding"), 0);
 }
 
 #[test]
