@@ -4,9 +4,10 @@
 //! directed at it — and its unmatched requests to send are dropped (there is
 //! no one left to pull from). A receive whose pull the transport is moving
 //! ends when the transport reports the pull (its buffer is the transport's
-//! until then), with the peer's error if the pull failed. Its eager messages stay for later receives,
-//! unless it broke the protocol: then nothing it sent is kept. A later send
-//! to the peer connects anew, and fails as for any peer that is not there.
+//! until then), with the peer's error if the pull failed. Its eager
+//! messages stay for later receives, unless it broke the protocol: then
+//! nothing it sent is kept. A later send to the peer connects anew, and
+//! fails as for any peer that is not there.
 //!
 //! Closing the endpoint ends every operation with [`Error::Canceled`]; a
 //! receive being pulled ends so when the transport reports its pull over
@@ -192,9 +193,7 @@ impl State {
             complete::recv_failed(&mut cx.cq, op, Error::Canceled);
         }
         self.rx.drop_kept(|_| true);
-        for (conn, handle) in std::mem::take(&mut self.concealed) {
-            t.conceal(conn, handle);
-        }
+        self.conceal_all(t);
         self.account = super::super::Account::new(self.account.limit());
     }
 }

@@ -446,6 +446,13 @@ impl State {
         }
     }
 
+    /// Gives the transport back the exposures of sends that are over.
+    fn conceal_all<T: Transport>(&mut self, t: &mut T) {
+        for (conn, handle) in std::mem::take(&mut self.concealed) {
+            t.conceal(conn, handle);
+        }
+    }
+
     /// Takes a matched rendezvous: pulls it, or asks the sender to push it.
     fn pull<T: Transport>(&mut self, t: &mut T, cx: &mut Ctx<'_>, p: Pull) {
         let Some(tx) = self.peers.current(p.peer).and_then(|e| e.tx) else {
@@ -763,9 +770,7 @@ impl State {
         }
         self.end_doomed(t, cx);
         if !self.concealed.is_empty() {
-            for (conn, handle) in std::mem::take(&mut self.concealed) {
-                t.conceal(conn, handle);
-            }
+            self.conceal_all(t);
         }
         self.check_stalls(t, cx);
         self.flush_all(t, cx);
