@@ -93,15 +93,7 @@ impl VerbsTransport {
     /// The lkey and rkey of `[ptr, ptr + len)` from the MR cache, with the
     /// reference that keeps the registration.
     fn register(&self, ptr: usize, len: usize, access: Access) -> Result<(CacheRef, u32, u32), Error> {
-        let mut cache = self.cache();
-        let r = cache.lookup(ptr, len, access)?;
-        match cache.handle(&r).map(|mr| (mr.lkey(), mr.rkey())) {
-            Some((l, rk)) => Ok((r, l, rk)),
-            None => {
-                let _ = cache.release(r);
-                Err(Error::Internal("MR cache entry without a registration"))
-            }
-        }
+        crate::mr::cached_keys(&mut self.cache(), ptr, len, access)
     }
 
     fn release(&self, r: CacheRef) {
