@@ -1556,6 +1556,19 @@ fn a_large_message_is_pulled_or_pushed_once_and_by_rdma_read_over_verbs_rdm() {
     if a.domain.provider() == "verbs-rdm" {
         assert_eq!(counter(&b, "rndv_pulls"), 1, "pulled, not pushed");
         assert!(counter(&b, "rdma_reads") > 0, "by RDMA READ");
+        assert_eq!(counter(&b, "rdma_read_bytes"), size as u64);
+        // Chunked when a READ may carry less than the message (the guest
+        // runs this with XFER_VERBS_READ_MAX=4096 too).
+        if let Some(max) = std::env::var("XFER_VERBS_READ_MAX")
+            .ok()
+            .and_then(|v| v.parse::<u64>().ok())
+        {
+            assert_eq!(
+                counter(&b, "rdma_reads"),
+                (size as u64).div_ceil(max),
+                "chunks of {max} B"
+            );
+        }
         assert_eq!(counter(&b, "rdma_reads_failed"), 0);
         assert_eq!(counter(&b, "rdma_reads_outstanding"), 0);
         assert_eq!(counter(&a, "rndv_exposed"), 0, "the send's registration given back");

@@ -31,7 +31,8 @@ pub const PROVIDER_ID: u8 = 0x06;
 pub struct VerbsRdmDomain {
     pd: Arc<Pd>,
     dev: DeviceAttr,
-    /// The port's largest message.
+    /// The largest RDMA READ a pull posts (`read_max`, at most the port's
+    /// largest message).
     max_msg: u32,
     ip: Ipv4Addr,
     attr: VerbsAttr,
@@ -56,7 +57,12 @@ impl VerbsRdmDomain {
         let sel = choose(&attr).map_err(|why| Error::NoProvider(why.to_string()))?;
         let ctx = Context::open(&sel.device)?;
         let dev = ctx.query_device()?;
-        let max_msg = ctx.query_port(sel.port)?.max_msg_sz;
+        let port_max = ctx.query_port(sel.port)?.max_msg_sz;
+        let max_msg = match u32::try_from(attr.read_max) {
+            Ok(0) => port_max,
+            Ok(n) => n.min(port_max),
+            Err(_) => port_max,
+        };
         let pd = Pd::new(&ctx)?;
         let cache = MrCache::new(MrCacheAttr::from_env(), VerbsRegistrar::new(&pd));
         tracing::info!(device = %ctx.name(), port = attr.port, ip = %sel.ip, "verbs-rdm domain opened");
