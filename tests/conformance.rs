@@ -1532,6 +1532,49 @@ fn per_peer_bound_refuses_only_the_full_peer() {
     assert_eq!(a.ep.outstanding_to(pb).unwrap(), Some(0));
 }
 
+/// A large message goes by rendezvous, pulled where the transport can read
+/// the sender's memory and pushed where it cannot, once; over `verbs-rdm`
+/// it is pulled by RDMA READ, and the sender's buffer is given back (no
+/// registration left exposed) once the receiver has it.
+#[test]
+fn a_large_message_is_pulled_or_pushed_once_and_by_rdma_read_over_verbs_rdm() {
+    let (mut a, mut b) = (Node::new(), Node::new());
+    let pb = a.add(&b);
+    let size = 1 << 20;
+    b.ep.trecv(ANY, 3, 0, vec![0; size], 1).unwrap();
+    a.ep.tsend(pb, 3, pattern(size, 2), 2).unwrap();
+    let r = expect(&mut [&mut a, &mut b], 1, 1);
+    assert_eq!((r.result, r.len), (Ok(()), size));
+    assert!(r.buf.unwrap() == pattern(size, 2), "content");
+    assert_eq!(expect(&mut [&mut a, &mut b], 0, 2).result, Ok(()));
+    let c = b.ep.counters().unwrap();
+    let has = |k: &str| c.iter().any(|(name, _)| *name == k);
+    if has("rndv_pulls") {
+        let moved = (counter(&b, "rndv_pulls"), counter(&b, "rndv_pushes"));
+        assert!(moved == (1, 0) || moved == (0, 1), "pulls, pushes: {moved:?}");
+    }
+    if a.domain.provider() == "verbs-rdm" {
+        assert_eq!(counter(&b, "rndv_pulls"), 1, "pulled, not pushed");
+        assert!(counter(&b, "rdma_reads") > 0, "by RDMA READ");
+        assert_eq!(counter(&b, "rdma_read_bytes"), size as u64);
+        // Chunked when a READ may carry less than the message (the guest
+        // runs this with XFER_VERBS_READ_MAX=4096 too).
+        if let Some(max) = std::env::var("XFER_VERBS_READ_MAX")
+            .ok()
+            .and_then(|v| v.parse::<u64>().ok())
+        {
+            assert_eq!(
+                counter(&b, "rdma_reads"),
+                (size as u64).div_ceil(max),
+                "chunks of {max} B"
+            );
+        }
+        assert_eq!(counter(&b, "rdma_reads_failed"), 0);
+        assert_eq!(counter(&b, "rdma_reads_outstanding"), 0);
+        assert_eq!(counter(&a, "rndv_exposed"), 0, "the send's registration given back");
+    }
+}
+
 /// Every transport reports the RDM layer's counters under the same names
 /// (credit, requests to send, receive memory, unexpected messages), so a
 /// tool reads them alike whatever serves the endpoint.

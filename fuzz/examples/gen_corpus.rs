@@ -750,7 +750,7 @@ fn shm_rma(root: &Path) -> usize {
 /// answers to its own operations (`fuzzing::TOKENS`) and violations.
 fn rdm_frames(root: &Path) -> usize {
     use xfer_core::unstable::rdm::engine::fuzzing::{encode, TOKENS};
-    use xfer_core::unstable::rdm::engine::wire::{Header, Kind, LAST, TAGGED};
+    use xfer_core::unstable::rdm::engine::wire::{Header, Kind, KEYED, LAST, TAGGED};
     let mut out = Out::new(root, "rdm_frames");
     let h = |kind: Kind, f: &dyn Fn(&mut Header)| {
         let mut h = Header::new(kind);
@@ -778,6 +778,20 @@ fn rdm_frames(root: &Path) -> usize {
                 vec![],
             ),
         ]),
+    );
+    out.put(
+        "keyed",
+        &encode(&[(
+            h(Kind::Rts, &|h| {
+                h.flags = TAGGED | KEYED;
+                h.tag = 7;
+                h.len = 5000;
+                h.token = 8;
+                h.addr = 0x1000;
+                h.off = 0xfeed;
+            }),
+            vec![],
+        )]),
     );
     out.put(
         "answers",
@@ -854,6 +868,7 @@ fn rdm_frames(root: &Path) -> usize {
         &encode(&[
             (h(Kind::Credit, &|h| h.len = u64::MAX), vec![]),
             (h(Kind::Fin, &|h| h.token = 12345), vec![]),
+            (h(Kind::Eager, &|h| h.flags = KEYED), vec![]),
             (vec![99; 56], vec![]),
         ]),
     );

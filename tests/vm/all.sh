@@ -6,7 +6,8 @@
 #   conformance  the root crate's provider conformance suite over XFER_PROVIDER=verbs
 #   peer_death   tests/peer_death.rs over XFER_PROVIDER=verbs (a peer process killed)
 #   rdm          over XFER_PROVIDER=verbs-rdm (verbs under core's RDM engine,
-#                providers/verbs/src/transport/): the conformance suite, tests/peer_death.rs,
+#                providers/verbs/src/transport/): the conformance suite, its large-message
+#                cases again with rendezvous READs of 4 KiB (rdm_read_chunks), tests/peer_death.rs,
 #                tests/flow_control.rs with an SRQ of 32 buffers (rdm_flow_control: the
 #                receive-slot credit keeps a silent receiver's SRQ from running dry, no RNR NAK)
 #                tests/tcp_stall.rs (rdm_stall: the progress timeout against a stopped peer)
@@ -215,6 +216,11 @@ step_rdm() {
     # shellcheck disable=SC2086  # XFER_VM_TEST_ARGS is a word list on purpose
     RUN_PROVIDER=verbs-rdm run_test rdm_conformance CONFORMANCE "${XFER_VM_CONFORMANCE_THREADS:-2}" \
         "${XFER_VM_TIMEOUT_CONFORMANCE:-240}" ${XFER_VM_TEST_ARGS:-}
+    step_start=$(date +%s)
+    # Rendezvous READs in 4 KiB chunks: a 1 MiB message is 256 READs, more than the
+    # initiator depth lets fly at once, so later chunks wait for earlier ones.
+    XFER_VERBS_READ_MAX=4096 RUN_PROVIDER=verbs-rdm run_test rdm_read_chunks CONFORMANCE 2 \
+        "${XFER_VM_TIMEOUT_CONFORMANCE:-240}" a_large_message tagged_roundtrip_all_sizes untagged_messages_keep_order
     step_start=$(date +%s)
     RUN_PROVIDER=verbs-rdm run_test rdm_peer_death PEER_DEATH 1 "${XFER_VM_TIMEOUT_PEER_DEATH:-120}"
     step_start=$(date +%s)

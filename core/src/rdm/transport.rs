@@ -3,7 +3,16 @@
 //! provider and UCX's UCT. A transport connects to peer addresses and
 //! accepts connections, carries small frames (a header and a payload) in
 //! order per connection, pulls a peer's memory when it can (rendezvous), and
-//! reports what happened from one `progress` call. It knows nothing of
+//! reports what happened from one `progress` call.
+//!
+//! A rendezvous pull may be synchronous (shared memory copies at once) or
+//! asynchronous (verbs posts RDMA READs): the sender [`expose`]s its buffer
+//! and its request carries the key, the receiver [`start_pull`]s into its
+//! buffer with a token, and the transport reports [`Event::Pulled`] with
+//! that token when the bytes are in or the pull failed.
+//!
+//! [`expose`]: Transport::expose
+//! [`start_pull`]: Transport::start_pull It knows nothing of
 //! tags, receives, credit or completions.
 
 use std::os::fd::RawFd;
@@ -103,6 +112,45 @@ pub enum Event<'a> {
         /// Why.
         cause: Cause,
     },
+    /// A pull [`Transport::start_pull`] started is over: its destination
+    /// is the engine's again. Reported once for every started pull, also
+    /// when its connection ends (before or after that `Down`).
+    Pulled {
+        /// The token the engine gave the pull.
+        token: u64,
+        /// Whether every byte arrived.
+        result: Result<(), Error>,
+    },
+}
+
+/// Where a rendezvous payload lies in its sender's memory, as the sender's
+/// request to send carries it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Remote {
+    /// The payload's address in the sender's memory.
+    pub addr: u64,
+    /// The key [`Transport::expose`] gave the sender for it, if any.
+    pub key: Option<u64>,
+}
+
+/// How [`Transport::start_pull`] went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pulled {
+    /// Every byte is in already (a synchronous copy).
+    Done,
+    /// The transport moves the bytes; [`Event::Pulled`] reports the end.
+    Started,
+}
+
+/// A sender's buffer made readable by its peer (a registration with remote
+/// read access): the key its request to send carries, and the handle that
+/// gives it back ([`Transport::conceal`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Exposed {
+    /// What the peer needs to read it (verbs: the rkey).
+    pub key: u64,
+    /// The transport's own handle of the registration.
+    pub handle: u64,
 }
 
 /// Why a connection ended, as the transport saw it; the engine turns it
@@ -186,12 +234,57 @@ pub trait Transport: Send {
     fn send(&mut self, conn: ConnId, header: &[u8], payload: &[u8]) -> Result<(), Refused>;
 
     /// Copies `dst.len()` bytes at `remote` in the peer's memory into `dst`
-    /// (the rendezvous pull). [`Error::NotSupported`] when this transport or
+    /// at once (the synchronous rendezvous pull: shared memory's
+    /// cross-memory attach). [`Error::NotSupported`] when this transport or
     /// this peer cannot; the engine then asks the sender to push the bytes
-    /// as frames.
+    /// as frames. The engine calls it only through the default
+    /// [`start_pull`](Self::start_pull).
     fn pull(&mut self, conn: ConnId, remote: u64, dst: &mut [u8]) -> Result<(), Error> {
         let _ = (conn, remote, dst);
         Err(Error::NotSupported("pull"))
+    }
+
+    /// Makes `buf`, the payload of a rendezvous send on `conn`, readable by
+    /// the peer: the key its request carries, or `None` where a pull needs
+    /// none (shared memory reads by address; TCP never pulls). The engine
+    /// keeps `buf` in place until it gives the handle back with
+    /// [`conceal`](Self::conceal).
+    fn expose(&mut self, conn: ConnId, buf: &[u8]) -> Result<Option<Exposed>, Error> {
+        let _ = (conn, buf);
+        Ok(None)
+    }
+
+    /// Gives back what [`expose`](Self::expose) made readable (on `conn`,
+    /// which may be gone by now): its send is over.
+    fn conceal(&mut self, conn: ConnId, handle: u64) {
+        let _ = (conn, handle);
+    }
+
+    /// Starts the rendezvous pull of `len` bytes at `remote` in the peer's
+    /// memory into `dst`. [`Pulled::Done`] when every byte is in already;
+    /// [`Pulled::Started`] when the transport moves them later and reports
+    /// [`Event::Pulled`] with `token`, once (failed, if `conn` ends first).
+    /// [`Error::NotSupported`] when this transport or this peer cannot pull:
+    /// the engine then asks the sender to push. The default is the
+    /// synchronous [`pull`](Self::pull).
+    ///
+    /// # Safety
+    /// `dst..dst + len` must be valid for writes and touched by no one else
+    /// from the call until the pull is over: the return for `Done` or an
+    /// error, the `Pulled` event for `Started` (or the transport's drop).
+    unsafe fn start_pull(
+        &mut self,
+        conn: ConnId,
+        remote: Remote,
+        dst: *mut u8,
+        len: usize,
+        token: u64,
+    ) -> Result<Pulled, Error> {
+        let _ = token;
+        // SAFETY: the caller keeps `dst..dst + len` valid and exclusive
+        // for the call.
+        let dst = unsafe { std::slice::from_raw_parts_mut(dst, len) };
+        self.pull(conn, remote.addr, dst).map(|()| Pulled::Done)
     }
 
     /// Closes `conn`; no event is reported for it.

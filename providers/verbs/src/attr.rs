@@ -87,6 +87,11 @@ pub struct VerbsAttr {
     /// Out of credit, a send goes by rendezvous and an inject fails with
     /// `Again`.
     pub eager_credit: u64,
+    /// Largest RDMA READ one work request of a `verbs-rdm` rendezvous pull
+    /// asks for (UCX's `RC_MAX_GET_ZCOPY`); a longer payload is read in
+    /// chunks, as many in flight as the connection's initiator depth. 0:
+    /// the port's `max_msg_sz`.
+    pub read_max: u64,
     /// Fault injection for tests: the endpoint sends past the credit its
     /// peers granted, as a broken or hostile peer would, so that the
     /// receiving side's enforcement can be checked
@@ -117,6 +122,7 @@ impl Default for VerbsAttr {
             keepalive_ms: 1000,
             credit_msgs: 64,
             eager_credit: 4 << 20,
+            read_max: 0,
             fault_ignore_credit: false,
         }
     }
@@ -176,6 +182,7 @@ impl VerbsAttr {
         apply(&mut a.keepalive_ms, "XFER_VERBS_KEEPALIVE_MS");
         apply(&mut a.credit_msgs, "XFER_VERBS_CREDIT_MSGS");
         apply(&mut a.eager_credit, "XFER_VERBS_EAGER_CREDIT");
+        apply(&mut a.read_max, "XFER_VERBS_READ_MAX");
         if let Some(v) = env_flag("XFER_VERBS_FAULT_IGNORE_CREDIT") {
             a.fault_ignore_credit = v;
         }
@@ -234,6 +241,7 @@ impl VerbsAttr {
             "verbs.keepalive_ms" => self.keepalive_ms = param_value(key, value)?,
             "verbs.credit_msgs" => self.credit_msgs = param_value(key, value)?,
             "verbs.eager_credit" => self.eager_credit = param_value(key, value)?,
+            "verbs.read_max" => self.read_max = param_value(key, value)?,
             "verbs.fault_ignore_credit" => self.fault_ignore_credit = param_flag(key, value)?,
             _ => return Err(unknown_key(key, &Self::default().settings())),
         }
@@ -374,6 +382,12 @@ impl VerbsAttr {
                 "eager bytes a peer may have in flight to an endpoint, unexpected ones included (at least 128 KiB)",
             ),
             row(
+                "verbs.read_max",
+                "XFER_VERBS_READ_MAX",
+                self.read_max.to_string(),
+                "largest RDMA READ of a verbs-rdm rendezvous pull; longer ones in chunks (0: the port's max_msg_sz)",
+            ),
+            row(
                 "verbs.fault_ignore_credit",
                 "XFER_VERBS_FAULT_IGNORE_CREDIT",
                 u8::from(self.fault_ignore_credit).to_string(),
@@ -387,7 +401,7 @@ impl VerbsAttr {
 mod tests {
     use super::*;
 
-    const VARS: [(&str, &str); 21] = [
+    const VARS: [(&str, &str); 22] = [
         ("XFER_VERBS_DEVICE", "rxe7"),
         ("XFER_VERBS_PORT", "2"),
         ("XFER_VERBS_GID_INDEX", "3"),
@@ -408,6 +422,7 @@ mod tests {
         ("XFER_VERBS_KEEPALIVE_MS", "250"),
         ("XFER_VERBS_CREDIT_MSGS", "32"),
         ("XFER_VERBS_EAGER_CREDIT", "256k"),
+        ("XFER_VERBS_READ_MAX", "64k"),
         ("XFER_VERBS_FAULT_IGNORE_CREDIT", "1"),
     ];
 
@@ -440,9 +455,10 @@ mod tests {
         assert_eq!(a.keepalive_ms, 250);
         assert_eq!(a.credit_msgs, 32);
         assert_eq!(a.eager_credit, 256 << 10);
+        assert_eq!(a.read_max, 64 << 10);
         assert!(a.fault_ignore_credit);
         let s = a.settings();
-        assert_eq!(s.len(), 21);
+        assert_eq!(s.len(), 22);
         assert!(s.iter().any(|s| s.env == "XFER_VERBS_GID_INDEX" && s.value == "3"));
         assert!(s.iter().all(|s| s.env.starts_with("XFER_VERBS_")));
     }

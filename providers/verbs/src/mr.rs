@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use crate::rdma_core::{ibv_dereg_mr, ibv_reg_mr};
 use rdma_sys::{ibv_access_flags, ibv_mr};
-use xfer_core::unstable::mr::{Access, Registrar};
+use xfer_core::unstable::mr::{Access, CacheRef, MrCache, Registrar};
 use xfer_core::{Error, Result};
 
 use crate::pd::Pd;
@@ -164,6 +164,25 @@ impl Registrar for VerbsRegistrar {
 
     fn deregister(&mut self, handle: Mr) {
         drop(handle);
+    }
+}
+
+/// The lkey and rkey of `[ptr, ptr + len)` with `access`, registered
+/// through `cache`, and the reference that keeps the registration until it
+/// is released.
+pub fn cached_keys(
+    cache: &mut MrCache<VerbsRegistrar>,
+    ptr: usize,
+    len: usize,
+    access: Access,
+) -> Result<(CacheRef, u32, u32)> {
+    let r = cache.lookup(ptr, len, access)?;
+    match cache.handle(&r).map(|mr| (mr.lkey(), mr.rkey())) {
+        Some((l, rk)) => Ok((r, l, rk)),
+        None => {
+            let _ = cache.release(r);
+            Err(Error::Internal("MR cache entry without a registration"))
+        }
     }
 }
 

@@ -115,6 +115,9 @@ pub struct QpInfo {
     pub max_inline: u32,
     /// Send queue depth.
     pub max_send_wr: u32,
+    /// RDMA READs and atomics this side may have in flight (the initiator
+    /// depth rdma_cm negotiated).
+    pub max_rd_atomic: u8,
 }
 
 /// Counters of a QP's send side.
@@ -367,7 +370,8 @@ impl RcQp {
             | ibv_qp_attr_mask::IBV_QP_RNR_RETRY.0
             | ibv_qp_attr_mask::IBV_QP_MIN_RNR_TIMER.0
             | ibv_qp_attr_mask::IBV_QP_AV.0
-            | ibv_qp_attr_mask::IBV_QP_CAP.0;
+            | ibv_qp_attr_mask::IBV_QP_CAP.0
+            | ibv_qp_attr_mask::IBV_QP_MAX_QP_RD_ATOMIC.0;
         // SAFETY: qp valid; out-pointers valid.
         check(unsafe { ibv_query_qp(self.qp, &mut attr, mask as libc::c_int, &mut init) })?;
         Ok(QpInfo {
@@ -380,6 +384,7 @@ impl RcQp {
             sgid_index: attr.ah_attr.grh.sgid_index,
             max_inline: attr.cap.max_inline_data.max(init.cap.max_inline_data),
             max_send_wr: attr.cap.max_send_wr.max(init.cap.max_send_wr),
+            max_rd_atomic: attr.max_rd_atomic,
         })
     }
 

@@ -54,6 +54,7 @@ impl Events for Handler<'_, '_, '_> {
                 }
             }
             Event::Down { conn, cause } => self.s.lost(conn, cause),
+            Event::Pulled { token, result } => self.s.pulled(token, result, self.cx),
         }
     }
 }
@@ -163,6 +164,7 @@ impl Handler<'_, '_, '_> {
             peer: at,
             token: h.token,
             addr: h.addr,
+            key: h.key(),
         };
         let olen = usize::try_from(h.len).unwrap_or(usize::MAX);
         match self.s.rx.take_posted(tagged, src, tag) {
@@ -181,6 +183,7 @@ impl Handler<'_, '_, '_> {
                     arrival,
                     from,
                     rts,
+                    ended: None,
                 });
             }
             None => {
@@ -225,6 +228,7 @@ impl Handler<'_, '_, '_> {
             Next::Wait => {}
             Next::Complete => {
                 let send = self.s.sends.remove(key);
+                self.s.concealed.extend(send.exposed);
                 let result = match h.status {
                     wire::status::TAKEN => Ok(()),
                     wire::status::CANCELED => Err(crate::error::Error::Canceled),

@@ -2,11 +2,16 @@
 //! the peer becomes one error completion, once — sends it had not answered,
 //! frames not yet written, receives it was pushing into or that were
 //! directed at it — and its unmatched requests to send are dropped (there is
-//! no one left to pull from). Its eager messages stay for later receives,
-//! unless it broke the protocol: then nothing it sent is kept. A later send
-//! to the peer connects anew, and fails as for any peer that is not there.
+//! no one left to pull from). A receive whose pull the transport is moving
+//! ends when the transport reports the pull (its buffer is the transport's
+//! until then), with the peer's error if the pull failed. Its eager
+//! messages stay for later receives, unless it broke the protocol: then
+//! nothing it sent is kept. A later send to the peer connects anew, and
+//! fails as for any peer that is not there.
 //!
-//! Closing the endpoint ends every operation with [`Error::Canceled`].
+//! Closing the endpoint ends every operation with [`Error::Canceled`]; a
+//! receive being pulled ends so when the transport reports its pull over
+//! (a later progress), unless every byte was in by then.
 
 use crate::complete;
 use crate::error::Error;
@@ -97,6 +102,11 @@ impl State {
         tracing::debug!(peer = ?gone.name, error = %err, "rdm: peer ended");
         self.events.down(gone.name, src, err.clone());
         self.end_waiting(cx, |peer| peer == at, &err);
+        // Pulls the transport moves end when it reports them (it may still
+        // write their buffers); failed, they report the peer's error.
+        for (_, p) in self.pulling.iter_mut().filter(|(_, p)| p.peer == at) {
+            p.ended = Some(err.clone());
+        }
         self.write_failed.retain(|&(p, _, _)| p != at);
         if !src.is_unspec() {
             for op in self.rx.drain_posted_from(src) {
@@ -145,6 +155,7 @@ impl State {
     /// a peer entry `on` picks.
     fn end_waiting(&mut self, cx: &mut Ctx<'_>, on: impl Fn((usize, u64)) -> bool, err: &Error) {
         for (_, _, s) in self.sends.remove_where(|s| on(s.peer)) {
+            self.concealed.extend(s.exposed);
             complete::send(&mut cx.cq, self.selective, s.op, Err(err.clone()));
         }
         for (_, _, p) in self.pushes.remove_where(|p| on(p.peer)) {
@@ -173,10 +184,16 @@ impl State {
             self.drop_peer(t, cx, p, &Error::Canceled);
         }
         self.end_waiting(cx, |_| true, &Error::Canceled);
+        // Pulls end when the transport reports them (their connections are
+        // closed: soon, failed), as cancelled.
+        for (_, p) in self.pulling.iter_mut() {
+            p.ended = Some(Error::Canceled);
+        }
         for op in self.rx.drain_posted() {
             complete::recv_failed(&mut cx.cq, op, Error::Canceled);
         }
         self.rx.drop_kept(|_| true);
+        self.conceal_all(t);
         self.account = super::super::Account::new(self.account.limit());
     }
 }

@@ -2,7 +2,10 @@
 //! unit tests (and its fuzz harness, `fuzzing`) run over. Endpoints of one [`Net`] connect by address; each
 //! connection is a pair of bounded frame queues, so a full queue refuses a
 //! frame as a ring would. Pulls read the sender's memory directly (every
-//! endpoint is in this process), or are refused to test the push path.
+//! endpoint is in this process), or are refused to test the push path. An
+//! asynchronous transport ([`Net::open_async`]) exposes send buffers under
+//! keys and leaves each pull pending until the test finishes or fails it
+//! ([`Net::finish_pull`], [`Net::fail_pull`]), as RDMA READ does.
 //! Deterministic: nothing moves but in `progress`.
 
 use std::collections::{HashMap, VecDeque};
@@ -12,9 +15,27 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use slab::Slab;
 
 use crate::error::Error;
-use crate::rdm::transport::{Bytes, Cause, ConnId, Event, Events, Refused, Transport};
+use crate::rdm::transport::{Bytes, Cause, ConnId, Event, Events, Exposed, Pulled, Refused, Remote, Transport};
 
 type Frame = (Vec<u8>, Vec<u8>);
+
+/// A pull an asynchronous transport started: what to copy where, and the
+/// test's verdict once it gave one.
+struct Pending {
+    me: usize,
+    /// The connection's id, pipe and side (a reused id is another pipe).
+    conn: ConnId,
+    pipe: (usize, usize),
+    remote: Remote,
+    dst: *mut u8,
+    len: usize,
+    token: u64,
+    verdict: Option<Result<(), Error>>,
+}
+
+// SAFETY: `dst` is only written by the transport that started the pull, in
+// its own progress (the engine's contract keeps it valid until then).
+unsafe impl Send for Pending {}
 
 struct Pipe {
     /// Each side's transport and connection id (side 1's once accepted).
@@ -34,6 +55,11 @@ struct Inner {
     next: usize,
     /// Connects to refuse with `EAGAIN` (a full listen backlog) first.
     busy: usize,
+    /// Pulls started by asynchronous transports, oldest first.
+    pulls: Vec<Pending>,
+    /// Buffers exposed by asynchronous transports: (transport, key).
+    exposed: Vec<(usize, u64)>,
+    next_key: u64,
 }
 
 /// A set of in-memory transports that can reach each other.
@@ -96,6 +122,43 @@ impl Net {
         self.lock().listeners.insert(addr.to_vec(), m.me);
     }
 
+    /// A transport on this net whose pulls are asynchronous: each waits
+    /// for [`finish_pull`](Self::finish_pull) or
+    /// [`fail_pull`](Self::fail_pull), and reads only a buffer exposed
+    /// under the key its request carries.
+    #[cfg(test)]
+    pub fn open_async(&self) -> Mem {
+        let mut m = self.open(true);
+        m.deferred = true;
+        m
+    }
+
+    /// Pulls started and not yet reported, oldest first: their lengths.
+    #[cfg(test)]
+    pub fn pending_pulls(&self) -> Vec<usize> {
+        self.lock().pulls.iter().map(|p| p.len).collect()
+    }
+
+    /// Lets the `i`-th pending pull (oldest first) complete at its
+    /// transport's next progress.
+    #[cfg(test)]
+    pub fn finish_pull(&self, i: usize) {
+        self.lock().pulls[i].verdict = Some(Ok(()));
+    }
+
+    /// Makes the `i`-th pending pull fail with `e` at its transport's next
+    /// progress.
+    #[cfg(test)]
+    pub fn fail_pull(&self, i: usize, e: Error) {
+        self.lock().pulls[i].verdict = Some(Err(e));
+    }
+
+    /// Send buffers exposed and not yet concealed.
+    #[cfg(test)]
+    pub fn exposed(&self) -> usize {
+        self.lock().exposed.len()
+    }
+
     /// A transport on this net; `pull` says whether it can read peers' memory.
     pub fn open(&self, pull: bool) -> Mem {
         let mut n = self.lock();
@@ -108,6 +171,7 @@ impl Net {
             me,
             addr,
             pull,
+            deferred: false,
             conns: Slab::new(),
             frames: 0,
             wakes: Default::default(),
@@ -121,6 +185,8 @@ pub struct Mem {
     me: usize,
     addr: Vec<u8>,
     pull: bool,
+    /// Pulls are asynchronous ([`Net::open_async`]).
+    deferred: bool,
     /// Connection id -> (pipe, side).
     conns: Slab<(usize, usize)>,
     /// Frames this transport delivered.
@@ -160,6 +226,38 @@ impl Mem {
     pub fn conns(&self) -> Vec<ConnId> {
         self.conns.iter().map(|(c, _)| c).collect()
     }
+
+    /// Reports this transport's pulls that are over: those the test gave a
+    /// verdict, and those whose connection is gone (failed).
+    fn report_pulls(&mut self, events: &mut dyn Events) {
+        let over: Vec<Pending> = {
+            let mut n = self.net.lock();
+            let (mine, rest): (Vec<Pending>, Vec<Pending>) = std::mem::take(&mut n.pulls)
+                .into_iter()
+                .partition(|p| p.me == self.me && (p.verdict.is_some() || self.conns.get(p.conn) != Some(&p.pipe)));
+            n.pulls = rest;
+            mine
+        };
+        for p in over {
+            let result = match p.verdict {
+                _ if self.conns.get(p.conn) != Some(&p.pipe) => Err(Error::PeerClosed {
+                    peer: crate::addr::PeerAddr::UNSPEC,
+                }),
+                Some(Ok(())) if !self.net.lock().exposed.iter().any(|&(_, k)| Some(k) == p.remote.key) => {
+                    Err(Error::RemoteAccess("no buffer exposed under the pull's key"))
+                }
+                Some(Ok(())) => {
+                    // SAFETY: the engine keeps `dst..dst + len` for this pull
+                    // until it is reported (now).
+                    let dst = unsafe { std::slice::from_raw_parts_mut(p.dst, p.len) };
+                    read_sender(p.remote.addr, dst)
+                }
+                Some(Err(e)) => Err(e),
+                None => continue,
+            };
+            events.event(Event::Pulled { token: p.token, result });
+        }
+    }
 }
 
 impl Drop for Mem {
@@ -167,7 +265,11 @@ impl Drop for Mem {
         for c in self.conns() {
             self.end(c, Cause::Closed);
         }
-        self.net.lock().listeners.remove(&self.addr);
+        let mut n = self.net.lock();
+        n.listeners.remove(&self.addr);
+        let me = self.me;
+        n.pulls.retain(|p| p.me != me);
+        n.exposed.retain(|&(m, _)| m != me);
     }
 }
 
@@ -236,6 +338,55 @@ impl Transport for Mem {
         read_sender(remote, dst)
     }
 
+    fn expose(&mut self, conn: ConnId, buf: &[u8]) -> Result<Option<Exposed>, Error> {
+        let _ = (conn, buf);
+        if !self.deferred {
+            return Ok(None);
+        }
+        let mut n = self.net.lock();
+        n.next_key += 1;
+        let key = n.next_key;
+        n.exposed.push((self.me, key));
+        Ok(Some(Exposed { key, handle: key }))
+    }
+
+    fn conceal(&mut self, _: ConnId, handle: u64) {
+        let me = self.me;
+        self.net.lock().exposed.retain(|&e| e != (me, handle));
+    }
+
+    unsafe fn start_pull(
+        &mut self,
+        conn: ConnId,
+        remote: Remote,
+        dst: *mut u8,
+        len: usize,
+        token: u64,
+    ) -> Result<Pulled, Error> {
+        if !self.deferred {
+            // SAFETY: the caller's contract, for the call.
+            let dst = unsafe { std::slice::from_raw_parts_mut(dst, len) };
+            return self.pull(conn, remote.addr, dst).map(|()| Pulled::Done);
+        }
+        let Some(&pipe) = self.conns.get(conn) else {
+            return Err(Error::NotSupported("pull"));
+        };
+        if remote.key.is_none() {
+            return Err(Error::NotSupported("pull without a key"));
+        }
+        self.net.lock().pulls.push(Pending {
+            me: self.me,
+            conn,
+            pipe,
+            remote,
+            dst,
+            len,
+            token,
+            verdict: None,
+        });
+        Ok(Pulled::Started)
+    }
+
     fn close(&mut self, conn: ConnId) {
         self.end(conn, Cause::Closed);
     }
@@ -289,6 +440,9 @@ impl Transport for Mem {
                     Err(None) => break,
                 }
             }
+        }
+        if self.deferred {
+            self.report_pulls(events);
         }
     }
 

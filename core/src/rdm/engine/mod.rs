@@ -52,7 +52,7 @@ use crate::tag::RecvSpec;
 
 use super::credit::cost;
 use super::rndv::{self, Protocol, SendState};
-use super::transport::{Cause, ConnId, Transport};
+use super::transport::{Cause, ConnId, Exposed, Pulled, Remote, Transport};
 use super::{Account, Counters, Outstanding, Receives, Unexpected};
 
 use out::Out;
@@ -65,6 +65,7 @@ pub struct Rts {
     peer: (usize, u64),
     token: u64,
     addr: u64,
+    key: Option<u64>,
 }
 
 /// A send waiting for its receiver: a rendezvous, or an acknowledged eager
@@ -73,6 +74,9 @@ struct Send {
     op: SendOp,
     peer: (usize, u64),
     state: SendState,
+    /// Its buffer as the transport exposed it for the receiver's pull: the
+    /// connection and the handle to give back when the send is over.
+    exposed: Option<(ConnId, u64)>,
 }
 
 /// A receive the sender pushes into (the receiver could not pull).
@@ -85,19 +89,28 @@ struct Push {
     got: usize,
 }
 
-/// A rendezvous matched while the transport reported frames, pulled after.
+/// A matched rendezvous to pull: kept in `State::pulls` when matched
+/// while the transport reported frames (pulled right after), and in
+/// `State::pulling` while the transport moves its bytes, which owns its
+/// receive buffer until it reports the pull over.
 struct Pull {
     op: RecvOp,
     peer: (usize, u64),
     arrival: Arrival,
     from: Address,
     rts: Rts,
+    /// Its peer failed while the transport moved it: the error a failed
+    /// pull reports (the transport's is only what the connection's end
+    /// did to it).
+    ended: Option<Error>,
 }
 
 /// What the engine counts besides [`Counters`].
 #[derive(Debug, Default, Clone, Copy)]
 struct Stats {
     pulls: u64,
+    /// Pulls the transport reported failed.
+    pulls_failed: u64,
     pushes: u64,
     protocol_errors: u64,
     coalesced: u64,
@@ -126,6 +139,10 @@ struct State {
     /// Writes (peer, token, status) that failed before their last frame.
     write_failed: Vec<((usize, u64), u64, u64)>,
     pulls: Vec<Pull>,
+    /// Pulls the transport is moving, by the token it reports them with.
+    pulling: Outstanding<Pull>,
+    /// Exposures of sends that are over, given back after progress.
+    concealed: Vec<(ConnId, u64)>,
     doomed: Vec<(ConnId, Cause)>,
     failed: Vec<((usize, u64), Cause)>,
     queued: usize,
@@ -193,6 +210,8 @@ impl<T: Transport> Engine<T> {
                 atomics: Outstanding::new(),
                 write_failed: Vec::new(),
                 pulls: Vec::new(),
+                pulling: Outstanding::new(),
+                concealed: Vec::new(),
                 doomed: Vec::new(),
                 failed: Vec::new(),
                 queued: 0,
@@ -325,7 +344,12 @@ impl State {
             Protocol::Eager => {
                 let mut state = SendState::start(Protocol::Eager);
                 state.moved(true);
-                let key = self.sends.insert(Send { op, peer: at, state });
+                let key = self.sends.insert(Send {
+                    op,
+                    peer: at,
+                    state,
+                    exposed: None,
+                });
                 hdr.flags |= wire::ACK;
                 hdr.token = self.sends.token(key);
                 self.enqueue(p, bytes, Out::Held(hdr.encode(), key));
@@ -334,10 +358,16 @@ impl State {
                 hdr.kind = Kind::Rts;
                 hdr.len = op.buf.len() as u64;
                 hdr.addr = op.buf.as_slice().as_ptr() as u64;
+                let exposed = self.expose(t, p, op.buf.as_slice());
+                if let Some((_, x)) = exposed {
+                    hdr.flags |= wire::KEYED;
+                    hdr.off = x.key;
+                }
                 let key = self.sends.insert(Send {
                     op,
                     peer: at,
                     state: SendState::start(Protocol::Rendezvous),
+                    exposed: exposed.map(|(c, x)| (c, x.handle)),
                 });
                 hdr.token = self.sends.token(key);
                 self.enqueue(p, cost(0), Out::Owned(hdr.encode(), Vec::new()));
@@ -394,57 +424,125 @@ impl State {
                     arrival,
                     from,
                     rts: handle,
+                    ended: None,
                 };
                 self.pull(t, cx, pull);
             }
         }
     }
 
+    /// Exposes `buf`, a rendezvous payload to peer `p`, on the peer's
+    /// connection for its pull. Nothing while the peer has no connection
+    /// yet, or when the transport cannot expose it (a registration the
+    /// device refused): its receiver then has it pushed.
+    fn expose<T: Transport>(&mut self, t: &mut T, p: usize, buf: &[u8]) -> Option<(ConnId, Exposed)> {
+        let tx = self.peers.get(p).and_then(|e| e.tx).filter(|_| !buf.is_empty())?;
+        match t.expose(tx, buf) {
+            Ok(x) => x.map(|x| (tx, x)),
+            Err(e) => {
+                crate::warn_limited!(error = %e, "rdm: a rendezvous buffer not exposed; its receiver will have it pushed");
+                None
+            }
+        }
+    }
+
+    /// Gives the transport back the exposures of sends that are over.
+    fn conceal_all<T: Transport>(&mut self, t: &mut T) {
+        for (conn, handle) in std::mem::take(&mut self.concealed) {
+            t.conceal(conn, handle);
+        }
+    }
+
     /// Takes a matched rendezvous: pulls it, or asks the sender to push it.
-    fn pull<T: Transport>(&mut self, t: &mut T, cx: &mut Ctx<'_>, mut p: Pull) {
+    fn pull<T: Transport>(&mut self, t: &mut T, cx: &mut Ctx<'_>, p: Pull) {
         let Some(tx) = self.peers.current(p.peer).and_then(|e| e.tx) else {
             let e = Error::PeerClosed { peer: p.arrival.src };
             return complete::recv_failed(&mut cx.cq, p.op, e);
         };
         let n = p.arrival.olen.min(p.op.buf.len());
-        let mut answer = Header::new(Kind::Fin);
-        answer.token = p.rts.token;
-        let pulled = match n {
-            0 => Ok(()),
-            _ => t.pull(tx, p.rts.addr, &mut p.op.buf.as_mut_slice()[..n]),
+        let remote = Remote {
+            addr: p.rts.addr,
+            key: p.rts.key,
         };
-        match pulled {
-            Ok(()) => {
-                self.stats.pulls += 1;
-                answer.len = n as u64;
-                p.arrival.len = n;
-                complete::recv_from(&mut cx.cq, p.op, p.arrival, &p.from, self.source_err);
+        let peer = p.peer.0;
+        // The receive moves into `pulling` first: its buffer (which does not
+        // move with it) stays there, untouched, while the transport writes it.
+        let key = self.pulling.insert(p);
+        let token = self.pulling.token(key);
+        let started = match n {
+            0 => Ok(Pulled::Done),
+            _ => {
+                let dst = self.pulling[key].op.buf.as_mut_slice().as_mut_ptr();
+                // SAFETY: `dst..dst + n` is the receive's buffer, which
+                // `pulling` owns and nothing reads or writes until the pull is
+                // over: now (`Done`, an error) or at its `Pulled` event.
+                unsafe { t.start_pull(tx, remote, dst, n, token) }
             }
+        };
+        match started {
+            Ok(Pulled::Done) => self.pulled(token, Ok(()), cx),
+            Ok(Pulled::Started) => {}
             Err(Error::NotSupported(_)) => {
+                let p = self.pulling.remove(key);
                 self.stats.pushes += 1;
-                let send_token = p.rts.token;
                 let key = self.pushes.insert(Push {
                     op: p.op,
                     peer: p.peer,
                     arrival: p.arrival,
                     from: p.from,
-                    send_token,
+                    send_token: p.rts.token,
                     got: 0,
                 });
-                answer.kind = Kind::Cts;
+                let mut answer = Header::new(Kind::Cts);
+                answer.token = p.rts.token;
                 answer.addr = self.pushes.token(key);
+                self.enqueue(p.peer.0, 0, Out::Owned(answer.encode(), Vec::new()));
+            }
+            Err(e) => self.pulled(token, Err(e), cx),
+        }
+        self.flush(t, cx, peer);
+    }
+
+    /// The pull under `token` is over: its receive completes (or fails,
+    /// naming its peer) and the sender is told (while it is there to hear).
+    fn pulled(&mut self, token: u64, result: Result<()>, cx: &mut Ctx<'_>) {
+        let Some(key) = self.pulling.key_of(token) else {
+            crate::warn_limited!(token, "rdm: a transport reported a pull the engine did not start");
+            return;
+        };
+        let mut p = self.pulling.remove(key);
+        let mut answer = Header::new(Kind::Fin);
+        answer.token = p.rts.token;
+        match result {
+            Ok(()) => {
+                self.stats.pulls += 1;
+                let n = p.arrival.olen.min(p.op.buf.len());
+                answer.len = n as u64;
+                p.arrival.len = n;
+                complete::recv_from(&mut cx.cq, p.op, p.arrival, &p.from, self.source_err);
             }
             Err(e) => {
+                self.stats.pulls_failed += 1;
                 answer.status = wire::status::FAILED;
+                let peer = p.arrival.src;
                 let e = match e {
-                    Error::PeerClosed { .. } => Error::PeerClosed { peer: p.arrival.src },
+                    Error::PeerClosed { .. } => Error::PeerClosed { peer },
+                    Error::PeerUnreachable { errno, .. } => Error::PeerUnreachable { peer, errno },
                     e => e,
                 };
+                // The peer's failure, when the engine knows of it (ended, or
+                // about to be), says more than what it did to the pull.
+                let failing = self.failed.iter().find(|(at, _)| *at == p.peer);
+                let e = p
+                    .ended
+                    .or_else(|| failing.map(|&(_, c)| cause_error(c, peer)))
+                    .unwrap_or(e);
                 complete::recv_failed(&mut cx.cq, p.op, e);
             }
         }
-        self.enqueue(p.peer.0, 0, Out::Owned(answer.encode(), Vec::new()));
-        self.flush(t, cx, p.peer.0);
+        if self.peers.current(p.peer).is_some() {
+            self.enqueue(p.peer.0, 0, Out::Owned(answer.encode(), Vec::new()));
+        }
     }
 
     /// Records `bytes` pushed at `off` into receive `key`; completes it (and
@@ -624,6 +722,8 @@ impl<T: Transport> EndpointProvider for Engine<T> {
         let st = self.s.stats;
         c.extend([
             ("rndv_pulls", st.pulls),
+            ("rndv_pulls_failed", st.pulls_failed),
+            ("rndv_pulls_outstanding", self.s.pulling.len() as u64),
             ("rndv_pushes", st.pushes),
             ("protocol_errors", st.protocol_errors),
             ("sends_outstanding", self.s.sends.len() as u64),
@@ -669,6 +769,9 @@ impl State {
             }
         }
         self.end_doomed(t, cx);
+        if !self.concealed.is_empty() {
+            self.conceal_all(t);
+        }
         self.check_stalls(t, cx);
         self.flush_all(t, cx);
     }

@@ -13,7 +13,7 @@ use crate::attr::EndpointAttr;
 use crate::completion::{Completion, Flags};
 use crate::error::{Error, Result};
 use crate::provider::{CompletionLevel, Ctx, DomainProvider, EndpointProvider, RecvOp, RmaKind, RmaOp, SendOp};
-use crate::rdm::transport::Cause;
+use crate::rdm::transport::{Cause, Transport};
 use crate::sink::Sink;
 use crate::tag::RecvSpec;
 
@@ -28,8 +28,12 @@ struct Node {
 
 impl Node {
     fn new(net: &Net, pull: bool, attr: &EndpointAttr) -> Node {
+        Node::over(net.open(pull), attr)
+    }
+
+    fn over(t: Mem, attr: &EndpointAttr) -> Node {
         Node {
-            ep: Engine::new(net.open(pull), ID, attr, 4 << 20).expect("engine"),
+            ep: Engine::new(t, ID, attr, 4 << 20).expect("engine"),
             av: AvTable::default(),
             done: VecDeque::new(),
             keys: Keys(Default::default()),
@@ -150,6 +154,169 @@ fn messages_of_every_size_arrive_whole_by_pull_and_by_push() {
             false => assert_eq!((pulls, pushes), (0, 3)),
         }
     }
+}
+
+/// Two nodes whose transports pull asynchronously, `b` with `n` receives
+/// of 5000 bytes (contexts 0, 2, ..) matched by `a`'s sends (1, 3, ..),
+/// every pull started and none over.
+fn async_pulls(n: u64) -> (Net, Node, Node, PeerAddr) {
+    let net = Net::new(64);
+    let mut a = Node::over(net.open_async(), &attr());
+    let mut b = Node::over(net.open_async(), &attr());
+    let pb = a.add(&b);
+    b.add(&a);
+    for i in 0..n {
+        b.trecv(PeerAddr::UNSPEC, 9, 5000, 2 * i);
+        a.tsend(pb, 9, pattern(5000, 2 * i), 2 * i + 1);
+    }
+    for _ in 0..4 {
+        a.progress();
+        b.progress();
+    }
+    assert_eq!(net.pending_pulls(), vec![5000; n as usize]);
+    assert_eq!(net.exposed(), n as usize, "each send's buffer exposed once");
+    assert!(
+        a.done.is_empty() && b.done.is_empty(),
+        "nothing completes before its pull"
+    );
+    assert_eq!(b.counter("rndv_pulls_outstanding"), n);
+    (net, a, b, pb)
+}
+
+#[test]
+fn pulls_that_complete_later_complete_their_receives_in_their_own_order() {
+    let (net, mut a, mut b, _) = async_pulls(3);
+    net.finish_pull(1);
+    b.progress();
+    let c = b.take(2).expect("the second receive, whose pull is over");
+    assert_eq!(c.result, Ok(()));
+    assert_eq!(c.len, 5000);
+    assert_eq!(c.buf.expect("buffer"), pattern(5000, 2));
+    assert!(b.done.is_empty(), "the others wait for their pulls");
+    assert_eq!(
+        until(&mut [&mut a, &mut b], 0, 3).result,
+        Ok(()),
+        "its send, on the finish"
+    );
+    assert!(a.done.is_empty());
+    assert_eq!(net.exposed(), 2, "the finished send's buffer concealed");
+    assert_eq!(net.pending_pulls().len(), 2);
+    net.finish_pull(0);
+    net.finish_pull(1);
+    for ctx in [0, 4] {
+        let c = until(&mut [&mut a, &mut b], 1, ctx);
+        assert_eq!(c.buf.expect("buffer"), pattern(5000, ctx), "receive {ctx}");
+    }
+    for ctx in [1, 5] {
+        assert_eq!(until(&mut [&mut a, &mut b], 0, ctx).result, Ok(()), "send {ctx}");
+    }
+    assert_eq!(net.exposed(), 0);
+    assert_eq!(b.counter("rndv_pulls"), 3);
+    assert_eq!(b.counter("rndv_pulls_outstanding"), 0);
+    assert_eq!(b.counter("rndv_pushes"), 0);
+}
+
+#[test]
+fn a_failed_pull_fails_its_receive_once_and_its_send_and_nothing_else() {
+    let (net, mut a, mut b, pb) = async_pulls(2);
+    net.fail_pull(0, Error::RemoteAccess("the target refused the key"));
+    b.progress();
+    let c = b.take(0).expect("the failed pull's receive");
+    assert_eq!(c.result, Err(Error::RemoteAccess("the target refused the key")));
+    let c = until(&mut [&mut a, &mut b], 0, 1);
+    assert!(matches!(c.result, Err(Error::Protocol(_))), "{:?}", c.result);
+    net.finish_pull(0);
+    assert_eq!(until(&mut [&mut a, &mut b], 1, 2).result, Ok(()), "the other pull");
+    assert_eq!(until(&mut [&mut a, &mut b], 0, 3).result, Ok(()));
+    for _ in 0..4 {
+        a.progress();
+        b.progress();
+    }
+    assert!(a.done.is_empty() && b.done.is_empty(), "each once");
+    assert_eq!(b.counter("rndv_pulls_failed"), 1);
+    assert_eq!(net.exposed(), 0);
+    // The connection carries on.
+    b.trecv(PeerAddr::UNSPEC, 9, 5000, 10);
+    a.tsend(pb, 9, pattern(5000, 10), 11);
+    for _ in 0..4 {
+        a.progress();
+        b.progress();
+    }
+    net.finish_pull(0);
+    assert_eq!(
+        until(&mut [&mut a, &mut b], 1, 10).buf.expect("buffer"),
+        pattern(5000, 10)
+    );
+}
+
+#[test]
+fn a_pull_of_a_buffer_not_exposed_fails_instead_of_reading_it() {
+    let (net, mut a, mut b, _) = async_pulls(1);
+    // The sender concealed it (a sender that gave up its send): the read
+    // is refused, as a device refuses a stale rkey.
+    a.ep.t.conceal(0, 1);
+    assert_eq!(net.exposed(), 0);
+    net.finish_pull(0);
+    let c = until(&mut [&mut a, &mut b], 1, 0);
+    assert!(matches!(c.result, Err(Error::RemoteAccess(_))), "{:?}", c.result);
+}
+
+#[test]
+fn a_peer_dying_with_pulls_outstanding_fails_each_once_when_its_pull_is_over() {
+    let (net, a, mut b, _) = async_pulls(2);
+    let pa = b.av.insert(a.ep.name());
+    drop(a);
+    for _ in 0..3 {
+        b.progress();
+    }
+    for ctx in [0, 2] {
+        let c = b.take(ctx).unwrap_or_else(|| panic!("receive {ctx} ended"));
+        assert_eq!(c.result, Err(Error::PeerClosed { peer: pa }), "receive {ctx}");
+    }
+    assert!(net.pending_pulls().is_empty());
+    for _ in 0..3 {
+        b.progress();
+    }
+    assert!(b.done.is_empty(), "once");
+    assert_eq!(b.counter("rndv_pulls_outstanding"), 0);
+    assert_eq!(b.counter("rndv_pulls_failed"), 2);
+}
+
+#[test]
+fn a_broken_connection_fails_its_pulls_and_its_sends_conceal_their_buffers() {
+    let (net, mut a, mut b, pb) = async_pulls(1);
+    let pa = b.av.insert(a.ep.name());
+    let conn = b.ep.transport().conns()[0];
+    b.ep.t.break_conn(conn, Cause::Failed(libc::ECONNRESET));
+    let c = until(&mut [&mut a, &mut b], 1, 0);
+    assert_eq!(
+        c.result,
+        Err(Error::PeerUnreachable {
+            peer: pa,
+            errno: libc::ECONNRESET
+        }),
+        "the peer's error, not the one the transport gave the pull"
+    );
+    let c = until(&mut [&mut a, &mut b], 0, 1);
+    assert_eq!(
+        c.result,
+        Err(Error::PeerUnreachable {
+            peer: pb,
+            errno: libc::ECONNRESET
+        })
+    );
+    assert_eq!(net.exposed(), 0, "the failed send's buffer concealed");
+}
+
+#[test]
+fn closing_with_pulls_outstanding_cancels_them_once_their_pulls_end() {
+    let (net, _a, mut b, _) = async_pulls(1);
+    b.with(|ep, cx| ep.close(cx));
+    assert!(b.take(0).is_none(), "not while the transport may write its buffer");
+    b.progress();
+    assert_eq!(b.take(0).map(|c| c.result), Some(Err(Error::Canceled)));
+    assert!(net.pending_pulls().is_empty());
+    assert_eq!(b.counter("rndv_pulls_outstanding"), 0);
 }
 
 #[test]
@@ -809,6 +976,15 @@ fn the_fuzz_harness_survives_honest_and_hostile_frames() {
             h(Kind::Rts, &|h| {
                 h.len = 5000;
                 h.addr = 1;
+            }),
+            vec![],
+        ),
+        (
+            h(Kind::Rts, &|h| {
+                h.flags = wire::KEYED;
+                h.len = 5000;
+                h.addr = 1;
+                h.off = 1;
             }),
             vec![],
         ),

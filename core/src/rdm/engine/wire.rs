@@ -5,7 +5,7 @@
 //! | bytes  | field  | meaning                                              |
 //! |--------|--------|------------------------------------------------------|
 //! | 0      | kind   | [`Kind`]                                             |
-//! | 1      | flags  | [`TAGGED`], [`DATA`], [`ACK`], [`LAST`]              |
+//! | 1      | flags  | [`TAGGED`], [`DATA`], [`ACK`], [`LAST`], [`KEYED`]   |
 //! | 2..4   | zero   | must be 0                                            |
 //! | 4..8   | status | Fin: 0 taken, else the receiver's error (see `Fin`)   |
 //! | 8..16  | tag    | Eager, Rts; RmaWrite, RmaRead: the target's key       |
@@ -13,7 +13,7 @@
 //! | 24..32 | token  | the sender's operation (Rts, Fin, Delivered, Cts); the receiver's (Data); the initiator's (Rma*, 0: no answer) |
 //! | 32..40 | len    | Rts, RmaWrite, RmaRead: total length; Fin: bytes taken; Credit: bytes returned; Atomic: the compare value |
 //! | 40..48 | addr   | Rts: the payload's address for a pull; Cts: the receiver's token; Rma*: the target address of the first byte |
-//! | 48..56 | off    | Data, RmaWrite, RmaData: the payload's offset in the message or operation; Atomic: datatype, kind << 8, fetch << 16 |
+//! | 48..56 | off    | Data, RmaWrite, RmaData: the payload's offset in the message or operation; Atomic: datatype, kind << 8, fetch << 16; Rts with [`KEYED`]: the key the receiver pulls with |
 //!
 //! A header travels without its trailing zero 8-byte words ([`trimmed`]):
 //! it is 8 to 56 bytes long, a multiple of 8, and the receiver reads the
@@ -55,7 +55,12 @@ pub const DATA: u8 = 2;
 pub const ACK: u8 = 4;
 /// The last frame of an RMA write.
 pub const LAST: u8 = 8;
-const FLAGS: u8 = TAGGED | DATA | ACK | LAST;
+/// An Rts whose `off` is the key its payload is exposed with
+/// (`Transport::expose`); on any other kind a protocol error. A peer that
+/// predates it refuses such an Rts as a reserved bit; an Rts without it
+/// has no key, and a transport that needs one has the sender push.
+pub const KEYED: u8 = 16;
+const FLAGS: u8 = TAGGED | DATA | ACK | LAST | KEYED;
 
 /// What a frame is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -192,6 +197,11 @@ impl Header {
         (self.flags & DATA != 0).then_some(self.data)
     }
 
+    /// An Rts's key when it carries one ([`KEYED`]).
+    pub fn key(&self) -> Option<u64> {
+        (self.flags & KEYED != 0).then_some(self.off)
+    }
+
     /// The header's bytes.
     #[inline]
     pub fn encode(&self) -> [u8; LEN] {
@@ -225,6 +235,9 @@ impl Header {
         let kind = Kind::from_u8(b[0]).ok_or(Error::Protocol("unknown frame kind"))?;
         if b[1] & !FLAGS != 0 || b[2] != 0 || b[3] != 0 {
             return Err(Error::Protocol("reserved header bits set"));
+        }
+        if b[1] & KEYED != 0 && kind != Kind::Rts {
+            return Err(Error::Protocol("a key on a frame other than a request to send"));
         }
         let word = |i: usize| {
             let mut w = [0u8; 8];
@@ -263,7 +276,7 @@ mod tests {
     fn every_field_round_trips() {
         let h = Header {
             kind: Kind::Rts,
-            flags: TAGGED | DATA | ACK | LAST,
+            flags: TAGGED | DATA | ACK | LAST | KEYED,
             status: 7,
             tag: u64::MAX,
             data: 2,
@@ -274,7 +287,25 @@ mod tests {
         };
         assert_eq!(Header::decode(&h.encode()), Ok(h));
         assert_eq!(h.tag(), Some(u64::MAX));
+        assert_eq!(h.key(), Some(6));
         assert_eq!(Header::new(Kind::Eager).tag(), None);
+        assert_eq!(Header::new(Kind::Rts).key(), None);
+    }
+
+    #[test]
+    fn a_key_rides_only_on_a_request_to_send() {
+        let mut rts = Header::new(Kind::Rts);
+        rts.flags = KEYED;
+        rts.off = 0x1234;
+        let b = rts.encode();
+        assert_eq!(b[1], 16);
+        assert_eq!(b[48..56], 0x1234u64.to_le_bytes());
+        assert_eq!(Header::decode(&b), Ok(rts));
+        for kind in [Kind::Eager, Kind::Fin, Kind::Data, Kind::RmaWrite] {
+            let mut b = Header::new(kind).encode();
+            b[1] = KEYED;
+            assert!(matches!(Header::decode(&b), Err(Error::Protocol(_))), "{kind:?}");
+        }
     }
 
     #[test]
@@ -297,7 +328,7 @@ mod tests {
             assert!(Header::decode(&good[..len]).is_err(), "{len} bytes");
         }
         assert!(Header::decode(&[good.as_slice(), &[0; 8]].concat()).is_err());
-        for (at, v) in [(0, 0u8), (0, 20), (1, 16), (2, 1), (3, 1)] {
+        for (at, v) in [(0, 0u8), (0, 20), (1, 32), (2, 1), (3, 1)] {
             let mut b = good;
             b[at] = v;
             assert!(matches!(Header::decode(&b), Err(Error::Protocol(_))), "byte {at} = {v}");

@@ -31,7 +31,7 @@ use std::os::fd::{AsRawFd, RawFd};
 use crate::error::{Error, Result};
 use crate::sys::{Epoll, READABLE};
 
-use super::transport::{Cause, ConnId, Event, Events, Refused, Transport};
+use super::transport::{Cause, ConnId, Event, Events, Exposed, Pulled, Refused, Remote, Transport};
 
 mod reroute;
 #[cfg(test)]
@@ -275,6 +275,7 @@ impl Events for Side<'_> {
                     None => cause,
                 },
             },
+            Event::Pulled { token, result } => Event::Pulled { token, result },
         })
     }
 }
@@ -344,6 +345,40 @@ impl<A: Transport, B: Transport> Transport for Pair<A, B> {
             self.first.pull(conn >> 1, remote, dst)
         } else {
             self.second.pull(conn >> 1, remote, dst)
+        }
+    }
+
+    fn expose(&mut self, conn: ConnId, buf: &[u8]) -> Result<Option<Exposed>> {
+        if Self::on_first(conn) {
+            self.first.expose(conn >> 1, buf)
+        } else {
+            self.second.expose(conn >> 1, buf)
+        }
+    }
+
+    fn conceal(&mut self, conn: ConnId, handle: u64) {
+        if Self::on_first(conn) {
+            self.first.conceal(conn >> 1, handle)
+        } else {
+            self.second.conceal(conn >> 1, handle)
+        }
+    }
+
+    unsafe fn start_pull(
+        &mut self,
+        conn: ConnId,
+        remote: Remote,
+        dst: *mut u8,
+        len: usize,
+        token: u64,
+    ) -> Result<Pulled> {
+        // SAFETY: the caller's contract, passed on whole.
+        unsafe {
+            if Self::on_first(conn) {
+                self.first.start_pull(conn >> 1, remote, dst, len, token)
+            } else {
+                self.second.start_pull(conn >> 1, remote, dst, len, token)
+            }
         }
     }
 

@@ -560,6 +560,7 @@ mod tests {
                     Event::Up { conn } => format!("up {conn}"),
                     Event::Frame { payload, .. } => format!("frame {:?}", payload.to_vec()),
                     Event::Down { conn, cause } => format!("down {conn} {cause:?}"),
+                    Event::Pulled { token, .. } => format!("pulled {token}"),
                 });
             }
         }

@@ -525,15 +525,7 @@ impl VerbsEndpoint {
             // Verbs keys are 32 bits; MrKeys widened them losslessly.
             return Ok((None, d.desc as u32, d.key as u32));
         }
-        let mut cache = self.res.cache();
-        let r = cache.lookup(ptr, len, access)?;
-        match cache.handle(&r).map(|mr| (mr.lkey(), mr.rkey())) {
-            Some((l, rk)) => Ok((Some(r), l, rk)),
-            None => {
-                let _ = cache.release(r);
-                Err(Error::Internal("MR cache entry without a registration"))
-            }
-        }
+        crate::mr::cached_keys(&mut self.res.cache(), ptr, len, access).map(|(r, l, rk)| (Some(r), l, rk))
     }
 
     /// Drops a reference taken by [`register`](Self::register).

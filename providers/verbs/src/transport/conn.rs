@@ -81,6 +81,11 @@ pub struct Conn {
     pub held: VecDeque<(u32, u32)>,
     /// In the transport's list of connections owing a credit frame.
     pub owing: bool,
+    /// RDMA READs in flight on its QP.
+    pub reads: u32,
+    /// RDMA READs its QP may have in flight (the initiator depth rdma_cm
+    /// negotiated, read back when it comes up).
+    pub rd_depth: u32,
     /// Created once the route is known (dialled) or at once (accepted).
     pub qp: Option<RcQp>,
     // Dropped after the QP: destroys the rdma_cm id.
@@ -100,6 +105,8 @@ impl Conn {
             slots: VecDeque::new(),
             held: VecDeque::new(),
             owing: false,
+            reads: 0,
+            rd_depth: 1,
             qp: None,
             id: Some(id),
         }
@@ -112,17 +119,27 @@ impl Conn {
 }
 
 /// An ended connection's QP (in the error state) and id, kept until the
-/// device has flushed every send that holds a send slot, so no slot goes
-/// back to the pool while the device may still read it.
+/// device has flushed every send that holds a send slot and every RDMA
+/// READ, so no slot goes back to the pool while the device may still read
+/// it and no receive buffer back to the engine while it may still write it.
 pub struct Grave {
     /// The QP.
     pub qp: Option<RcQp>,
     /// Send slots its flushed work requests still hold.
     pub slots: VecDeque<u32>,
+    /// RDMA READs not flushed yet.
+    pub reads: u32,
     /// When it ended.
     pub since: Instant,
     /// Its rdma_cm id, dropped after the QP.
     pub _id: Option<CmId>,
+}
+
+impl Grave {
+    /// Whether the device holds nothing of ours through it any more.
+    pub fn done(&self) -> bool {
+        self.slots.is_empty() && self.reads == 0
+    }
 }
 
 #[cfg(test)]

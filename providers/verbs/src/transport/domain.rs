@@ -2,20 +2,24 @@
 //! Opened only when asked for (`XFER_PROVIDER=verbs-rdm`) while the verbs
 //! provider moves under the engine: the device and address choice, the
 //! protection domain and the `XFER_VERBS_*` settings are the verbs
-//! provider's; RMA and atomics are served by the target's engine against
-//! the domain's key table, not yet by the device.
+//! provider's; rendezvous payloads are read by RDMA READ from buffers
+//! registered through the domain's MR cache; RMA and atomics are served by
+//! the target's engine against the domain's key table, not yet by the
+//! device.
 
 use std::net::Ipv4Addr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use xfer_core::unstable::mr::keys::KeyTable;
+use xfer_core::unstable::mr::{MrCache, MrCacheAttr};
 use xfer_core::unstable::params::Params;
 use xfer_core::unstable::provider::{DomainProvider, EndpointProvider};
 use xfer_core::unstable::rdm::engine::Engine;
 use xfer_core::{Address, EndpointAttr, Error, Result};
 
-use super::{decode, VerbsTransport};
+use super::{decode, SharedCache, VerbsTransport};
 use crate::device::{Context, DeviceAttr};
+use crate::mr::VerbsRegistrar;
 use crate::pd::Pd;
 use crate::select::choose;
 use crate::VerbsAttr;
@@ -27,9 +31,13 @@ pub const PROVIDER_ID: u8 = 0x06;
 pub struct VerbsRdmDomain {
     pd: Arc<Pd>,
     dev: DeviceAttr,
+    /// The largest RDMA READ a pull posts (`read_max`, at most the port's
+    /// largest message).
+    max_msg: u32,
     ip: Ipv4Addr,
     attr: VerbsAttr,
     keys: KeyTable,
+    cache: SharedCache,
 }
 
 impl std::fmt::Debug for VerbsRdmDomain {
@@ -49,14 +57,23 @@ impl VerbsRdmDomain {
         let sel = choose(&attr).map_err(|why| Error::NoProvider(why.to_string()))?;
         let ctx = Context::open(&sel.device)?;
         let dev = ctx.query_device()?;
+        let port_max = ctx.query_port(sel.port)?.max_msg_sz;
+        let max_msg = match u32::try_from(attr.read_max) {
+            Ok(0) => port_max,
+            Ok(n) => n.min(port_max),
+            Err(_) => port_max,
+        };
         let pd = Pd::new(&ctx)?;
+        let cache = MrCache::new(MrCacheAttr::from_env(), VerbsRegistrar::new(&pd));
         tracing::info!(device = %ctx.name(), port = attr.port, ip = %sel.ip, "verbs-rdm domain opened");
         Ok(VerbsRdmDomain {
             pd,
             dev,
+            max_msg,
             ip: sel.ip,
             attr,
             keys: KeyTable::default(),
+            cache: Arc::new(Mutex::new(cache)),
         })
     }
 }
@@ -102,7 +119,24 @@ impl DomainProvider for VerbsRdmDomain {
     }
 
     fn open_endpoint(&mut self, attr: &EndpointAttr) -> Result<Box<dyn EndpointProvider>> {
+<<<<<<< HEAD
         let t = self.open_transport(attr)?;
+=======
+        if let Some((key, _)) = attr.params.under(VerbsAttr::PREFIX).next() {
+            return Err(Error::InvalidSetting(
+                format!("{key} is a verbs domain setting: set it in the domain's attributes (DomainAttr::params)")
+                    .into(),
+            ));
+        }
+        let t = VerbsTransport::open(
+            &self.pd,
+            &self.dev,
+            self.max_msg,
+            self.ip,
+            &self.attr,
+            self.cache.clone(),
+        )?;
+>>>>>>> vpull
         Ok(Box::new(Engine::new(t, PROVIDER_ID, attr, self.attr.eager_credit)?))
     }
 

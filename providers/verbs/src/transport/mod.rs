@@ -10,9 +10,9 @@
 //! `progress` and lent to the engine straight from the receive buffer,
 //! which is posted again at once. No SEND ever meets an empty SRQ: each
 //! connection reserves receive slots and the sender spends them
-//! ([`credit`]). Nothing is pulled yet: a rendezvous is pushed by the
-//! engine in frames, as over TCP (RDMA READ for `pull`, and RMA and atomics
-//! by the device, are the next steps).
+//! ([`credit`]). A rendezvous is pulled by RDMA READ from the sender's
+//! buffer, registered through the domain's MR cache ([`pull`]); RMA and
+//! atomics are still served by the target's engine, not the device.
 //!
 //! Addresses are verbs endpoint names (`crate::name`) without the provider
 //! tag: 4, the IPv4 address, the rdma_cm port, the nonce.
@@ -21,22 +21,27 @@ pub(crate) mod conn;
 pub mod credit;
 pub mod domain;
 pub mod frame;
+mod pull;
 mod setup;
 
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::os::fd::{AsRawFd, RawFd};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use slab::Slab;
 use xfer_core::unstable::hash::FastMap;
-use xfer_core::unstable::rdm::transport::{Bytes, Cause, ConnId, Event, Events, Refused, Transport};
+use xfer_core::unstable::mr::{CacheRef, MrCache};
+use xfer_core::unstable::rdm::transport::{
+    Bytes, Cause, ConnId, Event, Events, Exposed, Pulled, Refused, Remote, Transport,
+};
 use xfer_core::unstable::sys::{Epoll, EventFd, EMPTY_EVENT, READABLE};
 use xfer_core::{Error, Result};
 
 use crate::cm::{CmId, EventChannel};
 use crate::cq::{Cq, Wc};
 use crate::device::DeviceAttr;
+use crate::mr::VerbsRegistrar;
 use crate::name::VerbsName;
 use crate::pd::Pd;
 use crate::pool::SendPool;
@@ -81,7 +86,16 @@ struct Stats {
     slot_waits: u64,
     /// Sends refused for want of a send slot or send-queue room.
     send_waits: u64,
+    /// RDMA READs posted (rendezvous pulls, in chunks).
+    rdma_reads: u64,
+    rdma_read_bytes: u64,
+    /// Pulls that failed.
+    rdma_reads_failed: u64,
 }
+
+/// The domain's registration cache, which rendezvous buffers are
+/// registered through.
+pub type SharedCache = Arc<Mutex<MrCache<VerbsRegistrar>>>;
 
 /// A verbs endpoint's transport: its rdma_cm listener, connections, SRQ,
 /// CQ and send slots.
@@ -120,6 +134,17 @@ pub struct VerbsTransport {
     /// Connections being made.
     opening: u32,
     stats: Stats,
+    /// Send buffers exposed for peers' READs, by handle.
+    exposed: Slab<CacheRef>,
+    /// Pulls in progress, by the key their READs' `wr_id`s carry.
+    reads: pull::Pulls,
+    /// Pulls with chunks still to post.
+    reading: Vec<usize>,
+    /// Pulls over, reported by the next progress.
+    pulled: Vec<(u64, Result<()>)>,
+    /// The port's largest message: longer pulls are read in chunks.
+    max_msg: usize,
+    cache: SharedCache,
     // Verbs objects: the QPs and ids above drop first.
     pool: SendPool,
     srq: Srq,
@@ -173,10 +198,18 @@ fn random_nonce() -> u64 {
 
 impl VerbsTransport {
     /// Opens a transport on the domain's protection domain `pd` (device
-    /// limits `dev`), listening on `ip`, sized by `attr`: an SRQ of
-    /// `srq_size` buffers of `srq_buf_size` bytes, twice `sq_depth` send
-    /// slots of the same size.
-    pub fn open(pd: &Arc<Pd>, dev: &DeviceAttr, ip: Ipv4Addr, attr: &VerbsAttr) -> Result<VerbsTransport> {
+    /// limits `dev`, largest message `max_msg`), listening on `ip`, sized
+    /// by `attr`: an SRQ of `srq_size` buffers of `srq_buf_size` bytes,
+    /// twice `sq_depth` send slots of the same size; rendezvous buffers are
+    /// registered through `cache`.
+    pub fn open(
+        pd: &Arc<Pd>,
+        dev: &DeviceAttr,
+        max_msg: u32,
+        ip: Ipv4Addr,
+        attr: &VerbsAttr,
+        cache: SharedCache,
+    ) -> Result<VerbsTransport> {
         let mut scfg = SrqConfig::from_attr(attr);
         scfg.size = scfg.size.min(dev.max_srq_wr).max(1);
         scfg.low_watermark = scfg.low_watermark.min(scfg.size);
@@ -231,6 +264,12 @@ impl VerbsTransport {
             turns: 0,
             opening: 0,
             stats: Stats::default(),
+            exposed: Slab::new(),
+            reads: Slab::new(),
+            reading: Vec::new(),
+            pulled: Vec::new(),
+            max_msg: (max_msg as usize).max(1),
+            cache,
             pool,
             srq,
             cq,
@@ -240,6 +279,13 @@ impl VerbsTransport {
             epoll,
             wake,
         })
+    }
+
+    /// The registration cache.
+    fn cache(&self) -> MutexGuard<'_, MrCache<VerbsRegistrar>> {
+        // A panic while holding it can only come from the cache itself; its
+        // state is still consistent enough to release registrations.
+        self.cache.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Looks at the descriptors without blocking: consumes a completion
@@ -295,6 +341,11 @@ impl VerbsTransport {
         if self.srq.owns(wc.wr_id()) {
             self.on_recv(wc, events);
         } else {
+            if wc.wr_id() & pull::PULL_TAG != 0 {
+                // First: a failed READ reports its own error, not the
+                // connection's end that `on_send` makes of it.
+                self.on_read(wc);
+            }
             self.on_send(wc);
         }
     }
@@ -351,7 +402,7 @@ impl VerbsTransport {
                     self.pool.give(s);
                 }
             }
-            if g.slots.is_empty() {
+            if g.done() {
                 self.graves.remove(&qpn);
             }
         }
@@ -531,18 +582,20 @@ impl VerbsTransport {
         let mut grave = Grave {
             qp: c.qp.take(),
             slots: std::mem::take(&mut c.slots),
+            reads: std::mem::take(&mut c.reads),
             since: Instant::now(),
             _id: c.id.take(),
         };
         for idx in held {
             self.repost(idx);
         }
+        self.end_reads(k);
         if let Some(qp) = &grave.qp {
             self.by_qpn.remove(&qp.qp_num());
             if let Err(e) = qp.to_error() {
                 tracing::debug!(error = %e, "moving a QP to the error state");
             }
-            if !grave.slots.is_empty() {
+            if !grave.done() {
                 self.graves.insert(qp.qp_num(), grave);
                 return;
             }
@@ -566,6 +619,7 @@ impl VerbsTransport {
                 for s in g.slots.drain(..) {
                     self.pool.give(s);
                 }
+                self.abandon_reads(n);
             }
         }
     }
@@ -662,6 +716,26 @@ impl Transport for VerbsTransport {
         }
     }
 
+    fn expose(&mut self, _: ConnId, buf: &[u8]) -> std::result::Result<Option<Exposed>, Error> {
+        self.expose_buf(buf).map(Some)
+    }
+
+    fn conceal(&mut self, _: ConnId, handle: u64) {
+        self.conceal_buf(handle);
+    }
+
+    unsafe fn start_pull(
+        &mut self,
+        conn: ConnId,
+        remote: Remote,
+        dst: *mut u8,
+        len: usize,
+        token: u64,
+    ) -> std::result::Result<Pulled, Error> {
+        // SAFETY: the caller's contract, passed on.
+        unsafe { self.start(conn, remote, dst, len, token) }
+    }
+
     fn close(&mut self, k: ConnId) {
         self.ended.retain(|&e| e != k);
         self.held.retain(|&e| e != k);
@@ -685,6 +759,11 @@ impl Transport for VerbsTransport {
             ("credit_frames", s.credit_frames),
             ("slot_waits", s.slot_waits),
             ("send_waits", s.send_waits),
+            ("rdma_reads", s.rdma_reads),
+            ("rdma_read_bytes", s.rdma_read_bytes),
+            ("rdma_reads_failed", s.rdma_reads_failed),
+            ("rdma_reads_outstanding", self.reads.len() as u64),
+            ("rndv_exposed", self.exposed.len() as u64),
             ("srq_posted", u64::from(self.srq.posted())),
             ("srq_reserved", u64::from(self.budget.reserved())),
             ("srq_overcommitted", self.budget.overcommitted()),
@@ -707,12 +786,18 @@ impl Transport for VerbsTransport {
         if !self.held.is_empty() {
             self.deliver_held(events);
         }
+        if !self.reading.is_empty() {
+            self.continue_reads();
+        }
         for k in std::mem::take(&mut self.ended) {
             if let Some(c) = self.conns.try_remove(k) {
                 if let State::Dead(cause) = c.state {
                     events.event(Event::Down { conn: k, cause });
                 }
             }
+        }
+        if !self.pulled.is_empty() {
+            self.report_pulls(events);
         }
         if !self.owing.is_empty() {
             self.return_credit();
@@ -744,7 +829,12 @@ impl Transport for VerbsTransport {
             self.stash.extend_from_slice(&wcs[..n]);
         }
         self.wcs = wcs;
-        if !self.stash.is_empty() || !self.held.is_empty() || !self.ended.is_empty() || !self.owing.is_empty() {
+        if !self.stash.is_empty()
+            || !self.held.is_empty()
+            || !self.ended.is_empty()
+            || !self.owing.is_empty()
+            || !self.pulled.is_empty()
+        {
             self.wake();
             return false;
         }
@@ -763,6 +853,7 @@ impl Drop for VerbsTransport {
             g.qp = None;
         }
         self.graves.clear();
+        self.release_all();
     }
 }
 

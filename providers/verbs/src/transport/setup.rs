@@ -147,6 +147,11 @@ impl VerbsTransport {
         }
         c.state = State::Ready;
         c.reported = true;
+        if let Some(qp) = &c.qp {
+            // READs beyond the negotiated initiator depth would only wait in
+            // the send queue, ahead of frames.
+            c.rd_depth = qp.query().map_or(1, |i| u32::from(i.max_rd_atomic).max(1));
+        }
         self.opening -= 1;
         self.stats.connections += 1;
         events.event(Event::Up { conn: k });
