@@ -76,9 +76,7 @@ impl VerbsRdmDomain {
             cache: Arc::new(Mutex::new(cache)),
         })
     }
-}
 
-impl VerbsRdmDomain {
     /// The transport under one endpoint of this domain, for `attr` (whose
     /// params may not carry `verbs.*` settings: those are the domain's).
     /// A pair of transports (`shm+verbs`) takes it as its second.
@@ -89,7 +87,14 @@ impl VerbsRdmDomain {
                     .into(),
             ));
         }
-        VerbsTransport::open(&self.pd, &self.dev, self.ip, &self.attr)
+        VerbsTransport::open(
+            &self.pd,
+            &self.dev,
+            self.max_msg,
+            self.ip,
+            &self.attr,
+            self.cache.clone(),
+        )
     }
 
     /// The eager credit each peer of its endpoints gets
@@ -119,24 +124,7 @@ impl DomainProvider for VerbsRdmDomain {
     }
 
     fn open_endpoint(&mut self, attr: &EndpointAttr) -> Result<Box<dyn EndpointProvider>> {
-<<<<<<< HEAD
         let t = self.open_transport(attr)?;
-=======
-        if let Some((key, _)) = attr.params.under(VerbsAttr::PREFIX).next() {
-            return Err(Error::InvalidSetting(
-                format!("{key} is a verbs domain setting: set it in the domain's attributes (DomainAttr::params)")
-                    .into(),
-            ));
-        }
-        let t = VerbsTransport::open(
-            &self.pd,
-            &self.dev,
-            self.max_msg,
-            self.ip,
-            &self.attr,
-            self.cache.clone(),
-        )?;
->>>>>>> vpull
         Ok(Box::new(Engine::new(t, PROVIDER_ID, attr, self.attr.eager_credit)?))
     }
 
