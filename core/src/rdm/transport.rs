@@ -3,7 +3,8 @@
 //! provider and UCX's UCT. A transport connects to peer addresses and
 //! accepts connections, carries small frames (a header and a payload) in
 //! order per connection, pulls a peer's memory when it can (rendezvous), and
-//! reports what happened from one `progress` call.
+//! reports what happened from one `progress` call. It knows nothing of
+//! tags, receives, credit or completions.
 //!
 //! A rendezvous pull may be synchronous (shared memory copies at once) or
 //! asynchronous (verbs posts RDMA READs): the sender [`expose`]s its buffer
@@ -12,8 +13,7 @@
 //! that token when the bytes are in or the pull failed.
 //!
 //! [`expose`]: Transport::expose
-//! [`start_pull`]: Transport::start_pull It knows nothing of
-//! tags, receives, credit or completions.
+//! [`start_pull`]: Transport::start_pull
 
 use std::os::fd::RawFd;
 
