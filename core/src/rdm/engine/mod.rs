@@ -147,10 +147,12 @@ struct State {
     /// A post wrote at once since the last progress: the next ones wait
     /// for it (or for a blocking wait), which writes them together.
     burst: bool,
-    /// `prepare_wait` said the caller may sleep, and no progress came
-    /// since: a post held back for the burst must wake it, or it would wait
-    /// for a sleeper that has nothing else to wake it (an async runtime's
-    /// progress task parked on the descriptor while another task posts).
+    /// `prepare_wait` said the caller may sleep, and no post held back for
+    /// a burst has woken it since: the next such post must, or it would
+    /// wait for a sleeper that has nothing else to wake it (an async
+    /// runtime's progress task parked on the descriptor while another task
+    /// posts). A progress by another thread does not disarm it: that thread
+    /// may post a burst next and then leave the driving to the sleeper.
     armed: bool,
     /// Connections refused for want of the job key.
     refusals: u64,
@@ -651,7 +653,6 @@ impl<T: Transport> EndpointProvider for Engine<T> {
 /// Sink-free helpers the frame handler shares with the calls above.
 impl State {
     fn progress<T: Transport>(&mut self, t: &mut T, cx: &mut Ctx<'_>) {
-        self.armed = false;
         {
             let mut h = arrive::Handler { s: self, cx };
             t.progress(&mut h);
