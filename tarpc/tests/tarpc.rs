@@ -240,7 +240,12 @@ async fn an_http2_frame_travels_as_one_message() {
             })
         };
         let (got, hello) = ep
-            .trecv(PeerAddr::UNSPEC, wire::tag(wire::HELLO, 0, 0), wire::KIND_ONLY, vec![0; 512])
+            .trecv(
+                PeerAddr::UNSPEC,
+                wire::tag(wire::HELLO, 0, 0),
+                wire::KIND_ONLY,
+                vec![0; 512],
+            )
             .await;
         let hello = &hello[..got.expect("a hello").len];
         assert_eq!(hello[0], wire::VERSION);
@@ -248,11 +253,20 @@ async fn an_http2_frame_travels_as_one_message() {
         let peer = ep.endpoint().av().insert(&hello[5..]).expect("the client's name");
         let local = 7u32;
         let (sent, _) = ep
-            .tsend(peer, wire::tag(wire::ACCEPT, client_conn, 0), local.to_le_bytes().to_vec())
+            .tsend(
+                peer,
+                wire::tag(wire::ACCEPT, client_conn, 0),
+                local.to_le_bytes().to_vec(),
+            )
             .await;
         sent.expect("accept");
         let (got, frame) = ep
-            .trecv(PeerAddr::UNSPEC, wire::tag(wire::FRAME, local, 0), 0, vec![0; wire::FRAME_MAX])
+            .trecv(
+                PeerAddr::UNSPEC,
+                wire::tag(wire::FRAME, local, 0),
+                0,
+                vec![0; wire::FRAME_MAX],
+            )
             .await;
         let frame = &frame[..got.expect("the first frame").len];
         match wire::parse(frame).expect("a well-formed frame") {

@@ -588,7 +588,10 @@ mod tests {
             if !b.prepare_wait() {
                 break;
             }
-            assert!(start.elapsed() < std::time::Duration::from_secs(20), "b never saw the connection");
+            assert!(
+                start.elapsed() < std::time::Duration::from_secs(20),
+                "b never saw the connection"
+            );
         }
     }
 
