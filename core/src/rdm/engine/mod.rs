@@ -116,6 +116,9 @@ struct Stats {
     coalesced: u64,
     /// Refusals of atomics that had completed when sent.
     atomics_refused_after_completion: u64,
+    /// RMA operations the transport did natively, and those that failed.
+    rma_native: u64,
+    rma_native_failed: u64,
 }
 
 /// Everything but the transport, so frame handling can borrow it while the
@@ -135,6 +138,8 @@ struct State {
     sends: Outstanding<Send>,
     pushes: Outstanding<Push>,
     rmas: Outstanding<rma::RmaTx>,
+    /// Keys targets granted for native RMA.
+    grants: rma::Grants,
     atomics: Outstanding<atomic::AtomicTx>,
     /// Writes (peer, token, status) that failed before their last frame.
     write_failed: Vec<((usize, u64), u64, u64)>,
@@ -207,6 +212,7 @@ impl<T: Transport> Engine<T> {
                 sends: Outstanding::new(),
                 pushes: Outstanding::new(),
                 rmas: Outstanding::new(),
+                grants: rma::Grants::default(),
                 atomics: Outstanding::new(),
                 write_failed: Vec::new(),
                 pulls: Vec::new(),
@@ -728,6 +734,8 @@ impl<T: Transport> EndpointProvider for Engine<T> {
             ("protocol_errors", st.protocol_errors),
             ("sends_outstanding", self.s.sends.len() as u64),
             ("rma_outstanding", self.s.rmas.len() as u64),
+            ("rma_native", st.rma_native),
+            ("rma_native_failed", st.rma_native_failed),
             ("atomics_outstanding", self.s.atomics.len() as u64),
             ("atomics_refused_after_completion", st.atomics_refused_after_completion),
             ("peer_events_lost", self.s.events.lost()),
