@@ -119,6 +119,8 @@ struct Stats {
     /// RMA operations the transport did natively, and those that failed.
     rma_native: u64,
     rma_native_failed: u64,
+    /// Peers' RMA operations this target served in frames.
+    rma_served: u64,
 }
 
 /// Everything but the transport, so frame handling can borrow it while the
@@ -736,6 +738,7 @@ impl<T: Transport> EndpointProvider for Engine<T> {
             ("rma_outstanding", self.s.rmas.len() as u64),
             ("rma_native", st.rma_native),
             ("rma_native_failed", st.rma_native_failed),
+            ("rma_served", st.rma_served),
             ("atomics_outstanding", self.s.atomics.len() as u64),
             ("atomics_refused_after_completion", st.atomics_refused_after_completion),
             ("peer_events_lost", self.s.events.lost()),

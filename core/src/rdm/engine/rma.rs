@@ -321,6 +321,7 @@ impl State {
         if !last {
             return Ok(());
         }
+        self.stats.rma_served += 1;
         if status == status::OK {
             let src = self.peers.handle(p, cx.av);
             let from = self.peers.get(p).map_or(self.name, |e| e.name);
@@ -346,6 +347,7 @@ impl State {
     /// A target's read request from peer `p`.
     pub(super) fn on_read(&mut self, cx: &mut Ctx<'_>, p: usize, h: Header) {
         let len = usize::try_from(h.len).unwrap_or(usize::MAX);
+        self.stats.rma_served += 1;
         match cx.domain.remote_target(h.tag, h.addr, h.len, Access::REMOTE_READ) {
             Ok(_) => {
                 if self.rma_events {
