@@ -1614,6 +1614,14 @@ fn rma_on_a_granted_key_goes_by_the_device_over_verbs_rdm() {
             3,
             "the target served only the first two and the refusal"
         );
+        // Chunked when a READ (and so a WRITE) may carry less (the guest
+        // runs this with XFER_VERBS_READ_MAX=4096 too).
+        if let Some(max) = std::env::var("XFER_VERBS_READ_MAX")
+            .ok()
+            .and_then(|v| v.parse::<u64>().ok())
+        {
+            assert_eq!(counter(&a, "rdma_writes"), (size as u64).div_ceil(max), "chunks of {max} B");
+        }
     }
 }
 

@@ -589,6 +589,7 @@ impl VerbsTransport {
             qp: c.qp.take(),
             slots: std::mem::take(&mut c.slots),
             reads: std::mem::take(&mut c.reads),
+            writes: std::mem::take(&mut c.writes),
             since: Instant::now(),
             _id: c.id.take(),
         };

@@ -287,6 +287,7 @@ impl VerbsTransport {
                     p.posted += n;
                     p.in_flight += 1;
                     if p.write {
+                        c.writes += 1;
                         self.stats.rdma_writes += 1;
                         self.stats.rdma_write_bytes += n as u64;
                     } else {
@@ -324,17 +325,22 @@ impl VerbsTransport {
         let key = (wc.wr_id() & !PULL_TAG) as usize;
         let qpn = wc.qp_num();
         let write = self.reads.get(key).is_some_and(|p| p.qpn == qpn && p.write);
-        // The QP's READ in flight is over, wherever the QP is now.
+        // The QP's READ or WRITE in flight is over, wherever the QP is now.
         let conn = self.by_qpn.get(&qpn).copied();
         match conn {
-            _ if write => {}
             Some(k) => {
                 let c = &mut self.conns[k];
-                c.reads = c.reads.saturating_sub(1);
+                match write {
+                    true => c.writes = c.writes.saturating_sub(1),
+                    false => c.reads = c.reads.saturating_sub(1),
+                }
             }
             None => {
                 if let Some(g) = self.graves.get_mut(&qpn) {
-                    g.reads = g.reads.saturating_sub(1);
+                    match write {
+                        true => g.writes = g.writes.saturating_sub(1),
+                        false => g.reads = g.reads.saturating_sub(1),
+                    }
                     if g.done() {
                         self.graves.remove(&qpn);
                     }
