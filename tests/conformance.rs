@@ -1620,7 +1620,11 @@ fn rma_on_a_granted_key_goes_by_the_device_over_verbs_rdm() {
             .ok()
             .and_then(|v| v.parse::<u64>().ok())
         {
-            assert_eq!(counter(&a, "rdma_writes"), (size as u64).div_ceil(max), "chunks of {max} B");
+            assert_eq!(
+                counter(&a, "rdma_writes"),
+                (size as u64).div_ceil(max),
+                "chunks of {max} B"
+            );
         }
     }
 }

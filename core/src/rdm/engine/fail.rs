@@ -109,6 +109,7 @@ impl State {
         }
         self.write_failed.retain(|&(p, _, _)| p != at);
         self.grants.retain(|&(p, _, _), _| p != at);
+        self.injected.retain(|&p| p != at);
         if !src.is_unspec() {
             for op in self.rx.drain_posted_from(src) {
                 complete::recv_failed(&mut cx.cq, op, err.clone());

@@ -142,6 +142,8 @@ struct State {
     rmas: Outstanding<rma::RmaTx>,
     /// Keys targets granted for native RMA.
     grants: rma::Grants,
+    /// Peers sent an inject write that no answered RMA has followed yet.
+    injected: Vec<(usize, u64)>,
     atomics: Outstanding<atomic::AtomicTx>,
     /// Writes (peer, token, status) that failed before their last frame.
     write_failed: Vec<((usize, u64), u64, u64)>,
@@ -215,6 +217,7 @@ impl<T: Transport> Engine<T> {
                 pushes: Outstanding::new(),
                 rmas: Outstanding::new(),
                 grants: rma::Grants::default(),
+                injected: Vec::new(),
                 atomics: Outstanding::new(),
                 write_failed: Vec::new(),
                 pulls: Vec::new(),
@@ -652,6 +655,10 @@ impl<T: Transport> EndpointProvider for Engine<T> {
         payload: &[u8],
     ) -> Result<()> {
         let p = self.s.inject_peer(&mut self.t, cx, peer, payload.len())?;
+        let at = self.s.serial(p);
+        if !self.s.injected.contains(&at) {
+            self.s.injected.push(at);
+        }
         let mut h = Header::message(Kind::RmaWrite, None, data);
         h.flags |= wire::LAST;
         h.tag = key;

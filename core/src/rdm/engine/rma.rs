@@ -162,6 +162,8 @@ impl State {
         if native && self.start_native(t, cx, key) {
             return;
         }
+        // Its answer follows every inject write before it.
+        self.injected.retain(|&p| p != at);
         match kind {
             RmaKind::Write => self.enqueue(p, 0, Out::RmaWrite { key, off: 0 }),
             RmaKind::Read => self.enqueue(p, 0, Out::Owned(h.encode(), Vec::new())),
@@ -180,7 +182,20 @@ impl State {
             return false;
         };
         let end = op.addr.checked_add(op.buf.len() as u64);
-        op.addr >= start && end.is_some_and(|e| e <= start + len)
+        let inside = op.addr >= start && end.is_some_and(|e| e <= start + len);
+        inside && !self.unordered(at)
+    }
+
+    /// Whether an operation the target's engine applies to peer `at`'s
+    /// memory may be pending there: an RMA or atomic in frames not yet
+    /// answered, or an inject write no answer has followed yet. A native
+    /// operation would overtake it (the device does not wait for the
+    /// target's engine), so it goes in frames behind it instead, and RMA
+    /// on a connection stays in order.
+    fn unordered(&self, at: (usize, u64)) -> bool {
+        self.injected.contains(&at)
+            || self.rmas.iter().any(|(_, r)| r.peer == at && !r.native)
+            || self.atomics.iter().any(|(_, a)| a.peer == at)
     }
 
     /// Asks the transport to do RMA `key` natively; `false` when it cannot

@@ -1367,3 +1367,30 @@ fn closing_with_native_rma_outstanding_cancels_it_once_the_transport_reports_it(
     assert_eq!(a.take(3).map(|c| c.result), Some(Err(Error::Canceled)));
     assert_eq!(a.counter("rma_outstanding"), 0);
 }
+
+#[test]
+fn native_rma_never_overtakes_rma_the_target_applies() {
+    let net = Net::new(64);
+    let mut region = vec![0u8; 256];
+    let (mut a, mut b, pb, (key, base)) = granted_rma(&net, &mut region, false);
+    // An inject write (no answer) and a read behind it: the read goes in
+    // frames, after it, and sees it.
+    a.with(|ep, cx| ep.inject_write(cx, pb, base, key, None, &[7; 16]))
+        .expect("injected");
+    a.rma(pb, RmaKind::Read, vec![0; 16], (key, base), None, 3);
+    assert!(net.pending_pulls().is_empty(), "not natively");
+    assert_eq!(until(&mut [&mut a, &mut b], 0, 3).buf.expect("buffer"), vec![7; 16]);
+    // A write with immediate data in frames, and a read posted before its
+    // answer: in frames too.
+    a.rma(pb, RmaKind::Write, vec![8; 16], (key, base), Some(1), 4);
+    a.rma(pb, RmaKind::Read, vec![0; 16], (key, base), None, 5);
+    assert!(net.pending_pulls().is_empty(), "not natively");
+    assert_eq!(until(&mut [&mut a, &mut b], 0, 4).result, Ok(()));
+    assert_eq!(until(&mut [&mut a, &mut b], 0, 5).buf.expect("buffer"), vec![8; 16]);
+    // With nothing pending at the target, natively again.
+    a.rma(pb, RmaKind::Read, vec![0; 16], (key, base), None, 6);
+    assert_eq!(net.pending_pulls(), vec![16]);
+    net.finish_pull(0);
+    assert_eq!(until(&mut [&mut a, &mut b], 0, 6).buf.expect("buffer"), vec![8; 16]);
+    assert_eq!(a.counter("rma_native"), 1);
+}
