@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# shm-compare.sh - xfer-perf over the shared-memory provider (XFER_PROVIDER=shm)
-# against UCX and libfabric's shm provider, two processes on this host, in one run.
+# shm-compare.sh - xfer-perf over shared memory (XFER_PROVIDER, default shm+tcp: the
+# default provider, which serves a peer on this host over shared memory; `shm` for the
+# transport alone) against UCX and libfabric's shm provider, two processes on this host,
+# in one run.
 #
 # Rows: tag_lat 8 B, 64 B, 4 KiB (half a round trip, p50 and average); tag_bw
 # 64 KiB, 1 MiB, 4 MiB (streaming, MiB/s); the 8 B message rate (xfer-perf
@@ -16,7 +18,8 @@
 #
 # usage: bench/shm-compare.sh [--reps N] [--out FILE] [--no-install]
 # environment: LAT_ITERS (100000), RATE_ITERS (1000000), SERVER_CPU (0),
-#   CLIENT_CPU (1), XFER_PERF (a prebuilt xfer-perf instead of building one)
+#   CLIENT_CPU (1), XFER_PERF (a prebuilt xfer-perf instead of building one),
+#   XFER_PROVIDER (shm+tcp)
 
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -37,6 +40,7 @@ lat_iters=${LAT_ITERS:-100000}
 rate_iters=${RATE_ITERS:-1000000}
 s_cpu=${SERVER_CPU:-0}
 c_cpu=${CLIENT_CPU:-1}
+provider=${XFER_PROVIDER:-shm+tcp}
 
 log() { echo "shm-compare: $*" >&2; }
 
@@ -70,7 +74,7 @@ rec() { printf '%s\t%s\t%s\n' "$1" "$2" "${3:-}" >>"$raw"; }
 xfer_run() {
     local test=$1 size=$2 n=$3 slog=$raw.srv name= pid
     shift 3
-    XFER_PROVIDER=shm taskset -c "$s_cpu" "$xfer" --json server >"$slog" 2>&1 &
+    XFER_PROVIDER=$provider taskset -c "$s_cpu" "$xfer" --json server >"$slog" 2>&1 &
     pid=$!
     for _ in $(seq 200); do
         name=$(awk '/^xfer-perf server:/ { print $3; exit }' "$slog")
@@ -84,7 +88,7 @@ xfer_run() {
         wait "$pid" 2>/dev/null || true
         return
     fi
-    XFER_PROVIDER=shm timeout 300 taskset -c "$c_cpu" "$xfer" --json --test "$test" --sizes "$size" \
+    XFER_PROVIDER=$provider timeout 300 taskset -c "$c_cpu" "$xfer" --json --test "$test" --sizes "$size" \
         --iters "$n" "$@" client "$name" 2>"$raw.cli" | grep '^{' | tail -n 1 ||
         log "xfer-perf $test $size failed: $(tail -n 3 "$raw.cli")"
     wait "$pid" 2>/dev/null || true
@@ -193,7 +197,7 @@ done
 load_end=$(cut -d' ' -f1-3 /proc/loadavg)
 
 report() {
-    echo "## xfer over shared memory against UCX and libfabric shm ($(date -u +%F), $reps repetitions)"
+    echo "## xfer ($provider) over shared memory against UCX and libfabric shm ($(date -u +%F), $reps repetitions)"
     echo
     echo "Host: $(nproc) CPUs, load average $load_start at the start, $load_end at the end;"
     echo "servers on CPU $s_cpu, clients on CPU $c_cpu; $(ucx_info -v 2>/dev/null | sed -n "s/^# \(UCT \)\?Version /UCX /p" | head -n 1);"

@@ -7,17 +7,19 @@
 # p50, p99); the medians over the rounds and each xfer transport's ratio to
 # tokio TCP.
 #
-# usage: bench/tonic-compare.sh [--rounds N] [--out FILE]
+# usage: bench/tonic-compare.sh [--rounds N] [--transports tcp,shm,tokio] [--out FILE]
 # environment: SMALL_CALLS (5000), BIG_CALLS (200), SECS (2)
 
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 rounds=3
+transports=tcp,shm,tokio
 out=
 while [[ $# -gt 0 ]]; do
     case $1 in
     --rounds) rounds=$2; shift 2 ;;
+    --transports) transports=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     -h | --help) sed -n '2,12p' "$0"; exit 0 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
@@ -33,11 +35,11 @@ export XFER_TCP_ADDR=${XFER_TCP_ADDR:-127.0.0.1}
 
 run() {
     echo "# $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg)"
-    echo "# $bench --size 64 --calls $small --secs $secs --rounds $rounds"
-    "$bench" --size 64 --calls "$small" --secs "$secs" --rounds "$rounds"
+    echo "# $bench --size 64 --calls $small --secs $secs --rounds $rounds --transports $transports"
+    "$bench" --size 64 --calls "$small" --secs "$secs" --rounds "$rounds" --transports "$transports"
     echo
-    echo "# $bench --size 1048576 --calls $big --secs $secs --rounds $rounds"
-    "$bench" --size 1048576 --calls "$big" --secs "$secs" --rounds "$rounds"
+    echo "# $bench --size 1048576 --calls $big --secs $secs --rounds $rounds --transports $transports"
+    "$bench" --size 1048576 --calls "$big" --secs "$secs" --rounds "$rounds" --transports "$transports"
     echo "# load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
 }
 

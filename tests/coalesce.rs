@@ -4,6 +4,11 @@
 //! arrives, in order, and nothing waits for a call that never comes: a
 //! sender that blocks right after its burst has written it. A ping-pong
 //! coalesces nothing. Skipped on a provider without the counter.
+//!
+//! Under `shm+tcp` (the default) only frames to TCP peers are held, so these
+//! nodes leave shared memory out of their names (`shm.enabled=0`) and talk
+//! over the pair's TCP side; one case checks that a burst to a peer over
+//! shared memory is written as it is posted (decision 169).
 
 mod common;
 
@@ -27,9 +32,19 @@ fn connected() -> Option<(Node, Node, PeerAddr, PeerAddr)> {
     Some((a, b, pb, pa))
 }
 
+/// A node on the default provider, over TCP under `shm+tcp` unless `shm`.
+fn node(shm: bool) -> Node {
+    let domain = xfer::open_default().expect("open domain");
+    let mut attr = common::test_attr();
+    if domain.provider() == "shm+tcp" && !shm {
+        attr.params.set("shm.enabled", "0");
+    }
+    Node::in_domain(domain, &attr)
+}
+
 /// Two nodes that know each other; `None` (skipped) without coalescing.
 fn pair() -> Option<(Node, Node, PeerAddr, PeerAddr)> {
-    let (a, b) = (Node::new(), Node::new());
+    let (a, b) = (node(false), node(false));
     if coalesced(&a).is_none() {
         eprintln!("skipping: this provider does not coalesce sends");
         return None;
@@ -182,4 +197,34 @@ fn a_burst_goes_out_when_the_sender_blocks() {
     // The receiver's end: closing it wakes the sender's descriptor.
     drop(b);
     sender.join().unwrap();
+}
+
+/// Under `shm+tcp`, a burst to a peer over shared memory is written as it
+/// is posted: the receiver has every message before the sender's next
+/// progress call, and nothing was counted as held.
+#[test]
+fn a_burst_to_a_shared_memory_peer_is_written_as_posted() {
+    let (mut a, mut b) = (node(true), node(true));
+    if a.domain.provider() != "shm+tcp" {
+        eprintln!("skipping: only shm+tcp pairs a coalescing transport with one that does not");
+        return;
+    }
+    let (pb, pa) = (a.add(&b), b.add(&a));
+    b.ep.trecv(pa, 1, 0, vec![0; 8], 0).unwrap();
+    a.ep.tsend(pb, 1, pattern(8, 0), 0).unwrap();
+    expect(&mut [&mut a, &mut b], 1, 0);
+    let before = coalesced(&a).expect("shm+tcp counts held frames");
+    for i in 1..=3 {
+        b.ep.trecv(pa, 6, 0, vec![0; 64], i).unwrap();
+    }
+    for i in 1..=3 {
+        a.ep.tsend(pb, 6, pattern(64, i), i).unwrap();
+    }
+    assert_eq!(coalesced(&a), Some(before), "nothing held for a shared-memory peer");
+    drive(&mut [&mut b], "the whole burst, the sender not progressing", |ns| {
+        ns[0].done.len() == 3
+    });
+    for i in 1..=3 {
+        assert_eq!(b.take(i).expect("arrived").buf.unwrap(), pattern(64, i), "message {i}");
+    }
 }

@@ -20,8 +20,10 @@
 
 use std::io;
 
-/// Protocol version in the hello.
-pub const VERSION: u8 = 1;
+/// Protocol version in the hello: 2 since frames grew to [`FRAME_MAX`]
+/// of 32 KiB (a peer of version 1 posts 4 KiB frame receives, so its
+/// hello is ignored rather than its frames truncated).
+pub const VERSION: u8 = 2;
 
 /// Tag kinds (the top byte).
 pub const HELLO: u64 = 1;
@@ -38,7 +40,13 @@ pub const KIND_ONLY: u64 = (1 << 56) - 1;
 pub const CONN_MAX: u32 = (1 << 24) - 1;
 
 /// The size of every frame receive; larger messages go as `LARGE` + `BODY`.
-pub const FRAME_MAX: usize = 4096;
+/// Room for an HTTP/2 frame of the protocol's default largest size (16 KiB
+/// payload and its 9-byte header, what hyper writes and flushes at a time
+/// in a large body) and more: such a write then travels as one xfer
+/// message into a standing receive, not as a `LARGE` frame and a body
+/// whose receive is posted only once that frame is read (two sends, two
+/// receives and the body's copy through the unexpected queue each time).
+pub const FRAME_MAX: usize = 32 << 10;
 /// The largest encoded message a receiver accepts (a peer-sent length
 /// above it ends the connection).
 pub const MESSAGE_MAX: u64 = 64 << 20;

@@ -208,3 +208,76 @@ async fn sends_dropped_after_posting_arrive() {
     .await
     .expect("every dropped send arrives within the limit");
 }
+
+/// A write of an HTTP/2 frame of the protocol's default largest size (16 KiB
+/// and its 9-byte header, what hyper flushes at a time in a large body)
+/// travels as one xfer message: a `DATA` frame that a standing frame receive
+/// takes whole, not a `LARGE` frame and a `BODY` (two sends, and a body
+/// receive posted only once the frame is read). The server here is the test:
+/// it answers the hello by hand and reads the connection's frames with raw
+/// receives of [`FRAME_MAX`](xfer_tarpc::wire::FRAME_MAX) bytes.
+#[tokio::test(flavor = "current_thread")]
+async fn an_http2_frame_travels_as_one_message() {
+    use futures::SinkExt;
+    use xfer::PeerAddr;
+    use xfer_tarpc::wire;
+
+    if std::env::var_os("XFER_TCP_ADDR").is_none() {
+        std::env::set_var("XFER_TCP_ADDR", "127.0.0.1");
+    }
+    let server = xfer_tarpc::Node::open().expect("server node");
+    let client = xfer_tarpc::Node::open().expect("client node");
+    let name = server.name();
+    let ep = server.endpoint().clone();
+    let message = pattern(16 << 10 | 9, 3);
+    tokio::time::timeout(Duration::from_secs(60), async {
+        let sender = {
+            let message = message.clone();
+            tokio::spawn(async move {
+                let mut conn = client.connect_raw(&name).await.expect("connect");
+                conn.send(message).await.expect("send and flush");
+                conn.close().await.expect("close");
+            })
+        };
+        let (got, hello) = ep
+            .trecv(
+                PeerAddr::UNSPEC,
+                wire::tag(wire::HELLO, 0, 0),
+                wire::KIND_ONLY,
+                vec![0; 512],
+            )
+            .await;
+        let hello = &hello[..got.expect("a hello").len];
+        assert_eq!(hello[0], wire::VERSION);
+        let client_conn = u32::from_le_bytes(hello[1..5].try_into().unwrap());
+        let peer = ep.endpoint().av().insert(&hello[5..]).expect("the client's name");
+        let local = 7u32;
+        let (sent, _) = ep
+            .tsend(
+                peer,
+                wire::tag(wire::ACCEPT, client_conn, 0),
+                local.to_le_bytes().to_vec(),
+            )
+            .await;
+        sent.expect("accept");
+        let (got, frame) = ep
+            .trecv(
+                PeerAddr::UNSPEC,
+                wire::tag(wire::FRAME, local, 0),
+                0,
+                vec![0; wire::FRAME_MAX],
+            )
+            .await;
+        let frame = &frame[..got.expect("the first frame").len];
+        match wire::parse(frame).expect("a well-formed frame") {
+            wire::Frame::Data(bytes) => {
+                let all: Vec<&[u8]> = wire::messages(bytes).map(|m| m.expect("a message")).collect();
+                assert_eq!(all, [&message[..]], "the frame holds the message whole");
+            }
+            other => panic!("not one DATA frame: {other:?}"),
+        }
+        sender.await.expect("sender");
+    })
+    .await
+    .expect("within the limit");
+}

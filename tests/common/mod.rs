@@ -38,7 +38,7 @@ impl Node {
         Node::in_domain(domain, &test_attr())
     }
 
-    fn in_domain(domain: Domain, attr: &EndpointAttr) -> Node {
+    pub fn in_domain(domain: Domain, attr: &EndpointAttr) -> Node {
         let cq = domain.cq(&xfer::CqAttr::default()).expect("open cq");
         let av = domain.av().expect("open av");
         let ep = domain.endpoint(&cq, &av, attr).expect("open endpoint");

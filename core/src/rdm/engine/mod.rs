@@ -173,10 +173,14 @@ struct State {
     /// A post wrote at once since the last progress: the next ones wait
     /// for it (or for a blocking wait), which writes them together.
     burst: bool,
-    /// `prepare_wait` said the caller may sleep, and no progress came
-    /// since: a post held back for the burst must wake it, or it would wait
-    /// for a sleeper that has nothing else to wake it (an async runtime's
-    /// progress task parked on the descriptor while another task posts).
+    /// No wake-up was signalled for frames held back since the last flush
+    /// wrote what a burst held: the next post held back signals one, so that
+    /// whoever sleeps on the descriptor writes it (an async runtime's
+    /// progress task parked while another task posts, then parks without
+    /// driving: the queue is the parked task's to drive). Per flush rather
+    /// than per `prepare_wait`: another thread's progress may take the
+    /// readiness a wake-up raised (and write what it was for) after the
+    /// sleeper prepared and before it parked.
     armed: bool,
     /// Connections refused for want of the job key.
     refusals: u64,
@@ -240,7 +244,7 @@ impl<T: Transport> Engine<T> {
                 answers: Vec::new(),
                 coalesce: t.coalesce(),
                 burst: false,
-                armed: false,
+                armed: true,
                 refusals: 0,
                 connect_timeout: t.connect_timeout(),
                 closed: false,
@@ -716,9 +720,7 @@ impl<T: Transport> EndpointProvider for Engine<T> {
             self.t.wake();
             return;
         }
-        if self.t.prepare_wait() {
-            self.s.armed = true;
-        } else {
+        if !self.t.prepare_wait() {
             self.s.progress(&mut self.t, cx);
             // That progress may have taken what made the descriptor readable
             // and left a transport unarmed (a pair's first armed, its second
@@ -769,7 +771,6 @@ impl<T: Transport> EndpointProvider for Engine<T> {
 /// Sink-free helpers the frame handler shares with the calls above.
 impl State {
     fn progress<T: Transport>(&mut self, t: &mut T, cx: &mut Ctx<'_>) {
-        self.armed = false;
         {
             let mut h = arrive::Handler { s: self, cx };
             t.progress(&mut h);

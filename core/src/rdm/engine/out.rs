@@ -229,6 +229,7 @@ impl State {
     #[inline]
     pub(super) fn flush_all<T: Transport>(&mut self, t: &mut T, cx: &mut Ctx<'_>) {
         self.burst = false;
+        self.armed = true;
         // Checked inline: most progress calls have nothing queued, and the
         // call itself costs more than the check.
         if self.queued != 0 {

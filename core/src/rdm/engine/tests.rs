@@ -721,6 +721,53 @@ fn a_post_held_back_wakes_a_caller_about_to_sleep() {
 }
 
 #[test]
+fn a_post_held_back_after_another_threads_progress_still_wakes_the_sleeper() {
+    let wakes = |n: &Node| n.ep.transport().wakes.load(std::sync::atomic::Ordering::Relaxed);
+    let net = Net::new(64).with_coalesce(8);
+    let (mut a, mut b) = (Node::new(&net, true, &attr()), Node::new(&net, true, &attr()));
+    let pb = a.add(&b);
+    a.tsend(pb, 1, b"first".to_vec(), 1);
+    handshake(&mut a, &mut b);
+    until(&mut [&mut a, &mut b], 0, 1);
+    // The progress task parks; another task polls its operation (a
+    // progress), then posts twice and leaves the driving to the parked
+    // task (the async layer's waiters do not drive a queue another one is
+    // armed on): the second post, held back for the burst, must wake it.
+    a.with(|ep, cx| ep.prepare_wait(cx));
+    a.progress();
+    let before = wakes(&a);
+    a.tsend(pb, 1, b"one".to_vec(), 2);
+    a.tsend(pb, 1, b"two".to_vec(), 3);
+    assert_eq!(a.counter("coalesced"), 1, "the second was held back");
+    assert_eq!(wakes(&a) - before, 1, "the sleeper is woken to write it");
+}
+
+#[test]
+fn a_burst_after_another_thread_wrote_the_last_held_post_wakes_again() {
+    let wakes = |n: &Node| n.ep.transport().wakes.load(std::sync::atomic::Ordering::Relaxed);
+    let net = Net::new(64).with_coalesce(8);
+    let (mut a, mut b) = (Node::new(&net, true, &attr()), Node::new(&net, true, &attr()));
+    let pb = a.add(&b);
+    a.tsend(pb, 1, b"first".to_vec(), 1);
+    handshake(&mut a, &mut b);
+    until(&mut [&mut a, &mut b], 0, 1);
+    // The progress task prepares to sleep; a post held back wakes it, but
+    // another task's progress takes that wake-up's readiness and writes the
+    // held post before the sleeper parks. A later burst's held post must
+    // wake it again.
+    a.with(|ep, cx| ep.prepare_wait(cx));
+    let before = wakes(&a);
+    a.tsend(pb, 1, b"one".to_vec(), 2);
+    a.tsend(pb, 1, b"two".to_vec(), 3);
+    assert_eq!(wakes(&a) - before, 1);
+    a.progress();
+    a.tsend(pb, 1, b"three".to_vec(), 4);
+    a.tsend(pb, 1, b"four".to_vec(), 5);
+    assert_eq!(a.counter("coalesced"), 2, "the second of each burst was held back");
+    assert_eq!(wakes(&a) - before, 2, "each held post had a wake-up to write it");
+}
+
+#[test]
 fn inject_respects_its_limit_and_needs_no_completion() {
     let net = Net::new(64);
     let (mut a, mut b) = (Node::new(&net, true, &attr()), Node::new(&net, true, &attr()));

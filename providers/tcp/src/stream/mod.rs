@@ -513,6 +513,17 @@ impl Transport for TcpTransport {
             if matches!(self.epoll.wait(&mut one, 0), Ok(0)) {
                 return true;
             }
+            // Our own wake-up alone: what it asked for (frames a burst held
+            // back, written by the engine's flush before it asks this; another
+            // look before sleeping, which this is) is done. Drained rather
+            // than left standing, it no longer ends every later wait at once
+            // (each such wait cost a progress and another wake-up).
+            if one[0].u64 == WAKE {
+                self.wake.drain();
+                if matches!(self.epoll.wait(&mut one, 0), Ok(0)) {
+                    return true;
+                }
+            }
         }
         self.wake();
         false
@@ -541,6 +552,47 @@ mod tests {
         name.extend_from_slice(&good);
         let n = TcpName::decode(&name).expect("a TCP name");
         assert_eq!((n.addr, n.nonce), ("10.0.0.1:9".parse().unwrap(), 1));
+    }
+
+    /// A wake-up the caller asked for is answered by the look before
+    /// sleeping: `prepare_wait` drains it and lets the caller sleep, rather
+    /// than leaving it standing (every later wait would end at once); bytes
+    /// waiting on a connection still keep it awake.
+    #[test]
+    fn prepare_wait_takes_its_own_wake_up_but_not_a_peers_bytes() {
+        let attr = TcpAttr {
+            addr: Some("127.0.0.1".into()),
+            ..TcpAttr::default()
+        };
+        let (mut a, mut b) = (TcpTransport::open(&attr).unwrap(), TcpTransport::open(&attr).unwrap());
+        struct Quiet;
+        impl Events for Quiet {
+            fn event(&mut self, _: Event<'_>) {}
+        }
+        assert!(b.prepare_wait(), "nothing to do");
+        b.wake();
+        assert!(b.prepare_wait(), "the wake-up alone: drained, the caller may sleep");
+        assert!(b.prepare_wait(), "and it stays drained");
+        let conn = a.connect(b.address()).unwrap();
+        let start = std::time::Instant::now();
+        while a.send(conn, b"h", b"hello").is_err() {
+            a.progress(&mut Quiet);
+            b.progress(&mut Quiet);
+            assert!(start.elapsed() < std::time::Duration::from_secs(20));
+        }
+        // The greeting and the frame reach b's socket: not asleep while they wait.
+        let start = std::time::Instant::now();
+        loop {
+            a.progress(&mut Quiet);
+            b.wake();
+            if !b.prepare_wait() {
+                break;
+            }
+            assert!(
+                start.elapsed() < std::time::Duration::from_secs(20),
+                "b never saw the connection"
+            );
+        }
     }
 
     /// A stream between two transports of this process: a frame goes
