@@ -1575,6 +1575,60 @@ fn a_large_message_is_pulled_or_pushed_once_and_by_rdma_read_over_verbs_rdm() {
     }
 }
 
+/// RMA on a key its target granted goes by the device where there is one:
+/// over verbs-rdm (and shm+verbs with shm off), after one write and one read
+/// served by the target, a large write and read go by RDMA WRITE and READ,
+/// and the target's engine serves none of them; a range outside the region
+/// is still refused by the target, and the connection serves on.
+#[test]
+fn rma_on_a_granted_key_goes_by_the_device_over_verbs_rdm() {
+    let (mut a, mut b) = (Node::new(), Node::new());
+    let pb = a.add(&b);
+    let size = 1 << 20;
+    let mr = b.domain.register(vec![0; size], Access::all()).unwrap();
+    let rkey = rkey_of(&mr);
+    a.ep.write(pb, pattern(64, 1), &rkey, 0, 1).unwrap();
+    assert_eq!(expect(&mut [&mut a, &mut b], 0, 1).result, Ok(()));
+    a.ep.read(pb, vec![0; 64], &rkey, 0, 2).unwrap();
+    assert_eq!(expect(&mut [&mut a, &mut b], 0, 2).buf.unwrap(), pattern(64, 1));
+    a.ep.write(pb, pattern(size, 3), &rkey, 0, 3).unwrap();
+    assert_eq!(expect(&mut [&mut a, &mut b], 0, 3).result, Ok(()));
+    assert!(mr.to_vec().unwrap() == pattern(size, 3), "written whole");
+    a.ep.read(pb, vec![0; size], &rkey, 0, 4).unwrap();
+    let r = expect(&mut [&mut a, &mut b], 0, 4);
+    assert!(r.buf.unwrap() == pattern(size, 3), "read whole");
+    a.ep.write(pb, vec![0; 16], &rkey, size as u64 - 8, 5).unwrap();
+    expect_refused(&mut a, &mut b, 5, Flags::WRITE);
+    assert!(mr.to_vec().unwrap() == pattern(size, 3), "memory unchanged");
+    connection_still_works(&mut a, &mut b, 100);
+    let shm_off = std::env::var("XFER_SHM_ENABLED").is_ok_and(|v| v == "0");
+    let provider = a.domain.provider();
+    if provider == "verbs-rdm" || (provider == "shm+verbs" && shm_off) {
+        assert_eq!(counter(&a, "rma_native"), 2, "the large write and read natively");
+        assert_eq!(counter(&a, "rma_native_failed"), 0);
+        assert!(counter(&a, "rdma_writes") > 0, "by RDMA WRITE");
+        assert_eq!(counter(&a, "rdma_write_bytes"), size as u64);
+        assert!(counter(&a, "rdma_read_bytes") >= size as u64, "by RDMA READ");
+        assert_eq!(
+            counter(&b, "rma_served"),
+            3,
+            "the target served only the first two and the refusal"
+        );
+        // Chunked when a READ (and so a WRITE) may carry less (the guest
+        // runs this with XFER_VERBS_READ_MAX=4096 too).
+        if let Some(max) = std::env::var("XFER_VERBS_READ_MAX")
+            .ok()
+            .and_then(|v| v.parse::<u64>().ok())
+        {
+            assert_eq!(
+                counter(&a, "rdma_writes"),
+                (size as u64).div_ceil(max),
+                "chunks of {max} B"
+            );
+        }
+    }
+}
+
 /// Every transport reports the RDM layer's counters under the same names
 /// (credit, requests to send, receive memory, unexpected messages), so a
 /// tool reads them alike whatever serves the endpoint.

@@ -260,6 +260,15 @@ pub trait DomainProvider: Send {
             None => Err(Error::NotSupported("software RMA target")),
         }
     }
+    /// The region (start address, length) a peer's device reaches under
+    /// `key` for `access` by itself, without this side's CPU (verbs: an MR
+    /// registered with that remote access), or `None`, the default: peers'
+    /// RMA on it is served in software. The RDM engine tells an initiator
+    /// whose RMA it served, so its next ones on the key may go natively.
+    fn native_rma(&self, key: u64, access: Access) -> Option<(u64, u64)> {
+        let _ = (key, access);
+        None
+    }
 }
 
 /// One provider's endpoint: reliable, connectionless to the user (RDM).

@@ -13,9 +13,10 @@
 
 use xfer_core::unstable::mr::keys::KeyTable;
 use xfer_core::unstable::params::Params;
+use xfer_core::unstable::provider::MrKeys;
 use xfer_core::unstable::provider::{DomainProvider, EndpointProvider};
 use xfer_core::unstable::rdm::pair::Parts;
-use xfer_core::{Address, EndpointAttr, Error, Result};
+use xfer_core::{Access, Address, EndpointAttr, Error, Result};
 use xfer_shm::ShmConfig;
 use xfer_verbs::VerbsRdmDomain;
 
@@ -26,12 +27,14 @@ pub const SHM_VERBS_ID: u8 = 0x07;
 pub const SHM_VERBS: &str = "shm+verbs";
 
 /// The `shm+verbs` provider's domain: the verbs device, protection domain
-/// and settings `verbs-rdm` would use, and the `shm.*` settings.
+/// and settings `verbs-rdm` would use, and the `shm.*` settings. Its
+/// registrations are the verbs domain's (a key table entry and, for remote
+/// access, an ibv MR), so a region is reached by an shm peer in software
+/// and by a verbs peer's device.
 #[derive(Debug)]
 pub struct ShmVerbsDomain {
     params: Params,
     verbs: VerbsRdmDomain,
-    keys: KeyTable,
 }
 
 impl ShmVerbsDomain {
@@ -42,7 +45,6 @@ impl ShmVerbsDomain {
         Ok(ShmVerbsDomain {
             params: params.clone(),
             verbs: VerbsRdmDomain::with_params(params)?,
-            keys: KeyTable::default(),
         })
     }
 }
@@ -89,10 +91,22 @@ impl DomainProvider for ShmVerbsDomain {
     }
 
     fn key_table(&self) -> Option<&KeyTable> {
-        Some(&self.keys)
+        self.verbs.key_table()
     }
 
     fn key_table_mut(&mut self) -> Option<&mut KeyTable> {
-        Some(&mut self.keys)
+        self.verbs.key_table_mut()
+    }
+
+    fn register(&mut self, addr: usize, len: usize, access: Access) -> Result<MrKeys> {
+        self.verbs.register(addr, len, access)
+    }
+
+    fn deregister(&mut self, key: u64) {
+        self.verbs.deregister(key)
+    }
+
+    fn native_rma(&self, key: u64, access: Access) -> Option<(u64, u64)> {
+        self.verbs.native_rma(key, access)
     }
 }

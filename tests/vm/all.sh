@@ -218,9 +218,11 @@ step_rdm() {
         "${XFER_VM_TIMEOUT_CONFORMANCE:-240}" ${XFER_VM_TEST_ARGS:-}
     step_start=$(date +%s)
     # Rendezvous READs in 4 KiB chunks: a 1 MiB message is 256 READs, more than the
-    # initiator depth lets fly at once, so later chunks wait for earlier ones.
+    # initiator depth lets fly at once, so later chunks wait for earlier ones; native
+    # RMA's WRITEs and READs are chunked alike.
     XFER_VERBS_READ_MAX=4096 RUN_PROVIDER=verbs-rdm run_test rdm_read_chunks CONFORMANCE 2 \
-        "${XFER_VM_TIMEOUT_CONFORMANCE:-240}" a_large_message tagged_roundtrip_all_sizes untagged_messages_keep_order
+        "${XFER_VM_TIMEOUT_CONFORMANCE:-240}" a_large_message tagged_roundtrip_all_sizes untagged_messages_keep_order \
+        rma_on_a_granted_key rma_write_and_read_all_sizes
     step_start=$(date +%s)
     RUN_PROVIDER=verbs-rdm run_test rdm_peer_death PEER_DEATH 1 "${XFER_VM_TIMEOUT_PEER_DEATH:-120}"
     step_start=$(date +%s)

@@ -48,6 +48,30 @@ impl KeyTable {
         Ok(MrKeys { desc: key, key })
     }
 
+    /// Adds a registration of `[addr, addr + len)` under the key `make`
+    /// turns a fresh random value into (a provider that folds its device
+    /// key into the remote key); a key that is zero or taken draws again.
+    pub fn insert_with(&mut self, addr: usize, len: usize, access: Access, make: impl Fn(u64) -> u64) -> Result<u64> {
+        if addr.checked_add(len).is_none() {
+            return Err(Error::InvalidArgument("region wraps the address space"));
+        }
+        let key = loop {
+            match make(sys::secret_u64()?) {
+                0 => continue,
+                k if self.entries.contains_key(&k) => continue,
+                k => break k,
+            }
+        };
+        self.entries.insert(key, Entry { addr, len, access });
+        Ok(key)
+    }
+
+    /// The region (start, length) of registration `key` if it grants `access`.
+    pub fn region(&self, key: u64, access: Access) -> Option<(u64, u64)> {
+        let e = self.entries.get(&key)?;
+        e.access.contains(access).then_some((e.addr as u64, e.len as u64))
+    }
+
     /// Removes the registration `key`; unknown keys are logged.
     pub fn remove(&mut self, key: u64) {
         if self.entries.remove(&key).is_none() {

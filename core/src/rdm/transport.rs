@@ -3,8 +3,7 @@
 //! provider and UCX's UCT. A transport connects to peer addresses and
 //! accepts connections, carries small frames (a header and a payload) in
 //! order per connection, pulls a peer's memory when it can (rendezvous), and
-//! reports what happened from one `progress` call. It knows nothing of
-//! tags, receives, credit or completions.
+//! reports what happened from one `progress` call.
 //!
 //! A rendezvous pull may be synchronous (shared memory copies at once) or
 //! asynchronous (verbs posts RDMA READs): the sender [`expose`]s its buffer
@@ -12,12 +11,20 @@
 //! buffer with a token, and the transport reports [`Event::Pulled`] with
 //! that token when the bytes are in or the pull failed.
 //!
+//! A transport whose device reaches a peer's registered memory by itself
+//! (verbs' RDMA WRITE and READ) also does the user's RMA natively
+//! ([`start_rma`], reported by [`Event::Accessed`]) where the engine finds
+//! it may; elsewhere the engine serves RMA in frames. It knows nothing of
+//! tags, receives, credit or completions.
+//!
 //! [`expose`]: Transport::expose
 //! [`start_pull`]: Transport::start_pull
+//! [`start_rma`]: Transport::start_rma
 
 use std::os::fd::RawFd;
 
 use crate::error::Error;
+use crate::provider::RmaKind;
 
 /// A connection of a transport: an index the transport chose, reused after
 /// the connection is reported down (or closed by the engine).
@@ -119,6 +126,15 @@ pub enum Event<'a> {
         /// The token the engine gave the pull.
         token: u64,
         /// Whether every byte arrived.
+        result: Result<(), Error>,
+    },
+    /// An RMA [`Transport::start_rma`] started is over: its local buffer is
+    /// the engine's again. Reported once for every started one, also when
+    /// its connection ends (before or after that `Down`).
+    Accessed {
+        /// The token the engine gave the operation.
+        token: u64,
+        /// Whether it was done at the target.
         result: Result<(), Error>,
     },
 }
@@ -285,6 +301,33 @@ pub trait Transport: Send {
         // for the call.
         let dst = unsafe { std::slice::from_raw_parts_mut(dst, len) };
         self.pull(conn, remote.addr, dst).map(|()| Pulled::Done)
+    }
+
+    /// Starts the user's RMA `kind` of `len` bytes between `local` and
+    /// `remote` (the target address and the user's remote key) natively on
+    /// `conn`, done when the bytes are at the target (a write) or here (a
+    /// read): [`Pulled::Started`], then [`Event::Accessed`] with `token`
+    /// once (failed, if `conn` ends first), or [`Pulled::Done`] at once.
+    /// [`Error::NotSupported`] when this transport, this peer or this key
+    /// cannot: the engine serves it in frames. The engine calls it only
+    /// for a key, access and range the target said its device reaches.
+    ///
+    /// # Safety
+    /// `local..local + len` must be valid for reads (a write) or writes (a
+    /// read) and written by no one else from the call until the operation
+    /// is over: the return for `Done` or an error, the `Accessed` event for
+    /// `Started` (or the transport's drop).
+    unsafe fn start_rma(
+        &mut self,
+        conn: ConnId,
+        kind: RmaKind,
+        remote: Remote,
+        local: *mut u8,
+        len: usize,
+        token: u64,
+    ) -> Result<Pulled, Error> {
+        let _ = (conn, kind, remote, local, len, token);
+        Err(Error::NotSupported("native RMA"))
     }
 
     /// Closes `conn`; no event is reported for it.

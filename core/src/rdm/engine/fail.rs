@@ -108,6 +108,8 @@ impl State {
             p.ended = Some(err.clone());
         }
         self.write_failed.retain(|&(p, _, _)| p != at);
+        self.grants.retain(|&(p, _, _), _| p != at);
+        self.injected.retain(|&p| p != at);
         if !src.is_unspec() {
             for op in self.rx.drain_posted_from(src) {
                 complete::recv_failed(&mut cx.cq, op, err.clone());
@@ -161,8 +163,13 @@ impl State {
         for (_, _, p) in self.pushes.remove_where(|p| on(p.peer)) {
             complete::recv_failed(&mut cx.cq, p.op, err.clone());
         }
-        for (_, _, r) in self.rmas.remove_where(|r| on(r.peer)) {
+        for (_, _, r) in self.rmas.remove_where(|r| on(r.peer) && !r.native) {
             complete::rma(&mut cx.cq, self.selective, r.op, Err(err.clone()));
+        }
+        // Native RMA ends when the transport reports it (it may still move
+        // its buffer), with this error.
+        for (_, r) in self.rmas.iter_mut().filter(|(_, r)| on(r.peer)) {
+            r.ended.get_or_insert_with(|| err.clone());
         }
         for (_, _, a) in self.atomics.remove_where(|a| on(a.peer)) {
             complete::atomic(&mut cx.cq, a.op, Err(err.clone()));

@@ -5,7 +5,9 @@
 //! endpoint is in this process), or are refused to test the push path. An
 //! asynchronous transport ([`Net::open_async`]) exposes send buffers under
 //! keys and leaves each pull pending until the test finishes or fails it
-//! ([`Net::finish_pull`], [`Net::fail_pull`]), as RDMA READ does.
+//! ([`Net::finish_pull`], [`Net::fail_pull`]), as RDMA READ does; it does
+//! the user's RMA natively the same way (pending until finished or failed,
+//! then a copy to or from the target's region), as RDMA WRITE and READ do.
 //! Deterministic: nothing moves but in `progress`.
 
 use std::collections::{HashMap, VecDeque};
@@ -15,6 +17,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use slab::Slab;
 
 use crate::error::Error;
+use crate::provider::RmaKind;
 use crate::rdm::transport::{Bytes, Cause, ConnId, Event, Events, Exposed, Pulled, Refused, Remote, Transport};
 
 type Frame = (Vec<u8>, Vec<u8>);
@@ -31,6 +34,8 @@ struct Pending {
     len: usize,
     token: u64,
     verdict: Option<Result<(), Error>>,
+    /// A native RMA (else a pull): which.
+    rma: Option<RmaKind>,
 }
 
 // SAFETY: `dst` is only written by the transport that started the pull, in
@@ -243,6 +248,14 @@ impl Mem {
                 _ if self.conns.get(p.conn) != Some(&p.pipe) => Err(Error::PeerClosed {
                     peer: crate::addr::PeerAddr::UNSPEC,
                 }),
+                Some(Ok(())) if p.rma.is_some() => {
+                    // SAFETY: the engine keeps `dst..dst + len` for this
+                    // operation until it is reported (now); the target's
+                    // region is the unit test's, in this process, granted
+                    // over this range by its key table.
+                    let local = unsafe { std::slice::from_raw_parts_mut(p.dst, p.len) };
+                    rma_copy(p.rma == Some(RmaKind::Write), p.remote.addr, local)
+                }
                 Some(Ok(())) if !self.net.lock().exposed.iter().any(|&(_, k)| Some(k) == p.remote.key) => {
                     Err(Error::RemoteAccess("no buffer exposed under the pull's key"))
                 }
@@ -255,7 +268,10 @@ impl Mem {
                 Some(Err(e)) => Err(e),
                 None => continue,
             };
-            events.event(Event::Pulled { token: p.token, result });
+            events.event(match p.rma {
+                Some(_) => Event::Accessed { token: p.token, result },
+                None => Event::Pulled { token: p.token, result },
+            });
         }
     }
 }
@@ -383,6 +399,33 @@ impl Transport for Mem {
             len,
             token,
             verdict: None,
+            rma: None,
+        });
+        Ok(Pulled::Started)
+    }
+
+    unsafe fn start_rma(
+        &mut self,
+        conn: ConnId,
+        kind: RmaKind,
+        remote: Remote,
+        local: *mut u8,
+        len: usize,
+        token: u64,
+    ) -> Result<Pulled, Error> {
+        let Some(&pipe) = self.conns.get(conn).filter(|_| self.deferred) else {
+            return Err(Error::NotSupported("native RMA"));
+        };
+        self.net.lock().pulls.push(Pending {
+            me: self.me,
+            conn,
+            pipe,
+            remote,
+            dst: local,
+            len,
+            token,
+            verdict: None,
+            rma: Some(kind),
         });
         Ok(Pulled::Started)
     }
@@ -468,6 +511,27 @@ fn read_sender(remote: u64, dst: &mut [u8]) -> Result<(), Error> {
     // comes.
     unsafe { std::ptr::copy_nonoverlapping(remote as *const u8, dst.as_mut_ptr(), dst.len()) };
     Ok(())
+}
+
+/// A native RMA of the unit tests: a plain copy to or from the target's
+/// region.
+#[cfg(test)]
+fn rma_copy(write: bool, remote: u64, local: &mut [u8]) -> Result<(), Error> {
+    let (src, dst) = match write {
+        true => (local.as_ptr(), remote as *mut u8),
+        false => (remote as *const u8, local.as_mut_ptr()),
+    };
+    // SAFETY: the unit tests' targets are in this process, and the engine
+    // starts a native RMA only inside a region the target's key table
+    // granted, which the test keeps registered while it runs.
+    unsafe { std::ptr::copy(src, dst, local.len()) };
+    Ok(())
+}
+
+/// Never outside the unit tests: a hostile address is never written.
+#[cfg(not(test))]
+fn rma_copy(_: bool, _: u64, _: &mut [u8]) -> Result<(), Error> {
+    Err(Error::NotSupported("native RMA"))
 }
 
 /// Outside the unit tests (the fuzz harness) an address comes from a

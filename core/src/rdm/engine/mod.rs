@@ -116,6 +116,11 @@ struct Stats {
     coalesced: u64,
     /// Refusals of atomics that had completed when sent.
     atomics_refused_after_completion: u64,
+    /// RMA operations the transport did natively, and those that failed.
+    rma_native: u64,
+    rma_native_failed: u64,
+    /// Peers' RMA operations this target served in frames.
+    rma_served: u64,
 }
 
 /// Everything but the transport, so frame handling can borrow it while the
@@ -135,6 +140,10 @@ struct State {
     sends: Outstanding<Send>,
     pushes: Outstanding<Push>,
     rmas: Outstanding<rma::RmaTx>,
+    /// Keys targets granted for native RMA.
+    grants: rma::Grants,
+    /// Peers sent an inject write that no answered RMA has followed yet.
+    injected: Vec<(usize, u64)>,
     atomics: Outstanding<atomic::AtomicTx>,
     /// Writes (peer, token, status) that failed before their last frame.
     write_failed: Vec<((usize, u64), u64, u64)>,
@@ -211,6 +220,8 @@ impl<T: Transport> Engine<T> {
                 sends: Outstanding::new(),
                 pushes: Outstanding::new(),
                 rmas: Outstanding::new(),
+                grants: rma::Grants::default(),
+                injected: Vec::new(),
                 atomics: Outstanding::new(),
                 write_failed: Vec::new(),
                 pulls: Vec::new(),
@@ -648,6 +659,10 @@ impl<T: Transport> EndpointProvider for Engine<T> {
         payload: &[u8],
     ) -> Result<()> {
         let p = self.s.inject_peer(&mut self.t, cx, peer, payload.len())?;
+        let at = self.s.serial(p);
+        if !self.s.injected.contains(&at) {
+            self.s.injected.push(at);
+        }
         let mut h = Header::message(Kind::RmaWrite, None, data);
         h.flags |= wire::LAST;
         h.tag = key;
@@ -730,6 +745,9 @@ impl<T: Transport> EndpointProvider for Engine<T> {
             ("protocol_errors", st.protocol_errors),
             ("sends_outstanding", self.s.sends.len() as u64),
             ("rma_outstanding", self.s.rmas.len() as u64),
+            ("rma_native", st.rma_native),
+            ("rma_native_failed", st.rma_native_failed),
+            ("rma_served", st.rma_served),
             ("atomics_outstanding", self.s.atomics.len() as u64),
             ("atomics_refused_after_completion", st.atomics_refused_after_completion),
             ("peer_events_lost", self.s.events.lost()),

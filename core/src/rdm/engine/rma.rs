@@ -7,6 +7,18 @@
 //! midway fails the rest — and answers `RmaDone` with a status
 //! ([`crate::mr::keys::status`]). Read bytes come back as `RmaData` frames.
 //! A write whose token is 0 (`inject_write`) gets no answer.
+//!
+//! Where the target's device reaches a region by itself
+//! ([`DomainProvider::native_rma`]) and the target does not want to see
+//! each access (`rma_events`), its `RmaDone` grants the initiator that
+//! key for that access over the region ([`wire::NATIVE`]); the initiator's
+//! later operations of that access on the key, inside the region, without
+//! immediate data, go by its transport's device
+//! ([`Transport::start_rma`]), and are reported by `Event::Accessed`.
+//! A key is thus never used natively before the target vouched for it, so
+//! a forged key, a range outside the region or an access the region does
+//! not grant is refused by the target's checks, in software, and the
+//! connection serves on.
 
 use crate::complete;
 use crate::error::Error;
@@ -14,7 +26,7 @@ use crate::mr::keys::{status, status_error, status_of};
 use crate::mr::Access;
 use crate::provider::{Ctx, DomainProvider, RmaKind, RmaOp};
 
-use super::super::transport::{Bytes, Transport};
+use super::super::transport::{Bytes, Pulled, Remote, Transport};
 use super::super::Outstanding;
 use super::out::Out;
 use super::wire::{self, Header, Kind};
@@ -25,12 +37,23 @@ use super::State;
 /// it finishes them).
 const FAILED_MAX: usize = 256;
 
+/// Most native grants an initiator keeps; past it they are forgotten (the
+/// next operations on those keys go in frames and are granted again).
+const NATIVE_MAX: usize = 4096;
+
+/// A native grant: (peer, key, write) -> the region (start, length).
+pub(super) type Grants = crate::hash::FastMap<((usize, u64), u64, bool), (u64, u64)>;
+
 /// An initiator's RMA operation waiting for its answer.
 pub(super) struct RmaTx {
     pub(super) op: RmaOp,
     pub(super) peer: (usize, u64),
     /// Read bytes placed so far.
     got: usize,
+    /// The transport moves it natively: only its `Accessed` event ends it.
+    pub(super) native: bool,
+    /// Its peer failed while the transport moved it: the error it reports.
+    pub(super) ended: Option<Error>,
 }
 
 /// A read the target streams back: `len` bytes of region `key` from `addr`.
@@ -40,6 +63,9 @@ pub(super) struct ReadBack {
     pub(super) addr: u64,
     pub(super) len: usize,
     pub(super) off: usize,
+    /// The region the target's device reaches for reads, granted in the
+    /// closing `RmaDone`.
+    pub(super) native: Option<(u64, u64)>,
 }
 
 /// The frame of write `key` that starts at `off`, with its bytes; `None`
@@ -71,6 +97,7 @@ pub(super) fn read_frame<'d>(domain: &'d dyn DomainProvider, r: &ReadBack, room:
     let mut h = Header::new(Kind::RmaDone);
     h.token = r.token;
     if r.off == r.len {
+        grant(&mut h, r.native);
         return (h, &[], 0);
     }
     let n = room.min(r.len - r.off);
@@ -92,7 +119,25 @@ pub(super) fn read_frame<'d>(domain: &'d dyn DomainProvider, r: &ReadBack, room:
     }
 }
 
+/// Marks an `RmaDone` with the grant of `region`, if any.
+fn grant(h: &mut Header, region: Option<(u64, u64)>) {
+    if let Some((start, len)) = region {
+        h.flags |= wire::NATIVE;
+        h.addr = start;
+        h.len = len;
+    }
+}
+
 impl State {
+    /// What a target grants for `key` and `access`: the region its device
+    /// reaches, unless this endpoint wants to see each access.
+    fn grantable(&self, cx: &Ctx<'_>, key: u64, access: Access) -> Option<(u64, u64)> {
+        if self.rma_events {
+            return None;
+        }
+        cx.domain.native_rma(key, access)
+    }
+
     /// Starts `op` to its peer (the address vector has it).
     pub(super) fn rma<T: Transport>(&mut self, t: &mut T, cx: &mut Ctx<'_>, op: RmaOp) {
         let p = match self.peer_for(t, cx.av, op.peer) {
@@ -105,13 +150,131 @@ impl State {
         h.tag = op.key;
         h.addr = op.addr;
         h.len = op.buf.len() as u64;
-        let key = self.rmas.insert(RmaTx { op, peer: at, got: 0 });
+        let native = self.native_ok(at, &op);
+        let key = self.rmas.insert(RmaTx {
+            op,
+            peer: at,
+            got: 0,
+            native: false,
+            ended: None,
+        });
         h.token = self.rmas.token(key);
+        if native && self.start_native(t, cx, key) {
+            return;
+        }
+        // Its answer follows every inject write before it.
+        self.injected.retain(|&p| p != at);
         match kind {
             RmaKind::Write => self.enqueue(p, 0, Out::RmaWrite { key, off: 0 }),
             RmaKind::Read => self.enqueue(p, 0, Out::Owned(h.encode(), Vec::new())),
         }
         self.posted(t, cx, p);
+    }
+
+    /// Whether `op` may go natively: no immediate data, some bytes, and a
+    /// grant of its key and access covering its range.
+    fn native_ok(&self, at: (usize, u64), op: &RmaOp) -> bool {
+        if op.data.is_some() || op.buf.is_empty() {
+            return false;
+        }
+        let write = op.kind == RmaKind::Write;
+        let Some(&(start, len)) = self.grants.get(&(at, op.key, write)) else {
+            return false;
+        };
+        let end = op.addr.checked_add(op.buf.len() as u64);
+        let inside = op.addr >= start && end.is_some_and(|e| e <= start + len);
+        inside && !self.unordered(at)
+    }
+
+    /// Whether an operation the target's engine applies to peer `at`'s
+    /// memory may be pending there: an RMA or atomic in frames not yet
+    /// answered, or an inject write no answer has followed yet. A native
+    /// operation would overtake it (the device does not wait for the
+    /// target's engine), so it goes in frames behind it instead, and RMA
+    /// on a connection stays in order.
+    fn unordered(&self, at: (usize, u64)) -> bool {
+        self.injected.contains(&at)
+            || self.rmas.iter().any(|(_, r)| r.peer == at && !r.native)
+            || self.atomics.iter().any(|(_, a)| a.peer == at)
+    }
+
+    /// Asks the transport to do RMA `key` natively; `false` when it cannot
+    /// (the operation goes in frames: the grant is forgotten).
+    fn start_native<T: Transport>(&mut self, t: &mut T, cx: &mut Ctx<'_>, key: usize) -> bool {
+        let token = self.rmas.token(key);
+        let tx = &mut self.rmas[key];
+        let Some(conn) = self.peers.current(tx.peer).and_then(|e| e.tx) else {
+            return false;
+        };
+        let remote = Remote {
+            addr: tx.op.addr,
+            key: Some(tx.op.key),
+        };
+        let (kind, len) = (tx.op.kind, tx.op.buf.len());
+        tx.native = true;
+        let local = tx.op.buf.as_mut_slice().as_mut_ptr();
+        // SAFETY: `local..local + len` is the operation's buffer, which
+        // `rmas` owns (its bytes do not move with the entry) and nothing
+        // reads or writes while `native` is set: until now (`Done`, an
+        // error) or its `Accessed` event.
+        match unsafe { t.start_rma(conn, kind, remote, local, len, token) } {
+            Ok(Pulled::Started) => {
+                self.stats.rma_native += 1;
+                true
+            }
+            Ok(Pulled::Done) => {
+                self.stats.rma_native += 1;
+                self.accessed(token, Ok(()), cx);
+                true
+            }
+            Err(Error::NotSupported(why)) => {
+                tracing::debug!(why, "rdm: RMA goes in frames");
+                let tx = &mut self.rmas[key];
+                tx.native = false;
+                let write = tx.op.kind == RmaKind::Write;
+                let k = (tx.peer, tx.op.key, write);
+                self.grants.remove(&k);
+                false
+            }
+            Err(e) => {
+                self.stats.rma_native += 1;
+                self.accessed(token, Err(e), cx);
+                true
+            }
+        }
+    }
+
+    /// The native RMA under `token` is over: it completes (or fails, naming
+    /// its peer).
+    pub(super) fn accessed(&mut self, token: u64, result: Result<(), Error>, cx: &mut Ctx<'_>) {
+        let Some(key) = self.rmas.key_of(token).filter(|&k| self.rmas[k].native) else {
+            crate::warn_limited!(token, "rdm: a transport reported an RMA the engine did not start");
+            return;
+        };
+        let tx = self.rmas.remove(key);
+        let result = result.map_err(|e| {
+            self.stats.rma_native_failed += 1;
+            let peer = tx.op.peer;
+            let e = match e {
+                Error::PeerClosed { .. } => Error::PeerClosed { peer },
+                Error::PeerUnreachable { errno, .. } => Error::PeerUnreachable { peer, errno },
+                e => e,
+            };
+            tx.ended.unwrap_or(e)
+        });
+        complete::rma(&mut cx.cq, self.selective, tx.op, result);
+    }
+
+    /// Keeps the grant a target's `RmaDone` carried for `tx`.
+    fn keep_grant(&mut self, tx: &RmaTx, h: &Header) {
+        if h.flags & wire::NATIVE == 0 || h.addr.checked_add(h.len).is_none() {
+            return;
+        }
+        if self.grants.len() >= NATIVE_MAX {
+            self.grants.clear();
+        }
+        let write = tx.op.kind == RmaKind::Write;
+        self.grants.insert((tx.peer, tx.op.key, write), (h.addr, h.len));
     }
 
     /// A target's write frame from peer `p`.
@@ -173,6 +336,7 @@ impl State {
         if !last {
             return Ok(());
         }
+        self.stats.rma_served += 1;
         if status == status::OK {
             let src = self.peers.handle(p, cx.av);
             let from = self.peers.get(p).map_or(self.name, |e| e.name);
@@ -187,6 +351,9 @@ impl State {
             let mut done = Header::new(Kind::RmaDone);
             done.token = h.token;
             done.status = status as u32;
+            if status == status::OK {
+                grant(&mut done, self.grantable(cx, h.tag, Access::REMOTE_WRITE));
+            }
             self.enqueue(p, 0, Out::Owned(done.encode(), Vec::new()));
         }
         Ok(())
@@ -195,6 +362,7 @@ impl State {
     /// A target's read request from peer `p`.
     pub(super) fn on_read(&mut self, cx: &mut Ctx<'_>, p: usize, h: Header) {
         let len = usize::try_from(h.len).unwrap_or(usize::MAX);
+        self.stats.rma_served += 1;
         match cx.domain.remote_target(h.tag, h.addr, h.len, Access::REMOTE_READ) {
             Ok(_) => {
                 if self.rma_events {
@@ -207,6 +375,7 @@ impl State {
                     addr: h.addr,
                     len,
                     off: 0,
+                    native: self.grantable(cx, h.tag, Access::REMOTE_READ),
                 };
                 self.enqueue(p, 0, Out::ReadBack(r));
             }
@@ -225,7 +394,7 @@ impl State {
         let key = self.rmas.key_of(h.token).filter(|&k| self.rmas[k].peer == at);
         let tx = key
             .and_then(|k| self.rmas.get_mut(k))
-            .filter(|tx| tx.op.kind == RmaKind::Read)
+            .filter(|tx| tx.op.kind == RmaKind::Read && !tx.native)
             .ok_or("read data for no read waiting for it")?;
         let buf = tx.op.buf.as_mut_slice();
         let off = usize::try_from(h.off).map_err(|_| "read data past the buffer")?;
@@ -240,9 +409,15 @@ impl State {
 
     /// An initiator's answer: the operation completes with its status.
     pub(super) fn on_rma_done(&mut self, cx: &mut Ctx<'_>, at: (usize, u64), h: Header) -> Result<(), &'static str> {
-        let key = self.rmas.key_of(h.token).filter(|&k| self.rmas[k].peer == at);
+        let key = self
+            .rmas
+            .key_of(h.token)
+            .filter(|&k| self.rmas[k].peer == at && !self.rmas[k].native);
         let key = key.ok_or("RMA answer for no operation waiting for one")?;
         let tx = self.rmas.remove(key);
+        if h.status == 0 {
+            self.keep_grant(&tx, &h);
+        }
         let code = u64::from(h.status);
         let result = match code {
             status::OK if tx.op.kind == RmaKind::Read && tx.got != tx.op.buf.len() => {

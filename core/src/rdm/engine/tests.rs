@@ -36,7 +36,7 @@ impl Node {
             ep: Engine::new(t, ID, attr, 4 << 20).expect("engine"),
             av: AvTable::default(),
             done: VecDeque::new(),
-            keys: Keys(Default::default()),
+            keys: Keys(Default::default(), Default::default()),
         }
     }
 
@@ -782,8 +782,9 @@ fn inject_respects_its_limit_and_needs_no_completion() {
     assert!(a.done.is_empty());
 }
 
-/// A domain whose key table the engine's RMA checks.
-struct Keys(std::cell::RefCell<crate::mr::keys::KeyTable>);
+/// A domain whose key table the engine's RMA checks; with `.1` set, its
+/// device reaches every registration natively.
+struct Keys(std::cell::RefCell<crate::mr::keys::KeyTable>, std::cell::Cell<bool>);
 
 impl DomainProvider for Keys {
     fn name(&self) -> &'static str {
@@ -803,6 +804,9 @@ impl DomainProvider for Keys {
             .borrow()
             .check(key, addr, len, access)
             .map_err(crate::mr::keys::status_error)
+    }
+    fn native_rma(&self, key: u64, access: crate::mr::Access) -> Option<(u64, u64)> {
+        self.1.get().then(|| self.0.borrow().region(key, access)).flatten()
     }
 }
 
@@ -1263,4 +1267,177 @@ fn a_non_fetching_atomic_completes_when_sent_and_a_refusal_is_counted() {
     assert_eq!(until(&mut [&mut a, &mut b], 0, 6).result, Ok(()));
     assert_eq!(words, [32, 0]);
     assert_eq!(a.counter("atomics_refused_after_completion"), 1);
+}
+
+/// Two asynchronous nodes, `b`'s domain reaching its registrations
+/// natively unless `rma_events` (then `b` wants to see each access), with
+/// `region` registered at `b` and one write and one read of it served in
+/// frames, which grant the key: its key and address.
+fn granted_rma(net: &Net, region: &mut [u8], rma_events: bool) -> (Node, Node, PeerAddr, (u64, u64)) {
+    let mut a = Node::over(net.open_async(), &attr());
+    let mut battr = attr();
+    battr.rma_events = rma_events;
+    let mut b = Node::over(net.open_async(), &battr);
+    b.keys.1.set(true);
+    let pb = a.add(&b);
+    let (key, base) = b.register(region);
+    a.rma(pb, RmaKind::Write, pattern(64, 1), (key, base), None, 1);
+    assert_eq!(until(&mut [&mut a, &mut b], 0, 1).result, Ok(()));
+    a.rma(pb, RmaKind::Read, vec![0; 64], (key, base), None, 2);
+    assert_eq!(until(&mut [&mut a, &mut b], 0, 2).buf.expect("buffer"), pattern(64, 1));
+    assert!(net.pending_pulls().is_empty(), "the first ones go in frames");
+    (a, b, pb, (key, base))
+}
+
+#[test]
+fn rma_goes_natively_once_the_target_granted_its_key_and_completes_later() {
+    let net = Net::new(64);
+    let mut region = vec![0u8; 4096];
+    let (mut a, mut b, pb, (key, base)) = granted_rma(&net, &mut region, false);
+    let frames = b.ep.transport().frames;
+    a.rma(pb, RmaKind::Write, pattern(3000, 7), (key, base + 100), None, 3);
+    a.rma(pb, RmaKind::Read, vec![0; 50], (key, base), None, 4);
+    for _ in 0..3 {
+        a.progress();
+        b.progress();
+    }
+    assert_eq!(net.pending_pulls(), vec![3000, 50]);
+    assert!(a.done.is_empty(), "nothing completes before the transport reports it");
+    net.finish_pull(0);
+    assert_eq!(until(&mut [&mut a, &mut b], 0, 3).result, Ok(()));
+    assert_eq!(&region[100..3100], &pattern(3000, 7)[..]);
+    net.finish_pull(0);
+    let r = until(&mut [&mut a, &mut b], 0, 4);
+    assert_eq!(r.buf.expect("buffer"), pattern(64, 1)[..50].to_vec());
+    assert_eq!(b.ep.transport().frames, frames, "the target's engine saw none of it");
+    assert_eq!(a.counter("rma_native"), 2);
+    assert_eq!(a.counter("rma_outstanding"), 0);
+    // Outside the granted region, or with immediate data, it goes in frames.
+    a.rma(pb, RmaKind::Write, vec![1; 8], (key, base + 4092), None, 5);
+    let w = until(&mut [&mut a, &mut b], 0, 5);
+    assert!(matches!(w.result, Err(Error::RemoteAccess(_))), "{:?}", w.result);
+    a.rma(pb, RmaKind::Write, vec![1; 8], (key, base), Some(9), 6);
+    assert_eq!(until(&mut [&mut a, &mut b], 0, 6).result, Ok(()));
+    assert!(net.pending_pulls().is_empty());
+    assert_eq!(a.counter("rma_native"), 2);
+}
+
+#[test]
+fn a_target_without_native_access_or_that_wants_rma_events_grants_nothing() {
+    for events in [false, true] {
+        let net = Net::new(64);
+        let mut region = vec![0u8; 256];
+        let (mut a, mut b, pb, (key, base)) = granted_rma(&net, &mut region, events);
+        if !events {
+            b.keys.1.set(false);
+            // The grant from before stands; a key granted later would not be.
+            let (k2, b2) = b.register(&mut region[128..]);
+            a.rma(pb, RmaKind::Write, vec![3; 8], (k2, b2), None, 3);
+            assert_eq!(until(&mut [&mut a, &mut b], 0, 3).result, Ok(()));
+            a.rma(pb, RmaKind::Write, vec![3; 8], (k2, b2), None, 4);
+            assert_eq!(until(&mut [&mut a, &mut b], 0, 4).result, Ok(()));
+            assert!(net.pending_pulls().is_empty(), "an ungranted key goes in frames");
+            continue;
+        }
+        a.rma(pb, RmaKind::Write, vec![3; 8], (key, base), None, 3);
+        assert_eq!(until(&mut [&mut a, &mut b], 0, 3).result, Ok(()));
+        assert!(net.pending_pulls().is_empty(), "a target that sees each access");
+        let t: Vec<_> = b.done.drain(..).collect();
+        assert_eq!(t.len(), 3, "the target saw every access: {t:?}");
+        assert_eq!(a.counter("rma_native"), 0);
+    }
+}
+
+#[test]
+fn a_failed_native_rma_fails_once_and_the_connection_serves_on() {
+    let net = Net::new(64);
+    let mut region = vec![0u8; 256];
+    let (mut a, mut b, pb, (key, base)) = granted_rma(&net, &mut region, false);
+    a.rma(pb, RmaKind::Write, vec![5; 16], (key, base), None, 3);
+    a.progress();
+    net.fail_pull(0, Error::RemoteAccess("the target's device refused the key"));
+    let w = until(&mut [&mut a, &mut b], 0, 3);
+    assert_eq!(
+        w.result,
+        Err(Error::RemoteAccess("the target's device refused the key"))
+    );
+    assert_eq!(&region[..16], &pattern(64, 1)[..16], "untouched");
+    for _ in 0..3 {
+        a.progress();
+        b.progress();
+    }
+    assert!(a.done.is_empty(), "once");
+    assert_eq!(a.counter("rma_native_failed"), 1);
+    a.rma(pb, RmaKind::Write, vec![6; 16], (key, base), None, 4);
+    a.progress();
+    net.finish_pull(0);
+    assert_eq!(until(&mut [&mut a, &mut b], 0, 4).result, Ok(()));
+    assert_eq!(&region[..16], &[6; 16]);
+}
+
+#[test]
+fn a_peer_dying_with_native_rma_outstanding_ends_it_once_when_the_transport_reports_it() {
+    let net = Net::new(64);
+    let mut region = vec![0u8; 256];
+    let (mut a, b, pb, (key, base)) = granted_rma(&net, &mut region, false);
+    a.rma(pb, RmaKind::Read, vec![0; 32], (key, base), None, 3);
+    a.rma(pb, RmaKind::Write, vec![1; 32], (key, base), None, 4);
+    a.progress();
+    assert_eq!(net.pending_pulls().len(), 2);
+    drop(b);
+    for _ in 0..3 {
+        a.progress();
+    }
+    for ctx in [3, 4] {
+        let c = a.take(ctx).unwrap_or_else(|| panic!("RMA {ctx} ended"));
+        assert_eq!(c.result, Err(Error::PeerClosed { peer: pb }), "RMA {ctx}");
+    }
+    assert!(net.pending_pulls().is_empty());
+    for _ in 0..3 {
+        a.progress();
+    }
+    assert!(a.done.is_empty(), "once");
+    assert_eq!(a.counter("rma_outstanding"), 0);
+    assert_eq!(a.counter("rma_native_failed"), 2);
+}
+
+#[test]
+fn closing_with_native_rma_outstanding_cancels_it_once_the_transport_reports_it() {
+    let net = Net::new(64);
+    let mut region = vec![0u8; 256];
+    let (mut a, _b, pb, (key, base)) = granted_rma(&net, &mut region, false);
+    a.rma(pb, RmaKind::Read, vec![0; 32], (key, base), None, 3);
+    a.progress();
+    a.with(|ep, cx| ep.close(cx));
+    assert!(a.take(3).is_none(), "not while the transport may write its buffer");
+    a.progress();
+    assert_eq!(a.take(3).map(|c| c.result), Some(Err(Error::Canceled)));
+    assert_eq!(a.counter("rma_outstanding"), 0);
+}
+
+#[test]
+fn native_rma_never_overtakes_rma_the_target_applies() {
+    let net = Net::new(64);
+    let mut region = vec![0u8; 256];
+    let (mut a, mut b, pb, (key, base)) = granted_rma(&net, &mut region, false);
+    // An inject write (no answer) and a read behind it: the read goes in
+    // frames, after it, and sees it.
+    a.with(|ep, cx| ep.inject_write(cx, pb, base, key, None, &[7; 16]))
+        .expect("injected");
+    a.rma(pb, RmaKind::Read, vec![0; 16], (key, base), None, 3);
+    assert!(net.pending_pulls().is_empty(), "not natively");
+    assert_eq!(until(&mut [&mut a, &mut b], 0, 3).buf.expect("buffer"), vec![7; 16]);
+    // A write with immediate data in frames, and a read posted before its
+    // answer: in frames too.
+    a.rma(pb, RmaKind::Write, vec![8; 16], (key, base), Some(1), 4);
+    a.rma(pb, RmaKind::Read, vec![0; 16], (key, base), None, 5);
+    assert!(net.pending_pulls().is_empty(), "not natively");
+    assert_eq!(until(&mut [&mut a, &mut b], 0, 4).result, Ok(()));
+    assert_eq!(until(&mut [&mut a, &mut b], 0, 5).buf.expect("buffer"), vec![8; 16]);
+    // With nothing pending at the target, natively again.
+    a.rma(pb, RmaKind::Read, vec![0; 16], (key, base), None, 6);
+    assert_eq!(net.pending_pulls(), vec![16]);
+    net.finish_pull(0);
+    assert_eq!(until(&mut [&mut a, &mut b], 0, 6).buf.expect("buffer"), vec![8; 16]);
+    assert_eq!(a.counter("rma_native"), 1);
 }

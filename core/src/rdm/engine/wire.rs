@@ -5,14 +5,14 @@
 //! | bytes  | field  | meaning                                              |
 //! |--------|--------|------------------------------------------------------|
 //! | 0      | kind   | [`Kind`]                                             |
-//! | 1      | flags  | [`TAGGED`], [`DATA`], [`ACK`], [`LAST`], [`KEYED`]   |
+//! | 1      | flags  | [`TAGGED`], [`DATA`], [`ACK`], [`LAST`], [`KEYED`], [`NATIVE`] |
 //! | 2..4   | zero   | must be 0                                            |
 //! | 4..8   | status | Fin: 0 taken, else the receiver's error (see `Fin`)   |
 //! | 8..16  | tag    | Eager, Rts; RmaWrite, RmaRead: the target's key       |
 //! | 16..24 | data   | immediate data (with [`DATA`]); Atomic: the operand; AtomicDone: the old value |
 //! | 24..32 | token  | the sender's operation (Rts, Fin, Delivered, Cts); the receiver's (Data); the initiator's (Rma*, 0: no answer) |
-//! | 32..40 | len    | Rts, RmaWrite, RmaRead: total length; Fin: bytes taken; Credit: bytes returned; Atomic: the compare value |
-//! | 40..48 | addr   | Rts: the payload's address for a pull; Cts: the receiver's token; Rma*: the target address of the first byte |
+//! | 32..40 | len    | Rts, RmaWrite, RmaRead: total length; RmaDone with [`NATIVE`]: the region's length; Fin: bytes taken; Credit: bytes returned; Atomic: the compare value |
+//! | 40..48 | addr   | Rts: the payload's address for a pull; Cts: the receiver's token; Rma*: the target address of the first byte; RmaDone with [`NATIVE`]: the region's start |
 //! | 48..56 | off    | Data, RmaWrite, RmaData: the payload's offset in the message or operation; Atomic: datatype, kind << 8, fetch << 16; Rts with [`KEYED`]: the key the receiver pulls with |
 //!
 //! A header travels without its trailing zero 8-byte words ([`trimmed`]):
@@ -60,7 +60,13 @@ pub const LAST: u8 = 8;
 /// predates it refuses such an Rts as a reserved bit; an Rts without it
 /// has no key, and a transport that needs one has the sender push.
 pub const KEYED: u8 = 16;
-const FLAGS: u8 = TAGGED | DATA | ACK | LAST | KEYED;
+/// An `RmaDone` that says the target's device reaches the operation's key
+/// for its access by itself, over the region in `addr` and `len`: the
+/// initiator's next operations of that access on the key, inside that
+/// region, may go natively (`Transport::start_rma`). On any other kind a
+/// protocol error.
+pub const NATIVE: u8 = 32;
+const FLAGS: u8 = TAGGED | DATA | ACK | LAST | KEYED | NATIVE;
 
 /// What a frame is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -239,6 +245,9 @@ impl Header {
         if b[1] & KEYED != 0 && kind != Kind::Rts {
             return Err(Error::Protocol("a key on a frame other than a request to send"));
         }
+        if b[1] & NATIVE != 0 && kind != Kind::RmaDone {
+            return Err(Error::Protocol("a native grant on a frame other than an RMA answer"));
+        }
         let word = |i: usize| {
             let mut w = [0u8; 8];
             w.copy_from_slice(&b[8 + 8 * i..16 + 8 * i]);
@@ -304,6 +313,20 @@ mod tests {
         for kind in [Kind::Eager, Kind::Fin, Kind::Data, Kind::RmaWrite] {
             let mut b = Header::new(kind).encode();
             b[1] = KEYED;
+            assert!(matches!(Header::decode(&b), Err(Error::Protocol(_))), "{kind:?}");
+        }
+    }
+
+    #[test]
+    fn a_native_grant_rides_only_on_an_rma_answer() {
+        let mut done = Header::new(Kind::RmaDone);
+        done.flags = NATIVE;
+        done.addr = 0x1000;
+        done.len = 64;
+        assert_eq!(Header::decode(&done.encode()), Ok(done));
+        for kind in [Kind::Eager, Kind::Rts, Kind::RmaWrite, Kind::RmaData] {
+            let mut b = Header::new(kind).encode();
+            b[1] = NATIVE;
             assert!(matches!(Header::decode(&b), Err(Error::Protocol(_))), "{kind:?}");
         }
     }

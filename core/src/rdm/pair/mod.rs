@@ -276,6 +276,7 @@ impl Events for Side<'_> {
                 },
             },
             Event::Pulled { token, result } => Event::Pulled { token, result },
+            Event::Accessed { token, result } => Event::Accessed { token, result },
         })
     }
 }
@@ -378,6 +379,25 @@ impl<A: Transport, B: Transport> Transport for Pair<A, B> {
                 self.first.start_pull(conn >> 1, remote, dst, len, token)
             } else {
                 self.second.start_pull(conn >> 1, remote, dst, len, token)
+            }
+        }
+    }
+
+    unsafe fn start_rma(
+        &mut self,
+        conn: ConnId,
+        kind: crate::provider::RmaKind,
+        remote: Remote,
+        local: *mut u8,
+        len: usize,
+        token: u64,
+    ) -> Result<Pulled> {
+        // SAFETY: the caller's contract, passed on whole.
+        unsafe {
+            if Self::on_first(conn) {
+                self.first.start_rma(conn >> 1, kind, remote, local, len, token)
+            } else {
+                self.second.start_rma(conn >> 1, kind, remote, local, len, token)
             }
         }
     }

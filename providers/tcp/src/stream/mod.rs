@@ -613,6 +613,7 @@ mod tests {
                     Event::Frame { payload, .. } => format!("frame {:?}", payload.to_vec()),
                     Event::Down { conn, cause } => format!("down {conn} {cause:?}"),
                     Event::Pulled { token, .. } => format!("pulled {token}"),
+                    Event::Accessed { token, .. } => format!("accessed {token}"),
                 });
             }
         }

@@ -83,6 +83,8 @@ pub struct Conn {
     pub owing: bool,
     /// RDMA READs in flight on its QP.
     pub reads: u32,
+    /// RDMA WRITEs (the user's RMA) in flight on its QP.
+    pub writes: u32,
     /// RDMA READs its QP may have in flight (the initiator depth rdma_cm
     /// negotiated, read back when it comes up).
     pub rd_depth: u32,
@@ -106,6 +108,7 @@ impl Conn {
             held: VecDeque::new(),
             owing: false,
             reads: 0,
+            writes: 0,
             rd_depth: 1,
             qp: None,
             id: Some(id),
@@ -129,6 +132,8 @@ pub struct Grave {
     pub slots: VecDeque<u32>,
     /// RDMA READs not flushed yet.
     pub reads: u32,
+    /// RDMA WRITEs not flushed yet (the device still reads their buffers).
+    pub writes: u32,
     /// When it ended.
     pub since: Instant,
     /// Its rdma_cm id, dropped after the QP.
@@ -138,7 +143,7 @@ pub struct Grave {
 impl Grave {
     /// Whether the device holds nothing of ours through it any more.
     pub fn done(&self) -> bool {
-        self.slots.is_empty() && self.reads == 0
+        self.slots.is_empty() && self.reads == 0 && self.writes == 0
     }
 }
 

@@ -3,10 +3,14 @@
 //! provider moves under the engine: the device and address choice, the
 //! protection domain and the `XFER_VERBS_*` settings are the verbs
 //! provider's; rendezvous payloads are read by RDMA READ from buffers
-//! registered through the domain's MR cache; RMA and atomics are served by
-//! the target's engine against the domain's key table, not yet by the
-//! device.
+//! registered through the domain's MR cache. A region registered with
+//! remote access is also an ibv MR, whose rkey its remote key carries
+//! ([`fold_rkey`]): once the target's engine granted a key, an initiator's
+//! RMA on it goes by RDMA WRITE and READ; the first one, and what the
+//! device path cannot do, is served by the target's engine against the
+//! domain's key table, as atomics are.
 
+use std::collections::HashMap;
 use std::net::Ipv4Addr;
 use std::sync::{Arc, Mutex};
 
@@ -17,12 +21,15 @@ use xfer_core::unstable::provider::{DomainProvider, EndpointProvider};
 use xfer_core::unstable::rdm::engine::Engine;
 use xfer_core::{Address, EndpointAttr, Error, Result};
 
+use super::pull::fold_rkey;
 use super::{decode, SharedCache, VerbsTransport};
 use crate::device::{Context, DeviceAttr};
-use crate::mr::VerbsRegistrar;
+use crate::mr::{Mr, VerbsRegistrar};
 use crate::pd::Pd;
 use crate::select::choose;
 use crate::VerbsAttr;
+use xfer_core::unstable::provider::MrKeys;
+use xfer_core::Access;
 
 /// The first byte of every `verbs-rdm` endpoint name.
 pub const PROVIDER_ID: u8 = 0x06;
@@ -37,6 +44,8 @@ pub struct VerbsRdmDomain {
     ip: Ipv4Addr,
     attr: VerbsAttr,
     keys: KeyTable,
+    /// The device's registrations of regions with remote access, by key.
+    mrs: HashMap<u64, Mr>,
     cache: SharedCache,
 }
 
@@ -73,6 +82,7 @@ impl VerbsRdmDomain {
             ip: sel.ip,
             attr,
             keys: KeyTable::default(),
+            mrs: HashMap::new(),
             cache: Arc::new(Mutex::new(cache)),
         })
     }
@@ -138,5 +148,35 @@ impl DomainProvider for VerbsRdmDomain {
 
     fn key_table_mut(&mut self) -> Option<&mut KeyTable> {
         Some(&mut self.keys)
+    }
+
+    /// A key-table entry, and for remote access an ibv MR whose rkey the
+    /// key carries; a region the device refuses is served in software.
+    fn register(&mut self, addr: usize, len: usize, access: Access) -> Result<MrKeys> {
+        let remote = access.contains(Access::REMOTE_READ) || access.contains(Access::REMOTE_WRITE);
+        let mr = match (remote, len) {
+            (false, _) | (_, 0) => None,
+            _ => Mr::register(&self.pd, addr, len, access)
+                .map_err(|e| xfer_core::warn_limited!(error = %e, len, "verbs-rdm: a region the device cannot register is served in software"))
+                .ok(),
+        };
+        let Some(mr) = mr else {
+            return self.keys.insert(addr, len, access);
+        };
+        let rkey = mr.rkey();
+        let key = self.keys.insert_with(addr, len, access, |r| fold_rkey(rkey, r))?;
+        self.mrs.insert(key, mr);
+        Ok(MrKeys { desc: key, key })
+    }
+
+    fn deregister(&mut self, key: u64) {
+        self.keys.remove(key);
+        // Dropped after the entry: the device refuses the rkey from now on.
+        self.mrs.remove(&key);
+    }
+
+    fn native_rma(&self, key: u64, access: Access) -> Option<(u64, u64)> {
+        self.mrs.get(&key)?;
+        self.keys.region(key, access)
     }
 }

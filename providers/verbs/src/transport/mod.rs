@@ -86,11 +86,17 @@ struct Stats {
     slot_waits: u64,
     /// Sends refused for want of a send slot or send-queue room.
     send_waits: u64,
-    /// RDMA READs posted (rendezvous pulls, in chunks).
+    /// RDMA READs posted (rendezvous pulls and the user's RMA reads, in
+    /// chunks).
     rdma_reads: u64,
     rdma_read_bytes: u64,
-    /// Pulls that failed.
+    /// Pulls and RMA reads that failed.
     rdma_reads_failed: u64,
+    /// RDMA WRITEs posted (the user's RMA writes, in chunks).
+    rdma_writes: u64,
+    rdma_write_bytes: u64,
+    /// RMA writes that failed.
+    rdma_writes_failed: u64,
 }
 
 /// The domain's registration cache, which rendezvous buffers are
@@ -141,7 +147,7 @@ pub struct VerbsTransport {
     /// Pulls with chunks still to post.
     reading: Vec<usize>,
     /// Pulls over, reported by the next progress.
-    pulled: Vec<(u64, Result<()>)>,
+    pulled: Vec<(u64, bool, Result<()>)>,
     /// The port's largest message: longer pulls are read in chunks.
     max_msg: usize,
     cache: SharedCache,
@@ -583,6 +589,7 @@ impl VerbsTransport {
             qp: c.qp.take(),
             slots: std::mem::take(&mut c.slots),
             reads: std::mem::take(&mut c.reads),
+            writes: std::mem::take(&mut c.writes),
             since: Instant::now(),
             _id: c.id.take(),
         };
@@ -736,6 +743,19 @@ impl Transport for VerbsTransport {
         unsafe { self.start(conn, remote, dst, len, token) }
     }
 
+    unsafe fn start_rma(
+        &mut self,
+        conn: ConnId,
+        kind: xfer_core::unstable::provider::RmaKind,
+        remote: Remote,
+        local: *mut u8,
+        len: usize,
+        token: u64,
+    ) -> std::result::Result<Pulled, Error> {
+        // SAFETY: the caller's contract, passed on.
+        unsafe { self.start_rma_on(conn, kind, remote, local, len, token) }
+    }
+
     fn close(&mut self, k: ConnId) {
         self.ended.retain(|&e| e != k);
         self.held.retain(|&e| e != k);
@@ -763,6 +783,9 @@ impl Transport for VerbsTransport {
             ("rdma_read_bytes", s.rdma_read_bytes),
             ("rdma_reads_failed", s.rdma_reads_failed),
             ("rdma_reads_outstanding", self.reads.len() as u64),
+            ("rdma_writes", s.rdma_writes),
+            ("rdma_write_bytes", s.rdma_write_bytes),
+            ("rdma_writes_failed", s.rdma_writes_failed),
             ("rndv_exposed", self.exposed.len() as u64),
             ("srq_posted", u64::from(self.srq.posted())),
             ("srq_reserved", u64::from(self.budget.reserved())),

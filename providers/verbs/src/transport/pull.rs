@@ -8,6 +8,12 @@
 //! in flight, the rest wait for those to complete. The pull is reported to
 //! the engine once, when its last chunk completed or a chunk failed.
 //!
+//! The user's RMA goes the same way where the engine found it may
+//! ([`VerbsTransport::start_rma_on`]): a READ of the target's region, or an
+//! RDMA WRITE into it (chunked alike; WRITEs are not bound by the initiator
+//! depth), against the rkey the target's remote key carries
+//! ([`rkey_of`]), and is reported as `Event::Accessed`.
+//!
 //! A READ's completion carries [`PULL_TAG`] and the pull's key in its
 //! `wr_id`. A connection that ends keeps its QP in a grave until its READs
 //! are flushed, so the device writes no receive buffer the engine already
@@ -16,6 +22,7 @@
 
 use slab::Slab;
 use xfer_core::unstable::mr::{Access, CacheRef};
+use xfer_core::unstable::provider::RmaKind;
 use xfer_core::unstable::rdm::transport::{ConnId, Event, Events, Exposed, Pulled, Remote};
 use xfer_core::{Error, PeerAddr};
 
@@ -27,6 +34,21 @@ use crate::qp::{RemoteBuf, Sge};
 /// Tag of the `wr_id` of an RDMA READ (the pull's key is the rest):
 /// distinct from send slots (bit 62) and receives (bit 63).
 pub const PULL_TAG: u64 = 1 << 61;
+
+/// The bit of a `verbs-rdm` remote key that says its high 32 bits are the
+/// region's rkey (a region the device registered).
+pub const RKEY_FLAG: u64 = 1 << 31;
+
+/// A remote key with the device's rkey folded in: the rkey in the high 32
+/// bits, [`RKEY_FLAG`], and 31 bits of `random` below.
+pub fn fold_rkey(rkey: u32, random: u64) -> u64 {
+    (u64::from(rkey) << 32) | RKEY_FLAG | (random & (RKEY_FLAG - 1))
+}
+
+/// The rkey a remote key carries, if it carries one.
+pub fn rkey_of(key: u64) -> Option<u32> {
+    (key & RKEY_FLAG != 0).then_some((key >> 32) as u32)
+}
 
 /// One pull: where from, where to, and how far it got.
 pub struct Pull {
@@ -44,20 +66,24 @@ pub struct Pull {
     in_flight: u32,
     /// The first failure.
     failed: Option<Error>,
+    /// RDMA WRITEs (else READs).
+    write: bool,
+    /// The user's RMA (reported as `Accessed`), else a rendezvous pull.
+    rma: bool,
 }
 
 /// The error a READ's failed completion stands for.
-fn read_error(wc: &Wc) -> Error {
+fn rdma_error(wc: &Wc) -> Error {
     use rdma_sys::ibv_wc_status as st;
     tracing::debug!(
         status = wc.status_str(),
         vendor = wc.vendor_err(),
-        "verbs-rdm READ failed"
+        "verbs-rdm RDMA READ or WRITE failed"
     );
     match wc.status() {
-        st::IBV_WC_REM_ACCESS_ERR => Error::RemoteAccess("the sender's device refused the rendezvous key or range"),
-        st::IBV_WC_REM_INV_REQ_ERR => Error::RemoteAccess("the sender's device refused the READ"),
-        st::IBV_WC_LOC_PROT_ERR => Error::InvalidArgument("receive buffer not covered by its registration"),
+        st::IBV_WC_REM_ACCESS_ERR => Error::RemoteAccess("the peer's device refused the key or range"),
+        st::IBV_WC_REM_INV_REQ_ERR => Error::RemoteAccess("the peer's device refused the request"),
+        st::IBV_WC_LOC_PROT_ERR => Error::InvalidArgument("local buffer not covered by its registration"),
         st::IBV_WC_RETRY_EXC_ERR => gone(libc::ETIMEDOUT),
         _ => gone(libc::ECONNRESET),
     }
@@ -119,6 +145,62 @@ impl VerbsTransport {
             // A peer that exposed nothing pushes.
             return Err(Error::NotSupported("a request to send without an rkey"));
         };
+        // SAFETY: the caller's contract, passed on.
+        unsafe {
+            self.begin(
+                k,
+                RemoteBuf {
+                    addr: remote.addr,
+                    rkey,
+                },
+                dst,
+                len,
+                token,
+                (false, false),
+            )
+        }
+    }
+
+    /// Starts the user's RMA `kind` of `len` bytes between `local` and
+    /// `remote` on `k`, natively when the remote key carries an rkey.
+    ///
+    /// # Safety
+    /// As `Transport::start_rma`: `local..local + len` stays valid and
+    /// untouched until the operation is reported.
+    pub(super) unsafe fn start_rma_on(
+        &mut self,
+        k: ConnId,
+        kind: RmaKind,
+        remote: Remote,
+        local: *mut u8,
+        len: usize,
+        token: u64,
+    ) -> Result<Pulled, Error> {
+        let Some(rkey) = remote.key.and_then(rkey_of) else {
+            return Err(Error::NotSupported("a remote key without an rkey"));
+        };
+        let remote = RemoteBuf {
+            addr: remote.addr,
+            rkey,
+        };
+        // SAFETY: the caller's contract, passed on.
+        unsafe { self.begin(k, remote, local, len, token, (kind == RmaKind::Write, true)) }
+    }
+
+    /// Starts READs (or WRITEs) of `len` bytes between `remote` and `dst`
+    /// on `k`; `(write, rma)` says which and how it is reported.
+    ///
+    /// # Safety
+    /// As [`start`](Self::start).
+    unsafe fn begin(
+        &mut self,
+        k: ConnId,
+        remote: RemoteBuf,
+        dst: *mut u8,
+        len: usize,
+        token: u64,
+        (write, rma): (bool, bool),
+    ) -> Result<Pulled, Error> {
         let Some(c) = self.conns.get(k).filter(|c| c.state == State::Ready) else {
             return Err(gone(libc::ENOTCONN));
         };
@@ -126,18 +208,15 @@ impl VerbsTransport {
             return Err(gone(libc::ENOTCONN));
         };
         let (mr, lkey, _) = self.register(dst as usize, len, Access::LOCAL_WRITE).map_err(|e| {
-            // The sender can still push it.
-            xfer_core::warn_limited!(error = %e, "verbs-rdm: registering a receive buffer for a READ");
-            Error::NotSupported("receive buffer not registrable")
+            // The sender can still push it, or the engine send it in frames.
+            xfer_core::warn_limited!(error = %e, "verbs-rdm: registering a local buffer for RDMA");
+            Error::NotSupported("local buffer not registrable")
         })?;
         let key = self.reads.insert(Pull {
             conn: k,
             qpn,
             token,
-            remote: RemoteBuf {
-                addr: remote.addr,
-                rkey,
-            },
+            remote,
             dst: dst as u64,
             len,
             lkey,
@@ -145,6 +224,8 @@ impl VerbsTransport {
             posted: 0,
             in_flight: 0,
             failed: None,
+            write,
+            rma,
         });
         self.post_reads(key);
         let p = &self.reads[key];
@@ -174,7 +255,11 @@ impl VerbsTransport {
             p.failed.get_or_insert(gone(libc::ECONNRESET));
             return;
         };
-        while p.posted < p.len && p.failed.is_none() && c.reads < c.rd_depth && self.signaled < self.cq_room {
+        while p.posted < p.len
+            && p.failed.is_none()
+            && (p.write || c.reads < c.rd_depth)
+            && self.signaled < self.cq_room
+        {
             let n = (p.len - p.posted).min(max_msg);
             let local = Sge {
                 addr: p.dst + p.posted as u64,
@@ -186,18 +271,30 @@ impl VerbsTransport {
                 rkey: p.remote.rkey,
             };
             let before = qp.signaled_in_flight();
-            // SAFETY: `local` is the engine's receive buffer, registered
-            // through the MR cache (the pull holds the reference) and left
-            // alone by the engine until the pull is reported, which is after
-            // this READ's completion (or its QP's destruction).
-            match unsafe { qp.read(PULL_TAG | key as u64, local, remote, true) } {
+            // SAFETY: `local` is the engine's buffer, registered through
+            // the MR cache (the pull holds the reference) and left alone by
+            // the engine until the operation is reported, which is after
+            // this request's completion (or its QP's destruction).
+            let posted = unsafe {
+                match p.write {
+                    true => qp.write(PULL_TAG | key as u64, local, remote, None, true),
+                    false => qp.read(PULL_TAG | key as u64, local, remote, true),
+                }
+            };
+            match posted {
                 Ok(()) => {
                     self.signaled += qp.signaled_in_flight().saturating_sub(before);
                     p.posted += n;
                     p.in_flight += 1;
-                    c.reads += 1;
-                    self.stats.rdma_reads += 1;
-                    self.stats.rdma_read_bytes += n as u64;
+                    if p.write {
+                        c.writes += 1;
+                        self.stats.rdma_writes += 1;
+                        self.stats.rdma_write_bytes += n as u64;
+                    } else {
+                        c.reads += 1;
+                        self.stats.rdma_reads += 1;
+                        self.stats.rdma_read_bytes += n as u64;
+                    }
                 }
                 Err(Error::Again) => break,
                 Err(e) => {
@@ -223,20 +320,27 @@ impl VerbsTransport {
         self.reading = list;
     }
 
-    /// A READ's completion (success or error) on QP `qpn`.
+    /// A READ's or WRITE's completion (success or error) on QP `qpn`.
     pub(super) fn on_read(&mut self, wc: &Wc) {
         let key = (wc.wr_id() & !PULL_TAG) as usize;
         let qpn = wc.qp_num();
-        // The QP's chunk in flight is over, wherever the QP is now.
+        let write = self.reads.get(key).is_some_and(|p| p.qpn == qpn && p.write);
+        // The QP's READ or WRITE in flight is over, wherever the QP is now.
         let conn = self.by_qpn.get(&qpn).copied();
         match conn {
             Some(k) => {
                 let c = &mut self.conns[k];
-                c.reads = c.reads.saturating_sub(1);
+                match write {
+                    true => c.writes = c.writes.saturating_sub(1),
+                    false => c.reads = c.reads.saturating_sub(1),
+                }
             }
             None => {
                 if let Some(g) = self.graves.get_mut(&qpn) {
-                    g.reads = g.reads.saturating_sub(1);
+                    match write {
+                        true => g.writes = g.writes.saturating_sub(1),
+                        false => g.reads = g.reads.saturating_sub(1),
+                    }
                     if g.done() {
                         self.graves.remove(&qpn);
                     }
@@ -249,7 +353,7 @@ impl VerbsTransport {
         };
         p.in_flight -= 1;
         if !wc.is_ok() {
-            p.failed.get_or_insert_with(|| read_error(wc));
+            p.failed.get_or_insert_with(|| rdma_error(wc));
         }
         if p.in_flight > 0 || (p.posted < p.len && p.failed.is_none()) {
             if p.posted < p.len && !self.reading.contains(&key) {
@@ -277,13 +381,17 @@ impl VerbsTransport {
             self.release(r);
         }
         let result = match p.failed {
+            Some(e) if p.write => {
+                self.stats.rdma_writes_failed += 1;
+                Err(e)
+            }
             Some(e) => {
                 self.stats.rdma_reads_failed += 1;
                 Err(e)
             }
             None => Ok(()),
         };
-        self.pulled.push((p.token, result));
+        self.pulled.push((p.token, p.rma, result));
     }
 
     /// Fails the pulls of connection `k` (ended) that have no READ in
@@ -321,8 +429,11 @@ impl VerbsTransport {
 
     /// Reports the pulls that are over.
     pub(super) fn report_pulls(&mut self, events: &mut dyn Events) {
-        for (token, result) in std::mem::take(&mut self.pulled) {
-            events.event(Event::Pulled { token, result });
+        for (token, rma, result) in std::mem::take(&mut self.pulled) {
+            events.event(match rma {
+                true => Event::Accessed { token, result },
+                false => Event::Pulled { token, result },
+            });
         }
     }
 
