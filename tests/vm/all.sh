@@ -246,9 +246,9 @@ step_rdm() {
     step_start=$(date +%s)
     XFER_MIXED_PROVIDER=shm+verbs RUN_PROVIDER=shm+verbs run_test rdm_mixed MIXED 1 "${XFER_VM_TIMEOUT_MIXED:-120}" --nocapture
     # Then the suites the verbs steps run, as they run them, over verbs-rdm. Not yet
-    # verbs_faults: since rendezvous goes by RDMA READ, its netem_loss and link-down cases
-    # fail over verbs-rdm (pulls fail under loss; pulls on a downed link never end);
-    # XFER_VM_RDM_STEPS="... verbs_faults" runs it.
+    # verbs_faults: since rendezvous goes by RDMA READ, most rendezvous pulls between its
+    # two rxe devices fail ("the receiver could not read the payload"), with or without
+    # loss; XFER_VM_RDM_STEPS="... verbs_faults" runs it.
     local s
     for s in ${XFER_VM_RDM_STEPS:-aio teardown rpc c_suite ofi mpi}; do
         step_start=$(date +%s)
