@@ -83,7 +83,7 @@ package:
 # everything that needs a real verbs stack (tests/vm/all.sh): the rxe smoke checks, the
 # xfer-verbs tests, the conformance suite, peer_death, scale, tests/aio.rs and tarpc over xfer
 # (examples/rpc) over XFER_PROVIDER=verbs, then all of those and flow_control, the C suite, ofi,
-# Open MPI and verbs_faults again over XFER_PROVIDER=verbs-rdm (verbs under core's RDM engine),
+# Open MPI again over XFER_PROVIDER=verbs-rdm (verbs under core's RDM engine),
 # the conformance suite and tests/mixed.rs over shm+verbs, xfer-info, the C suite and C examples over verbs, libfabric's fi_pingpong and Open MPI (an MPI
 # correctness program, NetPIPE) over libxfer_fi.so's verbs domain (ofi/), tests/tcp_faults.rs, whose netem case needs the guest kernel's
 # sch_netem, and tests/verbs_faults.rs (two rxe devices on a veth pair: netem loss, link down).

@@ -202,12 +202,6 @@ impl VerbsTransport {
         (write, rma): (bool, bool),
     ) -> Result<Pulled, Error> {
         let Some(c) = self.conns.get(k).filter(|c| c.state == State::Ready) else {
-            // The engine pulls on the connection it dialled, which may still
-            // be opening while the request came on the peer's (a crossed
-            // connect): the sender pushes instead of the pull failing.
-            if self.conns.get(k).is_some_and(|c| c.opening()) {
-                return Err(Error::NotSupported("connection still opening"));
-            }
             return Err(gone(libc::ENOTCONN));
         };
         let Some(qpn) = c.qp.as_ref().map(|qp| qp.qp_num()) else {
