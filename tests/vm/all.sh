@@ -13,7 +13,7 @@
 #                tests/tcp_stall.rs (rdm_stall: the progress timeout against a stopped peer)
 #                and tests/scale.rs as in `scale` (rdm_scale: 32 peers on an SRQ of 64, which
 #                the later connections overcommit); then the steps in XFER_VM_RDM_STEPS
-#                (default aio teardown rpc c_suite ofi mpi; verbs_faults fails there yet) as below, over
+#                (default aio teardown rpc c_suite ofi mpi verbs_faults) as below, over
 #                verbs-rdm, reported as rdm_<step>; and over shm+verbs (shared memory to
 #                peers on this host, verbs-rdm's transport to others) the conformance suite
 #                with XFER_SHM_ENABLED=0 (rdm_shm_verbs_conformance) and tests/mixed.rs
@@ -245,12 +245,9 @@ step_rdm() {
         "${XFER_VM_CONFORMANCE_THREADS:-2}" "${XFER_VM_TIMEOUT_CONFORMANCE:-240}" ${XFER_VM_TEST_ARGS:-}
     step_start=$(date +%s)
     XFER_MIXED_PROVIDER=shm+verbs RUN_PROVIDER=shm+verbs run_test rdm_mixed MIXED 1 "${XFER_VM_TIMEOUT_MIXED:-120}" --nocapture
-    # Then the suites the verbs steps run, as they run them, over verbs-rdm. Not yet
-    # verbs_faults: since rendezvous goes by RDMA READ, most rendezvous pulls between its
-    # two rxe devices fail ("the receiver could not read the payload"), with or without
-    # loss; XFER_VM_RDM_STEPS="... verbs_faults" runs it.
+    # Then the suites the verbs steps run, as they run them, over verbs-rdm.
     local s
-    for s in ${XFER_VM_RDM_STEPS:-aio teardown rpc c_suite ofi mpi}; do
+    for s in ${XFER_VM_RDM_STEPS:-aio teardown rpc c_suite ofi mpi verbs_faults}; do
         step_start=$(date +%s)
         prefix=rdm_ vprov=verbs-rdm "step_$s"
     done

@@ -381,6 +381,22 @@ pub trait Transport: Send {
         std::time::Duration::from_secs(10)
     }
 
+    /// How often the engine calls [`probe`](Self::probe); `None` (the
+    /// default): never. For a transport that learns of a dead peer only
+    /// through work it posts (verbs RC).
+    fn keepalive(&self) -> Option<std::time::Duration> {
+        None
+    }
+
+    /// One keepalive tick: `conns` are the connections of the peers
+    /// something waits on (none, when nothing does). The transport makes
+    /// each show whether its peer is still reachable (verbs: a probe the
+    /// peer's device answers) and ends those it finds dead, reporting them
+    /// `Down` from `progress`.
+    fn probe(&mut self, conns: &[ConnId]) {
+        let _ = conns;
+    }
+
     /// Moves data and reports connections and frames to `events`; never blocks.
     fn progress(&mut self, events: &mut dyn Events);
 

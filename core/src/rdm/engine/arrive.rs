@@ -88,7 +88,7 @@ impl Handler<'_, '_, '_> {
             }
             Kind::Rts => {
                 self.s.charge(p, cost(0))?;
-                self.rts(p, at, h);
+                self.rts(conn, p, at, h);
                 Ok(())
             }
             Kind::Credit => self.s.granted(p, h.len),
@@ -156,13 +156,14 @@ impl Handler<'_, '_, '_> {
         }
     }
 
-    fn rts(&mut self, p: usize, at: (usize, u64), h: Header) {
+    fn rts(&mut self, conn: ConnId, p: usize, at: (usize, u64), h: Header) {
         let src = self.s.peers.handle(p, self.cx.av);
         let tagged = h.tag().is_some();
         let tag = h.tag().unwrap_or(0);
         let from = self.s.peers.get(p).map_or(self.s.name, |e| e.name);
         let rts = Rts {
             peer: at,
+            conn,
             token: h.token,
             addr: h.addr,
             key: h.key(),

@@ -49,6 +49,8 @@ struct Pipe {
     queues: [VecDeque<Frame>; 2],
     /// Why each side's peer is gone, once it is.
     gone: [Option<Cause>; 2],
+    /// The link is dead without a word: frames vanish, only a probe finds out.
+    cut: bool,
 }
 
 #[derive(Default)]
@@ -60,6 +62,9 @@ struct Inner {
     next: usize,
     /// Connects to refuse with `EAGAIN` (a full listen backlog) first.
     busy: usize,
+    /// Dialled connections are not reported up while set (a slow connect,
+    /// as rdma_cm's can be).
+    hold_ups: bool,
     /// Pulls started by asynchronous transports, oldest first.
     pulls: Vec<Pending>,
     /// Buffers exposed by asynchronous transports: (transport, key).
@@ -77,6 +82,8 @@ pub struct Net {
     payload: Option<usize>,
     /// Frames a burst of posts may hold back (`Transport::coalesce`).
     coalesce: usize,
+    /// The keepalive interval its transports ask for.
+    keepalive: Option<std::time::Duration>,
 }
 
 /// The largest payload of a frame on a net made by [`Net::new`].
@@ -90,6 +97,7 @@ impl Net {
             cap,
             payload: None,
             coalesce: 0,
+            keepalive: None,
         }
     }
 
@@ -118,6 +126,21 @@ impl Net {
     #[cfg(test)]
     pub fn busy(&self, n: usize) {
         self.lock().busy = n;
+    }
+
+    /// The same net with transports that ask for keepalive ticks `every`
+    /// so often and probe by looking whether a connection was [`cut`](Mem::cut).
+    #[cfg(test)]
+    pub fn with_keepalive(mut self, every: std::time::Duration) -> Net {
+        self.keepalive = Some(every);
+        self
+    }
+
+    /// Holds (`true`) or lets go the `Up` of every dialled connection: a
+    /// connect slower than the peer's crossing one.
+    #[cfg(test)]
+    pub fn hold_ups(&self, hold: bool) {
+        self.lock().hold_ups = hold;
     }
 
     /// Makes `addr` reach `m` too: an address that stands for whichever
@@ -178,6 +201,8 @@ impl Net {
             pull,
             deferred: false,
             conns: Slab::new(),
+            opening: Default::default(),
+            probed: Vec::new(),
             frames: 0,
             wakes: Default::default(),
         }
@@ -194,6 +219,10 @@ pub struct Mem {
     deferred: bool,
     /// Connection id -> (pipe, side).
     conns: Slab<(usize, usize)>,
+    /// Dialled connections not reported up yet.
+    opening: std::collections::HashSet<ConnId>,
+    /// The keepalive ticks it was given (tests only read them).
+    probed: Vec<Vec<ConnId>>,
     /// Frames this transport delivered.
     pub frames: u64,
     /// Calls of `wake`.
@@ -212,8 +241,27 @@ impl Mem {
         }
     }
 
+    /// Kills `conn`'s link without a word: frames on it vanish both ways
+    /// and neither side sees it end until a keepalive probe looks.
+    #[cfg(test)]
+    pub fn cut(&mut self, conn: ConnId) {
+        if let Some(&(pipe, _)) = self.conns.get(conn) {
+            if let Some(p) = self.net.lock().pipes.get_mut(pipe) {
+                p.cut = true;
+                p.queues = Default::default();
+            }
+        }
+    }
+
+    /// Keepalive ticks this transport was given, with the connections of each.
+    #[cfg(test)]
+    pub fn probes(&self) -> &[Vec<ConnId>] {
+        &self.probed
+    }
+
     /// Closes `conn` from this side: the peer sees `cause`, this side nothing.
     fn end(&mut self, conn: ConnId, cause: Cause) {
+        self.opening.remove(&conn);
         if let Some((pipe, side)) = self.conns.try_remove(conn) {
             if let Some(p) = self.net.lock().pipes.get_mut(pipe) {
                 p.gone[1 - side] = Some(cause);
@@ -320,11 +368,13 @@ impl Transport for Mem {
             ends: [Some((self.me, conn)), None],
             queues: [VecDeque::new(), VecDeque::new()],
             gone: [None, None],
+            cut: false,
         });
         n.accepts.entry(target).or_default().push(pipe);
         n.ups.entry(self.me).or_default().push(conn);
         drop(n);
         self.conns.insert((pipe, 0));
+        self.opening.insert(conn);
         Ok(conn)
     }
 
@@ -338,6 +388,9 @@ impl Transport for Mem {
         let p = n.pipes.get_mut(pipe).ok_or(Refused::Gone(Cause::Closed))?;
         if let Some(cause) = p.gone[side] {
             return Err(Refused::Gone(cause));
+        }
+        if p.cut {
+            return Ok(());
         }
         let q = &mut p.queues[1 - side];
         if q.len() >= cap {
@@ -387,6 +440,13 @@ impl Transport for Mem {
         let Some(&pipe) = self.conns.get(conn) else {
             return Err(Error::NotSupported("pull"));
         };
+        if self.opening.contains(&conn) {
+            // As verbs', whose queue pair cannot read before it is connected.
+            return Err(Error::PeerUnreachable {
+                peer: crate::addr::PeerAddr::UNSPEC,
+                errno: libc::ENOTCONN,
+            });
+        }
         if remote.key.is_none() {
             return Err(Error::NotSupported("pull without a key"));
         }
@@ -434,6 +494,23 @@ impl Transport for Mem {
         self.end(conn, Cause::Closed);
     }
 
+    fn keepalive(&self) -> Option<std::time::Duration> {
+        self.net.keepalive
+    }
+
+    fn probe(&mut self, conns: &[ConnId]) {
+        if self.probed.len() < 1024 {
+            self.probed.push(conns.to_vec());
+        }
+        for &c in conns {
+            if let Some(&(pipe, side)) = self.conns.get(c) {
+                if let Some(p) = self.net.lock().pipes.get_mut(pipe).filter(|p| p.cut) {
+                    p.gone[side].get_or_insert(Cause::Failed(libc::ETIMEDOUT));
+                }
+            }
+        }
+    }
+
     fn progress(&mut self, events: &mut dyn Events) {
         let (accepts, ups) = {
             let mut n = self.net.lock();
@@ -449,6 +526,11 @@ impl Transport for Mem {
             events.event(Event::Up { conn });
         }
         for conn in ups {
+            if self.conns.contains(conn) && self.net.lock().hold_ups {
+                self.net.lock().ups.entry(self.me).or_default().push(conn);
+                continue;
+            }
+            self.opening.remove(&conn);
             events.event(Event::Up { conn });
         }
         for (conn, (pipe, side)) in self.conns.iter().map(|(c, &e)| (c, e)).collect::<Vec<_>>() {
@@ -477,6 +559,7 @@ impl Transport for Mem {
                     }
                     Err(Some(cause)) => {
                         self.conns.remove(conn);
+                        self.opening.remove(&conn);
                         events.event(Event::Down { conn, cause });
                         break;
                     }

@@ -26,6 +26,7 @@ mod arrive;
 mod atomic;
 mod credit;
 mod fail;
+mod keepalive;
 mod out;
 mod peers;
 mod rma;
@@ -63,6 +64,10 @@ use wire::{Header, Kind};
 #[derive(Debug)]
 pub struct Rts {
     peer: (usize, u64),
+    /// The connection it came on: the one its sender exposed the payload
+    /// for, which is up (a frame came on it). After a crossed connect it
+    /// is not the one this side sends on, which may still be opening.
+    conn: ConnId,
     token: u64,
     addr: u64,
     key: Option<u64>,
@@ -162,6 +167,8 @@ struct State {
     stats: Stats,
     events: PeerEvents,
     watch: super::stall::Watch,
+    /// The transport's keepalive ticks, when it wants them.
+    keepalive: keepalive::Ticks,
     /// The job key peers must prove, and ours to prove.
     key: Option<Vec<u8>>,
     /// Accepted connections waiting for their peer's proof.
@@ -239,6 +246,7 @@ impl<T: Transport> Engine<T> {
                 stats: Stats::default(),
                 events: PeerEvents::new(attr.peer_events),
                 watch: super::stall::Watch::new(attr.progress_timeout_ms),
+                keepalive: keepalive::Ticks::new(t.keepalive()),
                 key: attr.job_key.as_ref().map(|k| k.0.clone()),
                 vetting: Vec::new(),
                 answers: Vec::new(),
@@ -474,6 +482,10 @@ impl State {
             let e = Error::PeerClosed { peer: p.arrival.src };
             return complete::recv_failed(&mut cx.cq, p.op, e);
         };
+        // Pull on the connection the request came on while it is still the
+        // peer's: its sender exposed the payload there.
+        let on = self.peers.link_of(p.rts.conn).and_then(|l| l.peer);
+        let tx = if on == Some(p.peer.0) { p.rts.conn } else { tx };
         let n = p.arrival.olen.min(p.op.buf.len());
         let remote = Remote {
             addr: p.rts.addr,
@@ -792,6 +804,7 @@ impl State {
             self.conceal_all(t);
         }
         self.check_stalls(t, cx);
+        self.keep_alive(t, cx);
         self.flush_all(t, cx);
     }
 }

@@ -45,7 +45,7 @@ impl State {
     }
 
     /// Whether anything of ours waits on the peer entry `at`.
-    fn waits_on(&self, at: (usize, u64)) -> bool {
+    pub(super) fn waits_on(&self, at: (usize, u64)) -> bool {
         self.peers.get(at.0).is_some_and(|e| !e.queue.is_empty())
             || self.sends.iter().any(|(_, s)| s.peer == at)
             || self.rmas.iter().any(|(_, r)| r.peer == at)

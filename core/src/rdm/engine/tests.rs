@@ -184,6 +184,78 @@ fn async_pulls(n: u64) -> (Net, Node, Node, PeerAddr) {
 }
 
 #[test]
+fn a_crossed_rendezvous_is_pulled_on_the_connection_it_came_on() {
+    // Both send at once and each one's own connect is slow: each request
+    // comes on the connection the peer dialled, while the one this side
+    // dialled (which it sends on) cannot read yet.
+    let net = Net::new(64);
+    net.hold_ups(true);
+    let mut a = Node::over(net.open_async(), &attr());
+    let mut b = Node::over(net.open_async(), &attr());
+    let (pb, pa) = (a.add(&b), b.add(&a));
+    a.trecv(pb, 2, 5000, 10);
+    b.trecv(pa, 1, 5000, 20);
+    a.tsend(pb, 1, pattern(5000, 1), 11);
+    b.tsend(pa, 2, pattern(5000, 2), 21);
+    for _ in 0..6 {
+        a.progress();
+        b.progress();
+    }
+    assert_eq!(net.pending_pulls(), vec![5000; 2], "both pulls started");
+    assert!(a.done.is_empty() && b.done.is_empty(), "{:?} {:?}", a.done, b.done);
+    net.finish_pull(0);
+    net.finish_pull(1);
+    assert_eq!(
+        until(&mut [&mut a, &mut b], 1, 20).buf.expect("buffer"),
+        pattern(5000, 1)
+    );
+    assert_eq!(
+        until(&mut [&mut a, &mut b], 0, 10).buf.expect("buffer"),
+        pattern(5000, 2)
+    );
+    assert_eq!(until(&mut [&mut a, &mut b], 0, 11).result, Ok(()));
+    assert_eq!(until(&mut [&mut a, &mut b], 1, 21).result, Ok(()));
+    assert_eq!((a.counter("rndv_pulls_failed"), b.counter("rndv_pulls_failed")), (0, 0));
+    net.hold_ups(false);
+}
+
+#[test]
+fn a_send_behind_a_silently_dead_link_fails_at_a_keepalive_tick() {
+    // Ticks at every progress: the test does not wait on a clock.
+    let net = Net::new(64).with_keepalive(std::time::Duration::from_nanos(1));
+    let (mut a, mut b) = (Node::new(&net, true, &attr()), Node::new(&net, true, &attr()));
+    let pb = a.add(&b);
+    b.trecv(PeerAddr::UNSPEC, 1, 8, 1);
+    a.tsend(pb, 1, pattern(8, 1), 2);
+    assert_eq!(until(&mut [&mut a, &mut b], 1, 1).result, Ok(()));
+    assert_eq!(until(&mut [&mut a, &mut b], 0, 2).result, Ok(()));
+    a.progress();
+    assert!(
+        a.ep.transport().probes().last().is_some_and(|c| c.is_empty()),
+        "nothing waits on an idle peer: nothing to probe: {:?}",
+        a.ep.transport().probes()
+    );
+    // A rendezvous b has not matched: a waits on b, and the link dies.
+    a.tsend(pb, 2, pattern(5000, 3), 3);
+    a.progress();
+    let conn = a.ep.transport().conns()[0];
+    a.ep.t.cut(conn);
+    let c = until(&mut [&mut a], 0, 3);
+    assert!(
+        matches!(
+            c.result,
+            Err(Error::PeerUnreachable {
+                errno: libc::ETIMEDOUT,
+                ..
+            })
+        ),
+        "{:?}",
+        c.result
+    );
+    assert!(a.ep.transport().probes().iter().any(|c| c.contains(&conn)));
+}
+
+#[test]
 fn pulls_that_complete_later_complete_their_receives_in_their_own_order() {
     let (net, mut a, mut b, _) = async_pulls(3);
     net.finish_pull(1);

@@ -456,6 +456,19 @@ impl<A: Transport, B: Transport> Transport for Pair<A, B> {
         self.first.connect_timeout().max(self.second.connect_timeout())
     }
 
+    fn keepalive(&self) -> Option<std::time::Duration> {
+        match (self.first.keepalive(), self.second.keepalive()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    fn probe(&mut self, conns: &[ConnId]) {
+        let (first, second): (Vec<ConnId>, Vec<ConnId>) = conns.iter().partition(|&&c| Self::on_first(c));
+        self.first.probe(&first.iter().map(|c| c >> 1).collect::<Vec<_>>());
+        self.second.probe(&second.iter().map(|c| c >> 1).collect::<Vec<_>>());
+    }
+
     fn progress(&mut self, events: &mut dyn Events) {
         self.first.progress(&mut Side {
             events,

@@ -21,6 +21,7 @@ pub(crate) mod conn;
 pub mod credit;
 pub mod domain;
 pub mod frame;
+mod keepalive;
 mod pull;
 mod setup;
 
@@ -97,6 +98,10 @@ struct Stats {
     rdma_write_bytes: u64,
     /// RMA writes that failed.
     rdma_writes_failed: u64,
+    /// Keepalive probes posted.
+    keepalive_probes: u64,
+    /// Connections ended because the local port stayed down.
+    keepalive_port_down: u64,
 }
 
 /// The domain's registration cache, which rendezvous buffers are
@@ -150,6 +155,12 @@ pub struct VerbsTransport {
     pulled: Vec<(u64, bool, Result<()>)>,
     /// The port's largest message: longer pulls are read in chunks.
     max_msg: usize,
+    /// The keepalive interval (`XFER_VERBS_KEEPALIVE_MS`; `None`: off).
+    keepalive: Option<std::time::Duration>,
+    /// The device port the transport listens on, and how many keepalive
+    /// ticks in a row have seen it down.
+    port: u8,
+    port_down_ticks: u32,
     cache: SharedCache,
     // Verbs objects: the QPs and ids above drop first.
     pool: SendPool,
@@ -275,6 +286,9 @@ impl VerbsTransport {
             reading: Vec::new(),
             pulled: Vec::new(),
             max_msg: (max_msg as usize).max(1),
+            keepalive: (attr.keepalive_ms > 0).then(|| std::time::Duration::from_millis(attr.keepalive_ms)),
+            port: attr.port,
+            port_down_ticks: 0,
             cache,
             pool,
             srq,
@@ -786,6 +800,8 @@ impl Transport for VerbsTransport {
             ("rdma_writes", s.rdma_writes),
             ("rdma_write_bytes", s.rdma_write_bytes),
             ("rdma_writes_failed", s.rdma_writes_failed),
+            ("keepalive_probes", s.keepalive_probes),
+            ("keepalive_port_down", s.keepalive_port_down),
             ("rndv_exposed", self.exposed.len() as u64),
             ("srq_posted", u64::from(self.srq.posted())),
             ("srq_reserved", u64::from(self.budget.reserved())),
@@ -795,6 +811,14 @@ impl Transport for VerbsTransport {
                 u64::from(self.srq.config().size) * u64::from(self.srq.config().buf_size),
             ),
         ]
+    }
+
+    fn keepalive(&self) -> Option<std::time::Duration> {
+        self.keepalive
+    }
+
+    fn probe(&mut self, conns: &[ConnId]) {
+        self.keepalive_tick(conns);
     }
 
     fn progress(&mut self, events: &mut dyn Events) {
