@@ -81,12 +81,14 @@ package:
 # The Soft-RoCE guest (tests/vm/): installs QEMU, a Debian kernel, rdma-core, perftest, UCX
 # and virtme-ng if missing, builds the test binaries on the host, then boots ONCE and runs
 # everything that needs a real verbs stack (tests/vm/all.sh): the rxe smoke checks, the
-# xfer-verbs tests, the conformance suite, peer_death, scale, tests/aio.rs and tarpc over xfer
-# (examples/rpc) over XFER_PROVIDER=verbs, then all of those and flow_control, the C suite, ofi,
-# Open MPI again over XFER_PROVIDER=verbs-rdm (verbs under core's RDM engine),
-# the conformance suite and tests/mixed.rs over shm+verbs, xfer-info, the C suite and C examples over verbs, libfabric's fi_pingpong and Open MPI (an MPI
-# correctness program, NetPIPE) over libxfer_fi.so's verbs domain (ofi/), tests/tcp_faults.rs, whose netem case needs the guest kernel's
-# sch_netem, and tests/verbs_faults.rs (two rxe devices on a veth pair: netem loss, link down).
+# xfer-verbs tests, and over XFER_PROVIDER=verbs (core's RDM engine over the verbs transport)
+# the conformance suite, peer_death, scale, flow_control, tests/aio.rs, teardown, tarpc over
+# xfer (examples/rpc), the C suite and C examples, libfabric's fi_pingpong and C suite and
+# Open MPI (an MPI correctness program, NetPIPE) over libxfer_fi.so's verbs domain (ofi/);
+# the engine's own cases (rendezvous READ chunks, a small SRQ, the progress timeout) and the
+# conformance suite and tests/mixed.rs over shm+verbs; xfer-info; tests/tcp_faults.rs, whose
+# netem case needs the guest kernel's sch_netem, and tests/verbs_faults.rs (two rxe devices
+# on a veth pair: netem loss, link down).
 vm:
 	bash tests/vm/setup.sh
 	bins=$$(tests/vm/build-verbs.sh --locked) && tests/vm/run-guest.sh tests/vm/all.sh $$bins

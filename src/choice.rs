@@ -8,20 +8,17 @@ use crate::{Error, ProviderInfo, Result};
 
 /// Every provider xfer knows, in order of preference, with the cargo feature
 /// that builds it (`None`: always built).
-/// `shm+tcp` serves peers on this host over shared memory and every other
-/// peer over TCP, so it comes before `tcp`, which it includes; `shm` reaches
-/// peers on this host only, so it is opened only when asked for. `verbs-rdm`
-/// (verbs under the RDM engine) is opened only when asked for while the
-/// verbs provider moves under the engine, and so is `shm+verbs` (shared
-/// memory and `verbs-rdm`'s transport): last, so `tcp`, always available,
-/// is chosen before them.
+/// The pairs come first: `shm+verbs` serves peers on this host over shared
+/// memory and every other peer over verbs, `shm+tcp` likewise over TCP, so
+/// each comes before the provider it includes (`verbs`, `tcp`), which
+/// serves every peer, this host's too, over the network. `shm` reaches
+/// peers on this host only, so it is last: opened only when asked for.
 pub const KNOWN: &[(&str, Option<&str>)] = &[
+    ("shm+verbs", Some("verbs")),
     ("verbs", Some("verbs")),
     ("shm+tcp", None),
     ("tcp", None),
     ("shm", None),
-    ("verbs-rdm", Some("verbs")),
-    ("shm+verbs", Some("verbs")),
 ];
 
 /// What became of one provider when the facade chose.
@@ -218,30 +215,30 @@ mod tests {
     fn first_available_is_chosen_and_the_rest_outranked() {
         let (r, c) = choose(None, &infos(&[], &[]), open_ok);
         assert!(r.is_ok());
-        assert_eq!(c.chosen, Some("verbs"));
-        assert_eq!(c.verdict("verbs"), Some(&Verdict::Chosen("verbs ok".into())));
-        assert_eq!(c.verdict("tcp"), Some(&Verdict::Outranked("verbs")));
+        assert_eq!(c.chosen, Some("shm+verbs"));
+        assert_eq!(c.verdict("shm+verbs"), Some(&Verdict::Chosen("shm+verbs ok".into())));
+        assert_eq!(c.verdict("verbs"), Some(&Verdict::Outranked("shm+verbs")));
         assert_eq!(
             c.why_not(),
-            others("verbs", |_| "available, but verbs is preferred".into())
+            others("shm+verbs", |_| "available, but shm+verbs is preferred".into())
         );
     }
 
     #[test]
     fn unavailable_and_failed_fall_back_with_their_reasons() {
-        let (r, c) = choose(None, &infos(&[], &["verbs"]), open_ok);
+        let (r, c) = choose(None, &infos(&[], &["verbs", "shm+verbs"]), open_ok);
         assert!(r.is_ok());
         assert_eq!(c.chosen, Some("shm+tcp"), "the default without verbs");
         assert_eq!(
             c.why_not(),
             others("shm+tcp", |name| match name {
-                "verbs" => "unavailable: no verbs device".into(),
+                "verbs" | "shm+verbs" => format!("unavailable: no {name} device"),
                 _ => "available, but shm+tcp is preferred".into(),
             })
         );
 
         let (r, c) = choose(None, &infos(&[], &[]), |name| match name {
-            "verbs" => Err(Error::Os(libc::ENODEV)),
+            "verbs" | "shm+verbs" => Err(Error::Os(libc::ENODEV)),
             "shm+tcp" => Err(Error::Os(libc::EPERM)),
             _ => Ok(()),
         });
@@ -282,18 +279,18 @@ mod tests {
 
     #[test]
     fn nothing_opens() {
-        let (r, c) = choose(None, &infos(&[], &["verbs", "verbs-rdm"]), |_| {
+        let (r, c) = choose(None, &infos(&[], &["verbs", "shm+verbs"]), |_| {
             Err::<(), _>(Error::Os(libc::EMFILE))
         });
         let Err(Error::NoProvider(why)) = r else {
             panic!("opened something")
         };
         assert!(
-            why.starts_with("verbs: unavailable: no verbs device; shm+tcp: failed to open"),
+            why.starts_with("shm+verbs: unavailable: no shm+verbs device; verbs: unavailable: no verbs device; shm+tcp: failed to open"),
             "{why}"
         );
         assert_eq!(c.chosen, None);
-        // Names are padded to the longest, `verbs-rdm`.
-        assert!(c.to_string().starts_with("verbs      unavailable"), "{c}");
+        // Names are padded to the longest, `shm+verbs`.
+        assert!(c.to_string().starts_with("shm+verbs  unavailable"), "{c}");
     }
 }

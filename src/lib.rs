@@ -117,24 +117,20 @@ pub struct ProviderInfo {
     pub detail: String,
 }
 
-/// The providers compiled in, in order of preference: `verbs` (when built
-/// with the `verbs` feature, the default), then `shm+tcp` (one endpoint:
-/// shared memory to peers on this host, TCP to others), then `tcp`, then
-/// `shm` (peers on this host only: opened when `XFER_PROVIDER=shm` asks for
-/// it), then `verbs-rdm` (verbs under core's RDM engine) and `shm+verbs`
-/// (shared memory to peers on this host, `verbs-rdm` to others), each
-/// opened only when asked for while the verbs provider moves under the
-/// engine.
+/// The providers compiled in, in order of preference: `shm+verbs` (when
+/// built with the `verbs` feature, the default: shared memory to peers on
+/// this host, verbs to others, chosen per peer), `verbs` (verbs to every
+/// peer), `shm+tcp` (shared memory to peers on this host, TCP to others),
+/// `tcp`, then `shm` (peers on this host only: opened when `XFER_PROVIDER=shm`
+/// asks for it). Every one is core's RDM engine over its transports.
 pub const PROVIDERS: &[&str] = &[
+    #[cfg(feature = "verbs")]
+    "shm+verbs",
     #[cfg(feature = "verbs")]
     "verbs",
     "shm+tcp",
     "tcp",
     "shm",
-    #[cfg(feature = "verbs")]
-    "verbs-rdm",
-    #[cfg(feature = "verbs")]
-    "shm+verbs",
 ];
 
 /// The providers compiled in, in order of preference, and whether each can
@@ -151,11 +147,13 @@ pub fn info() -> Vec<ProviderInfo> {
 /// `verbs` is available when a verbs device (`verbs.device`, else any)
 /// has its port `verbs.port` active and an IPv4 address to listen on
 /// (`verbs.addr`, else the port's IPv4-mapped GID): the choice
-/// `VerbsDomain::with_attr` makes, by the same function
-/// (`xfer_verbs::choose`). Its detail names the device, port and address,
+/// `VerbsDomain::with_params` makes, by the same function
+/// (`xfer_verbs::choose`); `shm+verbs` where `verbs` is. Its detail names the device, port and address,
 /// or says why not. `tcp` is always available.
 pub fn info_for(attr: &DomainAttr) -> Vec<ProviderInfo> {
     let mut all = Vec::with_capacity(PROVIDERS.len());
+    #[cfg(feature = "verbs")]
+    all.push(verbs::info_shm_verbs(&attr.params));
     #[cfg(feature = "verbs")]
     all.push(verbs::info(&attr.params));
     #[cfg(not(feature = "verbs"))]
@@ -175,10 +173,6 @@ pub fn info_for(attr: &DomainAttr) -> Vec<ProviderInfo> {
         available: true,
         detail: "shared memory; peers on this host only (XFER_PROVIDER=shm)".into(),
     });
-    #[cfg(feature = "verbs")]
-    all.push(verbs::info_rdm(&attr.params));
-    #[cfg(feature = "verbs")]
-    all.push(verbs::info_shm_verbs(&attr.params));
     all
 }
 
@@ -191,8 +185,6 @@ fn open_named(name: &'static str, params: &Params) -> Result<Domain> {
         "tcp" => Ok(Domain::new(Box::new(xfer_tcp::TcpDomain::with_params(params)?))),
         "shm" => Ok(Domain::new(Box::new(xfer_shm::ShmDomain::with_params(params)?))),
         mixed::NAME => Ok(Domain::new(Box::new(mixed::ShmTcpDomain::with_params(params)?))),
-        #[cfg(feature = "verbs")]
-        "verbs-rdm" => Ok(Domain::new(Box::new(xfer_verbs::VerbsRdmDomain::with_params(params)?))),
         #[cfg(feature = "verbs")]
         mixed::SHM_VERBS => Ok(Domain::new(Box::new(mixed::ShmVerbsDomain::with_params(params)?))),
         _ => Err(Error::Internal("open_named: provider not built")),
@@ -284,37 +276,14 @@ mod verbs {
         }
     }
 
-    /// The `shm+verbs` entry: the same device as `verbs`, opened only when
-    /// asked for.
+    /// The `shm+verbs` entry: available where `verbs` is.
     pub(crate) fn info_shm_verbs(params: &Params) -> ProviderInfo {
         let v = info(params);
         ProviderInfo {
             name: crate::mixed::SHM_VERBS,
             available: v.available,
             detail: if v.available {
-                format!(
-                    "{}; shared memory to peers on this host, verbs under core's RDM engine to others, \
-                     opened only when asked for (XFER_PROVIDER=shm+verbs)",
-                    v.detail
-                )
-            } else {
-                v.detail
-            },
-        }
-    }
-
-    /// The `verbs-rdm` entry: the same device as `verbs`, opened only when
-    /// asked for.
-    pub(crate) fn info_rdm(params: &Params) -> ProviderInfo {
-        let v = info(params);
-        ProviderInfo {
-            name: "verbs-rdm",
-            available: v.available,
-            detail: if v.available {
-                format!(
-                    "{}; verbs under core's RDM engine, opened only when asked for (XFER_PROVIDER=verbs-rdm)",
-                    v.detail
-                )
+                format!("{}; shared memory to peers on this host, verbs to others, chosen per peer", v.detail)
             } else {
                 v.detail
             },
@@ -423,12 +392,15 @@ mod tests {
     fn info_lists_every_provider_in_order() {
         let names: Vec<&str> = info().iter().map(|p| p.name).collect();
         assert_eq!(names, PROVIDERS);
-        let tail = if cfg!(feature = "verbs") { 5 } else { 3 };
+        let head = if cfg!(feature = "verbs") { 2 } else { 0 };
         assert_eq!(
-            PROVIDERS[PROVIDERS.len() - tail..][..3],
+            PROVIDERS[head..],
             ["shm+tcp", "tcp", "shm"],
             "shm+tcp preferred to tcp"
         );
+        if cfg!(feature = "verbs") {
+            assert_eq!(PROVIDERS[..2], ["shm+verbs", "verbs"], "each pair before what it includes");
+        }
         assert!(info().iter().all(|p| !p.detail.is_empty()));
     }
 }

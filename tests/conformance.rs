@@ -1533,11 +1533,11 @@ fn per_peer_bound_refuses_only_the_full_peer() {
 }
 
 /// A large message goes by rendezvous, pulled where the transport can read
-/// the sender's memory and pushed where it cannot, once; over `verbs-rdm`
+/// the sender's memory and pushed where it cannot, once; over `verbs`
 /// it is pulled by RDMA READ, and the sender's buffer is given back (no
 /// registration left exposed) once the receiver has it.
 #[test]
-fn a_large_message_is_pulled_or_pushed_once_and_by_rdma_read_over_verbs_rdm() {
+fn a_large_message_is_pulled_or_pushed_once_and_by_rdma_read_over_verbs() {
     let (mut a, mut b) = (Node::new(), Node::new());
     let pb = a.add(&b);
     let size = 1 << 20;
@@ -1553,7 +1553,7 @@ fn a_large_message_is_pulled_or_pushed_once_and_by_rdma_read_over_verbs_rdm() {
         let moved = (counter(&b, "rndv_pulls"), counter(&b, "rndv_pushes"));
         assert!(moved == (1, 0) || moved == (0, 1), "pulls, pushes: {moved:?}");
     }
-    if a.domain.provider() == "verbs-rdm" {
+    if a.domain.provider() == "verbs" {
         assert_eq!(counter(&b, "rndv_pulls"), 1, "pulled, not pushed");
         assert!(counter(&b, "rdma_reads") > 0, "by RDMA READ");
         assert_eq!(counter(&b, "rdma_read_bytes"), size as u64);
@@ -1576,12 +1576,12 @@ fn a_large_message_is_pulled_or_pushed_once_and_by_rdma_read_over_verbs_rdm() {
 }
 
 /// RMA on a key its target granted goes by the device where there is one:
-/// over verbs-rdm (and shm+verbs with shm off), after one write and one read
+/// over verbs (and shm+verbs with shm off), after one write and one read
 /// served by the target, a large write and read go by RDMA WRITE and READ,
 /// and the target's engine serves none of them; a range outside the region
 /// is still refused by the target, and the connection serves on.
 #[test]
-fn rma_on_a_granted_key_goes_by_the_device_over_verbs_rdm() {
+fn rma_on_a_granted_key_goes_by_the_device_over_verbs() {
     let (mut a, mut b) = (Node::new(), Node::new());
     let pb = a.add(&b);
     let size = 1 << 20;
@@ -1603,7 +1603,7 @@ fn rma_on_a_granted_key_goes_by_the_device_over_verbs_rdm() {
     connection_still_works(&mut a, &mut b, 100);
     let shm_off = std::env::var("XFER_SHM_ENABLED").is_ok_and(|v| v == "0");
     let provider = a.domain.provider();
-    if provider == "verbs-rdm" || (provider == "shm+verbs" && shm_off) {
+    if provider == "verbs" || (provider == "shm+verbs" && shm_off) {
         assert_eq!(counter(&a, "rma_native"), 2, "the large write and read natively");
         assert_eq!(counter(&a, "rma_native_failed"), 0);
         assert!(counter(&a, "rdma_writes") > 0, "by RDMA WRITE");
@@ -1728,27 +1728,22 @@ fn acknowledged_sends_complete_once_the_target_has_them() {
     }
 }
 
-/// An acknowledged send to a target with no receive posted: over TCP an
-/// eager-sized message completes once the target holds it (buffered:
-/// fi_cq(3) allows delivery-complete then), while verbs sends every
-/// acknowledged message by rendezvous, which completes only after a receive
-/// took it; a rendezvous-sized one, whose payload stays with the sender
-/// until a receive matches, completes only after that everywhere.
+/// An acknowledged send to a target with no receive posted: an eager-sized
+/// message completes once the target holds it (buffered: fi_cq(3) allows
+/// delivery-complete then); a rendezvous-sized one, whose payload stays
+/// with the sender until a receive matches, completes only after that.
 #[test]
 fn acknowledged_sends_to_no_receive_complete_as_the_target_holds_them() {
     let (mut a, mut b) = (Node::new(), Node::new());
     let pb = a.add(&b);
     let t = test_attr().rndv_threshold;
-    let buffered = a.domain.provider() != "verbs";
     send_at(&a, pb, 64, 1, CompletionLevel::Delivery);
-    if buffered {
-        let s = expect(&mut [&mut a, &mut b], 0, 1);
-        assert_eq!(s.result, Ok(()));
-        assert!(
-            b.ep.peek(ANY, 1, 0).unwrap().is_some(),
-            "completed before the target had it"
-        );
-    }
+    let s = expect(&mut [&mut a, &mut b], 0, 1);
+    assert_eq!(s.result, Ok(()));
+    assert!(
+        b.ep.peek(ANY, 1, 0).unwrap().is_some(),
+        "completed before the target had it"
+    );
     send_at(&a, pb, 4 * t, 2, CompletionLevel::Delivery);
     probe_until(&mut a, &b, |b| b.ep.peek(ANY, 2, 0).unwrap());
     for _ in 0..50 {
@@ -1759,18 +1754,11 @@ fn acknowledged_sends_to_no_receive_complete_as_the_target_holds_them() {
         a.take(2).is_none(),
         "a rendezvous send completed before a receive took it"
     );
-    assert!(
-        buffered || a.take(1).is_none(),
-        "a verbs send completed before a receive took it"
-    );
     for ctx in [1, 2] {
         let size = if ctx == 1 { 64 } else { 4 * t };
         b.ep.trecv(ANY, ctx, 0, vec![0; size], ctx + 10).unwrap();
         let r = expect(&mut [&mut a, &mut b], 1, ctx + 10);
         assert_eq!(r.buf.unwrap(), pattern(size, ctx));
-    }
-    if !buffered {
-        assert_eq!(expect(&mut [&mut a, &mut b], 0, 1).result, Ok(()));
     }
     assert_eq!(expect(&mut [&mut a, &mut b], 0, 2).result, Ok(()));
 }
@@ -1838,22 +1826,15 @@ fn acknowledged_send_to_a_target_that_closes_fails() {
     assert_eq!(s.buf.unwrap(), pattern(size, 1));
 }
 
-/// `EndpointAttr::rma_events` (`FI_RMA_EVENT`): a TCP or shm target reports each
-/// write (an inject one too) and each read a peer applies to it, with its
-/// length and source, context 0 and the region's key as `tag`, besides writes with data as always; a
-/// target without it reports only those. A verbs endpoint, whose NIC applies
-/// RDMA unseen, is refused.
+/// `EndpointAttr::rma_events` (`FI_RMA_EVENT`): a target reports each write
+/// (an inject one too) and each read a peer applies to it, with its length
+/// and source, context 0 and the region's key as `tag`, besides writes with
+/// data as always; a target without it reports only those. Over verbs such
+/// a target serves its RMA itself, never by the device.
 #[test]
 fn rma_events_report_what_peers_apply_to_the_target() {
     let mut attr = test_attr();
     attr.rma_events = true;
-    let domain = xfer::open_default().unwrap();
-    let (cq, av) = (domain.cq(&xfer::CqAttr::default()).unwrap(), domain.av().unwrap());
-    if domain.provider() == "verbs" {
-        let refused = domain.endpoint(&cq, &av, &attr).err();
-        assert!(matches!(refused, Some(Error::NotSupported(_))), "{refused:?}");
-        return;
-    }
     let (mut a, mut b, mut quiet) = (Node::new(), Node::with_attr(&attr), Node::new());
     let (pb, pq, pa) = (a.add(&b), a.add(&quiet), b.add(&a));
     for (target, peer) in [(&mut b, pb), (&mut quiet, pq)] {

@@ -141,7 +141,7 @@ fn xfer_info_lists_tcp() {
         lines.join("\n")
     );
     let verbs = verbs_available(&lines);
-    let picks = if verbs == Some(true) { "verbs" } else { "shm+tcp" };
+    let picks = if verbs == Some(true) { "shm+verbs" } else { "shm+tcp" };
     assert!(
         lines.iter().any(|l| l == &format!("open_default() picks: {picks}")),
         "{}",
@@ -355,9 +355,10 @@ fn xfer_info_says_why_verbs_is_unavailable() {
     );
     assert!(json.contains(r#""chosen": "shm+tcp""#), "{json}");
     assert!(
-        json.contains(r#""why": [{"name": "verbs", "verdict": "unavailable: "#),
+        json.contains(r#""why": [{"name": "shm+verbs", "verdict": "unavailable: "#),
         "{json}"
     );
+    assert!(json.contains(r#"{"name": "verbs", "verdict": "unavailable: "#), "{json}");
     assert!(json.contains(r#""verbs": {"devices": ["#), "{json}");
 
     // Forcing tcp: verbs was not requested.

@@ -31,10 +31,6 @@ fn send_from(client: &mut Node, server: &mut Node, tag: u64) -> xfer::Completion
 
 #[test]
 fn a_peer_with_the_job_key_is_served_and_others_are_refused() {
-    if std::env::var("XFER_PROVIDER").is_ok_and(|p| p == "verbs") {
-        eprintln!("TCP's admission test (verbs: providers/verbs/tests/endpoint.rs): skipped");
-        return;
-    }
     let mut server = keyed(Some(b"the job's key"));
     // Every message from anyone, on one any-source receive per tag.
     for tag in 1..=3 {

@@ -84,8 +84,7 @@ const PREF: [u32; 2] = [100, 102];
 const LOCAL_PREF: &str = "1000";
 
 /// The cases share fixed device names and addresses: one at a time.
-/// The verbs provider the workers open: `XFER_FAULTS_PROVIDER`, `verbs`
-/// unless it names `verbs-rdm` (verbs under core's RDM engine).
+/// The provider the workers open: `XFER_FAULTS_PROVIDER`, else `verbs`.
 fn provider() -> String {
     std::env::var("XFER_FAULTS_PROVIDER").unwrap_or_else(|_| "verbs".into())
 }

@@ -17,8 +17,6 @@ use xfer_core::unstable::rdm::engine::wire::{self, Kind};
 use xfer_core::RemoteKey;
 use xfer_fuzz::{setup, token, BIG, BOTH, MR_BASE, MR_KEY, OUTBOUND, SMALL, SPLIT, TAG};
 use xfer_tcp::name::TcpName;
-use xfer_verbs::fuzzing::{cm_private, CM_PRIVATE_LEN};
-use xfer_verbs::wire::{self as vwire, Meta, CREDIT_LEN, FIN_LEN, HDR, RTS_LEN, WRITE_DATA_LEN};
 use xfer_verbs::VerbsName;
 
 struct Out {
@@ -180,60 +178,6 @@ fn verbs_name(root: &Path) -> usize {
         .to_vec(),
     );
     out.put("tag-only", &name[..1]);
-    out.count
-}
-
-fn verbs_msg(root: &Path) -> usize {
-    let mut out = Out::new(root, "verbs_msg");
-    let meta = Meta {
-        tag: Some(TAG),
-        data: Some(42),
-    };
-    let mut eager = vec![0u8; HDR + 5];
-    vwire::eager(&mut eager, meta);
-    eager[HDR..].copy_from_slice(b"hello");
-    out.put("eager", &eager);
-    let mut empty = vec![0u8; HDR];
-    vwire::eager(&mut empty, Meta { tag: None, data: None });
-    out.put("eager-empty", &empty);
-    let mut rts = vec![0u8; RTS_LEN];
-    vwire::rts(&mut rts, meta, 5, 1 << 20, 0xdead_0000, 77);
-    out.put("rts", &rts);
-    let mut fin = vec![0u8; FIN_LEN];
-    vwire::fin(&mut fin, 5, 0);
-    out.put("fin", &fin);
-    let mut wd = vec![0u8; WRITE_DATA_LEN];
-    vwire::write_data(&mut wd, 42, 100);
-    out.put("write-data", &wd);
-    let mut credit = vec![0u8; CREDIT_LEN];
-    vwire::credit(&mut credit, 16, 1 << 20);
-    out.put("credit", &credit);
-    out.put("short", &rts[..HDR - 1]);
-    out.put("rts-short", &rts[..RTS_LEN - 1]);
-    out.put("version-unknown", &edit(rts.clone(), 2, &[9]));
-    out.put("unknown-kind", &edit(rts.clone(), 0, &[9]));
-    out.put("bad-flags", &edit(rts, 1, &[0x80]));
-    out.count
-}
-
-fn verbs_cm(root: &Path) -> usize {
-    let mut out = Out::new(root, "verbs_cm");
-    let name = VerbsName {
-        addr: "10.11.0.1:4791".parse().expect("addr"),
-        nonce: 0x0123_4567_89ab_cdef,
-    };
-    let req = cm_private(1, &name).to_vec();
-    out.put("request", &req);
-    out.put("accept", &cm_private(2, &name));
-    out.put("duplicate", &cm_private(3, &name));
-    let mut padded = req.clone();
-    padded.resize(56, 0); // rdma_cm pads connection private data to 56 bytes
-    out.put("request-padded", &padded);
-    out.put("short", &req[..CM_PRIVATE_LEN - 1]);
-    out.put("bad-magic", &edit(req.clone(), 0, b"FX"));
-    out.put("version-9", &edit(req.clone(), 2, &[9]));
-    out.put("tcp-name", &edit(req.clone(), 4, &[0x01]));
-    out.put("port-0", &edit(req, 10, &[0, 0]));
     out.count
 }
 
@@ -883,8 +827,6 @@ fn main() {
         ("tcp_name", tcp_name(&root)),
         ("rkey", rkey(&root)),
         ("verbs_name", verbs_name(&root)),
-        ("verbs_msg", verbs_msg(&root)),
-        ("verbs_cm", verbs_cm(&root)),
         ("shm_ring", shm_ring(&root)),
         ("shm_rma", shm_rma(&root)),
         ("rdm_frames", rdm_frames(&root)),

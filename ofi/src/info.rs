@@ -102,11 +102,12 @@ pub const TAG_GENERIC: u64 = 0xAAAA_AAAA_AAAA_AAAA;
 /// one RC QP per peer).
 pub const MSG_ORDER: u64 = fi::FI_ORDER_SAS;
 
-/// Whether provider `provider`'s target applies peers' RMA itself (TCP's
-/// endpoint, the RDM engine under shm), so that it sees each one: remote
-/// counters (`FI_RMA_EVENT`) and counters bound to regions work there.
+/// Whether provider `provider`'s target can see each RMA peers apply to it:
+/// remote counters (`FI_RMA_EVENT`) and counters bound to regions work
+/// there. Every provider is the RDM engine, which serves such a target's
+/// RMA itself (verbs grants it no device path).
 pub fn serves_rma(provider: &str) -> bool {
-    matches!(provider, "tcp" | "shm" | "shm+tcp" | "verbs-rdm" | "shm+verbs")
+    matches!(provider, "tcp" | "shm" | "shm+tcp" | "verbs" | "shm+verbs")
 }
 
 /// What the application asked for, read once out of its `fi_info`.
@@ -667,19 +668,20 @@ fn default_ip() -> Option<IpAddr> {
 /// or only the one `XFER_PROVIDER` (`FI_XFER_PROVIDER`) forces. Open MPI 4.1
 /// treats fi_infos of one libfabric provider with alike attributes as NICs
 /// of one fabric and spreads its ranks over them by local rank
-/// (`opal_mca_common_ofi_select_provider`): with verbs and shm+tcp both
+/// (`opal_mca_common_ofi_select_provider`): with shm+verbs and shm+tcp both
 /// listed, ranks would land on providers that cannot reach each other, so
 /// `XFER_PROVIDER` must be able to leave one entry. shm reaches this host
 /// only, so, as the facade does, it is offered only when chosen: forced, or
 /// named by the hints' `domain_attr->name` (`fi_info -d shm`); so is
-/// `verbs-rdm` (verbs under the engine, beside `verbs` while it replaces it) and `shm+verbs`. `tcp` stands in for `shm+tcp`
-/// (which includes it) where that took no fi_info (`shm_tcp_offered`
-/// false): hints with socket address formats, node and service, or naming
-/// `tcp`; listed beside it, it would split ranks as verbs does.
+/// `verbs`, which `shm+verbs` includes (listed beside it, it would split
+/// ranks). `tcp` stands in for `shm+tcp` (which includes it) where that
+/// took no fi_info (`shm_tcp_offered` false): hints with socket address
+/// formats, node and service, or naming `tcp`; listed beside it, it would
+/// split ranks as verbs does.
 fn offered(forced: Option<&str>, asked: Option<&str>, name: &str, shm_tcp_offered: bool) -> bool {
     match (forced, name) {
         (Some(f), _) => f == name,
-        (None, "shm" | "verbs-rdm" | "shm+verbs") => asked == Some(name),
+        (None, "shm" | "verbs") => asked == Some(name),
         (None, "tcp") => !shm_tcp_offered,
         (None, _) => true,
     }
@@ -779,7 +781,9 @@ mod tests {
     #[test]
     fn xfer_provider_leaves_one_entry() {
         let offered = |forced, asked, name| offered(forced, asked, name, false);
-        assert!(offered(None, None, "verbs") && offered(None, None, "shm+tcp"));
+        assert!(offered(None, None, "shm+verbs") && offered(None, None, "shm+tcp"));
+        assert!(!offered(None, None, "verbs"), "shm+verbs includes it");
+        assert!(offered(None, Some("verbs"), "verbs") && offered(Some("verbs"), None, "verbs"));
         assert!(offered(Some("tcp"), None, "tcp"));
         assert!(!offered(Some("tcp"), None, "verbs") && !offered(Some("tcp"), None, "shm+tcp"));
         assert!(!offered(None, None, "shm"), "same host only: offered when chosen");
@@ -966,8 +970,8 @@ mod tests {
         };
         assert!(select(&events, "tcp", false, L).is_ok_and(|o| o.rma && o.caps & fi::FI_RMA_EVENT != 0));
         assert!(
-            select(&events, "verbs", false, L).is_err(),
-            "a verbs target sees no RDMA"
+            select(&events, "verbs", false, L).is_ok_and(|o| o.caps & fi::FI_RMA_EVENT != 0),
+            "a verbs target with remote counters serves RMA itself"
         );
         refuse(Hints {
             caps: fi::FI_MSG | fi::FI_TRIGGER,

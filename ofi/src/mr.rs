@@ -94,7 +94,7 @@ fn register(
         return fi::err(fi::FI_EBADFLAGS);
     }
     if flags & fi::FI_RMA_EVENT != 0 && !crate::info::serves_rma(domain.xfer.provider()) {
-        return -(libc::ENOSYS); // a verbs target does not see the RDMA applied to it
+        return -(libc::ENOSYS);
     }
     // SAFETY: fi_mr_reg's contract: the application keeps the memory
     // allocated and registered until it closes the region, and libfabric's

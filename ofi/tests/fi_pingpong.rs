@@ -94,8 +94,8 @@ fn fi_info_lists_xfer() {
         "FI_EP_MSG accepted:\n{}",
         String::from_utf8_lossy(&out.stdout)
     );
-    // Atomics only where the domain applies them (under the RDM engine):
-    // verbs refuses them whatever the test's domain.
+    // Atomics where the domain is offered at all: every domain applies them,
+    // but the host has no verbs device.
     for (forced, offered) in [("tcp", true), ("verbs", false), ("shm", true)] {
         let out = fi_command("fi_info")
             .args(["-p", "xfer", "-c", "FI_ATOMIC", "-v"])

@@ -228,12 +228,12 @@ fn onesided(exe: &std::path::Path, provider: Option<&str>) -> Output {
 /// endpoint must have carried atomics but the target rank's (its own
 /// fetch-and-ops stay in its process), which proves `osc rdma` used the
 /// plug-in's `FI_ATOMIC` rather than falling back to locks and gets.
-/// Skipped in the Soft-RoCE guest (`XFER_OFI_TEST_DIR`): its verbs domain
-/// does not apply atomics through the plug-in.
+/// Skipped in the Soft-RoCE guest (`XFER_OFI_TEST_DIR`), where the MPI step
+/// runs the two-sided programs only.
 #[test]
 fn mpi_onesided_four_ranks() {
     if std::env::var_os("XFER_OFI_TEST_DIR").is_some() {
-        eprintln!("mpi_onesided: skipped over verbs (no FI_ATOMIC there)");
+        eprintln!("mpi_onesided: skipped in the guest (run on the host over shm and tcp)");
         return;
     }
     let exe = mpicc("mpi_onesided");

@@ -170,14 +170,10 @@ fn endpoint_name(domain: &xfer::Domain) -> Result<Name, String> {
     let text = match domain.provider() {
         "tcp" => xfer_tcp::name::TcpName::decode(&bytes).ok().map(|n| n.to_string()),
         #[cfg(feature = "verbs")]
-        "verbs" => xfer_verbs::name::VerbsName::decode(&bytes)
-            .ok()
-            .map(|n| format!("verbs://{}#{:016x}", n.addr, n.nonce)),
-        #[cfg(feature = "verbs")]
-        "verbs-rdm" => bytes
+        "verbs" => bytes
             .get(1..)
             .and_then(xfer_verbs::transport::decode)
-            .map(|n| format!("verbs-rdm://{}#{:016x}", n.addr, n.nonce)),
+            .map(|n| format!("verbs://{}#{:016x}", n.addr, n.nonce)),
         #[cfg(feature = "verbs")]
         "shm+verbs" => bytes
             .get(1..)

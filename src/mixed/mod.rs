@@ -3,7 +3,7 @@
 //! `xfer_shm::host`) and a network transport to every other peer. `shm+tcp`
 //! ([`ShmTcpDomain`]) is the default where no verbs device is usable;
 //! `shm+verbs` (`ShmVerbsDomain`, with the `verbs` feature) pairs shared
-//! memory with verbs under the engine.
+//! memory with verbs, the default where one is.
 //!
 //! An endpoint name is the provider's id and the pair's address: the host
 //! identity (8 bytes), the shm address's length and the shm address (14

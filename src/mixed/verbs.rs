@@ -1,12 +1,11 @@
 //! The `shm+verbs` provider: one RDM engine endpoint over a [`Pair`] of the
-//! shared-memory transport and verbs under the engine (`verbs-rdm`'s
+//! shared-memory transport and verbs under the engine (`verbs`'s
 //! transport), so peers on this host are served over shared memory and
-//! every other peer over an RC queue pair. Opened only when asked for
-//! (`XFER_PROVIDER=shm+verbs`) while the verbs provider moves under the
-//! engine.
+//! every other peer over an RC queue pair. First in the order of
+//! preference where a verbs device is usable.
 //!
 //! Its endpoint name is [`SHM_VERBS_ID`] and the pair's address, whose
-//! network part is a `verbs-rdm` transport address (4, the IPv4 address,
+//! network part is a `verbs` transport address (4, the IPv4 address,
 //! the rdma_cm port, the nonce).
 //!
 //! [`Pair`]: xfer_core::unstable::rdm::pair::Pair
@@ -18,7 +17,7 @@ use xfer_core::unstable::provider::{DomainProvider, EndpointProvider};
 use xfer_core::unstable::rdm::pair::Parts;
 use xfer_core::{Access, Address, EndpointAttr, Error, Result};
 use xfer_shm::ShmConfig;
-use xfer_verbs::VerbsRdmDomain;
+use xfer_verbs::VerbsDomain;
 
 /// The first byte of every `shm+verbs` endpoint name.
 pub const SHM_VERBS_ID: u8 = 0x07;
@@ -27,24 +26,24 @@ pub const SHM_VERBS_ID: u8 = 0x07;
 pub const SHM_VERBS: &str = "shm+verbs";
 
 /// The `shm+verbs` provider's domain: the verbs device, protection domain
-/// and settings `verbs-rdm` would use, and the `shm.*` settings. Its
+/// and settings `verbs` would use, and the `shm.*` settings. Its
 /// registrations are the verbs domain's (a key table entry and, for remote
 /// access, an ibv MR), so a region is reached by an shm peer in software
 /// and by a verbs peer's device.
 #[derive(Debug)]
 pub struct ShmVerbsDomain {
     params: Params,
-    verbs: VerbsRdmDomain,
+    verbs: VerbsDomain,
 }
 
 impl ShmVerbsDomain {
     /// A domain with the `shm.*` and `verbs.*` settings of `params` over
-    /// the environment, on the device `verbs-rdm` would choose.
+    /// the environment, on the device `verbs` would choose.
     pub fn with_params(params: &Params) -> Result<ShmVerbsDomain> {
         ShmConfig::from_params(params)?;
         Ok(ShmVerbsDomain {
             params: params.clone(),
-            verbs: VerbsRdmDomain::with_params(params)?,
+            verbs: VerbsDomain::with_params(params)?,
         })
     }
 }

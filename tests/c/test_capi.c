@@ -79,11 +79,7 @@ static int on_tcp(void)
 {
     return strcmp(provider, "tcp") == 0;
 }
-static int on_verbs(void)
-{
-    return strcmp(provider, "verbs") == 0;
-}
-/* verbs, or verbs-rdm (verbs under core's RDM engine): a verbs device sends. */
+/* verbs or shm+verbs: a verbs device sends. */
 static int on_a_verbs_device(void)
 {
     return strncmp(provider, "verbs", 5) == 0;
@@ -292,7 +288,7 @@ static void test_info(void)
     }
     /* shm+tcp (shared memory to peers on this host, TCP to the others) is
      * preferred to tcp alone; shm (same-host peers only) comes after, opened
-     * only when asked for (verbs-rdm, when built, after it). */
+     * only when asked for (shm+verbs and verbs, when built, before them). */
     CHECK(shm_tcp >= 0 && tcp == shm_tcp + 1 && shm == tcp + 1);
     CHECK_RC(xfer_info_get((size_t)n, &info), XFER_EINVAL);
     CHECK_RC(xfer_info_get(0, NULL), XFER_EINVAL);
@@ -717,7 +713,7 @@ static void test_getname(void)
 }
 
 /* Every kind of operation between two endpoints of one process. */
-/* Provider counters: verbs and verbs-rdm keep them (an 8-byte send goes
+/* Provider counters: verbs keeps them (an 8-byte send goes
  * inline), TCP and shm have no such counter; every provider counts its
  * connections. */
 static void test_counters(void)
@@ -1870,19 +1866,12 @@ static void test_region_ops(void)
     free(bbuf);
 }
 
-/* XFER_RMA_EVENTS: a TCP or shm target reports each write and read a peer
- * applies to it (context NULL, its length); a verbs endpoint cannot
- * (XFER_EOPNOTSUPP). A target without the flag reports neither. */
+/* XFER_RMA_EVENTS: a target reports each write and read a peer applies to
+ * it (context NULL, its length); it serves them itself, never by the
+ * device. A target without the flag reports neither. */
 static void test_rma_events(void)
 {
     struct node a, b, quiet;
-    if (on_verbs()) {
-        CHECK(node_open_flags(&b, XFER_RMA_EVENTS) == XFER_EOPNOTSUPP);
-        CHECK_RC(xfer_av_close(b.av), 0);
-        CHECK_RC(xfer_cq_close(b.cq), 0);
-        CHECK_RC(xfer_domain_close(b.domain), 0);
-        return;
-    }
     REQUIRE_OK(node_open(&a));
     REQUIRE_OK(node_open_flags(&b, XFER_RMA_EVENTS));
     REQUIRE_OK(node_open(&quiet));

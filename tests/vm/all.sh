@@ -2,22 +2,19 @@
 # Guest script: everything that needs the Soft-RoCE device, in ONE boot:
 #   smoke        smoke.sh: rxe0 ACTIVE, ibv_rc_pingpong, ib_send_lat (the stack itself)
 #   verbs        verbs.sh on each xfer-verbs integration test binary (providers/verbs/tests/
-#                <name>.rs: rc, endpoint, stall), reported as verbs_<name>
+#                <name>.rs: rc), reported as verbs_<name>
 #   conformance  the root crate's provider conformance suite over XFER_PROVIDER=verbs
+#                (core's RDM engine over the verbs transport, providers/verbs/src/transport/)
 #   peer_death   tests/peer_death.rs over XFER_PROVIDER=verbs (a peer process killed)
-#   rdm          over XFER_PROVIDER=verbs-rdm (verbs under core's RDM engine,
-#                providers/verbs/src/transport/): the conformance suite, its large-message
-#                cases again with rendezvous READs of 4 KiB (rdm_read_chunks), tests/peer_death.rs,
+#   rdm          the engine's cases the other steps leave out: the conformance suite's
+#                large-message cases with rendezvous READs of 4 KiB (rdm_read_chunks),
 #                tests/flow_control.rs with an SRQ of 32 buffers (rdm_flow_control: the
-#                receive-slot credit keeps a silent receiver's SRQ from running dry, no RNR NAK)
-#                tests/tcp_stall.rs (rdm_stall: the progress timeout against a stopped peer)
-#                and tests/scale.rs as in `scale` (rdm_scale: 32 peers on an SRQ of 64, which
-#                the later connections overcommit); then the steps in XFER_VM_RDM_STEPS
-#                (default aio teardown rpc c_suite ofi mpi verbs_faults) as below, over
-#                verbs-rdm, reported as rdm_<step>; and over shm+verbs (shared memory to
-#                peers on this host, verbs-rdm's transport to others) the conformance suite
-#                with XFER_SHM_ENABLED=0 (rdm_shm_verbs_conformance) and tests/mixed.rs
-#                (rdm_mixed: a peer process over shm, one over verbs, any-source receives)
+#                receive-slot credit keeps a silent receiver's SRQ from running dry, no RNR
+#                NAK), tests/tcp_stall.rs (rdm_stall: the progress timeout against a stopped
+#                peer); and over shm+verbs (shared memory to peers on this host, verbs to
+#                others) the conformance suite with XFER_SHM_ENABLED=0
+#                (rdm_shm_verbs_conformance) and tests/mixed.rs (rdm_mixed: a peer process
+#                over shm, one over verbs, any-source receives)
 #   scale        tests/scale.rs over XFER_PROVIDER=verbs: one endpoint, XFER_SCALE_PEERS (32)
 #                peers; the hub's receive memory (its SRQ) must not grow with them
 #   tcp_faults   tests/tcp_faults.rs: the TCP provider between two network namespaces
@@ -38,7 +35,7 @@
 #                veth pair under 5% netem loss, and with the link taken down mid-transfer
 #                and brought back (RC keepalive, docs/FAULTS.md)
 #   xfer_info    xfer-info with no XFER_PROVIDER/XFER_VERBS_DEVICE: must find rxe0 and
-#                pick verbs by itself
+#                pick shm+verbs by itself
 #   c_suite      the C suite (tests/c/test_capi.c) over XFER_PROVIDER=verbs, then the C
 #                examples (pingpong, rma) as server and client processes over verbs
 #   ofi          libfabric's fi_info and fi_pingpong (-e rdm, -m msg and -m tagged, two
@@ -57,9 +54,8 @@
 # Knobs (set on the host: run-guest.sh forwards XFER_* variables into the guest):
 #   XFER_VM_STEPS        steps to run, space- or comma-separated (default: all, above order);
 #                        `verbs` runs every VERBS_* binary, `verbs_<name>` just that one
-#   XFER_VM_RDM_STEPS    the verbs steps the rdm step runs again over verbs-rdm
-#   XFER_VM_PROVIDER     the verbs provider the verbs steps (conformance to mpi, not rdm)
-#                        run over: verbs (default) or verbs-rdm, verbs under core's RDM engine
+#   XFER_VM_PROVIDER     the provider the verbs steps (conformance to mpi, not rdm) run
+#                        over: verbs (default) or shm+verbs
 #   XFER_VM_CONFORMANCE_THREADS  --test-threads for the conformance suite (default 2: 35
 #                        tests in ~9-10 s over rxe vs ~16 s with 1, both passing, measured)
 #   XFER_VM_TIMEOUT_VERBS / _CONFORMANCE / _PEER_DEATH / _SCALE / _TCP_FAULTS / _AIO /
@@ -182,7 +178,7 @@ step_verbs() {
 }
 
 # run_test STEP KEY THREADS TIMEOUT [ARGS...]: a root-package test binary over verbs
-# (over $RUN_PROVIDER when set: verbs-rdm).
+# (over $RUN_PROVIDER when set: shm+verbs).
 run_test() {
     local step=$1 key=$2 threads=$3 t=$4 provider=${RUN_PROVIDER:-$vprov}
     shift 4
@@ -210,32 +206,23 @@ step_peer_death() {
     run_test peer_death PEER_DEATH 1 "${XFER_VM_TIMEOUT_PEER_DEATH:-120}"
 }
 
-# verbs under core's RDM engine: the conformance suite and the peer-death cases,
-# reported as rdm_conformance and rdm_peer_death.
+# What the verbs steps do not cover of the RDM engine over verbs, each reported as
+# rdm_<case>: rendezvous READs in small chunks, a receiver's SRQ shrunk below the eager
+# credit, the progress timeout, and shm+verbs (the default where a device is usable).
 step_rdm() {
-    # shellcheck disable=SC2086  # XFER_VM_TEST_ARGS is a word list on purpose
-    RUN_PROVIDER=verbs-rdm run_test rdm_conformance CONFORMANCE "${XFER_VM_CONFORMANCE_THREADS:-2}" \
-        "${XFER_VM_TIMEOUT_CONFORMANCE:-240}" ${XFER_VM_TEST_ARGS:-}
-    step_start=$(date +%s)
     # Rendezvous READs in 4 KiB chunks: a 1 MiB message is 256 READs, more than the
     # initiator depth lets fly at once, so later chunks wait for earlier ones; native
     # RMA's WRITEs and READs are chunked alike.
-    XFER_VERBS_READ_MAX=4096 RUN_PROVIDER=verbs-rdm run_test rdm_read_chunks CONFORMANCE 2 \
+    XFER_VERBS_READ_MAX=4096 run_test rdm_read_chunks CONFORMANCE 2 \
         "${XFER_VM_TIMEOUT_CONFORMANCE:-240}" a_large_message tagged_roundtrip_all_sizes untagged_messages_keep_order \
         rma_on_a_granted_key rma_write_and_read_all_sizes
     step_start=$(date +%s)
-    RUN_PROVIDER=verbs-rdm run_test rdm_peer_death PEER_DEATH 1 "${XFER_VM_TIMEOUT_PEER_DEATH:-120}"
-    step_start=$(date +%s)
     # 32 buffers: fewer than the engine's 256 KiB of eager credit in 4 KiB messages, so
     # only the transport's slot credit stands between a silent receiver and RNR.
-    XFER_VERBS_EAGER_CREDIT=256k XFER_VERBS_SRQ_SIZE=32 XFER_VERBS_SRQ_LOW_WATERMARK=8 RUN_PROVIDER=verbs-rdm \
+    XFER_VERBS_EAGER_CREDIT=256k XFER_VERBS_SRQ_SIZE=32 XFER_VERBS_SRQ_LOW_WATERMARK=8 \
         run_test rdm_flow_control FLOW_CONTROL 1 "${XFER_VM_TIMEOUT_FLOW_CONTROL:-120}" --nocapture
     step_start=$(date +%s)
-    RUN_PROVIDER=verbs-rdm run_test rdm_stall STALL 1 "${XFER_VM_TIMEOUT_STALL:-120}" --nocapture
-    step_start=$(date +%s)
-    RUN_PROVIDER=verbs-rdm XFER_SCALE_PEERS=${XFER_SCALE_PEERS:-32} XFER_VERBS_SRQ_SIZE=${XFER_VERBS_SRQ_SIZE:-64} \
-        XFER_VERBS_SRQ_LOW_WATERMARK=${XFER_VERBS_SRQ_LOW_WATERMARK:-16} \
-        run_test rdm_scale SCALE 1 "${XFER_VM_TIMEOUT_SCALE:-180}" --nocapture
+    run_test rdm_stall STALL 1 "${XFER_VM_TIMEOUT_STALL:-120}" --nocapture
     # shm+verbs: the conformance suite with shared memory off (every peer over the
     # pair's verbs side), then one endpoint serving a peer process over shared memory
     # and one over verbs.
@@ -245,12 +232,6 @@ step_rdm() {
         "${XFER_VM_CONFORMANCE_THREADS:-2}" "${XFER_VM_TIMEOUT_CONFORMANCE:-240}" ${XFER_VM_TEST_ARGS:-}
     step_start=$(date +%s)
     XFER_MIXED_PROVIDER=shm+verbs RUN_PROVIDER=shm+verbs run_test rdm_mixed MIXED 1 "${XFER_VM_TIMEOUT_MIXED:-120}" --nocapture
-    # Then the suites the verbs steps run, as they run them, over verbs-rdm.
-    local s
-    for s in ${XFER_VM_RDM_STEPS:-aio teardown rpc c_suite ofi mpi verbs_faults}; do
-        step_start=$(date +%s)
-        prefix=rdm_ vprov=verbs-rdm "step_$s"
-    done
 }
 
 step_aio() {
@@ -316,15 +297,15 @@ step_verbs_faults() {
 step_xfer_info() {
     need XFER_INFO xfer_info || return
     local t=${XFER_VM_TIMEOUT_XFER_INFO:-60} out rc
-    # Nothing forced: xfer-info must find rxe0 and prefer verbs on its own.
+    # Nothing forced: xfer-info must find rxe0 and prefer shm+verbs on its own.
     echo "+ env -u XFER_PROVIDER -u XFER_VERBS_DEVICE timeout $t ${bin[XFER_INFO]}"
     out=$(env -u XFER_PROVIDER -u XFER_VERBS_DEVICE timeout -k 5 "$t" "${bin[XFER_INFO]}" 2>&1)
     rc=$?
     printf '%s\n' "$out"
     if [ "$rc" != 0 ]; then
         result xfer_info "$rc" "$(why "$rc" "$t")"
-    elif ! grep -q '^open_default() picks: verbs' <<<"$out"; then
-        result xfer_info 1 "open_default() did not pick verbs: $(grep '^open_default() picks:' <<<"$out")"
+    elif ! grep -q '^open_default() picks: shm+verbs' <<<"$out"; then
+        result xfer_info 1 "open_default() did not pick shm+verbs: $(grep '^open_default() picks:' <<<"$out")"
     elif ! grep -qw rxe0 <<<"$out"; then
         result xfer_info 1 "rxe0 is not listed"
     else

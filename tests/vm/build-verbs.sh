@@ -3,7 +3,7 @@
 # KEY=PATH line per binary on stdout, for tests/vm/all.sh (which takes them as
 # arguments) and bench/verbs-compare.sh:
 #   VERBS_<NAME>=... each xfer-verbs integration test, providers/verbs/tests/<name>.rs
-#                    (debug; today VERBS_RC, VERBS_ENDPOINT and VERBS_STALL)
+#                    (debug; today VERBS_RC)
 #   CONFORMANCE=...  root package tests/conformance.rs (release: TCG is ~10x slower)
 #   PEER_DEATH=...   root package tests/peer_death.rs (release)
 #   SCALE=...        root package tests/scale.rs (release)
@@ -13,7 +13,7 @@
 #   FLOW_CONTROL=... root package tests/flow_control.rs (release): a fast sender against a
 #                    receiver that posts nothing (verbs credit: bounded memory, no RNR)
 #   STALL=...        root package tests/tcp_stall.rs (release): the progress timeout against a
-#                    stopped peer process (run over verbs-rdm by all.sh's rdm step)
+#                    stopped peer process (run over verbs by all.sh's rdm step)
 #   MIXED=...        root package tests/mixed.rs (release): one endpoint of a pair provider
 #                    serving a peer over shared memory and one over the network (all.sh's rdm
 #                    step runs it over shm+verbs)

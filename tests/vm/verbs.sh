@@ -2,7 +2,7 @@
 # Guest script: run one xfer-verbs integration test binary (providers/verbs/tests/*.rs)
 # against the guest's rxe device. The test binary is built on the HOST (the guest
 # cannot run cargo builds reliably) and passed as the first argument:
-#   bins=$(tests/vm/build-verbs.sh --only VERBS)   # VERBS_RC=..., VERBS_ENDPOINT=...
+#   bins=$(tests/vm/build-verbs.sh --only VERBS)   # VERBS_RC=...
 #   tests/vm/run-guest.sh tests/vm/verbs.sh "$(sed -n 's/^VERBS_RC=//p' <<<"$bins")"
 # Extra arguments go to the test binary (e.g. a test name filter).
 set -u

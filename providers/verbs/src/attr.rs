@@ -5,7 +5,7 @@
 
 use std::str::FromStr;
 
-use xfer_core::unstable::attr::{env_flag, env_value, param_flag, param_value, unknown_key, Setting};
+use xfer_core::unstable::attr::{env_value, param_value, unknown_key, Setting};
 use xfer_core::unstable::error::Result;
 use xfer_core::unstable::params::Params;
 
@@ -59,11 +59,11 @@ pub struct VerbsAttr {
     pub path_mtu: u32,
     /// Entries of each completion queue.
     pub cq_size: u32,
-    /// A connection not established after this many milliseconds fails
-    /// (`ETIMEDOUT`), and the operations waiting for it with it. 0 (the
-    /// default): rdma_cm's own retries bound it, about 100 s on rxe when the
-    /// peer's link is down. Not too short on lossy links: connection set-up
-    /// packets lost there are resent by the CM after seconds.
+    /// A connection not established and admitted after this many
+    /// milliseconds fails (`ETIMEDOUT`), and the operations waiting for it
+    /// with it. 0 (the default): the engine's handshake timeout, 10 s. Not
+    /// too short on lossy links: connection set-up packets lost there are
+    /// resent by the CM after seconds.
     pub connect_timeout_ms: u64,
     /// Keepalive interval in milliseconds (0: off). While operations wait
     /// on a peer (rendezvous sends for the receiver's FIN, receives
@@ -87,16 +87,11 @@ pub struct VerbsAttr {
     /// Out of credit, a send goes by rendezvous and an inject fails with
     /// `Again`.
     pub eager_credit: u64,
-    /// Largest RDMA READ one work request of a `verbs-rdm` rendezvous pull
+    /// Largest RDMA READ one work request of a `verbs` rendezvous pull
     /// asks for (UCX's `RC_MAX_GET_ZCOPY`); a longer payload is read in
     /// chunks, as many in flight as the connection's initiator depth. 0:
     /// the port's `max_msg_sz`.
     pub read_max: u64,
-    /// Fault injection for tests: the endpoint sends past the credit its
-    /// peers granted, as a broken or hostile peer would, so that the
-    /// receiving side's enforcement can be checked
-    /// (`XFER_VERBS_FAULT_IGNORE_CREDIT=1`). Never set it otherwise.
-    pub fault_ignore_credit: bool,
 }
 
 impl Default for VerbsAttr {
@@ -123,7 +118,6 @@ impl Default for VerbsAttr {
             credit_msgs: 64,
             eager_credit: 4 << 20,
             read_max: 0,
-            fault_ignore_credit: false,
         }
     }
 }
@@ -183,9 +177,6 @@ impl VerbsAttr {
         apply(&mut a.credit_msgs, "XFER_VERBS_CREDIT_MSGS");
         apply(&mut a.eager_credit, "XFER_VERBS_EAGER_CREDIT");
         apply(&mut a.read_max, "XFER_VERBS_READ_MAX");
-        if let Some(v) = env_flag("XFER_VERBS_FAULT_IGNORE_CREDIT") {
-            a.fault_ignore_credit = v;
-        }
         a.clamp();
         a
     }
@@ -242,7 +233,6 @@ impl VerbsAttr {
             "verbs.credit_msgs" => self.credit_msgs = param_value(key, value)?,
             "verbs.eager_credit" => self.eager_credit = param_value(key, value)?,
             "verbs.read_max" => self.read_max = param_value(key, value)?,
-            "verbs.fault_ignore_credit" => self.fault_ignore_credit = param_flag(key, value)?,
             _ => return Err(unknown_key(key, &Self::default().settings())),
         }
         Ok(())
@@ -361,7 +351,7 @@ impl VerbsAttr {
                 "verbs.connect_timeout_ms",
                 "XFER_VERBS_CONNECT_TIMEOUT_MS",
                 self.connect_timeout_ms.to_string(),
-                "connection establishment timeout in ms (0: rdma_cm's own)",
+                "connection establishment timeout in ms (0: the engine's, 10 s)",
             ),
             row(
                 "verbs.keepalive_ms",
@@ -385,13 +375,7 @@ impl VerbsAttr {
                 "verbs.read_max",
                 "XFER_VERBS_READ_MAX",
                 self.read_max.to_string(),
-                "largest RDMA READ of a verbs-rdm rendezvous pull; longer ones in chunks (0: the port's max_msg_sz)",
-            ),
-            row(
-                "verbs.fault_ignore_credit",
-                "XFER_VERBS_FAULT_IGNORE_CREDIT",
-                u8::from(self.fault_ignore_credit).to_string(),
-                "fault injection for tests: send past the peers' credit (never set otherwise)",
+                "largest RDMA READ of a verbs rendezvous pull; longer ones in chunks (0: the port's max_msg_sz)",
             ),
         ]
     }
@@ -401,7 +385,7 @@ impl VerbsAttr {
 mod tests {
     use super::*;
 
-    const VARS: [(&str, &str); 22] = [
+    const VARS: [(&str, &str); 21] = [
         ("XFER_VERBS_DEVICE", "rxe7"),
         ("XFER_VERBS_PORT", "2"),
         ("XFER_VERBS_GID_INDEX", "3"),
@@ -423,7 +407,6 @@ mod tests {
         ("XFER_VERBS_CREDIT_MSGS", "32"),
         ("XFER_VERBS_EAGER_CREDIT", "256k"),
         ("XFER_VERBS_READ_MAX", "64k"),
-        ("XFER_VERBS_FAULT_IGNORE_CREDIT", "1"),
     ];
 
     #[test]
@@ -456,9 +439,8 @@ mod tests {
         assert_eq!(a.credit_msgs, 32);
         assert_eq!(a.eager_credit, 256 << 10);
         assert_eq!(a.read_max, 64 << 10);
-        assert!(a.fault_ignore_credit);
         let s = a.settings();
-        assert_eq!(s.len(), 22);
+        assert_eq!(s.len(), 21);
         assert!(s.iter().any(|s| s.env == "XFER_VERBS_GID_INDEX" && s.value == "3"));
         assert!(s.iter().all(|s| s.env.starts_with("XFER_VERBS_")));
     }
@@ -477,7 +459,6 @@ mod tests {
         assert_eq!(a.device.as_deref(), Some("rxe7"));
         assert_eq!(a.addr, Some(std::net::Ipv4Addr::new(10, 11, 0, 9)));
         assert_eq!((a.gid_index, a.srq_size, a.rnr_retry), (Some(3), 2048, 7));
-        assert!(a.fault_ignore_credit);
 
         for (key, value) in [
             ("verbs.devcie", "rxe0"),

@@ -18,8 +18,6 @@ pub mod attr;
 pub mod cm;
 pub mod cq;
 pub mod device;
-mod domain;
-mod endpoint;
 pub mod mr;
 pub mod name;
 pub mod pd;
@@ -30,43 +28,23 @@ mod select;
 pub mod srq;
 mod sys;
 pub mod transport;
-pub mod wire;
 
 /// Decoders of peer bytes that are otherwise private, for the fuzz targets
 /// in `fuzz/` (docs/FUZZING.md). Not part of the API.
 #[doc(hidden)]
 pub mod fuzzing {
-    use xfer_core::Address;
 
-    use crate::endpoint::connect;
-    use crate::name::VerbsName;
-
-    /// Length of the rdma_cm private data a verbs endpoint sends.
-    pub const CM_PRIVATE_LEN: usize = connect::PRIVATE_LEN;
-
-    /// The rdma_cm private data a verbs endpoint sends: magic, version,
-    /// `kind` (1 connection request, 2 accept, 3 duplicate refused) and its name.
-    pub fn cm_private(kind: u8, name: &VerbsName) -> [u8; CM_PRIVATE_LEN] {
-        connect::private(kind, name)
-    }
-
-    /// Parses a peer's rdma_cm private data (the CM may pad it): the kind
-    /// and the sender's name, `None` for anything else. Never panics.
-    pub fn parse_cm_private(p: &[u8]) -> Option<(u8, Address)> {
-        connect::parse_private(p)
-    }
-
-    /// Length of the rdma_cm private data of a `verbs-rdm` connection.
+    /// Length of the rdma_cm private data of a `verbs` connection.
     pub const RDM_PRIVATE_LEN: usize = crate::transport::conn::PRIVATE_LEN;
 
-    /// The rdma_cm private data of a `verbs-rdm` connection: magic,
+    /// The rdma_cm private data of a `verbs` connection: magic,
     /// version, `kind` (1 request, 2 acceptance), the receive slots
     /// granted, a nonce.
     pub fn rdm_private(kind: u8, grant: u16, nonce: u64) -> [u8; RDM_PRIVATE_LEN] {
         crate::transport::conn::private(kind, grant, nonce)
     }
 
-    /// Parses a `verbs-rdm` peer's rdma_cm private data (the CM may pad
+    /// Parses a `verbs` peer's rdma_cm private data (the CM may pad
     /// it): kind, grant, nonce; `None` for anything else. Never panics.
     pub fn parse_rdm_private(p: &[u8]) -> Option<(u8, u16, u64)> {
         crate::transport::conn::parse_private(p)
@@ -77,13 +55,12 @@ pub use attr::VerbsAttr;
 pub use cm::{CmConnection, CmListener};
 pub use cq::{CompletionChannel, Cq, Wc};
 pub use device::{probe, probe_ports, Context, DeviceAttr, DeviceInfo, GidEntry, PortAttr, Probe};
-pub use domain::VerbsDomain;
-pub use endpoint::VerbsEndpoint;
 pub use mr::{Mr, VerbsRegistrar};
-pub use name::{VerbsName, PROVIDER_ID};
+pub use name::VerbsName;
+pub use transport::domain::PROVIDER_ID;
 pub use pd::Pd;
 pub use qp::{QpConfig, RcQp, RemoteBuf};
 pub use select::{choose, listen_ip, select, Lack, Selection, Unavailable};
 pub use srq::{Srq, SrqConfig};
-pub use transport::domain::VerbsRdmDomain;
+pub use transport::domain::VerbsDomain;
 pub use transport::VerbsTransport;

@@ -1,22 +1,23 @@
-//! The verbs provider's endpoint name: where its rdma_cm listener is.
+//! Where a verbs transport's rdma_cm listener is: the transport address a
+//! `verbs` endpoint name carries after its provider id (0x06), and the
+//! network part of a `shm+verbs` name. Encoded behind a tag of its own,
+//! which [`decode`](crate::transport::decode) supplies.
 //!
 //! ```text
-//! byte 0    provider tag: 0x02 (verbs)
+//! byte 0    tag: 0x02
 //! byte 1    address family: 4
 //! 4         IPv4 address of the RDMA device's netdev, network order
 //! 2         rdma_cm port, big-endian
 //! 8         nonce (u64, little-endian), random per endpoint incarnation
 //! ```
 //!
-//! Names are compared as bytes to break the tie when two endpoints connect
-//! to each other at once (docs/PROTOCOL.md, "Verbs connections").
 //! [`VerbsName::decode`] takes bytes from peers and never panics.
 
 use std::net::{Ipv4Addr, SocketAddrV4};
 
 use xfer_core::{Address, Error, Result};
 
-/// The first byte of every verbs endpoint name (and of its packed remote keys).
+/// The tag in front of an encoded [`VerbsName`].
 pub const PROVIDER_ID: u8 = 0x02;
 
 /// Length of a verbs name.

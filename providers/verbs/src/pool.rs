@@ -49,16 +49,6 @@ impl SendPool {
         Ok(pool)
     }
 
-    /// Bytes per slot.
-    pub(crate) fn slot_size(&self) -> usize {
-        self.size
-    }
-
-    /// Whether a slot is free.
-    pub(crate) fn has_free(&self) -> bool {
-        !self.free.is_empty()
-    }
-
     /// Takes a free slot and fills it by `fill`, which returns the bytes
     /// used; gives the slot and its scatter entry.
     pub(crate) fn take(&mut self, fill: impl FnOnce(&mut [u8]) -> usize) -> Option<(u32, Sge)> {

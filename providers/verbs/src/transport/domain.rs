@@ -1,8 +1,6 @@
-//! The `verbs-rdm` provider: core's RDM engine over [`VerbsTransport`].
-//! Opened only when asked for (`XFER_PROVIDER=verbs-rdm`) while the verbs
-//! provider moves under the engine: the device and address choice, the
-//! protection domain and the `XFER_VERBS_*` settings are the verbs
-//! provider's; rendezvous payloads are read by RDMA READ from buffers
+//! The `verbs` provider: core's RDM engine over [`VerbsTransport`]. The
+//! device and address choice ([`choose`]), the protection domain and the
+//! `XFER_VERBS_*` settings are the domain's; rendezvous payloads are read by RDMA READ from buffers
 //! registered through the domain's MR cache. A region registered with
 //! remote access is also an ibv MR, whose rkey its remote key carries
 //! ([`fold_rkey`]): once the target's engine granted a key, an initiator's
@@ -31,11 +29,11 @@ use crate::VerbsAttr;
 use xfer_core::unstable::provider::MrKeys;
 use xfer_core::Access;
 
-/// The first byte of every `verbs-rdm` endpoint name.
+/// The first byte of every `verbs` endpoint name.
 pub const PROVIDER_ID: u8 = 0x06;
 
-/// The `verbs-rdm` provider's domain.
-pub struct VerbsRdmDomain {
+/// The `verbs` provider's domain.
+pub struct VerbsDomain {
     pd: Arc<Pd>,
     dev: DeviceAttr,
     /// The largest RDMA READ a pull posts (`read_max`, at most the port's
@@ -49,19 +47,19 @@ pub struct VerbsRdmDomain {
     cache: SharedCache,
 }
 
-impl std::fmt::Debug for VerbsRdmDomain {
+impl std::fmt::Debug for VerbsDomain {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("VerbsRdmDomain")
+        f.debug_struct("VerbsDomain")
             .field("device", &self.pd.context().name())
             .field("addr", &self.ip)
             .finish()
     }
 }
 
-impl VerbsRdmDomain {
+impl VerbsDomain {
     /// A domain with the `verbs.*` settings of `params` over the
     /// environment, on the device the verbs provider would choose.
-    pub fn with_params(params: &Params) -> Result<VerbsRdmDomain> {
+    pub fn with_params(params: &Params) -> Result<VerbsDomain> {
         let attr = VerbsAttr::from_params(params)?;
         let sel = choose(&attr).map_err(|why| Error::NoProvider(why.to_string()))?;
         let ctx = Context::open(&sel.device)?;
@@ -74,8 +72,8 @@ impl VerbsRdmDomain {
         };
         let pd = Pd::new(&ctx)?;
         let cache = MrCache::new(MrCacheAttr::from_env(), VerbsRegistrar::new(&pd));
-        tracing::info!(device = %ctx.name(), port = attr.port, ip = %sel.ip, "verbs-rdm domain opened");
-        Ok(VerbsRdmDomain {
+        tracing::info!(device = %ctx.name(), port = attr.port, ip = %sel.ip, "verbs domain opened");
+        Ok(VerbsDomain {
             pd,
             dev,
             max_msg,
@@ -114,9 +112,9 @@ impl VerbsRdmDomain {
     }
 }
 
-impl DomainProvider for VerbsRdmDomain {
+impl DomainProvider for VerbsDomain {
     fn name(&self) -> &'static str {
-        "verbs-rdm"
+        "verbs"
     }
 
     /// Core's RDM engine applies atomics at the target.
@@ -127,7 +125,7 @@ impl DomainProvider for VerbsRdmDomain {
     fn check_address(&self, bytes: &[u8]) -> Result<Address> {
         match bytes.split_first() {
             Some((&PROVIDER_ID, rest)) if decode(rest).is_some() => Address::new(bytes),
-            Some((&PROVIDER_ID, _)) => Err(Error::InvalidArgument("not a verbs-rdm endpoint name")),
+            Some((&PROVIDER_ID, _)) => Err(Error::InvalidArgument("not a verbs endpoint name")),
             None => Err(Error::InvalidArgument("empty name")),
             _ => Err(Error::AddressNotAvailable),
         }
@@ -157,7 +155,7 @@ impl DomainProvider for VerbsRdmDomain {
         let mr = match (remote, len) {
             (false, _) | (_, 0) => None,
             _ => Mr::register(&self.pd, addr, len, access)
-                .map_err(|e| xfer_core::warn_limited!(error = %e, len, "verbs-rdm: a region the device cannot register is served in software"))
+                .map_err(|e| xfer_core::warn_limited!(error = %e, len, "verbs: a region the device cannot register is served in software"))
                 .ok(),
         };
         let Some(mr) = mr else {

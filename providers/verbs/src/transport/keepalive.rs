@@ -41,7 +41,7 @@ impl VerbsTransport {
                     self.stats.keepalive_port_down += 1;
                     tracing::debug!(
                         conn = k,
-                        "verbs-rdm: the port is down; a connection with waiting work ends"
+                        "verbs: the port is down; a connection with waiting work ends"
                     );
                     self.end(k, Cause::Failed(libc::ENETDOWN));
                 }

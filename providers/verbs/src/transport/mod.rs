@@ -1,4 +1,4 @@
-//! Verbs as a transport under core's RDM engine (`verbs-rdm`): one RC queue
+//! Verbs as a transport under core's RDM engine (`verbs`): one RC queue
 //! pair per connection, made through rdma_cm ([`setup`]); every QP receives
 //! through the endpoint's one SRQ and completes into its one CQ, so receive
 //! memory does not grow with the number of peers.
@@ -157,6 +157,8 @@ pub struct VerbsTransport {
     max_msg: usize,
     /// The keepalive interval (`XFER_VERBS_KEEPALIVE_MS`; `None`: off).
     keepalive: Option<std::time::Duration>,
+    /// `XFER_VERBS_CONNECT_TIMEOUT_MS`, when set.
+    connect_timeout: Option<std::time::Duration>,
     /// The device port the transport listens on, and how many keepalive
     /// ticks in a row have seen it down.
     port: u8,
@@ -233,7 +235,7 @@ impl VerbsTransport {
         let buf_size = scfg.buf_size as usize;
         if buf_size < frame::PREFIX + Self::MAX_HEADER + 1 {
             return Err(Error::InvalidArgument(
-                "XFER_VERBS_SRQ_BUF_SIZE is too small for a verbs-rdm frame",
+                "XFER_VERBS_SRQ_BUF_SIZE is too small for a verbs frame",
             ));
         }
         let cqe = attr.cq_size.min(dev.max_cqe).max(scfg.size + 64);
@@ -256,7 +258,7 @@ impl VerbsTransport {
         epoll.add(chan.fd(), READABLE, TOKEN_CM)?;
         let wake = EventFd::new()?;
         epoll.add(wake.as_raw_fd(), READABLE, TOKEN_WAKE)?;
-        tracing::debug!(%at, srq = scfg.size, buf_size, sq = qp_cfg.sq_depth, "verbs-rdm transport open");
+        tracing::debug!(%at, srq = scfg.size, buf_size, sq = qp_cfg.sq_depth, "verbs transport open");
         Ok(VerbsTransport {
             conns: Slab::new(),
             graves: FastMap::default(),
@@ -287,6 +289,8 @@ impl VerbsTransport {
             pulled: Vec::new(),
             max_msg: (max_msg as usize).max(1),
             keepalive: (attr.keepalive_ms > 0).then(|| std::time::Duration::from_millis(attr.keepalive_ms)),
+            connect_timeout: (attr.connect_timeout_ms > 0)
+                .then(|| std::time::Duration::from_millis(attr.connect_timeout_ms)),
             port: attr.port,
             port_down_ticks: 0,
             cache,
@@ -315,7 +319,7 @@ impl VerbsTransport {
         let n = match self.epoll.wait(&mut evs, 0) {
             Ok(n) => n,
             Err(e) => {
-                xfer_core::warn_limited!(error = %e, "epoll_wait on the verbs-rdm transport");
+                xfer_core::warn_limited!(error = %e, "epoll_wait on the verbs transport");
                 return;
             }
         };
@@ -341,7 +345,7 @@ impl VerbsTransport {
             let n = match self.cq.poll(&mut wcs) {
                 Ok(n) => n,
                 Err(e) => {
-                    xfer_core::warn_limited!(error = %e, "polling the verbs-rdm CQ");
+                    xfer_core::warn_limited!(error = %e, "polling the verbs CQ");
                     0
                 }
             };
@@ -406,7 +410,7 @@ impl VerbsTransport {
                 tracing::debug!(
                     status = wc.status_str(),
                     vendor = wc.vendor_err(),
-                    "verbs-rdm send failed"
+                    "verbs send failed"
                 );
                 let errno = match wc.status() {
                     rdma_sys::ibv_wc_status::IBV_WC_RETRY_EXC_ERR => libc::ETIMEDOUT,
@@ -434,7 +438,7 @@ impl VerbsTransport {
         let idx = match self.srq.take(wc) {
             Ok(i) => i,
             Err(e) => {
-                xfer_core::warn_limited!(error = %e, "verbs-rdm receive completion");
+                xfer_core::warn_limited!(error = %e, "verbs receive completion");
                 return;
             }
         };
@@ -462,7 +466,7 @@ impl VerbsTransport {
     /// Posts buffer `idx` again.
     fn repost(&mut self, idx: u32) {
         if let Err(e) = self.srq.release(idx).and_then(|()| self.srq.post_all().map(drop)) {
-            xfer_core::warn_limited!(error = %e, "reposting a verbs-rdm receive buffer");
+            xfer_core::warn_limited!(error = %e, "reposting a verbs receive buffer");
         }
     }
 
@@ -551,7 +555,7 @@ impl VerbsTransport {
                 }
                 Err(Error::Again) => true,
                 Err(e) => {
-                    xfer_core::warn_limited!(error = %e, "verbs-rdm credit frame");
+                    xfer_core::warn_limited!(error = %e, "verbs credit frame");
                     c.owing = false;
                     false
                 }
@@ -681,7 +685,7 @@ impl Transport for VerbsTransport {
         let len = frame::PREFIX + header.len() + payload.len();
         if len > self.buf_size || header.len() > Self::MAX_HEADER {
             return Err(Refused::Gone(Cause::Protocol(
-                "frame over the verbs-rdm receive buffer",
+                "frame over the verbs receive buffer",
             )));
         }
         if self.signaled >= self.cq_room {
@@ -817,6 +821,10 @@ impl Transport for VerbsTransport {
         self.keepalive
     }
 
+    fn connect_timeout(&self) -> std::time::Duration {
+        self.connect_timeout.unwrap_or(std::time::Duration::from_secs(10))
+    }
+
     fn probe(&mut self, conns: &[ConnId]) {
         self.keepalive_tick(conns);
     }
@@ -864,7 +872,7 @@ impl Transport for VerbsTransport {
 
     fn prepare_wait(&mut self) -> bool {
         if let Err(e) = self.cq.req_notify(false) {
-            xfer_core::warn_limited!(error = %e, "arming the verbs-rdm CQ");
+            xfer_core::warn_limited!(error = %e, "arming the verbs CQ");
             self.wake();
             return false;
         }

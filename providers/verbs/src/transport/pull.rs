@@ -35,7 +35,7 @@ use crate::qp::{RemoteBuf, Sge};
 /// distinct from send slots (bit 62) and receives (bit 63).
 pub const PULL_TAG: u64 = 1 << 61;
 
-/// The bit of a `verbs-rdm` remote key that says its high 32 bits are the
+/// The bit of a `verbs` remote key that says its high 32 bits are the
 /// region's rkey (a region the device registered).
 pub const RKEY_FLAG: u64 = 1 << 31;
 
@@ -78,7 +78,7 @@ fn rdma_error(wc: &Wc) -> Error {
     tracing::debug!(
         status = wc.status_str(),
         vendor = wc.vendor_err(),
-        "verbs-rdm RDMA READ or WRITE failed"
+        "verbs RDMA READ or WRITE failed"
     );
     match wc.status() {
         st::IBV_WC_REM_ACCESS_ERR => Error::RemoteAccess("the peer's device refused the key or range"),
@@ -112,7 +112,7 @@ impl VerbsTransport {
     pub(super) fn conceal_buf(&mut self, handle: u64) {
         match usize::try_from(handle).ok().and_then(|h| self.exposed.try_remove(h)) {
             Some(r) => self.release(r),
-            None => xfer_core::warn_limited!(handle, "verbs-rdm: concealing an unknown exposure"),
+            None => xfer_core::warn_limited!(handle, "verbs: concealing an unknown exposure"),
         }
     }
 
@@ -209,7 +209,7 @@ impl VerbsTransport {
         };
         let (mr, lkey, _) = self.register(dst as usize, len, Access::LOCAL_WRITE).map_err(|e| {
             // The sender can still push it, or the engine send it in frames.
-            xfer_core::warn_limited!(error = %e, "verbs-rdm: registering a local buffer for RDMA");
+            xfer_core::warn_limited!(error = %e, "verbs: registering a local buffer for RDMA");
             Error::NotSupported("local buffer not registrable")
         })?;
         let key = self.reads.insert(Pull {
@@ -348,7 +348,7 @@ impl VerbsTransport {
             }
         }
         let Some(p) = self.reads.get_mut(key).filter(|p| p.qpn == qpn) else {
-            xfer_core::warn_limited!(key, "verbs-rdm: a READ completion of no pull");
+            xfer_core::warn_limited!(key, "verbs: a READ completion of no pull");
             return;
         };
         p.in_flight -= 1;

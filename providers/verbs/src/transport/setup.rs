@@ -41,7 +41,7 @@ impl VerbsTransport {
         if over {
             xfer_core::warn_limited!(
                 connections = self.conns.len(),
-                "verbs-rdm: the SRQ's receive slots are all reserved (XFER_VERBS_SRQ_SIZE): \
+                "verbs: the SRQ's receive slots are all reserved (XFER_VERBS_SRQ_SIZE): \
                  a new connection overcommits it, and senders may meet RNR NAKs"
             );
         }
@@ -63,7 +63,7 @@ impl VerbsTransport {
                     return;
                 }
             };
-            tracing::trace!(event = %ev.name(), status = ev.status, "verbs-rdm: rdma_cm event");
+            tracing::trace!(event = %ev.name(), status = ev.status, "verbs: rdma_cm event");
             if ev.kind == cm::RDMA_CM_EVENT_CONNECT_REQUEST {
                 self.on_request(&ev);
                 continue;
@@ -72,7 +72,7 @@ impl VerbsTransport {
                 continue;
             };
             if let Err(cause) = self.on_event(k, &ev, events) {
-                tracing::debug!(event = %ev.name(), status = ev.status, ?cause, "verbs-rdm: connection ends");
+                tracing::debug!(event = %ev.name(), status = ev.status, ?cause, "verbs: connection ends");
                 // What the peer sent before it disconnected is in the CQ (RC
                 // delivers in order, its DREQ last): the engine has it before
                 // the end, which unmaps the QP.
@@ -109,7 +109,7 @@ impl VerbsTransport {
             }
             (State::Connecting, cm::RDMA_CM_EVENT_CONNECT_RESPONSE) => {
                 let Some((conn::KIND_ACCEPT, limit, _)) = conn::parse_private(ev.private_data()) else {
-                    return Err(Cause::Protocol("verbs-rdm acceptance without its grant"));
+                    return Err(Cause::Protocol("verbs acceptance without its grant"));
                 };
                 let c = &mut self.conns[k];
                 c.credit = SlotCredit::new(c.grant, limit);
@@ -161,7 +161,7 @@ impl VerbsTransport {
         // SAFETY: a CONNECT_REQUEST's new id is ours to own.
         let id = unsafe { CmId::from_request(ev) };
         let refuse = |id: &CmId, why: &str| {
-            tracing::debug!(why, "verbs-rdm: connection request refused");
+            tracing::debug!(why, "verbs: connection request refused");
             if let Err(e) = id.reject(&[]) {
                 tracing::debug!(error = %e, "rdma_reject");
             }
@@ -169,7 +169,7 @@ impl VerbsTransport {
         let limit = match conn::parse_private(ev.private_data()) {
             Some((conn::KIND_REQUEST, limit, nonce)) if nonce == self.nonce => limit,
             Some((conn::KIND_REQUEST, ..)) => return refuse(&id, "meant for another endpoint"),
-            _ => return refuse(&id, "no verbs-rdm request"),
+            _ => return refuse(&id, "no verbs request"),
         };
         let grant = self.grant();
         let qp = match self.new_qp().and_then(|qp| {
@@ -179,7 +179,7 @@ impl VerbsTransport {
             Ok(qp) => qp,
             Err(e) => {
                 self.budget.release(grant);
-                xfer_core::warn_limited!(error = %e, "verbs-rdm: accepting a connection");
+                xfer_core::warn_limited!(error = %e, "verbs: accepting a connection");
                 return refuse(&id, "accept failed");
             }
         };
