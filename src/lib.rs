@@ -283,7 +283,10 @@ mod verbs {
             name: crate::mixed::SHM_VERBS,
             available: v.available,
             detail: if v.available {
-                format!("{}; shared memory to peers on this host, verbs to others, chosen per peer", v.detail)
+                format!(
+                    "{}; shared memory to peers on this host, verbs to others, chosen per peer",
+                    v.detail
+                )
             } else {
                 v.detail
             },
@@ -393,13 +396,13 @@ mod tests {
         let names: Vec<&str> = info().iter().map(|p| p.name).collect();
         assert_eq!(names, PROVIDERS);
         let head = if cfg!(feature = "verbs") { 2 } else { 0 };
-        assert_eq!(
-            PROVIDERS[head..],
-            ["shm+tcp", "tcp", "shm"],
-            "shm+tcp preferred to tcp"
-        );
+        assert_eq!(PROVIDERS[head..], ["shm+tcp", "tcp", "shm"], "shm+tcp preferred to tcp");
         if cfg!(feature = "verbs") {
-            assert_eq!(PROVIDERS[..2], ["shm+verbs", "verbs"], "each pair before what it includes");
+            assert_eq!(
+                PROVIDERS[..2],
+                ["shm+verbs", "verbs"],
+                "each pair before what it includes"
+            );
         }
         assert!(info().iter().all(|p| !p.detail.is_empty()));
     }

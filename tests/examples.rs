@@ -358,7 +358,10 @@ fn xfer_info_says_why_verbs_is_unavailable() {
         json.contains(r#""why": [{"name": "shm+verbs", "verdict": "unavailable: "#),
         "{json}"
     );
-    assert!(json.contains(r#"{"name": "verbs", "verdict": "unavailable: "#), "{json}");
+    assert!(
+        json.contains(r#"{"name": "verbs", "verdict": "unavailable: "#),
+        "{json}"
+    );
     assert!(json.contains(r#""verbs": {"devices": ["#), "{json}");
 
     // Forcing tcp: verbs was not requested.

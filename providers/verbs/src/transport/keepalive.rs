@@ -39,10 +39,7 @@ impl VerbsTransport {
             if self.port_down_ticks >= 2 {
                 if self.conns.get(k).is_some_and(|c| !matches!(c.state, State::Dead(_))) {
                     self.stats.keepalive_port_down += 1;
-                    tracing::debug!(
-                        conn = k,
-                        "verbs: the port is down; a connection with waiting work ends"
-                    );
+                    tracing::debug!(conn = k, "verbs: the port is down; a connection with waiting work ends");
                     self.end(k, Cause::Failed(libc::ENETDOWN));
                 }
             } else {

@@ -407,11 +407,7 @@ impl VerbsTransport {
                     qp.complete_send(wc);
                 }
             } else {
-                tracing::debug!(
-                    status = wc.status_str(),
-                    vendor = wc.vendor_err(),
-                    "verbs send failed"
-                );
+                tracing::debug!(status = wc.status_str(), vendor = wc.vendor_err(), "verbs send failed");
                 let errno = match wc.status() {
                     rdma_sys::ibv_wc_status::IBV_WC_RETRY_EXC_ERR => libc::ETIMEDOUT,
                     rdma_sys::ibv_wc_status::IBV_WC_RNR_RETRY_EXC_ERR => libc::ENOBUFS,
@@ -684,9 +680,7 @@ impl Transport for VerbsTransport {
         }
         let len = frame::PREFIX + header.len() + payload.len();
         if len > self.buf_size || header.len() > Self::MAX_HEADER {
-            return Err(Refused::Gone(Cause::Protocol(
-                "frame over the verbs receive buffer",
-            )));
+            return Err(Refused::Gone(Cause::Protocol("frame over the verbs receive buffer")));
         }
         if self.signaled >= self.cq_room {
             self.stats.send_waits += 1;
