@@ -231,7 +231,12 @@ impl State {
         // peer is gated, so it allocates nothing.
         for (p, e) in self.peers.iter() {
             if e.gated() && now.duration_since(e.since) > timeout {
-                self.failed.push(((p, e.serial), Cause::Failed(libc::ETIMEDOUT)));
+                match e.tx.filter(|_| e.conns.len() > 1) {
+                    // The peer's own connection to us stands: ours is given
+                    // up and that one carries our frames (`lost`).
+                    Some(tx) => self.doomed.push((tx, Cause::Failed(libc::ETIMEDOUT))),
+                    None => self.failed.push(((p, e.serial), Cause::Failed(libc::ETIMEDOUT))),
+                }
             }
         }
     }

@@ -32,8 +32,10 @@ impl State {
             self.stats.protocol_errors += 1;
             crate::warn_limited!(conn, error = what, "rdm: connection ended by a protocol error");
         }
+        let kept = !matches!(cause, Cause::Protocol(_));
         match self.peers.link_of(conn).map(|l| l.peer) {
             Some(Some(peer)) if cause == Cause::Rerouted && self.redial(peer, conn) => {}
+            Some(Some(peer)) if kept && (self.cross_over(peer, conn) || self.spare(peer, conn)) => {}
             Some(Some(peer)) => {
                 let at = self.serial(peer);
                 self.failed.push((at, cause));
@@ -60,6 +62,50 @@ impl State {
             e.queue.push_front((0, super::admit::hello(&name)));
             self.queued += 1;
         }
+        true
+    }
+
+    /// Peer `p`'s connection `conn`, the one this side dialled, ended (or
+    /// was given up) before the peer admitted us, while the peer's own
+    /// connection to us is admitted (both connected at once): this side
+    /// sends on that one from now on. Only our hello and proof were ever
+    /// written on `conn` (a gated peer gets nothing else), so nothing is
+    /// lost or reordered; the ones still queued are dropped. `false` when
+    /// `conn` was not such a connection.
+    fn cross_over(&mut self, p: usize, conn: ConnId) -> bool {
+        let Some(e) = self.peers.get_mut(p) else { return false };
+        if e.tx != Some(conn) || !e.gated() {
+            return false;
+        }
+        let Some(&other) = e.conns.iter().find(|&&c| c != conn) else {
+            return false;
+        };
+        e.tx = Some(other);
+        e.conns.retain(|&c| c != conn);
+        while e.queue.front().is_some_and(|(_, out)| super::admit::opens(out)) {
+            e.queue.pop_front();
+            self.queued -= 1;
+        }
+        self.peers.ungate(p);
+        self.stats.crossed_over += 1;
+        tracing::debug!(
+            conn,
+            to = other,
+            "rdm: our connect to a peer failed; sending on its connection to us"
+        );
+        true
+    }
+
+    /// Connection `conn` of peer `p`, one this side does not send on, ended
+    /// while the one it sends on stands: only the connection goes. Every
+    /// frame the peer sent on it was taken; a peer that lost more ends the
+    /// connection we send on too, and then the peer ends here.
+    fn spare(&mut self, p: usize, conn: ConnId) -> bool {
+        let Some(e) = self.peers.get_mut(p) else { return false };
+        if e.tx.is_none() || e.tx == Some(conn) {
+            return false;
+        }
+        e.conns.retain(|&c| c != conn);
         true
     }
 

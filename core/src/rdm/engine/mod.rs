@@ -118,6 +118,9 @@ struct Stats {
     pulls_failed: u64,
     pushes: u64,
     protocol_errors: u64,
+    /// Peers whose connect failed after they connected to us: sent to on
+    /// theirs.
+    crossed_over: u64,
     coalesced: u64,
     /// Refusals of atomics that had completed when sent.
     atomics_refused_after_completion: u64,
@@ -755,6 +758,7 @@ impl<T: Transport> EndpointProvider for Engine<T> {
             ("rndv_pulls_outstanding", self.s.pulling.len() as u64),
             ("rndv_pushes", st.pushes),
             ("protocol_errors", st.protocol_errors),
+            ("connects_crossed_over", st.crossed_over),
             ("sends_outstanding", self.s.sends.len() as u64),
             ("rma_outstanding", self.s.rmas.len() as u64),
             ("rma_native", st.rma_native),

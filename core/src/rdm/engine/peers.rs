@@ -8,7 +8,9 @@
 //! sends on for the entry's life: frames to a peer never change connection,
 //! so they arrive in order. When both sides connect at once each keeps
 //! sending on its own, and the other connection only carries the peer's
-//! frames the other way; nothing needs retiring.
+//! frames the other way; nothing needs retiring. If ours fails before the
+//! peer admitted us (nothing but our handshake written on it), we send on
+//! the peer's instead (`fail.rs`).
 
 use std::collections::{HashMap, VecDeque};
 

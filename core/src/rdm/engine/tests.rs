@@ -591,6 +591,37 @@ fn crossed_first_sends_both_arrive_in_order() {
 }
 
 #[test]
+fn a_crossed_connect_whose_own_side_fails_sends_on_the_peers() {
+    let net = Net::new(64);
+    let (mut a, mut b) = (Node::new(&net, true, &attr()), Node::new(&net, true, &attr()));
+    let (pb, pa) = (a.add(&b), b.add(&a));
+    a.tsend(pb, 1, pattern(8, 1), 1);
+    a.tsend(pb, 1, pattern(5000, 2), 2);
+    b.tsend(pa, 2, pattern(8, 3), 3);
+    // a takes b's hello on b's connection and admits it; then a's own
+    // connection breaks before b ever answered on it.
+    a.progress();
+    let dialled = a.ep.transport().conns()[0];
+    a.ep.t.break_conn(dialled, Cause::Failed(libc::ECONNRESET));
+    b.trecv(pa, 1, 8, 11);
+    b.trecv(pa, 1, 5000, 12);
+    a.trecv(pb, 2, 8, 13);
+    assert_eq!(until(&mut [&mut a, &mut b], 1, 11).buf.expect("buffer"), pattern(8, 1));
+    assert_eq!(
+        until(&mut [&mut a, &mut b], 1, 12).buf.expect("buffer"),
+        pattern(5000, 2)
+    );
+    assert_eq!(until(&mut [&mut a, &mut b], 0, 13).buf.expect("buffer"), pattern(8, 3));
+    for ctx in [1, 2] {
+        assert_eq!(until(&mut [&mut a, &mut b], 0, ctx).result, Ok(()), "send {ctx}");
+    }
+    assert_eq!(until(&mut [&mut a, &mut b], 1, 3).result, Ok(()));
+    assert_eq!(a.counter("connects_crossed_over"), 1);
+    assert_eq!(b.counter("connects_crossed_over"), 0, "b's own connection stood");
+    assert_eq!(a.ep.transport().conns().len(), 1, "a kept b's connection");
+}
+
+#[test]
 fn a_delivery_complete_send_completes_once_the_target_has_it() {
     let net = Net::new(64);
     let (mut a, mut b) = (Node::new(&net, true, &attr()), Node::new(&net, true, &attr()));
