@@ -1629,6 +1629,125 @@ fn rma_on_a_granted_key_goes_by_the_device_over_verbs_rdm() {
     }
 }
 
+/// Whether RMA to a peer of `n`'s (on this host) goes by one cross-memory
+/// copy once granted: the shared-memory providers with CMA on.
+fn rma_by_one_copy(n: &Node) -> bool {
+    let cma_off = ["XFER_SHM_CMA", "XFER_SHM_ENABLED"]
+        .iter()
+        .any(|k| std::env::var(k).is_ok_and(|v| v == "0"));
+    matches!(n.domain.provider(), "shm" | "shm+tcp") && !cma_off
+}
+
+/// Over shared memory, RMA on a key its target granted goes by one
+/// cross-memory-attach copy: after one write and one read served by the
+/// target, writes and reads of every size go without it, again and again,
+/// content checked; ranges outside the region, an access the region does
+/// not give and write-with-data stay in the target's hands, refused or
+/// applied cleanly, and the connection serves on. Elsewhere the same
+/// operations must simply work.
+#[test]
+fn rma_on_a_granted_key_goes_by_one_copy_over_shm() {
+    let (mut a, mut b) = (Node::new(), Node::new());
+    let pb = a.add(&b);
+    let size = 1 << 20;
+    let mr = b.domain.register(vec![0; size], Access::all()).unwrap();
+    let rkey = rkey_of(&mr);
+    a.ep.write(pb, pattern(64, 1), &rkey, 0, 1).unwrap();
+    assert_eq!(expect(&mut [&mut a, &mut b], 0, 1).result, Ok(()));
+    a.ep.read(pb, vec![0; 64], &rkey, 0, 2).unwrap();
+    assert_eq!(expect(&mut [&mut a, &mut b], 0, 2).buf.unwrap(), pattern(64, 1));
+    let mut ctx = 10;
+    for round in 0..3u64 {
+        for len in [8usize, 4096, 65536, size] {
+            let off = (size - len) as u64 / 2;
+            let data = pattern(len, ctx);
+            a.ep.write(pb, data.clone(), &rkey, off, ctx).unwrap();
+            assert_eq!(expect(&mut [&mut a, &mut b], 0, ctx).result, Ok(()), "round {round}");
+            let whole = mr.to_vec().unwrap();
+            assert!(whole[off as usize..off as usize + len] == data[..], "written, {len} B");
+            a.ep.read(pb, vec![0; len], &rkey, off, ctx + 1).unwrap();
+            assert!(
+                expect(&mut [&mut a, &mut b], 0, ctx + 1).buf.unwrap() == data,
+                "read, {len} B"
+            );
+            ctx += 2;
+        }
+    }
+    let before = mr.to_vec().unwrap();
+    a.ep.write(pb, vec![7; 16], &rkey, size as u64 - 8, 100).unwrap();
+    expect_refused(&mut a, &mut b, 100, Flags::WRITE);
+    a.ep.read(pb, vec![0; 16], &rkey, size as u64 - 8, 101).unwrap();
+    expect_refused(&mut a, &mut b, 101, Flags::READ);
+    assert!(mr.to_vec().unwrap() == before, "memory unchanged");
+    a.ep.write_data(pb, pattern(32, 102), &rkey, 0, 0xd00d, 102).unwrap();
+    assert_eq!(expect(&mut [&mut a, &mut b], 0, 102).result, Ok(()));
+    let t = expect(&mut [&mut a, &mut b], 1, 0);
+    assert_eq!((t.data, t.len), (0xd00d, 32), "write with data completes at the target");
+    connection_still_works(&mut a, &mut b, 200);
+    if rma_by_one_copy(&a) {
+        assert_eq!(
+            counter(&a, "rma_native"),
+            24,
+            "3 rounds of 4 writes and 4 reads by one copy"
+        );
+        assert_eq!(counter(&a, "rma_native_failed"), 0);
+        assert_eq!(
+            counter(&b, "rma_served"),
+            5,
+            "the target served the first two, the two refusals and the write with data"
+        );
+    }
+}
+
+/// A grant dies with its region: once the target deregistered it, a write
+/// or read on the old key is refused (`RemoteAccess`), and not one byte of
+/// the memory the region covered changes (over shared memory the target's
+/// deregistration revokes every grant before it returns; a copy under the
+/// old grant would land in memory the target may already reuse).
+#[test]
+fn rma_on_a_region_deregistered_after_its_grant_is_refused() {
+    let (mut a, mut b) = (Node::new(), Node::new());
+    if matches!(a.domain.provider(), "verbs" | "verbs-rdm" | "shm+verbs") {
+        return; // A device's invalidated rkey fails the QP instead (verbs).
+    }
+    let pb = a.add(&b);
+    let mut target = vec![0u8; 8192];
+    // SAFETY: `target` outlives the region, dropped below, and is only
+    // reached through it while it is registered.
+    let mr = unsafe { b.domain.register_raw(target.as_mut_ptr(), target.len(), Access::all()) }.unwrap();
+    let rkey = rkey_of(&mr);
+    for ctx in 1..=3 {
+        a.ep.write(pb, pattern(4096, ctx), &rkey, 0, ctx).unwrap();
+        assert_eq!(expect(&mut [&mut a, &mut b], 0, ctx).result, Ok(()));
+        a.ep.read(pb, vec![0; 4096], &rkey, 0, 10 + ctx).unwrap();
+        assert!(expect(&mut [&mut a, &mut b], 0, 10 + ctx).buf.unwrap() == pattern(4096, ctx));
+    }
+    if rma_by_one_copy(&a) {
+        assert_eq!(counter(&a, "rma_native"), 4, "granted: the later ones by one copy");
+    }
+    drop(mr);
+    let before = target.clone();
+    a.ep.write(pb, pattern(4096, 9), &rkey, 0, 20).unwrap();
+    expect_refused(&mut a, &mut b, 20, Flags::WRITE);
+    a.ep.read(pb, vec![0; 4096], &rkey, 0, 21).unwrap();
+    expect_refused(&mut a, &mut b, 21, Flags::READ);
+    assert!(target == before, "not a byte written after the deregistration");
+    connection_still_works(&mut a, &mut b, 30);
+    // A new region is granted afresh and goes by one copy again.
+    // SAFETY: as above.
+    let mr = unsafe { b.domain.register_raw(target.as_mut_ptr(), target.len(), Access::all()) }.unwrap();
+    let rkey = rkey_of(&mr);
+    for ctx in 40..43 {
+        a.ep.write(pb, pattern(4096, ctx), &rkey, 4096, ctx).unwrap();
+        assert_eq!(expect(&mut [&mut a, &mut b], 0, ctx).result, Ok(()));
+    }
+    if rma_by_one_copy(&a) {
+        assert_eq!(counter(&a, "rma_native"), 6, "the new region granted, then by one copy");
+    }
+    drop(mr);
+    assert!(target[4096..] == pattern(4096, 42)[..]);
+}
+
 /// Every transport reports the RDM layer's counters under the same names
 /// (credit, requests to send, receive memory, unexpected messages), so a
 /// tool reads them alike whatever serves the endpoint.

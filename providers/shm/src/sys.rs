@@ -525,3 +525,21 @@ mod tests {
         assert!(!is_eventfd(&r) && !is_eventfd(&w));
     }
 }
+
+/// Whether process `pid` can no longer run: gone (ESRCH) or a zombie
+/// waiting to be reaped. A process that stopped (SIGSTOP) still counts as
+/// running: it may resume.
+pub fn process_gone(pid: libc::pid_t) -> bool {
+    // SAFETY: signal 0 sends nothing; it only checks the process exists.
+    if unsafe { libc::kill(pid, 0) } == -1 && io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH) {
+        return true;
+    }
+    // The state follows the command name's closing parenthesis.
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            s.rsplit_once(')')
+                .map(|(_, rest)| rest.trim_start().starts_with(['Z', 'X']))
+        })
+        .unwrap_or(false)
+}
