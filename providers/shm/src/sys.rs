@@ -509,23 +509,6 @@ pub fn is_eventfd(fd: &OwnedFd) -> bool {
         .is_ok_and(|p| p.as_os_str() == "anon_inode:[eventfd]")
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn eventfd_is_recognised() {
-        assert!(is_eventfd(&eventfd().unwrap()));
-        assert!(!is_eventfd(&memfd(4096).unwrap()));
-        let mut p = [0; 2];
-        // SAFETY: `p` has room for the two descriptors pipe writes.
-        assert_eq!(unsafe { libc::pipe2(p.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
-        // SAFETY: pipe2 just returned these two descriptors; nothing else owns them.
-        let (r, w) = unsafe { (OwnedFd::from_raw_fd(p[0]), OwnedFd::from_raw_fd(p[1])) };
-        assert!(!is_eventfd(&r) && !is_eventfd(&w));
-    }
-}
-
 /// Whether process `pid` can no longer run: gone (ESRCH) or a zombie
 /// waiting to be reaped. A process that stopped (SIGSTOP) still counts as
 /// running: it may resume.
@@ -542,4 +525,21 @@ pub fn process_gone(pid: libc::pid_t) -> bool {
                 .map(|(_, rest)| rest.trim_start().starts_with(['Z', 'X']))
         })
         .unwrap_or(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn eventfd_is_recognised() {
+        assert!(is_eventfd(&eventfd().unwrap()));
+        assert!(!is_eventfd(&memfd(4096).unwrap()));
+        let mut p = [0; 2];
+        // SAFETY: `p` has room for the two descriptors pipe writes.
+        assert_eq!(unsafe { libc::pipe2(p.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+        // SAFETY: pipe2 just returned these two descriptors; nothing else owns them.
+        let (r, w) = unsafe { (OwnedFd::from_raw_fd(p[0]), OwnedFd::from_raw_fd(p[1])) };
+        assert!(!is_eventfd(&r) && !is_eventfd(&w));
+    }
 }
