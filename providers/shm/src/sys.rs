@@ -542,4 +542,22 @@ mod tests {
         let (r, w) = unsafe { (OwnedFd::from_raw_fd(p[0]), OwnedFd::from_raw_fd(p[1])) };
         assert!(!is_eventfd(&r) && !is_eventfd(&w));
     }
+
+    #[test]
+    fn a_dead_process_is_gone_and_a_zombie_too() {
+        assert!(!process_gone(std::process::id() as libc::pid_t));
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id() as libc::pid_t;
+        // Exited but not reaped: a zombie, which can no longer copy.
+        let t0 = std::time::Instant::now();
+        while !process_gone(pid) {
+            assert!(
+                t0.elapsed() < std::time::Duration::from_secs(10),
+                "the child never ended"
+            );
+            std::thread::yield_now();
+        }
+        child.wait().unwrap();
+        assert!(process_gone(pid));
+    }
 }
