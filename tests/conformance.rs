@@ -1696,6 +1696,10 @@ fn rma_on_a_granted_key_goes_by_one_copy_over_shm() {
             5,
             "the target served the first two, the two refusals and the write with data"
         );
+    } else if matches!(a.domain.provider(), "shm" | "shm+tcp") {
+        // Cross-memory attach off: every operation in frames, served.
+        assert_eq!(counter(&a, "rma_native"), 0);
+        assert_eq!(counter(&b, "rma_served"), 29);
     }
 }
 
