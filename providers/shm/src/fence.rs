@@ -9,7 +9,7 @@
 //!   the key check.
 //! - The initiator sets busy, then reads the target's epoch, and copies
 //!   only if it still equals the grant's; it clears busy after the copy
-//!   ([`Fence::guarded`]). Otherwise the operation goes in frames, where
+//!   (`Fence::guarded`). Otherwise the operation goes in frames, where
 //!   the target checks the key again.
 //! - A deregistration of a region peers may reach ([`Fences::revoke`])
 //!   advances the domain's epoch, writes it into the target fence of every

@@ -145,6 +145,7 @@ impl Net {
     }
 
     /// The grant stamps of the native RMA in flight, in start order.
+    #[cfg(test)]
     pub fn pending_stamps(&self) -> Vec<u64> {
         self.lock().pulls.iter().map(|p| p.remote.stamp).collect()
     }
