@@ -1752,6 +1752,76 @@ fn rma_on_a_region_deregistered_after_its_grant_is_refused() {
     assert!(target[4096..] == pattern(4096, 42)[..]);
 }
 
+/// A deregistration racing a peer's writes (two threads, two domains):
+/// once it returned, not one byte lands in the memory the region covered,
+/// however many writes the peer still sends; its next write is refused.
+/// Over shared memory the writes go by one copy from the first answer on,
+/// and the deregistration must wait for a copy in flight and stop the
+/// later ones.
+#[test]
+fn a_region_deregistered_while_a_peer_writes_to_it_is_not_written_after() {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
+    let (mut a, mut b) = (Node::new(), Node::new());
+    if matches!(a.domain.provider(), "verbs" | "verbs-rdm" | "shm+verbs") {
+        return; // A device's invalidated rkey fails the QP instead (verbs).
+    }
+    let pb = a.add(&b);
+    let len = 4096;
+    let mut target = vec![0u8; len];
+    let base = target.as_mut_ptr();
+    // SAFETY: `target` outlives the region, dropped below, and the test
+    // touches it only after that.
+    let mr = unsafe { b.domain.register_raw(base, len, Access::all()) }.unwrap();
+    let rkey = rkey_of(&mr);
+    let (writes, finished) = (AtomicU64::new(0), AtomicBool::new(false));
+    let refused = std::thread::scope(|s| {
+        let (a, rkey, writes, finished) = (&mut a, &rkey, &writes, &finished);
+        let writer = s.spawn(move || {
+            let t0 = std::time::Instant::now();
+            let mut refused = false;
+            for ctx in 1.. {
+                a.ep.write(pb, vec![0xab; len], rkey, 0, ctx).unwrap();
+                match expect(&mut [&mut *a], 0, ctx).result {
+                    Ok(()) => writes.fetch_add(1, SeqCst),
+                    Err(Error::RemoteAccess(_)) => {
+                        refused = true;
+                        break;
+                    }
+                    Err(e) => panic!("write {ctx}: {e:?}"),
+                };
+                if t0.elapsed() > common::DEADLINE {
+                    break;
+                }
+            }
+            finished.store(true, SeqCst);
+            refused
+        });
+        let t0 = std::time::Instant::now();
+        while writes.load(SeqCst) < 50 && !finished.load(SeqCst) {
+            b.poll();
+            assert!(t0.elapsed() < common::DEADLINE, "no writes");
+        }
+        drop(mr);
+        // SAFETY: the region is gone: the memory is the test's own again.
+        unsafe { std::ptr::write_bytes(base, 0, len) };
+        while !finished.load(SeqCst) {
+            b.poll();
+        }
+        writer.join().unwrap()
+    });
+    assert!(refused, "the writes after the deregistration were refused");
+    if rma_by_one_copy(&a) {
+        assert!(counter(&a, "rma_native") >= 40, "the writes went by one copy");
+    }
+    // SAFETY: `base..base + len` is `target`'s; read volatile, as only a
+    // stale copy from the other thread could have changed it.
+    let landed = (0..len)
+        .filter(|&i| unsafe { std::ptr::read_volatile(base.add(i)) } != 0)
+        .count();
+    assert_eq!(landed, 0, "bytes landed after the deregistration returned");
+    drop(target);
+}
+
 /// Every transport reports the RDM layer's counters under the same names
 /// (credit, requests to send, receive memory, unexpected messages), so a
 /// tool reads them alike whatever serves the endpoint.
