@@ -1629,6 +1629,199 @@ fn rma_on_a_granted_key_goes_by_the_device_over_verbs() {
     }
 }
 
+/// Whether RMA to a peer of `n`'s (on this host) goes by one cross-memory
+/// copy once granted: the shared-memory providers with CMA on.
+fn rma_by_one_copy(n: &Node) -> bool {
+    let cma_off = ["XFER_SHM_CMA", "XFER_SHM_ENABLED"]
+        .iter()
+        .any(|k| std::env::var(k).is_ok_and(|v| v == "0"));
+    matches!(n.domain.provider(), "shm" | "shm+tcp") && !cma_off
+}
+
+/// Over shared memory, RMA on a key its target granted goes by one
+/// cross-memory-attach copy: after one write and one read served by the
+/// target, writes and reads of every size go without it, again and again,
+/// content checked; ranges outside the region, an access the region does
+/// not give and write-with-data stay in the target's hands, refused or
+/// applied cleanly, and the connection serves on. Elsewhere the same
+/// operations must simply work.
+#[test]
+fn rma_on_a_granted_key_goes_by_one_copy_over_shm() {
+    let (mut a, mut b) = (Node::new(), Node::new());
+    let pb = a.add(&b);
+    let size = 1 << 20;
+    let mr = b.domain.register(vec![0; size], Access::all()).unwrap();
+    let rkey = rkey_of(&mr);
+    a.ep.write(pb, pattern(64, 1), &rkey, 0, 1).unwrap();
+    assert_eq!(expect(&mut [&mut a, &mut b], 0, 1).result, Ok(()));
+    a.ep.read(pb, vec![0; 64], &rkey, 0, 2).unwrap();
+    assert_eq!(expect(&mut [&mut a, &mut b], 0, 2).buf.unwrap(), pattern(64, 1));
+    let mut ctx = 10;
+    for round in 0..3u64 {
+        for len in [8usize, 4096, 65536, size] {
+            let off = (size - len) as u64 / 2;
+            let data = pattern(len, ctx);
+            a.ep.write(pb, data.clone(), &rkey, off, ctx).unwrap();
+            assert_eq!(expect(&mut [&mut a, &mut b], 0, ctx).result, Ok(()), "round {round}");
+            let whole = mr.to_vec().unwrap();
+            assert!(whole[off as usize..off as usize + len] == data[..], "written, {len} B");
+            a.ep.read(pb, vec![0; len], &rkey, off, ctx + 1).unwrap();
+            assert!(
+                expect(&mut [&mut a, &mut b], 0, ctx + 1).buf.unwrap() == data,
+                "read, {len} B"
+            );
+            ctx += 2;
+        }
+    }
+    let before = mr.to_vec().unwrap();
+    a.ep.write(pb, vec![7; 16], &rkey, size as u64 - 8, 100).unwrap();
+    expect_refused(&mut a, &mut b, 100, Flags::WRITE);
+    a.ep.read(pb, vec![0; 16], &rkey, size as u64 - 8, 101).unwrap();
+    expect_refused(&mut a, &mut b, 101, Flags::READ);
+    assert!(mr.to_vec().unwrap() == before, "memory unchanged");
+    a.ep.write_data(pb, pattern(32, 102), &rkey, 0, 0xd00d, 102).unwrap();
+    assert_eq!(expect(&mut [&mut a, &mut b], 0, 102).result, Ok(()));
+    let t = expect(&mut [&mut a, &mut b], 1, 0);
+    assert_eq!((t.data, t.len), (0xd00d, 32), "write with data completes at the target");
+    connection_still_works(&mut a, &mut b, 200);
+    if rma_by_one_copy(&a) {
+        assert_eq!(
+            counter(&a, "rma_native"),
+            24,
+            "3 rounds of 4 writes and 4 reads by one copy"
+        );
+        assert_eq!(counter(&a, "rma_native_failed"), 0);
+        assert_eq!(
+            counter(&b, "rma_served"),
+            5,
+            "the target served the first two, the two refusals and the write with data"
+        );
+    } else if matches!(a.domain.provider(), "shm" | "shm+tcp") {
+        // Cross-memory attach off: every operation in frames, served.
+        assert_eq!(counter(&a, "rma_native"), 0);
+        assert_eq!(counter(&b, "rma_served"), 29);
+    }
+}
+
+/// A grant dies with its region: once the target deregistered it, a write
+/// or read on the old key is refused (`RemoteAccess`), and not one byte of
+/// the memory the region covered changes (over shared memory the target's
+/// deregistration revokes every grant before it returns; a copy under the
+/// old grant would land in memory the target may already reuse).
+#[test]
+fn rma_on_a_region_deregistered_after_its_grant_is_refused() {
+    let (mut a, mut b) = (Node::new(), Node::new());
+    if matches!(a.domain.provider(), "verbs" | "verbs-rdm" | "shm+verbs") {
+        return; // A device's invalidated rkey fails the QP instead (verbs).
+    }
+    let pb = a.add(&b);
+    let mut target = vec![0u8; 8192];
+    // SAFETY: `target` outlives the region, dropped below, and is only
+    // reached through it while it is registered.
+    let mr = unsafe { b.domain.register_raw(target.as_mut_ptr(), target.len(), Access::all()) }.unwrap();
+    let rkey = rkey_of(&mr);
+    for ctx in 1..=3 {
+        a.ep.write(pb, pattern(4096, ctx), &rkey, 0, ctx).unwrap();
+        assert_eq!(expect(&mut [&mut a, &mut b], 0, ctx).result, Ok(()));
+        a.ep.read(pb, vec![0; 4096], &rkey, 0, 10 + ctx).unwrap();
+        assert!(expect(&mut [&mut a, &mut b], 0, 10 + ctx).buf.unwrap() == pattern(4096, ctx));
+    }
+    if rma_by_one_copy(&a) {
+        assert_eq!(counter(&a, "rma_native"), 4, "granted: the later ones by one copy");
+    }
+    drop(mr);
+    let before = target.clone();
+    a.ep.write(pb, pattern(4096, 9), &rkey, 0, 20).unwrap();
+    expect_refused(&mut a, &mut b, 20, Flags::WRITE);
+    a.ep.read(pb, vec![0; 4096], &rkey, 0, 21).unwrap();
+    expect_refused(&mut a, &mut b, 21, Flags::READ);
+    assert!(target == before, "not a byte written after the deregistration");
+    connection_still_works(&mut a, &mut b, 30);
+    // A new region is granted afresh and goes by one copy again.
+    // SAFETY: as above.
+    let mr = unsafe { b.domain.register_raw(target.as_mut_ptr(), target.len(), Access::all()) }.unwrap();
+    let rkey = rkey_of(&mr);
+    for ctx in 40..43 {
+        a.ep.write(pb, pattern(4096, ctx), &rkey, 4096, ctx).unwrap();
+        assert_eq!(expect(&mut [&mut a, &mut b], 0, ctx).result, Ok(()));
+    }
+    if rma_by_one_copy(&a) {
+        assert_eq!(counter(&a, "rma_native"), 6, "the new region granted, then by one copy");
+    }
+    drop(mr);
+    assert!(target[4096..] == pattern(4096, 42)[..]);
+}
+
+/// A deregistration racing a peer's writes (two threads, two domains):
+/// once it returned, not one byte lands in the memory the region covered,
+/// however many writes the peer still sends; its next write is refused.
+/// Over shared memory the writes go by one copy from the first answer on,
+/// and the deregistration must wait for a copy in flight and stop the
+/// later ones.
+#[test]
+fn a_region_deregistered_while_a_peer_writes_to_it_is_not_written_after() {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
+    let (mut a, mut b) = (Node::new(), Node::new());
+    if matches!(a.domain.provider(), "verbs" | "verbs-rdm" | "shm+verbs") {
+        return; // A device's invalidated rkey fails the QP instead (verbs).
+    }
+    let pb = a.add(&b);
+    let len = 4096;
+    let mut target = vec![0u8; len];
+    let base = target.as_mut_ptr();
+    // SAFETY: `target` outlives the region, dropped below, and the test
+    // touches it only after that.
+    let mr = unsafe { b.domain.register_raw(base, len, Access::all()) }.unwrap();
+    let rkey = rkey_of(&mr);
+    let (writes, finished) = (AtomicU64::new(0), AtomicBool::new(false));
+    let refused = std::thread::scope(|s| {
+        let (a, rkey, writes, finished) = (&mut a, &rkey, &writes, &finished);
+        let writer = s.spawn(move || {
+            let t0 = std::time::Instant::now();
+            let mut refused = false;
+            for ctx in 1.. {
+                a.ep.write(pb, vec![0xab; len], rkey, 0, ctx).unwrap();
+                match expect(&mut [&mut *a], 0, ctx).result {
+                    Ok(()) => writes.fetch_add(1, SeqCst),
+                    Err(Error::RemoteAccess(_)) => {
+                        refused = true;
+                        break;
+                    }
+                    Err(e) => panic!("write {ctx}: {e:?}"),
+                };
+                if t0.elapsed() > common::DEADLINE {
+                    break;
+                }
+            }
+            finished.store(true, SeqCst);
+            refused
+        });
+        let t0 = std::time::Instant::now();
+        while writes.load(SeqCst) < 50 && !finished.load(SeqCst) {
+            b.poll();
+            assert!(t0.elapsed() < common::DEADLINE, "no writes");
+        }
+        drop(mr);
+        // SAFETY: the region is gone: the memory is the test's own again.
+        unsafe { std::ptr::write_bytes(base, 0, len) };
+        while !finished.load(SeqCst) {
+            b.poll();
+        }
+        writer.join().unwrap()
+    });
+    assert!(refused, "the writes after the deregistration were refused");
+    if rma_by_one_copy(&a) {
+        assert!(counter(&a, "rma_native") >= 40, "the writes went by one copy");
+    }
+    // SAFETY: `base..base + len` is `target`'s; read volatile, as only a
+    // stale copy from the other thread could have changed it.
+    let landed = (0..len)
+        .filter(|&i| unsafe { std::ptr::read_volatile(base.add(i)) } != 0)
+        .count();
+    assert_eq!(landed, 0, "bytes landed after the deregistration returned");
+    drop(target);
+}
+
 /// Every transport reports the RDM layer's counters under the same names
 /// (credit, requests to send, receive memory, unexpected messages), so a
 /// tool reads them alike whatever serves the endpoint.

@@ -269,6 +269,15 @@ pub trait DomainProvider: Send {
         let _ = (key, access);
         None
     }
+    /// A word every grant of [`native_rma`](Self::native_rma) carries to
+    /// the initiator and its transport gets back with each native
+    /// operation (`Remote::stamp`). 0, the default, for a device that
+    /// refuses a deregistered key by itself (verbs). Shared memory's is the
+    /// revocation epoch its deregistrations advance, which the initiator
+    /// compares with the target's current one before each copy.
+    fn grant_stamp(&self) -> u64 {
+        0
+    }
 }
 
 /// One provider's endpoint: reliable, connectionless to the user (RDM).

@@ -18,12 +18,15 @@ pub use tcp::{from_tcp_name, tcp_name, ShmTcpDomain, NAME, PROVIDER_ID};
 #[cfg(feature = "verbs")]
 pub use verbs::{ShmVerbsDomain, SHM_VERBS, SHM_VERBS_ID};
 
+use std::sync::Arc;
+
 use xfer_core::unstable::params::Params;
 use xfer_core::unstable::provider::EndpointProvider;
 use xfer_core::unstable::rdm::engine::Engine;
 use xfer_core::unstable::rdm::pair::{self, Pair, Parts, Route};
 use xfer_core::unstable::rdm::transport::Transport;
 use xfer_core::{Address, EndpointAttr, Error, Result};
+use xfer_shm::fence::Fences;
 use xfer_shm::{ShmConfig, ShmTransport};
 
 /// Bytes of an shm port address (`xs`, a pid, a nonce).
@@ -39,7 +42,8 @@ fn parts(name: &[u8], second_ok: impl Fn(&[u8]) -> bool) -> Option<Parts<'_>> {
 
 /// An engine endpoint over shared memory (the `shm.*` settings of
 /// `params`) and `second`, whose peers get `second_credit` of eager
-/// credit; named `name`, its names starting with `id`.
+/// credit; named `name`, its names starting with `id`; shm peers copy
+/// into its regions under the grants of the domain owning `fences`.
 fn open_endpoint<B: Transport + 'static>(
     params: &Params,
     second: B,
@@ -47,15 +51,14 @@ fn open_endpoint<B: Transport + 'static>(
     name: &'static str,
     id: u8,
     attr: &EndpointAttr,
+    fences: Option<Arc<Fences>>,
 ) -> Result<Box<dyn EndpointProvider>> {
     let shm = ShmConfig::from_params(params)?;
-    let pair = Pair::new(
-        ShmTransport::open(&shm)?,
-        second,
-        name,
-        xfer_shm::host::identity(),
-        shm.enabled,
-    )?;
+    let first = match fences {
+        Some(f) => ShmTransport::open_serving(&shm, f)?,
+        None => ShmTransport::open(&shm)?,
+    };
+    let pair = Pair::new(first, second, name, xfer_shm::host::identity(), shm.enabled)?;
     // One budget for every peer: the smaller of the two transports'.
     let credit = (shm.eager_credit as u64).min(second_credit);
     Ok(Box::new(Engine::new(pair, id, attr, credit)?))

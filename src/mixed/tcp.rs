@@ -9,11 +9,15 @@
 //! bytes, or none with `shm.enabled=0`), then the TCP transport's address (15
 //! bytes for IPv4, 27 for IPv6): 39 or 51 bytes in all.
 
+use std::sync::Arc;
 use xfer_core::unstable::mr::keys::KeyTable;
+use xfer_core::unstable::mr::Access;
 use xfer_core::unstable::params::Params;
 use xfer_core::unstable::provider::{DomainProvider, EndpointProvider};
 use xfer_core::unstable::rdm::pair::Parts;
 use xfer_core::{Address, EndpointAttr, Error, Result};
+
+use xfer_shm::fence::Fences;
 use xfer_shm::ShmConfig;
 use xfer_tcp::stream::TcpTransport;
 use xfer_tcp::TcpAttr;
@@ -29,17 +33,23 @@ pub const NAME: &str = "shm+tcp";
 pub struct ShmTcpDomain {
     params: Params,
     keys: KeyTable,
+    /// Cross-memory attach on (`shm.cma`): shm peers may be granted keys.
+    cma: bool,
+    /// Its grants' epoch and its endpoints' shm target fences.
+    fences: Arc<Fences>,
 }
 
 impl ShmTcpDomain {
     /// A domain with the `shm.*` and `tcp.*` settings of `params` over the
     /// environment.
     pub fn with_params(params: &Params) -> Result<ShmTcpDomain> {
-        ShmConfig::from_params(params)?;
+        let shm = ShmConfig::from_params(params)?;
         TcpAttr::from_params(params)?;
         Ok(ShmTcpDomain {
             params: params.clone(),
             keys: KeyTable::default(),
+            cma: shm.enabled && shm.cma,
+            fences: Fences::new(),
         })
     }
 }
@@ -76,7 +86,16 @@ impl DomainProvider for ShmTcpDomain {
         let params = self.params.overlaid(&attr.params);
         let tcp = TcpAttr::from_params(&params)?;
         let second = TcpTransport::open(&tcp)?;
-        super::open_endpoint(&params, second, tcp.eager_credit as u64, NAME, PROVIDER_ID, attr)
+        let fences = Some(self.fences.clone());
+        super::open_endpoint(
+            &params,
+            second,
+            tcp.eager_credit as u64,
+            NAME,
+            PROVIDER_ID,
+            attr,
+            fences,
+        )
     }
 
     fn provider_id(&self) -> u8 {
@@ -89,6 +108,21 @@ impl DomainProvider for ShmTcpDomain {
 
     fn key_table_mut(&mut self) -> Option<&mut KeyTable> {
         Some(&mut self.keys)
+    }
+
+    /// Revokes the shm peers' grants when peers could reach the region.
+    fn deregister(&mut self, key: u64) {
+        xfer_shm::deregister(&mut self.keys, &self.fences, key);
+    }
+
+    /// A grant is for shm peers: a TCP peer's transport refuses it and its
+    /// operations stay in frames.
+    fn native_rma(&self, key: u64, access: Access) -> Option<(u64, u64)> {
+        xfer_shm::native_rma(&self.keys, self.cma, key, access)
+    }
+
+    fn grant_stamp(&self) -> u64 {
+        self.fences.epoch()
     }
 }
 

@@ -82,6 +82,9 @@ impl DomainProvider for ShmVerbsDomain {
             SHM_VERBS,
             SHM_VERBS_ID,
             attr,
+            // The verbs domain's grants are for its device: shm peers' RMA
+            // stays in frames.
+            None,
         )
     }
 

@@ -147,6 +147,9 @@ pub struct Remote {
     pub addr: u64,
     /// The key [`Transport::expose`] gave the sender for it, if any.
     pub key: Option<u64>,
+    /// For [`Transport::start_rma`]: the stamp the target's grant carried
+    /// ([`crate::provider::DomainProvider::grant_stamp`]); 0 for a pull.
+    pub stamp: u64,
 }
 
 /// How [`Transport::start_pull`] went.

@@ -87,6 +87,9 @@ pub enum CmaError {
     },
     /// The peer process is gone (ESRCH).
     PeerGone,
+    /// The target revoked the grant the copy was to go under (fence.rs):
+    /// nothing was copied.
+    Revoked,
     /// Another system error.
     Os(io::Error),
 }
@@ -98,6 +101,7 @@ impl std::fmt::Display for CmaError {
             CmaError::NotAvailable(c) => write!(f, "{c}"),
             CmaError::BadRange { done } => write!(f, "peer range not mapped (after {done} bytes)"),
             CmaError::PeerGone => write!(f, "peer process is gone"),
+            CmaError::Revoked => write!(f, "the target revoked the grant"),
             CmaError::Os(e) => write!(f, "cross-memory attach failed: {e}"),
         }
     }

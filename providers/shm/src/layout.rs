@@ -2,6 +2,8 @@
 //!
 //! ```text
 //! 0      header page: magic, version, ring size (read once, when mapped)
+//! 1024   fence of the connector as an RMA target (epoch; busy 64 B on), 128 B
+//! 1152   fence of the acceptor as an RMA target, 128 B
 //! 4096   ring 0 consumer block (head, sleeping flag, space-wanted flag), 128 B
 //! 4224   ring 1 consumer block, 128 B
 //! 8192   ring 0 data: ring_bytes (connector -> acceptor)
@@ -26,6 +28,21 @@ pub const HDR_MAGIC: usize = 0;
 pub const HDR_VERSION: usize = 8;
 /// Offset of the ring size.
 pub const HDR_RING_BYTES: usize = 12;
+
+/// Offset of the RMA fences (fence.rs): one per side as a target.
+pub const FENCE: usize = 1024;
+/// Bytes given to one fence.
+pub const FENCE_STRIDE: usize = 128;
+/// Offset of the epoch (u64, written by the target) within a fence.
+pub const FENCE_EPOCH: usize = 0;
+/// Offset of the busy word (u64, written by the initiator) within a fence,
+/// on its own cache line.
+pub const FENCE_BUSY: usize = 64;
+
+/// Offset of the fence of the side that writes ring `r` (its target fence).
+pub const fn fence(r: usize) -> usize {
+    FENCE + r * FENCE_STRIDE
+}
 
 /// Offset of the consumer blocks.
 pub const CONTROL: usize = 4096;

@@ -11,7 +11,9 @@
 //! [`ShmPort`] is what a transport holds: an address to listen on,
 //! `connect`, `send` of a frame (a header of up to 64 bytes and a payload),
 //! one `poll` over every peer's ring, a wait descriptor, `cma_read`, and
-//! peer death as an event. [`Rma`] adds reads and writes of a peer's
+//! peer death as an event. Under the RDM engine, [`ShmTransport`] also
+//! moves RMA on a key the target granted in one copy into or out of the
+//! target's region, guarded by the target's [`fence`]. [`Rma`] adds reads and writes of a peer's
 //! registered regions ([`Regions`], random keys, checked by the target), by
 //! cross-memory attach or, where that is refused, through the ring. It is not an endpoint provider yet; see
 //! docs/SHM.md for the protocols, the bounds and what is not built.
@@ -36,6 +38,7 @@ pub mod cma;
 pub mod config;
 mod domain;
 pub mod entry;
+pub mod fence;
 mod hello;
 pub mod host;
 pub mod layout;
@@ -49,7 +52,7 @@ mod transport;
 
 pub use cma::{Cma, CmaError};
 pub use config::ShmConfig;
-pub use domain::{ShmDomain, PROVIDER_ID};
+pub use domain::{deregister, native_rma, ShmDomain, PROVIDER_ID};
 pub use port::{DownReason, Event, PeerId, PeerInfo, SendError, ShmPort, Sink, BUDGET, SERVICE_EVERY};
 pub use region::{Access, RegionError, Regions};
 pub use ring::{Bytes, Frame};

@@ -9,6 +9,7 @@
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{fence, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use slab::Slab;
@@ -16,6 +17,7 @@ use slab::Slab;
 use crate::cma::{self, Cma, CmaError};
 use crate::config::ShmConfig;
 use crate::entry::Corrupt;
+use crate::fence::Fences;
 use crate::hello::{self, Hello, Kind};
 use crate::ring::{Frame, Refused};
 use crate::segment::Segment;
@@ -207,6 +209,9 @@ pub struct ShmPort {
     dead: Vec<(usize, DownReason)>,
     /// Peers whose welcome `send` read, reported up by the next `poll`.
     ups: Vec<usize>,
+    /// The fences of the domain whose grants this port's peers copy under
+    /// (fence.rs); without them no peer copies into this side.
+    fences: Option<Arc<Fences>>,
 }
 
 impl ShmPort {
@@ -232,6 +237,7 @@ impl ShmPort {
             tokens: Vec::with_capacity(32),
             dead: Vec::new(),
             ups: Vec::new(),
+            fences: None,
         })
     }
 
@@ -356,6 +362,51 @@ impl ShmPort {
     pub fn cma_write(&self, peer: PeerId, remote: u64, src: &[u8]) -> Result<(), CmaError> {
         let pid = self.cma_pid(peer)?;
         cma::write(pid, remote, src)
+    }
+
+    /// Pushes `src` to `remote` in `peer`'s address space under a grant
+    /// of the peer's with `stamp` ([`crate::fence`]); [`CmaError::Revoked`]
+    /// (nothing copied) when the peer revoked it.
+    pub fn granted_write(&mut self, peer: PeerId, stamp: u64, remote: u64, src: &[u8]) -> Result<(), CmaError> {
+        self.welcomed(peer);
+        let pid = self.cma_pid(peer)?;
+        let seg = self
+            .peers
+            .get(peer.0)
+            .and_then(|p| p.seg.as_ref())
+            .ok_or(CmaError::NoPeer)?;
+        seg.guarded(stamp, || cma::write(pid, remote, src))
+            .unwrap_or(Err(CmaError::Revoked))
+    }
+
+    /// Pulls `dst.len()` bytes at `remote` in `peer`'s address space under
+    /// a grant of the peer's with `stamp`, as [`granted_write`](Self::granted_write).
+    pub fn granted_read(&mut self, peer: PeerId, stamp: u64, remote: u64, dst: &mut [u8]) -> Result<(), CmaError> {
+        self.welcomed(peer);
+        let pid = self.cma_pid(peer)?;
+        let seg = self
+            .peers
+            .get(peer.0)
+            .and_then(|p| p.seg.as_ref())
+            .ok_or(CmaError::NoPeer)?;
+        seg.guarded(stamp, || cma::read(pid, remote, dst))
+            .unwrap_or(Err(CmaError::Revoked))
+    }
+
+    /// Lets peers that connect from now on copy natively into this side's
+    /// regions under the grants of the domain owning `fences`: each
+    /// peer's segment gets its target fence registered there.
+    pub fn serve_grants(&mut self, fences: Arc<Fences>) {
+        self.fences = Some(fences);
+    }
+
+    /// Reads `peer`'s welcome if this side still waits for it: a grant
+    /// came through the ring after the peer sent it, and its probe says
+    /// whether this side may attach.
+    fn welcomed(&mut self, peer: PeerId) {
+        if self.peers.get(peer.0).is_some_and(|p| p.state == State::AwaitWelcome) {
+            self.early_welcome(peer.0);
+        }
     }
 
     fn cma_pid(&self, peer: PeerId) -> Result<libc::pid_t, CmaError> {
@@ -518,7 +569,15 @@ impl ShmPort {
             Ok(Some(r)) if r.len == 0 => Err(DownReason::Handshake(
                 "the peer closed before welcoming this side".into(),
             )),
-            Ok(Some(r)) => handshake(p, &buf[..r.len.min(buf.len())], r.fds, r.truncated, own_wake, &self.cfg),
+            Ok(Some(r)) => handshake(
+                p,
+                &buf[..r.len.min(buf.len())],
+                r.fds,
+                r.truncated,
+                own_wake,
+                &self.cfg,
+                self.fences.as_ref(),
+            ),
             Err(e) => Err(DownReason::Os(e)),
         };
         match outcome {
@@ -625,6 +684,7 @@ impl ShmPort {
                 r.truncated,
                 self.wake.as_raw_fd(),
                 &self.cfg,
+                self.fences.as_ref(),
             ),
             Err(e) if e.raw_os_error() == Some(libc::ECONNRESET) => Err(DownReason::Closed),
             Err(e) => Err(DownReason::Os(e)),
@@ -664,6 +724,7 @@ fn handshake(
     truncated: bool,
     own_wake: std::os::fd::RawFd,
     cfg: &ShmConfig,
+    fences: Option<&Arc<Fences>>,
 ) -> Result<(), DownReason> {
     let want = match p.state {
         State::AwaitHello => Kind::Hello,
@@ -720,6 +781,10 @@ fn handshake(
     }
     p.wake = Some(wake);
     p.state = State::Up;
+    if let (true, Some(fences), Some(seg)) = (cfg.cma, fences, p.seg.as_mut()) {
+        // The peer may copy into this side's regions under its grants.
+        seg.open_fence(fences, p.cred.pid);
+    }
     tracing::debug!(pid = p.cred.pid, cma = %p.cma, inbound = p.inbound, "shm: peer up");
     if p.cma != Cma::Available {
         xfer_core::warn_limited!(pid = p.cred.pid, cma = %p.cma, "shm: cross-memory attach unusable towards this peer");

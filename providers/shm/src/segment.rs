@@ -5,7 +5,9 @@
 use std::io;
 use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
 
+use crate::fence::{Fence, Fences, Registration};
 use crate::layout::{self, MAGIC, VERSION};
 use crate::ring::{Consumer, Producer};
 use crate::sys::{self, Mapping};
@@ -47,6 +49,13 @@ pub struct Segment {
     pub rx: Consumer,
     /// Bytes of each ring.
     pub ring_bytes: usize,
+    /// This side's fence as an RMA target.
+    own: Fence,
+    /// The peer's fence as an RMA target, which this side's copies hold.
+    peer: Fence,
+    /// `own` in the process's registry, once the peer is known. Declared
+    /// before the mapping: it leaves the registry before the unmap.
+    fence: Option<Registration>,
     /// Kept mapped while the rings point into it.
     _map: Mapping,
 }
@@ -110,7 +119,8 @@ impl Segment {
         // segment_bytes(ring_bytes); data regions are page aligned and
         // consumer blocks 128-byte aligned. The mapping lives in the same
         // struct as the rings and is dropped after them. This side is the
-        // only producer of `tx` and only consumer of `rx`.
+        // only producer of `tx` and only consumer of `rx`. The fences are in
+        // the header page of the same mapping.
         unsafe {
             Segment {
                 tx: Producer::new(
@@ -124,8 +134,26 @@ impl Segment {
                     ring_bytes,
                 ),
                 ring_bytes,
+                own: Fence::at(base, tx),
+                peer: Fence::at(base, rx),
+                fence: None,
                 _map: map,
             }
         }
+    }
+
+    /// Lets the peer (process `pid`) copy natively into this side's
+    /// registered regions under the grants it gets: publishes this side's
+    /// fence (fence.rs). Until then no grant matches it.
+    pub fn open_fence(&mut self, fences: &Arc<Fences>, pid: libc::pid_t) {
+        if self.fence.is_none() {
+            self.fence = Some(self.own.register(fences, pid));
+        }
+    }
+
+    /// Runs `copy` into or out of the peer's memory under a grant with
+    /// `stamp`, if the peer has not revoked it since; `None` if it has.
+    pub fn guarded<R>(&self, stamp: u64, copy: impl FnOnce() -> R) -> Option<R> {
+        self.peer.guarded(stamp, copy)
     }
 }

@@ -509,6 +509,24 @@ pub fn is_eventfd(fd: &OwnedFd) -> bool {
         .is_ok_and(|p| p.as_os_str() == "anon_inode:[eventfd]")
 }
 
+/// Whether process `pid` can no longer run: gone (ESRCH) or a zombie
+/// waiting to be reaped. A process that stopped (SIGSTOP) still counts as
+/// running: it may resume.
+pub fn process_gone(pid: libc::pid_t) -> bool {
+    // SAFETY: signal 0 sends nothing; it only checks the process exists.
+    if unsafe { libc::kill(pid, 0) } == -1 && io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH) {
+        return true;
+    }
+    // The state follows the command name's closing parenthesis.
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            s.rsplit_once(')')
+                .map(|(_, rest)| rest.trim_start().starts_with(['Z', 'X']))
+        })
+        .unwrap_or(false)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -523,5 +541,23 @@ mod tests {
         // SAFETY: pipe2 just returned these two descriptors; nothing else owns them.
         let (r, w) = unsafe { (OwnedFd::from_raw_fd(p[0]), OwnedFd::from_raw_fd(p[1])) };
         assert!(!is_eventfd(&r) && !is_eventfd(&w));
+    }
+
+    #[test]
+    fn a_dead_process_is_gone_and_a_zombie_too() {
+        assert!(!process_gone(std::process::id() as libc::pid_t));
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id() as libc::pid_t;
+        // Exited but not reaped: a zombie, which can no longer copy.
+        let t0 = std::time::Instant::now();
+        while !process_gone(pid) {
+            assert!(
+                t0.elapsed() < std::time::Duration::from_secs(10),
+                "the child never ended"
+            );
+            std::thread::yield_now();
+        }
+        child.wait().unwrap();
+        assert!(process_gone(pid));
     }
 }

@@ -6,13 +6,18 @@
 
 use std::io;
 use std::os::fd::RawFd;
+use std::sync::Arc;
 
-use xfer_core::unstable::rdm::transport::{Cause, ConnId, Event as RdmEvent, Events, Refused, Transport};
+use xfer_core::unstable::provider::RmaKind;
+use xfer_core::unstable::rdm::transport::{
+    Cause, ConnId, Event as RdmEvent, Events, Pulled, Refused, Remote, Transport,
+};
 use xfer_core::Error;
 
 use crate::cma::CmaError;
 use crate::config::ShmConfig;
 use crate::entry;
+use crate::fence::Fences;
 use crate::port::{DownReason, Event, PeerId, SendError, ShmPort, Sink};
 
 /// A port as a transport.
@@ -32,6 +37,14 @@ impl ShmTransport {
         })
     }
 
+    /// Opens a port with `cfg` whose peers may copy into this side's
+    /// regions under the grants of the domain owning `fences`.
+    pub fn open_serving(cfg: &ShmConfig, fences: Arc<Fences>) -> io::Result<ShmTransport> {
+        let mut t = ShmTransport::open(cfg)?;
+        t.port.serve_grants(fences);
+        Ok(t)
+    }
+
     /// The port, for what it knows of peers.
     pub fn port(&self) -> &ShmPort {
         &self.port
@@ -48,6 +61,21 @@ fn cause(reason: &DownReason) -> Cause {
         DownReason::Corrupt(_) => Cause::Protocol("corrupt shared-memory ring entry"),
         DownReason::Handshake(_) => Cause::Failed(libc::ECONNREFUSED),
         DownReason::Os(e) => Cause::Failed(os_errno(e)),
+    }
+}
+
+/// A failed cross-memory copy as the engine's error; `bad_range` names a
+/// range that was not mapped.
+fn cma_error(e: CmaError, bad_range: &'static str) -> Error {
+    match e {
+        CmaError::NotAvailable(_) | CmaError::NoPeer | CmaError::Revoked => {
+            Error::NotSupported("cross-memory attach not available towards this peer")
+        }
+        CmaError::BadRange { .. } => Error::RemoteAccess(bad_range),
+        CmaError::PeerGone => Error::PeerClosed {
+            peer: xfer_core::PeerAddr::UNSPEC,
+        },
+        CmaError::Os(e) => Error::Os(os_errno(&e)),
     }
 }
 
@@ -112,14 +140,46 @@ impl Transport for ShmTransport {
         }
         match self.port.cma_read(PeerId(conn), remote, dst) {
             Ok(()) => Ok(()),
-            Err(CmaError::NotAvailable(_) | CmaError::NoPeer) => Err(Error::NotSupported(
-                "cross-memory attach not available towards this peer",
-            )),
             Err(CmaError::BadRange { .. }) => Err(Error::Protocol("rendezvous address outside the sender's memory")),
-            Err(CmaError::PeerGone) => Err(Error::PeerClosed {
-                peer: xfer_core::PeerAddr::UNSPEC,
-            }),
-            Err(CmaError::Os(e)) => Err(Error::Os(os_errno(&e))),
+            Err(e) => Err(cma_error(e, "")),
+        }
+    }
+
+    /// One cross-memory-attach copy into or out of the target's region,
+    /// under the target's fence: a grant it revoked since (a
+    /// deregistration) is refused, and the engine goes in frames.
+    unsafe fn start_rma(
+        &mut self,
+        conn: ConnId,
+        kind: RmaKind,
+        remote: Remote,
+        local: *mut u8,
+        len: usize,
+        token: u64,
+    ) -> Result<Pulled, Error> {
+        let _ = token;
+        if !self.port.config().cma {
+            return Err(Error::NotSupported("cross-memory attach off (XFER_SHM_CMA)"));
+        }
+        let peer = PeerId(conn);
+        let r = match kind {
+            RmaKind::Write => {
+                // SAFETY: the caller keeps `local..local + len` valid and
+                // unwritten for the call.
+                let src = unsafe { std::slice::from_raw_parts(local.cast_const(), len) };
+                self.port.granted_write(peer, remote.stamp, remote.addr, src)
+            }
+            RmaKind::Read => {
+                // SAFETY: the caller keeps `local..local + len` valid and
+                // exclusive for the call.
+                let dst = unsafe { std::slice::from_raw_parts_mut(local, len) };
+                self.port.granted_read(peer, remote.stamp, remote.addr, dst)
+            }
+        };
+        match r {
+            Ok(()) => Ok(Pulled::Done),
+            Err(CmaError::Revoked) => Err(Error::NotSupported("the target revoked its grant")),
+            Err(e) => Err(cma_error(e, "the target's granted region is not mapped")),
         }
     }
 

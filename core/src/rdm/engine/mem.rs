@@ -167,6 +167,12 @@ impl Net {
         self.lock().pulls.iter().map(|p| p.len).collect()
     }
 
+    /// The grant stamps of the native RMA in flight, in start order.
+    #[cfg(test)]
+    pub fn pending_stamps(&self) -> Vec<u64> {
+        self.lock().pulls.iter().map(|p| p.remote.stamp).collect()
+    }
+
     /// Lets the `i`-th pending pull (oldest first) complete at its
     /// transport's next progress.
     #[cfg(test)]

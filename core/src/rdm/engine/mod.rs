@@ -493,6 +493,7 @@ impl State {
         let remote = Remote {
             addr: p.rts.addr,
             key: p.rts.key,
+            stamp: 0,
         };
         let peer = p.peer.0;
         // The receive moves into `pulling` first: its buffer (which does not

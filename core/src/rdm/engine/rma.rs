@@ -18,7 +18,12 @@
 //! A key is thus never used natively before the target vouched for it, so
 //! a forged key, a range outside the region or an access the region does
 //! not grant is refused by the target's checks, in software, and the
-//! connection serves on.
+//! connection serves on. A grant also carries the target domain's stamp
+//! ([`DomainProvider::grant_stamp`]), passed back to the transport with
+//! each native operation: a transport whose device does not invalidate a
+//! deregistered key by itself (shared memory's cross-memory attach) checks
+//! it against the target's current one, so a stale grant is refused and
+//! the operation goes in frames, checked again.
 
 use crate::complete;
 use crate::error::Error;
@@ -41,8 +46,17 @@ const FAILED_MAX: usize = 256;
 /// next operations on those keys go in frames and are granted again).
 const NATIVE_MAX: usize = 4096;
 
-/// A native grant: (peer, key, write) -> the region (start, length).
-pub(super) type Grants = crate::hash::FastMap<((usize, u64), u64, bool), (u64, u64)>;
+/// A native grant: (peer, key, write) -> the region and the target's stamp.
+pub(super) type Grants = crate::hash::FastMap<((usize, u64), u64, bool), Grant>;
+
+/// What a target grants: a region its device reaches (start, length) and
+/// its domain's stamp at the time ([`DomainProvider::grant_stamp`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Grant {
+    pub(super) start: u64,
+    pub(super) len: u64,
+    pub(super) stamp: u64,
+}
 
 /// An initiator's RMA operation waiting for its answer.
 pub(super) struct RmaTx {
@@ -65,7 +79,7 @@ pub(super) struct ReadBack {
     pub(super) off: usize,
     /// The region the target's device reaches for reads, granted in the
     /// closing `RmaDone`.
-    pub(super) native: Option<(u64, u64)>,
+    pub(super) native: Option<Grant>,
 }
 
 /// The frame of write `key` that starts at `off`, with its bytes; `None`
@@ -119,23 +133,29 @@ pub(super) fn read_frame<'d>(domain: &'d dyn DomainProvider, r: &ReadBack, room:
     }
 }
 
-/// Marks an `RmaDone` with the grant of `region`, if any.
-fn grant(h: &mut Header, region: Option<(u64, u64)>) {
-    if let Some((start, len)) = region {
+/// Marks an `RmaDone` with `grant`, if any.
+fn grant(h: &mut Header, grant: Option<Grant>) {
+    if let Some(g) = grant {
         h.flags |= wire::NATIVE;
-        h.addr = start;
-        h.len = len;
+        h.addr = g.start;
+        h.len = g.len;
+        h.off = g.stamp;
     }
 }
 
 impl State {
     /// What a target grants for `key` and `access`: the region its device
     /// reaches, unless this endpoint wants to see each access.
-    fn grantable(&self, cx: &Ctx<'_>, key: u64, access: Access) -> Option<(u64, u64)> {
+    fn grantable(&self, cx: &Ctx<'_>, key: u64, access: Access) -> Option<Grant> {
         if self.rma_events {
             return None;
         }
-        cx.domain.native_rma(key, access)
+        let (start, len) = cx.domain.native_rma(key, access)?;
+        Some(Grant {
+            start,
+            len,
+            stamp: cx.domain.grant_stamp(),
+        })
     }
 
     /// Starts `op` to its peer (the address vector has it).
@@ -159,7 +179,7 @@ impl State {
             ended: None,
         });
         h.token = self.rmas.token(key);
-        if native && self.start_native(t, cx, key) {
+        if native.is_some_and(|stamp| self.start_native(t, cx, key, stamp)) {
             return;
         }
         // Its answer follows every inject write before it.
@@ -172,18 +192,16 @@ impl State {
     }
 
     /// Whether `op` may go natively: no immediate data, some bytes, and a
-    /// grant of its key and access covering its range.
-    fn native_ok(&self, at: (usize, u64), op: &RmaOp) -> bool {
+    /// grant of its key and access covering its range; the grant's stamp.
+    fn native_ok(&self, at: (usize, u64), op: &RmaOp) -> Option<u64> {
         if op.data.is_some() || op.buf.is_empty() {
-            return false;
+            return None;
         }
         let write = op.kind == RmaKind::Write;
-        let Some(&(start, len)) = self.grants.get(&(at, op.key, write)) else {
-            return false;
-        };
+        let g = self.grants.get(&(at, op.key, write))?;
         let end = op.addr.checked_add(op.buf.len() as u64);
-        let inside = op.addr >= start && end.is_some_and(|e| e <= start + len);
-        inside && !self.unordered(at)
+        let inside = op.addr >= g.start && end.is_some_and(|e| e <= g.start + g.len);
+        (inside && !self.unordered(at)).then_some(g.stamp)
     }
 
     /// Whether an operation the target's engine applies to peer `at`'s
@@ -200,7 +218,7 @@ impl State {
 
     /// Asks the transport to do RMA `key` natively; `false` when it cannot
     /// (the operation goes in frames: the grant is forgotten).
-    fn start_native<T: Transport>(&mut self, t: &mut T, cx: &mut Ctx<'_>, key: usize) -> bool {
+    fn start_native<T: Transport>(&mut self, t: &mut T, cx: &mut Ctx<'_>, key: usize, stamp: u64) -> bool {
         let token = self.rmas.token(key);
         let tx = &mut self.rmas[key];
         let Some(conn) = self.peers.current(tx.peer).and_then(|e| e.tx) else {
@@ -209,6 +227,7 @@ impl State {
         let remote = Remote {
             addr: tx.op.addr,
             key: Some(tx.op.key),
+            stamp,
         };
         let (kind, len) = (tx.op.kind, tx.op.buf.len());
         tx.native = true;
@@ -274,7 +293,12 @@ impl State {
             self.grants.clear();
         }
         let write = tx.op.kind == RmaKind::Write;
-        self.grants.insert((tx.peer, tx.op.key, write), (h.addr, h.len));
+        let g = Grant {
+            start: h.addr,
+            len: h.len,
+            stamp: h.off,
+        };
+        self.grants.insert((tx.peer, tx.op.key, write), g);
     }
 
     /// A target's write frame from peer `p`.

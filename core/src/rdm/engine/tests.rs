@@ -36,7 +36,7 @@ impl Node {
             ep: Engine::new(t, ID, attr, 4 << 20).expect("engine"),
             av: AvTable::default(),
             done: VecDeque::new(),
-            keys: Keys(Default::default(), Default::default()),
+            keys: Keys(Default::default(), Default::default(), Default::default()),
         }
     }
 
@@ -886,8 +886,12 @@ fn inject_respects_its_limit_and_needs_no_completion() {
 }
 
 /// A domain whose key table the engine's RMA checks; with `.1` set, its
-/// device reaches every registration natively.
-struct Keys(std::cell::RefCell<crate::mr::keys::KeyTable>, std::cell::Cell<bool>);
+/// device reaches every registration natively, its grants stamped `.2`.
+struct Keys(
+    std::cell::RefCell<crate::mr::keys::KeyTable>,
+    std::cell::Cell<bool>,
+    std::cell::Cell<u64>,
+);
 
 impl DomainProvider for Keys {
     fn name(&self) -> &'static str {
@@ -910,6 +914,9 @@ impl DomainProvider for Keys {
     }
     fn native_rma(&self, key: u64, access: crate::mr::Access) -> Option<(u64, u64)> {
         self.1.get().then(|| self.0.borrow().region(key, access)).flatten()
+    }
+    fn grant_stamp(&self) -> u64 {
+        self.2.get()
     }
 }
 
@@ -1423,6 +1430,42 @@ fn rma_goes_natively_once_the_target_granted_its_key_and_completes_later() {
     assert_eq!(until(&mut [&mut a, &mut b], 0, 6).result, Ok(()));
     assert!(net.pending_pulls().is_empty());
     assert_eq!(a.counter("rma_native"), 2);
+}
+
+/// The transport gets back, with each native operation, the stamp the
+/// target's grant for it carried (shared memory checks it against the
+/// target's current epoch), and a grant earned again carries the new one.
+#[test]
+fn a_native_rma_carries_the_stamp_of_its_grant() {
+    let net = Net::new(64);
+    let mut region = vec![0u8; 256];
+    let mut a = Node::over(net.open_async(), &attr());
+    let mut b = Node::over(net.open_async(), &attr());
+    b.keys.1.set(true);
+    b.keys.2.set(41);
+    let pb = a.add(&b);
+    let (key, base) = b.register(&mut region);
+    a.rma(pb, RmaKind::Write, vec![1; 8], (key, base), None, 1);
+    assert_eq!(until(&mut [&mut a, &mut b], 0, 1).result, Ok(()));
+    b.keys.2.set(42);
+    a.rma(pb, RmaKind::Write, vec![2; 8], (key, base), None, 2);
+    a.progress();
+    assert_eq!(
+        net.pending_stamps(),
+        vec![41],
+        "the grant's stamp, not the target's current one"
+    );
+    net.finish_pull(0);
+    assert_eq!(until(&mut [&mut a, &mut b], 0, 2).result, Ok(()));
+    // The first read goes in frames and earns a grant stamped 42.
+    a.rma(pb, RmaKind::Read, vec![0; 8], (key, base), None, 3);
+    assert_eq!(until(&mut [&mut a, &mut b], 0, 3).buf.expect("buffer"), vec![2; 8]);
+    assert!(net.pending_stamps().is_empty());
+    a.rma(pb, RmaKind::Read, vec![0; 8], (key, base), None, 4);
+    a.progress();
+    assert_eq!(net.pending_stamps(), vec![42]);
+    net.finish_pull(0);
+    assert_eq!(until(&mut [&mut a, &mut b], 0, 4).result, Ok(()));
 }
 
 #[test]

@@ -13,7 +13,7 @@
 //! | 24..32 | token  | the sender's operation (Rts, Fin, Delivered, Cts); the receiver's (Data); the initiator's (Rma*, 0: no answer) |
 //! | 32..40 | len    | Rts, RmaWrite, RmaRead: total length; RmaDone with [`NATIVE`]: the region's length; Fin: bytes taken; Credit: bytes returned; Atomic: the compare value |
 //! | 40..48 | addr   | Rts: the payload's address for a pull; Cts: the receiver's token; Rma*: the target address of the first byte; RmaDone with [`NATIVE`]: the region's start |
-//! | 48..56 | off    | Data, RmaWrite, RmaData: the payload's offset in the message or operation; Atomic: datatype, kind << 8, fetch << 16; Rts with [`KEYED`]: the key the receiver pulls with |
+//! | 48..56 | off    | Data, RmaWrite, RmaData: the payload's offset in the message or operation; Atomic: datatype, kind << 8, fetch << 16; Rts with [`KEYED`]: the key the receiver pulls with; RmaDone with [`NATIVE`]: the target's grant stamp (0 on verbs) |
 //!
 //! A header travels without its trailing zero 8-byte words ([`trimmed`]):
 //! it is 8 to 56 bytes long, a multiple of 8, and the receiver reads the
@@ -61,7 +61,8 @@ pub const LAST: u8 = 8;
 /// has no key, and a transport that needs one has the sender push.
 pub const KEYED: u8 = 16;
 /// An `RmaDone` that says the target's device reaches the operation's key
-/// for its access by itself, over the region in `addr` and `len`: the
+/// for its access by itself, over the region in `addr` and `len`, under
+/// the stamp in `off` (`DomainProvider::grant_stamp`): the
 /// initiator's next operations of that access on the key, inside that
 /// region, may go natively (`Transport::start_rma`). On any other kind a
 /// protocol error.
