@@ -1,4 +1,4 @@
-//! What a `verbs-rdm` peer sends the transport
+//! What a `verbs` peer sends the transport
 //! (`providers/verbs/src/transport/`): a frame in one SEND (`frame.rs`: a
 //! 4-byte prefix with its kind, header length and returned receive slots,
 //! then the engine's header and payload), and the rdma_cm private data of
