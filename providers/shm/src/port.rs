@@ -368,13 +368,7 @@ impl ShmPort {
     /// of the peer's with `stamp` ([`crate::fence`]); [`CmaError::Revoked`]
     /// (nothing copied) when the peer revoked it.
     pub fn granted_write(&mut self, peer: PeerId, stamp: u64, remote: u64, src: &[u8]) -> Result<(), CmaError> {
-        self.welcomed(peer);
-        let pid = self.cma_pid(peer)?;
-        let seg = self
-            .peers
-            .get(peer.0)
-            .and_then(|p| p.seg.as_ref())
-            .ok_or(CmaError::NoPeer)?;
+        let (pid, seg) = self.granting(peer)?;
         seg.guarded(stamp, || cma::write(pid, remote, src))
             .unwrap_or(Err(CmaError::Revoked))
     }
@@ -382,6 +376,14 @@ impl ShmPort {
     /// Pulls `dst.len()` bytes at `remote` in `peer`'s address space under
     /// a grant of the peer's with `stamp`, as [`granted_write`](Self::granted_write).
     pub fn granted_read(&mut self, peer: PeerId, stamp: u64, remote: u64, dst: &mut [u8]) -> Result<(), CmaError> {
+        let (pid, seg) = self.granting(peer)?;
+        seg.guarded(stamp, || cma::read(pid, remote, dst))
+            .unwrap_or(Err(CmaError::Revoked))
+    }
+
+    /// The process and the segment (whose fence guards a grant) of
+    /// `peer`, for a copy under its grant.
+    fn granting(&mut self, peer: PeerId) -> Result<(libc::pid_t, &Segment), CmaError> {
         self.welcomed(peer);
         let pid = self.cma_pid(peer)?;
         let seg = self
@@ -389,8 +391,7 @@ impl ShmPort {
             .get(peer.0)
             .and_then(|p| p.seg.as_ref())
             .ok_or(CmaError::NoPeer)?;
-        seg.guarded(stamp, || cma::read(pid, remote, dst))
-            .unwrap_or(Err(CmaError::Revoked))
+        Ok((pid, seg))
     }
 
     /// Lets peers that connect from now on copy natively into this side's
