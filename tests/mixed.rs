@@ -179,8 +179,7 @@ fn wait_for(me: &mut Node, n: usize) -> Vec<xfer::Completion> {
 /// the connections accepted by the listener there.
 fn tcp_connections(port: u16) -> usize {
     let at = format!(":{port:04X} ");
-    // Only this process's sockets: another test process's client socket may
-    // have bound the same port number (SO_REUSEADDR) before our listener.
+    // Only this process's sockets.
     let ours: std::collections::HashSet<String> = std::fs::read_dir("/proc/self/fd")
         .into_iter()
         .flatten()
@@ -190,16 +189,21 @@ fn tcp_connections(port: u16) -> usize {
             Some(l.strip_prefix("socket:[")?.strip_suffix(']')?.to_owned())
         })
         .collect();
-    ["/proc/net/tcp", "/proc/net/tcp6"]
+    // By inode: the kernel writes these tables in chunks while sockets come
+    // and go, so a busy table can list one socket twice.
+    let sockets: std::collections::HashSet<String> = ["/proc/net/tcp", "/proc/net/tcp6"]
         .iter()
         .filter_map(|f| std::fs::read_to_string(f).ok())
         .flat_map(|t| t.lines().skip(1).map(str::to_owned).collect::<Vec<_>>())
-        .filter(|l| {
+        .filter_map(|l| {
             let cols: Vec<&str> = l.split_whitespace().collect();
             // cols[1] local, cols[3] state (01: established), cols[9] inode.
-            cols.len() > 9 && cols[3] == "01" && format!("{} ", cols[1]).contains(&at) && ours.contains(cols[9])
+            let ok = cols.len() > 9 && cols[3] == "01" && format!("{} ", cols[1]).contains(&at);
+            ok.then(|| cols[9].to_owned())
         })
-        .count()
+        .filter(|inode| ours.contains(inode))
+        .collect();
+    sockets.len()
 }
 
 /// The TCP port inside an `shm+tcp` name: after the id, the host identity
