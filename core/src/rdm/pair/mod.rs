@@ -145,11 +145,13 @@ pub fn route(host: &[u8; HOST_LEN], first_on: bool, theirs: &Parts<'_>) -> Route
 }
 
 /// The first transport's connection `c` as a pair's.
+#[inline]
 fn first_id(c: ConnId) -> ConnId {
     c << 1
 }
 
 /// The second transport's connection `c` as a pair's.
+#[inline]
 fn second_id(c: ConnId) -> ConnId {
     c << 1 | 1
 }
@@ -238,38 +240,50 @@ impl<A: Transport, B: Transport> Pair<A, B> {
     }
 }
 
-/// One transport's events as the pair's: its connection ids mapped.
-struct Side<'e> {
+/// One transport's events as the pair's: its connection ids mapped. `FIRST`
+/// is a constant so the map is a shift inlined into each call, not a call
+/// through a function pointer on every frame.
+struct Side<'e, const FIRST: bool> {
     events: &'e mut dyn Events,
-    map: fn(ConnId) -> ConnId,
     /// The first transport's connections not yet up (the first's side only).
     reroute: Option<&'e mut Reroute>,
     /// Events passed on.
     seen: usize,
 }
 
-impl Events for Side<'_> {
+impl<const FIRST: bool> Side<'_, FIRST> {
+    /// This side's connection `conn` as the pair's.
+    #[inline(always)]
+    fn map(conn: ConnId) -> ConnId {
+        if FIRST {
+            first_id(conn)
+        } else {
+            second_id(conn)
+        }
+    }
+}
+
+impl<const FIRST: bool> Events for Side<'_, FIRST> {
     fn ready(&mut self, conn: ConnId) -> bool {
-        self.events.ready((self.map)(conn))
+        self.events.ready(Self::map(conn))
     }
 
     fn event(&mut self, ev: Event<'_>) {
         self.seen += 1;
-        let map = self.map;
         self.events.event(match ev {
             Event::Up { conn } => {
                 if let Some(r) = self.reroute.as_deref_mut() {
                     r.settled(conn);
                 }
-                Event::Up { conn: map(conn) }
+                Event::Up { conn: Self::map(conn) }
             }
             Event::Frame { conn, header, payload } => Event::Frame {
-                conn: map(conn),
+                conn: Self::map(conn),
                 header,
                 payload,
             },
             Event::Down { conn, cause } => Event::Down {
-                conn: map(conn),
+                conn: Self::map(conn),
                 cause: match self.reroute.as_deref_mut() {
                     Some(r) => r.down(conn, cause),
                     None => cause,
@@ -331,6 +345,7 @@ impl<A: Transport, B: Transport> Transport for Pair<A, B> {
         self.second.connect(parts.second).map(second_id)
     }
 
+    #[inline]
     fn send(&mut self, conn: ConnId, header: &[u8], payload: &[u8]) -> std::result::Result<(), Refused> {
         if Self::on_first(conn) {
             self.first.send(conn >> 1, header, payload)
@@ -470,18 +485,16 @@ impl<A: Transport, B: Transport> Transport for Pair<A, B> {
     }
 
     fn progress(&mut self, events: &mut dyn Events) {
-        self.first.progress(&mut Side {
+        self.first.progress(&mut Side::<true> {
             events,
-            map: first_id,
             reroute: Some(&mut self.reroute),
             seen: 0,
         });
         self.skipped += 1;
         if self.second_due || self.skipped >= SECOND_EVERY {
             self.skipped = 0;
-            let mut side = Side {
+            let mut side = Side::<false> {
                 events,
-                map: second_id,
                 reroute: None,
                 seen: 0,
             };
