@@ -107,7 +107,8 @@ impl PartialEq for Address {
 #[inline(always)]
 fn words_differ(a: &[u8], b: &[u8]) -> u64 {
     a.chunks_exact(8).zip(b.chunks_exact(8)).fold(0, |d, (x, y)| {
-        d | (u64::from_ne_bytes(x.try_into().unwrap_or_default()) ^ u64::from_ne_bytes(y.try_into().unwrap_or_default()))
+        d | (u64::from_ne_bytes(x.try_into().unwrap_or_default())
+            ^ u64::from_ne_bytes(y.try_into().unwrap_or_default()))
     })
 }
 
@@ -285,7 +286,11 @@ mod tests {
         for at in [23, 24, 40, 56, 63] {
             let mut other = full.clone();
             other[at] ^= 0x01;
-            assert_ne!(Address::new(&full).unwrap(), Address::new(&other).unwrap(), "byte {at} of 64 differs");
+            assert_ne!(
+                Address::new(&full).unwrap(),
+                Address::new(&other).unwrap(),
+                "byte {at} of 64 differs"
+            );
         }
         // A name and the same bytes with a zero more are different names.
         let (short, padded) = (
