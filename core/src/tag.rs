@@ -247,7 +247,7 @@ impl<T> Queue<T> {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn push(&mut self, spec: RecvSpec, val: T) {
         if self.nodes.len() >= self.grow_at {
             self.grow();
@@ -547,7 +547,7 @@ impl<R, U> Matcher<R, U> {
 
     /// Post a receive: if an unexpected message matches, remove the earliest-arrived one and return it
     /// together with the receive (the receive is NOT queued); otherwise queue the receive and return None.
-    #[inline]
+    #[inline(always)]
     pub fn post(&mut self, spec: RecvSpec, recv: R) -> Option<Matched<R, U>> {
         match self.find_unexpected(&spec) {
             Some(idx) => {

@@ -123,6 +123,7 @@ impl Transport for ShmTransport {
             .map_err(|e| Cause::Failed(os_errno(&e)))
     }
 
+    #[inline]
     fn send(&mut self, conn: ConnId, header: &[u8], payload: &[u8]) -> Result<(), Refused> {
         match self.port.send(PeerId(conn), header, payload) {
             Ok(()) => Ok(()),

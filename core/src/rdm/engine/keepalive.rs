@@ -33,6 +33,9 @@ impl Ticks {
     }
 
     /// Whether a tick is due now; if so, the next is one interval later.
+    /// Inline: every progress call asks, and with no keepalive (shm, TCP)
+    /// the answer is one comparison, not a call.
+    #[inline]
     fn due(&mut self) -> bool {
         let Some(every) = self.every else { return false };
         let now = Instant::now();

@@ -273,7 +273,7 @@ impl<T: Transport> Engine<T> {
 impl State {
     /// The peer named by `peer`'s address-vector entry, connecting (and
     /// sending our hello) when there is none yet.
-    #[inline]
+    #[inline(always)]
     fn peer_for<T: Transport>(&mut self, t: &mut T, av: &AvTable, peer: PeerAddr) -> std::result::Result<usize, Error> {
         let name = av.lookup(peer).ok_or(Error::AddressNotAvailable)?;
         if let Some(p) = self.peers.route(peer, name) {

@@ -22,8 +22,9 @@
 //! shared-memory ring is a load; TCP's progress is an `epoll_wait` system
 //! call), so `progress` polls it every call and the second every call while
 //! the second reports events or is given frames, every [`SECOND_EVERY`]
-//! calls once it is idle, and always on the call after `prepare_wait` (a
-//! wake-up may be its work).
+//! calls once it is idle, every [`SECOND_QUIET_EVERY`] calls while it has
+//! no connection at all (only a new peer could be found), and always on the
+//! call after `prepare_wait` (a wake-up may be its work).
 
 use std::fmt;
 use std::os::fd::{AsRawFd, RawFd};
@@ -45,6 +46,13 @@ pub const HOST_LEN: usize = 8;
 /// Progress calls per poll of an idle second transport: an idle TCP poll
 /// (a system call) on every call doubled shared memory's 8-byte latency.
 pub const SECOND_EVERY: u32 = 16;
+
+/// Progress calls per poll of a quiet second transport ([`Transport::quiet`]:
+/// no connection, so nothing to find but a new peer). One `epoll_wait` every
+/// [`SECOND_EVERY`] calls still cost a same-host ping-pong 13 % of its
+/// 8-byte latency; a new peer over it waits at most this many calls of a
+/// busy poller (about 0.1 ms), none of a caller that blocks.
+pub const SECOND_QUIET_EVERY: u32 = 1024;
 
 /// A pair address, split.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -145,11 +153,13 @@ pub fn route(host: &[u8; HOST_LEN], first_on: bool, theirs: &Parts<'_>) -> Route
 }
 
 /// The first transport's connection `c` as a pair's.
+#[inline]
 fn first_id(c: ConnId) -> ConnId {
     c << 1
 }
 
 /// The second transport's connection `c` as a pair's.
+#[inline]
 fn second_id(c: ConnId) -> ConnId {
     c << 1 | 1
 }
@@ -238,38 +248,50 @@ impl<A: Transport, B: Transport> Pair<A, B> {
     }
 }
 
-/// One transport's events as the pair's: its connection ids mapped.
-struct Side<'e> {
+/// One transport's events as the pair's: its connection ids mapped. `FIRST`
+/// is a constant so the map is a shift inlined into each call, not a call
+/// through a function pointer on every frame.
+struct Side<'e, const FIRST: bool> {
     events: &'e mut dyn Events,
-    map: fn(ConnId) -> ConnId,
     /// The first transport's connections not yet up (the first's side only).
     reroute: Option<&'e mut Reroute>,
     /// Events passed on.
     seen: usize,
 }
 
-impl Events for Side<'_> {
+impl<const FIRST: bool> Side<'_, FIRST> {
+    /// This side's connection `conn` as the pair's.
+    #[inline(always)]
+    fn map(conn: ConnId) -> ConnId {
+        if FIRST {
+            first_id(conn)
+        } else {
+            second_id(conn)
+        }
+    }
+}
+
+impl<const FIRST: bool> Events for Side<'_, FIRST> {
     fn ready(&mut self, conn: ConnId) -> bool {
-        self.events.ready((self.map)(conn))
+        self.events.ready(Self::map(conn))
     }
 
     fn event(&mut self, ev: Event<'_>) {
         self.seen += 1;
-        let map = self.map;
         self.events.event(match ev {
             Event::Up { conn } => {
                 if let Some(r) = self.reroute.as_deref_mut() {
                     r.settled(conn);
                 }
-                Event::Up { conn: map(conn) }
+                Event::Up { conn: Self::map(conn) }
             }
             Event::Frame { conn, header, payload } => Event::Frame {
-                conn: map(conn),
+                conn: Self::map(conn),
                 header,
                 payload,
             },
             Event::Down { conn, cause } => Event::Down {
-                conn: map(conn),
+                conn: Self::map(conn),
                 cause: match self.reroute.as_deref_mut() {
                     Some(r) => r.down(conn, cause),
                     None => cause,
@@ -328,9 +350,12 @@ impl<A: Transport, B: Transport> Transport for Pair<A, B> {
                 }
             }
         }
+        // Its progress drives the handshake.
+        self.second_due = true;
         self.second.connect(parts.second).map(second_id)
     }
 
+    #[inline]
     fn send(&mut self, conn: ConnId, header: &[u8], payload: &[u8]) -> std::result::Result<(), Refused> {
         if Self::on_first(conn) {
             self.first.send(conn >> 1, header, payload)
@@ -470,18 +495,19 @@ impl<A: Transport, B: Transport> Transport for Pair<A, B> {
     }
 
     fn progress(&mut self, events: &mut dyn Events) {
-        self.first.progress(&mut Side {
+        self.first.progress(&mut Side::<true> {
             events,
-            map: first_id,
             reroute: Some(&mut self.reroute),
             seen: 0,
         });
         self.skipped += 1;
-        if self.second_due || self.skipped >= SECOND_EVERY {
+        if self.second_due
+            || self.skipped >= SECOND_QUIET_EVERY
+            || (self.skipped >= SECOND_EVERY && !self.second.quiet())
+        {
             self.skipped = 0;
-            let mut side = Side {
+            let mut side = Side::<false> {
                 events,
-                map: second_id,
                 reroute: None,
                 seen: 0,
             };
