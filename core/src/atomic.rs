@@ -154,7 +154,7 @@ impl AtomicOp {
 /// `kind` on an element's bits, worked in 64 bits: a 32-bit element is
 /// widened (sign-extended, or `f32` to `f64`, exactly) and the result
 /// narrowed back (an `f32` sum rounds once, as `f32` addition does).
-fn combine(kind: AtomicKind, dt: Datatype, old: u64, operand: u64, compare: u64) -> u64 {
+pub(crate) fn combine(kind: AtomicKind, dt: Datatype, old: u64, operand: u64, compare: u64) -> u64 {
     let widen = |v: u64| match dt {
         Datatype::I32 => v as u32 as i32 as i64 as u64,
         Datatype::U32 => v as u32 as u64,
@@ -183,6 +183,30 @@ fn combine(kind: AtomicKind, dt: Datatype, old: u64, operand: u64, compare: u64)
     match dt {
         Datatype::F32 => u64::from((f64::from_bits(new) as f32).to_bits()),
         Datatype::I32 | Datatype::U32 => new & 0xffff_ffff,
+        _ => new,
+    }
+}
+
+/// The element of type `dt` at byte `at` (0, or 4 for a 32-bit element) of
+/// the little-endian 8-byte `word` holding it: what a device atomic on the
+/// enclosing aligned word shows of it.
+pub(crate) fn element_of(dt: Datatype, word: u64, at: u32) -> u64 {
+    match dt.size() {
+        4 => (word >> (8 * at)) & 0xffff_ffff,
+        _ => word,
+    }
+}
+
+/// `word` with `kind` applied to its element at byte `at`, the rest kept:
+/// the value a compare-and-swap loop on the enclosing aligned 8-byte word
+/// writes.
+pub(crate) fn combine_in_word(kind: AtomicKind, dt: Datatype, word: u64, at: u32, operand: u64, compare: u64) -> u64 {
+    let new = combine(kind, dt, element_of(dt, word, at), operand, compare);
+    match dt.size() {
+        4 => {
+            let shift = 8 * at;
+            (word & !(0xffff_ffff << shift)) | (new << shift)
+        }
         _ => new,
     }
 }
@@ -297,5 +321,18 @@ mod tests {
         assert!(!Datatype::F32.allows(AtomicKind::Bxor));
         assert_eq!(AtomicKind::from_u8(12), Some(AtomicKind::Cswap));
         assert_eq!(Datatype::from_u8(3), None);
+    }
+
+    #[test]
+    fn an_element_is_combined_inside_its_word_and_its_neighbour_kept() {
+        let word = 0x0000_0009_ffff_ffffu64;
+        assert_eq!(element_of(Datatype::U32, word, 4), 9);
+        let w = combine_in_word(AtomicKind::Sum, Datatype::U32, word, 0, 2, 0);
+        assert_eq!(w, 0x0000_0009_0000_0001, "wraps in 32 bits, the neighbour unchanged");
+        let w = combine_in_word(AtomicKind::Max, Datatype::I32, word, 4, (-1i32) as u32 as u64, 0);
+        assert_eq!(w, word, "signed max keeps 9");
+        let w = combine_in_word(AtomicKind::Cswap, Datatype::U32, word, 4, 5, 9);
+        assert_eq!(w, 0x0000_0005_ffff_ffff);
+        assert_eq!(combine_in_word(AtomicKind::Sum, Datatype::U64, 40, 0, 2, 0), 42);
     }
 }

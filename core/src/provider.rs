@@ -269,6 +269,22 @@ pub trait DomainProvider: Send {
         let _ = (key, access);
         None
     }
+    /// The region (start address, length) whose atomics peers' devices do
+    /// under `key` (verbs: a region registered with remote read and write,
+    /// its ibv MR with remote atomic access, on a domain whose atomic mode
+    /// is `device`), or `None`, the default: this side's CPU applies them.
+    /// The RDM engine grants it to an initiator that asks before its first
+    /// atomic there, and applies none itself on an element of it.
+    fn native_atomic(&self, key: u64) -> Option<(u64, u64)> {
+        let _ = key;
+        None
+    }
+    /// Whether this domain's endpoints ask targets to grant atomics to
+    /// their device (the atomic mode is `device`); `false`, the default:
+    /// they send every atomic in frames.
+    fn device_atomics(&self) -> bool {
+        false
+    }
 }
 
 /// One provider's endpoint: reliable, connectionless to the user (RDM).

@@ -109,4 +109,12 @@ impl DomainProvider for ShmVerbsDomain {
     fn native_rma(&self, key: u64, access: Access) -> Option<(u64, u64)> {
         self.verbs.native_rma(key, access)
     }
+
+    fn native_atomic(&self, key: u64) -> Option<(u64, u64)> {
+        self.verbs.native_atomic(key)
+    }
+
+    fn device_atomics(&self) -> bool {
+        self.verbs.device_atomics()
+    }
 }
