@@ -24,6 +24,80 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use crate::addr::PeerAddr;
 use crate::provider::CompletionLevel;
 
+/// Who does remote atomics on a domain's registered regions (UCX's
+/// `UCX_ATOMIC_MODE`; `XFER_ATOMIC_MODE`, `DomainAttr::atomic_mode`).
+///
+/// A device's atomics (verbs' `IBV_ATOMIC_HCA`, Soft-RoCE's too) are atomic
+/// only with other atomics through the device, not with the target CPU's,
+/// so one region is served one way only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum AtomicMode {
+    /// `Device` on a domain whose only transport is verbs (`verbs-rdm`)
+    /// with a device that has atomics; `Cpu` elsewhere.
+    #[default]
+    Auto,
+    /// The target's CPU applies every atomic, whichever transport carried it.
+    Cpu,
+    /// A region registered with remote read and write is the device's: an
+    /// initiator reaching its target over verbs asks for it first, then
+    /// does every atomic on it by its device.
+    Device,
+}
+
+impl std::str::FromStr for AtomicMode {
+    type Err = crate::Error;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim() {
+            "" | "auto" => Ok(AtomicMode::Auto),
+            "cpu" => Ok(AtomicMode::Cpu),
+            "device" => Ok(AtomicMode::Device),
+            _ => Err(crate::Error::InvalidSetting(
+                format!("atomic_mode: {s:?} is none of auto, cpu, device").into(),
+            )),
+        }
+    }
+}
+
+impl std::fmt::Display for AtomicMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            AtomicMode::Auto => "auto",
+            AtomicMode::Cpu => "cpu",
+            AtomicMode::Device => "device",
+        })
+    }
+}
+
+/// How a domain does remote atomics ([`Domain::atomic_caps`]).
+///
+/// [`Domain::atomic_caps`]: crate::Domain::atomic_caps
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct AtomicCaps {
+    /// Who does them on its regions: [`AtomicMode::Cpu`] or
+    /// [`AtomicMode::Device`] (`Auto` is resolved when the domain opens).
+    pub mode: AtomicMode,
+    /// Its verbs device's `ibv_device_attr.atomic_cap`: `none`, `hca`
+    /// (atomic among the device's own atomics only) or `glob` (with the
+    /// CPU's too); `None` on a domain without a verbs device.
+    pub device_cap: Option<&'static str>,
+}
+
+impl AtomicCaps {
+    /// The target's CPU applies them; no device.
+    pub const CPU: AtomicCaps = AtomicCaps {
+        mode: AtomicMode::Cpu,
+        device_cap: None,
+    };
+
+    /// `mode` over a device whose `atomic_cap` is `device_cap`.
+    pub fn new(mode: AtomicMode, device_cap: Option<&'static str>) -> AtomicCaps {
+        AtomicCaps { mode, device_cap }
+    }
+}
+
 /// What an atomic does with the element (libfabric's `enum fi_op` values).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(u8)]

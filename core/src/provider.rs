@@ -221,6 +221,11 @@ pub trait DomainProvider: Send {
     fn atomics(&self) -> bool {
         false
     }
+    /// Who does remote atomics on its regions, and its device's atomic
+    /// capability; the default: the target's CPU, no device.
+    fn atomic_caps(&self) -> crate::AtomicCaps {
+        crate::AtomicCaps::CPU
+    }
     /// The registrations of a provider that serves RMA in software (TCP,
     /// shm): with one, [`register`](Self::register),
     /// [`deregister`](Self::deregister) and
