@@ -11,6 +11,10 @@
 //! process, or plain RMA writes overlapping it, are not ordered with them
 //! (as libfabric and UCX say of theirs).
 //!
+//! In the `device` [`AtomicMode`] (verbs), a region's atomics are its
+//! initiators' devices' instead: atomic among themselves only, not with the
+//! target CPU's atomics or stores, so a region is never served both ways.
+//!
 //! ```
 //! use xfer_core::{AtomicKind, Datatype};
 //! let mut word = 40u64;
