@@ -188,6 +188,9 @@ impl Net {
     }
 }
 
+/// A device atomic started: connection, pipe, word, operation, token.
+type DeviceOp = (ConnId, (usize, usize), u64, DeviceAtomic, u64);
+
 /// One endpoint's transport on a [`Net`].
 pub struct Mem {
     net: Net,
@@ -204,8 +207,8 @@ pub struct Mem {
     pub wakes: std::sync::atomic::AtomicU64,
     /// Device atomics started and not yet done (each at the next
     /// progress, with the CPU's atomics on the target's word, which is in
-    /// this process): connection, pipe, word, operation, token.
-    device: Vec<(ConnId, (usize, usize), u64, DeviceAtomic, u64)>,
+    /// this process).
+    device: Vec<DeviceOp>,
     /// Device atomics done.
     pub device_ops: u64,
 }

@@ -1458,7 +1458,7 @@ fn native_rma_never_overtakes_rma_the_target_applies() {
 /// Two asynchronous nodes in the `device` atomic mode, with `words`
 /// registered at `b`: `b`'s key and address.
 fn device_atomics(net: &Net, words: &mut [u64]) -> (Node, Node, PeerAddr, (u64, u64)) {
-    let (mut a, mut b) = (
+    let (mut a, b) = (
         Node::over(net.open_async(), &attr()),
         Node::over(net.open_async(), &attr()),
     );
@@ -1543,6 +1543,7 @@ fn a_compare_and_swap_loop_retries_from_what_another_device_wrote() {
     let (mut a, mut b, pb, (key, base)) = device_atomics(&net, &mut words);
     a.atomic(pb, Read, U64, (0, 0), (key, base), 1);
     until(&mut [&mut a, &mut b], 0, 1);
+    // SAFETY: a live, aligned word that everyone touches only atomically.
     let cell = unsafe { std::sync::atomic::AtomicU64::from_ptr(words.as_mut_ptr()) };
     cell.store(100, std::sync::atomic::Ordering::SeqCst);
     a.atomic(pb, Max, U64, (5000, 0), (key, base), 2);
