@@ -1548,17 +1548,21 @@ fn a_compare_and_swap_loop_retries_from_what_another_device_wrote() {
     cell.store(100, std::sync::atomic::Ordering::SeqCst);
     a.atomic(pb, Max, U64, (5000, 0), (key, base), 2);
     let mut meddled = 0;
-    let c = loop {
-        if let Some(c) = a.take(2) {
-            break c;
+    let mut c = None;
+    for _ in 0..10_000 {
+        c = a.take(2);
+        if c.is_some() {
+            break;
         }
         a.progress();
+        b.progress();
         // Another peer's device adds 1000 between this loop's steps, twice.
         if meddled < 2 {
             cell.fetch_add(1000, std::sync::atomic::Ordering::SeqCst);
             meddled += 1;
         }
-    };
+    }
+    let c = c.expect("the max completed");
     assert_eq!(c.result, Ok(()));
     assert_eq!(c.data, 2100, "the old value is the one the swap replaced");
     assert_eq!(cell.load(std::sync::atomic::Ordering::SeqCst), 5000);
