@@ -25,8 +25,9 @@
 #   PROVIDERS (the xfer columns, "tcp shm"; PROVIDER:MODE runs it with
 #   XFER_ATOMIC_MODE=MODE), UCX_TLSES (the UCX columns, "tcp default"),
 #   PEER_ADDR (what clients dial, 127.0.0.1). In the Soft-RoCE guest:
-#   PROVIDERS="verbs-rdm verbs-rdm:cpu" UCX_TLSES=rc_verbs PEER_ADDR=10.11.0.1
-#   (ucx_perftest with UCX_NET_DEVICES=$XFER_VERBS_DEVICE:1).
+#   PROVIDERS="verbs-rdm verbs-rdm:cpu" UCX_TLSES=rc_v,ud_v,self PEER_ADDR=10.11.0.1
+#   with UCX_NET_DEVICES=$XFER_VERBS_DEVICE:1 exported (rc_verbs alone fails
+#   there: "no auxiliary transport", ud_verbs makes its wire-up).
 
 set -euo pipefail
 cd "$(dirname "$0")/.."
