@@ -21,7 +21,13 @@
 #
 # usage: bench/atomic-compare.sh [--reps N] [--out FILE]
 # environment: LAT_ITERS (20000), RATE_ITERS (200000), SERVER_CPU (0),
-#   CLIENT_CPU (1), XFER_PERF (a prebuilt xfer-perf instead of building one)
+#   CLIENT_CPU (1), XFER_PERF (a prebuilt xfer-perf instead of building one),
+#   PROVIDERS (the xfer columns, "tcp shm"; PROVIDER:MODE runs it with
+#   XFER_ATOMIC_MODE=MODE), UCX_TLSES (the UCX columns, "tcp default"),
+#   PEER_ADDR (what clients dial, 127.0.0.1). In the Soft-RoCE guest:
+#   PROVIDERS="verbs verbs:cpu" UCX_TLSES=rc_v,ud_v,self PEER_ADDR=10.11.0.1
+#   with UCX_NET_DEVICES=$XFER_VERBS_DEVICE:1 exported (rc_verbs alone fails
+#   there: "no auxiliary transport", ud_verbs makes its wire-up).
 
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -37,6 +43,9 @@ while [[ $# -gt 0 ]]; do
     esac
 done
 lat_iters=${LAT_ITERS:-20000}
+providers=${PROVIDERS:-tcp shm}
+tlses=${UCX_TLSES:-tcp default}
+peer_addr=${PEER_ADDR:-127.0.0.1}
 rate_iters=${RATE_ITERS:-200000}
 s_cpu=${SERVER_CPU:-0}
 c_cpu=${CLIENT_CPU:-1}
@@ -61,11 +70,13 @@ port=$((20000 + RANDOM % 10000))
 # rec ROW COLUMN VALUE: one measurement.
 rec() { printf '%s\t%s\t%s\n' "$1" "$2" "${3:-}" >>"$raw"; }
 
-# xfer_run PROVIDER TEST ITERS [ARGS...]: the client's JSON line, or nothing.
+# xfer_run PROVIDER[:MODE] TEST ITERS [ARGS...]: the client's JSON line, or nothing.
 xfer_run() {
-    local prov=$1 test=$2 n=$3 slog=$raw.srv name= pid
+    local prov=${1%%:*} mode= test=$2 n=$3 slog=$raw.srv name= pid
+    [[ $1 == *:* ]] && mode=${1#*:}
     shift 3
-    XFER_PROVIDER=$prov XFER_TCP_ADDR=127.0.0.1 taskset -c "$s_cpu" "$xfer" --json server >"$slog" 2>&1 &
+    export XFER_ATOMIC_MODE=${mode:-auto}
+    XFER_PROVIDER=$prov XFER_TCP_ADDR=$peer_addr taskset -c "$s_cpu" "$xfer" --json server >"$slog" 2>&1 &
     pid=$!
     for _ in $(seq 200); do
         name=$(awk '/^xfer-perf server:/ { print $3; exit }' "$slog")
@@ -79,7 +90,7 @@ xfer_run() {
         wait "$pid" 2>/dev/null || true
         return
     fi
-    XFER_PROVIDER=$prov XFER_TCP_ADDR=127.0.0.1 timeout 300 taskset -c "$c_cpu" "$xfer" --json --test "$test" \
+    XFER_PROVIDER=$prov XFER_TCP_ADDR=$peer_addr timeout 300 taskset -c "$c_cpu" "$xfer" --json --test "$test" \
         --iters "$n" "$@" client "$name" 2>"$raw.cli" | grep '^{' | tail -n 1 ||
         log "xfer-perf $test over $prov failed: $(tail -n 3 "$raw.cli")"
     wait "$pid" 2>/dev/null || true
@@ -98,7 +109,7 @@ ucx_run() {
     srv=$!
     # The client fails at once while the server is not listening yet: retry, bounded.
     for _ in $(seq 100); do
-        if out=$(env ${tls:+UCX_TLS=$tls} timeout 300 taskset -c "$c_cpu" ucx_perftest 127.0.0.1 -p "$port" \
+        if out=$(env ${tls:+UCX_TLS=$tls} timeout 300 taskset -c "$c_cpu" ucx_perftest "$peer_addr" -p "$port" \
             "$@" -f 2>/dev/null); then
             wait "$srv" || true
             tail -n 1 <<<"$out"
@@ -114,7 +125,7 @@ ucx_run() {
 load_start=$(cut -d' ' -f1-3 /proc/loadavg)
 for r in $(seq "$reps"); do
     log "repetition $r of $reps"
-    for prov in tcp shm; do
+    for prov in $providers; do
         line=$(xfer_run "$prov" atomic_lat "$lat_iters")
         for row in fadd cswap; do
             rec "$row" "xfer $prov p50" "$(json p50_us <<<"$line")"
@@ -126,7 +137,7 @@ for r in $(seq "$reps"); do
         rec add_dc "xfer $prov" "$(json msg_rate <<<"$line")"
     done
     if [[ $have_ucx == 1 ]]; then
-        for tls in tcp default; do
+        for tls in $tlses; do
             # -f: iterations, p50, average and overall latency (µs), average
             # and overall bandwidth, average and overall message rate.
             for row in fadd cswap; do
@@ -146,9 +157,11 @@ report() {
     echo
     echo "Host: $(nproc) CPUs, load average $load_start at the start, $load_end at the end;"
     echo "servers on CPU $s_cpu, clients on CPU $c_cpu; $(ucx_info -v 2>/dev/null | sed -n "s/^# \(UCT \)\?Version /UCX /p" | head -n 1)."
-    echo "Medians of the repetitions (each cell: the median, then min-max in brackets when they differ)."
+    echo "xfer: $providers (PROVIDER:MODE with XFER_ATOMIC_MODE=MODE); UCX_TLS: $tlses."
+    echo "Medians of the repetitions (each cell: the median, then min-max in brackets when they differ);"
+    echo "ratios are xfer's to the first UCX column."
     echo
-    python3 - "$raw" <<'EOF'
+    python3 - "$raw" "$providers" "$tlses" <<'EOF'
 import sys, statistics
 rows = {}
 for line in open(sys.argv[1]):
@@ -157,6 +170,8 @@ for line in open(sys.argv[1]):
         rows.setdefault(row, {}).setdefault(col, []).append(float(val))
     except ValueError:
         rows.setdefault(row, {}).setdefault(col, [])
+xfers = [f"xfer {p}" for p in sys.argv[2].split()]
+ucxs = [f"ucx {t}" for t in sys.argv[3].split()]
 
 def med(row, col):
     v = rows.get(row, {}).get(col) or []
@@ -173,27 +188,27 @@ def cell(row, col, digits):
 def ratio(a, b):
     return f"{a / b:.2f}x" if a and b else "n/a"
 
+ref = ucxs[0] if ucxs else None
+head = xfers + ucxs + [f"{x}/{ref}" for x in xfers]
 print("### Latency of one 64-bit atomic, whole round trip (µs; lower is better)")
 print()
-print("| atomic | stat | xfer tcp | UCX tcp | xfer/UCX (TCP) | xfer shm | UCX default (shm) | xfer/UCX (shm) |")
-print("|---|---|---|---|---|---|---|---|")
+print("| atomic | stat | " + " | ".join(head) + " |")
+print("|---|---|" + "---|" * len(head))
 for row, name in (("fadd", "fetch-and-add (atomic_lat; ucp_fadd)"), ("cswap", "compare-and-swap (xfer: atomic_lat; ucp_cswap)")):
     for stat in ("p50", "avg"):
         d = 2 if stat == "avg" else 3
-        print(f"| {name} | {stat} | {cell(row, f'xfer tcp {stat}', d)} | {cell(row, f'ucx tcp {stat}', d)} | "
-              f"{ratio(med(row, f'xfer tcp {stat}'), med(row, f'ucx tcp {stat}'))} | "
-              f"{cell(row, f'xfer shm {stat}', d)} | {cell(row, f'ucx default {stat}', d)} | "
-              f"{ratio(med(row, f'xfer shm {stat}'), med(row, f'ucx default {stat}'))} |")
+        cells = [cell(row, f"{c} {stat}", d) for c in xfers + ucxs]
+        ratios = [ratio(med(row, f"{x} {stat}"), med(row, f"{ref} {stat}")) for x in xfers]
+        print(f"| {name} | {stat} | " + " | ".join(cells + ratios) + " |")
 print()
 print("### 64-bit add rate, no fetch (operations/s; higher is better)")
 print()
-print("| | xfer tcp (atomic_rate, 64 in flight) | UCX tcp (ucp_add) | xfer/UCX (TCP) | xfer shm | UCX default (shm) | xfer/UCX (shm) |")
-print("|---|---|---|---|---|---|---|")
-print(f"| add | {cell('add', 'xfer tcp', 0)} | {cell('add', 'ucx tcp', 0)} | {ratio(med('add', 'xfer tcp'), med('add', 'ucx tcp'))} | "
-      f"{cell('add', 'xfer shm', 0)} | {cell('add', 'ucx default', 0)} | {ratio(med('add', 'xfer shm'), med('add', 'ucx default'))} |")
-print(f"| add, delivery complete (xfer: atomic_rate_dc) | {cell('add_dc', 'xfer tcp', 0)} | {cell('add', 'ucx tcp', 0)} | "
-      f"{ratio(med('add_dc', 'xfer tcp'), med('add', 'ucx tcp'))} | "
-      f"{cell('add_dc', 'xfer shm', 0)} | {cell('add', 'ucx default', 0)} | {ratio(med('add_dc', 'xfer shm'), med('add', 'ucx default'))} |")
+print("| | " + " | ".join(head) + " |")
+print("|---|" + "---|" * len(head))
+for row, name in (("add", "add (xfer: atomic_rate, 64 in flight; ucp_add)"), ("add_dc", "add, delivery complete (xfer: atomic_rate_dc)")):
+    cells = [cell(row, x, 0) for x in xfers] + [cell("add", u, 0) for u in ucxs]
+    ratios = [ratio(med(row, x), med("add", ref)) for x in xfers]
+    print(f"| {name} | " + " | ".join(cells + ratios) + " |")
 EOF
 }
 

@@ -1151,7 +1151,9 @@ int xfer_domain_attr_open(struct xfer_domain_attr_t **out);
 
 /**
  * Sets the setting `key` of `attr` to `value` (both NUL-terminated):
- * `"provider"` (`"tcp"`, `"verbs"`; `""` for the automatic choice), or a
+ * `"provider"` (`"tcp"`, `"verbs"`; `""` for the automatic choice),
+ * `"atomic_mode"` (`"auto"`, `"cpu"`, `"device"`: who does remote atomics,
+ * `XFER_ATOMIC_MODE`), or a
  * transport's setting `TRANSPORT.NAME` (`"tcp.iface"`, `"verbs.device"`;
  * `xfer-info` lists every key with its `XFER_*` variable), checked now by
  * its transport. The transport settings apply to the domain and to every

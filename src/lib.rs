@@ -84,7 +84,7 @@ pub use xfer_core::{
     EndpointAttr, Error, Flags, JobKey, Params, PeerAddr, PeerEvent, PeerEventKind, RecvOp, RecvSpec, Rejected, Result,
     SendOp, Setting,
 };
-pub use xfer_core::{AtomicKind, AtomicOp, Datatype};
+pub use xfer_core::{AtomicCaps, AtomicKind, AtomicMode, AtomicOp, Datatype};
 /// The TCP transport's typed settings (keys `tcp.*` of [`Params`]).
 pub use xfer_tcp::TcpAttr;
 /// The verbs transport's typed settings (keys `verbs.*` of [`Params`]).
@@ -177,16 +177,25 @@ pub fn info_for(attr: &DomainAttr) -> Vec<ProviderInfo> {
 }
 
 /// Opens the built-in provider `name` (one of [`PROVIDERS`]) with the
-/// transport settings `params`.
-fn open_named(name: &'static str, params: &Params) -> Result<Domain> {
+/// transport settings and atomic mode of `attr`.
+fn open_named(name: &'static str, attr: &DomainAttr) -> Result<Domain> {
+    let params = &attr.params;
     match name {
         #[cfg(feature = "verbs")]
-        "verbs" => Ok(Domain::new(Box::new(xfer_verbs::VerbsDomain::with_params(params)?))),
+        "verbs" => {
+            let mut d = xfer_verbs::VerbsDomain::with_params(params)?;
+            d.set_atomic_mode(attr.atomic_mode, true)?;
+            Ok(Domain::new(Box::new(d)))
+        }
         "tcp" => Ok(Domain::new(Box::new(xfer_tcp::TcpDomain::with_params(params)?))),
         "shm" => Ok(Domain::new(Box::new(xfer_shm::ShmDomain::with_params(params)?))),
         mixed::NAME => Ok(Domain::new(Box::new(mixed::ShmTcpDomain::with_params(params)?))),
         #[cfg(feature = "verbs")]
-        mixed::SHM_VERBS => Ok(Domain::new(Box::new(mixed::ShmVerbsDomain::with_params(params)?))),
+        mixed::SHM_VERBS => {
+            let mut d = mixed::ShmVerbsDomain::with_params(params)?;
+            d.set_atomic_mode(attr.atomic_mode)?;
+            Ok(Domain::new(Box::new(d)))
+        }
         _ => Err(Error::Internal("open_named: provider not built")),
     }
 }
@@ -221,9 +230,7 @@ pub fn open_report(attr: &DomainAttr) -> (Result<Domain>, ProviderChoice) {
         };
         return (Err(e), choice);
     }
-    choice::choose(attr.provider.as_deref(), &info_for(attr), |name| {
-        open_named(name, &attr.params)
-    })
+    choice::choose(attr.provider.as_deref(), &info_for(attr), |name| open_named(name, attr))
 }
 
 /// [`open`] with attributes from the environment (`XFER_PROVIDER`).

@@ -72,7 +72,9 @@ pub unsafe extern "C" fn xfer_domain_attr_open(out: *mut *mut xfer_domain_attr_t
 }
 
 /// Sets the setting `key` of `attr` to `value` (both NUL-terminated):
-/// `"provider"` (`"tcp"`, `"verbs"`; `""` for the automatic choice), or a
+/// `"provider"` (`"tcp"`, `"verbs"`; `""` for the automatic choice),
+/// `"atomic_mode"` (`"auto"`, `"cpu"`, `"device"`: who does remote atomics,
+/// `XFER_ATOMIC_MODE`), or a
 /// transport's setting `TRANSPORT.NAME` (`"tcp.iface"`, `"verbs.device"`;
 /// `xfer-info` lists every key with its `XFER_*` variable), checked now by
 /// its transport. The transport settings apply to the domain and to every
@@ -102,6 +104,13 @@ pub unsafe extern "C" fn xfer_domain_attr_set(
         let mut a = a.lock().unwrap_or_else(PoisonError::into_inner);
         if key == "provider" {
             a.provider = Some(value.trim().to_owned()).filter(|p| !p.is_empty());
+            return Ok(XFER_SUCCESS);
+        }
+        if key == "atomic_mode" {
+            a.atomic_mode = value.parse().map_err(|e: xfer_facade::Error| {
+                tracing::warn!(key, value, error = %e, "xfer_domain_attr_set: setting refused");
+                Fail::from(e)
+            })?;
             return Ok(XFER_SUCCESS);
         }
         if let Err(e) = xfer_facade::check_param(key, value) {
@@ -170,6 +179,8 @@ mod tests {
         assert_eq!(set(c"tcp.coalesse", c"0"), XFER_EINVAL, "a misspelt key");
         assert_eq!(set(c"tcp.coalesce", c"many"), XFER_EINVAL, "a bad value");
         assert_eq!(set(c"nic.speed", c"1"), XFER_EINVAL, "an unknown transport");
+        assert_eq!(set(c"atomic_mode", c"device"), XFER_SUCCESS);
+        assert_eq!(set(c"atomic_mode", c"gpu"), XFER_EINVAL, "an unknown atomic mode");
         // SAFETY: a NULL value is refused, not read.
         assert_eq!(
             unsafe { xfer_domain_attr_set(a, c"tcp.iface".as_ptr(), std::ptr::null()) },
@@ -179,6 +190,7 @@ mod tests {
             let held = attr_of(a).expect("open");
             let held = held.lock().unwrap();
             assert_eq!(held.provider.as_deref(), Some("tcp"));
+            assert_eq!(held.atomic_mode, xfer_facade::AtomicMode::Device);
             assert_eq!(
                 held.params.iter().collect::<Vec<_>>(),
                 [("tcp.coalesce", "0")],

@@ -11,6 +11,10 @@
 //! process, or plain RMA writes overlapping it, are not ordered with them
 //! (as libfabric and UCX say of theirs).
 //!
+//! In the `device` [`AtomicMode`] (verbs), a region's atomics are its
+//! initiators' devices' instead: atomic among themselves only, not with the
+//! target CPU's atomics or stores, so a region is never served both ways.
+//!
 //! ```
 //! use xfer_core::{AtomicKind, Datatype};
 //! let mut word = 40u64;
@@ -23,6 +27,80 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use crate::addr::PeerAddr;
 use crate::provider::CompletionLevel;
+
+/// Who does remote atomics on a domain's registered regions (UCX's
+/// `UCX_ATOMIC_MODE`; `XFER_ATOMIC_MODE`, `DomainAttr::atomic_mode`).
+///
+/// A device's atomics (verbs' `IBV_ATOMIC_HCA`, Soft-RoCE's too) are atomic
+/// only with other atomics through the device, not with the target CPU's,
+/// so one region is served one way only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum AtomicMode {
+    /// `Device` on a domain whose only transport is verbs (`verbs`)
+    /// with a device that has atomics; `Cpu` elsewhere.
+    #[default]
+    Auto,
+    /// The target's CPU applies every atomic, whichever transport carried it.
+    Cpu,
+    /// A region registered with remote read and write is the device's: an
+    /// initiator reaching its target over verbs asks for it first, then
+    /// does every atomic on it by its device.
+    Device,
+}
+
+impl std::str::FromStr for AtomicMode {
+    type Err = crate::Error;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim() {
+            "" | "auto" => Ok(AtomicMode::Auto),
+            "cpu" => Ok(AtomicMode::Cpu),
+            "device" => Ok(AtomicMode::Device),
+            _ => Err(crate::Error::InvalidSetting(
+                format!("atomic_mode: {s:?} is none of auto, cpu, device").into(),
+            )),
+        }
+    }
+}
+
+impl std::fmt::Display for AtomicMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            AtomicMode::Auto => "auto",
+            AtomicMode::Cpu => "cpu",
+            AtomicMode::Device => "device",
+        })
+    }
+}
+
+/// How a domain does remote atomics ([`Domain::atomic_caps`]).
+///
+/// [`Domain::atomic_caps`]: crate::Domain::atomic_caps
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct AtomicCaps {
+    /// Who does them on its regions: [`AtomicMode::Cpu`] or
+    /// [`AtomicMode::Device`] (`Auto` is resolved when the domain opens).
+    pub mode: AtomicMode,
+    /// Its verbs device's `ibv_device_attr.atomic_cap`: `none`, `hca`
+    /// (atomic among the device's own atomics only) or `glob` (with the
+    /// CPU's too); `None` on a domain without a verbs device.
+    pub device_cap: Option<&'static str>,
+}
+
+impl AtomicCaps {
+    /// The target's CPU applies them; no device.
+    pub const CPU: AtomicCaps = AtomicCaps {
+        mode: AtomicMode::Cpu,
+        device_cap: None,
+    };
+
+    /// `mode` over a device whose `atomic_cap` is `device_cap`.
+    pub fn new(mode: AtomicMode, device_cap: Option<&'static str>) -> AtomicCaps {
+        AtomicCaps { mode, device_cap }
+    }
+}
 
 /// What an atomic does with the element (libfabric's `enum fi_op` values).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -154,7 +232,7 @@ impl AtomicOp {
 /// `kind` on an element's bits, worked in 64 bits: a 32-bit element is
 /// widened (sign-extended, or `f32` to `f64`, exactly) and the result
 /// narrowed back (an `f32` sum rounds once, as `f32` addition does).
-fn combine(kind: AtomicKind, dt: Datatype, old: u64, operand: u64, compare: u64) -> u64 {
+pub(crate) fn combine(kind: AtomicKind, dt: Datatype, old: u64, operand: u64, compare: u64) -> u64 {
     let widen = |v: u64| match dt {
         Datatype::I32 => v as u32 as i32 as i64 as u64,
         Datatype::U32 => v as u32 as u64,
@@ -183,6 +261,30 @@ fn combine(kind: AtomicKind, dt: Datatype, old: u64, operand: u64, compare: u64)
     match dt {
         Datatype::F32 => u64::from((f64::from_bits(new) as f32).to_bits()),
         Datatype::I32 | Datatype::U32 => new & 0xffff_ffff,
+        _ => new,
+    }
+}
+
+/// The element of type `dt` at byte `at` (0, or 4 for a 32-bit element) of
+/// the little-endian 8-byte `word` holding it: what a device atomic on the
+/// enclosing aligned word shows of it.
+pub(crate) fn element_of(dt: Datatype, word: u64, at: u32) -> u64 {
+    match dt.size() {
+        4 => (word >> (8 * at)) & 0xffff_ffff,
+        _ => word,
+    }
+}
+
+/// `word` with `kind` applied to its element at byte `at`, the rest kept:
+/// the value a compare-and-swap loop on the enclosing aligned 8-byte word
+/// writes.
+pub(crate) fn combine_in_word(kind: AtomicKind, dt: Datatype, word: u64, at: u32, operand: u64, compare: u64) -> u64 {
+    let new = combine(kind, dt, element_of(dt, word, at), operand, compare);
+    match dt.size() {
+        4 => {
+            let shift = 8 * at;
+            (word & !(0xffff_ffff << shift)) | (new << shift)
+        }
         _ => new,
     }
 }
@@ -297,5 +399,18 @@ mod tests {
         assert!(!Datatype::F32.allows(AtomicKind::Bxor));
         assert_eq!(AtomicKind::from_u8(12), Some(AtomicKind::Cswap));
         assert_eq!(Datatype::from_u8(3), None);
+    }
+
+    #[test]
+    fn an_element_is_combined_inside_its_word_and_its_neighbour_kept() {
+        let word = 0x0000_0009_ffff_ffffu64;
+        assert_eq!(element_of(Datatype::U32, word, 4), 9);
+        let w = combine_in_word(AtomicKind::Sum, Datatype::U32, word, 0, 2, 0);
+        assert_eq!(w, 0x0000_0009_0000_0001, "wraps in 32 bits, the neighbour unchanged");
+        let w = combine_in_word(AtomicKind::Max, Datatype::I32, word, 4, (-1i32) as u32 as u64, 0);
+        assert_eq!(w, word, "signed max keeps 9");
+        let w = combine_in_word(AtomicKind::Cswap, Datatype::U32, word, 4, 5, 9);
+        assert_eq!(w, 0x0000_0005_ffff_ffff);
+        assert_eq!(combine_in_word(AtomicKind::Sum, Datatype::U64, 40, 0, 2, 0), 42);
     }
 }

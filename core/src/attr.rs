@@ -128,6 +128,10 @@ pub struct DomainAttr {
     /// transport takes its own, and every endpoint of the domain starts from
     /// these (its own [`EndpointAttr::params`] override them).
     pub params: Params,
+    /// Who does remote atomics on the domain's registered regions: the
+    /// target's CPU or the initiators' devices (`XFER_ATOMIC_MODE`: `auto`,
+    /// the default, `cpu`, `device`; see [`AtomicMode`](crate::AtomicMode)).
+    pub atomic_mode: crate::AtomicMode,
 }
 
 impl DomainAttr {
@@ -135,7 +139,7 @@ impl DomainAttr {
     pub fn with_provider(name: impl Into<String>) -> Self {
         DomainAttr {
             provider: Some(name.into()),
-            params: Params::new(),
+            ..DomainAttr::from_env()
         }
     }
 
@@ -144,17 +148,32 @@ impl DomainAttr {
         DomainAttr {
             provider: std::env::var("XFER_PROVIDER").ok().filter(|p| !p.is_empty()),
             params: Params::new(),
+            atomic_mode: env_value::<String>("XFER_ATOMIC_MODE")
+                .and_then(|m| {
+                    m.parse()
+                        .map_err(|e| tracing::warn!(value = %m, error = %e, "ignoring XFER_ATOMIC_MODE"))
+                        .ok()
+                })
+                .unwrap_or_default(),
         }
     }
 
     /// The effective settings.
     pub fn settings(&self) -> Vec<Setting> {
-        vec![Setting {
-            key: None,
-            env: "XFER_PROVIDER",
-            value: self.provider.clone().unwrap_or_else(|| "(auto)".into()),
-            doc: "provider to use instead of the automatic choice",
-        }]
+        vec![
+            Setting {
+                key: None,
+                env: "XFER_PROVIDER",
+                value: self.provider.clone().unwrap_or_else(|| "(auto)".into()),
+                doc: "provider to use instead of the automatic choice",
+            },
+            Setting {
+                key: None,
+                env: "XFER_ATOMIC_MODE",
+                value: self.atomic_mode.to_string(),
+                doc: "who does remote atomics: auto, cpu (the target's CPU), device (the initiators' verbs devices)",
+            },
+        ]
     }
 }
 

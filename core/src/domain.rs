@@ -37,6 +37,8 @@ pub(crate) struct Shared {
     pub(crate) provider_id: u8,
     /// Its endpoints apply remote atomics.
     atomics: bool,
+    /// Who does them, and its device's atomic capability.
+    atomic_caps: crate::AtomicCaps,
 }
 
 pub(crate) struct State {
@@ -242,6 +244,7 @@ impl Domain {
         let provider = prov.name();
         let provider_id = prov.provider_id();
         let atomics = prov.atomics();
+        let atomic_caps = prov.atomic_caps();
         let state = State {
             prov,
             eps: Slab::new(),
@@ -255,6 +258,7 @@ impl Domain {
                 provider,
                 provider_id,
                 atomics,
+                atomic_caps,
             }),
         }
     }
@@ -269,6 +273,13 @@ impl Domain {
     /// a domain without refuse them with [`Error::NotSupported`].
     pub fn atomics(&self) -> bool {
         self.shared.atomics
+    }
+
+    /// Who does remote atomics on its regions (the target's CPU, or the
+    /// initiators' devices: `XFER_ATOMIC_MODE` resolved) and its verbs
+    /// device's atomic capability (`atomic_cap`), if it has a device.
+    pub fn atomic_caps(&self) -> crate::AtomicCaps {
+        self.shared.atomic_caps
     }
 
     /// Opens a completion queue.

@@ -62,7 +62,7 @@ mod tag;
 pub mod unstable;
 
 pub use addr::{Address, PeerAddr};
-pub use atomic::{AtomicKind, AtomicOp, Datatype};
+pub use atomic::{AtomicCaps, AtomicKind, AtomicMode, AtomicOp, Datatype};
 pub use attr::{CqAttr, DomainAttr, EndpointAttr, JobKey, Setting};
 pub use av::AddressVector;
 pub use buffer::{Buffer, LocalDesc};

@@ -221,6 +221,11 @@ pub trait DomainProvider: Send {
     fn atomics(&self) -> bool {
         false
     }
+    /// Who does remote atomics on its regions, and its device's atomic
+    /// capability; the default: the target's CPU, no device.
+    fn atomic_caps(&self) -> crate::AtomicCaps {
+        crate::AtomicCaps::CPU
+    }
     /// The registrations of a provider that serves RMA in software (TCP,
     /// shm): with one, [`register`](Self::register),
     /// [`deregister`](Self::deregister) and
@@ -277,6 +282,23 @@ pub trait DomainProvider: Send {
     /// compares with the target's current one before each copy.
     fn grant_stamp(&self) -> u64 {
         0
+    }
+
+    /// The region (start address, length) whose atomics peers' devices do
+    /// under `key` (verbs: a region registered with remote read and write,
+    /// its ibv MR with remote atomic access, on a domain whose atomic mode
+    /// is `device`), or `None`, the default: this side's CPU applies them.
+    /// The RDM engine grants it to an initiator that asks before its first
+    /// atomic there, and applies none itself on an element of it.
+    fn native_atomic(&self, key: u64) -> Option<(u64, u64)> {
+        let _ = key;
+        None
+    }
+    /// Whether this domain's endpoints ask targets to grant atomics to
+    /// their device (the atomic mode is `device`); `false`, the default:
+    /// they send every atomic in frames.
+    fn device_atomics(&self) -> bool {
+        false
     }
 }
 

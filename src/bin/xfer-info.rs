@@ -417,8 +417,13 @@ mod verbs {
             writeln!(out, "  {}", d.name)?;
             writeln!(
                 out,
-                "    max_inline {}  max_qp {}  max_qp_wr {}  max_cqe {}  max_qp_rd_atom {}",
-                d.max_inline, a.max_qp, a.max_qp_wr, a.max_cqe, a.max_qp_rd_atom
+                "    max_inline {}  max_qp {}  max_qp_wr {}  max_cqe {}  max_qp_rd_atom {}  atomic_cap {}",
+                d.max_inline,
+                a.max_qp,
+                a.max_qp_wr,
+                a.max_cqe,
+                a.max_qp_rd_atom,
+                a.atomic_cap_name()
             )?;
             writeln!(
                 out,
@@ -499,7 +504,7 @@ mod verbs {
                 format!(
                     concat!(
                         r#"{{"name": {}, "max_inline": {}, "max_qp": {}, "max_qp_wr": {}, "max_cqe": {}, "#,
-                        r#""max_qp_rd_atom": {}, "max_srq": {}, "max_srq_wr": {}, "max_sge": {}, "#,
+                        r#""max_qp_rd_atom": {}, "atomic_cap": {}, "max_srq": {}, "max_srq_wr": {}, "max_sge": {}, "#,
                         r#""max_mr_size": {}, "ports": [{}]}}"#
                     ),
                     quote(&d.name),
@@ -508,6 +513,7 @@ mod verbs {
                     a.max_qp_wr,
                     a.max_cqe,
                     a.max_qp_rd_atom,
+                    quote(a.atomic_cap_name()),
                     a.max_srq,
                     a.max_srq_wr,
                     a.max_sge,
@@ -574,6 +580,7 @@ mod tests {
                     max_srq_sge: 27,
                     max_qp_rd_atom: 128,
                     max_qp_init_rd_atom: 128,
+                    atomic_cap: 1,
                 },
                 max_inline: 240,
                 ports: vec![PortInfo {
@@ -616,7 +623,7 @@ mod tests {
             "max_inline 240",
             "max_qp_wr 2000",
             "max_cqe 4000",
-            "max_qp_rd_atom 128",
+            "max_qp_rd_atom 128  atomic_cap hca",
             "max_srq 5000  max_srq_wr 6000",
             "port 1: ACTIVE  link layer Ethernet  active MTU 1024 (max 4096)  max_msg_sz 2147483648",
             "gid   0  fe80:0000:0000:0000:0000:0000:0000:0000 (IB/RoCE v1)\n",
@@ -654,7 +661,7 @@ mod tests {
         let json = super::verbs::to_json(&probe());
         for want in [
             r#"{"devices": [{"name": "rxe0", "max_inline": 240, "#,
-            r#""max_qp_wr": 2000, "max_cqe": 4000, "max_qp_rd_atom": 128, "max_srq": 5000, "max_srq_wr": 6000, "#,
+            r#""max_qp_wr": 2000, "max_cqe": 4000, "max_qp_rd_atom": 128, "atomic_cap": "hca", "max_srq": 5000, "#,
             r#""ports": [{"port": 1, "state": "ACTIVE", "active": true, "link_layer": "Ethernet", "active_mtu": 1024, "#,
             r#""max_msg_sz": 2147483648, "#,
             r#"{"index": 0, "gid": "fe80:0000:0000:0000:0000:0000:0000:0000", "type": "IB/RoCE v1", "ipv4": null}"#,

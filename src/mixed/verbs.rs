@@ -46,6 +46,15 @@ impl ShmVerbsDomain {
             verbs: VerbsDomain::with_params(params)?,
         })
     }
+
+    /// Sets who does remote atomics on its regions, before any is
+    /// registered: `auto` is `cpu` here (its shared-memory peers are served
+    /// by the target's CPU, which a device's atomics are not atomic with);
+    /// `device` has its verbs peers' devices do them (see
+    /// `VerbsDomain::set_atomic_mode`).
+    pub fn set_atomic_mode(&mut self, mode: xfer_core::AtomicMode) -> Result<()> {
+        self.verbs.set_atomic_mode(mode, false)
+    }
 }
 
 /// The pair address inside an `shm+verbs` name, checked part by part.
@@ -58,9 +67,14 @@ impl DomainProvider for ShmVerbsDomain {
         SHM_VERBS
     }
 
-    /// Core's RDM engine applies atomics at the target.
+    /// Core's RDM engine applies atomics at the target (or, in device
+    /// mode, has its verbs peers' devices do them).
     fn atomics(&self) -> bool {
         true
+    }
+
+    fn atomic_caps(&self) -> xfer_core::AtomicCaps {
+        self.verbs.atomic_caps()
     }
 
     fn check_address(&self, bytes: &[u8]) -> Result<Address> {
@@ -110,5 +124,13 @@ impl DomainProvider for ShmVerbsDomain {
 
     fn native_rma(&self, key: u64, access: Access) -> Option<(u64, u64)> {
         self.verbs.native_rma(key, access)
+    }
+
+    fn native_atomic(&self, key: u64) -> Option<(u64, u64)> {
+        self.verbs.native_atomic(key)
+    }
+
+    fn device_atomics(&self) -> bool {
+        self.verbs.device_atomics()
     }
 }

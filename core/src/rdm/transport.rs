@@ -137,6 +137,30 @@ pub enum Event<'a> {
         /// Whether it was done at the target.
         result: Result<(), Error>,
     },
+    /// A device atomic [`Transport::start_atomic`] started is over.
+    /// Reported once for every started one, also when its connection ends.
+    Fetched {
+        /// The token the engine gave it.
+        token: u64,
+        /// The target word's value before the operation.
+        result: Result<u64, Error>,
+    },
+}
+
+/// A device atomic on an aligned 8-byte word of a peer's region (verbs'
+/// `IBV_WR_ATOMIC_FETCH_AND_ADD` and `IBV_WR_ATOMIC_CMP_AND_SWP`); both
+/// return the word's old value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeviceAtomic {
+    /// Adds the operand (wrapping).
+    FetchAdd(u64),
+    /// Writes `swap` if the word equals `compare`.
+    CompareSwap {
+        /// The value the word must hold.
+        compare: u64,
+        /// The value written then.
+        swap: u64,
+    },
 }
 
 /// Where a rendezvous payload lies in its sender's memory, as the sender's
@@ -331,6 +355,18 @@ pub trait Transport: Send {
     ) -> Result<Pulled, Error> {
         let _ = (conn, kind, remote, local, len, token);
         Err(Error::NotSupported("native RMA"))
+    }
+
+    /// Starts the device atomic `op` on the 8-byte word at `remote` (its
+    /// address, aligned to 8, and the user's remote key) on `conn`; its end
+    /// is [`Event::Fetched`] with `token`, once (failed, if `conn` ends
+    /// first). [`Error::NotSupported`] when this transport or this peer
+    /// cannot (a pair's shared-memory side): the engine then has the target
+    /// apply it. The engine calls it only for a key and word the target
+    /// granted to the device.
+    fn start_atomic(&mut self, conn: ConnId, remote: Remote, op: DeviceAtomic, token: u64) -> Result<(), Error> {
+        let _ = (conn, remote, op, token);
+        Err(Error::NotSupported("device atomics"))
     }
 
     /// Closes `conn`; no event is reported for it.

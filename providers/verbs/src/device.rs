@@ -145,6 +145,7 @@ impl Context {
             max_srq_sge: a.max_srq_sge.max(0) as u32,
             max_qp_rd_atom: a.max_qp_rd_atom.max(0) as u32,
             max_qp_init_rd_atom: a.max_qp_init_rd_atom.max(0) as u32,
+            atomic_cap: a.atomic_cap,
         })
     }
 
@@ -248,6 +249,30 @@ pub struct DeviceAttr {
     pub max_srq_sge: u32,
     pub max_qp_rd_atom: u32,
     pub max_qp_init_rd_atom: u32,
+    /// `ibv_atomic_cap`: 0 `IBV_ATOMIC_NONE` (no remote atomics), 1
+    /// `IBV_ATOMIC_HCA` (atomic among the device's own atomics only), 2
+    /// `IBV_ATOMIC_GLOB` (also with the host CPU's).
+    pub atomic_cap: u32,
+}
+
+impl DeviceAttr {
+    /// Whether the device does remote atomics (`atomic_cap` is not
+    /// `IBV_ATOMIC_NONE`).
+    pub fn has_atomics(&self) -> bool {
+        self.atomic_cap != rdma_sys::ibv_atomic_cap::IBV_ATOMIC_NONE
+    }
+
+    /// `atomic_cap` by its verbs name: `none`, `hca`, `glob` (`unknown`
+    /// for a value verbs does not define).
+    pub fn atomic_cap_name(&self) -> &'static str {
+        use rdma_sys::ibv_atomic_cap::*;
+        match self.atomic_cap {
+            IBV_ATOMIC_NONE => "none",
+            IBV_ATOMIC_HCA => "hca",
+            IBV_ATOMIC_GLOB => "glob",
+            _ => "unknown",
+        }
+    }
 }
 
 /// Port attributes from `ibv_query_port`.

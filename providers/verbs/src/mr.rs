@@ -53,10 +53,22 @@ impl Mr {
     /// Registers `[addr, addr + len)` with `access` on `pd`. Memory that is not
     /// mapped makes registration fail (EFAULT); nothing is touched by the CPU.
     pub fn register(pd: &Arc<Pd>, addr: usize, len: usize, access: Access) -> Result<Mr> {
+        Mr::register_flags(pd, addr, len, access_flags(access))
+    }
+
+    /// [`register`](Mr::register) with remote atomic access too
+    /// (`IBV_ACCESS_REMOTE_ATOMIC`, which needs local write): peers'
+    /// devices may do atomics on it.
+    pub fn register_atomic(pd: &Arc<Pd>, addr: usize, len: usize, access: Access) -> Result<Mr> {
+        let atomic = ibv_access_flags::IBV_ACCESS_REMOTE_ATOMIC.0 | ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0;
+        Mr::register_flags(pd, addr, len, access_flags(access) | atomic)
+    }
+
+    fn register_flags(pd: &Arc<Pd>, addr: usize, len: usize, flags: u32) -> Result<Mr> {
         if len == 0 {
             return Err(Error::InvalidArgument("cannot register zero bytes"));
         }
-        let flags = access_flags(access) as libc::c_int;
+        let flags = flags as libc::c_int;
         // SAFETY: pd is valid; the kernel pins and validates the range itself, the
         // CPU never dereferences addr here.
         let mr = unsafe { ibv_reg_mr(pd.as_ptr(), addr as *mut libc::c_void, len, flags) };

@@ -505,6 +505,39 @@ impl RcQp {
         unsafe { self.post(&mut wr, signal) }
     }
 
+    /// A signaled 8-byte atomic on `remote` (aligned to 8, in a region
+    /// registered with remote atomic access): fetch-and-add of `add`, or
+    /// with `swap` compare-and-swap (`add` the compare value). The old value
+    /// lands in `local` (8 bytes, registered with local write).
+    ///
+    /// # Safety
+    /// As [`RcQp::read`] for `local`.
+    pub unsafe fn atomic(
+        &mut self,
+        wr_id: u64,
+        local: Sge,
+        remote: RemoteBuf,
+        add: u64,
+        swap: Option<u64>,
+    ) -> Result<()> {
+        let mut sge = to_sge(local);
+        // SAFETY: plain data; zero is valid.
+        let mut wr: ibv_send_wr = unsafe { std::mem::zeroed() };
+        wr.wr_id = wr_id;
+        wr.sg_list = &mut sge;
+        wr.num_sge = 1;
+        wr.opcode = match swap {
+            Some(_) => ibv_wr_opcode::IBV_WR_ATOMIC_CMP_AND_SWP,
+            None => ibv_wr_opcode::IBV_WR_ATOMIC_FETCH_AND_ADD,
+        };
+        wr.wr.atomic.remote_addr = remote.addr;
+        wr.wr.atomic.rkey = remote.rkey;
+        wr.wr.atomic.compare_add = add;
+        wr.wr.atomic.swap = swap.unwrap_or(0);
+        // SAFETY: the caller keeps `local` valid until completion.
+        unsafe { self.post(&mut wr, true) }
+    }
+
     /// Posts a signaled zero-length RDMA WRITE whatever the tail: a probe
     /// that needs nothing of the peer but its device (no memory is
     /// accessed, no receive consumed, IB spec C9-88) and ends in an error

@@ -204,6 +204,7 @@ mod tests {
                 max_srq_sge: 4,
                 max_qp_rd_atom: 16,
                 max_qp_init_rd_atom: 16,
+                atomic_cap: 1,
             },
             max_inline: 256,
             ports: vec![PortInfo {

@@ -56,6 +56,7 @@ impl Events for Handler<'_, '_, '_> {
             Event::Down { conn, cause } => self.s.lost(conn, cause),
             Event::Pulled { token, result } => self.s.pulled(token, result, self.cx),
             Event::Accessed { token, result } => self.s.accessed(token, result, self.cx),
+            Event::Fetched { token, result } => self.s.fetched(token, result, self.cx),
         }
     }
 }

@@ -23,14 +23,28 @@ use crate::mr::Access;
 use crate::provider::Ctx;
 
 use super::super::transport::Transport;
+use super::device::Device;
 use super::out::Out;
-use super::wire::{Header, Kind};
+use super::wire::{self, Header, Kind};
 use super::State;
 
 /// An initiator's atomic waiting for its answer.
 pub(super) struct AtomicTx {
     pub(super) op: AtomicOp,
     pub(super) peer: (usize, u64),
+    /// It goes by the initiator's device (the target granted its region).
+    pub(super) device: Option<Device>,
+}
+
+/// The `Atomic` frame of `op`, without its token.
+fn atomic_header(op: &AtomicOp) -> Header {
+    let mut h = Header::new(Kind::Atomic);
+    h.tag = op.key;
+    h.addr = op.addr;
+    h.data = op.operand;
+    h.len = op.compare;
+    h.off = pack(op);
+    h
 }
 
 /// The `off` field of an `Atomic` frame: datatype, kind, fetch.
@@ -54,24 +68,44 @@ impl State {
             Ok(p) => p,
             Err(e) => return complete::atomic(&mut cx.cq, op, Err(e)),
         };
-        let mut h = Header::new(Kind::Atomic);
-        h.tag = op.key;
-        h.addr = op.addr;
-        h.data = op.operand;
-        h.len = op.compare;
-        h.off = pack(&op);
-        if op.answered() {
-            let at = self.serial(p);
-            let key = self.atomics.insert(AtomicTx { op, peer: at });
-            h.token = self.atomics.token(key);
-            self.enqueue(p, 0, Out::Owned(h.encode(), Vec::new()));
+        let at = self.serial(p);
+        if let Some(word) = self.granted_word(at, &op) {
+            let device = Some(Device::new(word, &op));
+            let key = self.atomics.insert(AtomicTx { op, peer: at, device });
+            let token = self.atomics.token(key);
+            return self.device_step(t, cx, token);
+        }
+        // Asks for the grant first: applied by the target, this one could
+        // interleave with another peer's device atomic on the element.
+        let ask = cx.domain.device_atomics() && !self.frames_only.contains(&at);
+        if op.answered() || ask {
+            let key = self.atomics.insert(AtomicTx {
+                op,
+                peer: at,
+                device: None,
+            });
+            self.send_atomic(p, key, ask);
         } else {
+            let h = atomic_header(&op);
             self.enqueue(p, 0, Out::Atomic(h.encode(), op));
         }
         self.posted(t, cx, p);
     }
 
-    /// A target's atomic request from peer `p`: checked, applied, answered.
+    /// Queues the frame of atomic `key` to peer `p`, asking for a grant
+    /// with `ask`.
+    pub(super) fn send_atomic(&mut self, p: usize, key: usize, ask: bool) {
+        let mut h = atomic_header(&self.atomics[key].op);
+        h.token = self.atomics.token(key);
+        if ask {
+            h.flags |= wire::NATIVE;
+        }
+        self.enqueue(p, 0, Out::Owned(h.encode(), Vec::new()));
+    }
+
+    /// A target's atomic request from peer `p`: checked, then granted to
+    /// the peer's device when it asks and the region is the device's, else
+    /// applied; answered.
     pub(super) fn on_atomic(&mut self, cx: &mut Ctx<'_>, p: usize, h: Header) {
         let mut done = Header::new(Kind::AtomicDone);
         done.token = h.token;
@@ -87,6 +121,9 @@ impl State {
                     access |= Access::REMOTE_READ;
                 }
                 match cx.domain.remote_target(h.tag, h.addr, dt.size() as u64, access) {
+                    Ok(_) if h.flags & wire::NATIVE != 0 && h.token != 0 && self.grant_atomic(cx, &h, &mut done) => {
+                        return self.enqueue(p, 0, Out::Owned(done.encode(), Vec::new()));
+                    }
                     // SAFETY: the key table vouched for `dt.size()` bytes at
                     // `ptr` with the access the kind needs, live while the
                     // domain lock is held (this whole call); the address is
@@ -120,6 +157,12 @@ impl State {
         }
         let key = self.atomics.key_of(h.token).filter(|&k| self.atomics[k].peer == at);
         let key = key.ok_or("atomic answer for no atomic waiting for one")?;
+        if h.flags & wire::NATIVE != 0 {
+            return self.atomic_granted(at, key, h);
+        }
+        if self.atomics[key].device.is_some() {
+            return Err("an atomic answer for an atomic on the device");
+        }
         let tx = self.atomics.remove(key);
         let result = match u64::from(h.status) {
             status::OK => Ok(h.data),

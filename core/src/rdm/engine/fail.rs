@@ -217,8 +217,15 @@ impl State {
         for (_, r) in self.rmas.iter_mut().filter(|(_, r)| on(r.peer)) {
             r.ended.get_or_insert_with(|| err.clone());
         }
-        for (_, _, a) in self.atomics.remove_where(|a| on(a.peer)) {
+        let busy = |a: &super::atomic::AtomicTx| a.device.as_ref().is_some_and(|d| d.busy);
+        for (_, _, a) in self.atomics.remove_where(|a| on(a.peer) && !busy(a)) {
             complete::atomic(&mut cx.cq, a.op, Err(err.clone()));
+        }
+        // A device atomic ends when the transport reports it, with this error.
+        for (_, a) in self.atomics.iter_mut().filter(|(_, a)| on(a.peer)) {
+            if let Some(d) = a.device.as_mut() {
+                d.ended.get_or_insert_with(|| err.clone());
+            }
         }
     }
 

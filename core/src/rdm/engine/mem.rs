@@ -18,7 +18,9 @@ use slab::Slab;
 
 use crate::error::Error;
 use crate::provider::RmaKind;
-use crate::rdm::transport::{Bytes, Cause, ConnId, Event, Events, Exposed, Pulled, Refused, Remote, Transport};
+use crate::rdm::transport::{
+    Bytes, Cause, ConnId, DeviceAtomic, Event, Events, Exposed, Pulled, Refused, Remote, Transport,
+};
 
 type Frame = (Vec<u8>, Vec<u8>);
 
@@ -211,9 +213,14 @@ impl Net {
             probed: Vec::new(),
             frames: 0,
             wakes: Default::default(),
+            device: Vec::new(),
+            device_ops: 0,
         }
     }
 }
+
+/// A device atomic started: connection, pipe, word, operation, token.
+type DeviceOp = (ConnId, (usize, usize), u64, DeviceAtomic, u64);
 
 /// One endpoint's transport on a [`Net`].
 pub struct Mem {
@@ -233,6 +240,12 @@ pub struct Mem {
     pub frames: u64,
     /// Calls of `wake`.
     pub wakes: std::sync::atomic::AtomicU64,
+    /// Device atomics started and not yet done (each at the next
+    /// progress, with the CPU's atomics on the target's word, which is in
+    /// this process).
+    device: Vec<DeviceOp>,
+    /// Device atomics done.
+    pub device_ops: u64,
 }
 
 impl Mem {
@@ -284,6 +297,32 @@ impl Mem {
     /// This transport's connections.
     pub fn conns(&self) -> Vec<ConnId> {
         self.conns.iter().map(|(c, _)| c).collect()
+    }
+
+    /// Does the device atomics started (the word is the unit test's, in
+    /// this process, granted by the target's key table) and reports them;
+    /// those whose connection is gone fail.
+    fn do_atomics(&mut self, events: &mut dyn Events) {
+        for (conn, pipe, word, op, token) in std::mem::take(&mut self.device) {
+            let result = if self.conns.get(conn) != Some(&pipe) {
+                Err(Error::PeerClosed {
+                    peer: crate::addr::PeerAddr::UNSPEC,
+                })
+            } else {
+                // SAFETY: the target granted this aligned word of a region
+                // the unit test keeps alive, and touches it only atomically.
+                let cell = unsafe { std::sync::atomic::AtomicU64::from_ptr(word as *mut u64) };
+                let sc = std::sync::atomic::Ordering::SeqCst;
+                self.device_ops += 1;
+                Ok(match op {
+                    DeviceAtomic::FetchAdd(x) => cell.fetch_add(x, sc),
+                    DeviceAtomic::CompareSwap { compare, swap } => {
+                        cell.compare_exchange(compare, swap, sc, sc).unwrap_or_else(|v| v)
+                    }
+                })
+            };
+            events.event(Event::Fetched { token, result });
+        }
     }
 
     /// Reports this transport's pulls that are over: those the test gave a
@@ -496,6 +535,14 @@ impl Transport for Mem {
         Ok(Pulled::Started)
     }
 
+    fn start_atomic(&mut self, conn: ConnId, remote: Remote, op: DeviceAtomic, token: u64) -> Result<(), Error> {
+        let Some(&pipe) = self.conns.get(conn).filter(|_| self.deferred) else {
+            return Err(Error::NotSupported("device atomics"));
+        };
+        self.device.push((conn, pipe, remote.addr, op, token));
+        Ok(())
+    }
+
     fn close(&mut self, conn: ConnId) {
         self.end(conn, Cause::Closed);
     }
@@ -580,6 +627,7 @@ impl Transport for Mem {
         if self.deferred {
             self.report_pulls(events);
         }
+        self.do_atomics(events);
     }
 
     fn wait_fd(&self) -> RawFd {

@@ -25,6 +25,7 @@ mod admit;
 mod arrive;
 mod atomic;
 mod credit;
+mod device;
 mod fail;
 mod keepalive;
 mod out;
@@ -124,6 +125,10 @@ struct Stats {
     coalesced: u64,
     /// Refusals of atomics that had completed when sent.
     atomics_refused_after_completion: u64,
+    /// Device operations atomics took (a loop's steps each), and those
+    /// that failed.
+    atomics_device: u64,
+    atomics_device_failed: u64,
     /// RMA operations the transport did natively, and those that failed.
     rma_native: u64,
     rma_native_failed: u64,
@@ -153,6 +158,13 @@ struct State {
     /// Peers sent an inject write that no answered RMA has followed yet.
     injected: Vec<(usize, u64)>,
     atomics: Outstanding<atomic::AtomicTx>,
+    /// Regions targets granted to this side's device for atomics.
+    atomic_grants: device::AtomicGrants,
+    /// Atomics whose next device operation is due after this progress.
+    device_due: Vec<u64>,
+    /// Peers whose transport has no device atomics: their atomics go in
+    /// frames without asking for a grant.
+    frames_only: Vec<(usize, u64)>,
     /// Writes (peer, token, status) that failed before their last frame.
     write_failed: Vec<((usize, u64), u64, u64)>,
     pulls: Vec<Pull>,
@@ -233,6 +245,9 @@ impl<T: Transport> Engine<T> {
                 grants: rma::Grants::default(),
                 injected: Vec::new(),
                 atomics: Outstanding::new(),
+                atomic_grants: device::AtomicGrants::default(),
+                device_due: Vec::new(),
+                frames_only: Vec::new(),
                 write_failed: Vec::new(),
                 pulls: Vec::new(),
                 pulling: Outstanding::new(),
@@ -767,6 +782,8 @@ impl<T: Transport> EndpointProvider for Engine<T> {
             ("rma_served", st.rma_served),
             ("atomics_outstanding", self.s.atomics.len() as u64),
             ("atomics_refused_after_completion", st.atomics_refused_after_completion),
+            ("atomics_device", st.atomics_device),
+            ("atomics_device_failed", st.atomics_device_failed),
             ("peer_events_lost", self.s.events.lost()),
             ("connections", self.s.peers.connections() as u64),
             ("progress_probes", self.s.watch.probes),
@@ -802,6 +819,11 @@ impl State {
         if !self.pulls.is_empty() {
             for pull in std::mem::take(&mut self.pulls) {
                 self.pull(t, cx, pull);
+            }
+        }
+        if !self.device_due.is_empty() {
+            for token in std::mem::take(&mut self.device_due) {
+                self.device_step(t, cx, token);
             }
         }
         self.end_doomed(t, cx);

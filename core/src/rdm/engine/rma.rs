@@ -213,7 +213,7 @@ impl State {
     fn unordered(&self, at: (usize, u64)) -> bool {
         self.injected.contains(&at)
             || self.rmas.iter().any(|(_, r)| r.peer == at && !r.native)
-            || self.atomics.iter().any(|(_, a)| a.peer == at)
+            || self.atomics.iter().any(|(_, a)| a.peer == at && a.device.is_none())
     }
 
     /// Asks the transport to do RMA `key` natively; `false` when it cannot

@@ -36,7 +36,12 @@ impl Node {
             ep: Engine::new(t, ID, attr, 4 << 20).expect("engine"),
             av: AvTable::default(),
             done: VecDeque::new(),
-            keys: Keys(Default::default(), Default::default(), Default::default()),
+            keys: Keys(
+                Default::default(),
+                Default::default(),
+                Default::default(),
+                Default::default(),
+            ),
         }
     }
 
@@ -958,11 +963,15 @@ fn inject_respects_its_limit_and_needs_no_completion() {
 }
 
 /// A domain whose key table the engine's RMA checks; with `.1` set, its
-/// device reaches every registration natively, its grants stamped `.2`.
+/// device reaches every registration natively, its grants stamped `.2`;
+/// with `.3` set, its device does atomics on every registration with
+/// remote read and write, and its endpoints ask targets for grants (the
+/// `device` atomic mode).
 struct Keys(
     std::cell::RefCell<crate::mr::keys::KeyTable>,
     std::cell::Cell<bool>,
     std::cell::Cell<u64>,
+    std::cell::Cell<bool>,
 );
 
 impl DomainProvider for Keys {
@@ -989,6 +998,14 @@ impl DomainProvider for Keys {
     }
     fn grant_stamp(&self) -> u64 {
         self.2.get()
+    }
+
+    fn native_atomic(&self, key: u64) -> Option<(u64, u64)> {
+        let rw = crate::mr::Access::REMOTE_READ | crate::mr::Access::REMOTE_WRITE;
+        self.3.get().then(|| self.0.borrow().region(key, rw)).flatten()
+    }
+    fn device_atomics(&self) -> bool {
+        self.3.get()
     }
 }
 
@@ -1658,4 +1675,206 @@ fn native_rma_never_overtakes_rma_the_target_applies() {
     net.finish_pull(0);
     assert_eq!(until(&mut [&mut a, &mut b], 0, 6).buf.expect("buffer"), vec![8; 16]);
     assert_eq!(a.counter("rma_native"), 1);
+}
+
+/// Two asynchronous nodes in the `device` atomic mode, with `words`
+/// registered at `b`: `b`'s key and address.
+fn device_atomics(net: &Net, words: &mut [u64]) -> (Node, Node, PeerAddr, (u64, u64)) {
+    let (mut a, b) = (
+        Node::over(net.open_async(), &attr()),
+        Node::over(net.open_async(), &attr()),
+    );
+    a.keys.3.set(true);
+    b.keys.3.set(true);
+    let pb = a.add(&b);
+    // SAFETY: the words' bytes, viewed as bytes while `words` lives; the
+    // engine and the device touch them only atomically.
+    let bytes = unsafe { std::slice::from_raw_parts_mut(words.as_mut_ptr().cast::<u8>(), words.len() * 8) };
+    let key = b.register(bytes);
+    (a, b, pb, key)
+}
+
+#[test]
+fn a_first_atomic_on_a_device_region_is_granted_not_applied_then_done_by_the_device() {
+    use crate::atomic::{AtomicKind::*, Datatype::*};
+    let net = Net::new(8);
+    let mut words = vec![40u64, 0];
+    let (mut a, mut b, pb, (key, base)) = device_atomics(&net, &mut words);
+    a.atomic_how(pb, Sum, U64, (2, 0), (key, base), (false, CompletionLevel::Inject), 1);
+    // The target alone: it grants, applies nothing.
+    for _ in 0..4 {
+        b.progress();
+    }
+    assert_eq!(
+        unsafe { std::ptr::read_volatile(words.as_ptr()) },
+        40,
+        "the target did not apply it"
+    );
+    assert!(a.done.is_empty(), "an atomic asking for a grant waits for it");
+    assert_eq!(until(&mut [&mut a, &mut b], 0, 1).result, Ok(()));
+    assert_eq!(words[0], 42);
+    assert_eq!(a.ep.transport().device_ops, 1, "one fetch-and-add");
+    let frames = b.ep.transport().frames;
+    a.atomic(pb, Cswap, U64, (7, 42), (key, base), 2);
+    assert_eq!(until(&mut [&mut a, &mut b], 0, 2).data, 42);
+    assert_eq!(words[0], 7);
+    assert_eq!(a.ep.transport().device_ops, 2, "one compare-and-swap");
+    assert_eq!(b.ep.transport().frames, frames, "granted: no frame to the target");
+    assert_eq!(a.counter("atomics_device"), 2);
+    assert_eq!(a.counter("atomics_outstanding"), 0);
+}
+
+#[test]
+fn every_other_kind_on_a_device_region_is_a_compare_and_swap_loop() {
+    use crate::atomic::{AtomicKind::*, Datatype::*};
+    let net = Net::new(8);
+    let mut words = vec![0u64; 2];
+    let (mut a, mut b, pb, (key, base)) = device_atomics(&net, &mut words);
+    a.atomic(pb, Read, U64, (0, 0), (key, base), 1);
+    until(&mut [&mut a, &mut b], 0, 1);
+    let d = |x: f64| x.to_bits();
+    words[0] = d(1.5);
+    words[1] = 0x0000_0009_ffff_fffe;
+    let cases: [(crate::atomic::AtomicKind, crate::atomic::Datatype, u64, u64, u64, u64); 9] = [
+        (Sum, F64, 0, d(2.0), d(1.5), d(3.5)),
+        (Max, F64, 0, d(1.0), d(3.5), d(3.5)),
+        (Min, F64, 0, d(-1.0), d(3.5), d(-1.0)),
+        (Write, F64, 0, 17, d(-1.0), 17),
+        (Bxor, U64, 0, 0b110, 17, 17 ^ 0b110),
+        (Sum, U32, 8, 3, 0xffff_fffe, 0x0000_0009_0000_0001),
+        (Min, I32, 12, (-4i32) as u32 as u64, 9, 0xffff_fffc_0000_0001),
+        (Cswap, U32, 8, 5, 1, 0xffff_fffc_0000_0005),
+        (Read, I32, 12, 0, (-4i32) as u32 as u64, 0xffff_fffc_0000_0005),
+    ];
+    for (i, &(kind, dt, off, operand, old, after)) in cases.iter().enumerate() {
+        let ctx = 10 + i as u64;
+        let compare = if kind == Cswap { 1 } else { 0 };
+        a.atomic(pb, kind, dt, (operand, compare), (key, base + off), ctx);
+        let c = until(&mut [&mut a, &mut b], 0, ctx);
+        assert_eq!((c.result, c.data), (Ok(()), old), "{kind:?} {dt:?}");
+        assert_eq!(words[off as usize / 8], after, "{kind:?} {dt:?}");
+    }
+    assert_eq!(b.counter("atomics_outstanding"), 0);
+}
+
+#[test]
+fn a_compare_and_swap_loop_retries_from_what_another_device_wrote() {
+    use crate::atomic::{AtomicKind::*, Datatype::*};
+    let net = Net::new(8);
+    let mut words = vec![0u64; 1];
+    let (mut a, mut b, pb, (key, base)) = device_atomics(&net, &mut words);
+    a.atomic(pb, Read, U64, (0, 0), (key, base), 1);
+    until(&mut [&mut a, &mut b], 0, 1);
+    // SAFETY: a live, aligned word that everyone touches only atomically.
+    let cell = unsafe { std::sync::atomic::AtomicU64::from_ptr(words.as_mut_ptr()) };
+    cell.store(100, std::sync::atomic::Ordering::SeqCst);
+    a.atomic(pb, Max, U64, (5000, 0), (key, base), 2);
+    let mut meddled = 0;
+    let mut c = None;
+    for _ in 0..10_000 {
+        c = a.take(2);
+        if c.is_some() {
+            break;
+        }
+        a.progress();
+        b.progress();
+        // Another peer's device adds 1000 between this loop's steps, twice.
+        if meddled < 2 {
+            cell.fetch_add(1000, std::sync::atomic::Ordering::SeqCst);
+            meddled += 1;
+        }
+    }
+    let c = c.expect("the max completed");
+    assert_eq!(c.result, Ok(()));
+    assert_eq!(c.data, 2100, "the old value is the one the swap replaced");
+    assert_eq!(cell.load(std::sync::atomic::Ordering::SeqCst), 5000);
+    assert_eq!(
+        a.ep.transport().device_ops,
+        5,
+        "the read, then a guess and two retries before the swap"
+    );
+    a.atomic(pb, Max, U64, (10, 0), (key, base), 3);
+    assert_eq!(until(&mut [&mut a, &mut b], 0, 3).data, 5000);
+    assert_eq!(
+        cell.load(std::sync::atomic::Ordering::SeqCst),
+        5000,
+        "a max that changes nothing writes nothing"
+    );
+}
+
+#[test]
+fn bad_atomics_on_a_device_region_are_refused_by_the_target_and_touch_nothing() {
+    use crate::atomic::{AtomicKind::*, Datatype::*};
+    let net = Net::new(8);
+    let mut words = vec![5u64, 6];
+    let (mut a, mut b, pb, (key, base)) = device_atomics(&net, &mut words);
+    a.atomic(pb, Sum, U64, (1, 0), (key ^ 1, base), 1);
+    assert!(matches!(
+        until(&mut [&mut a, &mut b], 0, 1).result,
+        Err(Error::RemoteAccess(_))
+    ));
+    a.atomic(pb, Sum, U64, (1, 0), (key, base + 16), 2);
+    assert!(matches!(
+        until(&mut [&mut a, &mut b], 0, 2).result,
+        Err(Error::RemoteAccess(_))
+    ));
+    a.atomic(pb, Sum, U64, (1, 0), (key, base + 4), 3);
+    assert!(matches!(
+        until(&mut [&mut a, &mut b], 0, 3).result,
+        Err(Error::RemoteAccess(_))
+    ));
+    // Granted now; a later misaligned or out-of-bounds one still goes to the target.
+    a.atomic(pb, Sum, U64, (1, 0), (key, base), 4);
+    assert_eq!(until(&mut [&mut a, &mut b], 0, 4).data, 5);
+    a.atomic(pb, Sum, U32, (1, 0), (key, base + 6), 5);
+    assert!(matches!(
+        until(&mut [&mut a, &mut b], 0, 5).result,
+        Err(Error::RemoteAccess(_))
+    ));
+    a.atomic(pb, Sum, U64, (1, 0), (key, base + 16), 6);
+    assert!(matches!(
+        until(&mut [&mut a, &mut b], 0, 6).result,
+        Err(Error::RemoteAccess(_))
+    ));
+    assert_eq!(words, [6, 6], "only the good one applied");
+    assert_eq!(a.ep.transport().device_ops, 1);
+}
+
+#[test]
+fn a_peer_over_a_transport_without_device_atomics_has_the_target_apply_them() {
+    use crate::atomic::{AtomicKind::*, Datatype::*};
+    let net = Net::new(8);
+    // Synchronous transports: no device atomics.
+    let (mut a, mut b) = (Node::new(&net, true, &attr()), Node::new(&net, true, &attr()));
+    a.keys.3.set(true);
+    b.keys.3.set(true);
+    let pb = a.add(&b);
+    let mut words = vec![1u64];
+    // SAFETY: as in `device_atomics`.
+    let bytes = unsafe { std::slice::from_raw_parts_mut(words.as_mut_ptr().cast::<u8>(), 8) };
+    let (key, base) = b.register(bytes);
+    for i in 0..3 {
+        a.atomic(pb, Sum, U64, (2, 0), (key, base), i);
+        assert_eq!(until(&mut [&mut a, &mut b], 0, i).data, 1 + 2 * i);
+    }
+    assert_eq!(words[0], 7);
+}
+
+#[test]
+fn a_peer_dying_under_a_device_atomic_ends_it_once_when_the_transport_reports_it() {
+    use crate::atomic::{AtomicKind::*, Datatype::*};
+    let net = Net::new(8);
+    let mut words = vec![3u64; 1];
+    let (mut a, mut b, pb, (key, base)) = device_atomics(&net, &mut words);
+    a.atomic(pb, Read, U64, (0, 0), (key, base), 1);
+    until(&mut [&mut a, &mut b], 0, 1);
+    a.atomic(pb, Max, U64, (5, 0), (key, base), 2);
+    drop(b);
+    let c = until(&mut [&mut a], 0, 2);
+    assert!(c.result.is_err(), "{:?}", c.result);
+    for _ in 0..8 {
+        a.progress();
+    }
+    assert!(a.take(2).is_none(), "completed once");
+    assert_eq!(a.counter("atomics_outstanding"), 0);
 }

@@ -11,8 +11,8 @@
 //! | 8..16  | tag    | Eager, Rts; RmaWrite, RmaRead: the target's key       |
 //! | 16..24 | data   | immediate data (with [`DATA`]); Atomic: the operand; AtomicDone: the old value |
 //! | 24..32 | token  | the sender's operation (Rts, Fin, Delivered, Cts); the receiver's (Data); the initiator's (Rma*, 0: no answer) |
-//! | 32..40 | len    | Rts, RmaWrite, RmaRead: total length; RmaDone with [`NATIVE`]: the region's length; Fin: bytes taken; Credit: bytes returned; Atomic: the compare value |
-//! | 40..48 | addr   | Rts: the payload's address for a pull; Cts: the receiver's token; Rma*: the target address of the first byte; RmaDone with [`NATIVE`]: the region's start |
+//! | 32..40 | len    | Rts, RmaWrite, RmaRead: total length; RmaDone, AtomicDone with [`NATIVE`]: the region's length; Fin: bytes taken; Credit: bytes returned; Atomic: the compare value |
+//! | 40..48 | addr   | Rts: the payload's address for a pull; Cts: the receiver's token; Rma*: the target address of the first byte; RmaDone, AtomicDone with [`NATIVE`]: the region's start |
 //! | 48..56 | off    | Data, RmaWrite, RmaData: the payload's offset in the message or operation; Atomic: datatype, kind << 8, fetch << 16; Rts with [`KEYED`]: the key the receiver pulls with; RmaDone with [`NATIVE`]: the target's grant stamp (0 on verbs) |
 //!
 //! A header travels without its trailing zero 8-byte words ([`trimmed`]):
@@ -66,6 +66,12 @@ pub const KEYED: u8 = 16;
 /// initiator's next operations of that access on the key, inside that
 /// region, may go natively (`Transport::start_rma`). On any other kind a
 /// protocol error.
+///
+/// On an `Atomic`: the initiator asks for the element's region to be
+/// granted to its device instead of having it applied. On an `AtomicDone`:
+/// the grant, the region in `addr` and `len`; the atomic was not applied
+/// and goes by the initiator's device (`Transport::start_atomic`) from now
+/// on. On any other kind a protocol error.
 pub const NATIVE: u8 = 32;
 const FLAGS: u8 = TAGGED | DATA | ACK | LAST | KEYED | NATIVE;
 
@@ -246,8 +252,10 @@ impl Header {
         if b[1] & KEYED != 0 && kind != Kind::Rts {
             return Err(Error::Protocol("a key on a frame other than a request to send"));
         }
-        if b[1] & NATIVE != 0 && kind != Kind::RmaDone {
-            return Err(Error::Protocol("a native grant on a frame other than an RMA answer"));
+        if b[1] & NATIVE != 0 && !matches!(kind, Kind::RmaDone | Kind::Atomic | Kind::AtomicDone) {
+            return Err(Error::Protocol(
+                "a native grant on a frame other than an RMA or atomic one",
+            ));
         }
         let word = |i: usize| {
             let mut w = [0u8; 8];
@@ -319,13 +327,18 @@ mod tests {
     }
 
     #[test]
-    fn a_native_grant_rides_only_on_an_rma_answer() {
+    fn a_native_grant_rides_only_on_an_rma_or_atomic_frame() {
         let mut done = Header::new(Kind::RmaDone);
         done.flags = NATIVE;
         done.addr = 0x1000;
         done.len = 64;
         assert_eq!(Header::decode(&done.encode()), Ok(done));
-        for kind in [Kind::Eager, Kind::Rts, Kind::RmaWrite, Kind::RmaData] {
+        for kind in [Kind::Atomic, Kind::AtomicDone] {
+            let mut h = Header::new(kind);
+            h.flags = NATIVE;
+            assert_eq!(Header::decode(&h.encode()), Ok(h), "{kind:?}");
+        }
+        for kind in [Kind::Eager, Kind::Rts, Kind::RmaWrite, Kind::RmaData, Kind::Credit] {
             let mut b = Header::new(kind).encode();
             b[1] = NATIVE;
             assert!(matches!(Header::decode(&b), Err(Error::Protocol(_))), "{kind:?}");

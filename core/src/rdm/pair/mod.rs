@@ -32,7 +32,7 @@ use std::os::fd::{AsRawFd, RawFd};
 use crate::error::{Error, Result};
 use crate::sys::{Epoll, READABLE};
 
-use super::transport::{Cause, ConnId, Event, Events, Exposed, Pulled, Refused, Remote, Transport};
+use super::transport::{Cause, ConnId, DeviceAtomic, Event, Events, Exposed, Pulled, Refused, Remote, Transport};
 
 mod reroute;
 #[cfg(test)]
@@ -299,6 +299,7 @@ impl<const FIRST: bool> Events for Side<'_, FIRST> {
             },
             Event::Pulled { token, result } => Event::Pulled { token, result },
             Event::Accessed { token, result } => Event::Accessed { token, result },
+            Event::Fetched { token, result } => Event::Fetched { token, result },
         })
     }
 }
@@ -424,6 +425,14 @@ impl<A: Transport, B: Transport> Transport for Pair<A, B> {
             } else {
                 self.second.start_rma(conn >> 1, kind, remote, local, len, token)
             }
+        }
+    }
+
+    fn start_atomic(&mut self, conn: ConnId, remote: Remote, op: DeviceAtomic, token: u64) -> Result<()> {
+        if Self::on_first(conn) {
+            self.first.start_atomic(conn >> 1, remote, op, token)
+        } else {
+            self.second.start_atomic(conn >> 1, remote, op, token)
         }
     }
 

@@ -619,6 +619,7 @@ mod tests {
                     Event::Down { conn, cause } => format!("down {conn} {cause:?}"),
                     Event::Pulled { token, .. } => format!("pulled {token}"),
                     Event::Accessed { token, .. } => format!("accessed {token}"),
+                    Event::Fetched { token, .. } => format!("fetched {token}"),
                 });
             }
         }

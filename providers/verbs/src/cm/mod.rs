@@ -415,7 +415,8 @@ fn transition(id: &CmId, qp: &RcQp, state: ibv_qp_state::Type, port_mtu: u32) ->
     if state == ibv_qp_state::IBV_QPS_INIT {
         attr.qp_access_flags = ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0
             | ibv_access_flags::IBV_ACCESS_REMOTE_WRITE.0
-            | ibv_access_flags::IBV_ACCESS_REMOTE_READ.0;
+            | ibv_access_flags::IBV_ACCESS_REMOTE_READ.0
+            | ibv_access_flags::IBV_ACCESS_REMOTE_ATOMIC.0;
         mask |= ibv_qp_attr_mask::IBV_QP_ACCESS_FLAGS.0;
     }
     qp.tune(&mut attr, &mut mask, port_mtu);

@@ -6,7 +6,14 @@
 //! ([`fold_rkey`]): once the target's engine granted a key, an initiator's
 //! RMA on it goes by RDMA WRITE and READ; the first one, and what the
 //! device path cannot do, is served by the target's engine against the
-//! domain's key table, as atomics are.
+//! domain's key table.
+//!
+//! Atomics follow the domain's atomic mode ([`VerbsDomain::set_atomic_mode`],
+//! `XFER_ATOMIC_MODE`): in `cpu` the target's engine applies them; in
+//! `device` a region registered with remote read and write is also
+//! registered with remote atomic access, the target's engine grants it to
+//! an initiator's device before its first atomic there and applies none on
+//! it, and the initiator does them all by `IBV_WR_ATOMIC_*`.
 
 use std::collections::HashMap;
 use std::net::Ipv4Addr;
@@ -27,7 +34,7 @@ use crate::pd::Pd;
 use crate::select::choose;
 use crate::VerbsAttr;
 use xfer_core::unstable::provider::MrKeys;
-use xfer_core::Access;
+use xfer_core::{Access, AtomicCaps, AtomicMode};
 
 /// The first byte of every `verbs` endpoint name.
 pub const PROVIDER_ID: u8 = 0x06;
@@ -44,6 +51,10 @@ pub struct VerbsDomain {
     keys: KeyTable,
     /// The device's registrations of regions with remote access, by key.
     mrs: HashMap<u64, Mr>,
+    /// Who does atomics on its regions (`Cpu` or `Device`).
+    atomic_mode: AtomicMode,
+    /// Keys whose registration has remote atomic access (device mode).
+    atomic_keys: std::collections::HashSet<u64>,
     cache: SharedCache,
 }
 
@@ -81,8 +92,31 @@ impl VerbsDomain {
             attr,
             keys: KeyTable::default(),
             mrs: HashMap::new(),
+            atomic_mode: AtomicMode::Cpu,
+            atomic_keys: Default::default(),
             cache: Arc::new(Mutex::new(cache)),
         })
+    }
+
+    /// Sets who does remote atomics on its regions, before any is
+    /// registered: `auto` is `device` when verbs is the domain's only
+    /// transport (`alone`; not under `shm+verbs`, whose shared-memory peers
+    /// the target's CPU serves) and the device has atomics, else `cpu`.
+    /// `device` on a device without atomics (`atomic_cap` none) is
+    /// [`Error::NotSupported`].
+    pub fn set_atomic_mode(&mut self, mode: AtomicMode, alone: bool) -> Result<()> {
+        self.atomic_mode = match mode {
+            AtomicMode::Device if !self.dev.has_atomics() => {
+                return Err(Error::NotSupported(
+                    "XFER_ATOMIC_MODE=device: the verbs device has no remote atomics (atomic_cap none)",
+                ))
+            }
+            AtomicMode::Auto if alone && self.dev.has_atomics() => AtomicMode::Device,
+            AtomicMode::Device => AtomicMode::Device,
+            _ => AtomicMode::Cpu,
+        };
+        tracing::debug!(mode = %self.atomic_mode, atomic_cap = self.dev.atomic_cap_name(), "verbs atomic mode");
+        Ok(())
     }
 
     /// The transport under one endpoint of this domain, for `attr` (whose
@@ -117,9 +151,14 @@ impl DomainProvider for VerbsDomain {
         "verbs"
     }
 
-    /// Core's RDM engine applies atomics at the target.
+    /// Core's RDM engine applies atomics at the target, or has the
+    /// initiators' devices do them (device mode).
     fn atomics(&self) -> bool {
         true
+    }
+
+    fn atomic_caps(&self) -> AtomicCaps {
+        AtomicCaps::new(self.atomic_mode, Some(self.dev.atomic_cap_name()))
     }
 
     fn check_address(&self, bytes: &[u8]) -> Result<Address> {
@@ -152,8 +191,15 @@ impl DomainProvider for VerbsDomain {
     /// key carries; a region the device refuses is served in software.
     fn register(&mut self, addr: usize, len: usize, access: Access) -> Result<MrKeys> {
         let remote = access.contains(Access::REMOTE_READ) || access.contains(Access::REMOTE_WRITE);
+        // Device atomics read and write the word: a region allowing both
+        // is the device's; the target's CPU serves atomics on any other.
+        let atomic =
+            self.atomic_mode == AtomicMode::Device && access.contains(Access::REMOTE_READ | Access::REMOTE_WRITE);
         let mr = match (remote, len) {
             (false, _) | (_, 0) => None,
+            _ if atomic => Mr::register_atomic(&self.pd, addr, len, access)
+                .map_err(|e| xfer_core::warn_limited!(error = %e, len, "verbs: a region the device cannot register is served in software"))
+                .ok(),
             _ => Mr::register(&self.pd, addr, len, access)
                 .map_err(|e| xfer_core::warn_limited!(error = %e, len, "verbs: a region the device cannot register is served in software"))
                 .ok(),
@@ -164,11 +210,15 @@ impl DomainProvider for VerbsDomain {
         let rkey = mr.rkey();
         let key = self.keys.insert_with(addr, len, access, |r| fold_rkey(rkey, r))?;
         self.mrs.insert(key, mr);
+        if atomic {
+            self.atomic_keys.insert(key);
+        }
         Ok(MrKeys { desc: key, key })
     }
 
     fn deregister(&mut self, key: u64) {
         self.keys.remove(key);
+        self.atomic_keys.remove(&key);
         // Dropped after the entry: the device refuses the rkey from now on.
         self.mrs.remove(&key);
     }
@@ -176,5 +226,16 @@ impl DomainProvider for VerbsDomain {
     fn native_rma(&self, key: u64, access: Access) -> Option<(u64, u64)> {
         self.mrs.get(&key)?;
         self.keys.region(key, access)
+    }
+
+    fn native_atomic(&self, key: u64) -> Option<(u64, u64)> {
+        if !self.atomic_keys.contains(&key) {
+            return None;
+        }
+        self.keys.region(key, Access::REMOTE_READ | Access::REMOTE_WRITE)
+    }
+
+    fn device_atomics(&self) -> bool {
+        self.atomic_mode == AtomicMode::Device
     }
 }

@@ -11,12 +11,14 @@
 //! which is posted again at once. No SEND ever meets an empty SRQ: each
 //! connection reserves receive slots and the sender spends them
 //! ([`credit`]). A rendezvous is pulled by RDMA READ from the sender's
-//! buffer, registered through the domain's MR cache ([`pull`]); RMA and
-//! atomics are still served by the target's engine, not the device.
+//! buffer, registered through the domain's MR cache ([`pull`]); the user's
+//! RMA goes the same way once the target granted its key, and atomics by
+//! `IBV_WR_ATOMIC_*` in the `device` atomic mode ([`atomic`]).
 //!
 //! Addresses are verbs endpoint names (`crate::name`) without the provider
 //! tag: 4, the IPv4 address, the rdma_cm port, the nonce.
 
+mod atomic;
 pub(crate) mod conn;
 pub mod credit;
 pub mod domain;
@@ -34,7 +36,7 @@ use slab::Slab;
 use xfer_core::unstable::hash::FastMap;
 use xfer_core::unstable::mr::{CacheRef, MrCache};
 use xfer_core::unstable::rdm::transport::{
-    Bytes, Cause, ConnId, Event, Events, Exposed, Pulled, Refused, Remote, Transport,
+    Bytes, Cause, ConnId, DeviceAtomic, Event, Events, Exposed, Pulled, Refused, Remote, Transport,
 };
 use xfer_core::unstable::sys::{Epoll, EventFd, EMPTY_EVENT, READABLE};
 use xfer_core::{Error, Result};
@@ -102,6 +104,9 @@ struct Stats {
     keepalive_probes: u64,
     /// Connections ended because the local port stayed down.
     keepalive_port_down: u64,
+    /// Device atomics posted, and those that failed.
+    device_atomics: u64,
+    device_atomics_failed: u64,
 }
 
 /// The domain's registration cache, which rendezvous buffers are
@@ -153,6 +158,10 @@ pub struct VerbsTransport {
     reading: Vec<usize>,
     /// Pulls over, reported by the next progress.
     pulled: Vec<(u64, bool, Result<()>)>,
+    /// Device atomics in progress.
+    atomics: atomic::Atomics,
+    /// The device does atomics (`atomic_cap` is not `IBV_ATOMIC_NONE`).
+    device_atomics: bool,
     /// The port's largest message: longer pulls are read in chunks.
     max_msg: usize,
     /// The keepalive interval (`XFER_VERBS_KEEPALIVE_MS`; `None`: off).
@@ -287,6 +296,8 @@ impl VerbsTransport {
             reads: Slab::new(),
             reading: Vec::new(),
             pulled: Vec::new(),
+            atomics: atomic::Atomics::default(),
+            device_atomics: dev.has_atomics(),
             max_msg: (max_msg as usize).max(1),
             keepalive: (attr.keepalive_ms > 0).then(|| std::time::Duration::from_millis(attr.keepalive_ms)),
             connect_timeout: (attr.connect_timeout_ms > 0)
@@ -369,6 +380,8 @@ impl VerbsTransport {
                 // First: a failed READ reports its own error, not the
                 // connection's end that `on_send` makes of it.
                 self.on_read(wc);
+            } else if wc.wr_id() & atomic::ATOMIC_TAG != 0 {
+                self.on_atomic(wc);
             }
             self.on_send(wc);
         }
@@ -611,6 +624,7 @@ impl VerbsTransport {
             self.repost(idx);
         }
         self.end_reads(k);
+        self.end_atomics(k);
         if let Some(qp) = &grave.qp {
             self.by_qpn.remove(&qp.qp_num());
             if let Err(e) = qp.to_error() {
@@ -641,6 +655,7 @@ impl VerbsTransport {
                     self.pool.give(s);
                 }
                 self.abandon_reads(n);
+                self.abandon_atomics(n);
             }
         }
     }
@@ -768,6 +783,10 @@ impl Transport for VerbsTransport {
         unsafe { self.start_rma_on(conn, kind, remote, local, len, token) }
     }
 
+    fn start_atomic(&mut self, conn: ConnId, remote: Remote, op: DeviceAtomic, token: u64) -> Result<()> {
+        self.start_atomic_on(conn, remote, op, token)
+    }
+
     fn close(&mut self, k: ConnId) {
         self.ended.retain(|&e| e != k);
         self.held.retain(|&e| e != k);
@@ -800,6 +819,8 @@ impl Transport for VerbsTransport {
             ("rdma_writes_failed", s.rdma_writes_failed),
             ("keepalive_probes", s.keepalive_probes),
             ("keepalive_port_down", s.keepalive_port_down),
+            ("device_atomics", s.device_atomics),
+            ("device_atomics_failed", s.device_atomics_failed),
             ("rndv_exposed", self.exposed.len() as u64),
             ("srq_posted", u64::from(self.srq.posted())),
             ("srq_reserved", u64::from(self.budget.reserved())),
@@ -837,6 +858,10 @@ impl Transport for VerbsTransport {
         }
         if !self.reading.is_empty() {
             self.continue_reads();
+        }
+        if self.atomics.busy() {
+            self.continue_atomics();
+            self.report_atomics(events);
         }
         for k in std::mem::take(&mut self.ended) {
             if let Some(c) = self.conns.try_remove(k) {
@@ -883,6 +908,7 @@ impl Transport for VerbsTransport {
             || !self.ended.is_empty()
             || !self.owing.is_empty()
             || !self.pulled.is_empty()
+            || self.atomics.busy()
         {
             self.wake();
             return false;
