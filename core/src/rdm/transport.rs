@@ -447,16 +447,6 @@ pub trait Transport: Send {
     /// (work the engine must retry that no peer will signal).
     fn wake(&self);
 
-    /// Whether the transport has nothing to report but peers still to
-    /// arrive: no connection, no frame read and not yet reported, no end
-    /// not yet reported. A [`Pair`](super::pair::Pair) polls a quiet second
-    /// transport seldom while busy polling (its poll is a system call), and
-    /// at once after [`prepare_wait`](Self::prepare_wait). The default
-    /// never claims it.
-    fn quiet(&self) -> bool {
-        false
-    }
-
     /// Arms the wait descriptor before the caller blocks on it: `false`
     /// when there is work already, in which case the descriptor is left
     /// readable, so a caller that blocks anyway wakes at once.

@@ -564,10 +564,6 @@ impl Transport for Mem {
         }
     }
 
-    fn quiet(&self) -> bool {
-        self.conns.is_empty()
-    }
-
     fn progress(&mut self, events: &mut dyn Events) {
         let (accepts, ups) = {
             let mut n = self.net.lock();

@@ -22,9 +22,8 @@
 //! shared-memory ring is a load; TCP's progress is an `epoll_wait` system
 //! call), so `progress` polls it every call and the second every call while
 //! the second reports events or is given frames, every [`SECOND_EVERY`]
-//! calls once it is idle, every [`SECOND_QUIET_EVERY`] calls while it has
-//! no connection at all (only a new peer could be found), and always on the
-//! call after `prepare_wait` (a wake-up may be its work).
+//! calls once it is idle, and always on the call after `prepare_wait` (a
+//! wake-up may be its work).
 
 use std::fmt;
 use std::os::fd::{AsRawFd, RawFd};
@@ -46,13 +45,6 @@ pub const HOST_LEN: usize = 8;
 /// Progress calls per poll of an idle second transport: an idle TCP poll
 /// (a system call) on every call doubled shared memory's 8-byte latency.
 pub const SECOND_EVERY: u32 = 16;
-
-/// Progress calls per poll of a quiet second transport ([`Transport::quiet`]:
-/// no connection, so nothing to find but a new peer). One `epoll_wait` every
-/// [`SECOND_EVERY`] calls still cost a same-host ping-pong 13 % of its
-/// 8-byte latency; a new peer over it waits at most this many calls of a
-/// busy poller (about 0.1 ms), none of a caller that blocks.
-pub const SECOND_QUIET_EVERY: u32 = 1024;
 
 /// A pair address, split.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -351,8 +343,6 @@ impl<A: Transport, B: Transport> Transport for Pair<A, B> {
                 }
             }
         }
-        // Its progress drives the handshake.
-        self.second_due = true;
         self.second.connect(parts.second).map(second_id)
     }
 
@@ -510,10 +500,7 @@ impl<A: Transport, B: Transport> Transport for Pair<A, B> {
             seen: 0,
         });
         self.skipped += 1;
-        if self.second_due
-            || self.skipped >= SECOND_QUIET_EVERY
-            || (self.skipped >= SECOND_EVERY && !self.second.quiet())
-        {
+        if self.second_due || self.skipped >= SECOND_EVERY {
             self.skipped = 0;
             let mut side = Side::<false> {
                 events,

@@ -5,7 +5,7 @@
 
 use std::collections::VecDeque;
 
-use super::{route, Pair, Parts, Route, Why, SECOND_EVERY, SECOND_QUIET_EVERY};
+use super::{route, Pair, Parts, Route, Why, SECOND_EVERY};
 use crate::addr::{Address, AvTable, PeerAddr};
 use crate::attr::EndpointAttr;
 use crate::completion::Completion;
@@ -349,31 +349,6 @@ fn an_idle_second_transport_is_polled_every_few_calls_and_after_a_wait() {
     }
     x.send(conn, b"h", b"after a wait").expect("send");
     assert!(y.prepare_wait());
-    assert_eq!(calls_until_frame(&mut y, 1), Some(1));
-}
-
-#[test]
-fn a_second_transport_without_connections_is_polled_seldom() {
-    let (near, far) = (Net::new(64), Net::new(64));
-    let pair = |host| Pair::new(near.open(false), far.open(false), "mem+mem", [host; 8], true).expect("pair");
-    let (mut x, mut y) = (pair(1), pair(2));
-    // Polled once (due from the start), nothing seen: quiet and idle.
-    y.progress(&mut Frames::default());
-    assert!(y.second.quiet());
-    let conn = x.connect(y.address()).expect("connect over the second");
-    x.send(conn, b"h", b"first").expect("send");
-    // The new peer's connection and frame wait for the quiet turn.
-    assert_eq!(
-        calls_until_frame(&mut y, 2 * SECOND_QUIET_EVERY),
-        Some(SECOND_QUIET_EVERY)
-    );
-    assert!(!y.second.quiet(), "a connection now");
-    // A waiter blocking on the descriptor is served at once.
-    let (mut x, mut y) = (pair(3), pair(4));
-    y.progress(&mut Frames::default());
-    let conn = x.connect(y.address()).expect("connect over the second");
-    x.send(conn, b"h", b"first").expect("send");
-    y.prepare_wait();
     assert_eq!(calls_until_frame(&mut y, 1), Some(1));
 }
 

@@ -500,11 +500,6 @@ impl Transport for TcpTransport {
         self.wake.signal();
     }
 
-    #[inline]
-    fn quiet(&self) -> bool {
-        self.conns.is_empty() && self.buffered.is_empty() && self.ended.is_empty()
-    }
-
     fn prepare_wait(&mut self) -> bool {
         // Level-triggered epoll wakes for sockets with bytes; frames already
         // read, and ends not yet reported, are work now.
