@@ -73,7 +73,7 @@ pub unsafe extern "C" fn xfer_domain_attr_open(out: *mut *mut xfer_domain_attr_t
 
 /// Sets the setting `key` of `attr` to `value` (both NUL-terminated):
 /// `"provider"` (`"tcp"`, `"verbs"`; `""` for the automatic choice),
-/// `"atomic_mode"` (`"auto"`, `"cpu"`, `"device"`: who does remote atomics,
+/// `"atomic_mode"` (`"cpu"`, the default, `"auto"`, `"device"`: who does remote atomics,
 /// `XFER_ATOMIC_MODE`), or a
 /// transport's setting `TRANSPORT.NAME` (`"tcp.iface"`, `"verbs.device"`;
 /// `xfer-info` lists every key with its `XFER_*` variable), checked now by

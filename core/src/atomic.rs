@@ -39,9 +39,11 @@ use crate::provider::CompletionLevel;
 pub enum AtomicMode {
     /// `Device` on a domain whose only transport is verbs (`verbs`)
     /// with a device that has atomics; `Cpu` elsewhere.
-    #[default]
     Auto,
-    /// The target's CPU applies every atomic, whichever transport carried it.
+    /// The target's CPU applies every atomic, whichever transport carried it
+    /// (the default: one semantics on every provider, and atomic with the
+    /// target's own CPU atomics).
+    #[default]
     Cpu,
     /// A region registered with remote read and write is the device's: an
     /// initiator reaching its target over verbs asks for it first, then
@@ -54,8 +56,8 @@ impl std::str::FromStr for AtomicMode {
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s.trim() {
-            "" | "auto" => Ok(AtomicMode::Auto),
-            "cpu" => Ok(AtomicMode::Cpu),
+            "auto" => Ok(AtomicMode::Auto),
+            "" | "cpu" => Ok(AtomicMode::Cpu),
             "device" => Ok(AtomicMode::Device),
             _ => Err(crate::Error::InvalidSetting(
                 format!("atomic_mode: {s:?} is none of auto, cpu, device").into(),

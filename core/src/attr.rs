@@ -129,8 +129,8 @@ pub struct DomainAttr {
     /// these (its own [`EndpointAttr::params`] override them).
     pub params: Params,
     /// Who does remote atomics on the domain's registered regions: the
-    /// target's CPU or the initiators' devices (`XFER_ATOMIC_MODE`: `auto`,
-    /// the default, `cpu`, `device`; see [`AtomicMode`](crate::AtomicMode)).
+    /// target's CPU or the initiators' devices (`XFER_ATOMIC_MODE`: `cpu`,
+    /// the default, `auto`, `device`; see [`AtomicMode`](crate::AtomicMode)).
     pub atomic_mode: crate::AtomicMode,
 }
 

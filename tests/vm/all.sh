@@ -11,7 +11,8 @@
 #                tests/flow_control.rs with an SRQ of 32 buffers (rdm_flow_control: the
 #                receive-slot credit keeps a silent receiver's SRQ from running dry, no RNR
 #                NAK), tests/tcp_stall.rs (rdm_stall: the progress timeout against a stopped
-#                peer); and over shm+verbs (shared memory to peers on this host, verbs to
+#                peer), the conformance suite's atomic cases with XFER_ATOMIC_MODE=device
+#                (rdm_device_atomics: IBV_WR_ATOMIC_*); and over shm+verbs (shared memory to peers on this host, verbs to
 #                others) the conformance suite with XFER_SHM_ENABLED=0
 #                (rdm_shm_verbs_conformance) and tests/mixed.rs (rdm_mixed: a peer process
 #                over shm, one over verbs, any-source receives)
@@ -223,6 +224,11 @@ step_rdm() {
         run_test rdm_flow_control FLOW_CONTROL 1 "${XFER_VM_TIMEOUT_FLOW_CONTROL:-120}" --nocapture
     step_start=$(date +%s)
     run_test rdm_stall STALL 1 "${XFER_VM_TIMEOUT_STALL:-120}" --nocapture
+    # Atomics by the device (decision 202; the default mode is the target CPU's): every
+    # atomic case of the conformance suite, the device-only one included.
+    step_start=$(date +%s)
+    XFER_ATOMIC_MODE=device run_test rdm_device_atomics CONFORMANCE 2 \
+        "${XFER_VM_TIMEOUT_CONFORMANCE:-240}" atomic
     # shm+verbs: the conformance suite with shared memory off (every peer over the
     # pair's verbs side), then one endpoint serving a peer process over shared memory
     # and one over verbs.
