@@ -101,6 +101,16 @@ async fn within_showing<F: Future>(what: &str, sides: &[&Side], f: F) -> F::Outp
                     s.ep.endpoint().counters()
                 );
             }
+            // Whether driving both sides by hand ends it: a lost wake-up if
+            // so, a frame lost or never written if not.
+            for (i, s) in sides.iter().enumerate() {
+                for _ in 0..100 {
+                    let _ = s.ep.dispatcher().drive();
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+                let left: Vec<usize> = sides.iter().map(|s| s.ep.dispatcher().in_flight()).collect();
+                eprintln!("after driving side {i} by hand: in flight {left:?}");
+            }
             panic!("timed out: {what}")
         }
     }
@@ -166,6 +176,88 @@ async fn many_concurrent_operations_on_two_threads() {
     for _ in 0..4 {
         many_concurrent().await;
     }
+}
+
+/// A reactor on tokio's I/O driver without [`aio::tokio::TokioReactor`]'s
+/// tick: only the queue's descriptor wakes a parked future, so a descriptor
+/// left unarmed shows as a hang rather than as a 50 ms delay.
+struct DescriptorOnly(tokio::io::unix::AsyncFd<QueueFd>);
+
+/// A completion queue's descriptor, kept open by the handle.
+struct QueueFd(xfer::CompletionQueue);
+
+impl std::os::fd::AsRawFd for QueueFd {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        self.0.fd()
+    }
+}
+
+impl aio::Reactor for DescriptorOnly {
+    fn poll_readable(&self, cx: &mut std::task::Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.0.poll_read_ready(cx) {
+            Poll::Ready(Ok(mut ready)) => {
+                ready.clear_ready();
+                Poll::Ready(Ok(()))
+            }
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+/// Two receives parked on one queue; the first one's message wakes it (the
+/// last to arm, it alone drives), it progresses the endpoint and completes.
+/// That progress took what armed the transport (shared memory's sleeping
+/// flags): the second receive's message, sent afterwards, must still wake
+/// the queue. Without re-arming by the future that leaves, it raised no
+/// event and the second receive slept on (only the tick ended such a wait,
+/// when it had not fired just before).
+#[tokio::test(flavor = "current_thread")]
+async fn a_future_that_completes_after_progress_leaves_the_others_armed() {
+    let (_, b) = pair().await;
+    let domain = xfer::open_default().expect("open domain");
+    let cq = domain.cq(&xfer::CqAttr::default()).expect("cq");
+    let av = domain.av().expect("av");
+    let ep = domain.endpoint(&cq, &av, &common::test_attr()).expect("endpoint");
+    // SAFETY: the queue's handle inside keeps its descriptor open while the
+    // `AsyncFd` owns it, and always returns that same descriptor.
+    let fd =
+        unsafe { tokio::io::unix::AsyncFd::register_with_interest(QueueFd(cq.clone()), tokio::io::Interest::READABLE) }
+            .map_err(|e| e.into_parts().1)
+            .expect("register");
+    let d = aio::Dispatcher::new(cq.clone(), DescriptorOnly(fd));
+    d.set_spin(Duration::ZERO);
+    let a = Arc::new(AsyncEndpoint::new(ep, d).expect("async endpoint"));
+    let to_a =
+        b.ep.endpoint()
+            .av()
+            .insert(a.endpoint().name().as_bytes())
+            .expect("insert a");
+    let from_b = av.insert(b.ep.endpoint().name().as_bytes()).expect("insert b");
+
+    // Polled in spawn order: the second to park arms last and drives.
+    let later = tokio::spawn({
+        let a = a.clone();
+        async move { a.trecv(from_b, 2, 0, vec![0; 8]).await }
+    });
+    let first = tokio::spawn({
+        let a = a.clone();
+        async move { a.trecv(from_b, 1, 0, vec![0; 8]).await }
+    });
+    while a.dispatcher().in_flight() < 2 {
+        tokio::task::yield_now().await;
+    }
+    for _ in 0..4 {
+        tokio::task::yield_now().await;
+    }
+    b.ep.tsend(to_a, 1, b"first".to_vec()).await.0.expect("tsend 1");
+    let (got, _) = within("the first receive", first).await.expect("task");
+    assert_eq!(got.expect("trecv 1").tag, 1);
+    b.ep.tsend(to_a, 2, b"later".to_vec()).await.0.expect("tsend 2");
+    let (got, buf) = within("the later receive, after the first's progress", later)
+        .await
+        .expect("task");
+    assert_eq!(&buf[..got.expect("trecv 2").len], b"later");
 }
 
 async fn many_concurrent() {

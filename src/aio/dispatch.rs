@@ -76,6 +76,12 @@ struct State {
     driver: Option<u64>,
     /// The spin window and its back-off (decisions 67, 70).
     spin: Spin,
+    /// Drives that progressed the endpoints (counted as they start).
+    progresses: u64,
+    /// `progresses` as it was before the last `trywait` that armed the
+    /// endpoints: while it differs, a progress took what that armed
+    /// ([`Dispatcher::rearm`]).
+    armed_at: u64,
 }
 
 /// Routes the completions of one completion queue to the futures of the
@@ -169,6 +175,8 @@ impl Dispatcher {
                 progressed: 0,
                 driver: None,
                 spin: Spin::new(spin),
+                progresses: 0,
+                armed_at: 0,
             }),
             fd_waker: Waker::from(Arc::new(FdWake(me.clone()))),
             spinning: AtomicBool::new(!spin.is_zero()),
@@ -267,7 +275,7 @@ impl Dispatcher {
     /// there is dropped now, with its buffer.
     pub(crate) fn abandon(&self, context: u64) -> bool {
         let Ok(mut st) = self.lock() else { return false };
-        match st.slot(context) {
+        let waiting = match st.slot(context) {
             Some(slot @ Slot::Waiting(_)) => {
                 *slot = Slot::Abandoned;
                 true
@@ -277,7 +285,14 @@ impl Dispatcher {
                 false
             }
             _ => false,
+        };
+        // A future dropped while it spun leaves the others as a done one does.
+        let rearm = st.unarmed();
+        drop(st);
+        if rearm {
+            self.rearm();
         }
+        waiting
     }
 
     /// Polls the queue and routes what it got, until the queue is empty (or
@@ -289,7 +304,12 @@ impl Dispatcher {
     /// otherwise wait for the next event. A queue still not empty after the
     /// budget wakes every waiter, as an event does, so one of them goes on.
     pub fn drive(&self) -> Result<usize> {
-        self.drain(true).map(|(n, _)| n)
+        if let Ok(mut st) = self.lock() {
+            st.progresses += 1;
+        }
+        let n = self.drain(true).map(|(n, _)| n);
+        self.rearm_if_left_unarmed();
+        n
     }
 
     /// [`drive`](Self::drive), progressing the endpoints first only when
@@ -439,9 +459,14 @@ impl Dispatcher {
         // operation's first poll takes it.
         let mut emptied = false;
         for _ in 0..BUDGET {
-            let (events, progress) = match self.lock() {
+            let (events, progress, gen) = match self.lock() {
                 Ok(mut st) => {
                     if let Some(r) = take(&mut st, cx.waker()) {
+                        let rearm = st.unarmed();
+                        drop(st);
+                        if rearm {
+                            self.rearm();
+                        }
                         return Poll::Ready(r);
                     }
                     if may_skip && st.armed == Some(st.events) {
@@ -454,7 +479,10 @@ impl Dispatcher {
                     // and the descriptor reports the rest.
                     let progress = st.fired != st.progressed;
                     st.progressed = st.fired;
-                    (st.events, progress)
+                    if progress {
+                        st.progresses += 1;
+                    }
+                    (st.events, progress, st.progresses)
                 }
                 Err(e) => return Poll::Ready(Err(e)),
             };
@@ -491,6 +519,7 @@ impl Dispatcher {
                     if let Ok(mut st) = self.lock() {
                         st.armed = Some(events);
                         st.driver = driver;
+                        st.armed_at = gen;
                     }
                     return Poll::Pending;
                 }
@@ -525,6 +554,43 @@ impl Dispatcher {
             st.events = st.events.wrapping_add(1);
         }
         within
+    }
+
+    /// Arms the endpoints again for the futures still parked on the
+    /// descriptor, for a poller that leaves without parking (done, or
+    /// dropped) after a drive, its own or a spinning one's, progressed them. Progress takes what a sleeper's
+    /// `trywait` armed (shared memory's sleeping flags, a verbs CQ's
+    /// notification, TCP connections kept out of its epoll set while hot):
+    /// a frame that arrives afterwards would raise no event, and the parked
+    /// futures, their driver included, would sleep on with it unread. The
+    /// reactor is polled as a parking future polls it, so its tick timer
+    /// (which fired for that progress, perhaps) runs again too. When either
+    /// finds work already there, the driver is woken to take it.
+    fn rearm(&self) {
+        let Ok(gen) = self.lock().map(|st| st.progresses) else {
+            return;
+        };
+        let armed = self.cq.trywait().is_ok()
+            && self
+                .reactor
+                .poll_readable(&mut Context::from_waker(&self.fd_waker))
+                .is_pending();
+        match armed {
+            true => {
+                if let Ok(mut st) = self.lock() {
+                    st.armed_at = gen;
+                }
+            }
+            false => self.fd_waker.wake_by_ref(),
+        }
+    }
+
+    /// [`rearm`](Self::rearm) when a progress since the last arming left
+    /// the futures still waiting unarmed.
+    fn rearm_if_left_unarmed(&self) {
+        if self.lock().is_ok_and(|st| st.unarmed()) {
+            self.rearm();
+        }
     }
 
     /// Takes the reactor's readiness that the progress about to be made
@@ -573,6 +639,19 @@ impl State {
 }
 
 impl State {
+    /// Whether anyone else waits on the queue: an operation still in flight
+    /// (its slot: a dropped one's completion must still be taken), the raw
+    /// completion stream, a progress task or a capacity wait.
+    fn others_wait(&self) -> bool {
+        !self.slots.is_empty() || self.raw_waker.is_some() || !self.progress.is_empty() || !self.capacity.is_empty()
+    }
+
+    /// A progress since the last arming, with others waiting: whoever
+    /// leaves now must arm the endpoints again.
+    fn unarmed(&self) -> bool {
+        self.progresses != self.armed_at && self.others_wait()
+    }
+
     /// The waker of the operation posted with `context`, taken, if it is
     /// still waiting and has polled.
     fn waiter(&mut self, context: u64) -> Option<Waker> {
