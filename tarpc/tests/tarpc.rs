@@ -167,6 +167,90 @@ async fn order_kept(raw: bool) {
     .expect("within the limit");
 }
 
+/// A writer that posts large messages (a `LARGE` frame and a pushed `BODY`
+/// each, over `tcp`) beyond the reader's `BODIES_AHEAD`, then small frames
+/// enough to fill every byte of credit the reader's endpoint grants it (cut
+/// to the initial 128 KiB) in unexpected messages while the reader waits
+/// for the first body, down to requests to send that wait for the last bytes. The pushed bytes of the
+/// body the reader waits for must not queue behind those (they did, and
+/// the stream stopped for good: the tonic bench over `tcp` hung that way
+/// when frames were 4 KiB). The writer is the test, posting the frames by
+/// hand, so that all of them are queued before the reader reads one.
+#[tokio::test(flavor = "current_thread")]
+async fn a_body_waited_for_arrives_while_the_credit_is_held_in_frames() {
+    use xfer::PeerAddr;
+    use xfer_tarpc::wire;
+
+    if std::env::var_os("XFER_TCP_ADDR").is_none() {
+        std::env::set_var("XFER_TCP_ADDR", "127.0.0.1");
+    }
+    let mut attr = xfer::DomainAttr::with_provider("tcp");
+    attr.params.set("tcp.eager_credit", "131072");
+    let server = xfer_tarpc::Node::open_with(&attr).expect("server node");
+    let client = xfer_tarpc::Node::open_with(&attr).expect("client node");
+    let name = server.name();
+    let ep = client.endpoint().clone();
+    let bodies = (xfer_tarpc::BODIES_AHEAD >> 20) as u32 + 1;
+    let small = 1000;
+    let mut want: Vec<Vec<u8>> = (0..bodies).map(|i| pattern(1 << 20, u64::from(i))).collect();
+    want.extend((0..small).map(|i| pattern(1000, 100 + i)));
+    tokio::time::timeout(Duration::from_secs(60), async {
+        let reader = tokio::spawn(async move {
+            let mut conns = std::pin::pin!(server.incoming_raw());
+            let conn = conns.next().await.expect("a connection").expect("accept");
+            conn.map(|m| m.expect("a message")).collect::<Vec<Vec<u8>>>().await
+        });
+        let peer = ep.endpoint().av().insert(&name).expect("the server's name");
+        let local = 9u32;
+        let mut hello = vec![wire::VERSION];
+        hello.extend_from_slice(&local.to_le_bytes());
+        hello.extend_from_slice(&client.name());
+        let accept = ep.trecv(PeerAddr::UNSPEC, wire::tag(wire::ACCEPT, local, 0), 0, vec![0; 4]);
+        let ((got, accepted), (sent, _)) = futures::join!(accept, ep.tsend(peer, wire::tag(wire::HELLO, 0, 0), hello));
+        sent.expect("hello");
+        got.expect("accept");
+        let remote = u32::from_le_bytes(accepted[..4].try_into().unwrap());
+        let frame = wire::tag(wire::FRAME, remote, 0);
+        let mut out = Vec::new();
+        for (seq, body) in want[..bodies as usize].iter().enumerate() {
+            out.push((frame, wire::large(seq as u32, body.len())));
+            out.push((wire::tag(wire::BODY, remote, seq as u32), body.clone()));
+        }
+        for m in &want[bodies as usize..] {
+            let mut data = vec![wire::DATA];
+            wire::push_len(&mut data, m.len());
+            data.extend_from_slice(m);
+            out.push((frame, data));
+        }
+        out.push((frame, wire::close(u64::from(bodies) + small)));
+        // Posted in order, by the first poll of each, before the reader runs.
+        let mut sends = Vec::new();
+        for (tag, buf) in out {
+            let mut send = Box::pin(ep.tsend(peer, tag, buf));
+            if futures::poll!(&mut send).is_pending() {
+                sends.push(send);
+            }
+        }
+        let counters = ep.endpoint().counters().expect("counters");
+        let waits = counters.iter().find(|(k, _)| *k == "credit_waits").map(|&(_, v)| v);
+        assert!(waits > Some(0), "the small messages used up the credit: {counters:?}");
+        for send in sends {
+            send.await.0.expect("a send");
+        }
+        let got = reader.await.expect("reader task");
+        assert_eq!(got.len(), want.len(), "messages lost or added");
+        for (i, (got, want)) in got.iter().zip(&want).enumerate() {
+            assert!(
+                got == want,
+                "message {i} ({} bytes) out of order or changed",
+                want.len()
+            );
+        }
+    })
+    .await
+    .expect("every message within the limit");
+}
+
 /// Two sends posted (their futures polled once) and dropped, with nothing
 /// of the sender's waiting afterwards: both still arrive. The TCP provider
 /// holds the second of a burst back to write it with later ones, at the

@@ -1,7 +1,8 @@
 //! Eager credit on every transport under the engine, in the layer's one
 //! vocabulary ([`super::super::Credit`], [`super::super::credit::cost`]): a
 //! sender spends a message's cost when its frame is written and waits, in
-//! order, while it has too little; an eager-sized send that cannot afford
+//! order, while it has too little (answers and pushed bytes, which cost
+//! nothing, pass the wait: `out`); an eager-sized send that cannot afford
 //! its bytes goes by rendezvous and an inject fails with `Again`. The
 //! receiver charges what arrives (a peer past its credit loses its
 //! connection), holds the cost of what it keeps unexpected, and returns

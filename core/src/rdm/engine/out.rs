@@ -1,4 +1,5 @@
-//! Frames to a peer, written in order on its connection: at once while the
+//! Frames to a peer, written in order on its connection (but for answers and
+//! pushed bytes, which pass a frame waiting for credit): at once while the
 //! transport has room, else kept in the peer's queue and written by later
 //! progress. A send's completion (eager, inject-complete) comes when its
 //! frame is written.
@@ -8,6 +9,7 @@ use crate::complete;
 use crate::provider::{Ctx, SendOp};
 
 use super::super::transport::{Cause, ConnId, Refused, Transport};
+use super::super::Outstanding;
 use super::rma::{self, ReadBack};
 use super::wire::{self, Header, Kind, LEN};
 use super::State;
@@ -111,6 +113,9 @@ impl State {
     }
 
     /// Writes what peer `p` has queued, in order, while the transport takes it.
+    /// A frame that waits for credit holds back those behind it but the
+    /// ones that spend none and answer what the peer already has
+    /// ([`overtakes`]): they are written past it.
     pub(super) fn flush<T: Transport>(&mut self, t: &mut T, cx: &mut Ctx<'_>, p: usize) {
         let Some(tx) = self.connected(t, p) else { return };
         let room = t.max_payload_on(tx);
@@ -129,76 +134,66 @@ impl State {
                     e.starved = true;
                     self.counted.credit_waits += 1;
                 }
+                return self.overtake(t, cx, p, tx, room);
+            }
+            let written = write(t, cx, &mut self.sends, &self.rmas, tx, room, front);
+            if !self.wrote(cx, p, tx, 0, written) {
                 return;
             }
-            let written = match front {
-                Out::Owned(h, payload) => t.send(tx, wire::trimmed(h), payload),
-                Out::Eager(h, op) => t.send(tx, wire::trimmed(h), op.buf.as_slice()),
-                Out::Atomic(h, _) => t.send(tx, wire::trimmed(h), &[]),
-                Out::Held(h, key) => match self.sends.get(*key) {
-                    Some(s) => t.send(tx, wire::trimmed(h), s.op.buf.as_slice()),
-                    None => Ok(()),
-                },
-                Out::Push { key, to, off } => match self.sends.get_mut(*key) {
-                    Some(s) => {
-                        let buf = s.op.buf.as_slice();
-                        let mut r = Ok(());
-                        while *off < buf.len() {
-                            let n = room.min(buf.len() - *off);
-                            let mut h = Header::new(Kind::Data);
-                            h.token = *to;
-                            h.off = *off as u64;
-                            r = t.send(tx, wire::trimmed(&h.encode()), &buf[*off..*off + n]);
-                            if r.is_err() {
-                                break;
-                            }
-                            *off += n;
-                        }
-                        if r.is_ok() {
-                            s.state.moved(true);
-                        }
-                        r
-                    }
-                    None => Ok(()),
-                },
-                Out::RmaWrite { key, off } => loop {
-                    let Some((h, bytes)) = rma::write_frame(&self.rmas, *key, *off, room) else {
-                        break Ok(());
-                    };
-                    let sent = t.send(tx, wire::trimmed(&h.encode()), bytes);
-                    if sent.is_err() || h.flags & wire::LAST != 0 {
-                        break sent;
-                    }
-                    *off += bytes.len();
-                },
-                Out::ReadBack(r) => loop {
-                    let (h, bytes, n) = rma::read_frame(cx.domain, r, room);
-                    let sent = t.send(tx, wire::trimmed(&h.encode()), bytes);
-                    if sent.is_err() || h.kind == Kind::RmaDone {
-                        break sent;
-                    }
-                    r.off += n;
-                },
+        }
+    }
+
+    /// Writes the frames of peer `p`'s queue that [`overtakes`] lets past
+    /// a front waiting for credit. Without this, a receiver holding its
+    /// sender's credit in unexpected messages it takes only after a
+    /// rendezvous completes (as a byte stream that reads on once a large
+    /// message is whole does) waits for pushed bytes queued behind a frame
+    /// that waits for that credit, and its credit returns wait the same way
+    /// on its own side: neither side moves again.
+    fn overtake<T: Transport>(&mut self, t: &mut T, cx: &mut Ctx<'_>, p: usize, tx: ConnId, room: usize) {
+        let mut at = 1;
+        loop {
+            let Some(e) = self.peers.get_mut(p) else { return };
+            let Some(i) = e.queue.iter().skip(at).position(|(_, o)| overtakes(o)) else {
+                return;
             };
-            match written {
-                Ok(()) => {
-                    self.queued -= 1;
-                    e.queued_cost -= cost;
-                    e.wrote(cost);
-                    match e.queue.pop_front() {
-                        Some((_, Out::Eager(_, op))) => complete::send(&mut cx.cq, self.selective, op, Ok(())),
-                        Some((_, Out::Atomic(_, op))) => complete::atomic(&mut cx.cq, op, Ok(0)),
-                        _ => {}
-                    }
+            at += i;
+            let Some((_, out)) = e.queue.get_mut(at) else { return };
+            let written = write(t, cx, &mut self.sends, &self.rmas, tx, room, out);
+            if !self.wrote(cx, p, tx, at, written) {
+                return;
+            }
+        }
+    }
+
+    /// Accounts for the attempt to write the frame at `at` in peer `p`'s
+    /// queue: written, it leaves the queue (completing an eager send or an
+    /// atomic that waits for no answer); refused, the peer is blocked or
+    /// its connection doomed. Whether to go on writing.
+    fn wrote(&mut self, cx: &mut Ctx<'_>, p: usize, tx: ConnId, at: usize, written: Result<(), Refused>) -> bool {
+        let Some(e) = self.peers.get_mut(p) else { return false };
+        match written {
+            Ok(()) => {
+                let Some((cost, out)) = e.queue.remove(at) else {
+                    return false;
+                };
+                self.queued -= 1;
+                e.queued_cost -= cost;
+                e.wrote(cost);
+                match out {
+                    Out::Eager(_, op) => complete::send(&mut cx.cq, self.selective, op, Ok(())),
+                    Out::Atomic(_, op) => complete::atomic(&mut cx.cq, op, Ok(0)),
+                    _ => {}
                 }
-                Err(Refused::Full) => {
-                    e.blocked = true;
-                    return;
-                }
-                Err(Refused::Gone(cause)) => {
-                    self.doomed.push((tx, cause));
-                    return;
-                }
+                true
+            }
+            Err(Refused::Full) => {
+                e.blocked = true;
+                false
+            }
+            Err(Refused::Gone(cause)) => {
+                self.doomed.push((tx, cause));
+                false
             }
         }
     }
@@ -243,6 +238,91 @@ impl State {
             self.flush(t, cx, p);
         }
         t.flush();
+    }
+}
+
+/// Whether a queued frame may be written past a front that waits for
+/// credit: it spends none, and it carries bytes of, or answers to,
+/// operations the peer already matched or sent (pushed rendezvous bytes,
+/// clear-to-send, finish, delivered), credit, or a liveness probe. The
+/// peer takes none of them in message order, so nothing it matches
+/// changes; messages, RMA and atomics keep their order.
+fn overtakes(out: &Out) -> bool {
+    const ANSWERS: [Kind; 6] = [
+        Kind::Fin,
+        Kind::Delivered,
+        Kind::Cts,
+        Kind::Credit,
+        Kind::Ping,
+        Kind::Pong,
+    ];
+    match out {
+        Out::Push { .. } => true,
+        Out::Owned(h, payload) => payload.is_empty() && ANSWERS.iter().any(|&k| h[0] == k as u8),
+        _ => false,
+    }
+}
+
+/// Writes `out` (all of it the transport takes: a pushed or RMA payload
+/// goes in frames of at most `room` bytes, and where it stopped is kept
+/// in it) on connection `tx`.
+fn write<T: Transport>(
+    t: &mut T,
+    cx: &mut Ctx<'_>,
+    sends: &mut Outstanding<super::Send>,
+    rmas: &Outstanding<rma::RmaTx>,
+    tx: ConnId,
+    room: usize,
+    out: &mut Out,
+) -> Result<(), Refused> {
+    match out {
+        Out::Owned(h, payload) => t.send(tx, wire::trimmed(h), payload),
+        Out::Eager(h, op) => t.send(tx, wire::trimmed(h), op.buf.as_slice()),
+        Out::Atomic(h, _) => t.send(tx, wire::trimmed(h), &[]),
+        Out::Held(h, key) => match sends.get(*key) {
+            Some(s) => t.send(tx, wire::trimmed(h), s.op.buf.as_slice()),
+            None => Ok(()),
+        },
+        Out::Push { key, to, off } => match sends.get_mut(*key) {
+            Some(s) => {
+                let buf = s.op.buf.as_slice();
+                let mut r = Ok(());
+                while *off < buf.len() {
+                    let n = room.min(buf.len() - *off);
+                    let mut h = Header::new(Kind::Data);
+                    h.token = *to;
+                    h.off = *off as u64;
+                    r = t.send(tx, wire::trimmed(&h.encode()), &buf[*off..*off + n]);
+                    if r.is_err() {
+                        break;
+                    }
+                    *off += n;
+                }
+                if r.is_ok() {
+                    s.state.moved(true);
+                }
+                r
+            }
+            None => Ok(()),
+        },
+        Out::RmaWrite { key, off } => loop {
+            let Some((h, bytes)) = rma::write_frame(rmas, *key, *off, room) else {
+                break Ok(());
+            };
+            let sent = t.send(tx, wire::trimmed(&h.encode()), bytes);
+            if sent.is_err() || h.flags & wire::LAST != 0 {
+                break sent;
+            }
+            *off += bytes.len();
+        },
+        Out::ReadBack(r) => loop {
+            let (h, bytes, n) = rma::read_frame(cx.domain, r, room);
+            let sent = t.send(tx, wire::trimmed(&h.encode()), bytes);
+            if sent.is_err() || h.kind == Kind::RmaDone {
+                break sent;
+            }
+            r.off += n;
+        },
     }
 }
 

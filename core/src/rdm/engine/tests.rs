@@ -491,6 +491,78 @@ fn a_receiver_holds_at_most_the_credit_it_granted_and_loses_nothing() {
     assert!(b.counter("credit_returns") > 0);
 }
 
+/// A receiver that takes its next messages only once a large one is whole
+/// (a byte stream over tagged messages: xfer-tarpc reads no further frames
+/// while the bodies it posted hold its limit) and meanwhile holds all its
+/// sender's credit in unexpected messages: the large message's pushed
+/// bytes must not wait behind a frame that waits for that credit.
+#[test]
+fn pushed_bytes_pass_frames_that_wait_for_credit() {
+    let net = Net::new(64);
+    let mut tight = attr();
+    tight.rndv_threshold = 1024;
+    let (mut a, mut b) = (Node::new(&net, false, &tight), Node::new(&net, false, &tight));
+    b.ep.s.budget.bytes = super::credit::INIT;
+    let pb = a.add(&b);
+    const LARGE: u64 = 1 << 40;
+    a.tsend(pb, 1, pattern(50_000, 99), LARGE);
+    for i in 0..300 {
+        a.tsend(pb, 2, pattern(1000, i), 1000 + i);
+    }
+    for _ in 0..50 {
+        a.progress();
+        b.progress();
+    }
+    assert!(a.counter("credit_waits") > 0, "the small messages wait for credit");
+    assert!(b.counter("unexpected_entries") > 1, "the receiver holds them");
+    b.trecv(PeerAddr::UNSPEC, 1, 50_000, LARGE);
+    let got = until(&mut [&mut a, &mut b], 1, LARGE);
+    assert_eq!(got.buf.expect("buffer"), pattern(50_000, 99), "pushed whole");
+    assert_eq!(b.counter("rndv_pushes"), 1);
+    for i in 0..300 {
+        b.trecv(PeerAddr::UNSPEC, 2, 1000, i);
+        let r = until(&mut [&mut a, &mut b], 1, i);
+        assert_eq!(r.buf.expect("buffer"), pattern(1000, i), "message {i} in order");
+    }
+    assert_eq!(until(&mut [&mut a, &mut b], 0, LARGE).result, Ok(()));
+    for i in 0..300 {
+        assert_eq!(until(&mut [&mut a, &mut b], 0, 1000 + i).result, Ok(()));
+    }
+}
+
+/// Two endpoints that each hold all of the other's credit in unexpected
+/// messages, each with more queued behind it: a receive on either side
+/// returns credit, which must not wait behind that side's own queue.
+#[test]
+fn credit_returns_pass_frames_that_wait_for_credit() {
+    let net = Net::new(64);
+    let mut tight = attr();
+    tight.rndv_threshold = 1024;
+    let (mut a, mut b) = (Node::new(&net, true, &tight), Node::new(&net, true, &tight));
+    a.ep.s.budget.bytes = super::credit::INIT;
+    b.ep.s.budget.bytes = super::credit::INIT;
+    let (pb, pa) = (a.add(&b), b.add(&a));
+    for i in 0..300 {
+        a.tsend(pb, 2, pattern(1000, i), 1000 + i);
+        b.tsend(pa, 2, pattern(1000, i), 1000 + i);
+    }
+    for _ in 0..50 {
+        a.progress();
+        b.progress();
+    }
+    assert!(a.counter("credit_waits") > 0 && b.counter("credit_waits") > 0);
+    for i in 0..300 {
+        a.trecv(PeerAddr::UNSPEC, 2, 1000, i);
+        let r = until(&mut [&mut a, &mut b], 0, i);
+        assert_eq!(r.buf.expect("buffer"), pattern(1000, i), "a: message {i} in order");
+    }
+    for i in 0..300 {
+        b.trecv(PeerAddr::UNSPEC, 2, 1000, i);
+        let r = until(&mut [&mut a, &mut b], 1, i);
+        assert_eq!(r.buf.expect("buffer"), pattern(1000, i), "b: message {i} in order");
+    }
+}
+
 #[test]
 fn injects_meet_again_at_the_credit_and_resume_after_receives() {
     let net = Net::new(1024);
