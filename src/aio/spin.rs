@@ -1,10 +1,16 @@
-//! The spin window (ARCHITECTURE.md decision 67) and its back-off
-//! (decision 70): after a completion, a waiting operation polls again
-//! instead of parking, for a while. Spinning stops for a time when it keeps
-//! failing: when windows run out with nothing routed (nothing is coming),
-//! or when the process was preempted while it spun (another thread wants
-//! this CPU: perhaps the very peer the spin waits for, which then cannot
-//! run until the spinner yields the CPU).
+//! The spin window and its back-off: after a completion, a waiting
+//! operation polls again instead of parking, for a while. Spinning stops
+//! for a time when it keeps failing: when windows run out with nothing
+//! routed (nothing is coming), or when the process was preempted while it
+//! spun (another thread wants this CPU: perhaps the very peer the spin
+//! waits for, which then cannot run until the spinner yields the CPU).
+//!
+//! Preemption is the process's count of involuntary context switches
+//! (`getrusage`), a system call, so it is read only for spins that last:
+//! from [`SAMPLE_AFTER`] into a spin to its end. A shorter spin was not
+//! preempted for long; one preempted earlier than that ends after its
+//! window, which the clock tells (the spinner, away, did not see the
+//! window end).
 
 use std::time::{Duration, Instant};
 
@@ -13,6 +19,8 @@ use std::time::{Duration, Instant};
 const MISSES: u32 = 4;
 /// How long spinning stays off after [`MISSES`] misses in a row.
 const BACK_OFF: Duration = Duration::from_millis(20);
+/// How long a spin goes on before the process's preemptions are read for it.
+const SAMPLE_AFTER: Duration = Duration::from_micros(10);
 
 /// One dispatcher's spinning state.
 #[derive(Debug)]
@@ -21,15 +29,15 @@ pub(super) struct Spin {
     window: Duration,
     /// When the last completion was routed.
     active: Option<Instant>,
-    /// Spun since that completion.
-    spun: bool,
+    /// Spun since that completion: when the spin began.
+    spun: Option<Instant>,
     /// The last 16 spins, newest in bit 0: 1 for one that did not pay.
     history: u16,
     /// No spinning before then.
     off_until: Option<Instant>,
-    /// The process's involuntary context switches when the current spin
-    /// began.
-    preempted_at_start: i64,
+    /// The process's involuntary context switches [`SAMPLE_AFTER`] into
+    /// the current spin, once it lasted that long.
+    preempted_at: Option<i64>,
     /// Where those come from ([`preemptions`]; tests count their own).
     preemptions: fn() -> i64,
 }
@@ -39,10 +47,10 @@ impl Spin {
         Spin {
             window,
             active: None,
-            spun: false,
+            spun: None,
             history: 0,
             off_until: None,
-            preempted_at_start: 0,
+            preempted_at: None,
             preemptions,
         }
     }
@@ -57,11 +65,16 @@ impl Spin {
     }
 
     /// A completion was routed at `now`: a spin that was waiting for it paid,
-    /// unless the process was preempted while it spun.
+    /// unless the process was preempted while it spun, or its window was
+    /// over by then (a spinner that polls sees the window end itself,
+    /// [`keep`](Self::keep); one that did not was away).
     pub(super) fn routed(&mut self, now: Instant) {
-        if std::mem::take(&mut self.spun) {
-            let preempted = (self.preemptions)() > self.preempted_at_start;
-            self.ended(now, preempted);
+        if self.spun.take().is_some() {
+            let late = self
+                .active
+                .is_some_and(|at| now.saturating_duration_since(at) >= self.window);
+            let preempted = self.preempted_at.take().is_some_and(|at| (self.preemptions)() > at);
+            self.ended(now, late || preempted);
         }
         self.active = Some(now);
     }
@@ -88,13 +101,19 @@ impl Spin {
             .active
             .is_some_and(|at| now.saturating_duration_since(at) < self.window)
         {
-            if !self.spun {
-                self.spun = true;
-                self.preempted_at_start = (self.preemptions)();
+            match self.spun {
+                None => {
+                    self.spun = Some(now);
+                    self.preempted_at = None;
+                }
+                Some(began) if self.preempted_at.is_none() && now.saturating_duration_since(began) >= SAMPLE_AFTER => {
+                    self.preempted_at = Some((self.preemptions)());
+                }
+                Some(_) => {}
             }
             return true;
         }
-        if std::mem::take(&mut self.spun) {
+        if self.spun.take().is_some() {
             self.ended(now, true);
         }
         false
@@ -190,11 +209,59 @@ mod tests {
                 backed_off = true;
                 break;
             }
+            now += SAMPLE_AFTER;
+            assert!(s.keep(now), "round {round}: still spinning");
             if round % 2 == 0 {
                 PREEMPTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             }
-            now += W / 2; // every spin gets its completion, half after a preemption
+            now += W / 4; // every spin gets its completion, half after a preemption
         }
         assert!(backed_off, "a CPU shared with the peer shows as preemptions");
+    }
+
+    #[test]
+    fn spins_whose_completion_comes_after_the_window_back_off() {
+        let mut now = Instant::now();
+        let mut s = spin(W);
+        let mut backed_off = false;
+        for round in 0..16 {
+            s.routed(now);
+            if !s.keep(now) {
+                backed_off = true;
+                break;
+            }
+            // Half the completions come only after the window, with no poll
+            // of the spinner in between: it was away (preempted early).
+            now += if round % 2 == 0 { W * 3 } else { W / 2 };
+        }
+        assert!(backed_off, "a spinner away past its window counts a miss");
+    }
+
+    #[test]
+    fn short_spins_ask_the_system_nothing() {
+        static ASKED: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let mut now = Instant::now();
+        let mut s = Spin {
+            preemptions: || {
+                ASKED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                0
+            },
+            ..Spin::new(W)
+        };
+        for _ in 0..100 {
+            s.routed(now);
+            assert!(s.keep(now));
+            now += SAMPLE_AFTER / 2;
+            assert!(s.keep(now));
+        }
+        assert_eq!(ASKED.load(std::sync::atomic::Ordering::Relaxed), 0);
+        now += SAMPLE_AFTER;
+        assert!(s.keep(now));
+        s.routed(now);
+        assert_eq!(
+            ASKED.load(std::sync::atomic::Ordering::Relaxed),
+            2,
+            "a long spin reads at both ends"
+        );
     }
 }
