@@ -414,6 +414,13 @@ pub trait Transport: Send {
     /// Writes what was sent since [`cork`](Self::cork).
     fn flush(&mut self) {}
 
+    /// Whether the transport has no connection, open or opening: its
+    /// progress can find only a new peer's. A pair polls such a second
+    /// transport less often while its first is busy. The default: `false`.
+    fn listening_only(&self) -> bool {
+        false
+    }
+
     /// How long a connection may take to open and be admitted (the
     /// engine's handshake) before its peer fails with `ETIMEDOUT`.
     fn connect_timeout(&self) -> std::time::Duration {

@@ -547,6 +547,10 @@ impl Transport for Mem {
         self.end(conn, Cause::Closed);
     }
 
+    fn listening_only(&self) -> bool {
+        self.conns.is_empty() && self.opening.is_empty()
+    }
+
     fn keepalive(&self) -> Option<std::time::Duration> {
         self.net.keepalive
     }

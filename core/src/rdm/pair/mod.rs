@@ -22,8 +22,9 @@
 //! shared-memory ring is a load; TCP's progress is an `epoll_wait` system
 //! call), so `progress` polls it every call and the second every call while
 //! the second reports events or is given frames, every [`SECOND_EVERY`]
-//! calls once it is idle, and always on the call after `prepare_wait` (a
-//! wake-up may be its work).
+//! calls once it is idle (every [`LISTENING_EVERY`] while it has no
+//! connection and the first is carrying frames), and always on the call
+//! after `prepare_wait` (a wake-up may be its work).
 
 use std::fmt;
 use std::os::fd::{AsRawFd, RawFd};
@@ -45,6 +46,13 @@ pub const HOST_LEN: usize = 8;
 /// Progress calls per poll of an idle second transport: an idle TCP poll
 /// (a system call) on every call doubled shared memory's 8-byte latency.
 pub const SECOND_EVERY: u32 = 16;
+
+/// Progress calls per poll of a second transport that has no connection
+/// (only new peers can come there) while the first carried a frame within
+/// as many calls: a same-host ping-pong then pays one system call in 256
+/// busy polls, not one in 16, and a new peer is still accepted within a few
+/// hundred polls of a busy endpoint (one that waits polls it every call).
+pub const LISTENING_EVERY: u32 = 256;
 
 /// A pair address, split.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -173,12 +181,23 @@ pub struct Pair<A, B> {
     reroute: Reroute,
     /// Progress calls since the second transport was last polled.
     skipped: u32,
+    /// Progress calls since the first transport last reported an event
+    /// (saturating).
+    first_quiet: u32,
     /// The second transport reported events when last polled, was given a
     /// frame, or a wait was prepared since: poll it on the next call.
     second_due: bool,
 }
 
 impl<A: Transport, B: Transport> Pair<A, B> {
+    /// Whether an idle second transport's turn may wait past
+    /// [`SECOND_EVERY`]: it has no connection and the first carried a frame
+    /// lately, up to [`LISTENING_EVERY`] calls.
+    #[inline]
+    fn second_may_wait(&self) -> bool {
+        self.skipped < LISTENING_EVERY && self.first_quiet < LISTENING_EVERY && self.second.listening_only()
+    }
+
     /// The pair of `first` and `second`, called `name`, on the host
     /// identified by `host`; `first_on` false makes it offer and use only
     /// `second` (its address carries no first part).
@@ -209,6 +228,7 @@ impl<A: Transport, B: Transport> Pair<A, B> {
             fallbacks: 0,
             reroute: Reroute::default(),
             skipped: 0,
+            first_quiet: 0,
             second_due: true,
         })
     }
@@ -480,6 +500,10 @@ impl<A: Transport, B: Transport> Transport for Pair<A, B> {
         self.first.connect_timeout().max(self.second.connect_timeout())
     }
 
+    fn listening_only(&self) -> bool {
+        self.first.listening_only() && self.second.listening_only()
+    }
+
     fn keepalive(&self) -> Option<std::time::Duration> {
         match (self.first.keepalive(), self.second.keepalive()) {
             (Some(a), Some(b)) => Some(a.min(b)),
@@ -494,13 +518,18 @@ impl<A: Transport, B: Transport> Transport for Pair<A, B> {
     }
 
     fn progress(&mut self, events: &mut dyn Events) {
-        self.first.progress(&mut Side::<true> {
+        let mut first = Side::<true> {
             events,
             reroute: Some(&mut self.reroute),
             seen: 0,
-        });
+        };
+        self.first.progress(&mut first);
+        self.first_quiet = match first.seen {
+            0 => self.first_quiet.saturating_add(1),
+            _ => 0,
+        };
         self.skipped += 1;
-        if self.second_due || self.skipped >= SECOND_EVERY {
+        if self.second_due || (self.skipped >= SECOND_EVERY && !self.second_may_wait()) {
             self.skipped = 0;
             let mut side = Side::<false> {
                 events,

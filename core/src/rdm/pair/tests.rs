@@ -5,7 +5,7 @@
 
 use std::collections::VecDeque;
 
-use super::{route, Pair, Parts, Route, Why, SECOND_EVERY};
+use super::{route, Pair, Parts, Route, Why, LISTENING_EVERY, SECOND_EVERY};
 use crate::addr::{Address, AvTable, PeerAddr};
 use crate::attr::EndpointAttr;
 use crate::completion::Completion;
@@ -350,6 +350,61 @@ fn an_idle_second_transport_is_polled_every_few_calls_and_after_a_wait() {
     x.send(conn, b"h", b"after a wait").expect("send");
     assert!(y.prepare_wait());
     assert_eq!(calls_until_frame(&mut y, 1), Some(1));
+}
+
+/// Counts the frames a transport reports on the pair's second transport.
+#[derive(Default)]
+struct SecondFrames(usize);
+
+impl Events for SecondFrames {
+    fn event(&mut self, ev: Event<'_>) {
+        if let Event::Frame { conn, .. } = ev {
+            if !Pair::<Mem, Mem>::on_first(conn) {
+                self.0 += 1;
+            }
+        }
+    }
+}
+
+#[test]
+fn a_second_transport_without_connections_waits_longer_while_the_first_is_busy() {
+    let (near, far) = (Net::new(1 << 12), Net::new(64));
+    let pair = |host| Pair::new(near.open(false), far.open(false), "mem+mem", [host; 8], true).expect("pair");
+    let (mut local, mut y, mut remote) = (pair(1), pair(1), pair(2));
+    let busy = local.connect(y.address()).expect("connect over the first");
+    assert!(Pair::<Mem, Mem>::on_first(busy));
+    // Progress calls of `y`, the local peer sending a frame before each,
+    // until a frame comes over the second transport (at most `max`).
+    let mut busy_calls_until_second_frame = |y: &mut Pair<Mem, Mem>, max: u32| {
+        (1..=max).find(|_| {
+            local.send(busy, b"h", b"busy").expect("send over the first");
+            let mut f = SecondFrames::default();
+            y.progress(&mut f);
+            f.0 > 0
+        })
+    };
+    // Nothing over the second: it is polled (and idle) once the first is busy.
+    assert_eq!(busy_calls_until_second_frame(&mut y, 2 * LISTENING_EVERY), None);
+    while y.skipped != 0 || y.second_due {
+        y.progress(&mut Frames::default());
+    }
+    // A new peer over the second waits for the longer turn, not SECOND_EVERY.
+    let conn = remote.connect(y.address()).expect("connect over the second");
+    assert!(!Pair::<Mem, Mem>::on_first(conn));
+    remote.send(conn, b"h", b"new peer").expect("send");
+    let calls = busy_calls_until_second_frame(&mut y, 2 * LISTENING_EVERY).expect("the new peer's frame");
+    assert!(
+        calls > SECOND_EVERY,
+        "polled after {calls} calls while the first was busy"
+    );
+    assert!(calls <= LISTENING_EVERY + 2, "not polled within {calls} calls");
+    // With a connection there, an idle second is back to every SECOND_EVERY.
+    while y.skipped != 0 || y.second_due {
+        y.progress(&mut Frames::default());
+    }
+    remote.send(conn, b"h", b"later").expect("send");
+    let calls = busy_calls_until_second_frame(&mut y, 2 * LISTENING_EVERY).expect("the later frame");
+    assert!(calls <= SECOND_EVERY, "polled after {calls} calls with a connection");
 }
 
 #[test]

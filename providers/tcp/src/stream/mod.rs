@@ -463,6 +463,11 @@ impl Transport for TcpTransport {
         std::time::Duration::from_millis(self.attr.connect_timeout_ms)
     }
 
+    #[inline]
+    fn listening_only(&self) -> bool {
+        self.conns.is_empty()
+    }
+
     fn close(&mut self, conn: ConnId) {
         if let Some(mut c) = self.remove(conn) {
             // What the socket takes now of what waited (bytes past a full
