@@ -733,7 +733,9 @@ async fn delivery_time(
 /// after 64 busy reads, decision 57): the descriptor event it raises is the
 /// only one it gets (tokio registers the queue's descriptor edge-triggered),
 /// so what the wake-up's progress leaves unread must not wait for the
-/// reactor's 50 ms tick.
+/// reactor's 50 ms tick. A message left behind waits for a tick in every
+/// round; a loaded host may delay one round's as long (seen once in 300
+/// runs beside two builds), so most rounds, not all, must be prompt.
 #[tokio::test(flavor = "current_thread")]
 async fn a_message_on_a_cold_connection_is_not_left_behind_the_hot_one() {
     let (s, a) = pair().await;
@@ -759,6 +761,7 @@ async fn a_message_on_a_cold_connection_is_not_left_behind_the_hot_one() {
         }
     };
     within("b's first message", echo(&b, 1)).await;
+    let mut took_all = Vec::new();
     for round in 0..5u64 {
         for i in 0..100 {
             within("a's messages", echo(&a, 2 + i)).await;
@@ -772,12 +775,10 @@ async fn a_message_on_a_cold_connection_is_not_left_behind_the_hot_one() {
             std::time::Instant::now()
         });
         tokio::time::sleep(Duration::from_millis(5)).await;
-        let took = delivery_time(waiting, b.ep.tsend(b.peer, tag, vec![9; 8])).await;
-        assert!(
-            took < Duration::from_millis(40),
-            "round {round}: b's message took {took:?} to complete at s"
-        );
+        took_all.push(delivery_time(waiting, b.ep.tsend(b.peer, tag, vec![9; 8])).await);
     }
+    let prompt = took_all.iter().filter(|t| **t < Duration::from_millis(40)).count();
+    assert!(prompt >= 4, "b's messages took {took_all:?} to complete at s");
     settle(&[&s, &a, &b]).await;
 }
 
