@@ -13,7 +13,7 @@ use crate::atomic::AtomicOp;
 use crate::attr::EndpointAttr;
 use crate::buffer::Buffer;
 use crate::error::{Error, Result};
-use crate::mr::keys::{status_error, KeyTable};
+use crate::mr::keys::KeyTable;
 use crate::mr::Access;
 #[cfg(doc)]
 use crate::mr::RemoteKey;
@@ -261,7 +261,7 @@ pub trait DomainProvider: Send {
     /// it). The error is [`Error::RemoteAccess`] with the failed check.
     fn remote_target(&self, key: u64, addr: u64, len: u64, access: Access) -> Result<*mut u8> {
         match self.key_table() {
-            Some(keys) => keys.check(key, addr, len, access).map_err(status_error),
+            Some(keys) => keys.target(key, addr, len, access),
             None => Err(Error::NotSupported("software RMA target")),
         }
     }

@@ -10,7 +10,6 @@
 //!
 //! [`Pair`]: xfer_core::unstable::rdm::pair::Pair
 
-use xfer_core::unstable::mr::keys::KeyTable;
 use xfer_core::unstable::params::Params;
 use xfer_core::unstable::provider::MrKeys;
 use xfer_core::unstable::provider::{DomainProvider, EndpointProvider};
@@ -106,20 +105,16 @@ impl DomainProvider for ShmVerbsDomain {
         SHM_VERBS_ID
     }
 
-    fn key_table(&self) -> Option<&KeyTable> {
-        self.verbs.key_table()
-    }
-
-    fn key_table_mut(&mut self) -> Option<&mut KeyTable> {
-        self.verbs.key_table_mut()
-    }
-
     fn register(&mut self, addr: usize, len: usize, access: Access) -> Result<MrKeys> {
         self.verbs.register(addr, len, access)
     }
 
     fn deregister(&mut self, key: u64) {
         self.verbs.deregister(key)
+    }
+
+    fn remote_target(&self, key: u64, addr: u64, len: u64, access: Access) -> Result<*mut u8> {
+        self.verbs.remote_target(key, addr, len, access)
     }
 
     fn native_rma(&self, key: u64, access: Access) -> Option<(u64, u64)> {

@@ -96,6 +96,13 @@ impl KeyTable {
         }
         Ok(addr as usize as *mut u8)
     }
+
+    /// [`check`](Self::check) with a failed check as its
+    /// [`Error::RemoteAccess`]: what a domain serving RMA in software
+    /// answers (`DomainProvider::remote_target`).
+    pub fn target(&self, key: u64, addr: u64, len: u64, access: Access) -> Result<*mut u8> {
+        self.check(key, addr, len, access).map_err(status_error)
+    }
 }
 
 /// The error an initiator's operation gets for a failed status.

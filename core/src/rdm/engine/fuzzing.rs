@@ -14,7 +14,7 @@ use crate::addr::{Address, AvTable, PeerAddr};
 use crate::attr::EndpointAttr;
 use crate::completion::Completion;
 use crate::error::{Error, Result};
-use crate::mr::keys::{status_error, KeyTable};
+use crate::mr::keys::KeyTable;
 use crate::mr::Access;
 use crate::provider::{CompletionLevel, Ctx, DomainProvider, EndpointProvider, RecvOp, RmaKind, RmaOp, SendOp};
 use crate::sink::Sink;
@@ -45,7 +45,7 @@ impl DomainProvider for Keys {
         ID
     }
     fn remote_target(&self, key: u64, addr: u64, len: u64, access: Access) -> Result<*mut u8> {
-        self.0.check(key, addr, len, access).map_err(status_error)
+        self.0.target(key, addr, len, access)
     }
 }
 

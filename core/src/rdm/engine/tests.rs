@@ -988,10 +988,7 @@ impl DomainProvider for Keys {
         ID
     }
     fn remote_target(&self, key: u64, addr: u64, len: u64, access: crate::mr::Access) -> Result<*mut u8> {
-        self.0
-            .borrow()
-            .check(key, addr, len, access)
-            .map_err(crate::mr::keys::status_error)
+        self.0.borrow().target(key, addr, len, access)
     }
     fn native_rma(&self, key: u64, access: crate::mr::Access) -> Option<(u64, u64)> {
         self.1.get().then(|| self.0.borrow().region(key, access)).flatten()

@@ -81,6 +81,9 @@ pub struct Conn {
     pub held: VecDeque<(u32, u32)>,
     /// In the transport's list of connections owing a credit frame.
     pub owing: bool,
+    /// In the transport's list of connections whose frames' buffers wait
+    /// to be posted again.
+    pub reposting: bool,
     /// RDMA READs in flight on its QP.
     pub reads: u32,
     /// RDMA WRITEs (the user's RMA) in flight on its QP.
@@ -107,6 +110,7 @@ impl Conn {
             slots: VecDeque::new(),
             held: VecDeque::new(),
             owing: false,
+            reposting: false,
             reads: 0,
             writes: 0,
             rd_depth: 1,

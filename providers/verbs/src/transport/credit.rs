@@ -97,6 +97,8 @@ pub struct SlotCredit {
     granted: u16,
     /// Its frames taken here and not yet returned.
     held: u16,
+    /// Of those, the ones handed on whose buffers wait to be posted again.
+    unposted: u16,
     /// Of those, the ones whose buffers are posted again: returnable.
     owed: u16,
     /// What the peer granted us.
@@ -111,6 +113,7 @@ impl SlotCredit {
         SlotCredit {
             granted,
             held: 0,
+            unposted: 0,
             owed: 0,
             limit,
             tx: limit,
@@ -169,9 +172,26 @@ impl SlotCredit {
         Ok(())
     }
 
-    /// A frame of the peer's was handed on and its buffer posted again.
+    /// A frame of the peer's was handed on; its buffer waits to be
+    /// posted again ([`reposted`](Self::reposted)).
     pub fn consumed(&mut self) {
-        self.owed += 1;
+        self.unposted += 1;
+    }
+
+    /// The buffers of the frames handed on are posted again: their slots
+    /// are returnable.
+    pub fn reposted(&mut self) {
+        self.owed += self.unposted;
+        self.unposted = 0;
+    }
+
+    /// Whether the buffers waiting should be posted now: once half a
+    /// return's threshold wait (at least one). A peer out of credit then
+    /// always has a credit-only frame coming: what it spent is held by
+    /// the engine, owed, or waiting here, and with fewer than half a
+    /// threshold waiting, what is owed is at least a threshold.
+    pub fn repost_due(&self) -> bool {
+        self.unposted >= (threshold(self.granted) / 2).max(1)
     }
 }
 
@@ -189,6 +209,7 @@ mod tests {
             b.returned(r).unwrap();
             b.arrived().unwrap();
             b.consumed();
+            b.reposted();
         }
         assert!(!a.can_send(), "a spent the 3 b granted");
         assert!(b.arrived().is_err(), "a fourth frame overruns b's grant");
@@ -208,10 +229,39 @@ mod tests {
         assert_eq!(b.owed(), 0, "held by the engine: nothing returnable");
         assert!(!b.should_return());
         b.consumed();
+        assert_eq!(b.owed(), 0, "its buffer not posted yet: nothing returnable");
+        assert!(b.repost_due(), "half of 8's threshold of 2 waits");
+        b.reposted();
         assert!(!b.should_return(), "one is under a quarter of 8");
         b.arrived().unwrap();
         b.consumed();
+        b.reposted();
         assert!(b.should_return());
+    }
+
+    #[test]
+    fn a_peer_out_of_credit_always_gets_a_credit_frame() {
+        // The peer spent its whole grant; of the g frames, `waiting` have
+        // buffers not posted again yet and were not due a post: what is
+        // owed must then be a credit-only frame's worth.
+        for g in 1..=300u16 {
+            for waiting in 0..=g {
+                let mut b = SlotCredit::new(g, g);
+                for _ in 0..g {
+                    b.arrived().unwrap();
+                }
+                for _ in 0..g - waiting {
+                    b.consumed();
+                }
+                b.reposted();
+                for _ in 0..waiting {
+                    b.consumed();
+                }
+                if !b.repost_due() {
+                    assert!(b.should_return(), "grant {g}, {waiting} waiting, owed {}", b.owed());
+                }
+            }
+        }
     }
 
     #[test]

@@ -179,14 +179,6 @@ impl DomainProvider for VerbsDomain {
         PROVIDER_ID
     }
 
-    fn key_table(&self) -> Option<&KeyTable> {
-        Some(&self.keys)
-    }
-
-    fn key_table_mut(&mut self) -> Option<&mut KeyTable> {
-        Some(&mut self.keys)
-    }
-
     /// A key-table entry, and for remote access an ibv MR whose rkey the
     /// key carries; a region the device refuses is served in software.
     fn register(&mut self, addr: usize, len: usize, access: Access) -> Result<MrKeys> {
@@ -221,6 +213,12 @@ impl DomainProvider for VerbsDomain {
         self.atomic_keys.remove(&key);
         // Dropped after the entry: the device refuses the rkey from now on.
         self.mrs.remove(&key);
+    }
+
+    /// Regions the device does not serve (no MR, or a peer's first
+    /// access before its grant) are served from the key table.
+    fn remote_target(&self, key: u64, addr: u64, len: u64, access: Access) -> Result<*mut u8> {
+        self.keys.target(key, addr, len, access)
     }
 
     fn native_rma(&self, key: u64, access: Access) -> Option<(u64, u64)> {

@@ -60,6 +60,13 @@ const EPOLL_EVERY: u32 = 16;
 /// Work completions taken per `ibv_poll_cq`, and batches per progress.
 const WC_BATCH: usize = 32;
 const WC_BATCHES: usize = 4;
+/// Free receive buffers that make the transport post them at once (one
+/// linked `ibv_post_srq_recv`), whatever their connections' credit says.
+const REPOST_BATCH: usize = 16;
+/// Free receive buffers a progress that finds no completion posts: in a
+/// ping-pong that turn is the wait for the reply, so the post is off the
+/// messages' path, and a batch of them shares one `ibv_post_srq_recv`.
+const IDLE_REPOST_BATCH: usize = 4;
 /// Tag of the `wr_id` of a send that holds a send slot (the slot is the
 /// rest); inline sends are 0; receives carry `srq::RECV_WR_TAG` (bit 63).
 const SLOT_TAG: u64 = 1 << 62;
@@ -126,6 +133,9 @@ pub struct VerbsTransport {
     held: Vec<ConnId>,
     /// Connections owing a credit frame the send queue had no room for.
     owing: Vec<ConnId>,
+    /// Connections whose frames' buffers wait to be posted again, their
+    /// slots not returnable until then ([`VerbsTransport::flush_reposts`]).
+    reposting: Vec<ConnId>,
     addr: Vec<u8>,
     nonce: u64,
     ip: Ipv4Addr,
@@ -276,6 +286,7 @@ impl VerbsTransport {
             ended: Vec::new(),
             held: Vec::new(),
             owing: Vec::new(),
+            reposting: Vec::new(),
             addr: encode(at, nonce),
             nonce,
             ip,
@@ -459,8 +470,11 @@ impl VerbsTransport {
             }
             return;
         };
-        // The peer's first frame can beat ESTABLISHED to us.
-        self.up(k, events);
+        // The peer's first frame can beat ESTABLISHED to us (checked
+        // here: every frame asks).
+        if self.conns[k].opening() {
+            self.up(k, events);
+        }
         let c = &mut self.conns[k];
         if !c.held.is_empty() || !events.ready(k) {
             if c.held.is_empty() {
@@ -479,8 +493,13 @@ impl VerbsTransport {
         }
     }
 
-    /// Hands the frame in buffer `idx` to the engine and posts the buffer
-    /// again; a frame that breaks the protocol ends its connection.
+    /// Hands the frame in buffer `idx` to the engine and frees the buffer;
+    /// a frame that breaks the protocol ends its connection. Buffers are
+    /// posted again in batches ([`flush_reposts`](Self::flush_reposts)),
+    /// not one `ibv_post_srq_recv` per frame: once a connection's are due
+    /// (`SlotCredit::repost_due`), [`REPOST_BATCH`] are free, the SRQ is
+    /// low, a progress finds no completion with [`IDLE_REPOST_BATCH`]
+    /// free, or before a wait.
     fn deliver(&mut self, k: ConnId, idx: u32, len: usize, events: &mut dyn Events) {
         let verdict = match self
             .srq
@@ -503,19 +522,59 @@ impl VerbsTransport {
             }),
             Err(why) => Err(why),
         };
-        self.repost(idx);
         match verdict {
             Ok(true) => {
+                self.free_buf(idx);
                 let c = &mut self.conns[k];
                 c.credit.consumed();
-                if c.credit.should_return() && !c.owing {
-                    c.owing = true;
-                    self.owing.push(k);
+                if !c.reposting {
+                    c.reposting = true;
+                    self.reposting.push(k);
+                }
+                if c.credit.repost_due() || self.srq.unposted() >= REPOST_BATCH || self.srq.low() {
+                    self.flush_reposts();
                 }
             }
-            Ok(false) => {}
-            Err(why) => self.end(k, Cause::Protocol(why)),
+            // A credit-only frame's buffer is the slack the peer's next one
+            // needs: posted at once.
+            Ok(false) => {
+                self.free_buf(idx);
+                self.flush_reposts();
+            }
+            Err(why) => {
+                self.repost(idx);
+                self.end(k, Cause::Protocol(why));
+            }
         }
+    }
+
+    /// Frees buffer `idx`, to be posted by the next flush.
+    fn free_buf(&mut self, idx: u32) {
+        if let Err(e) = self.srq.release(idx) {
+            xfer_core::warn_limited!(error = %e, "freeing a verbs receive buffer");
+        }
+    }
+
+    /// Posts every free receive buffer (linked, in batches) and makes the
+    /// slots of the frames they held returnable. When the post fails the
+    /// slots stay unreturned until one succeeds.
+    fn flush_reposts(&mut self) {
+        if let Err(e) = self.srq.post_all() {
+            xfer_core::warn_limited!(error = %e, "reposting verbs receive buffers");
+            return;
+        }
+        let mut list = std::mem::take(&mut self.reposting);
+        for &k in &list {
+            let Some(c) = self.conns.get_mut(k) else { continue };
+            c.reposting = false;
+            c.credit.reposted();
+            if c.credit.should_return() && !c.owing {
+                c.owing = true;
+                self.owing.push(k);
+            }
+        }
+        list.clear();
+        self.reposting = list;
     }
 
     /// Frames held back, for the engine if it wants them now.
@@ -791,6 +850,7 @@ impl Transport for VerbsTransport {
         self.ended.retain(|&e| e != k);
         self.held.retain(|&e| e != k);
         self.owing.retain(|&e| e != k);
+        self.reposting.retain(|&e| e != k);
         let Some(c) = self.conns.get(k) else { return };
         if c.opening() {
             self.opening -= 1;
@@ -852,7 +912,11 @@ impl Transport for VerbsTransport {
             self.waiting = false;
             self.check_fds(events);
         }
-        self.poll_cq(events);
+        // A turn that finds nothing is idle time: the buffers waiting go
+        // back to the SRQ now rather than on a later message's path.
+        if self.poll_cq(events) == 0 && self.srq.unposted() >= IDLE_REPOST_BATCH && !self.reposting.is_empty() {
+            self.flush_reposts();
+        }
         if !self.held.is_empty() {
             self.deliver_held(events);
         }
@@ -863,10 +927,13 @@ impl Transport for VerbsTransport {
             self.continue_atomics();
             self.report_atomics(events);
         }
-        for k in std::mem::take(&mut self.ended) {
-            if let Some(c) = self.conns.try_remove(k) {
-                if let State::Dead(cause) = c.state {
-                    events.event(Event::Down { conn: k, cause });
+        // Checked first: taking an empty list still runs its drop.
+        if !self.ended.is_empty() {
+            for k in std::mem::take(&mut self.ended) {
+                if let Some(c) = self.conns.try_remove(k) {
+                    if let State::Dead(cause) = c.state {
+                        events.event(Event::Down { conn: k, cause });
+                    }
                 }
             }
         }
@@ -890,6 +957,10 @@ impl Transport for VerbsTransport {
     }
 
     fn prepare_wait(&mut self) -> bool {
+        // A peer may wait for the slots of the buffers waiting here.
+        if !self.reposting.is_empty() {
+            self.flush_reposts();
+        }
         if let Err(e) = self.cq.req_notify(false) {
             xfer_core::warn_limited!(error = %e, "arming the verbs CQ");
             self.wake();
