@@ -106,7 +106,11 @@ pub(crate) unsafe extern "C" fn open(
             a.params = crate::params::from_env();
             a
         }) {
-            Ok(d) => d,
+            Ok(d) => {
+                let caps = d.atomic_caps();
+                tracing::debug!(provider = d.provider(), mode = ?caps.mode, device_cap = ?caps.device_cap, "fi_domain: atomics");
+                d
+            }
             Err(e) => {
                 tracing::warn!(error = %e, "fi_domain: opening the xfer domain");
                 return entry::code(&e);
@@ -137,8 +141,10 @@ pub(crate) unsafe extern "C" fn open(
 /// domain opened once per provider and process: fi_getinfo offers
 /// `FI_ATOMIC`, and its ordering, by it.
 pub(crate) fn atomic_mode(name: &'static str) -> Option<AtomicMode> {
+    /// A provider's name and its domain's atomic mode.
+    type Known = Option<(&'static str, Option<AtomicMode>)>;
     // No heap: the plug-in may be unloaded (dlclose) with it still set.
-    static KNOWN: Mutex<[Option<(&str, Option<AtomicMode>)>; 8]> = Mutex::new([None; 8]);
+    static KNOWN: Mutex<[Known; 8]> = Mutex::new([None; 8]);
     let mut known = entry::lock(&KNOWN);
     if let Some((_, mode)) = known.iter().flatten().find(|(n, _)| *n == name) {
         return *mode;
