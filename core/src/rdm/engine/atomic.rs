@@ -85,7 +85,7 @@ impl State {
             });
             let token = self.atomics.token(key);
             if self.device_waits(at) {
-                return self.hold_back(at, Held::Device(token));
+                return self.device_wait(t, cx, at, token);
             }
             return self.device_step(t, cx, token);
         }
@@ -119,6 +119,9 @@ impl State {
     pub(super) fn send_atomic(&mut self, p: usize, key: usize, ask: bool) {
         let mut h = atomic_header(&self.atomics[key].op);
         h.token = self.atomics.token(key);
+        // Its answer follows every inject write before it.
+        let at = self.atomics[key].peer;
+        self.injected.retain(|&q| q != at);
         if ask {
             h.flags |= wire::NATIVE;
         }

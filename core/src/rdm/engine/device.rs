@@ -142,6 +142,8 @@ impl State {
         self.atomics[key].device = Some(device);
         let token = self.atomics.token(key);
         match self.device_waits(at) {
+            // (No inject write can be in its way: one posted while this
+            // atomic asked was refused, and its ask followed any before.)
             true => self.hold_back(at, Held::Device(token)),
             false => self.device_due.push(token),
         }

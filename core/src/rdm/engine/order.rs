@@ -46,6 +46,24 @@ impl State {
                 .any(|(_, a)| a.peer == at && (a.device.is_some() || (a.asked && !a.held)))
     }
 
+    /// A granted atomic `token` to peer `at` that must wait: held, or,
+    /// when only inject writes are in its way (no answer will come that
+    /// shows them applied), asked for again in a frame, whose answer
+    /// (another grant, nothing applied) comes after them.
+    pub(super) fn device_wait<T: Transport>(&mut self, t: &mut T, cx: &mut Ctx<'_>, at: (usize, u64), token: u64) {
+        let inject_only =
+            self.injected.contains(&at) && !self.framed_pending(at) && !self.held_back.iter().any(|&(p, _)| p == at);
+        let key = self.atomics.key_of(token).filter(|_| inject_only);
+        let Some(key) = key else {
+            return self.hold_back(at, Held::Device(token));
+        };
+        let tx = &mut self.atomics[key];
+        tx.device = None;
+        tx.asked = true;
+        self.send_atomic(at.0, key, true);
+        self.posted(t, cx, at.0);
+    }
+
     /// Holds `op` for peer `at`, behind what it holds already.
     pub(super) fn hold_back(&mut self, at: (usize, u64), op: Held) {
         match op {
@@ -71,7 +89,7 @@ impl State {
         for (at, op) in std::mem::take(&mut self.held_back) {
             let waits = blocked.contains(&at)
                 || match op {
-                    Held::Device(_) => self.unordered(at),
+                    Held::Device(_) => self.framed_pending(at),
                     Held::Rma(_) | Held::Atomic(..) => self.frames_wait(at),
                 };
             if waits {
@@ -82,6 +100,7 @@ impl State {
                 continue;
             }
             match op {
+                Held::Device(token) if self.injected.contains(&at) => self.device_wait(t, cx, at, token),
                 Held::Device(token) => self.device_step(t, cx, token),
                 Held::Rma(token) => {
                     if let Some(key) = self.rmas.key_of(token) {

@@ -227,8 +227,12 @@ impl State {
     /// in frames behind it instead, and RMA on a connection stays in order;
     /// a device atomic waits (`order.rs`).
     pub(super) fn unordered(&self, at: (usize, u64)) -> bool {
-        self.injected.contains(&at)
-            || self.rmas.iter().any(|(_, r)| r.peer == at && !r.native && !r.held)
+        self.injected.contains(&at) || self.framed_pending(at)
+    }
+
+    /// Whether RMA or an atomic to peer `at` sent in frames is unanswered.
+    pub(super) fn framed_pending(&self, at: (usize, u64)) -> bool {
+        self.rmas.iter().any(|(_, r)| r.peer == at && !r.native && !r.held)
             || self
                 .atomics
                 .iter()

@@ -1856,3 +1856,26 @@ fn a_device_atomic_keeps_its_place_among_rma_and_atomics_in_frames() {
     a.with(|ep, cx| ep.inject_write(cx, pb, base, key, None, &[7; 8]))
         .expect("injected");
 }
+
+#[test]
+fn a_device_atomic_behind_an_inject_write_asks_again_and_sees_it() {
+    use crate::atomic::{AtomicKind::*, Datatype::*};
+    let net = Net::new(8);
+    let mut words = vec![0u64; 1];
+    let (mut a, mut b, pb, (key, base)) = device_atomics(&net, &mut words);
+    // An inject write before the first atomic: the ask follows it.
+    a.with(|ep, cx| ep.inject_write(cx, pb, base, key, None, &40u64.to_le_bytes()))
+        .expect("injected");
+    a.atomic(pb, Sum, U64, (1, 0), (key, base), 1);
+    assert_eq!(until(&mut [&mut a, &mut b], 0, 1).data, 40);
+    // Granted: an inject write, then a device add. No answer would show the
+    // write applied, so the add asks again and goes by the device after.
+    a.with(|ep, cx| ep.inject_write(cx, pb, base, key, None, &100u64.to_le_bytes()))
+        .expect("injected");
+    a.atomic(pb, Sum, U64, (1, 0), (key, base), 2);
+    assert_eq!(until(&mut [&mut a, &mut b], 0, 2).data, 100, "the add saw the write");
+    // SAFETY: a live, aligned word that the device and engine wrote.
+    assert_eq!(unsafe { std::ptr::read_volatile(words.as_ptr()) }, 101);
+    assert_eq!(a.ep.transport().device_ops, 2);
+    assert_eq!(a.counter("atomics_outstanding"), 0);
+}
