@@ -141,10 +141,12 @@ impl State {
         let device = Device::new(word, &tx.op);
         self.atomics[key].device = Some(device);
         let token = self.atomics.token(key);
-        match self.device_waits(at) {
-            // (No inject write can be in its way: one posted while this
-            // atomic asked was refused, and its ask followed any before.)
-            true => self.hold_back(at, Held::Device(token)),
+        // What its peer holds back was posted after it (held because it
+        // asked): it goes first. Frames sent before it were answered
+        // before its grant, and inject writes posted while it asked were
+        // refused, so it waits only on a frame sent in between.
+        match self.unordered(at) {
+            true => self.hold_first(at, Held::Device(token)),
             false => self.device_due.push(token),
         }
         Ok(())

@@ -16,6 +16,7 @@
 use crate::provider::Ctx;
 
 use super::super::transport::Transport;
+use super::device::Device;
 use super::State;
 
 /// An operation held for its place among its peer's.
@@ -82,11 +83,34 @@ impl State {
         self.held_back.push((at, op));
     }
 
+    /// A held atomic that would have asked for its region, which has been
+    /// granted meanwhile: the device's now, without asking again.
+    fn promote(&mut self, at: (usize, u64), op: Held) -> Held {
+        let Held::Atomic(token, true) = op else { return op };
+        let Some(key) = self.atomics.key_of(token) else {
+            return op;
+        };
+        let Some(word) = self.granted_word(at, &self.atomics[key].op) else {
+            return op;
+        };
+        let tx = &mut self.atomics[key];
+        tx.device = Some(Device::new(word, &tx.op));
+        (tx.asked, tx.held) = (false, false);
+        Held::Device(token)
+    }
+
+    /// Holds `op` for peer `at` before what it holds already (it was
+    /// posted before them).
+    pub(super) fn hold_first(&mut self, at: (usize, u64), op: Held) {
+        self.held_back.insert(0, (at, op));
+    }
+
     /// Lets held operations go, in order, as far as each peer's allow
     /// (after progress: answers and device completions came in).
     pub(super) fn release_held<T: Transport>(&mut self, t: &mut T, cx: &mut Ctx<'_>) {
         let mut blocked: Vec<(usize, u64)> = Vec::new();
         for (at, op) in std::mem::take(&mut self.held_back) {
+            let op = self.promote(at, op);
             let waits = blocked.contains(&at)
                 || match op {
                     Held::Device(_) => self.framed_pending(at),

@@ -1879,3 +1879,23 @@ fn a_device_atomic_behind_an_inject_write_asks_again_and_sees_it() {
     assert_eq!(a.ep.transport().device_ops, 2);
     assert_eq!(a.counter("atomics_outstanding"), 0);
 }
+
+#[test]
+fn adds_posted_before_their_region_is_granted_all_go_by_the_device_in_order() {
+    use crate::atomic::{AtomicKind::*, Datatype::*};
+    let net = Net::new(8);
+    let mut words = vec![0u64; 1];
+    let (mut a, mut b, pb, (key, base)) = device_atomics(&net, &mut words);
+    // A window of adds completed when done, the first asking for the
+    // region: the rest wait behind it, then go by the device.
+    for i in 0..8 {
+        a.atomic_how(pb, Sum, U64, (1, 0), (key, base), (false, CompletionLevel::Inject), i);
+    }
+    a.atomic(pb, Read, U64, (0, 0), (key, base), 8);
+    for i in 0..8 {
+        assert_eq!(until(&mut [&mut a, &mut b], 0, i).result, Ok(()), "add {i}");
+    }
+    assert_eq!(until(&mut [&mut a, &mut b], 0, 8).data, 8, "the read after every add");
+    assert_eq!(a.ep.transport().device_ops, 9, "every one by the device");
+    assert_eq!(a.counter("atomics_outstanding"), 0);
+}
