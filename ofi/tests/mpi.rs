@@ -9,8 +9,8 @@
 //!   0 B to 16 MiB with contents checked, all-to-all.
 //! - `netpipe_two_ranks`: NetPIPE (`NPopenmpi`) to 1 MiB between 2 ranks.
 //! - `mpi_onesided_four_ranks`: MPI one-sided communication over `osc rdma`
-//!   and `btl ofi` into the plug-in's shm and tcp domains (its own
-//!   `mpirun` options), and over `osc ucx` as the reference.
+//!   and `btl ofi` into the plug-in's domain `XFER_PROVIDER` (else shm and
+//!   tcp; its own `mpirun` options), and over `osc ucx` as the reference.
 //!
 //! Each run must exit 0, and every rank must log (`XFER_LOG=xfer_fi::ep=info`)
 //! that its xfer endpoint closed after carrying receives, over the expected
@@ -20,9 +20,10 @@
 //!
 //! Knobs: `XFER_MPI_MAX_BYTES` (mpi_check's largest message, default 16 MiB),
 //! `XFER_MPI_NETPIPE_MAX` (NetPIPE's `-u`, default 1 MiB), `XFER_OFI_TEST_DIR`
-//! (a directory already holding libxfer_fi.so and mpi_check, used as is: the
-//! Soft-RoCE guest's read-only file system, tests/vm/all.sh step `mpi`).
-//! Every `XFER_*` variable is passed on to the ranks.
+//! (a directory already holding libxfer_fi.so, mpi_check and mpi_onesided,
+//! used as is: the Soft-RoCE guest's read-only file system, tests/vm/all.sh
+//! step `mpi`). Every `XFER_*` variable is passed on to the xfer ranks, every
+//! `UCX_*` one to the `osc ucx` ranks.
 
 mod common;
 
