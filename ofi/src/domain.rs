@@ -4,7 +4,7 @@
 use std::ffi::{c_int, c_void, CStr};
 use std::sync::{Arc, Mutex};
 
-use xfer_facade::{Domain, DomainAttr};
+use xfer_facade::{AtomicMode, Domain, DomainAttr};
 
 use crate::addr::Format;
 use crate::entry::{self, enosys, guard, Core, Obj, PANIC};
@@ -100,12 +100,17 @@ pub(crate) unsafe extern "C" fn open(
             false => Some(unsafe { CStr::from_ptr(attr.name) }.to_string_lossy().into_owned()),
         };
         let xfer = match xfer_facade::open(&{
-            let mut a = DomainAttr::default();
+            // From the environment: `XFER_ATOMIC_MODE` is the domain's.
+            let mut a = DomainAttr::from_env();
             a.provider = provider;
             a.params = crate::params::from_env();
             a
         }) {
-            Ok(d) => d,
+            Ok(d) => {
+                let caps = d.atomic_caps();
+                tracing::debug!(provider = d.provider(), mode = ?caps.mode, device_cap = ?caps.device_cap, "fi_domain: atomics");
+                d
+            }
             Err(e) => {
                 tracing::warn!(error = %e, "fi_domain: opening the xfer domain");
                 return entry::code(&e);
@@ -130,28 +135,33 @@ pub(crate) unsafe extern "C" fn open(
     })
 }
 
-/// Whether xfer provider `name`'s endpoints apply remote atomics, as its
-/// domain says ([`Domain::atomics`]): asked of a domain opened once per
-/// provider and process (fi_getinfo offers `FI_ATOMIC` by it), false when
-/// it cannot be opened.
-pub(crate) fn applies_atomics(name: &'static str) -> bool {
+/// Who does xfer provider `name`'s remote atomics, as its domain says
+/// ([`Domain::atomics`], [`Domain::atomic_caps`]): `None` when its
+/// endpoints do not apply them or the domain cannot be opened. Asked of a
+/// domain opened once per provider and process: fi_getinfo offers
+/// `FI_ATOMIC`, and its ordering, by it.
+pub(crate) fn atomic_mode(name: &'static str) -> Option<AtomicMode> {
+    /// A provider's name and its domain's atomic mode.
+    type Known = Option<(&'static str, Option<AtomicMode>)>;
     // No heap: the plug-in may be unloaded (dlclose) with it still set.
-    static KNOWN: Mutex<[Option<(&str, bool)>; 8]> = Mutex::new([None; 8]);
+    static KNOWN: Mutex<[Known; 8]> = Mutex::new([None; 8]);
     let mut known = entry::lock(&KNOWN);
-    if let Some((_, yes)) = known.iter().flatten().find(|(n, _)| *n == name) {
-        return *yes;
+    if let Some((_, mode)) = known.iter().flatten().find(|(n, _)| *n == name) {
+        return *mode;
     }
-    let yes = xfer_facade::open(&{
-        let mut a = DomainAttr::default();
+    let mode = xfer_facade::open(&{
+        let mut a = DomainAttr::from_env();
         a.provider = Some(name.to_string());
         a.params = crate::params::from_env();
         a
     })
-    .is_ok_and(|d| d.provider() == name && d.atomics());
+    .ok()
+    .filter(|d| d.provider() == name && d.atomics())
+    .map(|d| d.atomic_caps().mode);
     if let Some(free) = known.iter_mut().find(|k| k.is_none()) {
-        *free = Some((name, yes));
+        *free = Some((name, mode));
     }
-    yes
+    mode
 }
 
 /// The domain behind `fid`.

@@ -149,18 +149,17 @@ impl Drop for Enabled {
     fn drop(&mut self) {
         let r = self.router.get_mut().unwrap_or_else(|p| p.into_inner());
         // Refusals no completion could report (atomics completed when
-        // sent): libfabric has no call that reads them, so the close says.
-        let refused = self.ep.counters().ok().and_then(|c| {
-            c.iter()
-                .find(|(n, _)| *n == "atomics_refused_after_completion")
-                .map(|&(_, v)| v)
-        });
+        // sent): libfabric has no call that reads them, so the close says,
+        // with the atomics the device did (device atomic mode).
+        let counters = self.ep.counters().unwrap_or_default();
+        let counter = |name: &str| counters.iter().find(|(n, _)| *n == name).map_or(0, |&(_, v)| v);
         tracing::info!(
             provider = self.provider,
             sends = r.sent,
             receives = r.received,
             atomics = r.atomics,
-            atomics_refused_after_completion = refused.unwrap_or(0),
+            atomics_device = counter("atomics_device"),
+            atomics_refused_after_completion = counter("atomics_refused_after_completion"),
             "xfer endpoint closed"
         );
     }

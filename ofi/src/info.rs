@@ -5,7 +5,7 @@
 use std::ffi::{c_char, c_int, CStr};
 use std::net::{IpAddr, SocketAddr};
 
-use xfer_facade::{Address, CqAttr, DomainAttr, EndpointAttr};
+use xfer_facade::{Address, AtomicMode, CqAttr, DomainAttr, EndpointAttr};
 
 use crate::addr::{self, Format, Resolved};
 use crate::entry::{guard, PANIC};
@@ -101,6 +101,14 @@ pub const TAG_GENERIC: u64 = 0xAAAA_AAAA_AAAA_AAAA;
 /// Message ordering: sends to one peer arrive in order (one TCP connection,
 /// one RC QP per peer).
 pub const MSG_ORDER: u64 = fi::FI_ORDER_SAS;
+/// Atomic ordering, added to [`MSG_ORDER`] with `FI_ATOMIC` where the
+/// target's engine applies atomics (the `cpu` atomic mode): it applies one
+/// peer's frames in the order they were posted. Not in the `device` mode,
+/// where a compare-and-swap loop (min, max, bitwise, 32-bit elements) may
+/// still be retrying when a later atomic reaches the word
+/// ([`device_atomics`]).
+pub const ATOMIC_ORDER: u64 =
+    fi::FI_ORDER_ATOMIC_RAR | fi::FI_ORDER_ATOMIC_RAW | fi::FI_ORDER_ATOMIC_WAR | fi::FI_ORDER_ATOMIC_WAW;
 
 /// Whether provider `provider`'s target can see each RMA peers apply to it:
 /// remote counters (`FI_RMA_EVENT`) and counters bound to regions work
@@ -219,6 +227,19 @@ pub struct Offer {
     /// The job keys asked for (`auth_key`), returned as asked.
     pub domain_auth_key: Option<Vec<u8>>,
     pub ep_auth_key: Option<Vec<u8>>,
+    /// `tx_attr->msg_order` and `rx_attr->msg_order`.
+    pub msg_order: u64,
+}
+
+/// Takes [`ATOMIC_ORDER`] out of `offer` for a domain whose device does
+/// the atomics (the `device` atomic mode, `Domain::atomic_caps`), or the
+/// reason it cannot when `h` asks for it.
+pub fn device_atomics(h: &Hints, offer: &mut Offer) -> Result<(), &'static str> {
+    if (h.tx_msg_order | h.rx_msg_order) & ATOMIC_ORDER != 0 {
+        return Err("atomic ordering (FI_ORDER_ATOMIC_*): this domain's device does atomics (XFER_ATOMIC_MODE=device), not in order");
+    }
+    offer.msg_order &= !ATOMIC_ORDER;
+    Ok(())
 }
 
 /// Checks `hints` against what xfer's provider `provider` can do (`atomics`:
@@ -271,8 +292,8 @@ pub fn select(h: &Hints, provider: &str, atomics: bool, limits: Limits) -> Resul
     if h.tx_op_flags & !TX_OP_FLAGS != 0 || h.rx_op_flags & !RX_OP_FLAGS != 0 {
         return Err("operation flags xfer does not honour");
     }
-    if (h.tx_msg_order | h.rx_msg_order) & !MSG_ORDER != 0 {
-        return Err("message ordering beyond FI_ORDER_SAS");
+    if (h.tx_msg_order | h.rx_msg_order) & !(MSG_ORDER | ATOMIC_ORDER) != 0 {
+        return Err("message ordering beyond FI_ORDER_SAS and FI_ORDER_ATOMIC_*");
     }
     if (h.tx_comp_order | h.rx_comp_order) != fi::FI_ORDER_NONE {
         return Err("completion ordering (an eager send may complete before an earlier rendezvous one)");
@@ -356,6 +377,9 @@ pub fn select(h: &Hints, provider: &str, atomics: bool, limits: Limits) -> Resul
     if atomic && !atomics {
         return Err("FI_ATOMIC: this xfer provider's endpoints do not apply remote atomics");
     }
+    if !atomic && (h.tx_msg_order | h.rx_msg_order) & ATOMIC_ORDER != 0 {
+        return Err("atomic ordering (FI_ORDER_ATOMIC_*) without FI_ATOMIC");
+    }
     // FI_READ, FI_WRITE and the remote ones with FI_ATOMIC are atomics'.
     let asked = h.caps | h.tx_caps | h.rx_caps;
     let rma_asked = rma_event || asked & fi::FI_RMA != 0 || (!atomic && asked & RMA_CAPS != 0);
@@ -414,6 +438,7 @@ pub fn select(h: &Hints, provider: &str, atomics: bool, limits: Limits) -> Resul
         rx_size: h.rx_size.max(limits.queue_size),
         domain_auth_key: h.domain_auth_key.clone(),
         ep_auth_key: h.ep_auth_key.clone(),
+        msg_order: MSG_ORDER | if atomic { ATOMIC_ORDER } else { 0 },
     })
 }
 
@@ -580,7 +605,7 @@ fn build(version: u32, offer: &Offer) -> Option<*mut fi::fi_info> {
         )
     };
     tx.caps = caps & (PRIMARY_CAPS | fi::FI_SEND | fi::FI_RMA | fi::FI_ATOMIC | fi::FI_READ | fi::FI_WRITE);
-    tx.msg_order = MSG_ORDER;
+    tx.msg_order = offer.msg_order;
     tx.comp_order = fi::FI_ORDER_NONE;
     tx.op_flags = offer.tx_op_flags;
     tx.inject_size = l.inject_size;
@@ -600,7 +625,7 @@ fn build(version: u32, offer: &Offer) -> Option<*mut fi::fi_info> {
             | fi::FI_REMOTE_WRITE
             | fi::FI_RMA_EVENT);
     rx.op_flags = offer.rx_op_flags;
-    rx.msg_order = MSG_ORDER;
+    rx.msg_order = offer.msg_order;
     rx.comp_order = fi::FI_ORDER_NONE;
     rx.size = offer.rx_size;
     rx.iov_limit = IOV_LIMIT;
@@ -739,8 +764,17 @@ pub(crate) unsafe extern "C" fn getinfo(
             if !offered(forced.as_deref(), h.domain_name.as_deref(), p.name, shm_tcp_offered) {
                 continue;
             }
-            let atomics = asks_atomics && crate::domain::applies_atomics(p.name);
-            let offer = match select(&h, p.name, atomics, limits) {
+            let mode = match asks_atomics {
+                true => crate::domain::atomic_mode(p.name),
+                false => None,
+            };
+            let offer = select(&h, p.name, mode.is_some(), limits).and_then(|mut o| {
+                if mode == Some(AtomicMode::Device) {
+                    device_atomics(&h, &mut o)?;
+                }
+                Ok(o)
+            });
+            let offer = match offer {
                 Ok(o) => o,
                 Err(why) => {
                     tracing::debug!(provider = p.name, why, "fi_getinfo: hints refused");
@@ -947,6 +981,33 @@ mod tests {
         };
         assert_eq!(select(&both, "shm", true, L).unwrap().caps & RMA_CAPS, RMA_CAPS);
         assert!(select(&atomic, "tcp", false, L).is_err());
+        // Atomic ordering with atomics the target's engine applies; none
+        // where the device does them, and refused when asked for there.
+        assert_eq!(o.msg_order, MSG_ORDER | ATOMIC_ORDER);
+        let mut dev = o.clone();
+        device_atomics(&atomic, &mut dev).unwrap();
+        assert_eq!(dev.msg_order, MSG_ORDER);
+        let ordered = Hints {
+            tx_msg_order: fi::FI_ORDER_SAS | fi::FI_ORDER_ATOMIC_RAW,
+            ..atomic.clone()
+        };
+        let mut o = select(&ordered, "verbs", true, L).unwrap();
+        assert_eq!(o.msg_order & ATOMIC_ORDER, ATOMIC_ORDER);
+        assert!(device_atomics(&ordered, &mut o).is_err());
+        assert!(
+            select(
+                &Hints {
+                    caps: fi::FI_MSG,
+                    ..ordered
+                },
+                "tcp",
+                false,
+                L
+            )
+            .is_err(),
+            "without FI_ATOMIC"
+        );
+        assert_eq!(select(&Hints::default(), "tcp", false, L).unwrap().msg_order, MSG_ORDER);
         refuse(Hints {
             caps: fi::FI_RMA,
             mr_mode: fi::FI_MR_LOCAL as i32,

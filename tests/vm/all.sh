@@ -45,7 +45,10 @@
 #   mpi          ofi/tests/mpi.rs over XFER_PROVIDER=verbs: Open MPI (pml cm, mtl ofi, provider
 #                xfer) running mpi_check on 4 ranks (to XFER_MPI_MAX_BYTES, 16 MiB) and
 #                NPopenmpi on 2 (to XFER_MPI_NETPIPE_MAX, 64 KiB here), each rank's xfer
-#                endpoint logged as verbs and as having carried receives
+#                endpoint logged as verbs and as having carried receives; mpi_onesided on 4
+#                ranks over osc rdma, btl ofi (every rank but the target's endpoint carried
+#                atomics over verbs) and over osc ucx on rc_verbs (the reference), then
+#                again with XFER_ATOMIC_MODE=device (the atomics by rxe0)
 # The binaries are built on the host by tests/vm/build-verbs.sh, whose KEY=PATH lines
 # are this script's arguments:
 #   tests/vm/run-guest.sh tests/vm/all.sh $(tests/vm/build-verbs.sh)
@@ -433,14 +436,28 @@ step_ofi() {
 # Open MPI over libxfer_fi.so's verbs domain: the test binary (ofi/tests/mpi.rs) runs
 # mpirun itself and checks every rank's xfer endpoint carried its traffic over verbs.
 # 4 ranks on the guest's 2 vCPUs under TCG (--oversubscribe); NetPIPE's sweep kept short.
+# The one-sided test's reference, osc ucx, runs UCX over rc_verbs on rxe0 (TESTING.md);
+# the one-sided test runs once more with XFER_ATOMIC_MODE=device over verbs (the ranks'
+# fetch-and-ops by rxe0's atomics).
 step_mpi() {
     need MPI mpi || return
-    local t=${XFER_VM_TIMEOUT_MPI:-400} dir=${bin[MPI]} rc
-    echo "+ XFER_PROVIDER=$vprov XFER_OFI_TEST_DIR=$dir timeout $t $dir/mpi-test --test-threads=1 --nocapture"
+    local t=${XFER_VM_TIMEOUT_MPI:-400} dir=${bin[MPI]} rc deadline
+    deadline=$(($(date +%s) + t))
+    export UCX_TLS=rc_v,self UCX_NET_DEVICES=$XFER_VERBS_DEVICE:$XFER_VERBS_PORT UCX_UD_VERBS_ETH_DGID_CHECK=n
+    echo "+ UCX_TLS=$UCX_TLS UCX_NET_DEVICES=$UCX_NET_DEVICES XFER_PROVIDER=$vprov XFER_OFI_TEST_DIR=$dir timeout $t $dir/mpi-test --test-threads=1 --nocapture"
     XFER_PROVIDER=$vprov XFER_OFI_TEST_DIR=$dir \
         XFER_MPI_MAX_BYTES=${XFER_MPI_MAX_BYTES:-16777216} XFER_MPI_NETPIPE_MAX=${XFER_MPI_NETPIPE_MAX:-65536} \
         timeout -k 10 "$t" "$dir/mpi-test" --test-threads=1 --nocapture
     rc=$?
+    if [ "$rc" = 0 ] && [ "$vprov" = verbs ]; then
+        t=$((deadline - $(date +%s)))
+        [ "$t" -gt 10 ] || t=10
+        echo "+ XFER_ATOMIC_MODE=device XFER_PROVIDER=$vprov XFER_OFI_TEST_DIR=$dir timeout $t $dir/mpi-test --exact mpi_onesided_four_ranks --nocapture"
+        XFER_ATOMIC_MODE=device XFER_PROVIDER=$vprov XFER_OFI_TEST_DIR=$dir \
+            timeout -k 10 "$t" "$dir/mpi-test" --exact mpi_onesided_four_ranks --nocapture
+        rc=$?
+    fi
+    unset UCX_TLS UCX_NET_DEVICES UCX_UD_VERBS_ETH_DGID_CHECK
     result mpi "$rc" "$(why "$rc" "$t")"
 }
 echo "all.sh: steps: $steps"

@@ -34,8 +34,9 @@
 #                    ofi/tests/c/fi_suite.c compiled against libfabric as `fi_suite`
 #                    (libfabric loads only files whose names end in fi.so from there)
 #   MPI=...          a directory holding libxfer_fi.so (release), ofi/tests/mpi.rs's test
-#                    binary as `mpi-test` and ofi/tests/c/mpi_check.c compiled with mpicc
-#                    as `mpi_check` (the test's XFER_OFI_TEST_DIR)
+#                    binary as `mpi-test` and ofi/tests/c/mpi_check.c and mpi_onesided.c
+#                    compiled with mpicc as `mpi_check` and `mpi_onesided` (the test's
+#                    XFER_OFI_TEST_DIR)
 # Build output goes to stderr. Honors CARGO_TARGET_DIR (the paths printed are cargo's
 # own). Fails, naming the build, if any build fails.
 #
@@ -169,7 +170,7 @@ if wants MPI; then
 fi
 
 # build_mpi: a directory with libxfer_fi.so, the mpi test binary (as mpi-test) and
-# mpi_check compiled with mpicc; prints it.
+# mpi_check and mpi_onesided compiled with mpicc; prints it.
 build_mpi() {
     local so exe dir
     so=$(awk '$1 == "cdylib" && $2 == "xfer_fi" { p = $3 } END { print p }' "$arts")
@@ -183,11 +184,14 @@ build_mpi() {
     dir=$(cd "$dir" && pwd)
     cp -f "$so" "$dir/libxfer_fi.so"
     cp -f "$exe" "$dir/mpi-test"
-    echo "build-verbs: mpicc ofi/tests/c/mpi_check.c -> $dir/mpi_check" >&2
-    if ! mpicc -Wall -Wextra -Werror -O1 -g ofi/tests/c/mpi_check.c -o "$dir/mpi_check" >&2; then
-        echo "build-verbs: FAILED to compile ofi/tests/c/mpi_check.c (libopenmpi-dev)" >&2
-        exit 1
-    fi
+    local prog
+    for prog in mpi_check mpi_onesided; do
+        echo "build-verbs: mpicc ofi/tests/c/$prog.c -> $dir/$prog" >&2
+        if ! mpicc -Wall -Wextra -Werror -O1 -g "ofi/tests/c/$prog.c" -o "$dir/$prog" >&2; then
+            echo "build-verbs: FAILED to compile ofi/tests/c/$prog.c (libopenmpi-dev)" >&2
+            exit 1
+        fi
+    done
     echo "$dir"
 }
 

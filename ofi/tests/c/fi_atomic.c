@@ -3,6 +3,8 @@
  * tcp domains). One process, endpoint A (initiator, with a write and a
  * read counter) and B (target, whose region holds the elements), both
  * driven while waiting (progress is manual):
+ * - over xfer, FI_ORDER_ATOMIC_* in msg_order (none on a verbs domain in
+ *   the device atomic mode) and honoured when asked for;
  * - fi_query_atomic and fi_atomicvalid / fi_fetch_atomicvalid /
  *   fi_compare_atomicvalid: a count (1 for xfer) and the element's size for what the
  *   provider applies, -FI_EOPNOTSUPP for a bitwise operation on a float,
@@ -353,6 +355,30 @@ static void check_refusals(void)
 	printf("refusals checked\n");
 }
 
+/* Over xfer: FI_ORDER_ATOMIC_{RAR,RAW,WAR,WAW} in msg_order where the
+ * target's engine applies the atomics, and a hint asking for them
+ * honoured; neither on a verbs domain whose device does them
+ * (XFER_ATOMIC_MODE=device), where such a hint finds no fi_info. */
+static void check_order(void)
+{
+	const uint64_t order = FI_ORDER_ATOMIC_RAR | FI_ORDER_ATOMIC_RAW | FI_ORDER_ATOMIC_WAR | FI_ORDER_ATOMIC_WAW;
+	const char *mode = getenv("XFER_ATOMIC_MODE");
+	int device = mode && !strcmp(mode, "device") && strstr(p.info->domain_attr->name, "verbs");
+	uint64_t got = p.info->tx_attr->msg_order & order;
+	CHECK(got == (device ? 0 : order), "tx msg_order %#llx", (unsigned long long)p.info->tx_attr->msg_order);
+	CHECK((p.info->rx_attr->msg_order & order) == got, "rx msg_order %#llx",
+	      (unsigned long long)p.info->rx_attr->msg_order);
+	struct fi_info *h = fi_dupinfo(p.info), *info = NULL;
+	CHECK(h != NULL, "fi_dupinfo");
+	h->tx_attr->msg_order = FI_ORDER_SAS | order;
+	int ret = fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, h, &info);
+	CHECK(device ? ret == -FI_ENODATA : ret == 0 && (info->tx_attr->msg_order & order) == order,
+	      "fi_getinfo asking for atomic ordering: %d", ret);
+	fi_freeinfo(info);
+	fi_freeinfo(h);
+	printf("atomic ordering %s\n", device ? "not offered (device atomics)" : "offered");
+}
+
 int main(void)
 {
 	static const uint64_t on_a[2] = {FI_WRITE, FI_READ}, none[2] = {0, 0};
@@ -360,6 +386,8 @@ int main(void)
 		  none);
 	xfer = !strcmp(p.info->fabric_attr->prov_name, "xfer");
 	check_queries();
+	if (xfer)
+		check_order();
 	for (size_t t = 0; t < sizeof(TYPES) / sizeof(TYPES[0]); t++) {
 		enum fi_datatype dt = TYPES[t];
 		/* Negative against positive, distinct bit patterns. */

@@ -24,6 +24,7 @@ use crate::provider::Ctx;
 
 use super::super::transport::Transport;
 use super::device::Device;
+use super::order::Held;
 use super::out::Out;
 use super::wire::{self, Header, Kind};
 use super::State;
@@ -34,6 +35,10 @@ pub(super) struct AtomicTx {
     pub(super) peer: (usize, u64),
     /// It goes by the initiator's device (the target granted its region).
     pub(super) device: Option<Device>,
+    /// Its frame asks the target for a grant.
+    pub(super) asked: bool,
+    /// Held behind a device atomic to its peer (`order.rs`): not sent yet.
+    pub(super) held: bool,
 }
 
 /// The `Atomic` frame of `op`, without its token.
@@ -71,19 +76,36 @@ impl State {
         let at = self.serial(p);
         if let Some(word) = self.granted_word(at, &op) {
             let device = Some(Device::new(word, &op));
-            let key = self.atomics.insert(AtomicTx { op, peer: at, device });
+            let key = self.atomics.insert(AtomicTx {
+                op,
+                peer: at,
+                device,
+                asked: false,
+                held: false,
+            });
             let token = self.atomics.token(key);
+            if self.device_waits(at) {
+                return self.device_wait(t, cx, at, token);
+            }
             return self.device_step(t, cx, token);
         }
         // Asks for the grant first: applied by the target, this one could
         // interleave with another peer's device atomic on the element.
         let ask = cx.domain.device_atomics() && !self.frames_only.contains(&at);
-        if op.answered() || ask {
+        let wait = self.frames_wait(at);
+        if op.answered() || ask || wait {
+            // One held gets a token even at the inject level: it completes
+            // with its answer, which a frame sent later cannot do without.
             let key = self.atomics.insert(AtomicTx {
                 op,
                 peer: at,
                 device: None,
+                asked: ask,
+                held: false,
             });
+            if wait {
+                return self.hold_back(at, Held::Atomic(self.atomics.token(key), ask));
+            }
             self.send_atomic(p, key, ask);
         } else {
             let h = atomic_header(&op);
@@ -97,6 +119,9 @@ impl State {
     pub(super) fn send_atomic(&mut self, p: usize, key: usize, ask: bool) {
         let mut h = atomic_header(&self.atomics[key].op);
         h.token = self.atomics.token(key);
+        // Its answer follows every inject write before it.
+        let at = self.atomics[key].peer;
+        self.injected.retain(|&q| q != at);
         if ask {
             h.flags |= wire::NATIVE;
         }

@@ -19,6 +19,7 @@ use crate::error::Error;
 use crate::provider::Ctx;
 
 use super::super::transport::{DeviceAtomic, Remote, Transport};
+use super::order::Held;
 use super::wire::Header;
 use super::State;
 
@@ -139,7 +140,15 @@ impl State {
         self.atomic_grants.insert((at, tx.op.key), (h.addr, h.len));
         let device = Device::new(word, &tx.op);
         self.atomics[key].device = Some(device);
-        self.device_due.push(self.atomics.token(key));
+        let token = self.atomics.token(key);
+        // What its peer holds back was posted after it (held because it
+        // asked): it goes first. Frames sent before it were answered
+        // before its grant, and inject writes posted while it asked were
+        // refused, so it waits only on a frame sent in between.
+        match self.unordered(at) {
+            true => self.hold_first(at, Held::Device(token)),
+            false => self.device_due.push(token),
+        }
         Ok(())
     }
 
@@ -176,8 +185,9 @@ impl State {
                 let tx = &mut self.atomics[key];
                 let (at, k) = (tx.peer, tx.op.key);
                 tx.device = None;
-                self.atomic_grants.remove(&(at, k));
                 let ask = conn.is_none();
+                tx.asked = ask;
+                self.atomic_grants.remove(&(at, k));
                 if !ask && !self.frames_only.contains(&at) {
                     if self.frames_only.len() >= GRANTS_MAX {
                         self.frames_only.clear();

@@ -28,6 +28,7 @@ mod credit;
 mod device;
 mod fail;
 mod keepalive;
+mod order;
 mod out;
 mod peers;
 mod rma;
@@ -162,6 +163,9 @@ struct State {
     atomic_grants: device::AtomicGrants,
     /// Atomics whose next device operation is due after this progress.
     device_due: Vec<u64>,
+    /// Operations held for their place among their peer's RMA and
+    /// atomics (`order.rs`), in the order they were posted.
+    held_back: Vec<((usize, u64), order::Held)>,
     /// Peers whose transport has no device atomics: their atomics go in
     /// frames without asking for a grant.
     frames_only: Vec<(usize, u64)>,
@@ -247,6 +251,7 @@ impl<T: Transport> Engine<T> {
                 atomics: Outstanding::new(),
                 atomic_grants: device::AtomicGrants::default(),
                 device_due: Vec::new(),
+                held_back: Vec::new(),
                 frames_only: Vec::new(),
                 write_failed: Vec::new(),
                 pulls: Vec::new(),
@@ -691,6 +696,10 @@ impl<T: Transport> EndpointProvider for Engine<T> {
     ) -> Result<()> {
         let p = self.s.inject_peer(&mut self.t, cx, peer, payload.len())?;
         let at = self.s.serial(p);
+        if self.s.frames_wait(at) {
+            // Held behind a device atomic, it would need a copy kept.
+            return Err(Error::Again);
+        }
         if !self.s.injected.contains(&at) {
             self.s.injected.push(at);
         }
@@ -825,6 +834,9 @@ impl State {
             for token in std::mem::take(&mut self.device_due) {
                 self.device_step(t, cx, token);
             }
+        }
+        if !self.held_back.is_empty() {
+            self.release_held(t, cx);
         }
         self.end_doomed(t, cx);
         if !self.concealed.is_empty() {

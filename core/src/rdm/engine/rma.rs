@@ -33,6 +33,7 @@ use crate::provider::{Ctx, DomainProvider, RmaKind, RmaOp};
 
 use super::super::transport::{Bytes, Pulled, Remote, Transport};
 use super::super::Outstanding;
+use super::order::Held;
 use super::out::Out;
 use super::wire::{self, Header, Kind};
 use super::State;
@@ -68,6 +69,8 @@ pub(super) struct RmaTx {
     pub(super) native: bool,
     /// Its peer failed while the transport moved it: the error it reports.
     pub(super) ended: Option<Error>,
+    /// Held behind a device atomic to its peer (`order.rs`): not sent yet.
+    pub(super) held: bool,
 }
 
 /// A read the target streams back: `len` bytes of region `key` from `addr`.
@@ -165,11 +168,6 @@ impl State {
             Err(e) => return complete::rma(&mut cx.cq, self.selective, op, Err(e)),
         };
         let at = self.serial(p);
-        let kind = op.kind;
-        let mut h = Header::new(Kind::RmaRead);
-        h.tag = op.key;
-        h.addr = op.addr;
-        h.len = op.buf.len() as u64;
         let native = self.native_ok(at, &op);
         let key = self.rmas.insert(RmaTx {
             op,
@@ -177,16 +175,33 @@ impl State {
             got: 0,
             native: false,
             ended: None,
+            held: false,
         });
-        h.token = self.rmas.token(key);
         if native.is_some_and(|stamp| self.start_native(t, cx, key, stamp)) {
             return;
         }
+        if self.frames_wait(at) {
+            return self.hold_back(at, Held::Rma(self.rmas.token(key)));
+        }
+        self.send_rma(t, cx, p, key);
+    }
+
+    /// Sends RMA `key` to peer `p` in frames.
+    pub(super) fn send_rma<T: Transport>(&mut self, t: &mut T, cx: &mut Ctx<'_>, p: usize, key: usize) {
+        let tx = &self.rmas[key];
+        let at = tx.peer;
         // Its answer follows every inject write before it.
         self.injected.retain(|&p| p != at);
-        match kind {
+        match tx.op.kind {
             RmaKind::Write => self.enqueue(p, 0, Out::RmaWrite { key, off: 0 }),
-            RmaKind::Read => self.enqueue(p, 0, Out::Owned(h.encode(), Vec::new())),
+            RmaKind::Read => {
+                let mut h = Header::new(Kind::RmaRead);
+                h.tag = tx.op.key;
+                h.addr = tx.op.addr;
+                h.len = tx.op.buf.len() as u64;
+                h.token = self.rmas.token(key);
+                self.enqueue(p, 0, Out::Owned(h.encode(), Vec::new()));
+            }
         }
         self.posted(t, cx, p);
     }
@@ -201,19 +216,27 @@ impl State {
         let g = self.grants.get(&(at, op.key, write))?;
         let end = op.addr.checked_add(op.buf.len() as u64);
         let inside = op.addr >= g.start && end.is_some_and(|e| e <= g.start + g.len);
-        (inside && !self.unordered(at)).then_some(g.stamp)
+        (inside && !self.device_waits(at)).then_some(g.stamp)
     }
 
     /// Whether an operation the target's engine applies to peer `at`'s
-    /// memory may be pending there: an RMA or atomic in frames not yet
-    /// answered, or an inject write no answer has followed yet. A native
-    /// operation would overtake it (the device does not wait for the
-    /// target's engine), so it goes in frames behind it instead, and RMA
-    /// on a connection stays in order.
-    fn unordered(&self, at: (usize, u64)) -> bool {
-        self.injected.contains(&at)
-            || self.rmas.iter().any(|(_, r)| r.peer == at && !r.native)
-            || self.atomics.iter().any(|(_, a)| a.peer == at && a.device.is_none())
+    /// memory may be pending there: an RMA or atomic sent in frames and not
+    /// yet answered (one held back is not sent yet), or an inject write no
+    /// answer has followed yet. A native operation would overtake it (the
+    /// device does not wait for the target's engine), so a native RMA goes
+    /// in frames behind it instead, and RMA on a connection stays in order;
+    /// a device atomic waits (`order.rs`).
+    pub(super) fn unordered(&self, at: (usize, u64)) -> bool {
+        self.injected.contains(&at) || self.framed_pending(at)
+    }
+
+    /// Whether RMA or an atomic to peer `at` sent in frames is unanswered.
+    pub(super) fn framed_pending(&self, at: (usize, u64)) -> bool {
+        self.rmas.iter().any(|(_, r)| r.peer == at && !r.native && !r.held)
+            || self
+                .atomics
+                .iter()
+                .any(|(_, a)| a.peer == at && a.device.is_none() && !a.held)
     }
 
     /// Asks the transport to do RMA `key` natively; `false` when it cannot

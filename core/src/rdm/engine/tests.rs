@@ -1875,3 +1875,96 @@ fn a_peer_dying_under_a_device_atomic_ends_it_once_when_the_transport_reports_it
     assert!(a.take(2).is_none(), "completed once");
     assert_eq!(a.counter("atomics_outstanding"), 0);
 }
+
+#[test]
+fn a_device_atomic_keeps_its_place_among_rma_and_atomics_in_frames() {
+    use crate::atomic::{AtomicKind::*, Datatype::*};
+    let net = Net::new(8);
+    let mut words = vec![0u64; 2];
+    let (mut a, mut b, pb, (key, base)) = device_atomics(&net, &mut words);
+    a.atomic(pb, Read, U64, (0, 0), (key, base), 1);
+    until(&mut [&mut a, &mut b], 0, 1);
+    assert_eq!(a.ep.transport().device_ops, 1, "granted: by the device from now on");
+    // A write in frames, then an add by the device: the initiator alone
+    // progresses, and its device must not add before the target's engine
+    // wrote.
+    a.rma(pb, RmaKind::Write, 1000u64.to_le_bytes().to_vec(), (key, base), None, 2);
+    a.atomic(pb, Sum, U64, (1, 0), (key, base), 3);
+    for _ in 0..4 {
+        a.progress();
+    }
+    assert_eq!(a.ep.transport().device_ops, 1, "the add waits for the write's answer");
+    // Behind the waiting add: a write and an atomic in frames (another
+    // word), and an inject write, which cannot wait and is refused.
+    a.rma(pb, RmaKind::Write, 5u64.to_le_bytes().to_vec(), (key, base), None, 4);
+    a.atomic(pb, Sum, U64, (9, 0), (key ^ 1, base + 8), 5);
+    let inject = a.with(|ep, cx| ep.inject_write(cx, pb, base, key, None, &[7; 8]));
+    assert!(matches!(inject, Err(Error::Again)), "{inject:?}");
+    assert_eq!(until(&mut [&mut a, &mut b], 0, 2).result, Ok(()));
+    let add = until(&mut [&mut a, &mut b], 0, 3);
+    assert_eq!(
+        (add.result, add.data),
+        (Ok(()), 1000),
+        "the add saw the write before it"
+    );
+    assert_eq!(until(&mut [&mut a, &mut b], 0, 4).result, Ok(()));
+    assert!(matches!(
+        until(&mut [&mut a, &mut b], 0, 5).result,
+        Err(Error::RemoteAccess(_))
+    ));
+    // SAFETY: a live, aligned word that the device and engine wrote.
+    assert_eq!(
+        unsafe { std::ptr::read_volatile(words.as_ptr()) },
+        5,
+        "the write posted after the add came last"
+    );
+    assert_eq!(a.ep.transport().device_ops, 2);
+    assert_eq!(a.counter("atomics_outstanding"), 0);
+    assert_eq!(a.counter("rma_outstanding"), 0);
+    // Nothing waits now: an inject write goes.
+    a.with(|ep, cx| ep.inject_write(cx, pb, base, key, None, &[7; 8]))
+        .expect("injected");
+}
+
+#[test]
+fn a_device_atomic_behind_an_inject_write_asks_again_and_sees_it() {
+    use crate::atomic::{AtomicKind::*, Datatype::*};
+    let net = Net::new(8);
+    let mut words = vec![0u64; 1];
+    let (mut a, mut b, pb, (key, base)) = device_atomics(&net, &mut words);
+    // An inject write before the first atomic: the ask follows it.
+    a.with(|ep, cx| ep.inject_write(cx, pb, base, key, None, &40u64.to_le_bytes()))
+        .expect("injected");
+    a.atomic(pb, Sum, U64, (1, 0), (key, base), 1);
+    assert_eq!(until(&mut [&mut a, &mut b], 0, 1).data, 40);
+    // Granted: an inject write, then a device add. No answer would show the
+    // write applied, so the add asks again and goes by the device after.
+    a.with(|ep, cx| ep.inject_write(cx, pb, base, key, None, &100u64.to_le_bytes()))
+        .expect("injected");
+    a.atomic(pb, Sum, U64, (1, 0), (key, base), 2);
+    assert_eq!(until(&mut [&mut a, &mut b], 0, 2).data, 100, "the add saw the write");
+    // SAFETY: a live, aligned word that the device and engine wrote.
+    assert_eq!(unsafe { std::ptr::read_volatile(words.as_ptr()) }, 101);
+    assert_eq!(a.ep.transport().device_ops, 2);
+    assert_eq!(a.counter("atomics_outstanding"), 0);
+}
+
+#[test]
+fn adds_posted_before_their_region_is_granted_all_go_by_the_device_in_order() {
+    use crate::atomic::{AtomicKind::*, Datatype::*};
+    let net = Net::new(8);
+    let mut words = vec![0u64; 1];
+    let (mut a, mut b, pb, (key, base)) = device_atomics(&net, &mut words);
+    // A window of adds completed when done, the first asking for the
+    // region: the rest wait behind it, then go by the device.
+    for i in 0..8 {
+        a.atomic_how(pb, Sum, U64, (1, 0), (key, base), (false, CompletionLevel::Inject), i);
+    }
+    a.atomic(pb, Read, U64, (0, 0), (key, base), 8);
+    for i in 0..8 {
+        assert_eq!(until(&mut [&mut a, &mut b], 0, i).result, Ok(()), "add {i}");
+    }
+    assert_eq!(until(&mut [&mut a, &mut b], 0, 8).data, 8, "the read after every add");
+    assert_eq!(a.ep.transport().device_ops, 9, "every one by the device");
+    assert_eq!(a.counter("atomics_outstanding"), 0);
+}
