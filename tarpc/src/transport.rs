@@ -13,7 +13,7 @@ use futures::{Future, Sink, Stream, StreamExt};
 use xfer::aio::{AsyncEndpoint, BufResult, Received};
 use xfer::PeerAddr;
 
-use crate::codec::{Bincode, Decode, Encode};
+use crate::codec::{Bincode, Decode, Encode, Raw};
 use crate::wire::{self, Frame, BODY, FRAME, FRAME_MAX};
 
 /// Frame receives kept posted per connection. Messages beyond them wait in
@@ -99,6 +99,12 @@ pub struct Transport<In, Out, C = Bincode> {
     /// The stream ended (peer closed, or an error was returned).
     ended: bool,
 
+    /// Sends not yet polled, so not yet posted, in the order they were
+    /// made: each is polled (posted) in that order before it joins `sends`,
+    /// so that messages of one tag match the peer's receives in sending
+    /// order whichever order `sends` polls its futures in.
+    fresh: VecDeque<SendFut>,
+    /// Sends posted and not yet complete.
     sends: FuturesUnordered<SendFut>,
     /// The `DATA` frame being filled (empty: none).
     batch: Vec<u8>,
@@ -131,6 +137,7 @@ impl<In, Out, C> Transport<In, Out, C> {
             ready: VecDeque::new(),
             ahead: 0,
             ended: false,
+            fresh: VecDeque::new(),
             sends: FuturesUnordered::new(),
             batch: Vec::new(),
             spare_out: Vec::new(),
@@ -223,7 +230,41 @@ impl<In, Out, C> Transport<In, Out, C> {
 
     fn send(&mut self, tag: u64, buf: Vec<u8>) {
         let (ep, peer) = (self.ep.clone(), self.peer);
-        self.sends.push(Box::pin(async move { ep.tsend(peer, tag, buf).await }));
+        self.fresh
+            .push_back(Box::pin(async move { ep.tsend(peer, tag, buf).await }));
+    }
+
+    /// Sends made and not yet complete.
+    fn in_flight(&self) -> usize {
+        self.fresh.len() + self.sends.len()
+    }
+
+    /// Posts the sends made since the last call, in the order they were
+    /// made (a send's first poll posts it), taking the results of those
+    /// that complete at once.
+    fn post_fresh(&mut self, cx: &mut Context<'_>) -> io::Result<()> {
+        while let Some(mut f) = self.fresh.pop_front() {
+            match f.as_mut().poll(cx) {
+                Poll::Ready(r) => self.sent(r)?,
+                Poll::Pending => self.sends.push(f),
+            }
+        }
+        Ok(())
+    }
+
+    /// Sends the frame being filled and posts every send made, without
+    /// waiting for them to complete (as a socket's flush hands its bytes to
+    /// the kernel and waits for no reader): `Ready` once all are posted,
+    /// with the first error of a send that completed meanwhile. Sends in
+    /// flight stay bounded: `poll_ready` waits while [`SENDS_MAX`] are.
+    /// [`Sink::poll_flush`] waits for them all to complete.
+    pub fn poll_post(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.send_batch();
+        self.post_fresh(cx)?;
+        while let Poll::Ready(Some(r)) = self.sends.poll_next_unpin(cx) {
+            self.sent(r)?;
+        }
+        Poll::Ready(Ok(()))
     }
 
     /// Takes the result of a completed send, keeping a frame-sized buffer
@@ -254,6 +295,43 @@ impl<In, Out, C> Transport<In, Out, C> {
     fn fail<T>(&mut self, e: io::Error) -> Poll<Option<io::Result<T>>> {
         self.ended = true;
         Poll::Ready(Some(Err(e)))
+    }
+}
+
+impl<In> Transport<In, Vec<u8>, Raw> {
+    /// Writes the bytes of `bufs` (as many as the `DATA` frame being filled
+    /// takes, at least one) as one message, copied once, straight into that
+    /// frame: what [`Sink::start_send`] of a `Vec` of them would send, with
+    /// no `Vec` to fill first. For byte streams over the transport, whose
+    /// small writes need no message of their own. `Pending` while the
+    /// connection has [`SENDS_MAX`] sends in flight and a frame must open.
+    pub fn poll_write_bytes(&mut self, cx: &mut Context<'_>, bufs: &[io::IoSlice<'_>]) -> Poll<io::Result<usize>> {
+        if self.closed {
+            return Poll::Ready(Err(io::Error::new(io::ErrorKind::BrokenPipe, "rpc transport closed")));
+        }
+        let total: usize = bufs.iter().map(|b| b.len()).sum();
+        if total == 0 {
+            return Poll::Ready(Ok(0));
+        }
+        if !self.batch.is_empty() && self.batch.len() + wire::PER_MESSAGE >= FRAME_MAX {
+            self.send_batch();
+        }
+        if self.batch.is_empty() {
+            ready!(Sink::<Vec<u8>>::poll_ready(Pin::new(&mut *self), cx))?;
+            self.open_batch();
+        }
+        let n = total.min(FRAME_MAX - self.batch.len() - wire::PER_MESSAGE);
+        wire::push_len(&mut self.batch, n);
+        let mut left = n;
+        for b in bufs {
+            let take = b.len().min(left);
+            self.batch.extend_from_slice(&b[..take]);
+            left -= take;
+            if left == 0 {
+                break;
+            }
+        }
+        Poll::Ready(Ok(n))
     }
 }
 
@@ -337,7 +415,8 @@ impl<In, Out, C: Encode<Out>> Sink<Out> for Transport<In, Out, C> {
 
     fn poll_ready(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let me = self.get_mut();
-        while me.sends.len() >= SENDS_MAX {
+        me.post_fresh(cx)?;
+        while me.in_flight() >= SENDS_MAX {
             match ready!(me.sends.poll_next_unpin(cx)) {
                 Some(r) => me.sent(r)?,
                 None => break,
@@ -385,6 +464,7 @@ impl<In, Out, C: Encode<Out>> Sink<Out> for Transport<In, Out, C> {
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let me = self.get_mut();
         me.send_batch();
+        me.post_fresh(cx)?;
         while let Some(r) = ready!(me.sends.poll_next_unpin(cx)) {
             me.sent(r)?;
         }

@@ -20,18 +20,33 @@ pub const WRITE_MAX: usize = 256 << 10;
 /// Messages are the bytes written, as they are (no encoding): a large
 /// batch is itself the body that travels, and the body received is read
 /// from directly.
+/// The largest write that goes straight into the transport's frame being
+/// filled ([`Transport::poll_write_bytes`]): an HTTP/2 frame of the default
+/// largest size with its header, and whatever is smaller. A larger write
+/// (and what follows it until the next flush) is buffered and sent as one
+/// message of its own, which travels as a body into a receive of its size.
+const DIRECT_MAX: usize = xfer_tarpc::wire::FRAME_MAX / 2 + 1024;
+
 type Conn = Transport<Vec<u8>, Vec<u8>, Raw>;
 
 /// One connection as a tokio `AsyncRead + AsyncWrite` byte stream (wrap it
 /// in `hyper_util::rt::TokioIo` for hyper; [`crate::Connector`] does).
 ///
-/// Writes (vectored ones too) are buffered until `flush`, or until
-/// [`WRITE_MAX`] bytes are buffered, and then sent as one message of the
-/// underlying connection, which delivers its messages in order whatever
-/// their size (small ones batched in a frame, large ones as a body of
-/// their own that later messages wait for). Sending waits while the
+/// A write of up to about half a frame (vectored ones too: an HTTP/2
+/// frame's header and payload) is copied once, straight into the
+/// underlying connection's frame being filled
+/// ([`Transport::poll_write_bytes`]), which goes out when full or at
+/// `flush`. A larger write is buffered with what follows it until `flush`,
+/// or until [`WRITE_MAX`] bytes are buffered, and sent as one message,
+/// which travels as a body of its own into a receive of its size. The
+/// connection delivers its messages in order whatever their size. `flush`
+/// posts what was written and returns, as a socket's hands its bytes to the
+/// kernel: it does not wait for the sends to complete (for an eager send,
+/// the peer's acknowledgement), which would cost a round trip per HTTP/2
+/// frame, since h2 flushes after each large one. Sending waits while the
 /// connection has its maximum of sends in flight
-/// ([`xfer_tarpc::SENDS_MAX`]). A read returns bytes of the next message
+/// ([`xfer_tarpc::SENDS_MAX`]); a send's error is returned by a later
+/// write, flush or shutdown. A read returns bytes of the next message
 /// in order. `shutdown` sends a close after everything written: the peer
 /// reads end of file once it has read all of it. Dropping the stream
 /// without a shutdown sends what was written and the close too (best
@@ -115,11 +130,19 @@ impl AsyncWrite for XferIo {
         if me.shut {
             return Poll::Ready(Err(io::Error::new(io::ErrorKind::BrokenPipe, "xfer stream shut down")));
         }
-        if bufs.iter().all(|b| b.is_empty()) {
+        let total: usize = bufs.iter().map(|b| b.len()).sum();
+        if total == 0 {
             return Poll::Ready(Ok(0));
+        }
+        if me.write.is_empty() && total <= DIRECT_MAX {
+            // Straight into the frame being filled: one copy.
+            return me.conn.poll_write_bytes(cx, bufs);
         }
         if me.write.len() >= WRITE_MAX {
             ready!(me.poll_send(cx))?;
+        }
+        if me.write.is_empty() && total <= DIRECT_MAX {
+            return me.conn.poll_write_bytes(cx, bufs);
         }
         let mut room = WRITE_MAX - me.write.len();
         let mut n = 0;
@@ -142,7 +165,7 @@ impl AsyncWrite for XferIo {
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let me = self.get_mut();
         ready!(me.poll_send(cx))?;
-        Pin::new(&mut me.conn).poll_flush(cx)
+        me.conn.poll_post(cx)
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
