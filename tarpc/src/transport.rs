@@ -16,9 +16,16 @@ use xfer::PeerAddr;
 use crate::codec::{Bincode, Decode, Encode, Raw};
 use crate::wire::{self, Frame, BODY, FRAME, FRAME_MAX};
 
-/// Frame receives kept posted per connection. Messages beyond them wait in
-/// the provider's unexpected queue until the next receive is posted.
+/// Frame receives kept posted per connection at first. Messages beyond them
+/// wait in the provider's unexpected queue until the next receive is
+/// posted, which costs them a copy more (into the queue, then out of it).
 pub const RECV_WINDOW: usize = 4;
+/// The most frame receives a connection keeps posted: its window grows by
+/// one, up to this, each time a frame receive finds its frame already
+/// there when posted (a burst came that the window did not cover). A
+/// connection that never gets bursts keeps [`RECV_WINDOW`] posted; one
+/// that does holds up to this many frame buffers (1 MiB of them).
+pub const RECV_WINDOW_MAX: usize = 32;
 /// Sends in flight before `poll_ready` waits for one to complete.
 pub const SENDS_MAX: usize = 128;
 
@@ -85,6 +92,9 @@ pub struct Transport<In, Out, C = Bincode> {
     /// after it (a wake-up of theirs polls the transport, which looks at
     /// the first).
     frames: VecDeque<Posted>,
+    /// Frame receives kept posted: [`RECV_WINDOW`], growing up to
+    /// [`RECV_WINDOW_MAX`].
+    window: usize,
     frames_in: u64,
     /// The frame count of the peer's `CLOSE`.
     close_after: Option<u64>,
@@ -131,6 +141,7 @@ impl<In, Out, C> Transport<In, Out, C> {
             local,
             remote,
             frames: VecDeque::with_capacity(RECV_WINDOW),
+            window: RECV_WINDOW,
             frames_in: 0,
             close_after: None,
             spare: Vec::new(),
@@ -159,7 +170,12 @@ impl<In, Out, C> Transport<In, Out, C> {
         let buf = self.spare.pop().unwrap_or_else(|| vec![0; FRAME_MAX]);
         let tag = wire::tag(FRAME, self.local, 0);
         let f: RecvFut = Box::pin(async move { ep.trecv(PeerAddr::UNSPEC, tag, 0, buf).await });
-        self.frames.push_back(Posted::post(f, cx));
+        let posted = Posted::post(f, cx);
+        if matches!(posted, Posted::Done(_)) && self.window < RECV_WINDOW_MAX {
+            // Its frame was waiting unexpected: the window was short.
+            self.window += 1;
+        }
+        self.frames.push_back(posted);
     }
 
     /// Posts the receive of a large message's body now (so it does not
@@ -361,7 +377,7 @@ impl<In, Out, C: Decode<In>> Stream for Transport<In, Out, C> {
                 }
                 Some(_) => {}
                 None => {
-                    while me.frames.len() < RECV_WINDOW {
+                    while me.frames.len() < me.window {
                         me.post_frame(cx);
                     }
                 }
@@ -400,7 +416,7 @@ impl<In, Out, C: Decode<In>> Stream for Transport<In, Out, C> {
                     Ok(())
                 }
             };
-            if me.spare.len() < RECV_WINDOW {
+            if me.spare.len() < me.window {
                 me.spare.push(buf);
             }
             if let Err(e) = out {
