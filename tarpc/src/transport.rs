@@ -10,6 +10,7 @@ use std::task::{ready, Context, Poll};
 
 use futures::stream::FuturesUnordered;
 use futures::{Future, Sink, Stream, StreamExt};
+use tokio::io::ReadBuf;
 use xfer::aio::{AsyncEndpoint, BufResult, Received};
 use xfer::PeerAddr;
 
@@ -62,6 +63,30 @@ impl Posted {
 enum Next<In> {
     Ready(In),
     Body(Posted),
+    /// A `DATA` frame kept whole for byte reads ([`Transport::poll_read_bytes`]):
+    /// its buffer and where its (checked) messages lie in it.
+    Frame(Vec<u8>, usize, usize),
+}
+
+/// What [`Transport::poll_item`] yields: a message, or a frame of them
+/// kept whole.
+enum Item<In> {
+    One(In),
+    Frame(Vec<u8>, usize, usize),
+}
+
+/// Received bytes being read by [`Transport::poll_read_bytes`]: a frame's
+/// messages (each behind its length) or one message's own buffer.
+struct Reading {
+    buf: Vec<u8>,
+    /// The next byte to read.
+    at: usize,
+    /// The end of what is to be read.
+    end: usize,
+    /// Bytes left of the current message.
+    left: usize,
+    /// A frame (a length before each message, the buffer kept for reuse).
+    frame: bool,
 }
 
 /// A tarpc transport over one xfer connection (see [`crate::wire`]):
@@ -108,6 +133,10 @@ pub struct Transport<In, Out, C = Bincode> {
     ahead: usize,
     /// The stream ended (peer closed, or an error was returned).
     ended: bool,
+    /// `DATA` frames are kept whole for byte reads rather than decoded.
+    keep_frames: bool,
+    /// What [`Transport::poll_read_bytes`] is reading.
+    reading: Option<Reading>,
 
     /// Sends not yet polled, so not yet posted, in the order they were
     /// made: each is polled (posted) in that order before it joins `sends`,
@@ -148,6 +177,8 @@ impl<In, Out, C> Transport<In, Out, C> {
             ready: VecDeque::new(),
             ahead: 0,
             ended: false,
+            keep_frames: false,
+            reading: None,
             fresh: VecDeque::new(),
             sends: FuturesUnordered::new(),
             batch: Vec::new(),
@@ -193,7 +224,7 @@ impl<In, Out, C> Transport<In, Out, C> {
 
     /// The first message received and not yielded, once it is whole:
     /// `Pending` while it is a body on its way.
-    fn poll_ready_item(&mut self, cx: &mut Context<'_>) -> Poll<Option<io::Result<In>>>
+    fn poll_ready_item(&mut self, cx: &mut Context<'_>) -> Poll<Option<io::Result<Item<In>>>>
     where
         C: Decode<In>,
     {
@@ -201,13 +232,22 @@ impl<In, Out, C> Transport<In, Out, C> {
             None => return Poll::Ready(None),
             Some(Next::Body(Posted::Waiting(f))) => ready!(f.as_mut().poll(cx)),
             Some(_) => match self.ready.pop_front() {
-                Some(Next::Ready(item)) => return Poll::Ready(Some(Ok(item))),
-                Some(Next::Body(Posted::Done(got))) => return Poll::Ready(self.body(got)),
+                Some(Next::Ready(item)) => return Poll::Ready(Some(Ok(Item::One(item)))),
+                Some(Next::Frame(buf, at, end)) => return Poll::Ready(Some(Ok(Item::Frame(buf, at, end)))),
+                Some(Next::Body(Posted::Done(got))) => return Poll::Ready(self.body(got).map(|r| r.map(Item::One))),
                 _ => return Poll::Ready(None),
             },
         };
         self.ready.pop_front();
-        Poll::Ready(self.body(got))
+        Poll::Ready(self.body(got).map(|r| r.map(Item::One)))
+    }
+
+    /// Keeps a frame buffer for a later frame receive.
+    fn recycle(&mut self, mut buf: Vec<u8>) {
+        if self.spare.len() < self.window && buf.len() == FRAME_MAX {
+            buf.resize(FRAME_MAX, 0);
+            self.spare.push(buf);
+        }
     }
 
     /// The first frame receive's result, once it has one.
@@ -314,6 +354,62 @@ impl<In, Out, C> Transport<In, Out, C> {
     }
 }
 
+impl<Out> Transport<Vec<u8>, Out, Raw> {
+    /// Reads received bytes into `out`, in sending order, as a byte stream
+    /// reads: straight from the frame they arrived in (one copy, none into
+    /// a message of their own first), or from a large message's body.
+    /// `Ready(Ok(()))` with nothing put in `out` (which had room) is the
+    /// end of the stream, after everything the peer sent before closing.
+    pub fn poll_read_bytes(&mut self, cx: &mut Context<'_>, out: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        self.keep_frames = true;
+        if out.remaining() == 0 {
+            return Poll::Ready(Ok(()));
+        }
+        loop {
+            if let Some(r) = &mut self.reading {
+                if r.left == 0 && r.frame && r.end - r.at >= wire::PER_MESSAGE {
+                    // Checked when the frame arrived: a length, then its
+                    // bytes (bounded again all the same).
+                    let mut len = [0; wire::PER_MESSAGE];
+                    len.copy_from_slice(&r.buf[r.at..r.at + wire::PER_MESSAGE]);
+                    r.at += wire::PER_MESSAGE;
+                    r.left = (u32::from_le_bytes(len) as usize).min(r.end - r.at);
+                    continue;
+                }
+                if r.left > 0 {
+                    let n = out.remaining().min(r.left);
+                    out.put_slice(&r.buf[r.at..r.at + n]);
+                    r.at += n;
+                    r.left -= n;
+                    return Poll::Ready(Ok(()));
+                }
+                if let Some(done) = self.reading.take().filter(|r| r.frame) {
+                    self.recycle(done.buf);
+                }
+                continue;
+            }
+            self.reading = match ready!(self.poll_item(cx)) {
+                Some(Ok(Item::One(buf))) => Some(Reading {
+                    at: 0,
+                    end: buf.len(),
+                    left: buf.len(),
+                    buf,
+                    frame: false,
+                }),
+                Some(Ok(Item::Frame(buf, at, end))) => Some(Reading {
+                    buf,
+                    at,
+                    end,
+                    left: 0,
+                    frame: true,
+                }),
+                Some(Err(e)) => return Poll::Ready(Err(e)),
+                None => return Poll::Ready(Ok(())),
+            };
+        }
+    }
+}
+
 impl<In> Transport<In, Vec<u8>, Raw> {
     /// Writes the bytes of `bufs` (as many as the `DATA` frame being filled
     /// takes, at least one) as one message, copied once, straight into that
@@ -357,6 +453,36 @@ impl<In, Out, C: Decode<In>> Stream for Transport<In, Out, C> {
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<io::Result<In>>> {
         let me = self.get_mut();
         loop {
+            match ready!(me.poll_item(cx)) {
+                Some(Ok(Item::One(item))) => return Poll::Ready(Some(Ok(item))),
+                Some(Ok(Item::Frame(buf, at, end))) => {
+                    // Kept for byte reads, read as messages: decoded now,
+                    // ahead of what came after them.
+                    let mut decoded = Vec::new();
+                    for m in wire::messages(&buf[at..end]) {
+                        match m.and_then(C::decode) {
+                            Ok(item) => decoded.push(item),
+                            Err(e) => return me.fail(e),
+                        }
+                    }
+                    me.recycle(buf);
+                    for item in decoded.into_iter().rev() {
+                        me.ready.push_front(Next::Ready(item));
+                    }
+                }
+                Some(Err(e)) => return Poll::Ready(Some(Err(e))),
+                None => return Poll::Ready(None),
+            }
+        }
+    }
+}
+
+impl<In, Out, C: Decode<In>> Transport<In, Out, C> {
+    /// The next message in sending order, or (for byte reads) the next
+    /// `DATA` frame kept whole.
+    fn poll_item(&mut self, cx: &mut Context<'_>) -> Poll<Option<io::Result<Item<In>>>> {
+        let me = self;
+        loop {
             if me.ended {
                 return Poll::Ready(None);
             }
@@ -399,6 +525,17 @@ impl<In, Out, C: Decode<In>> Stream for Transport<In, Out, C> {
             };
             let out = match wire::parse(&buf[..len]) {
                 Err(e) => Err(e),
+                Ok(Frame::Data(bytes)) if me.keep_frames => {
+                    me.frames_in += 1;
+                    let checked = wire::messages(bytes).try_for_each(|m| m.map(drop));
+                    if checked.is_ok() {
+                        // Read from where it landed; the buffer comes back
+                        // for reuse once read.
+                        me.ready.push_back(Next::Frame(buf, 1, len));
+                        continue;
+                    }
+                    checked
+                }
                 Ok(Frame::Data(bytes)) => {
                     me.frames_in += 1;
                     wire::messages(bytes).try_for_each(|m| {
@@ -416,9 +553,7 @@ impl<In, Out, C: Decode<In>> Stream for Transport<In, Out, C> {
                     Ok(())
                 }
             };
-            if me.spare.len() < me.window {
-                me.spare.push(buf);
-            }
+            me.recycle(buf);
             if let Err(e) = out {
                 return me.fail(e);
             }

@@ -369,7 +369,8 @@ async fn an_http2_frame_travels_as_one_message() {
 /// Bytes written straight into frames (`poll_write_bytes`, as xfer-tonic's
 /// byte stream writes), interleaved with large messages sent whole and
 /// with flushes that only post (`poll_post`), arrive whole and in the
-/// order written: the reader's concatenation is the writer's.
+/// order written, read as a byte stream straight from the frames
+/// (`poll_read_bytes`), then the end of the stream.
 #[tokio::test(flavor = "current_thread")]
 async fn bytes_written_into_frames_and_posted_arrive_in_order() {
     use futures::SinkExt;
@@ -389,9 +390,21 @@ async fn bytes_written_into_frames_and_posted_arrive_in_order() {
         let name = server.name();
         let reader = tokio::spawn(async move {
             let mut conn = std::pin::pin!(server.incoming_raw());
-            let conn = conn.next().await.expect("a connection").expect("accept");
-            let got: Vec<Vec<u8>> = conn.map(|m| m.expect("a message")).collect().await;
-            got.concat()
+            let mut conn = conn.next().await.expect("a connection").expect("accept");
+            // Read as a byte stream, in reads of odd sizes that end inside
+            // messages and frames.
+            let (mut got, mut space) = (Vec::new(), vec![0u8; 70_001]);
+            for i in 0.. {
+                let mut out = tokio::io::ReadBuf::new(&mut space[..[7, 1000, 70_001, 16_400][i % 4]]);
+                std::future::poll_fn(|cx| conn.poll_read_bytes(cx, &mut out))
+                    .await
+                    .expect("read bytes");
+                if out.filled().is_empty() {
+                    break;
+                }
+                got.extend_from_slice(out.filled());
+            }
+            got
         });
         let node = xfer_tarpc::Node::open().expect("client node");
         let mut conn = node.connect_raw(&name).await.expect("connect");

@@ -4,7 +4,7 @@ use std::io::{self, IoSlice};
 use std::pin::Pin;
 use std::task::{ready, Context, Poll, Waker};
 
-use futures::{Sink, StreamExt};
+use futures::Sink;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use xfer::PeerAddr;
 use xfer_tarpc::{Raw, Transport};
@@ -46,17 +46,13 @@ type Conn = Transport<Vec<u8>, Vec<u8>, Raw>;
 /// frame, since h2 flushes after each large one. Sending waits while the
 /// connection has its maximum of sends in flight
 /// ([`xfer_tarpc::SENDS_MAX`]); a send's error is returned by a later
-/// write, flush or shutdown. A read returns bytes of the next message
-/// in order. `shutdown` sends a close after everything written: the peer
+/// write, flush or shutdown. A read copies received bytes, in order,
+/// straight from the frame they arrived in ([`Transport::poll_read_bytes`]). `shutdown` sends a close after everything written: the peer
 /// reads end of file once it has read all of it. Dropping the stream
 /// without a shutdown sends what was written and the close too (best
 /// effort: they are posted, not waited for).
 pub struct XferIo {
     conn: Conn,
-    /// The message being read, from `pos`.
-    read: Vec<u8>,
-    pos: usize,
-    eof: bool,
     /// Bytes written and not yet sent.
     write: Vec<u8>,
     shut: bool,
@@ -66,9 +62,6 @@ impl XferIo {
     pub(crate) fn new(conn: Conn) -> Self {
         XferIo {
             conn,
-            read: Vec::new(),
-            pos: 0,
-            eof: false,
             write: Vec::new(),
             shut: false,
         }
@@ -93,26 +86,7 @@ impl XferIo {
 
 impl AsyncRead for XferIo {
     fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
-        let me = self.get_mut();
-        loop {
-            if me.pos < me.read.len() {
-                let n = buf.remaining().min(me.read.len() - me.pos);
-                buf.put_slice(&me.read[me.pos..me.pos + n]);
-                me.pos += n;
-                return Poll::Ready(Ok(()));
-            }
-            if me.eof {
-                return Poll::Ready(Ok(()));
-            }
-            match ready!(me.conn.poll_next_unpin(cx)) {
-                Some(Ok(bytes)) => {
-                    me.read = bytes;
-                    me.pos = 0;
-                }
-                Some(Err(e)) => return Poll::Ready(Err(e)),
-                None => me.eof = true,
-            }
-        }
+        self.get_mut().conn.poll_read_bytes(cx, buf)
     }
 }
 
