@@ -308,21 +308,6 @@ impl<In, Out, C> Transport<In, Out, C> {
         Ok(())
     }
 
-    /// Sends the frame being filled and posts every send made, without
-    /// waiting for them to complete (as a socket's flush hands its bytes to
-    /// the kernel and waits for no reader): `Ready` once all are posted,
-    /// with the first error of a send that completed meanwhile. Sends in
-    /// flight stay bounded: `poll_ready` waits while [`SENDS_MAX`] are.
-    /// [`Sink::poll_flush`] waits for them all to complete.
-    pub fn poll_post(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        self.send_batch();
-        self.post_fresh(cx)?;
-        while let Poll::Ready(Some(r)) = self.sends.poll_next_unpin(cx) {
-            self.sent(r)?;
-        }
-        Poll::Ready(Ok(()))
-    }
-
     /// Takes the result of a completed send, keeping a frame-sized buffer
     /// for the next frame.
     fn sent(&mut self, (r, mut buf): BufResult<usize>) -> io::Result<()> {

@@ -368,8 +368,7 @@ async fn an_http2_frame_travels_as_one_message() {
 
 /// Bytes written straight into frames (`poll_write_bytes`, as xfer-tonic's
 /// byte stream writes), interleaved with large messages sent whole and
-/// with flushes that only post (`poll_post`), arrive whole and in the
-/// order written, read as a byte stream straight from the frames
+/// with flushes, arrive whole and in the order written, read as a byte stream straight from the frames
 /// (`poll_read_bytes`), then the end of the stream.
 #[tokio::test(flavor = "current_thread")]
 async fn bytes_written_into_frames_and_posted_arrive_in_order() {
@@ -429,7 +428,7 @@ async fn bytes_written_into_frames_and_posted_arrive_in_order() {
                 }
             }
             if i % 2 == 0 {
-                std::future::poll_fn(|cx| conn.poll_post(cx)).await.expect("post");
+                conn.flush().await.expect("flush");
             }
         }
         conn.close().await.expect("close");

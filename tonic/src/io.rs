@@ -40,13 +40,9 @@ type Conn = Transport<Vec<u8>, Vec<u8>, Raw>;
 /// or until [`WRITE_MAX`] bytes are buffered, and sent as one message,
 /// which travels as a body of its own into a receive of its size. The
 /// connection delivers its messages in order whatever their size. `flush`
-/// posts what was written and returns, as a socket's hands its bytes to the
-/// kernel: it does not wait for the sends to complete (for an eager send,
-/// the peer's acknowledgement), which would cost a round trip per HTTP/2
-/// frame, since h2 flushes after each large one. Sending waits while the
-/// connection has its maximum of sends in flight
-/// ([`xfer_tarpc::SENDS_MAX`]); a send's error is returned by a later
-/// write, flush or shutdown. A read copies received bytes, in order,
+/// sends what was written and waits for the connection's sends to
+/// complete. Sending waits while the connection has its maximum of sends
+/// in flight ([`xfer_tarpc::SENDS_MAX`]). A read copies received bytes, in order,
 /// straight from the frame they arrived in ([`Transport::poll_read_bytes`]). `shutdown` sends a close after everything written: the peer
 /// reads end of file once it has read all of it. Dropping the stream
 /// without a shutdown sends what was written and the close too (best
@@ -139,7 +135,7 @@ impl AsyncWrite for XferIo {
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let me = self.get_mut();
         ready!(me.poll_send(cx))?;
-        me.conn.poll_post(cx)
+        Pin::new(&mut me.conn).poll_flush(cx)
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {

@@ -8,8 +8,8 @@
 //! [`Node`], connections told apart by tags, names exchanged with a
 //! `HELLO`/`ACCEPT`): small writes are copied straight into the frame
 //! being filled, a larger one and what follows it until the flush (up to
-//! [`WRITE_MAX`] bytes) becomes one message of its own; a flush posts and
-//! does not wait; the bytes arrive in order and reads copy them straight
+//! [`WRITE_MAX`] bytes) becomes one message of its own; the bytes arrive
+//! in order and reads copy them straight
 //! out of the frames they came in; a shutdown sends a close that reads as
 //! end of file on the peer.
 //!
