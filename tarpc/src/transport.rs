@@ -10,15 +10,23 @@ use std::task::{ready, Context, Poll};
 
 use futures::stream::FuturesUnordered;
 use futures::{Future, Sink, Stream, StreamExt};
+use tokio::io::ReadBuf;
 use xfer::aio::{AsyncEndpoint, BufResult, Received};
 use xfer::PeerAddr;
 
-use crate::codec::{Bincode, Decode, Encode};
+use crate::codec::{Bincode, Decode, Encode, Raw};
 use crate::wire::{self, Frame, BODY, FRAME, FRAME_MAX};
 
-/// Frame receives kept posted per connection. Messages beyond them wait in
-/// the provider's unexpected queue until the next receive is posted.
+/// Frame receives kept posted per connection at first. Messages beyond them
+/// wait in the provider's unexpected queue until the next receive is
+/// posted, which costs them a copy more (into the queue, then out of it).
 pub const RECV_WINDOW: usize = 4;
+/// The most frame receives a connection keeps posted: its window grows by
+/// one, up to this, each time a frame receive finds its frame already
+/// there when posted (a burst came that the window did not cover). A
+/// connection that never gets bursts keeps [`RECV_WINDOW`] posted; one
+/// that does holds up to this many frame buffers (1 MiB of them).
+pub const RECV_WINDOW_MAX: usize = 32;
 /// Sends in flight before `poll_ready` waits for one to complete.
 pub const SENDS_MAX: usize = 128;
 
@@ -55,6 +63,30 @@ impl Posted {
 enum Next<In> {
     Ready(In),
     Body(Posted),
+    /// A `DATA` frame kept whole for byte reads ([`Transport::poll_read_bytes`]):
+    /// its buffer and where its (checked) messages lie in it.
+    Frame(Vec<u8>, usize, usize),
+}
+
+/// What [`Transport::poll_item`] yields: a message, or a frame of them
+/// kept whole.
+enum Item<In> {
+    One(In),
+    Frame(Vec<u8>, usize, usize),
+}
+
+/// Received bytes being read by [`Transport::poll_read_bytes`]: a frame's
+/// messages (each behind its length) or one message's own buffer.
+struct Reading {
+    buf: Vec<u8>,
+    /// The next byte to read.
+    at: usize,
+    /// The end of what is to be read.
+    end: usize,
+    /// Bytes left of the current message.
+    left: usize,
+    /// A frame (a length before each message, the buffer kept for reuse).
+    frame: bool,
 }
 
 /// A tarpc transport over one xfer connection (see [`crate::wire`]):
@@ -85,6 +117,9 @@ pub struct Transport<In, Out, C = Bincode> {
     /// after it (a wake-up of theirs polls the transport, which looks at
     /// the first).
     frames: VecDeque<Posted>,
+    /// Frame receives kept posted: [`RECV_WINDOW`], growing up to
+    /// [`RECV_WINDOW_MAX`].
+    window: usize,
     frames_in: u64,
     /// The frame count of the peer's `CLOSE`.
     close_after: Option<u64>,
@@ -98,7 +133,17 @@ pub struct Transport<In, Out, C = Bincode> {
     ahead: usize,
     /// The stream ended (peer closed, or an error was returned).
     ended: bool,
+    /// `DATA` frames are kept whole for byte reads rather than decoded.
+    keep_frames: bool,
+    /// What [`Transport::poll_read_bytes`] is reading.
+    reading: Option<Reading>,
 
+    /// Sends not yet polled, so not yet posted, in the order they were
+    /// made: each is polled (posted) in that order before it joins `sends`,
+    /// so that messages of one tag match the peer's receives in sending
+    /// order whichever order `sends` polls its futures in.
+    fresh: VecDeque<SendFut>,
+    /// Sends posted and not yet complete.
     sends: FuturesUnordered<SendFut>,
     /// The `DATA` frame being filled (empty: none).
     batch: Vec<u8>,
@@ -125,12 +170,16 @@ impl<In, Out, C> Transport<In, Out, C> {
             local,
             remote,
             frames: VecDeque::with_capacity(RECV_WINDOW),
+            window: RECV_WINDOW,
             frames_in: 0,
             close_after: None,
             spare: Vec::new(),
             ready: VecDeque::new(),
             ahead: 0,
             ended: false,
+            keep_frames: false,
+            reading: None,
+            fresh: VecDeque::new(),
             sends: FuturesUnordered::new(),
             batch: Vec::new(),
             spare_out: Vec::new(),
@@ -152,7 +201,12 @@ impl<In, Out, C> Transport<In, Out, C> {
         let buf = self.spare.pop().unwrap_or_else(|| vec![0; FRAME_MAX]);
         let tag = wire::tag(FRAME, self.local, 0);
         let f: RecvFut = Box::pin(async move { ep.trecv(PeerAddr::UNSPEC, tag, 0, buf).await });
-        self.frames.push_back(Posted::post(f, cx));
+        let posted = Posted::post(f, cx);
+        if matches!(posted, Posted::Done(_)) && self.window < RECV_WINDOW_MAX {
+            // Its frame was waiting unexpected: the window was short.
+            self.window += 1;
+        }
+        self.frames.push_back(posted);
     }
 
     /// Posts the receive of a large message's body now (so it does not
@@ -170,7 +224,7 @@ impl<In, Out, C> Transport<In, Out, C> {
 
     /// The first message received and not yielded, once it is whole:
     /// `Pending` while it is a body on its way.
-    fn poll_ready_item(&mut self, cx: &mut Context<'_>) -> Poll<Option<io::Result<In>>>
+    fn poll_ready_item(&mut self, cx: &mut Context<'_>) -> Poll<Option<io::Result<Item<In>>>>
     where
         C: Decode<In>,
     {
@@ -178,13 +232,22 @@ impl<In, Out, C> Transport<In, Out, C> {
             None => return Poll::Ready(None),
             Some(Next::Body(Posted::Waiting(f))) => ready!(f.as_mut().poll(cx)),
             Some(_) => match self.ready.pop_front() {
-                Some(Next::Ready(item)) => return Poll::Ready(Some(Ok(item))),
-                Some(Next::Body(Posted::Done(got))) => return Poll::Ready(self.body(got)),
+                Some(Next::Ready(item)) => return Poll::Ready(Some(Ok(Item::One(item)))),
+                Some(Next::Frame(buf, at, end)) => return Poll::Ready(Some(Ok(Item::Frame(buf, at, end)))),
+                Some(Next::Body(Posted::Done(got))) => return Poll::Ready(self.body(got).map(|r| r.map(Item::One))),
                 _ => return Poll::Ready(None),
             },
         };
         self.ready.pop_front();
-        Poll::Ready(self.body(got))
+        Poll::Ready(self.body(got).map(|r| r.map(Item::One)))
+    }
+
+    /// Keeps a frame buffer for a later frame receive.
+    fn recycle(&mut self, mut buf: Vec<u8>) {
+        if self.spare.len() < self.window && buf.len() == FRAME_MAX {
+            buf.resize(FRAME_MAX, 0);
+            self.spare.push(buf);
+        }
     }
 
     /// The first frame receive's result, once it has one.
@@ -223,7 +286,26 @@ impl<In, Out, C> Transport<In, Out, C> {
 
     fn send(&mut self, tag: u64, buf: Vec<u8>) {
         let (ep, peer) = (self.ep.clone(), self.peer);
-        self.sends.push(Box::pin(async move { ep.tsend(peer, tag, buf).await }));
+        self.fresh
+            .push_back(Box::pin(async move { ep.tsend(peer, tag, buf).await }));
+    }
+
+    /// Sends made and not yet complete.
+    fn in_flight(&self) -> usize {
+        self.fresh.len() + self.sends.len()
+    }
+
+    /// Posts the sends made since the last call, in the order they were
+    /// made (a send's first poll posts it), taking the results of those
+    /// that complete at once.
+    fn post_fresh(&mut self, cx: &mut Context<'_>) -> io::Result<()> {
+        while let Some(mut f) = self.fresh.pop_front() {
+            match f.as_mut().poll(cx) {
+                Poll::Ready(r) => self.sent(r)?,
+                Poll::Pending => self.sends.push(f),
+            }
+        }
+        Ok(())
     }
 
     /// Takes the result of a completed send, keeping a frame-sized buffer
@@ -257,11 +339,134 @@ impl<In, Out, C> Transport<In, Out, C> {
     }
 }
 
+impl<Out> Transport<Vec<u8>, Out, Raw> {
+    /// Reads received bytes into `out`, in sending order, as a byte stream
+    /// reads: straight from the frame they arrived in (one copy, none into
+    /// a message of their own first), or from a large message's body.
+    /// `Ready(Ok(()))` with nothing put in `out` (which had room) is the
+    /// end of the stream, after everything the peer sent before closing.
+    pub fn poll_read_bytes(&mut self, cx: &mut Context<'_>, out: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        self.keep_frames = true;
+        if out.remaining() == 0 {
+            return Poll::Ready(Ok(()));
+        }
+        loop {
+            if let Some(r) = &mut self.reading {
+                if r.left == 0 && r.frame && r.end - r.at >= wire::PER_MESSAGE {
+                    // Checked when the frame arrived: a length, then its
+                    // bytes (bounded again all the same).
+                    let mut len = [0; wire::PER_MESSAGE];
+                    len.copy_from_slice(&r.buf[r.at..r.at + wire::PER_MESSAGE]);
+                    r.at += wire::PER_MESSAGE;
+                    r.left = (u32::from_le_bytes(len) as usize).min(r.end - r.at);
+                    continue;
+                }
+                if r.left > 0 {
+                    let n = out.remaining().min(r.left);
+                    out.put_slice(&r.buf[r.at..r.at + n]);
+                    r.at += n;
+                    r.left -= n;
+                    return Poll::Ready(Ok(()));
+                }
+                if let Some(done) = self.reading.take().filter(|r| r.frame) {
+                    self.recycle(done.buf);
+                }
+                continue;
+            }
+            self.reading = match ready!(self.poll_item(cx)) {
+                Some(Ok(Item::One(buf))) => Some(Reading {
+                    at: 0,
+                    end: buf.len(),
+                    left: buf.len(),
+                    buf,
+                    frame: false,
+                }),
+                Some(Ok(Item::Frame(buf, at, end))) => Some(Reading {
+                    buf,
+                    at,
+                    end,
+                    left: 0,
+                    frame: true,
+                }),
+                Some(Err(e)) => return Poll::Ready(Err(e)),
+                None => return Poll::Ready(Ok(())),
+            };
+        }
+    }
+}
+
+impl<In> Transport<In, Vec<u8>, Raw> {
+    /// Writes the bytes of `bufs` (as many as the `DATA` frame being filled
+    /// takes, at least one) as one message, copied once, straight into that
+    /// frame: what [`Sink::start_send`] of a `Vec` of them would send, with
+    /// no `Vec` to fill first. For byte streams over the transport, whose
+    /// small writes need no message of their own. `Pending` while the
+    /// connection has [`SENDS_MAX`] sends in flight and a frame must open.
+    pub fn poll_write_bytes(&mut self, cx: &mut Context<'_>, bufs: &[io::IoSlice<'_>]) -> Poll<io::Result<usize>> {
+        if self.closed {
+            return Poll::Ready(Err(io::Error::new(io::ErrorKind::BrokenPipe, "rpc transport closed")));
+        }
+        let total: usize = bufs.iter().map(|b| b.len()).sum();
+        if total == 0 {
+            return Poll::Ready(Ok(0));
+        }
+        if !self.batch.is_empty() && self.batch.len() + wire::PER_MESSAGE >= FRAME_MAX {
+            self.send_batch();
+        }
+        if self.batch.is_empty() {
+            ready!(Sink::<Vec<u8>>::poll_ready(Pin::new(&mut *self), cx))?;
+            self.open_batch();
+        }
+        let n = total.min(FRAME_MAX - self.batch.len() - wire::PER_MESSAGE);
+        wire::push_len(&mut self.batch, n);
+        let mut left = n;
+        for b in bufs {
+            let take = b.len().min(left);
+            self.batch.extend_from_slice(&b[..take]);
+            left -= take;
+            if left == 0 {
+                break;
+            }
+        }
+        Poll::Ready(Ok(n))
+    }
+}
+
 impl<In, Out, C: Decode<In>> Stream for Transport<In, Out, C> {
     type Item = io::Result<In>;
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<io::Result<In>>> {
         let me = self.get_mut();
+        loop {
+            match ready!(me.poll_item(cx)) {
+                Some(Ok(Item::One(item))) => return Poll::Ready(Some(Ok(item))),
+                Some(Ok(Item::Frame(buf, at, end))) => {
+                    // Kept for byte reads, read as messages: decoded now,
+                    // ahead of what came after them.
+                    let mut decoded = Vec::new();
+                    for m in wire::messages(&buf[at..end]) {
+                        match m.and_then(C::decode) {
+                            Ok(item) => decoded.push(item),
+                            Err(e) => return me.fail(e),
+                        }
+                    }
+                    me.recycle(buf);
+                    for item in decoded.into_iter().rev() {
+                        me.ready.push_front(Next::Ready(item));
+                    }
+                }
+                Some(Err(e)) => return Poll::Ready(Some(Err(e))),
+                None => return Poll::Ready(None),
+            }
+        }
+    }
+}
+
+impl<In, Out, C: Decode<In>> Transport<In, Out, C> {
+    /// The next message in sending order, or (for byte reads) the next
+    /// `DATA` frame kept whole.
+    fn poll_item(&mut self, cx: &mut Context<'_>) -> Poll<Option<io::Result<Item<In>>>> {
+        let me = self;
         loop {
             if me.ended {
                 return Poll::Ready(None);
@@ -283,7 +488,7 @@ impl<In, Out, C: Decode<In>> Stream for Transport<In, Out, C> {
                 }
                 Some(_) => {}
                 None => {
-                    while me.frames.len() < RECV_WINDOW {
+                    while me.frames.len() < me.window {
                         me.post_frame(cx);
                     }
                 }
@@ -305,6 +510,17 @@ impl<In, Out, C: Decode<In>> Stream for Transport<In, Out, C> {
             };
             let out = match wire::parse(&buf[..len]) {
                 Err(e) => Err(e),
+                Ok(Frame::Data(bytes)) if me.keep_frames => {
+                    me.frames_in += 1;
+                    let checked = wire::messages(bytes).try_for_each(|m| m.map(drop));
+                    if checked.is_ok() {
+                        // Read from where it landed; the buffer comes back
+                        // for reuse once read.
+                        me.ready.push_back(Next::Frame(buf, 1, len));
+                        continue;
+                    }
+                    checked
+                }
                 Ok(Frame::Data(bytes)) => {
                     me.frames_in += 1;
                     wire::messages(bytes).try_for_each(|m| {
@@ -322,9 +538,7 @@ impl<In, Out, C: Decode<In>> Stream for Transport<In, Out, C> {
                     Ok(())
                 }
             };
-            if me.spare.len() < RECV_WINDOW {
-                me.spare.push(buf);
-            }
+            me.recycle(buf);
             if let Err(e) = out {
                 return me.fail(e);
             }
@@ -337,7 +551,8 @@ impl<In, Out, C: Encode<Out>> Sink<Out> for Transport<In, Out, C> {
 
     fn poll_ready(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let me = self.get_mut();
-        while me.sends.len() >= SENDS_MAX {
+        me.post_fresh(cx)?;
+        while me.in_flight() >= SENDS_MAX {
             match ready!(me.sends.poll_next_unpin(cx)) {
                 Some(r) => me.sent(r)?,
                 None => break,
@@ -385,6 +600,7 @@ impl<In, Out, C: Encode<Out>> Sink<Out> for Transport<In, Out, C> {
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let me = self.get_mut();
         me.send_batch();
+        me.post_fresh(cx)?;
         while let Some(r) = ready!(me.sends.poll_next_unpin(cx)) {
             me.sent(r)?;
         }

@@ -365,3 +365,77 @@ async fn an_http2_frame_travels_as_one_message() {
     .await
     .expect("within the limit");
 }
+
+/// Bytes written straight into frames (`poll_write_bytes`, as xfer-tonic's
+/// byte stream writes), interleaved with large messages sent whole and
+/// with flushes, arrive whole and in the order written, read as a byte stream straight from the frames
+/// (`poll_read_bytes`), then the end of the stream.
+#[tokio::test(flavor = "current_thread")]
+async fn bytes_written_into_frames_and_posted_arrive_in_order() {
+    use futures::SinkExt;
+    use std::io::IoSlice;
+
+    if std::env::var_os("XFER_TCP_ADDR").is_none() {
+        std::env::set_var("XFER_TCP_ADDR", "127.0.0.1");
+    }
+    let frame = xfer_tarpc::wire::FRAME_MAX;
+    let sizes = [9, frame / 2 + 9, 1, frame - 3, frame * 3, 16393, 200_000, 4];
+    let chunks: Vec<Vec<u8>> = (0..6 * sizes.len())
+        .map(|i| pattern(sizes[i % sizes.len()], i as u64))
+        .collect();
+    let want: Vec<u8> = chunks.concat();
+    tokio::time::timeout(Duration::from_secs(60), async {
+        let server = xfer_tarpc::Node::open().expect("server node");
+        let name = server.name();
+        let reader = tokio::spawn(async move {
+            let mut conn = std::pin::pin!(server.incoming_raw());
+            let mut conn = conn.next().await.expect("a connection").expect("accept");
+            // Read as a byte stream, in reads of odd sizes that end inside
+            // messages and frames.
+            let (mut got, mut space) = (Vec::new(), vec![0u8; 70_001]);
+            for i in 0.. {
+                let mut out = tokio::io::ReadBuf::new(&mut space[..[7, 1000, 70_001, 16_400][i % 4]]);
+                std::future::poll_fn(|cx| conn.poll_read_bytes(cx, &mut out))
+                    .await
+                    .expect("read bytes");
+                if out.filled().is_empty() {
+                    break;
+                }
+                got.extend_from_slice(out.filled());
+            }
+            got
+        });
+        let node = xfer_tarpc::Node::open().expect("client node");
+        let mut conn = node.connect_raw(&name).await.expect("connect");
+        for (i, c) in chunks.iter().enumerate() {
+            if c.len() > frame {
+                conn.feed(c.clone()).await.expect("send whole");
+            } else {
+                // Split in two slices, as a header and its payload.
+                let (a, b) = c.split_at(c.len() / 3);
+                let mut at = 0;
+                while at < c.len() {
+                    let bufs = if at < a.len() {
+                        [IoSlice::new(&a[at..]), IoSlice::new(b)]
+                    } else {
+                        [IoSlice::new(&b[at - a.len()..]), IoSlice::new(&[])]
+                    };
+                    let n = std::future::poll_fn(|cx| conn.poll_write_bytes(cx, &bufs))
+                        .await
+                        .expect("write bytes");
+                    assert!(n > 0, "a write takes at least a byte");
+                    at += n;
+                }
+            }
+            if i % 2 == 0 {
+                conn.flush().await.expect("flush");
+            }
+        }
+        conn.close().await.expect("close");
+        let got = reader.await.expect("reader task");
+        assert_eq!(got.len(), want.len(), "bytes lost or added");
+        assert!(got == want, "bytes out of order or changed");
+    })
+    .await
+    .expect("within the limit");
+}

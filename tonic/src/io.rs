@@ -4,7 +4,7 @@ use std::io::{self, IoSlice};
 use std::pin::Pin;
 use std::task::{ready, Context, Poll, Waker};
 
-use futures::{Sink, StreamExt};
+use futures::Sink;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use xfer::PeerAddr;
 use xfer_tarpc::{Raw, Transport};
@@ -20,28 +20,35 @@ pub const WRITE_MAX: usize = 256 << 10;
 /// Messages are the bytes written, as they are (no encoding): a large
 /// batch is itself the body that travels, and the body received is read
 /// from directly.
+/// The largest write that goes straight into the transport's frame being
+/// filled ([`Transport::poll_write_bytes`]): an HTTP/2 frame of the default
+/// largest size with its header, and whatever is smaller. A larger write
+/// (and what follows it until the next flush) is buffered and sent as one
+/// message of its own, which travels as a body into a receive of its size.
+const DIRECT_MAX: usize = xfer_tarpc::wire::FRAME_MAX / 2 + 1024;
+
 type Conn = Transport<Vec<u8>, Vec<u8>, Raw>;
 
 /// One connection as a tokio `AsyncRead + AsyncWrite` byte stream (wrap it
 /// in `hyper_util::rt::TokioIo` for hyper; [`crate::Connector`] does).
 ///
-/// Writes (vectored ones too) are buffered until `flush`, or until
-/// [`WRITE_MAX`] bytes are buffered, and then sent as one message of the
-/// underlying connection, which delivers its messages in order whatever
-/// their size (small ones batched in a frame, large ones as a body of
-/// their own that later messages wait for). Sending waits while the
-/// connection has its maximum of sends in flight
-/// ([`xfer_tarpc::SENDS_MAX`]). A read returns bytes of the next message
-/// in order. `shutdown` sends a close after everything written: the peer
+/// A write of up to about half a frame (vectored ones too: an HTTP/2
+/// frame's header and payload) is copied once, straight into the
+/// underlying connection's frame being filled
+/// ([`Transport::poll_write_bytes`]), which goes out when full or at
+/// `flush`. A larger write is buffered with what follows it until `flush`,
+/// or until [`WRITE_MAX`] bytes are buffered, and sent as one message,
+/// which travels as a body of its own into a receive of its size. The
+/// connection delivers its messages in order whatever their size. `flush`
+/// sends what was written and waits for the connection's sends to
+/// complete. Sending waits while the connection has its maximum of sends
+/// in flight ([`xfer_tarpc::SENDS_MAX`]). A read copies received bytes, in order,
+/// straight from the frame they arrived in ([`Transport::poll_read_bytes`]). `shutdown` sends a close after everything written: the peer
 /// reads end of file once it has read all of it. Dropping the stream
 /// without a shutdown sends what was written and the close too (best
 /// effort: they are posted, not waited for).
 pub struct XferIo {
     conn: Conn,
-    /// The message being read, from `pos`.
-    read: Vec<u8>,
-    pos: usize,
-    eof: bool,
     /// Bytes written and not yet sent.
     write: Vec<u8>,
     shut: bool,
@@ -51,9 +58,6 @@ impl XferIo {
     pub(crate) fn new(conn: Conn) -> Self {
         XferIo {
             conn,
-            read: Vec::new(),
-            pos: 0,
-            eof: false,
             write: Vec::new(),
             shut: false,
         }
@@ -78,26 +82,7 @@ impl XferIo {
 
 impl AsyncRead for XferIo {
     fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
-        let me = self.get_mut();
-        loop {
-            if me.pos < me.read.len() {
-                let n = buf.remaining().min(me.read.len() - me.pos);
-                buf.put_slice(&me.read[me.pos..me.pos + n]);
-                me.pos += n;
-                return Poll::Ready(Ok(()));
-            }
-            if me.eof {
-                return Poll::Ready(Ok(()));
-            }
-            match ready!(me.conn.poll_next_unpin(cx)) {
-                Some(Ok(bytes)) => {
-                    me.read = bytes;
-                    me.pos = 0;
-                }
-                Some(Err(e)) => return Poll::Ready(Err(e)),
-                None => me.eof = true,
-            }
-        }
+        self.get_mut().conn.poll_read_bytes(cx, buf)
     }
 }
 
@@ -115,11 +100,19 @@ impl AsyncWrite for XferIo {
         if me.shut {
             return Poll::Ready(Err(io::Error::new(io::ErrorKind::BrokenPipe, "xfer stream shut down")));
         }
-        if bufs.iter().all(|b| b.is_empty()) {
+        let total: usize = bufs.iter().map(|b| b.len()).sum();
+        if total == 0 {
             return Poll::Ready(Ok(0));
+        }
+        if me.write.is_empty() && total <= DIRECT_MAX {
+            // Straight into the frame being filled: one copy.
+            return me.conn.poll_write_bytes(cx, bufs);
         }
         if me.write.len() >= WRITE_MAX {
             ready!(me.poll_send(cx))?;
+        }
+        if me.write.is_empty() && total <= DIRECT_MAX {
+            return me.conn.poll_write_bytes(cx, bufs);
         }
         let mut room = WRITE_MAX - me.write.len();
         let mut n = 0;

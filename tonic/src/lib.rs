@@ -6,10 +6,12 @@
 //! hyper, under tonic, wants a byte stream. [`XferIo`] is one, carried over
 //! the connections of [`xfer_tarpc`] (one endpoint per process, a
 //! [`Node`], connections told apart by tags, names exchanged with a
-//! `HELLO`/`ACCEPT`): what is written between two flushes (up to
-//! [`WRITE_MAX`] bytes) becomes one message, the messages arrive in order
-//! whatever their size, and reads take them back in order; a shutdown
-//! sends a close that reads as end of file on the peer.
+//! `HELLO`/`ACCEPT`): small writes are copied straight into the frame
+//! being filled, a larger one and what follows it until the flush (up to
+//! [`WRITE_MAX`] bytes) becomes one message of its own; the bytes arrive
+//! in order and reads copy them straight
+//! out of the frames they came in; a shutdown sends a close that reads as
+//! end of file on the peer.
 //!
 //! A client connects with [`channel`] (or hands a [`Connector`] to tonic's
 //! `Endpoint::connect_with_connector`); a server hands [`incoming`] to
