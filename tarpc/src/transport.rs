@@ -243,9 +243,8 @@ impl<In, Out, C> Transport<In, Out, C> {
     }
 
     /// Keeps a frame buffer for a later frame receive.
-    fn recycle(&mut self, mut buf: Vec<u8>) {
+    fn recycle(&mut self, buf: Vec<u8>) {
         if self.spare.len() < self.window && buf.len() == FRAME_MAX {
-            buf.resize(FRAME_MAX, 0);
             self.spare.push(buf);
         }
     }
