@@ -287,11 +287,7 @@ impl Dispatcher {
             _ => false,
         };
         // A future dropped while it spun leaves the others as a done one does.
-        let rearm = st.unarmed();
-        drop(st);
-        if rearm {
-            self.rearm();
-        }
+        self.rearm_if_left_unarmed(st);
         waiting
     }
 
@@ -308,7 +304,9 @@ impl Dispatcher {
             st.progresses += 1;
         }
         let n = self.drain(true).map(|(n, _)| n);
-        self.rearm_if_left_unarmed();
+        if let Ok(st) = self.lock() {
+            self.rearm_if_left_unarmed(st);
+        }
         n
     }
 
@@ -462,11 +460,7 @@ impl Dispatcher {
             let (events, progress, gen) = match self.lock() {
                 Ok(mut st) => {
                     if let Some(r) = take(&mut st, cx.waker()) {
-                        let rearm = st.unarmed();
-                        drop(st);
-                        if rearm {
-                            self.rearm();
-                        }
+                        self.rearm_if_left_unarmed(st);
                         return Poll::Ready(r);
                     }
                     if may_skip && st.armed == Some(st.events) {
@@ -558,18 +552,17 @@ impl Dispatcher {
 
     /// Arms the endpoints again for the futures still parked on the
     /// descriptor, for a poller that leaves without parking (done, or
-    /// dropped) after a drive, its own or a spinning one's, progressed them. Progress takes what a sleeper's
-    /// `trywait` armed (shared memory's sleeping flags, a verbs CQ's
-    /// notification, TCP connections kept out of its epoll set while hot):
-    /// a frame that arrives afterwards would raise no event, and the parked
-    /// futures, their driver included, would sleep on with it unread. The
-    /// reactor is polled as a parking future polls it, so its tick timer
-    /// (which fired for that progress, perhaps) runs again too. When either
-    /// finds work already there, the driver is woken to take it.
-    fn rearm(&self) {
-        let Ok(gen) = self.lock().map(|st| st.progresses) else {
-            return;
-        };
+    /// dropped) after a drive, its own or a spinning one's, progressed
+    /// them. Progress takes what a sleeper's `trywait` armed (shared
+    /// memory's sleeping flags, a verbs CQ's notification, TCP connections
+    /// kept out of its epoll set while hot): a frame that arrives
+    /// afterwards would raise no event, and the parked futures, their
+    /// driver included, would sleep on with it unread. The reactor is
+    /// polled as a parking future polls it, so its tick timer (which fired
+    /// for that progress, perhaps) runs again too. When either finds work
+    /// already there, the driver is woken to take it. `gen` is the count
+    /// of progresses read before arming.
+    fn rearm(&self, gen: u64) {
         let armed = self.cq.trywait().is_ok()
             && self
                 .reactor
@@ -586,10 +579,13 @@ impl Dispatcher {
     }
 
     /// [`rearm`](Self::rearm) when a progress since the last arming left
-    /// the futures still waiting unarmed.
-    fn rearm_if_left_unarmed(&self) {
-        if self.lock().is_ok_and(|st| st.unarmed()) {
-            self.rearm();
+    /// the futures still waiting unarmed; `st` is the state's lock, given
+    /// up first (arming takes it again).
+    fn rearm_if_left_unarmed(&self, st: MutexGuard<'_, State>) {
+        let (unarmed, gen) = (st.unarmed(), st.progresses);
+        drop(st);
+        if unarmed {
+            self.rearm(gen);
         }
     }
 
