@@ -1153,7 +1153,9 @@ int xfer_domain_attr_open(struct xfer_domain_attr_t **out);
  * Sets the setting `key` of `attr` to `value` (both NUL-terminated):
  * `"provider"` (`"tcp"`, `"verbs"`; `""` for the automatic choice),
  * `"atomic_mode"` (`"cpu"`, the default, `"auto"`, `"device"`: who does remote atomics,
- * `XFER_ATOMIC_MODE`), or a
+ * `XFER_ATOMIC_MODE`), `"threading"` (`"safe"`, the default, any thread under the
+ * domain's mutex; `"single"`, only the thread that opens the domain, no lock taken,
+ * calls from another thread failing with `XFER_EINVAL`; `XFER_THREADING`), or a
  * transport's setting `TRANSPORT.NAME` (`"tcp.iface"`, `"verbs.device"`;
  * `xfer-info` lists every key with its `XFER_*` variable), checked now by
  * its transport. The transport settings apply to the domain and to every

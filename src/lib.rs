@@ -82,7 +82,7 @@ pub use xfer_core::{Access, Claim, LocalDesc, MemoryRegion, Peeked, RemoteKey, R
 pub use xfer_core::{
     Address, AddressVector, Buffer, Completion, CompletionLevel, CompletionQueue, CqAttr, DomainAttr, Endpoint,
     EndpointAttr, Error, Flags, JobKey, Params, PeerAddr, PeerEvent, PeerEventKind, RecvOp, RecvSpec, Rejected, Result,
-    SendOp, Setting,
+    SendOp, Setting, Threading,
 };
 pub use xfer_core::{AtomicCaps, AtomicKind, AtomicMode, AtomicOp, Datatype};
 /// The TCP transport's typed settings (keys `tcp.*` of [`Params`]).
@@ -177,7 +177,7 @@ pub fn info_for(attr: &DomainAttr) -> Vec<ProviderInfo> {
 }
 
 /// Opens the built-in provider `name` (one of [`PROVIDERS`]) with the
-/// transport settings and atomic mode of `attr`.
+/// transport settings, atomic mode and threading mode of `attr`.
 fn open_named(name: &'static str, attr: &DomainAttr) -> Result<Domain> {
     let params = &attr.params;
     match name {
@@ -185,16 +185,25 @@ fn open_named(name: &'static str, attr: &DomainAttr) -> Result<Domain> {
         "verbs" => {
             let mut d = xfer_verbs::VerbsDomain::with_params(params)?;
             d.set_atomic_mode(attr.atomic_mode, true)?;
-            Ok(Domain::new(Box::new(d)))
+            Ok(Domain::with_threading(Box::new(d), attr.threading))
         }
-        "tcp" => Ok(Domain::new(Box::new(xfer_tcp::TcpDomain::with_params(params)?))),
-        "shm" => Ok(Domain::new(Box::new(xfer_shm::ShmDomain::with_params(params)?))),
-        mixed::NAME => Ok(Domain::new(Box::new(mixed::ShmTcpDomain::with_params(params)?))),
+        "tcp" => Ok(Domain::with_threading(
+            Box::new(xfer_tcp::TcpDomain::with_params(params)?),
+            attr.threading,
+        )),
+        "shm" => Ok(Domain::with_threading(
+            Box::new(xfer_shm::ShmDomain::with_params(params)?),
+            attr.threading,
+        )),
+        mixed::NAME => Ok(Domain::with_threading(
+            Box::new(mixed::ShmTcpDomain::with_params(params)?),
+            attr.threading,
+        )),
         #[cfg(feature = "verbs")]
         mixed::SHM_VERBS => {
             let mut d = mixed::ShmVerbsDomain::with_params(params)?;
             d.set_atomic_mode(attr.atomic_mode)?;
-            Ok(Domain::new(Box::new(d)))
+            Ok(Domain::with_threading(Box::new(d), attr.threading))
         }
         _ => Err(Error::Internal("open_named: provider not built")),
     }

@@ -1761,7 +1761,12 @@ fn rma_on_a_region_deregistered_after_its_grant_is_refused() {
 #[test]
 fn a_region_deregistered_while_a_peer_writes_to_it_is_not_written_after() {
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
-    let (mut a, mut b) = (Node::new(), Node::new());
+    // Node `a` is driven from a second thread: its domain must serve any
+    // thread, whatever XFER_THREADING says.
+    let mut safe = xfer::DomainAttr::from_env();
+    safe.threading = xfer::Threading::Safe;
+    let a_domain = xfer::open(&safe).unwrap();
+    let (mut a, mut b) = (Node::in_domain(a_domain, &test_attr()), Node::new());
     if matches!(a.domain.provider(), "verbs" | "shm+verbs") {
         return; // A device's invalidated rkey fails the QP instead (verbs).
     }

@@ -74,7 +74,9 @@ pub unsafe extern "C" fn xfer_domain_attr_open(out: *mut *mut xfer_domain_attr_t
 /// Sets the setting `key` of `attr` to `value` (both NUL-terminated):
 /// `"provider"` (`"tcp"`, `"verbs"`; `""` for the automatic choice),
 /// `"atomic_mode"` (`"cpu"`, the default, `"auto"`, `"device"`: who does remote atomics,
-/// `XFER_ATOMIC_MODE`), or a
+/// `XFER_ATOMIC_MODE`), `"threading"` (`"safe"`, the default, any thread under the
+/// domain's mutex; `"single"`, only the thread that opens the domain, no lock taken,
+/// calls from another thread failing with `XFER_EINVAL`; `XFER_THREADING`), or a
 /// transport's setting `TRANSPORT.NAME` (`"tcp.iface"`, `"verbs.device"`;
 /// `xfer-info` lists every key with its `XFER_*` variable), checked now by
 /// its transport. The transport settings apply to the domain and to every
@@ -108,6 +110,13 @@ pub unsafe extern "C" fn xfer_domain_attr_set(
         }
         if key == "atomic_mode" {
             a.atomic_mode = value.parse().map_err(|e: xfer_facade::Error| {
+                tracing::warn!(key, value, error = %e, "xfer_domain_attr_set: setting refused");
+                Fail::from(e)
+            })?;
+            return Ok(XFER_SUCCESS);
+        }
+        if key == "threading" {
+            a.threading = value.parse().map_err(|e: xfer_facade::Error| {
                 tracing::warn!(key, value, error = %e, "xfer_domain_attr_set: setting refused");
                 Fail::from(e)
             })?;
@@ -181,6 +190,8 @@ mod tests {
         assert_eq!(set(c"nic.speed", c"1"), XFER_EINVAL, "an unknown transport");
         assert_eq!(set(c"atomic_mode", c"device"), XFER_SUCCESS);
         assert_eq!(set(c"atomic_mode", c"gpu"), XFER_EINVAL, "an unknown atomic mode");
+        assert_eq!(set(c"threading", c"single"), XFER_SUCCESS);
+        assert_eq!(set(c"threading", c"multi"), XFER_EINVAL, "an unknown threading mode");
         // SAFETY: a NULL value is refused, not read.
         assert_eq!(
             unsafe { xfer_domain_attr_set(a, c"tcp.iface".as_ptr(), std::ptr::null()) },
@@ -191,6 +202,7 @@ mod tests {
             let held = held.lock().unwrap();
             assert_eq!(held.provider.as_deref(), Some("tcp"));
             assert_eq!(held.atomic_mode, xfer_facade::AtomicMode::Device);
+            assert_eq!(held.threading, xfer_facade::Threading::Single);
             assert_eq!(
                 held.params.iter().collect::<Vec<_>>(),
                 [("tcp.coalesce", "0")],

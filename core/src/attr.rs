@@ -132,6 +132,10 @@ pub struct DomainAttr {
     /// target's CPU or the initiators' devices (`XFER_ATOMIC_MODE`: `cpu`,
     /// the default, `auto`, `device`; see [`AtomicMode`](crate::AtomicMode)).
     pub atomic_mode: crate::AtomicMode,
+    /// Which threads may call into the domain (`XFER_THREADING`: `safe`,
+    /// the default, any thread under a mutex; `single`, only the thread
+    /// that opens it, with no lock taken; see [`Threading`](crate::Threading)).
+    pub threading: crate::Threading,
 }
 
 impl DomainAttr {
@@ -155,6 +159,13 @@ impl DomainAttr {
                         .ok()
                 })
                 .unwrap_or_default(),
+            threading: env_value::<String>("XFER_THREADING")
+                .and_then(|m| {
+                    m.parse()
+                        .map_err(|e| tracing::warn!(value = %m, error = %e, "ignoring XFER_THREADING"))
+                        .ok()
+                })
+                .unwrap_or_default(),
         }
     }
 
@@ -172,6 +183,12 @@ impl DomainAttr {
                 env: "XFER_ATOMIC_MODE",
                 value: self.atomic_mode.to_string(),
                 doc: "who does remote atomics: auto, cpu (the target's CPU), device (the initiators' verbs devices)",
+            },
+            Setting {
+                key: None,
+                env: "XFER_THREADING",
+                value: self.threading.to_string(),
+                doc: "which threads may call into a domain: safe (any, under a mutex), single (only the opening thread, no lock)",
             },
         ]
     }

@@ -65,8 +65,13 @@ impl AddressVector {
 
 impl Drop for Handle {
     fn drop(&mut self) {
-        if let Ok(mut st) = self.shared.lock() {
-            st.avs.remove(self.key);
+        match self.shared.lock() {
+            Ok(mut st) => {
+                st.avs.remove(self.key);
+            }
+            Err(e) => {
+                crate::warn_limited!(error = %e, "address vector dropped where its domain cannot be entered; kept until the domain closes")
+            }
         }
     }
 }

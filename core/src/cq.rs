@@ -195,9 +195,14 @@ fn take_queued(ring: &mut VecDeque<Completion>, out: &mut [Completion]) -> usize
 
 impl Drop for Handle {
     fn drop(&mut self) {
-        if let Ok(mut st) = self.shared.lock() {
-            st.cqs.remove(self.key);
-            st.bound.remove(self.key);
+        match self.shared.lock() {
+            Ok(mut st) => {
+                st.cqs.remove(self.key);
+                st.bound.remove(self.key);
+            }
+            Err(e) => {
+                crate::warn_limited!(error = %e, "completion queue dropped where its domain cannot be entered; kept until the domain closes")
+            }
         }
     }
 }

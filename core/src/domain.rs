@@ -8,7 +8,7 @@
 //! on a completion queue moves the data of the endpoints bound to it.
 
 use std::collections::VecDeque;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 
 use slab::Slab;
 
@@ -19,6 +19,7 @@ use crate::completion::{Completion, Flags};
 use crate::cq::CompletionQueue;
 use crate::endpoint::Endpoint;
 use crate::error::{Error, Result};
+use crate::lock::{DomainLock, Guard, Threading};
 use crate::mr::{Access, MemoryRegion};
 use crate::provider::{Ctx, DomainProvider, EndpointProvider, Rejected};
 use crate::sink::Sink;
@@ -31,7 +32,7 @@ pub struct Domain {
 }
 
 pub(crate) struct Shared {
-    state: Mutex<State>,
+    state: DomainLock<State>,
     provider: &'static str,
     /// The provider's id byte in packed remote keys.
     pub(crate) provider_id: u8,
@@ -72,13 +73,12 @@ pub(crate) struct EpSlot {
 }
 
 impl Shared {
-    /// The domain's state, locked. Inlined: out of line, every poll paid a
+    /// The domain's state, locked (or, in `Threading::Single` mode, checked
+    /// to be the owning thread's). Inlined: out of line, every poll paid a
     /// call and the guard's return through memory.
     #[inline]
-    pub(crate) fn lock(&self) -> Result<MutexGuard<'_, State>> {
-        self.state
-            .lock()
-            .map_err(|_| Error::Internal("domain lock poisoned by an earlier panic"))
+    pub(crate) fn lock(&self) -> Result<Guard<'_, State>> {
+        self.state.lock()
     }
 }
 
@@ -241,6 +241,13 @@ impl Domain {
     /// stable API either.
     #[doc(hidden)]
     pub fn new(prov: Box<dyn DomainProvider>) -> Domain {
+        Domain::with_threading(prov, Threading::Safe)
+    }
+
+    /// [`new`](Self::new) in threading mode `threading`: a `Single`
+    /// domain belongs to the calling thread.
+    #[doc(hidden)]
+    pub fn with_threading(prov: Box<dyn DomainProvider>, threading: Threading) -> Domain {
         let provider = prov.name();
         let provider_id = prov.provider_id();
         let atomics = prov.atomics();
@@ -254,13 +261,18 @@ impl Domain {
         };
         Domain {
             shared: Arc::new(Shared {
-                state: Mutex::new(state),
+                state: DomainLock::new(state, threading),
                 provider,
                 provider_id,
                 atomics,
                 atomic_caps,
             }),
         }
+    }
+
+    /// Which threads may call into it ([`DomainAttr::threading`](crate::DomainAttr::threading)).
+    pub fn threading(&self) -> Threading {
+        self.shared.state.mode()
     }
 
     /// The provider's name.

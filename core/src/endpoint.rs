@@ -637,9 +637,12 @@ impl std::fmt::Debug for Endpoint {
 impl Drop for Endpoint {
     fn drop(&mut self) {
         self.cq.unwatch(self.fd);
-        let Ok(mut st) = self.shared.lock() else {
-            crate::error_limited!("endpoint dropped with its domain poisoned; resources leak");
-            return;
+        let mut st = match self.shared.lock() {
+            Ok(st) => st,
+            Err(e) => {
+                crate::error_limited!(error = %e, "endpoint dropped where its domain cannot be entered; its resources stay until the domain closes");
+                return;
+            }
         };
         st.with_ep(self.key, |ep, cx| ep.close(cx));
         st.eps.remove(self.key);

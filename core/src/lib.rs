@@ -48,6 +48,7 @@ mod endpoint;
 mod error;
 mod event;
 mod hash;
+mod lock;
 #[doc(hidden)]
 pub mod log;
 mod mr;
@@ -72,6 +73,7 @@ pub use domain::Domain;
 pub use endpoint::Endpoint;
 pub use error::{Error, Result};
 pub use event::{PeerEvent, PeerEventKind};
+pub use lock::Threading;
 pub use mr::{Access, MemoryRegion, RemoteKey};
 pub use params::Params;
 pub use peek::{Claim, Peeked};

@@ -100,8 +100,11 @@ pub(crate) unsafe extern "C" fn open(
             false => Some(unsafe { CStr::from_ptr(attr.name) }.to_string_lossy().into_owned()),
         };
         let xfer = match xfer_facade::open(&{
-            // From the environment: `XFER_ATOMIC_MODE` is the domain's.
+            // From the environment: `XFER_ATOMIC_MODE` is the domain's. Not
+            // `XFER_THREADING`: a libfabric program may call from any thread
+            // (FI_THREAD_DOMAIN only promises the calls are serialised).
             let mut a = DomainAttr::from_env();
+            a.threading = xfer_facade::Threading::Safe;
             a.provider = provider;
             a.params = crate::params::from_env();
             a

@@ -137,9 +137,10 @@ impl RemoteKey {
 /// [`Domain::register`](crate::Domain::register)) the memory itself.
 ///
 /// Dropping it deregisters it (under the domain lock, so no peer access is
-/// in progress) and then frees owned memory. If the domain lock is poisoned
-/// the registration cannot be removed, so owned memory is leaked rather
-/// than freed under a live key.
+/// in progress) and then frees owned memory. If the domain cannot be
+/// entered (its lock poisoned, or a single-threaded domain dropped on
+/// another thread) the registration cannot be removed, so owned memory is
+/// leaked rather than freed under a live key.
 pub struct MemoryRegion {
     shared: Arc<Shared>,
     ptr: *mut u8,
@@ -304,7 +305,8 @@ impl MemoryRegion {
 
     /// Deregisters the region and gives back the memory it owned; `None`
     /// for a region made by [`register_raw`](crate::Domain::register_raw)
-    /// (or when the domain is poisoned and the memory had to be leaked).
+    /// (or when the domain could not be entered, poisoned or single-threaded
+    /// and called from another thread, and the memory had to be leaked).
     pub fn into_inner(mut self) -> Option<Vec<u8>> {
         let freed = self.release();
         let out = freed.then(|| self.take_owned()).flatten();
@@ -312,7 +314,8 @@ impl MemoryRegion {
         out
     }
 
-    /// Removes the registration; false if it could not be (poisoned lock).
+    /// Removes the registration; false if it could not be (the domain
+    /// poisoned, or single-threaded and this another thread).
     fn release(&mut self) -> bool {
         match self.shared.lock() {
             Ok(mut st) => {
@@ -320,10 +323,11 @@ impl MemoryRegion {
                 tracing::debug!(key = self.key, "memory deregistered");
                 true
             }
-            Err(_) => {
+            Err(e) => {
                 crate::error_limited!(
                     key = self.key,
-                    "memory region dropped with its domain poisoned; its memory leaks"
+                    error = %e,
+                    "memory region dropped where its domain cannot be entered (poisoned, or another thread of a single-threaded one); its memory leaks"
                 );
                 false
             }

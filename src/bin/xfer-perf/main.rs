@@ -48,8 +48,15 @@ struct Side {
     domain: xfer::Domain,
 }
 
+/// Each side's domain is its thread's alone: opened `threading=single`, as
+/// `ucx_perftest` runs its workers (`UCS_THREAD_MODE_SINGLE`), unless
+/// `XFER_THREADING` says otherwise.
 fn open(attr: &EndpointAttr) -> Result<Side> {
-    let domain = xfer::open_default().map_err(|e| format!("opening a domain: {e}"))?;
+    let mut dattr = xfer::DomainAttr::from_env();
+    if std::env::var_os("XFER_THREADING").is_none() {
+        dattr.threading = xfer::Threading::Single;
+    }
+    let domain = xfer::open(&dattr).map_err(|e| format!("opening a domain: {e}"))?;
     let cq: CompletionQueue = domain
         .cq(&xfer::CqAttr::from_env())
         .map_err(|e| format!("opening a cq: {e}"))?;
@@ -109,7 +116,7 @@ fn drive(side: &mut Side, server: &[u8], opts: &Options) -> Result<()> {
     let peer = side.ep.av().insert(server).map_err(|e| format!("server name: {e}"))?;
     let (ep, d) = (&side.ep, &mut side.driver);
     say(ep, d, peer, &format!("hello {}", hex(ep.name().as_bytes())))?;
-    let mut report = Report::new(opts.json, side.provider.clone());
+    let mut report = Report::new(opts.json, side.provider.clone(), side.domain.threading());
     let mut progress = Progress::new(progress_interval(opts));
     let phases = opts.phases();
     for (i, p) in phases.iter().enumerate() {

@@ -6,14 +6,17 @@ use crate::stats::Latency;
 pub struct Report {
     pub json: bool,
     pub provider: String,
+    /// The client's domain threading mode (`single` unless `XFER_THREADING`).
+    pub threading: xfer::Threading,
     header_for: Option<bool>,
 }
 
 impl Report {
-    pub fn new(json: bool, provider: String) -> Report {
+    pub fn new(json: bool, provider: String, threading: xfer::Threading) -> Report {
         Report {
             json,
             provider,
+            threading,
             header_for: None,
         }
     }
@@ -21,13 +24,14 @@ impl Report {
     pub fn latency(&mut self, p: &Phase, l: &Latency) {
         if self.json {
             println!(
-                "{{\"tool\":\"xfer-perf\",\"provider\":\"{}\",\"test\":\"{}\",\"size\":{},\"iters\":{},\"avg_us\":{:.3},\"p50_us\":{:.3},\"p99_us\":{:.3},\"max_us\":{:.3}}}",
-                self.provider, p.test.name(), p.size, p.iters, l.avg, l.p50, l.p99, l.max
+                "{{\"tool\":\"xfer-perf\",\"provider\":\"{}\",\"threading\":\"{}\",\"test\":\"{}\",\"size\":{},\"iters\":{},\"avg_us\":{:.3},\"p50_us\":{:.3},\"p99_us\":{:.3},\"max_us\":{:.3}}}",
+                self.provider, self.threading, p.test.name(), p.size, p.iters, l.avg, l.p50, l.p99, l.max
             );
             return;
         }
         if self.header_for != Some(true) {
             self.header_for = Some(true);
+            println!("\n{} threading={}", self.provider, self.threading);
             println!(
                 "\n{:<8} {:>10} {:>8} {:>10} {:>10} {:>10} {:>10}",
                 "test", "bytes", "iters", "avg_us", "p50_us", "p99_us", "max_us"
@@ -50,13 +54,14 @@ impl Report {
         let rate = p.iters as f64 / secs;
         if self.json {
             println!(
-                "{{\"tool\":\"xfer-perf\",\"provider\":\"{}\",\"test\":\"{}\",\"size\":{},\"iters\":{},\"window\":{},\"buffers\":\"{}\",\"mib_s\":{:.3},\"msg_rate\":{:.1}}}",
-                self.provider, p.test.name(), p.size, p.iters, p.window, p.buffers.name(), mib_s, rate
+                "{{\"tool\":\"xfer-perf\",\"provider\":\"{}\",\"threading\":\"{}\",\"test\":\"{}\",\"size\":{},\"iters\":{},\"window\":{},\"buffers\":\"{}\",\"mib_s\":{:.3},\"msg_rate\":{:.1}}}",
+                self.provider, self.threading, p.test.name(), p.size, p.iters, p.window, p.buffers.name(), mib_s, rate
             );
             return;
         }
         if self.header_for != Some(false) {
             self.header_for = Some(false);
+            println!("\n{} threading={}", self.provider, self.threading);
             println!(
                 "\n{:<8} {:>10} {:>8} {:>12} {:>12}",
                 "test", "bytes", "iters", "MiB/s", "msg/s"
