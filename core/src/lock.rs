@@ -7,12 +7,14 @@
 //! flag. No atomic read-modify-write is left on the data path: on the
 //! machines measured a locked instruction costs 20-40 ns, and a mutex
 //! takes two of them per call (lock and unlock), three calls per message
-//! (poll, receive, send).
+//! (poll, receive, send). `Safe` mode's mutex is a futex word (free, held,
+//! held with sleepers) with poisoning, as `std::sync::Mutex`, so that its
+//! guard is one pointer that knows its mode.
 
 use std::cell::{Cell, UnsafeCell};
+use std::marker::PhantomData;
 use std::ops::{Deref, DerefMut};
-use std::ptr::NonNull;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::Acquire, Ordering::Relaxed, Ordering::Release};
 
 use crate::error::{Error, Result};
 
@@ -73,8 +75,10 @@ fn me() -> usize {
 pub(crate) struct DomainLock<T> {
     /// The owning thread in `Single` mode; 0 in `Safe` mode.
     owner: usize,
-    /// Held in `Safe` mode.
-    mutex: Mutex<()>,
+    /// `Safe` mode's mutex: 0 free, 1 held, 2 held with threads waiting.
+    state: AtomicU32,
+    /// A call panicked inside (`Safe` mode): every later one is refused.
+    poisoned: AtomicBool,
     /// A `Single`-mode guard is out (re-entry, e.g. from a drop inside a call).
     busy: Cell<bool>,
     value: UnsafeCell<T>,
@@ -97,7 +101,8 @@ impl<T> DomainLock<T> {
                 Threading::Safe => 0,
                 Threading::Single => me(),
             },
-            mutex: Mutex::new(()),
+            state: AtomicU32::new(0),
+            poisoned: AtomicBool::new(false),
             busy: Cell::new(false),
             value: UnsafeCell::new(value),
         }
@@ -116,15 +121,17 @@ impl<T> DomainLock<T> {
     #[inline(always)]
     pub(crate) fn lock(&self) -> Result<Guard<'_, T>> {
         if self.owner == 0 {
-            let held = self
-                .mutex
-                .lock()
-                .map_err(|_| Error::Internal("domain lock poisoned by an earlier panic"))?;
-            return Ok(Guard {
-                value: NonNull::from(&self.value).cast(),
-                busy: None,
-                _held: Some(held),
-            });
+            if self.state.compare_exchange(0, 1, Acquire, Relaxed).is_err() {
+                self.wait_for_mutex();
+            }
+            let g = Guard {
+                lock: self,
+                _here: PhantomData,
+            };
+            if self.poisoned.load(Relaxed) {
+                return Err(Error::Internal("domain lock poisoned by an earlier panic"));
+            }
+            return Ok(g);
         }
         if self.owner != me() {
             return Err(Error::InvalidArgument(
@@ -137,20 +144,63 @@ impl<T> DomainLock<T> {
             ));
         }
         Ok(Guard {
-            value: NonNull::from(&self.value).cast(),
-            busy: Some(&self.busy),
-            _held: None,
+            lock: self,
+            _here: PhantomData,
         })
+    }
+
+    /// The mutex is held: marks it contended and sleeps until it is free
+    /// (a futex wait on the state word; the holder's unlock wakes one).
+    #[cold]
+    fn wait_for_mutex(&self) {
+        for _ in 0..100 {
+            std::hint::spin_loop();
+            if self.state.load(Relaxed) == 0 && self.state.compare_exchange(0, 1, Acquire, Relaxed).is_ok() {
+                return;
+            }
+        }
+        while self.state.swap(2, Acquire) != 0 {
+            // SAFETY: FUTEX_WAIT on a live, aligned u32; it returns at once
+            // unless the word still holds 2, and spurious returns loop.
+            unsafe {
+                libc::syscall(
+                    libc::SYS_futex,
+                    self.state.as_ptr(),
+                    libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
+                    2u32,
+                    std::ptr::null::<libc::timespec>(),
+                );
+            }
+        }
+    }
+
+    /// Frees the mutex, waking a waiter if one sleeps.
+    #[inline(always)]
+    fn unlock(&self) {
+        if self.state.swap(0, Release) == 2 {
+            self.wake_one();
+        }
+    }
+
+    #[cold]
+    fn wake_one(&self) {
+        // SAFETY: FUTEX_WAKE on a live, aligned u32.
+        unsafe {
+            libc::syscall(
+                libc::SYS_futex,
+                self.state.as_ptr(),
+                libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
+                1i32,
+            );
+        }
     }
 }
 
-/// Access to the value behind a [`DomainLock`].
+/// Access to the value behind a [`DomainLock`]; leaving it unlocks.
 pub(crate) struct Guard<'a, T> {
-    value: NonNull<T>,
-    /// `Single` mode: the flag to clear.
-    busy: Option<&'a Cell<bool>>,
-    /// `Safe` mode: the mutex held.
-    _held: Option<MutexGuard<'a, ()>>,
+    lock: &'a DomainLock<T>,
+    /// Not `Send`: a `Single` domain's guard stays on its thread.
+    _here: PhantomData<*const ()>,
 }
 
 impl<T> Deref for Guard<'_, T> {
@@ -160,7 +210,7 @@ impl<T> Deref for Guard<'_, T> {
     fn deref(&self) -> &T {
         // SAFETY: the guard is the only access to the value while it lives
         // (`DomainLock::lock`), and the value outlives it.
-        unsafe { self.value.as_ref() }
+        unsafe { &*self.lock.value.get() }
     }
 }
 
@@ -168,16 +218,21 @@ impl<T> DerefMut for Guard<'_, T> {
     #[inline(always)]
     fn deref_mut(&mut self) -> &mut T {
         // SAFETY: as in `deref`; `&mut self` makes this borrow unique.
-        unsafe { self.value.as_mut() }
+        unsafe { &mut *self.lock.value.get() }
     }
 }
 
 impl<T> Drop for Guard<'_, T> {
     #[inline(always)]
     fn drop(&mut self) {
-        if let Some(b) = self.busy {
-            b.set(false);
+        if self.lock.owner != 0 {
+            self.lock.busy.set(false);
+            return;
         }
+        if std::thread::panicking() {
+            self.lock.poisoned.store(true, Relaxed);
+        }
+        self.lock.unlock();
     }
 }
 
@@ -203,6 +258,23 @@ mod tests {
         }
         assert_eq!(*l.lock().expect("lock"), 40_000);
         assert_eq!(l.mode(), Threading::Safe);
+    }
+
+    #[test]
+    fn a_panic_inside_poisons_a_safe_lock() {
+        let l = std::sync::Arc::new(DomainLock::new(1u64, Threading::Safe));
+        let inside = l.clone();
+        let r = std::thread::spawn(move || {
+            let _g = inside.lock().expect("lock");
+            panic!("a provider bug");
+        })
+        .join();
+        assert!(r.is_err());
+        assert!(
+            matches!(l.lock(), Err(Error::Internal(_))),
+            "poisoned, and still unlocked"
+        );
+        assert!(matches!(l.lock(), Err(Error::Internal(_))), "refused every time");
     }
 
     #[test]
