@@ -108,18 +108,16 @@ pub unsafe extern "C" fn xfer_domain_attr_set(
             a.provider = Some(value.trim().to_owned()).filter(|p| !p.is_empty());
             return Ok(XFER_SUCCESS);
         }
-        if key == "atomic_mode" {
-            a.atomic_mode = value.parse().map_err(|e: xfer_facade::Error| {
-                tracing::warn!(key, value, error = %e, "xfer_domain_attr_set: setting refused");
-                Fail::from(e)
-            })?;
-            return Ok(XFER_SUCCESS);
+        let refused = |e: xfer_facade::Error| {
+            tracing::warn!(key, value, error = %e, "xfer_domain_attr_set: setting refused");
+            Fail::from(e)
+        };
+        match key {
+            "atomic_mode" => a.atomic_mode = value.parse().map_err(refused)?,
+            "threading" => a.threading = value.parse().map_err(refused)?,
+            _ => {}
         }
-        if key == "threading" {
-            a.threading = value.parse().map_err(|e: xfer_facade::Error| {
-                tracing::warn!(key, value, error = %e, "xfer_domain_attr_set: setting refused");
-                Fail::from(e)
-            })?;
+        if matches!(key, "atomic_mode" | "threading") {
             return Ok(XFER_SUCCESS);
         }
         if let Err(e) = xfer_facade::check_param(key, value) {

@@ -25,6 +25,17 @@ pub struct Setting {
     pub doc: &'static str,
 }
 
+/// A mode named by variable `name` (its `FromStr` says what is refused and
+/// why, logged), else the default.
+fn env_mode<T: FromStr<Err = crate::Error> + Default>(name: &str) -> T {
+    let Some(m) = env_value::<String>(name) else {
+        return T::default();
+    };
+    m.parse()
+        .map_err(|e| tracing::warn!(var = name, value = %m, error = %e, "ignoring the setting"))
+        .unwrap_or_default()
+}
+
 /// Reads `name` from the environment and parses it; logs and ignores bad values.
 pub fn env_value<T: FromStr>(name: &str) -> Option<T> {
     let raw = std::env::var(name).ok()?;
@@ -152,20 +163,8 @@ impl DomainAttr {
         DomainAttr {
             provider: std::env::var("XFER_PROVIDER").ok().filter(|p| !p.is_empty()),
             params: Params::new(),
-            atomic_mode: env_value::<String>("XFER_ATOMIC_MODE")
-                .and_then(|m| {
-                    m.parse()
-                        .map_err(|e| tracing::warn!(value = %m, error = %e, "ignoring XFER_ATOMIC_MODE"))
-                        .ok()
-                })
-                .unwrap_or_default(),
-            threading: env_value::<String>("XFER_THREADING")
-                .and_then(|m| {
-                    m.parse()
-                        .map_err(|e| tracing::warn!(value = %m, error = %e, "ignoring XFER_THREADING"))
-                        .ok()
-                })
-                .unwrap_or_default(),
+            atomic_mode: env_mode("XFER_ATOMIC_MODE"),
+            threading: env_mode("XFER_THREADING"),
         }
     }
 

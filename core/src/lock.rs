@@ -160,17 +160,9 @@ impl<T> DomainLock<T> {
             }
         }
         while self.state.swap(2, Acquire) != 0 {
-            // SAFETY: FUTEX_WAIT on a live, aligned u32; it returns at once
-            // unless the word still holds 2, and spurious returns loop.
-            unsafe {
-                libc::syscall(
-                    libc::SYS_futex,
-                    self.state.as_ptr(),
-                    libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
-                    2u32,
-                    std::ptr::null::<libc::timespec>(),
-                );
-            }
+            // Returns at once unless the word still holds 2; spurious
+            // returns loop.
+            self.futex(libc::FUTEX_WAIT, 2);
         }
     }
 
@@ -184,13 +176,21 @@ impl<T> DomainLock<T> {
 
     #[cold]
     fn wake_one(&self) {
-        // SAFETY: FUTEX_WAKE on a live, aligned u32.
+        self.futex(libc::FUTEX_WAKE, 1);
+    }
+
+    /// `futex(2)` operation `op` (private) on the state word with `val`
+    /// (FUTEX_WAIT: the value expected, no timeout; FUTEX_WAKE: how many).
+    fn futex(&self, op: libc::c_int, val: u32) {
+        // SAFETY: the word is a live, aligned u32 for the call; a null
+        // timeout waits without one.
         unsafe {
             libc::syscall(
                 libc::SYS_futex,
                 self.state.as_ptr(),
-                libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
-                1i32,
+                op | libc::FUTEX_PRIVATE_FLAG,
+                val,
+                std::ptr::null::<libc::timespec>(),
             );
         }
     }
