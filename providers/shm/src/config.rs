@@ -42,6 +42,11 @@ pub struct ShmConfig {
     /// no shared-memory address and serves every peer over TCP; the `shm`
     /// provider refuses to open.
     pub enabled: bool,
+    /// Whether a pair may order its rings' handshakes with `membarrier(2)`
+    /// on the slow paths instead of a full fence on every message
+    /// (`shm.membarrier`, `XFER_SHM_MEMBARRIER`, default on; used only
+    /// where both processes can; `0` keeps the fences).
+    pub membarrier: bool,
 }
 
 impl Default for ShmConfig {
@@ -52,6 +57,7 @@ impl Default for ShmConfig {
             cma: true,
             eager_credit: DEFAULT_EAGER_CREDIT,
             enabled: true,
+            membarrier: true,
         }
     }
 }
@@ -110,6 +116,7 @@ impl ShmConfig {
             "shm.cma" => self.cma = param_flag(key, value)?,
             "shm.eager_credit" => self.eager_credit = param_value(key, value)?,
             "shm.enabled" => self.enabled = param_flag(key, value)?,
+            "shm.membarrier" => self.membarrier = param_flag(key, value)?,
             _ => return Err(unknown_key(key, &Self::default().settings())),
         }
         Ok(())
@@ -149,6 +156,11 @@ impl ShmConfig {
                 u8::from(self.enabled).to_string(),
                 "serve peers on this host over shared memory (0: shm+tcp carries every peer over TCP)",
             ),
+            row(
+                "shm.membarrier",
+                u8::from(self.membarrier).to_string(),
+                "order the rings' wake-up handshakes with membarrier(2) when sleeping, not a fence per message (0: fences)",
+            ),
         ]
     }
 
@@ -170,19 +182,21 @@ impl ShmConfig {
 }
 
 /// The keys, and their variables in the same order.
-const KEYS: [&str; 5] = [
+const KEYS: [&str; 6] = [
     "shm.ring_bytes",
     "shm.max_peers",
     "shm.cma",
     "shm.eager_credit",
     "shm.enabled",
+    "shm.membarrier",
 ];
-const ENVS: [&str; 5] = [
+const ENVS: [&str; 6] = [
     "XFER_SHM_RING_BYTES",
     "XFER_SHM_MAX_PEERS",
     "XFER_SHM_CMA",
     "XFER_SHM_EAGER_CREDIT",
     "XFER_SHM_ENABLED",
+    "XFER_SHM_MEMBARRIER",
 ];
 
 fn env_name(key: &str) -> &'static str {

@@ -34,6 +34,7 @@
 //! ```
 #![deny(missing_docs)]
 
+mod barrier;
 pub mod cma;
 pub mod config;
 mod domain;
