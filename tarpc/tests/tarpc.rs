@@ -256,6 +256,29 @@ async fn a_body_waited_for_arrives_while_the_credit_is_held_in_frames() {
 /// holds the second of a burst back to write it with later ones, at the
 /// endpoint's next progress, which only the node's own progress task then
 /// makes (what a byte stream dropped after writing relies on).
+/// Two nodes opened with `attr`, `a` having sent `b` a message (so their
+/// connection is up and later sends are written at once), and `b`'s
+/// address in `a`'s address vector.
+async fn connected_nodes(
+    attr: &xfer::DomainAttr,
+) -> (
+    std::sync::Arc<xfer_tarpc::Node>,
+    std::sync::Arc<xfer_tarpc::Node>,
+    xfer::PeerAddr,
+) {
+    let a = xfer_tarpc::Node::open_with(attr).expect("node a");
+    let b = xfer_tarpc::Node::open_with(attr).expect("node b");
+    let peer = a.endpoint().endpoint().av().insert(&b.name()).expect("insert b");
+    let warm = b.endpoint().trecv(xfer::PeerAddr::UNSPEC, 1, 0, vec![0; 8]);
+    let both = async { futures::join!(a.endpoint().tsend(peer, 1, b"warm".to_vec()), warm) };
+    let ((sent, _), (got, _)) = tokio::time::timeout(Duration::from_secs(60), both)
+        .await
+        .expect("the first message arrives within the limit");
+    sent.expect("warm send");
+    got.expect("warm receive");
+    (a, b, peer)
+}
+
 #[tokio::test(flavor = "current_thread")]
 async fn sends_dropped_after_posting_arrive() {
     use xfer::PeerAddr;
@@ -267,15 +290,8 @@ async fn sends_dropped_after_posting_arrive() {
     // the sends after the first of a burst are held for a progress.
     let mut attr = xfer::DomainAttr::from_env();
     attr.params.set("tcp.coalesce", "32");
-    let a = xfer_tarpc::Node::open_with(&attr).expect("node a");
-    let b = xfer_tarpc::Node::open_with(&attr).expect("node b");
-    let peer = a.endpoint().endpoint().av().insert(&b.name()).expect("insert b");
+    let (a, b, peer) = connected_nodes(&attr).await;
     tokio::time::timeout(Duration::from_secs(60), async {
-        // A connection up first, so that the sends below are written at once.
-        let warm = b.endpoint().trecv(PeerAddr::UNSPEC, 1, 0, vec![0; 8]);
-        let ((sent, _), (got, _)) = futures::join!(a.endpoint().tsend(peer, 1, b"warm".to_vec()), warm);
-        sent.expect("warm send");
-        got.expect("warm receive");
         for n in [2, 1, 3, 4u64] {
             let tag = |i: u64| 100 * n + i;
             let recvs: Vec<_> = (0..n)
@@ -302,14 +318,8 @@ async fn sends_dropped_after_posting_arrive() {
 async fn held_in_a_burst(attr: &xfer::DomainAttr) -> Option<u64> {
     use xfer::PeerAddr;
 
-    let a = xfer_tarpc::Node::open_with(attr).expect("node a");
-    let b = xfer_tarpc::Node::open_with(attr).expect("node b");
-    let peer = a.endpoint().endpoint().av().insert(&b.name()).expect("insert b");
+    let (a, b, peer) = connected_nodes(attr).await;
     tokio::time::timeout(Duration::from_secs(60), async {
-        let warm = b.endpoint().trecv(PeerAddr::UNSPEC, 1, 0, vec![0; 8]);
-        let ((sent, _), (got, _)) = futures::join!(a.endpoint().tsend(peer, 1, b"warm".to_vec()), warm);
-        sent.expect("warm send");
-        got.expect("warm receive");
         let recvs: Vec<_> = (0..8u64)
             .map(|i| b.endpoint().trecv(PeerAddr::UNSPEC, 10 + i, 0, vec![0; 64]))
             .collect();
