@@ -18,6 +18,11 @@ use crate::wire::{self, ACCEPT, CONN_MAX, HELLO, KIND_ONLY, VERSION};
 /// How long `connect` waits for the server's `ACCEPT`.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// The TCP transport's setting that holds eager frames posted in a burst
+/// for the next progress, and its environment variable.
+const COALESCE: &str = "tcp.coalesce";
+const COALESCE_ENV: &str = "XFER_TCP_COALESCE";
+
 /// A process's xfer endpoint (domain, completion queue with its async
 /// dispatcher, address vector), shared by all its RPC connections, which
 /// the tags tell apart ([`crate::wire`]).
@@ -51,11 +56,17 @@ impl Node {
     /// for same-host peers over shared memory, whatever `XFER_PROVIDER`
     /// says), endpoint and queue attributes from the `XFER_*` environment;
     /// call within a tokio runtime.
+    ///
+    /// Over TCP the endpoint writes each frame when it is posted
+    /// (`tcp.coalesce` 0) unless `attr`'s params or `XFER_TCP_COALESCE`
+    /// say otherwise: a connection batches its messages into frames itself,
+    /// and a flush waits for its frames' sends, so a frame held for the
+    /// next progress only delays that flush and costs a wake-up.
     pub fn open_with(attr: &xfer::DomainAttr) -> xfer::Result<Arc<Node>> {
         let domain = xfer::open(attr)?;
         let cq = domain.cq(&xfer::CqAttr::from_env())?;
         let av = domain.av()?;
-        let ep = domain.endpoint(&cq, &av, &xfer::EndpointAttr::from_env())?;
+        let ep = domain.endpoint(&cq, &av, &endpoint_attr(attr))?;
         let ep = Arc::new(AsyncEndpoint::new(ep, aio::tokio::dispatcher(&cq)?)?);
         let disp = ep.dispatcher().clone();
         let progress = tokio::spawn(async move {
@@ -227,4 +238,26 @@ impl Node {
             Some((conn, node))
         })
     }
+}
+
+/// The node's endpoint attributes: the `XFER_*` environment's, with TCP's
+/// coalescing off unless the domain's params or the environment set it.
+///
+/// The engine holds an eager frame posted after another and before the
+/// next progress, to write a burst in one `sendmsg`. A connection's frames
+/// are already its batches (messages written between two flushes), and a
+/// byte stream's flush (hyper's, after each HTTP/2 `DATA` frame) waits for
+/// the frame's send: held, that send completes only when a progress writes
+/// it, which the post asks for by signalling the endpoint's descriptor, so
+/// every other frame cost a wake-up of the dispatcher, a progress and a
+/// copy into the connection's send queue.
+fn endpoint_attr(domain: &xfer::DomainAttr) -> xfer::EndpointAttr {
+    let mut attr = xfer::EndpointAttr::from_env();
+    let chosen = domain.params.get(COALESCE).is_some()
+        || attr.params.get(COALESCE).is_some()
+        || std::env::var_os(COALESCE_ENV).is_some();
+    if !chosen {
+        attr.params.set(COALESCE, "0");
+    }
+    attr
 }

@@ -256,6 +256,29 @@ async fn a_body_waited_for_arrives_while_the_credit_is_held_in_frames() {
 /// holds the second of a burst back to write it with later ones, at the
 /// endpoint's next progress, which only the node's own progress task then
 /// makes (what a byte stream dropped after writing relies on).
+/// Two nodes opened with `attr`, `a` having sent `b` a message (so their
+/// connection is up and later sends are written at once), and `b`'s
+/// address in `a`'s address vector.
+async fn connected_nodes(
+    attr: &xfer::DomainAttr,
+) -> (
+    std::sync::Arc<xfer_tarpc::Node>,
+    std::sync::Arc<xfer_tarpc::Node>,
+    xfer::PeerAddr,
+) {
+    let a = xfer_tarpc::Node::open_with(attr).expect("node a");
+    let b = xfer_tarpc::Node::open_with(attr).expect("node b");
+    let peer = a.endpoint().endpoint().av().insert(&b.name()).expect("insert b");
+    let warm = b.endpoint().trecv(xfer::PeerAddr::UNSPEC, 1, 0, vec![0; 8]);
+    let both = async { futures::join!(a.endpoint().tsend(peer, 1, b"warm".to_vec()), warm) };
+    let ((sent, _), (got, _)) = tokio::time::timeout(Duration::from_secs(60), both)
+        .await
+        .expect("the first message arrives within the limit");
+    sent.expect("warm send");
+    got.expect("warm receive");
+    (a, b, peer)
+}
+
 #[tokio::test(flavor = "current_thread")]
 async fn sends_dropped_after_posting_arrive() {
     use xfer::PeerAddr;
@@ -263,15 +286,12 @@ async fn sends_dropped_after_posting_arrive() {
     if std::env::var_os("XFER_TCP_ADDR").is_none() {
         std::env::set_var("XFER_TCP_ADDR", "127.0.0.1");
     }
-    let a = xfer_tarpc::Node::open().expect("node a");
-    let b = xfer_tarpc::Node::open().expect("node b");
-    let peer = a.endpoint().endpoint().av().insert(&b.name()).expect("insert b");
+    // TCP's coalescing asked for (a node turns it off otherwise), so that
+    // the sends after the first of a burst are held for a progress.
+    let mut attr = xfer::DomainAttr::from_env();
+    attr.params.set("tcp.coalesce", "32");
+    let (a, b, peer) = connected_nodes(&attr).await;
     tokio::time::timeout(Duration::from_secs(60), async {
-        // A connection up first, so that the sends below are written at once.
-        let warm = b.endpoint().trecv(PeerAddr::UNSPEC, 1, 0, vec![0; 8]);
-        let ((sent, _), (got, _)) = futures::join!(a.endpoint().tsend(peer, 1, b"warm".to_vec()), warm);
-        sent.expect("warm send");
-        got.expect("warm receive");
         for n in [2, 1, 3, 4u64] {
             let tag = |i: u64| 100 * n + i;
             let recvs: Vec<_> = (0..n)
@@ -291,6 +311,56 @@ async fn sends_dropped_after_posting_arrive() {
     })
     .await
     .expect("every dropped send arrives within the limit");
+}
+
+/// The frames a node's endpoint holds for the next progress (TCP's
+/// `coalesced` counter), after a burst of sends posted one after another.
+async fn held_in_a_burst(attr: &xfer::DomainAttr) -> Option<u64> {
+    use xfer::PeerAddr;
+
+    let (a, b, peer) = connected_nodes(attr).await;
+    tokio::time::timeout(Duration::from_secs(60), async {
+        let recvs: Vec<_> = (0..8u64)
+            .map(|i| b.endpoint().trecv(PeerAddr::UNSPEC, 10 + i, 0, vec![0; 64]))
+            .collect();
+        let sends: Vec<_> = (0..8u64)
+            .map(|i| a.endpoint().tsend(peer, 10 + i, pattern(40, i)))
+            .collect();
+        let (sent, got) = futures::join!(futures::future::join_all(sends), futures::future::join_all(recvs));
+        for (i, ((s, _), (r, buf))) in sent.into_iter().zip(got).enumerate() {
+            s.expect("send");
+            let len = r.expect("receive").len;
+            assert_eq!(buf[..len], pattern(40, i as u64)[..], "send {i}");
+        }
+    })
+    .await
+    .expect("the burst arrives within the limit");
+    let counters = a.endpoint().endpoint().counters().expect("counters");
+    counters.iter().find(|(k, _)| *k == "coalesced").map(|&(_, v)| v)
+}
+
+/// Over TCP a node's endpoint writes each frame when it is posted (its
+/// connections batch messages into frames themselves, and a flush waits
+/// for the frame's send), unless the domain's params ask for coalescing.
+#[tokio::test(flavor = "current_thread")]
+async fn a_nodes_tcp_endpoint_holds_no_frames_unless_asked() {
+    if std::env::var_os("XFER_TCP_COALESCE").is_some() {
+        eprintln!("XFER_TCP_COALESCE set: the node keeps what it says; nothing to check");
+        return;
+    }
+    if std::env::var_os("XFER_TCP_ADDR").is_none() {
+        std::env::set_var("XFER_TCP_ADDR", "127.0.0.1");
+    }
+    let tcp = xfer::DomainAttr::with_provider("tcp");
+    let held = held_in_a_burst(&tcp).await;
+    assert_eq!(held.unwrap_or(0), 0, "a node's endpoint held frames of a burst");
+    let mut asked = tcp.clone();
+    asked.params.set("tcp.coalesce", "32");
+    let held = held_in_a_burst(&asked).await;
+    assert!(
+        held.is_some_and(|n| n > 0),
+        "coalescing asked for, the burst's frames were not held: {held:?}"
+    );
 }
 
 /// A write of an HTTP/2 frame of the protocol's default largest size (16 KiB
