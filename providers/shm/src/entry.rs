@@ -14,8 +14,9 @@
 //! A pad entry fills the rest of the ring when a frame would not fit before
 //! its end, so every frame is contiguous. The stamp names the position, so
 //! a stale entry from an earlier lap never passes for a new one, and the
-//! consumer zeroes the stamp word of every line it consumed, so payload
-//! bytes left from an earlier lap never do either.
+//! producer zeroes the stamp word of the line after each entry before it
+//! publishes the entry, so payload bytes left from an earlier lap never do
+//! either.
 //!
 //! The decoder gets the two words as copied out of shared memory once
 //! (the peer may change them at any time) and checks every length against

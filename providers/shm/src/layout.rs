@@ -20,7 +20,10 @@ pub const LINE: usize = 64;
 /// The segment's magic, "XFERSHM\0" little-endian.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"XFERSHM\0");
 /// The ring format's version; a peer with another refuses the segment.
-pub const VERSION: u32 = 1;
+/// 2: the producer clears the stamp word of the line after each entry, and
+/// the consumer writes nothing into the lines it read (1 had the consumer
+/// clear them, so a version-2 consumer would misread a version-1 producer).
+pub const VERSION: u32 = 2;
 
 /// Offset of the header's magic (u64), version (u32), ring size (u32).
 pub const HDR_MAGIC: usize = 0;

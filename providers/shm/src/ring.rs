@@ -4,10 +4,14 @@
 //! Who touches what:
 //! - the producer writes entries and reads the consumer's `head` only when
 //!   its cached copy says the ring is full;
+//! - the producer zeroes the stamp word of the line after each entry before
+//!   it publishes the entry, so the line the consumer polls next holds 0 or
+//!   the next entry's stamp, never bytes of an earlier lap;
 //! - the consumer polls the stamp word of the entry at its head (the line
-//!   the entry itself is on: a small frame costs one cache-line transfer),
-//!   zeroes the stamp words of the lines it consumed, then publishes `head`
-//!   with release, so the producer reuses them only after they are clean;
+//!   the entry itself is on: a small frame costs one cache-line transfer)
+//!   and publishes `head` with release once it is done with the entry; it
+//!   writes nothing into the lines it read, so a large frame's lines are
+//!   not pulled back and forth between the two CPUs;
 //! - the consumer's `sleeping` flag and the producer's check of it after
 //!   each entry make the wake-up protocol (docs/SHM.md "Wake-up").
 //!
@@ -207,16 +211,18 @@ impl Producer {
             // Pad to the lap's end first (it fits once the consumer caught
             // up; pad and frame together might never fit).
             let pad = self.at.ring_bytes - offset;
-            if !self.room(pad)? {
-                self.blocked = pad;
+            if !self.room(pad + LINE)? {
+                self.blocked = pad + LINE;
                 return Err(Refused::Full);
             }
             self.write_word1(offset, entry::word1(KIND_PAD, 0, 0));
+            self.clear_next(pad);
             self.at.line(offset).store(entry::stamp(self.tail), Ordering::Release);
             self.tail += pad as u64;
         }
-        if !self.room(size)? {
-            self.blocked = size;
+        // One line beyond the entry: the one `clear_next` writes.
+        if !self.room(size + LINE)? {
+            self.blocked = size + LINE;
             return Err(Refused::Full);
         }
         self.blocked = 0;
@@ -234,6 +240,7 @@ impl Producer {
             std::ptr::copy_nonoverlapping(header.as_ptr(), dst, header.len());
             std::ptr::copy_nonoverlapping(payload.as_ptr(), dst.add(header.len()), payload.len());
         }
+        self.clear_next(size);
         self.at.line(offset).store(entry::stamp(self.tail), Ordering::Release);
         self.tail += size as u64;
         // Pairs with the consumer's fence after it sets `sleeping`: either
@@ -264,6 +271,17 @@ impl Producer {
         self.write_word1(offset, w1);
         self.at.line(offset).store(entry::stamp(self.tail), Ordering::Release);
         fence(Ordering::SeqCst);
+    }
+
+    /// Zeroes the stamp word of the line `size` bytes past the tail, where
+    /// the next entry will start, before the entry at the tail is published
+    /// (its release store orders this one first): the consumer, once it has
+    /// that entry, finds 0 there until the next entry's stamp, never an
+    /// earlier lap's byte that happens to equal the stamp it waits for. The
+    /// caller made sure the consumer released that line (`room`).
+    fn clear_next(&self, size: usize) {
+        let next = self.at.offset(self.tail + size as u64);
+        self.at.line(next).store(0, Ordering::Relaxed);
     }
 
     fn write_word1(&self, offset: usize, w: u64) {
@@ -329,7 +347,7 @@ impl Consumer {
             let w1 = unsafe { word(self.at.data, offset + 8) }.load(Ordering::Relaxed);
             match entry::decode(stamp, w1, self.head, self.at.ring_bytes)? {
                 None => return Ok(None),
-                Some(Decoded::Pad { size }) => self.release(offset, size),
+                Some(Decoded::Pad { size }) => self.release(size),
                 Some(Decoded::Frame {
                     header_len,
                     payload_len,
@@ -346,19 +364,17 @@ impl Consumer {
                     let payload = unsafe { Bytes::shared(base.add(header_len), payload_len) };
                     let frame = Frame { header, payload };
                     let r = f(frame);
-                    self.release(offset, size);
+                    self.release(size);
                     return Ok(Some(r));
                 }
             }
         }
     }
 
-    /// Zeroes the stamp word of every line of the entry, then publishes the
-    /// new head: the producer reuses the lines only once they are clean.
-    fn release(&mut self, offset: usize, size: usize) {
-        for line in (offset..offset + size).step_by(LINE) {
-            self.at.line(line).store(0, Ordering::Relaxed);
-        }
+    /// Publishes the new head past the entry: the producer may reuse its
+    /// lines. Nothing is written into them; the producer clears the stamp
+    /// word of each entry's successor itself (`Producer::clear_next`).
+    fn release(&mut self, size: usize) {
         self.head += size as u64;
         self.at.head().store(self.head, Ordering::Release);
     }
@@ -377,5 +393,79 @@ impl Consumer {
     /// before sleeping.
     pub fn set_sleeping(&self, on: bool) {
         self.at.sleeping().store(u32::from(on), Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// 4 KiB of ring data and a consumer block, line aligned.
+    #[repr(C, align(64))]
+    struct Memory {
+        data: [u8; 4096],
+        ctl: [u8; 128],
+    }
+
+    /// A frame's payload of `entry` bytes in all (with an 8-byte header),
+    /// holding `word` at the entry's byte `at` (a multiple of 8).
+    fn payload(entry: usize, at: usize, word: u64) -> Vec<u8> {
+        let mut p = vec![0u8; entry - PREFIX - 8];
+        let i = at - PREFIX - 8;
+        p[i..i + 8].copy_from_slice(&word.to_le_bytes());
+        p
+    }
+
+    /// An earlier lap's payload that holds exactly the stamp a later entry
+    /// will have, at the line where that entry will start, is never taken
+    /// for it: the producer cleared that line before it published the entry
+    /// the consumer read last (nothing the consumer writes does it now).
+    #[test]
+    fn an_earlier_laps_payload_never_passes_for_an_entry() {
+        let mut m = Box::new(Memory {
+            data: [0; 4096],
+            ctl: [0; 128],
+        });
+        let (data, ctl) = (m.data.as_mut_ptr(), m.ctl.as_mut_ptr());
+        // SAFETY: `m` is boxed, line aligned and outlives both ends; one
+        // producer and one consumer.
+        let (mut p, mut c) = unsafe { (Producer::new(data, ctl, 4096), Consumer::new(data, ctl, 4096)) };
+        // Lap 2's entry at position 4096 + 192 will have this stamp; lap 1's
+        // first frame holds it at the same line.
+        let later = entry::stamp(4096 + 192);
+        let sizes = [256usize, 1024, 1024, 1024, 768, 192];
+        for (i, &size) in sizes.iter().enumerate() {
+            let body = if i == 0 {
+                payload(size, 192, later)
+            } else {
+                payload(size, 64, 0)
+            };
+            assert_eq!(p.send(&[0; 8], &body), Ok(false), "frame {i}");
+            let got = c.consume(|f| f.payload.len()).expect("sound");
+            assert_eq!(got, Some(body.len()), "frame {i}");
+        }
+        assert_eq!(p.tail(), 4096 + 192);
+        assert!(!c.ready(), "a stale stamp taken for an entry");
+        assert!(matches!(c.consume(|_| ()), Ok(None)));
+        // The real entry there is read once written.
+        p.send(b"next", &[1, 2, 3]).expect("room");
+        assert_eq!(c.consume(|f| f.header.to_vec()).expect("sound"), Some(b"next".to_vec()));
+    }
+
+    /// The producer keeps one line clear past its last entry: a ring takes
+    /// entries up to its size less a line, and refuses more as `Full`.
+    #[test]
+    fn the_ring_holds_its_size_less_a_line() {
+        let mut m = Box::new(Memory {
+            data: [0; 4096],
+            ctl: [0; 128],
+        });
+        let (data, ctl) = (m.data.as_mut_ptr(), m.ctl.as_mut_ptr());
+        // SAFETY: as above.
+        let mut p = unsafe { Producer::new(data, ctl, 4096) };
+        for i in 0..63 {
+            assert_eq!(p.send(&[], &[i as u8]), Ok(false), "line {i}");
+        }
+        assert_eq!(p.send(&[], &[0]), Err(Refused::Full));
     }
 }
