@@ -1606,6 +1606,44 @@ fn a_large_message_is_pulled_or_pushed_once_and_by_rdma_read_over_verbs() {
     }
 }
 
+/// Over shared memory a rendezvous below the receiver's `shm.cma_min` is
+/// pushed through the ring and one at or above it pulled by cross-memory
+/// attach (pushed too where CMA is off), each arriving whole, the receiver's
+/// counters saying which; elsewhere the same messages must simply arrive.
+#[test]
+fn a_rendezvous_below_shm_cma_min_is_pushed_and_one_above_pulled() {
+    const MIN: usize = 256 << 10;
+    let mut a = Node::new();
+    let shm = matches!(a.domain.provider(), "shm" | "shm+tcp");
+    let mut attr = test_attr();
+    if shm {
+        attr.params.set("shm.cma_min", &MIN.to_string());
+    }
+    let mut b = Node::with_attr(&attr);
+    let pb = a.add(&b);
+    // Every size above the eager limit: the threshold's two sides, at it
+    // and one byte off, and a size that takes many ring frames either way.
+    let sizes = [70_000, MIN - 1, MIN, MIN + 1, 3 << 20];
+    for (i, &size) in sizes.iter().enumerate() {
+        let ctx = i as u64 + 1;
+        b.ep.trecv(ANY, ctx, 0, vec![0; size], ctx).unwrap();
+        a.ep.tsend(pb, ctx, pattern(size, ctx), 100 + ctx).unwrap();
+        let r = expect(&mut [&mut a, &mut b], 1, ctx);
+        assert_eq!((r.result, r.len), (Ok(()), size), "{size} B");
+        assert!(r.buf.unwrap() == pattern(size, ctx), "{size} B: content");
+        assert_eq!(expect(&mut [&mut a, &mut b], 0, 100 + ctx).result, Ok(()));
+    }
+    if !shm {
+        return;
+    }
+    let moved = (counter(&b, "rndv_pushes"), counter(&b, "rndv_pulls"));
+    if rma_by_one_copy(&b) {
+        assert_eq!(moved, (2, 3), "pushes below {MIN} B, pulls from it");
+    } else {
+        assert_eq!(moved, (5, 0), "every rendezvous pushed with CMA off");
+    }
+}
+
 /// RMA on a key its target granted goes by the device where there is one:
 /// over verbs (and shm+verbs with shm off), after one write and one read
 /// served by the target, a large write and read go by RDMA WRITE and READ,

@@ -14,6 +14,10 @@ pub const DEFAULT_MAX_PEERS: usize = 256;
 /// Default eager credit granted to each peer (bytes).
 pub const DEFAULT_EAGER_CREDIT: usize = 4 << 20;
 
+/// Default smallest rendezvous payload pulled by cross-memory attach;
+/// smaller ones are pushed through the ring.
+pub const DEFAULT_CMA_MIN: usize = 4 << 20;
+
 /// A port's settings (the shm transport's, keys `shm.*`). Memory per peer
 /// pair is one segment of `8 KiB + 2 * ring_bytes` (shared by the two
 /// processes), so a port maps at most `max_peers` of those.
@@ -32,6 +36,14 @@ pub struct ShmConfig {
     /// through the ring for rendezvous and RMA, and makes this side refuse
     /// to serve by CMA).
     pub cma: bool,
+    /// Smallest rendezvous payload the receiver pulls by cross-memory
+    /// attach (`shm.cma_min`, `XFER_SHM_CMA_MIN`, default 4 MiB): a smaller
+    /// one is pushed through the ring by its sender, two copies that run in
+    /// parallel on both processes' CPUs through cache-resident ring lines,
+    /// which beats one `process_vm_readv` (its page pinning, one CPU) while
+    /// the bytes fit in cache. `0` pulls every rendezvous. RMA on a granted
+    /// key is not affected.
+    pub cma_min: usize,
     /// Eager credit an endpoint grants each peer in all: what one peer's
     /// eager messages may make it hold (`shm.eager_credit`,
     /// `XFER_SHM_EAGER_CREDIT`, default 4 MiB, at least the 128 KiB
@@ -55,6 +67,7 @@ impl Default for ShmConfig {
             ring_bytes: DEFAULT_RING_BYTES,
             max_peers: DEFAULT_MAX_PEERS,
             cma: true,
+            cma_min: DEFAULT_CMA_MIN,
             eager_credit: DEFAULT_EAGER_CREDIT,
             enabled: true,
             membarrier: true,
@@ -114,6 +127,7 @@ impl ShmConfig {
             "shm.ring_bytes" => self.ring_bytes = param_value(key, value)?,
             "shm.max_peers" => self.max_peers = param_value(key, value)?,
             "shm.cma" => self.cma = param_flag(key, value)?,
+            "shm.cma_min" => self.cma_min = param_value(key, value)?,
             "shm.eager_credit" => self.eager_credit = param_value(key, value)?,
             "shm.enabled" => self.enabled = param_flag(key, value)?,
             "shm.membarrier" => self.membarrier = param_flag(key, value)?,
@@ -145,6 +159,11 @@ impl ShmConfig {
                 "shm.cma",
                 u8::from(self.cma).to_string(),
                 "move large payloads by cross-memory attach (0: two copies through the ring)",
+            ),
+            row(
+                "shm.cma_min",
+                self.cma_min.to_string(),
+                "smallest rendezvous pulled by cross-memory attach; smaller ones are pushed through the ring (0: pull all)",
             ),
             row(
                 "shm.eager_credit",
@@ -182,18 +201,20 @@ impl ShmConfig {
 }
 
 /// The keys, and their variables in the same order.
-const KEYS: [&str; 6] = [
+const KEYS: [&str; 7] = [
     "shm.ring_bytes",
     "shm.max_peers",
     "shm.cma",
+    "shm.cma_min",
     "shm.eager_credit",
     "shm.enabled",
     "shm.membarrier",
 ];
-const ENVS: [&str; 6] = [
+const ENVS: [&str; 7] = [
     "XFER_SHM_RING_BYTES",
     "XFER_SHM_MAX_PEERS",
     "XFER_SHM_CMA",
+    "XFER_SHM_CMA_MIN",
     "XFER_SHM_EAGER_CREDIT",
     "XFER_SHM_ENABLED",
     "XFER_SHM_MEMBARRIER",
@@ -214,6 +235,8 @@ mod tests {
         assert_eq!(c.ring_bytes, 1 << 20);
         c.set("shm.cma", "Off").unwrap();
         assert!(!c.cma);
+        c.set("shm.cma_min", "512k").unwrap();
+        assert_eq!(c.cma_min, 512 << 10);
         c.set("shm.eager_credit", "256k").unwrap();
         assert_eq!(c.eager_credit, 256 << 10);
         assert!(matches!(c.set("shm.cma", "2"), Err(Error::InvalidSetting(_))));

@@ -140,8 +140,15 @@ impl Transport for ShmTransport {
     }
 
     fn pull(&mut self, conn: ConnId, remote: u64, dst: &mut [u8]) -> Result<(), Error> {
-        if !self.port.config().cma {
+        let cfg = self.port.config();
+        if !cfg.cma {
             return Err(Error::NotSupported("cross-memory attach off (XFER_SHM_CMA)"));
+        }
+        // Below the size rule the sender's push through the ring is faster:
+        // both CPUs copy at once through lines that stay in cache, with no
+        // pages pinned.
+        if dst.len() < cfg.cma_min {
+            return Err(Error::NotSupported("below shm.cma_min: pushed through the ring"));
         }
         match self.port.cma_read(PeerId(conn), remote, dst) {
             Ok(()) => Ok(()),
