@@ -15,7 +15,9 @@
 #            flight, up to 64 MiB per side: cold at 1 MiB and more; ucx_perftest
 #            has no such mode, its columns stay cache-resident)
 # environment: SERVER_CPU (0), CLIENT_CPU (1), XFER_PROVIDER (shm+tcp),
-#   UCX=0 to leave the UCX columns out.
+#   UCX=0 to leave the UCX columns out, NICE=N to run every benchmark process
+#   (xfer's and UCX's alike) at that niceness (-20: they take their CPUs from
+#   other work on a shared machine, approaching a quiet machine's figures).
 # Prints, per size and column, the best and the median MiB/s (2^20 bytes) of the
 # repetitions and each xfer column's ratio to UCX's columns (best to best,
 # median to median).
@@ -43,6 +45,12 @@ s_cpu=${SERVER_CPU:-0}
 c_cpu=${CLIENT_CPU:-1}
 provider=${XFER_PROVIDER:-shm+tcp}
 use_ucx=${UCX:-1}
+pin_s=(taskset -c "$s_cpu")
+pin_c=(taskset -c "$c_cpu")
+if [[ -n ${NICE:-} ]]; then
+    pin_s=(nice -n "$NICE" "${pin_s[@]}")
+    pin_c=(nice -n "$NICE" "${pin_c[@]}")
+fi
 command -v ucx_perftest >/dev/null || use_ucx=0
 if [[ ${#cols[@]} -eq 0 ]]; then
     CARGO_INCREMENTAL=0 cargo build --locked --release -q --bin xfer-perf >&2
@@ -59,7 +67,10 @@ xfer_run() {
     local bin=$1 size=$2 n=$3 vars=$4 slog=$raw.srv name= pid
     local env=(XFER_PROVIDER="$provider")
     [[ -n $vars ]] && IFS=, read -r -a more <<<"$vars" && env+=("${more[@]}")
-    env "${env[@]}" taskset -c "$s_cpu" "$bin" --json server >"$slog" 2>&1 &
+    # Emptied here, before the server starts: its own redirection may come
+    # after the first look below, which would then find the last run's name.
+    : >"$slog"
+    env "${env[@]}" "${pin_s[@]}" "$bin" --json server >"$slog" 2>&1 &
     pid=$!
     for _ in $(seq 200); do
         name=$(awk '/^xfer-perf server:/ { print $3; exit }' "$slog")
@@ -73,7 +84,7 @@ xfer_run() {
         wait "$pid" 2>/dev/null || true
         return
     fi
-    env "${env[@]}" timeout 300 taskset -c "$c_cpu" "$bin" --json --test tag_bw --sizes "$size" --iters "$n" \
+    env "${env[@]}" timeout 300 "${pin_c[@]}" "$bin" --json --test tag_bw --sizes "$size" --iters "$n" \
         --window 64 --buffers "$buffers" client "$name" 2>"$raw.cli" | grep '^{' | tail -n 1 |
         sed -n 's/.*"mib_s":\([0-9.]*\).*/\1/p' || log "xfer-perf $size failed: $(tail -n 3 "$raw.cli")"
     wait "$pid" 2>/dev/null || true
@@ -84,11 +95,11 @@ ucx_run() {
     local tls=$1 size=$2 n=$3 srv out
     [[ $tls == default ]] && tls=
     port=$((port + 1))
-    env ${tls:+UCX_TLS=$tls} taskset -c "$s_cpu" ucx_perftest -p "$port" >/dev/null 2>&1 &
+    env ${tls:+UCX_TLS=$tls} "${pin_s[@]}" ucx_perftest -p "$port" >/dev/null 2>&1 &
     srv=$!
     # The client fails at once while the server is not listening yet: retry, bounded.
     for _ in $(seq 100); do
-        if out=$(env ${tls:+UCX_TLS=$tls} timeout 300 taskset -c "$c_cpu" ucx_perftest 127.0.0.1 -p "$port" \
+        if out=$(env ${tls:+UCX_TLS=$tls} timeout 300 "${pin_c[@]}" ucx_perftest 127.0.0.1 -p "$port" \
             -t tag_bw -s "$size" -n "$n" -f 2>/dev/null); then
             wait "$srv" || true
             tail -n 1 <<<"$out" | awk 'NF >= 6 { print $6 }'
@@ -129,7 +140,7 @@ report() {
     echo "## tag_bw over shared memory ($(date -u +%F), $reps repetitions, buffers $buffers, XFER_PROVIDER=$provider)"
     echo
     echo "Host: $(nproc) CPUs, load average $load_start at the start, $load_end at the end;"
-    echo "servers on CPU $s_cpu, clients on CPU $c_cpu; $(ucx_info -v 2>/dev/null | sed -n 's/^# Version /UCX /p' | head -n 1)."
+    echo "servers on CPU $s_cpu, clients on CPU $c_cpu${NICE:+, every benchmark process at nice $NICE}; $(ucx_info -v 2>/dev/null | sed -n 's/^# Version /UCX /p' | head -n 1)."
     echo "Columns:"
     for col in "${cols[@]}"; do echo "- \`$col\`"; done
     echo

@@ -74,6 +74,9 @@ rec() { printf '%s\t%s\t%s\n' "$1" "$2" "${3:-}" >>"$raw"; }
 xfer_run() {
     local test=$1 size=$2 n=$3 slog=$raw.srv name= pid
     shift 3
+    # Emptied here, before the server starts: its own redirection may come
+    # after the first look below, which would then find the last run's name.
+    : >"$slog"
     XFER_PROVIDER=$provider taskset -c "$s_cpu" "$xfer" --json server >"$slog" 2>&1 &
     pid=$!
     for _ in $(seq 200); do

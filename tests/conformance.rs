@@ -1617,7 +1617,7 @@ fn a_rendezvous_below_shm_cma_min_is_pushed_and_one_above_pulled() {
     let shm = matches!(a.domain.provider(), "shm" | "shm+tcp");
     let mut attr = test_attr();
     if shm {
-        attr.params.set("shm.cma_min", &MIN.to_string());
+        attr.params.set("shm.cma_min", MIN.to_string());
     }
     let mut b = Node::with_attr(&attr);
     let pb = a.add(&b);
