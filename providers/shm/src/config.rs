@@ -16,7 +16,7 @@ pub const DEFAULT_EAGER_CREDIT: usize = 4 << 20;
 
 /// Default smallest rendezvous payload pulled by cross-memory attach;
 /// smaller ones are pushed through the ring.
-pub const DEFAULT_CMA_MIN: usize = 4 << 20;
+pub const DEFAULT_CMA_MIN: usize = 256 << 10;
 
 /// A port's settings (the shm transport's, keys `shm.*`). Memory per peer
 /// pair is one segment of `8 KiB + 2 * ring_bytes` (shared by the two
@@ -37,12 +37,12 @@ pub struct ShmConfig {
     /// to serve by CMA).
     pub cma: bool,
     /// Smallest rendezvous payload the receiver pulls by cross-memory
-    /// attach (`shm.cma_min`, `XFER_SHM_CMA_MIN`, default 4 MiB): a smaller
-    /// one is pushed through the ring by its sender, two copies that run in
-    /// parallel on both processes' CPUs through cache-resident ring lines,
-    /// which beats one `process_vm_readv` (its page pinning, one CPU) while
-    /// the bytes fit in cache. `0` pulls every rendezvous. RMA on a granted
-    /// key is not affected.
+    /// attach (`shm.cma_min`, `XFER_SHM_CMA_MIN`, default 256 KiB, the
+    /// default ring's size): a smaller one is pushed through the ring by its
+    /// sender, two copies that run in parallel on both processes' CPUs
+    /// through cache-resident ring lines, which beats one `process_vm_readv`
+    /// (its page pinning, one CPU) for a message the ring holds at once.
+    /// `0` pulls every rendezvous. RMA on a granted key is not affected.
     pub cma_min: usize,
     /// Eager credit an endpoint grants each peer in all: what one peer's
     /// eager messages may make it hold (`shm.eager_credit`,
