@@ -24,6 +24,7 @@
 
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/lib.sh
 
 reps=5
 sizes=65536,1048576,4194304
@@ -64,52 +65,24 @@ log() { echo "shm-bw: $*" >&2; }
 
 # xfer_run BIN SIZE ITERS VARS: the client's MiB/s, or nothing.
 xfer_run() {
-    local bin=$1 size=$2 n=$3 vars=$4 slog=$raw.srv name= pid
+    local bin=$1 size=$2 n=$3 vars=$4 more=()
     local env=(XFER_PROVIDER="$provider")
     [[ -n $vars ]] && IFS=, read -r -a more <<<"$vars" && env+=("${more[@]}")
-    # Emptied here, before the server starts: its own redirection may come
-    # after the first look below, which would then find the last run's name.
-    : >"$slog"
-    env "${env[@]}" "${pin_s[@]}" "$bin" --json server >"$slog" 2>&1 &
-    pid=$!
-    for _ in $(seq 200); do
-        name=$(awk '/^xfer-perf server:/ { print $3; exit }' "$slog")
-        [[ -n $name ]] && break
-        kill -0 "$pid" 2>/dev/null || break
-        sleep 0.05
-    done
-    if [[ -z $name ]]; then
-        log "xfer-perf server did not start: $(tail -n 3 "$slog")"
-        kill "$pid" 2>/dev/null || true
-        wait "$pid" 2>/dev/null || true
-        return
-    fi
+    xfer_server "$raw.srv" env "${env[@]}" "${pin_s[@]}" "$bin" || return 0
     env "${env[@]}" timeout 300 "${pin_c[@]}" "$bin" --json --test tag_bw --sizes "$size" --iters "$n" \
-        --window 64 --buffers "$buffers" client "$name" 2>"$raw.cli" | grep '^{' | tail -n 1 |
+        --window 64 --buffers "$buffers" client "$XFER_SERVER_NAME" 2>"$raw.cli" | grep '^{' | tail -n 1 |
         sed -n 's/.*"mib_s":\([0-9.]*\).*/\1/p' || log "xfer-perf $size failed: $(tail -n 3 "$raw.cli")"
-    wait "$pid" 2>/dev/null || true
+    wait "$XFER_SERVER_PID" 2>/dev/null || true
 }
 
 # ucx_run TLS SIZE ITERS: ucx_perftest tag_bw's overall MiB/s, or nothing.
 ucx_run() {
-    local tls=$1 size=$2 n=$3 srv out
+    local tls=$1 size=$2 n=$3
     [[ $tls == default ]] && tls=
     port=$((port + 1))
     env ${tls:+UCX_TLS=$tls} "${pin_s[@]}" ucx_perftest -p "$port" >/dev/null 2>&1 &
-    srv=$!
-    # The client fails at once while the server is not listening yet: retry, bounded.
-    for _ in $(seq 100); do
-        if out=$(env ${tls:+UCX_TLS=$tls} timeout 300 "${pin_c[@]}" ucx_perftest 127.0.0.1 -p "$port" \
-            -t tag_bw -s "$size" -n "$n" -f 2>/dev/null); then
-            wait "$srv" || true
-            tail -n 1 <<<"$out" | awk 'NF >= 6 { print $6 }'
-            return
-        fi
-        kill -0 "$srv" 2>/dev/null || break
-        sleep 0.1
-    done
-    kill "$srv" 2>/dev/null || true
-    wait "$srv" 2>/dev/null || true
+    client_retry $! env ${tls:+UCX_TLS=$tls} timeout 300 "${pin_c[@]}" ucx_perftest 127.0.0.1 -p "$port" \
+        -t tag_bw -s "$size" -n "$n" -f | awk 'NF >= 6 { print $6 }' || true
 }
 
 load_start=$(cut -d' ' -f1-3 /proc/loadavg)
@@ -165,8 +138,9 @@ xcols = [c for c in cols if not c.startswith("UCX ")]
 ucols = [c for c in cols if c.startswith("UCX ")]
 print("MiB/s: best / median (min) of the repetitions; ratios: best to best, median to median.")
 print()
-print("| size | " + " | ".join(cols) + " | " + " | ".join(f"{x} / {u}" for x in xcols for u in ucols) + " |")
-print("|---" * (1 + len(cols) + len(xcols) * len(ucols)) + "|")
+heads = cols + [f"{x} / {u}" for x in xcols for u in ucols]
+print("| size | " + " | ".join(heads) + " |")
+print("|---" * (1 + len(heads)) + "|")
 for size in sizes:
     cells = []
     for c in cols:

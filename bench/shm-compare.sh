@@ -23,6 +23,7 @@
 
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/lib.sh
 
 reps=3
 out=
@@ -72,29 +73,13 @@ rec() { printf '%s\t%s\t%s\n' "$1" "$2" "${3:-}" >>"$raw"; }
 
 # xfer_run TEST SIZE ITERS [ARGS...]: prints the client's JSON line, or nothing.
 xfer_run() {
-    local test=$1 size=$2 n=$3 slog=$raw.srv name= pid
+    local test=$1 size=$2 n=$3
     shift 3
-    # Emptied here, before the server starts: its own redirection may come
-    # after the first look below, which would then find the last run's name.
-    : >"$slog"
-    XFER_PROVIDER=$provider taskset -c "$s_cpu" "$xfer" --json server >"$slog" 2>&1 &
-    pid=$!
-    for _ in $(seq 200); do
-        name=$(awk '/^xfer-perf server:/ { print $3; exit }' "$slog")
-        [[ -n $name ]] && break
-        kill -0 "$pid" 2>/dev/null || break
-        sleep 0.05
-    done
-    if [[ -z $name ]]; then
-        log "xfer-perf server did not start: $(tail -n 3 "$slog")"
-        kill "$pid" 2>/dev/null || true
-        wait "$pid" 2>/dev/null || true
-        return
-    fi
+    xfer_server "$raw.srv" env XFER_PROVIDER="$provider" taskset -c "$s_cpu" "$xfer" || return 0
     XFER_PROVIDER=$provider timeout 300 taskset -c "$c_cpu" "$xfer" --json --test "$test" --sizes "$size" \
-        --iters "$n" "$@" client "$name" 2>"$raw.cli" | grep '^{' | tail -n 1 ||
+        --iters "$n" "$@" client "$XFER_SERVER_NAME" 2>"$raw.cli" | grep '^{' | tail -n 1 ||
         log "xfer-perf $test $size failed: $(tail -n 3 "$raw.cli")"
-    wait "$pid" 2>/dev/null || true
+    wait "$XFER_SERVER_PID" 2>/dev/null || true
 }
 
 # json FIELD: the number FIELD of the JSON line on stdin.
@@ -102,45 +87,22 @@ json() { sed -n "s/.*\"$1\":\([0-9.]*\).*/\1/p"; }
 
 # ucx_run TLS ARGS...: the client's final line (ucx_perftest -f), or nothing.
 ucx_run() {
-    local tls=$1 srv out
+    local tls=$1
     shift
     [[ $tls == default ]] && tls=
     port=$((port + 1))
     env ${tls:+UCX_TLS=$tls} taskset -c "$s_cpu" ucx_perftest -p "$port" >/dev/null 2>&1 &
-    srv=$!
-    # The client fails at once while the server is not listening yet: retry, bounded.
-    for _ in $(seq 100); do
-        if out=$(env ${tls:+UCX_TLS=$tls} timeout 300 taskset -c "$c_cpu" ucx_perftest 127.0.0.1 -p "$port" \
-            "$@" -f 2>/dev/null); then
-            wait "$srv" || true
-            tail -n 1 <<<"$out"
-            return
-        fi
-        kill -0 "$srv" 2>/dev/null || break
-        sleep 0.1
-    done
-    kill "$srv" 2>/dev/null || true
-    wait "$srv" 2>/dev/null || true
+    client_retry $! env ${tls:+UCX_TLS=$tls} timeout 300 taskset -c "$c_cpu" ucx_perftest 127.0.0.1 -p "$port" \
+        "$@" -f || true
 }
 
 # fi_run SIZE ITERS: fi_pingpong's result line over libfabric's shm provider.
 fi_run() {
-    local size=$1 n=$2 srv
+    local size=$1 n=$2
     port=$((port + 1))
     taskset -c "$s_cpu" fi_pingpong -p shm -e rdm -m tagged -S "$size" -I "$n" -B "$port" >/dev/null 2>&1 &
-    srv=$!
-    for _ in $(seq 100); do
-        if out=$(timeout 300 taskset -c "$c_cpu" fi_pingpong -p shm -e rdm -m tagged -S "$size" -I "$n" \
-            -P "$port" 127.0.0.1 2>/dev/null); then
-            wait "$srv" || true
-            tail -n 1 <<<"$out"
-            return
-        fi
-        kill -0 "$srv" 2>/dev/null || break
-        sleep 0.1
-    done
-    kill "$srv" 2>/dev/null || true
-    wait "$srv" 2>/dev/null || true
+    client_retry $! timeout 300 taskset -c "$c_cpu" fi_pingpong -p shm -e rdm -m tagged -S "$size" -I "$n" \
+        -P "$port" 127.0.0.1 || true
 }
 
 TLS=(default posix,self sm,self)

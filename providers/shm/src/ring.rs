@@ -416,18 +416,25 @@ mod tests {
         p
     }
 
+    /// Fresh (zeroed) memory for a ring and the pointers to its data and
+    /// consumer block, which stay valid as long as the box lives.
+    fn memory() -> (Box<Memory>, *mut u8, *mut u8) {
+        let mut m = Box::new(Memory {
+            data: [0; 4096],
+            ctl: [0; 128],
+        });
+        let (data, ctl) = (m.data.as_mut_ptr(), m.ctl.as_mut_ptr());
+        (m, data, ctl)
+    }
+
     /// An earlier lap's payload that holds exactly the stamp a later entry
     /// will have, at the line where that entry will start, is never taken
     /// for it: the producer cleared that line before it published the entry
     /// the consumer read last (nothing the consumer writes does it now).
     #[test]
     fn an_earlier_laps_payload_never_passes_for_an_entry() {
-        let mut m = Box::new(Memory {
-            data: [0; 4096],
-            ctl: [0; 128],
-        });
-        let (data, ctl) = (m.data.as_mut_ptr(), m.ctl.as_mut_ptr());
-        // SAFETY: `m` is boxed, line aligned and outlives both ends; one
+        let (_m, data, ctl) = memory();
+        // SAFETY: `_m` is boxed, line aligned and outlives both ends; one
         // producer and one consumer.
         let (mut p, mut c) = unsafe { (Producer::new(data, ctl, 4096), Consumer::new(data, ctl, 4096)) };
         // Lap 2's entry at position 4096 + 192 will have this stamp; lap 1's
@@ -456,11 +463,7 @@ mod tests {
     /// entries up to its size less a line, and refuses more as `Full`.
     #[test]
     fn the_ring_holds_its_size_less_a_line() {
-        let mut m = Box::new(Memory {
-            data: [0; 4096],
-            ctl: [0; 128],
-        });
-        let (data, ctl) = (m.data.as_mut_ptr(), m.ctl.as_mut_ptr());
+        let (_m, data, ctl) = memory();
         // SAFETY: as above.
         let mut p = unsafe { Producer::new(data, ctl, 4096) };
         for i in 0..63 {
