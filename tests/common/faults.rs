@@ -111,6 +111,9 @@ fn describe(e: &Error) -> String {
 ///   `D <id> ok good|bad`, or `W|D <id> err <why>`.
 /// - `close`: closes the endpoint (its operations end as cancelled, and are
 ///   reported), then its regions, AV, CQ and domain; prints `CLOSED <fds>`.
+/// - `counters`: prints `COUNTERS name=value ...`, the endpoint's counters
+///   (the engine's and the transport's: what is outstanding, what waits for
+///   credit), or `COUNTERS closed`.
 /// - `exit`, or the end of stdin: returns.
 pub fn worker() {
     if std::env::var_os("XFER_FAULTS_WORKER").is_none() {
@@ -275,6 +278,14 @@ pub fn worker() {
                     drop(cq.take());
                     drop(domain.take());
                     say(format_args!("CLOSED {}", fd_count()));
+                }
+                ["counters"] => {
+                    let counters = match ep.as_ref().map(|e| e.counters()) {
+                        Some(Ok(v)) => v.iter().map(|(k, n)| format!("{k}={n}")).collect::<Vec<_>>().join(" "),
+                        Some(Err(e)) => format!("error {}", describe(&e)),
+                        None => "closed".into(),
+                    };
+                    say(format_args!("COUNTERS {counters}"));
                 }
                 ["exit"] => return,
                 _ => panic!("worker: unknown command {line:?}"),
@@ -614,6 +625,14 @@ impl Worker {
 
     /// Waits for the next line that starts with `word` and returns it.
     pub fn answer(&mut self, word: &str, timeout: Duration) -> String {
+        match self.try_answer(word, timeout) {
+            Ok(line) => line,
+            Err(why) => panic!("{}: {why}", self.label),
+        }
+    }
+
+    /// [`answer`](Self::answer), saying why there is none instead of failing.
+    fn try_answer(&mut self, word: &str, timeout: Duration) -> Result<String, String> {
         let start = Instant::now();
         loop {
             let alive = self.pump();
@@ -622,15 +641,27 @@ impl Worker {
                 .iter()
                 .position(|l| l.split_whitespace().next() == Some(word))
             {
-                return self.other.remove(i).unwrap_or_default();
+                return Ok(self.other.remove(i).unwrap_or_default());
             }
-            assert!(alive, "{}: exited before answering {word}", self.label);
-            assert!(
-                start.elapsed() < timeout,
-                "{}: no {word} within {timeout:?}",
-                self.label
-            );
+            if !alive {
+                return Err(format!("exited before answering {word}"));
+            }
+            if start.elapsed() >= timeout {
+                return Err(format!("no {word} within {timeout:?}"));
+            }
             std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// The worker's endpoint counters (`name=value ...`), or why it gave none
+    /// (it exited, or its loop is stuck): for a timed-out test's message.
+    pub fn counters(&mut self) -> String {
+        if let Err(e) = writeln!(self.stdin, "counters").and_then(|()| self.stdin.flush()) {
+            return format!("(no counters: writing the command: {e})");
+        }
+        match self.try_answer("COUNTERS", Duration::from_secs(10)) {
+            Ok(line) => line.trim_start_matches("COUNTERS").trim().to_string(),
+            Err(why) => format!("(no counters: {why})"),
         }
     }
 
@@ -767,21 +798,23 @@ pub fn wait_until(ws: &mut [&mut Worker], timeout: Duration, what: &str, mut don
         }
         if start.elapsed() > timeout {
             let state: Vec<String> = ws
-                .iter()
+                .iter_mut()
                 .map(|w| {
+                    let counters = w.counters();
                     format!(
-                        "{}: {} sends, {} receives, {} RMA done, failures {:?}, sends {:?}, receives {:?}",
+                        "{}: {} sends, {} receives, {} RMA done {:?}, failures {:?}, sends {:?}, receives {:?}, counters: {counters}",
                         w.label,
                         w.sends.len(),
                         w.recvs.len(),
                         w.rma.len(),
+                        w.rma.keys().collect::<Vec<_>>(),
                         w.failures(),
                         w.sends.keys().collect::<Vec<_>>(),
                         w.recvs.keys().collect::<Vec<_>>()
                     )
                 })
                 .collect();
-            panic!("timed out after {timeout:?} waiting for {what}: {state:?}");
+            panic!("timed out after {timeout:?} waiting for {what}:\n{}", state.join("\n"));
         }
         std::thread::sleep(Duration::from_millis(10));
     }

@@ -296,8 +296,12 @@ step_verbs_faults() {
     for m in veth sch_netem; do
         modprobe "$m" || echo "verbs_faults: modprobe $m failed" >&2
     done
-    echo "+ XFER_FAULTS_REQUIRE=1 XFER_FAULTS_REQUIRE_NETEM=1 timeout $t ${bin[VERBS_FAULTS]} --test-threads=1 --nocapture"
-    XFER_FAULTS_PROVIDER=$vprov XFER_FAULTS_REQUIRE=1 XFER_FAULTS_REQUIRE_NETEM=1 timeout -k 10 "$t" "${bin[VERBS_FAULTS]}" \
+    # The netem case's own wait gets two fifths of the step's time, so that a hang there fails
+    # with both workers' counters (and the link-down case still runs) before this timeout.
+    local nt=${XFER_FAULTS_NETEM_TIMEOUT:-$((t * 2 / 5))}
+    echo "+ XFER_FAULTS_REQUIRE=1 XFER_FAULTS_REQUIRE_NETEM=1 XFER_FAULTS_NETEM_TIMEOUT=$nt timeout $t ${bin[VERBS_FAULTS]} --test-threads=1 --nocapture"
+    XFER_FAULTS_NETEM_TIMEOUT=$nt \
+        XFER_FAULTS_PROVIDER=$vprov XFER_FAULTS_REQUIRE=1 XFER_FAULTS_REQUIRE_NETEM=1 timeout -k 10 "$t" "${bin[VERBS_FAULTS]}" \
         --test-threads=1 --nocapture
     rc=$?
     result verbs_faults "$rc" "$(why "$rc" "$t")"

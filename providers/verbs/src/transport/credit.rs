@@ -125,6 +125,22 @@ impl SlotCredit {
         self.granted
     }
 
+    /// What we may still send (for counters).
+    pub fn tx(&self) -> u16 {
+        self.tx
+    }
+
+    /// The peer's frames taken here and not yet returned (for counters).
+    pub fn held(&self) -> u16 {
+        self.held
+    }
+
+    /// Of those, the ones whose buffers wait to be posted again (for
+    /// counters).
+    pub fn unposted(&self) -> u16 {
+        self.unposted
+    }
+
     /// Whether a frame may go now.
     pub fn can_send(&self) -> bool {
         self.tx > 0

@@ -464,6 +464,13 @@ impl VerbsTransport {
         };
         let k = self.by_qpn.get(&wc.qp_num()).copied();
         let Some(k) = k.filter(|_| wc.is_ok()) else {
+            if !wc.is_ok() {
+                tracing::debug!(
+                    status = wc.status_str(),
+                    vendor = wc.vendor_err(),
+                    "verbs receive failed"
+                );
+            }
             self.repost(idx);
             if let Some(k) = k {
                 self.end(k, Cause::Failed(libc::EIO));
@@ -592,6 +599,35 @@ impl VerbsTransport {
         });
         list.append(&mut self.held);
         self.held = list;
+    }
+
+    /// The receive-slot credit of every connection, summed: what a stall
+    /// for credit looks like from each side (a diagnostic, walked only when
+    /// the counters are asked for).
+    fn credit_counters(&self) -> [(&'static str, u64); 11] {
+        let (mut blocked, mut tx, mut held, mut unposted, mut owed, mut back) = (0, 0, 0, 0, 0, 0);
+        for (_, c) in self.conns.iter() {
+            let cr = &c.credit;
+            blocked += u64::from(c.state == State::Ready && !cr.can_send());
+            tx += u64::from(cr.tx());
+            held += u64::from(cr.held());
+            unposted += u64::from(cr.unposted());
+            owed += u64::from(cr.owed());
+            back += c.held.len() as u64;
+        }
+        [
+            ("credit_conns_blocked", blocked),
+            ("credit_tx", tx),
+            ("credit_rx_held", held),
+            ("credit_rx_unposted", unposted),
+            ("credit_rx_owed", owed),
+            ("frames_held_back", back),
+            ("credit_conns_reposting", self.reposting.len() as u64),
+            ("credit_conns_owing", self.owing.len() as u64),
+            ("srq_unposted", self.srq.unposted() as u64),
+            ("signaled_in_flight", u64::from(self.signaled)),
+            ("rdma_reads_queued", self.reading.len() as u64),
+        ]
     }
 
     /// Credit-only frames to the connections that owe one.
@@ -863,7 +899,7 @@ impl Transport for VerbsTransport {
 
     fn counters(&self) -> Vec<(&'static str, u64)> {
         let s = self.stats;
-        vec![
+        let mut v = vec![
             ("connections_made", s.connections),
             ("inline_sends", s.inline_sends),
             ("copied_sends", s.copied_sends),
@@ -889,7 +925,9 @@ impl Transport for VerbsTransport {
                 "recv_buffer_bytes",
                 u64::from(self.srq.config().size) * u64::from(self.srq.config().buf_size),
             ),
-        ]
+        ];
+        v.extend(self.credit_counters());
+        v
     }
 
     fn keepalive(&self) -> Option<std::time::Duration> {
