@@ -33,8 +33,7 @@ test: setup
 # The suites that hold for every transport, over the shared-memory one (the
 # RDM engine over xfer-shm): conformance (also with cross-memory attach off,
 # so rendezvous and RMA take the two-copy path; and with single-threaded
-# domains, XFER_THREADING=single; the async layer and conformance with a
-# fence per message, XFER_SHM_MEMBARRIER=0), peer death, flow control,
+# domains, XFER_THREADING=single), peer death, flow control,
 # teardown, peer events and connections, the async layer, 64 local peers,
 # a stopped peer (progress timeout), tarpc and tonic over xfer, the C suite, and
 # the libfabric plug-in's C suite, fi_pingpong and Open MPI over its shm domain.
@@ -45,7 +44,6 @@ test-shm:
 	XFER_PROVIDER=shm XFER_SCALE_PEERS=64 $(CARGO) test --locked --release $(SHM_SUITES)
 	XFER_PROVIDER=shm XFER_SHM_CMA=0 $(CARGO) test --locked --release --test conformance
 	XFER_PROVIDER=shm XFER_THREADING=single $(CARGO) test --locked --release --test conformance --test threading
-	XFER_PROVIDER=shm XFER_SHM_MEMBARRIER=0 $(CARGO) test --locked --release --test aio --test conformance
 	XFER_PROVIDER=shm $(CARGO) test --locked -p xfer-tarpc --test tarpc -p xfer-tonic --test tonic
 	XFER_PROVIDER=shm $(CARGO) test --locked -p xfer-capi --test c_suite c_suite_dynamically_linked
 	XFER_PROVIDER=shm XFER_REQUIRE_VALGRIND=1 $(CARGO) test --locked -p xfer-ofi --test c_suite --test fi_pingpong --test mpi

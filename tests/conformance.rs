@@ -123,37 +123,6 @@ fn counter(n: &Node, name: &str) -> u64 {
         .map_or(0, |(_, v)| v)
 }
 
-/// Over shared memory, a pair whose two processes can issue global
-/// membarriers skips the full fence per message (`membarrier_pairs` counts
-/// it on each side once a message went each way), unless `XFER_SHM_MEMBARRIER=0`;
-/// where the kernel refuses them (`membarrier(MEMBARRIER_CMD_QUERY)` lacks
-/// global expedited) it stays 0. Other transports have no such counter.
-#[test]
-fn a_shared_memory_pair_uses_membarrier_where_it_can() {
-    let (mut a, mut b) = (Node::new(), Node::new());
-    if !matches!(a.domain.provider(), "shm" | "shm+tcp" | "shm+verbs") {
-        return;
-    }
-    let pb = a.add(&b);
-    let pa = b.add(&a);
-    b.ep.trecv(pa, 3, 0, vec![0; 8], 1).unwrap();
-    a.ep.trecv(pb, 4, 0, vec![0; 8], 2).unwrap();
-    a.ep.tsend(pb, 3, pattern(8, 3), 3).unwrap();
-    b.ep.tsend(pa, 4, pattern(8, 4), 4).unwrap();
-    expect(&mut [&mut a, &mut b], 1, 1).result.unwrap();
-    expect(&mut [&mut a, &mut b], 0, 2).result.unwrap();
-    // SAFETY: MEMBARRIER_CMD_QUERY (0) reads nothing of ours.
-    let cmds = unsafe { libc::syscall(libc::SYS_membarrier, 0, 0, 0) };
-    // MEMBARRIER_CMD_GLOBAL_EXPEDITED and its registration.
-    let kernel = cmds >= 0 && cmds & 0b110 == 0b110;
-    let on = std::env::var("XFER_SHM_MEMBARRIER").map_or(true, |v| !matches!(v.trim(), "0" | "off" | "false" | "no"));
-    // Crossed first sends may leave a connection each way for a while.
-    for n in [&a, &b] {
-        let pairs = counter(n, "membarrier_pairs");
-        assert_eq!(pairs > 0, kernel && on, "{pairs} pairs: kernel {kernel}, setting {on}");
-    }
-}
-
 #[test]
 fn what_unexpected_messages_hold_is_counted_and_given_back() {
     // Every transport counts its unexpected messages the same way (core's

@@ -54,11 +54,6 @@ pub struct ShmConfig {
     /// no shared-memory address and serves every peer over TCP; the `shm`
     /// provider refuses to open.
     pub enabled: bool,
-    /// Whether a pair may order its rings' handshakes with `membarrier(2)`
-    /// on the slow paths instead of a full fence on every message
-    /// (`shm.membarrier`, `XFER_SHM_MEMBARRIER`, default on; used only
-    /// where both processes can; `0` keeps the fences).
-    pub membarrier: bool,
 }
 
 impl Default for ShmConfig {
@@ -70,7 +65,6 @@ impl Default for ShmConfig {
             cma_min: DEFAULT_CMA_MIN,
             eager_credit: DEFAULT_EAGER_CREDIT,
             enabled: true,
-            membarrier: true,
         }
     }
 }
@@ -130,7 +124,6 @@ impl ShmConfig {
             "shm.cma_min" => self.cma_min = param_value(key, value)?,
             "shm.eager_credit" => self.eager_credit = param_value(key, value)?,
             "shm.enabled" => self.enabled = param_flag(key, value)?,
-            "shm.membarrier" => self.membarrier = param_flag(key, value)?,
             _ => return Err(unknown_key(key, &Self::default().settings())),
         }
         Ok(())
@@ -175,11 +168,6 @@ impl ShmConfig {
                 u8::from(self.enabled).to_string(),
                 "serve peers on this host over shared memory (0: shm+tcp carries every peer over TCP)",
             ),
-            row(
-                "shm.membarrier",
-                u8::from(self.membarrier).to_string(),
-                "order the rings' wake-up handshakes with membarrier(2) when sleeping, not a fence per message (0: fences)",
-            ),
         ]
     }
 
@@ -201,23 +189,21 @@ impl ShmConfig {
 }
 
 /// The keys, and their variables in the same order.
-const KEYS: [&str; 7] = [
+const KEYS: [&str; 6] = [
     "shm.ring_bytes",
     "shm.max_peers",
     "shm.cma",
     "shm.cma_min",
     "shm.eager_credit",
     "shm.enabled",
-    "shm.membarrier",
 ];
-const ENVS: [&str; 7] = [
+const ENVS: [&str; 6] = [
     "XFER_SHM_RING_BYTES",
     "XFER_SHM_MAX_PEERS",
     "XFER_SHM_CMA",
     "XFER_SHM_CMA_MIN",
     "XFER_SHM_EAGER_CREDIT",
     "XFER_SHM_ENABLED",
-    "XFER_SHM_MEMBARRIER",
 ];
 
 fn env_name(key: &str) -> &'static str {

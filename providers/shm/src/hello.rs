@@ -38,10 +38,6 @@ pub struct Hello {
     pub probe_addr: u64,
     /// The value the probe word holds.
     pub probe_value: u64,
-    /// The sender's process issues global membarriers on its slow paths and
-    /// is registered for them, so a pair of two such may skip the fast
-    /// paths' full fences (barrier.rs). Bit 0 of byte 12.
-    pub membarrier: bool,
 }
 
 /// Why a handshake message is refused.
@@ -79,7 +75,6 @@ impl Hello {
         b[4..6].copy_from_slice(&VERSION.to_le_bytes());
         b[6..8].copy_from_slice(&(self.kind as u16).to_le_bytes());
         b[8..12].copy_from_slice(&self.ring_bytes.to_le_bytes());
-        b[12] = u8::from(self.membarrier);
         b[16..24].copy_from_slice(&self.probe_addr.to_le_bytes());
         b[24..32].copy_from_slice(&self.probe_value.to_le_bytes());
         b
@@ -100,7 +95,7 @@ impl Hello {
         if u16_at(6) != want as u16 {
             return Err(Bad::Kind(u16_at(6)));
         }
-        if u32_at(12) > 1 || (want == Kind::Welcome && u32_at(8) != 0) {
+        if u32_at(12) != 0 || (want == Kind::Welcome && u32_at(8) != 0) {
             return Err(Bad::Reserved);
         }
         Ok(Hello {
@@ -108,7 +103,6 @@ impl Hello {
             ring_bytes: u32_at(8),
             probe_addr: u64_at(16),
             probe_value: u64_at(24),
-            membarrier: u32_at(12) == 1,
         })
     }
 }
@@ -124,11 +118,8 @@ mod tests {
             ring_bytes: 4096,
             probe_addr: 0x7f00_1234_5678,
             probe_value: 42,
-            membarrier: true,
         };
         assert_eq!(Hello::decode(&h.encode(), Kind::Hello), Ok(h));
-        let no = Hello { membarrier: false, ..h };
-        assert_eq!(Hello::decode(&no.encode(), Kind::Hello), Ok(no));
         assert_eq!(Hello::decode(&h.encode(), Kind::Welcome), Err(Bad::Kind(1)));
         assert_eq!(Hello::decode(&h.encode()[..31], Kind::Hello), Err(Bad::Length(31)));
         let mut b = h.encode();
@@ -140,12 +131,5 @@ mod tests {
         let mut b = h.encode();
         b[13] = 1;
         assert_eq!(Hello::decode(&b, Kind::Hello), Err(Bad::Reserved));
-        let mut b = h.encode();
-        b[12] = 2;
-        assert_eq!(
-            Hello::decode(&b, Kind::Hello),
-            Err(Bad::Reserved),
-            "flag bits beyond bit 0"
-        );
     }
 }

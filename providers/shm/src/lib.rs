@@ -34,7 +34,6 @@
 //! ```
 #![deny(missing_docs)]
 
-mod barrier;
 pub mod cma;
 pub mod config;
 mod domain;

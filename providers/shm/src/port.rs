@@ -8,12 +8,12 @@
 
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::atomic::{fence, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use slab::Slab;
 
-use crate::barrier;
 use crate::cma::{self, Cma, CmaError};
 use crate::config::ShmConfig;
 use crate::entry::Corrupt;
@@ -267,18 +267,13 @@ impl ShmPort {
                 format!("port at that address runs as uid {}", cred.uid),
             ));
         }
-        let (mut seg, memfd) = Segment::create(self.cfg.ring_bytes)?;
-        let membarrier = self.membarrier();
-        // Until the welcome says whether the acceptor skips its fences, a
-        // full ring asks for space as if it did.
-        seg.tx.set_barriers(false, membarrier);
+        let (seg, memfd) = Segment::create(self.cfg.ring_bytes)?;
         let (probe_addr, probe_value) = cma::probe_word();
         let hello = Hello {
             kind: Kind::Hello,
             ring_bytes: self.cfg.ring_bytes as u32,
             probe_addr,
             probe_value,
-            membarrier,
         };
         sys::send_with_fds(&sock, &hello.encode(), &[memfd.as_raw_fd(), self.wake.as_raw_fd()])?;
         let id = self.peers.insert(Peer {
@@ -434,19 +429,6 @@ impl ShmPort {
         self.epoll.raw()
     }
 
-    /// Whether this port's pairs may use global barriers (`own_membarrier`).
-    fn membarrier(&self) -> bool {
-        own_membarrier(&self.cfg)
-    }
-
-    /// Peers whose pair skips the fast paths' full fences (barrier.rs).
-    pub fn light_pairs(&self) -> usize {
-        self.peers
-            .iter()
-            .filter(|(_, p)| p.seg.as_ref().is_some_and(|s| s.tx.light()))
-            .count()
-    }
-
     /// Declares that this port is going to block on its wait descriptor:
     /// `false` when it must not (a frame is already waiting, or a ring that
     /// refused a frame as full has room for it now), in which case the
@@ -461,13 +443,8 @@ impl ShmPort {
                 seg.rx.set_sleeping(true);
             }
         }
-        // Pairs with the producer's fence after its stamp (ring.rs): a
-        // global barrier where a producer may have skipped it (barrier.rs).
-        let heavy = self
-            .peers
-            .iter()
-            .any(|(_, p)| p.seg.as_ref().is_some_and(|s| s.tx.heavy()));
-        barrier::heavy(heavy);
+        // Pairs with the producer's fence after its stamp (ring.rs).
+        fence(Ordering::SeqCst);
         let ready = self
             .peers
             .iter()
@@ -740,12 +717,6 @@ impl ShmPort {
     }
 }
 
-/// Whether this side's pairs may order their handshakes with global
-/// barriers: allowed by `shm.membarrier` and possible in this process.
-fn own_membarrier(cfg: &ShmConfig) -> bool {
-    cfg.membarrier && barrier::registered()
-}
-
 /// Takes a handshake message on `p`'s socket.
 fn handshake(
     p: &mut Peer,
@@ -798,19 +769,11 @@ fn handshake(
             ring_bytes: 0,
             probe_addr,
             probe_value,
-            membarrier: own_membarrier(cfg),
         };
         sys::send_with_fds(&p.sock, &welcome.encode(), &[own_wake]).map_err(|e| match e.raw_os_error() {
             Some(libc::EPIPE | libc::ECONNRESET) => DownReason::Closed,
             _ => DownReason::Os(e),
         })?;
-    }
-    if let Some(seg) = p.seg.as_mut() {
-        // Both processes issue global barriers on their slow paths: both
-        // skip the fast paths' full fences (barrier.rs).
-        let light = own_membarrier(cfg) && h.membarrier;
-        seg.tx.set_barriers(light, light);
-        seg.rx.set_light(light);
     }
     p.cma = cma::probe(p.cred.pid, h.probe_addr, h.probe_value);
     if p.wake_pending {

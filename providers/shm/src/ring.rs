@@ -23,7 +23,6 @@
 
 use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 
-use crate::barrier;
 use crate::entry::{self, Corrupt, Decoded, KIND_FRAME, KIND_PAD, MAX_HEADER, PREFIX};
 use crate::layout::{CTL_HEAD, CTL_SLEEPING, CTL_SPACE_WANTED, LINE};
 
@@ -99,10 +98,6 @@ pub struct Producer {
     /// Bytes the last refused frame needed (0: none refused since the
     /// last success).
     blocked: usize,
-    /// The pair skips the full fence after each entry (barrier.rs).
-    light: bool,
-    /// A full ring asks for space with a global barrier (barrier.rs).
-    heavy: bool,
 }
 
 // SAFETY: the pointers are into a mapping owned next to the ring (peer.rs)
@@ -136,27 +131,7 @@ impl Producer {
             tail: 0,
             head_cache: 0,
             blocked: 0,
-            light: false,
-            heavy: false,
         }
-    }
-
-    /// How the pair orders its handshakes (barrier.rs): `light`, the
-    /// fence after each entry is a compiler fence; `heavy`, a full ring's
-    /// request for space is followed by a global barrier.
-    pub fn set_barriers(&mut self, light: bool, heavy: bool) {
-        self.light = light;
-        self.heavy = heavy;
-    }
-
-    /// Whether this side's slow paths must issue global barriers.
-    pub fn heavy(&self) -> bool {
-        self.heavy
-    }
-
-    /// Whether the pair skips the fast paths' full fences.
-    pub fn light(&self) -> bool {
-        self.light
     }
 
     /// Starts at position `pos` instead of 0, the consumer's head being
@@ -190,7 +165,7 @@ impl Producer {
         // Full: ask the consumer to signal when it frees lines, then look
         // once more (it may have released them before seeing the flag).
         self.at.space_wanted().store(1, Ordering::Relaxed);
-        barrier::heavy(self.heavy);
+        fence(Ordering::SeqCst);
         let head = self.at.head().load(Ordering::Acquire);
         if head < self.head_cache || head > self.tail || !head.is_multiple_of(LINE as u64) {
             return Err(Refused::Corrupt(Corrupt::Head(head)));
@@ -245,7 +220,7 @@ impl Producer {
         self.tail += size as u64;
         // Pairs with the consumer's fence after it sets `sleeping`: either
         // it sees this stamp, or this load sees its flag (docs/SHM.md).
-        barrier::light(self.light);
+        fence(Ordering::SeqCst);
         let sleeping = self.at.sleeping();
         Ok(sleeping.load(Ordering::Relaxed) != 0 && sleeping.swap(0, Ordering::Relaxed) != 0)
     }
@@ -295,8 +270,6 @@ impl Producer {
 pub struct Consumer {
     at: Place,
     head: u64,
-    /// The pair skips the full fence after each release (barrier.rs).
-    light: bool,
 }
 
 // SAFETY: as for Producer: one consumer, pointers into a mapping it lives with.
@@ -313,15 +286,7 @@ impl Consumer {
         Consumer {
             at: Place { data, ctl, ring_bytes },
             head: 0,
-            light: false,
         }
-    }
-
-    /// Whether the fence after a release, before reading `space_wanted`,
-    /// is a compiler fence (the producer's full ring issues a global
-    /// barrier instead: barrier.rs).
-    pub fn set_light(&mut self, light: bool) {
-        self.light = light;
     }
 
     /// Starts at position `pos` instead of 0 (the fuzz harness; a line
@@ -383,7 +348,7 @@ impl Consumer {
     /// asked to be woken (the flag is cleared). Pairs with the producer's
     /// fence after it set the flag.
     pub fn space_wanted(&self) -> bool {
-        barrier::light(self.light);
+        fence(Ordering::SeqCst);
         let f = self.at.space_wanted();
         f.load(Ordering::Relaxed) != 0 && f.swap(0, Ordering::Relaxed) != 0
     }

@@ -108,10 +108,6 @@ impl Transport for ShmTransport {
         "shm"
     }
 
-    fn counters(&self) -> Vec<(&'static str, u64)> {
-        vec![("membarrier_pairs", self.port.light_pairs() as u64)]
-    }
-
     fn address(&self) -> &[u8] {
         self.port.address()
     }
