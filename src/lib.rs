@@ -180,30 +180,23 @@ pub fn info_for(attr: &DomainAttr) -> Vec<ProviderInfo> {
 /// transport settings, atomic mode and threading mode of `attr`.
 fn open_named(name: &'static str, attr: &DomainAttr) -> Result<Domain> {
     let params = &attr.params;
+    let domain =
+        |prov: Box<dyn xfer_core::unstable::provider::DomainProvider>| Domain::with_threading(prov, attr.threading);
     match name {
         #[cfg(feature = "verbs")]
         "verbs" => {
             let mut d = xfer_verbs::VerbsDomain::with_params(params)?;
             d.set_atomic_mode(attr.atomic_mode, true)?;
-            Ok(Domain::with_threading(Box::new(d), attr.threading))
+            Ok(domain(Box::new(d)))
         }
-        "tcp" => Ok(Domain::with_threading(
-            Box::new(xfer_tcp::TcpDomain::with_params(params)?),
-            attr.threading,
-        )),
-        "shm" => Ok(Domain::with_threading(
-            Box::new(xfer_shm::ShmDomain::with_params(params)?),
-            attr.threading,
-        )),
-        mixed::NAME => Ok(Domain::with_threading(
-            Box::new(mixed::ShmTcpDomain::with_params(params)?),
-            attr.threading,
-        )),
+        "tcp" => Ok(domain(Box::new(xfer_tcp::TcpDomain::with_params(params)?))),
+        "shm" => Ok(domain(Box::new(xfer_shm::ShmDomain::with_params(params)?))),
+        mixed::NAME => Ok(domain(Box::new(mixed::ShmTcpDomain::with_params(params)?))),
         #[cfg(feature = "verbs")]
         mixed::SHM_VERBS => {
             let mut d = mixed::ShmVerbsDomain::with_params(params)?;
             d.set_atomic_mode(attr.atomic_mode)?;
-            Ok(Domain::with_threading(Box::new(d), attr.threading))
+            Ok(domain(Box::new(d)))
         }
         _ => Err(Error::Internal("open_named: provider not built")),
     }

@@ -104,27 +104,19 @@ pub unsafe extern "C" fn xfer_domain_attr_set(
         // SAFETY: as above.
         let value = unsafe { text(value, "xfer_domain_attr_set: value is NULL or not UTF-8") }?;
         let mut a = a.lock().unwrap_or_else(PoisonError::into_inner);
-        if key == "provider" {
-            a.provider = Some(value.trim().to_owned()).filter(|p| !p.is_empty());
-            return Ok(XFER_SUCCESS);
-        }
         let refused = |e: xfer_facade::Error| {
             tracing::warn!(key, value, error = %e, "xfer_domain_attr_set: setting refused");
             Fail::from(e)
         };
         match key {
+            "provider" => a.provider = Some(value.trim().to_owned()).filter(|p| !p.is_empty()),
             "atomic_mode" => a.atomic_mode = value.parse().map_err(refused)?,
             "threading" => a.threading = value.parse().map_err(refused)?,
-            _ => {}
+            _ => {
+                xfer_facade::check_param(key, value).map_err(refused)?;
+                a.params.set(key, value);
+            }
         }
-        if matches!(key, "atomic_mode" | "threading") {
-            return Ok(XFER_SUCCESS);
-        }
-        if let Err(e) = xfer_facade::check_param(key, value) {
-            tracing::warn!(key, value, error = %e, "xfer_domain_attr_set: setting refused");
-            return Err(e.into());
-        }
-        a.params.set(key, value);
         Ok(XFER_SUCCESS)
     })
 }

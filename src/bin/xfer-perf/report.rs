@@ -21,6 +21,18 @@ impl Report {
         }
     }
 
+    /// Whether a table of this kind (latency or not) starts here: then the
+    /// provider and threading line is printed, and the caller prints the
+    /// column heads.
+    fn heading(&mut self, latency: bool) -> bool {
+        if self.header_for == Some(latency) {
+            return false;
+        }
+        self.header_for = Some(latency);
+        println!("\n{} threading={}", self.provider, self.threading);
+        true
+    }
+
     pub fn latency(&mut self, p: &Phase, l: &Latency) {
         if self.json {
             println!(
@@ -29,9 +41,7 @@ impl Report {
             );
             return;
         }
-        if self.header_for != Some(true) {
-            self.header_for = Some(true);
-            println!("\n{} threading={}", self.provider, self.threading);
+        if self.heading(true) {
             println!(
                 "\n{:<8} {:>10} {:>8} {:>10} {:>10} {:>10} {:>10}",
                 "test", "bytes", "iters", "avg_us", "p50_us", "p99_us", "max_us"
@@ -59,9 +69,7 @@ impl Report {
             );
             return;
         }
-        if self.header_for != Some(false) {
-            self.header_for = Some(false);
-            println!("\n{} threading={}", self.provider, self.threading);
+        if self.heading(false) {
             println!(
                 "\n{:<8} {:>10} {:>8} {:>12} {:>12}",
                 "test", "bytes", "iters", "MiB/s", "msg/s"
