@@ -179,6 +179,9 @@ pub struct AvTable {
     /// Names inserted so far (not counting repeats), so a user of the table
     /// can tell whether a name it could not resolve may resolve now.
     inserted: u64,
+    /// Inserts and removals so far: unchanged means every handle still
+    /// names what it did.
+    changes: u64,
 }
 
 impl AvTable {
@@ -195,6 +198,7 @@ impl AvTable {
         let peer = PeerAddr(self.entries.insert(addr) as u64);
         self.by_name.insert(addr, peer);
         self.inserted += 1;
+        self.changes += 1;
         peer
     }
 
@@ -205,11 +209,20 @@ impl AvTable {
         self.inserted
     }
 
+    /// How many times a handle was added or removed: unchanged means every
+    /// [`lookup`](Self::lookup) and [`reverse`](Self::reverse) answers as
+    /// it did, so an answer kept with this count is still good.
+    #[inline]
+    pub fn changes(&self) -> u64 {
+        self.changes
+    }
+
     /// Removes a handle; fails if it is not in the table.
     pub fn remove(&mut self, peer: PeerAddr) -> Result<Address> {
         let idx = usize::try_from(peer.0).map_err(|_| Error::AddressNotAvailable)?;
         let addr = self.entries.try_remove(idx).ok_or(Error::AddressNotAvailable)?;
         self.by_name.remove(&addr);
+        self.changes += 1;
         Ok(addr)
     }
 

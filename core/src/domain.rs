@@ -107,9 +107,10 @@ impl State {
     }
 
     /// [`with_ep`](Self::with_ep) for a posting call; `counted`: the
-    /// operation will report a completion, so it counts as outstanding
-    /// (from before the call, as it may complete inside it; to `peer` too
-    /// for a send or RMA) unless refused. Inlined as `with_ep` is.
+    /// endpoint counts (it has a bound) and the operation will report a
+    /// completion, so it counts as outstanding (from before the call, as
+    /// it may complete inside it; to `peer` too for a send or RMA) unless
+    /// refused. Inlined as `with_ep` is.
     #[inline(always)]
     pub(crate) fn post<T>(
         &mut self,
@@ -118,7 +119,7 @@ impl State {
         peer: Option<PeerAddr>,
         f: impl FnOnce(&mut dyn EndpointProvider, &mut Ctx<'_>) -> std::result::Result<(), Rejected<T>>,
     ) -> std::result::Result<(), Rejected<T>> {
-        if !self.eps[ep].counting || !counted {
+        if !counted {
             return self.with_ep(ep, f); // unbounded: nothing is counted
         }
         let peer = peer.and_then(|p| self.eps[ep].peer_slot(p));

@@ -115,6 +115,7 @@ impl Endpoint {
     /// [`Error::Again`] when the endpoint has `max_outstanding` operations
     /// in flight, or `max_outstanding_per_peer` to `op.peer` (poll the
     /// queue, then retry).
+    #[inline]
     pub fn post_send(&self, op: SendOp) -> std::result::Result<(), Rejected<SendOp>> {
         let (region, completion, peer) = (op.buf.region_domain(), op.completion, op.peer);
         self.submit(op, region, completion, Some(peer), |ep, cx, op| ep.send(cx, op))
@@ -122,6 +123,7 @@ impl Endpoint {
 
     /// Posts a receive described in full. A refused receive comes back
     /// whole; [`Error::Again`] as for [`post_send`](Self::post_send).
+    #[inline]
     pub fn post_recv(&self, op: RecvOp) -> std::result::Result<(), Rejected<RecvOp>> {
         let region = op.buf.region_domain();
         self.submit(op, region, true, None, |ep, cx, op| ep.recv(cx, op))
@@ -153,9 +155,14 @@ impl Endpoint {
             Ok(st) => st,
             Err(e) => return Err(Rejected::new(e, op)),
         };
-        let counted = completion || !st.eps[self.key].selective;
-        if let (true, Err(e)) = (counted, st.admit(self.key, peer)) {
-            return Err(Rejected::new(e, op));
+        // Only an endpoint with a bound counts; without one the data path
+        // looks at nothing more.
+        let slot = &st.eps[self.key];
+        let counted = slot.counting && (completion || !slot.selective);
+        if counted {
+            if let Err(e) = st.admit(self.key, peer) {
+                return Err(Rejected::new(e, op));
+            }
         }
         st.post(self.key, counted, peer, |ep, cx| f(ep, cx, op))
     }
@@ -511,6 +518,7 @@ impl Endpoint {
     }
 
     /// Sends `buf` as an untagged message to `peer`.
+    #[inline]
     pub fn send(&self, peer: PeerAddr, buf: Vec<u8>, context: u64) -> std::result::Result<(), Rejected<Vec<u8>>> {
         let op = SendOp {
             peer,
@@ -525,6 +533,7 @@ impl Endpoint {
     }
 
     /// Sends `buf` as a message tagged `tag` to `peer`.
+    #[inline]
     pub fn tsend(
         &self,
         peer: PeerAddr,
@@ -546,6 +555,7 @@ impl Endpoint {
 
     /// Receives an untagged message from `src` ([`PeerAddr::UNSPEC`]: any
     /// source) into `buf`; the completion's `len` says how much arrived.
+    #[inline]
     pub fn recv(&self, src: PeerAddr, buf: Vec<u8>, context: u64) -> std::result::Result<(), Rejected<Vec<u8>>> {
         let spec = RecvSpec { src, tag: 0, ignore: 0 };
         let op = RecvOp {
@@ -559,6 +569,7 @@ impl Endpoint {
 
     /// Receives a tagged message whose tag equals `tag` in every bit not set
     /// in `ignore`, from `src` ([`PeerAddr::UNSPEC`]: any source).
+    #[inline]
     pub fn trecv(
         &self,
         src: PeerAddr,

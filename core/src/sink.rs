@@ -68,8 +68,9 @@ impl<'a> Sink<'a> {
         }
     }
 
-    /// Queues `c` in the ring: the caller's array is full.
-    #[cold]
+    /// Queues `c` in the ring: the caller's array is full, or it is a
+    /// posting call's (a send that completes when written), which has none.
+    #[inline]
     fn overflow(&mut self, c: Completion) {
         self.ring.push_back(c);
     }

@@ -111,7 +111,7 @@ impl State {
 
     /// Closes the connections doomed during progress and ends the peers that
     /// failed.
-    #[inline]
+    #[inline(always)]
     pub(super) fn end_doomed<T: Transport>(&mut self, t: &mut T, cx: &mut Ctx<'_>) {
         // Checked inline: taking an empty list still costs its iterator's
         // drop, and the call its register saves, on every progress.

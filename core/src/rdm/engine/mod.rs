@@ -296,6 +296,17 @@ impl State {
     #[inline(always)]
     fn peer_for<T: Transport>(&mut self, t: &mut T, av: &AvTable, peer: PeerAddr) -> std::result::Result<usize, Error> {
         let name = av.lookup(peer).ok_or(Error::AddressNotAvailable)?;
+        self.peer_named(t, peer, name)
+    }
+
+    /// [`peer_for`](Self::peer_for) with `peer`'s name already looked up.
+    #[inline(always)]
+    fn peer_named<T: Transport>(
+        &mut self,
+        t: &mut T,
+        peer: PeerAddr,
+        name: &Address,
+    ) -> std::result::Result<usize, Error> {
         if let Some(p) = self.peers.route(peer, name) {
             return Ok(p);
         }
@@ -323,12 +334,13 @@ impl State {
     }
 
     /// Whether a posted operation to `peer` can start: the endpoint is open
-    /// and the peer is in the address vector.
-    fn accepts(&self, cx: &Ctx<'_>, peer: PeerAddr) -> Result<()> {
+    /// and the peer is in the address vector `av`; its name there.
+    #[inline(always)]
+    fn accepts<'v>(&self, av: &'v AvTable, peer: PeerAddr) -> Result<&'v Address> {
         if self.closed {
             return Err(Error::Canceled);
         }
-        cx.av.lookup(peer).map(drop).ok_or(Error::AddressNotAvailable)
+        av.lookup(peer).ok_or(Error::AddressNotAvailable)
     }
 
     /// The peer an inject of `len` bytes goes to, after its size check.
@@ -366,8 +378,9 @@ impl State {
         self.rndv_threshold.min(room)
     }
 
-    fn send<T: Transport>(&mut self, t: &mut T, cx: &mut Ctx<'_>, op: SendOp) {
-        let p = match self.peer_for(t, cx.av, op.peer) {
+    /// Sends `op` to the peer named `name` (its address-vector entry).
+    fn send<T: Transport>(&mut self, t: &mut T, cx: &mut Ctx<'_>, op: SendOp, name: &Address) {
+        let p = match self.peer_named(t, op.peer, name) {
             Ok(p) => p,
             Err(e) => return complete::send(&mut cx.cq, self.selective, op, Err(e)),
         };
@@ -638,10 +651,11 @@ impl<T: Transport> EndpointProvider for Engine<T> {
     }
 
     fn send(&mut self, cx: &mut Ctx<'_>, op: SendOp) -> std::result::Result<(), Rejected<SendOp>> {
-        if let Err(e) = self.s.accepts(cx, op.peer) {
-            return Err(Rejected::new(e, op));
-        }
-        self.s.send(&mut self.t, cx, op);
+        let name = match self.s.accepts(cx.av, op.peer) {
+            Ok(name) => name,
+            Err(e) => return Err(Rejected::new(e, op)),
+        };
+        self.s.send(&mut self.t, cx, op, name);
         Ok(())
     }
 
@@ -670,7 +684,7 @@ impl<T: Transport> EndpointProvider for Engine<T> {
     }
 
     fn rma(&mut self, cx: &mut Ctx<'_>, op: RmaOp) -> std::result::Result<(), Rejected<RmaOp>> {
-        if let Err(e) = self.s.accepts(cx, op.peer) {
+        if let Err(e) = self.s.accepts(cx.av, op.peer) {
             return Err(Rejected::new(e, op));
         }
         self.s.rma(&mut self.t, cx, op);
@@ -678,7 +692,7 @@ impl<T: Transport> EndpointProvider for Engine<T> {
     }
 
     fn atomic(&mut self, cx: &mut Ctx<'_>, op: AtomicOp) -> std::result::Result<(), Rejected<AtomicOp>> {
-        if let Err(e) = self.s.accepts(cx, op.peer) {
+        if let Err(e) = self.s.accepts(cx.av, op.peer) {
             return Err(Rejected::new(e, op));
         }
         self.s.atomic(&mut self.t, cx, op);

@@ -66,6 +66,9 @@ pub struct Peer {
     pub serial: u64,
     /// Its handle in the address vector at the last look-up.
     hint: PeerAddr,
+    /// The address vector's [`AvTable::changes`] when `hint` was found:
+    /// while it holds, the hint is the answer without a look-up.
+    hint_at: u64,
 }
 
 impl Peer {
@@ -206,6 +209,7 @@ impl Peers {
             silence: Silence::default(),
             serial: self.serial,
             hint: PeerAddr::UNSPEC,
+            hint_at: u64::MAX,
         });
         self.by_name.insert(name, p);
         if let Some(tx) = tx {
@@ -337,12 +341,21 @@ impl Peers {
         let Some(e) = self.slots.get_mut(p) else {
             return PeerAddr::UNSPEC;
         };
-        if let Some(a) = av.lookup(e.hint) {
-            if *a == e.name || e.stand_in.as_ref() == Some(a) {
-                return e.hint;
-            }
+        if e.hint_at == av.changes() {
+            return e.hint;
         }
-        e.hint = reverse_or(av, &e.name, || e.stand_in);
+        Self::rehint(e, av)
+    }
+
+    #[cold]
+    fn rehint(e: &mut Peer, av: &AvTable) -> PeerAddr {
+        let still = av
+            .lookup(e.hint)
+            .is_some_and(|a| *a == e.name || e.stand_in.as_ref() == Some(a));
+        if !still {
+            e.hint = reverse_or(av, &e.name, || e.stand_in);
+        }
+        e.hint_at = av.changes();
         e.hint
     }
 }
@@ -376,6 +389,28 @@ mod tests {
         let mut peers = Peers::default();
         let p = peers.add(name(1), None);
         assert_eq!(both(&mut peers, p, &av), (PeerAddr::UNSPEC, PeerAddr::UNSPEC));
+    }
+
+    #[test]
+    fn a_kept_handle_follows_every_change_of_the_table() {
+        let mut av = AvTable::new();
+        let mut peers = Peers::default();
+        let p = peers.add(name(1), None);
+        let h = av.insert(name(1));
+        assert_eq!(peers.handle(p, &av), h);
+        assert_eq!(peers.handle(p, &av), h, "kept while the table is unchanged");
+        // Removed, then its handle reused by another name: the kept answer
+        // is not given for either.
+        av.remove(h).unwrap();
+        assert_eq!(peers.handle(p, &av), PeerAddr::UNSPEC);
+        let other = av.insert(name(2));
+        assert_eq!(other, h, "the slab reuses the handle");
+        assert_eq!(peers.handle(p, &av), PeerAddr::UNSPEC);
+        let again = av.insert(name(1));
+        assert_eq!(peers.handle(p, &av), again);
+        // A repeated insert changes nothing, and the answer stays.
+        assert_eq!(av.insert(name(1)), again);
+        assert_eq!(peers.handle(p, &av), again);
     }
 
     #[test]
