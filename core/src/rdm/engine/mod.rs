@@ -395,7 +395,8 @@ impl State {
         match protocol {
             Protocol::Eager if op.level == CompletionLevel::Inject => {
                 let h = hdr.encode();
-                if self.write_now(t, p, bytes, &h, op.buf.as_slice()) {
+                let n = wire::message_len(op.tag.is_some(), op.data.is_some());
+                if self.write_now(t, p, bytes, &h[..n], op.buf.as_slice()) {
                     return complete::send(&mut cx.cq, self.selective, op, Ok(()));
                 }
                 self.enqueue(p, bytes, Out::Eager(h, op));
@@ -675,7 +676,8 @@ impl<T: Transport> EndpointProvider for Engine<T> {
             return Err(Error::Again);
         }
         let hdr = Header::message(Kind::Eager, tag, data).encode();
-        if self.s.write_now(&mut self.t, p, bytes, &hdr, payload) {
+        let n = wire::message_len(tag.is_some(), data.is_some());
+        if self.s.write_now(&mut self.t, p, bytes, &hdr[..n], payload) {
             return Ok(());
         }
         self.s.enqueue(p, bytes, Out::Owned(hdr, payload.to_vec()));

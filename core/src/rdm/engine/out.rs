@@ -83,19 +83,12 @@ impl State {
         self.burst = self.coalesce > 0;
     }
 
-    /// Writes one frame to peer `p` at once, spending `cost` of its credit,
+    /// Writes one frame (header bytes `h` as sent) to peer `p` at once, spending `cost` of its credit,
     /// when nothing waits before it and the transport has room: `false`
     /// leaves everything as it was, for the caller to queue the frame (a
     /// connection that is gone is found again by the flush that follows).
     #[inline]
-    pub(super) fn write_now<T: Transport>(
-        &mut self,
-        t: &mut T,
-        p: usize,
-        cost: u64,
-        h: &[u8; LEN],
-        payload: &[u8],
-    ) -> bool {
+    pub(super) fn write_now<T: Transport>(&mut self, t: &mut T, p: usize, cost: u64, h: &[u8], payload: &[u8]) -> bool {
         let Some(e) = self.peers.get_mut(p) else { return false };
         let Some(tx) = e.tx else { return false };
         if self.burst && t.coalesce_on(tx) > 0 {
@@ -104,7 +97,7 @@ impl State {
         if e.gated() || !e.queue.is_empty() || (cost > 0 && !e.credit.can_send(cost, 0)) {
             return false;
         }
-        if t.send(tx, wire::trimmed(h), payload).is_err() {
+        if t.send(tx, h, payload).is_err() {
             return false;
         }
         e.wrote(cost);

@@ -47,6 +47,20 @@ pub fn trimmed(b: &[u8; LEN]) -> &[u8] {
     &b[..n]
 }
 
+/// The bytes of a [`Header::message`] header with a tag (`tagged`)
+/// and immediate data (`data`), and no other field, to send: through its
+/// last field that may be set, without computing [`trimmed`]. A zero tag
+/// or data word is sent then, which the receiver reads as it would read
+/// the word missing.
+#[inline]
+pub fn message_len(tagged: bool, data: bool) -> usize {
+    match (tagged, data) {
+        (_, true) => 24,
+        (true, false) => 16,
+        (false, false) => MIN,
+    }
+}
+
 /// A tagged message (else untagged).
 pub const TAGGED: u8 = 1;
 /// Immediate data rides in `data`.
@@ -356,6 +370,23 @@ mod tests {
         fin.off = 1;
         assert_eq!(trimmed(&fin.encode()).len(), LEN);
         assert_eq!(Header::decode(trimmed(&fin.encode())), Ok(fin));
+    }
+
+    #[test]
+    fn a_message_header_is_whole_within_its_length() {
+        for (tag, data) in [
+            (None, None),
+            (Some(9), None),
+            (None, Some(3)),
+            (Some(0), Some(0)),
+            (Some(1), Some(2)),
+        ] {
+            let h = Header::message(Kind::Eager, tag, data);
+            let b = h.encode();
+            let n = message_len(tag.is_some(), data.is_some());
+            assert!(n >= trimmed(&b).len(), "{tag:?} {data:?}: nothing set is cut off");
+            assert_eq!(Header::decode(&b[..n]), Ok(h), "{tag:?} {data:?}");
+        }
     }
 
     #[test]
