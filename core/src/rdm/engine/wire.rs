@@ -232,15 +232,12 @@ impl Header {
     /// The header's bytes.
     #[inline]
     pub fn encode(&self) -> [u8; LEN] {
+        // Word by word: the first carries kind, flags and status.
+        let first = self.kind as u64 | (self.flags as u64) << 8 | (self.status as u64) << 32;
+        let words = [first, self.tag, self.data, self.token, self.len, self.addr, self.off];
         let mut b = [0u8; LEN];
-        b[0] = self.kind as u8;
-        b[1] = self.flags;
-        b[4..8].copy_from_slice(&self.status.to_le_bytes());
-        for (i, v) in [self.tag, self.data, self.token, self.len, self.addr, self.off]
-            .into_iter()
-            .enumerate()
-        {
-            b[8 + 8 * i..16 + 8 * i].copy_from_slice(&v.to_le_bytes());
+        for (chunk, w) in b.chunks_exact_mut(8).zip(words) {
+            chunk.copy_from_slice(&w.to_le_bytes());
         }
         b
     }
