@@ -15,6 +15,7 @@
 //! and the key and address refused, which the initiator counts
 //! (`atomics_refused_after_completion`) and logs, rate limited.
 
+use crate::addr::Address;
 use crate::atomic::{apply, AtomicKind, AtomicOp, Datatype};
 use crate::complete;
 use crate::error::Error;
@@ -67,9 +68,9 @@ fn unpack(off: u64) -> Option<(Datatype, AtomicKind, bool)> {
 }
 
 impl State {
-    /// Starts atomic `op` to its peer (the address vector has it).
-    pub(super) fn atomic<T: Transport>(&mut self, t: &mut T, cx: &mut Ctx<'_>, op: AtomicOp) {
-        let p = match self.peer_for(t, cx.av, op.peer) {
+    /// Starts atomic `op` to its peer, named `name` in the address vector.
+    pub(super) fn atomic<T: Transport>(&mut self, t: &mut T, cx: &mut Ctx<'_>, op: AtomicOp, name: &Address) {
+        let p = match self.peer_named(t, op.peer, name) {
             Ok(p) => p,
             Err(e) => return complete::atomic(&mut cx.cq, op, Err(e)),
         };

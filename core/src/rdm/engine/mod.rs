@@ -299,7 +299,8 @@ impl State {
         self.peer_named(t, peer, name)
     }
 
-    /// [`peer_for`](Self::peer_for) with `peer`'s name already looked up.
+    /// [`peer_for`](Self::peer_for) with `peer`'s name already looked up
+    /// (by [`accepts`](Self::accepts)).
     #[inline(always)]
     fn peer_named<T: Transport>(
         &mut self,
@@ -686,18 +687,20 @@ impl<T: Transport> EndpointProvider for Engine<T> {
     }
 
     fn rma(&mut self, cx: &mut Ctx<'_>, op: RmaOp) -> std::result::Result<(), Rejected<RmaOp>> {
-        if let Err(e) = self.s.accepts(cx.av, op.peer) {
-            return Err(Rejected::new(e, op));
-        }
-        self.s.rma(&mut self.t, cx, op);
+        let name = match self.s.accepts(cx.av, op.peer) {
+            Ok(name) => name,
+            Err(e) => return Err(Rejected::new(e, op)),
+        };
+        self.s.rma(&mut self.t, cx, op, name);
         Ok(())
     }
 
     fn atomic(&mut self, cx: &mut Ctx<'_>, op: AtomicOp) -> std::result::Result<(), Rejected<AtomicOp>> {
-        if let Err(e) = self.s.accepts(cx.av, op.peer) {
-            return Err(Rejected::new(e, op));
-        }
-        self.s.atomic(&mut self.t, cx, op);
+        let name = match self.s.accepts(cx.av, op.peer) {
+            Ok(name) => name,
+            Err(e) => return Err(Rejected::new(e, op)),
+        };
+        self.s.atomic(&mut self.t, cx, op, name);
         Ok(())
     }
 

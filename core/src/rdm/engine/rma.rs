@@ -25,6 +25,7 @@
 //! it against the target's current one, so a stale grant is refused and
 //! the operation goes in frames, checked again.
 
+use crate::addr::Address;
 use crate::complete;
 use crate::error::Error;
 use crate::mr::keys::{status, status_error, status_of};
@@ -161,9 +162,9 @@ impl State {
         })
     }
 
-    /// Starts `op` to its peer (the address vector has it).
-    pub(super) fn rma<T: Transport>(&mut self, t: &mut T, cx: &mut Ctx<'_>, op: RmaOp) {
-        let p = match self.peer_for(t, cx.av, op.peer) {
+    /// Starts `op` to its peer, named `name` in the address vector.
+    pub(super) fn rma<T: Transport>(&mut self, t: &mut T, cx: &mut Ctx<'_>, op: RmaOp, name: &Address) {
+        let p = match self.peer_named(t, op.peer, name) {
             Ok(p) => p,
             Err(e) => return complete::rma(&mut cx.cq, self.selective, op, Err(e)),
         };
