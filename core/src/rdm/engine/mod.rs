@@ -837,6 +837,30 @@ impl State {
             let mut h = arrive::Handler { s: self, cx };
             t.progress(&mut h);
         }
+        // Most calls find none of this work: one combined test on the
+        // way, the work itself out of line.
+        let rare = self.answers.len()
+            | self.vetting.len()
+            | self.pulls.len()
+            | self.device_due.len()
+            | self.held_back.len()
+            | self.doomed.len()
+            | self.failed.len()
+            | self.concealed.len()
+            | usize::from(self.peers.any_gated());
+        if rare != 0 {
+            self.rare_work(t, cx);
+        }
+        self.check_stalls(t, cx);
+        self.keep_alive(t, cx);
+        self.flush_all(t, cx);
+    }
+
+    /// What a progress call may leave behind besides frames to write:
+    /// answers to connectors, handshakes to check, pulls and device steps to
+    /// start, frames held back, connections to end, exposures to withdraw.
+    #[inline(never)]
+    fn rare_work<T: Transport>(&mut self, t: &mut T, cx: &mut Ctx<'_>) {
         if !self.answers.is_empty() {
             // Before connections end: a refused connector learns why.
             self.write_answers(t);
@@ -861,8 +885,5 @@ impl State {
         if !self.concealed.is_empty() {
             self.conceal_all(t);
         }
-        self.check_stalls(t, cx);
-        self.keep_alive(t, cx);
-        self.flush_all(t, cx);
     }
 }
