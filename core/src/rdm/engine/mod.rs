@@ -772,6 +772,7 @@ impl<T: Transport> EndpointProvider for Engine<T> {
     }
 
     fn prepare_wait(&mut self, cx: &mut Ctx<'_>) {
+        self.s.keepalive.look_next();
         self.s.flush_all(&mut self.t, cx);
         if self.s.peers.connecting() {
             // A connect the transport could not start is retried by progress;

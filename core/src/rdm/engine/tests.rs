@@ -226,15 +226,19 @@ fn a_crossed_rendezvous_is_pulled_on_the_connection_it_came_on() {
 
 #[test]
 fn a_send_behind_a_silently_dead_link_fails_at_a_keepalive_tick() {
-    // Ticks at every progress: the test does not wait on a clock.
+    // Due at every look at the clock, which busy progress takes every
+    // `STRIDE + 1` calls: the test does not wait on a clock.
     let net = Net::new(64).with_keepalive(std::time::Duration::from_nanos(1));
+    let look = || 0..=super::keepalive::STRIDE;
     let (mut a, mut b) = (Node::new(&net, true, &attr()), Node::new(&net, true, &attr()));
     let pb = a.add(&b);
     b.trecv(PeerAddr::UNSPEC, 1, 8, 1);
     a.tsend(pb, 1, pattern(8, 1), 2);
     assert_eq!(until(&mut [&mut a, &mut b], 1, 1).result, Ok(()));
     assert_eq!(until(&mut [&mut a, &mut b], 0, 2).result, Ok(()));
-    a.progress();
+    for _ in look() {
+        a.progress();
+    }
     assert!(
         a.ep.transport().probes().last().is_some_and(|c| c.is_empty()),
         "nothing waits on an idle peer: nothing to probe: {:?}",
