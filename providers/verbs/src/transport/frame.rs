@@ -40,6 +40,7 @@ pub fn encode(buf: &mut [u8], kind: u8, credit: u16, header: &[u8], payload: &[u
 
 /// Parses what a peer sent: the prefix, the header and the payload, or
 /// why the bytes are no frame. Never panics.
+#[inline(always)]
 pub fn parse(b: &[u8]) -> Result<(Prefix, &[u8], &[u8]), &'static str> {
     if b.len() < PREFIX {
         return Err("verbs frame shorter than its prefix");

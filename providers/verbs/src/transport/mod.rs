@@ -27,6 +27,7 @@ mod keepalive;
 mod pull;
 mod setup;
 
+use std::mem::MaybeUninit;
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -149,7 +150,6 @@ pub struct VerbsTransport {
     cq_room: u32,
     /// Signaled sends in flight.
     signaled: u32,
-    wcs: Vec<Wc>,
     /// Completions `prepare_wait` took while closing the race with the
     /// CQ's arming, handled by the next progress.
     stash: Vec<Wc>,
@@ -296,7 +296,6 @@ impl VerbsTransport {
             buf_size,
             cq_room: cq.capacity().saturating_sub(scfg.size),
             signaled: 0,
-            wcs: vec![Wc::default(); WC_BATCH],
             stash: Vec::new(),
             scratch: vec![0; buf_size],
             waiting: false,
@@ -360,29 +359,32 @@ impl VerbsTransport {
     }
 
     /// Takes what the CQ holds (a bounded number of batches).
+    #[inline(always)]
     fn poll_cq(&mut self, events: &mut dyn Events) -> usize {
-        let mut wcs = std::mem::take(&mut self.wcs);
+        // On the stack, uninitialized: nothing to set up or put back on
+        // every progress.
+        let mut wcs = [const { MaybeUninit::<Wc>::uninit() }; WC_BATCH];
         let mut total = 0;
         for _ in 0..WC_BATCHES {
-            let n = match self.cq.poll(&mut wcs) {
-                Ok(n) => n,
+            let got = match self.cq.poll_into(&mut wcs) {
+                Ok(got) => got,
                 Err(e) => {
                     xfer_core::warn_limited!(error = %e, "polling the verbs CQ");
-                    0
+                    &[]
                 }
             };
-            for wc in &wcs[..n] {
+            for wc in got {
                 self.on_wc(wc, events);
             }
-            total += n;
-            if n < wcs.len() {
+            total += got.len();
+            if got.len() < WC_BATCH {
                 break;
             }
         }
-        self.wcs = wcs;
         total
     }
 
+    #[inline(always)]
     fn on_wc(&mut self, wc: &Wc, events: &mut dyn Events) {
         if self.srq.owns(wc.wr_id()) {
             self.on_recv(wc, events);
@@ -399,11 +401,21 @@ impl VerbsTransport {
     }
 
     /// Handles the completions `prepare_wait` took.
+    #[inline]
     fn take_stash(&mut self, events: &mut dyn Events) {
         if !self.stash.is_empty() {
-            for wc in std::mem::take(&mut self.stash) {
-                self.on_wc(&wc, events);
-            }
+            self.handle_stash(events);
+        }
+    }
+
+    /// [`take_stash`](Self::take_stash)'s work, out of line: it is rare, and
+    /// a second copy of the completion handling in `progress` would cost
+    /// every progress its registers.
+    #[cold]
+    #[inline(never)]
+    fn handle_stash(&mut self, events: &mut dyn Events) {
+        for wc in std::mem::take(&mut self.stash) {
+            self.on_wc(&wc, events);
         }
     }
 
@@ -414,6 +426,9 @@ impl VerbsTransport {
     }
 
     /// A send completion: its slot back; an error ends the connection.
+    /// Out of line: one send in `XFER_VERBS_SIGNAL_EVERY` completes, and
+    /// the receive path it would be inlined into is the hot one.
+    #[inline(never)]
     fn on_send(&mut self, wc: &Wc) {
         self.signaled = self.signaled.saturating_sub(1);
         let slot = (wc.wr_id() & SLOT_TAG != 0).then_some((wc.wr_id() & !SLOT_TAG) as u32);
@@ -454,6 +469,7 @@ impl VerbsTransport {
 
     /// A receive completion: the frame goes to the engine now, or waits
     /// with its connection while the engine does not want it.
+    #[inline(always)]
     fn on_recv(&mut self, wc: &Wc, events: &mut dyn Events) {
         let idx = match self.srq.take(wc) {
             Ok(i) => i,
@@ -507,6 +523,7 @@ impl VerbsTransport {
     /// (`SlotCredit::repost_due`), [`REPOST_BATCH`] are free, the SRQ is
     /// low, a progress finds no completion with [`IDLE_REPOST_BATCH`]
     /// free, or before a wait.
+    #[inline(always)]
     fn deliver(&mut self, k: ConnId, idx: u32, len: usize, events: &mut dyn Events) {
         let verdict = match self
             .srq
@@ -556,6 +573,7 @@ impl VerbsTransport {
     }
 
     /// Frees buffer `idx`, to be posted by the next flush.
+    #[inline(always)]
     fn free_buf(&mut self, idx: u32) {
         if let Err(e) = self.srq.release(idx) {
             xfer_core::warn_limited!(error = %e, "freeing a verbs receive buffer");
@@ -1007,11 +1025,10 @@ impl Transport for VerbsTransport {
         self.waiting = true;
         // Completions that came before the arming raise no event: work now.
         // So are frames held back, ends not yet reported, credit owed.
-        let mut wcs = std::mem::take(&mut self.wcs);
-        if let Ok(n) = self.cq.poll(&mut wcs) {
-            self.stash.extend_from_slice(&wcs[..n]);
+        let mut wcs = [const { MaybeUninit::<Wc>::uninit() }; WC_BATCH];
+        if let Ok(got) = self.cq.poll_into(&mut wcs) {
+            self.stash.extend_from_slice(got);
         }
-        self.wcs = wcs;
         if !self.stash.is_empty()
             || !self.held.is_empty()
             || !self.ended.is_empty()
