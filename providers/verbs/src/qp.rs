@@ -254,6 +254,7 @@ impl RcQp {
     }
 
     /// Largest payload [`RcQp::send_inline`] accepts (granted by the device).
+    #[inline]
     pub fn max_inline(&self) -> u32 {
         self.max_inline
     }
@@ -276,6 +277,7 @@ impl RcQp {
     /// Signaled work requests posted whose completion has not yet been
     /// handed to [`RcQp::complete_send`]: while there is one, the QP will
     /// produce a completion (success, or an error such as retry exceeded).
+    #[inline]
     pub fn signaled_in_flight(&self) -> u32 {
         self.retire_len as u32
     }
@@ -407,6 +409,7 @@ impl RcQp {
     /// Sends `data` inline (copied into the work request: the buffer is free
     /// again when this returns), with optional immediate data. `data` must fit
     /// [`RcQp::max_inline`].
+    #[inline(always)]
     pub fn send_inline(&mut self, wr_id: u64, data: &[u8], imm: Option<u32>, signal: bool) -> Result<()> {
         if data.len() > self.max_inline as usize {
             return Err(Error::InvalidArgument("payload larger than the QP's max_inline_data"));
@@ -585,6 +588,7 @@ impl RcQp {
     /// # Safety
     /// The buffers `wr` points to must satisfy the contract of the public
     /// method that built it.
+    #[inline(always)]
     unsafe fn post(&mut self, wr: &mut ibv_send_wr, want_signal: bool) -> Result<()> {
         if self.outstanding >= self.depth {
             self.stats.sq_full += 1;

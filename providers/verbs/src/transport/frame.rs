@@ -28,6 +28,7 @@ pub struct Prefix {
 
 /// Writes a frame into `buf` (at least `PREFIX + header + payload` long);
 /// returns its length.
+#[inline(always)]
 pub fn encode(buf: &mut [u8], kind: u8, credit: u16, header: &[u8], payload: &[u8]) -> usize {
     let len = PREFIX + header.len() + payload.len();
     buf[0] = kind;
