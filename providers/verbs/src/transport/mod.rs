@@ -156,6 +156,10 @@ pub struct VerbsTransport {
     scratch: Vec<u8>,
     /// `prepare_wait` armed the CQ: the next progress looks at the descriptors.
     waiting: bool,
+    /// Something may wait in the lists `do_chores` works through: set with
+    /// every push to `held`, `reading`, `ended`, `pulled`, `owing` or the
+    /// atomics' queues.
+    chores: bool,
     turns: u32,
     /// Connections being made.
     opening: u32,
@@ -299,6 +303,7 @@ impl VerbsTransport {
             stash: Vec::new(),
             scratch: vec![0; buf_size],
             waiting: false,
+            chores: false,
             turns: 0,
             opening: 0,
             stats: Stats::default(),
@@ -502,6 +507,7 @@ impl VerbsTransport {
         if !c.held.is_empty() || !events.ready(k) {
             if c.held.is_empty() {
                 self.held.push(k);
+                self.chores = true;
             }
             c.held.push_back((idx, wc.byte_len()));
             return;
@@ -596,6 +602,7 @@ impl VerbsTransport {
             if c.credit.should_return() && !c.owing {
                 c.owing = true;
                 self.owing.push(k);
+                self.chores = true;
             }
         }
         list.clear();
@@ -646,6 +653,52 @@ impl VerbsTransport {
             ("signaled_in_flight", u64::from(self.signaled)),
             ("rdma_reads_queued", self.reading.len() as u64),
         ]
+    }
+
+    /// What progress does besides the CQ, rarely needed on a message's
+    /// path: frames held back, READs and atomics to continue, ends and
+    /// pulls to report, credit owed, old graves. Out of line, behind one
+    /// flag, so that a progress with none of it tests one byte, not seven
+    /// lists.
+    #[inline(never)]
+    fn do_chores(&mut self, events: &mut dyn Events) {
+        if !self.held.is_empty() {
+            self.deliver_held(events);
+        }
+        if !self.reading.is_empty() {
+            self.continue_reads();
+        }
+        if self.atomics.busy() {
+            self.continue_atomics();
+            self.report_atomics(events);
+        }
+        // Checked first: taking an empty list still runs its drop.
+        if !self.ended.is_empty() {
+            for k in std::mem::take(&mut self.ended) {
+                if let Some(c) = self.conns.try_remove(k) {
+                    if let State::Dead(cause) = c.state {
+                        events.event(Event::Down { conn: k, cause });
+                    }
+                }
+            }
+        }
+        if !self.pulled.is_empty() {
+            self.report_pulls(events);
+        }
+        if !self.owing.is_empty() {
+            self.return_credit();
+        }
+        if !self.graves.is_empty() && self.turns.is_multiple_of(1024) {
+            self.sweep_graves();
+        }
+        // Pushes made by the work above (a frame held again, credit the
+        // send queue had no room for, ...) keep the flag up.
+        self.chores = !self.held.is_empty()
+            || !self.reading.is_empty()
+            || self.atomics.busy()
+            || !self.ended.is_empty()
+            || !self.pulled.is_empty()
+            || !self.owing.is_empty();
     }
 
     /// Credit-only frames to the connections that owe one.
@@ -702,6 +755,7 @@ impl VerbsTransport {
         self.retire(k);
         if reported {
             self.ended.push(k);
+            self.chores = true;
         } else {
             self.conns.remove(k);
         }
@@ -967,40 +1021,17 @@ impl Transport for VerbsTransport {
         if self.waiting || self.opening > 0 || self.turns.is_multiple_of(EPOLL_EVERY) {
             self.waiting = false;
             self.check_fds(events);
+            // A net under the flag: every list is looked at on these turns
+            // whatever it says.
+            self.chores = true;
         }
         // A turn that finds nothing is idle time: the buffers waiting go
         // back to the SRQ now rather than on a later message's path.
         if self.poll_cq(events) == 0 && self.srq.unposted() >= IDLE_REPOST_BATCH && !self.reposting.is_empty() {
             self.flush_reposts();
         }
-        if !self.held.is_empty() {
-            self.deliver_held(events);
-        }
-        if !self.reading.is_empty() {
-            self.continue_reads();
-        }
-        if self.atomics.busy() {
-            self.continue_atomics();
-            self.report_atomics(events);
-        }
-        // Checked first: taking an empty list still runs its drop.
-        if !self.ended.is_empty() {
-            for k in std::mem::take(&mut self.ended) {
-                if let Some(c) = self.conns.try_remove(k) {
-                    if let State::Dead(cause) = c.state {
-                        events.event(Event::Down { conn: k, cause });
-                    }
-                }
-            }
-        }
-        if !self.pulled.is_empty() {
-            self.report_pulls(events);
-        }
-        if !self.owing.is_empty() {
-            self.return_credit();
-        }
-        if !self.graves.is_empty() && self.turns.is_multiple_of(1024) {
-            self.sweep_graves();
+        if self.chores {
+            self.do_chores(events);
         }
     }
 
