@@ -1014,6 +1014,7 @@ impl Transport for VerbsTransport {
         self.keepalive_tick(conns);
     }
 
+    #[inline]
     fn progress(&mut self, events: &mut dyn Events) {
         self.turns = self.turns.wrapping_add(1);
         // Completions `prepare_wait` took are older than any event now.
