@@ -3,6 +3,7 @@
 
 use std::ffi::CStr;
 use std::fmt;
+use std::mem::MaybeUninit;
 use std::os::fd::RawFd;
 use std::sync::Arc;
 
@@ -176,6 +177,17 @@ impl Cq {
     /// Polls up to `wcs.len()` completions into `wcs`; returns how many.
     #[inline]
     pub fn poll(&self, wcs: &mut [Wc]) -> Result<usize> {
+        // SAFETY: MaybeUninit<Wc> has Wc's layout, and `poll_into` writes
+        // only whole, valid completions into it.
+        let raw = unsafe { &mut *(std::ptr::from_mut(wcs) as *mut [MaybeUninit<Wc>]) };
+        self.poll_into(raw).map(<[Wc]>::len)
+    }
+
+    /// Polls up to `wcs.len()` completions into storage that need not be
+    /// initialized (a stack array costs nothing to set up); returns the
+    /// completions taken, the first entries of `wcs`.
+    #[inline]
+    pub fn poll_into<'a>(&self, wcs: &'a mut [MaybeUninit<Wc>]) -> Result<&'a [Wc]> {
         let n = i32::try_from(wcs.len()).unwrap_or(i32::MAX);
         // SAFETY: cq valid; Wc is repr(transparent) over ibv_wc and wcs has at
         // least n writable entries.
@@ -183,7 +195,8 @@ impl Cq {
         if rc < 0 {
             return Err(Error::Os(libc::EIO));
         }
-        Ok(rc as usize)
+        // SAFETY: ibv_poll_cq wrote the first rc (<= n) entries.
+        Ok(unsafe { std::slice::from_raw_parts(wcs.as_ptr().cast::<Wc>(), rc as usize) })
     }
 }
 
@@ -218,11 +231,13 @@ impl Default for Wc {
 
 impl Wc {
     /// The work request id given when posting.
+    #[inline]
     pub fn wr_id(&self) -> u64 {
         self.0.wr_id
     }
 
     /// True if the work request succeeded.
+    #[inline]
     pub fn is_ok(&self) -> bool {
         self.0.status == ibv_wc_status::IBV_WC_SUCCESS
     }
@@ -264,6 +279,7 @@ impl Wc {
     }
 
     /// Bytes received (receives) or transferred (RDMA read).
+    #[inline]
     pub fn byte_len(&self) -> u32 {
         self.0.byte_len
     }
@@ -279,6 +295,7 @@ impl Wc {
     }
 
     /// The local QP number the completion belongs to.
+    #[inline]
     pub fn qp_num(&self) -> u32 {
         self.0.qp_num
     }

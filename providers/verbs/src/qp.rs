@@ -148,6 +148,9 @@ pub struct RcQp {
     retire: Box<[u32]>,
     retire_head: usize,
     retire_len: usize,
+    /// The inline SEND's work request, zeroed once: a send writes only the
+    /// fields it sets (`sg_list` each time: it points at that send's SGE).
+    inline_wr: ibv_send_wr,
     stats: QpStats,
     _srq: Option<Arc<RawSrq>>,
     _send_cq: Arc<Cq>,
@@ -234,6 +237,8 @@ impl RcQp {
             retire: vec![0; depth as usize].into_boxed_slice(),
             retire_head: 0,
             retire_len: 0,
+            // SAFETY: plain data; zero is valid.
+            inline_wr: unsafe { std::mem::zeroed() },
             stats: QpStats::default(),
             _srq: srq.cloned(),
             _send_cq: send_cq.clone(),
@@ -254,6 +259,7 @@ impl RcQp {
     }
 
     /// Largest payload [`RcQp::send_inline`] accepts (granted by the device).
+    #[inline]
     pub fn max_inline(&self) -> u32 {
         self.max_inline
     }
@@ -276,6 +282,7 @@ impl RcQp {
     /// Signaled work requests posted whose completion has not yet been
     /// handed to [`RcQp::complete_send`]: while there is one, the QP will
     /// produce a completion (success, or an error such as retry exceeded).
+    #[inline]
     pub fn signaled_in_flight(&self) -> u32 {
         self.retire_len as u32
     }
@@ -407,17 +414,20 @@ impl RcQp {
     /// Sends `data` inline (copied into the work request: the buffer is free
     /// again when this returns), with optional immediate data. `data` must fit
     /// [`RcQp::max_inline`].
+    #[inline(always)]
     pub fn send_inline(&mut self, wr_id: u64, data: &[u8], imm: Option<u32>, signal: bool) -> Result<()> {
         if data.len() > self.max_inline as usize {
             return Err(Error::InvalidArgument("payload larger than the QP's max_inline_data"));
         }
+        let signal = self.admit(signal)?;
         let mut sge = ibv_sge {
             addr: data.as_ptr() as u64,
             length: data.len() as u32,
             lkey: 0,
         };
-        // SAFETY: plain data; zero is valid.
-        let mut wr: ibv_send_wr = unsafe { std::mem::zeroed() };
+        // The template, not a zeroed request: every field a SEND reads is
+        // set here, the rest stay zero (`next` included: never chained).
+        let wr = &mut self.inline_wr;
         wr.wr_id = wr_id;
         wr.sg_list = &mut sge;
         wr.num_sge = i32::from(!data.is_empty());
@@ -426,10 +436,13 @@ impl RcQp {
             wr.opcode = ibv_wr_opcode::IBV_WR_SEND_WITH_IMM;
             wr.imm_data_invalidated_rkey_union.imm_data = imm.to_be();
         }
-        wr.send_flags = ibv_send_flags::IBV_SEND_INLINE.0;
-        // SAFETY: with IBV_SEND_INLINE the payload is copied during the call, so
-        // `data` only needs to live for it.
-        unsafe { self.post(&mut wr, signal)? };
+        wr.send_flags =
+            ibv_send_flags::IBV_SEND_INLINE.0 | if signal { ibv_send_flags::IBV_SEND_SIGNALED.0 } else { 0 };
+        // SAFETY: qp valid; wr is one well-formed work request whose SGE
+        // lives for the call; with IBV_SEND_INLINE the payload is copied
+        // during it, so `data` only needs to live for it.
+        unsafe { post_one(self.qp, wr)? };
+        self.posted(signal);
         self.stats.inline_sends += 1;
         Ok(())
     }
@@ -585,20 +598,34 @@ impl RcQp {
     /// # Safety
     /// The buffers `wr` points to must satisfy the contract of the public
     /// method that built it.
+    #[inline(always)]
     unsafe fn post(&mut self, wr: &mut ibv_send_wr, want_signal: bool) -> Result<()> {
-        if self.outstanding >= self.depth {
-            self.stats.sq_full += 1;
-            return Err(Error::Again);
-        }
-        let signal = want_signal || self.unsignaled_run + 1 >= self.signal_every;
+        let signal = self.admit(want_signal)?;
         if signal {
             wr.send_flags |= ibv_send_flags::IBV_SEND_SIGNALED.0;
         }
         wr.next = std::ptr::null_mut();
-        let mut bad: *mut ibv_send_wr = std::ptr::null_mut();
         // SAFETY: qp valid; wr is one well-formed work request (single, no chain)
         // whose buffers the caller guarantees.
-        check(unsafe { ibv_post_send(self.qp, wr, &mut bad) })?;
+        unsafe { post_one(self.qp, wr)? };
+        self.posted(signal);
+        Ok(())
+    }
+
+    /// Whether the send queue has room for one more request (`Again` if
+    /// not), and whether that request is to be signaled.
+    #[inline(always)]
+    fn admit(&mut self, want_signal: bool) -> Result<bool> {
+        if self.outstanding >= self.depth {
+            self.stats.sq_full += 1;
+            return Err(Error::Again);
+        }
+        Ok(want_signal || self.unsignaled_run + 1 >= self.signal_every)
+    }
+
+    /// Accounts for a request [`admit`](Self::admit)ted and posted.
+    #[inline(always)]
+    fn posted(&mut self, signal: bool) {
         self.outstanding += 1;
         self.stats.max_outstanding = self.stats.max_outstanding.max(self.outstanding);
         if signal {
@@ -611,8 +638,19 @@ impl RcQp {
             self.unsignaled_run += 1;
             self.stats.unsignaled += 1;
         }
-        Ok(())
     }
+}
+
+/// `ibv_post_send` of the one request `wr`.
+///
+/// # Safety
+/// `qp` is valid; `wr` is well formed, unchained, and its buffers satisfy
+/// the contract of the method that built it.
+#[inline(always)]
+unsafe fn post_one(qp: *mut ibv_qp, wr: &mut ibv_send_wr) -> Result<()> {
+    let mut bad: *mut ibv_send_wr = std::ptr::null_mut();
+    // SAFETY: the caller's contract.
+    check(unsafe { ibv_post_send(qp, wr, &mut bad) })
 }
 
 fn to_sge(s: Sge) -> ibv_sge {

@@ -172,22 +172,26 @@ impl Srq {
     }
 
     /// Free buffers: released, not posted yet.
+    #[inline]
     pub fn unposted(&self) -> usize {
         self.free.len()
     }
 
     /// Whether fewer than the low watermark are posted.
+    #[inline]
     pub fn low(&self) -> bool {
         self.posted < self.cfg.low_watermark
     }
 
     /// True if `wr_id` is one of this SRQ's receive work requests.
+    #[inline]
     pub fn owns(&self, wr_id: u64) -> bool {
         wr_id & RECV_WR_TAG != 0 && ((wr_id & !RECV_WR_TAG) as usize) < self.state.len()
     }
 
     /// Takes the buffer of a receive completion: it becomes *held* until
     /// [`Srq::release`]. Returns its index.
+    #[inline]
     pub fn take(&mut self, wc: &Wc) -> Result<u32> {
         if !self.owns(wc.wr_id()) {
             return Err(Error::InvalidArgument("completion is not a receive of this srq"));
@@ -202,6 +206,7 @@ impl Srq {
     }
 
     /// The first `len` bytes of held buffer `idx` (what the receive wrote).
+    #[inline]
     pub fn data(&self, idx: u32, len: usize) -> Result<&[u8]> {
         if self.state.get(idx as usize) != Some(&BufState::Held) {
             return Err(Error::InvalidArgument("buffer is not held"));
@@ -216,6 +221,7 @@ impl Srq {
     }
 
     /// Gives held buffer `idx` back to the pool (posted by the next refill).
+    #[inline]
     pub fn release(&mut self, idx: u32) -> Result<()> {
         match self.state.get(idx as usize) {
             Some(BufState::Held) => {

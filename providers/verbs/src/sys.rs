@@ -12,12 +12,24 @@ pub(crate) fn last_os_error() -> Error {
 }
 
 /// A verbs return code (0, or an errno value / -1 with errno set) as a result.
+/// Inline: every post checks one; the error out of line.
+#[inline]
 pub(crate) fn check(ret: libc::c_int) -> xfer_core::Result<()> {
+    if ret == 0 {
+        Ok(())
+    } else {
+        Err(failed(ret))
+    }
+}
+
+/// The error a nonzero verbs return code stands for.
+#[cold]
+#[inline(never)]
+fn failed(ret: libc::c_int) -> Error {
     match ret {
-        0 => Ok(()),
-        -1 => Err(last_os_error()),
-        e if e < 0 => Err(Error::Os(-e)),
-        e => Err(Error::Os(e)),
+        -1 => last_os_error(),
+        e if e < 0 => Error::Os(-e),
+        e => Error::Os(e),
     }
 }
 

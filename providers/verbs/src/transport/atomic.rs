@@ -151,6 +151,7 @@ impl VerbsTransport {
         });
         if !self.atomics.waiting.is_empty() || !self.post_atomic(key) {
             self.atomics.waiting.push_back(key);
+            self.chores = true;
         }
         Ok(())
     }
@@ -216,6 +217,7 @@ impl VerbsTransport {
             self.stats.device_atomics_failed += 1;
         }
         self.atomics.done.push((o.token, result));
+        self.chores = true;
     }
 
     /// An atomic's completion (success or error) on QP `qpn`.

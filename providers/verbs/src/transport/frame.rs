@@ -28,6 +28,7 @@ pub struct Prefix {
 
 /// Writes a frame into `buf` (at least `PREFIX + header + payload` long);
 /// returns its length.
+#[inline(always)]
 pub fn encode(buf: &mut [u8], kind: u8, credit: u16, header: &[u8], payload: &[u8]) -> usize {
     let len = PREFIX + header.len() + payload.len();
     buf[0] = kind;
@@ -40,6 +41,7 @@ pub fn encode(buf: &mut [u8], kind: u8, credit: u16, header: &[u8], payload: &[u
 
 /// Parses what a peer sent: the prefix, the header and the payload, or
 /// why the bytes are no frame. Never panics.
+#[inline(always)]
 pub fn parse(b: &[u8]) -> Result<(Prefix, &[u8], &[u8]), &'static str> {
     if b.len() < PREFIX {
         return Err("verbs frame shorter than its prefix");

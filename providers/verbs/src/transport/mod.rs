@@ -27,6 +27,7 @@ mod keepalive;
 mod pull;
 mod setup;
 
+use std::mem::MaybeUninit;
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -149,13 +150,16 @@ pub struct VerbsTransport {
     cq_room: u32,
     /// Signaled sends in flight.
     signaled: u32,
-    wcs: Vec<Wc>,
     /// Completions `prepare_wait` took while closing the race with the
     /// CQ's arming, handled by the next progress.
     stash: Vec<Wc>,
     scratch: Vec<u8>,
     /// `prepare_wait` armed the CQ: the next progress looks at the descriptors.
     waiting: bool,
+    /// Something may wait in the lists `do_chores` works through: set with
+    /// every push to `held`, `reading`, `ended`, `pulled`, `owing` or the
+    /// atomics' queues.
+    chores: bool,
     turns: u32,
     /// Connections being made.
     opening: u32,
@@ -296,10 +300,10 @@ impl VerbsTransport {
             buf_size,
             cq_room: cq.capacity().saturating_sub(scfg.size),
             signaled: 0,
-            wcs: vec![Wc::default(); WC_BATCH],
             stash: Vec::new(),
             scratch: vec![0; buf_size],
             waiting: false,
+            chores: false,
             turns: 0,
             opening: 0,
             stats: Stats::default(),
@@ -360,29 +364,32 @@ impl VerbsTransport {
     }
 
     /// Takes what the CQ holds (a bounded number of batches).
+    #[inline(always)]
     fn poll_cq(&mut self, events: &mut dyn Events) -> usize {
-        let mut wcs = std::mem::take(&mut self.wcs);
+        // On the stack, uninitialized: nothing to set up or put back on
+        // every progress.
+        let mut wcs = [const { MaybeUninit::<Wc>::uninit() }; WC_BATCH];
         let mut total = 0;
         for _ in 0..WC_BATCHES {
-            let n = match self.cq.poll(&mut wcs) {
-                Ok(n) => n,
+            let got = match self.cq.poll_into(&mut wcs) {
+                Ok(got) => got,
                 Err(e) => {
                     xfer_core::warn_limited!(error = %e, "polling the verbs CQ");
-                    0
+                    &[]
                 }
             };
-            for wc in &wcs[..n] {
+            for wc in got {
                 self.on_wc(wc, events);
             }
-            total += n;
-            if n < wcs.len() {
+            total += got.len();
+            if got.len() < WC_BATCH {
                 break;
             }
         }
-        self.wcs = wcs;
         total
     }
 
+    #[inline(always)]
     fn on_wc(&mut self, wc: &Wc, events: &mut dyn Events) {
         if self.srq.owns(wc.wr_id()) {
             self.on_recv(wc, events);
@@ -399,11 +406,21 @@ impl VerbsTransport {
     }
 
     /// Handles the completions `prepare_wait` took.
+    #[inline]
     fn take_stash(&mut self, events: &mut dyn Events) {
         if !self.stash.is_empty() {
-            for wc in std::mem::take(&mut self.stash) {
-                self.on_wc(&wc, events);
-            }
+            self.handle_stash(events);
+        }
+    }
+
+    /// [`take_stash`](Self::take_stash)'s work, out of line: it is rare, and
+    /// a second copy of the completion handling in `progress` would cost
+    /// every progress its registers.
+    #[cold]
+    #[inline(never)]
+    fn handle_stash(&mut self, events: &mut dyn Events) {
+        for wc in std::mem::take(&mut self.stash) {
+            self.on_wc(&wc, events);
         }
     }
 
@@ -414,6 +431,9 @@ impl VerbsTransport {
     }
 
     /// A send completion: its slot back; an error ends the connection.
+    /// Out of line: one send in `XFER_VERBS_SIGNAL_EVERY` completes, and
+    /// the receive path it would be inlined into is the hot one.
+    #[inline(never)]
     fn on_send(&mut self, wc: &Wc) {
         self.signaled = self.signaled.saturating_sub(1);
         let slot = (wc.wr_id() & SLOT_TAG != 0).then_some((wc.wr_id() & !SLOT_TAG) as u32);
@@ -454,6 +474,7 @@ impl VerbsTransport {
 
     /// A receive completion: the frame goes to the engine now, or waits
     /// with its connection while the engine does not want it.
+    #[inline(always)]
     fn on_recv(&mut self, wc: &Wc, events: &mut dyn Events) {
         let idx = match self.srq.take(wc) {
             Ok(i) => i,
@@ -486,6 +507,7 @@ impl VerbsTransport {
         if !c.held.is_empty() || !events.ready(k) {
             if c.held.is_empty() {
                 self.held.push(k);
+                self.chores = true;
             }
             c.held.push_back((idx, wc.byte_len()));
             return;
@@ -507,6 +529,7 @@ impl VerbsTransport {
     /// (`SlotCredit::repost_due`), [`REPOST_BATCH`] are free, the SRQ is
     /// low, a progress finds no completion with [`IDLE_REPOST_BATCH`]
     /// free, or before a wait.
+    #[inline(always)]
     fn deliver(&mut self, k: ConnId, idx: u32, len: usize, events: &mut dyn Events) {
         let verdict = match self
             .srq
@@ -556,6 +579,7 @@ impl VerbsTransport {
     }
 
     /// Frees buffer `idx`, to be posted by the next flush.
+    #[inline(always)]
     fn free_buf(&mut self, idx: u32) {
         if let Err(e) = self.srq.release(idx) {
             xfer_core::warn_limited!(error = %e, "freeing a verbs receive buffer");
@@ -578,6 +602,7 @@ impl VerbsTransport {
             if c.credit.should_return() && !c.owing {
                 c.owing = true;
                 self.owing.push(k);
+                self.chores = true;
             }
         }
         list.clear();
@@ -628,6 +653,52 @@ impl VerbsTransport {
             ("signaled_in_flight", u64::from(self.signaled)),
             ("rdma_reads_queued", self.reading.len() as u64),
         ]
+    }
+
+    /// What progress does besides the CQ, rarely needed on a message's
+    /// path: frames held back, READs and atomics to continue, ends and
+    /// pulls to report, credit owed, old graves. Out of line, behind one
+    /// flag, so that a progress with none of it tests one byte, not seven
+    /// lists.
+    #[inline(never)]
+    fn do_chores(&mut self, events: &mut dyn Events) {
+        if !self.held.is_empty() {
+            self.deliver_held(events);
+        }
+        if !self.reading.is_empty() {
+            self.continue_reads();
+        }
+        if self.atomics.busy() {
+            self.continue_atomics();
+            self.report_atomics(events);
+        }
+        // Checked first: taking an empty list still runs its drop.
+        if !self.ended.is_empty() {
+            for k in std::mem::take(&mut self.ended) {
+                if let Some(c) = self.conns.try_remove(k) {
+                    if let State::Dead(cause) = c.state {
+                        events.event(Event::Down { conn: k, cause });
+                    }
+                }
+            }
+        }
+        if !self.pulled.is_empty() {
+            self.report_pulls(events);
+        }
+        if !self.owing.is_empty() {
+            self.return_credit();
+        }
+        if !self.graves.is_empty() && self.turns.is_multiple_of(1024) {
+            self.sweep_graves();
+        }
+        // Pushes made by the work above (a frame held again, credit the
+        // send queue had no room for, ...) keep the flag up.
+        self.chores = !self.held.is_empty()
+            || !self.reading.is_empty()
+            || self.atomics.busy()
+            || !self.ended.is_empty()
+            || !self.pulled.is_empty()
+            || !self.owing.is_empty();
     }
 
     /// Credit-only frames to the connections that owe one.
@@ -684,6 +755,7 @@ impl VerbsTransport {
         self.retire(k);
         if reported {
             self.ended.push(k);
+            self.chores = true;
         } else {
             self.conns.remove(k);
         }
@@ -942,6 +1014,7 @@ impl Transport for VerbsTransport {
         self.keepalive_tick(conns);
     }
 
+    #[inline]
     fn progress(&mut self, events: &mut dyn Events) {
         self.turns = self.turns.wrapping_add(1);
         // Completions `prepare_wait` took are older than any event now.
@@ -949,40 +1022,17 @@ impl Transport for VerbsTransport {
         if self.waiting || self.opening > 0 || self.turns.is_multiple_of(EPOLL_EVERY) {
             self.waiting = false;
             self.check_fds(events);
+            // A net under the flag: every list is looked at on these turns
+            // whatever it says.
+            self.chores = true;
         }
         // A turn that finds nothing is idle time: the buffers waiting go
         // back to the SRQ now rather than on a later message's path.
         if self.poll_cq(events) == 0 && self.srq.unposted() >= IDLE_REPOST_BATCH && !self.reposting.is_empty() {
             self.flush_reposts();
         }
-        if !self.held.is_empty() {
-            self.deliver_held(events);
-        }
-        if !self.reading.is_empty() {
-            self.continue_reads();
-        }
-        if self.atomics.busy() {
-            self.continue_atomics();
-            self.report_atomics(events);
-        }
-        // Checked first: taking an empty list still runs its drop.
-        if !self.ended.is_empty() {
-            for k in std::mem::take(&mut self.ended) {
-                if let Some(c) = self.conns.try_remove(k) {
-                    if let State::Dead(cause) = c.state {
-                        events.event(Event::Down { conn: k, cause });
-                    }
-                }
-            }
-        }
-        if !self.pulled.is_empty() {
-            self.report_pulls(events);
-        }
-        if !self.owing.is_empty() {
-            self.return_credit();
-        }
-        if !self.graves.is_empty() && self.turns.is_multiple_of(1024) {
-            self.sweep_graves();
+        if self.chores {
+            self.do_chores(events);
         }
     }
 
@@ -1007,11 +1057,10 @@ impl Transport for VerbsTransport {
         self.waiting = true;
         // Completions that came before the arming raise no event: work now.
         // So are frames held back, ends not yet reported, credit owed.
-        let mut wcs = std::mem::take(&mut self.wcs);
-        if let Ok(n) = self.cq.poll(&mut wcs) {
-            self.stash.extend_from_slice(&wcs[..n]);
+        let mut wcs = [const { MaybeUninit::<Wc>::uninit() }; WC_BATCH];
+        if let Ok(got) = self.cq.poll_into(&mut wcs) {
+            self.stash.extend_from_slice(got);
         }
-        self.wcs = wcs;
         if !self.stash.is_empty()
             || !self.held.is_empty()
             || !self.ended.is_empty()

@@ -238,6 +238,7 @@ impl VerbsTransport {
         }
         if p.posted < p.len {
             self.reading.push(key);
+            self.chores = true;
         }
         Ok(Pulled::Started)
     }
@@ -358,6 +359,7 @@ impl VerbsTransport {
         if p.in_flight > 0 || (p.posted < p.len && p.failed.is_none()) {
             if p.posted < p.len && !self.reading.contains(&key) {
                 self.reading.push(key);
+                self.chores = true;
             }
             return;
         }
@@ -392,6 +394,7 @@ impl VerbsTransport {
             None => Ok(()),
         };
         self.pulled.push((p.token, p.rma, result));
+        self.chores = true;
     }
 
     /// Fails the pulls of connection `k` (ended) that have no READ in
