@@ -17,8 +17,9 @@
 # environment: SERVER_CPU (0), CLIENT_CPU (1), XFER_PROVIDER (shm+tcp),
 #   UCX=0 to leave the UCX columns out, UCX_COLUMNS (default "default posix,self":
 #   each TLS[:VAR=VALUE,...], e.g. posix,self:UCX_ALLOC_PRIO=heap), NICE=N to run
-#   every benchmark process (xfer's and UCX's alike) at that niceness (-20: they take their CPUs from
-#   other work on a shared machine, approaching a quiet machine's figures).
+#   every benchmark process (xfer's and UCX's alike) at that niceness (-20: they
+#   take their CPUs from other work on a shared machine, approaching a quiet
+#   machine's figures).
 # Prints, per size and column, the best and the median MiB/s (2^20 bytes) of the
 # repetitions and each xfer column's ratio to UCX's columns (best to best,
 # median to median), then the ratios within each repetition (each xfer column to
