@@ -15,12 +15,16 @@
 #            flight, up to 64 MiB per side: cold at 1 MiB and more; ucx_perftest
 #            has no such mode, its columns stay cache-resident)
 # environment: SERVER_CPU (0), CLIENT_CPU (1), XFER_PROVIDER (shm+tcp),
-#   UCX=0 to leave the UCX columns out, NICE=N to run every benchmark process
-#   (xfer's and UCX's alike) at that niceness (-20: they take their CPUs from
-#   other work on a shared machine, approaching a quiet machine's figures).
+#   UCX=0 to leave the UCX columns out, UCX_COLUMNS (default "default posix,self":
+#   each TLS[:VAR=VALUE,...], e.g. posix,self:UCX_ALLOC_PRIO=heap), NICE=N to run
+#   every benchmark process (xfer's and UCX's alike) at that niceness (-20: they
+#   take their CPUs from other work on a shared machine, approaching a quiet
+#   machine's figures).
 # Prints, per size and column, the best and the median MiB/s (2^20 bytes) of the
 # repetitions and each xfer column's ratio to UCX's columns (best to best,
-# median to median).
+# median to median), then the ratios within each repetition (each xfer column to
+# each UCX column and to the first xfer column) and their median, and the load
+# average at each repetition's start.
 
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -37,7 +41,7 @@ while [[ $# -gt 0 ]]; do
     --sizes) sizes=$2; shift 2 ;;
     --buffers) buffers=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
-    -h | --help) sed -n '2,24p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,/^$/p' "$0"; exit 0 ;;
     -*) echo "unknown option $1" >&2; exit 2 ;;
     *) cols+=("$1"); shift ;;
     esac
@@ -75,20 +79,27 @@ xfer_run() {
     wait "$XFER_SERVER_PID" 2>/dev/null || true
 }
 
-# ucx_run TLS SIZE ITERS: ucx_perftest tag_bw's overall MiB/s, or nothing.
+# ucx_run TLS[:VAR=VALUE,...] SIZE ITERS: ucx_perftest tag_bw's overall MiB/s, or
+# nothing.
 ucx_run() {
-    local tls=$1 size=$2 n=$3
+    local tls=${1%%:*} size=$2 n=$3 more=()
+    [[ $1 == *:* ]] && IFS=, read -r -a more <<<"${1#*:}"
     [[ $tls == default ]] && tls=
     port=$((port + 1))
-    env ${tls:+UCX_TLS=$tls} "${pin_s[@]}" ucx_perftest -p "$port" >/dev/null 2>&1 &
-    client_retry $! env ${tls:+UCX_TLS=$tls} timeout 300 "${pin_c[@]}" ucx_perftest 127.0.0.1 -p "$port" \
-        -t tag_bw -s "$size" -n "$n" -f | awk 'NF >= 6 { print $6 }' || true
+    local out
+    env ${tls:+UCX_TLS=$tls} "${more[@]}" "${pin_s[@]}" ucx_perftest -p "$port" >/dev/null 2>&1 &
+    # Not in a pipeline: client_retry reaps the server, which must be this
+    # shell's child.
+    out=$(client_retry $! env ${tls:+UCX_TLS=$tls} "${more[@]}" timeout 300 "${pin_c[@]}" ucx_perftest 127.0.0.1 -p "$port" \
+        -t tag_bw -s "$size" -n "$n" -f) || true
+    awk 'NF >= 6 { print $6 }' <<<"$out"
 }
 
 load_start=$(cut -d' ' -f1-3 /proc/loadavg)
 IFS=, read -r -a size_list <<<"$sizes"
 for r in $(seq "$reps"); do
     log "repetition $r of $reps"
+    echo "$r $(cut -d' ' -f1 /proc/loadavg)" >>"$raw.load"
     for size in "${size_list[@]}"; do
         n=$((20000 * 65536 / size))
         n=$((n < 500 ? 500 : n))
@@ -98,11 +109,11 @@ for r in $(seq "$reps"); do
             bin=${spec%%:*}
             vars=
             [[ $spec == *:* ]] && vars=${spec#*:}
-            printf '%s\t%s\t%s\n' "$size" "$label" "$(xfer_run "$bin" "$size" "$n" "$vars")" >>"$raw"
+            printf '%s\t%s\t%s\t%s\n' "$size" "$label" "$r" "$(xfer_run "$bin" "$size" "$n" "$vars")" >>"$raw"
         done
         if [[ $use_ucx == 1 ]]; then
-            for tls in default posix,self; do
-                printf '%s\t%s\t%s\n' "$size" "UCX $tls" "$(ucx_run "$tls" "$size" "$n")" >>"$raw"
+            for tls in ${UCX_COLUMNS:-default posix,self}; do
+                printf '%s\t%s\t%s\t%s\n' "$size" "UCX $tls" "$r" "$(ucx_run "$tls" "$size" "$n")" >>"$raw"
             done
         fi
     done
@@ -117,11 +128,13 @@ report() {
     echo "Columns:"
     for col in "${cols[@]}"; do echo "- \`$col\`"; done
     echo
+    echo "Load average (1 min) at each repetition's start: $(cut -d' ' -f2 "$raw.load" | paste -sd, - | sed 's/,/, /g')."
+    echo
     python3 - "$raw" <<'EOF'
 import sys, statistics
-data, sizes, cols = {}, [], []
+data, sizes, cols, byrep = {}, [], [], {}
 for line in open(sys.argv[1]):
-    size, col, val = line.rstrip("\n").split("\t")
+    size, col, rep, val = line.rstrip("\n").split("\t")
     if size not in sizes:
         sizes.append(size)
     if col not in cols:
@@ -129,6 +142,7 @@ for line in open(sys.argv[1]):
     v = data.setdefault((size, col), [])
     if val:
         v.append(float(val))
+        byrep[(size, col, rep)] = float(val)
 
 def stat(size, col):
     v = data.get((size, col)) or []
@@ -150,6 +164,24 @@ for size in sizes:
         for u in ucols:
             a, b = stat(size, x), stat(size, u)
             cells.append(f"{a[0] / b[0]:.2f} / {a[1] / b[1]:.2f}" if a and b else "n/a")
+    n = int(size)
+    label = f"{n >> 20} MiB" if n >= 1 << 20 else f"{n >> 10} KiB"
+    print(f"| {label} | " + " | ".join(cells) + " |")
+print()
+# A load that comes and goes moves a whole repetition (its columns ran within
+# seconds of each other): the ratio within each repetition, then their median.
+pairs = [(x, u) for x in xcols for u in ucols] + [(x, xcols[0]) for x in xcols[1:]]
+print("Paired ratios: per repetition, then the median (min-max) of those.")
+print()
+print("| size | " + " | ".join(f"{a} / {b}" for a, b in pairs) + " |")
+print("|---" * (1 + len(pairs)) + "|")
+reps = sorted({k[2] for k in byrep}, key=int)
+for size in sizes:
+    cells = []
+    for a, b in pairs:
+        r = [byrep[(size, a, k)] / byrep[(size, b, k)] for k in reps
+             if (size, a, k) in byrep and (size, b, k) in byrep]
+        cells.append(f"{statistics.median(r):.2f} ({min(r):.2f}-{max(r):.2f})" if r else "n/a")
     n = int(size)
     label = f"{n >> 20} MiB" if n >= 1 << 20 else f"{n >> 10} KiB"
     print(f"| {label} | " + " | ".join(cells) + " |")

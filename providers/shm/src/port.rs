@@ -441,9 +441,11 @@ impl ShmPort {
         for (_, p) in self.peers.iter() {
             if let Some(seg) = &p.seg {
                 seg.rx.set_sleeping(true);
+                seg.tx.want_space();
             }
         }
-        // Pairs with the producer's fence after its stamp (ring.rs).
+        // Pairs with the producer's fence after its stamp, and with the
+        // consumer's before it reads `space_wanted` (ring.rs).
         fence(Ordering::SeqCst);
         let ready = self
             .peers

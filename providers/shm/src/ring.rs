@@ -159,19 +159,24 @@ impl Producer {
             return Err(Refused::Corrupt(Corrupt::Head(head)));
         }
         self.head_cache = head;
-        if self.tail - head + need as u64 <= ring {
-            return Ok(true);
-        }
-        // Full: ask the consumer to signal when it frees lines, then look
-        // once more (it may have released them before seeing the flag).
-        self.at.space_wanted().store(1, Ordering::Relaxed);
-        fence(Ordering::SeqCst);
-        let head = self.at.head().load(Ordering::Acquire);
-        if head < self.head_cache || head > self.tail || !head.is_multiple_of(LINE as u64) {
-            return Err(Refused::Corrupt(Corrupt::Head(head)));
-        }
-        self.head_cache = head;
+        // Full: no wake-up is asked for here. A producer that keeps polling
+        // finds the room on a later try by itself; only one about to sleep
+        // needs the consumer's signal, and asks for it then
+        // (`want_space`). Asking on every refusal made a streaming consumer
+        // write the producer's eventfd about once a lap, a system call per
+        // few frames that no one was waiting for.
         Ok(self.tail - head + need as u64 <= ring)
+    }
+
+    /// Before the producer's side sleeps: if a frame was refused as full
+    /// since the last success, asks the consumer to signal the eventfd once
+    /// it frees lines. The caller then issues a SeqCst fence and checks
+    /// [`room_appeared`](Self::room_appeared) (the consumer may have freed
+    /// them before it saw the flag).
+    pub fn want_space(&self) {
+        if self.blocked != 0 {
+            self.at.space_wanted().store(1, Ordering::Relaxed);
+        }
     }
 
     /// Writes one frame. `Ok(true)` when the consumer had declared it was
