@@ -101,10 +101,18 @@ impl<'a> Bytes<'a> {
         n
     }
 
-    /// A copy of them.
+    /// A copy of them, in an allocation not zeroed first (an unexpected
+    /// frame's payload is written once, by the copy, not twice).
     pub fn to_vec(&self) -> Vec<u8> {
-        let mut v = vec![0; self.len];
-        self.copy_to(&mut v);
+        let mut v = Vec::with_capacity(self.len);
+        // SAFETY: `new` and `shared`'s contract keep `ptr..ptr + len` mapped
+        // for 'a; `v` is a fresh allocation of at least `len` bytes, so the
+        // ranges do not overlap, and after the copy its first `len` bytes
+        // are initialised, which `set_len` needs.
+        unsafe {
+            std::ptr::copy_nonoverlapping(self.ptr, v.as_mut_ptr(), self.len);
+            v.set_len(self.len);
+        }
         v
     }
 }
