@@ -429,7 +429,9 @@ impl Transport for TcpTransport {
                 None => return Ok(()),
             }
         }
-        let Some(c) = self.conns.get_mut(conn) else { return Ok(()) };
+        let Some(c) = self.conns.get_mut(conn) else {
+            return Ok(());
+        };
         if !large && (self.corked || c.phase != Phase::Up || c.queued() > 0) {
             // Corked, behind queued bytes, or before the greeting went:
             // written by a flush (the cork's, or when the socket has room).
@@ -684,7 +686,11 @@ mod tests {
             if next < total - 1 && a.send(conn, b"h", &frame(next, big)).is_ok() {
                 next += 1;
             }
-            assert!(start.elapsed() < std::time::Duration::from_secs(60), "{} of {total}", got.0.len());
+            assert!(
+                start.elapsed() < std::time::Duration::from_secs(60),
+                "{} of {total}",
+                got.0.len()
+            );
         }
         for (i, f) in got.0.iter().enumerate() {
             let want = match i {
