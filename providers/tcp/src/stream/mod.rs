@@ -567,6 +567,15 @@ impl Transport for TcpTransport {
 mod tests {
     use super::*;
 
+    /// Two transports listening on loopback.
+    fn loopback_pair() -> (TcpTransport, TcpTransport) {
+        let attr = TcpAttr {
+            addr: Some("127.0.0.1".into()),
+            ..TcpAttr::default()
+        };
+        (TcpTransport::open(&attr).unwrap(), TcpTransport::open(&attr).unwrap())
+    }
+
     #[test]
     fn addresses_round_trip_and_bad_ones_are_refused() {
         for at in ["127.0.0.1:4000", "[::1]:65535", "[fe80::1]:1"] {
@@ -593,11 +602,7 @@ mod tests {
     /// waiting on a connection still keep it awake.
     #[test]
     fn prepare_wait_takes_its_own_wake_up_but_not_a_peers_bytes() {
-        let attr = TcpAttr {
-            addr: Some("127.0.0.1".into()),
-            ..TcpAttr::default()
-        };
-        let (mut a, mut b) = (TcpTransport::open(&attr).unwrap(), TcpTransport::open(&attr).unwrap());
+        let (mut a, mut b) = loopback_pair();
         struct Quiet;
         impl Events for Quiet {
             fn event(&mut self, _: Event<'_>) {}
@@ -635,11 +640,7 @@ mod tests {
     /// and offered again they all arrive, in order.
     #[test]
     fn large_frames_behind_a_full_socket_are_refused_not_copied() {
-        let attr = TcpAttr {
-            addr: Some("127.0.0.1".into()),
-            ..TcpAttr::default()
-        };
-        let (mut a, mut b) = (TcpTransport::open(&attr).unwrap(), TcpTransport::open(&attr).unwrap());
+        let (mut a, mut b) = loopback_pair();
         struct Got(Vec<Vec<u8>>, bool);
         impl Events for Got {
             fn event(&mut self, ev: Event<'_>) {
@@ -707,11 +708,7 @@ mod tests {
     /// ends the connection with a protocol error.
     #[test]
     fn frames_cross_a_stream_and_hostile_ones_end_it() {
-        let attr = TcpAttr {
-            addr: Some("127.0.0.1".into()),
-            ..TcpAttr::default()
-        };
-        let (mut a, mut b) = (TcpTransport::open(&attr).unwrap(), TcpTransport::open(&attr).unwrap());
+        let (mut a, mut b) = loopback_pair();
         struct Log(Vec<String>);
         impl Events for Log {
             fn event(&mut self, ev: Event<'_>) {
