@@ -23,15 +23,10 @@ use crate::wire::{self, Frame, BODY, FRAME, FRAME_MAX};
 pub const RECV_WINDOW: usize = 4;
 /// The most frame receives a connection keeps posted: its window grows by
 /// one, up to this, each time a frame receive finds its frame already
-/// there when posted (a burst came that the window did not cover), and
-/// shrinks by one, down to [`RECV_WINDOW`], each time the reader finds its
-/// next frame not yet arrived (it keeps up). A connection that never gets
-/// bursts keeps [`RECV_WINDOW`] posted; one in a burst holds up to this
-/// many frame buffers (4 MiB of them), which frames fill as they come once
-/// the burst is over (receives beyond the window are not posted again).
-/// Frames beyond the window wait in the endpoint's unexpected store
-/// instead, bounded by its memory account, at the cost of a copy more.
-pub const RECV_WINDOW_MAX: usize = 128;
+/// there when posted (a burst came that the window did not cover). A
+/// connection that never gets bursts keeps [`RECV_WINDOW`] posted; one
+/// that does holds up to this many frame buffers (1 MiB of them).
+pub const RECV_WINDOW_MAX: usize = 32;
 /// Sends in flight before `poll_ready` waits for one to complete.
 pub const SENDS_MAX: usize = 128;
 
@@ -123,7 +118,7 @@ pub struct Transport<In, Out, C = Bincode> {
     /// the first).
     frames: VecDeque<Posted>,
     /// Frame receives kept posted: [`RECV_WINDOW`], growing up to
-    /// [`RECV_WINDOW_MAX`] under a burst and back when it is over.
+    /// [`RECV_WINDOW_MAX`].
     window: usize,
     frames_in: u64,
     /// The frame count of the peer's `CLOSE`.
@@ -258,15 +253,7 @@ impl<In, Out, C> Transport<In, Out, C> {
     fn poll_frame(&mut self, cx: &mut Context<'_>) -> Poll<Option<BufResult<Received>>> {
         let got = match self.frames.front_mut() {
             None => return Poll::Ready(None),
-            Some(Posted::Waiting(f)) => match f.as_mut().poll(cx) {
-                Poll::Ready(got) => got,
-                Poll::Pending => {
-                    // The reader keeps up: no burst to cover.
-                    self.window = self.window.saturating_sub(1).max(RECV_WINDOW);
-                    self.spare.truncate(self.window);
-                    return Poll::Pending;
-                }
-            },
+            Some(Posted::Waiting(f)) => ready!(f.as_mut().poll(cx)),
             Some(Posted::Done(_)) => match self.frames.pop_front() {
                 Some(Posted::Done(got)) => return Poll::Ready(Some(got)),
                 _ => return Poll::Ready(None),

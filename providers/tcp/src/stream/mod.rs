@@ -45,12 +45,6 @@ pub const MAX_PAYLOAD: usize = 256 << 10;
 /// Bytes a connection may have waiting to be written before `send` says
 /// full.
 const OUT_MAX: usize = 4 << 20;
-/// The largest payload `send` copies into a connection's queue (behind
-/// bytes waiting for room, or while corked): a larger one is written from
-/// the engine's buffer at once, or refused while bytes wait, so that a
-/// burst of large frames is not copied once more in user space. Small
-/// frames are copied, so that a cork writes them in one system call.
-const COPY_MAX: usize = 4 << 10;
 /// The connector's greeting: magic and version.
 const MAGIC: [u8; 8] = *b"XFRD\x01\0\0\0";
 
@@ -410,29 +404,7 @@ impl Transport for TcpTransport {
         if c.phase == Phase::Connecting || c.queued() > OUT_MAX {
             return Err(Refused::Full);
         }
-        let large = payload.len() > COPY_MAX && c.phase == Phase::Up;
-        if large && c.queued() > 0 {
-            // Never copied behind queued bytes: the engine keeps such a
-            // frame in its own buffer (a send's, until written) and offers
-            // it again once the queue is written. Bytes already known to
-            // wait for room are not tried again here (a system call that
-            // says so); epoll reports the room.
-            if c.watching_out {
-                return Err(Refused::Full);
-            }
-            self.write_out(conn);
-            match self.conns.get(conn) {
-                Some(c) if c.queued() == 0 => {}
-                Some(_) => return Err(Refused::Full),
-                // Ended by the write: the next progress reports it, as
-                // for a failed write below.
-                None => return Ok(()),
-            }
-        }
-        let Some(c) = self.conns.get_mut(conn) else {
-            return Ok(());
-        };
-        if !large && (self.corked || c.phase != Phase::Up || c.queued() > 0) {
+        if self.corked || c.phase != Phase::Up || c.queued() > 0 {
             // Corked, behind queued bytes, or before the greeting went:
             // written by a flush (the cork's, or when the socket has room).
             c.push_frame(header, payload);
@@ -567,15 +539,6 @@ impl Transport for TcpTransport {
 mod tests {
     use super::*;
 
-    /// Two transports listening on loopback.
-    fn loopback_pair() -> (TcpTransport, TcpTransport) {
-        let attr = TcpAttr {
-            addr: Some("127.0.0.1".into()),
-            ..TcpAttr::default()
-        };
-        (TcpTransport::open(&attr).unwrap(), TcpTransport::open(&attr).unwrap())
-    }
-
     #[test]
     fn addresses_round_trip_and_bad_ones_are_refused() {
         for at in ["127.0.0.1:4000", "[::1]:65535", "[fe80::1]:1"] {
@@ -602,7 +565,11 @@ mod tests {
     /// waiting on a connection still keep it awake.
     #[test]
     fn prepare_wait_takes_its_own_wake_up_but_not_a_peers_bytes() {
-        let (mut a, mut b) = loopback_pair();
+        let attr = TcpAttr {
+            addr: Some("127.0.0.1".into()),
+            ..TcpAttr::default()
+        };
+        let (mut a, mut b) = (TcpTransport::open(&attr).unwrap(), TcpTransport::open(&attr).unwrap());
         struct Quiet;
         impl Events for Quiet {
             fn event(&mut self, _: Event<'_>) {}
@@ -633,82 +600,16 @@ mod tests {
         }
     }
 
-    /// A burst of large frames to a peer that does not read: once the
-    /// socket is full only the part of a frame it did not take waits in
-    /// the connection's queue; every later large frame is refused (the
-    /// engine keeps it) rather than copied, a small one is still queued,
-    /// and offered again they all arrive, in order.
-    #[test]
-    fn large_frames_behind_a_full_socket_are_refused_not_copied() {
-        let (mut a, mut b) = loopback_pair();
-        struct Got(Vec<Vec<u8>>, bool);
-        impl Events for Got {
-            fn event(&mut self, ev: Event<'_>) {
-                match ev {
-                    Event::Frame { payload, .. } => self.0.push(payload.to_vec()),
-                    Event::Up { .. } => self.1 = true,
-                    _ => {}
-                }
-            }
-        }
-        let frame = |i: usize, len: usize| vec![i as u8; len];
-        let big = 64 << 10;
-        let conn = a.connect(b.address()).unwrap();
-        let mut up = Got(Vec::new(), false);
-        let start = std::time::Instant::now();
-        while !up.1 {
-            a.progress(&mut up);
-            assert!(start.elapsed() < std::time::Duration::from_secs(20));
-        }
-        let mut sent = 0;
-        loop {
-            match a.send(conn, b"h", &frame(sent, big)) {
-                Ok(()) => sent += 1,
-                Err(Refused::Full) => break,
-                Err(Refused::Gone(c)) => panic!("gone: {c:?}"),
-            }
-            assert!(sent < 100_000, "the socket never filled");
-        }
-        let c = &a.conns[conn];
-        assert!(c.queued() > 0 && c.queued() < big + 16, "queued {} bytes", c.queued());
-        assert!(c.watching_out, "room is watched for");
-        assert!(matches!(a.send(conn, b"h", &frame(sent, big)), Err(Refused::Full)));
-        let before = a.conns[conn].queued();
-        a.send(conn, b"h", b"small").unwrap();
-        assert_eq!(a.conns[conn].queued(), before + 5 + 1 + 5, "a small frame is queued");
-        // Offered again until taken, while the peer reads.
-        let mut got = Got(Vec::new(), false);
-        let total = sent + 2;
-        let mut next = sent;
-        let start = std::time::Instant::now();
-        while got.0.len() < total {
-            a.progress(&mut Got(Vec::new(), false));
-            b.progress(&mut got);
-            if next < total - 1 && a.send(conn, b"h", &frame(next, big)).is_ok() {
-                next += 1;
-            }
-            assert!(
-                start.elapsed() < std::time::Duration::from_secs(60),
-                "{} of {total}",
-                got.0.len()
-            );
-        }
-        for (i, f) in got.0.iter().enumerate() {
-            let want = match i {
-                i if i < sent => frame(i, big),
-                i if i == sent => b"small".to_vec(),
-                i => frame(i - 1, big),
-            };
-            assert!(*f == want, "frame {i} of {total}: {} bytes", f.len());
-        }
-    }
-
     /// A stream between two transports of this process: a frame goes
     /// through; a greeting naming another nonce is refused; a hostile length
     /// ends the connection with a protocol error.
     #[test]
     fn frames_cross_a_stream_and_hostile_ones_end_it() {
-        let (mut a, mut b) = loopback_pair();
+        let attr = TcpAttr {
+            addr: Some("127.0.0.1".into()),
+            ..TcpAttr::default()
+        };
+        let (mut a, mut b) = (TcpTransport::open(&attr).unwrap(), TcpTransport::open(&attr).unwrap());
         struct Log(Vec<String>);
         impl Events for Log {
             fn event(&mut self, ev: Event<'_>) {
