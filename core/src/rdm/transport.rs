@@ -504,4 +504,16 @@ mod tests {
             }
         }
     }
+
+    /// A copy out is the bytes lent, whatever their length (an empty payload
+    /// included), in an allocation of its own that nothing zeroed first.
+    #[test]
+    fn bytes_to_vec_is_the_bytes_whole() {
+        for len in [0, 1, 15, 63, 4096, 16 << 10] {
+            let src: Vec<u8> = (0..len).map(|i| (i * 7 + 3) as u8).collect();
+            let copy = Bytes::new(&src).to_vec();
+            assert_eq!(copy, src, "{len} bytes");
+            assert!(len == 0 || copy.as_ptr() != src.as_ptr());
+        }
+    }
 }
