@@ -79,25 +79,8 @@ impl<'a> Bytes<'a> {
     #[inline]
     pub fn copy_to(&self, dst: &mut [u8]) -> usize {
         let n = self.len.min(dst.len());
-        let d = dst.as_mut_ptr();
-        if (8..=16).contains(&n) {
-            // A small message's payload as two (overlapping) words, without
-            // the call into `memcpy` a copy of unknown length makes.
-            // SAFETY: both words lie inside `ptr..ptr + n` and `d..d + n`
-            // (8 <= n <= 16), kept mapped by `new`'s and `shared`'s contract
-            // and `dst`'s borrow; unaligned reads and writes of plain bytes.
-            unsafe {
-                let head = self.ptr.cast::<u64>().read_unaligned();
-                let tail = self.ptr.add(n - 8).cast::<u64>().read_unaligned();
-                d.cast::<u64>().write_unaligned(head);
-                d.add(n - 8).cast::<u64>().write_unaligned(tail);
-            }
-            return n;
-        }
-        // SAFETY: `new` and `shared`'s contract keep `ptr..ptr + len` mapped
-        // for 'a; `dst` is an exclusive local buffer, so the ranges do not
-        // overlap. Concurrent writers can change the values copied only.
-        unsafe { std::ptr::copy_nonoverlapping(self.ptr, d, n) };
+        // SAFETY: `dst` is an exclusive buffer of at least `n` bytes.
+        unsafe { self.copy_first(dst.as_mut_ptr(), n) };
         n
     }
 
@@ -105,15 +88,40 @@ impl<'a> Bytes<'a> {
     /// frame's payload is written once, by the copy, not twice).
     pub fn to_vec(&self) -> Vec<u8> {
         let mut v = Vec::with_capacity(self.len);
-        // SAFETY: `new` and `shared`'s contract keep `ptr..ptr + len` mapped
-        // for 'a; `v` is a fresh allocation of at least `len` bytes, so the
-        // ranges do not overlap, and after the copy its first `len` bytes
+        // SAFETY: `v` is a fresh allocation of at least `len` bytes, so
+        // nothing else refers to it; after the copy its first `len` bytes
         // are initialised, which `set_len` needs.
         unsafe {
-            std::ptr::copy_nonoverlapping(self.ptr, v.as_mut_ptr(), self.len);
+            self.copy_first(v.as_mut_ptr(), self.len);
             v.set_len(self.len);
         }
         v
+    }
+
+    /// Copies the first `n` of them to `d`.
+    ///
+    /// # Safety
+    /// `n <= len`; `d..d + n` is valid for writes and overlaps no lent byte.
+    #[inline]
+    unsafe fn copy_first(&self, d: *mut u8, n: usize) {
+        if (8..=16).contains(&n) {
+            // A small message's payload as two (overlapping) words, without
+            // the call into `memcpy` a copy of unknown length makes.
+            // SAFETY: both words lie inside `ptr..ptr + n` and `d..d + n`
+            // (8 <= n <= 16), kept mapped by `new`'s and `shared`'s contract
+            // and the caller's; unaligned reads and writes of plain bytes.
+            unsafe {
+                let head = self.ptr.cast::<u64>().read_unaligned();
+                let tail = self.ptr.add(n - 8).cast::<u64>().read_unaligned();
+                d.cast::<u64>().write_unaligned(head);
+                d.add(n - 8).cast::<u64>().write_unaligned(tail);
+            }
+            return;
+        }
+        // SAFETY: `new` and `shared`'s contract keep `ptr..ptr + len` mapped
+        // for 'a; the caller's `d..d + n` overlaps none of it. Concurrent
+        // writers can change the values copied only.
+        unsafe { std::ptr::copy_nonoverlapping(self.ptr, d, n) };
     }
 }
 
