@@ -62,18 +62,19 @@ struct Place {
 
 impl Place {
     fn head(&self) -> &AtomicU64 {
-        // SAFETY: the consumer block is 128-byte aligned in the mapping,
+        // SAFETY: the consumer block is 256-byte aligned in the mapping,
         // which outlives the ring (Place::new's contract).
         unsafe { word(self.ctl, CTL_HEAD) }
     }
 
     fn sleeping(&self) -> &AtomicU32 {
-        // SAFETY: as for `head`; the flag is 4-byte aligned at offset 8.
+        // SAFETY: as for `head`; the flag is 4-byte aligned at offset 128
+        // of the 256-byte block.
         unsafe { AtomicU32::from_ptr(self.ctl.add(CTL_SLEEPING).cast()) }
     }
 
     fn space_wanted(&self) -> &AtomicU32 {
-        // SAFETY: as for `head`; the flag is 4-byte aligned at offset 16.
+        // SAFETY: as for `head`; the flag is 4-byte aligned at offset 8.
         unsafe { AtomicU32::from_ptr(self.ctl.add(CTL_SPACE_WANTED).cast()) }
     }
 
@@ -123,7 +124,7 @@ impl Producer {
     ///
     /// # Safety
     /// `data` (64-byte aligned, `ring_bytes`, a power of two, long) and
-    /// `ctl` (128 bytes, 8-byte aligned) must stay valid while the producer
+    /// `ctl` (`CONTROL_STRIDE` bytes, 8-byte aligned) must stay valid while the producer
     /// lives, and no one else produces into this ring.
     pub unsafe fn new(data: *mut u8, ctl: *mut u8, ring_bytes: usize) -> Producer {
         Producer {
@@ -395,12 +396,13 @@ impl Consumer {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::layout::CONTROL_STRIDE;
 
     /// 4 KiB of ring data and a consumer block, line aligned.
     #[repr(C, align(64))]
     struct Memory {
         data: [u8; 4096],
-        ctl: [u8; 128],
+        ctl: [u8; CONTROL_STRIDE],
     }
 
     /// A frame's payload of `entry` bytes in all (with an 8-byte header),
@@ -417,7 +419,7 @@ mod tests {
     fn memory() -> (Box<Memory>, *mut u8, *mut u8) {
         let mut m = Box::new(Memory {
             data: [0; 4096],
-            ctl: [0; 128],
+            ctl: [0; CONTROL_STRIDE],
         });
         let (data, ctl) = (m.data.as_mut_ptr(), m.ctl.as_mut_ptr());
         (m, data, ctl)
