@@ -610,6 +610,19 @@ impl Endpoint {
         self.inject_msg(peer, Some(tag), Some(data), payload)
     }
 
+    /// Like [`tinject`](Self::tinject), of a payload given as `parts`, one
+    /// after another (`fi_tinject` of a gathered buffer): the TCP transport
+    /// writes them to its socket as they are, with no copy into one buffer
+    /// first, unless they must wait (a full socket, a connection not yet
+    /// up), when they are copied. At most the endpoint's `inject_size` in
+    /// all ([`Error::InvalidArgument`] otherwise); [`Error::Again`] while
+    /// the peer's credit cannot take them.
+    pub fn tinjectv(&self, peer: PeerAddr, tag: u64, parts: &[std::io::IoSlice<'_>]) -> Result<()> {
+        self.shared
+            .lock()?
+            .with_ep(self.key, |ep, cx| ep.inject_parts(cx, peer, Some(tag), None, parts))
+    }
+
     fn inject_msg(&self, peer: PeerAddr, tag: Option<u64>, data: Option<u64>, payload: &[u8]) -> Result<()> {
         self.shared
             .lock()?

@@ -317,6 +317,19 @@ pub trait EndpointProvider: Send {
         data: Option<u64>,
         payload: &[u8],
     ) -> Result<()>;
+    /// [`inject`](Self::inject) of a payload given as `parts`, one after
+    /// another: a provider that can writes them as they are, with no copy
+    /// into one buffer first. The default gathers them and injects that.
+    fn inject_parts(
+        &mut self,
+        cx: &mut Ctx<'_>,
+        peer: PeerAddr,
+        tag: Option<u64>,
+        data: Option<u64>,
+        parts: &[std::io::IoSlice<'_>],
+    ) -> Result<()> {
+        self.inject(cx, peer, tag, data, &crate::rdm::transport::gather(parts))
+    }
     /// Starts an RMA write or read. Its completion (flags `RMA|WRITE` or
     /// `RMA|READ`) goes to `cx.cq` once the target has applied the write or
     /// the read data has arrived.

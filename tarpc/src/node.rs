@@ -13,7 +13,7 @@ use xfer::{Address, PeerAddr};
 
 use crate::codec::Raw;
 use crate::transport::Transport;
-use crate::wire::{self, ACCEPT, CONN_MAX, HELLO, KIND_ONLY, VERSION};
+use crate::wire::{self, ACCEPT, CONN_MAX, FRAME_MAX, HELLO, KIND_ONLY, VERSION};
 
 /// How long `connect` waits for the server's `ACCEPT`.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -66,7 +66,13 @@ impl Node {
         let domain = xfer::open(attr)?;
         let cq = domain.cq(&xfer::CqAttr::from_env())?;
         let av = domain.av()?;
-        let ep = domain.endpoint(&cq, &av, &endpoint_attr(attr))?;
+        let attr = endpoint_attr(attr);
+        // A provider whose frames are smaller than a frame of ours refuses
+        // that inject size: its endpoint keeps the one asked for.
+        let ep = match domain.endpoint(&cq, &av, &inject_frames(&attr)) {
+            Err(xfer::Error::InvalidArgument(_)) => domain.endpoint(&cq, &av, &attr)?,
+            ep => ep?,
+        };
         let ep = Arc::new(AsyncEndpoint::new(ep, aio::tokio::dispatcher(&cq)?)?);
         let disp = ep.dispatcher().clone();
         let progress = tokio::spawn(async move {
@@ -238,6 +244,14 @@ impl Node {
             Some((conn, node))
         })
     }
+}
+
+/// `attr` with an inject size of at least a frame ([`FRAME_MAX`]): a byte
+/// write sent as a frame of its own goes by the endpoint's vectored inject.
+fn inject_frames(attr: &xfer::EndpointAttr) -> xfer::EndpointAttr {
+    let mut attr = attr.clone();
+    attr.inject_size = attr.inject_size.max(FRAME_MAX);
+    attr
 }
 
 /// The node's endpoint attributes: the `XFER_*` environment's, with TCP's

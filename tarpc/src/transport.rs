@@ -29,6 +29,14 @@ pub const RECV_WINDOW: usize = 4;
 pub const RECV_WINDOW_MAX: usize = 32;
 /// Sends in flight before `poll_ready` waits for one to complete.
 pub const SENDS_MAX: usize = 128;
+/// The smallest byte write ([`Transport::poll_write_bytes`]) sent at once
+/// as a frame of its own, from the writer's buffers: smaller ones are
+/// copied into the frame being filled, which carries several of them in
+/// one message.
+pub const INJECT_MIN: usize = 4 << 10;
+/// The most buffers of one byte write sent from as they are (with the
+/// frame's kind and length before them).
+const INJECT_PARTS: usize = 5;
 
 type RecvFut = Pin<Box<dyn Future<Output = BufResult<Received>> + Send>>;
 type SendFut = Pin<Box<dyn Future<Output = BufResult<usize>> + Send>>;
@@ -395,12 +403,52 @@ impl<Out> Transport<Vec<u8>, Out, Raw> {
 }
 
 impl<In> Transport<In, Vec<u8>, Raw> {
+    /// Sends the `total` bytes of `bufs` as a `DATA` frame of one message
+    /// straight from them (the endpoint's vectored inject: over TCP one
+    /// `sendmsg` from the writer's buffers, no copy into a frame of ours and
+    /// no send completion to wait for), when every send made before is
+    /// complete, so that nothing of ours is still to be written ahead of
+    /// it. `false` when it cannot (sends in flight, more buffers or bytes
+    /// than a frame takes, the peer's credit short): the caller copies them
+    /// into a frame instead.
+    fn injects(&mut self, bufs: &[io::IoSlice<'_>], total: usize, cx: &mut Context<'_>) -> io::Result<bool> {
+        if bufs.len() > INJECT_PARTS || 1 + wire::PER_MESSAGE + total > FRAME_MAX {
+            return Ok(false);
+        }
+        self.post_fresh(cx)?;
+        while let Poll::Ready(Some(r)) = self.sends.poll_next_unpin(cx) {
+            self.sent(r)?;
+        }
+        if !self.sends.is_empty() {
+            return Ok(false);
+        }
+        let mut head = [wire::DATA; 1 + wire::PER_MESSAGE];
+        head[1..].copy_from_slice(&(total as u32).to_le_bytes());
+        let mut parts = [io::IoSlice::new(&[]); 1 + INJECT_PARTS];
+        parts[0] = io::IoSlice::new(&head);
+        parts[1..=bufs.len()].copy_from_slice(bufs);
+        let tag = wire::tag(FRAME, self.remote, 0);
+        match self.ep.endpoint().tinjectv(self.peer, tag, &parts[..=bufs.len()]) {
+            Ok(()) => {
+                self.frames_out += 1;
+                Ok(true)
+            }
+            // Short of credit, or over the endpoint's inject size: sent as
+            // a send of its own, which waits for what the inject cannot.
+            Err(_) => Ok(false),
+        }
+    }
+
     /// Writes the bytes of `bufs` (as many as the `DATA` frame being filled
     /// takes, at least one) as one message, copied once, straight into that
     /// frame: what [`Sink::start_send`] of a `Vec` of them would send, with
     /// no `Vec` to fill first. For byte streams over the transport, whose
-    /// small writes need no message of their own. `Pending` while the
-    /// connection has [`SENDS_MAX`] sends in flight and a frame must open.
+    /// small writes need no message of their own. A write of at least
+    /// [`INJECT_MIN`] bytes that fits a frame, made while no frame is being
+    /// filled and every earlier send is complete, is sent at once from
+    /// `bufs` as a frame of its own (the endpoint's vectored inject), not
+    /// copied. `Pending` while the connection has [`SENDS_MAX`] sends in
+    /// flight and a frame must open.
     pub fn poll_write_bytes(&mut self, cx: &mut Context<'_>, bufs: &[io::IoSlice<'_>]) -> Poll<io::Result<usize>> {
         if self.closed {
             return Poll::Ready(Err(io::Error::new(io::ErrorKind::BrokenPipe, "rpc transport closed")));
@@ -408,6 +456,9 @@ impl<In> Transport<In, Vec<u8>, Raw> {
         let total: usize = bufs.iter().map(|b| b.len()).sum();
         if total == 0 {
             return Poll::Ready(Ok(0));
+        }
+        if self.batch.is_empty() && total >= INJECT_MIN && self.injects(bufs, total, cx)? {
+            return Poll::Ready(Ok(total));
         }
         if !self.batch.is_empty() && self.batch.len() + wire::PER_MESSAGE >= FRAME_MAX {
             self.send_batch();

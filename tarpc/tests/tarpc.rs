@@ -436,6 +436,105 @@ async fn an_http2_frame_travels_as_one_message() {
     .expect("within the limit");
 }
 
+/// A byte write of at least `INJECT_MIN` bytes (an HTTP/2 `DATA` frame's
+/// header and payload, two slices) made while nothing else is in flight
+/// goes at once, as a `DATA` frame of one message sent from the writer's
+/// slices, before any flush; a small write then opens a frame, and a large
+/// write after it, with that frame still filling, joins it behind the small
+/// one (the order written). The server here is the test, as above.
+#[tokio::test(flavor = "current_thread")]
+async fn a_large_byte_write_goes_at_once_and_keeps_its_place() {
+    use futures::SinkExt;
+    use std::io::IoSlice;
+    use xfer::PeerAddr;
+    use xfer_tarpc::wire;
+
+    if std::env::var_os("XFER_TCP_ADDR").is_none() {
+        std::env::set_var("XFER_TCP_ADDR", "127.0.0.1");
+    }
+    assert!(16393 >= xfer_tarpc::INJECT_MIN);
+    let server = xfer_tarpc::Node::open().expect("server node");
+    let client = xfer_tarpc::Node::open().expect("client node");
+    let name = server.name();
+    let ep = server.endpoint().clone();
+    let (first, second, small) = (pattern(16393, 1), pattern(16393, 2), pattern(9, 3));
+    let (arrived, wait_first) = futures::channel::oneshot::channel::<()>();
+    tokio::time::timeout(Duration::from_secs(60), async {
+        let sender = {
+            let (first, second, small) = (first.clone(), second.clone(), small.clone());
+            tokio::spawn(async move {
+                let mut conn = client.connect_raw(&name).await.expect("connect");
+                let write = |conn: &mut xfer_tarpc::Transport<Vec<u8>, Vec<u8>, xfer_tarpc::Raw>, m: &[u8]| {
+                    let bufs = [IoSlice::new(&m[..m.len().min(9)]), IoSlice::new(&m[m.len().min(9)..])];
+                    let n = std::task::ready!(
+                        conn.poll_write_bytes(&mut std::task::Context::from_waker(std::task::Waker::noop()), &bufs)
+                    );
+                    std::task::Poll::Ready(n)
+                };
+                let n = write(&mut conn, &first);
+                assert!(matches!(n, std::task::Poll::Ready(Ok(16393))), "{n:?}");
+                wait_first.await.expect("the first frame arrived unflushed");
+                for m in [&small, &second] {
+                    let n = write(&mut conn, m);
+                    assert!(matches!(n, std::task::Poll::Ready(Ok(k)) if k == m.len()), "{n:?}");
+                }
+                conn.flush().await.expect("flush");
+                conn.close().await.expect("close");
+            })
+        };
+        let (got, hello) = ep
+            .trecv(
+                PeerAddr::UNSPEC,
+                wire::tag(wire::HELLO, 0, 0),
+                wire::KIND_ONLY,
+                vec![0; 512],
+            )
+            .await;
+        let hello = &hello[..got.expect("a hello").len];
+        let client_conn = u32::from_le_bytes(hello[1..5].try_into().unwrap());
+        let peer = ep.endpoint().av().insert(&hello[5..]).expect("the client's name");
+        let local = 7u32;
+        let (sent, _) = ep
+            .tsend(
+                peer,
+                wire::tag(wire::ACCEPT, client_conn, 0),
+                local.to_le_bytes().to_vec(),
+            )
+            .await;
+        sent.expect("accept");
+        let mut arrived = Some(arrived);
+        for want in [vec![&first[..]], vec![&small[..], &second[..]]] {
+            let (got, frame) = ep
+                .trecv(
+                    PeerAddr::UNSPEC,
+                    wire::tag(wire::FRAME, local, 0),
+                    0,
+                    vec![0; wire::FRAME_MAX],
+                )
+                .await;
+            let frame = &frame[..got.expect("a frame").len];
+            match wire::parse(frame).expect("a well-formed frame") {
+                wire::Frame::Data(bytes) => {
+                    let all: Vec<&[u8]> = wire::messages(bytes).map(|m| m.expect("a message")).collect();
+                    assert!(
+                        all == want,
+                        "{:?} against {:?}",
+                        all.iter().map(|m| m.len()).collect::<Vec<_>>(),
+                        want.iter().map(|m| m.len()).collect::<Vec<_>>()
+                    );
+                }
+                other => panic!("not a DATA frame: {other:?}"),
+            }
+            if let Some(tx) = arrived.take() {
+                tx.send(()).expect("the sender waits");
+            }
+        }
+        sender.await.expect("sender");
+    })
+    .await
+    .expect("within the limit");
+}
+
 /// Bytes written straight into frames (`poll_write_bytes`, as xfer-tonic's
 /// byte stream writes), interleaved with large messages sent whole and
 /// with flushes, arrive whole and in the order written, read as a byte stream straight from the frames

@@ -21,6 +21,7 @@
 //! [`start_pull`]: Transport::start_pull
 //! [`start_rma`]: Transport::start_rma
 
+use std::io::IoSlice;
 use std::os::fd::RawFd;
 
 use crate::error::Error;
@@ -138,6 +139,16 @@ pub unsafe fn copy_bytes(src: *const u8, dst: *mut u8, n: usize) {
     // SAFETY: the caller's contract: `n` readable and writable bytes that do
     // not overlap.
     unsafe { std::ptr::copy_nonoverlapping(src, dst, n) };
+}
+
+/// `parts` one after another, in one buffer (what a transport sends for a
+/// frame whose payload comes in more parts than it writes at once).
+pub fn gather(parts: &[IoSlice<'_>]) -> Vec<u8> {
+    let mut v = Vec::with_capacity(parts.iter().map(|p| p.len()).sum());
+    for p in parts {
+        v.extend_from_slice(p);
+    }
+    v
 }
 
 /// What a transport's `progress` reports.
@@ -322,6 +333,17 @@ pub trait Transport: Send {
 
     /// Sends one frame on `conn`; frames of one connection arrive in order.
     fn send(&mut self, conn: ConnId, header: &[u8], payload: &[u8]) -> Result<(), Refused>;
+
+    /// Sends one frame whose payload is `parts`, one after another: what
+    /// [`send`](Self::send) of their concatenation sends. A transport that
+    /// writes a frame from several buffers (TCP's `sendmsg`) takes them as
+    /// they are; the default gathers them into one first.
+    fn send_parts(&mut self, conn: ConnId, header: &[u8], parts: &[IoSlice<'_>]) -> Result<(), Refused> {
+        match parts {
+            [one] => self.send(conn, header, one),
+            _ => self.send(conn, header, &gather(parts)),
+        }
+    }
 
     /// Copies `dst.len()` bytes at `remote` in the peer's memory into `dst`
     /// at once (the synchronous rendezvous pull: shared memory's

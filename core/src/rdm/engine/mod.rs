@@ -41,6 +41,7 @@ pub(crate) mod mem;
 #[cfg(test)]
 mod tests;
 
+use std::io::IoSlice;
 use std::os::fd::RawFd;
 
 use crate::addr::{Address, AvTable, PeerAddr};
@@ -55,7 +56,7 @@ use crate::tag::RecvSpec;
 
 use super::credit::cost;
 use super::rndv::{self, Protocol, SendState};
-use super::transport::{Cause, ConnId, Exposed, Pulled, Remote, Transport};
+use super::transport::{gather, Cause, ConnId, Exposed, Pulled, Remote, Transport};
 use super::{Account, Counters, Outstanding, Receives, Unexpected};
 
 use out::Out;
@@ -669,8 +670,20 @@ impl<T: Transport> EndpointProvider for Engine<T> {
         data: Option<u64>,
         payload: &[u8],
     ) -> Result<()> {
-        let p = self.s.inject_peer(&mut self.t, cx, peer, payload.len())?;
-        let bytes = cost(payload.len() as u64);
+        self.inject_parts(cx, peer, tag, data, &[IoSlice::new(payload)])
+    }
+
+    fn inject_parts(
+        &mut self,
+        cx: &mut Ctx<'_>,
+        peer: PeerAddr,
+        tag: Option<u64>,
+        data: Option<u64>,
+        parts: &[IoSlice<'_>],
+    ) -> Result<()> {
+        let len = parts.iter().map(|p| p.len()).sum::<usize>();
+        let p = self.s.inject_peer(&mut self.t, cx, peer, len)?;
+        let bytes = cost(len as u64);
         if !self.s.affords(p, bytes) {
             // No buffer of the caller's to wait in by rendezvous.
             self.s.stalled();
@@ -678,10 +691,10 @@ impl<T: Transport> EndpointProvider for Engine<T> {
         }
         let hdr = Header::message(Kind::Eager, tag, data).encode();
         let n = wire::message_len(tag.is_some(), data.is_some());
-        if self.s.write_now(&mut self.t, p, bytes, &hdr[..n], payload) {
+        if self.s.write_parts_now(&mut self.t, p, bytes, &hdr[..n], parts) {
             return Ok(());
         }
-        self.s.enqueue(p, bytes, Out::Owned(hdr, payload.to_vec()));
+        self.s.enqueue(p, bytes, Out::Owned(hdr, gather(parts)));
         self.s.posted(&mut self.t, cx, p);
         Ok(())
     }

@@ -4,6 +4,8 @@
 //! progress. A send's completion (eager, inject-complete) comes when its
 //! frame is written.
 
+use std::io::IoSlice;
+
 use crate::atomic::AtomicOp;
 use crate::complete;
 use crate::provider::{Ctx, SendOp};
@@ -90,6 +92,32 @@ impl State {
     /// connection that is gone is found again by the flush that follows).
     #[inline]
     pub(super) fn write_now<T: Transport>(&mut self, t: &mut T, p: usize, cost: u64, h: &[u8], payload: &[u8]) -> bool {
+        self.write_now_by(t, p, cost, |t, tx| t.send(tx, h, payload))
+    }
+
+    /// [`write_now`](Self::write_now) of a frame whose payload is `parts`
+    /// one after another, written from them as they are.
+    pub(super) fn write_parts_now<T: Transport>(
+        &mut self,
+        t: &mut T,
+        p: usize,
+        cost: u64,
+        h: &[u8],
+        parts: &[IoSlice<'_>],
+    ) -> bool {
+        self.write_now_by(t, p, cost, |t, tx| t.send_parts(tx, h, parts))
+    }
+
+    /// What `write_now` and `write_parts_now` share: `send` writes the frame
+    /// on the peer's connection.
+    #[inline(always)]
+    fn write_now_by<T: Transport>(
+        &mut self,
+        t: &mut T,
+        p: usize,
+        cost: u64,
+        send: impl FnOnce(&mut T, ConnId) -> Result<(), Refused>,
+    ) -> bool {
         let Some(e) = self.peers.get_mut(p) else { return false };
         let Some(tx) = e.tx else { return false };
         if self.burst && t.coalesce_on(tx) > 0 {
@@ -98,7 +126,7 @@ impl State {
         if e.gated() || !e.queue.is_empty() || (cost > 0 && !e.credit.can_send(cost, 0)) {
             return false;
         }
-        if t.send(tx, h, payload).is_err() {
+        if send(t, tx).is_err() {
             return false;
         }
         e.wrote(cost);

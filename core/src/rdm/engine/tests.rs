@@ -4,6 +4,7 @@
 //! step by step.
 
 use std::collections::VecDeque;
+use std::io::IoSlice;
 
 use super::mem::{Mem, Net};
 use super::wire::{self, Header, Kind};
@@ -964,6 +965,68 @@ fn inject_respects_its_limit_and_needs_no_completion() {
     b.trecv(PeerAddr::UNSPEC, 1, 8, 1);
     assert_eq!(&until(&mut [&mut a, &mut b], 1, 1).buf.expect("buffer")[..2], b"hi");
     assert!(a.done.is_empty());
+}
+
+/// An inject of a payload in parts arrives as one message, their bytes one
+/// after another, whatever the parts' number and lengths (none, empty ones,
+/// more than a transport writes at once) and whether it is written at once
+/// or waits for the connection (the first, before the handshake); into a
+/// receive longer, of its length, or shorter (truncated). One over the
+/// inject size is refused, not sent: the connection stays.
+#[test]
+fn an_inject_in_parts_arrives_as_their_bytes_in_one_message() {
+    let net = Net::new(64).with_payload(200);
+    let attr = EndpointAttr {
+        inject_size: 200,
+        ..attr()
+    };
+    let (mut a, mut b) = (Node::new(&net, true, &attr), Node::new(&net, true, &attr));
+    let pb = a.add(&b);
+    let whole = pattern(180, 7);
+    let shapes: Vec<Vec<&[u8]>> = vec![
+        vec![&whole[..100], &whole[100..]],
+        vec![],
+        vec![&[]],
+        vec![&whole[..1], &[], &whole[1..2], &whole[2..]],
+        whole.chunks(10).collect(),
+        vec![&whole[..]],
+    ];
+    let mut ctx = 0;
+    for parts in &shapes {
+        let len: usize = parts.iter().map(|p| p.len()).sum();
+        let expected: Vec<u8> = parts.concat();
+        for room in [len + 5, len, len.saturating_sub(3)] {
+            let io: Vec<IoSlice<'_>> = parts.iter().map(|p| IoSlice::new(p)).collect();
+            a.with(|ep, cx| ep.inject_parts(cx, pb, Some(4), None, &io))
+                .expect("injected");
+            b.trecv(PeerAddr::UNSPEC, 4, room, ctx);
+            let r = until(&mut [&mut a, &mut b], 1, ctx);
+            let n = len.min(room);
+            assert_eq!(r.len, n, "{} parts of {len} B into {room}", parts.len());
+            match room < len {
+                true => assert!(matches!(r.result, Err(Error::Truncated { .. })), "{:?}", r.result),
+                false => assert_eq!(r.result, Ok(())),
+            }
+            assert_eq!(
+                &r.buf.expect("buffer")[..n],
+                &expected[..n],
+                "{} parts into {room}",
+                parts.len()
+            );
+            ctx += 1;
+        }
+    }
+    assert!(a.done.is_empty(), "an inject reports no completion");
+    let over = [IoSlice::new(&whole), IoSlice::new(&whole[..21])];
+    let r = a.with(|ep, cx| ep.inject_parts(cx, pb, Some(4), None, &over));
+    assert!(matches!(r, Err(Error::InvalidArgument(_))), "{r:?}");
+    a.with(|ep, cx| ep.inject_parts(cx, pb, Some(4), None, &[IoSlice::new(b"still up")]))
+        .expect("the connection stays");
+    b.trecv(PeerAddr::UNSPEC, 4, 16, ctx);
+    assert_eq!(
+        &until(&mut [&mut a, &mut b], 1, ctx).buf.expect("buffer")[..8],
+        b"still up"
+    );
 }
 
 /// A domain whose key table the engine's RMA checks; with `.1` set, its

@@ -27,6 +27,7 @@
 //! after `prepare_wait` (a wake-up may be its work).
 
 use std::fmt;
+use std::io::IoSlice;
 use std::os::fd::{AsRawFd, RawFd};
 
 use crate::error::{Error, Result};
@@ -374,6 +375,15 @@ impl<A: Transport, B: Transport> Transport for Pair<A, B> {
             // Its progress writes what the socket did not take now.
             self.second_due = true;
             self.second.send(conn >> 1, header, payload)
+        }
+    }
+
+    fn send_parts(&mut self, conn: ConnId, header: &[u8], parts: &[IoSlice<'_>]) -> std::result::Result<(), Refused> {
+        if Self::on_first(conn) {
+            self.first.send_parts(conn >> 1, header, parts)
+        } else {
+            self.second_due = true;
+            self.second.send_parts(conn >> 1, header, parts)
         }
     }
 

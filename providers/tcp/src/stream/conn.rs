@@ -26,11 +26,15 @@ pub type Frame = (Range<usize>, Range<usize>);
 
 /// A frame's prefix: its length after these 4 bytes (u32 LE), the
 /// header's length.
-fn prefix(header: &[u8], payload: &[u8]) -> [u8; 5] {
-    let len = (1 + header.len() + payload.len()) as u32;
+fn prefix(header: &[u8], payload: usize) -> [u8; 5] {
+    let len = (1 + header.len() + payload) as u32;
     let l = len.to_le_bytes();
     [l[0], l[1], l[2], l[3], header.len() as u8]
 }
+
+/// The most parts of a payload one frame is written from as they are
+/// (`sendmsg`'s vector holds them with the prefix and the header).
+pub const PARTS_MAX: usize = 6;
 
 /// Room made for one read.
 const CHUNK: usize = 64 << 10;
@@ -99,26 +103,35 @@ impl Conn {
         self.out.len() - self.sent
     }
 
-    /// Queues one frame.
-    pub fn push_frame(&mut self, header: &[u8], payload: &[u8]) {
-        self.out.extend_from_slice(&prefix(header, payload));
+    /// Queues one frame, its payload `parts` one after another.
+    pub fn push_frame(&mut self, header: &[u8], parts: &[IoSlice<'_>]) {
+        let len = parts.iter().map(|p| p.len()).sum();
+        self.out.extend_from_slice(&prefix(header, len));
         self.out.extend_from_slice(header);
-        self.out.extend_from_slice(payload);
+        for p in parts {
+            self.out.extend_from_slice(p);
+        }
     }
 
-    /// Writes one frame from the caller's bytes, nothing being queued before
+    /// Writes one frame from the caller's bytes (its payload `parts`, at
+    /// most [`PARTS_MAX`], one after another), nothing being queued before
     /// it; what the socket does not take is queued. True when some is left.
-    pub fn write_frame(&mut self, header: &[u8], payload: &[u8]) -> Result<bool> {
-        let pre = prefix(header, payload);
-        let parts = [IoSlice::new(&pre), IoSlice::new(header), IoSlice::new(payload)];
-        let mut n = match self.sock.send(&parts)? {
+    pub fn write_frame(&mut self, header: &[u8], parts: &[IoSlice<'_>]) -> Result<bool> {
+        let len: usize = parts.iter().map(|p| p.len()).sum();
+        let pre = prefix(header, len);
+        let mut iov = [IoSlice::new(&[]); 2 + PARTS_MAX];
+        iov[0] = IoSlice::new(&pre);
+        iov[1] = IoSlice::new(header);
+        let used = 2 + parts.len().min(PARTS_MAX);
+        iov[2..used].copy_from_slice(&parts[..used - 2]);
+        let mut n = match self.sock.send(&iov[..used])? {
             Io::Done(n) => n,
             Io::WouldBlock => 0,
         };
-        if n == pre.len() + header.len() + payload.len() {
+        if n == pre.len() + header.len() + len {
             return Ok(false);
         }
-        for part in [&pre[..], header, payload] {
+        for part in &iov[..used] {
             let taken = n.min(part.len());
             self.out.extend_from_slice(&part[taken..]);
             n -= taken;
