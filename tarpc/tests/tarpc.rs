@@ -373,16 +373,9 @@ async fn a_nodes_tcp_endpoint_holds_no_frames_unless_asked() {
 #[tokio::test(flavor = "current_thread")]
 async fn an_http2_frame_travels_as_one_message() {
     use futures::SinkExt;
-    use xfer::PeerAddr;
-    use xfer_tarpc::wire;
 
-    if std::env::var_os("XFER_TCP_ADDR").is_none() {
-        std::env::set_var("XFER_TCP_ADDR", "127.0.0.1");
-    }
-    let server = xfer_tarpc::Node::open().expect("server node");
-    let client = xfer_tarpc::Node::open().expect("client node");
-    let name = server.name();
-    let ep = server.endpoint().clone();
+    let (server, client) = hand_server();
+    let (name, ep) = (server.name(), server.endpoint().clone());
     let message = pattern(16 << 10 | 9, 3);
     tokio::time::timeout(Duration::from_secs(60), async {
         let sender = {
@@ -393,43 +386,9 @@ async fn an_http2_frame_travels_as_one_message() {
                 conn.close().await.expect("close");
             })
         };
-        let (got, hello) = ep
-            .trecv(
-                PeerAddr::UNSPEC,
-                wire::tag(wire::HELLO, 0, 0),
-                wire::KIND_ONLY,
-                vec![0; 512],
-            )
-            .await;
-        let hello = &hello[..got.expect("a hello").len];
-        assert_eq!(hello[0], wire::VERSION);
-        let client_conn = u32::from_le_bytes(hello[1..5].try_into().unwrap());
-        let peer = ep.endpoint().av().insert(&hello[5..]).expect("the client's name");
-        let local = 7u32;
-        let (sent, _) = ep
-            .tsend(
-                peer,
-                wire::tag(wire::ACCEPT, client_conn, 0),
-                local.to_le_bytes().to_vec(),
-            )
-            .await;
-        sent.expect("accept");
-        let (got, frame) = ep
-            .trecv(
-                PeerAddr::UNSPEC,
-                wire::tag(wire::FRAME, local, 0),
-                0,
-                vec![0; wire::FRAME_MAX],
-            )
-            .await;
-        let frame = &frame[..got.expect("the first frame").len];
-        match wire::parse(frame).expect("a well-formed frame") {
-            wire::Frame::Data(bytes) => {
-                let all: Vec<&[u8]> = wire::messages(bytes).map(|m| m.expect("a message")).collect();
-                assert_eq!(all, [&message[..]], "the frame holds the message whole");
-            }
-            other => panic!("not one DATA frame: {other:?}"),
-        }
+        let local = accept_by_hand(&ep).await;
+        let all = data_frame(&ep, local).await;
+        assert_eq!(all, [message], "the frame holds the message whole");
         sender.await.expect("sender");
     })
     .await
@@ -446,17 +405,11 @@ async fn an_http2_frame_travels_as_one_message() {
 async fn a_large_byte_write_goes_at_once_and_keeps_its_place() {
     use futures::SinkExt;
     use std::io::IoSlice;
-    use xfer::PeerAddr;
-    use xfer_tarpc::wire;
+    use std::task::{Context, Poll, Waker};
+    const _: () = assert!(16393 >= xfer_tarpc::INJECT_MIN);
 
-    if std::env::var_os("XFER_TCP_ADDR").is_none() {
-        std::env::set_var("XFER_TCP_ADDR", "127.0.0.1");
-    }
-    assert!(16393 >= xfer_tarpc::INJECT_MIN);
-    let server = xfer_tarpc::Node::open().expect("server node");
-    let client = xfer_tarpc::Node::open().expect("client node");
-    let name = server.name();
-    let ep = server.endpoint().clone();
+    let (server, client) = hand_server();
+    let (name, ep) = (server.name(), server.endpoint().clone());
     let (first, second, small) = (pattern(16393, 1), pattern(16393, 2), pattern(9, 3));
     let (arrived, wait_first) = futures::channel::oneshot::channel::<()>();
     tokio::time::timeout(Duration::from_secs(60), async {
@@ -464,67 +417,30 @@ async fn a_large_byte_write_goes_at_once_and_keeps_its_place() {
             let (first, second, small) = (first.clone(), second.clone(), small.clone());
             tokio::spawn(async move {
                 let mut conn = client.connect_raw(&name).await.expect("connect");
+                // Polled once, with a waker that does nothing: each write
+                // must be taken at once (none waits for anything).
                 let write = |conn: &mut xfer_tarpc::Transport<Vec<u8>, Vec<u8>, xfer_tarpc::Raw>, m: &[u8]| {
-                    let bufs = [IoSlice::new(&m[..m.len().min(9)]), IoSlice::new(&m[m.len().min(9)..])];
-                    let n = std::task::ready!(
-                        conn.poll_write_bytes(&mut std::task::Context::from_waker(std::task::Waker::noop()), &bufs)
-                    );
-                    std::task::Poll::Ready(n)
+                    let (head, rest) = m.split_at(m.len().min(9));
+                    let bufs = [IoSlice::new(head), IoSlice::new(rest)];
+                    conn.poll_write_bytes(&mut Context::from_waker(Waker::noop()), &bufs)
                 };
                 let n = write(&mut conn, &first);
-                assert!(matches!(n, std::task::Poll::Ready(Ok(16393))), "{n:?}");
+                assert!(matches!(n, Poll::Ready(Ok(16393))), "{n:?}");
                 wait_first.await.expect("the first frame arrived unflushed");
                 for m in [&small, &second] {
                     let n = write(&mut conn, m);
-                    assert!(matches!(n, std::task::Poll::Ready(Ok(k)) if k == m.len()), "{n:?}");
+                    assert!(matches!(n, Poll::Ready(Ok(k)) if k == m.len()), "{n:?}");
                 }
                 conn.flush().await.expect("flush");
                 conn.close().await.expect("close");
             })
         };
-        let (got, hello) = ep
-            .trecv(
-                PeerAddr::UNSPEC,
-                wire::tag(wire::HELLO, 0, 0),
-                wire::KIND_ONLY,
-                vec![0; 512],
-            )
-            .await;
-        let hello = &hello[..got.expect("a hello").len];
-        let client_conn = u32::from_le_bytes(hello[1..5].try_into().unwrap());
-        let peer = ep.endpoint().av().insert(&hello[5..]).expect("the client's name");
-        let local = 7u32;
-        let (sent, _) = ep
-            .tsend(
-                peer,
-                wire::tag(wire::ACCEPT, client_conn, 0),
-                local.to_le_bytes().to_vec(),
-            )
-            .await;
-        sent.expect("accept");
+        let local = accept_by_hand(&ep).await;
         let mut arrived = Some(arrived);
-        for want in [vec![&first[..]], vec![&small[..], &second[..]]] {
-            let (got, frame) = ep
-                .trecv(
-                    PeerAddr::UNSPEC,
-                    wire::tag(wire::FRAME, local, 0),
-                    0,
-                    vec![0; wire::FRAME_MAX],
-                )
-                .await;
-            let frame = &frame[..got.expect("a frame").len];
-            match wire::parse(frame).expect("a well-formed frame") {
-                wire::Frame::Data(bytes) => {
-                    let all: Vec<&[u8]> = wire::messages(bytes).map(|m| m.expect("a message")).collect();
-                    assert!(
-                        all == want,
-                        "{:?} against {:?}",
-                        all.iter().map(|m| m.len()).collect::<Vec<_>>(),
-                        want.iter().map(|m| m.len()).collect::<Vec<_>>()
-                    );
-                }
-                other => panic!("not a DATA frame: {other:?}"),
-            }
+        for want in [vec![first], vec![small, second]] {
+            let all = data_frame(&ep, local).await;
+            let lens = |m: &[Vec<u8>]| m.iter().map(|m| m.len()).collect::<Vec<_>>();
+            assert!(all == want, "{:?} against {:?}", lens(&all), lens(&want));
             if let Some(tx) = arrived.take() {
                 tx.send(()).expect("the sender waits");
             }
@@ -533,6 +449,66 @@ async fn a_large_byte_write_goes_at_once_and_keeps_its_place() {
     })
     .await
     .expect("within the limit");
+}
+
+/// A server node that the test serves by hand ([`accept_by_hand`],
+/// [`data_frame`]), and a client node.
+fn hand_server() -> (std::sync::Arc<xfer_tarpc::Node>, std::sync::Arc<xfer_tarpc::Node>) {
+    if std::env::var_os("XFER_TCP_ADDR").is_none() {
+        std::env::set_var("XFER_TCP_ADDR", "127.0.0.1");
+    }
+    let server = xfer_tarpc::Node::open().expect("server node");
+    (server, xfer_tarpc::Node::open().expect("client node"))
+}
+
+/// Answers a client's hello on `ep` by hand, as a node would: the
+/// connection id (7) whose frames the client sends then.
+async fn accept_by_hand(ep: &xfer::aio::AsyncEndpoint) -> u32 {
+    use xfer::PeerAddr;
+    use xfer_tarpc::wire;
+
+    let (got, hello) = ep
+        .trecv(
+            PeerAddr::UNSPEC,
+            wire::tag(wire::HELLO, 0, 0),
+            wire::KIND_ONLY,
+            vec![0; 512],
+        )
+        .await;
+    let hello = &hello[..got.expect("a hello").len];
+    assert_eq!(hello[0], wire::VERSION);
+    let client_conn = u32::from_le_bytes(hello[1..5].try_into().unwrap());
+    let peer = ep.endpoint().av().insert(&hello[5..]).expect("the client's name");
+    let local = 7u32;
+    let (sent, _) = ep
+        .tsend(
+            peer,
+            wire::tag(wire::ACCEPT, client_conn, 0),
+            local.to_le_bytes().to_vec(),
+        )
+        .await;
+    sent.expect("accept");
+    local
+}
+
+/// The messages of the next frame to connection `local` on `ep`, which
+/// must be a `DATA` frame.
+async fn data_frame(ep: &xfer::aio::AsyncEndpoint, local: u32) -> Vec<Vec<u8>> {
+    use xfer_tarpc::wire;
+
+    let (got, frame) = ep
+        .trecv(
+            xfer::PeerAddr::UNSPEC,
+            wire::tag(wire::FRAME, local, 0),
+            0,
+            vec![0; wire::FRAME_MAX],
+        )
+        .await;
+    let frame = &frame[..got.expect("a frame").len];
+    match wire::parse(frame).expect("a well-formed frame") {
+        wire::Frame::Data(bytes) => wire::messages(bytes).map(|m| m.expect("a message").to_vec()).collect(),
+        other => panic!("not a DATA frame: {other:?}"),
+    }
 }
 
 /// Bytes written straight into frames (`poll_write_bytes`, as xfer-tonic's

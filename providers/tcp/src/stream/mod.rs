@@ -562,6 +562,15 @@ impl Transport for TcpTransport {
 mod tests {
     use super::*;
 
+    /// A transport listening on the loopback address.
+    fn loopback() -> TcpTransport {
+        let attr = TcpAttr {
+            addr: Some("127.0.0.1".into()),
+            ..TcpAttr::default()
+        };
+        TcpTransport::open(&attr).unwrap()
+    }
+
     #[test]
     fn addresses_round_trip_and_bad_ones_are_refused() {
         for at in ["127.0.0.1:4000", "[::1]:65535", "[fe80::1]:1"] {
@@ -588,11 +597,7 @@ mod tests {
     /// waiting on a connection still keep it awake.
     #[test]
     fn prepare_wait_takes_its_own_wake_up_but_not_a_peers_bytes() {
-        let attr = TcpAttr {
-            addr: Some("127.0.0.1".into()),
-            ..TcpAttr::default()
-        };
-        let (mut a, mut b) = (TcpTransport::open(&attr).unwrap(), TcpTransport::open(&attr).unwrap());
+        let (mut a, mut b) = (loopback(), loopback());
         struct Quiet;
         impl Events for Quiet {
             fn event(&mut self, _: Event<'_>) {}
@@ -631,11 +636,7 @@ mod tests {
     /// order, once the peer reads.
     #[test]
     fn frames_in_parts_arrive_whole_in_order_past_a_full_socket() {
-        let attr = TcpAttr {
-            addr: Some("127.0.0.1".into()),
-            ..TcpAttr::default()
-        };
-        let (mut a, mut b) = (TcpTransport::open(&attr).unwrap(), TcpTransport::open(&attr).unwrap());
+        let (mut a, mut b) = (loopback(), loopback());
         struct Got(Vec<(Vec<u8>, Vec<u8>)>);
         impl Events for Got {
             fn event(&mut self, ev: Event<'_>) {
@@ -714,11 +715,7 @@ mod tests {
     /// ends the connection with a protocol error.
     #[test]
     fn frames_cross_a_stream_and_hostile_ones_end_it() {
-        let attr = TcpAttr {
-            addr: Some("127.0.0.1".into()),
-            ..TcpAttr::default()
-        };
-        let (mut a, mut b) = (TcpTransport::open(&attr).unwrap(), TcpTransport::open(&attr).unwrap());
+        let (mut a, mut b) = (loopback(), loopback());
         struct Log(Vec<String>);
         impl Events for Log {
             fn event(&mut self, ev: Event<'_>) {
