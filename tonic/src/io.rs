@@ -36,7 +36,10 @@ type Conn = Transport<Vec<u8>, Vec<u8>, Raw>;
 /// frame's header and payload) is copied once, straight into the
 /// underlying connection's frame being filled
 /// ([`Transport::poll_write_bytes`]), which goes out when full or at
-/// `flush`. A larger write is buffered with what follows it until `flush`,
+/// `flush`; one of at least [`xfer_tarpc::INJECT_MIN`] bytes made while no
+/// frame is being filled and no send is in flight (hyper's `DATA` frames,
+/// after its flush) goes at once, from the caller's slices, by the
+/// endpoint's vectored inject, not copied. A larger write is buffered with what follows it until `flush`,
 /// or until [`WRITE_MAX`] bytes are buffered, and sent as one message,
 /// which travels as a body of its own into a receive of its size. The
 /// connection delivers its messages in order whatever their size. `flush`
