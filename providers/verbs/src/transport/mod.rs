@@ -25,6 +25,7 @@ pub mod domain;
 pub mod frame;
 mod keepalive;
 mod pull;
+mod qpn;
 mod setup;
 
 use std::mem::MaybeUninit;
@@ -126,7 +127,7 @@ pub type SharedCache = Arc<Mutex<MrCache<VerbsRegistrar>>>;
 pub struct VerbsTransport {
     conns: Slab<Conn>,
     graves: FastMap<u32, Grave>,
-    by_qpn: FastMap<u32, ConnId>,
+    by_qpn: qpn::ByQpn,
     by_id: FastMap<usize, ConnId>,
     /// Connections ended outside the engine's asking, reported by progress.
     ended: Vec<ConnId>,
@@ -285,7 +286,7 @@ impl VerbsTransport {
         Ok(VerbsTransport {
             conns: Slab::new(),
             graves: FastMap::default(),
-            by_qpn: FastMap::default(),
+            by_qpn: qpn::ByQpn::default(),
             by_id: FastMap::default(),
             ended: Vec::new(),
             held: Vec::new(),
@@ -438,7 +439,7 @@ impl VerbsTransport {
         self.signaled = self.signaled.saturating_sub(1);
         let slot = (wc.wr_id() & SLOT_TAG != 0).then_some((wc.wr_id() & !SLOT_TAG) as u32);
         let qpn = wc.qp_num();
-        if let Some(&k) = self.by_qpn.get(&qpn) {
+        if let Some(k) = self.by_qpn.get(qpn) {
             let c = &mut self.conns[k];
             if let Some(s) = slot {
                 if let Some(i) = c.slots.iter().position(|&x| x == s) {
@@ -483,7 +484,7 @@ impl VerbsTransport {
                 return;
             }
         };
-        let k = self.by_qpn.get(&wc.qp_num()).copied();
+        let k = self.by_qpn.get(wc.qp_num());
         let Some(k) = k.filter(|_| wc.is_ok()) else {
             if !wc.is_ok() {
                 tracing::debug!(
@@ -793,7 +794,7 @@ impl VerbsTransport {
         self.end_reads(k);
         self.end_atomics(k);
         if let Some(qp) = &grave.qp {
-            self.by_qpn.remove(&qp.qp_num());
+            self.by_qpn.remove(qp.qp_num());
             if let Err(e) = qp.to_error() {
                 tracing::debug!(error = %e, "moving a QP to the error state");
             }
