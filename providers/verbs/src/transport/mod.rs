@@ -87,6 +87,15 @@ fn errno_of(e: &Error) -> i32 {
     }
 }
 
+/// Frees receive buffer `idx` of `srq`, to be posted by the next flush (a
+/// function of the SRQ alone, so a caller may hold a connection meanwhile).
+#[inline(always)]
+fn free_buf(srq: &mut Srq, idx: u32) {
+    if let Err(e) = srq.release(idx) {
+        xfer_core::warn_limited!(error = %e, "freeing a verbs receive buffer");
+    }
+}
+
 /// Counters of the transport's own.
 #[derive(Debug, Default, Clone, Copy)]
 struct Stats {
@@ -501,10 +510,11 @@ impl VerbsTransport {
         };
         // The peer's first frame can beat ESTABLISHED to us (checked
         // here: every frame asks).
-        if self.conns[k].opening() {
+        let mut c = &mut self.conns[k];
+        if c.opening() {
             self.up(k, events);
+            c = &mut self.conns[k];
         }
-        let c = &mut self.conns[k];
         if !c.held.is_empty() || !events.ready(k) {
             if c.held.is_empty() {
                 self.held.push(k);
@@ -532,16 +542,18 @@ impl VerbsTransport {
     /// free, or before a wait.
     #[inline(always)]
     fn deliver(&mut self, k: ConnId, idx: u32, len: usize, events: &mut dyn Events) {
+        // The connection is looked up once for the whole frame: what is
+        // used beside it (the SRQ, the lists) are other fields.
+        let c = &mut self.conns[k];
         let verdict = match self
             .srq
             .data(idx, len)
             .map_err(|_| "verbs frame longer than its buffer")
         {
             Ok(data) => frame::parse(data).and_then(|(pre, header, payload)| {
-                let c = &mut self.conns[k].credit;
-                c.returned(pre.credit)?;
+                c.credit.returned(pre.credit)?;
                 if pre.kind == frame::KIND_FRAME {
-                    c.arrived()?;
+                    c.credit.arrived()?;
                     events.event(Event::Frame {
                         conn: k,
                         header: Bytes::new(header),
@@ -555,8 +567,7 @@ impl VerbsTransport {
         };
         match verdict {
             Ok(true) => {
-                self.free_buf(idx);
-                let c = &mut self.conns[k];
+                free_buf(&mut self.srq, idx);
                 c.credit.consumed();
                 if !c.reposting {
                     c.reposting = true;
@@ -569,21 +580,13 @@ impl VerbsTransport {
             // A credit-only frame's buffer is the slack the peer's next one
             // needs: posted at once.
             Ok(false) => {
-                self.free_buf(idx);
+                free_buf(&mut self.srq, idx);
                 self.flush_reposts();
             }
             Err(why) => {
                 self.repost(idx);
                 self.end(k, Cause::Protocol(why));
             }
-        }
-    }
-
-    /// Frees buffer `idx`, to be posted by the next flush.
-    #[inline(always)]
-    fn free_buf(&mut self, idx: u32) {
-        if let Err(e) = self.srq.release(idx) {
-            xfer_core::warn_limited!(error = %e, "freeing a verbs receive buffer");
         }
     }
 
