@@ -68,7 +68,10 @@ const REPOST_BATCH: usize = 16;
 /// Free receive buffers a progress that finds no completion posts: in a
 /// ping-pong that turn is the wait for the reply, so the post is off the
 /// messages' path, and a batch of them shares one `ibv_post_srq_recv`.
-const IDLE_REPOST_BATCH: usize = 4;
+/// One below a connection's own repost point at the default grant (half a
+/// credit return: 8 of 64), so that in a ping-pong the idle turn still
+/// posts first, with as few calls as that allows.
+const IDLE_REPOST_BATCH: usize = 7;
 /// Tag of the `wr_id` of a send that holds a send slot (the slot is the
 /// rest); inline sends are 0; receives carry `srq::RECV_WR_TAG` (bit 63).
 const SLOT_TAG: u64 = 1 << 62;
