@@ -529,6 +529,61 @@ impl VerbsTransport {
         self.deliver(k, idx, wc.byte_len() as usize, events);
     }
 
+    /// [`Transport::send`] of a frame too long to go inline: copied into a
+    /// registered send slot, signaled. Out of line, so that the inline
+    /// path's function keeps fewer registers.
+    #[inline(never)]
+    fn send_copied(
+        &mut self,
+        k: ConnId,
+        owed: u16,
+        header: &[u8],
+        payload: &[u8],
+    ) -> std::result::Result<(), Refused> {
+        let c = &mut self.conns[k];
+        let Some(qp) = c.qp.as_mut() else {
+            return Err(Refused::Gone(Cause::Closed));
+        };
+        let before = qp.signaled_in_flight();
+        let Some((slot, sge)) = self
+            .pool
+            .take(|m| frame::encode(m, frame::KIND_FRAME, owed, header, payload))
+        else {
+            self.stats.send_waits += 1;
+            return Err(Refused::Full);
+        };
+        // SAFETY: the slot is registered and stays ours, unmodified,
+        // until this signaled send completes or its QP is destroyed
+        // (`on_send`, graves).
+        match unsafe { qp.send(SLOT_TAG | u64::from(slot), sge, None, true) } {
+            Ok(()) => {
+                c.slots.push_back(slot);
+                self.stats.copied_sends += 1;
+                self.signaled += qp.signaled_in_flight().saturating_sub(before);
+                c.credit.sent(owed);
+                Ok(())
+            }
+            Err(e) => {
+                self.pool.give(slot);
+                Err(self.refused(k, e))
+            }
+        }
+    }
+
+    /// What a send the QP refused with `e` tells the engine: `Again` is a
+    /// full send queue, anything else ends the connection.
+    #[cold]
+    #[inline(never)]
+    fn refused(&mut self, k: ConnId, e: Error) -> Refused {
+        if matches!(e, Error::Again) {
+            self.stats.send_waits += 1;
+            return Refused::Full;
+        }
+        let cause = Cause::Failed(errno_of(&e));
+        self.end(k, cause);
+        Refused::Gone(cause)
+    }
+
     /// Posts buffer `idx` again.
     fn repost(&mut self, idx: u32) {
         if let Err(e) = self.srq.release(idx).and_then(|()| self.srq.post_all().map(drop)) {
@@ -879,48 +934,19 @@ impl Transport for VerbsTransport {
             return Err(Refused::Gone(Cause::Closed));
         };
         let owed = c.credit.owed();
+        if len > qp.max_inline() as usize {
+            return self.send_copied(k, owed, header, payload);
+        }
         let before = qp.signaled_in_flight();
-        let posted = if len <= qp.max_inline() as usize {
-            frame::encode(&mut self.scratch, frame::KIND_FRAME, owed, header, payload);
-            let r = qp.send_inline(0, &self.scratch[..len], None, false);
-            self.stats.inline_sends += u64::from(r.is_ok());
-            r
-        } else {
-            let Some((slot, sge)) = self
-                .pool
-                .take(|m| frame::encode(m, frame::KIND_FRAME, owed, header, payload))
-            else {
-                self.stats.send_waits += 1;
-                return Err(Refused::Full);
-            };
-            // SAFETY: the slot is registered and stays ours, unmodified,
-            // until this signaled send completes or its QP is destroyed
-            // (`on_send`, graves).
-            let r = unsafe { qp.send(SLOT_TAG | u64::from(slot), sge, None, true) };
-            match r {
-                Ok(()) => {
-                    c.slots.push_back(slot);
-                    self.stats.copied_sends += 1;
-                }
-                Err(_) => self.pool.give(slot),
-            }
-            r
-        };
-        match posted {
+        frame::encode(&mut self.scratch, frame::KIND_FRAME, owed, header, payload);
+        match qp.send_inline(0, &self.scratch[..len], None, false) {
             Ok(()) => {
+                self.stats.inline_sends += 1;
                 self.signaled += qp.signaled_in_flight().saturating_sub(before);
                 c.credit.sent(owed);
                 Ok(())
             }
-            Err(Error::Again) => {
-                self.stats.send_waits += 1;
-                Err(Refused::Full)
-            }
-            Err(e) => {
-                let cause = Cause::Failed(errno_of(&e));
-                self.end(k, cause);
-                Err(Refused::Gone(cause))
-            }
+            Err(e) => Err(self.refused(k, e)),
         }
     }
 
