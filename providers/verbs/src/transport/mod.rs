@@ -164,7 +164,8 @@ pub struct VerbsTransport {
     /// Signaled sends in flight.
     signaled: u32,
     /// Completions `prepare_wait` took while closing the race with the
-    /// CQ's arming, handled by the next progress.
+    /// CQ's arming, handled by the next progress (non-empty only while
+    /// `waiting` is set).
     stash: Vec<Wc>,
     scratch: Vec<u8>,
     /// `prepare_wait` armed the CQ: the next progress looks at the descriptors.
@@ -1050,9 +1051,11 @@ impl Transport for VerbsTransport {
     #[inline]
     fn progress(&mut self, events: &mut dyn Events) {
         self.turns = self.turns.wrapping_add(1);
-        // Completions `prepare_wait` took are older than any event now.
-        self.take_stash(events);
         if self.waiting || self.opening > 0 || self.turns.is_multiple_of(EPOLL_EVERY) {
+            // Completions `prepare_wait` took are older than any event now
+            // (only it stashes, and it sets `waiting`: looked at here, not
+            // on every turn).
+            self.take_stash(events);
             self.waiting = false;
             self.check_fds(events);
             // A net under the flag: every list is looked at on these turns
