@@ -534,13 +534,7 @@ impl VerbsTransport {
     /// registered send slot, signaled. Out of line, so that the inline
     /// path's function keeps fewer registers.
     #[inline(never)]
-    fn send_copied(
-        &mut self,
-        k: ConnId,
-        owed: u16,
-        header: &[u8],
-        payload: &[u8],
-    ) -> std::result::Result<(), Refused> {
+    fn send_copied(&mut self, k: ConnId, owed: u16, header: &[u8], payload: &[u8]) -> std::result::Result<(), Refused> {
         let c = &mut self.conns[k];
         let Some(qp) = c.qp.as_mut() else {
             return Err(Refused::Gone(Cause::Closed));
