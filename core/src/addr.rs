@@ -176,11 +176,8 @@ fn hex_digit(c: u8) -> Result<u8> {
 pub struct AvTable {
     entries: Slab<Address>,
     by_name: crate::hash::FastMap<Address, PeerAddr>,
-    /// Names inserted so far (not counting repeats), so a user of the table
-    /// can tell whether a name it could not resolve may resolve now.
-    inserted: u64,
-    /// Inserts and removals so far: unchanged means every handle still
-    /// names what it did.
+    /// Inserts (not counting repeats) and removals so far: unchanged means
+    /// every handle still names what it did.
     changes: u64,
 }
 
@@ -197,21 +194,15 @@ impl AvTable {
         }
         let peer = PeerAddr(self.entries.insert(addr) as u64);
         self.by_name.insert(addr, peer);
-        self.inserted += 1;
         self.changes += 1;
         peer
     }
 
-    /// How many names were ever inserted (a repeat of a present name does
-    /// not count): unchanged means [`reverse`](Self::reverse) still answers
-    /// `UNSPEC` for every name it did before.
-    pub fn inserted(&self) -> u64 {
-        self.inserted
-    }
-
-    /// How many times a handle was added or removed: unchanged means every
-    /// [`lookup`](Self::lookup) and [`reverse`](Self::reverse) answers as
-    /// it did, so an answer kept with this count is still good.
+    /// How many times a handle was added (a repeat of a present name does
+    /// not count) or removed: unchanged means every [`lookup`](Self::lookup)
+    /// and [`reverse`](Self::reverse) answers as it did, so an answer kept
+    /// with this count is still good (and a name `reverse` did not know is
+    /// still unknown).
     #[inline]
     pub fn changes(&self) -> u64 {
         self.changes

@@ -44,7 +44,7 @@ pub struct Receives<H> {
     untagged: Matcher<RecvOp, Unexpected<H>>,
     held: Held,
     /// Per space (untagged, tagged): the address vector's
-    /// [`AvTable::inserted`] when its messages from unknown senders were
+    /// [`AvTable::changes`] when its messages from unknown senders were
     /// last looked up there; until it changes, none of them can resolve.
     resolved_at: [u64; 2],
 }
@@ -88,13 +88,13 @@ impl<H> Receives<H> {
 
     /// Gives messages of `tagged`'s space from then-unknown senders the
     /// handles `av` now has for them (`reverse`: the transport's look-up of
-    /// a sender's name), when names were inserted since the last look: a post
-    /// does not walk them while the table is unchanged.
+    /// a sender's name), when the table changed since the last look: a post
+    /// does not walk them while it is unchanged.
     #[inline]
     fn resolve(&mut self, av: &AvTable, tagged: bool, reverse: impl Fn(&AvTable, &Address) -> PeerAddr) {
         let seen = &mut self.resolved_at[usize::from(tagged)];
-        if *seen != av.inserted() {
-            *seen = av.inserted();
+        if *seen != av.changes() {
+            *seen = av.changes();
             self.space(tagged).resolve_unknown(|u| reverse(av, u.from()));
         }
     }
@@ -416,8 +416,8 @@ mod tests {
             .expect("resolved once the sender is in the table");
         assert_eq!(hit.src, pl);
         // A repeated insert changes nothing.
-        let before = av.inserted();
+        let before = av.changes();
         assert_eq!(av.insert(late), pl);
-        assert_eq!(av.inserted(), before);
+        assert_eq!(av.changes(), before);
     }
 }

@@ -104,25 +104,40 @@ impl<'a> Bytes<'a> {
     /// `n <= len`; `d..d + n` is valid for writes and overlaps no lent byte.
     #[inline]
     unsafe fn copy_first(&self, d: *mut u8, n: usize) {
-        if (8..=16).contains(&n) {
-            // A small message's payload as two (overlapping) words, without
-            // the call into `memcpy` a copy of unknown length makes.
-            // SAFETY: both words lie inside `ptr..ptr + n` and `d..d + n`
-            // (8 <= n <= 16), kept mapped by `new`'s and `shared`'s contract
-            // and the caller's; unaligned reads and writes of plain bytes.
-            unsafe {
-                let head = self.ptr.cast::<u64>().read_unaligned();
-                let tail = self.ptr.add(n - 8).cast::<u64>().read_unaligned();
-                d.cast::<u64>().write_unaligned(head);
-                d.add(n - 8).cast::<u64>().write_unaligned(tail);
-            }
-            return;
-        }
         // SAFETY: `new` and `shared`'s contract keep `ptr..ptr + len` mapped
-        // for 'a; the caller's `d..d + n` overlaps none of it. Concurrent
-        // writers can change the values copied only.
-        unsafe { std::ptr::copy_nonoverlapping(self.ptr, d, n) };
+        // for 'a and `n <= len`; the caller's `d..d + n` overlaps none of it.
+        // Concurrent writers can change the values copied only.
+        unsafe { copy_bytes(self.ptr, d, n) };
     }
+}
+
+/// Copies `n` bytes from `src` to `dst`: 8 to 16 of them (a small message's
+/// payload, a tagged header) as two (possibly overlapping) words, without
+/// the call into `memcpy` a copy of unknown length makes; others by
+/// `copy_nonoverlapping`. Transports use it for frames in and out of their
+/// buffers (a shared-memory ring's entries).
+///
+/// # Safety
+/// `src..src + n` must be readable and `dst..dst + n` writable, the two not
+/// overlapping. Either may be memory another process writes concurrently:
+/// only the values copied change.
+#[inline(always)]
+pub unsafe fn copy_bytes(src: *const u8, dst: *mut u8, n: usize) {
+    if (8..=16).contains(&n) {
+        // SAFETY: both words lie inside `src..src + n` and `dst..dst + n`
+        // (8 <= n <= 16), which the caller's contract makes readable and
+        // writable; unaligned reads and writes of plain bytes.
+        unsafe {
+            let head = src.cast::<u64>().read_unaligned();
+            let tail = src.add(n - 8).cast::<u64>().read_unaligned();
+            dst.cast::<u64>().write_unaligned(head);
+            dst.add(n - 8).cast::<u64>().write_unaligned(tail);
+        }
+        return;
+    }
+    // SAFETY: the caller's contract: `n` readable and writable bytes that do
+    // not overlap.
+    unsafe { std::ptr::copy_nonoverlapping(src, dst, n) };
 }
 
 /// What a transport's `progress` reports.

@@ -3,7 +3,7 @@
 //! what a peer wrote. Not part of the API.
 
 use crate::entry::{Corrupt, MAX_HEADER};
-use crate::layout::{CTL_HEAD, LINE};
+use crate::layout::{CONTROL_STRIDE, CTL_HEAD, LINE};
 use crate::port::{Event, PeerId, Sink};
 use crate::region::Access;
 use crate::ring::{Consumer, Producer, Refused};
@@ -18,7 +18,7 @@ pub type Owned = (Vec<u8>, Vec<u8>);
 pub struct TestRing {
     /// The ring's data.
     pub data: Vec<u64>,
-    ctl: [u64; 16],
+    ctl: [u64; CONTROL_STRIDE / 8],
 }
 
 impl TestRing {
@@ -27,7 +27,7 @@ impl TestRing {
         assert!(ring_bytes.is_power_of_two() && ring_bytes >= 4096);
         TestRing {
             data: vec![0; ring_bytes / 8],
-            ctl: [0; 16],
+            ctl: [0; CONTROL_STRIDE / 8],
         }
     }
 

@@ -4,15 +4,18 @@
 //! 0      header page: magic, version, ring size (read once, when mapped)
 //! 1024   fence of the connector as an RMA target (epoch; busy 64 B on), 128 B
 //! 1152   fence of the acceptor as an RMA target, 128 B
-//! 4096   ring 0 consumer block (head, sleeping flag, space-wanted flag), 128 B
-//! 4224   ring 1 consumer block, 128 B
+//! 4096   ring 0 consumer block, 256 B: head and space-wanted flag on one
+//!        line, the sleeping flag on a line of its own 128 B further
+//! 4352   ring 1 consumer block, 256 B
 //! 8192   ring 0 data: ring_bytes (connector -> acceptor)
 //! 8192 + ring_bytes   ring 1 data: ring_bytes (acceptor -> connector)
 //! ```
 //!
-//! Each consumer block sits alone in 128 bytes (two cache lines, so the
-//! adjacent-line prefetcher does not pair it with the other ring's), and
-//! the data regions start on pages.
+//! The consumer writes `head` after every entry and the producer reads
+//! `sleeping` after every entry: on one line, that line would travel
+//! between the two CPUs twice a message. Each of the two sits in its own
+//! 128 bytes (a pair of lines, so the adjacent-line prefetcher does not
+//! pair it with the other's), and the data regions start on pages.
 
 /// Bytes of a cache line: entries start on one and are sized in whole ones.
 pub const LINE: usize = 64;
@@ -23,7 +26,8 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"XFERSHM\0");
 /// 2: the producer clears the stamp word of the line after each entry, and
 /// the consumer writes nothing into the lines it read (1 had the consumer
 /// clear them, so a version-2 consumer would misread a version-1 producer).
-pub const VERSION: u32 = 2;
+/// 3: the sleeping flag moved off the head's line.
+pub const VERSION: u32 = 3;
 
 /// Offset of the header's magic (u64), version (u32), ring size (u32).
 pub const HDR_MAGIC: usize = 0;
@@ -50,14 +54,25 @@ pub const fn fence(r: usize) -> usize {
 /// Offset of the consumer blocks.
 pub const CONTROL: usize = 4096;
 /// Bytes given to one consumer block.
-pub const CONTROL_STRIDE: usize = 128;
+pub const CONTROL_STRIDE: usize = 256;
 /// Offset of the head (u64) within a consumer block.
 pub const CTL_HEAD: usize = 0;
-/// Offset of the sleeping flag (u32) within a consumer block.
-pub const CTL_SLEEPING: usize = 8;
 /// Offset of the producer's space-wanted flag (u32) within a consumer
-/// block: set by a producer that found the ring full.
-pub const CTL_SPACE_WANTED: usize = 16;
+/// block: set by a producer that found the ring full, read by the
+/// consumer after each batch, so it lives on the line the consumer owns.
+pub const CTL_SPACE_WANTED: usize = 8;
+/// Offset of the sleeping flag (u32) within a consumer block: written by
+/// the consumer only around a wait, read by the producer after each entry.
+pub const CTL_SLEEPING: usize = 128;
+// What the consumer writes per entry and what the producer reads per entry
+// never share a pair of lines; what the consumer reads per batch shares the
+// line it writes; the block fits its stride.
+const _: () = assert!(
+    CTL_HEAD / 128 != CTL_SLEEPING / 128
+        && CTL_SPACE_WANTED / LINE == CTL_HEAD / LINE
+        && CTL_SLEEPING + 4 <= CONTROL_STRIDE
+);
+
 /// Offset of ring 0's data.
 pub const DATA: usize = 8192;
 

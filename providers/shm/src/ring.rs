@@ -23,6 +23,8 @@
 
 use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 
+use xfer_core::unstable::rdm::transport::copy_bytes;
+
 use crate::entry::{self, Corrupt, Decoded, KIND_FRAME, KIND_PAD, MAX_HEADER, PREFIX};
 use crate::layout::{CTL_HEAD, CTL_SLEEPING, CTL_SPACE_WANTED, LINE};
 
@@ -62,18 +64,19 @@ struct Place {
 
 impl Place {
     fn head(&self) -> &AtomicU64 {
-        // SAFETY: the consumer block is 128-byte aligned in the mapping,
+        // SAFETY: the consumer block is 256-byte aligned in the mapping,
         // which outlives the ring (Place::new's contract).
         unsafe { word(self.ctl, CTL_HEAD) }
     }
 
     fn sleeping(&self) -> &AtomicU32 {
-        // SAFETY: as for `head`; the flag is 4-byte aligned at offset 8.
+        // SAFETY: as for `head`; the flag is 4-byte aligned at offset 128
+        // of the 256-byte block.
         unsafe { AtomicU32::from_ptr(self.ctl.add(CTL_SLEEPING).cast()) }
     }
 
     fn space_wanted(&self) -> &AtomicU32 {
-        // SAFETY: as for `head`; the flag is 4-byte aligned at offset 16.
+        // SAFETY: as for `head`; the flag is 4-byte aligned at offset 8.
         unsafe { AtomicU32::from_ptr(self.ctl.add(CTL_SPACE_WANTED).cast()) }
     }
 
@@ -123,7 +126,7 @@ impl Producer {
     ///
     /// # Safety
     /// `data` (64-byte aligned, `ring_bytes`, a power of two, long) and
-    /// `ctl` (128 bytes, 8-byte aligned) must stay valid while the producer
+    /// `ctl` (`CONTROL_STRIDE` bytes, 8-byte aligned) must stay valid while the producer
     /// lives, and no one else produces into this ring.
     pub unsafe fn new(data: *mut u8, ctl: *mut u8, ring_bytes: usize) -> Producer {
         Producer {
@@ -217,8 +220,8 @@ impl Producer {
         // caller slices, distinct from the mapping.
         unsafe {
             let dst = self.at.data.add(offset + PREFIX);
-            copy_in(header, dst);
-            copy_in(payload, dst.add(header.len()));
+            copy_bytes(header.as_ptr(), dst, header.len());
+            copy_bytes(payload.as_ptr(), dst.add(header.len()), payload.len());
         }
         self.clear_next(size);
         self.at.line(offset).store(entry::stamp(self.tail), Ordering::Release);
@@ -268,32 +271,6 @@ impl Producer {
         // SAFETY: word 1 of a line-aligned entry inside the ring.
         unsafe { word(self.at.data, offset + 8) }.store(w, Ordering::Relaxed);
     }
-}
-
-/// Copies `src` to `dst`: 8 to 16 bytes (a tagged header, a small payload)
-/// as two possibly overlapping words, without the call into `memcpy` a copy
-/// of unknown length makes.
-///
-/// # Safety
-/// `dst` must be valid for writes of `src.len()` bytes and not overlap `src`.
-#[inline(always)]
-unsafe fn copy_in(src: &[u8], dst: *mut u8) {
-    let n = src.len();
-    if (8..=16).contains(&n) {
-        let (head, tail) = (&src[..8], &src[n - 8..]);
-        // SAFETY: both words lie inside `dst..dst + n` (8 <= n <= 16), which
-        // the caller hands over for writing; unaligned writes of plain bytes.
-        unsafe {
-            dst.cast::<[u8; 8]>()
-                .write_unaligned(head.try_into().unwrap_or_default());
-            dst.add(n - 8)
-                .cast::<[u8; 8]>()
-                .write_unaligned(tail.try_into().unwrap_or_default());
-        }
-        return;
-    }
-    // SAFETY: the caller's contract: `dst` holds `n` writable bytes apart from `src`.
-    unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst, n) };
 }
 
 /// The reading side of a ring.
@@ -395,12 +372,13 @@ impl Consumer {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::layout::CONTROL_STRIDE;
 
     /// 4 KiB of ring data and a consumer block, line aligned.
     #[repr(C, align(64))]
     struct Memory {
         data: [u8; 4096],
-        ctl: [u8; 128],
+        ctl: [u8; CONTROL_STRIDE],
     }
 
     /// A frame's payload of `entry` bytes in all (with an 8-byte header),
@@ -417,7 +395,7 @@ mod tests {
     fn memory() -> (Box<Memory>, *mut u8, *mut u8) {
         let mut m = Box::new(Memory {
             data: [0; 4096],
-            ctl: [0; 128],
+            ctl: [0; CONTROL_STRIDE],
         });
         let (data, ctl) = (m.data.as_mut_ptr(), m.ctl.as_mut_ptr());
         (m, data, ctl)
@@ -455,8 +433,8 @@ mod tests {
         assert_eq!(c.consume(|f| f.header.to_vec()).expect("sound"), Some(b"next".to_vec()));
     }
 
-    /// The producer keeps one line clear past its last entry: a ring takes
-    /// entries up to its size less a line, and refuses more as `Full`.
+    /// Frames with headers and payloads of every small length (the two-word
+    /// copies and `memcpy` both) arrive byte for byte.
     #[test]
     fn frames_of_every_small_length_arrive_whole() {
         let (_m, data, ctl) = memory();
@@ -480,6 +458,8 @@ mod tests {
         }
     }
 
+    /// The producer keeps one line clear past its last entry: a ring takes
+    /// entries up to its size less a line, and refuses more as `Full`.
     #[test]
     fn the_ring_holds_its_size_less_a_line() {
         let (_m, data, ctl) = memory();

@@ -117,7 +117,7 @@ impl Segment {
         let base = map.ptr();
         // SAFETY: the offsets come from the layout of a mapping of exactly
         // segment_bytes(ring_bytes); data regions are page aligned and
-        // consumer blocks 128-byte aligned. The mapping lives in the same
+        // consumer blocks 256-byte aligned. The mapping lives in the same
         // struct as the rings and is dropped after them. This side is the
         // only producer of `tx` and only consumer of `rx`. The fences are in
         // the header page of the same mapping.

@@ -83,8 +83,9 @@ impl State {
         self.burst = self.coalesce > 0;
     }
 
-    /// Writes one frame (header bytes `h` as sent) to peer `p` at once, spending `cost` of its credit,
-    /// when nothing waits before it and the transport has room: `false`
+    /// Writes one frame (header bytes `h` as sent) to peer `p` at once,
+    /// spending `cost` of its credit, when nothing waits before it and the
+    /// transport has room: `false`
     /// leaves everything as it was, for the caller to queue the frame (a
     /// connection that is gone is found again by the flush that follows).
     #[inline]
