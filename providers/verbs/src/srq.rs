@@ -88,6 +88,7 @@ impl Drop for RawSrq {
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[repr(u8)]
 enum BufState {
     Posted,
     Held,
@@ -193,16 +194,20 @@ impl Srq {
     /// [`Srq::release`]. Returns its index.
     #[inline]
     pub fn take(&mut self, wc: &Wc) -> Result<u32> {
-        if !self.owns(wc.wr_id()) {
-            return Err(Error::InvalidArgument("completion is not a receive of this srq"));
+        let wr_id = wc.wr_id();
+        // One look at the buffer's state: the index is bounds-checked by
+        // the look-up itself, not by a second test of `owns`.
+        match self.state.get_mut((wr_id & !RECV_WR_TAG) as usize) {
+            Some(s) if wr_id & RECV_WR_TAG != 0 => {
+                if *s != BufState::Posted {
+                    return Err(Error::Internal("receive completion for a buffer that was not posted"));
+                }
+                *s = BufState::Held;
+                self.posted -= 1;
+                Ok((wr_id & !RECV_WR_TAG) as u32)
+            }
+            _ => Err(Error::InvalidArgument("completion is not a receive of this srq")),
         }
-        let idx = (wc.wr_id() & !RECV_WR_TAG) as u32;
-        if self.state[idx as usize] != BufState::Posted {
-            return Err(Error::Internal("receive completion for a buffer that was not posted"));
-        }
-        self.state[idx as usize] = BufState::Held;
-        self.posted -= 1;
-        Ok(idx)
     }
 
     /// The first `len` bytes of held buffer `idx` (what the receive wrote).
@@ -223,9 +228,9 @@ impl Srq {
     /// Gives held buffer `idx` back to the pool (posted by the next refill).
     #[inline]
     pub fn release(&mut self, idx: u32) -> Result<()> {
-        match self.state.get(idx as usize) {
-            Some(BufState::Held) => {
-                self.state[idx as usize] = BufState::Free;
+        match self.state.get_mut(idx as usize) {
+            Some(s @ BufState::Held) => {
+                *s = BufState::Free;
                 self.free.push(idx);
                 Ok(())
             }

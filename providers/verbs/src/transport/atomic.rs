@@ -224,7 +224,7 @@ impl VerbsTransport {
     pub(super) fn on_atomic(&mut self, wc: &Wc) {
         let key = (wc.wr_id() & !ATOMIC_TAG) as usize;
         let qpn = wc.qp_num();
-        let conn = self.by_qpn.get(&qpn).copied();
+        let conn = self.by_qpn.get(qpn);
         match conn {
             Some(k) => self.conns[k].reads = self.conns[k].reads.saturating_sub(1),
             None => {

@@ -25,6 +25,7 @@ pub mod domain;
 pub mod frame;
 mod keepalive;
 mod pull;
+mod qpn;
 mod setup;
 
 use std::mem::MaybeUninit;
@@ -67,7 +68,10 @@ const REPOST_BATCH: usize = 16;
 /// Free receive buffers a progress that finds no completion posts: in a
 /// ping-pong that turn is the wait for the reply, so the post is off the
 /// messages' path, and a batch of them shares one `ibv_post_srq_recv`.
-const IDLE_REPOST_BATCH: usize = 4;
+/// One below a connection's own repost point at the default grant (half a
+/// credit return: 8 of 64), so that in a ping-pong the idle turn still
+/// posts first, with as few calls as that allows.
+const IDLE_REPOST_BATCH: usize = 7;
 /// Tag of the `wr_id` of a send that holds a send slot (the slot is the
 /// rest); inline sends are 0; receives carry `srq::RECV_WR_TAG` (bit 63).
 const SLOT_TAG: u64 = 1 << 62;
@@ -83,6 +87,15 @@ fn errno_of(e: &Error) -> i32 {
     match e {
         Error::Os(n) => *n,
         _ => libc::EIO,
+    }
+}
+
+/// Frees receive buffer `idx` of `srq`, to be posted by the next flush (a
+/// function of the SRQ alone, so a caller may hold a connection meanwhile).
+#[inline(always)]
+fn free_buf(srq: &mut Srq, idx: u32) {
+    if let Err(e) = srq.release(idx) {
+        xfer_core::warn_limited!(error = %e, "freeing a verbs receive buffer");
     }
 }
 
@@ -126,7 +139,7 @@ pub type SharedCache = Arc<Mutex<MrCache<VerbsRegistrar>>>;
 pub struct VerbsTransport {
     conns: Slab<Conn>,
     graves: FastMap<u32, Grave>,
-    by_qpn: FastMap<u32, ConnId>,
+    by_qpn: qpn::ByQpn,
     by_id: FastMap<usize, ConnId>,
     /// Connections ended outside the engine's asking, reported by progress.
     ended: Vec<ConnId>,
@@ -151,7 +164,8 @@ pub struct VerbsTransport {
     /// Signaled sends in flight.
     signaled: u32,
     /// Completions `prepare_wait` took while closing the race with the
-    /// CQ's arming, handled by the next progress.
+    /// CQ's arming, handled by the next progress (non-empty only while
+    /// `waiting` is set).
     stash: Vec<Wc>,
     scratch: Vec<u8>,
     /// `prepare_wait` armed the CQ: the next progress looks at the descriptors.
@@ -285,7 +299,7 @@ impl VerbsTransport {
         Ok(VerbsTransport {
             conns: Slab::new(),
             graves: FastMap::default(),
-            by_qpn: FastMap::default(),
+            by_qpn: qpn::ByQpn::default(),
             by_id: FastMap::default(),
             ended: Vec::new(),
             held: Vec::new(),
@@ -438,7 +452,7 @@ impl VerbsTransport {
         self.signaled = self.signaled.saturating_sub(1);
         let slot = (wc.wr_id() & SLOT_TAG != 0).then_some((wc.wr_id() & !SLOT_TAG) as u32);
         let qpn = wc.qp_num();
-        if let Some(&k) = self.by_qpn.get(&qpn) {
+        if let Some(k) = self.by_qpn.get(qpn) {
             let c = &mut self.conns[k];
             if let Some(s) = slot {
                 if let Some(i) = c.slots.iter().position(|&x| x == s) {
@@ -483,7 +497,7 @@ impl VerbsTransport {
                 return;
             }
         };
-        let k = self.by_qpn.get(&wc.qp_num()).copied();
+        let k = self.by_qpn.get(wc.qp_num());
         let Some(k) = k.filter(|_| wc.is_ok()) else {
             if !wc.is_ok() {
                 tracing::debug!(
@@ -500,10 +514,11 @@ impl VerbsTransport {
         };
         // The peer's first frame can beat ESTABLISHED to us (checked
         // here: every frame asks).
-        if self.conns[k].opening() {
+        let mut c = &mut self.conns[k];
+        if c.opening() {
             self.up(k, events);
+            c = &mut self.conns[k];
         }
-        let c = &mut self.conns[k];
         if !c.held.is_empty() || !events.ready(k) {
             if c.held.is_empty() {
                 self.held.push(k);
@@ -513,6 +528,55 @@ impl VerbsTransport {
             return;
         }
         self.deliver(k, idx, wc.byte_len() as usize, events);
+    }
+
+    /// [`Transport::send`] of a frame too long to go inline: copied into a
+    /// registered send slot, signaled. Out of line, so that the inline
+    /// path's function keeps fewer registers.
+    #[inline(never)]
+    fn send_copied(&mut self, k: ConnId, owed: u16, header: &[u8], payload: &[u8]) -> std::result::Result<(), Refused> {
+        let c = &mut self.conns[k];
+        let Some(qp) = c.qp.as_mut() else {
+            return Err(Refused::Gone(Cause::Closed));
+        };
+        let before = qp.signaled_in_flight();
+        let Some((slot, sge)) = self
+            .pool
+            .take(|m| frame::encode(m, frame::KIND_FRAME, owed, header, payload))
+        else {
+            self.stats.send_waits += 1;
+            return Err(Refused::Full);
+        };
+        // SAFETY: the slot is registered and stays ours, unmodified,
+        // until this signaled send completes or its QP is destroyed
+        // (`on_send`, graves).
+        match unsafe { qp.send(SLOT_TAG | u64::from(slot), sge, None, true) } {
+            Ok(()) => {
+                c.slots.push_back(slot);
+                self.stats.copied_sends += 1;
+                self.signaled += qp.signaled_in_flight().saturating_sub(before);
+                c.credit.sent(owed);
+                Ok(())
+            }
+            Err(e) => {
+                self.pool.give(slot);
+                Err(self.refused(k, e))
+            }
+        }
+    }
+
+    /// What a send the QP refused with `e` tells the engine: `Again` is a
+    /// full send queue, anything else ends the connection.
+    #[cold]
+    #[inline(never)]
+    fn refused(&mut self, k: ConnId, e: Error) -> Refused {
+        if matches!(e, Error::Again) {
+            self.stats.send_waits += 1;
+            return Refused::Full;
+        }
+        let cause = Cause::Failed(errno_of(&e));
+        self.end(k, cause);
+        Refused::Gone(cause)
     }
 
     /// Posts buffer `idx` again.
@@ -531,16 +595,18 @@ impl VerbsTransport {
     /// free, or before a wait.
     #[inline(always)]
     fn deliver(&mut self, k: ConnId, idx: u32, len: usize, events: &mut dyn Events) {
+        // The connection is looked up once for the whole frame: what is
+        // used beside it (the SRQ, the lists) are other fields.
+        let c = &mut self.conns[k];
         let verdict = match self
             .srq
             .data(idx, len)
             .map_err(|_| "verbs frame longer than its buffer")
         {
             Ok(data) => frame::parse(data).and_then(|(pre, header, payload)| {
-                let c = &mut self.conns[k].credit;
-                c.returned(pre.credit)?;
+                c.credit.returned(pre.credit)?;
                 if pre.kind == frame::KIND_FRAME {
-                    c.arrived()?;
+                    c.credit.arrived()?;
                     events.event(Event::Frame {
                         conn: k,
                         header: Bytes::new(header),
@@ -554,8 +620,7 @@ impl VerbsTransport {
         };
         match verdict {
             Ok(true) => {
-                self.free_buf(idx);
-                let c = &mut self.conns[k];
+                free_buf(&mut self.srq, idx);
                 c.credit.consumed();
                 if !c.reposting {
                     c.reposting = true;
@@ -568,21 +633,13 @@ impl VerbsTransport {
             // A credit-only frame's buffer is the slack the peer's next one
             // needs: posted at once.
             Ok(false) => {
-                self.free_buf(idx);
+                free_buf(&mut self.srq, idx);
                 self.flush_reposts();
             }
             Err(why) => {
                 self.repost(idx);
                 self.end(k, Cause::Protocol(why));
             }
-        }
-    }
-
-    /// Frees buffer `idx`, to be posted by the next flush.
-    #[inline(always)]
-    fn free_buf(&mut self, idx: u32) {
-        if let Err(e) = self.srq.release(idx) {
-            xfer_core::warn_limited!(error = %e, "freeing a verbs receive buffer");
         }
     }
 
@@ -793,7 +850,7 @@ impl VerbsTransport {
         self.end_reads(k);
         self.end_atomics(k);
         if let Some(qp) = &grave.qp {
-            self.by_qpn.remove(&qp.qp_num());
+            self.by_qpn.remove(qp.qp_num());
             if let Err(e) = qp.to_error() {
                 tracing::debug!(error = %e, "moving a QP to the error state");
             }
@@ -872,48 +929,19 @@ impl Transport for VerbsTransport {
             return Err(Refused::Gone(Cause::Closed));
         };
         let owed = c.credit.owed();
+        if len > qp.max_inline() as usize {
+            return self.send_copied(k, owed, header, payload);
+        }
         let before = qp.signaled_in_flight();
-        let posted = if len <= qp.max_inline() as usize {
-            frame::encode(&mut self.scratch, frame::KIND_FRAME, owed, header, payload);
-            let r = qp.send_inline(0, &self.scratch[..len], None, false);
-            self.stats.inline_sends += u64::from(r.is_ok());
-            r
-        } else {
-            let Some((slot, sge)) = self
-                .pool
-                .take(|m| frame::encode(m, frame::KIND_FRAME, owed, header, payload))
-            else {
-                self.stats.send_waits += 1;
-                return Err(Refused::Full);
-            };
-            // SAFETY: the slot is registered and stays ours, unmodified,
-            // until this signaled send completes or its QP is destroyed
-            // (`on_send`, graves).
-            let r = unsafe { qp.send(SLOT_TAG | u64::from(slot), sge, None, true) };
-            match r {
-                Ok(()) => {
-                    c.slots.push_back(slot);
-                    self.stats.copied_sends += 1;
-                }
-                Err(_) => self.pool.give(slot),
-            }
-            r
-        };
-        match posted {
+        frame::encode(&mut self.scratch, frame::KIND_FRAME, owed, header, payload);
+        match qp.send_inline(0, &self.scratch[..len], None, false) {
             Ok(()) => {
+                self.stats.inline_sends += 1;
                 self.signaled += qp.signaled_in_flight().saturating_sub(before);
                 c.credit.sent(owed);
                 Ok(())
             }
-            Err(Error::Again) => {
-                self.stats.send_waits += 1;
-                Err(Refused::Full)
-            }
-            Err(e) => {
-                let cause = Cause::Failed(errno_of(&e));
-                self.end(k, cause);
-                Err(Refused::Gone(cause))
-            }
+            Err(e) => Err(self.refused(k, e)),
         }
     }
 
@@ -1017,9 +1045,11 @@ impl Transport for VerbsTransport {
     #[inline]
     fn progress(&mut self, events: &mut dyn Events) {
         self.turns = self.turns.wrapping_add(1);
-        // Completions `prepare_wait` took are older than any event now.
-        self.take_stash(events);
         if self.waiting || self.opening > 0 || self.turns.is_multiple_of(EPOLL_EVERY) {
+            // Completions `prepare_wait` took are older than any event now
+            // (only it stashes, and it sets `waiting`: looked at here, not
+            // on every turn).
+            self.take_stash(events);
             self.waiting = false;
             self.check_fds(events);
             // A net under the flag: every list is looked at on these turns

@@ -327,7 +327,7 @@ impl VerbsTransport {
         let qpn = wc.qp_num();
         let write = self.reads.get(key).is_some_and(|p| p.qpn == qpn && p.write);
         // The QP's READ or WRITE in flight is over, wherever the QP is now.
-        let conn = self.by_qpn.get(&qpn).copied();
+        let conn = self.by_qpn.get(qpn);
         match conn {
             Some(k) => {
                 let c = &mut self.conns[k];
