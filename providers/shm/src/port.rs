@@ -468,6 +468,25 @@ impl ShmPort {
         self.service_due = true;
     }
 
+    /// A frame to `peer` was refused as full after [`prepare_wait`]
+    /// declared this port asleep: asks for the consumer's signal now, as
+    /// `prepare_wait` does for the rings that refused a frame before it,
+    /// and makes the wait descriptor readable at once if the room appeared
+    /// before the consumer could see the request.
+    ///
+    /// [`prepare_wait`]: Self::prepare_wait
+    pub fn want_space_now(&self, peer: PeerId) {
+        let Some(seg) = self.peers.get(peer.0).and_then(|p| p.seg.as_ref()) else {
+            return;
+        };
+        seg.tx.want_space();
+        // Pairs with the consumer's fence before it reads `space_wanted`.
+        fence(Ordering::SeqCst);
+        if seg.tx.room_appeared() {
+            self.wake_self();
+        }
+    }
+
     /// Makes the wait descriptor readable (a caller about to block on it
     /// wakes at once).
     pub fn wake_self(&self) {

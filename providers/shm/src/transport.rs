@@ -127,8 +127,18 @@ impl Transport for ShmTransport {
     fn send(&mut self, conn: ConnId, header: &[u8], payload: &[u8]) -> Result<(), Refused> {
         match self.port.send(PeerId(conn), header, payload) {
             Ok(()) => Ok(()),
+            Err(SendError::Full) => {
+                // Refused after `prepare_wait` armed the port (no progress
+                // since, so the next `prepare_wait` returns at once): ask
+                // for the consumer's signal now, as arming would have, or
+                // a caller that sleeps next waits for room no one reports.
+                if self.armed {
+                    self.port.want_space_now(PeerId(conn));
+                }
+                Err(Refused::Full)
+            }
             // An accepted peer's handshake completes within a poll or two.
-            Err(SendError::Full | SendError::NotReady) => Err(Refused::Full),
+            Err(SendError::NotReady) => Err(Refused::Full),
             Err(SendError::NoPeer) => Err(Refused::Gone(Cause::Closed)),
             Err(SendError::TooLarge) => Err(Refused::Gone(Cause::Protocol("frame over the ring's largest"))),
             Err(SendError::Broken) => Err(Refused::Gone(Cause::Protocol("corrupt shared-memory ring entry"))),
@@ -220,5 +230,83 @@ impl Transport for ShmTransport {
             self.port.wake_self();
         }
         self.armed
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use super::*;
+
+    /// Counts what a transport reports.
+    #[derive(Default)]
+    struct Seen {
+        up: usize,
+        frames: usize,
+    }
+
+    impl Events for Seen {
+        fn event(&mut self, ev: RdmEvent<'_>) {
+            match ev {
+                RdmEvent::Up { .. } => self.up += 1,
+                RdmEvent::Frame { .. } => self.frames += 1,
+                _ => {}
+            }
+        }
+    }
+
+    /// Whether `fd` turns readable within `ms` milliseconds.
+    fn readable(fd: RawFd, ms: i32) -> bool {
+        let mut p = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd for the call's duration.
+        unsafe { libc::poll(&mut p, 1, ms) == 1 }
+    }
+
+    /// A frame refused as full after `prepare_wait` armed the port (a send
+    /// posted between the caller's readiness check and its sleep) still gets
+    /// the consumer's signal once the consumer frees room: the producer's
+    /// wait descriptor turns readable. Without it the producer slept until
+    /// some other event (the async layer's 50 ms tick: 1 MiB tonic calls
+    /// over shm took 50 ms each).
+    #[test]
+    fn a_frame_refused_after_arming_is_woken_when_room_appears() {
+        let cfg = ShmConfig {
+            ring_bytes: 4096,
+            ..ShmConfig::default()
+        };
+        let mut a = ShmTransport::open(&cfg).expect("open a");
+        let mut b = ShmTransport::open(&cfg).expect("open b");
+        let conn = a.connect(b.address()).expect("connect");
+        let (mut sa, mut sb) = (Seen::default(), Seen::default());
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while sa.up == 0 || sb.up == 0 {
+            assert!(Instant::now() < deadline, "no connection");
+            a.progress(&mut sa);
+            b.progress(&mut sb);
+        }
+        // Nothing left to report: the port arms, and its descriptor is quiet.
+        while !a.prepare_wait() {
+            assert!(Instant::now() < deadline, "a never got ready to sleep");
+            a.progress(&mut sa);
+        }
+        assert!(!readable(a.wait_fd(), 0), "armed with its descriptor readable");
+        let mut sent = 0;
+        while a.send(conn, b"h", &[7; 200]).is_ok() {
+            sent += 1;
+            assert!(sent < 100, "a 4 KiB ring took {sent} entries of 4 lines");
+        }
+        while sb.frames < sent {
+            assert!(Instant::now() < deadline, "b took {} of {sent}", sb.frames);
+            b.progress(&mut sb);
+        }
+        assert!(
+            readable(a.wait_fd(), 10_000),
+            "room appeared and the producer was not woken"
+        );
     }
 }
