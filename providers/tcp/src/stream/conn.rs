@@ -103,9 +103,8 @@ impl Conn {
         self.out.len() - self.sent
     }
 
-    /// Queues one frame, its payload `parts` one after another.
-    pub fn push_frame(&mut self, header: &[u8], parts: &[IoSlice<'_>]) {
-        let len = parts.iter().map(|p| p.len()).sum();
+    /// Queues one frame, its payload (`len` bytes) `parts` one after another.
+    pub fn push_frame(&mut self, header: &[u8], parts: &[IoSlice<'_>], len: usize) {
         self.out.extend_from_slice(&prefix(header, len));
         self.out.extend_from_slice(header);
         for p in parts {
@@ -113,11 +112,11 @@ impl Conn {
         }
     }
 
-    /// Writes one frame from the caller's bytes (its payload `parts`, at
-    /// most [`PARTS_MAX`], one after another), nothing being queued before
-    /// it; what the socket does not take is queued. True when some is left.
-    pub fn write_frame(&mut self, header: &[u8], parts: &[IoSlice<'_>]) -> Result<bool> {
-        let len: usize = parts.iter().map(|p| p.len()).sum();
+    /// Writes one frame from the caller's bytes (its payload, `len` bytes,
+    /// `parts` one after another, at most [`PARTS_MAX`] of them), nothing
+    /// being queued before it; what the socket does not take is queued.
+    /// True when some is left.
+    pub fn write_frame(&mut self, header: &[u8], parts: &[IoSlice<'_>], len: usize) -> Result<bool> {
         let pre = prefix(header, len);
         let mut iov = [IoSlice::new(&[]); 2 + PARTS_MAX];
         iov[0] = IoSlice::new(&pre);

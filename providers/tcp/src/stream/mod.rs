@@ -333,13 +333,13 @@ impl TcpTransport {
         if self.corked || c.phase != Phase::Up || c.queued() > 0 {
             // Corked, behind queued bytes, or before the greeting went:
             // written by a flush (the cork's, or when the socket has room).
-            c.push_frame(header, parts);
+            c.push_frame(header, parts, len);
             if self.corked && !std::mem::replace(&mut c.corked, true) {
                 self.to_flush.push(conn);
             }
             return Ok(());
         }
-        match c.write_frame(header, parts) {
+        match c.write_frame(header, parts, len) {
             Ok(false) => {}
             Ok(true) => self.write_out(conn),
             Err(e) => self.end(conn, Cause::Failed(errno_of(&e))),
