@@ -517,6 +517,13 @@ impl<R, U> Matcher<R, U> {
         if q.nodes.is_empty() {
             return None;
         }
+        // The receive posted first of all, when it accepts, is the answer
+        // without a search: the common case of receives consumed in the
+        // order they were posted.
+        let first = q.all.head as usize;
+        if accepts(&q.nodes[first]) {
+            return Some(first);
+        }
         let by_tag = || q.bucket(tag).len + q.wild.len;
         let by_peer = || if src.is_unspec() { 0 } else { q.peer_len(src) } + q.any.len;
         // Two complete candidate sets; the shorter is searched.
