@@ -502,32 +502,65 @@ fn xfer_perf_between_two_processes() {
 /// the server checks the element counts every operation.
 #[test]
 fn xfer_perf_atomics_between_two_processes() {
-    let deadline = Instant::now() + DEADLINE;
     for provider in ["shm", "tcp"] {
         let opts = ["--json", "--test", "atomic_lat,atomic_rate", "--iters", "300"];
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_xfer-perf"));
-        cmd.args(opts).arg("server").env("XFER_PROVIDER", provider);
-        let mut server = Proc::spawn("xfer-perf server", cmd);
-        let first = server.line(deadline);
-        let name = first
-            .strip_prefix("xfer-perf server: ")
-            .unwrap_or_else(|| panic!("unexpected first server line {first:?}"))
-            .to_string();
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_xfer-perf"));
-        cmd.args(opts).args(["client", &name]).env("XFER_PROVIDER", provider);
-        let (status, lines, err) = Proc::spawn("xfer-perf client", cmd).finish(deadline);
-        assert!(status.success(), "{provider}: {status}\n{}\n{err}", lines.join("\n"));
-        let (status, _, err) = server.finish(deadline);
-        assert!(status.success(), "{provider} server: {status}\n{err}");
+        let lines = xfer_perf_pair(provider, &opts);
         for (test, figure) in [("atomic_lat", "p50_us"), ("atomic_rate", "msg_rate")] {
-            let key = format!("\"test\":\"{test}\",\"size\":8,");
-            let line = lines.iter().find(|l| l.contains(&key)).unwrap_or_else(|| {
-                panic!("{provider}: no {test} result in:\n{}", lines.join("\n"));
-            });
+            let line = result_line(&lines, provider, test, 8);
             assert!(json_number(line, figure) > 0.0, "{line}");
             assert_eq!(json_number(line, "iters"), 300.0, "{line}");
         }
     }
+}
+
+/// `tag_rate_inject` (sends by `tinject`, no send completions) between two
+/// processes over shm and tcp: every message reaches the server (it
+/// acknowledges only the last, after counting them); a size over the
+/// endpoint's inject size is refused with a clear error.
+#[test]
+fn xfer_perf_rate_by_inject_between_two_processes() {
+    for provider in ["shm", "tcp"] {
+        let opts = ["--json", "--test", "tag_rate_inject", "--sizes", "1,64", "--iters", "20000"];
+        let lines = xfer_perf_pair(provider, &opts);
+        for size in [1, 64] {
+            let line = result_line(&lines, provider, "tag_rate_inject", size);
+            assert!(json_number(line, "msg_rate") > 0.0, "{line}");
+            assert_eq!(json_number(line, "iters"), 20000.0, "{line}");
+        }
+    }
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_xfer-perf"));
+    cmd.args(["--test", "tag_rate_inject", "--sizes", "1M", "--iters", "10"]);
+    let (status, _, err) = Proc::spawn("xfer-perf tag_rate_inject 1M", cmd).finish(Instant::now() + DEADLINE);
+    assert!(!status.success() && err.contains("inject_size"), "{status}: {err}");
+}
+
+/// Runs an xfer-perf server and client with `opts` over `provider`; the
+/// client's output lines, both having exited 0.
+fn xfer_perf_pair(provider: &str, opts: &[&str]) -> Vec<String> {
+    let deadline = Instant::now() + DEADLINE;
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_xfer-perf"));
+    cmd.args(opts).arg("server").env("XFER_PROVIDER", provider);
+    let mut server = Proc::spawn("xfer-perf server", cmd);
+    let first = server.line(deadline);
+    let name = first
+        .strip_prefix("xfer-perf server: ")
+        .unwrap_or_else(|| panic!("unexpected first server line {first:?}"))
+        .to_string();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_xfer-perf"));
+    cmd.args(opts).args(["client", &name]).env("XFER_PROVIDER", provider);
+    let (status, lines, err) = Proc::spawn("xfer-perf client", cmd).finish(deadline);
+    assert!(status.success(), "{provider}: {status}\n{}\n{err}", lines.join("\n"));
+    let (status, _, err) = server.finish(deadline);
+    assert!(status.success(), "{provider} server: {status}\n{err}");
+    lines
+}
+
+/// The JSON result line of `test` at `size`.
+fn result_line<'a>(lines: &'a [String], provider: &str, test: &str, size: usize) -> &'a str {
+    let key = format!("\"test\":\"{test}\",\"size\":{size},");
+    lines.iter().find(|l| l.contains(&key)).unwrap_or_else(|| {
+        panic!("{provider}: no {test} {size} result in:\n{}", lines.join("\n"));
+    })
 }
 
 /// `--buffers per-op` (an owned buffer per operation) and the default shared

@@ -43,6 +43,26 @@ impl Driver {
         }
     }
 
+    /// One poll without waiting (progress for a sender whose operation was
+    /// refused): true if it took the completion `ack`; any other completion
+    /// is an error.
+    pub fn poll_acked(&mut self, ack: u64) -> Result<bool> {
+        if self.next == self.filled {
+            self.next = 0;
+            self.filled = self.cq.poll(&mut self.out).map_err(|e| format!("polling: {e}"))?;
+        }
+        if self.next == self.filled {
+            return Ok(false);
+        }
+        let c = &self.out[self.next];
+        self.next += 1;
+        match (&c.result, c.context) {
+            (Ok(()), ctx) if ctx == ack => Ok(true),
+            (Ok(()), ctx) => Err(format!("unexpected completion {ctx}")),
+            (Err(e), ctx) => Err(format!("operation {ctx} failed: {e}")),
+        }
+    }
+
     #[inline(always)]
     fn fill(&mut self, what: &str) -> Result<()> {
         let start = Instant::now();

@@ -99,7 +99,7 @@ fn serve(side: &mut Side, announce: impl FnOnce(String)) -> Result<()> {
             let s = lat::Server::prepare(ep, peer, &p)?;
             say(ep, d, peer, "ready")?;
             s.run(ep, d, peer, &p)?;
-        } else if p.test == Test::TagRate {
+        } else if matches!(p.test, Test::TagRate | Test::TagRateInject) {
             let s = rate::Server::prepare(ep, peer, &p)?;
             say(ep, d, peer, "ready")?;
             s.run(ep, d, peer, &p)?;
@@ -149,7 +149,7 @@ fn drive(side: &mut Side, server: &[u8], opts: &Options) -> Result<()> {
             }
         } else {
             let secs = match p.test {
-                Test::TagRate => rate::client(ep, d, peer, &p, prog)?,
+                Test::TagRate | Test::TagRateInject => rate::client(ep, d, peer, &p, prog)?,
                 _ => bw::client(ep, d, peer, &p, prog)?,
             };
             prog.clear();

@@ -15,6 +15,9 @@ pub enum Test {
     TagBw,
     /// Tagged message rate with a bound on sends in flight (`ucx_perftest -O`).
     TagRate,
+    /// The same by `tinject`: no send completions, as `ucx_perftest`'s short
+    /// sends, which complete in place.
+    TagRateInject,
     /// Untagged ping-pong.
     MsgLat,
     /// Untagged streaming.
@@ -37,10 +40,11 @@ pub enum Test {
 }
 
 impl Test {
-    pub const ALL: [Test; 12] = [
+    pub const ALL: [Test; 13] = [
         Test::TagLat,
         Test::TagBw,
         Test::TagRate,
+        Test::TagRateInject,
         Test::MsgLat,
         Test::MsgBw,
         Test::PutLat,
@@ -57,6 +61,7 @@ impl Test {
             Test::TagLat => "tag_lat",
             Test::TagBw => "tag_bw",
             Test::TagRate => "tag_rate",
+            Test::TagRateInject => "tag_rate_inject",
             Test::MsgLat => "msg_lat",
             Test::MsgBw => "msg_bw",
             Test::PutLat => "put_lat",
@@ -77,7 +82,7 @@ impl Test {
     }
 
     pub fn tagged(self) -> bool {
-        matches!(self, Test::TagLat | Test::TagBw | Test::TagRate)
+        matches!(self, Test::TagLat | Test::TagBw | Test::TagRate | Test::TagRateInject)
     }
 
     pub fn is_latency(self) -> bool {
@@ -186,12 +191,14 @@ pub const USAGE: &str = "usage: xfer-perf [options] [local | server | client NAM
   client NAME    run against the server whose name (hex) is NAME
 
 options:
-  --test LIST    tag_lat,tag_bw,tag_rate,msg_lat,msg_bw,put_lat,get_lat,put_bw,get_bw,
-                 atomic_lat,atomic_rate,atomic_rate_dc (default tag_lat,tag_bw); get_lat is one
+  --test LIST    tag_lat,tag_bw,tag_rate,tag_rate_inject,msg_lat,msg_bw,put_lat,get_lat,put_bw,
+                 get_bw,atomic_lat,atomic_rate,atomic_rate_dc (default tag_lat,tag_bw); get_lat is one
                  read's round trip (as ib_read_lat), atomic_lat one 64-bit
                  fetch-and-add's (as ucp_fadd), the other latencies half a round
                  trip; tag_rate keeps --window sends in flight and --window receives
                  posted, acknowledging only the last message (ucx_perftest -O);
+                 tag_rate_inject sends the same by tinject (sizes up to the inject
+                 size): no send completions, as ucx_perftest's short sends;
                  atomic_rate keeps --window 64-bit adds in flight (as ucp_add: each
                  completes when sent, a fetch at the end waits for them all);
                  atomic_rate_dc the same adds, each completed by the target's answer

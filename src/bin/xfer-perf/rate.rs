@@ -8,24 +8,37 @@
 
 use std::time::Instant;
 
-use xfer::{Endpoint, PeerAddr};
+use xfer::{Endpoint, Error, PeerAddr};
 
 use crate::control::{ACK, ACK_TAG, DATA_TAG, RECV, SEND};
 use crate::driver::{self, pattern, Driver, Result};
-use crate::plan::Phase;
+use crate::plan::{Phase, Test};
 use crate::pool::Pool;
 use crate::progress::Progress;
 
 /// The sending side: returns the seconds from the first measured send to
-/// the server's word that every message arrived.
+/// the server's word that every message arrived. `tag_rate_inject` sends
+/// by `tinject`, retried while the transport's flow control refuses it
+/// (`Again`, polling in between), with nothing in flight to count.
 pub fn client(ep: &Endpoint, d: &mut Driver, peer: PeerAddr, p: &Phase, prog: &mut Progress) -> Result<f64> {
     let mut pool = Pool::new(p.buffers, p.window, pattern(p.size));
+    let inject = (p.test == Test::TagRateInject).then(|| pattern(p.size));
     driver::recv(ep, true, peer, ACK_TAG, Vec::new(), ACK)?;
     let total = p.warmup + p.iters;
     let (mut in_flight, mut acked, mut start) = (0usize, false, None);
     for i in 0..total {
         if i == p.warmup {
             start = Some(Instant::now());
+        }
+        if let Some(payload) = &inject {
+            while let Err(e) = ep.tinject(peer, DATA_TAG, payload) {
+                match e {
+                    Error::Again => acked |= d.poll_acked(ACK)?,
+                    e => return Err(format!("tinject of {} B: {e}", p.size)),
+                }
+            }
+            prog.tick(i + 1);
+            continue;
         }
         while in_flight >= p.window {
             collect(d, &mut pool, &mut in_flight, &mut acked)?;
