@@ -520,7 +520,15 @@ fn xfer_perf_atomics_between_two_processes() {
 #[test]
 fn xfer_perf_rate_by_inject_between_two_processes() {
     for provider in ["shm", "tcp"] {
-        let opts = ["--json", "--test", "tag_rate_inject", "--sizes", "1,64", "--iters", "20000"];
+        let opts = [
+            "--json",
+            "--test",
+            "tag_rate_inject",
+            "--sizes",
+            "1,64",
+            "--iters",
+            "20000",
+        ];
         let lines = xfer_perf_pair(provider, &opts);
         for size in [1, 64] {
             let line = result_line(&lines, provider, "tag_rate_inject", size);

@@ -15,7 +15,7 @@
 use libfuzzer_sys::arbitrary::{Arbitrary, Unstructured};
 use libfuzzer_sys::fuzz_target;
 use xfer_shm::entry::stamp;
-use xfer_shm::fuzzing::{Owned, TestRing};
+use xfer_shm::fuzzing::{Owned, TestRing, SECRET};
 use xfer_shm::ring::Refused;
 
 fuzz_target!(|data: &[u8]| {
@@ -46,7 +46,7 @@ fuzz_target!(|data: &[u8]| {
             } else {
                 lap + (ring_bytes + o) as u64
             };
-            *word = stamp(pos);
+            *word = stamp(pos, SECRET);
         }
     }
     let (frames, _err) = ring.drain(start, usize::MAX);

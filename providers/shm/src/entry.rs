@@ -5,7 +5,8 @@
 //! only grows; the offset in the ring is `p % ring_bytes`):
 //!
 //! ```text
-//! word 0  stamp: p | 1, stored last with release; anything else = not yet written
+//! word 0  stamp: (p | 1) ^ s, stored last with release; anything else = not
+//!         yet written (s: the segment's secret, its top bit set)
 //! word 1  bits 0-7 kind (1 frame, 2 pad), 8-15 header length, 16-31 zero,
 //!         32-63 payload length
 //! then    header bytes, payload bytes, padding to the next 64 B line
@@ -13,10 +14,13 @@
 //!
 //! A pad entry fills the rest of the ring when a frame would not fit before
 //! its end, so every frame is contiguous. The stamp names the position, so
-//! a stale entry from an earlier lap never passes for a new one, and the
-//! producer zeroes the stamp word of the line after each entry before it
-//! publishes the entry, so payload bytes left from an earlier lap never do
-//! either.
+//! a stale entry from an earlier lap never passes for a new one. Payload
+//! bytes left from an earlier lap at the line where the next entry starts
+//! pass for it only if they equal its stamp: the secret is random per
+//! segment, unknown to the programs whose bytes the frames carry, so that
+//! is one chance in 2^63 a line (the producer clears nothing ahead of
+//! itself, which cost a second cache-line transfer a message). A stamp is
+//! never 0, a fresh ring's bytes.
 //!
 //! The decoder gets the two words as copied out of shared memory once
 //! (the peer may change them at any time) and checks every length against
@@ -34,9 +38,15 @@ pub const KIND_FRAME: u8 = 1;
 /// Entry kind: padding to the end of the ring.
 pub const KIND_PAD: u8 = 2;
 
-/// The stamp of an entry at position `pos`.
-pub const fn stamp(pos: u64) -> u64 {
-    pos | 1
+/// The stamp of an entry at position `pos` in a segment with `secret`.
+pub const fn stamp(pos: u64, secret: u64) -> u64 {
+    (pos | 1) ^ secret
+}
+
+/// Whether `secret` can be a segment's: its top bit set, so no position
+/// (they stay below 2^63) gives a stamp of 0.
+pub const fn valid_secret(secret: u64) -> bool {
+    secret >> 63 == 1
 }
 
 /// Word 1 of an entry.
@@ -125,8 +135,14 @@ impl std::fmt::Display for Corrupt {
 /// of shared memory: `Ok(None)` when it is not written yet. Never panics;
 /// whatever it accepts lies within the ring (`offset + size <= ring_bytes`)
 /// and within the ring's entry limit.
-pub fn decode(stamp_word: u64, word1: u64, pos: u64, ring_bytes: usize) -> Result<Option<Decoded>, Corrupt> {
-    if stamp_word != stamp(pos) {
+pub fn decode(
+    stamp_word: u64,
+    word1: u64,
+    pos: u64,
+    secret: u64,
+    ring_bytes: usize,
+) -> Result<Option<Decoded>, Corrupt> {
+    if stamp_word != stamp(pos, secret) {
         return Ok(None);
     }
     // ring_bytes is a power of two (checked when the segment was mapped).
@@ -174,11 +190,12 @@ mod tests {
     use super::*;
 
     const R: usize = 4096;
+    const S: u64 = 0x8bad_f00d_5eed_0001;
 
     #[test]
     fn frame_round_trip() {
         let w = word1(KIND_FRAME, 24, 8);
-        let d = decode(stamp(128), w, 128, R).unwrap();
+        let d = decode(stamp(128, S), w, 128, S, R).unwrap();
         assert_eq!(
             d,
             Some(Decoded::Frame {
@@ -192,38 +209,42 @@ mod tests {
     #[test]
     fn unwritten_and_stale_stamps_are_empty() {
         let w = word1(KIND_FRAME, 0, 0);
-        assert_eq!(decode(0, w, 0, R), Ok(None));
+        assert_eq!(decode(0, w, 0, S, R), Ok(None));
+        assert!(valid_secret(S) && !valid_secret(1));
         // The same offset one lap earlier.
-        assert_eq!(decode(stamp(64), w, 64 + R as u64, R), Ok(None));
+        assert_eq!(decode(stamp(64, S), w, 64 + R as u64, S, R), Ok(None));
     }
 
     #[test]
     fn hostile_lengths_are_refused() {
-        let s = stamp(R as u64 - 64);
+        let s = stamp(R as u64 - 64, S);
         let pos = R as u64 - 64;
         assert_eq!(
-            decode(s, word1(KIND_FRAME, 0, u32::MAX), pos, R),
+            decode(s, word1(KIND_FRAME, 0, u32::MAX), pos, S, R),
             Err(Corrupt::TooLarge(entry_bytes(0, u32::MAX as usize)))
         );
         assert_eq!(
-            decode(s, word1(KIND_FRAME, 65, 0), pos, R),
+            decode(s, word1(KIND_FRAME, 65, 0), pos, S, R),
             Err(Corrupt::HeaderTooLong(65))
         );
         assert_eq!(
-            decode(s, word1(KIND_FRAME, 0, 64), pos, R),
+            decode(s, word1(KIND_FRAME, 0, 64), pos, S, R),
             Err(Corrupt::PastEnd {
                 offset: R - 64,
                 size: 128
             })
         );
-        assert_eq!(decode(s, word1(9, 0, 0), pos, R), Err(Corrupt::Kind(9)));
+        assert_eq!(decode(s, word1(9, 0, 0), pos, S, R), Err(Corrupt::Kind(9)));
         assert_eq!(
-            decode(s, word1(KIND_FRAME, 0, 0) | 1 << 20, pos, R),
+            decode(s, word1(KIND_FRAME, 0, 0) | 1 << 20, pos, S, R),
             Err(Corrupt::Reserved(0x10))
         );
-        assert_eq!(decode(stamp(0), word1(KIND_PAD, 0, 0), 0, R), Err(Corrupt::BadPad));
         assert_eq!(
-            decode(s, word1(KIND_PAD, 0, 0), pos, R),
+            decode(stamp(0, S), word1(KIND_PAD, 0, 0), 0, S, R),
+            Err(Corrupt::BadPad)
+        );
+        assert_eq!(
+            decode(s, word1(KIND_PAD, 0, 0), pos, S, R),
             Ok(Some(Decoded::Pad { size: 64 }))
         );
     }

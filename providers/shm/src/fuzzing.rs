@@ -9,6 +9,9 @@ use crate::region::Access;
 use crate::ring::{Consumer, Producer, Refused};
 use crate::rma::{Path, Rma, Serve, Stats, Transfer};
 
+/// The stamp secret of every [`TestRing`] (a segment's is random).
+pub const SECRET: u64 = 0xc0ff_ee00_5eed_0001 | 1 << 63;
+
 /// A frame as owned bytes: header, payload.
 pub type Owned = (Vec<u8>, Vec<u8>);
 
@@ -51,7 +54,14 @@ impl TestRing {
         let ring_bytes = self.ring_bytes();
         // SAFETY: `data` and `ctl` are live, 8-byte aligned buffers of the
         // sizes given, exclusively borrowed for the consumer's whole life.
-        let mut c = unsafe { Consumer::new(self.data.as_mut_ptr().cast(), self.ctl.as_mut_ptr().cast(), ring_bytes) };
+        let mut c = unsafe {
+            Consumer::new(
+                self.data.as_mut_ptr().cast(),
+                self.ctl.as_mut_ptr().cast(),
+                ring_bytes,
+                SECRET,
+            )
+        };
         c.set_head(start & !(LINE as u64 - 1));
         let mut out = Vec::new();
         while out.len() < max {
@@ -77,7 +87,14 @@ impl TestRing {
         let start = start & !(LINE as u64 - 1);
         self.ctl[CTL_HEAD / 8] = start;
         // SAFETY: as in `drain`, for the one producer.
-        let mut p = unsafe { Producer::new(self.data.as_mut_ptr().cast(), self.ctl.as_mut_ptr().cast(), ring_bytes) };
+        let mut p = unsafe {
+            Producer::new(
+                self.data.as_mut_ptr().cast(),
+                self.ctl.as_mut_ptr().cast(),
+                ring_bytes,
+                SECRET,
+            )
+        };
         p.set_tail(start);
         for (i, (h, pl)) in frames.iter().enumerate() {
             if let Err(e) = p.send(h, pl) {
@@ -159,7 +176,14 @@ pub fn rma_frames(frames: &[Owned]) -> Stats {
         }
         let ring_bytes = ring.ring_bytes();
         // SAFETY: as in `drain`.
-        let mut c = unsafe { Consumer::new(ring.data.as_mut_ptr().cast(), ring.ctl.as_mut_ptr().cast(), ring_bytes) };
+        let mut c = unsafe {
+            Consumer::new(
+                ring.data.as_mut_ptr().cast(),
+                ring.ctl.as_mut_ptr().cast(),
+                ring_bytes,
+                SECRET,
+            )
+        };
         c.set_head(pos);
         let mut sink = Serve {
             rma: &mut rma,

@@ -1,7 +1,8 @@
 //! Where things are in a segment (docs/SHM.md "Segment layout").
 //!
 //! ```text
-//! 0      header page: magic, version, ring size (read once, when mapped)
+//! 0      header page: magic, version, ring size, stamp secret (read once,
+//!        when mapped)
 //! 1024   fence of the connector as an RMA target (epoch; busy 64 B on), 128 B
 //! 1152   fence of the acceptor as an RMA target, 128 B
 //! 4096   ring 0 consumer block, 256 B: head and space-wanted flag on one
@@ -27,7 +28,9 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"XFERSHM\0");
 /// the consumer writes nothing into the lines it read (1 had the consumer
 /// clear them, so a version-2 consumer would misread a version-1 producer).
 /// 3: the sleeping flag moved off the head's line.
-pub const VERSION: u32 = 3;
+/// 4: stamps are mixed with the segment's secret and the producer clears
+/// nothing past its entries.
+pub const VERSION: u32 = 4;
 
 /// Offset of the header's magic (u64), version (u32), ring size (u32).
 pub const HDR_MAGIC: usize = 0;
@@ -35,6 +38,8 @@ pub const HDR_MAGIC: usize = 0;
 pub const HDR_VERSION: usize = 8;
 /// Offset of the ring size.
 pub const HDR_RING_BYTES: usize = 12;
+/// Offset of the secret (u64, top bit set) both rings' stamps are mixed with.
+pub const HDR_SECRET: usize = 16;
 
 /// Offset of the RMA fences (fence.rs): one per side as a target.
 pub const FENCE: usize = 1024;

@@ -3,10 +3,10 @@
 //!
 //! Who touches what:
 //! - the producer writes entries and reads the consumer's `head` only when
-//!   its cached copy says the ring is full;
-//! - the producer zeroes the stamp word of the line after each entry before
-//!   it publishes the entry, so the line the consumer polls next holds 0 or
-//!   the next entry's stamp, never bytes of an earlier lap;
+//!   its cached copy says the ring is full; it writes nothing past its
+//!   entries (a stamp mixed with the segment's secret tells an entry from
+//!   an earlier lap's bytes, entry.rs), so the line the consumer polls next
+//!   moves between the CPUs once, when the entry is written;
 //! - the consumer polls the stamp word of the entry at its head (the line
 //!   the entry itself is on: a small frame costs one cache-line transfer)
 //!   and publishes `head` with release once it is done with the entry; it
@@ -54,12 +54,14 @@ unsafe fn word<'a>(base: *mut u8, off: usize) -> &'a AtomicU64 {
     unsafe { AtomicU64::from_ptr(base.add(off).cast()) }
 }
 
-/// A ring's geometry: its data, its consumer block, its size.
+/// A ring's geometry: its data, its consumer block, its size, and the
+/// secret its stamps are mixed with.
 #[derive(Debug, Clone, Copy)]
 struct Place {
     data: *mut u8,
     ctl: *mut u8,
     ring_bytes: usize,
+    secret: u64,
 }
 
 impl Place {
@@ -89,6 +91,10 @@ impl Place {
 
     fn offset(&self, pos: u64) -> usize {
         (pos as usize) & (self.ring_bytes - 1)
+    }
+
+    fn stamp(&self, pos: u64) -> u64 {
+        entry::stamp(pos, self.secret)
     }
 }
 
@@ -122,15 +128,22 @@ pub enum Refused {
 
 impl Producer {
     /// The producer of the ring with data at `data` and consumer block at
-    /// `ctl`, starting at position 0.
+    /// `ctl`, starting at position 0, stamping with `secret`
+    /// ([`entry::valid_secret`]).
     ///
     /// # Safety
     /// `data` (64-byte aligned, `ring_bytes`, a power of two, long) and
     /// `ctl` (`CONTROL_STRIDE` bytes, 8-byte aligned) must stay valid while the producer
     /// lives, and no one else produces into this ring.
-    pub unsafe fn new(data: *mut u8, ctl: *mut u8, ring_bytes: usize) -> Producer {
+    pub unsafe fn new(data: *mut u8, ctl: *mut u8, ring_bytes: usize, secret: u64) -> Producer {
+        debug_assert!(entry::valid_secret(secret));
         Producer {
-            at: Place { data, ctl, ring_bytes },
+            at: Place {
+                data,
+                ctl,
+                ring_bytes,
+                secret,
+            },
             tail: 0,
             head_cache: 0,
             blocked: 0,
@@ -194,18 +207,16 @@ impl Producer {
             // Pad to the lap's end first (it fits once the consumer caught
             // up; pad and frame together might never fit).
             let pad = self.at.ring_bytes - offset;
-            if !self.room(pad + LINE)? {
-                self.blocked = pad + LINE;
+            if !self.room(pad)? {
+                self.blocked = pad;
                 return Err(Refused::Full);
             }
             self.write_word1(offset, entry::word1(KIND_PAD, 0, 0));
-            self.clear_next(pad);
-            self.at.line(offset).store(entry::stamp(self.tail), Ordering::Release);
+            self.at.line(offset).store(self.at.stamp(self.tail), Ordering::Release);
             self.tail += pad as u64;
         }
-        // One line beyond the entry: the one `clear_next` writes.
-        if !self.room(size + LINE)? {
-            self.blocked = size + LINE;
+        if !self.room(size)? {
+            self.blocked = size;
             return Err(Refused::Full);
         }
         self.blocked = 0;
@@ -223,8 +234,7 @@ impl Producer {
             copy_bytes(header.as_ptr(), dst, header.len());
             copy_bytes(payload.as_ptr(), dst.add(header.len()), payload.len());
         }
-        self.clear_next(size);
-        self.at.line(offset).store(entry::stamp(self.tail), Ordering::Release);
+        self.at.line(offset).store(self.at.stamp(self.tail), Ordering::Release);
         self.tail += size as u64;
         // Pairs with the consumer's fence after it sets `sleeping`: either
         // it sees this stamp, or this load sees its flag (docs/SHM.md).
@@ -252,19 +262,8 @@ impl Producer {
     pub fn send_raw(&mut self, w1: u64) {
         let offset = self.at.offset(self.tail);
         self.write_word1(offset, w1);
-        self.at.line(offset).store(entry::stamp(self.tail), Ordering::Release);
+        self.at.line(offset).store(self.at.stamp(self.tail), Ordering::Release);
         fence(Ordering::SeqCst);
-    }
-
-    /// Zeroes the stamp word of the line `size` bytes past the tail, where
-    /// the next entry will start, before the entry at the tail is published
-    /// (its release store orders this one first): the consumer, once it has
-    /// that entry, finds 0 there until the next entry's stamp, never an
-    /// earlier lap's byte that happens to equal the stamp it waits for. The
-    /// caller made sure the consumer released that line (`room`).
-    fn clear_next(&self, size: usize) {
-        let next = self.at.offset(self.tail + size as u64);
-        self.at.line(next).store(0, Ordering::Relaxed);
     }
 
     fn write_word1(&self, offset: usize, w: u64) {
@@ -285,14 +284,19 @@ unsafe impl Send for Consumer {}
 
 impl Consumer {
     /// The consumer of the ring with data at `data` and consumer block at
-    /// `ctl`, starting at position 0.
+    /// `ctl`, starting at position 0, reading stamps mixed with `secret`.
     ///
     /// # Safety
     /// As [`Producer::new`], for the one consumer of the ring. The memory
     /// may hold anything: the consumer checks every entry.
-    pub unsafe fn new(data: *mut u8, ctl: *mut u8, ring_bytes: usize) -> Consumer {
+    pub unsafe fn new(data: *mut u8, ctl: *mut u8, ring_bytes: usize, secret: u64) -> Consumer {
         Consumer {
-            at: Place { data, ctl, ring_bytes },
+            at: Place {
+                data,
+                ctl,
+                ring_bytes,
+                secret,
+            },
             head: 0,
         }
     }
@@ -307,7 +311,7 @@ impl Consumer {
     #[inline]
     pub fn ready(&self) -> bool {
         let offset = self.at.offset(self.head);
-        self.at.line(offset).load(Ordering::Acquire) == entry::stamp(self.head)
+        self.at.line(offset).load(Ordering::Acquire) == self.at.stamp(self.head)
     }
 
     /// Hands the frame at the head, if any, to `f`, then releases it.
@@ -318,7 +322,7 @@ impl Consumer {
             let stamp = self.at.line(offset).load(Ordering::Acquire);
             // SAFETY: word 1 of the line at the head, inside the ring.
             let w1 = unsafe { word(self.at.data, offset + 8) }.load(Ordering::Relaxed);
-            match entry::decode(stamp, w1, self.head, self.at.ring_bytes)? {
+            match entry::decode(stamp, w1, self.head, self.at.secret, self.at.ring_bytes)? {
                 None => return Ok(None),
                 Some(Decoded::Pad { size }) => self.release(size),
                 Some(Decoded::Frame {
@@ -345,8 +349,7 @@ impl Consumer {
     }
 
     /// Publishes the new head past the entry: the producer may reuse its
-    /// lines. Nothing is written into them; the producer clears the stamp
-    /// word of each entry's successor itself (`Producer::clear_next`).
+    /// lines. Nothing is written into them.
     fn release(&mut self, size: usize) {
         self.head += size as u64;
         self.at.head().store(self.head, Ordering::Release);
@@ -373,6 +376,8 @@ impl Consumer {
 mod tests {
     use super::*;
     use crate::layout::CONTROL_STRIDE;
+
+    const SECRET: u64 = 0x9e37_79b9_7f4a_7c15;
 
     /// 4 KiB of ring data and a consumer block, line aligned.
     #[repr(C, align(64))]
@@ -401,36 +406,43 @@ mod tests {
         (m, data, ctl)
     }
 
-    /// An earlier lap's payload that holds exactly the stamp a later entry
-    /// will have, at the line where that entry will start, is never taken
-    /// for it: the producer cleared that line before it published the entry
-    /// the consumer read last (nothing the consumer writes does it now).
+    /// An earlier lap's payload that holds, at the line where a later entry
+    /// will start, what that entry's position looks like to a program (the
+    /// position with its low bit set, as format 3 stamped it) or 0 is never
+    /// taken for the entry: the stamp is mixed with the segment's secret,
+    /// and the producer clears nothing ahead of itself.
     #[test]
     fn an_earlier_laps_payload_never_passes_for_an_entry() {
-        let (_m, data, ctl) = memory();
-        // SAFETY: `_m` is boxed, line aligned and outlives both ends; one
-        // producer and one consumer.
-        let (mut p, mut c) = unsafe { (Producer::new(data, ctl, 4096), Consumer::new(data, ctl, 4096)) };
-        // Lap 2's entry at position 4096 + 192 will have this stamp; lap 1's
-        // first frame holds it at the same line.
-        let later = entry::stamp(4096 + 192);
-        let sizes = [256usize, 1024, 1024, 1024, 768, 192];
-        for (i, &size) in sizes.iter().enumerate() {
-            let body = if i == 0 {
-                payload(size, 192, later)
-            } else {
-                payload(size, 64, 0)
+        for stale in [(4096 + 192) | 1, 0] {
+            let (_m, data, ctl) = memory();
+            // SAFETY: `_m` is boxed, line aligned and outlives both ends; one
+            // producer and one consumer.
+            let (mut p, mut c) = unsafe {
+                (
+                    Producer::new(data, ctl, 4096, SECRET),
+                    Consumer::new(data, ctl, 4096, SECRET),
+                )
             };
-            assert_eq!(p.send(&[0; 8], &body), Ok(false), "frame {i}");
-            let got = c.consume(|f| f.payload.len()).expect("sound");
-            assert_eq!(got, Some(body.len()), "frame {i}");
+            // Lap 2's entry at position 4096 + 192 starts on the line where
+            // lap 1's first frame holds `stale`.
+            let sizes = [256usize, 1024, 1024, 1024, 768, 192];
+            for (i, &size) in sizes.iter().enumerate() {
+                let body = if i == 0 {
+                    payload(size, 192, stale)
+                } else {
+                    payload(size, 64, 0)
+                };
+                assert_eq!(p.send(&[0; 8], &body), Ok(false), "frame {i}");
+                let got = c.consume(|f| f.payload.len()).expect("sound");
+                assert_eq!(got, Some(body.len()), "frame {i}");
+            }
+            assert_eq!(p.tail(), 4096 + 192);
+            assert!(!c.ready(), "{stale:#x} taken for an entry");
+            assert!(matches!(c.consume(|_| ()), Ok(None)));
+            // The real entry there is read once written.
+            p.send(b"next", &[1, 2, 3]).expect("room");
+            assert_eq!(c.consume(|f| f.header.to_vec()).expect("sound"), Some(b"next".to_vec()));
         }
-        assert_eq!(p.tail(), 4096 + 192);
-        assert!(!c.ready(), "a stale stamp taken for an entry");
-        assert!(matches!(c.consume(|_| ()), Ok(None)));
-        // The real entry there is read once written.
-        p.send(b"next", &[1, 2, 3]).expect("room");
-        assert_eq!(c.consume(|f| f.header.to_vec()).expect("sound"), Some(b"next".to_vec()));
     }
 
     /// Frames with headers and payloads of every small length (the two-word
@@ -439,7 +451,12 @@ mod tests {
     fn frames_of_every_small_length_arrive_whole() {
         let (_m, data, ctl) = memory();
         // SAFETY: as above.
-        let (mut p, mut c) = unsafe { (Producer::new(data, ctl, 4096), Consumer::new(data, ctl, 4096)) };
+        let (mut p, mut c) = unsafe {
+            (
+                Producer::new(data, ctl, 4096, SECRET),
+                Consumer::new(data, ctl, 4096, SECRET),
+            )
+        };
         let src: Vec<u8> = (1..=64).collect();
         for hlen in [0usize, 8, 16, 24, 56] {
             for plen in 0..=40 {
@@ -458,16 +475,28 @@ mod tests {
         }
     }
 
-    /// The producer keeps one line clear past its last entry: a ring takes
-    /// entries up to its size less a line, and refuses more as `Full`.
+    /// With nothing cleared ahead of the producer, a ring takes entries up
+    /// to its whole size, refuses more as `Full`, and takes one again once
+    /// the consumer released one.
     #[test]
-    fn the_ring_holds_its_size_less_a_line() {
+    fn the_ring_holds_its_whole_size() {
         let (_m, data, ctl) = memory();
         // SAFETY: as above.
-        let mut p = unsafe { Producer::new(data, ctl, 4096) };
-        for i in 0..63 {
+        let (mut p, mut c) = unsafe {
+            (
+                Producer::new(data, ctl, 4096, SECRET),
+                Consumer::new(data, ctl, 4096, SECRET),
+            )
+        };
+        for i in 0..64 {
             assert_eq!(p.send(&[], &[i as u8]), Ok(false), "line {i}");
         }
         assert_eq!(p.send(&[], &[0]), Err(Refused::Full));
+        assert_eq!(c.consume(|f| f.payload.to_vec()).expect("sound"), Some(vec![0]));
+        assert_eq!(p.send(&[], &[64]), Ok(false));
+        for i in 1..=64 {
+            assert_eq!(c.consume(|f| f.payload.to_vec()).expect("sound"), Some(vec![i as u8]));
+        }
+        assert!(!c.ready());
     }
 }

@@ -7,6 +7,7 @@ use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
+use crate::entry;
 use crate::fence::{Fence, Fences, Registration};
 use crate::layout::{self, MAGIC, VERSION};
 use crate::ring::{Consumer, Producer};
@@ -22,7 +23,8 @@ pub enum Refusal {
     NotSealed,
     /// Its size does not match the ring size.
     Size(u64),
-    /// The header's magic or version is not this code's.
+    /// The header's magic or version is not this code's, or its stamp
+    /// secret is not one.
     Header,
     /// A system call failed.
     Os(io::Error),
@@ -68,14 +70,18 @@ impl Segment {
         let fd = sys::memfd(len)?;
         sys::add_seals(&fd, sys::SIZE_SEALS)?;
         let map = Mapping::new(&fd, len)?;
+        // Not a key that guards anything (a peer sees it), only a value a
+        // program's bytes do not hold by chance: the cheap random source.
+        let secret = sys::random_u64() | 1 << 63;
         // SAFETY: the header words are aligned, inside the fresh mapping.
         unsafe {
             AtomicU64::from_ptr(map.ptr().add(layout::HDR_MAGIC).cast()).store(MAGIC, Ordering::Relaxed);
             AtomicU32::from_ptr(map.ptr().add(layout::HDR_VERSION).cast()).store(VERSION, Ordering::Relaxed);
             AtomicU32::from_ptr(map.ptr().add(layout::HDR_RING_BYTES).cast())
                 .store(ring_bytes as u32, Ordering::Relaxed);
+            AtomicU64::from_ptr(map.ptr().add(layout::HDR_SECRET).cast()).store(secret, Ordering::Relaxed);
         }
-        Ok((Segment::rings(map, ring_bytes, true), fd))
+        Ok((Segment::rings(map, ring_bytes, true, secret), fd))
     }
 
     /// Checks and maps a segment the connecting peer sent (the accepting
@@ -97,20 +103,21 @@ impl Segment {
         }
         let map = Mapping::new(fd, len).map_err(Refusal::Os)?;
         // SAFETY: aligned header words inside the mapping just made.
-        let (magic, version, rb) = unsafe {
+        let (magic, version, rb, secret) = unsafe {
             (
                 AtomicU64::from_ptr(map.ptr().add(layout::HDR_MAGIC).cast()).load(Ordering::Relaxed),
                 AtomicU32::from_ptr(map.ptr().add(layout::HDR_VERSION).cast()).load(Ordering::Relaxed),
                 AtomicU32::from_ptr(map.ptr().add(layout::HDR_RING_BYTES).cast()).load(Ordering::Relaxed),
+                AtomicU64::from_ptr(map.ptr().add(layout::HDR_SECRET).cast()).load(Ordering::Relaxed),
             )
         };
-        if magic != MAGIC || version != VERSION || rb as usize != ring_bytes {
+        if magic != MAGIC || version != VERSION || rb as usize != ring_bytes || !entry::valid_secret(secret) {
             return Err(Refusal::Header);
         }
-        Ok(Segment::rings(map, ring_bytes, false))
+        Ok(Segment::rings(map, ring_bytes, false, secret))
     }
 
-    fn rings(map: Mapping, ring_bytes: usize, connector: bool) -> Segment {
+    fn rings(map: Mapping, ring_bytes: usize, connector: bool, secret: u64) -> Segment {
         debug_assert_eq!(map.len(), layout::segment_bytes(ring_bytes));
         let tx = layout::tx_ring(connector);
         let rx = layout::tx_ring(!connector);
@@ -127,11 +134,13 @@ impl Segment {
                     base.add(layout::data(tx, ring_bytes)),
                     base.add(layout::control(tx)),
                     ring_bytes,
+                    secret,
                 ),
                 rx: Consumer::new(
                     base.add(layout::data(rx, ring_bytes)),
                     base.add(layout::control(rx)),
                     ring_bytes,
+                    secret,
                 ),
                 ring_bytes,
                 own: Fence::at(base, tx),

@@ -135,8 +135,8 @@ fn back_pressure() {
     let peer = accept_one(&mut port, &mut seen);
     until(&mut port, &mut seen, "ready", |s| !s.frames.is_empty());
     seen.frames.clear();
-    // 16 + 4 + 100 bytes: two lines an entry; the ring holds 4096 bytes
-    // less the line kept clear past the last entry, so 31 of them.
+    // 16 + 4 + 100 bytes: two lines an entry; the ring holds its 4096
+    // bytes, so 32 of them.
     let mut sent = 0u32;
     loop {
         match port.send(peer, &sent.to_le_bytes(), &payload(sent, 100)) {
@@ -144,9 +144,9 @@ fn back_pressure() {
             Err(SendError::Full) => break,
             Err(e) => panic!("send: {e}"),
         }
-        assert!(sent <= 31, "ring took more than its size");
+        assert!(sent <= 32, "ring took more than its size");
     }
-    assert_eq!(sent, 31);
+    assert_eq!(sent, 32);
     // Let the child drain; stream the rest through the full ring.
     child.stdin.as_mut().expect("stdin").write_all(b"g").expect("go");
     const TOTAL: u32 = 20000;
@@ -325,20 +325,21 @@ mod raw {
     }
 
     /// A memfd of `len` bytes; sealed against resizing if `sealed`, with
-    /// a valid segment header for rings of `ring` bytes.
+    /// a valid segment header for rings of `ring` bytes (and a stamp secret).
     pub fn memfd(len: usize, sealed: bool, ring: u32) -> OwnedFd {
         // SAFETY: plain calls on a descriptor owned at once; pwrite reads
-        // the 16 header bytes from a local array.
+        // the 24 header bytes from a local array.
         unsafe {
             let fd = libc::memfd_create(c"raw".as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING);
             assert!(fd >= 0);
             let fd = OwnedFd::from_raw_fd(fd);
             assert_eq!(libc::ftruncate(fd.as_raw_fd(), len as libc::off_t), 0);
-            let mut h = [0u8; 16];
+            let mut h = [0u8; 24];
             h[0..8].copy_from_slice(b"XFERSHM\0");
             h[8..12].copy_from_slice(&xfer_shm::layout::VERSION.to_le_bytes());
             h[12..16].copy_from_slice(&ring.to_le_bytes());
-            assert_eq!(libc::pwrite(fd.as_raw_fd(), h.as_ptr().cast(), 16, 0), 16);
+            h[16..24].copy_from_slice(&(1u64 << 63 | 0x5eed).to_le_bytes());
+            assert_eq!(libc::pwrite(fd.as_raw_fd(), h.as_ptr().cast(), 24, 0), 24);
             if sealed {
                 let seals = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
                 assert_eq!(libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, seals), 0);
@@ -582,7 +583,7 @@ fn child(role: &str, addr: &[u8]) {
                         return;
                     }
                     assert_eq!(h, next.to_le_bytes(), "out of order");
-                    let want = if next < 31 { 100 } else { (next as usize * 13) % 900 };
+                    let want = if next < 32 { 100 } else { (next as usize * 13) % 900 };
                     assert!(p == payload(next, want), "frame {next} differs");
                     next += 1;
                 }
