@@ -18,16 +18,27 @@
 //! It prints the polls that found nothing, so a count polluted by waiting
 //! shows as such (docs/PERFORMANCE.md, "Software cost of the small-message path").
 //!
+//! With a third argument `fadd` it counts one 64-bit fetch-and-add round
+//! trip instead ([`measured_fadd`]): `a` fetches-and-adds 1 on an 8-byte
+//! region of `b`'s, and each must fetch the count so far. Over verbs in the
+//! `device` atomic mode (`XFER_ATOMIC_MODE=device`, or `auto` on rxe) that is
+//! one `IBV_WR_ATOMIC_FETCH_AND_ADD` once the region is granted (during the
+//! warm-up), its completion, and the engine's report of it:
+//! `--toggle-collect='path_cost::measured*'` counts the same way.
+//!
 //! Then it polls one side `ITERS` times with nothing arriving ([`idle`]):
 //! `--toggle-collect='path_cost::idle*'` counts what a busy-polling loop
 //! spends per turn around its `recv` that finds nothing, the time a message
 //! arriving waits for on average (half a turn).
 
-use xfer::{Completion, CompletionQueue, CqAttr, Endpoint, EndpointAttr, PeerAddr};
+use xfer::{
+    Access, AtomicKind, Completion, CompletionQueue, CqAttr, Datatype, Endpoint, EndpointAttr, PeerAddr, RemoteKey,
+};
 
 const TAG: u64 = 7;
 const SEND: u64 = 1;
 const RECV: u64 = 2;
+const FADD: u64 = 3;
 
 struct Side {
     ep: Endpoint,
@@ -106,6 +117,68 @@ fn round_trips(a: &mut Side, b: &mut Side, iters: u64, out: &mut [Completion]) -
     Ok(empty)
 }
 
+/// `iters` fetch-and-adds from `a` on `b`'s word, counted; returns the empty polls.
+#[inline(never)]
+fn measured_fadd(
+    a: &mut Side,
+    b: &mut Side,
+    word: &RemoteKey,
+    from: u64,
+    iters: u64,
+    out: &mut [Completion],
+) -> Result<u64, String> {
+    fadds(a, b, word, from, iters, out)
+}
+
+/// The same loop as [`measured_fadd`], outside the count: connection set-up,
+/// the region's grant and warm-up.
+#[inline(never)]
+fn warm_up_fadd(
+    a: &mut Side,
+    b: &mut Side,
+    word: &RemoteKey,
+    iters: u64,
+    out: &mut [Completion],
+) -> Result<u64, String> {
+    fadds(a, b, word, 0, iters, out)
+}
+
+/// One fetch-and-add at a time from `a`, polling `b` whenever `a` finds
+/// nothing; the `i`-th fetches `from + i`.
+#[inline(always)]
+fn fadds(
+    a: &mut Side,
+    b: &mut Side,
+    word: &RemoteKey,
+    from: u64,
+    iters: u64,
+    out: &mut [Completion],
+) -> Result<u64, String> {
+    let mut empty = 0;
+    for i in from..from + iters {
+        a.ep.fetch_atomic(a.peer, AtomicKind::Sum, Datatype::U64, 1, word, 0, FADD)
+            .map_err(|e| e.to_string())?;
+        loop {
+            let n = a.cq.poll(out).map_err(|e| e.to_string())?;
+            if n == 0 {
+                empty += 1;
+                drain(b, out)?;
+                continue;
+            }
+            let c = &out[0];
+            c.result.clone().map_err(|e| format!("fetch-and-add {i} failed: {e}"))?;
+            if n != 1 || c.context != FADD || c.data != i {
+                return Err(format!(
+                    "fetch-and-add {i}: completion {} fetched {}",
+                    c.context, c.data
+                ));
+            }
+            break;
+        }
+    }
+    Ok(empty)
+}
+
 /// Polls `cq` `n` times while nothing arrives; every poll must find nothing.
 #[inline(never)]
 fn idle(cq: &CompletionQueue, out: &mut [Completion], n: u64) -> Result<(), String> {
@@ -121,6 +194,11 @@ fn run() -> Result<(), String> {
     let mut args = std::env::args().skip(1);
     let iters: u64 = args.next().map_or(Ok(100_000), |v| v.parse()).map_err(|_| "ITERS")?;
     let size: usize = args.next().map_or(Ok(64), |v| v.parse()).map_err(|_| "SIZE")?;
+    let fadd = match args.next().as_deref() {
+        None => false,
+        Some("fadd") => true,
+        Some(other) => return Err(format!("unknown mode {other:?} (fadd)")),
+    };
     let domain = xfer::open_default().map_err(|e| e.to_string())?;
     let mut attr = EndpointAttr::from_env();
     if xfer::TcpAttr::from_env().addr.is_none() {
@@ -145,6 +223,22 @@ fn run() -> Result<(), String> {
     };
     let (mut a, mut b) = (side(ea, ca, pa), side(eb, cb, pb));
     let mut out: Vec<Completion> = (0..16).map(|_| Completion::default()).collect();
+    if fadd {
+        let region = domain
+            .register(vec![0; 8], Access::REMOTE_READ | Access::REMOTE_WRITE)
+            .map_err(|r| r.error.to_string())?;
+        let word = RemoteKey::unpack(&region.pack_rkey()).map_err(|e| e.to_string())?;
+        warm_up_fadd(&mut a, &mut b, &word, 1000, &mut out)?;
+        let empty = measured_fadd(&mut a, &mut b, &word, 1000, iters, &mut out)?;
+        idle(&a.cq, &mut out, iters)?;
+        println!(
+            "path_cost: {iters} fetch-and-adds over {} (atomic mode {:?}), {empty} empty polls ({:.3} per round trip); then {iters} idle polls",
+            domain.provider(),
+            domain.atomic_caps().mode,
+            empty as f64 / iters as f64
+        );
+        return Ok(());
+    }
     recv(&mut b)?;
     // Connect and warm up outside the measured function.
     warm_up(&mut a, &mut b, 1000, &mut out)?;
