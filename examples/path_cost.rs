@@ -2,7 +2,7 @@
 //! a tagged ping-pong between two endpoints of one process, driven by one
 //! thread. Loopback TCP delivers within the sending call, so almost every
 //! poll finds its message and an instruction count (callgrind) of
-//! [`measured`] divided by the iterations is the software cost of one
+//! [`measured`] (its loop) divided by the iterations is the software cost of one
 //! round trip: two sends, two receives, their completions.
 //!
 //! ```text
@@ -19,7 +19,7 @@
 //! shows as such (docs/PERFORMANCE.md, "Software cost of the small-message path").
 //!
 //! With a third argument `fadd` it counts one 64-bit fetch-and-add round
-//! trip instead ([`measured_fadd`]): `a` fetches-and-adds 1 on an 8-byte
+//! trip instead ([`fadds`]): `a` fetches-and-adds 1 on an 8-byte
 //! region of `b`'s, and each must fetch the count so far. Over verbs in the
 //! `device` atomic mode (`XFER_ATOMIC_MODE=device`, or `auto` on rxe) that is
 //! one `IBV_WR_ATOMIC_FETCH_AND_ADD` once the region is granted (during the
@@ -88,19 +88,21 @@ fn recv(s: &mut Side) -> Result<(), String> {
     s.ep.trecv(s.peer, TAG, 0, b, RECV).map_err(|r| r.error.to_string())
 }
 
-/// `iters` round trips from `a` to `b` and back, counted; returns the empty polls.
+/// Runs the loop `run`, counted: `--toggle-collect='path_cost::measured*'`
+/// counts it and everything it calls.
 #[inline(never)]
-fn measured(a: &mut Side, b: &mut Side, iters: u64, out: &mut [Completion]) -> Result<u64, String> {
-    round_trips(a, b, iters, out)
+fn measured<T>(run: impl FnOnce() -> T) -> T {
+    run()
 }
 
-/// The same loop as [`measured`], outside it: connection set-up and warm-up
+/// Runs the loop `run` outside [`measured`]: connection set-up and warm-up
 /// stay out of the count.
 #[inline(never)]
-fn warm_up(a: &mut Side, b: &mut Side, iters: u64, out: &mut [Completion]) -> Result<u64, String> {
-    round_trips(a, b, iters, out)
+fn warm_up<T>(run: impl FnOnce() -> T) -> T {
+    run()
 }
 
+/// `iters` round trips from `a` to `b` and back; returns the empty polls.
 #[inline(always)]
 fn round_trips(a: &mut Side, b: &mut Side, iters: u64, out: &mut [Completion]) -> Result<u64, String> {
     let mut empty = 0;
@@ -117,34 +119,9 @@ fn round_trips(a: &mut Side, b: &mut Side, iters: u64, out: &mut [Completion]) -
     Ok(empty)
 }
 
-/// `iters` fetch-and-adds from `a` on `b`'s word, counted; returns the empty polls.
-#[inline(never)]
-fn measured_fadd(
-    a: &mut Side,
-    b: &mut Side,
-    word: &RemoteKey,
-    from: u64,
-    iters: u64,
-    out: &mut [Completion],
-) -> Result<u64, String> {
-    fadds(a, b, word, from, iters, out)
-}
-
-/// The same loop as [`measured_fadd`], outside the count: connection set-up,
-/// the region's grant and warm-up.
-#[inline(never)]
-fn warm_up_fadd(
-    a: &mut Side,
-    b: &mut Side,
-    word: &RemoteKey,
-    iters: u64,
-    out: &mut [Completion],
-) -> Result<u64, String> {
-    fadds(a, b, word, 0, iters, out)
-}
-
-/// One fetch-and-add at a time from `a`, polling `b` whenever `a` finds
-/// nothing; the `i`-th fetches `from + i`.
+/// One fetch-and-add at a time from `a` on `b`'s word, polling `b`
+/// whenever `a` finds nothing; the `i`-th fetches `from + i`. Returns the
+/// empty polls.
 #[inline(always)]
 fn fadds(
     a: &mut Side,
@@ -228,8 +205,8 @@ fn run() -> Result<(), String> {
             .register(vec![0; 8], Access::REMOTE_READ | Access::REMOTE_WRITE)
             .map_err(|r| r.error.to_string())?;
         let word = RemoteKey::unpack(&region.pack_rkey()).map_err(|e| e.to_string())?;
-        warm_up_fadd(&mut a, &mut b, &word, 1000, &mut out)?;
-        let empty = measured_fadd(&mut a, &mut b, &word, 1000, iters, &mut out)?;
+        warm_up(|| fadds(&mut a, &mut b, &word, 0, 1000, &mut out))?;
+        let empty = measured(|| fadds(&mut a, &mut b, &word, 1000, iters, &mut out))?;
         idle(&a.cq, &mut out, iters)?;
         println!(
             "path_cost: {iters} fetch-and-adds over {} (atomic mode {:?}), {empty} empty polls ({:.3} per round trip); then {iters} idle polls",
@@ -241,8 +218,8 @@ fn run() -> Result<(), String> {
     }
     recv(&mut b)?;
     // Connect and warm up outside the measured function.
-    warm_up(&mut a, &mut b, 1000, &mut out)?;
-    let empty = measured(&mut a, &mut b, iters, &mut out)?;
+    warm_up(|| round_trips(&mut a, &mut b, 1000, &mut out))?;
+    let empty = measured(|| round_trips(&mut a, &mut b, iters, &mut out))?;
     // b has the next iteration's receive posted and its connection hot: it
     // now polls for a message that does not come.
     idle(&b.cq, &mut out, iters)?;
