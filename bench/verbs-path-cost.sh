@@ -9,6 +9,9 @@
 #   cargo build --release --example path_cost
 #   tests/vm/run-guest.sh bench/verbs-path-cost.sh [ITERS] [SIZE] PATH_COST...
 #
+# XFER_PATH_COST_MODE=fadd counts one fetch-and-add round trip instead (path_cost's
+# third argument; device atomics unless XFER_ATOMIC_MODE=cpu is set too).
+#
 # Runs INSIDE the guest (rxe0, set up by tests/vm/guest-init.sh); callgrind files are
 # left in $XFER_VM_RESULTS (keep them with XFER_VM_RESULTS=DIR on the host).
 set -uo pipefail
@@ -31,7 +34,7 @@ for bin in "$@"; do
         f=$OUT/cg.$n.$what.out
         echo "=== $bin ($what, $ITERS x $SIZE B)"
         if ! timeout -k 5 900 valgrind --tool=callgrind --toggle-collect="path_cost::$what*" \
-            --callgrind-out-file="$f" "$bin" "$ITERS" "$SIZE" 2>&1 | grep -E '^path_cost|Collected|rror'; then
+            --callgrind-out-file="$f" "$bin" "$ITERS" "$SIZE" ${XFER_PATH_COST_MODE:-} 2>&1 | grep -E '^path_cost|Collected|rror'; then
             status=1
         fi
         python3 "$here/callgrind-objects.py" "$f" "$ITERS" || status=1

@@ -2,7 +2,7 @@
 //! a tagged ping-pong between two endpoints of one process, driven by one
 //! thread. Loopback TCP delivers within the sending call, so almost every
 //! poll finds its message and an instruction count (callgrind) of
-//! [`measured`] divided by the iterations is the software cost of one
+//! [`measured`] (its loop) divided by the iterations is the software cost of one
 //! round trip: two sends, two receives, their completions.
 //!
 //! ```text
@@ -18,16 +18,27 @@
 //! It prints the polls that found nothing, so a count polluted by waiting
 //! shows as such (docs/PERFORMANCE.md, "Software cost of the small-message path").
 //!
+//! With a third argument `fadd` it counts one 64-bit fetch-and-add round
+//! trip instead ([`fadds`]): `a` fetches-and-adds 1 on an 8-byte
+//! region of `b`'s, and each must fetch the count so far. Over verbs in the
+//! `device` atomic mode (`XFER_ATOMIC_MODE=device`, or `auto` on rxe) that is
+//! one `IBV_WR_ATOMIC_FETCH_AND_ADD` once the region is granted (during the
+//! warm-up), its completion, and the engine's report of it:
+//! `--toggle-collect='path_cost::measured*'` counts the same way.
+//!
 //! Then it polls one side `ITERS` times with nothing arriving ([`idle`]):
 //! `--toggle-collect='path_cost::idle*'` counts what a busy-polling loop
 //! spends per turn around its `recv` that finds nothing, the time a message
 //! arriving waits for on average (half a turn).
 
-use xfer::{Completion, CompletionQueue, CqAttr, Endpoint, EndpointAttr, PeerAddr};
+use xfer::{
+    Access, AtomicKind, Completion, CompletionQueue, CqAttr, Datatype, Endpoint, EndpointAttr, PeerAddr, RemoteKey,
+};
 
 const TAG: u64 = 7;
 const SEND: u64 = 1;
 const RECV: u64 = 2;
+const FADD: u64 = 3;
 
 struct Side {
     ep: Endpoint,
@@ -77,19 +88,21 @@ fn recv(s: &mut Side) -> Result<(), String> {
     s.ep.trecv(s.peer, TAG, 0, b, RECV).map_err(|r| r.error.to_string())
 }
 
-/// `iters` round trips from `a` to `b` and back, counted; returns the empty polls.
+/// Runs the loop `run`, counted: `--toggle-collect='path_cost::measured*'`
+/// counts it and everything it calls.
 #[inline(never)]
-fn measured(a: &mut Side, b: &mut Side, iters: u64, out: &mut [Completion]) -> Result<u64, String> {
-    round_trips(a, b, iters, out)
+fn measured<T>(run: impl FnOnce() -> T) -> T {
+    run()
 }
 
-/// The same loop as [`measured`], outside it: connection set-up and warm-up
+/// Runs the loop `run` outside [`measured`]: connection set-up and warm-up
 /// stay out of the count.
 #[inline(never)]
-fn warm_up(a: &mut Side, b: &mut Side, iters: u64, out: &mut [Completion]) -> Result<u64, String> {
-    round_trips(a, b, iters, out)
+fn warm_up<T>(run: impl FnOnce() -> T) -> T {
+    run()
 }
 
+/// `iters` round trips from `a` to `b` and back; returns the empty polls.
 #[inline(always)]
 fn round_trips(a: &mut Side, b: &mut Side, iters: u64, out: &mut [Completion]) -> Result<u64, String> {
     let mut empty = 0;
@@ -102,6 +115,43 @@ fn round_trips(a: &mut Side, b: &mut Side, iters: u64, out: &mut [Completion]) -
         empty += reap(a, b, out, true, true)?;
         // b's send completed when it was written; take it back.
         empty += reap(b, a, out, true, false)?;
+    }
+    Ok(empty)
+}
+
+/// One fetch-and-add at a time from `a` on `b`'s word, polling `b`
+/// whenever `a` finds nothing; the `i`-th fetches `from + i`. Returns the
+/// empty polls.
+#[inline(always)]
+fn fadds(
+    a: &mut Side,
+    b: &mut Side,
+    word: &RemoteKey,
+    from: u64,
+    iters: u64,
+    out: &mut [Completion],
+) -> Result<u64, String> {
+    let mut empty = 0;
+    for i in from..from + iters {
+        a.ep.fetch_atomic(a.peer, AtomicKind::Sum, Datatype::U64, 1, word, 0, FADD)
+            .map_err(|e| e.to_string())?;
+        loop {
+            let n = a.cq.poll(out).map_err(|e| e.to_string())?;
+            if n == 0 {
+                empty += 1;
+                drain(b, out)?;
+                continue;
+            }
+            let c = &out[0];
+            c.result.clone().map_err(|e| format!("fetch-and-add {i} failed: {e}"))?;
+            if n != 1 || c.context != FADD || c.data != i {
+                return Err(format!(
+                    "fetch-and-add {i}: completion {} fetched {}",
+                    c.context, c.data
+                ));
+            }
+            break;
+        }
     }
     Ok(empty)
 }
@@ -121,6 +171,11 @@ fn run() -> Result<(), String> {
     let mut args = std::env::args().skip(1);
     let iters: u64 = args.next().map_or(Ok(100_000), |v| v.parse()).map_err(|_| "ITERS")?;
     let size: usize = args.next().map_or(Ok(64), |v| v.parse()).map_err(|_| "SIZE")?;
+    let fadd = match args.next().as_deref() {
+        None => false,
+        Some("fadd") => true,
+        Some(other) => return Err(format!("unknown mode {other:?} (fadd)")),
+    };
     let domain = xfer::open_default().map_err(|e| e.to_string())?;
     let mut attr = EndpointAttr::from_env();
     if xfer::TcpAttr::from_env().addr.is_none() {
@@ -145,10 +200,26 @@ fn run() -> Result<(), String> {
     };
     let (mut a, mut b) = (side(ea, ca, pa), side(eb, cb, pb));
     let mut out: Vec<Completion> = (0..16).map(|_| Completion::default()).collect();
+    if fadd {
+        let region = domain
+            .register(vec![0; 8], Access::REMOTE_READ | Access::REMOTE_WRITE)
+            .map_err(|r| r.error.to_string())?;
+        let word = RemoteKey::unpack(&region.pack_rkey()).map_err(|e| e.to_string())?;
+        warm_up(|| fadds(&mut a, &mut b, &word, 0, 1000, &mut out))?;
+        let empty = measured(|| fadds(&mut a, &mut b, &word, 1000, iters, &mut out))?;
+        idle(&a.cq, &mut out, iters)?;
+        println!(
+            "path_cost: {iters} fetch-and-adds over {} (atomic mode {:?}), {empty} empty polls ({:.3} per round trip); then {iters} idle polls",
+            domain.provider(),
+            domain.atomic_caps().mode,
+            empty as f64 / iters as f64
+        );
+        return Ok(());
+    }
     recv(&mut b)?;
     // Connect and warm up outside the measured function.
-    warm_up(&mut a, &mut b, 1000, &mut out)?;
-    let empty = measured(&mut a, &mut b, iters, &mut out)?;
+    warm_up(|| round_trips(&mut a, &mut b, 1000, &mut out))?;
+    let empty = measured(|| round_trips(&mut a, &mut b, iters, &mut out))?;
     // b has the next iteration's receive posted and its connection hot: it
     // now polls for a message that does not come.
     idle(&b.cq, &mut out, iters)?;

@@ -2366,6 +2366,14 @@ fn device_atomics_go_by_the_device_once_granted_and_bad_ones_touch_nothing() {
     assert_eq!(expect(&mut [&mut a, &mut b], 0, 9).data, 0);
     assert_eq!(word_at(&mr, 8), ((-3i32) as u32 as u64) << 32);
     assert_eq!(counter(&a, "atomics_device"), 3, "the guess held: one compare-and-swap");
+    // The old values came from the device's write of the result slot: no
+    // completion asked the kernel for the QP's state (a system call each).
+    let queries =
+        a.ep.counters()
+            .unwrap()
+            .into_iter()
+            .find(|(k, _)| *k == "qp_state_queries");
+    assert_eq!(queries, Some(("qp_state_queries", 0)), "device atomics queried the QP");
     connection_still_works(&mut a, &mut b, 10);
 }
 

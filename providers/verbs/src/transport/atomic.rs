@@ -10,8 +10,15 @@
 //! READs, and one that finds it full (or the send queue, or the CQ) waits
 //! in order for room. Its completion carries [`ATOMIC_TAG`] and the
 //! operation's key in its `wr_id`; as with READs, a connection that ends
-//! keeps its QP in a grave until its atomics are flushed, and one is taken
-//! as done only while its QP is not in error.
+//! keeps its QP in a grave until its atomics are flushed.
+//!
+//! rxe reports requests a QP in the error state never executed as
+//! successful, so a successful completion alone does not prove the word was
+//! fetched. Each slot holds [`UNWRITTEN`] when its atomic is posted: a slot
+//! that holds anything else on a successful completion was written by the
+//! device, which it does only with the target's answer, and is the old value;
+//! only a slot still holding the mark costs an `ibv_query_qp` (a system call),
+//! and is taken as fetched only while the QP is not in error.
 
 use std::collections::VecDeque;
 
@@ -33,6 +40,11 @@ pub const ATOMIC_TAG: u64 = 1 << 60;
 
 /// Result slots registered together.
 const CHUNK: usize = 256;
+
+/// What a result slot holds until the device writes the fetched word: an
+/// arbitrary value, unlikely as a word's old value (one that is costs its
+/// completion a query of the QP's state, nothing more).
+const UNWRITTEN: u64 = 0x9e37_79b9_7f4a_7c15;
 
 /// One device atomic.
 struct Op {
@@ -103,9 +115,12 @@ impl VerbsTransport {
         Ok(base)
     }
 
-    /// The local scatter entry of result slot `s`.
-    fn slot_sge(&self, s: usize) -> Sge {
-        let (words, mr) = &self.atomics.chunks[s / CHUNK];
+    /// The local scatter entry of result slot `s`, marked [`UNWRITTEN`].
+    fn slot_sge(&mut self, s: usize) -> Sge {
+        let (words, mr) = &mut self.atomics.chunks[s / CHUNK];
+        // The device has no write to this slot pending: its last atomic
+        // completed (or its QP was destroyed) before the slot was freed.
+        words[s % CHUNK] = UNWRITTEN;
         Sge {
             addr: words.as_ptr() as u64 + (s % CHUNK) as u64 * 8,
             length: 8,
@@ -162,8 +177,8 @@ impl VerbsTransport {
         let Some(o) = self.atomics.ops.get(key) else {
             return true;
         };
-        let sge = self.slot_sge(o.slot);
-        let (remote, op, conn) = (o.remote, o.op, o.conn);
+        let (remote, op, conn, slot) = (o.remote, o.op, o.conn, o.slot);
+        let sge = self.slot_sge(slot);
         let Some(c) = self.conns.get_mut(conn).filter(|c| c.state == State::Ready) else {
             self.atomic_over(key, Err(gone(libc::ECONNRESET)));
             return true;
@@ -240,17 +255,19 @@ impl VerbsTransport {
             xfer_core::warn_limited!(key, "verbs: an atomic completion of no atomic");
             return;
         }
+        let s = self.atomics.ops[key].slot;
+        let (words, _) = &self.atomics.chunks[s / CHUNK];
+        // SAFETY: the slot is the transport's and in bounds; the device
+        // writes it before the completion, so the read is volatile: the
+        // compiler did not see that write.
+        let word = unsafe { std::ptr::read_volatile(words.as_ptr().add(s % CHUNK)) };
         let result = if !wc.is_ok() {
             Err(atomic_error(wc))
-        } else if conn
-            .and_then(|k| self.conns[k].qp.as_ref())
-            .is_some_and(|qp| !qp.in_error())
-        {
-            let s = self.atomics.ops[key].slot;
-            let (words, _) = &self.atomics.chunks[s / CHUNK];
-            // SAFETY: the device wrote the slot before this completion; the
-            // read is volatile as the compiler did not see that write.
-            Ok(unsafe { std::ptr::read_volatile(words.as_ptr().add(s % CHUNK)) })
+        } else if word != UNWRITTEN {
+            Ok(word)
+        } else if self.qp_live(conn) {
+            // The old value was the mark itself.
+            Ok(word)
         } else {
             // rxe reports flushed requests as successful.
             Err(gone(libc::ECONNRESET))
@@ -290,7 +307,8 @@ impl VerbsTransport {
 
     /// Reports the atomics that are over.
     pub(super) fn report_atomics(&mut self, events: &mut dyn Events) {
-        for (token, result) in std::mem::take(&mut self.atomics.done) {
+        // Drained, not taken: the list keeps its memory for the next ones.
+        for (token, result) in self.atomics.done.drain(..) {
             events.event(Event::Fetched { token, result });
         }
     }

@@ -128,6 +128,9 @@ struct Stats {
     /// Device atomics posted, and those that failed.
     device_atomics: u64,
     device_atomics_failed: u64,
+    /// `ibv_query_qp` calls made to tell a successful completion from
+    /// rxe's flush reported as success (a system call each).
+    qp_state_queries: u64,
 }
 
 /// The domain's registration cache, which rendezvous buffers are
@@ -375,6 +378,18 @@ impl VerbsTransport {
                 _ => {}
             }
         }
+    }
+
+    /// Whether connection `conn` (`None`: gone) has a QP that is not in
+    /// the error state: asked of the kernel (`ibv_query_qp`, a system call,
+    /// counted), as rxe reports requests a QP in error never executed as
+    /// successful.
+    fn qp_live(&mut self, conn: Option<ConnId>) -> bool {
+        let Some(qp) = conn.and_then(|k| self.conns[k].qp.as_ref()) else {
+            return false;
+        };
+        self.stats.qp_state_queries += 1;
+        !qp.in_error()
     }
 
     /// Takes what the CQ holds (a bounded number of batches).
@@ -1017,6 +1032,7 @@ impl Transport for VerbsTransport {
             ("keepalive_port_down", s.keepalive_port_down),
             ("device_atomics", s.device_atomics),
             ("device_atomics_failed", s.device_atomics_failed),
+            ("qp_state_queries", s.qp_state_queries),
             ("rndv_exposed", self.exposed.len() as u64),
             ("srq_posted", u64::from(self.srq.posted())),
             ("srq_reserved", u64::from(self.budget.reserved())),

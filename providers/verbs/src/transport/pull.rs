@@ -366,10 +366,7 @@ impl VerbsTransport {
         if p.failed.is_none() {
             // Taken as done only from a QP that is not in error (rxe
             // reports flushed requests as successful).
-            let live = conn
-                .and_then(|k| self.conns[k].qp.as_ref())
-                .is_some_and(|qp| !qp.in_error());
-            if !live {
+            if !self.qp_live(conn) {
                 self.reads[key].failed = Some(gone(libc::ECONNRESET));
             }
         }
