@@ -1,13 +1,12 @@
 #!/usr/bin/env bash
-# atomic-compare.sh - remote atomics: xfer-perf's atomic_lat and atomic_rate
+# atomic-compare.sh - remote atomics: xfer-perf's atomic_lat, atomic_cas_lat and atomic_rate
 # against ucx_perftest's ucp_fadd, ucp_cswap and ucp_add, two processes on this
 # host, in one run.
 #
 # Rows: fetch-and-add latency (a 64-bit fetch-and-add's whole round trip, one at
 # a time: xfer-perf atomic_lat, ucx_perftest ucp_fadd; p50 and average, µs);
-# compare-and-swap latency (ucx_perftest ucp_cswap against xfer's atomic_lat:
-# xfer applies every atomic the same way at the target, so its compare-and-swap
-# costs what its fetch-and-add does); the add rate (64-bit adds without a fetch:
+# compare-and-swap latency (xfer-perf atomic_cas_lat, each swapping the count
+# so far for the next; ucx_perftest ucp_cswap); the add rate (64-bit adds without a fetch:
 # xfer-perf atomic_rate with 64 in flight, each completed when sent and a fetch
 # behind the last, ucx_perftest ucp_add, which flushes once at the end;
 # operations/s), and xfer's adds completed by the target's answer (atomic_rate_dc,
@@ -126,8 +125,10 @@ load_start=$(cut -d' ' -f1-3 /proc/loadavg)
 for r in $(seq "$reps"); do
     log "repetition $r of $reps"
     for prov in $providers; do
-        line=$(xfer_run "$prov" atomic_lat "$lat_iters")
         for row in fadd cswap; do
+            test=atomic_lat
+            [[ $row == cswap ]] && test=atomic_cas_lat
+            line=$(xfer_run "$prov" "$test" "$lat_iters")
             rec "$row" "xfer $prov p50" "$(json p50_us <<<"$line")"
             rec "$row" "xfer $prov avg" "$(json avg_us <<<"$line")"
         done
@@ -194,7 +195,7 @@ print("### Latency of one 64-bit atomic, whole round trip (µs; lower is better)
 print()
 print("| atomic | stat | " + " | ".join(head) + " |")
 print("|---|---|" + "---|" * len(head))
-for row, name in (("fadd", "fetch-and-add (atomic_lat; ucp_fadd)"), ("cswap", "compare-and-swap (xfer: atomic_lat; ucp_cswap)")):
+for row, name in (("fadd", "fetch-and-add (atomic_lat; ucp_fadd)"), ("cswap", "compare-and-swap (atomic_cas_lat; ucp_cswap)")):
     for stat in ("p50", "avg"):
         d = 2 if stat == "avg" else 3
         cells = [cell(row, f"{c} {stat}", d) for c in xfers + ucxs]

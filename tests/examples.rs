@@ -496,16 +496,27 @@ fn xfer_perf_between_two_processes() {
     }
 }
 
-/// `atomic_lat` (each fetch-and-add must fetch the count so far) and
+/// `atomic_lat` (each fetch-and-add must fetch the count so far),
+/// `atomic_cas_lat` (each compare-and-swap too, swapping it for the next) and
 /// `atomic_rate` between two processes over the providers that apply
 /// atomics (every one on this host: the RDM engine's targets apply them);
 /// the server checks the element counts every operation.
 #[test]
 fn xfer_perf_atomics_between_two_processes() {
     for provider in ["shm", "tcp"] {
-        let opts = ["--json", "--test", "atomic_lat,atomic_rate", "--iters", "300"];
+        let opts = [
+            "--json",
+            "--test",
+            "atomic_lat,atomic_cas_lat,atomic_rate",
+            "--iters",
+            "300",
+        ];
         let lines = xfer_perf_pair(provider, &opts);
-        for (test, figure) in [("atomic_lat", "p50_us"), ("atomic_rate", "msg_rate")] {
+        for (test, figure) in [
+            ("atomic_lat", "p50_us"),
+            ("atomic_cas_lat", "p50_us"),
+            ("atomic_rate", "msg_rate"),
+        ] {
             let line = result_line(&lines, provider, test, 8);
             assert!(json_number(line, figure) > 0.0, "{line}");
             assert_eq!(json_number(line, "iters"), 300.0, "{line}");

@@ -1,6 +1,7 @@
 //! Remote atomics on one 64-bit element of the server's memory:
 //! `atomic_lat` (one fetch-and-add at a time, its whole round trip, as
-//! `ucx_perftest -t ucp_fadd`) and `atomic_rate` (non-fetching adds with
+//! `ucx_perftest -t ucp_fadd`), `atomic_cas_lat` (one compare-and-swap of
+//! the count so far for the next, as `ucp_cswap`) and `atomic_rate` (non-fetching adds with
 //! at most `window` in flight, as `ucx_perftest -t ucp_add`: operations per
 //! second; each completes when sent, and the clock stops when a fetch
 //! behind the last one, as UCX's closing flush, returns);
@@ -8,7 +9,8 @@
 //! (`Endpoint::atomic_delivered`). The server only makes progress.
 //!
 //! Per phase: the server registers an 8-byte region holding 0 and answers
-//! `ready <packed rkey in hex>`; every operation adds 1. The client ends the
+//! `ready <packed rkey in hex>`; every operation adds 1 (a compare-and-swap
+//! of `i` for `i + 1`). The client ends the
 //! phase with `end`; the server checks that the element counts every
 //! operation and answers `ok`.
 
@@ -59,7 +61,8 @@ pub fn client(
         .ok_or_else(|| format!("expected ready, got {ready:?}"))?;
     let theirs = RemoteKey::unpack(&unhex(h)?).map_err(|e| format!("remote key: {e}"))?;
     let out = match p.test {
-        Test::AtomicLat => (fetch_add_lat(ep, d, peer, p, &theirs, prog)?, 0.0),
+        Test::AtomicLat => (fetch_lat(ep, d, peer, p, &theirs, prog, false)?, 0.0),
+        Test::AtomicCasLat => (fetch_lat(ep, d, peer, p, &theirs, prog, true)?, 0.0),
         t => {
             let delivered = t == Test::AtomicRateDc;
             (Vec::new(), add_rate(ep, d, peer, p, &theirs, delivered, prog)?)
@@ -76,26 +79,30 @@ fn post_err(e: xfer::Error) -> String {
     format!("posting an atomic: {e}")
 }
 
-/// One fetch-and-add at a time; each must fetch the count so far.
-fn fetch_add_lat(
+/// One fetch-and-add (or, `cas`, compare-and-swap of the count for the
+/// next) at a time; each must fetch the count so far.
+fn fetch_lat(
     ep: &Endpoint,
     d: &mut Driver,
     peer: PeerAddr,
     p: &Phase,
     theirs: &RemoteKey,
     prog: &mut Progress,
+    cas: bool,
 ) -> Result<Vec<f64>> {
+    let what = if cas { "compare-and-swap" } else { "fetch-and-add" };
     let mut samples = Vec::with_capacity(p.iters);
     for i in 0..p.warmup + p.iters {
+        let n = i as u64;
         let t0 = Instant::now();
-        ep.fetch_atomic(peer, AtomicKind::Sum, Datatype::U64, 1, theirs, 0, SEND)
-            .map_err(post_err)?;
-        let c = d.next("fetch-and-add")?;
-        if c.context != SEND || c.data != i as u64 {
-            return Err(format!(
-                "fetch-and-add {i}: completion {} fetched {}",
-                c.context, c.data
-            ));
+        match cas {
+            true => ep.compare_atomic(peer, Datatype::U64, n, n + 1, theirs, 0, SEND),
+            false => ep.fetch_atomic(peer, AtomicKind::Sum, Datatype::U64, 1, theirs, 0, SEND),
+        }
+        .map_err(post_err)?;
+        let c = d.next(what)?;
+        if c.context != SEND || c.data != n {
+            return Err(format!("{what} {i}: completion {} fetched {}", c.context, c.data));
         }
         if i >= p.warmup {
             samples.push(t0.elapsed().as_secs_f64() * 1e6);

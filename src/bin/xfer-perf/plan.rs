@@ -32,6 +32,9 @@ pub enum Test {
     GetBw,
     /// One remote fetch-and-add at a time: its whole round trip.
     AtomicLat,
+    /// One remote compare-and-swap at a time (each swapping the value the
+    /// last one left for the next): its whole round trip.
+    AtomicCasLat,
     /// Remote adds (no fetch) with a bound on those in flight: operations/s.
     AtomicRate,
     /// The same adds, each completed by the target's answer (delivery
@@ -40,7 +43,7 @@ pub enum Test {
 }
 
 impl Test {
-    pub const ALL: [Test; 13] = [
+    pub const ALL: [Test; 14] = [
         Test::TagLat,
         Test::TagBw,
         Test::TagRate,
@@ -52,6 +55,7 @@ impl Test {
         Test::PutBw,
         Test::GetBw,
         Test::AtomicLat,
+        Test::AtomicCasLat,
         Test::AtomicRate,
         Test::AtomicRateDc,
     ];
@@ -69,6 +73,7 @@ impl Test {
             Test::PutBw => "put_bw",
             Test::GetBw => "get_bw",
             Test::AtomicLat => "atomic_lat",
+            Test::AtomicCasLat => "atomic_cas_lat",
             Test::AtomicRate => "atomic_rate",
             Test::AtomicRateDc => "atomic_rate_dc",
         }
@@ -88,14 +93,17 @@ impl Test {
     pub fn is_latency(self) -> bool {
         matches!(
             self,
-            Test::TagLat | Test::MsgLat | Test::PutLat | Test::GetLat | Test::AtomicLat
+            Test::TagLat | Test::MsgLat | Test::PutLat | Test::GetLat | Test::AtomicLat | Test::AtomicCasLat
         )
     }
 
     /// Remote atomics on one 64-bit element: one phase of 8 B whatever
     /// `--sizes` says.
     pub fn is_atomic(self) -> bool {
-        matches!(self, Test::AtomicLat | Test::AtomicRate | Test::AtomicRateDc)
+        matches!(
+            self,
+            Test::AtomicLat | Test::AtomicCasLat | Test::AtomicRate | Test::AtomicRateDc
+        )
     }
 
     pub fn is_rma(self) -> bool {
@@ -192,9 +200,10 @@ pub const USAGE: &str = "usage: xfer-perf [options] [local | server | client NAM
 
 options:
   --test LIST    tag_lat,tag_bw,tag_rate,tag_rate_inject,msg_lat,msg_bw,put_lat,get_lat,put_bw,
-                 get_bw,atomic_lat,atomic_rate,atomic_rate_dc (default tag_lat,tag_bw); get_lat is one
-                 read's round trip (as ib_read_lat), atomic_lat one 64-bit
-                 fetch-and-add's (as ucp_fadd), the other latencies half a round
+                 get_bw,atomic_lat,atomic_cas_lat,atomic_rate,atomic_rate_dc (default
+                 tag_lat,tag_bw); get_lat is one read's round trip (as ib_read_lat),
+                 atomic_lat one 64-bit fetch-and-add's (as ucp_fadd), atomic_cas_lat
+                 one compare-and-swap's (as ucp_cswap), the other latencies half a round
                  trip; tag_rate keeps --window sends in flight and --window receives
                  posted, acknowledging only the last message (ucx_perftest -O);
                  tag_rate_inject sends the same by tinject (sizes up to the inject
@@ -360,7 +369,7 @@ mod tests {
         let o = Options::parse(
             [
                 "--test",
-                "atomic_lat,atomic_rate,atomic_rate_dc,tag_lat",
+                "atomic_lat,atomic_cas_lat,atomic_rate,atomic_rate_dc,tag_lat",
                 "--sizes",
                 "1,64",
             ]
@@ -372,6 +381,7 @@ mod tests {
             got,
             [
                 (Test::AtomicLat, 8),
+                (Test::AtomicCasLat, 8),
                 (Test::AtomicRate, 8),
                 (Test::AtomicRateDc, 8),
                 (Test::TagLat, 1),
