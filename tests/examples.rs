@@ -504,14 +504,8 @@ fn xfer_perf_between_two_processes() {
 #[test]
 fn xfer_perf_atomics_between_two_processes() {
     for provider in ["shm", "tcp"] {
-        let opts = [
-            "--json",
-            "--test",
-            "atomic_lat,atomic_cas_lat,atomic_rate",
-            "--iters",
-            "300",
-        ];
-        let lines = xfer_perf_pair(provider, &opts);
+        let opts = "--json --test atomic_lat,atomic_cas_lat,atomic_rate --iters 300";
+        let lines = xfer_perf_pair(provider, opts);
         for (test, figure) in [
             ("atomic_lat", "p50_us"),
             ("atomic_cas_lat", "p50_us"),
@@ -531,16 +525,8 @@ fn xfer_perf_atomics_between_two_processes() {
 #[test]
 fn xfer_perf_rate_by_inject_between_two_processes() {
     for provider in ["shm", "tcp"] {
-        let opts = [
-            "--json",
-            "--test",
-            "tag_rate_inject",
-            "--sizes",
-            "1,64",
-            "--iters",
-            "20000",
-        ];
-        let lines = xfer_perf_pair(provider, &opts);
+        let opts = "--json --test tag_rate_inject --sizes 1,64 --iters 20000";
+        let lines = xfer_perf_pair(provider, opts);
         for size in [1, 64] {
             let line = result_line(&lines, provider, "tag_rate_inject", size);
             assert!(json_number(line, "msg_rate") > 0.0, "{line}");
@@ -553,12 +539,13 @@ fn xfer_perf_rate_by_inject_between_two_processes() {
     assert!(!status.success() && err.contains("inject_size"), "{status}: {err}");
 }
 
-/// Runs an xfer-perf server and client with `opts` over `provider`; the
-/// client's output lines, both having exited 0.
-fn xfer_perf_pair(provider: &str, opts: &[&str]) -> Vec<String> {
+/// Runs an xfer-perf server and client with `opts` (space-separated) over
+/// `provider`; the client's output lines, both having exited 0.
+fn xfer_perf_pair(provider: &str, opts: &str) -> Vec<String> {
     let deadline = Instant::now() + DEADLINE;
+    let opts: Vec<&str> = opts.split_whitespace().collect();
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_xfer-perf"));
-    cmd.args(opts).arg("server").env("XFER_PROVIDER", provider);
+    cmd.args(&opts).arg("server").env("XFER_PROVIDER", provider);
     let mut server = Proc::spawn("xfer-perf server", cmd);
     let first = server.line(deadline);
     let name = first
@@ -566,7 +553,7 @@ fn xfer_perf_pair(provider: &str, opts: &[&str]) -> Vec<String> {
         .unwrap_or_else(|| panic!("unexpected first server line {first:?}"))
         .to_string();
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_xfer-perf"));
-    cmd.args(opts).args(["client", &name]).env("XFER_PROVIDER", provider);
+    cmd.args(&opts).args(["client", &name]).env("XFER_PROVIDER", provider);
     let (status, lines, err) = Proc::spawn("xfer-perf client", cmd).finish(deadline);
     assert!(status.success(), "{provider}: {status}\n{}\n{err}", lines.join("\n"));
     let (status, _, err) = server.finish(deadline);

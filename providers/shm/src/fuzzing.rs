@@ -38,6 +38,11 @@ impl TestRing {
         self.data.len() * 8
     }
 
+    /// The data's and the consumer block's addresses, for a ring end.
+    fn ends(&mut self) -> (*mut u8, *mut u8) {
+        (self.data.as_mut_ptr().cast(), self.ctl.as_mut_ptr().cast())
+    }
+
     /// The data as bytes, for writing a peer's arbitrary content.
     pub fn bytes_mut(&mut self) -> &mut [u8] {
         let len = self.ring_bytes();
@@ -52,16 +57,10 @@ impl TestRing {
     /// the frames (copied out) and the error that stopped it, if any.
     pub fn drain(&mut self, start: u64, max: usize) -> (Vec<Owned>, Option<Corrupt>) {
         let ring_bytes = self.ring_bytes();
+        let (data, ctl) = self.ends();
         // SAFETY: `data` and `ctl` are live, 8-byte aligned buffers of the
         // sizes given, exclusively borrowed for the consumer's whole life.
-        let mut c = unsafe {
-            Consumer::new(
-                self.data.as_mut_ptr().cast(),
-                self.ctl.as_mut_ptr().cast(),
-                ring_bytes,
-                SECRET,
-            )
-        };
+        let mut c = unsafe { Consumer::new(data, ctl, ring_bytes, SECRET) };
         c.set_head(start & !(LINE as u64 - 1));
         let mut out = Vec::new();
         while out.len() < max {
@@ -86,15 +85,9 @@ impl TestRing {
         let ring_bytes = self.ring_bytes();
         let start = start & !(LINE as u64 - 1);
         self.ctl[CTL_HEAD / 8] = start;
+        let (data, ctl) = self.ends();
         // SAFETY: as in `drain`, for the one producer.
-        let mut p = unsafe {
-            Producer::new(
-                self.data.as_mut_ptr().cast(),
-                self.ctl.as_mut_ptr().cast(),
-                ring_bytes,
-                SECRET,
-            )
-        };
+        let mut p = unsafe { Producer::new(data, ctl, ring_bytes, SECRET) };
         p.set_tail(start);
         for (i, (h, pl)) in frames.iter().enumerate() {
             if let Err(e) = p.send(h, pl) {
@@ -175,15 +168,9 @@ pub fn rma_frames(frames: &[Owned]) -> Stats {
             continue;
         }
         let ring_bytes = ring.ring_bytes();
+        let (data, ctl) = ring.ends();
         // SAFETY: as in `drain`.
-        let mut c = unsafe {
-            Consumer::new(
-                ring.data.as_mut_ptr().cast(),
-                ring.ctl.as_mut_ptr().cast(),
-                ring_bytes,
-                SECRET,
-            )
-        };
+        let mut c = unsafe { Consumer::new(data, ctl, ring_bytes, SECRET) };
         c.set_head(pos);
         let mut sink = Serve {
             rma: &mut rma,
