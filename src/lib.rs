@@ -177,26 +177,30 @@ pub fn info_for(attr: &DomainAttr) -> Vec<ProviderInfo> {
 }
 
 /// Opens the built-in provider `name` (one of [`PROVIDERS`]) with the
-/// transport settings, atomic mode and threading mode of `attr`.
-fn open_named(name: &'static str, attr: &DomainAttr) -> Result<Domain> {
+/// transport settings, atomic mode and threading mode of `attr`;
+/// `serialized_ok`: the caller of [`open_serialized`] made its promise.
+fn open_named(name: &'static str, attr: &DomainAttr, serialized_ok: bool) -> Result<Domain> {
     let params = &attr.params;
-    let domain =
-        |prov: Box<dyn xfer_core::unstable::provider::DomainProvider>| Domain::with_threading(prov, attr.threading);
+    let domain = |prov: Box<dyn xfer_core::unstable::provider::DomainProvider>| match serialized_ok {
+        // SAFETY: `open_serialized`'s caller promised that calls never overlap.
+        true => Ok(unsafe { Domain::with_threading_unchecked(prov, attr.threading) }),
+        false => Domain::with_threading(prov, attr.threading),
+    };
     match name {
         #[cfg(feature = "verbs")]
         "verbs" => {
             let mut d = xfer_verbs::VerbsDomain::with_params(params)?;
             d.set_atomic_mode(attr.atomic_mode, true)?;
-            Ok(domain(Box::new(d)))
+            domain(Box::new(d))
         }
-        "tcp" => Ok(domain(Box::new(xfer_tcp::TcpDomain::with_params(params)?))),
-        "shm" => Ok(domain(Box::new(xfer_shm::ShmDomain::with_params(params)?))),
-        mixed::NAME => Ok(domain(Box::new(mixed::ShmTcpDomain::with_params(params)?))),
+        "tcp" => domain(Box::new(xfer_tcp::TcpDomain::with_params(params)?)),
+        "shm" => domain(Box::new(xfer_shm::ShmDomain::with_params(params)?)),
+        mixed::NAME => domain(Box::new(mixed::ShmTcpDomain::with_params(params)?)),
         #[cfg(feature = "verbs")]
         mixed::SHM_VERBS => {
             let mut d = mixed::ShmVerbsDomain::with_params(params)?;
             d.set_atomic_mode(attr.atomic_mode)?;
-            Ok(domain(Box::new(d)))
+            domain(Box::new(d))
         }
         _ => Err(Error::Internal("open_named: provider not built")),
     }
@@ -224,7 +228,33 @@ pub fn open(attr: &DomainAttr) -> Result<Domain> {
 /// # Ok::<(), xfer::Error>(())
 /// ```
 pub fn open_report(attr: &DomainAttr) -> (Result<Domain>, ProviderChoice) {
-    if let Err(e) = check_params(&attr.params) {
+    open_checked(attr, false)
+}
+
+/// [`open`] in [`Threading::Serialized`] mode whatever `attr.threading`
+/// says: no lock taken on any call, and any thread may call, one at a
+/// time. What libfabric's `FI_THREAD_DOMAIN` promises, for layers whose
+/// callers make that promise (the libfabric plug-in).
+///
+/// # Safety
+/// No two calls into the domain or anything opened from it (endpoints,
+/// completion queues, address vectors, regions, and their drops) may
+/// overlap, from whatever threads they come: nothing in the domain keeps
+/// them apart, and overlapping calls race on its state.
+pub unsafe fn open_serialized(attr: &DomainAttr) -> Result<Domain> {
+    let mut attr = attr.clone();
+    attr.threading = Threading::Serialized;
+    open_checked(&attr, true).0
+}
+
+fn open_checked(attr: &DomainAttr, serialized_ok: bool) -> (Result<Domain>, ProviderChoice) {
+    let refused = match (attr.threading, serialized_ok) {
+        (Threading::Serialized, false) => Err(Error::InvalidArgument(
+            "threading serialized: only the unsafe open_serialized opens it",
+        )),
+        _ => check_params(&attr.params),
+    };
+    if let Err(e) = refused {
         let choice = ProviderChoice {
             chosen: None,
             forced: attr.provider.clone(),
@@ -232,7 +262,9 @@ pub fn open_report(attr: &DomainAttr) -> (Result<Domain>, ProviderChoice) {
         };
         return (Err(e), choice);
     }
-    choice::choose(attr.provider.as_deref(), &info_for(attr), |name| open_named(name, attr))
+    choice::choose(attr.provider.as_deref(), &info_for(attr), |name| {
+        open_named(name, attr, serialized_ok)
+    })
 }
 
 /// [`open`] with attributes from the environment (`XFER_PROVIDER`).

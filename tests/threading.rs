@@ -99,3 +99,33 @@ fn threading_comes_from_the_environment_and_is_listed() {
         .unwrap_or_default();
     assert_eq!(s.value, want.to_string());
 }
+
+/// `serialized` (the plug-in's mode for `FI_THREAD_DOMAIN`) is refused by the
+/// safe open, whatever the provider; through `open_serialized` it carries
+/// messages from one thread and then another, one call at a time.
+#[test]
+fn a_serialized_domain_needs_the_unsafe_open_and_then_serves_any_thread_in_turn() {
+    let mut attr = DomainAttr::from_env();
+    attr.threading = Threading::Serialized;
+    assert!(
+        matches!(xfer::open(&attr), Err(Error::InvalidArgument(_))),
+        "the safe open refuses serialized"
+    );
+    let open = || {
+        // SAFETY: this test makes every call into the domain from one thread
+        // at a time (the spawned thread is joined before the next call).
+        let domain = unsafe { xfer::open_serialized(&DomainAttr::from_env()) }.expect("open");
+        assert_eq!(domain.threading(), Threading::Serialized);
+        Node::in_domain(domain, &test_attr())
+    };
+    let (mut a, mut b) = (open(), open());
+    exchange(&mut a, &mut b, 10);
+    let (a, b) = std::thread::spawn(move || {
+        exchange(&mut a, &mut b, 20);
+        (a, b)
+    })
+    .join()
+    .expect("another thread, after the first");
+    let (mut a, mut b) = (a, b);
+    exchange(&mut a, &mut b, 30);
+}

@@ -242,13 +242,34 @@ impl Domain {
     /// stable API either.
     #[doc(hidden)]
     pub fn new(prov: Box<dyn DomainProvider>) -> Domain {
-        Domain::with_threading(prov, Threading::Safe)
+        // SAFETY: not `Serialized`.
+        unsafe { Domain::with_threading_unchecked(prov, Threading::Safe) }
     }
 
     /// [`new`](Self::new) in threading mode `threading`: a `Single`
-    /// domain belongs to the calling thread.
+    /// domain belongs to the calling thread; `Serialized` is refused
+    /// ([`Error::InvalidArgument`]): it needs the caller's promise
+    /// ([`with_threading_unchecked`](Self::with_threading_unchecked)).
     #[doc(hidden)]
-    pub fn with_threading(prov: Box<dyn DomainProvider>, threading: Threading) -> Domain {
+    pub fn with_threading(prov: Box<dyn DomainProvider>, threading: Threading) -> Result<Domain> {
+        if threading == Threading::Serialized {
+            return Err(Error::InvalidArgument(
+                "threading serialized: only the unsafe open_serialized opens it",
+            ));
+        }
+        // SAFETY: not `Serialized` (checked above).
+        Ok(unsafe { Domain::with_threading_unchecked(prov, threading) })
+    }
+
+    /// [`with_threading`](Self::with_threading), `Serialized` too.
+    ///
+    /// # Safety
+    /// With [`Threading::Serialized`], no two calls into the domain or
+    /// anything opened from it (endpoints, queues, regions, their drops)
+    /// may overlap, from whatever threads they come: nothing else keeps
+    /// them apart.
+    #[doc(hidden)]
+    pub unsafe fn with_threading_unchecked(prov: Box<dyn DomainProvider>, threading: Threading) -> Domain {
         let provider = prov.name();
         let provider_id = prov.provider_id();
         let atomics = prov.atomics();

@@ -1,10 +1,12 @@
-//! The domain's lock, in one of two [`Threading`] modes.
+//! The domain's lock, in one of three [`Threading`] modes.
 //!
 //! `Safe` (the default) is a mutex: any thread may call, one at a time.
 //! `Single` is UCX's `UCS_THREAD_MODE_SINGLE` made safe: only the thread
 //! that opened the domain may call into it, checked on every call by
 //! comparing a thread-local's address, and re-entry is refused by a plain
-//! flag. No atomic read-modify-write is left on the data path: on the
+//! flag. `Serialized` is libfabric's `FI_THREAD_DOMAIN`: any thread, the
+//! caller guaranteeing that calls never overlap, so only re-entry is
+//! checked; safe code cannot open it (`xfer::open_serialized` is `unsafe`). No atomic read-modify-write is left on the data path: on the
 //! machines measured a locked instruction costs 20-40 ns, and a mutex
 //! takes two of them per call (lock and unlock), three calls per message
 //! (poll, receive, send). `Safe` mode's mutex is a futex word (free, held,
@@ -34,6 +36,12 @@ pub enum Threading {
     /// leaves its resources (and a registered region its memory) in place
     /// until the domain closes, with a warning.
     Single,
+    /// Any thread, one call at a time as the caller guarantees, with no
+    /// lock taken (libfabric's `FI_THREAD_DOMAIN`; the plug-in's choice for
+    /// a domain opened so). Only the `unsafe` `xfer::open_serialized`
+    /// opens it; the safe opens refuse it with [`Error::InvalidArgument`],
+    /// and `XFER_THREADING` does not name it.
+    Serialized,
 }
 
 impl std::str::FromStr for Threading {
@@ -55,6 +63,7 @@ impl std::fmt::Display for Threading {
         f.write_str(match self {
             Threading::Safe => "safe",
             Threading::Single => "single",
+            Threading::Serialized => "serialized",
         })
     }
 }
@@ -71,9 +80,13 @@ fn me() -> usize {
     THREAD.with(|t| t as *const u8 as usize)
 }
 
+/// [`DomainLock::owner`] of a `Serialized` lock: no thread's identity (an
+/// address `me` never returns).
+const SERIALIZED: usize = usize::MAX;
+
 /// A value behind the domain's lock.
 pub(crate) struct DomainLock<T> {
-    /// The owning thread in `Single` mode; 0 in `Safe` mode.
+    /// The owning thread in `Single` mode; 0 in `Safe` mode; [`SERIALIZED`].
     owner: usize,
     /// `Safe` mode's mutex: 0 free, 1 held, 2 held with threads waiting.
     state: AtomicU32,
@@ -85,8 +98,10 @@ pub(crate) struct DomainLock<T> {
 }
 
 // SAFETY: `value` (and `busy`) are reached only through `lock`, which in
-// `Safe` mode holds the mutex for the guard's life and in `Single` mode
-// admits only the owning thread, one guard at a time; `T: Send` lets the
+// `Safe` mode holds the mutex for the guard's life, in `Single` mode
+// admits only the owning thread, one guard at a time, and in `Serialized`
+// mode one guard at a time on the promise of whoever opened it (an
+// `unsafe` constructor) that no two calls overlap; `T: Send` lets the
 // value be used, and finally dropped, by a thread other than its creator.
 unsafe impl<T: Send> Sync for DomainLock<T> {}
 // SAFETY: as above; moving the lock moves the value.
@@ -100,6 +115,7 @@ impl<T> DomainLock<T> {
             owner: match mode {
                 Threading::Safe => 0,
                 Threading::Single => me(),
+                Threading::Serialized => SERIALIZED,
             },
             state: AtomicU32::new(0),
             poisoned: AtomicBool::new(false),
@@ -110,10 +126,10 @@ impl<T> DomainLock<T> {
 
     /// The mode it was made in.
     pub(crate) fn mode(&self) -> Threading {
-        if self.owner == 0 {
-            Threading::Safe
-        } else {
-            Threading::Single
+        match self.owner {
+            0 => Threading::Safe,
+            SERIALIZED => Threading::Serialized,
+            _ => Threading::Single,
         }
     }
 
@@ -133,15 +149,13 @@ impl<T> DomainLock<T> {
             }
             return Ok(g);
         }
-        if self.owner != me() {
+        if self.owner != SERIALIZED && self.owner != me() {
             return Err(Error::InvalidArgument(
                 "a domain opened with threading=single called from another thread",
             ));
         }
         if self.busy.replace(true) {
-            return Err(Error::Internal(
-                "a single-threaded domain re-entered from inside a call",
-            ));
+            return Err(Error::Internal("a lock-free domain re-entered from inside a call"));
         }
         Ok(Guard {
             lock: self,
@@ -305,5 +319,25 @@ mod tests {
         }
         assert_eq!("".parse::<Threading>().expect("empty"), Threading::Safe);
         assert!("multi".parse::<Threading>().is_err());
+        assert!(
+            "serialized".parse::<Threading>().is_err(),
+            "not from text: it needs unsafe"
+        );
+    }
+
+    #[test]
+    fn serialized_mode_admits_any_thread_one_at_a_time_and_refuses_reentry() {
+        let l = std::sync::Arc::new(DomainLock::new(7u64, Threading::Serialized));
+        {
+            let g = l.lock().expect("locks");
+            assert_eq!(*g, 7);
+            assert!(matches!(l.lock(), Err(Error::Internal(_))), "re-entry");
+        }
+        let other = l.clone();
+        std::thread::spawn(move || *other.lock().expect("another thread, after") += 1)
+            .join()
+            .expect("thread");
+        assert_eq!(*l.lock().expect("lock"), 8);
+        assert_eq!(l.mode(), Threading::Serialized);
     }
 }

@@ -192,12 +192,13 @@ pub(crate) unsafe extern "C" fn open(
             Ok(w) => w,
             Err(e) => return e,
         };
+        let serial = domain.serial;
         let core = Arc::new(CntrCore {
             domain,
             value: AtomicU64::new(0),
             errors: AtomicU64::new(0),
             wait,
-            eps: Driven::default(),
+            eps: Driven::new(serial),
             on_region: AtomicBool::new(false),
             _set: set.clone(),
         });

@@ -12,7 +12,7 @@ use std::collections::VecDeque;
 use std::ffi::{c_char, c_int, c_void};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use xfer_facade::{Completion, Error};
@@ -21,6 +21,7 @@ use crate::domain::{self, DomainCore};
 use crate::entry::{self, guard, lock, put, scode, Core, Obj, PANIC};
 use crate::ep::EpCore;
 use crate::fi;
+use crate::latch::{Latch, LatchGuard};
 
 /// Longest sleep of one `fi_cq_sread` wait, so xfer's timers (connection
 /// timeouts) are looked at even when no descriptor fires.
@@ -163,14 +164,18 @@ impl Wait {
 /// The enabled endpoints a CQ or counter drives: held until their
 /// `fi_close` detaches them, so a read need not upgrade a weak reference
 /// per endpoint (decision 53).
-#[derive(Default)]
-pub(crate) struct Driven(Mutex<Vec<Arc<EpCore>>>);
+pub(crate) struct Driven(Latch<Vec<Arc<EpCore>>>);
 
 impl Driven {
+    /// None yet; `serial`: the domain is `FI_THREAD_DOMAIN` (latch.rs).
+    pub(crate) fn new(serial: bool) -> Driven {
+        Driven(Latch::new(Vec::new(), serial))
+    }
+
     /// Adds an endpoint being enabled, and its xfer CQ descriptor `fd` to
     /// `wait` (once, when it is bound for several kinds).
     pub(crate) fn attach(&self, ep: &Arc<EpCore>, wait: Option<&Wait>, fd: std::os::fd::RawFd) -> Result<(), Error> {
-        let mut eps = lock(&self.0);
+        let mut eps = self.0.lock();
         if eps.iter().any(|e| Arc::ptr_eq(e, ep)) {
             return Ok(());
         }
@@ -183,12 +188,12 @@ impl Driven {
 
     /// Removes an endpoint being closed (or whose enabling failed).
     pub(crate) fn detach(&self, ep: &EpCore) {
-        lock(&self.0).retain(|e| !std::ptr::eq(Arc::as_ptr(e), ep));
+        self.0.lock().retain(|e| !std::ptr::eq(Arc::as_ptr(e), ep));
     }
 
     /// The endpoints, locked.
-    pub(crate) fn eps(&self) -> MutexGuard<'_, Vec<Arc<EpCore>>> {
-        lock(&self.0)
+    pub(crate) fn eps(&self) -> LatchGuard<'_, Vec<Arc<EpCore>>> {
+        self.0.lock()
     }
 
     /// Arms every endpoint's xfer CQ for a blocking wait: false when one
@@ -591,6 +596,7 @@ pub(crate) unsafe extern "C" fn open(
             Ok(w) => w,
             Err(e) => return e,
         };
+        let serial = domain.serial;
         let core = Arc::new(CqCore {
             api_version: domain.api_version,
             domain,
@@ -602,7 +608,7 @@ pub(crate) unsafe extern "C" fn open(
             queued: AtomicUsize::new(0),
             drained: AtomicBool::new(false),
             signaled: AtomicBool::new(false),
-            eps: Driven::default(),
+            eps: Driven::new(serial),
             _set: set.clone(),
         });
         if let (Some(set), Some(w)) = (set, &core.wait) {

@@ -30,6 +30,9 @@ pub(crate) struct DomainCore {
     pub(crate) auth_key: Option<Vec<u8>>,
     /// Counters bound to its regions (`fi_mr_bind`).
     pub(crate) regions: RegionCounters,
+    /// Opened `FI_THREAD_DOMAIN`: the application serialises its calls, and
+    /// the plug-in's data-path locks are none (latch.rs).
+    pub(crate) serial: bool,
 }
 
 /// A domain object.
@@ -99,19 +102,26 @@ pub(crate) unsafe extern "C" fn open(
             // SAFETY: a C string from our fi_getinfo or the application.
             false => Some(unsafe { CStr::from_ptr(attr.name) }.to_string_lossy().into_owned()),
         };
-        let xfer = match xfer_facade::open(&{
-            // From the environment: `XFER_ATOMIC_MODE` is the domain's. Not
-            // `XFER_THREADING`: a libfabric program may call from any thread
-            // (FI_THREAD_DOMAIN only promises the calls are serialised).
-            let mut a = DomainAttr::from_env();
-            a.threading = xfer_facade::Threading::Safe;
-            a.provider = provider;
-            a.params = crate::params::from_env();
-            a
-        }) {
+        // From the environment: `XFER_ATOMIC_MODE` is the domain's. Not
+        // `XFER_THREADING`: a libfabric program may call from any thread;
+        // under FI_THREAD_DOMAIN it promises that its calls never overlap.
+        let serial = attr.threading == fi::FI_THREAD_DOMAIN;
+        let mut a = DomainAttr::from_env();
+        a.threading = xfer_facade::Threading::Safe;
+        a.provider = provider;
+        a.params = crate::params::from_env();
+        let opened = match serial {
+            // SAFETY: FI_THREAD_DOMAIN (fi_domain(3)): the application
+            // serialises every call into this domain's objects, and the
+            // plug-in starts no thread of its own; every xfer call on the
+            // domain is made inside one of those calls.
+            true => unsafe { xfer_facade::open_serialized(&a) },
+            false => xfer_facade::open(&a),
+        };
+        let xfer = match opened {
             Ok(d) => {
                 let caps = d.atomic_caps();
-                tracing::debug!(provider = d.provider(), mode = ?caps.mode, device_cap = ?caps.device_cap, "fi_domain: atomics");
+                tracing::debug!(provider = d.provider(), mode = ?caps.mode, device_cap = ?caps.device_cap, serial, "fi_domain: opened (serial: FI_THREAD_DOMAIN, no locks on the data path)");
                 d
             }
             Err(e) => {
@@ -126,7 +136,8 @@ pub(crate) unsafe extern "C" fn open(
             mr_local: attr.mr_mode as u64 & fi::FI_MR_LOCAL != 0 && api_version >= fi::version(1, 5),
             format,
             auth_key,
-            regions: RegionCounters::default(),
+            regions: RegionCounters::new(serial),
+            serial,
         };
         let fid = fi::fid_domain {
             fid: entry::fid(fi::FI_CLASS_DOMAIN, context, &OPS),

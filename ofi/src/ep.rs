@@ -24,6 +24,7 @@ use crate::fi;
 use crate::info::{CAPS, IMPLIED_CAPS, MAX_MSG_SIZE, PRIMARY_CAPS};
 use crate::iov::{Scatters, SCATTER};
 use crate::join::{Joins, JOIN};
+use crate::latch::Latch;
 use crate::multi::{Multis, MULTI};
 
 /// The bit an operation's xfer context carries when the application asked
@@ -126,7 +127,7 @@ pub(crate) struct Enabled {
     pub(crate) counters: Counters,
     /// What the xfer CQ is polled into and the routing counts, under one
     /// lock that also keeps two threads from routing this endpoint at once.
-    router: Mutex<Router>,
+    router: Latch<Router>,
     _av: Arc<AvCore>,
     /// The xfer provider underneath (`tcp`, `verbs`, `shm`).
     provider: &'static str,
@@ -147,7 +148,7 @@ struct Router {
 
 impl Drop for Enabled {
     fn drop(&mut self) {
-        let r = self.router.get_mut().unwrap_or_else(|p| p.into_inner());
+        let r = self.router.get_mut();
         // Refusals no completion could report (atomics completed when
         // sent): libfabric has no call that reads them, so the close says,
         // with the atomics the device did (device atomic mode).
@@ -288,7 +289,7 @@ impl EpCore {
     /// queues; other CQs are poked.
     pub(crate) fn progress(&self, from: Option<&CqCore>, mut out: Option<&mut Out>) {
         let Some(en) = self.enabled.get() else { return };
-        let mut router = lock(&en.router);
+        let mut router = en.router.lock();
         let Router {
             scratch,
             sent,
@@ -1066,12 +1067,15 @@ fn enable(ep: &Arc<EpCore>) -> c_int {
         joins: Joins::default(),
         fetches: Fetches::default(),
         rma_events: attr.rma_events,
-        router: Mutex::new(Router {
-            scratch: vec![Completion::EMPTY; POLL_BATCH],
-            sent: 0,
-            received: 0,
-            atomics: 0,
-        }),
+        router: Latch::new(
+            Router {
+                scratch: vec![Completion::EMPTY; POLL_BATCH],
+                sent: 0,
+                received: 0,
+                atomics: 0,
+            },
+            ep.domain.serial,
+        ),
         _av: av,
         provider: ep.domain.xfer.provider(),
     };

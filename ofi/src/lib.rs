@@ -30,6 +30,7 @@ mod fetch;
 mod info;
 mod iov;
 mod join;
+mod latch;
 mod mr;
 mod msg;
 mod multi;

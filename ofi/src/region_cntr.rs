@@ -30,7 +30,6 @@ struct Bound {
 }
 
 /// A domain's counters bound to regions, by region key.
-#[derive(Default)]
 pub(crate) struct RegionCounters {
     by_key: Mutex<FastMap<u64, Bound>>,
     /// The domain's enabled endpoints with `FI_RMA_EVENT`, where RMA
@@ -39,6 +38,14 @@ pub(crate) struct RegionCounters {
 }
 
 impl RegionCounters {
+    /// None yet; `serial`: the domain is `FI_THREAD_DOMAIN` (latch.rs).
+    pub(crate) fn new(serial: bool) -> RegionCounters {
+        RegionCounters {
+            by_key: Mutex::default(),
+            eps: Driven::new(serial),
+        }
+    }
+
     /// Binds `cntr` to the region of `key` for `flags` (`FI_REMOTE_WRITE`,
     /// `FI_REMOTE_READ`, or both).
     pub(crate) fn bind(&self, key: u64, cntr: &Arc<CntrCore>, flags: u64) {
