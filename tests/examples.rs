@@ -457,38 +457,14 @@ fn json_number(line: &str, key: &str) -> f64 {
 
 #[test]
 fn xfer_perf_between_two_processes() {
-    let deadline = Instant::now() + DEADLINE;
-    let opts = [
-        "--json",
-        "--test",
-        "tag_lat,tag_bw,tag_rate,msg_lat,msg_bw,put_lat,get_lat,put_bw,get_bw",
-        "--sizes",
-        "1,64k,1M",
-        "--iters",
-        "40",
-    ];
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_xfer-perf"));
-    cmd.args(opts).arg("server");
-    let mut server = Proc::spawn("xfer-perf server", cmd);
-    let first = server.line(deadline);
-    let name = first
-        .strip_prefix("xfer-perf server: ")
-        .unwrap_or_else(|| panic!("unexpected first server line {first:?}"))
-        .to_string();
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_xfer-perf"));
-    cmd.args(opts).args(["client", &name]);
-    let (status, lines, err) = Proc::spawn("xfer-perf client", cmd).finish(deadline);
-    assert!(status.success(), "client failed: {status}\n{}\n{err}", lines.join("\n"));
-    let (status, _, err) = server.finish(deadline);
-    assert!(status.success(), "server failed: {status}\n{err}");
+    let opts = "--json --test tag_lat,tag_bw,tag_rate,msg_lat,msg_bw,put_lat,get_lat,put_bw,get_bw \
+                --sizes 1,64k,1M --iters 40";
+    let lines = xfer_perf_pair(None, opts);
     for test in [
         "tag_lat", "tag_bw", "tag_rate", "msg_lat", "msg_bw", "put_lat", "get_lat", "put_bw", "get_bw",
     ] {
         for size in [1, 65536, 1 << 20] {
-            let key = format!("\"test\":\"{test}\",\"size\":{size},");
-            let line = lines.iter().find(|l| l.contains(&key)).unwrap_or_else(|| {
-                panic!("no {test} {size} result in:\n{}", lines.join("\n"));
-            });
+            let line = result_line(&lines, "default", test, size);
             let figure = if test.ends_with("lat") { "p50_us" } else { "mib_s" };
             assert!(json_number(line, figure) > 0.0, "{line}");
             assert_eq!(json_number(line, "iters"), 40.0, "{line}");
@@ -505,7 +481,7 @@ fn xfer_perf_between_two_processes() {
 fn xfer_perf_atomics_between_two_processes() {
     for provider in ["shm", "tcp"] {
         let opts = "--json --test atomic_lat,atomic_cas_lat,atomic_rate --iters 300";
-        let lines = xfer_perf_pair(provider, opts);
+        let lines = xfer_perf_pair(Some(provider), opts);
         for (test, figure) in [
             ("atomic_lat", "p50_us"),
             ("atomic_cas_lat", "p50_us"),
@@ -526,7 +502,7 @@ fn xfer_perf_atomics_between_two_processes() {
 fn xfer_perf_rate_by_inject_between_two_processes() {
     for provider in ["shm", "tcp"] {
         let opts = "--json --test tag_rate_inject --sizes 1,64 --iters 20000";
-        let lines = xfer_perf_pair(provider, opts);
+        let lines = xfer_perf_pair(Some(provider), opts);
         for size in [1, 64] {
             let line = result_line(&lines, provider, "tag_rate_inject", size);
             assert!(json_number(line, "msg_rate") > 0.0, "{line}");
@@ -540,24 +516,33 @@ fn xfer_perf_rate_by_inject_between_two_processes() {
 }
 
 /// Runs an xfer-perf server and client with `opts` (space-separated) over
-/// `provider`; the client's output lines, both having exited 0.
-fn xfer_perf_pair(provider: &str, opts: &str) -> Vec<String> {
+/// `provider` (`None`: the environment's); the client's output lines, both
+/// having exited 0.
+fn xfer_perf_pair(provider: Option<&str>, opts: &str) -> Vec<String> {
     let deadline = Instant::now() + DEADLINE;
     let opts: Vec<&str> = opts.split_whitespace().collect();
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_xfer-perf"));
-    cmd.args(&opts).arg("server").env("XFER_PROVIDER", provider);
+    let command = || {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_xfer-perf"));
+        cmd.args(&opts);
+        if let Some(p) = provider {
+            cmd.env("XFER_PROVIDER", p);
+        }
+        cmd
+    };
+    let mut cmd = command();
+    cmd.arg("server");
     let mut server = Proc::spawn("xfer-perf server", cmd);
     let first = server.line(deadline);
     let name = first
         .strip_prefix("xfer-perf server: ")
         .unwrap_or_else(|| panic!("unexpected first server line {first:?}"))
         .to_string();
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_xfer-perf"));
-    cmd.args(&opts).args(["client", &name]).env("XFER_PROVIDER", provider);
+    let mut cmd = command();
+    cmd.args(["client", &name]);
     let (status, lines, err) = Proc::spawn("xfer-perf client", cmd).finish(deadline);
-    assert!(status.success(), "{provider}: {status}\n{}\n{err}", lines.join("\n"));
+    assert!(status.success(), "{provider:?}: {status}\n{}\n{err}", lines.join("\n"));
     let (status, _, err) = server.finish(deadline);
-    assert!(status.success(), "{provider} server: {status}\n{err}");
+    assert!(status.success(), "{provider:?} server: {status}\n{err}");
     lines
 }
 
