@@ -248,13 +248,12 @@ pub unsafe fn open_serialized(attr: &DomainAttr) -> Result<Domain> {
 }
 
 fn open_checked(attr: &DomainAttr, serialized_ok: bool) -> (Result<Domain>, ProviderChoice) {
-    let refused = match (attr.threading, serialized_ok) {
-        (Threading::Serialized, false) => Err(Error::InvalidArgument(
-            "threading serialized: only the unsafe open_serialized opens it",
-        )),
-        _ => check_params(&attr.params),
+    // A refused threading mode fails before any provider is opened.
+    let refused = match serialized_ok {
+        true => Ok(()),
+        false => attr.threading.safe_to_open(),
     };
-    if let Err(e) = refused {
+    if let Err(e) = refused.and_then(|()| check_params(&attr.params)) {
         let choice = ProviderChoice {
             chosen: None,
             forced: attr.provider.clone(),

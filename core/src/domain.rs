@@ -252,11 +252,7 @@ impl Domain {
     /// ([`with_threading_unchecked`](Self::with_threading_unchecked)).
     #[doc(hidden)]
     pub fn with_threading(prov: Box<dyn DomainProvider>, threading: Threading) -> Result<Domain> {
-        if threading == Threading::Serialized {
-            return Err(Error::InvalidArgument(
-                "threading serialized: only the unsafe open_serialized opens it",
-            ));
-        }
+        threading.safe_to_open()?;
         // SAFETY: not `Serialized` (checked above).
         Ok(unsafe { Domain::with_threading_unchecked(prov, threading) })
     }

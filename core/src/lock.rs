@@ -6,7 +6,8 @@
 //! comparing a thread-local's address, and re-entry is refused by a plain
 //! flag. `Serialized` is libfabric's `FI_THREAD_DOMAIN`: any thread, the
 //! caller guaranteeing that calls never overlap, so only re-entry is
-//! checked; safe code cannot open it (`xfer::open_serialized` is `unsafe`). No atomic read-modify-write is left on the data path: on the
+//! checked; safe code cannot open it (`xfer::open_serialized` is
+//! `unsafe`). No atomic read-modify-write is left on the data path: on the
 //! machines measured a locked instruction costs 20-40 ns, and a mutex
 //! takes two of them per call (lock and unlock), three calls per message
 //! (poll, receive, send). `Safe` mode's mutex is a futex word (free, held,
@@ -42,6 +43,20 @@ pub enum Threading {
     /// opens it; the safe opens refuse it with [`Error::InvalidArgument`],
     /// and `XFER_THREADING` does not name it.
     Serialized,
+}
+
+impl Threading {
+    /// [`Error::InvalidArgument`] for `Serialized`, which only the caller
+    /// of an `unsafe` open may ask for; `Ok` for the others.
+    #[doc(hidden)]
+    pub fn safe_to_open(self) -> Result<()> {
+        match self {
+            Threading::Serialized => Err(Error::InvalidArgument(
+                "threading serialized: only the unsafe open_serialized opens it",
+            )),
+            Threading::Safe | Threading::Single => Ok(()),
+        }
+    }
 }
 
 impl std::str::FromStr for Threading {

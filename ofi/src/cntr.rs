@@ -192,7 +192,7 @@ pub(crate) unsafe extern "C" fn open(
             Ok(w) => w,
             Err(e) => return e,
         };
-        let serial = domain.serial;
+        let serial = domain.serial();
         let core = Arc::new(CntrCore {
             domain,
             value: AtomicU64::new(0),

@@ -596,7 +596,7 @@ pub(crate) unsafe extern "C" fn open(
             Ok(w) => w,
             Err(e) => return e,
         };
-        let serial = domain.serial;
+        let serial = domain.serial();
         let core = Arc::new(CqCore {
             api_version: domain.api_version,
             domain,

@@ -30,9 +30,15 @@ pub(crate) struct DomainCore {
     pub(crate) auth_key: Option<Vec<u8>>,
     /// Counters bound to its regions (`fi_mr_bind`).
     pub(crate) regions: RegionCounters,
-    /// Opened `FI_THREAD_DOMAIN`: the application serialises its calls, and
-    /// the plug-in's data-path locks are none (latch.rs).
-    pub(crate) serial: bool,
+}
+
+impl DomainCore {
+    /// Opened `FI_THREAD_DOMAIN`: the application serialises its calls, its
+    /// xfer domain is `serialized` and the plug-in's data-path locks are
+    /// none (latch.rs).
+    pub(crate) fn serial(&self) -> bool {
+        self.xfer.threading() == xfer_facade::Threading::Serialized
+    }
 }
 
 /// A domain object.
@@ -137,7 +143,6 @@ pub(crate) unsafe extern "C" fn open(
             format,
             auth_key,
             regions: RegionCounters::new(serial),
-            serial,
         };
         let fid = fi::fid_domain {
             fid: entry::fid(fi::FI_CLASS_DOMAIN, context, &OPS),

@@ -126,7 +126,8 @@ pub(crate) struct Enabled {
     /// The counters bound (fi_cntr), fed by the router.
     pub(crate) counters: Counters,
     /// What the xfer CQ is polled into and the routing counts, under one
-    /// lock that also keeps two threads from routing this endpoint at once.
+    /// lock that also keeps two threads from routing this endpoint at once
+    /// (none under `FI_THREAD_DOMAIN`, where the application does).
     router: Latch<Router>,
     _av: Arc<AvCore>,
     /// The xfer provider underneath (`tcp`, `verbs`, `shm`).
@@ -1074,7 +1075,7 @@ fn enable(ep: &Arc<EpCore>) -> c_int {
                 received: 0,
                 atomics: 0,
             },
-            ep.domain.serial,
+            ep.domain.serial(),
         ),
         _av: av,
         provider: ep.domain.xfer.provider(),
