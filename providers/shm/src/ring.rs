@@ -395,15 +395,23 @@ mod tests {
         p
     }
 
-    /// Fresh (zeroed) memory for a ring and the pointers to its data and
-    /// consumer block, which stay valid as long as the box lives.
-    fn memory() -> (Box<Memory>, *mut u8, *mut u8) {
+    /// A fresh (zeroed) ring's memory and its two ends, which point into
+    /// it: the caller keeps the box alive beside them.
+    fn ring() -> (Box<Memory>, Producer, Consumer) {
         let mut m = Box::new(Memory {
             data: [0; 4096],
             ctl: [0; CONTROL_STRIDE],
         });
         let (data, ctl) = (m.data.as_mut_ptr(), m.ctl.as_mut_ptr());
-        (m, data, ctl)
+        // SAFETY: the box is line aligned and handed out with both ends,
+        // which the tests drop before it; one producer and one consumer.
+        let (p, c) = unsafe {
+            (
+                Producer::new(data, ctl, 4096, SECRET),
+                Consumer::new(data, ctl, 4096, SECRET),
+            )
+        };
+        (m, p, c)
     }
 
     /// An earlier lap's payload that holds, at the line where a later entry
@@ -414,15 +422,7 @@ mod tests {
     #[test]
     fn an_earlier_laps_payload_never_passes_for_an_entry() {
         for stale in [(4096 + 192) | 1, 0] {
-            let (_m, data, ctl) = memory();
-            // SAFETY: `_m` is boxed, line aligned and outlives both ends; one
-            // producer and one consumer.
-            let (mut p, mut c) = unsafe {
-                (
-                    Producer::new(data, ctl, 4096, SECRET),
-                    Consumer::new(data, ctl, 4096, SECRET),
-                )
-            };
+            let (_m, mut p, mut c) = ring();
             // Lap 2's entry at position 4096 + 192 starts on the line where
             // lap 1's first frame holds `stale`.
             let sizes = [256usize, 1024, 1024, 1024, 768, 192];
@@ -449,14 +449,7 @@ mod tests {
     /// copies and `memcpy` both) arrive byte for byte.
     #[test]
     fn frames_of_every_small_length_arrive_whole() {
-        let (_m, data, ctl) = memory();
-        // SAFETY: as above.
-        let (mut p, mut c) = unsafe {
-            (
-                Producer::new(data, ctl, 4096, SECRET),
-                Consumer::new(data, ctl, 4096, SECRET),
-            )
-        };
+        let (_m, mut p, mut c) = ring();
         let src: Vec<u8> = (1..=64).collect();
         for hlen in [0usize, 8, 16, 24, 56] {
             for plen in 0..=40 {
@@ -480,14 +473,7 @@ mod tests {
     /// the consumer released one.
     #[test]
     fn the_ring_holds_its_whole_size() {
-        let (_m, data, ctl) = memory();
-        // SAFETY: as above.
-        let (mut p, mut c) = unsafe {
-            (
-                Producer::new(data, ctl, 4096, SECRET),
-                Consumer::new(data, ctl, 4096, SECRET),
-            )
-        };
+        let (_m, mut p, mut c) = ring();
         for i in 0..64 {
             assert_eq!(p.send(&[], &[i as u8]), Ok(false), "line {i}");
         }
