@@ -35,6 +35,27 @@ impl Driver {
         if self.next == self.filled {
             self.fill(what)?;
         }
+        self.take(what)
+    }
+
+    /// [`next`](Self::next) without waiting: one poll when none is at hand
+    /// (progress for a sender whose operation was refused), `None` when it
+    /// brings none.
+    pub fn try_next(&mut self, what: &str) -> Result<Option<&mut Completion>> {
+        if self.next == self.filled {
+            let n = self.poll(what)?;
+            if n == 0 {
+                return Ok(None);
+            }
+            self.next = 0;
+            self.filled = n;
+        }
+        self.take(what).map(Some)
+    }
+
+    /// The completion at hand (there is one), a failed operation an error.
+    #[inline(always)]
+    fn take(&mut self, what: &str) -> Result<&mut Completion> {
         let c = &mut self.out[self.next];
         self.next += 1;
         match &c.result {
@@ -43,24 +64,9 @@ impl Driver {
         }
     }
 
-    /// One poll without waiting (progress for a sender whose operation was
-    /// refused): true if it took the completion `ack`; any other completion
-    /// is an error.
-    pub fn poll_acked(&mut self, ack: u64) -> Result<bool> {
-        if self.next == self.filled {
-            self.next = 0;
-            self.filled = self.cq.poll(&mut self.out).map_err(|e| format!("polling: {e}"))?;
-        }
-        if self.next == self.filled {
-            return Ok(false);
-        }
-        let c = &self.out[self.next];
-        self.next += 1;
-        match (&c.result, c.context) {
-            (Ok(()), ctx) if ctx == ack => Ok(true),
-            (Ok(()), ctx) => Err(format!("unexpected completion {ctx}")),
-            (Err(e), ctx) => Err(format!("operation {ctx} failed: {e}")),
-        }
+    #[inline(always)]
+    fn poll(&mut self, what: &str) -> Result<usize> {
+        self.cq.poll(&mut self.out).map_err(|e| format!("{what}: polling: {e}"))
     }
 
     #[inline(always)]
@@ -68,10 +74,7 @@ impl Driver {
         let start = Instant::now();
         let mut spins = 0u32;
         loop {
-            let n = self
-                .cq
-                .poll(&mut self.out)
-                .map_err(|e| format!("{what}: polling: {e}"))?;
+            let n = self.poll(what)?;
             if n > 0 {
                 self.next = 0;
                 self.filled = n;

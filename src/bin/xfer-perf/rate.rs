@@ -8,7 +8,7 @@
 
 use std::time::Instant;
 
-use xfer::{Endpoint, Error, PeerAddr};
+use xfer::{Completion, Endpoint, Error, PeerAddr};
 
 use crate::control::{ACK, ACK_TAG, DATA_TAG, RECV, SEND};
 use crate::driver::{self, pattern, Driver, Result};
@@ -33,7 +33,11 @@ pub fn client(ep: &Endpoint, d: &mut Driver, peer: PeerAddr, p: &Phase, prog: &m
         if let Some(payload) = &inject {
             while let Err(e) = ep.tinject(peer, DATA_TAG, payload) {
                 match e {
-                    Error::Again => acked |= d.poll_acked(ACK)?,
+                    Error::Again => {
+                        if let Some(c) = d.try_next("message rate")? {
+                            collected(c, &mut pool, &mut in_flight, &mut acked)?;
+                        }
+                    }
                     e => return Err(format!("tinject of {} B: {e}", p.size)),
                 }
             }
@@ -55,7 +59,11 @@ pub fn client(ep: &Endpoint, d: &mut Driver, peer: PeerAddr, p: &Phase, prog: &m
 
 /// Takes the client's next completion: a send's or the final acknowledgement.
 fn collect(d: &mut Driver, pool: &mut Pool, in_flight: &mut usize, acked: &mut bool) -> Result<()> {
-    let c = d.next("message rate")?;
+    collected(d.next("message rate")?, pool, in_flight, acked)
+}
+
+/// Accounts for completion `c`: a send's or the final acknowledgement.
+fn collected(c: &mut Completion, pool: &mut Pool, in_flight: &mut usize, acked: &mut bool) -> Result<()> {
     match c.context {
         SEND => {
             *in_flight -= 1;
