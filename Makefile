@@ -3,6 +3,11 @@
 #   make test   set up, build, run every test, lint
 SHELL := /bin/bash
 CARGO ?= cargo
+# A run starts from nothing on CI: incremental state (2.7 GB) and full debug
+# information in test binaries (half of the rest) only cost disk and time
+# there; line tables keep panics' and valgrind's file:line.
+export CARGO_INCREMENTAL ?= 0
+export CARGO_PROFILE_DEV_DEBUG ?= line-tables-only
 
 .PHONY: demo test test-shm test-tcp test-shm-tcp setup build lint fuzz bench vm bench-vm install package
 PREFIX ?= /usr/local

@@ -34,4 +34,26 @@ if ! command -v cargo >/dev/null; then
     echo "setup: no cargo on PATH; install Rust (rustup) first" >&2
     exit 1
 fi
+
+# A build and test run (`make test`) writes ~12 GiB under target/ and
+# fuzz/target/. Where the disk holding this tree has less free and those
+# directories do not exist yet, they are made in memory (/dev/shm, tmpfs) and
+# linked here, so a machine with a full disk still builds; said once, here.
+need_mib=$(( ${XFER_BUILD_SPACE_GIB:-12} * 1024 ))
+free_mib() { df -Pm "$1" 2>/dev/null | awk 'NR == 2 { print $4 }'; }
+disk_free=$(free_mib .)
+if [[ -z ${CARGO_TARGET_DIR:-} && ! -e target && ${disk_free:-0} -lt $need_mib ]]; then
+    shm_free=$(free_mib /dev/shm)
+    if [[ ${shm_free:-0} -ge $need_mib ]]; then
+        mem=/dev/shm/xfer-build-$(id -u)-$(pwd -P | cksum | cut -d' ' -f1)
+        mkdir -p "$mem/target" "$mem/fuzz-target"
+        ln -s "$mem/target" target
+        [[ -e fuzz/target ]] || ln -s "$mem/fuzz-target" fuzz/target
+        echo "setup: ${disk_free} MiB free on the disk under $PWD, the build needs ~${need_mib};" \
+            "target/ and fuzz/target/ are in memory under $mem"
+    else
+        echo "setup: warning: ${disk_free} MiB free on the disk under $PWD and ${shm_free:-0}" \
+            "in /dev/shm; the build and tests need ~${need_mib} MiB" >&2
+    fi
+fi
 cargo fetch --locked -q
