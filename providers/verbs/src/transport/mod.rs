@@ -24,6 +24,7 @@ pub mod credit;
 pub mod domain;
 pub mod frame;
 mod keepalive;
+mod mark;
 mod pull;
 mod qpn;
 mod setup;
