@@ -417,5 +417,7 @@ mod tests {
         );
         assert!(Options::parse(["--progress=0"].map(String::from)).is_err());
         assert_eq!(Options::parse(Vec::<String>::new()).unwrap().progress, None);
+        assert!(Options::parse(["--counters"].map(String::from)).unwrap().counters);
+        assert!(!Options::parse(Vec::<String>::new()).unwrap().counters);
     }
 }
