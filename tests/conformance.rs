@@ -1575,6 +1575,66 @@ fn a_large_message_is_pulled_or_pushed_once_and_by_rdma_read_over_verbs() {
     }
 }
 
+/// The verbs transport's mark (providers/verbs/src/transport/mark.rs): a
+/// READ whose last bytes equal it cannot prove by itself that it landed.
+/// Were it changed there and not here, the query count below would fail.
+const VERBS_MARK: [u8; 8] = 0x9e37_79b9_7f4a_7c15u64.to_le_bytes();
+
+/// A rendezvous pulled by RDMA READ is taken as done from the READ's write
+/// of the receive's last bytes, without asking the QP's state, unless those
+/// bytes are the transport's mark; then it asks once, and the message still
+/// arrives whole. Sizes one to seven bytes past a READ's largest chunk (the
+/// guest runs this with `XFER_VERBS_READ_MAX=4096` too) put the last chunk's
+/// tail under eight bytes. Elsewhere the same messages must simply arrive.
+#[test]
+fn a_pull_asks_the_qp_state_only_when_its_last_bytes_are_the_mark_over_verbs() {
+    let (mut a, mut b) = (Node::new(), Node::new());
+    let pb = a.add(&b);
+    let verbs = a.domain.provider() == "verbs";
+    let chunk = std::env::var("XFER_VERBS_READ_MAX")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .unwrap_or(1 << 20);
+    let marked = |len: usize, seed| {
+        let mut m = pattern(len, seed);
+        m[len - 8..].copy_from_slice(&VERBS_MARK);
+        m
+    };
+    // Whole chunks of at least `n` bytes: a rendezvous, however small a chunk.
+    let chunks = |n: usize| n.div_ceil(chunk) * chunk;
+    // (message, whether its last bytes are the mark).
+    let cases = [
+        (pattern(1 << 20, 1), false),
+        (pattern(chunks(64 << 10) + 3, 2), false),
+        (pattern(chunks(128 << 10) + 7, 3), false),
+        (marked(1 << 20, 4), true),
+        (marked(chunks(64 << 10) + 5, 5), true),
+    ];
+    let mut asked = 0;
+    for (i, (msg, mark)) in cases.into_iter().enumerate() {
+        let ctx = i as u64 + 1;
+        let size = msg.len();
+        // A receive buffer one byte longer than the message, its spare byte
+        // left as it was.
+        b.ep.trecv(ANY, ctx, 0, vec![0xee; size + 1], ctx).unwrap();
+        a.ep.tsend(pb, ctx, msg.clone(), 100 + ctx).unwrap();
+        let r = expect(&mut [&mut a, &mut b], 1, ctx);
+        assert_eq!((r.result, r.len), (Ok(()), size), "{size} B");
+        let got = r.buf.unwrap();
+        assert!(got[..size] == msg[..], "{size} B: content");
+        assert_eq!(got[size], 0xee, "{size} B: the byte past the message");
+        assert_eq!(expect(&mut [&mut a, &mut b], 0, 100 + ctx).result, Ok(()));
+        if verbs {
+            asked += u64::from(mark);
+            assert_eq!(counter(&b, "rndv_pulls"), ctx, "{size} B pulled");
+            assert_eq!(counter(&b, "qp_state_queries"), asked, "{size} B, mark {mark}");
+        }
+    }
+    if verbs {
+        assert_eq!(counter(&b, "rdma_reads_failed"), 0);
+    }
+}
+
 /// Over shared memory a rendezvous below the receiver's `shm.cma_min` is
 /// pushed through the ring and one at or above it pulled by cross-memory
 /// attach (pushed too where CMA is off), each arriving whole, the receiver's
@@ -1647,6 +1707,11 @@ fn rma_on_a_granted_key_goes_by_the_device_over_verbs() {
         assert!(counter(&a, "rdma_writes") > 0, "by RDMA WRITE");
         assert_eq!(counter(&a, "rdma_write_bytes"), size as u64);
         assert!(counter(&a, "rdma_read_bytes") >= size as u64, "by RDMA READ");
+        if provider == "verbs" {
+            // The WRITE's completion asked the QP's state; the READ's was
+            // proved by the write of its last bytes.
+            assert_eq!(counter(&a, "qp_state_queries"), 1);
+        }
         assert_eq!(
             counter(&b, "rma_served"),
             3,

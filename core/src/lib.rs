@@ -48,6 +48,7 @@ mod endpoint;
 mod error;
 mod event;
 mod hash;
+mod knob;
 mod lock;
 #[doc(hidden)]
 pub mod log;

@@ -141,6 +141,46 @@ impl AsRawFd for EventFd {
     }
 }
 
+/// A transport's wait descriptor: an epoll set holding its own descriptors
+/// and an eventfd that makes the set readable on demand (the `wake` of a
+/// caller blocked on it, or of work no descriptor will signal).
+#[derive(Debug)]
+pub struct WaitSet {
+    epoll: Epoll,
+    wake: EventFd,
+}
+
+impl WaitSet {
+    /// A set holding its eventfd, reported as `wake_token`.
+    pub fn new(wake_token: u64) -> Result<WaitSet> {
+        let epoll = Epoll::new()?;
+        let wake = EventFd::new()?;
+        epoll.add(wake.as_raw_fd(), READABLE, wake_token)?;
+        Ok(WaitSet { epoll, wake })
+    }
+
+    /// The set, to watch the transport's descriptors and wait on them.
+    pub fn epoll(&self) -> &Epoll {
+        &self.epoll
+    }
+
+    /// Makes the set readable until [`drain`](Self::drain).
+    pub fn wake(&self) {
+        self.wake.signal();
+    }
+
+    /// Takes back a [`wake`](Self::wake): its token was reported.
+    pub fn drain(&self) {
+        self.wake.drain();
+    }
+}
+
+impl AsRawFd for WaitSet {
+    fn as_raw_fd(&self) -> RawFd {
+        self.epoll.as_raw_fd()
+    }
+}
+
 /// An all-zero event array entry, for sizing wait buffers.
 pub const EMPTY_EVENT: libc::epoll_event = libc::epoll_event { events: 0, u64: 0 };
 

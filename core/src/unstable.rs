@@ -52,6 +52,11 @@ pub mod hash {
     pub use crate::hash::*;
 }
 
+/// A transport's plain settings described once, in a table.
+pub mod knob {
+    pub use crate::knob::*;
+}
+
 /// Memory registration: regions, remote keys, the registration cache.
 pub mod mr {
     pub use crate::mr::*;

@@ -218,7 +218,7 @@ step_rdm() {
     # initiator depth lets fly at once, so later chunks wait for earlier ones; native
     # RMA's WRITEs and READs are chunked alike.
     XFER_VERBS_READ_MAX=4096 run_test rdm_read_chunks CONFORMANCE 2 \
-        "${XFER_VM_TIMEOUT_CONFORMANCE:-240}" a_large_message tagged_roundtrip_all_sizes untagged_messages_keep_order \
+        "${XFER_VM_TIMEOUT_CONFORMANCE:-240}" a_large_message a_pull_asks_the_qp_state tagged_roundtrip_all_sizes untagged_messages_keep_order \
         rma_on_a_granted_key rma_write_and_read_all_sizes
     step_start=$(date +%s)
     # 32 buffers: fewer than the engine's 256 KiB of eager credit in 4 KiB messages, so

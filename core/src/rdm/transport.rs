@@ -22,10 +22,11 @@
 //! [`start_rma`]: Transport::start_rma
 
 use std::io::IoSlice;
-use std::os::fd::RawFd;
+use std::os::fd::{AsRawFd, RawFd};
 
 use crate::error::Error;
 use crate::provider::RmaKind;
+use crate::sys::WaitSet;
 
 /// A connection of a transport: an index the transport chose, reused after
 /// the connection is reported down (or closed by the engine).
@@ -515,13 +516,28 @@ pub trait Transport: Send {
     /// Moves data and reports connections and frames to `events`; never blocks.
     fn progress(&mut self, events: &mut dyn Events);
 
+    /// The wait set of a transport that waits on one ([`WaitSet`]: its
+    /// descriptors and a wake-up in an epoll set), which then needs no
+    /// [`wait_fd`](Self::wait_fd) or [`wake`](Self::wake) of its own.
+    fn wait_set(&self) -> Option<&WaitSet> {
+        None
+    }
+
     /// A descriptor that becomes readable when `progress` has work, once
-    /// [`prepare_wait`](Self::prepare_wait) said the caller may block.
-    fn wait_fd(&self) -> RawFd;
+    /// [`prepare_wait`](Self::prepare_wait) said the caller may block. The
+    /// default is the [`wait_set`](Self::wait_set)'s (-1 without one).
+    fn wait_fd(&self) -> RawFd {
+        self.wait_set().map_or(-1, AsRawFd::as_raw_fd)
+    }
 
     /// Makes the wait descriptor readable, so a caller blocked on it wakes
-    /// (work the engine must retry that no peer will signal).
-    fn wake(&self);
+    /// (work the engine must retry that no peer will signal). The default
+    /// wakes the [`wait_set`](Self::wait_set).
+    fn wake(&self) {
+        if let Some(w) = self.wait_set() {
+            w.wake();
+        }
+    }
 
     /// Arms the wait descriptor before the caller blocks on it: `false`
     /// when there is work already, in which case the descriptor is left

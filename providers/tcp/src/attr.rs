@@ -3,15 +3,11 @@
 //! environment variable. Core carries the keys as text; this module parses
 //! and checks them.
 
-use xfer_core::unstable::attr::{env_value, param_value, unknown_key, Setting};
+use xfer_core::knobs;
+use xfer_core::unstable::attr::{unknown_key, Setting};
 use xfer_core::unstable::error::Result;
+use xfer_core::unstable::knob::{self as knobs, Knob};
 use xfer_core::unstable::params::Params;
-
-fn apply<T: std::str::FromStr>(field: &mut T, env: &str) {
-    if let Some(v) = env_value(env) {
-        *field = v;
-    }
-}
 
 /// Settings of the TCP provider.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -96,6 +92,24 @@ pub fn iface_list(text: &str) -> Vec<String> {
         .collect()
 }
 
+/// The settings that are plain values, after `tcp.addr` and `tcp.iface`.
+const KNOBS: &[Knob<TcpAttr>] = knobs! { TcpAttr, "tcp":
+    connect_timeout_ms "XFER_TCP_CONNECT_TIMEOUT_MS"
+        "connection attempt timeout (connect and hello handshake)";
+    user_timeout_ms "XFER_TCP_USER_TIMEOUT_MS"
+        "TCP_USER_TIMEOUT: unacknowledged data before a peer is declared dead";
+    keepalive_ms "XFER_TCP_KEEPALIVE_MS"
+        "keepalive probe period (0: off); a silent peer dies after the user timeout";
+    sockbuf "XFER_TCP_SOCKBUF"
+        "SO_SNDBUF/SO_RCVBUF (0: kernel default)";
+    local_sndbuf "XFER_TCP_LOCAL_SNDBUF"
+        "SO_SNDBUF of connections within this host when XFER_TCP_SOCKBUF is 0 (0: autotuning)";
+    eager_credit "XFER_TCP_EAGER_CREDIT"
+        "eager bytes a peer may have in flight to us (what a slow receiver buffers)";
+    coalesce "XFER_TCP_COALESCE"
+        "small sends posted in a burst wait for the next poll or this many, then share a sendmsg (0: off)";
+};
+
 impl TcpAttr {
     /// The prefix of this transport's keys in [`Params`].
     pub const PREFIX: &'static str = "tcp";
@@ -120,14 +134,10 @@ impl TcpAttr {
         match key {
             "tcp.addr" => self.addr = Some(value.trim().to_owned()).filter(|s| !s.is_empty()),
             "tcp.iface" => self.iface = iface_list(value),
-            "tcp.connect_timeout_ms" => self.connect_timeout_ms = param_value(key, value)?,
-            "tcp.user_timeout_ms" => self.user_timeout_ms = param_value(key, value)?,
-            "tcp.keepalive_ms" => self.keepalive_ms = param_value(key, value)?,
-            "tcp.sockbuf" => self.sockbuf = param_value(key, value)?,
-            "tcp.local_sndbuf" => self.local_sndbuf = param_value(key, value)?,
-            "tcp.eager_credit" => self.eager_credit = param_value(key, value)?,
-            "tcp.coalesce" => self.coalesce = param_value(key, value)?,
-            _ => return Err(unknown_key(key, &Self::default().settings())),
+            _ => {
+                return knobs::set(KNOBS, self, key, value)
+                    .unwrap_or_else(|| Err(unknown_key(key, &Self::default().settings())))
+            }
         }
         Ok(())
     }
@@ -141,19 +151,17 @@ impl TcpAttr {
                 .unwrap_or_default(),
             ..Self::default()
         };
-        apply(&mut a.connect_timeout_ms, "XFER_TCP_CONNECT_TIMEOUT_MS");
-        apply(&mut a.user_timeout_ms, "XFER_TCP_USER_TIMEOUT_MS");
-        apply(&mut a.keepalive_ms, "XFER_TCP_KEEPALIVE_MS");
-        apply(&mut a.sockbuf, "XFER_TCP_SOCKBUF");
-        apply(&mut a.local_sndbuf, "XFER_TCP_LOCAL_SNDBUF");
-        apply(&mut a.eager_credit, "XFER_TCP_EAGER_CREDIT");
-        apply(&mut a.coalesce, "XFER_TCP_COALESCE");
+        knobs::apply_env(KNOBS, &mut a);
         a
     }
 
     /// The effective settings, with their keys.
     pub fn settings(&self) -> Vec<Setting> {
-        vec![
+        let iface = match self.iface.is_empty() {
+            true => "(automatic)".into(),
+            false => self.iface.join(","),
+        };
+        let own = [
             Setting {
                 key: Some("tcp.addr"),
                 env: "XFER_TCP_ADDR",
@@ -163,57 +171,12 @@ impl TcpAttr {
             Setting {
                 key: Some("tcp.iface"),
                 env: "XFER_TCP_IFACE",
-                value: if self.iface.is_empty() {
-                    "(automatic)".into()
-                } else {
-                    self.iface.join(",")
-                },
+                value: iface,
                 doc:
                     "interfaces to listen on, first usable wins (automatic: first up, not loopback or container bridge)",
             },
-            Setting {
-                key: Some("tcp.connect_timeout_ms"),
-                env: "XFER_TCP_CONNECT_TIMEOUT_MS",
-                value: self.connect_timeout_ms.to_string(),
-                doc: "connection attempt timeout (connect and hello handshake)",
-            },
-            Setting {
-                key: Some("tcp.user_timeout_ms"),
-                env: "XFER_TCP_USER_TIMEOUT_MS",
-                value: self.user_timeout_ms.to_string(),
-                doc: "TCP_USER_TIMEOUT: unacknowledged data before a peer is declared dead",
-            },
-            Setting {
-                key: Some("tcp.keepalive_ms"),
-                env: "XFER_TCP_KEEPALIVE_MS",
-                value: self.keepalive_ms.to_string(),
-                doc: "keepalive probe period (0: off); a silent peer dies after the user timeout",
-            },
-            Setting {
-                key: Some("tcp.sockbuf"),
-                env: "XFER_TCP_SOCKBUF",
-                value: self.sockbuf.to_string(),
-                doc: "SO_SNDBUF/SO_RCVBUF (0: kernel default)",
-            },
-            Setting {
-                key: Some("tcp.local_sndbuf"),
-                env: "XFER_TCP_LOCAL_SNDBUF",
-                value: self.local_sndbuf.to_string(),
-                doc: "SO_SNDBUF of connections within this host when XFER_TCP_SOCKBUF is 0 (0: autotuning)",
-            },
-            Setting {
-                key: Some("tcp.eager_credit"),
-                env: "XFER_TCP_EAGER_CREDIT",
-                value: self.eager_credit.to_string(),
-                doc: "eager bytes a peer may have in flight to us (what a slow receiver buffers)",
-            },
-            Setting {
-                key: Some("tcp.coalesce"),
-                env: "XFER_TCP_COALESCE",
-                value: self.coalesce.to_string(),
-                doc: "small sends posted in a burst wait for the next poll or this many, then share a sendmsg (0: off)",
-            },
-        ]
+        ];
+        own.into_iter().chain(knobs::rows(KNOBS, self)).collect()
     }
 }
 

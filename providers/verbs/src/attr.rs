@@ -3,10 +3,10 @@
 //! pattern of `xfer_core::unstable::attr`: defaults, `from_env`, and
 //! [`Setting`] rows for `xfer-info`).
 
-use std::str::FromStr;
-
+use xfer_core::knobs;
 use xfer_core::unstable::attr::{env_value, param_value, unknown_key, Setting};
 use xfer_core::unstable::error::Result;
+use xfer_core::unstable::knob::{self as knob, Knob};
 use xfer_core::unstable::params::Params;
 
 /// Settings of the verbs provider.
@@ -122,11 +122,34 @@ impl Default for VerbsAttr {
     }
 }
 
-fn apply<T: FromStr>(field: &mut T, env: &str) {
-    if let Some(v) = env_value(env) {
-        *field = v;
-    }
-}
+/// The settings that are plain values, after `verbs.device`, `verbs.addr`
+/// and `verbs.gid_index`.
+const KNOBS: &[Knob<VerbsAttr>] = knobs! { VerbsAttr, "verbs":
+    port "XFER_VERBS_PORT" "device port (1-based)";
+    signal_every "XFER_VERBS_SIGNAL_EVERY" "signal a send completion at least every N sends";
+    sq_depth "XFER_VERBS_SQ_DEPTH" "send queue depth per QP";
+    max_inline "XFER_VERBS_MAX_INLINE" "inline bytes asked for per QP (the device may grant less)";
+    srq_size "XFER_VERBS_SRQ_SIZE" "receive buffers in the shared receive queue";
+    srq_low_watermark "XFER_VERBS_SRQ_LOW_WATERMARK"
+        "refill the SRQ when fewer receives than this are posted";
+    srq_buf_size "XFER_VERBS_SRQ_BUF_SIZE" "bytes per SRQ bounce buffer";
+    rnr_retry "XFER_VERBS_RNR_RETRY" "RNR retries (7: infinite)";
+    retry_cnt "XFER_VERBS_RETRY_CNT" "transport retries (max 7)";
+    timeout "XFER_VERBS_TIMEOUT" "local ACK timeout exponent (4.096 us * 2^n)";
+    min_rnr_timer "XFER_VERBS_MIN_RNR_TIMER" "minimum RNR NAK timer code advertised to peers";
+    path_mtu "XFER_VERBS_PATH_MTU" "path MTU in bytes, capped by the port (0: the port's active MTU)";
+    cq_size "XFER_VERBS_CQ_SIZE" "completion queue entries";
+    connect_timeout_ms "XFER_VERBS_CONNECT_TIMEOUT_MS"
+        "connection establishment timeout in ms (0: the engine's, 10 s)";
+    keepalive_ms "XFER_VERBS_KEEPALIVE_MS"
+        "keepalive probe interval in ms while operations wait on a peer (0: off)";
+    credit_msgs "XFER_VERBS_CREDIT_MSGS"
+        "messages a peer may have in flight to an endpoint's SRQ (at least 16)";
+    eager_credit "XFER_VERBS_EAGER_CREDIT"
+        "eager bytes a peer may have in flight to an endpoint, unexpected ones included (at least 128 KiB)";
+    read_max "XFER_VERBS_READ_MAX"
+        "largest RDMA READ of a verbs rendezvous pull; longer ones in chunks (0: the port's max_msg_sz)";
+};
 
 impl VerbsAttr {
     /// The prefix of this transport's keys in [`Params`].
@@ -138,7 +161,6 @@ impl VerbsAttr {
         if let Ok(d) = std::env::var("XFER_VERBS_DEVICE") {
             a.device = Some(d).filter(|d| !d.is_empty());
         }
-        apply(&mut a.port, "XFER_VERBS_PORT");
         if let Some(ip) = env_value::<String>("XFER_VERBS_ADDR") {
             match ip.trim() {
                 "" | "auto" => a.addr = None,
@@ -160,23 +182,7 @@ impl VerbsAttr {
                 },
             };
         }
-        apply(&mut a.signal_every, "XFER_VERBS_SIGNAL_EVERY");
-        apply(&mut a.sq_depth, "XFER_VERBS_SQ_DEPTH");
-        apply(&mut a.max_inline, "XFER_VERBS_MAX_INLINE");
-        apply(&mut a.srq_size, "XFER_VERBS_SRQ_SIZE");
-        apply(&mut a.srq_low_watermark, "XFER_VERBS_SRQ_LOW_WATERMARK");
-        apply(&mut a.srq_buf_size, "XFER_VERBS_SRQ_BUF_SIZE");
-        apply(&mut a.rnr_retry, "XFER_VERBS_RNR_RETRY");
-        apply(&mut a.retry_cnt, "XFER_VERBS_RETRY_CNT");
-        apply(&mut a.timeout, "XFER_VERBS_TIMEOUT");
-        apply(&mut a.min_rnr_timer, "XFER_VERBS_MIN_RNR_TIMER");
-        apply(&mut a.path_mtu, "XFER_VERBS_PATH_MTU");
-        apply(&mut a.cq_size, "XFER_VERBS_CQ_SIZE");
-        apply(&mut a.connect_timeout_ms, "XFER_VERBS_CONNECT_TIMEOUT_MS");
-        apply(&mut a.keepalive_ms, "XFER_VERBS_KEEPALIVE_MS");
-        apply(&mut a.credit_msgs, "XFER_VERBS_CREDIT_MSGS");
-        apply(&mut a.eager_credit, "XFER_VERBS_EAGER_CREDIT");
-        apply(&mut a.read_max, "XFER_VERBS_READ_MAX");
+        knob::apply_env(KNOBS, &mut a);
         a.clamp();
         a
     }
@@ -211,29 +217,14 @@ impl VerbsAttr {
         let auto = matches!(value.trim(), "" | "auto");
         match key {
             "verbs.device" => self.device = Some(value.trim().to_owned()).filter(|d| !d.is_empty()),
-            "verbs.port" => self.port = param_value(key, value)?,
             "verbs.addr" if auto => self.addr = None,
             "verbs.addr" => self.addr = Some(param_value(key, value)?),
             "verbs.gid_index" if auto => self.gid_index = None,
             "verbs.gid_index" => self.gid_index = Some(param_value(key, value)?),
-            "verbs.signal_every" => self.signal_every = param_value(key, value)?,
-            "verbs.sq_depth" => self.sq_depth = param_value(key, value)?,
-            "verbs.max_inline" => self.max_inline = param_value(key, value)?,
-            "verbs.srq_size" => self.srq_size = param_value(key, value)?,
-            "verbs.srq_low_watermark" => self.srq_low_watermark = param_value(key, value)?,
-            "verbs.srq_buf_size" => self.srq_buf_size = param_value(key, value)?,
-            "verbs.rnr_retry" => self.rnr_retry = param_value(key, value)?,
-            "verbs.retry_cnt" => self.retry_cnt = param_value(key, value)?,
-            "verbs.timeout" => self.timeout = param_value(key, value)?,
-            "verbs.min_rnr_timer" => self.min_rnr_timer = param_value(key, value)?,
-            "verbs.path_mtu" => self.path_mtu = param_value(key, value)?,
-            "verbs.cq_size" => self.cq_size = param_value(key, value)?,
-            "verbs.connect_timeout_ms" => self.connect_timeout_ms = param_value(key, value)?,
-            "verbs.keepalive_ms" => self.keepalive_ms = param_value(key, value)?,
-            "verbs.credit_msgs" => self.credit_msgs = param_value(key, value)?,
-            "verbs.eager_credit" => self.eager_credit = param_value(key, value)?,
-            "verbs.read_max" => self.read_max = param_value(key, value)?,
-            _ => return Err(unknown_key(key, &Self::default().settings())),
+            _ => {
+                return knob::set(KNOBS, self, key, value)
+                    .unwrap_or_else(|| Err(unknown_key(key, &Self::default().settings())))
+            }
         }
         Ok(())
     }
@@ -246,18 +237,12 @@ impl VerbsAttr {
             value,
             doc,
         };
-        vec![
+        let own = [
             row(
                 "verbs.device",
                 "XFER_VERBS_DEVICE",
                 self.device.clone().unwrap_or_else(|| "(first active)".into()),
                 "verbs device to open",
-            ),
-            row(
-                "verbs.port",
-                "XFER_VERBS_PORT",
-                self.port.to_string(),
-                "device port (1-based)",
             ),
             row(
                 "verbs.addr",
@@ -271,113 +256,8 @@ impl VerbsAttr {
                 self.gid_index.map_or_else(|| "auto".into(), |g| g.to_string()),
                 "GID index of the QPs' address vector (auto: the one rdma_cm resolves)",
             ),
-            row(
-                "verbs.signal_every",
-                "XFER_VERBS_SIGNAL_EVERY",
-                self.signal_every.to_string(),
-                "signal a send completion at least every N sends",
-            ),
-            row(
-                "verbs.sq_depth",
-                "XFER_VERBS_SQ_DEPTH",
-                self.sq_depth.to_string(),
-                "send queue depth per QP",
-            ),
-            row(
-                "verbs.max_inline",
-                "XFER_VERBS_MAX_INLINE",
-                self.max_inline.to_string(),
-                "inline bytes asked for per QP (the device may grant less)",
-            ),
-            row(
-                "verbs.srq_size",
-                "XFER_VERBS_SRQ_SIZE",
-                self.srq_size.to_string(),
-                "receive buffers in the shared receive queue",
-            ),
-            row(
-                "verbs.srq_low_watermark",
-                "XFER_VERBS_SRQ_LOW_WATERMARK",
-                self.srq_low_watermark.to_string(),
-                "refill the SRQ when fewer receives than this are posted",
-            ),
-            row(
-                "verbs.srq_buf_size",
-                "XFER_VERBS_SRQ_BUF_SIZE",
-                self.srq_buf_size.to_string(),
-                "bytes per SRQ bounce buffer",
-            ),
-            row(
-                "verbs.rnr_retry",
-                "XFER_VERBS_RNR_RETRY",
-                self.rnr_retry.to_string(),
-                "RNR retries (7: infinite)",
-            ),
-            row(
-                "verbs.retry_cnt",
-                "XFER_VERBS_RETRY_CNT",
-                self.retry_cnt.to_string(),
-                "transport retries (max 7)",
-            ),
-            row(
-                "verbs.timeout",
-                "XFER_VERBS_TIMEOUT",
-                self.timeout.to_string(),
-                "local ACK timeout exponent (4.096 us * 2^n)",
-            ),
-            row(
-                "verbs.min_rnr_timer",
-                "XFER_VERBS_MIN_RNR_TIMER",
-                self.min_rnr_timer.to_string(),
-                "minimum RNR NAK timer code advertised to peers",
-            ),
-            row(
-                "verbs.path_mtu",
-                "XFER_VERBS_PATH_MTU",
-                if self.path_mtu == 0 {
-                    "(port active MTU)".into()
-                } else {
-                    self.path_mtu.to_string()
-                },
-                "path MTU in bytes, capped by the port",
-            ),
-            row(
-                "verbs.cq_size",
-                "XFER_VERBS_CQ_SIZE",
-                self.cq_size.to_string(),
-                "completion queue entries",
-            ),
-            row(
-                "verbs.connect_timeout_ms",
-                "XFER_VERBS_CONNECT_TIMEOUT_MS",
-                self.connect_timeout_ms.to_string(),
-                "connection establishment timeout in ms (0: the engine's, 10 s)",
-            ),
-            row(
-                "verbs.keepalive_ms",
-                "XFER_VERBS_KEEPALIVE_MS",
-                self.keepalive_ms.to_string(),
-                "keepalive probe interval in ms while operations wait on a peer (0: off)",
-            ),
-            row(
-                "verbs.credit_msgs",
-                "XFER_VERBS_CREDIT_MSGS",
-                self.credit_msgs.to_string(),
-                "messages a peer may have in flight to an endpoint's SRQ (at least 16)",
-            ),
-            row(
-                "verbs.eager_credit",
-                "XFER_VERBS_EAGER_CREDIT",
-                self.eager_credit.to_string(),
-                "eager bytes a peer may have in flight to an endpoint, unexpected ones included (at least 128 KiB)",
-            ),
-            row(
-                "verbs.read_max",
-                "XFER_VERBS_READ_MAX",
-                self.read_max.to_string(),
-                "largest RDMA READ of a verbs rendezvous pull; longer ones in chunks (0: the port's max_msg_sz)",
-            ),
-        ]
+        ];
+        own.into_iter().chain(knob::rows(KNOBS, self)).collect()
     }
 }
 

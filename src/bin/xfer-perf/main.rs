@@ -173,11 +173,36 @@ fn progress_interval(opts: &Options) -> Option<std::time::Duration> {
     Some(std::time::Duration::from_secs_f64(secs))
 }
 
+/// Prints `side`'s endpoint counters on stderr, one line, when `on`.
+fn print_counters(side: &Side, role: &str, on: bool) {
+    if !on {
+        return;
+    }
+    match side.ep.counters() {
+        Ok(c) => {
+            let c: Vec<String> = c.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            eprintln!("xfer-perf counters ({role}): {}", c.join(" "));
+        }
+        Err(e) => eprintln!("xfer-perf counters ({role}): {e}"),
+    }
+}
+
 fn run(opts: &Options) -> Result<()> {
     let mut attr = EndpointAttr::from_env();
+    let counters = opts.counters;
     match &opts.role {
-        Role::Server => serve(&mut open(&attr)?, |name| println!("xfer-perf server: {name}")),
-        Role::Client(name) => drive(&mut open(&attr)?, name, opts),
+        Role::Server => {
+            let mut side = open(&attr)?;
+            serve(&mut side, |name| println!("xfer-perf server: {name}"))?;
+            print_counters(&side, "server", counters);
+            Ok(())
+        }
+        Role::Client(name) => {
+            let mut side = open(&attr)?;
+            drive(&mut side, name, opts)?;
+            print_counters(&side, "client", counters);
+            Ok(())
+        }
         Role::Local => {
             // Both sides on loopback unless XFER_TCP_ADDR says otherwise.
             if xfer::TcpAttr::from_env().addr.is_none() {
@@ -187,13 +212,17 @@ fn run(opts: &Options) -> Result<()> {
             let server_attr = attr.clone();
             let server = std::thread::spawn(move || {
                 let mut side = open(&server_attr)?;
-                serve(&mut side, |name| drop(tx.send(name)))
+                serve(&mut side, |name| drop(tx.send(name)))?;
+                print_counters(&side, "server", counters);
+                Ok(())
             });
             let name = match rx.recv() {
                 Ok(name) => name,
                 Err(_) => return server.join().unwrap_or_else(|_| Err("server thread panicked".into())),
             };
-            let client = drive(&mut open(&attr)?, &unhex(&name)?, opts);
+            let mut side = open(&attr)?;
+            let client = drive(&mut side, &unhex(&name)?, opts);
+            print_counters(&side, "client", counters);
             let server = server.join().unwrap_or_else(|_| Err("server thread panicked".into()));
             client.and(server)
         }

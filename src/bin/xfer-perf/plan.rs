@@ -189,6 +189,8 @@ pub struct Options {
     pub json: bool,
     /// `--progress[=SECS]`: the interval of the progress line, forced on.
     pub progress: Option<f64>,
+    /// `--counters`: each side prints its endpoint's counters at the end.
+    pub counters: bool,
     pub role: Role,
 }
 
@@ -223,6 +225,8 @@ options:
   --json         one JSON object per result line instead of a table
   --progress[=S] a progress line on stderr every S seconds (default 1) once the run has
                  lasted 2 S; on by default when stderr is a terminal, unless --json
+  --counters     each side prints its endpoint's counters on stderr when it is done
+                 (`xfer-perf counters (server): name=value ...`)
 
 Environment: every XFER_* setting (see xfer-info), e.g. XFER_PROVIDER, XFER_TCP_ADDR.";
 
@@ -237,6 +241,7 @@ impl Options {
             buffers: Buffers::Shared,
             json: false,
             progress: None,
+            counters: false,
             role: Role::Local,
         };
         let mut max_size = 4 << 20;
@@ -253,6 +258,7 @@ impl Options {
                 "--buffers" => o.buffers = Buffers::parse(&value()?)?,
                 "--json" => o.json = true,
                 "--progress" => o.progress = Some(1.0),
+                "--counters" => o.counters = true,
                 _ if a.starts_with("--progress=") => {
                     let v = &a["--progress=".len()..];
                     match v.parse::<f64>() {
@@ -411,5 +417,7 @@ mod tests {
         );
         assert!(Options::parse(["--progress=0"].map(String::from)).is_err());
         assert_eq!(Options::parse(Vec::<String>::new()).unwrap().progress, None);
+        assert!(Options::parse(["--counters"].map(String::from)).unwrap().counters);
+        assert!(!Options::parse(Vec::<String>::new()).unwrap().counters);
     }
 }

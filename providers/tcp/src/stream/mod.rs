@@ -28,12 +28,12 @@ pub mod place;
 
 use std::io::IoSlice;
 use std::net::SocketAddr;
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::AsRawFd;
 
 use slab::Slab;
 use xfer_core::unstable::error::{Error, Result};
 use xfer_core::unstable::rdm::transport::{gather, Bytes, Cause, ConnId, Event, Events, Refused, Transport};
-use xfer_core::unstable::sys::{Epoll, EventFd, EMPTY_EVENT, READABLE};
+use xfer_core::unstable::sys::{WaitSet, EMPTY_EVENT, READABLE};
 
 use crate::attr::TcpAttr;
 use crate::iface;
@@ -67,8 +67,8 @@ pub struct TcpTransport {
     listener: Socket,
     /// Accepting, and the listener's pauses at the descriptor limit.
     acceptor: listen::Acceptor,
-    epoll: Epoll,
-    wake: EventFd,
+    /// The listener's and connections' sockets, and the wake-up.
+    waits: WaitSet,
     conns: Slab<Conn>,
     addr: Vec<u8>,
     nonce: u64,
@@ -143,15 +143,12 @@ impl TcpTransport {
         let named = place::named_addr(bound, &ifaces, attr);
         // Never the reserved nonce 0 ("whoever listens there").
         let nonce = crate::sys::random_u64().max(1);
-        let epoll = Epoll::new()?;
-        epoll.add(listener.as_raw_fd(), READABLE, LISTENER)?;
-        let wake = EventFd::new()?;
-        epoll.add(wake.as_raw_fd(), READABLE, WAKE)?;
+        let waits = WaitSet::new(WAKE)?;
+        waits.epoll().add(listener.as_raw_fd(), READABLE, LISTENER)?;
         Ok(TcpTransport {
             listener,
             acceptor: listen::Acceptor::new(),
-            epoll,
-            wake,
+            waits,
             conns: Slab::new(),
             addr: encode(named, nonce),
             nonce,
@@ -171,7 +168,7 @@ impl TcpTransport {
     }
 
     fn accept(&mut self) {
-        let (conns, epoll, attr) = (&mut self.conns, &self.epoll, &self.attr);
+        let (conns, epoll, attr) = (&mut self.conns, self.waits.epoll(), &self.attr);
         self.acceptor.accept(&self.listener, epoll, |sock| {
             if let Err(e) = sock.tune(attr, None) {
                 xfer_core::warn_limited!(error = %e, "tcp: socket options refused");
@@ -197,7 +194,7 @@ impl TcpTransport {
     fn remove(&mut self, id: ConnId) -> Option<Conn> {
         self.forget_hot(id);
         let c = self.conns.try_remove(id)?;
-        let _ = self.epoll.delete(c.sock.as_raw_fd());
+        let _ = self.waits.epoll().delete(c.sock.as_raw_fd());
         Some(c)
     }
 
@@ -216,7 +213,7 @@ impl TcpTransport {
                     } else {
                         READABLE
                     };
-                    let _ = self.epoll.modify(c.sock.as_raw_fd(), ev, id as u64);
+                    let _ = self.waits.epoll().modify(c.sock.as_raw_fd(), ev, id as u64);
                 }
             }
             Err(e) => self.end(id, Cause::Failed(errno_of(&e))),
@@ -278,7 +275,7 @@ impl TcpTransport {
         self.streak += 1;
         // Not while it waits for room: its writability is epoll's to report.
         if self.streak >= DETACH_AFTER && !self.detached && !c.watching_out {
-            self.detached = self.epoll.delete(c.sock.as_raw_fd()).is_ok();
+            self.detached = self.waits.epoll().delete(c.sock.as_raw_fd()).is_ok();
         }
         true
     }
@@ -296,7 +293,7 @@ impl TcpTransport {
             true => READABLE | xfer_core::unstable::sys::WRITABLE,
             false => READABLE,
         };
-        if let Err(e) = self.epoll.add(c.sock.as_raw_fd(), ev, id as u64) {
+        if let Err(e) = self.waits.epoll().add(c.sock.as_raw_fd(), ev, id as u64) {
             self.end(id, Cause::Failed(errno_of(&e)));
         }
     }
@@ -423,7 +420,7 @@ impl Transport for TcpTransport {
             .map_err(|e| Cause::Failed(errno_of(&e)))?;
         let id = self.conns.insert(Conn::connecting(sock, nonce));
         let ev = READABLE | xfer_core::unstable::sys::WRITABLE;
-        if let Err(e) = self.epoll.add(self.conns[id].sock.as_raw_fd(), ev, id as u64) {
+        if let Err(e) = self.waits.epoll().add(self.conns[id].sock.as_raw_fd(), ev, id as u64) {
             self.conns.remove(id);
             return Err(Cause::Failed(errno_of(&e)));
         }
@@ -505,14 +502,14 @@ impl Transport for TcpTransport {
         if !self.turns.is_multiple_of(EPOLL_EVERY) && self.read_hot() {
             return self.deliver(events);
         }
-        self.acceptor.resume(&self.listener, &self.epoll, LISTENER);
+        self.acceptor.resume(&self.listener, self.waits.epoll(), LISTENER);
         let mut ready = std::mem::take(&mut self.events);
-        let n = self.epoll.wait(&mut ready, 0).unwrap_or(0);
+        let n = self.waits.epoll().wait(&mut ready, 0).unwrap_or(0);
         for ev in &ready[..n] {
             let (token, flags) = (ev.u64, ev.events);
             match token {
                 LISTENER => self.accept(),
-                WAKE => self.wake.drain(),
+                WAKE => self.waits.drain(),
                 id => self.ready(id as usize, flags, events),
             }
         }
@@ -520,12 +517,8 @@ impl Transport for TcpTransport {
         self.deliver(events);
     }
 
-    fn wait_fd(&self) -> RawFd {
-        self.epoll.as_raw_fd()
-    }
-
-    fn wake(&self) {
-        self.wake.signal();
+    fn wait_set(&self) -> Option<&WaitSet> {
+        Some(&self.waits)
     }
 
     fn prepare_wait(&mut self) -> bool {
@@ -538,7 +531,7 @@ impl Transport for TcpTransport {
             // longer ready, so only new activity makes the descriptor
             // readable for an edge-triggered waiter.
             let mut one = [EMPTY_EVENT];
-            if matches!(self.epoll.wait(&mut one, 0), Ok(0)) {
+            if matches!(self.waits.epoll().wait(&mut one, 0), Ok(0)) {
                 return true;
             }
             // Our own wake-up alone: what it asked for (frames a burst held
@@ -547,8 +540,8 @@ impl Transport for TcpTransport {
             // than left standing, it no longer ends every later wait at once
             // (each such wait cost a progress and another wake-up).
             if one[0].u64 == WAKE {
-                self.wake.drain();
-                if matches!(self.epoll.wait(&mut one, 0), Ok(0)) {
+                self.waits.drain();
+                if matches!(self.waits.epoll().wait(&mut one, 0), Ok(0)) {
                     return true;
                 }
             }

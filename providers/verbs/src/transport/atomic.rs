@@ -12,13 +12,12 @@
 //! operation's key in its `wr_id`; as with READs, a connection that ends
 //! keeps its QP in a grave until its atomics are flushed.
 //!
-//! rxe reports requests a QP in the error state never executed as
-//! successful, so a successful completion alone does not prove the word was
-//! fetched. Each slot holds [`UNWRITTEN`] when its atomic is posted: a slot
-//! that holds anything else on a successful completion was written by the
-//! device, which it does only with the target's answer, and is the old value;
-//! only a slot still holding the mark costs an `ibv_query_qp` (a system call),
-//! and is taken as fetched only while the QP is not in error.
+//! Each slot holds the [`MARK`] when its atomic is posted: a slot that holds
+//! anything else on a successful completion was written by the device and
+//! is the old value; only a slot still holding the mark costs an
+//! `ibv_query_qp` (a system call), and is taken as fetched only while the QP
+//! is not in error ([`super::mark`]: rxe reports flushed requests as
+//! successful).
 
 use std::collections::VecDeque;
 
@@ -27,6 +26,7 @@ use xfer_core::unstable::rdm::transport::{ConnId, DeviceAtomic, Event, Events, R
 use xfer_core::{Error, PeerAddr};
 
 use super::conn::State;
+use super::mark::MARK;
 use super::pull::rkey_of;
 use super::VerbsTransport;
 use crate::cq::Wc;
@@ -40,11 +40,6 @@ pub const ATOMIC_TAG: u64 = 1 << 60;
 
 /// Result slots registered together.
 const CHUNK: usize = 256;
-
-/// What a result slot holds until the device writes the fetched word: an
-/// arbitrary value, unlikely as a word's old value (one that is costs its
-/// completion a query of the QP's state, nothing more).
-const UNWRITTEN: u64 = 0x9e37_79b9_7f4a_7c15;
 
 /// One device atomic.
 struct Op {
@@ -115,12 +110,12 @@ impl VerbsTransport {
         Ok(base)
     }
 
-    /// The local scatter entry of result slot `s`, marked [`UNWRITTEN`].
+    /// The local scatter entry of result slot `s`, marked with the [`MARK`].
     fn slot_sge(&mut self, s: usize) -> Sge {
         let (words, mr) = &mut self.atomics.chunks[s / CHUNK];
         // The device has no write to this slot pending: its last atomic
         // completed (or its QP was destroyed) before the slot was freed.
-        words[s % CHUNK] = UNWRITTEN;
+        words[s % CHUNK] = MARK;
         Sge {
             addr: words.as_ptr() as u64 + (s % CHUNK) as u64 * 8,
             length: 8,
@@ -263,7 +258,7 @@ impl VerbsTransport {
         let word = unsafe { std::ptr::read_volatile(words.as_ptr().add(s % CHUNK)) };
         let result = if !wc.is_ok() {
             Err(atomic_error(wc))
-        } else if word != UNWRITTEN {
+        } else if word != MARK {
             Ok(word)
         } else if self.qp_live(conn) {
             // The old value was the mark itself.

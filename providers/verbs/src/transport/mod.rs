@@ -24,13 +24,13 @@ pub mod credit;
 pub mod domain;
 pub mod frame;
 mod keepalive;
+mod mark;
 mod pull;
 mod qpn;
 mod setup;
 
 use std::mem::MaybeUninit;
 use std::net::{Ipv4Addr, SocketAddrV4};
-use std::os::fd::{AsRawFd, RawFd};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -40,7 +40,7 @@ use xfer_core::unstable::mr::{CacheRef, MrCache};
 use xfer_core::unstable::rdm::transport::{
     Bytes, Cause, ConnId, DeviceAtomic, Event, Events, Exposed, Pulled, Refused, Remote, Transport,
 };
-use xfer_core::unstable::sys::{Epoll, EventFd, EMPTY_EVENT, READABLE};
+use xfer_core::unstable::sys::{WaitSet, EMPTY_EVENT, READABLE};
 use xfer_core::{Error, Result};
 
 use crate::cm::{CmId, EventChannel};
@@ -211,8 +211,7 @@ pub struct VerbsTransport {
     pd: Arc<Pd>,
     _listener: CmId,
     chan: EventChannel,
-    epoll: Epoll,
-    wake: EventFd,
+    waits: WaitSet,
 }
 
 impl std::fmt::Debug for VerbsTransport {
@@ -289,15 +288,14 @@ impl VerbsTransport {
         listener.listen(SocketAddrV4::new(ip, 0), 1024)?;
         let at = SocketAddrV4::new(ip, listener.src_port());
         let nonce = random_nonce();
-        let epoll = Epoll::new()?;
+        let waits = WaitSet::new(TOKEN_WAKE)?;
+        let epoll = waits.epoll();
         epoll.add(
             cq.fd().ok_or(Error::Internal("CQ without a channel"))?,
             READABLE,
             TOKEN_CQ,
         )?;
         epoll.add(chan.fd(), READABLE, TOKEN_CM)?;
-        let wake = EventFd::new()?;
-        epoll.add(wake.as_raw_fd(), READABLE, TOKEN_WAKE)?;
         tracing::debug!(%at, srq = scfg.size, buf_size, sq = qp_cfg.sq_depth, "verbs transport open");
         Ok(VerbsTransport {
             conns: Slab::new(),
@@ -343,8 +341,7 @@ impl VerbsTransport {
             pd: pd.clone(),
             _listener: listener,
             chan,
-            epoll,
-            wake,
+            waits,
         })
     }
 
@@ -359,7 +356,7 @@ impl VerbsTransport {
     /// event, handles rdma_cm events, drains the wake eventfd.
     fn check_fds(&mut self, events: &mut dyn Events) {
         let mut evs = [EMPTY_EVENT; 3];
-        let n = match self.epoll.wait(&mut evs, 0) {
+        let n = match self.waits.epoll().wait(&mut evs, 0) {
             Ok(n) => n,
             Err(e) => {
                 xfer_core::warn_limited!(error = %e, "epoll_wait on the verbs transport");
@@ -374,7 +371,7 @@ impl VerbsTransport {
                     }
                 }
                 TOKEN_CM => self.cm_events(events),
-                TOKEN_WAKE => self.wake.drain(),
+                TOKEN_WAKE => self.waits.drain(),
                 _ => {}
             }
         }
@@ -1082,12 +1079,8 @@ impl Transport for VerbsTransport {
         }
     }
 
-    fn wait_fd(&self) -> RawFd {
-        self.epoll.as_raw_fd()
-    }
-
-    fn wake(&self) {
-        self.wake.signal();
+    fn wait_set(&self) -> Option<&WaitSet> {
+        Some(&self.waits)
     }
 
     fn prepare_wait(&mut self) -> bool {

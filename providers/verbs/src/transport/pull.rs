@@ -17,8 +17,11 @@
 //! A READ's completion carries [`PULL_TAG`] and the pull's key in its
 //! `wr_id`. A connection that ends keeps its QP in a grave until its READs
 //! are flushed, so the device writes no receive buffer the engine already
-//! took back; rxe reports requests of a QP in the error state as
-//! successful, so a READ is only taken as done while its QP is not in error.
+//! took back. rxe reports requests of a QP in the error state as
+//! successful, so a pull's last READ marks the last bytes it must write
+//! ([`Tail`]): a pull whose mark is gone is done; only one whose mark is
+//! still there (or a WRITE's, which has nothing local to mark) is taken as
+//! done only while its QP is not in error, which costs a query.
 
 use slab::Slab;
 use xfer_core::unstable::mr::{Access, CacheRef};
@@ -27,6 +30,7 @@ use xfer_core::unstable::rdm::transport::{ConnId, Event, Events, Exposed, Pulled
 use xfer_core::{Error, PeerAddr};
 
 use super::conn::State;
+use super::mark::Tail;
 use super::VerbsTransport;
 use crate::cq::Wc;
 use crate::qp::{RemoteBuf, Sge};
@@ -68,6 +72,8 @@ pub struct Pull {
     failed: Option<Error>,
     /// RDMA WRITEs (else READs).
     write: bool,
+    /// A READ's last bytes, marked when its last chunk is posted.
+    tail: Option<Tail>,
     /// The user's RMA (reported as `Accessed`), else a rendezvous pull.
     rma: bool,
 }
@@ -226,14 +232,12 @@ impl VerbsTransport {
             failed: None,
             write,
             rma,
+            tail: None,
         });
         self.post_reads(key);
         let p = &self.reads[key];
         if p.in_flight == 0 && p.failed.is_some() {
-            let p = self.reads.remove(key);
-            if let Some(r) = p.mr {
-                self.release(r);
-            }
+            let p = self.drop_pull(key);
             return Err(p.failed.unwrap_or(Error::Internal("pull failed")));
         }
         if p.posted < p.len {
@@ -271,6 +275,12 @@ impl VerbsTransport {
                 addr: p.remote.addr.wrapping_add(p.posted as u64),
                 rkey: p.remote.rkey,
             };
+            if !p.write && p.posted + n == p.len && p.tail.is_none() {
+                // SAFETY: the last chunk of the engine's buffer, the
+                // transport's until the pull is reported; the READ posted
+                // next is the only other writer.
+                p.tail = Some(unsafe { Tail::mark(local.addr as *mut u8, n) });
+            }
             let before = qp.signaled_in_flight();
             // SAFETY: `local` is the engine's buffer, registered through
             // the MR cache (the pull holds the reference) and left alone by
@@ -363,22 +373,32 @@ impl VerbsTransport {
             }
             return;
         }
-        if p.failed.is_none() {
-            // Taken as done only from a QP that is not in error (rxe
-            // reports flushed requests as successful).
-            if !self.qp_live(conn) {
-                self.reads[key].failed = Some(gone(libc::ECONNRESET));
-            }
+        // A READ's marked tail written means its data landed; else taken
+        // as done only from a QP that is not in error (rxe reports flushed
+        // requests as successful).
+        let unproven = p.failed.is_none() && !p.tail.is_some_and(|t| t.written());
+        if unproven && !self.qp_live(conn) {
+            self.reads[key].failed = Some(gone(libc::ECONNRESET));
         }
         self.finish(key);
     }
 
-    /// Pull `key` is over: its registration back, its report due.
-    fn finish(&mut self, key: usize) {
-        let p = self.reads.remove(key);
-        if let Some(r) = p.mr {
+    /// Pull `key` is over (the device writes its buffer no more): its
+    /// registration back, and a failed READ's tail as it was.
+    fn drop_pull(&mut self, key: usize) -> Pull {
+        let mut p = self.reads.remove(key);
+        if let Some(r) = p.mr.take() {
             self.release(r);
         }
+        if let (Some(t), Some(_)) = (p.tail, &p.failed) {
+            t.restore();
+        }
+        p
+    }
+
+    /// Pull `key` is over: its registration back, its report due.
+    fn finish(&mut self, key: usize) {
+        let p = self.drop_pull(key);
         let result = match p.failed {
             Some(e) if p.write => {
                 self.stats.rdma_writes_failed += 1;
@@ -443,7 +463,12 @@ impl VerbsTransport {
         let refs: Vec<CacheRef> = self
             .reads
             .drain()
-            .filter_map(|p| p.mr)
+            .filter_map(|p| {
+                if let Some(t) = p.tail {
+                    t.restore();
+                }
+                p.mr
+            })
             .chain(self.exposed.drain())
             .collect();
         for r in refs {
