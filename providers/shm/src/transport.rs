@@ -145,6 +145,16 @@ impl Transport for ShmTransport {
         }
     }
 
+    /// From `shm.cma_min`, with `shm.pull_after_us` set: pushed first
+    /// (both CPUs copying through the ring beat one `process_vm_readv`
+    /// while each process has a CPU), the rest pulled once the sender
+    /// pushed nothing for that long (it is not running: the CPUs are shared).
+    fn push_first(&self, _: ConnId, len: usize) -> Option<std::time::Duration> {
+        let cfg = self.port.config();
+        let wait = cfg.pull_after_us;
+        (cfg.cma && wait > 0 && len >= cfg.cma_min).then(|| std::time::Duration::from_micros(wait))
+    }
+
     fn pull(&mut self, conn: ConnId, remote: u64, dst: &mut [u8]) -> Result<(), Error> {
         let cfg = self.port.config();
         if !cfg.cma {
