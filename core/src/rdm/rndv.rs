@@ -9,7 +9,8 @@
 //! payload then moves is the transport's: pushed after a clear-to-send
 //! (TCP streams it), or pulled by the receiver, which finishes the
 //! rendezvous when it has it (verbs reads it with RDMA READ, shared memory
-//! copies it).
+//! copies it). A receiver that can pull may ask for the push first and
+//! pull the rest if the push stalls: its finish then stops the push.
 //!
 //! [`SendState`] is where a send stands with its receiver; every answer a
 //! peer gives about it goes through [`SendState::answer`], which refuses
