@@ -109,7 +109,7 @@ struct Push {
 }
 
 /// A push the receiver may finish by pulling: what it lacks once `wait`
-/// passed since the last pushed bytes (or the clear-to-send) with none in.
+/// passed with no pushed bytes in from its sender, since the clear-to-send.
 #[derive(Clone, Copy)]
 struct Resume {
     rts: Rts,
@@ -632,15 +632,25 @@ impl State {
 
     /// Pulls the rest of every push whose sender delivered nothing for its
     /// wait: the sender is not running (it shares this CPU, or is
-    /// descheduled), and this side would otherwise spin until it is.
+    /// descheduled), and this side would otherwise spin until it is. Any
+    /// pushed bytes from the sender count: its pushes queued behind the one
+    /// it is writing are not stalled.
     #[inline(never)]
     fn pull_stalled<T: Transport>(&mut self, t: &mut T, cx: &mut Ctx<'_>) {
         let now = std::time::Instant::now();
+        let peers = &self.peers;
         let stalled: Vec<usize> = self
             .pushes
             .iter()
             .filter(|(_, p)| p.op.is_some())
-            .filter_map(|(key, p)| p.resume.filter(|r| now.duration_since(r.last) >= r.wait).map(|_| key))
+            .filter_map(|(key, p)| {
+                let r = p.resume?;
+                let heard = peers
+                    .get(p.peer.0)
+                    .and_then(|e| e.pushed_at)
+                    .map_or(r.last, |at| at.max(r.last));
+                (now.duration_since(heard) >= r.wait).then_some(key)
+            })
             .collect();
         for key in stalled {
             let push = &mut self.pushes[key];
@@ -719,10 +729,12 @@ impl State {
         if off == push.end {
             push.end += b.len();
         }
-        if push.got < push.arrival.olen {
-            if let Some(r) = push.resume.as_mut() {
-                r.last = std::time::Instant::now();
+        if push.resume.is_some() {
+            if let Some(e) = self.peers.get_mut(push.peer.0) {
+                e.pushed_at = Some(std::time::Instant::now());
             }
+        }
+        if push.got < push.arrival.olen {
             return;
         }
         let push = self.pushes.remove(key);
