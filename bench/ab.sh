@@ -13,12 +13,6 @@
 #   REPS=7 SIZES=8,64,4k ITERS=20000 XFER_PROVIDER=shm bench/ab.sh A_BIN B_BIN
 #   TEST=tag_rate SIZES=8 ITERS=400000 XFER_PROVIDER=shm bench/ab.sh A_BIN B_BIN
 #
-# One build under two settings: A_ENV and B_ENV (space-separated VAR=value)
-# go to A's and B's processes; TEST=tag_bw compares MiB/s; CPUS="0 0" puts
-# both processes on one CPU (default "0 1"):
-#   A_ENV=XFER_SHM_PULL_AFTER_US=0 B_ENV=XFER_SHM_PULL_AFTER_US=30 TEST=tag_bw \
-#     SIZES=1M,4M ITERS=256 XFER_PROVIDER=shm bench/ab.sh BIN BIN
-#
 # Build the two binaries first (cargo build --release --bin xfer-perf, copied
 # aside for each tree). JSON lines of every run go to $OUT (default
 # ab.jsonl in a temporary directory, named at the end).
@@ -34,24 +28,18 @@ provider=${XFER_PROVIDER:-tcp}
 case $test in
 tag_lat) metric=p50_us ;;
 tag_rate) metric=msg_rate ;;
-tag_bw) metric=mib_s ;;
-*) echo "ab: TEST is tag_lat, tag_rate or tag_bw" >&2; exit 2 ;;
+*) echo "ab: TEST is tag_lat or tag_rate" >&2; exit 2 ;;
 esac
-read -r server_cpu client_cpu <<<"${CPUS:-0 1}"
 floor=$(mktemp)
 cc -O2 -pthread -o "$floor" "$(dirname "$0")/line-floor.c"
 out=${OUT:-$(mktemp -d)/ab.jsonl}
 : >"$out"
 
-# run LABEL BIN REP: one server and one client run of BIN, with LABEL's
-# settings (A_ENV or B_ENV).
+# run LABEL BIN REP: one server and one client run of BIN.
 run() {
-    local log srv name="" settings
+    local log srv name=""
     log=$(mktemp)
-    settings=A_ENV
-    [ "$1" = B ] && settings=B_ENV
-    read -ra settings <<<"${!settings:-}"
-    env "${settings[@]}" XFER_PROVIDER=$provider XFER_TCP_ADDR=127.0.0.1 taskset -c "$server_cpu" "$2" server >"$log" 2>&1 &
+    XFER_PROVIDER=$provider XFER_TCP_ADDR=127.0.0.1 taskset -c 0 "$2" server >"$log" 2>&1 &
     srv=$!
     for _ in $(seq 200); do
         name=$(sed -n 's/^xfer-perf server: //p' "$log")
@@ -59,7 +47,7 @@ run() {
         sleep 0.05
     done
     [ -n "$name" ] || { echo "ab: $2 server did not start: $(cat "$log")" >&2; kill "$srv"; exit 1; }
-    env "${settings[@]}" XFER_PROVIDER=$provider XFER_TCP_ADDR=127.0.0.1 taskset -c "$client_cpu" "$2" --json --test "$test" \
+    XFER_PROVIDER=$provider XFER_TCP_ADDR=127.0.0.1 taskset -c 1 "$2" --json --test "$test" \
         --sizes "$sizes" --iters "$iters" client "$name" |
         sed "s/^{/{\"label\":\"$1\",\"rep\":$3,/" >>"$out"
     wait "$srv"
@@ -90,7 +78,7 @@ for size in sorted({r["size"] for r in rows}):
     b = [v for (l, _), v in p.items() if l == "B"]
     ratio = [p[("B", k)] / p[("A", k)] for (l, k) in p if l == "A" and ("B", k) in p]
     cell = lambda v, f: f"{f(st.median(v))} ({f(min(v))}-{f(max(v))})"
-    us = {"p50_us": lambda x: f"{x:.3f} us", "mib_s": lambda x: f"{x:.0f} MiB/s"}.get(m, lambda x: f"{x / 1e6:.2f} M/s")
+    us = (lambda x: f"{x:.3f} us") if m == "p50_us" else (lambda x: f"{x / 1e6:.2f} M/s")
     x = lambda x: f"{x:.3f}"
     print(f"| {size} B | {cell(a, us)} | {cell(b, us)} | {cell(ratio, x)} |")
 EOF
