@@ -360,8 +360,9 @@ pub trait Transport: Send {
     /// that this transport could pull: `Some(wait)` asks it to, and the
     /// engine pulls what is left of the push once `wait` passes with no
     /// pushed bytes in (its sender is not running: it shares this CPU, or
-    /// was descheduled). `None`, the default: pull at once. Only a
-    /// transport whose pull can start at any offset of the payload says
+    /// was descheduled); `Duration::MAX` never (a size better pushed).
+    /// `None`, the default: pull at once. Only a transport whose pull can
+    /// start at any offset of the payload, and take any length, says
     /// `Some`.
     fn push_first(&self, conn: ConnId, len: usize) -> Option<std::time::Duration> {
         let _ = (conn, len);

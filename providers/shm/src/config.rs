@@ -19,8 +19,11 @@ pub const DEFAULT_EAGER_CREDIT: usize = 4 << 20;
 pub const DEFAULT_CMA_MIN: usize = 256 << 10;
 
 /// Default microseconds a rendezvous from `cma_min` waits for pushed
-/// bytes before its receiver pulls the rest (0: pulled at once).
-pub const DEFAULT_PULL_AFTER_US: u64 = 0;
+/// bytes before its receiver pulls the rest: longer than a running
+/// sender's pauses between frames (30 made a running sender's pushes be
+/// pulled now and then), short beside a 1 MiB pull (~70 µs at 15 GB/s is
+/// the same order: a stalled push costs at most that).
+pub const DEFAULT_PULL_AFTER_US: u64 = 100;
 
 /// A port's settings (the shm transport's, keys `shm.*`). Memory per peer
 /// pair is one segment of `8 KiB + 2 * ring_bytes` (shared by the two
@@ -46,14 +49,16 @@ pub struct ShmConfig {
     /// sender, two copies that run in parallel on both processes' CPUs
     /// through cache-resident ring lines, which beats one `process_vm_readv`
     /// (its page pinning, one CPU) for a message the ring holds at once.
-    /// `0` pulls every rendezvous. RMA on a granted key is not affected.
+    /// `0` pulls every rendezvous. With `pull_after_us` set (the default),
+    /// one from this size is pushed first and pulled only if the push
+    /// stalls. RMA on a granted key is not affected.
     pub cma_min: usize,
     /// Microseconds a rendezvous of at least `cma_min` bytes may go without
     /// pushed bytes before its receiver pulls the rest (`shm.pull_after_us`,
-    /// `XFER_SHM_PULL_AFTER_US`, default 0). Set, such a rendezvous is pushed
-    /// through the ring first, as smaller ones are, and pulled only when its
-    /// sender stops delivering (it shares the receiver's CPU or was
-    /// descheduled); `0` pulls it at once.
+    /// `XFER_SHM_PULL_AFTER_US`, default 100). Such a rendezvous is pushed
+    /// through the ring first, as smaller ones are (two CPUs copying), and
+    /// pulled only when its sender stops delivering (it shares the
+    /// receiver's CPU or was descheduled); `0` pulls it at once.
     pub pull_after_us: u64,
     /// Eager credit an endpoint grants each peer in all: what one peer's
     /// eager messages may make it hold (`shm.eager_credit`,
@@ -169,7 +174,7 @@ impl ShmConfig {
             row(
                 "shm.cma_min",
                 self.cma_min.to_string(),
-                "smallest rendezvous pulled by cross-memory attach; smaller ones are pushed through the ring (0: pull all)",
+                "smallest rendezvous the receiver may pull by cross-memory attach (first pushed, see shm.pull_after_us); smaller ones are pushed through the ring (0: all)",
             ),
             row(
                 "shm.pull_after_us",

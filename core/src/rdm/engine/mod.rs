@@ -561,12 +561,12 @@ impl State {
         let peer = p.peer.0;
         if p.rest.is_none() && n > 0 {
             if let Some(wait) = t.push_first(tx, n) {
-                let resume = Resume {
+                let resume = (wait < std::time::Duration::MAX).then(|| Resume {
                     rts: Rts { conn: tx, ..p.rts },
                     wait,
                     last: std::time::Instant::now(),
-                };
-                self.ask_push(p, Some(resume));
+                });
+                self.ask_push(p, resume);
                 return self.flush(t, cx, peer);
             }
         }
