@@ -1647,6 +1647,7 @@ fn a_rendezvous_below_shm_cma_min_is_pushed_and_one_above_pulled() {
     let mut attr = test_attr();
     if shm {
         attr.params.set("shm.cma_min", MIN.to_string());
+        attr.params.set("shm.pull_after_us", "0");
     }
     let mut b = Node::with_attr(&attr);
     let pb = a.add(&b);
@@ -1670,6 +1671,42 @@ fn a_rendezvous_below_shm_cma_min_is_pushed_and_one_above_pulled() {
         assert_eq!(moved, (2, 3), "pushes below {MIN} B, pulls from it");
     } else {
         assert_eq!(moved, (5, 0), "every rendezvous pushed with CMA off");
+    }
+}
+
+/// Over shared memory with `shm.pull_after_us` set, a rendezvous from
+/// `shm.cma_min` is pushed first and, when its sender pushes nothing for
+/// that long (here: the sender is not progressed at all), the receiver
+/// pulls the rest and completes alone; the sender's send then completes,
+/// the bytes it still pushed are dropped, and the connection serves on.
+/// Elsewhere the same message must simply arrive.
+#[test]
+fn a_pushed_rendezvous_whose_sender_stalls_is_pulled_by_its_receiver() {
+    const SIZE: usize = 3 << 20;
+    let mut a = Node::new();
+    let mut attr = test_attr();
+    let pushes_first = rma_by_one_copy(&a);
+    if pushes_first {
+        attr.params.set("shm.pull_after_us", "1");
+    }
+    let mut b = Node::with_attr(&attr);
+    let pb = a.add(&b);
+    b.add(&a);
+    connection_still_works(&mut a, &mut b, 10);
+    b.ep.trecv(ANY, 7, 0, vec![0; SIZE], 1).unwrap();
+    a.ep.tsend(pb, 7, pattern(SIZE, 7), 2).unwrap();
+    let r = match pushes_first {
+        true => expect(&mut [&mut b], 0, 1),
+        false => expect(&mut [&mut a, &mut b], 1, 1),
+    };
+    assert_eq!((r.result, r.len), (Ok(()), SIZE));
+    assert!(r.buf.unwrap() == pattern(SIZE, 7), "content");
+    assert_eq!(expect(&mut [&mut a, &mut b], 0, 2).result, Ok(()));
+    connection_still_works(&mut a, &mut b, 20);
+    if pushes_first {
+        assert_eq!(counter(&b, "rndv_pushes_pulled"), 1, "pulled after the push stalled");
+        assert_eq!(counter(&b, "protocol_errors"), 0);
+        assert_eq!(counter(&a, "protocol_errors"), 0);
     }
 }
 

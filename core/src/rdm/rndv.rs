@@ -9,7 +9,8 @@
 //! payload then moves is the transport's: pushed after a clear-to-send
 //! (TCP streams it), or pulled by the receiver, which finishes the
 //! rendezvous when it has it (verbs reads it with RDMA READ, shared memory
-//! copies it).
+//! copies it). A receiver that can pull may ask for the push first and
+//! pull the rest if the push stalls: its finish then stops the push.
 //!
 //! [`SendState`] is where a send stands with its receiver; every answer a
 //! peer gives about it goes through [`SendState::answer`], which refuses
@@ -45,11 +46,18 @@ pub enum SendState {
     /// Its request to send went out: the receiver clears it (push) or pulls
     /// the payload and finishes it (pull).
     Requested,
-    /// Eager, or cleared: its payload is being written.
+    /// Eager: its payload is being written.
     Moving,
     /// Its payload went out whole; it waits for the receiver's
     /// acknowledgement (a completion level above inject).
     Moved,
+    /// Cleared: its payload is being pushed. A receiver that can also pull
+    /// may take the rest itself and finish it early.
+    Pushing,
+    /// Pushed whole: it waits for the receiver's acknowledgement, or for
+    /// the finish of a receiver that pulled the rest before the last
+    /// pushed bytes reached it.
+    Pushed,
 }
 
 /// What a peer says about one of our sends.
@@ -83,6 +91,9 @@ pub enum Next {
     Wait,
     /// Complete the send.
     Complete,
+    /// The receiver pulled what it lacked of a push: complete the send,
+    /// push nothing more, and tell the receiver so.
+    Stop,
 }
 
 impl SendState {
@@ -99,10 +110,13 @@ impl SendState {
     pub fn answer(&mut self, answer: Answer) -> Result<Next> {
         match (*self, answer) {
             (SendState::Requested, Answer::Clear) => {
-                *self = SendState::Moving;
+                *self = SendState::Pushing;
                 Ok(Next::Move)
             }
-            (SendState::Requested, Answer::Finish) | (SendState::Moved, Answer::Delivered) => Ok(Next::Complete),
+            (SendState::Requested, Answer::Finish) | (SendState::Moved | SendState::Pushed, Answer::Delivered) => {
+                Ok(Next::Complete)
+            }
+            (SendState::Pushing | SendState::Pushed, Answer::Finish) => Ok(Next::Stop),
             (_, answer) => Err(answer.unexpected()),
         }
     }
@@ -110,12 +124,14 @@ impl SendState {
     /// Its payload went out whole; `acknowledged`: the receiver will say
     /// when it has the message.
     pub fn moved(&mut self, acknowledged: bool) -> Next {
-        if acknowledged {
-            *self = SendState::Moved;
-            Next::Wait
-        } else {
-            Next::Complete
+        if !acknowledged {
+            return Next::Complete;
         }
+        *self = match *self {
+            SendState::Pushing | SendState::Pushed => SendState::Pushed,
+            _ => SendState::Moved,
+        };
+        Next::Wait
     }
 
     /// The answer a send that failed in this state may still get from its
@@ -125,8 +141,8 @@ impl SendState {
     pub fn owed(self) -> Option<Answer> {
         match self {
             SendState::Requested => Some(Answer::Clear),
-            SendState::Moved => Some(Answer::Delivered),
-            SendState::Moving => None,
+            SendState::Moved | SendState::Pushed => Some(Answer::Delivered),
+            SendState::Moving | SendState::Pushing => None,
         }
     }
 }
@@ -165,6 +181,17 @@ mod tests {
     }
 
     #[test]
+    fn a_push_the_receiver_pulled_the_rest_of_stops_while_or_after_it_moves() {
+        let mut s = SendState::start(Protocol::Rendezvous);
+        assert_eq!(s.answer(Answer::Clear), Ok(Next::Move));
+        assert_eq!(s.clone().answer(Answer::Finish), Ok(Next::Stop), "while pushing");
+        assert_eq!(s.moved(true), Next::Wait);
+        assert_eq!(s, SendState::Pushed);
+        assert_eq!(s.clone().answer(Answer::Finish), Ok(Next::Stop), "pushed whole");
+        assert_eq!(s.answer(Answer::Delivered), Ok(Next::Complete));
+    }
+
+    #[test]
     fn a_pulled_rendezvous_finishes_from_its_request() {
         let mut s = SendState::start(Protocol::Rendezvous);
         assert_eq!(s.answer(Answer::Finish), Ok(Next::Complete));
@@ -178,7 +205,7 @@ mod tests {
         }
         assert_eq!(eager.moved(false), Next::Complete);
         let mut waiting = SendState::Moved;
-        assert!(waiting.answer(Answer::Finish).is_err());
+        assert!(waiting.answer(Answer::Finish).is_err(), "an eager send is never pulled");
         assert!(waiting.answer(Answer::Clear).is_err());
     }
 }

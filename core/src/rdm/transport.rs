@@ -357,6 +357,19 @@ pub trait Transport: Send {
         Err(Error::NotSupported("pull"))
     }
 
+    /// Whether the sender should push a rendezvous of `len` bytes on `conn`
+    /// that this transport could pull: `Some(wait)` asks it to, and the
+    /// engine pulls what is left of the push once `wait` passes with no
+    /// pushed bytes in (its sender is not running: it shares this CPU, or
+    /// was descheduled); `Duration::MAX` never (a size better pushed).
+    /// `None`, the default: pull at once. Only a transport whose pull can
+    /// start at any offset of the payload, and take any length, says
+    /// `Some`.
+    fn push_first(&self, conn: ConnId, len: usize) -> Option<std::time::Duration> {
+        let _ = (conn, len);
+        None
+    }
+
     /// Makes `buf`, the payload of a rendezvous send on `conn`, readable by
     /// the peer: the key its request carries, or `None` where a pull needs
     /// none (shared memory reads by address; TCP never pulls). The engine

@@ -18,6 +18,13 @@ pub const DEFAULT_EAGER_CREDIT: usize = 4 << 20;
 /// smaller ones are pushed through the ring.
 pub const DEFAULT_CMA_MIN: usize = 256 << 10;
 
+/// Default microseconds a rendezvous from `cma_min` waits for pushed
+/// bytes before its receiver pulls the rest: longer than a running
+/// sender's pauses between frames (30 made a running sender's pushes be
+/// pulled now and then), short beside a 1 MiB pull (~70 µs at 15 GB/s is
+/// the same order: a stalled push costs at most that).
+pub const DEFAULT_PULL_AFTER_US: u64 = 100;
+
 /// A port's settings (the shm transport's, keys `shm.*`). Memory per peer
 /// pair is one segment of `8 KiB + 2 * ring_bytes` (shared by the two
 /// processes), so a port maps at most `max_peers` of those.
@@ -42,8 +49,17 @@ pub struct ShmConfig {
     /// sender, two copies that run in parallel on both processes' CPUs
     /// through cache-resident ring lines, which beats one `process_vm_readv`
     /// (its page pinning, one CPU) for a message the ring holds at once.
-    /// `0` pulls every rendezvous. RMA on a granted key is not affected.
+    /// `0` pulls every rendezvous. With `pull_after_us` set (the default),
+    /// one from this size is pushed first and pulled only if the push
+    /// stalls. RMA on a granted key is not affected.
     pub cma_min: usize,
+    /// Microseconds a rendezvous of at least `cma_min` bytes may go without
+    /// pushed bytes before its receiver pulls the rest (`shm.pull_after_us`,
+    /// `XFER_SHM_PULL_AFTER_US`, default 100). Such a rendezvous is pushed
+    /// through the ring first, as smaller ones are (two CPUs copying), and
+    /// pulled only when its sender stops delivering (it shares the
+    /// receiver's CPU or was descheduled); `0` pulls it at once.
+    pub pull_after_us: u64,
     /// Eager credit an endpoint grants each peer in all: what one peer's
     /// eager messages may make it hold (`shm.eager_credit`,
     /// `XFER_SHM_EAGER_CREDIT`, default 4 MiB, at least the 128 KiB
@@ -63,6 +79,7 @@ impl Default for ShmConfig {
             max_peers: DEFAULT_MAX_PEERS,
             cma: true,
             cma_min: DEFAULT_CMA_MIN,
+            pull_after_us: DEFAULT_PULL_AFTER_US,
             eager_credit: DEFAULT_EAGER_CREDIT,
             enabled: true,
         }
@@ -122,6 +139,7 @@ impl ShmConfig {
             "shm.max_peers" => self.max_peers = param_value(key, value)?,
             "shm.cma" => self.cma = param_flag(key, value)?,
             "shm.cma_min" => self.cma_min = param_value(key, value)?,
+            "shm.pull_after_us" => self.pull_after_us = param_value(key, value)?,
             "shm.eager_credit" => self.eager_credit = param_value(key, value)?,
             "shm.enabled" => self.enabled = param_flag(key, value)?,
             _ => return Err(unknown_key(key, &Self::default().settings())),
@@ -156,7 +174,12 @@ impl ShmConfig {
             row(
                 "shm.cma_min",
                 self.cma_min.to_string(),
-                "smallest rendezvous pulled by cross-memory attach; smaller ones are pushed through the ring (0: pull all)",
+                "smallest rendezvous the receiver may pull by cross-memory attach (first pushed, see shm.pull_after_us); smaller ones are pushed through the ring (0: all)",
+            ),
+            row(
+                "shm.pull_after_us",
+                self.pull_after_us.to_string(),
+                "from shm.cma_min: push first, pull the rest after this many microseconds without pushed bytes (0: pull at once)",
             ),
             row(
                 "shm.eager_credit",
@@ -189,19 +212,21 @@ impl ShmConfig {
 }
 
 /// The keys, and their variables in the same order.
-const KEYS: [&str; 6] = [
+const KEYS: [&str; 7] = [
     "shm.ring_bytes",
     "shm.max_peers",
     "shm.cma",
     "shm.cma_min",
+    "shm.pull_after_us",
     "shm.eager_credit",
     "shm.enabled",
 ];
-const ENVS: [&str; 6] = [
+const ENVS: [&str; 7] = [
     "XFER_SHM_RING_BYTES",
     "XFER_SHM_MAX_PEERS",
     "XFER_SHM_CMA",
     "XFER_SHM_CMA_MIN",
+    "XFER_SHM_PULL_AFTER_US",
     "XFER_SHM_EAGER_CREDIT",
     "XFER_SHM_ENABLED",
 ];
@@ -225,6 +250,8 @@ mod tests {
         assert_eq!(c.cma_min, 512 << 10);
         c.set("shm.eager_credit", "256k").unwrap();
         assert_eq!(c.eager_credit, 256 << 10);
+        c.set("shm.pull_after_us", "40").unwrap();
+        assert_eq!(c.pull_after_us, 40);
         assert!(matches!(c.set("shm.cma", "2"), Err(Error::InvalidSetting(_))));
         let e = c.set("shm.rings", "1").unwrap_err();
         assert!(e.to_string().contains("shm.rings"), "{e}");

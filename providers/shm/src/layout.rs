@@ -30,7 +30,11 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"XFERSHM\0");
 /// 3: the sleeping flag moved off the head's line.
 /// 4: stamps are mixed with the segment's secret and the producer clears
 /// nothing past its entries.
-pub const VERSION: u32 = 4;
+/// 5: the ring's format is 4's; what the engine sends over it is new: a
+/// receiver may finish a pushed rendezvous by pulling the rest (a `Fin`
+/// while the sender pushes, a `Data` flagged `LAST`), which a sender of 4
+/// would take for a protocol violation.
+pub const VERSION: u32 = 5;
 
 /// Offset of the header's magic (u64), version (u32), ring size (u32).
 pub const HDR_MAGIC: usize = 0;

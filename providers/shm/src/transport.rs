@@ -145,17 +145,29 @@ impl Transport for ShmTransport {
         }
     }
 
+    /// Below `shm.cma_min` pushed only; from it, with `shm.pull_after_us`
+    /// set, pushed first (both CPUs copying through the ring beat one
+    /// `process_vm_readv` while each process has a CPU) and the rest
+    /// pulled once the sender pushed nothing for that long (it is not
+    /// running: the CPUs are shared). Without CMA the pull refuses, and
+    /// every rendezvous is pushed.
+    fn push_first(&self, _: ConnId, len: usize) -> Option<std::time::Duration> {
+        let cfg = self.port.config();
+        match (cfg.cma, len < cfg.cma_min, cfg.pull_after_us) {
+            (false, _, _) => None,
+            (true, true, _) => Some(std::time::Duration::MAX),
+            (true, false, 0) => None,
+            (true, false, us) => Some(std::time::Duration::from_micros(us)),
+        }
+    }
+
     fn pull(&mut self, conn: ConnId, remote: u64, dst: &mut [u8]) -> Result<(), Error> {
         let cfg = self.port.config();
         if !cfg.cma {
             return Err(Error::NotSupported("cross-memory attach off (XFER_SHM_CMA)"));
         }
-        // Below the size rule the sender's push through the ring is faster:
-        // both CPUs copy at once through lines that stay in cache, with no
-        // pages pinned.
-        if dst.len() < cfg.cma_min {
-            return Err(Error::NotSupported("below shm.cma_min: pushed through the ring"));
-        }
+        // The size rule is `push_first`'s: a pull of any size here is the
+        // rest of a push that stalled, or a rendezvous from `cma_min`.
         match self.port.cma_read(PeerId(conn), remote, dst) {
             Ok(()) => Ok(()),
             Err(CmaError::BadRange { .. }) => Err(Error::Protocol("rendezvous address outside the sender's memory")),

@@ -114,6 +114,12 @@ impl Handler<'_, '_, '_> {
                 if off.checked_add(payload.len()).is_none_or(|end| end > olen) {
                     return Err("pushed bytes past the message");
                 }
+                if h.flags & wire::LAST != 0 {
+                    if !payload.is_empty() {
+                        return Err("a push's end with bytes");
+                    }
+                    return self.s.push_stopped(key);
+                }
                 self.s.pushed(self.cx, key, off, payload);
                 Ok(())
             }
@@ -187,6 +193,7 @@ impl Handler<'_, '_, '_> {
                     from,
                     rts,
                     ended: None,
+                    rest: None,
                 });
             }
             None => {
@@ -216,20 +223,22 @@ impl Handler<'_, '_, '_> {
         };
         let key = self.s.sends.key_of(h.token).filter(|&k| self.s.sends[k].peer == at);
         let key = key.ok_or_else(unexpected)?;
-        match self.s.sends[key].state.answer(answer).map_err(|_| unexpected())? {
+        let next = self.s.sends[key].state.answer(answer).map_err(|_| unexpected())?;
+        match next {
             Next::Move => {
+                self.s.sends[key].pushed_to = h.addr;
                 self.s.enqueue(
                     at.0,
                     0,
                     Out::Push {
-                        key,
+                        send: h.token,
                         to: h.addr,
                         off: 0,
                     },
                 );
             }
             Next::Wait => {}
-            Next::Complete => {
+            Next::Complete | Next::Stop => {
                 let send = self.s.sends.remove(key);
                 self.s.concealed.extend(send.exposed);
                 let result = match h.status {
@@ -237,6 +246,17 @@ impl Handler<'_, '_, '_> {
                     wire::status::CANCELED => Err(crate::error::Error::Canceled),
                     _ => Err(crate::error::Error::Protocol("the receiver could not read the payload")),
                 };
+                if next == Next::Stop {
+                    // The receiver pulled the rest of our push: what is
+                    // still queued of it goes no more (its entry names a
+                    // send that is over), and this frame, behind every
+                    // pushed one, tells the receiver none will follow.
+                    let mut end = Header::new(Kind::Data);
+                    end.flags = wire::LAST;
+                    end.token = send.pushed_to;
+                    end.off = send.op.buf.len() as u64;
+                    self.s.enqueue(at.0, 0, Out::Owned(end.encode(), Vec::new()));
+                }
                 complete::send(&mut self.cx.cq, self.s.selective, send.op, result);
             }
         }

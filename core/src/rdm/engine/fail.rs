@@ -207,7 +207,10 @@ impl State {
             complete::send(&mut cx.cq, self.selective, s.op, Err(err.clone()));
         }
         for (_, _, p) in self.pushes.remove_where(|p| on(p.peer)) {
-            complete::recv_failed(&mut cx.cq, p.op, err.clone());
+            self.resumable -= usize::from(p.resume.is_some());
+            if let Some(op) = p.op {
+                complete::recv_failed(&mut cx.cq, op, err.clone());
+            }
         }
         for (_, _, r) in self.rmas.remove_where(|r| on(r.peer) && !r.native) {
             complete::rma(&mut cx.cq, self.selective, r.op, Err(err.clone()));

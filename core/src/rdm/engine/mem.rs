@@ -72,6 +72,8 @@ struct Inner {
     /// Buffers exposed by asynchronous transports: (transport, key).
     exposed: Vec<(usize, u64)>,
     next_key: u64,
+    /// What synchronous pullers answer `Transport::push_first`.
+    push_wait: Option<std::time::Duration>,
 }
 
 /// A set of in-memory transports that can reach each other.
@@ -161,6 +163,14 @@ impl Net {
         let mut m = self.open(true);
         m.deferred = true;
         m
+    }
+
+    /// Makes this net's synchronous pullers ask for every rendezvous to be
+    /// pushed first, pulling the rest after `wait` with nothing pushed
+    /// (`None`: pull at once); takes effect for matches from now on.
+    #[cfg(test)]
+    pub fn push_first(&self, wait: Option<std::time::Duration>) {
+        self.lock().push_wait = wait;
     }
 
     /// Pulls started and not yet reported, oldest first: their lengths.
@@ -450,6 +460,13 @@ impl Transport for Mem {
             return Err(Error::NotSupported("pull"));
         }
         read_sender(remote, dst)
+    }
+
+    fn push_first(&self, _: ConnId, _: usize) -> Option<std::time::Duration> {
+        match self.pull && !self.deferred {
+            true => self.net.lock().push_wait,
+            false => None,
+        }
     }
 
     fn expose(&mut self, conn: ConnId, buf: &[u8]) -> Result<Option<Exposed>, Error> {

@@ -64,7 +64,7 @@ use peers::Peers;
 use wire::{Header, Kind};
 
 /// A rendezvous request kept unexpected: whom to pull from and answer.
-#[derive(Debug)]
+#[derive(Debug, Clone, Copy)]
 pub struct Rts {
     peer: (usize, u64),
     /// The connection it came on: the one its sender exposed the payload
@@ -85,16 +85,36 @@ struct Send {
     /// Its buffer as the transport exposed it for the receiver's pull: the
     /// connection and the handle to give back when the send is over.
     exposed: Option<(ConnId, u64)>,
+    /// The receiver's token its payload is pushed to, once cleared.
+    pushed_to: u64,
 }
 
-/// A receive the sender pushes into (the receiver could not pull).
+/// A receive the sender pushes into (the receiver could not pull, or
+/// asked for the push first).
 struct Push {
-    op: RecvOp,
+    /// `None` once the receiver pulled the rest: the entry stays until the
+    /// sender says it pushes no more, dropping the pushed bytes that were on
+    /// their way.
+    op: Option<RecvOp>,
     peer: (usize, u64),
     arrival: Arrival,
     from: Address,
     send_token: u64,
     got: usize,
+    /// Bytes in from the start without a gap: where a pull of the rest
+    /// begins.
+    end: usize,
+    /// How to pull the rest, when the transport can.
+    resume: Option<Resume>,
+}
+
+/// A push the receiver may finish by pulling: what it lacks once `wait`
+/// passed with no pushed bytes in from its sender, since the clear-to-send.
+#[derive(Clone, Copy)]
+struct Resume {
+    rts: Rts,
+    wait: std::time::Duration,
+    last: std::time::Instant,
 }
 
 /// A matched rendezvous to pull: kept in `State::pulls` when matched
@@ -111,12 +131,18 @@ struct Pull {
     /// pull reports (the transport's is only what the connection's end
     /// did to it).
     ended: Option<Error>,
+    /// The pull of the rest of a push that stalled, from this offset (the
+    /// bytes before it are in).
+    rest: Option<usize>,
 }
 
 /// What the engine counts besides [`Counters`].
 #[derive(Debug, Default, Clone, Copy)]
 struct Stats {
     pulls: u64,
+    /// Pushes the receiver finished by pulling the rest (their sender
+    /// stalled).
+    pushes_pulled: u64,
     /// Pulls the transport reported failed.
     pulls_failed: u64,
     pushes: u64,
@@ -154,6 +180,8 @@ struct State {
     rx: Receives<Rts>,
     sends: Outstanding<Send>,
     pushes: Outstanding<Push>,
+    /// Pushes in `pushes` that may still be finished by pulling.
+    resumable: usize,
     rmas: Outstanding<rma::RmaTx>,
     /// Keys targets granted for native RMA.
     grants: rma::Grants,
@@ -246,6 +274,7 @@ impl<T: Transport> Engine<T> {
                 rx: Receives::new(),
                 sends: Outstanding::new(),
                 pushes: Outstanding::new(),
+                resumable: 0,
                 rmas: Outstanding::new(),
                 grants: rma::Grants::default(),
                 injected: Vec::new(),
@@ -411,6 +440,7 @@ impl State {
                     peer: at,
                     state,
                     exposed: None,
+                    pushed_to: 0,
                 });
                 hdr.flags |= wire::ACK;
                 hdr.token = self.sends.token(key);
@@ -430,6 +460,7 @@ impl State {
                     peer: at,
                     state: SendState::start(Protocol::Rendezvous),
                     exposed: exposed.map(|(c, x)| (c, x.handle)),
+                    pushed_to: 0,
                 });
                 hdr.token = self.sends.token(key);
                 self.enqueue(p, cost(0), Out::Owned(hdr.encode(), Vec::new()));
@@ -487,6 +518,7 @@ impl State {
                     from,
                     rts: handle,
                     ended: None,
+                    rest: None,
                 };
                 self.pull(t, cx, pull);
             }
@@ -526,48 +558,118 @@ impl State {
         let on = self.peers.link_of(p.rts.conn).and_then(|l| l.peer);
         let tx = if on == Some(p.peer.0) { p.rts.conn } else { tx };
         let n = p.arrival.olen.min(p.op.buf.len());
+        let peer = p.peer.0;
+        if p.rest.is_none() && n > 0 {
+            if let Some(wait) = t.push_first(tx, n) {
+                let resume = (wait < std::time::Duration::MAX).then(|| Resume {
+                    rts: Rts { conn: tx, ..p.rts },
+                    wait,
+                    last: std::time::Instant::now(),
+                });
+                self.ask_push(p, resume);
+                return self.flush(t, cx, peer);
+            }
+        }
+        // A pull of the rest of a push starts where the pushed bytes end.
+        let rest = p.rest;
+        let skip = rest.unwrap_or(0).min(n);
         let remote = Remote {
-            addr: p.rts.addr,
+            addr: p.rts.addr.wrapping_add(skip as u64),
             key: p.rts.key,
             stamp: 0,
         };
-        let peer = p.peer.0;
         // The receive moves into `pulling` first: its buffer (which does not
         // move with it) stays there, untouched, while the transport writes it.
         let key = self.pulling.insert(p);
         let token = self.pulling.token(key);
-        let started = match n {
+        let started = match n - skip {
             0 => Ok(Pulled::Done),
-            _ => {
-                let dst = self.pulling[key].op.buf.as_mut_slice().as_mut_ptr();
-                // SAFETY: `dst..dst + n` is the receive's buffer, which
-                // `pulling` owns and nothing reads or writes until the pull is
-                // over: now (`Done`, an error) or at its `Pulled` event.
-                unsafe { t.start_pull(tx, remote, dst, n, token) }
+            len => {
+                let buf = self.pulling[key].op.buf.as_mut_slice();
+                let dst = buf[skip..].as_mut_ptr();
+                // SAFETY: `dst..dst + len` is the end of the receive's
+                // buffer, which `pulling` owns and nothing reads or writes
+                // until the pull is over: now (`Done`, an error) or at its
+                // `Pulled` event.
+                unsafe { t.start_pull(tx, remote, dst, len, token) }
             }
         };
         match started {
             Ok(Pulled::Done) => self.pulled(token, Ok(()), cx),
             Ok(Pulled::Started) => {}
-            Err(Error::NotSupported(_)) => {
+            // The rest of a push is pulled only where the transport said
+            // it could: refused now, the receive fails (its sender stopped).
+            Err(Error::NotSupported(_)) if rest.is_none() => {
                 let p = self.pulling.remove(key);
-                self.stats.pushes += 1;
-                let key = self.pushes.insert(Push {
-                    op: p.op,
-                    peer: p.peer,
-                    arrival: p.arrival,
-                    from: p.from,
-                    send_token: p.rts.token,
-                    got: 0,
-                });
-                let mut answer = Header::new(Kind::Cts);
-                answer.token = p.rts.token;
-                answer.addr = self.pushes.token(key);
-                self.enqueue(p.peer.0, 0, Out::Owned(answer.encode(), Vec::new()));
+                self.ask_push(p, None);
             }
             Err(e) => self.pulled(token, Err(e), cx),
         }
         self.flush(t, cx, peer);
+    }
+
+    /// Asks the sender of the matched rendezvous `p` to push its payload
+    /// (clear to send); with `resume`, this side may pull the rest if the
+    /// push stalls.
+    fn ask_push(&mut self, p: Pull, resume: Option<Resume>) {
+        self.stats.pushes += 1;
+        self.resumable += usize::from(resume.is_some());
+        let key = self.pushes.insert(Push {
+            op: Some(p.op),
+            peer: p.peer,
+            arrival: p.arrival,
+            from: p.from,
+            send_token: p.rts.token,
+            got: 0,
+            end: 0,
+            resume,
+        });
+        let mut answer = Header::new(Kind::Cts);
+        answer.token = p.rts.token;
+        answer.addr = self.pushes.token(key);
+        self.enqueue(p.peer.0, 0, Out::Owned(answer.encode(), Vec::new()));
+    }
+
+    /// Pulls the rest of every push whose sender delivered nothing for its
+    /// wait: the sender is not running (it shares this CPU, or is
+    /// descheduled), and this side would otherwise spin until it is. Any
+    /// pushed bytes from the sender count: its pushes queued behind the one
+    /// it is writing are not stalled.
+    #[inline(never)]
+    fn pull_stalled<T: Transport>(&mut self, t: &mut T, cx: &mut Ctx<'_>) {
+        let now = std::time::Instant::now();
+        let peers = &self.peers;
+        let stalled: Vec<usize> = self
+            .pushes
+            .iter()
+            .filter(|(_, p)| p.op.is_some())
+            .filter_map(|(key, p)| {
+                let r = p.resume?;
+                let heard = peers
+                    .get(p.peer.0)
+                    .and_then(|e| e.pushed_at)
+                    .map_or(r.last, |at| at.max(r.last));
+                (now.duration_since(heard) >= r.wait).then_some(key)
+            })
+            .collect();
+        for key in stalled {
+            let push = &mut self.pushes[key];
+            let (Some(op), Some(r)) = (push.op.take(), push.resume.take()) else {
+                continue;
+            };
+            self.resumable -= 1;
+            self.stats.pushes_pulled += 1;
+            let pull = Pull {
+                op,
+                peer: push.peer,
+                arrival: push.arrival,
+                from: push.from,
+                rts: r.rts,
+                ended: None,
+                rest: Some(push.end),
+            };
+            self.pull(t, cx, pull);
+        }
     }
 
     /// The pull under `token` is over: its receive completes (or fails,
@@ -616,21 +718,44 @@ impl State {
     /// acknowledges the sender) once every byte is in.
     fn pushed(&mut self, cx: &mut Ctx<'_>, key: usize, off: usize, b: super::transport::Bytes<'_>) {
         let Some(push) = self.pushes.get_mut(key) else { return };
-        let buf = push.op.buf.as_mut_slice();
+        // Pulled already: bytes that were on their way are dropped.
+        let Some(op) = push.op.as_mut() else { return };
+        let buf = op.buf.as_mut_slice();
         if off < buf.len() {
             let end = buf.len().min(off.saturating_add(b.len()));
             b.copy_to(&mut buf[off..end]);
         }
         push.got += b.len();
+        if off == push.end {
+            push.end += b.len();
+        }
+        if push.resume.is_some() {
+            if let Some(e) = self.peers.get_mut(push.peer.0) {
+                e.pushed_at = Some(std::time::Instant::now());
+            }
+        }
         if push.got < push.arrival.olen {
             return;
         }
-        let mut push = self.pushes.remove(key);
-        push.arrival.len = push.arrival.olen.min(push.op.buf.len());
+        let push = self.pushes.remove(key);
+        self.resumable -= usize::from(push.resume.is_some());
+        let Some(op) = push.op else { return };
+        let mut arrival = push.arrival;
+        arrival.len = arrival.olen.min(op.buf.len());
         let mut done = Header::new(Kind::Delivered);
         done.token = push.send_token;
-        complete::recv_from(&mut cx.cq, push.op, push.arrival, &push.from, self.source_err);
+        complete::recv_from(&mut cx.cq, op, arrival, &push.from, self.source_err);
         self.enqueue(push.peer.0, 0, Out::Owned(done.encode(), Vec::new()));
+    }
+
+    /// The sender of push `key` pushes no more: it was told this side
+    /// pulled the rest. Its entry goes.
+    fn push_stopped(&mut self, key: usize) -> std::result::Result<(), &'static str> {
+        if self.pushes[key].op.is_some() {
+            return Err("a push's end for a receive still taking it");
+        }
+        self.pushes.remove(key);
+        Ok(())
     }
 }
 
@@ -815,6 +940,7 @@ impl<T: Transport> EndpointProvider for Engine<T> {
             ("rndv_pulls_failed", st.pulls_failed),
             ("rndv_pulls_outstanding", self.s.pulling.len() as u64),
             ("rndv_pushes", st.pushes),
+            ("rndv_pushes_pulled", st.pushes_pulled),
             ("protocol_errors", st.protocol_errors),
             ("connects_crossed_over", st.crossed_over),
             ("sends_outstanding", self.s.sends.len() as u64),
@@ -861,6 +987,7 @@ impl State {
             | self.doomed.len()
             | self.failed.len()
             | self.concealed.len()
+            | self.resumable
             | usize::from(self.peers.any_gated());
         if rare != 0 {
             self.rare_work(t, cx);
@@ -886,6 +1013,9 @@ impl State {
             for pull in std::mem::take(&mut self.pulls) {
                 self.pull(t, cx, pull);
             }
+        }
+        if self.resumable != 0 {
+            self.pull_stalled(t, cx);
         }
         if !self.device_due.is_empty() {
             for token in std::mem::take(&mut self.device_due) {

@@ -39,8 +39,10 @@ pub enum Out {
     /// The bytes of rendezvous send `key`, from `off`, pushed to the
     /// receiver's token `to` in frames.
     Push {
-        /// The send.
-        key: usize,
+        /// The send's token: a send that ended before this was written
+        /// (its receiver pulled the rest) names nothing, and its key may
+        /// be another send's by then.
+        send: u64,
         /// The receiver's token.
         to: u64,
         /// Bytes written so far.
@@ -305,7 +307,7 @@ fn write<T: Transport>(
             Some(s) => t.send(tx, wire::trimmed(h), s.op.buf.as_slice()),
             None => Ok(()),
         },
-        Out::Push { key, to, off } => match sends.get_mut(*key) {
+        Out::Push { send, to, off } => match sends.key_of(*send).and_then(|k| sends.get_mut(k)) {
             Some(s) => {
                 let buf = s.op.buf.as_slice();
                 let mut r = Ok(());

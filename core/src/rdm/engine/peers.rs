@@ -61,6 +61,9 @@ pub struct Peer {
     stand_in: Option<Address>,
     /// How long it has been silent while we waited on it.
     pub silence: Silence,
+    /// When pushed rendezvous bytes last came from it: its pushes that
+    /// wait behind the one it is pushing are not stalled.
+    pub pushed_at: Option<std::time::Instant>,
     /// Changes whenever the slot is reused, so kept messages name the entry
     /// they came from.
     pub serial: u64,
@@ -207,6 +210,7 @@ impl Peers {
             alias: None,
             stand_in: stand_in(self.stand_in_of, &name),
             silence: Silence::default(),
+            pushed_at: None,
             serial: self.serial,
             hint: PeerAddr::UNSPEC,
             hint_at: u64::MAX,

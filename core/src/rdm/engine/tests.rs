@@ -2035,3 +2035,152 @@ fn adds_posted_before_their_region_is_granted_all_go_by_the_device_in_order() {
     assert_eq!(a.ep.transport().device_ops, 9, "every one by the device");
     assert_eq!(a.counter("atomics_outstanding"), 0);
 }
+
+/// A receiver that asks for pushes first and whose wait for pushed bytes
+/// is over at once pulls the whole payload right after its clear-to-send:
+/// the sender, cleared and then finished, pushes nothing and says so.
+#[test]
+fn a_push_first_receiver_that_waits_for_nothing_pulls_everything() {
+    let net = Net::new(64);
+    net.push_first(Some(std::time::Duration::ZERO));
+    let (mut a, mut b) = (Node::new(&net, true, &attr()), Node::new(&net, true, &attr()));
+    let pb = a.add(&b);
+    b.trecv(PeerAddr::UNSPEC, 9, 70_000, 0);
+    a.tsend(pb, 9, pattern(70_000, 5), 1);
+    let r = until(&mut [&mut a, &mut b], 1, 0);
+    assert_eq!(r.result, Ok(()));
+    assert_eq!(r.buf.expect("buffer"), pattern(70_000, 5));
+    assert_eq!(until(&mut [&mut a, &mut b], 0, 1).result, Ok(()));
+    for _ in 0..4 {
+        a.progress();
+        b.progress();
+    }
+    assert_eq!((b.counter("rndv_pushes"), b.counter("rndv_pushes_pulled")), (1, 1));
+    assert_eq!(b.counter("rndv_pulls"), 1);
+    assert!(b.ep.s.pushes.is_empty(), "the sender's end of the push came");
+    assert_eq!((a.counter("protocol_errors"), b.counter("protocol_errors")), (0, 0));
+}
+
+/// The wait of a push-first receiver in the tests below: never over by
+/// itself while a test runs, however loaded the machine.
+const PUSH_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Makes `n`'s pushes and its senders' last pushed bytes look older by
+/// twice [`PUSH_WAIT`] (`pushed_at` too when `senders`): as if that long
+/// had passed with nothing pushed.
+fn age_pushes(n: &mut Node, senders: bool) {
+    let back = |t: std::time::Instant| t.checked_sub(2 * PUSH_WAIT).expect("the clock goes back that far");
+    let mut peers = Vec::new();
+    for (_, p) in n.ep.s.pushes.iter_mut() {
+        if let Some(r) = p.resume.as_mut() {
+            r.last = back(r.last);
+        }
+        peers.push(p.peer.0);
+    }
+    for p in peers.into_iter().filter(|_| senders) {
+        if let Some(e) = n.ep.s.peers.get_mut(p) {
+            e.pushed_at = e.pushed_at.map(back);
+        }
+    }
+}
+
+/// A push whose sender stops delivering (here: is not progressed) for
+/// longer than the receiver's wait is finished by a pull of the rest; the
+/// pushed bytes the sender wrote after that are dropped, what it had
+/// queued of the push goes no more, and the next messages arrive whole.
+#[test]
+fn a_stalled_push_is_finished_by_pulling_the_rest() {
+    const WAIT: std::time::Duration = PUSH_WAIT;
+    let net = Net::new(4);
+    net.push_first(Some(WAIT));
+    let (mut a, mut b) = (Node::new(&net, true, &attr()), Node::new(&net, true, &attr()));
+    let pb = a.add(&b);
+    b.trecv(PeerAddr::UNSPEC, 9, 10_000, 0);
+    a.tsend(pb, 9, pattern(10_000, 7), 1);
+    // The request reaches `b`, whose clear-to-send reaches `a`, which
+    // pushes what the connection holds (4 frames of 1 KiB); `b` takes them.
+    for _ in 0..3 {
+        b.progress();
+        a.progress();
+    }
+    b.progress();
+    let got = b.ep.s.pushes.iter().map(|(_, p)| p.got).next();
+    assert!(matches!(got, Some(n) if n > 0 && n < 10_000), "pushed in part: {got:?}");
+    assert!(b.done.is_empty());
+    b.progress();
+    assert!(b.done.is_empty(), "not stalled before the wait");
+    age_pushes(&mut b, true);
+    b.progress(); // nothing pushed for the wait: pulls the rest, finishes
+    let r = b.take(0).expect("the receive completes by its pull");
+    assert_eq!(r.buf.expect("buffer"), pattern(10_000, 7));
+    // `a` writes more of the push before it reads the finish (a post
+    // flushes its queue), then reads it and posts the next rendezvous.
+    b.trecv(PeerAddr::UNSPEC, 9, 300, 2);
+    a.tsend(pb, 9, pattern(300, 8), 3);
+    a.progress();
+    assert_eq!(a.take(1).map(|c| c.result), Some(Ok(())), "the send is over");
+    b.trecv(PeerAddr::UNSPEC, 9, 5000, 4);
+    a.tsend(pb, 9, pattern(5000, 9), 5);
+    assert_eq!(until(&mut [&mut a, &mut b], 1, 2).buf.expect("buffer"), pattern(300, 8));
+    assert_eq!(
+        until(&mut [&mut a, &mut b], 1, 4).buf.expect("buffer"),
+        pattern(5000, 9)
+    );
+    assert_eq!(until(&mut [&mut a, &mut b], 0, 5).result, Ok(()));
+    for _ in 0..4 {
+        a.progress();
+        b.progress();
+    }
+    assert_eq!((b.counter("rndv_pushes"), b.counter("rndv_pushes_pulled")), (2, 1));
+    assert!(b.ep.s.pushes.is_empty(), "no push left behind");
+    assert_eq!((a.counter("protocol_errors"), b.counter("protocol_errors")), (0, 0));
+}
+
+/// Pushes queued behind the one their sender is writing are not stalled,
+/// however long ago they were cleared: any pushed bytes from the sender
+/// count. Once the sender delivers nothing for the wait, every push of
+/// its is pulled.
+#[test]
+fn pushes_waiting_behind_their_senders_current_one_are_not_pulled() {
+    let net = Net::new(4);
+    net.push_first(Some(PUSH_WAIT));
+    let (mut a, mut b) = (Node::new(&net, true, &attr()), Node::new(&net, true, &attr()));
+    let pb = a.add(&b);
+    for i in 0..3 {
+        b.trecv(PeerAddr::UNSPEC, 9, 40_000, 2 * i);
+        a.tsend(pb, 9, pattern(40_000, i), 2 * i + 1);
+    }
+    for _ in 0..3 {
+        b.progress();
+        a.progress();
+    }
+    assert_eq!(b.ep.s.pushes.len(), 3, "all three cleared");
+    age_pushes(&mut b, false); // cleared long ago, but the sender pushes
+    for _ in 0..3 {
+        b.progress();
+        a.progress();
+    }
+    assert_eq!(
+        b.counter("rndv_pushes_pulled"),
+        0,
+        "none pulled while the sender pushes"
+    );
+    assert!(b.ep.s.pushes.iter().any(|(_, p)| p.got > 0), "the first one moving");
+    assert_eq!(b.ep.s.pushes.len(), 3, "none whole yet");
+    b.progress(); // takes what `a` pushed last; `a` pushes no more
+    age_pushes(&mut b, true);
+    b.progress();
+    let pulled = b.counter("rndv_pushes_pulled");
+    assert!(pulled >= 1, "the stalled sender's pushes are pulled");
+    for i in 0..3 {
+        let r = until(&mut [&mut a, &mut b], 1, 2 * i);
+        assert_eq!(r.buf.expect("buffer"), pattern(40_000, i), "message {i}");
+        assert_eq!(until(&mut [&mut a, &mut b], 0, 2 * i + 1).result, Ok(()));
+    }
+    for _ in 0..4 {
+        a.progress();
+        b.progress();
+    }
+    assert!(b.ep.s.pushes.is_empty(), "no push left behind");
+    assert_eq!((a.counter("protocol_errors"), b.counter("protocol_errors")), (0, 0));
+}

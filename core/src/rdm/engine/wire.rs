@@ -67,7 +67,8 @@ pub const TAGGED: u8 = 1;
 pub const DATA: u8 = 2;
 /// The sender wants a `Delivered` answer (delivery-complete sends).
 pub const ACK: u8 = 4;
-/// The last frame of an RMA write.
+/// The last frame of an RMA write. On a `Data` without payload: the
+/// sender pushes no more to a receive its receiver finished by pulling.
 pub const LAST: u8 = 8;
 /// An Rts whose `off` is the key its payload is exposed with
 /// (`Transport::expose`); on any other kind a protocol error. A peer that
@@ -99,13 +100,15 @@ pub enum Kind {
     Eager = 2,
     /// A request to send `len` bytes at `addr` (rendezvous).
     Rts = 3,
-    /// The receiver is done with a rendezvous (pulled or refused it).
+    /// The receiver is done with a rendezvous (pulled it, the rest of a
+    /// push, or refused it).
     Fin = 4,
     /// The receiver has an acknowledged eager message.
     Delivered = 5,
     /// The receiver cannot pull: push the bytes to its token.
     Cts = 6,
-    /// Pushed rendezvous bytes at an offset.
+    /// Pushed rendezvous bytes at an offset (with [`LAST`]: the end of a
+    /// push the receiver pulled the rest of).
     Data = 7,
     /// Bytes to write into the target's region, at an offset of the write.
     RmaWrite = 8,

@@ -395,6 +395,13 @@ impl<A: Transport, B: Transport> Transport for Pair<A, B> {
         }
     }
 
+    fn push_first(&self, conn: ConnId, len: usize) -> Option<std::time::Duration> {
+        match Self::on_first(conn) {
+            true => self.first.push_first(conn >> 1, len),
+            false => self.second.push_first(conn >> 1, len),
+        }
+    }
+
     fn expose(&mut self, conn: ConnId, buf: &[u8]) -> Result<Option<Exposed>> {
         if Self::on_first(conn) {
             self.first.expose(conn >> 1, buf)
