@@ -35,11 +35,11 @@ if ! command -v cargo >/dev/null; then
     exit 1
 fi
 
-# A build and test run (`make test`) writes ~12 GiB under target/ and
-# fuzz/target/. Where the disk holding this tree has less free and those
+# A build and test run (`make test`) writes ~8 GB under target/ and
+# fuzz/target/ (a margin on top: 10 GiB). Where the disk holding this tree has less free and those
 # directories do not exist yet, they are made in memory (/dev/shm, tmpfs) and
 # linked here, so a machine with a full disk still builds; said once, here.
-need_mib=$(( ${XFER_BUILD_SPACE_GIB:-12} * 1024 ))
+need_mib=$(( ${XFER_BUILD_SPACE_GIB:-10} * 1024 ))
 free_mib() { df -Pm "$1" 2>/dev/null | awk 'NR == 2 { print $4 }'; }
 disk_free=$(free_mib .)
 if [[ -z ${CARGO_TARGET_DIR:-} && ! -e target && ${disk_free:-0} -lt $need_mib ]]; then
