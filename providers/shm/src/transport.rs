@@ -14,7 +14,7 @@ use xfer_core::unstable::rdm::transport::{
 };
 use xfer_core::Error;
 
-use crate::cma::CmaError;
+use crate::cma::{Cma, CmaError};
 use crate::config::ShmConfig;
 use crate::entry;
 use crate::fence::Fences;
@@ -151,9 +151,14 @@ impl Transport for ShmTransport {
     /// pulled once the sender pushed nothing for that long (it is not
     /// running: the CPUs are shared). Without CMA the pull refuses, and
     /// every rendezvous is pushed.
-    fn push_first(&self, _: ConnId, len: usize) -> Option<std::time::Duration> {
+    fn push_first(&self, conn: ConnId, len: usize) -> Option<std::time::Duration> {
         let cfg = self.port.config();
-        match (cfg.cma, len < cfg.cma_min, cfg.pull_after_us) {
+        let cma = cfg.cma
+            && self
+                .port
+                .peer_info(PeerId(conn))
+                .is_some_and(|i| i.cma == Cma::Available);
+        match (cma, len < cfg.cma_min, cfg.pull_after_us) {
             (false, _, _) => None,
             (true, true, _) => Some(std::time::Duration::MAX),
             (true, false, 0) => None,

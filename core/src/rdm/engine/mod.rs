@@ -131,9 +131,16 @@ struct Pull {
     /// pull reports (the transport's is only what the connection's end
     /// did to it).
     ended: Option<Error>,
-    /// The pull of the rest of a push that stalled, from this offset (the
-    /// bytes before it are in).
-    rest: Option<usize>,
+    /// The pull of the rest of a push that stalled.
+    rest: Option<Rest>,
+}
+
+/// The rest of push `push` (a key of `State::pushes`) to pull, from
+/// offset `from` (the bytes before it are in).
+#[derive(Clone, Copy)]
+struct Rest {
+    from: usize,
+    push: usize,
 }
 
 /// What the engine counts besides [`Counters`].
@@ -572,7 +579,7 @@ impl State {
         }
         // A pull of the rest of a push starts where the pushed bytes end.
         let rest = p.rest;
-        let skip = rest.unwrap_or(0).min(n);
+        let skip = rest.map_or(0, |r| r.from).min(n);
         let remote = Remote {
             addr: p.rts.addr.wrapping_add(skip as u64),
             key: p.rts.key,
@@ -597,11 +604,21 @@ impl State {
         match started {
             Ok(Pulled::Done) => self.pulled(token, Ok(()), cx),
             Ok(Pulled::Started) => {}
-            // The rest of a push is pulled only where the transport said
-            // it could: refused now, the receive fails (its sender stopped).
-            Err(Error::NotSupported(_)) if rest.is_none() => {
+            Err(Error::NotSupported(_)) => {
                 let p = self.pulling.remove(key);
-                self.ask_push(p, None);
+                match rest {
+                    None => self.ask_push(p, None),
+                    // The transport lost its way to the sender's memory
+                    // since it offered the pull: the push goes on (the
+                    // sender was told nothing), and is waited for.
+                    Some(r) => match self.pushes.get_mut(r.push) {
+                        Some(push) => {
+                            push.op = Some(p.op);
+                            self.stats.pushes_pulled -= 1;
+                        }
+                        None => complete::recv_failed(&mut cx.cq, p.op, Error::NotSupported("pull")),
+                    },
+                }
             }
             Err(e) => self.pulled(token, Err(e), cx),
         }
@@ -666,7 +683,10 @@ impl State {
                 from: push.from,
                 rts: r.rts,
                 ended: None,
-                rest: Some(push.end),
+                rest: Some(Rest {
+                    from: push.end,
+                    push: key,
+                }),
             };
             self.pull(t, cx, pull);
         }
