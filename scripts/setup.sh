@@ -35,7 +35,7 @@ if ! command -v cargo >/dev/null; then
     exit 1
 fi
 
-# A build and test run (`make test`) writes ~8 GB under target/ and
+# A build and test run (`make test`) writes ~6.5 GB under target/ and
 # fuzz/target/ (a margin on top: 10 GiB). Where the disk holding this tree has less free and those
 # directories do not exist yet, they are made in memory (/dev/shm, tmpfs) and
 # linked here, so a machine with a full disk still builds; said once, here.
