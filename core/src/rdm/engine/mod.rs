@@ -749,7 +749,10 @@ impl State {
         if off == push.end {
             push.end += b.len();
         }
-        if push.resume.is_some() {
+        // Any push's bytes show its sender running, a push-only one's too
+        // (the stall clocks of its pushes queued behind read it); kept
+        // only while some push can stall.
+        if self.resumable != 0 {
             if let Some(e) = self.peers.get_mut(push.peer.0) {
                 e.pushed_at = Some(std::time::Instant::now());
             }
