@@ -310,6 +310,15 @@ pub struct EndpointAttr {
     /// provider that cannot (verbs: the NIC applies RDMA unseen) is refused
     /// with [`Error::NotSupported`](crate::Error::NotSupported). Off by default.
     pub rma_events: bool,
+    /// Microseconds a wait on a peer may see nothing move before each
+    /// further progress call that sees nothing move yields the CPU
+    /// (`sched_yield`): a sender whose transport refused a frame as full,
+    /// a receiver taking a push only its sender can finish. A peer sharing
+    /// this CPU (more processes than CPUs) then runs instead of waiting for
+    /// the scheduler's time slice; with a CPU each the call returns at once.
+    /// Waits for messages with nothing in flight never yield. 0: never
+    /// yield. Default 20.
+    pub yield_after_us: u64,
     /// Transport settings for this endpoint (`tcp.iface`, `tcp.coalesce`,
     /// ...), over its domain's [`DomainAttr::params`]; the endpoint's
     /// transport parses its own keys when the endpoint opens.
@@ -330,6 +339,7 @@ impl Default for EndpointAttr {
             source_err: false,
             peer_events: 0,
             rma_events: false,
+            yield_after_us: 20,
             params: Params::new(),
         }
     }
@@ -356,6 +366,7 @@ impl EndpointAttr {
         apply(&mut a.progress_timeout_ms, "XFER_PROGRESS_TIMEOUT_MS");
         apply(&mut a.rx_memory, "XFER_RX_MEMORY");
         apply(&mut a.peer_events, "XFER_PEER_EVENTS");
+        apply(&mut a.yield_after_us, "XFER_YIELD_AFTER_US");
         if let Some(k) = std::env::var_os("XFER_JOB_KEY").filter(|k| !k.is_empty()) {
             a.job_key = Some(JobKey(std::os::unix::ffi::OsStrExt::as_bytes(k.as_os_str()).to_vec()));
         }
@@ -427,6 +438,12 @@ impl EndpointAttr {
                 env: "XFER_PEER_EVENTS",
                 value: self.peer_events.to_string(),
                 doc: "peer join/leave events an endpoint queues at most (0: off)",
+            },
+            Setting {
+                key: None,
+                env: "XFER_YIELD_AFTER_US",
+                value: self.yield_after_us.to_string(),
+                doc: "microseconds a wait for room or for a push's bytes sees nothing move before progress yields the CPU to a peer sharing it (0: never)",
             },
             Setting {
                 key: None,

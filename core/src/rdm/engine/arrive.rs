@@ -26,6 +26,7 @@ impl Events for Handler<'_, '_, '_> {
     }
 
     fn event(&mut self, ev: Event<'_>) {
+        self.s.motion += 1;
         match ev {
             Event::Up { conn } => match self.s.peers.link_of(conn) {
                 None => self.s.peers.link(conn, None),

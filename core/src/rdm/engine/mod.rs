@@ -27,6 +27,7 @@ mod atomic;
 mod credit;
 mod device;
 mod fail;
+mod idle;
 mod keepalive;
 mod order;
 mod out;
@@ -248,6 +249,13 @@ struct State {
     refusals: u64,
     connect_timeout: std::time::Duration,
     closed: bool,
+    /// Frames taken by the transport or arrived from it, counted on: a
+    /// progress call that leaves it unchanged saw nothing move.
+    motion: u64,
+    /// The transport refused a frame as full since this progress began.
+    refused: bool,
+    /// How long a wait on a peer has been still, and the yields it made.
+    idle: idle::Idle,
 }
 
 /// An endpoint of the RDM layer over transport `T`.
@@ -316,6 +324,9 @@ impl<T: Transport> Engine<T> {
                 refusals: 0,
                 connect_timeout: t.connect_timeout(),
                 closed: false,
+                motion: 0,
+                refused: false,
+                idle: idle::Idle::new(attr.yield_after_us),
             },
             t,
         })
@@ -964,6 +975,7 @@ impl<T: Transport> EndpointProvider for Engine<T> {
             ("rndv_pulls_outstanding", self.s.pulling.len() as u64),
             ("rndv_pushes", st.pushes),
             ("rndv_pushes_pulled", st.pushes_pulled),
+            ("idle_yields", self.s.idle.yields),
             ("protocol_errors", st.protocol_errors),
             ("connects_crossed_over", st.crossed_over),
             ("sends_outstanding", self.s.sends.len() as u64),
@@ -996,6 +1008,8 @@ impl<T: Transport> EndpointProvider for Engine<T> {
 /// Sink-free helpers the frame handler shares with the calls above.
 impl State {
     fn progress<T: Transport>(&mut self, t: &mut T, cx: &mut Ctx<'_>) {
+        let motion = self.motion;
+        self.refused = false;
         {
             let mut h = arrive::Handler { s: self, cx };
             t.progress(&mut h);
@@ -1018,6 +1032,23 @@ impl State {
         self.check_stalls(t, cx);
         self.keep_alive(t, cx);
         self.flush_all(t, cx);
+        if self.refused || !self.pushes.is_empty() || self.idle.started() {
+            self.idle_step(motion);
+        }
+    }
+
+    /// Counts a progress call that waited on a peer, for room it must make
+    /// or for the rest of a push only it can send (a push this side may
+    /// pull has the stall rule instead, which a yield would keep from
+    /// firing), towards yielding the CPU; `motion` is what
+    /// [`State::motion`] was when the call began.
+    #[inline(never)]
+    fn idle_step(&mut self, motion: u64) {
+        if self.refused || (self.resumable == 0 && !self.pushes.is_empty()) {
+            self.idle.waited(self.motion != motion);
+        } else {
+            self.idle.clear();
+        }
     }
 
     /// What a progress call may leave behind besides frames to write:

@@ -160,7 +160,7 @@ impl State {
                 }
                 return self.overtake(t, cx, p, tx, room);
             }
-            let written = write(t, cx, &mut self.sends, &self.rmas, tx, room, front);
+            let written = write(t, cx, &mut self.sends, &self.rmas, &mut self.motion, tx, room, front);
             if !self.wrote(cx, p, tx, 0, written) {
                 return;
             }
@@ -183,7 +183,7 @@ impl State {
             };
             at += i;
             let Some((_, out)) = e.queue.get_mut(at) else { return };
-            let written = write(t, cx, &mut self.sends, &self.rmas, tx, room, out);
+            let written = write(t, cx, &mut self.sends, &self.rmas, &mut self.motion, tx, room, out);
             if !self.wrote(cx, p, tx, at, written) {
                 return;
             }
@@ -198,6 +198,7 @@ impl State {
         let Some(e) = self.peers.get_mut(p) else { return false };
         match written {
             Ok(()) => {
+                self.motion += 1;
                 let Some((cost, out)) = e.queue.remove(at) else {
                     return false;
                 };
@@ -213,6 +214,7 @@ impl State {
             }
             Err(Refused::Full) => {
                 e.blocked = true;
+                self.refused = true;
                 false
             }
             Err(Refused::Gone(cause)) => {
@@ -289,12 +291,15 @@ fn overtakes(out: &Out) -> bool {
 
 /// Writes `out` (all of it the transport takes: a pushed or RMA payload
 /// goes in frames of at most `room` bytes, and where it stopped is kept
-/// in it) on connection `tx`.
+/// in it) on connection `tx`; each frame of such a payload taken before
+/// the whole is counted in `motion`.
+#[allow(clippy::too_many_arguments)]
 fn write<T: Transport>(
     t: &mut T,
     cx: &mut Ctx<'_>,
     sends: &mut Outstanding<super::Send>,
     rmas: &Outstanding<rma::RmaTx>,
+    motion: &mut u64,
     tx: ConnId,
     room: usize,
     out: &mut Out,
@@ -321,6 +326,7 @@ fn write<T: Transport>(
                         break;
                     }
                     *off += n;
+                    *motion += 1;
                 }
                 if r.is_ok() {
                     s.state.moved(true);
@@ -338,6 +344,7 @@ fn write<T: Transport>(
                 break sent;
             }
             *off += bytes.len();
+            *motion += 1;
         },
         Out::ReadBack(r) => loop {
             let (h, bytes, n) = rma::read_frame(cx.domain, r, room);
@@ -346,6 +353,7 @@ fn write<T: Transport>(
                 break sent;
             }
             r.off += n;
+            *motion += 1;
         },
     }
 }

@@ -443,6 +443,97 @@ fn a_full_transport_queues_sends_in_order_and_completes_them_when_written() {
     }
 }
 
+/// Progresses `n` until it has yielded the CPU, spinning past `attr`'s
+/// 1 µs between calls; the number of calls it took.
+fn until_yielded(n: &mut Node) -> usize {
+    for i in 0..1_000_000 {
+        n.progress();
+        if n.counter("idle_yields") > 0 {
+            return i;
+        }
+        let t = std::time::Instant::now();
+        while t.elapsed() < std::time::Duration::from_micros(2) {}
+    }
+    panic!("a wait with nothing moving never yielded");
+}
+
+/// Progresses `n` `calls` times, 2 µs apart: the yields it made.
+fn yields_over(n: &mut Node, calls: usize) -> u64 {
+    let before = n.counter("idle_yields");
+    for _ in 0..calls {
+        n.progress();
+        let t = std::time::Instant::now();
+        while t.elapsed() < std::time::Duration::from_micros(2) {}
+    }
+    n.counter("idle_yields") - before
+}
+
+#[test]
+fn a_sender_refused_room_yields_once_nothing_moves_and_not_after() {
+    let net = Net::new(2);
+    let mut yielding = attr();
+    yielding.yield_after_us = 1;
+    let (mut a, mut b) = (Node::new(&net, true, &yielding), Node::new(&net, true, &yielding));
+    let pb = a.add(&b);
+    for i in 0..8 {
+        a.tsend(pb, 5, pattern(8, i), 100 + i);
+    }
+    handshake(&mut a, &mut b);
+    // `b` takes nothing: `a`'s queue waits for room that never comes.
+    until_yielded(&mut a);
+    for i in 0..8 {
+        b.trecv(PeerAddr::UNSPEC, 5, 8, i);
+    }
+    for i in 0..8 {
+        assert_eq!(until(&mut [&mut a, &mut b], 0, 100 + i).result, Ok(()));
+        let r = until(&mut [&mut a, &mut b], 1, i);
+        assert_eq!(r.buf.expect("buffer"), pattern(8, i), "message {i} in order");
+    }
+    // Nothing queued and nothing in flight: an idle endpoint spins as its
+    // user chose, and `b`, which waited on nothing, never yielded.
+    assert_eq!(yields_over(&mut a, 50), 0);
+    assert_eq!(b.counter("idle_yields"), 0);
+
+    // Off: the same wait never yields.
+    let net = Net::new(2);
+    let mut off = attr();
+    off.yield_after_us = 0;
+    let (mut a, mut b) = (Node::new(&net, true, &off), Node::new(&net, true, &off));
+    let pb = a.add(&b);
+    for i in 0..8 {
+        a.tsend(pb, 5, pattern(8, i), 100 + i);
+    }
+    handshake(&mut a, &mut b);
+    assert_eq!(a.done.len(), 2, "the rest wait for room");
+    assert_eq!(yields_over(&mut a, 50), 0);
+}
+
+#[test]
+fn a_receiver_of_a_push_only_its_sender_can_finish_yields_while_it_waits() {
+    // No pull: the rendezvous is pushed, two frames a flush.
+    let net = Net::new(2);
+    let mut yielding = attr();
+    yielding.yield_after_us = 1;
+    let (mut a, mut b) = (Node::new(&net, false, &yielding), Node::new(&net, false, &yielding));
+    let pb = a.add(&b);
+    b.trecv(PeerAddr::UNSPEC, 9, 70_000, 1);
+    a.tsend(pb, 9, pattern(70_000, 3), 2);
+    for i in 0.. {
+        assert!(i < 10_000, "the push never began");
+        a.progress();
+        b.progress();
+        if b.ep.s.pushes.iter().any(|(_, p)| p.got > 0) {
+            break;
+        }
+    }
+    // The sender stops running mid-push: its receiver waits on it alone.
+    until_yielded(&mut b);
+    let r = until(&mut [&mut a, &mut b], 1, 1);
+    assert_eq!(r.buf.expect("buffer"), pattern(70_000, 3));
+    assert_eq!(until(&mut [&mut a, &mut b], 0, 2).result, Ok(()));
+    assert_eq!(yields_over(&mut b, 50), 0, "nothing waited on once the push is in");
+}
+
 #[test]
 fn a_connect_refused_for_now_is_retried_and_nothing_is_lost() {
     let net = Net::new(64);
