@@ -468,17 +468,26 @@ fn yields_over(n: &mut Node, calls: usize) -> u64 {
     n.counter("idle_yields") - before
 }
 
-#[test]
-fn a_sender_refused_room_yields_once_nothing_moves_and_not_after() {
+/// `a` with eight messages for `b` of which the transport took two (it
+/// holds two frames a way and `b` takes none), yielding after
+/// `yield_after_us`.
+fn refused_room(yield_after_us: u64) -> (Net, Node, Node) {
     let net = Net::new(2);
-    let mut yielding = attr();
-    yielding.yield_after_us = 1;
-    let (mut a, mut b) = (Node::new(&net, true, &yielding), Node::new(&net, true, &yielding));
+    let mut at = attr();
+    at.yield_after_us = yield_after_us;
+    let (mut a, mut b) = (Node::new(&net, true, &at), Node::new(&net, true, &at));
     let pb = a.add(&b);
     for i in 0..8 {
         a.tsend(pb, 5, pattern(8, i), 100 + i);
     }
     handshake(&mut a, &mut b);
+    assert_eq!(a.done.len(), 2, "the rest wait for room");
+    (net, a, b)
+}
+
+#[test]
+fn a_sender_refused_room_yields_once_nothing_moves_and_not_after() {
+    let (_net, mut a, mut b) = refused_room(1);
     // `b` takes nothing: `a`'s queue waits for room that never comes.
     until_yielded(&mut a);
     for i in 0..8 {
@@ -495,16 +504,7 @@ fn a_sender_refused_room_yields_once_nothing_moves_and_not_after() {
     assert_eq!(b.counter("idle_yields"), 0);
 
     // Off: the same wait never yields.
-    let net = Net::new(2);
-    let mut off = attr();
-    off.yield_after_us = 0;
-    let (mut a, mut b) = (Node::new(&net, true, &off), Node::new(&net, true, &off));
-    let pb = a.add(&b);
-    for i in 0..8 {
-        a.tsend(pb, 5, pattern(8, i), 100 + i);
-    }
-    handshake(&mut a, &mut b);
-    assert_eq!(a.done.len(), 2, "the rest wait for room");
+    let (_net, mut a, _b) = refused_room(0);
     assert_eq!(yields_over(&mut a, 50), 0);
 }
 
