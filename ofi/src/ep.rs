@@ -147,6 +147,13 @@ struct Router {
     atomics: u64,
 }
 
+/// The router's tallies, borrowed for one progress call.
+struct Routed<'r> {
+    sent: &'r mut u64,
+    received: &'r mut u64,
+    atomics: &'r mut u64,
+}
+
 impl Drop for Enabled {
     fn drop(&mut self) {
         let r = self.router.get_mut();
@@ -297,6 +304,11 @@ impl EpCore {
             received,
             atomics,
         } = &mut *router;
+        let mut routed = Routed {
+            sent,
+            received,
+            atomics,
+        };
         loop {
             let n = match en.cq.poll(&mut scratch[..]) {
                 Ok(n) => n,
@@ -305,121 +317,139 @@ impl EpCore {
                     return;
                 }
             };
-            for c in &scratch[..n] {
-                if c.context == crate::peek::discard_context() {
-                    continue; // a claimed message received into nothing (FI_DISCARD)
+            if n == 0 {
+                return;
+            }
+            self.route(en, &scratch[..n], &mut routed, from, out.as_deref_mut());
+            if n < scratch.len() {
+                return;
+            }
+        }
+    }
+
+    /// Counts and routes the completions `polled` of one poll (see
+    /// [`progress`](Self::progress)). Out of line: an empty poll, the
+    /// common case of a spinning reader, then sets up nothing of it.
+    #[inline(never)]
+    fn route(
+        &self,
+        en: &Enabled,
+        polled: &[Completion],
+        r: &mut Routed<'_>,
+        from: Option<&CqCore>,
+        mut out: Option<&mut Out>,
+    ) {
+        for c in polled {
+            if c.context == crate::peek::discard_context() {
+                continue; // a claimed message received into nothing (FI_DISCARD)
+            }
+            // A part of an RMA over several remote segments: the
+            // operation completes with its last part.
+            let joined;
+            let c = match c.context & JOIN {
+                0 => c,
+                _ => match en.joins.part(c) {
+                    None => c,
+                    Some(None) => continue,
+                    Some(Some(done)) => {
+                        joined = done;
+                        &joined
+                    }
+                },
+            };
+            // An atomic the router finishes: its fetched value goes to
+            // the application's buffer, its token becomes the context.
+            let (fetched, quiet);
+            let c = match c.context & FETCH {
+                0 => {
+                    quiet = false;
+                    c
                 }
-                // A part of an RMA over several remote segments: the
-                // operation completes with its last part.
-                let joined;
-                let c = match c.context & JOIN {
-                    0 => c,
-                    _ => match en.joins.part(c) {
-                        None => c,
-                        Some(None) => continue,
-                        Some(Some(done)) => {
-                            joined = done;
-                            &joined
-                        }
-                    },
-                };
-                // An atomic the router finishes: its fetched value goes to
-                // the application's buffer, its token becomes the context.
-                let (fetched, quiet);
-                let c = match c.context & FETCH {
-                    0 => {
+                // SAFETY: the result buffer stays valid until the
+                // atomic's completion (libfabric's contract): this one.
+                _ => match unsafe { en.fetches.finish(c) } {
+                    None => {
                         quiet = false;
                         c
                     }
-                    // SAFETY: the result buffer stays valid until the
-                    // atomic's completion (libfabric's contract): this one.
-                    _ => match unsafe { en.fetches.finish(c) } {
-                        None => {
-                            quiet = false;
-                            c
-                        }
-                        Some(f) => {
-                            quiet = f.quiet;
-                            fetched = {
-                                let mut done = c.clone();
-                                done.context = f.app;
-                                done
-                            };
-                            &fetched
-                        }
-                    },
-                };
-                // A receive into several buffers, or of a multi-receive
-                // buffer: its token becomes the application's context.
-                let app = match c.context & (MULTI | SCATTER) {
-                    0 => None,
-                    _ => self.unstage(en, c),
-                };
-                if let Some(k) = en.counters.for_completion(c.flags) {
-                    k.hit(c.result.is_ok());
-                }
-                let remote = c.flags.contains(Flags::REMOTE_WRITE) || c.flags.contains(Flags::REMOTE_READ);
-                if remote && en.rma_events {
-                    // Counters bound to the region (fi_mr_bind) count it too.
-                    self.domain.regions.hit(c.tag, c.flags, c.result.is_ok());
-                }
-                if quiet {
-                    continue; // an inject: counted only, even when it failed
-                }
-                let silent = en.selective() && c.context & SILENT != 0;
-                if silent && c.result.is_ok() {
-                    continue; // no FI_COMPLETION asked: counted only
-                }
-                if remote && !c.flags.contains(Flags::REMOTE_CQ_DATA) {
-                    // An RMA event (FI_RMA_EVENT): for the remote counters;
-                    // only writes with data are the target CQ's (fi_cq(3)).
-                    continue;
-                }
-                // Receives and the target's side of a write with data go to
-                // the receive CQ (fi_cq(3): FI_REMOTE_WRITE completions are
-                // the receiver's).
-                let to = if c.flags.contains(Flags::RECV) || c.flags.contains(Flags::REMOTE_WRITE) {
-                    *received += 1;
-                    &en.rx
-                } else {
-                    *sent += 1;
-                    *atomics += u64::from(c.flags.contains(Flags::ATOMIC));
-                    &en.tx
-                };
-                let Some(cq) = to else {
-                    xfer_core::warn_limited!(flags = c.flags.0, "completion with no CQ bound for it; dropped");
-                    continue;
-                };
-                let mut e = Entry::from_xfer(c);
-                if c.flags.contains(Flags::ATOMIC) {
-                    e.data = 0; // xfer's fetched value, stored above; no CQ data
-                }
-                if remote {
-                    e.tag = 0; // xfer's region key: no tag of the application's
-                }
-                if let Some((app, at, released)) = app {
-                    e.context = app;
-                    e.buf = at;
-                    e.flags |= released;
-                }
-                if silent {
-                    e.context &= !SILENT; // a failure is reported with the application's context
-                }
-                let mine = from.is_some_and(|f| std::ptr::eq(Arc::as_ptr(cq), f));
-                if let (true, Some(o)) = (mine, out.as_deref_mut()) {
-                    if e.error.is_some() {
-                        o.block();
-                    } else if o.put(&e) {
-                        continue;
+                    Some(f) => {
+                        quiet = f.quiet;
+                        fetched = {
+                            let mut done = c.clone();
+                            done.context = f.app;
+                            done
+                        };
+                        &fetched
                     }
-                }
-                match &c.result {
-                    Err(Error::UnknownSource(name)) => cq.push_with(e, !mine, self.source_name(name)),
-                    _ => cq.push(e, !mine),
+                },
+            };
+            // A receive into several buffers, or of a multi-receive
+            // buffer: its token becomes the application's context.
+            let app = match c.context & (MULTI | SCATTER) {
+                0 => None,
+                _ => self.unstage(en, c),
+            };
+            if let Some(k) = en.counters.for_completion(c.flags) {
+                k.hit(c.result.is_ok());
+            }
+            let remote = c.flags.contains(Flags::REMOTE_WRITE) || c.flags.contains(Flags::REMOTE_READ);
+            if remote && en.rma_events {
+                // Counters bound to the region (fi_mr_bind) count it too.
+                self.domain.regions.hit(c.tag, c.flags, c.result.is_ok());
+            }
+            if quiet {
+                continue; // an inject: counted only, even when it failed
+            }
+            let silent = en.selective() && c.context & SILENT != 0;
+            if silent && c.result.is_ok() {
+                continue; // no FI_COMPLETION asked: counted only
+            }
+            if remote && !c.flags.contains(Flags::REMOTE_CQ_DATA) {
+                // An RMA event (FI_RMA_EVENT): for the remote counters;
+                // only writes with data are the target CQ's (fi_cq(3)).
+                continue;
+            }
+            // Receives and the target's side of a write with data go to
+            // the receive CQ (fi_cq(3): FI_REMOTE_WRITE completions are
+            // the receiver's).
+            let to = if c.flags.contains(Flags::RECV) || c.flags.contains(Flags::REMOTE_WRITE) {
+                *r.received += 1;
+                &en.rx
+            } else {
+                *r.sent += 1;
+                *r.atomics += u64::from(c.flags.contains(Flags::ATOMIC));
+                &en.tx
+            };
+            let Some(cq) = to else {
+                xfer_core::warn_limited!(flags = c.flags.0, "completion with no CQ bound for it; dropped");
+                continue;
+            };
+            let mut e = Entry::from_xfer(c);
+            if c.flags.contains(Flags::ATOMIC) {
+                e.data = 0; // xfer's fetched value, stored above; no CQ data
+            }
+            if remote {
+                e.tag = 0; // xfer's region key: no tag of the application's
+            }
+            if let Some((app, at, released)) = app {
+                e.context = app;
+                e.buf = at;
+                e.flags |= released;
+            }
+            if silent {
+                e.context &= !SILENT; // a failure is reported with the application's context
+            }
+            let mine = from.is_some_and(|f| std::ptr::eq(Arc::as_ptr(cq), f));
+            if let (true, Some(o)) = (mine, out.as_deref_mut()) {
+                if e.error.is_some() {
+                    o.block();
+                } else if o.put(&e) {
+                    continue;
                 }
             }
-            if n < scratch.len() {
-                return;
+            match &c.result {
+                Err(Error::UnknownSource(name)) => cq.push_with(e, !mine, self.source_name(name)),
+                _ => cq.push(e, !mine),
             }
         }
     }
