@@ -428,6 +428,9 @@ impl State {
     }
 
     /// Sends `op` to the peer named `name` (its address-vector entry).
+    /// Inlined into its one caller, `Engine::send`: out of line, the
+    /// operation (ten words) was copied through the stack on every send.
+    #[inline(always)]
     fn send<T: Transport>(&mut self, t: &mut T, cx: &mut Ctx<'_>, op: SendOp, name: &Address) {
         let p = match self.peer_named(t, op.peer, name) {
             Ok(p) => p,

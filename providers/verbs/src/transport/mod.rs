@@ -56,9 +56,16 @@ use crate::VerbsAttr;
 use conn::{Conn, Grave, State};
 use credit::Budget;
 
-/// Progress calls between two looks at the descriptors (rdma_cm events,
-/// the completion channel, the wake eventfd) while nothing is being made.
+/// Progress calls between two looks at the clock for the descriptors
+/// (rdma_cm events, the completion channel, the wake eventfd) while
+/// nothing is being made and no wait came before.
 const EPOLL_EVERY: u32 = 16;
+/// The least time between two looks at the descriptors on those turns. A
+/// look is an `epoll_wait`, a system call: a busy-polling waiter made one
+/// every 16 turns, several per message, where a message's own path makes
+/// none besides its doorbell. A caller that polls slowly (or under
+/// valgrind) still looks every 16 turns.
+const FDS_EVERY: Duration = Duration::from_micros(100);
 /// Work completions taken per `ibv_poll_cq`, and batches per progress.
 const WC_BATCH: usize = 32;
 const WC_BATCHES: usize = 4;
@@ -131,6 +138,8 @@ struct Stats {
     /// `ibv_query_qp` calls made to tell a successful completion from
     /// rxe's flush reported as success (a system call each).
     qp_state_queries: u64,
+    /// Looks at the descriptors (`epoll_wait`, a system call each).
+    fd_checks: u64,
 }
 
 /// The domain's registration cache, which rendezvous buffers are
@@ -178,6 +187,8 @@ pub struct VerbsTransport {
     /// atomics' queues.
     chores: bool,
     turns: u32,
+    /// When a look at the descriptors is due again while busy ([`FDS_EVERY`]).
+    fds_next: Instant,
     /// Connections being made.
     opening: u32,
     stats: Stats,
@@ -320,6 +331,7 @@ impl VerbsTransport {
             waiting: false,
             chores: false,
             turns: 0,
+            fds_next: Instant::now(),
             opening: 0,
             stats: Stats::default(),
             exposed: Slab::new(),
@@ -352,9 +364,23 @@ impl VerbsTransport {
         self.cache.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Whether a busy turn looks at the descriptors: [`FDS_EVERY`] passed
+    /// since the last such look. Out of line: one turn in [`EPOLL_EVERY`]
+    /// asks.
+    #[inline(never)]
+    fn fds_due(&mut self) -> bool {
+        let now = Instant::now();
+        if now < self.fds_next {
+            return false;
+        }
+        self.fds_next = now + FDS_EVERY;
+        true
+    }
+
     /// Looks at the descriptors without blocking: consumes a completion
     /// event, handles rdma_cm events, drains the wake eventfd.
     fn check_fds(&mut self, events: &mut dyn Events) {
+        self.stats.fd_checks += 1;
         let mut evs = [EMPTY_EVENT; 3];
         let n = match self.waits.epoll().wait(&mut evs, 0) {
             Ok(n) => n,
@@ -1030,6 +1056,7 @@ impl Transport for VerbsTransport {
             ("device_atomics", s.device_atomics),
             ("device_atomics_failed", s.device_atomics_failed),
             ("qp_state_queries", s.qp_state_queries),
+            ("fd_checks", s.fd_checks),
             ("rndv_exposed", self.exposed.len() as u64),
             ("srq_posted", u64::from(self.srq.posted())),
             ("srq_reserved", u64::from(self.budget.reserved())),
@@ -1058,7 +1085,7 @@ impl Transport for VerbsTransport {
     #[inline]
     fn progress(&mut self, events: &mut dyn Events) {
         self.turns = self.turns.wrapping_add(1);
-        if self.waiting || self.opening > 0 || self.turns.is_multiple_of(EPOLL_EVERY) {
+        if self.waiting || self.opening > 0 || (self.turns.is_multiple_of(EPOLL_EVERY) && self.fds_due()) {
             // Completions `prepare_wait` took are older than any event now
             // (only it stashes, and it sets `waiting`: looked at here, not
             // on every turn).
