@@ -63,7 +63,7 @@ cleanup() {
     [ "$KEEP" = 1 ] && echo "mpi-compare: raw output kept in $raw" >&2 || rm -rf "$raw"
 }
 trap cleanup EXIT
-cp target/release/libxfer_fi.so "$prov/" # a directory holding only our provider
+cp "${CARGO_TARGET_DIR:-target}/release/libxfer_fi.so" "$prov/" # a directory holding only our provider
 
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 common=(-np 2 --bind-to core)
