@@ -3,8 +3,8 @@
 //! A process that spins on a peer sharing its CPU (more processes than
 //! CPUs, as on an oversubscribed node) keeps that peer from running until
 //! the scheduler preempts it, a time slice of milliseconds: a sender whose
-//! ring or socket is full, a receiver taking a push only its sender can
-//! finish. Once such a wait has seen nothing move for a while, each further
+//! ring or socket is full or whose rendezvous the peer is to pull, a
+//! receiver taking a push only its sender can finish. Once such a wait has seen nothing move for a while, each further
 //! progress call that sees nothing move yields the CPU (`sched_yield`), as
 //! Open MPI's `mpi_yield_when_idle` and MPICH's polls-before-yield do for
 //! oversubscribed runs; with a CPU each, nothing else wants it and the call

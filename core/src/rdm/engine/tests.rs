@@ -509,6 +509,17 @@ fn a_sender_refused_room_yields_once_nothing_moves_and_not_after() {
 }
 
 #[test]
+fn a_sender_whose_rendezvous_its_peer_is_pulling_yields_until_the_finish() {
+    let (net, mut a, mut b, _) = async_pulls(1);
+    // `b`'s pull is outstanding: `a` sees nothing move until its finish.
+    until_yielded(&mut a);
+    net.finish_pull(0);
+    assert_eq!(until(&mut [&mut a, &mut b], 1, 0).result, Ok(()));
+    assert_eq!(until(&mut [&mut a, &mut b], 0, 1).result, Ok(()));
+    assert_eq!(yields_over(&mut a, 50), 0, "nothing waited on once the send is over");
+}
+
+#[test]
 fn a_receiver_of_a_push_only_its_sender_can_finish_yields_while_it_waits() {
     // No pull: the rendezvous is pushed, two frames a flush.
     let net = Net::new(2);
