@@ -139,24 +139,24 @@ struct Router {
     /// The completions of one poll, kept between reads: a fresh array of
     /// completions to fill and drop cost more than the poll itself.
     scratch: Vec<Completion>,
-    /// Completions routed, sends and receives: logged when the endpoint
-    /// closes, so a run can show that xfer carried its traffic.
+    /// Completions routed: logged when the endpoint closes, so a run can
+    /// show that xfer carried its traffic.
+    tally: Tally,
+}
+
+/// Completions an endpoint routed.
+#[derive(Default)]
+struct Tally {
+    /// Sends and receives.
     sent: u64,
     received: u64,
     /// Of the sent, remote atomics (`FI_ATOMIC`).
     atomics: u64,
 }
 
-/// The router's tallies, borrowed for one progress call.
-struct Routed<'r> {
-    sent: &'r mut u64,
-    received: &'r mut u64,
-    atomics: &'r mut u64,
-}
-
 impl Drop for Enabled {
     fn drop(&mut self) {
-        let r = self.router.get_mut();
+        let r = &self.router.get_mut().tally;
         // Refusals no completion could report (atomics completed when
         // sent): libfabric has no call that reads them, so the close says,
         // with the atomics the device did (device atomic mode).
@@ -298,17 +298,7 @@ impl EpCore {
     pub(crate) fn progress(&self, from: Option<&CqCore>, mut out: Option<&mut Out>) {
         let Some(en) = self.enabled.get() else { return };
         let mut router = en.router.lock();
-        let Router {
-            scratch,
-            sent,
-            received,
-            atomics,
-        } = &mut *router;
-        let mut routed = Routed {
-            sent,
-            received,
-            atomics,
-        };
+        let Router { scratch, tally } = &mut *router;
         loop {
             let n = match en.cq.poll(&mut scratch[..]) {
                 Ok(n) => n,
@@ -320,7 +310,7 @@ impl EpCore {
             if n == 0 {
                 return;
             }
-            self.route(en, &scratch[..n], &mut routed, from, out.as_deref_mut());
+            self.route(en, &scratch[..n], tally, from, out.as_deref_mut());
             if n < scratch.len() {
                 return;
             }
@@ -335,7 +325,7 @@ impl EpCore {
         &self,
         en: &Enabled,
         polled: &[Completion],
-        r: &mut Routed<'_>,
+        tally: &mut Tally,
         from: Option<&CqCore>,
         mut out: Option<&mut Out>,
     ) {
@@ -413,11 +403,11 @@ impl EpCore {
             // the receive CQ (fi_cq(3): FI_REMOTE_WRITE completions are
             // the receiver's).
             let to = if c.flags.contains(Flags::RECV) || c.flags.contains(Flags::REMOTE_WRITE) {
-                *r.received += 1;
+                tally.received += 1;
                 &en.rx
             } else {
-                *r.sent += 1;
-                *r.atomics += u64::from(c.flags.contains(Flags::ATOMIC));
+                tally.sent += 1;
+                tally.atomics += u64::from(c.flags.contains(Flags::ATOMIC));
                 &en.tx
             };
             let Some(cq) = to else {
@@ -1101,9 +1091,7 @@ fn enable(ep: &Arc<EpCore>) -> c_int {
         router: Latch::new(
             Router {
                 scratch: vec![Completion::EMPTY; POLL_BATCH],
-                sent: 0,
-                received: 0,
-                atomics: 0,
+                tally: Tally::default(),
             },
             ep.domain.serial(),
         ),
