@@ -4,9 +4,10 @@
 //! CPUs, as on an oversubscribed node) keeps that peer from running until
 //! the scheduler preempts it, a time slice of milliseconds: a sender whose
 //! ring or socket is full or whose rendezvous the peer is to pull, a
-//! receiver taking a push only its sender can finish. Once such a wait has seen nothing move for a while, each further
-//! progress call that sees nothing move yields the CPU (`sched_yield`), as
-//! Open MPI's `mpi_yield_when_idle` and MPICH's polls-before-yield do for
+//! receiver taking a push only its sender can finish. Once such a wait has
+//! seen nothing move for a while, each further progress call that sees
+//! nothing move yields the CPU (`sched_yield`), as Open MPI's
+//! `mpi_yield_when_idle` and MPICH's polls-before-yield do for
 //! oversubscribed runs; with a CPU each, nothing else wants it and the call
 //! returns at once. Waits the user chose (a receive posted, nothing in
 //! flight) never yield: their latency is the user's to trade.
@@ -43,12 +44,6 @@ impl Idle {
         } else if !self.after.is_zero() {
             self.still();
         }
-    }
-
-    /// Whether a still wait is being timed.
-    #[inline]
-    pub fn started(&self) -> bool {
-        self.since.is_some()
     }
 
     /// A progress call that waited on no peer.

@@ -1035,24 +1035,21 @@ impl State {
         self.check_stalls(t, cx);
         self.keep_alive(t, cx);
         self.flush_all(t, cx);
-        if self.refused || !self.pushes.is_empty() || !self.sends.is_empty() || self.idle.started() {
-            self.idle_step(motion);
-        }
-    }
-
-    /// Counts a progress call that waited on a peer towards yielding the
-    /// CPU: for room it must make, for its answer to a send (a rendezvous
-    /// it is to pull or clear, a delivery to acknowledge), or for the rest
-    /// of a push only it can send (a push this side may pull has the stall
-    /// rule instead, which a yield would keep from firing). `motion` is
-    /// what [`State::motion`] was when the call began.
-    #[inline(never)]
-    fn idle_step(&mut self, motion: u64) {
-        if self.refused || !self.sends.is_empty() || (self.resumable == 0 && !self.pushes.is_empty()) {
+        if self.waits_on_peer() {
             self.idle.waited(self.motion != motion);
         } else {
             self.idle.clear();
         }
+    }
+
+    /// Whether this side waits on a peer, which a yield lets run: for room
+    /// it must make, for its answer to a send (a rendezvous it is to pull
+    /// or clear, a delivery to acknowledge), or for the rest of a push only
+    /// it can send (a push this side may pull has the stall rule instead,
+    /// which a yield would keep from firing).
+    #[inline]
+    fn waits_on_peer(&self) -> bool {
+        self.refused || !self.sends.is_empty() || (self.resumable == 0 && !self.pushes.is_empty())
     }
 
     /// What a progress call may leave behind besides frames to write:
