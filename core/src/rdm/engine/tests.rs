@@ -468,15 +468,21 @@ fn yields_over(n: &mut Node, calls: usize) -> u64 {
     n.counter("idle_yields") - before
 }
 
-/// `a` with eight messages for `b` of which the transport took two (it
-/// holds two frames a way and `b` takes none), yielding after
-/// `yield_after_us`.
-fn refused_room(yield_after_us: u64) -> (Net, Node, Node) {
+/// Two nodes over a transport that holds two frames a way (and pulls, with
+/// `pull`), each yielding after `yield_after_us`; `b` as `a` knows it.
+fn tight_pair(pull: bool, yield_after_us: u64) -> (Net, Node, Node, PeerAddr) {
     let net = Net::new(2);
     let mut at = attr();
     at.yield_after_us = yield_after_us;
-    let (mut a, mut b) = (Node::new(&net, true, &at), Node::new(&net, true, &at));
+    let (mut a, b) = (Node::new(&net, pull, &at), Node::new(&net, pull, &at));
     let pb = a.add(&b);
+    (net, a, b, pb)
+}
+
+/// `a` with eight messages for `b` of which the transport took two (`b`
+/// takes none), yielding after `yield_after_us`.
+fn refused_room(yield_after_us: u64) -> (Net, Node, Node) {
+    let (net, mut a, mut b, pb) = tight_pair(true, yield_after_us);
     for i in 0..8 {
         a.tsend(pb, 5, pattern(8, i), 100 + i);
     }
@@ -522,11 +528,7 @@ fn a_sender_whose_rendezvous_its_peer_is_pulling_yields_until_the_finish() {
 #[test]
 fn a_receiver_of_a_push_only_its_sender_can_finish_yields_while_it_waits() {
     // No pull: the rendezvous is pushed, two frames a flush.
-    let net = Net::new(2);
-    let mut yielding = attr();
-    yielding.yield_after_us = 1;
-    let (mut a, mut b) = (Node::new(&net, false, &yielding), Node::new(&net, false, &yielding));
-    let pb = a.add(&b);
+    let (_net, mut a, mut b, pb) = tight_pair(false, 1);
     b.trecv(PeerAddr::UNSPEC, 9, 70_000, 1);
     a.tsend(pb, 9, pattern(70_000, 3), 2);
     for i in 0.. {
