@@ -80,10 +80,6 @@ impl Driver {
                 self.filled = n;
                 return Ok(());
             }
-            // As the raw floor does after each `EAGAIN`: a CPU sharing its
-            // core with the peer's (SMT) gets the pipeline back while this
-            // one spins (docs/PERFORMANCE.md, session 8).
-            std::hint::spin_loop();
             spins = spins.wrapping_add(1);
             // Reading the clock on every empty poll would slow the spin.
             if spins.is_multiple_of(4096) && start.elapsed() > STALL {
