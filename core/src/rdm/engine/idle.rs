@@ -3,8 +3,9 @@
 //! A process that spins on a peer sharing its CPU (more processes than
 //! CPUs, as on an oversubscribed node) keeps that peer from running until
 //! the scheduler preempts it, a time slice of milliseconds: a sender whose
-//! ring or socket is full or whose rendezvous the peer is to pull, a
-//! receiver taking a push only its sender can finish. Once such a wait has
+//! ring or socket is full or whose rendezvous the peer is to pull, an
+//! initiator waiting for the answer to an RMA or atomic, a receiver taking
+//! a push only its sender can finish. Once such a wait has
 //! seen nothing move for a while, each further progress call that sees
 //! nothing move yields the CPU (`sched_yield`), as Open MPI's
 //! `mpi_yield_when_idle` and MPICH's polls-before-yield do for
@@ -35,18 +36,16 @@ impl Idle {
         }
     }
 
-    /// A progress call that waited on a peer: something moved in it
-    /// (`moved`: a frame taken or arrived), or nothing did.
+    /// A progress call that waited on a peer and saw nothing move.
     #[inline]
-    pub fn waited(&mut self, moved: bool) {
-        if moved {
-            self.since = None;
-        } else if !self.after.is_zero() {
+    pub fn waited(&mut self) {
+        if !self.after.is_zero() {
             self.still();
         }
     }
 
-    /// A progress call that waited on no peer.
+    /// A progress call that saw something move (a frame taken or arrived),
+    /// or waited on no peer.
     #[inline]
     pub fn clear(&mut self) {
         self.since = None;
@@ -73,18 +72,18 @@ mod tests {
     #[test]
     fn yields_only_after_a_still_wait_and_never_when_off() {
         let mut i = Idle::new(1);
-        i.waited(false);
+        i.waited();
         assert_eq!(i.yields, 0, "the first still call starts the clock");
         let t = Instant::now();
         while t.elapsed() < Duration::from_micros(2) {}
-        i.waited(false);
+        i.waited();
         assert_eq!(i.yields, 1);
-        i.waited(true);
-        i.waited(false);
+        i.clear();
+        i.waited();
         assert_eq!(i.yields, 1, "motion restarts the clock");
         let mut off = Idle::new(0);
         for _ in 0..3 {
-            off.waited(false);
+            off.waited();
         }
         assert_eq!(off.yields, 0);
         assert!(off.since.is_none());

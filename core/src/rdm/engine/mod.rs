@@ -1035,8 +1035,10 @@ impl State {
         self.check_stalls(t, cx);
         self.keep_alive(t, cx);
         self.flush_all(t, cx);
-        if self.waits_on_peer() {
-            self.idle.waited(self.motion != motion);
+        // Only a call that saw nothing move asks what it waits on: a call
+        // that moved something restarts the clock either way.
+        if self.motion == motion && self.waits_on_peer() {
+            self.idle.waited();
         } else {
             self.idle.clear();
         }
@@ -1044,12 +1046,17 @@ impl State {
 
     /// Whether this side waits on a peer, which a yield lets run: for room
     /// it must make, for its answer to a send (a rendezvous it is to pull
-    /// or clear, a delivery to acknowledge), or for the rest of a push only
-    /// it can send (a push this side may pull has the stall rule instead,
-    /// which a yield would keep from firing).
+    /// or clear, a delivery to acknowledge) or to an RMA or atomic (the
+    /// target serves it, or its device does the work), or for the rest of
+    /// a push only it can send (a push this side may pull has the stall
+    /// rule instead, which a yield would keep from firing).
     #[inline]
     fn waits_on_peer(&self) -> bool {
-        self.refused || !self.sends.is_empty() || (self.resumable == 0 && !self.pushes.is_empty())
+        // One combined test of the operations that await an answer: an
+        // idle poll asks it every time.
+        (self.sends.len() | self.rmas.len() | self.atomics.len()) != 0
+            || self.refused
+            || (self.resumable == 0 && !self.pushes.is_empty())
     }
 
     /// What a progress call may leave behind besides frames to write:

@@ -443,12 +443,13 @@ fn a_full_transport_queues_sends_in_order_and_completes_them_when_written() {
     }
 }
 
-/// Progresses `n` until it has yielded the CPU, spinning past `attr`'s
-/// 1 µs between calls; the number of calls it took.
+/// Progresses `n` until it has yielded the CPU once more, spinning past
+/// `attr`'s 1 µs between calls; the number of calls it took.
 fn until_yielded(n: &mut Node) -> usize {
+    let before = n.counter("idle_yields");
     for i in 0..1_000_000 {
         n.progress();
-        if n.counter("idle_yields") > 0 {
+        if n.counter("idle_yields") > before {
             return i;
         }
         let t = std::time::Instant::now();
@@ -1233,6 +1234,31 @@ fn rma_writes_and_reads_of_many_frames_land_whole() {
         assert_eq!(r.buf.expect("buffer"), pattern(size, ctx), "read back {size}");
     }
     assert_eq!(a.counter("rma_outstanding"), 0);
+}
+
+#[test]
+fn an_initiator_waiting_for_its_rma_and_atomic_answers_yields_until_they_come() {
+    use crate::atomic::{AtomicKind::Sum, Datatype::U64};
+    let (_net, mut a, mut b, pb) = tight_pair(true, 1);
+    let mut region = vec![0u8; 64];
+    let (key, base) = b.register(&mut region);
+    // Connected first, so that what `a` waits for below is the target alone.
+    a.tsend(pb, 1, pattern(8, 0), 100);
+    b.trecv(PeerAddr::UNSPEC, 1, 8, 0);
+    until(&mut [&mut a, &mut b], 1, 0);
+    until(&mut [&mut a, &mut b], 0, 100);
+    assert_eq!(yields_over(&mut a, 50), 0, "nothing outstanding");
+
+    // The target stops running: the read waits on it alone.
+    a.rma(pb, RmaKind::Read, vec![0; 8], (key, base), None, 1);
+    until_yielded(&mut a);
+    assert_eq!(until(&mut [&mut a, &mut b], 0, 1).result, Ok(()));
+    assert_eq!(yields_over(&mut a, 50), 0, "nothing waited on once the read is back");
+
+    a.atomic(pb, Sum, U64, (5, 0), (key, base + 8), 2);
+    until_yielded(&mut a);
+    assert_eq!(until(&mut [&mut a, &mut b], 0, 2).data, 0);
+    assert_eq!(yields_over(&mut a, 50), 0, "nothing waited on once the atomic is back");
 }
 
 #[test]
