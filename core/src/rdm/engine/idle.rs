@@ -4,7 +4,8 @@
 //! CPUs, as on an oversubscribed node) keeps that peer from running until
 //! the scheduler preempts it, a time slice of milliseconds: a sender whose
 //! ring or socket is full or whose rendezvous the peer is to pull, an
-//! initiator waiting for the answer to an RMA or atomic, a receiver taking
+//! initiator waiting for the target's engine to serve an RMA or atomic
+//! (one a device moves waits on no process), a receiver taking
 //! a push only its sender can finish. Once such a wait has
 //! seen nothing move for a while, each further progress call that sees
 //! nothing move yields the CPU (`sched_yield`), as Open MPI's

@@ -1046,17 +1046,23 @@ impl State {
 
     /// Whether this side waits on a peer, which a yield lets run: for room
     /// it must make, for its answer to a send (a rendezvous it is to pull
-    /// or clear, a delivery to acknowledge) or to an RMA or atomic (the
-    /// target serves it, or its device does the work), or for the rest of
-    /// a push only it can send (a push this side may pull has the stall
-    /// rule instead, which a yield would keep from firing).
+    /// or clear, a delivery to acknowledge) or to an RMA or atomic its
+    /// engine serves, or for the rest of a push only it can send (a push
+    /// this side may pull has the stall rule instead, which a yield would
+    /// keep from firing). An RMA or atomic a device moves waits on no
+    /// process: the device completes it whoever runs.
     #[inline]
     fn waits_on_peer(&self) -> bool {
-        // One combined test of the operations that await an answer: an
-        // idle poll asks it every time.
-        (self.sends.len() | self.rmas.len() | self.atomics.len()) != 0
-            || self.refused
+        self.refused
+            || !self.sends.is_empty()
             || (self.resumable == 0 && !self.pushes.is_empty())
+            || ((self.rmas.len() | self.atomics.len()) != 0 && self.awaits_target())
+    }
+
+    /// Whether an RMA or atomic waits for the target's engine to serve it.
+    #[inline(never)]
+    fn awaits_target(&self) -> bool {
+        self.rmas.iter().any(|(_, r)| !r.native) || self.atomics.iter().any(|(_, a)| a.device.is_none())
     }
 
     /// What a progress call may leave behind besides frames to write:

@@ -1715,6 +1715,23 @@ fn rma_goes_natively_once_the_target_granted_its_key_and_completes_later() {
     assert_eq!(a.counter("rma_native"), 2);
 }
 
+#[test]
+fn an_rma_the_device_moves_waits_on_no_process_and_never_yields() {
+    let net = Net::new(64);
+    let mut region = vec![0u8; 4096];
+    let (mut a, mut b, pb, (key, base)) = granted_rma(&net, &mut region, false);
+    a.ep.s.idle = super::idle::Idle::new(1);
+    a.rma(pb, RmaKind::Write, pattern(64, 7), (key, base), None, 3);
+    for _ in 0..3 {
+        a.progress();
+        b.progress();
+    }
+    assert_eq!(net.pending_pulls(), vec![64], "the device has it");
+    assert_eq!(yields_over(&mut a, 50), 0, "the device completes it whoever runs");
+    net.finish_pull(0);
+    assert_eq!(until(&mut [&mut a, &mut b], 0, 3).result, Ok(()));
+}
+
 /// The transport gets back, with each native operation, the stamp the
 /// target's grant for it carried (shared memory checks it against the
 /// target's current epoch), and a grant earned again carries the new one.
