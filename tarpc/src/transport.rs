@@ -11,7 +11,7 @@ use std::task::{ready, Context, Poll};
 use futures::stream::FuturesUnordered;
 use futures::{Future, Sink, Stream, StreamExt};
 use tokio::io::ReadBuf;
-use xfer::aio::{AsyncEndpoint, BufResult, Received};
+use xfer::aio::{AsyncEndpoint, BufResult, Received, Recv};
 use xfer::PeerAddr;
 
 use crate::codec::{Bincode, Decode, Encode, Raw};
@@ -38,7 +38,6 @@ pub const INJECT_MIN: usize = 4 << 10;
 /// frame's kind and length before them).
 const INJECT_PARTS: usize = 5;
 
-type RecvFut = Pin<Box<dyn Future<Output = BufResult<Received>> + Send>>;
 type SendFut = Pin<Box<dyn Future<Output = BufResult<usize>> + Send>>;
 
 /// Bytes of large messages' bodies a connection receives ahead of the one
@@ -52,16 +51,17 @@ const SPARE_FRAMES: usize = 4;
 /// A posted receive: still waiting, or done (when its first poll, right
 /// after posting, found a message already there).
 enum Posted {
-    Waiting(RecvFut),
+    Waiting(Recv),
     Done(BufResult<Received>),
 }
 
 impl Posted {
-    /// Posts `f` (its first poll posts it).
-    fn post(mut f: RecvFut, cx: &mut Context<'_>) -> Posted {
-        match f.as_mut().poll(cx) {
+    /// Polls `r`, just posted, once: its first poll takes what its posting
+    /// (and those before it, [`Recv::settled_by_later`]) queued.
+    fn poll_first(mut r: Recv, cx: &mut Context<'_>) -> Posted {
+        match Pin::new(&mut r).poll(cx) {
             Poll::Ready(got) => Posted::Done(got),
-            Poll::Pending => Posted::Waiting(f),
+            Poll::Pending => Posted::Waiting(r),
         }
     }
 }
@@ -203,16 +203,28 @@ impl<In, Out, C> Transport<In, Out, C> {
         self.peer
     }
 
-    /// Posts a frame receive (its first poll posts it).
-    fn post_frame(&mut self, cx: &mut Context<'_>) {
-        let ep = self.ep.clone();
-        let buf = self.spare.pop().unwrap_or_else(|| vec![0; FRAME_MAX]);
+    /// Posts frame receives up to the window. Identical receives complete
+    /// in posting order and only the first is polled, so only the last one
+    /// posted here takes its first poll (which takes what every posting
+    /// queued); the others have no waker until they are first.
+    fn post_frames(&mut self, cx: &mut Context<'_>) {
+        let want = self.window.saturating_sub(self.frames.len());
+        if want == 0 {
+            return;
+        }
         let tag = wire::tag(FRAME, self.local, 0);
-        let f: RecvFut = Box::pin(async move { ep.trecv(PeerAddr::UNSPEC, tag, 0, buf).await });
-        let posted = Posted::post(f, cx);
-        if matches!(posted, Posted::Done(_)) && self.window < RECV_WINDOW_MAX {
-            // Its frame was waiting unexpected: the window was short.
-            self.window += 1;
+        for _ in 1..want {
+            let buf = self.spare.pop().unwrap_or_else(|| vec![0; FRAME_MAX]);
+            let mut r = self.ep.post_trecv(PeerAddr::UNSPEC, tag, 0, buf);
+            r.settled_by_later();
+            self.frames.push_back(Posted::Waiting(r));
+        }
+        let buf = self.spare.pop().unwrap_or_else(|| vec![0; FRAME_MAX]);
+        let posted = Posted::poll_first(self.ep.post_trecv(PeerAddr::UNSPEC, tag, 0, buf), cx);
+        if matches!(posted, Posted::Done(_)) {
+            // Its frame, and those of every receive posted before it, was
+            // waiting unexpected: the window was short.
+            self.window = (self.window + want).min(RECV_WINDOW_MAX);
         }
         self.frames.push_back(posted);
     }
@@ -223,10 +235,9 @@ impl<In, Out, C> Transport<In, Out, C> {
     fn post_body(&mut self, seq: u32, len: u64, cx: &mut Context<'_>) -> io::Result<()> {
         let len = usize::try_from(len).map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "body too large"))?;
         self.ahead += len;
-        let ep = self.ep.clone();
         let tag = wire::tag(BODY, self.local, seq);
-        let f: RecvFut = Box::pin(async move { ep.trecv(PeerAddr::UNSPEC, tag, 0, vec![0; len]).await });
-        self.ready.push_back(Next::Body(Posted::post(f, cx)));
+        let r = self.ep.post_trecv(PeerAddr::UNSPEC, tag, 0, vec![0; len]);
+        self.ready.push_back(Next::Body(Posted::poll_first(r, cx)));
         Ok(())
     }
 
@@ -238,7 +249,7 @@ impl<In, Out, C> Transport<In, Out, C> {
     {
         let got = match self.ready.front_mut() {
             None => return Poll::Ready(None),
-            Some(Next::Body(Posted::Waiting(f))) => ready!(f.as_mut().poll(cx)),
+            Some(Next::Body(Posted::Waiting(r))) => ready!(Pin::new(r).poll(cx)),
             Some(_) => match self.ready.pop_front() {
                 Some(Next::Ready(item)) => return Poll::Ready(Some(Ok(Item::One(item)))),
                 Some(Next::Frame(buf, at, end)) => return Poll::Ready(Some(Ok(Item::Frame(buf, at, end)))),
@@ -261,7 +272,7 @@ impl<In, Out, C> Transport<In, Out, C> {
     fn poll_frame(&mut self, cx: &mut Context<'_>) -> Poll<Option<BufResult<Received>>> {
         let got = match self.frames.front_mut() {
             None => return Poll::Ready(None),
-            Some(Posted::Waiting(f)) => ready!(f.as_mut().poll(cx)),
+            Some(Posted::Waiting(r)) => ready!(Pin::new(r).poll(cx)),
             Some(Posted::Done(_)) => match self.frames.pop_front() {
                 Some(Posted::Done(got)) => return Poll::Ready(Some(got)),
                 _ => return Poll::Ready(None),
@@ -416,8 +427,13 @@ impl<In> Transport<In, Vec<u8>, Raw> {
             return Ok(false);
         }
         self.post_fresh(cx)?;
-        while let Poll::Ready(Some(r)) = self.sends.poll_next_unpin(cx) {
-            self.sent(r)?;
+        // Polled only when not empty: an empty set's poll still registers
+        // the waker, and this runs once per write.
+        while !self.sends.is_empty() {
+            match self.sends.poll_next_unpin(cx) {
+                Poll::Ready(Some(r)) => self.sent(r)?,
+                _ => break,
+            }
         }
         if !self.sends.is_empty() {
             return Ok(false);
@@ -537,11 +553,7 @@ impl<In, Out, C: Decode<In>> Transport<In, Out, C> {
                     return Poll::Ready(None);
                 }
                 Some(_) => {}
-                None => {
-                    while me.frames.len() < me.window {
-                        me.post_frame(cx);
-                    }
-                }
+                None => me.post_frames(cx),
             }
             if waiting && me.ahead >= BODIES_AHEAD {
                 return Poll::Pending;
@@ -651,8 +663,11 @@ impl<In, Out, C: Encode<Out>> Sink<Out> for Transport<In, Out, C> {
         let me = self.get_mut();
         me.send_batch();
         me.post_fresh(cx)?;
-        while let Some(r) = ready!(me.sends.poll_next_unpin(cx)) {
-            me.sent(r)?;
+        while !me.sends.is_empty() {
+            match ready!(me.sends.poll_next_unpin(cx)) {
+                Some(r) => me.sent(r)?,
+                None => break,
+            }
         }
         Poll::Ready(Ok(()))
     }
