@@ -17,16 +17,12 @@ use xfer::PeerAddr;
 use crate::codec::{Bincode, Decode, Encode, Raw};
 use crate::wire::{self, Frame, BODY, FRAME, FRAME_MAX};
 
-/// Frame receives kept posted per connection at first. Messages beyond them
-/// wait in the provider's unexpected queue until the next receive is
-/// posted, which costs them a copy more (into the queue, then out of it).
+/// Frame receives kept posted per connection (128 KiB of frame buffers).
+/// Messages beyond them wait in the provider's unexpected queue, bounded
+/// by its eager credit, until the next receive is posted, which takes one
+/// at once: a copy more (into the queue, then out of it), but no
+/// completion to route and wake for, and a few buffers reused while hot.
 pub const RECV_WINDOW: usize = 4;
-/// The most frame receives a connection keeps posted: its window grows by
-/// one, up to this, each time a frame receive finds its frame already
-/// there when posted (a burst came that the window did not cover). A
-/// connection that never gets bursts keeps [`RECV_WINDOW`] posted; one
-/// that does holds up to this many frame buffers (1 MiB of them).
-pub const RECV_WINDOW_MAX: usize = 32;
 /// Sends in flight before `poll_ready` waits for one to complete.
 pub const SENDS_MAX: usize = 128;
 /// The smallest byte write ([`Transport::poll_write_bytes`]) sent at once
@@ -120,14 +116,10 @@ pub struct Transport<In, Out, C = Bincode> {
     /// The peer's id of it: the tags of what we send.
     remote: u32,
 
-    /// Frame receives in posting order. Identical receives match arrivals
-    /// in posting order, so only the first is polled: the others complete
-    /// after it (a wake-up of theirs polls the transport, which looks at
-    /// the first).
+    /// Frame receives in posting order, [`RECV_WINDOW`] of them. Identical
+    /// receives match arrivals in posting order, so only the first is
+    /// polled: the others complete after it.
     frames: VecDeque<Posted>,
-    /// Frame receives kept posted: [`RECV_WINDOW`], growing up to
-    /// [`RECV_WINDOW_MAX`].
-    window: usize,
     frames_in: u64,
     /// The frame count of the peer's `CLOSE`.
     close_after: Option<u64>,
@@ -178,7 +170,6 @@ impl<In, Out, C> Transport<In, Out, C> {
             local,
             remote,
             frames: VecDeque::with_capacity(RECV_WINDOW),
-            window: RECV_WINDOW,
             frames_in: 0,
             close_after: None,
             spare: Vec::new(),
@@ -203,30 +194,26 @@ impl<In, Out, C> Transport<In, Out, C> {
         self.peer
     }
 
-    /// Posts frame receives up to the window. Identical receives complete
-    /// in posting order and only the first is polled, so only the last one
-    /// posted here takes its first poll (which takes what every posting
-    /// queued); the others have no waker until they are first.
+    /// Posts frame receives up to [`RECV_WINDOW`]. Identical receives
+    /// complete in posting order and only the first is polled, so only the
+    /// last one posted here takes a first poll (which takes what every
+    /// posting queued: frames already waiting); the others have no waker
+    /// until they are first.
     fn post_frames(&mut self, cx: &mut Context<'_>) {
-        let want = self.window.saturating_sub(self.frames.len());
-        if want == 0 {
-            return;
-        }
         let tag = wire::tag(FRAME, self.local, 0);
-        for _ in 1..want {
+        let want = RECV_WINDOW.saturating_sub(self.frames.len());
+        for left in (0..want).rev() {
             let buf = self.spare.pop().unwrap_or_else(|| vec![0; FRAME_MAX]);
             let mut r = self.ep.post_trecv(PeerAddr::UNSPEC, tag, 0, buf);
-            r.settled_by_later();
-            self.frames.push_back(Posted::Waiting(r));
+            let posted = match left {
+                0 => Posted::poll_first(r, cx),
+                _ => {
+                    r.settled_by_later();
+                    Posted::Waiting(r)
+                }
+            };
+            self.frames.push_back(posted);
         }
-        let buf = self.spare.pop().unwrap_or_else(|| vec![0; FRAME_MAX]);
-        let posted = Posted::poll_first(self.ep.post_trecv(PeerAddr::UNSPEC, tag, 0, buf), cx);
-        if matches!(posted, Posted::Done(_)) {
-            // Its frame, and those of every receive posted before it, was
-            // waiting unexpected: the window was short.
-            self.window = (self.window + want).min(RECV_WINDOW_MAX);
-        }
-        self.frames.push_back(posted);
     }
 
     /// Posts the receive of a large message's body now (so it does not
@@ -263,7 +250,7 @@ impl<In, Out, C> Transport<In, Out, C> {
 
     /// Keeps a frame buffer for a later frame receive.
     fn recycle(&mut self, buf: Vec<u8>) {
-        if self.spare.len() < self.window && buf.len() == FRAME_MAX {
+        if self.spare.len() < RECV_WINDOW && buf.len() == FRAME_MAX {
             self.spare.push(buf);
         }
     }
