@@ -30,7 +30,8 @@ pub struct Received {
 /// An [`Endpoint`] whose operations are futures resolving to
 /// [`BufResult`]s, driven by the [`Dispatcher`] of its completion queue.
 ///
-/// Every future is lazy (nothing is posted before its first poll) and
+/// Every future is lazy (nothing is posted before its first poll; a
+/// receive posted at once is [`post_trecv`](Self::post_trecv)'s [`super::Recv`]) and
 /// cancel-safe: dropping it never lets the transport touch freed memory,
 /// since the buffer belongs to the operation until the transport gives it
 /// back. Dropped after posting:
