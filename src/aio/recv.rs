@@ -5,7 +5,7 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{ready, Context, Poll};
+use std::task::{Context, Poll};
 
 use super::endpoint::{finish, received, AsyncEndpoint, BufResult, Posting, Received};
 use super::op::abandon;
@@ -91,11 +91,13 @@ impl Future for Recv {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<BufResult<Received>> {
         let me = self.get_mut();
         loop {
-            match &mut me.state {
+            // Taken out and put back unless it ends: every arm owns its state.
+            match std::mem::replace(&mut me.state, State::Over { context: None }) {
                 State::Posted { context, first } => {
-                    let context = *context;
-                    let posted = std::mem::take(first);
-                    let done = ready!(me.ep.dispatcher().poll_op(context, posted, cx));
+                    let Poll::Ready(done) = me.ep.dispatcher().poll_op(context, first, cx) else {
+                        me.state = State::Posted { context, first: false };
+                        return Poll::Pending;
+                    };
                     // An error of the queue leaves the operation in flight:
                     // dropping abandons it.
                     me.state = State::Over {
@@ -104,29 +106,17 @@ impl Future for Recv {
                     let (r, buf) = finish(done);
                     return Poll::Ready((r.map(received), buf));
                 }
-                State::Refused { seen, .. } => {
-                    let seen = *seen;
-                    if let Err(e) = ready!(me.ep.dispatcher().poll_capacity(seen, cx)) {
-                        let State::Refused { buf, .. } =
-                            std::mem::replace(&mut me.state, State::Over { context: None })
-                        else {
-                            unreachable!("matched just above")
-                        };
-                        return Poll::Ready((Err(e), buf));
+                State::Refused { spec, buf, seen } => match me.ep.dispatcher().poll_capacity(seen, cx) {
+                    Poll::Pending => {
+                        me.state = State::Refused { spec, buf, seen };
+                        return Poll::Pending;
                     }
-                    if let State::Refused { spec, buf, .. } =
-                        std::mem::replace(&mut me.state, State::Over { context: None })
-                    {
-                        me.state = post(&me.ep, spec, buf);
-                    }
-                }
-                State::Failed(..) => {
-                    let State::Failed(e, buf) = std::mem::replace(&mut me.state, State::Over { context: None }) else {
-                        unreachable!("matched just above")
-                    };
-                    return Poll::Ready((Err(e), buf));
-                }
-                State::Over { .. } => {
+                    Poll::Ready(Err(e)) => return Poll::Ready((Err(e), buf)),
+                    Poll::Ready(Ok(())) => me.state = post(&me.ep, spec, buf),
+                },
+                State::Failed(e, buf) => return Poll::Ready((Err(e), buf)),
+                State::Over { context } => {
+                    me.state = State::Over { context };
                     return Poll::Ready((Err(Error::Internal("async receive polled after it ended")), Vec::new()));
                 }
             }
