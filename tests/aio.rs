@@ -31,7 +31,7 @@ const LARGE: usize = 256 * 1024;
 
 /// One endpoint on its own domain, with the handle of the other side.
 struct Side {
-    ep: AsyncEndpoint,
+    ep: Arc<AsyncEndpoint>,
     peer: PeerAddr,
     domain: Domain,
 }
@@ -63,12 +63,12 @@ async fn pair_with(attr_b: &xfer::EndpointAttr) -> (Arc<Side>, Arc<Side>) {
         .insert(b.endpoint().name().as_bytes())
         .expect("insert b");
     let a = Side {
-        ep: a,
+        ep: Arc::new(a),
         peer: pb,
         domain: da,
     };
     let b = Side {
-        ep: b,
+        ep: Arc::new(b),
         peer: pa,
         domain: db,
     };
@@ -539,6 +539,66 @@ async fn at_max_outstanding_posting_fails_with_again_and_async_operations_wait()
     settle(&[&a, &b]).await;
 }
 
+/// `post_trecv` posts when called: a receive made before a lazy one but
+/// first polled after it still matches first. Of a window of identical
+/// receives only the last posted takes a first poll and only the front is
+/// polled after; each gets its message in order. One dropped unpolled is
+/// cancelled (its buffer given back, the next message to a later receive);
+/// one refused at the endpoint's bound posts once there is room.
+#[tokio::test(flavor = "current_thread")]
+async fn receives_posted_at_once_match_in_posting_order() {
+    const TAG: u64 = 9;
+    let mut attr = common::test_attr();
+    attr.max_outstanding = 4;
+    let (a, b) = pair_with(&attr).await;
+    // The receiver is driven only by its receives: the sends run beside them.
+    let send = |seeds: std::ops::Range<u64>| {
+        let a = a.clone();
+        tokio::spawn(async move {
+            for seed in seeds {
+                a.ep.tsend(a.peer, TAG, pattern(seed, 64)).await.0.expect("tsend");
+            }
+        })
+    };
+    let got = |(r, buf): aio::BufResult<aio::Received>| buf[..r.expect("receive").len].to_vec();
+
+    let early = b.ep.post_trecv(b.peer, TAG, 0, vec![0; 64]);
+    let mut lazy = Box::pin(b.ep.trecv(b.peer, TAG, 0, vec![0; 64]));
+    assert!(poll_once(&mut lazy).is_pending(), "nothing sent yet");
+    let sent = send(1..3);
+    assert_eq!(got(within("the early receive", early).await), pattern(1, 64));
+    assert_eq!(got(within("the lazy receive", lazy).await), pattern(2, 64));
+    within("the sends", sent).await.expect("sender");
+
+    let mut window: Vec<aio::Recv> = (0..4).map(|_| b.ep.post_trecv(b.peer, TAG, 0, vec![0; 64])).collect();
+    for r in &mut window[..3] {
+        r.settled_by_later();
+    }
+    let mut last = Box::pin(window.pop().expect("four posted"));
+    assert!(poll_once(&mut last).is_pending(), "nothing sent yet");
+    // At the bound (4): refused, it posts once one of the four completes.
+    let refused = b.ep.post_trecv(b.peer, TAG, 0, vec![0; 64]);
+    assert_eq!(b.ep.endpoint().outstanding().expect("outstanding"), Some(4));
+    let sent = send(3..8);
+    for (seed, r) in (3..).zip(window) {
+        assert_eq!(got(within("a window receive", r).await), pattern(seed, 64));
+    }
+    assert_eq!(got(within("the last posted", last).await), pattern(6, 64));
+    assert_eq!(got(within("the refused receive", refused).await), pattern(7, 64));
+    within("the sends", sent).await.expect("sender");
+
+    drop(b.ep.post_trecv(b.peer, TAG, 0, vec![0; 64]));
+    settle(&[&a, &b]).await;
+    let sent = send(8..9);
+    let after = b.ep.post_trecv(b.peer, TAG, 0, vec![0; 64]);
+    assert_eq!(
+        got(within("a receive after the dropped one", after).await),
+        pattern(8, 64)
+    );
+    within("the sends", sent).await.expect("sender");
+    settle(&[&a, &b]).await;
+}
+
 #[tokio::test(flavor = "current_thread")]
 async fn at_max_outstanding_per_peer_async_sends_wait_for_that_peer() {
     let mut attr = common::test_attr();
@@ -747,7 +807,11 @@ async fn a_message_on_a_cold_connection_is_not_left_behind_the_hot_one() {
         let ep = domain.endpoint(&cq, &av, &common::test_attr()).expect("endpoint");
         let ep = AsyncEndpoint::new(ep, aio::tokio::dispatcher(&cq).expect("dispatcher")).expect("async endpoint");
         let peer = av.insert(s.ep.endpoint().name().as_bytes()).expect("insert s");
-        Arc::new(Side { ep, peer, domain })
+        Arc::new(Side {
+            ep: Arc::new(ep),
+            peer,
+            domain,
+        })
     });
     let echo = |from: &Arc<Side>, tag: u64| {
         let (from, s) = (from.clone(), s.clone());

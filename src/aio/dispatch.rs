@@ -400,18 +400,20 @@ impl Dispatcher {
     /// an endpoint at its `max_outstanding` (or a peer at its
     /// `max_outstanding_per_peer`) may then have room.
     pub(crate) async fn capacity(&self, seen: u64) -> Result<()> {
-        std::future::poll_fn(|cx| {
-            self.poll_with(cx, false, None, |st, waker| {
-                if st.routed != seen {
-                    return Some(Ok(()));
-                }
-                if !st.capacity.iter().any(|w| w.will_wake(waker)) {
-                    st.capacity.push(waker.clone());
-                }
-                None
-            })
+        std::future::poll_fn(|cx| self.poll_capacity(seen, cx)).await
+    }
+
+    /// [`capacity`](Self::capacity) as a poll.
+    pub(crate) fn poll_capacity(&self, seen: u64, cx: &mut Context<'_>) -> Poll<Result<()>> {
+        self.poll_with(cx, false, None, |st, waker| {
+            if st.routed != seen {
+                return Some(Ok(()));
+            }
+            if !st.capacity.iter().any(|w| w.will_wake(waker)) {
+                st.capacity.push(waker.clone());
+            }
+            None
         })
-        .await
     }
 
     /// Drives the queue whenever its descriptor fires, until the queue

@@ -30,7 +30,8 @@ pub struct Received {
 /// An [`Endpoint`] whose operations are futures resolving to
 /// [`BufResult`]s, driven by the [`Dispatcher`] of its completion queue.
 ///
-/// Every future is lazy (nothing is posted before its first poll) and
+/// Every future is lazy (nothing is posted before its first poll; a
+/// receive posted at once is [`post_trecv`](Self::post_trecv)'s [`super::Recv`]) and
 /// cancel-safe: dropping it never lets the transport touch freed memory,
 /// since the buffer belongs to the operation until the transport gives it
 /// back. Dropped after posting:
@@ -150,23 +151,14 @@ impl AsyncEndpoint {
         post: impl Fn(u64, Vec<u8>) -> Result<(), Rejected<Vec<u8>>>,
     ) -> BufResult<Completion> {
         let context = loop {
-            let (context, seen) = match self.disp.reserve() {
-                Ok(r) => r,
-                Err(e) => return (Err(e), buf),
-            };
-            match post(context, buf) {
-                // It (or another operation) may have completed inside the
-                // call, which the descriptor does not signal: the op's
-                // first poll, next, takes what the call queued.
-                Ok(()) => break context,
-                Err(r) => {
-                    self.disp.release(context);
-                    if r.error != Error::Again {
-                        return (Err(r.error), r.op);
-                    }
-                    buf = r.op;
+            let seen = match self.try_post(buf, &post) {
+                Posting::Posted(context) => break context,
+                Posting::Failed(e, b) => return (Err(e), b),
+                Posting::Refused(b, seen) => {
+                    buf = b;
+                    seen
                 }
-            }
+            };
             if let Err(e) = self.disp.capacity(seen).await {
                 return (Err(e), buf);
             }
@@ -183,16 +175,60 @@ impl AsyncEndpoint {
             true => self.cancel_unless_done(context, op).await,
             false => op.await,
         };
-        match done {
-            Ok(mut c) => {
-                let buf = c.buf.take().unwrap_or_default();
-                match c.result.clone() {
-                    Ok(()) => (Ok(c), buf),
-                    Err(e) => (Err(e), buf),
+        finish(done)
+    }
+
+    /// Reserves a context and posts with it: posted, refused for want of
+    /// capacity (with the count of completions routed before, for
+    /// [`Dispatcher::capacity`]), or failed.
+    pub(crate) fn try_post(
+        &self,
+        buf: Vec<u8>,
+        post: impl Fn(u64, Vec<u8>) -> Result<(), Rejected<Vec<u8>>>,
+    ) -> Posting {
+        let (context, seen) = match self.disp.reserve() {
+            Ok(r) => r,
+            Err(e) => return Posting::Failed(e, buf),
+        };
+        match post(context, buf) {
+            // It (or another operation) may have completed inside the
+            // call, which the descriptor does not signal: the op's first
+            // poll takes what the call queued.
+            Ok(()) => Posting::Posted(context),
+            Err(r) => {
+                self.disp.release(context);
+                match r.error {
+                    Error::Again => Posting::Refused(r.op, seen),
+                    e => Posting::Failed(e, r.op),
                 }
             }
-            Err(e) => (Err(e), Vec::new()),
         }
+    }
+}
+
+/// What [`AsyncEndpoint::try_post`] did.
+pub(crate) enum Posting {
+    /// Posted with this context.
+    Posted(u64),
+    /// Refused with [`Error::Again`]: the buffer, and the count of
+    /// completions routed before the attempt.
+    Refused(Vec<u8>, u64),
+    /// Refused for good.
+    Failed(Error, Vec<u8>),
+}
+
+/// An operation's end as a [`BufResult`]: its completion (buffer taken out)
+/// or error, and its buffer (empty when the queue itself failed).
+pub(crate) fn finish(done: crate::Result<Completion>) -> BufResult<Completion> {
+    match done {
+        Ok(mut c) => {
+            let buf = c.buf.take().unwrap_or_default();
+            match c.result.clone() {
+                Ok(()) => (Ok(c), buf),
+                Err(e) => (Err(e), buf),
+            }
+        }
+        Err(e) => (Err(e), Vec::new()),
     }
 }
 
@@ -215,7 +251,7 @@ impl AsyncEndpoint {
     }
 }
 
-fn received(c: Completion) -> Received {
+pub(crate) fn received(c: Completion) -> Received {
     Received {
         len: c.len,
         tag: c.tag,

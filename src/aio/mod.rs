@@ -131,6 +131,7 @@ mod dispatch;
 mod endpoint;
 mod op;
 mod reactor;
+mod recv;
 mod spin;
 #[cfg(feature = "tokio")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
@@ -142,3 +143,4 @@ pub use connection::{connect, listen, AsyncConnection, AsyncListener, Incoming, 
 pub use dispatch::{Dispatcher, CONTEXT_TAG, DEFAULT_SPIN};
 pub use endpoint::{AsyncEndpoint, BufResult, Received};
 pub use reactor::Reactor;
+pub use recv::Recv;

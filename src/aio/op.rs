@@ -37,21 +37,30 @@ impl Future for Op<'_> {
 
 impl Drop for Op<'_> {
     fn drop(&mut self) {
-        if self.done || !self.disp.abandon(self.context) || !self.recv {
-            return;
+        if !self.done {
+            abandon(self.disp, self.ep, self.context, self.recv);
         }
-        let cancelled = self.ep.cancel(self.context);
-        // The cancellation's completion is queued inside the call.
-        self.disp.stirred();
-        match cancelled {
-            // Cancelled (its completion is queued), or already matched and
-            // completing: either way its completion frees the buffer.
-            Ok(()) | Err(Error::NotFound(_)) => {}
-            Err(e) => xfer_core::warn_limited!(error = %e, "cancelling a dropped receive"),
-        }
-        // Reap the cancellation now rather than at the next poll.
-        if let Err(e) = self.disp.drive() {
-            tracing::debug!(error = %e, "driving the queue after a dropped receive");
-        }
+    }
+}
+
+/// Leaves the unfinished operation posted with `context` to the transport:
+/// its completion, when it comes, frees the buffer. A receive (`recv`) is
+/// cancelled first.
+pub(crate) fn abandon(disp: &Dispatcher, ep: &Endpoint, context: u64, recv: bool) {
+    if !disp.abandon(context) || !recv {
+        return;
+    }
+    let cancelled = ep.cancel(context);
+    // The cancellation's completion is queued inside the call.
+    disp.stirred();
+    match cancelled {
+        // Cancelled (its completion is queued), or already matched and
+        // completing: either way its completion frees the buffer.
+        Ok(()) | Err(Error::NotFound(_)) => {}
+        Err(e) => xfer_core::warn_limited!(error = %e, "cancelling a dropped receive"),
+    }
+    // Reap the cancellation now rather than at the next poll.
+    if let Err(e) = disp.drive() {
+        tracing::debug!(error = %e, "driving the queue after a dropped receive");
     }
 }

@@ -66,4 +66,4 @@ pub mod wire;
 
 pub use codec::{Bincode, Decode, Encode, Raw};
 pub use node::{Node, CONNECT_TIMEOUT};
-pub use transport::{Transport, BODIES_AHEAD, INJECT_MIN, RECV_WINDOW, RECV_WINDOW_MAX, SENDS_MAX};
+pub use transport::{Transport, BODIES_AHEAD, INJECT_MIN, RECV_WINDOW, SENDS_MAX};

@@ -11,22 +11,18 @@ use std::task::{ready, Context, Poll};
 use futures::stream::FuturesUnordered;
 use futures::{Future, Sink, Stream, StreamExt};
 use tokio::io::ReadBuf;
-use xfer::aio::{AsyncEndpoint, BufResult, Received};
+use xfer::aio::{AsyncEndpoint, BufResult, Received, Recv};
 use xfer::PeerAddr;
 
 use crate::codec::{Bincode, Decode, Encode, Raw};
 use crate::wire::{self, Frame, BODY, FRAME, FRAME_MAX};
 
-/// Frame receives kept posted per connection at first. Messages beyond them
-/// wait in the provider's unexpected queue until the next receive is
-/// posted, which costs them a copy more (into the queue, then out of it).
+/// Frame receives kept posted per connection (128 KiB of frame buffers).
+/// Messages beyond them wait in the provider's unexpected queue, bounded
+/// by its eager credit, until the next receive is posted, which takes one
+/// at once: a copy more (into the queue, then out of it), but no
+/// completion to route and wake for, and a few buffers reused while hot.
 pub const RECV_WINDOW: usize = 4;
-/// The most frame receives a connection keeps posted: its window grows by
-/// one, up to this, each time a frame receive finds its frame already
-/// there when posted (a burst came that the window did not cover). A
-/// connection that never gets bursts keeps [`RECV_WINDOW`] posted; one
-/// that does holds up to this many frame buffers (1 MiB of them).
-pub const RECV_WINDOW_MAX: usize = 32;
 /// Sends in flight before `poll_ready` waits for one to complete.
 pub const SENDS_MAX: usize = 128;
 /// The smallest byte write ([`Transport::poll_write_bytes`]) sent at once
@@ -38,7 +34,6 @@ pub const INJECT_MIN: usize = 4 << 10;
 /// frame's kind and length before them).
 const INJECT_PARTS: usize = 5;
 
-type RecvFut = Pin<Box<dyn Future<Output = BufResult<Received>> + Send>>;
 type SendFut = Pin<Box<dyn Future<Output = BufResult<usize>> + Send>>;
 
 /// Bytes of large messages' bodies a connection receives ahead of the one
@@ -52,16 +47,17 @@ const SPARE_FRAMES: usize = 4;
 /// A posted receive: still waiting, or done (when its first poll, right
 /// after posting, found a message already there).
 enum Posted {
-    Waiting(RecvFut),
+    Waiting(Recv),
     Done(BufResult<Received>),
 }
 
 impl Posted {
-    /// Posts `f` (its first poll posts it).
-    fn post(mut f: RecvFut, cx: &mut Context<'_>) -> Posted {
-        match f.as_mut().poll(cx) {
+    /// Polls `r`, just posted, once: its first poll takes what its posting
+    /// (and those before it, [`Recv::settled_by_later`]) queued.
+    fn poll_first(mut r: Recv, cx: &mut Context<'_>) -> Posted {
+        match Pin::new(&mut r).poll(cx) {
             Poll::Ready(got) => Posted::Done(got),
-            Poll::Pending => Posted::Waiting(f),
+            Poll::Pending => Posted::Waiting(r),
         }
     }
 }
@@ -120,14 +116,10 @@ pub struct Transport<In, Out, C = Bincode> {
     /// The peer's id of it: the tags of what we send.
     remote: u32,
 
-    /// Frame receives in posting order. Identical receives match arrivals
-    /// in posting order, so only the first is polled: the others complete
-    /// after it (a wake-up of theirs polls the transport, which looks at
-    /// the first).
+    /// Frame receives in posting order, [`RECV_WINDOW`] of them. Identical
+    /// receives match arrivals in posting order, so only the first is
+    /// polled: the others complete after it.
     frames: VecDeque<Posted>,
-    /// Frame receives kept posted: [`RECV_WINDOW`], growing up to
-    /// [`RECV_WINDOW_MAX`].
-    window: usize,
     frames_in: u64,
     /// The frame count of the peer's `CLOSE`.
     close_after: Option<u64>,
@@ -178,7 +170,6 @@ impl<In, Out, C> Transport<In, Out, C> {
             local,
             remote,
             frames: VecDeque::with_capacity(RECV_WINDOW),
-            window: RECV_WINDOW,
             frames_in: 0,
             close_after: None,
             spare: Vec::new(),
@@ -203,18 +194,26 @@ impl<In, Out, C> Transport<In, Out, C> {
         self.peer
     }
 
-    /// Posts a frame receive (its first poll posts it).
-    fn post_frame(&mut self, cx: &mut Context<'_>) {
-        let ep = self.ep.clone();
-        let buf = self.spare.pop().unwrap_or_else(|| vec![0; FRAME_MAX]);
+    /// Posts frame receives up to [`RECV_WINDOW`]. Identical receives
+    /// complete in posting order and only the first is polled, so only the
+    /// last one posted here takes a first poll (which takes what every
+    /// posting queued: frames already waiting); the others have no waker
+    /// until they are first.
+    fn post_frames(&mut self, cx: &mut Context<'_>) {
         let tag = wire::tag(FRAME, self.local, 0);
-        let f: RecvFut = Box::pin(async move { ep.trecv(PeerAddr::UNSPEC, tag, 0, buf).await });
-        let posted = Posted::post(f, cx);
-        if matches!(posted, Posted::Done(_)) && self.window < RECV_WINDOW_MAX {
-            // Its frame was waiting unexpected: the window was short.
-            self.window += 1;
+        let want = RECV_WINDOW.saturating_sub(self.frames.len());
+        for left in (0..want).rev() {
+            let buf = self.spare.pop().unwrap_or_else(|| vec![0; FRAME_MAX]);
+            let mut r = self.ep.post_trecv(PeerAddr::UNSPEC, tag, 0, buf);
+            let posted = match left {
+                0 => Posted::poll_first(r, cx),
+                _ => {
+                    r.settled_by_later();
+                    Posted::Waiting(r)
+                }
+            };
+            self.frames.push_back(posted);
         }
-        self.frames.push_back(posted);
     }
 
     /// Posts the receive of a large message's body now (so it does not
@@ -223,10 +222,9 @@ impl<In, Out, C> Transport<In, Out, C> {
     fn post_body(&mut self, seq: u32, len: u64, cx: &mut Context<'_>) -> io::Result<()> {
         let len = usize::try_from(len).map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "body too large"))?;
         self.ahead += len;
-        let ep = self.ep.clone();
         let tag = wire::tag(BODY, self.local, seq);
-        let f: RecvFut = Box::pin(async move { ep.trecv(PeerAddr::UNSPEC, tag, 0, vec![0; len]).await });
-        self.ready.push_back(Next::Body(Posted::post(f, cx)));
+        let r = self.ep.post_trecv(PeerAddr::UNSPEC, tag, 0, vec![0; len]);
+        self.ready.push_back(Next::Body(Posted::poll_first(r, cx)));
         Ok(())
     }
 
@@ -238,7 +236,7 @@ impl<In, Out, C> Transport<In, Out, C> {
     {
         let got = match self.ready.front_mut() {
             None => return Poll::Ready(None),
-            Some(Next::Body(Posted::Waiting(f))) => ready!(f.as_mut().poll(cx)),
+            Some(Next::Body(Posted::Waiting(r))) => ready!(Pin::new(r).poll(cx)),
             Some(_) => match self.ready.pop_front() {
                 Some(Next::Ready(item)) => return Poll::Ready(Some(Ok(Item::One(item)))),
                 Some(Next::Frame(buf, at, end)) => return Poll::Ready(Some(Ok(Item::Frame(buf, at, end)))),
@@ -252,7 +250,7 @@ impl<In, Out, C> Transport<In, Out, C> {
 
     /// Keeps a frame buffer for a later frame receive.
     fn recycle(&mut self, buf: Vec<u8>) {
-        if self.spare.len() < self.window && buf.len() == FRAME_MAX {
+        if self.spare.len() < RECV_WINDOW && buf.len() == FRAME_MAX {
             self.spare.push(buf);
         }
     }
@@ -261,7 +259,7 @@ impl<In, Out, C> Transport<In, Out, C> {
     fn poll_frame(&mut self, cx: &mut Context<'_>) -> Poll<Option<BufResult<Received>>> {
         let got = match self.frames.front_mut() {
             None => return Poll::Ready(None),
-            Some(Posted::Waiting(f)) => ready!(f.as_mut().poll(cx)),
+            Some(Posted::Waiting(r)) => ready!(Pin::new(r).poll(cx)),
             Some(Posted::Done(_)) => match self.frames.pop_front() {
                 Some(Posted::Done(got)) => return Poll::Ready(Some(got)),
                 _ => return Poll::Ready(None),
@@ -416,8 +414,13 @@ impl<In> Transport<In, Vec<u8>, Raw> {
             return Ok(false);
         }
         self.post_fresh(cx)?;
-        while let Poll::Ready(Some(r)) = self.sends.poll_next_unpin(cx) {
-            self.sent(r)?;
+        // Polled only when not empty: an empty set's poll still registers
+        // the waker, and this runs once per write.
+        while !self.sends.is_empty() {
+            match self.sends.poll_next_unpin(cx) {
+                Poll::Ready(Some(r)) => self.sent(r)?,
+                _ => break,
+            }
         }
         if !self.sends.is_empty() {
             return Ok(false);
@@ -537,11 +540,7 @@ impl<In, Out, C: Decode<In>> Transport<In, Out, C> {
                     return Poll::Ready(None);
                 }
                 Some(_) => {}
-                None => {
-                    while me.frames.len() < me.window {
-                        me.post_frame(cx);
-                    }
-                }
+                None => me.post_frames(cx),
             }
             if waiting && me.ahead >= BODIES_AHEAD {
                 return Poll::Pending;
@@ -651,8 +650,11 @@ impl<In, Out, C: Encode<Out>> Sink<Out> for Transport<In, Out, C> {
         let me = self.get_mut();
         me.send_batch();
         me.post_fresh(cx)?;
-        while let Some(r) = ready!(me.sends.poll_next_unpin(cx)) {
-            me.sent(r)?;
+        while !me.sends.is_empty() {
+            match ready!(me.sends.poll_next_unpin(cx)) {
+                Some(r) => me.sent(r)?,
+                None => break,
+            }
         }
         Poll::Ready(Ok(()))
     }
