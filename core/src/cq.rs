@@ -183,7 +183,7 @@ impl CompletionQueue {
 
 /// Moves up to `out.len()` completions from the front of `ring` into `out`.
 #[inline]
-fn take_queued(ring: &mut VecDeque<Completion>, out: &mut [Completion]) -> usize {
+pub(crate) fn take_queued(ring: &mut VecDeque<Completion>, out: &mut [Completion]) -> usize {
     let n = ring.len().min(out.len());
     for slot in &mut out[..n] {
         if let Some(c) = ring.pop_front() {

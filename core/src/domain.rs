@@ -157,6 +157,31 @@ impl State {
         self.each_bound(cq, out, filled, |ep, cx| ep.progress(cx));
     }
 
+    /// Moves what endpoint `ep`'s completion queue holds into `out`, then
+    /// progresses `ep` alone, what it completes filling the rest of `out`
+    /// (then the queue's ring); returns how many `out` got. Inlined into
+    /// `Endpoint::poll_alone`, as `progress_cq` is into `CompletionQueue::poll`.
+    #[inline(always)]
+    pub(crate) fn poll_ep(&mut self, ep: usize, out: &mut [Completion]) -> usize {
+        let slot = &mut self.eps[ep];
+        let ring = &mut self.cqs[slot.cq];
+        let mut filled = crate::cq::take_queued(ring, out);
+        let mut cx = Ctx {
+            cq: Sink::new(out, &mut filled, ring),
+            av: &self.avs[slot.av],
+            domain: self.prov.as_ref(),
+        };
+        if slot.counting {
+            let before = cx.cq.mark();
+            slot.prov.progress(&mut cx);
+            slot.settle(cx.cq.since(before));
+        } else {
+            slot.prov.progress(&mut cx);
+        }
+        drop(cx);
+        filled
+    }
+
     /// Lets every endpoint bound to `cq` arm its events before a blocking
     /// wait; true when no completion is ready (safe to block).
     pub(crate) fn ready_to_block(&mut self, cq: usize) -> bool {

@@ -100,6 +100,18 @@ impl Endpoint {
         })
     }
 
+    /// [`CompletionQueue::poll`] of this endpoint's queue that progresses
+    /// this endpoint alone: moves what the queue holds into `out`, then
+    /// what progressing this endpoint completes; returns how many. For a
+    /// queue with no other endpoint bound it is the same poll with the walk
+    /// over the queue's endpoints left out (the libfabric plug-in opens one
+    /// queue per endpoint and polls it on every `fi_cq_read`). Never blocks.
+    #[doc(hidden)]
+    #[inline(always)]
+    pub fn poll_alone(&self, out: &mut [crate::Completion]) -> Result<usize> {
+        Ok(self.shared.lock()?.poll_ep(self.key, out))
+    }
+
     /// The completion queue this endpoint reports to.
     pub fn cq(&self) -> &CompletionQueue {
         &self.cq

@@ -112,11 +112,11 @@ impl CntrCore {
 
     fn progress(&self) {
         for ep in self.eps.eps().iter() {
-            ep.progress(None, None);
+            ep.drive(None, None);
         }
         if self.on_region.load(Ordering::Acquire) {
             for ep in self.domain.regions.eps.eps().iter() {
-                ep.progress(None, None);
+                ep.drive(None, None);
             }
         }
     }

@@ -255,7 +255,8 @@ impl Out {
 pub(crate) struct CqCore {
     pub(crate) domain: Arc<DomainCore>,
     api_version: u32,
-    format: u32,
+    /// Bytes of one entry in the CQ's format.
+    entry_size: usize,
     wait: Option<Wait>,
     queue: Mutex<VecDeque<Entry>>,
     /// The error data (`err_data`) of each error entry in `queue`, in the
@@ -331,7 +332,7 @@ impl CqCore {
         if let Some(w) = &self.wait {
             w.reset();
         }
-        self.progress(None);
+        self.drive(None);
         !self.ready_to_block()
     }
 
@@ -356,11 +357,27 @@ impl CqCore {
     }
 
     /// Polls every bound endpoint; entries for this CQ go into `out` when
-    /// one is given and has room, the rest to their CQs' queues.
+    /// one is given and has room, the rest to their CQs' queues. A CQ bound
+    /// to one endpoint (Open MPI's, each of fi_pingpong's) polls it inline,
+    /// with no loop around it.
+    #[inline(always)]
     fn progress(&self, mut out: Option<&mut Out>) {
-        for ep in self.eps.eps().iter() {
-            ep.progress(Some(self), out.as_deref_mut());
+        let eps = self.eps.eps();
+        match &eps[..] {
+            [ep] => ep.progress(Some(self), out),
+            eps => {
+                for ep in eps {
+                    ep.drive(Some(self), out.as_deref_mut());
+                }
+            }
         }
+    }
+
+    /// [`progress`](Self::progress), out of line: for every caller but the
+    /// read's common case.
+    #[inline(never)]
+    fn drive(&self, out: Option<&mut Out>) {
+        self.progress(out)
     }
 
     /// Moves queued successes into `out`; true when an error entry is next.
@@ -390,7 +407,31 @@ impl CqCore {
     /// an error) come first; then the endpoints are polled and what they
     /// complete for this CQ is written straight into `buf`. A read right
     /// after one that emptied the endpoints does not poll (decision 50).
+    ///
+    /// Inlined into `fi_cq_read` with the endpoints' poll: a read with
+    /// nothing queued (a spinning reader's) goes from the call to the
+    /// engine without a frame of its own in between; the rest is
+    /// [`read_queued`](Self::read_queued).
+    #[inline(always)]
     fn read(&self, buf: *mut c_void, count: usize, src: *mut fi::fi_addr_t) -> isize {
+        if buf.is_null() || count == 0 || self.queued.load(Ordering::Acquire) > 0 {
+            return self.read_queued(buf, count, src);
+        }
+        // Open MPI's ofi MTL reads until -FI_EAGAIN after every read that
+        // found something: polling again at once would cost a receive system
+        // call per message, on the way to the reply (decision 50).
+        if self.drained.load(Ordering::Acquire) && self.drained.swap(false, Ordering::AcqRel) {
+            return scode(-(libc::EAGAIN));
+        }
+        let mut out = self.out(buf, count, src);
+        self.progress(Some(&mut out));
+        self.polled(out)
+    }
+
+    /// [`read`](Self::read) of a CQ that has entries queued, or of no
+    /// array (`count` 0, or a null `buf`).
+    #[inline(never)]
+    fn read_queued(&self, buf: *mut c_void, count: usize, src: *mut fi::fi_addr_t) -> isize {
         if buf.is_null() && count > 0 {
             return scode(-(libc::EINVAL));
         }
@@ -398,37 +439,46 @@ impl CqCore {
             // `fi_cq_read(cq, NULL, 0)`: the idiom that drives progress
             // without taking anything (libfabric's util CQs do the same):
             // what completes is queued; 0 when entries wait.
-            self.progress(None);
+            self.drive(None);
             return match self.queued.load(Ordering::Acquire) {
                 0 => scode(-(libc::EAGAIN)),
                 _ => 0,
             };
         }
-        let mut out = Out {
-            buf: buf.cast(),
-            size: entry_size(self.format),
-            count,
-            src,
-            n: 0,
-            blocked: false,
-        };
+        let mut out = self.out(buf, count, src);
         if self.take_queued(&mut out) {
             return match out.n {
                 0 => scode(fi::err(fi::FI_EAVAIL)),
                 n => n as isize,
             };
         }
-        // Open MPI's ofi MTL reads until -FI_EAGAIN after every read that
-        // found something: polling again at once would cost a receive system
-        // call per message, on the way to the reply (decision 50).
         if out.n == 0 && self.drained.load(Ordering::Acquire) && self.drained.swap(false, Ordering::AcqRel) {
             return scode(-(libc::EAGAIN));
         }
         if out.n < count {
-            self.progress(Some(&mut out));
+            self.drive(Some(&mut out));
         }
+        self.polled(out)
+    }
+
+    /// The caller's array as a read's destination.
+    #[inline(always)]
+    fn out(&self, buf: *mut c_void, count: usize, src: *mut fi::fi_addr_t) -> Out {
+        Out {
+            buf: buf.cast(),
+            size: self.entry_size,
+            count,
+            src,
+            n: 0,
+            blocked: false,
+        }
+    }
+
+    /// A read's answer once the endpoints were polled into `out`.
+    #[inline(always)]
+    fn polled(&self, mut out: Out) -> isize {
         if out.n > 0 {
-            self.drained.store(out.n < count, Ordering::Release);
+            self.drained.store(out.n < out.count, Ordering::Release);
             return out.n as isize;
         }
         if self.queued.load(Ordering::Acquire) > 0 {
@@ -600,7 +650,7 @@ pub(crate) unsafe extern "C" fn open(
         let core = Arc::new(CqCore {
             api_version: domain.api_version,
             domain,
-            format,
+            entry_size: entry_size(format),
             wait,
             queue: Mutex::new(VecDeque::with_capacity(attr.size.clamp(16, 1 << 16))),
             err_data: Mutex::new(VecDeque::new()),
@@ -634,6 +684,7 @@ pub(crate) unsafe fn get(fid: *const fi::fid) -> Option<Arc<CqCore>> {
     unsafe { Obj::<CqObj>::get(fid) }.map(|o| o.core.0.clone())
 }
 
+#[inline(always)]
 fn with_cq(cq: *mut fi::fid_cq, f: impl FnOnce(&CqCore) -> isize) -> isize {
     guard(scode(PANIC), || {
         // SAFETY: libfabric passes the application's fid_cq, open for the

@@ -10,6 +10,7 @@ use crate::fi;
 
 /// Runs `f`, turning a panic into `on_panic` (an `-FI_E*` code) so that it
 /// never unwinds into C.
+#[inline]
 pub(crate) fn guard<R>(on_panic: R, f: impl FnOnce() -> R) -> R {
     match std::panic::catch_unwind(AssertUnwindSafe(f)) {
         Ok(r) => r,

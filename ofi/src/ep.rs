@@ -43,6 +43,22 @@ const DEFAULT_CAPS: u64 = PRIMARY_CAPS | fi::FI_SEND | fi::FI_RECV | IMPLIED_CAP
 /// Completions taken from the xfer CQ per poll.
 const POLL_BATCH: usize = 16;
 
+/// Polls an enabled endpoint's xfer completions into `scratch`: how many it
+/// got (none when the poll failed, which is logged).
+#[inline(always)]
+fn poll(en: &Enabled, scratch: &mut [Completion]) -> usize {
+    match en.ep.poll_alone(scratch) {
+        Ok(n) => n,
+        Err(e) => poll_failed(&e),
+    }
+}
+
+#[cold]
+fn poll_failed(e: &Error) -> usize {
+    xfer_core::error_limited!(error = %e, "polling the xfer completion queue");
+    0
+}
+
 /// What was bound before `fi_enable`.
 #[derive(Default)]
 struct Bound {
@@ -295,32 +311,48 @@ impl EpCore {
     /// read (none for a counter's read): its successes go straight into
     /// `out` while it has room (the read's own array), the rest to the CQs'
     /// queues; other CQs are poked.
-    pub(crate) fn progress(&self, from: Option<&CqCore>, mut out: Option<&mut Out>) {
+    ///
+    /// The endpoint's xfer CQ has no other endpoint, so the poll goes to
+    /// this endpoint's engine alone (`Endpoint::poll_alone`). Inlined into
+    /// the CQ's read with nothing set up for the routing: a spinning
+    /// reader's poll finds nothing most times.
+    #[inline(always)]
+    pub(crate) fn progress(&self, from: Option<&CqCore>, out: Option<&mut Out>) {
         let Some(en) = self.enabled.get() else { return };
         let mut router = en.router.lock();
-        let Router { scratch, tally } = &mut *router;
+        let n = poll(en, &mut router.scratch);
+        if n > 0 {
+            self.route_polled(en, &mut router, n, from, out);
+        }
+    }
+
+    /// [`progress`](Self::progress), out of line: for a CQ of several
+    /// endpoints, and counters.
+    #[inline(never)]
+    pub(crate) fn drive(&self, from: Option<&CqCore>, out: Option<&mut Out>) {
+        self.progress(from, out)
+    }
+
+    /// Routes the `n` completions a poll put in the router's scratch, and
+    /// polls again while a poll filled it.
+    #[inline(never)]
+    fn route_polled(&self, en: &Enabled, router: &mut Router, mut n: usize, from: Option<&CqCore>, mut out: Option<&mut Out>) {
+        let Router { scratch, tally } = router;
         loop {
-            let n = match en.cq.poll(&mut scratch[..]) {
-                Ok(n) => n,
-                Err(e) => {
-                    xfer_core::error_limited!(error = %e, "polling the xfer completion queue");
-                    return;
-                }
-            };
-            if n == 0 {
-                return;
-            }
             self.route(en, &scratch[..n], tally, from, out.as_deref_mut());
             if n < scratch.len() {
+                return;
+            }
+            n = poll(en, scratch);
+            if n == 0 {
                 return;
             }
         }
     }
 
     /// Counts and routes the completions `polled` of one poll (see
-    /// [`progress`](Self::progress)). Out of line: an empty poll, the
-    /// common case of a spinning reader, then sets up nothing of it.
-    #[inline(never)]
+    /// [`progress`](Self::progress)).
+    #[inline]
     fn route(
         &self,
         en: &Enabled,

@@ -20,6 +20,12 @@
  * It checks every payload and prints the reads that found nothing before
  * the message, so a count polluted by waiting shows as such (docs/OFI.md,
  * "Path cost").
+ *
+ * A third argument EMPTY then reads a's CQ that many times with nothing
+ * sent (each must be -FI_EAGAIN and poll: a spinning reader's empty read),
+ * counted apart with --toggle-collect=idle_reads. PATH_COST_THREADING=domain
+ * opens the domain FI_THREAD_DOMAIN, as Open MPI's MTL does (else
+ * FI_THREAD_SAFE, as fi_pingpong's default).
  * ofi/tests/c_suite.rs runs it briefly so that it keeps working.
  */
 #include <rdma/fabric.h>
@@ -126,6 +132,21 @@ __attribute__((noinline)) void measured(struct side *a, struct side *b, unsigned
 	round_trips(a, b, iters);
 }
 
+/* `n` reads of a's CQ while nothing is in flight (-FI_EAGAIN each); the
+ * first one after a hit's read returns without polling (decision 50), so one
+ * read before the count. */
+__attribute__((noinline)) void idle_reads(struct side *a, unsigned long n)
+{
+	struct fi_cq_tagged_entry e[100];
+	for (unsigned long i = 0; i < n; i++) {
+		ssize_t r = fi_cq_read(a->cq, e, 100);
+		if (r != -FI_EAGAIN) {
+			fprintf(stderr, "FATAL: an idle read returned %zd\n", r);
+			exit(2);
+		}
+	}
+}
+
 static void open_side(struct fid_domain *domain, struct fid_av *av, struct fi_info *info, struct side *s)
 {
 	struct fi_cq_attr cq_attr = {.format = FI_CQ_FORMAT_TAGGED, .wait_obj = FI_WAIT_NONE, .size = 256};
@@ -139,6 +160,9 @@ static void open_side(struct fid_domain *domain, struct fid_av *av, struct fi_in
 int main(int argc, char **argv)
 {
 	unsigned long iters = argc > 1 ? strtoul(argv[1], NULL, 10) : 100000;
+	unsigned long idle = argc > 3 ? strtoul(argv[3], NULL, 10) : 0;
+	const char *threading = getenv("PATH_COST_THREADING");
+	int domain_level = threading && strcmp(threading, "domain") == 0;
 	size = argc > 2 ? strtoul(argv[2], NULL, 10) : 64;
 	if (size > MAXSIZE) {
 		fprintf(stderr, "path_cost: SIZE is at most %d\n", MAXSIZE);
@@ -148,7 +172,7 @@ int main(int argc, char **argv)
 	hints->caps = FI_TAGGED | FI_DIRECTED_RECV;
 	hints->mode = FI_CONTEXT;
 	hints->ep_attr->type = FI_EP_RDM;
-	hints->domain_attr->threading = FI_THREAD_SAFE;
+	hints->domain_attr->threading = domain_level ? FI_THREAD_DOMAIN : FI_THREAD_SAFE;
 	hints->domain_attr->control_progress = FI_PROGRESS_MANUAL;
 	hints->domain_attr->data_progress = FI_PROGRESS_MANUAL;
 	hints->domain_attr->av_type = FI_AV_TABLE;
@@ -193,6 +217,12 @@ int main(int argc, char **argv)
 	printf("path_cost: %lu round trips of %zu B through libfabric over xfer, %lu empty reads (%.3f per round "
 	       "trip)\n",
 	       iters, size, empty, (double)empty / (double)iters);
+	if (idle > 0) {
+		struct fi_cq_tagged_entry e[100];
+		(void)fi_cq_read(a.cq, e, 100);
+		idle_reads(&a, idle);
+		printf("path_cost: %lu idle reads (%s)\n", idle, domain_level ? "FI_THREAD_DOMAIN" : "FI_THREAD_SAFE");
+	}
 	MUST(fi_cancel(&a.ep->fid, &a.recv_ctx));
 	MUST(fi_cancel(&b.ep->fid, &b.recv_ctx));
 	MUST(fi_close(&a.ep->fid));
