@@ -24,10 +24,12 @@
 # machine is shared, and these are ratios from one run, not absolute figures.
 # Not part of `make test`.
 #
-# usage: bench/mpi-compare.sh [--reps N] [--keep] [--shm]
+# usage: bench/mpi-compare.sh [--reps N] [--keep] [--shm] [--base LIB]
 #   --reps N   repetitions (default 3)
 #   --keep     keep NetPIPE's raw output (the directory is printed)
 #   --shm      the shared-memory transports instead of the TCP ones
+#   --base LIB also another build of the plug-in (a libxfer_fi.so, say main's) as a fifth
+#              transport, xfer-base, in the same rotation, and xfer's ratio to it
 # Needs openmpi-bin, netpipe-openmpi, libfabric (tcp provider), UCX (scripts/setup.sh and
 # tests/vm/setup.sh install them).
 set -euo pipefail
@@ -35,6 +37,7 @@ set -euo pipefail
 REPS=3
 KEEP=0
 SHM=0
+BASE=
 while [[ $# -gt 0 ]]; do
     case "$1" in
     --reps)
@@ -44,7 +47,12 @@ while [[ $# -gt 0 ]]; do
         ;;
     --keep) KEEP=1; shift ;;
     --shm) SHM=1; shift ;;
-    -h | --help) sed -n '2,35p' "$0"; exit 0 ;;
+    --base)
+        [[ $# -ge 2 && -f "$2" ]] || { echo "mpi-compare: --base LIB (a libxfer_fi.so)" >&2; exit 2; }
+        BASE=$(realpath "$2")
+        shift 2
+        ;;
+    -h | --help) sed -n '2,37p' "$0"; exit 0 ;;
     *) echo "mpi-compare: unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -58,8 +66,9 @@ echo "mpi-compare: building libxfer_fi.so (release)" >&2
 cargo build --release --locked -q -p xfer-ofi
 prov=$(mktemp -d /tmp/mpi-compare-prov.XXXXXX)
 raw=$(mktemp -d /tmp/mpi-compare.XXXXXX)
+base_prov=$(mktemp -d /tmp/mpi-compare-base.XXXXXX)
 cleanup() {
-    rm -rf "$prov"
+    rm -rf "$prov" "$base_prov"
     [ "$KEEP" = 1 ] && echo "mpi-compare: raw output kept in $raw" >&2 || rm -rf "$raw"
 }
 trap cleanup EXIT
@@ -82,6 +91,11 @@ if [ "$SHM" = 1 ]; then
         [ob1-sm]="--mca pml ob1 --mca btl vader,self"
     )
     names=(xfer-shm ofi-shm ucx ob1-sm)
+fi
+if [ -n "$BASE" ]; then
+    cp "$BASE" "$base_prov/libxfer_fi.so"
+    flags[xfer-base]=${flags[${names[0]}]//$prov/$base_prov}
+    names+=(xfer-base)
 fi
 SIZES=(1 64 65536 1048576)
 
@@ -131,11 +145,16 @@ echo "NetPIPE (\`NPopenmpi -l 1 -u 1048576 -p 0\`), 2 ranks on one host, median 
 echo "$(nproc) CPUs, load average $load_before before, $load_after after; $(date -u '+%F %H:%M') UTC,"
 echo "commit $(git describe --always --dirty 2>/dev/null || echo unknown)."
 echo
-echo "| | ${names[0]} | ${names[1]} | ${names[2]} | ${names[3]} | ${names[0]} / best of the others |"
-echo "|---|---|---|---|---|---|"
+head="| | ${names[0]} | ${names[1]} | ${names[2]} | ${names[3]} |"
+[ -n "$BASE" ] && head+=" xfer-base ($BASE) |"
+head+=" ${names[0]} / best of the others |"
+[ -n "$BASE" ] && head+=" ${names[0]} / xfer-base |"
+echo "$head"
+echo "$head" | awk -F'|' '{ s = "|"; for (i = 2; i < NF; i++) s = s "---|"; print s }'
 for s in "${SIZES[@]}"; do
     line="| $(label "$s") |"
     for n in "${names[@]}"; do line+=" ${val[$n.$s]} |"; done
+    lat=$([ "$s" -le 64 ] && echo 1 || echo 0)
     ratio=$(awk -v x="${val[${names[0]}.$s]}" -v a="${val[${names[1]}.$s]}" -v b="${val[${names[2]}.$s]}" -v c="${val[${names[3]}.$s]}" \
         -v lat="$([ "$s" -le 64 ] && echo 1 || echo 0)" 'BEGIN {
         best = ""; split(a " " b " " c, v, " ")
@@ -143,5 +162,10 @@ for s in "${SIZES[@]}"; do
         if (x == "-" || best == "" || best == 0) print "-"; else printf "%.2f (%s)\n", x / best, lat ? "lower is better" : "higher is better"
     }')
     line+=" $ratio |"
+    if [ -n "$BASE" ]; then
+        line+=" $(awk -v x="${val[${names[0]}.$s]}" -v b="${val[xfer-base.$s]}" -v lat="$lat" 'BEGIN {
+            if (x == "-" || b == "-" || b + 0 == 0) print "-"; else printf "%.2f (%s)\n", x / b, lat ? "lower is better" : "higher is better"
+        }') |"
+    fi
     echo "$line"
 done

@@ -236,7 +236,13 @@ impl Out {
         // `src` is null or holds `count` addresses.
         unsafe {
             let dst = self.buf.add(self.n * self.size);
-            std::ptr::copy_nonoverlapping((&full as *const fi::fi_cq_tagged_entry).cast::<u8>(), dst, self.size);
+            if self.size == std::mem::size_of::<fi::fi_cq_tagged_entry>() {
+                // The whole entry as stores, not a call to memcpy of a size
+                // known only at run time (FI_CQ_FORMAT_TAGGED: Open MPI's).
+                dst.cast::<fi::fi_cq_tagged_entry>().write_unaligned(full);
+            } else {
+                std::ptr::copy_nonoverlapping((&full as *const fi::fi_cq_tagged_entry).cast::<u8>(), dst, self.size);
+            }
             if !self.src.is_null() {
                 self.src.add(self.n).write(e.src);
             }

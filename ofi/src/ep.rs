@@ -53,6 +53,14 @@ fn poll(en: &Enabled, scratch: &mut [Completion]) -> usize {
     }
 }
 
+/// [`poll`] once a poll filled the scratch. Out of line: inlined, its
+/// domain lock's thread check (a `__tls_get_addr` call in this shared
+/// library) was hoisted ahead of the routing of every hit.
+#[inline(never)]
+fn poll_again(en: &Enabled, scratch: &mut [Completion]) -> usize {
+    poll(en, scratch)
+}
+
 #[cold]
 fn poll_failed(e: &Error) -> usize {
     xfer_core::error_limited!(error = %e, "polling the xfer completion queue");
@@ -336,14 +344,21 @@ impl EpCore {
     /// Routes the `n` completions a poll put in the router's scratch, and
     /// polls again while a poll filled it.
     #[inline(never)]
-    fn route_polled(&self, en: &Enabled, router: &mut Router, mut n: usize, from: Option<&CqCore>, mut out: Option<&mut Out>) {
+    fn route_polled(
+        &self,
+        en: &Enabled,
+        router: &mut Router,
+        mut n: usize,
+        from: Option<&CqCore>,
+        mut out: Option<&mut Out>,
+    ) {
         let Router { scratch, tally } = router;
         loop {
             self.route(en, &scratch[..n], tally, from, out.as_deref_mut());
             if n < scratch.len() {
                 return;
             }
-            n = poll(en, scratch);
+            n = poll_again(en, scratch);
             if n == 0 {
                 return;
             }
