@@ -203,6 +203,12 @@ impl Driven {
     }
 }
 
+/// The largest entry format; the others are prefixes of it.
+type Tagged = fi::fi_cq_tagged_entry;
+
+// Every field of an entry is 8 bytes: `Out::put` writes them as such.
+const _: () = assert!(std::mem::size_of::<Tagged>() == 48 && std::mem::size_of::<usize>() == 8);
+
 /// Where a read puts what it takes: the caller's array of `count` entries
 /// in the CQ's format and, for `fi_cq_readfrom`, its source addresses.
 pub(crate) struct Out {
@@ -223,25 +229,25 @@ impl Out {
         if self.n == self.count || self.blocked {
             return false;
         }
-        let full = fi::fi_cq_tagged_entry {
-            op_context: e.context as usize as *mut c_void,
-            flags: e.flags,
-            len: e.len,
-            buf: e.buf as usize as *mut c_void,
-            data: e.data,
-            tag: e.tag,
-        };
         // SAFETY: the caller's buffer holds `count` entries of `size` bytes
         // (the CQ's format, a prefix of fi_cq_tagged_entry) and n < count;
         // `src` is null or holds `count` addresses.
         unsafe {
             let dst = self.buf.add(self.n * self.size);
-            if self.size == std::mem::size_of::<fi::fi_cq_tagged_entry>() {
-                // The whole entry as stores, not a call to memcpy of a size
-                // known only at run time (FI_CQ_FORMAT_TAGGED: Open MPI's).
-                dst.cast::<fi::fi_cq_tagged_entry>().write_unaligned(full);
-            } else {
-                std::ptr::copy_nonoverlapping((&full as *const fi::fi_cq_tagged_entry).cast::<u8>(), dst, self.size);
+            // Field by field, as far as the format goes: one copy of a size
+            // known only at run time was a call to memcpy per entry.
+            let put = |at: usize, v: u64| dst.add(at).cast::<u64>().write_unaligned(v);
+            put(std::mem::offset_of!(Tagged, op_context), e.context);
+            if self.size >= std::mem::size_of::<fi::fi_cq_msg_entry>() {
+                put(std::mem::offset_of!(Tagged, flags), e.flags);
+                put(std::mem::offset_of!(Tagged, len), e.len as u64);
+            }
+            if self.size >= std::mem::size_of::<fi::fi_cq_data_entry>() {
+                put(std::mem::offset_of!(Tagged, buf), e.buf);
+                put(std::mem::offset_of!(Tagged, data), e.data);
+            }
+            if self.size >= std::mem::size_of::<Tagged>() {
+                put(std::mem::offset_of!(Tagged, tag), e.tag);
             }
             if !self.src.is_null() {
                 self.src.add(self.n).write(e.src);
