@@ -211,6 +211,49 @@ fn a_small_poll_array_takes_completions_in_the_order_they_were_produced() {
 }
 
 #[test]
+fn poll_alone_drives_its_endpoint_and_not_the_others_of_its_queue() {
+    // `Endpoint::poll_alone` (the libfabric plug-in's poll: one queue per
+    // endpoint there) progresses its own endpoint only: with two endpoints
+    // on one queue, the other one's receive stays pending until it is
+    // polled itself, and what each poll reports is its own.
+    let p = Node::new();
+    let domain = xfer::open_default().expect("open domain");
+    let cq = domain.cq(&xfer::CqAttr::default()).expect("open cq");
+    let av = domain.av().expect("open av");
+    let a = domain.endpoint(&cq, &av, &test_attr()).expect("endpoint a");
+    let b = domain.endpoint(&cq, &av, &test_attr()).expect("endpoint b");
+    let (pa, pb) = (
+        p.av.insert(a.name().as_bytes()).unwrap(),
+        p.av.insert(b.name().as_bytes()).unwrap(),
+    );
+    a.recv(ANY, vec![0; 64], 1).unwrap();
+    b.recv(ANY, vec![0; 64], 2).unwrap();
+    p.ep.send(pa, pattern(16, 1), 11).unwrap();
+    p.ep.send(pb, pattern(16, 2), 12).unwrap();
+    let mut out = vec![xfer::Completion::EMPTY; 16];
+    let mut poll = |ep: &xfer::Endpoint, context: u64| {
+        let deadline = std::time::Instant::now() + common::DEADLINE;
+        loop {
+            let n = ep.poll_alone(&mut out).expect("poll_alone");
+            for c in &out[..n] {
+                assert_eq!(c.context, context, "a completion of another endpoint: {c:?}");
+                assert_eq!(c.result, Ok(()));
+                assert_eq!(&c.buf.as_deref().unwrap()[..c.len], &pattern(16, context)[..]);
+            }
+            if n > 0 {
+                return;
+            }
+            let mut sent = [xfer::Completion::EMPTY; 4];
+            p.cq.poll(&mut sent).expect("poll the sender");
+            assert!(std::time::Instant::now() < deadline, "receive {context} never came");
+        }
+    };
+    poll(&a, 1);
+    poll(&b, 2);
+    assert_eq!(cq.poll(&mut out).expect("poll the queue"), 0, "nothing left");
+}
+
+#[test]
 fn tag_masks_select_messages() {
     let (mut a, mut b) = (Node::new(), Node::new());
     let pb = a.add(&b);

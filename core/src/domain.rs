@@ -178,7 +178,6 @@ impl State {
         } else {
             slot.prov.progress(&mut cx);
         }
-        drop(cx);
         filled
     }
 
