@@ -840,6 +840,50 @@ mod tests {
     }
 
     #[test]
+    fn an_entry_is_written_as_far_as_its_format_goes() {
+        let e = Entry {
+            context: 1,
+            flags: 2,
+            len: 3,
+            buf: 4,
+            data: 5,
+            tag: 6,
+            src: 7,
+            error: None,
+        };
+        // fi_cq_tagged_entry's fields in order: op_context, flags, len, buf, data, tag.
+        let fields = [1u64, 2, 3, 4, 5, 6];
+        for format in [
+            fi::FI_CQ_FORMAT_CONTEXT,
+            fi::FI_CQ_FORMAT_MSG,
+            fi::FI_CQ_FORMAT_DATA,
+            fi::FI_CQ_FORMAT_TAGGED,
+        ] {
+            let words = entry_size(format) / 8;
+            let mut mem = [u64::MAX; 16];
+            let mut src = [0u64; 3];
+            let mut out = Out {
+                buf: mem.as_mut_ptr().cast(),
+                size: entry_size(format),
+                count: 2,
+                src: src.as_mut_ptr(),
+                n: 0,
+                blocked: false,
+            };
+            assert!(out.put(&e) && out.put(&e), "room for two");
+            assert!(!out.put(&e), "no third");
+            for k in 0..2 {
+                assert_eq!(mem[k * words..(k + 1) * words], fields[..words], "format {format}");
+            }
+            assert!(
+                mem[2 * words..].iter().all(|&w| w == u64::MAX),
+                "nothing past the entries"
+            );
+            assert_eq!(src, [7, 7, 0]);
+        }
+    }
+
+    #[test]
     fn entry_formats_are_prefixes() {
         assert_eq!(entry_size(fi::FI_CQ_FORMAT_CONTEXT), 8);
         assert_eq!(entry_size(fi::FI_CQ_FORMAT_MSG), 24);

@@ -132,9 +132,9 @@ __attribute__((noinline)) void measured(struct side *a, struct side *b, unsigned
 	round_trips(a, b, iters);
 }
 
-/* `n` reads of a's CQ while nothing is in flight (-FI_EAGAIN each); the
- * first one after a hit's read returns without polling (decision 50), so one
- * read before the count. */
+/* `n` reads of a's CQ while nothing is in flight (-FI_EAGAIN each, each a
+ * full poll: the caller reads once before, as the first read after a hit
+ * returns without polling, decision 50). */
 __attribute__((noinline)) void idle_reads(struct side *a, unsigned long n)
 {
 	struct fi_cq_tagged_entry e[100];
