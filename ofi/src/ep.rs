@@ -149,6 +149,8 @@ pub(crate) struct Enabled {
     pub(crate) inject_size: usize,
     /// The counters bound (fi_cntr), fed by the router.
     pub(crate) counters: Counters,
+    /// A counter is bound: completions are counted as they are routed.
+    counted: bool,
     /// What the xfer CQ is polled into and the routing counts, under one
     /// lock that also keeps two threads from routing this endpoint at once
     /// (none under `FI_THREAD_DOMAIN`, where the application does).
@@ -325,13 +327,19 @@ impl EpCore {
     /// the CQ's read with nothing set up for the routing: a spinning
     /// reader's poll finds nothing most times.
     #[inline(always)]
-    pub(crate) fn progress(&self, from: Option<&CqCore>, out: Option<&mut Out>) {
+    pub(crate) fn progress(&self, from: Option<&CqCore>, mut out: Option<&mut Out>) {
         let Some(en) = self.enabled.get() else { return };
         let mut router = en.router.lock();
         let n = poll(en, &mut router.scratch);
-        if n > 0 {
-            self.route_polled(en, &mut router, n, from, out);
+        if n == 0 {
+            return;
         }
+        // One plain completion for this read (a message's): no call.
+        let Router { scratch, tally } = &mut *router;
+        if n == 1 && Self::route_plain(en, &scratch[0], tally, from, out.as_deref_mut()) {
+            return;
+        }
+        self.route_polled(en, &mut router, n, from, out);
     }
 
     /// [`progress`](Self::progress), out of line: for a CQ of several
@@ -377,6 +385,9 @@ impl EpCore {
         mut out: Option<&mut Out>,
     ) {
         for c in polled {
+            if Self::route_plain(en, c, tally, from, out.as_deref_mut()) {
+                continue;
+            }
             if c.context == crate::peek::discard_context() {
                 continue; // a claimed message received into nothing (FI_DISCARD)
             }
@@ -489,6 +500,42 @@ impl EpCore {
                 _ => cq.push(e, !mine),
             }
         }
+    }
+
+    /// Routes a completion that has nothing to finish or count (no token in
+    /// its context, no counter bound, not the target's side of an RMA, not
+    /// an atomic, a success) and is for the CQ being read, into the read's
+    /// array: true when it did. False, having done nothing, for any other
+    /// completion or when the array is full; [`route`](Self::route) then
+    /// takes it the whole way. A message's completion, the common case,
+    /// skips every check for what it is not.
+    #[inline(always)]
+    fn route_plain(
+        en: &Enabled,
+        c: &Completion,
+        tally: &mut Tally,
+        from: Option<&CqCore>,
+        out: Option<&mut Out>,
+    ) -> bool {
+        const TOKENS: u64 = JOIN | FETCH | MULTI | SCATTER | SILENT;
+        const SIDES: u64 = Flags::REMOTE_WRITE.0 | Flags::REMOTE_READ.0 | Flags::ATOMIC.0;
+        let (Some(from), Some(out)) = (from, out) else {
+            return false;
+        };
+        if c.context & TOKENS != 0 || c.flags.0 & SIDES != 0 || en.counted || c.result.is_err() {
+            return false;
+        }
+        let recv = c.flags.contains(Flags::RECV);
+        let to = if recv { &en.rx } else { &en.tx };
+        let mine = to.as_ref().is_some_and(|cq| std::ptr::eq(Arc::as_ptr(cq), from));
+        if !mine || c.context == crate::peek::discard_context() || !out.put(&Entry::from_xfer(c)) {
+            return false;
+        }
+        match recv {
+            true => tally.received += 1,
+            false => tally.sent += 1,
+        }
+        true
     }
 
     /// The application's context (SILENT kept where it was), where the data
@@ -1130,6 +1177,7 @@ fn enable(ep: &Arc<EpCore>) -> c_int {
         rx_selective: b.rx_selective,
         inject_size: attr.inject_size,
         counters: b.counters.clone(),
+        counted: b.counters.all().next().is_some(),
         scatters: Scatters::default(),
         multis: Multis::default(),
         joins: Joins::default(),
