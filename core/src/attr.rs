@@ -314,7 +314,9 @@ pub struct EndpointAttr {
     /// further progress call that sees nothing move yields the CPU
     /// (`sched_yield`): a sender whose transport refused a frame as full
     /// or whose sends wait for the peer's answer (a rendezvous being
-    /// pulled), a receiver taking a push only its sender can finish. A peer sharing
+    /// pulled), an initiator whose RMA or atomic the target's engine serves
+    /// (not one a device moves), a receiver taking a push only its sender
+    /// can finish. A peer sharing
     /// this CPU (more processes than CPUs) then runs instead of waiting for
     /// the scheduler's time slice; with a CPU each the call returns at once.
     /// Waits for messages with nothing in flight never yield. 0: never
@@ -444,7 +446,7 @@ impl EndpointAttr {
                 key: None,
                 env: "XFER_YIELD_AFTER_US",
                 value: self.yield_after_us.to_string(),
-                doc: "microseconds a wait on a peer (for room, for a send's answer, for a push's bytes) sees nothing move before progress yields the CPU to a peer sharing it (0: never)",
+                doc: "microseconds a wait on a peer (for room, for a send's or an engine-served RMA's answer, for a push's bytes) sees nothing move before progress yields the CPU to a peer sharing it (0: never)",
             },
             Setting {
                 key: None,
