@@ -95,15 +95,7 @@ impl State {
             av: &self.avs[slot.av],
             domain: self.prov.as_ref(),
         };
-        if !slot.counting {
-            // The provider's answer (a refusal is a large value) is the
-            // caller's, written in place.
-            return f(slot.prov.as_mut(), &mut cx);
-        }
-        let before = cx.cq.mark();
-        let r = f(slot.prov.as_mut(), &mut cx);
-        slot.settle(cx.cq.since(before));
-        r
+        slot.run(&mut cx, f)
     }
 
     /// [`with_ep`](Self::with_ep) for a posting call; `counted`: the
@@ -171,13 +163,7 @@ impl State {
             av: &self.avs[slot.av],
             domain: self.prov.as_ref(),
         };
-        if slot.counting {
-            let before = cx.cq.mark();
-            slot.prov.progress(&mut cx);
-            slot.settle(cx.cq.since(before));
-        } else {
-            slot.prov.progress(&mut cx);
-        }
+        slot.run(&mut cx, |ep, cx| ep.progress(cx));
         filled
     }
 
@@ -199,16 +185,12 @@ impl State {
         let mut sink = Sink::new(out, filled, &mut self.cqs[cq]);
         for &ep in &self.bound[cq] {
             let slot = &mut self.eps[ep];
-            let before = sink.mark();
             let mut cx = Ctx {
                 cq: sink.reborrow(),
                 av: &self.avs[slot.av],
                 domain: self.prov.as_ref(),
             };
-            f(slot.prov.as_mut(), &mut cx);
-            if slot.counting {
-                slot.settle(sink.since(before));
-            }
+            slot.run(&mut cx, &mut f);
         }
     }
 }
@@ -219,6 +201,21 @@ impl State {
 const PEER_SLOTS_MAX: u64 = 1 << 20;
 
 impl EpSlot {
+    /// Runs `f` on this endpoint's provider with `cx`; an endpoint that
+    /// counts takes what the call completed off its counts. Inlined: the
+    /// provider's answer (a refusal is a large value) is the caller's,
+    /// written in place.
+    #[inline(always)]
+    fn run<R>(&mut self, cx: &mut Ctx<'_>, f: impl FnOnce(&mut dyn EndpointProvider, &mut Ctx<'_>) -> R) -> R {
+        if !self.counting {
+            return f(self.prov.as_mut(), cx);
+        }
+        let before = cx.cq.mark();
+        let r = f(self.prov.as_mut(), cx);
+        self.settle(cx.cq.since(before));
+        r
+    }
+
     /// The per-peer counter index of `peer`, when per-peer bounds are kept.
     fn peer_slot(&mut self, peer: PeerAddr) -> Option<usize> {
         if self.peer_limit == 0 || peer.0 >= PEER_SLOTS_MAX {
