@@ -10,6 +10,7 @@ use super::super::rndv::{Answer, Next};
 use super::super::transport::{Bytes, Cause, ConnId, Event, Events};
 use super::super::Unexpected;
 use super::out::Out;
+use super::peers::Peers;
 use super::wire::{self, Header, Kind};
 use super::{Pull, Rts, State};
 
@@ -68,6 +69,9 @@ impl Handler<'_, '_, '_> {
         let Some(p) = link.and_then(|l| l.peer) else {
             return self.s.unowned(self.cx.av, conn, h, payload);
         };
+        if h.kind == Kind::Eager {
+            return self.eager(p, h, payload);
+        }
         let at = self.s.serial(p);
         if let Some(e) = self.s.peers.get_mut(p) {
             e.silence.heard();
@@ -83,11 +87,7 @@ impl Handler<'_, '_, '_> {
                 Ok(())
             }
             Kind::Pong => Ok(()),
-            Kind::Eager => {
-                self.s.charge(p, cost(payload.len() as u64))?;
-                self.eager(p, at, h, payload);
-                Ok(())
-            }
+            Kind::Eager => self.eager(p, h, payload),
             Kind::Rts => {
                 self.s.charge(p, cost(0))?;
                 self.rts(conn, p, at, h);
@@ -127,11 +127,29 @@ impl Handler<'_, '_, '_> {
         }
     }
 
-    fn eager(&mut self, p: usize, at: (usize, u64), h: Header, payload: Bytes<'_>) {
-        let src = self.s.peers.handle(p, self.cx.av);
+    /// An eager message from peer `p`: the most common frame, so its peer
+    /// entry is looked up once for the credit, the source handle, the
+    /// sender's name and the credit owed back.
+    fn eager(&mut self, p: usize, h: Header, payload: Bytes<'_>) -> Result<(), &'static str> {
+        let s = &mut *self.s;
+        let cost = cost(payload.len() as u64);
+        let Some(e) = s.peers.get_mut(p) else {
+            return Err("a message on a connection whose peer is gone");
+        };
+        e.silence.heard();
+        if let Err(err) = e.credit.charge(cost, 0) {
+            s.counted.credit_violations += 1;
+            e.credit.revoke();
+            return Err(match err {
+                crate::error::Error::Protocol(what) => what,
+                _ => "message beyond the granted credit",
+            });
+        }
+        let at = (p, e.serial);
+        let src = Peers::handle_of(e, self.cx.av);
         let tagged = h.tag().is_some();
         let tag = h.tag().unwrap_or(0);
-        match self.s.rx.take_posted(tagged, src, tag) {
+        match s.rx.take_posted(tagged, src, tag) {
             Some((_, mut op)) => {
                 let n = payload.copy_to(op.buf.as_mut_slice());
                 let a = Arrival {
@@ -141,27 +159,28 @@ impl Handler<'_, '_, '_> {
                     data: h.data(),
                     src,
                 };
-                let from = self.s.peers.get(p).map_or(&self.s.name, |e| &e.name);
-                complete::recv_from(&mut self.cx.cq, op, a, from, self.s.source_err);
-                self.s.consumed(at, cost(payload.len() as u64), false);
+                complete::recv_from(&mut self.cx.cq, op, a, &e.name, s.source_err);
+                if e.credit.owe(cost, 0) {
+                    s.give_back(p);
+                }
             }
             None => {
-                self.s.hold(p, cost(payload.len() as u64));
-                let from = self.s.peers.get(p).map_or(self.s.name, |e| e.name);
+                e.share.hold(cost);
                 let msg = Unexpected::Eager {
-                    from,
+                    from: e.name,
                     conn: at,
                     data: h.data(),
                     payload: payload.to_vec(),
                 };
-                self.s.rx.arrive(tagged, src, tag, msg);
+                s.rx.arrive(tagged, src, tag, msg);
             }
         }
         if h.flags & wire::ACK != 0 {
             let mut done = Header::new(Kind::Delivered);
             done.token = h.token;
-            self.s.enqueue(p, 0, Out::Owned(done.encode(), Vec::new()));
+            s.enqueue(p, 0, Out::Owned(done.encode(), Vec::new()));
         }
+        Ok(())
     }
 
     fn rts(&mut self, conn: ConnId, p: usize, at: (usize, u64), h: Header) {

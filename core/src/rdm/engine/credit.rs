@@ -102,7 +102,7 @@ impl State {
     }
 
     /// Returns what peer `p` is owed, when a return is due.
-    fn give_back(&mut self, p: usize) {
+    pub(super) fn give_back(&mut self, p: usize) {
         let budget = self.budget;
         let Some(e) = self.peers.get_mut(p) else { return };
         let Some(give) = e.credit.take_return(budget, &mut e.share, &mut self.account) else {

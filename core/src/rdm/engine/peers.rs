@@ -342,9 +342,15 @@ impl Peers {
     /// The address-vector handle of `p`'s name (`UNSPEC` when not inserted),
     /// remembering it so the next look-up is a compare.
     pub fn handle(&mut self, p: usize, av: &AvTable) -> PeerAddr {
-        let Some(e) = self.slots.get_mut(p) else {
-            return PeerAddr::UNSPEC;
-        };
+        match self.slots.get_mut(p) {
+            Some(e) => Self::handle_of(e, av),
+            None => PeerAddr::UNSPEC,
+        }
+    }
+
+    /// [`Peers::handle`] of an entry already at hand.
+    #[inline]
+    pub fn handle_of(e: &mut Peer, av: &AvTable) -> PeerAddr {
         if e.hint_at == av.changes() {
             return e.hint;
         }
