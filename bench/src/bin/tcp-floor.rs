@@ -47,6 +47,12 @@ use std::process::ExitCode;
 use std::thread;
 use std::time::{Duration, Instant};
 
+// Latency samples timed as xfer-perf times its own, so that the two stay
+// comparable (the time-stamp counter where it is invariant).
+#[allow(dead_code)]
+#[path = "../../../src/bin/xfer-perf/clock.rs"]
+mod clock;
+
 /// Sizes run when `--sizes` is not given.
 const DEFAULT_SIZES: &[usize] = &[8, 64, 256, 1024, 4096, 65536, 1_048_576];
 /// Windows the bandwidth test's client may have sent and not seen
@@ -532,15 +538,15 @@ fn client_lat(fd: RawFd, h: &Header, added: Added) -> io::Result<LatStats> {
         send_all(fd, &tx)?;
         added.recv(fd, &mut rx)?;
     }
-    let mut samples = Vec::with_capacity(h.iters as usize);
+    let mut timer = clock::Timer::new(h.iters as usize);
     for _ in 0..h.iters {
-        let t0 = Instant::now();
+        let t0 = timer.now();
         added.spin();
         send_all(fd, &tx)?;
         added.recv(fd, &mut rx)?;
-        samples.push(t0.elapsed().as_secs_f64() * 1e6 / 2.0);
+        timer.record(t0);
     }
-    Ok(lat_stats(samples))
+    Ok(lat_stats(timer.micros(2.0)))
 }
 
 /// Server side of the latency test: echo `h.warmup + h.iters` messages.
@@ -660,18 +666,22 @@ impl Reporter {
         if self.json {
             println!(
                 "{{\"tool\":\"tcp-floor\",\"test\":\"{}\",\"size\":{size},\"iters\":{iters},\"think_ns\":{},\"frames\":{},\
-                 \"avg_us\":{:.3},\"p50_us\":{:.3},\"p99_us\":{:.3},\"max_us\":{:.3}}}",
+                 \"avg_us\":{:.3},\"p50_us\":{:.3},\"p99_us\":{:.3},\"max_us\":{:.3},\"clock\":\"{}\"}}",
                 Test::Lat.name(),
                 added.think.as_nanos(),
                 added.frames,
                 s.avg,
                 s.p50,
                 s.p99,
-                s.max
+                s.max,
+                clock::name()
             );
         } else {
             if !self.header_done {
-                println!("# tcp-floor lat: half round trip, microseconds");
+                println!(
+                    "# tcp-floor lat: half round trip, microseconds, clock {}",
+                    clock::name()
+                );
                 println!(
                     "{:>10} {:>9} {:>10} {:>10} {:>10} {:>10}",
                     "size", "iters", "avg", "p50", "p99", "max"
@@ -772,6 +782,7 @@ fn run(opts: &Opts) -> io::Result<()> {
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    clock::select(clock::ClockKind::Auto);
     let opts = match parse_args(&args) {
         Ok(o) => o,
         Err(UsageError(msg)) => {

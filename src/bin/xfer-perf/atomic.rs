@@ -18,6 +18,7 @@ use std::time::Instant;
 
 use xfer::{Access, AtomicKind, Datatype, Domain, Endpoint, PeerAddr, RemoteKey};
 
+use crate::clock::Timer;
 use crate::control::{hear, say, SEND};
 use crate::driver::{Driver, Result};
 use crate::hex::{hex, unhex};
@@ -91,10 +92,10 @@ fn fetch_lat(
     cas: bool,
 ) -> Result<Vec<f64>> {
     let what = if cas { "compare-and-swap" } else { "fetch-and-add" };
-    let mut samples = Vec::with_capacity(p.iters);
+    let mut timer = Timer::new(p.iters);
     for i in 0..p.warmup + p.iters {
         let n = i as u64;
-        let t0 = Instant::now();
+        let t0 = timer.now();
         match cas {
             true => ep.compare_atomic(peer, Datatype::U64, n, n + 1, theirs, 0, SEND),
             false => ep.fetch_atomic(peer, AtomicKind::Sum, Datatype::U64, 1, theirs, 0, SEND),
@@ -105,11 +106,11 @@ fn fetch_lat(
             return Err(format!("{what} {i}: completion {} fetched {}", c.context, c.data));
         }
         if i >= p.warmup {
-            samples.push(t0.elapsed().as_secs_f64() * 1e6);
+            timer.record(t0);
         }
         prog.tick(i + 1);
     }
-    Ok(samples)
+    Ok(timer.micros(1.0))
 }
 
 /// Non-fetching adds, at most `window` in flight; each completes when sent

@@ -1,10 +1,9 @@
 //! Ping-pong: the client sends, the server echoes, the client times the
 //! round trip and reports half of it (as `ib_send_lat` and `ucx_perftest`).
 
-use std::time::Instant;
-
 use xfer::{Endpoint, PeerAddr};
 
+use crate::clock::Timer;
 use crate::control::{DATA_TAG, RECV, SEND};
 use crate::driver::{self, pattern, Driver, Result};
 use crate::plan::Phase;
@@ -15,9 +14,9 @@ pub fn client(ep: &Endpoint, d: &mut Driver, peer: PeerAddr, p: &Phase, prog: &m
     let tagged = p.test.tagged();
     let mut sbuf = Some(pattern(p.size));
     let mut rbuf = Some(vec![0u8; p.size]);
-    let mut samples = Vec::with_capacity(p.iters);
+    let mut timer = Timer::new(p.iters);
     for i in 0..p.warmup + p.iters {
-        let t0 = Instant::now();
+        let t0 = timer.now();
         // Send first, as a raw ping-pong does: the echo cannot be back before
         // the receive is posted, and if it were it would simply wait unexpected.
         driver::send(ep, tagged, peer, DATA_TAG, sbuf.take().unwrap_or_default(), SEND)?;
@@ -31,7 +30,7 @@ pub fn client(ep: &Endpoint, d: &mut Driver, peer: PeerAddr, p: &Phase, prog: &m
             }
         }
         if i >= p.warmup {
-            samples.push(t0.elapsed().as_secs_f64() * 1e6 / 2.0);
+            timer.record(t0);
         }
         prog.tick(i + 1);
         if i == 0 && rbuf.as_deref() != Some(&pattern(p.size)[..]) {
@@ -42,7 +41,7 @@ pub fn client(ep: &Endpoint, d: &mut Driver, peer: PeerAddr, p: &Phase, prog: &m
             ));
         }
     }
-    Ok(samples)
+    Ok(timer.micros(2.0))
 }
 
 /// The echoing side. Its first receive is posted before it reports ready;

@@ -17,6 +17,7 @@
 
 mod atomic;
 mod bw;
+mod clock;
 mod control;
 mod driver;
 mod hex;
@@ -239,6 +240,7 @@ fn main() {
             std::process::exit(2);
         }
     };
+    clock::select(opts.clock);
     if let Err(msg) = run(&opts) {
         eprintln!("xfer-perf: {msg}");
         std::process::exit(1);

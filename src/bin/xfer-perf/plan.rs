@@ -3,6 +3,7 @@
 
 use std::fmt;
 
+use crate::clock::ClockKind;
 use crate::hex::unhex;
 use crate::pool::Buffers;
 
@@ -191,6 +192,8 @@ pub struct Options {
     pub progress: Option<f64>,
     /// `--counters`: each side prints its endpoint's counters at the end.
     pub counters: bool,
+    /// `--clock`: what times latency samples.
+    pub clock: ClockKind,
     pub role: Role,
 }
 
@@ -227,6 +230,10 @@ options:
                  lasted 2 S; on by default when stderr is a terminal, unless --json
   --counters     each side prints its endpoint's counters on stderr when it is done
                  (`xfer-perf counters (server): name=value ...`)
+  --clock C      what times latency samples: `auto` (default): the CPU's time-stamp
+                 counter where its rate is invariant (as ucx_perftest and perftest),
+                 else the system clock; `system`: the system clock (reported as
+                 `clock` in each latency line)
 
 Environment: every XFER_* setting (see xfer-info), e.g. XFER_PROVIDER, XFER_TCP_ADDR.";
 
@@ -242,6 +249,7 @@ impl Options {
             json: false,
             progress: None,
             counters: false,
+            clock: ClockKind::Auto,
             role: Role::Local,
         };
         let mut max_size = 4 << 20;
@@ -259,6 +267,7 @@ impl Options {
                 "--json" => o.json = true,
                 "--progress" => o.progress = Some(1.0),
                 "--counters" => o.counters = true,
+                "--clock" => o.clock = ClockKind::parse(&value()?)?,
                 _ if a.starts_with("--progress=") => {
                     let v = &a["--progress=".len()..];
                     match v.parse::<f64>() {

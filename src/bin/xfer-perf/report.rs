@@ -29,15 +29,20 @@ impl Report {
             return false;
         }
         self.header_for = Some(latency);
-        println!("\n{} threading={}", self.provider, self.threading);
+        println!(
+            "\n{} threading={} clock={}",
+            self.provider,
+            self.threading,
+            crate::clock::name()
+        );
         true
     }
 
     pub fn latency(&mut self, p: &Phase, l: &Latency) {
         if self.json {
             println!(
-                "{{\"tool\":\"xfer-perf\",\"provider\":\"{}\",\"threading\":\"{}\",\"test\":\"{}\",\"size\":{},\"iters\":{},\"avg_us\":{:.3},\"p50_us\":{:.3},\"p99_us\":{:.3},\"max_us\":{:.3}}}",
-                self.provider, self.threading, p.test.name(), p.size, p.iters, l.avg, l.p50, l.p99, l.max
+                "{{\"tool\":\"xfer-perf\",\"provider\":\"{}\",\"threading\":\"{}\",\"test\":\"{}\",\"size\":{},\"iters\":{},\"avg_us\":{:.3},\"p50_us\":{:.3},\"p99_us\":{:.3},\"max_us\":{:.3},\"clock\":\"{}\"}}",
+                self.provider, self.threading, p.test.name(), p.size, p.iters, l.avg, l.p50, l.p99, l.max, crate::clock::name()
             );
             return;
         }

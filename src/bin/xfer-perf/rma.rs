@@ -13,6 +13,7 @@ use std::time::Instant;
 
 use xfer::{Access, Domain, Endpoint, Flags, MemoryRegion, PeerAddr, RemoteKey, RmaKind};
 
+use crate::clock::Timer;
 use crate::control::{hear, say, RECV, SEND};
 use crate::driver::{pattern, Driver, Result};
 use crate::hex::{hex, unhex};
@@ -110,9 +111,9 @@ fn put_lat(
     let mine = register(domain, vec![0; p.size])?;
     say(ep, d, peer, &format!("rkey {}", hex(&mine.pack_rkey())))?;
     let mut sbuf = Some(pattern(p.size));
-    let mut samples = Vec::with_capacity(p.iters);
+    let mut timer = Timer::new(p.iters);
     for i in 0..p.warmup + p.iters {
-        let t0 = Instant::now();
+        let t0 = timer.now();
         let b = sbuf.take().ok_or("put ping-pong: send buffer still in flight")?;
         ep.write_data(peer, b, theirs, 0, 1, SEND).map_err(post_err)?;
         let mut echoed = false;
@@ -125,14 +126,14 @@ fn put_lat(
             }
         }
         if i >= p.warmup {
-            samples.push(t0.elapsed().as_secs_f64() * 1e6 / 2.0);
+            timer.record(t0);
         }
         prog.tick(i + 1);
     }
     if mine.to_vec().map_err(|e| e.to_string())? != pattern(p.size) {
         return Err(format!("put_lat {} B: the echoed data differs", p.size));
     }
-    Ok(samples)
+    Ok(timer.micros(2.0))
 }
 
 fn get_lat(
@@ -144,9 +145,9 @@ fn get_lat(
     prog: &mut Progress,
 ) -> Result<Vec<f64>> {
     let mut rbuf = Some(vec![0; p.size]);
-    let mut samples = Vec::with_capacity(p.iters);
+    let mut timer = Timer::new(p.iters);
     for i in 0..p.warmup + p.iters {
-        let t0 = Instant::now();
+        let t0 = timer.now();
         let b = rbuf.take().ok_or("get latency: read buffer still in flight")?;
         ep.read(peer, b, theirs, 0, RECV).map_err(post_err)?;
         while rbuf.is_none() {
@@ -157,14 +158,14 @@ fn get_lat(
             }
         }
         if i >= p.warmup {
-            samples.push(t0.elapsed().as_secs_f64() * 1e6);
+            timer.record(t0);
         }
         prog.tick(i + 1);
     }
     if rbuf.as_deref() != Some(&pattern(p.size)[..]) {
         return Err(format!("get_lat {} B: read data differs from the pattern", p.size));
     }
-    Ok(samples)
+    Ok(timer.micros(1.0))
 }
 
 fn stream(
