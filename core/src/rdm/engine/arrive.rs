@@ -70,6 +70,8 @@ impl Handler<'_, '_, '_> {
             return self.s.unowned(self.cx.av, conn, h, payload);
         };
         if h.kind == Kind::Eager {
+            // Most frames: handled before the look-ups the other kinds
+            // share, which it makes once itself.
             return self.eager(p, h, payload);
         }
         let at = self.s.serial(p);
@@ -87,7 +89,7 @@ impl Handler<'_, '_, '_> {
                 Ok(())
             }
             Kind::Pong => Ok(()),
-            Kind::Eager => self.eager(p, h, payload),
+            Kind::Eager => self.eager(p, h, payload), // taken above
             Kind::Rts => {
                 self.s.charge(p, cost(0))?;
                 self.rts(conn, p, at, h);
