@@ -419,6 +419,15 @@ impl RcQp {
         if data.len() > self.max_inline as usize {
             return Err(Error::InvalidArgument("payload larger than the QP's max_inline_data"));
         }
+        self.post_inline(wr_id, data, imm, signal).map(drop)
+    }
+
+    /// [`RcQp::send_inline`] for a caller that has compared `data` with
+    /// [`RcQp::max_inline`] itself (the device refuses a longer one all the
+    /// same): whether the request went signaled, which the caller counts
+    /// instead of reading [`RcQp::signaled_in_flight`] before and after.
+    #[inline(always)]
+    pub(crate) fn post_inline(&mut self, wr_id: u64, data: &[u8], imm: Option<u32>, signal: bool) -> Result<bool> {
         let signal = self.admit(signal)?;
         let mut sge = ibv_sge {
             addr: data.as_ptr() as u64,
@@ -444,7 +453,7 @@ impl RcQp {
         unsafe { post_one(self.qp, wr)? };
         self.posted(signal);
         self.stats.inline_sends += 1;
-        Ok(())
+        Ok(signal)
     }
 
     /// Sends the registered buffer `local`, with optional immediate data.

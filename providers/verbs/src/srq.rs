@@ -9,7 +9,6 @@
 //! `low_watermark` are posted, in batches of linked work requests.
 
 use std::alloc::{alloc_zeroed, dealloc, Layout};
-use std::mem::MaybeUninit;
 use std::sync::Arc;
 
 use crate::rdma_core::{ibv_create_srq, ibv_destroy_srq};
@@ -103,6 +102,8 @@ pub struct Srq {
     free: Vec<u32>,
     posted: u32,
     refills: u64,
+    /// The requests a post writes into.
+    batch: RecvBatch,
 }
 
 impl Srq {
@@ -140,7 +141,9 @@ impl Srq {
             base,
             layout,
         };
-        raw.mr = Some(Mr::register(pd, base as usize, bytes, Access::LOCAL_WRITE)?);
+        let mr = Mr::register(pd, base as usize, bytes, Access::LOCAL_WRITE)?;
+        let batch = RecvBatch::new(cfg.buf_size, mr.lkey());
+        raw.mr = Some(mr);
         let mut s = Srq {
             raw: Arc::new(raw),
             cfg,
@@ -148,6 +151,7 @@ impl Srq {
             free: (0..cfg.size).rev().collect(),
             posted: 0,
             refills: 0,
+            batch,
         };
         s.post_free()?;
         Ok(s)
@@ -259,60 +263,163 @@ impl Srq {
     }
 
     fn post_free(&mut self) -> Result<u32> {
-        let lkey = self.raw.mr.as_ref().map_or(0, Mr::lkey);
         let base = self.raw.base as u64;
-        let bsz = self.cfg.buf_size;
+        let bsz = u64::from(self.cfg.buf_size);
+        let first = self.batch.first();
         let mut total = 0;
         while !self.free.is_empty() {
             let n = self.free.len().min(POST_BATCH);
-            // Only the first `n` entries are written and passed: zeroing the
-            // whole batch (1.5 KiB) cost more than posting one buffer.
-            let mut sges = [MaybeUninit::<ibv_sge>::uninit(); POST_BATCH];
-            let mut wrs = [MaybeUninit::<ibv_recv_wr>::uninit(); POST_BATCH];
             let start = self.free.len() - n;
-            let sp = sges.as_mut_ptr().cast::<ibv_sge>();
-            let wp = wrs.as_mut_ptr().cast::<ibv_recv_wr>();
+            // Each buffer is marked posted as its request is written (one
+            // pass): those the device refuses are marked free again below.
             for (i, &idx) in self.free[start..].iter().enumerate() {
-                // SAFETY: i < n <= POST_BATCH: the writes stay within the
-                // local arrays, and `next` points at most one past them
-                // only when it is not used (the last is null).
+                self.state[idx as usize] = BufState::Posted;
+                // SAFETY: i < n <= POST_BATCH, inside the batch, which only
+                // this `Srq` uses.
                 unsafe {
-                    sp.add(i).write(ibv_sge {
-                        addr: base + u64::from(idx) * u64::from(bsz),
-                        length: bsz,
-                        lkey,
-                    });
-                    wp.add(i).write(ibv_recv_wr {
-                        wr_id: RECV_WR_TAG | u64::from(idx),
-                        next: if i + 1 < n { wp.add(i + 1) } else { std::ptr::null_mut() },
-                        sg_list: sp.add(i),
-                        num_sge: 1,
-                    });
-                }
+                    self.batch
+                        .set(i, RECV_WR_TAG | u64::from(idx), base + u64::from(idx) * bsz)
+                };
             }
             let mut bad: *mut ibv_recv_wr = std::ptr::null_mut();
-            // SAFETY: srq valid; the chain of n WRs and SGEs lives on this stack
-            // frame for the call (libibverbs copies them); the buffers are free
-            // pool buffers inside the registered MR.
-            let rc = unsafe { ibv_post_srq_recv(self.raw.srq, wp, &mut bad) };
+            // SAFETY: srq valid; `first` heads a chain of exactly n requests
+            // (cut after the n-th for the call) and their scatter entries,
+            // which live as long as `self` (libibverbs copies them); the
+            // buffers are free pool buffers inside the registered MR.
+            let rc = unsafe {
+                self.batch.cut(n);
+                let rc = ibv_post_srq_recv(self.raw.srq, first, &mut bad);
+                self.batch.mend(n);
+                rc
+            };
             let posted_now = if rc == 0 {
                 n
             } else if bad.is_null() {
                 0
             } else {
-                // SAFETY: bad points into wrs.
-                unsafe { bad.offset_from(wp) }.max(0) as usize
+                // SAFETY: bad points at one of the batch's requests.
+                unsafe { self.batch.index_of(bad) }.min(n)
             };
-            // WR i was built from free[start + i]: the first `posted_now` of them
-            // are posted now (all of them unless the post failed part-way).
-            for &idx in &self.free[start..start + posted_now] {
-                self.state[idx as usize] = BufState::Posted;
+            // Request i was built from free[start + i]: the first `posted_now`
+            // of them are posted now (all of them unless the post failed
+            // part-way), the others stay free.
+            if posted_now < n {
+                for &idx in &self.free[start + posted_now..] {
+                    self.state[idx as usize] = BufState::Free;
+                }
+                self.free.drain(start..start + posted_now);
+            } else {
+                self.free.truncate(start);
             }
-            self.free.drain(start..start + posted_now);
             self.posted += posted_now as u32;
             total += posted_now as u32;
             check(rc)?;
         }
         Ok(total)
+    }
+}
+
+/// A receive request with its scatter entry.
+#[repr(C)]
+struct RecvSlot {
+    wr: ibv_recv_wr,
+    sge: ibv_sge,
+}
+
+/// The work requests of one linked `ibv_post_srq_recv`, set up once: each
+/// request's scatter entry (buffer length and key), list pointer and link
+/// to the next stay, so a post writes only each buffer's `wr_id` and
+/// address and cuts the chain after the last one it passes. Held through
+/// a raw pointer: the links point into the allocation itself.
+struct RecvBatch(std::ptr::NonNull<RecvSlot>);
+
+// SAFETY: the allocation is owned by this value alone, and the pointers in
+// it point only into it; moving it to another thread moves all of it.
+unsafe impl Send for RecvBatch {}
+
+impl RecvBatch {
+    /// [`POST_BATCH`] requests for buffers of `len` bytes under `lkey`.
+    fn new(len: u32, lkey: u32) -> RecvBatch {
+        // SAFETY: plain data (integers and pointers); zero is valid.
+        let b: Box<[RecvSlot; POST_BATCH]> = Box::new(unsafe { std::mem::zeroed() });
+        let p = Box::into_raw(b).cast::<RecvSlot>();
+        for i in 0..POST_BATCH {
+            // SAFETY: i < POST_BATCH: slot i and (when i + 1 < POST_BATCH)
+            // slot i + 1 lie inside the allocation, reached only through `p`.
+            unsafe {
+                let s = p.add(i);
+                (*s).sge.length = len;
+                (*s).sge.lkey = lkey;
+                (*s).wr.sg_list = std::ptr::addr_of_mut!((*s).sge);
+                (*s).wr.num_sge = 1;
+                (*s).wr.next = if i + 1 < POST_BATCH {
+                    std::ptr::addr_of_mut!((*p.add(i + 1)).wr)
+                } else {
+                    std::ptr::null_mut()
+                };
+            }
+        }
+        // SAFETY: from `Box::into_raw`, never null.
+        RecvBatch(unsafe { std::ptr::NonNull::new_unchecked(p) })
+    }
+
+    /// The first request, head of the chain.
+    fn first(&self) -> *mut ibv_recv_wr {
+        // SAFETY: slot 0 lies inside the allocation.
+        unsafe { std::ptr::addr_of_mut!((*self.0.as_ptr()).wr) }
+    }
+
+    /// Request `i` names `wr_id` and the buffer at `addr`.
+    ///
+    /// # Safety
+    /// `i < POST_BATCH`; no post is using the batch.
+    #[inline(always)]
+    unsafe fn set(&mut self, i: usize, wr_id: u64, addr: u64) {
+        // SAFETY: the caller's `i` is inside the allocation.
+        unsafe {
+            let s = self.0.as_ptr().add(i);
+            (*s).wr.wr_id = wr_id;
+            (*s).sge.addr = addr;
+        }
+    }
+
+    /// Ends the chain at request `n - 1`.
+    ///
+    /// # Safety
+    /// `1 <= n <= POST_BATCH`.
+    #[inline(always)]
+    unsafe fn cut(&mut self, n: usize) {
+        // SAFETY: the caller's `n - 1` is inside the allocation.
+        unsafe { (*self.0.as_ptr().add(n - 1)).wr.next = std::ptr::null_mut() };
+    }
+
+    /// Links request `n - 1` to request `n` again after [`RecvBatch::cut`].
+    ///
+    /// # Safety
+    /// As for [`RecvBatch::cut`].
+    #[inline(always)]
+    unsafe fn mend(&mut self, n: usize) {
+        if n < POST_BATCH {
+            let p = self.0.as_ptr();
+            // SAFETY: n - 1 and n are inside the allocation (n < POST_BATCH).
+            unsafe { (*p.add(n - 1)).wr.next = std::ptr::addr_of_mut!((*p.add(n)).wr) };
+        }
+    }
+
+    /// The index of request `wr`.
+    ///
+    /// # Safety
+    /// `wr` points at one of the batch's requests.
+    unsafe fn index_of(&self, wr: *mut ibv_recv_wr) -> usize {
+        // SAFETY: `wr` is the first field of a slot of this allocation
+        // (`repr(C)`), so it is that slot's address.
+        unsafe { wr.cast::<RecvSlot>().offset_from(self.0.as_ptr()) }.max(0) as usize
+    }
+}
+
+impl Drop for RecvBatch {
+    fn drop(&mut self) {
+        // SAFETY: from `Box::into_raw` of this type in `new`, freed once.
+        drop(unsafe { Box::from_raw(self.0.as_ptr().cast::<[RecvSlot; POST_BATCH]>()) });
     }
 }

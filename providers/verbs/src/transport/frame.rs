@@ -28,19 +28,25 @@ pub struct Prefix {
     pub credit: u16,
 }
 
-/// Writes a frame into `buf` (at least `PREFIX + header + payload` long);
-/// returns its length.
+/// Writes a frame at the start of `buf` (at least `PREFIX + header +
+/// payload` long) and returns it. Panics when `buf` is shorter: callers
+/// size it by the frame.
 #[inline(always)]
-pub fn encode(buf: &mut [u8], kind: u8, credit: u16, header: &[u8], payload: &[u8]) -> usize {
+pub fn encode<'b>(buf: &'b mut [u8], kind: u8, credit: u16, header: &[u8], payload: &[u8]) -> &'b [u8] {
     let len = PREFIX + header.len() + payload.len();
-    buf[0] = kind;
-    buf[1] = header.len() as u8;
-    buf[2..4].copy_from_slice(&credit.to_le_bytes());
+    // Split once, in order: each piece's length is then known, so the
+    // copies below need no bounds check of their own (a send writes every
+    // frame through here).
+    let frame = &mut buf[..len];
+    let (pre, rest) = frame.split_at_mut(PREFIX);
+    let c = credit.to_le_bytes();
+    pre.copy_from_slice(&[kind, header.len() as u8, c[0], c[1]]);
+    let (h, p) = rest.split_at_mut(header.len());
     // Core's copy, which moves 8 to 16 bytes (a tagged header, a small
     // payload) as two words instead of calling `memcpy` for each.
-    Bytes::new(header).copy_to(&mut buf[PREFIX..PREFIX + header.len()]);
-    Bytes::new(payload).copy_to(&mut buf[PREFIX + header.len()..len]);
-    len
+    Bytes::new(header).copy_to(h);
+    Bytes::new(payload).copy_to(p);
+    frame
 }
 
 /// Parses what a peer sent: the prefix, the header and the payload, or
@@ -71,7 +77,7 @@ mod tests {
     #[test]
     fn frames_round_trip() {
         let mut buf = [0u8; 64];
-        let n = encode(&mut buf, KIND_FRAME, 513, b"head", b"payload!");
+        let n = encode(&mut buf, KIND_FRAME, 513, b"head", b"payload!").len();
         assert_eq!(n, PREFIX + 12);
         let (p, h, d) = parse(&buf[..n]).unwrap();
         assert_eq!(
@@ -82,9 +88,9 @@ mod tests {
             }
         );
         assert_eq!((h, d), (&b"head"[..], &b"payload!"[..]));
-        let n = encode(&mut buf, KIND_CREDIT, 7, &[], &[]);
+        let f = encode(&mut buf, KIND_CREDIT, 7, &[], &[]);
         assert_eq!(
-            parse(&buf[..n]).unwrap().0,
+            parse(f).unwrap().0,
             Prefix {
                 kind: KIND_CREDIT,
                 credit: 7

@@ -580,7 +580,7 @@ impl VerbsTransport {
         let before = qp.signaled_in_flight();
         let Some((slot, sge)) = self
             .pool
-            .take(|m| frame::encode(m, frame::KIND_FRAME, owed, header, payload))
+            .take(|m| frame::encode(m, frame::KIND_FRAME, owed, header, payload).len())
         else {
             self.stats.send_waits += 1;
             return Err(Refused::Full);
@@ -809,13 +809,13 @@ impl VerbsTransport {
                 return false;
             }
             let mut buf = [0u8; frame::PREFIX];
-            frame::encode(&mut buf, frame::KIND_CREDIT, owed, &[], &[]);
+            let credit = frame::encode(&mut buf, frame::KIND_CREDIT, owed, &[], &[]);
             let Some(qp) = c.qp.as_mut() else { return false };
             if self.signaled >= self.cq_room {
                 return true;
             }
             let before = qp.signaled_in_flight();
-            match qp.send_inline(0, &buf, None, false) {
+            match qp.send_inline(0, credit, None, false) {
                 Ok(()) => {
                     self.signaled += qp.signaled_in_flight().saturating_sub(before);
                     c.credit.returned_to_peer(owed);
@@ -970,12 +970,12 @@ impl Transport for VerbsTransport {
         if len > qp.max_inline() as usize {
             return self.send_copied(k, owed, header, payload);
         }
-        let before = qp.signaled_in_flight();
-        frame::encode(&mut self.scratch, frame::KIND_FRAME, owed, header, payload);
-        match qp.send_inline(0, &self.scratch[..len], None, false) {
-            Ok(()) => {
+        // `len` fits `scratch` (`buf_size` long) and the QP's inline size.
+        let frame = frame::encode(&mut self.scratch, frame::KIND_FRAME, owed, header, payload);
+        match qp.post_inline(0, frame, None, false) {
+            Ok(signaled) => {
                 self.stats.inline_sends += 1;
-                self.signaled += qp.signaled_in_flight().saturating_sub(before);
+                self.signaled += u32::from(signaled);
                 c.credit.sent(owed);
                 Ok(())
             }
