@@ -22,7 +22,8 @@ use crate::{Error, PeerAddr};
 /// Its first poll takes what the posting call queued, as every operation's
 /// first poll does. A task that posts several and polls only the first
 /// until it completes (identical receives complete in posting order) can
-/// let all but the last posted skip that ([`Recv::settled_by_later`]).
+/// let all but the last posted skip that ([`Recv::settled_by_later`]), and
+/// take the last one's without waiting ([`Recv::take_ready`]).
 #[derive(Debug)]
 pub struct Recv {
     ep: Arc<AsyncEndpoint>,
