@@ -599,6 +599,43 @@ async fn receives_posted_at_once_match_in_posting_order() {
     settle(&[&a, &b]).await;
 }
 
+/// `Recv::take_ready` takes a message that was already there when the
+/// receive was posted, without a poll; with nothing there it leaves the
+/// receive to its polls, which get the next message.
+#[tokio::test(flavor = "current_thread")]
+async fn take_ready_takes_what_was_there_at_posting() {
+    const EARLY: u64 = 11;
+    const MARK: u64 = 12;
+    let (a, b) = pair().await;
+    let got = |(r, buf): aio::BufResult<aio::Received>| buf[..r.expect("receive").len].to_vec();
+    // EARLY waits unexpected at b once MARK, sent after it, has arrived.
+    // The receiver is driven only by its receive: the sends run beside it.
+    let sent = tokio::spawn({
+        let a = a.clone();
+        async move {
+            a.ep.tsend(a.peer, EARLY, pattern(1, 64)).await.0.expect("tsend");
+            a.ep.tsend(a.peer, MARK, pattern(2, 64)).await.0.expect("tsend");
+        }
+    });
+    assert_eq!(
+        got(within("the mark", b.ep.trecv(b.peer, MARK, 0, vec![0; 64])).await),
+        pattern(2, 64)
+    );
+    within("the sends", sent).await.expect("sender");
+    let mut early = b.ep.post_trecv(b.peer, EARLY, 0, vec![0; 64]);
+    let taken = early.take_ready().expect("the message that waited, taken at once");
+    assert_eq!(got(taken), pattern(1, 64));
+
+    let mut later = b.ep.post_trecv(b.peer, EARLY, 0, vec![0; 64]);
+    assert!(later.take_ready().is_none(), "nothing was there");
+    assert!(later.take_ready().is_none(), "taken once only");
+    let sent = within("a send", a.ep.tsend(a.peer, EARLY, pattern(3, 64)));
+    let (sent, received) = tokio::join!(sent, within("the later receive", later));
+    sent.0.expect("tsend");
+    assert_eq!(got(received), pattern(3, 64));
+    settle(&[&a, &b]).await;
+}
+
 #[tokio::test(flavor = "current_thread")]
 async fn at_max_outstanding_per_peer_async_sends_wait_for_that_peer() {
     let mut attr = common::test_attr();

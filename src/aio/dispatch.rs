@@ -363,10 +363,7 @@ impl Dispatcher {
     /// which always takes what the posting call queued (for any operation).
     pub(crate) fn poll_op(&self, context: u64, posted: bool, cx: &mut Context<'_>) -> Poll<Result<Completion>> {
         self.poll_with(cx, !posted, Some(context), |st, waker| match st.slot(context) {
-            Some(Slot::Done(_)) => match st.slots.remove(key(context)).1 {
-                Slot::Done(c) => Some(Ok(c)),
-                _ => Some(Err(Error::Internal("async slot changed under its lock"))),
-            },
+            Some(Slot::Done(_)) => st.take_done(context).map(Ok),
             Some(Slot::Waiting(w)) => {
                 if !w.as_ref().is_some_and(|w| w.will_wake(waker)) {
                     *w = Some(waker.clone());
@@ -375,6 +372,18 @@ impl Dispatcher {
             }
             _ => Some(Err(Error::Internal("async operation polled after it ended"))),
         })
+    }
+
+    /// Takes the completion of the operation posted with `context` if the
+    /// posting call (or an earlier one) queued it: what its first poll
+    /// takes, without progressing the endpoints, keeping a waker or
+    /// parking. `None`: not complete yet, and nothing will wake for it
+    /// until it is polled.
+    pub(crate) fn take_queued(&self, context: u64) -> Option<Result<Completion>> {
+        if let Err(e) = self.drain(false) {
+            return Some(Err(e));
+        }
+        self.lock().ok()?.take_done(context).map(Ok)
     }
 
     /// Polls for the next completion of an operation posted outside the
@@ -648,6 +657,18 @@ impl State {
     /// leaves now must arm the endpoints again.
     fn unarmed(&self) -> bool {
         self.progresses != self.armed_at && self.others_wait()
+    }
+
+    /// The completion of the operation posted with `context`, taken with
+    /// its slot, if it is there.
+    fn take_done(&mut self, context: u64) -> Option<Completion> {
+        if !matches!(self.slot(context), Some(Slot::Done(_))) {
+            return None;
+        }
+        match self.slots.remove(key(context)).1 {
+            Slot::Done(c) => Some(c),
+            _ => None,
+        }
     }
 
     /// The waker of the operation posted with `context`, taken, if it is

@@ -22,7 +22,8 @@ use crate::{Error, PeerAddr};
 /// Its first poll takes what the posting call queued, as every operation's
 /// first poll does. A task that posts several and polls only the first
 /// until it completes (identical receives complete in posting order) can
-/// let all but the last posted skip that ([`Recv::settled_by_later`]).
+/// let all but the last posted skip that ([`Recv::settled_by_later`]), and
+/// take the last one's without waiting ([`Recv::take_ready`]).
 #[derive(Debug)]
 pub struct Recv {
     ep: Arc<AsyncEndpoint>,
@@ -82,6 +83,30 @@ impl Recv {
         if let State::Posted { first, .. } = &mut self.state {
             *first = false;
         }
+    }
+
+    /// Takes what the posting call queued, as the first poll would, but
+    /// without waiting: no progress of the endpoints, no waker kept, no
+    /// parking on the queue. The result if that completed it; else `None`,
+    /// and from then on it is as [`settled_by_later`](Self::settled_by_later):
+    /// nothing wakes the task for it until it is polled, so the task must be
+    /// polling an operation that completes no later (an identical receive
+    /// posted before it), or poll this one next. For a receive posted
+    /// behind others, or posted just before its task polls the first of
+    /// them: a first poll that parks when nothing was queued (a spin's
+    /// yield, or `trywait` and arming the reactor) costs a task already
+    /// about to park on another receive that work once more.
+    pub fn take_ready(&mut self) -> Option<BufResult<Received>> {
+        let State::Posted { context, first: true } = self.state else {
+            return None;
+        };
+        self.state = State::Posted { context, first: false };
+        let done = self.ep.dispatcher().take_queued(context)?;
+        self.state = State::Over {
+            context: done.is_err().then_some(context),
+        };
+        let (r, buf) = finish(done);
+        Some((r.map(received), buf))
     }
 }
 

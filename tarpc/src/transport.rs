@@ -196,17 +196,24 @@ impl<In, Out, C> Transport<In, Out, C> {
 
     /// Posts frame receives up to [`RECV_WINDOW`]. Identical receives
     /// complete in posting order and only the first is polled, so only the
-    /// last one posted here takes a first poll (which takes what every
-    /// posting queued: frames already waiting); the others have no waker
-    /// until they are first.
-    fn post_frames(&mut self, cx: &mut Context<'_>) {
+    /// last one posted here takes what every posting queued (frames
+    /// already waiting, [`Recv::take_ready`]), without parking: the
+    /// caller polls the first receive next, which parks if need be. The
+    /// others have no waker until they are first.
+    fn post_frames(&mut self) {
         let tag = wire::tag(FRAME, self.local, 0);
         let want = RECV_WINDOW.saturating_sub(self.frames.len());
         for left in (0..want).rev() {
             let buf = self.spare.pop().unwrap_or_else(|| vec![0; FRAME_MAX]);
             let mut r = self.ep.post_trecv(PeerAddr::UNSPEC, tag, 0, buf);
+            // The last one posted takes what every posting queued; the
+            // task polls the first of them next (`poll_frame`), which parks
+            // if need be, so this one does not.
             let posted = match left {
-                0 => Posted::poll_first(r, cx),
+                0 => match r.take_ready() {
+                    Some(got) => Posted::Done(got),
+                    None => Posted::Waiting(r),
+                },
                 _ => {
                     r.settled_by_later();
                     Posted::Waiting(r)
@@ -540,7 +547,7 @@ impl<In, Out, C: Decode<In>> Transport<In, Out, C> {
                     return Poll::Ready(None);
                 }
                 Some(_) => {}
-                None => me.post_frames(cx),
+                None => me.post_frames(),
             }
             if waiting && me.ahead >= BODIES_AHEAD {
                 return Poll::Pending;
