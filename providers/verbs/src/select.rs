@@ -89,7 +89,7 @@ pub fn listen_ip(gids: &[GidEntry], attr: &VerbsAttr) -> Option<Ipv4Addr> {
 /// The device, port and address a verbs domain with `attr` opens, or why
 /// there is none: [`select`] over the devices found now ([`probe_ports`] of
 /// `attr.device`, else of every device). What `xfer::info` reports and what
-/// [`crate::VerbsDomain::with_attr`] opens.
+/// [`crate::VerbsDomain::with_params`] opens.
 pub fn choose(attr: &VerbsAttr) -> Result<Selection, Unavailable> {
     select(&probe_ports(attr.device.as_deref()), attr)
 }

@@ -3,7 +3,7 @@
 //! `XFER_VERBS_*` settings are the domain's; rendezvous payloads are read by RDMA READ from buffers
 //! registered through the domain's MR cache. A region registered with
 //! remote access is also an ibv MR, whose rkey its remote key carries
-//! ([`fold_rkey`]): once the target's engine granted a key, an initiator's
+//! (`fold_rkey`): once the target's engine granted a key, an initiator's
 //! RMA on it goes by RDMA WRITE and READ; the first one, and what the
 //! device path cannot do, is served by the target's engine against the
 //! domain's key table.

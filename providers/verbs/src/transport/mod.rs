@@ -1,5 +1,5 @@
 //! Verbs as a transport under core's RDM engine (`verbs`): one RC queue
-//! pair per connection, made through rdma_cm ([`setup`]); every QP receives
+//! pair per connection, made through rdma_cm (`setup`); every QP receives
 //! through the endpoint's one SRQ and completes into its one CQ, so receive
 //! memory does not grow with the number of peers.
 //!
@@ -11,9 +11,9 @@
 //! which is posted again at once. No SEND ever meets an empty SRQ: each
 //! connection reserves receive slots and the sender spends them
 //! ([`credit`]). A rendezvous is pulled by RDMA READ from the sender's
-//! buffer, registered through the domain's MR cache ([`pull`]); the user's
+//! buffer, registered through the domain's MR cache (`pull`); the user's
 //! RMA goes the same way once the target granted its key, and atomics by
-//! `IBV_WR_ATOMIC_*` in the `device` atomic mode ([`atomic`]).
+//! `IBV_WR_ATOMIC_*` in the `device` atomic mode (`atomic`).
 //!
 //! Addresses are verbs endpoint names (`crate::name`) without the provider
 //! tag: 4, the IPv4 address, the rdma_cm port, the nonce.
