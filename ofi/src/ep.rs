@@ -402,7 +402,7 @@ impl EpCore {
         c: &Completion,
         tally: &mut Tally,
         from: Option<&CqCore>,
-        mut out: Option<&mut Out>,
+        out: Option<&mut Out>,
     ) {
         if c.context == crate::peek::discard_context() {
             return; // a claimed message received into nothing (FI_DISCARD)
@@ -504,7 +504,7 @@ impl EpCore {
             e.context &= !SILENT; // a failure is reported with the application's context
         }
         let mine = from.is_some_and(|f| std::ptr::eq(Arc::as_ptr(cq), f));
-        if let (true, Some(o)) = (mine, out.as_deref_mut()) {
+        if let (true, Some(o)) = (mine, out) {
             if e.error.is_some() {
                 o.block();
             } else if o.put(&e) {
