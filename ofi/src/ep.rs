@@ -385,120 +385,135 @@ impl EpCore {
         mut out: Option<&mut Out>,
     ) {
         for c in polled {
-            if Self::route_plain(en, c, tally, from, out.as_deref_mut()) {
-                continue;
+            if !Self::route_plain(en, c, tally, from, out.as_deref_mut()) {
+                self.route_other(en, c, tally, from, out.as_deref_mut());
             }
-            if c.context == crate::peek::discard_context() {
-                continue; // a claimed message received into nothing (FI_DISCARD)
+        }
+    }
+
+    /// Routes a completion that is not [`route_plain`](Self::route_plain)'s:
+    /// a token's, a counted one, a remote side's, a failure, or one for
+    /// another CQ. Out of [`route`](Self::route)'s loop, so that the loop
+    /// over plain completions sets up nothing for these cases.
+    #[inline(never)]
+    fn route_other(
+        &self,
+        en: &Enabled,
+        c: &Completion,
+        tally: &mut Tally,
+        from: Option<&CqCore>,
+        out: Option<&mut Out>,
+    ) {
+        if c.context == crate::peek::discard_context() {
+            return; // a claimed message received into nothing (FI_DISCARD)
+        }
+        // A part of an RMA over several remote segments: the
+        // operation completes with its last part.
+        let joined;
+        let c = match c.context & JOIN {
+            0 => c,
+            _ => match en.joins.part(c) {
+                None => c,
+                Some(None) => return,
+                Some(Some(done)) => {
+                    joined = done;
+                    &joined
+                }
+            },
+        };
+        // An atomic the router finishes: its fetched value goes to
+        // the application's buffer, its token becomes the context.
+        let (fetched, quiet);
+        let c = match c.context & FETCH {
+            0 => {
+                quiet = false;
+                c
             }
-            // A part of an RMA over several remote segments: the
-            // operation completes with its last part.
-            let joined;
-            let c = match c.context & JOIN {
-                0 => c,
-                _ => match en.joins.part(c) {
-                    None => c,
-                    Some(None) => continue,
-                    Some(Some(done)) => {
-                        joined = done;
-                        &joined
-                    }
-                },
-            };
-            // An atomic the router finishes: its fetched value goes to
-            // the application's buffer, its token becomes the context.
-            let (fetched, quiet);
-            let c = match c.context & FETCH {
-                0 => {
+            // SAFETY: the result buffer stays valid until the
+            // atomic's completion (libfabric's contract): this one.
+            _ => match unsafe { en.fetches.finish(c) } {
+                None => {
                     quiet = false;
                     c
                 }
-                // SAFETY: the result buffer stays valid until the
-                // atomic's completion (libfabric's contract): this one.
-                _ => match unsafe { en.fetches.finish(c) } {
-                    None => {
-                        quiet = false;
-                        c
-                    }
-                    Some(f) => {
-                        quiet = f.quiet;
-                        fetched = {
-                            let mut done = c.clone();
-                            done.context = f.app;
-                            done
-                        };
-                        &fetched
-                    }
-                },
-            };
-            // A receive into several buffers, or of a multi-receive
-            // buffer: its token becomes the application's context.
-            let app = match c.context & (MULTI | SCATTER) {
-                0 => None,
-                _ => self.unstage(en, c),
-            };
-            if let Some(k) = en.counters.for_completion(c.flags) {
-                k.hit(c.result.is_ok());
-            }
-            let remote = c.flags.contains(Flags::REMOTE_WRITE) || c.flags.contains(Flags::REMOTE_READ);
-            if remote && en.rma_events {
-                // Counters bound to the region (fi_mr_bind) count it too.
-                self.domain.regions.hit(c.tag, c.flags, c.result.is_ok());
-            }
-            if quiet {
-                continue; // an inject: counted only, even when it failed
-            }
-            let silent = en.selective() && c.context & SILENT != 0;
-            if silent && c.result.is_ok() {
-                continue; // no FI_COMPLETION asked: counted only
-            }
-            if remote && !c.flags.contains(Flags::REMOTE_CQ_DATA) {
-                // An RMA event (FI_RMA_EVENT): for the remote counters;
-                // only writes with data are the target CQ's (fi_cq(3)).
-                continue;
-            }
-            // Receives and the target's side of a write with data go to
-            // the receive CQ (fi_cq(3): FI_REMOTE_WRITE completions are
-            // the receiver's).
-            let to = if c.flags.contains(Flags::RECV) || c.flags.contains(Flags::REMOTE_WRITE) {
-                tally.received += 1;
-                &en.rx
-            } else {
-                tally.sent += 1;
-                tally.atomics += u64::from(c.flags.contains(Flags::ATOMIC));
-                &en.tx
-            };
-            let Some(cq) = to else {
-                xfer_core::warn_limited!(flags = c.flags.0, "completion with no CQ bound for it; dropped");
-                continue;
-            };
-            let mut e = Entry::from_xfer(c);
-            if c.flags.contains(Flags::ATOMIC) {
-                e.data = 0; // xfer's fetched value, stored above; no CQ data
-            }
-            if remote {
-                e.tag = 0; // xfer's region key: no tag of the application's
-            }
-            if let Some((app, at, released)) = app {
-                e.context = app;
-                e.buf = at;
-                e.flags |= released;
-            }
-            if silent {
-                e.context &= !SILENT; // a failure is reported with the application's context
-            }
-            let mine = from.is_some_and(|f| std::ptr::eq(Arc::as_ptr(cq), f));
-            if let (true, Some(o)) = (mine, out.as_deref_mut()) {
-                if e.error.is_some() {
-                    o.block();
-                } else if o.put(&e) {
-                    continue;
+                Some(f) => {
+                    quiet = f.quiet;
+                    fetched = {
+                        let mut done = c.clone();
+                        done.context = f.app;
+                        done
+                    };
+                    &fetched
                 }
+            },
+        };
+        // A receive into several buffers, or of a multi-receive
+        // buffer: its token becomes the application's context.
+        let app = match c.context & (MULTI | SCATTER) {
+            0 => None,
+            _ => self.unstage(en, c),
+        };
+        if let Some(k) = en.counters.for_completion(c.flags) {
+            k.hit(c.result.is_ok());
+        }
+        let remote = c.flags.contains(Flags::REMOTE_WRITE) || c.flags.contains(Flags::REMOTE_READ);
+        if remote && en.rma_events {
+            // Counters bound to the region (fi_mr_bind) count it too.
+            self.domain.regions.hit(c.tag, c.flags, c.result.is_ok());
+        }
+        if quiet {
+            return; // an inject: counted only, even when it failed
+        }
+        let silent = en.selective() && c.context & SILENT != 0;
+        if silent && c.result.is_ok() {
+            return; // no FI_COMPLETION asked: counted only
+        }
+        if remote && !c.flags.contains(Flags::REMOTE_CQ_DATA) {
+            // An RMA event (FI_RMA_EVENT): for the remote counters;
+            // only writes with data are the target CQ's (fi_cq(3)).
+            return;
+        }
+        // Receives and the target's side of a write with data go to
+        // the receive CQ (fi_cq(3): FI_REMOTE_WRITE completions are
+        // the receiver's).
+        let to = if c.flags.contains(Flags::RECV) || c.flags.contains(Flags::REMOTE_WRITE) {
+            tally.received += 1;
+            &en.rx
+        } else {
+            tally.sent += 1;
+            tally.atomics += u64::from(c.flags.contains(Flags::ATOMIC));
+            &en.tx
+        };
+        let Some(cq) = to else {
+            xfer_core::warn_limited!(flags = c.flags.0, "completion with no CQ bound for it; dropped");
+            return;
+        };
+        let mut e = Entry::from_xfer(c);
+        if c.flags.contains(Flags::ATOMIC) {
+            e.data = 0; // xfer's fetched value, stored above; no CQ data
+        }
+        if remote {
+            e.tag = 0; // xfer's region key: no tag of the application's
+        }
+        if let Some((app, at, released)) = app {
+            e.context = app;
+            e.buf = at;
+            e.flags |= released;
+        }
+        if silent {
+            e.context &= !SILENT; // a failure is reported with the application's context
+        }
+        let mine = from.is_some_and(|f| std::ptr::eq(Arc::as_ptr(cq), f));
+        if let (true, Some(o)) = (mine, out) {
+            if e.error.is_some() {
+                o.block();
+            } else if o.put(&e) {
+                return;
             }
-            match &c.result {
-                Err(Error::UnknownSource(name)) => cq.push_with(e, !mine, self.source_name(name)),
-                _ => cq.push(e, !mine),
-            }
+        }
+        match &c.result {
+            Err(Error::UnknownSource(name)) => cq.push_with(e, !mine, self.source_name(name)),
+            _ => cq.push(e, !mine),
         }
     }
 
@@ -608,7 +623,9 @@ impl EpCore {
         }
     }
 
-    /// Posts a send (`fi_send`, `fi_tsend`, `*data`, `*msg`).
+    /// Posts a send (`fi_send`, `fi_tsend`, `*data`, `*msg`). Inlined into
+    /// each, as [`recv`](Self::recv) is.
+    #[inline(always)]
     pub(crate) fn send(&self, s: Send) -> isize {
         let cap = if s.tag.is_some() { fi::FI_TAGGED } else { fi::FI_MSG };
         let en = match self.tx_ready(cap) {
@@ -665,12 +682,18 @@ impl EpCore {
         };
         match en.ep.post_send(op) {
             Ok(()) => 0,
-            Err(r) => scode(entry::code(&r.error)),
+            Err(r) => refused(&r.error),
         }
     }
 
     /// Posts a receive (`fi_recv`, `fi_trecv`, `*msg`). Without
     /// `FI_DIRECTED_RECV` the source address is ignored, as fi_msg(3) says.
+    ///
+    /// Inlined into each entry point, so that a call with one buffer
+    /// (`fi_trecv`, what Open MPI's MTL posts) builds no `Recv` and checks
+    /// no segments: the receive goes from the caller's arguments to the
+    /// engine's `post_recv`.
+    #[inline(always)]
     pub(crate) fn recv(&self, r: Recv) -> isize {
         let en = match self.rx_ready(r.tag.is_some()) {
             Ok(en) => en,
@@ -703,7 +726,7 @@ impl EpCore {
         };
         match en.ep.post_recv(op) {
             Ok(()) => 0,
-            Err(r) => scode(entry::code(&r.error)),
+            Err(r) => refused(&r.error),
         }
     }
 
@@ -764,11 +787,22 @@ impl EpCore {
     /// # Safety
     /// As [`Buffer::raw`]: the memory (and the region) stay valid and
     /// untouched until the operation completes.
+    #[inline]
     pub(crate) unsafe fn buffer(&self, buf: *mut c_void, len: usize, desc: *mut c_void) -> Result<Buffer, isize> {
         if desc.is_null() || !self.domain.mr_local {
             // SAFETY: the caller's contract.
             return Ok(unsafe { Buffer::raw(buf.cast::<u8>(), len) });
         }
+        // SAFETY: forwarded.
+        unsafe { Self::region_buffer(buf, len, desc) }
+    }
+
+    /// [`buffer`](Self::buffer) of a region's `desc` under `FI_MR_LOCAL`.
+    ///
+    /// # Safety
+    /// As [`buffer`](Self::buffer).
+    #[cold]
+    unsafe fn region_buffer(buf: *mut c_void, len: usize, desc: *mut c_void) -> Result<Buffer, isize> {
         // SAFETY: under FI_MR_LOCAL a non-null desc is what fi_mr_desc gave
         // (fi_mr(3)): the fid of a live region, checked by class and magic.
         let Some(region) = (unsafe { crate::mr::region(desc) }) else {
@@ -817,7 +851,9 @@ impl EpCore {
     }
 
     /// `fi_inject`, `fi_tinject`, `fi_injectdata`, `fi_tinjectdata`: copied,
-    /// no completion.
+    /// no completion. Inlined into each, so that its `tag` and `data`
+    /// choose the engine's call with no test at run time.
+    #[inline(always)]
     pub(crate) fn inject(
         &self,
         peer: u64,
@@ -855,9 +891,16 @@ impl EpCore {
                 }
                 0
             }
-            Err(e) => scode(entry::code(&e)),
+            Err(e) => refused(&e),
         }
     }
+}
+
+/// The `-FI_E*` return of an operation the engine refused, out of the
+/// posting path's way.
+#[cold]
+fn refused(e: &Error) -> isize {
+    scode(entry::code(e))
 }
 
 impl Enabled {

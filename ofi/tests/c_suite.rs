@@ -41,19 +41,27 @@ fn build_c(src: &str, name: &str) -> std::path::PathBuf {
 
 /// ofi/tests/c/path_cost.c, the harness docs/OFI.md counts instructions
 /// with, keeps working: 2,000 round trips of 64 B through fi_tinjectdata,
-/// fi_trecv and fi_cq_read, every payload, length, tag and CQ data checked.
+/// fi_trecv and fi_cq_read, every payload, length, tag and CQ data checked;
+/// and the same with `PATH_COST_SEND=tsenddata` (fi_tsenddata, each send's
+/// own completion read: the harness fails unless every send completed once).
 #[test]
 fn path_cost_harness_runs() {
     let exe = build_c("path_cost.c", "ofi_path_cost");
-    let mut cmd = fi_command(exe.to_str().expect("utf-8 path"));
-    cmd.args(["2000", "64"]);
-    let out = wait_output(
-        cmd.spawn().expect("running path_cost"),
-        "path_cost",
-        Duration::from_secs(60),
-    );
-    check("path_cost", &out);
-    assert!(String::from_utf8_lossy(&out.stdout).contains("2000 round trips of 64 B"));
+    for (send, says) in [("", "xfer, "), ("tsenddata", "xfer (fi_tsenddata), ")] {
+        let mut cmd = fi_command(exe.to_str().expect("utf-8 path"));
+        cmd.args(["2000", "64"]).env("PATH_COST_SEND", send);
+        let out = wait_output(
+            cmd.spawn().expect("running path_cost"),
+            "path_cost",
+            Duration::from_secs(60),
+        );
+        check("path_cost", &out);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            stdout.contains(&format!("2000 round trips of 64 B through libfabric over {says}")),
+            "{stdout}"
+        );
+    }
 }
 
 #[test]

@@ -25,7 +25,10 @@
  * sent (each must be -FI_EAGAIN and poll: a spinning reader's empty read),
  * counted apart with --toggle-collect=idle_reads. PATH_COST_THREADING=domain
  * opens the domain FI_THREAD_DOMAIN, as Open MPI's MTL does (else
- * FI_THREAD_SAFE, as fi_pingpong's default).
+ * FI_THREAD_SAFE, as fi_pingpong's default). PATH_COST_SEND=tsenddata sends
+ * by fi_tsenddata with a context instead (what the MTL posts above
+ * inject_size): each send then completes into its CQ too, and that
+ * completion is read (and checked) with the receives.
  * ofi/tests/c_suite.rs runs it briefly so that it keeps working.
  */
 #include <rdma/fabric.h>
@@ -51,10 +54,31 @@ struct side {
 	int rank;
 	char sbuf[MAXSIZE], rbuf[MAXSIZE];
 	int recv_ctx;
+	int send_ctx;
 };
 
 static size_t size;
 static unsigned long empty;
+static int by_send; /* PATH_COST_SEND=tsenddata */
+static unsigned long sent, sends_done;
+
+/* Whether e is s's own send completion (only with by_send). */
+static int own_send(const struct side *s, const struct fi_cq_tagged_entry *e)
+{
+	return by_send && e->op_context == &s->send_ctx && (e->flags & FI_SEND) && (e->flags & FI_TAGGED);
+}
+
+/* Takes s's own send completions out of the n entries of e; the count left. */
+static ssize_t drop_sends(const struct side *s, struct fi_cq_tagged_entry *e, ssize_t n)
+{
+	ssize_t kept = 0;
+	for (ssize_t k = 0; k < n; k++)
+		if (own_send(s, &e[k]))
+			sends_done++;
+		else
+			e[kept++] = e[k];
+	return kept;
+}
 
 static void post_recv(struct side *s)
 {
@@ -81,13 +105,16 @@ static void reap(struct side *s, struct side *other, unsigned char seq)
 			ssize_t m = fi_cq_read(other->cq, o, 100);
 			if (m != -FI_EAGAIN && m < 0)
 				MUST(m);
-			if (m > 0) {
+			if (m > 0 && drop_sends(other, o, m) > 0) {
 				fprintf(stderr, "FATAL: unexpected completion on the other side\n");
 				exit(2);
 			}
 			continue;
 		}
 		MUST(n);
+		n = drop_sends(s, e, n);
+		if (n == 0)
+			continue;
 		if (got || n != 1 || e[0].op_context != &s->recv_ctx || e[0].len != size || e[0].tag != TAG ||
 		    !(e[0].flags & FI_REMOTE_CQ_DATA) || e[0].data != (uint64_t)other->rank) {
 			fprintf(stderr, "FATAL: bad completion (n %zd, len %zu, tag %lu, data %lu)\n", n,
@@ -109,7 +136,11 @@ static void send_to(struct side *s, unsigned char seq)
 {
 	for (size_t k = 0; k < size; k++)
 		s->sbuf[k] = (char)(seq + k);
-	MUST(fi_tinjectdata(s->ep, s->sbuf, size, (uint64_t)s->rank, s->peer, TAG));
+	sent++;
+	if (by_send)
+		MUST(fi_tsenddata(s->ep, s->sbuf, size, NULL, (uint64_t)s->rank, s->peer, TAG, &s->send_ctx));
+	else
+		MUST(fi_tinjectdata(s->ep, s->sbuf, size, (uint64_t)s->rank, s->peer, TAG));
 }
 
 /* `iters` round trips from a to b and back. */
@@ -163,6 +194,8 @@ int main(int argc, char **argv)
 	unsigned long idle = argc > 3 ? strtoul(argv[3], NULL, 10) : 0;
 	const char *threading = getenv("PATH_COST_THREADING");
 	int domain_level = threading && strcmp(threading, "domain") == 0;
+	const char *send = getenv("PATH_COST_SEND");
+	by_send = send && strcmp(send, "tsenddata") == 0;
 	size = argc > 2 ? strtoul(argv[2], NULL, 10) : 64;
 	if (size > MAXSIZE) {
 		fprintf(stderr, "path_cost: SIZE is at most %d\n", MAXSIZE);
@@ -214,9 +247,25 @@ int main(int argc, char **argv)
 	round_trips(&a, &b, 1000);
 	empty = 0;
 	measured(&a, &b, iters);
-	printf("path_cost: %lu round trips of %zu B through libfabric over xfer, %lu empty reads (%.3f per round "
+	printf("path_cost: %lu round trips of %zu B through libfabric over xfer%s, %lu empty reads (%.3f per round "
 	       "trip)\n",
-	       iters, size, empty, (double)empty / (double)iters);
+	       iters, size, by_send ? " (fi_tsenddata)" : "", empty, (double)empty / (double)iters);
+	/* Every send completed, once: the last ones may not have been read yet. */
+	for (unsigned long tries = 0; by_send && sends_done < sent && tries < 1000000; tries++) {
+		struct fi_cq_tagged_entry e[100];
+		struct side *s = tries % 2 ? &b : &a;
+		ssize_t n = fi_cq_read(s->cq, e, 100);
+		if (n != -FI_EAGAIN && n < 0)
+			MUST(n);
+		if (n > 0 && drop_sends(s, e, n) > 0) {
+			fprintf(stderr, "FATAL: unexpected completion after the round trips\n");
+			return 2;
+		}
+	}
+	if (by_send && sends_done != sent) {
+		fprintf(stderr, "FATAL: %lu sends, %lu send completions\n", sent, sends_done);
+		return 2;
+	}
 	if (idle > 0) {
 		struct fi_cq_tagged_entry e[100];
 		(void)fi_cq_read(a.cq, e, 100);
