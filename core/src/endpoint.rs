@@ -602,26 +602,22 @@ impl Endpoint {
 
     /// Copies `payload` and sends it untagged; no completion is reported and
     /// `payload` may be reused at once. At most the endpoint's `inject_size`.
-    #[inline]
     pub fn inject(&self, peer: PeerAddr, payload: &[u8]) -> Result<()> {
         self.inject_msg(peer, None, None, payload)
     }
 
     /// Like [`inject`](Self::inject), tagged.
-    #[inline]
     pub fn tinject(&self, peer: PeerAddr, tag: u64, payload: &[u8]) -> Result<()> {
         self.inject_msg(peer, Some(tag), None, payload)
     }
 
     /// Like [`inject`](Self::inject), with immediate data: the receive
     /// completes with `REMOTE_CQ_DATA` and `data` (`fi_injectdata`).
-    #[inline]
     pub fn inject_data(&self, peer: PeerAddr, payload: &[u8], data: u64) -> Result<()> {
         self.inject_msg(peer, None, Some(data), payload)
     }
 
     /// Like [`tinject`](Self::tinject), with immediate data (`fi_tinjectdata`).
-    #[inline]
     pub fn tinject_data(&self, peer: PeerAddr, tag: u64, payload: &[u8], data: u64) -> Result<()> {
         self.inject_msg(peer, Some(tag), Some(data), payload)
     }
@@ -639,9 +635,6 @@ impl Endpoint {
             .with_ep(self.key, |ep, cx| ep.inject_parts(cx, peer, Some(tag), None, parts))
     }
 
-    /// What every inject is; inlined into them (and across crates, the
-    /// plug-in's `fi_tinject` and friends), so none is a call of its own.
-    #[inline]
     fn inject_msg(&self, peer: PeerAddr, tag: Option<u64>, data: Option<u64>, payload: &[u8]) -> Result<()> {
         self.shared
             .lock()?
