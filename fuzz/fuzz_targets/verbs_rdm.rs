@@ -21,8 +21,8 @@ fuzz_target!(|data: &[u8]| {
     if let Ok((p, header, payload)) = frame::parse(data) {
         assert!(header.len() <= 64, "a header of {} bytes", header.len());
         let mut buf = vec![0; data.len()];
-        let n = frame::encode(&mut buf, p.kind, p.credit, header, payload);
-        assert_eq!(&buf[..n], data, "a parsed frame encodes back to its bytes");
+        let f = frame::encode(&mut buf, p.kind, p.credit, header, payload);
+        assert_eq!(f, data, "a parsed frame encodes back to its bytes");
     }
 
     if let Some((kind, grant, nonce)) = parse_rdm_private(data) {
@@ -43,8 +43,8 @@ fuzz_target!(|data: &[u8]| {
         let hlen = usize::from(hlen % 65).min(body.len());
         let (header, payload) = body.split_at(hlen);
         let mut buf = vec![0; frame::PREFIX + body.len()];
-        let n = frame::encode(&mut buf, frame::KIND_FRAME, grant, header, payload);
-        let (p, h, d) = frame::parse(&buf[..n]).expect("an encoded frame parses");
+        let f = frame::encode(&mut buf, frame::KIND_FRAME, grant, header, payload);
+        let (p, h, d) = frame::parse(f).expect("an encoded frame parses");
         assert_eq!((p.kind, p.credit, h, d), (frame::KIND_FRAME, grant, header, payload));
     }
 });
