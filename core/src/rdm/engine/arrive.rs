@@ -9,6 +9,7 @@ use super::super::credit::cost;
 use super::super::rndv::{Answer, Next};
 use super::super::transport::{Bytes, Cause, ConnId, Event, Events};
 use super::super::Unexpected;
+use super::credit::charge_entry;
 use super::out::Out;
 use super::peers::Peers;
 use super::wire::{self, Header, Kind};
@@ -139,14 +140,7 @@ impl Handler<'_, '_, '_> {
             return Err("a message on a connection whose peer is gone");
         };
         e.silence.heard();
-        if let Err(err) = e.credit.charge(cost, 0) {
-            s.counted.credit_violations += 1;
-            e.credit.revoke();
-            return Err(match err {
-                crate::error::Error::Protocol(what) => what,
-                _ => "message beyond the granted credit",
-            });
-        }
+        charge_entry(e, &mut s.counted.credit_violations, cost)?;
         let at = (p, e.serial);
         let src = Peers::handle_of(e, self.cx.av);
         let tagged = h.tag().is_some();

@@ -66,14 +66,7 @@ impl State {
     /// A message costing `cost` arrived from `p`.
     pub(super) fn charge(&mut self, p: usize, cost: u64) -> Result<(), &'static str> {
         let Some(e) = self.peers.get_mut(p) else { return Ok(()) };
-        e.credit.charge(cost, 0).map_err(|err| {
-            self.counted.credit_violations += 1;
-            e.credit.revoke();
-            match err {
-                Error::Protocol(what) => what,
-                _ => "message beyond the granted credit",
-            }
-        })
+        charge_entry(e, &mut self.counted.credit_violations, cost)
     }
 
     /// A message of `p` costing `cost` is kept unexpected.
@@ -126,4 +119,19 @@ impl State {
     pub(super) fn stalled(&mut self) {
         self.counted.credit_stalls += 1;
     }
+}
+
+/// [`State::charge`] of a peer entry already at hand (the eager arrival
+/// holds it): a message beyond the credit granted revokes the rest and
+/// counts a violation in `violations`.
+#[inline]
+pub(super) fn charge_entry(e: &mut Peer, violations: &mut u64, cost: u64) -> Result<(), &'static str> {
+    e.credit.charge(cost, 0).map_err(|err| {
+        *violations += 1;
+        e.credit.revoke();
+        match err {
+            Error::Protocol(what) => what,
+            _ => "message beyond the granted credit",
+        }
+    })
 }
